@@ -1,0 +1,95 @@
+/* megatron.c public API: status codes, the run configuration (one field per Megatron flag) and
+ * the entry points the command-line front end calls. Everything else is internal. */
+#ifndef MEGATRON_H
+#define MEGATRON_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Every library function returns one of these; only main() turns it into an exit code. */
+typedef enum {
+    MG_OK = 0,
+    MG_ERR_USAGE,       /* bad flag, bad value, invalid combination: exit code 2 */
+    MG_ERR_IO,          /* a file could not be read or written */
+    MG_ERR_FORMAT,      /* a file exists but its contents are wrong */
+    MG_ERR_NOMEM,       /* an allocation failed */
+    MG_ERR_UNSUPPORTED, /* valid request this build or backend cannot do */
+    MG_ERR_NUMERIC,     /* NaN/Inf where a finite value is required */
+    MG_ERR_INTERNAL,    /* an invariant broke: a bug */
+} mg_status;
+
+typedef enum { MG_NORM_LAYERNORM = 0, MG_NORM_RMSNORM } mg_norm_kind;
+typedef enum { MG_POS_LEARNED = 0, MG_POS_ROPE, MG_POS_NONE } mg_pos_kind;
+typedef enum { MG_LR_CONSTANT = 0, MG_LR_LINEAR, MG_LR_COSINE } mg_lr_style;
+
+/* The whole run configuration. Field names follow Megatron's flags (dashes become underscores).
+ * Integers that Megatron treats as "None when absent" use -1 (or 0 where noted). */
+typedef struct {
+    /* model */
+    int num_layers;                 /* --num-layers */
+    int hidden_size;                /* --hidden-size */
+    int ffn_hidden_size;            /* --ffn-hidden-size, -1: 4*hidden (swiglu: Megatron's 8/3 rule) */
+    int num_attention_heads;        /* --num-attention-heads */
+    int kv_channels;                /* --kv-channels, -1: hidden/heads */
+    bool group_query_attention;     /* --group-query-attention */
+    int num_query_groups;           /* --num-query-groups, -1: = heads */
+    int seq_length;                 /* --seq-length */
+    int max_position_embeddings;    /* --max-position-embeddings, -1: = seq-length */
+    mg_pos_kind position_embedding; /* --position-embedding-type learned_absolute|rope|none */
+    double rotary_base;             /* --rotary-base (10000) */
+    mg_norm_kind normalization;     /* --normalization LayerNorm|RMSNorm */
+    double norm_epsilon;            /* --norm-epsilon (1e-5) */
+    bool swiglu;                    /* --swiglu */
+    bool disable_bias_linear;       /* --disable-bias-linear */
+    bool untie_embeddings;          /* --untie-embeddings-and-output-weights */
+    double init_method_std;         /* --init-method-std (0.02) */
+    int vocab_size;                 /* --vocab-size, -1: from the tokenizer */
+    int make_vocab_size_divisible_by; /* --make-vocab-size-divisible-by (128) */
+
+    /* training */
+    int micro_batch_size;      /* --micro-batch-size (1) */
+    int global_batch_size;     /* --global-batch-size, -1: = micro-batch-size * data-parallel */
+    int64_t train_iters;       /* --train-iters */
+    double lr;                 /* --lr */
+    double min_lr;             /* --min-lr (0) */
+    mg_lr_style lr_decay_style; /* --lr-decay-style constant|linear|cosine (linear) */
+    int64_t lr_warmup_iters;   /* --lr-warmup-iters (0) */
+    double lr_warmup_fraction; /* --lr-warmup-fraction, -1: unset */
+    double lr_warmup_init;     /* --lr-warmup-init (0) */
+    int64_t lr_decay_iters;    /* --lr-decay-iters, -1: = train-iters */
+    double weight_decay;       /* --weight-decay (0.01) */
+    double adam_beta1;         /* --adam-beta1 (0.9) */
+    double adam_beta2;         /* --adam-beta2 (0.999) */
+    double adam_eps;           /* --adam-eps (1e-8) */
+    double clip_grad;          /* --clip-grad (1.0; 0 disables) */
+    int64_t seed;              /* --seed (1234) */
+
+    /* logging and evaluation */
+    int log_interval;          /* --log-interval (100) */
+    int eval_interval;         /* --eval-interval (1000) */
+    int eval_iters;            /* --eval-iters (100) */
+    int64_t exit_interval;     /* --exit-interval, -1: never */
+    char metrics_file[1024];   /* --metrics-file, "": none */
+
+    /* checkpointing */
+    char save[1024];           /* --save, "": none */
+    int save_interval;         /* --save-interval, -1: only at the end when --save is set */
+    char load[1024];           /* --load, "": none */
+
+    /* data */
+    bool mock_data;            /* --mock-data */
+
+    /* runtime */
+    char device[16];           /* --device cpu (cuda arrives with the CUDA backend) */
+    int num_threads;           /* --num-threads, -1: OpenMP default */
+} mg_config;
+
+#ifdef __cplusplus
+}
+#endif
+#endif

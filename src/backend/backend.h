@@ -1,0 +1,174 @@
+/* The backend op table. Model code calls these and never a device API.
+ *
+ * Buffer contract (the same for every backend):
+ *  - activations, activation gradients and weights are in the backend's compute dtype
+ *    (`compute_dtype`: fp32 on the CPU backend, bf16 on CUDA) and passed as void pointers;
+ *  - weight gradients are fp32 "main grads" and are ACCUMULATED (+=), so gradient accumulation over
+ *    microbatches and tied weights need no extra code;
+ *  - norm statistics, losses and optimizer state are fp32;
+ *  - token ids and targets are int32;
+ *  - all pointers are in the backend's memory (host for CPU, device for CUDA).
+ * Unless an op says "accumulates", outputs are overwritten. Shapes are in comments; N is the number
+ * of tokens in the microbatch (B*S), rows are tokens, the last dimension is contiguous.
+ *
+ * Fused QKV layout (Megatron's): the QKV projection output per token is ng query groups, each
+ * holding r = nq/ng query heads followed by one key and one value head, each hd wide:
+ *   qkv[token] = [ g0: q0 .. q(r-1), k, v | g1: ... ]      width ng*(r+2)*hd
+ * Query head h belongs to group h / r. This keeps whole groups together so that a tensor-parallel
+ * split of the rows of the QKV weight gives each rank complete groups.
+ *
+ * Optional entries may be NULL; mg_backend_validate() lists missing required ones at init.
+ * Exports: mg_backend, mg_backend_cpu_create, mg_backend_validate. Needs: core. */
+#ifndef MG_BACKEND_H
+#define MG_BACKEND_H
+
+#include "core/status.h"
+#include "core/tensor.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct mg_backend mg_backend;
+
+struct mg_backend {
+    const char *name;     /* "cpu", "cuda" */
+    mg_dtype compute_dtype;
+    mg_device device;
+    void *ctx;            /* backend private state */
+
+    /* ---- memory ---- */
+    mg_status (*alloc)(mg_backend *be, size_t bytes, void **out); /* zeroed */
+    void (*free)(mg_backend *be, void *ptr);
+    mg_status (*copy_h2d)(mg_backend *be, void *dst, const void *src, size_t bytes);
+    mg_status (*copy_d2h)(mg_backend *be, void *dst, const void *src, size_t bytes);
+    mg_status (*copy_d2d)(mg_backend *be, void *dst, const void *src, size_t bytes);
+    mg_status (*memset_zero)(mg_backend *be, void *dst, size_t bytes);
+    /* fp32 host values <-> compute dtype backend buffer (parameters in and out of checkpoints) */
+    mg_status (*upload_f32)(mg_backend *be, void *dst, const float *src, size_t n);
+    mg_status (*download_f32)(mg_backend *be, float *dst, const void *src, size_t n);
+    mg_status (*synchronize)(mg_backend *be);
+    void (*destroy)(mg_backend *be);
+
+    /* ---- embedding ----
+     * out[i,:] = wte[tokens[i],:] + (wpe ? wpe[i % S,:] : 0) */
+    mg_status (*embedding_forward)(mg_backend *be, void *out /* (N,H) */,
+                                   const int32_t *tokens /* (N) */, const void *wte /* (V,H) */,
+                                   const void *wpe /* (P,H) or NULL */, int N, int S, int H);
+    /* accumulates dwte[tokens[i],:] += dout[i,:]; dwpe[i % S,:] += dout[i,:] (deterministic) */
+    mg_status (*embedding_backward)(mg_backend *be, float *dwte /* (V,H) */,
+                                    float *dwpe /* (P,H) or NULL */, const void *dout /* (N,H) */,
+                                    const int32_t *tokens /* (N) */, int N, int S, int H);
+
+    /* ---- normalisation ----
+     * LayerNorm: out = (x - mean) * rstd * w + b, rstd = 1/sqrt(var + eps), biased variance. */
+    mg_status (*layernorm_forward)(mg_backend *be, void *out /* (N,H) */, float *mean /* (N) */,
+                                   float *rstd /* (N) */, const void *x /* (N,H) */,
+                                   const void *w /* (H) */, const void *b /* (H) or NULL */, int N,
+                                   int H, float eps);
+    /* dx ACCUMULATES (+=) so the residual stream gradient flows through; dw, db accumulate. */
+    mg_status (*layernorm_backward)(mg_backend *be, void *dx /* (N,H) */, float *dw /* (H) */,
+                                    float *db /* (H) or NULL */, const void *dout /* (N,H) */,
+                                    const void *x /* (N,H) */, const void *w /* (H) */,
+                                    const float *mean /* (N) */, const float *rstd /* (N) */, int N,
+                                    int H);
+    /* RMSNorm: out = x * rstd * w, rstd = 1/sqrt(mean(x^2) + eps). */
+    mg_status (*rmsnorm_forward)(mg_backend *be, void *out /* (N,H) */, float *rstd /* (N) */,
+                                 const void *x /* (N,H) */, const void *w /* (H) */, int N, int H,
+                                 float eps);
+    /* dx ACCUMULATES (+=); dw accumulates. */
+    mg_status (*rmsnorm_backward)(mg_backend *be, void *dx /* (N,H) */, float *dw /* (H) */,
+                                  const void *dout /* (N,H) */, const void *x /* (N,H) */,
+                                  const void *w /* (H) */, const float *rstd /* (N) */, int N,
+                                  int H);
+
+    /* ---- linear: out = inp @ w^T + bias (w stored (OC, IC), as torch.nn.Linear) ---- */
+    mg_status (*linear_forward)(mg_backend *be, void *out /* (N,OC) */,
+                                const void *inp /* (N,IC) */, const void *w /* (OC,IC) */,
+                                const void *bias /* (OC) or NULL */, int N, int IC, int OC);
+    /* dinp = dout @ w (overwritten; skipped when dinp is NULL); dw += dout^T @ inp;
+     * dbias += column sums of dout (skipped when NULL). */
+    mg_status (*linear_backward)(mg_backend *be, void *dinp /* (N,IC) or NULL */,
+                                 float *dw /* (OC,IC) */, float *dbias /* (OC) or NULL */,
+                                 const void *dout /* (N,OC) */, const void *inp /* (N,IC) */,
+                                 const void *w /* (OC,IC) */, int N, int IC, int OC);
+
+    /* ---- activations ----
+     * GELU, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
+    mg_status (*gelu_forward)(mg_backend *be, void *out, const void *inp, size_t n);
+    mg_status (*gelu_backward)(mg_backend *be, void *dinp, const void *inp, const void *dout,
+                               size_t n);
+    /* SwiGLU (Megatron): inp row = [gate (F) | up (F)], out = silu(gate) * up */
+    mg_status (*swiglu_forward)(mg_backend *be, void *out /* (N,F) */,
+                                const void *inp /* (N,2F) */, int N, int F);
+    mg_status (*swiglu_backward)(mg_backend *be, void *dinp /* (N,2F) */,
+                                 const void *inp /* (N,2F) */, const void *dout /* (N,F) */, int N,
+                                 int F);
+
+    /* ---- rotary position embedding, rotate-half form (Megatron default, Hugging Face Llama) ----
+     * For every query and key head of the fused qkv buffer (values untouched), position s = i % S,
+     * i < hd/2:  x'[i] = x[i] cos - x[i+hd/2] sin;  x'[i+hd/2] = x[i+hd/2] cos + x[i] sin,
+     * with cos/sin = table[s, i] precomputed by the model. In place. */
+    mg_status (*rope_forward)(mg_backend *be, void *qkv /* (N, ng*(r+2)*hd) */,
+                              const float *cos_tab /* (S, hd/2) */,
+                              const float *sin_tab /* (S, hd/2) */, int N, int S, int nq, int ng,
+                              int hd);
+    /* Applies the inverse rotation to the query and key gradients of dqkv, in place. */
+    mg_status (*rope_backward)(mg_backend *be, void *dqkv /* (N, ng*(r+2)*hd) */,
+                               const float *cos_tab, const float *sin_tab, int N, int S, int nq,
+                               int ng, int hd);
+
+    /* ---- causal self-attention over the fused qkv buffer, softmax scale 1/sqrt(hd) ----
+     * out[b,s, h*hd:(h+1)*hd] = softmax(q_h k_g^T * scale, causal) v_g for query head h, group g.
+     * `saved` is backend-private state for backward, attention_saved_bytes() sized. */
+    size_t (*attention_saved_bytes)(mg_backend *be, int B, int S, int nq, int hd);
+    mg_status (*attention_forward)(mg_backend *be, void *out /* (B*S, nq*hd) */, void *saved,
+                                   const void *qkv /* (B*S, ng*(r+2)*hd) */, int B, int S, int nq,
+                                   int ng, int hd);
+    /* dqkv overwritten (query, key and value parts) */
+    mg_status (*attention_backward)(mg_backend *be, void *dqkv /* (B*S, ng*(r+2)*hd) */,
+                                    const void *dout /* (B*S, nq*hd) */, const void *qkv,
+                                    const void *out /* (B*S, nq*hd) */, const void *saved, int B,
+                                    int S, int nq, int ng, int hd);
+
+    /* ---- fused softmax cross-entropy ----
+     * losses[i] = logsumexp(logits[i,:]) - logits[i, targets[i]]; then, in place,
+     * logits[i,:] becomes dlogits = (softmax(logits[i,:]) - onehot(targets[i])) * dloss[i].
+     * All V columns take part, padded vocabulary entries included: in Megatron they are ordinary
+     * (trained) logits. */
+    mg_status (*cross_entropy_fused)(mg_backend *be, void *logits /* (N,V) in: logits, out: grads */,
+                                     float *losses /* (N) */, const int32_t *targets /* (N) */,
+                                     const float *dloss /* (N) */, int N, int V);
+
+    /* ---- elementwise and reductions ---- */
+    mg_status (*add)(mg_backend *be, void *out, const void *a, const void *b, size_t n); /* out=a+b */
+    /* *out += scale * sum_i x[i] * (w ? w[i] : 1)  (fp32, deterministic order) */
+    mg_status (*sum_f32)(mg_backend *be, float *out /* (1) */, const float *x /* (n) */,
+                         const float *w /* (n) or NULL */, size_t n, float scale);
+    /* *out += sum_i x[i]^2 (fp32 input, accumulated in double on CPU) */
+    mg_status (*sumsq_f32)(mg_backend *be, float *out /* (1) */, const float *x /* (n) */,
+                           size_t n);
+    /* Global-norm clipping without a host read: norm = sqrt(*sumsq); *norm_out = norm;
+     * *coef_out = clip > 0 && norm > clip ? clip / (norm + 1e-6) : 1. */
+    mg_status (*clip_coef)(mg_backend *be, float *coef_out /* (1) */, float *norm_out /* (1) */,
+                           const float *sumsq /* (1) */, float clip);
+
+    /* ---- optimizer ----
+     * AdamW (decoupled weight decay, bias correction) on n elements, gradient first multiplied by
+     * *grad_scale (the clipping coefficient, a backend pointer):
+     *   g = grad * s; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+     *   master = master - lr * ( (m/bc1) / (sqrt(v/bc2) + eps) + wd * master )
+     * where bc1 = 1 - b1^t, bc2 = 1 - b2^t. `param` (compute dtype) receives the updated master;
+     * when master is NULL the parameter itself is the fp32 master (CPU). */
+    mg_status (*adamw)(mg_backend *be, void *param /* (n) */, float *master /* (n) or NULL */,
+                       const float *grad /* (n) */, float *m /* (n) */, float *v /* (n) */,
+                       size_t n, float lr, float beta1, float beta2, float eps, float wd, float bc1,
+                       float bc2, const float *grad_scale /* (1) */);
+};
+
+/* Creates the CPU reference backend (fp32, OpenMP; OpenBLAS for GEMM). num_threads <= 0 keeps the
+ * OpenMP default. */
+mg_status mg_backend_cpu_create(mg_backend **out, int num_threads);
+/* Checks that every required entry is present; the message names the missing ones. */
+mg_status mg_backend_validate(const mg_backend *be);
+
+#endif

@@ -1,0 +1,28 @@
+/* megatron: the command-line front end. Dispatches to one subcommand per file and is the only
+ * place an mg_status becomes an exit code (usage errors exit 2, other failures 1). */
+#include "cli/cli.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: megatron <command> [flags]\n\n"
+               "commands:\n"
+               "  train      train a GPT model (Megatron-LM's pretrain_gpt.py flags)\n"
+               "  help       show this text; `megatron train --help` lists the training flags\n");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
+        usage(stdout);
+        return 0;
+    }
+    if (!strcmp(cmd, "train")) return mg_cli_train(argc - 2, argv + 2);
+    fprintf(stderr, "megatron: error: unknown command '%s'; commands: train, help\n", cmd);
+    return 2;
+}

@@ -1,0 +1,14 @@
+/* The one place tunables are read from the environment. Each variable is read once and cached.
+ * Documented variables (also in docs/environment.md):
+ *   MG_LOG_LEVEL   0 quiet (errors only), 1 info (default), 2 debug
+ *   MG_LOG_ALL     1: every rank prints info lines, not just the logging rank
+ * Exports: mg_env_int, mg_env_str. Needs: nothing. */
+#ifndef MG_ENV_H
+#define MG_ENV_H
+
+/* Value of an integer variable, or fallback when unset or not an integer. */
+int mg_env_int(const char *name, int fallback);
+/* Value of a string variable, or fallback when unset. The pointer stays valid. */
+const char *mg_env_str(const char *name, const char *fallback);
+
+#endif

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Checks the Debian build dependencies of megatron.c and installs the missing ones when run as
+# root; otherwise prints the exact apt-get line and fails.
+set -u
+missing=()
+need() { # need PACKAGE TEST...
+    local pkg=$1; shift
+    "$@" >/dev/null 2>&1 || missing+=("$pkg")
+}
+has_header() { for d in /usr/include /usr/include/x86_64-linux-gnu; do [ -f "$d/$1" ] && return 0; done; return 1; }
+need gcc command -v gcc
+need make command -v make
+need libopenblas-dev has_header cblas.h
+need libcjson-dev has_header cjson/cJSON.h
+[ ${#missing[@]} -eq 0 ] && exit 0
+line="apt-get install -y --no-install-recommends ${missing[*]}"
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "deps: installing ${missing[*]}" >&2
+    export DEBIAN_FRONTEND=noninteractive
+    { apt-get update -qq && $line -qq; } >&2 || { echo "deps: '$line' failed" >&2; exit 1; }
+    exit 0
+fi
+echo "deps: missing build dependencies: ${missing[*]}" >&2
+echo "deps: run as root: $line" >&2
+exit 1
