@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs the whole CPU suite: the unit-test binary and every tests/cli/*.sh script. Each part prints
+# Runs the whole CPU suite: the unit-test binary and every tests/cli/test_*.sh script. Each part prints
 # PASS/FAIL lines and ends with "N passed, N failed"; this script sums them into the final line and
 # exits non-zero when anything failed.
 set -u
@@ -21,7 +21,7 @@ tally() { # reads a part's output, echoes it, adds its closing counts
 start=$(date +%s)
 out=$("$BUILD/unit_tests" 2>&1); echo "$out" | grep -v -E '^[0-9]+ passed, [0-9]+ failed$'
 tally "$out" unit_tests
-for s in tests/cli/*.sh; do
+for s in tests/cli/test_*.sh; do
     [ -e "$s" ] || continue
     out=$(bash "$s" 2>&1); echo "$out" | grep -v -E '^[0-9]+ passed, [0-9]+ failed$'
     tally "$out" "$s"

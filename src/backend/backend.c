@@ -1,0 +1,60 @@
+/* Backend-independent helpers: validation of an op table. */
+#include "backend/backend.h"
+
+#include <stdio.h>
+#include <string.h>
+
+mg_status mg_backend_validate(const mg_backend *be) {
+    if (!be) return MG_FAIL(MG_ERR_INTERNAL, "no backend given (NULL op table)");
+    char missing[1024] = "";
+    size_t used = 0;
+    int count = 0;
+    /* Every entry is required today; an entry that becomes optional leaves this list. */
+#define MG_REQUIRE(entry)                                                                          \
+    do {                                                                                           \
+        if (!be->entry) {                                                                          \
+            int n_ = snprintf(missing + used, sizeof missing - used, "%s%s", count ? ", " : "",    \
+                              #entry);                                                             \
+            if (n_ > 0 && used + (size_t)n_ < sizeof missing) used += (size_t)n_;                  \
+            count++;                                                                               \
+        }                                                                                          \
+    } while (0)
+    MG_REQUIRE(alloc);
+    MG_REQUIRE(free);
+    MG_REQUIRE(copy_h2d);
+    MG_REQUIRE(copy_d2h);
+    MG_REQUIRE(copy_d2d);
+    MG_REQUIRE(memset_zero);
+    MG_REQUIRE(upload_f32);
+    MG_REQUIRE(download_f32);
+    MG_REQUIRE(synchronize);
+    MG_REQUIRE(destroy);
+    MG_REQUIRE(embedding_forward);
+    MG_REQUIRE(embedding_backward);
+    MG_REQUIRE(layernorm_forward);
+    MG_REQUIRE(layernorm_backward);
+    MG_REQUIRE(rmsnorm_forward);
+    MG_REQUIRE(rmsnorm_backward);
+    MG_REQUIRE(linear_forward);
+    MG_REQUIRE(linear_backward);
+    MG_REQUIRE(gelu_forward);
+    MG_REQUIRE(gelu_backward);
+    MG_REQUIRE(swiglu_forward);
+    MG_REQUIRE(swiglu_backward);
+    MG_REQUIRE(rope_forward);
+    MG_REQUIRE(rope_backward);
+    MG_REQUIRE(attention_saved_bytes);
+    MG_REQUIRE(attention_forward);
+    MG_REQUIRE(attention_backward);
+    MG_REQUIRE(cross_entropy_fused);
+    MG_REQUIRE(add);
+    MG_REQUIRE(sum_f32);
+    MG_REQUIRE(sumsq_f32);
+    MG_REQUIRE(clip_coef);
+    MG_REQUIRE(adamw);
+#undef MG_REQUIRE
+    if (count)
+        return MG_FAIL(MG_ERR_INTERNAL, "backend '%s' lacks required ops: %s",
+                       be->name ? be->name : "(unnamed)", missing);
+    return MG_OK;
+}

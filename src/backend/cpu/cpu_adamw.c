@@ -1,0 +1,26 @@
+/* AdamW (decoupled weight decay, bias correction passed in as bc1 = 1 - b1^t, bc2 = 1 - b2^t),
+ * elementwise in fp32, in the formula order of backend.h. */
+#include "backend/cpu/cpu_ops.h"
+
+#include <math.h>
+
+mg_status mg_cpu_adamw(mg_backend *be, void *param_, float *master, const float *grad, float *m,
+                       float *v, size_t n, float lr, float beta1, float beta2, float eps, float wd,
+                       float bc1, float bc2, const float *grad_scale) {
+    float *param = param_; // (n); master, grad, m, v (n); grad_scale (1)
+    float s = grad_scale ? *grad_scale : 1.0f;
+    /* On the CPU the compute dtype is fp32: with no separate master the parameter is the master. */
+    float *w = master ? master : param;
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        float g = grad[i] * s;
+        float mi = beta1 * m[i] + (1.0f - beta1) * g;
+        float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
+        m[i] = mi;
+        v[i] = vi;
+        float upd = (mi / bc1) / (sqrtf(vi / bc2) + eps) + wd * w[i];
+        w[i] = w[i] - lr * upd;
+        if (master) param[i] = w[i];
+    }
+    return MG_OK;
+}

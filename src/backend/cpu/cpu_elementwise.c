@@ -1,0 +1,67 @@
+/* Elementwise add and the deterministic reductions used for loss averaging and gradient-norm
+ * clipping. A reduction splits its input into at most MG_SUM_MAX_CHUNKS chunks whose size depends
+ * only on n; each chunk is summed in order in double (in parallel), and the chunk partials are then
+ * added in chunk order. So the result is bitwise the same for every thread count. */
+#include "backend/cpu/cpu_ops.h"
+
+#include <math.h>
+
+#define MG_SUM_MAX_CHUNKS 256
+#define MG_SUM_MIN_CHUNK  4096
+
+mg_status mg_cpu_add(mg_backend *be, void *out_, const void *a_, const void *b_, size_t n) {
+    float *out = out_;            // (n)
+    const float *a = a_, *b = b_; // (n)
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+    return MG_OK;
+}
+
+static size_t chunk_size(size_t n) {
+    size_t c = (n + MG_SUM_MAX_CHUNKS - 1) / MG_SUM_MAX_CHUNKS;
+    return c < MG_SUM_MIN_CHUNK ? MG_SUM_MIN_CHUNK : c;
+}
+
+/* sum_i x[i] * (w ? w[i] : 1) (square = 0) or sum_i x[i]^2 (square = 1), in double. */
+static double reduce(const float *x, const float *w, size_t n, int square) {
+    double part[MG_SUM_MAX_CHUNKS];
+    size_t cs = chunk_size(n);
+    int nc = (int)((n + cs - 1) / cs);
+#pragma omp parallel for schedule(static)
+    for (int c = 0; c < nc; c++) {
+        size_t i0 = (size_t)c * cs, i1 = i0 + cs < n ? i0 + cs : n;
+        double s = 0;
+        if (square)
+            for (size_t i = i0; i < i1; i++) s += (double)x[i] * x[i];
+        else if (w)
+            for (size_t i = i0; i < i1; i++) s += (double)x[i] * w[i];
+        else
+            for (size_t i = i0; i < i1; i++) s += x[i];
+        part[c] = s;
+    }
+    double total = 0;
+    for (int c = 0; c < nc; c++) total += part[c];
+    return total;
+}
+
+mg_status mg_cpu_sum_f32(mg_backend *be, float *out, const float *x, const float *w, size_t n,
+                         float scale) {
+    // out (1), accumulated; x, w (n)
+    *out = (float)((double)*out + (double)scale * reduce(x, w, n, 0));
+    return MG_OK;
+}
+
+mg_status mg_cpu_sumsq_f32(mg_backend *be, float *out, const float *x, size_t n) {
+    // out (1), accumulated; x (n)
+    *out = (float)((double)*out + reduce(x, NULL, n, 1));
+    return MG_OK;
+}
+
+mg_status mg_cpu_clip_coef(mg_backend *be, float *coef_out, float *norm_out, const float *sumsq,
+                           float clip) {
+    // coef_out, norm_out, sumsq (1)
+    float norm = sqrtf(*sumsq);
+    *norm_out = norm;
+    *coef_out = clip > 0.0f && norm > clip ? clip / (norm + 1e-6f) : 1.0f;
+    return MG_OK;
+}

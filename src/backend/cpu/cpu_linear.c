@@ -1,0 +1,93 @@
+/* Linear layer, w stored (OC, IC) as torch.nn.Linear. The matrix products go to OpenBLAS
+ * (cblas_sgemm, row-major), one call per fixed tile of the output, the tiles spread over OpenMP
+ * threads, with OpenBLAS itself single-threaded (mg_backend_cpu_create sets that). Why: OpenBLAS's
+ * own threading cuts the output where the thread count says, and an element computed by an edge
+ * kernel rounds differently from one computed by a full tile, so results would change with the
+ * thread count. Fixed tiles make every element's arithmetic depend on the shapes only. */
+#include "backend/cpu/cpu_ops.h"
+
+#include <cblas.h>
+#include <string.h>
+
+/* Output tile of one sgemm call: big enough that packing is a small part of the work. */
+#define MG_GEMM_TILE_M 128
+#define MG_GEMM_TILE_N 512
+
+/* Row-major C (M,N) = op(A) (M,K) @ op(B) (K,N) + beta C, tile by tile. */
+static void gemm_tiled(int ta, int tb, int M, int N, int K, const float *A, int lda, const float *B,
+                       int ldb, float beta, float *C, int ldc) {
+    int tm = (M + MG_GEMM_TILE_M - 1) / MG_GEMM_TILE_M,
+        tn = (N + MG_GEMM_TILE_N - 1) / MG_GEMM_TILE_N;
+#pragma omp parallel for schedule(dynamic)
+    for (int tile = 0; tile < tm * tn; tile++) {
+        int i0 = tile / tn * MG_GEMM_TILE_M, j0 = tile % tn * MG_GEMM_TILE_N;
+        int m = M - i0 < MG_GEMM_TILE_M ? M - i0 : MG_GEMM_TILE_M;
+        int n = N - j0 < MG_GEMM_TILE_N ? N - j0 : MG_GEMM_TILE_N;
+        const float *a = ta ? A + i0 : A + (size_t)i0 * lda;
+        const float *b = tb ? B + (size_t)j0 * ldb : B + j0;
+        cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                    m, n, K, 1.0f, a, lda, b, ldb, beta, C + (size_t)i0 * ldc + j0, ldc);
+    }
+}
+
+mg_status mg_cpu_linear_forward(mg_backend *be, void *out_, const void *inp_, const void *w_,
+                                const void *bias_, int N, int IC, int OC) {
+    float *out = out_;         // (N, OC)
+    const float *inp = inp_;   // (N, IC)
+    const float *w = w_;       // (OC, IC)
+    const float *bias = bias_; // (OC) or NULL
+    if (N <= 0 || OC <= 0) return MG_OK;
+    if (IC > 0) {
+        /* out = inp @ w^T */
+        gemm_tiled(0, 1, N, OC, IC, inp, IC, w, IC, 0.0f, out, OC);
+    } else {
+        memset(out, 0, (size_t)N * OC * sizeof(float));
+    }
+    if (bias) {
+#pragma omp parallel for schedule(static)
+        for (int i = 0; i < N; i++) {
+            float *o = out + (size_t)i * OC;
+            for (int j = 0; j < OC; j++) o[j] += bias[j];
+        }
+    }
+    return MG_OK;
+}
+
+mg_status mg_cpu_linear_backward(mg_backend *be, void *dinp_, float *dw, float *dbias,
+                                 const void *dout_, const void *inp_, const void *w_, int N, int IC,
+                                 int OC) {
+    float *dinp = dinp_;       // (N, IC) or NULL, overwritten
+    const float *dout = dout_; // (N, OC)
+    const float *inp = inp_;   // (N, IC)
+    const float *w = w_;       // (OC, IC); dw (OC, IC) and dbias (OC) accumulate
+    if (N <= 0) return MG_OK;
+    if (dinp && IC > 0) {
+        if (OC > 0) {
+            /* dinp = dout @ w */
+            gemm_tiled(0, 0, N, IC, OC, dout, OC, w, IC, 0.0f, dinp, IC);
+        } else {
+            memset(dinp, 0, (size_t)N * IC * sizeof(float));
+        }
+    }
+    if (IC > 0 && OC > 0) {
+        /* dw += dout^T @ inp */
+        gemm_tiled(1, 0, OC, IC, N, dout, OC, inp, IC, 1.0f, dw, IC);
+    }
+    if (dbias && OC > 0) {
+        /* Column sums in double, rows in order inside each column block. */
+        int nblocks = (OC + MG_CPU_COL_BLOCK - 1) / MG_CPU_COL_BLOCK;
+#pragma omp parallel for schedule(static)
+        for (int blk = 0; blk < nblocks; blk++) {
+            int j0 = blk * MG_CPU_COL_BLOCK;
+            int j1 = j0 + MG_CPU_COL_BLOCK < OC ? j0 + MG_CPU_COL_BLOCK : OC;
+            double acc[MG_CPU_COL_BLOCK];
+            memset(acc, 0, sizeof acc);
+            for (int i = 0; i < N; i++) {
+                const float *d = dout + (size_t)i * OC;
+                for (int j = j0; j < j1; j++) acc[j - j0] += d[j];
+            }
+            for (int j = j0; j < j1; j++) dbias[j] += (float)acc[j - j0];
+        }
+    }
+    return MG_OK;
+}

@@ -1,0 +1,208 @@
+/* mg_config_validate: Megatron's derived defaults (arguments.py validate_args and
+ * core_transformer_config_from_args) and the checks that turn a bad combination into one line
+ * that names the flags and the fix. Works on a copy: on error the caller's config is untouched. */
+#include "core/flags.h"
+
+#include <inttypes.h>
+#include <limits.h>
+#include <string.h>
+
+#define USAGE(...) MG_FAIL(MG_ERR_USAGE, __VA_ARGS__)
+
+static mg_status positive(const char *flag, long long v) {
+    return v > 0 ? MG_OK : USAGE("%s must be positive, got %lld", flag, v);
+}
+
+/* Flags whose -1 means "not given": absent, positive, or an error. */
+static mg_status absent_or_positive(const char *flag, long long v) {
+    return v == -1 || v > 0 ? MG_OK : USAGE("%s must be positive, got %lld", flag, v);
+}
+
+static mg_status check_model(mg_config *c) {
+    char missing[160] = "";
+    int n_missing = 0;
+    const struct {
+        const char *flag;
+        int v;
+    } req[] = {{"--num-layers", c->num_layers},
+               {"--hidden-size", c->hidden_size},
+               {"--num-attention-heads", c->num_attention_heads},
+               {"--seq-length", c->seq_length}};
+    for (int i = 0; i < 4; i++)
+        if (req[i].v == -1) {
+            size_t used = strlen(missing);
+            snprintf(missing + used, sizeof missing - used, "%s%s", n_missing++ ? ", " : "",
+                     req[i].flag);
+        }
+    if (n_missing)
+        return USAGE("missing required model flag%s %s (e.g. --num-layers 12 --hidden-size 768 "
+                     "--num-attention-heads 12 --seq-length 1024)",
+                     n_missing > 1 ? "s" : "", missing);
+    for (int i = 0; i < 4; i++) MG_CHECK(positive(req[i].flag, req[i].v));
+
+    if (c->ffn_hidden_size == -1) {
+        /* Megatron: int((4 * hidden * 2 / 3) / 64) * 64 with --swiglu, in float arithmetic. */
+        int64_t h = c->hidden_size;
+        int64_t ffn = c->swiglu ? (int64_t)(((double)(4 * h * 2) / 3.0) / 64.0) * 64 : 4 * h;
+        if (ffn > INT_MAX)
+            return USAGE("--hidden-size %d is too large: the MLP size 4*hidden overflows",
+                         c->hidden_size);
+        if (ffn <= 0)
+            return USAGE("--swiglu with --hidden-size %d gives an MLP size of 0 by Megatron's rule "
+                         "int(8*hidden/3/64)*64; pass --ffn-hidden-size",
+                         c->hidden_size);
+        c->ffn_hidden_size = (int)ffn;
+    }
+    MG_CHECK(positive("--ffn-hidden-size", c->ffn_hidden_size));
+
+    if (c->kv_channels == -1) {
+        if (c->hidden_size % c->num_attention_heads)
+            return USAGE("--hidden-size %d is not divisible by --num-attention-heads %d; choose "
+                         "sizes that divide or pass --kv-channels",
+                         c->hidden_size, c->num_attention_heads);
+        c->kv_channels = c->hidden_size / c->num_attention_heads;
+    }
+    MG_CHECK(positive("--kv-channels", c->kv_channels));
+
+    /* Megatron uses --num-query-groups (default 1) only with --group-query-attention. */
+    if (!c->group_query_attention)
+        c->num_query_groups = c->num_attention_heads;
+    else if (c->num_query_groups == -1)
+        c->num_query_groups = 1;
+    MG_CHECK(positive("--num-query-groups", c->num_query_groups));
+    if (c->num_attention_heads % c->num_query_groups)
+        return USAGE("--num-attention-heads %d is not divisible by --num-query-groups %d; choose a "
+                     "group count that divides the heads",
+                     c->num_attention_heads, c->num_query_groups);
+
+    if (c->max_position_embeddings == -1) c->max_position_embeddings = c->seq_length;
+    MG_CHECK(positive("--max-position-embeddings", c->max_position_embeddings));
+    if (c->position_embedding == MG_POS_LEARNED && c->seq_length > c->max_position_embeddings)
+        return USAGE("--seq-length %d exceeds --max-position-embeddings %d with learned_absolute "
+                     "positions; raise --max-position-embeddings or use rope",
+                     c->seq_length, c->max_position_embeddings);
+    if (c->position_embedding == MG_POS_ROPE) {
+        if (c->kv_channels % 2)
+            return USAGE("rope needs an even head size, got kv_channels %d; change --hidden-size / "
+                         "--num-attention-heads or --kv-channels",
+                         c->kv_channels);
+        if (!(c->rotary_base > 0))
+            return USAGE("--rotary-base must be positive, got %g", c->rotary_base);
+    }
+    if (!(c->norm_epsilon > 0))
+        return USAGE("--norm-epsilon must be positive, got %g", c->norm_epsilon);
+    if (!(c->init_method_std > 0))
+        return USAGE("--init-method-std must be positive, got %g", c->init_method_std);
+    return MG_OK;
+}
+
+static mg_status check_data(const mg_config *c) {
+    if (!c->mock_data)
+        return USAGE("no training data: pass --mock-data (real data arrives with --data-path)");
+    if (c->vocab_size == -1)
+        return USAGE("--mock-data needs --vocab-size N (no tokenizer files given)");
+    MG_CHECK(positive("--vocab-size", c->vocab_size));
+    if (c->make_vocab_size_divisible_by < 1)
+        return USAGE("--make-vocab-size-divisible-by must be >= 1, got %d",
+                     c->make_vocab_size_divisible_by);
+    return MG_OK;
+}
+
+static mg_status check_training(mg_config *c) {
+    if (c->train_iters == -1)
+        return USAGE("missing --train-iters N: the number of optimizer steps (--train-samples is "
+                     "not supported yet)");
+    MG_CHECK(positive("--train-iters", c->train_iters));
+    MG_CHECK(positive("--micro-batch-size", c->micro_batch_size));
+    const int dp = 1; /* data-parallel size: one process */
+    if (c->global_batch_size == -1) c->global_batch_size = c->micro_batch_size * dp;
+    MG_CHECK(positive("--global-batch-size", c->global_batch_size));
+    if (c->global_batch_size % (c->micro_batch_size * dp))
+        return USAGE("--global-batch-size %d is not divisible by --micro-batch-size %d × "
+                     "data-parallel size %d; make it a multiple of %d",
+                     c->global_batch_size, c->micro_batch_size, dp, c->micro_batch_size * dp);
+    /* Megatron seeds numpy, which takes [0, 2^32). */
+    if (c->seed < 0 || c->seed > UINT32_MAX)
+        return USAGE("--seed must be in [0, 4294967295], got %" PRId64, c->seed);
+    return MG_OK;
+}
+
+static mg_status check_lr(mg_config *c) {
+    if (c->lr == -1) return USAGE("missing --lr X: the peak learning rate (e.g. --lr 3e-4)");
+    if (c->lr < 0) return USAGE("--lr must be >= 0, got %g", c->lr);
+    if (c->min_lr < 0) return USAGE("--min-lr must be >= 0, got %g", c->min_lr);
+    if (c->min_lr > c->lr)
+        return USAGE("--min-lr %g is larger than --lr %g; lower --min-lr", c->min_lr, c->lr);
+    if (c->lr_warmup_init < 0 || c->lr_warmup_init > c->lr)
+        return USAGE("--lr-warmup-init %g must be in [0, --lr %g]", c->lr_warmup_init, c->lr);
+    if (c->lr_decay_iters == -1) c->lr_decay_iters = c->train_iters;
+    MG_CHECK(positive("--lr-decay-iters", c->lr_decay_iters));
+    if (c->lr_warmup_iters < 0)
+        return USAGE("--lr-warmup-iters must be >= 0, got %" PRId64, c->lr_warmup_iters);
+    if (c->lr_warmup_fraction != -1) {
+        /* Megatron: warm-up = fraction × decay (kept unrounded by the scheduler); lr_warmup_iters
+         * receives its integer part, which keeps this check idempotent. */
+        if (!(c->lr_warmup_fraction >= 0 && c->lr_warmup_fraction < 1))
+            return USAGE("--lr-warmup-fraction must be in [0, 1), got %g", c->lr_warmup_fraction);
+        int64_t iters = (int64_t)(c->lr_warmup_fraction * (double)c->lr_decay_iters);
+        if (c->lr_warmup_iters != 0 && c->lr_warmup_iters != iters)
+            return USAGE(
+                "--lr-warmup-iters and --lr-warmup-fraction are both given; pass only one");
+        c->lr_warmup_iters = iters;
+    } else if (c->lr_warmup_iters >= c->lr_decay_iters) {
+        /* Megatron's scheduler asserts warmup < decay. */
+        return USAGE("--lr-warmup-iters %" PRId64 " must be less than the %" PRId64
+                     " decay iterations; lower it or raise --lr-decay-iters (default "
+                     "--train-iters)",
+                     c->lr_warmup_iters, c->lr_decay_iters);
+    }
+    return MG_OK;
+}
+
+static mg_status check_optimizer(const mg_config *c) {
+    if (!(c->adam_beta1 >= 0 && c->adam_beta1 < 1))
+        return USAGE("--adam-beta1 must be in [0, 1), got %g", c->adam_beta1);
+    if (!(c->adam_beta2 >= 0 && c->adam_beta2 < 1))
+        return USAGE("--adam-beta2 must be in [0, 1), got %g", c->adam_beta2);
+    if (!(c->adam_eps > 0)) return USAGE("--adam-eps must be positive, got %g", c->adam_eps);
+    if (c->clip_grad < 0)
+        return USAGE("--clip-grad must be >= 0 (0 disables), got %g", c->clip_grad);
+    if (c->weight_decay < 0) return USAGE("--weight-decay must be >= 0, got %g", c->weight_decay);
+    return MG_OK;
+}
+
+static mg_status check_logging(const mg_config *c) {
+    MG_CHECK(positive("--log-interval", c->log_interval));
+    MG_CHECK(positive("--eval-interval", c->eval_interval));
+    if (c->eval_iters < 0) return USAGE("--eval-iters must be >= 0, got %d", c->eval_iters);
+    MG_CHECK(absent_or_positive("--exit-interval", c->exit_interval));
+    MG_CHECK(absent_or_positive("--save-interval", c->save_interval));
+    return MG_OK;
+}
+
+static mg_status check_runtime(const mg_config *c) {
+    if (!strcmp(c->device, "cuda"))
+        return MG_FAIL(MG_ERR_UNSUPPORTED, "the CUDA backend is not built yet; use --device cpu");
+    if (strcmp(c->device, "cpu")) return USAGE("--device expects cpu or cuda, got '%s'", c->device);
+    MG_CHECK(absent_or_positive("--num-threads", c->num_threads));
+    return MG_OK;
+}
+
+mg_status mg_config_validate(mg_config *out) {
+    mg_config c = *out;
+    MG_CHECK(check_model(&c));
+    MG_CHECK(check_training(&c));
+    MG_CHECK(check_lr(&c));
+    MG_CHECK(check_data(&c));
+    MG_CHECK(check_optimizer(&c));
+    MG_CHECK(check_logging(&c));
+    MG_CHECK(check_runtime(&c));
+    *out = c;
+    return MG_OK;
+}
+
+int mg_config_padded_vocab(const mg_config *c) {
+    const int64_t tp = 1;
+    int64_t m = (int64_t)c->make_vocab_size_divisible_by * tp;
+    return (int)((c->vocab_size + m - 1) / m * m);
+}

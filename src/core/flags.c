@@ -1,0 +1,336 @@
+/* Command-line parsing against the flag table, the "did you mean" suggestion, the seen-flags
+ * record and --help. Semantics follow argparse as Megatron configures it (allow_abbrev=False):
+ * no abbreviations, a repeated flag keeps its last value, store_true flags take no value. */
+#include "core/flags.h"
+#include "core/flags_table.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MG_JSON_INT_MAX 9007199254740992LL /* 2^53: the largest integer a double holds exactly */
+
+static bool g_seen[MG_FLAG_MAX]; /* flags of the last successful parse */
+
+bool mg_flags_seen(const char *flag) {
+    int k = mg_flag_find(flag);
+    return k >= 0 && g_seen[k];
+}
+
+/* ---- value parsing ---- */
+
+static mg_status parse_int(const char *flag, const char *s, long long lo, long long hi,
+                           long long *out) {
+    char *end;
+    errno = 0;
+    long long v = (*s && !isspace((unsigned char)*s)) ? strtoll(s, &end, 10) : 0;
+    if (!*s || isspace((unsigned char)*s) || *end)
+        return MG_FAIL(MG_ERR_USAGE, "%s expects an integer, got '%s'", flag, s);
+    if (errno == ERANGE || v < lo || v > hi)
+        return MG_FAIL(MG_ERR_USAGE, "%s expects an integer in [%lld, %lld], got '%s'", flag, lo,
+                       hi, s);
+    *out = v;
+    return MG_OK;
+}
+
+static mg_status parse_double(const char *flag, const char *s, double *out) {
+    char *end;
+    double v = (*s && !isspace((unsigned char)*s)) ? strtod(s, &end) : 0;
+    if (!*s || isspace((unsigned char)*s) || *end)
+        return MG_FAIL(MG_ERR_USAGE, "%s expects a number, got '%s'", flag, s);
+    if (!isfinite(v)) return MG_FAIL(MG_ERR_USAGE, "%s expects a finite number, got '%s'", flag, s);
+    *out = v;
+    return MG_OK;
+}
+
+static int choice_index(const char *const *choices, const char *s) {
+    for (int i = 0; choices && choices[i]; i++)
+        if (!strcmp(choices[i], s)) return i;
+    return -1;
+}
+
+/* "a, b or c" */
+static void join_choices(const char *const *choices, char *buf, size_t cap) {
+    buf[0] = '\0';
+    int n = 0;
+    while (choices[n]) n++;
+    for (int i = 0; i < n; i++) {
+        size_t used = strlen(buf);
+        snprintf(buf + used, cap - used, "%s%s", i == 0 ? "" : (i == n - 1 ? " or " : ", "),
+                 choices[i]);
+    }
+}
+
+/* The parsed value of one flag occurrence. */
+typedef struct {
+    long long i; /* INT, INT64, ENUM (index) */
+    double d;    /* DOUBLE */
+    const char *s;
+} flag_value;
+
+static mg_status parse_value(const mg_flag_spec *f, const char *s, flag_value *v) {
+    char list[256];
+    v->s = s;
+    switch (f->kind) {
+    case MG_FLAG_INT:
+        return parse_int(f->name, s, INT_MIN, INT_MAX, &v->i);
+    case MG_FLAG_INT64:
+        return parse_int(f->name, s, -MG_JSON_INT_MAX, MG_JSON_INT_MAX, &v->i);
+    case MG_FLAG_DOUBLE:
+        return parse_double(f->name, s, &v->d);
+    case MG_FLAG_BOOL:
+        v->i = 1;
+        return MG_OK;
+    case MG_FLAG_ENUM:
+        v->i = choice_index(f->choices, s);
+        if (v->i >= 0) return MG_OK;
+        join_choices(f->choices, list, sizeof list);
+        if (choice_index(f->later, s) >= 0)
+            return MG_FAIL(MG_ERR_UNSUPPORTED, "%s %s is not supported yet by this build; use %s",
+                           f->name, s, list);
+        return MG_FAIL(MG_ERR_USAGE, "%s expects one of %s, got '%s'", f->name, list, s);
+    case MG_FLAG_STRING:
+        if (f->choices && choice_index(f->choices, s) < 0) {
+            join_choices(f->choices, list, sizeof list);
+            return MG_FAIL(MG_ERR_USAGE, "%s expects one of %s, got '%s'", f->name, list, s);
+        }
+        if (f->key && strlen(s) >= f->size)
+            return MG_FAIL(MG_ERR_USAGE,
+                           "%s value is too long (%zu bytes, at most %zu); use a shorter "
+                           "path",
+                           f->name, strlen(s), f->size - 1);
+        return MG_OK;
+    }
+    return MG_FAIL(MG_ERR_INTERNAL, "flag %s has an unknown kind", f->name);
+}
+
+/* Whether a not-yet flag's value is the no-op `trivial` one. */
+static bool is_trivial(const mg_flag_spec *f, const flag_value *v) {
+    if (!f->trivial) return false;
+    switch (f->kind) {
+    case MG_FLAG_INT:
+    case MG_FLAG_INT64:
+        return v->i == strtoll(f->trivial, NULL, 10);
+    case MG_FLAG_DOUBLE:
+        return v->d == strtod(f->trivial, NULL);
+    case MG_FLAG_STRING:
+        return !strcmp(v->s, f->trivial);
+    default:
+        return false;
+    }
+}
+
+static void store_value(mg_config *c, const mg_flag_spec *f, const flag_value *v) {
+    void *p = mg_flag_field(c, f);
+    switch (f->kind) {
+    case MG_FLAG_INT:
+    case MG_FLAG_ENUM:
+        *(int *)p = (int)v->i;
+        break;
+    case MG_FLAG_INT64:
+        *(int64_t *)p = (int64_t)v->i;
+        break;
+    case MG_FLAG_DOUBLE:
+        *(double *)p = v->d;
+        break;
+    case MG_FLAG_BOOL:
+        *(bool *)p = true;
+        break;
+    case MG_FLAG_STRING:
+        memset(p, 0, f->size); /* no stale tail from an earlier, longer value */
+        memcpy(p, v->s, strlen(v->s));
+        break;
+    }
+}
+
+static mg_status apply_flag(mg_config *c, const mg_flag_spec *f, const char *s) {
+    flag_value v = {0};
+    MG_CHECK(parse_value(f, s, &v));
+    switch (f->status) {
+    case MG_FLAG_IMPLEMENTED:
+        store_value(c, f, &v);
+        return MG_OK;
+    case MG_FLAG_IGNORED:
+        return MG_OK;
+    case MG_FLAG_NOT_YET:
+        if (is_trivial(f, &v)) return MG_OK;
+        return MG_FAIL(MG_ERR_UNSUPPORTED, "%s%s%s is not supported yet by this build %s", f->name,
+                       f->kind == MG_FLAG_BOOL ? "" : " ", f->kind == MG_FLAG_BOOL ? "" : s,
+                       f->why);
+    }
+    return MG_FAIL(MG_ERR_INTERNAL, "flag %s has an unknown status", f->name);
+}
+
+/* ---- unknown flags ---- */
+
+static size_t levenshtein(const char *a, const char *b) {
+    size_t n = strlen(b), row[128];
+    if (n >= 128) return SIZE_MAX;
+    for (size_t j = 0; j <= n; j++) row[j] = j;
+    for (size_t i = 1; a[i - 1]; i++) {
+        size_t diag = row[0];
+        row[0] = i;
+        for (size_t j = 1; j <= n; j++) {
+            size_t up = row[j];
+            size_t best = diag + (a[i - 1] != b[j - 1]);
+            if (up + 1 < best) best = up + 1;
+            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+            row[j] = best;
+            diag = up;
+        }
+    }
+    return row[n];
+}
+
+/* The closest known flag: the smallest edit distance within max(2, len/4), else the shortest
+ * flag that starts with what was typed (an abbreviation, which argparse here does not allow). */
+static const char *suggest(const char *name) {
+    const char *best = NULL, *prefix = NULL;
+    size_t best_d = SIZE_MAX, len = strlen(name);
+    for (int i = -1; i < mg_flag_count; i++) {
+        const char *cand = i < 0 ? "--help" : mg_flag_table[i].name;
+        size_t cl = strlen(cand), d = levenshtein(name, cand);
+        size_t limit = cl / 4 > 2 ? cl / 4 : 2;
+        if (d <= limit && d < best_d) best = cand, best_d = d;
+        if (len >= 5 && !strncmp(cand, name, len) && (!prefix || cl < strlen(prefix)))
+            prefix = cand;
+    }
+    return best ? best : prefix;
+}
+
+static mg_status unknown_flag(const char *name) {
+    const char *s = suggest(name);
+    if (s) return MG_FAIL(MG_ERR_USAGE, "unknown flag '%s'; did you mean '%s'?", name, s);
+    return MG_FAIL(MG_ERR_USAGE, "unknown flag '%s'; see `megatron train --help` for the flags",
+                   name);
+}
+
+/* argparse takes "-1" or "-.5" as a value, anything else starting with '-' as a flag. */
+static bool looks_like_flag(const char *s) {
+    if (s[0] != '-' || s[1] == '\0') return false;
+    return !(isdigit((unsigned char)s[1]) || (s[1] == '.' && isdigit((unsigned char)s[2])));
+}
+
+mg_status mg_flags_parse(mg_config *c, int argc, char **argv, bool *help_requested) {
+    *help_requested = false;
+    for (int i = 0; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            *help_requested = true;
+            return MG_OK;
+        }
+    mg_config tmp = *c;
+    bool seen[MG_FLAG_MAX] = {false};
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        if (a[0] != '-')
+            return MG_FAIL(MG_ERR_USAGE,
+                           "unexpected argument '%s'; flags start with -- (see `megatron train "
+                           "--help`)",
+                           a);
+        char name[128];
+        const char *eq = strchr(a, '=');
+        size_t len = eq ? (size_t)(eq - a) : strlen(a);
+        if (len >= sizeof name) len = sizeof name - 1;
+        memcpy(name, a, len);
+        name[len] = '\0';
+        int k = mg_flag_find(name);
+        if (k < 0) return unknown_flag(name);
+        const mg_flag_spec *f = &mg_flag_table[k];
+        const char *value = "";
+        if (f->kind == MG_FLAG_BOOL) {
+            if (eq)
+                return MG_FAIL(MG_ERR_USAGE, "%s takes no value, got '%s'; write just %s", name, a,
+                               name);
+        } else if (eq) {
+            value = eq + 1;
+        } else if (i + 1 >= argc) {
+            return MG_FAIL(MG_ERR_USAGE, "%s expects a value; write %s %s", name, name, f->arg);
+        } else if (looks_like_flag(argv[i + 1])) {
+            return MG_FAIL(MG_ERR_USAGE, "%s expects a value, got the flag '%s'; write %s %s", name,
+                           argv[i + 1], name, f->arg);
+        } else {
+            value = argv[++i];
+        }
+        seen[k] = true;
+        MG_CHECK(apply_flag(&tmp, f, value));
+    }
+    /* Megatron asserts lr_warmup_iters == 0 when a fraction is given. */
+    int wi = mg_flag_find("--lr-warmup-iters"), wf = mg_flag_find("--lr-warmup-fraction");
+    if (seen[wi] && seen[wf] && tmp.lr_warmup_iters != 0)
+        return MG_FAIL(MG_ERR_USAGE, "--lr-warmup-iters and --lr-warmup-fraction are both given; "
+                                     "pass only one");
+    *c = tmp;
+    memcpy(g_seen, seen, sizeof g_seen);
+    return MG_OK;
+}
+
+/* ---- help ---- */
+
+static void format_default(const mg_flag_spec *f, const mg_config *d, char *buf, size_t cap) {
+    if (f->def) {
+        snprintf(buf, cap, "%s", f->def);
+        return;
+    }
+    if (!f->key) {
+        snprintf(buf, cap, "%s", f->kind == MG_FLAG_BOOL ? "off" : "-");
+        return;
+    }
+    const void *p = mg_flag_cfield(d, f);
+    switch (f->kind) {
+    case MG_FLAG_INT:
+        snprintf(buf, cap, "%d", *(const int *)p);
+        break;
+    case MG_FLAG_INT64:
+        snprintf(buf, cap, "%" PRId64, *(const int64_t *)p);
+        break;
+    case MG_FLAG_DOUBLE:
+        snprintf(buf, cap, "%g", *(const double *)p);
+        break;
+    case MG_FLAG_BOOL:
+        snprintf(buf, cap, "%s", *(const bool *)p ? "on" : "off");
+        break;
+    case MG_FLAG_ENUM:
+        snprintf(buf, cap, "%s", f->choices[*(const int *)p]);
+        break;
+    case MG_FLAG_STRING:
+        snprintf(buf, cap, "%s", *(const char *)p ? (const char *)p : "none");
+        break;
+    }
+}
+
+void mg_flags_print_help(FILE *out) {
+    mg_config d;
+    mg_config_defaults(&d);
+    int width = 0;
+    for (int i = 0; i < mg_flag_count; i++) {
+        const mg_flag_spec *f = &mg_flag_table[i];
+        int w = (int)strlen(f->name) + (f->kind == MG_FLAG_BOOL ? 0 : 1 + (int)strlen(f->arg));
+        if (w > width) width = w;
+    }
+    fprintf(out,
+            "usage: megatron train [flags]\n\n"
+            "Flags have Megatron-LM's names and meanings (pretrain_gpt.py). Write --flag value or\n"
+            "--flag=value; a flag given twice keeps the last value. [ignored]: accepted for\n"
+            "compatibility, it selects an implementation this build always uses. [not yet]:\n"
+            "recognised; only the default shown is accepted until it is implemented.\n");
+    for (int g = 0; g < MG_FLAG_GROUP_COUNT; g++) {
+        fprintf(out, "\n%s:\n", mg_flag_group_names[g]);
+        for (int i = 0; i < mg_flag_count; i++) {
+            const mg_flag_spec *f = &mg_flag_table[i];
+            if ((int)f->group != g) continue;
+            char flag[160], def[64];
+            snprintf(flag, sizeof flag, "%s%s%s", f->name, f->kind == MG_FLAG_BOOL ? "" : " ",
+                     f->kind == MG_FLAG_BOOL ? "" : f->arg);
+            format_default(f, &d, def, sizeof def);
+            const char *tag = f->status == MG_FLAG_IGNORED   ? "[ignored] "
+                              : f->status == MG_FLAG_NOT_YET ? "[not yet] "
+                                                             : "";
+            fprintf(out, "  %-*s  %-16s  %s%s\n", width, flag, def, tag, f->help);
+        }
+    }
+    fprintf(out, "\n  --help, -h  show this text\n");
+}

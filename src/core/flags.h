@@ -1,0 +1,70 @@
+/* Megatron-LM's command-line flags: defaults, parsing, help, validation and JSON round trip of
+ * mg_config. The flags are described by one static table (core/flags_table.c): name, group, value
+ * kind, field, help text and a status (implemented, accepted and ignored, or recognised but not
+ * supported yet), so a later feature flips one entry instead of adding parser code.
+ *
+ * Typical use (src/cli/train.c):
+ *   mg_config c; mg_config_defaults(&c);
+ *   MG_CHECK(mg_flags_parse(&c, argc, argv, &help));   // help: print mg_flags_print_help, stop
+ *   MG_CHECK(mg_config_validate(&c));                 // resolves -1 defaults, rejects bad combos
+ *
+ * Errors are MG_ERR_USAGE (exit 2) with one line naming the problem and the fix; a Megatron flag
+ * this build recognises but cannot run yet (e.g. --tensor-model-parallel-size 2, --device cuda)
+ * is MG_ERR_UNSUPPORTED (exit 1). On error the config is left untouched.
+ *
+ * Warm-up note: with --lr-warmup-fraction, validation sets lr_warmup_iters to the integer part
+ * of fraction × decay iterations and keeps lr_warmup_fraction; Megatron's scheduler uses the
+ * unrounded product (in samples), so schedules must prefer the fraction when it is >= 0.
+ *
+ * Exports: mg_config_defaults, mg_flags_parse, mg_flags_seen, mg_flags_print_help,
+ * mg_config_validate, mg_config_padded_vocab, mg_config_to_json, mg_config_from_json,
+ * mg_config_from_cjson.
+ * Needs: core/status, cJSON (JSON reading). */
+#ifndef MG_FLAGS_H
+#define MG_FLAGS_H
+
+#include "core/status.h"
+
+#include <stdbool.h>
+#include <stdio.h>
+
+/* Megatron's defaults, as commented in megatron.h; -1 marks "absent" (resolved by validate). */
+void mg_config_defaults(mg_config *c);
+
+/* Parses argv (the subcommand name excluded): `--flag value`, `--flag=value`, boolean flags take
+ * no value, a flag given twice keeps the last value (as argparse). --help or -h anywhere sets
+ * *help_requested and returns MG_OK without parsing the rest. */
+mg_status mg_flags_parse(mg_config *c, int argc, char **argv, bool *help_requested);
+
+/* Whether `flag` (e.g. "--bf16") appeared on the last successful mg_flags_parse, so callers can
+ * print notes about accepted-but-ignored flags. Process-wide state, not thread safe. */
+bool mg_flags_seen(const char *flag);
+
+/* Every flag grouped (model, regularisation/optimizer, learning rate, training, logging,
+ * checkpointing, data, runtime): flag, argument, default, one-line description. */
+void mg_flags_print_help(FILE *f);
+
+/* Resolves derived defaults (ffn_hidden_size, kv_channels, num_query_groups,
+ * max_position_embeddings, global_batch_size, lr_decay_iters, warm-up from the fraction) and
+ * rejects invalid combinations. Idempotent: validating a validated config changes nothing. */
+mg_status mg_config_validate(mg_config *c);
+
+/* The vocabulary padded up to a multiple of make_vocab_size_divisible_by × TP size (1 here), as
+ * Megatron's _vocab_size_with_padding. Needs a validated config. */
+int mg_config_padded_vocab(const mg_config *c);
+
+/* A malloc'd JSON object {"num_layers": 2, ...} keyed by field name; doubles as %.17g so they read
+ * back bit-exactly, enums as their flag choice ("RMSNorm"). The caller frees *json_out. */
+mg_status mg_config_to_json(const mg_config *c, char **json_out);
+
+/* The inverse: sets each field named in the object; fields not named keep their value (start
+ * from mg_config_defaults). Unknown keys and wrong types are MG_ERR_FORMAT errors. */
+mg_status mg_config_from_json(mg_config *c, const char *json);
+
+/* The same from an object already parsed with cJSON (e.g. the "config" member of a checkpoint's
+ * state.json). Prefer it to re-printing the object: cJSON_Print* keeps only 15 significant digits
+ * when they round-trip to within a relative epsilon, so a re-printed config is not bit-exact. */
+struct cJSON;
+mg_status mg_config_from_cjson(mg_config *c, const struct cJSON *obj);
+
+#endif

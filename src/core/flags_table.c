@@ -1,0 +1,274 @@
+/* The flag table and Megatron's defaults. A flag that a later feature implements flips its row
+ * from MG_FLAG_NOT_YET to MG_FLAG_IMPLEMENTED and gains a field; the parser needs no change. */
+#include "core/flags.h"
+#include "core/flags_table.h"
+
+#include <string.h>
+
+void mg_config_defaults(mg_config *c) {
+    memset(c, 0, sizeof *c); /* also zeroes padding and string tails: configs compare bytewise */
+    c->num_layers = -1;
+    c->hidden_size = -1;
+    c->ffn_hidden_size = -1;
+    c->num_attention_heads = -1;
+    c->kv_channels = -1;
+    c->group_query_attention = false;
+    c->num_query_groups = -1;
+    c->seq_length = -1;
+    c->max_position_embeddings = -1;
+    c->position_embedding = MG_POS_LEARNED;
+    c->rotary_base = 10000;
+    c->normalization = MG_NORM_LAYERNORM;
+    c->norm_epsilon = 1e-5;
+    c->init_method_std = 0.02;
+    c->vocab_size = -1;
+    c->make_vocab_size_divisible_by = 128;
+
+    c->micro_batch_size = 1;
+    c->global_batch_size = -1;
+    c->train_iters = -1;
+    c->lr = -1; /* required: Megatron's None */
+    c->min_lr = 0;
+    c->lr_decay_style = MG_LR_LINEAR;
+    c->lr_warmup_iters = 0;
+    c->lr_warmup_fraction = -1;
+    c->lr_warmup_init = 0;
+    c->lr_decay_iters = -1;
+    c->weight_decay = 0.01;
+    c->adam_beta1 = 0.9;
+    c->adam_beta2 = 0.999;
+    c->adam_eps = 1e-8;
+    c->clip_grad = 1.0;
+    c->seed = 1234;
+
+    c->log_interval = 100;
+    c->eval_interval = 1000;
+    c->eval_iters = 100;
+    c->exit_interval = -1;
+    c->save_interval = -1;
+    c->mock_data = false;
+    strcpy(c->device, "cpu");
+    c->num_threads = -1;
+}
+
+/* Enum fields are read and written as int. */
+_Static_assert(sizeof(mg_pos_kind) == sizeof(int), "enum size");
+_Static_assert(sizeof(mg_norm_kind) == sizeof(int), "enum size");
+_Static_assert(sizeof(mg_lr_style) == sizeof(int), "enum size");
+
+static const char *const pos_choices[] = {"learned_absolute", "rope", "none", NULL};
+static const char *const pos_later[] = {"mrope", "relative", NULL};
+static const char *const norm_choices[] = {"LayerNorm", "RMSNorm", NULL};
+static const char *const decay_choices[] = {"constant", "linear", "cosine", NULL};
+static const char *const decay_later[] = {"inverse-square-root", "WSD", NULL};
+static const char *const device_choices[] = {"cpu", "cuda", NULL};
+
+const char *const mg_flag_group_names[MG_FLAG_GROUP_COUNT] = {
+    "model",         "regularisation and optimizer",
+    "learning rate", "training",
+    "logging",       "checkpointing",
+    "data",          "runtime"};
+
+#define FIELD(f) .offset = offsetof(mg_config, f), .size = sizeof(((mg_config *)0)->f), .key = #f
+#define MODEL    .group = MG_FLAG_GROUP_MODEL
+#define OPTIM    .group = MG_FLAG_GROUP_OPTIMIZER
+#define LR       .group = MG_FLAG_GROUP_LR
+#define TRAIN    .group = MG_FLAG_GROUP_TRAINING
+#define LOGGING  .group = MG_FLAG_GROUP_LOGGING
+#define CKPT     .group = MG_FLAG_GROUP_CHECKPOINT
+#define DATA     .group = MG_FLAG_GROUP_DATA
+#define RUNTIME  .group = MG_FLAG_GROUP_RUNTIME
+#define INT      .kind = MG_FLAG_INT, .arg = "N"
+#define INT64    .kind = MG_FLAG_INT64, .arg = "N"
+#define DOUBLE   .kind = MG_FLAG_DOUBLE, .arg = "X"
+#define BOOL     .kind = MG_FLAG_BOOL
+#define STRING   .kind = MG_FLAG_STRING
+#define IGNORED  .status = MG_FLAG_IGNORED
+#define NOT_YET  .status = MG_FLAG_NOT_YET
+#define SINGLE   .why = "(single process); use 1", .trivial = "1"
+
+const mg_flag_spec mg_flag_table[] = {
+    /* model */
+    {"--num-layers", MODEL, INT, FIELD(num_layers), .def = "required",
+     .help = "number of transformer layers"},
+    {"--hidden-size", MODEL, INT, FIELD(hidden_size), .def = "required",
+     .help = "transformer hidden size"},
+    {"--ffn-hidden-size", MODEL, INT, FIELD(ffn_hidden_size), .def = "4*hidden",
+     .help = "MLP hidden size (with --swiglu: int(8*hidden/3/64)*64, as Megatron)"},
+    {"--num-attention-heads", MODEL, INT, FIELD(num_attention_heads), .def = "required",
+     .help = "number of attention heads"},
+    {"--kv-channels", MODEL, INT, FIELD(kv_channels), .def = "hidden/heads",
+     .help = "projection size of each attention head"},
+    {"--group-query-attention", MODEL, BOOL, FIELD(group_query_attention),
+     .help = "grouped-query attention with --num-query-groups key/value heads"},
+    {"--num-query-groups", MODEL, INT, FIELD(num_query_groups), .def = "1 (GQA only)",
+     .help = "key/value head groups; used only with --group-query-attention"},
+    {"--seq-length", MODEL, INT, FIELD(seq_length), .def = "required",
+     .help = "sequence length in tokens"},
+    {"--max-position-embeddings", MODEL, INT, FIELD(max_position_embeddings), .def = "seq-length",
+     .help = "size of the learned position table"},
+    {"--position-embedding-type", MODEL, .kind = MG_FLAG_ENUM, .arg = "TYPE",
+     FIELD(position_embedding), .choices = pos_choices, .later = pos_later,
+     .help = "learned_absolute, rope or none"},
+    {"--rotary-base", MODEL, DOUBLE, FIELD(rotary_base), .help = "RoPE base period"},
+    {"--normalization", MODEL, .kind = MG_FLAG_ENUM, .arg = "KIND", FIELD(normalization),
+     .choices = norm_choices, .help = "LayerNorm or RMSNorm"},
+    {"--norm-epsilon", MODEL, DOUBLE, FIELD(norm_epsilon), .help = "epsilon of the norms"},
+    {"--swiglu", MODEL, BOOL, FIELD(swiglu), .help = "SwiGLU MLP instead of GeLU"},
+    {"--disable-bias-linear", MODEL, BOOL, FIELD(disable_bias_linear),
+     .help = "no biases in the linear layers"},
+    {"--untie-embeddings-and-output-weights", MODEL, BOOL, FIELD(untie_embeddings),
+     .help = "separate output layer instead of the tied word embedding"},
+    {"--init-method-std", MODEL, DOUBLE, FIELD(init_method_std),
+     .help = "standard deviation of the weight initialisation"},
+    {"--vocab-size", MODEL, INT, FIELD(vocab_size), .def = "from tokenizer",
+     .help = "vocabulary size (needed with --mock-data)"},
+    {"--make-vocab-size-divisible-by", MODEL, INT, FIELD(make_vocab_size_divisible_by),
+     .help = "pad the vocabulary to a multiple of this"},
+    {"--num-experts", MODEL, INT, NOT_YET, .def = "dense",
+     .why = "(mixture of experts is not implemented); drop it for a dense model",
+     .help = "experts per MoE layer"},
+    {"--use-mcore-models", MODEL, BOOL, IGNORED, .help = "always Megatron-Core-style models here"},
+    {"--transformer-impl", MODEL, STRING, IGNORED, .arg = "IMPL",
+     .help = "one built-in implementation here"},
+    {"--use-flash-attn", MODEL, BOOL, IGNORED, .help = "attention kernel chosen by the backend"},
+    {"--attention-backend", MODEL, STRING, IGNORED, .arg = "KIND",
+     .help = "attention kernel chosen by the backend"},
+    {"--no-masked-softmax-fusion", MODEL, BOOL, IGNORED, .help = "fusions are the backend's"},
+    {"--no-bias-gelu-fusion", MODEL, BOOL, IGNORED, .help = "fusions are the backend's"},
+    {"--no-bias-swiglu-fusion", MODEL, BOOL, IGNORED, .help = "fusions are the backend's"},
+    {"--no-bias-dropout-fusion", MODEL, BOOL, IGNORED, .help = "fusions are the backend's"},
+    {"--no-rope-fusion", MODEL, BOOL, IGNORED, .help = "fusions are the backend's"},
+    {"--attention-softmax-in-fp32", MODEL, BOOL, IGNORED, .help = "softmax is always fp32"},
+
+    /* regularisation and optimizer */
+    {"--weight-decay", OPTIM, DOUBLE, FIELD(weight_decay), .help = "AdamW weight decay"},
+    {"--adam-beta1", OPTIM, DOUBLE, FIELD(adam_beta1), .help = "AdamW beta1, in [0, 1)"},
+    {"--adam-beta2", OPTIM, DOUBLE, FIELD(adam_beta2), .help = "AdamW beta2, in [0, 1)"},
+    {"--adam-eps", OPTIM, DOUBLE, FIELD(adam_eps), .help = "AdamW epsilon"},
+    {"--clip-grad", OPTIM, DOUBLE, FIELD(clip_grad), .help = "global gradient-norm clip; 0: off"},
+    {"--optimizer", OPTIM, STRING, NOT_YET, .arg = "NAME", .def = "adam", .trivial = "adam",
+     .why = "(AdamW only); use adam", .help = "only adam (AdamW)"},
+    {"--hidden-dropout", OPTIM, DOUBLE, NOT_YET, .def = "0", .trivial = "0",
+     .why = "(dropout is not implemented); use 0",
+     .help = "only 0 (Megatron's default is 0.1: no dropout here)"},
+    {"--attention-dropout", OPTIM, DOUBLE, NOT_YET, .def = "0", .trivial = "0",
+     .why = "(dropout is not implemented); use 0",
+     .help = "only 0 (Megatron's default is 0.1: no dropout here)"},
+    {"--use-distributed-optimizer", OPTIM, BOOL, NOT_YET, .why = "(single process); drop it",
+     .help = "shard optimizer state over data-parallel ranks"},
+    {"--accumulate-allreduce-grads-in-fp32", OPTIM, BOOL, IGNORED,
+     .help = "gradients are always accumulated in fp32"},
+
+    /* learning rate */
+    {"--lr", LR, DOUBLE, FIELD(lr), .def = "required", .help = "peak learning rate"},
+    {"--min-lr", LR, DOUBLE, FIELD(min_lr), .help = "learning rate at the end of the decay"},
+    {"--lr-decay-style", LR, .kind = MG_FLAG_ENUM, .arg = "STYLE", FIELD(lr_decay_style),
+     .choices = decay_choices, .later = decay_later, .help = "constant, linear or cosine"},
+    {"--lr-warmup-iters", LR, INT64, FIELD(lr_warmup_iters),
+     .help = "iterations of linear warm-up"},
+    {"--lr-warmup-fraction", LR, DOUBLE, FIELD(lr_warmup_fraction), .def = "unset",
+     .help = "warm-up as a fraction of the decay iterations"},
+    {"--lr-warmup-init", LR, DOUBLE, FIELD(lr_warmup_init),
+     .help = "learning rate at the start of warm-up"},
+    {"--lr-decay-iters", LR, INT64, FIELD(lr_decay_iters), .def = "train-iters",
+     .help = "iterations over which the learning rate decays"},
+    {"--lr-warmup-samples", LR, INT64, NOT_YET,
+     .why = "(sample-based schedules are not "
+            "implemented); use --lr-warmup-iters",
+     .help = "warm-up in samples"},
+    {"--lr-decay-samples", LR, INT64, NOT_YET,
+     .why = "(sample-based schedules are not "
+            "implemented); use --lr-decay-iters",
+     .help = "decay in samples"},
+
+    /* training */
+    {"--micro-batch-size", TRAIN, INT, FIELD(micro_batch_size),
+     .help = "sequences per forward/backward"},
+    {"--global-batch-size", TRAIN, INT, FIELD(global_batch_size), .def = "micro-batch",
+     .help = "sequences per optimizer step (gradient accumulation)"},
+    {"--train-iters", TRAIN, INT64, FIELD(train_iters), .def = "required",
+     .help = "optimizer steps to train"},
+    {"--seed", TRAIN, INT64, FIELD(seed), .help = "random seed (initialisation and data order)"},
+    {"--train-samples", TRAIN, INT64, NOT_YET,
+     .why = "(sample-based training is not implemented); use --train-iters",
+     .help = "training length in samples"},
+    {"--bf16", TRAIN, BOOL, IGNORED,
+     .help = "bf16 on GPU backends; the CPU backend trains in fp32"},
+    {"--fp16", TRAIN, BOOL, IGNORED, .help = "accepted; the CPU backend trains in fp32"},
+    {"--fp8-format", TRAIN, STRING, NOT_YET, .arg = "FORMAT",
+     .why = "(fp8 is not implemented); drop it", .help = "fp8 training"},
+    {"--recompute-activations", TRAIN, BOOL, NOT_YET, .why = "(no recomputation); drop it",
+     .help = "recompute activations in backward"},
+    {"--recompute-granularity", TRAIN, STRING, NOT_YET, .arg = "KIND",
+     .why = "(no recomputation); drop it", .help = "full or selective recomputation"},
+
+    /* logging */
+    {"--log-interval", LOGGING, INT, FIELD(log_interval), .help = "iterations between log lines"},
+    {"--eval-interval", LOGGING, INT, FIELD(eval_interval),
+     .help = "iterations between evaluations"},
+    {"--eval-iters", LOGGING, INT, FIELD(eval_iters), .help = "iterations per evaluation; 0: none"},
+    {"--exit-interval", LOGGING, INT64, FIELD(exit_interval), .def = "never",
+     .help = "stop when the iteration is a multiple of this"},
+    {"--metrics-file", LOGGING, STRING, FIELD(metrics_file), .arg = "PATH",
+     .help = "append one JSON line of metrics per logged iteration"},
+    {"--log-throughput", LOGGING, BOOL, IGNORED, .help = "throughput is always logged"},
+
+    /* checkpointing */
+    {"--save", CKPT, STRING, FIELD(save), .arg = "DIR", .help = "directory to save checkpoints to"},
+    {"--save-interval", CKPT, INT, FIELD(save_interval), .def = "end only",
+     .help = "iterations between checkpoints"},
+    {"--load", CKPT, STRING, FIELD(load), .arg = "DIR", .help = "directory to resume from"},
+
+    /* data */
+    {"--mock-data", DATA, BOOL, FIELD(mock_data), .help = "synthetic random tokens"},
+    {"--data-path", DATA, STRING, NOT_YET, .arg = "PATH",
+     .why = "(indexed datasets are not implemented); use --mock-data", .help = "dataset prefix"},
+    {"--split", DATA, STRING, NOT_YET, .arg = "A,B,C",
+     .why = "(it arrives with --data-path); drop it", .help = "train,valid,test split"},
+    {"--vocab-file", DATA, STRING, NOT_YET, .arg = "PATH",
+     .why = "(tokenizers are not implemented); with --mock-data pass --vocab-size N",
+     .help = "GPT-2 vocab.json"},
+    {"--merge-file", DATA, STRING, NOT_YET, .arg = "PATH",
+     .why = "(tokenizers are not implemented); with --mock-data pass --vocab-size N",
+     .help = "GPT-2 merges.txt"},
+    {"--tokenizer-type", DATA, STRING, IGNORED, .arg = "TYPE",
+     .help = "accepted; unused until tokenizers arrive"},
+
+    /* runtime */
+    {"--device", RUNTIME, STRING, FIELD(device), .arg = "DEV", .choices = device_choices,
+     .help = "cpu (cuda arrives with the CUDA backend)"},
+    {"--num-threads", RUNTIME, INT, FIELD(num_threads), .def = "OpenMP",
+     .help = "CPU threads; default: OpenMP's (OMP_NUM_THREADS)"},
+    {"--tensor-model-parallel-size", RUNTIME, INT, NOT_YET, SINGLE, .def = "1",
+     .help = "tensor-parallel ranks"},
+    {"--pipeline-model-parallel-size", RUNTIME, INT, NOT_YET, SINGLE, .def = "1",
+     .help = "pipeline stages"},
+    {"--virtual-pipeline-model-parallel-size", RUNTIME, INT, NOT_YET,
+     .why = "(single process); drop it", .help = "model chunks per pipeline stage"},
+    {"--context-parallel-size", RUNTIME, INT, NOT_YET, SINGLE, .def = "1",
+     .help = "context-parallel ranks"},
+    {"--expert-model-parallel-size", RUNTIME, INT, NOT_YET, SINGLE, .def = "1",
+     .help = "expert-parallel ranks"},
+    {"--sequence-parallel", RUNTIME, BOOL, NOT_YET, .why = "(single process); drop it",
+     .help = "sequence parallelism in tensor-parallel regions"},
+    {"--overlap-grad-reduce", RUNTIME, BOOL, NOT_YET, .why = "(single process); drop it",
+     .help = "overlap the gradient reduction with backward"},
+    {"--overlap-param-gather", RUNTIME, BOOL, NOT_YET, .why = "(single process); drop it",
+     .help = "overlap the parameter all-gather with forward"},
+    {"--distributed-backend", RUNTIME, STRING, IGNORED, .arg = "NAME",
+     .help = "communication is NCCL + MPI here"},
+    {"--no-async-tensor-model-parallel-allreduce", RUNTIME, BOOL, IGNORED,
+     .help = "overlap is the backend's choice"},
+    {"--no-gradient-accumulation-fusion", RUNTIME, BOOL, IGNORED,
+     .help = "gradient accumulation is the backend's"},
+};
+
+_Static_assert(sizeof mg_flag_table / sizeof mg_flag_table[0] <= MG_FLAG_MAX, "raise MG_FLAG_MAX");
+const int mg_flag_count = (int)(sizeof mg_flag_table / sizeof mg_flag_table[0]);
+
+int mg_flag_find(const char *name) {
+    for (int i = 0; i < mg_flag_count; i++)
+        if (!strcmp(mg_flag_table[i].name, name)) return i;
+    return -1;
+}

@@ -1,0 +1,78 @@
+#include "model/params.h"
+
+#include "core/rng.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+mg_status mg_params_add(mg_param_table *t, const char *name, int ndim, int64_t d0, int64_t d1,
+                        int split_dim, int split_chunks, bool weight_decay, mg_init_kind init,
+                        float std, int *index_out) {
+    if (strlen(name) >= sizeof t->p[0].name)
+        return MG_FAIL(MG_ERR_INTERNAL, "parameter name too long: %s", name);
+    if (mg_params_find(t, name) >= 0)
+        return MG_FAIL(MG_ERR_INTERNAL, "parameter %s registered twice", name);
+    if (t->n == t->cap) {
+        int cap = t->cap ? 2 * t->cap : 64;
+        mg_param_meta *p = realloc(t->p, (size_t)cap * sizeof *p);
+        if (!p) return MG_FAIL(MG_ERR_NOMEM, "cannot grow the parameter table");
+        t->p = p;
+        t->cap = cap;
+    }
+    mg_param_meta *m = &t->p[t->n];
+    memset(m, 0, sizeof *m);
+    snprintf(m->name, sizeof m->name, "%s", name);
+    m->ndim = ndim;
+    m->shape[0] = d0;
+    m->shape[1] = ndim == 2 ? d1 : 1;
+    m->numel = d0 * m->shape[1];
+    m->tp_split_dim = split_dim;
+    m->tp_split_chunks = split_chunks;
+    m->weight_decay = weight_decay;
+    m->init = init;
+    m->init_std = std;
+    m->id = mg_param_id(name);
+    if (index_out) *index_out = t->n;
+    t->n++;
+    return MG_OK;
+}
+
+void mg_params_layout(mg_param_table *t) {
+    size_t off = 0;
+    for (int i = 0; i < t->n; i++) {
+        off = (off + MG_PARAM_ALIGN - 1) / MG_PARAM_ALIGN * MG_PARAM_ALIGN;
+        t->p[i].offset = off;
+        off += (size_t)t->p[i].numel;
+    }
+    t->numel = (off + MG_PARAM_ALIGN - 1) / MG_PARAM_ALIGN * MG_PARAM_ALIGN;
+}
+
+int mg_params_find(const mg_param_table *t, const char *name) {
+    for (int i = 0; i < t->n; i++)
+        if (strcmp(t->p[i].name, name) == 0) return i;
+    return -1;
+}
+
+void mg_params_init(const mg_param_table *t, uint64_t seed, float *buf) {
+    for (int i = 0; i < t->n; i++) {
+        const mg_param_meta *m = &t->p[i];
+        float *dst = buf + m->offset;
+        switch (m->init) {
+        case MG_INIT_ZEROS: memset(dst, 0, (size_t)m->numel * sizeof *dst); break;
+        case MG_INIT_ONES:
+            for (int64_t j = 0; j < m->numel; j++) dst[j] = 1.0f;
+            break;
+        case MG_INIT_NORMAL:
+#pragma omp parallel for schedule(static)
+            for (int64_t j = 0; j < m->numel; j++)
+                dst[j] = m->init_std * mg_rng_normal(seed, m->id, (uint64_t)j);
+            break;
+        }
+    }
+}
+
+void mg_params_free(mg_param_table *t) {
+    free(t->p);
+    memset(t, 0, sizeof *t);
+}

@@ -1,0 +1,153 @@
+/* `megatron train`: the outer loop around mg_trainer — Megatron's log line every --log-interval,
+ * validation every --eval-interval, checkpoints every --save-interval and at the end, and
+ * --exit-interval. */
+#include "core/flags.h"
+#include "core/log.h"
+#include "train/trainer.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void print_validation(const char *where, double loss) {
+    char line[256];
+    double ppl = exp(loss < 20 ? loss : 20);
+    int n = snprintf(line, sizeof line,
+                     " validation loss at %s | lm loss value: %.6E | lm loss PPL: %.6E | ", where,
+                     loss, ppl);
+    char dashes[300];
+    int len = n + 1 < (int)sizeof dashes - 1 ? n + 1 : (int)sizeof dashes - 1;
+    memset(dashes, '-', (size_t)len);
+    dashes[len] = 0;
+    mg_log_last("%s", dashes);
+    mg_log_last("%s", line);
+    mg_log_last("%s", dashes);
+}
+
+static mg_status evaluate_and_print(mg_trainer *t, const char *where) {
+    double loss;
+    MG_CHECK(mg_trainer_evaluate(t, &loss));
+    print_validation(where, loss);
+    return MG_OK;
+}
+
+static void print_banner(const mg_trainer *t) {
+    const mg_config *c = &t->cfg;
+    const mg_model_config *m = &t->model.cfg;
+    mg_log_info("> megatron.c: training on the %s backend (%s), %d threads", t->be->name,
+                mg_dtype_name(t->be->compute_dtype), c->num_threads);
+    mg_log_info(" > number of parameters on (tensor, pipeline) model parallel rank (0, 0): %" PRId64,
+                mg_model_config_num_params(m));
+    mg_log_info("> model: %d layers, hidden %d, ffn %d, heads %d (query groups %d, head dim %d), "
+                "seq %d, padded vocab %d, %s, %s, %s",
+                m->L, m->H, m->F, m->nq, m->ng, m->hd, m->S, m->V,
+                m->norm == MG_NORM_RMSNORM ? "RMSNorm" : "LayerNorm",
+                m->swiglu ? "SwiGLU" : "GELU",
+                m->pos == MG_POS_ROPE ? "RoPE" : m->pos == MG_POS_LEARNED ? "learned positions"
+                                                                          : "no positions");
+    mg_log_info("> batch: micro %d, global %d (%d microbatches), %" PRId64 " iterations",
+                c->micro_batch_size, c->global_batch_size, t->num_microbatches, c->train_iters);
+    if (mg_flags_seen("--bf16") || mg_flags_seen("--fp16"))
+        mg_log_info("> note: the CPU backend trains in fp32; --bf16/--fp16 apply to GPU backends");
+}
+
+static mg_status train_loop(mg_trainer *t) {
+    const mg_config *c = &t->cfg;
+    double flops = mg_flops_per_iteration(c, c->global_batch_size);
+    double loss_sum = 0, t_last = now_s();
+    int64_t logged_iters = 0;
+    int nan_iters = 0;
+    bool saved_last = false;
+    int64_t start_iteration = t->state.iteration;
+    while (t->state.iteration < c->train_iters) {
+        double loss, gnorm;
+        MG_CHECK(mg_trainer_step(t, &loss, &gnorm));
+        int64_t it = t->state.iteration;
+        saved_last = false;
+        if (!isfinite(loss) || !isfinite(gnorm)) {
+            nan_iters++;
+            return MG_FAIL(MG_ERR_NUMERIC, "iteration %" PRId64 ": lm loss %g, grad norm %g is not "
+                                           "finite; lower --lr or raise --clip-grad's effect "
+                                           "(smaller --clip-grad)", it, loss, gnorm);
+        }
+        loss_sum += loss;
+        logged_iters++;
+        if (it % c->log_interval == 0 || it == c->train_iters) {
+            double t_now = now_s();
+            double sec = (t_now - t_last) / (double)logged_iters;
+            mg_log_record r = {
+                .iteration = it,
+                .train_iters = c->train_iters,
+                .consumed_samples = t->state.consumed_train_samples,
+                .elapsed_ms_per_iter = sec * 1e3,
+                .tflops_per_gpu = flops / sec / 1e12,
+                .tokens_per_s = (double)c->global_batch_size * c->seq_length / sec,
+                .lr = mg_lr_schedule_lr(&t->lr), /* Megatron logs the lr after the step */
+                .global_batch_size = c->global_batch_size,
+                .lm_loss = loss_sum / (double)logged_iters,
+                .loss_scale = 1.0,
+                .grad_norm = gnorm,
+                .skipped_iters = 0,
+                .nan_iters = nan_iters,
+            };
+            char line[1024];
+            mg_metrics_format_line(line, sizeof line, &r);
+            mg_log_last("%s", line);
+            if (mg_log_is_logging_rank()) MG_CHECK(mg_metrics_write(&t->metrics, &r));
+            loss_sum = 0;
+            logged_iters = 0;
+            t_last = now_s();
+        }
+        if (c->eval_iters > 0 && c->eval_interval > 0 && it % c->eval_interval == 0 &&
+            it < c->train_iters) {
+            char where[64];
+            snprintf(where, sizeof where, "iteration %" PRId64, it);
+            MG_CHECK(evaluate_and_print(t, where));
+            t_last = now_s(); /* evaluation time does not count as iteration time */
+        }
+        if (c->save[0] && c->save_interval > 0 && it % c->save_interval == 0) {
+            MG_CHECK(mg_trainer_save(t));
+            saved_last = true;
+            t_last = now_s();
+        }
+        if (c->exit_interval > 0 && it % c->exit_interval == 0 && it < c->train_iters) {
+            if (c->save[0] && !saved_last) MG_CHECK(mg_trainer_save(t));
+            mg_log_info("exiting program at iteration %" PRId64, it);
+            return MG_OK;
+        }
+    }
+    if (c->eval_iters > 0) MG_CHECK(evaluate_and_print(t, "the end of training for val data"));
+    if (c->save[0] && !saved_last && t->state.iteration > start_iteration)
+        MG_CHECK(mg_trainer_save(t));
+    return MG_OK;
+}
+
+mg_status mg_train_run(const mg_config *cfg) {
+    mg_trainer *t = calloc(1, sizeof *t);
+    if (!t) return MG_FAIL(MG_ERR_NOMEM, "out of memory");
+    mg_status st = mg_trainer_init(t, cfg);
+    if (st == MG_OK) {
+        print_banner(t);
+        bool resumed = t->state.iteration > 0;
+        st = mg_metrics_open(&t->metrics, mg_log_is_logging_rank() ? cfg->metrics_file : "",
+                             resumed);
+    }
+    if (st == MG_OK) {
+        if (t->state.iteration >= cfg->train_iters)
+            mg_log_info("> checkpoint is at iteration %" PRId64 " >= --train-iters %" PRId64
+                        "; nothing to train", t->state.iteration, cfg->train_iters);
+        st = train_loop(t);
+    }
+    mg_trainer_free(t);
+    free(t);
+    return st;
+}

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# `megatron train` flag errors as the user sees them: exit code and the one-line message.
+# Usage: MEGATRON=build/megatron bash tests/cli/test_flags.sh
+source "$(dirname "$0")/lib.sh"
+
+MODEL=(--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32)
+RUN=(--train-iters 10 --lr 1e-3 --mock-data --vocab-size 100)
+
+expect_error flags_unknown_suggests 2 "unknown flag '--hiden-size'; did you mean '--hidden-size'\?" \
+    train --num-layers 2 --hiden-size 64
+expect_error flags_unknown_no_match 2 "unknown flag '--xyzzy'; see .megatron train --help." \
+    train --xyzzy
+expect_error flags_bad_integer 2 "--num-layers expects an integer, got 'abc'" \
+    train --num-layers abc
+expect_error flags_bad_float 2 "--lr expects a number, got 'fast'" train --lr=fast
+expect_error flags_missing_value 2 "--seq-length expects a value" train --seq-length
+expect_error flags_bad_enum 2 "--normalization expects one of LayerNorm or RMSNorm, got 'rmsnorm'" \
+    train --normalization rmsnorm
+expect_error flags_hidden_not_divisible 2 \
+    "--hidden-size 100 is not divisible by --num-attention-heads 3.*--kv-channels" \
+    train --num-layers 2 --hidden-size 100 --num-attention-heads 3 --seq-length 32 "${RUN[@]}"
+expect_error flags_gbs_not_divisible 2 \
+    "--global-batch-size 10 is not divisible by --micro-batch-size 4 × data-parallel size 1" \
+    train "${MODEL[@]}" "${RUN[@]}" --micro-batch-size 4 --global-batch-size 10
+expect_error flags_missing_train_iters 2 "missing --train-iters" \
+    train "${MODEL[@]}" --lr 1e-3 --mock-data --vocab-size 100
+expect_error flags_missing_model_flags 2 "missing required model flags --hidden-size, --seq-length" \
+    train --num-layers 2 --num-attention-heads 4 "${RUN[@]}"
+expect_error flags_unsupported_tp 1 \
+    "--tensor-model-parallel-size 2 is not supported yet by this build \(single process\); use 1" \
+    train "${MODEL[@]}" "${RUN[@]}" --tensor-model-parallel-size 2
+expect_error flags_unsupported_dropout 1 "--hidden-dropout 0.1 is not supported yet.*use 0" \
+    train "${MODEL[@]}" "${RUN[@]}" --hidden-dropout 0.1
+expect_error flags_no_data 2 "no training data: pass --mock-data" \
+    train "${MODEL[@]}" --train-iters 10 --lr 1e-3 --vocab-size 100
+expect_error flags_cuda_not_built 1 "the CUDA backend is not built yet; use --device cpu" \
+    train "${MODEL[@]}" "${RUN[@]}" --device cuda
+
+# --help exits 0, prints to stdout and lists every group.
+out=$("$MEGATRON" train --help 2>/dev/null); rc=$?
+missing=""
+for g in model: "regularisation and optimizer:" "learning rate:" training: logging: \
+    checkpointing: data: runtime: --num-layers --tensor-model-parallel-size; do
+    grep -qF -- "$g" <<<"$out" || missing="$missing '$g'"
+done
+if [ "$rc" -ne 0 ]; then fail flags_help "exit code $rc, expected 0"
+elif [ -n "$missing" ]; then fail flags_help "help lacks:$missing"
+else pass flags_help; fi
+
+finish

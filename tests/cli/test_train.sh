@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# End-to-end training runs of the real binary on mock data: the loss falls, the metrics file is
+# one JSON object per logged iteration, and a run saved at iteration 5 and resumed to 10 gives
+# bitwise the same losses as an uninterrupted 10-iteration run.
+source "$(dirname "$0")/lib.sh"
+
+MODEL=(--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32
+       --max-position-embeddings 32 --vocab-size 256 --make-vocab-size-divisible-by 64
+       --micro-batch-size 2 --global-batch-size 4 --lr 3e-3 --min-lr 3e-4 --lr-decay-style cosine
+       --lr-warmup-iters 2 --mock-data --seed 7 --log-interval 1 --eval-iters 0 --num-threads 2)
+LLAMA=(--normalization RMSNorm --swiglu --position-embedding-type rope --group-query-attention
+       --num-query-groups 2 --disable-bias-linear --untie-embeddings-and-output-weights)
+
+losses() { grep -o '"lm_loss": *[^,}]*' "$1" | sed 's/.*: *//'; }
+
+# 1. the loss falls and the log line has Megatron's fields
+if "$MEGATRON" train "${MODEL[@]}" --train-iters 40 --metrics-file "$TMP/fall.jsonl" >"$TMP/fall.log" 2>&1; then
+    first=$(losses "$TMP/fall.jsonl" | head -n 1); last=$(losses "$TMP/fall.jsonl" | tail -n 1)
+    n=$(wc -l <"$TMP/fall.jsonl")
+    if [ "$n" -ne 40 ]; then fail train_metrics_one_line_per_iteration "expected 40 lines, got $n"
+    else pass train_metrics_one_line_per_iteration; fi
+    if awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < 0.6 * a) }'; then pass train_loss_falls
+    else fail train_loss_falls "first $first, last $last"; fi
+    line=$(grep -m1 ' iteration        1/      40 |' "$TMP/fall.log")
+    ok=1
+    for field in 'consumed samples:            4' 'elapsed time per iteration (ms):' \
+        'throughput per GPU (TFLOP/s/GPU):' 'learning rate:' 'global batch size:     4' \
+        'lm loss:' 'loss scale: 1.0' 'grad norm:' 'number of skipped iterations:   0' \
+        'number of nan iterations:   0'; do
+        grep -qF -- "$field" <<<"$line" || { ok=0; fail train_log_line_fields "missing '$field' in: $line"; break; }
+    done
+    [ $ok = 1 ] && pass train_log_line_fields
+else
+    fail train_loss_falls "training failed: $(tail -n 3 "$TMP/fall.log")"
+fi
+
+# 2. resume is bitwise exact (GPT-2 style and Llama style)
+check_resume() { # NAME EXTRA_FLAGS...
+    local name=$1; shift
+    local d="$TMP/$name"; mkdir -p "$d"
+    "$MEGATRON" train "${MODEL[@]}" "$@" --train-iters 10 --metrics-file "$d/full.jsonl" >"$d/full.log" 2>&1 || {
+        fail "$name" "uninterrupted run failed: $(tail -n 2 "$d/full.log")"; return; }
+    "$MEGATRON" train "${MODEL[@]}" "$@" --train-iters 10 --save "$d/ckpt" --save-interval 5 \
+        --exit-interval 5 --metrics-file "$d/part.jsonl" >"$d/part1.log" 2>&1 || {
+        fail "$name" "first half failed: $(tail -n 2 "$d/part1.log")"; return; }
+    local tracker; tracker=$(cat "$d/ckpt/latest_checkpointed_iteration.txt" 2>/dev/null)
+    [ "$tracker" = 5 ] || { fail "$name" "tracker says '$tracker', expected 5"; return; }
+    ls -d "$d"/ckpt/*tmp* >/dev/null 2>&1 && { fail "$name" "temporary checkpoint left behind"; return; }
+    "$MEGATRON" train "${MODEL[@]}" "$@" --train-iters 10 --load "$d/ckpt" --save "$d/ckpt" \
+        --save-interval 5 --metrics-file "$d/part.jsonl" >"$d/part2.log" 2>&1 || {
+        fail "$name" "resumed run failed: $(tail -n 2 "$d/part2.log")"; return; }
+    if ! diff <(losses "$d/full.jsonl") <(losses "$d/part.jsonl") >/dev/null; then
+        fail "$name" "losses differ:" "$(paste <(losses "$d/full.jsonl") <(losses "$d/part.jsonl"))"
+    elif [ "$(wc -l <"$d/part.jsonl")" -ne 10 ]; then
+        fail "$name" "expected 10 metrics lines across both halves"
+    else pass "$name"; fi
+}
+check_resume train_resume_bitwise_gpt2
+check_resume train_resume_bitwise_llama "${LLAMA[@]}"
+
+# 3. a checkpoint of a different model is refused with a one-line error
+if [ -d "$TMP/train_resume_bitwise_gpt2/ckpt" ]; then
+    expect_error train_load_shape_mismatch 2 'saved with --hidden-size 64 but this run has 96' \
+        train "${MODEL[@]}" --hidden-size 96 --train-iters 12 --load "$TMP/train_resume_bitwise_gpt2/ckpt"
+fi
+# 4. a corrupt tracker file is a one-line error, not a crash
+mkdir -p "$TMP/badckpt"; echo "five" >"$TMP/badckpt/latest_checkpointed_iteration.txt"
+expect_error train_load_bad_tracker 1 'latest_checkpointed_iteration.txt: expected an iteration number' \
+    train "${MODEL[@]}" --train-iters 3 --load "$TMP/badckpt"
+finish

@@ -1,0 +1,292 @@
+/* CPU backend tests, part 1: the op table and memory, embedding, norms, linear, activations.
+ * Every forward op is checked against a naive reference in double, every backward op against
+ * central finite differences (method and tolerance: cpu_test_util.h). */
+#include "cpu_test_util.h"
+
+/* ---------------------------------------------------------------- table and memory */
+
+MG_TEST(cpu_backend_create_and_memory) {
+    mg_backend *be = t_cpu(t);
+    if (!be) return;
+    MG_EXPECT(strcmp(be->name, "cpu") == 0, "name %s", be->name);
+    MG_EXPECT(be->compute_dtype == MG_F32 && be->device == MG_DEVICE_CPU, "dtype/device");
+    MG_EXPECT_OK(mg_backend_validate(be));
+    unsigned char *p = NULL;
+    MG_EXPECT_OK(be->alloc(be, 1000, (void **)&p));
+    MG_EXPECT(p && (uintptr_t)p % 256 == 0, "alloc not 256-byte aligned");
+    int nz = 0;
+    for (int i = 0; i < 1000; i++) nz += p[i] != 0;
+    MG_EXPECT(nz == 0, "alloc not zeroed");
+    float src[5] = {1.5f, -2, 3, 4e-3f, 5e7f}, back[5];
+    MG_EXPECT_OK(be->upload_f32(be, p, src, 5));
+    MG_EXPECT_OK(be->copy_d2d(be, p + 256, p, 5 * sizeof(float)));
+    MG_EXPECT_OK(be->download_f32(be, back, p + 256, 5));
+    MG_EXPECT(memcmp(src, back, sizeof src) == 0, "upload/copy/download round trip");
+    MG_EXPECT_OK(be->memset_zero(be, p, 5 * sizeof(float)));
+    MG_EXPECT_OK(be->copy_d2h(be, back, p, sizeof back));
+    MG_EXPECT(back[0] == 0 && back[4] == 0, "memset_zero");
+    MG_EXPECT_OK(be->synchronize(be));
+    be->free(be, p);
+    be->destroy(be);
+}
+
+MG_TEST(cpu_backend_validate_names_missing_ops) {
+    mg_backend *be = t_cpu(t);
+    if (!be) return;
+    mg_backend copy = *be;
+    copy.rope_forward = NULL;
+    copy.adamw = NULL;
+    mg_status st = mg_backend_validate(&copy);
+    MG_EXPECT(st == MG_ERR_INTERNAL, "status %d", (int)st);
+    MG_EXPECT(strcmp(mg_error_message(), "backend 'cpu' lacks required ops: rope_forward, adamw") ==
+                  0,
+              "message: %s", mg_error_message());
+    copy = *be;
+    copy.alloc = NULL;
+    MG_EXPECT(mg_backend_validate(&copy) == MG_ERR_INTERNAL && strstr(mg_error_message(), "alloc"),
+              "message: %s", mg_error_message());
+    MG_EXPECT(mg_backend_validate(NULL) == MG_ERR_INTERNAL, "NULL table accepted");
+    be->destroy(be);
+}
+
+/* ---------------------------------------------------------------- embedding */
+
+typedef struct {
+    mg_backend *be;
+    float *out, *wte, *wpe, *R;
+    int32_t *tok;
+    int N, S, H;
+} emb_ctx;
+
+static double emb_obj(void *c_) {
+    emb_ctx *c = c_;
+    c->be->embedding_forward(c->be, c->out, c->tok, c->wte, c->wpe, c->N, c->S, c->H);
+    return t_dotd(c->out, c->R, (size_t)c->N * c->H);
+}
+
+MG_TEST(cpu_embedding_forward_and_grad) {
+    mg_backend *be = t_cpu(t);
+    if (!be) return;
+    enum { B = 2, S = 3, N = B * S, V = 5, P = 4, H = 7 };
+    int32_t tok[N] = {4, 1, 4, 0, 2, 4}; /* repeats: the scatter-add must sum them */
+    emb_ctx c = {
+        be, t_zeros(N * H), t_rnd(1, V * H, 1), t_rnd(2, P * H, 1), t_rnd(3, N * H, 1), tok, N, S,
+        H};
+    float *dwte = t_zeros(V * H), *dwpe = t_zeros(P * H);
+    emb_obj(&c);
+    double maxd = 0;
+    for (int i = 0; i < N; i++)
+        for (int j = 0; j < H; j++)
+            maxd = fmax(maxd,
+                        fabs(c.out[i * H + j] - (c.wte[tok[i] * H + j] + c.wpe[(i % S) * H + j])));
+    MG_EXPECT(maxd == 0, "forward differs from wte[tok] + wpe[pos] by %g", maxd);
+    MG_EXPECT_OK(be->embedding_backward(be, dwte, dwpe, c.R, tok, N, S, H));
+    double e1 = t_fd_err(c.wte, V * H, dwte, emb_obj, &c),
+           e2 = t_fd_err(c.wpe, P * H, dwpe, emb_obj, &c);
+    MG_EXPECT(e1 < T_FD_TOL && e2 < T_FD_TOL, "fd err dwte %g dwpe %g", e1, e2);
+    /* without position embedding */
+    MG_EXPECT_OK(be->embedding_forward(be, c.out, tok, c.wte, NULL, N, S, H));
+    MG_EXPECT(c.out[5 * H + 3] == c.wte[4 * H + 3], "wpe = NULL forward");
+    free(c.out), free(c.wte), free(c.wpe), free(c.R), free(dwte), free(dwpe);
+    be->destroy(be);
+}
+
+/* ---------------------------------------------------------------- norms */
+
+typedef struct {
+    mg_backend *be;
+    float *out, *mean, *rstd, *x, *w, *b, *R;
+    int N, H, rms;
+} norm_ctx;
+
+static double norm_obj(void *c_) {
+    norm_ctx *c = c_;
+    if (c->rms)
+        c->be->rmsnorm_forward(c->be, c->out, c->rstd, c->x, c->w, c->N, c->H, 1e-5f);
+    else
+        c->be->layernorm_forward(c->be, c->out, c->mean, c->rstd, c->x, c->w, c->b, c->N, c->H,
+                                 1e-5f);
+    return t_dotd(c->out, c->R, (size_t)c->N * c->H);
+}
+
+static void norm_test(mg_test_ctx *t, int rms) {
+    mg_backend *be = t_cpu(t);
+    if (!be) return;
+    enum { N = 5, H = 7 };
+    norm_ctx c = {be,
+                  t_zeros(N * H),
+                  t_zeros(N),
+                  t_zeros(N),
+                  t_rnd(10, N * H, 1.5f),
+                  t_rnd(11, H, 1),
+                  t_rnd(12, H, 1),
+                  t_rnd(13, N * H, 1),
+                  N,
+                  H,
+                  rms};
+    for (int i = 0; i < N * H; i++) c.x[i] += 0.5f; /* a non-zero mean */
+    norm_obj(&c);
+    /* forward against a double reference */
+    float ref[N * H];
+    for (int i = 0; i < N; i++) {
+        double m = 0, v = 0;
+        for (int j = 0; j < H; j++) m += rms ? 0 : c.x[i * H + j];
+        m /= H;
+        for (int j = 0; j < H; j++) v += (c.x[i * H + j] - m) * (c.x[i * H + j] - m);
+        double r = 1 / sqrt(v / H + 1e-5);
+        for (int j = 0; j < H; j++)
+            ref[i * H + j] = (float)((c.x[i * H + j] - m) * r * c.w[j] + (rms ? 0 : c.b[j]));
+        MG_EXPECT(fabs(c.rstd[i] - r) <= 1e-6 * r, "rstd[%d] %g vs %g", i, c.rstd[i], r);
+    }
+    double ef = mg_test_rel_err(c.out, ref, N * H);
+    MG_EXPECT(ef < 1e-6, "forward rel err %g", ef);
+    /* gradients */
+    float *dx = t_zeros(N * H), *dw = t_zeros(H), *db = t_zeros(H);
+    if (rms)
+        MG_EXPECT_OK(be->rmsnorm_backward(be, dx, dw, c.R, c.x, c.w, c.rstd, N, H));
+    else
+        MG_EXPECT_OK(be->layernorm_backward(be, dx, dw, db, c.R, c.x, c.w, c.mean, c.rstd, N, H));
+    double ex = t_fd_err(c.x, N * H, dx, norm_obj, &c), ew = t_fd_err(c.w, H, dw, norm_obj, &c);
+    double eb = rms ? 0 : t_fd_err(c.b, H, db, norm_obj, &c);
+    MG_EXPECT(ex < T_FD_TOL && ew < T_FD_TOL && eb < T_FD_TOL, "fd err dx %g dw %g db %g", ex, ew,
+              eb);
+    if (!rms) { /* bias NULL: out = xhat * w */
+        float *o2 = t_zeros(N * H);
+        MG_EXPECT_OK(be->layernorm_forward(be, o2, c.mean, c.rstd, c.x, c.w, NULL, N, H, 1e-5f));
+        MG_EXPECT(fabs(o2[8] + c.b[1] - c.out[8]) < 1e-5, "layernorm without bias");
+        free(o2);
+    }
+    free(c.out), free(c.mean), free(c.rstd), free(c.x), free(c.w), free(c.b), free(c.R);
+    free(dx), free(dw), free(db);
+    be->destroy(be);
+}
+
+MG_TEST(cpu_layernorm_forward_and_grad) {
+    norm_test(t, 0);
+}
+MG_TEST(cpu_rmsnorm_forward_and_grad) {
+    norm_test(t, 1);
+}
+
+/* ---------------------------------------------------------------- linear */
+
+typedef struct {
+    mg_backend *be;
+    float *out, *inp, *w, *bias, *R;
+    int N, IC, OC;
+} lin_ctx;
+
+static double lin_obj(void *c_) {
+    lin_ctx *c = c_;
+    c->be->linear_forward(c->be, c->out, c->inp, c->w, c->bias, c->N, c->IC, c->OC);
+    return t_dotd(c->out, c->R, (size_t)c->N * c->OC);
+}
+
+MG_TEST(cpu_linear_forward_matches_naive) {
+    mg_backend *be = t_cpu(t);
+    if (!be) return;
+    enum { N = 5, IC = 7, OC = 3 };
+    float *inp = t_rnd(20, N * IC, 1), *w = t_rnd(21, OC * IC, 1), *bias = t_rnd(22, OC, 1);
+    float out[N * OC], out_nb[N * OC], ref[N * OC], ref_nb[N * OC];
+    MG_EXPECT_OK(be->linear_forward(be, out, inp, w, bias, N, IC, OC));
+    MG_EXPECT_OK(be->linear_forward(be, out_nb, inp, w, NULL, N, IC, OC));
+    for (int i = 0; i < N; i++)
+        for (int o = 0; o < OC; o++) {
+            double s = 0;
+            for (int k = 0; k < IC; k++) s += (double)inp[i * IC + k] * w[o * IC + k];
+            ref_nb[i * OC + o] = (float)s;
+            ref[i * OC + o] = (float)(s + bias[o]);
+        }
+    double e1 = mg_test_rel_err(out, ref, N * OC), e2 = mg_test_rel_err(out_nb, ref_nb, N * OC);
+    MG_EXPECT(e1 < 1e-6 && e2 < 1e-6, "rel err with bias %g, without %g", e1, e2);
+    free(inp), free(w), free(bias);
+    be->destroy(be);
+}
+
+MG_TEST(cpu_linear_grad) {
+    mg_backend *be = t_cpu(t);
+    if (!be) return;
+    enum { N = 5, IC = 7, OC = 3 };
+    lin_ctx c = {be,
+                 t_zeros(N * OC),
+                 t_rnd(23, N * IC, 1),
+                 t_rnd(24, OC * IC, 1),
+                 t_rnd(25, OC, 1),
+                 t_rnd(26, N * OC, 1),
+                 N,
+                 IC,
+                 OC};
+    float *dinp = t_zeros(N * IC), *dw = t_zeros(OC * IC), *db = t_zeros(OC);
+    MG_EXPECT_OK(be->linear_backward(be, dinp, dw, db, c.R, c.inp, c.w, N, IC, OC));
+    double ei = t_fd_err(c.inp, N * IC, dinp, lin_obj, &c),
+           ew = t_fd_err(c.w, OC * IC, dw, lin_obj, &c), eb = t_fd_err(c.bias, OC, db, lin_obj, &c);
+    MG_EXPECT(ei < T_FD_TOL && ew < T_FD_TOL && eb < T_FD_TOL, "fd err dinp %g dw %g db %g", ei, ew,
+              eb);
+    /* dinp = NULL and dbias = NULL are skipped, dw still accumulates */
+    float *dw2 = t_zeros(OC * IC);
+    MG_EXPECT_OK(be->linear_backward(be, NULL, dw2, NULL, c.R, c.inp, c.w, N, IC, OC));
+    MG_EXPECT(memcmp(dw, dw2, sizeof(float) * OC * IC) == 0, "dw differs when dinp is NULL");
+    free(c.out), free(c.inp), free(c.w), free(c.bias), free(c.R), free(dinp), free(dw), free(db),
+        free(dw2);
+    be->destroy(be);
+}
+
+/* ---------------------------------------------------------------- activations */
+
+typedef struct {
+    mg_backend *be;
+    float *out, *inp, *R;
+    int N, F, swiglu;
+} act_ctx;
+
+static double act_obj(void *c_) {
+    act_ctx *c = c_;
+    if (c->swiglu)
+        c->be->swiglu_forward(c->be, c->out, c->inp, c->N, c->F);
+    else
+        c->be->gelu_forward(c->be, c->out, c->inp, (size_t)c->N * c->F);
+    return t_dotd(c->out, c->R, (size_t)c->N * c->F);
+}
+
+MG_TEST(cpu_gelu_forward_and_grad) {
+    mg_backend *be = t_cpu(t);
+    if (!be) return;
+    enum { N = 1, F = 37 };
+    act_ctx c = {be, t_zeros(F), t_rnd(30, F, 2), t_rnd(31, F, 1), N, F, 0};
+    act_obj(&c);
+    float ref[F];
+    for (int i = 0; i < F; i++) {
+        double x = c.inp[i];
+        ref[i] = (float)(0.5 * x * (1 + tanh(sqrt(2 / M_PI) * (x + 0.044715 * x * x * x))));
+    }
+    double ef = mg_test_rel_err(c.out, ref, F);
+    MG_EXPECT(ef < 1e-6, "forward rel err %g", ef);
+    float *dinp = t_rnd(32, F, 1); /* garbage: the gradient is overwritten */
+    MG_EXPECT_OK(be->gelu_backward(be, dinp, c.inp, c.R, F));
+    double e = t_fd_err(c.inp, F, dinp, act_obj, &c);
+    MG_EXPECT(e < T_FD_TOL, "fd err %g", e);
+    free(c.out), free(c.inp), free(c.R), free(dinp);
+    be->destroy(be);
+}
+
+MG_TEST(cpu_swiglu_forward_and_grad) {
+    mg_backend *be = t_cpu(t);
+    if (!be) return;
+    enum { N = 3, F = 5 };
+    act_ctx c = {be, t_zeros(N * F), t_rnd(33, N * 2 * F, 1.5f), t_rnd(34, N * F, 1), N, F, 1};
+    act_obj(&c);
+    float ref[N * F];
+    for (int i = 0; i < N; i++)
+        for (int j = 0; j < F; j++) {
+            double g = c.inp[i * 2 * F + j], u = c.inp[i * 2 * F + F + j];
+            ref[i * F + j] = (float)(g / (1 + exp(-g)) * u);
+        }
+    double ef = mg_test_rel_err(c.out, ref, N * F);
+    MG_EXPECT(ef < 1e-6, "forward rel err %g", ef);
+    float *dinp = t_rnd(35, N * 2 * F, 1);
+    MG_EXPECT_OK(be->swiglu_backward(be, dinp, c.inp, c.R, N, F));
+    double e = t_fd_err(c.inp, N * 2 * F, dinp, act_obj, &c);
+    MG_EXPECT(e < T_FD_TOL, "fd err %g", e);
+    free(c.out), free(c.inp), free(c.R), free(dinp);
+    be->destroy(be);
+}

@@ -1,0 +1,207 @@
+/* CPU backend tests, part 3: elementwise add and reductions, clipping, AdamW, the accumulate
+ * semantics of the backward ops, and bitwise independence of the thread count. */
+#include "cpu_test_util.h"
+
+#include <cblas.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+MG_TEST(cpu_add_sum_sumsq_clip) {
+    mg_backend *be = t_cpu(t);
+    if (!be) return;
+    /* more than one reduction chunk, and a ragged last chunk */
+    const size_t n = 1234567;
+    float *x = t_rnd(80, n, 1), *w = t_rnd(81, n, 1), *o = t_zeros(n);
+    MG_EXPECT_OK(be->add(be, o, x, w, n));
+    MG_EXPECT(o[n - 1] == x[n - 1] + w[n - 1] && o[7] == x[7] + w[7], "add");
+    double s = 0, sw = 0, ss = 0;
+    for (size_t i = 0; i < n; i++) {
+        s += x[i];
+        sw += (double)x[i] * w[i];
+        ss += (double)x[i] * x[i];
+    }
+    float acc = 2.5f, accw = -1, accsq = 3;
+    MG_EXPECT_OK(be->sum_f32(be, &acc, x, NULL, n, 0.25f));
+    MG_EXPECT_OK(be->sum_f32(be, &accw, x, w, n, 1.0f / 3));
+    MG_EXPECT_OK(be->sumsq_f32(be, &accsq, x, n));
+    /* double accumulation: only the final fp32 rounding remains */
+    MG_EXPECT(fabs(acc - (2.5 + 0.25 * s)) <= 1e-6 * fabs(2.5 + 0.25 * s), "sum %g vs %g", acc,
+              2.5 + 0.25 * s);
+    MG_EXPECT(fabs(accw - (-1 + sw / 3)) <= 1e-6 * fabs(-1 + sw / 3) + 1e-7,
+              "weighted sum %g vs %g", accw, -1 + sw / 3);
+    MG_EXPECT(fabs(accsq - (3 + ss)) <= 1e-6 * (3 + ss), "sumsq %g vs %g", accsq, 3 + ss);
+    float coef, norm, sq = 25;
+    MG_EXPECT_OK(be->clip_coef(be, &coef, &norm, &sq, 1.0f));
+    MG_EXPECT(norm == 5 && fabs(coef - 1 / (5 + 1e-6)) < 1e-7, "clip 1: norm %g coef %g", norm,
+              coef);
+    MG_EXPECT_OK(be->clip_coef(be, &coef, &norm, &sq, 10.0f));
+    MG_EXPECT(coef == 1, "clip above the norm: coef %g", coef);
+    MG_EXPECT_OK(be->clip_coef(be, &coef, &norm, &sq, 0.0f));
+    MG_EXPECT(coef == 1, "clip disabled: coef %g", coef);
+    free(x), free(w), free(o);
+    be->destroy(be);
+}
+
+MG_TEST(cpu_adamw_two_steps_match_formula) {
+    mg_backend *be = t_cpu(t);
+    if (!be) return;
+    enum { n = 9 };
+    const float lr = 1e-2f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f, scale = 0.5f;
+    float *p0 = t_rnd(90, n, 1), *g1 = t_rnd(91, n, 1), *g2 = t_rnd(92, n, 1);
+    /* (a) parameter is its own master; (b) separate master, param receives a copy */
+    float *pa = t_dup(p0, n), *ma = t_zeros(n), *va = t_zeros(n);
+    float *pb = t_zeros(n), *mast = t_dup(p0, n), *mb = t_zeros(n), *vb = t_zeros(n);
+    double pr[n], m[n] = {0}, v[n] = {0};
+    for (int i = 0; i < n; i++) pr[i] = p0[i];
+    for (int step = 1; step <= 2; step++) {
+        const float *g = step == 1 ? g1 : g2;
+        float bc1 = 1 - powf(b1, (float)step), bc2 = 1 - powf(b2, (float)step);
+        MG_EXPECT_OK(be->adamw(be, pa, NULL, g, ma, va, n, lr, b1, b2, eps, wd, bc1, bc2, &scale));
+        MG_EXPECT_OK(be->adamw(be, pb, mast, g, mb, vb, n, lr, b1, b2, eps, wd, bc1, bc2, &scale));
+        for (int i = 0; i < n; i++) {
+            double gi = (double)g[i] * scale;
+            m[i] = b1 * m[i] + (1 - (double)b1) * gi;
+            v[i] = b2 * v[i] + (1 - (double)b2) * gi * gi;
+            double mh = m[i] / (1 - pow(b1, step)), vh = v[i] / (1 - pow(b2, step));
+            pr[i] -= lr * (mh / (sqrt(vh) + eps) + wd * pr[i]);
+        }
+    }
+    float ref[n], mref[n], vref[n];
+    for (int i = 0; i < n; i++) ref[i] = (float)pr[i], mref[i] = (float)m[i], vref[i] = (float)v[i];
+    /* the parameters move by ~2 lr; compare the update itself so the check is not diluted by |p| */
+    float da[n], dref[n];
+    for (int i = 0; i < n; i++) da[i] = pa[i] - p0[i], dref[i] = ref[i] - p0[i];
+    double ep = mg_test_rel_err(da, dref, n), em = mg_test_rel_err(ma, mref, n),
+           ev = mg_test_rel_err(va, vref, n);
+    MG_EXPECT(ep < 1e-4 && em < 1e-6 && ev < 1e-6, "update err %g, m err %g, v err %g", ep, em, ev);
+    MG_EXPECT(memcmp(pa, pb, sizeof(float) * n) == 0 && memcmp(pa, mast, sizeof(float) * n) == 0,
+              "master path differs from the in-place path");
+    free(p0), free(g1), free(g2), free(pa), free(ma), free(va), free(pb), free(mast), free(mb),
+        free(vb);
+    be->destroy(be);
+}
+
+static int same(const float *a, const float *b, size_t n) {
+    return !memcmp(a, b, n * sizeof *a);
+}
+
+static int doubled(const float *a2, const float *a1, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (a2[i] != 2 * a1[i]) return 0;
+    return 1;
+}
+
+MG_TEST(cpu_backward_accumulates) {
+    mg_backend *be = t_cpu(t);
+    if (!be) return;
+    enum { N = 5, H = 7, OC = 3, V = 4 };
+    float *x = t_rnd(100, N * H, 1), *w = t_rnd(101, H, 1), *b = t_rnd(102, H, 1);
+    float *dout = t_rnd(103, N * H, 1), *out = t_zeros(N * H), mean[N], rstd[N];
+    /* layernorm and rmsnorm: dx += (into a non-zero dx), dw and db += */
+    for (int rms = 0; rms < 2; rms++) {
+        float *dx0 = t_rnd(104, N * H, 1), *dx = t_dup(dx0, N * H), *fresh = t_zeros(N * H);
+        float *dw1 = t_zeros(H), *db1 = t_zeros(H), *dw2 = t_zeros(H), *db2 = t_zeros(H);
+        if (rms) {
+            MG_EXPECT_OK(be->rmsnorm_forward(be, out, rstd, x, w, N, H, 1e-5f));
+            MG_EXPECT_OK(be->rmsnorm_backward(be, fresh, dw1, dout, x, w, rstd, N, H));
+            MG_EXPECT_OK(be->rmsnorm_backward(be, dx, dw2, dout, x, w, rstd, N, H));
+            MG_EXPECT_OK(be->rmsnorm_backward(be, dx, dw2, dout, x, w, rstd, N, H));
+        } else {
+            MG_EXPECT_OK(be->layernorm_forward(be, out, mean, rstd, x, w, b, N, H, 1e-5f));
+            MG_EXPECT_OK(be->layernorm_backward(be, fresh, dw1, db1, dout, x, w, mean, rstd, N, H));
+            MG_EXPECT_OK(be->layernorm_backward(be, dx, dw2, db2, dout, x, w, mean, rstd, N, H));
+            MG_EXPECT_OK(be->layernorm_backward(be, dx, dw2, db2, dout, x, w, mean, rstd, N, H));
+        }
+        double e = 0;
+        for (int i = 0; i < N * H; i++)
+            e = fmax(e, fabs(dx[i] - (dx0[i] + 2.0 * fresh[i])) / (fabs(dx0[i]) + 1));
+        MG_EXPECT(e < 1e-6, "norm %d: dx did not accumulate (err %g)", rms, e);
+        MG_EXPECT(doubled(dw2, dw1, H) && doubled(db2, db1, H), "norm %d: dw/db not doubled", rms);
+        free(dx0), free(dx), free(fresh), free(dw1), free(db1), free(dw2), free(db2);
+    }
+    /* linear: dw, dbias doubled; dinp overwritten (same after two calls) */
+    float *lw = t_rnd(105, OC * H, 1), *ldout = t_rnd(106, N * OC, 1);
+    float *di1 = t_zeros(N * H), *di2 = t_rnd(107, N * H, 1), *dw1 = t_zeros(OC * H);
+    float *dw2 = t_zeros(OC * H), db1[OC] = {0}, db2[OC] = {0};
+    MG_EXPECT_OK(be->linear_backward(be, di1, dw1, db1, ldout, x, lw, N, H, OC));
+    for (int k = 0; k < 2; k++)
+        MG_EXPECT_OK(be->linear_backward(be, di2, dw2, db2, ldout, x, lw, N, H, OC));
+    MG_EXPECT(doubled(dw2, dw1, OC * H) && doubled(db2, db1, OC), "linear dw/dbias not doubled");
+    MG_EXPECT(same(di1, di2, N * H), "linear dinp not overwritten");
+    /* embedding: dwte, dwpe doubled */
+    int32_t tok[N] = {1, 3, 1, 0, 2};
+    float *e1 = t_zeros(V * H), *e2 = t_zeros(V * H), *p1 = t_zeros(N * H), *p2 = t_zeros(N * H);
+    MG_EXPECT_OK(be->embedding_backward(be, e1, p1, dout, tok, N, N, H));
+    for (int k = 0; k < 2; k++)
+        MG_EXPECT_OK(be->embedding_backward(be, e2, p2, dout, tok, N, N, H));
+    MG_EXPECT(doubled(e2, e1, V * H) && doubled(p2, p1, N * H), "embedding grads not doubled");
+    free(x), free(w), free(b), free(dout), free(out), free(lw), free(ldout), free(di1), free(di2),
+        free(dw1), free(dw2), free(e1), free(e2), free(p1), free(p2);
+    be->destroy(be);
+}
+
+/* Runs the ops whose work is split across threads and writes every output into one buffer, so two
+ * thread counts can be compared bitwise. Sizes are large enough that every parallel loop has
+ * several work items and every GEMM several output tiles (cpu_linear.c: 128 x 512). */
+enum { TN = 160, TH = 520, TOC = 136, TV = 300, TB = 2, TS = 48, TNQ = 4, TNG = 2, THD = 16 };
+#define TC (TNG * (TNQ / TNG + 2) * THD)
+#define TOUT                                                                                       \
+    ((size_t)TN * TH * 2 + TH * 2 + TV * TH + TOC * TH + TOC + (size_t)TN * TH +                   \
+     (size_t)TB * TS * TC + (size_t)TN * TV + TN + 2 + (size_t)TN * TOC)
+
+static void run_parallel_ops(mg_test_ctx *t, mg_backend *be, float *res) {
+    float *x = t_rnd(110, TN * TH, 1), *w = t_rnd(111, TH, 1), *b = t_rnd(112, TH, 1);
+    float *dout = t_rnd(113, TN * TH, 1), *lw = t_rnd(114, TOC * TH, 0.1f);
+    float *ldout = t_rnd(115, TN * TOC, 1), *qkv = t_rnd(116, TB * TS * TC, 1);
+    float *logits = t_rnd(117, TN * TV, 3), *dloss = t_rnd(118, TN, 1), *out = t_zeros(TN * TH);
+    float *aout = t_zeros(TB * TS * TNQ * THD);
+    float *saved = t_zeros(be->attention_saved_bytes(be, TB, TS, TNQ, THD) / sizeof(float));
+    float mean[TN], rstd[TN];
+    int32_t tok[TN];
+    for (int i = 0; i < TN; i++) tok[i] = (i * 7) % TV % 11; /* many repeats */
+    float *r = res;
+    MG_EXPECT_OK(be->layernorm_forward(be, r, mean, rstd, x, w, b, TN, TH, 1e-5f));
+    r += TN * TH;
+    MG_EXPECT_OK(be->layernorm_backward(be, r, r + TN * TH, r + TN * TH + TH, dout, x, w, mean,
+                                        rstd, TN, TH));
+    r += TN * TH + 2 * TH;
+    MG_EXPECT_OK(be->embedding_backward(be, r, NULL, dout, tok, TN, TS, TH));
+    r += TV * TH;
+    MG_EXPECT_OK(be->linear_backward(be, out, r, r + TOC * TH, ldout, x, lw, TN, TH, TOC));
+    r += TOC * TH + TOC;
+    memcpy(r, out, sizeof(float) * TN * TH);
+    r += TN * TH;
+    MG_EXPECT_OK(be->linear_forward(be, r, x, lw, b, TN, TH, TOC));
+    r += TN * TOC;
+    MG_EXPECT_OK(be->attention_forward(be, aout, saved, qkv, TB, TS, TNQ, TNG, THD));
+    MG_EXPECT_OK(be->attention_backward(be, r, aout, qkv, aout, saved, TB, TS, TNQ, TNG, THD));
+    r += TB * TS * TC;
+    MG_EXPECT_OK(be->cross_entropy_fused(be, logits, r + TN * TV, tok, dloss, TN, TV));
+    memcpy(r, logits, sizeof(float) * TN * TV);
+    r += TN * TV + TN;
+    MG_EXPECT_OK(be->sum_f32(be, r, logits, NULL, (size_t)TN * TV, 1.0f));
+    MG_EXPECT_OK(be->sumsq_f32(be, r + 1, x, (size_t)TN * TH));
+    free(x), free(w), free(b), free(dout), free(lw), free(ldout), free(qkv), free(logits),
+        free(dloss), free(out), free(aout), free(saved);
+}
+
+MG_TEST(cpu_results_independent_of_thread_count) {
+#ifdef _OPENMP
+    int omp0 = omp_get_max_threads(), blas0 = openblas_get_num_threads();
+    float *r1 = t_zeros(TOUT), *r3 = t_zeros(TOUT);
+    mg_backend *be = NULL;
+    MG_EXPECT_OK(mg_backend_cpu_create(&be, 1));
+    if (be) run_parallel_ops(t, be, r1), be->destroy(be);
+    MG_EXPECT_OK(mg_backend_cpu_create(&be, 3));
+    if (be) run_parallel_ops(t, be, r3), be->destroy(be);
+    size_t first = TOUT;
+    for (size_t i = 0; i < TOUT && first == TOUT; i++)
+        if (memcmp(&r1[i], &r3[i], sizeof(float))) first = i;
+    MG_EXPECT(first == TOUT, "1 and 3 threads differ first at output %zu (%.9g vs %.9g)", first,
+              first < TOUT ? r1[first] : 0.0, first < TOUT ? r3[first] : 0.0);
+    omp_set_num_threads(omp0);
+    openblas_set_num_threads(blas0);
+    free(r1), free(r3);
+#endif
+}

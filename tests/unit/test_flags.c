@@ -1,0 +1,671 @@
+/* Flag parsing, derived defaults and config checks against Megatron-LM's arguments.py
+ * (validate_args) and the JSON round trip. Every bad-input case asserts the status, a piece of
+ * the one-line message, and that the config was left untouched. */
+#include "test.h"
+
+#include "core/flags.h"
+#include "core/flags_table.h"
+
+#include <cjson/cJSON.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Parses a NULL-terminated argument list. */
+static mg_status parse(mg_config *c, const char *const *args) {
+    char *argv[64];
+    int argc = 0;
+    while (args[argc] && argc < 64) {
+        argv[argc] = (char *)args[argc];
+        argc++;
+    }
+    bool help = false;
+    return mg_flags_parse(c, argc, argv, &help);
+}
+
+/* A complete, valid tiny configuration; `drop` removes one flag (and its value), `extra` appends.
+ */
+static const char *const k_base[] = {"--num-layers",
+                                     "2",
+                                     "--hidden-size",
+                                     "64",
+                                     "--num-attention-heads",
+                                     "4",
+                                     "--seq-length",
+                                     "32",
+                                     "--train-iters",
+                                     "10",
+                                     "--lr",
+                                     "1e-3",
+                                     "--mock-data",
+                                     "--vocab-size",
+                                     "100",
+                                     NULL};
+
+static mg_status parse_base(mg_config *c, const char *drop, const char *const *extra) {
+    const char *args[64];
+    int n = 0;
+    for (int i = 0; k_base[i]; i++) {
+        if (drop && !strcmp(k_base[i], drop)) {
+            if (k_base[i + 1] && k_base[i + 1][0] != '-') i++; /* skip its value too */
+            continue;
+        }
+        args[n++] = k_base[i];
+    }
+    for (int i = 0; extra && extra[i]; i++) args[n++] = extra[i];
+    args[n] = NULL;
+    mg_config_defaults(c);
+    return parse(c, args);
+}
+
+#define EXPECT_ERROR(expr, code, substr)                                                           \
+    do {                                                                                           \
+        mg_status s_ = (expr);                                                                     \
+        MG_EXPECT(s_ == (code), "%s returned %s, want %s (message: %s)", #expr,                    \
+                  mg_status_name(s_), mg_status_name(code), mg_error_message());                   \
+        MG_EXPECT(strstr(mg_error_message(), (substr)) != NULL, "message '%s' lacks '%s'",         \
+                  mg_error_message(), (substr));                                                   \
+        MG_EXPECT(strchr(mg_error_message(), '\n') == NULL, "message is not one line: %s",         \
+                  mg_error_message());                                                             \
+    } while (0)
+
+MG_TEST(flags_defaults_match_megatron) {
+    mg_config c;
+    mg_config_defaults(&c);
+    MG_EXPECT(c.num_layers == -1 && c.hidden_size == -1 && c.seq_length == -1, "required unset");
+    MG_EXPECT(c.ffn_hidden_size == -1 && c.kv_channels == -1 && c.num_query_groups == -1,
+              "derived");
+    MG_EXPECT(c.position_embedding == MG_POS_LEARNED && c.normalization == MG_NORM_LAYERNORM,
+              "learned_absolute, LayerNorm");
+    MG_EXPECT(c.rotary_base == 10000 && c.norm_epsilon == 1e-5 && c.init_method_std == 0.02,
+              "rotary 10000, eps 1e-5, std 0.02");
+    MG_EXPECT(c.make_vocab_size_divisible_by == 128 && c.vocab_size == -1, "vocab padding 128");
+    MG_EXPECT(c.micro_batch_size == 1 && c.global_batch_size == -1 && c.train_iters == -1, "batch");
+    MG_EXPECT(c.min_lr == 0 && c.lr_decay_style == MG_LR_LINEAR && c.lr_warmup_iters == 0 &&
+                  c.lr_warmup_fraction == -1 && c.lr_warmup_init == 0 && c.lr_decay_iters == -1,
+              "lr schedule defaults");
+    MG_EXPECT(c.weight_decay == 0.01 && c.adam_beta1 == 0.9 && c.adam_beta2 == 0.999 &&
+                  c.adam_eps == 1e-8 && c.clip_grad == 1.0 && c.seed == 1234,
+              "optimizer defaults");
+    MG_EXPECT(c.log_interval == 100 && c.eval_interval == 1000 && c.eval_iters == 100 &&
+                  c.exit_interval == -1 && c.save_interval == -1,
+              "logging defaults");
+    MG_EXPECT(!strcmp(c.device, "cpu") && c.num_threads == -1 && !c.mock_data, "runtime");
+    MG_EXPECT(!c.save[0] && !c.load[0] && !c.metrics_file[0], "no paths");
+}
+
+MG_TEST(flags_parse_space_and_equals_syntax) {
+    mg_config c;
+    mg_config_defaults(&c);
+    const char *args[] = {"--num-layers",
+                          "3",
+                          "--hidden-size=96",
+                          "--position-embedding-type=rope",
+                          "--normalization",
+                          "RMSNorm",
+                          "--swiglu",
+                          "--lr=3e-4",
+                          "--min-lr",
+                          "-0.5", /* a negative number is a value, not a flag */
+                          "--lr-decay-style",
+                          "cosine",
+                          "--train-iters=9007199254740992",
+                          "--save",
+                          "/tmp/x=y",
+                          "--metrics-file=a=b",
+                          "--seed=0",
+                          NULL};
+    MG_EXPECT_OK(parse(&c, args));
+    MG_EXPECT(c.num_layers == 3 && c.hidden_size == 96, "ints: %d %d", c.num_layers, c.hidden_size);
+    MG_EXPECT(c.position_embedding == MG_POS_ROPE && c.normalization == MG_NORM_RMSNORM, "enums");
+    MG_EXPECT(c.lr_decay_style == MG_LR_COSINE, "decay style %d", (int)c.lr_decay_style);
+    MG_EXPECT(c.swiglu && !c.disable_bias_linear, "bools");
+    MG_EXPECT(c.lr == 3e-4 && c.min_lr == -0.5, "doubles %g %g", c.lr, c.min_lr);
+    MG_EXPECT(c.train_iters == 9007199254740992LL, "int64 %lld", (long long)c.train_iters);
+    MG_EXPECT(!strcmp(c.save, "/tmp/x=y") && !strcmp(c.metrics_file, "a=b"), "'=' in values: %s %s",
+              c.save, c.metrics_file);
+    MG_EXPECT(c.seed == 0, "seed %lld", (long long)c.seed);
+}
+
+MG_TEST(flags_repeated_flag_last_wins) {
+    mg_config c;
+    mg_config_defaults(&c);
+    const char *args[] = {
+        "--num-layers", "2",  "--save", "/a/much/longer/path", "--num-layers", "7",
+        "--save",       "/b", NULL};
+    MG_EXPECT_OK(parse(&c, args));
+    MG_EXPECT(c.num_layers == 7, "num_layers %d, want the last value 7", c.num_layers);
+    MG_EXPECT(!strcmp(c.save, "/b"), "save '%s'", c.save);
+    /* The shorter value leaves no tail of the longer one: configs compare bytewise. */
+    for (size_t i = strlen(c.save); i < sizeof c.save; i++)
+        if (c.save[i]) {
+            MG_EXPECT(0, "stale byte at save[%zu]", i);
+            break;
+        }
+}
+
+MG_TEST(flags_help_anywhere) {
+    mg_config c, before;
+    mg_config_defaults(&c);
+    before = c;
+    char *argv[] = {"--num-layers", "abc", "--hiden-size", "-h"};
+    bool help = false;
+    MG_EXPECT_OK(mg_flags_parse(&c, 4, argv, &help));
+    MG_EXPECT(help, "-h not seen");
+    MG_EXPECT(!memcmp(&c, &before, sizeof c), "help must not change the config");
+    char *argv2[] = {"--help"};
+    help = false;
+    MG_EXPECT_OK(mg_flags_parse(&c, 1, argv2, &help));
+    MG_EXPECT(help, "--help not seen");
+    char *argv3[] = {"--num-layers", "2"};
+    MG_EXPECT_OK(mg_flags_parse(&c, 2, argv3, &help));
+    MG_EXPECT(!help, "help set without --help");
+}
+
+MG_TEST(flags_help_lists_groups_and_flags) {
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    mg_flags_print_help(f);
+    fclose(f);
+    const char *groups[] = {"model:",         "regularisation and optimizer:",
+                            "learning rate:", "training:",
+                            "logging:",       "checkpointing:",
+                            "data:",          "runtime:"};
+    for (int i = 0; i < 8; i++)
+        MG_EXPECT(strstr(text, groups[i]) != NULL, "help lacks group %s", groups[i]);
+    for (int i = 0; i < mg_flag_count; i++)
+        MG_EXPECT(strstr(text, mg_flag_table[i].name) != NULL, "help lacks %s",
+                  mg_flag_table[i].name);
+    MG_EXPECT(strstr(text, "--lr-decay-style STYLE") && strstr(text, "linear"), "arg and default");
+    MG_EXPECT(strstr(text, "[not yet]") && strstr(text, "[ignored]"), "status tags");
+    free(text);
+}
+
+MG_TEST(flags_unknown_flag_suggests_closest) {
+    mg_config c, before;
+    mg_config_defaults(&c);
+    before = c;
+    const char *a1[] = {"--num-layers", "4", "--hiden-size", "8", NULL};
+    EXPECT_ERROR(parse(&c, a1), MG_ERR_USAGE,
+                 "unknown flag '--hiden-size'; did you mean '--hidden-size'?");
+    MG_EXPECT(!memcmp(&c, &before, sizeof c), "a failed parse must not change the config");
+    const char *a2[] = {"--num_layers", "4", NULL};
+    EXPECT_ERROR(parse(&c, a2), MG_ERR_USAGE, "did you mean '--num-layers'?");
+    const char *a3[] = {"--tensor-parallel-size", "2", NULL};
+    EXPECT_ERROR(parse(&c, a3), MG_ERR_USAGE, "did you mean '--tensor-model-parallel-size'?");
+    const char *a4[] = {"--hidden", "8", NULL}; /* no abbreviations, but suggest the full name */
+    EXPECT_ERROR(parse(&c, a4), MG_ERR_USAGE, "did you mean '--hidden-size'?");
+    const char *a5[] = {"--xyzzy", NULL};
+    EXPECT_ERROR(parse(&c, a5), MG_ERR_USAGE, "see `megatron train --help`");
+    const char *a6[] = {"--xyzzy=3", NULL};
+    EXPECT_ERROR(parse(&c, a6), MG_ERR_USAGE, "unknown flag '--xyzzy';");
+    const char *a7[] = {"train", NULL};
+    EXPECT_ERROR(parse(&c, a7), MG_ERR_USAGE, "unexpected argument 'train'");
+    MG_EXPECT(!memcmp(&c, &before, sizeof c), "failed parses must not change the config");
+}
+
+MG_TEST(flags_bad_values) {
+    mg_config c, before;
+    mg_config_defaults(&c);
+    before = c;
+    const char *a1[] = {"--num-layers", "abc", NULL};
+    EXPECT_ERROR(parse(&c, a1), MG_ERR_USAGE, "--num-layers expects an integer, got 'abc'");
+    const char *a2[] = {"--num-layers", "2.0", NULL};
+    EXPECT_ERROR(parse(&c, a2), MG_ERR_USAGE, "--num-layers expects an integer, got '2.0'");
+    const char *a3[] = {"--num-layers", "99999999999", NULL};
+    EXPECT_ERROR(parse(&c, a3), MG_ERR_USAGE, "expects an integer in [-2147483648, 2147483647]");
+    const char *a4[] = {"--train-iters", "9007199254740993", NULL};
+    EXPECT_ERROR(parse(&c, a4), MG_ERR_USAGE, "--train-iters expects an integer in");
+    const char *a5[] = {"--lr", "fast", NULL};
+    EXPECT_ERROR(parse(&c, a5), MG_ERR_USAGE, "--lr expects a number, got 'fast'");
+    const char *a6[] = {"--lr=nan", NULL};
+    EXPECT_ERROR(parse(&c, a6), MG_ERR_USAGE, "--lr expects a finite number, got 'nan'");
+    const char *a7[] = {"--lr=", NULL};
+    EXPECT_ERROR(parse(&c, a7), MG_ERR_USAGE, "--lr expects a number, got ''");
+    const char *a8[] = {"--normalization", "rmsnorm", NULL};
+    EXPECT_ERROR(parse(&c, a8), MG_ERR_USAGE,
+                 "--normalization expects one of LayerNorm or RMSNorm, got 'rmsnorm'");
+    const char *a9[] = {"--position-embedding-type", "alibi", NULL};
+    EXPECT_ERROR(parse(&c, a9), MG_ERR_USAGE, "learned_absolute, rope or none");
+    const char *a10[] = {"--lr-decay-style", "WSD", NULL};
+    EXPECT_ERROR(parse(&c, a10), MG_ERR_UNSUPPORTED,
+                 "--lr-decay-style WSD is not supported yet by this build; use constant, linear");
+    const char *a11[] = {"--num-layers", NULL};
+    EXPECT_ERROR(parse(&c, a11), MG_ERR_USAGE,
+                 "--num-layers expects a value; write --num-layers N");
+    const char *a12[] = {"--save", "--load", "x", NULL};
+    EXPECT_ERROR(parse(&c, a12), MG_ERR_USAGE, "--save expects a value, got the flag '--load'");
+    const char *a13[] = {"--swiglu=true", NULL};
+    EXPECT_ERROR(parse(&c, a13), MG_ERR_USAGE, "--swiglu takes no value");
+    const char *a14[] = {"--device", "tpu", NULL};
+    EXPECT_ERROR(parse(&c, a14), MG_ERR_USAGE, "--device expects one of cpu or cuda, got 'tpu'");
+    char longpath[2000];
+    memset(longpath, 'a', sizeof longpath - 1);
+    longpath[sizeof longpath - 1] = '\0';
+    const char *a15[] = {"--save", longpath, NULL};
+    EXPECT_ERROR(parse(&c, a15), MG_ERR_USAGE, "--save value is too long");
+    const char *a16[] = {"--lr-warmup-iters", "5", "--lr-warmup-fraction", "0.1", NULL};
+    EXPECT_ERROR(parse(&c, a16), MG_ERR_USAGE, "are both given; pass only one");
+    MG_EXPECT(!memcmp(&c, &before, sizeof c), "failed parses must not change the config");
+    /* Megatron allows the pair when the iterations are 0. */
+    const char *a17[] = {"--lr-warmup-iters", "0", "--lr-warmup-fraction", "0.1", NULL};
+    MG_EXPECT_OK(parse(&c, a17));
+}
+
+MG_TEST(flags_ignored_flags_are_accepted_and_seen) {
+    mg_config c, before;
+    mg_config_defaults(&c);
+    before = c;
+    const char *args[] = {"--use-mcore-models",
+                          "--transformer-impl",
+                          "transformer_engine",
+                          "--use-flash-attn",
+                          "--no-masked-softmax-fusion",
+                          "--no-bias-gelu-fusion",
+                          "--no-bias-swiglu-fusion",
+                          "--no-bias-dropout-fusion",
+                          "--no-rope-fusion",
+                          "--no-gradient-accumulation-fusion",
+                          "--distributed-backend=nccl",
+                          "--attention-softmax-in-fp32",
+                          "--accumulate-allreduce-grads-in-fp32",
+                          "--hidden-dropout",
+                          "0",
+                          "--attention-dropout=0.0",
+                          "--log-throughput",
+                          "--no-async-tensor-model-parallel-allreduce",
+                          "--tokenizer-type",
+                          "GPT2BPETokenizer",
+                          "--bf16",
+                          "--tensor-model-parallel-size",
+                          "1",
+                          "--pipeline-model-parallel-size=1",
+                          "--context-parallel-size",
+                          "1",
+                          "--expert-model-parallel-size",
+                          "1",
+                          "--optimizer",
+                          "adam",
+                          NULL};
+    MG_EXPECT_OK(parse(&c, args));
+    MG_EXPECT(!memcmp(&c, &before, sizeof c),
+              "ignored and trivial flags must not change the config");
+    MG_EXPECT(mg_flags_seen("--bf16") && mg_flags_seen("--use-flash-attn"), "seen");
+    MG_EXPECT(!mg_flags_seen("--fp16") && !mg_flags_seen("--nonexistent"), "not seen");
+    /* A failed parse keeps the record of the last successful one. */
+    const char *bad[] = {"--fp16", "--bogus", NULL};
+    MG_EXPECT(parse(&c, bad) == MG_ERR_USAGE, "--bogus accepted");
+    MG_EXPECT(mg_flags_seen("--bf16") && !mg_flags_seen("--fp16"), "seen changed by a failure");
+    const char *next[] = {"--fp16", NULL};
+    MG_EXPECT_OK(parse(&c, next));
+    MG_EXPECT(!mg_flags_seen("--bf16") && mg_flags_seen("--fp16"), "seen is per parse");
+}
+
+MG_TEST(flags_not_yet_flags_fail_unless_trivial) {
+    mg_config c, before;
+    mg_config_defaults(&c);
+    before = c;
+    const char *a1[] = {"--tensor-model-parallel-size", "2", NULL};
+    EXPECT_ERROR(parse(&c, a1), MG_ERR_UNSUPPORTED,
+                 "--tensor-model-parallel-size 2 is not supported yet by this build (single "
+                 "process); use 1");
+    const char *a2[] = {"--pipeline-model-parallel-size=4", NULL};
+    EXPECT_ERROR(parse(&c, a2), MG_ERR_UNSUPPORTED, "--pipeline-model-parallel-size 4 is not");
+    const char *a3[] = {"--tensor-model-parallel-size", "two", NULL};
+    EXPECT_ERROR(parse(&c, a3), MG_ERR_USAGE, "expects an integer, got 'two'");
+    const char *a4[] = {"--sequence-parallel", NULL};
+    EXPECT_ERROR(parse(&c, a4), MG_ERR_UNSUPPORTED, "--sequence-parallel is not supported yet");
+    const char *a5[] = {"--use-distributed-optimizer", NULL};
+    EXPECT_ERROR(parse(&c, a5), MG_ERR_UNSUPPORTED, "drop it");
+    const char *a6[] = {"--num-experts", "8", NULL};
+    EXPECT_ERROR(parse(&c, a6), MG_ERR_UNSUPPORTED, "--num-experts 8 is not supported yet");
+    const char *a7[] = {"--hidden-dropout", "0.1", NULL};
+    EXPECT_ERROR(parse(&c, a7), MG_ERR_UNSUPPORTED, "dropout is not implemented); use 0");
+    const char *a8[] = {"--data-path", "/data/corpus_text_document", NULL};
+    EXPECT_ERROR(parse(&c, a8), MG_ERR_UNSUPPORTED, "use --mock-data");
+    const char *a9[] = {"--vocab-file", "vocab.json", NULL};
+    EXPECT_ERROR(parse(&c, a9), MG_ERR_UNSUPPORTED, "pass --vocab-size N");
+    const char *a10[] = {"--train-samples", "1000", NULL};
+    EXPECT_ERROR(parse(&c, a10), MG_ERR_UNSUPPORTED, "use --train-iters");
+    const char *a11[] = {"--fp8-format", "hybrid", NULL};
+    EXPECT_ERROR(parse(&c, a11), MG_ERR_UNSUPPORTED, "--fp8-format hybrid is not supported yet");
+    const char *a12[] = {"--recompute-granularity", "full", NULL};
+    EXPECT_ERROR(parse(&c, a12), MG_ERR_UNSUPPORTED, "--recompute-granularity full");
+    const char *names[] = {"--context-parallel-size",
+                           "--expert-model-parallel-size",
+                           "--overlap-grad-reduce",
+                           "--overlap-param-gather",
+                           "--recompute-activations",
+                           "--merge-file",
+                           "--split"};
+    for (int i = 0; i < 7; i++)
+        MG_EXPECT(mg_flag_find(names[i]) >= 0 &&
+                      mg_flag_table[mg_flag_find(names[i])].status == MG_FLAG_NOT_YET,
+                  "%s should be a not-yet flag", names[i]);
+    MG_EXPECT(!memcmp(&c, &before, sizeof c), "failed parses must not change the config");
+}
+
+static void expect_validated(mg_test_ctx *t, const char *const *extra, mg_config *out) {
+    MG_EXPECT_OK(parse_base(out, NULL, extra));
+    MG_EXPECT_OK(mg_config_validate(out));
+}
+
+MG_TEST(flags_validate_resolves_derived_values) {
+    mg_config c;
+    expect_validated(t, NULL, &c);
+    MG_EXPECT(c.ffn_hidden_size == 256, "ffn %d, want 4*64", c.ffn_hidden_size);
+    MG_EXPECT(c.kv_channels == 16, "kv %d, want 64/4", c.kv_channels);
+    MG_EXPECT(c.num_query_groups == 4, "groups %d, want heads", c.num_query_groups);
+    MG_EXPECT(c.max_position_embeddings == 32, "max pos %d", c.max_position_embeddings);
+    MG_EXPECT(c.global_batch_size == 1, "gbs %d, want mbs 1 x dp 1", c.global_batch_size);
+    MG_EXPECT(c.lr_decay_iters == 10, "decay iters %lld", (long long)c.lr_decay_iters);
+    MG_EXPECT(c.min_lr == 0 && c.lr_warmup_iters == 0, "min lr / warmup");
+
+    /* Megatron's SwiGLU rule int((4*h*2/3)/64)*64: 64 -> 128, 4096 -> 10880, 768 -> 2048. */
+    const int h[] = {64, 4096, 768}, want[] = {128, 10880, 2048};
+    for (int i = 0; i < 3; i++) {
+        char hs[16];
+        snprintf(hs, sizeof hs, "%d", h[i]);
+        const char *extra[] = {"--swiglu", "--hidden-size", hs, NULL};
+        expect_validated(t, extra, &c);
+        MG_EXPECT(c.ffn_hidden_size == want[i], "swiglu hidden %d: ffn %d, want %d", h[i],
+                  c.ffn_hidden_size, want[i]);
+    }
+    const char *given[] = {"--ffn-hidden-size", "100", "--kv-channels", "10", "--swiglu", NULL};
+    expect_validated(t, given, &c);
+    MG_EXPECT(c.ffn_hidden_size == 100 && c.kv_channels == 10, "explicit values kept");
+
+    /* --num-query-groups counts only with --group-query-attention; there its default is 1. */
+    const char *ng_only[] = {"--num-query-groups", "2", NULL};
+    expect_validated(t, ng_only, &c);
+    MG_EXPECT(c.num_query_groups == 4, "groups %d without GQA, want heads", c.num_query_groups);
+    const char *gqa[] = {"--group-query-attention", NULL};
+    expect_validated(t, gqa, &c);
+    MG_EXPECT(c.num_query_groups == 1, "GQA default groups %d, want Megatron's 1",
+              c.num_query_groups);
+    const char *gqa2[] = {"--group-query-attention", "--num-query-groups", "2", NULL};
+    expect_validated(t, gqa2, &c);
+    MG_EXPECT(c.num_query_groups == 2, "groups %d", c.num_query_groups);
+
+    const char *batch[] = {"--micro-batch-size",
+                           "4",
+                           "--global-batch-size",
+                           "12",
+                           "--lr-decay-iters",
+                           "8",
+                           "--max-position-embeddings",
+                           "64",
+                           NULL};
+    expect_validated(t, batch, &c);
+    MG_EXPECT(c.global_batch_size == 12 && c.micro_batch_size == 4, "batch kept");
+    MG_EXPECT(c.lr_decay_iters == 8 && c.max_position_embeddings == 64, "explicit kept");
+
+    /* Validation is idempotent: a validated config (e.g. read back from a checkpoint) passes
+     * again unchanged. */
+    mg_config again = c;
+    MG_EXPECT_OK(mg_config_validate(&again));
+    MG_EXPECT(!memcmp(&again, &c, sizeof c), "second validation changed the config");
+}
+
+MG_TEST(flags_validate_warmup_fraction) {
+    mg_config c;
+    const char *f[] = {"--train-iters", "100", "--lr-warmup-fraction", "0.1", NULL};
+    expect_validated(t, f, &c);
+    MG_EXPECT(c.lr_warmup_iters == 10 && c.lr_warmup_fraction == 0.1, "warmup %lld fraction %g",
+              (long long)c.lr_warmup_iters, c.lr_warmup_fraction);
+    /* 0.07 * 40 = 2.8000000000000003: the integer part, the fraction kept for the scheduler. */
+    const char *g[] = {"--train-iters", "50", "--lr-decay-iters", "40", "--lr-warmup-fraction",
+                       "0.07",          NULL};
+    expect_validated(t, g, &c);
+    MG_EXPECT(c.lr_warmup_iters == 2 && c.lr_warmup_fraction == 0.07, "warmup %lld",
+              (long long)c.lr_warmup_iters);
+    mg_config again = c;
+    MG_EXPECT_OK(mg_config_validate(&again));
+    MG_EXPECT(!memcmp(&again, &c, sizeof c), "revalidation changed the warm-up");
+
+    /* Both given to the library directly (the parser refuses it earlier). */
+    c.lr_warmup_iters = 5;
+    mg_config before = c;
+    EXPECT_ERROR(mg_config_validate(&c), MG_ERR_USAGE, "are both given; pass only one");
+    MG_EXPECT(!memcmp(&c, &before, sizeof c), "failed validation changed the config");
+    const char *h[] = {"--lr-warmup-fraction", "1.0", NULL};
+    MG_EXPECT_OK(parse_base(&c, NULL, h));
+    EXPECT_ERROR(mg_config_validate(&c), MG_ERR_USAGE, "--lr-warmup-fraction must be in [0, 1)");
+}
+
+MG_TEST(flags_validate_rejects_bad_combinations) {
+    static const struct {
+        const char *drop;
+        const char *extra[10];
+        mg_status code;
+        const char *msg;
+    } cases[] = {
+        {"--num-layers", {NULL}, MG_ERR_USAGE, "missing required model flag --num-layers"},
+        {"--seq-length", {NULL}, MG_ERR_USAGE, "missing required model flag --seq-length"},
+        {NULL, {"--hidden-size", "0"}, MG_ERR_USAGE, "--hidden-size must be positive, got 0"},
+        {NULL, {"--num-layers", "-3"}, MG_ERR_USAGE, "--num-layers must be positive, got -3"},
+        {"--train-iters", {NULL}, MG_ERR_USAGE, "missing --train-iters N"},
+        {NULL, {"--train-iters", "0"}, MG_ERR_USAGE, "--train-iters must be positive"},
+        {NULL,
+         {"--hidden-size", "100", "--num-attention-heads", "3"},
+         MG_ERR_USAGE,
+         "--hidden-size 100 is not divisible by --num-attention-heads 3; choose sizes that "
+         "divide or pass --kv-channels"},
+        {NULL,
+         {"--group-query-attention", "--num-query-groups", "3"},
+         MG_ERR_USAGE,
+         "--num-attention-heads 4 is not divisible by --num-query-groups 3"},
+        {NULL,
+         {"--global-batch-size", "10", "--micro-batch-size", "4"},
+         MG_ERR_USAGE,
+         "--global-batch-size 10 is not divisible by --micro-batch-size 4 × data-parallel size 1"},
+        {NULL, {"--micro-batch-size", "0"}, MG_ERR_USAGE, "--micro-batch-size must be positive"},
+        {NULL,
+         {"--seq-length", "64", "--max-position-embeddings", "32"},
+         MG_ERR_USAGE,
+         "--seq-length 64 exceeds --max-position-embeddings 32"},
+        {NULL,
+         {"--hidden-size", "12", "--num-attention-heads", "4", "--position-embedding-type", "rope"},
+         MG_ERR_USAGE,
+         "rope needs an even head size"},
+        {NULL, {"--swiglu", "--hidden-size", "16"}, MG_ERR_USAGE, "pass --ffn-hidden-size"},
+        {"--lr", {NULL}, MG_ERR_USAGE, "missing --lr"},
+        {NULL, {"--lr", "-0.5"}, MG_ERR_USAGE, "--lr must be >= 0, got -0.5"},
+        {NULL, {"--min-lr", "0.1"}, MG_ERR_USAGE, "--min-lr 0.1 is larger than --lr 0.001"},
+        {NULL,
+         {"--lr-warmup-iters", "10"},
+         MG_ERR_USAGE,
+         "--lr-warmup-iters 10 must be less than the 10 decay iterations"},
+        {NULL, {"--lr-decay-iters", "0"}, MG_ERR_USAGE, "--lr-decay-iters must be positive"},
+        {NULL, {"--adam-beta1", "1"}, MG_ERR_USAGE, "--adam-beta1 must be in [0, 1), got 1"},
+        {NULL, {"--adam-beta2", "-0.1"}, MG_ERR_USAGE, "--adam-beta2 must be in [0, 1)"},
+        {NULL, {"--adam-eps", "0"}, MG_ERR_USAGE, "--adam-eps must be positive"},
+        {NULL, {"--clip-grad", "-1"}, MG_ERR_USAGE, "--clip-grad must be >= 0"},
+        {"--vocab-size",
+         {NULL},
+         MG_ERR_USAGE,
+         "--mock-data needs --vocab-size N (no tokenizer files given)"},
+        {"--mock-data",
+         {NULL},
+         MG_ERR_USAGE,
+         "no training data: pass --mock-data (real data arrives with --data-path)"},
+        {NULL,
+         {"--make-vocab-size-divisible-by", "0"},
+         MG_ERR_USAGE,
+         "--make-vocab-size-divisible-by must be >= 1"},
+        {NULL, {"--log-interval", "0"}, MG_ERR_USAGE, "--log-interval must be positive"},
+        {NULL, {"--eval-interval", "-5"}, MG_ERR_USAGE, "--eval-interval must be positive"},
+        {NULL, {"--save-interval", "0"}, MG_ERR_USAGE, "--save-interval must be positive"},
+        {NULL, {"--exit-interval", "0"}, MG_ERR_USAGE, "--exit-interval must be positive"},
+        {NULL, {"--seed", "-1"}, MG_ERR_USAGE, "--seed must be in [0, 4294967295]"},
+        {NULL, {"--num-threads", "0"}, MG_ERR_USAGE, "--num-threads must be positive"},
+        {NULL,
+         {"--device", "cuda"},
+         MG_ERR_UNSUPPORTED,
+         "the CUDA backend is not built yet; use --device cpu"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        mg_config c;
+        MG_EXPECT_OK(parse_base(&c, cases[i].drop, cases[i].extra));
+        mg_config before = c;
+        mg_error_clear();
+        mg_status st = mg_config_validate(&c);
+        MG_EXPECT(st == cases[i].code, "case %zu (%s): got %s, want %s: %s", i, cases[i].msg,
+                  mg_status_name(st), mg_status_name(cases[i].code), mg_error_message());
+        MG_EXPECT(strstr(mg_error_message(), cases[i].msg) != NULL, "case %zu: '%s' lacks '%s'", i,
+                  mg_error_message(), cases[i].msg);
+        MG_EXPECT(!memcmp(&c, &before, sizeof c), "case %zu: failed validation changed the config",
+                  i);
+    }
+}
+
+MG_TEST(flags_padded_vocab) {
+    mg_config c;
+    mg_config_defaults(&c);
+    const int vocab[] = {50257, 128, 129, 1, 100}, div[] = {128, 128, 128, 128, 1};
+    const int want[] = {50304, 128, 256, 128, 100};
+    for (int i = 0; i < 5; i++) {
+        c.vocab_size = vocab[i];
+        c.make_vocab_size_divisible_by = div[i];
+        MG_EXPECT(mg_config_padded_vocab(&c) == want[i], "vocab %d / %d: %d, want %d", vocab[i],
+                  div[i], mg_config_padded_vocab(&c), want[i]);
+    }
+}
+
+/* A config exercising every kind: odd doubles, a negative zero, 2^53, escapes in strings. */
+static void rich_config(mg_test_ctx *t, mg_config *c) {
+    const char *extra[] = {"--swiglu",
+                           "--normalization",
+                           "RMSNorm",
+                           "--position-embedding-type",
+                           "rope",
+                           "--lr",
+                           "0.1",
+                           "--min-lr",
+                           "1.0000000000000002e-5",
+                           "--init-method-std",
+                           "0.0069999999999999993",
+                           "--lr-warmup-init",
+                           "-0.0",
+                           "--lr-warmup-fraction",
+                           "0.3333333333333333",
+                           "--lr-decay-style",
+                           "cosine",
+                           "--train-iters",
+                           "9007199254740992",
+                           "--seed",
+                           "4294967295",
+                           "--save",
+                           "dir with \"quotes\", \\backslash\\, tab\t and ünïcode",
+                           "--metrics-file",
+                           "m.jsonl",
+                           "--group-query-attention",
+                           "--num-query-groups",
+                           "2",
+                           NULL};
+    MG_EXPECT_OK(parse_base(c, NULL, extra));
+    MG_EXPECT_OK(mg_config_validate(c));
+}
+
+static void expect_fields_equal(mg_test_ctx *t, const mg_config *a, const mg_config *b) {
+    for (int i = 0; i < mg_flag_count; i++) {
+        const mg_flag_spec *f = &mg_flag_table[i];
+        if (f->key && memcmp(mg_flag_cfield(a, f), mg_flag_cfield(b, f), f->size))
+            MG_EXPECT(0, "field %s differs after the round trip", f->key);
+    }
+    MG_EXPECT(!memcmp(a, b, sizeof *a), "configs differ bytewise");
+}
+
+MG_TEST(flags_json_round_trip_is_exact) {
+    mg_config c, back;
+    rich_config(t, &c);
+    char *json = NULL;
+    MG_EXPECT_OK(mg_config_to_json(&c, &json));
+    if (!json) return;
+    MG_EXPECT(strstr(json, "\"num_layers\": 2") != NULL, "JSON lacks num_layers: %s", json);
+    MG_EXPECT(strstr(json, "\"normalization\": \"RMSNorm\"") != NULL, "enum as its choice");
+    MG_EXPECT(strstr(json, "\"lr\": 0.10000000000000001") != NULL, "%%.17g doubles");
+    mg_config_defaults(&back);
+    MG_EXPECT_OK(mg_config_from_json(&back, json));
+    expect_fields_equal(t, &c, &back);
+
+    /* Reading an object already parsed by cJSON is exact too (re-printing it with cJSON is not:
+     * cJSON_Print keeps 15 digits when they match to a relative epsilon). */
+    cJSON *root = cJSON_Parse(json);
+    mg_config_defaults(&back);
+    MG_EXPECT_OK(mg_config_from_cjson(&back, root));
+    expect_fields_equal(t, &c, &back);
+    cJSON_Delete(root);
+
+    /* Defaults (unvalidated, with their -1 markers) round-trip as well. */
+    mg_config d;
+    mg_config_defaults(&d);
+    free(json);
+    MG_EXPECT_OK(mg_config_to_json(&d, &json));
+    memset(&back, 0, sizeof back);
+    MG_EXPECT_OK(mg_config_from_json(&back, json));
+    expect_fields_equal(t, &d, &back);
+    free(json);
+}
+
+MG_TEST(flags_json_rejects_bad_input) {
+    mg_config c, before;
+    rich_config(t, &c);
+    before = c;
+    EXPECT_ERROR(mg_config_from_json(&c, "{\"num_layers\": 3, \"num_layer\": 2}"), MG_ERR_FORMAT,
+                 "unknown key 'num_layer'");
+    EXPECT_ERROR(mg_config_from_json(&c, "{\"num_layers\": \"2\"}"), MG_ERR_FORMAT,
+                 "'num_layers' must be an integer");
+    EXPECT_ERROR(mg_config_from_json(&c, "{\"num_layers\": 2.5}"), MG_ERR_FORMAT,
+                 "'num_layers' must be an integer");
+    EXPECT_ERROR(mg_config_from_json(&c, "{\"num_layers\": 3e9}"), MG_ERR_FORMAT,
+                 "'num_layers' must be an integer in");
+    EXPECT_ERROR(mg_config_from_json(&c, "{\"seed\": 1e17}"), MG_ERR_FORMAT, "'seed' must be");
+    EXPECT_ERROR(mg_config_from_json(&c, "{\"lr\": \"0.1\"}"), MG_ERR_FORMAT,
+                 "'lr' must be a number");
+    EXPECT_ERROR(mg_config_from_json(&c, "{\"swiglu\": 1}"), MG_ERR_FORMAT,
+                 "'swiglu' must be true or false");
+    EXPECT_ERROR(mg_config_from_json(&c, "{\"normalization\": \"BatchNorm\"}"), MG_ERR_FORMAT,
+                 "'normalization' must be one of the --normalization choices");
+    EXPECT_ERROR(mg_config_from_json(&c, "{\"device\": 3}"), MG_ERR_FORMAT,
+                 "'device' must be a string");
+    EXPECT_ERROR(mg_config_from_json(&c, "{\"num_layers\": 2,"), MG_ERR_FORMAT, "malformed");
+    EXPECT_ERROR(mg_config_from_json(&c, "[1, 2]"), MG_ERR_FORMAT, "must be an object");
+    EXPECT_ERROR(mg_config_from_json(&c, NULL), MG_ERR_FORMAT, "no text");
+    MG_EXPECT(!memcmp(&c, &before, sizeof c), "failed reads must not change the config");
+    /* A partial object sets only what it names. */
+    MG_EXPECT_OK(mg_config_from_json(&c, "{\"num_layers\": 5}"));
+    MG_EXPECT(c.num_layers == 5 && c.hidden_size == before.hidden_size, "partial read");
+}
+
+/* Every byte of mg_config not covered by a table field must be padding: a gap is padding only
+ * when it is shorter than the alignment of the field after it. Catches a field added to
+ * megatron.h without a flag (it would never be parsed, printed or saved). */
+MG_TEST(flags_table_covers_every_config_field) {
+    unsigned char covered[sizeof(mg_config)] = {0};
+    for (int i = 0; i < mg_flag_count; i++) {
+        const mg_flag_spec *f = &mg_flag_table[i];
+        if (!f->key) continue;
+        MG_EXPECT(f->offset + f->size <= sizeof(mg_config), "%s out of range", f->key);
+        for (size_t b = f->offset; b < f->offset + f->size; b++) {
+            MG_EXPECT(!covered[b], "field %s overlaps another", f->key);
+            covered[b] = 1;
+        }
+    }
+    for (size_t b = 0; b < sizeof(mg_config);) {
+        if (covered[b]) {
+            b++;
+            continue;
+        }
+        size_t end = b;
+        while (end < sizeof(mg_config) && !covered[end]) end++;
+        size_t align = 8; /* struct tail: the strictest alignment */
+        for (int i = 0; i < mg_flag_count; i++) {
+            const mg_flag_spec *f = &mg_flag_table[i];
+            if (f->key && f->offset == end)
+                align = f->kind == MG_FLAG_BOOL || f->kind == MG_FLAG_STRING ? 1 : f->size;
+        }
+        MG_EXPECT(end - b < align, "bytes [%zu, %zu) of mg_config belong to no flag", b, end);
+        b = end;
+    }
+}
