@@ -1,5 +1,5 @@
 # megatron.c build. `make` builds build/megatron; `make test` runs the CPU suite; `make run` trains
-# the demo model; `make asan` runs the unit tests under AddressSanitizer + UBSan.
+# the demo model; `make asan` runs the whole suite under AddressSanitizer + UBSan.
 # The build detects the toolchain and libraries and prints one line of what it found.
 
 CC      ?= gcc
@@ -73,7 +73,7 @@ test: deps
 asan:
 	@$(MAKE) --no-print-directory BUILD=build-asan OPT="-O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined" \
 	    LDLIBS="-fsanitize=address,undefined $(LDLIBS)" build-asan/unit_tests build-asan/megatron
-	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 OMP_NUM_THREADS=2 build-asan/unit_tests
+	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 tests/run.sh build-asan
 
 DEMO_DIR ?= runs/demo
 run: deps

@@ -221,7 +221,7 @@ const mg_flag_spec mg_flag_table[] = {
     {"--load", CKPT, STRING, FIELD(load), .arg = "DIR", .help = "directory to resume from"},
 
     /* data */
-    {"--mock-data", DATA, BOOL, FIELD(mock_data), .help = "synthetic random tokens"},
+    {"--mock-data", DATA, BOOL, FIELD(mock_data), .help = "synthetic documents of counting tokens (Megatron's mock data)"},
     {"--data-path", DATA, STRING, NOT_YET, .arg = "PATH",
      .why = "(indexed datasets are not implemented); use --mock-data", .help = "dataset prefix"},
     {"--split", DATA, STRING, NOT_YET, .arg = "A,B,C",

@@ -72,7 +72,13 @@ int mg_metrics_format_line_at(char *buf, size_t cap, const char *timestamp,
     sb_printf(&b, " |");
     if (!(r->tflops_per_gpu < 0)) {
         sb_printf(&b, " throughput per GPU (TFLOP/s/GPU): ");
-        sb_float(&b, "%.1f", false, r->tflops_per_gpu);
+        /* Megatron's {:.1f}; below 1 TFLOP/s (CPU runs) three decimals keep it readable */
+        sb_float(&b, r->tflops_per_gpu < 1.0 ? "%.3f" : "%.1f", false, r->tflops_per_gpu);
+        sb_printf(&b, " |");
+    }
+    if (!(r->tokens_per_s < 0)) { /* ours, not Megatron's: the speed users compare */
+        sb_printf(&b, " tokens per second: ");
+        sb_float(&b, "%.0f", false, r->tokens_per_s);
         sb_printf(&b, " |");
     }
     if (!(r->lr < 0)) {

@@ -30,7 +30,8 @@ static mg_log_record sample_record(void) {
     return r;
 }
 
-/* The line Python builds from the same values: " [ts]" + ' iteration {:8d}/{:8d} |' + ... */
+/* The line Python builds from the same values: " [ts]" + ' iteration {:8d}/{:8d} |' + ..., plus
+ * our tokens-per-second field and three decimals for TFLOP/s below 1. */
 MG_TEST(metrics_line_matches_megatron) {
     mg_log_record r = sample_record();
     char line[1024];
@@ -38,7 +39,8 @@ MG_TEST(metrics_line_matches_megatron) {
     const char *want = " [2026-11-21 09:05:03.041250] iteration       10/     500 |"
                        " consumed samples:           80 |"
                        " elapsed time per iteration (ms): 1234.6 |"
-                       " throughput per GPU (TFLOP/s/GPU): 0.4 |"
+                       " throughput per GPU (TFLOP/s/GPU): 0.432 |"
+                       " tokens per second: 1659 |"
                        " learning rate: 1.500000E-04 |"
                        " global batch size:     8 |"
                        " lm loss: 6.931472E+00 |"
@@ -55,6 +57,7 @@ MG_TEST(metrics_line_optional_and_nonfinite_fields) {
      * loss when its average is not >= 0 (NaN); a NaN grad norm prints as Python's "nan". */
     mg_log_record r = sample_record();
     r.tflops_per_gpu = -1;
+    r.tokens_per_s = -1;
     r.lr = -1;
     r.lm_loss = NAN;
     r.grad_norm = -NAN; /* a negative NaN must still print "nan", not glibc's "-nan" */
