@@ -1,5 +1,6 @@
 #include "train/checkpoint.h"
 
+#include "core/env.h"
 #include "core/flags.h"
 #include "model/hf_names.h"
 
@@ -129,6 +130,10 @@ mg_status mg_checkpoint_save(const char *dir, const mg_train_state *s, const mg_
     snprintf(path, sizeof path, "%s/model.safetensors", tmp);
     mg_status st = mg_safetensors_write(path, set.tensors, set.n, meta);
     mg_hf_export_free(&set);
+    /* fault injection for the crash-safety test: fail as a full disk would, mid-checkpoint */
+    if (st == MG_OK && strcmp(mg_env_str("MG_FAULT_CHECKPOINT", ""), "after-model") == 0)
+        st = MG_FAIL(MG_ERR_IO, "cannot write %s/optimizer.safetensors: injected fault "
+                                "(MG_FAULT_CHECKPOINT=after-model)", tmp);
     if (st == MG_OK) {
         snprintf(path, sizeof path, "%s/optimizer.safetensors", tmp);
         st = write_optimizer(path, g, t);

@@ -58,12 +58,40 @@ check_resume() { # NAME EXTRA_FLAGS...
 check_resume train_resume_bitwise_gpt2
 check_resume train_resume_bitwise_llama "${LLAMA[@]}"
 
-# 3. a checkpoint of a different model is refused with a one-line error
+# 3. a save that fails half-way leaves the previous checkpoint as the latest, and nothing behind
+d="$TMP/train_resume_bitwise_gpt2"
+if [ -d "$d/ckpt" ]; then
+    cp -r "$d/ckpt" "$TMP/crash"   # holds iterations 5 and 10: roll it back to 5
+    rm -rf "$TMP/crash/iter_0000010"; echo 5 >"$TMP/crash/latest_checkpointed_iteration.txt"
+    MG_FAULT_CHECKPOINT=after-model "$MEGATRON" train "${MODEL[@]}" --train-iters 10 --load "$TMP/crash" \
+        --save "$TMP/crash" --save-interval 5 >"$TMP/crash.log" 2>&1; rc=$?
+    if [ $rc -ne 1 ]; then fail train_failed_save_keeps_latest "exit code $rc, expected 1"
+    elif [ "$(cat "$TMP/crash/latest_checkpointed_iteration.txt")" != 5 ]; then
+        fail train_failed_save_keeps_latest "tracker moved to $(cat "$TMP/crash/latest_checkpointed_iteration.txt")"
+    elif ls -d "$TMP"/crash/iter_0000010* >/dev/null 2>&1; then
+        fail train_failed_save_keeps_latest "a partial iteration-10 checkpoint was left: $(ls "$TMP/crash")"
+    elif ! grep -q 'injected fault' "$TMP/crash.log"; then
+        fail train_failed_save_keeps_latest "no error reported: $(tail -n 2 "$TMP/crash.log")"
+    else
+        "$MEGATRON" train "${MODEL[@]}" --train-iters 10 --load "$TMP/crash" \
+            --metrics-file "$TMP/crash.jsonl" >/dev/null 2>&1 &&
+            diff <(losses "$TMP/crash.jsonl") <(losses "$d/full.jsonl" | tail -n 5) >/dev/null &&
+            pass train_failed_save_keeps_latest ||
+            fail train_failed_save_keeps_latest "resuming from the surviving checkpoint differs"
+    fi
+    # a truncated weights file is a one-line error naming the file
+    cp -r "$d/ckpt" "$TMP/trunc"
+    truncate -s 1000 "$TMP/trunc/iter_0000010/model.safetensors"
+    expect_error train_load_truncated_weights 1 'model.safetensors' \
+        train "${MODEL[@]}" --train-iters 12 --load "$TMP/trunc"
+fi
+
+# 4. a checkpoint of a different model is refused with a one-line error
 if [ -d "$TMP/train_resume_bitwise_gpt2/ckpt" ]; then
     expect_error train_load_shape_mismatch 2 'saved with --hidden-size 64 but this run has 96' \
         train "${MODEL[@]}" --hidden-size 96 --train-iters 12 --load "$TMP/train_resume_bitwise_gpt2/ckpt"
 fi
-# 4. a corrupt tracker file is a one-line error, not a crash
+# 5. a corrupt tracker file is a one-line error, not a crash
 mkdir -p "$TMP/badckpt"; echo "five" >"$TMP/badckpt/latest_checkpointed_iteration.txt"
 expect_error train_load_bad_tracker 1 'latest_checkpointed_iteration.txt: expected an iteration number' \
     train "${MODEL[@]}" --train-iters 3 --load "$TMP/badckpt"
