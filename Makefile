@@ -46,6 +46,9 @@ all: info $(BUILD)/megatron
 
 info:
 	@echo "$(BUILD_LINE)"
+	@if [ -z "$(BLAS_INC)" ] || [ -z "$(HAVE_CJSON)" ]; then \
+	    echo "megatron.c needs OpenBLAS and cJSON headers: run 'make deps' as root, or" \
+	         "apt-get install -y libopenblas-dev libcjson-dev" >&2; exit 1; fi
 
 deps:
 	@tools/deps.sh
