@@ -83,6 +83,12 @@ typedef struct {
 
     /* data */
     bool mock_data;            /* --mock-data */
+    char data_path[4096];      /* --data-path PREFIX | W1 P1 W2 P2 ... (space-joined), "": none */
+    char split[64];            /* --split ("969, 30, 1", Megatron's legacy default) */
+    char data_cache_path[1024]; /* --data-cache-path, "": <prefix>/cache/GPTDataset_indices */
+    char tokenizer_type[64];   /* --tokenizer-type GPT2BPETokenizer|NullTokenizer, "": none */
+    char vocab_file[1024];     /* --vocab-file (GPT-2 vocab.json), "": none */
+    char merge_file[1024];     /* --merge-file (GPT-2 merges.txt), "": none */
 
     /* runtime */
     char device[16];           /* --device cpu (cuda arrives with the CUDA backend) */

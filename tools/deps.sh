@@ -12,6 +12,7 @@ need gcc command -v gcc
 need make command -v make
 need libopenblas-dev has_header cblas.h
 need libcjson-dev has_header cjson/cJSON.h
+need libpcre2-dev has_header pcre2.h
 [ ${#missing[@]} -eq 0 ] && exit 0
 line="apt-get install -y --no-install-recommends ${missing[*]}"
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then

@@ -9,6 +9,9 @@ static void usage(FILE *f) {
     fprintf(f, "usage: megatron <command> [flags]\n\n"
                "commands:\n"
                "  train      train a GPT model (Megatron-LM's pretrain_gpt.py flags)\n"
+               "  preprocess turn JSONL documents into a Megatron indexed dataset (.bin/.idx)\n"
+               "  data       show the samples a dataset gives the model\n"
+               "  generate   continue a prompt with a trained checkpoint\n"
                "  help       show this text; `megatron train --help` lists the training flags\n");
 }
 
@@ -23,6 +26,10 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (!strcmp(cmd, "train")) return mg_cli_train(argc - 2, argv + 2);
-    fprintf(stderr, "megatron: error: unknown command '%s'; commands: train, help\n", cmd);
+    if (!strcmp(cmd, "preprocess")) return mg_cli_preprocess(argc - 2, argv + 2);
+    if (!strcmp(cmd, "data")) return mg_cli_data(argc - 2, argv + 2);
+    if (!strcmp(cmd, "generate")) return mg_cli_generate(argc - 2, argv + 2);
+    fprintf(stderr, "megatron: error: unknown command '%s'; commands: train, preprocess, data, generate, help\n",
+            cmd);
     return 2;
 }

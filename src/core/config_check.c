@@ -6,6 +6,7 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #define USAGE(...) MG_FAIL(MG_ERR_USAGE, __VA_ARGS__)
 
@@ -96,12 +97,34 @@ static mg_status check_model(mg_config *c) {
     return MG_OK;
 }
 
+static mg_status file_flag(const char *flag, const char *path, const char *what) {
+    struct stat st;
+    if (!*path) return USAGE("--tokenizer-type GPT2BPETokenizer needs %s PATH (%s)", flag, what);
+    if (stat(path, &st) != 0 || !S_ISREG(st.st_mode))
+        return USAGE("%s %s: no such file (%s)", flag, path, what);
+    return MG_OK;
+}
+
 static mg_status check_data(const mg_config *c) {
-    if (!c->mock_data)
-        return USAGE("no training data: pass --mock-data (real data arrives with --data-path)");
-    if (c->vocab_size == -1)
+    const bool data = c->data_path[0] != '\0';
+    if (c->mock_data && data)
+        return USAGE("--mock-data and --data-path are both given; pass only one");
+    if (!c->mock_data && !data)
+        return USAGE("no training data: pass --mock-data or --data-path PREFIX");
+    const bool gpt2 = !strcmp(c->tokenizer_type, "GPT2BPETokenizer");
+    if (data && !c->tokenizer_type[0])
+        return USAGE("--data-path needs --tokenizer-type: GPT2BPETokenizer (with --vocab-file and "
+                     "--merge-file) or NullTokenizer (with --vocab-size)");
+    if (gpt2) {
+        MG_CHECK(file_flag("--vocab-file", c->vocab_file, "GPT-2's vocab.json"));
+        MG_CHECK(file_flag("--merge-file", c->merge_file, "GPT-2's merges.txt"));
+    }
+    if (c->vocab_size == -1 && !gpt2) {
+        if (c->tokenizer_type[0])
+            return USAGE("--tokenizer-type %s needs --vocab-size N", c->tokenizer_type);
         return USAGE("--mock-data needs --vocab-size N (no tokenizer files given)");
-    MG_CHECK(positive("--vocab-size", c->vocab_size));
+    }
+    if (c->vocab_size != -1) MG_CHECK(positive("--vocab-size", c->vocab_size));
     if (c->make_vocab_size_divisible_by < 1)
         return USAGE("--make-vocab-size-divisible-by must be >= 1, got %d",
                      c->make_vocab_size_divisible_by);

@@ -51,6 +51,7 @@ mg_status mg_config_to_json(const mg_config *c, char **json_out) {
             fputs(*(const bool *)p ? "true" : "false", f);
             break;
         case MG_FLAG_STRING:
+        case MG_FLAG_STRING_LIST:
             write_string(f, (const char *)p);
             break;
         case MG_FLAG_DOUBLE:
@@ -121,6 +122,7 @@ static mg_status read_field(mg_config *c, const mg_flag_spec *fl, const cJSON *i
         *(bool *)p = cJSON_IsTrue(item);
         return MG_OK;
     case MG_FLAG_STRING:
+    case MG_FLAG_STRING_LIST:
         if (!cJSON_IsString(item) || strlen(item->valuestring) >= fl->size)
             return MG_FAIL(MG_ERR_FORMAT, "config JSON: '%s' must be a string of at most %zu bytes",
                            item->string, fl->size - 1);

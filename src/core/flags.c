@@ -94,8 +94,13 @@ static mg_status parse_value(const mg_flag_spec *f, const char *s, flag_value *v
                            f->name, s, list);
         return MG_FAIL(MG_ERR_USAGE, "%s expects one of %s, got '%s'", f->name, list, s);
     case MG_FLAG_STRING:
+    case MG_FLAG_STRING_LIST:
         if (f->choices && choice_index(f->choices, s) < 0) {
             join_choices(f->choices, list, sizeof list);
+            if (choice_index(f->later, s) >= 0)
+                return MG_FAIL(MG_ERR_UNSUPPORTED,
+                               "%s %s is not supported yet by this build; use %s", f->name, s,
+                               list);
             return MG_FAIL(MG_ERR_USAGE, "%s expects one of %s, got '%s'", f->name, list, s);
         }
         if (f->key && strlen(s) >= f->size)
@@ -118,6 +123,7 @@ static bool is_trivial(const mg_flag_spec *f, const flag_value *v) {
     case MG_FLAG_DOUBLE:
         return v->d == strtod(f->trivial, NULL);
     case MG_FLAG_STRING:
+    case MG_FLAG_STRING_LIST:
         return !strcmp(v->s, f->trivial);
     default:
         return false;
@@ -141,6 +147,7 @@ static void store_value(mg_config *c, const mg_flag_spec *f, const flag_value *v
         *(bool *)p = true;
         break;
     case MG_FLAG_STRING:
+    case MG_FLAG_STRING_LIST:
         memset(p, 0, f->size); /* no stale tail from an earlier, longer value */
         memcpy(p, v->s, strlen(v->s));
         break;
@@ -215,6 +222,34 @@ static bool looks_like_flag(const char *s) {
     return !(isdigit((unsigned char)s[1]) || (s[1] == '.' && isdigit((unsigned char)s[2])));
 }
 
+/* argparse's nargs='*': the values after argv[*i] up to the next "--" flag, joined by spaces;
+ * *i ends on the last value consumed. */
+static mg_status join_list(const mg_flag_spec *f, int argc, char **argv, int *i, char *out,
+                           size_t cap) {
+    size_t used = 0;
+    out[0] = '\0';
+    int n = 0;
+    while (*i + 1 < argc && strncmp(argv[*i + 1], "--", 2) != 0) {
+        const char *v = argv[++*i];
+        if (!*v || strpbrk(v, " \t\n\r\f\v"))
+            return MG_FAIL(MG_ERR_USAGE,
+                           "%s value '%s' is empty or contains whitespace; pass "
+                           "each entry as its own argument",
+                           f->name, v);
+        size_t len = strlen(v);
+        if (used + len + 2 > cap)
+            return MG_FAIL(MG_ERR_USAGE, "%s values are too long (at most %zu bytes)", f->name,
+                           f->size - 1);
+        if (n++) out[used++] = ' ';
+        memcpy(out + used, v, len + 1);
+        used += len;
+    }
+    if (n == 0)
+        return MG_FAIL(MG_ERR_USAGE, "%s expects at least one value; write %s %s", f->name, f->name,
+                       f->arg);
+    return MG_OK;
+}
+
 mg_status mg_flags_parse(mg_config *c, int argc, char **argv, bool *help_requested) {
     *help_requested = false;
     for (int i = 0; i < argc; i++)
@@ -241,7 +276,16 @@ mg_status mg_flags_parse(mg_config *c, int argc, char **argv, bool *help_request
         if (k < 0) return unknown_flag(name);
         const mg_flag_spec *f = &mg_flag_table[k];
         const char *value = "";
-        if (f->kind == MG_FLAG_BOOL) {
+        char list[8192];
+        if (f->kind == MG_FLAG_STRING_LIST && !eq) {
+            MG_CHECK(join_list(f, argc, argv, &i, list, sizeof list));
+            value = list;
+        } else if (f->kind == MG_FLAG_STRING_LIST && (!eq[1] || strpbrk(eq + 1, " \t\n\r\f\v"))) {
+            return MG_FAIL(MG_ERR_USAGE,
+                           "%s value '%s' is empty or contains whitespace; pass "
+                           "each entry as its own argument",
+                           name, eq + 1);
+        } else if (f->kind == MG_FLAG_BOOL) {
             if (eq)
                 return MG_FAIL(MG_ERR_USAGE, "%s takes no value, got '%s'; write just %s", name, a,
                                name);
@@ -297,6 +341,7 @@ static void format_default(const mg_flag_spec *f, const mg_config *d, char *buf,
         snprintf(buf, cap, "%s", f->choices[*(const int *)p]);
         break;
     case MG_FLAG_STRING:
+    case MG_FLAG_STRING_LIST:
         snprintf(buf, cap, "%s", *(const char *)p ? (const char *)p : "none");
         break;
     }

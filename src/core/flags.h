@@ -12,6 +12,12 @@
  * this build recognises but cannot run yet (e.g. --tensor-model-parallel-size 2, --device cuda)
  * is MG_ERR_UNSUPPORTED (exit 1). On error the config is left untouched.
  *
+ * Data flags: --data-path takes several values (argparse nargs='*') stored space-joined;
+ * validation requires exactly one of --mock-data / --data-path and, with --tokenizer-type
+ * GPT2BPETokenizer, existing --vocab-file and --merge-file. vocab_size then stays -1: the caller
+ * takes the tokenizer's size (50257) before mg_config_padded_vocab. --split is parsed when the
+ * dataset is built (data/gpt_dataset.h), not here.
+ *
  * Warm-up note: with --lr-warmup-fraction, validation sets lr_warmup_iters to the integer part
  * of fraction × decay iterations and keeps lr_warmup_fraction; Megatron's scheduler uses the
  * unrounded product (in samples), so schedules must prefer the fraction when it is >= 0.

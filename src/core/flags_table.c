@@ -47,6 +47,7 @@ void mg_config_defaults(mg_config *c) {
     c->exit_interval = -1;
     c->save_interval = -1;
     c->mock_data = false;
+    strcpy(c->split, "969, 30, 1"); /* Megatron's legacy default with --data-path */
     strcpy(c->device, "cpu");
     c->num_threads = -1;
 }
@@ -62,6 +63,18 @@ static const char *const norm_choices[] = {"LayerNorm", "RMSNorm", NULL};
 static const char *const decay_choices[] = {"constant", "linear", "cosine", NULL};
 static const char *const decay_later[] = {"inverse-square-root", "WSD", NULL};
 static const char *const device_choices[] = {"cpu", "cuda", NULL};
+static const char *const tokenizer_choices[] = {"GPT2BPETokenizer", "NullTokenizer", NULL};
+static const char *const tokenizer_later[] = {"BertWordPieceLowerCase",
+                                              "BertWordPieceCase",
+                                              "SentencePieceTokenizer",
+                                              "GPTSentencePieceTokenizer",
+                                              "HuggingFaceTokenizer",
+                                              "Llama2Tokenizer",
+                                              "TikTokenizer",
+                                              "MultimodalTokenizer",
+                                              "NullMultimodalTokenizer",
+                                              "SFTTokenizer",
+                                              NULL};
 
 const char *const mg_flag_group_names[MG_FLAG_GROUP_COUNT] = {
     "model",         "regularisation and optimizer",
@@ -122,7 +135,7 @@ const mg_flag_spec mg_flag_table[] = {
     {"--init-method-std", MODEL, DOUBLE, FIELD(init_method_std),
      .help = "standard deviation of the weight initialisation"},
     {"--vocab-size", MODEL, INT, FIELD(vocab_size), .def = "from tokenizer",
-     .help = "vocabulary size (needed with --mock-data)"},
+     .help = "vocabulary size (GPT2BPETokenizer: from the vocab file)"},
     {"--make-vocab-size-divisible-by", MODEL, INT, FIELD(make_vocab_size_divisible_by),
      .help = "pad the vocabulary to a multiple of this"},
     {"--num-experts", MODEL, INT, NOT_YET, .def = "dense",
@@ -221,19 +234,22 @@ const mg_flag_spec mg_flag_table[] = {
     {"--load", CKPT, STRING, FIELD(load), .arg = "DIR", .help = "directory to resume from"},
 
     /* data */
-    {"--mock-data", DATA, BOOL, FIELD(mock_data), .help = "synthetic documents of counting tokens (Megatron's mock data)"},
-    {"--data-path", DATA, STRING, NOT_YET, .arg = "PATH",
-     .why = "(indexed datasets are not implemented); use --mock-data", .help = "dataset prefix"},
-    {"--split", DATA, STRING, NOT_YET, .arg = "A,B,C",
-     .why = "(it arrives with --data-path); drop it", .help = "train,valid,test split"},
-    {"--vocab-file", DATA, STRING, NOT_YET, .arg = "PATH",
-     .why = "(tokenizers are not implemented); with --mock-data pass --vocab-size N",
-     .help = "GPT-2 vocab.json"},
-    {"--merge-file", DATA, STRING, NOT_YET, .arg = "PATH",
-     .why = "(tokenizers are not implemented); with --mock-data pass --vocab-size N",
-     .help = "GPT-2 merges.txt"},
-    {"--tokenizer-type", DATA, STRING, IGNORED, .arg = "TYPE",
-     .help = "accepted; unused until tokenizers arrive"},
+    {"--mock-data", DATA, BOOL, FIELD(mock_data),
+     .help = "synthetic documents of counting tokens (Megatron's mock data)"},
+    {"--data-path", DATA, .kind = MG_FLAG_STRING_LIST, .arg = "[W] PREFIX ...", FIELD(data_path),
+     .def = "none",
+     .help = "indexed dataset prefix, or a blend: weight prefix pairs (0.3 A 0.7 B) or prefixes"},
+    {"--split", DATA, STRING, .arg = "A,B,C", FIELD(split),
+     .help = "train,valid,test proportions of the documents"},
+    {"--data-cache-path", DATA, STRING, .arg = "DIR", FIELD(data_cache_path), .def = "PREFIX/cache",
+     .help = "directory for the cached dataset indices (.npy)"},
+    {"--tokenizer-type", DATA, STRING, .arg = "TYPE", FIELD(tokenizer_type),
+     .choices = tokenizer_choices, .later = tokenizer_later,
+     .help = "GPT2BPETokenizer (with --vocab-file, --merge-file) or NullTokenizer"},
+    {"--vocab-file", DATA, STRING, .arg = "PATH", FIELD(vocab_file),
+     .help = "GPT-2 vocab.json (GPT2BPETokenizer)"},
+    {"--merge-file", DATA, STRING, .arg = "PATH", FIELD(merge_file),
+     .help = "GPT-2 merges.txt (GPT2BPETokenizer)"},
 
     /* runtime */
     {"--device", RUNTIME, STRING, FIELD(device), .arg = "DEV", .choices = device_choices,

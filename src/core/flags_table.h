@@ -24,12 +24,14 @@ typedef enum {
 } mg_flag_group;
 
 typedef enum {
-    MG_FLAG_INT = 0, /* int field, or an int value checked against `trivial` */
-    MG_FLAG_INT64,   /* int64_t, limited to ±2^53 so JSON reads it back exactly */
-    MG_FLAG_DOUBLE,  /* finite double */
-    MG_FLAG_BOOL,    /* store_true: no value */
-    MG_FLAG_STRING,  /* char[size]; `choices` restricts the value when set */
-    MG_FLAG_ENUM,    /* int-sized enum field: the index of the value in `choices` */
+    MG_FLAG_INT = 0,     /* int field, or an int value checked against `trivial` */
+    MG_FLAG_INT64,       /* int64_t, limited to ±2^53 so JSON reads it back exactly */
+    MG_FLAG_DOUBLE,      /* finite double */
+    MG_FLAG_BOOL,        /* store_true: no value */
+    MG_FLAG_STRING,      /* char[size]; `choices` restricts the value when set */
+    MG_FLAG_ENUM,        /* int-sized enum field: the index of the value in `choices` */
+    MG_FLAG_STRING_LIST, /* char[size]: argparse nargs='*', the values up to the next "--" flag,
+                          * stored joined by single spaces (a value may not contain whitespace) */
 } mg_flag_kind;
 
 typedef enum {
@@ -48,7 +50,7 @@ typedef struct {
     const char *key;            /* field name, the JSON key; NULL: the value is not stored */
     const char *arg;            /* metavariable shown in --help ("N", "PATH"); NULL for bools */
     const char *const *choices; /* enum/string choices, NULL-terminated */
-    const char *const *later;   /* enum choices Megatron has that this build does not yet */
+    const char *const *later;   /* enum/string choices Megatron has that this build does not yet */
     const char *def;            /* default shown in --help; NULL: formatted from the defaults */
     const char *trivial;        /* NOT_YET: the value accepted as a no-op; NULL: any use fails */
     const char *why;            /* NOT_YET: "(single process); use 1" — completes the error */

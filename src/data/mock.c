@@ -49,8 +49,10 @@ mg_status mg_mock_sample(mg_mock_data *d, int64_t index, int32_t *tokens) {
     int64_t lo = 0, hi = d->num_docs - 1;
     while (lo < hi) {
         int64_t mid = (lo + hi) / 2;
-        if (d->doc_end[mid] > first) hi = mid;
-        else lo = mid + 1;
+        if (d->doc_end[mid] > first)
+            hi = mid;
+        else
+            lo = mid + 1;
     }
     int64_t doc = lo;
     for (int64_t k = 0; k < n; k++) {

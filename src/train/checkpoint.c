@@ -246,25 +246,33 @@ static mg_status check_same_model(const mg_config *saved, const mg_config *now, 
     return MG_OK;
 }
 
-static mg_status load_state(const char *path, mg_train_state *s, const mg_config *cfg) {
+static mg_status parse_state(const char *path, cJSON **root) {
     mg_status st;
     char *text = read_file(path, &st);
     if (!text) return st;
-    cJSON *root = cJSON_Parse(text);
+    *root = cJSON_Parse(text);
     free(text);
-    if (!root) return MG_FAIL(MG_ERR_FORMAT, "%s: not valid JSON", path);
-    st = json_i64(root, "iteration", path, &s->iteration);
+    return *root ? MG_OK : MG_FAIL(MG_ERR_FORMAT, "%s: not valid JSON", path);
+}
+
+static mg_status saved_config(const cJSON *root, const char *path, mg_config *saved) {
+    const cJSON *c = cJSON_GetObjectItemCaseSensitive(root, "config");
+    if (!cJSON_IsObject(c)) return MG_FAIL(MG_ERR_FORMAT, "%s: missing the 'config' object", path);
+    mg_config_defaults(saved);
+    return mg_config_from_cjson(saved, c);
+}
+
+static mg_status load_state(const char *path, mg_train_state *s, const mg_config *cfg) {
+    cJSON *root = NULL;
+    MG_CHECK(parse_state(path, &root));
+    mg_status st = json_i64(root, "iteration", path, &s->iteration);
     if (st == MG_OK) st = json_i64(root, "consumed_train_samples", path, &s->consumed_train_samples);
     if (st == MG_OK) st = json_i64(root, "consumed_valid_samples", path, &s->consumed_valid_samples);
     if (st == MG_OK) st = json_i64(root, "lr_num_steps", path, &s->lr_num_steps);
     if (st == MG_OK) st = json_i64(root, "optimizer_step", path, &s->optimizer_step);
-    const cJSON *c = cJSON_GetObjectItemCaseSensitive(root, "config");
-    if (st == MG_OK && !cJSON_IsObject(c))
-        st = MG_FAIL(MG_ERR_FORMAT, "%s: missing the 'config' object", path);
     if (st == MG_OK) {
         mg_config saved;
-        mg_config_defaults(&saved);
-        st = mg_config_from_cjson(&saved, c);
+        st = saved_config(root, path, &saved);
         if (st == MG_OK) st = check_same_model(&saved, cfg, path);
     }
     cJSON_Delete(root);
@@ -292,6 +300,26 @@ static mg_status load_optimizer(const char *path, const mg_gpt *g, mg_checkpoint
     return st;
 }
 
+mg_status mg_checkpoint_load_config(const char *dir, int64_t it, mg_config *cfg) {
+    char path[2200];
+    snprintf(path, sizeof path, "%s/iter_%07" PRId64 "/state.json", dir, it);
+    cJSON *root = NULL;
+    MG_CHECK(parse_state(path, &root));
+    mg_status st = saved_config(root, path, cfg);
+    cJSON_Delete(root);
+    return st;
+}
+
+mg_status mg_checkpoint_load_weights(const char *dir, int64_t it, const mg_gpt *g, float *params) {
+    char path[2200];
+    snprintf(path, sizeof path, "%s/iter_%07" PRId64 "/model.safetensors", dir, it);
+    mg_safetensors sf;
+    MG_CHECK(mg_safetensors_open(&sf, path));
+    mg_status st = mg_hf_import(g, &sf, path, params);
+    mg_safetensors_close(&sf);
+    return st;
+}
+
 mg_status mg_checkpoint_load(const char *dir, int64_t it, mg_train_state *s, const mg_config *cfg,
                              const mg_gpt *g, mg_checkpoint_tensors *t) {
     char base[2048], path[2200];
@@ -301,12 +329,7 @@ mg_status mg_checkpoint_load(const char *dir, int64_t it, mg_train_state *s, con
     if (s->iteration != it)
         return MG_FAIL(MG_ERR_FORMAT, "%s: iteration %" PRId64 " does not match the directory name",
                        path, s->iteration);
-    snprintf(path, sizeof path, "%s/model.safetensors", base);
-    mg_safetensors sf;
-    MG_CHECK(mg_safetensors_open(&sf, path));
-    mg_status st = mg_hf_import(g, &sf, path, t->params);
-    mg_safetensors_close(&sf);
-    MG_CHECK(st);
+    MG_CHECK(mg_checkpoint_load_weights(dir, it, g, t->params));
     snprintf(path, sizeof path, "%s/optimizer.safetensors", base);
     MG_CHECK(load_optimizer(path, g, t));
     return MG_OK;

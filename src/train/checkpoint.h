@@ -33,4 +33,9 @@ mg_status mg_checkpoint_latest(const char *dir, int64_t *iteration);
 mg_status mg_checkpoint_load(const char *dir, int64_t it, mg_train_state *s, const mg_config *cfg,
                              const mg_gpt *g, mg_checkpoint_tensors *t);
 
+/* The run configuration saved with checkpoint `it` (for tools that start from a checkpoint). */
+mg_status mg_checkpoint_load_config(const char *dir, int64_t it, mg_config *cfg);
+/* Only the weights of checkpoint `it` (fp32 host, parameter layout, g->params.numel). */
+mg_status mg_checkpoint_load_weights(const char *dir, int64_t it, const mg_gpt *g, float *params);
+
 #endif

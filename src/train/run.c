@@ -107,7 +107,7 @@ static mg_status train_loop(mg_trainer *t) {
             logged_iters = 0;
             t_last = now_s();
         }
-        if (c->eval_iters > 0 && c->eval_interval > 0 && it % c->eval_interval == 0 &&
+        if (t->have_valid && c->eval_interval > 0 && it % c->eval_interval == 0 &&
             it < c->train_iters) {
             char where[64];
             snprintf(where, sizeof where, "iteration %" PRId64, it);
@@ -125,7 +125,7 @@ static mg_status train_loop(mg_trainer *t) {
             return MG_OK;
         }
     }
-    if (c->eval_iters > 0) MG_CHECK(evaluate_and_print(t, "the end of training for val data"));
+    if (t->have_valid) MG_CHECK(evaluate_and_print(t, "the end of training for val data"));
     if (c->save[0] && !saved_last && t->state.iteration > start_iteration)
         MG_CHECK(mg_trainer_save(t));
     return MG_OK;

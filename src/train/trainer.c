@@ -2,6 +2,7 @@
 
 #include "core/flags.h"
 #include "core/log.h"
+#include "data/tokenizer_gpt2.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -104,9 +105,69 @@ static mg_status load_or_init(mg_trainer *t) {
     return st;
 }
 
+static mg_status gpt_split_sample(void *ctx, int64_t index, int32_t *tokens, int32_t *targets) {
+    struct mg_gpt_split_source *s = ctx;
+    return mg_gpt_data_sample_pair(s->data, s->split, index, tokens, targets);
+}
+
+/* The vocabulary size a tokenizer implies when --vocab-size is not given. */
+static mg_status resolve_vocab(mg_config *c) {
+    if (c->vocab_size > 0) return MG_OK;
+    if (strcmp(c->tokenizer_type, "GPT2BPETokenizer") != 0)
+        return MG_FAIL(MG_ERR_USAGE, "--vocab-size is required with --tokenizer-type %s",
+                       c->tokenizer_type);
+    mg_tokenizer *tok;
+    MG_CHECK(mg_tokenizer_gpt2_load(&tok, c->vocab_file, c->merge_file));
+    c->vocab_size = mg_tokenizer_vocab_size(tok);
+    mg_tokenizer_free(tok);
+    return MG_OK;
+}
+
+/* Train and validation samples: Megatron's mock streams or its GPT datasets, with the split
+ * sizes of get_train_valid_test_num_samples. */
+static mg_status open_data(mg_trainer *t) {
+    const mg_config *c = &t->cfg;
+    t->have_valid = c->eval_iters > 0;
+    if (!c->data_path[0]) {
+        MG_CHECK(mg_mock_init(&t->train_data, (uint64_t)c->seed, 0, c->vocab_size, c->seq_length));
+        MG_CHECK(mg_mock_init(&t->valid_data, (uint64_t)c->seed, 1, c->vocab_size, c->seq_length));
+        t->train_src = (mg_sample_source){mg_mock_source, &t->train_data};
+        t->valid_src = (mg_sample_source){mg_mock_source, &t->valid_data};
+        return MG_OK;
+    }
+    int64_t gbs = c->global_batch_size;
+    int64_t evals = c->eval_interval > 0 ? c->train_iters / c->eval_interval + 1 : 1;
+    mg_gpt_data_config dc = {
+        .data_path = c->data_path,
+        .split = c->split,
+        .seq_length = c->seq_length,
+        .seed = (uint64_t)c->seed,
+        .cache_path = c->data_cache_path,
+        /* the test split is not used by the trainer yet: one epoch (or nothing if it is empty) */
+        .num_samples = {c->train_iters * gbs, evals * c->eval_iters * gbs, -1},
+    };
+    MG_CHECK(mg_gpt_data_build(&t->gpt_data, &dc));
+    t->train_split = (struct mg_gpt_split_source){t->gpt_data, 0};
+    t->valid_split = (struct mg_gpt_split_source){t->gpt_data, 1};
+    t->train_src = (mg_sample_source){gpt_split_sample, &t->train_split};
+    t->valid_src = (mg_sample_source){gpt_split_sample, &t->valid_split};
+    if (mg_gpt_data_len(t->gpt_data, 0) == 0)
+        return MG_FAIL(MG_ERR_USAGE, "--split %s leaves no training documents in %s", c->split,
+                       c->data_path);
+    if (t->have_valid && mg_gpt_data_len(t->gpt_data, 1) == 0) {
+        mg_log_warn("--split %s leaves no validation documents; evaluation is skipped", c->split);
+        t->have_valid = false;
+    }
+    mg_log_info("> datasets: train %" PRId64 " samples (%d epochs), valid %" PRId64 " samples",
+                mg_gpt_data_len(t->gpt_data, 0), mg_gpt_data_num_epochs(t->gpt_data, 0),
+                mg_gpt_data_len(t->gpt_data, 1));
+    return MG_OK;
+}
+
 mg_status mg_trainer_init(mg_trainer *t, const mg_config *cfg) {
     memset(t, 0, sizeof *t);
     t->cfg = *cfg;
+    MG_CHECK(resolve_vocab(&t->cfg));
     const mg_config *c = &t->cfg;
     if (strcmp(c->device, "cpu") != 0)
         return MG_FAIL(MG_ERR_UNSUPPORTED, "--device %s: only the cpu backend is built", c->device);
@@ -116,10 +177,7 @@ mg_status mg_trainer_init(mg_trainer *t, const mg_config *cfg) {
     MG_CHECK(mg_lr_schedule_init(&t->lr, c));
     t->num_microbatches = c->global_batch_size / c->micro_batch_size; /* data parallel size 1 */
     MG_CHECK(plan_memory(t));
-    MG_CHECK(mg_mock_init(&t->train_data, (uint64_t)c->seed, 0, c->vocab_size, c->seq_length));
-    MG_CHECK(mg_mock_init(&t->valid_data, (uint64_t)c->seed, 1, c->vocab_size, c->seq_length));
-    t->train_src = (mg_sample_source){mg_mock_source, &t->train_data};
-    t->valid_src = (mg_sample_source){mg_mock_source, &t->valid_data};
+    MG_CHECK(open_data(t));
     MG_CHECK(load_or_init(t));
     /* Megatron averages the loss over every token of the global batch */
     size_t N = (size_t)t->model.N;
@@ -219,6 +277,7 @@ void mg_trainer_free(mg_trainer *t) {
     mg_metrics_close(&t->metrics);
     mg_mock_free(&t->train_data);
     mg_mock_free(&t->valid_data);
+    if (t->gpt_data) mg_gpt_data_free(t->gpt_data);
     mg_gpt_free(&t->model);
     mg_arena *arenas[] = {&t->a_params, &t->a_grads, &t->a_optim, &t->a_acts, &t->a_work, &t->a_io};
     for (size_t i = 0; i < sizeof arenas / sizeof *arenas; i++) mg_arena_free(arenas[i]);

@@ -6,6 +6,7 @@
 #ifndef MG_TRAIN_TRAINER_H
 #define MG_TRAIN_TRAINER_H
 
+#include "data/gpt_dataset.h"
 #include "data/mock.h"
 #include "model/gpt.h"
 #include "train/checkpoint.h"
@@ -36,8 +37,14 @@ typedef struct {
     float *dloss;      /* (N) backend: d(loss)/d(token loss) = 1 / (N * microbatches) */
     float *loss;       /* (1) backend accumulator */
     int32_t *host_tokens, *host_targets; /* (N) */
-    mg_mock_data train_data, valid_data;
-    mg_sample_source train_src, valid_src; /* default: the mock streams above */
+    mg_mock_data train_data, valid_data;   /* --mock-data */
+    mg_gpt_data *gpt_data;                 /* --data-path: Megatron's GPT datasets */
+    struct mg_gpt_split_source {
+        mg_gpt_data *data;
+        int split;
+    } train_split, valid_split;
+    mg_sample_source train_src, valid_src; /* one of the two above; tests may plug in others */
+    bool have_valid;                       /* false when the validation split is empty */
     mg_train_state state;
     int num_microbatches;
     mg_metrics_file metrics;

@@ -78,8 +78,9 @@ static mg_status parse_record(const char *path, int index, cursor *c, mg_golden_
     r->name[name_len] = '\0';
     if (!take_u32(c, &dtype) || !take_u32(c, &ndim))
         return MG_FAIL(MG_ERR_FORMAT, "%s: record '%s': truncated header", path, r->name);
-    if (dtype != MG_GOLDEN_F32 && dtype != MG_GOLDEN_I32)
-        return MG_FAIL(MG_ERR_FORMAT, "%s: record '%s': unknown dtype %u (0 f32, 1 i32)", path,
+    if (dtype > MG_GOLDEN_U16)
+        return MG_FAIL(MG_ERR_FORMAT,
+                       "%s: record '%s': unknown dtype %u (0 f32, 1 i32, 2 u8, 3 u16)", path,
                        r->name, dtype);
     if (ndim > 4)
         return MG_FAIL(MG_ERR_FORMAT, "%s: record '%s': %u dims (at most 4)", path, r->name, ndim);
@@ -94,7 +95,8 @@ static mg_status parse_record(const char *path, int index, cursor *c, mg_golden_
                            (long long)r->shape[i]);
         r->numel *= r->shape[i];
     }
-    size_t bytes = (size_t)r->numel * 4;
+    static const size_t elem_size[] = {4, 4, 1, 2}; /* by dtype */
+    size_t bytes = (size_t)r->numel * elem_size[dtype];
     if (!take(c, bytes, &data))
         return MG_FAIL(MG_ERR_FORMAT,
                        "%s: record '%s': needs %zu data bytes but only %zu remain (truncated?)",

@@ -13,15 +13,15 @@
 /* Where the golden files live, relative to the repository root (tests run from there). */
 #define MG_GOLDEN_DIR "tests/golden"
 
-enum { MG_GOLDEN_F32 = 0, MG_GOLDEN_I32 = 1 };
+enum { MG_GOLDEN_F32 = 0, MG_GOLDEN_I32 = 1, MG_GOLDEN_U8 = 2, MG_GOLDEN_U16 = 3 };
 
 typedef struct {
     char name[160];
-    int dtype; /* MG_GOLDEN_F32 or MG_GOLDEN_I32 */
+    int dtype; /* MG_GOLDEN_F32, _I32, _U8 or _U16 */
     int ndim;  /* 0..4 */
     int64_t shape[4];
     int64_t numel;
-    void *data; /* (shape), numel floats or int32s */
+    void *data; /* (shape), numel elements of the dtype (4, 4, 1 or 2 bytes) */
 } mg_golden_record;
 
 typedef struct {

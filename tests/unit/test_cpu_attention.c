@@ -2,6 +2,10 @@
  * against naive references in double and central finite differences (cpu_test_util.h). */
 #include "cpu_test_util.h"
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
 /* Shapes with GQA: nq = 4 query heads in ng = 2 groups (r = 2), hd = 6, S = 5 (not a power of
  * two). The fused row is ng*(r+2)*hd = 48 wide. */
 enum { AB = 2, AS = 5, ANQ = 4, ANG = 2, AHD = 6 };
@@ -90,7 +94,7 @@ MG_TEST(cpu_rope_forward_inverse_and_grad) {
 static void attention_naive(float *out, const float *qkv, int B, int S, int nq, int ng, int hd) {
     int r = nq / ng;
     size_t C = qkv_width(nq, ng, hd);
-    double sc[64];
+    double sc[256]; /* S <= 256 */
     for (int b = 0; b < B; b++)
         for (int h = 0; h < nq; h++) {
             int g = h / r;
@@ -182,6 +186,85 @@ MG_TEST(cpu_attention_grad) {
         free(c.qkv), free(c.out), free(c.saved), free(c.R), free(dqkv);
     }
     be->destroy(be);
+}
+
+/* Longer sequences: the backend takes queries in blocks of 64 rows (cpu_attention.c), so S = 70 and
+ * S = 130 exercise a full block followed by partial ones, and keys beyond a block's reach. Forward
+ * against the naive reference; backward against central differences (S = 70, small heads so the
+ * check stays quick); and the same bits with 1 and 3 threads. */
+typedef struct {
+    mg_backend *be;
+    float *qkv, *out, *saved, *R;
+    int B, S, nq, ng, hd;
+} att_long_ctx;
+
+static double att_long_obj(void *c_) {
+    att_long_ctx *c = c_;
+    c->be->attention_forward(c->be, c->out, c->saved, c->qkv, c->B, c->S, c->nq, c->ng, c->hd);
+    return t_dotd(c->out, c->R, (size_t)c->B * c->S * c->nq * c->hd);
+}
+
+MG_TEST(cpu_attention_long_sequences_blocks) {
+    mg_backend *be = t_cpu(t);
+    if (!be) return;
+    const int cfg[2][5] = {{2, 70, 4, 2, 8}, {1, 130, 2, 1, 16}}; /* B, S, nq, ng, hd */
+    for (int k = 0; k < 2; k++) {
+        int B = cfg[k][0], S = cfg[k][1], nq = cfg[k][2], ng = cfg[k][3], hd = cfg[k][4];
+        size_t n = (size_t)B * S * qkv_width(nq, ng, hd), no = (size_t)B * S * nq * hd;
+        float *qkv = t_rnd(80 + k, n, 1.5f), *out = t_zeros(no), *ref = t_zeros(no);
+        float *saved = t_zeros(be->attention_saved_bytes(be, B, S, nq, hd) / sizeof(float));
+        MG_EXPECT_OK(be->attention_forward(be, out, saved, qkv, B, S, nq, ng, hd));
+        attention_naive(ref, qkv, B, S, nq, ng, hd);
+        double e = mg_test_rel_err(out, ref, no);
+        MG_EXPECT(e < 1e-6, "S %d: forward rel err %g", S, e);
+        free(qkv), free(out), free(ref), free(saved);
+    }
+    /* gradient, S = 70: one full block of 64 queries and a partial one of 6 */
+    {
+        int B = 1, S = 70, nq = 2, ng = 1, hd = 4;
+        size_t n = (size_t)B * S * qkv_width(nq, ng, hd), no = (size_t)B * S * nq * hd;
+        att_long_ctx c = {be,
+                          t_rnd(84, n, 1.5f),
+                          t_zeros(no),
+                          t_zeros(be->attention_saved_bytes(be, B, S, nq, hd) / sizeof(float)),
+                          t_rnd(85, no, 1),
+                          B,
+                          S,
+                          nq,
+                          ng,
+                          hd};
+        att_long_obj(&c);
+        float *dqkv = t_rnd(86, n, 1); /* garbage: dqkv is overwritten */
+        MG_EXPECT_OK(
+            be->attention_backward(be, dqkv, c.R, c.qkv, c.out, c.saved, B, S, nq, ng, hd));
+        double e = t_fd_err(c.qkv, n, dqkv, att_long_obj, &c);
+        MG_EXPECT(e < T_FD_TOL, "S %d: fd err %g", S, e);
+        free(c.qkv), free(c.out), free(c.saved), free(c.R), free(dqkv);
+    }
+    be->destroy(be);
+#ifdef _OPENMP
+    /* 1 vs 3 threads, GQA, S = 130: forward output and every part of dqkv bitwise equal */
+    int omp0 = omp_get_max_threads();
+    int B = 3, S = 130, nq = 4, ng = 2, hd = 16;
+    size_t n = (size_t)B * S * qkv_width(nq, ng, hd), no = (size_t)B * S * nq * hd;
+    float *qkv = t_rnd(87, n, 1.5f), *dout = t_rnd(88, no, 1), *res[2];
+    for (int v = 0; v < 2; v++) {
+        mg_backend *b2 = NULL;
+        res[v] = t_zeros(no + n);
+        MG_EXPECT_OK(mg_backend_cpu_create(&b2, v == 0 ? 1 : 3));
+        if (!b2) continue;
+        float *saved = t_zeros(b2->attention_saved_bytes(b2, B, S, nq, hd) / sizeof(float));
+        MG_EXPECT_OK(b2->attention_forward(b2, res[v], saved, qkv, B, S, nq, ng, hd));
+        MG_EXPECT_OK(
+            b2->attention_backward(b2, res[v] + no, dout, qkv, res[v], saved, B, S, nq, ng, hd));
+        free(saved);
+        b2->destroy(b2);
+    }
+    MG_EXPECT(memcmp(res[0], res[1], (no + n) * sizeof(float)) == 0,
+              "attention differs between 1 and 3 threads");
+    omp_set_num_threads(omp0);
+    free(qkv), free(dout), free(res[0]), free(res[1]);
+#endif
 }
 
 /* ---------------------------------------------------------------- cross-entropy */

@@ -143,8 +143,9 @@ MG_TEST(cpu_backward_accumulates) {
 
 /* Runs the ops whose work is split across threads and writes every output into one buffer, so two
  * thread counts can be compared bitwise. Sizes are large enough that every parallel loop has
- * several work items and every GEMM several output tiles (cpu_linear.c: 128 x 512). */
-enum { TN = 160, TH = 520, TOC = 136, TV = 300, TB = 2, TS = 48, TNQ = 4, TNG = 2, THD = 16 };
+ * several work items and every GEMM several output tiles, a partial one included (cpu_linear.c:
+ * 256 x 512 over token rows, 128 x 512 for the weight gradient). */
+enum { TN = 560, TH = 520, TOC = 136, TV = 300, TB = 2, TS = 48, TNQ = 4, TNG = 2, THD = 16 };
 #define TC (TNG * (TNQ / TNG + 2) * THD)
 #define TOUT                                                                                       \
     ((size_t)TN * TH * 2 + TH * 2 + TV * TH + TOC * TH + TOC + (size_t)TN * TH +                   \

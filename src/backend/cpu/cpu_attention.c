@@ -1,12 +1,26 @@
-/* Causal self-attention over the fused qkv buffer (layout in backend.h), the plain way: the
- * softmax probabilities P (B, nq, S, S) are kept in `saved` for backward (entries above the
- * diagonal are zero). Forward is parallel over (batch, query head); backward over (batch, kv
- * group), because the r query heads of a group all add into the same dk and dv: one work item
- * owns a whole group, so those sums run in a fixed order whatever the thread count. */
+/* Causal self-attention over the fused qkv buffer (layout in backend.h). The softmax probabilities
+ * P (B, nq, S, S) are kept in `saved` for backward (entries above the diagonal are zero).
+ *
+ * The products go to OpenBLAS (cblas_sgemm, single-threaded, see cpu_linear.c), reading q, k, v in
+ * place from the fused buffer with the row width as leading dimension. Queries are taken in blocks
+ * of MG_ATT_QB rows; a block [s0, s0+m) only sees keys [0, s0+m), so about half of the causal
+ * triangle's wasted upper part is never computed, and every sgemm call has a shape fixed by
+ * (S, hd) alone. Forward is parallel over (batch, query head). Backward is parallel over
+ * (batch, kv group), because the r query heads of a group all add into the same dk and dv: one
+ * work item owns a whole group and visits its heads and query blocks in a fixed order, so those
+ * sums never depend on the thread count. */
 #include "backend/cpu/cpu_ops.h"
 
+#include <cblas.h>
 #include <math.h>
 #include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+/* Query rows per block: large enough for efficient sgemm calls, small enough that the part above
+ * the diagonal computed and then masked stays small ((S/QB + 1) / (2 S/QB) of the full square). */
+#define MG_ATT_QB 64
 
 static mg_status attention_check(int nq, int ng, int hd) {
     if (ng <= 0 || nq % ng != 0)
@@ -20,10 +34,37 @@ size_t mg_cpu_attention_saved_bytes(mg_backend *be, int B, int S, int nq, int hd
     return (size_t)B * nq * S * S * sizeof(float);
 }
 
-static float dot(const float *a, const float *b, int n) {
-    float s = 0;
-    for (int i = 0; i < n; i++) s += a[i] * b[i];
-    return s;
+static int max_threads(void) {
+#ifdef _OPENMP
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
+
+static int thread_id(void) {
+#ifdef _OPENMP
+    return omp_get_thread_num();
+#else
+    return 0;
+#endif
+}
+
+/* In place: p[0..n) = softmax(p[0..n)), the normaliser summed in double. */
+static void softmax_row(float *p, int n) {
+    float mx = p[0];
+#pragma omp simd reduction(max : mx)
+    for (int t = 1; t < n; t++) mx = p[t] > mx ? p[t] : mx;
+    double sum = 0;
+#pragma omp simd reduction(+ : sum)
+    for (int t = 0; t < n; t++) {
+        float e = mg_cpu_expf(p[t] - mx);
+        p[t] = e;
+        sum += e;
+    }
+    float inv = (float)(1.0 / sum);
+#pragma omp simd
+    for (int t = 0; t < n; t++) p[t] *= inv;
 }
 
 mg_status mg_cpu_attention_forward(mg_backend *be, void *out_, void *saved, const void *qkv_, int B,
@@ -33,46 +74,43 @@ mg_status mg_cpu_attention_forward(mg_backend *be, void *out_, void *saved, cons
     const float *qkv = qkv_; // (B*S, ng*(r+2)*hd)
     float *P = saved;        // (B, nq, S, S)
     int r = nq / ng;
-    size_t C = (size_t)ng * (r + 2) * hd, OW = (size_t)nq * hd; /* row widths */
+    int C = ng * (r + 2) * hd, OW = nq * hd; /* row widths (leading dimensions) */
     float scale = 1.0f / sqrtf((float)hd);
 #pragma omp parallel for collapse(2) schedule(static)
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < nq; h++) {
             int g = h / r, j = h % r;
             const float *base = qkv + (size_t)b * S * C;
-            size_t qo = ((size_t)g * (r + 2) + j) * hd, ko = ((size_t)g * (r + 2) + r) * hd,
-                   vo = ko + hd;
-            for (int s = 0; s < S; s++) {
-                const float *q = base + s * C + qo;
-                float *p = P + (((size_t)b * nq + h) * S + s) * S; // (S)
-                float mx = -INFINITY;
-                for (int t = 0; t <= s; t++) {
-                    p[t] = dot(q, base + t * C + ko, hd) * scale;
-                    if (p[t] > mx) mx = p[t];
+            const float *q = base + ((size_t)g * (r + 2) + j) * hd; // (S, hd), ld C
+            const float *k = base + ((size_t)g * (r + 2) + r) * hd; // (S, hd), ld C
+            const float *v = k + hd;                                // (S, hd), ld C
+            float *Ph = P + ((size_t)b * nq + h) * S * S;           // (S, S)
+            float *o = out + (size_t)b * S * OW + (size_t)h * hd;   // (S, hd), ld OW
+            for (int s0 = 0; s0 < S; s0 += MG_ATT_QB) {
+                int m = S - s0 < MG_ATT_QB ? S - s0 : MG_ATT_QB, nk = s0 + m;
+                float *Pb = Ph + (size_t)s0 * S; // (m, S): rows s0.., keys 0..nk used
+                /* scores = scale * q_blk k^T */
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, nk, hd, scale,
+                            q + (size_t)s0 * C, C, k, C, 0.0f, Pb, S);
+                for (int i = 0; i < m; i++) {
+                    float *p = Pb + (size_t)i * S;
+                    int s = s0 + i;
+                    softmax_row(p, s + 1);
+                    memset(p + s + 1, 0, (size_t)(S - s - 1) * sizeof(float));
                 }
-                double sum = 0;
-                for (int t = 0; t <= s; t++) {
-                    p[t] = expf(p[t] - mx);
-                    sum += p[t];
-                }
-                float inv = (float)(1.0 / sum);
-                for (int t = 0; t <= s; t++) p[t] *= inv;
-                for (int t = s + 1; t < S; t++) p[t] = 0.0f;
-                float *o = out + ((size_t)b * S + s) * OW + (size_t)h * hd;
-                for (int d = 0; d < hd; d++) o[d] = 0.0f;
-                for (int t = 0; t <= s; t++) {
-                    const float *v = base + t * C + vo;
-                    for (int d = 0; d < hd; d++) o[d] += p[t] * v[d];
-                }
+                /* out_blk = P_blk v (the masked entries are exact zeros) */
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, hd, nk, 1.0f, Pb, S, v, C,
+                            0.0f, o + (size_t)s0 * OW, OW);
             }
         }
     }
     return MG_OK;
 }
 
-/* With P = softmax(z), out = P v:  dv_t += P_st dout_s;  dP_st = dout_s . v_t;
- * dz_st = P_st (dP_st - D_s) with D_s = sum_t P_st dP_st = dout_s . out_s;
- * dq_s += scale dz_st k_t;  dk_t += scale dz_st q_s. */
+/* With P = softmax(z), out = P v, per query head (matrices over the causal part):
+ *   dP = dout v^T;  dz = P o (dP - D), D_s = sum_t P_st dP_st = dout_s . out_s;
+ *   dq = scale dz k;  dk += scale dz^T q;  dv += P^T dout.
+ * Scratch: one (MG_ATT_QB, S) block of dz per thread, from the backend's scratch buffer. */
 mg_status mg_cpu_attention_backward(mg_backend *be, void *dqkv_, const void *dout_,
                                     const void *qkv_, const void *out_, const void *saved, int B,
                                     int S, int nq, int ng, int hd) {
@@ -83,35 +121,56 @@ mg_status mg_cpu_attention_backward(mg_backend *be, void *dqkv_, const void *dou
     const float *out = out_;   // (B*S, nq*hd)
     const float *P = saved;    // (B, nq, S, S)
     int r = nq / ng;
-    size_t C = (size_t)ng * (r + 2) * hd, OW = (size_t)nq * hd, GW = (size_t)(r + 2) * hd;
+    int C = ng * (r + 2) * hd, OW = nq * hd, GW = (r + 2) * hd;
     float scale = 1.0f / sqrtf((float)hd);
+    int QB = S < MG_ATT_QB ? S : MG_ATT_QB;
+    size_t per_thread = (size_t)QB * S; /* floats */
+    void *scratch = NULL;
+    MG_CHECK(mg_cpu_scratch(be, (size_t)max_threads() * per_thread * sizeof(float), &scratch));
 #pragma omp parallel for collapse(2) schedule(static)
     for (int b = 0; b < B; b++) {
         for (int g = 0; g < ng; g++) {
-            const float *base = qkv + (size_t)b * S * C + g * GW;
-            float *dbase = dqkv + (size_t)b * S * C + g * GW;
-            for (int s = 0; s < S; s++) memset(dbase + s * C, 0, GW * sizeof(float));
-            size_t ko = (size_t)r * hd, vo = ko + hd;
+            float *W = (float *)scratch + (size_t)thread_id() * per_thread; // (QB, S)
+            const float *base = qkv + (size_t)b * S * C + (size_t)g * GW;
+            float *dbase = dqkv + (size_t)b * S * C + (size_t)g * GW;
+            const float *k = base + (size_t)r * hd, *v = k + hd; // (S, hd), ld C
+            float *dk = dbase + (size_t)r * hd, *dv = dk + hd;   // (S, hd), ld C
+            for (int s = 0; s < S; s++)
+                memset(dk + (size_t)s * C, 0, 2 * (size_t)hd * sizeof(float));
             for (int j = 0; j < r; j++) {
                 int h = g * r + j;
-                size_t qo = (size_t)j * hd;
-                for (int s = 0; s < S; s++) {
-                    const float *p = P + (((size_t)b * nq + h) * S + s) * S; // (S)
-                    const float *dos = dout + ((size_t)b * S + s) * OW + (size_t)h * hd;
-                    const float *os = out + ((size_t)b * S + s) * OW + (size_t)h * hd;
-                    const float *q = base + s * C + qo;
-                    float *dq = dbase + s * C + qo;
-                    float D = dot(dos, os, hd);
-                    for (int t = 0; t <= s; t++) {
-                        const float *k = base + t * C + ko, *v = base + t * C + vo;
-                        float *dk = dbase + t * C + ko, *dv = dbase + t * C + vo;
-                        float dz = p[t] * (dot(dos, v, hd) - D) * scale;
-                        for (int d = 0; d < hd; d++) {
-                            dq[d] += dz * k[d];
-                            dk[d] += dz * q[d];
-                            dv[d] += p[t] * dos[d];
-                        }
+                const float *q = base + (size_t)j * hd;                       // (S, hd), ld C
+                float *dq = dbase + (size_t)j * hd;                           // (S, hd), ld C
+                const float *Ph = P + ((size_t)b * nq + h) * S * S;           // (S, S)
+                const float *dO = dout + (size_t)b * S * OW + (size_t)h * hd; // (S, hd), ld OW
+                const float *O = out + (size_t)b * S * OW + (size_t)h * hd;   // (S, hd), ld OW
+                for (int s0 = 0; s0 < S; s0 += QB) {
+                    int m = S - s0 < QB ? S - s0 : QB, nk = s0 + m;
+                    const float *Pb = Ph + (size_t)s0 * S; // (m, S), keys 0..nk used
+                    /* W = dP_blk = dout_blk v^T */
+                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, nk, hd, 1.0f,
+                                dO + (size_t)s0 * OW, OW, v, C, 0.0f, W, S);
+                    for (int i = 0; i < m; i++) {
+                        int s = s0 + i;
+                        const float *dos = dO + (size_t)s * OW, *os = O + (size_t)s * OW;
+                        const float *p = Pb + (size_t)i * S;
+                        float *w = W + (size_t)i * S;
+                        float D = 0;
+#pragma omp simd reduction(+ : D)
+                        for (int d = 0; d < hd; d++) D += dos[d] * os[d];
+#pragma omp simd
+                        for (int t = 0; t <= s; t++) w[t] = p[t] * (w[t] - D);
+                        for (int t = s + 1; t < nk; t++) w[t] = 0.0f;
                     }
+                    /* dq_blk = scale dz k (each query row written once per head) */
+                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, hd, nk, scale, W, S,
+                                k, C, 0.0f, dq + (size_t)s0 * C, C);
+                    /* dk[0..nk) += scale dz^T q_blk */
+                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, hd, m, scale, W, S,
+                                q + (size_t)s0 * C, C, 1.0f, dk, C);
+                    /* dv[0..nk) += P_blk^T dout_blk */
+                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, hd, m, 1.0f, Pb, S,
+                                dO + (size_t)s0 * OW, OW, 1.0f, dv, C);
                 }
             }
         }

@@ -57,7 +57,26 @@ static mg_status cpu_synchronize(mg_backend *be) {
     return MG_OK;
 }
 
+mg_status mg_cpu_scratch(mg_backend *be, size_t bytes, void **out) {
+    mg_cpu_ctx *c = be->ctx;
+    if (bytes > c->scratch_bytes) {
+        /* grow only: contents need not survive, so free first and keep the peak footprint low */
+        free(c->scratch);
+        c->scratch = NULL;
+        c->scratch_bytes = 0;
+        void *p = NULL;
+        MG_CHECK(cpu_alloc(be, bytes, &p));
+        c->scratch = p;
+        c->scratch_bytes = bytes;
+    }
+    *out = c->scratch;
+    return MG_OK;
+}
+
 static void cpu_destroy(mg_backend *be) {
+    mg_cpu_ctx *c = be->ctx;
+    if (c) free(c->scratch);
+    free(c);
     free(be);
 }
 
@@ -74,7 +93,11 @@ mg_status mg_backend_cpu_create(mg_backend **out, int num_threads) {
     be->name = "cpu";
     be->compute_dtype = MG_F32;
     be->device = MG_DEVICE_CPU;
-    be->ctx = NULL;
+    be->ctx = calloc(1, sizeof(mg_cpu_ctx));
+    if (!be->ctx) {
+        free(be);
+        return MG_FAIL(MG_ERR_NOMEM, "cannot allocate the cpu backend state");
+    }
 
     be->alloc = cpu_alloc;
     be->free = cpu_free;
@@ -113,7 +136,7 @@ mg_status mg_backend_cpu_create(mg_backend **out, int num_threads) {
 
     mg_status st = mg_backend_validate(be);
     if (st != MG_OK) {
-        free(be);
+        cpu_destroy(be);
         return st;
     }
     *out = be;

@@ -12,7 +12,7 @@
 mg_status mg_cpu_add(mg_backend *be, void *out_, const void *a_, const void *b_, size_t n) {
     float *out = out_;            // (n)
     const float *a = a_, *b = b_; // (n)
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for simd schedule(static)
     for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
     return MG_OK;
 }

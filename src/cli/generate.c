@@ -1,0 +1,219 @@
+/* `megatron generate`: load a checkpoint and continue a prompt, greedy or top-k.
+ *   megatron generate --load DIR (--prompt TEXT | --prompt-ids "1 2 3") [--max-new-tokens N]
+ *                     [--top-k K] [--temperature T] [--seed S] [--vocab-file F --merge-file F]
+ *                     [--json]
+ * Text prompts use the GPT-2 tokenizer; --prompt-ids works for any vocabulary (mock-data models). */
+#include "cli/cli.h"
+
+#include "backend/backend.h"
+#include "data/tokenizer_gpt2.h"
+#include "model/generate.h"
+#include "train/checkpoint.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    const char *load, *prompt, *prompt_ids, *vocab_file, *merge_file;
+    mg_generate_options opt;
+    int threads;
+    bool json;
+} gen_args;
+
+static mg_status parse_int(const char *flag, const char *v, long lo, long hi, long *out) {
+    char *end;
+    errno = 0;
+    long x = v ? strtol(v, &end, 10) : 0;
+    if (!v || !*v || *end || errno || x < lo || x > hi)
+        return MG_FAIL(MG_ERR_USAGE, "%s expects an integer in [%ld, %ld], got '%s'", flag, lo, hi,
+                       v ? v : "");
+    *out = x;
+    return MG_OK;
+}
+
+static mg_status parse_args(int argc, char **argv, gen_args *a) {
+    memset(a, 0, sizeof *a);
+    a->opt = (mg_generate_options){.max_new_tokens = 32, .top_k = 1, .temperature = 1.0f,
+                                   .seed = 1234, .stop_token = -1};
+    a->threads = -1;
+    for (int i = 0; i < argc; i++) {
+        const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        long x;
+        if (!strcmp(f, "--json")) {
+            a->json = true;
+            continue;
+        }
+        if (!v) return MG_FAIL(MG_ERR_USAGE, "%s needs a value", f);
+        i++;
+        if (!strcmp(f, "--load")) a->load = v;
+        else if (!strcmp(f, "--prompt")) a->prompt = v;
+        else if (!strcmp(f, "--prompt-ids")) a->prompt_ids = v;
+        else if (!strcmp(f, "--vocab-file")) a->vocab_file = v;
+        else if (!strcmp(f, "--merge-file")) a->merge_file = v;
+        else if (!strcmp(f, "--max-new-tokens")) {
+            MG_CHECK(parse_int(f, v, 0, 1 << 20, &x));
+            a->opt.max_new_tokens = (int)x;
+        } else if (!strcmp(f, "--top-k")) {
+            MG_CHECK(parse_int(f, v, 1, 1 << 20, &x));
+            a->opt.top_k = (int)x;
+        } else if (!strcmp(f, "--seed")) {
+            MG_CHECK(parse_int(f, v, 0, 0x7fffffffL, &x));
+            a->opt.seed = (uint64_t)x;
+        } else if (!strcmp(f, "--num-threads")) {
+            MG_CHECK(parse_int(f, v, 1, 4096, &x));
+            a->threads = (int)x;
+        } else if (!strcmp(f, "--temperature")) {
+            char *end;
+            double t = strtod(v, &end);
+            if (*end || !(t > 0) || t > 1e6)
+                return MG_FAIL(MG_ERR_USAGE, "--temperature expects a positive number, got '%s'", v);
+            a->opt.temperature = (float)t;
+        } else
+            return MG_FAIL(MG_ERR_USAGE, "unknown flag '%s' for `megatron generate`; flags: --load, "
+                                         "--prompt, --prompt-ids, --max-new-tokens, --top-k, "
+                                         "--temperature, --seed, --vocab-file, --merge-file, "
+                                         "--num-threads, --json", f);
+    }
+    if (!a->load) return MG_FAIL(MG_ERR_USAGE, "`megatron generate` needs --load DIR (a checkpoint)");
+    if (!a->prompt == !a->prompt_ids)
+        return MG_FAIL(MG_ERR_USAGE, "give exactly one of --prompt TEXT and --prompt-ids \"1 2 3\"");
+    return MG_OK;
+}
+
+static mg_status parse_ids(const char *s, int V, int32_t *ids, size_t cap, size_t *n) {
+    *n = 0;
+    while (*s) {
+        char *end;
+        long x = strtol(s, &end, 10);
+        if (end == s)
+            return MG_FAIL(MG_ERR_USAGE, "--prompt-ids: expected integers, found '%.20s'", s);
+        if (x < 0 || x >= V)
+            return MG_FAIL(MG_ERR_USAGE, "--prompt-ids: id %ld is outside the vocabulary [0, %d)",
+                           x, V);
+        if (*n == cap) return MG_FAIL(MG_ERR_USAGE, "--prompt-ids: too many ids");
+        ids[(*n)++] = (int32_t)x;
+        s = end;
+        while (*s == ' ' || *s == ',') s++;
+    }
+    return MG_OK;
+}
+
+typedef struct {
+    mg_config cfg; /* the checkpoint's run configuration */
+    mg_backend *be;
+    mg_gpt g;
+    mg_arena params, acts, work, io;
+    mg_tokenizer *tok;
+    int32_t *ids;
+    float *host;
+} gen_state;
+
+static mg_status setup_model(gen_state *s, const gen_args *a, int64_t it) {
+    MG_CHECK(mg_checkpoint_load_config(a->load, it, &s->cfg));
+    mg_config cfg = s->cfg;
+    cfg.micro_batch_size = 1;
+    MG_CHECK(mg_backend_cpu_create(&s->be, a->threads));
+    MG_CHECK(mg_gpt_build(&s->g, &cfg));
+    size_t off_p, off_t;
+    mg_arena_init(&s->params, "parameters");
+    mg_arena_init(&s->acts, "activations");
+    mg_arena_init(&s->work, "workspace");
+    mg_arena_init(&s->io, "tokens");
+    size_t esz = mg_dtype_size(s->be->compute_dtype);
+    MG_CHECK(mg_arena_reserve(&s->params, s->g.params.numel * esz, 0, &off_p));
+    MG_CHECK(mg_arena_reserve(&s->io, (size_t)cfg.seq_length * sizeof(int32_t), 0, &off_t));
+    MG_CHECK(mg_gpt_plan(&s->g, s->be, 1, &s->acts, &s->work));
+    MG_CHECK(mg_arena_commit(&s->params, NULL));
+    MG_CHECK(mg_arena_commit(&s->acts, NULL));
+    MG_CHECK(mg_arena_commit(&s->work, NULL));
+    MG_CHECK(mg_arena_commit(&s->io, NULL));
+    MG_CHECK(mg_gpt_bind(&s->g, s->be, mg_arena_ptr(&s->params, off_p), NULL));
+    s->host = calloc(s->g.params.numel, sizeof *s->host);
+    if (!s->host) return MG_FAIL(MG_ERR_NOMEM, "out of memory loading %s", a->load);
+    MG_CHECK(mg_checkpoint_load_weights(a->load, it, &s->g, s->host));
+    MG_CHECK(s->be->upload_f32(s->be, s->g.param_buf, s->host, s->g.params.numel));
+    return MG_OK;
+}
+
+static void print_ids(FILE *f, const int32_t *ids, size_t n) {
+    for (size_t i = 0; i < n; i++) fprintf(f, "%s%d", i ? ", " : "", ids[i]);
+}
+
+static mg_status run(const gen_args *a, gen_state *s) {
+    int64_t it;
+    MG_CHECK(mg_checkpoint_latest(a->load, &it));
+    if (it < 0)
+        return MG_FAIL(MG_ERR_IO, "%s holds no checkpoint (no latest_checkpointed_iteration.txt)",
+                       a->load);
+    MG_CHECK(setup_model(s, a, it));
+    size_t cap = 65536 + (size_t)a->opt.max_new_tokens, n = 0;
+    s->ids = malloc(cap * sizeof *s->ids);
+    if (!s->ids) return MG_FAIL(MG_ERR_NOMEM, "out of memory");
+    mg_generate_options o = a->opt;
+    o.vocab_limit = s->g.cfg.V;
+    if (a->prompt) {
+        /* the tokenizer files: flags, else the ones the checkpoint was trained with */
+        const char *vf = a->vocab_file ? a->vocab_file : s->cfg.vocab_file;
+        const char *mf = a->merge_file ? a->merge_file : s->cfg.merge_file;
+        if (!vf[0] || !mf[0])
+            return MG_FAIL(MG_ERR_USAGE, "--prompt needs the GPT-2 tokenizer: pass --vocab-file and "
+                                         "--merge-file (this checkpoint was not trained with them), "
+                                         "or give --prompt-ids");
+        MG_CHECK(mg_tokenizer_gpt2_load(&s->tok, vf, mf));
+        mg_tokenizer_worker *w;
+        MG_CHECK(mg_tokenizer_worker_create(s->tok, &w));
+        int32_t *enc = NULL;
+        size_t m = 0, mcap = 0;
+        mg_status st = mg_tokenizer_encode(w, a->prompt, strlen(a->prompt), &enc, &m, &mcap);
+        mg_tokenizer_worker_free(w);
+        if (st == MG_OK && m > 65536) st = MG_FAIL(MG_ERR_USAGE, "the prompt is too long");
+        if (st == MG_OK) memcpy(s->ids, enc, m * sizeof *enc), n = m;
+        free(enc);
+        MG_CHECK(st);
+        o.stop_token = mg_tokenizer_eod(s->tok);
+        o.vocab_limit = mg_tokenizer_vocab_size(s->tok);
+    } else {
+        MG_CHECK(parse_ids(a->prompt_ids, s->g.cfg.V, s->ids, 65536, &n));
+    }
+    size_t prompt_len = n;
+    MG_CHECK(mg_gpt_generate(&s->g, s->be, mg_arena_ptr(&s->io, 0), s->ids, &n, &o));
+    char *text = NULL;
+    size_t len = 0;
+    if (s->tok) MG_CHECK(mg_tokenizer_decode(s->tok, s->ids, n, &text, &len));
+    if (a->json) {
+        printf("{\"iteration\": %" PRId64 ", \"prompt_ids\": [", it);
+        print_ids(stdout, s->ids, prompt_len);
+        printf("], \"ids\": [");
+        print_ids(stdout, s->ids + prompt_len, n - prompt_len);
+        printf("]}\n");
+    } else if (text) {
+        printf("%s\n", text);
+    } else {
+        print_ids(stdout, s->ids, n);
+        printf("\n");
+    }
+    free(text);
+    return MG_OK;
+}
+
+int mg_cli_generate(int argc, char **argv) {
+    gen_args a;
+    mg_status st = parse_args(argc, argv, &a);
+    if (st != MG_OK) return mg_cli_report(st);
+    gen_state s;
+    memset(&s, 0, sizeof s);
+    st = run(&a, &s);
+    free(s.ids);
+    free(s.host);
+    if (s.tok) mg_tokenizer_free(s.tok);
+    mg_gpt_free(&s.g);
+    mg_arena_free(&s.params);
+    mg_arena_free(&s.acts);
+    mg_arena_free(&s.work);
+    mg_arena_free(&s.io);
+    if (s.be) s.be->destroy(s.be);
+    return mg_cli_report(st);
+}
