@@ -39,6 +39,20 @@ void mg_test_fail(mg_test_ctx *t, const char *file, int line, const char *fmt, .
             mg_test_fail(t, __FILE__, __LINE__, "%s failed: %s", #expr, mg_error_message());       \
     } while (0)
 
+/* Expects `expr` to fail with `code` and a one-line message containing `substr`. Needs the
+ * library's core/status.h and <string.h>. */
+#define MG_EXPECT_ERROR(expr, code, substr)                                                        \
+    do {                                                                                           \
+        mg_error_clear();                                                                          \
+        mg_status mg_t_e_ = (expr);                                                                \
+        MG_EXPECT(mg_t_e_ == (code), "%s returned %s, want %s (message: %s)", #expr,               \
+                  mg_status_name(mg_t_e_), mg_status_name(code), mg_error_message());              \
+        MG_EXPECT(strstr(mg_error_message(), (substr)) != NULL, "message '%s' lacks '%s'",         \
+                  mg_error_message(), (substr));                                                   \
+        MG_EXPECT(strchr(mg_error_message(), '\n') == NULL, "message is not one line: %s",        \
+                  mg_error_message());                                                             \
+    } while (0)
+
 /* Relative error max|a-b| / max(max|b|, tiny), the normalised error used across the tests. */
 double mg_test_rel_err(const float *a, const float *b, size_t n);
 

@@ -1,6 +1,7 @@
 /* Description JSON, cache file names and file helpers (see index_cache.h). */
 #include "data/index_cache.h"
 
+#include "core/file.h"
 #include "core/md5.h"
 
 #include <errno.h>
@@ -258,51 +259,13 @@ bool mg_cache_is_file(const char *path) {
 }
 
 mg_status mg_cache_read_text(const char *path, char **text) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return MG_FAIL(MG_ERR_IO, "cannot open %s: %s", path, strerror(errno));
-    char *buf = NULL;
-    size_t len = 0, cap = 0;
-    for (;;) {
-        if (len + 4096 + 1 > cap) {
-            cap = cap ? cap * 2 : 8192;
-            char *t = realloc(buf, cap);
-            if (!t) {
-                free(buf);
-                fclose(f);
-                return MG_FAIL(MG_ERR_NOMEM, "cannot read %s", path);
-            }
-            buf = t;
-        }
-        size_t got = fread(buf + len, 1, 4096, f);
-        len += got;
-        if (got < 4096) break;
-    }
-    bool err = ferror(f);
-    fclose(f);
-    if (err) {
-        free(buf);
-        return MG_FAIL(MG_ERR_IO, "cannot read %s", path);
-    }
-    buf[len] = '\0';
-    *text = buf;
-    return MG_OK;
+    return mg_file_read(path, text, NULL);
 }
 
 mg_status mg_cache_write_text(const char *path, const char *text) {
-    char tmp[4200];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp)
-        return MG_FAIL(MG_ERR_IO, "index cache path is too long: %s", path);
-    FILE *f = fopen(tmp, "wb");
-    if (!f) return MG_FAIL(MG_ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
-    size_t n = strlen(text);
-    bool ok = fwrite(text, 1, n, f) == n;
-    ok = (fclose(f) == 0) && ok;
-    if (!ok || rename(tmp, path) != 0) {
-        int e = errno;
-        remove(tmp);
-        return MG_FAIL(MG_ERR_IO, "cannot write %s: %s", path, strerror(e));
-    }
-    return MG_OK;
+    const void *parts[1] = {text};
+    size_t sizes[1] = {strlen(text)};
+    return mg_file_write_atomic(path, parts, sizes, 1);
 }
 
 mg_status mg_cache_path(char *out, size_t cap, const char *base, const char *affix) {

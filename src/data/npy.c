@@ -1,6 +1,8 @@
 /* .npy reading and writing (see npy.h). */
 #include "data/npy.h"
 
+#include "core/file.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -54,21 +56,10 @@ mg_status mg_npy_save(const char *path, mg_npy_dtype t, int ndim, const int64_t 
     memset(hdr + 10 + n, ' ', (size_t)(total - n - 1));
     hdr[10 + total - 1] = '\n';
 
-    char tmp[4200];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp)
-        return MG_FAIL(MG_ERR_IO, "index cache path is too long: %s", path);
-    FILE *f = fopen(tmp, "wb");
-    if (!f) return MG_FAIL(MG_ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
     size_t bytes = (size_t)numel_of(ndim, shape) * k_itemsize[t];
-    bool ok = fwrite(hdr, 1, (size_t)(10 + total), f) == (size_t)(10 + total) &&
-              (bytes == 0 || fwrite(data, 1, bytes, f) == bytes);
-    ok = (fclose(f) == 0) && ok;
-    if (!ok || rename(tmp, path) != 0) {
-        int e = errno;
-        remove(tmp);
-        return MG_FAIL(MG_ERR_IO, "cannot write %s: %s", path, strerror(e));
-    }
-    return MG_OK;
+    const void *parts[2] = {hdr, data};
+    size_t sizes[2] = {(size_t)(10 + total), bytes};
+    return mg_file_write_atomic(path, parts, sizes, 2);
 }
 
 /* The value text after 'key': in the header dict, or NULL. */

@@ -4,6 +4,8 @@
  * one "left right" pair per line in rank order after a "#version" line. */
 #include "data/tokenizer_gpt2_internal.h"
 
+#include "core/file.h"
+
 #include <cjson/cJSON.h>
 
 #include <errno.h>
@@ -24,33 +26,6 @@ static void byte_alphabet(int cp_of_byte[256], int byte_of_cp[ALPHABET]) {
         cp_of_byte[b] = printable ? b : next++;
         byte_of_cp[cp_of_byte[b]] = b;
     }
-}
-
-static mg_status read_whole(const char *path, char **buf, size_t *size) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return MG_FAIL(MG_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    long len = -1;
-    if (fseek(f, 0, SEEK_END) == 0) len = ftell(f);
-    if (len < 0 || fseek(f, 0, SEEK_SET) != 0) {
-        fclose(f);
-        return MG_FAIL(MG_ERR_IO, "%s: cannot determine the size (not a regular file?)", path);
-    }
-    *buf = malloc((size_t)len + 1);
-    if (!*buf) {
-        fclose(f);
-        return MG_FAIL(MG_ERR_NOMEM, "%s: cannot allocate %ld bytes", path, len);
-    }
-    size_t got = fread(*buf, 1, (size_t)len, f);
-    int err = ferror(f);
-    fclose(f);
-    if (got != (size_t)len || err) {
-        free(*buf);
-        *buf = NULL;
-        return MG_FAIL(MG_ERR_IO, "%s: short read (%zu of %ld bytes)", path, got, len);
-    }
-    (*buf)[len] = '\0';
-    *size = (size_t)len;
-    return MG_OK;
 }
 
 /* ---- string -> id map used while loading (token strings as written in the vocabulary) ---- */
@@ -276,8 +251,8 @@ mg_status mg_tokenizer_gpt2_load(mg_tokenizer **out, const char *vocab_file,
     str_map m = {0};
     mg_tokenizer *t = calloc(1, sizeof *t);
     if (!t) return MG_FAIL(MG_ERR_NOMEM, "cannot allocate the tokenizer");
-    MG_CHECK_GOTO(read_whole(vocab_file, &vbuf, &vsize), s, fail);
-    MG_CHECK_GOTO(read_whole(merge_file, &mbuf, &msize), s, fail);
+    MG_CHECK_GOTO(mg_file_read(vocab_file, &vbuf, &vsize), s, fail);
+    MG_CHECK_GOTO(mg_file_read(merge_file, &mbuf, &msize), s, fail);
     root = cJSON_ParseWithLength(vbuf, vsize);
     if (!root) {
         size_t line, byte;

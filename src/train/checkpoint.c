@@ -1,6 +1,7 @@
 #include "train/checkpoint.h"
 
 #include "core/env.h"
+#include "core/file.h"
 #include "core/flags.h"
 #include "model/hf_names.h"
 
@@ -31,20 +32,11 @@ static mg_status fsync_path(const char *path) {
     return MG_OK;
 }
 
-/* Writes text to path through path.tmp + rename. */
+/* Writes text to path through a temporary and a rename. */
 static mg_status write_text_atomic(const char *path, const char *text) {
-    char tmp[2048];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
-    if (!f) return MG_FAIL(MG_ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
-    int ok = fputs(text, f) >= 0;
-    ok &= fflush(f) == 0 && fsync(fileno(f)) == 0;
-    ok &= fclose(f) == 0;
-    if (!ok || rename(tmp, path) != 0) {
-        unlink(tmp);
-        return MG_FAIL(MG_ERR_IO, "cannot write %s: %s", path, strerror(errno));
-    }
-    return MG_OK;
+    const void *parts[1] = {text};
+    size_t sizes[1] = {strlen(text)};
+    return mg_file_write_atomic(path, parts, sizes, 1);
 }
 
 static mg_status write_optimizer(const char *path, const mg_gpt *g, const mg_checkpoint_tensors *t) {
@@ -192,28 +184,6 @@ mg_status mg_checkpoint_latest(const char *dir, int64_t *iteration) {
     return MG_OK;
 }
 
-static char *read_file(const char *path, mg_status *st) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        *st = MG_FAIL(MG_ERR_IO, "cannot read %s: %s", path, strerror(errno));
-        return NULL;
-    }
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = n >= 0 ? malloc((size_t)n + 1) : NULL;
-    if (!buf || fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        free(buf);
-        fclose(f);
-        *st = MG_FAIL(MG_ERR_IO, "cannot read %s", path);
-        return NULL;
-    }
-    buf[n] = 0;
-    fclose(f);
-    *st = MG_OK;
-    return buf;
-}
-
 static mg_status json_i64(const cJSON *root, const char *key, const char *path, int64_t *out) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
     if (!cJSON_IsNumber(v)) return MG_FAIL(MG_ERR_FORMAT, "%s: missing integer '%s'", path, key);
@@ -247,9 +217,8 @@ static mg_status check_same_model(const mg_config *saved, const mg_config *now, 
 }
 
 static mg_status parse_state(const char *path, cJSON **root) {
-    mg_status st;
-    char *text = read_file(path, &st);
-    if (!text) return st;
+    char *text;
+    MG_CHECK(mg_file_read(path, &text, NULL));
     *root = cJSON_Parse(text);
     free(text);
     return *root ? MG_OK : MG_FAIL(MG_ERR_FORMAT, "%s: not valid JSON", path);

@@ -1,6 +1,8 @@
 /* Helpers shared by the dataset tests (see dataset_test_util.h). */
 #include "dataset_test_util.h"
 
+#include "core/file.h"
+
 #include <dirent.h>
 #include <ftw.h>
 #include <stdio.h>
@@ -24,20 +26,8 @@ void ds_rmtree(const char *dir) {
 }
 
 char *ds_read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        free(buf);
-        buf = NULL;
-    }
-    fclose(f);
-    if (buf) buf[n] = '\0';
-    if (len) *len = (size_t)n;
-    return buf;
+    char *buf = NULL;
+    return mg_file_read(path, &buf, len) == MG_OK ? buf : NULL;
 }
 
 bool ds_files_equal(const char *a, const char *b) {

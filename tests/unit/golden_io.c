@@ -1,5 +1,7 @@
 #include "golden_io.h"
 
+#include "core/file.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,31 +36,6 @@ static int take_i64(cursor *c, int64_t *v) {
     for (int i = 7; i >= 0; i--) u = u << 8 | b[i];
     *v = (int64_t)u;
     return 1;
-}
-
-static mg_status read_file(const char *path, unsigned char **buf, size_t *size) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return MG_FAIL(MG_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    long len = -1;
-    if (fseek(f, 0, SEEK_END) == 0) len = ftell(f);
-    if (len < 0 || fseek(f, 0, SEEK_SET) != 0) {
-        fclose(f);
-        return MG_FAIL(MG_ERR_IO, "%s: cannot determine the size", path);
-    }
-    *buf = malloc(len > 0 ? (size_t)len : 1);
-    if (!*buf) {
-        fclose(f);
-        return MG_FAIL(MG_ERR_NOMEM, "%s: cannot allocate %ld bytes", path, len);
-    }
-    size_t got = fread(*buf, 1, (size_t)len, f);
-    fclose(f);
-    if (got != (size_t)len) {
-        free(*buf);
-        *buf = NULL;
-        return MG_FAIL(MG_ERR_IO, "%s: short read (%zu of %ld bytes)", path, got, len);
-    }
-    *size = (size_t)len;
-    return MG_OK;
 }
 
 /* One record at the cursor into r (r->data allocated). */
@@ -112,9 +89,10 @@ static mg_status parse_record(const char *path, int index, cursor *c, mg_golden_
 mg_status mg_golden_load(mg_golden *g, const char *path) {
     g->records = NULL;
     g->n = 0;
-    unsigned char *buf = NULL;
+    char *text = NULL;
     size_t size = 0;
-    MG_CHECK(read_file(path, &buf, &size));
+    MG_CHECK(mg_file_read(path, &text, &size));
+    unsigned char *buf = (unsigned char *)text;
     mg_status s = MG_OK;
     cursor c = {buf, size, 0};
     const unsigned char *magic;

@@ -15,18 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define EXPECT_ERROR(expr, code, substr)                                                           \
-    do {                                                                                           \
-        mg_error_clear();                                                                          \
-        mg_status s_ = (expr);                                                                     \
-        MG_EXPECT(s_ == (code), "%s returned %s, want %s (%s)", #expr, mg_status_name(s_),         \
-                  mg_status_name(code), mg_error_message());                                       \
-        MG_EXPECT(strstr(mg_error_message(), (substr)) != NULL, "message '%s' lacks '%s'",         \
-                  mg_error_message(), (substr));                                                   \
-        MG_EXPECT(strchr(mg_error_message(), '\n') == NULL, "not one line: %s",                    \
-                  mg_error_message());                                                             \
-    } while (0)
-
 MG_TEST(dataset_md5_matches_rfc1321) {
     struct {
         const char *msg;
@@ -120,10 +108,10 @@ MG_TEST(dataset_split_parse_as_megatron) {
     MG_EXPECT_OK(mg_split_parse(&s, ".5 .5 0"));
     MG_EXPECT(s.vector[0] == 0.5 && !s.present[2], ".5 is a number");
 
-    EXPECT_ERROR(mg_split_parse(&s, "0,0,0"), MG_ERR_USAGE, "--split '0,0,0' gives no data");
-    EXPECT_ERROR(mg_split_parse(&s, "abc"), MG_ERR_USAGE, "gives no data to any split");
-    EXPECT_ERROR(mg_split_parse(&s, "1,2,3,4"), MG_ERR_USAGE, "has more than three weights");
-    EXPECT_ERROR(mg_split_parse(&s, "1..2,3"), MG_ERR_USAGE, "'1..2' is not a number");
+    MG_EXPECT_ERROR(mg_split_parse(&s, "0,0,0"), MG_ERR_USAGE, "--split '0,0,0' gives no data");
+    MG_EXPECT_ERROR(mg_split_parse(&s, "abc"), MG_ERR_USAGE, "gives no data to any split");
+    MG_EXPECT_ERROR(mg_split_parse(&s, "1,2,3,4"), MG_ERR_USAGE, "has more than three weights");
+    MG_EXPECT_ERROR(mg_split_parse(&s, "1..2,3"), MG_ERR_USAGE, "'1..2' is not a number");
 }
 
 MG_TEST(dataset_blend_parse_as_megatron) {
@@ -149,14 +137,14 @@ MG_TEST(dataset_blend_parse_as_megatron) {
     MG_EXPECT(b.n == 1 && b.weights && b.weights[0] == 1.0, "one weighted prefix stays weighted");
     mg_blend_free(&b);
 
-    EXPECT_ERROR(mg_blend_parse(&b, "0.3 A x B"), MG_ERR_USAGE,
+    MG_EXPECT_ERROR(mg_blend_parse(&b, "0.3 A x B"), MG_ERR_USAGE,
                  "blend weight 'x' (entry 3) is not a number");
-    EXPECT_ERROR(mg_blend_parse(&b, "0.3 A 0.7"), MG_ERR_USAGE,
+    MG_EXPECT_ERROR(mg_blend_parse(&b, "0.3 A 0.7"), MG_ERR_USAGE,
                  "--data-path has 3 entries starting with the weight '0.3'");
-    EXPECT_ERROR(mg_blend_parse(&b, "0 A 0 B"), MG_ERR_USAGE, "weights must be positive");
-    EXPECT_ERROR(mg_blend_parse(&b, "1 A -1 B"), MG_ERR_USAGE, "weights must be positive");
-    EXPECT_ERROR(mg_blend_parse(&b, "nan A 1 B"), MG_ERR_USAGE, "weights must be positive");
-    EXPECT_ERROR(mg_blend_parse(&b, "   "), MG_ERR_USAGE, "--data-path needs a dataset prefix");
+    MG_EXPECT_ERROR(mg_blend_parse(&b, "0 A 0 B"), MG_ERR_USAGE, "weights must be positive");
+    MG_EXPECT_ERROR(mg_blend_parse(&b, "1 A -1 B"), MG_ERR_USAGE, "weights must be positive");
+    MG_EXPECT_ERROR(mg_blend_parse(&b, "nan A 1 B"), MG_ERR_USAGE, "weights must be positive");
+    MG_EXPECT_ERROR(mg_blend_parse(&b, "   "), MG_ERR_USAGE, "--data-path needs a dataset prefix");
     MG_EXPECT(b.n == 0 && !b.prefixes, "a failed parse leaves nothing to free");
 }
 
@@ -181,9 +169,9 @@ MG_TEST(dataset_epoch_plan_and_final_epoch_threshold) {
     MG_EXPECT(p.num_epochs == 2 && p.separate_final_epoch, "25 samples: 2 epochs, separate");
     MG_EXPECT_OK(mg_gpt_plan_epochs(&p, 100, 24, 4)); /* 97 tokens fit one epoch */
     MG_EXPECT(p.num_epochs == 1, "24 samples: one epoch");
-    EXPECT_ERROR(mg_gpt_plan_epochs(&p, 100, 5, 1), MG_ERR_USAGE,
+    MG_EXPECT_ERROR(mg_gpt_plan_epochs(&p, 100, 5, 1), MG_ERR_USAGE,
                  "--seq-length must be at least 2");
-    EXPECT_ERROR(mg_gpt_plan_epochs(&p, 1, 4000000000LL, 1000), MG_ERR_USAGE, "epochs");
+    MG_EXPECT_ERROR(mg_gpt_plan_epochs(&p, 1, 4000000000LL, 1000), MG_ERR_USAGE, "epochs");
 }
 
 /* Documents of 3, 5 and 2 tokens in the order 1, 0, 2 (5, 3, 2 tokens), L = 4: sample 0 is
@@ -274,17 +262,17 @@ MG_TEST(dataset_npy_matches_numpy_bytes) {
     FILE *f = fopen(path, "wb");
     fwrite(bytes, 1, len - 1, f);
     fclose(f);
-    EXPECT_ERROR(mg_npy_load(&a, path), MG_ERR_FORMAT, "truncated or corrupt");
+    MG_EXPECT_ERROR(mg_npy_load(&a, path), MG_ERR_FORMAT, "truncated or corrupt");
     MG_EXPECT(a.data == NULL, "nothing loaded");
     memcpy(bytes + 10, "{'descr': '<f8'", 15); /* float64 is no index */
     f = fopen(path, "wb");
     fwrite(bytes, 1, len, f);
     fclose(f);
-    EXPECT_ERROR(mg_npy_load(&a, path), MG_ERR_FORMAT, "dtype '<f8' is not one of");
+    MG_EXPECT_ERROR(mg_npy_load(&a, path), MG_ERR_FORMAT, "dtype '<f8' is not one of");
     f = fopen(path, "wb");
     fwrite("not numpy", 1, 9, f);
     fclose(f);
-    EXPECT_ERROR(mg_npy_load(&a, path), MG_ERR_FORMAT, "too short");
+    MG_EXPECT_ERROR(mg_npy_load(&a, path), MG_ERR_FORMAT, "too short");
     free(bytes);
     ds_rmtree(dir);
 }

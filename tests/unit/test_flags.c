@@ -57,17 +57,6 @@ static mg_status parse_base(mg_config *c, const char *drop, const char *const *e
     return parse(c, args);
 }
 
-#define EXPECT_ERROR(expr, code, substr)                                                           \
-    do {                                                                                           \
-        mg_status s_ = (expr);                                                                     \
-        MG_EXPECT(s_ == (code), "%s returned %s, want %s (message: %s)", #expr,                    \
-                  mg_status_name(s_), mg_status_name(code), mg_error_message());                   \
-        MG_EXPECT(strstr(mg_error_message(), (substr)) != NULL, "message '%s' lacks '%s'",         \
-                  mg_error_message(), (substr));                                                   \
-        MG_EXPECT(strchr(mg_error_message(), '\n') == NULL, "message is not one line: %s",         \
-                  mg_error_message());                                                             \
-    } while (0)
-
 MG_TEST(flags_defaults_match_megatron) {
     mg_config c;
     mg_config_defaults(&c);
@@ -186,21 +175,21 @@ MG_TEST(flags_unknown_flag_suggests_closest) {
     mg_config_defaults(&c);
     before = c;
     const char *a1[] = {"--num-layers", "4", "--hiden-size", "8", NULL};
-    EXPECT_ERROR(parse(&c, a1), MG_ERR_USAGE,
+    MG_EXPECT_ERROR(parse(&c, a1), MG_ERR_USAGE,
                  "unknown flag '--hiden-size'; did you mean '--hidden-size'?");
     MG_EXPECT(!memcmp(&c, &before, sizeof c), "a failed parse must not change the config");
     const char *a2[] = {"--num_layers", "4", NULL};
-    EXPECT_ERROR(parse(&c, a2), MG_ERR_USAGE, "did you mean '--num-layers'?");
+    MG_EXPECT_ERROR(parse(&c, a2), MG_ERR_USAGE, "did you mean '--num-layers'?");
     const char *a3[] = {"--tensor-parallel-size", "2", NULL};
-    EXPECT_ERROR(parse(&c, a3), MG_ERR_USAGE, "did you mean '--tensor-model-parallel-size'?");
+    MG_EXPECT_ERROR(parse(&c, a3), MG_ERR_USAGE, "did you mean '--tensor-model-parallel-size'?");
     const char *a4[] = {"--hidden", "8", NULL}; /* no abbreviations, but suggest the full name */
-    EXPECT_ERROR(parse(&c, a4), MG_ERR_USAGE, "did you mean '--hidden-size'?");
+    MG_EXPECT_ERROR(parse(&c, a4), MG_ERR_USAGE, "did you mean '--hidden-size'?");
     const char *a5[] = {"--xyzzy", NULL};
-    EXPECT_ERROR(parse(&c, a5), MG_ERR_USAGE, "see `megatron train --help`");
+    MG_EXPECT_ERROR(parse(&c, a5), MG_ERR_USAGE, "see `megatron train --help`");
     const char *a6[] = {"--xyzzy=3", NULL};
-    EXPECT_ERROR(parse(&c, a6), MG_ERR_USAGE, "unknown flag '--xyzzy';");
+    MG_EXPECT_ERROR(parse(&c, a6), MG_ERR_USAGE, "unknown flag '--xyzzy';");
     const char *a7[] = {"train", NULL};
-    EXPECT_ERROR(parse(&c, a7), MG_ERR_USAGE, "unexpected argument 'train'");
+    MG_EXPECT_ERROR(parse(&c, a7), MG_ERR_USAGE, "unexpected argument 'train'");
     MG_EXPECT(!memcmp(&c, &before, sizeof c), "failed parses must not change the config");
 }
 
@@ -209,43 +198,43 @@ MG_TEST(flags_bad_values) {
     mg_config_defaults(&c);
     before = c;
     const char *a1[] = {"--num-layers", "abc", NULL};
-    EXPECT_ERROR(parse(&c, a1), MG_ERR_USAGE, "--num-layers expects an integer, got 'abc'");
+    MG_EXPECT_ERROR(parse(&c, a1), MG_ERR_USAGE, "--num-layers expects an integer, got 'abc'");
     const char *a2[] = {"--num-layers", "2.0", NULL};
-    EXPECT_ERROR(parse(&c, a2), MG_ERR_USAGE, "--num-layers expects an integer, got '2.0'");
+    MG_EXPECT_ERROR(parse(&c, a2), MG_ERR_USAGE, "--num-layers expects an integer, got '2.0'");
     const char *a3[] = {"--num-layers", "99999999999", NULL};
-    EXPECT_ERROR(parse(&c, a3), MG_ERR_USAGE, "expects an integer in [-2147483648, 2147483647]");
+    MG_EXPECT_ERROR(parse(&c, a3), MG_ERR_USAGE, "expects an integer in [-2147483648, 2147483647]");
     const char *a4[] = {"--train-iters", "9007199254740993", NULL};
-    EXPECT_ERROR(parse(&c, a4), MG_ERR_USAGE, "--train-iters expects an integer in");
+    MG_EXPECT_ERROR(parse(&c, a4), MG_ERR_USAGE, "--train-iters expects an integer in");
     const char *a5[] = {"--lr", "fast", NULL};
-    EXPECT_ERROR(parse(&c, a5), MG_ERR_USAGE, "--lr expects a number, got 'fast'");
+    MG_EXPECT_ERROR(parse(&c, a5), MG_ERR_USAGE, "--lr expects a number, got 'fast'");
     const char *a6[] = {"--lr=nan", NULL};
-    EXPECT_ERROR(parse(&c, a6), MG_ERR_USAGE, "--lr expects a finite number, got 'nan'");
+    MG_EXPECT_ERROR(parse(&c, a6), MG_ERR_USAGE, "--lr expects a finite number, got 'nan'");
     const char *a7[] = {"--lr=", NULL};
-    EXPECT_ERROR(parse(&c, a7), MG_ERR_USAGE, "--lr expects a number, got ''");
+    MG_EXPECT_ERROR(parse(&c, a7), MG_ERR_USAGE, "--lr expects a number, got ''");
     const char *a8[] = {"--normalization", "rmsnorm", NULL};
-    EXPECT_ERROR(parse(&c, a8), MG_ERR_USAGE,
+    MG_EXPECT_ERROR(parse(&c, a8), MG_ERR_USAGE,
                  "--normalization expects one of LayerNorm or RMSNorm, got 'rmsnorm'");
     const char *a9[] = {"--position-embedding-type", "alibi", NULL};
-    EXPECT_ERROR(parse(&c, a9), MG_ERR_USAGE, "learned_absolute, rope or none");
+    MG_EXPECT_ERROR(parse(&c, a9), MG_ERR_USAGE, "learned_absolute, rope or none");
     const char *a10[] = {"--lr-decay-style", "WSD", NULL};
-    EXPECT_ERROR(parse(&c, a10), MG_ERR_UNSUPPORTED,
+    MG_EXPECT_ERROR(parse(&c, a10), MG_ERR_UNSUPPORTED,
                  "--lr-decay-style WSD is not supported yet by this build; use constant, linear");
     const char *a11[] = {"--num-layers", NULL};
-    EXPECT_ERROR(parse(&c, a11), MG_ERR_USAGE,
+    MG_EXPECT_ERROR(parse(&c, a11), MG_ERR_USAGE,
                  "--num-layers expects a value; write --num-layers N");
     const char *a12[] = {"--save", "--load", "x", NULL};
-    EXPECT_ERROR(parse(&c, a12), MG_ERR_USAGE, "--save expects a value, got the flag '--load'");
+    MG_EXPECT_ERROR(parse(&c, a12), MG_ERR_USAGE, "--save expects a value, got the flag '--load'");
     const char *a13[] = {"--swiglu=true", NULL};
-    EXPECT_ERROR(parse(&c, a13), MG_ERR_USAGE, "--swiglu takes no value");
+    MG_EXPECT_ERROR(parse(&c, a13), MG_ERR_USAGE, "--swiglu takes no value");
     const char *a14[] = {"--device", "tpu", NULL};
-    EXPECT_ERROR(parse(&c, a14), MG_ERR_USAGE, "--device expects one of cpu or cuda, got 'tpu'");
+    MG_EXPECT_ERROR(parse(&c, a14), MG_ERR_USAGE, "--device expects one of cpu or cuda, got 'tpu'");
     char longpath[2000];
     memset(longpath, 'a', sizeof longpath - 1);
     longpath[sizeof longpath - 1] = '\0';
     const char *a15[] = {"--save", longpath, NULL};
-    EXPECT_ERROR(parse(&c, a15), MG_ERR_USAGE, "--save value is too long");
+    MG_EXPECT_ERROR(parse(&c, a15), MG_ERR_USAGE, "--save value is too long");
     const char *a16[] = {"--lr-warmup-iters", "5", "--lr-warmup-fraction", "0.1", NULL};
-    EXPECT_ERROR(parse(&c, a16), MG_ERR_USAGE, "are both given; pass only one");
+    MG_EXPECT_ERROR(parse(&c, a16), MG_ERR_USAGE, "are both given; pass only one");
     MG_EXPECT(!memcmp(&c, &before, sizeof c), "failed parses must not change the config");
     /* Megatron allows the pair when the iterations are 0. */
     const char *a17[] = {"--lr-warmup-iters", "0", "--lr-warmup-fraction", "0.1", NULL};
@@ -304,31 +293,31 @@ MG_TEST(flags_not_yet_flags_fail_unless_trivial) {
     mg_config_defaults(&c);
     before = c;
     const char *a1[] = {"--tensor-model-parallel-size", "2", NULL};
-    EXPECT_ERROR(parse(&c, a1), MG_ERR_UNSUPPORTED,
+    MG_EXPECT_ERROR(parse(&c, a1), MG_ERR_UNSUPPORTED,
                  "--tensor-model-parallel-size 2 is not supported yet by this build (single "
                  "process); use 1");
     const char *a2[] = {"--pipeline-model-parallel-size=4", NULL};
-    EXPECT_ERROR(parse(&c, a2), MG_ERR_UNSUPPORTED, "--pipeline-model-parallel-size 4 is not");
+    MG_EXPECT_ERROR(parse(&c, a2), MG_ERR_UNSUPPORTED, "--pipeline-model-parallel-size 4 is not");
     const char *a3[] = {"--tensor-model-parallel-size", "two", NULL};
-    EXPECT_ERROR(parse(&c, a3), MG_ERR_USAGE, "expects an integer, got 'two'");
+    MG_EXPECT_ERROR(parse(&c, a3), MG_ERR_USAGE, "expects an integer, got 'two'");
     const char *a4[] = {"--sequence-parallel", NULL};
-    EXPECT_ERROR(parse(&c, a4), MG_ERR_UNSUPPORTED, "--sequence-parallel is not supported yet");
+    MG_EXPECT_ERROR(parse(&c, a4), MG_ERR_UNSUPPORTED, "--sequence-parallel is not supported yet");
     const char *a5[] = {"--use-distributed-optimizer", NULL};
-    EXPECT_ERROR(parse(&c, a5), MG_ERR_UNSUPPORTED, "drop it");
+    MG_EXPECT_ERROR(parse(&c, a5), MG_ERR_UNSUPPORTED, "drop it");
     const char *a6[] = {"--num-experts", "8", NULL};
-    EXPECT_ERROR(parse(&c, a6), MG_ERR_UNSUPPORTED, "--num-experts 8 is not supported yet");
+    MG_EXPECT_ERROR(parse(&c, a6), MG_ERR_UNSUPPORTED, "--num-experts 8 is not supported yet");
     const char *a7[] = {"--hidden-dropout", "0.1", NULL};
-    EXPECT_ERROR(parse(&c, a7), MG_ERR_UNSUPPORTED, "dropout is not implemented); use 0");
+    MG_EXPECT_ERROR(parse(&c, a7), MG_ERR_UNSUPPORTED, "dropout is not implemented); use 0");
     const char *a8[] = {"--tokenizer-type", "SentencePieceTokenizer", NULL};
-    EXPECT_ERROR(parse(&c, a8), MG_ERR_UNSUPPORTED,
+    MG_EXPECT_ERROR(parse(&c, a8), MG_ERR_UNSUPPORTED,
                  "--tokenizer-type SentencePieceTokenizer is not supported yet by this build; use "
                  "GPT2BPETokenizer or NullTokenizer");
     const char *a10[] = {"--train-samples", "1000", NULL};
-    EXPECT_ERROR(parse(&c, a10), MG_ERR_UNSUPPORTED, "use --train-iters");
+    MG_EXPECT_ERROR(parse(&c, a10), MG_ERR_UNSUPPORTED, "use --train-iters");
     const char *a11[] = {"--fp8-format", "hybrid", NULL};
-    EXPECT_ERROR(parse(&c, a11), MG_ERR_UNSUPPORTED, "--fp8-format hybrid is not supported yet");
+    MG_EXPECT_ERROR(parse(&c, a11), MG_ERR_UNSUPPORTED, "--fp8-format hybrid is not supported yet");
     const char *a12[] = {"--recompute-granularity", "full", NULL};
-    EXPECT_ERROR(parse(&c, a12), MG_ERR_UNSUPPORTED, "--recompute-granularity full");
+    MG_EXPECT_ERROR(parse(&c, a12), MG_ERR_UNSUPPORTED, "--recompute-granularity full");
     const char *names[] = {"--context-parallel-size", "--expert-model-parallel-size",
                            "--overlap-grad-reduce",   "--overlap-param-gather",
                            "--recompute-activations", "--lr-warmup-samples",
@@ -421,11 +410,11 @@ MG_TEST(flags_validate_warmup_fraction) {
     /* Both given to the library directly (the parser refuses it earlier). */
     c.lr_warmup_iters = 5;
     mg_config before = c;
-    EXPECT_ERROR(mg_config_validate(&c), MG_ERR_USAGE, "are both given; pass only one");
+    MG_EXPECT_ERROR(mg_config_validate(&c), MG_ERR_USAGE, "are both given; pass only one");
     MG_EXPECT(!memcmp(&c, &before, sizeof c), "failed validation changed the config");
     const char *h[] = {"--lr-warmup-fraction", "1.0", NULL};
     MG_EXPECT_OK(parse_base(&c, NULL, h));
-    EXPECT_ERROR(mg_config_validate(&c), MG_ERR_USAGE, "--lr-warmup-fraction must be in [0, 1)");
+    MG_EXPECT_ERROR(mg_config_validate(&c), MG_ERR_USAGE, "--lr-warmup-fraction must be in [0, 1)");
 }
 
 MG_TEST(flags_validate_rejects_bad_combinations) {
@@ -607,26 +596,26 @@ MG_TEST(flags_json_rejects_bad_input) {
     mg_config c, before;
     rich_config(t, &c);
     before = c;
-    EXPECT_ERROR(mg_config_from_json(&c, "{\"num_layers\": 3, \"num_layer\": 2}"), MG_ERR_FORMAT,
+    MG_EXPECT_ERROR(mg_config_from_json(&c, "{\"num_layers\": 3, \"num_layer\": 2}"), MG_ERR_FORMAT,
                  "unknown key 'num_layer'");
-    EXPECT_ERROR(mg_config_from_json(&c, "{\"num_layers\": \"2\"}"), MG_ERR_FORMAT,
+    MG_EXPECT_ERROR(mg_config_from_json(&c, "{\"num_layers\": \"2\"}"), MG_ERR_FORMAT,
                  "'num_layers' must be an integer");
-    EXPECT_ERROR(mg_config_from_json(&c, "{\"num_layers\": 2.5}"), MG_ERR_FORMAT,
+    MG_EXPECT_ERROR(mg_config_from_json(&c, "{\"num_layers\": 2.5}"), MG_ERR_FORMAT,
                  "'num_layers' must be an integer");
-    EXPECT_ERROR(mg_config_from_json(&c, "{\"num_layers\": 3e9}"), MG_ERR_FORMAT,
+    MG_EXPECT_ERROR(mg_config_from_json(&c, "{\"num_layers\": 3e9}"), MG_ERR_FORMAT,
                  "'num_layers' must be an integer in");
-    EXPECT_ERROR(mg_config_from_json(&c, "{\"seed\": 1e17}"), MG_ERR_FORMAT, "'seed' must be");
-    EXPECT_ERROR(mg_config_from_json(&c, "{\"lr\": \"0.1\"}"), MG_ERR_FORMAT,
+    MG_EXPECT_ERROR(mg_config_from_json(&c, "{\"seed\": 1e17}"), MG_ERR_FORMAT, "'seed' must be");
+    MG_EXPECT_ERROR(mg_config_from_json(&c, "{\"lr\": \"0.1\"}"), MG_ERR_FORMAT,
                  "'lr' must be a number");
-    EXPECT_ERROR(mg_config_from_json(&c, "{\"swiglu\": 1}"), MG_ERR_FORMAT,
+    MG_EXPECT_ERROR(mg_config_from_json(&c, "{\"swiglu\": 1}"), MG_ERR_FORMAT,
                  "'swiglu' must be true or false");
-    EXPECT_ERROR(mg_config_from_json(&c, "{\"normalization\": \"BatchNorm\"}"), MG_ERR_FORMAT,
+    MG_EXPECT_ERROR(mg_config_from_json(&c, "{\"normalization\": \"BatchNorm\"}"), MG_ERR_FORMAT,
                  "'normalization' must be one of the --normalization choices");
-    EXPECT_ERROR(mg_config_from_json(&c, "{\"device\": 3}"), MG_ERR_FORMAT,
+    MG_EXPECT_ERROR(mg_config_from_json(&c, "{\"device\": 3}"), MG_ERR_FORMAT,
                  "'device' must be a string");
-    EXPECT_ERROR(mg_config_from_json(&c, "{\"num_layers\": 2,"), MG_ERR_FORMAT, "malformed");
-    EXPECT_ERROR(mg_config_from_json(&c, "[1, 2]"), MG_ERR_FORMAT, "must be an object");
-    EXPECT_ERROR(mg_config_from_json(&c, NULL), MG_ERR_FORMAT, "no text");
+    MG_EXPECT_ERROR(mg_config_from_json(&c, "{\"num_layers\": 2,"), MG_ERR_FORMAT, "malformed");
+    MG_EXPECT_ERROR(mg_config_from_json(&c, "[1, 2]"), MG_ERR_FORMAT, "must be an object");
+    MG_EXPECT_ERROR(mg_config_from_json(&c, NULL), MG_ERR_FORMAT, "no text");
     MG_EXPECT(!memcmp(&c, &before, sizeof c), "failed reads must not change the config");
     /* A partial object sets only what it names. */
     MG_EXPECT_OK(mg_config_from_json(&c, "{\"num_layers\": 5}"));

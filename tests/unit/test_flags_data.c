@@ -17,18 +17,6 @@ static mg_status parse_args(mg_config *c, const char *const *args) {
     return mg_flags_parse(c, argc, argv, &help);
 }
 
-#define EXPECT_ERROR(expr, code, substr)                                                           \
-    do {                                                                                           \
-        mg_error_clear();                                                                          \
-        mg_status s_ = (expr);                                                                     \
-        MG_EXPECT(s_ == (code), "%s returned %s, want %s (%s)", #expr, mg_status_name(s_),         \
-                  mg_status_name(code), mg_error_message());                                       \
-        MG_EXPECT(strstr(mg_error_message(), (substr)) != NULL, "message '%s' lacks '%s'",         \
-                  mg_error_message(), (substr));                                                   \
-        MG_EXPECT(strchr(mg_error_message(), '\n') == NULL, "not one line: %s",                    \
-                  mg_error_message());                                                             \
-    } while (0)
-
 MG_TEST(flags_data_defaults) {
     mg_config c;
     mg_config_defaults(&c);
@@ -83,21 +71,21 @@ MG_TEST(flags_data_path_takes_values_up_to_the_next_flag) {
 
     mg_config before = c;
     const char *n0[] = {"--data-path", "--split", "1", NULL};
-    EXPECT_ERROR(parse_args(&c, n0), MG_ERR_USAGE,
+    MG_EXPECT_ERROR(parse_args(&c, n0), MG_ERR_USAGE,
                  "--data-path expects at least one value; write --data-path [W] PREFIX ...");
     const char *n1[] = {"--data-path", NULL};
-    EXPECT_ERROR(parse_args(&c, n1), MG_ERR_USAGE, "--data-path expects at least one value");
+    MG_EXPECT_ERROR(parse_args(&c, n1), MG_ERR_USAGE, "--data-path expects at least one value");
     const char *n2[] = {"--data-path=", NULL};
-    EXPECT_ERROR(parse_args(&c, n2), MG_ERR_USAGE, "is empty or contains whitespace");
+    MG_EXPECT_ERROR(parse_args(&c, n2), MG_ERR_USAGE, "is empty or contains whitespace");
     const char *n3[] = {"--data-path", "a b", NULL};
-    EXPECT_ERROR(parse_args(&c, n3), MG_ERR_USAGE,
+    MG_EXPECT_ERROR(parse_args(&c, n3), MG_ERR_USAGE,
                  "--data-path value 'a b' is empty or contains whitespace");
     static char longv[5000];
     memset(longv, 'p', sizeof longv - 1);
     const char *n4[] = {"--data-path", longv, NULL};
-    EXPECT_ERROR(parse_args(&c, n4), MG_ERR_USAGE, "--data-path value is too long");
+    MG_EXPECT_ERROR(parse_args(&c, n4), MG_ERR_USAGE, "--data-path value is too long");
     const char *n5[] = {"--tokenizer-type", "gpt2", NULL};
-    EXPECT_ERROR(parse_args(&c, n5), MG_ERR_USAGE,
+    MG_EXPECT_ERROR(parse_args(&c, n5), MG_ERR_USAGE,
                  "--tokenizer-type expects one of GPT2BPETokenizer or NullTokenizer, got 'gpt2'");
     MG_EXPECT(!memcmp(&c, &before, sizeof c), "failed parses must not change the config");
 
@@ -170,5 +158,5 @@ MG_TEST(flags_data_validation) {
          "--tokenizer-type NullTokenizer needs --vocab-size N"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
-        EXPECT_ERROR(validate_with(&c, bad[i].extra), MG_ERR_USAGE, bad[i].msg);
+        MG_EXPECT_ERROR(validate_with(&c, bad[i].extra), MG_ERR_USAGE, bad[i].msg);
 }

@@ -6,6 +6,7 @@
  * ~1e-7 relative rounding per op over a few dozen ops; gradients pass through twice as many. */
 #include "test.h"
 
+#include "core/file.h"
 #include "core/flags.h"
 #include "golden_io.h"
 #include "model/hf_names.h"
@@ -15,23 +16,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-static mg_status read_text(const char *path, char **out) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return MG_FAIL(MG_ERR_IO, "cannot open %s", path);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    *out = calloc((size_t)n + 1, 1);
-    size_t got = *out ? fread(*out, 1, (size_t)n, f) : 0;
-    fclose(f);
-    return got == (size_t)n ? MG_OK : MG_FAIL(MG_ERR_IO, "cannot read %s", path);
-}
-
 /* The golden model's Megatron flags (from <name>.json) parsed by the real flag parser. */
 static mg_status golden_config(const char *name, mg_config *c) {
     char path[256], *text = NULL;
     snprintf(path, sizeof path, MG_GOLDEN_DIR "/%s.json", name);
-    MG_CHECK(read_text(path, &text));
+    MG_CHECK(mg_file_read(path, &text, NULL));
     cJSON *root = cJSON_Parse(text);
     free(text);
     const cJSON *args = cJSON_GetObjectItemCaseSensitive(root, "args");

@@ -19,18 +19,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define EXPECT_ERROR(expr, code, substr)                                                           \
-    do {                                                                                           \
-        mg_error_clear();                                                                          \
-        mg_status s_ = (expr);                                                                     \
-        MG_EXPECT(s_ == (code), "%s returned %s, want %s (%s)", #expr, mg_status_name(s_),         \
-                  mg_status_name(code), mg_error_message());                                       \
-        MG_EXPECT(strstr(mg_error_message(), (substr)) != NULL, "message '%s' lacks '%s'",         \
-                  mg_error_message(), (substr));                                                   \
-        MG_EXPECT(strchr(mg_error_message(), '\n') == NULL, "not one line: %s",                    \
-                  mg_error_message());                                                             \
-    } while (0)
-
 static const char *const k_split_names[3] = {"train", "valid", "test"};
 
 typedef struct {
@@ -233,9 +221,9 @@ MG_TEST(dataset_hand_computed_samples) {
         MG_EXPECT_OK(mg_gpt_data_sample_pair(d, 0, 0, tok, tgt));
         MG_EXPECT(tok[0] == 24 && tok[3] == 12 && tgt[0] == 10 && tgt[3] == 30, "tokens/targets");
         /* Megatron indexes its arrays directly: no wrap-around */
-        EXPECT_ERROR(mg_gpt_data_sample(d, 0, 2, got), MG_ERR_USAGE,
+        MG_EXPECT_ERROR(mg_gpt_data_sample(d, 0, 2, got), MG_ERR_USAGE,
                      "sample 2 is outside the train dataset [0, 2)");
-        EXPECT_ERROR(mg_gpt_data_sample(d, 1, 0, got), MG_ERR_USAGE, "outside the valid dataset");
+        MG_EXPECT_ERROR(mg_gpt_data_sample(d, 1, 0, got), MG_ERR_USAGE, "outside the valid dataset");
         mg_gpt_data_free(d);
     }
     char cache[256]; /* Megatron's default: <prefix>/cache/GPTDataset_indices */
@@ -315,7 +303,7 @@ MG_TEST(dataset_bad_input_is_one_line) {
     do {                                                                                           \
         mg_gpt_data_config b_ = c;                                                                 \
         b_.field = value;                                                                          \
-        EXPECT_ERROR(mg_gpt_data_build(&d, &b_), code, msg);                                       \
+        MG_EXPECT_ERROR(mg_gpt_data_build(&d, &b_), code, msg);                                       \
         MG_EXPECT(d == NULL, "failed build returned a dataset");                                   \
     } while (0)
     snprintf(blend, sizeof blend, "0.3 %s x %s", A, A);
@@ -338,7 +326,7 @@ MG_TEST(dataset_bad_input_is_one_line) {
     mg_gpt_data_config e = c;
     e.split = "1,1,0.0001";
     e.num_samples[2] = 5;
-    EXPECT_ERROR(mg_gpt_data_build(&d, &e), MG_ERR_USAGE,
+    MG_EXPECT_ERROR(mg_gpt_data_build(&d, &e), MG_ERR_USAGE,
                  "the test split of tests/golden/dataset/data/A is empty (0 of 600 documents");
     /* an indexed dataset without documents (the reader's check), written by hand: header with 0
      * sequences, document_indices [0], an empty .bin */

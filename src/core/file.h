@@ -1,0 +1,18 @@
+/* Whole-file reads and atomic writes, with one-line errors that name the file.
+ * Exports: mg_file_read, mg_file_write_atomic. Needs: core/status. */
+#ifndef MG_CORE_FILE_H
+#define MG_CORE_FILE_H
+
+#include "core/status.h"
+
+#include <stddef.h>
+
+/* Reads all of path into a malloc'd buffer with a NUL appended (not counted in *size). */
+mg_status mg_file_read(const char *path, char **buf, size_t *size);
+
+/* Writes the concatenation of parts[0..n) to path atomically: into "<path>.tmp.<pid>", flushed to
+ * disk, then renamed over path. On failure path is untouched and the temporary is removed. */
+mg_status mg_file_write_atomic(const char *path, const void *const *parts, const size_t *sizes,
+                               int n);
+
+#endif
