@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # `megatron preprocess` throughput against a Hugging Face `tokenizers` pipeline doing the same job
 # (bench/baselines/hf_preprocess.py), same input, same machine, one command:
-#   bench/preprocess_bench.sh [build dir]          (REPEAT=10 RUNS=3 by default)
+#   bench/preprocess_bench.sh [build dir]          (REPEAT=40 RUNS=3 by default)
 # Input: the demo corpus split into chapters (tools/moby_to_jsonl.sh), concatenated REPEAT times
-# (135 x REPEAT documents) so that start-up (vocabulary load, ~0.1 s) does not dominate.
+# (135 x REPEAT documents, 49 MB by default) so that start-up (~0.05 s) does not dominate.
 # Each configuration (megatron.c --workers 1 and 2; HF with 1 and 2 Rayon threads) runs RUNS
 # times, interleaved; prints one JSON line per run and a table of median MB/s by wall time and by
 # process CPU time (user + sys: the per-core figure), with the ratio megatron.c / HF. All outputs
@@ -11,7 +11,7 @@
 set -euo pipefail
 BUILD=${1:-build}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-REPEAT=${REPEAT:-10} RUNS=${RUNS:-3}
+REPEAT=${REPEAT:-40} RUNS=${RUNS:-3}
 VOCAB=$ROOT/data/gpt2/encoder.json MERGES=$ROOT/data/gpt2/vocab.bpe
 TMP=$(mktemp -d); trap 'rm -rf "$TMP"' EXIT
 [ -x "$BUILD/megatron" ] || { echo "preprocess_bench: $BUILD/megatron missing (make)" >&2; exit 1; }

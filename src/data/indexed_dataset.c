@@ -363,25 +363,30 @@ mg_status mg_indexed_writer_add_document(mg_indexed_writer *w, const int32_t *to
         if (!s) return MG_FAIL(MG_ERR_NOMEM, "%s: out of memory (%zu bytes)", w->bin_path, bytes);
         w->scratch = s, w->scratch_cap = bytes;
     }
-    for (int64_t i = 0; i < ntok; i++) {
-        int32_t v = tokens[i];
-        if (!fits(w->dtype_code, v))
-            return MG_FAIL(MG_ERR_USAGE, "%s: token id %d does not fit dtype code %d", w->bin_path,
-                           v, w->dtype_code);
-        switch (w->dtype_size) {
-        case 1:
-            ((uint8_t *)w->scratch)[i] = (uint8_t)v;
-            break;
-        case 2:
-            ((uint16_t *)w->scratch)[i] = (uint16_t)v;
-            break;
-        case 4:
-            ((int32_t *)w->scratch)[i] = v;
-            break;
-        default:
-            ((int64_t *)w->scratch)[i] = v;
-            break;
-        }
+    /* Range check in one pass (a min/max reduction), then a plain narrowing loop per size. */
+    int32_t lo = 0, hi = 0;
+    if (ntok > 0) lo = hi = tokens[0];
+    for (int64_t i = 1; i < ntok; i++) {
+        lo = tokens[i] < lo ? tokens[i] : lo;
+        hi = tokens[i] > hi ? tokens[i] : hi;
+    }
+    if (ntok > 0 && (!fits(w->dtype_code, lo) || !fits(w->dtype_code, hi)))
+        return MG_FAIL(MG_ERR_USAGE, "%s: token id %d does not fit dtype code %d", w->bin_path,
+                       fits(w->dtype_code, lo) ? hi : lo, w->dtype_code);
+    void *o = w->scratch;
+    switch (w->dtype_size) {
+    case 1:
+        for (int64_t i = 0; i < ntok; i++) ((uint8_t *)o)[i] = (uint8_t)tokens[i];
+        break;
+    case 2:
+        for (int64_t i = 0; i < ntok; i++) ((uint16_t *)o)[i] = (uint16_t)tokens[i];
+        break;
+    case 4:
+        if (ntok > 0) memcpy(o, tokens, (size_t)ntok * 4);
+        break;
+    default:
+        for (int64_t i = 0; i < ntok; i++) ((int64_t *)o)[i] = tokens[i];
+        break;
     }
     if (bytes && fwrite(w->scratch, 1, bytes, w->bin) != bytes)
         return MG_FAIL(MG_ERR_IO, "%s: write failed: %s", w->bin_tmp, strerror(errno));
@@ -416,13 +421,16 @@ static mg_status write_index(mg_indexed_writer *w, FILE *f) {
 mg_status mg_indexed_writer_finish(mg_indexed_writer *w) {
     if (w->finished || !w->bin)
         return MG_FAIL(MG_ERR_INTERNAL, "%s: finish called twice", w->bin_path);
-    int bad = fflush(w->bin) != 0 || ferror(w->bin);
+    /* Flushed to disk before the renames, so a crash never leaves a renamed but partial file. */
+    int bad = fflush(w->bin) != 0 || ferror(w->bin) || fsync(fileno(w->bin)) != 0;
     bad |= fclose(w->bin) != 0;
     w->bin = NULL;
     if (bad) return MG_FAIL(MG_ERR_IO, "%s: write failed: %s", w->bin_tmp, strerror(errno));
     FILE *f = fopen(w->idx_tmp, "wb");
     if (!f) return MG_FAIL(MG_ERR_IO, "%s: cannot create: %s", w->idx_tmp, strerror(errno));
     mg_status st = write_index(w, f);
+    if (st == MG_OK && (fflush(f) != 0 || fsync(fileno(f)) != 0))
+        st = MG_FAIL(MG_ERR_IO, "%s: write failed: %s", w->idx_tmp, strerror(errno));
     if (fclose(f) != 0 && st == MG_OK)
         st = MG_FAIL(MG_ERR_IO, "%s: write failed: %s", w->idx_tmp, strerror(errno));
     if (st != MG_OK) return st;

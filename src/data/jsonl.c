@@ -125,6 +125,18 @@ static int reserve(char **buf, size_t *cap, size_t need) {
     return 1;
 }
 
+/* Whether 8 bytes hold no '"', '\\', control or non-ASCII byte (SWAR: a byte b is flagged when
+ * b < 0x20, b >= 0x80, b == 0x22 or b == 0x5C). */
+static int plain8(const unsigned char *p) {
+    uint64_t v;
+    memcpy(&v, p, 8);
+    const uint64_t ones = 0x0101010101010101ull, high = 0x8080808080808080ull;
+    uint64_t q = v ^ (ones * '"'), b = v ^ (ones * '\\');
+    /* (x - ones) & ~x & high is non-zero iff x has a zero byte (no false negatives) */
+    uint64_t special = ((v - ones * 0x20) & ~v) | ((q - ones) & ~q) | ((b - ones) & ~b) | v;
+    return (special & high) == 0;
+}
+
 static size_t put_utf8(char *o, unsigned cp) {
     if (cp < 0x80) return o[0] = (char)cp, 1;
     if (cp < 0x800) return o[0] = (char)(0xC0 | cp >> 6), o[1] = (char)(0x80 | (cp & 63)), 2;
@@ -153,6 +165,12 @@ static int parse_string(parser *ps, char **out, size_t *out_len, size_t *out_cap
         if (o && ps->p > run) memcpy(o, run, (size_t)(ps->p - run)), o += ps->p - run;             \
     } while (0)
     while (ps->p < ps->end) {
+        /* The hot loop: plain ASCII runs, 8 bytes per step where they are long. */
+        const unsigned char *q = ps->p;
+        while (ps->end - q >= 8 && plain8(q)) q += 8;
+        while (q < ps->end && *q >= 0x20 && *q < 0x80 && *q != '"' && *q != '\\') q++;
+        ps->p = q;
+        if (q == ps->end) break;
         unsigned c = *ps->p;
         if (c == '"') {
             FLUSH();

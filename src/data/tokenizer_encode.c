@@ -307,7 +307,8 @@ static int next_match(mg_tokenizer_worker *w, const unsigned char *s, size_t len
 /* Each match of the pattern is a pre-token. Bytes that are not valid UTF-8 match nothing: a run
  * of them between two matches is a pre-token of its own, merged like any other bytes, so the
  * ids still spell the input byte for byte. */
-mg_status mg_tokenizer_encode(mg_tokenizer_worker *w, const char *text, size_t len, int32_t **ids,
+/* Ordinary text (no special tokens): pre-tokenise with the GPT-2 pattern, BPE each piece. */
+static mg_status encode_plain(mg_tokenizer_worker *w, const char *text, size_t len, int32_t **ids,
                               size_t *n, size_t *cap) {
     const unsigned char *s = (const unsigned char *)text;
     size_t pos = 0;
@@ -329,4 +330,22 @@ mg_status mg_tokenizer_encode(mg_tokenizer_worker *w, const char *text, size_t l
         pos = end;
     }
     return MG_OK;
+}
+
+/* "<|endoftext|>" written in the text is the special token, as in Hugging Face's GPT2TokenizerFast
+ * and so in Megatron-LM's GPT2BPETokenizer built on it: the text is split around each occurrence
+ * and the pieces between are encoded as ordinary text. */
+mg_status mg_tokenizer_encode(mg_tokenizer_worker *w, const char *text, size_t len, int32_t **ids,
+                              size_t *n, size_t *cap) {
+    static const char eot[] = "<|endoftext|>";
+    const size_t eot_len = sizeof eot - 1;
+    const char *p = text, *end = text + len;
+    for (;;) {
+        const char *hit = memmem(p, (size_t)(end - p), eot, eot_len);
+        MG_CHECK(encode_plain(w, p, (size_t)((hit ? hit : end) - p), ids, n, cap));
+        if (!hit) return MG_OK;
+        if (*n + 1 > *cap) MG_CHECK(grow_ids(ids, cap, *n + 1));
+        (*ids)[(*n)++] = mg_tokenizer_eod(w->t);
+        p = hit + eot_len;
+    }
 }

@@ -3,10 +3,10 @@
  * each pre-token's bytes are mapped to printable code points (the byte-to-unicode table) and
  * merged pairwise by rank (lowest rank first) into vocabulary ids.
  *
- * "<|endoftext|>" occurring in the text is NOT special: encode splits it like any other text
- * (Megatron's _GPT2BPETokenizer.tokenize and Hugging Face's GPT2TokenizerFast.encode, whose
- * tokenizer.json from vocab/merges has no added special token matched in text, both do this).
- * Callers append mg_tokenizer_eod() themselves (preprocess's --append-eod).
+ * "<|endoftext|>" written in the text is the special token 50256, as Hugging Face's
+ * GPT2TokenizerFast (and so current Megatron-LM's GPT2BPETokenizer, built on it) encodes it; the
+ * text around it is encoded normally. Callers append mg_tokenizer_eod() themselves
+ * (preprocess's --append-eod).
  *
  * Threads: an mg_tokenizer is immutable after load and shared; each thread encodes through its
  * own mg_tokenizer_worker (PCRE2 match data, a bounded word cache, scratch buffers).

@@ -51,12 +51,13 @@ if [ -r "$DATA/moby-dick.txt" ]; then
 else fail preprocess_golden_moby "$DATA/moby-dick.txt missing"; fi
 
 # Megatron's GPT2BPETokenizer (Hugging Face GPT2TokenizerFast) maps a literal "<|endoftext|>" in
-# the text to id 50256. Reported, not counted, while the C tokenizer treats it as plain text.
+# the text to id 50256; so does ours.
 if pre --input $G/eot.jsonl --output-prefix "$TMP/eot" --append-eod &&
-    cmp -s "$TMP/eot_text_document.bin" $G/eot_text_document.bin; then
+    cmp -s "$TMP/eot_text_document.bin" $G/eot_text_document.bin &&
+    cmp -s "$TMP/eot_text_document.idx" $G/eot_text_document.idx; then
     pass preprocess_golden_literal_endoftext
 else
-    echo "NOTE preprocess_golden_literal_endoftext: known difference (tests/golden/README.md)"
+    fail preprocess_golden_literal_endoftext "output differs from Megatron's eot_text_document"
 fi
 
 # 2. invalid lines: skipped and counted (output as without them), or --strict stops

@@ -1,6 +1,7 @@
 /* Helpers and fuzz harness bodies for the indexed dataset tests; see indexed_test_util.h. */
 #include "indexed_test_util.h"
 
+#include "core/file.h"
 #include "core/status.h"
 #include "data/indexed_dataset.h"
 #include "data/jsonl.h"
@@ -22,22 +23,10 @@ int mg_idx_test_tmpdir(mg_test_ctx *t, char dir[64]) {
 }
 
 unsigned char *mg_idx_test_read(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
+    char *buf = NULL;
     *n = 0;
-    if (!f) return NULL;
-    size_t cap = 4096, len = 0;
-    unsigned char *buf = malloc(cap);
-    for (size_t r; buf && (r = fread(buf + len, 1, cap - len, f)) > 0;) {
-        len += r;
-        if (len == cap) {
-            unsigned char *q = realloc(buf, cap *= 2);
-            if (!q) free(buf);
-            buf = q;
-        }
-    }
-    fclose(f);
-    *n = len;
-    return buf;
+    if (mg_file_read(path, &buf, n) != MG_OK) return NULL;
+    return (unsigned char *)buf;
 }
 
 int mg_idx_test_write(const char *path, const void *data, size_t n) {

@@ -5,15 +5,15 @@ data/gpt2/vocab.bpe. Run from the repository root:
 
     python3 tools/reference/make_tokenizer_golden.py
 
-The reference is a plain `tokenizers.Tokenizer` (BPE model from the two files, ByteLevel
-pre-tokenizer without a prefix space): no added special tokens, so "<|endoftext|>" inside a text is
-split like any other text, as Megatron-LM's GPT2BPETokenizer does. (transformers'
-GPT2TokenizerFast registers "<|endoftext|>" as an added token and encodes it in text to 50256;
-Megatron's tokenizer does not, and megatron.c follows Megatron.)
+The reference is a `tokenizers.Tokenizer` (BPE model from the two files, ByteLevel pre-tokenizer
+without a prefix space) with "<|endoftext|>" registered as a special token, which is what
+transformers' GPT2TokenizerFast does and therefore what current Megatron-LM's GPT2BPETokenizer
+(built on GPT2TokenizerFast) does: a literal "<|endoftext|>" in a text encodes to 50256.
 
-A second, independent check re-implements Megatron's gpt2_tokenization.py algorithm (Python
-`regex` pattern, merge ranks, lowest-rank-first pair merging) and stops if it disagrees with
-`tokenizers` on any string, so the golden ids are what Megatron's preprocess_data.py writes.
+A second, independent check restates the GPT-2 BPE algorithm (Python `regex` pattern, merge
+ranks, lowest-rank-first pair merging; the special token split out first) and stops if it
+disagrees with `tokenizers` on any string, so the golden ids are what Megatron's
+preprocess_data.py writes.
 
 Records (MGGOLDEN v1, tests/golden/README.md):
   corpus.ids            u16 (N)   ids of data/moby-dick.txt encoded as one text
@@ -105,10 +105,14 @@ def random_strings():
     return out
 
 
+EOT = "<|endoftext|>"
+
+
 def hf_tokenizer():
     tok = Tokenizer(models.BPE.from_file(VOCAB, MERGES))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens(["<|endoftext|>"])
     return tok
 
 
@@ -150,6 +154,15 @@ class MegatronStyle:
         return parts
 
     def encode(self, text):
+        ids = []
+        chunks = text.split(EOT)
+        for k, chunk in enumerate(chunks):
+            if k:
+                ids.append(self.encoder[EOT])
+            ids.extend(self.encode_plain(chunk))
+        return ids
+
+    def encode_plain(self, text):
         ids = []
         for piece in self.pat.findall(text):
             word = "".join(self.byte_char[b] for b in piece.encode("utf-8"))
