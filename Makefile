@@ -9,8 +9,10 @@ WARN    := -Wall -Wextra -Werror -Wno-unused-parameter
 # x86-64-v3 (AVX2, FMA): the CPU backend's own loops (GELU, softmax, norms) are vectorised with
 # `omp simd` and run ~2x faster with 8-wide AVX than 4-wide SSE (bench/NOTES.md, 2026-11-21);
 # the dev machines and CI have AVX2. -ffp-contract=off keeps a*b+c as two roundings whatever
-# the compiler's FMA choices, so results do not change with contraction. Never -ffast-math.
-OPT     ?= -O2 -march=x86-64-v3 -fno-fast-math -ffp-contract=off
+# the compiler's FMA choices, so results do not change with contraction. -fno-math-errno only
+# stops math functions from setting errno (nothing reads it after them), which lets sqrtf in
+# AdamW vectorise; every result stays bit-identical. Never -ffast-math.
+OPT     ?= -O2 -march=x86-64-v3 -fno-fast-math -ffp-contract=off -fno-math-errno
 INCS    := -Iinclude -Isrc -Itests
 DEPFLAGS = -MMD -MP
 

@@ -25,24 +25,55 @@
 #define MG_GEMM_TILE_M_DW 128
 #define MG_GEMM_TILE_N    512
 
-/* Row-major C (M,N) = op(A) (M,K) @ op(B) (K,N) + beta C in tiles of TM x MG_GEMM_TILE_N; with
- * `bias` (N) each row of C is first set to bias and beta is taken as 1. */
-static void gemm_tiled(int TM, int ta, int tb, int M, int N, int K, const float *A, int lda,
-                       const float *B, int ldb, float beta, float *C, int ldc, const float *bias) {
-    int tm = (M + TM - 1) / TM, tn = (N + MG_GEMM_TILE_N - 1) / MG_GEMM_TILE_N;
-#pragma omp parallel for schedule(dynamic)
-    for (int tile = 0; tile < tm * tn; tile++) {
-        int i0 = tile / tn * TM, j0 = tile % tn * MG_GEMM_TILE_N;
-        int m = M - i0 < TM ? M - i0 : TM;
-        int n = N - j0 < MG_GEMM_TILE_N ? N - j0 : MG_GEMM_TILE_N;
-        const float *a = ta ? A + i0 : A + (size_t)i0 * lda;
-        const float *b = tb ? B + (size_t)j0 * ldb : B + j0;
-        float *c = C + (size_t)i0 * ldc + j0;
-        if (bias)
-            for (int i = 0; i < m; i++) memcpy(c + (size_t)i * ldc, bias + j0, n * sizeof(float));
-        cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-                    m, n, K, 1.0f, a, lda, b, ldb, bias ? 1.0f : beta, c, ldc);
+/* One product, row-major C (M,N) = op(A) (M,K) @ op(B) (K,N) + beta C, cut into tiles of
+ * TM x MG_GEMM_TILE_N; with `bias` (N) each row of a tile is first set to bias and beta is taken as
+ * 1. A tile's arithmetic depends only on the shapes, never on which thread runs it. */
+typedef struct {
+    int TM, ta, tb, M, N, K, lda, ldb, ldc, tm, tn;
+    const float *A, *B, *bias;
+    float beta;
+    float *C;
+} gemm_plan;
+
+static gemm_plan gemm_make(int TM, int ta, int tb, int M, int N, int K, const float *A, int lda,
+                           const float *B, int ldb, float beta, float *C, int ldc,
+                           const float *bias) {
+    gemm_plan g = {TM, ta, tb, M, N, K, lda, ldb, ldc, 0, 0, A, B, bias, beta, C};
+    g.tm = (M + TM - 1) / TM;
+    g.tn = (N + MG_GEMM_TILE_N - 1) / MG_GEMM_TILE_N;
+    return g;
+}
+
+static int gemm_tiles(const gemm_plan *g) {
+    return g->tm * g->tn;
+}
+
+static void gemm_tile(const gemm_plan *g, int tile) {
+    int i0 = tile / g->tn * g->TM, j0 = tile % g->tn * MG_GEMM_TILE_N;
+    int m = g->M - i0 < g->TM ? g->M - i0 : g->TM;
+    int n = g->N - j0 < MG_GEMM_TILE_N ? g->N - j0 : MG_GEMM_TILE_N;
+    const float *a = g->ta ? g->A + i0 : g->A + (size_t)i0 * g->lda;
+    const float *b = g->tb ? g->B + (size_t)j0 * g->ldb : g->B + j0;
+    float *c = g->C + (size_t)i0 * g->ldc + j0;
+    if (g->bias)
+        for (int i = 0; i < m; i++) memcpy(c + (size_t)i * g->ldc, g->bias + j0, n * sizeof(float));
+    cblas_sgemm(CblasRowMajor, g->ta ? CblasTrans : CblasNoTrans, g->tb ? CblasTrans : CblasNoTrans,
+                m, n, g->K, 1.0f, a, g->lda, b, g->ldb, g->bias ? 1.0f : g->beta, c, g->ldc);
+}
+
+/* dbias[j0..j0+MG_CPU_COL_BLOCK) += column sums of dout, in double, rows in order. */
+static void dbias_block(float *dbias, const float *dout, int N, int OC, int blk) {
+    int j0 = blk * MG_CPU_COL_BLOCK;
+    int j1 = j0 + MG_CPU_COL_BLOCK < OC ? j0 + MG_CPU_COL_BLOCK : OC;
+    double acc[MG_CPU_COL_BLOCK];
+    memset(acc, 0, sizeof acc);
+    for (int i = 0; i < N; i++) {
+        const float *d = dout + (size_t)i * OC + j0;
+        /* columns are independent: vectorising does not reorder any sum */
+#pragma omp simd
+        for (int j = 0; j < j1 - j0; j++) acc[j] += d[j];
     }
+    for (int j = j0; j < j1; j++) dbias[j] += (float)acc[j - j0];
 }
 
 mg_status mg_cpu_linear_forward(mg_backend *be, void *out_, const void *inp_, const void *w_,
@@ -54,7 +85,11 @@ mg_status mg_cpu_linear_forward(mg_backend *be, void *out_, const void *inp_, co
     if (N <= 0 || OC <= 0) return MG_OK;
     if (IC > 0) {
         /* out = bias + inp @ w^T */
-        gemm_tiled(MG_GEMM_TILE_M, 0, 1, N, OC, IC, inp, IC, w, IC, 0.0f, out, OC, bias);
+        gemm_plan g =
+            gemm_make(MG_GEMM_TILE_M, 0, 1, N, OC, IC, inp, IC, w, IC, 0.0f, out, OC, bias);
+        int nt = gemm_tiles(&g);
+#pragma omp parallel for schedule(dynamic)
+        for (int t = 0; t < nt; t++) gemm_tile(&g, t);
     } else {
         for (int i = 0; i < N; i++) {
             float *o = out + (size_t)i * OC;
@@ -75,35 +110,27 @@ mg_status mg_cpu_linear_backward(mg_backend *be, void *dinp_, float *dw, float *
     const float *inp = inp_;   // (N, IC)
     const float *w = w_;       // (OC, IC); dw (OC, IC) and dbias (OC) accumulate
     if (N <= 0) return MG_OK;
-    if (dinp && IC > 0) {
-        if (OC > 0) {
-            /* dinp = dout @ w */
-            gemm_tiled(MG_GEMM_TILE_M, 0, 0, N, IC, OC, dout, OC, w, IC, 0.0f, dinp, IC, NULL);
-        } else {
-            memset(dinp, 0, (size_t)N * IC * sizeof(float));
-        }
-    }
-    if (IC > 0 && OC > 0) {
-        /* dw += dout^T @ inp */
-        gemm_tiled(MG_GEMM_TILE_M_DW, 1, 0, OC, IC, N, dout, OC, inp, IC, 1.0f, dw, IC, NULL);
-    }
-    if (dbias && OC > 0) {
-        /* Column sums in double, rows in order inside each column block. */
-        int nblocks = (OC + MG_CPU_COL_BLOCK - 1) / MG_CPU_COL_BLOCK;
-#pragma omp parallel for schedule(static)
-        for (int blk = 0; blk < nblocks; blk++) {
-            int j0 = blk * MG_CPU_COL_BLOCK;
-            int j1 = j0 + MG_CPU_COL_BLOCK < OC ? j0 + MG_CPU_COL_BLOCK : OC;
-            double acc[MG_CPU_COL_BLOCK];
-            memset(acc, 0, sizeof acc);
-            for (int i = 0; i < N; i++) {
-                const float *d = dout + (size_t)i * OC + j0;
-                /* columns are independent: vectorising does not reorder any sum */
-#pragma omp simd
-                for (int j = 0; j < j1 - j0; j++) acc[j] += d[j];
-            }
-            for (int j = j0; j < j1; j++) dbias[j] += (float)acc[j - j0];
-        }
+    if (dinp && IC > 0 && OC <= 0) memset(dinp, 0, (size_t)N * IC * sizeof(float));
+    if (OC <= 0) return MG_OK;
+    /* Three independent jobs: dw += dout^T @ inp, dinp = dout @ w, dbias += column sums of dout.
+     * Their work items form one dynamic loop (GEMM tiles first, the small bias blocks last), so a
+     * thread that finishes its share of one product starts on the next instead of waiting at a
+     * barrier; each item computes the same thing whichever thread takes it. (dinp must not alias
+     * dout or inp, which the sequential form did not allow either.) */
+    gemm_plan gw =
+        gemm_make(MG_GEMM_TILE_M_DW, 1, 0, OC, IC, N, dout, OC, inp, IC, 1.0f, dw, IC, NULL);
+    gemm_plan gi =
+        gemm_make(MG_GEMM_TILE_M, 0, 0, N, IC, OC, dout, OC, w, IC, 0.0f, dinp, IC, NULL);
+    int nw = IC > 0 ? gemm_tiles(&gw) : 0, ni = dinp && IC > 0 ? gemm_tiles(&gi) : 0;
+    int nb = dbias ? (OC + MG_CPU_COL_BLOCK - 1) / MG_CPU_COL_BLOCK : 0;
+#pragma omp parallel for schedule(dynamic)
+    for (int item = 0; item < nw + ni + nb; item++) {
+        if (item < nw)
+            gemm_tile(&gw, item);
+        else if (item < nw + ni)
+            gemm_tile(&gi, item - nw);
+        else
+            dbias_block(dbias, dout, N, OC, item - nw - ni);
     }
     return MG_OK;
 }
