@@ -3,6 +3,7 @@
 #include "backend/cpu/cpu_ops.h"
 
 #include <math.h>
+#include <string.h>
 
 mg_status mg_cpu_adamw(mg_backend *be, void *param_, float *master, const float *grad, float *m,
                        float *v, size_t n, float lr, float beta1, float beta2, float eps, float wd,
@@ -11,31 +12,18 @@ mg_status mg_cpu_adamw(mg_backend *be, void *param_, float *master, const float 
     float s = grad_scale ? *grad_scale : 1.0f;
     /* On the CPU the compute dtype is fp32: with no separate master the parameter is the master. */
     float *w = master ? master : param;
-    /* Two copies of the loop so that neither has a branch: with -fno-math-errno (Makefile) sqrtf
-     * is one instruction and both vectorise. */
-    if (master) {
+    /* One branch-free loop (with -fno-math-errno sqrtf is one instruction and it vectorises);
+     * a separate master is copied to the parameter afterwards. */
 #pragma omp parallel for simd schedule(static)
-        for (size_t i = 0; i < n; i++) {
-            float g = grad[i] * s;
-            float mi = beta1 * m[i] + (1.0f - beta1) * g;
-            float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
-            m[i] = mi;
-            v[i] = vi;
-            float upd = (mi / bc1) / (sqrtf(vi / bc2) + eps) + wd * w[i];
-            w[i] = w[i] - lr * upd;
-            param[i] = w[i];
-        }
-    } else {
-#pragma omp parallel for simd schedule(static)
-        for (size_t i = 0; i < n; i++) {
-            float g = grad[i] * s;
-            float mi = beta1 * m[i] + (1.0f - beta1) * g;
-            float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
-            m[i] = mi;
-            v[i] = vi;
-            float upd = (mi / bc1) / (sqrtf(vi / bc2) + eps) + wd * w[i];
-            w[i] = w[i] - lr * upd;
-        }
+    for (size_t i = 0; i < n; i++) {
+        float g = grad[i] * s;
+        float mi = beta1 * m[i] + (1.0f - beta1) * g;
+        float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
+        m[i] = mi;
+        v[i] = vi;
+        float upd = (mi / bc1) / (sqrtf(vi / bc2) + eps) + wd * w[i];
+        w[i] = w[i] - lr * upd;
     }
+    if (master) memcpy(param, master, n * sizeof *param);
     return MG_OK;
 }
