@@ -21,6 +21,7 @@ typedef enum {
     MG_ERR_UNSUPPORTED, /* valid request this build or backend cannot do */
     MG_ERR_NUMERIC,     /* NaN/Inf where a finite value is required */
     MG_ERR_INTERNAL,    /* an invariant broke: a bug */
+    MG_ERR_COMM,        /* a collective failed or timed out, or a peer rank failed */
 } mg_status;
 
 typedef enum { MG_NORM_LAYERNORM = 0, MG_NORM_RMSNORM } mg_norm_kind;
@@ -93,6 +94,24 @@ typedef struct {
     /* runtime */
     char device[16];           /* --device cpu (cuda arrives with the CUDA backend) */
     int num_threads;           /* --num-threads, -1: OpenMP default */
+    double distributed_timeout_minutes; /* --distributed-timeout-minutes (10) */
+
+    /* parallel layout (src/parallel/parallel_state.h, src/parallel/pipeline/schedule.h) */
+    int tensor_model_parallel_size;   /* --tensor-model-parallel-size (1) */
+    int pipeline_model_parallel_size; /* --pipeline-model-parallel-size (1) */
+    int virtual_pipeline_model_parallel_size;  /* --virtual-pipeline-model-parallel-size, -1: none */
+    int num_layers_per_virtual_pipeline_stage; /* --num-layers-per-virtual-pipeline-stage, -1 */
+    int microbatch_group_size_per_vp_stage;    /* --microbatch-group-size-per-virtual-pipeline-stage, -1: = PP */
+    int decoder_first_pipeline_num_layers;     /* --decoder-first-pipeline-num-layers, -1: even */
+    int decoder_last_pipeline_num_layers;      /* --decoder-last-pipeline-num-layers, -1: even */
+    bool account_for_embedding_in_pipeline_split; /* --account-for-embedding-in-pipeline-split */
+    bool account_for_loss_in_pipeline_split;      /* --account-for-loss-in-pipeline-split */
+    bool no_overlap_p2p_communication; /* --no-overlap-p2p-communication */
+    int context_parallel_size;        /* --context-parallel-size (1) */
+    int expert_model_parallel_size;   /* --expert-model-parallel-size (1) */
+    int expert_tensor_parallel_size;  /* --expert-tensor-parallel-size, -1: = TP */
+    bool use_tp_pp_dp_mapping;        /* --use-tp-pp-dp-mapping: order tp-cp-ep-pp-dp */
+    char parallel_order[64];          /* --parallel-order (ours), "": tp-cp-ep-dp-pp */
 } mg_config;
 
 #ifdef __cplusplus

@@ -12,6 +12,7 @@ static void usage(FILE *f) {
                "  preprocess turn JSONL documents into a Megatron indexed dataset (.bin/.idx)\n"
                "  data       show the samples a dataset gives the model\n"
                "  generate   continue a prompt with a trained checkpoint\n"
+               "  plan       show a parallel layout: process groups, pipeline schedule, layers\n"
                "  help       show this text; `megatron train --help` lists the training flags\n");
 }
 
@@ -29,7 +30,8 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "preprocess")) return mg_cli_preprocess(argc - 2, argv + 2);
     if (!strcmp(cmd, "data")) return mg_cli_data(argc - 2, argv + 2);
     if (!strcmp(cmd, "generate")) return mg_cli_generate(argc - 2, argv + 2);
-    fprintf(stderr, "megatron: error: unknown command '%s'; commands: train, preprocess, data, generate, help\n",
+    if (!strcmp(cmd, "plan")) return mg_cli_plan(argc - 2, argv + 2);
+    fprintf(stderr, "megatron: error: unknown command '%s'; commands: train, preprocess, data, generate, plan, help\n",
             cmd);
     return 2;
 }

@@ -208,6 +208,32 @@ static mg_status check_runtime(const mg_config *c) {
         return MG_FAIL(MG_ERR_UNSUPPORTED, "the CUDA backend is not built yet; use --device cpu");
     if (strcmp(c->device, "cpu")) return USAGE("--device expects cpu or cuda, got '%s'", c->device);
     MG_CHECK(absent_or_positive("--num-threads", c->num_threads));
+    if (!(c->distributed_timeout_minutes > 0))
+        return USAGE("--distributed-timeout-minutes must be positive, got %g",
+                     c->distributed_timeout_minutes);
+    /* The layout flags are parsed and checked by `megatron plan` (src/parallel); training runs
+     * one model replica on one rank until tensor, pipeline, context and expert parallelism land. */
+    const struct {
+        const char *flag;
+        int v, trivial;
+    } layout[] = {
+        {"--tensor-model-parallel-size", c->tensor_model_parallel_size, 1},
+        {"--pipeline-model-parallel-size", c->pipeline_model_parallel_size, 1},
+        {"--context-parallel-size", c->context_parallel_size, 1},
+        {"--expert-model-parallel-size", c->expert_model_parallel_size, 1},
+        {"--expert-tensor-parallel-size", c->expert_tensor_parallel_size, -1},
+        {"--virtual-pipeline-model-parallel-size", c->virtual_pipeline_model_parallel_size, -1},
+        {"--num-layers-per-virtual-pipeline-stage", c->num_layers_per_virtual_pipeline_stage, -1},
+    };
+    for (size_t i = 0; i < sizeof layout / sizeof layout[0]; i++) {
+        if (layout[i].v == layout[i].trivial || (layout[i].trivial == -1 && layout[i].v == 1))
+            continue;
+        if (layout[i].v < 1) return USAGE("%s must be positive, got %d", layout[i].flag, layout[i].v);
+        return MG_FAIL(MG_ERR_UNSUPPORTED,
+                       "%s %d is not supported yet by `megatron train` (one model replica per "
+                       "rank); `megatron plan --world-size N %s %d` shows the layout",
+                       layout[i].flag, layout[i].v, layout[i].flag, layout[i].v);
+    }
     return MG_OK;
 }
 

@@ -50,6 +50,17 @@ void mg_config_defaults(mg_config *c) {
     strcpy(c->split, "969, 30, 1"); /* Megatron's legacy default with --data-path */
     strcpy(c->device, "cpu");
     c->num_threads = -1;
+    c->distributed_timeout_minutes = 10;
+    c->tensor_model_parallel_size = 1;
+    c->pipeline_model_parallel_size = 1;
+    c->virtual_pipeline_model_parallel_size = -1;
+    c->num_layers_per_virtual_pipeline_stage = -1;
+    c->microbatch_group_size_per_vp_stage = -1;
+    c->decoder_first_pipeline_num_layers = -1;
+    c->decoder_last_pipeline_num_layers = -1;
+    c->context_parallel_size = 1;
+    c->expert_model_parallel_size = 1;
+    c->expert_tensor_parallel_size = -1;
 }
 
 /* Enum fields are read and written as int. */
@@ -256,16 +267,45 @@ const mg_flag_spec mg_flag_table[] = {
      .help = "cpu (cuda arrives with the CUDA backend)"},
     {"--num-threads", RUNTIME, INT, FIELD(num_threads), .def = "OpenMP",
      .help = "CPU threads; default: OpenMP's (OMP_NUM_THREADS)"},
-    {"--tensor-model-parallel-size", RUNTIME, INT, NOT_YET, SINGLE, .def = "1",
+    {"--distributed-timeout-minutes", RUNTIME, .kind = MG_FLAG_DOUBLE, FIELD(distributed_timeout_minutes),
+     .arg = "MIN", .help = "bound on every collective and the rendezvous; then all ranks exit"},
+    {"--tensor-model-parallel-size", RUNTIME, INT, FIELD(tensor_model_parallel_size),
      .help = "tensor-parallel ranks"},
-    {"--pipeline-model-parallel-size", RUNTIME, INT, NOT_YET, SINGLE, .def = "1",
+    {"--pipeline-model-parallel-size", RUNTIME, INT, FIELD(pipeline_model_parallel_size),
      .help = "pipeline stages"},
-    {"--virtual-pipeline-model-parallel-size", RUNTIME, INT, NOT_YET,
-     .why = "(single process); drop it", .help = "model chunks per pipeline stage"},
-    {"--context-parallel-size", RUNTIME, INT, NOT_YET, SINGLE, .def = "1",
+    {"--virtual-pipeline-model-parallel-size", RUNTIME, INT,
+     FIELD(virtual_pipeline_model_parallel_size), .def = "none",
+     .help = "model chunks per pipeline stage (interleaved 1F1B)"},
+    {"--num-layers-per-virtual-pipeline-stage", RUNTIME, INT,
+     FIELD(num_layers_per_virtual_pipeline_stage), .def = "none",
+     .help = "layers per model chunk (sets the virtual pipeline size)"},
+    {"--microbatch-group-size-per-virtual-pipeline-stage", RUNTIME, INT,
+     FIELD(microbatch_group_size_per_vp_stage), .def = "PP",
+     .help = "microbatches run on one chunk before moving to the next"},
+    {"--decoder-first-pipeline-num-layers", RUNTIME, INT,
+     FIELD(decoder_first_pipeline_num_layers), .def = "even",
+     .help = "layers on the first pipeline stage"},
+    {"--decoder-last-pipeline-num-layers", RUNTIME, INT,
+     FIELD(decoder_last_pipeline_num_layers), .def = "even",
+     .help = "layers on the last pipeline stage"},
+    {"--account-for-embedding-in-pipeline-split", RUNTIME, BOOL,
+     FIELD(account_for_embedding_in_pipeline_split),
+     .help = "count the embedding as a layer when splitting layers over stages"},
+    {"--account-for-loss-in-pipeline-split", RUNTIME, BOOL,
+     FIELD(account_for_loss_in_pipeline_split),
+     .help = "count the loss as a layer when splitting layers over stages"},
+    {"--no-overlap-p2p-communication", RUNTIME, BOOL, FIELD(no_overlap_p2p_communication),
+     .help = "pipeline sends and receives do not overlap compute"},
+    {"--context-parallel-size", RUNTIME, INT, FIELD(context_parallel_size),
      .help = "context-parallel ranks"},
-    {"--expert-model-parallel-size", RUNTIME, INT, NOT_YET, SINGLE, .def = "1",
+    {"--expert-model-parallel-size", RUNTIME, INT, FIELD(expert_model_parallel_size),
      .help = "expert-parallel ranks"},
+    {"--expert-tensor-parallel-size", RUNTIME, INT, FIELD(expert_tensor_parallel_size),
+     .def = "TP", .help = "tensor-parallel ranks inside each expert"},
+    {"--use-tp-pp-dp-mapping", RUNTIME, BOOL, FIELD(use_tp_pp_dp_mapping),
+     .help = "rank order tp-cp-ep-pp-dp instead of tp-cp-ep-dp-pp"},
+    {"--parallel-order", RUNTIME, STRING, FIELD(parallel_order), .arg = "ORDER",
+     .def = "tp-cp-ep-dp-pp", .help = "rank order of the parallel dimensions, fastest first (ours)"},
     {"--sequence-parallel", RUNTIME, BOOL, NOT_YET, .why = "(single process); drop it",
      .help = "sequence parallelism in tensor-parallel regions"},
     {"--overlap-grad-reduce", RUNTIME, BOOL, NOT_YET, .why = "(single process); drop it",

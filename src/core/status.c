@@ -42,6 +42,7 @@ const char *mg_status_name(mg_status s) {
     case MG_ERR_UNSUPPORTED: return "unsupported";
     case MG_ERR_NUMERIC: return "numeric error";
     case MG_ERR_INTERNAL: return "internal error";
+    case MG_ERR_COMM: return "communication error";
     }
     return "unknown error";
 }

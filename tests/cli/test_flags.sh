@@ -27,7 +27,7 @@ expect_error flags_missing_train_iters 2 "missing --train-iters" \
 expect_error flags_missing_model_flags 2 "missing required model flags --hidden-size, --seq-length" \
     train --num-layers 2 --num-attention-heads 4 "${RUN[@]}"
 expect_error flags_unsupported_tp 1 \
-    "--tensor-model-parallel-size 2 is not supported yet by this build \(single process\); use 1" \
+    "--tensor-model-parallel-size 2 is not supported yet by .megatron train.*megatron plan" \
     train "${MODEL[@]}" "${RUN[@]}" --tensor-model-parallel-size 2
 expect_error flags_unsupported_dropout 1 "--hidden-dropout 0.1 is not supported yet.*use 0" \
     train "${MODEL[@]}" "${RUN[@]}" --hidden-dropout 0.1

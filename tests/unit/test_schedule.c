@@ -1,0 +1,511 @@
+/* Pipeline schedules (src/parallel/pipeline/schedule.c) against Megatron-LM: the worked examples of
+ * seed 003/000 and of Megatron's own docstrings spelled out, megatron-core 0.16.1's functions'
+ * outputs (tests/golden/schedule/schedule.json, tools/reference/megatron_schedule.py), invariants
+ * over every valid configuration up to P 8, V 4, M 32, and every rejection. */
+#include "test.h"
+
+#include "core/file.h"
+#include "core/status.h"
+#include "parallel/pipeline/schedule.h"
+
+#include <cjson/cJSON.h>
+#include <stdlib.h>
+#include <string.h>
+
+static mg_schedule_params params(int p, int v, int m, int g) {
+    mg_schedule_params s = {p, v, m, g, false};
+    return s;
+}
+
+/* Expects rank r's order to equal want (n entries). */
+static void expect_order(mg_test_ctx *t, mg_schedule_params s, int rank, const int *want, int n) {
+    int got[256];
+    MG_EXPECT(n == 2 * s.microbatches * s.vpp, "test bug: %d entries for rank %d", n, rank);
+    MG_EXPECT_OK(mg_schedule_order(&s, rank, got));
+    for (int i = 0; i < n; i++)
+        if (got[i] != want[i]) {
+            MG_EXPECT(0, "P %d V %d M %d rank %d: order[%d] = %d, want %d", s.pp, s.vpp,
+                      s.microbatches, rank, i, got[i], want[i]);
+            return;
+        }
+}
+
+/* Seed 003 / 000: PP 4, VPP 2, 8 microbatches (G defaults to P = 4). Warm-up (P-r-1)*2 + (V-1)*G:
+ * 10, 8, 6, 4. Rank 0's order is the one seed 000 derives step by step. */
+MG_TEST(schedule_seed_interleaved_example) {
+    mg_schedule_params s = params(4, 2, 8, 0);
+    MG_EXPECT_OK(mg_schedule_check(&s));
+    static const int want_warmup[4] = {10, 8, 6, 4};
+    for (int r = 0; r < 4; r++) {
+        mg_schedule_counts c;
+        MG_EXPECT_OK(mg_schedule_rank_counts(&s, r, &c));
+        MG_EXPECT(c.total == 16 && c.warmup == want_warmup[r] && c.remaining == 16 - c.warmup &&
+                      !c.all_warmup,
+                  "rank %d: total %d warmup %d remaining %d", r, c.total, c.warmup, c.remaining);
+    }
+    /* table: chunk 0 for microbatches 0-3, chunk 1 for 0-3, then the same for 4-7 */
+    mg_schedule_entry table[16];
+    MG_EXPECT_OK(mg_schedule_table(&s, table));
+    static const int tmb[16] = {0, 1, 2, 3, 0, 1, 2, 3, 4, 5, 6, 7, 4, 5, 6, 7};
+    static const int tch[16] = {0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1};
+    for (int k = 0; k < 16; k++)
+        MG_EXPECT(table[k].microbatch == tmb[k] && table[k].chunk == tch[k],
+                  "table[%d] = (%d, %d), want (%d, %d)", k, table[k].microbatch, table[k].chunk,
+                  tmb[k], tch[k]);
+
+    static const int r0[32] = {1,  1,  1,  1,  2,  2,  2,  2,  1,  1, /* warm-up: 10 forwards */
+                               1,  -2, 1,  -2, 2,  -2, 2,  -2, 2,  -1, 2, -1, /* 1F1B */
+                               -1, -1, -2, -2, -2, -2, -1, -1, -1, -1};       /* cool-down */
+    static const int r1[32] = {1, 1,  1, 1,  2, 2,  2, 2,  1,  -2, 1,  -2, 1,  -2, 1,  -2,
+                               2, -1, 2, -1, 2, -1, 2, -1, -2, -2, -2, -2, -1, -1, -1, -1};
+    static const int r2[32] = {1, 1,  1, 1,  2, 2,  2, -2, 2, -2, 1,  -2, 1,  -2, 1,  -1,
+                               1, -1, 2, -1, 2, -1, 2, -2, 2, -2, -2, -2, -1, -1, -1, -1};
+    static const int r3[32] = {1, 1,  1, 1,  2, -2, 2, -2, 2, -2, 2, -2, 1,  -1, 1,  -1,
+                               1, -1, 1, -1, 2, -2, 2, -2, 2, -2, 2, -2, -1, -1, -1, -1};
+    expect_order(t, s, 0, r0, 32);
+    expect_order(t, s, 1, r1, 32);
+    expect_order(t, s, 2, r2, 32);
+    expect_order(t, s, 3, r3, 32);
+
+    /* Rank 0 decoded (microbatch, chunk): steady state F(6,0) B(0,1) F(7,0) B(1,1) F(4,1) B(2,1)
+     * F(5,1) B(3,1) F(6,1) B(0,0) F(7,1) B(1,0); cool-down B (2,0) (3,0) (4..7,1) (4..7,0). */
+    mg_schedule_op ops[32];
+    MG_EXPECT_OK(mg_schedule_ops(&s, 0, ops));
+    static const int mb[32] = {0, 1, 2, 3, 0, 1, 2, 3, 4, 5, 6, 0, 7, 1, 4, 2,
+                               5, 3, 6, 0, 7, 1, 2, 3, 4, 5, 6, 7, 4, 5, 6, 7};
+    for (int i = 0; i < 32; i++) {
+        int ch = (r0[i] > 0 ? r0[i] : -r0[i]) - 1;
+        MG_EXPECT(ops[i].microbatch == mb[i] && ops[i].chunk == ch && ops[i].forward == (r0[i] > 0),
+                  "rank 0 op %d = %c(%d, %d), want %c(%d, %d)", i, ops[i].forward ? 'F' : 'B',
+                  ops[i].microbatch, ops[i].chunk, r0[i] > 0 ? 'F' : 'B', mb[i], ch);
+    }
+    int slots;
+    MG_EXPECT_OK(mg_schedule_activation_slots(&s, 0, &slots));
+    MG_EXPECT(slots == 11, "rank 0 holds %d activations at most, want warm-up 10 + 1", slots);
+}
+
+/* The examples in Megatron's own comments: convert_schedule_table_to_order's docstring (PP 2,
+ * group 3, M 5, VP 2, warm-up 5 = rank 0's (2-0-1)*2 + 1*3) and
+ * microbatch_group_size_per_vp_stage's (PP 2, VP 2, group 2, M 4: forwards run microbatches 0 1 0 1
+ * 2 3 2 3). */
+MG_TEST(schedule_megatron_docstring_examples) {
+    mg_schedule_params s = params(2, 2, 5, 3);
+    MG_EXPECT_OK(mg_schedule_check(&s));
+    static const int want[20] = {1,  1, 1,  2, 2,  2,  -2, 1,  -2, 1,
+                                 -2, 2, -1, 2, -1, -1, -2, -2, -1, -1};
+    expect_order(t, s, 0, want, 20);
+    mg_schedule_entry table[10];
+    MG_EXPECT_OK(mg_schedule_table(&s, table));
+    static const int mb5[10] = {0, 1, 2, 0, 1, 2, 3, 4, 3, 4},
+                     ch5[10] = {0, 0, 0, 1, 1, 1, 0, 0, 1, 1};
+    for (int k = 0; k < 10; k++)
+        MG_EXPECT(table[k].microbatch == mb5[k] && table[k].chunk == ch5[k], "N3M5 table[%d]", k);
+
+    s = params(2, 2, 4, 2);
+    MG_EXPECT_OK(mg_schedule_table(&s, table));
+    static const int mb4[8] = {0, 1, 0, 1, 2, 3, 2, 3};
+    for (int k = 0; k < 8; k++)
+        MG_EXPECT(table[k].microbatch == mb4[k], "N2M4 table[%d].microbatch %d, want %d", k,
+                  table[k].microbatch, mb4[k]);
+
+    /* Non-interleaved 1F1B, P 4, M 8: rank 0 warms up with 3, rank 3 with none. */
+    s = params(4, 1, 8, 0);
+    static const int r0[16] = {1, 1, 1, 1, -1, 1, -1, 1, -1, 1, -1, 1, -1, -1, -1, -1};
+    static const int r3[16] = {1, -1, 1, -1, 1, -1, 1, -1, 1, -1, 1, -1, 1, -1, 1, -1};
+    expect_order(t, s, 0, r0, 16);
+    expect_order(t, s, 3, r3, 16);
+    /* Without pipelining (seed 000): forward, backward per microbatch. */
+    s = params(1, 1, 4, 0);
+    static const int p1[8] = {1, -1, 1, -1, 1, -1, 1, -1};
+    expect_order(t, s, 0, p1, 8);
+}
+
+/* ---- goldens from megatron-core ---- */
+
+static int json_int(const cJSON *o, const char *key) {
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
+    return cJSON_IsNumber(x) ? x->valueint : -999;
+}
+static const char *json_str(const cJSON *o, const char *key) {
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
+    return cJSON_IsString(x) ? x->valuestring : "";
+}
+
+static cJSON *load_json(mg_test_ctx *t, const char *path) {
+    char *buf = NULL;
+    size_t size = 0;
+    MG_EXPECT_OK(mg_file_read(path, &buf, &size));
+    cJSON *root = buf ? cJSON_Parse(buf) : NULL;
+    free(buf);
+    MG_EXPECT(root != NULL, "%s does not parse", path);
+    return root;
+}
+
+/* The golden's order string: "1234" forward of chunk 0..3, "abcd" backward. */
+static int decode_op(char ch) {
+    return ch >= '1' && ch <= '4' ? ch - '0' : -(ch - 'a' + 1);
+}
+
+static const char *find_order(const cJSON *orders, int m, int v, int g, int w) {
+    const cJSON *o;
+    cJSON_ArrayForEach(o, orders) {
+        if (json_int(o, "M") == m && json_int(o, "V") == v && json_int(o, "G") == g &&
+            json_int(o, "W") == w)
+            return json_str(o, "order");
+    }
+    return NULL;
+}
+
+MG_TEST(schedule_golden_megatron_core) {
+    cJSON *root = load_json(t, "tests/golden/schedule/schedule.json");
+    if (!root) return;
+    const cJSON *tables = cJSON_GetObjectItemCaseSensitive(root, "tables");
+    const cJSON *cases = cJSON_GetObjectItemCaseSensitive(root, "cases");
+    const cJSON *orders = cJSON_GetObjectItemCaseSensitive(root, "orders");
+    const cJSON *checks = cJSON_GetObjectItemCaseSensitive(root, "interleaving_checks");
+    MG_EXPECT(cJSON_GetArraySize(tables) > 200 && cJSON_GetArraySize(cases) > 800 &&
+                  cJSON_GetArraySize(orders) > 1000 && cJSON_GetArraySize(checks) == 192,
+              "golden sizes: tables %d cases %d orders %d checks %d", cJSON_GetArraySize(tables),
+              cJSON_GetArraySize(cases), cJSON_GetArraySize(orders), cJSON_GetArraySize(checks));
+
+    static const char digits[] = "0123456789abcdefghijklmnopqrstuvwxyz";
+    static mg_schedule_entry table[128];
+    const cJSON *o;
+    int n_tables = 0, n_ranks = 0, n_checks = 0;
+    cJSON_ArrayForEach(o, tables) {
+        int m = json_int(o, "M"), v = json_int(o, "V"), g = json_int(o, "G");
+        mg_schedule_params s = params(1, v, m, g > 0 ? g : 1);
+        const char *mb = json_str(o, "microbatch"), *ch = json_str(o, "chunk");
+        MG_EXPECT_OK(mg_schedule_table(&s, table));
+        for (int k = 0; k < m * v; k++)
+            if (table[k].microbatch >= 36 || mb[k] != digits[table[k].microbatch] ||
+                ch[k] != '0' + table[k].chunk) {
+                MG_EXPECT(0, "M %d V %d G %d: table[%d] = (%d, %d), megatron (%c, %c)", m, v, g, k,
+                          table[k].microbatch, table[k].chunk, mb[k], ch[k]);
+                break;
+            }
+        n_tables++;
+    }
+    static int order[256];
+    cJSON_ArrayForEach(o, cases) {
+        int p = json_int(o, "P"), v = json_int(o, "V"), m = json_int(o, "M"), g = json_int(o, "G");
+        mg_schedule_params s = params(p, v, m, g);
+        const cJSON *warm = cJSON_GetObjectItemCaseSensitive(o, "warmup");
+        const cJSON *rem = cJSON_GetObjectItemCaseSensitive(o, "remaining");
+        const char *all = json_str(o, "all_warmup");
+        for (int r = 0; r < p; r++) {
+            mg_schedule_counts c;
+            MG_EXPECT_OK(mg_schedule_rank_counts(&s, r, &c));
+            int w = cJSON_GetArrayItem(warm, r)->valueint;
+            MG_EXPECT(c.warmup == w && c.remaining == cJSON_GetArrayItem(rem, r)->valueint &&
+                          c.all_warmup == (all[r] == '1') && c.total == m * v,
+                      "P %d V %d M %d G %d rank %d: warmup %d remaining %d all %d, megatron %d", p,
+                      v, m, g, r, c.warmup, c.remaining, c.all_warmup, w);
+            const char *want = find_order(orders, m, v, v > 1 ? g : 0, w);
+            MG_EXPECT(want && (int)strlen(want) == 2 * m * v, "no golden order for M %d V %d W %d",
+                      m, v, w);
+            if (!want) continue;
+            MG_EXPECT_OK(mg_schedule_order(&s, r, order));
+            for (int i = 0; i < 2 * m * v; i++)
+                if (order[i] != decode_op(want[i])) {
+                    MG_EXPECT(0, "P %d V %d M %d G %d rank %d: order[%d] = %d, megatron %d", p, v,
+                              m, g, r, i, order[i], decode_op(want[i]));
+                    break;
+                }
+            n_ranks++;
+        }
+    }
+    /* forward_backward_pipelining_with_interleaving's checks, G = 1..25 per (P, M): '.' accepted,
+     * 'R' G outside [P, M], 'B' a last group shorter than P. With P = 1 megatron-core's function
+     * accepts, but Megatron-LM's arguments.py refuses a virtual pipeline without pipelining
+     * first, and so does mg_schedule_check. */
+    cJSON_ArrayForEach(o, checks) {
+        int p = json_int(o, "P"), m = json_int(o, "M");
+        const char *res = json_str(o, "G");
+        for (int g = 1; g <= 25 && res[g - 1]; g++) {
+            mg_schedule_params s = params(p, 2, m, g);
+            char want = res[g - 1];
+            mg_error_clear();
+            mg_status st = mg_schedule_check(&s);
+            const char *msg = mg_error_message();
+            if (p == 1) {
+                MG_EXPECT(st == MG_ERR_USAGE && strstr(msg, "needs --pipeline-model-parallel-size"),
+                          "P 1 M %d G %d: %s", m, g, msg);
+            } else if (want == '.') {
+                MG_EXPECT(st == MG_OK, "P %d M %d G %d: megatron accepts, we say %s", p, m, g, msg);
+            } else {
+                const char *needle = want == 'B' ? "leave a last group of"
+                                     : m < p     ? "interleaving needs at least"
+                                                 : "must lie in";
+                MG_EXPECT(st == MG_ERR_USAGE && strstr(msg, needle),
+                          "P %d M %d G %d: megatron '%c', we say %s", p, m, g, want, msg);
+            }
+            n_checks++;
+        }
+    }
+    MG_EXPECT(n_tables > 200 && n_ranks > 3000 && n_checks == 192 * 25,
+              "compared %d tables, %d rank orders, %d checks", n_tables, n_ranks, n_checks);
+    cJSON_Delete(root);
+}
+
+/* ---- invariants over every valid configuration ---- */
+
+/* Calls fn for every (P, V, M, G) with P 1..8, V 1..4, M 1..32 that mg_schedule_check accepts;
+ * G = 0 (default) and, with interleaving, every valid explicit G. */
+typedef void (*config_fn)(mg_test_ctx *t, mg_schedule_params s);
+static int for_each_config(mg_test_ctx *t, config_fn fn) {
+    int n = 0;
+    for (int p = 1; p <= 8; p++)
+        for (int v = 1; v <= 4; v++)
+            for (int m = 1; m <= 32; m++)
+                for (int g = 0; g <= (v > 1 ? m : 0); g++) {
+                    mg_schedule_params s = params(p, v, m, g);
+                    if (mg_schedule_check(&s) != MG_OK) continue;
+                    fn(t, s);
+                    n++;
+                }
+    return n;
+}
+
+static void check_rank_orders(mg_test_ctx *t, mg_schedule_params s) {
+    int p = s.pp, v = s.vpp, m = s.microbatches, total = m * v, g = mg_schedule_group(&s);
+    static mg_schedule_op ops[256];
+    static int order[256], f_at[32 * 4], b_at[32 * 4], last_mb_f[4], last_mb_b[4];
+    static mg_schedule_entry table[128];
+    MG_EXPECT_OK(mg_schedule_table(&s, table));
+    for (int k = 0; k < total; k++) {
+        mg_schedule_entry e, eb;
+        MG_EXPECT_OK(mg_schedule_lookup(&s, k, true, &e));
+        MG_EXPECT_OK(mg_schedule_lookup(&s, k, false, &eb));
+        MG_EXPECT(e.microbatch == table[k].microbatch && e.chunk == table[k].chunk &&
+                      eb.microbatch == e.microbatch && eb.chunk == v - 1 - e.chunk,
+                  "P %d V %d M %d G %d: lookup(%d) disagrees with the table", p, v, m, g, k);
+    }
+    for (int r = 0; r < p; r++) {
+        mg_schedule_counts c;
+        MG_EXPECT_OK(mg_schedule_rank_counts(&s, r, &c));
+        /* the warm-up formula, restated */
+        int w = p == 1 ? 0 : v == 1 ? p - r - 1 : 2 * (p - r - 1) + (v - 1) * g;
+        if (w > total) w = total;
+        MG_EXPECT(c.total == total && c.warmup == w && c.remaining == total - w &&
+                      c.all_warmup == (w == total),
+                  "P %d V %d M %d G %d rank %d: warmup %d, want %d", p, v, m, g, r, c.warmup, w);
+        MG_EXPECT_OK(mg_schedule_ops(&s, r, ops));
+        MG_EXPECT_OK(mg_schedule_order(&s, r, order));
+        for (int i = 0; i < total; i++) f_at[i] = b_at[i] = -1;
+        for (int i = 0; i < v; i++) last_mb_f[i] = last_mb_b[i] = -1;
+        int nf = 0, nb = 0, live = 0, most = 0, first_b = -1;
+        for (int i = 0; i < 2 * total; i++) {
+            mg_schedule_op op = ops[i];
+            int key = op.microbatch * v + op.chunk;
+            MG_EXPECT(order[i] == (op.forward ? op.chunk + 1 : -(op.chunk + 1)),
+                      "order and ops disagree at %d", i);
+            if (op.forward) {
+                MG_EXPECT(f_at[key] < 0 && op.vid == nf++, "forward (%d, %d) twice or vid %d",
+                          op.microbatch, op.chunk, op.vid);
+                f_at[key] = i;
+                /* each chunk sees its microbatches in increasing order ... */
+                MG_EXPECT(op.microbatch > last_mb_f[op.chunk], "forward order of chunk %d",
+                          op.chunk);
+                last_mb_f[op.chunk] = op.microbatch;
+                live++;
+            } else {
+                if (first_b < 0) first_b = i;
+                MG_EXPECT(b_at[key] < 0 && op.vid == nb++, "backward (%d, %d) twice or vid %d",
+                          op.microbatch, op.chunk, op.vid);
+                MG_EXPECT(f_at[key] >= 0,
+                          "P %d V %d M %d G %d rank %d: backward (%d, %d) at %d "
+                          "before its forward",
+                          p, v, m, g, r, op.microbatch, op.chunk, i);
+                b_at[key] = i;
+                /* ... and so do its backwards: FIFO, as Megatron pops input_tensors[chunk][0] */
+                MG_EXPECT(op.microbatch > last_mb_b[op.chunk], "backward order of chunk %d",
+                          op.chunk);
+                last_mb_b[op.chunk] = op.microbatch;
+                live--;
+            }
+            if (live > most) most = live;
+        }
+        MG_EXPECT(nf == total && nb == total, "rank %d: %d forwards, %d backwards of %d", r, nf, nb,
+                  total);
+        MG_EXPECT(first_b == c.warmup + (c.remaining > 0 ? 1 : 0),
+                  "rank %d: first backward at %d, warm-up %d", r, first_b, c.warmup);
+        int slots;
+        MG_EXPECT_OK(mg_schedule_activation_slots(&s, r, &slots));
+        MG_EXPECT(slots == most && slots <= c.warmup + 1 &&
+                      slots == (c.remaining > 0 ? c.warmup + 1 : c.total),
+                  "P %d V %d M %d G %d rank %d: %d slots, simulated %d, warm-up %d", p, v, m, g, r,
+                  slots, most, c.warmup);
+    }
+}
+
+MG_TEST(schedule_invariants_every_config) {
+    int n = for_each_config(t, check_rank_orders);
+    MG_EXPECT(n > 5000, "only %d configurations", n);
+}
+
+/* Timeline: ops of a rank never overlap and run in its order, every op starts after its input
+ * exists, durations are exact; and, measured over the whole grid and three duration ratios, the
+ * makespan is exactly (M*V + P - 1) * (t_fwd + t_bwd): the bubble is P - 1 forward+backward
+ * times, idle / busy = (P-1)/(V*M), Megatron's analytic ratio, and idle / total =
+ * (P-1)/(M*V + P-1). Integer durations keep all times exact in double. */
+static const double durations[3][2] = {{1, 2}, {1, 1}, {2, 3}};
+
+static void check_timeline(mg_test_ctx *t, mg_schedule_params s) {
+    int p = s.pp, v = s.vpp, m = s.microbatches;
+    for (int d = 0; d < 3; d++) {
+        double tf = durations[d][0], tb = durations[d][1];
+        mg_schedule_timeline tl;
+        MG_EXPECT_OK(mg_schedule_timeline_build(&s, tf, tb, &tl));
+        if (!tl.ops) return;
+        MG_EXPECT(tl.pp == p && tl.ops_per_rank == 2 * m * v, "timeline shape");
+        static double f_end[8 * 32 * 4], b_end[8 * 32 * 4];
+#define END(a, r, mb, c) (a)[((r)*m + (mb)) * v + (c)]
+        for (int r = 0; r < p; r++)
+            for (int i = 0; i < tl.ops_per_rank; i++) {
+                const mg_schedule_timed_op *o = &tl.ops[r * tl.ops_per_rank + i];
+                END(o->op.forward ? f_end : b_end, r, o->op.microbatch, o->op.chunk) = o->end;
+            }
+        int bad = 0;
+        for (int r = 0; r < p && !bad; r++) {
+            static mg_schedule_op ops[256];
+            MG_EXPECT_OK(mg_schedule_ops(&s, r, ops));
+            double prev_end = 0;
+            for (int i = 0; i < tl.ops_per_rank && !bad; i++) {
+                const mg_schedule_timed_op *o = &tl.ops[r * tl.ops_per_rank + i];
+                int mb = o->op.microbatch, c = o->op.chunk;
+                double dep = 0;
+                if (o->op.forward)
+                    dep = r > 0   ? END(f_end, r - 1, mb, c)
+                          : c > 0 ? END(f_end, p - 1, mb, c - 1)
+                                  : 0;
+                else
+                    dep = r < p - 1   ? END(b_end, r + 1, mb, c)
+                          : c < v - 1 ? END(b_end, 0, mb, c + 1)
+                                      : END(f_end, r, mb, c);
+                bad = o->op.microbatch != ops[i].microbatch || o->op.chunk != ops[i].chunk ||
+                      o->op.forward != ops[i].forward || o->op.vid != ops[i].vid ||
+                      o->start < prev_end || o->start < dep ||
+                      o->end - o->start != (o->op.forward ? tf : tb) ||
+                      (!o->op.forward && o->start < END(f_end, r, mb, c));
+                MG_EXPECT(!bad, "P %d V %d M %d G %d rank %d op %d: start %g end %g prev %g dep %g",
+                          p, v, m, s.group, r, i, o->start, o->end, prev_end, dep);
+                prev_end = o->end;
+            }
+        }
+#undef END
+        double want = (m * v + p - 1) * (tf + tb);
+        MG_EXPECT(tl.makespan == want && tl.busy == m * v * (tf + tb),
+                  "P %d V %d M %d G %d (%g/%g): makespan %g, want (MV+P-1)(F+B) = %g", p, v, m,
+                  s.group, tf, tb, tl.makespan, want);
+        MG_EXPECT(fabs(tl.bubble_ratio - tl.analytic_ratio) < 1e-12 &&
+                      fabs(tl.analytic_ratio - (double)(p - 1) / (v * m)) < 1e-15 &&
+                      fabs(tl.bubble_fraction - (double)(p - 1) / (m * v + p - 1)) < 1e-12,
+                  "P %d V %d M %d: bubble %g ratio %g analytic %g", p, v, m, tl.bubble_fraction,
+                  tl.bubble_ratio, tl.analytic_ratio);
+        mg_schedule_timeline_free(&tl);
+        MG_EXPECT(tl.ops == NULL, "free leaves ops");
+    }
+}
+
+MG_TEST(schedule_timeline_every_config) {
+    int n = for_each_config(t, check_timeline);
+    MG_EXPECT(n > 5000, "only %d configurations", n);
+}
+
+/* ---- rejections ---- */
+
+MG_TEST(schedule_rejections) {
+    mg_schedule_params s;
+    int order[64], slots;
+    mg_schedule_counts c;
+    mg_schedule_entry e;
+    mg_schedule_timeline tl;
+
+    s = params(0, 1, 4, 0);
+    MG_EXPECT_ERROR(mg_schedule_check(&s), MG_ERR_USAGE,
+                    "--pipeline-model-parallel-size must be >= 1 (got 0)");
+    s = params(2, 0, 4, 0);
+    MG_EXPECT_ERROR(mg_schedule_order(&s, 0, order), MG_ERR_USAGE,
+                    "virtual pipeline stages per rank must be >= 1 (got 0)");
+    s = params(2, 1, 0, 0);
+    MG_EXPECT_ERROR(mg_schedule_rank_counts(&s, 0, &c), MG_ERR_USAGE,
+                    "number of microbatches (global batch / (micro batch * data-parallel size)) "
+                    "must be >= 1 (got 0)");
+    s = params(2, 2, 4, -3);
+    MG_EXPECT_ERROR(mg_schedule_table(&s, NULL), MG_ERR_USAGE,
+                    "--microbatch-group-size-per-virtual-pipeline-stage must be >= 1 (got -3)");
+    s = params(64, 64, 1 << 20, 0);
+    MG_EXPECT_ERROR(mg_schedule_check(&s), MG_ERR_USAGE, "pipeline schedule too large");
+
+    /* caller bugs */
+    s = params(4, 1, 8, 0);
+    MG_EXPECT_ERROR(mg_schedule_order(&s, 4, order), MG_ERR_INTERNAL,
+                    "pipeline rank 4 out of range [0, 4)");
+    MG_EXPECT_ERROR(mg_schedule_activation_slots(&s, -1, &slots), MG_ERR_INTERNAL,
+                    "pipeline rank -1 out of range");
+    MG_EXPECT_ERROR(mg_schedule_lookup(&s, -1, true, &e), MG_ERR_INTERNAL,
+                    "virtual microbatch id -1 is negative");
+    MG_EXPECT_OK(mg_schedule_lookup(&s, 8, true, &e)); /* Megatron's lookahead: id M*V wraps */
+    MG_EXPECT(e.microbatch == 0 && e.chunk == 0, "lookup(M*V) = (%d, %d)", e.microbatch, e.chunk);
+
+    /* interleaving rules */
+    s = params(1, 2, 8, 0);
+    MG_EXPECT_ERROR(mg_schedule_check(&s), MG_ERR_USAGE,
+                    "interleaving (2 virtual stages per rank) needs --pipeline-model-parallel-size "
+                    "> 1 (got 1); or use one model chunk per rank");
+    s = params(2, 2, 9, 0);
+    s.no_overlap_p2p = true;
+    MG_EXPECT_ERROR(mg_schedule_check(&s), MG_ERR_USAGE,
+                    "needs --pipeline-model-parallel-size > 2 with --no-overlap-p2p-communication "
+                    "(got 2)");
+    s.pp = 3;
+    MG_EXPECT_OK(mg_schedule_check(&s));
+    s = params(4, 2, 3, 0);
+    MG_EXPECT_ERROR(mg_schedule_check(&s), MG_ERR_USAGE,
+                    "interleaving needs at least --pipeline-model-parallel-size 4 microbatches per "
+                    "iteration, got 3; valid microbatch counts: 4, 8, 12");
+    s = params(4, 2, 8, 2);
+    MG_EXPECT_ERROR(mg_schedule_check(&s), MG_ERR_USAGE,
+                    "--microbatch-group-size-per-virtual-pipeline-stage 2 must lie in "
+                    "[--pipeline-model-parallel-size 4, microbatches 8]; valid for 8 microbatches: "
+                    "4, 8");
+    s = params(4, 2, 6, 8);
+    MG_EXPECT_ERROR(mg_schedule_check(&s), MG_ERR_USAGE,
+                    "--microbatch-group-size-per-virtual-pipeline-stage 8 must lie in "
+                    "[--pipeline-model-parallel-size 4, microbatches 6]; valid for 6 microbatches: "
+                    "6");
+    /* the brief's example: 6 microbatches on 4 ranks in groups of 4 leave 2 */
+    s = params(4, 2, 6, 0);
+    MG_EXPECT_ERROR(mg_schedule_check(&s), MG_ERR_USAGE,
+                    "6 microbatches in groups of 4 (--microbatch-group-size-per-virtual-pipeline-"
+                    "stage) leave a last group of 2, fewer than --pipeline-model-parallel-size 4 "
+                    "(a dependency bubble); valid microbatch counts: 4, 8, 12; or group sizes: 6");
+    s = params(4, 3, 7, 5);
+    MG_EXPECT_ERROR(mg_schedule_check(&s), MG_ERR_USAGE,
+                    "valid microbatch counts: 5, 9, 10; or group sizes: 7");
+    /* a huge G: the message stays quick, and the table is M's (one group) */
+    s = params(4, 2, 6, 1 << 30);
+    MG_EXPECT_ERROR(mg_schedule_check(&s), MG_ERR_USAGE,
+                    "--microbatch-group-size-per-virtual-pipeline-stage 1073741824 must lie in "
+                    "[--pipeline-model-parallel-size 4, microbatches 6]; valid for 6 microbatches: "
+                    "6");
+    mg_schedule_entry big[12], one_group[12];
+    MG_EXPECT_OK(mg_schedule_table(&s, big));
+    s.group = 6;
+    MG_EXPECT_OK(mg_schedule_table(&s, one_group));
+    MG_EXPECT(!memcmp(big, one_group, sizeof big), "G > M is one group of M");
+    /* V = 1 takes any M and ignores G */
+    s = params(4, 1, 3, 2);
+    MG_EXPECT_OK(mg_schedule_check(&s));
+
+    /* the timeline checks first, then the durations */
+    s = params(4, 2, 6, 0);
+    MG_EXPECT_ERROR(mg_schedule_timeline_build(&s, 1, 2, &tl), MG_ERR_USAGE, "leave a last group");
+    MG_EXPECT(tl.ops == NULL && tl.pp == 0, "a failed build leaves an empty timeline");
+    s = params(4, 2, 8, 0);
+    MG_EXPECT_ERROR(mg_schedule_timeline_build(&s, 0, 2, &tl), MG_ERR_USAGE,
+                    "op durations must be positive and finite (forward 0, backward 2)");
+    MG_EXPECT_ERROR(mg_schedule_timeline_build(&s, 1, INFINITY, &tl), MG_ERR_USAGE, "backward inf");
+    MG_EXPECT_ERROR(mg_schedule_timeline_build(&s, NAN, 1, &tl), MG_ERR_USAGE, "forward nan");
+}
