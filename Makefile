@@ -19,12 +19,42 @@ DEPFLAGS = -MMD -MP
 # ---- detection (everything optional except OpenBLAS and cJSON) ----
 NVCC     := $(shell command -v nvcc 2>/dev/null)
 CUDA_DIR := $(if $(NVCC),$(patsubst %/bin/nvcc,%,$(NVCC)),/usr/local/cuda)
-have_hdr  = $(shell for d in $(2) /usr/include /usr/include/x86_64-linux-gnu; do \
+# DEPS_PREFIX: an extra /usr-like tree (headers and libraries unpacked with dpkg -x) for machines
+# without the -dev packages, e.g. `make DEPS_PREFIX=deps/gpu/usr` on the GPU machines.
+DEPS_PREFIX ?=
+comma       := ,
+DEPS_INC    := $(if $(DEPS_PREFIX),$(DEPS_PREFIX)/include)
+DEPS_LIB    := $(if $(DEPS_PREFIX),$(abspath $(DEPS_PREFIX))/lib/x86_64-linux-gnu)
+have_hdr  = $(shell for d in $(2) $(DEPS_INC) /usr/include /usr/include/x86_64-linux-gnu; do \
               test -f $$d/$(1) && { echo yes; break; }; done)
 HAVE_CUBLAS := $(call have_hdr,cublasLt.h,$(CUDA_DIR)/include)
 HAVE_CUDNN  := $(call have_hdr,cudnn.h,$(CUDA_DIR)/include)
-HAVE_NCCL   := $(call have_hdr,nccl.h,$(CUDA_DIR)/include)
+# The NCCL backend (src/comm/nccl.c) needs nvcc's CUDA (cudart) and NCCL's header and library:
+# from NCCL_HOME if given, else CUDA_DIR, DEPS_PREFIX, /usr, else python3's pip wheel
+# nvidia-nccl-cu13 (which ships only libnccl.so.2). `make NCCL=0` leaves the backend out.
+NCCL        ?= 1
+ifneq ($(NCCL),0)
+first_with   = $(firstword $(foreach d,$(2),$(if $(wildcard $(d)/$(1)),$(d))))
+nccl_home    = $(if $(NCCL_HOME),$(addprefix $(NCCL_HOME)/,$(1)))
+nccl_pip     = $(shell python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' 2>/dev/null)
+NCCL_INC    := $(call first_with,nccl.h,$(call nccl_home,include) $(CUDA_DIR)/include $(DEPS_INC) /usr/include)
+NCCL_PIP    := $(if $(NCCL_INC),,$(nccl_pip))
+NCCL_INC    := $(or $(NCCL_INC),$(if $(NCCL_PIP),$(call first_with,nccl.h,$(NCCL_PIP)/include)))
+NCCL_LIBDIR := $(call first_with,libnccl.so*,$(call nccl_home,lib64 lib) $(CUDA_DIR)/lib64 $(CUDA_DIR)/lib $(DEPS_LIB) /usr/lib/x86_64-linux-gnu $(if $(NCCL_PIP),$(NCCL_PIP)/lib))
+NCCL_LIB    := $(if $(wildcard $(NCCL_LIBDIR)/libnccl.so),-lnccl,-l:libnccl.so.2)
+CUDART_DIR  := $(call first_with,libcudart.so,$(CUDA_DIR)/lib64 $(CUDA_DIR)/lib /usr/lib/x86_64-linux-gnu)
+HAVE_NCCL   := $(if $(NVCC),$(if $(NCCL_INC),$(if $(NCCL_LIBDIR),$(if $(CUDART_DIR),yes))))
+else
+HAVE_NCCL   :=
+endif
 MPICC       := $(shell command -v mpicc 2>/dev/null)
+# Open MPI's flags from its compiler wrapper, else from pkg-config; `make MPI=no` builds without.
+# -isystem: warnings inside mpi.h are not ours to fix under -Werror.
+ifneq ($(MPI),no)
+MPI_CFLAGS := $(or $(if $(MPICC),$(shell $(MPICC) --showme:compile 2>/dev/null)),$(shell pkg-config --cflags ompi 2>/dev/null))
+MPI_LIBS   := $(or $(if $(MPICC),$(shell $(MPICC) --showme:link 2>/dev/null)),$(shell pkg-config --libs ompi 2>/dev/null))
+HAVE_MPI   := $(if $(MPI_LIBS),yes)
+endif
 HAVE_OPENMP := $(shell echo 'int main(void){return 0;}' | $(CC) -fopenmp -x c - -o /dev/null 2>/dev/null && echo yes)
 BLAS_INC    := $(firstword $(foreach d,/usr/include/x86_64-linux-gnu /usr/include/openblas /usr/include,$(if $(wildcard $(d)/cblas.h),$(d))))
 HAVE_CJSON  := $(call have_hdr,cjson/cJSON.h,)
@@ -33,20 +63,30 @@ HAVE_PCRE2  := $(call have_hdr,pcre2.h,)
 ifeq ($(HAVE_OPENMP),yes)
 OMPFLAGS := -fopenmp
 endif
-CFLAGS  += $(CSTD) $(WARN) $(OPT) -g $(INCS) $(OMPFLAGS) $(if $(BLAS_INC),-I$(BLAS_INC))
-LDLIBS  += $(OMPFLAGS) -lopenblas -lcjson -lpcre2-8 -lm -lpthread
+CFLAGS  += $(CSTD) $(WARN) $(OPT) -g $(INCS) $(OMPFLAGS) $(if $(BLAS_INC),-I$(BLAS_INC)) $(if $(DEPS_INC),-I$(DEPS_INC))
+ifeq ($(HAVE_MPI),yes)
+CFLAGS  += $(patsubst -I%,-isystem %,$(MPI_CFLAGS)) -DMG_HAVE_MPI
+LDLIBS  += $(MPI_LIBS)
+endif
+LDLIBS  += $(if $(DEPS_LIB),-L$(DEPS_LIB) -Wl$(comma)-rpath$(comma)$(DEPS_LIB)) $(OMPFLAGS) -lopenblas -lcjson -lpcre2-8 -lm -lpthread
+ifeq ($(HAVE_NCCL),yes)
+CFLAGS  += -DMG_HAVE_NCCL $(foreach d,$(sort $(CUDA_DIR)/include $(NCCL_INC)),-isystem $(d))
+LDLIBS  += $(foreach d,$(sort $(NCCL_LIBDIR) $(CUDART_DIR)),-L$(d) -Wl$(comma)-rpath$(comma)$(d)) $(NCCL_LIB) -lcudart
+endif
 
 yn = $(if $(1),yes,no)
-BUILD_LINE := megatron.c build: cc=$(CC) nvcc=$(call yn,$(NVCC)) cublas=$(call yn,$(HAVE_CUBLAS)) cudnn=$(call yn,$(HAVE_CUDNN)) nccl=$(call yn,$(HAVE_NCCL)) mpi=$(call yn,$(MPICC)) openmp=$(call yn,$(HAVE_OPENMP)) openblas=$(call yn,$(BLAS_INC)) cjson=$(call yn,$(HAVE_CJSON)) pcre2=$(call yn,$(HAVE_PCRE2)) backends=cpu
+BUILD_LINE := megatron.c build: cc=$(CC) nvcc=$(call yn,$(NVCC)) cublas=$(call yn,$(HAVE_CUBLAS)) cudnn=$(call yn,$(HAVE_CUDNN)) nccl=$(call yn,$(HAVE_NCCL)) mpi=$(call yn,$(HAVE_MPI)) openmp=$(call yn,$(HAVE_OPENMP)) openblas=$(call yn,$(BLAS_INC)) cjson=$(call yn,$(HAVE_CJSON)) pcre2=$(call yn,$(HAVE_PCRE2)) backends=cpu
 
 # ---- sources ----
 LIB_SRC  := $(shell find src -name '*.c' -not -path 'src/cli/*' | sort)
 CLI_SRC  := $(shell find src/cli -name '*.c' | sort)
 TEST_SRC := $(shell find tests/unit -name '*.c' | sort)
+DIST_SRC := $(shell find tests/dist -name '*.c' | sort)
 
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/obj/%.o)
+DIST_OBJ := $(DIST_SRC:%.c=$(BUILD)/obj/%.o)
 
 .PHONY: all test run asan clean deps info format bench
 all: info $(BUILD)/megatron
@@ -74,15 +114,19 @@ $(BUILD)/megatron: $(CLI_OBJ) $(BUILD)/libmegatron.a
 $(BUILD)/unit_tests: $(TEST_OBJ) $(BUILD)/libmegatron.a
 	$(CC) $(CFLAGS) $(TEST_OBJ) $(BUILD)/libmegatron.a $(LDLIBS) -o $@
 
+# Multi-rank tests, run under mpirun by tests/dist/test_dist.sh (part of tests/run.sh).
+$(BUILD)/dist_tests: $(DIST_OBJ) $(BUILD)/libmegatron.a
+	$(CC) $(CFLAGS) $(DIST_OBJ) $(BUILD)/libmegatron.a $(LDLIBS) -o $@
+
 # The README's test command: installs missing Debian build dependencies (as root), builds, runs
 # every CPU test and ends with "N passed, N failed".
 test: deps
-	@$(MAKE) --no-print-directory all $(BUILD)/unit_tests
+	@$(MAKE) --no-print-directory all $(BUILD)/unit_tests $(BUILD)/dist_tests
 	@tests/run.sh $(BUILD)
 
 asan:
 	@$(MAKE) --no-print-directory BUILD=build-asan OPT="-O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined" \
-	    LDLIBS="-fsanitize=address,undefined $(LDLIBS)" build-asan/unit_tests build-asan/megatron
+	    LDLIBS="-fsanitize=address,undefined $(LDLIBS)" build-asan/unit_tests build-asan/megatron build-asan/dist_tests
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 tests/run.sh build-asan
 
 DEMO_DIR ?= runs/demo
@@ -102,13 +146,29 @@ bench-tokenizer: info
 $(BUILD)/tokenize_bench: bench/tokenize_bench.c $(BUILD)/libmegatron.a
 	$(CC) $(CFLAGS) $< $(BUILD)/libmegatron.a $(LDLIBS) -o $@
 
+# GPU machine (NCCL_NVLS_ENABLE=0 is set by the scripts). test-nccl: the multi-rank tests on the
+# NCCL backend (mpirun on 2 and 4 GPUs, a torchrun-style launch, injected failures), closing
+# with "N passed, N failed". bench-comm: collective bandwidth through mg_comm against raw NCCL
+# (bench/comm.c; BENCH_ARGS="--factor 4" etc. are passed on).
+.PHONY: test-nccl bench-comm
+test-nccl: info
+	@$(MAKE) --no-print-directory $(BUILD)/dist_tests
+	@tests/dist/run_nccl.sh $(BUILD)
+
+bench-comm: info
+	@$(MAKE) --no-print-directory $(BUILD)/bench_comm
+	bench/comm.sh $(BUILD) $(BENCH_ARGS)
+
+$(BUILD)/bench_comm: bench/comm.c $(BUILD)/libmegatron.a
+	$(CC) $(CFLAGS) $< $(BUILD)/libmegatron.a $(LDLIBS) -o $@
+
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h')
 
 clean:
 	rm -rf build build-asan
 
--include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d)
+-include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(DIST_OBJ:.o=.d)
 
 # libFuzzer targets (clang; build only). Run each for >= 10 minutes, e.g.
 #   build-fuzz/fuzz_indexed_dataset -max_total_time=600 tests/fuzz/corpus/indexed

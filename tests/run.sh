@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Runs the whole CPU suite: the unit-test binary and every tests/cli/test_*.sh script. Each part prints
-# PASS/FAIL lines and ends with "N passed, N failed"; this script sums them into the final line and
-# exits non-zero when anything failed.
+# Runs the whole CPU suite: the unit-test binary, every tests/cli/test_*.sh script and the
+# multi-rank suite tests/dist/test_dist.sh. Each part prints PASS/FAIL lines and ends with
+# "N passed, N failed"; this script sums them into the final line and exits non-zero when
+# anything failed.
 set -u
 BUILD=${1:-build}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
@@ -26,6 +27,9 @@ for s in tests/cli/test_*.sh; do
     out=$(bash "$s" 2>&1); echo "$out" | grep -v -E '^[0-9]+ passed, [0-9]+ failed$'
     tally "$out" "$s"
 done
+# Multi-rank tests under mpirun (skipped, with a line saying why, in builds without MPI).
+out=$(bash tests/dist/test_dist.sh "$BUILD" 2>&1); echo "$out" | grep -v -E '^[0-9]+ passed, [0-9]+ failed$'
+tally "$out" tests/dist/test_dist.sh
 echo "suite time: $(( $(date +%s) - start )) s"
 echo "$total_pass passed, $total_fail failed"
 [ "$total_fail" -eq 0 ]

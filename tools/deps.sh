@@ -13,6 +13,9 @@ need make command -v make
 need libopenblas-dev has_header cblas.h
 need libcjson-dev has_header cjson/cJSON.h
 need libpcre2-dev has_header pcre2.h
+# Open MPI: the multi-rank CPU path and tests/dist (mpirun). The build works without it.
+need libopenmpi-dev command -v mpicc
+need openmpi-bin command -v mpirun
 [ ${#missing[@]} -eq 0 ] && exit 0
 line="apt-get install -y --no-install-recommends ${missing[*]}"
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then

@@ -1,0 +1,141 @@
+/* Communication: one interface over two backends.
+ *   MPI  (Open MPI; host buffers)   — the CPU path and every multi-rank CPU test.
+ *   NCCL (device buffers)           — the GPU path; groups are made with ncclCommSplit.
+ *
+ * Life cycle (src/cli/train.c, tests/dist/):
+ *   mg_launch_info li;  MG_CHECK(mg_launch_detect(&li));          // env only: mpirun, srun, torchrun
+ *   mg_comm_world *w;   MG_CHECK(mg_comm_world_init(&li, MG_COMM_MPI, timeout_s, &w));
+ *   mg_comm *dp;        MG_CHECK(mg_comm_group_create(w, "dp", n_groups, offsets, ranks, &dp));
+ *   MG_CHECK(mg_comm_all_reduce(dp, buf, buf, n, MG_F32, MG_REDUCE_SUM, stream));
+ *   ...
+ *   on any error on the way to main(): mg_comm_world_fail(w, mg_error_message());  // tells peers
+ *   mg_comm_group_free(dp); mg_comm_world_finalize(w);
+ *
+ * Groups: every rank calls mg_comm_group_create with the same full list of groups (Megatron's
+ * new_group style, e.g. all tp groups from parallel_state), in the same order on every rank. The
+ * rank gets the communicator of the group holding it (ranks inside keep the list's order: group
+ * rank i is ranks[offsets[g] + i]); a rank in no group gets *out == NULL. Collective over the world.
+ *
+ * Calls: every operation names a group and a stream (cudaStream_t as void*; NULL = the default
+ * stream; ignored by MPI). Counts are in elements. send == recv is allowed (in place) for
+ * all-reduce and broadcast; for reduce-scatter recv may be send + rank*count, for all-gather send
+ * may be recv + rank*count (NCCL's in-place conventions). MPI calls complete before returning;
+ * NCCL calls are enqueued on the stream (mg_comm_sync waits, with the timeout).
+ *
+ * Reductions: sum, avg, max for F32, BF16, F16 (accumulated in fp32 inside MPI's user op and
+ * rounded to nearest even once per pairwise combine), I32, I64 (avg on integers is an error).
+ *
+ * Failures: no rank hangs. Every wait is bounded by the timeout (--distributed-timeout-minutes,
+ * default 10). A rank whose run fails calls mg_comm_world_fail, which tells every peer (rank and
+ * message) before exiting; a peer waiting in any call then returns MG_ERR_COMM with one line like
+ *   "rank 1 failed: <its message> (this rank, 2, was in all_reduce #17 on group 'dp')"
+ * and a call that times out returns
+ *   "all_reduce #17 on group 'dp' (ranks 0,2,4,6) timed out after 600 s on rank 2; ranks that did
+ *    not reach it: 4"  (the ranks are named when the peers can tell, else "unknown").
+ * After MG_ERR_COMM the communicators are aborted (NCCL: ncclCommAbort); the only valid calls
+ * are mg_comm_world_fail and mg_comm_world_finalize.
+ *
+ * Exports: mg_launch_*, mg_comm_world_*, mg_comm_group_*, the collectives below.
+ * Needs: core/status, core/tensor; Open MPI and NCCL when the build found them (MG_HAVE_MPI,
+ * MG_HAVE_NCCL); without them the backend's init returns MG_ERR_UNSUPPORTED naming the fix. */
+#ifndef MG_COMM_H
+#define MG_COMM_H
+
+#include "core/status.h"
+#include "core/tensor.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+
+/* ---- launch detection (environment only; nothing is initialised) ---- */
+typedef enum {
+    MG_LAUNCH_SINGLE = 0, /* plain `megatron ...`: one rank, no MPI_Init */
+    MG_LAUNCH_MPI,        /* mpirun/mpiexec (OMPI_COMM_WORLD_*, PMIX_RANK, PMI_RANK) or srun (SLURM_*) */
+    MG_LAUNCH_ENV,        /* torchrun-style RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT */
+} mg_launch_kind;
+
+typedef struct {
+    mg_launch_kind kind;
+    char launcher[16]; /* "single", "mpirun", "srun", "torchrun" */
+    int rank, world_size;
+    int local_rank, local_world_size; /* selects the GPU: device = local_rank */
+    char master_addr[256];            /* MG_LAUNCH_ENV */
+    int master_port;                  /* MG_LAUNCH_ENV */
+} mg_launch_info;
+
+/* Reads the launcher's variables; rejects inconsistent ones (RANK >= WORLD_SIZE, a missing
+ * MASTER_ADDR with WORLD_SIZE > 1, ...) with MG_ERR_USAGE naming the variable. */
+mg_status mg_launch_detect(mg_launch_info *out);
+
+/* ---- the world and its groups ---- */
+typedef enum { MG_COMM_MPI = 0, MG_COMM_NCCL } mg_comm_backend;
+typedef enum { MG_REDUCE_SUM = 0, MG_REDUCE_AVG, MG_REDUCE_MAX } mg_reduce_op;
+
+typedef struct mg_comm_world mg_comm_world;
+typedef struct mg_comm mg_comm;
+
+/* Initialises the backend over all ranks of the launch. MPI: MPI_Init_thread (needs an MPI launch
+ * or a single rank). NCCL: selects device local_rank, exchanges the unique id over MPI (MPI
+ * launch) or the TCP rendezvous at MASTER_ADDR:MASTER_PORT (env launch). timeout_s bounds every
+ * wait, the rendezvous included. */
+mg_status mg_comm_world_init(const mg_launch_info *li, mg_comm_backend backend, double timeout_s,
+                             mg_comm_world **out);
+int mg_comm_world_rank(const mg_comm_world *w);
+int mg_comm_world_size(const mg_comm_world *w);
+mg_comm *mg_comm_world_comm(mg_comm_world *w); /* the group of all ranks, named "world" */
+
+/* This rank failed with `message`: tell every peer (best effort, bounded), abort the
+ * communicators. Safe to call in any state, also before init finished (w may be NULL). */
+void mg_comm_world_fail(mg_comm_world *w, const char *message);
+/* Frees the groups still open and finalises the backend (MPI_Finalize). w may be NULL. */
+void mg_comm_world_finalize(mg_comm_world *w);
+
+/* See "Groups" above. name is copied ("tp", "dp_cp", ...) and appears in error messages. */
+mg_status mg_comm_group_create(mg_comm_world *w, const char *name, int n_groups,
+                               const int *offsets, const int *ranks, mg_comm **out);
+void mg_comm_group_free(mg_comm *c);
+int mg_comm_rank(const mg_comm *c); /* rank inside the group */
+int mg_comm_size(const mg_comm *c);
+int mg_comm_global_rank(const mg_comm *c, int group_rank);
+const char *mg_comm_name(const mg_comm *c);
+
+/* ---- collectives (see "Calls" above for buffer and stream rules) ---- */
+/* recv[i] = op over ranks of send[i], i < count. */
+mg_status mg_comm_all_reduce(mg_comm *c, const void *send, void *recv, size_t count, mg_dtype dt,
+                             mg_reduce_op op, void *stream);
+/* send holds size*count elements; rank r receives op over ranks of send[r*count .. +count). */
+mg_status mg_comm_reduce_scatter(mg_comm *c, const void *send, void *recv, size_t count,
+                                 mg_dtype dt, mg_reduce_op op, void *stream);
+/* recv (size*count) = concatenation of every rank's send (count) in group-rank order. */
+mg_status mg_comm_all_gather(mg_comm *c, const void *send, void *recv, size_t count, mg_dtype dt,
+                             void *stream);
+/* Per-peer counts and displacements, in elements, each an array of mg_comm_size(c) entries:
+ * send_counts[p] elements from send + send_displs[p] go to peer p, which stores them at its
+ * recv + recv_displs[me]. */
+mg_status mg_comm_all_to_all(mg_comm *c, const void *send, const size_t *send_counts,
+                             const size_t *send_displs, void *recv, const size_t *recv_counts,
+                             const size_t *recv_displs, mg_dtype dt, void *stream);
+/* buf (count) from group rank root to all. */
+mg_status mg_comm_broadcast(mg_comm *c, void *buf, size_t count, mg_dtype dt, int root,
+                            void *stream);
+
+/* Batched point-to-point: all ops are posted together and complete together (ncclGroupStart/End,
+ * MPI_Isend/Irecv + wait), so a send and a receive with the same peer cannot deadlock. */
+typedef struct {
+    bool is_send;
+    int peer; /* group rank */
+    void *buf;
+    size_t count;
+    mg_dtype dt;
+} mg_p2p_op;
+mg_status mg_comm_batch_p2p(mg_comm *c, const mg_p2p_op *ops, int n_ops, void *stream);
+
+mg_status mg_comm_barrier(mg_comm *c, void *stream);
+
+/* Waits until every operation enqueued on `stream` through c has finished, bounded by the
+ * timeout and interrupted by a peer's failure notice. MPI: returns at once. */
+mg_status mg_comm_sync(mg_comm *c, void *stream);
+
+const char *mg_reduce_op_name(mg_reduce_op op); /* "sum", "avg", "max" */
+
+#endif

@@ -1,0 +1,91 @@
+/* Internal to src/comm: what a backend (mpi.c, nccl.c) implements and what the common layer
+ * (comm.c) does for all of them. comm.c validates arguments (counts, dtypes, roots, peers),
+ * numbers every call per group (for error messages), checks for a peer's failure notice before
+ * each call, and turns a backend's failure into the one-line MG_ERR_COMM message of comm.h.
+ *
+ * Failure notices travel over a side channel that does not depend on the data path:
+ *   mg_comm_health (health.c) — post(rank, message) to every rank; poll() -> a notice or none.
+ *   Always over the TCP rendezvous (rendezvous.c), for every world of more than one rank. comm.c
+ *   opens it before the backend's world_init: at MASTER_ADDR:MASTER_PORT for torchrun-style
+ *   launches; for MPI launches rank 0 listens on a free port and MPI_Bcasts "host port" (mpi.c,
+ *   which also owns MPI_Init/MPI_Finalize for both backends). A backend may use the rendezvous
+ *   for its own set-up data (NCCL's unique id): mg_comm_world_rendezvous(w).
+ * Backends wait by polling (MPI_Test / cudaEventQuery) with a deadline and poll the health
+ * channel between tests, so a waiting rank learns of a peer's failure within milliseconds. */
+#ifndef MG_COMM_BACKEND_H
+#define MG_COMM_BACKEND_H
+
+#include "comm/comm.h"
+
+#include <stdint.h>
+
+typedef struct mg_comm_health mg_comm_health;
+
+typedef struct {
+    const char *name; /* "mpi", "nccl" */
+    /* World set-up after launch detection; stores backend state in w->impl. */
+    mg_status (*world_init)(mg_comm_world *w, const mg_launch_info *li);
+    void (*world_abort)(mg_comm_world *w);
+    void (*world_finalize)(mg_comm_world *w);
+    /* color = index of this rank's group or -1; key = position inside it. Collective. */
+    mg_status (*group_split)(mg_comm_world *w, mg_comm *c, int color, int key);
+    void (*group_free)(mg_comm *c);
+    mg_status (*all_reduce)(mg_comm *c, const void *send, void *recv, size_t count, mg_dtype dt,
+                            mg_reduce_op op, void *stream);
+    mg_status (*reduce_scatter)(mg_comm *c, const void *send, void *recv, size_t count,
+                                mg_dtype dt, mg_reduce_op op, void *stream);
+    mg_status (*all_gather)(mg_comm *c, const void *send, void *recv, size_t count, mg_dtype dt,
+                            void *stream);
+    mg_status (*all_to_all)(mg_comm *c, const void *send, const size_t *send_counts,
+                            const size_t *send_displs, void *recv, const size_t *recv_counts,
+                            const size_t *recv_displs, mg_dtype dt, void *stream);
+    mg_status (*broadcast)(mg_comm *c, void *buf, size_t count, mg_dtype dt, int root,
+                           void *stream);
+    mg_status (*batch_p2p)(mg_comm *c, const mg_p2p_op *ops, int n_ops, void *stream);
+    mg_status (*barrier)(mg_comm *c, void *stream);
+    mg_status (*sync)(mg_comm *c, void *stream);
+} mg_comm_ops;
+
+struct mg_comm_world {
+    const mg_comm_ops *ops;
+    mg_launch_info launch;
+    int rank, size;
+    double timeout_s;
+    mg_comm_health *health;
+    bool failed;       /* a call failed or a peer's notice arrived: only fail/finalize remain */
+    mg_comm *world;    /* the "world" group */
+    mg_comm **groups;  /* every open group, the world's included (comm.c; finalize frees them) */
+    int n_groups;      /* ... and their count */
+    int cap_groups;    /* ... and the array's capacity */
+    void *impl;        /* backend state (MPI_Comm dup, ncclComm_t, device, ...) */
+};
+
+struct mg_comm {
+    mg_comm_world *w;
+    char name[32];
+    int rank, size;
+    int *global_ranks; /* size entries: group rank -> world rank */
+    uint64_t seq;      /* calls made on this group, for messages ("all_reduce #17") */
+    const char *call;  /* the call in progress, for messages */
+    void *impl;        /* backend communicator */
+};
+
+extern const mg_comm_ops mg_comm_mpi_ops;  /* mpi.c */
+extern const mg_comm_ops mg_comm_nccl_ops; /* nccl.c */
+extern const mg_comm_ops mg_comm_self_ops; /* self.c: MPI backend, world of 1, host copies */
+
+/* The world's TCP rendezvous: open before the backend's world_init for every world of more than
+ * one rank, NULL for a world of one (see "Failure notices" above). */
+struct mg_rendezvous *mg_comm_world_rendezvous(mg_comm_world *w);
+
+/* Common helpers for the backends (comm.c). */
+/* Seconds since an arbitrary epoch (CLOCK_MONOTONIC). */
+double mg_comm_now(void);
+/* Between two tests of an unfinished operation: polls the health channel and the deadline.
+ * Returns MG_OK to keep waiting, or MG_ERR_COMM with the message of comm.h (marks w failed). */
+mg_status mg_comm_wait_step(mg_comm *c, double deadline);
+/* A backend call failed with the library's text: MG_ERR_COMM "<call> #<seq> on group '<name>'
+ * failed on rank <r>: <what>" (marks w failed). */
+mg_status mg_comm_fail_call(mg_comm *c, const char *what);
+
+#endif

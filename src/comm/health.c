@@ -1,0 +1,155 @@
+/* The failure side channel over the TCP rendezvous, and the SIGTERM line (health.h).
+ *
+ * Who did not reach a call that timed out: the rendezvous carries one latched failure notice per
+ * rank and nothing else, so a waiting rank cannot learn where its peers are, and the timeout line
+ * says "unknown". The picture still comes together from the lines every rank prints: the first
+ * rank to time out posts its timeout as its failure, every peer that reached the call reports
+ * that notice with its own position ("this rank, 2, was in all_reduce #17 on group 'dp'"), and
+ * a rank stuck elsewhere is killed by the launcher and prints its SIGTERM line naming the last
+ * call it made. A protocol naming the missing ranks directly would need the rendezvous to relay
+ * non-fatal messages (or answer "who waits where"); it does not, by design of its one-notice
+ * latch, and a second channel for it was not worth its complexity. */
+#include "comm/health.h"
+
+#include "core/status.h"
+
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+struct mg_comm_health {
+    mg_rendezvous *rv;
+    double next_poll; /* mg_comm_now() before which poll does not look at the socket */
+    bool latched;
+    int rank;
+    char message[512];
+};
+
+mg_status mg_comm_health_open(const char *addr, int port, int rank, int world_size,
+                              double timeout_s, mg_comm_health **out) {
+    *out = NULL;
+    mg_comm_health *h = calloc(1, sizeof *h);
+    if (!h) return MG_FAIL(MG_ERR_IO, "out of memory opening the rendezvous");
+    mg_status st = mg_rendezvous_open(addr, port, rank, world_size, timeout_s, &h->rv);
+    if (st != MG_OK) {
+        free(h);
+        return st;
+    }
+    *out = h;
+    return MG_OK;
+}
+
+mg_rendezvous *mg_comm_health_rendezvous(mg_comm_health *h) {
+    return h ? h->rv : NULL;
+}
+
+void mg_comm_health_post_failure(mg_comm_health *h, const char *message) {
+    if (h) mg_rendezvous_post_failure(h->rv, message);
+}
+
+bool mg_comm_health_poll(mg_comm_health *h, bool now_or_never, int *rank, const char **message) {
+    if (!h) return false;
+    if (!h->latched) {
+        double now = mg_comm_now();
+        if (now < h->next_poll && !now_or_never) return false;
+        h->next_poll = now + 2e-4;
+        h->latched = mg_rendezvous_poll_failure(h->rv, &h->rank, h->message, sizeof h->message);
+        if (!h->latched) return false;
+    }
+    *rank = h->rank;
+    *message = h->message;
+    return true;
+}
+
+void mg_comm_health_close(mg_comm_health *h, bool orderly) {
+    if (!h) return;
+    /* After a failure the goodbye is still right: the notice was posted (or received) already,
+     * and the rendezvous stops at once after one. */
+    (void)orderly;
+    mg_rendezvous_close(h->rv);
+    free(h);
+}
+
+/* ---- the SIGTERM line ---- */
+
+static volatile sig_atomic_t g_sig_rank = -1, g_sig_active;
+static const mg_comm *volatile g_sig_comm;
+static struct sigaction g_sig_old;
+static bool g_sig_installed;
+
+typedef struct {
+    char buf[400];
+    size_t n;
+} sig_line;
+
+static void put_str(sig_line *l, const char *s) {
+    while (s && *s && l->n + 1 < sizeof l->buf) l->buf[l->n++] = *s++;
+}
+
+static void put_u64(sig_line *l, uint64_t v) {
+    char d[24];
+    int k = 0;
+    do d[k++] = (char)('0' + v % 10), v /= 10;
+    while (v);
+    while (k && l->n + 1 < sizeof l->buf) l->buf[l->n++] = d[--k];
+}
+
+/* Only async-signal-safe calls: write, signal, raise. The handler runs once (SA_RESETHAND) and
+ * re-raises, so the process still dies of SIGTERM as the launcher expects. */
+static void on_sigterm(int sig) {
+    sig_line l = {.n = 0};
+    const mg_comm *c = g_sig_comm;
+    put_str(&l, "megatron: rank ");
+    put_u64(&l, (uint64_t)(g_sig_rank < 0 ? 0 : g_sig_rank));
+    put_str(&l, ": terminated by SIGTERM ");
+    if (c) {
+        put_str(&l, g_sig_active ? "while in " : "after ");
+        put_str(&l, c->call);
+        put_str(&l, " #");
+        put_u64(&l, c->seq);
+        put_str(&l, " on group '");
+        put_str(&l, c->name);
+        put_str(&l, "'");
+    } else {
+        put_str(&l, "before its first communication call");
+    }
+    put_str(&l, " (the launcher stops every rank once one exits early: see that rank's error)\n");
+    ssize_t rc = write(STDERR_FILENO, l.buf, l.n);
+    (void)rc;
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+void mg_comm_signals_install(int rank) {
+    g_sig_rank = rank;
+    if (g_sig_installed) return;
+    struct sigaction old;
+    if (sigaction(SIGTERM, NULL, &old) != 0) return;
+    if ((old.sa_flags & SA_SIGINFO) || old.sa_handler != SIG_DFL) return; /* the program's own */
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigterm;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESETHAND;
+    if (sigaction(SIGTERM, &sa, &g_sig_old) == 0) g_sig_installed = true;
+}
+
+void mg_comm_signals_remove(void) {
+    if (!g_sig_installed) return;
+    sigaction(SIGTERM, &g_sig_old, NULL);
+    g_sig_installed = false;
+    g_sig_comm = NULL;
+}
+
+void mg_comm_signals_note(const mg_comm *c, bool active) {
+    g_sig_active = 0; /* never "while in" a call of another group */
+    g_sig_comm = c;
+    g_sig_active = active;
+}
+
+void mg_comm_signals_forget(const mg_comm *c) {
+    if (g_sig_comm == c) g_sig_comm = NULL;
+}

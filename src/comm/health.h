@@ -1,0 +1,50 @@
+/* Internal to src/comm: the failure side channel of a multi-rank world (health.c), the MPI
+ * bootstrap that opens it under mpirun/srun (mpi.c), and the line printed on SIGTERM.
+ * See comm_backend.h, "Failure notices".
+ * Exports: mg_comm_health_*, mg_comm_signals_*, mg_comm_mpi_bootstrap, mg_comm_mpi_shutdown.
+ * Needs: comm/rendezvous. */
+#ifndef MG_COMM_HEALTH_H
+#define MG_COMM_HEALTH_H
+
+#include "comm/comm_backend.h"
+#include "comm/rendezvous.h"
+
+#include <stdbool.h>
+
+/* Rank 0 serves on port (which must be free; the call returns once every rank arrived), the
+ * others connect to addr:port; bounded by timeout_s. */
+mg_status mg_comm_health_open(const char *addr, int port, int rank, int world_size,
+                              double timeout_s, mg_comm_health **out);
+mg_rendezvous *mg_comm_health_rendezvous(mg_comm_health *h);
+
+/* Tells every peer this rank failed; returns once the notice reached them (bounded). */
+void mg_comm_health_post_failure(mg_comm_health *h, const char *message);
+/* Non-blocking, rate-limited to one look at the socket per 0.2 ms unless now_or_never: true once
+ * a peer's failure notice arrived (rank -1: the rendezvous aborted the job); the first stays
+ * latched and *message points into h. */
+bool mg_comm_health_poll(mg_comm_health *h, bool now_or_never, int *rank, const char **message);
+/* orderly: this rank ends normally (goodbye, so no peer reports it as dead). */
+void mg_comm_health_close(mg_comm_health *h, bool orderly);
+
+/* One async-signal-safe line on SIGTERM naming the rank and the call in progress (mpirun sends
+ * SIGTERM to every rank once one exits without finishing). Installed for worlds of more than one
+ * rank unless the program has its own handler; removed at finalize and by mg_comm_world_fail
+ * (whose rank has said everything already). */
+void mg_comm_signals_install(int rank);
+void mg_comm_signals_remove(void);
+/* The call c is in (active) or made last (!active), for that line. */
+void mg_comm_signals_note(const mg_comm *c, bool active);
+/* c is being freed: the line must not read it any more. */
+void mg_comm_signals_forget(const mg_comm *c);
+
+#ifdef MG_HAVE_MPI
+/* MPI_Init_thread unless MPI is initialised, checks MPI's rank and size against the launch, then
+ * rank 0 reserves a free port and MPI_Bcasts "host port"; every rank opens the channel there.
+ * Bounded by timeout_s. */
+mg_status mg_comm_mpi_bootstrap(const mg_launch_info *li, double timeout_s, mg_comm_health **out);
+/* MPI_Finalize when bootstrap initialised MPI and clean; after a failure it is skipped, since
+ * Open MPI's MPI_Finalize synchronises with peers that may be gone. */
+void mg_comm_mpi_shutdown(bool clean);
+#endif
+
+#endif

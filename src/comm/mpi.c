@@ -1,0 +1,516 @@
+/* The Open MPI backend: host buffers, a world of more than one rank (one rank uses self.c).
+ *
+ * No rank hangs: every operation is a non-blocking MPI-3 call completed by test_all, which tests
+ * the requests and, between tests, calls mg_comm_wait_step (a peer's failure notice, the
+ * deadline) with a backoff that lets oversubscribed ranks (8 ranks on 2 cores in CI) run: a short
+ * spin for the latency of small messages, then sched_yield, then sleeps growing to 1 ms. Every
+ * communicator has MPI_ERRORS_RETURN, so an MPI error becomes one MG_ERR_COMM line
+ * (mg_comm_fail_call) instead of MPI's default abort of the whole job.
+ *
+ * Reductions on BF16/F16 are user-defined ops on a 2-byte contiguous type: each pairwise combine
+ * widens to fp32, combines and rounds to nearest even once. avg = sum, then divide by the group
+ * size on each rank. Counts beyond MPI's int: all-reduce, broadcast and point-to-point are cut
+ * into chunks; reduce-scatter, all-gather and all-to-all refuse with MG_ERR_UNSUPPORTED (their
+ * per-rank blocks would need derived types; nothing in training sends 2^31 elements per rank).
+ *
+ * Also here (health.h): the MPI bootstrap that opens the failure channel for both backends. */
+#ifdef MG_HAVE_MPI
+
+#include "comm/comm_backend.h"
+#include "comm/health.h"
+#include "comm/rendezvous.h"
+#include "core/status.h"
+
+#include <arpa/inet.h>
+#include <limits.h>
+#include <mpi.h>
+#include <netinet/in.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef struct {
+    MPI_Comm comm;
+    MPI_Request *reqs; /* scratch for batched point-to-point, grown as needed */
+    int cap_reqs;
+    void *tmp; /* scratch for in-place reduce-scatter, grown as needed */
+    size_t tmp_bytes;
+    int *a2a; /* 4 * size ints: MPI's counts and displacements for all-to-all */
+} mpi_group;
+
+typedef struct {
+    MPI_Comm comm; /* a duplicate of MPI_COMM_WORLD: the parent of every split */
+} mpi_world;
+
+/* Process-wide MPI objects: the 2-byte type and the four user ops (BF16/F16 x sum/max). */
+static MPI_Datatype g_half = MPI_DATATYPE_NULL;
+static MPI_Op g_ops[2][2] = {{MPI_OP_NULL, MPI_OP_NULL}, {MPI_OP_NULL, MPI_OP_NULL}};
+static bool g_we_initialised; /* bootstrap called MPI_Init_thread, so shutdown finalises */
+
+/* ---- errors and waiting ---- */
+
+static mg_status mpi_error(mg_comm *c, const char *fn, int rc) {
+    char text[MPI_MAX_ERROR_STRING] = "";
+    int len = 0;
+    MPI_Error_string(rc, text, &len);
+    char what[MPI_MAX_ERROR_STRING + 64];
+    snprintf(what, sizeof what, "%s: %s", fn, text);
+    return mg_comm_fail_call(c, what);
+}
+
+#define MPI_TRY(c, call)                                                                           \
+    do {                                                                                           \
+        int mpi_rc_ = (call);                                                                      \
+        if (mpi_rc_ != MPI_SUCCESS) return mpi_error((c), #call, mpi_rc_);                         \
+    } while (0)
+
+/* Between tests (waited: seconds since the operation started): spin 64 tests (a small message
+ * completes in microseconds), then yield for the first millisecond (an oversubscribed rank hands
+ * its core to a peer that has work; an idle core returns at once), then sleep waited/16, at least
+ * 20 us and at most 1 ms: a long wait (a slow peer) costs little CPU while the sleeps add at most
+ * ~6% to it. Open MPI makes progress only inside MPI_Test here, so a sleeping rank delays its
+ * peers by no more than one sleep. */
+static void backoff(int iter, double waited) {
+    if (iter < 64) return;
+    if (waited < 1e-3) {
+        sched_yield();
+        return;
+    }
+    double s = waited / 16;
+    s = s < 20e-6 ? 20e-6 : s > 1e-3 ? 1e-3 : s;
+    struct timespec ts = {0, (long)(s * 1e9)};
+    nanosleep(&ts, NULL);
+}
+
+static mg_status test_all(mg_comm *c, int n, MPI_Request *reqs) {
+    double start = mg_comm_now(), deadline = start + c->w->timeout_s;
+    for (int iter = 0;; iter++) {
+        int done = 0;
+        int rc = MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE);
+        if (rc != MPI_SUCCESS) return mpi_error(c, "MPI_Testall", rc);
+        if (done) return MG_OK;
+        /* On an error the requests stay posted: collectives cannot be cancelled, and after
+         * MG_ERR_COMM only fail/finalize remain, neither of which touches MPI again. */
+        MG_CHECK(mg_comm_wait_step(c, deadline));
+        backoff(iter, mg_comm_now() - start);
+    }
+}
+
+static MPI_Datatype mpi_type(mg_dtype dt) {
+    switch (dt) {
+    case MG_F32:
+        return MPI_FLOAT;
+    case MG_BF16:
+    case MG_F16:
+        return g_half;
+    case MG_I32:
+        return MPI_INT32_T;
+    case MG_I64:
+        return MPI_INT64_T;
+    }
+    return MPI_DATATYPE_NULL;
+}
+
+static MPI_Op mpi_op(mg_dtype dt, mg_reduce_op op) {
+    bool max = op == MG_REDUCE_MAX;
+    if (dt == MG_BF16 || dt == MG_F16) return g_ops[dt == MG_F16][max];
+    return max ? MPI_MAX : MPI_SUM;
+}
+
+static mpi_group *G(mg_comm *c) {
+    return c->impl;
+}
+
+/* ---- BF16 / F16 user ops ---- */
+
+#define HALF_OP(name, to_f, combine)                                                               \
+    static void name(void *in, void *inout, int *len, MPI_Datatype *dt) {                          \
+        const uint16_t *a = in;                                                                    \
+        uint16_t *b = inout;                                                                       \
+        for (int i = 0; i < *len; i++) {                                                           \
+            float x = to_f(a[i]), y = to_f(b[i]);                                                  \
+            b[i] = combine;                                                                        \
+        }                                                                                          \
+    }
+/* max keeps the winner's bits (no rounding) and lets a NaN win, so it is not lost. */
+HALF_OP(bf16_sum, mg_bf16_to_f32, mg_f32_to_bf16(x + y))
+HALF_OP(f16_sum, mg_f16_to_f32, mg_f32_to_f16(x + y))
+HALF_OP(bf16_max, mg_bf16_to_f32, (x != x || x > y) ? a[i] : b[i])
+HALF_OP(f16_max, mg_f16_to_f32, (x != x || x > y) ? a[i] : b[i])
+
+static mg_status make_types(mg_comm_world *w) {
+    MPI_User_function *fns[2][2] = {{bf16_sum, bf16_max}, {f16_sum, f16_max}};
+    if (g_half == MPI_DATATYPE_NULL && (MPI_Type_contiguous(2, MPI_BYTE, &g_half) != MPI_SUCCESS ||
+                                        MPI_Type_commit(&g_half) != MPI_SUCCESS))
+        return MG_FAIL(MG_ERR_COMM, "rank %d: MPI could not create the 2-byte BF16/F16 type",
+                       w->rank);
+    for (int t = 0; t < 2; t++)
+        for (int o = 0; o < 2; o++)
+            if (g_ops[t][o] == MPI_OP_NULL &&
+                MPI_Op_create(fns[t][o], 1, &g_ops[t][o]) != MPI_SUCCESS)
+                return MG_FAIL(MG_ERR_COMM, "rank %d: MPI could not create the BF16/F16 ops",
+                               w->rank);
+    return MG_OK;
+}
+
+static void free_types(void) {
+    for (int t = 0; t < 2; t++)
+        for (int o = 0; o < 2; o++)
+            if (g_ops[t][o] != MPI_OP_NULL) MPI_Op_free(&g_ops[t][o]);
+    if (g_half != MPI_DATATYPE_NULL) MPI_Type_free(&g_half);
+}
+
+/* avg = sum / size, computed in fp32 and rounded once into the element type. */
+static void divide(void *buf, size_t count, mg_dtype dt, int size) {
+    float s = (float)size;
+    if (dt == MG_F32) {
+        float *p = buf;
+        for (size_t i = 0; i < count; i++) p[i] /= s;
+    } else if (dt == MG_BF16) {
+        uint16_t *p = buf;
+        for (size_t i = 0; i < count; i++) p[i] = mg_f32_to_bf16(mg_bf16_to_f32(p[i]) / s);
+    } else if (dt == MG_F16) {
+        uint16_t *p = buf;
+        for (size_t i = 0; i < count; i++) p[i] = mg_f32_to_f16(mg_f16_to_f32(p[i]) / s);
+    }
+}
+
+/* ---- world and groups ---- */
+
+static mg_status mpi_world_init(mg_comm_world *w, const mg_launch_info *li) {
+    mpi_world *mw = calloc(1, sizeof *mw);
+    if (!mw) return MG_FAIL(MG_ERR_IO, "out of memory initialising MPI");
+    if (MPI_Comm_dup(MPI_COMM_WORLD, &mw->comm) != MPI_SUCCESS) {
+        free(mw);
+        return MG_FAIL(MG_ERR_COMM, "rank %d: MPI_Comm_dup(MPI_COMM_WORLD) failed", w->rank);
+    }
+    MPI_Comm_set_errhandler(mw->comm, MPI_ERRORS_RETURN);
+    mg_status st = make_types(w);
+    if (st != MG_OK) { /* a failed world_init cleans up after itself */
+        MPI_Comm_free(&mw->comm);
+        free(mw);
+        return st;
+    }
+    w->impl = mw;
+    return MG_OK;
+}
+
+/* After a failure peers may be gone: freeing MPI objects could wait for them, so it is skipped
+ * (the process is about to exit). */
+static void mpi_world_abort(mg_comm_world *w) {}
+
+static void mpi_world_finalize(mg_comm_world *w) {
+    mpi_world *mw = w->impl;
+    if (!mw) return;
+    if (!w->failed) {
+        MPI_Comm_free(&mw->comm);
+        free_types();
+    }
+    free(mw);
+    w->impl = NULL;
+}
+
+/* Blocking split: comm.c has already met every rank over the rendezvous (bounded by the
+ * timeout), so all of them are here. */
+static mg_status mpi_group_split(mg_comm_world *w, mg_comm *c, int color, int key) {
+    mpi_world *mw = w->impl;
+    MPI_Comm comm = MPI_COMM_NULL;
+    MPI_TRY(c, MPI_Comm_split(mw->comm, color < 0 ? MPI_UNDEFINED : color, key, &comm));
+    c->impl = NULL;
+    if (comm == MPI_COMM_NULL) return MG_OK;
+    MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+    mpi_group *g = calloc(1, sizeof *g);
+    int *a2a = calloc(4 * (size_t)c->size, sizeof *a2a);
+    if (!g || !a2a) {
+        free(g);
+        free(a2a);
+        MPI_Comm_free(&comm);
+        return MG_FAIL(MG_ERR_IO, "out of memory creating group '%s'", c->name);
+    }
+    g->comm = comm;
+    g->a2a = a2a;
+    c->impl = g;
+    return MG_OK;
+}
+
+static void mpi_group_free(mg_comm *c) {
+    mpi_group *g = c->impl;
+    if (!g) return;
+    if (!c->w->failed) MPI_Comm_free(&g->comm);
+    free(g->reqs);
+    free(g->tmp);
+    free(g->a2a);
+    free(g);
+    c->impl = NULL;
+}
+
+/* ---- collectives ---- */
+
+static mg_status too_large(mg_comm *c, size_t n, const char *what) {
+    return MG_FAIL(MG_ERR_UNSUPPORTED,
+                   "%s #%llu on group '%s': %s of %zu elements exceeds MPI's limit of %d per rank; "
+                   "split the call",
+                   c->call, (unsigned long long)c->seq, c->name, what, n, INT_MAX);
+}
+
+static mg_status mpi_all_reduce(mg_comm *c, const void *send, void *recv, size_t count, mg_dtype dt,
+                                mg_reduce_op op, void *stream) {
+    size_t es = mg_dtype_size(dt);
+    for (size_t off = 0; off < count || off == 0; off += (size_t)INT_MAX) {
+        int n = (int)(count - off < (size_t)INT_MAX ? count - off : (size_t)INT_MAX);
+        const void *s = send == recv ? MPI_IN_PLACE : (const char *)send + off * es;
+        MPI_Request req;
+        MPI_TRY(c, MPI_Iallreduce(s, (char *)recv + off * es, n, mpi_type(dt), mpi_op(dt, op),
+                                  G(c)->comm, &req));
+        MG_CHECK(test_all(c, 1, &req));
+        if (count == 0) break;
+    }
+    if (op == MG_REDUCE_AVG) divide(recv, count, dt, c->size);
+    return MG_OK;
+}
+
+static mg_status mpi_reduce_scatter(mg_comm *c, const void *send, void *recv, size_t count,
+                                    mg_dtype dt, mg_reduce_op op, void *stream) {
+    if (count > (size_t)INT_MAX) return too_large(c, count, "a block");
+    mpi_group *g = G(c);
+    size_t bytes = count * mg_dtype_size(dt);
+    /* MPI's in-place form leaves the result at block 0 and may scribble over the others; NCCL's
+     * (recv == send + rank*count) leaves it at this rank's block. So reduce into scratch. */
+    void *out = recv;
+    if ((const char *)send + bytes * (size_t)c->rank == recv && bytes) {
+        if (g->tmp_bytes < bytes) {
+            void *t = realloc(g->tmp, bytes);
+            if (!t) return MG_FAIL(MG_ERR_IO, "out of memory in reduce_scatter (%zu B)", bytes);
+            g->tmp = t;
+            g->tmp_bytes = bytes;
+        }
+        out = g->tmp;
+    }
+    MPI_Request req;
+    MPI_TRY(c, MPI_Ireduce_scatter_block(send, out, (int)count, mpi_type(dt), mpi_op(dt, op),
+                                         g->comm, &req));
+    MG_CHECK(test_all(c, 1, &req));
+    if (out != recv) memcpy(recv, out, bytes);
+    if (op == MG_REDUCE_AVG) divide(recv, count, dt, c->size);
+    return MG_OK;
+}
+
+static mg_status mpi_all_gather(mg_comm *c, const void *send, void *recv, size_t count, mg_dtype dt,
+                                void *stream) {
+    if (count > (size_t)INT_MAX) return too_large(c, count, "a block");
+    size_t bytes = count * mg_dtype_size(dt);
+    const void *s = (const char *)recv + bytes * (size_t)c->rank == send ? MPI_IN_PLACE : send;
+    MPI_Request req;
+    MPI_TRY(c, MPI_Iallgather(s, (int)count, mpi_type(dt), recv, (int)count, mpi_type(dt),
+                              G(c)->comm, &req));
+    return test_all(c, 1, &req);
+}
+
+static mg_status mpi_all_to_all(mg_comm *c, const void *send, const size_t *send_counts,
+                                const size_t *send_displs, void *recv, const size_t *recv_counts,
+                                const size_t *recv_displs, mg_dtype dt, void *stream) {
+    int n = c->size, *a = G(c)->a2a;
+    for (int p = 0; p < n; p++) {
+        size_t v[4] = {send_counts[p], send_displs[p], recv_counts[p], recv_displs[p]};
+        for (int k = 0; k < 4; k++) {
+            if (v[k] > (size_t)INT_MAX)
+                return too_large(c, v[k], k % 2 ? "a displacement" : "a per-peer count");
+            a[k * n + p] = (int)v[k];
+        }
+    }
+    MPI_Request req;
+    MPI_TRY(c, MPI_Ialltoallv(send, a, a + n, mpi_type(dt), recv, a + 2 * n, a + 3 * n,
+                              mpi_type(dt), G(c)->comm, &req));
+    return test_all(c, 1, &req);
+}
+
+static mg_status mpi_broadcast(mg_comm *c, void *buf, size_t count, mg_dtype dt, int root,
+                               void *stream) {
+    size_t es = mg_dtype_size(dt);
+    for (size_t off = 0; off < count || off == 0; off += (size_t)INT_MAX) {
+        int n = (int)(count - off < (size_t)INT_MAX ? count - off : (size_t)INT_MAX);
+        MPI_Request req;
+        MPI_TRY(c, MPI_Ibcast((char *)buf + off * es, n, mpi_type(dt), root, G(c)->comm, &req));
+        MG_CHECK(test_all(c, 1, &req));
+        if (count == 0) break;
+    }
+    return MG_OK;
+}
+
+/* All sends and receives are posted before any wait, so a pair exchanging in both directions
+ * cannot deadlock; messages between one pair match in posting order (MPI's non-overtaking rule),
+ * as NCCL matches them. Counts beyond INT_MAX travel as several messages, cut identically on
+ * both sides. */
+static mg_status mpi_batch_p2p(mg_comm *c, const mg_p2p_op *ops, int n_ops, void *stream) {
+    mpi_group *g = G(c);
+    size_t need = 0;
+    for (int i = 0; i < n_ops; i++) need += ops[i].count / (size_t)INT_MAX + 1;
+    if (need > (size_t)INT_MAX) return too_large(c, need, "a batch of messages");
+    if ((int)need > g->cap_reqs) {
+        MPI_Request *r = realloc(g->reqs, need * sizeof *r);
+        if (!r) return MG_FAIL(MG_ERR_IO, "out of memory in batch_p2p");
+        g->reqs = r;
+        g->cap_reqs = (int)need;
+    }
+    int k = 0;
+    for (int i = 0; i < n_ops; i++) {
+        const mg_p2p_op *o = &ops[i];
+        size_t es = mg_dtype_size(o->dt);
+        for (size_t off = 0; off < o->count || off == 0; off += (size_t)INT_MAX) {
+            int n = (int)(o->count - off < (size_t)INT_MAX ? o->count - off : (size_t)INT_MAX);
+            char *p = (char *)o->buf + off * es;
+            int rc = o->is_send
+                         ? MPI_Isend(p, n, mpi_type(o->dt), o->peer, 0, g->comm, &g->reqs[k])
+                         : MPI_Irecv(p, n, mpi_type(o->dt), o->peer, 0, g->comm, &g->reqs[k]);
+            if (rc != MPI_SUCCESS) return mpi_error(c, o->is_send ? "MPI_Isend" : "MPI_Irecv", rc);
+            k++;
+            if (o->count == 0) break;
+        }
+    }
+    return test_all(c, k, g->reqs);
+}
+
+static mg_status mpi_barrier(mg_comm *c, void *stream) {
+    MPI_Request req;
+    MPI_TRY(c, MPI_Ibarrier(G(c)->comm, &req));
+    return test_all(c, 1, &req);
+}
+
+static mg_status mpi_sync(mg_comm *c, void *stream) {
+    return MG_OK;
+}
+
+const mg_comm_ops mg_comm_mpi_ops = {
+    .name = "mpi",
+    .world_init = mpi_world_init,
+    .world_abort = mpi_world_abort,
+    .world_finalize = mpi_world_finalize,
+    .group_split = mpi_group_split,
+    .group_free = mpi_group_free,
+    .all_reduce = mpi_all_reduce,
+    .reduce_scatter = mpi_reduce_scatter,
+    .all_gather = mpi_all_gather,
+    .all_to_all = mpi_all_to_all,
+    .broadcast = mpi_broadcast,
+    .batch_p2p = mpi_batch_p2p,
+    .barrier = mpi_barrier,
+    .sync = mpi_sync,
+};
+
+/* ---- bootstrap (health.h) ---- */
+
+/* Ibcast bounded by a deadline, before any group or failure channel exists. */
+static mg_status bcast_bounded(void *buf, int n, double timeout_s, int rank) {
+    MPI_Request req;
+    if (MPI_Ibcast(buf, n, MPI_CHAR, 0, MPI_COMM_WORLD, &req) != MPI_SUCCESS)
+        return MG_FAIL(MG_ERR_COMM, "rank %d: MPI_Ibcast of the rendezvous address failed", rank);
+    double start = mg_comm_now(), deadline = start + timeout_s;
+    for (int iter = 0;; iter++) {
+        int done = 0;
+        if (MPI_Test(&req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+            return MG_FAIL(MG_ERR_COMM, "rank %d: MPI_Ibcast of the rendezvous address failed",
+                           rank);
+        if (done) return MG_OK;
+        if (mg_comm_now() > deadline)
+            return MG_FAIL(MG_ERR_COMM,
+                           "rank %d: rank 0 did not send the rendezvous address within %g s "
+                           "(did it start? is it stuck before MPI_Init?)",
+                           rank, timeout_s);
+        backoff(iter, mg_comm_now() - start);
+    }
+}
+
+/* A free port for rank 0's rendezvous, which only returns once every rank has connected, so the
+ * port must be known (and broadcast) before it listens. The probe socket stays bound, not
+ * listening, until the server listens: with SO_REUSEADDR on both (the server sets it), Linux lets
+ * the server bind the same port, while no other process is handed it meanwhile. */
+static int reserve_port(int *port) {
+    for (int v6 = 1; v6 >= 0; v6--) {
+        int fd = socket(v6 ? AF_INET6 : AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0) continue;
+        int one = 1, zero = 0, rc;
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        struct sockaddr_storage ss;
+        memset(&ss, 0, sizeof ss);
+        socklen_t len = sizeof ss;
+        if (v6) {
+            setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
+            struct sockaddr_in6 a = {.sin6_family = AF_INET6, .sin6_addr = in6addr_any};
+            rc = bind(fd, (struct sockaddr *)&a, sizeof a);
+        } else {
+            struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY)};
+            rc = bind(fd, (struct sockaddr *)&a, sizeof a);
+        }
+        if (rc == 0 && getsockname(fd, (struct sockaddr *)&ss, &len) == 0) {
+            *port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                                                   : ((struct sockaddr_in *)&ss)->sin_port);
+            return fd;
+        }
+        close(fd);
+    }
+    return -1;
+}
+
+mg_status mg_comm_mpi_bootstrap(const mg_launch_info *li, double timeout_s, mg_comm_health **out) {
+    *out = NULL;
+    int inited = 0;
+    MPI_Initialized(&inited);
+    if (!inited) {
+        int provided = 0;
+        /* FUNNELED: only the thread that made the world calls MPI (the rendezvous has its own
+         * sockets and thread). */
+        if (MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+            return MG_FAIL(MG_ERR_COMM, "MPI_Init_thread failed on rank %d of %d", li->rank,
+                           li->world_size);
+        g_we_initialised = true;
+    }
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    int rank = -1, size = -1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (rank != li->rank || size != li->world_size)
+        return MG_FAIL(MG_ERR_USAGE,
+                       "the %s launch says rank %d of %d but MPI says rank %d of %d (mixed "
+                       "launchers, or a binary built against another MPI than mpirun's?)",
+                       li->launcher, li->rank, li->world_size, rank, size);
+
+    /* Rank 0 tells the others where to connect: "host port", or "- 0" when it found no port,
+     * so they fail at once instead of timing out. */
+    char where[300] = "- 0", host[256] = "";
+    int probe = -1, port = 0;
+    if (rank == 0) {
+        if (gethostname(host, sizeof host - 1) != 0 || !host[0])
+            snprintf(host, sizeof host, "localhost");
+        probe = reserve_port(&port);
+        if (probe >= 0) snprintf(where, sizeof where, "%s %d", host, port);
+    }
+    mg_status st = bcast_bounded(where, (int)sizeof where, timeout_s, rank);
+    if (st == MG_OK && (sscanf(where, "%255s %d", host, &port) != 2 || !strcmp(host, "-")))
+        st = rank == 0 ? MG_FAIL(MG_ERR_COMM,
+                                 "rank 0 found no free TCP port for the rendezvous (socket/bind "
+                                 "failed)")
+                       : MG_FAIL(MG_ERR_COMM,
+                                 "rank %d: rank 0 found no free TCP port for the rendezvous (its "
+                                 "own error says more)",
+                                 rank);
+    if (st == MG_OK) st = mg_comm_health_open(host, port, rank, size, timeout_s, out);
+    if (probe >= 0) close(probe);
+    return st;
+}
+
+void mg_comm_mpi_shutdown(bool clean) {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (g_we_initialised && clean && !finalized) MPI_Finalize();
+    g_we_initialised = false;
+}
+
+#else
+/* Without Open MPI the MPI backend serves worlds of one rank only (self.c); comm.c says how to
+ * get the rest. ISO C wants a translation unit to declare something. */
+typedef int mg_comm_mpi_unused;
+#endif

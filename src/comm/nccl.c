@@ -1,0 +1,662 @@
+/* The NCCL backend: device buffers, every operation enqueued on the caller's stream.
+ *
+ * No rank hangs: every communicator is nonblocking (config.blocking = 0). NCCL then runs each
+ * init, split, finalize and each call's enqueue in a thread of its own and answers
+ * ncclInProgress; wait_ready polls ncclCommGetAsyncError until the state leaves ncclInProgress,
+ * and between polls calls mg_comm_wait_step (a peer's failure notice, the deadline), so a peer that
+ * never arrives costs at most the timeout. mg_comm_sync records an event behind the enqueued work
+ * and polls cudaEventQuery the same way. On a timeout, a peer's notice or an NCCL error every
+ * communicator of the world is aborted (ncclCommAbort), which makes kernels waiting for a dead
+ * peer return; afterwards only mg_comm_world_fail and mg_comm_world_finalize are valid (comm.c).
+ *
+ * The price of nonblocking communicators: NCCL enqueues each call from a helper thread, a few
+ * tens of microseconds of host time per call (bench/comm.c measures it against raw blocking
+ * NCCL in the same run). The enqueue must have finished before the next call and before the event
+ * of mg_comm_sync, so every call waits for it; the device work itself stays asynchronous.
+ *
+ * Set-up: rank 0's ncclUniqueId reaches every rank over the world's TCP rendezvous, which comm.c
+ * opens for every world of more than one rank, MPI launches included (comm_backend.h); unlike
+ * MPI_Bcast it is bounded by the timeout. The world communicator is made once; the "world" group
+ * uses it as is and every other group is ncclCommSplit from it (color = group index, key =
+ * position; NCCL_SPLIT_NOCOLOR for a rank in no group). Each group owns a device int, zeroed at
+ * creation, that the barrier all-reduces, so no call allocates.
+ *
+ * Mapping: F32, BF16, F16, I32, I64 -> ncclFloat32, ncclBfloat16, ncclFloat16, ncclInt32,
+ * ncclInt64; sum, avg, max -> ncclSum, ncclAvg, ncclMax (comm.c refuses avg on integers).
+ * All-to-all with per-peer counts and batched point-to-point are ncclSend/ncclRecv inside
+ * ncclGroupStart/End (zero-count segments are skipped on both sides, as the counts agree).
+ *
+ * Needs: CUDA runtime, NCCL >= 2.19 (ncclCommSplit, nonblocking communicators, ncclAvg,
+ * ncclBfloat16), comm/comm_backend, comm/rendezvous. Compiled only with MG_HAVE_NCCL. */
+#ifdef MG_HAVE_NCCL
+
+#include "comm/comm_backend.h"
+#include "comm/rendezvous.h"
+#include "core/status.h"
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#if NCCL_VERSION_CODE < NCCL_VERSION(2, 19, 0)
+#error "the NCCL backend needs NCCL 2.19 or newer (ncclCommSplit with nonblocking communicators)"
+#endif
+
+typedef struct nccl_group {
+    ncclComm_t comm;         /* NULL once destroyed or aborted */
+    bool owns_comm;          /* false for the "world" group: it uses the world's communicator */
+    int *scratch;            /* (1,) device int, zero: the barrier's all-reduce */
+    cudaEvent_t done;        /* recorded by sync behind the enqueued work */
+    struct nccl_group *next; /* the world's open groups, newest first (for abort) */
+} nccl_group;
+
+typedef struct {
+    int device;
+    ncclComm_t comm; /* all ranks, rank order; the parent of every split */
+    bool comm_given; /* the "world" group uses comm itself */
+    bool aborted;    /* every communicator was aborted */
+    nccl_group *groups;
+    /* ncclCommSplit's output: NCCL's split thread stores the child here when it ends, so it lives
+     * in the world, never on a stack a timed-out wait may have left. */
+    ncclComm_t split_out;
+} nccl_world;
+
+/* ---- errors ---- */
+
+static void abort_all(mg_comm_world *w);
+
+/* ncclGetLastError's text on one line (it may hold newlines), or "". */
+static const char *last_error(ncclComm_t comm, char *buf, size_t cap) {
+    const char *s = ncclGetLastError(comm);
+    snprintf(buf, cap, "%s", s ? s : "");
+    for (char *p = buf; *p; p++)
+        if (*p == '\n' || *p == '\r') *p = ' ';
+    size_t n = strlen(buf);
+    while (n && buf[n - 1] == ' ') buf[--n] = '\0';
+    return buf;
+}
+
+/* An NCCL call or a communicator's asynchronous state failed: the one MG_ERR_COMM line (through
+ * mg_comm_fail_call), a trace frame at the call site, then every communicator is aborted. */
+static mg_status nccl_fail(mg_comm *c, ncclComm_t comm, ncclResult_t r, const char *expr,
+                           const char *func, const char *file, int line) {
+    char last[384], what[640];
+    last_error(comm, last, sizeof last);
+    snprintf(what, sizeof what, "%s: %s%s%s", expr, ncclGetErrorString(r), *last ? ": " : "", last);
+    mg_status st = mg_comm_fail_call(c, what);
+    mg_error_frame(func, file, line, expr);
+    abort_all(c->w);
+    return st;
+}
+
+static mg_status cuda_fail(mg_comm *c, cudaError_t e, const char *expr, const char *func,
+                           const char *file, int line) {
+    char what[512];
+    snprintf(what, sizeof what, "%s: %s (%s)", expr, cudaGetErrorString(e), cudaGetErrorName(e));
+    mg_status st = mg_comm_fail_call(c, what);
+    mg_error_frame(func, file, line, expr);
+    abort_all(c->w);
+    return st;
+}
+
+static mg_status wait_ready(mg_comm *c, ncclComm_t comm, const char *what);
+
+/* After an NCCL call on a nonblocking communicator: an error fails the call; otherwise the
+ * communicator's own state says when the work NCCL took over has been done (enqueued, created,
+ * flushed). NCCL answers ncclInProgress or, for some calls (ncclCommSplit, 2.28), ncclSuccess
+ * while its thread still runs, so the state is always waited for; it costs one atomic load when
+ * the work is already done. */
+static mg_status nccl_done(mg_comm *c, ncclComm_t comm, ncclResult_t r, const char *expr,
+                           const char *func, const char *file, int line) {
+    if (r != ncclSuccess && r != ncclInProgress)
+        return nccl_fail(c, comm, r, expr, func, file, line);
+    mg_status st = wait_ready(c, comm, expr);
+    if (st != MG_OK) mg_error_frame(func, file, line, expr);
+    return st;
+}
+
+/* Wraps an NCCL call on group c's communicator `comm` (see nccl_done). */
+#define MG_NCCL_CHECK(c, comm, expr)                                                               \
+    do {                                                                                           \
+        mg_status mg_nccl_s_ =                                                                     \
+            nccl_done((c), (comm), (expr), #expr, __func__, __FILE__, __LINE__);                   \
+        if (mg_nccl_s_ != MG_OK) return mg_nccl_s_;                                                \
+    } while (0)
+
+#define MG_CUDA_CHECK(c, expr)                                                                     \
+    do {                                                                                           \
+        cudaError_t mg_cuda_e_ = (expr);                                                           \
+        if (mg_cuda_e_ != cudaSuccess)                                                             \
+            return cuda_fail((c), mg_cuda_e_, #expr, __func__, __FILE__, __LINE__);                \
+    } while (0)
+
+/* ---- waiting ---- */
+
+/* Between two polls of an operation that started at `start`: yield for the first 0.2 ms (NCCL's
+ * enqueue thread needs tens of microseconds, and a collective of a few MB about as long), then
+ * sleep 10 us, after 2 ms 100 us (plus the kernel's timer slack), so a finished operation is seen
+ * within ~0.2 ms and a rank that waits long costs little CPU. From the 32nd poll on each step
+ * also asks mg_comm_wait_step about peers' failure notices and the deadline (it rate-limits the
+ * real poll of the channel); on either every communicator is aborted. */
+static mg_status pause_step(mg_comm *c, int iter, double start, double deadline) {
+    if (iter < 32) return MG_OK;
+    mg_status st = mg_comm_wait_step(c, deadline);
+    if (st != MG_OK) {
+        abort_all(c->w);
+        return st;
+    }
+    double waited = mg_comm_now() - start;
+    if (waited < 2e-4) {
+        sched_yield();
+        return MG_OK;
+    }
+    struct timespec ts = {0, waited < 2e-3 ? 10000L : 100000L};
+    nanosleep(&ts, NULL);
+    return MG_OK;
+}
+
+/* An asynchronous failure (a communicator's state turned to an error, or a CUDA error surfaced
+ * while collectives ran) is most often a peer that died or aborted: NCCL words that as a remote,
+ * system or CUDA error without naming the rank, and intra-node transports may not notice at all.
+ * The side channel names the rank, usually within milliseconds, so it gets up to 0.5 s to speak
+ * first: MG_OK when it stayed silent, else its MG_ERR_COMM (every communicator aborted). */
+static mg_status peer_first(mg_comm *c) {
+    double now = mg_comm_now(), until = now + 0.5, deadline = now + c->w->timeout_s;
+    struct timespec ts = {0, 5000000L};
+    while (mg_comm_now() < until) {
+        mg_status st = mg_comm_wait_step(c, deadline);
+        if (st != MG_OK) {
+            abort_all(c->w);
+            return st;
+        }
+        nanosleep(&ts, NULL);
+    }
+    return MG_OK;
+}
+
+static mg_status async_error(mg_comm *c, ncclComm_t comm, ncclResult_t state, const char *what) {
+    if (state == ncclRemoteError || state == ncclSystemError || state == ncclUnhandledCudaError)
+        MG_CHECK(peer_first(c));
+    return nccl_fail(c, comm, state, what, __func__, __FILE__, __LINE__);
+}
+
+/* Polls comm until the operation it has in flight (init, split, finalize, an enqueue) has left
+ * ncclInProgress. NCCL refuses any call on a communicator still in progress, so every
+ * ncclInProgress answer is followed by this before the next call. */
+static mg_status wait_ready(mg_comm *c, ncclComm_t comm, const char *what) {
+    double start = mg_comm_now(), deadline = start + c->w->timeout_s;
+    for (int iter = 0;; iter++) {
+        ncclResult_t state = ncclInProgress;
+        ncclResult_t r = ncclCommGetAsyncError(comm, &state);
+        if (r != ncclSuccess) state = r;
+        if (state == ncclSuccess) return MG_OK;
+        if (state != ncclInProgress) return async_error(c, comm, state, what);
+        mg_status st = pause_step(c, iter, start, deadline);
+        if (st != MG_OK) return st;
+    }
+}
+
+/* ---- abort and teardown ---- */
+
+/* Idempotent; safe at any point (also from mg_comm_world_fail before init finished). Newest
+ * groups first, the world's communicator last: ncclCommAbort sets the communicator's abort flag,
+ * which the kernels of its pending collectives poll, then frees it. */
+static void abort_all(mg_comm_world *w) {
+    w->failed = true;
+    nccl_world *nw = w->impl;
+    if (!nw || nw->aborted) return;
+    nw->aborted = true;
+    for (nccl_group *g = nw->groups; g; g = g->next) {
+        if (g->comm && g->owns_comm) ncclCommAbort(g->comm);
+        g->comm = NULL;
+    }
+    if (nw->comm) ncclCommAbort(nw->comm);
+    nw->comm = NULL;
+}
+
+/* A healthy communicator's orderly end: ncclCommFinalize flushes its operations (nonblocking:
+ * wait_ready, bounded), then ncclCommDestroy frees it locally. Aborted instead on any failure
+ * or when the world has failed. c stands for the group in messages. */
+static void close_comm(mg_comm *c, ncclComm_t comm) {
+    if (!comm) return;
+    if (!c->w->failed) {
+        mg_status st = nccl_done(c, comm, ncclCommFinalize(comm), "ncclCommFinalize", __func__,
+                                 __FILE__, __LINE__);
+        if (st == MG_OK && ncclCommDestroy(comm) == ncclSuccess) return;
+        c->w->failed = true;
+    }
+    ncclCommAbort(comm);
+}
+
+/* World-level waits (init, finalize) happen outside any group; this stands in for the world
+ * group so that mg_comm_wait_step and mg_comm_fail_call word them like any call. */
+static void world_call(mg_comm_world *w, mg_comm *c, int *ranks, const char *call) {
+    memset(c, 0, sizeof *c);
+    c->w = w;
+    snprintf(c->name, sizeof c->name, "world");
+    c->rank = w->rank;
+    c->size = ranks ? w->size : 0;
+    c->global_ranks = ranks;
+    for (int r = 0; ranks && r < w->size; r++) ranks[r] = r;
+    c->call = call;
+}
+
+/* ---- the world ---- */
+
+static ncclConfig_t nonblocking_config(const char *name) {
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = 0;
+    cfg.splitShare = 0;  /* each group its own resources and abort flag */
+    cfg.commName = name; /* NCCL keeps the pointer: name lives as long as the communicator */
+    return cfg;
+}
+
+/* LOCAL_RANK selects the device; a process that sees one GPU (e.g. CUDA_VISIBLE_DEVICES set per
+ * rank by the launcher) uses it whatever its local rank. */
+static mg_status pick_device(const mg_launch_info *li, int *device) {
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n == 0)
+        return MG_FAIL(MG_ERR_UNSUPPORTED,
+                       "rank %d: the NCCL backend needs a CUDA GPU and none is visible "
+                       "(cudaGetDeviceCount: %s); check the driver and CUDA_VISIBLE_DEVICES",
+                       li->rank, e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+    if (n == 1) {
+        *device = 0;
+        return MG_OK;
+    }
+    if (li->local_rank < 0 || li->local_rank >= n)
+        return MG_FAIL(MG_ERR_USAGE,
+                       "rank %d has local rank %d but this process sees %d GPUs (devices "
+                       "0..%d): start at most %d ranks per node, one per GPU",
+                       li->rank, li->local_rank, n, n - 1, n);
+    *device = li->local_rank;
+    return MG_OK;
+}
+
+static mg_status nccl_world_init(mg_comm_world *w, const mg_launch_info *li) {
+    nccl_world *nw = calloc(1, sizeof *nw);
+    int *ranks = malloc((size_t)w->size * sizeof *ranks);
+    if (!nw || !ranks) {
+        free(nw);
+        free(ranks);
+        return MG_FAIL(MG_ERR_IO, "out of memory initialising NCCL");
+    }
+    mg_comm c;
+    world_call(w, &c, ranks, "nccl_init");
+    mg_status st = pick_device(li, &nw->device);
+    cudaError_t e = cudaSuccess;
+    if (st == MG_OK && (e = cudaSetDevice(nw->device)) != cudaSuccess)
+        st = MG_FAIL(MG_ERR_UNSUPPORTED, "rank %d: cudaSetDevice(%d): %s", w->rank, nw->device,
+                     cudaGetErrorString(e));
+    ncclUniqueId id;
+    memset(&id, 0, sizeof id);
+    if (st == MG_OK && w->rank == 0) {
+        ncclResult_t r = ncclGetUniqueId(&id);
+        if (r != ncclSuccess)
+            st = nccl_fail(&c, NULL, r, "ncclGetUniqueId", __func__, __FILE__, __LINE__);
+    }
+    /* A rank that failed above returns at once: comm.c posts its failure, which ends the
+     * others' wait in the broadcast. */
+    if (st == MG_OK && w->size > 1) {
+        mg_rendezvous *rv = mg_comm_world_rendezvous(w);
+        if (!rv)
+            st = MG_FAIL(MG_ERR_INTERNAL, "NCCL init on rank %d: the world has no rendezvous",
+                         w->rank);
+        else
+            st = mg_rendezvous_broadcast(rv, &id, sizeof id);
+        if (st != MG_OK) w->failed = true;
+    }
+    if (st == MG_OK) {
+        ncclConfig_t cfg = nonblocking_config("world");
+        ncclResult_t r = ncclCommInitRankConfig(&nw->comm, w->size, id, w->rank, &cfg);
+        if ((r == ncclSuccess || r == ncclInProgress) && !nw->comm) r = ncclInternalError;
+        st = nccl_done(&c, nw->comm, r, "ncclCommInitRankConfig", __func__, __FILE__, __LINE__);
+    }
+    free(ranks);
+    if (st != MG_OK) {
+        if (nw->comm) ncclCommAbort(nw->comm); /* also a failed init must be freed */
+        free(nw);
+        w->failed = true;
+        return st;
+    }
+    w->impl = nw;
+    return MG_OK;
+}
+
+static void nccl_world_abort(mg_comm_world *w) {
+    abort_all(w);
+}
+
+static void nccl_world_finalize(mg_comm_world *w) {
+    nccl_world *nw = w->impl;
+    if (!nw) return;
+    /* comm.c frees every group first; one still here (it should not be) is aborted. */
+    for (nccl_group *g = nw->groups; g; g = g->next) {
+        if (g->comm && g->owns_comm) ncclCommAbort(g->comm);
+        g->comm = NULL;
+    }
+    ncclComm_t comm = nw->comm;
+    nw->comm = NULL; /* detached: a failing finalize's abort_all must not free it twice */
+    if (comm) {
+        int *ranks = malloc((size_t)w->size * sizeof *ranks);
+        mg_comm c;
+        world_call(w, &c, ranks, "nccl_finalize");
+        close_comm(&c, comm);
+        free(ranks);
+    }
+    free(nw);
+    w->impl = NULL;
+}
+
+/* ---- groups ---- */
+
+static void group_release(nccl_group *g) {
+    if (g->scratch) cudaFree(g->scratch);
+    if (g->done) cudaEventDestroy(g->done);
+    free(g);
+}
+
+/* The device int and the event of a new group. */
+static mg_status group_resources(mg_comm *c, nccl_group *g) {
+    MG_CUDA_CHECK(c, cudaMalloc((void **)&g->scratch, sizeof *g->scratch));
+    MG_CUDA_CHECK(c, cudaEventCreateWithFlags(&g->done, cudaEventDisableTiming));
+    /* The zero is written on a private non-blocking stream and waited for there: the legacy
+     * default stream (cudaMemset) or cudaDeviceSynchronize would also wait for collectives the
+     * caller enqueued before, unbounded if a peer never comes. */
+    cudaStream_t s;
+    MG_CUDA_CHECK(c, cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    cudaError_t e = cudaMemsetAsync(g->scratch, 0, sizeof *g->scratch, s);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(s);
+    cudaStreamDestroy(s);
+    MG_CUDA_CHECK(c, e);
+    return MG_OK;
+}
+
+/* The group of all ranks in rank order is the world's communicator itself. The choice is the
+ * same on every rank: groups are created collectively, in the same order, from the same list. */
+static bool is_whole_world(mg_comm_world *w, mg_comm *c, int color) {
+    nccl_world *nw = w->impl;
+    if (nw->comm_given || color != 0 || c->size != w->size) return false;
+    for (int i = 0; i < c->size; i++)
+        if (c->global_ranks[i] != i) return false;
+    return true;
+}
+
+static mg_status nccl_group_split(mg_comm_world *w, mg_comm *c, int color, int key) {
+    nccl_world *nw = w->impl;
+    c->impl = NULL;
+    if (!nw || nw->aborted || !nw->comm)
+        return mg_comm_fail_call(c, "the NCCL world communicator was aborted");
+    nccl_group *g = calloc(1, sizeof *g);
+    if (!g) return MG_FAIL(MG_ERR_IO, "out of memory creating group '%s'", c->name);
+    if (is_whole_world(w, c, color)) {
+        g->comm = nw->comm;
+        nw->comm_given = true;
+    } else {
+        ncclConfig_t cfg = nonblocking_config(c->name);
+        nw->split_out = NULL;
+        ncclResult_t r = ncclCommSplit(nw->comm, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key,
+                                       &nw->split_out, &cfg);
+        /* A nonblocking split runs as a job of the parent: the parent's state says when it
+         * ended, and only then does the child appear in split_out. A failed wait aborts the
+         * parent, which also stops and joins the split. */
+        mg_status st = nccl_done(c, nw->comm, r, "ncclCommSplit", __func__, __FILE__, __LINE__);
+        ncclComm_t child = nw->split_out;
+        nw->split_out = NULL;
+        if (st == MG_OK && color >= 0 && !child)
+            st = nccl_fail(c, nw->comm, ncclInternalError, "ncclCommSplit (no communicator)",
+                           __func__, __FILE__, __LINE__);
+        if (st == MG_OK && child) st = wait_ready(c, child, "ncclCommSplit (child)");
+        int n = -1, me = -1;
+        if (st == MG_OK && child &&
+            (ncclCommCount(child, &n) != ncclSuccess ||
+             ncclCommUserRank(child, &me) != ncclSuccess || n != c->size || me != c->rank)) {
+            char what[160];
+            snprintf(what, sizeof what,
+                     "ncclCommSplit made a communicator of %d ranks with this rank at %d; the "
+                     "group has %d ranks with this rank at %d",
+                     n, me, c->size, c->rank);
+            st = mg_comm_fail_call(c, what);
+            abort_all(w);
+        }
+        if (st != MG_OK) {
+            if (child) ncclCommAbort(child);
+            free(g);
+            return st;
+        }
+        if (color < 0) { /* in no group of this list: took part in the split only */
+            free(g);
+            return MG_OK;
+        }
+        g->comm = child;
+        g->owns_comm = true;
+    }
+    mg_status st = group_resources(c, g);
+    if (st != MG_OK) {
+        if (g->owns_comm && g->comm) ncclCommAbort(g->comm);
+        if (!g->owns_comm) nw->comm_given = false;
+        group_release(g);
+        return st;
+    }
+    g->next = nw->groups;
+    nw->groups = g;
+    c->impl = g;
+    return MG_OK;
+}
+
+static void nccl_group_free(mg_comm *c) {
+    nccl_group *g = c->impl;
+    if (!g) return;
+    nccl_world *nw = c->w->impl;
+    for (nccl_group **p = nw ? &nw->groups : NULL; p && *p; p = &(*p)->next)
+        if (*p == g) {
+            *p = g->next;
+            break;
+        }
+    c->call = "group_free";
+    if (g->owns_comm)
+        close_comm(c, g->comm);
+    else if (nw)
+        nw->comm_given = false; /* the world's communicator: world_finalize closes it */
+    g->comm = NULL;
+    group_release(g);
+    c->impl = NULL;
+}
+
+/* ---- calls ---- */
+
+static ncclDataType_t nccl_type(mg_dtype dt) {
+    switch (dt) {
+    case MG_F32:
+        return ncclFloat32;
+    case MG_BF16:
+        return ncclBfloat16;
+    case MG_F16:
+        return ncclFloat16;
+    case MG_I32:
+        return ncclInt32;
+    case MG_I64:
+        return ncclInt64;
+    }
+    return ncclFloat32; /* unreachable: comm.c checked dt */
+}
+
+static ncclRedOp_t nccl_op(mg_reduce_op op) {
+    switch (op) {
+    case MG_REDUCE_SUM:
+        return ncclSum;
+    case MG_REDUCE_AVG:
+        return ncclAvg;
+    case MG_REDUCE_MAX:
+        return ncclMax;
+    }
+    return ncclSum; /* unreachable: comm.c checked op */
+}
+
+/* The group's live communicator, or MG_ERR_COMM when it was aborted. */
+static mg_status live(mg_comm *c, nccl_group **out) {
+    nccl_group *g = c->impl;
+    if (!g || !g->comm) return mg_comm_fail_call(c, "the NCCL communicator was aborted");
+    *out = g;
+    return MG_OK;
+}
+
+static mg_status nccl_all_reduce(mg_comm *c, const void *send, void *recv, size_t count,
+                                 mg_dtype dt, mg_reduce_op op, void *stream) {
+    nccl_group *g = NULL;
+    MG_CHECK(live(c, &g));
+    if (!count) return MG_OK;
+    MG_NCCL_CHECK(c, g->comm,
+                  ncclAllReduce(send, recv, count, nccl_type(dt), nccl_op(op), g->comm,
+                                (cudaStream_t)stream));
+    return MG_OK;
+}
+
+static mg_status nccl_reduce_scatter(mg_comm *c, const void *send, void *recv, size_t count,
+                                     mg_dtype dt, mg_reduce_op op, void *stream) {
+    nccl_group *g = NULL;
+    MG_CHECK(live(c, &g));
+    if (!count) return MG_OK;
+    MG_NCCL_CHECK(c, g->comm,
+                  ncclReduceScatter(send, recv, count, nccl_type(dt), nccl_op(op), g->comm,
+                                    (cudaStream_t)stream));
+    return MG_OK;
+}
+
+static mg_status nccl_all_gather(mg_comm *c, const void *send, void *recv, size_t count,
+                                 mg_dtype dt, void *stream) {
+    nccl_group *g = NULL;
+    MG_CHECK(live(c, &g));
+    if (!count) return MG_OK;
+    MG_NCCL_CHECK(c, g->comm,
+                  ncclAllGather(send, recv, count, nccl_type(dt), g->comm, (cudaStream_t)stream));
+    return MG_OK;
+}
+
+static mg_status nccl_broadcast(mg_comm *c, void *buf, size_t count, mg_dtype dt, int root,
+                                void *stream) {
+    nccl_group *g = NULL;
+    MG_CHECK(live(c, &g));
+    if (!count) return MG_OK;
+    MG_NCCL_CHECK(
+        c, g->comm,
+        ncclBroadcast(buf, buf, count, nccl_type(dt), root, g->comm, (cudaStream_t)stream));
+    return MG_OK;
+}
+
+/* Ends a group of ncclSend/ncclRecv: ncclGroupEnd is called whatever happened inside (NCCL
+ * requires it), and the first error of the group wins. */
+static mg_status group_end(mg_comm *c, nccl_group *g, ncclResult_t first, const char *first_expr) {
+    ncclResult_t r = ncclGroupEnd();
+    if (first != ncclSuccess)
+        return nccl_fail(c, g->comm, first, first_expr, __func__, __FILE__, __LINE__);
+    return nccl_done(c, g->comm, r, "ncclGroupEnd", __func__, __FILE__, __LINE__);
+}
+
+static mg_status nccl_all_to_all(mg_comm *c, const void *send, const size_t *send_counts,
+                                 const size_t *send_displs, void *recv, const size_t *recv_counts,
+                                 const size_t *recv_displs, mg_dtype dt, void *stream) {
+    nccl_group *g = NULL;
+    MG_CHECK(live(c, &g));
+    size_t es = mg_dtype_size(dt);
+    ncclDataType_t t = nccl_type(dt);
+    cudaStream_t s = (cudaStream_t)stream;
+    ncclResult_t first = ncclGroupStart(), r;
+    const char *first_expr = "ncclGroupStart";
+    if (first != ncclSuccess)
+        return nccl_fail(c, g->comm, first, first_expr, __func__, __FILE__, __LINE__);
+    for (int p = 0; p < c->size; p++) {
+        if (send_counts[p] &&
+            (r = ncclSend((const char *)send + send_displs[p] * es, send_counts[p], t, p, g->comm,
+                          s)) != ncclSuccess &&
+            first == ncclSuccess)
+            first = r, first_expr = "ncclSend";
+        if (recv_counts[p] &&
+            (r = ncclRecv((char *)recv + recv_displs[p] * es, recv_counts[p], t, p, g->comm, s)) !=
+                ncclSuccess &&
+            first == ncclSuccess)
+            first = r, first_expr = "ncclRecv";
+    }
+    return group_end(c, g, first, first_expr);
+}
+
+static mg_status nccl_batch_p2p(mg_comm *c, const mg_p2p_op *ops, int n_ops, void *stream) {
+    nccl_group *g = NULL;
+    MG_CHECK(live(c, &g));
+    cudaStream_t s = (cudaStream_t)stream;
+    ncclResult_t first = ncclGroupStart(), r;
+    const char *first_expr = "ncclGroupStart";
+    if (first != ncclSuccess)
+        return nccl_fail(c, g->comm, first, first_expr, __func__, __FILE__, __LINE__);
+    for (int i = 0; i < n_ops; i++) {
+        const mg_p2p_op *o = &ops[i];
+        if (!o->count) continue;
+        r = o->is_send ? ncclSend(o->buf, o->count, nccl_type(o->dt), o->peer, g->comm, s)
+                       : ncclRecv(o->buf, o->count, nccl_type(o->dt), o->peer, g->comm, s);
+        if (r != ncclSuccess && first == ncclSuccess)
+            first = r, first_expr = o->is_send ? "ncclSend" : "ncclRecv";
+    }
+    return group_end(c, g, first, first_expr);
+}
+
+/* Waits for everything enqueued on `stream` so far: an event behind it, polled with the
+ * communicator's asynchronous state (a network error shows there, not in the event). */
+static mg_status nccl_sync(mg_comm *c, void *stream) {
+    nccl_group *g = NULL;
+    MG_CHECK(live(c, &g));
+    MG_CUDA_CHECK(c, cudaEventRecord(g->done, (cudaStream_t)stream));
+    double start = mg_comm_now(), deadline = start + c->w->timeout_s;
+    for (int iter = 0;; iter++) {
+        cudaError_t e = cudaEventQuery(g->done);
+        if (e == cudaSuccess) return MG_OK;
+        if (e != cudaErrorNotReady) {
+            MG_CHECK(peer_first(c));
+            return cuda_fail(c, e, "cudaEventQuery", __func__, __FILE__, __LINE__);
+        }
+        ncclResult_t state = ncclSuccess;
+        ncclResult_t r = ncclCommGetAsyncError(g->comm, &state);
+        if (r != ncclSuccess) state = r;
+        if (state != ncclSuccess && state != ncclInProgress)
+            return async_error(c, g->comm, state, "ncclCommGetAsyncError");
+        MG_CHECK(pause_step(c, iter, start, deadline));
+    }
+}
+
+/* A barrier is an all-reduce of one int that the host then waits for, so that when it returns
+ * every rank of the group has reached it (as MPI_Barrier), not merely enqueued it. */
+static mg_status nccl_barrier(mg_comm *c, void *stream) {
+    nccl_group *g = NULL;
+    MG_CHECK(live(c, &g));
+    MG_NCCL_CHECK(c, g->comm,
+                  ncclAllReduce(g->scratch, g->scratch, 1, ncclInt32, ncclSum, g->comm,
+                                (cudaStream_t)stream));
+    return nccl_sync(c, stream);
+}
+
+const mg_comm_ops mg_comm_nccl_ops = {
+    .name = "nccl",
+    .world_init = nccl_world_init,
+    .world_abort = nccl_world_abort,
+    .world_finalize = nccl_world_finalize,
+    .group_split = nccl_group_split,
+    .group_free = nccl_group_free,
+    .all_reduce = nccl_all_reduce,
+    .reduce_scatter = nccl_reduce_scatter,
+    .all_gather = nccl_all_gather,
+    .all_to_all = nccl_all_to_all,
+    .broadcast = nccl_broadcast,
+    .batch_p2p = nccl_batch_p2p,
+    .barrier = nccl_barrier,
+    .sync = nccl_sync,
+};
+
+#else
+/* Built without NCCL: comm.c answers MG_ERR_UNSUPPORTED for the NCCL backend. ISO C wants at
+ * least one declaration in a file. */
+typedef int mg_comm_nccl_unused;
+#endif
