@@ -2,6 +2,7 @@
 #include "cli/cli.h"
 
 #include "core/flags.h"
+#include "comm/comm.h"
 #include "core/status.h"
 #include "train/trainer.h"
 
@@ -24,6 +25,17 @@ int mg_cli_train(int argc, char **argv) {
         return 0;
     }
     st = mg_config_validate(&cfg);
+    if (st != MG_OK) return mg_cli_report(st);
+    /* Every rank of a multi-rank launch reaches this line and exits with the same message, so
+     * nobody waits for a peer. Data parallelism (one replica per rank) lifts this. */
+    mg_launch_info li;
+    st = mg_launch_detect(&li);
+    if (st == MG_OK && li.world_size > 1)
+        st = MG_FAIL(MG_ERR_UNSUPPORTED,
+                     "%s started %d ranks, but `megatron train` runs on one rank in this build "
+                     "(data parallelism is not implemented yet); launch one process, or inspect "
+                     "the layout with `megatron plan --world-size %d`",
+                     li.launcher, li.world_size, li.world_size);
     if (st != MG_OK) return mg_cli_report(st);
     return mg_cli_report(mg_train_run(&cfg));
 }

@@ -29,6 +29,12 @@ expect_error flags_missing_model_flags 2 "missing required model flags --hidden-
 expect_error flags_unsupported_tp 1 \
     "--tensor-model-parallel-size 2 is not supported yet by .megatron train.*megatron plan" \
     train "${MODEL[@]}" "${RUN[@]}" --tensor-model-parallel-size 2
+REAL=$MEGATRON
+MEGATRON=env expect_error flags_multi_rank_launch 1 \
+    "torchrun started 2 ranks, but .megatron train. runs on one rank in this build" \
+    RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 "$REAL" train "${MODEL[@]}" "${RUN[@]}"
+MEGATRON=env expect_error flags_bad_launch_env 2 "RANK" \
+    RANK=3 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 "$REAL" train "${MODEL[@]}" "${RUN[@]}"
 expect_error flags_unsupported_dropout 1 "--hidden-dropout 0.1 is not supported yet.*use 0" \
     train "${MODEL[@]}" "${RUN[@]}" --hidden-dropout 0.1
 expect_error flags_no_data 2 "no training data: pass --mock-data" \
