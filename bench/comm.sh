@@ -23,7 +23,7 @@ fi
 nvidia-smi topo -m 2>/dev/null | head -n $((NGPU + 1)) || true
 # Without mpirun, a torchrun-style launch: the ranks are started here (rank 0 prints).
 launch() { # NP ARGS...
-    local np=$1 r port=$((20000 + RANDOM % 20000)) pids=() rc=0; shift
+    local np=$1 r port=$((20000 + RANDOM % 12000)) pids=() rc=0; shift
     if command -v mpirun >/dev/null; then
         timeout 600 mpirun --bind-to none -x NCCL_NVLS_ENABLE -np "$np" "$BIN" "$@"
         return

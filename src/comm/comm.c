@@ -375,8 +375,10 @@ static mg_status check_same_list(mg_comm_world *w, const char *name, uint64_t h)
     if (!w->health) return MG_OK;
     uint64_t *all = calloc((size_t)w->size, sizeof *all);
     if (!all) return MG_FAIL(MG_ERR_IO, "out of memory creating group '%s'", name);
+    mg_comm_health_lock(w->health); /* the NCCL watchdog polls the same socket */
     mg_status st =
         mg_rendezvous_all_gather(mg_comm_health_rendezvous(w->health), &h, sizeof h, all);
+    mg_comm_health_unlock(w->health);
     if (st != MG_OK) {
         free(all);
         w->failed = true;

@@ -13,6 +13,7 @@
 
 #include "core/status.h"
 
+#include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -21,6 +22,9 @@
 #include <unistd.h>
 
 struct mg_comm_health {
+    /* The NCCL backend's watchdog thread polls too (try_poll); the rendezvous is not
+     * thread-safe, so every use of it from a live world holds this lock. */
+    pthread_mutex_t lock;
     mg_rendezvous *rv;
     double next_poll; /* mg_comm_now() before which poll does not look at the socket */
     bool latched;
@@ -38,6 +42,7 @@ mg_status mg_comm_health_open(const char *addr, int port, int rank, int world_si
         free(h);
         return st;
     }
+    pthread_mutex_init(&h->lock, NULL);
     *out = h;
     return MG_OK;
 }
@@ -47,11 +52,21 @@ mg_rendezvous *mg_comm_health_rendezvous(mg_comm_health *h) {
 }
 
 void mg_comm_health_post_failure(mg_comm_health *h, const char *message) {
-    if (h) mg_rendezvous_post_failure(h->rv, message);
+    if (!h) return;
+    pthread_mutex_lock(&h->lock);
+    mg_rendezvous_post_failure(h->rv, message);
+    pthread_mutex_unlock(&h->lock);
 }
 
-bool mg_comm_health_poll(mg_comm_health *h, bool now_or_never, int *rank, const char **message) {
-    if (!h) return false;
+void mg_comm_health_lock(mg_comm_health *h) {
+    if (h) pthread_mutex_lock(&h->lock);
+}
+
+void mg_comm_health_unlock(mg_comm_health *h) {
+    if (h) pthread_mutex_unlock(&h->lock);
+}
+
+static bool poll_locked(mg_comm_health *h, bool now_or_never, int *rank, const char **message) {
     if (!h->latched) {
         double now = mg_comm_now();
         if (now < h->next_poll && !now_or_never) return false;
@@ -64,12 +79,28 @@ bool mg_comm_health_poll(mg_comm_health *h, bool now_or_never, int *rank, const 
     return true;
 }
 
+bool mg_comm_health_poll(mg_comm_health *h, bool now_or_never, int *rank, const char **message) {
+    if (!h) return false;
+    pthread_mutex_lock(&h->lock);
+    bool got = poll_locked(h, now_or_never, rank, message);
+    pthread_mutex_unlock(&h->lock);
+    return got;
+}
+
+bool mg_comm_health_try_poll(mg_comm_health *h, int *rank, const char **message) {
+    if (!h || pthread_mutex_trylock(&h->lock) != 0) return false;
+    bool got = poll_locked(h, false, rank, message);
+    pthread_mutex_unlock(&h->lock);
+    return got;
+}
+
 void mg_comm_health_close(mg_comm_health *h, bool orderly) {
     if (!h) return;
     /* After a failure the goodbye is still right: the notice was posted (or received) already,
      * and the rendezvous stops at once after one. */
     (void)orderly;
     mg_rendezvous_close(h->rv);
+    pthread_mutex_destroy(&h->lock);
     free(h);
 }
 

@@ -23,6 +23,13 @@ void mg_comm_health_post_failure(mg_comm_health *h, const char *message);
  * a peer's failure notice arrived (rank -1: the rendezvous aborted the job); the first stays
  * latched and *message points into h. */
 bool mg_comm_health_poll(mg_comm_health *h, bool now_or_never, int *rank, const char **message);
+/* As poll, but returns false at once when another thread holds the channel (the NCCL watchdog:
+ * it must never wait behind a rendezvous collective of the main thread). */
+bool mg_comm_health_try_poll(mg_comm_health *h, int *rank, const char **message);
+/* Hold the channel around a direct use of its rendezvous (mg_rendezvous_all_gather) while a
+ * watchdog thread may poll it. */
+void mg_comm_health_lock(mg_comm_health *h);
+void mg_comm_health_unlock(mg_comm_health *h);
 /* orderly: this rank ends normally (goodbye, so no peer reports it as dead). */
 void mg_comm_health_close(mg_comm_health *h, bool orderly);
 

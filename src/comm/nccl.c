@@ -1,25 +1,42 @@
 /* The NCCL backend: device buffers, every operation enqueued on the caller's stream.
  *
- * No rank hangs: every communicator is nonblocking (config.blocking = 0). NCCL then runs each
- * init, split, finalize and each call's enqueue in a thread of its own and answers
- * ncclInProgress; wait_ready polls ncclCommGetAsyncError until the state leaves ncclInProgress,
- * and between polls calls mg_comm_wait_step (a peer's failure notice, the deadline), so a peer that
- * never arrives costs at most the timeout. mg_comm_sync records an event behind the enqueued work
- * and polls cudaEventQuery the same way. On a timeout, a peer's notice or an NCCL error every
- * communicator of the world is aborted (ncclCommAbort), which makes kernels waiting for a dead
- * peer return; afterwards only mg_comm_world_fail and mg_comm_world_finalize are valid (comm.c).
+ * Two kinds of communicator. The world's own communicator is nonblocking (config.blocking = 0):
+ * NCCL runs its init, every ncclCommSplit from it and its finalize in a thread of its own, and
+ * wait_ready polls ncclCommGetAsyncError between mg_comm_wait_step calls (a peer's failure
+ * notice, the deadline), so set-up and teardown are bounded by the timeout. Every group, the
+ * "world" group included, is a split child with config.blocking = 1: a nonblocking communicator
+ * makes NCCL start a thread for every collective (~150 us of host time per call, measured by
+ * bench/comm.c), a blocking one enqueues in the caller's thread as raw NCCL does. The split
+ * itself stays nonblocking: NCCL runs it in the parent's mode whatever the child's config.
  *
- * The price of nonblocking communicators: NCCL enqueues each call from a helper thread, a few
- * tens of microseconds of host time per call (bench/comm.c measures it against raw blocking
- * NCCL in the same run). The enqueue must have finished before the next call and before the event
- * of mg_comm_sync, so every call waits for it; the device work itself stays asynchronous.
+ * No rank hangs, without a wait per call: a call enqueues, records the group's `last` event
+ * behind it and returns. Hangs are bounded in two places.
+ *   - mg_comm_sync polls an event with the deadline and the health channel (main thread).
+ *   - A watchdog thread per world (as PyTorch's ProcessGroupNCCL) wakes every 2 ms while the
+ *     main thread is outside this file (computing, or stuck in a cudaStreamSynchronize of its
+ *     own): it queries each group's last event (a deadline miss: the call is older than the
+ *     timeout and unfinished) and the health channel (a peer's notice). On either it marks the
+ *     world failed, keeps the one-line message, and ncclCommAborts every communicator, which
+ *     makes the kernels waiting for a dead peer return. It prints nothing; the main thread's
+ *     next call or sync returns MG_ERR_COMM with that message.
+ * Ownership (nw->mu): the main thread takes the communicators over for the length of each of
+ * its entries here (in_call); the watchdog aborts only while in_call is false, so it never frees
+ * a communicator the main thread is using, and group_free / world_finalize unlink or stop it
+ * under the same lock. One exception, the last resort: an entry that lasts longer than the
+ * timeout plus WD_GRACE_S (a blocking NCCL call stuck in connection set-up or finalize with a
+ * peer that never answers) is aborted anyway; the blocked call then returns with an error, but
+ * it ran on a communicator freed under it, a risk taken only on a path that would otherwise
+ * hang forever. To keep that path rare, NCCL_RUNTIME_CONNECT defaults to 0 here (set in the
+ * environment before NCCL starts unless the user set it): collectives' connections are made
+ * inside the bounded, nonblocking split, not lazily by the first blocking call. Send/recv
+ * connections are still made by their first call.
  *
  * Set-up: rank 0's ncclUniqueId reaches every rank over the world's TCP rendezvous, which comm.c
  * opens for every world of more than one rank, MPI launches included (comm_backend.h); unlike
- * MPI_Bcast it is bounded by the timeout. The world communicator is made once; the "world" group
- * uses it as is and every other group is ncclCommSplit from it (color = group index, key =
- * position; NCCL_SPLIT_NOCOLOR for a rank in no group). Each group owns a device int, zeroed at
- * creation, that the barrier all-reduces, so no call allocates.
+ * MPI_Bcast it is bounded by the timeout. Every group is ncclCommSplit from the world's
+ * communicator (color = group index, key = position; NCCL_SPLIT_NOCOLOR for a rank in no
+ * group). Each group owns a device int, zeroed at creation, that the barrier all-reduces, so no
+ * call allocates.
  *
  * Mapping: F32, BF16, F16, I32, I64 -> ncclFloat32, ncclBfloat16, ncclFloat16, ncclInt32,
  * ncclInt64; sum, avg, max -> ncclSum, ncclAvg, ncclMax (comm.c refuses avg on integers).
@@ -27,15 +44,19 @@
  * ncclGroupStart/End (zero-count segments are skipped on both sides, as the counts agree).
  *
  * Needs: CUDA runtime, NCCL >= 2.19 (ncclCommSplit, nonblocking communicators, ncclAvg,
- * ncclBfloat16), comm/comm_backend, comm/rendezvous. Compiled only with MG_HAVE_NCCL. */
+ * ncclBfloat16), pthreads, comm/comm_backend, comm/health, comm/rendezvous. Compiled only with
+ * MG_HAVE_NCCL. */
 #ifdef MG_HAVE_NCCL
 
 #include "comm/comm_backend.h"
+#include "comm/health.h"
 #include "comm/rendezvous.h"
 #include "core/status.h"
 
 #include <cuda_runtime_api.h>
+#include <math.h>
 #include <nccl.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,20 +67,44 @@
 #error "the NCCL backend needs NCCL 2.19 or newer (ncclCommSplit with nonblocking communicators)"
 #endif
 
+/* Seconds an entry of the main thread may last beyond the timeout before the watchdog aborts
+ * under it (see the top of the file); the entry's own bounded waits end first. */
+#define WD_GRACE_S 5.0
+/* The watchdog's period. */
+#define WD_PERIOD_NS 2000000L
+
 typedef struct nccl_group {
-    ncclComm_t comm;         /* NULL once destroyed or aborted */
-    bool owns_comm;          /* false for the "world" group: it uses the world's communicator */
-    int *scratch;            /* (1,) device int, zero: the barrier's all-reduce */
-    cudaEvent_t done;        /* recorded by sync behind the enqueued work */
+    ncclComm_t comm;  /* blocking split child; NULL once destroyed or aborted */
+    int *scratch;     /* (1,) device int, zero: the barrier's all-reduce */
+    cudaEvent_t done; /* recorded by sync behind the enqueued work */
+    /* The watchdog's view (under nw->mu): `last` is recorded behind the newest call, whose
+     * name, number and enqueue time these are; pending until the watchdog saw it complete. */
+    cudaEvent_t last;
+    bool pending;
+    double last_t;
+    uint64_t last_seq;
+    const char *last_call;
+    mg_comm *owner;          /* the group, for the watchdog's message (valid while linked) */
     struct nccl_group *next; /* the world's open groups, newest first (for abort) */
 } nccl_group;
 
 typedef struct {
     int device;
-    ncclComm_t comm; /* all ranks, rank order; the parent of every split */
-    bool comm_given; /* the "world" group uses comm itself */
-    bool aborted;    /* every communicator was aborted */
+    ncclComm_t comm; /* all ranks, rank order, nonblocking; the parent of every split */
+    bool aborted;    /* every communicator was aborted (under mu) */
     nccl_group *groups;
+    /* The watchdog. mu guards aborted, groups (links and watchdog fields) and everything
+     * below; comm and the groups' comm are freed only under it. */
+    pthread_mutex_t mu;
+    pthread_t thread;
+    bool thread_on, stop;
+    bool in_call;        /* the main thread is inside this file and owns the communicators */
+    double in_since;     /* ... since */
+    const mg_comm *in_c; /* ... on this group */
+    bool wd_failed;      /* the watchdog failed the world */
+    char wd_msg[512];    /* ... with this line ("" : a peer's notice, latched in health) */
+    double timeout_s;
+    ncclComm_t closing; /* being finalized by close_comm, unlinked: abort takes it too */
     /* ncclCommSplit's output: NCCL's split thread stores the child here when it ends, so it lives
      * in the world, never on a stack a timed-out wait may have left. */
     ncclComm_t split_out;
@@ -118,14 +163,6 @@ static mg_status nccl_done(mg_comm *c, ncclComm_t comm, ncclResult_t r, const ch
     if (st != MG_OK) mg_error_frame(func, file, line, expr);
     return st;
 }
-
-/* Wraps an NCCL call on group c's communicator `comm` (see nccl_done). */
-#define MG_NCCL_CHECK(c, comm, expr)                                                               \
-    do {                                                                                           \
-        mg_status mg_nccl_s_ =                                                                     \
-            nccl_done((c), (comm), (expr), #expr, __func__, __FILE__, __LINE__);                   \
-        if (mg_nccl_s_ != MG_OK) return mg_nccl_s_;                                                \
-    } while (0)
 
 #define MG_CUDA_CHECK(c, expr)                                                                     \
     do {                                                                                           \
@@ -205,17 +242,153 @@ static mg_status wait_ready(mg_comm *c, ncclComm_t comm, const char *what) {
 /* Idempotent; safe at any point (also from mg_comm_world_fail before init finished). Newest
  * groups first, the world's communicator last: ncclCommAbort sets the communicator's abort flag,
  * which the kernels of its pending collectives poll, then frees it. */
+static void abort_locked(nccl_world *nw) {
+    if (nw->aborted) return;
+    nw->aborted = true;
+    for (nccl_group *g = nw->groups; g; g = g->next) {
+        if (g->comm) ncclCommAbort(g->comm);
+        g->comm = NULL;
+        g->pending = false;
+    }
+    if (nw->closing) ncclCommAbort(nw->closing);
+    nw->closing = NULL;
+    if (nw->comm) ncclCommAbort(nw->comm);
+    nw->comm = NULL;
+}
+
+/* The main thread's abort (never called with mu held). */
 static void abort_all(mg_comm_world *w) {
     w->failed = true;
     nccl_world *nw = w->impl;
-    if (!nw || nw->aborted) return;
-    nw->aborted = true;
-    for (nccl_group *g = nw->groups; g; g = g->next) {
-        if (g->comm && g->owns_comm) ncclCommAbort(g->comm);
-        g->comm = NULL;
+    if (!nw) return;
+    pthread_mutex_lock(&nw->mu);
+    abort_locked(nw);
+    pthread_mutex_unlock(&nw->mu);
+}
+
+/* ---- the watchdog ---- */
+
+/* "0,2,4,6", shortened when it does not fit. */
+static void rank_list(const mg_comm *c, char *buf, size_t cap) {
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < c->size && used + 24 < cap; i++)
+        used += (size_t)snprintf(buf + used, cap - used, "%s%d", i ? "," : "", c->global_ranks[i]);
+    if (c->size && used + 24 >= cap)
+        snprintf(buf + used, cap - used, ",...,%d", c->global_ranks[c->size - 1]);
+}
+
+/* The timeout line of comm.c's mg_comm_wait_step, for a call the main thread is not waiting on. */
+static void wd_timeout_msg(nccl_world *nw, const mg_comm *c, const char *call, uint64_t seq,
+                           const char *how) {
+    char ranks[256];
+    rank_list(c, ranks, sizeof ranks);
+    snprintf(nw->wd_msg, sizeof nw->wd_msg,
+             "%s #%llu on group '%s' (ranks %s) timed out after %g s on rank %d%s; ranks that did "
+             "not reach it: unknown",
+             call ? call : "no call", (unsigned long long)seq, c->name, ranks, nw->timeout_s,
+             c->w->rank, how);
+}
+
+/* One look, under mu. */
+static void wd_check(nccl_world *nw, mg_comm_world *w) {
+    if (nw->aborted) return;
+    double now = mg_comm_now();
+    bool forced = nw->in_call && now - nw->in_since > nw->timeout_s + WD_GRACE_S;
+    if (nw->in_call && !forced) return; /* the main thread's own waits are bounded */
+    if (!nw->wd_failed && forced && nw->in_c)
+        wd_timeout_msg(nw, nw->in_c, nw->in_c->call, nw->in_c->seq,
+                       " (stuck inside NCCL; aborted by the watchdog)");
+    if (forced) nw->wd_failed = true;
+    for (nccl_group *g = nw->groups; g && !nw->wd_failed; g = g->next) {
+        if (!g->pending) continue;
+        cudaError_t e = cudaEventQuery(g->last);
+        if (e == cudaSuccess) {
+            g->pending = false;
+        } else if (e != cudaErrorNotReady) {
+            snprintf(nw->wd_msg, sizeof nw->wd_msg,
+                     "%s #%llu on group '%s' failed on rank %d: cudaEventQuery: %s (%s)",
+                     g->last_call, (unsigned long long)g->last_seq, g->owner->name, w->rank,
+                     cudaGetErrorString(e), cudaGetErrorName(e));
+            nw->wd_failed = true;
+        } else if (now - g->last_t > nw->timeout_s) {
+            wd_timeout_msg(nw, g->owner, g->last_call, g->last_seq, "");
+            nw->wd_failed = true;
+        }
     }
-    if (nw->comm) ncclCommAbort(nw->comm);
-    nw->comm = NULL;
+    int rank;
+    const char *message;
+    if (!nw->wd_failed && mg_comm_health_try_poll(w->health, &rank, &message)) {
+        nw->wd_msg[0] = '\0'; /* latched in health: the main thread words it */
+        nw->wd_failed = true;
+    }
+    if (nw->wd_failed) abort_locked(nw);
+}
+
+static void *wd_main(void *arg) {
+    mg_comm_world *w = arg;
+    nccl_world *nw = w->impl;
+    cudaSetDevice(nw->device);
+    for (;;) {
+        pthread_mutex_lock(&nw->mu);
+        bool stop = nw->stop;
+        if (!stop) wd_check(nw, w);
+        pthread_mutex_unlock(&nw->mu);
+        if (stop) return NULL;
+        struct timespec ts = {0, WD_PERIOD_NS};
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* The main thread takes the communicators over; false when the watchdog failed the world. */
+static bool wd_enter(nccl_world *nw, const mg_comm *c) {
+    pthread_mutex_lock(&nw->mu);
+    bool ok = !nw->wd_failed;
+    if (ok) {
+        nw->in_call = true;
+        nw->in_since = mg_comm_now();
+        nw->in_c = c;
+    }
+    pthread_mutex_unlock(&nw->mu);
+    return ok;
+}
+
+/* ... and hands them back; enqueued: record `last` behind the call just enqueued on stream. */
+static void wd_leave(nccl_world *nw, nccl_group *g, const mg_comm *c, cudaStream_t stream,
+                     bool enqueued) {
+    pthread_mutex_lock(&nw->mu);
+    if (enqueued && g && g->comm && !nw->aborted &&
+        cudaEventRecord(g->last, stream) == cudaSuccess) {
+        g->pending = true;
+        g->last_t = mg_comm_now();
+        g->last_seq = c->seq;
+        g->last_call = c->call;
+    }
+    nw->in_call = false;
+    nw->in_c = NULL;
+    pthread_mutex_unlock(&nw->mu);
+}
+
+static bool wd_failed(nccl_world *nw) {
+    pthread_mutex_lock(&nw->mu);
+    bool f = nw->wd_failed;
+    pthread_mutex_unlock(&nw->mu);
+    return f;
+}
+
+/* The watchdog failed the world: its line, or the peer's notice as mg_comm_wait_step words it
+ * for c (every communicator aborted, the world failed). */
+static mg_status wd_error(mg_comm *c) {
+    nccl_world *nw = c->w->impl;
+    char msg[512];
+    pthread_mutex_lock(&nw->mu);
+    snprintf(msg, sizeof msg, "%s", nw->wd_msg);
+    pthread_mutex_unlock(&nw->mu);
+    abort_all(c->w);
+    if (*msg) return MG_FAIL(MG_ERR_COMM, "%s", msg);
+    mg_status st = mg_comm_wait_step(c, INFINITY);
+    if (st != MG_OK) return st;
+    return mg_comm_fail_call(c, "the NCCL watchdog aborted the communicators");
 }
 
 /* A healthy communicator's orderly end: ncclCommFinalize flushes its operations (nonblocking:
@@ -223,13 +396,22 @@ static void abort_all(mg_comm_world *w) {
  * or when the world has failed. c stands for the group in messages. */
 static void close_comm(mg_comm *c, ncclComm_t comm) {
     if (!comm) return;
+    nccl_world *nw = c->w->impl;
+    /* While it closes, an abort (the main thread's or the watchdog's) takes it as well. */
+    pthread_mutex_lock(&nw->mu);
+    nw->closing = comm;
+    pthread_mutex_unlock(&nw->mu);
+    bool ok = false;
     if (!c->w->failed) {
         mg_status st = nccl_done(c, comm, ncclCommFinalize(comm), "ncclCommFinalize", __func__,
                                  __FILE__, __LINE__);
-        if (st == MG_OK && ncclCommDestroy(comm) == ncclSuccess) return;
-        c->w->failed = true;
+        ok = st == MG_OK && ncclCommDestroy(comm) == ncclSuccess;
+        if (!ok) c->w->failed = true;
     }
-    ncclCommAbort(comm);
+    pthread_mutex_lock(&nw->mu);
+    if (!ok && nw->closing == comm) ncclCommAbort(comm); /* else freed by an abort already */
+    nw->closing = NULL;
+    pthread_mutex_unlock(&nw->mu);
 }
 
 /* World-level waits (init, finalize) happen outside any group; this stands in for the world
@@ -247,9 +429,9 @@ static void world_call(mg_comm_world *w, mg_comm *c, int *ranks, const char *cal
 
 /* ---- the world ---- */
 
-static ncclConfig_t nonblocking_config(const char *name) {
+static ncclConfig_t comm_config(const char *name, int blocking) {
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
-    cfg.blocking = 0;
+    cfg.blocking = blocking;
     cfg.splitShare = 0;  /* each group its own resources and abort flag */
     cfg.commName = name; /* NCCL keeps the pointer: name lives as long as the communicator */
     return cfg;
@@ -286,6 +468,10 @@ static mg_status nccl_world_init(mg_comm_world *w, const mg_launch_info *li) {
         free(ranks);
         return MG_FAIL(MG_ERR_IO, "out of memory initialising NCCL");
     }
+    pthread_mutex_init(&nw->mu, NULL);
+    nw->timeout_s = w->timeout_s;
+    /* Before NCCL reads its environment (see the top of the file); the user's value wins. */
+    setenv("NCCL_RUNTIME_CONNECT", "0", 0);
     mg_comm c;
     world_call(w, &c, ranks, "nccl_init");
     mg_status st = pick_device(li, &nw->device);
@@ -312,19 +498,28 @@ static mg_status nccl_world_init(mg_comm_world *w, const mg_launch_info *li) {
         if (st != MG_OK) w->failed = true;
     }
     if (st == MG_OK) {
-        ncclConfig_t cfg = nonblocking_config("world");
+        ncclConfig_t cfg = comm_config("world-parent", 0);
         ncclResult_t r = ncclCommInitRankConfig(&nw->comm, w->size, id, w->rank, &cfg);
         if ((r == ncclSuccess || r == ncclInProgress) && !nw->comm) r = ncclInternalError;
         st = nccl_done(&c, nw->comm, r, "ncclCommInitRankConfig", __func__, __FILE__, __LINE__);
     }
     free(ranks);
+    w->impl = nw; /* before the thread starts: it reads w->impl */
+    if (st == MG_OK && w->size > 1) {
+        int e2 = pthread_create(&nw->thread, NULL, wd_main, w);
+        if (e2 != 0)
+            st = MG_FAIL(MG_ERR_IO, "rank %d: starting the NCCL watchdog thread: %s", w->rank,
+                         strerror(e2));
+        nw->thread_on = e2 == 0;
+    }
     if (st != MG_OK) {
+        w->impl = NULL;
         if (nw->comm) ncclCommAbort(nw->comm); /* also a failed init must be freed */
+        pthread_mutex_destroy(&nw->mu);
         free(nw);
         w->failed = true;
         return st;
     }
-    w->impl = nw;
     return MG_OK;
 }
 
@@ -335,9 +530,16 @@ static void nccl_world_abort(mg_comm_world *w) {
 static void nccl_world_finalize(mg_comm_world *w) {
     nccl_world *nw = w->impl;
     if (!nw) return;
+    if (nw->thread_on) { /* from here on this thread alone touches the communicators */
+        pthread_mutex_lock(&nw->mu);
+        nw->stop = true;
+        pthread_mutex_unlock(&nw->mu);
+        pthread_join(nw->thread, NULL);
+        nw->thread_on = false;
+    }
     /* comm.c frees every group first; one still here (it should not be) is aborted. */
     for (nccl_group *g = nw->groups; g; g = g->next) {
-        if (g->comm && g->owns_comm) ncclCommAbort(g->comm);
+        if (g->comm) ncclCommAbort(g->comm);
         g->comm = NULL;
     }
     ncclComm_t comm = nw->comm;
@@ -349,6 +551,7 @@ static void nccl_world_finalize(mg_comm_world *w) {
         close_comm(&c, comm);
         free(ranks);
     }
+    pthread_mutex_destroy(&nw->mu);
     free(nw);
     w->impl = NULL;
 }
@@ -358,6 +561,7 @@ static void nccl_world_finalize(mg_comm_world *w) {
 static void group_release(nccl_group *g) {
     if (g->scratch) cudaFree(g->scratch);
     if (g->done) cudaEventDestroy(g->done);
+    if (g->last) cudaEventDestroy(g->last);
     free(g);
 }
 
@@ -365,6 +569,7 @@ static void group_release(nccl_group *g) {
 static mg_status group_resources(mg_comm *c, nccl_group *g) {
     MG_CUDA_CHECK(c, cudaMalloc((void **)&g->scratch, sizeof *g->scratch));
     MG_CUDA_CHECK(c, cudaEventCreateWithFlags(&g->done, cudaEventDisableTiming));
+    MG_CUDA_CHECK(c, cudaEventCreateWithFlags(&g->last, cudaEventDisableTiming));
     /* The zero is written on a private non-blocking stream and waited for there: the legacy
      * default stream (cudaMemset) or cudaDeviceSynchronize would also wait for collectives the
      * caller enqueued before, unbounded if a peer never comes. */
@@ -377,93 +582,90 @@ static mg_status group_resources(mg_comm *c, nccl_group *g) {
     return MG_OK;
 }
 
-/* The group of all ranks in rank order is the world's communicator itself. The choice is the
- * same on every rank: groups are created collectively, in the same order, from the same list. */
-static bool is_whole_world(mg_comm_world *w, mg_comm *c, int color) {
+/* Every group, the "world" group included, is a blocking child of the world's nonblocking
+ * communicator (see the top of the file). Runs as a main-thread entry (wd_enter). */
+static mg_status split_child(mg_comm_world *w, mg_comm *c, int color, int key) {
     nccl_world *nw = w->impl;
-    if (nw->comm_given || color != 0 || c->size != w->size) return false;
-    for (int i = 0; i < c->size; i++)
-        if (c->global_ranks[i] != i) return false;
-    return true;
+    nccl_group *g = calloc(1, sizeof *g);
+    if (!g) return MG_FAIL(MG_ERR_IO, "out of memory creating group '%s'", c->name);
+    ncclConfig_t cfg = comm_config(c->name, 1);
+    nw->split_out = NULL;
+    ncclResult_t r =
+        ncclCommSplit(nw->comm, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &nw->split_out, &cfg);
+    /* A split of a nonblocking parent runs as a job of the parent, whatever the child's config:
+     * the parent's state says when it ended, and only then does the child appear in split_out.
+     * A failed wait aborts the parent, which also stops and joins the split. */
+    mg_status st = nccl_done(c, nw->comm, r, "ncclCommSplit", __func__, __FILE__, __LINE__);
+    ncclComm_t child = nw->split_out;
+    nw->split_out = NULL;
+    if (st == MG_OK && color >= 0 && !child)
+        st = nccl_fail(c, nw->comm, ncclInternalError, "ncclCommSplit (no communicator)", __func__,
+                       __FILE__, __LINE__);
+    if (st == MG_OK && child) st = wait_ready(c, child, "ncclCommSplit (child)");
+    int n = -1, me = -1;
+    if (st == MG_OK && child &&
+        (ncclCommCount(child, &n) != ncclSuccess || ncclCommUserRank(child, &me) != ncclSuccess ||
+         n != c->size || me != c->rank)) {
+        char what[160];
+        snprintf(what, sizeof what,
+                 "ncclCommSplit made a communicator of %d ranks with this rank at %d; the group "
+                 "has %d ranks with this rank at %d",
+                 n, me, c->size, c->rank);
+        st = mg_comm_fail_call(c, what);
+        abort_all(w);
+    }
+    if (st != MG_OK || color < 0) { /* color < 0: in no group of this list, took part only */
+        if (child) ncclCommAbort(child);
+        free(g);
+        return st;
+    }
+    g->comm = child;
+    g->owner = c;
+    st = group_resources(c, g);
+    if (st != MG_OK) {
+        ncclCommAbort(g->comm);
+        group_release(g);
+        return st;
+    }
+    pthread_mutex_lock(&nw->mu);
+    g->next = nw->groups;
+    nw->groups = g;
+    pthread_mutex_unlock(&nw->mu);
+    c->impl = g;
+    return MG_OK;
 }
 
 static mg_status nccl_group_split(mg_comm_world *w, mg_comm *c, int color, int key) {
     nccl_world *nw = w->impl;
     c->impl = NULL;
-    if (!nw || nw->aborted || !nw->comm)
-        return mg_comm_fail_call(c, "the NCCL world communicator was aborted");
-    nccl_group *g = calloc(1, sizeof *g);
-    if (!g) return MG_FAIL(MG_ERR_IO, "out of memory creating group '%s'", c->name);
-    if (is_whole_world(w, c, color)) {
-        g->comm = nw->comm;
-        nw->comm_given = true;
-    } else {
-        ncclConfig_t cfg = nonblocking_config(c->name);
-        nw->split_out = NULL;
-        ncclResult_t r = ncclCommSplit(nw->comm, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key,
-                                       &nw->split_out, &cfg);
-        /* A nonblocking split runs as a job of the parent: the parent's state says when it
-         * ended, and only then does the child appear in split_out. A failed wait aborts the
-         * parent, which also stops and joins the split. */
-        mg_status st = nccl_done(c, nw->comm, r, "ncclCommSplit", __func__, __FILE__, __LINE__);
-        ncclComm_t child = nw->split_out;
-        nw->split_out = NULL;
-        if (st == MG_OK && color >= 0 && !child)
-            st = nccl_fail(c, nw->comm, ncclInternalError, "ncclCommSplit (no communicator)",
-                           __func__, __FILE__, __LINE__);
-        if (st == MG_OK && child) st = wait_ready(c, child, "ncclCommSplit (child)");
-        int n = -1, me = -1;
-        if (st == MG_OK && child &&
-            (ncclCommCount(child, &n) != ncclSuccess ||
-             ncclCommUserRank(child, &me) != ncclSuccess || n != c->size || me != c->rank)) {
-            char what[160];
-            snprintf(what, sizeof what,
-                     "ncclCommSplit made a communicator of %d ranks with this rank at %d; the "
-                     "group has %d ranks with this rank at %d",
-                     n, me, c->size, c->rank);
-            st = mg_comm_fail_call(c, what);
-            abort_all(w);
-        }
-        if (st != MG_OK) {
-            if (child) ncclCommAbort(child);
-            free(g);
-            return st;
-        }
-        if (color < 0) { /* in no group of this list: took part in the split only */
-            free(g);
-            return MG_OK;
-        }
-        g->comm = child;
-        g->owns_comm = true;
-    }
-    mg_status st = group_resources(c, g);
-    if (st != MG_OK) {
-        if (g->owns_comm && g->comm) ncclCommAbort(g->comm);
-        if (!g->owns_comm) nw->comm_given = false;
-        group_release(g);
-        return st;
-    }
-    g->next = nw->groups;
-    nw->groups = g;
-    c->impl = g;
-    return MG_OK;
+    if (!nw) return mg_comm_fail_call(c, "the NCCL world communicator was aborted");
+    if (!wd_enter(nw, c)) return wd_error(c);
+    mg_status st = nw->comm && !nw->aborted
+                       ? split_child(w, c, color, key)
+                       : mg_comm_fail_call(c, "the NCCL world communicator was aborted");
+    wd_leave(nw, NULL, c, NULL, false);
+    return st;
 }
 
 static void nccl_group_free(mg_comm *c) {
     nccl_group *g = c->impl;
     if (!g) return;
     nccl_world *nw = c->w->impl;
-    for (nccl_group **p = nw ? &nw->groups : NULL; p && *p; p = &(*p)->next)
+    c->call = "group_free";
+    bool mine = wd_enter(nw, c);
+    pthread_mutex_lock(&nw->mu);
+    for (nccl_group **p = &nw->groups; *p; p = &(*p)->next)
         if (*p == g) {
             *p = g->next;
             break;
         }
-    c->call = "group_free";
-    if (g->owns_comm)
-        close_comm(c, g->comm);
-    else if (nw)
-        nw->comm_given = false; /* the world's communicator: world_finalize closes it */
+    ncclComm_t comm = g->comm; /* NULL when an abort freed it */
     g->comm = NULL;
+    pthread_mutex_unlock(&nw->mu);
+    if (mine) {
+        close_comm(c, comm);
+        wd_leave(nw, NULL, c, NULL, false);
+    }
     group_release(g);
     c->impl = NULL;
 }
@@ -498,78 +700,107 @@ static ncclRedOp_t nccl_op(mg_reduce_op op) {
     return ncclSum; /* unreachable: comm.c checked op */
 }
 
-/* The group's live communicator, or MG_ERR_COMM when it was aborted. */
-static mg_status live(mg_comm *c, nccl_group **out) {
+/* Starts a main-thread entry on group c: its live communicator, or MG_ERR_COMM when the world
+ * was aborted (by the watchdog: its message). On MG_OK the caller ends with wd_leave. */
+static mg_status begin(mg_comm *c, nccl_group **out) {
     nccl_group *g = c->impl;
-    if (!g || !g->comm) return mg_comm_fail_call(c, "the NCCL communicator was aborted");
+    nccl_world *nw = c->w->impl;
+    if (!g || !nw) return mg_comm_fail_call(c, "the NCCL communicator was aborted");
+    if (!wd_enter(nw, c)) return wd_error(c);
+    if (!g->comm) {
+        wd_leave(nw, NULL, c, NULL, false);
+        return mg_comm_fail_call(c, "the NCCL communicator was aborted");
+    }
     *out = g;
+    return MG_OK;
+}
+
+/* Ends an entry that enqueued `expr` (answer r) on stream: no wait, the event `last` is recorded
+ * behind it for the watchdog. A blocking communicator answers ncclSuccess; ncclInProgress is
+ * waited for all the same (nccl_done). */
+static mg_status finish(mg_comm *c, nccl_group *g, ncclResult_t r, const char *expr,
+                        cudaStream_t stream, const char *func, const char *file, int line) {
+    nccl_world *nw = c->w->impl;
+    mg_status st = MG_OK;
+    if (r != ncclSuccess)
+        st = wd_failed(nw) ? wd_error(c) : nccl_done(c, g->comm, r, expr, func, file, line);
+    wd_leave(nw, g, c, stream, st == MG_OK);
+    return st;
+}
+
+#define ENQUEUE(c, g, stream, expr)                                                                \
+    finish((c), (g), (expr), #expr, (cudaStream_t)(stream), __func__, __FILE__, __LINE__)
+
+static mg_status nothing(mg_comm *c) {
+    wd_leave(c->w->impl, NULL, c, NULL, false);
     return MG_OK;
 }
 
 static mg_status nccl_all_reduce(mg_comm *c, const void *send, void *recv, size_t count,
                                  mg_dtype dt, mg_reduce_op op, void *stream) {
     nccl_group *g = NULL;
-    MG_CHECK(live(c, &g));
-    if (!count) return MG_OK;
-    MG_NCCL_CHECK(c, g->comm,
-                  ncclAllReduce(send, recv, count, nccl_type(dt), nccl_op(op), g->comm,
-                                (cudaStream_t)stream));
-    return MG_OK;
+    MG_CHECK(begin(c, &g));
+    if (!count) return nothing(c);
+    return ENQUEUE(c, g, stream,
+                   ncclAllReduce(send, recv, count, nccl_type(dt), nccl_op(op), g->comm,
+                                 (cudaStream_t)stream));
 }
 
 static mg_status nccl_reduce_scatter(mg_comm *c, const void *send, void *recv, size_t count,
                                      mg_dtype dt, mg_reduce_op op, void *stream) {
     nccl_group *g = NULL;
-    MG_CHECK(live(c, &g));
-    if (!count) return MG_OK;
-    MG_NCCL_CHECK(c, g->comm,
-                  ncclReduceScatter(send, recv, count, nccl_type(dt), nccl_op(op), g->comm,
-                                    (cudaStream_t)stream));
-    return MG_OK;
+    MG_CHECK(begin(c, &g));
+    if (!count) return nothing(c);
+    return ENQUEUE(c, g, stream,
+                   ncclReduceScatter(send, recv, count, nccl_type(dt), nccl_op(op), g->comm,
+                                     (cudaStream_t)stream));
 }
 
 static mg_status nccl_all_gather(mg_comm *c, const void *send, void *recv, size_t count,
                                  mg_dtype dt, void *stream) {
     nccl_group *g = NULL;
-    MG_CHECK(live(c, &g));
-    if (!count) return MG_OK;
-    MG_NCCL_CHECK(c, g->comm,
-                  ncclAllGather(send, recv, count, nccl_type(dt), g->comm, (cudaStream_t)stream));
-    return MG_OK;
+    MG_CHECK(begin(c, &g));
+    if (!count) return nothing(c);
+    return ENQUEUE(c, g, stream,
+                   ncclAllGather(send, recv, count, nccl_type(dt), g->comm, (cudaStream_t)stream));
 }
 
 static mg_status nccl_broadcast(mg_comm *c, void *buf, size_t count, mg_dtype dt, int root,
                                 void *stream) {
     nccl_group *g = NULL;
-    MG_CHECK(live(c, &g));
-    if (!count) return MG_OK;
-    MG_NCCL_CHECK(
-        c, g->comm,
+    MG_CHECK(begin(c, &g));
+    if (!count) return nothing(c);
+    return ENQUEUE(
+        c, g, stream,
         ncclBroadcast(buf, buf, count, nccl_type(dt), root, g->comm, (cudaStream_t)stream));
-    return MG_OK;
 }
 
 /* Ends a group of ncclSend/ncclRecv: ncclGroupEnd is called whatever happened inside (NCCL
  * requires it), and the first error of the group wins. */
-static mg_status group_end(mg_comm *c, nccl_group *g, ncclResult_t first, const char *first_expr) {
+static mg_status group_end(mg_comm *c, nccl_group *g, ncclResult_t first, const char *first_expr,
+                           cudaStream_t s) {
     ncclResult_t r = ncclGroupEnd();
-    if (first != ncclSuccess)
-        return nccl_fail(c, g->comm, first, first_expr, __func__, __FILE__, __LINE__);
-    return nccl_done(c, g->comm, r, "ncclGroupEnd", __func__, __FILE__, __LINE__);
+    if (first != ncclSuccess) {
+        mg_status st = wd_failed(c->w->impl)
+                           ? wd_error(c)
+                           : nccl_fail(c, g->comm, first, first_expr, __func__, __FILE__, __LINE__);
+        wd_leave(c->w->impl, NULL, c, NULL, false);
+        return st;
+    }
+    return finish(c, g, r, "ncclGroupEnd", s, __func__, __FILE__, __LINE__);
 }
 
 static mg_status nccl_all_to_all(mg_comm *c, const void *send, const size_t *send_counts,
                                  const size_t *send_displs, void *recv, const size_t *recv_counts,
                                  const size_t *recv_displs, mg_dtype dt, void *stream) {
     nccl_group *g = NULL;
-    MG_CHECK(live(c, &g));
+    MG_CHECK(begin(c, &g));
     size_t es = mg_dtype_size(dt);
     ncclDataType_t t = nccl_type(dt);
     cudaStream_t s = (cudaStream_t)stream;
     ncclResult_t first = ncclGroupStart(), r;
+    if (first != ncclSuccess) return group_end(c, g, first, "ncclGroupStart", s);
     const char *first_expr = "ncclGroupStart";
-    if (first != ncclSuccess)
-        return nccl_fail(c, g->comm, first, first_expr, __func__, __FILE__, __LINE__);
     for (int p = 0; p < c->size; p++) {
         if (send_counts[p] &&
             (r = ncclSend((const char *)send + send_displs[p] * es, send_counts[p], t, p, g->comm,
@@ -582,17 +813,16 @@ static mg_status nccl_all_to_all(mg_comm *c, const void *send, const size_t *sen
             first == ncclSuccess)
             first = r, first_expr = "ncclRecv";
     }
-    return group_end(c, g, first, first_expr);
+    return group_end(c, g, first, first_expr, s);
 }
 
 static mg_status nccl_batch_p2p(mg_comm *c, const mg_p2p_op *ops, int n_ops, void *stream) {
     nccl_group *g = NULL;
-    MG_CHECK(live(c, &g));
+    MG_CHECK(begin(c, &g));
     cudaStream_t s = (cudaStream_t)stream;
     ncclResult_t first = ncclGroupStart(), r;
+    if (first != ncclSuccess) return group_end(c, g, first, "ncclGroupStart", s);
     const char *first_expr = "ncclGroupStart";
-    if (first != ncclSuccess)
-        return nccl_fail(c, g->comm, first, first_expr, __func__, __FILE__, __LINE__);
     for (int i = 0; i < n_ops; i++) {
         const mg_p2p_op *o = &ops[i];
         if (!o->count) continue;
@@ -601,15 +831,15 @@ static mg_status nccl_batch_p2p(mg_comm *c, const mg_p2p_op *ops, int n_ops, voi
         if (r != ncclSuccess && first == ncclSuccess)
             first = r, first_expr = o->is_send ? "ncclSend" : "ncclRecv";
     }
-    return group_end(c, g, first, first_expr);
+    return group_end(c, g, first, first_expr, s);
 }
 
 /* Waits for everything enqueued on `stream` so far: an event behind it, polled with the
- * communicator's asynchronous state (a network error shows there, not in the event). */
-static mg_status nccl_sync(mg_comm *c, void *stream) {
-    nccl_group *g = NULL;
-    MG_CHECK(live(c, &g));
-    MG_CUDA_CHECK(c, cudaEventRecord(g->done, (cudaStream_t)stream));
+ * communicator's asynchronous state (a network error shows there, not in the event), the health
+ * channel and the deadline. The main thread owns the communicators meanwhile (the watchdog
+ * stands aside: this wait is bounded by itself). */
+static mg_status sync_wait(mg_comm *c, nccl_group *g, cudaStream_t stream) {
+    MG_CUDA_CHECK(c, cudaEventRecord(g->done, stream));
     double start = mg_comm_now(), deadline = start + c->w->timeout_s;
     for (int iter = 0;; iter++) {
         cudaError_t e = cudaEventQuery(g->done);
@@ -627,14 +857,22 @@ static mg_status nccl_sync(mg_comm *c, void *stream) {
     }
 }
 
+static mg_status nccl_sync(mg_comm *c, void *stream) {
+    nccl_group *g = NULL;
+    MG_CHECK(begin(c, &g));
+    mg_status st = sync_wait(c, g, (cudaStream_t)stream);
+    wd_leave(c->w->impl, NULL, c, NULL, false);
+    return st;
+}
+
 /* A barrier is an all-reduce of one int that the host then waits for, so that when it returns
  * every rank of the group has reached it (as MPI_Barrier), not merely enqueued it. */
 static mg_status nccl_barrier(mg_comm *c, void *stream) {
     nccl_group *g = NULL;
-    MG_CHECK(live(c, &g));
-    MG_NCCL_CHECK(c, g->comm,
-                  ncclAllReduce(g->scratch, g->scratch, 1, ncclInt32, ncclSum, g->comm,
-                                (cudaStream_t)stream));
+    MG_CHECK(begin(c, &g));
+    MG_CHECK(ENQUEUE(c, g, stream,
+                     ncclAllReduce(g->scratch, g->scratch, 1, ncclInt32, ncclSum, g->comm,
+                                   (cudaStream_t)stream)));
     return nccl_sync(c, stream);
 }
 

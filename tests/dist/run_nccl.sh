@@ -14,9 +14,7 @@
 set -u
 BUILD=${1:-build}
 BIN=$BUILD/dist_tests
-PASSED=0 FAILED=0
-pass() { echo "PASS $1"; PASSED=$((PASSED + 1)); }
-fail() { echo "FAIL $1"; shift; printf '  %s\n' "$@"; FAILED=$((FAILED + 1)); }
+. "$(dirname "$0")/lib.sh"
 finish() { echo "$PASSED passed, $FAILED failed"; [ "$FAILED" -eq 0 ]; exit; }
 
 # Never NVLink multicast (NVLS) on these machines; everything below inherits it.
@@ -38,26 +36,6 @@ command -v mpirun >/dev/null || HAVE_MPIRUN=
 echo "run_nccl: $NGPU GPUs; NCCL_NVLS_ENABLE=$NCCL_NVLS_ENABLE; ranks ${SIZES[*]:-none};" \
     "mpirun ${HAVE_MPIRUN:-not found (SKIP its parts; the torchrun-style launch still runs)}"
 MPIRUN=(mpirun --bind-to none -x NCCL_NVLS_ENABLE)
-now() { date +%s.%N; }
-elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
-
-# The PASS/FAIL lines of one run of every test, prefixed with NAME. OUT: the run's output.
-tally() { # NAME RC OUT
-    local name=$1 rc=$2 out=$3 line
-    while IFS= read -r line; do
-        case $line in
-        "PASS "*) pass "$name ${line#PASS }" ;;
-        "FAIL "*) fail "$name ${line#FAIL }" ;;
-        esac
-    done <<<"$out"
-    if ! grep -qE '^[0-9]+ passed, [0-9]+ failed$' <<<"$out"; then
-        fail "$name (did not finish, exit status $rc)" "$(tail -n 20 <<<"$out")"
-    elif [ "$rc" -ne 0 ] && ! grep -q '^FAIL ' <<<"$out"; then
-        fail "$name (exit status $rc)" "$(tail -n 20 <<<"$out")"
-    elif grep -q '^FAIL ' <<<"$out"; then
-        grep -E '^  rank|FATAL' <<<"$out" | head -n 20 | sed 's/^/  /'
-    fi
-}
 
 # ---- torchrun-style launch: ranks started here, one per GPU ----
 PIDS=() RUN_DIR=
@@ -69,7 +47,7 @@ cleanup() {
 trap cleanup EXIT
 # Starts NP ranks of BIN ARGS...; rank r writes RUN_DIR/out.r. Sets PIDS.
 spawn() { # NP ARGS...
-    local np=$1 r port=$((20000 + RANDOM % 20000)); shift
+    local np=$1 r port=$((20000 + RANDOM % 12000)); shift
     RUN_DIR=$(mktemp -d)
     PIDS=()
     for ((r = 0; r < np; r++)); do

@@ -7,9 +7,7 @@
 set -u
 BUILD=${1:-build}
 BIN=$BUILD/dist_tests
-PASSED=0 FAILED=0
-pass() { echo "PASS $1"; PASSED=$((PASSED + 1)); }
-fail() { echo "FAIL $1"; shift; printf '  %s\n' "$@"; FAILED=$((FAILED + 1)); }
+. "$(dirname "$0")/lib.sh"
 finish() { echo "$PASSED passed, $FAILED failed"; exit 0; }
 skip() { echo "SKIP dist: $1"; finish; }
 
@@ -29,27 +27,13 @@ export OMPI_MCA_mca_base_component_disable_dlclose=1
 export LSAN_OPTIONS="${LSAN_OPTIONS:+$LSAN_OPTIONS:}suppressions=$PWD/tests/dist/lsan.supp:print_suppressions=0"
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}fast_unwind_on_malloc=0"
 MPIRUN=(mpirun --oversubscribe)
-now() { date +%s.%N; }
-elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
 
 # One run of every test: its PASS/FAIL lines get the rank count as a prefix.
 run_tests() { # NAME COMMAND...
     local name=$1; shift
-    local out rc line
+    local out rc
     out=$(timeout 120 "$@" --timeout 60 2>&1); rc=$?
-    while IFS= read -r line; do
-        case $line in
-        "PASS "*) pass "$name ${line#PASS }" ;;
-        "FAIL "*) fail "$name ${line#FAIL }" ;;
-        esac
-    done <<<"$out"
-    if ! grep -qE '^[0-9]+ passed, [0-9]+ failed$' <<<"$out"; then
-        fail "$name (did not finish, exit status $rc)" "$(tail -n 20 <<<"$out")"
-    elif [ "$rc" -ne 0 ] && ! grep -q '^FAIL ' <<<"$out"; then
-        fail "$name (exit status $rc)" "$(tail -n 20 <<<"$out")"
-    elif grep -q '^FAIL ' <<<"$out"; then
-        grep -E '^  rank|FATAL' <<<"$out" | head -n 20 | sed 's/^/  /'
-    fi
+    tally "$name" "$rc" "$out"
 }
 
 run_tests "np=1" "$BIN"
