@@ -29,9 +29,13 @@
  * default 10). A rank whose run fails calls mg_comm_world_fail, which tells every peer (rank and
  * message) before exiting; a peer waiting in any call then returns MG_ERR_COMM with one line like
  *   "rank 1 failed: <its message> (this rank, 2, was in all_reduce #17 on group 'dp')"
- * and a call that times out returns
+ * and a call that times out returns, after asking every rank where it waits (up to min(1 s,
+ * timeout/4) more; health.c)
  *   "all_reduce #17 on group 'dp' (ranks 0,2,4,6) timed out after 600 s on rank 2; ranks that did
- *    not reach it: 4"  (the ranks are named when the peers can tell, else "unknown").
+ *    not reach it: 4,6 (rank 6 is in broadcast #3 on group 'tp')"
+ * naming the members not waiting in this call (busy elsewhere, dead, or already past it: a
+ * broadcast's root), and where those waiting in another call are; "none (...)" when all wait in
+ * it. The peers print that line as the failure of the rank that timed out first.
  * After MG_ERR_COMM the communicators are aborted (NCCL: ncclCommAbort); the only valid calls
  * are mg_comm_world_fail and mg_comm_world_finalize.
  *

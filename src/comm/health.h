@@ -21,7 +21,8 @@ mg_rendezvous *mg_comm_health_rendezvous(mg_comm_health *h);
 void mg_comm_health_post_failure(mg_comm_health *h, const char *message);
 /* Non-blocking, rate-limited to one look at the socket per 0.2 ms unless now_or_never: true once
  * a peer's failure notice arrived (rank -1: the rendezvous aborted the job); the first stays
- * latched and *message points into h. */
+ * latched and *message points into h. Informational notices (who waits where, below) are filed
+ * on the way and never returned. */
 bool mg_comm_health_poll(mg_comm_health *h, bool now_or_never, int *rank, const char **message);
 /* As poll, but returns false at once when another thread holds the channel (the NCCL watchdog:
  * it must never wait behind a rendezvous collective of the main thread). */
@@ -30,6 +31,19 @@ bool mg_comm_health_try_poll(mg_comm_health *h, int *rank, const char **message)
  * watchdog thread may poll it. */
 void mg_comm_health_lock(mg_comm_health *h);
 void mg_comm_health_unlock(mg_comm_health *h);
+/* Who waits where (comm.c's timeout line; health.c's top comment has the protocol). Informational
+ * notices only: they fail nothing, and no poll returns them. `where` is a call as comm.c words it,
+ * "all_reduce #17 on group 'dp'", at most MG_COMM_HEALTH_WHERE_MAX - 1 characters.
+ * ask: forgets the answers kept so far, asks every other rank where it waits (the question names
+ * `what`, this rank's call) and keeps the answers that arrive from now on (polls file them). */
+#define MG_COMM_HEALTH_WHERE_MAX 128
+void mg_comm_health_ask(mg_comm_health *h, const char *what);
+/* Where rank said it waits since the last ask (copied into where): false when it did not answer. */
+bool mg_comm_health_answer_of(mg_comm_health *h, int rank, char *where, size_t cap);
+/* Whether a peer asked since the last call (clears the question: one answer serves every question
+ * so far, since answers go to every rank); then the waiting rank calls answer with its call. */
+bool mg_comm_health_asked(mg_comm_health *h);
+void mg_comm_health_answer(mg_comm_health *h, const char *where);
 /* orderly: this rank ends normally (goodbye, so no peer reports it as dead). */
 void mg_comm_health_close(mg_comm_health *h, bool orderly);
 

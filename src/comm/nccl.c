@@ -12,24 +12,18 @@
  * No rank hangs, without a wait per call: a call enqueues, records the group's `last` event
  * behind it and returns. Hangs are bounded in two places.
  *   - mg_comm_sync polls an event with the deadline and the health channel (main thread).
- *   - A watchdog thread per world (as PyTorch's ProcessGroupNCCL) wakes every 2 ms while the
- *     main thread is outside this file (computing, or stuck in a cudaStreamSynchronize of its
- *     own): it queries each group's last event (a deadline miss: the call is older than the
- *     timeout and unfinished) and the health channel (a peer's notice). On either it marks the
- *     world failed, keeps the one-line message, and ncclCommAborts every communicator, which
- *     makes the kernels waiting for a dead peer return. It prints nothing; the main thread's
- *     next call or sync returns MG_ERR_COMM with that message.
- * Ownership (nw->mu): the main thread takes the communicators over for the length of each of
- * its entries here (in_call); the watchdog aborts only while in_call is false, so it never frees
- * a communicator the main thread is using, and group_free / world_finalize unlink or stop it
- * under the same lock. One exception, the last resort: an entry that lasts longer than the
- * timeout plus WD_GRACE_S (a blocking NCCL call stuck in connection set-up or finalize with a
- * peer that never answers) is aborted anyway; the blocked call then returns with an error, but
- * it ran on a communicator freed under it, a risk taken only on a path that would otherwise
- * hang forever. To keep that path rare, NCCL_RUNTIME_CONNECT defaults to 0 here (set in the
- * environment before NCCL starts unless the user set it): collectives' connections are made
- * inside the bounded, nonblocking split, not lazily by the first blocking call. Send/recv
- * connections are still made by their first call.
+ *   - A watchdog thread per world (nccl_watchdog.c) watches the `last` events and the health
+ *     channel while the main thread is outside this file (computing, or stuck in a
+ *     cudaStreamSynchronize of its own); on a deadline miss or a peer's notice it
+ *     ncclCommAborts every communicator, and the main thread's next call or sync returns
+ *     MG_ERR_COMM with its message. Every entry here is bracketed by mg_nccl_wd_enter and
+ *     mg_nccl_wd_leave, which hand the communicators to the main thread and back
+ *     (nccl_internal.h says who may free what, when).
+ * The watchdog's last resort aborts under a blocking NCCL call stuck far beyond the timeout.
+ * To keep that path rare, NCCL_RUNTIME_CONNECT defaults to 0 here (set in the environment
+ * before NCCL starts unless the user set it): collectives' connections are made inside the
+ * bounded, nonblocking split, not lazily by the first blocking call. Send/recv connections are
+ * still made by their first call.
  *
  * Set-up: rank 0's ncclUniqueId reaches every rank over the world's TCP rendezvous, which comm.c
  * opens for every world of more than one rank, MPI launches included (comm_backend.h); unlike
@@ -44,19 +38,14 @@
  * ncclGroupStart/End (zero-count segments are skipped on both sides, as the counts agree).
  *
  * Needs: CUDA runtime, NCCL >= 2.19 (ncclCommSplit, nonblocking communicators, ncclAvg,
- * ncclBfloat16), pthreads, comm/comm_backend, comm/health, comm/rendezvous. Compiled only with
- * MG_HAVE_NCCL. */
+ * ncclBfloat16), pthreads, comm/comm_backend, comm/rendezvous, comm/nccl_internal.h (the
+ * watchdog and the abort: nccl_watchdog.c). Compiled only with MG_HAVE_NCCL. */
 #ifdef MG_HAVE_NCCL
 
-#include "comm/comm_backend.h"
-#include "comm/health.h"
-#include "comm/rendezvous.h"
-#include "core/status.h"
+#include "comm/nccl_internal.h"
 
-#include <cuda_runtime_api.h>
-#include <math.h>
-#include <nccl.h>
-#include <pthread.h>
+#include "comm/rendezvous.h"
+
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -67,52 +56,7 @@
 #error "the NCCL backend needs NCCL 2.19 or newer (ncclCommSplit with nonblocking communicators)"
 #endif
 
-/* Seconds an entry of the main thread may last beyond the timeout before the watchdog aborts
- * under it (see the top of the file); the entry's own bounded waits end first. */
-#define WD_GRACE_S 5.0
-/* The watchdog's period. */
-#define WD_PERIOD_NS 2000000L
-
-typedef struct nccl_group {
-    ncclComm_t comm;  /* blocking split child; NULL once destroyed or aborted */
-    int *scratch;     /* (1,) device int, zero: the barrier's all-reduce */
-    cudaEvent_t done; /* recorded by sync behind the enqueued work */
-    /* The watchdog's view (under nw->mu): `last` is recorded behind the newest call, whose
-     * name, number and enqueue time these are; pending until the watchdog saw it complete. */
-    cudaEvent_t last;
-    bool pending;
-    double last_t;
-    uint64_t last_seq;
-    const char *last_call;
-    mg_comm *owner;          /* the group, for the watchdog's message (valid while linked) */
-    struct nccl_group *next; /* the world's open groups, newest first (for abort) */
-} nccl_group;
-
-typedef struct {
-    int device;
-    ncclComm_t comm; /* all ranks, rank order, nonblocking; the parent of every split */
-    bool aborted;    /* every communicator was aborted (under mu) */
-    nccl_group *groups;
-    /* The watchdog. mu guards aborted, groups (links and watchdog fields) and everything
-     * below; comm and the groups' comm are freed only under it. */
-    pthread_mutex_t mu;
-    pthread_t thread;
-    bool thread_on, stop;
-    bool in_call;        /* the main thread is inside this file and owns the communicators */
-    double in_since;     /* ... since */
-    const mg_comm *in_c; /* ... on this group */
-    bool wd_failed;      /* the watchdog failed the world */
-    char wd_msg[512];    /* ... with this line ("" : a peer's notice, latched in health) */
-    double timeout_s;
-    ncclComm_t closing; /* being finalized by close_comm, unlinked: abort takes it too */
-    /* ncclCommSplit's output: NCCL's split thread stores the child here when it ends, so it lives
-     * in the world, never on a stack a timed-out wait may have left. */
-    ncclComm_t split_out;
-} nccl_world;
-
 /* ---- errors ---- */
-
-static void abort_all(mg_comm_world *w);
 
 /* ncclGetLastError's text on one line (it may hold newlines), or "". */
 static const char *last_error(ncclComm_t comm, char *buf, size_t cap) {
@@ -134,7 +78,7 @@ static mg_status nccl_fail(mg_comm *c, ncclComm_t comm, ncclResult_t r, const ch
     snprintf(what, sizeof what, "%s: %s%s%s", expr, ncclGetErrorString(r), *last ? ": " : "", last);
     mg_status st = mg_comm_fail_call(c, what);
     mg_error_frame(func, file, line, expr);
-    abort_all(c->w);
+    mg_nccl_abort_all(c->w);
     return st;
 }
 
@@ -144,7 +88,7 @@ static mg_status cuda_fail(mg_comm *c, cudaError_t e, const char *expr, const ch
     snprintf(what, sizeof what, "%s: %s (%s)", expr, cudaGetErrorString(e), cudaGetErrorName(e));
     mg_status st = mg_comm_fail_call(c, what);
     mg_error_frame(func, file, line, expr);
-    abort_all(c->w);
+    mg_nccl_abort_all(c->w);
     return st;
 }
 
@@ -183,7 +127,7 @@ static mg_status pause_step(mg_comm *c, int iter, double start, double deadline)
     if (iter < 32) return MG_OK;
     mg_status st = mg_comm_wait_step(c, deadline);
     if (st != MG_OK) {
-        abort_all(c->w);
+        mg_nccl_abort_all(c->w);
         return st;
     }
     double waited = mg_comm_now() - start;
@@ -207,7 +151,7 @@ static mg_status peer_first(mg_comm *c) {
     while (mg_comm_now() < until) {
         mg_status st = mg_comm_wait_step(c, deadline);
         if (st != MG_OK) {
-            abort_all(c->w);
+            mg_nccl_abort_all(c->w);
             return st;
         }
         nanosleep(&ts, NULL);
@@ -237,159 +181,7 @@ static mg_status wait_ready(mg_comm *c, ncclComm_t comm, const char *what) {
     }
 }
 
-/* ---- abort and teardown ---- */
-
-/* Idempotent; safe at any point (also from mg_comm_world_fail before init finished). Newest
- * groups first, the world's communicator last: ncclCommAbort sets the communicator's abort flag,
- * which the kernels of its pending collectives poll, then frees it. */
-static void abort_locked(nccl_world *nw) {
-    if (nw->aborted) return;
-    nw->aborted = true;
-    for (nccl_group *g = nw->groups; g; g = g->next) {
-        if (g->comm) ncclCommAbort(g->comm);
-        g->comm = NULL;
-        g->pending = false;
-    }
-    if (nw->closing) ncclCommAbort(nw->closing);
-    nw->closing = NULL;
-    if (nw->comm) ncclCommAbort(nw->comm);
-    nw->comm = NULL;
-}
-
-/* The main thread's abort (never called with mu held). */
-static void abort_all(mg_comm_world *w) {
-    w->failed = true;
-    nccl_world *nw = w->impl;
-    if (!nw) return;
-    pthread_mutex_lock(&nw->mu);
-    abort_locked(nw);
-    pthread_mutex_unlock(&nw->mu);
-}
-
-/* ---- the watchdog ---- */
-
-/* "0,2,4,6", shortened when it does not fit. */
-static void rank_list(const mg_comm *c, char *buf, size_t cap) {
-    size_t used = 0;
-    buf[0] = '\0';
-    for (int i = 0; i < c->size && used + 24 < cap; i++)
-        used += (size_t)snprintf(buf + used, cap - used, "%s%d", i ? "," : "", c->global_ranks[i]);
-    if (c->size && used + 24 >= cap)
-        snprintf(buf + used, cap - used, ",...,%d", c->global_ranks[c->size - 1]);
-}
-
-/* The timeout line of comm.c's mg_comm_wait_step, for a call the main thread is not waiting on. */
-static void wd_timeout_msg(nccl_world *nw, const mg_comm *c, const char *call, uint64_t seq,
-                           const char *how) {
-    char ranks[256];
-    rank_list(c, ranks, sizeof ranks);
-    snprintf(nw->wd_msg, sizeof nw->wd_msg,
-             "%s #%llu on group '%s' (ranks %s) timed out after %g s on rank %d%s; ranks that did "
-             "not reach it: unknown",
-             call ? call : "no call", (unsigned long long)seq, c->name, ranks, nw->timeout_s,
-             c->w->rank, how);
-}
-
-/* One look, under mu. */
-static void wd_check(nccl_world *nw, mg_comm_world *w) {
-    if (nw->aborted) return;
-    double now = mg_comm_now();
-    bool forced = nw->in_call && now - nw->in_since > nw->timeout_s + WD_GRACE_S;
-    if (nw->in_call && !forced) return; /* the main thread's own waits are bounded */
-    if (!nw->wd_failed && forced && nw->in_c)
-        wd_timeout_msg(nw, nw->in_c, nw->in_c->call, nw->in_c->seq,
-                       " (stuck inside NCCL; aborted by the watchdog)");
-    if (forced) nw->wd_failed = true;
-    for (nccl_group *g = nw->groups; g && !nw->wd_failed; g = g->next) {
-        if (!g->pending) continue;
-        cudaError_t e = cudaEventQuery(g->last);
-        if (e == cudaSuccess) {
-            g->pending = false;
-        } else if (e != cudaErrorNotReady) {
-            snprintf(nw->wd_msg, sizeof nw->wd_msg,
-                     "%s #%llu on group '%s' failed on rank %d: cudaEventQuery: %s (%s)",
-                     g->last_call, (unsigned long long)g->last_seq, g->owner->name, w->rank,
-                     cudaGetErrorString(e), cudaGetErrorName(e));
-            nw->wd_failed = true;
-        } else if (now - g->last_t > nw->timeout_s) {
-            wd_timeout_msg(nw, g->owner, g->last_call, g->last_seq, "");
-            nw->wd_failed = true;
-        }
-    }
-    int rank;
-    const char *message;
-    if (!nw->wd_failed && mg_comm_health_try_poll(w->health, &rank, &message)) {
-        nw->wd_msg[0] = '\0'; /* latched in health: the main thread words it */
-        nw->wd_failed = true;
-    }
-    if (nw->wd_failed) abort_locked(nw);
-}
-
-static void *wd_main(void *arg) {
-    mg_comm_world *w = arg;
-    nccl_world *nw = w->impl;
-    cudaSetDevice(nw->device);
-    for (;;) {
-        pthread_mutex_lock(&nw->mu);
-        bool stop = nw->stop;
-        if (!stop) wd_check(nw, w);
-        pthread_mutex_unlock(&nw->mu);
-        if (stop) return NULL;
-        struct timespec ts = {0, WD_PERIOD_NS};
-        nanosleep(&ts, NULL);
-    }
-}
-
-/* The main thread takes the communicators over; false when the watchdog failed the world. */
-static bool wd_enter(nccl_world *nw, const mg_comm *c) {
-    pthread_mutex_lock(&nw->mu);
-    bool ok = !nw->wd_failed;
-    if (ok) {
-        nw->in_call = true;
-        nw->in_since = mg_comm_now();
-        nw->in_c = c;
-    }
-    pthread_mutex_unlock(&nw->mu);
-    return ok;
-}
-
-/* ... and hands them back; enqueued: record `last` behind the call just enqueued on stream. */
-static void wd_leave(nccl_world *nw, nccl_group *g, const mg_comm *c, cudaStream_t stream,
-                     bool enqueued) {
-    pthread_mutex_lock(&nw->mu);
-    if (enqueued && g && g->comm && !nw->aborted &&
-        cudaEventRecord(g->last, stream) == cudaSuccess) {
-        g->pending = true;
-        g->last_t = mg_comm_now();
-        g->last_seq = c->seq;
-        g->last_call = c->call;
-    }
-    nw->in_call = false;
-    nw->in_c = NULL;
-    pthread_mutex_unlock(&nw->mu);
-}
-
-static bool wd_failed(nccl_world *nw) {
-    pthread_mutex_lock(&nw->mu);
-    bool f = nw->wd_failed;
-    pthread_mutex_unlock(&nw->mu);
-    return f;
-}
-
-/* The watchdog failed the world: its line, or the peer's notice as mg_comm_wait_step words it
- * for c (every communicator aborted, the world failed). */
-static mg_status wd_error(mg_comm *c) {
-    nccl_world *nw = c->w->impl;
-    char msg[512];
-    pthread_mutex_lock(&nw->mu);
-    snprintf(msg, sizeof msg, "%s", nw->wd_msg);
-    pthread_mutex_unlock(&nw->mu);
-    abort_all(c->w);
-    if (*msg) return MG_FAIL(MG_ERR_COMM, "%s", msg);
-    mg_status st = mg_comm_wait_step(c, INFINITY);
-    if (st != MG_OK) return st;
-    return mg_comm_fail_call(c, "the NCCL watchdog aborted the communicators");
-}
+/* ---- teardown ---- */
 
 /* A healthy communicator's orderly end: ncclCommFinalize flushes its operations (nonblocking:
  * wait_ready, bounded), then ncclCommDestroy frees it locally. Aborted instead on any failure
@@ -505,13 +297,7 @@ static mg_status nccl_world_init(mg_comm_world *w, const mg_launch_info *li) {
     }
     free(ranks);
     w->impl = nw; /* before the thread starts: it reads w->impl */
-    if (st == MG_OK && w->size > 1) {
-        int e2 = pthread_create(&nw->thread, NULL, wd_main, w);
-        if (e2 != 0)
-            st = MG_FAIL(MG_ERR_IO, "rank %d: starting the NCCL watchdog thread: %s", w->rank,
-                         strerror(e2));
-        nw->thread_on = e2 == 0;
-    }
+    if (st == MG_OK && w->size > 1) st = mg_nccl_wd_start(w);
     if (st != MG_OK) {
         w->impl = NULL;
         if (nw->comm) ncclCommAbort(nw->comm); /* also a failed init must be freed */
@@ -524,19 +310,13 @@ static mg_status nccl_world_init(mg_comm_world *w, const mg_launch_info *li) {
 }
 
 static void nccl_world_abort(mg_comm_world *w) {
-    abort_all(w);
+    mg_nccl_abort_all(w);
 }
 
 static void nccl_world_finalize(mg_comm_world *w) {
     nccl_world *nw = w->impl;
     if (!nw) return;
-    if (nw->thread_on) { /* from here on this thread alone touches the communicators */
-        pthread_mutex_lock(&nw->mu);
-        nw->stop = true;
-        pthread_mutex_unlock(&nw->mu);
-        pthread_join(nw->thread, NULL);
-        nw->thread_on = false;
-    }
+    mg_nccl_wd_stop(nw); /* from here on this thread alone touches the communicators */
     /* comm.c frees every group first; one still here (it should not be) is aborted. */
     for (nccl_group *g = nw->groups; g; g = g->next) {
         if (g->comm) ncclCommAbort(g->comm);
@@ -583,7 +363,7 @@ static mg_status group_resources(mg_comm *c, nccl_group *g) {
 }
 
 /* Every group, the "world" group included, is a blocking child of the world's nonblocking
- * communicator (see the top of the file). Runs as a main-thread entry (wd_enter). */
+ * communicator (see the top of the file). Runs as a main-thread entry (mg_nccl_wd_enter). */
 static mg_status split_child(mg_comm_world *w, mg_comm *c, int color, int key) {
     nccl_world *nw = w->impl;
     nccl_group *g = calloc(1, sizeof *g);
@@ -612,7 +392,7 @@ static mg_status split_child(mg_comm_world *w, mg_comm *c, int color, int key) {
                  "has %d ranks with this rank at %d",
                  n, me, c->size, c->rank);
         st = mg_comm_fail_call(c, what);
-        abort_all(w);
+        mg_nccl_abort_all(w);
     }
     if (st != MG_OK || color < 0) { /* color < 0: in no group of this list, took part only */
         if (child) ncclCommAbort(child);
@@ -639,11 +419,11 @@ static mg_status nccl_group_split(mg_comm_world *w, mg_comm *c, int color, int k
     nccl_world *nw = w->impl;
     c->impl = NULL;
     if (!nw) return mg_comm_fail_call(c, "the NCCL world communicator was aborted");
-    if (!wd_enter(nw, c)) return wd_error(c);
+    if (!mg_nccl_wd_enter(nw, c)) return mg_nccl_wd_error(c);
     mg_status st = nw->comm && !nw->aborted
                        ? split_child(w, c, color, key)
                        : mg_comm_fail_call(c, "the NCCL world communicator was aborted");
-    wd_leave(nw, NULL, c, NULL, false);
+    mg_nccl_wd_leave(nw, NULL, c, NULL, false);
     return st;
 }
 
@@ -652,7 +432,7 @@ static void nccl_group_free(mg_comm *c) {
     if (!g) return;
     nccl_world *nw = c->w->impl;
     c->call = "group_free";
-    bool mine = wd_enter(nw, c);
+    bool mine = mg_nccl_wd_enter(nw, c);
     pthread_mutex_lock(&nw->mu);
     for (nccl_group **p = &nw->groups; *p; p = &(*p)->next)
         if (*p == g) {
@@ -664,7 +444,7 @@ static void nccl_group_free(mg_comm *c) {
     pthread_mutex_unlock(&nw->mu);
     if (mine) {
         close_comm(c, comm);
-        wd_leave(nw, NULL, c, NULL, false);
+        mg_nccl_wd_leave(nw, NULL, c, NULL, false);
     }
     group_release(g);
     c->impl = NULL;
@@ -701,14 +481,14 @@ static ncclRedOp_t nccl_op(mg_reduce_op op) {
 }
 
 /* Starts a main-thread entry on group c: its live communicator, or MG_ERR_COMM when the world
- * was aborted (by the watchdog: its message). On MG_OK the caller ends with wd_leave. */
+ * was aborted (by the watchdog: its message). On MG_OK the caller ends with mg_nccl_wd_leave. */
 static mg_status begin(mg_comm *c, nccl_group **out) {
     nccl_group *g = c->impl;
     nccl_world *nw = c->w->impl;
     if (!g || !nw) return mg_comm_fail_call(c, "the NCCL communicator was aborted");
-    if (!wd_enter(nw, c)) return wd_error(c);
+    if (!mg_nccl_wd_enter(nw, c)) return mg_nccl_wd_error(c);
     if (!g->comm) {
-        wd_leave(nw, NULL, c, NULL, false);
+        mg_nccl_wd_leave(nw, NULL, c, NULL, false);
         return mg_comm_fail_call(c, "the NCCL communicator was aborted");
     }
     *out = g;
@@ -723,8 +503,9 @@ static mg_status finish(mg_comm *c, nccl_group *g, ncclResult_t r, const char *e
     nccl_world *nw = c->w->impl;
     mg_status st = MG_OK;
     if (r != ncclSuccess)
-        st = wd_failed(nw) ? wd_error(c) : nccl_done(c, g->comm, r, expr, func, file, line);
-    wd_leave(nw, g, c, stream, st == MG_OK);
+        st = mg_nccl_wd_failed(nw) ? mg_nccl_wd_error(c)
+                                   : nccl_done(c, g->comm, r, expr, func, file, line);
+    mg_nccl_wd_leave(nw, g, c, stream, st == MG_OK);
     return st;
 }
 
@@ -732,7 +513,7 @@ static mg_status finish(mg_comm *c, nccl_group *g, ncclResult_t r, const char *e
     finish((c), (g), (expr), #expr, (cudaStream_t)(stream), __func__, __FILE__, __LINE__)
 
 static mg_status nothing(mg_comm *c) {
-    wd_leave(c->w->impl, NULL, c, NULL, false);
+    mg_nccl_wd_leave(c->w->impl, NULL, c, NULL, false);
     return MG_OK;
 }
 
@@ -781,10 +562,10 @@ static mg_status group_end(mg_comm *c, nccl_group *g, ncclResult_t first, const 
                            cudaStream_t s) {
     ncclResult_t r = ncclGroupEnd();
     if (first != ncclSuccess) {
-        mg_status st = wd_failed(c->w->impl)
-                           ? wd_error(c)
+        mg_status st = mg_nccl_wd_failed(c->w->impl)
+                           ? mg_nccl_wd_error(c)
                            : nccl_fail(c, g->comm, first, first_expr, __func__, __FILE__, __LINE__);
-        wd_leave(c->w->impl, NULL, c, NULL, false);
+        mg_nccl_wd_leave(c->w->impl, NULL, c, NULL, false);
         return st;
     }
     return finish(c, g, r, "ncclGroupEnd", s, __func__, __FILE__, __LINE__);
@@ -861,7 +642,7 @@ static mg_status nccl_sync(mg_comm *c, void *stream) {
     nccl_group *g = NULL;
     MG_CHECK(begin(c, &g));
     mg_status st = sync_wait(c, g, (cudaStream_t)stream);
-    wd_leave(c->w->impl, NULL, c, NULL, false);
+    mg_nccl_wd_leave(c->w->impl, NULL, c, NULL, false);
     return st;
 }
 

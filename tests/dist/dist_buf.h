@@ -19,7 +19,11 @@ typedef struct {
     mg_status (*upload)(void *dst, const void *host_src, size_t bytes);
     mg_status (*download)(void *host_dst, const void *src, size_t bytes);
     void (*free)(void *p);
-    void *(*stream)(void);  /* the stream the tests pass to every call (NULL for host) */
+    void *(*stream)(void); /* the stream the tests pass to every call (NULL for host) */
+    /* Blocks the host until everything on the stream has finished, with no bound of its own
+     * (cudaStreamSynchronize): only the NCCL watchdog's abort can end a wait behind a collective
+     * whose peer is gone (the "-blocking" scenarios of main.c). A no-op on the host. */
+    mg_status (*stream_wait_blocking)(void);
     void (*shutdown)(void); /* May be NULL. */
 } dist_buf_ops;
 

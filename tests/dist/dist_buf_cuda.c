@@ -96,6 +96,13 @@ static void *cuda_stream(void) {
     return (void *)g_stream;
 }
 
+/* Deliberately unbounded (see dist_buf.h): the test is that it returns at all. */
+static mg_status cuda_wait_blocking(void) {
+    cudaError_t e = cudaStreamSynchronize(g_stream);
+    if (e != cudaSuccess) return cuda_error(e, "cudaStreamSynchronize");
+    return MG_OK;
+}
+
 static void cuda_shutdown(void) {
     if (g_stream) cudaStreamDestroy(g_stream);
     g_stream = NULL;
@@ -109,6 +116,7 @@ const dist_buf_ops dist_buf_cuda = {
     .download = cuda_download,
     .free = cuda_free,
     .stream = cuda_stream,
+    .stream_wait_blocking = cuda_wait_blocking,
     .shutdown = cuda_shutdown,
 };
 

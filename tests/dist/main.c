@@ -1,6 +1,6 @@
 /* dist_tests: the multi-rank test binary, run under mpirun by tests/dist/test_dist.sh.
  *   dist_tests [--backend mpi|nccl] [--timeout S] [--filter NAME]
- *   dist_tests --scenario fail|exit|hang [--victim R] [--timeout S]
+ *   dist_tests --scenario fail|exit|hang[-blocking] [--victim R] [--timeout S]
  *   dist_tests --features      prints "mpi=yes|no device_buffers=yes|no" (what the build has)
  * Without --scenario every rank runs every test (or those whose name contains NAME) and rank 0
  * prints "PASS name" / "FAIL name" and "N passed, N failed"; the exit status is 1 when anything
@@ -9,6 +9,11 @@
  *   fail  R calls mg_comm_world_fail with a message and exits 1
  *   exit  R dies with _exit(3), telling nobody
  *   hang  R sleeps 3x the timeout and never makes the call
+ * The others wait inside mg_comm_sync, whose own wait is bounded. With "-blocking" appended they
+ * first block the host in a plain, unbounded cudaStreamSynchronize behind the all-reduce (NCCL;
+ * a no-op on host buffers, where the all-reduce itself fails) and only then call mg_comm_sync:
+ * the wait returns only when the NCCL watchdog (src/comm/nccl_watchdog.c) aborts the
+ * communicators, on the peer's notice or the deadline, so a line within the bound proves it.
  * Every other rank must then exit 1 with one line naming the failure and the call; the script
  * checks the lines, the exit status and the time it took. */
 #include "dist.h"
@@ -72,9 +77,10 @@ static void sleep_s(double s) {
     }
 }
 
-/* One injected failure; returns the exit status of this rank. */
-static int run_scenario(mg_comm_world *w, const dist_buf_ops *B, const char *scenario, int victim,
-                        double timeout_s) {
+/* One injected failure (scenario: "fail", "exit" or "hang"; blocking: the "-blocking" form);
+ * returns the exit status of this rank. */
+static int run_scenario(mg_comm_world *w, const dist_buf_ops *B, const char *scenario,
+                        bool blocking, int victim, double timeout_s) {
     int rank = mg_comm_world_rank(w);
     mg_comm *world = mg_comm_world_comm(w);
     dist_ctx ctx = {w, B, rank, mg_comm_world_size(w), 0, scenario};
@@ -100,6 +106,9 @@ static int run_scenario(mg_comm_world *w, const dist_buf_ops *B, const char *sce
     dist_put(t, buf, host, 4, MG_I32);
     double t0 = now_s();
     mg_status st = mg_comm_all_reduce(world, buf, buf, 4, MG_I32, MG_REDUCE_SUM, B->stream());
+    /* Its status is not the point: after the watchdog's abort the stream may report an error,
+     * and mg_comm_sync must word the failure either way. */
+    if (st == MG_OK && blocking) (void)B->stream_wait_blocking();
     if (st == MG_OK) st = mg_comm_sync(world, B->stream());
     if (st == MG_OK) {
         fprintf(stderr, "dist_tests: rank %d: the all-reduce succeeded although rank %d %s\n", rank,
@@ -120,7 +129,7 @@ static int run_scenario(mg_comm_world *w, const dist_buf_ops *B, const char *sce
 
 static void usage(void) {
     fprintf(stderr, "usage: dist_tests [--backend mpi|nccl] [--timeout SECONDS] [--filter NAME]\n"
-                    "                  [--scenario fail|exit|hang] [--victim RANK]\n");
+                    "                  [--scenario fail|exit|hang[-blocking]] [--victim RANK]\n");
     exit(2);
 }
 
@@ -155,9 +164,15 @@ int main(int argc, char **argv) {
             usage();
         i++;
     }
-    if (scenario && strcmp(scenario, "fail") && strcmp(scenario, "exit") &&
-        strcmp(scenario, "hang"))
-        usage();
+    /* "exit-blocking" -> "exit" and blocking */
+    char base[16] = "";
+    bool blocking = false;
+    if (scenario) {
+        size_t n = strlen(scenario), k = strlen("-blocking");
+        blocking = n > k && !strcmp(scenario + n - k, "-blocking");
+        snprintf(base, sizeof base, "%.*s", (int)(blocking ? n - k : n), scenario);
+        if (strcmp(base, "fail") && strcmp(base, "exit") && strcmp(base, "hang")) usage();
+    }
     mg_comm_backend backend;
     const dist_buf_ops *B = &dist_buf_host;
     if (!strcmp(backend_name, "mpi")) {
@@ -186,7 +201,7 @@ int main(int argc, char **argv) {
     }
     int rank = mg_comm_world_rank(w);
     if (scenario) {
-        int rc = run_scenario(w, B, scenario, victim, timeout_s);
+        int rc = run_scenario(w, B, base, blocking, victim, timeout_s);
         if (B->shutdown) B->shutdown();
         return rc;
     }

@@ -8,7 +8,10 @@
 #      on a peer that never comes): a failure notice, a rank that dies without a word (also rank
 #      0, which hosts the rendezvous), a rank that never makes the call. Every other rank must
 #      exit 1 within the bound, with one line naming the failure and the call; that proves the
-#      communicators were aborted (ncclCommAbort) instead of hanging.
+#      communicators were aborted (ncclCommAbort) instead of hanging. The "-blocking" cases have
+#      the other ranks block in a plain cudaStreamSynchronize behind the all-reduce before they
+#      call mg_comm_sync: only the watchdog thread (src/comm/nccl_watchdog.c) can end that wait,
+#      on the peer's notice (exit-blocking) or the deadline (hang-blocking).
 # Prints PASS/FAIL lines and "N passed, N failed"; exits 1 when anything failed.
 #   tests/dist/run_nccl.sh [BUILD]
 set -u
@@ -113,7 +116,7 @@ scenario() { # NAME NP VICTIM TIMEOUT BOUND PATTERN
     local name=$1 np=$2 victim=$3 tmo=$4 bound=$5 pattern=$6
     local start took r line re bad=()
     start=$(now)
-    spawn "$np" --backend nccl --scenario "${name%%-*}" --victim "$victim" --timeout "$tmo"
+    spawn "$np" --backend nccl --scenario "${name%-server}" --victim "$victim" --timeout "$tmo"
     reap "$bound" "$victim"
     took=$(elapsed "$start")
     for ((r = 0; r < np; r++)); do
@@ -150,8 +153,12 @@ scenario exit-server 2 0 60 30 \
     "rank 0 disconnected without a goodbye .*\(this rank, R, was in $CALL\)"
 # Timeout 10 s, not 2: NCCL's communicator set-up on 4 GPUs takes seconds and is bounded by
 # the same timeout. A survivor reports its own timeout or the one a faster peer posted first.
-scenario hang "$NP" 1 10 60 \
-    "($CALL \(ranks $ranks\) timed out after 10 s on rank R; ranks that did not reach it: (1|unknown)|rank [0-9] failed: $CALL \(ranks $ranks\) timed out after 10 s on rank [0-9]; .* \(this rank, R, was in $CALL\))"
+HANG="($CALL \(ranks $ranks\) timed out after 10 s on rank R; ranks that did not reach it: (1|unknown)|rank [0-9] failed: $CALL \(ranks $ranks\) timed out after 10 s on rank [0-9]; .* \(this rank, R, was in $CALL\))"
+scenario hang "$NP" 1 10 60 "$HANG"
+# The same failures seen by the watchdog while the survivors block outside mg_comm.
+scenario exit-blocking "$NP" 1 60 30 \
+    "rank 1 disconnected without a goodbye .*\(this rank, R, was in $CALL\)"
+scenario hang-blocking "$NP" 1 10 60 "$HANG"
 
 # The failure notice under mpirun as well (mpirun may kill a survivor once the victim exits,
 # racing its report: rank 0 must have reported).

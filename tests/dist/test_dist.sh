@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The multi-rank suite (a part of tests/run.sh): BUILD/dist_tests on 1 rank (no launcher), then
-# under `mpirun --oversubscribe` on 2, 4 and 8 ranks, then three injected failures whose exit
+# under `mpirun --oversubscribe` on 2, 4 and 8 ranks, then injected failures whose exit
 # status, stderr lines and duration are checked here. Prints PASS/FAIL lines and "N passed,
 # N failed"; a build without MPI (or a machine without mpirun) reports itself skipped.
 #   tests/dist/test_dist.sh [BUILD]          MG_DIST_RANKS="2 4 8" picks the rank counts
@@ -47,7 +47,7 @@ scenario() { # NAME NP VICTIM TIMEOUT BOUND MIN_PRINTED PATTERN
     local name=$1 np=$2 victim=$3 tmo=$4 bound=$5 min=$6 pattern=$7
     local start out rc took r printed=0 bad=()
     start=$(now)
-    out=$(timeout "$bound" "${MPIRUN[@]}" -np "$np" "$BIN" --scenario "${name%%-*}" \
+    out=$(timeout "$bound" "${MPIRUN[@]}" -np "$np" "$BIN" --scenario "${name%-server}" \
         --victim "$victim" --timeout "$tmo" 2>&1); rc=$?
     took=$(elapsed "$start")
     for ((r = 0; r < np; r++)); do
@@ -78,8 +78,12 @@ scenario fail 4 1 60 20 3 \
 # kills the survivors as soon as it sees the exit, racing their own report: one report suffices.
 scenario exit 4 2 60 20 1 "rank 2 disconnected without a goodbye .*\(this rank, R, was in $CALL\)"
 scenario exit-server 2 0 60 20 1 "rank 0 disconnected without a goodbye .*\(this rank, R, was in $CALL\)"
-# (c) rank 1 never makes the call: the others time out after 2 s, each reporting its own timeout
-# or the one a faster peer posted first.
+# The NCCL watchdog's scenario (run_nccl.sh) on host buffers: the blocking wait is a no-op and
+# the all-reduce itself fails, as in (b); this keeps the scenario's option working on CPU.
+scenario exit-blocking 4 2 60 20 1 "rank 2 disconnected without a goodbye .*\(this rank, R, was in $CALL\)"
+# (c) rank 1 never makes the call: the others time out after 2 s, ask each other where they wait
+# (0.5 s) and name rank 1 as the one that did not reach it, each in its own timeout line or in
+# the one a faster peer posted first.
 scenario hang 4 1 2 20 3 \
-    "($CALL \(ranks 0,1,2,3\) timed out after 2 s on rank R; ranks that did not reach it: unknown|rank [0-9] failed: $CALL \(ranks 0,1,2,3\) timed out after 2 s on rank [0-9]; .* \(this rank, R, was in $CALL\))"
+    "($CALL \(ranks 0,1,2,3\) timed out after 2 s on rank R; ranks that did not reach it: 1|rank [0-9] failed: $CALL \(ranks 0,1,2,3\) timed out after 2 s on rank [0-9]; ranks that did not reach it: 1 \(this rank, R, was in $CALL\))"
 finish
