@@ -8,6 +8,10 @@
 
 #include "megatron.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* Records msg (printf-style) as the current error and returns code. Returns code unchanged. */
 mg_status mg_error_set(mg_status code, const char *func, const char *file, int line, const char *fmt,
                        ...) __attribute__((format(printf, 5, 6)));
@@ -38,5 +42,9 @@ const char *mg_status_name(mg_status s);
             goto label;                                                                            \
         }                                                                                          \
     } while (0)
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

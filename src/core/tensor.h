@@ -8,6 +8,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef enum { MG_F32 = 0, MG_BF16, MG_F16, MG_I32, MG_I64 } mg_dtype;
 typedef enum { MG_DEVICE_CPU = 0, MG_DEVICE_CUDA } mg_device;
 
@@ -29,5 +33,9 @@ uint16_t mg_f32_to_bf16(float x);
 float mg_bf16_to_f32(uint16_t x);
 uint16_t mg_f32_to_f16(float x);
 float mg_f16_to_f32(uint16_t x);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif
