@@ -32,9 +32,9 @@ HAVE_CUDNN  := $(call have_hdr,cudnn.h,$(CUDA_DIR)/include)
 # The NCCL backend (src/comm/nccl.c) needs nvcc's CUDA (cudart) and NCCL's header and library:
 # from NCCL_HOME if given, else CUDA_DIR, DEPS_PREFIX, /usr, else python3's pip wheel
 # nvidia-nccl-cu13 (which ships only libnccl.so.2). `make NCCL=0` leaves the backend out.
+first_with   = $(firstword $(foreach d,$(2),$(if $(wildcard $(d)/$(1)),$(d))))
 NCCL        ?= 1
 ifneq ($(NCCL),0)
-first_with   = $(firstword $(foreach d,$(2),$(if $(wildcard $(d)/$(1)),$(d))))
 nccl_home    = $(if $(NCCL_HOME),$(addprefix $(NCCL_HOME)/,$(1)))
 nccl_pip     = $(shell python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' 2>/dev/null)
 NCCL_INC    := $(call first_with,nccl.h,$(call nccl_home,include) $(CUDA_DIR)/include $(DEPS_INC) /usr/include)
@@ -47,6 +47,18 @@ HAVE_NCCL   := $(if $(NVCC),$(if $(NCCL_INC),$(if $(NCCL_LIBDIR),$(if $(CUDART_D
 else
 HAVE_NCCL   :=
 endif
+# The CUDA backend (src/backend/cuda: *.cu built by nvcc, *.c by $(CC)) needs nvcc, cuBLASLt's
+# header and the cuBLAS(Lt) and cudart libraries; without them it is left out (backends=cpu).
+# `make CUDA=0` leaves it out too. CUDA_ARCH: Hopper machine code (sm_90a, for wgmma) plus
+# compute_90 PTX that newer GPUs compile at load.
+CUDA        ?= 1
+ifneq ($(CUDA),0)
+CUDA_LIBDIR := $(call first_with,libcublasLt.so,$(CUDA_DIR)/lib64 $(CUDA_DIR)/lib $(DEPS_LIB) /usr/lib/x86_64-linux-gnu)
+CUDA_RTDIR  := $(call first_with,libcudart.so,$(CUDA_DIR)/lib64 $(CUDA_DIR)/lib /usr/lib/x86_64-linux-gnu)
+HAVE_CUDA   := $(if $(NVCC),$(if $(HAVE_CUBLAS),$(if $(CUDA_LIBDIR),$(if $(CUDA_RTDIR),yes))))
+endif
+CUDA_ARCH   ?= -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_90,code=compute_90
+NVCCFLAGS   ?= -O3 -lineinfo
 MPICC       := $(shell command -v mpicc 2>/dev/null)
 # Open MPI's flags from its compiler wrapper, else from pkg-config; `make MPI=no` builds without.
 # -isystem: warnings inside mpi.h are not ours to fix under -Werror.
@@ -73,20 +85,33 @@ ifeq ($(HAVE_NCCL),yes)
 CFLAGS  += -DMG_HAVE_NCCL $(foreach d,$(sort $(CUDA_DIR)/include $(NCCL_INC)),-isystem $(d))
 LDLIBS  += $(foreach d,$(sort $(NCCL_LIBDIR) $(CUDART_DIR)),-L$(d) -Wl$(comma)-rpath$(comma)$(d)) $(NCCL_LIB) -lcudart
 endif
+ifeq ($(HAVE_CUDA),yes)
+# cudart is linked once: by the NCCL line above when NCCL is in the build, else here.
+# libstdc++: nvcc's host code for templated kernels uses C++ runtime helpers (static-local
+# guards), and the final link is done by $(CC).
+CFLAGS  += -DMG_HAVE_CUDA $(if $(HAVE_NCCL),,-isystem $(CUDA_DIR)/include)
+LDLIBS  += $(foreach d,$(filter-out $(if $(HAVE_NCCL),$(NCCL_LIBDIR) $(CUDART_DIR)),$(sort $(CUDA_LIBDIR) $(CUDA_RTDIR))),-L$(d) -Wl$(comma)-rpath$(comma)$(d)) -lcublasLt -lcublas $(if $(HAVE_NCCL),,-lcudart) -lstdc++
+NVCC_ALL := -std=c++17 $(CUDA_ARCH) $(NVCCFLAGS) --expt-relaxed-constexpr -DMG_HAVE_CUDA \
+            -D_GNU_SOURCE $(INCS) $(if $(DEPS_INC),-I$(DEPS_INC)) \
+            -Xcompiler -Wall,-Wextra,-Wno-unused-parameter --Werror all-warnings
+endif
 
 yn = $(if $(1),yes,no)
-BUILD_LINE := megatron.c build: cc=$(CC) nvcc=$(call yn,$(NVCC)) cublas=$(call yn,$(HAVE_CUBLAS)) cudnn=$(call yn,$(HAVE_CUDNN)) nccl=$(call yn,$(HAVE_NCCL)) mpi=$(call yn,$(HAVE_MPI)) openmp=$(call yn,$(HAVE_OPENMP)) openblas=$(call yn,$(BLAS_INC)) cjson=$(call yn,$(HAVE_CJSON)) pcre2=$(call yn,$(HAVE_PCRE2)) backends=cpu
+BUILD_LINE := megatron.c build: cc=$(CC) nvcc=$(call yn,$(NVCC)) cublas=$(call yn,$(HAVE_CUBLAS)) cudnn=$(call yn,$(HAVE_CUDNN)) nccl=$(call yn,$(HAVE_NCCL)) mpi=$(call yn,$(HAVE_MPI)) openmp=$(call yn,$(HAVE_OPENMP)) openblas=$(call yn,$(BLAS_INC)) cjson=$(call yn,$(HAVE_CJSON)) pcre2=$(call yn,$(HAVE_PCRE2)) backends=cpu$(if $(HAVE_CUDA),$(comma)cuda)
 
 # ---- sources ----
-LIB_SRC  := $(shell find src -name '*.c' -not -path 'src/cli/*' | sort)
+LIB_SRC  := $(shell find src -name '*.c' -not -path 'src/cli/*' $(if $(HAVE_CUDA),,-not -path 'src/backend/cuda/*') | sort)
+CU_SRC   := $(if $(HAVE_CUDA),$(shell find src/backend/cuda -name '*.cu' | sort))
 CLI_SRC  := $(shell find src/cli -name '*.c' | sort)
 TEST_SRC := $(shell find tests/unit -name '*.c' | sort)
 DIST_SRC := $(shell find tests/dist -name '*.c' | sort)
+CUDA_TEST_SRC := $(shell find tests/cuda -name '*.c' 2>/dev/null | sort)
 
-LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(CU_SRC:%.cu=$(BUILD)/obj/%.cu.o)
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/obj/%.o)
 DIST_OBJ := $(DIST_SRC:%.c=$(BUILD)/obj/%.o)
+CUDA_TEST_OBJ := $(CUDA_TEST_SRC:%.c=$(BUILD)/obj/%.o)
 
 .PHONY: all test run asan clean deps info format bench
 all: info $(BUILD)/megatron
@@ -103,6 +128,10 @@ deps:
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(DEPFLAGS) -c $< -o $@
+
+$(BUILD)/obj/%.cu.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCC_ALL) -MMD -MP -c $< -o $@
 
 $(BUILD)/libmegatron.a: $(LIB_OBJ)
 	@rm -f $@
@@ -146,6 +175,18 @@ bench-tokenizer: info
 $(BUILD)/tokenize_bench: bench/tokenize_bench.c $(BUILD)/libmegatron.a
 	$(CC) $(CFLAGS) $< $(BUILD)/libmegatron.a $(LDLIBS) -o $@
 
+# GPU machine: every op of the CUDA backend against the CPU backend (tests/cuda), closing with
+# "N passed, N failed"; the runner is the unit tests' (a filter argument: CUDA_TESTS=norm).
+.PHONY: test-cuda
+test-cuda: info
+	@if [ -z "$(HAVE_CUDA)" ]; then echo "make test-cuda needs nvcc, cuBLASLt and cudart" \
+	    "(this build: backends=cpu)" >&2; exit 1; fi
+	@$(MAKE) --no-print-directory $(BUILD)/cuda_tests
+	$(BUILD)/cuda_tests $(CUDA_TESTS)
+
+$(BUILD)/cuda_tests: $(CUDA_TEST_OBJ) $(BUILD)/obj/tests/unit/main.o $(BUILD)/libmegatron.a
+	$(CC) $(CFLAGS) $(CUDA_TEST_OBJ) $(BUILD)/obj/tests/unit/main.o $(BUILD)/libmegatron.a $(LDLIBS) -o $@
+
 # GPU machine (NCCL_NVLS_ENABLE=0 is set by the scripts). test-nccl: the multi-rank tests on the
 # NCCL backend (mpirun on 2 and 4 GPUs, a torchrun-style launch, injected failures), closing
 # with "N passed, N failed". bench-comm: collective bandwidth through mg_comm against raw NCCL
@@ -168,7 +209,7 @@ format:
 clean:
 	rm -rf build build-asan
 
--include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(DIST_OBJ:.o=.d)
+-include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(DIST_OBJ:.o=.d) $(CUDA_TEST_OBJ:.o=.d)
 
 # libFuzzer targets (clang; build only). Run each for >= 10 minutes, e.g.
 #   build-fuzz/fuzz_indexed_dataset -max_total_time=600 tests/fuzz/corpus/indexed

@@ -1,4 +1,5 @@
-/* Backend-independent helpers: validation of an op table. */
+/* Backend-independent helpers: validation of an op table; mg_backend_cuda_create's stand-in in
+ * builds without the CUDA backend. */
 #include "backend/backend.h"
 
 #include <stdio.h>
@@ -58,3 +59,14 @@ mg_status mg_backend_validate(const mg_backend *be) {
                        be->name ? be->name : "(unnamed)", missing);
     return MG_OK;
 }
+
+#ifndef MG_HAVE_CUDA
+mg_status mg_backend_cuda_create(mg_backend **out, int device) {
+    *out = NULL;
+    return MG_FAIL(MG_ERR_UNSUPPORTED,
+                   "no CUDA device: this build has no CUDA backend (built without nvcc and "
+                   "cuBLASLt, or with CUDA=0; the build line says backends=cpu), so device %d "
+                   "cannot be used",
+                   device);
+}
+#endif

@@ -18,7 +18,8 @@
  * split of the rows of the QKV weight gives each rank complete groups.
  *
  * Optional entries may be NULL; mg_backend_validate() lists missing required ones at init.
- * Exports: mg_backend, mg_backend_cpu_create, mg_backend_validate. Needs: core. */
+ * Exports: mg_backend, mg_backend_cpu_create, mg_backend_cuda_create, mg_backend_validate.
+ * Needs: core. */
 #ifndef MG_BACKEND_H
 #define MG_BACKEND_H
 
@@ -28,13 +29,17 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct mg_backend mg_backend;
 
 struct mg_backend {
-    const char *name;     /* "cpu", "cuda" */
+    const char *name; /* "cpu", "cuda" */
     mg_dtype compute_dtype;
     mg_device device;
-    void *ctx;            /* backend private state */
+    void *ctx; /* backend private state */
 
     /* ---- memory ---- */
     mg_status (*alloc)(mg_backend *be, size_t bytes, void **out); /* zeroed */
@@ -98,8 +103,8 @@ struct mg_backend {
     mg_status (*gelu_backward)(mg_backend *be, void *dinp, const void *inp, const void *dout,
                                size_t n);
     /* SwiGLU (Megatron): inp row = [gate (F) | up (F)], out = silu(gate) * up */
-    mg_status (*swiglu_forward)(mg_backend *be, void *out /* (N,F) */,
-                                const void *inp /* (N,2F) */, int N, int F);
+    mg_status (*swiglu_forward)(mg_backend *be, void *out /* (N,F) */, const void *inp /* (N,2F) */,
+                                int N, int F);
     mg_status (*swiglu_backward)(mg_backend *be, void *dinp /* (N,2F) */,
                                  const void *inp /* (N,2F) */, const void *dout /* (N,F) */, int N,
                                  int F);
@@ -135,12 +140,14 @@ struct mg_backend {
      * logits[i,:] becomes dlogits = (softmax(logits[i,:]) - onehot(targets[i])) * dloss[i].
      * All V columns take part, padded vocabulary entries included: in Megatron they are ordinary
      * (trained) logits. */
-    mg_status (*cross_entropy_fused)(mg_backend *be, void *logits /* (N,V) in: logits, out: grads */,
+    mg_status (*cross_entropy_fused)(mg_backend *be,
+                                     void *logits /* (N,V) in: logits, out: grads */,
                                      float *losses /* (N) */, const int32_t *targets /* (N) */,
                                      const float *dloss /* (N) */, int N, int V);
 
     /* ---- elementwise and reductions ---- */
-    mg_status (*add)(mg_backend *be, void *out, const void *a, const void *b, size_t n); /* out=a+b */
+    mg_status (*add)(mg_backend *be, void *out, const void *a, const void *b,
+                     size_t n); /* out=a+b */
     /* *out += scale * sum_i x[i] * (w ? w[i] : 1)  (fp32, deterministic order) */
     mg_status (*sum_f32)(mg_backend *be, float *out /* (1) */, const float *x /* (n) */,
                          const float *w /* (n) or NULL */, size_t n, float scale);
@@ -168,7 +175,15 @@ struct mg_backend {
 /* Creates the CPU reference backend (fp32, OpenMP; OpenBLAS for GEMM). num_threads <= 0 keeps the
  * OpenMP default. */
 mg_status mg_backend_cpu_create(mg_backend **out, int num_threads);
+/* Creates the CUDA backend on GPU `device` (bf16 compute; src/backend/cuda, docs/architecture.md).
+ * MG_ERR_UNSUPPORTED with a "no CUDA device: ..." line when no usable GPU is present, and in
+ * builds without the CUDA backend (built without nvcc, or `make CUDA=0`: no MG_HAVE_CUDA). */
+mg_status mg_backend_cuda_create(mg_backend **out, int device);
 /* Checks that every required entry is present; the message names the missing ones. */
 mg_status mg_backend_validate(const mg_backend *be);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -1,0 +1,188 @@
+/* Elementwise activations (CPU reference: cpu/cpu_activation.c): GELU, tanh form, and SwiGLU in
+ * Megatron's [gate | up] row layout. bf16 in and out, fp32 math with the same formulas as the CPU
+ * (the logistic form of tanh-GELU: one exp, no cancellation). Gradients are overwritten.
+ * Each kernel takes a 16-byte (8 x bf16) path when every pointer is aligned and the row width
+ * allows, and an element-by-element path for the rest. */
+#include "backend/cuda/cuda_common.cuh"
+
+#define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
+#define GELU_C 0.044715f
+
+/* e^{-2u}, u = sqrt(2/pi) (x + 0.044715 x^3). The cap at 88 (as mg_cpu_expf) keeps e finite, so
+ * the backward's e * sig never becomes inf * 0 for very negative x. */
+static __device__ __forceinline__ float gelu_expm2u(float x) {
+    float u = GELU_K * (x + GELU_C * x * x * x);
+    return expf(fminf(-2.0f * u, 88.0f));
+}
+
+static __device__ __forceinline__ float gelu_fwd(float x) {
+    return x / (1.0f + gelu_expm2u(x));
+}
+
+/* d/dx [x sigma(2u)] = sigma + x * 2 sigma (1 - sigma) du, 1 - sigma = e sigma */
+static __device__ __forceinline__ float gelu_bwd(float x, float d) {
+    float e = gelu_expm2u(x);
+    float sig = 1.0f / (1.0f + e);
+    float du = GELU_K * (1.0f + 3.0f * GELU_C * x * x);
+    return (sig + 2.0f * x * (sig * (e * sig)) * du) * d;
+}
+
+static __global__ void gelu_forward_kernel(bf16 *out, const bf16 *inp, size_t n, int vec) {
+    // out, inp (n)
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    size_t t0 = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    size_t nv = vec ? n / 8 : 0;
+    for (size_t u = t0; u < nv; u += stride) {
+        float f[8];
+        mg_load8(inp + 8 * u, f);
+#pragma unroll
+        for (int k = 0; k < 8; k++) f[k] = gelu_fwd(f[k]);
+        mg_store8(out + 8 * u, f);
+    }
+    for (size_t i = nv * 8 + t0; i < n; i += stride)
+        out[i] = __float2bfloat16_rn(gelu_fwd(__bfloat162float(inp[i])));
+}
+
+static __global__ void gelu_backward_kernel(bf16 *dinp, const bf16 *inp, const bf16 *dout, size_t n,
+                                            int vec) {
+    // dinp, inp, dout (n)
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    size_t t0 = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    size_t nv = vec ? n / 8 : 0;
+    for (size_t u = t0; u < nv; u += stride) {
+        float x[8], d[8];
+        mg_load8(inp + 8 * u, x);
+        mg_load8(dout + 8 * u, d);
+#pragma unroll
+        for (int k = 0; k < 8; k++) x[k] = gelu_bwd(x[k], d[k]);
+        mg_store8(dinp + 8 * u, x);
+    }
+    for (size_t i = nv * 8 + t0; i < n; i += stride)
+        dinp[i] =
+            __float2bfloat16_rn(gelu_bwd(__bfloat162float(inp[i]), __bfloat162float(dout[i])));
+}
+
+extern "C" mg_status mg_cuda_gelu_forward(mg_backend *be, void *out, const void *inp, size_t n) {
+    if (n == 0) return MG_OK;
+    int vec = mg_cuda_aligned16(out) && mg_cuda_aligned16(inp);
+    unsigned grid = mg_cuda_blocks(vec ? (n + 7) / 8 : n, MG_CUDA_THREADS);
+    gelu_forward_kernel<<<grid, MG_CUDA_THREADS, 0, mg_cuda_stream(be)>>>(
+        (bf16 *)out, (const bf16 *)inp, n, vec);
+    MG_CUDA_CHECK_LAUNCH();
+    return MG_OK;
+}
+
+extern "C" mg_status mg_cuda_gelu_backward(mg_backend *be, void *dinp, const void *inp,
+                                           const void *dout, size_t n) {
+    if (n == 0) return MG_OK;
+    int vec = mg_cuda_aligned16(dinp) && mg_cuda_aligned16(inp) && mg_cuda_aligned16(dout);
+    unsigned grid = mg_cuda_blocks(vec ? (n + 7) / 8 : n, MG_CUDA_THREADS);
+    gelu_backward_kernel<<<grid, MG_CUDA_THREADS, 0, mg_cuda_stream(be)>>>(
+        (bf16 *)dinp, (const bf16 *)inp, (const bf16 *)dout, n, vec);
+    MG_CUDA_CHECK_LAUNCH();
+    return MG_OK;
+}
+
+/* sigma(g) = 1 / (1 + e^{-g}); the cap keeps e^{-g} finite (g < -88: sigma ~ 1e-38 either way). */
+static __device__ __forceinline__ float sigmoid(float g) {
+    return 1.0f / (1.0f + expf(fminf(-g, 88.0f)));
+}
+
+/* Work item u covers VEC consecutive columns of one row: row = u / (F/VEC). VEC = 8 needs F % 8
+ * == 0 and aligned pointers (then every row start is 16-byte aligned too). */
+template <int VEC>
+static __global__ void swiglu_forward_kernel(bf16 *out, const bf16 *inp, int N, int F) {
+    // out (N, F); inp (N, 2F) = [gate | up]
+    size_t per_row = (size_t)F / VEC, items = (size_t)N * per_row;
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t u = (size_t)blockIdx.x * blockDim.x + threadIdx.x; u < items; u += stride) {
+        size_t i = u / per_row, j = (u % per_row) * VEC;
+        const bf16 *g = inp + i * 2 * F + j, *up = g + F;
+        bf16 *o = out + i * F + j;
+        if (VEC == 8) {
+            float fg[8], fu[8];
+            mg_load8(g, fg);
+            mg_load8(up, fu);
+#pragma unroll
+            for (int k = 0; k < 8; k++) fg[k] = fg[k] * sigmoid(fg[k]) * fu[k];
+            mg_store8(o, fg);
+        } else {
+            float fg = __bfloat162float(*g), fu = __bfloat162float(*up);
+            *o = __float2bfloat16_rn(fg * sigmoid(fg) * fu);
+        }
+    }
+}
+
+template <int VEC>
+static __global__ void swiglu_backward_kernel(bf16 *dinp, const bf16 *inp, const bf16 *dout, int N,
+                                              int F) {
+    // dinp, inp (N, 2F) = [gate | up]; dout (N, F)
+    size_t per_row = (size_t)F / VEC, items = (size_t)N * per_row;
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t u = (size_t)blockIdx.x * blockDim.x + threadIdx.x; u < items; u += stride) {
+        size_t i = u / per_row, j = (u % per_row) * VEC;
+        const bf16 *g = inp + i * 2 * F + j, *up = g + F, *d = dout + i * F + j;
+        bf16 *dg = dinp + i * 2 * F + j, *du = dg + F;
+        float fg[VEC], fu[VEC], fd[VEC], og[VEC], ou[VEC];
+        if (VEC == 8) {
+            mg_load8(g, fg);
+            mg_load8(up, fu);
+            mg_load8(d, fd);
+        } else {
+            fg[0] = __bfloat162float(*g);
+            fu[0] = __bfloat162float(*up);
+            fd[0] = __bfloat162float(*d);
+        }
+#pragma unroll
+        for (int k = 0; k < VEC; k++) {
+            float sig = sigmoid(fg[k]);
+            /* d silu / dg = sig * (1 + g * (1 - sig)) */
+            og[k] = fd[k] * fu[k] * sig * (1.0f + fg[k] * (1.0f - sig));
+            ou[k] = fd[k] * (fg[k] * sig);
+        }
+        if (VEC == 8) {
+            mg_store8(dg, og);
+            mg_store8(du, ou);
+        } else {
+            *dg = __float2bfloat16_rn(og[0]);
+            *du = __float2bfloat16_rn(ou[0]);
+        }
+    }
+}
+
+extern "C" mg_status mg_cuda_swiglu_forward(mg_backend *be, void *out, const void *inp, int N,
+                                            int F) {
+    // out (N, F); inp (N, 2F)
+    if (N <= 0 || F <= 0) return MG_OK;
+    cudaStream_t st = mg_cuda_stream(be);
+    if (F % 8 == 0 && mg_cuda_aligned16(out) && mg_cuda_aligned16(inp)) {
+        unsigned grid = mg_cuda_blocks((size_t)N * (F / 8), MG_CUDA_THREADS);
+        swiglu_forward_kernel<8>
+            <<<grid, MG_CUDA_THREADS, 0, st>>>((bf16 *)out, (const bf16 *)inp, N, F);
+    } else {
+        unsigned grid = mg_cuda_blocks((size_t)N * F, MG_CUDA_THREADS);
+        swiglu_forward_kernel<1>
+            <<<grid, MG_CUDA_THREADS, 0, st>>>((bf16 *)out, (const bf16 *)inp, N, F);
+    }
+    MG_CUDA_CHECK_LAUNCH();
+    return MG_OK;
+}
+
+extern "C" mg_status mg_cuda_swiglu_backward(mg_backend *be, void *dinp, const void *inp,
+                                             const void *dout, int N, int F) {
+    // dinp, inp (N, 2F); dout (N, F)
+    if (N <= 0 || F <= 0) return MG_OK;
+    cudaStream_t st = mg_cuda_stream(be);
+    if (F % 8 == 0 && mg_cuda_aligned16(dinp) && mg_cuda_aligned16(inp) &&
+        mg_cuda_aligned16(dout)) {
+        unsigned grid = mg_cuda_blocks((size_t)N * (F / 8), MG_CUDA_THREADS);
+        swiglu_backward_kernel<8><<<grid, MG_CUDA_THREADS, 0, st>>>((bf16 *)dinp, (const bf16 *)inp,
+                                                                    (const bf16 *)dout, N, F);
+    } else {
+        unsigned grid = mg_cuda_blocks((size_t)N * F, MG_CUDA_THREADS);
+        swiglu_backward_kernel<1><<<grid, MG_CUDA_THREADS, 0, st>>>((bf16 *)dinp, (const bf16 *)inp,
+                                                                    (const bf16 *)dout, N, F);
+    }
+    MG_CUDA_CHECK_LAUNCH();
+    return MG_OK;
+}

@@ -1,0 +1,586 @@
+/* Causal self-attention over the fused qkv buffer (layout in backend.h), flash-attention style:
+ * tiles of 64 queries x 64 keys, online softmax, fp32 accumulators, the (S, S) probabilities
+ * never stored. Matrix products use the tensor cores through WMMA (bf16 16x16x16, fp32
+ * accumulate); WMMA fragments have an unspecified element layout, so anything row-wise (softmax,
+ * rescaling) goes through shared memory.
+ *
+ * Forward, one block of 4 warps per (query tile, head, batch); warp w owns query rows 16w..16w+15
+ * of the tile, so its softmax needs only __syncwarp. Per key tile: S = Q K^T (fp32 in shared
+ * memory), row max / sum updated online in base 2 (scores pre-multiplied by scale*log2(e)),
+ * P = exp2(S - m) as bf16, O (fp32, shared memory) rescaled and O += P V. At the end O /= l and
+ * the row's base-2 logsumexp, lse2 = m + log2(l), goes to `saved` (B, nq, S) fp32 for backward.
+ *
+ * Backward (deterministic, no atomics), three kernels:
+ *  1. D[b,h,s] = dO . O (fp32) into the workspace;
+ *  2. dK, dV: one block of 8 warps per (key tile, kv group, batch) loops over the r query heads of
+ *     the group and the query tiles at or after the key tile, recomputing P = exp2(S - lse2) and
+ *     dS = P (dP - D) with dP = dO V^T, accumulating dV += P^T dO and dK += dS^T Q in registers;
+ *     each dk/dv element is written once, sums in a fixed order;
+ *  3. dQ: one block of 8 warps per (query tile, head, batch) loops over key tiles, recomputes P
+ *     and dS the same way and accumulates dQ += dS K.
+ * The scores and dP are computed twice (kernels 2 and 3): the price of determinism without
+ * atomics.
+ *
+ * Rows past S (ragged last tile) are loaded as zeros and masked (P = 0); keys past the query or
+ * past S are masked. Later query tiles have more work, so the forward and dQ grids start from the
+ * last tile (and dK/dV from the first key tile), letting the long blocks start first.
+ *
+ * Limits: hd a multiple of 16, 16..128 (templated); qkv, out, dout, dqkv 16-byte aligned (16-byte
+ * vector loads); dynamic shared memory up to ~123 KB per block (HD 128), raised with
+ * cudaFuncSetAttribute at each launch (a host-side attribute, no synchronisation).
+ * Workspace: D, B*nq*S fp32 (4 MiB at B=8, nq=32, S=4096).
+ * Exports: mg_cuda_attention_saved_bytes, mg_cuda_attention_forward, mg_cuda_attention_backward. */
+/* first: it declares the core error API with C linkage (core/status.h has no guards) */
+#include "backend/cuda/cuda_common.cuh"
+
+#include <cuda_bf16.h>
+#include <math.h>
+#include <mma.h>
+#include <stdint.h>
+
+using namespace nvcuda;
+
+#define ATT_T           64 /* query and key tile rows; the backward's causal ranges assume they are equal */
+#define ATT_FWD_THREADS 128
+#define ATT_BWD_THREADS 256
+
+typedef wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> frag_a_row;
+typedef wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::col_major> frag_a_col;
+typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major> frag_b_row;
+typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> frag_b_col;
+typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> frag_c;
+
+/* Shared-memory geometry for head dim HD. Row pitches are padded by 16 bytes (bf16) or 16 bytes
+ * (fp32) so that the 16 rows a WMMA load touches fall in different banks; every region size is a
+ * multiple of 128 bytes so regions stay 32-byte aligned as WMMA requires. */
+template <int HD> struct att_geom {
+    static constexpr int LD = HD + 8;     /* bf16 (64, HD) tiles: Q, K, V, dO */
+    static constexpr int LDS = ATT_T + 4; /* fp32 (64, 64) tiles: S, dP */
+    static constexpr int LDP = ATT_T + 8; /* bf16 (64, 64) tiles: P, dS */
+    static constexpr int LDO = HD + 4;    /* fp32 (64, HD) tiles: O, staging */
+    static constexpr size_t TILE = (size_t)ATT_T * LD * sizeof(bf16);
+    static constexpr size_t SCORE = (size_t)ATT_T * LDS * sizeof(float);
+    static constexpr size_t PROB = (size_t)ATT_T * LDP * sizeof(bf16);
+    static constexpr size_t OUT = (size_t)ATT_T * LDO * sizeof(float);
+    static constexpr size_t ROWS = ATT_T * sizeof(float);
+    /* forward: Q K V | S | P | O */
+    static constexpr size_t FWD = 3 * TILE + SCORE + PROB + OUT;
+    /* backward: Q dO K V | S dP (also the fp32 staging of the final tile) | P dS | lse D */
+    static constexpr size_t BWD = 4 * TILE + 2 * SCORE + 2 * PROB + 2 * ROWS;
+    static_assert(2 * SCORE >= OUT, "staging must fit in the S and dP regions");
+    static_assert(TILE % 128 == 0 && SCORE % 128 == 0 && PROB % 128 == 0 && OUT % 128 == 0,
+                  "regions keep 128-byte alignment");
+};
+
+/* dst (64, HD) pitch LD <- rows [r0, r0+64) of a (rows, HD) matrix at src with row stride
+ * `stride` elements; rows >= nrows are zero. 16-byte vectors. */
+template <int HD>
+static __device__ __forceinline__ void load_tile(bf16 *dst, const bf16 *src, size_t stride, int r0,
+                                                 int nrows) {
+    constexpr int VPR = HD / 8; /* 16-byte vectors per row */
+    for (int i = threadIdx.x; i < ATT_T * VPR; i += blockDim.x) {
+        int r = i / VPR, c = (i % VPR) * 8;
+        uint4 v = make_uint4(0, 0, 0, 0);
+        if (r0 + r < nrows) v = *(const uint4 *)(src + (size_t)(r0 + r) * stride + c);
+        *(uint4 *)(dst + r * att_geom<HD>::LD + c) = v;
+    }
+}
+
+/* dst rows [r0, r0+64) (< nrows) <- scale * stage (64, HD) fp32 pitch LDO, as bf16. */
+template <int HD>
+static __device__ __forceinline__ void store_tile(bf16 *dst, size_t stride, int r0, int nrows,
+                                                  const float *stage, float scale) {
+    constexpr int VPR = HD / 8;
+    for (int i = threadIdx.x; i < ATT_T * VPR; i += blockDim.x) {
+        int r = i / VPR, c = (i % VPR) * 8;
+        if (r0 + r >= nrows) continue;
+        const float *s = stage + r * att_geom<HD>::LDO + c;
+        __align__(16) bf16 v[8];
+#pragma unroll
+        for (int e = 0; e < 8; e++) v[e] = __float2bfloat16(s[e] * scale);
+        *(uint4 *)(dst + (size_t)(r0 + r) * stride + c) = *(const uint4 *)v;
+    }
+}
+
+static __device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* Grid (ceil(S/64), nq, B), 128 threads. C = ng*(r+2)*HD is the qkv row width. */
+template <int HD>
+static __global__ void __launch_bounds__(ATT_FWD_THREADS)
+    attention_forward_kernel(bf16 *out /* (B*S, nq*HD) */, float *lse /* (B, nq, S) */,
+                             const bf16 *qkv /* (B*S, C) */, int S, int nq, int r,
+                             float scale_log2) {
+    typedef att_geom<HD> G;
+    extern __shared__ __align__(128) unsigned char smem[];
+    bf16 *q_s = (bf16 *)smem;                               // (64, HD) pitch LD
+    bf16 *k_s = (bf16 *)(smem + G::TILE);                   // (64, HD)
+    bf16 *v_s = (bf16 *)(smem + 2 * G::TILE);               // (64, HD)
+    float *s_s = (float *)(smem + 3 * G::TILE);             // (64, 64) pitch LDS
+    bf16 *p_s = (bf16 *)((unsigned char *)s_s + G::SCORE);  // (64, 64) pitch LDP
+    float *o_s = (float *)((unsigned char *)p_s + G::PROB); // (64, HD) pitch LDO
+
+    const int qt = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int g = h / r, C = (nq / r) * (r + 2) * HD, q0 = qt * ATT_T;
+    const bf16 *base = qkv + (size_t)b * S * C;
+    const bf16 *q = base + (size_t)(g * (r + 2) + h % r) * HD; // (S, HD) stride C
+    const bf16 *k = base + (size_t)(g * (r + 2) + r) * HD;     // (S, HD) stride C
+    const bf16 *v = k + HD;                                    // (S, HD) stride C
+
+    load_tile<HD>(q_s, q, C, q0, S);
+    for (int i = threadIdx.x; i < ATT_T * G::LDO; i += blockDim.x) o_s[i] = 0.0f;
+    __syncthreads();
+    frag_a_row qf[HD / 16]; /* this warp's 16 query rows, reused for every key tile */
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; kk++)
+        wmma::load_matrix_sync(qf[kk], q_s + warp * 16 * G::LD + kk * 16, G::LD);
+
+    float m_i[16], l_i[16]; /* running max (base 2) and sum per row, identical in every lane */
+#pragma unroll
+    for (int i = 0; i < 16; i++) m_i[i] = -INFINITY, l_i[i] = 0.0f;
+    float *s_w = s_s + warp * 16 * G::LDS;
+    bf16 *p_w = p_s + warp * 16 * G::LDP;
+    float *o_w = o_s + warp * 16 * G::LDO;
+
+    for (int kt = 0; kt <= qt; kt++) { /* causal: keys up to the tile's last query */
+        const int k0 = kt * ATT_T;
+        __syncthreads(); /* every warp is done with the previous K, V */
+        load_tile<HD>(k_s, k, C, k0, S);
+        load_tile<HD>(v_s, v, C, k0, S);
+        __syncthreads();
+        /* S_w (16, 64) = Q_w K^T */
+#pragma unroll
+        for (int n = 0; n < ATT_T / 16; n++) {
+            frag_c acc;
+            wmma::fill_fragment(acc, 0.0f);
+#pragma unroll
+            for (int kk = 0; kk < HD / 16; kk++) {
+                frag_b_col kf; /* K^T: element (d, key) at k_s[key*LD + d] */
+                wmma::load_matrix_sync(kf, k_s + n * 16 * G::LD + kk * 16, G::LD);
+                wmma::mma_sync(acc, qf[kk], kf, acc);
+            }
+            wmma::store_matrix_sync(s_w + n * 16, acc, G::LDS, wmma::mem_row_major);
+        }
+        __syncwarp();
+        /* online softmax, one row at a time across the warp (lane owns keys lane, lane+32) */
+#pragma unroll
+        for (int i = 0; i < 16; i++) {
+            const int qi = q0 + warp * 16 + i;
+            const int c0 = lane, c1 = lane + 32;
+            float x0 = k0 + c0 <= qi && k0 + c0 < S ? s_w[i * G::LDS + c0] * scale_log2 : -INFINITY;
+            float x1 = k0 + c1 <= qi && k0 + c1 < S ? s_w[i * G::LDS + c1] * scale_log2 : -INFINITY;
+            float m_new = fmaxf(m_i[i], warp_max(fmaxf(x0, x1)));
+            /* m_new = -inf would mean a row with no visible key (never for a row < S: key 0 is in
+             * the first tile); the guard keeps NaN out of such a row regardless */
+            float alpha = m_new == -INFINITY ? 1.0f : exp2f(m_i[i] - m_new);
+            float p0 = m_new == -INFINITY ? 0.0f : exp2f(x0 - m_new);
+            float p1 = m_new == -INFINITY ? 0.0f : exp2f(x1 - m_new);
+            l_i[i] = l_i[i] * alpha + mg_warp_sum(p0 + p1);
+            m_i[i] = m_new;
+            p_w[i * G::LDP + c0] = __float2bfloat16(p0);
+            p_w[i * G::LDP + c1] = __float2bfloat16(p1);
+            if (kt > 0)
+                for (int d = lane; d < HD; d += 32) o_w[i * G::LDO + d] *= alpha;
+        }
+        __syncwarp();
+        /* O_w (16, HD) += P_w (16, 64) V (64, HD) */
+        frag_a_row pf[ATT_T / 16];
+#pragma unroll
+        for (int kk = 0; kk < ATT_T / 16; kk++)
+            wmma::load_matrix_sync(pf[kk], p_w + kk * 16, G::LDP);
+#pragma unroll
+        for (int n = 0; n < HD / 16; n++) {
+            frag_c acc;
+            wmma::load_matrix_sync(acc, o_w + n * 16, G::LDO, wmma::mem_row_major);
+#pragma unroll
+            for (int kk = 0; kk < ATT_T / 16; kk++) {
+                frag_b_row vf;
+                wmma::load_matrix_sync(vf, v_s + kk * 16 * G::LD + n * 16, G::LD);
+                wmma::mma_sync(acc, pf[kk], vf, acc);
+            }
+            wmma::store_matrix_sync(o_w + n * 16, acc, G::LDO, wmma::mem_row_major);
+        }
+        __syncwarp();
+    }
+    /* out = O / l; lse2 = m + log2(l) */
+    const int OW = nq * HD;
+#pragma unroll
+    for (int i = 0; i < 16; i++) {
+        const int qi = q0 + warp * 16 + i;
+        if (qi >= S) continue; /* uniform across the warp */
+        const float inv = 1.0f / l_i[i];
+        bf16 *o = out + ((size_t)b * S + qi) * OW + (size_t)h * HD;
+        for (int d = lane; d < HD; d += 32) o[d] = __float2bfloat16(o_w[i * G::LDO + d] * inv);
+        if (lane == 0) lse[((size_t)b * nq + h) * S + qi] = m_i[i] + log2f(l_i[i]);
+    }
+}
+
+/* D[b,h,s] = sum_d dO[b,s,h,d] O[b,s,h,d]: one warp per (token, head). */
+static __global__ void attention_bwd_dot_kernel(float *D /* (B, nq, S) */,
+                                                const bf16 *dout /* (B*S, nq*hd) */,
+                                                const bf16 *out /* (B*S, nq*hd) */, int B, int S,
+                                                int nq, int hd) {
+    const size_t row = (size_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    const int lane = threadIdx.x % 32;
+    if (row >= (size_t)B * S * nq) return;
+    const bf16 *a = dout + row * hd, *o = out + row * hd; /* row = token * nq + h */
+    float acc = 0.0f;
+    for (int d = lane; d < hd; d += 32) acc += __bfloat162float(a[d]) * __bfloat162float(o[d]);
+    acc = mg_warp_sum(acc);
+    if (lane == 0) {
+        size_t token = row / nq;
+        int h = (int)(row % nq), s = (int)(token % S), bb = (int)(token / S);
+        D[((size_t)bb * nq + h) * S + s] = acc;
+    }
+}
+
+/* Shared by the two backward kernels: with Q, dO (query tile at q0) and K, V (key tile at k0) in
+ * shared memory and the rows' lse2 and D in lse_s, d_s, computes
+ *   p_s  = P  = exp2(scale_log2 * Q K^T - lse2)          (bf16, masked entries 0)
+ *   ds_s = dS = P (dO V^T - D)                            (bf16)
+ * Warp w computes the 16x32 piece (rows 16 (w%4), keys 32 (w/4)) of S and dP; then all threads
+ * do the elementwise part. Ends with __syncthreads. */
+template <int HD>
+static __device__ __forceinline__ void
+bwd_probs(const bf16 *q_s, const bf16 *do_s, const bf16 *k_s, const bf16 *v_s, float *s_s,
+          float *dp_s, bf16 *p_s, bf16 *ds_s, const float *lse_s, const float *d_s, int q0, int k0,
+          int S, float scale_log2) {
+    typedef att_geom<HD> G;
+    const int warp = threadIdx.x / 32, rb = warp % 4, cb = warp / 4;
+#pragma unroll
+    for (int j = 0; j < 2; j++) {
+        const int n = cb * 2 + j;
+        frag_c acc_s, acc_dp;
+        wmma::fill_fragment(acc_s, 0.0f);
+        wmma::fill_fragment(acc_dp, 0.0f);
+#pragma unroll
+        for (int kk = 0; kk < HD / 16; kk++) {
+            frag_a_row a;
+            frag_b_col bm;
+            wmma::load_matrix_sync(a, q_s + rb * 16 * G::LD + kk * 16, G::LD);
+            wmma::load_matrix_sync(bm, k_s + n * 16 * G::LD + kk * 16, G::LD);
+            wmma::mma_sync(acc_s, a, bm, acc_s);
+            wmma::load_matrix_sync(a, do_s + rb * 16 * G::LD + kk * 16, G::LD);
+            wmma::load_matrix_sync(bm, v_s + n * 16 * G::LD + kk * 16, G::LD);
+            wmma::mma_sync(acc_dp, a, bm, acc_dp);
+        }
+        wmma::store_matrix_sync(s_s + rb * 16 * G::LDS + n * 16, acc_s, G::LDS,
+                                wmma::mem_row_major);
+        wmma::store_matrix_sync(dp_s + rb * 16 * G::LDS + n * 16, acc_dp, G::LDS,
+                                wmma::mem_row_major);
+    }
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < ATT_T * ATT_T; idx += blockDim.x) {
+        const int i = idx / ATT_T, c = idx % ATT_T, qi = q0 + i, kj = k0 + c;
+        float p = 0.0f, ds = 0.0f;
+        if (qi < S && kj <= qi) {
+            p = exp2f(s_s[i * G::LDS + c] * scale_log2 - lse_s[i]);
+            ds = p * (dp_s[i * G::LDS + c] - d_s[i]);
+        }
+        if (p_s) p_s[i * G::LDP + c] = __float2bfloat16(p);
+        ds_s[i * G::LDP + c] = __float2bfloat16(ds);
+    }
+    __syncthreads();
+}
+
+/* Loads the per-row lse2 and D of query rows [q0, q0+64) of head (b, h); rows past S get 0 (they
+ * are masked anyway). */
+static __device__ __forceinline__ void load_rows(float *lse_s, float *d_s, const float *lse,
+                                                 const float *D, size_t off, int q0, int S) {
+    for (int i = threadIdx.x; i < ATT_T; i += blockDim.x) {
+        bool in = q0 + i < S;
+        lse_s[i] = in ? lse[off + q0 + i] : 0.0f;
+        d_s[i] = in ? D[off + q0 + i] : 0.0f;
+    }
+}
+
+/* Carves the backward's shared memory (see att_geom::BWD). */
+#define ATT_BWD_SMEM(HD)                                                                           \
+    typedef att_geom<HD> G;                                                                        \
+    extern __shared__ __align__(128) unsigned char smem[];                                         \
+    bf16 *q_s = (bf16 *)smem;                                  /* (64, HD) pitch LD */             \
+    bf16 *do_s = (bf16 *)(smem + G::TILE);                     /* (64, HD) */                      \
+    bf16 *k_s = (bf16 *)(smem + 2 * G::TILE);                  /* (64, HD) */                      \
+    bf16 *v_s = (bf16 *)(smem + 3 * G::TILE);                  /* (64, HD) */                      \
+    float *s_s = (float *)(smem + 4 * G::TILE);                /* (64, 64) pitch LDS; staging */   \
+    float *dp_s = (float *)((unsigned char *)s_s + G::SCORE);  /* (64, 64) pitch LDS */            \
+    bf16 *p_s = (bf16 *)((unsigned char *)dp_s + G::SCORE);    /* (64, 64) pitch LDP */            \
+    bf16 *ds_s = (bf16 *)((unsigned char *)p_s + G::PROB);     /* (64, 64) pitch LDP */            \
+    float *lse_s = (float *)((unsigned char *)ds_s + G::PROB); /* (64) */                          \
+    float *d_s = lse_s + ATT_T;                                /* (64) */
+
+/* Grid (ceil(S/64), ng, B), 256 threads. Warp w owns key rows 16 (w%4) of the tile and the
+ * 16-wide column blocks n = w/4, w/4 + 2, ... of HD for dK and dV. */
+template <int HD>
+static __global__ void __launch_bounds__(ATT_BWD_THREADS)
+    attention_bwd_dkdv_kernel(bf16 *dqkv /* (B*S, C) */, const bf16 *qkv /* (B*S, C) */,
+                              const bf16 *dout /* (B*S, nq*HD) */, const float *lse /* (B,nq,S) */,
+                              const float *D /* (B,nq,S) */, int S, int nq, int r, float scale_log2,
+                              float scale) {
+    ATT_BWD_SMEM(HD)
+    constexpr int NF = HD / 16, NH = (NF + 1) / 2;
+    const int kt = blockIdx.x, g = blockIdx.y, b = blockIdx.z, k0 = kt * ATT_T;
+    const int warp = threadIdx.x / 32, kb = warp % 4, half = warp / 4;
+    const int C = (nq / r) * (r + 2) * HD, OW = nq * HD, nqt = (S + ATT_T - 1) / ATT_T;
+    const size_t tok0 = (size_t)b * S;
+    const bf16 *kp = qkv + tok0 * C + (size_t)(g * (r + 2) + r) * HD; // (S, HD) stride C
+    load_tile<HD>(k_s, kp, C, k0, S);
+    load_tile<HD>(v_s, kp + HD, C, k0, S);
+
+    frag_c dk[NH], dv[NH];
+#pragma unroll
+    for (int t = 0; t < NH; t++) wmma::fill_fragment(dk[t], 0.0f), wmma::fill_fragment(dv[t], 0.0f);
+
+    for (int j = 0; j < r; j++) {
+        const int h = g * r + j;
+        const bf16 *qp = qkv + tok0 * C + (size_t)(g * (r + 2) + j) * HD; // (S, HD) stride C
+        const bf16 *dop = dout + tok0 * OW + (size_t)h * HD;              // (S, HD) stride OW
+        for (int qt = kt; qt < nqt; qt++) { /* causal: query tiles at or after the key tile */
+            const int q0 = qt * ATT_T;
+            __syncthreads(); /* the previous iteration's readers of Q, dO, P, dS are done */
+            load_tile<HD>(q_s, qp, C, q0, S);
+            load_tile<HD>(do_s, dop, OW, q0, S);
+            load_rows(lse_s, d_s, lse, D, ((size_t)b * nq + h) * S, q0, S);
+            __syncthreads();
+            bwd_probs<HD>(q_s, do_s, k_s, v_s, s_s, dp_s, p_s, ds_s, lse_s, d_s, q0, k0, S,
+                          scale_log2);
+            /* dV (64 keys, HD) += P^T dO;  dK += dS^T Q  (contraction over the 64 queries) */
+            frag_a_col pt[ATT_T / 16],
+                dst[ATT_T / 16]; /* element (key, query) at x[query*LDP+key] */
+#pragma unroll
+            for (int kk = 0; kk < ATT_T / 16; kk++) {
+                wmma::load_matrix_sync(pt[kk], p_s + kk * 16 * G::LDP + kb * 16, G::LDP);
+                wmma::load_matrix_sync(dst[kk], ds_s + kk * 16 * G::LDP + kb * 16, G::LDP);
+            }
+#pragma unroll
+            for (int t = 0; t < NH; t++) {
+                const int n = 2 * t + half;
+                if (n >= NF) continue;
+#pragma unroll
+                for (int kk = 0; kk < ATT_T / 16; kk++) {
+                    frag_b_row bm;
+                    wmma::load_matrix_sync(bm, do_s + kk * 16 * G::LD + n * 16, G::LD);
+                    wmma::mma_sync(dv[t], pt[kk], bm, dv[t]);
+                    wmma::load_matrix_sync(bm, q_s + kk * 16 * G::LD + n * 16, G::LD);
+                    wmma::mma_sync(dk[t], dst[kk], bm, dk[t]);
+                }
+            }
+        }
+    }
+    /* stage through shared memory (the S/dP regions) and write bf16: dk = scale dS^T Q */
+    bf16 *dkp = dqkv + tok0 * C + (size_t)(g * (r + 2) + r) * HD; // (S, HD) stride C
+    float *stage = s_s;                                           // (64, HD) pitch LDO
+    for (int pass = 0; pass < 2; pass++) {
+        __syncthreads();
+#pragma unroll
+        for (int t = 0; t < NH; t++) {
+            const int n = 2 * t + half;
+            if (n < NF)
+                wmma::store_matrix_sync(stage + kb * 16 * G::LDO + n * 16, pass ? dv[t] : dk[t],
+                                        G::LDO, wmma::mem_row_major);
+        }
+        __syncthreads();
+        store_tile<HD>(dkp + pass * HD, C, k0, S, stage, pass ? 1.0f : scale);
+    }
+}
+
+/* Grid (ceil(S/64), nq, B), 256 threads. Warp w owns query rows 16 (w%4) and the 16-wide column
+ * blocks n = w/4, w/4 + 2, ... of dQ. */
+template <int HD>
+static __global__ void __launch_bounds__(ATT_BWD_THREADS)
+    attention_bwd_dq_kernel(bf16 *dqkv /* (B*S, C) */, const bf16 *qkv /* (B*S, C) */,
+                            const bf16 *dout /* (B*S, nq*HD) */, const float *lse /* (B,nq,S) */,
+                            const float *D /* (B,nq,S) */, int S, int nq, int r, float scale_log2,
+                            float scale) {
+    ATT_BWD_SMEM(HD)
+    constexpr int NF = HD / 16, NH = (NF + 1) / 2;
+    const int qt = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z, q0 = qt * ATT_T;
+    const int warp = threadIdx.x / 32, rb = warp % 4, half = warp / 4;
+    const int g = h / r, C = (nq / r) * (r + 2) * HD, OW = nq * HD;
+    const size_t tok0 = (size_t)b * S;
+    const size_t qoff = (size_t)(g * (r + 2) + h % r) * HD;
+    const bf16 *kp = qkv + tok0 * C + (size_t)(g * (r + 2) + r) * HD; // (S, HD) stride C
+    load_tile<HD>(q_s, qkv + tok0 * C + qoff, C, q0, S);
+    load_tile<HD>(do_s, dout + tok0 * OW + (size_t)h * HD, OW, q0, S);
+    load_rows(lse_s, d_s, lse, D, ((size_t)b * nq + h) * S, q0, S);
+
+    frag_c dq[NH];
+#pragma unroll
+    for (int t = 0; t < NH; t++) wmma::fill_fragment(dq[t], 0.0f);
+    for (int kt = 0; kt <= qt; kt++) {
+        const int k0 = kt * ATT_T;
+        __syncthreads(); /* the previous iteration's readers of K, V, dS are done */
+        load_tile<HD>(k_s, kp, C, k0, S);
+        load_tile<HD>(v_s, kp + HD, C, k0, S);
+        __syncthreads();
+        bwd_probs<HD>(q_s, do_s, k_s, v_s, s_s, dp_s, NULL, ds_s, lse_s, d_s, q0, k0, S,
+                      scale_log2);
+        /* dQ (64, HD) += dS (64, 64 keys) K (64 keys, HD) */
+        frag_a_row af[ATT_T / 16];
+#pragma unroll
+        for (int kk = 0; kk < ATT_T / 16; kk++)
+            wmma::load_matrix_sync(af[kk], ds_s + rb * 16 * G::LDP + kk * 16, G::LDP);
+#pragma unroll
+        for (int t = 0; t < NH; t++) {
+            const int n = 2 * t + half;
+            if (n >= NF) continue;
+#pragma unroll
+            for (int kk = 0; kk < ATT_T / 16; kk++) {
+                frag_b_row bm;
+                wmma::load_matrix_sync(bm, k_s + kk * 16 * G::LD + n * 16, G::LD);
+                wmma::mma_sync(dq[t], af[kk], bm, dq[t]);
+            }
+        }
+    }
+    __syncthreads();
+    float *stage = s_s; // (64, HD) pitch LDO
+#pragma unroll
+    for (int t = 0; t < NH; t++) {
+        const int n = 2 * t + half;
+        if (n < NF)
+            wmma::store_matrix_sync(stage + rb * 16 * G::LDO + n * 16, dq[t], G::LDO,
+                                    wmma::mem_row_major);
+    }
+    __syncthreads();
+    store_tile<HD>(dqkv + tok0 * C + qoff, C, q0, S, stage, scale); /* dq = scale dS K */
+}
+
+static mg_status attention_check(int B, int S, int nq, int ng, int hd, const void *const *ptrs,
+                                 int nptrs) {
+    if (B <= 0 || S <= 0 || nq <= 0 || ng <= 0 || nq % ng != 0)
+        return MG_FAIL(MG_ERR_INTERNAL,
+                       "attention: bad shape B=%d S=%d, %d query heads in %d groups", B, S, nq, ng);
+    if (hd % 16 != 0 || hd < 16 || hd > 128)
+        return MG_FAIL(MG_ERR_UNSUPPORTED,
+                       "attention: head dim %d is not supported by the CUDA kernels (a multiple of "
+                       "16 from 16 to 128)",
+                       hd);
+    if (B > 65535 || nq > 65535)
+        return MG_FAIL(MG_ERR_UNSUPPORTED, "attention: B=%d or nq=%d over the grid limit 65535", B,
+                       nq);
+    for (int i = 0; i < nptrs; i++)
+        if ((uintptr_t)ptrs[i] % 16 != 0)
+            return MG_FAIL(MG_ERR_UNSUPPORTED,
+                           "attention: buffer %p is not 16-byte aligned (the kernels use 16-byte "
+                           "vector accesses)",
+                           ptrs[i]);
+    return MG_OK;
+}
+
+extern "C" size_t mg_cuda_attention_saved_bytes(mg_backend *be, int B, int S, int nq, int hd) {
+    (void)be, (void)hd;
+    return (size_t)B * nq * S * sizeof(float); /* lse2, (B, nq, S) fp32 */
+}
+
+template <int HD>
+static mg_status forward_launch(mg_backend *be, bf16 *out, float *lse, const bf16 *qkv, int B,
+                                int S, int nq, int r) {
+    const size_t smem = att_geom<HD>::FWD;
+    MG_CUDA_CHECK(cudaFuncSetAttribute(attention_forward_kernel<HD>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    const float scale_log2 = 1.4426950408889634f / sqrtf((float)HD);
+    dim3 grid((S + ATT_T - 1) / ATT_T, nq, B);
+    attention_forward_kernel<HD>
+        <<<grid, ATT_FWD_THREADS, smem, mg_cuda_stream(be)>>>(out, lse, qkv, S, nq, r, scale_log2);
+    MG_CUDA_CHECK_LAUNCH();
+    return MG_OK;
+}
+
+template <int HD>
+static mg_status backward_launch(mg_backend *be, bf16 *dqkv, const bf16 *dout, const bf16 *qkv,
+                                 const float *lse, const float *D, int B, int S, int nq, int ng) {
+    const size_t smem = att_geom<HD>::BWD;
+    const int r = nq / ng, nt = (S + ATT_T - 1) / ATT_T;
+    const float scale = 1.0f / sqrtf((float)HD), scale_log2 = 1.4426950408889634f * scale;
+    cudaStream_t stream = mg_cuda_stream(be);
+    MG_CUDA_CHECK(cudaFuncSetAttribute(attention_bwd_dkdv_kernel<HD>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    MG_CUDA_CHECK(cudaFuncSetAttribute(attention_bwd_dq_kernel<HD>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    attention_bwd_dkdv_kernel<HD><<<dim3(nt, ng, B), ATT_BWD_THREADS, smem, stream>>>(
+        dqkv, qkv, dout, lse, D, S, nq, r, scale_log2, scale);
+    MG_CUDA_CHECK_LAUNCH();
+    attention_bwd_dq_kernel<HD><<<dim3(nt, nq, B), ATT_BWD_THREADS, smem, stream>>>(
+        dqkv, qkv, dout, lse, D, S, nq, r, scale_log2, scale);
+    MG_CUDA_CHECK_LAUNCH();
+    return MG_OK;
+}
+
+extern "C" mg_status mg_cuda_attention_forward(mg_backend *be, void *out /* (B*S, nq*hd) */,
+                                               void *saved /* (B, nq, S) fp32 lse2 */,
+                                               const void *qkv /* (B*S, ng*(r+2)*hd) */, int B,
+                                               int S, int nq, int ng, int hd) {
+    const void *ptrs[] = {out, qkv};
+    MG_CHECK(attention_check(B, S, nq, ng, hd, ptrs, 2));
+    const int r = nq / ng;
+#define ATT_FWD_ARGS(HD)                                                                           \
+    forward_launch<HD>(be, (bf16 *)out, (float *)saved, (const bf16 *)qkv, B, S, nq, r)
+    switch (hd) {
+    case 16:
+        return ATT_FWD_ARGS(16);
+    case 32:
+        return ATT_FWD_ARGS(32);
+    case 48:
+        return ATT_FWD_ARGS(48);
+    case 64:
+        return ATT_FWD_ARGS(64);
+    case 80:
+        return ATT_FWD_ARGS(80);
+    case 96:
+        return ATT_FWD_ARGS(96);
+    case 112:
+        return ATT_FWD_ARGS(112);
+    default:
+        return ATT_FWD_ARGS(128); /* attention_check allowed only these */
+    }
+#undef ATT_FWD_ARGS
+}
+
+extern "C" mg_status mg_cuda_attention_backward(mg_backend *be, void *dqkv /* (B*S, ng*(r+2)*hd) */,
+                                                const void *dout /* (B*S, nq*hd) */,
+                                                const void *qkv /* (B*S, ng*(r+2)*hd) */,
+                                                const void *out /* (B*S, nq*hd) */,
+                                                const void *saved /* (B, nq, S) fp32 lse2 */, int B,
+                                                int S, int nq, int ng, int hd) {
+    const void *ptrs[] = {dqkv, dout, qkv, out};
+    MG_CHECK(attention_check(B, S, nq, ng, hd, ptrs, 4));
+    mg_cuda_ctx *ctx = mg_cuda_ctx_of(be);
+    const size_t rows = (size_t)B * nq * S;
+    if (rows * sizeof(float) > ctx->workspace_bytes)
+        return MG_FAIL(MG_ERR_NOMEM,
+                       "attention backward needs %zu bytes of workspace for dO.O, have %zu; raise "
+                       "MG_CUDA_WORKSPACE_MB",
+                       rows * sizeof(float), ctx->workspace_bytes);
+    float *D = (float *)ctx->workspace; // (B, nq, S)
+    const int warps = 8;
+    attention_bwd_dot_kernel<<<(unsigned)((rows + warps - 1) / warps), 32 * warps, 0,
+                               mg_cuda_stream(be)>>>(D, (const bf16 *)dout, (const bf16 *)out, B, S,
+                                                     nq, hd);
+    MG_CUDA_CHECK_LAUNCH();
+#define ATT_BWD_ARGS(HD)                                                                           \
+    backward_launch<HD>(be, (bf16 *)dqkv, (const bf16 *)dout, (const bf16 *)qkv,                   \
+                        (const float *)saved, D, B, S, nq, ng)
+    switch (hd) {
+    case 16:
+        return ATT_BWD_ARGS(16);
+    case 32:
+        return ATT_BWD_ARGS(32);
+    case 48:
+        return ATT_BWD_ARGS(48);
+    case 64:
+        return ATT_BWD_ARGS(64);
+    case 80:
+        return ATT_BWD_ARGS(80);
+    case 96:
+        return ATT_BWD_ARGS(96);
+    case 112:
+        return ATT_BWD_ARGS(112);
+    default:
+        return ATT_BWD_ARGS(128);
+    }
+#undef ATT_BWD_ARGS
+}

@@ -1,0 +1,292 @@
+/* The CUDA backend: bf16 compute on one GPU. This file owns the backend's state (stream, cuBLASLt
+ * handle, workspace), the memory entries and the op table; the ops themselves live in one .cu
+ * file per family (cuda_ops.h lists them) and are reached only through the table.
+ *
+ * Ordering: every entry runs on the one compute stream, so the entries are ordered among
+ * themselves without any host synchronisation. Only copy_d2h, download_f32 and synchronize wait
+ * for the device (each counts one host sync in the context); alloc and free call cudaMalloc and
+ * cudaFree, which belong to set-up and tear-down (each counted). A training step uses neither, and
+ * tests/cuda checks that through the counters. */
+#include "backend/cuda/convert.h"
+#include "backend/cuda/cuda_internal.h"
+#include "core/env.h"
+#include "core/log.h"
+
+#include <stdlib.h>
+
+/* Every allocation is at least this large, so 0 bytes still gives a distinct pointer (as on the
+ * CPU backend); cudaMalloc's own alignment (256 bytes) is the arena's. */
+#define MG_CUDA_MIN_ALLOC            256
+#define MG_CUDA_WORKSPACE_DEFAULT_MB 256
+
+/* ---------------------------------------------------------------- errors */
+
+static mg_status cuda_code(cudaError_t e) {
+    switch (e) {
+    case cudaErrorMemoryAllocation:
+        return MG_ERR_NOMEM;
+    case cudaErrorNoDevice:
+    case cudaErrorInsufficientDriver:
+    case cudaErrorNoKernelImageForDevice:
+    case cudaErrorInvalidDevice:
+        return MG_ERR_UNSUPPORTED;
+    default:
+        return MG_ERR_INTERNAL;
+    }
+}
+
+mg_status mg_cuda_error(cudaError_t e, const char *expr, const char *func, const char *file,
+                        int line) {
+    return mg_error_set(cuda_code(e), func, file, line, "%s: %s: %s (%s)", func, expr,
+                        cudaGetErrorName(e), cudaGetErrorString(e));
+}
+
+mg_status mg_cublas_error(cublasStatus_t s, const char *expr, const char *func, const char *file,
+                          int line) {
+    mg_status code = s == CUBLAS_STATUS_ALLOC_FAILED ? MG_ERR_NOMEM
+                     : s == CUBLAS_STATUS_NOT_SUPPORTED || s == CUBLAS_STATUS_ARCH_MISMATCH ||
+                             s == CUBLAS_STATUS_NOT_INITIALIZED
+                         ? MG_ERR_UNSUPPORTED
+                         : MG_ERR_INTERNAL;
+    return mg_error_set(code, func, file, line, "%s: %s: %s (%s)", func, expr,
+                        cublasLtGetStatusName(s), cublasLtGetStatusString(s));
+}
+
+/* ---------------------------------------------------------------- memory */
+
+mg_status mg_cuda_alloc(mg_backend *be, size_t bytes, void **out) {
+    mg_cuda_ctx *c = mg_cuda_ctx_of(be);
+    *out = NULL;
+    size_t n = bytes < MG_CUDA_MIN_ALLOC ? MG_CUDA_MIN_ALLOC : bytes;
+    void *p = NULL;
+    cudaError_t e = cudaMalloc(&p, n);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError(); /* an allocation failure is not sticky: clear it */
+        size_t free_b = 0, total_b = 0;
+        (void)cudaMemGetInfo(&free_b, &total_b);
+        return mg_error_set(cuda_code(e), __func__, __FILE__, __LINE__,
+                            "cuda alloc: cannot allocate %zu bytes on device %d (%zu MiB free of "
+                            "%zu MiB): %s (%s)",
+                            n, c->device, free_b >> 20, total_b >> 20, cudaGetErrorName(e),
+                            cudaGetErrorString(e));
+    }
+    c->n_device_allocs++;
+    /* Zeroed in stream order: every later entry (all on this stream) sees zeros. */
+    cudaError_t z = cudaMemsetAsync(p, 0, n, c->stream);
+    if (z != cudaSuccess) {
+        (void)cudaFree(p);
+        c->n_device_frees++;
+        MG_CUDA_CHECK(z);
+    }
+    *out = p;
+    return MG_OK;
+}
+
+void mg_cuda_free(mg_backend *be, void *ptr) {
+    if (!ptr) return;
+    mg_cuda_ctx *c = mg_cuda_ctx_of(be);
+    /* cudaFree waits for the device, so work still queued on the buffer finishes first. */
+    cudaError_t e = cudaFree(ptr);
+    c->n_device_frees++;
+    if (e != cudaSuccess)
+        mg_log_warn("cuda free: cudaFree: %s (%s)", cudaGetErrorName(e), cudaGetErrorString(e));
+}
+
+/* Pageable host memory (everything the library hands in) is staged by the driver before
+ * cudaMemcpyAsync returns, so src may be reused at once. */
+mg_status mg_cuda_copy_h2d(mg_backend *be, void *dst, const void *src, size_t bytes) {
+    if (!bytes) return MG_OK;
+    MG_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, mg_cuda_stream(be)));
+    return MG_OK;
+}
+
+/* The caller reads dst on return, so this waits for the stream (one counted host sync). */
+mg_status mg_cuda_copy_d2h(mg_backend *be, void *dst, const void *src, size_t bytes) {
+    if (!bytes) return MG_OK;
+    mg_cuda_ctx *c = mg_cuda_ctx_of(be);
+    MG_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, c->stream));
+    c->n_host_syncs++;
+    MG_CUDA_CHECK(cudaStreamSynchronize(c->stream));
+    return MG_OK;
+}
+
+mg_status mg_cuda_copy_d2d(mg_backend *be, void *dst, const void *src, size_t bytes) {
+    if (!bytes) return MG_OK;
+    MG_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, mg_cuda_stream(be)));
+    return MG_OK;
+}
+
+mg_status mg_cuda_memset_zero(mg_backend *be, void *dst, size_t bytes) {
+    if (!bytes) return MG_OK;
+    MG_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, mg_cuda_stream(be)));
+    return MG_OK;
+}
+
+/* fp32 values staged through the workspace, a chunk at a time, and rounded to bf16 on the device.
+ * Stream order keeps a chunk's copy from overwriting the staging area before the previous
+ * chunk's conversion has read it. */
+mg_status mg_cuda_upload_f32(mg_backend *be, void *dst_, const float *src, size_t n) {
+    mg_cuda_ctx *c = mg_cuda_ctx_of(be);
+    uint16_t *dst = dst_; // (n) bf16
+    float *stage = c->workspace;
+    size_t chunk = c->workspace_bytes / sizeof(float);
+    for (size_t i = 0; i < n; i += chunk) {
+        size_t m = n - i < chunk ? n - i : chunk;
+        MG_CUDA_CHECK(
+            cudaMemcpyAsync(stage, src + i, m * sizeof(float), cudaMemcpyHostToDevice, c->stream));
+        MG_CHECK(mg_cuda_f32_to_bf16(dst + i, stage, m, c->stream));
+    }
+    return MG_OK;
+}
+
+/* bf16 widened to fp32 on the device (exact), then copied to the host; waits for the stream
+ * once at the end (one counted host sync). */
+mg_status mg_cuda_download_f32(mg_backend *be, float *dst, const void *src_, size_t n) {
+    mg_cuda_ctx *c = mg_cuda_ctx_of(be);
+    const uint16_t *src = src_; // (n) bf16
+    float *stage = c->workspace;
+    size_t chunk = c->workspace_bytes / sizeof(float);
+    if (!n) return MG_OK;
+    for (size_t i = 0; i < n; i += chunk) {
+        size_t m = n - i < chunk ? n - i : chunk;
+        MG_CHECK(mg_cuda_bf16_to_f32(stage, src + i, m, c->stream));
+        MG_CUDA_CHECK(
+            cudaMemcpyAsync(dst + i, stage, m * sizeof(float), cudaMemcpyDeviceToHost, c->stream));
+    }
+    c->n_host_syncs++;
+    MG_CUDA_CHECK(cudaStreamSynchronize(c->stream));
+    return MG_OK;
+}
+
+mg_status mg_cuda_synchronize(mg_backend *be) {
+    mg_cuda_ctx *c = mg_cuda_ctx_of(be);
+    c->n_host_syncs++;
+    MG_CUDA_CHECK(cudaStreamSynchronize(c->stream));
+    return MG_OK;
+}
+
+/* Tears down whatever part of the state exists, so it also cleans up a failed creation. */
+void mg_cuda_destroy(mg_backend *be) {
+    if (!be) return;
+    mg_cuda_ctx *c = be->ctx;
+    if (c) {
+        if (c->stream) (void)cudaStreamSynchronize(c->stream);
+        if (c->workspace) (void)cudaFree(c->workspace);
+        if (c->lt) (void)cublasLtDestroy(c->lt);
+        if (c->stream) (void)cudaStreamDestroy(c->stream);
+        free(c);
+    }
+    free(be);
+}
+
+/* ---------------------------------------------------------------- creation */
+
+/* Device checks before anything is created: a machine without a usable GPU gets one clear line. */
+static mg_status cuda_device_check(int device) {
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return MG_FAIL(MG_ERR_UNSUPPORTED,
+                       "no CUDA device: cudaGetDeviceCount: %s (%s); check the driver, "
+                       "CUDA_VISIBLE_DEVICES, or use the cpu backend",
+                       cudaGetErrorName(e), cudaGetErrorString(e));
+    }
+    if (n == 0)
+        return MG_FAIL(MG_ERR_UNSUPPORTED, "no CUDA device: cudaGetDeviceCount found none; check "
+                                           "CUDA_VISIBLE_DEVICES, or use the cpu backend");
+    if (device < 0 || device >= n)
+        return MG_FAIL(MG_ERR_UNSUPPORTED,
+                       "no CUDA device %d: %d visible (device ids 0..%d; see CUDA_VISIBLE_DEVICES)",
+                       device, n, n - 1);
+    int major = 0, minor = 0;
+    MG_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    MG_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+    /* The kernels are built for sm_90a with compute_90 PTX (Makefile CUDA_ARCH): older GPUs could
+     * load neither. */
+    if (major < 9)
+        return MG_FAIL(MG_ERR_UNSUPPORTED,
+                       "CUDA device %d has compute capability %d.%d; this build's kernels need "
+                       "9.0 (Hopper) or newer (Makefile CUDA_ARCH)",
+                       device, major, minor);
+    return MG_OK;
+}
+
+static mg_status cuda_setup(mg_backend *be, int device) {
+    mg_cuda_ctx *c = be->ctx;
+    int mb = mg_env_int("MG_CUDA_WORKSPACE_MB", MG_CUDA_WORKSPACE_DEFAULT_MB);
+    if (mb < 1)
+        return MG_FAIL(MG_ERR_USAGE,
+                       "MG_CUDA_WORKSPACE_MB=%d: the CUDA workspace needs at least "
+                       "1 MiB (default %d)",
+                       mb, MG_CUDA_WORKSPACE_DEFAULT_MB);
+    c->device = device;
+    MG_CUDA_CHECK(cudaSetDevice(device));
+    MG_CUDA_CHECK(cudaDeviceGetAttribute(&c->num_sms, cudaDevAttrMultiProcessorCount, device));
+    /* Non-blocking: the legacy default stream (used by libraries that take no stream) never
+     * serialises with our work. */
+    MG_CUDA_CHECK(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
+    MG_CUBLAS_CHECK(cublasLtCreate(&c->lt));
+    c->workspace_bytes = (size_t)mb << 20;
+    MG_CHECK(mg_cuda_alloc(be, c->workspace_bytes, &c->workspace));
+    return MG_OK;
+}
+
+mg_status mg_backend_cuda_create(mg_backend **out, int device) {
+    *out = NULL;
+    MG_CHECK(cuda_device_check(device));
+    mg_backend *be = calloc(1, sizeof *be);
+    if (!be) return MG_FAIL(MG_ERR_NOMEM, "cannot allocate the cuda backend table");
+    be->ctx = calloc(1, sizeof(mg_cuda_ctx));
+    if (!be->ctx) {
+        free(be);
+        return MG_FAIL(MG_ERR_NOMEM, "cannot allocate the cuda backend state");
+    }
+    be->name = "cuda";
+    be->compute_dtype = MG_BF16;
+    be->device = MG_DEVICE_CUDA;
+
+    be->alloc = mg_cuda_alloc;
+    be->free = mg_cuda_free;
+    be->copy_h2d = mg_cuda_copy_h2d;
+    be->copy_d2h = mg_cuda_copy_d2h;
+    be->copy_d2d = mg_cuda_copy_d2d;
+    be->memset_zero = mg_cuda_memset_zero;
+    be->upload_f32 = mg_cuda_upload_f32;
+    be->download_f32 = mg_cuda_download_f32;
+    be->synchronize = mg_cuda_synchronize;
+    be->destroy = mg_cuda_destroy;
+
+    be->embedding_forward = mg_cuda_embedding_forward;
+    be->embedding_backward = mg_cuda_embedding_backward;
+    be->layernorm_forward = mg_cuda_layernorm_forward;
+    be->layernorm_backward = mg_cuda_layernorm_backward;
+    be->rmsnorm_forward = mg_cuda_rmsnorm_forward;
+    be->rmsnorm_backward = mg_cuda_rmsnorm_backward;
+    be->linear_forward = mg_cuda_linear_forward;
+    be->linear_backward = mg_cuda_linear_backward;
+    be->gelu_forward = mg_cuda_gelu_forward;
+    be->gelu_backward = mg_cuda_gelu_backward;
+    be->swiglu_forward = mg_cuda_swiglu_forward;
+    be->swiglu_backward = mg_cuda_swiglu_backward;
+    be->rope_forward = mg_cuda_rope_forward;
+    be->rope_backward = mg_cuda_rope_backward;
+    be->attention_saved_bytes = mg_cuda_attention_saved_bytes;
+    be->attention_forward = mg_cuda_attention_forward;
+    be->attention_backward = mg_cuda_attention_backward;
+    be->cross_entropy_fused = mg_cuda_cross_entropy_fused;
+    be->add = mg_cuda_add;
+    be->sum_f32 = mg_cuda_sum_f32;
+    be->sumsq_f32 = mg_cuda_sumsq_f32;
+    be->clip_coef = mg_cuda_clip_coef;
+    be->adamw = mg_cuda_adamw;
+
+    mg_status st = cuda_setup(be, device);
+    if (st == MG_OK) st = mg_backend_validate(be);
+    if (st != MG_OK) {
+        mg_cuda_destroy(be);
+        return st;
+    }
+    *out = be;
+    return MG_OK;
+}

@@ -1,0 +1,61 @@
+/* Internal to src/backend/cuda: the backend's private state and the helpers every op file uses.
+ * Usable from C (cuda_backend.c) and CUDA C++ (*.cu). Needs: CUDA runtime, cuBLASLt. */
+#ifndef MG_BACKEND_CUDA_INTERNAL_H
+#define MG_BACKEND_CUDA_INTERNAL_H
+
+#include "backend/cuda/cuda_ops.h"
+#include "core/status.h"
+
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* be->ctx of the CUDA backend. Created once by mg_backend_cuda_create; nothing in it changes
+ * size after creation, so a step allocates nothing. */
+typedef struct {
+    int device;
+    cudaStream_t stream;     /* compute stream: every op runs here */
+    cublasLtHandle_t lt;     /* cuBLASLt handle (GEMMs) */
+    void *workspace;         /* device scratch: cuBLASLt workspace and op temporaries */
+    size_t workspace_bytes;  /* reserved at creation (MG_CUDA_WORKSPACE_MB, default 256 MiB) */
+    int num_sms;             /* multiprocessors, for grid sizing */
+    /* Debug counters, read by the tests to prove a step allocates and synchronises nothing:
+     * every cudaMalloc/cudaFree and every host synchronisation done through the backend. */
+    uint64_t n_device_allocs, n_device_frees, n_host_syncs;
+} mg_cuda_ctx;
+
+static inline mg_cuda_ctx *mg_cuda_ctx_of(mg_backend *be) { return (mg_cuda_ctx *)be->ctx; }
+static inline cudaStream_t mg_cuda_stream(mg_backend *be) { return mg_cuda_ctx_of(be)->stream; }
+
+/* Turns a CUDA error into an mg_status with the call's text, the CUDA error name and string. */
+mg_status mg_cuda_error(cudaError_t e, const char *expr, const char *func, const char *file,
+                        int line);
+mg_status mg_cublas_error(cublasStatus_t s, const char *expr, const char *func, const char *file,
+                          int line);
+
+#define MG_CUDA_CHECK(expr)                                                                        \
+    do {                                                                                           \
+        cudaError_t mg_cuda_e_ = (expr);                                                           \
+        if (mg_cuda_e_ != cudaSuccess)                                                             \
+            return mg_cuda_error(mg_cuda_e_, #expr, __func__, __FILE__, __LINE__);                 \
+    } while (0)
+
+/* After a kernel launch: the launch's own error (bad configuration), not the kernel's result. */
+#define MG_CUDA_CHECK_LAUNCH() MG_CUDA_CHECK(cudaGetLastError())
+
+#define MG_CUBLAS_CHECK(expr)                                                                      \
+    do {                                                                                           \
+        cublasStatus_t mg_cublas_s_ = (expr);                                                      \
+        if (mg_cublas_s_ != CUBLAS_STATUS_SUCCESS)                                                 \
+            return mg_cublas_error(mg_cublas_s_, #expr, __func__, __FILE__, __LINE__);             \
+    } while (0)
+
+#ifdef __cplusplus
+}
+#endif
+#endif

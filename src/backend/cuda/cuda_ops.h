@@ -1,0 +1,102 @@
+/* Internal to src/backend/cuda: the CUDA implementation of every entry of the backend table
+ * (backend/backend.h documents each op's contract; the CUDA versions keep it exactly, with bf16
+ * as the compute dtype: activations, activation gradients and weights bf16; weight gradients,
+ * norm statistics, losses and optimizer state fp32; token ids int32; all pointers device memory).
+ *
+ * Each op family lives in one .cu file with its kernels (static __global__) and exports the
+ * entries below with C linkage; cuda_backend.c fills the table with them. Every launcher runs on
+ * the backend's compute stream (mg_cuda_stream(be)), checks cudaGetLastError() after each launch
+ * (MG_CUDA_CHECK) and never allocates or synchronises with the host: scratch space comes from
+ * the workspace reserved at creation (mg_cuda_workspace). Generated from backend.h's table;
+ * keep the two in step. */
+#ifndef MG_BACKEND_CUDA_OPS_H
+#define MG_BACKEND_CUDA_OPS_H
+
+#include "backend/backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+mg_status mg_cuda_alloc(mg_backend *be, size_t bytes, void **out);
+void mg_cuda_free(mg_backend *be, void *ptr);
+mg_status mg_cuda_copy_h2d(mg_backend *be, void *dst, const void *src, size_t bytes);
+mg_status mg_cuda_copy_d2h(mg_backend *be, void *dst, const void *src, size_t bytes);
+mg_status mg_cuda_copy_d2d(mg_backend *be, void *dst, const void *src, size_t bytes);
+mg_status mg_cuda_memset_zero(mg_backend *be, void *dst, size_t bytes);
+mg_status mg_cuda_upload_f32(mg_backend *be, void *dst, const float *src, size_t n);
+mg_status mg_cuda_download_f32(mg_backend *be, float *dst, const void *src, size_t n);
+mg_status mg_cuda_synchronize(mg_backend *be);
+void mg_cuda_destroy(mg_backend *be);
+mg_status mg_cuda_embedding_forward(mg_backend *be, void *out /* (N,H) */,
+                                    const int32_t *tokens /* (N) */, const void *wte /* (V,H) */,
+                                    const void *wpe /* (P,H) or NULL */, int N, int S, int H);
+mg_status mg_cuda_embedding_backward(mg_backend *be, float *dwte /* (V,H) */,
+                                     float *dwpe /* (P,H) or NULL */, const void *dout /* (N,H) */,
+                                     const int32_t *tokens /* (N) */, int N, int S, int H);
+mg_status mg_cuda_layernorm_forward(mg_backend *be, void *out /* (N,H) */, float *mean /* (N) */,
+                                    float *rstd /* (N) */, const void *x /* (N,H) */,
+                                    const void *w /* (H) */, const void *b /* (H) or NULL */, int N,
+                                    int H, float eps);
+mg_status mg_cuda_layernorm_backward(mg_backend *be, void *dx /* (N,H) */, float *dw /* (H) */,
+                                     float *db /* (H) or NULL */, const void *dout /* (N,H) */,
+                                     const void *x /* (N,H) */, const void *w /* (H) */,
+                                     const float *mean /* (N) */, const float *rstd /* (N) */,
+                                     int N, int H);
+mg_status mg_cuda_rmsnorm_forward(mg_backend *be, void *out /* (N,H) */, float *rstd /* (N) */,
+                                  const void *x /* (N,H) */, const void *w /* (H) */, int N, int H,
+                                  float eps);
+mg_status mg_cuda_rmsnorm_backward(mg_backend *be, void *dx /* (N,H) */, float *dw /* (H) */,
+                                   const void *dout /* (N,H) */, const void *x /* (N,H) */,
+                                   const void *w /* (H) */, const float *rstd /* (N) */, int N,
+                                   int H);
+mg_status mg_cuda_linear_forward(mg_backend *be, void *out /* (N,OC) */,
+                                 const void *inp /* (N,IC) */, const void *w /* (OC,IC) */,
+                                 const void *bias /* (OC) or NULL */, int N, int IC, int OC);
+mg_status mg_cuda_linear_backward(mg_backend *be, void *dinp /* (N,IC) or NULL */,
+                                  float *dw /* (OC,IC) */, float *dbias /* (OC) or NULL */,
+                                  const void *dout /* (N,OC) */, const void *inp /* (N,IC) */,
+                                  const void *w /* (OC,IC) */, int N, int IC, int OC);
+mg_status mg_cuda_gelu_forward(mg_backend *be, void *out, const void *inp, size_t n);
+mg_status mg_cuda_gelu_backward(mg_backend *be, void *dinp, const void *inp, const void *dout,
+                                size_t n);
+mg_status mg_cuda_swiglu_forward(mg_backend *be, void *out /* (N,F) */,
+                                 const void *inp /* (N,2F) */, int N, int F);
+mg_status mg_cuda_swiglu_backward(mg_backend *be, void *dinp /* (N,2F) */,
+                                  const void *inp /* (N,2F) */, const void *dout /* (N,F) */, int N,
+                                  int F);
+mg_status mg_cuda_rope_forward(mg_backend *be, void *qkv /* (N, ng*(r+2)*hd) */,
+                               const float *cos_tab /* (S, hd/2) */,
+                               const float *sin_tab /* (S, hd/2) */, int N, int S, int nq, int ng,
+                               int hd);
+mg_status mg_cuda_rope_backward(mg_backend *be, void *dqkv /* (N, ng*(r+2)*hd) */,
+                                const float *cos_tab, const float *sin_tab, int N, int S, int nq,
+                                int ng, int hd);
+size_t mg_cuda_attention_saved_bytes(mg_backend *be, int B, int S, int nq, int hd);
+mg_status mg_cuda_attention_forward(mg_backend *be, void *out /* (B*S, nq*hd) */, void *saved,
+                                    const void *qkv /* (B*S, ng*(r+2)*hd) */, int B, int S, int nq,
+                                    int ng, int hd);
+mg_status mg_cuda_attention_backward(mg_backend *be, void *dqkv /* (B*S, ng*(r+2)*hd) */,
+                                     const void *dout /* (B*S, nq*hd) */, const void *qkv,
+                                     const void *out /* (B*S, nq*hd) */, const void *saved, int B,
+                                     int S, int nq, int ng, int hd);
+mg_status mg_cuda_cross_entropy_fused(mg_backend *be,
+                                      void *logits /* (N,V) in: logits, out: grads */,
+                                      float *losses /* (N) */, const int32_t *targets /* (N) */,
+                                      const float *dloss /* (N) */, int N, int V);
+mg_status mg_cuda_add(mg_backend *be, void *out, const void *a, const void *b, size_t n);
+mg_status mg_cuda_sum_f32(mg_backend *be, float *out /* (1) */, const float *x /* (n) */,
+                          const float *w /* (n) or NULL */, size_t n, float scale);
+mg_status mg_cuda_sumsq_f32(mg_backend *be, float *out /* (1) */, const float *x /* (n) */,
+                            size_t n);
+mg_status mg_cuda_clip_coef(mg_backend *be, float *coef_out /* (1) */, float *norm_out /* (1) */,
+                            const float *sumsq /* (1) */, float clip);
+mg_status mg_cuda_adamw(mg_backend *be, void *param /* (n) */, float *master /* (n) or NULL */,
+                        const float *grad /* (n) */, float *m /* (n) */, float *v /* (n) */,
+                        size_t n, float lr, float beta1, float beta2, float eps, float wd,
+                        float bc1, float bc2, const float *grad_scale /* (1) */);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

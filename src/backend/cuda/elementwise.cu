@@ -1,0 +1,147 @@
+/* Elementwise add and the deterministic reductions behind loss averaging and gradient-norm
+ * clipping (CPU reference: cpu/cpu_elementwise.c).
+ *
+ * Determinism: a reduction runs on a grid whose size depends only on n (never on the device), each
+ * thread visits a fixed set of elements in a fixed order and accumulates in double, blocks reduce
+ * with a fixed butterfly, and one final block combines the block partials in a fixed tree. So the
+ * result is bitwise reproducible run to run; it differs from the CPU's chunked double sum only by
+ * double rounding, invisible after the final fp32 rounding in nearly every case.
+ * Nothing here reads a value back to the host: *out is updated on the device. */
+#include "backend/cuda/cuda_common.cuh"
+
+#define SUM_THREADS          256
+#define SUM_MAX_BLOCKS       1024 /* = threads of the final block */
+#define SUM_ITEMS_PER_THREAD 16
+
+/* ---- add: out = a + b (bf16 in and out, fp32 add) ---- */
+
+static __global__ void add_kernel(bf16 *out, const bf16 *a, const bf16 *b, size_t n, int vec) {
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    size_t t0 = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    size_t nv = vec ? n / 8 : 0; /* 16-byte vectors; the rest goes element by element */
+    for (size_t u = t0; u < nv; u += stride) {
+        float fa[8], fb[8];
+        mg_load8(a + 8 * u, fa);
+        mg_load8(b + 8 * u, fb);
+#pragma unroll
+        for (int k = 0; k < 8; k++) fa[k] += fb[k];
+        mg_store8(out + 8 * u, fa);
+    }
+    for (size_t i = nv * 8 + t0; i < n; i += stride)
+        out[i] = __float2bfloat16_rn(__bfloat162float(a[i]) + __bfloat162float(b[i]));
+}
+
+extern "C" mg_status mg_cuda_add(mg_backend *be, void *out, const void *a, const void *b,
+                                 size_t n) {
+    // out, a, b (n)
+    if (n == 0) return MG_OK;
+    int vec = mg_cuda_aligned16(out) && mg_cuda_aligned16(a) && mg_cuda_aligned16(b);
+    unsigned grid = mg_cuda_blocks(vec ? (n + 7) / 8 : n, MG_CUDA_THREADS);
+    add_kernel<<<grid, MG_CUDA_THREADS, 0, mg_cuda_stream(be)>>>((bf16 *)out, (const bf16 *)a,
+                                                                 (const bf16 *)b, n, vec);
+    MG_CUDA_CHECK_LAUNCH();
+    return MG_OK;
+}
+
+/* ---- reductions ---- */
+
+/* Sum of a block's per-thread doubles, fixed order; the result is valid in thread 0. */
+static __device__ double block_sum_d(double v) {
+    __shared__ double warp_part[32];
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = (blockDim.x + 31) >> 5;
+    v = mg_warp_sum_d(v);
+    if (lane == 0) warp_part[warp] = v;
+    __syncthreads();
+    double s = 0;
+    if (warp == 0) {
+        s = lane < nwarps ? warp_part[lane] : 0.0;
+        s = mg_warp_sum_d(s);
+    }
+    return s;
+}
+
+/* MODE 0: x, 1: x*w, 2: x^2. partial (gridDim.x) receives one double per block. */
+template <int MODE>
+static __global__ void sum_partial_kernel(double *partial, const float *x, const float *w, size_t n,
+                                          int vec) {
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    size_t t0 = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    size_t nv = vec ? n / 4 : 0;
+    double s = 0;
+    for (size_t u = t0; u < nv; u += stride) {
+        float4 a = reinterpret_cast<const float4 *>(x)[u];
+        if (MODE == 1) {
+            float4 b = reinterpret_cast<const float4 *>(w)[u];
+            s += (double)a.x * b.x + (double)a.y * b.y + (double)a.z * b.z + (double)a.w * b.w;
+        } else if (MODE == 2) {
+            s += (double)a.x * a.x + (double)a.y * a.y + (double)a.z * a.z + (double)a.w * a.w;
+        } else {
+            s += (double)a.x + (double)a.y + (double)a.z + (double)a.w;
+        }
+    }
+    for (size_t i = nv * 4 + t0; i < n; i += stride) {
+        double a = x[i];
+        s += MODE == 1 ? a * (double)w[i] : MODE == 2 ? a * a : a;
+    }
+    s = block_sum_d(s);
+    if (threadIdx.x == 0) partial[blockIdx.x] = s;
+}
+
+/* One block of SUM_MAX_BLOCKS threads: *out = (float)(*out + scale * sum(partial)). */
+static __global__ void sum_final_kernel(float *out, const double *partial, int nblocks,
+                                        float scale) {
+    double s = threadIdx.x < (unsigned)nblocks ? partial[threadIdx.x] : 0.0;
+    s = block_sum_d(s);
+    if (threadIdx.x == 0) *out = (float)((double)*out + (double)scale * s);
+}
+
+/* Workspace: one double per block, at most SUM_MAX_BLOCKS * 8 = 8 KiB. */
+static mg_status reduce_launch(mg_backend *be, int mode, float *out, const float *x, const float *w,
+                               size_t n, float scale) {
+    if (n == 0) return MG_OK; /* *out += 0 */
+    size_t nb = (n + (size_t)SUM_THREADS * SUM_ITEMS_PER_THREAD - 1) /
+                ((size_t)SUM_THREADS * SUM_ITEMS_PER_THREAD);
+    int nblocks = (int)(nb > SUM_MAX_BLOCKS ? SUM_MAX_BLOCKS : nb); /* depends on n only */
+    double *partial = NULL;
+    MG_CHECK(mg_cuda_scratch(be, (size_t)nblocks * sizeof(double), (void **)&partial, "sum_f32"));
+    int vec = mg_cuda_aligned16(x) && (mode != 1 || mg_cuda_aligned16(w));
+    cudaStream_t st = mg_cuda_stream(be);
+    if (mode == 0)
+        sum_partial_kernel<0><<<nblocks, SUM_THREADS, 0, st>>>(partial, x, w, n, vec);
+    else if (mode == 1)
+        sum_partial_kernel<1><<<nblocks, SUM_THREADS, 0, st>>>(partial, x, w, n, vec);
+    else
+        sum_partial_kernel<2><<<nblocks, SUM_THREADS, 0, st>>>(partial, x, w, n, vec);
+    MG_CUDA_CHECK_LAUNCH();
+    sum_final_kernel<<<1, SUM_MAX_BLOCKS, 0, st>>>(out, partial, nblocks, scale);
+    MG_CUDA_CHECK_LAUNCH();
+    return MG_OK;
+}
+
+extern "C" mg_status mg_cuda_sum_f32(mg_backend *be, float *out, const float *x, const float *w,
+                                     size_t n, float scale) {
+    // out (1), accumulated; x, w (n), w may be NULL
+    return reduce_launch(be, w ? 1 : 0, out, x, w, n, scale);
+}
+
+extern "C" mg_status mg_cuda_sumsq_f32(mg_backend *be, float *out, const float *x, size_t n) {
+    // out (1), accumulated; x (n)
+    return reduce_launch(be, 2, out, x, NULL, n, 1.0f);
+}
+
+/* ---- clip_coef: one thread, so the optimizer never waits on a host read of the norm ---- */
+
+static __global__ void clip_coef_kernel(float *coef_out, float *norm_out, const float *sumsq,
+                                        float clip) {
+    float norm = sqrtf(*sumsq);
+    *norm_out = norm;
+    *coef_out = clip > 0.0f && norm > clip ? clip / (norm + 1e-6f) : 1.0f;
+}
+
+extern "C" mg_status mg_cuda_clip_coef(mg_backend *be, float *coef_out, float *norm_out,
+                                       const float *sumsq, float clip) {
+    // coef_out, norm_out, sumsq (1)
+    clip_coef_kernel<<<1, 1, 0, mg_cuda_stream(be)>>>(coef_out, norm_out, sumsq, clip);
+    MG_CUDA_CHECK_LAUNCH();
+    return MG_OK;
+}

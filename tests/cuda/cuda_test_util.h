@@ -1,0 +1,150 @@
+/* Helpers shared by the CUDA backend tests (tests/cuda/test_cuda_*.c): every op of the table is run
+ * on the CUDA backend and on the CPU reference backend and the results compared.
+ *
+ * Method. Inputs are seeded random values (never all zeros) rounded to bf16 on the host; the CUDA
+ * op gets them as bf16 and the CPU op gets the SAME values as fp32, so the only differences left
+ * are the CUDA op's own roundings and summation order. Overwritten outputs are poisoned first
+ * (all bytes 0xFF: NaN as bf16 and as fp32), so an element the op forgets to write fails the
+ * comparison; accumulated outputs (dw += ...) are pre-filled with non-zero values on both sides.
+ *
+ * Comparison: the normalised error max|got - ref| / max|ref| (a NaN or Inf in `got` where `ref` is
+ * finite makes it infinite). Tolerances, from the precision of each kind of output:
+ *  - bf16 has an 8-bit significand: one rounding to nearest moves a value by at most 2^-8 ~ 4e-3
+ *    of itself (so of max|ref|). CT_TOL_BF16 = 8e-3 allows that output rounding plus one more
+ *    (an intermediate re-read as bf16, an fp32 intrinsic a few ulp off); a wrong term, factor or
+ *    index shows up as O(0.1 .. 1). Measured with MG_TEST_CUDA_AS_CPU=bf16 (the output rounding
+ *    alone): at most 3.2e-3.
+ *  - GEMM outputs (linear, cross-entropy over a large V) accumulate K products in fp32 in an order
+ *    the library picks, then round once to bf16: CT_TOL_GEMM = 1e-2.
+ *  - Attention: forward rounds the probabilities P to bf16 before P V (flash-attention style), on
+ *    top of the output rounding: CT_TOL_GEMM. Backward chains three bf16-rounded products (P, dP
+ *    -> dS, dS K / dS^T Q / P^T dO), each up to 2^-8 relative, and the dS = P (dP - D) difference
+ * loses a few more bits: CT_TOL_ATTN_BWD = 2e-2.
+ *  - fp32 outputs of reductions (weight gradients, norm statistics, losses, sums): the inputs are
+ *    identical and exact in fp32, only the summation order differs; for the n <= ~1e5 terms here
+ *    the typical error is sqrt(n) 2^-24 ~ 2e-5 of the sum of |terms| and far less of max|ref| in
+ *    practice: CT_TOL_F32 = 1e-4.
+ *  - fp32 elementwise outputs (AdamW state): a few ulp (2^-24 each): CT_TOL_F32_ELEM = 1e-5.
+ * Set MG_TEST_VERBOSE=1 to print every measured error (for tuning; the margin is the point).
+ *
+ * The two backends are created once per process and shared by the tests (ct_cpu, ct_gpu); a test
+ * frees what it allocates. Exports: the ct_* helpers and CT_* macros below. Needs: the library,
+ * tests/test.h. */
+#ifndef MG_TEST_CUDA_UTIL_H
+#define MG_TEST_CUDA_UTIL_H
+
+#include "test.h"
+
+#include "backend/backend.h"
+#include "backend/cuda/cuda_internal.h"
+#include "core/status.h"
+#include "core/tensor.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CT_SEED 20261122ull
+
+#define CT_TOL_BF16     8e-3
+#define CT_TOL_GEMM     1e-2
+#define CT_TOL_ATTN_BWD 2e-2
+#define CT_TOL_F32      1e-4
+#define CT_TOL_F32_ELEM 1e-5
+
+/* The shared backends; NULL (and a recorded failure naming the error) when creation failed.
+ * ct_gpu is the backend under test: the CUDA backend, or, with MG_TEST_CUDA_AS_CPU=1, a second CPU
+ * backend, which checks the tests themselves on a machine without a GPU (every comparison must
+ * then pass with errors of ~0; the CUDA-specific tests, which use ct_cuda, fail), and with
+ * MG_TEST_CUDA_AS_CPU=bf16 the same with every compute-dtype output rounded to bf16 as it is read
+ * back (the output rounding alone must pass every tolerance by a margin). */
+mg_backend *ct_cpu(mg_test_ctx *t);
+mg_backend *ct_gpu(mg_test_ctx *t);
+/* The CUDA backend itself (for tests of its memory entries and counters). */
+mg_backend *ct_cuda(mg_test_ctx *t);
+#define CT_BACKENDS(cpu, gpu)                                                                      \
+    mg_backend *cpu = ct_cpu(t), *gpu = cpu ? ct_gpu(t) : NULL;                                    \
+    if (!cpu || !gpu) return
+
+/* A test's buffers: every host and device buffer made through a pool is freed by ct_pool_free.
+ * A failed allocation or transfer records a test failure, sets `failed` and returns NULL, so a
+ * test checks P.failed once after setting up and skips the rest. */
+#define CT_POOL_MAX 64
+typedef struct {
+    mg_test_ctx *t;
+    mg_backend *g;
+    void *dev[CT_POOL_MAX], *host[CT_POOL_MAX];
+    int ndev, nhost, failed;
+} ct_pool;
+static inline ct_pool ct_pool_of(mg_test_ctx *t, mg_backend *g) {
+    ct_pool p;
+    memset(&p, 0, sizeof p);
+    p.t = t;
+    p.g = g;
+    return p;
+}
+void ct_pool_free(ct_pool *P);
+
+/* ---- host buffers ---- */
+void *ct_host(ct_pool *P, size_t bytes);
+/* scale * N(0,1), seeded by (CT_SEED, id), rounded to bf16 values. */
+float *ct_rand_bf16(ct_pool *P, uint32_t id, size_t n, float scale);
+/* Uniform in [lo, hi), rounded to bf16 values. */
+float *ct_uniform_bf16(ct_pool *P, uint32_t id, size_t n, float lo, float hi);
+/* Uniform in [lo, hi) as fp32 (fp32 inputs: optimizer state, tables, loss weights). */
+float *ct_uniform_f32(ct_pool *P, uint32_t id, size_t n, float lo, float hi);
+/* Token ids in [0, V): half from 5 hot ids (repeats, so scatter-adds collide), the rest anywhere;
+ * the first is 0 and the last V-1 when n > 1. */
+int32_t *ct_tokens(ct_pool *P, uint32_t id, size_t n, int V);
+float *ct_dup(ct_pool *P, const float *x, size_t n);
+void ct_round_bf16(float *x, size_t n);
+
+/* ---- device buffers on P->g ----
+ * "act": a buffer in the backend's compute dtype (bf16 on CUDA), filled with upload_f32 and read
+ * with download_f32. */
+size_t ct_act_size(const mg_backend *g); /* bytes per element of the compute dtype */
+void *ct_up_act(ct_pool *P, const float *x, size_t n);
+float *ct_up_f32(ct_pool *P, const float *x, size_t n);
+int32_t *ct_up_i32(ct_pool *P, const int32_t *x, size_t n);
+/* `bytes` of 0xFF: NaN read as bf16 or as fp32. */
+void *ct_poison(ct_pool *P, size_t bytes);
+/* n poisoned elements of the compute dtype. */
+void *ct_poison_act(ct_pool *P, size_t n);
+/* Device to host, into new pool buffers (all NaN after a failure). */
+float *ct_down_act(ct_pool *P, const void *d, size_t n);
+float *ct_down_f32(ct_pool *P, const float *d, size_t n);
+void *ct_down_raw(ct_pool *P, const void *d, size_t bytes);
+/* Host to device into an existing buffer (re-running an in-place op). */
+void ct_put_act(ct_pool *P, void *d, const float *x, size_t n);
+void ct_put_f32(ct_pool *P, float *d, const float *x, size_t n);
+
+/* ---- comparison ---- */
+/* max|got-ref| / max|ref| over entries where ref is finite; infinite when got is not finite
+ * there. */
+double ct_err(const float *got, const float *ref, size_t n);
+void ct_expect_close(mg_test_ctx *t, const char *file, int line, const float *got, const float *ref,
+                     size_t n, double tol, const char *fmt, ...)
+    __attribute__((format(printf, 8, 9)));
+/* NaN where ref is NaN, the same infinity where ref is infinite, finite elsewhere. */
+void ct_expect_nonfinite_parity(mg_test_ctx *t, const char *file, int line, const float *got,
+                                const float *ref, size_t n, const char *fmt, ...)
+    __attribute__((format(printf, 7, 8)));
+void ct_expect_same_bits(mg_test_ctx *t, const char *file, int line, const void *a, const void *b,
+                         size_t bytes, const char *fmt, ...) __attribute__((format(printf, 7, 8)));
+
+#define CT_EXPECT_CLOSE(got, ref, n, tol, ...)                                                     \
+    ct_expect_close(t, __FILE__, __LINE__, (got), (ref), (n), (tol), __VA_ARGS__)
+#define CT_EXPECT_PARITY(got, ref, n, ...)                                                         \
+    ct_expect_nonfinite_parity(t, __FILE__, __LINE__, (got), (ref), (n), __VA_ARGS__)
+#define CT_EXPECT_SAME_BITS(a, b, bytes, ...)                                                      \
+    ct_expect_same_bits(t, __FILE__, __LINE__, (a), (b), (bytes), __VA_ARGS__)
+
+/* The device allocations and host syncs made through `g` so far (mg_cuda_ctx counters). */
+static inline uint64_t ct_allocs(mg_backend *g) {
+    return mg_cuda_ctx_of(g)->n_device_allocs;
+}
+static inline uint64_t ct_syncs(mg_backend *g) {
+    return mg_cuda_ctx_of(g)->n_host_syncs;
+}
+
+#endif

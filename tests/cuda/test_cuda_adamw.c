@@ -1,0 +1,99 @@
+/* CUDA backend against the CPU backend: AdamW with an fp32 master and a bf16 parameter (method and
+ * tolerances: cuda_test_util.h). The master's change (lr-sized) is compared, not the master itself,
+ * whose leading digits do not move; the bf16 parameter must be exactly the rounded new master. */
+#include "cuda_test_util.h"
+
+#include <math.h>
+
+#define LR    1e-2f
+#define B1    0.9f
+#define B2    0.95f
+#define ADEPS 1e-8f
+#define WD    0.1f
+#define STEP  3
+
+typedef struct {
+    float *master, *grad, *m, *v, *param, scale;
+} adam_in;
+
+static adam_in adam_inputs(ct_pool *P, size_t n) {
+    adam_in a;
+    a.master = ct_uniform_f32(P, 70, n, -1.0f, 1.0f);
+    a.grad = ct_rand_bf16(P, 71, n, 0.5f); /* any fp32 works; bf16 values keep it simple */
+    a.m = ct_uniform_f32(P, 72, n, -0.05f, 0.05f);
+    a.v = ct_uniform_f32(P, 73, n, 0.0f, 1e-2f);
+    a.param = ct_dup(P, a.master, n);
+    ct_round_bf16(a.param, n);
+    a.scale = 0.7f; /* a clipping coefficient */
+    return a;
+}
+
+/* Runs both backends; returns the GPU's master, m, v and param (as fp32) in got[0..3] and the
+ * CPU's master, m, v in ref[0..2]. */
+static void adam_run(mg_test_ctx *t, mg_backend *cpu, ct_pool *P, const adam_in *a, size_t n,
+                     float *got[4], float *ref[3]) {
+    mg_backend *gpu = P->g;
+    float bc1 = 1.0f - powf(B1, STEP), bc2 = 1.0f - powf(B2, STEP);
+    ref[0] = ct_dup(P, a->master, n), ref[1] = ct_dup(P, a->m, n), ref[2] = ct_dup(P, a->v, n);
+    float *cpu_param = ct_dup(P, a->param, n);
+    MG_EXPECT_OK(cpu->adamw(cpu, cpu_param, ref[0], a->grad, ref[1], ref[2], n, LR, B1, B2, ADEPS,
+                            WD, bc1, bc2, &a->scale));
+    void *d_param = ct_up_act(P, a->param, n);
+    float *d_master = ct_up_f32(P, a->master, n), *d_grad = ct_up_f32(P, a->grad, n);
+    float *d_m = ct_up_f32(P, a->m, n), *d_v = ct_up_f32(P, a->v, n);
+    float *d_scale = ct_up_f32(P, &a->scale, 1);
+    if (!P->failed)
+        MG_EXPECT_OK(gpu->adamw(gpu, d_param, d_master, d_grad, d_m, d_v, n, LR, B1, B2, ADEPS, WD,
+                                bc1, bc2, d_scale));
+    got[0] = ct_down_f32(P, d_master, n);
+    got[1] = ct_down_f32(P, d_m, n);
+    got[2] = ct_down_f32(P, d_v, n);
+    got[3] = ct_down_act(P, d_param, n);
+}
+
+MG_TEST(cuda_adamw_matches_cpu) {
+    CT_BACKENDS(cpu, gpu);
+    const size_t sizes[] = {1, 7, 1000003};
+    for (int k = 0; k < 3; k++) {
+        size_t n = sizes[k];
+        ct_pool P = ct_pool_of(t, gpu);
+        adam_in a = adam_inputs(&P, n);
+        float *got[4], *ref[3];
+        adam_run(t, cpu, &P, &a, n, got, ref);
+        if (P.failed) goto next;
+        float *dg = ct_host(&P, n * 4), *dr = ct_host(&P, n * 4);
+        for (size_t i = 0; i < n; i++)
+            dg[i] = got[0][i] - a.master[i], dr[i] = ref[0][i] - a.master[i];
+        CT_EXPECT_CLOSE(dg, dr, n, CT_TOL_F32, "adamw master change n=%zu", n);
+        CT_EXPECT_CLOSE(got[1], ref[1], n, CT_TOL_F32_ELEM, "adamw m n=%zu", n);
+        CT_EXPECT_CLOSE(got[2], ref[2], n, CT_TOL_F32_ELEM, "adamw v n=%zu", n);
+        size_t bad = 0, first = 0;
+        for (size_t i = 0; i < n; i++)
+            if (mg_f32_to_bf16(got[3][i]) != mg_f32_to_bf16(got[0][i]) && bad++ == 0) first = i;
+        MG_EXPECT(bad == 0,
+                  "adamw: %zu params are not the rounded master (first [%zu]: %.9g vs "
+                  "master %.9g)",
+                  bad, first, got[3][first], got[0][first]);
+    next:
+        ct_pool_free(&P);
+    }
+}
+
+/* A NaN and an Inf gradient poison only their own elements, as on the CPU. */
+MG_TEST(cuda_adamw_nonfinite_parity) {
+    CT_BACKENDS(cpu, gpu);
+    enum { N = 1001 };
+    ct_pool P = ct_pool_of(t, gpu);
+    adam_in a = adam_inputs(&P, N);
+    a.grad[5] = NAN;
+    a.grad[900] = INFINITY;
+    float *got[4], *ref[3];
+    adam_run(t, cpu, &P, &a, N, got, ref);
+    if (!P.failed) {
+        CT_EXPECT_PARITY(got[0], ref[0], N, "adamw master");
+        CT_EXPECT_PARITY(got[1], ref[1], N, "adamw m");
+        CT_EXPECT_PARITY(got[2], ref[2], N, "adamw v");
+        CT_EXPECT_PARITY(got[3], ref[0], N, "adamw param");
+    }
+    ct_pool_free(&P);
+}

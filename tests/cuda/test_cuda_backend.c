@@ -1,0 +1,138 @@
+/* CUDA backend, part 1: creation, the op table and the memory entries (alloc, copies, memset,
+ * fp32 <-> bf16 upload and download, synchronize), and the counters the other tests rely on. */
+#include "cuda_test_util.h"
+
+#include <float.h>
+#include <math.h>
+
+MG_TEST(cuda_backend_create_and_table) {
+    mg_backend *g = ct_cuda(t);
+    if (!g) return;
+    MG_EXPECT(strcmp(g->name, "cuda") == 0, "name %s", g->name);
+    MG_EXPECT(g->compute_dtype == MG_BF16 && g->device == MG_DEVICE_CUDA, "dtype/device");
+    MG_EXPECT_OK(mg_backend_validate(g));
+    mg_cuda_ctx *c = mg_cuda_ctx_of(g);
+    MG_EXPECT(c->stream != NULL && c->lt != NULL, "no stream or cuBLASLt handle");
+    MG_EXPECT(c->workspace != NULL && c->workspace_bytes >= (1u << 20), "workspace %zu bytes",
+              c->workspace_bytes);
+    MG_EXPECT(c->num_sms > 0, "num_sms %d", c->num_sms);
+    MG_EXPECT(c->n_device_allocs >= 1, "the workspace allocation was not counted");
+}
+
+MG_TEST(cuda_backend_create_rejects_missing_device) {
+    if (!ct_cuda(t)) return; /* the CUDA runtime must be usable for this to mean anything */
+    mg_backend *be = (mg_backend *)&be;
+    MG_EXPECT_ERROR(mg_backend_cuda_create(&be, 4096), MG_ERR_UNSUPPORTED, "no CUDA device 4096");
+    MG_EXPECT(be == NULL, "out not cleared on failure");
+    MG_EXPECT_ERROR(mg_backend_cuda_create(&be, -1), MG_ERR_UNSUPPORTED, "no CUDA device -1");
+}
+
+MG_TEST(cuda_memory_entries) {
+    mg_backend *g = ct_cuda(t);
+    if (!g) return;
+    uint64_t a0 = ct_allocs(g), f0 = mg_cuda_ctx_of(g)->n_device_frees;
+    unsigned char *p = NULL, *q = NULL, *z = NULL;
+    MG_EXPECT_OK(g->alloc(g, 1000, (void **)&p));
+    MG_EXPECT_OK(g->alloc(g, 0, (void **)&z));
+    MG_EXPECT_OK(g->alloc(g, 4096, (void **)&q));
+    if (!p || !q || !z) return;
+    MG_EXPECT(z != p && z != q, "a 0-byte allocation is not a distinct pointer");
+    MG_EXPECT((uintptr_t)p % 256 == 0 && (uintptr_t)q % 256 == 0, "not 256-byte aligned");
+    MG_EXPECT(ct_allocs(g) == a0 + 3, "allocs counted %llu, want 3",
+              (unsigned long long)(ct_allocs(g) - a0));
+    unsigned char h[1000];
+    memset(h, 0x5a, sizeof h);
+    MG_EXPECT_OK(g->copy_d2h(g, h, p, sizeof h));
+    int nz = 0;
+    for (int i = 0; i < 1000; i++) nz += h[i] != 0;
+    MG_EXPECT(nz == 0, "alloc not zeroed (%d non-zero bytes)", nz);
+
+    unsigned char src[1000], back[1000];
+    for (int i = 0; i < 1000; i++) src[i] = (unsigned char)(i * 37 + 11);
+    MG_EXPECT_OK(g->copy_h2d(g, p, src, sizeof src));
+    MG_EXPECT_OK(g->copy_d2d(g, q + 256, p, sizeof src));
+    MG_EXPECT_OK(g->memset_zero(g, q + 256 + 100, 50));
+    MG_EXPECT_OK(g->copy_d2h(g, back, q + 256, sizeof back));
+    int bad = 0;
+    for (int i = 0; i < 1000; i++) bad += back[i] != (i >= 100 && i < 150 ? 0 : src[i]);
+    MG_EXPECT(bad == 0, "h2d/d2d/memset/d2h: %d bytes wrong", bad);
+    /* zero-byte transfers are no-ops, also with NULL pointers */
+    MG_EXPECT_OK(g->copy_h2d(g, NULL, NULL, 0));
+    MG_EXPECT_OK(g->copy_d2h(g, NULL, NULL, 0));
+    MG_EXPECT_OK(g->memset_zero(g, NULL, 0));
+    uint64_t s0 = ct_syncs(g);
+    MG_EXPECT_OK(g->synchronize(g));
+    MG_EXPECT(ct_syncs(g) == s0 + 1, "synchronize not counted");
+    g->free(g, p);
+    g->free(g, q);
+    g->free(g, z);
+    g->free(g, NULL);
+    MG_EXPECT(mg_cuda_ctx_of(g)->n_device_frees == f0 + 3, "frees counted %llu, want 3",
+              (unsigned long long)(mg_cuda_ctx_of(g)->n_device_frees - f0));
+}
+
+/* upload_f32 must round exactly as core/tensor.c (ties to even, NaN kept, overflow to Inf), and
+ * download_f32 must widen exactly. */
+MG_TEST(cuda_upload_rounds_like_the_host) {
+    mg_backend *g = ct_cuda(t);
+    if (!g) return;
+    ct_pool P = ct_pool_of(t, g);
+    enum { NSPECIAL = 16, NRAND = 100003 };
+    size_t n = NSPECIAL + NRAND;
+    float *x = ct_host(&P, n * sizeof(float));
+    uint32_t nan_payload = 0x7fc12345u, neg_nan = 0xff800001u;
+    float special[NSPECIAL] = {
+        1.0f,           1.0f + 0x1p-8f, /* halfway, even below: rounds down */
+        1.0f + 0x3p-8f,                 /* halfway, odd below: rounds up */
+        1.0f + 0x1p-9f,                 /* below halfway */
+        -0.0f,          1e-40f,         /* fp32 subnormal */
+        -3e-39f,        FLT_MAX,        /* rounds up to Inf */
+        -FLT_MAX,       INFINITY,       -INFINITY, 0.0f, 3.14159265f, -65504.5f, 0.0f, 0.0f};
+    memcpy(&special[14], &nan_payload, 4);
+    memcpy(&special[15], &neg_nan, 4);
+    memcpy(x, special, sizeof special);
+    float *r = ct_rand_bf16(&P, 1, NRAND, 1.0f);
+    for (size_t i = 0; i < NRAND; i++) /* un-round: spread values over many exponents */
+        x[NSPECIAL + i] =
+            r[i] * (1.0f + 0x1p-12f * (float)(i % 97)) * ldexpf(1.0f, (int)(i % 61) - 30);
+    void *d = ct_up_act(&P, x, n);
+    if (P.failed) goto done;
+    uint16_t *bits = ct_down_raw(&P, d, n * 2);
+    float *back = ct_down_act(&P, d, n);
+    size_t bad = 0, first = 0, badw = 0, firstw = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint16_t want = mg_f32_to_bf16(x[i]);
+        if (bits[i] != want && bad++ == 0) first = i;
+        float w = mg_bf16_to_f32(bits[i]);
+        if (memcmp(&w, &back[i], 4) != 0 && badw++ == 0) firstw = i;
+    }
+    MG_EXPECT(bad == 0,
+              "%zu of %zu values rounded differently (first [%zu] %a: got 0x%04x, want "
+              "0x%04x)",
+              bad, n, first, (double)x[first], bits[first], mg_f32_to_bf16(x[first]));
+    MG_EXPECT(badw == 0, "%zu of %zu values widened wrongly (first [%zu])", badw, n, firstw);
+done:
+    ct_pool_free(&P);
+}
+
+/* Uploads and downloads larger than the workspace go through it in chunks. */
+MG_TEST(cuda_upload_download_span_workspace_chunks) {
+    mg_backend *g = ct_cuda(t);
+    if (!g) return;
+    ct_pool P = ct_pool_of(t, g);
+    size_t n = mg_cuda_ctx_of(g)->workspace_bytes / sizeof(float) + 1001;
+    float *x = ct_host(&P, n * sizeof(float));
+    /* a cheap pattern (n is ~64M), rounded to bf16 values so the round trip must be exact */
+    for (size_t i = 0; i < n; i++) x[i] = (float)(i % 4093) - 2000.5f;
+    ct_round_bf16(x, n);
+    void *d = ct_up_act(&P, x, n);
+    if (P.failed) goto done;
+    float *back = ct_down_act(&P, d, n);
+    size_t bad = 0, first = 0;
+    for (size_t i = 0; i < n; i++)
+        if (back[i] != x[i] && bad++ == 0) first = i;
+    MG_EXPECT(bad == 0, "%zu of %zu values wrong after the round trip (first [%zu]: %g, want %g)",
+              bad, n, first, back[first], x[first]);
+done:
+    ct_pool_free(&P);
+}

@@ -1,0 +1,99 @@
+/* CUDA backend against the CPU backend: token + position embedding, forward and backward (method
+ * and tolerances: cuda_test_util.h). Half the tokens repeat a few hot ids, so the backward
+ * scatter-add has real collisions, and its result must not depend on the run (determinism). */
+#include "cuda_test_util.h"
+
+typedef struct {
+    int N, S, H, V, with_wpe;
+} emb_case;
+
+static const emb_case k_cases[] = {
+    {1, 1, 64, 50304, 1},     /* one token, GPT-2's padded vocabulary */
+    {7, 7, 96, 1001, 0},      /* odd sizes, no learned positions (Llama) */
+    {514, 257, 64, 50304, 1}, /* two sequences of an odd length */
+    {257, 257, 1000, 1001, 1},
+};
+#define NCASES (sizeof k_cases / sizeof k_cases[0])
+
+MG_TEST(cuda_embedding_forward_matches_cpu) {
+    CT_BACKENDS(cpu, gpu);
+    for (size_t k = 0; k < NCASES; k++) {
+        emb_case c = k_cases[k];
+        size_t nout = (size_t)c.N * c.H, P_rows = (size_t)c.S + 3;
+        ct_pool P = ct_pool_of(t, gpu);
+        int32_t *tok = ct_tokens(&P, 20, c.N, c.V);
+        float *wte = ct_rand_bf16(&P, 21, (size_t)c.V * c.H, 1.0f);
+        float *wpe = c.with_wpe ? ct_rand_bf16(&P, 22, P_rows * c.H, 0.5f) : NULL;
+        float *ref = ct_host(&P, nout * 4);
+        MG_EXPECT_OK(cpu->embedding_forward(cpu, ref, tok, wte, wpe, c.N, c.S, c.H));
+        int32_t *d_tok = ct_up_i32(&P, tok, c.N);
+        void *d_wte = ct_up_act(&P, wte, (size_t)c.V * c.H);
+        void *d_wpe = wpe ? ct_up_act(&P, wpe, P_rows * c.H) : NULL;
+        void *d_out = ct_poison_act(&P, nout);
+        if (!P.failed) {
+            MG_EXPECT_OK(gpu->embedding_forward(gpu, d_out, d_tok, d_wte, d_wpe, c.N, c.S, c.H));
+            float *got = ct_down_act(&P, d_out, nout);
+            if (wpe)
+                CT_EXPECT_CLOSE(got, ref, nout, CT_TOL_BF16,
+                                "embedding_forward N=%d S=%d H=%d V=%d", c.N, c.S, c.H, c.V);
+            else /* a pure gather: exact */
+                CT_EXPECT_SAME_BITS(got, ref, nout * 4, "embedding_forward (gather) N=%d H=%d", c.N,
+                                    c.H);
+        }
+        ct_pool_free(&P);
+    }
+}
+
+MG_TEST(cuda_embedding_backward_matches_cpu_and_repeats) {
+    CT_BACKENDS(cpu, gpu);
+    for (size_t k = 0; k < NCASES; k++) {
+        emb_case c = k_cases[k];
+        size_t nout = (size_t)c.N * c.H, nwte = (size_t)c.V * c.H, nwpe = ((size_t)c.S + 3) * c.H;
+        ct_pool P = ct_pool_of(t, gpu);
+        int32_t *tok = ct_tokens(&P, 23, c.N, c.V);
+        float *dout = ct_rand_bf16(&P, 24, nout, 1.0f);
+        /* accumulated outputs: pre-filled, non-zero */
+        float *dwte0 = ct_uniform_f32(&P, 25, nwte, -1.0f, 1.0f);
+        float *dwpe0 = ct_uniform_f32(&P, 26, nwpe, -1.0f, 1.0f);
+        float *ref_wte = ct_dup(&P, dwte0, nwte), *ref_wpe = ct_dup(&P, dwpe0, nwpe);
+        MG_EXPECT_OK(cpu->embedding_backward(cpu, ref_wte, c.with_wpe ? ref_wpe : NULL, dout, tok,
+                                             c.N, c.S, c.H));
+        int32_t *d_tok = ct_up_i32(&P, tok, c.N);
+        void *d_dout = ct_up_act(&P, dout, nout);
+        float *d_wte = ct_up_f32(&P, dwte0, nwte), *d_wpe = ct_up_f32(&P, dwpe0, nwpe);
+        if (P.failed) goto next;
+        float *got[2][2];
+        for (int run = 0; run < 2; run++) {
+            ct_put_f32(&P, d_wte, dwte0, nwte);
+            ct_put_f32(&P, d_wpe, dwpe0, nwpe);
+            MG_EXPECT_OK(gpu->embedding_backward(gpu, d_wte, c.with_wpe ? d_wpe : NULL, d_dout,
+                                                 d_tok, c.N, c.S, c.H));
+            got[run][0] = ct_down_f32(&P, d_wte, nwte);
+            got[run][1] = ct_down_f32(&P, d_wpe, nwpe);
+        }
+        CT_EXPECT_CLOSE(got[0][0], ref_wte, nwte, CT_TOL_F32,
+                        "embedding_backward dwte N=%d H=%d "
+                        "V=%d",
+                        c.N, c.H, c.V);
+        CT_EXPECT_CLOSE(got[0][1], ref_wpe, nwpe, CT_TOL_F32, "embedding_backward dwpe N=%d H=%d",
+                        c.N, c.H);
+        CT_EXPECT_SAME_BITS(got[0][0], got[1][0], nwte * 4, "embedding_backward dwte N=%d", c.N);
+        CT_EXPECT_SAME_BITS(got[0][1], got[1][1], nwpe * 4, "embedding_backward dwpe N=%d", c.N);
+        /* rows no token (or position) touches keep their exact pre-filled bits */
+        {
+            char *used = ct_host(&P, (size_t)c.V);
+            memset(used, 0, (size_t)c.V);
+            for (int i = 0; i < c.N; i++) used[tok[i]] = 1;
+            int bad = 0;
+            for (int v = 0; v < c.V; v++)
+                if (!used[v])
+                    bad += memcmp(got[0][0] + (size_t)v * c.H, dwte0 + (size_t)v * c.H,
+                                  (size_t)c.H * 4) != 0;
+            MG_EXPECT(bad == 0, "%d untouched dwte rows changed (N=%d V=%d)", bad, c.N, c.V);
+            if (!c.with_wpe)
+                MG_EXPECT(memcmp(got[0][1], dwpe0, nwpe * 4) == 0, "dwpe changed though NULL");
+        }
+    next:
+        ct_pool_free(&P);
+    }
+}

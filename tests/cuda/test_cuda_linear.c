@@ -1,0 +1,119 @@
+/* CUDA backend against the CPU backend: the linear layer (cuBLASLt GEMMs), forward and backward
+ * (method and tolerances: cuda_test_util.h). Weight and bias gradients are fp32 and accumulate,
+ * so they are pre-filled and compared at the fp32 tolerance: a GEMM that rounded them through
+ * bf16 would fail. */
+#include "cuda_test_util.h"
+
+#include <math.h>
+
+typedef struct {
+    int N, IC, OC;
+} lin_case;
+
+static const lin_case k_cases[] = {
+    {1, 64, 96},       {7, 64, 96},   {257, 64, 96}, {1, 96, 1000},   {7, 96, 1000},
+    {257, 96, 1000},   {1, 1000, 64}, {7, 1000, 64}, {257, 1000, 64}, {7, 64, 50304}, /* LM head */
+    {512, 1024, 4096},
+};
+#define NCASES (sizeof k_cases / sizeof k_cases[0])
+
+MG_TEST(cuda_linear_forward_matches_cpu) {
+    CT_BACKENDS(cpu, gpu);
+    for (size_t k = 0; k < NCASES; k++)
+        for (int with_bias = 0; with_bias < 2; with_bias++) {
+            lin_case c = k_cases[k];
+            size_t ni = (size_t)c.N * c.IC, nw = (size_t)c.OC * c.IC, no = (size_t)c.N * c.OC;
+            ct_pool P = ct_pool_of(t, gpu);
+            float *inp = ct_rand_bf16(&P, 80, ni, 1.0f);
+            float *w = ct_rand_bf16(&P, 81, nw, 1.0f / sqrtf((float)c.IC));
+            float *bias = ct_rand_bf16(&P, 82, c.OC, 0.5f), *ref = ct_host(&P, no * 4);
+            MG_EXPECT_OK(
+                cpu->linear_forward(cpu, ref, inp, w, with_bias ? bias : NULL, c.N, c.IC, c.OC));
+            void *d_inp = ct_up_act(&P, inp, ni), *d_w = ct_up_act(&P, w, nw);
+            void *d_bias = ct_up_act(&P, bias, c.OC), *d_out = ct_poison_act(&P, no);
+            if (!P.failed) {
+                MG_EXPECT_OK(gpu->linear_forward(gpu, d_out, d_inp, d_w, with_bias ? d_bias : NULL,
+                                                 c.N, c.IC, c.OC));
+                CT_EXPECT_CLOSE(ct_down_act(&P, d_out, no), ref, no, CT_TOL_GEMM,
+                                "linear_forward N=%d IC=%d OC=%d bias=%d", c.N, c.IC, c.OC,
+                                with_bias);
+            }
+            ct_pool_free(&P);
+        }
+}
+
+/* variant 0: dinp and dbias; 1: dinp, no dbias; 2: no dinp (first layer), dbias. */
+MG_TEST(cuda_linear_backward_matches_cpu_and_repeats) {
+    CT_BACKENDS(cpu, gpu);
+    for (size_t k = 0; k < NCASES; k++)
+        for (int variant = 0; variant < 3; variant++) {
+            lin_case c = k_cases[k];
+            int want_dinp = variant != 2, want_db = variant != 1;
+            size_t ni = (size_t)c.N * c.IC, nw = (size_t)c.OC * c.IC, no = (size_t)c.N * c.OC;
+            ct_pool P = ct_pool_of(t, gpu);
+            float *inp = ct_rand_bf16(&P, 83, ni, 1.0f);
+            float *w = ct_rand_bf16(&P, 84, nw, 1.0f / sqrtf((float)c.IC));
+            float *dout = ct_rand_bf16(&P, 85, no, 1.0f);
+            float *dw0 = ct_uniform_f32(&P, 86, nw, -1.0f, 1.0f);
+            float *db0 = ct_uniform_f32(&P, 87, c.OC, -1.0f, 1.0f);
+            float *ref_dinp = ct_host(&P, ni * 4), *ref_dw = ct_dup(&P, dw0, nw);
+            float *ref_db = ct_dup(&P, db0, c.OC);
+            MG_EXPECT_OK(cpu->linear_backward(cpu, want_dinp ? ref_dinp : NULL, ref_dw,
+                                              want_db ? ref_db : NULL, dout, inp, w, c.N, c.IC,
+                                              c.OC));
+            void *d_inp = ct_up_act(&P, inp, ni), *d_w = ct_up_act(&P, w, nw);
+            void *d_dout = ct_up_act(&P, dout, no), *d_dinp = ct_poison_act(&P, ni);
+            float *d_dw = ct_up_f32(&P, dw0, nw), *d_db = ct_up_f32(&P, db0, c.OC);
+            if (P.failed) goto next;
+            float *got[2][3];
+            for (int run = 0; run < 2; run++) {
+                ct_put_f32(&P, d_dw, dw0, nw);
+                ct_put_f32(&P, d_db, db0, c.OC);
+                MG_EXPECT_OK(gpu->linear_backward(gpu, want_dinp ? d_dinp : NULL, d_dw,
+                                                  want_db ? d_db : NULL, d_dout, d_inp, d_w, c.N,
+                                                  c.IC, c.OC));
+                got[run][0] = ct_down_act(&P, d_dinp, ni);
+                got[run][1] = ct_down_f32(&P, d_dw, nw);
+                got[run][2] = ct_down_f32(&P, d_db, c.OC);
+            }
+            if (want_dinp)
+                CT_EXPECT_CLOSE(got[0][0], ref_dinp, ni, CT_TOL_GEMM,
+                                "linear_backward dinp N=%d IC=%d OC=%d", c.N, c.IC, c.OC);
+            CT_EXPECT_CLOSE(got[0][1], ref_dw, nw, CT_TOL_F32,
+                            "linear_backward dw (accumulated) N=%d IC=%d OC=%d variant %d", c.N,
+                            c.IC, c.OC, variant);
+            if (want_db)
+                CT_EXPECT_CLOSE(got[0][2], ref_db, c.OC, CT_TOL_F32,
+                                "linear_backward dbias (accumulated) N=%d OC=%d", c.N, c.OC);
+            else
+                MG_EXPECT(memcmp(got[0][2], db0, (size_t)c.OC * 4) == 0,
+                          "dbias changed though NULL (N=%d OC=%d)", c.N, c.OC);
+            const size_t sizes[3] = {ni, nw, (size_t)c.OC};
+            for (int o = 0; o < 3; o++)
+                CT_EXPECT_SAME_BITS(got[0][o], got[1][o], sizes[o] * 4,
+                                    "linear_backward output %d N=%d IC=%d OC=%d", o, c.N, c.IC,
+                                    c.OC);
+        next:
+            ct_pool_free(&P);
+        }
+}
+
+/* A NaN in one input row and an Inf in another: the NaN row comes out all NaN, the Inf row all
+ * +-Inf (the sign of the weight that meets the Inf), the other rows finite, as on the CPU. */
+MG_TEST(cuda_linear_nonfinite_parity) {
+    CT_BACKENDS(cpu, gpu);
+    enum { N = 5, IC = 64, OC = 96 };
+    ct_pool P = ct_pool_of(t, gpu);
+    float *inp = ct_rand_bf16(&P, 88, N * IC, 1.0f), *w = ct_rand_bf16(&P, 89, OC * IC, 0.125f);
+    inp[1 * IC + 3] = NAN;
+    inp[3 * IC + 60] = INFINITY;
+    float *ref = ct_host(&P, N * OC * 4);
+    MG_EXPECT_OK(cpu->linear_forward(cpu, ref, inp, w, NULL, N, IC, OC));
+    void *d_inp = ct_up_act(&P, inp, N * IC), *d_w = ct_up_act(&P, w, OC * IC);
+    void *d_out = ct_poison_act(&P, N * OC);
+    if (!P.failed) {
+        MG_EXPECT_OK(gpu->linear_forward(gpu, d_out, d_inp, d_w, NULL, N, IC, OC));
+        CT_EXPECT_PARITY(ct_down_act(&P, d_out, N * OC), ref, N * OC, "linear_forward");
+    }
+    ct_pool_free(&P);
+}
