@@ -203,6 +203,15 @@ bench-comm: info
 $(BUILD)/bench_comm: bench/comm.c $(BUILD)/libmegatron.a
 	$(CC) $(CFLAGS) $< $(BUILD)/libmegatron.a $(LDLIBS) -o $@
 
+# GPU machine: `megatron bench` against the PyTorch baseline (bench/baselines/torch_gpt2.py) on
+# the GPT-2 shapes, one GPU (bench/gpu_bench.sh; SHAPES=124m picks shapes; bench/NOTES.md).
+.PHONY: bench-gpu
+bench-gpu: info
+	@if [ -z "$(HAVE_CUDA)" ]; then echo "make bench-gpu needs the CUDA backend" \
+	    "(this build: backends=cpu)" >&2; exit 1; fi
+	@$(MAKE) --no-print-directory $(BUILD)/megatron
+	bench/gpu_bench.sh $(BUILD)
+
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h')
 

@@ -92,7 +92,7 @@ typedef struct {
     char merge_file[1024];     /* --merge-file (GPT-2 merges.txt), "": none */
 
     /* runtime */
-    char device[16];           /* --device cpu (cuda arrives with the CUDA backend) */
+    char device[16];           /* --device auto, cpu or cuda; the trainer resolves auto */
     int num_threads;           /* --num-threads, -1: OpenMP default */
     double distributed_timeout_minutes; /* --distributed-timeout-minutes (10) */
 

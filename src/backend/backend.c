@@ -10,7 +10,8 @@ mg_status mg_backend_validate(const mg_backend *be) {
     char missing[1024] = "";
     size_t used = 0;
     int count = 0;
-    /* Every entry is required today; an entry that becomes optional leaves this list. */
+    /* Every entry is required today except the optional ones (memory_info, matmul_peak_tflops);
+     * an entry that becomes optional leaves this list. */
 #define MG_REQUIRE(entry)                                                                          \
     do {                                                                                           \
         if (!be->entry) {                                                                          \

@@ -53,6 +53,10 @@ struct mg_backend {
     mg_status (*download_f32)(mg_backend *be, float *dst, const void *src, size_t n);
     mg_status (*synchronize)(mg_backend *be);
     void (*destroy)(mg_backend *be);
+    /* Optional (NULL on the CPU backend): the device's free and total memory in bytes, as the
+     * driver reports them (every process's allocations and the context count as used). Does not
+     * wait for the device. */
+    mg_status (*memory_info)(mg_backend *be, size_t *free_bytes, size_t *total_bytes);
 
     /* ---- embedding ----
      * out[i,:] = wte[tokens[i],:] + (wpe ? wpe[i % S,:] : 0) */
@@ -170,6 +174,13 @@ struct mg_backend {
                        const float *grad /* (n) */, float *m /* (n) */, float *v /* (n) */,
                        size_t n, float lr, float beta1, float beta2, float eps, float wd, float bc1,
                        float bc2, const float *grad_scale /* (1) */);
+
+    /* ---- optional: measurement (NULL where the backend has none; `megatron bench`) ----
+     * The sustained dense matrix-multiply rate of the compute dtype in TFLOP/s, measured now:
+     * an (n, n) x (n, n) product (n <= 0: 8192) with fp32 accumulation on random inputs, timed
+     * on the device after warm-up, median of several. Synchronises; allocates and frees its own
+     * buffers, so it belongs outside the training step. */
+    mg_status (*matmul_peak_tflops)(mg_backend *be, int n, double *tflops);
 };
 
 /* Creates the CPU reference backend (fp32, OpenMP; OpenBLAS for GEMM). num_threads <= 0 keeps the

@@ -13,6 +13,7 @@ static void usage(FILE *f) {
                "  data       show the samples a dataset gives the model\n"
                "  generate   continue a prompt with a trained checkpoint\n"
                "  plan       show a parallel layout: process groups, pipeline schedule, layers\n"
+               "  bench      time training steps of a GPT-2 shape: tokens/s, MFU, memory\n"
                "  help       show this text; `megatron train --help` lists the training flags\n");
 }
 
@@ -31,7 +32,10 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "data")) return mg_cli_data(argc - 2, argv + 2);
     if (!strcmp(cmd, "generate")) return mg_cli_generate(argc - 2, argv + 2);
     if (!strcmp(cmd, "plan")) return mg_cli_plan(argc - 2, argv + 2);
-    fprintf(stderr, "megatron: error: unknown command '%s'; commands: train, preprocess, data, generate, plan, help\n",
+    if (!strcmp(cmd, "bench")) return mg_cli_bench(argc - 2, argv + 2);
+    fprintf(stderr,
+            "megatron: error: unknown command '%s'; commands: train, preprocess, data, generate, "
+            "plan, bench, help\n",
             cmd);
     return 2;
 }

@@ -204,9 +204,18 @@ static mg_status check_logging(const mg_config *c) {
 }
 
 static mg_status check_runtime(const mg_config *c) {
-    if (!strcmp(c->device, "cuda"))
-        return MG_FAIL(MG_ERR_UNSUPPORTED, "the CUDA backend is not built yet; use --device cpu");
-    if (strcmp(c->device, "cpu")) return USAGE("--device expects cpu or cuda, got '%s'", c->device);
+    /* "auto" (the default) is resolved when the backend is created (train/trainer.c): cuda when
+     * this build has the CUDA backend and a GPU is present, else cpu. Whether a GPU is there is
+     * not checked here: validation stays free of device calls. */
+    if (!strcmp(c->device, "cuda")) {
+#ifndef MG_HAVE_CUDA
+        return MG_FAIL(MG_ERR_UNSUPPORTED,
+                       "this build has no CUDA backend (nvcc/cuBLAS were not found when it was "
+                       "built); use --device cpu");
+#endif
+    } else if (strcmp(c->device, "cpu") && strcmp(c->device, "auto")) {
+        return USAGE("--device expects auto, cpu or cuda, got '%s'", c->device);
+    }
     MG_CHECK(absent_or_positive("--num-threads", c->num_threads));
     if (!(c->distributed_timeout_minutes > 0))
         return USAGE("--distributed-timeout-minutes must be positive, got %g",

@@ -9,7 +9,8 @@
  *   MG_CHECK(mg_config_validate(&c));                 // resolves -1 defaults, rejects bad combos
  *
  * Errors are MG_ERR_USAGE (exit 2) with one line naming the problem and the fix; a Megatron flag
- * this build recognises but cannot run yet (e.g. --tensor-model-parallel-size 2, --device cuda)
+ * this build recognises but cannot run yet (e.g. --tensor-model-parallel-size 2, or --device cuda
+ * in a build without the CUDA backend)
  * is MG_ERR_UNSUPPORTED (exit 1). On error the config is left untouched.
  *
  * Data flags: --data-path takes several values (argparse nargs='*') stored space-joined;

@@ -48,7 +48,7 @@ void mg_config_defaults(mg_config *c) {
     c->save_interval = -1;
     c->mock_data = false;
     strcpy(c->split, "969, 30, 1"); /* Megatron's legacy default with --data-path */
-    strcpy(c->device, "cpu");
+    strcpy(c->device, "auto");      /* resolved by the trainer (train/trainer.c) */
     c->num_threads = -1;
     c->distributed_timeout_minutes = 10;
     c->tensor_model_parallel_size = 1;
@@ -73,7 +73,7 @@ static const char *const pos_later[] = {"mrope", "relative", NULL};
 static const char *const norm_choices[] = {"LayerNorm", "RMSNorm", NULL};
 static const char *const decay_choices[] = {"constant", "linear", "cosine", NULL};
 static const char *const decay_later[] = {"inverse-square-root", "WSD", NULL};
-static const char *const device_choices[] = {"cpu", "cuda", NULL};
+static const char *const device_choices[] = {"auto", "cpu", "cuda", NULL};
 static const char *const tokenizer_choices[] = {"GPT2BPETokenizer", "NullTokenizer", NULL};
 static const char *const tokenizer_later[] = {"BertWordPieceLowerCase",
                                               "BertWordPieceCase",
@@ -264,7 +264,8 @@ const mg_flag_spec mg_flag_table[] = {
 
     /* runtime */
     {"--device", RUNTIME, STRING, FIELD(device), .arg = "DEV", .choices = device_choices,
-     .help = "cpu (cuda arrives with the CUDA backend)"},
+     .help = "auto (cuda if built with it and a GPU is present, else cpu), cpu or cuda "
+             "(bf16, GPU = local rank)"},
     {"--num-threads", RUNTIME, INT, FIELD(num_threads), .def = "OpenMP",
      .help = "CPU threads; default: OpenMP's (OMP_NUM_THREADS)"},
     {"--distributed-timeout-minutes", RUNTIME, .kind = MG_FLAG_DOUBLE, FIELD(distributed_timeout_minutes),

@@ -26,7 +26,7 @@ void mg_optimizer_bind(mg_optimizer *o, mg_arena *arena) {
 }
 
 mg_status mg_optimizer_step(mg_optimizer *o, mg_backend *be, const mg_param_table *t, void *params,
-                            const float *grads, double lr) {
+                            float *master, const float *grads, double lr) {
     float *sumsq = &o->scalars[0], *norm = &o->scalars[1], *coef = &o->scalars[2];
     MG_CHECK(be->memset_zero(be, sumsq, sizeof(float)));
     /* padding between parameters is zero in the gradient buffer, so one pass covers all */
@@ -39,9 +39,10 @@ mg_status mg_optimizer_step(mg_optimizer *o, mg_backend *be, const mg_param_tabl
     for (int i = 0; i < t->n; i++) {
         const mg_param_meta *p = &t->p[i];
         float wd = p->weight_decay ? (float)o->weight_decay : 0.0f;
-        MG_CHECK(be->adamw(be, (char *)params + p->offset * esz, NULL, grads + p->offset,
-                           o->m + p->offset, o->v + p->offset, (size_t)p->numel, (float)lr,
-                           (float)o->beta1, (float)o->beta2, (float)o->eps, wd, bc1, bc2, coef));
+        MG_CHECK(be->adamw(be, (char *)params + p->offset * esz, master ? master + p->offset : NULL,
+                           grads + p->offset, o->m + p->offset, o->v + p->offset, (size_t)p->numel,
+                           (float)lr, (float)o->beta1, (float)o->beta2, (float)o->eps, wd, bc1, bc2,
+                           coef));
     }
     return MG_OK;
 }

@@ -24,8 +24,11 @@ void mg_optimizer_init(mg_optimizer *o, const mg_config *c, size_t numel);
 mg_status mg_optimizer_plan(mg_optimizer *o, mg_arena *arena);
 void mg_optimizer_bind(mg_optimizer *o, mg_arena *arena);
 /* Computes the global gradient norm (into scalars[1], backend memory) and clips + updates every
- * parameter with learning rate lr. `params` compute dtype, `grads` fp32, both (numel). */
+ * parameter with learning rate lr. `params` compute dtype, `grads` fp32, both (numel). `master`
+ * (numel) fp32 holds the master weights when the compute dtype is not fp32 (CUDA: bf16 params
+ * receive the updated masters rounded); NULL when the parameters are themselves fp32 (CPU).
+ * Nothing is read back to the host. */
 mg_status mg_optimizer_step(mg_optimizer *o, mg_backend *be, const mg_param_table *t, void *params,
-                            const float *grads, double lr);
+                            float *master, const float *grads, double lr);
 
 #endif

@@ -1,6 +1,11 @@
 /* `megatron train`: the outer loop around mg_trainer — Megatron's log line every --log-interval,
  * validation every --eval-interval, checkpoints every --save-interval and at the end, and
- * --exit-interval. */
+ * --exit-interval.
+ *
+ * Host syncs: steps are enqueued with mg_trainer_step_async; the loss and grad norm stay on the
+ * backend and are read (one sync) only where they are needed: the log line, and before a
+ * checkpoint or an exit, so a non-finite loss or grad norm is caught at the next of those points
+ * (at the latest every --log-interval iterations) and never saved. */
 #include "core/flags.h"
 #include "core/log.h"
 #include "train/trainer.h"
@@ -43,8 +48,13 @@ static mg_status evaluate_and_print(mg_trainer *t, const char *where) {
 static void print_banner(const mg_trainer *t) {
     const mg_config *c = &t->cfg;
     const mg_model_config *m = &t->model.cfg;
-    mg_log_info("> megatron.c: training on the %s backend (%s), %d threads", t->be->name,
-                mg_dtype_name(t->be->compute_dtype), c->num_threads);
+    if (t->be->device == MG_DEVICE_CPU)
+        mg_log_info("> megatron.c: training on the %s backend (%s), %d threads", t->be->name,
+                    mg_dtype_name(t->be->compute_dtype), c->num_threads);
+    else
+        mg_log_info("> megatron.c: training on the %s backend, GPU %d (%s compute, fp32 master "
+                    "weights, gradients and optimizer state)",
+                    t->be->name, t->gpu, mg_dtype_name(t->be->compute_dtype));
     mg_log_info(" > number of parameters on (tensor, pipeline) model parallel rank (0, 0): %" PRId64,
                 mg_model_config_num_params(m));
     mg_log_info("> model: %d layers, hidden %d, ffn %d, heads %d (query groups %d, head dim %d), "
@@ -56,32 +66,45 @@ static void print_banner(const mg_trainer *t) {
                                                                           : "no positions");
     mg_log_info("> batch: micro %d, global %d (%d microbatches), %" PRId64 " iterations",
                 c->micro_batch_size, c->global_batch_size, t->num_microbatches, c->train_iters);
-    if (mg_flags_seen("--bf16") || mg_flags_seen("--fp16"))
+    if (t->be->device == MG_DEVICE_CPU && (mg_flags_seen("--bf16") || mg_flags_seen("--fp16")))
         mg_log_info("> note: the CPU backend trains in fp32; --bf16/--fp16 apply to GPU backends");
+    if (t->be->device != MG_DEVICE_CPU && mg_flags_seen("--fp16"))
+        mg_log_info("> note: the %s backend computes in %s; --fp16 is not used", t->be->name,
+                    mg_dtype_name(t->be->compute_dtype));
+}
+
+/* Reads the statistics (one host sync) and fails on a non-finite loss or grad norm since the
+ * last reset. */
+static mg_status read_checked(mg_trainer *t, int64_t since, mg_step_stats *s, bool reset) {
+    MG_CHECK(mg_trainer_read_stats(t, s, reset));
+    if (!isfinite(s->loss_sum) || !isfinite(s->grad_norm_sum))
+        return MG_FAIL(MG_ERR_NUMERIC,
+                       "iterations %" PRId64 "..%" PRId64 ": lm loss %g, grad norm %g is not "
+                       "finite (checked at each log, save and exit point); lower --lr or raise "
+                       "--clip-grad's effect (smaller --clip-grad)",
+                       since + 1, t->state.iteration, s->loss, s->grad_norm);
+    return MG_OK;
 }
 
 static mg_status train_loop(mg_trainer *t) {
     const mg_config *c = &t->cfg;
     double flops = mg_flops_per_iteration(c, c->global_batch_size);
-    double loss_sum = 0, t_last = now_s();
+    double t_last = now_s();
     int64_t logged_iters = 0;
-    int nan_iters = 0;
+    const int nan_iters = 0; /* a non-finite loss or grad norm stops the run */
     bool saved_last = false;
-    int64_t start_iteration = t->state.iteration;
+    int64_t start_iteration = t->state.iteration, checked = t->state.iteration;
+    mg_step_stats s;
+    MG_CHECK(mg_trainer_read_stats(t, &s, true)); /* zero the running sums */
     while (t->state.iteration < c->train_iters) {
-        double loss, gnorm;
-        MG_CHECK(mg_trainer_step(t, &loss, &gnorm));
+        MG_CHECK(mg_trainer_step_async(t));
         int64_t it = t->state.iteration;
         saved_last = false;
-        if (!isfinite(loss) || !isfinite(gnorm)) {
-            nan_iters++;
-            return MG_FAIL(MG_ERR_NUMERIC, "iteration %" PRId64 ": lm loss %g, grad norm %g is not "
-                                           "finite; lower --lr or raise --clip-grad's effect "
-                                           "(smaller --clip-grad)", it, loss, gnorm);
-        }
-        loss_sum += loss;
         logged_iters++;
+        if (it == start_iteration + 1) MG_CHECK(mg_trainer_log_memory(t, "after the first step"));
         if (it % c->log_interval == 0 || it == c->train_iters) {
+            MG_CHECK(read_checked(t, checked, &s, true));
+            checked = it;
             double t_now = now_s();
             double sec = (t_now - t_last) / (double)logged_iters;
             mg_log_record r = {
@@ -93,9 +116,9 @@ static mg_status train_loop(mg_trainer *t) {
                 .tokens_per_s = (double)c->global_batch_size * c->seq_length / sec,
                 .lr = mg_lr_schedule_lr(&t->lr), /* Megatron logs the lr after the step */
                 .global_batch_size = c->global_batch_size,
-                .lm_loss = loss_sum / (double)logged_iters,
+                .lm_loss = s.loss_sum / (double)logged_iters,
                 .loss_scale = 1.0,
-                .grad_norm = gnorm,
+                .grad_norm = s.grad_norm,
                 .skipped_iters = 0,
                 .nan_iters = nan_iters,
             };
@@ -103,7 +126,6 @@ static mg_status train_loop(mg_trainer *t) {
             mg_metrics_format_line(line, sizeof line, &r);
             mg_log_last("%s", line);
             if (mg_log_is_logging_rank()) MG_CHECK(mg_metrics_write(&t->metrics, &r));
-            loss_sum = 0;
             logged_iters = 0;
             t_last = now_s();
         }
@@ -111,16 +133,25 @@ static mg_status train_loop(mg_trainer *t) {
             it < c->train_iters) {
             char where[64];
             snprintf(where, sizeof where, "iteration %" PRId64, it);
+            /* evaluation time does not count as iteration time; the steps still queued on the
+             * device do, so they are drained first */
+            MG_CHECK(t->be->synchronize(t->be));
+            double t0 = now_s();
             MG_CHECK(evaluate_and_print(t, where));
-            t_last = now_s(); /* evaluation time does not count as iteration time */
+            t_last += now_s() - t0;
         }
-        if (c->save[0] && c->save_interval > 0 && it % c->save_interval == 0) {
+        const bool exiting =
+            c->exit_interval > 0 && it % c->exit_interval == 0 && it < c->train_iters;
+        const bool saving = c->save[0] && ((c->save_interval > 0 && it % c->save_interval == 0) ||
+                                           (exiting && !saved_last));
+        if (saving || exiting) MG_CHECK(read_checked(t, checked, &s, false)); /* never save NaN */
+        if (saving) { /* the read above drained the device: the time is the save's own */
+            double t0 = now_s();
             MG_CHECK(mg_trainer_save(t));
             saved_last = true;
-            t_last = now_s();
+            t_last += now_s() - t0;
         }
-        if (c->exit_interval > 0 && it % c->exit_interval == 0 && it < c->train_iters) {
-            if (c->save[0] && !saved_last) MG_CHECK(mg_trainer_save(t));
+        if (exiting) {
             mg_log_info("exiting program at iteration %" PRId64, it);
             return MG_OK;
         }

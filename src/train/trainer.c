@@ -1,15 +1,59 @@
 #include "train/trainer.h"
 
+#include "comm/comm.h"
 #include "core/flags.h"
 #include "core/log.h"
 #include "data/tokenizer_gpt2.h"
 
 #include <inttypes.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 /* ---- set-up ---- */
+
+static mg_status be_arena_alloc(void *ctx, size_t bytes, void **out) {
+    mg_backend *be = ctx;
+    return be->alloc(be, bytes, out);
+}
+
+static void be_arena_free(void *ctx, void *ptr) {
+    mg_backend *be = ctx;
+    be->free(be, ptr);
+}
+
+/* --device: cpu, cuda on the local rank's GPU, or auto (cuda when this build has the CUDA
+ * backend and the GPU can be used, else cpu). cfg.device receives the backend used, so the
+ * checkpoint records it (resume compares only the model's shape: a run may resume on the
+ * other backend). */
+static mg_status create_backend(mg_trainer *t) {
+    mg_config *c = &t->cfg;
+    t->gpu = -1;
+#ifdef MG_HAVE_CUDA
+    const bool want_cuda = !strcmp(c->device, "cuda"), is_auto = !strcmp(c->device, "auto");
+    if (want_cuda || is_auto) {
+        mg_launch_info li;
+        MG_CHECK(mg_launch_detect(&li));
+        mg_status st = mg_backend_cuda_create(&t->be, li.local_rank);
+        if (st == MG_OK) {
+            t->gpu = li.local_rank;
+            snprintf(c->device, sizeof c->device, "cuda");
+            return MG_OK;
+        }
+        /* only "no usable GPU" falls back; a GPU that fails otherwise is an error */
+        if (!is_auto || st != MG_ERR_UNSUPPORTED) return st;
+        mg_log_info("> --device auto: %s; training on the cpu backend", mg_error_message());
+        mg_error_clear();
+    }
+#else
+    if (!strcmp(c->device, "cuda")) /* mg_config_validate already refuses it */
+        return MG_FAIL(MG_ERR_UNSUPPORTED, "this build has no CUDA backend (nvcc/cuBLAS were not "
+                                           "found when it was built); use --device cpu");
+#endif
+    snprintf(c->device, sizeof c->device, "cpu");
+    return mg_backend_cpu_create(&t->be, c->num_threads);
+}
 
 static mg_status plan_memory(mg_trainer *t) {
     const mg_config *c = &t->cfg;
@@ -17,13 +61,17 @@ static mg_status plan_memory(mg_trainer *t) {
     mg_gpt *g = &t->model;
     size_t numel = g->params.numel, esz = mg_dtype_size(be->compute_dtype);
     size_t N = (size_t)c->micro_batch_size * c->seq_length;
+    /* fp32 masters only where the parameters are not fp32 themselves */
+    const bool masters = be->compute_dtype != MG_F32;
     mg_arena_init(&t->a_params, "parameters");
+    mg_arena_init(&t->a_master, "master weights");
     mg_arena_init(&t->a_grads, "gradients");
     mg_arena_init(&t->a_optim, "optimizer state");
     mg_arena_init(&t->a_acts, "activations");
     mg_arena_init(&t->a_work, "workspace");
     mg_arena_init(&t->a_io, "batch");
     MG_CHECK(mg_arena_reserve(&t->a_params, numel * esz, 0, &t->off_params));
+    if (masters) MG_CHECK(mg_arena_reserve(&t->a_master, numel * sizeof(float), 0, &t->off_master));
     MG_CHECK(mg_arena_reserve(&t->a_grads, numel * sizeof(float), 0, &t->off_grads));
     mg_optimizer_init(&t->opt, c, numel);
     MG_CHECK(mg_optimizer_plan(&t->opt, &t->a_optim));
@@ -31,31 +79,69 @@ static mg_status plan_memory(mg_trainer *t) {
     MG_CHECK(mg_arena_reserve(&t->a_io, N * sizeof(int32_t), 0, &t->off_tokens));
     MG_CHECK(mg_arena_reserve(&t->a_io, N * sizeof(int32_t), 0, &t->off_targets));
     MG_CHECK(mg_arena_reserve(&t->a_io, N * sizeof(float), 0, &t->off_dloss));
-    MG_CHECK(mg_arena_reserve(&t->a_io, sizeof(float), 0, &t->off_loss));
+    MG_CHECK(mg_arena_reserve(&t->a_io, MG_STAT_COUNT * sizeof(float), 0, &t->off_stats));
 
-    mg_arena *arenas[] = {&t->a_params, &t->a_grads, &t->a_optim, &t->a_acts, &t->a_work, &t->a_io};
-    double total = 0;
+    /* host memory on the CPU backend (as before), the backend's allocation elsewhere */
+    t->be_alloc = (mg_allocator){be_arena_alloc, be_arena_free, be};
+    t->arena_alloc = be->device == MG_DEVICE_CPU ? NULL : &t->be_alloc;
+    mg_arena *arenas[] = {&t->a_params, &t->a_master, &t->a_grads, &t->a_optim,
+                          &t->a_acts,   &t->a_work,   &t->a_io};
+    t->planned_bytes = 0;
     for (size_t i = 0; i < sizeof arenas / sizeof *arenas; i++) {
-        MG_CHECK(mg_arena_commit(arenas[i], NULL));
-        total += (double)arenas[i]->size;
+        if (arenas[i] == &t->a_master && !masters) continue; /* stays uncommitted: no memory */
+        MG_CHECK(mg_arena_commit(arenas[i], t->arena_alloc));
+        t->planned_bytes += arenas[i]->size;
     }
-    mg_log_info("> memory plan (%s): parameters %.1f MiB, gradients %.1f MiB, optimizer %.1f MiB, "
-                "activations %.1f MiB, workspace %.1f MiB, total %.1f MiB",
-                be->name, t->a_params.size / 1048576.0, t->a_grads.size / 1048576.0,
-                t->a_optim.size / 1048576.0, t->a_acts.size / 1048576.0,
-                t->a_work.size / 1048576.0, total / 1048576.0);
+    const double MiB = 1048576.0;
+    mg_log_info("> memory plan (%s, %s): parameters %.1f MiB, master weights %.1f MiB, "
+                "gradients %.1f MiB, optimizer %.1f MiB, activations %.1f MiB, workspace %.1f MiB, "
+                "batch %.1f MiB, total %.1f MiB",
+                be->name, be->device == MG_DEVICE_CPU ? "host memory" : "device memory",
+                t->a_params.size / MiB, masters ? t->a_master.size / MiB : 0.0,
+                t->a_grads.size / MiB, t->a_optim.size / MiB, t->a_acts.size / MiB,
+                t->a_work.size / MiB, t->a_io.size / MiB, t->planned_bytes / MiB);
     t->params = mg_arena_ptr(&t->a_params, t->off_params);
+    t->master = masters ? mg_arena_ptr(&t->a_master, t->off_master) : NULL;
     t->grads = mg_arena_ptr(&t->a_grads, t->off_grads);
     mg_optimizer_bind(&t->opt, &t->a_optim);
     t->tokens = mg_arena_ptr(&t->a_io, t->off_tokens);
     t->targets = mg_arena_ptr(&t->a_io, t->off_targets);
     t->dloss = mg_arena_ptr(&t->a_io, t->off_dloss);
-    t->loss = mg_arena_ptr(&t->a_io, t->off_loss);
+    t->stats = mg_arena_ptr(&t->a_io, t->off_stats);
+    t->loss = &t->stats[MG_STAT_LOSS];
     MG_CHECK(mg_gpt_bind(g, be, t->params, t->grads));
     t->host_tokens = malloc(N * sizeof(int32_t));
     t->host_targets = malloc(N * sizeof(int32_t));
     if (!t->host_tokens || !t->host_targets)
         return MG_FAIL(MG_ERR_NOMEM, "cannot allocate the batch staging buffers");
+    return MG_OK;
+}
+
+mg_status mg_trainer_set_weights(mg_trainer *t, const float *host) {
+    mg_backend *be = t->be;
+    size_t n = t->model.params.numel;
+    if (t->master) MG_CHECK(be->copy_h2d(be, t->master, host, n * sizeof(float)));
+    /* the same rounding (to nearest even) as AdamW's write of the updated master */
+    return be->upload_f32(be, t->params, host, n);
+}
+
+mg_status mg_trainer_get_weights(mg_trainer *t, float *host) {
+    mg_backend *be = t->be;
+    size_t n = t->model.params.numel;
+    if (t->master) return be->copy_d2h(be, host, t->master, n * sizeof(float));
+    return be->download_f32(be, host, t->params, n);
+}
+
+mg_status mg_trainer_log_memory(mg_trainer *t, const char *when) {
+    mg_backend *be = t->be;
+    if (!be->memory_info) return MG_OK;
+    size_t free_b = 0, total_b = 0;
+    MG_CHECK(be->memory_info(be, &free_b, &total_b));
+    const double MiB = 1048576.0;
+    mg_log_info("> %s device memory %s: %.1f MiB used of %.1f MiB (arenas %.1f MiB; the rest is "
+                "the CUDA context, the backend's workspace, libraries and other processes)",
+                be->name, when, (double)(total_b - free_b) / MiB, (double)total_b / MiB,
+                (double)t->planned_bytes / MiB);
     return MG_OK;
 }
 
@@ -100,7 +186,8 @@ static mg_status load_or_init(mg_trainer *t) {
     } else if (st == MG_OK) {
         mg_params_init(&t->model.params, (uint64_t)c->seed, h.params);
     }
-    if (st == MG_OK) st = be->upload_f32(be, t->params, h.params, n);
+    /* the checkpoint's weights are the fp32 masters: resume continues exactly */
+    if (st == MG_OK) st = mg_trainer_set_weights(t, h.params);
     free_host_state(&h);
     return st;
 }
@@ -169,9 +256,7 @@ mg_status mg_trainer_init(mg_trainer *t, const mg_config *cfg) {
     t->cfg = *cfg;
     MG_CHECK(resolve_vocab(&t->cfg));
     const mg_config *c = &t->cfg;
-    if (strcmp(c->device, "cpu") != 0)
-        return MG_FAIL(MG_ERR_UNSUPPORTED, "--device %s: only the cpu backend is built", c->device);
-    MG_CHECK(mg_backend_cpu_create(&t->be, c->num_threads));
+    MG_CHECK(create_backend(t));
     MG_CHECK(mg_backend_validate(t->be));
     MG_CHECK(mg_gpt_build(&t->model, c));
     MG_CHECK(mg_lr_schedule_init(&t->lr, c));
@@ -218,42 +303,62 @@ mg_status mg_trainer_forward_backward(mg_trainer *t, const mg_sample_source *src
     return MG_OK;
 }
 
-static mg_status read_f32(mg_backend *be, const float *src, double *out) {
-    float v;
-    MG_CHECK(be->copy_d2h(be, &v, src, sizeof v));
-    *out = v;
-    return MG_OK;
-}
-
-mg_status mg_trainer_step(mg_trainer *t, double *loss, double *grad_norm) {
+mg_status mg_trainer_step_async(mg_trainer *t) {
     mg_backend *be = t->be;
     const mg_config *c = &t->cfg;
     MG_CHECK(be->memset_zero(be, t->grads, t->model.params.numel * sizeof(float)));
     MG_CHECK(mg_trainer_forward_backward(t, &t->train_src, t->state.consumed_train_samples, true));
     /* Megatron: the update uses the lr before this iteration's scheduler step */
     double lr = mg_lr_schedule_lr(&t->lr);
-    MG_CHECK(mg_optimizer_step(&t->opt, be, &t->model.params, t->params, t->grads, lr));
+    MG_CHECK(mg_optimizer_step(&t->opt, be, &t->model.params, t->params, t->master, t->grads, lr));
     mg_lr_schedule_step(&t->lr, c->global_batch_size);
     t->state.iteration++;
     t->state.consumed_train_samples += c->global_batch_size;
     t->state.lr_num_steps = t->lr.num_steps;
     t->state.optimizer_step = t->opt.step;
-    MG_CHECK(read_f32(be, t->loss, loss));
-    MG_CHECK(read_f32(be, &t->opt.scalars[1], grad_norm));
+    /* statistics, in stream order on the backend: nothing waits for the device here */
+    float *s = t->stats;
+    MG_CHECK(be->copy_d2d(be, &s[MG_STAT_GRAD_NORM], &t->opt.scalars[1], sizeof(float)));
+    MG_CHECK(be->sum_f32(be, &s[MG_STAT_LOSS_SUM], &s[MG_STAT_LOSS], NULL, 1, 1.0f));
+    MG_CHECK(be->sum_f32(be, &s[MG_STAT_GRAD_NORM_SUM], &s[MG_STAT_GRAD_NORM], NULL, 1, 1.0f));
+    return MG_OK;
+}
+
+mg_status mg_trainer_read_stats(mg_trainer *t, mg_step_stats *out, bool reset_sums) {
+    mg_backend *be = t->be;
+    float v[MG_STAT_COUNT];
+    MG_CHECK(be->copy_d2h(be, v, t->stats, sizeof v)); /* the one host sync */
+    out->loss = v[MG_STAT_LOSS];
+    out->grad_norm = v[MG_STAT_GRAD_NORM];
+    out->loss_sum = v[MG_STAT_LOSS_SUM];
+    out->grad_norm_sum = v[MG_STAT_GRAD_NORM_SUM];
+    _Static_assert(MG_STAT_GRAD_NORM_SUM == MG_STAT_LOSS_SUM + 1, "the sums are adjacent");
+    if (reset_sums) MG_CHECK(be->memset_zero(be, &t->stats[MG_STAT_LOSS_SUM], 2 * sizeof(float)));
+    return MG_OK;
+}
+
+mg_status mg_trainer_step(mg_trainer *t, double *loss, double *grad_norm) {
+    MG_CHECK(mg_trainer_step_async(t));
+    mg_step_stats s;
+    MG_CHECK(mg_trainer_read_stats(t, &s, false));
+    *loss = s.loss;
+    *grad_norm = s.grad_norm;
     return MG_OK;
 }
 
 mg_status mg_trainer_evaluate(mg_trainer *t, double *loss) {
-    double sum = 0;
+    mg_backend *be = t->be;
+    float *sum = &t->stats[MG_STAT_EVAL_SUM];
+    MG_CHECK(be->memset_zero(be, sum, sizeof(float)));
     for (int i = 0; i < t->cfg.eval_iters; i++) {
         /* Megatron draws validation batches from a running position in the validation set */
         MG_CHECK(mg_trainer_forward_backward(t, &t->valid_src, t->state.consumed_valid_samples, false));
         t->state.consumed_valid_samples += t->cfg.global_batch_size;
-        double l;
-        MG_CHECK(read_f32(t->be, t->loss, &l));
-        sum += l;
+        MG_CHECK(be->sum_f32(be, sum, t->loss, NULL, 1, 1.0f));
     }
-    *loss = t->cfg.eval_iters > 0 ? sum / t->cfg.eval_iters : NAN;
+    float v = 0;
+    if (t->cfg.eval_iters > 0) MG_CHECK(be->copy_d2h(be, &v, sum, sizeof v));
+    *loss = t->cfg.eval_iters > 0 ? (double)v / t->cfg.eval_iters : NAN;
     return MG_OK;
 }
 
@@ -262,7 +367,7 @@ mg_status mg_trainer_save(mg_trainer *t) {
     size_t n = t->model.params.numel;
     mg_checkpoint_tensors h = {0};
     mg_status st = alloc_host_state(t, &h);
-    if (st == MG_OK) st = be->download_f32(be, h.params, t->params, n);
+    if (st == MG_OK) st = mg_trainer_get_weights(t, h.params);
     if (st == MG_OK) st = be->copy_d2h(be, h.exp_avg, t->opt.m, n * sizeof(float));
     if (st == MG_OK) st = be->copy_d2h(be, h.exp_avg_sq, t->opt.v, n * sizeof(float));
     if (st == MG_OK) st = mg_checkpoint_save(t->cfg.save, &t->state, &t->cfg, &t->model, &h);
@@ -279,7 +384,9 @@ void mg_trainer_free(mg_trainer *t) {
     mg_mock_free(&t->valid_data);
     if (t->gpt_data) mg_gpt_data_free(t->gpt_data);
     mg_gpt_free(&t->model);
-    mg_arena *arenas[] = {&t->a_params, &t->a_grads, &t->a_optim, &t->a_acts, &t->a_work, &t->a_io};
+    /* the arenas go back to the backend before it is destroyed */
+    mg_arena *arenas[] = {&t->a_params, &t->a_master, &t->a_grads, &t->a_optim,
+                          &t->a_acts,   &t->a_work,   &t->a_io};
     for (size_t i = 0; i < sizeof arenas / sizeof *arenas; i++) mg_arena_free(arenas[i]);
     free(t->host_tokens);
     free(t->host_targets);

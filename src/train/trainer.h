@@ -1,8 +1,22 @@
 /* The training loop: Megatron's iteration (microbatches with gradient accumulation, global-norm
  * clipping, AdamW, the lr schedule), evaluation, logging, checkpointing, exit interval.
- * The trainer owns the memory plan: one arena per lifetime class (parameters, gradients,
- * optimizer state, activations, workspace), sized before the first step and committed once.
- * Exports: mg_trainer, mg_trainer_*, mg_train_run. Needs: model, the train modules, data, backend. */
+ * The trainer owns the memory plan: one arena per lifetime class (parameters, master weights,
+ * gradients, optimizer state, activations, workspace, batch), sized before the first step and
+ * committed once, in the backend's memory (device memory on CUDA). A step allocates nothing.
+ *
+ * Backends (--device): cpu trains in fp32 (the parameters are the fp32 masters); cuda keeps bf16
+ * parameters (the compute dtype) plus fp32 master weights, fp32 gradients and Adam moments, on
+ * the GPU numbered by the launcher's local rank. auto, the default, takes cuda when the build
+ * has it and a GPU is present, else cpu; cfg.device then holds the backend actually used.
+ * Both start from the same fp32 initial values (CUDA's parameters are their bf16 rounding), and
+ * checkpoints hold the fp32 masters, so a resumed run continues bitwise on the same backend.
+ *
+ * Host synchronisation (CUDA): mg_trainer_step_async waits for nothing; the step's loss and
+ * gradient norm stay in backend memory (t->stats) until mg_trainer_read_stats reads them all
+ * with one copy, i.e. one host sync. mg_trainer_step = step_async + read_stats: exactly one host
+ * sync per step. `megatron train` (run.c) reads only at log, save and exit points.
+ * Exports: mg_trainer, mg_stat, mg_step_stats, mg_trainer_*, mg_train_run.
+ * Needs: model, the train modules, data, backend, comm (launch detection). */
 #ifndef MG_TRAIN_TRAINER_H
 #define MG_TRAIN_TRAINER_H
 
@@ -22,20 +36,41 @@ typedef struct {
     void *ctx;
 } mg_sample_source;
 
+/* Step statistics, fp32 in backend memory (t->stats), read back together by one copy. */
+typedef enum {
+    MG_STAT_LOSS = 0,      /* mean loss of the last forward_backward (a step or an eval batch) */
+    MG_STAT_GRAD_NORM,     /* pre-clipping gradient norm of the last step */
+    MG_STAT_LOSS_SUM,      /* sum of the step losses since the last reset */
+    MG_STAT_GRAD_NORM_SUM, /* sum of the grad norms since the last reset (a NaN or Inf sticks) */
+    MG_STAT_EVAL_SUM,      /* sum of the eval batch losses of the last mg_trainer_evaluate */
+    MG_STAT_COUNT
+} mg_stat;
+
 typedef struct {
-    mg_config cfg;
+    double loss, grad_norm;         /* the last step's */
+    double loss_sum, grad_norm_sum; /* since the last reset */
+} mg_step_stats;
+
+typedef struct {
+    mg_config cfg; /* cfg.device: the backend in use ("cpu" or "cuda"), never "auto" */
     mg_backend *be;
+    int gpu; /* the CUDA device (launcher's local rank); -1 on the CPU backend */
     mg_gpt model;
     mg_optimizer opt;
     mg_lr_schedule lr;
-    mg_arena a_params, a_grads, a_optim, a_acts, a_work, a_io;
-    size_t off_params, off_grads, off_tokens, off_targets, off_dloss, off_loss;
+    mg_arena a_params, a_master, a_grads, a_optim, a_acts, a_work, a_io;
+    mg_allocator be_alloc;           /* the arenas' memory on a device backend: be->alloc */
+    const mg_allocator *arena_alloc; /* &be_alloc, or NULL (host memory) on the CPU backend */
+    size_t planned_bytes;            /* all arenas together */
+    size_t off_params, off_master, off_grads, off_tokens, off_targets, off_dloss, off_stats;
     void *params;      /* (numel) compute dtype */
+    float *master;     /* (numel) fp32 master weights; NULL when params are fp32 (CPU) */
     float *grads;      /* (numel) fp32 */
     int32_t *tokens;   /* (N) backend */
     int32_t *targets;  /* (N) backend */
     float *dloss;      /* (N) backend: d(loss)/d(token loss) = 1 / (N * microbatches) */
-    float *loss;       /* (1) backend accumulator */
+    float *stats;      /* (MG_STAT_COUNT) backend fp32 */
+    float *loss;       /* (1) backend accumulator: &stats[MG_STAT_LOSS] */
     int32_t *host_tokens, *host_targets; /* (N) */
     mg_mock_data train_data, valid_data;   /* --mock-data */
     mg_gpt_data *gpt_data;                 /* --data-path: Megatron's GPT datasets */
@@ -50,16 +85,30 @@ typedef struct {
     mg_metrics_file metrics;
 } mg_trainer;
 
-/* Builds the model and the memory plan, initialises or loads the weights. */
+/* Creates the backend (cfg->device), builds the model and the memory plan (logged), initialises
+ * or loads the weights. The trainer must not move afterwards (the model and the data sources
+ * point into it). */
 mg_status mg_trainer_init(mg_trainer *t, const mg_config *cfg);
 /* Forward (+ backward) over the global batch of samples [first, first + gbs) from src:
  * the mean loss lands in t->loss; gradients ACCUMULATE into t->grads. */
 mg_status mg_trainer_forward_backward(mg_trainer *t, const mg_sample_source *src, int64_t first,
                                       bool backward);
-/* One iteration: returns the mean lm loss and the pre-clipping gradient norm. */
+/* One iteration, nothing read back (no host sync on CUDA): the loss and grad norm land in
+ * t->stats and are added to the running sums. */
+mg_status mg_trainer_step_async(mg_trainer *t);
+/* Reads every statistic with one copy (one host sync); reset_sums then zeroes the running sums. */
+mg_status mg_trainer_read_stats(mg_trainer *t, mg_step_stats *out, bool reset_sums);
+/* One iteration: returns the mean lm loss and the pre-clipping gradient norm (one host sync). */
 mg_status mg_trainer_step(mg_trainer *t, double *loss, double *grad_norm);
-/* Mean loss over eval_iters global batches of the validation stream. */
+/* Mean loss over eval_iters global batches of the validation stream (one host sync). */
 mg_status mg_trainer_evaluate(mg_trainer *t, double *loss);
+/* The weights as fp32 host values (params.numel, parameter layout): set_weights writes the
+ * masters and the parameters (their rounding to the compute dtype); get_weights reads the
+ * masters (the parameters themselves on CPU). */
+mg_status mg_trainer_set_weights(mg_trainer *t, const float *host);
+mg_status mg_trainer_get_weights(mg_trainer *t, float *host);
+/* Logs the device memory in use (backends with memory_info; nothing on CPU) next to the plan. */
+mg_status mg_trainer_log_memory(mg_trainer *t, const char *when);
 mg_status mg_trainer_save(mg_trainer *t);
 void mg_trainer_free(mg_trainer *t);
 

@@ -78,7 +78,7 @@ MG_TEST(flags_defaults_match_megatron) {
     MG_EXPECT(c.log_interval == 100 && c.eval_interval == 1000 && c.eval_iters == 100 &&
                   c.exit_interval == -1 && c.save_interval == -1,
               "logging defaults");
-    MG_EXPECT(!strcmp(c.device, "cpu") && c.num_threads == -1 && !c.mock_data, "runtime");
+    MG_EXPECT(!strcmp(c.device, "auto") && c.num_threads == -1 && !c.mock_data, "runtime");
     MG_EXPECT(!c.save[0] && !c.load[0] && !c.metrics_file[0], "no paths");
 }
 
@@ -227,7 +227,8 @@ MG_TEST(flags_bad_values) {
     const char *a13[] = {"--swiglu=true", NULL};
     MG_EXPECT_ERROR(parse(&c, a13), MG_ERR_USAGE, "--swiglu takes no value");
     const char *a14[] = {"--device", "tpu", NULL};
-    MG_EXPECT_ERROR(parse(&c, a14), MG_ERR_USAGE, "--device expects one of cpu or cuda, got 'tpu'");
+    MG_EXPECT_ERROR(parse(&c, a14), MG_ERR_USAGE,
+                    "--device expects one of auto, cpu or cuda, got 'tpu'");
     char longpath[2000];
     memset(longpath, 'a', sizeof longpath - 1);
     longpath[sizeof longpath - 1] = '\0';
@@ -509,10 +510,6 @@ MG_TEST(flags_validate_rejects_bad_combinations) {
         {NULL, {"--exit-interval", "0"}, MG_ERR_USAGE, "--exit-interval must be positive"},
         {NULL, {"--seed", "-1"}, MG_ERR_USAGE, "--seed must be in [0, 4294967295]"},
         {NULL, {"--num-threads", "0"}, MG_ERR_USAGE, "--num-threads must be positive"},
-        {NULL,
-         {"--device", "cuda"},
-         MG_ERR_UNSUPPORTED,
-         "the CUDA backend is not built yet; use --device cpu"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         mg_config c;
@@ -526,6 +523,36 @@ MG_TEST(flags_validate_rejects_bad_combinations) {
                   mg_error_message(), cases[i].msg);
         MG_EXPECT(!memcmp(&c, &before, sizeof c), "case %zu: failed validation changed the config",
                   i);
+    }
+}
+
+/* --device: auto (the default) and cpu always validate; cuda only in builds with the CUDA
+ * backend (whether a GPU is present is the trainer's question, not validation's). */
+MG_TEST(flags_validate_device) {
+    const char *devs[] = {"auto", "cpu", "cuda"};
+    for (int i = 0; i < 3; i++) {
+        mg_config c;
+        const char *extra[] = {"--device", devs[i], NULL};
+        MG_EXPECT_OK(parse_base(&c, NULL, extra));
+#ifndef MG_HAVE_CUDA
+        mg_config before = c;
+#endif
+        mg_error_clear();
+        mg_status st = mg_config_validate(&c);
+#ifndef MG_HAVE_CUDA
+        if (i == 2) {
+            MG_EXPECT(st == MG_ERR_UNSUPPORTED, "--device cuda without the CUDA backend: %s",
+                      mg_status_name(st));
+            MG_EXPECT(!strcmp(mg_error_message(),
+                              "this build has no CUDA backend (nvcc/cuBLAS were not found when it "
+                              "was built); use --device cpu"),
+                      "message: '%s'", mg_error_message());
+            MG_EXPECT(!memcmp(&c, &before, sizeof c), "failed validation changed the config");
+            continue;
+        }
+#endif
+        MG_EXPECT(st == MG_OK, "--device %s: %s", devs[i], mg_error_message());
+        MG_EXPECT(!strcmp(c.device, devs[i]), "--device %s became '%s'", devs[i], c.device);
     }
 }
 

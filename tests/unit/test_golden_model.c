@@ -32,7 +32,9 @@ static mg_status golden_config(const char *name, mg_config *c) {
     int argc = 0;
     const cJSON *a;
     cJSON_ArrayForEach(a, args) if (argc < 120) argv[argc++] = a->valuestring;
-    char extra[][16] = {"--mock-data", "--eval-iters", "0", "--num-threads", "2"};
+    /* the fp32 CPU backend: the tolerances below are fp32's (tests/cuda compares CUDA to CPU) */
+    char extra[][16] = {"--mock-data", "--eval-iters", "0",  "--num-threads",
+                        "2",           "--device",     "cpu"};
     for (size_t i = 0; i < sizeof extra / sizeof *extra; i++) argv[argc++] = extra[i];
     bool help = false;
     mg_config_defaults(c);
@@ -99,7 +101,7 @@ static void check_golden_model(mg_test_ctx *t, const char *name) {
     MG_EXPECT_OK(mg_safetensors_open(&sf, path));
     MG_EXPECT_OK(mg_hf_import(g, &sf, path, host));
     mg_safetensors_close(&sf);
-    MG_EXPECT_OK(be->upload_f32(be, tr->params, host, numel));
+    MG_EXPECT_OK(mg_trainer_set_weights(tr, host));
 
     const mg_golden_record *tok = mg_golden_find(&gold, "tokens");
     const mg_golden_record *tgt = mg_golden_find(&gold, "targets");
@@ -156,7 +158,7 @@ static void check_golden_model(mg_test_ctx *t, const char *name) {
         MG_EXPECT(fabs(lr - wlr) <= 1e-7 * fabs(wlr) + 1e-12, "step %d lr %.9g, reference %.9g", k,
                   lr, wlr);
     }
-    MG_EXPECT_OK(be->download_f32(be, host, tr->params, numel));
+    MG_EXPECT_OK(mg_trainer_get_weights(tr, host));
     double worst_final = 0;
     compare_named(t, g, host, &gold, "final.", 1e-5, &worst_final);
     printf("  %s: logits %.2e, grads %.2e, params after 3 steps %.2e (max relative errors)\n", name,

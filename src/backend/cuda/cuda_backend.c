@@ -165,6 +165,13 @@ mg_status mg_cuda_synchronize(mg_backend *be) {
     return MG_OK;
 }
 
+mg_status mg_cuda_memory_info(mg_backend *be, size_t *free_bytes, size_t *total_bytes) {
+    (void)be;
+    *free_bytes = *total_bytes = 0;
+    MG_CUDA_CHECK(cudaMemGetInfo(free_bytes, total_bytes));
+    return MG_OK;
+}
+
 /* Tears down whatever part of the state exists, so it also cleans up a failed creation. */
 void mg_cuda_destroy(mg_backend *be) {
     if (!be) return;
@@ -256,6 +263,7 @@ mg_status mg_backend_cuda_create(mg_backend **out, int device) {
     be->download_f32 = mg_cuda_download_f32;
     be->synchronize = mg_cuda_synchronize;
     be->destroy = mg_cuda_destroy;
+    be->memory_info = mg_cuda_memory_info;
 
     be->embedding_forward = mg_cuda_embedding_forward;
     be->embedding_backward = mg_cuda_embedding_backward;
@@ -280,6 +288,7 @@ mg_status mg_backend_cuda_create(mg_backend **out, int device) {
     be->sumsq_f32 = mg_cuda_sumsq_f32;
     be->clip_coef = mg_cuda_clip_coef;
     be->adamw = mg_cuda_adamw;
+    be->matmul_peak_tflops = mg_cuda_matmul_peak_tflops;
 
     mg_status st = cuda_setup(be, device);
     if (st == MG_OK) st = mg_backend_validate(be);

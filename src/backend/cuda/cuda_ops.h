@@ -28,6 +28,7 @@ mg_status mg_cuda_upload_f32(mg_backend *be, void *dst, const float *src, size_t
 mg_status mg_cuda_download_f32(mg_backend *be, float *dst, const void *src, size_t n);
 mg_status mg_cuda_synchronize(mg_backend *be);
 void mg_cuda_destroy(mg_backend *be);
+mg_status mg_cuda_memory_info(mg_backend *be, size_t *free_bytes, size_t *total_bytes);
 mg_status mg_cuda_embedding_forward(mg_backend *be, void *out /* (N,H) */,
                                     const int32_t *tokens /* (N) */, const void *wte /* (V,H) */,
                                     const void *wpe /* (P,H) or NULL */, int N, int S, int H);
@@ -95,6 +96,8 @@ mg_status mg_cuda_adamw(mg_backend *be, void *param /* (n) */, float *master /* 
                         const float *grad /* (n) */, float *m /* (n) */, float *v /* (n) */,
                         size_t n, float lr, float beta1, float beta2, float eps, float wd,
                         float bc1, float bc2, const float *grad_scale /* (1) */);
+/* optional measurement entry (measure.cu) */
+mg_status mg_cuda_matmul_peak_tflops(mg_backend *be, int n, double *tflops);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,444 @@
+/* `megatron bench`: training throughput of a GPT-2 shape on mock data, with the same numbers the
+ * PyTorch baseline (bench/baselines/torch_gpt2.py) prints, so the two can be compared line by line
+ * (bench/gpu_bench.sh runs both).
+ *
+ * The run: the GPT-2 shape (--model, or Megatron's model flags on top of it) as `megatron train`
+ * would build it (learned positions, LayerNorm, GELU, biases, tied embeddings, vocabulary 50304,
+ * mock data, AdamW lr 6e-4 constant, weight decay 0.1, betas (0.9, 0.95), clipping 1.0; bf16 on
+ * CUDA), --warmup untimed steps, then --iters steps each timed by the wall clock around
+ * mg_trainer_step (which reads the loss back, so every step ends synchronised).
+ *
+ * Reported: ms/step (mean and median), tokens/s (tokens of the timed steps over their total time),
+ * model FLOPs per token 6N + 12·L·H·T (nanoGPT/PaLM: N = parameters without the position
+ * embeddings, the tied embedding counted once; L layers, H = heads × head dim, T = sequence
+ * length), achieved TFLOP/s, the bf16 matrix-multiply peak measured in this process before the
+ * model exists (the backend's matmul_peak_tflops, or timed linear_forward calls where the backend
+ * has none, e.g. the CPU) and MFU = achieved / peak, the memory peak (the device's memory in use
+ * after the timed steps, as the driver sees it, context included: everything is allocated before
+ * the first step, so that is the peak; on the CPU the process's peak resident size) and the
+ * trainer's arenas. --json prints exactly one JSON line on stdout (logs and the table go to
+ * stderr). */
+#include "cli/cli.h"
+
+#include "comm/comm.h"
+#include "core/flags.h"
+#include "core/log.h"
+#include "train/metrics.h"
+#include "train/trainer.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef struct {
+    const char *name;
+    int layers, hidden, heads;
+} bench_shape;
+
+/* GPT-2's four sizes (head dim 64) */
+static const bench_shape g_shapes[] = {
+    {"gpt2-124m", 12, 768, 12},
+    {"gpt2-350m", 24, 1024, 16},
+    {"gpt2-774m", 36, 1280, 20},
+    {"gpt2-1.5b", 48, 1600, 25},
+};
+#define N_SHAPES    ((int)(sizeof g_shapes / sizeof *g_shapes))
+#define BENCH_SEQ   1024
+#define BENCH_VOCAB 50304
+
+typedef struct {
+    const bench_shape *shape;
+    int iters, warmup, peak_n;
+    bool json;
+} bench_opts;
+
+typedef struct {
+    double peak_tflops;
+    int peak_n;
+    const char *peak_how;
+    double *step_s; /* (iters) */
+    double loss_first, loss_last;
+    double mem_peak, mem_arenas; /* bytes */
+    const char *mem_how;
+    int64_t params, params_flops;
+    double flops_per_token;
+} bench_result;
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: megatron bench [--model NAME] [--iters N] [--warmup N] [--peak-size N] "
+               "[--json] [Megatron flags]\n\n"
+               "Times training steps of a GPT-2 shape on mock data and prints ms/step, tokens/s,\n"
+               "model TFLOP/s (6N + 12*L*H*T FLOPs per token), MFU against the bf16 matmul peak\n"
+               "measured in the same process, and peak memory.\n\n"
+               "  --model NAME     gpt2-124m (default), gpt2-350m, gpt2-774m or gpt2-1.5b\n"
+               "                   (12x768, 24x1024, 36x1280, 48x1600; seq 1024, vocab 50304)\n"
+               "  --iters N        timed steps (20)\n"
+               "  --warmup N       untimed steps first (5)\n"
+               "  --peak-size N    side of the square matmul timed for the peak (8192 on cuda,\n"
+               "                   1024 on cpu)\n"
+               "  --json           print one JSON line on stdout; logs and the table go to stderr\n"
+               "  Megatron flags   override the shape and the run, e.g. --device cuda\n"
+               "                   --micro-batch-size 32 (default 32) --seq-length 1024\n"
+               "                   --num-layers 2 --hidden-size 64 --num-attention-heads 4\n"
+               "                   --vocab-size 512 --num-threads 2 (`megatron train --help`)\n");
+}
+
+static const bench_shape *find_shape(const char *name) {
+    for (int i = 0; i < N_SHAPES; i++) {
+        /* "124m" names "gpt2-124m" too */
+        if (!strcmp(name, g_shapes[i].name) || !strcmp(name, g_shapes[i].name + 5))
+            return &g_shapes[i];
+    }
+    return NULL;
+}
+
+static mg_status parse_int(const char *flag, const char *v, int min, int *out) {
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (errno || end == v || *end || x < min || x > INT_MAX)
+        return MG_FAIL(MG_ERR_USAGE, "%s expects an integer >= %d, got '%s'", flag, min, v);
+    *out = (int)x;
+    return MG_OK;
+}
+
+/* Takes the bench's own flags out of argv; the rest (Megatron flags) go to *rest. */
+static mg_status parse_opts(bench_opts *o, int argc, char **argv, char **rest, int *nrest,
+                            bool *help) {
+    *o = (bench_opts){.shape = &g_shapes[0], .iters = 20, .warmup = 5, .peak_n = 0};
+    *nrest = 0;
+    *help = false;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            *help = true;
+            return MG_OK;
+        }
+        if (!strcmp(a, "--json")) {
+            o->json = true;
+            continue;
+        }
+        static const char *const own[] = {"--model", "--iters", "--warmup", "--peak-size"};
+        int k = -1;
+        const char *v = NULL;
+        for (int j = 0; j < 4 && k < 0; j++) {
+            size_t len = strlen(own[j]);
+            if (!strcmp(a, own[j])) {
+                if (i + 1 >= argc) return MG_FAIL(MG_ERR_USAGE, "%s needs a value", own[j]);
+                k = j;
+                v = argv[++i];
+            } else if (!strncmp(a, own[j], len) && a[len] == '=') {
+                k = j;
+                v = a + len + 1;
+            }
+        }
+        if (k < 0) {
+            rest[(*nrest)++] = argv[i];
+            continue;
+        }
+        switch (k) {
+        case 0:
+            o->shape = find_shape(v);
+            if (!o->shape)
+                return MG_FAIL(MG_ERR_USAGE,
+                               "--model %s: unknown; choose gpt2-124m, gpt2-350m, gpt2-774m or "
+                               "gpt2-1.5b (or give --num-layers/--hidden-size/... yourself)",
+                               v);
+            break;
+        case 1:
+            MG_CHECK(parse_int("--iters", v, 1, &o->iters));
+            break;
+        case 2:
+            MG_CHECK(parse_int("--warmup", v, 0, &o->warmup));
+            break;
+        default:
+            MG_CHECK(parse_int("--peak-size", v, 16, &o->peak_n));
+            break;
+        }
+    }
+    return MG_OK;
+}
+
+/* The GPT-2 run of `shape` in Megatron's terms; the user's flags are applied on top. */
+static void bench_config(mg_config *c, const bench_shape *s) {
+    mg_config_defaults(c);
+    c->num_layers = s->layers;
+    c->hidden_size = s->hidden;
+    c->num_attention_heads = s->heads;
+    c->seq_length = BENCH_SEQ;
+    c->position_embedding = MG_POS_LEARNED;
+    c->normalization = MG_NORM_LAYERNORM;
+    c->swiglu = false;
+    c->disable_bias_linear = false;
+    c->untie_embeddings = false;
+    c->vocab_size = BENCH_VOCAB; /* 50257 padded to a multiple of 128 */
+    c->make_vocab_size_divisible_by = 128;
+    c->micro_batch_size = 32;
+    c->lr = 6e-4;
+    c->min_lr = 6e-4;
+    c->lr_decay_style = MG_LR_CONSTANT;
+    c->weight_decay = 0.1;
+    c->adam_beta1 = 0.9;
+    c->adam_beta2 = 0.95;
+    c->adam_eps = 1e-8;
+    c->clip_grad = 1.0;
+    c->mock_data = true;
+    c->eval_iters = 0;
+    c->log_interval = 1000000;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The peak through the backend's linear_forward (backends without matmul_peak_tflops): an
+ * (n, n) x (n, n)^T product on random inputs, 2 warm-up calls, then the median of 5, each
+ * between two synchronisations. */
+static mg_status peak_by_linear(mg_backend *be, int n, double *tflops) {
+    size_t elems = (size_t)n * (size_t)n, bytes = elems * mg_dtype_size(be->compute_dtype);
+    void *a = NULL, *w = NULL, *out = NULL;
+    float *host = malloc(elems * sizeof *host);
+    mg_status st = host ? MG_OK : MG_FAIL(MG_ERR_NOMEM, "cannot allocate the peak's inputs");
+    if (st == MG_OK) st = be->alloc(be, bytes, &a);
+    if (st == MG_OK) st = be->alloc(be, bytes, &w);
+    if (st == MG_OK) st = be->alloc(be, bytes, &out);
+    uint64_t x = 0x9E3779B97F4A7C15ull;
+    for (size_t i = 0; st == MG_OK && i < elems; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        host[i] = (float)(x >> 40) * (2.0f / 16777216.0f) - 1.0f;
+    }
+    if (st == MG_OK) st = be->upload_f32(be, a, host, elems);
+    if (st == MG_OK) st = be->upload_f32(be, w, host, elems);
+    double t[5];
+    for (int i = 0; st == MG_OK && i < 7; i++) {
+        double t0 = 0;
+        st = be->synchronize(be);
+        if (st == MG_OK) t0 = now_s();
+        if (st == MG_OK) st = be->linear_forward(be, out, a, w, NULL, n, n, n);
+        if (st == MG_OK) st = be->synchronize(be);
+        if (st == MG_OK && i >= 2) t[i - 2] = now_s() - t0;
+    }
+    if (st == MG_OK) {
+        qsort(t, 5, sizeof *t, cmp_double);
+        *tflops = 2.0 * (double)n * (double)n * (double)n / t[2] / 1e12;
+    }
+    if (out) be->free(be, out);
+    if (w) be->free(be, w);
+    if (a) be->free(be, a);
+    free(host);
+    return st;
+}
+
+/* A backend for the peak, chosen as the trainer chooses (train/trainer.c): cuda on the local
+ * rank's GPU, cpu, or auto (cuda when it can be created, else cpu). c->device receives the one
+ * used, so the trainer then takes the same. */
+static mg_status peak_backend(mg_config *c, mg_backend **be) {
+    const bool is_auto = !strcmp(c->device, "auto");
+    if (is_auto || !strcmp(c->device, "cuda")) {
+        mg_launch_info li;
+        MG_CHECK(mg_launch_detect(&li));
+        mg_status st = mg_backend_cuda_create(be, li.local_rank);
+        if (st == MG_OK) {
+            snprintf(c->device, sizeof c->device, "cuda");
+            return MG_OK;
+        }
+        if (!is_auto || st != MG_ERR_UNSUPPORTED) return st;
+        mg_log_info("> --device auto: %s; benchmarking the cpu backend", mg_error_message());
+        mg_error_clear();
+    }
+    snprintf(c->device, sizeof c->device, "cpu");
+    return mg_backend_cpu_create(be, c->num_threads);
+}
+
+/* Measured on a backend of its own, before the trainer allocates anything. */
+static mg_status measure_peak(mg_config *c, int n, bench_result *r) {
+    mg_backend *be = NULL;
+    MG_CHECK(peak_backend(c, &be));
+    r->peak_n = n > 0 ? n : be->device == MG_DEVICE_CPU ? 1024 : 8192;
+    mg_status st;
+    if (be->matmul_peak_tflops) {
+        r->peak_how = "matmul_peak_tflops";
+        st = be->matmul_peak_tflops(be, r->peak_n, &r->peak_tflops);
+    } else {
+        r->peak_how = "linear_forward";
+        st = peak_by_linear(be, r->peak_n, &r->peak_tflops);
+    }
+    be->destroy(be);
+    return st;
+}
+
+static mg_status run_steps(mg_trainer *t, const bench_opts *o, bench_result *r) {
+    for (int i = 0; i < o->warmup + o->iters; i++) {
+        double loss, gnorm, t0 = now_s();
+        MG_CHECK(mg_trainer_step(t, &loss, &gnorm));
+        double dt = now_s() - t0;
+        if (!isfinite(loss))
+            return MG_FAIL(MG_ERR_NUMERIC, "bench: the loss of step %d is %g", i + 1, loss);
+        if (i == 0) r->loss_first = loss;
+        r->loss_last = loss;
+        if (i >= o->warmup) r->step_s[i - o->warmup] = dt;
+    }
+    return MG_OK;
+}
+
+static mg_status measure_memory(mg_trainer *t, bench_result *r) {
+    r->mem_arenas = (double)t->planned_bytes;
+    if (t->be->memory_info) {
+        size_t free_b = 0, total_b = 0;
+        MG_CHECK(t->be->memory_info(t->be, &free_b, &total_b));
+        r->mem_peak = (double)(total_b - free_b);
+        r->mem_how = "device memory in use";
+    } else {
+        struct rusage ru;
+        getrusage(RUSAGE_SELF, &ru);
+        r->mem_peak = (double)ru.ru_maxrss * 1024.0; /* KiB on Linux */
+        r->mem_how = "peak resident set";
+    }
+    return MG_OK;
+}
+
+static const char *shape_name(const mg_model_config *m) {
+    for (int i = 0; i < N_SHAPES; i++)
+        if (m->L == g_shapes[i].layers && m->H == g_shapes[i].hidden &&
+            m->nq == g_shapes[i].heads && m->S == BENCH_SEQ && m->V == BENCH_VOCAB && !m->swiglu &&
+            m->pos == MG_POS_LEARNED && m->norm == MG_NORM_LAYERNORM && m->tied && m->bias)
+            return g_shapes[i].name;
+    return "custom";
+}
+
+static void report(FILE *table, FILE *json, const mg_trainer *t, const bench_opts *o,
+                   bench_result *r) {
+    const mg_config *c = &t->cfg;
+    const mg_model_config *m = &t->model.cfg;
+    double total = 0;
+    for (int i = 0; i < o->iters; i++) total += r->step_s[i];
+    qsort(r->step_s, (size_t)o->iters, sizeof *r->step_s, cmp_double); /* for the median */
+    double median = 0.5 * (r->step_s[(o->iters - 1) / 2] + r->step_s[o->iters / 2]);
+    double tokens = (double)c->global_batch_size * c->seq_length;
+    double tok_s = tokens * o->iters / total;
+    double tflops = r->flops_per_token * tok_s / 1e12;
+    double mfu = tflops / r->peak_tflops;
+    double meg_tflops = mg_flops_per_iteration(c, c->global_batch_size) * o->iters / total / 1e12;
+    mg_dtype cd = t->be->compute_dtype;
+    const char *dtype = cd == MG_BF16 ? "bf16" : cd == MG_F32 ? "fp32" : mg_dtype_name(cd);
+    const char *name = shape_name(m);
+    const double gib = 1024.0 * 1024.0 * 1024.0;
+
+    fprintf(table,
+            "megatron bench: %s on %s (%s), %d layers, hidden %d, %d heads, seq %d, micro-batch "
+            "%d, vocab %d\n",
+            name, t->be->name, dtype, m->L, m->H, m->nq, m->S, c->micro_batch_size, m->V);
+    fprintf(table, "  parameters         %" PRId64 " (%" PRId64 " without position embeddings)\n",
+            r->params, r->params_flops);
+    fprintf(table,
+            "  step time          %.2f ms mean, %.2f ms median (%d steps after %d warm-up)\n",
+            1e3 * total / o->iters, 1e3 * median, o->iters, o->warmup);
+    fprintf(table, "  tokens/s           %.0f\n", tok_s);
+    fprintf(table, "  FLOPs/token        %.4g (6N + 12*L*H*T)\n", r->flops_per_token);
+    fprintf(table, "  achieved           %.4g TFLOP/s (Megatron's formula: %.4g)\n", tflops,
+            meg_tflops);
+    fprintf(table, "  %s matmul peak   %.4g TFLOP/s (%d^3, %s, measured now)\n", dtype,
+            r->peak_tflops, r->peak_n, r->peak_how);
+    fprintf(table, "  MFU                %.1f%%\n", 100.0 * mfu);
+    fprintf(table, "  memory             %.2f GiB peak (%s), arenas %.2f GiB\n", r->mem_peak / gib,
+            r->mem_how, r->mem_arenas / gib);
+    fprintf(table, "  loss               %.4f (first step) -> %.4f (last)\n", r->loss_first,
+            r->loss_last);
+    fflush(table);
+    if (!json) return;
+    fprintf(json,
+            "{\"impl\": \"megatron.c\", \"model\": \"%s\", \"device\": \"%s\", \"dtype\": \"%s\", "
+            "\"num_layers\": %d, \"hidden_size\": %d, \"num_attention_heads\": %d, "
+            "\"seq_length\": %d, \"micro_batch_size\": %d, \"vocab_size\": %d, "
+            "\"params\": %" PRId64 ", \"params_flops\": %" PRId64 ", \"flops_per_token\": %.0f, "
+            "\"iters\": %d, \"warmup\": %d, \"ms_per_step\": %.6g, \"ms_per_step_median\": %.6g, "
+            "\"tokens_per_s\": %.6g, \"tflops\": %.6g, \"megatron_tflops\": %.6g, "
+            "\"peak_tflops\": %.6g, \"peak_n\": %d, \"mfu\": %.6g, \"mem_peak_gib\": %.6g, "
+            "\"mem_alloc_gib\": %.6g, \"loss_first\": %.6g, \"loss_last\": %.6g}\n",
+            name, t->be->name, dtype, m->L, m->H, m->nq, m->S, c->micro_batch_size, m->V, r->params,
+            r->params_flops, r->flops_per_token, o->iters, o->warmup, 1e3 * total / o->iters,
+            1e3 * median, tok_s, tflops, meg_tflops, r->peak_tflops, r->peak_n, mfu,
+            r->mem_peak / gib, r->mem_arenas / gib, r->loss_first, r->loss_last);
+    fflush(json);
+}
+
+static mg_status bench_run(mg_config *cfg, const bench_opts *o, FILE *table, FILE *json) {
+    bench_result r = {0};
+    r.step_s = calloc((size_t)o->iters, sizeof *r.step_s);
+    if (!r.step_s) return MG_FAIL(MG_ERR_NOMEM, "out of memory");
+    mg_status st = measure_peak(cfg, o->peak_n, &r);
+    mg_trainer t;
+    bool have_trainer = false;
+    if (st == MG_OK) {
+        st = mg_trainer_init(&t, cfg);
+        have_trainer = true;
+    }
+    if (st == MG_OK) {
+        const mg_model_config *m = &t.model.cfg;
+        r.params = mg_model_config_num_params(m);
+        r.params_flops = r.params - (m->pos == MG_POS_LEARNED ? (int64_t)m->P * m->H : 0);
+        r.flops_per_token = 6.0 * (double)r.params_flops + 12.0 * m->L * m->attn_dim * m->S;
+        st = run_steps(&t, o, &r);
+    }
+    if (st == MG_OK) st = measure_memory(&t, &r);
+    if (st == MG_OK) report(table, json, &t, o, &r);
+    if (have_trainer) mg_trainer_free(&t);
+    free(r.step_s);
+    return st;
+}
+
+int mg_cli_bench(int argc, char **argv) {
+    bench_opts o;
+    bool help;
+    char **rest = calloc((size_t)argc + 1, sizeof *rest);
+    if (!rest) return mg_cli_report(MG_FAIL(MG_ERR_NOMEM, "out of memory"));
+    int nrest = 0;
+    mg_status st = parse_opts(&o, argc, argv, rest, &nrest, &help);
+    if (st == MG_OK && help) {
+        usage(stdout);
+        free(rest);
+        return 0;
+    }
+    mg_config cfg;
+    if (st == MG_OK) {
+        bench_config(&cfg, o.shape);
+        bool megatron_help = false;
+        st = mg_flags_parse(&cfg, nrest, rest, &megatron_help);
+    }
+    free(rest);
+    if (st != MG_OK) return mg_cli_report(st);
+    /* one global batch per step, and exactly the steps the bench runs */
+    cfg.global_batch_size = -1;
+    cfg.train_iters = o.warmup + o.iters;
+    cfg.lr_decay_iters = -1;
+    st = mg_config_validate(&cfg);
+    if (st != MG_OK) return mg_cli_report(st);
+
+    /* --json: stdout carries the JSON line alone; everything else printed to stdout (the
+     * trainer's log lines, the table) goes to stderr */
+    FILE *json = NULL, *table = stdout;
+    if (o.json) {
+        fflush(stdout);
+        int fd = dup(STDOUT_FILENO);
+        if (fd < 0 || !(json = fdopen(fd, "w")) || dup2(STDERR_FILENO, STDOUT_FILENO) < 0)
+            return mg_cli_report(
+                MG_FAIL(MG_ERR_IO, "--json: cannot redirect stdout: %s", strerror(errno)));
+    }
+    st = bench_run(&cfg, &o, table, json);
+    if (json) fclose(json);
+    return mg_cli_report(st);
+}

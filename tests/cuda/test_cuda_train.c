@@ -1,0 +1,247 @@
+/* End-to-end training on the CUDA backend (`megatron train --device cuda`'s trainer), against the
+ * CPU backend and against itself.
+ *
+ * Model: the CLI tests' tiny GPT-2 (2 layers, hidden 64, 4 heads of 16, seq 32, vocab 256 of mock
+ * data, micro-batch 2, global batch 4: two microbatches of gradient accumulation) and its Llama
+ * twin (RMSNorm, SwiGLU, RoPE, 2 query groups, no biases, untied output), 5 steps at lr 3e-3
+ * (1 warm-up step, then cosine), clipping at 1.0.
+ *
+ * Tolerances (CPU fp32 vs CUDA bf16 with fp32 masters, same fp32 initial values and batches):
+ *  - step 1 sees the same weights up to their bf16 rounding (2^-9 relative each) and the same
+ *    batch. Every activation is rounded to bf16 once per op (~2^-9 relative; the op tests bound
+ *    each op at 8e-3 .. 2e-2 of max|ref|); the loss is a mean over 128 tokens of logsumexp -
+ *    logit with logits O(0.1 .. 1) at this init, so its error is a few 1e-3 absolute against a
+ *    loss of ln(256) = 5.5: relative 1e-2 leaves a wide margin and still catches a wrong term
+ *    (a missing bias or a wrong norm moves the loss by O(0.1 .. 1)). The grad norm aggregates
+ *    every gradient, each with the bf16 chain error of its backward path (the op tests: up to
+ *    2e-2): relative 5e-2.
+ *  - steps 2..5: Adam's first updates are close to lr * sign(g), so the elements whose gradient
+ *    is within bf16 noise of zero move by +-lr on one side and the other; the trajectories part a
+ *    little every step. Losses stay within relative 2e-2 of each other (an unrelated model would
+ *    be off by the whole drop, ~0.1 .. 1, over these steps); grad norms within 0.25.
+ *  - trend: the CPU loss falls over the 5 steps, and the CUDA run takes at least half of that
+ *    drop (a broken update, e.g. masters not written back, shows no drop at all).
+ * The CUDA runs themselves are deterministic (fixed reduction orders, no atomics in the ops), so
+ * two runs give bitwise the same losses, grad norms and final master weights.
+ *
+ * Host syncs (trainer.h): mg_trainer_step reads the loss and grad norm with one copy, so one host
+ * sync per step; mg_trainer_step_async none. After step 1 no step allocates device memory
+ * (backend counters, and cudaMemGetInfo's free memory unchanged, which also covers libraries). */
+#include "cuda_test_util.h"
+
+#include "core/flags.h"
+#include "train/trainer.h"
+
+#include <math.h>
+#include <stdio.h>
+
+enum { STEPS = 5 };
+
+typedef struct {
+    double loss[STEPS], norm[STEPS];
+    float *weights; /* (numel) fp32 masters after the last step, malloc'd */
+    size_t numel;
+} train_result;
+
+/* MG_TEST_CUDA_AS_CPU (cuda_test_util.h): the "cuda" runs use a second CPU trainer, which checks
+ * this file's logic on a machine without a GPU (the comparisons then pass with errors of 0, the
+ * counter test fails as every ct_cuda test does). */
+static const char *gpu_device(void) {
+    const char *as_cpu = getenv("MG_TEST_CUDA_AS_CPU");
+    return as_cpu && (!strcmp(as_cpu, "1") || !strcmp(as_cpu, "bf16")) ? "cpu" : "cuda";
+}
+
+static mg_status tiny_config(mg_config *c, const char *device, bool llama) {
+    char dev[16];
+    snprintf(dev, sizeof dev, "%s", device);
+    char *argv[64] = {"--num-layers",
+                      "2",
+                      "--hidden-size",
+                      "64",
+                      "--num-attention-heads",
+                      "4",
+                      "--seq-length",
+                      "32",
+                      "--max-position-embeddings",
+                      "32",
+                      "--vocab-size",
+                      "256",
+                      "--make-vocab-size-divisible-by",
+                      "64",
+                      "--micro-batch-size",
+                      "2",
+                      "--global-batch-size",
+                      "4",
+                      "--lr",
+                      "3e-3",
+                      "--min-lr",
+                      "3e-4",
+                      "--lr-decay-style",
+                      "cosine",
+                      "--lr-warmup-iters",
+                      "1",
+                      "--train-iters",
+                      "5",
+                      "--mock-data",
+                      "--seed",
+                      "7",
+                      "--eval-iters",
+                      "0",
+                      "--num-threads",
+                      "2",
+                      "--device",
+                      dev};
+    int argc = 0;
+    while (argv[argc]) argc++;
+    char *l[] = {"--normalization",
+                 "RMSNorm",
+                 "--swiglu",
+                 "--position-embedding-type",
+                 "rope",
+                 "--group-query-attention",
+                 "--num-query-groups",
+                 "2",
+                 "--disable-bias-linear",
+                 "--untie-embeddings-and-output-weights"};
+    if (llama)
+        for (size_t i = 0; i < sizeof l / sizeof *l; i++) argv[argc++] = l[i];
+    bool help = false;
+    mg_config_defaults(c);
+    MG_CHECK(mg_flags_parse(c, argc, argv, &help));
+    return mg_config_validate(c);
+}
+
+/* Trains STEPS steps with mg_trainer_step; 0 on success (failures are recorded in t). */
+static int train(mg_test_ctx *t, const char *device, bool llama, train_result *r) {
+    memset(r, 0, sizeof *r);
+    mg_config c;
+    MG_EXPECT_OK(tiny_config(&c, device, llama));
+    if (t->failures) return -1;
+    mg_trainer *tr = calloc(1, sizeof *tr);
+    int rc = -1;
+    MG_EXPECT_OK(mg_trainer_init(tr, &c));
+    if (t->failures) goto done;
+    MG_EXPECT(!strcmp(tr->cfg.device, device), "asked for %s, got %s", device, tr->cfg.device);
+    for (int s = 0; s < STEPS; s++) MG_EXPECT_OK(mg_trainer_step(tr, &r->loss[s], &r->norm[s]));
+    r->numel = tr->model.params.numel;
+    r->weights = malloc(r->numel * sizeof(float));
+    if (r->weights) MG_EXPECT_OK(mg_trainer_get_weights(tr, r->weights));
+    if (!t->failures) rc = 0;
+done:
+    mg_trainer_free(tr);
+    free(tr);
+    return rc;
+}
+
+static double rel(double got, double ref) {
+    return fabs(got - ref) / fabs(ref);
+}
+
+static void compare_with_cpu(mg_test_ctx *t, bool llama) {
+    const char *name = llama ? "llama" : "gpt2";
+    train_result cpu, gpu;
+    if (train(t, "cpu", llama, &cpu) || train(t, gpu_device(), llama, &gpu)) goto done;
+    for (int s = 0; s < STEPS; s++) {
+        double el = rel(gpu.loss[s], cpu.loss[s]), en = rel(gpu.norm[s], cpu.norm[s]);
+        double tl = s == 0 ? 1e-2 : 2e-2, tn = s == 0 ? 5e-2 : 0.25;
+        if (getenv("MG_TEST_VERBOSE"))
+            printf("  %s step %d: loss cpu %.6f cuda %.6f (rel %.2e), grad norm cpu %.5f cuda "
+                   "%.5f (rel %.2e)\n",
+                   name, s + 1, cpu.loss[s], gpu.loss[s], el, cpu.norm[s], gpu.norm[s], en);
+        MG_EXPECT(isfinite(gpu.loss[s]) && el <= tl,
+                  "%s step %d: loss %.6f on cuda, %.6f on cpu (relative %.2e > %.0e)", name, s + 1,
+                  gpu.loss[s], cpu.loss[s], el, tl);
+        MG_EXPECT(isfinite(gpu.norm[s]) && en <= tn,
+                  "%s step %d: grad norm %.5f on cuda, %.5f on cpu (relative %.2e > %.2g)", name,
+                  s + 1, gpu.norm[s], cpu.norm[s], en, tn);
+    }
+    double drop_cpu = cpu.loss[0] - cpu.loss[STEPS - 1],
+           drop_gpu = gpu.loss[0] - gpu.loss[STEPS - 1];
+    MG_EXPECT(drop_cpu > 0.02,
+              "%s: the cpu loss does not fall (%.4f -> %.4f); the test needs a "
+              "larger lr",
+              name, cpu.loss[0], cpu.loss[STEPS - 1]);
+    MG_EXPECT(drop_gpu >= 0.5 * drop_cpu,
+              "%s: the cuda loss falls by %.4f over %d steps, the cpu loss by %.4f", name, drop_gpu,
+              STEPS, drop_cpu);
+done:
+    free(cpu.weights);
+    free(gpu.weights);
+}
+
+MG_TEST(cuda_train_gpt2_matches_cpu) {
+    compare_with_cpu(t, false);
+}
+
+MG_TEST(cuda_train_llama_matches_cpu) {
+    compare_with_cpu(t, true);
+}
+
+MG_TEST(cuda_train_is_deterministic) {
+    train_result a, b;
+    if (train(t, gpu_device(), true, &a) || train(t, gpu_device(), true, &b)) goto done;
+    for (int s = 0; s < STEPS; s++)
+        MG_EXPECT(!memcmp(&a.loss[s], &b.loss[s], sizeof a.loss[s]) &&
+                      !memcmp(&a.norm[s], &b.norm[s], sizeof a.norm[s]),
+                  "step %d: loss %.9g vs %.9g, grad norm %.9g vs %.9g", s + 1, a.loss[s], b.loss[s],
+                  a.norm[s], b.norm[s]);
+    MG_EXPECT(a.weights && b.weights && a.numel == b.numel &&
+                  !memcmp(a.weights, b.weights, a.numel * sizeof(float)),
+              "the master weights after %d steps differ between two runs", STEPS);
+done:
+    free(a.weights);
+    free(b.weights);
+}
+
+MG_TEST(cuda_train_steady_state_allocates_nothing_and_syncs_once) {
+    mg_config c;
+    MG_EXPECT_OK(tiny_config(&c, gpu_device(), false));
+    if (t->failures) return;
+    mg_trainer *tr = calloc(1, sizeof *tr);
+    MG_EXPECT_OK(mg_trainer_init(tr, &c));
+    if (t->failures) goto done;
+    mg_backend *g = tr->be;
+    if (g->device != MG_DEVICE_CUDA) {
+        MG_EXPECT(0, "the trainer runs on '%s', not cuda (MG_TEST_CUDA_AS_CPU)", g->name);
+        goto done;
+    }
+    mg_cuda_ctx *x = mg_cuda_ctx_of(g);
+    double loss, norm;
+    MG_EXPECT_OK(mg_trainer_step(tr, &loss, &norm)); /* step 1: may load kernels, build plans */
+    MG_EXPECT_OK(mg_trainer_step(tr, &loss, &norm));
+    size_t free0 = 0, free1 = 0, total = 0;
+    MG_EXPECT_OK(g->memory_info(g, &free0, &total));
+    uint64_t a0 = x->n_device_allocs, f0 = x->n_device_frees;
+    /* steps 3 and 4: one host sync each (the stats read) */
+    for (int s = 3; s <= 4; s++) {
+        uint64_t s0 = x->n_host_syncs;
+        MG_EXPECT_OK(mg_trainer_step(tr, &loss, &norm));
+        MG_EXPECT(x->n_host_syncs - s0 == 1, "step %d (mg_trainer_step) synchronised %llu times", s,
+                  (unsigned long long)(x->n_host_syncs - s0));
+        MG_EXPECT(isfinite(loss) && isfinite(norm), "step %d: loss %g, grad norm %g", s, loss,
+                  norm);
+    }
+    /* step 5: none until the stats are read */
+    uint64_t s0 = x->n_host_syncs;
+    MG_EXPECT_OK(mg_trainer_step_async(tr));
+    MG_EXPECT(x->n_host_syncs == s0, "step 5 (mg_trainer_step_async) synchronised %llu times",
+              (unsigned long long)(x->n_host_syncs - s0));
+    mg_step_stats st;
+    MG_EXPECT_OK(mg_trainer_read_stats(tr, &st, true));
+    MG_EXPECT(x->n_host_syncs == s0 + 1, "reading the stats synchronised %llu times",
+              (unsigned long long)(x->n_host_syncs - s0));
+    MG_EXPECT(isfinite(st.loss) && st.loss > 0 && isfinite(st.grad_norm) && st.grad_norm > 0 &&
+                  st.loss_sum > 4 * st.loss,
+              "stats: loss %g, grad norm %g, loss sum over 5 steps %g", st.loss, st.grad_norm,
+              st.loss_sum);
+    MG_EXPECT(x->n_device_allocs == a0 && x->n_device_frees == f0,
+              "steps 3..5 allocated %llu and freed %llu device buffers",
+              (unsigned long long)(x->n_device_allocs - a0),
+              (unsigned long long)(x->n_device_frees - f0));
+    MG_EXPECT_OK(g->memory_info(g, &free1, &total));
+    MG_EXPECT(free1 == free0, "free device memory went from %zu to %zu bytes during steps 3..5",
+              free0, free1);
+done:
+    mg_trainer_free(tr);
+    free(tr);
+}
