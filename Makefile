@@ -203,6 +203,10 @@ bench-comm: info
 $(BUILD)/bench_comm: bench/comm.c $(BUILD)/libmegatron.a
 	$(CC) $(CFLAGS) $< $(BUILD)/libmegatron.a $(LDLIBS) -o $@
 
+# Per-op time of one GPT-2 step on a backend (bench/op_bench.c): where a step's time goes.
+$(BUILD)/op_bench: bench/op_bench.c $(BUILD)/libmegatron.a
+	$(CC) $(CFLAGS) $< $(BUILD)/libmegatron.a $(LDLIBS) -o $@
+
 # GPU machine: `megatron bench` against the PyTorch baseline (bench/baselines/torch_gpt2.py) on
 # the GPT-2 shapes, one GPU (bench/gpu_bench.sh; SHAPES=124m picks shapes; bench/NOTES.md).
 .PHONY: bench-gpu

@@ -1,0 +1,150 @@
+/* Where a GPT-2 training step spends its time on a backend: each op of one step timed on its own
+ * (the same shapes and counts the model runs), summed per op family, next to the measured step.
+ *   build/op_bench [--layers 12 --hidden 768 --heads 12 --batch 32 --seq 1024 --vocab 50304]
+ *                  [--device cuda|cpu] [--reps 10]
+ * Each op runs `reps` times after one warm-up; the time is wall clock over the repetitions with
+ * one synchronisation at the end, so launch gaps between ops are not counted (the step may be
+ * slower than the sum). Prints one line per op, per family, and a JSON line per family. */
+#include "backend/backend.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef struct {
+    int L, H, nh, B, S, V, reps;
+    const char *device;
+} shape;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+#define OP(name, family, count, call)                                                              \
+    do {                                                                                           \
+        if ((call) != MG_OK) {                                                                     \
+            fprintf(stderr, "op_bench: %s failed: %s\n", name, mg_error_message());                \
+            return 1;                                                                              \
+        }                                                                                          \
+        be->synchronize(be);                                                                       \
+        double t0_ = now_s();                                                                      \
+        for (int r_ = 0; r_ < s.reps; r_++) (void)(call);                                          \
+        be->synchronize(be);                                                                       \
+        double ms_ = (now_s() - t0_) * 1e3 / s.reps;                                               \
+        printf("  %-28s %9.3f ms x %4d = %9.2f ms\n", name, ms_, (count), ms_ *(count));           \
+        fam[family] += ms_ * (count);                                                              \
+    } while (0)
+
+enum { F_ATTN, F_GEMM, F_HEAD, F_NORM, F_ELEM, F_EMB, F_OPT, F_N };
+static const char *fam_name[F_N] = {
+    "attention",           "linear (layers)", "lm head + cross-entropy", "layernorm",
+    "gelu + residual add", "embedding",       "optimizer (adamw + norm)"};
+
+static void *dev(mg_backend *be, size_t bytes) {
+    void *p = NULL;
+    if (be->alloc(be, bytes, &p) != MG_OK) {
+        fprintf(stderr, "op_bench: cannot allocate %zu bytes: %s\n", bytes, mg_error_message());
+        exit(1);
+    }
+    return p;
+}
+
+int main(int argc, char **argv) {
+    shape s = {12, 768, 12, 32, 1024, 50304, 10, "cuda"};
+    for (int i = 1; i + 1 < argc; i += 2) {
+        int v = atoi(argv[i + 1]);
+        if (!strcmp(argv[i], "--layers"))
+            s.L = v;
+        else if (!strcmp(argv[i], "--hidden"))
+            s.H = v;
+        else if (!strcmp(argv[i], "--heads"))
+            s.nh = v;
+        else if (!strcmp(argv[i], "--batch"))
+            s.B = v;
+        else if (!strcmp(argv[i], "--seq"))
+            s.S = v;
+        else if (!strcmp(argv[i], "--vocab"))
+            s.V = v;
+        else if (!strcmp(argv[i], "--reps"))
+            s.reps = v;
+        else if (!strcmp(argv[i], "--device"))
+            s.device = argv[i + 1];
+        else {
+            fprintf(stderr, "op_bench: unknown flag %s\n", argv[i]);
+            return 2;
+        }
+    }
+    mg_backend *be = NULL;
+    mg_status st =
+        !strcmp(s.device, "cpu") ? mg_backend_cpu_create(&be, -1) : mg_backend_cuda_create(&be, 0);
+    if (st != MG_OK) {
+        fprintf(stderr, "op_bench: %s\n", mg_error_message());
+        return 1;
+    }
+    const int N = s.B * s.S, H = s.H, hd = H / s.nh, V = s.V, L = s.L;
+    const size_t e = mg_dtype_size(be->compute_dtype);
+    const size_t nparams =
+        (size_t)V * H + (size_t)s.S * H + (size_t)L * (12 * (size_t)H * H + 13 * (size_t)H);
+    void *x = dev(be, (size_t)N * H * e), *y = dev(be, (size_t)N * H * e);
+    void *qkv = dev(be, (size_t)N * 3 * H * e), *dqkv = dev(be, (size_t)N * 3 * H * e);
+    void *h4 = dev(be, (size_t)N * 4 * H * e), *dh4 = dev(be, (size_t)N * 4 * H * e);
+    void *w = dev(be, (size_t)4 * H * H * e), *wte = dev(be, (size_t)V * H * e);
+    float *dw = dev(be, (size_t)4 * H * H * 4), *db = dev(be, (size_t)4 * H * 4);
+    float *dwte = dev(be, (size_t)V * H * 4), *dwpe = dev(be, (size_t)s.S * H * 4);
+    void *wpe = dev(be, (size_t)s.S * H * e), *bias = dev(be, (size_t)4 * H * e);
+    void *logits = dev(be, (size_t)N * V * e),
+         *saved = dev(be, be->attention_saved_bytes(be, s.B, s.S, s.nh, hd));
+    float *stats = dev(be, (size_t)N * 4 * 2), *losses = dev(be, (size_t)N * 4),
+          *dloss = dev(be, (size_t)N * 4);
+    int32_t *tok = dev(be, (size_t)N * 4);
+    float *p32 = dev(be, nparams * 4), *m = dev(be, nparams * 4), *v = dev(be, nparams * 4),
+          *g = dev(be, nparams * 4), *one = dev(be, 4), *sq = dev(be, 4);
+    void *pbf = dev(be, nparams * e);
+    float hostone = 1.0f;
+    be->copy_h2d(be, one, &hostone, 4);
+    double fam[F_N] = {0};
+    printf("op_bench: %s, GPT-2 %dx%d, heads %d, batch %d x seq %d, vocab %d, %zu parameters\n",
+           be->name, L, H, s.nh, s.B, s.S, V, nparams);
+    OP("attention_forward", F_ATTN, L,
+       be->attention_forward(be, y, saved, qkv, s.B, s.S, s.nh, s.nh, hd));
+    OP("attention_backward", F_ATTN, L,
+       be->attention_backward(be, dqkv, x, qkv, y, saved, s.B, s.S, s.nh, s.nh, hd));
+    OP("linear qkv fwd", F_GEMM, L, be->linear_forward(be, qkv, x, w, bias, N, H, 3 * H));
+    OP("linear qkv bwd", F_GEMM, L, be->linear_backward(be, y, dw, db, dqkv, x, w, N, H, 3 * H));
+    OP("linear proj fwd", F_GEMM, L, be->linear_forward(be, y, x, w, bias, N, H, H));
+    OP("linear proj bwd", F_GEMM, L, be->linear_backward(be, y, dw, db, x, x, w, N, H, H));
+    OP("linear fc fwd", F_GEMM, L, be->linear_forward(be, h4, x, w, bias, N, H, 4 * H));
+    OP("linear fc bwd", F_GEMM, L, be->linear_backward(be, y, dw, db, dh4, x, w, N, H, 4 * H));
+    OP("linear fc2 fwd", F_GEMM, L, be->linear_forward(be, y, h4, w, bias, N, 4 * H, H));
+    OP("linear fc2 bwd", F_GEMM, L, be->linear_backward(be, dh4, dw, db, y, h4, w, N, 4 * H, H));
+    OP("lm head fwd", F_HEAD, 1, be->linear_forward(be, logits, x, wte, NULL, N, H, V));
+    OP("cross_entropy_fused", F_HEAD, 1,
+       be->cross_entropy_fused(be, logits, losses, tok, dloss, N, V));
+    OP("lm head bwd", F_HEAD, 1, be->linear_backward(be, y, dwte, NULL, logits, x, wte, N, H, V));
+    OP("layernorm fwd", F_NORM, 2 * L + 1,
+       be->layernorm_forward(be, y, stats, stats + N, x, bias, bias, N, H, 1e-5f));
+    OP("layernorm bwd", F_NORM, 2 * L + 1,
+       be->layernorm_backward(be, y, dw, db, x, x, bias, stats, stats + N, N, H));
+    OP("gelu fwd", F_ELEM, L, be->gelu_forward(be, dh4, h4, (size_t)N * 4 * H));
+    OP("gelu bwd", F_ELEM, L, be->gelu_backward(be, dh4, h4, dh4, (size_t)N * 4 * H));
+    OP("residual add", F_ELEM, 2 * L, be->add(be, y, x, y, (size_t)N * H));
+    OP("embedding fwd", F_EMB, 1, be->embedding_forward(be, x, tok, wte, wpe, N, s.S, H));
+    OP("embedding bwd", F_EMB, 1, be->embedding_backward(be, dwte, dwpe, x, tok, N, s.S, H));
+    OP("sumsq (grad norm)", F_OPT, 1, be->sumsq_f32(be, sq, g, nparams));
+    OP("adamw", F_OPT, 1,
+       be->adamw(be, pbf, p32, g, m, v, nparams, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, 0.5f, one));
+    double total = 0;
+    for (int f = 0; f < F_N; f++) total += fam[f];
+    printf("\nper step, op by op (no launch gaps): %.1f ms\n", total);
+    for (int f = 0; f < F_N; f++) {
+        printf("  %-26s %8.2f ms  %5.1f%%\n", fam_name[f], fam[f], 100 * fam[f] / total);
+        printf("{\"bench\":\"op\",\"device\":\"%s\",\"layers\":%d,\"hidden\":%d,\"batch\":%d,"
+               "\"seq\":%d,\"family\":\"%s\",\"ms_per_step\":%.3f,\"share\":%.4f}\n",
+               be->name, L, H, s.B, s.S, fam_name[f], fam[f], fam[f] / total);
+    }
+    be->destroy(be);
+    return 0;
+}
