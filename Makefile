@@ -28,11 +28,13 @@ DEPS_LIB    := $(if $(DEPS_PREFIX),$(abspath $(DEPS_PREFIX))/lib/x86_64-linux-gn
 have_hdr  = $(shell for d in $(2) $(DEPS_INC) /usr/include /usr/include/x86_64-linux-gnu; do \
               test -f $$d/$(1) && { echo yes; break; }; done)
 HAVE_CUBLAS := $(call have_hdr,cublasLt.h,$(CUDA_DIR)/include)
-HAVE_CUDNN  := $(call have_hdr,cudnn.h,$(CUDA_DIR)/include)
+first_with   = $(firstword $(foreach d,$(2),$(if $(wildcard $(d)/$(1)),$(d))))
+# cuDNN (fused attention, src/backend/cuda/attention_cudnn.cu): header and libcudnn.so both needed.
+CUDNN_LIBDIR := $(call first_with,libcudnn.so,$(CUDA_DIR)/lib64 $(CUDA_DIR)/lib $(DEPS_LIB) /usr/lib/x86_64-linux-gnu)
+HAVE_CUDNN  := $(if $(call have_hdr,cudnn.h,$(CUDA_DIR)/include),$(if $(CUDNN_LIBDIR),yes))
 # The NCCL backend (src/comm/nccl.c) needs nvcc's CUDA (cudart) and NCCL's header and library:
 # from NCCL_HOME if given, else CUDA_DIR, DEPS_PREFIX, /usr, else python3's pip wheel
 # nvidia-nccl-cu13 (which ships only libnccl.so.2). `make NCCL=0` leaves the backend out.
-first_with   = $(firstword $(foreach d,$(2),$(if $(wildcard $(d)/$(1)),$(d))))
 NCCL        ?= 1
 ifneq ($(NCCL),0)
 nccl_home    = $(if $(NCCL_HOME),$(addprefix $(NCCL_HOME)/,$(1)))
@@ -90,9 +92,9 @@ ifeq ($(HAVE_CUDA),yes)
 # libstdc++: nvcc's host code for templated kernels uses C++ runtime helpers (static-local
 # guards), and the final link is done by $(CC).
 CFLAGS  += -DMG_HAVE_CUDA $(if $(HAVE_NCCL),,-isystem $(CUDA_DIR)/include)
-LDLIBS  += $(foreach d,$(filter-out $(if $(HAVE_NCCL),$(NCCL_LIBDIR) $(CUDART_DIR)),$(sort $(CUDA_LIBDIR) $(CUDA_RTDIR))),-L$(d) -Wl$(comma)-rpath$(comma)$(d)) -lcublasLt -lcublas $(if $(HAVE_NCCL),,-lcudart) -lstdc++
+LDLIBS  += $(foreach d,$(filter-out $(if $(HAVE_NCCL),$(NCCL_LIBDIR) $(CUDART_DIR)),$(sort $(CUDA_LIBDIR) $(CUDA_RTDIR))),-L$(d) -Wl$(comma)-rpath$(comma)$(d)) $(if $(HAVE_CUDNN),$(if $(filter $(CUDNN_LIBDIR),$(CUDA_LIBDIR) $(CUDA_RTDIR)),,-L$(CUDNN_LIBDIR) -Wl$(comma)-rpath$(comma)$(CUDNN_LIBDIR)) -lcudnn) -lcublasLt -lcublas $(if $(HAVE_NCCL),,-lcudart) -lstdc++
 NVCC_ALL := -std=c++17 $(CUDA_ARCH) $(NVCCFLAGS) --expt-relaxed-constexpr -DMG_HAVE_CUDA \
-            -D_GNU_SOURCE $(INCS) $(if $(DEPS_INC),-I$(DEPS_INC)) \
+            -D_GNU_SOURCE $(if $(HAVE_CUDNN),-DMG_HAVE_CUDNN) $(INCS) $(if $(DEPS_INC),-I$(DEPS_INC)) \
             -Xcompiler -Wall,-Wextra,-Wno-unused-parameter --Werror all-warnings
 endif
 

@@ -4,8 +4,11 @@
  *                  [--device cuda|cpu] [--reps 10]
  * Each op runs `reps` times after one warm-up; the time is wall clock over the repetitions with
  * one synchronisation at the end, so launch gaps between ops are not counted (the step may be
- * slower than the sum). Prints one line per op, per family, and a JSON line per family. */
+ * slower than the sum). Prints one line per op, per family, and a JSON line per family.
+ * The attention ops are the backend's: on cuda, MG_ATTENTION=cudnn (or cudnn-nondet) times cuDNN's
+ * fused attention instead of our kernels (docs/environment.md); the header and JSON say which. */
 #include "backend/backend.h"
+#include "core/env.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -106,8 +109,10 @@ int main(int argc, char **argv) {
     float hostone = 1.0f;
     be->copy_h2d(be, one, &hostone, 4);
     double fam[F_N] = {0};
-    printf("op_bench: %s, GPT-2 %dx%d, heads %d, batch %d x seq %d, vocab %d, %zu parameters\n",
-           be->name, L, H, s.nh, s.B, s.S, V, nparams);
+    const char *attn = mg_env_str("MG_ATTENTION", "ours");
+    printf("op_bench: %s, GPT-2 %dx%d, heads %d, batch %d x seq %d, vocab %d, %zu parameters, "
+           "attention %s\n",
+           be->name, L, H, s.nh, s.B, s.S, V, nparams, attn);
     OP("attention_forward", F_ATTN, L,
        be->attention_forward(be, y, saved, qkv, s.B, s.S, s.nh, s.nh, hd));
     OP("attention_backward", F_ATTN, L,
@@ -141,9 +146,10 @@ int main(int argc, char **argv) {
     printf("\nper step, op by op (no launch gaps): %.1f ms\n", total);
     for (int f = 0; f < F_N; f++) {
         printf("  %-26s %8.2f ms  %5.1f%%\n", fam_name[f], fam[f], 100 * fam[f] / total);
-        printf("{\"bench\":\"op\",\"device\":\"%s\",\"layers\":%d,\"hidden\":%d,\"batch\":%d,"
-               "\"seq\":%d,\"family\":\"%s\",\"ms_per_step\":%.3f,\"share\":%.4f}\n",
-               be->name, L, H, s.B, s.S, fam_name[f], fam[f], fam[f] / total);
+        printf("{\"bench\":\"op\",\"device\":\"%s\",\"attention\":\"%s\",\"layers\":%d,"
+               "\"hidden\":%d,\"batch\":%d,\"seq\":%d,\"family\":\"%s\",\"ms_per_step\":%.3f,"
+               "\"share\":%.4f}\n",
+               be->name, attn, L, H, s.B, s.S, fam_name[f], fam[f], fam[f] / total);
     }
     be->destroy(be);
     return 0;

@@ -2,10 +2,15 @@
  * and backward (method and tolerances: cuda_test_util.h). Each backend keeps its own `saved`
  * state (sized by its own attention_saved_bytes) and its own forward output for backward. The
  * query, key and value parts of dqkv are compared separately: they differ in size, and an error
- * confined to one part must not hide behind another. */
+ * confined to one part must not hide behind another. Both CUDA implementations are checked: ours
+ * (attention.cu) and cuDNN's fused attention (attention_cudnn.cu, deterministic graph), the latter
+ * with a SKIP line when the build has no cuDNN or cuDNN has no plan for a shape. */
 #include "cuda_test_util.h"
 
+#include "backend/cuda/cuda_ops.h"
+
 #include <math.h>
+#include <stdio.h>
 
 typedef struct {
     int B, S, nq, ng, hd;
@@ -38,15 +43,57 @@ static float *qkv_part(ct_pool *P, const float *x, int N, int nq, int ng, int hd
     return out;
 }
 
+/* The attention entries of one implementation under test. */
+typedef struct {
+    const char *name;
+    size_t (*saved_bytes)(mg_backend *, int, int, int, int);
+    mg_status (*forward)(mg_backend *, void *, void *, const void *, int, int, int, int, int);
+    mg_status (*backward)(mg_backend *, void *, const void *, const void *, const void *,
+                          const void *, int, int, int, int, int);
+} att_impl;
+
+static void check_impl(mg_test_ctx *t, mg_backend *cpu, mg_backend *gpu, const att_impl *im);
+
 MG_TEST(cuda_attention_matches_cpu_and_repeats) {
     CT_BACKENDS(cpu, gpu);
+    /* the table's entries under MG_TEST_CUDA_AS_CPU (no CUDA functions to call directly) */
+    att_impl ours = {"ours", gpu->attention_saved_bytes, gpu->attention_forward,
+                     gpu->attention_backward};
+    if (gpu->device == MG_DEVICE_CUDA) {
+        ours.saved_bytes = mg_cuda_attention_saved_bytes;
+        ours.forward = mg_cuda_attention_forward;
+        ours.backward = mg_cuda_attention_backward;
+    }
+    check_impl(t, cpu, gpu, &ours);
+    if (gpu->device != MG_DEVICE_CUDA || !mg_cuda_attention_cudnn_available()) {
+        printf("SKIP cuda_attention cudnn: %s\n", gpu->device != MG_DEVICE_CUDA
+                                                      ? "backend under test is not cuda"
+                                                      : "this build has no cuDNN");
+        return;
+    }
+    const att_impl cudnn = {"cudnn", mg_cuda_attention_cudnn_saved_bytes,
+                            mg_cuda_attention_cudnn_forward, mg_cuda_attention_cudnn_backward};
+    check_impl(t, cpu, gpu, &cudnn);
+}
+
+static void check_impl(mg_test_ctx *t, mg_backend *cpu, mg_backend *gpu, const att_impl *im) {
     static const char *part_name[3] = {"dq", "dk", "dv"};
     for (size_t k = 0; k < NCASES; k++) {
         att_case c = k_cases[k];
+        if (strcmp(im->name, "cudnn") == 0) {
+            int ok = 0;
+            MG_EXPECT_OK(mg_cuda_attention_cudnn_supported(gpu, c.B, c.S, c.nq, c.ng, c.hd, &ok));
+            if (!ok) {
+                printf("SKIP cuda_attention cudnn B=%d S=%d nq=%d ng=%d hd=%d: no cuDNN plan "
+                       "(falls back to ours)\n",
+                       c.B, c.S, c.nq, c.ng, c.hd);
+                continue;
+            }
+        }
         int N = c.B * c.S, r = c.nq / c.ng;
         size_t nqkv = (size_t)N * c.ng * (r + 2) * c.hd, nout = (size_t)N * c.nq * c.hd;
         size_t cpu_saved = cpu->attention_saved_bytes(cpu, c.B, c.S, c.nq, c.hd);
-        size_t gpu_saved = gpu->attention_saved_bytes(gpu, c.B, c.S, c.nq, c.hd);
+        size_t gpu_saved = im->saved_bytes(gpu, c.B, c.S, c.nq, c.hd);
         ct_pool P = ct_pool_of(t, gpu);
         float *qkv = ct_rand_bf16(&P, 90, nqkv, 1.0f), *dout = ct_rand_bf16(&P, 91, nout, 1.0f);
         float *ref_out = ct_host(&P, nout * 4), *ref_dqkv = ct_host(&P, nqkv * 4);
@@ -60,16 +107,15 @@ MG_TEST(cuda_attention_matches_cpu_and_repeats) {
         if (P.failed) goto next;
         float *got_out[2], *got_d[2];
         for (int run = 0; run < 2; run++) {
-            MG_EXPECT_OK(
-                gpu->attention_forward(gpu, d_out, d_saved, d_qkv, c.B, c.S, c.nq, c.ng, c.hd));
-            MG_EXPECT_OK(gpu->attention_backward(gpu, d_dqkv, d_dout, d_qkv, d_out, d_saved, c.B,
-                                                 c.S, c.nq, c.ng, c.hd));
+            MG_EXPECT_OK(im->forward(gpu, d_out, d_saved, d_qkv, c.B, c.S, c.nq, c.ng, c.hd));
+            MG_EXPECT_OK(im->backward(gpu, d_dqkv, d_dout, d_qkv, d_out, d_saved, c.B, c.S, c.nq,
+                                      c.ng, c.hd));
             got_out[run] = ct_down_act(&P, d_out, nout);
             got_d[run] = ct_down_act(&P, d_dqkv, nqkv);
         }
         CT_EXPECT_CLOSE(got_out[0], ref_out, nout, CT_TOL_GEMM,
-                        "attention_forward B=%d S=%d nq=%d ng=%d hd=%d", c.B, c.S, c.nq, c.ng,
-                        c.hd);
+                        "%s attention_forward B=%d S=%d nq=%d ng=%d hd=%d", im->name, c.B, c.S,
+                        c.nq, c.ng, c.hd);
         for (int part = 0; part < 3; part++) {
             size_t n1, n2;
             float *g = qkv_part(&P, got_d[0], N, c.nq, c.ng, c.hd, part, &n1);
@@ -83,16 +129,19 @@ MG_TEST(cuda_attention_matches_cpu_and_repeats) {
             if (want_max == 0 && all_max > 0) {
                 for (size_t i = 0; i < n1; i++) got_max = fmax(got_max, fabs(g[i]));
                 MG_EXPECT(got_max <= CT_TOL_ATTN_BWD * all_max,
-                          "attention_backward %s B=%d S=%d: |got| %g, want 0 (gradient scale %g)",
-                          part_name[part], c.B, c.S, got_max, all_max);
+                          "%s attention_backward %s B=%d S=%d: |got| %g, want 0 (gradient scale "
+                          "%g)",
+                          im->name, part_name[part], c.B, c.S, got_max, all_max);
             } else {
                 CT_EXPECT_CLOSE(g, want, n1, CT_TOL_ATTN_BWD,
-                                "attention_backward %s B=%d S=%d nq=%d ng=%d hd=%d",
+                                "%s attention_backward %s B=%d S=%d nq=%d ng=%d hd=%d", im->name,
                                 part_name[part], c.B, c.S, c.nq, c.ng, c.hd);
             }
         }
-        CT_EXPECT_SAME_BITS(got_out[0], got_out[1], nout * 4, "attention_forward S=%d", c.S);
-        CT_EXPECT_SAME_BITS(got_d[0], got_d[1], nqkv * 4, "attention_backward S=%d", c.S);
+        CT_EXPECT_SAME_BITS(got_out[0], got_out[1], nout * 4, "%s attention_forward S=%d", im->name,
+                            c.S);
+        CT_EXPECT_SAME_BITS(got_d[0], got_d[1], nqkv * 4, "%s attention_backward S=%d", im->name,
+                            c.S);
     next:
         ct_pool_free(&P);
     }

@@ -13,6 +13,7 @@
 #include "core/log.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 /* Every allocation is at least this large, so 0 bytes still gives a distinct pointer (as on the
  * CPU backend); cudaMalloc's own alignment (256 bytes) is the arena's. */
@@ -178,6 +179,7 @@ void mg_cuda_destroy(mg_backend *be) {
     mg_cuda_ctx *c = be->ctx;
     if (c) {
         if (c->stream) (void)cudaStreamSynchronize(c->stream);
+        mg_cuda_attention_cudnn_destroy(be);
         if (c->workspace) (void)cudaFree(c->workspace);
         if (c->lt) (void)cublasLtDestroy(c->lt);
         if (c->stream) (void)cudaStreamDestroy(c->stream);
@@ -219,6 +221,26 @@ static mg_status cuda_device_check(int device) {
     return MG_OK;
 }
 
+/* MG_ATTENTION: "ours" (default, attention.cu), "cudnn" (cuDNN fused attention, deterministic
+ * backward) or "cudnn-nondet" (cuDNN's fp32-atomic dQ). The cuDNN entries fall back to ours per
+ * shape, so choosing cuDNN never makes a model unrunnable. */
+static mg_status attention_select(mg_backend *be) {
+    const char *impl = mg_env_str("MG_ATTENTION", "ours");
+    int det = strcmp(impl, "cudnn") == 0;
+    if (strcmp(impl, "ours") == 0) return MG_OK;
+    if (!det && strcmp(impl, "cudnn-nondet") != 0)
+        return MG_FAIL(MG_ERR_USAGE, "MG_ATTENTION=%s: expected ours, cudnn or cudnn-nondet", impl);
+    if (!mg_cuda_attention_cudnn_available()) {
+        mg_log_warn("MG_ATTENTION=%s: this build has no cuDNN; using our attention kernels", impl);
+        return MG_OK;
+    }
+    MG_CHECK(mg_cuda_attention_cudnn_init(be, det));
+    be->attention_saved_bytes = mg_cuda_attention_cudnn_saved_bytes;
+    be->attention_forward = mg_cuda_attention_cudnn_forward;
+    be->attention_backward = mg_cuda_attention_cudnn_backward;
+    return MG_OK;
+}
+
 static mg_status cuda_setup(mg_backend *be, int device) {
     mg_cuda_ctx *c = be->ctx;
     int mb = mg_env_int("MG_CUDA_WORKSPACE_MB", MG_CUDA_WORKSPACE_DEFAULT_MB);
@@ -236,7 +258,7 @@ static mg_status cuda_setup(mg_backend *be, int device) {
     MG_CUBLAS_CHECK(cublasLtCreate(&c->lt));
     c->workspace_bytes = (size_t)mb << 20;
     MG_CHECK(mg_cuda_alloc(be, c->workspace_bytes, &c->workspace));
-    return MG_OK;
+    return attention_select(be);
 }
 
 mg_status mg_backend_cuda_create(mg_backend **out, int device) {

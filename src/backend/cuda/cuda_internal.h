@@ -24,6 +24,7 @@ typedef struct {
     void *workspace;         /* device scratch: cuBLASLt workspace and op temporaries */
     size_t workspace_bytes;  /* reserved at creation (MG_CUDA_WORKSPACE_MB, default 256 MiB) */
     int num_sms;             /* multiprocessors, for grid sizing */
+    void *cudnn_attn;        /* attention_cudnn.cu's state (cuDNN handle, plans), or NULL */
     /* Debug counters, read by the tests to prove a step allocates and synchronises nothing:
      * every cudaMalloc/cudaFree and every host synchronisation done through the backend. */
     uint64_t n_device_allocs, n_device_frees, n_host_syncs;

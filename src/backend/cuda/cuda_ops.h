@@ -81,6 +81,23 @@ mg_status mg_cuda_attention_backward(mg_backend *be, void *dqkv /* (B*S, ng*(r+2
                                      const void *dout /* (B*S, nq*hd) */, const void *qkv,
                                      const void *out /* (B*S, nq*hd) */, const void *saved, int B,
                                      int S, int nq, int ng, int hd);
+/* The same three entries through cuDNN's fused attention (attention_cudnn.cu), selected with
+ * MG_ATTENTION=cudnn; a shape cuDNN cannot run goes to the entries above. Without cuDNN in the
+ * build, available() is 0 and forward/backward return MG_ERR_UNSUPPORTED. */
+int mg_cuda_attention_cudnn_available(void);
+mg_status mg_cuda_attention_cudnn_init(mg_backend *be, int deterministic);
+void mg_cuda_attention_cudnn_destroy(mg_backend *be);
+/* *supported = 1 when cuDNN has plans for this shape (builds them on first call) */
+mg_status mg_cuda_attention_cudnn_supported(mg_backend *be, int B, int S, int nq, int ng, int hd,
+                                            int *supported);
+size_t mg_cuda_attention_cudnn_saved_bytes(mg_backend *be, int B, int S, int nq, int hd);
+mg_status mg_cuda_attention_cudnn_forward(mg_backend *be, void *out /* (B*S, nq*hd) */, void *saved,
+                                          const void *qkv /* (B*S, ng*(r+2)*hd) */, int B, int S,
+                                          int nq, int ng, int hd);
+mg_status mg_cuda_attention_cudnn_backward(mg_backend *be, void *dqkv /* (B*S, ng*(r+2)*hd) */,
+                                           const void *dout /* (B*S, nq*hd) */, const void *qkv,
+                                           const void *out /* (B*S, nq*hd) */, const void *saved,
+                                           int B, int S, int nq, int ng, int hd);
 mg_status mg_cuda_cross_entropy_fused(mg_backend *be,
                                       void *logits /* (N,V) in: logits, out: grads */,
                                       float *losses /* (N) */, const int32_t *targets /* (N) */,
