@@ -2,9 +2,9 @@
  * Documented variables (also in docs/environment.md):
  *   MG_LOG_LEVEL   0 quiet (errors only), 1 info (default), 2 debug
  *   MG_LOG_ALL     1: every rank prints info lines, not just the logging rank
- *   MG_CUDA_WORKSPACE_MB  CUDA backend: device scratch reserved at start-up, MiB (default 256)
- *   MG_ATTENTION   CUDA backend: attention kernels, "ours" (default), "cudnn" (cuDNN fused
- *                  attention, deterministic backward) or "cudnn-nondet"
+ *   MG_CUDA_WORKSPACE_MB  CUDA backend: device scratch reserved at start-up, MiB (default 2048)
+ *   MG_ATTENTION   CUDA backend: attention kernels, "cudnn" (cuDNN fused attention, deterministic
+ *                  backward; the default when the build has cuDNN), "ours" or "cudnn-nondet"
  *   MG_FAULT_CHECKPOINT  tests only: "after-model" makes a checkpoint save fail after writing
  *                  the weights, to prove a failed save never replaces the latest checkpoint
  * Exports: mg_env_int, mg_env_str. Needs: nothing. */

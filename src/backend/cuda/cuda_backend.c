@@ -18,7 +18,10 @@
 /* Every allocation is at least this large, so 0 bytes still gives a distinct pointer (as on the
  * CPU backend); cudaMalloc's own alignment (256 bytes) is the arena's. */
 #define MG_CUDA_MIN_ALLOC            256
-#define MG_CUDA_WORKSPACE_DEFAULT_MB 256
+/* 2 GiB: cuDNN's deterministic attention backward needs B*nq*S*S*2 bytes of it (GPT-2 1.5B at
+ * micro-batch 32 and sequence 1024: 1.6 GiB); a larger shape fails with a message naming
+ * MG_CUDA_WORKSPACE_MB. */
+#define MG_CUDA_WORKSPACE_DEFAULT_MB 2048
 
 /* ---------------------------------------------------------------- errors */
 
@@ -221,11 +224,13 @@ static mg_status cuda_device_check(int device) {
     return MG_OK;
 }
 
-/* MG_ATTENTION: "ours" (default, attention.cu), "cudnn" (cuDNN fused attention, deterministic
- * backward) or "cudnn-nondet" (cuDNN's fp32-atomic dQ). The cuDNN entries fall back to ours per
- * shape, so choosing cuDNN never makes a model unrunnable. */
+/* MG_ATTENTION: "cudnn" (default in builds with cuDNN: cuDNN fused attention, deterministic
+ * backward; 6x faster than ours on H200, bench/NOTES.md 2026-11-21), "ours" (attention.cu, the
+ * default without cuDNN) or "cudnn-nondet" (cuDNN's fp32-atomic dQ). The cuDNN entries fall back
+ * to ours per shape when cuDNN has no engine, so choosing cuDNN never makes a model unrunnable. */
 static mg_status attention_select(mg_backend *be) {
-    const char *impl = mg_env_str("MG_ATTENTION", "ours");
+    const char *impl =
+        mg_env_str("MG_ATTENTION", mg_cuda_attention_cudnn_available() ? "cudnn" : "ours");
     int det = strcmp(impl, "cudnn") == 0;
     if (strcmp(impl, "ours") == 0) return MG_OK;
     if (!det && strcmp(impl, "cudnn-nondet") != 0)
