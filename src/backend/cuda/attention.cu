@@ -31,6 +31,7 @@
  * Workspace: D, B*nq*S fp32 (4 MiB at B=8, nq=32, S=4096).
  * Exports: mg_cuda_attention_saved_bytes, mg_cuda_attention_forward, mg_cuda_attention_backward. */
 /* first: it declares the core error API with C linkage (core/status.h has no guards) */
+#include <type_traits>
 #include "backend/cuda/cuda_common.cuh"
 
 #include <cuda_bf16.h>
@@ -510,6 +511,29 @@ static mg_status backward_launch(mg_backend *be, bf16 *dqkv, const bf16 *dout, c
     return MG_OK;
 }
 
+/* Calls f(std::integral_constant<int, hd>) for the head dims the kernels are built for
+ * (attention_check has admitted only these); one switch for forward and backward. */
+template <class F> static mg_status with_head_dim(int hd, F f) {
+    switch (hd) {
+    case 16:
+        return f(std::integral_constant<int, 16>{});
+    case 32:
+        return f(std::integral_constant<int, 32>{});
+    case 48:
+        return f(std::integral_constant<int, 48>{});
+    case 64:
+        return f(std::integral_constant<int, 64>{});
+    case 80:
+        return f(std::integral_constant<int, 80>{});
+    case 96:
+        return f(std::integral_constant<int, 96>{});
+    case 112:
+        return f(std::integral_constant<int, 112>{});
+    default:
+        return f(std::integral_constant<int, 128>{});
+    }
+}
+
 extern "C" mg_status mg_cuda_attention_forward(mg_backend *be, void *out /* (B*S, nq*hd) */,
                                                void *saved /* (B, nq, S) fp32 lse2 */,
                                                const void *qkv /* (B*S, ng*(r+2)*hd) */, int B,
@@ -517,27 +541,10 @@ extern "C" mg_status mg_cuda_attention_forward(mg_backend *be, void *out /* (B*S
     const void *ptrs[] = {out, qkv};
     MG_CHECK(attention_check(B, S, nq, ng, hd, ptrs, 2));
     const int r = nq / ng;
-#define ATT_FWD_ARGS(HD)                                                                           \
-    forward_launch<HD>(be, (bf16 *)out, (float *)saved, (const bf16 *)qkv, B, S, nq, r)
-    switch (hd) {
-    case 16:
-        return ATT_FWD_ARGS(16);
-    case 32:
-        return ATT_FWD_ARGS(32);
-    case 48:
-        return ATT_FWD_ARGS(48);
-    case 64:
-        return ATT_FWD_ARGS(64);
-    case 80:
-        return ATT_FWD_ARGS(80);
-    case 96:
-        return ATT_FWD_ARGS(96);
-    case 112:
-        return ATT_FWD_ARGS(112);
-    default:
-        return ATT_FWD_ARGS(128); /* attention_check allowed only these */
-    }
-#undef ATT_FWD_ARGS
+    return with_head_dim(hd, [&](auto HD) {
+        return forward_launch<decltype(HD)::value>(be, (bf16 *)out, (float *)saved,
+                                                   (const bf16 *)qkv, B, S, nq, r);
+    });
 }
 
 extern "C" mg_status mg_cuda_attention_backward(mg_backend *be, void *dqkv /* (B*S, ng*(r+2)*hd) */,
@@ -561,26 +568,9 @@ extern "C" mg_status mg_cuda_attention_backward(mg_backend *be, void *dqkv /* (B
                                mg_cuda_stream(be)>>>(D, (const bf16 *)dout, (const bf16 *)out, B, S,
                                                      nq, hd);
     MG_CUDA_CHECK_LAUNCH();
-#define ATT_BWD_ARGS(HD)                                                                           \
-    backward_launch<HD>(be, (bf16 *)dqkv, (const bf16 *)dout, (const bf16 *)qkv,                   \
-                        (const float *)saved, D, B, S, nq, ng)
-    switch (hd) {
-    case 16:
-        return ATT_BWD_ARGS(16);
-    case 32:
-        return ATT_BWD_ARGS(32);
-    case 48:
-        return ATT_BWD_ARGS(48);
-    case 64:
-        return ATT_BWD_ARGS(64);
-    case 80:
-        return ATT_BWD_ARGS(80);
-    case 96:
-        return ATT_BWD_ARGS(96);
-    case 112:
-        return ATT_BWD_ARGS(112);
-    default:
-        return ATT_BWD_ARGS(128);
-    }
-#undef ATT_BWD_ARGS
+    return with_head_dim(hd, [&](auto HD) {
+        return backward_launch<decltype(HD)::value>(be, (bf16 *)dqkv, (const bf16 *)dout,
+                                                    (const bf16 *)qkv, (const float *)saved, D, B,
+                                                    S, nq, ng);
+    });
 }
