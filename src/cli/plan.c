@@ -154,15 +154,23 @@ static mg_status build_pipeline(mg_plan *p, int m) {
         return MG_FAIL(MG_ERR_NOMEM, "out of memory for the schedule of %d microbatches", m);
     p->has_pipeline = true;
     MG_CHECK(mg_schedule_table(&p->sched, p->table));
+    /* Megatron's usual cost model: a backward costs twice a forward. */
+    MG_CHECK(mg_schedule_timeline_build(&p->sched, 1.0, 2.0, &p->timeline));
+    /* Each rank's order and slot count come from the ops the timeline already built. */
+    mg_schedule_op *ops = malloc(len * sizeof *ops); /* (2*M*V) one rank's ops */
+    if (!ops) return MG_FAIL(MG_ERR_NOMEM, "out of memory for the schedule of %d microbatches", m);
+    mg_status st = MG_OK;
     for (int r = 0; r < pp; r++) {
         mg_schedule_counts counts;
-        MG_CHECK(mg_schedule_rank_counts(&p->sched, r, &counts));
+        MG_CHECK_GOTO(mg_schedule_rank_counts(&p->sched, r, &counts), st, done);
         p->warmup[r] = counts.warmup;
-        MG_CHECK(mg_schedule_order(&p->sched, r, p->orders + (size_t)r * len));
-        MG_CHECK(mg_schedule_activation_slots(&p->sched, r, &p->slots[r]));
+        for (size_t i = 0; i < len; i++) ops[i] = p->timeline.ops[(size_t)r * len + i].op;
+        mg_schedule_ops_encode(ops, (int)len, p->orders + (size_t)r * len);
+        p->slots[r] = mg_schedule_ops_slots(ops, (int)len);
     }
-    /* Megatron's usual cost model: a backward costs twice a forward. */
-    return mg_schedule_timeline_build(&p->sched, 1.0, 2.0, &p->timeline);
+done:
+    free(ops);
+    return st;
 }
 
 static void plan_free(mg_plan *p) {

@@ -186,54 +186,56 @@ static const char *product(char *buf, size_t cap, int64_t v) {
     return buf;
 }
 
+/* The "...: 1, 2, 4" tail of a not-divisible message: the sizes of the first candidate that can
+ * fix w % product alone (others[i]: the product of the sizes it leaves fixed), else the divisors
+ * of w that the product must be. */
+typedef struct {
+    const char *name;
+    int64_t others;
+} fix_one;
+
+static const char *fix_choices(char *buf, size_t cap, int64_t w, const fix_one *c, int n) {
+    char list[2048];
+    for (int i = 0; i < n; i++)
+        if (w % c[i].others == 0) {
+            snprintf(buf, cap, "%s sizes that divide %lld with these: %s", c[i].name, (long long)w,
+                     divisors(list, sizeof list, w / c[i].others));
+            return buf;
+        }
+    snprintf(buf, cap, "their product must be a divisor of %lld: %s", (long long)w,
+             divisors(list, sizeof list, w));
+    return buf;
+}
+
 /* initialize_model_parallel: world_size % (tp * pp * cp). The choices vary the first size that
  * can be fixed alone (tp, then pp, then cp). */
 static mg_status check_dense(int64_t w, int64_t tp, int64_t pp, int64_t cp) {
     if (w % mul3(tp, pp, cp) == 0) return MG_OK;
-    char list[2048], prod[32];
-    const char *which = NULL;
-    int64_t rest = w;
-    if (w % (pp * cp) == 0) {
-        which = "tensor-model-parallel";
-        rest = w / (pp * cp);
-    } else if (w % (tp * cp) == 0) {
-        which = "pipeline-model-parallel";
-        rest = w / (tp * cp);
-    } else if (w % (tp * pp) == 0) {
-        which = "context-parallel";
-        rest = w / (tp * pp);
-    }
+    char choices[2200], prod[32];
+    const fix_one fix[] = {{"tensor-model-parallel", pp * cp},
+                           {"pipeline-model-parallel", tp * cp},
+                           {"context-parallel", tp * pp}};
     return MG_FAIL(MG_ERR_USAGE,
                    "world size %lld is not divisible by tensor (%lld) x pipeline (%lld) x "
-                   "context (%lld) = %s; %s%s%lld%s: %s",
+                   "context (%lld) = %s; %s",
                    (long long)w, (long long)tp, (long long)pp, (long long)cp,
                    product(prod, sizeof prod, mul3(tp, pp, cp)),
-                   which ? which : "their product must be a divisor",
-                   which ? " sizes that divide " : " of ", (long long)w, which ? " with these" : "",
-                   divisors(list, sizeof list, rest));
+                   fix_choices(choices, sizeof choices, w, fix, 3));
 }
 
 /* initialize_model_parallel: world_size % (etp * ep * pp), the expert generator's. */
 static mg_status check_expert(int64_t w, int64_t etp, int etp_default, int64_t ep, int64_t pp) {
     if (w % mul3(etp, ep, pp) == 0) return MG_OK;
-    char list[2048], prod[32];
-    const char *which = NULL;
-    int64_t rest = w;
-    if (w % (etp * pp) == 0) {
-        which = "expert-model-parallel";
-        rest = w / (etp * pp);
-    } else if (w % (ep * pp) == 0) {
-        which = "expert-tensor-parallel";
-        rest = w / (ep * pp);
-    }
-    return MG_FAIL(
-        MG_ERR_USAGE,
-        "world size %lld is not divisible by expert tensor (%lld%s) x expert model "
-        "(%lld) x pipeline (%lld) = %s; %s%s%lld%s: %s",
-        (long long)w, (long long)etp, etp_default ? ", the tensor-model-parallel size" : "",
-        (long long)ep, (long long)pp, product(prod, sizeof prod, mul3(etp, ep, pp)),
-        which ? which : "their product must be a divisor", which ? " sizes that divide " : " of ",
-        (long long)w, which ? " with these" : "", divisors(list, sizeof list, rest));
+    char choices[2200], prod[32];
+    const fix_one fix[] = {{"expert-model-parallel", etp * pp},
+                           {"expert-tensor-parallel", ep * pp}};
+    return MG_FAIL(MG_ERR_USAGE,
+                   "world size %lld is not divisible by expert tensor (%lld%s) x expert model "
+                   "(%lld) x pipeline (%lld) = %s; %s",
+                   (long long)w, (long long)etp,
+                   etp_default ? ", the tensor-model-parallel size" : "", (long long)ep,
+                   (long long)pp, product(prod, sizeof prod, mul3(etp, ep, pp)),
+                   fix_choices(choices, sizeof choices, w, fix, 2));
 }
 
 /* Megatron asserts that an order not ending in pp keeps the attention and MoE data-parallel sizes

@@ -108,6 +108,17 @@ static mg_status resolve_vpp(const mg_layers_params *p, int *vpp) {
     return MG_OK;
 }
 
+/* One of --decoder-first/last-pipeline-num-layers, when given: n layers over v virtual stages. */
+static mg_status check_end_stage(const char *flag, int n, int v) {
+    if (n == 0) return MG_FAIL(MG_ERR_USAGE, "%s must be larger than 0 (got 0)", flag);
+    if (n % v)
+        return MG_FAIL(MG_ERR_USAGE,
+                       "%s %d must be divisible by the %d virtual stages per pipeline rank; "
+                       "valid: %s",
+                       flag, n, v, near_multiples(n, v, 0, 1).s);
+    return MG_OK;
+}
+
 /* TransformerConfig.__post_init__ for --decoder-first/last-pipeline-num-layers. */
 static mg_status check_uneven(const mg_layers_params *p, int v) {
     int f = p->first_stage_layers, l = p->last_stage_layers, L = p->num_layers;
@@ -119,22 +130,8 @@ static mg_status check_uneven(const mg_layers_params *p, int v) {
     if (p->pp < 2)
         return MG_FAIL(MG_ERR_USAGE, FIRST_FLAG "/" LAST_FLAG " need " PP_FLAG " > 1 (got %d)",
                        p->pp);
-    if (has_first(p)) {
-        if (f == 0) return MG_FAIL(MG_ERR_USAGE, FIRST_FLAG " must be larger than 0 (got 0)");
-        if (f % v)
-            return MG_FAIL(MG_ERR_USAGE,
-                           FIRST_FLAG " %d must be divisible by the %d virtual stages per "
-                                      "pipeline rank; valid: %s",
-                           f, v, near_multiples(f, v, 0, 1).s);
-    }
-    if (has_last(p)) {
-        if (l == 0) return MG_FAIL(MG_ERR_USAGE, LAST_FLAG " must be larger than 0 (got 0)");
-        if (l % v)
-            return MG_FAIL(MG_ERR_USAGE,
-                           LAST_FLAG " %d must be divisible by the %d virtual stages per "
-                                     "pipeline rank; valid: %s",
-                           l, v, near_multiples(l, v, 0, 1).s);
-    }
+    if (has_first(p)) MG_CHECK(check_end_stage(FIRST_FLAG, f, v));
+    if (has_last(p)) MG_CHECK(check_end_stage(LAST_FLAG, l, v));
     int ends = (has_first(p) ? f : 0) + (has_last(p) ? l : 0);
     int middle = L - ends, middle_ranks = p->pp - has_first(p) - has_last(p);
     if (middle < 0)

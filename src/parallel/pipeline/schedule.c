@@ -191,35 +191,52 @@ mg_status mg_schedule_ops(const mg_schedule_params *s, int rank, mg_schedule_op 
     return MG_OK;
 }
 
-mg_status mg_schedule_order(const mg_schedule_params *s, int rank, int *order) {
-    MG_CHECK(check_rank(s, rank));
-    int n = 2 * s->microbatches * s->vpp;
-    mg_schedule_op *ops = malloc((size_t)n * sizeof *ops);
-    if (!ops) return MG_FAIL(MG_ERR_NOMEM, "out of memory for a pipeline order of %d ops", n);
-    mg_status st = mg_schedule_ops(s, rank, ops);
-    if (st == MG_OK)
-        for (int i = 0; i < n; i++)
-            order[i] = ops[i].forward ? ops[i].chunk + 1 : -(ops[i].chunk + 1);
-    free(ops);
-    return st;
+void mg_schedule_ops_encode(const mg_schedule_op *ops, int n, int *order) {
+    for (int i = 0; i < n; i++) order[i] = ops[i].forward ? ops[i].chunk + 1 : -(ops[i].chunk + 1);
 }
 
-mg_status mg_schedule_activation_slots(const mg_schedule_params *s, int rank, int *slots) {
-    MG_CHECK(check_rank(s, rank));
-    int n = 2 * s->microbatches * s->vpp;
-    mg_schedule_op *ops = malloc((size_t)n * sizeof *ops);
-    if (!ops) return MG_FAIL(MG_ERR_NOMEM, "out of memory for a pipeline order of %d ops", n);
-    mg_status st = mg_schedule_ops(s, rank, ops);
+int mg_schedule_ops_slots(const mg_schedule_op *ops, int n) {
     /* Each backward frees the slot of its own forward, which the order always ran earlier
      * (tested), so a counter is the whole simulation. */
     int live = 0, most = 0;
-    for (int i = 0; st == MG_OK && i < n; i++) {
+    for (int i = 0; i < n; i++) {
         live += ops[i].forward ? 1 : -1;
         if (live > most) most = live;
     }
+    return most;
+}
+
+/* Rank r's ops in a malloc'd (2*M*V) array, for the functions that only need them briefly. */
+static mg_status rank_ops(const mg_schedule_params *s, int rank, mg_schedule_op **out, int *n) {
+    MG_CHECK(check_rank(s, rank));
+    *n = 2 * s->microbatches * s->vpp;
+    mg_schedule_op *ops = malloc((size_t)*n * sizeof *ops);
+    if (!ops) return MG_FAIL(MG_ERR_NOMEM, "out of memory for a pipeline order of %d ops", *n);
+    mg_status st = mg_schedule_ops(s, rank, ops);
+    if (st != MG_OK) {
+        free(ops);
+        return st;
+    }
+    *out = ops;
+    return MG_OK;
+}
+
+mg_status mg_schedule_order(const mg_schedule_params *s, int rank, int *order) {
+    mg_schedule_op *ops;
+    int n;
+    MG_CHECK(rank_ops(s, rank, &ops, &n));
+    mg_schedule_ops_encode(ops, n, order);
     free(ops);
-    if (st == MG_OK) *slots = most;
-    return st;
+    return MG_OK;
+}
+
+mg_status mg_schedule_activation_slots(const mg_schedule_params *s, int rank, int *slots) {
+    mg_schedule_op *ops;
+    int n;
+    MG_CHECK(rank_ops(s, rank, &ops, &n));
+    *slots = mg_schedule_ops_slots(ops, n);
+    free(ops);
+    return MG_OK;
 }
 
 /* ---- timeline ---- */

@@ -36,7 +36,8 @@
  * Exports: mg_schedule_params, mg_schedule_entry, mg_schedule_op, mg_schedule_counts,
  *   mg_schedule_check, mg_schedule_group, mg_schedule_rank_counts, mg_schedule_table,
  *   mg_schedule_lookup, mg_schedule_order, mg_schedule_ops, mg_schedule_activation_slots,
- *   mg_schedule_timeline, mg_schedule_timeline_build, mg_schedule_timeline_free.
+ *   mg_schedule_ops_encode, mg_schedule_ops_slots, mg_schedule_timeline,
+ *   mg_schedule_timeline_build, mg_schedule_timeline_free.
  * Needs: core/status. */
 #ifndef MG_PIPELINE_SCHEDULE_H
 #define MG_PIPELINE_SCHEDULE_H
@@ -100,6 +101,11 @@ mg_status mg_schedule_ops(const mg_schedule_params *s, int rank, mg_schedule_op 
  * steady state (remaining > 0), else total. Megatron's max_outstanding_backprops is the same
  * warmup + 1. */
 mg_status mg_schedule_activation_slots(const mg_schedule_params *s, int rank, int *slots);
+
+/* What mg_schedule_order and mg_schedule_activation_slots compute, from ops a caller already has
+ * (mg_schedule_ops of one rank, n = 2*M*V), so it builds them once. order: (n). */
+void mg_schedule_ops_encode(const mg_schedule_op *ops, int n, int *order);
+int mg_schedule_ops_slots(const mg_schedule_op *ops, int n);
 
 /* ---- timeline: when each op runs, for `megatron plan` ----
  * Model: every forward takes t_fwd and every backward t_bwd time units (per op, i.e. per chunk:
