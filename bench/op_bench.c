@@ -57,22 +57,17 @@ static void *dev(mg_backend *be, size_t bytes) {
 
 int main(int argc, char **argv) {
     shape s = {12, 768, 12, 32, 1024, 50304, 10, "cuda"};
+    const struct {
+        const char *flag;
+        int *v;
+    } ints[] = {{"--layers", &s.L}, {"--hidden", &s.H}, {"--heads", &s.nh}, {"--batch", &s.B},
+                {"--seq", &s.S},    {"--vocab", &s.V},  {"--reps", &s.reps}};
+    const int nints = (int)(sizeof ints / sizeof *ints);
     for (int i = 1; i + 1 < argc; i += 2) {
-        int v = atoi(argv[i + 1]);
-        if (!strcmp(argv[i], "--layers"))
-            s.L = v;
-        else if (!strcmp(argv[i], "--hidden"))
-            s.H = v;
-        else if (!strcmp(argv[i], "--heads"))
-            s.nh = v;
-        else if (!strcmp(argv[i], "--batch"))
-            s.B = v;
-        else if (!strcmp(argv[i], "--seq"))
-            s.S = v;
-        else if (!strcmp(argv[i], "--vocab"))
-            s.V = v;
-        else if (!strcmp(argv[i], "--reps"))
-            s.reps = v;
+        int k = 0;
+        while (k < nints && strcmp(argv[i], ints[k].flag)) k++;
+        if (k < nints)
+            *ints[k].v = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--device"))
             s.device = argv[i + 1];
         else {
@@ -109,7 +104,8 @@ int main(int argc, char **argv) {
     float hostone = 1.0f;
     be->copy_h2d(be, one, &hostone, 4);
     double fam[F_N] = {0};
-    const char *attn = mg_env_str("MG_ATTENTION", "ours");
+    /* unset: the backend's default (cuDNN when the build has it, else ours; its log line says) */
+    const char *attn = mg_env_str("MG_ATTENTION", "default");
     printf("op_bench: %s, GPT-2 %dx%d, heads %d, batch %d x seq %d, vocab %d, %zu parameters, "
            "attention %s\n",
            be->name, L, H, s.nh, s.B, s.S, V, nparams, attn);

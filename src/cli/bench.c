@@ -23,6 +23,7 @@
 #include "comm/comm.h"
 #include "core/flags.h"
 #include "core/log.h"
+#include "core/rng.h"
 #include "train/metrics.h"
 #include "train/trainer.h"
 
@@ -216,11 +217,8 @@ static mg_status peak_by_linear(mg_backend *be, int n, double *tflops) {
     if (st == MG_OK) st = be->alloc(be, bytes, &a);
     if (st == MG_OK) st = be->alloc(be, bytes, &w);
     if (st == MG_OK) st = be->alloc(be, bytes, &out);
-    uint64_t x = 0x9E3779B97F4A7C15ull;
-    for (size_t i = 0; st == MG_OK && i < elems; i++) {
-        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-        host[i] = (float)(x >> 40) * (2.0f / 16777216.0f) - 1.0f;
-    }
+    for (size_t i = 0; st == MG_OK && i < elems; i++) /* uniform in [-1, 1), seeded */
+        host[i] = 2.0f * mg_rng_uniform(0x9E3779B97F4A7C15ull, 0, i) - 1.0f;
     if (st == MG_OK) st = be->upload_f32(be, a, host, elems);
     if (st == MG_OK) st = be->upload_f32(be, w, host, elems);
     double t[5];

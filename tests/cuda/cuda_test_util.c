@@ -28,13 +28,19 @@ mg_backend *ct_cpu(mg_test_ctx *t) {
     return g_cpu;
 }
 
+int ct_as_cpu(void) {
+    const char *as_cpu = getenv("MG_TEST_CUDA_AS_CPU");
+    if (!as_cpu) return 0;
+    return strcmp(as_cpu, "1") == 0 ? 1 : strcmp(as_cpu, "bf16") == 0 ? 2 : 0;
+}
+
 mg_backend *ct_gpu(mg_test_ctx *t) {
     if (!g_gpu_tried) {
         g_gpu_tried = 1;
-        const char *as_cpu = getenv("MG_TEST_CUDA_AS_CPU");
-        int cpu = as_cpu && (strcmp(as_cpu, "1") == 0 || strcmp(as_cpu, "bf16") == 0);
-        g_round_outputs = cpu && strcmp(as_cpu, "bf16") == 0;
-        mg_status st = cpu ? mg_backend_cpu_create(&g_gpu, 0) : mg_backend_cuda_create(&g_gpu, 0);
+        int as_cpu = ct_as_cpu();
+        g_round_outputs = as_cpu == 2;
+        mg_status st =
+            as_cpu ? mg_backend_cpu_create(&g_gpu, 0) : mg_backend_cuda_create(&g_gpu, 0);
         if (st != MG_OK) snprintf(g_gpu_error, sizeof g_gpu_error, "%s", mg_error_message());
     }
     MG_EXPECT(g_gpu != NULL, "no cuda backend: %s", g_gpu_error);
@@ -132,12 +138,8 @@ void ct_put_f32(ct_pool *P, float *d, const float *x, size_t n) {
     if (d && P->g->copy_h2d(P->g, d, x, n * sizeof(float)) != MG_OK) pool_fail(P, "fp32 upload", n);
 }
 
-size_t ct_act_size(const mg_backend *g) {
-    return mg_dtype_size(g->compute_dtype);
-}
-
 void *ct_up_act(ct_pool *P, const float *x, size_t n) {
-    void *d = dev_alloc(P, n * ct_act_size(P->g));
+    void *d = dev_alloc(P, n * mg_dtype_size(P->g->compute_dtype));
     ct_put_act(P, d, x, n);
     return d;
 }
@@ -165,7 +167,7 @@ void *ct_poison(ct_pool *P, size_t bytes) {
 }
 
 void *ct_poison_act(ct_pool *P, size_t n) {
-    return ct_poison(P, n * ct_act_size(P->g));
+    return ct_poison(P, n * mg_dtype_size(P->g->compute_dtype));
 }
 
 float *ct_down_act(ct_pool *P, const void *d, size_t n) {
@@ -214,12 +216,7 @@ static double err_at(const float *got, const float *ref, size_t n, size_t *worst
     return maxdiff / (maxref > 1e-30 ? maxref : 1e-30);
 }
 
-double ct_err(const float *got, const float *ref, size_t n) {
-    size_t worst;
-    return err_at(got, ref, n, &worst);
-}
-
-static int verbose(void) {
+int ct_verbose(void) {
     const char *v = getenv("MG_TEST_VERBOSE");
     return v && *v && strcmp(v, "0") != 0;
 }
@@ -233,7 +230,7 @@ void ct_expect_close(mg_test_ctx *t, const char *file, int line, const float *go
     va_end(ap);
     size_t worst;
     double e = err_at(got, ref, n, &worst);
-    if (verbose()) printf("  %-60s err %.3g (tol %.3g)\n", what, e, tol);
+    if (ct_verbose()) printf("  %-60s err %.3g (tol %.3g)\n", what, e, tol);
     if (!(e <= tol))
         mg_test_fail(t, file, line,
                      "%s: normalised error %.3g > %.3g (worst [%zu]: got %.8g, "

@@ -58,6 +58,8 @@
  * then pass with errors of ~0; the CUDA-specific tests, which use ct_cuda, fail), and with
  * MG_TEST_CUDA_AS_CPU=bf16 the same with every compute-dtype output rounded to bf16 as it is read
  * back (the output rounding alone must pass every tolerance by a margin). */
+int ct_verbose(void); /* MG_TEST_VERBOSE set and not "0": print every measured error */
+int ct_as_cpu(void);  /* MG_TEST_CUDA_AS_CPU: 0 unset (or another value), 1 "1", 2 "bf16" */
 mg_backend *ct_cpu(mg_test_ctx *t);
 mg_backend *ct_gpu(mg_test_ctx *t);
 /* The CUDA backend itself (for tests of its memory entries and counters). */
@@ -102,7 +104,6 @@ void ct_round_bf16(float *x, size_t n);
 /* ---- device buffers on P->g ----
  * "act": a buffer in the backend's compute dtype (bf16 on CUDA), filled with upload_f32 and read
  * with download_f32. */
-size_t ct_act_size(const mg_backend *g); /* bytes per element of the compute dtype */
 void *ct_up_act(ct_pool *P, const float *x, size_t n);
 float *ct_up_f32(ct_pool *P, const float *x, size_t n);
 int32_t *ct_up_i32(ct_pool *P, const int32_t *x, size_t n);
@@ -119,9 +120,8 @@ void ct_put_act(ct_pool *P, void *d, const float *x, size_t n);
 void ct_put_f32(ct_pool *P, float *d, const float *x, size_t n);
 
 /* ---- comparison ---- */
-/* max|got-ref| / max|ref| over entries where ref is finite; infinite when got is not finite
- * there. */
-double ct_err(const float *got, const float *ref, size_t n);
+/* Fails unless max|got-ref| / max|ref| <= tol, over entries where ref is finite (infinite when
+ * got is not finite there). */
 void ct_expect_close(mg_test_ctx *t, const char *file, int line, const float *got, const float *ref,
                      size_t n, double tol, const char *fmt, ...)
     __attribute__((format(printf, 8, 9)));

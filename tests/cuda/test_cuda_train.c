@@ -47,8 +47,7 @@ typedef struct {
  * this file's logic on a machine without a GPU (the comparisons then pass with errors of 0, the
  * counter test fails as every ct_cuda test does). */
 static const char *gpu_device(void) {
-    const char *as_cpu = getenv("MG_TEST_CUDA_AS_CPU");
-    return as_cpu && (!strcmp(as_cpu, "1") || !strcmp(as_cpu, "bf16")) ? "cpu" : "cuda";
+    return ct_as_cpu() ? "cpu" : "cuda";
 }
 
 static mg_status tiny_config(mg_config *c, const char *device, bool llama) {
@@ -144,7 +143,7 @@ static void compare_with_cpu(mg_test_ctx *t, bool llama) {
     for (int s = 0; s < STEPS; s++) {
         double el = rel(gpu.loss[s], cpu.loss[s]), en = rel(gpu.norm[s], cpu.norm[s]);
         double tl = s == 0 ? 1e-2 : 2e-2, tn = s == 0 ? 5e-2 : 0.25;
-        if (getenv("MG_TEST_VERBOSE"))
+        if (ct_verbose())
             printf("  %s step %d: loss cpu %.6f cuda %.6f (rel %.2e), grad norm cpu %.5f cuda "
                    "%.5f (rel %.2e)\n",
                    name, s + 1, cpu.loss[s], gpu.loss[s], el, cpu.norm[s], gpu.norm[s], en);

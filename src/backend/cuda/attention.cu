@@ -26,10 +26,11 @@
  * last tile (and dK/dV from the first key tile), letting the long blocks start first.
  *
  * Limits: hd a multiple of 16, 16..128 (templated); qkv, out, dout, dqkv 16-byte aligned (16-byte
- * vector loads); dynamic shared memory up to ~123 KB per block (HD 128), raised with
- * cudaFuncSetAttribute at each launch (a host-side attribute, no synchronisation).
+ * vector loads); dynamic shared memory up to ~123 KB per block (HD 128), raised for every kernel
+ * and head dim once per device at backend creation (mg_cuda_attention_init), not per launch.
  * Workspace: D, B*nq*S fp32 (4 MiB at B=8, nq=32, S=4096).
- * Exports: mg_cuda_attention_saved_bytes, mg_cuda_attention_forward, mg_cuda_attention_backward. */
+ * Exports: mg_cuda_attention_init, mg_cuda_attention_saved_bytes, mg_cuda_attention_forward,
+ * mg_cuda_attention_backward. */
 /* first: it declares the core error API with C linkage (core/status.h has no guards) */
 #include <type_traits>
 #include "backend/cuda/cuda_common.cuh"
@@ -481,8 +482,6 @@ template <int HD>
 static mg_status forward_launch(mg_backend *be, bf16 *out, float *lse, const bf16 *qkv, int B,
                                 int S, int nq, int r) {
     const size_t smem = att_geom<HD>::FWD;
-    MG_CUDA_CHECK(cudaFuncSetAttribute(attention_forward_kernel<HD>,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     const float scale_log2 = 1.4426950408889634f / sqrtf((float)HD);
     dim3 grid((S + ATT_T - 1) / ATT_T, nq, B);
     attention_forward_kernel<HD>
@@ -498,10 +497,6 @@ static mg_status backward_launch(mg_backend *be, bf16 *dqkv, const bf16 *dout, c
     const int r = nq / ng, nt = (S + ATT_T - 1) / ATT_T;
     const float scale = 1.0f / sqrtf((float)HD), scale_log2 = 1.4426950408889634f * scale;
     cudaStream_t stream = mg_cuda_stream(be);
-    MG_CUDA_CHECK(cudaFuncSetAttribute(attention_bwd_dkdv_kernel<HD>,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    MG_CUDA_CHECK(cudaFuncSetAttribute(attention_bwd_dq_kernel<HD>,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     attention_bwd_dkdv_kernel<HD><<<dim3(nt, ng, B), ATT_BWD_THREADS, smem, stream>>>(
         dqkv, qkv, dout, lse, D, S, nq, r, scale_log2, scale);
     MG_CUDA_CHECK_LAUNCH();
@@ -532,6 +527,23 @@ template <class F> static mg_status with_head_dim(int hd, F f) {
     default:
         return f(std::integral_constant<int, 128>{});
     }
+}
+
+/* The kernels' dynamic shared memory above the 48 KB default, for one head dim. */
+template <int HD> static mg_status raise_smem_limits() {
+    const cudaFuncAttribute attr = cudaFuncAttributeMaxDynamicSharedMemorySize;
+    MG_CUDA_CHECK(cudaFuncSetAttribute(attention_forward_kernel<HD>, attr, (int)att_geom<HD>::FWD));
+    MG_CUDA_CHECK(
+        cudaFuncSetAttribute(attention_bwd_dkdv_kernel<HD>, attr, (int)att_geom<HD>::BWD));
+    MG_CUDA_CHECK(cudaFuncSetAttribute(attention_bwd_dq_kernel<HD>, attr, (int)att_geom<HD>::BWD));
+    return MG_OK;
+}
+
+extern "C" mg_status mg_cuda_attention_init(void) {
+    for (int hd = 16; hd <= 128; hd += 16) /* every head dim with_head_dim dispatches to */
+        MG_CHECK(
+            with_head_dim(hd, [](auto HD) { return raise_smem_limits<decltype(HD)::value>(); }));
+    return MG_OK;
 }
 
 extern "C" mg_status mg_cuda_attention_forward(mg_backend *be, void *out /* (B*S, nq*hd) */,

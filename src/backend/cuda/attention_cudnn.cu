@@ -536,6 +536,15 @@ static mg_status cd_state_of(mg_backend *be, cd_state **out) {
     return MG_OK;
 }
 
+static void cd_plan_key(cd_plan *p, int B, int S, int nq, int ng, int hd, int det) {
+    p->used = 1, p->B = B, p->S = S, p->nq = nq, p->ng = ng, p->hd = hd, p->det = det;
+}
+
+/* A shape the plans can describe at all (anything else goes to our kernels, which report it). */
+static bool cd_shape_ok(int B, int S, int nq, int ng) {
+    return B > 0 && S > 0 && nq > 0 && ng > 0 && nq % ng == 0;
+}
+
 /* The plans for a shape, built on first use; NULL in *out only with an error. */
 static mg_status cd_plan_for(mg_backend *be, int B, int S, int nq, int ng, int hd, cd_plan **out) {
     cd_state *st;
@@ -560,7 +569,7 @@ static mg_status cd_plan_for(mg_backend *be, int B, int S, int nq, int ng, int h
                        "MG_ATTENTION=ours",
                        CD_PLANS);
     cd_plan *p = free_slot;
-    p->used = 1, p->B = B, p->S = S, p->nq = nq, p->ng = ng, p->hd = hd, p->det = st->det;
+    cd_plan_key(p, B, S, nq, ng, hd, st->det);
     cd_views w = cd_views_of(B, S, nq, ng, hd);
     cd_graph gf, gb;
     memset(&gf, 0, sizeof gf), memset(&gb, 0, sizeof gb);
@@ -581,8 +590,8 @@ static mg_status cd_plan_for(mg_backend *be, int B, int S, int nq, int ng, int h
                     "(%s at attention_cudnn.cu:%d%s%s); this shape uses our kernels",
                     st->version, bad == &gf ? "forward" : "backward", B, S, nq, ng, hd,
                     cudnnGetErrorString(bad->st), bad->line, detail[0] ? ": " : "", detail);
-        cd_plan_release(p); /* keeps nothing but the verdict */
-        p->used = 1, p->B = B, p->S = S, p->nq = nq, p->ng = ng, p->hd = hd, p->det = st->det;
+        cd_plan_release(p); /* keeps nothing but the verdict (the key; ok stays 0) */
+        cd_plan_key(p, B, S, nq, ng, hd, st->det);
     }
     *out = p;
     return MG_OK;
@@ -647,7 +656,7 @@ extern "C" mg_status mg_cuda_attention_cudnn_supported(mg_backend *be, int B, in
                                                        int hd, int *supported) {
     cd_plan *p;
     *supported = 0;
-    if (B <= 0 || S <= 0 || nq <= 0 || ng <= 0 || nq % ng != 0) return MG_OK;
+    if (!cd_shape_ok(B, S, nq, ng)) return MG_OK;
     MG_CHECK(cd_plan_for(be, B, S, nq, ng, hd, &p));
     *supported = p->ok;
     return MG_OK;
@@ -671,7 +680,7 @@ extern "C" mg_status mg_cuda_attention_cudnn_forward(mg_backend *be, void *out /
                                                      int B, int S, int nq, int ng, int hd) {
     const void *ptrs[] = {out, qkv, saved};
     cd_plan *p = NULL;
-    if (B > 0 && S > 0 && nq > 0 && ng > 0 && nq % ng == 0 && cd_aligned(ptrs, 3))
+    if (cd_shape_ok(B, S, nq, ng) && cd_aligned(ptrs, 3))
         MG_CHECK(cd_plan_for(be, B, S, nq, ng, hd, &p));
     if (!p || !p->ok) return mg_cuda_attention_forward(be, out, saved, qkv, B, S, nq, ng, hd);
     mg_cuda_ctx *ctx = mg_cuda_ctx_of(be);
@@ -703,7 +712,7 @@ extern "C" mg_status mg_cuda_attention_cudnn_backward(
     const void *saved /* (B, nq, S) fp32 */, int B, int S, int nq, int ng, int hd) {
     const void *ptrs[] = {dqkv, dout, qkv, out, saved};
     cd_plan *p = NULL;
-    if (B > 0 && S > 0 && nq > 0 && ng > 0 && nq % ng == 0 && cd_aligned(ptrs, 5))
+    if (cd_shape_ok(B, S, nq, ng) && cd_aligned(ptrs, 5))
         MG_CHECK(cd_plan_for(be, B, S, nq, ng, hd, &p));
     if (!p || !p->ok)
         return mg_cuda_attention_backward(be, dqkv, dout, qkv, out, saved, B, S, nq, ng, hd);

@@ -263,6 +263,7 @@ static mg_status cuda_setup(mg_backend *be, int device) {
     MG_CUBLAS_CHECK(cublasLtCreate(&c->lt));
     c->workspace_bytes = (size_t)mb << 20;
     MG_CHECK(mg_cuda_alloc(be, c->workspace_bytes, &c->workspace));
+    MG_CHECK(mg_cuda_attention_init()); /* also under cuDNN: a shape it lacks falls back to ours */
     return attention_select(be);
 }
 

@@ -22,7 +22,7 @@ typedef struct {
     cudaStream_t stream;     /* compute stream: every op runs here */
     cublasLtHandle_t lt;     /* cuBLASLt handle (GEMMs) */
     void *workspace;         /* device scratch: cuBLASLt workspace and op temporaries */
-    size_t workspace_bytes;  /* reserved at creation (MG_CUDA_WORKSPACE_MB, default 256 MiB) */
+    size_t workspace_bytes;  /* reserved at creation (MG_CUDA_WORKSPACE_MB, default 2048 MiB) */
     int num_sms;             /* multiprocessors, for grid sizing */
     void *cudnn_attn;        /* attention_cudnn.cu's state (cuDNN handle, plans), or NULL */
     /* Debug counters, read by the tests to prove a step allocates and synchronises nothing:

@@ -7,7 +7,7 @@
  * entries below with C linkage; cuda_backend.c fills the table with them. Every launcher runs on
  * the backend's compute stream (mg_cuda_stream(be)), checks cudaGetLastError() after each launch
  * (MG_CUDA_CHECK) and never allocates or synchronises with the host: scratch space comes from
- * the workspace reserved at creation (mg_cuda_workspace). Generated from backend.h's table;
+ * the workspace reserved at creation (mg_cuda_scratch). Generated from backend.h's table;
  * keep the two in step. */
 #ifndef MG_BACKEND_CUDA_OPS_H
 #define MG_BACKEND_CUDA_OPS_H
@@ -73,6 +73,8 @@ mg_status mg_cuda_rope_forward(mg_backend *be, void *qkv /* (N, ng*(r+2)*hd) */,
 mg_status mg_cuda_rope_backward(mg_backend *be, void *dqkv /* (N, ng*(r+2)*hd) */,
                                 const float *cos_tab, const float *sin_tab, int N, int S, int nq,
                                 int ng, int hd);
+/* Raises the attention kernels' shared-memory limit on the current device; once, at creation. */
+mg_status mg_cuda_attention_init(void);
 size_t mg_cuda_attention_saved_bytes(mg_backend *be, int B, int S, int nq, int hd);
 mg_status mg_cuda_attention_forward(mg_backend *be, void *out /* (B*S, nq*hd) */, void *saved,
                                     const void *qkv /* (B*S, ng*(r+2)*hd) */, int B, int S, int nq,

@@ -70,6 +70,11 @@ static gemm_plan g_plans[MG_LT_CACHE_SIZE];
 static unsigned g_next_evict;
 static std::mutex g_plans_mu;
 
+/* The part of the workspace cuBLASLt gets: [0, lt_workspace_bytes); the dbias partials follow. */
+static size_t lt_workspace_bytes(const mg_cuda_ctx *ctx) {
+    return ctx->workspace_bytes < MG_LT_WS_MAX ? ctx->workspace_bytes : MG_LT_WS_MAX;
+}
+
 static uint32_t ptr_align(const void *p) {
     uintptr_t v = (uintptr_t)p;
     if (v == 0) return 256;
@@ -167,12 +172,16 @@ static mg_status plan_build(mg_cuda_ctx *ctx, gemm_plan *p, const gemm_key *key,
                    key->align_b, key->align_c, (int)st, found);
 }
 
-/* D = alpha op(A) op(B) + beta C (C = D) with the cached plan for `key`. */
-static mg_status gemm_run(mg_backend *be, gemm_key key, const void *A, const void *B, void *D,
-                          float beta, const void *bias) {
+/* D = op(A) op(B) + beta C (C = D), plus the bias epilogue when bias is not NULL, with the cached
+ * plan for (op, m, n, k) and the pointers' alignments. */
+static mg_status gemm_run(mg_backend *be, gemm_op op, int m, int n, int k, const void *A,
+                          const void *B, void *D, float beta, const void *bias) {
     mg_cuda_ctx *ctx = mg_cuda_ctx_of(be);
+    gemm_key key;
+    memset(&key, 0, sizeof key);
+    key.op = op, key.m = m, key.n = n, key.k = k, key.has_bias = bias != NULL;
     key.device = ctx->device;
-    key.ws_bytes = ctx->workspace_bytes < MG_LT_WS_MAX ? ctx->workspace_bytes : MG_LT_WS_MAX;
+    key.ws_bytes = lt_workspace_bytes(ctx);
     key.align_a = ptr_align(A);
     key.align_b = ptr_align(B);
     key.align_c = ptr_align(D);
@@ -257,18 +266,12 @@ extern "C" mg_status mg_cuda_linear_forward(mg_backend *be, void *out /* (N,OC) 
     MG_CHECK(check_dims(N, IC, OC));
     if (N == 0 || OC == 0) return MG_OK;
     if (IC == 0) {
-        size_t total = (size_t)N * OC;
-        int blocks = (int)((total + 255) / 256 < 4096 ? (total + 255) / 256 : 4096);
-        linear_fill_bias_kernel<<<blocks, 256, 0, mg_cuda_stream(be)>>>((bf16 *)out,
-                                                                        (const bf16 *)bias, N, OC);
+        linear_fill_bias_kernel<<<mg_cuda_blocks((size_t)N * OC, MG_CUDA_THREADS), MG_CUDA_THREADS,
+                                  0, mg_cuda_stream(be)>>>((bf16 *)out, (const bf16 *)bias, N, OC);
         MG_CUDA_CHECK_LAUNCH();
         return MG_OK;
     }
-    gemm_key key;
-    memset(&key, 0, sizeof key);
-    key.op = GEMM_FWD, key.m = OC, key.n = N, key.k = IC, key.has_bias = bias != NULL;
-    MG_CHECK(gemm_run(be, key, w, inp, out, 0.0f, bias));
-    return MG_OK;
+    return gemm_run(be, GEMM_FWD, OC, N, IC, w, inp, out, 0.0f, bias);
 }
 
 extern "C" mg_status mg_cuda_linear_backward(mg_backend *be, void *dinp /* (N,IC) or NULL */,
@@ -291,7 +294,7 @@ extern "C" mg_status mg_cuda_linear_backward(mg_backend *be, void *dinp /* (N,IC
         int rows = (N + MG_DBIAS_MAX_CHUNKS - 1) / MG_DBIAS_MAX_CHUNKS;
         rows = rows < 128 ? 128 : rows;
         int nchunks = (N + rows - 1) / rows;
-        size_t lt_ws = ctx->workspace_bytes < MG_LT_WS_MAX ? ctx->workspace_bytes : MG_LT_WS_MAX;
+        size_t lt_ws = lt_workspace_bytes(ctx);
         size_t need = (size_t)nchunks * OC * sizeof(float);
         if (lt_ws + need > ctx->workspace_bytes)
             return MG_FAIL(MG_ERR_NOMEM,
@@ -308,14 +311,8 @@ extern "C" mg_status mg_cuda_linear_backward(mg_backend *be, void *dinp /* (N,IC
         MG_CUDA_CHECK_LAUNCH();
     }
     if (IC == 0) return MG_OK;
-    gemm_key key;
-    memset(&key, 0, sizeof key);
-    key.op = GEMM_DW, key.m = IC, key.n = OC, key.k = N;
-    MG_CHECK(gemm_run(be, key, inp, dout, dw, 1.0f, NULL)); /* dw^T += inp^T-as-(IC,N) . dout */
-    if (dinp) {
-        memset(&key, 0, sizeof key);
-        key.op = GEMM_DINP, key.m = IC, key.n = N, key.k = OC;
-        MG_CHECK(gemm_run(be, key, w, dout, dinp, 0.0f, NULL));
-    }
+    /* dw^T += inp^T-as-(IC,N) . dout */
+    MG_CHECK(gemm_run(be, GEMM_DW, IC, OC, N, inp, dout, dw, 1.0f, NULL));
+    if (dinp) MG_CHECK(gemm_run(be, GEMM_DINP, IC, N, OC, w, dout, dinp, 0.0f, NULL));
     return MG_OK;
 }
