@@ -7,13 +7,13 @@
  *
  * What is measured: for every (op, dtype, size) `warmup` calls, a barrier, then `iters` calls
  * between two CUDA events on one stream; time = elapsed / iters, the maximum over ranks. The
- * calls go through mg_comm_* (argument checks, nonblocking communicators whose enqueue every
- * call waits for), so small sizes show that host overhead; the baseline path ("nccl") makes the
- * same calls straight on a blocking ncclComm_t of the same GPUs and stream, so ours/nccl is the
- * cost of our path. Sizes follow nccl-tests: `bytes` is the whole buffer (all-reduce: the
- * buffer; reduce-scatter: the send buffer, n x the result; all-gather: the receive buffer, n x
- * each rank's part; all-to-all: the send buffer, n parts of bytes/n). algbw = bytes / time;
- * busbw = algbw x 2(n-1)/n for all-reduce and x (n-1)/n for the others (nccl-tests'
+ * calls go through mg_comm_* (argument checks, call numbering, the watchdog's event recorded
+ * behind every call: src/comm/nccl.c), so small sizes show that host overhead; the baseline path
+ * ("nccl") makes the same calls straight on a blocking ncclComm_t of the same GPUs and stream, so
+ * ours/nccl is the cost of our path. Sizes follow nccl-tests: `bytes` is the whole buffer
+ * (all-reduce: the buffer; reduce-scatter: the send buffer, n x the result; all-gather: the receive
+ * buffer, n x each rank's part; all-to-all: the send buffer, n parts of bytes/n). algbw = bytes /
+ * time; busbw = algbw x 2(n-1)/n for all-reduce and x (n-1)/n for the others (nccl-tests'
  * PERFORMANCE.md), comparable with nccl-tests' output on the same machine.
  *
  * In place: every size is also run in place where the operation has that form (NCCL's

@@ -84,7 +84,7 @@ static void format_ranks(const int *ranks, int n, char *buf, size_t cap) {
     }
 }
 
-static void rank_list(const mg_comm *c, char *buf, size_t cap) {
+void mg_comm_rank_list(const mg_comm *c, char *buf, size_t cap) {
     format_ranks(c->global_ranks, c->size, buf, cap);
 }
 
@@ -174,7 +174,7 @@ static mg_status timed_out(mg_comm *c) {
     w->failed = true;
     char where[MG_COMM_HEALTH_WHERE_MAX], ranks[256], missing[256] = "unknown", elsewhere[384] = "";
     describe(c, where, sizeof where);
-    rank_list(c, ranks, sizeof ranks);
+    mg_comm_rank_list(c, ranks, sizeof ranks);
     if (w->health && c->size > 1)
         MG_CHECK(who_is_missing(c, where, missing, sizeof missing, elsewhere, sizeof elsewhere));
     return MG_FAIL(MG_ERR_COMM,
@@ -650,7 +650,7 @@ static void world_free(mg_comm_world *w, bool backend, bool clean) {
     free(w->groups);
     if (backend) w->ops->world_finalize(w);
     if (w->size > 1) mg_comm_signals_remove();
-    mg_comm_health_close(w->health, clean);
+    mg_comm_health_close(w->health);
 #ifdef MG_HAVE_MPI
     if (w->size > 1 && w->launch.kind == MG_LAUNCH_MPI) mg_comm_mpi_shutdown(clean);
 #endif
@@ -733,10 +733,7 @@ void mg_comm_world_fail(mg_comm_world *w, const char *message) {
      * so linger (bounded) to let the others print first: the failing rank 2 s, a rank that only
      * relays a peer's failure 0.5 s (its peers heard the same notice at the same time). */
     double linger = from_peer ? 0.5 : 2.0;
-    linger = w->timeout_s < linger ? w->timeout_s : linger;
-    struct timespec ts = {(time_t)linger, (long)((linger - (double)(time_t)linger) * 1e9)};
-    while (nanosleep(&ts, &ts) != 0) {
-    }
+    sleep_s(w->timeout_s < linger ? w->timeout_s : linger);
     w->ops->world_abort(w);
 }
 

@@ -32,8 +32,8 @@ typedef struct {
     void (*group_free)(mg_comm *c);
     mg_status (*all_reduce)(mg_comm *c, const void *send, void *recv, size_t count, mg_dtype dt,
                             mg_reduce_op op, void *stream);
-    mg_status (*reduce_scatter)(mg_comm *c, const void *send, void *recv, size_t count,
-                                mg_dtype dt, mg_reduce_op op, void *stream);
+    mg_status (*reduce_scatter)(mg_comm *c, const void *send, void *recv, size_t count, mg_dtype dt,
+                                mg_reduce_op op, void *stream);
     mg_status (*all_gather)(mg_comm *c, const void *send, void *recv, size_t count, mg_dtype dt,
                             void *stream);
     mg_status (*all_to_all)(mg_comm *c, const void *send, const size_t *send_counts,
@@ -52,12 +52,12 @@ struct mg_comm_world {
     int rank, size;
     double timeout_s;
     mg_comm_health *health;
-    bool failed;       /* a call failed or a peer's notice arrived: only fail/finalize remain */
-    mg_comm *world;    /* the "world" group */
-    mg_comm **groups;  /* every open group, the world's included (comm.c; finalize frees them) */
-    int n_groups;      /* ... and their count */
-    int cap_groups;    /* ... and the array's capacity */
-    void *impl;        /* backend state (MPI_Comm dup, ncclComm_t, device, ...) */
+    bool failed;      /* a call failed or a peer's notice arrived: only fail/finalize remain */
+    mg_comm *world;   /* the "world" group */
+    mg_comm **groups; /* every open group, the world's included (comm.c; finalize frees them) */
+    int n_groups;     /* ... and their count */
+    int cap_groups;   /* ... and the array's capacity */
+    void *impl;       /* backend state (MPI_Comm dup, ncclComm_t, device, ...) */
 };
 
 struct mg_comm {
@@ -84,6 +84,8 @@ double mg_comm_now(void);
 /* Between two tests of an unfinished operation: polls the health channel and the deadline.
  * Returns MG_OK to keep waiting, or MG_ERR_COMM with the message of comm.h (marks w failed). */
 mg_status mg_comm_wait_step(mg_comm *c, double deadline);
+/* The group's world ranks, "0,2,4,6", shortened to "0,2,4,...,62" when they do not fit in cap. */
+void mg_comm_rank_list(const mg_comm *c, char *buf, size_t cap);
 /* A backend call failed with the library's text: MG_ERR_COMM "<call> #<seq> on group '<name>'
  * failed on rank <r>: <what>" (marks w failed). */
 mg_status mg_comm_fail_call(mg_comm *c, const char *what);

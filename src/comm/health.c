@@ -133,14 +133,19 @@ bool mg_comm_health_try_poll(mg_comm_health *h, int *rank, const char **message)
     return got;
 }
 
+/* Posts the informational notice prefix + text (sent, not acknowledged). Under the lock. */
+static void post_info_locked(mg_comm_health *h, const char *prefix, const char *text) {
+    char m[MG_COMM_HEALTH_WHERE_MAX + 16];
+    snprintf(m, sizeof m, "%s%s", prefix, text);
+    mg_rendezvous_post_failure(h->rv, m);
+}
+
 void mg_comm_health_ask(mg_comm_health *h, const char *what) {
     if (!h) return;
-    char q[MG_COMM_HEALTH_WHERE_MAX + 16];
-    snprintf(q, sizeof q, "%s%s", ASK, what);
     pthread_mutex_lock(&h->lock);
     memset(h->answers, 0, (size_t)h->world * sizeof *h->answers);
     h->collecting = true;
-    mg_rendezvous_post_failure(h->rv, q); /* informational: sent, not acknowledged */
+    post_info_locked(h, ASK, what);
     pthread_mutex_unlock(&h->lock);
 }
 
@@ -164,18 +169,13 @@ bool mg_comm_health_asked(mg_comm_health *h) {
 
 void mg_comm_health_answer(mg_comm_health *h, const char *where) {
     if (!h) return;
-    char a[MG_COMM_HEALTH_WHERE_MAX + 16];
-    snprintf(a, sizeof a, "%s%s", IN, where);
     pthread_mutex_lock(&h->lock);
-    mg_rendezvous_post_failure(h->rv, a);
+    post_info_locked(h, IN, where);
     pthread_mutex_unlock(&h->lock);
 }
 
-void mg_comm_health_close(mg_comm_health *h, bool orderly) {
+void mg_comm_health_close(mg_comm_health *h) {
     if (!h) return;
-    /* After a failure the goodbye is still right: the notice was posted (or received) already,
-     * and the rendezvous stops at once after one. */
-    (void)orderly;
     mg_rendezvous_close(h->rv);
     pthread_mutex_destroy(&h->lock);
     free(h->answers);

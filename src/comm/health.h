@@ -44,8 +44,9 @@ bool mg_comm_health_answer_of(mg_comm_health *h, int rank, char *where, size_t c
  * so far, since answers go to every rank); then the waiting rank calls answer with its call. */
 bool mg_comm_health_asked(mg_comm_health *h);
 void mg_comm_health_answer(mg_comm_health *h, const char *where);
-/* orderly: this rank ends normally (goodbye, so no peer reports it as dead). */
-void mg_comm_health_close(mg_comm_health *h, bool orderly);
+/* Says goodbye (so no peer reports this rank as dead) and frees h. Also right after a failure:
+ * the notice was posted (or received) already, and the rendezvous stops at once after one. */
+void mg_comm_health_close(mg_comm_health *h);
 
 /* One async-signal-safe line on SIGTERM naming the rank and the call in progress (mpirun sends
  * SIGTERM to every rank once one exits without finishing). Installed for worlds of more than one

@@ -125,6 +125,12 @@ static mpi_group *G(mg_comm *c) {
     return c->impl;
 }
 
+/* Counts beyond MPI's int travel in chunks of INT_MAX elements: the length of the chunk at off.
+ * The loops over chunks run once also for count 0 (off == 0), so the call is still made. */
+static int chunk(size_t count, size_t off) {
+    return (int)(count - off < (size_t)INT_MAX ? count - off : (size_t)INT_MAX);
+}
+
 /* ---- BF16 / F16 user ops ---- */
 
 #define HALF_OP(name, to_f, combine)                                                               \
@@ -260,14 +266,13 @@ static mg_status too_large(mg_comm *c, size_t n, const char *what) {
 static mg_status mpi_all_reduce(mg_comm *c, const void *send, void *recv, size_t count, mg_dtype dt,
                                 mg_reduce_op op, void *stream) {
     size_t es = mg_dtype_size(dt);
-    for (size_t off = 0; off < count || off == 0; off += (size_t)INT_MAX) {
-        int n = (int)(count - off < (size_t)INT_MAX ? count - off : (size_t)INT_MAX);
+    for (size_t off = 0; off == 0 || off < count; off += (size_t)INT_MAX) {
+        int n = chunk(count, off);
         const void *s = send == recv ? MPI_IN_PLACE : (const char *)send + off * es;
         MPI_Request req;
         MPI_TRY(c, MPI_Iallreduce(s, (char *)recv + off * es, n, mpi_type(dt), mpi_op(dt, op),
                                   G(c)->comm, &req));
         MG_CHECK(test_all(c, 1, &req));
-        if (count == 0) break;
     }
     if (op == MG_REDUCE_AVG) divide(recv, count, dt, c->size);
     return MG_OK;
@@ -331,12 +336,11 @@ static mg_status mpi_all_to_all(mg_comm *c, const void *send, const size_t *send
 static mg_status mpi_broadcast(mg_comm *c, void *buf, size_t count, mg_dtype dt, int root,
                                void *stream) {
     size_t es = mg_dtype_size(dt);
-    for (size_t off = 0; off < count || off == 0; off += (size_t)INT_MAX) {
-        int n = (int)(count - off < (size_t)INT_MAX ? count - off : (size_t)INT_MAX);
+    for (size_t off = 0; off == 0 || off < count; off += (size_t)INT_MAX) {
+        int n = chunk(count, off);
         MPI_Request req;
         MPI_TRY(c, MPI_Ibcast((char *)buf + off * es, n, mpi_type(dt), root, G(c)->comm, &req));
         MG_CHECK(test_all(c, 1, &req));
-        if (count == 0) break;
     }
     return MG_OK;
 }
@@ -360,15 +364,14 @@ static mg_status mpi_batch_p2p(mg_comm *c, const mg_p2p_op *ops, int n_ops, void
     for (int i = 0; i < n_ops; i++) {
         const mg_p2p_op *o = &ops[i];
         size_t es = mg_dtype_size(o->dt);
-        for (size_t off = 0; off < o->count || off == 0; off += (size_t)INT_MAX) {
-            int n = (int)(o->count - off < (size_t)INT_MAX ? o->count - off : (size_t)INT_MAX);
+        for (size_t off = 0; off == 0 || off < o->count; off += (size_t)INT_MAX) {
+            int n = chunk(o->count, off);
             char *p = (char *)o->buf + off * es;
             int rc = o->is_send
                          ? MPI_Isend(p, n, mpi_type(o->dt), o->peer, 0, g->comm, &g->reqs[k])
                          : MPI_Irecv(p, n, mpi_type(o->dt), o->peer, 0, g->comm, &g->reqs[k]);
             if (rc != MPI_SUCCESS) return mpi_error(c, o->is_send ? "MPI_Isend" : "MPI_Irecv", rc);
             k++;
-            if (o->count == 0) break;
         }
     }
     return test_all(c, k, g->reqs);

@@ -108,7 +108,7 @@ static mg_status nccl_done(mg_comm *c, ncclComm_t comm, ncclResult_t r, const ch
     return st;
 }
 
-#define MG_CUDA_CHECK(c, expr)                                                                     \
+#define CUDA_TRY(c, expr)                                                                          \
     do {                                                                                           \
         cudaError_t mg_cuda_e_ = (expr);                                                           \
         if (mg_cuda_e_ != cudaSuccess)                                                             \
@@ -347,18 +347,18 @@ static void group_release(nccl_group *g) {
 
 /* The device int and the event of a new group. */
 static mg_status group_resources(mg_comm *c, nccl_group *g) {
-    MG_CUDA_CHECK(c, cudaMalloc((void **)&g->scratch, sizeof *g->scratch));
-    MG_CUDA_CHECK(c, cudaEventCreateWithFlags(&g->done, cudaEventDisableTiming));
-    MG_CUDA_CHECK(c, cudaEventCreateWithFlags(&g->last, cudaEventDisableTiming));
+    CUDA_TRY(c, cudaMalloc((void **)&g->scratch, sizeof *g->scratch));
+    CUDA_TRY(c, cudaEventCreateWithFlags(&g->done, cudaEventDisableTiming));
+    CUDA_TRY(c, cudaEventCreateWithFlags(&g->last, cudaEventDisableTiming));
     /* The zero is written on a private non-blocking stream and waited for there: the legacy
      * default stream (cudaMemset) or cudaDeviceSynchronize would also wait for collectives the
      * caller enqueued before, unbounded if a peer never comes. */
     cudaStream_t s;
-    MG_CUDA_CHECK(c, cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CUDA_TRY(c, cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     cudaError_t e = cudaMemsetAsync(g->scratch, 0, sizeof *g->scratch, s);
     if (e == cudaSuccess) e = cudaStreamSynchronize(s);
     cudaStreamDestroy(s);
-    MG_CUDA_CHECK(c, e);
+    CUDA_TRY(c, e);
     return MG_OK;
 }
 
@@ -620,7 +620,7 @@ static mg_status nccl_batch_p2p(mg_comm *c, const mg_p2p_op *ops, int n_ops, voi
  * channel and the deadline. The main thread owns the communicators meanwhile (the watchdog
  * stands aside: this wait is bounded by itself). */
 static mg_status sync_wait(mg_comm *c, nccl_group *g, cudaStream_t stream) {
-    MG_CUDA_CHECK(c, cudaEventRecord(g->done, stream));
+    CUDA_TRY(c, cudaEventRecord(g->done, stream));
     double start = mg_comm_now(), deadline = start + c->w->timeout_s;
     for (int iter = 0;; iter++) {
         cudaError_t e = cudaEventQuery(g->done);

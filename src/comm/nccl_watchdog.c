@@ -67,21 +67,11 @@ void mg_nccl_abort_all(mg_comm_world *w) {
 
 /* ---- the watchdog ---- */
 
-/* "0,2,4,6", shortened when it does not fit. */
-static void rank_list(const mg_comm *c, char *buf, size_t cap) {
-    size_t used = 0;
-    buf[0] = '\0';
-    for (int i = 0; i < c->size && used + 24 < cap; i++)
-        used += (size_t)snprintf(buf + used, cap - used, "%s%d", i ? "," : "", c->global_ranks[i]);
-    if (c->size && used + 24 >= cap)
-        snprintf(buf + used, cap - used, ",...,%d", c->global_ranks[c->size - 1]);
-}
-
 /* The timeout line of comm.c's mg_comm_wait_step, for a call the main thread is not waiting on. */
 static void wd_timeout_msg(nccl_world *nw, const mg_comm *c, const char *call, uint64_t seq,
                            const char *how) {
     char ranks[256];
-    rank_list(c, ranks, sizeof ranks);
+    mg_comm_rank_list(c, ranks, sizeof ranks);
     snprintf(nw->wd_msg, sizeof nw->wd_msg,
              "%s #%llu on group '%s' (ranks %s) timed out after %g s on rank %d%s; ranks that did "
              "not reach it: unknown",

@@ -16,10 +16,6 @@ static mg_status host_copy(void *dst, const void *src, size_t bytes) {
     return MG_OK;
 }
 
-static mg_status host_download(void *dst, const void *src, size_t bytes) {
-    return host_copy(dst, src, bytes);
-}
-
 static void *host_stream(void) {
     return NULL;
 }
@@ -34,7 +30,7 @@ const dist_buf_ops dist_buf_host = {
     .init = NULL,
     .alloc = host_alloc,
     .upload = host_copy,
-    .download = host_download,
+    .download = host_copy,
     .free = free,
     .stream = host_stream,
     .stream_wait_blocking = host_wait_blocking,

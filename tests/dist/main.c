@@ -189,14 +189,13 @@ int main(int argc, char **argv) {
         usage();
     }
 
-    mg_launch_info li;
+    mg_launch_info li = {0}; /* the rank printed when detection itself fails */
     mg_comm_world *w = NULL;
     mg_status st = mg_launch_detect(&li);
     if (st == MG_OK && B->init) st = B->init(&li);
     if (st == MG_OK) st = mg_comm_world_init(&li, backend, timeout_s, &w);
     if (st != MG_OK) {
-        fprintf(stderr, "dist_tests: rank %d: error: %s\n", st == MG_OK ? li.rank : li.rank,
-                mg_error_message());
+        fprintf(stderr, "dist_tests: rank %d: error: %s\n", li.rank, mg_error_message());
         return 1;
     }
     int rank = mg_comm_world_rank(w);

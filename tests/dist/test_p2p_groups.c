@@ -18,7 +18,7 @@ void test_barrier_and_queries(dist_ctx *t) {
     for (int i = 0; i < 3; i++) DOK(mg_comm_barrier(world, dist_stream(t)));
 }
 
-/* Sends n values of `seed` from this rank; checks n received from `from`. */
+/* h[j] = the test value of element j on `rank` for `seed`, j < n. */
 static void fill(void *h, mg_dtype dt, size_t n, int rank, int seed) {
     for (size_t j = 0; j < n; j++) host_set(h, dt, j, dist_value(dt, rank, j, seed));
 }
@@ -101,7 +101,8 @@ void test_p2p_pairs(dist_ctx *t) {
     free(wb);
 }
 
-/* Builds a group list from `lists` (n_groups lists of sizes[g] ranks). */
+/* Creates the list of n_groups groups whose ranks follow each other in `ranks`, group g holding
+ * sizes[g] of them; this rank's group or NULL. */
 static mg_comm *make_groups(dist_ctx *t, const char *name, int n_groups, const int *sizes,
                             const int *ranks) {
     int *offsets = malloc((size_t)(n_groups + 1) * sizeof *offsets);
