@@ -39,6 +39,8 @@ expect_error flags_unsupported_dropout 1 "--hidden-dropout 0.1 is not supported 
     train "${MODEL[@]}" "${RUN[@]}" --hidden-dropout 0.1
 expect_error flags_no_data 2 "no training data: pass --mock-data" \
     train "${MODEL[@]}" --train-iters 10 --lr 1e-3 --vocab-size 100
+expect_error flags_bad_distributed_timeout 2 "--distributed-timeout-minutes must be positive, got 0" \
+    train "${MODEL[@]}" "${RUN[@]}" --distributed-timeout-minutes 0
 # --device cuda where it cannot run: a build without the CUDA backend (CI: no nvcc) refuses it at
 # validation, a build with it on a machine without a GPU fails creating the backend; either way
 # one line and exit 1. Where a GPU is usable the run simply trains.
@@ -48,6 +50,16 @@ else
     expect_error flags_cuda_not_built 1 \
         "this build has no CUDA backend \(nvcc/cuBLAS were not found when it was built\); use --device cpu|no CUDA device" \
         train "${MODEL[@]}" "${RUN[@]}" --device cuda
+    GPU=no
+fi
+# The CUDA backend's environment variables, where a GPU is usable (they are read when the backend
+# is created, and cached for the process, so they are checked through the command line).
+if [ "${GPU:-yes}" = yes ]; then
+    MEGATRON=env expect_error flags_bad_attention_env 2 \
+        "MG_ATTENTION=bogus: expected ours, cudnn or cudnn-nondet" \
+        MG_ATTENTION=bogus "$REAL" train "${MODEL[@]}" "${RUN[@]}" --device cuda
+    MEGATRON=env expect_error flags_bad_workspace_env 2 "MG_CUDA_WORKSPACE_MB=0" \
+        MG_CUDA_WORKSPACE_MB=0 "$REAL" train "${MODEL[@]}" "${RUN[@]}" --device cuda
 fi
 
 # --help exits 0, prints to stdout and lists every group.
