@@ -4,11 +4,15 @@
  *                  [--device cuda|cpu] [--reps 10]
  * Each op runs `reps` times after one warm-up; the time is wall clock over the repetitions with
  * one synchronisation at the end, so launch gaps between ops are not counted (the step may be
- * slower than the sum). Prints one line per op, per family, and a JSON line per family.
- * The attention ops are the backend's: on cuda, MG_ATTENTION=cudnn (or cudnn-nondet) times cuDNN's
- * fused attention instead of our kernels (docs/environment.md); the header and JSON say which. */
+ * slower than the sum). Every input holds seeded random values (tokens uniform over the
+ * vocabulary): on zeros a GPU's matrix products draw less power, hold higher clocks and ran
+ * ~20% faster than on real data (bench/NOTES.md, 2026-11-21). Prints one line per op, per family,
+ * and a JSON line per family. The attention ops are the backend's: on cuda, MG_ATTENTION=cudnn (or
+ * cudnn-nondet) times cuDNN's fused attention instead of our kernels (docs/environment.md); the
+ * header and JSON say which. */
 #include "backend/backend.h"
 #include "core/env.h"
+#include "core/rng.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,10 +45,30 @@ static double now_s(void) {
         fam[family] += ms_ * (count);                                                              \
     } while (0)
 
-enum { F_ATTN, F_GEMM, F_HEAD, F_NORM, F_ELEM, F_EMB, F_OPT, F_N };
-static const char *fam_name[F_N] = {
-    "attention",           "linear (layers)", "lm head + cross-entropy", "layernorm",
-    "gelu + residual add", "embedding",       "optimizer (adamw + norm)"};
+enum { F_ATTN, F_GEMM, F_HEAD, F_NORM, F_EMB, F_OPT, F_N };
+/* "linear (layers)" includes the GELU and the residual adds, fused into the products since
+ * 2026-11-21 (earlier entries of bench/NOTES.md have them as a family of their own) */
+static const char *fam_name[F_N] = {"attention", "linear (layers)", "lm head + cross-entropy",
+                                    "layernorm", "embedding",       "optimizer (adamw + norm)"};
+
+/* Fills n elements at p with seeded uniform values in [lo, hi), in the backend's compute dtype
+ * (as_f32 = 0) or fp32 (as_f32 = 1): one host chunk of random values, repeated (generating every
+ * element of the (N, V) logits on the host would take longer than the benchmark). */
+static void fill(mg_backend *be, void *p, size_t n, int as_f32, float lo, float hi, uint64_t seed) {
+    enum { CHUNK = 1 << 20 };
+    static float host[CHUNK];
+    for (size_t i = 0; i < CHUNK; i++) host[i] = lo + (hi - lo) * mg_rng_uniform(seed, 0, i);
+    size_t esz = as_f32 ? sizeof(float) : mg_dtype_size(be->compute_dtype);
+    for (size_t off = 0; off < n; off += CHUNK) {
+        size_t m = n - off < CHUNK ? n - off : CHUNK;
+        mg_status st = as_f32 ? be->copy_h2d(be, (char *)p + off * esz, host, m * sizeof(float))
+                              : be->upload_f32(be, (char *)p + off * esz, host, m);
+        if (st != MG_OK) {
+            fprintf(stderr, "op_bench: cannot fill an input: %s\n", mg_error_message());
+            exit(1);
+        }
+    }
+}
 
 static void *dev(mg_backend *be, size_t bytes) {
     void *p = NULL;
@@ -87,6 +111,7 @@ int main(int argc, char **argv) {
     const size_t nparams =
         (size_t)V * H + (size_t)s.S * H + (size_t)L * (12 * (size_t)H * H + 13 * (size_t)H);
     void *x = dev(be, (size_t)N * H * e), *y = dev(be, (size_t)N * H * e);
+    void *x2 = dev(be, (size_t)N * H * e);
     void *qkv = dev(be, (size_t)N * 3 * H * e), *dqkv = dev(be, (size_t)N * 3 * H * e);
     void *h4 = dev(be, (size_t)N * 4 * H * e), *dh4 = dev(be, (size_t)N * 4 * H * e);
     void *w = dev(be, (size_t)4 * H * H * e), *wte = dev(be, (size_t)V * H * e);
@@ -103,6 +128,29 @@ int main(int argc, char **argv) {
     void *pbf = dev(be, nparams * e);
     float hostone = 1.0f;
     be->copy_h2d(be, one, &hostone, 4);
+    /* activations and weights ~ unit scale, gradients and moments small, v >= 0 */
+    void *acts[] = {x, y, x2, qkv, dqkv, h4, dh4, logits};
+    size_t act_n[] = {(size_t)N * H,     (size_t)N * H,     (size_t)N * H,     (size_t)N * 3 * H,
+                      (size_t)N * 3 * H, (size_t)N * 4 * H, (size_t)N * 4 * H, (size_t)N * V};
+    for (int i = 0; i < 8; i++) fill(be, acts[i], act_n[i], 0, -1.0f, 1.0f, 100 + i);
+    fill(be, w, (size_t)4 * H * H, 0, -0.05f, 0.05f, 110);
+    fill(be, wte, (size_t)V * H, 0, -0.05f, 0.05f, 111);
+    fill(be, wpe, (size_t)s.S * H, 0, -0.05f, 0.05f, 112);
+    fill(be, bias, (size_t)4 * H, 0, -0.05f, 0.05f, 113);
+    fill(be, p32, nparams, 1, -0.05f, 0.05f, 114);
+    fill(be, g, nparams, 1, -1e-3f, 1e-3f, 115);
+    fill(be, m, nparams, 1, -1e-4f, 1e-4f, 116);
+    fill(be, v, nparams, 1, 0.0f, 1e-6f, 117);
+    fill(be, dloss, (size_t)N, 1, 1.0f / N, 1.0f / N, 118);
+    {
+        int32_t *ht = malloc((size_t)N * sizeof *ht);
+        for (int i = 0; ht && i < N; i++) ht[i] = (int32_t)(mg_rng_uniform(119, 0, i) * V) % V;
+        if (!ht || be->copy_h2d(be, tok, ht, (size_t)N * sizeof *ht) != MG_OK) {
+            fprintf(stderr, "op_bench: cannot upload the tokens\n");
+            return 1;
+        }
+        free(ht);
+    }
     double fam[F_N] = {0};
     /* unset: the backend's default (cuDNN when the build has it, else ours; its log line says) */
     const char *attn = mg_env_str("MG_ATTENTION", "default");
@@ -113,25 +161,29 @@ int main(int argc, char **argv) {
        be->attention_forward(be, y, saved, qkv, s.B, s.S, s.nh, s.nh, hd));
     OP("attention_backward", F_ATTN, L,
        be->attention_backward(be, dqkv, x, qkv, y, saved, s.B, s.S, s.nh, s.nh, hd));
-    OP("linear qkv fwd", F_GEMM, L, be->linear_forward(be, qkv, x, w, bias, N, H, 3 * H));
-    OP("linear qkv bwd", F_GEMM, L, be->linear_backward(be, y, dw, db, dqkv, x, w, N, H, 3 * H));
-    OP("linear proj fwd", F_GEMM, L, be->linear_forward(be, y, x, w, bias, N, H, H));
-    OP("linear proj bwd", F_GEMM, L, be->linear_backward(be, y, dw, db, x, x, w, N, H, H));
-    OP("linear fc fwd", F_GEMM, L, be->linear_forward(be, h4, x, w, bias, N, H, 4 * H));
-    OP("linear fc bwd", F_GEMM, L, be->linear_backward(be, y, dw, db, dh4, x, w, N, H, 4 * H));
-    OP("linear fc2 fwd", F_GEMM, L, be->linear_forward(be, y, h4, w, bias, N, 4 * H, H));
-    OP("linear fc2 bwd", F_GEMM, L, be->linear_backward(be, dh4, dw, db, y, h4, w, N, 4 * H, H));
-    OP("lm head fwd", F_HEAD, 1, be->linear_forward(be, logits, x, wte, NULL, N, H, V));
+    OP("linear qkv fwd", F_GEMM, L, be->linear_forward(be, qkv, x, w, bias, NULL, N, H, 3 * H));
+    OP("linear qkv bwd", F_GEMM, L,
+       be->linear_backward(be, y, dw, db, dqkv, x, w, NULL, N, H, 3 * H));
+    /* the residual add rides in the proj and fc2 products (model/attention.c, mlp.c) */
+    OP("linear proj fwd (+res)", F_GEMM, L, be->linear_forward(be, y, x, w, bias, x2, N, H, H));
+    OP("linear proj bwd", F_GEMM, L, be->linear_backward(be, y, dw, db, x, x, w, NULL, N, H, H));
+    /* GELU MLP: fc1 + GELU is one call, and so are fc2's input gradient + GELU's gradient */
+    OP("linear fc1+gelu fwd", F_GEMM, L,
+       be->linear_gelu_forward(be, dh4, h4, x, w, bias, N, H, 4 * H));
+    OP("linear fc1 bwd", F_GEMM, L,
+       be->linear_backward(be, y, dw, db, dh4, x, w, NULL, N, H, 4 * H));
+    OP("linear fc2 fwd (+res)", F_GEMM, L, be->linear_forward(be, y, h4, w, bias, x2, N, 4 * H, H));
+    OP("linear fc2+dgelu bwd", F_GEMM, L,
+       be->linear_backward(be, dh4, dw, db, y, h4, w, h4, N, 4 * H, H));
+    OP("lm head fwd", F_HEAD, 1, be->linear_forward(be, logits, x, wte, NULL, NULL, N, H, V));
     OP("cross_entropy_fused", F_HEAD, 1,
        be->cross_entropy_fused(be, logits, losses, tok, dloss, N, V));
-    OP("lm head bwd", F_HEAD, 1, be->linear_backward(be, y, dwte, NULL, logits, x, wte, N, H, V));
+    OP("lm head bwd", F_HEAD, 1,
+       be->linear_backward(be, y, dwte, NULL, logits, x, wte, NULL, N, H, V));
     OP("layernorm fwd", F_NORM, 2 * L + 1,
        be->layernorm_forward(be, y, stats, stats + N, x, bias, bias, N, H, 1e-5f));
     OP("layernorm bwd", F_NORM, 2 * L + 1,
        be->layernorm_backward(be, y, dw, db, x, x, bias, stats, stats + N, N, H));
-    OP("gelu fwd", F_ELEM, L, be->gelu_forward(be, dh4, h4, (size_t)N * 4 * H));
-    OP("gelu bwd", F_ELEM, L, be->gelu_backward(be, dh4, h4, dh4, (size_t)N * 4 * H));
-    OP("residual add", F_ELEM, 2 * L, be->add(be, y, x, y, (size_t)N * H));
     OP("embedding fwd", F_EMB, 1, be->embedding_forward(be, x, tok, wte, wpe, N, s.S, H));
     OP("embedding bwd", F_EMB, 1, be->embedding_backward(be, dwte, dwpe, x, tok, N, s.S, H));
     OP("sumsq (grad norm)", F_OPT, 1, be->sumsq_f32(be, sq, g, nparams));

@@ -38,6 +38,7 @@ mg_status mg_backend_validate(const mg_backend *be) {
     MG_REQUIRE(rmsnorm_forward);
     MG_REQUIRE(rmsnorm_backward);
     MG_REQUIRE(linear_forward);
+    MG_REQUIRE(linear_gelu_forward);
     MG_REQUIRE(linear_backward);
     MG_REQUIRE(gelu_forward);
     MG_REQUIRE(gelu_backward);

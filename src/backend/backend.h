@@ -90,19 +90,31 @@ struct mg_backend {
                                   const void *w /* (H) */, const float *rstd /* (N) */, int N,
                                   int H);
 
-    /* ---- linear: out = inp @ w^T + bias (w stored (OC, IC), as torch.nn.Linear) ---- */
+    /* ---- linear: out = inp @ w^T + bias (+ residual); w stored (OC, IC), as torch.nn.Linear ----
+     * `residual` (N,OC) or NULL is added in the same pass (the transformer's residual stream:
+     * out = x + proj(att) costs no separate add); it must not alias out. */
     mg_status (*linear_forward)(mg_backend *be, void *out /* (N,OC) */,
                                 const void *inp /* (N,IC) */, const void *w /* (OC,IC) */,
-                                const void *bias /* (OC) or NULL */, int N, int IC, int OC);
+                                const void *bias /* (OC) or NULL */,
+                                const void *residual /* (N,OC) or NULL */, int N, int IC, int OC);
+    /* The GELU MLP's first layer in one pass: pre = inp @ w^T + bias (saved for backward),
+     * out = gelu(pre) (the tanh form below). */
+    mg_status (*linear_gelu_forward)(mg_backend *be, void *out /* (N,OC) */, void *pre /* (N,OC) */,
+                                     const void *inp /* (N,IC) */, const void *w /* (OC,IC) */,
+                                     const void *bias /* (OC) or NULL */, int N, int IC, int OC);
     /* dinp = dout @ w (overwritten; skipped when dinp is NULL); dw += dout^T @ inp;
-     * dbias += column sums of dout (skipped when NULL). */
+     * dbias += column sums of dout (skipped when NULL). With `gelu_pre` (N,IC), the input of this
+     * layer was gelu(gelu_pre) and dinp is the gradient with respect to gelu_pre instead:
+     * dinp = gelu'(gelu_pre) * (dout @ w), elementwise. */
     mg_status (*linear_backward)(mg_backend *be, void *dinp /* (N,IC) or NULL */,
                                  float *dw /* (OC,IC) */, float *dbias /* (OC) or NULL */,
                                  const void *dout /* (N,OC) */, const void *inp /* (N,IC) */,
-                                 const void *w /* (OC,IC) */, int N, int IC, int OC);
+                                 const void *w /* (OC,IC) */,
+                                 const void *gelu_pre /* (N,IC) or NULL */, int N, int IC, int OC);
 
     /* ---- activations ----
-     * GELU, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
+     * GELU, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). gelu_backward:
+     * dinp = gelu'(inp) * dout, and dinp may be dout (in place). */
     mg_status (*gelu_forward)(mg_backend *be, void *out, const void *inp, size_t n);
     mg_status (*gelu_backward)(mg_backend *be, void *dinp, const void *inp, const void *dout,
                                size_t n);

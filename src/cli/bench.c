@@ -64,7 +64,8 @@ typedef struct {
     double peak_tflops;
     int peak_n;
     const char *peak_how;
-    double *step_s; /* (iters) */
+    double *step_s;   /* (iters) */
+    double enqueue_s; /* host time to enqueue the timed steps (mg_trainer_step_async), in all */
     double loss_first, loss_last;
     double mem_peak, mem_arenas; /* bytes */
     const char *mem_how;
@@ -226,7 +227,7 @@ static mg_status peak_by_linear(mg_backend *be, int n, double *tflops) {
         double t0 = 0;
         st = be->synchronize(be);
         if (st == MG_OK) t0 = now_s();
-        if (st == MG_OK) st = be->linear_forward(be, out, a, w, NULL, n, n, n);
+        if (st == MG_OK) st = be->linear_forward(be, out, a, w, NULL, NULL, n, n, n);
         if (st == MG_OK) st = be->synchronize(be);
         if (st == MG_OK && i >= 2) t[i - 2] = now_s() - t0;
     }
@@ -279,16 +280,21 @@ static mg_status measure_peak(mg_config *c, int n, bench_result *r) {
     return st;
 }
 
+/* Each step is mg_trainer_step split in two, so the host's share shows: the time to enqueue the
+ * step (data, launches) and the wait for the device (the loss read back). */
 static mg_status run_steps(mg_trainer *t, const bench_opts *o, bench_result *r) {
     for (int i = 0; i < o->warmup + o->iters; i++) {
-        double loss, gnorm, t0 = now_s();
-        MG_CHECK(mg_trainer_step(t, &loss, &gnorm));
-        double dt = now_s() - t0;
+        double t0 = now_s();
+        MG_CHECK(mg_trainer_step_async(t));
+        double t_enq = now_s() - t0;
+        mg_step_stats s;
+        MG_CHECK(mg_trainer_read_stats(t, &s, false));
+        double dt = now_s() - t0, loss = s.loss;
         if (!isfinite(loss))
             return MG_FAIL(MG_ERR_NUMERIC, "bench: the loss of step %d is %g", i + 1, loss);
         if (i == 0) r->loss_first = loss;
         r->loss_last = loss;
-        if (i >= o->warmup) r->step_s[i - o->warmup] = dt;
+        if (i >= o->warmup) r->step_s[i - o->warmup] = dt, r->enqueue_s += t_enq;
     }
     return MG_OK;
 }
@@ -345,6 +351,9 @@ static void report(FILE *table, FILE *json, const mg_trainer *t, const bench_opt
     fprintf(table,
             "  step time          %.2f ms mean, %.2f ms median (%d steps after %d warm-up)\n",
             1e3 * total / o->iters, 1e3 * median, o->iters, o->warmup);
+    fprintf(table,
+            "  host enqueue       %.2f ms per step (launches and data, inside the step time)\n",
+            1e3 * r->enqueue_s / o->iters);
     fprintf(table, "  tokens/s           %.0f\n", tok_s);
     fprintf(table, "  FLOPs/token        %.4g (6N + 12*L*H*T)\n", r->flops_per_token);
     fprintf(table, "  achieved           %.4g TFLOP/s (Megatron's formula: %.4g)\n", tflops,
@@ -364,13 +373,14 @@ static void report(FILE *table, FILE *json, const mg_trainer *t, const bench_opt
             "\"seq_length\": %d, \"micro_batch_size\": %d, \"vocab_size\": %d, "
             "\"params\": %" PRId64 ", \"params_flops\": %" PRId64 ", \"flops_per_token\": %.0f, "
             "\"iters\": %d, \"warmup\": %d, \"ms_per_step\": %.6g, \"ms_per_step_median\": %.6g, "
+            "\"ms_host_enqueue\": %.6g, "
             "\"tokens_per_s\": %.6g, \"tflops\": %.6g, \"megatron_tflops\": %.6g, "
             "\"peak_tflops\": %.6g, \"peak_n\": %d, \"mfu\": %.6g, \"mem_peak_gib\": %.6g, "
             "\"mem_alloc_gib\": %.6g, \"loss_first\": %.6g, \"loss_last\": %.6g}\n",
             name, t->be->name, dtype, m->L, m->H, m->nq, m->S, c->micro_batch_size, m->V, r->params,
             r->params_flops, r->flops_per_token, o->iters, o->warmup, 1e3 * total / o->iters,
-            1e3 * median, tok_s, tflops, meg_tflops, r->peak_tflops, r->peak_n, mfu,
-            r->mem_peak / gib, r->mem_arenas / gib, r->loss_first, r->loss_last);
+            1e3 * median, 1e3 * r->enqueue_s / o->iters, tok_s, tflops, meg_tflops, r->peak_tflops,
+            r->peak_n, mfu, r->mem_peak / gib, r->mem_arenas / gib, r->loss_first, r->loss_last);
     fflush(json);
 }
 

@@ -7,6 +7,10 @@
 
 #include <stdbool.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 void mg_log_init(int rank, int world_size);
 int mg_log_rank(void);
 int mg_log_world(void);
@@ -18,5 +22,9 @@ void mg_log_last(const char *fmt, ...) MG_PRINTF(1, 2);  /* logging (last) rank 
 void mg_log_warn(const char *fmt, ...) MG_PRINTF(1, 2);  /* every rank, "[rank r] warning: " */
 void mg_log_error(const char *fmt, ...) MG_PRINTF(1, 2); /* every rank, "[rank r] error: " */
 void mg_log_debug(const char *fmt, ...) MG_PRINTF(1, 2); /* every rank when MG_LOG_LEVEL >= 2 */
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

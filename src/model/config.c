@@ -1,6 +1,8 @@
 #include "model/config.h"
 
-static int round_up(int x, int to) { return (x + to - 1) / to * to; }
+static int round_up(int x, int to) {
+    return (x + to - 1) / to * to;
+}
 
 mg_status mg_model_config_from(mg_model_config *m, const mg_config *c) {
     m->L = c->num_layers;
@@ -23,14 +25,18 @@ mg_status mg_model_config_from(mg_model_config *m, const mg_config *c) {
     m->init_std = c->init_method_std;
     m->seed = (uint64_t)c->seed;
     if (m->L <= 0 || m->H <= 0 || m->nq <= 0 || m->hd <= 0 || m->S <= 0 || m->V <= 0 || m->F <= 0)
-        return MG_FAIL(MG_ERR_USAGE, "model shape incomplete: layers %d, hidden %d, heads %d, "
-                                     "seq %d, vocab %d must all be positive",
+        return MG_FAIL(MG_ERR_USAGE,
+                       "model shape incomplete: layers %d, hidden %d, heads %d, "
+                       "seq %d, vocab %d must all be positive",
                        m->L, m->H, m->nq, m->S, m->V);
     if (m->nq % m->ng)
-        return MG_FAIL(MG_ERR_USAGE, "--num-attention-heads %d is not divisible by "
-                                     "--num-query-groups %d", m->nq, m->ng);
+        return MG_FAIL(MG_ERR_USAGE,
+                       "--num-attention-heads %d is not divisible by "
+                       "--num-query-groups %d",
+                       m->nq, m->ng);
     if (m->pos == MG_POS_ROPE && m->hd % 2)
-        return MG_FAIL(MG_ERR_USAGE, "rotary embeddings need an even head dimension, got %d", m->hd);
+        return MG_FAIL(MG_ERR_USAGE, "rotary embeddings need an even head dimension, got %d",
+                       m->hd);
     m->qkv_dim = m->ng * (m->nq / m->ng + 2) * m->hd;
     m->attn_dim = m->nq * m->hd;
     m->fc1_dim = m->swiglu ? 2 * m->F : m->F;

@@ -55,8 +55,8 @@ mg_status mg_gpt_generate(mg_gpt *g, mg_backend *be, int32_t *tokens_dev, int32_
     int32_t *window = calloc((size_t)S, sizeof *window);
     float *logits = malloc((size_t)V * sizeof *logits);
     int *scratch = malloc((size_t)V * sizeof *scratch);
-    mg_status st = window && logits && scratch ? MG_OK
-                                               : MG_FAIL(MG_ERR_NOMEM, "generation: out of memory");
+    mg_status st =
+        window && logits && scratch ? MG_OK : MG_FAIL(MG_ERR_NOMEM, "generation: out of memory");
     for (int step = 0; st == MG_OK && step < o->max_new_tokens; step++) {
         size_t len = *n < (size_t)S ? *n : (size_t)S, first = *n - len;
         memset(window, 0, (size_t)S * sizeof *window);

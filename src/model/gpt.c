@@ -16,7 +16,8 @@ static mg_status add_norm(mg_gpt *g, const char *prefix, int *w, int *b) {
     *b = -1;
     if (g->cfg.norm == MG_NORM_LAYERNORM) {
         snprintf(name, sizeof name, "%s.bias", prefix);
-        MG_CHECK(mg_params_add(&g->params, name, 1, g->cfg.H, 0, -1, 1, false, MG_INIT_ZEROS, 0, b));
+        MG_CHECK(
+            mg_params_add(&g->params, name, 1, g->cfg.H, 0, -1, 1, false, MG_INIT_ZEROS, 0, b));
     }
     return MG_OK;
 }
@@ -26,7 +27,8 @@ static mg_status add_linear(mg_gpt *g, const char *prefix, int out, int in, int 
                             float std, int *w, int *b) {
     char name[96];
     snprintf(name, sizeof name, "%s.weight", prefix);
-    MG_CHECK(mg_params_add(&g->params, name, 2, out, in, split, chunks, true, MG_INIT_NORMAL, std, w));
+    MG_CHECK(
+        mg_params_add(&g->params, name, 2, out, in, split, chunks, true, MG_INIT_NORMAL, std, w));
     *b = -1;
     if (g->cfg.bias) {
         snprintf(name, sizeof name, "%s.bias", prefix);
@@ -100,7 +102,8 @@ mg_status mg_gpt_plan(mg_gpt *g, mg_backend *be, int B, mg_arena *acts, mg_arena
         MG_CHECK(reserve(acts, N * f, &s->ln1_rstd));
         MG_CHECK(reserve(acts, N * c->qkv_dim * e, &s->qkv));
         MG_CHECK(reserve(acts, N * c->attn_dim * e, &s->att));
-        MG_CHECK(reserve(acts, be->attention_saved_bytes(be, B, c->S, c->nq, c->hd), &s->att_saved));
+        MG_CHECK(
+            reserve(acts, be->attention_saved_bytes(be, B, c->S, c->nq, c->hd), &s->att_saved));
         MG_CHECK(reserve(acts, N * c->H * e, &s->mid));
         MG_CHECK(reserve(acts, N * c->H * e, &s->ln2));
         MG_CHECK(reserve(acts, N * f, &s->ln2_mean));
@@ -113,13 +116,13 @@ mg_status mg_gpt_plan(mg_gpt *g, mg_backend *be, int B, mg_arena *acts, mg_arena
     MG_CHECK(reserve(acts, N * f, &g->lnf_mean));
     MG_CHECK(reserve(acts, N * f, &g->lnf_rstd));
 
-    MG_CHECK(reserve(work, N * c->H * e, &g->w_tmp));
     MG_CHECK(reserve(work, N * c->H * e, &g->w_dres));
     MG_CHECK(reserve(work, N * c->H * e, &g->w_dln));
     MG_CHECK(reserve(work, N * c->attn_dim * e, &g->w_datt));
     MG_CHECK(reserve(work, N * c->qkv_dim * e, &g->w_dqkv));
     MG_CHECK(reserve(work, N * c->fc1_dim * e, &g->w_dfc1));
-    MG_CHECK(reserve(work, N * c->F * e, &g->w_dact));
+    /* the activation's gradient: SwiGLU only (GELU's is fused into fc2's backward) */
+    MG_CHECK(reserve(work, c->swiglu ? N * c->F * e : 0, &g->w_dact));
     MG_CHECK(reserve(work, N * c->V * e, &g->w_logits));
     MG_CHECK(reserve(work, N * f, &g->w_losses));
     size_t rope = c->pos == MG_POS_ROPE ? (size_t)c->S * (c->hd / 2) * f : 0;
@@ -133,7 +136,8 @@ mg_status mg_gpt_bind(mg_gpt *g, mg_backend *be, void *params, float *grads) {
     g->grad_buf = grads;
     const mg_model_config *c = &g->cfg;
     if (c->pos != MG_POS_ROPE) return MG_OK;
-    /* RoPE tables as Hugging Face computes them: inv_freq in fp32, angle = pos * inv_freq in fp32 */
+    /* RoPE tables as Hugging Face computes them: inv_freq in fp32, angle = pos * inv_freq in fp32
+     */
     int half = c->hd / 2;
     size_t n = (size_t)c->S * half;
     float *tab = malloc(2 * n * sizeof *tab);
@@ -154,15 +158,20 @@ mg_status mg_gpt_bind(mg_gpt *g, mg_backend *be, void *params, float *grads) {
 void *mg_gpt_param(const mg_gpt *g, int i) {
     return (char *)g->param_buf + g->params.p[i].offset * g->esz;
 }
-float *mg_gpt_grad(const mg_gpt *g, int i) { return g->grad_buf + g->params.p[i].offset; }
-void *mg_gpt_logits(const mg_gpt *g) { return mg_gpt_ws(g, g->w_logits); }
+float *mg_gpt_grad(const mg_gpt *g, int i) {
+    return g->grad_buf + g->params.p[i].offset;
+}
+void *mg_gpt_logits(const mg_gpt *g) {
+    return mg_gpt_ws(g, g->w_logits);
+}
 
 /* ---- norms ---- */
 
 mg_status mg_gpt_norm_forward(mg_gpt *g, mg_backend *be, void *out, float *mean, float *rstd,
                               const void *x, int w, int b) {
     if (g->cfg.norm == MG_NORM_RMSNORM)
-        return be->rmsnorm_forward(be, out, rstd, x, mg_gpt_param(g, w), g->N, g->cfg.H, g->cfg.eps);
+        return be->rmsnorm_forward(be, out, rstd, x, mg_gpt_param(g, w), g->N, g->cfg.H,
+                                   g->cfg.eps);
     return be->layernorm_forward(be, out, mean, rstd, x, mg_gpt_param(g, w),
                                  mg_gpt_param_or_null(g, b), g->N, g->cfg.H, g->cfg.eps);
 }
@@ -195,7 +204,7 @@ mg_status mg_gpt_forward(mg_gpt *g, mg_backend *be, const int32_t *tokens) {
                                  mg_gpt_act(g, g->lnf_rstd), mg_gpt_act(g, g->x_final), g->lnf_w,
                                  g->lnf_b));
     MG_CHECK(be->linear_forward(be, mg_gpt_logits(g), mg_gpt_act(g, g->lnf),
-                                mg_gpt_param(g, g->out_w), NULL, g->N, c->H, c->V));
+                                mg_gpt_param(g, g->out_w), NULL, NULL, g->N, c->H, c->V));
     return MG_OK;
 }
 
@@ -212,7 +221,7 @@ mg_status mg_gpt_backward(mg_gpt *g, mg_backend *be, const int32_t *tokens) {
     void *dres = mg_gpt_ws(g, g->w_dres), *dln = mg_gpt_ws(g, g->w_dln);
     /* head: logits = lnf @ W_out^T; the logits buffer holds d(logits) after mg_gpt_loss */
     MG_CHECK(be->linear_backward(be, dln, mg_gpt_grad(g, g->out_w), NULL, mg_gpt_logits(g),
-                                 mg_gpt_act(g, g->lnf), mg_gpt_param(g, g->out_w), g->N, c->H,
+                                 mg_gpt_act(g, g->lnf), mg_gpt_param(g, g->out_w), NULL, g->N, c->H,
                                  c->V));
     MG_CHECK(be->memset_zero(be, dres, (size_t)g->N * c->H * g->esz));
     MG_CHECK(mg_gpt_norm_backward(g, be, dres, dln, mg_gpt_act(g, g->x_final),

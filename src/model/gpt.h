@@ -26,14 +26,14 @@ typedef struct {
 
 /* Offsets (bytes) of one layer's saved activations in the activation arena. */
 typedef struct {
-    size_t x;                  /* (N,H) layer input = residual stream */
+    size_t x;                       /* (N,H) layer input = residual stream */
     size_t ln1, ln1_mean, ln1_rstd; /* (N,H), (N), (N) */
-    size_t qkv;                /* (N, qkv_dim), after RoPE */
-    size_t att, att_saved;     /* (N, attn_dim), backend private */
-    size_t mid;                /* (N,H) x + attention output */
+    size_t qkv;                     /* (N, qkv_dim), after RoPE */
+    size_t att, att_saved;          /* (N, attn_dim), backend private */
+    size_t mid;                     /* (N,H) x + attention output */
     size_t ln2, ln2_mean, ln2_rstd;
-    size_t fc1;                /* (N, fc1_dim) */
-    size_t act;                /* (N, F) */
+    size_t fc1; /* (N, fc1_dim) */
+    size_t act; /* (N, F) */
 } mg_layer_slot;
 
 typedef struct {
@@ -43,18 +43,18 @@ typedef struct {
     mg_layer_params *layers;           /* (L) */
 
     /* plan (set by mg_gpt_plan) */
-    int B, N; /* micro-batch size, tokens per microbatch (B*S) */
-    size_t esz; /* bytes per activation element */
-    mg_layer_slot *slot;               /* (L) */
+    int B, N;                                /* micro-batch size, tokens per microbatch (B*S) */
+    size_t esz;                              /* bytes per activation element */
+    mg_layer_slot *slot;                     /* (L) */
     size_t x_final, lnf, lnf_mean, lnf_rstd; /* final residual (N,H), final norm */
     /* workspace offsets (transient, shared by all layers) */
-    size_t w_tmp, w_dres, w_dln, w_datt, w_dqkv, w_dfc1, w_dact, w_logits, w_losses, w_rope_cos,
+    size_t w_dres, w_dln, w_datt, w_dqkv, w_dfc1, w_dact, w_logits, w_losses, w_rope_cos,
         w_rope_sin;
     mg_arena *acts, *work;
 
     /* bound buffers (set by mg_gpt_bind) */
-    void *param_buf;  /* (params.numel) compute dtype */
-    float *grad_buf;  /* (params.numel) fp32 main grads */
+    void *param_buf; /* (params.numel) compute dtype */
+    float *grad_buf; /* (params.numel) fp32 main grads */
 } mg_gpt;
 
 mg_status mg_gpt_build(mg_gpt *g, const mg_config *c);

@@ -51,7 +51,8 @@ static mg_status describe(const mg_gpt *g, int i, hf_map *m) {
         return MG_OK;
     }
     if (i == g->wpe) {
-        add_src(m, gpt2 ? "transformer.wpe.weight" : "model.embed_positions.weight", rows, cols, 2, 0);
+        add_src(m, gpt2 ? "transformer.wpe.weight" : "model.embed_positions.weight", rows, cols, 2,
+                0);
         return MG_OK;
     }
     if (i == g->lnf_w || i == g->lnf_b) {
@@ -68,10 +69,14 @@ static mg_status describe(const mg_gpt *g, int i, hf_map *m) {
         char pre[64];
         snprintf(pre, sizeof pre, gpt2 ? "transformer.h.%d" : "model.layers.%d", l);
         const char *mod = NULL;
-        if (i == lp->ln1_w || i == lp->ln1_b) mod = gpt2 ? "ln_1" : "input_layernorm";
-        else if (i == lp->ln2_w || i == lp->ln2_b) mod = gpt2 ? "ln_2" : "post_attention_layernorm";
-        else if (i == lp->proj_w || i == lp->proj_b) mod = gpt2 ? "attn.c_proj" : "self_attn.o_proj";
-        else if (i == lp->fc2_w || i == lp->fc2_b) mod = gpt2 ? "mlp.c_proj" : "mlp.down_proj";
+        if (i == lp->ln1_w || i == lp->ln1_b)
+            mod = gpt2 ? "ln_1" : "input_layernorm";
+        else if (i == lp->ln2_w || i == lp->ln2_b)
+            mod = gpt2 ? "ln_2" : "post_attention_layernorm";
+        else if (i == lp->proj_w || i == lp->proj_b)
+            mod = gpt2 ? "attn.c_proj" : "self_attn.o_proj";
+        else if (i == lp->fc2_w || i == lp->fc2_b)
+            mod = gpt2 ? "mlp.c_proj" : "mlp.down_proj";
         if (mod) {
             snprintf(buf, sizeof buf, "%s.%s.%s", pre, mod, suffix);
             add_src(m, buf, rows, cols, vec ? 1 : 2, gpt2 && !vec && strstr(mod, "c_proj"));
@@ -118,9 +123,12 @@ static void row_source(const mg_gpt *g, const hf_map *m, int64_t r, int *k, int6
         const mg_model_config *c = &g->cfg;
         int64_t rq = c->nq / c->ng, hd = c->hd, per = (rq + 2) * hd;
         int64_t grp = r / per, rem = r % per, slot = rem / hd, d = rem % hd;
-        if (slot < rq) t = (grp * rq + slot) * hd + d;
-        else if (slot == rq) t = (int64_t)c->nq * hd + grp * hd + d;
-        else t = (int64_t)(c->nq + c->ng) * hd + grp * hd + d;
+        if (slot < rq)
+            t = (grp * rq + slot) * hd + d;
+        else if (slot == rq)
+            t = (int64_t)c->nq * hd + grp * hd + d;
+        else
+            t = (int64_t)(c->nq + c->ng) * hd + grp * hd + d;
     }
     int s = 0;
     while (t >= m->src[s].rows) t -= m->src[s++].rows;
@@ -134,16 +142,22 @@ static int64_t file_index(const hf_src *s, int64_t row, int64_t col) {
 }
 
 static void file_shape(const hf_src *s, int64_t shape[2]) {
-    if (s->ndim == 1) shape[0] = s->rows, shape[1] = 1;
-    else if (s->transposed) shape[0] = s->cols, shape[1] = s->rows;
-    else shape[0] = s->rows, shape[1] = s->cols;
+    if (s->ndim == 1)
+        shape[0] = s->rows, shape[1] = 1;
+    else if (s->transposed)
+        shape[0] = s->cols, shape[1] = s->rows;
+    else
+        shape[0] = s->rows, shape[1] = s->cols;
 }
 
 static float load_elem(const mg_st_entry *e, int64_t idx) {
     switch (e->dtype) {
-    case MG_BF16: return mg_bf16_to_f32(((const uint16_t *)e->data)[idx]);
-    case MG_F16: return mg_f16_to_f32(((const uint16_t *)e->data)[idx]);
-    default: return ((const float *)e->data)[idx];
+    case MG_BF16:
+        return mg_bf16_to_f32(((const uint16_t *)e->data)[idx]);
+    case MG_F16:
+        return mg_f16_to_f32(((const uint16_t *)e->data)[idx]);
+    default:
+        return ((const float *)e->data)[idx];
     }
 }
 
@@ -169,8 +183,9 @@ mg_status mg_hf_import(const mg_gpt *g, const mg_safetensors *st, const char *pa
                                path, m.src[k].name, (long long)e[k]->shape[0], (long long)got1,
                                (long long)want[0], (long long)want[1]);
             if (e[k]->dtype != MG_F32 && e[k]->dtype != MG_BF16 && e[k]->dtype != MG_F16)
-                return MG_FAIL(MG_ERR_FORMAT, "%s: tensor '%s' has dtype %s; weights must be "
-                                              "F32, BF16 or F16",
+                return MG_FAIL(MG_ERR_FORMAT,
+                               "%s: tensor '%s' has dtype %s; weights must be "
+                               "F32, BF16 or F16",
                                path, m.src[k].name, mg_dtype_name(e[k]->dtype));
         }
         int64_t rows = p->shape[0], cols = p->ndim == 2 ? p->shape[1] : 1;

@@ -59,7 +59,9 @@ void mg_params_init(const mg_param_table *t, uint64_t seed, float *buf) {
         const mg_param_meta *m = &t->p[i];
         float *dst = buf + m->offset;
         switch (m->init) {
-        case MG_INIT_ZEROS: memset(dst, 0, (size_t)m->numel * sizeof *dst); break;
+        case MG_INIT_ZEROS:
+            memset(dst, 0, (size_t)m->numel * sizeof *dst);
+            break;
         case MG_INIT_ONES:
             for (int64_t j = 0; j < m->numel; j++) dst[j] = 1.0f;
             break;

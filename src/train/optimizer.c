@@ -36,13 +36,22 @@ mg_status mg_optimizer_step(mg_optimizer *o, mg_backend *be, const mg_param_tabl
     float bc1 = (float)(1.0 - pow(o->beta1, (double)o->step));
     float bc2 = (float)(1.0 - pow(o->beta2, (double)o->step));
     size_t esz = mg_dtype_size(be->compute_dtype);
-    for (int i = 0; i < t->n; i++) {
+    /* One call per run of neighbouring parameters with the same weight decay: the alignment gaps
+     * between them hold zeros in every buffer (gradient, moments, master), which AdamW keeps at
+     * zero, so a run is one span (148 calls -> ~100 at GPT-2 124M). */
+    for (int i = 0; i < t->n;) {
         const mg_param_meta *p = &t->p[i];
+        int j = i + 1;
+        while (j < t->n && t->p[j].weight_decay == p->weight_decay &&
+               t->p[j].offset >= t->p[j - 1].offset)
+            j++;
+        const mg_param_meta *last = &t->p[j - 1];
+        size_t n = last->offset + (size_t)last->numel - p->offset;
         float wd = p->weight_decay ? (float)o->weight_decay : 0.0f;
         MG_CHECK(be->adamw(be, (char *)params + p->offset * esz, master ? master + p->offset : NULL,
-                           grads + p->offset, o->m + p->offset, o->v + p->offset, (size_t)p->numel,
-                           (float)lr, (float)o->beta1, (float)o->beta2, (float)o->eps, wd, bc1, bc2,
-                           coef));
+                           grads + p->offset, o->m + p->offset, o->v + p->offset, n, (float)lr,
+                           (float)o->beta1, (float)o->beta2, (float)o->eps, wd, bc1, bc2, coef));
+        i = j;
     }
     return MG_OK;
 }

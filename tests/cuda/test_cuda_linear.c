@@ -1,7 +1,9 @@
-/* CUDA backend against the CPU backend: the linear layer (cuBLASLt GEMMs), forward and backward
- * (method and tolerances: cuda_test_util.h). Weight and bias gradients are fp32 and accumulate,
- * so they are pre-filled and compared at the fp32 tolerance: a GEMM that rounded them through
- * bf16 would fail. */
+/* CUDA backend against the CPU backend: the linear layer (cuBLASLt GEMMs), forward (with bias
+ * and residual), the GELU-fused forward and the GELU-fused input gradient, and backward (method
+ * and tolerances: cuda_test_util.h). The shapes with a width not a multiple of 8 take the
+ * unfused fallback (cuBLASLt's aux buffer needs ld % 8 == 0), so both paths are checked. Weight and
+ * bias gradients are fp32 and accumulate, so they are pre-filled and compared at the fp32
+ * tolerance: a GEMM that rounded them through bf16 would fail. */
 #include "cuda_test_util.h"
 
 #include <math.h>
@@ -13,42 +15,79 @@ typedef struct {
 static const lin_case k_cases[] = {
     {1, 64, 96},       {7, 64, 96},   {257, 64, 96}, {1, 96, 1000},   {7, 96, 1000},
     {257, 96, 1000},   {1, 1000, 64}, {7, 1000, 64}, {257, 1000, 64}, {7, 64, 50304}, /* LM head */
-    {512, 1024, 4096},
+    {512, 1024, 4096}, {33, 100, 72}, {33, 72, 100}, /* widths not a multiple of 8 */
 };
 #define NCASES (sizeof k_cases / sizeof k_cases[0])
 
+/* variant bit 0: bias, bit 1: residual */
 MG_TEST(cuda_linear_forward_matches_cpu) {
+    CT_BACKENDS(cpu, gpu);
+    for (size_t k = 0; k < NCASES; k++)
+        for (int variant = 0; variant < 4; variant++) {
+            lin_case c = k_cases[k];
+            int with_bias = variant & 1, with_res = variant >> 1;
+            size_t ni = (size_t)c.N * c.IC, nw = (size_t)c.OC * c.IC, no = (size_t)c.N * c.OC;
+            ct_pool P = ct_pool_of(t, gpu);
+            float *inp = ct_rand_bf16(&P, 80, ni, 1.0f);
+            float *w = ct_rand_bf16(&P, 81, nw, 1.0f / sqrtf((float)c.IC));
+            float *bias = ct_rand_bf16(&P, 82, c.OC, 0.5f), *ref = ct_host(&P, no * 4);
+            float *res = ct_rand_bf16(&P, 79, no, 1.0f);
+            MG_EXPECT_OK(cpu->linear_forward(cpu, ref, inp, w, with_bias ? bias : NULL,
+                                             with_res ? res : NULL, c.N, c.IC, c.OC));
+            void *d_inp = ct_up_act(&P, inp, ni), *d_w = ct_up_act(&P, w, nw);
+            void *d_bias = ct_up_act(&P, bias, c.OC), *d_out = ct_poison_act(&P, no);
+            void *d_res = ct_up_act(&P, res, no);
+            if (!P.failed) {
+                MG_EXPECT_OK(gpu->linear_forward(gpu, d_out, d_inp, d_w, with_bias ? d_bias : NULL,
+                                                 with_res ? d_res : NULL, c.N, c.IC, c.OC));
+                CT_EXPECT_CLOSE(ct_down_act(&P, d_out, no), ref, no, CT_TOL_GEMM,
+                                "linear_forward N=%d IC=%d OC=%d bias=%d residual=%d", c.N, c.IC,
+                                c.OC, with_bias, with_res);
+            }
+            ct_pool_free(&P);
+        }
+}
+
+/* linear_gelu_forward: both outputs (the pre-activation saved for backward and the GELU), poisoned
+ * first, against the CPU's linear + GELU. */
+MG_TEST(cuda_linear_gelu_forward_matches_cpu) {
     CT_BACKENDS(cpu, gpu);
     for (size_t k = 0; k < NCASES; k++)
         for (int with_bias = 0; with_bias < 2; with_bias++) {
             lin_case c = k_cases[k];
             size_t ni = (size_t)c.N * c.IC, nw = (size_t)c.OC * c.IC, no = (size_t)c.N * c.OC;
             ct_pool P = ct_pool_of(t, gpu);
-            float *inp = ct_rand_bf16(&P, 80, ni, 1.0f);
-            float *w = ct_rand_bf16(&P, 81, nw, 1.0f / sqrtf((float)c.IC));
-            float *bias = ct_rand_bf16(&P, 82, c.OC, 0.5f), *ref = ct_host(&P, no * 4);
-            MG_EXPECT_OK(
-                cpu->linear_forward(cpu, ref, inp, w, with_bias ? bias : NULL, c.N, c.IC, c.OC));
+            float *inp = ct_rand_bf16(&P, 90, ni, 1.0f);
+            float *w = ct_rand_bf16(&P, 91, nw, 2.0f / sqrtf((float)c.IC));
+            float *bias = ct_rand_bf16(&P, 92, c.OC, 0.5f);
+            float *ref = ct_host(&P, no * 4), *ref_pre = ct_host(&P, no * 4);
+            MG_EXPECT_OK(cpu->linear_gelu_forward(cpu, ref, ref_pre, inp, w,
+                                                  with_bias ? bias : NULL, c.N, c.IC, c.OC));
             void *d_inp = ct_up_act(&P, inp, ni), *d_w = ct_up_act(&P, w, nw);
             void *d_bias = ct_up_act(&P, bias, c.OC), *d_out = ct_poison_act(&P, no);
+            void *d_pre = ct_poison_act(&P, no);
             if (!P.failed) {
-                MG_EXPECT_OK(gpu->linear_forward(gpu, d_out, d_inp, d_w, with_bias ? d_bias : NULL,
-                                                 c.N, c.IC, c.OC));
+                MG_EXPECT_OK(gpu->linear_gelu_forward(gpu, d_out, d_pre, d_inp, d_w,
+                                                      with_bias ? d_bias : NULL, c.N, c.IC, c.OC));
+                CT_EXPECT_CLOSE(ct_down_act(&P, d_pre, no), ref_pre, no, CT_TOL_GEMM,
+                                "linear_gelu_forward pre N=%d IC=%d OC=%d bias=%d", c.N, c.IC, c.OC,
+                                with_bias);
                 CT_EXPECT_CLOSE(ct_down_act(&P, d_out, no), ref, no, CT_TOL_GEMM,
-                                "linear_forward N=%d IC=%d OC=%d bias=%d", c.N, c.IC, c.OC,
+                                "linear_gelu_forward out N=%d IC=%d OC=%d bias=%d", c.N, c.IC, c.OC,
                                 with_bias);
             }
             ct_pool_free(&P);
         }
 }
 
-/* variant 0: dinp and dbias; 1: dinp, no dbias; 2: no dinp (first layer), dbias. */
+/* variant 0: dinp and dbias; 1: dinp, no dbias; 2: no dinp (first layer), dbias; 3: dinp through
+ * a GELU (gelu_pre) and dbias. */
 MG_TEST(cuda_linear_backward_matches_cpu_and_repeats) {
     CT_BACKENDS(cpu, gpu);
     for (size_t k = 0; k < NCASES; k++)
-        for (int variant = 0; variant < 3; variant++) {
+        for (int variant = 0; variant < 4; variant++) {
             lin_case c = k_cases[k];
-            int want_dinp = variant != 2, want_db = variant != 1;
+            int want_dinp = variant != 2, want_db = variant != 1, want_gelu = variant == 3;
             size_t ni = (size_t)c.N * c.IC, nw = (size_t)c.OC * c.IC, no = (size_t)c.N * c.OC;
             ct_pool P = ct_pool_of(t, gpu);
             float *inp = ct_rand_bf16(&P, 83, ni, 1.0f);
@@ -56,12 +95,14 @@ MG_TEST(cuda_linear_backward_matches_cpu_and_repeats) {
             float *dout = ct_rand_bf16(&P, 85, no, 1.0f);
             float *dw0 = ct_uniform_f32(&P, 86, nw, -1.0f, 1.0f);
             float *db0 = ct_uniform_f32(&P, 87, c.OC, -1.0f, 1.0f);
+            float *pre = ct_rand_bf16(&P, 78, ni, 2.0f); /* GELU input: both signs, the bend */
             float *ref_dinp = ct_host(&P, ni * 4), *ref_dw = ct_dup(&P, dw0, nw);
             float *ref_db = ct_dup(&P, db0, c.OC);
             MG_EXPECT_OK(cpu->linear_backward(cpu, want_dinp ? ref_dinp : NULL, ref_dw,
-                                              want_db ? ref_db : NULL, dout, inp, w, c.N, c.IC,
-                                              c.OC));
+                                              want_db ? ref_db : NULL, dout, inp, w,
+                                              want_gelu ? pre : NULL, c.N, c.IC, c.OC));
             void *d_inp = ct_up_act(&P, inp, ni), *d_w = ct_up_act(&P, w, nw);
+            void *d_pre = ct_up_act(&P, pre, ni);
             void *d_dout = ct_up_act(&P, dout, no), *d_dinp = ct_poison_act(&P, ni);
             float *d_dw = ct_up_f32(&P, dw0, nw), *d_db = ct_up_f32(&P, db0, c.OC);
             if (P.failed) goto next;
@@ -70,15 +111,16 @@ MG_TEST(cuda_linear_backward_matches_cpu_and_repeats) {
                 ct_put_f32(&P, d_dw, dw0, nw);
                 ct_put_f32(&P, d_db, db0, c.OC);
                 MG_EXPECT_OK(gpu->linear_backward(gpu, want_dinp ? d_dinp : NULL, d_dw,
-                                                  want_db ? d_db : NULL, d_dout, d_inp, d_w, c.N,
-                                                  c.IC, c.OC));
+                                                  want_db ? d_db : NULL, d_dout, d_inp, d_w,
+                                                  want_gelu ? d_pre : NULL, c.N, c.IC, c.OC));
                 got[run][0] = ct_down_act(&P, d_dinp, ni);
                 got[run][1] = ct_down_f32(&P, d_dw, nw);
                 got[run][2] = ct_down_f32(&P, d_db, c.OC);
             }
             if (want_dinp)
                 CT_EXPECT_CLOSE(got[0][0], ref_dinp, ni, CT_TOL_GEMM,
-                                "linear_backward dinp N=%d IC=%d OC=%d", c.N, c.IC, c.OC);
+                                "linear_backward dinp N=%d IC=%d OC=%d gelu=%d", c.N, c.IC, c.OC,
+                                want_gelu);
             CT_EXPECT_CLOSE(got[0][1], ref_dw, nw, CT_TOL_F32,
                             "linear_backward dw (accumulated) N=%d IC=%d OC=%d variant %d", c.N,
                             c.IC, c.OC, variant);
@@ -108,11 +150,11 @@ MG_TEST(cuda_linear_nonfinite_parity) {
     inp[1 * IC + 3] = NAN;
     inp[3 * IC + 60] = INFINITY;
     float *ref = ct_host(&P, N * OC * 4);
-    MG_EXPECT_OK(cpu->linear_forward(cpu, ref, inp, w, NULL, N, IC, OC));
+    MG_EXPECT_OK(cpu->linear_forward(cpu, ref, inp, w, NULL, NULL, N, IC, OC));
     void *d_inp = ct_up_act(&P, inp, N * IC), *d_w = ct_up_act(&P, w, OC * IC);
     void *d_out = ct_poison_act(&P, N * OC);
     if (!P.failed) {
-        MG_EXPECT_OK(gpu->linear_forward(gpu, d_out, d_inp, d_w, NULL, N, IC, OC));
+        MG_EXPECT_OK(gpu->linear_forward(gpu, d_out, d_inp, d_w, NULL, NULL, N, IC, OC));
         CT_EXPECT_PARITY(ct_down_act(&P, d_out, N * OC), ref, N * OC, "linear_forward");
     }
     ct_pool_free(&P);

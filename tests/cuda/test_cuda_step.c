@@ -76,30 +76,35 @@ MG_TEST(cuda_op_sequence_allocates_and_syncs_nothing) {
     MG_EXPECT_OK(g->memset_zero(g, scal, 8 * 4));
     MG_EXPECT_OK(g->embedding_forward(g, x, d_tok, wte, wpe, N, S, H));
     MG_EXPECT_OK(g->layernorm_forward(g, xn, mean, rstd, x, ln_w, NULL, N, H, 1e-5f));
-    MG_EXPECT_OK(g->linear_forward(g, qkv, xn, w_qkv, NULL, N, H, QKVW));
+    MG_EXPECT_OK(g->linear_forward(g, qkv, xn, w_qkv, NULL, NULL, N, H, QKVW));
     MG_EXPECT_OK(g->rope_forward(g, qkv, d_cs, d_sn, N, S, NQ, NG, HD));
     MG_EXPECT_OK(g->attention_forward(g, att, saved, qkv, B, S, NQ, NG, HD));
-    MG_EXPECT_OK(g->linear_forward(g, proj, att, w_proj, NULL, N, AW, H));
+    MG_EXPECT_OK(g->linear_forward(g, proj, att, w_proj, NULL, NULL, N, AW, H));
     MG_EXPECT_OK(g->add(g, res, x, proj, (size_t)N * H));
+    MG_EXPECT_OK(g->linear_forward(g, res, att, w_proj, NULL, x, N, AW, H)); /* fused residual */
     MG_EXPECT_OK(g->rmsnorm_forward(g, res_n, rstd2, res, ln_w, N, H, 1e-5f));
-    MG_EXPECT_OK(g->linear_forward(g, fc, res_n, w_fc, NULL, N, H, 2 * F));
+    MG_EXPECT_OK(g->linear_forward(g, fc, res_n, w_fc, NULL, NULL, N, H, 2 * F));
     MG_EXPECT_OK(g->swiglu_forward(g, act, fc, N, F));
     MG_EXPECT_OK(g->gelu_forward(g, act2, act, (size_t)N * F));
-    MG_EXPECT_OK(g->linear_forward(g, logits, act2, w_head, NULL, N, F, V));
+    MG_EXPECT_OK(g->linear_gelu_forward(g, act2, act, res_n, w_fc, NULL, N, H, F));
+    MG_EXPECT_OK(g->swiglu_forward(g, act, fc, N, F)); /* act as the unfused path left it */
+    MG_EXPECT_OK(g->gelu_forward(g, act2, act, (size_t)N * F));
+    MG_EXPECT_OK(g->linear_forward(g, logits, act2, w_head, NULL, NULL, N, F, V));
     MG_EXPECT_OK(g->cross_entropy_fused(g, logits, losses, d_tgt, d_dl, N, V));
     MG_EXPECT_OK(g->sum_f32(g, scal, losses, NULL, N, 1.0f / N));
     /* ---- backward ---- */
-    MG_EXPECT_OK(g->linear_backward(g, d_act2, grads, NULL, logits, act2, w_head, N, F, V));
+    MG_EXPECT_OK(g->linear_backward(g, d_act2, grads, NULL, logits, act2, w_head, act, N, F, V));
+    MG_EXPECT_OK(g->linear_backward(g, d_act2, grads, NULL, logits, act2, w_head, NULL, N, F, V));
     MG_EXPECT_OK(g->gelu_backward(g, d_act, act, d_act2, (size_t)N * F));
     MG_EXPECT_OK(g->swiglu_backward(g, d_fc, fc, d_act, N, F));
     MG_EXPECT_OK(g->memset_zero(g, d_res, (size_t)N * H * 2));
-    MG_EXPECT_OK(g->linear_backward(g, d_resn, g_fc, NULL, d_fc, res_n, w_fc, N, H, 2 * F));
+    MG_EXPECT_OK(g->linear_backward(g, d_resn, g_fc, NULL, d_fc, res_n, w_fc, NULL, N, H, 2 * F));
     MG_EXPECT_OK(g->rmsnorm_backward(g, d_res, g_ln, d_resn, res, ln_w, rstd2, N, H));
     MG_EXPECT_OK(g->copy_d2d(g, d_x, d_res, (size_t)N * H * 2));
-    MG_EXPECT_OK(g->linear_backward(g, d_att, g_proj, NULL, d_res, att, w_proj, N, AW, H));
+    MG_EXPECT_OK(g->linear_backward(g, d_att, g_proj, NULL, d_res, att, w_proj, NULL, N, AW, H));
     MG_EXPECT_OK(g->attention_backward(g, d_qkv, d_att, qkv, att, saved, B, S, NQ, NG, HD));
     MG_EXPECT_OK(g->rope_backward(g, d_qkv, d_cs, d_sn, N, S, NQ, NG, HD));
-    MG_EXPECT_OK(g->linear_backward(g, d_xn, g_qkv, NULL, d_qkv, xn, w_qkv, N, H, QKVW));
+    MG_EXPECT_OK(g->linear_backward(g, d_xn, g_qkv, NULL, d_qkv, xn, w_qkv, NULL, N, H, QKVW));
     MG_EXPECT_OK(g->layernorm_backward(g, d_x, g_ln, NULL, d_xn, x, ln_w, mean, rstd, N, H));
     MG_EXPECT_OK(g->embedding_backward(g, g_wte, g_wpe, d_x, d_tok, N, S, H));
     /* ---- optimizer ---- */

@@ -178,7 +178,7 @@ typedef struct {
 
 static double lin_obj(void *c_) {
     lin_ctx *c = c_;
-    c->be->linear_forward(c->be, c->out, c->inp, c->w, c->bias, c->N, c->IC, c->OC);
+    c->be->linear_forward(c->be, c->out, c->inp, c->w, c->bias, NULL, c->N, c->IC, c->OC);
     return t_dotd(c->out, c->R, (size_t)c->N * c->OC);
 }
 
@@ -187,19 +187,24 @@ MG_TEST(cpu_linear_forward_matches_naive) {
     if (!be) return;
     enum { N = 5, IC = 7, OC = 3 };
     float *inp = t_rnd(20, N * IC, 1), *w = t_rnd(21, OC * IC, 1), *bias = t_rnd(22, OC, 1);
-    float out[N * OC], out_nb[N * OC], ref[N * OC], ref_nb[N * OC];
-    MG_EXPECT_OK(be->linear_forward(be, out, inp, w, bias, N, IC, OC));
-    MG_EXPECT_OK(be->linear_forward(be, out_nb, inp, w, NULL, N, IC, OC));
+    float *res = t_rnd(27, N * OC, 1);
+    float out[N * OC], out_nb[N * OC], out_r[N * OC], ref[N * OC], ref_nb[N * OC], ref_r[N * OC];
+    MG_EXPECT_OK(be->linear_forward(be, out, inp, w, bias, NULL, N, IC, OC));
+    MG_EXPECT_OK(be->linear_forward(be, out_nb, inp, w, NULL, NULL, N, IC, OC));
+    MG_EXPECT_OK(be->linear_forward(be, out_r, inp, w, bias, res, N, IC, OC));
     for (int i = 0; i < N; i++)
         for (int o = 0; o < OC; o++) {
             double s = 0;
             for (int k = 0; k < IC; k++) s += (double)inp[i * IC + k] * w[o * IC + k];
             ref_nb[i * OC + o] = (float)s;
             ref[i * OC + o] = (float)(s + bias[o]);
+            ref_r[i * OC + o] = (float)(s + bias[o] + res[i * OC + o]);
         }
     double e1 = mg_test_rel_err(out, ref, N * OC), e2 = mg_test_rel_err(out_nb, ref_nb, N * OC);
-    MG_EXPECT(e1 < 1e-6 && e2 < 1e-6, "rel err with bias %g, without %g", e1, e2);
-    free(inp), free(w), free(bias);
+    double e3 = mg_test_rel_err(out_r, ref_r, N * OC);
+    MG_EXPECT(e1 < 1e-6 && e2 < 1e-6 && e3 < 1e-6, "rel err with bias %g, without %g, residual %g",
+              e1, e2, e3);
+    free(inp), free(w), free(bias), free(res);
     be->destroy(be);
 }
 
@@ -217,17 +222,57 @@ MG_TEST(cpu_linear_grad) {
                  IC,
                  OC};
     float *dinp = t_zeros(N * IC), *dw = t_zeros(OC * IC), *db = t_zeros(OC);
-    MG_EXPECT_OK(be->linear_backward(be, dinp, dw, db, c.R, c.inp, c.w, N, IC, OC));
+    MG_EXPECT_OK(be->linear_backward(be, dinp, dw, db, c.R, c.inp, c.w, NULL, N, IC, OC));
     double ei = t_fd_err(c.inp, N * IC, dinp, lin_obj, &c),
            ew = t_fd_err(c.w, OC * IC, dw, lin_obj, &c), eb = t_fd_err(c.bias, OC, db, lin_obj, &c);
     MG_EXPECT(ei < T_FD_TOL && ew < T_FD_TOL && eb < T_FD_TOL, "fd err dinp %g dw %g db %g", ei, ew,
               eb);
     /* dinp = NULL and dbias = NULL are skipped, dw still accumulates */
     float *dw2 = t_zeros(OC * IC);
-    MG_EXPECT_OK(be->linear_backward(be, NULL, dw2, NULL, c.R, c.inp, c.w, N, IC, OC));
+    MG_EXPECT_OK(be->linear_backward(be, NULL, dw2, NULL, c.R, c.inp, c.w, NULL, N, IC, OC));
     MG_EXPECT(memcmp(dw, dw2, sizeof(float) * OC * IC) == 0, "dw differs when dinp is NULL");
     free(c.out), free(c.inp), free(c.w), free(c.bias), free(c.R), free(dinp), free(dw), free(db),
         free(dw2);
+    be->destroy(be);
+}
+
+/* The GELU MLP fusions: linear_gelu_forward is linear then GELU (pre and out), and
+ * linear_backward's gelu_pre gives the gradient with respect to the GELU's input, checked by
+ * finite differences of sum(R * linear(gelu(pre))). */
+typedef struct {
+    mg_backend *be;
+    float *pre, *act, *out, *w, *R;
+    int N, IC, OC;
+} gelu_lin_ctx;
+
+static double gelu_lin_obj(void *c_) {
+    gelu_lin_ctx *c = c_;
+    c->be->gelu_forward(c->be, c->act, c->pre, (size_t)c->N * c->IC);
+    c->be->linear_forward(c->be, c->out, c->act, c->w, NULL, NULL, c->N, c->IC, c->OC);
+    return t_dotd(c->out, c->R, (size_t)c->N * c->OC);
+}
+
+MG_TEST(cpu_linear_gelu_fusions) {
+    mg_backend *be = t_cpu(t);
+    if (!be) return;
+    enum { N = 4, IC = 6, OC = 5 };
+    float *inp = t_rnd(40, N * IC, 1), *w = t_rnd(41, OC * IC, 1), *bias = t_rnd(42, OC, 1);
+    float pre[N * OC], out[N * OC], ref_pre[N * OC], ref[N * OC];
+    MG_EXPECT_OK(be->linear_gelu_forward(be, out, pre, inp, w, bias, N, IC, OC));
+    MG_EXPECT_OK(be->linear_forward(be, ref_pre, inp, w, bias, NULL, N, IC, OC));
+    MG_EXPECT_OK(be->gelu_forward(be, ref, ref_pre, N * OC));
+    MG_EXPECT(!memcmp(pre, ref_pre, sizeof pre) && !memcmp(out, ref, sizeof out),
+              "linear_gelu_forward differs from linear + gelu");
+    gelu_lin_ctx c = {
+        be, t_rnd(43, N * IC, 2), t_zeros(N * IC), t_zeros(N * OC), w, t_rnd(44, N * OC, 1), N, IC,
+        OC};
+    gelu_lin_obj(&c);
+    float *dpre = t_rnd(45, N * IC, 1), *dw = t_zeros(OC * IC); /* dpre: overwritten */
+    MG_EXPECT_OK(be->linear_backward(be, dpre, dw, NULL, c.R, c.act, w, c.pre, N, IC, OC));
+    double e = t_fd_err(c.pre, N * IC, dpre, gelu_lin_obj, &c);
+    MG_EXPECT(e < T_FD_TOL, "fd err of the gradient through the GELU %g", e);
+    free(inp), free(w), free(bias), free(c.pre), free(c.act), free(c.out), free(c.R), free(dpre),
+        free(dw);
     be->destroy(be);
 }
 

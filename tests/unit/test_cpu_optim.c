@@ -124,9 +124,9 @@ MG_TEST(cpu_backward_accumulates) {
     float *lw = t_rnd(105, OC * H, 1), *ldout = t_rnd(106, N * OC, 1);
     float *di1 = t_zeros(N * H), *di2 = t_rnd(107, N * H, 1), *dw1 = t_zeros(OC * H);
     float *dw2 = t_zeros(OC * H), db1[OC] = {0}, db2[OC] = {0};
-    MG_EXPECT_OK(be->linear_backward(be, di1, dw1, db1, ldout, x, lw, N, H, OC));
+    MG_EXPECT_OK(be->linear_backward(be, di1, dw1, db1, ldout, x, lw, NULL, N, H, OC));
     for (int k = 0; k < 2; k++)
-        MG_EXPECT_OK(be->linear_backward(be, di2, dw2, db2, ldout, x, lw, N, H, OC));
+        MG_EXPECT_OK(be->linear_backward(be, di2, dw2, db2, ldout, x, lw, NULL, N, H, OC));
     MG_EXPECT(doubled(dw2, dw1, OC * H) && doubled(db2, db1, OC), "linear dw/dbias not doubled");
     MG_EXPECT(same(di1, di2, N * H), "linear dinp not overwritten");
     /* embedding: dwte, dwpe doubled */
@@ -169,11 +169,11 @@ static void run_parallel_ops(mg_test_ctx *t, mg_backend *be, float *res) {
     r += TN * TH + 2 * TH;
     MG_EXPECT_OK(be->embedding_backward(be, r, NULL, dout, tok, TN, TS, TH));
     r += TV * TH;
-    MG_EXPECT_OK(be->linear_backward(be, out, r, r + TOC * TH, ldout, x, lw, TN, TH, TOC));
+    MG_EXPECT_OK(be->linear_backward(be, out, r, r + TOC * TH, ldout, x, lw, NULL, TN, TH, TOC));
     r += TOC * TH + TOC;
     memcpy(r, out, sizeof(float) * TN * TH);
     r += TN * TH;
-    MG_EXPECT_OK(be->linear_forward(be, r, x, lw, b, TN, TH, TOC));
+    MG_EXPECT_OK(be->linear_forward(be, r, x, lw, b, ldout, TN, TH, TOC));
     r += TN * TOC;
     MG_EXPECT_OK(be->attention_forward(be, aout, saved, qkv, TB, TS, TNQ, TNG, THD));
     MG_EXPECT_OK(be->attention_backward(be, r, aout, qkv, aout, saved, TB, TS, TNQ, TNG, THD));

@@ -117,6 +117,7 @@ mg_status mg_backend_cpu_create(mg_backend **out, int num_threads) {
     be->rmsnorm_forward = mg_cpu_rmsnorm_forward;
     be->rmsnorm_backward = mg_cpu_rmsnorm_backward;
     be->linear_forward = mg_cpu_linear_forward;
+    be->linear_gelu_forward = mg_cpu_linear_gelu_forward;
     be->linear_backward = mg_cpu_linear_backward;
     be->gelu_forward = mg_cpu_gelu_forward;
     be->gelu_backward = mg_cpu_gelu_backward;

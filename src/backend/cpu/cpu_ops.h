@@ -107,10 +107,12 @@ mg_status mg_cpu_rmsnorm_backward(mg_backend *be, void *dx, float *dw, const voi
 
 /* cpu_linear.c */
 mg_status mg_cpu_linear_forward(mg_backend *be, void *out, const void *inp, const void *w,
-                                const void *bias, int N, int IC, int OC);
+                                const void *bias, const void *residual, int N, int IC, int OC);
+mg_status mg_cpu_linear_gelu_forward(mg_backend *be, void *out, void *pre, const void *inp,
+                                     const void *w, const void *bias, int N, int IC, int OC);
 mg_status mg_cpu_linear_backward(mg_backend *be, void *dinp, float *dw, float *dbias,
-                                 const void *dout, const void *inp, const void *w, int N, int IC,
-                                 int OC);
+                                 const void *dout, const void *inp, const void *w,
+                                 const void *gelu_pre, int N, int IC, int OC);
 
 /* cpu_activation.c */
 mg_status mg_cpu_gelu_forward(mg_backend *be, void *out, const void *inp, size_t n);

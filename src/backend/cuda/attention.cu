@@ -567,14 +567,9 @@ extern "C" mg_status mg_cuda_attention_backward(mg_backend *be, void *dqkv /* (B
                                                 int S, int nq, int ng, int hd) {
     const void *ptrs[] = {dqkv, dout, qkv, out};
     MG_CHECK(attention_check(B, S, nq, ng, hd, ptrs, 4));
-    mg_cuda_ctx *ctx = mg_cuda_ctx_of(be);
     const size_t rows = (size_t)B * nq * S;
-    if (rows * sizeof(float) > ctx->workspace_bytes)
-        return MG_FAIL(MG_ERR_NOMEM,
-                       "attention backward needs %zu bytes of workspace for dO.O, have %zu; raise "
-                       "MG_CUDA_WORKSPACE_MB",
-                       rows * sizeof(float), ctx->workspace_bytes);
-    float *D = (float *)ctx->workspace; // (B, nq, S)
+    float *D = NULL; // (B, nq, S)
+    MG_CHECK(mg_cuda_scratch(be, rows * sizeof(float), (void **)&D, "attention backward (dO.O)"));
     const int warps = 8;
     attention_bwd_dot_kernel<<<(unsigned)((rows + warps - 1) / warps), 32 * warps, 0,
                                mg_cuda_stream(be)>>>(D, (const bf16 *)dout, (const bf16 *)out, B, S,

@@ -600,7 +600,7 @@ static mg_status cd_plan_for(mg_backend *be, int B, int S, int nq, int ng, int h
 static mg_status cd_workspace_check(mg_cuda_ctx *ctx, size_t need, const char *dir, int B, int S,
                                     int nq, int hd) {
     if (need <= ctx->workspace_bytes) return MG_OK;
-    return MG_FAIL(MG_ERR_UNSUPPORTED,
+    return MG_FAIL(MG_ERR_NOMEM, /* as mg_cuda_scratch, with the fallback named */
                    "cuDNN attention %s (B=%d S=%d nq=%d hd=%d) needs %zu bytes of workspace, have "
                    "%zu; raise MG_CUDA_WORKSPACE_MB (to %zu) or use MG_ATTENTION=ours",
                    dir, B, S, nq, hd, need, ctx->workspace_bytes, (need >> 20) + 1);

@@ -17,7 +17,7 @@
 
 /* Every allocation is at least this large, so 0 bytes still gives a distinct pointer (as on the
  * CPU backend); cudaMalloc's own alignment (256 bytes) is the arena's. */
-#define MG_CUDA_MIN_ALLOC            256
+#define MG_CUDA_MIN_ALLOC 256
 /* 2 GiB: cuDNN's deterministic attention backward needs B*nq*S*S*2 bytes of it (GPT-2 1.5B at
  * micro-batch 32 and sequence 1024: 1.6 GiB); a larger shape fails with a message naming
  * MG_CUDA_WORKSPACE_MB. */
@@ -300,6 +300,7 @@ mg_status mg_backend_cuda_create(mg_backend **out, int device) {
     be->rmsnorm_forward = mg_cuda_rmsnorm_forward;
     be->rmsnorm_backward = mg_cuda_rmsnorm_backward;
     be->linear_forward = mg_cuda_linear_forward;
+    be->linear_gelu_forward = mg_cuda_linear_gelu_forward;
     be->linear_backward = mg_cuda_linear_backward;
     be->gelu_forward = mg_cuda_gelu_forward;
     be->gelu_backward = mg_cuda_gelu_backward;

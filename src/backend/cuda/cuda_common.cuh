@@ -35,14 +35,15 @@ static inline unsigned mg_cuda_blocks(size_t items, int threads) {
 }
 
 /* The op temporaries live in the backend's one workspace (also cuBLASLt's): every op runs on the
- * compute stream, so stream order keeps two ops from using it at once. */
+ * compute stream, so stream order keeps two ops from using it at once. Too small a workspace is
+ * MG_ERR_NOMEM, for every op, naming the size that would do. */
 static inline mg_status mg_cuda_scratch(mg_backend *be, size_t bytes, void **out, const char *op) {
     mg_cuda_ctx *ctx = mg_cuda_ctx_of(be);
     if (bytes > ctx->workspace_bytes || (bytes > 0 && !ctx->workspace))
-        return MG_FAIL(MG_ERR_INTERNAL,
+        return MG_FAIL(MG_ERR_NOMEM,
                        "%s needs %zu bytes of CUDA workspace but %zu are reserved (raise "
-                       "MG_CUDA_WORKSPACE_MB)",
-                       op, bytes, ctx->workspace_bytes);
+                       "MG_CUDA_WORKSPACE_MB to %zu)",
+                       op, bytes, ctx->workspace_bytes, (bytes >> 20) + 1);
     *out = ctx->workspace;
     return MG_OK;
 }

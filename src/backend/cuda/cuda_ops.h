@@ -53,11 +53,17 @@ mg_status mg_cuda_rmsnorm_backward(mg_backend *be, void *dx /* (N,H) */, float *
                                    int H);
 mg_status mg_cuda_linear_forward(mg_backend *be, void *out /* (N,OC) */,
                                  const void *inp /* (N,IC) */, const void *w /* (OC,IC) */,
-                                 const void *bias /* (OC) or NULL */, int N, int IC, int OC);
+                                 const void *bias /* (OC) or NULL */,
+                                 const void *residual /* (N,OC) or NULL */, int N, int IC, int OC);
+mg_status mg_cuda_linear_gelu_forward(mg_backend *be, void *out /* (N,OC) */,
+                                      void *pre /* (N,OC) */, const void *inp /* (N,IC) */,
+                                      const void *w /* (OC,IC) */,
+                                      const void *bias /* (OC) or NULL */, int N, int IC, int OC);
 mg_status mg_cuda_linear_backward(mg_backend *be, void *dinp /* (N,IC) or NULL */,
                                   float *dw /* (OC,IC) */, float *dbias /* (OC) or NULL */,
                                   const void *dout /* (N,OC) */, const void *inp /* (N,IC) */,
-                                  const void *w /* (OC,IC) */, int N, int IC, int OC);
+                                  const void *w /* (OC,IC) */,
+                                  const void *gelu_pre /* (N,IC) or NULL */, int N, int IC, int OC);
 mg_status mg_cuda_gelu_forward(mg_backend *be, void *out, const void *inp, size_t n);
 mg_status mg_cuda_gelu_backward(mg_backend *be, void *dinp, const void *inp, const void *dout,
                                 size_t n);

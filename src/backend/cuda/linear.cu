@@ -1,7 +1,22 @@
-/* Linear layer on the GPU: out = inp @ w^T + bias, w stored (OC, IC) as torch.nn.Linear, bf16
- * activations and weights, fp32 main grads. The three products go to cuBLASLt with fp32 compute
- * (CUBLAS_COMPUTE_32F, fp32 alpha/beta); the bias gradient is a deterministic two-pass reduction
- * of our own (below).
+/* Linear layer on the GPU: out = inp @ w^T + bias (+ residual), w stored (OC, IC) as
+ * torch.nn.Linear, bf16 activations and weights, fp32 main grads. The three products go to
+ * cuBLASLt with fp32 compute (CUBLAS_COMPUTE_32F, fp32 alpha/beta); the bias gradient is a
+ * deterministic two-pass reduction of our own (below).
+ *
+ * Fusions, all in cuBLASLt's epilogue (no extra pass over the output):
+ *  - bias: CUBLASLT_EPILOGUE_BIAS;
+ *  - residual: C = residual, beta = 1, D = out (C and D distinct, same layout);
+ *  - GELU forward: CUBLASLT_EPILOGUE_GELU_AUX(_BIAS) writes gelu(x) to D and x (the
+ *    pre-activation, saved for backward) to the aux buffer, ld = OC;
+ *  - GELU backward: CUBLASLT_EPILOGUE_DGELU on the dinp product multiplies it by gelu'(aux);
+ *  - bias gradient: CUBLASLT_EPILOGUE_BGRADB on the dw product writes the column sums of dout
+ *    (fp32, the C type) to scratch, which one small kernel adds to dbias (the contract
+ *    accumulates; the epilogue writes). Its order of additions is the library's, fixed for a
+ *    given algorithm and shape, so runs repeat bitwise.
+ * cuBLASLt's GELU is the tanh form, as backend.h specifies. An epilogue the heuristic has no
+ * algorithm for (or an aux leading dimension not a multiple of 8, which cuBLASLt requires) falls
+ * back to the plain product and our kernels (activation.cu, elementwise.cu); the result is the
+ * same up to bf16 rounding of the intermediate.
  *
  * cuBLASLt is column-major; a row-major (R, C) matrix is the column-major (C, R) matrix with
  * ld = C, i.e. its transpose. So every product is written for the transposes:
@@ -14,13 +29,13 @@
  * CUBLAS_COMPUTE_32F (A/B CUDA_R_16BF, C/D CUDA_R_32F), and it gives the ACCUMULATE contract
  * without a temporary.
  *
- * Why not the BGRADB epilogue for dbias: it writes (never accumulates) the bias gradient in the
- * output type, so it would still need a temporary and an add, its availability depends on the
- * heuristic for each shape, and its summation order is the library's. The reduction below costs
- * one read of dout (small next to the dw product reading it too) and is bitwise reproducible.
+ * The bias gradient's fallback (no BGRADB algorithm for the shape) is a deterministic two-pass
+ * reduction of our own, which costs one more read of dout: ~2% of a GPT-2 step when it was the
+ * only path (bench/NOTES.md, 2026-11-21).
  *
- * Plans (descriptors, layouts, heuristic's algo) are cached per (op, shape, pointer alignments,
- * device, workspace size) in a static fixed-size table. The cuBLASLt descriptors are the
+ * Plans (descriptors, layouts, heuristic's algo) are cached per (op, shape, epilogue, pointer
+ * alignments, device, workspace size) in a static fixed-size table; a shape with no algorithm is
+ * cached too, so a fallback costs one heuristic query in all. The cuBLASLt descriptors are the
  * semi-opaque kind initialised in place (cublasLt*Init), so the cache allocates nothing, ever:
  * first use of a shape costs one heuristic query (host only, no synchronisation), later uses a
  * linear scan. Pointer alignment is part of the key because the heuristic chooses kernels for the
@@ -28,11 +43,19 @@
  *
  * Workspace (mg_cuda_ctx.workspace, all stream-ordered on the compute stream):
  *   [0, MG_LT_WS_MAX)                      cuBLASLt workspace (or all of it if smaller)
- *   then ceil(N / rows_per_chunk) * OC fp32  dbias partial sums, at most 64 * OC floats
+ *   then OC fp32 (BGRADB's output) or ceil(N / rows_per_chunk) * OC fp32 (the fallback's
+ *   partial sums), at most 64 * OC floats
  *   (64 * 50304 * 4 B = 12.9 MB for the largest vocabulary-sized OC).
- * Exports: mg_cuda_linear_forward, mg_cuda_linear_backward. */
+ * Choice of algorithm: the heuristic's first usable candidate, which depends only on the shapes,
+ * so the same run repeats bitwise. MG_CUBLASLT_TUNE=1 instead times up to 16 candidates on the
+ * first use of each plan (events on the compute stream, one host wait per plan) and keeps the
+ * fastest: sometimes a few percent faster, but the choice can then differ between processes, and
+ * with it the last bits of the results (docs/environment.md).
+ * Exports: mg_cuda_linear_forward, mg_cuda_linear_gelu_forward, mg_cuda_linear_backward. */
 /* first: it declares the core error API with C linkage (core/status.h has no guards) */
 #include "backend/cuda/cuda_common.cuh"
+#include "core/env.h"
+#include "core/log.h"
 
 #include <cuda_bf16.h>
 #include <mutex>
@@ -40,23 +63,38 @@
 #include <string.h>
 
 #define MG_LT_WS_MAX        ((size_t)32 << 20) /* cuBLAS's recommended workspace on Hopper */
-#define MG_LT_CACHE_SIZE    64                 /* a model uses ~4 linear shapes x 3 products */
-#define MG_LT_HEURISTICS    8                  /* candidates asked from the heuristic */
-#define MG_DBIAS_COLS       32                 /* columns per block: one warp-wide row segment */
+#define MG_LT_CACHE_SIZE    96                 /* a model uses ~4 linear shapes x 3 products */
+#define MG_LT_HEURISTICS    16                 /* candidates asked from the heuristic */
+#define MG_LT_TUNE_REPS     3
+#define MG_DBIAS_COLS       32 /* columns per block: one warp-wide row segment */
 #define MG_DBIAS_WARPS      8
 #define MG_DBIAS_MAX_CHUNKS 64
 
 typedef enum { GEMM_FWD = 0, GEMM_DINP, GEMM_DW } gemm_op;
+static const char *const k_gemm_op_names[] = {"forward", "dinp", "dw"};
+typedef enum { AUX_NONE = 0, AUX_GELU_OUT, AUX_DGELU_IN } gemm_aux;
+
+/* One call's operands: D = op(A) op(B) [+ beta C] [+ bias], with the aux epilogue. */
+typedef struct {
+    gemm_op op;
+    int m, n, k;
+    const void *A, *B, *C; /* C NULL: beta = 0 */
+    void *D;
+    float beta;
+    const void *bias; /* forward: (m) bf16 added; GEMM_DW: (n) fp32 bias gradient written */
+    gemm_aux aux_kind;
+    const void *aux; /* (n, m) row-major = (m, n) column-major bf16, ld m */
+} gemm_call;
 
 /* Everything that selects a plan. Alignments are in bytes (power of two, capped at 256). */
 typedef struct {
-    int device, op, m, n, k, has_bias;
-    uint32_t align_a, align_b, align_c, align_bias;
+    int device, op, m, n, k, has_bias, has_c, aux_kind;
+    uint32_t align_a, align_b, align_c, align_d, align_bias, align_aux;
     size_t ws_bytes;
 } gemm_key;
 
 typedef struct {
-    int used;
+    int used, ok; /* ok = 0: the heuristic had no algorithm (cached so as not to ask again) */
     gemm_key key;
     cublasLtMatmulDescOpaque_t desc;
     cublasLtMatrixLayoutOpaque_t a, b, c, d;
@@ -64,8 +102,8 @@ typedef struct {
 } gemm_plan;
 
 /* Process-wide: plans depend on the device (in the key), not on the cuBLASLt handle. The mutex
- * also covers the per-call bias-pointer update of a shared descriptor and the enqueue that reads
- * it. */
+ * also covers the per-call bias/aux-pointer update of a shared descriptor and the enqueue that
+ * reads it. */
 static gemm_plan g_plans[MG_LT_CACHE_SIZE];
 static unsigned g_next_evict;
 static std::mutex g_plans_mu;
@@ -82,15 +120,101 @@ static uint32_t ptr_align(const void *p) {
     return a > 256 || a == 0 ? 256 : a;
 }
 
-static int key_eq(const gemm_key *x, const gemm_key *y) {
-    return x->device == y->device && x->op == y->op && x->m == y->m && x->n == y->n &&
-           x->k == y->k && x->has_bias == y->has_bias && x->align_a == y->align_a &&
-           x->align_b == y->align_b && x->align_c == y->align_c && x->align_bias == y->align_bias &&
-           x->ws_bytes == y->ws_bytes;
+static gemm_key key_of(const mg_cuda_ctx *ctx, const gemm_call *c) {
+    gemm_key key;
+    memset(&key, 0, sizeof key); /* compared with memcmp: no stray padding bytes */
+    key.device = ctx->device;
+    key.op = c->op, key.m = c->m, key.n = c->n, key.k = c->k;
+    key.has_bias = c->bias != NULL;
+    key.has_c = c->C != NULL && c->C != c->D;
+    key.aux_kind = c->aux_kind;
+    key.align_a = ptr_align(c->A);
+    key.align_b = ptr_align(c->B);
+    key.align_c = c->C ? ptr_align(c->C) : 256;
+    key.align_d = ptr_align(c->D);
+    key.align_bias = c->bias ? ptr_align(c->bias) : 0;
+    key.align_aux = c->aux ? ptr_align(c->aux) : 0;
+    key.ws_bytes = lt_workspace_bytes(ctx);
+    return key;
 }
 
-/* Fills descriptors and layouts for key->op (see the table at the top) and asks the heuristic. */
-static mg_status plan_build(mg_cuda_ctx *ctx, gemm_plan *p, const gemm_key *key, const void *bias) {
+static cublasLtEpilogue_t epilogue_of(const gemm_key *key) {
+    if (key->op == GEMM_DW) return key->has_bias ? CUBLASLT_EPILOGUE_BGRADB : CUBLASLT_EPILOGUE_DEFAULT;
+    if (key->aux_kind == AUX_GELU_OUT)
+        return key->has_bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+    if (key->aux_kind == AUX_DGELU_IN) return CUBLASLT_EPILOGUE_DGELU;
+    return key->has_bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+}
+
+/* The per-call pointers a cached descriptor holds (the heuristic also reads them once, for their
+ * alignment). */
+static mg_status set_pointers(gemm_plan *p, const gemm_call *c) {
+    if (c->bias)
+        MG_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(&p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                       &c->bias, sizeof c->bias));
+    if (c->aux)
+        MG_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+            &p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &c->aux, sizeof c->aux));
+    return MG_OK;
+}
+
+static mg_status matmul(mg_cuda_ctx *ctx, gemm_plan *p, const cublasLtMatmulAlgo_t *algo,
+                        const gemm_call *c, void *D, const void *C, float beta) {
+    const float alpha = 1.0f;
+    MG_CUBLAS_CHECK(cublasLtMatmul(ctx->lt, &p->desc, &alpha, c->A, &p->a, c->B, &p->b, &beta,
+                                   C ? C : D, &p->c, D, &p->d, algo, ctx->workspace,
+                                   p->key.ws_bytes, ctx->stream));
+    return MG_OK;
+}
+
+/* MG_CUBLASLT_TUNE: the fastest of the candidates, each timed over MG_LT_TUNE_REPS runs after one
+ * warm-up, on this call's operands. The weight-gradient product accumulates into dw, so it is
+ * timed writing to scratch after cuBLASLt's workspace (beta = 0) instead, when that fits; the
+ * other products only write their outputs, which the real call then overwrites. */
+static mg_status tune(mg_cuda_ctx *ctx, gemm_plan *p, const gemm_call *c,
+                      const cublasLtMatmulHeuristicResult_t *res, int found, int *best) {
+    void *D = c->D;
+    const void *C = c->C;
+    float beta = c->beta;
+    if (c->op == GEMM_DW) { /* scratch after cuBLASLt's workspace and BGRADB's output */
+        size_t lt = p->key.ws_bytes + (((size_t)c->n * sizeof(float) + 255) & ~(size_t)255);
+        size_t need = (size_t)c->m * c->n * sizeof(float);
+        if (lt + need > ctx->workspace_bytes) return MG_OK; /* keep the heuristic's first */
+        D = (char *)ctx->workspace + lt;
+        C = NULL;
+        beta = 0.0f;
+    }
+    cudaEvent_t ev[2] = {NULL, NULL};
+    if (cudaEventCreate(&ev[0]) != cudaSuccess || cudaEventCreate(&ev[1]) != cudaSuccess) {
+        if (ev[0]) cudaEventDestroy(ev[0]);
+        (void)cudaGetLastError();
+        return MG_OK; /* untuned: the heuristic's first */
+    }
+    float best_ms = 0.0f;
+    for (int i = 0; i < found; i++) {
+        if (res[i].state != CUBLAS_STATUS_SUCCESS || res[i].workspaceSize > p->key.ws_bytes)
+            continue;
+        bool ok = matmul(ctx, p, &res[i].algo, c, D, C, beta) == MG_OK &&
+                  cudaEventRecord(ev[0], ctx->stream) == cudaSuccess;
+        for (int r = 0; ok && r < MG_LT_TUNE_REPS; r++)
+            ok = matmul(ctx, p, &res[i].algo, c, D, C, beta) == MG_OK;
+        float ms = 0.0f;
+        ok = ok && cudaEventRecord(ev[1], ctx->stream) == cudaSuccess &&
+             cudaEventSynchronize(ev[1]) == cudaSuccess &&
+             cudaEventElapsedTime(&ms, ev[0], ev[1]) == cudaSuccess;
+        ctx->n_host_syncs++;
+        mg_error_clear(); /* a candidate that fails to run is skipped */
+        if (ok && (*best < 0 || ms < best_ms)) *best = i, best_ms = ms;
+    }
+    cudaEventDestroy(ev[0]);
+    cudaEventDestroy(ev[1]);
+    return MG_OK;
+}
+
+/* Fills descriptors and layouts for key->op (see the table at the top) and asks the heuristic;
+ * p->ok = 0 when it has no usable algorithm. */
+static mg_status plan_build(mg_cuda_ctx *ctx, gemm_plan *p, const gemm_key *key,
+                            const gemm_call *c) {
     const int m = key->m, n = key->n, k = key->k;
     cublasOperation_t ta = CUBLAS_OP_N, tb = CUBLAS_OP_N;
     cudaDataType_t cd_type = CUDA_R_16BF;
@@ -114,23 +238,29 @@ static mg_status plan_build(mg_cuda_ctx *ctx, gemm_plan *p, const gemm_key *key,
         cd_type = CUDA_R_32F;
         break;
     }
+    p->key = *key;
+    p->used = 1;
+    p->ok = 0;
     cublasLtMatmulDesc_t desc = &p->desc;
     MG_CUBLAS_CHECK(cublasLtMatmulDescInit(desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     MG_CUBLAS_CHECK(
         cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
     MG_CUBLAS_CHECK(
         cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    cublasLtEpilogue_t epi = epilogue_of(key);
+    MG_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
     if (key->has_bias) {
-        cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
-        int32_t bias_type = CUDA_R_16BF;
-        MG_CUBLAS_CHECK(
-            cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+        int32_t bias_type = key->op == GEMM_DW ? CUDA_R_32F : CUDA_R_16BF;
         MG_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
                                                        &bias_type, sizeof bias_type));
-        /* the heuristic reads the pointer's value for its alignment */
-        MG_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                                                       &bias, sizeof bias));
     }
+    if (key->aux_kind != AUX_NONE) {
+        int64_t ld = m;
+        MG_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
+                                                       &ld, sizeof ld));
+    }
+    MG_CHECK(set_pointers(p, c));
     MG_CUBLAS_CHECK(cublasLtMatrixLayoutInit(&p->a, CUDA_R_16BF, ar, ac, lda));
     MG_CUBLAS_CHECK(cublasLtMatrixLayoutInit(&p->b, CUDA_R_16BF, br, bc, ldb));
     MG_CUBLAS_CHECK(cublasLtMatrixLayoutInit(&p->c, cd_type, (uint64_t)m, (uint64_t)n, m));
@@ -142,70 +272,74 @@ static mg_status plan_build(mg_cuda_ctx *ctx, gemm_plan *p, const gemm_key *key,
     MG_CUBLAS_CHECK(cublasLtMatmulPreferenceInit(pref));
     MG_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
         pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
-    MG_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-        pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &key->align_a, sizeof(uint32_t)));
-    MG_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-        pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &key->align_b, sizeof(uint32_t)));
-    MG_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-        pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &key->align_c, sizeof(uint32_t)));
-    MG_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-        pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &key->align_c, sizeof(uint32_t)));
+    const struct {
+        cublasLtMatmulPreferenceAttributes_t attr;
+        uint32_t align;
+    } aligns[] = {{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, key->align_a},
+                  {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key->align_b},
+                  {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key->align_c},
+                  {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key->align_d}};
+    for (size_t i = 0; i < sizeof aligns / sizeof *aligns; i++)
+        MG_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, aligns[i].attr,
+                                                             &aligns[i].align, sizeof(uint32_t)));
 
     cublasLtMatmulHeuristicResult_t res[MG_LT_HEURISTICS];
     int found = 0;
     cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(ctx->lt, desc, &p->a, &p->b, &p->c, &p->d,
                                                        pref, MG_LT_HEURISTICS, res, &found);
-    /* results come best first; take the first that is usable */
-    for (int i = 0; st == CUBLAS_STATUS_SUCCESS && i < found; i++) {
-        if (res[i].state == CUBLAS_STATUS_SUCCESS && res[i].workspaceSize <= key->ws_bytes) {
-            p->algo = res[i].algo;
-            p->key = *key;
-            p->used = 1;
-            return MG_OK;
-        }
+    if (st != CUBLAS_STATUS_SUCCESS) found = 0;
+    int best = -1;
+    if (mg_env_int("MG_CUBLASLT_TUNE", 0) == 1) MG_CHECK(tune(ctx, p, c, res, found, &best));
+    /* results come best first; without tuning take the first that is usable */
+    for (int i = 0; best < 0 && i < found; i++)
+        if (res[i].state == CUBLAS_STATUS_SUCCESS && res[i].workspaceSize <= key->ws_bytes)
+            best = i;
+    if (best >= 0) {
+        p->algo = res[best].algo;
+        p->ok = 1;
     }
-    static const char *names[] = {"forward", "dinp", "dw"};
-    return MG_FAIL(MG_ERR_UNSUPPORTED,
-                   "cuBLASLt has no algorithm for the linear %s product m=%d n=%d k=%d%s "
-                   "(alignments A %u B %u C %u bytes; heuristic status %d, %d candidates)",
-                   names[key->op], m, n, k, key->has_bias ? " with bias" : "", key->align_a,
-                   key->align_b, key->align_c, (int)st, found);
+    mg_log_debug("cuBLASLt linear %s m=%d n=%d k=%d epilogue %d%s: %s (candidate %d of %d)",
+                 k_gemm_op_names[key->op], m, n, k, (int)epi, key->has_c ? " +C" : "",
+                 p->ok ? "planned" : "no algorithm, falling back", best, found);
+    return MG_OK;
 }
 
-/* D = op(A) op(B) + beta C (C = D), plus the bias epilogue when bias is not NULL, with the cached
- * plan for (op, m, n, k) and the pointers' alignments. */
-static mg_status gemm_run(mg_backend *be, gemm_op op, int m, int n, int k, const void *A,
-                          const void *B, void *D, float beta, const void *bias) {
+/* Runs the call with its cached plan (built on first use). *done = false when cuBLASLt has no
+ * algorithm for it (nothing was enqueued): the caller falls back or reports. */
+static mg_status gemm_try(mg_backend *be, const gemm_call *c, bool *done) {
     mg_cuda_ctx *ctx = mg_cuda_ctx_of(be);
-    gemm_key key;
-    memset(&key, 0, sizeof key);
-    key.op = op, key.m = m, key.n = n, key.k = k, key.has_bias = bias != NULL;
-    key.device = ctx->device;
-    key.ws_bytes = lt_workspace_bytes(ctx);
-    key.align_a = ptr_align(A);
-    key.align_b = ptr_align(B);
-    key.align_c = ptr_align(D);
-    key.align_bias = key.has_bias ? ptr_align(bias) : 0;
-
+    gemm_key key = key_of(ctx, c);
+    *done = false;
+    if (c->aux_kind != AUX_NONE && c->m % 8) return MG_OK; /* cuBLASLt: aux ld % 8 == 0 */
     std::lock_guard<std::mutex> lock(g_plans_mu);
     gemm_plan *p = NULL;
     for (int i = 0; i < MG_LT_CACHE_SIZE && !p; i++)
-        if (g_plans[i].used && key_eq(&g_plans[i].key, &key)) p = &g_plans[i];
+        if (g_plans[i].used && !memcmp(&g_plans[i].key, &key, sizeof key)) p = &g_plans[i];
     if (!p) {
         for (int i = 0; i < MG_LT_CACHE_SIZE && !p; i++)
             if (!g_plans[i].used) p = &g_plans[i];
         if (!p) p = &g_plans[g_next_evict++ % MG_LT_CACHE_SIZE]; /* full: replace round-robin */
         p->used = 0;
-        MG_CHECK(plan_build(ctx, p, &key, bias));
+        MG_CHECK(plan_build(ctx, p, &key, c));
     }
-    if (key.has_bias)
-        MG_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(&p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                                                       &bias, sizeof bias));
-    const float alpha = 1.0f;
-    MG_CUBLAS_CHECK(cublasLtMatmul(ctx->lt, &p->desc, &alpha, A, &p->a, B, &p->b, &beta, D, &p->c,
-                                   D, &p->d, &p->algo, ctx->workspace, key.ws_bytes,
-                                   mg_cuda_stream(be)));
+    if (!p->ok) return MG_OK;
+    MG_CHECK(set_pointers(p, c));
+    MG_CHECK(matmul(ctx, p, &p->algo, c, c->D, c->C, c->beta));
+    *done = true;
     return MG_OK;
+}
+
+/* A plain product (no aux epilogue), which must have an algorithm. */
+static mg_status gemm_run(mg_backend *be, const gemm_call *c) {
+    bool done = false;
+    MG_CHECK(gemm_try(be, c, &done));
+    if (done) return MG_OK;
+    return MG_FAIL(MG_ERR_UNSUPPORTED,
+                   "cuBLASLt has no algorithm for the linear %s product m=%d n=%d k=%d%s%s "
+                   "(alignments A %u B %u D %u bytes)",
+                   k_gemm_op_names[c->op], c->m, c->n, c->k, c->bias ? " with bias" : "",
+                   c->C && c->C != c->D ? " with residual" : "", ptr_align(c->A), ptr_align(c->B),
+                   ptr_align(c->D));
 }
 
 /* out[i, j] = bias[j] or 0: the forward when IC = 0 (an empty product). */
@@ -252,6 +386,33 @@ static __global__ void linear_dbias_finish_kernel(float *dbias /* (OC) */,
     dbias[j] += s;
 }
 
+/* dbias[j] += g[j]: the epilogue's bias gradient into the accumulating main grad. */
+static __global__ void linear_dbias_add_kernel(float *dbias, const float *g, int OC) {
+    int j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j < OC) dbias[j] += g[j];
+}
+
+/* The fallback bias gradient: our two-pass reduction into dbias (accumulating). */
+static mg_status dbias_reduce(mg_backend *be, float *dbias, const void *dout, int N, int OC) {
+    cudaStream_t stream = mg_cuda_stream(be);
+    /* chunking depends on N only (at most 64 chunks of >= 128 rows): reproducible sums */
+    int rows = (N + MG_DBIAS_MAX_CHUNKS - 1) / MG_DBIAS_MAX_CHUNKS;
+    rows = rows < 128 ? 128 : rows;
+    int nchunks = (N + rows - 1) / rows;
+    size_t lt_ws = lt_workspace_bytes(mg_cuda_ctx_of(be));
+    float *partial = NULL; // (nchunks, OC), after cuBLASLt's workspace
+    MG_CHECK(mg_cuda_scratch(be, lt_ws + (size_t)nchunks * OC * sizeof(float), (void **)&partial,
+                             "linear backward (bias gradient)"));
+    partial = (float *)((char *)partial + lt_ws);
+    dim3 grid((OC + MG_DBIAS_COLS - 1) / MG_DBIAS_COLS, nchunks);
+    linear_dbias_partial_kernel<<<grid, 32 * MG_DBIAS_WARPS, 0, stream>>>(
+        partial, (const bf16 *)dout, N, OC, rows);
+    MG_CUDA_CHECK_LAUNCH();
+    linear_dbias_finish_kernel<<<(OC + 255) / 256, 256, 0, stream>>>(dbias, partial, nchunks, OC);
+    MG_CUDA_CHECK_LAUNCH();
+    return MG_OK;
+}
+
 static mg_status check_dims(int N, int IC, int OC) {
     if (N < 0 || IC < 0 || OC < 0)
         return MG_FAIL(MG_ERR_INTERNAL, "linear: negative shape N=%d IC=%d OC=%d", N, IC, OC);
@@ -261,17 +422,44 @@ static mg_status check_dims(int N, int IC, int OC) {
 extern "C" mg_status mg_cuda_linear_forward(mg_backend *be, void *out /* (N,OC) */,
                                             const void *inp /* (N,IC) */,
                                             const void *w /* (OC,IC) */,
-                                            const void *bias /* (OC) or NULL */, int N, int IC,
-                                            int OC) {
+                                            const void *bias /* (OC) or NULL */,
+                                            const void *residual /* (N,OC) or NULL */, int N,
+                                            int IC, int OC) {
     MG_CHECK(check_dims(N, IC, OC));
     if (N == 0 || OC == 0) return MG_OK;
     if (IC == 0) {
         linear_fill_bias_kernel<<<mg_cuda_blocks((size_t)N * OC, MG_CUDA_THREADS), MG_CUDA_THREADS,
                                   0, mg_cuda_stream(be)>>>((bf16 *)out, (const bf16 *)bias, N, OC);
         MG_CUDA_CHECK_LAUNCH();
-        return MG_OK;
+        return residual ? mg_cuda_add(be, out, out, residual, (size_t)N * OC) : MG_OK;
     }
-    return gemm_run(be, GEMM_FWD, OC, N, IC, w, inp, out, 0.0f, bias);
+    gemm_call c = {GEMM_FWD, OC, N, IC, w, inp, residual, out, residual ? 1.0f : 0.0f, bias,
+                   AUX_NONE, NULL};
+    bool done = false;
+    MG_CHECK(gemm_try(be, &c, &done));
+    if (done || !residual) return done ? MG_OK : gemm_run(be, &c); /* gemm_run reports */
+    /* no algorithm takes C here: the product, then the add */
+    c.C = NULL, c.beta = 0.0f;
+    MG_CHECK(gemm_run(be, &c));
+    return mg_cuda_add(be, out, out, residual, (size_t)N * OC);
+}
+
+extern "C" mg_status mg_cuda_linear_gelu_forward(mg_backend *be, void *out /* (N,OC) */,
+                                                 void *pre /* (N,OC) */,
+                                                 const void *inp /* (N,IC) */,
+                                                 const void *w /* (OC,IC) */,
+                                                 const void *bias /* (OC) or NULL */, int N,
+                                                 int IC, int OC) {
+    MG_CHECK(check_dims(N, IC, OC));
+    if (N == 0 || OC == 0) return MG_OK;
+    bool done = false;
+    if (IC > 0) {
+        gemm_call c = {GEMM_FWD, OC, N, IC, w, inp, NULL, out, 0.0f, bias, AUX_GELU_OUT, pre};
+        MG_CHECK(gemm_try(be, &c, &done));
+    }
+    if (done) return MG_OK;
+    MG_CHECK(mg_cuda_linear_forward(be, pre, inp, w, bias, NULL, N, IC, OC));
+    return mg_cuda_gelu_forward(be, out, pre, (size_t)N * OC);
 }
 
 extern "C" mg_status mg_cuda_linear_backward(mg_backend *be, void *dinp /* (N,IC) or NULL */,
@@ -279,7 +467,9 @@ extern "C" mg_status mg_cuda_linear_backward(mg_backend *be, void *dinp /* (N,IC
                                              float *dbias /* (OC) or NULL */,
                                              const void *dout /* (N,OC) */,
                                              const void *inp /* (N,IC) */,
-                                             const void *w /* (OC,IC) */, int N, int IC, int OC) {
+                                             const void *w /* (OC,IC) */,
+                                             const void *gelu_pre /* (N,IC) or NULL */, int N,
+                                             int IC, int OC) {
     MG_CHECK(check_dims(N, IC, OC));
     mg_cuda_ctx *ctx = mg_cuda_ctx_of(be);
     cudaStream_t stream = mg_cuda_stream(be);
@@ -289,30 +479,34 @@ extern "C" mg_status mg_cuda_linear_backward(mg_backend *be, void *dinp /* (N,IC
             MG_CUDA_CHECK(cudaMemsetAsync(dinp, 0, (size_t)N * IC * sizeof(bf16), stream));
         return MG_OK;
     }
+    if (IC == 0) return dbias ? dbias_reduce(be, dbias, dout, N, OC) : MG_OK;
+    /* dw^T += inp^T-as-(IC,N) . dout, with dbias from the BGRADB epilogue where it has one */
+    gemm_call cw = {GEMM_DW, IC, OC, N, inp, dout, dw, dw, 1.0f, NULL, AUX_NONE, NULL};
+    bool done = false;
     if (dbias) {
-        /* chunking depends on N only (at most 64 chunks of >= 128 rows): reproducible sums */
-        int rows = (N + MG_DBIAS_MAX_CHUNKS - 1) / MG_DBIAS_MAX_CHUNKS;
-        rows = rows < 128 ? 128 : rows;
-        int nchunks = (N + rows - 1) / rows;
         size_t lt_ws = lt_workspace_bytes(ctx);
-        size_t need = (size_t)nchunks * OC * sizeof(float);
-        if (lt_ws + need > ctx->workspace_bytes)
-            return MG_FAIL(MG_ERR_NOMEM,
-                           "linear backward: bias gradient needs %zu bytes of workspace after "
-                           "cuBLASLt's %zu, have %zu in all; raise MG_CUDA_WORKSPACE_MB",
-                           need, lt_ws, ctx->workspace_bytes);
-        float *partial = (float *)((char *)ctx->workspace + lt_ws); // (nchunks, OC)
-        dim3 grid((OC + MG_DBIAS_COLS - 1) / MG_DBIAS_COLS, nchunks);
-        linear_dbias_partial_kernel<<<grid, 32 * MG_DBIAS_WARPS, 0, stream>>>(
-            partial, (const bf16 *)dout, N, OC, rows);
-        MG_CUDA_CHECK_LAUNCH();
-        linear_dbias_finish_kernel<<<(OC + 255) / 256, 256, 0, stream>>>(dbias, partial, nchunks,
-                                                                         OC);
-        MG_CUDA_CHECK_LAUNCH();
+        float *g = NULL; // (OC) fp32, after cuBLASLt's workspace
+        MG_CHECK(mg_cuda_scratch(be, lt_ws + (size_t)OC * sizeof(float), (void **)&g,
+                                 "linear backward (bias gradient)"));
+        g = (float *)((char *)g + lt_ws);
+        cw.bias = g;
+        MG_CHECK(gemm_try(be, &cw, &done));
+        if (done) {
+            linear_dbias_add_kernel<<<(OC + 255) / 256, 256, 0, stream>>>(dbias, g, OC);
+            MG_CUDA_CHECK_LAUNCH();
+        } else {
+            MG_CHECK(dbias_reduce(be, dbias, dout, N, OC));
+            cw.bias = NULL;
+        }
     }
-    if (IC == 0) return MG_OK;
-    /* dw^T += inp^T-as-(IC,N) . dout */
-    MG_CHECK(gemm_run(be, GEMM_DW, IC, OC, N, inp, dout, dw, 1.0f, NULL));
-    if (dinp) MG_CHECK(gemm_run(be, GEMM_DINP, IC, N, OC, w, dout, dinp, 0.0f, NULL));
-    return MG_OK;
+    if (!done) MG_CHECK(gemm_run(be, &cw));
+    if (!dinp) return MG_OK;
+    gemm_call ci = {GEMM_DINP, IC, N, OC, w, dout, NULL, dinp, 0.0f, NULL,
+                    gelu_pre ? AUX_DGELU_IN : AUX_NONE, gelu_pre};
+    done = false;
+    if (gelu_pre) MG_CHECK(gemm_try(be, &ci, &done));
+    if (done) return MG_OK;
+    ci.aux_kind = AUX_NONE, ci.aux = NULL;
+    MG_CHECK(gemm_run(be, &ci));
+    return gelu_pre ? mg_cuda_gelu_backward(be, dinp, gelu_pre, dinp, (size_t)N * IC) : MG_OK;
 }
