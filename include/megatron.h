@@ -112,6 +112,12 @@ typedef struct {
     int expert_tensor_parallel_size;  /* --expert-tensor-parallel-size, -1: = TP */
     bool use_tp_pp_dp_mapping;        /* --use-tp-pp-dp-mapping: order tp-cp-ep-pp-dp */
     char parallel_order[64];          /* --parallel-order (ours), "": tp-cp-ep-dp-pp */
+
+    /* data-parallel gradient buffer (src/parallel/grad_buffer.h; `megatron plan` shows it) */
+    bool use_distributed_optimizer;           /* --use-distributed-optimizer */
+    bool overlap_grad_reduce;                 /* --overlap-grad-reduce */
+    int64_t ddp_bucket_size;                  /* --ddp-bucket-size, -1: Megatron's default */
+    bool ddp_pad_buckets_for_high_nccl_busbw; /* --ddp-pad-buckets-for-high-nccl-busbw */
 } mg_config;
 
 #ifdef __cplusplus

@@ -1,10 +1,15 @@
 /* `megatron plan`: what a parallel layout would do, without launching anything.
  *   megatron plan --world-size N [Megatron's parallel flags] [--num-layers L]
- *                 [--num-microbatches M | --global-batch-size B --micro-batch-size b] [--json]
+ *                 [--num-microbatches M | --global-batch-size B --micro-batch-size b]
+ *                 [--param-sizes A,B,C [--shared-embedding-param I] | model flags]
+ *                 [--use-distributed-optimizer] [--overlap-grad-reduce [--ddp-bucket-size B]]
+ *                 [--ddp-pad-buckets-for-high-nccl-busbw] [--json]
  * prints the process groups (Megatron's initialize_model_parallel), each rank's coordinates, the
- * layer placement per (pipeline rank, virtual stage) and, with microbatches, each pipeline rank's
- * schedule: warm-up count, order, activation slots and a timeline with the bubble fraction.
- * An invalid layout exits 2 with one line naming the problem and the valid choices. */
+ * layer placement per (pipeline rank, virtual stage), with microbatches each pipeline rank's
+ * schedule (warm-up count, order, activation slots and a timeline with the bubble fraction) and,
+ * with --param-sizes or a model, the grad buffer: buckets, padding and each data-parallel rank's
+ * shard (cli/plan_grad.c). An invalid layout exits 2 with one line naming the problem and the
+ * valid choices. */
 #include "cli/cli.h"
 #include "cli/plan.h"
 
@@ -25,6 +30,17 @@ static mg_status parse_count(const char *flag, const char *v, int *out) {
     return MG_OK;
 }
 
+static mg_status parse_index(const char *flag, const char *v, int *out) {
+    char *end;
+    errno = 0;
+    long x = v ? strtol(v, &end, 10) : -1;
+    if (!v || !*v || *end || errno || x < 0 || x > (1 << 24))
+        return MG_FAIL(MG_ERR_USAGE, "%s expects a parameter index (0, 1, ...), got '%s'", flag,
+                       v ? v : "(nothing)");
+    *out = (int)x;
+    return MG_OK;
+}
+
 /* Takes the plan-only flags out of argv; the rest are Megatron's and go to mg_flags_parse. */
 static mg_status parse_args(mg_plan *p, int argc, char **argv, int *microbatches, bool *help) {
     char **rest = calloc((size_t)argc + 1, sizeof *rest);
@@ -32,6 +48,7 @@ static mg_status parse_args(mg_plan *p, int argc, char **argv, int *microbatches
     int n = 0;
     mg_status st = MG_OK;
     p->world_size = -1;
+    p->shared_embedding_param = -1;
     *microbatches = -1;
     for (int i = 0; i < argc && st == MG_OK; i++) {
         const char *a = argv[i];
@@ -45,6 +62,15 @@ static mg_status parse_args(mg_plan *p, int argc, char **argv, int *microbatches
             i += eq ? 0 : 1;
         } else if (name_len == 18 && !strncmp(a, "--num-microbatches", name_len)) {
             st = parse_count("--num-microbatches", val, microbatches);
+            i += eq ? 0 : 1;
+        } else if (name_len == 13 && !strncmp(a, "--param-sizes", name_len)) {
+            p->param_sizes = val;
+            if (!val || !*val)
+                st = MG_FAIL(MG_ERR_USAGE, "--param-sizes expects comma-separated positive "
+                                           "element counts (e.g. 10,20,30), got nothing");
+            i += eq ? 0 : 1;
+        } else if (name_len == 24 && !strncmp(a, "--shared-embedding-param", name_len)) {
+            st = parse_index("--shared-embedding-param", val, &p->shared_embedding_param);
             i += eq ? 0 : 1;
         } else {
             rest[n++] = argv[i];
@@ -181,6 +207,7 @@ static void plan_free(mg_plan *p) {
     free(p->slots);
     free(p->table);
     free(p->chunks);
+    mg_plan_free_grad(p);
 }
 
 static mg_status plan_run(mg_plan *p, int argc, char **argv, bool *help) {
@@ -192,6 +219,7 @@ static mg_status plan_run(mg_plan *p, int argc, char **argv, bool *help) {
     int m;
     MG_CHECK(resolve_microbatches(p, given_m, &m));
     if (m > 0) MG_CHECK(build_pipeline(p, m));
+    MG_CHECK(mg_plan_build_grad(p));
     if (p->json) return mg_plan_print_json(p, stdout);
     mg_plan_print_text(p, stdout);
     return MG_OK;
@@ -207,10 +235,15 @@ static void plan_usage(FILE *f) {
         "ORDER]\n"
         "         [--num-layers L [--decoder-first-pipeline-num-layers F] ...]\n"
         "         [--num-microbatches M | --global-batch-size B --micro-batch-size b]\n"
-        "         [--microbatch-group-size-per-virtual-pipeline-stage G] [--json]\n"
+        "         [--microbatch-group-size-per-virtual-pipeline-stage G]\n"
+        "         [--param-sizes A,B,C [--shared-embedding-param I] | --hidden-size H ...]\n"
+        "         [--use-distributed-optimizer] [--overlap-grad-reduce [--ddp-bucket-size B]]\n"
+        "         [--ddp-pad-buckets-for-high-nccl-busbw] [--json]\n"
         "Prints Megatron's process groups, each rank's coordinates, the layers of each\n"
-        "pipeline stage and the pipeline schedule; launches nothing. Any other training flag\n"
-        "is accepted and ignored (`megatron train --help` lists them).\n");
+        "pipeline stage, the pipeline schedule and, for --param-sizes (elements per parameter,\n"
+        "in registration order) or a model's flags, the contiguous grad buffer: its buckets,\n"
+        "padding and each data-parallel rank's shard; launches nothing. Any other training\n"
+        "flag is accepted and ignored (`megatron train --help` lists them).\n");
 }
 
 int mg_cli_plan(int argc, char **argv) {

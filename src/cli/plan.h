@@ -1,15 +1,28 @@
-/* Internal to `megatron plan` (cli/plan.c builds, cli/plan_text.c and cli/plan_json.c print):
- * the parallel layout, the pipeline schedule and the layer placement of one set of flags,
- * computed without launching anything. */
+/* Internal to `megatron plan` (cli/plan.c and cli/plan_grad.c build, cli/plan_text.c and
+ * cli/plan_json.c print): the parallel layout, the pipeline schedule, the layer placement and the
+ * data-parallel grad buffer of one set of flags, computed without launching anything. */
 #ifndef MG_CLI_PLAN_H
 #define MG_CLI_PLAN_H
 
+#include "parallel/grad_buffer.h"
 #include "parallel/parallel_state.h"
 #include "parallel/pipeline/layers.h"
 #include "parallel/pipeline/schedule.h"
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
+
+#define MG_PLAN_PARAM_NAME 96 /* as mg_param_meta.name */
+
+/* One grad buffer: the parameters of one model chunk (or of --param-sizes) and their layout. */
+typedef struct {
+    int pp_rank, vp_stage;             /* the chunk; -1 for --param-sizes, vp_stage -1 w/o VPP */
+    int n;                             /* parameters, in registration order */
+    char (*names)[MG_PLAN_PARAM_NAME]; /* (n) megatron-core names; NULL for --param-sizes */
+    int64_t *numel;                    /* (n) elements per rank (after the tensor-parallel split) */
+    mg_grad_buffer_layout layout;
+} mg_plan_grad_buffer;
 
 typedef struct {
     mg_config cfg;
@@ -28,7 +41,19 @@ typedef struct {
 
     bool has_layers;         /* --num-layers given */
     mg_layers_chunk *chunks; /* (P, V) rank-major */
+
+    const char *param_sizes;    /* --param-sizes A,B,C (plan only); NULL: not given */
+    int shared_embedding_param; /* --shared-embedding-param I (plan only); -1: none */
+    bool grad_from_model;       /* buffers of the model's chunks ("grad_buffers"), else one
+                                 * buffer of --param-sizes ("grad_buffer") */
+    int n_grad;                 /* 0: no grad buffer section */
+    mg_plan_grad_buffer *grad;  /* (n_grad): one per model chunk, rank-major; or one */
 } mg_plan;
+
+/* The grad buffer(s) for --param-sizes, or for a model given by its flags (--hidden-size ...);
+ * nothing when neither is given. Needs the layout and, for a model, the layer placement. */
+mg_status mg_plan_build_grad(mg_plan *p);
+void mg_plan_free_grad(mg_plan *p);
 
 void mg_plan_print_text(const mg_plan *p, FILE *f);
 mg_status mg_plan_print_json(const mg_plan *p, FILE *f);

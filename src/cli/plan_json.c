@@ -5,7 +5,17 @@
  *                 "schedule_table": [[microbatch, chunk]...],
  *                 "per_rank": [{"pp_rank","num_warmup_microbatches","order","activation_slots"}],
  *                 "bubble_fraction","bubble_ratio","analytic_bubble_ratio"},   (with microbatches)
- *    "layers": [{"pp_rank","vp_stage","offset","num_layers"}...]}               (with --num-layers)
+ *    "layers": [{"pp_rank","vp_stage","offset","num_layers"}...],              (with --num-layers)
+ *    "grad_buffer": BUFFER,                                                     (--param-sizes)
+ *    "grad_buffers": [{"pp_rank","vp_stage", ...BUFFER's members}...]}          (a model's flags)
+ * BUFFER = {"data_parallel_size","use_distributed_optimizer","bucket_size" (null: one bucket),
+ *   "numel","numel_unpadded",
+ *   "params": [{"index","start","end","bucket"[,"name"][,"shared_embedding": true]}...]
+ *             (buffer order, i.e. reverse registration order; index = registration index),
+ *   "buckets": [{"start","end","numel_unpadded"}...],
+ *   "shards": [{"dp_rank","buckets": [{"bucket","range": [a,b],
+ *               "params": [{"index","world","world_in_bucket","local","param"}...]}...]}...]}
+ *             (only with --use-distributed-optimizer; ranges are [start, end) pairs)
  * "ep" is the expert-parallel rank (Megatron's get_expert_model_parallel_rank); vp_stage is null
  * without virtual stages. */
 #include "cli/plan.h"
@@ -95,6 +105,96 @@ static cJSON *layers_json(const mg_plan *p) {
     return layers;
 }
 
+static cJSON *range_json(mg_grad_range r) {
+    double v[2] = {(double)r.start, (double)r.end};
+    return cJSON_CreateDoubleArray(v, 2);
+}
+
+static cJSON *shards_json(const mg_grad_buffer_layout *l) {
+    cJSON *shards = cJSON_CreateArray();
+    mg_grad_shard_param *sp = malloc((size_t)l->n_params * sizeof *sp);
+    for (int r = 0; shards && sp && r < l->cfg.data_parallel_size; r++) {
+        cJSON *rank = cJSON_CreateObject();
+        cJSON_AddNumberToObject(rank, "dp_rank", r);
+        cJSON *buckets = cJSON_AddArrayToObject(rank, "buckets");
+        for (int k = 0; buckets && k < l->n_buckets; k++) {
+            mg_grad_range s;
+            int n;
+            if (mg_grad_buffer_shard_range(l, k, r, &s) != MG_OK ||
+                mg_grad_buffer_shard_params(l, k, r, sp, &n) != MG_OK)
+                continue;
+            cJSON *b = cJSON_CreateObject();
+            cJSON_AddNumberToObject(b, "bucket", k);
+            cJSON_AddItemToObject(b, "range", range_json(s));
+            cJSON *params = cJSON_AddArrayToObject(b, "params");
+            for (int i = 0; params && i < n; i++) {
+                cJSON *q = cJSON_CreateObject();
+                cJSON_AddNumberToObject(q, "index", sp[i].index);
+                cJSON_AddItemToObject(q, "world", range_json(sp[i].world));
+                cJSON_AddItemToObject(q, "world_in_bucket", range_json(sp[i].world_in_bucket));
+                cJSON_AddItemToObject(q, "local", range_json(sp[i].local));
+                cJSON_AddItemToObject(q, "param", range_json(sp[i].param));
+                cJSON_AddItemToArray(params, q);
+            }
+            cJSON_AddItemToArray(buckets, b);
+        }
+        cJSON_AddItemToArray(shards, rank);
+    }
+    free(sp);
+    return shards;
+}
+
+/* BUFFER's members, added to o. */
+static void grad_buffer_json(const mg_plan_grad_buffer *gb, cJSON *o) {
+    const mg_grad_buffer_layout *l = &gb->layout;
+    cJSON_AddNumberToObject(o, "data_parallel_size", l->cfg.data_parallel_size);
+    cJSON_AddBoolToObject(o, "use_distributed_optimizer", l->cfg.use_distributed_optimizer);
+    if (l->bucket_size == MG_GRAD_BUFFER_NO_BUCKET_SIZE)
+        cJSON_AddNullToObject(o, "bucket_size");
+    else
+        cJSON_AddNumberToObject(o, "bucket_size", (double)l->bucket_size);
+    cJSON_AddNumberToObject(o, "numel", (double)l->numel);
+    cJSON_AddNumberToObject(o, "numel_unpadded", (double)l->numel_unpadded);
+    cJSON *params = cJSON_AddArrayToObject(o, "params");
+    for (int r = 0; params && r < l->n_params; r++) {
+        const mg_grad_buffer_param *q = &l->params[r];
+        cJSON *x = cJSON_CreateObject();
+        cJSON_AddNumberToObject(x, "index", q->index);
+        cJSON_AddNumberToObject(x, "start", (double)q->range.start);
+        cJSON_AddNumberToObject(x, "end", (double)q->range.end);
+        cJSON_AddNumberToObject(x, "bucket", q->bucket);
+        if (gb->names) cJSON_AddStringToObject(x, "name", gb->names[q->index]);
+        if (q->index == l->cfg.shared_embedding) cJSON_AddTrueToObject(x, "shared_embedding");
+        cJSON_AddItemToArray(params, x);
+    }
+    cJSON *buckets = cJSON_AddArrayToObject(o, "buckets");
+    for (int k = 0; buckets && k < l->n_buckets; k++) {
+        const mg_grad_buffer_bucket *b = &l->buckets[k];
+        cJSON *x = cJSON_CreateObject();
+        cJSON_AddNumberToObject(x, "start", (double)b->range.start);
+        cJSON_AddNumberToObject(x, "end", (double)b->range.end);
+        cJSON_AddNumberToObject(x, "numel_unpadded", (double)b->numel_unpadded);
+        cJSON_AddItemToArray(buckets, x);
+    }
+    if (l->cfg.use_distributed_optimizer) cJSON_AddItemToObject(o, "shards", shards_json(l));
+}
+
+static cJSON *grad_buffers_json(const mg_plan *p) {
+    cJSON *list = cJSON_CreateArray();
+    for (int i = 0; list && i < p->n_grad; i++) {
+        const mg_plan_grad_buffer *gb = &p->grad[i];
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddNumberToObject(o, "pp_rank", gb->pp_rank);
+        if (gb->vp_stage >= 0)
+            cJSON_AddNumberToObject(o, "vp_stage", gb->vp_stage);
+        else
+            cJSON_AddNullToObject(o, "vp_stage");
+        if (gb->n > 0) grad_buffer_json(gb, o);
+        cJSON_AddItemToArray(list, o);
+    }
+    return list;
+}
+
 mg_status mg_plan_print_json(const mg_plan *p, FILE *f) {
     const mg_parallel_layout *l = &p->layout;
     cJSON *root = cJSON_CreateObject();
@@ -115,6 +215,12 @@ mg_status mg_plan_print_json(const mg_plan *p, FILE *f) {
     cJSON_AddItemToObject(root, "groups", groups_json(l));
     if (p->has_pipeline) cJSON_AddItemToObject(root, "pipeline", pipeline_json(p));
     if (p->has_layers) cJSON_AddItemToObject(root, "layers", layers_json(p));
+    if (p->n_grad && p->grad_from_model) {
+        cJSON_AddItemToObject(root, "grad_buffers", grad_buffers_json(p));
+    } else if (p->n_grad) {
+        cJSON *gb = cJSON_AddObjectToObject(root, "grad_buffer");
+        if (gb) grad_buffer_json(&p->grad[0], gb);
+    }
     char *text = cJSON_PrintUnformatted(root);
     cJSON_Delete(root);
     if (!text) return MG_FAIL(MG_ERR_NOMEM, "out of memory printing the plan JSON");

@@ -1,6 +1,7 @@
-/* `megatron plan` without --json: the layout, groups, layers and schedule as readable text, and an
+/* `megatron plan` without --json: the layout, groups, layers and schedule as readable text, an
  * ASCII timeline per pipeline rank (a forward takes one time unit, a backward two; each unit is
- * one cell of `w` characters; "F3b" is the forward of microbatch 3 on chunk b, '.' is idle). */
+ * one cell of `w` characters; "F3b" is the forward of microbatch 3 on chunk b, '.' is idle), and
+ * the grad buffers: buckets, parameters and each data-parallel rank's shard. */
 #include "cli/plan.h"
 
 #include <math.h>
@@ -126,6 +127,91 @@ static void print_pipeline(const mg_plan *p, FILE *f) {
             p->timeline.bubble_fraction, p->timeline.bubble_ratio, p->timeline.analytic_ratio);
 }
 
+#define GRAD_TEXT_MAX_RANKS 64 /* shard rows of more ranks are left to --json */
+
+static void range_text(mg_grad_range r, char *buf, size_t cap) {
+    snprintf(buf, cap, "[%lld, %lld)", (long long)r.start, (long long)r.end);
+}
+
+static void print_bucketing(const mg_plan *p, const mg_grad_buffer_layout *l, FILE *f) {
+    const mg_grad_buffer_config *c = &l->cfg;
+    if (l->bucket_size != MG_GRAD_BUFFER_NO_BUCKET_SIZE)
+        fprintf(f, "buckets close at >= %lld elements (%s)", (long long)l->bucket_size,
+                c->bucket_size > 0 ? "--ddp-bucket-size" : "Megatron's default max(40M, 1M x D)");
+    else if (!c->overlap_grad_reduce)
+        fprintf(f, "one bucket: no --overlap-grad-reduce%s",
+                p->cfg.ddp_bucket_size > 0 ? " (--ddp-bucket-size is ignored without it)" : "");
+    else
+        fprintf(f, "one bucket: only pipeline rank 0's first model chunk is bucketed");
+}
+
+static void print_shards(const mg_grad_buffer_layout *l, FILE *f) {
+    int d = l->cfg.data_parallel_size;
+    mg_grad_shard_param *sp = malloc((size_t)l->n_params * sizeof *sp);
+    if (!sp) return;
+    fprintf(f, "  shards (each rank's part of each bucket; ranges of the parameters in it):\n");
+    fprintf(f, "    %5s %6s %-20s %6s %-20s %-20s %-20s %s\n", "dp", "bucket", "shard", "index",
+            "world", "in bucket", "local", "param");
+    char a[48], b[48], c[48], e[48], g[48];
+    for (int r = 0; r < d && r < GRAD_TEXT_MAX_RANKS; r++)
+        for (int k = 0; k < l->n_buckets; k++) {
+            mg_grad_range s;
+            int n;
+            if (mg_grad_buffer_shard_range(l, k, r, &s) != MG_OK ||
+                mg_grad_buffer_shard_params(l, k, r, sp, &n) != MG_OK)
+                continue;
+            range_text(s, a, sizeof a);
+            fprintf(f, "    %5d %6d %-20s", r, k, a);
+            if (!n) fprintf(f, " %6s (padding only)\n", "-");
+            for (int i = 0; i < n; i++) {
+                range_text(sp[i].world, b, sizeof b);
+                range_text(sp[i].world_in_bucket, c, sizeof c);
+                range_text(sp[i].local, e, sizeof e);
+                range_text(sp[i].param, g, sizeof g);
+                if (i) fprintf(f, "    %5s %6s %-20s", "", "", "");
+                fprintf(f, " %6d %-20s %-20s %-20s %s\n", sp[i].index, b, c, e, g);
+            }
+        }
+    if (d > GRAD_TEXT_MAX_RANKS)
+        fprintf(f, "    (%d more ranks; `--json` has every shard)\n", d - GRAD_TEXT_MAX_RANKS);
+    free(sp);
+}
+
+static void print_grad_buffer(const mg_plan *p, const mg_plan_grad_buffer *gb, FILE *f) {
+    const mg_grad_buffer_layout *l = &gb->layout;
+    fprintf(f, "\ngrad buffer");
+    if (gb->pp_rank >= 0) fprintf(f, " of pp %d", gb->pp_rank);
+    if (gb->vp_stage >= 0) fprintf(f, " vp %d", gb->vp_stage);
+    if (gb->n == 0) {
+        fprintf(f, ": no parameters\n");
+        return;
+    }
+    fprintf(f, " (data-parallel size %d, %s; ", l->cfg.data_parallel_size,
+            l->cfg.use_distributed_optimizer ? "distributed optimizer" : "all-reduce");
+    print_bucketing(p, l, f);
+    fprintf(f, "):\n  %lld elements, %lld used, %lld padding; %d parameter%s in %d bucket%s\n",
+            (long long)l->numel, (long long)l->numel_unpadded,
+            (long long)(l->numel - l->numel_unpadded), l->n_params, l->n_params == 1 ? "" : "s",
+            l->n_buckets, l->n_buckets == 1 ? "" : "s");
+    char a[48];
+    for (int k = 0; k < l->n_buckets; k++) {
+        const mg_grad_buffer_bucket *b = &l->buckets[k];
+        range_text(b->range, a, sizeof a);
+        fprintf(f, "  bucket %d: %s, %lld used\n", k, a, (long long)b->numel_unpadded);
+        fprintf(f, "    %6s %14s %14s %12s%s\n", "index", "start", "end", "numel",
+                gb->names ? "  name" : "");
+        for (int r = b->first; r < b->first + b->count; r++) {
+            const mg_grad_buffer_param *q = &l->params[r];
+            fprintf(f, "    %6d %14lld %14lld %12lld", q->index, (long long)q->range.start,
+                    (long long)q->range.end, (long long)(q->range.end - q->range.start));
+            if (gb->names) fprintf(f, "  %s", gb->names[q->index]);
+            if (q->index == l->cfg.shared_embedding) fprintf(f, "  (shared embedding)");
+            fputc('\n', f);
+        }
+    }
+    if (l->cfg.use_distributed_optimizer) print_shards(l, f);
+}
+
 void mg_plan_print_text(const mg_plan *p, FILE *f) {
     const mg_parallel_layout *l = &p->layout;
     fprintf(f,
@@ -137,4 +223,5 @@ void mg_plan_print_text(const mg_plan *p, FILE *f) {
     print_ranks(l, p->world_size, f);
     if (p->has_layers) print_layers(p, f);
     if (p->has_pipeline) print_pipeline(p, f);
+    for (int i = 0; i < p->n_grad; i++) print_grad_buffer(p, &p->grad[i], f);
 }

@@ -237,12 +237,27 @@ static mg_status check_runtime(const mg_config *c) {
     for (size_t i = 0; i < sizeof layout / sizeof layout[0]; i++) {
         if (layout[i].v == layout[i].trivial || (layout[i].trivial == -1 && layout[i].v == 1))
             continue;
-        if (layout[i].v < 1) return USAGE("%s must be positive, got %d", layout[i].flag, layout[i].v);
+        if (layout[i].v < 1)
+            return USAGE("%s must be positive, got %d", layout[i].flag, layout[i].v);
         return MG_FAIL(MG_ERR_UNSUPPORTED,
                        "%s %d is not supported yet by `megatron train` (one model replica per "
                        "rank); `megatron plan --world-size N %s %d` shows the layout",
                        layout[i].flag, layout[i].v, layout[i].flag, layout[i].v);
     }
+    /* The grad buffer flags likewise: `megatron plan` lays the buffer out; training keeps one
+     * replica. --ddp-bucket-size and the padding flag change nothing without these two. */
+    const struct {
+        const char *flag;
+        bool on;
+    } ddp[] = {{"--use-distributed-optimizer", c->use_distributed_optimizer},
+               {"--overlap-grad-reduce", c->overlap_grad_reduce}};
+    for (size_t i = 0; i < sizeof ddp / sizeof ddp[0]; i++)
+        if (ddp[i].on)
+            return MG_FAIL(MG_ERR_UNSUPPORTED,
+                           "%s is not supported yet by `megatron train` (one model replica per "
+                           "rank); `megatron plan --world-size N %s` shows the grad buffer",
+                           ddp[i].flag, ddp[i].flag);
+    MG_CHECK(absent_or_positive("--ddp-bucket-size", c->ddp_bucket_size));
     return MG_OK;
 }
 
@@ -255,6 +270,13 @@ mg_status mg_config_validate(mg_config *out) {
     MG_CHECK(check_optimizer(&c));
     MG_CHECK(check_logging(&c));
     MG_CHECK(check_runtime(&c));
+    *out = c;
+    return MG_OK;
+}
+
+mg_status mg_config_resolve_model(mg_config *out) {
+    mg_config c = *out;
+    MG_CHECK(check_model(&c));
     *out = c;
     return MG_OK;
 }

@@ -24,8 +24,8 @@
  * unrounded product (in samples), so schedules must prefer the fraction when it is >= 0.
  *
  * Exports: mg_config_defaults, mg_flags_parse, mg_flags_seen, mg_flags_print_help,
- * mg_config_validate, mg_config_padded_vocab, mg_config_to_json, mg_config_from_json,
- * mg_config_from_cjson.
+ * mg_config_validate, mg_config_resolve_model, mg_config_padded_vocab, mg_config_to_json,
+ * mg_config_from_json, mg_config_from_cjson.
  * Needs: core/status, cJSON (JSON reading). */
 #ifndef MG_FLAGS_H
 #define MG_FLAGS_H
@@ -55,6 +55,11 @@ void mg_flags_print_help(FILE *f);
  * max_position_embeddings, global_batch_size, lr_decay_iters, warm-up from the fraction) and
  * rejects invalid combinations. Idempotent: validating a validated config changes nothing. */
 mg_status mg_config_validate(mg_config *c);
+
+/* Only the model part of mg_config_validate (required shape flags, derived ffn_hidden_size,
+ * kv_channels, num_query_groups, max_position_embeddings), for tools that size a model without
+ * training it (`megatron plan`). On error *c is untouched. */
+mg_status mg_config_resolve_model(mg_config *c);
 
 /* The vocabulary padded up to a multiple of make_vocab_size_divisible_by × TP size (1 here), as
  * Megatron's _vocab_size_with_padding. Needs a validated config. */

@@ -29,6 +29,9 @@ expect_error flags_missing_model_flags 2 "missing required model flags --hidden-
 expect_error flags_unsupported_tp 1 \
     "--tensor-model-parallel-size 2 is not supported yet by .megatron train.*megatron plan" \
     train "${MODEL[@]}" "${RUN[@]}" --tensor-model-parallel-size 2
+expect_error flags_unsupported_distopt 1 \
+    "--use-distributed-optimizer is not supported yet by .megatron train.*megatron plan" \
+    train "${MODEL[@]}" "${RUN[@]}" --use-distributed-optimizer
 REAL=$MEGATRON
 MEGATRON=env expect_error flags_multi_rank_launch 1 \
     "torchrun started 2 ranks, but .megatron train. runs on one rank in this build" \

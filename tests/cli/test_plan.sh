@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `megatron plan`: the JSON object on seed 004's 16-GPU example and seed 003's interleaved
-# schedule (values written out in the seeds), the text view, and the one-line usage errors.
+# schedule (values written out in the seeds), the grad buffer (the issue's and seed 002's
+# layouts), the text view, and the one-line usage errors.
 . "$(dirname "$0")/lib.sh"
 
 # expect_json NAME 'fixed string the JSON must contain' ARGS...
@@ -61,6 +62,89 @@ elif ! grep -qF "pp 0  |F0a F1a F2a F3a F0b" <<<"$out"; then fail plan_text "no 
 elif ! grep -qF "Megatron's (p-1)/(v*m) = 0.1875" <<<"$out"; then fail plan_text "no bubble line" "$out"
 else pass plan_text; fi
 
+# The grad buffer (megatron-core's _ParamAndGradBuffer and the distributed optimizer's ranges;
+# tests/unit/test_grad_buffer.c checks the layouts against megatron-core itself). Sizes 10, 20, 30
+# over 2 ranks: reverse order, 64-element starts, 138 used, padded to lcm(2, 128) -> 256.
+GB=(--world-size 2 --param-sizes 10,20,30 --use-distributed-optimizer)
+expect_json plan_grad_example \
+    '"grad_buffer":{"data_parallel_size":2,"use_distributed_optimizer":true,"bucket_size":null,"numel":256,"numel_unpadded":138,"params":[{"index":2,"start":0,"end":30,"bucket":0},{"index":1,"start":64,"end":84,"bucket":0},{"index":0,"start":128,"end":138,"bucket":0}],"buckets":[{"start":0,"end":256,"numel_unpadded":138}],"shards":[{"dp_rank":0,"buckets":[{"bucket":0,"range":[0,128],"params":[{"index":2,"world":[0,30],"world_in_bucket":[0,30],"local":[0,30],"param":[0,30]},{"index":1,"world":[64,84],"world_in_bucket":[64,84],"local":[64,84],"param":[0,20]}]}]},{"dp_rank":1,"buckets":[{"bucket":0,"range":[128,256],"params":[{"index":0,"world":[128,138],"world_in_bucket":[128,138],"local":[0,10],"param":[0,10]}]}]}]}' \
+    "${GB[@]}"
+expect_json plan_grad_high_busbw '"numel":65536,"numel_unpadded":138' \
+    --world-size 8 --param-sizes 10,20,30 --use-distributed-optimizer \
+    --ddp-pad-buckets-for-high-nccl-busbw
+# Buckets close at >= 60 elements (buffer order 40, 30, 20, 10: [40, 30] then [20, 10]).
+expect_json plan_grad_buckets \
+    '"bucket_size":60,"numel":100,"numel_unpadded":100,"params":[{"index":3,"start":0,"end":40,"bucket":0},{"index":2,"start":40,"end":70,"bucket":0},{"index":1,"start":70,"end":90,"bucket":1},{"index":0,"start":90,"end":100,"bucket":1}],"buckets":[{"start":0,"end":70,"numel_unpadded":70},{"start":70,"end":100,"numel_unpadded":30}]}' \
+    --world-size 4 --param-sizes 10,20,30,40 --overlap-grad-reduce --ddp-bucket-size 60
+# Megatron ignores --ddp-bucket-size without --overlap-grad-reduce: one bucket.
+expect_json plan_grad_bucket_size_needs_overlap '"bucket_size":null,"numel":100' \
+    --world-size 4 --param-sizes 10,20,30,40 --ddp-bucket-size 60
+# The shared embedding (registered first, last in the buffer) gets its own bucket: the open one
+# closes at the embedding's 64-aligned start, 128 (its 128 "unpadded" elements include the gap
+# 84..128, as in megatron-core).
+expect_json plan_grad_shared_embedding \
+    '{"index":0,"start":128,"end":1128,"bucket":1,"shared_embedding":true}],"buckets":[{"start":0,"end":128,"numel_unpadded":128},{"start":128,"end":1152,"numel_unpadded":1000}]' \
+    --world-size 2 --param-sizes 1000,20,30 --shared-embedding-param 0 --use-distributed-optimizer
+# A model: one buffer per pipeline stage; with tied embeddings the first stage's word embedding
+# and the last stage's output_layer.weight are shared embeddings in buckets of their own.
+MODEL=(--num-layers 2 --hidden-size 48 --num-attention-heads 4 --seq-length 32 --vocab-size 128)
+expect_json plan_grad_model_first_stage \
+    '"grad_buffers":[{"pp_rank":0,"vp_stage":null,"data_parallel_size":2,"use_distributed_optimizer":true,"bucket_size":5000,' \
+    --world-size 4 --pipeline-model-parallel-size 2 "${MODEL[@]}" --use-distributed-optimizer \
+    --overlap-grad-reduce --ddp-bucket-size 5000
+expect_json plan_grad_model_last_stage \
+    '{"pp_rank":1,"vp_stage":null,"data_parallel_size":2,"use_distributed_optimizer":true,"bucket_size":null,"numel":34688,"numel_unpadded":34672,"params":[{"index":14,"start":0,"end":6144,"bucket":0,"name":"output_layer.weight","shared_embedding":true},' \
+    --world-size 4 --pipeline-model-parallel-size 2 "${MODEL[@]}" --use-distributed-optimizer \
+    --overlap-grad-reduce --ddp-bucket-size 5000
+expect_json plan_grad_model_word_embedding \
+    '{"index":0,"start":30080,"end":36224,"bucket":4,"name":"embedding.word_embeddings.weight","shared_embedding":true}' \
+    --world-size 4 --pipeline-model-parallel-size 2 "${MODEL[@]}" --use-distributed-optimizer \
+    --overlap-grad-reduce --ddp-bucket-size 5000
+# Tensor parallel: the vocabulary is padded to 128 x TP = 256 rows, 128 per rank (x 48 = 6144).
+expect_json plan_grad_model_tp '{"index":0,"start":30192,"end":36336,"bucket":0,"name":"embedding.word_embeddings.weight"}' \
+    --world-size 2 --tensor-model-parallel-size 2 "${MODEL[@]}"
+
+# Without the distributed optimizer: no padding and no shards.
+out=$("$MEGATRON" plan --json --world-size 3 --param-sizes 10,20,30)
+if ! grep -qF '"numel":60,"numel_unpadded":60' <<<"$out" || grep -qF '"shards"' <<<"$out"; then
+    fail plan_grad_plain "$out"
+else pass plan_grad_plain; fi
+# Text view: the header, the bucket and a shard row.
+out=$("$MEGATRON" plan "${GB[@]}"); rc=$?
+if [ "$rc" -ne 0 ]; then fail plan_grad_text "exit code $rc"
+elif ! grep -qF "grad buffer (data-parallel size 2, distributed optimizer; one bucket: no --overlap-grad-reduce)" <<<"$out" \
+    || ! grep -qF "256 elements, 138 used, 118 padding; 3 parameters in 1 bucket" <<<"$out" \
+    || ! grep -qE "^ +1 +0 \[128, 256\) +0 \[128, 138\) +\[128, 138\) +\[0, 10\) +\[0, 10\)$" <<<"$out"; then
+    fail plan_grad_text "$out"
+else pass plan_grad_text; fi
+
+expect_error plan_grad_sizes_garbage 2 \
+    "--param-sizes expects comma-separated positive element counts \(e.g. 10,20,30\), got '10,x,30'" \
+    plan --world-size 2 --param-sizes 10,x,30
+expect_error plan_grad_sizes_empty_item 2 "got '10,,30'" plan --world-size 2 --param-sizes 10,,30
+expect_error plan_grad_sizes_zero 2 "got '0'" plan --world-size 2 --param-sizes 0
+expect_error plan_grad_sizes_negative 2 "got '5,-3'" plan --world-size 2 --param-sizes 5,-3
+expect_error plan_grad_sizes_missing 2 "--param-sizes expects comma-separated positive element counts" \
+    plan --world-size 2 --param-sizes
+expect_error plan_grad_shared_out_of_range 2 \
+    "--shared-embedding-param 3 is out of range: --param-sizes lists 3 parameters \(0..2\)" \
+    plan --world-size 2 --param-sizes 10,20,30 --shared-embedding-param 3
+expect_error plan_grad_shared_garbage 2 "--shared-embedding-param expects a parameter index" \
+    plan --world-size 2 --param-sizes 10,20,30 --shared-embedding-param -1
+expect_error plan_grad_shared_needs_sizes 2 "--shared-embedding-param needs --param-sizes" \
+    plan --world-size 2 --shared-embedding-param 0
+expect_error plan_grad_bucket_size_zero 2 "--ddp-bucket-size must be positive, got 0" \
+    plan --world-size 2 --param-sizes 10 --overlap-grad-reduce --ddp-bucket-size 0
+expect_error plan_grad_bucket_size_garbage 2 "--ddp-bucket-size expects an integer, got 'big'" \
+    plan --world-size 2 --param-sizes 10 --overlap-grad-reduce --ddp-bucket-size big
+expect_error plan_grad_model_needs_vocab 2 "needs --vocab-size N" \
+    plan --world-size 2 --num-layers 2 --hidden-size 48 --num-attention-heads 4 --seq-length 32
+expect_error plan_grad_model_incomplete 2 "missing required model flag --seq-length" \
+    plan --world-size 2 --num-layers 2 --hidden-size 48 --num-attention-heads 4
+expect_error plan_grad_model_tp_heads 2 \
+    "--num-attention-heads 6 is not divisible by --tensor-model-parallel-size 4" \
+    plan --world-size 4 --tensor-model-parallel-size 4 --num-layers 2 --hidden-size 48 \
+    --num-attention-heads 6 --seq-length 32 --vocab-size 128
 expect_error plan_needs_world_size 2 "needs --world-size N; the smallest for these flags is 8" \
     plan --tensor-model-parallel-size 2 --pipeline-model-parallel-size 4
 expect_error plan_world_not_divisible 2 \

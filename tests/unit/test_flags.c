@@ -176,7 +176,7 @@ MG_TEST(flags_unknown_flag_suggests_closest) {
     before = c;
     const char *a1[] = {"--num-layers", "4", "--hiden-size", "8", NULL};
     MG_EXPECT_ERROR(parse(&c, a1), MG_ERR_USAGE,
-                 "unknown flag '--hiden-size'; did you mean '--hidden-size'?");
+                    "unknown flag '--hiden-size'; did you mean '--hidden-size'?");
     MG_EXPECT(!memcmp(&c, &before, sizeof c), "a failed parse must not change the config");
     const char *a2[] = {"--num_layers", "4", NULL};
     MG_EXPECT_ERROR(parse(&c, a2), MG_ERR_USAGE, "did you mean '--num-layers'?");
@@ -213,15 +213,16 @@ MG_TEST(flags_bad_values) {
     MG_EXPECT_ERROR(parse(&c, a7), MG_ERR_USAGE, "--lr expects a number, got ''");
     const char *a8[] = {"--normalization", "rmsnorm", NULL};
     MG_EXPECT_ERROR(parse(&c, a8), MG_ERR_USAGE,
-                 "--normalization expects one of LayerNorm or RMSNorm, got 'rmsnorm'");
+                    "--normalization expects one of LayerNorm or RMSNorm, got 'rmsnorm'");
     const char *a9[] = {"--position-embedding-type", "alibi", NULL};
     MG_EXPECT_ERROR(parse(&c, a9), MG_ERR_USAGE, "learned_absolute, rope or none");
     const char *a10[] = {"--lr-decay-style", "WSD", NULL};
-    MG_EXPECT_ERROR(parse(&c, a10), MG_ERR_UNSUPPORTED,
-                 "--lr-decay-style WSD is not supported yet by this build; use constant, linear");
+    MG_EXPECT_ERROR(
+        parse(&c, a10), MG_ERR_UNSUPPORTED,
+        "--lr-decay-style WSD is not supported yet by this build; use constant, linear");
     const char *a11[] = {"--num-layers", NULL};
     MG_EXPECT_ERROR(parse(&c, a11), MG_ERR_USAGE,
-                 "--num-layers expects a value; write --num-layers N");
+                    "--num-layers expects a value; write --num-layers N");
     const char *a12[] = {"--save", "--load", "x", NULL};
     MG_EXPECT_ERROR(parse(&c, a12), MG_ERR_USAGE, "--save expects a value, got the flag '--load'");
     const char *a13[] = {"--swiglu=true", NULL};
@@ -324,31 +325,47 @@ MG_TEST(flags_not_yet_flags_fail_unless_trivial) {
     MG_EXPECT_OK(parse(&c, a2b));
     MG_EXPECT_ERROR(check_runtime_only(&c), MG_ERR_USAGE,
                     "--expert-tensor-parallel-size must be positive, got 0");
+    /* The grad buffer flags likewise (`megatron plan` lays the buffer out). */
+    mg_config_defaults(&c);
+    const char *a5[] = {"--use-distributed-optimizer", "--ddp-bucket-size", "1000", NULL};
+    MG_EXPECT_OK(parse(&c, a5));
+    MG_EXPECT(c.use_distributed_optimizer && c.ddp_bucket_size == 1000, "ddp flags not stored");
+    MG_EXPECT_ERROR(check_runtime_only(&c), MG_ERR_UNSUPPORTED,
+                    "--use-distributed-optimizer is not supported yet by `megatron train`");
+    mg_config_defaults(&c);
+    const char *a5b[] = {"--overlap-grad-reduce", NULL};
+    MG_EXPECT_OK(parse(&c, a5b));
+    MG_EXPECT_ERROR(check_runtime_only(&c), MG_ERR_UNSUPPORTED,
+                    "`megatron plan --world-size N --overlap-grad-reduce` shows the grad buffer");
+    mg_config_defaults(&c);
+    const char *a5c[] = {"--ddp-bucket-size", "0", "--ddp-pad-buckets-for-high-nccl-busbw", NULL};
+    MG_EXPECT_OK(parse(&c, a5c));
+    MG_EXPECT_ERROR(check_runtime_only(&c), MG_ERR_USAGE,
+                    "--ddp-bucket-size must be positive, got 0");
     mg_config_defaults(&c);
     before = c;
     const char *a3[] = {"--tensor-model-parallel-size", "two", NULL};
     MG_EXPECT_ERROR(parse(&c, a3), MG_ERR_USAGE, "expects an integer, got 'two'");
     const char *a4[] = {"--sequence-parallel", NULL};
     MG_EXPECT_ERROR(parse(&c, a4), MG_ERR_UNSUPPORTED, "--sequence-parallel is not supported yet");
-    const char *a5[] = {"--use-distributed-optimizer", NULL};
-    MG_EXPECT_ERROR(parse(&c, a5), MG_ERR_UNSUPPORTED, "drop it");
     const char *a6[] = {"--num-experts", "8", NULL};
     MG_EXPECT_ERROR(parse(&c, a6), MG_ERR_UNSUPPORTED, "--num-experts 8 is not supported yet");
     const char *a7[] = {"--hidden-dropout", "0.1", NULL};
     MG_EXPECT_ERROR(parse(&c, a7), MG_ERR_UNSUPPORTED, "dropout is not implemented); use 0");
     const char *a8[] = {"--tokenizer-type", "SentencePieceTokenizer", NULL};
-    MG_EXPECT_ERROR(parse(&c, a8), MG_ERR_UNSUPPORTED,
-                 "--tokenizer-type SentencePieceTokenizer is not supported yet by this build; use "
-                 "GPT2BPETokenizer or NullTokenizer");
+    MG_EXPECT_ERROR(
+        parse(&c, a8), MG_ERR_UNSUPPORTED,
+        "--tokenizer-type SentencePieceTokenizer is not supported yet by this build; use "
+        "GPT2BPETokenizer or NullTokenizer");
     const char *a10[] = {"--train-samples", "1000", NULL};
     MG_EXPECT_ERROR(parse(&c, a10), MG_ERR_UNSUPPORTED, "use --train-iters");
     const char *a11[] = {"--fp8-format", "hybrid", NULL};
     MG_EXPECT_ERROR(parse(&c, a11), MG_ERR_UNSUPPORTED, "--fp8-format hybrid is not supported yet");
     const char *a12[] = {"--recompute-granularity", "full", NULL};
     MG_EXPECT_ERROR(parse(&c, a12), MG_ERR_UNSUPPORTED, "--recompute-granularity full");
-    const char *names[] = {"--sequence-parallel",     "--overlap-grad-reduce",
-                           "--overlap-param-gather",  "--recompute-activations",
-                           "--lr-warmup-samples",     "--lr-decay-samples"};
+    const char *names[] = {"--sequence-parallel",    "--train-samples",
+                           "--overlap-param-gather", "--recompute-activations",
+                           "--lr-warmup-samples",    "--lr-decay-samples"};
     for (int i = 0; i < 6; i++)
         MG_EXPECT(mg_flag_find(names[i]) >= 0 &&
                       mg_flag_table[mg_flag_find(names[i])].status == MG_FLAG_NOT_YET,
@@ -650,22 +667,22 @@ MG_TEST(flags_json_rejects_bad_input) {
     rich_config(t, &c);
     before = c;
     MG_EXPECT_ERROR(mg_config_from_json(&c, "{\"num_layers\": 3, \"num_layer\": 2}"), MG_ERR_FORMAT,
-                 "unknown key 'num_layer'");
+                    "unknown key 'num_layer'");
     MG_EXPECT_ERROR(mg_config_from_json(&c, "{\"num_layers\": \"2\"}"), MG_ERR_FORMAT,
-                 "'num_layers' must be an integer");
+                    "'num_layers' must be an integer");
     MG_EXPECT_ERROR(mg_config_from_json(&c, "{\"num_layers\": 2.5}"), MG_ERR_FORMAT,
-                 "'num_layers' must be an integer");
+                    "'num_layers' must be an integer");
     MG_EXPECT_ERROR(mg_config_from_json(&c, "{\"num_layers\": 3e9}"), MG_ERR_FORMAT,
-                 "'num_layers' must be an integer in");
+                    "'num_layers' must be an integer in");
     MG_EXPECT_ERROR(mg_config_from_json(&c, "{\"seed\": 1e17}"), MG_ERR_FORMAT, "'seed' must be");
     MG_EXPECT_ERROR(mg_config_from_json(&c, "{\"lr\": \"0.1\"}"), MG_ERR_FORMAT,
-                 "'lr' must be a number");
+                    "'lr' must be a number");
     MG_EXPECT_ERROR(mg_config_from_json(&c, "{\"swiglu\": 1}"), MG_ERR_FORMAT,
-                 "'swiglu' must be true or false");
+                    "'swiglu' must be true or false");
     MG_EXPECT_ERROR(mg_config_from_json(&c, "{\"normalization\": \"BatchNorm\"}"), MG_ERR_FORMAT,
-                 "'normalization' must be one of the --normalization choices");
+                    "'normalization' must be one of the --normalization choices");
     MG_EXPECT_ERROR(mg_config_from_json(&c, "{\"device\": 3}"), MG_ERR_FORMAT,
-                 "'device' must be a string");
+                    "'device' must be a string");
     MG_EXPECT_ERROR(mg_config_from_json(&c, "{\"num_layers\": 2,"), MG_ERR_FORMAT, "malformed");
     MG_EXPECT_ERROR(mg_config_from_json(&c, "[1, 2]"), MG_ERR_FORMAT, "must be an object");
     MG_EXPECT_ERROR(mg_config_from_json(&c, NULL), MG_ERR_FORMAT, "no text");

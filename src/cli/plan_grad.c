@@ -1,0 +1,225 @@
+/* `megatron plan`'s grad buffer section: Megatron's contiguous gradient buffer, its buckets and the
+ * distributed optimizer's shards (src/parallel/grad_buffer.h), for
+ *   --param-sizes A,B,C [--shared-embedding-param I]   one buffer of parameters of those sizes, or
+ *   a model (--num-layers, --hidden-size, ...)         one buffer per model chunk, as Megatron
+ *                                                      wraps each chunk in its own DDP.
+ * The buffer is reduced over the data-parallel group with context parallelism: D = dp x cp of the
+ * layout (the world size when no other parallelism is given).
+ *
+ * A model chunk (pipeline rank r, virtual stage v) holds, in the registration order of
+ * src/model/gpt.c (megatron-core's GPTModel): the embeddings on the first chunk of the first stage,
+ * its transformer layers (named by their global layer number), the final norm and the output layer
+ * on the last chunk of the last stage. Sizes are per tensor-parallel rank: a split dimension is
+ * divided by TP, and the vocabulary is padded to a multiple of make-vocab-size-divisible-by x TP,
+ * as Megatron pads it. As in Megatron-LM's training.get_model, only the first chunk of pipeline
+ * rank 0 is bucketed (--overlap-grad-reduce); every other chunk is one bucket. With tied
+ * embeddings and PP > 1 (LanguageModule.setup_embeddings_and_output_layer) the first stage's word
+ * embedding and the last stage's copy of it, output_layer.weight, are the shared embedding. */
+#include "cli/plan.h"
+
+#include "core/flags.h"
+#include "model/gpt.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_PARAM_SIZES (1 << 20)
+
+/* "10,20,30": positive integers, comma-separated, nothing else. */
+static mg_status parse_sizes(const char *v, int64_t **out, int *n_out) {
+    *out = NULL;
+    *n_out = 0;
+    int n = 1;
+    for (const char *c = v; *c; c++) n += *c == ',';
+    if (n > MAX_PARAM_SIZES)
+        return MG_FAIL(MG_ERR_USAGE, "--param-sizes lists %d sizes; at most %d", n,
+                       MAX_PARAM_SIZES);
+    int64_t *sizes = malloc((size_t)n * sizeof *sizes);
+    if (!sizes) return MG_FAIL(MG_ERR_NOMEM, "out of memory for %d parameter sizes", n);
+    const char *s = v;
+    for (int i = 0; i < n; i++) {
+        char *end;
+        errno = 0;
+        long long x = *s >= '0' && *s <= '9' ? strtoll(s, &end, 10) : 0;
+        if (x < 1 || errno || (*end != ',' && *end != '\0') || x > ((int64_t)1 << 53)) {
+            free(sizes);
+            return MG_FAIL(MG_ERR_USAGE,
+                           "--param-sizes expects comma-separated positive element counts "
+                           "(e.g. 10,20,30), got '%s'",
+                           v);
+        }
+        sizes[i] = x;
+        s = end + (*end == ',');
+    }
+    *out = sizes;
+    *n_out = n;
+    return MG_OK;
+}
+
+static mg_grad_buffer_config buffer_config(const mg_plan *p, bool disable_bucketing, int shared) {
+    const mg_config *c = &p->cfg;
+    return (mg_grad_buffer_config){.data_parallel_size = p->layout.dp * p->layout.sizes.cp,
+                                   .use_distributed_optimizer = c->use_distributed_optimizer,
+                                   .overlap_grad_reduce = c->overlap_grad_reduce,
+                                   .bucket_size = c->ddp_bucket_size > 0 ? c->ddp_bucket_size : 0,
+                                   .pad_for_high_nccl_busbw =
+                                       c->ddp_pad_buckets_for_high_nccl_busbw,
+                                   .disable_bucketing = disable_bucketing,
+                                   .shared_embedding = shared};
+}
+
+static mg_status grad_from_sizes(mg_plan *p) {
+    p->grad = calloc(1, sizeof *p->grad);
+    if (!p->grad) return MG_FAIL(MG_ERR_NOMEM, "out of memory for the grad buffer plan");
+    p->n_grad = 1;
+    mg_plan_grad_buffer *b = &p->grad[0];
+    b->pp_rank = b->vp_stage = -1;
+    MG_CHECK(parse_sizes(p->param_sizes, &b->numel, &b->n));
+    int s = p->shared_embedding_param;
+    if (s >= b->n)
+        return MG_FAIL(MG_ERR_USAGE,
+                       "--shared-embedding-param %d is out of range: --param-sizes lists %d "
+                       "parameters (0..%d)",
+                       s, b->n, b->n - 1);
+    mg_grad_buffer_config gc = buffer_config(p, false, s);
+    return mg_grad_buffer_layout_build(b->numel, b->n, &gc, &b->layout);
+}
+
+/* The layer number of "decoder.layers.<L>.*", or -1. */
+static int layer_of(const char *name) {
+    const char *pre = "decoder.layers.";
+    if (strncmp(name, pre, strlen(pre))) return -1;
+    return atoi(name + strlen(pre));
+}
+
+static bool starts_with(const char *s, const char *pre) {
+    return !strncmp(s, pre, strlen(pre));
+}
+
+/* Elements of one parameter on one tensor-parallel rank. */
+static mg_status per_rank_numel(const mg_param_meta *m, int tp, int64_t *out) {
+    *out = m->numel;
+    if (m->tp_split_dim < 0 || tp == 1) return MG_OK;
+    int64_t dim = m->shape[m->tp_split_dim], parts = (int64_t)tp * m->tp_split_chunks;
+    if (dim % parts)
+        return MG_FAIL(MG_ERR_USAGE,
+                       "%s: dimension %d of size %lld does not split over "
+                       "--tensor-model-parallel-size %d%s",
+                       m->name, m->tp_split_dim, (long long)dim, tp,
+                       m->tp_split_chunks > 1 ? " in each of its stacked blocks" : "");
+    *out = m->numel / tp;
+    return MG_OK;
+}
+
+/* Adds the parameters of chunk (r, v) to b, in registration order. */
+static mg_status chunk_params(const mg_plan *p, const mg_gpt *g, int r, int v,
+                              mg_plan_grad_buffer *b, int *shared) {
+    int pp = p->cfg.pipeline_model_parallel_size, tp = p->layout.sizes.tp;
+    const mg_layers_chunk *ch = &p->chunks[r * p->vpp + v];
+    bool pre = r == 0 && v == 0, post = r == pp - 1 && v == p->vpp - 1;
+    const mg_param_table *t = &g->params;
+    *shared = -1;
+    b->n = 0;
+    for (int i = 0; i < t->n; i++) {
+        const mg_param_meta *m = &t->p[i];
+        int layer = layer_of(m->name);
+        bool here = layer >= 0 ? layer >= ch->offset && layer < ch->offset + ch->count
+                    : starts_with(m->name, "embedding.") ? pre
+                                                         : post;
+        if (!here) continue;
+        MG_CHECK(per_rank_numel(m, tp, &b->numel[b->n]));
+        snprintf(b->names[b->n], MG_PLAN_PARAM_NAME, "%s", m->name);
+        if (i == g->wte && g->cfg.tied && pp > 1) *shared = b->n;
+        b->n++;
+    }
+    /* The last stage's copy of a tied embedding (megatron-core's output_layer.weight there). */
+    if (post && g->cfg.tied && pp > 1) {
+        MG_CHECK(per_rank_numel(&t->p[g->wte], tp, &b->numel[b->n]));
+        snprintf(b->names[b->n], MG_PLAN_PARAM_NAME, "output_layer.weight");
+        *shared = b->n++;
+    }
+    return MG_OK;
+}
+
+static mg_status grad_from_model(mg_plan *p) {
+    mg_config m = p->cfg;
+    MG_CHECK(mg_config_resolve_model(&m));
+    if (m.vocab_size < 1)
+        return MG_FAIL(MG_ERR_USAGE,
+                       "the grad buffer of a model needs --vocab-size N (the embedding's rows); "
+                       "or give --param-sizes");
+    if (m.make_vocab_size_divisible_by < 1)
+        return MG_FAIL(MG_ERR_USAGE, "--make-vocab-size-divisible-by must be >= 1, got %d",
+                       m.make_vocab_size_divisible_by);
+    /* Megatron's own checks (TransformerConfig): heads and key/value groups split over TP. */
+    int tp = p->layout.sizes.tp;
+    if (m.num_attention_heads % tp)
+        return MG_FAIL(MG_ERR_USAGE,
+                       "--num-attention-heads %d is not divisible by --tensor-model-parallel-size "
+                       "%d",
+                       m.num_attention_heads, tp);
+    if (m.num_query_groups % tp)
+        return MG_FAIL(MG_ERR_USAGE,
+                       "--num-query-groups %d is not divisible by --tensor-model-parallel-size %d",
+                       m.num_query_groups, tp);
+    /* Megatron pads the vocabulary to a multiple of make-vocab-size-divisible-by x TP. */
+    m.make_vocab_size_divisible_by *= tp;
+    mg_gpt g;
+    int pp = m.pipeline_model_parallel_size, n_chunks = pp * p->vpp;
+    mg_status st;
+    MG_CHECK_GOTO(mg_gpt_build(&g, &m), st, done); /* clears g first: safe to free */
+    p->grad = calloc((size_t)n_chunks, sizeof *p->grad);
+    if (!p->grad) {
+        st = MG_FAIL(MG_ERR_NOMEM, "out of memory for the grad buffer plan");
+        goto done;
+    }
+    p->n_grad = n_chunks;
+    for (int r = 0; r < pp; r++)
+        for (int v = 0; v < p->vpp; v++) {
+            mg_plan_grad_buffer *b = &p->grad[r * p->vpp + v];
+            b->pp_rank = r;
+            b->vp_stage = p->vpp > 1 ? v : -1;
+            b->numel = malloc(((size_t)g.params.n + 1) * sizeof *b->numel);
+            b->names = malloc(((size_t)g.params.n + 1) * sizeof *b->names);
+            if (!b->numel || !b->names) {
+                st = MG_FAIL(MG_ERR_NOMEM, "out of memory for the grad buffer plan");
+                goto done;
+            }
+            int shared;
+            MG_CHECK_GOTO(chunk_params(p, &g, r, v, b, &shared), st, done);
+            if (b->n == 0) continue; /* a chunk without parameters has no buffer */
+            mg_grad_buffer_config gc = buffer_config(p, r > 0 || v > 0, shared);
+            MG_CHECK_GOTO(mg_grad_buffer_layout_build(b->numel, b->n, &gc, &b->layout), st, done);
+        }
+done:
+    mg_gpt_free(&g);
+    return st;
+}
+
+mg_status mg_plan_build_grad(mg_plan *p) {
+    const mg_config *c = &p->cfg;
+    if (c->ddp_bucket_size != -1 && c->ddp_bucket_size < 1)
+        return MG_FAIL(MG_ERR_USAGE, "--ddp-bucket-size must be positive, got %lld",
+                       (long long)c->ddp_bucket_size);
+    if (p->shared_embedding_param >= 0 && !p->param_sizes)
+        return MG_FAIL(MG_ERR_USAGE,
+                       "--shared-embedding-param needs --param-sizes (a model's shared embedding "
+                       "follows from the model)");
+    if (p->param_sizes) return grad_from_sizes(p);
+    if (c->hidden_size == -1) return MG_OK; /* no model given: no grad buffer section */
+    p->grad_from_model = true;
+    return grad_from_model(p);
+}
+
+void mg_plan_free_grad(mg_plan *p) {
+    for (int i = 0; i < p->n_grad; i++) {
+        free(p->grad[i].numel);
+        free(p->grad[i].names);
+        mg_grad_buffer_layout_free(&p->grad[i].layout);
+    }
+    free(p->grad);
+    p->grad = NULL;
+    p->n_grad = 0;
+}
