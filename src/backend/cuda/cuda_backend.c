@@ -3,10 +3,10 @@
  * file per family (cuda_ops.h lists them) and are reached only through the table.
  *
  * Ordering: every entry runs on the one compute stream, so the entries are ordered among
- * themselves without any host synchronisation. Only copy_d2h, download_f32 and synchronize wait
- * for the device (each counts one host sync in the context); alloc and free call cudaMalloc and
- * cudaFree, which belong to set-up and tear-down (each counted). A training step uses neither, and
- * tests/cuda checks that through the counters. */
+ * themselves without any host synchronisation (small copy_h2d calls included: staging.c). Only
+ * copy_d2h, download_f32 and synchronize wait for the device (each counts one host sync in the
+ * context); alloc and free call cudaMalloc and cudaFree, which belong to set-up and tear-down (each
+ * counted). A training step uses neither, and tests/cuda checks that through the counters. */
 #include "backend/cuda/convert.h"
 #include "backend/cuda/cuda_internal.h"
 #include "core/env.h"
@@ -96,11 +96,15 @@ void mg_cuda_free(mg_backend *be, void *ptr) {
         mg_log_warn("cuda free: cudaFree: %s (%s)", cudaGetErrorName(e), cudaGetErrorString(e));
 }
 
-/* Pageable host memory (everything the library hands in) is staged by the driver before
- * cudaMemcpyAsync returns, so src may be reused at once. */
+/* src may be reused at once: small copies (token ids) go through the pinned ring of staging.c,
+ * with no stream synchronisation; larger ones (set-up) through the driver's staging of pageable
+ * memory, which synchronises the stream first. */
 mg_status mg_cuda_copy_h2d(mg_backend *be, void *dst, const void *src, size_t bytes) {
     if (!bytes) return MG_OK;
-    MG_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, mg_cuda_stream(be)));
+    bool done = false;
+    MG_CHECK(mg_cuda_staging_copy_h2d(mg_cuda_ctx_of(be), dst, src, bytes, &done));
+    if (!done)
+        MG_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, mg_cuda_stream(be)));
     return MG_OK;
 }
 
@@ -183,6 +187,7 @@ void mg_cuda_destroy(mg_backend *be) {
     if (c) {
         if (c->stream) (void)cudaStreamSynchronize(c->stream);
         mg_cuda_attention_cudnn_destroy(be);
+        mg_cuda_staging_destroy(c);
         if (c->workspace) (void)cudaFree(c->workspace);
         if (c->lt) (void)cublasLtDestroy(c->lt);
         if (c->stream) (void)cudaStreamDestroy(c->stream);
@@ -263,6 +268,7 @@ static mg_status cuda_setup(mg_backend *be, int device) {
     MG_CUBLAS_CHECK(cublasLtCreate(&c->lt));
     c->workspace_bytes = (size_t)mb << 20;
     MG_CHECK(mg_cuda_alloc(be, c->workspace_bytes, &c->workspace));
+    MG_CHECK(mg_cuda_staging_init(c));
     MG_CHECK(mg_cuda_attention_init()); /* also under cuDNN: a shape it lacks falls back to ours */
     return attention_select(be);
 }

@@ -8,6 +8,7 @@
 
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -15,23 +16,37 @@
 extern "C" {
 #endif
 
+typedef struct mg_cuda_staging mg_cuda_staging; /* staging.c */
+
 /* be->ctx of the CUDA backend. Created once by mg_backend_cuda_create; nothing in it changes
  * size after creation, so a step allocates nothing. */
 typedef struct {
     int device;
-    cudaStream_t stream;     /* compute stream: every op runs here */
-    cublasLtHandle_t lt;     /* cuBLASLt handle (GEMMs) */
-    void *workspace;         /* device scratch: cuBLASLt workspace and op temporaries */
-    size_t workspace_bytes;  /* reserved at creation (MG_CUDA_WORKSPACE_MB, default 2048 MiB) */
-    int num_sms;             /* multiprocessors, for grid sizing */
-    void *cudnn_attn;        /* attention_cudnn.cu's state (cuDNN handle, plans), or NULL */
+    cudaStream_t stream;      /* compute stream: every op runs here */
+    cublasLtHandle_t lt;      /* cuBLASLt handle (GEMMs) */
+    void *workspace;          /* device scratch: cuBLASLt workspace and op temporaries */
+    size_t workspace_bytes;   /* reserved at creation (MG_CUDA_WORKSPACE_MB, default 2048 MiB) */
+    int num_sms;              /* multiprocessors, for grid sizing */
+    void *cudnn_attn;         /* attention_cudnn.cu's state (cuDNN handle, plans), or NULL */
+    mg_cuda_staging *staging; /* pinned ring for small host-to-device copies (staging.c) */
     /* Debug counters, read by the tests to prove a step allocates and synchronises nothing:
      * every cudaMalloc/cudaFree and every host synchronisation done through the backend. */
     uint64_t n_device_allocs, n_device_frees, n_host_syncs;
 } mg_cuda_ctx;
 
-static inline mg_cuda_ctx *mg_cuda_ctx_of(mg_backend *be) { return (mg_cuda_ctx *)be->ctx; }
-static inline cudaStream_t mg_cuda_stream(mg_backend *be) { return mg_cuda_ctx_of(be)->stream; }
+/* staging.c: small copies through pinned memory, no stream synchronisation; *done = false
+ * (nothing enqueued) for copies larger than a slot. */
+mg_status mg_cuda_staging_init(mg_cuda_ctx *c);
+void mg_cuda_staging_destroy(mg_cuda_ctx *c);
+mg_status mg_cuda_staging_copy_h2d(mg_cuda_ctx *c, void *dst, const void *src, size_t bytes,
+                                   bool *done);
+
+static inline mg_cuda_ctx *mg_cuda_ctx_of(mg_backend *be) {
+    return (mg_cuda_ctx *)be->ctx;
+}
+static inline cudaStream_t mg_cuda_stream(mg_backend *be) {
+    return mg_cuda_ctx_of(be)->stream;
+}
 
 /* Turns a CUDA error into an mg_status with the call's text, the CUDA error name and string. */
 mg_status mg_cuda_error(cudaError_t e, const char *expr, const char *func, const char *file,
