@@ -35,6 +35,10 @@ extern "C" {
 
 typedef struct mg_backend mg_backend;
 
+/* The backend's queues: every op runs on the compute stream; collectives (mg_comm calls) go to
+ * the communication stream so they overlap computation (DESIGN.md, step 4). */
+typedef enum { MG_STREAM_COMPUTE = 0, MG_STREAM_COMM = 1 } mg_stream_id;
+
 struct mg_backend {
     const char *name; /* "cpu", "cuda" */
     mg_dtype compute_dtype;
@@ -57,6 +61,12 @@ struct mg_backend {
      * driver reports them (every process's allocations and the context count as used). Does not
      * wait for the device. */
     mg_status (*memory_info)(mg_backend *be, size_t *free_bytes, size_t *total_bytes);
+    /* Optional (NULL on the CPU backend, whose ops complete in call order): the stream to hand
+     * to mg_comm calls (a cudaStream_t as void *), and an ordering between the two streams:
+     * work enqueued on `waiter` after the call starts only after everything enqueued on
+     * `signaller` before it. One event recorded and waited on by the device; no host wait. */
+    void *(*stream_handle)(mg_backend *be, mg_stream_id s);
+    mg_status (*stream_wait)(mg_backend *be, mg_stream_id waiter, mg_stream_id signaller);
 
     /* ---- embedding ----
      * out[i,:] = wte[tokens[i],:] + (wpe ? wpe[i % S,:] : 0) */

@@ -172,3 +172,40 @@ MG_TEST(cuda_small_copies_are_staged_and_do_not_wait) {
 done:
     ct_pool_free(&P);
 }
+
+/* The communication stream and stream_wait: a copy on the communication stream ordered after a
+ * long product on the compute stream reads its finished output, and compute work ordered after
+ * the copy sees the copy done; the streams are distinct and nothing waits on the host. */
+MG_TEST(cuda_comm_stream_ordered_by_events) {
+    mg_backend *g = ct_cuda(t);
+    if (!g) return;
+    MG_EXPECT(g->stream_handle && g->stream_wait, "the CUDA backend lacks its stream entries");
+    if (!g->stream_handle || !g->stream_wait) return;
+    cudaStream_t comp = g->stream_handle(g, MG_STREAM_COMPUTE);
+    cudaStream_t comm = g->stream_handle(g, MG_STREAM_COMM);
+    MG_EXPECT(comp == mg_cuda_stream(g) && comm != comp && comm != NULL,
+              "stream handles: compute %p (want %p), comm %p", (void *)comp,
+              (void *)mg_cuda_stream(g), (void *)comm);
+    ct_pool P = ct_pool_of(t, g);
+    enum { G = 4096 };
+    size_t n = (size_t)G * G;
+    float *a = ct_uniform_bf16(&P, 8, n, -1, 1);
+    void *da = ct_up_act(&P, a, n), *dout = ct_poison_act(&P, n), *dcopy = ct_poison_act(&P, n);
+    void *dcopy2 = ct_poison_act(&P, n);
+    if (P.failed) goto done;
+    MG_EXPECT_OK(g->synchronize(g));
+    uint64_t syncs = mg_cuda_ctx_of(g)->n_host_syncs;
+    for (int r = 0; r < 10; r++) /* a queue of products; the copy must wait for the last */
+        MG_EXPECT_OK(g->linear_forward(g, dout, da, da, NULL, NULL, G, G, G));
+    MG_EXPECT_OK(g->stream_wait(g, MG_STREAM_COMM, MG_STREAM_COMPUTE));
+    MG_EXPECT(cudaMemcpyAsync(dcopy, dout, n * 2, cudaMemcpyDeviceToDevice, comm) == cudaSuccess,
+              "copy on the communication stream");
+    MG_EXPECT_OK(g->stream_wait(g, MG_STREAM_COMPUTE, MG_STREAM_COMM));
+    MG_EXPECT_OK(g->copy_d2d(g, dcopy2, dcopy, n * 2)); /* compute stream, after the copy */
+    MG_EXPECT(mg_cuda_ctx_of(g)->n_host_syncs == syncs, "stream_wait counted a host sync");
+    void *want = ct_down_raw(&P, dout, n * 2), *got = ct_down_raw(&P, dcopy2, n * 2);
+    MG_EXPECT(want && got && memcmp(want, got, n * 2) == 0,
+              "the copy ordered by events differs from the product's output");
+done:
+    ct_pool_free(&P);
+}

@@ -2,7 +2,8 @@
  * handle, workspace), the memory entries and the op table; the ops themselves live in one .cu
  * file per family (cuda_ops.h lists them) and are reached only through the table.
  *
- * Ordering: every entry runs on the one compute stream, so the entries are ordered among
+ * Ordering: every op runs on the one compute stream (collectives on the communication stream,
+ * ordered against it by stream_wait's events), so the entries are ordered among
  * themselves without any host synchronisation (small copy_h2d calls included: staging.c). Only
  * copy_d2h, download_f32 and synchronize wait for the device (each counts one host sync in the
  * context); alloc and free call cudaMalloc and cudaFree, which belong to set-up and tear-down (each
@@ -180,17 +181,42 @@ mg_status mg_cuda_memory_info(mg_backend *be, size_t *free_bytes, size_t *total_
     return MG_OK;
 }
 
+/* ---------------------------------------------------------------- streams */
+
+static cudaStream_t stream_of(mg_cuda_ctx *c, mg_stream_id s) {
+    return s == MG_STREAM_COMM ? c->comm_stream : c->stream;
+}
+
+void *mg_cuda_stream_handle(mg_backend *be, mg_stream_id s) {
+    return (void *)stream_of(mg_cuda_ctx_of(be), s);
+}
+
+/* The event captures the signaller's work enqueued so far; cudaStreamWaitEvent takes that state
+ * at call time, so one event per signalling stream can be recorded again at once. */
+mg_status mg_cuda_stream_wait(mg_backend *be, mg_stream_id waiter, mg_stream_id signaller) {
+    mg_cuda_ctx *c = mg_cuda_ctx_of(be);
+    if (waiter == signaller) return MG_OK;
+    cudaEvent_t ev = c->order_event[signaller == MG_STREAM_COMM];
+    MG_CUDA_CHECK(cudaEventRecord(ev, stream_of(c, signaller)));
+    MG_CUDA_CHECK(cudaStreamWaitEvent(stream_of(c, waiter), ev, 0));
+    return MG_OK;
+}
+
 /* Tears down whatever part of the state exists, so it also cleans up a failed creation. */
 void mg_cuda_destroy(mg_backend *be) {
     if (!be) return;
     mg_cuda_ctx *c = be->ctx;
     if (c) {
         if (c->stream) (void)cudaStreamSynchronize(c->stream);
+        if (c->comm_stream) (void)cudaStreamSynchronize(c->comm_stream);
         mg_cuda_attention_cudnn_destroy(be);
         mg_cuda_staging_destroy(c);
         if (c->workspace) (void)cudaFree(c->workspace);
         if (c->lt) (void)cublasLtDestroy(c->lt);
         if (c->stream) (void)cudaStreamDestroy(c->stream);
+        if (c->comm_stream) (void)cudaStreamDestroy(c->comm_stream);
+        for (int i = 0; i < 2; i++)
+            if (c->order_event[i]) (void)cudaEventDestroy(c->order_event[i]);
         free(c);
     }
     free(be);
@@ -265,6 +291,9 @@ static mg_status cuda_setup(mg_backend *be, int device) {
     /* Non-blocking: the legacy default stream (used by libraries that take no stream) never
      * serialises with our work. */
     MG_CUDA_CHECK(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
+    MG_CUDA_CHECK(cudaStreamCreateWithFlags(&c->comm_stream, cudaStreamNonBlocking));
+    for (int i = 0; i < 2; i++)
+        MG_CUDA_CHECK(cudaEventCreateWithFlags(&c->order_event[i], cudaEventDisableTiming));
     MG_CUBLAS_CHECK(cublasLtCreate(&c->lt));
     c->workspace_bytes = (size_t)mb << 20;
     MG_CHECK(mg_cuda_alloc(be, c->workspace_bytes, &c->workspace));
@@ -298,6 +327,8 @@ mg_status mg_backend_cuda_create(mg_backend **out, int device) {
     be->synchronize = mg_cuda_synchronize;
     be->destroy = mg_cuda_destroy;
     be->memory_info = mg_cuda_memory_info;
+    be->stream_handle = mg_cuda_stream_handle;
+    be->stream_wait = mg_cuda_stream_wait;
 
     be->embedding_forward = mg_cuda_embedding_forward;
     be->embedding_backward = mg_cuda_embedding_backward;
