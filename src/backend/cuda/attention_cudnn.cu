@@ -38,14 +38,13 @@
  * cuDNN's]; forward [cuDNN's]. The deterministic backward's own part is about B*nq*S*S*2 bytes
  * (cuDNN 9.14 on H200: 806 MB at B=32, nq=12, S=1024; it keeps dP in bf16), the non-deterministic
  * one's B*nq*S*hd*4 (dQ_accum, 101 MB there). A shape needing more than MG_CUDA_WORKSPACE_MB fails
- * with MG_ERR_UNSUPPORTED naming it (not a fallback: the fix is the variable). Exports:
+ * with MG_ERR_NOMEM naming it, as every op's workspace check (not a fallback: the fix is the
+ * variable). Exports:
  * mg_cuda_attention_cudnn_* (cuda_ops.h). */
 /* first: it declares the core error API with C linkage (core/status.h has no guards) */
 #include "backend/cuda/cuda_common.cuh"
 
-extern "C" {
 #include "core/log.h"
-}
 
 #include <math.h>
 #include <stdint.h>
@@ -600,7 +599,7 @@ static mg_status cd_plan_for(mg_backend *be, int B, int S, int nq, int ng, int h
 static mg_status cd_workspace_check(mg_cuda_ctx *ctx, size_t need, const char *dir, int B, int S,
                                     int nq, int hd) {
     if (need <= ctx->workspace_bytes) return MG_OK;
-    return MG_FAIL(MG_ERR_NOMEM, /* as mg_cuda_scratch, with the fallback named */
+    return MG_FAIL(MG_ERR_NOMEM,
                    "cuDNN attention %s (B=%d S=%d nq=%d hd=%d) needs %zu bytes of workspace, have "
                    "%zu; raise MG_CUDA_WORKSPACE_MB (to %zu) or use MG_ATTENTION=ours",
                    dir, B, S, nq, hd, need, ctx->workspace_bytes, (need >> 20) + 1);

@@ -392,6 +392,16 @@ static __global__ void linear_dbias_add_kernel(float *dbias, const float *g, int
     if (j < OC) dbias[j] += g[j];
 }
 
+/* `bytes` of fp32 scratch right after cuBLASLt's part of the workspace (the bias gradient's
+ * partial sums or BGRADB's output). */
+static mg_status dbias_scratch(mg_backend *be, size_t bytes, float **out) {
+    size_t lt_ws = lt_workspace_bytes(mg_cuda_ctx_of(be));
+    void *ws = NULL;
+    MG_CHECK(mg_cuda_scratch(be, lt_ws + bytes, &ws, "linear backward (bias gradient)"));
+    *out = (float *)((char *)ws + lt_ws);
+    return MG_OK;
+}
+
 /* The fallback bias gradient: our two-pass reduction into dbias (accumulating). */
 static mg_status dbias_reduce(mg_backend *be, float *dbias, const void *dout, int N, int OC) {
     cudaStream_t stream = mg_cuda_stream(be);
@@ -399,11 +409,8 @@ static mg_status dbias_reduce(mg_backend *be, float *dbias, const void *dout, in
     int rows = (N + MG_DBIAS_MAX_CHUNKS - 1) / MG_DBIAS_MAX_CHUNKS;
     rows = rows < 128 ? 128 : rows;
     int nchunks = (N + rows - 1) / rows;
-    size_t lt_ws = lt_workspace_bytes(mg_cuda_ctx_of(be));
-    float *partial = NULL; // (nchunks, OC), after cuBLASLt's workspace
-    MG_CHECK(mg_cuda_scratch(be, lt_ws + (size_t)nchunks * OC * sizeof(float), (void **)&partial,
-                             "linear backward (bias gradient)"));
-    partial = (float *)((char *)partial + lt_ws);
+    float *partial = NULL; // (nchunks, OC)
+    MG_CHECK(dbias_scratch(be, (size_t)nchunks * OC * sizeof(float), &partial));
     dim3 grid((OC + MG_DBIAS_COLS - 1) / MG_DBIAS_COLS, nchunks);
     linear_dbias_partial_kernel<<<grid, 32 * MG_DBIAS_WARPS, 0, stream>>>(
         partial, (const bf16 *)dout, N, OC, rows);
@@ -437,7 +444,8 @@ extern "C" mg_status mg_cuda_linear_forward(mg_backend *be, void *out /* (N,OC) 
                    AUX_NONE, NULL};
     bool done = false;
     MG_CHECK(gemm_try(be, &c, &done));
-    if (done || !residual) return done ? MG_OK : gemm_run(be, &c); /* gemm_run reports */
+    if (done) return MG_OK;
+    if (!residual) return gemm_run(be, &c); /* reports the missing algorithm */
     /* no algorithm takes C here: the product, then the add */
     c.C = NULL, c.beta = 0.0f;
     MG_CHECK(gemm_run(be, &c));
@@ -471,7 +479,6 @@ extern "C" mg_status mg_cuda_linear_backward(mg_backend *be, void *dinp /* (N,IC
                                              const void *gelu_pre /* (N,IC) or NULL */, int N,
                                              int IC, int OC) {
     MG_CHECK(check_dims(N, IC, OC));
-    mg_cuda_ctx *ctx = mg_cuda_ctx_of(be);
     cudaStream_t stream = mg_cuda_stream(be);
     if (N == 0) return MG_OK;
     if (OC == 0) { /* empty product: dinp = 0, nothing accumulates */
@@ -484,11 +491,8 @@ extern "C" mg_status mg_cuda_linear_backward(mg_backend *be, void *dinp /* (N,IC
     gemm_call cw = {GEMM_DW, IC, OC, N, inp, dout, dw, dw, 1.0f, NULL, AUX_NONE, NULL};
     bool done = false;
     if (dbias) {
-        size_t lt_ws = lt_workspace_bytes(ctx);
-        float *g = NULL; // (OC) fp32, after cuBLASLt's workspace
-        MG_CHECK(mg_cuda_scratch(be, lt_ws + (size_t)OC * sizeof(float), (void **)&g,
-                                 "linear backward (bias gradient)"));
-        g = (float *)((char *)g + lt_ws);
+        float *g = NULL; // (OC)
+        MG_CHECK(dbias_scratch(be, (size_t)OC * sizeof(float), &g));
         cw.bias = g;
         MG_CHECK(gemm_try(be, &cw, &done));
         if (done) {
