@@ -63,6 +63,8 @@ if [ "${GPU:-yes}" = yes ]; then
         MG_ATTENTION=bogus "$REAL" train "${MODEL[@]}" "${RUN[@]}" --device cuda
     MEGATRON=env expect_error flags_bad_workspace_env 2 "MG_CUDA_WORKSPACE_MB=0" \
         MG_CUDA_WORKSPACE_MB=0 "$REAL" train "${MODEL[@]}" "${RUN[@]}" --device cuda
+    MEGATRON=env expect_error flags_bad_tune_env 2 "MG_CUBLASLT_TUNE=yes: expected 0 or 1" \
+        MG_CUBLASLT_TUNE=yes "$REAL" train "${MODEL[@]}" "${RUN[@]}" --device cuda
 fi
 
 # --help exits 0, prints to stdout and lists every group.

@@ -285,6 +285,9 @@ static mg_status cuda_setup(mg_backend *be, int device) {
                        "MG_CUDA_WORKSPACE_MB=%d: the CUDA workspace needs at least "
                        "1 MiB (default %d)",
                        mb, MG_CUDA_WORKSPACE_DEFAULT_MB);
+    const char *tune = mg_env_str("MG_CUBLASLT_TUNE", "0"); /* read by linear.cu */
+    if (strcmp(tune, "0") != 0 && strcmp(tune, "1") != 0)
+        return MG_FAIL(MG_ERR_USAGE, "MG_CUBLASLT_TUNE=%s: expected 0 or 1 (default 0)", tune);
     c->device = device;
     MG_CUDA_CHECK(cudaSetDevice(device));
     MG_CUDA_CHECK(cudaDeviceGetAttribute(&c->num_sms, cudaDevAttrMultiProcessorCount, device));
