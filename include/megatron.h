@@ -95,6 +95,8 @@ typedef struct {
     char device[16];           /* --device auto, cpu or cuda; the trainer resolves auto */
     int num_threads;           /* --num-threads, -1: OpenMP default */
     double distributed_timeout_minutes; /* --distributed-timeout-minutes (10) */
+    int world_size; /* not a flag: the launch's ranks (mpirun, srun, torchrun variables), set by
+                       the front end before validation; 1 by default */
 
     /* parallel layout (src/parallel/parallel_state.h, src/parallel/pipeline/schedule.h) */
     int tensor_model_parallel_size;   /* --tensor-model-parallel-size (1) */

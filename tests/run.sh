@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs the whole CPU suite: the unit-test binary, every tests/cli/test_*.sh script and the
-# multi-rank suite tests/dist/test_dist.sh. Each part prints PASS/FAIL lines and ends with
+# multi-rank suites tests/dist/test_dist.sh and tests/dist/test_train.sh. Each part prints PASS/FAIL lines and ends with
 # "N passed, N failed"; this script sums them into the final line and exits non-zero when
 # anything failed.
 set -u
@@ -27,9 +27,12 @@ for s in tests/cli/test_*.sh; do
     out=$(bash "$s" 2>&1); echo "$out" | grep -v -E '^[0-9]+ passed, [0-9]+ failed$'
     tally "$out" "$s"
 done
-# Multi-rank tests under mpirun (skipped, with a line saying why, in builds without MPI).
-out=$(bash tests/dist/test_dist.sh "$BUILD" 2>&1); echo "$out" | grep -v -E '^[0-9]+ passed, [0-9]+ failed$'
-tally "$out" tests/dist/test_dist.sh
+# Multi-rank tests under mpirun (skipped, with a line saying why, in builds without MPI): the
+# comm and trainer tests of dist_tests, then `megatron train` itself on several ranks.
+for s in tests/dist/test_dist.sh tests/dist/test_train.sh; do
+    out=$(bash "$s" "$BUILD" 2>&1); echo "$out" | grep -v -E '^[0-9]+ passed, [0-9]+ failed$'
+    tally "$out" "$s"
+done
 echo "suite time: $(( $(date +%s) - start )) s"
 echo "$total_pass passed, $total_fail failed"
 [ "$total_fail" -eq 0 ]

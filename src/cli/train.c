@@ -1,17 +1,68 @@
-/* `megatron train`: flags → validated config → the trainer. Errors leave as one stderr line. */
+/* `megatron train`: flags → validated config → the trainer. Errors leave as one stderr line.
+ *
+ * A multi-rank launch (mpirun, srun, torchrun variables) trains data-parallel: every rank
+ * validates the same flags (a bad one stops every rank with the same line before any
+ * communication, so nobody waits for a peer), then the ranks meet (mg_comm_world_init over MPI,
+ * with the TCP rendezvous as the failure channel) and build Megatron's data-parallel groups
+ * (parallel/parallel_state.h). A rank whose run fails prints its line and tells its peers
+ * (mg_comm_world_fail), which then stop with "rank R failed: ..." instead of waiting. */
 #include "cli/cli.h"
 
-#include "core/flags.h"
 #include "comm/comm.h"
+#include "core/flags.h"
+#include "core/log.h"
 #include "core/status.h"
+#include "parallel/parallel_state.h"
 #include "train/trainer.h"
 
 #include <stdio.h>
 
 int mg_cli_report(int status) {
     if (status == MG_OK) return 0;
-    fprintf(stderr, "megatron: error: %s\n", mg_error_message());
+    if (mg_log_world() > 1)
+        fprintf(stderr, "[rank %d] megatron: error: %s\n", mg_log_rank(), mg_error_message());
+    else
+        fprintf(stderr, "megatron: error: %s\n", mg_error_message());
     return status == MG_ERR_USAGE ? 2 : 1;
+}
+
+/* This rank's data-parallel group among Megatron's groups of the layout (TP = PP = CP = 1 here:
+ * the whole world, but built the way the other layouts will be). */
+static mg_status make_dp_group(mg_comm_world *w, const mg_config *c, mg_comm **dp) {
+    mg_parallel_sizes s = {.world_size = mg_comm_world_size(w),
+                           .tp = c->tensor_model_parallel_size,
+                           .pp = c->pipeline_model_parallel_size,
+                           .cp = c->context_parallel_size,
+                           .ep = c->expert_model_parallel_size,
+                           .etp = c->expert_tensor_parallel_size};
+    snprintf(s.order, sizeof s.order, "%s",
+             c->parallel_order[0]      ? c->parallel_order
+             : c->use_tp_pp_dp_mapping ? MG_PARALLEL_ORDER_TP_PP_DP
+                                       : "");
+    mg_parallel_layout l;
+    MG_CHECK(mg_parallel_layout_build(&s, &l));
+    const mg_group_list *g = &l.groups[MG_GROUP_DP];
+    mg_status st = mg_comm_group_create(w, "dp", g->n_groups, g->offsets, g->ranks, dp);
+    mg_parallel_layout_free(&l);
+    return st;
+}
+
+static int train_ranks(const mg_launch_info *li, mg_config *cfg) {
+    mg_comm_world *w = NULL;
+    mg_comm *dp = NULL;
+    mg_status st = mg_comm_world_init(li, MG_COMM_MPI, cfg->distributed_timeout_minutes * 60.0, &w);
+    if (st != MG_OK) return mg_cli_report(st); /* the world told the peers already */
+    st = make_dp_group(w, cfg, &dp);
+    if (st == MG_OK) st = mg_train_run(cfg, dp);
+    int rc = mg_cli_report(st);
+    if (st != MG_OK) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", mg_error_message());
+        mg_comm_world_fail(w, msg);
+    }
+    if (dp) mg_comm_group_free(dp);
+    mg_comm_world_finalize(w);
+    return rc;
 }
 
 int mg_cli_train(int argc, char **argv) {
@@ -24,18 +75,19 @@ int mg_cli_train(int argc, char **argv) {
         mg_flags_print_help(stdout);
         return 0;
     }
-    st = mg_config_validate(&cfg);
-    if (st != MG_OK) return mg_cli_report(st);
-    /* Every rank of a multi-rank launch reaches this line and exits with the same message, so
-     * nobody waits for a peer. Data parallelism (one replica per rank) lifts this. */
     mg_launch_info li;
     st = mg_launch_detect(&li);
-    if (st == MG_OK && li.world_size > 1)
-        st = MG_FAIL(MG_ERR_UNSUPPORTED,
-                     "%s started %d ranks, but `megatron train` runs on one rank in this build "
-                     "(data parallelism is not implemented yet); launch one process, or inspect "
-                     "the layout with `megatron plan --world-size %d`",
-                     li.launcher, li.world_size, li.world_size);
     if (st != MG_OK) return mg_cli_report(st);
-    return mg_cli_report(mg_train_run(&cfg));
+    mg_log_init(li.rank, li.world_size);
+    cfg.world_size = li.world_size;
+    st = mg_config_validate(&cfg);
+    if (st != MG_OK) return mg_cli_report(st);
+    if (li.world_size == 1) return mg_cli_report(mg_train_run(&cfg, NULL));
+    if (li.kind != MG_LAUNCH_MPI) /* every rank says so at once: nobody waits for a peer */
+        return mg_cli_report(MG_FAIL(
+            MG_ERR_UNSUPPORTED,
+            "%s started %d ranks, but data-parallel training runs on the cpu backend over MPI in "
+            "this build: start it with mpirun -np %d (or srun)",
+            li.launcher, li.world_size, li.world_size));
+    return train_ranks(&li, &cfg);
 }

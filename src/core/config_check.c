@@ -131,19 +131,29 @@ static mg_status check_data(const mg_config *c) {
     return MG_OK;
 }
 
+int mg_config_data_parallel_size(const mg_config *c) {
+    int64_t mp = (int64_t)c->tensor_model_parallel_size * c->pipeline_model_parallel_size *
+                 c->context_parallel_size;
+    /* sizes the layout checks refuse later (check_runtime) count as one rank */
+    if (c->world_size < 1 || mp < 1 || c->world_size % mp) return 1;
+    return (int)(c->world_size / mp);
+}
+
 static mg_status check_training(mg_config *c) {
     if (c->train_iters == -1)
         return USAGE("missing --train-iters N: the number of optimizer steps (--train-samples is "
                      "not supported yet)");
     MG_CHECK(positive("--train-iters", c->train_iters));
     MG_CHECK(positive("--micro-batch-size", c->micro_batch_size));
-    const int dp = 1; /* data-parallel size: one process */
+    const int dp = mg_config_data_parallel_size(c);
     if (c->global_batch_size == -1) c->global_batch_size = c->micro_batch_size * dp;
     MG_CHECK(positive("--global-batch-size", c->global_batch_size));
-    if (c->global_batch_size % (c->micro_batch_size * dp))
-        return USAGE("--global-batch-size %d is not divisible by --micro-batch-size %d × "
-                     "data-parallel size %d; make it a multiple of %d",
-                     c->global_batch_size, c->micro_batch_size, dp, c->micro_batch_size * dp);
+    /* Megatron's check and words (num_microbatches_calculator.py) */
+    if (c->global_batch_size % ((int64_t)c->micro_batch_size * dp))
+        return USAGE("global batch size (%d) is not divisible by micro batch size (%d) times data "
+                     "parallel size (%d); make --global-batch-size a multiple of %lld",
+                     c->global_batch_size, c->micro_batch_size, dp,
+                     (long long)c->micro_batch_size * dp);
     /* Megatron seeds numpy, which takes [0, 2^32). */
     if (c->seed < 0 || c->seed > UINT32_MAX)
         return USAGE("--seed must be in [0, 4294967295], got %" PRId64, c->seed);
@@ -216,6 +226,14 @@ static mg_status check_runtime(const mg_config *c) {
     } else if (strcmp(c->device, "cpu") && strcmp(c->device, "auto")) {
         return USAGE("--device expects auto, cpu or cuda, got '%s'", c->device);
     }
+    if (c->world_size < 1)
+        return MG_FAIL(MG_ERR_INTERNAL, "world size %d: the front end sets it from the launcher",
+                       c->world_size);
+    if (c->world_size > 1 && !strcmp(c->device, "cuda"))
+        return MG_FAIL(MG_ERR_UNSUPPORTED,
+                       "data parallelism over %d ranks trains on the cpu backend (MPI) in this "
+                       "build; NCCL training on GPUs is not wired yet: use --device cpu",
+                       c->world_size);
     MG_CHECK(absent_or_positive("--num-threads", c->num_threads));
     if (!(c->distributed_timeout_minutes > 0))
         return USAGE("--distributed-timeout-minutes must be positive, got %g",
@@ -244,19 +262,6 @@ static mg_status check_runtime(const mg_config *c) {
                        "rank); `megatron plan --world-size N %s %d` shows the layout",
                        layout[i].flag, layout[i].v, layout[i].flag, layout[i].v);
     }
-    /* The grad buffer flags likewise: `megatron plan` lays the buffer out; training keeps one
-     * replica. --ddp-bucket-size and the padding flag change nothing without these two. */
-    const struct {
-        const char *flag;
-        bool on;
-    } ddp[] = {{"--use-distributed-optimizer", c->use_distributed_optimizer},
-               {"--overlap-grad-reduce", c->overlap_grad_reduce}};
-    for (size_t i = 0; i < sizeof ddp / sizeof ddp[0]; i++)
-        if (ddp[i].on)
-            return MG_FAIL(MG_ERR_UNSUPPORTED,
-                           "%s is not supported yet by `megatron train` (one model replica per "
-                           "rank); `megatron plan --world-size N %s` shows the grad buffer",
-                           ddp[i].flag, ddp[i].flag);
     MG_CHECK(absent_or_positive("--ddp-bucket-size", c->ddp_bucket_size));
     return MG_OK;
 }

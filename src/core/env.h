@@ -5,11 +5,15 @@
  *   MG_CUDA_WORKSPACE_MB  CUDA backend: device scratch reserved at start-up, MiB (default 2048)
  *   MG_ATTENTION   CUDA backend: attention kernels, "cudnn" (cuDNN fused attention, deterministic
  *                  backward; the default when the build has cuDNN), "ours" or "cudnn-nondet"
- *   MG_CUBLASLT_TUNE  CUDA backend: 1 times cuBLASLt's candidates on each GEMM shape's first use
- * and keeps the fastest (results may then differ in the last bits between runs); 0 (default) takes
- * the heuristic's first, which repeats bitwise MG_FAULT_CHECKPOINT  tests only: "after-model" makes
- * a checkpoint save fail after writing the weights, to prove a failed save never replaces the
- * latest checkpoint Exports: mg_env_int, mg_env_str. Needs: nothing. */
+ *   MG_CUBLASLT_TUNE  CUDA backend: 1 times cuBLASLt's candidates on each GEMM shape's first
+ *                  use and keeps the fastest (results may then differ in the last bits between
+ *                  runs); 0 (default) takes the heuristic's first, which repeats bitwise
+ *   MG_FAULT_CHECKPOINT  tests only: "after-model" makes a checkpoint save fail after writing the
+ *                  weights, to prove a failed save never replaces the latest checkpoint
+ *   MG_FAULT_EXIT  tests only: "R:I" makes rank R of `megatron train` die (_exit(3), telling
+ *                  nobody) in iteration I between backward and the gradient reduction, to prove
+ *                  its peers stop with an error instead of waiting
+ * Exports: mg_env_int, mg_env_str. Needs: nothing. */
 #ifndef MG_ENV_H
 #define MG_ENV_H
 

@@ -24,8 +24,8 @@
  * unrounded product (in samples), so schedules must prefer the fraction when it is >= 0.
  *
  * Exports: mg_config_defaults, mg_flags_parse, mg_flags_seen, mg_flags_print_help,
- * mg_config_validate, mg_config_resolve_model, mg_config_padded_vocab, mg_config_to_json,
- * mg_config_from_json, mg_config_from_cjson.
+ * mg_config_validate, mg_config_resolve_model, mg_config_data_parallel_size,
+ * mg_config_padded_vocab, mg_config_to_json, mg_config_from_json, mg_config_from_cjson.
  * Needs: core/status, cJSON (JSON reading). */
 #ifndef MG_FLAGS_H
 #define MG_FLAGS_H
@@ -60,6 +60,10 @@ mg_status mg_config_validate(mg_config *c);
  * kv_channels, num_query_groups, max_position_embeddings), for tools that size a model without
  * training it (`megatron plan`). On error *c is untouched. */
 mg_status mg_config_resolve_model(mg_config *c);
+
+/* Megatron's data-parallel size: world_size / (TP x PP x CP), or 1 where those do not divide the
+ * world (validation then refuses the layout). */
+int mg_config_data_parallel_size(const mg_config *c);
 
 /* The vocabulary padded up to a multiple of make_vocab_size_divisible_by × TP size (1 here), as
  * Megatron's _vocab_size_with_padding. Needs a validated config. */

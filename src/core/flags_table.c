@@ -51,6 +51,7 @@ void mg_config_defaults(mg_config *c) {
     strcpy(c->device, "auto");      /* resolved by the trainer (train/trainer.c) */
     c->num_threads = -1;
     c->distributed_timeout_minutes = 10;
+    c->world_size = 1;
     c->tensor_model_parallel_size = 1;
     c->pipeline_model_parallel_size = 1;
     c->virtual_pipeline_model_parallel_size = -1;
@@ -181,7 +182,8 @@ const mg_flag_spec mg_flag_table[] = {
      .why = "(dropout is not implemented); use 0",
      .help = "only 0 (Megatron's default is 0.1: no dropout here)"},
     {"--use-distributed-optimizer", OPTIM, BOOL, FIELD(use_distributed_optimizer),
-     .help = "shard optimizer state over data-parallel ranks (`megatron plan` only, for now)"},
+     .help = "ZeRO-1: each data-parallel rank keeps the Adam state of its shard of every "
+             "gradient bucket (reduce-scatter, AdamW on the shard, all-gather)"},
     {"--accumulate-allreduce-grads-in-fp32", OPTIM, BOOL, IGNORED,
      .help = "gradients are always accumulated in fp32"},
 
@@ -311,14 +313,15 @@ const mg_flag_spec mg_flag_table[] = {
     {"--sequence-parallel", RUNTIME, BOOL, NOT_YET, .why = "(single process); drop it",
      .help = "sequence parallelism in tensor-parallel regions"},
     {"--overlap-grad-reduce", RUNTIME, BOOL, FIELD(overlap_grad_reduce),
-     .help = "overlap the gradient reduction with backward, bucket by bucket (`megatron plan` "
-             "only, for now)"},
+     .help = "reduce gradients bucket by bucket (--ddp-bucket-size); on the cpu backend the "
+             "buckets are reduced after backward, not overlapped"},
     {"--ddp-bucket-size", RUNTIME, INT64, FIELD(ddp_bucket_size), .def = "max(40M, 1M x DP)",
      .help = "elements per gradient bucket with --overlap-grad-reduce (ignored without it)"},
     {"--ddp-pad-buckets-for-high-nccl-busbw", RUNTIME, BOOL,
      FIELD(ddp_pad_buckets_for_high_nccl_busbw),
      .help = "pad distributed-optimizer buckets to a multiple of 2^16 elements as well"},
-    {"--overlap-param-gather", RUNTIME, BOOL, NOT_YET, .why = "(single process); drop it",
+    {"--overlap-param-gather", RUNTIME, BOOL, NOT_YET,
+     .why = "(the parameters are gathered after the optimizer step); drop it",
      .help = "overlap the parameter all-gather with forward"},
     {"--distributed-backend", RUNTIME, STRING, IGNORED, .arg = "NAME",
      .help = "communication is NCCL + MPI here"},

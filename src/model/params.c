@@ -48,6 +48,35 @@ void mg_params_layout(mg_param_table *t) {
     t->numel = (off + MG_PARAM_ALIGN - 1) / MG_PARAM_ALIGN * MG_PARAM_ALIGN;
 }
 
+static int by_offset(const void *a, const void *b) {
+    size_t x = **(const size_t *const *)a, y = **(const size_t *const *)b;
+    return (x > y) - (x < y);
+}
+
+mg_status mg_params_relayout(mg_param_table *t, const size_t *offset, size_t numel) {
+    if (t->n == 0) return MG_FAIL(MG_ERR_INTERNAL, "relayout of an empty parameter table");
+    /* sorted pointers into offset[]: neighbours in the new buffer must not overlap */
+    const size_t **order = malloc((size_t)t->n * sizeof *order);
+    if (!order) return MG_FAIL(MG_ERR_NOMEM, "cannot sort %d parameter offsets", t->n);
+    for (int i = 0; i < t->n; i++) order[i] = &offset[i];
+    qsort(order, (size_t)t->n, sizeof *order, by_offset);
+    mg_status st = MG_OK;
+    for (int k = 0; k < t->n && st == MG_OK; k++) {
+        int i = (int)(order[k] - offset);
+        size_t end = offset[i] + (size_t)t->p[i].numel;
+        size_t next = k + 1 < t->n ? *order[k + 1] : numel;
+        if (end > next)
+            st =
+                MG_FAIL(MG_ERR_INTERNAL, "relayout: %s at [%zu, %zu) %s", t->p[i].name, offset[i],
+                        end, k + 1 < t->n ? "overlaps the next parameter" : "ends past the buffer");
+    }
+    free(order);
+    if (st != MG_OK) return st;
+    for (int i = 0; i < t->n; i++) t->p[i].offset = offset[i];
+    t->numel = numel;
+    return MG_OK;
+}
+
 int mg_params_find(const mg_param_table *t, const char *name) {
     for (int i = 0; i < t->n; i++)
         if (strcmp(t->p[i].name, name) == 0) return i;

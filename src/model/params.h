@@ -18,17 +18,17 @@
 typedef enum { MG_INIT_NORMAL = 0, MG_INIT_ZEROS, MG_INIT_ONES } mg_init_kind;
 
 typedef struct {
-    char name[96];      /* Megatron-core name, e.g. decoder.layers.0.self_attention.linear_qkv.weight */
-    int ndim;           /* 1 or 2 */
-    int64_t shape[2];   /* (out, in) for linear weights, as torch.nn.Linear */
+    char name[96]; /* Megatron-core name, e.g. decoder.layers.0.self_attention.linear_qkv.weight */
+    int ndim;      /* 1 or 2 */
+    int64_t shape[2]; /* (out, in) for linear weights, as torch.nn.Linear */
     int64_t numel;
-    int tp_split_dim;   /* dimension split by tensor parallelism, -1 for replicated */
+    int tp_split_dim;    /* dimension split by tensor parallelism, -1 for replicated */
     int tp_split_chunks; /* stacked blocks split independently (2 for SwiGLU's [gate; up]) */
-    bool weight_decay;  /* false for biases and norm weights */
+    bool weight_decay;   /* false for biases and norm weights */
     mg_init_kind init;
     float init_std;
-    uint32_t id;        /* RNG stream: mg_param_id(name) */
-    size_t offset;      /* elements from the start of the parameter buffer */
+    uint32_t id;   /* RNG stream: mg_param_id(name) */
+    size_t offset; /* elements from the start of the parameter buffer */
 } mg_param_meta;
 
 typedef struct {
@@ -43,6 +43,10 @@ mg_status mg_params_add(mg_param_table *t, const char *name, int ndim, int64_t d
                         float std, int *index_out);
 /* Assigns offsets in registration order, each aligned to MG_PARAM_ALIGN elements. */
 void mg_params_layout(mg_param_table *t);
+/* Moves parameter i to offset[i] (elements) in a buffer of numel elements: another layout's, such
+ * as the data-parallel grad buffer's (parallel/grad_buffer.h). Fails with MG_ERR_INTERNAL, leaving
+ * the table as it was, when a parameter would leave the buffer or overlap another. */
+mg_status mg_params_relayout(mg_param_table *t, const size_t *offset, size_t numel);
 /* Index of the named parameter, or -1. */
 int mg_params_find(const mg_param_table *t, const char *name);
 /* Writes the initial values of every parameter into buf (fp32 host, t->numel elements). */

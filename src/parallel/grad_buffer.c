@@ -119,7 +119,8 @@ mg_status mg_grad_buffer_layout_build(const int64_t *numel, int n, const mg_grad
         /* Megatron splits the shared embedding off only with the distributed optimizer, whose
          * reduce-scatter must shard it identically on the first and last pipeline stages. */
         bool own_bucket = distopt && index == c->shared_embedding;
-        int64_t start = distopt ? pad_up(next, MG_GRAD_BUFFER_PARAM_ALIGN) : next;
+        int64_t start =
+            distopt || c->align_param_starts ? pad_up(next, MG_GRAD_BUFFER_PARAM_ALIGN) : next;
         if (own_bucket && w.rows > w.bucket_first) start = close_bucket(&w, start);
         end = start + numel[index];
         if (end > MAX_NUMEL) {

@@ -9,10 +9,11 @@
  * The rules (elements, not bytes):
  *   - parameters are laid out in REVERSE registration order (roughly the order backward
  *     produces their gradients), so buffer row r holds registration index n - 1 - r;
- *   - with the distributed optimizer each parameter starts on a multiple of 64
- *     (MG_GRAD_BUFFER_PARAM_ALIGN) and each bucket's end is padded to a multiple of
- *     lcm(D, 128), or lcm(D, 128, 65536) with --ddp-pad-buckets-for-high-nccl-busbw, so every
- *     bucket splits into D equal shards; without it there is no padding at all;
+ *   - with the distributed optimizer (or align_param_starts) each parameter starts on a multiple
+ *     of 64 (MG_GRAD_BUFFER_PARAM_ALIGN); with the distributed optimizer each bucket's end is
+ *     padded to a multiple of lcm(D, 128), or lcm(D, 128, 65536) with
+ *     --ddp-pad-buckets-for-high-nccl-busbw, so every bucket splits into D equal shards; without
+ *     it there is no padding at all;
  *   - a bucket closes after the parameter that brings it to at least bucket_size elements
  *     (counted from the bucket's start, alignment gaps included). bucket_size is Megatron's
  *     None (one bucket) without --overlap-grad-reduce, on pipeline ranks > 0 and for model chunks
@@ -75,6 +76,10 @@ typedef struct {
     bool pad_for_high_nccl_busbw;   /* --ddp-pad-buckets-for-high-nccl-busbw */
     bool disable_bucketing;         /* pipeline rank > 0 or a model chunk after the first */
     int shared_embedding;           /* registration index of the shared embedding; -1: none */
+    /* Not Megatron's: start every parameter on a multiple of MG_GRAD_BUFFER_PARAM_ALIGN also
+     * without the distributed optimizer. The trainer's buffers use it so parameters keep 16-byte
+     * aligned starts for vector loads on every layout; `megatron plan` shows Megatron's rule. */
+    bool align_param_starts;
 } mg_grad_buffer_config;
 
 typedef struct {

@@ -4,8 +4,10 @@
 #include "core/file.h"
 #include "core/flags.h"
 #include "model/hf_names.h"
+#include "train/checkpoint_optim.h"
 
 #include <cjson/cJSON.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -39,35 +41,8 @@ static mg_status write_text_atomic(const char *path, const char *text) {
     return mg_file_write_atomic(path, parts, sizes, 1);
 }
 
-static mg_status write_optimizer(const char *path, const mg_gpt *g, const mg_checkpoint_tensors *t) {
-    int n = g->params.n;
-    mg_st_tensor *ts = calloc((size_t)(2 * n), sizeof *ts);
-    char *names = calloc((size_t)(2 * n), 128);
-    if (!ts || !names) {
-        free(ts), free(names);
-        return MG_FAIL(MG_ERR_NOMEM, "cannot allocate the optimizer checkpoint table");
-    }
-    for (int i = 0; i < n; i++) {
-        const mg_param_meta *p = &g->params.p[i];
-        for (int k = 0; k < 2; k++) {
-            mg_st_tensor *x = &ts[2 * i + k];
-            char *nm = names + (size_t)(2 * i + k) * 128;
-            snprintf(nm, 128, "%s.%s", k ? "exp_avg_sq" : "exp_avg", p->name);
-            x->name = nm;
-            x->dtype = MG_F32;
-            x->ndim = p->ndim;
-            x->shape[0] = p->shape[0];
-            x->shape[1] = p->shape[1];
-            x->data = (k ? t->exp_avg_sq : t->exp_avg) + p->offset;
-        }
-    }
-    mg_status st = mg_safetensors_write(path, ts, 2 * n, NULL);
-    free(ts);
-    free(names);
-    return st;
-}
-
-static mg_status write_state(const char *path, const mg_train_state *s, const mg_config *cfg) {
+static mg_status write_state(const char *path, const mg_train_state *s, const mg_config *cfg,
+                             int n_shards) {
     char *config_json = NULL;
     MG_CHECK(mg_config_to_json(cfg, &config_json));
     size_t cap = strlen(config_json) + 1024;
@@ -80,11 +55,11 @@ static mg_status write_state(const char *path, const mg_train_state *s, const mg
              "{\n  \"format\": \"megatron.c checkpoint\", \"version\": 1,\n"
              "  \"iteration\": %" PRId64 ",\n  \"consumed_train_samples\": %" PRId64 ",\n"
              "  \"consumed_valid_samples\": %" PRId64 ",\n  \"lr_num_steps\": %" PRId64 ",\n"
-             "  \"optimizer_step\": %" PRId64 ",\n"
+             "  \"optimizer_step\": %" PRId64 ",\n  \"optimizer_shards\": %d,\n"
              "  \"rng\": {\"generator\": \"philox4x32-10\", \"seed\": %" PRId64 "},\n"
              "  \"config\": %s\n}\n",
              s->iteration, s->consumed_train_samples, s->consumed_valid_samples, s->lr_num_steps,
-             s->optimizer_step, cfg->seed, config_json);
+             s->optimizer_step, n_shards, cfg->seed, config_json);
     free(config_json);
     mg_status st = write_text_atomic(path, text);
     free(text);
@@ -95,52 +70,70 @@ static void iter_dir(char *out, size_t cap, const char *dir, int64_t it) {
     snprintf(out, cap, "%s/iter_%07" PRId64, dir, it);
 }
 
-/* Best-effort removal of a checkpoint directory's known files and the directory itself. */
+/* Best-effort removal of a checkpoint directory (ours: iter_N, iter_N.tmp-PID, iter_N.old-PID)
+ * with the files in it. */
 static void remove_ckpt_dir(const char *path) {
-    static const char *files[] = {"model.safetensors", "optimizer.safetensors", "state.json"};
-    char f[2200];
-    for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
-        snprintf(f, sizeof f, "%s/%s", path, files[i]);
-        unlink(f);
+    DIR *d = opendir(path);
+    if (d) {
+        struct dirent *e;
+        char f[2400];
+        while ((e = readdir(d)) != NULL) {
+            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+            snprintf(f, sizeof f, "%s/%s", path, e->d_name);
+            unlink(f);
+        }
+        closedir(d);
     }
     rmdir(path);
 }
 
-mg_status mg_checkpoint_save(const char *dir, const mg_train_state *s, const mg_config *cfg,
-                             const mg_gpt *g, const mg_checkpoint_tensors *t) {
-    char final[2048], tmp[2100], path[2200], old[2100];
-    MG_CHECK(make_dir(dir));
-    iter_dir(final, sizeof final, dir, s->iteration);
-    snprintf(tmp, sizeof tmp, "%s.tmp-%d", final, (int)getpid());
-    remove_ckpt_dir(tmp);
-    MG_CHECK(make_dir(tmp));
-
+/* This rank's files of the checkpoint, into tmp: rank 0 the weights, the whole optimizer file
+ * (unsharded) and the state; every rank its optimizer shard. */
+static mg_status write_parts(const char *tmp, int rank, const mg_train_state *s,
+                             const mg_config *cfg, const mg_gpt *g,
+                             const mg_checkpoint_tensors *t) {
+    char path[2200], file[64];
+    mg_status st = MG_OK;
     mg_hf_export_set set;
-    MG_CHECK(mg_hf_export(g, t->params, &set));
-    char meta[128];
-    snprintf(meta, sizeof meta, "{\"format\": \"pt\", \"iteration\": \"%" PRId64 "\"}", s->iteration);
-    snprintf(path, sizeof path, "%s/model.safetensors", tmp);
-    mg_status st = mg_safetensors_write(path, set.tensors, set.n, meta);
-    mg_hf_export_free(&set);
+    if (rank == 0 && (st = mg_hf_export(g, t->params, &set)) == MG_OK) {
+        char meta[128];
+        snprintf(meta, sizeof meta, "{\"format\": \"pt\", \"iteration\": \"%" PRId64 "\"}",
+                 s->iteration);
+        snprintf(path, sizeof path, "%s/model.safetensors", tmp);
+        st = mg_safetensors_write(path, set.tensors, set.n, meta);
+        mg_hf_export_free(&set);
+    }
     /* fault injection for the crash-safety test: fail as a full disk would, mid-checkpoint */
     if (st == MG_OK && strcmp(mg_env_str("MG_FAULT_CHECKPOINT", ""), "after-model") == 0)
-        st = MG_FAIL(MG_ERR_IO, "cannot write %s/optimizer.safetensors: injected fault "
-                                "(MG_FAULT_CHECKPOINT=after-model)", tmp);
-    if (st == MG_OK) {
-        snprintf(path, sizeof path, "%s/optimizer.safetensors", tmp);
-        st = write_optimizer(path, g, t);
+        st = MG_FAIL(MG_ERR_IO,
+                     "cannot write the optimizer state in %s: injected fault "
+                     "(MG_FAULT_CHECKPOINT=after-model)",
+                     tmp);
+    if (st == MG_OK && (rank == 0 || t->n_shards > 0)) {
+        mg_checkpoint_optim_name(file, sizeof file, rank, t->n_shards);
+        snprintf(path, sizeof path, "%s/%s", tmp, file);
+        st = mg_checkpoint_optim_write(path, g, t, rank);
     }
-    if (st == MG_OK) {
+    if (st == MG_OK && rank == 0) {
         snprintf(path, sizeof path, "%s/state.json", tmp);
-        st = write_state(path, s, cfg);
+        st = write_state(path, s, cfg, t->n_shards);
     }
     if (st == MG_OK) st = fsync_path(tmp);
-    if (st != MG_OK) {
-        remove_ckpt_dir(tmp);
-        mg_error_frame(__func__, __FILE__, __LINE__, "writing the checkpoint");
-        return st;
-    }
-    /* an older checkpoint of the same iteration is replaced only once the new one is complete */
+    return st;
+}
+
+/* Every member learns whether all wrote their part (MPI: host memory). */
+static mg_status agree(mg_comm *dp, mg_status mine, bool *all_ok) {
+    int32_t bad = mine != MG_OK;
+    if (dp) MG_CHECK(mg_comm_all_reduce(dp, &bad, &bad, 1, MG_I32, MG_REDUCE_MAX, NULL));
+    *all_ok = !bad;
+    return MG_OK;
+}
+
+/* Rank 0: iter_N.tmp becomes iter_N (an older one of the same iteration is replaced only now),
+ * then the tracker names it. */
+static mg_status commit(const char *dir, const char *tmp, const char *final, int64_t it) {
+    char old[2100], path[2200];
     snprintf(old, sizeof old, "%s.old-%d", final, (int)getpid());
     bool had_old = rename(final, old) == 0;
     if (rename(tmp, final) != 0) {
@@ -152,10 +145,43 @@ mg_status mg_checkpoint_save(const char *dir, const mg_train_state *s, const mg_
     if (had_old) remove_ckpt_dir(old);
     MG_CHECK(fsync_path(dir));
     char text[32];
-    snprintf(text, sizeof text, "%" PRId64 "\n", s->iteration);
+    snprintf(text, sizeof text, "%" PRId64 "\n", it);
     snprintf(path, sizeof path, "%s/%s", dir, TRACKER);
-    MG_CHECK(write_text_atomic(path, text));
-    return MG_OK;
+    return write_text_atomic(path, text);
+}
+
+mg_status mg_checkpoint_save(const char *dir, const mg_train_state *s, const mg_config *cfg,
+                             const mg_gpt *g, const mg_checkpoint_tensors *t, mg_comm *dp) {
+    const int rank = dp ? mg_comm_rank(dp) : 0;
+    char final[2048], tmp[2100];
+    iter_dir(final, sizeof final, dir, s->iteration);
+    /* rank 0 makes the temporary directory; its PID names it for everyone */
+    int64_t id = getpid();
+    if (rank == 0) {
+        MG_CHECK(make_dir(dir));
+        snprintf(tmp, sizeof tmp, "%s.tmp-%" PRId64, final, id);
+        remove_ckpt_dir(tmp);
+        MG_CHECK(make_dir(tmp));
+    }
+    if (dp) MG_CHECK(mg_comm_broadcast(dp, &id, 1, MG_I64, 0, NULL));
+    snprintf(tmp, sizeof tmp, "%s.tmp-%" PRId64, final, id);
+    mg_status st = write_parts(tmp, rank, s, cfg, g, t);
+    bool all_ok;
+    MG_CHECK(agree(dp, st, &all_ok)); /* keeps this rank's error message when it succeeds */
+    if (!all_ok) {
+        if (rank == 0) remove_ckpt_dir(tmp);
+        if (st == MG_OK)
+            return MG_FAIL(MG_ERR_IO,
+                           "checkpoint %s not saved: another data-parallel rank could "
+                           "not write its part (its own error says why)",
+                           final);
+        mg_error_frame(__func__, __FILE__, __LINE__, "writing the checkpoint");
+        return st;
+    }
+    if (rank == 0) st = commit(dir, tmp, final, s->iteration);
+    /* nobody returns before rank 0 has committed (or failed, which its peers then hear) */
+    if (dp && st == MG_OK) st = mg_comm_barrier(dp, NULL);
+    return st;
 }
 
 mg_status mg_checkpoint_latest(const char *dir, int64_t *iteration) {
@@ -195,8 +221,9 @@ static mg_status json_i64(const cJSON *root, const char *key, const char *path, 
 static mg_status check_same_model(const mg_config *saved, const mg_config *now, const char *path) {
 #define SAME(field, flag)                                                                          \
     if (saved->field != now->field)                                                                \
-        return MG_FAIL(MG_ERR_USAGE, "%s was saved with " flag " %lld but this run has %lld; "     \
-                                     "use the checkpoint's value",                                 \
+        return MG_FAIL(MG_ERR_USAGE,                                                               \
+                       "%s was saved with " flag " %lld but this run has %lld; "                   \
+                       "use the checkpoint's value",                                               \
                        path, (long long)saved->field, (long long)now->field);
     SAME(num_layers, "--num-layers")
     SAME(hidden_size, "--hidden-size")
@@ -231,41 +258,31 @@ static mg_status saved_config(const cJSON *root, const char *path, mg_config *sa
     return mg_config_from_cjson(saved, c);
 }
 
-static mg_status load_state(const char *path, mg_train_state *s, const mg_config *cfg) {
+static mg_status load_state(const char *path, mg_train_state *s, const mg_config *cfg,
+                            int *n_shards) {
     cJSON *root = NULL;
     MG_CHECK(parse_state(path, &root));
     mg_status st = json_i64(root, "iteration", path, &s->iteration);
-    if (st == MG_OK) st = json_i64(root, "consumed_train_samples", path, &s->consumed_train_samples);
-    if (st == MG_OK) st = json_i64(root, "consumed_valid_samples", path, &s->consumed_valid_samples);
+    if (st == MG_OK)
+        st = json_i64(root, "consumed_train_samples", path, &s->consumed_train_samples);
+    if (st == MG_OK)
+        st = json_i64(root, "consumed_valid_samples", path, &s->consumed_valid_samples);
     if (st == MG_OK) st = json_i64(root, "lr_num_steps", path, &s->lr_num_steps);
     if (st == MG_OK) st = json_i64(root, "optimizer_step", path, &s->optimizer_step);
+    /* absent before the distributed optimizer: one whole file */
+    int64_t shards = 0;
+    if (st == MG_OK && cJSON_GetObjectItemCaseSensitive(root, "optimizer_shards"))
+        st = json_i64(root, "optimizer_shards", path, &shards);
+    if (st == MG_OK && (shards < 0 || shards > 1 << 20))
+        st = MG_FAIL(MG_ERR_FORMAT, "%s: optimizer_shards %" PRId64 " is out of range", path,
+                     shards);
+    *n_shards = (int)shards;
     if (st == MG_OK) {
         mg_config saved;
         st = saved_config(root, path, &saved);
         if (st == MG_OK) st = check_same_model(&saved, cfg, path);
     }
     cJSON_Delete(root);
-    return st;
-}
-
-static mg_status load_optimizer(const char *path, const mg_gpt *g, mg_checkpoint_tensors *t) {
-    mg_safetensors sf;
-    MG_CHECK(mg_safetensors_open(&sf, path));
-    mg_status st = MG_OK;
-    for (int i = 0; i < g->params.n && st == MG_OK; i++) {
-        const mg_param_meta *p = &g->params.p[i];
-        for (int k = 0; k < 2 && st == MG_OK; k++) {
-            char name[160];
-            snprintf(name, sizeof name, "%s.%s", k ? "exp_avg_sq" : "exp_avg", p->name);
-            const mg_st_entry *e = mg_safetensors_find(&sf, name);
-            if (!e) st = MG_FAIL(MG_ERR_FORMAT, "%s: tensor '%s' is missing", path, name);
-            else if (e->dtype != MG_F32 || e->nbytes != (size_t)p->numel * sizeof(float))
-                st = MG_FAIL(MG_ERR_FORMAT, "%s: tensor '%s' has the wrong dtype or size", path,
-                             name);
-            else memcpy((k ? t->exp_avg_sq : t->exp_avg) + p->offset, e->data, e->nbytes);
-        }
-    }
-    mg_safetensors_close(&sf);
     return st;
 }
 
@@ -294,12 +311,11 @@ mg_status mg_checkpoint_load(const char *dir, int64_t it, mg_train_state *s, con
     char base[2048], path[2200];
     iter_dir(base, sizeof base, dir, it);
     snprintf(path, sizeof path, "%s/state.json", base);
-    MG_CHECK(load_state(path, s, cfg));
+    int n_shards = 0;
+    MG_CHECK(load_state(path, s, cfg, &n_shards));
     if (s->iteration != it)
         return MG_FAIL(MG_ERR_FORMAT, "%s: iteration %" PRId64 " does not match the directory name",
                        path, s->iteration);
     MG_CHECK(mg_checkpoint_load_weights(dir, it, g, t->params));
-    snprintf(path, sizeof path, "%s/optimizer.safetensors", base);
-    MG_CHECK(load_optimizer(path, g, t));
-    return MG_OK;
+    return mg_checkpoint_optim_load(base, n_shards, g, t);
 }

@@ -2,15 +2,32 @@
  *   DIR/latest_checkpointed_iteration.txt        the iteration of the newest complete checkpoint
  *   DIR/iter_0000005/model.safetensors           weights, Hugging Face names (model/hf_names.h)
  *   DIR/iter_0000005/optimizer.safetensors       Adam moments: exp_avg.<name>, exp_avg_sq.<name>
+ *   DIR/iter_0000005/optimizer-00001-of-00004.safetensors   ... or, with the distributed
+ *                                                optimizer, one file per data-parallel rank
+ *                                                holding that rank's shard (below)
  *   DIR/iter_0000005/state.json                  iteration, consumed samples, scheduler and
- *                                                optimizer step counts, RNG, the full config
- * Nothing is lost on a crash: a checkpoint is written into iter_N.tmp-PID, flushed, renamed to
- * iter_N, and only then is the tracker file replaced (also through a temporary and a rename).
- * Exports: mg_train_state, mg_checkpoint_*. Needs: model, core/safetensors, core/flags. */
+ *                                                optimizer step counts, RNG, the number of
+ *                                                optimizer shard files (0: one whole file),
+ *                                                the full config
+ * A shard file holds, for every parameter that meets the rank's shard, the 1-D run of elements
+ * [a, b) of its flattened moments as exp_avg.<name> and exp_avg_sq.<name> (the whole tensor, in
+ * its shape, where the shard covers it), and "<name>": "a:b" in the file's __metadata__. Loading
+ * takes whatever pieces the files hold, so a checkpoint loads on any data-parallel size, with or
+ * without the distributed optimizer.
+ *
+ * Nothing is lost on a crash: a checkpoint is written into iter_N.tmp-PID (rank 0's PID), flushed,
+ * renamed to iter_N, and only then is the tracker file replaced (also through a temporary and a
+ * rename). Over a data-parallel group rank 0 writes the weights, the state and the whole
+ * optimizer file; every rank writes its own shard file; all agree that every part was written
+ * before rank 0 renames, and nobody returns before the checkpoint is complete.
+ * Exports: mg_train_state, mg_checkpoint_tensors, mg_checkpoint_*.
+ * Needs: model, train/optimizer (pieces), comm, core/safetensors, core/flags. */
 #ifndef MG_TRAIN_CHECKPOINT_H
 #define MG_TRAIN_CHECKPOINT_H
 
+#include "comm/comm.h"
 #include "model/gpt.h"
+#include "train/optimizer.h"
 
 typedef struct {
     int64_t iteration;
@@ -20,16 +37,27 @@ typedef struct {
     int64_t optimizer_step; /* Adam's step count */
 } mg_train_state;
 
-/* Host fp32 copies, each (g->params.numel) in the parameter buffer's layout. */
+/* Host fp32 copies: the weights (g->params.numel, the parameter buffer's layout) and the Adam
+ * moments of this rank's pieces (train/optimizer.h: param range [a, b) of parameter `index` at
+ * `local` in exp_avg and exp_avg_sq). Unsharded, the pieces are every parameter whole. */
 typedef struct {
-    float *params, *exp_avg, *exp_avg_sq;
+    float *params;                /* (g->params.numel) */
+    float *exp_avg, *exp_avg_sq;  /* local coordinates */
+    const mg_optim_piece *pieces; /* (n_pieces) */
+    int n_pieces;
+    int n_shards; /* optimizer shard files (the data-parallel size); 0: one file */
 } mg_checkpoint_tensors;
 
+/* Saves iteration s->iteration. dp: the data-parallel group whose members all call this with
+ * their own tensors (rank r writes shard r + 1 of t->n_shards), or NULL for one rank. Without
+ * shards every member holds the same state and rank 0 alone writes it. */
 mg_status mg_checkpoint_save(const char *dir, const mg_train_state *s, const mg_config *cfg,
-                             const mg_gpt *g, const mg_checkpoint_tensors *t);
+                             const mg_gpt *g, const mg_checkpoint_tensors *t, mg_comm *dp);
 /* *iteration = the tracker's iteration, or -1 when DIR holds no checkpoint yet. */
 mg_status mg_checkpoint_latest(const char *dir, int64_t *iteration);
-/* Loads iteration `it`; fails when the checkpoint's model shape differs from cfg's. */
+/* Loads iteration `it`: the weights whole, the moments of t's pieces (from the whole file or
+ * from every shard file, whatever data-parallel size wrote them). Fails when the checkpoint's
+ * model shape differs from cfg's, or its files do not cover a piece. */
 mg_status mg_checkpoint_load(const char *dir, int64_t it, mg_train_state *s, const mg_config *cfg,
                              const mg_gpt *g, mg_checkpoint_tensors *t);
 

@@ -1,34 +1,80 @@
-/* AdamW over the model's parameters with Megatron's semantics: global-norm gradient clipping
- * (the norm over every gradient), decoupled weight decay only on parameters whose metadata says
- * so (not on biases and norm weights), bias correction by the step count. The clip coefficient
- * stays in backend memory, so no host read is needed to apply it.
- * Exports: mg_optimizer, mg_optimizer_*. Needs: model/params, backend, core/arena. */
+/* AdamW over this rank's part of the parameters with Megatron's semantics: global-norm gradient
+ * clipping (the norm over every gradient), decoupled weight decay only on parameters whose
+ * metadata says so (not on biases and norm weights), bias correction by the step count. The clip
+ * coefficient stays in backend memory, so no host read is needed to apply it.
+ *
+ * What this rank updates (its "shards", one per bucket of the grad buffer layout): with the
+ * distributed optimizer (ZeRO-1) dp rank r's shard of every bucket (mg_grad_buffer_shard_range),
+ * otherwise every bucket whole. The optimizer state — Adam moments, and the fp32 master weights
+ * where the parameters are not fp32 (the trainer's a_master arena, o->numel elements) — holds
+ * only those elements, shard after shard in bucket order ("local" coordinates); the parameter and
+ * gradient buffers are full-size ("world" coordinates: the layout's offsets). Without the
+ * distributed optimizer local == world.
+ *
+ * The gradient norm: the sum of squares over this rank's shards, summed over `norm_group` (the
+ * data-parallel group with the distributed optimizer over D > 1 ranks; NULL: the shards are
+ * everything, or every rank holds the same reduced gradients), then the square root.
+ * Exports: mg_optim_piece, mg_optim_span, mg_optim_shard, mg_optimizer, mg_optimizer_*.
+ * Needs: model/params, parallel/grad_buffer, comm, backend, core/arena. */
 #ifndef MG_TRAIN_OPTIMIZER_H
 #define MG_TRAIN_OPTIMIZER_H
 
 #include "backend/backend.h"
+#include "comm/comm.h"
 #include "core/arena.h"
 #include "model/params.h"
+#include "parallel/grad_buffer.h"
+
+/* The elements [param_start, param_end) of parameter `index` that this rank updates, at `world`
+ * in the buffers and `local` in the optimizer state (Megatron's "param" and "gbuf_local" ranges,
+ * seed 002). Checkpoints save and load the state by these. */
+typedef struct {
+    int index;
+    int64_t param_start, param_end;
+    size_t world, local;
+} mg_optim_piece;
+
+/* A run of neighbouring pieces of one shard with the same weight decay, updated by one call. The
+ * gaps between them (alignment and bucket padding) are zero in every buffer and stay zero. */
+typedef struct {
+    size_t world, local, n;
+    bool weight_decay;
+} mg_optim_span;
+
+typedef struct {
+    size_t world, local, n; /* a shard: world range [world, world + n), local start */
+} mg_optim_shard;
 
 typedef struct {
     double beta1, beta2, eps, weight_decay, clip_grad;
-    int64_t step;     /* completed optimizer steps (Adam's t after the last update) */
+    int64_t step; /* completed optimizer steps (Adam's t after the last update) */
+    size_t numel; /* local elements: moments and masters */
+    bool sharded; /* the distributed optimizer over more than one rank */
+    int n_shards, n_spans, n_pieces;
+    mg_optim_shard *shards; /* (n_shards) bucket order */
+    mg_optim_span *spans;   /* (n_spans) */
+    mg_optim_piece *pieces; /* (n_pieces) buffer order */
+    mg_comm *norm_group;    /* see above; not owned */
     size_t off_m, off_v, off_scalars;
-    float *m, *v;     /* (numel) fp32 moments, same layout as the parameter buffer */
-    float *scalars;   /* backend fp32 [sumsq, norm, coef] */
-    size_t numel;
+    float *m, *v;   /* (numel) fp32 moments, local coordinates */
+    float *scalars; /* backend fp32 [sumsq, norm, coef] */
 } mg_optimizer;
 
-void mg_optimizer_init(mg_optimizer *o, const mg_config *c, size_t numel);
+/* The shards, pieces and spans of dp rank `dp_rank` for the parameters `t`, laid out by `l`
+ * (t's offsets must be l's). norm_group: see above (may be NULL). */
+mg_status mg_optimizer_init(mg_optimizer *o, const mg_config *c, const mg_param_table *t,
+                            const mg_grad_buffer_layout *l, int dp_rank, mg_comm *norm_group);
+void mg_optimizer_free(mg_optimizer *o);
 /* Reserves the moments and scalars in the optimizer arena. */
 mg_status mg_optimizer_plan(mg_optimizer *o, mg_arena *arena);
 void mg_optimizer_bind(mg_optimizer *o, mg_arena *arena);
-/* Computes the global gradient norm (into scalars[1], backend memory) and clips + updates every
- * parameter with learning rate lr. `params` compute dtype, `grads` fp32, both (numel). `master`
- * (numel) fp32 holds the master weights when the compute dtype is not fp32 (CUDA: bf16 params
+/* Computes the global gradient norm (into scalars[1], backend memory) and clips + updates this
+ * rank's elements with learning rate lr. `params` (world numel) compute dtype, `grads` (world
+ * numel) fp32, of which only this rank's shards are read. `master` (o->numel) fp32 holds the
+ * master weights of the local elements when the compute dtype is not fp32 (CUDA: bf16 params
  * receive the updated masters rounded); NULL when the parameters are themselves fp32 (CPU).
  * Nothing is read back to the host. */
-mg_status mg_optimizer_step(mg_optimizer *o, mg_backend *be, const mg_param_table *t, void *params,
-                            float *master, const float *grads, double lr);
+mg_status mg_optimizer_step(mg_optimizer *o, mg_backend *be, void *params, float *master,
+                            const float *grads, double lr);
 
 #endif

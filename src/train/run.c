@@ -55,17 +55,31 @@ static void print_banner(const mg_trainer *t) {
         mg_log_info("> megatron.c: training on the %s backend, GPU %d (%s compute, fp32 master "
                     "weights, gradients and optimizer state)",
                     t->be->name, t->gpu, mg_dtype_name(t->be->compute_dtype));
-    mg_log_info(" > number of parameters on (tensor, pipeline) model parallel rank (0, 0): %" PRId64,
-                mg_model_config_num_params(m));
+    mg_log_info(
+        " > number of parameters on (tensor, pipeline) model parallel rank (0, 0): %" PRId64,
+        mg_model_config_num_params(m));
     mg_log_info("> model: %d layers, hidden %d, ffn %d, heads %d (query groups %d, head dim %d), "
                 "seq %d, padded vocab %d, %s, %s, %s",
                 m->L, m->H, m->F, m->nq, m->ng, m->hd, m->S, m->V,
-                m->norm == MG_NORM_RMSNORM ? "RMSNorm" : "LayerNorm",
-                m->swiglu ? "SwiGLU" : "GELU",
-                m->pos == MG_POS_ROPE ? "RoPE" : m->pos == MG_POS_LEARNED ? "learned positions"
-                                                                          : "no positions");
-    mg_log_info("> batch: micro %d, global %d (%d microbatches), %" PRId64 " iterations",
+                m->norm == MG_NORM_RMSNORM ? "RMSNorm" : "LayerNorm", m->swiglu ? "SwiGLU" : "GELU",
+                m->pos == MG_POS_ROPE      ? "RoPE"
+                : m->pos == MG_POS_LEARNED ? "learned positions"
+                                           : "no positions");
+    mg_log_info("> batch: micro %d, global %d (%d microbatches per rank), %" PRId64 " iterations",
                 c->micro_batch_size, c->global_batch_size, t->num_microbatches, c->train_iters);
+    const mg_grad_buffer_layout *l = &t->gbuf;
+    const char *reduce = t->dp_size == 1 ? ""
+                         : t->opt.sharded
+                             ? "; per bucket a reduce-scatter of the gradients and an all-gather "
+                               "of the parameters"
+                             : "; per bucket an all-reduce of the gradients";
+    mg_log_info("> data-parallel size %d%s: gradient buffer of %" PRId64 " elements (%" PRId64
+                " used) in %d bucket%s%s%s",
+                t->dp_size, c->use_distributed_optimizer ? ", distributed optimizer" : "", l->numel,
+                l->numel_unpadded, l->n_buckets, l->n_buckets == 1 ? "" : "s", reduce,
+                c->overlap_grad_reduce && t->dp_size > 1
+                    ? " after backward (--overlap-grad-reduce does not overlap on the cpu backend)"
+                    : "");
     if (t->be->device == MG_DEVICE_CPU && (mg_flags_seen("--bf16") || mg_flags_seen("--fp16")))
         mg_log_info("> note: the CPU backend trains in fp32; --bf16/--fp16 apply to GPU backends");
     if (t->be->device != MG_DEVICE_CPU && mg_flags_seen("--fp16"))
@@ -112,7 +126,7 @@ static mg_status train_loop(mg_trainer *t) {
                 .train_iters = c->train_iters,
                 .consumed_samples = t->state.consumed_train_samples,
                 .elapsed_ms_per_iter = sec * 1e3,
-                .tflops_per_gpu = flops / sec / 1e12,
+                .tflops_per_gpu = flops / sec / 1e12 / t->dp_size, /* every rank is a GPU */
                 .tokens_per_s = (double)c->global_batch_size * c->seq_length / sec,
                 .lr = mg_lr_schedule_lr(&t->lr), /* Megatron logs the lr after the step */
                 .global_batch_size = c->global_batch_size,
@@ -162,10 +176,10 @@ static mg_status train_loop(mg_trainer *t) {
     return MG_OK;
 }
 
-mg_status mg_train_run(const mg_config *cfg) {
+mg_status mg_train_run(const mg_config *cfg, mg_comm *dp) {
     mg_trainer *t = calloc(1, sizeof *t);
     if (!t) return MG_FAIL(MG_ERR_NOMEM, "out of memory");
-    mg_status st = mg_trainer_init(t, cfg);
+    mg_status st = mg_trainer_init_dp(t, cfg, dp);
     if (st == MG_OK) {
         print_banner(t);
         bool resumed = t->state.iteration > 0;
@@ -175,7 +189,8 @@ mg_status mg_train_run(const mg_config *cfg) {
     if (st == MG_OK) {
         if (t->state.iteration >= cfg->train_iters)
             mg_log_info("> checkpoint is at iteration %" PRId64 " >= --train-iters %" PRId64
-                        "; nothing to train", t->state.iteration, cfg->train_iters);
+                        "; nothing to train",
+                        t->state.iteration, cfg->train_iters);
         st = train_loop(t);
     }
     mg_trainer_free(t);

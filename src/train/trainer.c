@@ -1,15 +1,18 @@
 #include "train/trainer.h"
 
 #include "comm/comm.h"
+#include "core/env.h"
 #include "core/flags.h"
 #include "core/log.h"
 #include "data/tokenizer_gpt2.h"
+#include "parallel/ddp.h"
 
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* ---- set-up ---- */
 
@@ -32,7 +35,13 @@ static mg_status create_backend(mg_trainer *t) {
     t->gpu = -1;
 #ifdef MG_HAVE_CUDA
     const bool want_cuda = !strcmp(c->device, "cuda"), is_auto = !strcmp(c->device, "auto");
-    if (want_cuda || is_auto) {
+    if (want_cuda && t->dp) /* mg_config_validate refuses it for a multi-rank launch */
+        return MG_FAIL(MG_ERR_UNSUPPORTED, "data parallelism trains on the cpu backend (MPI) in "
+                                           "this build; use --device cpu");
+    if (is_auto && t->dp) {
+        mg_log_info("> --device auto: data parallelism trains on the cpu backend (MPI) in this "
+                    "build");
+    } else if (want_cuda || is_auto) {
         mg_launch_info li;
         MG_CHECK(mg_launch_detect(&li));
         mg_status st = mg_backend_cuda_create(&t->be, li.local_rank);
@@ -70,10 +79,13 @@ static mg_status plan_memory(mg_trainer *t) {
     mg_arena_init(&t->a_acts, "activations");
     mg_arena_init(&t->a_work, "workspace");
     mg_arena_init(&t->a_io, "batch");
+    /* the distributed optimizer's gradient norm sums the shards over the group */
+    mg_comm *norm_group = c->use_distributed_optimizer && t->dp_size > 1 ? t->dp : NULL;
+    MG_CHECK(mg_optimizer_init(&t->opt, c, &g->params, &t->gbuf, t->dp_rank, norm_group));
     MG_CHECK(mg_arena_reserve(&t->a_params, numel * esz, 0, &t->off_params));
-    if (masters) MG_CHECK(mg_arena_reserve(&t->a_master, numel * sizeof(float), 0, &t->off_master));
+    if (masters)
+        MG_CHECK(mg_arena_reserve(&t->a_master, t->opt.numel * sizeof(float), 0, &t->off_master));
     MG_CHECK(mg_arena_reserve(&t->a_grads, numel * sizeof(float), 0, &t->off_grads));
-    mg_optimizer_init(&t->opt, c, numel);
     MG_CHECK(mg_optimizer_plan(&t->opt, &t->a_optim));
     MG_CHECK(mg_gpt_plan(g, be, c->micro_batch_size, &t->a_acts, &t->a_work));
     MG_CHECK(mg_arena_reserve(&t->a_io, N * sizeof(int32_t), 0, &t->off_tokens));
@@ -100,6 +112,12 @@ static mg_status plan_memory(mg_trainer *t) {
                 t->a_params.size / MiB, masters ? t->a_master.size / MiB : 0.0,
                 t->a_grads.size / MiB, t->a_optim.size / MiB, t->a_acts.size / MiB,
                 t->a_work.size / MiB, t->a_io.size / MiB, t->planned_bytes / MiB);
+    mg_memory_per_param b = mg_trainer_memory_per_param(t);
+    mg_log_info("> memory per parameter (%" PRId64 " parameters, from the arenas): weights %.2f B, "
+                "gradients %.2f B, master weights %.2f B, optimizer state %.2f B%s, total %.2f B",
+                b.params, b.weights, b.grads, b.master, b.optimizer,
+                t->opt.sharded ? " (this rank's shard of the distributed optimizer)" : "",
+                b.weights + b.grads + b.master + b.optimizer);
     t->params = mg_arena_ptr(&t->a_params, t->off_params);
     t->master = masters ? mg_arena_ptr(&t->a_master, t->off_master) : NULL;
     t->grads = mg_arena_ptr(&t->a_grads, t->off_grads);
@@ -117,10 +135,29 @@ static mg_status plan_memory(mg_trainer *t) {
     return MG_OK;
 }
 
+mg_memory_per_param mg_trainer_memory_per_param(const mg_trainer *t) {
+    int64_t n = 0;
+    for (int i = 0; i < t->model.params.n; i++) n += t->model.params.p[i].numel;
+    double p = n > 0 ? (double)n : 1.0;
+    /* the master arena is never committed where the parameters are the fp32 masters */
+    return (mg_memory_per_param){
+        .params = n,
+        .weights = (double)t->a_params.size / p,
+        .grads = (double)t->a_grads.size / p,
+        .master = t->be->compute_dtype != MG_F32 ? (double)t->a_master.size / p : 0.0,
+        .optimizer = (double)t->a_optim.size / p,
+    };
+}
+
 mg_status mg_trainer_set_weights(mg_trainer *t, const float *host) {
     mg_backend *be = t->be;
     size_t n = t->model.params.numel;
-    if (t->master) MG_CHECK(be->copy_h2d(be, t->master, host, n * sizeof(float)));
+    if (t->master) /* this rank's shards, from the full host copy */
+        for (int s = 0; s < t->opt.n_shards; s++) {
+            const mg_optim_shard *sh = &t->opt.shards[s];
+            MG_CHECK(
+                be->copy_h2d(be, t->master + sh->local, host + sh->world, sh->n * sizeof(float)));
+        }
     /* the same rounding (to nearest even) as AdamW's write of the updated master */
     return be->upload_f32(be, t->params, host, n);
 }
@@ -128,6 +165,12 @@ mg_status mg_trainer_set_weights(mg_trainer *t, const float *host) {
 mg_status mg_trainer_get_weights(mg_trainer *t, float *host) {
     mg_backend *be = t->be;
     size_t n = t->model.params.numel;
+    if (t->master && t->opt.sharded)
+        return MG_FAIL(MG_ERR_UNSUPPORTED,
+                       "the fp32 master weights are sharded over %d ranks; "
+                       "each rank holds only its shard",
+                       t->dp_size);
+    /* unsharded, local coordinates are the world's */
     if (t->master) return be->copy_d2h(be, host, t->master, n * sizeof(float));
     return be->download_f32(be, host, t->params, n);
 }
@@ -145,15 +188,20 @@ mg_status mg_trainer_log_memory(mg_trainer *t, const char *when) {
     return MG_OK;
 }
 
-/* Host staging of the fp32 state for checkpoints. */
+/* Host staging of the fp32 state for checkpoints: the weights whole, the moments of this rank's
+ * pieces (local coordinates, train/optimizer.h). */
 static mg_status alloc_host_state(const mg_trainer *t, mg_checkpoint_tensors *h) {
-    size_t n = t->model.params.numel;
+    size_t n = t->model.params.numel, m = t->opt.numel;
     h->params = calloc(n, sizeof(float));
-    h->exp_avg = calloc(n, sizeof(float));
-    h->exp_avg_sq = calloc(n, sizeof(float));
+    h->exp_avg = calloc(m ? m : 1, sizeof(float));
+    h->exp_avg_sq = calloc(m ? m : 1, sizeof(float));
+    h->pieces = t->opt.pieces;
+    h->n_pieces = t->opt.n_pieces;
+    /* the distributed optimizer's ranks each write their shard (one of D files) */
+    h->n_shards = t->cfg.use_distributed_optimizer ? t->dp_size : 0;
     if (!h->params || !h->exp_avg || !h->exp_avg_sq)
         return MG_FAIL(MG_ERR_NOMEM, "cannot allocate %.1f MiB for checkpoint staging",
-                       3.0 * (double)n * 4 / 1048576.0);
+                       (double)(n + 2 * m) * 4 / 1048576.0);
     return MG_OK;
 }
 
@@ -166,19 +214,20 @@ static void free_host_state(mg_checkpoint_tensors *h) {
 static mg_status load_or_init(mg_trainer *t) {
     const mg_config *c = &t->cfg;
     mg_backend *be = t->be;
-    size_t n = t->model.params.numel;
+    size_t m = t->opt.numel;
     mg_checkpoint_tensors h = {0};
     mg_status st = alloc_host_state(t, &h);
     int64_t it = -1;
     if (st == MG_OK && c->load[0]) st = mg_checkpoint_latest(c->load, &it);
     if (st == MG_OK && c->load[0] && it < 0)
         mg_log_warn("could not find a checkpoint in %s (no latest_checkpointed_iteration.txt); "
-                    "starting from random initialisation", c->load);
+                    "starting from random initialisation",
+                    c->load);
     if (st == MG_OK && it >= 0) {
         st = mg_checkpoint_load(c->load, it, &t->state, c, &t->model, &h);
         if (st == MG_OK) {
-            st = be->copy_h2d(be, t->opt.m, h.exp_avg, n * sizeof(float));
-            if (st == MG_OK) st = be->copy_h2d(be, t->opt.v, h.exp_avg_sq, n * sizeof(float));
+            st = be->copy_h2d(be, t->opt.m, h.exp_avg, m * sizeof(float));
+            if (st == MG_OK) st = be->copy_h2d(be, t->opt.v, h.exp_avg_sq, m * sizeof(float));
             t->opt.step = t->state.optimizer_step;
             t->lr.num_steps = t->state.lr_num_steps;
             mg_log_info("> loaded checkpoint from %s at iteration %" PRId64, c->load, it);
@@ -251,22 +300,76 @@ static mg_status open_data(mg_trainer *t) {
     return MG_OK;
 }
 
+/* The parameter and gradient buffers take the grad buffer's layout (grad_buffer.h) for this
+ * data-parallel size: Megatron's, except that parameters start on 64-element boundaries also
+ * without the distributed optimizer (align_param_starts). Checkpoints go by name: invisible. */
+static mg_status layout_buffers(mg_trainer *t) {
+    const mg_config *c = &t->cfg;
+    mg_param_table *pt = &t->model.params;
+    mg_grad_buffer_config gc = {
+        .data_parallel_size = t->dp_size,
+        .use_distributed_optimizer = c->use_distributed_optimizer,
+        .overlap_grad_reduce = c->overlap_grad_reduce,
+        .bucket_size = c->ddp_bucket_size > 0 ? c->ddp_bucket_size : 0,
+        .pad_for_high_nccl_busbw = c->ddp_pad_buckets_for_high_nccl_busbw,
+        .shared_embedding = -1, /* tied embeddings are one parameter with one pipeline stage */
+        .align_param_starts = true,
+    };
+    int64_t *sizes = malloc((size_t)pt->n * sizeof *sizes);
+    size_t *offsets = malloc((size_t)pt->n * sizeof *offsets);
+    mg_status st = sizes && offsets ? MG_OK : MG_FAIL(MG_ERR_NOMEM, "out of memory");
+    for (int i = 0; st == MG_OK && i < pt->n; i++) sizes[i] = pt->p[i].numel;
+    if (st == MG_OK) st = mg_grad_buffer_layout_build(sizes, pt->n, &gc, &t->gbuf);
+    for (int r = 0; st == MG_OK && r < t->gbuf.n_params; r++)
+        offsets[t->gbuf.params[r].index] = (size_t)t->gbuf.params[r].range.start;
+    if (st == MG_OK) st = mg_params_relayout(pt, offsets, (size_t)t->gbuf.numel);
+    free(sizes);
+    free(offsets);
+    return st;
+}
+
+static mg_status set_batch_shape(mg_trainer *t) {
+    const mg_config *c = &t->cfg;
+    int64_t per_step = (int64_t)c->micro_batch_size * t->dp_size;
+    if (c->global_batch_size % per_step) /* mg_config_validate says so first for a launch */
+        return MG_FAIL(MG_ERR_USAGE,
+                       "global batch size (%d) is not divisible by micro batch size (%d) times "
+                       "data parallel size (%d); make --global-batch-size a multiple of %lld",
+                       c->global_batch_size, c->micro_batch_size, t->dp_size, (long long)per_step);
+    t->num_microbatches = (int)(c->global_batch_size / per_step);
+    return MG_OK;
+}
+
 mg_status mg_trainer_init(mg_trainer *t, const mg_config *cfg) {
+    return mg_trainer_init_dp(t, cfg, NULL);
+}
+
+mg_status mg_trainer_init_dp(mg_trainer *t, const mg_config *cfg, mg_comm *dp) {
     memset(t, 0, sizeof *t);
     t->cfg = *cfg;
+    t->dp = dp;
+    t->dp_rank = dp ? mg_comm_rank(dp) : 0;
+    t->dp_size = dp ? mg_comm_size(dp) : 1;
     MG_CHECK(resolve_vocab(&t->cfg));
     const mg_config *c = &t->cfg;
     MG_CHECK(create_backend(t));
     MG_CHECK(mg_backend_validate(t->be));
+    if (dp && t->be->device != MG_DEVICE_CPU) /* MPI moves host buffers */
+        return MG_FAIL(MG_ERR_UNSUPPORTED, "data parallelism needs the cpu backend in this build");
     MG_CHECK(mg_gpt_build(&t->model, c));
+    MG_CHECK(layout_buffers(t));
     MG_CHECK(mg_lr_schedule_init(&t->lr, c));
-    t->num_microbatches = c->global_batch_size / c->micro_batch_size; /* data parallel size 1 */
+    MG_CHECK(set_batch_shape(t));
     MG_CHECK(plan_memory(t));
     MG_CHECK(open_data(t));
     MG_CHECK(load_or_init(t));
-    /* Megatron averages the loss over every token of the global batch */
+    /* Megatron averages the loss over every token of the global batch: 1/(tokens x microbatches)
+     * per token, and the gradients are scaled by 1/D before they are summed over the group
+     * (gradient_scaling_factor). Both factors are folded into one weight here; with D a power of
+     * two that is bit for bit Megatron's product, and every microbatch's gradient equals the one
+     * a single rank computes for the same samples. */
     size_t N = (size_t)t->model.N;
-    float w = 1.0f / (float)(N * (size_t)t->num_microbatches);
+    float w = 1.0f / (float)(N * (size_t)t->num_microbatches * (size_t)t->dp_size);
     float *ones = malloc(N * sizeof *ones);
     if (!ones) return MG_FAIL(MG_ERR_NOMEM, "out of memory");
     for (size_t i = 0; i < N; i++) ones[i] = w;
@@ -277,12 +380,15 @@ mg_status mg_trainer_init(mg_trainer *t, const mg_config *cfg) {
 
 /* ---- one iteration ---- */
 
-/* Loads the microbatch of samples [first, first + micro_batch_size) into the backend. */
-static mg_status load_microbatch(mg_trainer *t, const mg_sample_source *src, int64_t first) {
+/* Loads this rank's microbatch mb of the global batch starting at sample `first`: Megatron's
+ * MegatronPretrainingSampler gives dp rank r the samples [first + (mb*D + r)*mbs, +mbs). */
+static mg_status load_microbatch(mg_trainer *t, const mg_sample_source *src, int64_t first,
+                                 int mb) {
     const mg_config *c = &t->cfg;
     size_t S = (size_t)c->seq_length;
+    int64_t start = first + ((int64_t)mb * t->dp_size + t->dp_rank) * c->micro_batch_size;
     for (int b = 0; b < c->micro_batch_size; b++)
-        MG_CHECK(src->sample(src->ctx, first + b, t->host_tokens + b * S, t->host_targets + b * S));
+        MG_CHECK(src->sample(src->ctx, start + b, t->host_tokens + b * S, t->host_targets + b * S));
     size_t bytes = (size_t)t->model.N * sizeof(int32_t);
     MG_CHECK(t->be->copy_h2d(t->be, t->tokens, t->host_tokens, bytes));
     MG_CHECK(t->be->copy_h2d(t->be, t->targets, t->host_targets, bytes));
@@ -292,15 +398,30 @@ static mg_status load_microbatch(mg_trainer *t, const mg_sample_source *src, int
 mg_status mg_trainer_forward_backward(mg_trainer *t, const mg_sample_source *src, int64_t first,
                                       bool backward) {
     mg_backend *be = t->be;
-    float scale = 1.0f / (float)((size_t)t->model.N * (size_t)t->num_microbatches);
+    /* each token's share of the global batch's mean */
+    float scale =
+        1.0f / (float)((size_t)t->model.N * (size_t)t->num_microbatches * (size_t)t->dp_size);
     MG_CHECK(be->memset_zero(be, t->loss, sizeof(float)));
     for (int mb = 0; mb < t->num_microbatches; mb++) {
-        MG_CHECK(load_microbatch(t, src, first + (int64_t)mb * t->cfg.micro_batch_size));
+        MG_CHECK(load_microbatch(t, src, first, mb));
         MG_CHECK(mg_gpt_forward(&t->model, be, t->tokens));
         MG_CHECK(mg_gpt_loss(&t->model, be, t->targets, t->dloss, t->loss, scale));
         if (backward) MG_CHECK(mg_gpt_backward(&t->model, be, t->tokens));
     }
+    if (t->dp)
+        MG_CHECK(mg_comm_all_reduce(t->dp, t->loss, t->loss, 1, MG_F32, MG_REDUCE_SUM, NULL));
     return MG_OK;
+}
+
+/* MG_FAULT_EXIT=R:I (tests): rank R dies here in iteration I, telling nobody. */
+static void maybe_fault_exit(const mg_trainer *t) {
+    const char *v = mg_env_str("MG_FAULT_EXIT", "");
+    int rank, it;
+    if (*v && sscanf(v, "%d:%d", &rank, &it) == 2 && rank == mg_log_rank() &&
+        it == t->state.iteration + 1) {
+        fprintf(stderr, "[rank %d] MG_FAULT_EXIT: exiting in iteration %d\n", rank, it);
+        _exit(3);
+    }
 }
 
 mg_status mg_trainer_step_async(mg_trainer *t) {
@@ -308,9 +429,16 @@ mg_status mg_trainer_step_async(mg_trainer *t) {
     const mg_config *c = &t->cfg;
     MG_CHECK(be->memset_zero(be, t->grads, t->model.params.numel * sizeof(float)));
     MG_CHECK(mg_trainer_forward_backward(t, &t->train_src, t->state.consumed_train_samples, true));
+    maybe_fault_exit(t);
+    /* sum the buckets over the group: every rank gets them whole (all-reduce), or its shard of
+     * each (reduce-scatter, distributed optimizer) */
+    if (t->dp) MG_CHECK(mg_ddp_reduce_grads(&t->gbuf, t->dp, t->grads, NULL));
     /* Megatron: the update uses the lr before this iteration's scheduler step */
     double lr = mg_lr_schedule_lr(&t->lr);
-    MG_CHECK(mg_optimizer_step(&t->opt, be, &t->model.params, t->params, t->master, t->grads, lr));
+    MG_CHECK(mg_optimizer_step(&t->opt, be, t->params, t->master, t->grads, lr));
+    /* each rank updated its shards: gather the buckets' parameters */
+    if (t->dp && t->opt.sharded)
+        MG_CHECK(mg_ddp_gather_params(&t->gbuf, t->dp, t->params, be->compute_dtype, NULL));
     mg_lr_schedule_step(&t->lr, c->global_batch_size);
     t->state.iteration++;
     t->state.consumed_train_samples += c->global_batch_size;
@@ -352,7 +480,8 @@ mg_status mg_trainer_evaluate(mg_trainer *t, double *loss) {
     MG_CHECK(be->memset_zero(be, sum, sizeof(float)));
     for (int i = 0; i < t->cfg.eval_iters; i++) {
         /* Megatron draws validation batches from a running position in the validation set */
-        MG_CHECK(mg_trainer_forward_backward(t, &t->valid_src, t->state.consumed_valid_samples, false));
+        MG_CHECK(
+            mg_trainer_forward_backward(t, &t->valid_src, t->state.consumed_valid_samples, false));
         t->state.consumed_valid_samples += t->cfg.global_batch_size;
         MG_CHECK(be->sum_f32(be, sum, t->loss, NULL, 1, 1.0f));
     }
@@ -364,13 +493,14 @@ mg_status mg_trainer_evaluate(mg_trainer *t, double *loss) {
 
 mg_status mg_trainer_save(mg_trainer *t) {
     mg_backend *be = t->be;
-    size_t n = t->model.params.numel;
+    size_t m = t->opt.numel;
     mg_checkpoint_tensors h = {0};
     mg_status st = alloc_host_state(t, &h);
     if (st == MG_OK) st = mg_trainer_get_weights(t, h.params);
-    if (st == MG_OK) st = be->copy_d2h(be, h.exp_avg, t->opt.m, n * sizeof(float));
-    if (st == MG_OK) st = be->copy_d2h(be, h.exp_avg_sq, t->opt.v, n * sizeof(float));
-    if (st == MG_OK) st = mg_checkpoint_save(t->cfg.save, &t->state, &t->cfg, &t->model, &h);
+    if (st == MG_OK) st = be->copy_d2h(be, h.exp_avg, t->opt.m, m * sizeof(float));
+    if (st == MG_OK) st = be->copy_d2h(be, h.exp_avg_sq, t->opt.v, m * sizeof(float));
+    /* every member calls it: rank 0 writes the shared parts, each rank its optimizer shard */
+    if (st == MG_OK) st = mg_checkpoint_save(t->cfg.save, &t->state, &t->cfg, &t->model, &h, t->dp);
     free_host_state(&h);
     if (st == MG_OK)
         mg_log_info("  successfully saved checkpoint from iteration %7" PRId64 " to %s",
@@ -384,6 +514,8 @@ void mg_trainer_free(mg_trainer *t) {
     mg_mock_free(&t->valid_data);
     if (t->gpt_data) mg_gpt_data_free(t->gpt_data);
     mg_gpt_free(&t->model);
+    mg_optimizer_free(&t->opt);
+    mg_grad_buffer_layout_free(&t->gbuf);
     /* the arenas go back to the backend before it is destroyed */
     mg_arena *arenas[] = {&t->a_params, &t->a_master, &t->a_grads, &t->a_optim,
                           &t->a_acts,   &t->a_work,   &t->a_io};

@@ -15,14 +15,28 @@
  * gradient norm stay in backend memory (t->stats) until mg_trainer_read_stats reads them all
  * with one copy, i.e. one host sync. mg_trainer_step = step_async + read_stats: exactly one host
  * sync per step. `megatron train` (run.c) reads only at log, save and exit points.
+ * Data parallelism (mg_trainer_init_dp with the data-parallel group; parallel/ddp.h): every
+ * rank holds the whole model. The parameter and gradient buffers take the grad buffer's layout
+ * (parallel/grad_buffer.h: reverse registration order, 64-element starts, buckets; padded
+ * buckets with the distributed optimizer). Of each global batch, dp rank r takes Megatron's
+ * samples (MegatronPretrainingSampler): microbatch m is [first + (m*D + r)*mbs, +mbs), so
+ * num_microbatches = global_batch / (mbs x D). The loss gradient of every token is 1/(tokens of
+ * the global batch) — Megatron's 1/(tokens x microbatches) times its gradient scaling 1/D — so
+ * summing the buckets over the group gives the global batch's mean gradient; the reported loss
+ * is summed over the group the same way. After backward: all-reduce per bucket (plain), or
+ * reduce-scatter per bucket, AdamW on this rank's shard and all-gather of the updated
+ * parameters (--use-distributed-optimizer). The gradient norm is global. Every rank ends a step
+ * with the same parameters.
  * Exports: mg_trainer, mg_stat, mg_step_stats, mg_trainer_*, mg_train_run.
- * Needs: model, the train modules, data, backend, comm (launch detection). */
+ * Needs: model, the train modules, data, backend, comm, parallel/grad_buffer, parallel/ddp. */
 #ifndef MG_TRAIN_TRAINER_H
 #define MG_TRAIN_TRAINER_H
 
 #include "data/gpt_dataset.h"
 #include "data/mock.h"
+#include "comm/comm.h"
 #include "model/gpt.h"
+#include "parallel/grad_buffer.h"
 #include "train/checkpoint.h"
 #include "train/lr_schedule.h"
 #include "train/metrics.h"
@@ -54,7 +68,10 @@ typedef struct {
 typedef struct {
     mg_config cfg; /* cfg.device: the backend in use ("cpu" or "cuda"), never "auto" */
     mg_backend *be;
-    int gpu; /* the CUDA device (launcher's local rank); -1 on the CPU backend */
+    mg_comm *dp;                /* the data-parallel group (not owned); NULL: one rank */
+    int dp_rank, dp_size;       /* 0, 1 without a group */
+    mg_grad_buffer_layout gbuf; /* the parameter and gradient buffers' layout */
+    int gpu;                    /* the CUDA device (launcher's local rank); -1 on the CPU backend */
     mg_gpt model;
     mg_optimizer opt;
     mg_lr_schedule lr;
@@ -63,17 +80,18 @@ typedef struct {
     const mg_allocator *arena_alloc; /* &be_alloc, or NULL (host memory) on the CPU backend */
     size_t planned_bytes;            /* all arenas together */
     size_t off_params, off_master, off_grads, off_tokens, off_targets, off_dloss, off_stats;
-    void *params;      /* (numel) compute dtype */
-    float *master;     /* (numel) fp32 master weights; NULL when params are fp32 (CPU) */
-    float *grads;      /* (numel) fp32 */
-    int32_t *tokens;   /* (N) backend */
-    int32_t *targets;  /* (N) backend */
-    float *dloss;      /* (N) backend: d(loss)/d(token loss) = 1 / (N * microbatches) */
-    float *stats;      /* (MG_STAT_COUNT) backend fp32 */
-    float *loss;       /* (1) backend accumulator: &stats[MG_STAT_LOSS] */
+    void *params;     /* (numel) compute dtype */
+    float *master;    /* (opt.numel) fp32 master weights of this rank's shard (local
+                         coordinates, train/optimizer.h); NULL when params are fp32 (CPU) */
+    float *grads;     /* (numel) fp32 */
+    int32_t *tokens;  /* (N) backend */
+    int32_t *targets; /* (N) backend */
+    float *dloss;     /* (N) backend: d(loss)/d(token loss) = 1 / (N * microbatches * D) */
+    float *stats;     /* (MG_STAT_COUNT) backend fp32 */
+    float *loss;      /* (1) backend accumulator: &stats[MG_STAT_LOSS] */
     int32_t *host_tokens, *host_targets; /* (N) */
-    mg_mock_data train_data, valid_data;   /* --mock-data */
-    mg_gpt_data *gpt_data;                 /* --data-path: Megatron's GPT datasets */
+    mg_mock_data train_data, valid_data; /* --mock-data */
+    mg_gpt_data *gpt_data;               /* --data-path: Megatron's GPT datasets */
     struct mg_gpt_split_source {
         mg_gpt_data *data;
         int split;
@@ -81,16 +99,20 @@ typedef struct {
     mg_sample_source train_src, valid_src; /* one of the two above; tests may plug in others */
     bool have_valid;                       /* false when the validation split is empty */
     mg_train_state state;
-    int num_microbatches;
+    int num_microbatches; /* per rank: global batch / (micro batch x D) */
     mg_metrics_file metrics;
 } mg_trainer;
 
 /* Creates the backend (cfg->device), builds the model and the memory plan (logged), initialises
  * or loads the weights. The trainer must not move afterwards (the model and the data sources
- * point into it). */
+ * point into it). One rank: mg_trainer_init_dp(t, cfg, NULL). */
 mg_status mg_trainer_init(mg_trainer *t, const mg_config *cfg);
-/* Forward (+ backward) over the global batch of samples [first, first + gbs) from src:
- * the mean loss lands in t->loss; gradients ACCUMULATE into t->grads. */
+/* The same as one replica of data-parallel group dp (every member calls it with the same cfg;
+ * dp outlives the trainer). The CPU backend only: MPI moves host buffers. */
+mg_status mg_trainer_init_dp(mg_trainer *t, const mg_config *cfg, mg_comm *dp);
+/* Forward (+ backward) over this rank's part of the global batch of samples [first, first + gbs)
+ * from src: the global batch's mean loss lands in t->loss (summed over the data-parallel group);
+ * this rank's gradients ACCUMULATE into t->grads (not reduced over the group). */
 mg_status mg_trainer_forward_backward(mg_trainer *t, const mg_sample_source *src, int64_t first,
                                       bool backward);
 /* One iteration, nothing read back (no host sync on CUDA): the loss and grad norm land in
@@ -104,15 +126,25 @@ mg_status mg_trainer_step(mg_trainer *t, double *loss, double *grad_norm);
 mg_status mg_trainer_evaluate(mg_trainer *t, double *loss);
 /* The weights as fp32 host values (params.numel, parameter layout): set_weights writes the
  * masters and the parameters (their rounding to the compute dtype); get_weights reads the
- * masters (the parameters themselves on CPU). */
+ * masters (the parameters themselves on CPU; MG_ERR_UNSUPPORTED for masters sharded over
+ * several ranks). */
 mg_status mg_trainer_set_weights(mg_trainer *t, const float *host);
 mg_status mg_trainer_get_weights(mg_trainer *t, float *host);
+/* Bytes per model parameter of each state, from the committed arenas (padding included):
+ * Megatron's accounting in seed 002 (fp32 params and grads: 4 + 4 + 8 = 16 B without the
+ * distributed optimizer, 4 + 4 + 8/D with it; bf16 params with fp32 masters: 2 + 4 + 12, or
+ * 2 + 4 + 12/D where the masters are sharded too). */
+typedef struct {
+    int64_t params;                           /* the model's parameters */
+    double weights, grads, master, optimizer; /* bytes per parameter */
+} mg_memory_per_param;
+mg_memory_per_param mg_trainer_memory_per_param(const mg_trainer *t);
 /* Logs the device memory in use (backends with memory_info; nothing on CPU) next to the plan. */
 mg_status mg_trainer_log_memory(mg_trainer *t, const char *when);
 mg_status mg_trainer_save(mg_trainer *t);
 void mg_trainer_free(mg_trainer *t);
 
-/* The whole `megatron train` run. */
-mg_status mg_train_run(const mg_config *cfg);
+/* The whole `megatron train` run, as one replica of data-parallel group dp (NULL: one rank). */
+mg_status mg_train_run(const mg_config *cfg, mg_comm *dp);
 
 #endif

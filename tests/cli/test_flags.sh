@@ -20,7 +20,7 @@ expect_error flags_hidden_not_divisible 2 \
     "--hidden-size 100 is not divisible by --num-attention-heads 3.*--kv-channels" \
     train --num-layers 2 --hidden-size 100 --num-attention-heads 3 --seq-length 32 "${RUN[@]}"
 expect_error flags_gbs_not_divisible 2 \
-    "--global-batch-size 10 is not divisible by --micro-batch-size 4 × data-parallel size 1" \
+    "global batch size \(10\) is not divisible by micro batch size \(4\) times data parallel size \(1\); make --global-batch-size a multiple of 4" \
     train "${MODEL[@]}" "${RUN[@]}" --micro-batch-size 4 --global-batch-size 10
 expect_error flags_missing_train_iters 2 "missing --train-iters" \
     train "${MODEL[@]}" --lr 1e-3 --mock-data --vocab-size 100
@@ -29,12 +29,14 @@ expect_error flags_missing_model_flags 2 "missing required model flags --hidden-
 expect_error flags_unsupported_tp 1 \
     "--tensor-model-parallel-size 2 is not supported yet by .megatron train.*megatron plan" \
     train "${MODEL[@]}" "${RUN[@]}" --tensor-model-parallel-size 2
-expect_error flags_unsupported_distopt 1 \
-    "--use-distributed-optimizer is not supported yet by .megatron train.*megatron plan" \
-    train "${MODEL[@]}" "${RUN[@]}" --use-distributed-optimizer
+expect_error flags_unsupported_overlap_param_gather 1 \
+    "--overlap-param-gather is not supported yet by this build \(the parameters are gathered after the optimizer step\); drop it" \
+    train "${MODEL[@]}" "${RUN[@]}" --use-distributed-optimizer --overlap-param-gather
+expect_error flags_bad_ddp_bucket_size 2 "--ddp-bucket-size must be positive, got 0" \
+    train "${MODEL[@]}" "${RUN[@]}" --overlap-grad-reduce --ddp-bucket-size 0
 REAL=$MEGATRON
 MEGATRON=env expect_error flags_multi_rank_launch 1 \
-    "torchrun started 2 ranks, but .megatron train. runs on one rank in this build" \
+    "^\\[rank 1\\] megatron: error: torchrun started 2 ranks, but data-parallel training runs on the cpu backend over MPI in this build: start it with mpirun -np 2" \
     RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 "$REAL" train "${MODEL[@]}" "${RUN[@]}"
 MEGATRON=env expect_error flags_bad_launch_env 2 "RANK" \
     RANK=3 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 "$REAL" train "${MODEL[@]}" "${RUN[@]}"

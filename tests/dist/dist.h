@@ -72,5 +72,9 @@ void test_p2p_pairs(dist_ctx *t);
 void test_groups_tp_dp(dist_ctx *t);
 void test_groups_partial_and_order(dist_ctx *t);
 void test_barrier_and_queries(dist_ctx *t);
+/* test_train_dp.c: data-parallel training against the one-rank run */
+void test_train_dp(dist_ctx *t);
+void test_train_distopt(dist_ctx *t);
+void test_train_resume(dist_ctx *t);
 
 #endif

@@ -41,6 +41,9 @@ static const struct {
     {"p2p_pairs", test_p2p_pairs},
     {"groups_tp_dp", test_groups_tp_dp},
     {"groups_partial_and_order", test_groups_partial_and_order},
+    {"train_dp", test_train_dp},
+    {"train_distopt", test_train_distopt},
+    {"train_resume", test_train_resume},
 };
 
 void dist_fail(dist_ctx *t, const char *file, int line, const char *fmt, ...) {

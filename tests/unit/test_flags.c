@@ -7,6 +7,7 @@
 #include "core/flags_table.h"
 
 #include <cjson/cJSON.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -325,18 +326,14 @@ MG_TEST(flags_not_yet_flags_fail_unless_trivial) {
     MG_EXPECT_OK(parse(&c, a2b));
     MG_EXPECT_ERROR(check_runtime_only(&c), MG_ERR_USAGE,
                     "--expert-tensor-parallel-size must be positive, got 0");
-    /* The grad buffer flags likewise (`megatron plan` lays the buffer out). */
+    /* The grad buffer flags train (data parallelism); a bucket size must be positive. */
     mg_config_defaults(&c);
-    const char *a5[] = {"--use-distributed-optimizer", "--ddp-bucket-size", "1000", NULL};
+    const char *a5[] = {"--use-distributed-optimizer", "--overlap-grad-reduce", "--ddp-bucket-size",
+                        "1000", NULL};
     MG_EXPECT_OK(parse(&c, a5));
-    MG_EXPECT(c.use_distributed_optimizer && c.ddp_bucket_size == 1000, "ddp flags not stored");
-    MG_EXPECT_ERROR(check_runtime_only(&c), MG_ERR_UNSUPPORTED,
-                    "--use-distributed-optimizer is not supported yet by `megatron train`");
-    mg_config_defaults(&c);
-    const char *a5b[] = {"--overlap-grad-reduce", NULL};
-    MG_EXPECT_OK(parse(&c, a5b));
-    MG_EXPECT_ERROR(check_runtime_only(&c), MG_ERR_UNSUPPORTED,
-                    "`megatron plan --world-size N --overlap-grad-reduce` shows the grad buffer");
+    MG_EXPECT(c.use_distributed_optimizer && c.overlap_grad_reduce && c.ddp_bucket_size == 1000,
+              "ddp flags not stored");
+    MG_EXPECT_OK(check_runtime_only(&c));
     mg_config_defaults(&c);
     const char *a5c[] = {"--ddp-bucket-size", "0", "--ddp-pad-buckets-for-high-nccl-busbw", NULL};
     MG_EXPECT_OK(parse(&c, a5c));
@@ -486,7 +483,8 @@ MG_TEST(flags_validate_rejects_bad_combinations) {
         {NULL,
          {"--global-batch-size", "10", "--micro-batch-size", "4"},
          MG_ERR_USAGE,
-         "--global-batch-size 10 is not divisible by --micro-batch-size 4 × data-parallel size 1"},
+         "global batch size (10) is not divisible by micro batch size (4) times data parallel "
+         "size (1); make --global-batch-size a multiple of 4"},
         {NULL, {"--micro-batch-size", "0"}, MG_ERR_USAGE, "--micro-batch-size must be positive"},
         {NULL,
          {"--seq-length", "64", "--max-position-embeddings", "32"},
@@ -541,6 +539,35 @@ MG_TEST(flags_validate_rejects_bad_combinations) {
         MG_EXPECT(!memcmp(&c, &before, sizeof c), "case %zu: failed validation changed the config",
                   i);
     }
+}
+
+/* The data-parallel size is the launch's world size (TP = PP = CP = 1): the default global batch
+ * is micro x D, and a global batch that micro x D does not divide is Megatron's error. */
+MG_TEST(flags_validate_data_parallel) {
+    mg_config c;
+    MG_EXPECT_OK(parse_base(&c, NULL, (const char *[]){"--micro-batch-size", "2", NULL}));
+    c.world_size = 4;
+    MG_EXPECT(mg_config_data_parallel_size(&c) == 4, "dp %d", mg_config_data_parallel_size(&c));
+    MG_EXPECT_OK(mg_config_validate(&c));
+    MG_EXPECT(c.global_batch_size == 8, "default global batch %d, want 2 x 4", c.global_batch_size);
+    MG_EXPECT_OK(parse_base(
+        &c, NULL, (const char *[]){"--micro-batch-size", "2", "--global-batch-size", "12", NULL}));
+    c.world_size = 4;
+    mg_config before = c;
+    mg_error_clear();
+    MG_EXPECT(mg_config_validate(&c) == MG_ERR_USAGE, "12 %% (2 x 4) accepted");
+    MG_EXPECT(!strcmp(mg_error_message(),
+                      "global batch size (12) is not divisible by micro batch size (2) times data "
+                      "parallel size (4); make --global-batch-size a multiple of 8"),
+              "message: '%s'", mg_error_message());
+    MG_EXPECT(!memcmp(&c, &before, sizeof c), "failed validation changed the config");
+    /* a multi-rank launch trains on the cpu backend; --device cuda says so */
+    MG_EXPECT_OK(parse_base(&c, NULL, (const char *[]){"--device", "cuda", NULL}));
+    c.world_size = 2;
+    mg_error_clear();
+    mg_status st = mg_config_validate(&c);
+    MG_EXPECT(st == MG_ERR_UNSUPPORTED && strstr(mg_error_message(), "use --device cpu"),
+              "--device cuda over 2 ranks: %s: %s", mg_status_name(st), mg_error_message());
 }
 
 /* --device: auto (the default) and cpu always validate; cuda only in builds with the CUDA
@@ -657,6 +684,7 @@ MG_TEST(flags_json_round_trip_is_exact) {
     free(json);
     MG_EXPECT_OK(mg_config_to_json(&d, &json));
     memset(&back, 0, sizeof back);
+    back.world_size = d.world_size; /* not a flag: the launch's, never in the JSON */
     MG_EXPECT_OK(mg_config_from_json(&back, json));
     expect_fields_equal(t, &d, &back);
     free(json);
@@ -697,6 +725,8 @@ MG_TEST(flags_json_rejects_bad_input) {
  * megatron.h without a flag (it would never be parsed, printed or saved). */
 MG_TEST(flags_table_covers_every_config_field) {
     unsigned char covered[sizeof(mg_config)] = {0};
+    /* the one field that is not a flag: the launch's size, set by the front end */
+    for (size_t b = 0; b < sizeof(int); b++) covered[offsetof(mg_config, world_size) + b] = 1;
     for (int i = 0; i < mg_flag_count; i++) {
         const mg_flag_spec *f = &mg_flag_table[i];
         if (!f->key) continue;

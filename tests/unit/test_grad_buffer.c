@@ -91,6 +91,31 @@ MG_TEST(grad_buffer_distopt_alignment_example) {
     mg_grad_buffer_layout_free(&l);
 }
 
+/* align_param_starts (the trainer's buffers): 64-element starts without the distributed
+ * optimizer, but no bucket padding; buckets still close by the distance from their start. */
+MG_TEST(grad_buffer_align_param_starts_without_distopt) {
+    const int64_t sizes[] = {10, 20, 30};
+    mg_grad_buffer_config c = config(2, false);
+    c.align_param_starts = true;
+    mg_grad_buffer_layout l;
+    MG_EXPECT_OK(mg_grad_buffer_layout_build(sizes, 3, &c, &l));
+    MG_EXPECT(l.numel == 138 && l.numel_unpadded == 138 && l.n_buckets == 1,
+              "numel %lld/%lld, %d buckets", (long long)l.numel, (long long)l.numel_unpadded,
+              l.n_buckets);
+    MG_EXPECT(range_is(l.params[0].range, 0, 30) && range_is(l.params[1].range, 64, 84) &&
+                  range_is(l.params[2].range, 128, 138),
+              "starts %lld %lld %lld", (long long)l.params[0].range.start,
+              (long long)l.params[1].range.start, (long long)l.params[2].range.start);
+    mg_grad_buffer_layout_free(&l);
+    /* with buckets of >= 70 elements: 30 + gap + 20 reaches 84 -> closes after index 1 */
+    c.overlap_grad_reduce = true;
+    c.bucket_size = 70;
+    MG_EXPECT_OK(mg_grad_buffer_layout_build(sizes, 3, &c, &l));
+    MG_EXPECT(l.n_buckets == 2 && range_is(l.buckets[0].range, 0, 84) &&
+                  range_is(l.buckets[1].range, 84, 138) && range_is(l.params[2].range, 128, 138),
+              "%d buckets", l.n_buckets);
+    mg_grad_buffer_layout_free(&l);
+}
 /* One parameter larger than a shard: 1000 elements, D 4 -> bucket 1024, shards of 256; the
  * parameter's slices are [0,256), [256,512), [512,768), [768,1000). */
 MG_TEST(grad_buffer_param_spans_shards) {

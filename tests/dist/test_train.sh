@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# `megatron train` under `mpirun --oversubscribe` (a part of tests/run.sh): data-parallel runs as
+# the user starts them. The numerical equivalence with one rank is tests/dist/test_train_dp.c
+# (in dist_tests); this script checks what only the command line shows:
+#   - a 2-rank run trains, logs from the last rank, and its losses match the one-rank run's;
+#   - a bad flag (a global batch that micro batch x DP does not divide) stops every rank with one
+#     line and a non-zero status, at once;
+#   - a rank that dies mid-step (MG_FAULT_EXIT) stops every other rank with an error line naming
+#     it, within the bound, instead of a hang.
+# Prints PASS/FAIL lines and "N passed, N failed"; skipped (with a line) without MPI.
+#   tests/dist/test_train.sh [BUILD]
+set -u
+BUILD=${1:-build}
+BIN=$BUILD/megatron
+. "$(dirname "$0")/lib.sh"
+finish() { echo "$PASSED passed, $FAILED failed"; exit 0; }
+skip() { echo "SKIP dist train: $1"; finish; }
+
+[ -x "$BIN" ] || skip "$BIN is not built"
+[ -x "$BUILD/dist_tests" ] && case $("$BUILD/dist_tests" --features 2>&1) in *mpi=yes*) ;;
+    *) skip "this build has no MPI (apt-get install -y libopenmpi-dev openmpi-bin, then rebuild)" ;; esac
+command -v mpirun >/dev/null || skip "mpirun not found (apt-get install -y openmpi-bin)"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_btl_vader_single_copy_mechanism=${OMPI_MCA_btl_vader_single_copy_mechanism:-none}
+export OMP_NUM_THREADS=1
+export OMPI_MCA_mca_base_component_disable_dlclose=1
+export LSAN_OPTIONS="${LSAN_OPTIONS:+$LSAN_OPTIONS:}suppressions=$PWD/tests/dist/lsan.supp:print_suppressions=0"
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}fast_unwind_on_malloc=0"
+MPIRUN=(mpirun --oversubscribe)
+TMP=$(mktemp -d); trap 'rm -rf "$TMP"' EXIT
+
+MODEL=(--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --vocab-size 96
+    --disable-bias-linear --mock-data --micro-batch-size 1 --global-batch-size 8 --lr 3e-3
+    --lr-warmup-iters 1 --log-interval 1 --eval-iters 0 --device cpu --num-threads 1)
+
+# The "lm loss" values of a run's log, one per line.
+losses() { grep -oE 'lm loss: [0-9.E+-]+' <<<"$1" | awk '{print $3}'; }
+
+# (1) two replicas against one rank: same losses (the log prints 7 digits; the values agree to
+# ~1e-7, so allow one unit in the last place), one log line per iteration from the last rank.
+one=$(timeout 60 "$BIN" train "${MODEL[@]}" --train-iters 5 2>&1); rc1=$?
+two=$(timeout 60 "${MPIRUN[@]}" -np 2 "$BIN" train "${MODEL[@]}" --train-iters 5 2>&1); rc2=$?
+if [ "$rc1" -ne 0 ] || [ "$rc2" -ne 0 ]; then
+    fail "train np=2 (exit status one rank $rc1, two ranks $rc2)" "$(tail -n 5 <<<"$two")"
+elif [ "$(grep -c '^\[rank 1\]  *\[.*iteration ' <<<"$two")" -ne 5 ] || grep -q '^\[rank 0\] .*iteration  ' <<<"$two"; then
+    fail "train np=2 (want 5 iteration lines, all from rank 1)" "$(grep 'iteration ' <<<"$two")"
+elif ! paste <(losses "$one") <(losses "$two") | awk 'NF != 2 || ($1 - $2) > 1e-5 * $1 || ($2 - $1) > 1e-5 * $1 { bad = 1 } END { exit bad || NR != 5 }'; then
+    fail "train np=2 (losses differ from one rank's)" "one rank: $(losses "$one" | tr '\n' ' ')" "two ranks: $(losses "$two" | tr '\n' ' ')"
+else
+    pass "train np=2: losses $(losses "$two" | tr '\n' ' ')match one rank's"
+fi
+
+# (2) a bad flag: every rank prints the same one line and the job fails, without waiting.
+start=$(now)
+out=$(timeout 60 "${MPIRUN[@]}" -np 4 "$BIN" train "${MODEL[@]}" --train-iters 5 \
+    --micro-batch-size 2 --global-batch-size 12 2>&1); rc=$?
+took=$(elapsed "$start")
+want="megatron: error: global batch size \(12\) is not divisible by micro batch size \(2\) times data parallel size \(4\); make --global-batch-size a multiple of 8"
+n=0
+for r in 0 1 2 3; do grep -qE "^\[rank $r\] $want\$" <<<"$out" && n=$((n + 1)); done
+if [ "$rc" -eq 0 ] || [ "$rc" -eq 124 ]; then
+    fail "train bad global batch np=4 (exit status $rc)" "$out"
+elif [ "$n" -lt 1 ] || [ "$(grep -c 'megatron: error' <<<"$out")" -ne "$n" ]; then
+    fail "train bad global batch np=4 ($n ranks printed the line)" "$out"
+else
+    pass "train bad global batch np=4: $n ranks printed it, exit status $rc, $took s"
+fi
+
+# (3) rank 1 dies in iteration 3, between backward and the gradient all-reduce: the others are
+# waiting in that all-reduce and must stop with a line naming rank 1, well within the timeout.
+# mpirun may kill some of them before they print: one report suffices, none may hang.
+start=$(now)
+out=$(timeout 60 "${MPIRUN[@]}" -np 4 -x MG_FAULT_EXIT=1:3 "$BIN" train "${MODEL[@]}" \
+    --train-iters 20 --distributed-timeout-minutes 1 2>&1); rc=$?
+took=$(elapsed "$start")
+n=0 bad=()
+for r in 0 2 3; do
+    line=$(grep "^\[rank $r\] megatron: error" <<<"$out")
+    [ -z "$line" ] && continue
+    if grep -qE "^\[rank $r\] megatron: error: rank 1 disconnected without a goodbye .*\(this rank, $r, was in all_reduce #[0-9]+ on group 'dp'\)\$" <<<"$line"; then
+        n=$((n + 1))
+    else
+        bad+=("$line")
+    fi
+done
+if [ "$rc" -eq 0 ] || [ "$rc" -eq 124 ]; then
+    fail "train killed rank np=4 (exit status $rc; 124: still running after 60 s)" "$(tail -n 20 <<<"$out")"
+elif ! grep -q "MG_FAULT_EXIT: exiting in iteration 3" <<<"$out"; then
+    fail "train killed rank np=4 (the fault was not injected)" "$(tail -n 20 <<<"$out")"
+elif [ ${#bad[@]} -gt 0 ] || [ "$n" -lt 1 ]; then
+    fail "train killed rank np=4 ($n ranks reported it; wrong lines follow)" "${bad[@]}" "$(tail -n 20 <<<"$out")"
+else
+    pass "train killed rank np=4: $n ranks reported it, exit status $rc, $took s"
+fi
+# (4) the distributed optimizer end to end: 4 ranks save their shards at iteration 2, 2 ranks
+# resume from them (each reads the pieces of its own shard from the 4 files) and finish like a
+# straight 2-rank run (to the log's precision: the two halves reduce in different orders).
+DIST=(--use-distributed-optimizer --overlap-grad-reduce --ddp-bucket-size 5000 --lr-decay-iters 4)
+straight=$(timeout 60 "${MPIRUN[@]}" -np 2 "$BIN" train "${MODEL[@]}" "${DIST[@]}" --train-iters 4 2>&1); rc1=$?
+first=$(timeout 60 "${MPIRUN[@]}" -np 4 "$BIN" train "${MODEL[@]}" "${DIST[@]}" --train-iters 2 \
+    --save "$TMP/ckpt" 2>&1); rc2=$?
+second=$(timeout 60 "${MPIRUN[@]}" -np 2 "$BIN" train "${MODEL[@]}" "${DIST[@]}" --train-iters 4 \
+    --load "$TMP/ckpt" 2>&1); rc3=$?
+shards=$(ls "$TMP/ckpt/iter_0000002" 2>/dev/null | grep -c '^optimizer-0000[1-4]-of-00004.safetensors$')
+if [ "$rc1" -ne 0 ] || [ "$rc2" -ne 0 ] || [ "$rc3" -ne 0 ]; then
+    fail "train distopt save np=4, resume np=2 (exit status $rc1 $rc2 $rc3)" "$(tail -n 3 <<<"$first")" "$(tail -n 3 <<<"$second")"
+elif [ "$shards" -ne 4 ]; then
+    fail "train distopt save np=4 ($shards optimizer shard files)" "$(ls "$TMP/ckpt/iter_0000002")"
+elif ! paste <(losses "$straight" | tail -n 2) <(losses "$second") | awk 'NF != 2 || ($1 - $2) > 1e-5 * $1 || ($2 - $1) > 1e-5 * $1 { bad = 1 } END { exit bad || NR != 2 }'; then
+    fail "train distopt save np=4, resume np=2 (losses differ from the straight run)" \
+        "straight: $(losses "$straight" | tr '\n' ' ')" "resumed: $(losses "$second" | tr '\n' ' ')"
+else
+    pass "train distopt save np=4 (4 shard files), resume np=2: losses $(losses "$second" | tr '\n' ' ')match"
+fi
+finish

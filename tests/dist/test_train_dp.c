@@ -1,0 +1,284 @@
+/* Data-parallel training (train/trainer.h, parallel/ddp.h) against the one-rank run: every rank
+ * trains a tiny GPT twice, alone (the reference: the whole global batch on one rank) and as a
+ * replica of the world's data-parallel group, 5 steps with gradient accumulation (16 samples per
+ * step: 16 microbatches alone, 16/D in each replica; see global_batch), and compares the losses,
+ * the grad norms and every parameter. The reduction order differs (microbatches accumulate on one
+ * rank, replicas are summed by MPI), so the comparison is by normalised error with a tolerance of
+ * 1e-6 in fp32; the replicas themselves must agree bit for bit. The model has no linear biases: the
+ * key bias's true gradient is exactly zero (softmax ignores a constant added to every score), so
+ * both runs hold rounding noise of ~1e-10 there, which Adam turns into steps of ~lr * g / eps whose
+ * sign follows the summation order; no reduction order can make that parameter agree to 1e-6.
+ * Variants: plain all-reduce, the distributed optimizer (reduce-scatter, sharded AdamW,
+ * all-gather), each with one bucket and with several
+ * (--overlap-grad-reduce --ddp-bucket-size). Runs on host buffers (MPI) only: the trainer's data
+ * parallelism is the cpu backend's. */
+#include "dist.h"
+
+#include "core/flags.h"
+#include "core/log.h"
+#include "train/trainer.h"
+
+#include <ftw.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define STEPS 5
+#define TOL   1e-6
+
+typedef struct {
+    bool distopt, overlap;
+    int64_t bucket; /* --ddp-bucket-size, 0: none */
+} variant;
+
+typedef struct {
+    double loss[STEPS], norm[STEPS];
+    float *w; /* (params.numel) the trainer's layout */
+} run_out;
+
+/* 16 samples per step (16/D microbatches per replica), or 4 microbatches per replica where D
+ * does not divide 16 (MG_DIST_RANKS="3 6"). */
+static int global_batch(const dist_ctx *t) {
+    return 16 % t->size ? 4 * t->size : 16;
+}
+
+static void make_config(dist_ctx *t, mg_config *c, int world, const variant *v) {
+    char gbs[16];
+    snprintf(gbs, sizeof gbs, "%d", global_batch(t));
+    char *argv[] = {"--num-layers",
+                    "2",
+                    "--hidden-size",
+                    "32",
+                    "--num-attention-heads",
+                    "4",
+                    "--seq-length",
+                    "16",
+                    "--vocab-size",
+                    "96",
+                    "--mock-data",
+                    "--micro-batch-size",
+                    "1",
+                    "--global-batch-size",
+                    gbs,
+                    "--train-iters",
+                    "5",
+                    "--lr",
+                    "3e-3",
+                    "--eval-iters",
+                    "0",
+                    "--device",
+                    "cpu",
+                    "--num-threads",
+                    "1",
+                    "--disable-bias-linear"};
+    bool help = false;
+    mg_config_defaults(c);
+    DOK(mg_flags_parse(c, (int)(sizeof argv / sizeof *argv), argv, &help));
+    c->world_size = world;
+    DOK(mg_config_validate(c));
+    c->use_distributed_optimizer = v->distopt;
+    c->overlap_grad_reduce = v->overlap;
+    c->ddp_bucket_size = v->bucket > 0 ? v->bucket : -1;
+}
+
+/* A trainer on dp (NULL: alone) with --save / --load `save` / `load` (NULL: none). */
+static mg_trainer *start(dist_ctx *t, const variant *v, mg_comm *dp, const char *save,
+                         const char *load) {
+    mg_config c;
+    make_config(t, &c, dp ? mg_comm_size(dp) : 1, v);
+    if (save) snprintf(c.save, sizeof c.save, "%s", save);
+    if (load) snprintf(c.load, sizeof c.load, "%s", load);
+    mg_trainer *tr = calloc(1, sizeof *tr);
+    DOK(tr ? MG_OK : MG_ERR_NOMEM);
+    DOK(mg_trainer_init_dp(tr, &c, dp));
+    return tr;
+}
+
+static void stop(mg_trainer *tr) {
+    mg_trainer_free(tr);
+    free(tr);
+}
+
+/* STEPS steps of a trainer on dp (NULL: alone); returns it for inspection (caller frees). */
+static mg_trainer *train(dist_ctx *t, const variant *v, mg_comm *dp, run_out *out) {
+    mg_trainer *tr = start(t, v, dp, NULL, NULL);
+    for (int s = 0; s < STEPS; s++) DOK(mg_trainer_step(tr, &out->loss[s], &out->norm[s]));
+    out->w = calloc(tr->model.params.numel, sizeof *out->w);
+    DOK(out->w ? MG_OK : MG_ERR_NOMEM);
+    /* the parameters are full on every replica (fp32 on the cpu backend) */
+    DOK(tr->be->download_f32(tr->be, out->w, tr->params, tr->model.params.numel));
+    return tr;
+}
+
+static double rel(double a, double b) {
+    return fabs(a - b) / fmax(fabs(b), 1e-30);
+}
+
+/* Worst normalised error ||a - b|| / ||b|| over the parameters, matched by registration index
+ * (the two runs' layouts differ with the distributed optimizer's padding). */
+static double worst_param_error(const mg_trainer *a, const float *wa, const mg_trainer *b,
+                                const float *wb, const char **which) {
+    double worst = 0;
+    const mg_param_table *ta = &a->model.params, *tb = &b->model.params;
+    for (int i = 0; i < ta->n; i++) {
+        const float *x = wa + ta->p[i].offset, *y = wb + tb->p[i].offset;
+        double d = 0, n = 0;
+        for (int64_t j = 0; j < ta->p[i].numel; j++) {
+            d += ((double)x[j] - y[j]) * ((double)x[j] - y[j]);
+            n += (double)y[j] * y[j];
+        }
+        /* zero-initialised parameters (biases) are compared against the largest scale seen */
+        double e = sqrt(d) / fmax(sqrt(n), 1e-3);
+        if (e > worst) {
+            worst = e;
+            *which = ta->p[i].name;
+        }
+    }
+    return worst;
+}
+
+static void check_variant(dist_ctx *t, const variant *v, const char *label) {
+    mg_comm *world = mg_comm_world_comm(t->w);
+    run_out ref = {0}, dp = {0};
+    mg_trainer *a = train(t, v, NULL, &ref);
+    mg_trainer *b = train(t, v, world, &dp);
+    int D = t->size;
+    DEXPECT(b->dp_size == D && b->num_microbatches == global_batch(t) / D,
+            "%s: dp %d, %d microbatches", label, b->dp_size, b->num_microbatches);
+    for (int s = 0; s < STEPS; s++) {
+        DEXPECT(rel(dp.loss[s], ref.loss[s]) <= TOL, "%s step %d: loss %.9g, one rank %.9g", label,
+                s + 1, dp.loss[s], ref.loss[s]);
+        DEXPECT(rel(dp.norm[s], ref.norm[s]) <= TOL, "%s step %d: grad norm %.9g, one rank %.9g",
+                label, s + 1, dp.norm[s], ref.norm[s]);
+    }
+    const char *which = "";
+    double e = worst_param_error(b, dp.w, a, ref.w, &which);
+    DEXPECT(e <= TOL, "%s: parameters after %d steps differ from one rank's by %.3g (%s)", label,
+            STEPS, e, which);
+    /* the replicas agree bit for bit: compare with rank 0's copy */
+    size_t n = b->model.params.numel;
+    float *w0 = host_alloc(n, MG_F32);
+    memcpy(w0, dp.w, n * sizeof *w0);
+    DOK(mg_comm_broadcast(world, w0, n, MG_F32, 0, NULL));
+    DEXPECT(!memcmp(w0, dp.w, n * sizeof *w0), "%s: rank %d's parameters differ from rank 0's",
+            label, t->rank);
+    /* ZeRO-1: the moments hold this rank's shard only */
+    size_t want = v->distopt ? (size_t)b->gbuf.numel / (size_t)D : (size_t)b->gbuf.numel;
+    DEXPECT(b->opt.numel == want, "%s: optimizer state of %zu elements, want %zu", label,
+            b->opt.numel, want);
+    DEXPECT(!v->overlap || !v->bucket || b->gbuf.n_buckets > 1, "%s: %d bucket(s)", label,
+            b->gbuf.n_buckets);
+    /* the memory report: 4 B weights and gradients per buffer element, 8 B of moments per
+     * element of this rank's shard (plus the optimizer's scalars and arena alignment) */
+    mg_memory_per_param mp = mg_trainer_memory_per_param(b);
+    double P = (double)mp.params, opt_bytes = mp.optimizer * P;
+    DEXPECT(mp.weights * P == 4.0 * (double)b->gbuf.numel && mp.grads == mp.weights &&
+                mp.master == 0 && opt_bytes >= 8.0 * (double)want &&
+                opt_bytes <= 8.0 * (double)want + 1024,
+            "%s: per parameter: weights %.3f grads %.3f master %.3f optimizer %.3f B", label,
+            mp.weights, mp.grads, mp.master, mp.optimizer);
+    free(w0);
+    free(ref.w);
+    free(dp.w);
+    mg_trainer_free(a);
+    mg_trainer_free(b);
+    free(a);
+    free(b);
+}
+
+/* Host buffers only; log as the ranks of a launch (set-up lines from rank 0 alone). */
+static bool host_only(dist_ctx *t) {
+    mg_log_init(t->rank, t->size);
+    return !strcmp(t->B->name, "host");
+}
+
+void test_train_dp(dist_ctx *t) {
+    if (!host_only(t)) return;
+    check_variant(t, &(variant){false, false, 0}, "all-reduce, one bucket");
+    check_variant(t, &(variant){false, true, 5000}, "all-reduce, buckets of 5000");
+}
+
+void test_train_distopt(dist_ctx *t) {
+    if (!host_only(t)) return;
+    check_variant(t, &(variant){true, false, 0}, "distributed optimizer, one bucket");
+    check_variant(t, &(variant){true, true, 5000}, "distributed optimizer, buckets of 5000");
+}
+
+/* ---- checkpoints ---- */
+
+static float *copy_of(const float *x, size_t n) {
+    float *y = host_alloc(n, MG_F32);
+    memcpy(y, x, n * sizeof *y);
+    return y;
+}
+
+static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+    return remove(path);
+}
+
+/* 4 steps straight against 2 steps, a checkpoint, a resume (each rank its own shard) and 2 more
+ * steps: losses, parameters and this rank's moments agree bit for bit. Then one rank alone
+ * (unsharded) loads the same checkpoint and finds every moment the replicas saved. */
+static void check_resume(dist_ctx *t, const variant *v, const char *label) {
+    mg_comm *world = mg_comm_world_comm(t->w);
+    int32_t dir[64] = {0}; /* a path, broadcast as 256 bytes */
+    if (t->rank == 0) {
+        snprintf((char *)dir, sizeof dir, "/tmp/mg_dist_resume_XXXXXX");
+        DOK(mkdtemp((char *)dir) ? MG_OK : MG_ERR_IO);
+    }
+    DOK(mg_comm_broadcast(world, dir, 64, MG_I32, 0, NULL));
+    const char *path = (const char *)dir;
+    double loss[4], norm[4], l2[2], n2[2];
+
+    mg_trainer *a = start(t, v, world, NULL, NULL);
+    for (int s = 0; s < 4; s++) DOK(mg_trainer_step(a, &loss[s], &norm[s]));
+    mg_trainer *b = start(t, v, world, path, NULL);
+    for (int s = 0; s < 2; s++) DOK(mg_trainer_step(b, &l2[0], &n2[0]));
+    DOK(mg_trainer_save(b));
+    size_t m = b->opt.numel;
+    float *bm = copy_of(b->opt.m, m), *bv = copy_of(b->opt.v, m);
+    mg_trainer *c = start(t, v, world, NULL, path);
+    DEXPECT(c->state.iteration == 2 && c->opt.step == 2, "%s: resumed at iteration %lld step %lld",
+            label, (long long)c->state.iteration, (long long)c->opt.step);
+    for (int s = 0; s < 2; s++) {
+        DOK(mg_trainer_step(c, &l2[s], &n2[s]));
+        DEXPECT(l2[s] == loss[2 + s] && n2[s] == norm[2 + s],
+                "%s step %d: resumed loss %.9g norm %.9g, straight %.9g %.9g", label, 3 + s, l2[s],
+                n2[s], loss[2 + s], norm[2 + s]);
+    }
+    size_t n = a->model.params.numel;
+    DEXPECT(!memcmp(a->params, c->params, n * sizeof(float)), "%s: resumed parameters differ",
+            label);
+    DEXPECT(!memcmp(a->opt.m, c->opt.m, m * sizeof(float)) &&
+                !memcmp(a->opt.v, c->opt.v, m * sizeof(float)),
+            "%s: rank %d's resumed moments differ", label, t->rank);
+
+    /* resharding: one rank, no distributed optimizer, reads every rank's shard */
+    mg_trainer *d = start(t, &(variant){false, false, 0}, NULL, NULL, path);
+    int wrong = 0;
+    for (int i = 0; i < b->opt.n_pieces; i++) {
+        const mg_optim_piece *pc = &b->opt.pieces[i];
+        size_t at = d->model.params.p[pc->index].offset + (size_t)pc->param_start;
+        size_t len = (size_t)(pc->param_end - pc->param_start);
+        wrong += memcmp(d->opt.m + at, bm + pc->local, len * sizeof(float)) != 0;
+        wrong += memcmp(d->opt.v + at, bv + pc->local, len * sizeof(float)) != 0;
+    }
+    DEXPECT(!wrong, "%s: one rank loading the checkpoint finds %d of rank %d's pieces changed",
+            label, wrong, t->rank);
+    free(bm);
+    free(bv);
+    stop(a);
+    stop(b);
+    stop(c);
+    stop(d);
+    DOK(mg_comm_barrier(world, NULL));
+    if (t->rank == 0) nftw(path, remove_entry, 8, FTW_DEPTH | FTW_PHYS);
+}
+
+void test_train_resume(dist_ctx *t) {
+    if (!host_only(t)) return;
+    check_resume(t, &(variant){false, false, 0}, "all-reduce");
+    check_resume(t, &(variant){true, true, 5000}, "distributed optimizer, buckets of 5000");
+}
