@@ -209,14 +209,16 @@ $(BUILD)/bench_comm: bench/comm.c $(BUILD)/libmegatron.a
 $(BUILD)/op_bench: bench/op_bench.c $(BUILD)/libmegatron.a
 	$(CC) $(CFLAGS) $< $(BUILD)/libmegatron.a $(LDLIBS) -o $@
 
-# GPU machine: `megatron bench` against the PyTorch baseline (bench/baselines/torch_gpt2.py) on
-# the GPT-2 shapes, one GPU (bench/gpu_bench.sh; SHAPES=124m picks shapes; bench/NOTES.md).
-.PHONY: bench-gpu
-bench-gpu: info
-	@if [ -z "$(HAVE_CUDA)" ]; then echo "make bench-gpu needs the CUDA backend" \
+# GPU machine (bench/NOTES.md): bench-gpu, `megatron bench` against the PyTorch baseline
+# (bench/baselines/torch_gpt2.py) on the GPT-2 shapes, one GPU (bench/gpu_bench.sh; SHAPES=124m
+# picks shapes); bench-dp, data-parallel weak scaling of `megatron train` against PyTorch DDP on
+# 1, 2 and 4 GPUs (bench/dp_bench.sh; SHAPES, NGPUS, MBS, MEGATRON_ARGS; MPI for N > 1).
+.PHONY: bench-gpu bench-dp
+bench-gpu bench-dp: info
+	@if [ -z "$(HAVE_CUDA)" ]; then echo "make $@ needs the CUDA backend" \
 	    "(this build: backends=cpu)" >&2; exit 1; fi
 	@$(MAKE) --no-print-directory $(BUILD)/megatron
-	bench/gpu_bench.sh $(BUILD)
+	bench/$(@:bench-%=%)_bench.sh $(BUILD)
 
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h')

@@ -32,92 +32,94 @@ typedef enum { MG_LR_CONSTANT = 0, MG_LR_LINEAR, MG_LR_COSINE } mg_lr_style;
  * Integers that Megatron treats as "None when absent" use -1 (or 0 where noted). */
 typedef struct {
     /* model */
-    int num_layers;                 /* --num-layers */
-    int hidden_size;                /* --hidden-size */
-    int ffn_hidden_size;            /* --ffn-hidden-size, -1: 4*hidden (swiglu: Megatron's 8/3 rule) */
-    int num_attention_heads;        /* --num-attention-heads */
-    int kv_channels;                /* --kv-channels, -1: hidden/heads */
-    bool group_query_attention;     /* --group-query-attention */
-    int num_query_groups;           /* --num-query-groups, -1: = heads */
-    int seq_length;                 /* --seq-length */
-    int max_position_embeddings;    /* --max-position-embeddings, -1: = seq-length */
-    mg_pos_kind position_embedding; /* --position-embedding-type learned_absolute|rope|none */
-    double rotary_base;             /* --rotary-base (10000) */
-    mg_norm_kind normalization;     /* --normalization LayerNorm|RMSNorm */
-    double norm_epsilon;            /* --norm-epsilon (1e-5) */
-    bool swiglu;                    /* --swiglu */
-    bool disable_bias_linear;       /* --disable-bias-linear */
-    bool untie_embeddings;          /* --untie-embeddings-and-output-weights */
-    double init_method_std;         /* --init-method-std (0.02) */
-    int vocab_size;                 /* --vocab-size, -1: from the tokenizer */
+    int num_layers;              /* --num-layers */
+    int hidden_size;             /* --hidden-size */
+    int ffn_hidden_size;         /* --ffn-hidden-size, -1: 4*hidden (swiglu: Megatron's 8/3 rule) */
+    int num_attention_heads;     /* --num-attention-heads */
+    int kv_channels;             /* --kv-channels, -1: hidden/heads */
+    bool group_query_attention;  /* --group-query-attention */
+    int num_query_groups;        /* --num-query-groups, -1: = heads */
+    int seq_length;              /* --seq-length */
+    int max_position_embeddings; /* --max-position-embeddings, -1: = seq-length */
+    mg_pos_kind position_embedding;   /* --position-embedding-type learned_absolute|rope|none */
+    double rotary_base;               /* --rotary-base (10000) */
+    mg_norm_kind normalization;       /* --normalization LayerNorm|RMSNorm */
+    double norm_epsilon;              /* --norm-epsilon (1e-5) */
+    bool swiglu;                      /* --swiglu */
+    bool disable_bias_linear;         /* --disable-bias-linear */
+    bool untie_embeddings;            /* --untie-embeddings-and-output-weights */
+    double init_method_std;           /* --init-method-std (0.02) */
+    int vocab_size;                   /* --vocab-size, -1: from the tokenizer */
     int make_vocab_size_divisible_by; /* --make-vocab-size-divisible-by (128) */
 
     /* training */
-    int micro_batch_size;      /* --micro-batch-size (1) */
-    int global_batch_size;     /* --global-batch-size, -1: = micro-batch-size * data-parallel */
-    int64_t train_iters;       /* --train-iters */
-    double lr;                 /* --lr */
-    double min_lr;             /* --min-lr (0) */
+    int micro_batch_size;       /* --micro-batch-size (1) */
+    int global_batch_size;      /* --global-batch-size, -1: = micro-batch-size * data-parallel */
+    int64_t train_iters;        /* --train-iters */
+    double lr;                  /* --lr */
+    double min_lr;              /* --min-lr (0) */
     mg_lr_style lr_decay_style; /* --lr-decay-style constant|linear|cosine (linear) */
-    int64_t lr_warmup_iters;   /* --lr-warmup-iters (0) */
-    double lr_warmup_fraction; /* --lr-warmup-fraction, -1: unset */
-    double lr_warmup_init;     /* --lr-warmup-init (0) */
-    int64_t lr_decay_iters;    /* --lr-decay-iters, -1: = train-iters */
-    double weight_decay;       /* --weight-decay (0.01) */
-    double adam_beta1;         /* --adam-beta1 (0.9) */
-    double adam_beta2;         /* --adam-beta2 (0.999) */
-    double adam_eps;           /* --adam-eps (1e-8) */
-    double clip_grad;          /* --clip-grad (1.0; 0 disables) */
-    int64_t seed;              /* --seed (1234) */
+    int64_t lr_warmup_iters;    /* --lr-warmup-iters (0) */
+    double lr_warmup_fraction;  /* --lr-warmup-fraction, -1: unset */
+    double lr_warmup_init;      /* --lr-warmup-init (0) */
+    int64_t lr_decay_iters;     /* --lr-decay-iters, -1: = train-iters */
+    double weight_decay;        /* --weight-decay (0.01) */
+    double adam_beta1;          /* --adam-beta1 (0.9) */
+    double adam_beta2;          /* --adam-beta2 (0.999) */
+    double adam_eps;            /* --adam-eps (1e-8) */
+    double clip_grad;           /* --clip-grad (1.0; 0 disables) */
+    int64_t seed;               /* --seed (1234) */
 
     /* logging and evaluation */
-    int log_interval;          /* --log-interval (100) */
-    int eval_interval;         /* --eval-interval (1000) */
-    int eval_iters;            /* --eval-iters (100) */
-    int64_t exit_interval;     /* --exit-interval, -1: never */
-    char metrics_file[1024];   /* --metrics-file, "": none */
+    int log_interval;        /* --log-interval (100) */
+    int eval_interval;       /* --eval-interval (1000) */
+    int eval_iters;          /* --eval-iters (100) */
+    int64_t exit_interval;   /* --exit-interval, -1: never */
+    char metrics_file[1024]; /* --metrics-file, "": none */
 
     /* checkpointing */
-    char save[1024];           /* --save, "": none */
-    int save_interval;         /* --save-interval, -1: only at the end when --save is set */
-    char load[1024];           /* --load, "": none */
+    char save[1024];   /* --save, "": none */
+    int save_interval; /* --save-interval, -1: only at the end when --save is set */
+    char load[1024];   /* --load, "": none */
 
     /* data */
-    bool mock_data;            /* --mock-data */
-    char data_path[4096];      /* --data-path PREFIX | W1 P1 W2 P2 ... (space-joined), "": none */
-    char split[64];            /* --split ("969, 30, 1", Megatron's legacy default) */
+    bool mock_data;             /* --mock-data */
+    char data_path[4096];       /* --data-path PREFIX | W1 P1 W2 P2 ... (space-joined), "": none */
+    char split[64];             /* --split ("969, 30, 1", Megatron's legacy default) */
     char data_cache_path[1024]; /* --data-cache-path, "": <prefix>/cache/GPTDataset_indices */
-    char tokenizer_type[64];   /* --tokenizer-type GPT2BPETokenizer|NullTokenizer, "": none */
-    char vocab_file[1024];     /* --vocab-file (GPT-2 vocab.json), "": none */
-    char merge_file[1024];     /* --merge-file (GPT-2 merges.txt), "": none */
+    char tokenizer_type[64];    /* --tokenizer-type GPT2BPETokenizer|NullTokenizer, "": none */
+    char vocab_file[1024];      /* --vocab-file (GPT-2 vocab.json), "": none */
+    char merge_file[1024];      /* --merge-file (GPT-2 merges.txt), "": none */
 
     /* runtime */
-    char device[16];           /* --device auto, cpu or cuda; the trainer resolves auto */
-    int num_threads;           /* --num-threads, -1: OpenMP default */
+    char device[16];                    /* --device auto, cpu or cuda; the trainer resolves auto */
+    int num_threads;                    /* --num-threads, -1: OpenMP default */
     double distributed_timeout_minutes; /* --distributed-timeout-minutes (10) */
     int world_size; /* not a flag: the launch's ranks (mpirun, srun, torchrun variables), set by
                        the front end before validation; 1 by default */
 
     /* parallel layout (src/parallel/parallel_state.h, src/parallel/pipeline/schedule.h) */
-    int tensor_model_parallel_size;   /* --tensor-model-parallel-size (1) */
-    int pipeline_model_parallel_size; /* --pipeline-model-parallel-size (1) */
-    int virtual_pipeline_model_parallel_size;  /* --virtual-pipeline-model-parallel-size, -1: none */
+    int tensor_model_parallel_size;           /* --tensor-model-parallel-size (1) */
+    int pipeline_model_parallel_size;         /* --pipeline-model-parallel-size (1) */
+    int virtual_pipeline_model_parallel_size; /* --virtual-pipeline-model-parallel-size, -1: none */
     int num_layers_per_virtual_pipeline_stage; /* --num-layers-per-virtual-pipeline-stage, -1 */
-    int microbatch_group_size_per_vp_stage;    /* --microbatch-group-size-per-virtual-pipeline-stage, -1: = PP */
-    int decoder_first_pipeline_num_layers;     /* --decoder-first-pipeline-num-layers, -1: even */
-    int decoder_last_pipeline_num_layers;      /* --decoder-last-pipeline-num-layers, -1: even */
+    int microbatch_group_size_per_vp_stage; /* --microbatch-group-size-per-virtual-pipeline-stage,
+                                               -1: = PP */
+    int decoder_first_pipeline_num_layers;  /* --decoder-first-pipeline-num-layers, -1: even */
+    int decoder_last_pipeline_num_layers;   /* --decoder-last-pipeline-num-layers, -1: even */
     bool account_for_embedding_in_pipeline_split; /* --account-for-embedding-in-pipeline-split */
     bool account_for_loss_in_pipeline_split;      /* --account-for-loss-in-pipeline-split */
-    bool no_overlap_p2p_communication; /* --no-overlap-p2p-communication */
-    int context_parallel_size;        /* --context-parallel-size (1) */
-    int expert_model_parallel_size;   /* --expert-model-parallel-size (1) */
-    int expert_tensor_parallel_size;  /* --expert-tensor-parallel-size, -1: = TP */
-    bool use_tp_pp_dp_mapping;        /* --use-tp-pp-dp-mapping: order tp-cp-ep-pp-dp */
-    char parallel_order[64];          /* --parallel-order (ours), "": tp-cp-ep-dp-pp */
+    bool no_overlap_p2p_communication;            /* --no-overlap-p2p-communication */
+    int context_parallel_size;                    /* --context-parallel-size (1) */
+    int expert_model_parallel_size;               /* --expert-model-parallel-size (1) */
+    int expert_tensor_parallel_size;              /* --expert-tensor-parallel-size, -1: = TP */
+    bool use_tp_pp_dp_mapping;                    /* --use-tp-pp-dp-mapping: order tp-cp-ep-pp-dp */
+    char parallel_order[64];                      /* --parallel-order (ours), "": tp-cp-ep-dp-pp */
 
     /* data-parallel gradient buffer (src/parallel/grad_buffer.h; `megatron plan` shows it) */
     bool use_distributed_optimizer;           /* --use-distributed-optimizer */
     bool overlap_grad_reduce;                 /* --overlap-grad-reduce */
+    bool overlap_param_gather;                /* --overlap-param-gather */
     int64_t ddp_bucket_size;                  /* --ddp-bucket-size, -1: Megatron's default */
     bool ddp_pad_buckets_for_high_nccl_busbw; /* --ddp-pad-buckets-for-high-nccl-busbw */
 } mg_config;

@@ -28,16 +28,30 @@ On the CPU (--device cpu, e.g. --tiny --no-compile for a syntax check) the peak 
 matmul of --peak-size (default 1024) and mem_peak_gib the peak resident set.
 
 Out of memory: exits with status 3 and a stderr line containing "out of memory".
+
+Data parallel (bench/dp_bench.sh): started by torchrun with WORLD_SIZE > 1, every rank joins one
+process group (NCCL on CUDA, gloo on the CPU) on the GPU of its LOCAL_RANK and trains its own
+replica under DistributedDataParallel (default buckets of 25 MB, gradient_as_bucket_view=True) on
+its own random tokens (seeded 1234 + rank), so the global batch is world size x micro-batch.
+torch.compile goes on the inner model before the DDP wrapper, as PyTorch 2.x's "Where to apply
+torch.compile?" recommends (Dynamo does not trace DDP's wrapper well; compiling the inner module
+still splits its graphs at DDP's bucket boundaries, Dynamo's DDPOptimizer, so the bucket
+all-reduces overlap the backward). The step and its timing are the ones above, on every rank;
+rank 0 alone prints, with tokens_per_s = world size x its own tokens/s (the ranks move in lock
+step through the all-reduces), world_size and dist_backend added; tflops and mfu stay per GPU.
+A single process (no WORLD_SIZE, or 1) runs and reports exactly as without this paragraph.
 """
 import argparse
 import json
 import math
+import os
 import resource
 import statistics
 import sys
 import time
 
 import torch
+import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
@@ -130,6 +144,17 @@ def measure_peak(device, n):
     return 2.0 * n**3 / median(times) / 1e12
 
 
+def init_distributed(dev):
+    """(rank, world size): (0, 1) for a single process; under torchrun joins the process group."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world == 1:
+        return 0, 1
+    if dev == "cuda":
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))  # before any CUDA work
+    dist.init_process_group("nccl" if dev == "cuda" else "gloo")
+    return dist.get_rank(), world
+
+
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--model", default="gpt2-124m", help="gpt2-124m|gpt2-350m|gpt2-774m|gpt2-1.5b (or 124m, ...)")
@@ -174,6 +199,7 @@ def parse_args():
 
 def run(a):
     dev = a.device
+    rank, world = init_distributed(dev)
     if a.threads:
         torch.set_num_threads(a.threads)
     if dev == "cuda":
@@ -195,7 +221,13 @@ def run(a):
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
                             lr=6e-4, betas=(0.9, 0.95), eps=1e-8, fused=(dev == "cuda"))
-    fwd = model if a.no_compile else torch.compile(model)
+    if world == 1:
+        fwd = model if a.no_compile else torch.compile(model)
+    else:
+        torch.manual_seed(1234 + rank)  # each rank its own tokens
+        if not a.no_compile:
+            model.compile()
+        fwd = torch.nn.parallel.DistributedDataParallel(model, gradient_as_bucket_view=True)
     ctx = torch.autocast("cuda", dtype=torch.bfloat16) if dev == "cuda" else torch.autocast("cpu", enabled=False)
 
     def step():
@@ -250,13 +282,18 @@ def run(a):
     }
     if dev == "cuda":
         r["gpu"] = torch.cuda.get_device_name()
+    if world > 1:
+        if rank != 0:
+            return
+        r.update(tokens_per_s=world * tok_s, world_size=world, dist_backend=dist.get_backend())
     out = sys.stderr if a.json else sys.stdout
     print(f"torch baseline: {a.model} on {dev} ({r['dtype']}{', compiled' if r['compile'] else ', eager'}), "
           f"{L} layers, hidden {H}, {NH} heads, seq {T}, micro-batch {B}, vocab {V}", file=out)
     print(f"  parameters         {params} ({params_flops} without position embeddings)", file=out)
     print(f"  step time          {r['ms_per_step']:.2f} ms mean, {r['ms_per_step_median']:.2f} ms median "
           f"({a.iters} steps after {a.warmup} warm-up, {warmup_s:.1f} s)", file=out)
-    print(f"  tokens/s           {tok_s:.0f}", file=out)
+    print(f"  tokens/s           {r['tokens_per_s']:.0f}"
+          + (f" ({world} ranks x {tok_s:.0f}, DDP over {r['dist_backend']})" if world > 1 else ""), file=out)
     print(f"  FLOPs/token        {flops_per_token:.4g} (6N + 12*L*H*T)", file=out)
     print(f"  achieved           {tflops:.2f} TFLOP/s", file=out)
     print(f"  {r['dtype']} matmul peak  {peak:.2f} TFLOP/s ({a.peak_size}^3, torch.matmul, measured now)", file=out)
@@ -273,6 +310,8 @@ def main():
     a = parse_args()
     try:
         run(a)
+        if dist.is_initialized():
+            dist.destroy_process_group()
     except torch.cuda.OutOfMemoryError as e:
         first = str(e).splitlines()[0] if str(e) else ""
         print(f"torch_gpt2.py: error: out of memory at micro-batch {a.micro_batch_size}: {first}", file=sys.stderr)

@@ -1,5 +1,5 @@
-/* Backend-independent helpers: validation of an op table; mg_backend_cuda_create's stand-in in
- * builds without the CUDA backend. */
+/* Backend-independent helpers: validation of an op table, the ordering of a collective between
+ * compute work; mg_backend_cuda_create's stand-in in builds without the CUDA backend. */
 #include "backend/backend.h"
 
 #include <stdio.h>
@@ -62,6 +62,18 @@ mg_status mg_backend_validate(const mg_backend *be) {
     return MG_OK;
 }
 
+mg_status mg_backend_comm_begin(mg_backend *be, void **stream) {
+    *stream = NULL;
+    if (!be->stream_handle) return MG_OK;
+    MG_CHECK(be->stream_wait(be, MG_STREAM_COMM, MG_STREAM_COMPUTE));
+    *stream = be->stream_handle(be, MG_STREAM_COMM);
+    return MG_OK;
+}
+
+mg_status mg_backend_comm_end(mg_backend *be) {
+    return be->stream_handle ? be->stream_wait(be, MG_STREAM_COMPUTE, MG_STREAM_COMM) : MG_OK;
+}
+
 #ifndef MG_HAVE_CUDA
 mg_status mg_backend_cuda_create(mg_backend **out, int device) {
     *out = NULL;
@@ -70,5 +82,10 @@ mg_status mg_backend_cuda_create(mg_backend **out, int device) {
                    "cuBLASLt, or with CUDA=0; the build line says backends=cpu), so device %d "
                    "cannot be used",
                    device);
+}
+
+mg_status mg_backend_cuda_probe(int device) {
+    mg_backend *none;
+    return mg_backend_cuda_create(&none, device);
 }
 #endif

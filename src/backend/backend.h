@@ -38,6 +38,7 @@ typedef struct mg_backend mg_backend;
 /* The backend's queues: every op runs on the compute stream; collectives (mg_comm calls) go to
  * the communication stream so they overlap computation (DESIGN.md, step 4). */
 typedef enum { MG_STREAM_COMPUTE = 0, MG_STREAM_COMM = 1 } mg_stream_id;
+#define MG_STREAM_MARKS 8 /* slots of stream_mark */
 
 struct mg_backend {
     const char *name; /* "cpu", "cuda" */
@@ -67,6 +68,12 @@ struct mg_backend {
      * `signaller` before it. One event recorded and waited on by the device; no host wait. */
     void *(*stream_handle)(mg_backend *be, mg_stream_id s);
     mg_status (*stream_wait)(mg_backend *be, mg_stream_id waiter, mg_stream_id signaller);
+    /* Optional, with the two above: MG_STREAM_MARKS numbered points. stream_mark records point
+     * `slot` at the current end of stream s; stream_wait_mark makes work enqueued on `waiter`
+     * afterwards start only once stream s reached the point last recorded in `slot` (a slot
+     * may be recorded again as soon as its waits are enqueued). No host wait. */
+    mg_status (*stream_mark)(mg_backend *be, mg_stream_id s, int slot);
+    mg_status (*stream_wait_mark)(mg_backend *be, mg_stream_id waiter, int slot);
 
     /* ---- embedding ----
      * out[i,:] = wte[tokens[i],:] + (wpe ? wpe[i % S,:] : 0) */
@@ -212,6 +219,14 @@ mg_status mg_backend_cpu_create(mg_backend **out, int num_threads);
  * MG_ERR_UNSUPPORTED with a "no CUDA device: ..." line when no usable GPU is present, and in
  * builds without the CUDA backend (built without nvcc, or `make CUDA=0`: no MG_HAVE_CUDA). */
 mg_status mg_backend_cuda_create(mg_backend **out, int device);
+/* Whether GPU `device` can carry the CUDA backend (present, Hopper or newer) without creating
+ * anything: MG_OK, or MG_ERR_UNSUPPORTED with the same "no CUDA device: ..." line. */
+mg_status mg_backend_cuda_probe(int device);
+/* A collective between compute work: the stream to hand to mg_comm (the communication stream,
+ * after the compute stream's work so far; NULL on backends without streams), then, once it is
+ * enqueued, mg_backend_comm_end makes the compute stream's later work wait for it. */
+mg_status mg_backend_comm_begin(mg_backend *be, void **stream);
+mg_status mg_backend_comm_end(mg_backend *be);
 /* Checks that every required entry is present; the message names the missing ones. */
 mg_status mg_backend_validate(const mg_backend *be);
 

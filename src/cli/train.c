@@ -2,12 +2,14 @@
  *
  * A multi-rank launch (mpirun, srun, torchrun variables) trains data-parallel: every rank
  * validates the same flags (a bad one stops every rank with the same line before any
- * communication, so nobody waits for a peer), then the ranks meet (mg_comm_world_init over MPI,
- * with the TCP rendezvous as the failure channel) and build Megatron's data-parallel groups
+ * communication, so nobody waits for a peer), then the ranks meet (mg_comm_world_init: NCCL on
+ * GPUs, any launcher; MPI on the cpu backend, mpirun/srun; the TCP rendezvous is the failure
+ * channel) and build Megatron's data-parallel groups
  * (parallel/parallel_state.h). A rank whose run fails prints its line and tells its peers
  * (mg_comm_world_fail), which then stop with "rank R failed: ..." instead of waiting. */
 #include "cli/cli.h"
 
+#include "backend/backend.h"
 #include "comm/comm.h"
 #include "core/flags.h"
 #include "core/log.h"
@@ -16,6 +18,7 @@
 #include "train/trainer.h"
 
 #include <stdio.h>
+#include <string.h>
 
 int mg_cli_report(int status) {
     if (status == MG_OK) return 0;
@@ -47,10 +50,36 @@ static mg_status make_dp_group(mg_comm_world *w, const mg_config *c, mg_comm **d
     return st;
 }
 
+/* The communication backend follows the device: NCCL moves the CUDA backend's device buffers,
+ * MPI the cpu backend's host buffers. --device auto is settled here, before the ranks meet (the
+ * trainer then creates what cfg->device names): cuda when this build has it and the launcher's
+ * local rank has a usable GPU, else cpu. */
+static mg_status pick_device(const mg_launch_info *li, mg_config *cfg, mg_comm_backend *backend) {
+    if (!strcmp(cfg->device, "auto")) {
+        mg_status st = mg_backend_cuda_probe(li->local_rank);
+        if (st != MG_OK) {
+            if (st != MG_ERR_UNSUPPORTED) return st;
+            mg_error_clear();
+        }
+        snprintf(cfg->device, sizeof cfg->device, "%s", st == MG_OK ? "cuda" : "cpu");
+    }
+    *backend = strcmp(cfg->device, "cuda") ? MG_COMM_MPI : MG_COMM_NCCL;
+    /* every rank says so at once: nobody waits for a peer */
+    if (*backend == MG_COMM_MPI && li->kind != MG_LAUNCH_MPI)
+        return MG_FAIL(MG_ERR_UNSUPPORTED,
+                       "%s started %d ranks, but data-parallel training on the cpu backend runs "
+                       "over MPI: start it with mpirun -np %d (or srun)",
+                       li->launcher, li->world_size, li->world_size);
+    return MG_OK;
+}
+
 static int train_ranks(const mg_launch_info *li, mg_config *cfg) {
     mg_comm_world *w = NULL;
     mg_comm *dp = NULL;
-    mg_status st = mg_comm_world_init(li, MG_COMM_MPI, cfg->distributed_timeout_minutes * 60.0, &w);
+    mg_comm_backend backend;
+    mg_status st = pick_device(li, cfg, &backend);
+    if (st != MG_OK) return mg_cli_report(st);
+    st = mg_comm_world_init(li, backend, cfg->distributed_timeout_minutes * 60.0, &w);
     if (st != MG_OK) return mg_cli_report(st); /* the world told the peers already */
     st = make_dp_group(w, cfg, &dp);
     if (st == MG_OK) st = mg_train_run(cfg, dp);
@@ -83,11 +112,5 @@ int mg_cli_train(int argc, char **argv) {
     st = mg_config_validate(&cfg);
     if (st != MG_OK) return mg_cli_report(st);
     if (li.world_size == 1) return mg_cli_report(mg_train_run(&cfg, NULL));
-    if (li.kind != MG_LAUNCH_MPI) /* every rank says so at once: nobody waits for a peer */
-        return mg_cli_report(MG_FAIL(
-            MG_ERR_UNSUPPORTED,
-            "%s started %d ranks, but data-parallel training runs on the cpu backend over MPI in "
-            "this build: start it with mpirun -np %d (or srun)",
-            li.launcher, li.world_size, li.world_size));
     return train_ranks(&li, &cfg);
 }

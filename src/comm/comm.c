@@ -50,6 +50,10 @@ int mg_comm_rank(const mg_comm *c) {
 int mg_comm_size(const mg_comm *c) {
     return c ? c->size : 0;
 }
+bool mg_comm_device_buffers(const mg_comm *c) {
+    return !strcmp(c->w->ops->name, "nccl");
+}
+
 const char *mg_comm_name(const mg_comm *c) {
     return c ? c->name : "(none)";
 }

@@ -3,8 +3,8 @@
  *   NCCL (device buffers)           — the GPU path; groups are made with ncclCommSplit.
  *
  * Life cycle (src/cli/train.c, tests/dist/):
- *   mg_launch_info li;  MG_CHECK(mg_launch_detect(&li));          // env only: mpirun, srun, torchrun
- *   mg_comm_world *w;   MG_CHECK(mg_comm_world_init(&li, MG_COMM_MPI, timeout_s, &w));
+ *   mg_launch_info li;  MG_CHECK(mg_launch_detect(&li));          // env only: mpirun, srun,
+ * torchrun mg_comm_world *w;   MG_CHECK(mg_comm_world_init(&li, MG_COMM_MPI, timeout_s, &w));
  *   mg_comm *dp;        MG_CHECK(mg_comm_group_create(w, "dp", n_groups, offsets, ranks, &dp));
  *   MG_CHECK(mg_comm_all_reduce(dp, buf, buf, n, MG_F32, MG_REDUCE_SUM, stream));
  *   ...
@@ -14,7 +14,8 @@
  * Groups: every rank calls mg_comm_group_create with the same full list of groups (Megatron's
  * new_group style, e.g. all tp groups from parallel_state), in the same order on every rank. The
  * rank gets the communicator of the group holding it (ranks inside keep the list's order: group
- * rank i is ranks[offsets[g] + i]); a rank in no group gets *out == NULL. Collective over the world.
+ * rank i is ranks[offsets[g] + i]); a rank in no group gets *out == NULL. Collective over the
+ * world.
  *
  * Calls: every operation names a group and a stream (cudaStream_t as void*; NULL = the default
  * stream; ignored by MPI). Counts are in elements. send == recv is allowed (in place) for
@@ -54,8 +55,8 @@
 /* ---- launch detection (environment only; nothing is initialised) ---- */
 typedef enum {
     MG_LAUNCH_SINGLE = 0, /* plain `megatron ...`: one rank, no MPI_Init */
-    MG_LAUNCH_MPI,        /* mpirun/mpiexec (OMPI_COMM_WORLD_*, PMIX_RANK, PMI_RANK) or srun (SLURM_*) */
-    MG_LAUNCH_ENV,        /* torchrun-style RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT */
+    MG_LAUNCH_MPI, /* mpirun/mpiexec (OMPI_COMM_WORLD_*, PMIX_RANK, PMI_RANK) or srun (SLURM_*) */
+    MG_LAUNCH_ENV, /* torchrun-style RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT */
 } mg_launch_kind;
 
 typedef struct {
@@ -95,13 +96,15 @@ void mg_comm_world_fail(mg_comm_world *w, const char *message);
 void mg_comm_world_finalize(mg_comm_world *w);
 
 /* See "Groups" above. name is copied ("tp", "dp_cp", ...) and appears in error messages. */
-mg_status mg_comm_group_create(mg_comm_world *w, const char *name, int n_groups,
-                               const int *offsets, const int *ranks, mg_comm **out);
+mg_status mg_comm_group_create(mg_comm_world *w, const char *name, int n_groups, const int *offsets,
+                               const int *ranks, mg_comm **out);
 void mg_comm_group_free(mg_comm *c);
 int mg_comm_rank(const mg_comm *c); /* rank inside the group */
 int mg_comm_size(const mg_comm *c);
 int mg_comm_global_rank(const mg_comm *c, int group_rank);
 const char *mg_comm_name(const mg_comm *c);
+/* Whether the group moves device buffers (NCCL) rather than host buffers (MPI). */
+bool mg_comm_device_buffers(const mg_comm *c);
 
 /* ---- collectives (see "Calls" above for buffer and stream rules) ---- */
 /* recv[i] = op over ranks of send[i], i < count. */

@@ -229,11 +229,12 @@ static mg_status check_runtime(const mg_config *c) {
     if (c->world_size < 1)
         return MG_FAIL(MG_ERR_INTERNAL, "world size %d: the front end sets it from the launcher",
                        c->world_size);
-    if (c->world_size > 1 && !strcmp(c->device, "cuda"))
-        return MG_FAIL(MG_ERR_UNSUPPORTED,
-                       "data parallelism over %d ranks trains on the cpu backend (MPI) in this "
-                       "build; NCCL training on GPUs is not wired yet: use --device cpu",
-                       c->world_size);
+    /* Megatron's rules (arguments.py) */
+    if (c->overlap_param_gather && !c->use_distributed_optimizer)
+        return USAGE("--overlap-param-gather needs --use-distributed-optimizer (the parameters "
+                     "are gathered only when the optimizer is sharded)");
+    if (c->overlap_param_gather && !c->overlap_grad_reduce)
+        return USAGE("--overlap-param-gather needs --overlap-grad-reduce as well");
     MG_CHECK(absent_or_positive("--num-threads", c->num_threads));
     if (!(c->distributed_timeout_minutes > 0))
         return USAGE("--distributed-timeout-minutes must be positive, got %g",

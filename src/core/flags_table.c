@@ -313,16 +313,17 @@ const mg_flag_spec mg_flag_table[] = {
     {"--sequence-parallel", RUNTIME, BOOL, NOT_YET, .why = "(single process); drop it",
      .help = "sequence parallelism in tensor-parallel regions"},
     {"--overlap-grad-reduce", RUNTIME, BOOL, FIELD(overlap_grad_reduce),
-     .help = "reduce gradients bucket by bucket (--ddp-bucket-size); on the cpu backend the "
-             "buckets are reduced after backward, not overlapped"},
+     .help = "reduce each gradient bucket (--ddp-bucket-size) as soon as backward completes it, "
+             "on the communication stream"},
     {"--ddp-bucket-size", RUNTIME, INT64, FIELD(ddp_bucket_size), .def = "max(40M, 1M x DP)",
      .help = "elements per gradient bucket with --overlap-grad-reduce (ignored without it)"},
     {"--ddp-pad-buckets-for-high-nccl-busbw", RUNTIME, BOOL,
      FIELD(ddp_pad_buckets_for_high_nccl_busbw),
      .help = "pad distributed-optimizer buckets to a multiple of 2^16 elements as well"},
-    {"--overlap-param-gather", RUNTIME, BOOL, NOT_YET,
-     .why = "(the parameters are gathered after the optimizer step); drop it",
-     .help = "overlap the parameter all-gather with forward"},
+    {"--overlap-param-gather", RUNTIME, BOOL, FIELD(overlap_param_gather),
+     .help = "gather each bucket's updated parameters during the next forward, just before the "
+             "first layer that needs them (with --use-distributed-optimizer "
+             "--overlap-grad-reduce)"},
     {"--distributed-backend", RUNTIME, STRING, IGNORED, .arg = "NAME",
      .help = "communication is NCCL + MPI here"},
     {"--no-async-tensor-model-parallel-allreduce", RUNTIME, BOOL, IGNORED,

@@ -191,15 +191,37 @@ static void *layer_out(mg_gpt *g, int l) {
     return mg_gpt_act(g, l + 1 < g->cfg.L ? g->slot[l + 1].x : g->x_final);
 }
 
+/* Calls one hook (grads: grads_ready, else params_needed) with the parameters of `list` that
+ * the model has (-1 entries dropped). */
+static mg_status call_hook(mg_gpt *g, bool grads, const int *list, int n) {
+    mg_status (*fn)(void *, const int *, int) =
+        grads ? g->hooks.grads_ready : g->hooks.params_needed;
+    if (!fn) return MG_OK;
+    int idx[MG_GPT_HOOK_MAX], k = 0;
+    for (int i = 0; i < n && k < MG_GPT_HOOK_MAX; i++)
+        if (list[i] >= 0) idx[k++] = list[i];
+    return k ? fn(g->hooks.ctx, idx, k) : MG_OK;
+}
+
+static mg_status layer_hook(mg_gpt *g, bool grads, int l) {
+    const mg_layer_params *p = &g->layers[l];
+    const int list[] = {p->ln1_w, p->ln1_b, p->qkv_w, p->qkv_b, p->proj_w, p->proj_b,
+                        p->ln2_w, p->ln2_b, p->fc1_w, p->fc1_b, p->fc2_w,  p->fc2_b};
+    return call_hook(g, grads, list, (int)(sizeof list / sizeof *list));
+}
+
 mg_status mg_gpt_forward(mg_gpt *g, mg_backend *be, const int32_t *tokens) {
     const mg_model_config *c = &g->cfg;
     void *x0 = mg_gpt_act(g, c->L ? g->slot[0].x : g->x_final);
+    MG_CHECK(call_hook(g, false, (const int[]){g->wte, g->wpe}, 2));
     MG_CHECK(be->embedding_forward(be, x0, tokens, mg_gpt_param(g, g->wte),
                                    mg_gpt_param_or_null(g, g->wpe), g->N, c->S, c->H));
     for (int l = 0; l < c->L; l++) {
+        MG_CHECK(layer_hook(g, false, l));
         MG_CHECK(mg_attention_forward(g, be, l));
         MG_CHECK(mg_mlp_forward(g, be, l, layer_out(g, l)));
     }
+    MG_CHECK(call_hook(g, false, (const int[]){g->lnf_w, g->lnf_b, g->out_w}, 3));
     MG_CHECK(mg_gpt_norm_forward(g, be, mg_gpt_act(g, g->lnf), mg_gpt_act(g, g->lnf_mean),
                                  mg_gpt_act(g, g->lnf_rstd), mg_gpt_act(g, g->x_final), g->lnf_w,
                                  g->lnf_b));
@@ -223,17 +245,20 @@ mg_status mg_gpt_backward(mg_gpt *g, mg_backend *be, const int32_t *tokens) {
     MG_CHECK(be->linear_backward(be, dln, mg_gpt_grad(g, g->out_w), NULL, mg_gpt_logits(g),
                                  mg_gpt_act(g, g->lnf), mg_gpt_param(g, g->out_w), NULL, g->N, c->H,
                                  c->V));
+    if (g->out_w != g->wte) MG_CHECK(call_hook(g, true, &g->out_w, 1));
     MG_CHECK(be->memset_zero(be, dres, (size_t)g->N * c->H * g->esz));
     MG_CHECK(mg_gpt_norm_backward(g, be, dres, dln, mg_gpt_act(g, g->x_final),
                                   mg_gpt_act(g, g->lnf_mean), mg_gpt_act(g, g->lnf_rstd), g->lnf_w,
                                   g->lnf_b));
+    MG_CHECK(call_hook(g, true, (const int[]){g->lnf_w, g->lnf_b}, 2));
     for (int l = c->L - 1; l >= 0; l--) {
         MG_CHECK(mg_mlp_backward(g, be, l, dres));
         MG_CHECK(mg_attention_backward(g, be, l, dres));
+        MG_CHECK(layer_hook(g, true, l));
     }
     MG_CHECK(be->embedding_backward(be, mg_gpt_grad(g, g->wte), mg_gpt_grad_or_null(g, g->wpe),
                                     dres, tokens, g->N, c->S, c->H));
-    return MG_OK;
+    return call_hook(g, true, (const int[]){g->wte, g->wpe}, 2);
 }
 
 void mg_gpt_free(mg_gpt *g) {

@@ -36,9 +36,25 @@ typedef struct {
     size_t act; /* (N, F) */
 } mg_layer_slot;
 
+/* Optional callbacks around the parameters' use (the trainer's data-parallel overlap,
+ * parallel/ddp.h), each with registration indices idx[0..n) (at most MG_GPT_HOOK_MAX):
+ *   params_needed  forward is about to read these parameters (the embedding's, then each
+ *                  layer's, then the final norm's and the output layer's);
+ *   grads_ready    backward has written its last contribution to these gradients (the output
+ *                  layer's when untied, the final norm's, each layer's from the last, then the
+ *                  embedding's: a tied embedding's gradient is complete only here).
+ * NULL entries are skipped; an error stops the pass. */
+#define MG_GPT_HOOK_MAX 16
+typedef struct {
+    mg_status (*params_needed)(void *ctx, const int *idx, int n);
+    mg_status (*grads_ready)(void *ctx, const int *idx, int n);
+    void *ctx;
+} mg_gpt_hooks;
+
 typedef struct {
     mg_model_config cfg;
     mg_param_table params;
+    mg_gpt_hooks hooks;                /* zero: none */
     int wte, wpe, lnf_w, lnf_b, out_w; /* out_w == wte when tied; wpe, lnf_b -1 if absent */
     mg_layer_params *layers;           /* (L) */
 

@@ -1,6 +1,9 @@
 /* Per-bucket gradient reduction and parameter gathering (rules in ddp.h). */
 #include "parallel/ddp.h"
 
+#include <stdlib.h>
+#include <string.h>
+
 static mg_status check_group(const mg_grad_buffer_layout *l, int bucket, mg_comm *dp) {
     if (!dp || mg_comm_size(dp) != l->cfg.data_parallel_size)
         return MG_FAIL(MG_ERR_INTERNAL,
@@ -25,12 +28,6 @@ mg_status mg_ddp_reduce_bucket(const mg_grad_buffer_layout *l, int bucket, mg_co
                                   MG_F32, MG_REDUCE_SUM, stream);
 }
 
-mg_status mg_ddp_reduce_grads(const mg_grad_buffer_layout *l, mg_comm *dp, float *grads,
-                              void *stream) {
-    for (int b = 0; b < l->n_buckets; b++) MG_CHECK(mg_ddp_reduce_bucket(l, b, dp, grads, stream));
-    return MG_OK;
-}
-
 mg_status mg_ddp_gather_bucket(const mg_grad_buffer_layout *l, int bucket, mg_comm *dp,
                                void *params, mg_dtype dt, void *stream) {
     MG_CHECK(check_group(l, bucket, dp));
@@ -44,9 +41,196 @@ mg_status mg_ddp_gather_bucket(const mg_grad_buffer_layout *l, int bucket, mg_co
                               stream);
 }
 
-mg_status mg_ddp_gather_params(const mg_grad_buffer_layout *l, mg_comm *dp, void *params,
-                               mg_dtype dt, void *stream) {
-    for (int b = 0; b < l->n_buckets; b++)
-        MG_CHECK(mg_ddp_gather_bucket(l, b, dp, params, dt, stream));
+/* ---- the step's state machine ---- */
+
+static bool streams(const mg_ddp *d) {
+    return d->be->stream_handle != NULL;
+}
+
+static void *comm_stream(const mg_ddp *d) {
+    return streams(d) ? d->be->stream_handle(d->be, MG_STREAM_COMM) : NULL;
+}
+
+mg_status mg_ddp_init(mg_ddp *d, const mg_grad_buffer_layout *l, mg_comm *dp, mg_backend *be,
+                      float *grads, void *params, mg_dtype pdt, bool overlap_grad,
+                      bool overlap_param) {
+    memset(d, 0, sizeof *d);
+    MG_CHECK(check_group(l, 0, dp));
+    if (overlap_param && !l->cfg.use_distributed_optimizer)
+        return MG_FAIL(MG_ERR_INTERNAL, "parameter gather overlap without the distributed "
+                                        "optimizer");
+    if (be->stream_handle && !(be->stream_wait && be->stream_mark && be->stream_wait_mark))
+        return MG_FAIL(MG_ERR_INTERNAL, "backend '%s' has streams but no stream ordering",
+                       be->name);
+    *d = (mg_ddp){.l = l,
+                  .dp = dp,
+                  .be = be,
+                  .grads = grads,
+                  .params = params,
+                  .pdt = pdt,
+                  .overlap_grad = overlap_grad,
+                  .overlap_param = overlap_param};
+    d->param_bucket = malloc((size_t)l->n_params * sizeof *d->param_bucket);
+    d->pending_grads = calloc((size_t)l->n_buckets, sizeof *d->pending_grads);
+    if (!d->param_bucket || !d->pending_grads) {
+        mg_ddp_free(d);
+        return MG_FAIL(MG_ERR_NOMEM, "out of memory");
+    }
+    for (int r = 0; r < l->n_params; r++) d->param_bucket[l->params[r].index] = l->params[r].bucket;
+    d->next_reduce = l->n_buckets; /* nothing to start before start_grad_sync */
+    d->waited_gather = 0;          /* every bucket is current */
     return MG_OK;
+}
+
+void mg_ddp_free(mg_ddp *d) {
+    free(d->param_bucket);
+    free(d->pending_grads);
+    memset(d, 0, sizeof *d);
+}
+
+mg_status mg_ddp_start_grad_sync(mg_ddp *d) {
+    const mg_grad_buffer_layout *l = d->l;
+    for (int b = 0; b < l->n_buckets; b++) d->pending_grads[b] = l->buckets[b].count;
+    d->next_reduce = 0;
+    d->armed = true;
+    return MG_OK;
+}
+
+/* Starts the reductions of buckets [next_reduce, end) on the communication stream, after the
+ * compute stream's work so far (the gradients). */
+static mg_status start_reduces(mg_ddp *d, int end) {
+    if (d->next_reduce >= end) return MG_OK;
+    if (streams(d)) MG_CHECK(d->be->stream_wait(d->be, MG_STREAM_COMM, MG_STREAM_COMPUTE));
+    for (; d->next_reduce < end; d->next_reduce++)
+        MG_CHECK(mg_ddp_reduce_bucket(d->l, d->next_reduce, d->dp, d->grads, comm_stream(d)));
+    return MG_OK;
+}
+
+mg_status mg_ddp_grads_ready(mg_ddp *d, const int *idx, int n) {
+    if (!d->armed || !d->overlap_grad) return MG_OK;
+    for (int i = 0; i < n; i++) {
+        int b = d->param_bucket[idx[i]];
+        if (d->pending_grads[b] <= 0)
+            return MG_FAIL(MG_ERR_INTERNAL, "parameter %d's gradient reported complete twice",
+                           idx[i]);
+        d->pending_grads[b]--;
+    }
+    /* buckets start in buffer order (the same on every rank): the complete prefix */
+    int end = d->next_reduce;
+    while (end < d->l->n_buckets && d->pending_grads[end] == 0) end++;
+    int before = d->next_reduce;
+    MG_CHECK(start_reduces(d, end));
+    d->overlapped_reduces += end - before;
+    return MG_OK;
+}
+
+mg_status mg_ddp_finish_grad_sync(mg_ddp *d) {
+    MG_CHECK(start_reduces(d, d->l->n_buckets));
+    d->armed = false;
+    if (streams(d)) MG_CHECK(d->be->stream_wait(d->be, MG_STREAM_COMPUTE, MG_STREAM_COMM));
+    return MG_OK;
+}
+
+/* Starts bucket next_gather's all-gather and marks its end on the communication stream. At most
+ * MG_STREAM_MARKS gathers are started and not waited for: the oldest is waited for first. */
+static mg_status start_gather(mg_ddp *d) {
+    int b = d->next_gather;
+    if (streams(d) && d->waited_gather - b > MG_STREAM_MARKS) {
+        MG_CHECK(d->be->stream_wait_mark(d->be, MG_STREAM_COMPUTE,
+                                         (d->waited_gather - 1) % MG_STREAM_MARKS));
+        d->waited_gather--;
+    }
+    MG_CHECK(mg_ddp_gather_bucket(d->l, b, d->dp, d->params, d->pdt, comm_stream(d)));
+    if (streams(d)) MG_CHECK(d->be->stream_mark(d->be, MG_STREAM_COMM, b % MG_STREAM_MARKS));
+    d->next_gather--;
+    return MG_OK;
+}
+
+/* The compute stream waits for buckets down to b (gathered in order: b's mark covers them). */
+static mg_status wait_gathers(mg_ddp *d, int b) {
+    if (b >= d->waited_gather) return MG_OK;
+    if (streams(d))
+        MG_CHECK(d->be->stream_wait_mark(d->be, MG_STREAM_COMPUTE, b % MG_STREAM_MARKS));
+    d->waited_gather = b;
+    d->gathering = b > 0;
+    return MG_OK;
+}
+
+mg_status mg_ddp_finish_param_sync(mg_ddp *d) {
+    if (!d->gathering) return MG_OK;
+    while (d->next_gather >= 0) MG_CHECK(start_gather(d));
+    return wait_gathers(d, 0);
+}
+
+mg_status mg_ddp_start_param_sync(mg_ddp *d) {
+    const mg_grad_buffer_layout *l = d->l;
+    if (!l->cfg.use_distributed_optimizer) return MG_OK;
+    MG_CHECK(mg_ddp_finish_param_sync(d)); /* a bucket forward never read: finish it first */
+    /* the gathers read the shards the optimizer wrote on the compute stream */
+    if (streams(d)) MG_CHECK(d->be->stream_wait(d->be, MG_STREAM_COMM, MG_STREAM_COMPUTE));
+    d->next_gather = l->n_buckets - 1;
+    d->waited_gather = l->n_buckets;
+    d->gathering = true;
+    if (!d->overlap_param) return mg_ddp_finish_param_sync(d);
+    return start_gather(d); /* forward reads the last bucket first */
+}
+
+mg_status mg_ddp_params_needed(mg_ddp *d, const int *idx, int n) {
+    if (!d->gathering) return MG_OK;
+    int low = d->waited_gather;
+    for (int i = 0; i < n; i++)
+        if (d->param_bucket[idx[i]] < low) low = d->param_bucket[idx[i]];
+    if (low >= d->waited_gather) return MG_OK;
+    while (d->next_gather >= low) {
+        MG_CHECK(start_gather(d));
+        d->overlapped_gathers++;
+    }
+    if (d->next_gather >= 0) { /* one ahead: the bucket forward reads next */
+        MG_CHECK(start_gather(d));
+        d->overlapped_gathers++;
+    }
+    return wait_gathers(d, low);
+}
+
+/* ---- the sharded fp32 state, whole on the host ---- */
+
+#define GATHER_CHUNK ((size_t)8 << 20) /* elements per rank and all-gather: 32 MiB */
+
+mg_status mg_ddp_gather_shards_f32(mg_ddp *d, const float *local, float *host) {
+    const mg_grad_buffer_layout *l = d->l;
+    mg_backend *be = d->be;
+    int D = mg_comm_size(d->dp), me = mg_comm_rank(d->dp);
+    memset(host, 0, (size_t)l->numel * sizeof *host);
+    size_t largest = 0;
+    for (int b = 0; b < l->n_buckets; b++) {
+        size_t n = (size_t)(l->buckets[b].range.end - l->buckets[b].range.start) / (size_t)D;
+        if (n > largest) largest = n;
+    }
+    size_t chunk = largest < GATHER_CHUNK ? largest : GATHER_CHUNK;
+    if (chunk == 0) return MG_OK;
+    float *scratch;
+    MG_CHECK(be->alloc(be, chunk * (size_t)D * sizeof *scratch, (void **)&scratch));
+    mg_status st = MG_OK;
+    size_t at = 0; /* local offset of this bucket's shard */
+    for (int b = 0; st == MG_OK && b < l->n_buckets; b++) {
+        mg_grad_range s;
+        st = mg_grad_buffer_shard_range(l, b, me, &s);
+        size_t n = st == MG_OK ? (size_t)(s.end - s.start) : 0;
+        int64_t bstart = l->buckets[b].range.start;
+        for (size_t j = 0; st == MG_OK && j < n; j += chunk) {
+            size_t k = n - j < chunk ? n - j : chunk;
+            void *stream;
+            st = mg_backend_comm_begin(be, &stream);
+            if (st == MG_OK)
+                st = mg_comm_all_gather(d->dp, local + at + j, scratch, k, MG_F32, stream);
+            if (st == MG_OK) st = mg_backend_comm_end(be);
+            /* rank r's piece lands at its shard of the bucket: every shard has n elements */
+            for (int r = 0; st == MG_OK && r < D; r++)
+                st = be->copy_d2h(be, host + bstart + (size_t)r * n + j, scratch + (size_t)r * k,
+                                  k * sizeof *scratch);
+        }
+        at += n;
+    }
+    be->free(be, scratch);
+    return st;
 }

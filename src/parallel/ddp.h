@@ -1,34 +1,96 @@
 /* Data-parallel communication over the grad buffer's buckets (parallel/grad_buffer.h), as
- * megatron-core's _ParamAndGradBucketGroup.start_grad_sync and start_param_sync do it, one
- * collective per bucket, in buffer order (the order backward completes them):
- *   mg_ddp_reduce_bucket / mg_ddp_reduce_grads
+ * megatron-core's _ParamAndGradBucketGroup does it: one collective per bucket.
+ *   reduce (after backward, or during it with --overlap-grad-reduce)
  *     plain data parallelism: all-reduce (sum) of the bucket, every rank gets the whole sum;
  *     distributed optimizer: reduce-scatter (sum) of the bucket in place, so dp rank r's shard
  *     of it (mg_grad_buffer_shard_range) holds the sum and the rest of the bucket is stale.
- *   mg_ddp_gather_bucket / mg_ddp_gather_params
- *     distributed optimizer: all-gather of the bucket's shards of the parameter buffer, in place
- *     and in the parameters' dtype, after each rank updated its own shard.
+ *   gather (distributed optimizer, after each rank updated its own shard)
+ *     all-gather of the bucket's shards of the parameter buffer, in place, in the parameters'
+ *     dtype: after the step, or (--overlap-param-gather) bucket by bucket in the next forward.
  * Averaging: Megatron multiplies the gradients by 1/D before summing (gradient_scaling_factor,
  * without --average-in-collective); the trainer folds that factor into the loss gradient, so
  * these functions only sum. The group must have the layout's data_parallel_size ranks; buffers
- * are in the memory of the group's backend (host for MPI) and `stream` is passed to mg_comm.
- * Exports: mg_ddp_reduce_bucket, mg_ddp_reduce_grads, mg_ddp_gather_bucket,
- * mg_ddp_gather_params. Needs: comm, parallel/grad_buffer. */
+ * are in the memory of the group's backend (host for MPI, device for NCCL).
+ *
+ * Streams (backends with stream_handle, i.e. CUDA + NCCL): every collective runs on the
+ * backend's communication stream. Its start waits for the compute stream's work so far (the
+ * gradients it reduces, the shard the optimizer wrote), and the compute stream waits for it
+ * where the results are used: after backward for the gradients (mg_ddp_finish_grad_sync),
+ * before the first layer that reads a bucket's parameters (mg_ddp_params_needed, through the
+ * model's hooks, model/gpt.h). No host waits. On the cpu backend (MPI) every collective has
+ * completed when it returns and the ordering calls do nothing.
+ *
+ * One step:
+ *   mg_ddp_start_grad_sync(d)       before the last microbatch's backward: arms the counters
+ *   mg_ddp_grads_ready(d, idx, n)   (model hook) with --overlap-grad-reduce, a bucket whose
+ *                                   parameters are all complete starts its reduction at once
+ *   mg_ddp_finish_grad_sync(d)      after backward: starts every bucket not started (in order),
+ *                                   the compute stream waits for all of them
+ *   ... the optimizer updates this rank's shard ...
+ *   mg_ddp_start_param_sync(d)      distributed optimizer: gathers every bucket now, or with
+ *                                   --overlap-param-gather only the first bucket forward reads
+ *   mg_ddp_params_needed(d, idx, n) (model hook) the bucket of each parameter is gathered and
+ *                                   waited for; the bucket forward reads next is started (one
+ *                                   ahead, as Megatron's forward pre-hook does)
+ *   mg_ddp_finish_param_sync(d)     gathers and waits for what is left (before reading the
+ *                                   parameters outside forward: checkpoints, tests)
+ * Every rank makes the same calls in the same order (NCCL's rule): the hooks fire at the same
+ * points of the same model on every replica.
+ * Exports: mg_ddp, mg_ddp_*. Needs: comm, backend, parallel/grad_buffer. */
 #ifndef MG_PARALLEL_DDP_H
 #define MG_PARALLEL_DDP_H
 
+#include "backend/backend.h"
 #include "comm/comm.h"
 #include "parallel/grad_buffer.h"
 
-/* grads: (l->numel) fp32 */
+typedef struct {
+    const mg_grad_buffer_layout *l; /* not owned */
+    mg_comm *dp;                    /* not owned; the layout's data_parallel_size ranks */
+    mg_backend *be;                 /* not owned */
+    float *grads;                   /* (l->numel) fp32, backend memory */
+    void *params;                   /* (l->numel) of dtype pdt, backend memory */
+    mg_dtype pdt;
+    bool overlap_grad, overlap_param;
+    int *param_bucket;  /* (l->n_params) registration index -> bucket */
+    int *pending_grads; /* (n_buckets) parameters of the bucket not complete in this backward */
+    int next_reduce;    /* buckets start in buffer order: the next one to start */
+    bool armed;         /* between start_grad_sync and finish_grad_sync */
+    int next_gather;    /* buckets are gathered from the last (forward's first) down */
+    int waited_gather;  /* buckets [waited_gather, n_buckets) are waited for (the stream runs
+                           them in order: waiting for one waits for those started before) */
+    bool gathering;     /* between start_param_sync and the last bucket's wait */
+    /* statistics for the tests, since init: bucket reductions started during backward
+     * (overlapped), and bucket gathers started inside forward */
+    int overlapped_reduces, overlapped_gathers;
+} mg_ddp;
+
+/* grads and params are the trainer's buffers in l's layout; cfg: --overlap-grad-reduce,
+ * --overlap-param-gather (only with the distributed optimizer). */
+mg_status mg_ddp_init(mg_ddp *d, const mg_grad_buffer_layout *l, mg_comm *dp, mg_backend *be,
+                      float *grads, void *params, mg_dtype pdt, bool overlap_grad,
+                      bool overlap_param);
+void mg_ddp_free(mg_ddp *d);
+
+mg_status mg_ddp_start_grad_sync(mg_ddp *d);
+mg_status mg_ddp_grads_ready(mg_ddp *d, const int *idx, int n);
+mg_status mg_ddp_finish_grad_sync(mg_ddp *d);
+mg_status mg_ddp_start_param_sync(mg_ddp *d);
+mg_status mg_ddp_params_needed(mg_ddp *d, const int *idx, int n);
+mg_status mg_ddp_finish_param_sync(mg_ddp *d);
+
+/* The distributed optimizer's fp32 state to the host, whole, on every rank: `local` (backend
+ * memory) holds this rank's shard of every bucket, shard after shard in bucket order (the
+ * optimizer's local coordinates, train/optimizer.h); `host` (l->numel) receives every rank's
+ * shards at their buffer positions (padding zero). All-gathers through a scratch buffer of at
+ * most 32 MiB per rank, allocated here (checkpoints, not steps). */
+mg_status mg_ddp_gather_shards_f32(mg_ddp *d, const float *local, float *host);
+
+/* One bucket's collective on `stream` (no ordering added): the building blocks above. */
 mg_status mg_ddp_reduce_bucket(const mg_grad_buffer_layout *l, int bucket, mg_comm *dp,
                                float *grads, void *stream);
-mg_status mg_ddp_reduce_grads(const mg_grad_buffer_layout *l, mg_comm *dp, float *grads,
-                              void *stream);
-/* params: (l->numel) of dtype dt; only with the distributed optimizer (MG_ERR_INTERNAL else) */
+/* only with the distributed optimizer (MG_ERR_INTERNAL else) */
 mg_status mg_ddp_gather_bucket(const mg_grad_buffer_layout *l, int bucket, mg_comm *dp,
                                void *params, mg_dtype dt, void *stream);
-mg_status mg_ddp_gather_params(const mg_grad_buffer_layout *l, mg_comm *dp, void *params,
-                               mg_dtype dt, void *stream);
 
 #endif

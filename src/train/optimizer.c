@@ -130,8 +130,12 @@ mg_status mg_optimizer_step(mg_optimizer *o, mg_backend *be, void *params, float
     /* padding inside a shard is zero in the gradient buffer, so one pass per shard covers all */
     for (int s = 0; s < o->n_shards; s++)
         MG_CHECK(be->sumsq_f32(be, sumsq, grads + o->shards[s].world, o->shards[s].n));
-    if (o->norm_group)
-        MG_CHECK(mg_comm_all_reduce(o->norm_group, sumsq, sumsq, 1, MG_F32, MG_REDUCE_SUM, NULL));
+    if (o->norm_group) {
+        void *stream;
+        MG_CHECK(mg_backend_comm_begin(be, &stream));
+        MG_CHECK(mg_comm_all_reduce(o->norm_group, sumsq, sumsq, 1, MG_F32, MG_REDUCE_SUM, stream));
+        MG_CHECK(mg_backend_comm_end(be));
+    }
     MG_CHECK(be->clip_coef(be, coef, norm, sumsq, (float)o->clip_grad));
     o->step++;
     float bc1 = (float)(1.0 - pow(o->beta1, (double)o->step));

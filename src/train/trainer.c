@@ -33,15 +33,18 @@ static void be_arena_free(void *ctx, void *ptr) {
 static mg_status create_backend(mg_trainer *t) {
     mg_config *c = &t->cfg;
     t->gpu = -1;
+    /* a data-parallel group settles auto: NCCL moves device buffers, MPI host buffers */
+    if (!strcmp(c->device, "auto") && t->dp)
+        snprintf(c->device, sizeof c->device, "%s", mg_comm_device_buffers(t->dp) ? "cuda" : "cpu");
+    if (t->dp && mg_comm_device_buffers(t->dp) != !strcmp(c->device, "cuda"))
+        return MG_FAIL(MG_ERR_UNSUPPORTED,
+                       "the data-parallel group moves %s buffers, but --device %s keeps the "
+                       "training state in %s memory (NCCL goes with cuda, MPI with cpu)",
+                       mg_comm_device_buffers(t->dp) ? "device" : "host", c->device,
+                       strcmp(c->device, "cuda") ? "host" : "device");
 #ifdef MG_HAVE_CUDA
     const bool want_cuda = !strcmp(c->device, "cuda"), is_auto = !strcmp(c->device, "auto");
-    if (want_cuda && t->dp) /* mg_config_validate refuses it for a multi-rank launch */
-        return MG_FAIL(MG_ERR_UNSUPPORTED, "data parallelism trains on the cpu backend (MPI) in "
-                                           "this build; use --device cpu");
-    if (is_auto && t->dp) {
-        mg_log_info("> --device auto: data parallelism trains on the cpu backend (MPI) in this "
-                    "build");
-    } else if (want_cuda || is_auto) {
+    if (want_cuda || is_auto) {
         mg_launch_info li;
         MG_CHECK(mg_launch_detect(&li));
         mg_status st = mg_backend_cuda_create(&t->be, li.local_rank);
@@ -99,10 +102,18 @@ static mg_status plan_memory(mg_trainer *t) {
     mg_arena *arenas[] = {&t->a_params, &t->a_master, &t->a_grads, &t->a_optim,
                           &t->a_acts,   &t->a_work,   &t->a_io};
     t->planned_bytes = 0;
+    /* the model state (the first four arenas) is measured as the driver sees it, where it can */
+    size_t free0 = 0, free1 = 0, total = 0;
+    if (be->memory_info) MG_CHECK(be->memory_info(be, &free0, &total));
     for (size_t i = 0; i < sizeof arenas / sizeof *arenas; i++) {
-        if (arenas[i] == &t->a_master && !masters) continue; /* stays uncommitted: no memory */
-        MG_CHECK(mg_arena_commit(arenas[i], t->arena_alloc));
-        t->planned_bytes += arenas[i]->size;
+        if (arenas[i] != &t->a_master || masters) { /* else uncommitted: no memory */
+            MG_CHECK(mg_arena_commit(arenas[i], t->arena_alloc));
+            t->planned_bytes += arenas[i]->size;
+        }
+        if (arenas[i] == &t->a_optim && be->memory_info) {
+            MG_CHECK(be->memory_info(be, &free1, &total));
+            t->measured_state_bytes = free0 > free1 ? free0 - free1 : 0;
+        }
     }
     const double MiB = 1048576.0;
     mg_log_info("> memory plan (%s, %s): parameters %.1f MiB, master weights %.1f MiB, "
@@ -118,6 +129,14 @@ static mg_status plan_memory(mg_trainer *t) {
                 b.params, b.weights, b.grads, b.master, b.optimizer,
                 t->opt.sharded ? " (this rank's shard of the distributed optimizer)" : "",
                 b.weights + b.grads + b.master + b.optimizer);
+    if (be->memory_info) {
+        int D = t->opt.sharded ? t->dp_size : 1;
+        mg_log_info("> memory per parameter (%s, cudaMemGetInfo around the weight, gradient, "
+                    "master and optimizer arenas): %.2f B; %s %.2f B",
+                    be->name, (double)t->measured_state_bytes / (double)b.params,
+                    D > 1 ? "the distributed optimizer's 6 + 12/d is" : "Megatron's table says",
+                    6.0 + 12.0 / D);
+    }
     t->params = mg_arena_ptr(&t->a_params, t->off_params);
     t->master = masters ? mg_arena_ptr(&t->a_master, t->off_master) : NULL;
     t->grads = mg_arena_ptr(&t->a_grads, t->off_grads);
@@ -162,14 +181,16 @@ mg_status mg_trainer_set_weights(mg_trainer *t, const float *host) {
     return be->upload_f32(be, t->params, host, n);
 }
 
+mg_status mg_trainer_sync_params(mg_trainer *t) {
+    return t->dp ? mg_ddp_finish_param_sync(&t->ddp) : MG_OK;
+}
+
 mg_status mg_trainer_get_weights(mg_trainer *t, float *host) {
     mg_backend *be = t->be;
     size_t n = t->model.params.numel;
-    if (t->master && t->opt.sharded)
-        return MG_FAIL(MG_ERR_UNSUPPORTED,
-                       "the fp32 master weights are sharded over %d ranks; "
-                       "each rank holds only its shard",
-                       t->dp_size);
+    MG_CHECK(mg_trainer_sync_params(t));
+    /* sharded fp32 masters: every rank's shards, gathered */
+    if (t->master && t->opt.sharded) return mg_ddp_gather_shards_f32(&t->ddp, t->master, host);
     /* unsharded, local coordinates are the world's */
     if (t->master) return be->copy_d2h(be, host, t->master, n * sizeof(float));
     return be->download_f32(be, host, t->params, n);
@@ -340,6 +361,15 @@ static mg_status set_batch_shape(mg_trainer *t) {
     return MG_OK;
 }
 
+/* The model's hooks (model/gpt.h) drive the data-parallel overlap (parallel/ddp.h). */
+static mg_status ddp_params_needed(void *ctx, const int *idx, int n) {
+    return mg_ddp_params_needed(ctx, idx, n);
+}
+
+static mg_status ddp_grads_ready(void *ctx, const int *idx, int n) {
+    return mg_ddp_grads_ready(ctx, idx, n);
+}
+
 mg_status mg_trainer_init(mg_trainer *t, const mg_config *cfg) {
     return mg_trainer_init_dp(t, cfg, NULL);
 }
@@ -354,13 +384,17 @@ mg_status mg_trainer_init_dp(mg_trainer *t, const mg_config *cfg, mg_comm *dp) {
     const mg_config *c = &t->cfg;
     MG_CHECK(create_backend(t));
     MG_CHECK(mg_backend_validate(t->be));
-    if (dp && t->be->device != MG_DEVICE_CPU) /* MPI moves host buffers */
-        return MG_FAIL(MG_ERR_UNSUPPORTED, "data parallelism needs the cpu backend in this build");
     MG_CHECK(mg_gpt_build(&t->model, c));
     MG_CHECK(layout_buffers(t));
     MG_CHECK(mg_lr_schedule_init(&t->lr, c));
     MG_CHECK(set_batch_shape(t));
     MG_CHECK(plan_memory(t));
+    if (dp) {
+        MG_CHECK(mg_ddp_init(&t->ddp, &t->gbuf, dp, t->be, t->grads, t->params,
+                             t->be->compute_dtype, c->overlap_grad_reduce,
+                             c->overlap_param_gather));
+        t->model.hooks = (mg_gpt_hooks){ddp_params_needed, ddp_grads_ready, &t->ddp};
+    }
     MG_CHECK(open_data(t));
     MG_CHECK(load_or_init(t));
     /* Megatron averages the loss over every token of the global batch: 1/(tokens x microbatches)
@@ -406,10 +440,17 @@ mg_status mg_trainer_forward_backward(mg_trainer *t, const mg_sample_source *src
         MG_CHECK(load_microbatch(t, src, first, mb));
         MG_CHECK(mg_gpt_forward(&t->model, be, t->tokens));
         MG_CHECK(mg_gpt_loss(&t->model, be, t->targets, t->dloss, t->loss, scale));
-        if (backward) MG_CHECK(mg_gpt_backward(&t->model, be, t->tokens));
+        if (!backward) continue;
+        /* the last microbatch's backward completes the buckets (Megatron's no_sync before) */
+        if (t->dp && mb == t->num_microbatches - 1) MG_CHECK(mg_ddp_start_grad_sync(&t->ddp));
+        MG_CHECK(mg_gpt_backward(&t->model, be, t->tokens));
     }
-    if (t->dp)
-        MG_CHECK(mg_comm_all_reduce(t->dp, t->loss, t->loss, 1, MG_F32, MG_REDUCE_SUM, NULL));
+    if (t->dp) {
+        void *stream;
+        MG_CHECK(mg_backend_comm_begin(be, &stream));
+        MG_CHECK(mg_comm_all_reduce(t->dp, t->loss, t->loss, 1, MG_F32, MG_REDUCE_SUM, stream));
+        MG_CHECK(mg_backend_comm_end(be));
+    }
     return MG_OK;
 }
 
@@ -431,14 +472,15 @@ mg_status mg_trainer_step_async(mg_trainer *t) {
     MG_CHECK(mg_trainer_forward_backward(t, &t->train_src, t->state.consumed_train_samples, true));
     maybe_fault_exit(t);
     /* sum the buckets over the group: every rank gets them whole (all-reduce), or its shard of
-     * each (reduce-scatter, distributed optimizer) */
-    if (t->dp) MG_CHECK(mg_ddp_reduce_grads(&t->gbuf, t->dp, t->grads, NULL));
+     * each (reduce-scatter, distributed optimizer); with --overlap-grad-reduce most started
+     * during backward */
+    if (t->dp) MG_CHECK(mg_ddp_finish_grad_sync(&t->ddp));
     /* Megatron: the update uses the lr before this iteration's scheduler step */
     double lr = mg_lr_schedule_lr(&t->lr);
     MG_CHECK(mg_optimizer_step(&t->opt, be, t->params, t->master, t->grads, lr));
-    /* each rank updated its shards: gather the buckets' parameters */
-    if (t->dp && t->opt.sharded)
-        MG_CHECK(mg_ddp_gather_params(&t->gbuf, t->dp, t->params, be->compute_dtype, NULL));
+    /* each rank updated its shards: gather the buckets' parameters (now, or during the next
+     * forward with --overlap-param-gather) */
+    if (t->dp && t->opt.sharded) MG_CHECK(mg_ddp_start_param_sync(&t->ddp));
     mg_lr_schedule_step(&t->lr, c->global_batch_size);
     t->state.iteration++;
     t->state.consumed_train_samples += c->global_batch_size;
@@ -515,6 +557,7 @@ void mg_trainer_free(mg_trainer *t) {
     if (t->gpt_data) mg_gpt_data_free(t->gpt_data);
     mg_gpt_free(&t->model);
     mg_optimizer_free(&t->opt);
+    mg_ddp_free(&t->ddp);
     mg_grad_buffer_layout_free(&t->gbuf);
     /* the arenas go back to the backend before it is destroyed */
     mg_arena *arenas[] = {&t->a_params, &t->a_master, &t->a_grads, &t->a_optim,

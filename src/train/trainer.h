@@ -26,7 +26,9 @@
  * is summed over the group the same way. After backward: all-reduce per bucket (plain), or
  * reduce-scatter per bucket, AdamW on this rank's shard and all-gather of the updated
  * parameters (--use-distributed-optimizer). The gradient norm is global. Every rank ends a step
- * with the same parameters.
+ * with the same parameters (with --overlap-param-gather: once the next forward, or
+ * mg_trainer_sync_params, gathered them). The collectives and their overlap with backward and
+ * forward are parallel/ddp.h's, driven by the model's hooks (model/gpt.h).
  * Exports: mg_trainer, mg_stat, mg_step_stats, mg_trainer_*, mg_train_run.
  * Needs: model, the train modules, data, backend, comm, parallel/grad_buffer, parallel/ddp. */
 #ifndef MG_TRAIN_TRAINER_H
@@ -36,6 +38,7 @@
 #include "data/mock.h"
 #include "comm/comm.h"
 #include "model/gpt.h"
+#include "parallel/ddp.h"
 #include "parallel/grad_buffer.h"
 #include "train/checkpoint.h"
 #include "train/lr_schedule.h"
@@ -71,6 +74,7 @@ typedef struct {
     mg_comm *dp;                /* the data-parallel group (not owned); NULL: one rank */
     int dp_rank, dp_size;       /* 0, 1 without a group */
     mg_grad_buffer_layout gbuf; /* the parameter and gradient buffers' layout */
+    mg_ddp ddp;                 /* the buckets' collectives (with a group) */
     int gpu;                    /* the CUDA device (launcher's local rank); -1 on the CPU backend */
     mg_gpt model;
     mg_optimizer opt;
@@ -79,6 +83,8 @@ typedef struct {
     mg_allocator be_alloc;           /* the arenas' memory on a device backend: be->alloc */
     const mg_allocator *arena_alloc; /* &be_alloc, or NULL (host memory) on the CPU backend */
     size_t planned_bytes;            /* all arenas together */
+    size_t measured_state_bytes;     /* device memory the weight, gradient, master and optimizer
+                                        arenas took (backends with memory_info), else 0 */
     size_t off_params, off_master, off_grads, off_tokens, off_targets, off_dloss, off_stats;
     void *params;     /* (numel) compute dtype */
     float *master;    /* (opt.numel) fp32 master weights of this rank's shard (local
@@ -108,7 +114,9 @@ typedef struct {
  * point into it). One rank: mg_trainer_init_dp(t, cfg, NULL). */
 mg_status mg_trainer_init(mg_trainer *t, const mg_config *cfg);
 /* The same as one replica of data-parallel group dp (every member calls it with the same cfg;
- * dp outlives the trainer). The CPU backend only: MPI moves host buffers. */
+ * dp outlives the trainer). The group's buffers decide the backend: NCCL (device buffers) goes
+ * with cuda, MPI (host buffers) with cpu; --device auto follows the group, a mismatch is
+ * MG_ERR_UNSUPPORTED. */
 mg_status mg_trainer_init_dp(mg_trainer *t, const mg_config *cfg, mg_comm *dp);
 /* Forward (+ backward) over this rank's part of the global batch of samples [first, first + gbs)
  * from src: the global batch's mean loss lands in t->loss (summed over the data-parallel group);
@@ -126,9 +134,13 @@ mg_status mg_trainer_step(mg_trainer *t, double *loss, double *grad_norm);
 mg_status mg_trainer_evaluate(mg_trainer *t, double *loss);
 /* The weights as fp32 host values (params.numel, parameter layout): set_weights writes the
  * masters and the parameters (their rounding to the compute dtype); get_weights reads the
- * masters (the parameters themselves on CPU; MG_ERR_UNSUPPORTED for masters sharded over
- * several ranks). */
+ * masters (the parameters themselves on CPU; masters sharded over the data-parallel group are
+ * all-gathered: every member must call it). */
 mg_status mg_trainer_set_weights(mg_trainer *t, const float *host);
+/* With --overlap-param-gather the parameter buffer is complete only once the next forward
+ * gathered every bucket: this gathers (and orders) what is left, for readers outside forward.
+ * get_weights and save call it. */
+mg_status mg_trainer_sync_params(mg_trainer *t);
 mg_status mg_trainer_get_weights(mg_trainer *t, float *host);
 /* Bytes per model parameter of each state, from the committed arenas (padding included):
  * Megatron's accounting in seed 002 (fp32 params and grads: 4 + 4 + 8 = 16 B without the

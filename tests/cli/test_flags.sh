@@ -29,15 +29,15 @@ expect_error flags_missing_model_flags 2 "missing required model flags --hidden-
 expect_error flags_unsupported_tp 1 \
     "--tensor-model-parallel-size 2 is not supported yet by .megatron train.*megatron plan" \
     train "${MODEL[@]}" "${RUN[@]}" --tensor-model-parallel-size 2
-expect_error flags_unsupported_overlap_param_gather 1 \
-    "--overlap-param-gather is not supported yet by this build \(the parameters are gathered after the optimizer step\); drop it" \
+expect_error flags_overlap_param_gather_alone 2 \
+    "--overlap-param-gather needs --overlap-grad-reduce as well" \
     train "${MODEL[@]}" "${RUN[@]}" --use-distributed-optimizer --overlap-param-gather
 expect_error flags_bad_ddp_bucket_size 2 "--ddp-bucket-size must be positive, got 0" \
     train "${MODEL[@]}" "${RUN[@]}" --overlap-grad-reduce --ddp-bucket-size 0
 REAL=$MEGATRON
 MEGATRON=env expect_error flags_multi_rank_launch 1 \
-    "^\\[rank 1\\] megatron: error: torchrun started 2 ranks, but data-parallel training runs on the cpu backend over MPI in this build: start it with mpirun -np 2" \
-    RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 "$REAL" train "${MODEL[@]}" "${RUN[@]}"
+    "^\\[rank 1\\] megatron: error: torchrun started 2 ranks, but data-parallel training on the cpu backend runs over MPI: start it with mpirun -np 2 \\(or srun\\)" \
+    RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 "$REAL" train "${MODEL[@]}" "${RUN[@]}" --device cpu
 MEGATRON=env expect_error flags_bad_launch_env 2 "RANK" \
     RANK=3 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 "$REAL" train "${MODEL[@]}" "${RUN[@]}"
 expect_error flags_unsupported_dropout 1 "--hidden-dropout 0.1 is not supported yet.*use 0" \

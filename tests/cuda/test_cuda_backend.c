@@ -173,14 +173,24 @@ done:
     ct_pool_free(&P);
 }
 
-/* The communication stream and stream_wait: a copy on the communication stream ordered after a
- * long product on the compute stream reads its finished output, and compute work ordered after
- * the copy sees the copy done; the streams are distinct and nothing waits on the host. */
-MG_TEST(cuda_comm_stream_ordered_by_events) {
+/* The two ways to order the streams: stream_wait (everything enqueued so far) or a numbered
+ * mark recorded at that point (stream_mark + stream_wait_mark). */
+static mg_status order_streams(mg_backend *g, bool marks, mg_stream_id waiter,
+                               mg_stream_id signaller, int slot) {
+    if (!marks) return g->stream_wait(g, waiter, signaller);
+    MG_CHECK(g->stream_mark(g, signaller, slot));
+    return g->stream_wait_mark(g, waiter, slot);
+}
+
+/* A copy on the communication stream ordered after a queue of long products on the compute
+ * stream reads their finished output, and compute work ordered after the copy sees the copy
+ * done; the streams are distinct and nothing waits on the host. */
+static void check_ordered_copy(mg_test_ctx *t, bool marks) {
     mg_backend *g = ct_cuda(t);
     if (!g) return;
-    MG_EXPECT(g->stream_handle && g->stream_wait, "the CUDA backend lacks its stream entries");
-    if (!g->stream_handle || !g->stream_wait) return;
+    MG_EXPECT(g->stream_handle && g->stream_wait && g->stream_mark && g->stream_wait_mark,
+              "the CUDA backend lacks its stream entries");
+    if (!g->stream_handle || !g->stream_wait || !g->stream_mark || !g->stream_wait_mark) return;
     cudaStream_t comp = g->stream_handle(g, MG_STREAM_COMPUTE);
     cudaStream_t comm = g->stream_handle(g, MG_STREAM_COMM);
     MG_EXPECT(comp == mg_cuda_stream(g) && comm != comp && comm != NULL,
@@ -189,7 +199,7 @@ MG_TEST(cuda_comm_stream_ordered_by_events) {
     ct_pool P = ct_pool_of(t, g);
     enum { G = 4096 };
     size_t n = (size_t)G * G;
-    float *a = ct_uniform_bf16(&P, 8, n, -1, 1);
+    float *a = ct_uniform_bf16(&P, marks ? 9 : 8, n, -1, 1);
     void *da = ct_up_act(&P, a, n), *dout = ct_poison_act(&P, n), *dcopy = ct_poison_act(&P, n);
     void *dcopy2 = ct_poison_act(&P, n);
     if (P.failed) goto done;
@@ -197,15 +207,28 @@ MG_TEST(cuda_comm_stream_ordered_by_events) {
     uint64_t syncs = mg_cuda_ctx_of(g)->n_host_syncs;
     for (int r = 0; r < 10; r++) /* a queue of products; the copy must wait for the last */
         MG_EXPECT_OK(g->linear_forward(g, dout, da, da, NULL, NULL, G, G, G));
-    MG_EXPECT_OK(g->stream_wait(g, MG_STREAM_COMM, MG_STREAM_COMPUTE));
+    MG_EXPECT_OK(order_streams(g, marks, MG_STREAM_COMM, MG_STREAM_COMPUTE, 5));
     MG_EXPECT(cudaMemcpyAsync(dcopy, dout, n * 2, cudaMemcpyDeviceToDevice, comm) == cudaSuccess,
               "copy on the communication stream");
-    MG_EXPECT_OK(g->stream_wait(g, MG_STREAM_COMPUTE, MG_STREAM_COMM));
+    MG_EXPECT_OK(order_streams(g, marks, MG_STREAM_COMPUTE, MG_STREAM_COMM, 0));
     MG_EXPECT_OK(g->copy_d2d(g, dcopy2, dcopy, n * 2)); /* compute stream, after the copy */
-    MG_EXPECT(mg_cuda_ctx_of(g)->n_host_syncs == syncs, "stream_wait counted a host sync");
+    MG_EXPECT(mg_cuda_ctx_of(g)->n_host_syncs == syncs, "stream ordering counted a host sync");
     void *want = ct_down_raw(&P, dout, n * 2), *got = ct_down_raw(&P, dcopy2, n * 2);
     MG_EXPECT(want && got && memcmp(want, got, n * 2) == 0,
-              "the copy ordered by events differs from the product's output");
+              "the copy ordered by %s differs from the product's output",
+              marks ? "marks" : "stream_wait");
+    if (marks)
+        MG_EXPECT_ERROR(g->stream_mark(g, MG_STREAM_COMPUTE, MG_STREAM_MARKS), MG_ERR_INTERNAL,
+                        "stream mark");
 done:
     ct_pool_free(&P);
+}
+
+MG_TEST(cuda_comm_stream_ordered_by_events) {
+    check_ordered_copy(t, false);
+}
+
+/* Stream marks: the same ordering through numbered points; a slot out of range is an error. */
+MG_TEST(cuda_stream_marks_order_streams) {
+    check_ordered_copy(t, true);
 }

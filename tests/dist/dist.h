@@ -76,5 +76,6 @@ void test_barrier_and_queries(dist_ctx *t);
 void test_train_dp(dist_ctx *t);
 void test_train_distopt(dist_ctx *t);
 void test_train_resume(dist_ctx *t);
+void test_train_memory(dist_ctx *t);
 
 #endif

@@ -44,6 +44,7 @@ static const struct {
     {"train_dp", test_train_dp},
     {"train_distopt", test_train_distopt},
     {"train_resume", test_train_resume},
+    {"train_memory", test_train_memory},
 };
 
 void dist_fail(dist_ctx *t, const char *file, int line, const char *fmt, ...) {

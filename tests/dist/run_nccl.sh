@@ -22,8 +22,7 @@ finish() { echo "$PASSED passed, $FAILED failed"; [ "$FAILED" -eq 0 ]; exit; }
 
 # Never NVLink multicast (NVLS) on these machines; everything below inherits it.
 export NCCL_NVLS_ENABLE=0
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMP_NUM_THREADS=1
+mpi_env
 
 if [ ! -x "$BIN" ]; then fail "$BIN is not built (make $BIN)"; finish; fi
 case $("$BIN" --features 2>&1) in

@@ -7,26 +7,10 @@
 set -u
 BUILD=${1:-build}
 BIN=$BUILD/dist_tests
+SUITE=dist
 . "$(dirname "$0")/lib.sh"
-finish() { echo "$PASSED passed, $FAILED failed"; exit 0; }
-skip() { echo "SKIP dist: $1"; finish; }
-
 [ -x "$BIN" ] || skip "$BIN is not built (make $BIN)"
-features=$("$BIN" --features 2>&1)
-case $features in *mpi=yes*) ;; *) skip "this build has no MPI (apt-get install -y libopenmpi-dev openmpi-bin, then rebuild)" ;; esac
-command -v mpirun >/dev/null || skip "mpirun not found (apt-get install -y openmpi-bin)"
-
-# CI runs as root; containers often forbid the cross-memory attach Open MPI uses for large
-# shared-memory messages, and the tests do not need it.
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_btl_vader_single_copy_mechanism=${OMPI_MCA_btl_vader_single_copy_mechanism:-none}
-export OMP_NUM_THREADS=1
-# Under `make asan`: Open MPI's own allocations live until exit; keep its plugins loaded so the
-# suppressions can name them, and unwind fully so they match.
-export OMPI_MCA_mca_base_component_disable_dlclose=1
-export LSAN_OPTIONS="${LSAN_OPTIONS:+$LSAN_OPTIONS:}suppressions=$PWD/tests/dist/lsan.supp:print_suppressions=0"
-export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}fast_unwind_on_malloc=0"
-MPIRUN=(mpirun --oversubscribe)
+mpi_cpu_prologue "$BIN"
 
 # One run of every test: its PASS/FAIL lines get the rank count as a prefix.
 run_tests() { # NAME COMMAND...

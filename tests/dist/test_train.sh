@@ -12,21 +12,10 @@
 set -u
 BUILD=${1:-build}
 BIN=$BUILD/megatron
+SUITE="dist train"
 . "$(dirname "$0")/lib.sh"
-finish() { echo "$PASSED passed, $FAILED failed"; exit 0; }
-skip() { echo "SKIP dist train: $1"; finish; }
-
 [ -x "$BIN" ] || skip "$BIN is not built"
-[ -x "$BUILD/dist_tests" ] && case $("$BUILD/dist_tests" --features 2>&1) in *mpi=yes*) ;;
-    *) skip "this build has no MPI (apt-get install -y libopenmpi-dev openmpi-bin, then rebuild)" ;; esac
-command -v mpirun >/dev/null || skip "mpirun not found (apt-get install -y openmpi-bin)"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_btl_vader_single_copy_mechanism=${OMPI_MCA_btl_vader_single_copy_mechanism:-none}
-export OMP_NUM_THREADS=1
-export OMPI_MCA_mca_base_component_disable_dlclose=1
-export LSAN_OPTIONS="${LSAN_OPTIONS:+$LSAN_OPTIONS:}suppressions=$PWD/tests/dist/lsan.supp:print_suppressions=0"
-export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}fast_unwind_on_malloc=0"
-MPIRUN=(mpirun --oversubscribe)
+mpi_cpu_prologue "$BUILD/dist_tests"
 TMP=$(mktemp -d); trap 'rm -rf "$TMP"' EXIT
 
 MODEL=(--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --vocab-size 96

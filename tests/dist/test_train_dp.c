@@ -9,9 +9,17 @@
  * both runs hold rounding noise of ~1e-10 there, which Adam turns into steps of ~lr * g / eps whose
  * sign follows the summation order; no reduction order can make that parameter agree to 1e-6.
  * Variants: plain all-reduce, the distributed optimizer (reduce-scatter, sharded AdamW,
- * all-gather), each with one bucket and with several
- * (--overlap-grad-reduce --ddp-bucket-size). Runs on host buffers (MPI) only: the trainer's data
- * parallelism is the cpu backend's. */
+ * all-gather), each with one bucket and with several (--overlap-grad-reduce --ddp-bucket-size:
+ * every bucket's reduction must start inside backward, from the model's hooks), and the
+ * distributed optimizer with --overlap-param-gather (every bucket but the first gathered inside
+ * the next forward, just before its first layer; on host buffers a bucket the hooks missed
+ * would hold stale parameters and the losses would differ).
+ * On host buffers (MPI) the cpu backend trains in fp32 with the tolerance above. On device
+ * buffers (NCCL, `make test-nccl`) the cuda backend trains in bf16 with fp32 masters, gradients
+ * and moments: the losses and the fp32 masters must agree with one GPU's within bf16 tolerance
+ * (BF16_TOL), the replicas' bf16 parameters bit for bit, and the memory the model state took
+ * (cudaMemGetInfo) must be seed 002's 18 B per parameter, 6 + 12/D with the distributed
+ * optimizer, within 5% (a model of ~100M parameters, where allocation granularity is noise). */
 #include "dist.h"
 
 #include "core/flags.h"
@@ -25,13 +33,19 @@
 #include <string.h>
 #include <unistd.h>
 
-#define STEPS 5
-#define TOL   1e-6
+#define STEPS    5
+#define TOL      1e-6
+#define BF16_TOL 2e-2 /* a few bf16 ulps (2^-8) of relative difference */
 
 typedef struct {
     bool distopt, overlap;
     int64_t bucket; /* --ddp-bucket-size, 0: none */
+    bool overlap_param;
 } variant;
+
+static bool on_gpu(const dist_ctx *t) {
+    return strcmp(t->B->name, "host") != 0;
+}
 
 typedef struct {
     double loss[STEPS], norm[STEPS];
@@ -69,7 +83,7 @@ static void make_config(dist_ctx *t, mg_config *c, int world, const variant *v) 
                     "--eval-iters",
                     "0",
                     "--device",
-                    "cpu",
+                    on_gpu(t) ? "cuda" : "cpu",
                     "--num-threads",
                     "1",
                     "--disable-bias-linear"};
@@ -81,6 +95,7 @@ static void make_config(dist_ctx *t, mg_config *c, int world, const variant *v) 
     c->use_distributed_optimizer = v->distopt;
     c->overlap_grad_reduce = v->overlap;
     c->ddp_bucket_size = v->bucket > 0 ? v->bucket : -1;
+    c->overlap_param_gather = v->overlap_param;
 }
 
 /* A trainer on dp (NULL: alone) with --save / --load `save` / `load` (NULL: none). */
@@ -107,8 +122,8 @@ static mg_trainer *train(dist_ctx *t, const variant *v, mg_comm *dp, run_out *ou
     for (int s = 0; s < STEPS; s++) DOK(mg_trainer_step(tr, &out->loss[s], &out->norm[s]));
     out->w = calloc(tr->model.params.numel, sizeof *out->w);
     DOK(out->w ? MG_OK : MG_ERR_NOMEM);
-    /* the parameters are full on every replica (fp32 on the cpu backend) */
-    DOK(tr->be->download_f32(tr->be, out->w, tr->params, tr->model.params.numel));
+    /* the fp32 weights (the masters, gathered where sharded); every member calls it */
+    DOK(mg_trainer_get_weights(tr, out->w));
     return tr;
 }
 
@@ -139,30 +154,44 @@ static double worst_param_error(const mg_trainer *a, const float *wa, const mg_t
     return worst;
 }
 
+/* host[0..n) from rank 0 to every rank, through the harness's buffers (host or device) */
+static void broadcast0(dist_ctx *t, mg_comm *c, float *host, size_t n) {
+    void *d = dist_alloc(t, n, MG_F32);
+    dist_put(t, d, host, n, MG_F32);
+    DOK(mg_comm_broadcast(c, d, n, MG_F32, 0, dist_stream(t)));
+    DOK(mg_comm_sync(c, dist_stream(t)));
+    dist_get(t, host, d, n, MG_F32);
+    dist_free(t, d);
+}
+
 static void check_variant(dist_ctx *t, const variant *v, const char *label) {
     mg_comm *world = mg_comm_world_comm(t->w);
     run_out ref = {0}, dp = {0};
     mg_trainer *a = train(t, v, NULL, &ref);
     mg_trainer *b = train(t, v, world, &dp);
     int D = t->size;
+    const double tol = on_gpu(t) ? BF16_TOL : TOL;
     DEXPECT(b->dp_size == D && b->num_microbatches == global_batch(t) / D,
             "%s: dp %d, %d microbatches", label, b->dp_size, b->num_microbatches);
     for (int s = 0; s < STEPS; s++) {
-        DEXPECT(rel(dp.loss[s], ref.loss[s]) <= TOL, "%s step %d: loss %.9g, one rank %.9g", label,
+        DEXPECT(rel(dp.loss[s], ref.loss[s]) <= tol, "%s step %d: loss %.9g, one rank %.9g", label,
                 s + 1, dp.loss[s], ref.loss[s]);
-        DEXPECT(rel(dp.norm[s], ref.norm[s]) <= TOL, "%s step %d: grad norm %.9g, one rank %.9g",
+        DEXPECT(rel(dp.norm[s], ref.norm[s]) <= tol, "%s step %d: grad norm %.9g, one rank %.9g",
                 label, s + 1, dp.norm[s], ref.norm[s]);
     }
     const char *which = "";
     double e = worst_param_error(b, dp.w, a, ref.w, &which);
-    DEXPECT(e <= TOL, "%s: parameters after %d steps differ from one rank's by %.3g (%s)", label,
+    DEXPECT(e <= tol, "%s: parameters after %d steps differ from one rank's by %.3g (%s)", label,
             STEPS, e, which);
-    /* the replicas agree bit for bit: compare with rank 0's copy */
+    /* the replicas agree bit for bit: compare the parameters (fp32 on the cpu backend, bf16 on
+     * cuda: the values forward reads) with rank 0's */
     size_t n = b->model.params.numel;
-    float *w0 = host_alloc(n, MG_F32);
-    memcpy(w0, dp.w, n * sizeof *w0);
-    DOK(mg_comm_broadcast(world, w0, n, MG_F32, 0, NULL));
-    DEXPECT(!memcmp(w0, dp.w, n * sizeof *w0), "%s: rank %d's parameters differ from rank 0's",
+    float *mine = host_alloc(n, MG_F32), *w0 = host_alloc(n, MG_F32);
+    DOK(mg_trainer_sync_params(b));
+    DOK(b->be->download_f32(b->be, mine, b->params, n));
+    memcpy(w0, mine, n * sizeof *w0);
+    broadcast0(t, world, w0, n);
+    DEXPECT(!memcmp(w0, mine, n * sizeof *w0), "%s: rank %d's parameters differ from rank 0's",
             label, t->rank);
     /* ZeRO-1: the moments hold this rank's shard only */
     size_t want = v->distopt ? (size_t)b->gbuf.numel / (size_t)D : (size_t)b->gbuf.numel;
@@ -170,15 +199,28 @@ static void check_variant(dist_ctx *t, const variant *v, const char *label) {
             b->opt.numel, want);
     DEXPECT(!v->overlap || !v->bucket || b->gbuf.n_buckets > 1, "%s: %d bucket(s)", label,
             b->gbuf.n_buckets);
-    /* the memory report: 4 B weights and gradients per buffer element, 8 B of moments per
-     * element of this rank's shard (plus the optimizer's scalars and arena alignment) */
-    mg_memory_per_param mp = mg_trainer_memory_per_param(b);
-    double P = (double)mp.params, opt_bytes = mp.optimizer * P;
-    DEXPECT(mp.weights * P == 4.0 * (double)b->gbuf.numel && mp.grads == mp.weights &&
-                mp.master == 0 && opt_bytes >= 8.0 * (double)want &&
-                opt_bytes <= 8.0 * (double)want + 1024,
-            "%s: per parameter: weights %.3f grads %.3f master %.3f optimizer %.3f B", label,
-            mp.weights, mp.grads, mp.master, mp.optimizer);
+    /* the overlap happened where it should: every reduction started inside backward, every
+     * bucket but forward's first gathered inside the next forward (over more than one rank:
+     * alone, the optimizer updates the whole buffer and nothing is gathered) */
+    int nb = b->gbuf.n_buckets;
+    int want_reduces = v->overlap ? STEPS * nb : 0;
+    int want_gathers = v->overlap_param && D > 1 ? (STEPS - 1) * (nb - 1) : 0; /* 1: unsharded */
+    DEXPECT(b->ddp.overlapped_reduces == want_reduces && b->ddp.overlapped_gathers == want_gathers,
+            "%s: %d reductions started in backward (want %d), %d gathers in forward (want %d)",
+            label, b->ddp.overlapped_reduces, want_reduces, b->ddp.overlapped_gathers,
+            want_gathers);
+    if (!on_gpu(t)) {
+        /* the memory report: 4 B weights and gradients per buffer element, 8 B of moments per
+         * element of this rank's shard (plus the optimizer's scalars and arena alignment) */
+        mg_memory_per_param mp = mg_trainer_memory_per_param(b);
+        double P = (double)mp.params, opt_bytes = mp.optimizer * P;
+        DEXPECT(mp.weights * P == 4.0 * (double)b->gbuf.numel && mp.grads == mp.weights &&
+                    mp.master == 0 && opt_bytes >= 8.0 * (double)want &&
+                    opt_bytes <= 8.0 * (double)want + 1024,
+                "%s: per parameter: weights %.3f grads %.3f master %.3f optimizer %.3f B", label,
+                mp.weights, mp.grads, mp.master, mp.optimizer);
+    }
+    free(mine);
     free(w0);
     free(ref.w);
     free(dp.w);
@@ -188,22 +230,54 @@ static void check_variant(dist_ctx *t, const variant *v, const char *label) {
     free(b);
 }
 
-/* Host buffers only; log as the ranks of a launch (set-up lines from rank 0 alone). */
-static bool host_only(dist_ctx *t) {
+/* Log as the ranks of a launch (set-up lines from rank 0 alone). */
+static void quiet(dist_ctx *t) {
     mg_log_init(t->rank, t->size);
-    return !strcmp(t->B->name, "host");
 }
 
 void test_train_dp(dist_ctx *t) {
-    if (!host_only(t)) return;
-    check_variant(t, &(variant){false, false, 0}, "all-reduce, one bucket");
-    check_variant(t, &(variant){false, true, 5000}, "all-reduce, buckets of 5000");
+    quiet(t);
+    check_variant(t, &(variant){false, false, 0, false}, "all-reduce, one bucket");
+    check_variant(t, &(variant){false, true, 5000, false}, "all-reduce, buckets of 5000");
 }
 
 void test_train_distopt(dist_ctx *t) {
-    if (!host_only(t)) return;
-    check_variant(t, &(variant){true, false, 0}, "distributed optimizer, one bucket");
-    check_variant(t, &(variant){true, true, 5000}, "distributed optimizer, buckets of 5000");
+    quiet(t);
+    check_variant(t, &(variant){true, false, 0, false}, "distributed optimizer, one bucket");
+    check_variant(t, &(variant){true, true, 5000, false}, "distributed optimizer, buckets of 5000");
+    check_variant(t, &(variant){true, true, 5000, true},
+                  "distributed optimizer, buckets of 5000, parameter gather in forward");
+}
+
+/* ---- the memory report against seed 002's table (device buffers) ---- */
+
+void test_train_memory(dist_ctx *t) {
+    quiet(t);
+    if (!on_gpu(t)) return; /* on the cpu backend check_variant checks the arenas' bytes */
+    mg_comm *world = mg_comm_world_comm(t->w);
+    for (int distopt = 0; distopt < 2; distopt++) {
+        mg_config c;
+        make_config(t, &c, t->size, &(variant){distopt != 0, false, 0, false});
+        c.num_layers = 4;
+        c.hidden_size = 1024;
+        c.num_attention_heads = 16;
+        c.ffn_hidden_size = 4096;
+        c.seq_length = c.max_position_embeddings = 128;
+        c.vocab_size = 50304;
+        DOK(mg_config_validate(&c));
+        mg_trainer *tr = calloc(1, sizeof *tr);
+        DOK(tr ? MG_OK : MG_ERR_NOMEM);
+        DOK(mg_trainer_init_dp(tr, &c, t->size > 1 ? world : NULL));
+        int D = distopt && t->size > 1 ? t->size : 1;
+        double got =
+            (double)tr->measured_state_bytes / (double)mg_trainer_memory_per_param(tr).params;
+        double want = 6.0 + 12.0 / D;
+        DEXPECT(fabs(got - want) <= 0.05 * want,
+                "%s over %d ranks: the model state took %.3f B per parameter "
+                "(cudaMemGetInfo), seed 002 says %.3f B",
+                distopt ? "distributed optimizer" : "all-reduce", t->size, got, want);
+        stop(tr);
+    }
 }
 
 /* ---- checkpoints ---- */
@@ -256,7 +330,7 @@ static void check_resume(dist_ctx *t, const variant *v, const char *label) {
             "%s: rank %d's resumed moments differ", label, t->rank);
 
     /* resharding: one rank, no distributed optimizer, reads every rank's shard */
-    mg_trainer *d = start(t, &(variant){false, false, 0}, NULL, NULL, path);
+    mg_trainer *d = start(t, &(variant){false, false, 0, false}, NULL, NULL, path);
     int wrong = 0;
     for (int i = 0; i < b->opt.n_pieces; i++) {
         const mg_optim_piece *pc = &b->opt.pieces[i];
@@ -277,8 +351,11 @@ static void check_resume(dist_ctx *t, const variant *v, const char *label) {
     if (t->rank == 0) nftw(path, remove_entry, 8, FTW_DEPTH | FTW_PHYS);
 }
 
+/* Host buffers: the resumed state is compared in place (the trainer's buffers are host memory). */
 void test_train_resume(dist_ctx *t) {
-    if (!host_only(t)) return;
-    check_resume(t, &(variant){false, false, 0}, "all-reduce");
-    check_resume(t, &(variant){true, true, 5000}, "distributed optimizer, buckets of 5000");
+    quiet(t);
+    if (on_gpu(t)) return;
+    check_resume(t, &(variant){false, false, 0, false}, "all-reduce");
+    check_resume(t, &(variant){true, true, 5000, true},
+                 "distributed optimizer, buckets of 5000, parameter gather in forward");
 }

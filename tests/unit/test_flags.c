@@ -360,10 +360,9 @@ MG_TEST(flags_not_yet_flags_fail_unless_trivial) {
     MG_EXPECT_ERROR(parse(&c, a11), MG_ERR_UNSUPPORTED, "--fp8-format hybrid is not supported yet");
     const char *a12[] = {"--recompute-granularity", "full", NULL};
     MG_EXPECT_ERROR(parse(&c, a12), MG_ERR_UNSUPPORTED, "--recompute-granularity full");
-    const char *names[] = {"--sequence-parallel",    "--train-samples",
-                           "--overlap-param-gather", "--recompute-activations",
-                           "--lr-warmup-samples",    "--lr-decay-samples"};
-    for (int i = 0; i < 6; i++)
+    const char *names[] = {"--sequence-parallel", "--train-samples", "--recompute-activations",
+                           "--lr-warmup-samples", "--lr-decay-samples"};
+    for (int i = 0; i < 5; i++)
         MG_EXPECT(mg_flag_find(names[i]) >= 0 &&
                       mg_flag_table[mg_flag_find(names[i])].status == MG_FLAG_NOT_YET,
                   "%s should be a not-yet flag", names[i]);
@@ -561,13 +560,30 @@ MG_TEST(flags_validate_data_parallel) {
                       "parallel size (4); make --global-batch-size a multiple of 8"),
               "message: '%s'", mg_error_message());
     MG_EXPECT(!memcmp(&c, &before, sizeof c), "failed validation changed the config");
-    /* a multi-rank launch trains on the cpu backend; --device cuda says so */
-    MG_EXPECT_OK(parse_base(&c, NULL, (const char *[]){"--device", "cuda", NULL}));
+    /* --overlap-param-gather: Megatron's two preconditions, each one line */
+    const struct {
+        const char *extra[4], *msg;
+    } bad[] = {
+        {{"--overlap-param-gather", "--overlap-grad-reduce", NULL},
+         "--overlap-param-gather needs --use-distributed-optimizer"},
+        {{"--overlap-param-gather", "--use-distributed-optimizer", NULL},
+         "--overlap-param-gather needs --overlap-grad-reduce as well"},
+    };
+    for (int i = 0; i < 2; i++) {
+        MG_EXPECT_OK(parse_base(&c, NULL, bad[i].extra));
+        c.world_size = 2;
+        mg_error_clear();
+        mg_status st = mg_config_validate(&c);
+        MG_EXPECT(st == MG_ERR_USAGE && strstr(mg_error_message(), bad[i].msg), "%s: %s: %s",
+                  bad[i].msg, mg_status_name(st), mg_error_message());
+    }
+    MG_EXPECT_OK(parse_base(&c, NULL,
+                            (const char *[]){"--overlap-param-gather", "--overlap-grad-reduce",
+                                             "--use-distributed-optimizer", NULL}));
     c.world_size = 2;
-    mg_error_clear();
-    mg_status st = mg_config_validate(&c);
-    MG_EXPECT(st == MG_ERR_UNSUPPORTED && strstr(mg_error_message(), "use --device cpu"),
-              "--device cuda over 2 ranks: %s: %s", mg_status_name(st), mg_error_message());
+    MG_EXPECT_OK(mg_config_validate(&c));
+    MG_EXPECT(c.overlap_param_gather && c.overlap_grad_reduce && c.use_distributed_optimizer,
+              "the three flags set their fields");
 }
 
 /* --device: auto (the default) and cpu always validate; cuda only in builds with the CUDA

@@ -202,6 +202,26 @@ mg_status mg_cuda_stream_wait(mg_backend *be, mg_stream_id waiter, mg_stream_id 
     return MG_OK;
 }
 
+static mg_status check_slot(int slot) {
+    if (slot < 0 || slot >= MG_STREAM_MARKS)
+        return MG_FAIL(MG_ERR_INTERNAL, "stream mark %d (slots 0..%d)", slot, MG_STREAM_MARKS - 1);
+    return MG_OK;
+}
+
+mg_status mg_cuda_stream_mark(mg_backend *be, mg_stream_id s, int slot) {
+    mg_cuda_ctx *c = mg_cuda_ctx_of(be);
+    MG_CHECK(check_slot(slot));
+    MG_CUDA_CHECK(cudaEventRecord(c->marks[slot], stream_of(c, s)));
+    return MG_OK;
+}
+
+mg_status mg_cuda_stream_wait_mark(mg_backend *be, mg_stream_id waiter, int slot) {
+    mg_cuda_ctx *c = mg_cuda_ctx_of(be);
+    MG_CHECK(check_slot(slot));
+    MG_CUDA_CHECK(cudaStreamWaitEvent(stream_of(c, waiter), c->marks[slot], 0));
+    return MG_OK;
+}
+
 /* Tears down whatever part of the state exists, so it also cleans up a failed creation. */
 void mg_cuda_destroy(mg_backend *be) {
     if (!be) return;
@@ -217,6 +237,8 @@ void mg_cuda_destroy(mg_backend *be) {
         if (c->comm_stream) (void)cudaStreamDestroy(c->comm_stream);
         for (int i = 0; i < 2; i++)
             if (c->order_event[i]) (void)cudaEventDestroy(c->order_event[i]);
+        for (int i = 0; i < MG_STREAM_MARKS; i++)
+            if (c->marks[i]) (void)cudaEventDestroy(c->marks[i]);
         free(c);
     }
     free(be);
@@ -225,7 +247,7 @@ void mg_cuda_destroy(mg_backend *be) {
 /* ---------------------------------------------------------------- creation */
 
 /* Device checks before anything is created: a machine without a usable GPU gets one clear line. */
-static mg_status cuda_device_check(int device) {
+mg_status mg_backend_cuda_probe(int device) {
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess) {
@@ -294,9 +316,16 @@ static mg_status cuda_setup(mg_backend *be, int device) {
     /* Non-blocking: the legacy default stream (used by libraries that take no stream) never
      * serialises with our work. */
     MG_CUDA_CHECK(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
-    MG_CUDA_CHECK(cudaStreamCreateWithFlags(&c->comm_stream, cudaStreamNonBlocking));
+    /* The communication stream has the highest priority: when compute kernels free
+     * multiprocessors, the collectives' blocks are scheduled first, so a bucket's reduction is
+     * not queued behind the rest of backward. */
+    int least = 0, greatest = 0;
+    MG_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    MG_CUDA_CHECK(cudaStreamCreateWithPriority(&c->comm_stream, cudaStreamNonBlocking, greatest));
     for (int i = 0; i < 2; i++)
         MG_CUDA_CHECK(cudaEventCreateWithFlags(&c->order_event[i], cudaEventDisableTiming));
+    for (int i = 0; i < MG_STREAM_MARKS; i++)
+        MG_CUDA_CHECK(cudaEventCreateWithFlags(&c->marks[i], cudaEventDisableTiming));
     MG_CUBLAS_CHECK(cublasLtCreate(&c->lt));
     c->workspace_bytes = (size_t)mb << 20;
     MG_CHECK(mg_cuda_alloc(be, c->workspace_bytes, &c->workspace));
@@ -307,7 +336,7 @@ static mg_status cuda_setup(mg_backend *be, int device) {
 
 mg_status mg_backend_cuda_create(mg_backend **out, int device) {
     *out = NULL;
-    MG_CHECK(cuda_device_check(device));
+    MG_CHECK(mg_backend_cuda_probe(device));
     mg_backend *be = calloc(1, sizeof *be);
     if (!be) return MG_FAIL(MG_ERR_NOMEM, "cannot allocate the cuda backend table");
     be->ctx = calloc(1, sizeof(mg_cuda_ctx));
@@ -332,6 +361,8 @@ mg_status mg_backend_cuda_create(mg_backend **out, int device) {
     be->memory_info = mg_cuda_memory_info;
     be->stream_handle = mg_cuda_stream_handle;
     be->stream_wait = mg_cuda_stream_wait;
+    be->stream_mark = mg_cuda_stream_mark;
+    be->stream_wait_mark = mg_cuda_stream_wait_mark;
 
     be->embedding_forward = mg_cuda_embedding_forward;
     be->embedding_backward = mg_cuda_embedding_backward;

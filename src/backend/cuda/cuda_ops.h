@@ -31,6 +31,8 @@ void mg_cuda_destroy(mg_backend *be);
 mg_status mg_cuda_memory_info(mg_backend *be, size_t *free_bytes, size_t *total_bytes);
 void *mg_cuda_stream_handle(mg_backend *be, mg_stream_id s);
 mg_status mg_cuda_stream_wait(mg_backend *be, mg_stream_id waiter, mg_stream_id signaller);
+mg_status mg_cuda_stream_mark(mg_backend *be, mg_stream_id s, int slot);
+mg_status mg_cuda_stream_wait_mark(mg_backend *be, mg_stream_id waiter, int slot);
 mg_status mg_cuda_embedding_forward(mg_backend *be, void *out /* (N,H) */,
                                     const int32_t *tokens /* (N) */, const void *wte /* (V,H) */,
                                     const void *wpe /* (P,H) or NULL */, int N, int S, int H);

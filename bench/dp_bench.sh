@@ -1,0 +1,169 @@
+#!/usr/bin/env bash
+# Data-parallel weak scaling of `megatron train` against PyTorch DDP (bench/baselines/torch_gpt2.py
+# under torchrun: DistributedDataParallel around the compiled model, bf16 autocast) on GPT-2
+# shapes, both in one command on the same GPUs (bench/NOTES.md). Each rank trains micro-batch
+# MBS of sequence 1024 (vocabulary 50304) per step, one micro-batch per step, so the global batch
+# is MBS x N on N GPUs; scaling efficiency = tokens/s on N GPUs / (N x tokens/s on 1 GPU), every
+# tokens/s the global rate.
+#   bench/dp_bench.sh [BUILD]          BUILD/megatron must be built with the CUDA backend and MPI
+# megatron.c: `megatron train --mock-data` with Megatron's model flags (the shapes of `megatron
+# bench --model gpt2-...`), AdamW lr 6e-4 constant, weight decay 0.1, betas (0.9, 0.95), bf16; 1
+# GPU plain, N GPUs under `mpirun -np N`; its tokens/s is the median over the log intervals
+# (--metrics-file) after the first (the warm-up). torch: 1 GPU plain, N GPUs under `torchrun
+# --standalone --nproc_per_node N`; the same first LOG_INTERVAL steps untimed (torch.compile's
+# compilation is in them), tokens/s over the timed steps that follow.
+# Environment:
+#   SHAPES="350m 1.5b"      GPT-2 shapes: 124m 350m 774m 1.5b, or tiny (2 layers, hidden 64, 4 heads,
+#                           sequence 32, vocabulary 256: a check of this script)
+#   NGPUS                   GPU (rank) counts; default 1 and each of 2 4 that nvidia-smi lists (on
+#                           DEVICE=cpu: 1 2); 1 always runs, it is the base of the scaling
+#   MBS=8                   micro-batch size per GPU
+#   ITERS=30 LOG_INTERVAL=5 steps of each run, and the log interval (the first one is warm-up)
+#   OUTDIR                  where the JSON lines and logs go (default $OUT, else a new temporary
+#                           directory); one summary line per run: OUTDIR/dp_bench.jsonl
+#   PYTHON=python3          the Python that has PyTorch (torchrun is its torch.distributed.run)
+#   DEVICE=cuda; MEGATRON_ARGS, TORCH_ARGS: extra flags for megatron train / the baseline, e.g.
+#                           MEGATRON_ARGS="--overlap-grad-reduce --use-distributed-optimizer"
+# A check on a CPU (MPI and gloo, one thread a rank, torch eager):
+#   DEVICE=cpu SHAPES=tiny NGPUS="1 2" ITERS=6 bench/dp_bench.sh
+set -uo pipefail
+
+BUILD=${1:-build}
+BIN=$BUILD/megatron
+HERE=$(cd "$(dirname "$0")" && pwd)
+SHAPES=${SHAPES:-350m 1.5b}
+MBS=${MBS:-8}
+ITERS=${ITERS:-30}
+LOG_INTERVAL=${LOG_INTERVAL:-5}
+PYTHON=${PYTHON:-python3}
+DEVICE=${DEVICE:-cuda}
+read -r -a MEGATRON_ARGS_ <<<"${MEGATRON_ARGS:-}"
+read -r -a TORCH_ARGS_ <<<"${TORCH_ARGS:-}"
+OUTDIR=${OUTDIR:-${OUT:-$(mktemp -d)}}
+RESULTS=$OUTDIR/dp_bench.jsonl
+# Never NVLink multicast on these machines (KINDS.md), whatever the programs do.
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+MPIRUN=(mpirun --allow-run-as-root --bind-to none -x NCCL_NVLS_ENABLE)
+if [ "$DEVICE" = cpu ]; then
+    # More ranks than cores is fine for a check; containers often forbid Open MPI's cross-memory
+    # attach. One thread a rank on both sides.
+    MPIRUN+=(--oversubscribe)
+    export OMPI_MCA_btl_vader_single_copy_mechanism=${OMPI_MCA_btl_vader_single_copy_mechanism:-none}
+    MEGATRON_ARGS_=(--num-threads 1 "${MEGATRON_ARGS_[@]}")
+    TORCH_ARGS_=(--no-compile --threads 1 "${TORCH_ARGS_[@]}")
+else
+    MEGATRON_ARGS_=(--bf16 "${MEGATRON_ARGS_[@]}")
+fi
+if [ -z "${NGPUS:-}" ]; then
+    have=2
+    [ "$DEVICE" = cuda ] && have=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
+    NGPUS=1
+    for n in 2 4; do [ "$have" -ge "$n" ] && NGPUS+=" $n"; done
+fi
+case " $NGPUS " in *" 1 "*) ;; *) NGPUS="1 $NGPUS" ;; esac
+
+# layers hidden heads sequence vocabulary
+shape_dims() { # SHAPE
+    case $1 in
+    124m) echo 12 768 12 1024 50304 ;;
+    350m) echo 24 1024 16 1024 50304 ;;
+    774m) echo 36 1280 20 1024 50304 ;;
+    1.5b) echo 48 1600 25 1024 50304 ;;
+    tiny) echo 2 64 4 32 256 ;;
+    *) return 1 ;;
+    esac
+}
+
+for shape in $SHAPES; do
+    shape_dims "$shape" >/dev/null || { echo "dp_bench: unknown shape $shape (124m 350m 774m 1.5b tiny)" >&2; exit 1; }
+done
+[ -x "$BIN" ] || { echo "dp_bench: $BIN is not built (make BUILD=$BUILD $BIN)" >&2; exit 1; }
+[ "$ITERS" -gt "$LOG_INTERVAL" ] || { echo "dp_bench: ITERS ($ITERS) must exceed LOG_INTERVAL ($LOG_INTERVAL)" >&2; exit 1; }
+mkdir -p "$OUTDIR"
+: >"$RESULTS"
+echo "dp_bench: $BIN vs $HERE/baselines/torch_gpt2.py (DDP); shapes: $SHAPES; GPUs: $NGPUS;" \
+    "micro-batch $MBS per GPU; $ITERS steps, the first $LOG_INTERVAL warm-up; results in $RESULTS"
+[ "$DEVICE" = cuda ] && nvidia-smi --query-gpu=index,name,memory.total,driver_version,clocks.max.sm,power.limit \
+    --format=csv 2>&1 | sed 's/^/  /'
+[ "$DEVICE" = cuda ] && nvidia-smi topo -m 2>&1 | sed 's/^/  /' # NVLink or PCIe: what scaling rests on
+"$PYTHON" -c 'import torch; print("  torch", torch.__version__, "cuda", torch.version.cuda)' 2>&1
+echo "  $(mpirun --version 2>&1 | head -n 1)"
+
+# One summary line for RESULTS from a run's output FILE: megatron.c's metrics lines give the
+# median over the intervals after the first; torch's line is taken as it is.
+summarize() { # IMPL SHAPE N FILE
+    "$PYTHON" - "$@" "$MBS" "${MEGATRON_ARGS:-}" <<'EOF'
+import json, statistics, sys
+impl, shape, n, path, mbs, margs = sys.argv[1:]
+lines = [json.loads(l) for l in open(path) if l.startswith("{")]
+if impl == "megatron.c":
+    timed = lines[1:]
+    med = lambda k: statistics.median(l[k] for l in timed)
+    r = {"tokens_per_s": med("tokens_per_s"), "ms_per_iter": med("ms_per_iter"),
+         "tflops_per_gpu": med("tflops"), "intervals": len(timed), "lm_loss_last": lines[-1]["lm_loss"],
+         "megatron_args": margs}
+else:
+    r = lines[-1]
+r.update(impl=impl, shape=shape, micro_batch_size=int(mbs), world_size=int(n))
+print(json.dumps(r))
+EOF
+}
+
+# run_one IMPL SHAPE N: 0 when its summary line is in RESULTS.
+run_one() {
+    local impl=$1 shape=$2 n=$3 rc start L H NH S V
+    local base=$OUTDIR/$impl-$shape-mbs$MBS-n$n
+    read -r L H NH S V <<<"$(shape_dims "$shape")"
+    start=$(date +%s)
+    if [ "$impl" = megatron.c ]; then
+        local launch=("$BIN")
+        [ "$n" -gt 1 ] && launch=("${MPIRUN[@]}" -np "$n" "$BIN")
+        rm -f "$base.jsonl"
+        timeout 420 "${launch[@]}" train --num-layers "$L" --hidden-size "$H" --num-attention-heads "$NH" \
+            --seq-length "$S" --max-position-embeddings "$S" --vocab-size "$V" --mock-data \
+            --micro-batch-size "$MBS" --global-batch-size $((MBS * n)) --train-iters "$ITERS" \
+            --lr 6e-4 --lr-warmup-iters 0 --lr-decay-style constant --weight-decay 0.1 \
+            --adam-beta2 0.95 --log-interval "$LOG_INTERVAL" --eval-iters 0 --device "$DEVICE" \
+            --metrics-file "$base.jsonl" "${MEGATRON_ARGS_[@]}" >"$base.log" 2>&1
+    else
+        local launch=("$PYTHON")
+        [ "$n" -gt 1 ] && launch=("$PYTHON" -m torch.distributed.run --standalone --nproc_per_node "$n")
+        timeout 420 "${launch[@]}" "$HERE/baselines/torch_gpt2.py" --device "$DEVICE" --num-layers "$L" \
+            --hidden-size "$H" --num-attention-heads "$NH" --seq-length "$S" --vocab-size "$V" \
+            --micro-batch-size "$MBS" --warmup "$LOG_INTERVAL" --iters $((ITERS - LOG_INTERVAL)) \
+            --json "${TORCH_ARGS_[@]}" >"$base.jsonl" 2>"$base.log"
+    fi
+    rc=$?
+    echo "  $impl $shape on $n: exit $rc after $(($(date +%s) - start)) s"
+    if [ "$rc" -eq 0 ] && summarize "$impl" "$shape" "$n" "$base.jsonl" >>"$RESULTS"; then
+        tail -n 1 "$RESULTS" | "$PYTHON" -c 'import json, sys; print("    %.0f tokens/s" % json.load(sys.stdin)["tokens_per_s"])'
+        return 0
+    fi
+    [ "$rc" -eq 124 ] && echo "    timed out"
+    echo "    failed; from $base.log:"
+    { grep -iE -m 3 'error|out of memory' "$base.log" || tail -n 5 "$base.log"; } | cut -c1-300 | sed 's/^/      /'
+    return 1
+}
+
+for shape in $SHAPES; do
+    for n in $NGPUS; do
+        run_one megatron.c "$shape" "$n"
+        run_one torch "$shape" "$n"
+    done
+done
+
+"$PYTHON" - "$RESULTS" <<'EOF'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+tok = {(r["impl"], r["shape"], r["micro_batch_size"], r["world_size"]): r["tokens_per_s"] for r in rows}
+print()
+print("| shape | mbs | N | megatron.c tok/s | scaling | torch DDP tok/s | scaling | megatron/torch |")
+print("|---|---|---|---|---|---|---|---|")
+for shape, mbs, n in dict.fromkeys((r["shape"], r["micro_batch_size"], r["world_size"]) for r in rows):
+    cells = []
+    for impl in ("megatron.c", "torch"):
+        t, t1 = tok.get((impl, shape, mbs, n)), tok.get((impl, shape, mbs, 1))
+        cells += [f"{t:.0f}" if t else "-", f"{t / (n * t1):.1%}" if t and t1 else "-"]
+    o, t = tok.get(("megatron.c", shape, mbs, n)), tok.get(("torch", shape, mbs, n))
+    print(f"| {shape} | {mbs} | {n} | {' | '.join(cells)} | {f'{o / t:.2f}x' if o and t else '-'} |")
+EOF
