@@ -51,6 +51,11 @@ static void *comm_stream(const mg_ddp *d) {
     return streams(d) ? d->be->stream_handle(d->be, MG_STREAM_COMM) : NULL;
 }
 
+/* The bucket of registration index i: row r of the layout holds index n - 1 - r. */
+static int bucket_of(const mg_ddp *d, int i) {
+    return d->l->params[d->l->n_params - 1 - i].bucket;
+}
+
 mg_status mg_ddp_init(mg_ddp *d, const mg_grad_buffer_layout *l, mg_comm *dp, mg_backend *be,
                       float *grads, void *params, mg_dtype pdt, bool overlap_grad,
                       bool overlap_param) {
@@ -70,20 +75,14 @@ mg_status mg_ddp_init(mg_ddp *d, const mg_grad_buffer_layout *l, mg_comm *dp, mg
                   .pdt = pdt,
                   .overlap_grad = overlap_grad,
                   .overlap_param = overlap_param};
-    d->param_bucket = malloc((size_t)l->n_params * sizeof *d->param_bucket);
     d->pending_grads = calloc((size_t)l->n_buckets, sizeof *d->pending_grads);
-    if (!d->param_bucket || !d->pending_grads) {
-        mg_ddp_free(d);
-        return MG_FAIL(MG_ERR_NOMEM, "out of memory");
-    }
-    for (int r = 0; r < l->n_params; r++) d->param_bucket[l->params[r].index] = l->params[r].bucket;
+    if (!d->pending_grads) return MG_FAIL(MG_ERR_NOMEM, "out of memory");
     d->next_reduce = l->n_buckets; /* nothing to start before start_grad_sync */
     d->waited_gather = 0;          /* every bucket is current */
     return MG_OK;
 }
 
 void mg_ddp_free(mg_ddp *d) {
-    free(d->param_bucket);
     free(d->pending_grads);
     memset(d, 0, sizeof *d);
 }
@@ -100,16 +99,17 @@ mg_status mg_ddp_start_grad_sync(mg_ddp *d) {
  * compute stream's work so far (the gradients). */
 static mg_status start_reduces(mg_ddp *d, int end) {
     if (d->next_reduce >= end) return MG_OK;
-    if (streams(d)) MG_CHECK(d->be->stream_wait(d->be, MG_STREAM_COMM, MG_STREAM_COMPUTE));
+    void *stream;
+    MG_CHECK(mg_backend_comm_begin(d->be, &stream));
     for (; d->next_reduce < end; d->next_reduce++)
-        MG_CHECK(mg_ddp_reduce_bucket(d->l, d->next_reduce, d->dp, d->grads, comm_stream(d)));
+        MG_CHECK(mg_ddp_reduce_bucket(d->l, d->next_reduce, d->dp, d->grads, stream));
     return MG_OK;
 }
 
 mg_status mg_ddp_grads_ready(mg_ddp *d, const int *idx, int n) {
     if (!d->armed || !d->overlap_grad) return MG_OK;
     for (int i = 0; i < n; i++) {
-        int b = d->param_bucket[idx[i]];
+        int b = bucket_of(d, idx[i]);
         if (d->pending_grads[b] <= 0)
             return MG_FAIL(MG_ERR_INTERNAL, "parameter %d's gradient reported complete twice",
                            idx[i]);
@@ -127,8 +127,7 @@ mg_status mg_ddp_grads_ready(mg_ddp *d, const int *idx, int n) {
 mg_status mg_ddp_finish_grad_sync(mg_ddp *d) {
     MG_CHECK(start_reduces(d, d->l->n_buckets));
     d->armed = false;
-    if (streams(d)) MG_CHECK(d->be->stream_wait(d->be, MG_STREAM_COMPUTE, MG_STREAM_COMM));
-    return MG_OK;
+    return mg_backend_comm_end(d->be);
 }
 
 /* Starts bucket next_gather's all-gather and marks its end on the communication stream. At most
@@ -166,8 +165,10 @@ mg_status mg_ddp_start_param_sync(mg_ddp *d) {
     const mg_grad_buffer_layout *l = d->l;
     if (!l->cfg.use_distributed_optimizer) return MG_OK;
     MG_CHECK(mg_ddp_finish_param_sync(d)); /* a bucket forward never read: finish it first */
-    /* the gathers read the shards the optimizer wrote on the compute stream */
-    if (streams(d)) MG_CHECK(d->be->stream_wait(d->be, MG_STREAM_COMM, MG_STREAM_COMPUTE));
+    /* the gathers read the shards the optimizer wrote on the compute stream (each takes the
+     * communication stream itself in start_gather) */
+    void *stream;
+    MG_CHECK(mg_backend_comm_begin(d->be, &stream));
     d->next_gather = l->n_buckets - 1;
     d->waited_gather = l->n_buckets;
     d->gathering = true;
@@ -179,7 +180,7 @@ mg_status mg_ddp_params_needed(mg_ddp *d, const int *idx, int n) {
     if (!d->gathering) return MG_OK;
     int low = d->waited_gather;
     for (int i = 0; i < n; i++)
-        if (d->param_bucket[idx[i]] < low) low = d->param_bucket[idx[i]];
+        if (bucket_of(d, idx[i]) < low) low = bucket_of(d, idx[i]);
     if (low >= d->waited_gather) return MG_OK;
     while (d->next_gather >= low) {
         MG_CHECK(start_gather(d));

@@ -52,7 +52,6 @@ typedef struct {
     void *params;                   /* (l->numel) of dtype pdt, backend memory */
     mg_dtype pdt;
     bool overlap_grad, overlap_param;
-    int *param_bucket;  /* (l->n_params) registration index -> bucket */
     int *pending_grads; /* (n_buckets) parameters of the bucket not complete in this backward */
     int next_reduce;    /* buckets start in buffer order: the next one to start */
     bool armed;         /* between start_grad_sync and finish_grad_sync */

@@ -361,6 +361,11 @@ static mg_status set_batch_shape(mg_trainer *t) {
     return MG_OK;
 }
 
+/* Each token's share of the global batch's mean: 1 / (tokens x microbatches x D). */
+static float token_weight(const mg_trainer *t) {
+    return 1.0f / (float)((size_t)t->model.N * (size_t)t->num_microbatches * (size_t)t->dp_size);
+}
+
 /* The model's hooks (model/gpt.h) drive the data-parallel overlap (parallel/ddp.h). */
 static mg_status ddp_params_needed(void *ctx, const int *idx, int n) {
     return mg_ddp_params_needed(ctx, idx, n);
@@ -403,7 +408,7 @@ mg_status mg_trainer_init_dp(mg_trainer *t, const mg_config *cfg, mg_comm *dp) {
      * two that is bit for bit Megatron's product, and every microbatch's gradient equals the one
      * a single rank computes for the same samples. */
     size_t N = (size_t)t->model.N;
-    float w = 1.0f / (float)(N * (size_t)t->num_microbatches * (size_t)t->dp_size);
+    float w = token_weight(t);
     float *ones = malloc(N * sizeof *ones);
     if (!ones) return MG_FAIL(MG_ERR_NOMEM, "out of memory");
     for (size_t i = 0; i < N; i++) ones[i] = w;
@@ -432,9 +437,7 @@ static mg_status load_microbatch(mg_trainer *t, const mg_sample_source *src, int
 mg_status mg_trainer_forward_backward(mg_trainer *t, const mg_sample_source *src, int64_t first,
                                       bool backward) {
     mg_backend *be = t->be;
-    /* each token's share of the global batch's mean */
-    float scale =
-        1.0f / (float)((size_t)t->model.N * (size_t)t->num_microbatches * (size_t)t->dp_size);
+    float scale = token_weight(t);
     MG_CHECK(be->memset_zero(be, t->loss, sizeof(float)));
     for (int mb = 0; mb < t->num_microbatches; mb++) {
         MG_CHECK(load_microbatch(t, src, first, mb));
