@@ -100,6 +100,7 @@ typedef struct {
 
     /* parallel layout (src/parallel/parallel_state.h, src/parallel/pipeline/schedule.h) */
     int tensor_model_parallel_size;           /* --tensor-model-parallel-size (1) */
+    bool sequence_parallel;                   /* --sequence-parallel (off with TP = 1) */
     int pipeline_model_parallel_size;         /* --pipeline-model-parallel-size (1) */
     int virtual_pipeline_model_parallel_size; /* --virtual-pipeline-model-parallel-size, -1: none */
     int num_layers_per_virtual_pipeline_stage; /* --num-layers-per-virtual-pipeline-stage, -1 */

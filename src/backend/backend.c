@@ -50,7 +50,11 @@ mg_status mg_backend_validate(const mg_backend *be) {
     MG_REQUIRE(attention_forward);
     MG_REQUIRE(attention_backward);
     MG_REQUIRE(cross_entropy_fused);
+    MG_REQUIRE(cross_entropy_max);
+    MG_REQUIRE(cross_entropy_sums);
+    MG_REQUIRE(cross_entropy_finish);
     MG_REQUIRE(add);
+    MG_REQUIRE(bias_residual_add);
     MG_REQUIRE(sum_f32);
     MG_REQUIRE(sumsq_f32);
     MG_REQUIRE(clip_coef);

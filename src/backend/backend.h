@@ -75,15 +75,19 @@ struct mg_backend {
     mg_status (*stream_mark)(mg_backend *be, mg_stream_id s, int slot);
     mg_status (*stream_wait_mark)(mg_backend *be, mg_stream_id waiter, int slot);
 
-    /* ---- embedding ----
-     * out[i,:] = wte[tokens[i],:] + (wpe ? wpe[i % S,:] : 0) */
+    /* ---- embedding (vocab-parallel: this rank owns rows [v0, v0 + Vl) of the vocabulary) ----
+     * out[i,:] = (v0 <= tokens[i] < v0 + Vl ? wte[tokens[i] - v0,:] : 0) + (wpe ? wpe[i % S,:] : 0)
+     * One rank: v0 = 0, Vl = V (every token is in range). */
     mg_status (*embedding_forward)(mg_backend *be, void *out /* (N,H) */,
-                                   const int32_t *tokens /* (N) */, const void *wte /* (V,H) */,
-                                   const void *wpe /* (P,H) or NULL */, int N, int S, int H);
-    /* accumulates dwte[tokens[i],:] += dout[i,:]; dwpe[i % S,:] += dout[i,:] (deterministic) */
-    mg_status (*embedding_backward)(mg_backend *be, float *dwte /* (V,H) */,
+                                   const int32_t *tokens /* (N) */, const void *wte /* (Vl,H) */,
+                                   const void *wpe /* (P,H) or NULL */, int N, int S, int H, int v0,
+                                   int Vl);
+    /* accumulates dwte[tokens[i] - v0,:] += dout[i,:] for the tokens in range (the others are
+     * skipped); dwpe[i % S,:] += dout[i,:] for every row (deterministic) */
+    mg_status (*embedding_backward)(mg_backend *be, float *dwte /* (Vl,H) */,
                                     float *dwpe /* (P,H) or NULL */, const void *dout /* (N,H) */,
-                                    const int32_t *tokens /* (N) */, int N, int S, int H);
+                                    const int32_t *tokens /* (N) */, int N, int S, int H, int v0,
+                                    int Vl);
 
     /* ---- normalisation ----
      * LayerNorm: out = (x - mean) * rstd * w + b, rstd = 1/sqrt(var + eps), biased variance. */
@@ -178,9 +182,37 @@ struct mg_backend {
                                      float *losses /* (N) */, const int32_t *targets /* (N) */,
                                      const float *dloss /* (N) */, int N, int V);
 
+    /* ---- vocab-parallel cross-entropy (Megatron's VocabParallelCrossEntropy) ----
+     * The logits of one rank are the columns [v0, v0 + Vl) of the full (N, V) logits; the caller
+     * combines the partial results over the tensor-parallel group between the three calls:
+     *   cross_entropy_max     rowmax[i] = max_j logits[i,j]                 -> all-reduce max
+     *   cross_entropy_sums    sums[i] = sum_j exp(logits[i,j] - rowmax[i]),
+     *                         sums[N+i] = v0 <= t < v0 + Vl ? logits[i, t - v0] : 0 (t = targets[i])
+     *                                                                       -> all-reduce sum
+     *   cross_entropy_finish  losses[i] = log(sums[i]) + rowmax[i] - sums[N+i]; in place,
+     *                         logits[i,j] becomes (exp(logits[i,j] - rowmax[i]) / sums[i]
+     *                         - [j == t - v0]) * dloss[i]
+     * With v0 = 0, Vl = V and no communication this is cross_entropy_fused (up to rounding). */
+    mg_status (*cross_entropy_max)(mg_backend *be, float *rowmax /* (N) */,
+                                   const void *logits /* (N,Vl) */, int N, int Vl);
+    mg_status (*cross_entropy_sums)(mg_backend *be, float *sums /* (2N) */,
+                                    const void *logits /* (N,Vl) */, const float *rowmax /* (N) */,
+                                    const int32_t *targets /* (N) */, int v0, int N, int Vl);
+    mg_status (*cross_entropy_finish)(mg_backend *be, void *logits /* (N,Vl) in/out */,
+                                      float *losses /* (N) */, const float *rowmax /* (N) */,
+                                      const float *sums /* (2N) */,
+                                      const int32_t *targets /* (N) */,
+                                      const float *dloss /* (N) */, int v0, int N, int Vl);
+
     /* ---- elementwise and reductions ---- */
     mg_status (*add)(mg_backend *be, void *out, const void *a, const void *b,
                      size_t n); /* out=a+b */
+    /* The end of a row-parallel linear layer, after the reduction of its partial products over
+     * the tensor-parallel group: out[i,:] = x[i,:] + bias + residual[i,:] (bias, residual may be
+     * NULL); out may alias x. */
+    mg_status (*bias_residual_add)(mg_backend *be, void *out /* (N,H) */, const void *x /* (N,H) */,
+                                   const void *bias /* (H) or NULL */,
+                                   const void *residual /* (N,H) or NULL */, int N, int H);
     /* *out += scale * sum_i x[i] * (w ? w[i] : 1)  (fp32, deterministic order) */
     mg_status (*sum_f32)(mg_backend *be, float *out /* (1) */, const float *x /* (n) */,
                          const float *w /* (n) or NULL */, size_t n, float scale);

@@ -116,7 +116,7 @@ static mg_status setup_model(gen_state *s, const gen_args *a, int64_t it) {
     mg_config cfg = s->cfg;
     cfg.micro_batch_size = 1;
     MG_CHECK(mg_backend_cpu_create(&s->be, a->threads));
-    MG_CHECK(mg_gpt_build(&s->g, &cfg));
+    MG_CHECK(mg_gpt_build(&s->g, &cfg, 0));
     size_t off_p, off_t;
     mg_arena_init(&s->params, "parameters");
     mg_arena_init(&s->acts, "activations");
@@ -130,7 +130,7 @@ static mg_status setup_model(gen_state *s, const gen_args *a, int64_t it) {
     MG_CHECK(mg_arena_commit(&s->acts, NULL));
     MG_CHECK(mg_arena_commit(&s->work, NULL));
     MG_CHECK(mg_arena_commit(&s->io, NULL));
-    MG_CHECK(mg_gpt_bind(&s->g, s->be, mg_arena_ptr(&s->params, off_p), NULL));
+    MG_CHECK(mg_gpt_bind(&s->g, s->be, mg_arena_ptr(&s->params, off_p), NULL, NULL));
     s->host = calloc(s->g.params.numel, sizeof *s->host);
     if (!s->host) return MG_FAIL(MG_ERR_NOMEM, "out of memory loading %s", a->load);
     MG_CHECK(mg_checkpoint_load_weights(a->load, it, &s->g, s->host));

@@ -24,6 +24,15 @@ typedef struct {
     mg_grad_buffer_layout layout;
 } mg_plan_grad_buffer;
 
+/* One weight of the model as tensor parallelism splits it (`megatron plan` with a model). */
+typedef struct {
+    char name[MG_PLAN_PARAM_NAME];
+    int64_t global_shape[2], local_shape[2]; /* 1-D weights: [n, 1] */
+    int ndim;
+    int split_dim, split_chunks; /* -1: replicated */
+    bool sequence_parallel;      /* gradient all-reduced over TP (norms under SP) */
+} mg_plan_weight;
+
 typedef struct {
     mg_config cfg;
     int world_size;
@@ -48,6 +57,11 @@ typedef struct {
                                  * buffer of --param-sizes ("grad_buffer") */
     int n_grad;                 /* 0: no grad buffer section */
     mg_plan_grad_buffer *grad;  /* (n_grad): one per model chunk, rank-major; or one */
+
+    /* a model's weights under tensor parallelism (with the grad buffers of a model) */
+    int n_weights;
+    mg_plan_weight *weights;         /* (n_weights) registration order */
+    int64_t params_total, params_tp; /* the whole model; one tensor-parallel rank's shards */
 } mg_plan;
 
 /* The grad buffer(s) for --param-sizes, or for a model given by its flags (--hidden-size ...);

@@ -98,25 +98,10 @@ static bool starts_with(const char *s, const char *pre) {
     return !strncmp(s, pre, strlen(pre));
 }
 
-/* Elements of one parameter on one tensor-parallel rank. */
-static mg_status per_rank_numel(const mg_param_meta *m, int tp, int64_t *out) {
-    *out = m->numel;
-    if (m->tp_split_dim < 0 || tp == 1) return MG_OK;
-    int64_t dim = m->shape[m->tp_split_dim], parts = (int64_t)tp * m->tp_split_chunks;
-    if (dim % parts)
-        return MG_FAIL(MG_ERR_USAGE,
-                       "%s: dimension %d of size %lld does not split over "
-                       "--tensor-model-parallel-size %d%s",
-                       m->name, m->tp_split_dim, (long long)dim, tp,
-                       m->tp_split_chunks > 1 ? " in each of its stacked blocks" : "");
-    *out = m->numel / tp;
-    return MG_OK;
-}
-
 /* Adds the parameters of chunk (r, v) to b, in registration order. */
 static mg_status chunk_params(const mg_plan *p, const mg_gpt *g, int r, int v,
                               mg_plan_grad_buffer *b, int *shared) {
-    int pp = p->cfg.pipeline_model_parallel_size, tp = p->layout.sizes.tp;
+    int pp = p->cfg.pipeline_model_parallel_size;
     const mg_layers_chunk *ch = &p->chunks[r * p->vpp + v];
     bool pre = r == 0 && v == 0, post = r == pp - 1 && v == p->vpp - 1;
     const mg_param_table *t = &g->params;
@@ -129,16 +114,41 @@ static mg_status chunk_params(const mg_plan *p, const mg_gpt *g, int r, int v,
                     : starts_with(m->name, "embedding.") ? pre
                                                          : post;
         if (!here) continue;
-        MG_CHECK(per_rank_numel(m, tp, &b->numel[b->n]));
+        b->numel[b->n] = m->numel; /* this tensor-parallel rank's shard */
         snprintf(b->names[b->n], MG_PLAN_PARAM_NAME, "%s", m->name);
         if (i == g->wte && g->cfg.tied && pp > 1) *shared = b->n;
         b->n++;
     }
     /* The last stage's copy of a tied embedding (megatron-core's output_layer.weight there). */
     if (post && g->cfg.tied && pp > 1) {
-        MG_CHECK(per_rank_numel(&t->p[g->wte], tp, &b->numel[b->n]));
+        b->numel[b->n] = t->p[g->wte].numel;
         snprintf(b->names[b->n], MG_PLAN_PARAM_NAME, "output_layer.weight");
         *shared = b->n++;
+    }
+    return MG_OK;
+}
+
+/* The model's weights with their tensor-parallel split (`plan` shows the per-rank layout). */
+static mg_status weights_from_model(mg_plan *p, const mg_gpt *g) {
+    const mg_param_table *t = &g->params;
+    p->weights = calloc((size_t)t->n, sizeof *p->weights);
+    if (!p->weights) return MG_FAIL(MG_ERR_NOMEM, "out of memory for the weight table");
+    p->n_weights = t->n;
+    p->params_total = mg_model_config_num_params(&g->cfg);
+    p->params_tp = 0;
+    for (int i = 0; i < t->n; i++) {
+        const mg_param_meta *m = &t->p[i];
+        mg_plan_weight *w = &p->weights[i];
+        snprintf(w->name, sizeof w->name, "%s", m->name);
+        w->ndim = m->ndim;
+        for (int d = 0; d < 2; d++) {
+            w->global_shape[d] = m->global_shape[d];
+            w->local_shape[d] = m->shape[d];
+        }
+        w->split_dim = m->tp_split_dim;
+        w->split_chunks = m->tp_split_chunks;
+        w->sequence_parallel = m->sequence_parallel;
+        p->params_tp += m->numel;
     }
     return MG_OK;
 }
@@ -153,29 +163,21 @@ static mg_status grad_from_model(mg_plan *p) {
     if (m.make_vocab_size_divisible_by < 1)
         return MG_FAIL(MG_ERR_USAGE, "--make-vocab-size-divisible-by must be >= 1, got %d",
                        m.make_vocab_size_divisible_by);
-    /* Megatron's own checks (TransformerConfig): heads and key/value groups split over TP. */
-    int tp = p->layout.sizes.tp;
-    if (m.num_attention_heads % tp)
-        return MG_FAIL(MG_ERR_USAGE,
-                       "--num-attention-heads %d is not divisible by --tensor-model-parallel-size "
-                       "%d",
-                       m.num_attention_heads, tp);
-    if (m.num_query_groups % tp)
-        return MG_FAIL(MG_ERR_USAGE,
-                       "--num-query-groups %d is not divisible by --tensor-model-parallel-size %d",
-                       m.num_query_groups, tp);
-    /* Megatron pads the vocabulary to a multiple of make-vocab-size-divisible-by x TP. */
-    m.make_vocab_size_divisible_by *= tp;
+    /* tensor-parallel rank 0's shards (every rank's are the same size); the build applies
+     * Megatron's checks (heads and query groups split over TP) and pads the vocabulary to a
+     * multiple of make-vocab-size-divisible-by x TP */
+    m.tensor_model_parallel_size = p->layout.sizes.tp;
     mg_gpt g;
     int pp = m.pipeline_model_parallel_size, n_chunks = pp * p->vpp;
     mg_status st;
-    MG_CHECK_GOTO(mg_gpt_build(&g, &m), st, done); /* clears g first: safe to free */
+    MG_CHECK_GOTO(mg_gpt_build(&g, &m, 0), st, done); /* clears g first: safe to free */
     p->grad = calloc((size_t)n_chunks, sizeof *p->grad);
     if (!p->grad) {
         st = MG_FAIL(MG_ERR_NOMEM, "out of memory for the grad buffer plan");
         goto done;
     }
     p->n_grad = n_chunks;
+    MG_CHECK_GOTO(weights_from_model(p, &g), st, done);
     for (int r = 0; r < pp; r++)
         for (int v = 0; v < p->vpp; v++) {
             mg_plan_grad_buffer *b = &p->grad[r * p->vpp + v];
@@ -222,4 +224,7 @@ void mg_plan_free_grad(mg_plan *p) {
     free(p->grad);
     p->grad = NULL;
     p->n_grad = 0;
+    free(p->weights);
+    p->weights = NULL;
+    p->n_weights = 0;
 }

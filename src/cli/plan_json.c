@@ -144,6 +144,31 @@ static cJSON *shards_json(const mg_grad_buffer_layout *l) {
     return shards;
 }
 
+/* {"params_total", "params_per_tp_rank", "tensors": [{"name", "global_shape", "shape",
+ * "tp_split_dim", "tp_split_chunks", "sequence_parallel"}...]} */
+static cJSON *weights_json(const mg_plan *p) {
+    cJSON *o = cJSON_CreateObject();
+    if (!o) return NULL;
+    cJSON_AddNumberToObject(o, "params_total", (double)p->params_total);
+    cJSON_AddNumberToObject(o, "params_per_tp_rank", (double)p->params_tp);
+    cJSON *arr = cJSON_AddArrayToObject(o, "tensors");
+    for (int i = 0; arr && i < p->n_weights; i++) {
+        const mg_plan_weight *w = &p->weights[i];
+        cJSON *x = cJSON_CreateObject();
+        if (!x) break;
+        cJSON_AddStringToObject(x, "name", w->name);
+        double gs[2] = {(double)w->global_shape[0], (double)w->global_shape[1]};
+        double ls[2] = {(double)w->local_shape[0], (double)w->local_shape[1]};
+        cJSON_AddItemToObject(x, "global_shape", cJSON_CreateDoubleArray(gs, w->ndim));
+        cJSON_AddItemToObject(x, "shape", cJSON_CreateDoubleArray(ls, w->ndim));
+        cJSON_AddNumberToObject(x, "tp_split_dim", w->split_dim);
+        cJSON_AddNumberToObject(x, "tp_split_chunks", w->split_chunks);
+        cJSON_AddBoolToObject(x, "sequence_parallel", w->sequence_parallel);
+        cJSON_AddItemToArray(arr, x);
+    }
+    return o;
+}
+
 /* BUFFER's members, added to o. */
 static void grad_buffer_json(const mg_plan_grad_buffer *gb, cJSON *o) {
     const mg_grad_buffer_layout *l = &gb->layout;
@@ -215,6 +240,7 @@ mg_status mg_plan_print_json(const mg_plan *p, FILE *f) {
     cJSON_AddItemToObject(root, "groups", groups_json(l));
     if (p->has_pipeline) cJSON_AddItemToObject(root, "pipeline", pipeline_json(p));
     if (p->has_layers) cJSON_AddItemToObject(root, "layers", layers_json(p));
+    if (p->n_weights) cJSON_AddItemToObject(root, "weights", weights_json(p));
     if (p->n_grad && p->grad_from_model) {
         cJSON_AddItemToObject(root, "grad_buffers", grad_buffers_json(p));
     } else if (p->n_grad) {

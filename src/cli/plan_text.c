@@ -212,6 +212,41 @@ static void print_grad_buffer(const mg_plan *p, const mg_plan_grad_buffer *gb, F
     if (l->cfg.use_distributed_optimizer) print_shards(l, f);
 }
 
+static void shape_text(char *buf, size_t cap, const int64_t *s, int ndim) {
+    if (ndim == 1)
+        snprintf(buf, cap, "(%lld)", (long long)s[0]);
+    else
+        snprintf(buf, cap, "(%lld, %lld)", (long long)s[0], (long long)s[1]);
+}
+
+/* How tensor parallelism splits each weight, and what one rank holds. */
+static void print_weights(const mg_plan *p, FILE *f) {
+    int tp = p->layout.sizes.tp;
+    fprintf(f,
+            "\nweights under tensor parallelism %d%s: %lld parameters in the model, %lld on "
+            "each tensor-parallel rank\n",
+            tp, p->cfg.sequence_parallel && tp > 1 ? " with sequence parallelism" : "",
+            (long long)p->params_total, (long long)p->params_tp);
+    fprintf(f, "  %-24s %-24s %s\n", "global shape", "per rank", "split  name");
+    for (int i = 0; i < p->n_weights; i++) {
+        const mg_plan_weight *w = &p->weights[i];
+        char g[48], l[48], how[64];
+        shape_text(g, sizeof g, w->global_shape, w->ndim);
+        shape_text(l, sizeof l, w->local_shape, w->ndim);
+        if (w->split_dim < 0)
+            snprintf(how, sizeof how, "%s",
+                     w->sequence_parallel ? "replicated, SP grad all-reduce" : "replicated");
+        else
+            snprintf(how, sizeof how, "%s%s",
+                     strstr(w->name, "embedding") || strstr(w->name, "output_layer")
+                         ? "vocab-parallel"
+                     : w->split_dim == 0 ? "column-parallel"
+                                         : "row-parallel",
+                     w->split_chunks > 1 ? " (2 blocks)" : "");
+        fprintf(f, "  %-24s %-24s %s  %s\n", g, l, how, w->name);
+    }
+}
+
 void mg_plan_print_text(const mg_plan *p, FILE *f) {
     const mg_parallel_layout *l = &p->layout;
     fprintf(f,
@@ -223,5 +258,6 @@ void mg_plan_print_text(const mg_plan *p, FILE *f) {
     print_ranks(l, p->world_size, f);
     if (p->has_layers) print_layers(p, f);
     if (p->has_pipeline) print_pipeline(p, f);
+    if (p->n_weights) print_weights(p, f);
     for (int i = 0; i < p->n_grad; i++) print_grad_buffer(p, &p->grad[i], f);
 }

@@ -1,11 +1,11 @@
 /* `megatron train`: flags → validated config → the trainer. Errors leave as one stderr line.
  *
- * A multi-rank launch (mpirun, srun, torchrun variables) trains data-parallel: every rank
- * validates the same flags (a bad one stops every rank with the same line before any
- * communication, so nobody waits for a peer), then the ranks meet (mg_comm_world_init: NCCL on
- * GPUs, any launcher; MPI on the cpu backend, mpirun/srun; the TCP rendezvous is the failure
- * channel) and build Megatron's data-parallel groups
- * (parallel/parallel_state.h). A rank whose run fails prints its line and tells its peers
+ * A multi-rank launch (mpirun, srun, torchrun variables) trains tensor- and data-parallel: every
+ * rank validates the same flags and the layout (a bad one stops every rank with the same line
+ * before any communication, so nobody waits for a peer), then the ranks meet
+ * (mg_comm_world_init: NCCL on GPUs, any launcher; MPI on the cpu backend, mpirun/srun; the TCP
+ * rendezvous is the failure channel) and build Megatron's data-parallel and tensor-parallel
+ * groups (parallel/parallel_state.h). A rank whose run fails prints its line and tells its peers
  * (mg_comm_world_fail), which then stop with "rank R failed: ..." instead of waiting. */
 #include "cli/cli.h"
 
@@ -29,10 +29,8 @@ int mg_cli_report(int status) {
     return status == MG_ERR_USAGE ? 2 : 1;
 }
 
-/* This rank's data-parallel group among Megatron's groups of the layout (TP = PP = CP = 1 here:
- * the whole world, but built the way the other layouts will be). */
-static mg_status make_dp_group(mg_comm_world *w, const mg_config *c, mg_comm **dp) {
-    mg_parallel_sizes s = {.world_size = mg_comm_world_size(w),
+static mg_parallel_sizes layout_sizes(const mg_config *c, int world_size) {
+    mg_parallel_sizes s = {.world_size = world_size,
                            .tp = c->tensor_model_parallel_size,
                            .pp = c->pipeline_model_parallel_size,
                            .cp = c->context_parallel_size,
@@ -42,12 +40,27 @@ static mg_status make_dp_group(mg_comm_world *w, const mg_config *c, mg_comm **d
              c->parallel_order[0]      ? c->parallel_order
              : c->use_tp_pp_dp_mapping ? MG_PARALLEL_ORDER_TP_PP_DP
                                        : "");
+    return s;
+}
+
+/* This rank's data-parallel and tensor-parallel groups among Megatron's groups of the layout
+ * (every rank creates both lists, in the same order). A group of one rank is left NULL. */
+static mg_status make_groups(mg_comm_world *w, const mg_config *c, mg_comm **dp, mg_comm **tp) {
+    mg_parallel_sizes s = layout_sizes(c, mg_comm_world_size(w));
     mg_parallel_layout l;
     MG_CHECK(mg_parallel_layout_build(&s, &l));
-    const mg_group_list *g = &l.groups[MG_GROUP_DP];
+    const mg_group_list *g = &l.groups[MG_GROUP_DP], *t = &l.groups[MG_GROUP_TP];
     mg_status st = mg_comm_group_create(w, "dp", g->n_groups, g->offsets, g->ranks, dp);
+    if (st == MG_OK) st = mg_comm_group_create(w, "tp", t->n_groups, t->offsets, t->ranks, tp);
     mg_parallel_layout_free(&l);
-    return st;
+    MG_CHECK(st);
+    mg_comm **groups[2] = {dp, tp};
+    for (int i = 0; i < 2; i++)
+        if (*groups[i] && mg_comm_size(*groups[i]) == 1) {
+            mg_comm_group_free(*groups[i]);
+            *groups[i] = NULL;
+        }
+    return MG_OK;
 }
 
 /* The communication backend follows the device: NCCL moves the CUDA backend's device buffers,
@@ -75,14 +88,14 @@ static mg_status pick_device(const mg_launch_info *li, mg_config *cfg, mg_comm_b
 
 static int train_ranks(const mg_launch_info *li, mg_config *cfg) {
     mg_comm_world *w = NULL;
-    mg_comm *dp = NULL;
+    mg_comm *dp = NULL, *tp = NULL;
     mg_comm_backend backend;
     mg_status st = pick_device(li, cfg, &backend);
     if (st != MG_OK) return mg_cli_report(st);
     st = mg_comm_world_init(li, backend, cfg->distributed_timeout_minutes * 60.0, &w);
     if (st != MG_OK) return mg_cli_report(st); /* the world told the peers already */
-    st = make_dp_group(w, cfg, &dp);
-    if (st == MG_OK) st = mg_train_run(cfg, dp);
+    st = make_groups(w, cfg, &dp, &tp);
+    if (st == MG_OK) st = mg_train_run(cfg, dp, tp);
     int rc = mg_cli_report(st);
     if (st != MG_OK) {
         char msg[1024];
@@ -90,6 +103,7 @@ static int train_ranks(const mg_launch_info *li, mg_config *cfg) {
         mg_comm_world_fail(w, msg);
     }
     if (dp) mg_comm_group_free(dp);
+    if (tp) mg_comm_group_free(tp);
     mg_comm_world_finalize(w);
     return rc;
 }
@@ -111,6 +125,10 @@ int mg_cli_train(int argc, char **argv) {
     cfg.world_size = li.world_size;
     st = mg_config_validate(&cfg);
     if (st != MG_OK) return mg_cli_report(st);
-    if (li.world_size == 1) return mg_cli_report(mg_train_run(&cfg, NULL));
+    /* the layout's own checks (Megatron's initialize_model_parallel) before the ranks meet */
+    mg_parallel_sizes sizes = layout_sizes(&cfg, li.world_size);
+    st = mg_parallel_sizes_check(&sizes, NULL, NULL);
+    if (st != MG_OK) return mg_cli_report(st);
+    if (li.world_size == 1) return mg_cli_report(mg_train_run(&cfg, NULL, NULL));
     return train_ranks(&li, &cfg);
 }

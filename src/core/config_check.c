@@ -2,6 +2,7 @@
  * core_transformer_config_from_args) and the checks that turn a bad combination into one line
  * that names the flags and the fix. Works on a copy: on error the caller's config is untouched. */
 #include "core/flags.h"
+#include "core/log.h"
 
 #include <inttypes.h>
 #include <limits.h>
@@ -131,6 +132,33 @@ static mg_status check_data(const mg_config *c) {
     return MG_OK;
 }
 
+mg_status mg_config_check_tp(const mg_config *c) {
+    const int T = c->tensor_model_parallel_size;
+    if (T < 1) return USAGE("--tensor-model-parallel-size must be positive, got %d", T);
+    const int heads = c->num_attention_heads;
+    const int groups = c->num_query_groups > 0 ? c->num_query_groups : heads;
+    /* Megatron's TransformerConfig words */
+    const struct {
+        const char *what;
+        int v;
+    } dims[] = {{"num_attention_heads", heads}, {"num_query_groups", groups}};
+    for (int i = 0; i < 2; i++)
+        if (dims[i].v % T)
+            return USAGE("%s (%d) must be a multiple of tensor_model_parallel_size (%d); choose a "
+                         "--tensor-model-parallel-size that divides it",
+                         dims[i].what, dims[i].v, T);
+    if (c->ffn_hidden_size > 0 && c->ffn_hidden_size % T)
+        return USAGE(
+            "--ffn-hidden-size %d is not divisible by --tensor-model-parallel-size %d (the "
+            "MLP is split over the tensor-parallel ranks)",
+            c->ffn_hidden_size, T);
+    if (c->sequence_parallel && T > 1 && c->seq_length % T)
+        return USAGE("--sequence-parallel splits the sequence over the tensor-parallel ranks: "
+                     "--seq-length %d is not divisible by --tensor-model-parallel-size %d",
+                     c->seq_length, T);
+    return MG_OK;
+}
+
 int mg_config_data_parallel_size(const mg_config *c) {
     int64_t mp = (int64_t)c->tensor_model_parallel_size * c->pipeline_model_parallel_size *
                  c->context_parallel_size;
@@ -245,7 +273,6 @@ static mg_status check_runtime(const mg_config *c) {
         const char *flag;
         int v, trivial;
     } layout[] = {
-        {"--tensor-model-parallel-size", c->tensor_model_parallel_size, 1},
         {"--pipeline-model-parallel-size", c->pipeline_model_parallel_size, 1},
         {"--context-parallel-size", c->context_parallel_size, 1},
         {"--expert-model-parallel-size", c->expert_model_parallel_size, 1},
@@ -267,6 +294,24 @@ static mg_status check_runtime(const mg_config *c) {
     return MG_OK;
 }
 
+/* Megatron (arguments.py): sequence parallelism needs tensor parallelism; with one rank it warns
+ * and turns it off. */
+static mg_status check_tp(mg_config *c) {
+    MG_CHECK(mg_config_check_tp(c));
+    if (c->tensor_model_parallel_size > 1 && (c->save[0] || c->load[0]))
+        return MG_FAIL(MG_ERR_UNSUPPORTED,
+                       "%s with --tensor-model-parallel-size %d: checkpoints of tensor-parallel "
+                       "runs are not written or read yet (layout-independent checkpoints are "
+                       "planned); train without %s or with --tensor-model-parallel-size 1",
+                       c->save[0] ? "--save" : "--load", c->tensor_model_parallel_size,
+                       c->save[0] ? "--save" : "--load");
+    if (c->sequence_parallel && c->tensor_model_parallel_size == 1) {
+        mg_log_warn("disabling sequence parallelism because tensor model parallelism is disabled");
+        c->sequence_parallel = false;
+    }
+    return MG_OK;
+}
+
 mg_status mg_config_validate(mg_config *out) {
     mg_config c = *out;
     MG_CHECK(check_model(&c));
@@ -276,6 +321,7 @@ mg_status mg_config_validate(mg_config *out) {
     MG_CHECK(check_optimizer(&c));
     MG_CHECK(check_logging(&c));
     MG_CHECK(check_runtime(&c));
+    MG_CHECK(check_tp(&c));
     *out = c;
     return MG_OK;
 }
@@ -288,7 +334,7 @@ mg_status mg_config_resolve_model(mg_config *out) {
 }
 
 int mg_config_padded_vocab(const mg_config *c) {
-    const int64_t tp = 1;
+    const int64_t tp = c->tensor_model_parallel_size > 1 ? c->tensor_model_parallel_size : 1;
     int64_t m = (int64_t)c->make_vocab_size_divisible_by * tp;
     return (int)((c->vocab_size + m - 1) / m * m);
 }

@@ -65,7 +65,12 @@ mg_status mg_config_resolve_model(mg_config *c);
  * world (validation then refuses the layout). */
 int mg_config_data_parallel_size(const mg_config *c);
 
-/* The vocabulary padded up to a multiple of make_vocab_size_divisible_by × TP size (1 here), as
+/* Megatron's rules for splitting the model over --tensor-model-parallel-size (heads, query groups,
+ * the MLP, and the sequence with --sequence-parallel), each a one-line MG_ERR_USAGE. Needs the
+ * model flags resolved (mg_config_validate calls it; so does model/config.c). */
+mg_status mg_config_check_tp(const mg_config *c);
+
+/* The vocabulary padded up to a multiple of make_vocab_size_divisible_by × TP size, as
  * Megatron's _vocab_size_with_padding. Needs a validated config. */
 int mg_config_padded_vocab(const mg_config *c);
 

@@ -275,7 +275,8 @@ const mg_flag_spec mg_flag_table[] = {
      FIELD(distributed_timeout_minutes), .arg = "MIN",
      .help = "bound on every collective and the rendezvous; then all ranks exit"},
     {"--tensor-model-parallel-size", RUNTIME, INT, FIELD(tensor_model_parallel_size),
-     .help = "tensor-parallel ranks"},
+     .help = "tensor-parallel ranks: each layer's heads, MLP and vocabulary split over them "
+             "(must divide the world size, the heads and the query groups)"},
     {"--pipeline-model-parallel-size", RUNTIME, INT, FIELD(pipeline_model_parallel_size),
      .help = "pipeline stages"},
     {"--virtual-pipeline-model-parallel-size", RUNTIME, INT,
@@ -310,8 +311,9 @@ const mg_flag_spec mg_flag_table[] = {
     {"--parallel-order", RUNTIME, STRING, FIELD(parallel_order), .arg = "ORDER",
      .def = "tp-cp-ep-dp-pp",
      .help = "rank order of the parallel dimensions, fastest first (ours)"},
-    {"--sequence-parallel", RUNTIME, BOOL, NOT_YET, .why = "(single process); drop it",
-     .help = "sequence parallelism in tensor-parallel regions"},
+    {"--sequence-parallel", RUNTIME, BOOL, FIELD(sequence_parallel),
+     .help = "split norms and the residual stream along the sequence over the tensor-parallel "
+             "ranks (all-gather / reduce-scatter instead of all-reduce); off when TP = 1"},
     {"--overlap-grad-reduce", RUNTIME, BOOL, FIELD(overlap_grad_reduce),
      .help = "reduce each gradient bucket (--ddp-bucket-size) as soon as backward completes it, "
              "on the communication stream"},

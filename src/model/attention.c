@@ -1,49 +1,54 @@
-/* The attention sublayer: norm, fused QKV projection, RoPE, causal attention (GQA through the
- * fused layout of backend.h), output projection with the residual add. */
-#include "model/layers.h"
+/* The attention sublayer: norm, fused QKV projection (column-parallel: this rank's query groups
+ * with their key and value heads), RoPE, causal attention over the local heads (GQA through the
+ * fused layout of backend.h), output projection (row-parallel) with the residual add. */
+#include "model/block.h"
 
-mg_status mg_attention_forward(mg_gpt *g, mg_backend *be, int l) {
-    const mg_model_config *c = &g->cfg;
-    const mg_layer_params *p = &g->layers[l];
-    const mg_layer_slot *s = &g->slot[l];
-    int N = g->N;
-    void *x = mg_gpt_act(g, s->x), *ln1 = mg_gpt_act(g, s->ln1), *qkv = mg_gpt_act(g, s->qkv);
-    void *att = mg_gpt_act(g, s->att), *mid = mg_gpt_act(g, s->mid);
-    MG_CHECK(mg_gpt_norm_forward(g, be, ln1, mg_gpt_act(g, s->ln1_mean), mg_gpt_act(g, s->ln1_rstd),
-                                 x, p->ln1_w, p->ln1_b));
-    MG_CHECK(be->linear_forward(be, qkv, ln1, mg_gpt_param(g, p->qkv_w),
-                                mg_gpt_param_or_null(g, p->qkv_b), NULL, N, c->H, c->qkv_dim));
+mg_status mg_attention_forward(const mg_block_ctx *x, const mg_layer_params *p,
+                               const mg_layer_slot *s) {
+    const mg_model_config *c = x->c;
+    mg_backend *be = x->be;
+    int N = x->N;
+    void *ln1 = mg_block_act(x, s->ln1), *qkv = mg_block_act(x, s->qkv);
+    void *att = mg_block_act(x, s->att);
+    MG_CHECK(mg_block_norm_forward(x, ln1, mg_block_act(x, s->ln1_mean),
+                                   mg_block_act(x, s->ln1_rstd), mg_block_act(x, s->x), p->ln1_w,
+                                   p->ln1_b));
+    MG_CHECK(be->linear_forward(be, qkv, ln1, mg_block_param(x, p->qkv_w),
+                                mg_block_param(x, p->qkv_b), NULL, N, c->H, c->qkv_l));
     if (c->pos == MG_POS_ROPE)
-        MG_CHECK(be->rope_forward(be, qkv, mg_gpt_ws(g, g->w_rope_cos), mg_gpt_ws(g, g->w_rope_sin),
-                                  N, c->S, c->nq, c->ng, c->hd));
-    MG_CHECK(be->attention_forward(be, att, mg_gpt_act(g, s->att_saved), qkv, g->B, c->S, c->nq,
-                                   c->ng, c->hd));
-    /* mid = x + proj(att): the residual add rides in the projection */
-    MG_CHECK(be->linear_forward(be, mid, att, mg_gpt_param(g, p->proj_w),
-                                mg_gpt_param_or_null(g, p->proj_b), x, N, c->attn_dim, c->H));
-    return MG_OK;
+        MG_CHECK(be->rope_forward(be, qkv, mg_block_ws_ptr(x, x->ws->rope_cos),
+                                  mg_block_ws_ptr(x, x->ws->rope_sin), N, c->S, c->nq_l, c->ng_l,
+                                  c->hd));
+    MG_CHECK(be->attention_forward(be, att, mg_block_act(x, s->att_saved), qkv, x->B, c->S, c->nq_l,
+                                   c->ng_l, c->hd));
+    /* mid = x + proj(att) */
+    return mg_block_row_parallel_forward(x, mg_block_act(x, s->mid), att, p->proj_w, p->proj_b,
+                                         mg_block_act(x, s->x), c->attn_l);
 }
 
-mg_status mg_attention_backward(mg_gpt *g, mg_backend *be, int l, void *dres) {
-    const mg_model_config *c = &g->cfg;
-    const mg_layer_params *p = &g->layers[l];
-    const mg_layer_slot *s = &g->slot[l];
-    int N = g->N;
-    void *datt = mg_gpt_ws(g, g->w_datt), *dqkv = mg_gpt_ws(g, g->w_dqkv);
-    void *dln = mg_gpt_ws(g, g->w_dln);
+mg_status mg_attention_backward(const mg_block_ctx *x, const mg_layer_params *p,
+                                const mg_layer_slot *s, void *dres) {
+    const mg_model_config *c = x->c;
+    mg_backend *be = x->be;
+    int N = x->N;
+    void *datt = mg_block_ws_ptr(x, x->ws->datt), *dqkv = mg_block_ws_ptr(x, x->ws->dqkv);
+    void *dln = mg_block_ws_ptr(x, x->ws->dln);
     /* mid = x + proj(att): d(att) from d(mid); d(x) keeps d(mid) (identity through the add) */
-    MG_CHECK(be->linear_backward(be, datt, mg_gpt_grad(g, p->proj_w),
-                                 mg_gpt_grad_or_null(g, p->proj_b), dres, mg_gpt_act(g, s->att),
-                                 mg_gpt_param(g, p->proj_w), NULL, N, c->attn_dim, c->H));
-    MG_CHECK(be->attention_backward(be, dqkv, datt, mg_gpt_act(g, s->qkv), mg_gpt_act(g, s->att),
-                                    mg_gpt_act(g, s->att_saved), g->B, c->S, c->nq, c->ng, c->hd));
+    const void *dmid;
+    MG_CHECK(mg_block_row_parallel_dout(x, dres, &dmid));
+    MG_CHECK(be->linear_backward(be, datt, mg_block_grad(x, p->proj_w), mg_block_grad(x, p->proj_b),
+                                 dmid, mg_block_act(x, s->att), mg_block_param(x, p->proj_w), NULL,
+                                 N, c->attn_l, c->H));
+    MG_CHECK(be->attention_backward(be, dqkv, datt, mg_block_act(x, s->qkv),
+                                    mg_block_act(x, s->att), mg_block_act(x, s->att_saved), x->B,
+                                    c->S, c->nq_l, c->ng_l, c->hd));
     if (c->pos == MG_POS_ROPE)
-        MG_CHECK(be->rope_backward(be, dqkv, mg_gpt_ws(g, g->w_rope_cos),
-                                   mg_gpt_ws(g, g->w_rope_sin), N, c->S, c->nq, c->ng, c->hd));
-    MG_CHECK(be->linear_backward(be, dln, mg_gpt_grad(g, p->qkv_w),
-                                 mg_gpt_grad_or_null(g, p->qkv_b), dqkv, mg_gpt_act(g, s->ln1),
-                                 mg_gpt_param(g, p->qkv_w), NULL, N, c->H, c->qkv_dim));
-    MG_CHECK(mg_gpt_norm_backward(g, be, dres, dln, mg_gpt_act(g, s->x), mg_gpt_act(g, s->ln1_mean),
-                                  mg_gpt_act(g, s->ln1_rstd), p->ln1_w, p->ln1_b));
-    return MG_OK;
+        MG_CHECK(be->rope_backward(be, dqkv, mg_block_ws_ptr(x, x->ws->rope_cos),
+                                   mg_block_ws_ptr(x, x->ws->rope_sin), N, c->S, c->nq_l, c->ng_l,
+                                   c->hd));
+    MG_CHECK(be->linear_backward(be, dln, mg_block_grad(x, p->qkv_w), mg_block_grad(x, p->qkv_b),
+                                 dqkv, mg_block_act(x, s->ln1), mg_block_param(x, p->qkv_w), NULL,
+                                 N, c->H, c->qkv_l));
+    return mg_block_norm_backward(x, dres, dln, mg_block_act(x, s->x), mg_block_act(x, s->ln1_mean),
+                                  mg_block_act(x, s->ln1_rstd), p->ln1_w, p->ln1_b);
 }

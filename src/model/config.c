@@ -1,10 +1,12 @@
 #include "model/config.h"
 
+#include "core/flags.h"
+
 static int round_up(int x, int to) {
     return (x + to - 1) / to * to;
 }
 
-mg_status mg_model_config_from(mg_model_config *m, const mg_config *c) {
+mg_status mg_model_config_from(mg_model_config *m, const mg_config *c, int tp_rank) {
     m->L = c->num_layers;
     m->H = c->hidden_size;
     m->nq = c->num_attention_heads;
@@ -13,8 +15,15 @@ mg_status mg_model_config_from(mg_model_config *m, const mg_config *c) {
     m->F = c->ffn_hidden_size > 0 ? c->ffn_hidden_size : 4 * m->H;
     m->S = c->seq_length;
     m->P = c->max_position_embeddings > 0 ? c->max_position_embeddings : m->S;
+    MG_CHECK(mg_config_check_tp(c));
+    m->tp = c->tensor_model_parallel_size;
+    m->tp_rank = tp_rank;
+    m->sp = c->sequence_parallel && m->tp > 1;
+    if (tp_rank < 0 || tp_rank >= m->tp)
+        return MG_FAIL(MG_ERR_INTERNAL, "tensor-parallel rank %d of %d", tp_rank, m->tp);
+    /* Megatron pads the vocabulary to a multiple of make-vocab-size-divisible-by x TP */
     int div = c->make_vocab_size_divisible_by > 0 ? c->make_vocab_size_divisible_by : 1;
-    m->V = round_up(c->vocab_size, div);
+    m->V = round_up(c->vocab_size, div * m->tp);
     m->norm = c->normalization;
     m->pos = c->position_embedding;
     m->swiglu = c->swiglu;
@@ -40,6 +49,14 @@ mg_status mg_model_config_from(mg_model_config *m, const mg_config *c) {
     m->qkv_dim = m->ng * (m->nq / m->ng + 2) * m->hd;
     m->attn_dim = m->nq * m->hd;
     m->fc1_dim = m->swiglu ? 2 * m->F : m->F;
+    m->nq_l = m->nq / m->tp;
+    m->ng_l = m->ng / m->tp;
+    m->qkv_l = m->qkv_dim / m->tp;
+    m->attn_l = m->attn_dim / m->tp;
+    m->F_l = m->F / m->tp;
+    m->fc1_l = m->fc1_dim / m->tp;
+    m->V_l = m->V / m->tp;
+    m->v0 = tp_rank * m->V_l;
     return MG_OK;
 }
 

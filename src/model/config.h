@@ -1,5 +1,12 @@
-/* Model shapes derived from the run configuration (after mg_config_validate resolved defaults).
- * Exports: mg_model_config, mg_model_config_from. Needs: core, include/megatron.h. */
+/* Model shapes derived from the run configuration (after mg_config_validate resolved defaults) and
+ * the tensor-parallel layout: the global shapes (the unsplit model's; parameter metadata,
+ * checkpoints, `plan`) and this rank's local ones, which every computation uses. With tp = 1 the
+ * local shapes are the global ones.
+ *   heads, query groups, QKV rows, FFN width, vocabulary rows: divided by tp (column-parallel
+ *   outputs, row-parallel inputs, vocab-parallel embedding and output layer);
+ *   rows of the residual stream: N / tp under sequence parallelism (mg_model_config_rows).
+ * Exports: mg_model_config, mg_model_config_from, mg_model_config_num_params,
+ * mg_model_config_rows. Needs: core, include/megatron.h. */
 #ifndef MG_MODEL_CONFIG_H
 #define MG_MODEL_CONFIG_H
 
@@ -26,11 +33,25 @@ typedef struct {
     double rope_base;
     double init_std;
     uint64_t seed;
+    /* tensor parallelism: this rank (tp_rank of tp), sequence parallelism, local shapes */
+    int tp, tp_rank;
+    bool sp;
+    int nq_l, ng_l; /* nq / tp, ng / tp */
+    int qkv_l;      /* qkv_dim / tp: this rank's query groups, whole */
+    int attn_l;     /* attn_dim / tp */
+    int F_l, fc1_l; /* F / tp, fc1_dim / tp */
+    int V_l, v0;    /* vocabulary rows [v0, v0 + V_l) */
 } mg_model_config;
 
-/* Fails with MG_ERR_USAGE if the shapes are inconsistent (the flag checks should catch it first). */
-mg_status mg_model_config_from(mg_model_config *m, const mg_config *c);
-/* Total number of trainable parameters (tied embedding counted once). */
+/* Shapes of tensor-parallel rank tp_rank of c->tensor_model_parallel_size (sequence parallel as
+ * c->sequence_parallel says, off for one rank). Fails with MG_ERR_USAGE if the shapes are
+ * inconsistent or do not split over the group (the flag checks should catch it first). */
+mg_status mg_model_config_from(mg_model_config *m, const mg_config *c, int tp_rank);
+/* Total number of trainable parameters of the whole model (tied embedding counted once). */
 int64_t mg_model_config_num_params(const mg_model_config *m);
+/* Rows of the residual stream on this rank for N tokens: N, or N / tp with sequence parallelism. */
+static inline int mg_model_config_rows(const mg_model_config *m, int N) {
+    return m->sp ? N / m->tp : N;
+}
 
 #endif

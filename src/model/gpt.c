@@ -1,6 +1,6 @@
 /* GPT model: parameter registration, activation planning, and the forward/backward walk over
- * embedding, blocks (attention.c, mlp.c) and the output head. */
-#include "model/layers.h"
+ * the vocab-parallel embedding, blocks (model/block.h) and the vocab-parallel head. */
+#include "model/gpt.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -13,11 +13,13 @@ static mg_status add_norm(mg_gpt *g, const char *prefix, int *w, int *b) {
     char name[96];
     snprintf(name, sizeof name, "%s.weight", prefix);
     MG_CHECK(mg_params_add(&g->params, name, 1, g->cfg.H, 0, -1, 1, false, MG_INIT_ONES, 0, w));
+    g->params.p[*w].sequence_parallel = g->cfg.sp;
     *b = -1;
     if (g->cfg.norm == MG_NORM_LAYERNORM) {
         snprintf(name, sizeof name, "%s.bias", prefix);
         MG_CHECK(
             mg_params_add(&g->params, name, 1, g->cfg.H, 0, -1, 1, false, MG_INIT_ZEROS, 0, b));
+        g->params.p[*b].sequence_parallel = g->cfg.sp;
     }
     return MG_OK;
 }
@@ -39,10 +41,11 @@ static mg_status add_linear(mg_gpt *g, const char *prefix, int out, int in, int 
     return MG_OK;
 }
 
-mg_status mg_gpt_build(mg_gpt *g, const mg_config *cfg) {
+mg_status mg_gpt_build(mg_gpt *g, const mg_config *cfg, int tp_rank) {
     memset(g, 0, sizeof *g);
-    MG_CHECK(mg_model_config_from(&g->cfg, cfg));
+    MG_CHECK(mg_model_config_from(&g->cfg, cfg, tp_rank));
     const mg_model_config *c = &g->cfg;
+    mg_params_set_tp(&g->params, c->tp_rank, c->tp);
     float std = (float)c->init_std;
     float out_std = (float)(c->init_std / sqrt(2.0 * c->L)); /* Megatron's scaled init */
     MG_CHECK(mg_params_add(&g->params, "embedding.word_embeddings.weight", 2, c->V, c->H, 0, 1,
@@ -84,57 +87,73 @@ static mg_status reserve(mg_arena *a, size_t bytes, size_t *off) {
     return mg_arena_reserve(a, bytes, 0, off);
 }
 
+/* The block context's shapes and arenas (buffers and group come at bind). */
+static void fill_ctx(mg_gpt *g, mg_backend *be) {
+    g->blk = (mg_block_ctx){.c = &g->cfg,
+                            .be = be,
+                            .tp = &g->tp,
+                            .B = g->B,
+                            .N = g->N,
+                            .Nl = g->Nl,
+                            .esz = g->esz,
+                            .params = &g->params,
+                            .param_buf = g->param_buf,
+                            .grad_buf = g->grad_buf,
+                            .acts = g->acts,
+                            .work = g->work,
+                            .ws = &g->ws};
+}
+
 mg_status mg_gpt_plan(mg_gpt *g, mg_backend *be, int B, mg_arena *acts, mg_arena *work) {
     const mg_model_config *c = &g->cfg;
     g->B = B;
     g->N = B * c->S;
+    g->Nl = mg_model_config_rows(c, g->N);
     g->acts = acts;
     g->work = work;
     g->esz = mg_dtype_size(be->compute_dtype);
-    size_t N = (size_t)g->N, e = g->esz, f = sizeof(float);
+    mg_tp_init(&g->tp, NULL, be);
+    fill_ctx(g, be);
+    size_t N = (size_t)g->N, Nl = (size_t)g->Nl, e = g->esz, f = sizeof(float), H = (size_t)c->H;
+    const bool split = c->tp > 1;
     g->slot = calloc((size_t)c->L, sizeof *g->slot);
     if (!g->slot) return MG_FAIL(MG_ERR_NOMEM, "cannot allocate the activation plan");
-    for (int l = 0; l < c->L; l++) {
-        mg_layer_slot *s = &g->slot[l];
-        MG_CHECK(reserve(acts, N * c->H * e, &s->x));
-        MG_CHECK(reserve(acts, N * c->H * e, &s->ln1));
-        MG_CHECK(reserve(acts, N * f, &s->ln1_mean));
-        MG_CHECK(reserve(acts, N * f, &s->ln1_rstd));
-        MG_CHECK(reserve(acts, N * c->qkv_dim * e, &s->qkv));
-        MG_CHECK(reserve(acts, N * c->attn_dim * e, &s->att));
-        MG_CHECK(
-            reserve(acts, be->attention_saved_bytes(be, B, c->S, c->nq, c->hd), &s->att_saved));
-        MG_CHECK(reserve(acts, N * c->H * e, &s->mid));
-        MG_CHECK(reserve(acts, N * c->H * e, &s->ln2));
-        MG_CHECK(reserve(acts, N * f, &s->ln2_mean));
-        MG_CHECK(reserve(acts, N * f, &s->ln2_rstd));
-        MG_CHECK(reserve(acts, N * c->fc1_dim * e, &s->fc1));
-        MG_CHECK(reserve(acts, N * c->F * e, &s->act));
-    }
-    MG_CHECK(reserve(acts, N * c->H * e, &g->x_final));
-    MG_CHECK(reserve(acts, N * c->H * e, &g->lnf));
-    MG_CHECK(reserve(acts, N * f, &g->lnf_mean));
-    MG_CHECK(reserve(acts, N * f, &g->lnf_rstd));
+    for (int l = 0; l < c->L; l++) MG_CHECK(mg_block_plan_slot(&g->blk, &g->slot[l]));
+    MG_CHECK(reserve(acts, Nl * H * e, &g->x_final));
+    MG_CHECK(reserve(acts, N * H * e, &g->lnf));
+    MG_CHECK(reserve(acts, Nl * f, &g->lnf_mean));
+    MG_CHECK(reserve(acts, Nl * f, &g->lnf_rstd));
 
-    MG_CHECK(reserve(work, N * c->H * e, &g->w_dres));
-    MG_CHECK(reserve(work, N * c->H * e, &g->w_dln));
-    MG_CHECK(reserve(work, N * c->attn_dim * e, &g->w_datt));
-    MG_CHECK(reserve(work, N * c->qkv_dim * e, &g->w_dqkv));
-    MG_CHECK(reserve(work, N * c->fc1_dim * e, &g->w_dfc1));
+    mg_block_ws *w = &g->ws;
+    MG_CHECK(reserve(work, Nl * H * e, &w->dres));
+    MG_CHECK(reserve(work, N * H * e, &w->dln));
+    MG_CHECK(reserve(work, N * c->attn_l * e, &w->datt));
+    MG_CHECK(reserve(work, N * c->qkv_l * e, &w->dqkv));
+    MG_CHECK(reserve(work, N * c->fc1_l * e, &w->dfc1));
     /* the activation's gradient: SwiGLU only (GELU's is fused into fc2's backward) */
-    MG_CHECK(reserve(work, c->swiglu ? N * c->F * e : 0, &g->w_dact));
-    MG_CHECK(reserve(work, N * c->V * e, &g->w_logits));
-    MG_CHECK(reserve(work, N * f, &g->w_losses));
+    MG_CHECK(reserve(work, c->swiglu ? N * c->F_l * e : 0, &w->dact));
+    MG_CHECK(reserve(work, split ? N * H * e : 0, &w->part));
+    MG_CHECK(reserve(work, N * c->V_l * e, &w->logits));
+    MG_CHECK(reserve(work, N * f, &w->losses));
+    MG_CHECK(reserve(work, split ? 3 * N * f : 0, &w->ce));
     size_t rope = c->pos == MG_POS_ROPE ? (size_t)c->S * (c->hd / 2) * f : 0;
-    MG_CHECK(reserve(work, rope, &g->w_rope_cos));
-    MG_CHECK(reserve(work, rope, &g->w_rope_sin));
+    MG_CHECK(reserve(work, rope, &w->rope_cos));
+    MG_CHECK(reserve(work, rope, &w->rope_sin));
     return MG_OK;
 }
 
-mg_status mg_gpt_bind(mg_gpt *g, mg_backend *be, void *params, float *grads) {
+mg_status mg_gpt_bind(mg_gpt *g, mg_backend *be, void *params, float *grads, mg_comm *tp_group) {
+    const mg_model_config *c = &g->cfg;
+    if (tp_group ? mg_comm_size(tp_group) != c->tp || mg_comm_rank(tp_group) != c->tp_rank
+                 : c->tp != 1)
+        return MG_FAIL(MG_ERR_INTERNAL,
+                       "model built for tensor-parallel rank %d of %d, bound to "
+                       "a group of %d",
+                       c->tp_rank, c->tp, tp_group ? mg_comm_size(tp_group) : 1);
     g->param_buf = params;
     g->grad_buf = grads;
-    const mg_model_config *c = &g->cfg;
+    mg_tp_init(&g->tp, tp_group, be);
+    fill_ctx(g, be);
     if (c->pos != MG_POS_ROPE) return MG_OK;
     /* RoPE tables as Hugging Face computes them: inv_freq in fp32, angle = pos * inv_freq in fp32
      */
@@ -149,8 +168,9 @@ mg_status mg_gpt_bind(mg_gpt *g, mg_backend *be, void *params, float *grads) {
             tab[(size_t)s * half + i] = cosf(ang);
             tab[n + (size_t)s * half + i] = sinf(ang);
         }
-    mg_status st = be->copy_h2d(be, mg_gpt_ws(g, g->w_rope_cos), tab, n * sizeof *tab);
-    if (st == MG_OK) st = be->copy_h2d(be, mg_gpt_ws(g, g->w_rope_sin), tab + n, n * sizeof *tab);
+    mg_status st = be->copy_h2d(be, mg_block_ws_ptr(&g->blk, g->ws.rope_cos), tab, n * sizeof *tab);
+    if (st == MG_OK)
+        st = be->copy_h2d(be, mg_block_ws_ptr(&g->blk, g->ws.rope_sin), tab + n, n * sizeof *tab);
     free(tab);
     return st;
 }
@@ -162,33 +182,20 @@ float *mg_gpt_grad(const mg_gpt *g, int i) {
     return g->grad_buf + g->params.p[i].offset;
 }
 void *mg_gpt_logits(const mg_gpt *g) {
-    return mg_gpt_ws(g, g->w_logits);
-}
-
-/* ---- norms ---- */
-
-mg_status mg_gpt_norm_forward(mg_gpt *g, mg_backend *be, void *out, float *mean, float *rstd,
-                              const void *x, int w, int b) {
-    if (g->cfg.norm == MG_NORM_RMSNORM)
-        return be->rmsnorm_forward(be, out, rstd, x, mg_gpt_param(g, w), g->N, g->cfg.H,
-                                   g->cfg.eps);
-    return be->layernorm_forward(be, out, mean, rstd, x, mg_gpt_param(g, w),
-                                 mg_gpt_param_or_null(g, b), g->N, g->cfg.H, g->cfg.eps);
-}
-
-mg_status mg_gpt_norm_backward(mg_gpt *g, mg_backend *be, void *dx, const void *dout, const void *x,
-                               const float *mean, const float *rstd, int w, int b) {
-    if (g->cfg.norm == MG_NORM_RMSNORM)
-        return be->rmsnorm_backward(be, dx, mg_gpt_grad(g, w), dout, x, mg_gpt_param(g, w), rstd,
-                                    g->N, g->cfg.H);
-    return be->layernorm_backward(be, dx, mg_gpt_grad(g, w), mg_gpt_grad_or_null(g, b), dout, x,
-                                  mg_gpt_param(g, w), mean, rstd, g->N, g->cfg.H);
+    return mg_arena_ptr(g->work, g->ws.logits);
 }
 
 /* ---- forward and backward ---- */
 
+static void *act(const mg_gpt *g, size_t off) {
+    return mg_arena_ptr(g->acts, off);
+}
+static void *ws(const mg_gpt *g, size_t off) {
+    return mg_arena_ptr(g->work, off);
+}
+
 static void *layer_out(mg_gpt *g, int l) {
-    return mg_gpt_act(g, l + 1 < g->cfg.L ? g->slot[l + 1].x : g->x_final);
+    return act(g, l + 1 < g->cfg.L ? g->slot[l + 1].x : g->x_final);
 }
 
 /* Calls one hook (grads: grads_ready, else params_needed) with the parameters of `list` that
@@ -210,54 +217,88 @@ static mg_status layer_hook(mg_gpt *g, bool grads, int l) {
     return call_hook(g, grads, list, (int)(sizeof list / sizeof *list));
 }
 
+/* x0 (Nl,H): this rank's vocabulary rows' embeddings (zero for other tokens) plus the positions
+ * (added once, by TP rank 0), reduced over the group. */
+static mg_status embed(mg_gpt *g, mg_backend *be, const int32_t *tokens, void *x0) {
+    const mg_model_config *c = &g->cfg;
+    const void *wpe = g->wpe >= 0 && g->tp.rank == 0 ? mg_gpt_param(g, g->wpe) : NULL;
+    void *whole = c->sp ? ws(g, g->ws.part) : x0;
+    MG_CHECK(be->embedding_forward(be, whole, tokens, mg_gpt_param(g, g->wte), wpe, g->N, c->S,
+                                   c->H, c->v0, c->V_l));
+    if (c->sp)
+        return mg_tp_reduce_scatter(&g->tp, x0, whole, (size_t)g->Nl * c->H, be->compute_dtype);
+    return mg_tp_all_reduce(&g->tp, x0, (size_t)g->N * c->H, be->compute_dtype, MG_REDUCE_SUM);
+}
+
 mg_status mg_gpt_forward(mg_gpt *g, mg_backend *be, const int32_t *tokens) {
     const mg_model_config *c = &g->cfg;
-    void *x0 = mg_gpt_act(g, c->L ? g->slot[0].x : g->x_final);
+    const mg_block_ctx *x = &g->blk;
     MG_CHECK(call_hook(g, false, (const int[]){g->wte, g->wpe}, 2));
-    MG_CHECK(be->embedding_forward(be, x0, tokens, mg_gpt_param(g, g->wte),
-                                   mg_gpt_param_or_null(g, g->wpe), g->N, c->S, c->H));
+    MG_CHECK(embed(g, be, tokens, act(g, c->L ? g->slot[0].x : g->x_final)));
     for (int l = 0; l < c->L; l++) {
         MG_CHECK(layer_hook(g, false, l));
-        MG_CHECK(mg_attention_forward(g, be, l));
-        MG_CHECK(mg_mlp_forward(g, be, l, layer_out(g, l)));
+        MG_CHECK(mg_attention_forward(x, &g->layers[l], &g->slot[l]));
+        MG_CHECK(mg_mlp_forward(x, &g->layers[l], &g->slot[l], layer_out(g, l)));
     }
     MG_CHECK(call_hook(g, false, (const int[]){g->lnf_w, g->lnf_b, g->out_w}, 3));
-    MG_CHECK(mg_gpt_norm_forward(g, be, mg_gpt_act(g, g->lnf), mg_gpt_act(g, g->lnf_mean),
-                                 mg_gpt_act(g, g->lnf_rstd), mg_gpt_act(g, g->x_final), g->lnf_w,
-                                 g->lnf_b));
-    MG_CHECK(be->linear_forward(be, mg_gpt_logits(g), mg_gpt_act(g, g->lnf),
-                                mg_gpt_param(g, g->out_w), NULL, NULL, g->N, c->H, c->V));
-    return MG_OK;
+    MG_CHECK(mg_block_norm_forward(x, act(g, g->lnf), act(g, g->lnf_mean), act(g, g->lnf_rstd),
+                                   act(g, g->x_final), g->lnf_w, g->lnf_b));
+    /* logits of this rank's vocabulary rows: the output layer is column-parallel */
+    return be->linear_forward(be, mg_gpt_logits(g), act(g, g->lnf), mg_gpt_param(g, g->out_w), NULL,
+                              NULL, g->N, c->H, c->V_l);
+}
+
+/* Megatron's VocabParallelCrossEntropy over the group: the global row maximum, the global sum
+ * of exponentials and the target's logit from the rank that owns it. */
+static mg_status vocab_parallel_loss(mg_gpt *g, mg_backend *be, const int32_t *targets,
+                                     const float *dloss, float *losses) {
+    const mg_model_config *c = &g->cfg;
+    size_t N = (size_t)g->N;
+    float *rowmax = ws(g, g->ws.ce), *sums = rowmax + N;
+    void *logits = mg_gpt_logits(g);
+    MG_CHECK(be->cross_entropy_max(be, rowmax, logits, g->N, c->V_l));
+    MG_CHECK(mg_tp_all_reduce(&g->tp, rowmax, N, MG_F32, MG_REDUCE_MAX));
+    MG_CHECK(be->cross_entropy_sums(be, sums, logits, rowmax, targets, c->v0, g->N, c->V_l));
+    MG_CHECK(mg_tp_all_reduce(&g->tp, sums, 2 * N, MG_F32, MG_REDUCE_SUM));
+    return be->cross_entropy_finish(be, logits, losses, rowmax, sums, targets, dloss, c->v0, g->N,
+                                    c->V_l);
 }
 
 mg_status mg_gpt_loss(mg_gpt *g, mg_backend *be, const int32_t *targets, const float *dloss,
                       float *loss_acc, float loss_scale) {
-    float *losses = mg_gpt_ws(g, g->w_losses);
-    MG_CHECK(be->cross_entropy_fused(be, mg_gpt_logits(g), losses, targets, dloss, g->N, g->cfg.V));
-    MG_CHECK(be->sum_f32(be, loss_acc, losses, NULL, (size_t)g->N, loss_scale));
-    return MG_OK;
+    float *losses = ws(g, g->ws.losses);
+    if (g->cfg.tp == 1)
+        MG_CHECK(
+            be->cross_entropy_fused(be, mg_gpt_logits(g), losses, targets, dloss, g->N, g->cfg.V));
+    else
+        MG_CHECK(vocab_parallel_loss(g, be, targets, dloss, losses));
+    return be->sum_f32(be, loss_acc, losses, NULL, (size_t)g->N, loss_scale);
 }
 
 mg_status mg_gpt_backward(mg_gpt *g, mg_backend *be, const int32_t *tokens) {
     const mg_model_config *c = &g->cfg;
-    void *dres = mg_gpt_ws(g, g->w_dres), *dln = mg_gpt_ws(g, g->w_dln);
+    const mg_block_ctx *x = &g->blk;
+    void *dres = ws(g, g->ws.dres), *dln = ws(g, g->ws.dln);
     /* head: logits = lnf @ W_out^T; the logits buffer holds d(logits) after mg_gpt_loss */
     MG_CHECK(be->linear_backward(be, dln, mg_gpt_grad(g, g->out_w), NULL, mg_gpt_logits(g),
-                                 mg_gpt_act(g, g->lnf), mg_gpt_param(g, g->out_w), NULL, g->N, c->H,
-                                 c->V));
+                                 act(g, g->lnf), mg_gpt_param(g, g->out_w), NULL, g->N, c->H,
+                                 c->V_l));
     if (g->out_w != g->wte) MG_CHECK(call_hook(g, true, &g->out_w, 1));
-    MG_CHECK(be->memset_zero(be, dres, (size_t)g->N * c->H * g->esz));
-    MG_CHECK(mg_gpt_norm_backward(g, be, dres, dln, mg_gpt_act(g, g->x_final),
-                                  mg_gpt_act(g, g->lnf_mean), mg_gpt_act(g, g->lnf_rstd), g->lnf_w,
-                                  g->lnf_b));
+    MG_CHECK(be->memset_zero(be, dres, (size_t)g->Nl * c->H * g->esz));
+    MG_CHECK(mg_block_norm_backward(x, dres, dln, act(g, g->x_final), act(g, g->lnf_mean),
+                                    act(g, g->lnf_rstd), g->lnf_w, g->lnf_b));
     MG_CHECK(call_hook(g, true, (const int[]){g->lnf_w, g->lnf_b}, 2));
     for (int l = c->L - 1; l >= 0; l--) {
-        MG_CHECK(mg_mlp_backward(g, be, l, dres));
-        MG_CHECK(mg_attention_backward(g, be, l, dres));
+        MG_CHECK(mg_mlp_backward(x, &g->layers[l], &g->slot[l], dres));
+        MG_CHECK(mg_attention_backward(x, &g->layers[l], &g->slot[l], dres));
         MG_CHECK(layer_hook(g, true, l));
     }
-    MG_CHECK(be->embedding_backward(be, mg_gpt_grad(g, g->wte), mg_gpt_grad_or_null(g, g->wpe),
-                                    dres, tokens, g->N, c->S, c->H));
+    /* the embedding's input gradient, whole on every rank (gathered under SP) */
+    const void *dx0;
+    MG_CHECK(mg_block_row_parallel_dout(x, dres, &dx0));
+    MG_CHECK(be->embedding_backward(be, mg_gpt_grad(g, g->wte),
+                                    g->wpe >= 0 ? mg_gpt_grad(g, g->wpe) : NULL, dx0, tokens, g->N,
+                                    c->S, c->H, c->v0, c->V_l));
     return call_hook(g, true, (const int[]){g->wte, g->wpe}, 2);
 }
 

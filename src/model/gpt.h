@@ -3,38 +3,42 @@
  * the configuration. Explicit forward and backward; what backward needs is saved in the
  * activation slot, whose layout is fixed by mg_gpt_plan before any memory exists.
  *
+ * Shard-aware: the model is tensor-parallel rank tp_rank's part of a model split over
+ * cfg->tensor_model_parallel_size ranks (one rank: the whole model). Its parameters are that
+ * rank's shards (model/params.h: global shapes in the metadata, local ones in the buffers), every
+ * shape it computes with is local (model/config.h), and it calls the tensor-parallel mappings
+ * (parallel/tensor_parallel.h) over the group given at bind:
+ *   vocab-parallel embedding   rows [v0, v0 + V/T) of the table; other tokens give zero; the
+ *                              partial embeddings are all-reduced (reduce-scattered to this
+ *                              rank's rows with SP); the position embedding (replicated) is added
+ *                              by TP rank 0 before the reduction, i.e. once
+ *   blocks                     model/block.h
+ *   final norm, output layer   the norm's output gathered (SP), logits (N, V/T) for this rank's
+ *                              vocabulary rows (tied: the same shard as the embedding's)
+ *   loss                       Megatron's VocabParallelCrossEntropy: row maxima all-reduced (max),
+ *                              sum of exponentials and target logit all-reduced (sum)
+ * Every TP rank ends forward with the same per-token losses; the gradients of replicated
+ * parameters are the same on every TP rank, except the norm weights' under sequence
+ * parallelism, which are partial (metadata `sequence_parallel`: the trainer all-reduces them).
+ * A later pipeline split will cut this walk into chunks (embedding | layers [a, b) | head); the
+ * block context (model/block.h) already holds no reference to the whole model.
+ *
  * Lifecycle:
- *   mg_gpt_build(&g, cfg)                 metadata only (parameter table, shapes)
+ *   mg_gpt_build(&g, cfg, tp_rank)        metadata only (parameter table, shapes)
  *   mg_gpt_plan(&g, be, B, acts, work)    reserves the activation slot and the workspace
  *   ... commit the arenas, allocate parameter and gradient buffers (g.params.numel elements) ...
- *   mg_gpt_bind(&g, params, grads, acts, work)
+ *   mg_gpt_bind(&g, be, params, grads, tp_group)
  *   per microbatch: mg_gpt_forward -> mg_gpt_loss -> mg_gpt_backward
- * Exports: mg_gpt, mg_layer_params, mg_gpt_*. Needs: model/config, model/params, backend. */
+ * Exports: mg_gpt, mg_gpt_hooks, mg_gpt_*. Needs: model/block, model/config, model/params,
+ * parallel/tensor_parallel, backend. */
 #ifndef MG_MODEL_GPT_H
 #define MG_MODEL_GPT_H
 
 #include "backend/backend.h"
 #include "core/arena.h"
 #include "model/config.h"
+#include "model/block.h"
 #include "model/params.h"
-
-/* Rows of the parameter table for one transformer layer; -1 where the model has none. */
-typedef struct {
-    int ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b;
-    int ln2_w, ln2_b, fc1_w, fc1_b, fc2_w, fc2_b;
-} mg_layer_params;
-
-/* Offsets (bytes) of one layer's saved activations in the activation arena. */
-typedef struct {
-    size_t x;                       /* (N,H) layer input = residual stream */
-    size_t ln1, ln1_mean, ln1_rstd; /* (N,H), (N), (N) */
-    size_t qkv;                     /* (N, qkv_dim), after RoPE */
-    size_t att, att_saved;          /* (N, attn_dim), backend private */
-    size_t mid;                     /* (N,H) x + attention output */
-    size_t ln2, ln2_mean, ln2_rstd;
-    size_t fc1; /* (N, fc1_dim) */
-    size_t act; /* (N, F) */
-} mg_layer_slot;
 
 /* Optional callbacks around the parameters' use (the trainer's data-parallel overlap,
  * parallel/ddp.h), each with registration indices idx[0..n) (at most MG_GPT_HOOK_MAX):
@@ -59,27 +63,31 @@ typedef struct {
     mg_layer_params *layers;           /* (L) */
 
     /* plan (set by mg_gpt_plan) */
-    int B, N;                                /* micro-batch size, tokens per microbatch (B*S) */
-    size_t esz;                              /* bytes per activation element */
-    mg_layer_slot *slot;                     /* (L) */
-    size_t x_final, lnf, lnf_mean, lnf_rstd; /* final residual (N,H), final norm */
-    /* workspace offsets (transient, shared by all layers) */
-    size_t w_dres, w_dln, w_datt, w_dqkv, w_dfc1, w_dact, w_logits, w_losses, w_rope_cos,
-        w_rope_sin;
+    int B, N, Nl;        /* micro-batch size, tokens per microbatch (B*S), residual rows here */
+    size_t esz;          /* bytes per activation element */
+    mg_layer_slot *slot; /* (L) */
+    size_t x_final, lnf, lnf_mean, lnf_rstd; /* final residual (Nl,H), final norm (N,H) whole */
+    mg_block_ws ws;                          /* workspace offsets */
     mg_arena *acts, *work;
 
-    /* bound buffers (set by mg_gpt_bind) */
+    /* bound (set by mg_gpt_bind) */
     void *param_buf; /* (params.numel) compute dtype */
     float *grad_buf; /* (params.numel) fp32 main grads */
+    mg_tp tp;        /* the tensor-parallel group */
+    mg_block_ctx blk;
 } mg_gpt;
 
-mg_status mg_gpt_build(mg_gpt *g, const mg_config *c);
+/* Tensor-parallel rank tp_rank's part of the model cfg describes (0 with one rank). */
+mg_status mg_gpt_build(mg_gpt *g, const mg_config *c, int tp_rank);
 mg_status mg_gpt_plan(mg_gpt *g, mg_backend *be, int micro_batch, mg_arena *acts, mg_arena *work);
-/* Binds committed buffers; also fills the RoPE tables. */
-mg_status mg_gpt_bind(mg_gpt *g, mg_backend *be, void *params, float *grads);
-/* tokens: backend int32 (N). Leaves the logits (N,V) in the workspace (mg_gpt_logits). */
+/* Binds committed buffers and the tensor-parallel group (NULL with one rank; else its size must
+ * be the configuration's and its rank tp_rank); also fills the RoPE tables. */
+mg_status mg_gpt_bind(mg_gpt *g, mg_backend *be, void *params, float *grads, mg_comm *tp_group);
+/* tokens: backend int32 (N). Leaves the logits (N, V/T) of this rank's vocabulary rows in the
+ * workspace (mg_gpt_logits). */
 mg_status mg_gpt_forward(mg_gpt *g, mg_backend *be, const int32_t *tokens);
-/* Fused cross-entropy on the logits of the last forward: per-token losses into the workspace,
+/* Cross-entropy on the logits of the last forward (fused with one rank, vocab-parallel else):
+ * per-token losses into the workspace,
  * *loss_acc += loss_scale * sum(losses) (backend fp32 pointer), and the logits become their
  * gradients with weight dloss[i] (backend fp32 (N)). */
 mg_status mg_gpt_loss(mg_gpt *g, mg_backend *be, const int32_t *targets, const float *dloss,

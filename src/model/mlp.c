@@ -1,48 +1,50 @@
-/* The MLP sublayer: norm, fc1, GELU or SwiGLU, fc2 with the residual add. With GELU, fc1 and the
- * activation are one backend call (linear_gelu_forward) and so are fc2's input gradient and the
- * GELU gradient (linear_backward's gelu_pre): on CUDA these are cuBLASLt epilogues. */
-#include "model/layers.h"
+/* The MLP sublayer: norm, fc1 (column-parallel; SwiGLU's [gate; up] split block by block, so a
+ * rank holds matching gate and up columns), GELU or SwiGLU, fc2 (row-parallel) with the residual
+ * add. With GELU, fc1 and the activation are one backend call (linear_gelu_forward) and so are
+ * fc2's input gradient and the GELU gradient (linear_backward's gelu_pre): on CUDA these are
+ * cuBLASLt epilogues. */
+#include "model/block.h"
 
-mg_status mg_mlp_forward(mg_gpt *g, mg_backend *be, int l, void *out) {
-    const mg_model_config *c = &g->cfg;
-    const mg_layer_params *p = &g->layers[l];
-    const mg_layer_slot *s = &g->slot[l];
-    int N = g->N;
-    void *mid = mg_gpt_act(g, s->mid), *ln2 = mg_gpt_act(g, s->ln2);
-    void *fc1 = mg_gpt_act(g, s->fc1), *act = mg_gpt_act(g, s->act);
-    MG_CHECK(mg_gpt_norm_forward(g, be, ln2, mg_gpt_act(g, s->ln2_mean), mg_gpt_act(g, s->ln2_rstd),
-                                 mid, p->ln2_w, p->ln2_b));
+mg_status mg_mlp_forward(const mg_block_ctx *x, const mg_layer_params *p, const mg_layer_slot *s,
+                         void *out) {
+    const mg_model_config *c = x->c;
+    mg_backend *be = x->be;
+    int N = x->N;
+    void *mid = mg_block_act(x, s->mid), *ln2 = mg_block_act(x, s->ln2);
+    void *fc1 = mg_block_act(x, s->fc1), *act = mg_block_act(x, s->act);
+    MG_CHECK(mg_block_norm_forward(x, ln2, mg_block_act(x, s->ln2_mean),
+                                   mg_block_act(x, s->ln2_rstd), mid, p->ln2_w, p->ln2_b));
     if (c->swiglu) {
-        MG_CHECK(be->linear_forward(be, fc1, ln2, mg_gpt_param(g, p->fc1_w),
-                                    mg_gpt_param_or_null(g, p->fc1_b), NULL, N, c->H, c->fc1_dim));
-        MG_CHECK(be->swiglu_forward(be, act, fc1, N, c->F));
+        MG_CHECK(be->linear_forward(be, fc1, ln2, mg_block_param(x, p->fc1_w),
+                                    mg_block_param(x, p->fc1_b), NULL, N, c->H, c->fc1_l));
+        MG_CHECK(be->swiglu_forward(be, act, fc1, N, c->F_l));
     } else {
-        MG_CHECK(be->linear_gelu_forward(be, act, fc1, ln2, mg_gpt_param(g, p->fc1_w),
-                                         mg_gpt_param_or_null(g, p->fc1_b), N, c->H, c->fc1_dim));
+        MG_CHECK(be->linear_gelu_forward(be, act, fc1, ln2, mg_block_param(x, p->fc1_w),
+                                         mg_block_param(x, p->fc1_b), N, c->H, c->fc1_l));
     }
     /* out = mid + fc2(act) */
-    MG_CHECK(be->linear_forward(be, out, act, mg_gpt_param(g, p->fc2_w),
-                                mg_gpt_param_or_null(g, p->fc2_b), mid, N, c->F, c->H));
-    return MG_OK;
+    return mg_block_row_parallel_forward(x, out, act, p->fc2_w, p->fc2_b, mid, c->F_l);
 }
 
-mg_status mg_mlp_backward(mg_gpt *g, mg_backend *be, int l, void *dres) {
-    const mg_model_config *c = &g->cfg;
-    const mg_layer_params *p = &g->layers[l];
-    const mg_layer_slot *s = &g->slot[l];
-    int N = g->N;
-    void *dact = mg_gpt_ws(g, g->w_dact), *dfc1 = mg_gpt_ws(g, g->w_dfc1);
-    void *dln = mg_gpt_ws(g, g->w_dln), *fc1 = mg_gpt_act(g, s->fc1);
+mg_status mg_mlp_backward(const mg_block_ctx *x, const mg_layer_params *p, const mg_layer_slot *s,
+                          void *dres) {
+    const mg_model_config *c = x->c;
+    mg_backend *be = x->be;
+    int N = x->N;
+    void *dact = mg_block_ws_ptr(x, x->ws->dact), *dfc1 = mg_block_ws_ptr(x, x->ws->dfc1);
+    void *dln = mg_block_ws_ptr(x, x->ws->dln), *fc1 = mg_block_act(x, s->fc1);
+    const void *dout;
+    MG_CHECK(mg_block_row_parallel_dout(x, dres, &dout));
     /* GELU: fc2's input gradient goes straight through the GELU into dfc1 */
-    MG_CHECK(be->linear_backward(be, c->swiglu ? dact : dfc1, mg_gpt_grad(g, p->fc2_w),
-                                 mg_gpt_grad_or_null(g, p->fc2_b), dres, mg_gpt_act(g, s->act),
-                                 mg_gpt_param(g, p->fc2_w), c->swiglu ? NULL : fc1, N, c->F, c->H));
-    if (c->swiglu) MG_CHECK(be->swiglu_backward(be, dfc1, fc1, dact, N, c->F));
-    MG_CHECK(be->linear_backward(be, dln, mg_gpt_grad(g, p->fc1_w),
-                                 mg_gpt_grad_or_null(g, p->fc1_b), dfc1, mg_gpt_act(g, s->ln2),
-                                 mg_gpt_param(g, p->fc1_w), NULL, N, c->H, c->fc1_dim));
-    MG_CHECK(mg_gpt_norm_backward(g, be, dres, dln, mg_gpt_act(g, s->mid),
-                                  mg_gpt_act(g, s->ln2_mean), mg_gpt_act(g, s->ln2_rstd), p->ln2_w,
-                                  p->ln2_b));
-    return MG_OK;
+    MG_CHECK(be->linear_backward(be, c->swiglu ? dact : dfc1, mg_block_grad(x, p->fc2_w),
+                                 mg_block_grad(x, p->fc2_b), dout, mg_block_act(x, s->act),
+                                 mg_block_param(x, p->fc2_w), c->swiglu ? NULL : fc1, N, c->F_l,
+                                 c->H));
+    if (c->swiglu) MG_CHECK(be->swiglu_backward(be, dfc1, fc1, dact, N, c->F_l));
+    MG_CHECK(be->linear_backward(be, dln, mg_block_grad(x, p->fc1_w), mg_block_grad(x, p->fc1_b),
+                                 dfc1, mg_block_act(x, s->ln2), mg_block_param(x, p->fc1_w), NULL,
+                                 N, c->H, c->fc1_l));
+    return mg_block_norm_backward(x, dres, dln, mg_block_act(x, s->mid),
+                                  mg_block_act(x, s->ln2_mean), mg_block_act(x, s->ln2_rstd),
+                                  p->ln2_w, p->ln2_b);
 }

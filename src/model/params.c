@@ -6,6 +6,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+void mg_params_set_tp(mg_param_table *t, int tp_rank, int tp_size) {
+    t->tp_rank = tp_rank;
+    t->tp_size = tp_size;
+}
+
 mg_status mg_params_add(mg_param_table *t, const char *name, int ndim, int64_t d0, int64_t d1,
                         int split_dim, int split_chunks, bool weight_decay, mg_init_kind init,
                         float std, int *index_out) {
@@ -24,11 +29,23 @@ mg_status mg_params_add(mg_param_table *t, const char *name, int ndim, int64_t d
     memset(m, 0, sizeof *m);
     snprintf(m->name, sizeof m->name, "%s", name);
     m->ndim = ndim;
-    m->shape[0] = d0;
-    m->shape[1] = ndim == 2 ? d1 : 1;
-    m->numel = d0 * m->shape[1];
+    m->global_shape[0] = m->shape[0] = d0;
+    m->global_shape[1] = m->shape[1] = ndim == 2 ? d1 : 1;
     m->tp_split_dim = split_dim;
-    m->tp_split_chunks = split_chunks;
+    m->tp_split_chunks = split_chunks < 1 ? 1 : split_chunks;
+    m->tp_size = t->tp_size > 0 ? t->tp_size : 1;
+    m->tp_rank = m->tp_size > 1 ? t->tp_rank : 0;
+    if (split_dim >= 0 && m->tp_size > 1) {
+        int64_t dim = m->global_shape[split_dim], parts = (int64_t)m->tp_size * m->tp_split_chunks;
+        if (dim % parts)
+            return MG_FAIL(MG_ERR_USAGE,
+                           "%s: dimension %d of size %lld does not split over "
+                           "--tensor-model-parallel-size %d%s",
+                           name, split_dim, (long long)dim, m->tp_size,
+                           m->tp_split_chunks > 1 ? " in each of its stacked blocks" : "");
+        m->shape[split_dim] = dim / m->tp_size;
+    }
+    m->numel = m->shape[0] * m->shape[1];
     m->weight_decay = weight_decay;
     m->init = init;
     m->init_std = std;
@@ -77,6 +94,15 @@ mg_status mg_params_relayout(mg_param_table *t, const size_t *offset, size_t num
     return MG_OK;
 }
 
+int64_t mg_param_global_index(const mg_param_meta *m, int64_t j) {
+    if (m->tp_split_dim < 0 || m->tp_size == 1) return j;
+    int64_t cols = m->shape[1], i = j / cols, k = j % cols;
+    if (m->tp_split_dim == 1) return i * m->global_shape[1] + (int64_t)m->tp_rank * cols + k;
+    int64_t block = m->global_shape[0] / m->tp_split_chunks, local = block / m->tp_size;
+    int64_t row = (i / local) * block + (int64_t)m->tp_rank * local + i % local;
+    return row * cols + k;
+}
+
 int mg_params_find(const mg_param_table *t, const char *name) {
     for (int i = 0; i < t->n; i++)
         if (strcmp(t->p[i].name, name) == 0) return i;
@@ -97,7 +123,8 @@ void mg_params_init(const mg_param_table *t, uint64_t seed, float *buf) {
         case MG_INIT_NORMAL:
 #pragma omp parallel for schedule(static)
             for (int64_t j = 0; j < m->numel; j++)
-                dst[j] = m->init_std * mg_rng_normal(seed, m->id, (uint64_t)j);
+                dst[j] =
+                    m->init_std * mg_rng_normal(seed, m->id, (uint64_t)mg_param_global_index(m, j));
             break;
         }
     }

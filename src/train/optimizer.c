@@ -41,26 +41,34 @@ static mg_status bucket_pieces(mg_optimizer *o, const mg_param_table *t,
 }
 
 /* Spans: neighbouring pieces of one shard with the same weight decay, gaps included (they hold
- * zeros in every buffer, which AdamW keeps at zero): one call each (~100 at GPT-2 124M). */
-static void build_spans(mg_optimizer *o, const mg_param_table *t) {
-    int shard = 0;
+ * zeros in every buffer, which AdamW keeps at zero): one call each (~100 at GPT-2 124M). With
+ * `split_only`, only the pieces of tensor-parallel split parameters, merged whatever their
+ * weight decay (the runs a TP rank > 0 counts in the gradient norm). */
+static int build_spans(const mg_optimizer *o, const mg_param_table *t, bool split_only,
+                       mg_optim_span *spans) {
+    int shard = 0, n = 0;
     for (int k = 0; k < o->n_pieces; k++) {
         const mg_optim_piece *p = &o->pieces[k];
         while (p->local >= o->shards[shard].local + o->shards[shard].n) shard++;
+        if (split_only && t->p[p->index].tp_split_dim < 0) continue;
         size_t len = (size_t)(p->param_end - p->param_start);
-        bool wd = t->p[p->index].weight_decay;
-        mg_optim_span *last = o->n_spans ? &o->spans[o->n_spans - 1] : NULL;
+        bool wd = split_only || t->p[p->index].weight_decay;
+        mg_optim_span *last = n ? &spans[n - 1] : NULL;
+        /* a run may swallow the gaps between pieces, never a piece it must not hold */
+        bool adjacent = !split_only || (k > 0 && t->p[o->pieces[k - 1].index].tp_split_dim >= 0);
         if (last && last->weight_decay == wd && last->local >= o->shards[shard].local &&
-            p->world >= last->world + last->n) {
+            p->world >= last->world + last->n && adjacent) {
             last->n = p->world + len - last->world;
             continue;
         }
-        o->spans[o->n_spans++] = (mg_optim_span){p->world, p->local, len, wd};
+        spans[n++] = (mg_optim_span){p->world, p->local, len, wd};
     }
+    return n;
 }
 
 mg_status mg_optimizer_init(mg_optimizer *o, const mg_config *c, const mg_param_table *t,
-                            const mg_grad_buffer_layout *l, int dp_rank, mg_comm *norm_group) {
+                            const mg_grad_buffer_layout *l, int dp_rank, mg_comm *norm_group,
+                            mg_comm *tp) {
     memset(o, 0, sizeof *o);
     o->beta1 = c->adam_beta1;
     o->beta2 = c->adam_beta2;
@@ -69,6 +77,7 @@ mg_status mg_optimizer_init(mg_optimizer *o, const mg_config *c, const mg_param_
     o->clip_grad = c->clip_grad;
     o->sharded = l->cfg.use_distributed_optimizer && l->cfg.data_parallel_size > 1;
     o->norm_group = norm_group;
+    o->tp = tp && mg_comm_size(tp) > 1 ? tp : NULL;
     if (l->n_params != t->n)
         return MG_FAIL(MG_ERR_INTERNAL, "optimizer: a layout of %d parameters for a table of %d",
                        l->n_params, t->n);
@@ -76,9 +85,10 @@ mg_status mg_optimizer_init(mg_optimizer *o, const mg_config *c, const mg_param_
     /* a parameter lies in one bucket and meets a shard in one run: at most one piece each */
     o->pieces = calloc((size_t)t->n, sizeof *o->pieces);
     o->spans = calloc((size_t)t->n, sizeof *o->spans);
+    o->norm_spans = calloc((size_t)t->n, sizeof *o->norm_spans);
     mg_grad_shard_param *scratch = calloc((size_t)t->n, sizeof *scratch);
     mg_status st = MG_OK;
-    if (!o->shards || !o->pieces || !o->spans || !scratch)
+    if (!o->shards || !o->pieces || !o->spans || !o->norm_spans || !scratch)
         st = MG_FAIL(MG_ERR_NOMEM, "out of memory for the optimizer's %d parameters", t->n);
     size_t local = 0;
     for (int b = 0; st == MG_OK && b < l->n_buckets; b++) {
@@ -95,7 +105,9 @@ mg_status mg_optimizer_init(mg_optimizer *o, const mg_config *c, const mg_param_
                          t->p[p->index].name, t->p[p->index].offset,
                          p->world - (size_t)p->param_start);
     }
-    if (st == MG_OK) build_spans(o, t);
+    if (st == MG_OK) o->n_spans = build_spans(o, t, false, o->spans);
+    if (st == MG_OK && o->tp && mg_comm_rank(o->tp) > 0)
+        o->n_norm_spans = build_spans(o, t, true, o->norm_spans);
     if (st != MG_OK) mg_optimizer_free(o);
     return st;
 }
@@ -104,10 +116,12 @@ void mg_optimizer_free(mg_optimizer *o) {
     free(o->shards);
     free(o->pieces);
     free(o->spans);
+    free(o->norm_spans);
     o->shards = NULL;
     o->pieces = NULL;
     o->spans = NULL;
-    o->n_shards = o->n_pieces = o->n_spans = 0;
+    o->norm_spans = NULL;
+    o->n_shards = o->n_pieces = o->n_spans = o->n_norm_spans = 0;
 }
 
 mg_status mg_optimizer_plan(mg_optimizer *o, mg_arena *arena) {
@@ -127,13 +141,22 @@ mg_status mg_optimizer_step(mg_optimizer *o, mg_backend *be, void *params, float
                             const float *grads, double lr) {
     float *sumsq = &o->scalars[0], *norm = &o->scalars[1], *coef = &o->scalars[2];
     MG_CHECK(be->memset_zero(be, sumsq, sizeof(float)));
-    /* padding inside a shard is zero in the gradient buffer, so one pass per shard covers all */
-    for (int s = 0; s < o->n_shards; s++)
-        MG_CHECK(be->sumsq_f32(be, sumsq, grads + o->shards[s].world, o->shards[s].n));
-    if (o->norm_group) {
+    /* padding inside a shard is zero in the gradient buffer, so one pass per shard covers all;
+     * TP ranks > 0 leave out the replicated parameters TP rank 0 counts */
+    if (o->tp && mg_comm_rank(o->tp) > 0)
+        for (int s = 0; s < o->n_norm_spans; s++)
+            MG_CHECK(be->sumsq_f32(be, sumsq, grads + o->norm_spans[s].world, o->norm_spans[s].n));
+    else
+        for (int s = 0; s < o->n_shards; s++)
+            MG_CHECK(be->sumsq_f32(be, sumsq, grads + o->shards[s].world, o->shards[s].n));
+    if (o->norm_group || o->tp) {
         void *stream;
         MG_CHECK(mg_backend_comm_begin(be, &stream));
-        MG_CHECK(mg_comm_all_reduce(o->norm_group, sumsq, sumsq, 1, MG_F32, MG_REDUCE_SUM, stream));
+        mg_comm *groups[2] = {o->norm_group, o->tp};
+        for (int i = 0; i < 2; i++)
+            if (groups[i])
+                MG_CHECK(
+                    mg_comm_all_reduce(groups[i], sumsq, sumsq, 1, MG_F32, MG_REDUCE_SUM, stream));
         MG_CHECK(mg_backend_comm_end(be));
     }
     MG_CHECK(be->clip_coef(be, coef, norm, sumsq, (float)o->clip_grad));

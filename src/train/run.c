@@ -55,9 +55,17 @@ static void print_banner(const mg_trainer *t) {
         mg_log_info("> megatron.c: training on the %s backend, GPU %d (%s compute, fp32 master "
                     "weights, gradients and optimizer state)",
                     t->be->name, t->gpu, mg_dtype_name(t->be->compute_dtype));
-    mg_log_info(
-        " > number of parameters on (tensor, pipeline) model parallel rank (0, 0): %" PRId64,
-        mg_model_config_num_params(m));
+    /* Megatron's line, from this rank's shards (rank 0 logs: tensor rank 0) */
+    int64_t local = 0;
+    for (int i = 0; i < t->model.params.n; i++) local += t->model.params.p[i].numel;
+    mg_log_info(" > number of parameters on (tensor, pipeline) model parallel rank (%d, 0): "
+                "%" PRId64,
+                t->tp_rank, local);
+    if (t->tp_size > 1)
+        mg_log_info("> tensor-parallel size %d%s: %" PRId64 " parameters in the whole model; "
+                    "heads %d, query groups %d, ffn %d, vocabulary rows %d per rank",
+                    t->tp_size, m->sp ? ", sequence parallel" : "", mg_model_config_num_params(m),
+                    m->nq_l, m->ng_l, m->F_l, m->V_l);
     mg_log_info("> model: %d layers, hidden %d, ffn %d, heads %d (query groups %d, head dim %d), "
                 "seq %d, padded vocab %d, %s, %s, %s",
                 m->L, m->H, m->F, m->nq, m->ng, m->hd, m->S, m->V,
@@ -126,7 +134,7 @@ static mg_status train_loop(mg_trainer *t) {
                 .train_iters = c->train_iters,
                 .consumed_samples = t->state.consumed_train_samples,
                 .elapsed_ms_per_iter = sec * 1e3,
-                .tflops_per_gpu = flops / sec / 1e12 / t->dp_size, /* every rank is a GPU */
+                .tflops_per_gpu = flops / sec / 1e12 / (t->dp_size * t->tp_size), /* a rank a GPU */
                 .tokens_per_s = (double)c->global_batch_size * c->seq_length / sec,
                 .lr = mg_lr_schedule_lr(&t->lr), /* Megatron logs the lr after the step */
                 .global_batch_size = c->global_batch_size,
@@ -176,10 +184,10 @@ static mg_status train_loop(mg_trainer *t) {
     return MG_OK;
 }
 
-mg_status mg_train_run(const mg_config *cfg, mg_comm *dp) {
+mg_status mg_train_run(const mg_config *cfg, mg_comm *dp, mg_comm *tp) {
     mg_trainer *t = calloc(1, sizeof *t);
     if (!t) return MG_FAIL(MG_ERR_NOMEM, "out of memory");
-    mg_status st = mg_trainer_init_dp(t, cfg, dp);
+    mg_status st = mg_trainer_init_groups(t, cfg, dp, tp);
     if (st == MG_OK) {
         print_banner(t);
         bool resumed = t->state.iteration > 0;

@@ -33,14 +33,16 @@ static void be_arena_free(void *ctx, void *ptr) {
 static mg_status create_backend(mg_trainer *t) {
     mg_config *c = &t->cfg;
     t->gpu = -1;
-    /* a data-parallel group settles auto: NCCL moves device buffers, MPI host buffers */
-    if (!strcmp(c->device, "auto") && t->dp)
-        snprintf(c->device, sizeof c->device, "%s", mg_comm_device_buffers(t->dp) ? "cuda" : "cpu");
-    if (t->dp && mg_comm_device_buffers(t->dp) != !strcmp(c->device, "cuda"))
+    /* a group settles auto: NCCL moves device buffers, MPI host buffers */
+    mg_comm *group = t->dp ? t->dp : t->tp;
+    if (!strcmp(c->device, "auto") && group)
+        snprintf(c->device, sizeof c->device, "%s", mg_comm_device_buffers(group) ? "cuda" : "cpu");
+    if (group && mg_comm_device_buffers(group) != !strcmp(c->device, "cuda"))
         return MG_FAIL(MG_ERR_UNSUPPORTED,
-                       "the data-parallel group moves %s buffers, but --device %s keeps the "
+                       "the %s group moves %s buffers, but --device %s keeps the "
                        "training state in %s memory (NCCL goes with cuda, MPI with cpu)",
-                       mg_comm_device_buffers(t->dp) ? "device" : "host", c->device,
+                       t->dp ? "data-parallel" : "tensor-parallel",
+                       mg_comm_device_buffers(group) ? "device" : "host", c->device,
                        strcmp(c->device, "cuda") ? "host" : "device");
 #ifdef MG_HAVE_CUDA
     const bool want_cuda = !strcmp(c->device, "cuda"), is_auto = !strcmp(c->device, "auto");
@@ -84,7 +86,7 @@ static mg_status plan_memory(mg_trainer *t) {
     mg_arena_init(&t->a_io, "batch");
     /* the distributed optimizer's gradient norm sums the shards over the group */
     mg_comm *norm_group = c->use_distributed_optimizer && t->dp_size > 1 ? t->dp : NULL;
-    MG_CHECK(mg_optimizer_init(&t->opt, c, &g->params, &t->gbuf, t->dp_rank, norm_group));
+    MG_CHECK(mg_optimizer_init(&t->opt, c, &g->params, &t->gbuf, t->dp_rank, norm_group, t->tp));
     MG_CHECK(mg_arena_reserve(&t->a_params, numel * esz, 0, &t->off_params));
     if (masters)
         MG_CHECK(mg_arena_reserve(&t->a_master, t->opt.numel * sizeof(float), 0, &t->off_master));
@@ -146,7 +148,7 @@ static mg_status plan_memory(mg_trainer *t) {
     t->dloss = mg_arena_ptr(&t->a_io, t->off_dloss);
     t->stats = mg_arena_ptr(&t->a_io, t->off_stats);
     t->loss = &t->stats[MG_STAT_LOSS];
-    MG_CHECK(mg_gpt_bind(g, be, t->params, t->grads));
+    MG_CHECK(mg_gpt_bind(g, be, t->params, t->grads, t->tp));
     t->host_tokens = malloc(N * sizeof(int32_t));
     t->host_targets = malloc(N * sizeof(int32_t));
     if (!t->host_tokens || !t->host_targets)
@@ -366,30 +368,53 @@ static float token_weight(const mg_trainer *t) {
     return 1.0f / (float)((size_t)t->model.N * (size_t)t->num_microbatches * (size_t)t->dp_size);
 }
 
-/* The model's hooks (model/gpt.h) drive the data-parallel overlap (parallel/ddp.h). */
-static mg_status ddp_params_needed(void *ctx, const int *idx, int n) {
-    return mg_ddp_params_needed(ctx, idx, n);
+/* The model's hooks (model/gpt.h) drive the data-parallel overlap (parallel/ddp.h) and, in the
+ * step's last backward, the sequence-parallel gradient sync: a norm weight's gradient holds only
+ * this rank's tokens and is all-reduced over tp as soon as it is complete (Megatron's
+ * _allreduce_layernorm_grads), before its bucket's data-parallel reduction starts. */
+static mg_status hook_params_needed(void *ctx, const int *idx, int n) {
+    mg_trainer *t = ctx;
+    return t->dp ? mg_ddp_params_needed(&t->ddp, idx, n) : MG_OK;
 }
 
-static mg_status ddp_grads_ready(void *ctx, const int *idx, int n) {
-    return mg_ddp_grads_ready(ctx, idx, n);
+static mg_status hook_grads_ready(void *ctx, const int *idx, int n) {
+    mg_trainer *t = ctx;
+    for (int i = 0; t->sync_sp_grads && i < n; i++) {
+        const mg_param_meta *m = &t->model.params.p[idx[i]];
+        if (m->sequence_parallel)
+            MG_CHECK(mg_tp_all_reduce(&t->model.tp, mg_gpt_grad(&t->model, idx[i]),
+                                      (size_t)m->numel, MG_F32, MG_REDUCE_SUM));
+    }
+    return t->dp ? mg_ddp_grads_ready(&t->ddp, idx, n) : MG_OK;
 }
 
 mg_status mg_trainer_init(mg_trainer *t, const mg_config *cfg) {
-    return mg_trainer_init_dp(t, cfg, NULL);
+    return mg_trainer_init_groups(t, cfg, NULL, NULL);
 }
 
 mg_status mg_trainer_init_dp(mg_trainer *t, const mg_config *cfg, mg_comm *dp) {
+    return mg_trainer_init_groups(t, cfg, dp, NULL);
+}
+
+mg_status mg_trainer_init_groups(mg_trainer *t, const mg_config *cfg, mg_comm *dp, mg_comm *tp) {
     memset(t, 0, sizeof *t);
     t->cfg = *cfg;
     t->dp = dp;
     t->dp_rank = dp ? mg_comm_rank(dp) : 0;
     t->dp_size = dp ? mg_comm_size(dp) : 1;
+    t->tp = tp;
+    t->tp_rank = tp ? mg_comm_rank(tp) : 0;
+    t->tp_size = tp ? mg_comm_size(tp) : 1;
+    if (t->tp_size != (cfg->tensor_model_parallel_size > 0 ? cfg->tensor_model_parallel_size : 1))
+        return MG_FAIL(MG_ERR_INTERNAL,
+                       "a tensor-parallel group of %d for "
+                       "--tensor-model-parallel-size %d",
+                       t->tp_size, cfg->tensor_model_parallel_size);
     MG_CHECK(resolve_vocab(&t->cfg));
     const mg_config *c = &t->cfg;
     MG_CHECK(create_backend(t));
     MG_CHECK(mg_backend_validate(t->be));
-    MG_CHECK(mg_gpt_build(&t->model, c));
+    MG_CHECK(mg_gpt_build(&t->model, c, t->tp_rank));
     MG_CHECK(layout_buffers(t));
     MG_CHECK(mg_lr_schedule_init(&t->lr, c));
     MG_CHECK(set_batch_shape(t));
@@ -398,8 +423,9 @@ mg_status mg_trainer_init_dp(mg_trainer *t, const mg_config *cfg, mg_comm *dp) {
         MG_CHECK(mg_ddp_init(&t->ddp, &t->gbuf, dp, t->be, t->grads, t->params,
                              t->be->compute_dtype, c->overlap_grad_reduce,
                              c->overlap_param_gather));
-        t->model.hooks = (mg_gpt_hooks){ddp_params_needed, ddp_grads_ready, &t->ddp};
     }
+    if (dp || t->model.cfg.sp)
+        t->model.hooks = (mg_gpt_hooks){hook_params_needed, hook_grads_ready, t};
     MG_CHECK(open_data(t));
     MG_CHECK(load_or_init(t));
     /* Megatron averages the loss over every token of the global batch: 1/(tokens x microbatches)
@@ -445,8 +471,11 @@ mg_status mg_trainer_forward_backward(mg_trainer *t, const mg_sample_source *src
         MG_CHECK(mg_gpt_loss(&t->model, be, t->targets, t->dloss, t->loss, scale));
         if (!backward) continue;
         /* the last microbatch's backward completes the buckets (Megatron's no_sync before) */
-        if (t->dp && mb == t->num_microbatches - 1) MG_CHECK(mg_ddp_start_grad_sync(&t->ddp));
+        const bool last = mb == t->num_microbatches - 1;
+        if (t->dp && last) MG_CHECK(mg_ddp_start_grad_sync(&t->ddp));
+        t->sync_sp_grads = last && t->model.cfg.sp;
         MG_CHECK(mg_gpt_backward(&t->model, be, t->tokens));
+        t->sync_sp_grads = false;
     }
     if (t->dp) {
         void *stream;

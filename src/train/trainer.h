@@ -73,6 +73,10 @@ typedef struct {
     mg_backend *be;
     mg_comm *dp;                /* the data-parallel group (not owned); NULL: one rank */
     int dp_rank, dp_size;       /* 0, 1 without a group */
+    mg_comm *tp;                /* the tensor-parallel group (not owned); NULL: one rank */
+    int tp_rank, tp_size;       /* 0, 1 without a group */
+    bool sync_sp_grads;         /* in the step's last backward: the hooks all-reduce the
+                                   sequence-parallel gradients over tp as they complete */
     mg_grad_buffer_layout gbuf; /* the parameter and gradient buffers' layout */
     mg_ddp ddp;                 /* the buckets' collectives (with a group) */
     int gpu;                    /* the CUDA device (launcher's local rank); -1 on the CPU backend */
@@ -118,6 +122,12 @@ mg_status mg_trainer_init(mg_trainer *t, const mg_config *cfg);
  * with cuda, MPI (host buffers) with cpu; --device auto follows the group, a mismatch is
  * MG_ERR_UNSUPPORTED. */
 mg_status mg_trainer_init_dp(mg_trainer *t, const mg_config *cfg, mg_comm *dp);
+/* The same as tensor-parallel rank mg_comm_rank(tp) of one model replica (tp may be NULL: one
+ * rank; its size must be cfg->tensor_model_parallel_size), that replica being one member of
+ * data-parallel group dp (NULL: one replica). The model holds this rank's shards
+ * (model/gpt.h); the members of a tp group load the same microbatches. The gradient norm counts
+ * every tensor-parallel shard once and every replicated parameter once (train/optimizer.h). */
+mg_status mg_trainer_init_groups(mg_trainer *t, const mg_config *cfg, mg_comm *dp, mg_comm *tp);
 /* Forward (+ backward) over this rank's part of the global batch of samples [first, first + gbs)
  * from src: the global batch's mean loss lands in t->loss (summed over the data-parallel group);
  * this rank's gradients ACCUMULATE into t->grads (not reduced over the group). */
@@ -156,7 +166,8 @@ mg_status mg_trainer_log_memory(mg_trainer *t, const char *when);
 mg_status mg_trainer_save(mg_trainer *t);
 void mg_trainer_free(mg_trainer *t);
 
-/* The whole `megatron train` run, as one replica of data-parallel group dp (NULL: one rank). */
-mg_status mg_train_run(const mg_config *cfg, mg_comm *dp);
+/* The whole `megatron train` run, as tensor-parallel rank mg_comm_rank(tp) of one replica in
+ * data-parallel group dp (either NULL: one rank). */
+mg_status mg_train_run(const mg_config *cfg, mg_comm *dp, mg_comm *tp);
 
 #endif

@@ -26,9 +26,18 @@ expect_error flags_missing_train_iters 2 "missing --train-iters" \
     train "${MODEL[@]}" --lr 1e-3 --mock-data --vocab-size 100
 expect_error flags_missing_model_flags 2 "missing required model flags --hidden-size, --seq-length" \
     train --num-layers 2 --num-attention-heads 4 "${RUN[@]}"
-expect_error flags_unsupported_tp 1 \
-    "--tensor-model-parallel-size 2 is not supported yet by .megatron train.*megatron plan" \
+expect_error flags_tp_needs_ranks 2 \
+    "world size 1 is not divisible by tensor \(2\) x pipeline \(1\) x context \(1\) = 2" \
     train "${MODEL[@]}" "${RUN[@]}" --tensor-model-parallel-size 2
+expect_error flags_tp_heads 2 \
+    "num_attention_heads \(4\) must be a multiple of tensor_model_parallel_size \(3\)" \
+    train "${MODEL[@]}" "${RUN[@]}" --tensor-model-parallel-size 3
+expect_error flags_tp_checkpoint 1 \
+    "--load with --tensor-model-parallel-size 2: checkpoints of tensor-parallel runs are not" \
+    train "${MODEL[@]}" "${RUN[@]}" --tensor-model-parallel-size 2 --load /nonexistent
+expect_error flags_unsupported_pp 1 \
+    "--pipeline-model-parallel-size 2 is not supported yet by .megatron train.*megatron plan" \
+    train "${MODEL[@]}" "${RUN[@]}" --pipeline-model-parallel-size 2
 expect_error flags_overlap_param_gather_alone 2 \
     "--overlap-param-gather needs --overlap-grad-reduce as well" \
     train "${MODEL[@]}" "${RUN[@]}" --use-distributed-optimizer --overlap-param-gather

@@ -27,6 +27,24 @@ expect_json plan_seed004_mp '"mp":[[0,1,4,5,8,9,12,13],[2,3,6,7,10,11,14,15]]' "
 expect_json plan_seed004_embedding '"embedding":[[0,12],[1,13],[2,14],[3,15]]' "${SEED[@]}"
 expect_json plan_seed004_rank5 '{"rank":5,"tp":1,"cp":0,"ep":0,"dp":0,"pp":1' "${SEED[@]}"
 
+# A model's weights under TP 2 (GPT-2 style with SwiGLU: H 64, 2 layers, vocabulary 512, 64
+# positions, F = int(8*64/3/64)*64 = 128). By hand, per layer: norms 2*128, QKV 192*64 + 192, proj
+# 64*64 + 64, fc1 256*64 + 256, fc2 64*128 + 64 = 41792; whole: 2 layers + wte 512*64 + wpe 64*64 +
+# final norm 128 = 120576. One TP rank: QKV, fc1 and their biases, proj's and fc2's columns and
+# the vocabulary halve, the rest is whole: 2*21088 + 16384 + 4096 + 128 = 62784.
+TPM=(--world-size 4 --tensor-model-parallel-size 2 --num-layers 2 --hidden-size 64
+     --num-attention-heads 4 --seq-length 64 --vocab-size 512 --swiglu --sequence-parallel)
+expect_json plan_tp_params '"params_total":120576,"params_per_tp_rank":62784' "${TPM[@]}"
+expect_json plan_tp_qkv \
+    '{"name":"decoder.layers.0.self_attention.linear_qkv.weight","global_shape":[192,64],"shape":[96,64],"tp_split_dim":0,"tp_split_chunks":1,"sequence_parallel":false}' \
+    "${TPM[@]}"
+expect_json plan_tp_fc2 \
+    '{"name":"decoder.layers.1.mlp.linear_fc2.weight","global_shape":[64,128],"shape":[64,64],"tp_split_dim":1' \
+    "${TPM[@]}"
+expect_json plan_tp_norm_sp \
+    '{"name":"decoder.final_layernorm.weight","global_shape":[64],"shape":[64],"tp_split_dim":-1,"tp_split_chunks":1,"sequence_parallel":true}' \
+    "${TPM[@]}"
+
 # Seed 003: PP=4, VPP=2, 8 microbatches; rank 0 warms up with 10 forwards, rank 3 with 4.
 INTER=(--world-size 4 --pipeline-model-parallel-size 4 --virtual-pipeline-model-parallel-size 2
        --num-microbatches 8 --num-layers 16)
@@ -142,7 +160,7 @@ expect_error plan_grad_model_needs_vocab 2 "needs --vocab-size N" \
 expect_error plan_grad_model_incomplete 2 "missing required model flag --seq-length" \
     plan --world-size 2 --num-layers 2 --hidden-size 48 --num-attention-heads 4
 expect_error plan_grad_model_tp_heads 2 \
-    "--num-attention-heads 6 is not divisible by --tensor-model-parallel-size 4" \
+    "num_attention_heads \(6\) must be a multiple of tensor_model_parallel_size \(4\)" \
     plan --world-size 4 --tensor-model-parallel-size 4 --num-layers 2 --hidden-size 48 \
     --num-attention-heads 6 --seq-length 32 --vocab-size 128
 expect_error plan_needs_world_size 2 "needs --world-size N; the smallest for these flags is 8" \

@@ -1,5 +1,5 @@
-/* CUDA backend against the CPU backend: add, the fp32 reductions sum_f32 and sumsq_f32, and
- * clip_coef (method and tolerances: cuda_test_util.h). */
+/* CUDA backend against the CPU backend: add, bias_residual_add, the fp32 reductions sum_f32 and
+ * sumsq_f32, and clip_coef (method and tolerances: cuda_test_util.h). */
 #include "cuda_test_util.h"
 
 #include <math.h>
@@ -123,6 +123,41 @@ MG_TEST(cuda_clip_coef_matches_cpu) {
             CT_EXPECT_CLOSE(got + 1, ref + 1, 1, CT_TOL_F32_ELEM, "clip_coef norm, sumsq %g",
                             cases[k][0]);
             if (ref[0] == 1.0f) MG_EXPECT(got[0] == 1.0f, "coef %.9g, want exactly 1", got[0]);
+        }
+        ct_pool_free(&P);
+    }
+}
+
+/* bias_residual_add: the two adds in fp32 in the CPU's order, one rounding to bf16, so the result
+ * is the CPU's fp32 result rounded to bf16, bitwise (with MG_TEST_CUDA_AS_CPU=1 the "GPU" is the
+ * CPU and returns it unrounded). Every combination of bias and residual, into a separate buffer
+ * (poisoned) and in place (out = x), on the 16-byte path (H % 8 == 0) and the element one. */
+MG_TEST(cuda_bias_residual_add_matches_cpu) {
+    CT_BACKENDS(cpu, gpu);
+    static const int shapes[][2] = {{7, 96}, {5, 77}, {257, 1024}};
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+        int N = shapes[k][0], H = shapes[k][1];
+        size_t n = (size_t)N * H;
+        ct_pool P = ct_pool_of(t, gpu);
+        float *x = ct_rand_bf16(&P, 9, n, 1.0f), *bias = ct_rand_bf16(&P, 10, H, 0.5f);
+        float *res = ct_rand_bf16(&P, 11, n, 2.0f), *ref = ct_host(&P, n * 4);
+        void *dx = ct_up_act(&P, x, n), *db = ct_up_act(&P, bias, H), *dr = ct_up_act(&P, res, n);
+        void *dout = ct_poison_act(&P, n), *dio = ct_up_act(&P, x, n);
+        for (int mode = 0; mode < 4 && !P.failed; mode++) {
+            int wb = mode & 1, wr = mode >> 1;
+            MG_EXPECT_OK(
+                cpu->bias_residual_add(cpu, ref, x, wb ? bias : NULL, wr ? res : NULL, N, H));
+            if (ct_as_cpu() != 1) ct_round_bf16(ref, n);
+            MG_EXPECT_OK(
+                gpu->bias_residual_add(gpu, dout, dx, wb ? db : NULL, wr ? dr : NULL, N, H));
+            ct_put_act(&P, dio, x, n);
+            MG_EXPECT_OK(
+                gpu->bias_residual_add(gpu, dio, dio, wb ? db : NULL, wr ? dr : NULL, N, H));
+            CT_EXPECT_SAME_BITS(ct_down_act(&P, dout, n), ref, n * 4,
+                                "bias_residual_add N=%d H=%d bias %d residual %d", N, H, wb, wr);
+            CT_EXPECT_SAME_BITS(ct_down_act(&P, dio, n), ref, n * 4,
+                                "bias_residual_add in place N=%d H=%d bias %d residual %d", N, H,
+                                wb, wr);
         }
         ct_pool_free(&P);
     }

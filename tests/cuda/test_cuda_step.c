@@ -74,7 +74,7 @@ MG_TEST(cuda_op_sequence_allocates_and_syncs_nothing) {
     MG_EXPECT_OK(g->memset_zero(g, g_fc, (size_t)2 * F * H * 4));
     MG_EXPECT_OK(g->memset_zero(g, g_proj, (size_t)H * AW * 4));
     MG_EXPECT_OK(g->memset_zero(g, scal, 8 * 4));
-    MG_EXPECT_OK(g->embedding_forward(g, x, d_tok, wte, wpe, N, S, H));
+    MG_EXPECT_OK(g->embedding_forward(g, x, d_tok, wte, wpe, N, S, H, 0, V));
     MG_EXPECT_OK(g->layernorm_forward(g, xn, mean, rstd, x, ln_w, NULL, N, H, 1e-5f));
     MG_EXPECT_OK(g->linear_forward(g, qkv, xn, w_qkv, NULL, NULL, N, H, QKVW));
     MG_EXPECT_OK(g->rope_forward(g, qkv, d_cs, d_sn, N, S, NQ, NG, HD));
@@ -106,7 +106,7 @@ MG_TEST(cuda_op_sequence_allocates_and_syncs_nothing) {
     MG_EXPECT_OK(g->rope_backward(g, d_qkv, d_cs, d_sn, N, S, NQ, NG, HD));
     MG_EXPECT_OK(g->linear_backward(g, d_xn, g_qkv, NULL, d_qkv, xn, w_qkv, NULL, N, H, QKVW));
     MG_EXPECT_OK(g->layernorm_backward(g, d_x, g_ln, NULL, d_xn, x, ln_w, mean, rstd, N, H));
-    MG_EXPECT_OK(g->embedding_backward(g, g_wte, g_wpe, d_x, d_tok, N, S, H));
+    MG_EXPECT_OK(g->embedding_backward(g, g_wte, g_wpe, d_x, d_tok, N, S, H, 0, V));
     /* ---- optimizer ---- */
     MG_EXPECT_OK(g->sumsq_f32(g, scal + 1, grads, (size_t)V * F));
     MG_EXPECT_OK(g->clip_coef(g, scal + 2, scal + 3, scal + 1, 1.0f));

@@ -77,5 +77,7 @@ void test_train_dp(dist_ctx *t);
 void test_train_distopt(dist_ctx *t);
 void test_train_resume(dist_ctx *t);
 void test_train_memory(dist_ctx *t);
+/* test_train_tp.c: tensor- and sequence-parallel training against the one-rank run */
+void test_train_tp(dist_ctx *t);
 
 #endif

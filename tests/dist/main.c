@@ -45,6 +45,7 @@ static const struct {
     {"train_distopt", test_train_distopt},
     {"train_resume", test_train_resume},
     {"train_memory", test_train_memory},
+    {"train_tp", test_train_tp},
 };
 
 void dist_fail(dist_ctx *t, const char *file, int line, const char *fmt, ...) {

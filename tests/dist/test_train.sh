@@ -6,7 +6,10 @@
 #   - a bad flag (a global batch that micro batch x DP does not divide) stops every rank with one
 #     line and a non-zero status, at once;
 #   - a rank that dies mid-step (MG_FAULT_EXIT) stops every other rank with an error line naming
-#     it, within the bound, instead of a hang.
+#     it, within the bound, instead of a hang;
+#   - tensor parallelism as the README shows it (TP 2 with --sequence-parallel, and TP 2 x DP 2
+#     with the distributed optimizer) logs the one-rank run's losses; bad tensor-parallel layouts
+#     stop every rank with one line and exit status 2.
 # Prints PASS/FAIL lines and "N passed, N failed"; skipped (with a line) without MPI.
 #   tests/dist/test_train.sh [BUILD]
 set -u
@@ -101,4 +104,46 @@ elif ! paste <(losses "$straight" | tail -n 2) <(losses "$second") | awk 'NF != 
 else
     pass "train distopt save np=4 (4 shard files), resume np=2: losses $(losses "$second" | tr '\n' ' ')match"
 fi
+
+# (5) tensor parallelism from the command line: the same losses as one rank (the padded vocabulary
+# is the same: 128 rows for TP 1 and 2 with --make-vocab-size-divisible-by 64).
+TPM=("${MODEL[@]}" --make-vocab-size-divisible-by 64 --train-iters 4)
+base=$(timeout 60 "$BIN" train "${TPM[@]}" 2>&1); rc0=$?
+for layout in "2:--tensor-model-parallel-size 2 --sequence-parallel" \
+    "4:--tensor-model-parallel-size 2 --sequence-parallel --use-distributed-optimizer --overlap-grad-reduce"; do
+    np=${layout%%:*}; read -r -a extra <<<"${layout#*:}"
+    out=$(timeout 60 "${MPIRUN[@]}" -np "$np" "$BIN" train "${TPM[@]}" "${extra[@]}" 2>&1); rc=$?
+    name="train np=$np ${layout#*:}"
+    if [ "$rc0" -ne 0 ] || [ "$rc" -ne 0 ]; then
+        fail "$name (exit status one rank $rc0, $np ranks $rc)" "$(tail -n 5 <<<"$out")"
+    elif ! grep -q "tensor-parallel size 2, sequence parallel" <<<"$out"; then
+        fail "$name (no tensor-parallel banner)" "$(head -n 12 <<<"$out")"
+    elif ! paste <(losses "$base") <(losses "$out") | awk 'NF != 2 || ($1 - $2) > 1e-5 * $1 || ($2 - $1) > 1e-5 * $1 { bad = 1 } END { exit bad || NR != 4 }'; then
+        fail "$name (losses differ from one rank's)" "one rank: $(losses "$base" | tr '\n' ' ')" "tp: $(losses "$out" | tr '\n' ' ')"
+    else
+        pass "$name: losses $(losses "$out" | tr '\n' ' ')match one rank's"
+    fi
+done
+
+# (6) bad tensor-parallel layouts: every rank prints the same one line (Megatron's reason) and the
+# job exits with status 2, before the ranks meet.
+bad_layout() { # NAME NP PATTERN FLAGS...
+    local name=$1 np=$2 want=$3 out rc n=0 r
+    shift 3
+    out=$(timeout 60 "${MPIRUN[@]}" -np "$np" "$BIN" train "${MODEL[@]}" --train-iters 2 "$@" 2>&1); rc=$?
+    for ((r = 0; r < np; r++)); do grep -qE "^\[rank $r\] megatron: error: $want" <<<"$out" && n=$((n + 1)); done
+    if [ "$rc" -ne 2 ] || [ "$n" -lt 1 ] || [ "$(grep -c 'megatron: error' <<<"$out")" -ne "$n" ]; then
+        fail "train bad layout: $name (exit status $rc, $n ranks printed the line)" "$out"
+    else
+        pass "train bad layout: $name: $n ranks, exit status 2"
+    fi
+}
+bad_layout "heads" 4 "num_attention_heads \(4\) must be a multiple of tensor_model_parallel_size \(8\)" \
+    --tensor-model-parallel-size 8
+bad_layout "query groups" 2 "num_query_groups \(1\) must be a multiple of tensor_model_parallel_size \(2\)" \
+    --tensor-model-parallel-size 2 --group-query-attention --num-query-groups 1
+bad_layout "world size" 3 "world size 3 is not divisible by tensor \(2\) x pipeline \(1\) x context \(1\) = 2" \
+    --tensor-model-parallel-size 2 --global-batch-size 3
+bad_layout "sequence" 2 "--sequence-parallel splits the sequence .* --seq-length 15 is not divisible by --tensor-model-parallel-size 2" \
+    --tensor-model-parallel-size 2 --sequence-parallel --seq-length 15
 finish

@@ -1,6 +1,7 @@
-/* CPU backend tests, part 1: the op table and memory, embedding, norms, linear, activations.
- * Every forward op is checked against a naive reference in double, every backward op against
- * central finite differences (method and tolerance: cpu_test_util.h). */
+/* CPU backend tests, part 1: the op table and memory, embedding (and its vocab-parallel ranges),
+ * vocab-parallel cross-entropy, bias + residual add, norms, linear, activations. Every forward op
+ * is checked against a naive reference in double (or an independent path), every backward op
+ * against central finite differences (method and tolerance: cpu_test_util.h). */
 #include "cpu_test_util.h"
 
 /* ---------------------------------------------------------------- table and memory */
@@ -55,12 +56,12 @@ typedef struct {
     mg_backend *be;
     float *out, *wte, *wpe, *R;
     int32_t *tok;
-    int N, S, H;
+    int N, S, H, V;
 } emb_ctx;
 
 static double emb_obj(void *c_) {
     emb_ctx *c = c_;
-    c->be->embedding_forward(c->be, c->out, c->tok, c->wte, c->wpe, c->N, c->S, c->H);
+    c->be->embedding_forward(c->be, c->out, c->tok, c->wte, c->wpe, c->N, c->S, c->H, 0, c->V);
     return t_dotd(c->out, c->R, (size_t)c->N * c->H);
 }
 
@@ -69,9 +70,16 @@ MG_TEST(cpu_embedding_forward_and_grad) {
     if (!be) return;
     enum { B = 2, S = 3, N = B * S, V = 5, P = 4, H = 7 };
     int32_t tok[N] = {4, 1, 4, 0, 2, 4}; /* repeats: the scatter-add must sum them */
-    emb_ctx c = {
-        be, t_zeros(N * H), t_rnd(1, V * H, 1), t_rnd(2, P * H, 1), t_rnd(3, N * H, 1), tok, N, S,
-        H};
+    emb_ctx c = {be,
+                 t_zeros(N * H),
+                 t_rnd(1, V * H, 1),
+                 t_rnd(2, P * H, 1),
+                 t_rnd(3, N * H, 1),
+                 tok,
+                 N,
+                 S,
+                 H,
+                 V};
     float *dwte = t_zeros(V * H), *dwpe = t_zeros(P * H);
     emb_obj(&c);
     double maxd = 0;
@@ -80,14 +88,213 @@ MG_TEST(cpu_embedding_forward_and_grad) {
             maxd = fmax(maxd,
                         fabs(c.out[i * H + j] - (c.wte[tok[i] * H + j] + c.wpe[(i % S) * H + j])));
     MG_EXPECT(maxd == 0, "forward differs from wte[tok] + wpe[pos] by %g", maxd);
-    MG_EXPECT_OK(be->embedding_backward(be, dwte, dwpe, c.R, tok, N, S, H));
+    MG_EXPECT_OK(be->embedding_backward(be, dwte, dwpe, c.R, tok, N, S, H, 0, V));
     double e1 = t_fd_err(c.wte, V * H, dwte, emb_obj, &c),
            e2 = t_fd_err(c.wpe, P * H, dwpe, emb_obj, &c);
     MG_EXPECT(e1 < T_FD_TOL && e2 < T_FD_TOL, "fd err dwte %g dwpe %g", e1, e2);
     /* without position embedding */
-    MG_EXPECT_OK(be->embedding_forward(be, c.out, tok, c.wte, NULL, N, S, H));
+    MG_EXPECT_OK(be->embedding_forward(be, c.out, tok, c.wte, NULL, N, S, H, 0, V));
     MG_EXPECT(c.out[5 * H + 3] == c.wte[4 * H + 3], "wpe = NULL forward");
     free(c.out), free(c.wte), free(c.wpe), free(c.R), free(dwte), free(dwpe);
+    be->destroy(be);
+}
+
+/* Vocab-parallel embedding: the vocabulary split into contiguous ranges, each run as one rank
+ * would (its rows of wte, the position embedding added by one rank only). The forward outputs
+ * summed over the ranges are the full forward, and each range's dwte is its rows of the full
+ * dwte, bitwise: a token outside a range contributes an exact zero there and is skipped. */
+MG_TEST(cpu_embedding_vocab_ranges_match_full) {
+    mg_backend *be = t_cpu(t);
+    if (!be) return;
+    enum { B = 2, S = 6, N = B * S, V = 13, H = 70 }; /* H > MG_CPU_COL_BLOCK: two blocks */
+    /* repeats, both ends of the vocabulary, range boundaries; ids 2, 7, 11 unused */
+    const int32_t tok[N] = {0, 12, 5, 4, 9, 5, 3, 6, 8, 12, 1, 10};
+    float *wte = t_rnd(50, V * H, 1), *wpe = t_rnd(51, S * H, 1), *dout = t_rnd(52, N * H, 1);
+    float *dwte0 = t_rnd(53, V * H, 1), *dwpe0 = t_rnd(54, S * H, 1); /* accumulated into */
+    float *full = t_zeros(N * H), *dwte = t_dup(dwte0, V * H), *dwpe = t_dup(dwpe0, S * H);
+    MG_EXPECT_OK(be->embedding_forward(be, full, tok, wte, wpe, N, S, H, 0, V));
+    MG_EXPECT_OK(be->embedding_backward(be, dwte, dwpe, dout, tok, N, S, H, 0, V));
+    const int splits[][4] = {{0, 6, V, -1}, {0, 4, 9, V}}; /* range starts, then V */
+    for (int sp = 0; sp < 2; sp++) {
+        int nr = splits[sp][3] < 0 ? 2 : 3, wpe_rank = nr - 1;
+        float *sum = t_zeros(N * H), *out = t_zeros(N * H);
+        for (int r = 0; r < nr; r++) {
+            int v0 = splits[sp][r], Vl = splits[sp][r + 1] - v0;
+            const float *pe = r == wpe_rank ? wpe : NULL;
+            MG_EXPECT_OK(
+                be->embedding_forward(be, out, tok, wte + (size_t)v0 * H, pe, N, S, H, v0, Vl));
+            for (int i = 0; i < N * H; i++) sum[i] += out[i];
+            int nz = 0; /* without wpe, a token of another range gives an exact zero row */
+            for (int i = 0; i < N && !pe; i++)
+                if (tok[i] < v0 || tok[i] >= v0 + Vl)
+                    for (int j = 0; j < H; j++) nz += out[i * H + j] != 0.0f;
+            MG_EXPECT(nz == 0, "split %d range %d: %d non-zero entries for tokens not in it", sp, r,
+                      nz);
+            /* backward into the range's rows with a guard row on each side */
+            float *g = t_rnd(55, (size_t)(Vl + 2) * H, 1), *guard = t_dup(g, (size_t)(Vl + 2) * H);
+            memcpy(g + H, dwte0 + (size_t)v0 * H, sizeof(float) * Vl * H);
+            float *gp = pe ? t_dup(dwpe0, S * H) : NULL;
+            MG_EXPECT_OK(be->embedding_backward(be, g + H, gp, dout, tok, N, S, H, v0, Vl));
+            MG_EXPECT(!memcmp(g + H, dwte + (size_t)v0 * H, sizeof(float) * Vl * H),
+                      "split %d range %d [%d, %d): dwte differs from the full backward's rows", sp,
+                      r, v0, v0 + Vl);
+            MG_EXPECT(!memcmp(g, guard, sizeof(float) * H) &&
+                          !memcmp(g + (size_t)(Vl + 1) * H, guard + (size_t)(Vl + 1) * H,
+                                  sizeof(float) * H),
+                      "split %d range %d: a token outside the range wrote next to it", sp, r);
+            if (gp)
+                MG_EXPECT(!memcmp(gp, dwpe, sizeof(float) * S * H),
+                          "split %d range %d: dwpe differs from the full backward's", sp, r);
+            free(g), free(guard), free(gp);
+        }
+        MG_EXPECT(!memcmp(sum, full, sizeof(float) * N * H),
+                  "split %d: the ranges' forward outputs do not sum to the full forward", sp);
+        free(sum), free(out);
+    }
+    /* ids no token uses keep their accumulated bits (the full backward skips nothing else) */
+    const int unused[3] = {2, 7, 11};
+    for (int k = 0; k < 3; k++)
+        MG_EXPECT(!memcmp(dwte + unused[k] * H, dwte0 + unused[k] * H, sizeof(float) * H),
+                  "row %d of dwte changed though no token uses it", unused[k]);
+    free(wte), free(wpe), free(dout), free(dwte0), free(dwpe0), free(full), free(dwte), free(dwpe);
+    be->destroy(be);
+}
+
+/* ---------------------------------------------------------------- vocab-parallel cross-entropy */
+
+/* Splits a (N, V) gradient into its target entries (N) and the rest (targets zeroed), so each is
+ * compared against its own scale: the rest are ~1/V of the target entries. */
+static void split_at_targets(const float *g, const int32_t *tgt, int N, int V, float *at,
+                             float *rest) {
+    memcpy(rest, g, sizeof(float) * N * V);
+    for (int i = 0; i < N; i++) {
+        at[i] = g[(size_t)i * V + tgt[i]];
+        rest[(size_t)i * V + tgt[i]] = 0.0f;
+    }
+}
+
+/* Megatron's VocabParallelCrossEntropy emulated on one process: the logits' columns split into
+ * contiguous ranges, cross_entropy_max per range, the all-reduce (max) on the host,
+ * cross_entropy_sums per range, the all-reduce (sum) on the host, cross_entropy_finish per range.
+ * Losses and the concatenated gradient must match cross_entropy_fused: the arithmetic is the
+ * same except that the normaliser is rounded to fp32 (and summed over the ranges in fp32) between
+ * the steps, ~1e-7 relative; 1e-6 leaves a margin while a wrong term shows up as O(1e-3..1). */
+MG_TEST(cpu_cross_entropy_vocab_parallel_matches_fused) {
+    mg_backend *be = t_cpu(t);
+    if (!be) return;
+    enum { N = 7, MAXR = 3 };
+    typedef struct {
+        int V, nr, start[MAXR + 1];
+    } ce_split;
+    const ce_split splits[] = {
+        {1001, 1, {0, 1001}},           /* one rank: the fused op itself */
+        {1001, 3, {0, 300, 701, 1001}}, /* uneven */
+        {1000, 2, {0, 500, 1000}},      /* even */
+    };
+    for (int sp = 0; sp < 3; sp++) {
+        const ce_split *c = &splits[sp];
+        int V = c->V;
+        /* targets at both ends, on the range boundaries and elsewhere */
+        int32_t tgt[N] = {0, V - 1, 300, 700, 499, 500, 123};
+        float *logits = t_rnd(60, (size_t)N * V, 3), *dloss = t_rnd(61, N, 1);
+        dloss[3] = 0; /* a masked row */
+        float *ref = t_dup(logits, (size_t)N * V), ref_loss[N];
+        MG_EXPECT_OK(be->cross_entropy_fused(be, ref, ref_loss, tgt, dloss, N, V));
+        float rowmax[N], sums[2 * N], part[2 * N], loss[MAXR][N];
+        float *local[MAXR], *grad = t_zeros((size_t)N * V);
+        for (int i = 0; i < N; i++) rowmax[i] = -INFINITY;
+        for (int i = 0; i < 2 * N; i++) sums[i] = 0;
+        for (int r = 0; r < c->nr; r++) { /* this rank's columns, and its row maxima */
+            int v0 = c->start[r], Vl = c->start[r + 1] - v0;
+            local[r] = t_zeros((size_t)N * Vl);
+            for (int i = 0; i < N; i++)
+                memcpy(local[r] + (size_t)i * Vl, logits + (size_t)i * V + v0, sizeof(float) * Vl);
+            MG_EXPECT_OK(be->cross_entropy_max(be, part, local[r], N, Vl));
+            for (int i = 0; i < N; i++) rowmax[i] = fmaxf(rowmax[i], part[i]);
+        }
+        for (int r = 0; r < c->nr; r++) {
+            int v0 = c->start[r], Vl = c->start[r + 1] - v0;
+            MG_EXPECT_OK(be->cross_entropy_sums(be, part, local[r], rowmax, tgt, v0, N, Vl));
+            for (int i = 0; i < 2 * N; i++) sums[i] += part[i];
+        }
+        for (int r = 0; r < c->nr; r++) {
+            int v0 = c->start[r], Vl = c->start[r + 1] - v0;
+            MG_EXPECT_OK(be->cross_entropy_finish(be, local[r], loss[r], rowmax, sums, tgt, dloss,
+                                                  v0, N, Vl));
+            for (int i = 0; i < N; i++)
+                memcpy(grad + (size_t)i * V + v0, local[r] + (size_t)i * Vl, sizeof(float) * Vl);
+            MG_EXPECT(!memcmp(loss[r], loss[0], sizeof loss[0]),
+                      "split %d: rank %d's losses differ from rank 0's", sp, r);
+        }
+        for (int i = 0; i < N; i++)
+            MG_EXPECT(sums[N + i] == logits[(size_t)i * V + tgt[i]],
+                      "split %d row %d: summed target logit %g, want %g", sp, i, sums[N + i],
+                      logits[(size_t)i * V + tgt[i]]);
+        float at[N], ref_at[N], *rest = t_zeros((size_t)N * V), *ref_rest = t_zeros((size_t)N * V);
+        split_at_targets(grad, tgt, N, V, at, rest);
+        split_at_targets(ref, tgt, N, V, ref_at, ref_rest);
+        double el = mg_test_rel_err(loss[0], ref_loss, N), ea = mg_test_rel_err(at, ref_at, N),
+               eo = mg_test_rel_err(rest, ref_rest, (size_t)N * V);
+        MG_EXPECT(el < 1e-6 && ea < 1e-6 && eo < 1e-6,
+                  "split %d (%d ranges of V=%d): loss err %g, grad err at targets %g, elsewhere %g",
+                  sp, c->nr, V, el, ea, eo);
+        int nz = 0;
+        for (int j = 0; j < V; j++) nz += grad[3 * V + j] != 0;
+        MG_EXPECT(nz == 0, "split %d: the masked row has %d non-zero gradients", sp, nz);
+        for (int r = 0; r < c->nr; r++) free(local[r]);
+        free(logits), free(dloss), free(ref), free(grad), free(rest), free(ref_rest);
+    }
+    /* a target no range owns is not an error (sums[N+i] = 0, no -1 anywhere); a negative one is */
+    {
+        enum { V = 40 };
+        float *x = t_rnd(62, 2 * V, 1), mx[2], s[4], l[2], dl[2] = {1, 1};
+        int32_t far[2] = {V + 5, 3}, neg[2] = {4, -1};
+        MG_EXPECT_OK(be->cross_entropy_max(be, mx, x, 2, V));
+        MG_EXPECT_OK(be->cross_entropy_sums(be, s, x, mx, far, 0, 2, V));
+        MG_EXPECT(s[2] == 0 && s[3] == x[V + 3], "target logits of an unowned target: %g %g", s[2],
+                  s[3]);
+        MG_EXPECT_OK(be->cross_entropy_finish(be, x, l, mx, s, far, dl, 0, 2, V));
+        int neg_entries = 0;
+        for (int j = 0; j < V; j++) neg_entries += x[j] < 0;
+        MG_EXPECT(neg_entries == 0, "row with an unowned target has %d negative gradients",
+                  neg_entries);
+        MG_EXPECT_ERROR(be->cross_entropy_sums(be, s, x, mx, neg, 0, 2, V), MG_ERR_INTERNAL,
+                        "target -1 of row 1 is outside the vocabulary");
+        MG_EXPECT_ERROR(be->cross_entropy_finish(be, x, l, mx, s, neg, dl, 0, 2, V),
+                        MG_ERR_INTERNAL, "target -1 of row 1 is outside the vocabulary");
+        free(x);
+    }
+    be->destroy(be);
+}
+
+/* ---------------------------------------------------------------- bias + residual add */
+
+MG_TEST(cpu_bias_residual_add_matches_loop) {
+    mg_backend *be = t_cpu(t);
+    if (!be) return;
+    enum { N = 5, H = 70 };
+    float *x = t_rnd(65, N * H, 1), *bias = t_rnd(66, H, 1), *res = t_rnd(67, N * H, 1);
+    float *out = t_zeros(N * H), *ref = t_zeros(N * H);
+    for (int mode = 0; mode < 4; mode++) {
+        const float *b = mode & 1 ? bias : NULL, *r = mode & 2 ? res : NULL;
+        for (int i = 0; i < N; i++)
+            for (int j = 0; j < H; j++) {
+                float v = x[i * H + j];
+                if (b) v += b[j];
+                if (r) v += r[i * H + j];
+                ref[i * H + j] = v;
+            }
+        memset(out, 0xff, sizeof(float) * N * H); /* NaN: every entry must be written */
+        MG_EXPECT_OK(be->bias_residual_add(be, out, x, b, r, N, H));
+        MG_EXPECT(!memcmp(out, ref, sizeof(float) * N * H),
+                  "bias %d residual %d: differs from loop", b != NULL, r != NULL);
+        float *inplace = t_dup(x, N * H); /* out aliasing x */
+        MG_EXPECT_OK(be->bias_residual_add(be, inplace, inplace, b, r, N, H));
+        MG_EXPECT(!memcmp(inplace, ref, sizeof(float) * N * H),
+                  "bias %d residual %d in place: differs from loop", b != NULL, r != NULL);
+        free(inplace);
+    }
+    free(x), free(bias), free(res), free(out), free(ref);
     be->destroy(be);
 }
 

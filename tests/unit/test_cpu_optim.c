@@ -132,9 +132,9 @@ MG_TEST(cpu_backward_accumulates) {
     /* embedding: dwte, dwpe doubled */
     int32_t tok[N] = {1, 3, 1, 0, 2};
     float *e1 = t_zeros(V * H), *e2 = t_zeros(V * H), *p1 = t_zeros(N * H), *p2 = t_zeros(N * H);
-    MG_EXPECT_OK(be->embedding_backward(be, e1, p1, dout, tok, N, N, H));
+    MG_EXPECT_OK(be->embedding_backward(be, e1, p1, dout, tok, N, N, H, 0, V));
     for (int k = 0; k < 2; k++)
-        MG_EXPECT_OK(be->embedding_backward(be, e2, p2, dout, tok, N, N, H));
+        MG_EXPECT_OK(be->embedding_backward(be, e2, p2, dout, tok, N, N, H, 0, V));
     MG_EXPECT(doubled(e2, e1, V * H) && doubled(p2, p1, N * H), "embedding grads not doubled");
     free(x), free(w), free(b), free(dout), free(out), free(lw), free(ldout), free(di1), free(di2),
         free(dw1), free(dw2), free(e1), free(e2), free(p1), free(p2);
@@ -146,10 +146,12 @@ MG_TEST(cpu_backward_accumulates) {
  * several work items and every GEMM several output tiles, a partial one included (cpu_linear.c:
  * 256 x 512 over token rows, 128 x 512 for the weight gradient). */
 enum { TN = 560, TH = 520, TOC = 136, TV = 300, TB = 2, TS = 48, TNQ = 4, TNG = 2, THD = 16 };
+enum { TV0 = 5, TVL = 170 }; /* a vocab-parallel range: some targets (< TV0) are not in it */
 #define TC (TNG * (TNQ / TNG + 2) * THD)
 #define TOUT                                                                                       \
     ((size_t)TN * TH * 2 + TH * 2 + TV * TH + TOC * TH + TOC + (size_t)TN * TH +                   \
-     (size_t)TB * TS * TC + (size_t)TN * TV + TN + 2 + (size_t)TN * TOC)
+     (size_t)TB * TS * TC + (size_t)TN * TV + TN + 2 + (size_t)TN * TOC + 4 * TN +                 \
+     (size_t)TN * TVL + (size_t)TN * TH)
 
 static void run_parallel_ops(mg_test_ctx *t, mg_backend *be, float *res) {
     float *x = t_rnd(110, TN * TH, 1), *w = t_rnd(111, TH, 1), *b = t_rnd(112, TH, 1);
@@ -167,7 +169,7 @@ static void run_parallel_ops(mg_test_ctx *t, mg_backend *be, float *res) {
     MG_EXPECT_OK(be->layernorm_backward(be, r, r + TN * TH, r + TN * TH + TH, dout, x, w, mean,
                                         rstd, TN, TH));
     r += TN * TH + 2 * TH;
-    MG_EXPECT_OK(be->embedding_backward(be, r, NULL, dout, tok, TN, TS, TH));
+    MG_EXPECT_OK(be->embedding_backward(be, r, NULL, dout, tok, TN, TS, TH, 0, TV));
     r += TV * TH;
     MG_EXPECT_OK(be->linear_backward(be, out, r, r + TOC * TH, ldout, x, lw, NULL, TN, TH, TOC));
     r += TOC * TH + TOC;
@@ -183,6 +185,17 @@ static void run_parallel_ops(mg_test_ctx *t, mg_backend *be, float *res) {
     r += TN * TV + TN;
     MG_EXPECT_OK(be->sum_f32(be, r, logits, NULL, (size_t)TN * TV, 1.0f));
     MG_EXPECT_OK(be->sumsq_f32(be, r + 1, x, (size_t)TN * TH));
+    r += 2;
+    /* vocab-parallel cross-entropy on one range: rowmax, sums, losses, gradient */
+    float *vl = t_rnd(119, (size_t)TN * TVL, 3);
+    MG_EXPECT_OK(be->cross_entropy_max(be, r, vl, TN, TVL));
+    MG_EXPECT_OK(be->cross_entropy_sums(be, r + TN, vl, r, tok, TV0, TN, TVL));
+    MG_EXPECT_OK(be->cross_entropy_finish(be, vl, r + 3 * TN, r, r + TN, tok, dloss, TV0, TN, TVL));
+    r += 4 * TN;
+    memcpy(r, vl, sizeof(float) * TN * TVL);
+    r += (size_t)TN * TVL;
+    MG_EXPECT_OK(be->bias_residual_add(be, r, x, b, dout, TN, TH));
+    free(vl);
     free(x), free(w), free(b), free(dout), free(lw), free(ldout), free(qkv), free(logits),
         free(dloss), free(out), free(aout), free(saved);
 }

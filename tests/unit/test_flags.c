@@ -310,12 +310,29 @@ MG_TEST(flags_not_yet_flags_fail_unless_trivial) {
     mg_config c, before;
     mg_config_defaults(&c);
     before = c;
-    /* Layout flags parse (`megatron plan` uses them); training refuses them at validation. */
-    const char *a1[] = {"--tensor-model-parallel-size", "2", NULL};
+    /* Layout flags parse (`megatron plan` uses them); training takes tensor parallelism, with
+     * Megatron's divisibility rules, and refuses the layouts not built yet at validation. */
+    const char *a1[] = {"--tensor-model-parallel-size", "2", "--sequence-parallel", NULL};
     MG_EXPECT_OK(parse(&c, a1));
-    MG_EXPECT(c.tensor_model_parallel_size == 2, "tp %d", c.tensor_model_parallel_size);
+    MG_EXPECT(c.tensor_model_parallel_size == 2 && c.sequence_parallel, "tp %d sp %d",
+              c.tensor_model_parallel_size, c.sequence_parallel);
+    MG_EXPECT_OK(check_runtime_only(&c));
+    c.tensor_model_parallel_size = 3;
+    MG_EXPECT_ERROR(check_runtime_only(&c), MG_ERR_USAGE,
+                    "num_attention_heads (4) must be a multiple of tensor_model_parallel_size (3)");
+    c.tensor_model_parallel_size = 2;
+    snprintf(c.save, sizeof c.save, "/tmp/never-written");
     MG_EXPECT_ERROR(check_runtime_only(&c), MG_ERR_UNSUPPORTED,
-                    "--tensor-model-parallel-size 2 is not supported yet by `megatron train`");
+                    "--save with --tensor-model-parallel-size 2: checkpoints of tensor-parallel "
+                    "runs are not written or read yet");
+    /* Megatron turns sequence parallelism off (with a warning) when TP = 1 */
+    mg_config_defaults(&c);
+    c.sequence_parallel = true;
+    mg_config v = c;
+    v.num_layers = 2, v.hidden_size = 64, v.num_attention_heads = 4, v.seq_length = 16;
+    v.train_iters = 1, v.lr = 1e-3, v.mock_data = true, v.vocab_size = 128;
+    MG_EXPECT_OK(mg_config_validate(&v));
+    MG_EXPECT(!v.sequence_parallel, "--sequence-parallel stays on with TP = 1");
     mg_config_defaults(&c);
     const char *a2[] = {"--pipeline-model-parallel-size=4", NULL};
     MG_EXPECT_OK(parse(&c, a2));
@@ -343,8 +360,6 @@ MG_TEST(flags_not_yet_flags_fail_unless_trivial) {
     before = c;
     const char *a3[] = {"--tensor-model-parallel-size", "two", NULL};
     MG_EXPECT_ERROR(parse(&c, a3), MG_ERR_USAGE, "expects an integer, got 'two'");
-    const char *a4[] = {"--sequence-parallel", NULL};
-    MG_EXPECT_ERROR(parse(&c, a4), MG_ERR_UNSUPPORTED, "--sequence-parallel is not supported yet");
     const char *a6[] = {"--num-experts", "8", NULL};
     MG_EXPECT_ERROR(parse(&c, a6), MG_ERR_UNSUPPORTED, "--num-experts 8 is not supported yet");
     const char *a7[] = {"--hidden-dropout", "0.1", NULL};
@@ -360,7 +375,7 @@ MG_TEST(flags_not_yet_flags_fail_unless_trivial) {
     MG_EXPECT_ERROR(parse(&c, a11), MG_ERR_UNSUPPORTED, "--fp8-format hybrid is not supported yet");
     const char *a12[] = {"--recompute-granularity", "full", NULL};
     MG_EXPECT_ERROR(parse(&c, a12), MG_ERR_UNSUPPORTED, "--recompute-granularity full");
-    const char *names[] = {"--sequence-parallel", "--train-samples", "--recompute-activations",
+    const char *names[] = {"--hidden-dropout", "--train-samples", "--recompute-activations",
                            "--lr-warmup-samples", "--lr-decay-samples"};
     for (int i = 0; i < 5; i++)
         MG_EXPECT(mg_flag_find(names[i]) >= 0 &&

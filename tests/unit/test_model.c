@@ -34,7 +34,7 @@ MG_TEST(model_param_table_metadata) {
         mg_config c;
         MG_EXPECT_OK(make_config(&c, llama));
         mg_gpt g;
-        MG_EXPECT_OK(mg_gpt_build(&g, &c));
+        MG_EXPECT_OK(mg_gpt_build(&g, &c, 0));
         int64_t total = 0;
         for (int i = 0; i < g.params.n; i++) {
             const mg_param_meta *p = &g.params.p[i];
@@ -69,7 +69,7 @@ MG_TEST(model_init_is_shardable_and_scaled) {
     mg_config c;
     MG_EXPECT_OK(make_config(&c, false));
     mg_gpt g;
-    MG_EXPECT_OK(mg_gpt_build(&g, &c));
+    MG_EXPECT_OK(mg_gpt_build(&g, &c, 0));
     float *buf = calloc(g.params.numel, sizeof *buf);
     mg_params_init(&g.params, 42, buf);
     /* any slice equals what the counter-based RNG gives for those global indices */
@@ -92,7 +92,7 @@ MG_TEST(model_hf_mapping_round_trip_and_qkv_layout) {
         mg_config c;
         MG_EXPECT_OK(make_config(&c, llama));
         mg_gpt g;
-        MG_EXPECT_OK(mg_gpt_build(&g, &c));
+        MG_EXPECT_OK(mg_gpt_build(&g, &c, 0));
         size_t n = g.params.numel;
         float *a = calloc(n, sizeof *a), *b = calloc(n, sizeof *b);
         for (int i = 0; i < g.params.n; i++)
@@ -133,7 +133,7 @@ MG_TEST(model_hf_import_rejects_wrong_shapes) {
     mg_config c;
     MG_EXPECT_OK(make_config(&c, false));
     mg_gpt g;
-    MG_EXPECT_OK(mg_gpt_build(&g, &c));
+    MG_EXPECT_OK(mg_gpt_build(&g, &c, 0));
     float *buf = calloc(g.params.numel, sizeof *buf);
     mg_safetensors st;
     MG_EXPECT_OK(mg_safetensors_open(&st, "tests/golden/gpt2.safetensors")); /* hidden 48, not 40 */
@@ -169,4 +169,69 @@ MG_TEST(model_mock_data_samples) {
     MG_EXPECT(memcmp(a, again, sizeof a) == 0, "sample depends on access order");
     mg_mock_free(&d);
     mg_mock_free(&d2);
+}
+
+/* Tensor parallelism: every rank's shards are exact slices of the whole model's initial values
+ * (the same padded vocabulary on both sides), the split follows Megatron's layout (whole query
+ * groups of the fused QKV, SwiGLU's gate and up halves split each, row-parallel columns), the
+ * shards tile each split tensor once, and sequence parallelism marks exactly the norms. */
+MG_TEST(model_tp_shards_are_slices_of_the_whole) {
+    for (int llama = 0; llama < 2; llama++) {
+        mg_config c;
+        MG_EXPECT_OK(make_config(&c, llama));
+        c.make_vocab_size_divisible_by = 32; /* whole: 128 rows; TP 2 pads to 16 x 2: 128 too */
+        mg_gpt whole;
+        MG_EXPECT_OK(mg_gpt_build(&whole, &c, 0));
+        float *w = calloc(whole.params.numel, sizeof *w);
+        mg_params_init(&whole.params, 7, w);
+        c.make_vocab_size_divisible_by = 16;
+        c.tensor_model_parallel_size = 2;
+        c.sequence_parallel = true;
+        int64_t *covered = calloc((size_t)whole.params.n, sizeof *covered);
+        for (int r = 0; r < 2; r++) {
+            mg_gpt g;
+            MG_EXPECT_OK(mg_gpt_build(&g, &c, r));
+            MG_EXPECT(g.cfg.V == whole.cfg.V && g.cfg.V_l == g.cfg.V / 2 && g.cfg.v0 == r * 64,
+                      "vocabulary %d, rows [%d, +%d)", g.cfg.V, g.cfg.v0, g.cfg.V_l);
+            float *s = calloc(g.params.numel, sizeof *s);
+            mg_params_init(&g.params, 7, s);
+            int bad = 0;
+            for (int i = 0; i < g.params.n; i++) {
+                const mg_param_meta *m = &g.params.p[i], *mw = &whole.params.p[i];
+                for (int64_t j = 0; j < m->numel; j++)
+                    bad += s[m->offset + j] != w[mw->offset + mg_param_global_index(m, j)];
+                covered[i] += m->tp_split_dim >= 0 ? m->numel : 0;
+                bool norm = strstr(m->name, "layernorm") != NULL;
+                MG_EXPECT(m->sequence_parallel == norm, "%s sequence_parallel %d", m->name,
+                          m->sequence_parallel);
+            }
+            MG_EXPECT(bad == 0, "rank %d: %d shard elements differ from the whole model's", r, bad);
+            /* the layout: rank r's first QKV row is group r's first row; fc1's local rows
+             * [F/2, F) are the up half's [F + r F/2, ...); proj's columns are r's heads */
+            const mg_model_config *m = &g.cfg;
+            const mg_param_meta *qkv = &g.params.p[g.layers[0].qkv_w];
+            const mg_param_meta *fc1 = &g.params.p[g.layers[0].fc1_w];
+            const mg_param_meta *proj = &g.params.p[g.layers[0].proj_w];
+            int64_t gsz = (int64_t)(m->nq / m->ng + 2) * m->hd;
+            MG_EXPECT(mg_param_global_index(qkv, 0) == (int64_t)r * m->ng_l * gsz * m->H,
+                      "qkv row 0 of rank %d", r);
+            if (llama)
+                MG_EXPECT(mg_param_global_index(fc1, (int64_t)m->F_l * m->H) ==
+                              ((int64_t)m->F + r * m->F_l) * m->H,
+                          "fc1 up half of rank %d", r);
+            MG_EXPECT(mg_param_global_index(proj, (int64_t)proj->shape[1] + 1) ==
+                          proj->global_shape[1] + r * proj->shape[1] + 1,
+                      "proj row 1 column 1 of rank %d", r);
+            free(s);
+            mg_gpt_free(&g);
+        }
+        for (int i = 0; i < whole.params.n; i++)
+            if (covered[i])
+                MG_EXPECT(covered[i] == whole.params.p[i].numel, "%s: shards hold %lld of %lld",
+                          whole.params.p[i].name, (long long)covered[i],
+                          (long long)whole.params.p[i].numel);
+        free(covered);
+        free(w);
+        mg_gpt_free(&whole);
+    }
 }

@@ -129,7 +129,11 @@ mg_status mg_backend_cpu_create(mg_backend **out, int num_threads) {
     be->attention_forward = mg_cpu_attention_forward;
     be->attention_backward = mg_cpu_attention_backward;
     be->cross_entropy_fused = mg_cpu_cross_entropy_fused;
+    be->cross_entropy_max = mg_cpu_cross_entropy_max;
+    be->cross_entropy_sums = mg_cpu_cross_entropy_sums;
+    be->cross_entropy_finish = mg_cpu_cross_entropy_finish;
     be->add = mg_cpu_add;
+    be->bias_residual_add = mg_cpu_bias_residual_add;
     be->sum_f32 = mg_cpu_sum_f32;
     be->sumsq_f32 = mg_cpu_sumsq_f32;
     be->clip_coef = mg_cpu_clip_coef;

@@ -1,7 +1,8 @@
-/* Elementwise add and the deterministic reductions used for loss averaging and gradient-norm
- * clipping. A reduction splits its input into at most MG_SUM_MAX_CHUNKS chunks whose size depends
- * only on n; each chunk is summed in order in double (in parallel), and the chunk partials are then
- * added in chunk order. So the result is bitwise the same for every thread count. */
+/* Elementwise add, the bias + residual add that closes a row-parallel linear layer, and the
+ * deterministic reductions used for loss averaging and gradient-norm clipping. A reduction splits
+ * its input into at most MG_SUM_MAX_CHUNKS chunks whose size depends only on n; each chunk is
+ * summed in order in double (in parallel), and the chunk partials are then added in chunk order. So
+ * the result is bitwise the same for every thread count. */
 #include "backend/cpu/cpu_ops.h"
 
 #include <math.h>
@@ -14,6 +15,33 @@ mg_status mg_cpu_add(mg_backend *be, void *out_, const void *a_, const void *b_,
     const float *a = a_, *b = b_; // (n)
 #pragma omp parallel for simd schedule(static)
     for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+    return MG_OK;
+}
+
+/* out = (x + bias) + residual, in that order; out may alias x (each element is read, then
+ * written, by the same iteration). */
+mg_status mg_cpu_bias_residual_add(mg_backend *be, void *out_, const void *x_, const void *bias_,
+                                   const void *residual_, int N, int H) {
+    float *out = out_;                 // (N, H)
+    const float *x = x_;               // (N, H)
+    const float *bias = bias_;         // (H) or NULL
+    const float *residual = residual_; // (N, H) or NULL
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < N; i++) {
+        float *o = out + (size_t)i * H;
+        const float *xi = x + (size_t)i * H, *r = residual ? residual + (size_t)i * H : NULL;
+        if (bias && r)
+#pragma omp simd
+            for (int j = 0; j < H; j++) o[j] = (xi[j] + bias[j]) + r[j];
+        else if (bias)
+#pragma omp simd
+            for (int j = 0; j < H; j++) o[j] = xi[j] + bias[j];
+        else if (r)
+#pragma omp simd
+            for (int j = 0; j < H; j++) o[j] = xi[j] + r[j];
+        else if (o != xi)
+            memcpy(o, xi, (size_t)H * sizeof(float));
+    }
     return MG_OK;
 }
 

@@ -1,20 +1,37 @@
-/* Token (+ learned position) embedding. */
+/* Token (+ learned position) embedding. Vocab-parallel: this rank holds rows [v0, v0 + Vl) of the
+ * word embedding; a token outside them gets a zero word row in forward (the position row is still
+ * added) and is skipped in backward, so the forward outputs of all ranks sum to the full embedding
+ * once the position embedding is added by one of them. */
 #include "backend/cpu/cpu_ops.h"
 
+/* tok - v0 when it is a row of this rank, else -1 (unsigned arithmetic: no overflow, and a
+ * negative id is out of every range). */
+static inline int local_row(int32_t tok, int v0, int Vl) {
+    uint32_t r = (uint32_t)tok - (uint32_t)v0;
+    return Vl > 0 && r < (uint32_t)Vl ? (int)r : -1;
+}
+
 mg_status mg_cpu_embedding_forward(mg_backend *be, void *out_, const int32_t *tokens,
-                                   const void *wte_, const void *wpe_, int N, int S, int H) {
+                                   const void *wte_, const void *wpe_, int N, int S, int H, int v0,
+                                   int Vl) {
     float *out = out_;       // (N, H)
-    const float *wte = wte_; // (V, H)
+    const float *wte = wte_; // (Vl, H)
     const float *wpe = wpe_; // (P, H) or NULL
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < N; i++) {
         float *o = out + (size_t)i * H;
-        const float *e = wte + (size_t)tokens[i] * H;
-        if (wpe) {
-            const float *p = wpe + (size_t)(i % S) * H;
-            for (int j = 0; j < H; j++) o[j] = e[j] + p[j];
+        int r = local_row(tokens[i], v0, Vl);
+        const float *p = wpe ? wpe + (size_t)(i % S) * H : NULL;
+        if (r >= 0) {
+            const float *e = wte + (size_t)r * H;
+            if (p)
+                for (int j = 0; j < H; j++) o[j] = e[j] + p[j];
+            else
+                for (int j = 0; j < H; j++) o[j] = e[j];
+        } else if (p) { /* not our word: the position row alone */
+            for (int j = 0; j < H; j++) o[j] = p[j];
         } else {
-            for (int j = 0; j < H; j++) o[j] = e[j];
+            memset(o, 0, (size_t)H * sizeof(float));
         }
     }
     return MG_OK;
@@ -22,10 +39,10 @@ mg_status mg_cpu_embedding_forward(mg_backend *be, void *out_, const int32_t *to
 
 /* Scatter-add over tokens. Several tokens may share a row of dwte, so the work is split over
  * column blocks instead: inside a block the tokens are visited in order, which makes every sum
- * independent of the thread count. */
+ * independent of the thread count (and a range's rows bitwise those of the full vocabulary). */
 mg_status mg_cpu_embedding_backward(mg_backend *be, float *dwte, float *dwpe, const void *dout_,
-                                    const int32_t *tokens, int N, int S, int H) {
-    const float *dout = dout_; // (N, H); dwte (V, H), dwpe (P, H) or NULL
+                                    const int32_t *tokens, int N, int S, int H, int v0, int Vl) {
+    const float *dout = dout_; // (N, H); dwte (Vl, H), dwpe (P, H) or NULL
     int nblocks = (H + MG_CPU_COL_BLOCK - 1) / MG_CPU_COL_BLOCK;
 #pragma omp parallel for schedule(static)
     for (int blk = 0; blk < nblocks; blk++) {
@@ -33,8 +50,11 @@ mg_status mg_cpu_embedding_backward(mg_backend *be, float *dwte, float *dwpe, co
         int j1 = j0 + MG_CPU_COL_BLOCK < H ? j0 + MG_CPU_COL_BLOCK : H;
         for (int i = 0; i < N; i++) {
             const float *d = dout + (size_t)i * H;
-            float *e = dwte + (size_t)tokens[i] * H;
-            for (int j = j0; j < j1; j++) e[j] += d[j];
+            int r = local_row(tokens[i], v0, Vl);
+            if (r >= 0) {
+                float *e = dwte + (size_t)r * H;
+                for (int j = j0; j < j1; j++) e[j] += d[j];
+            }
             if (dwpe) {
                 float *p = dwpe + (size_t)(i % S) * H;
                 for (int j = j0; j < j1; j++) p[j] += d[j];

@@ -89,9 +89,10 @@ static inline float mg_cpu_expf(float x) {
 
 /* cpu_embedding.c */
 mg_status mg_cpu_embedding_forward(mg_backend *be, void *out, const int32_t *tokens,
-                                   const void *wte, const void *wpe, int N, int S, int H);
+                                   const void *wte, const void *wpe, int N, int S, int H, int v0,
+                                   int Vl);
 mg_status mg_cpu_embedding_backward(mg_backend *be, float *dwte, float *dwpe, const void *dout,
-                                    const int32_t *tokens, int N, int S, int H);
+                                    const int32_t *tokens, int N, int S, int H, int v0, int Vl);
 
 /* cpu_norm.c */
 mg_status mg_cpu_layernorm_forward(mg_backend *be, void *out, float *mean, float *rstd,
@@ -139,9 +140,20 @@ mg_status mg_cpu_attention_backward(mg_backend *be, void *dqkv, const void *dout
 /* cpu_cross_entropy.c */
 mg_status mg_cpu_cross_entropy_fused(mg_backend *be, void *logits, float *losses,
                                      const int32_t *targets, const float *dloss, int N, int V);
+mg_status mg_cpu_cross_entropy_max(mg_backend *be, float *rowmax, const void *logits, int N,
+                                   int Vl);
+mg_status mg_cpu_cross_entropy_sums(mg_backend *be, float *sums, const void *logits,
+                                    const float *rowmax, const int32_t *targets, int v0, int N,
+                                    int Vl);
+mg_status mg_cpu_cross_entropy_finish(mg_backend *be, void *logits, float *losses,
+                                      const float *rowmax, const float *sums,
+                                      const int32_t *targets, const float *dloss, int v0, int N,
+                                      int Vl);
 
 /* cpu_elementwise.c */
 mg_status mg_cpu_add(mg_backend *be, void *out, const void *a, const void *b, size_t n);
+mg_status mg_cpu_bias_residual_add(mg_backend *be, void *out, const void *x, const void *bias,
+                                   const void *residual, int N, int H);
 mg_status mg_cpu_sum_f32(mg_backend *be, float *out, const float *x, const float *w, size_t n,
                          float scale);
 mg_status mg_cpu_sumsq_f32(mg_backend *be, float *out, const float *x, size_t n);

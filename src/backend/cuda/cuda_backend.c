@@ -383,7 +383,11 @@ mg_status mg_backend_cuda_create(mg_backend **out, int device) {
     be->attention_forward = mg_cuda_attention_forward;
     be->attention_backward = mg_cuda_attention_backward;
     be->cross_entropy_fused = mg_cuda_cross_entropy_fused;
+    be->cross_entropy_max = mg_cuda_cross_entropy_max;
+    be->cross_entropy_sums = mg_cuda_cross_entropy_sums;
+    be->cross_entropy_finish = mg_cuda_cross_entropy_finish;
     be->add = mg_cuda_add;
+    be->bias_residual_add = mg_cuda_bias_residual_add;
     be->sum_f32 = mg_cuda_sum_f32;
     be->sumsq_f32 = mg_cuda_sumsq_f32;
     be->clip_coef = mg_cuda_clip_coef;

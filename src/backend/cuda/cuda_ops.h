@@ -34,11 +34,13 @@ mg_status mg_cuda_stream_wait(mg_backend *be, mg_stream_id waiter, mg_stream_id 
 mg_status mg_cuda_stream_mark(mg_backend *be, mg_stream_id s, int slot);
 mg_status mg_cuda_stream_wait_mark(mg_backend *be, mg_stream_id waiter, int slot);
 mg_status mg_cuda_embedding_forward(mg_backend *be, void *out /* (N,H) */,
-                                    const int32_t *tokens /* (N) */, const void *wte /* (V,H) */,
-                                    const void *wpe /* (P,H) or NULL */, int N, int S, int H);
-mg_status mg_cuda_embedding_backward(mg_backend *be, float *dwte /* (V,H) */,
+                                    const int32_t *tokens /* (N) */, const void *wte /* (Vl,H) */,
+                                    const void *wpe /* (P,H) or NULL */, int N, int S, int H,
+                                    int v0, int Vl);
+mg_status mg_cuda_embedding_backward(mg_backend *be, float *dwte /* (Vl,H) */,
                                      float *dwpe /* (P,H) or NULL */, const void *dout /* (N,H) */,
-                                     const int32_t *tokens /* (N) */, int N, int S, int H);
+                                     const int32_t *tokens /* (N) */, int N, int S, int H, int v0,
+                                     int Vl);
 mg_status mg_cuda_layernorm_forward(mg_backend *be, void *out /* (N,H) */, float *mean /* (N) */,
                                     float *rstd /* (N) */, const void *x /* (N,H) */,
                                     const void *w /* (H) */, const void *b /* (H) or NULL */, int N,
@@ -114,7 +116,20 @@ mg_status mg_cuda_cross_entropy_fused(mg_backend *be,
                                       void *logits /* (N,V) in: logits, out: grads */,
                                       float *losses /* (N) */, const int32_t *targets /* (N) */,
                                       const float *dloss /* (N) */, int N, int V);
+mg_status mg_cuda_cross_entropy_max(mg_backend *be, float *rowmax /* (N) */,
+                                    const void *logits /* (N,Vl) */, int N, int Vl);
+mg_status mg_cuda_cross_entropy_sums(mg_backend *be, float *sums /* (2N) */,
+                                     const void *logits /* (N,Vl) */, const float *rowmax /* (N) */,
+                                     const int32_t *targets /* (N) */, int v0, int N, int Vl);
+mg_status mg_cuda_cross_entropy_finish(mg_backend *be, void *logits /* (N,Vl) in/out */,
+                                       float *losses /* (N) */, const float *rowmax /* (N) */,
+                                       const float *sums /* (2N) */,
+                                       const int32_t *targets /* (N) */,
+                                       const float *dloss /* (N) */, int v0, int N, int Vl);
 mg_status mg_cuda_add(mg_backend *be, void *out, const void *a, const void *b, size_t n);
+mg_status mg_cuda_bias_residual_add(mg_backend *be, void *out /* (N,H) */,
+                                    const void *x /* (N,H) */, const void *bias /* (H) or NULL */,
+                                    const void *residual /* (N,H) or NULL */, int N, int H);
 mg_status mg_cuda_sum_f32(mg_backend *be, float *out /* (1) */, const float *x /* (n) */,
                           const float *w /* (n) or NULL */, size_t n, float scale);
 mg_status mg_cuda_sumsq_f32(mg_backend *be, float *out /* (1) */, const float *x /* (n) */,

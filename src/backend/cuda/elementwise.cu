@@ -1,5 +1,6 @@
-/* Elementwise add and the deterministic reductions behind loss averaging and gradient-norm
- * clipping (CPU reference: cpu/cpu_elementwise.c).
+/* Elementwise add, the bias + residual add that closes a row-parallel linear layer, and the
+ * deterministic reductions behind loss averaging and gradient-norm clipping (CPU reference:
+ * cpu/cpu_elementwise.c).
  *
  * Determinism: a reduction runs on a grid whose size depends only on n (never on the device), each
  * thread visits a fixed set of elements in a fixed order and accumulates in double, blocks reduce
@@ -39,6 +40,55 @@ extern "C" mg_status mg_cuda_add(mg_backend *be, void *out, const void *a, const
     unsigned grid = mg_cuda_blocks(vec ? (n + 7) / 8 : n, MG_CUDA_THREADS);
     add_kernel<<<grid, MG_CUDA_THREADS, 0, mg_cuda_stream(be)>>>((bf16 *)out, (const bf16 *)a,
                                                                  (const bf16 *)b, n, vec);
+    MG_CUDA_CHECK_LAUNCH();
+    return MG_OK;
+}
+
+/* ---- bias_residual_add: out = (x + bias) + residual per row (bias, residual may be NULL) ----
+ * bf16 in and out; the two adds in fp32 in the CPU's order, then one rounding, so the result is
+ * the CPU's fp32 result rounded to bf16. Each element is read and written by the same thread, so
+ * out may alias x. */
+template <int VEC>
+static __global__ void bias_residual_add_kernel(bf16 *out, const bf16 *x, const bf16 *bias,
+                                                const bf16 *residual, int N, int H) {
+    // out, x, residual (N, H); bias (H)
+    size_t per_row = (size_t)H / VEC, items = (size_t)N * per_row;
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t u = (size_t)blockIdx.x * blockDim.x + threadIdx.x; u < items; u += stride) {
+        size_t j = (u % per_row) * VEC, at = (u / per_row) * H + j;
+        float a[VEC], b[VEC];
+        mg_loadv<VEC>(x + at, a);
+        if (bias) {
+            mg_loadv<VEC>(bias + j, b);
+#pragma unroll
+            for (int k = 0; k < VEC; k++) a[k] += b[k];
+        }
+        if (residual) {
+            mg_loadv<VEC>(residual + at, b);
+#pragma unroll
+            for (int k = 0; k < VEC; k++) a[k] += b[k];
+        }
+        mg_storev<VEC>(out + at, a);
+    }
+}
+
+extern "C" mg_status mg_cuda_bias_residual_add(mg_backend *be, void *out, const void *x,
+                                               const void *bias, const void *residual, int N,
+                                               int H) {
+    // out, x (N, H), out may be x; bias (H) or NULL; residual (N, H) or NULL
+    if (N <= 0 || H <= 0) return MG_OK;
+    cudaStream_t st = mg_cuda_stream(be);
+    bool vec = H % 8 == 0 && mg_cuda_aligned16(out) && mg_cuda_aligned16(x) &&
+               (!bias || mg_cuda_aligned16(bias)) && (!residual || mg_cuda_aligned16(residual));
+    const bf16 *xb = (const bf16 *)x, *bb = (const bf16 *)bias, *rb = (const bf16 *)residual;
+    if (vec)
+        bias_residual_add_kernel<8>
+            <<<mg_cuda_blocks((size_t)N * (H / 8), MG_CUDA_THREADS), MG_CUDA_THREADS, 0, st>>>(
+                (bf16 *)out, xb, bb, rb, N, H);
+    else
+        bias_residual_add_kernel<1>
+            <<<mg_cuda_blocks((size_t)N * H, MG_CUDA_THREADS), MG_CUDA_THREADS, 0, st>>>(
+                (bf16 *)out, xb, bb, rb, N, H);
     MG_CUDA_CHECK_LAUNCH();
     return MG_OK;
 }

@@ -1,10 +1,16 @@
-/* Token (+ learned position) embedding (CPU reference: cpu/cpu_embedding.c).
+/* Token (+ learned position) embedding (CPU reference: cpu/cpu_embedding.c). Vocab-parallel: this
+ * rank holds the rows [v0, v0 + Vl) of the word embedding; other tokens get a zero word row in
+ * forward (the position row is still added) and are skipped in backward.
  *
  * Forward: one work item per (token, 8 columns), fp32 add of the two bf16 rows, one rounding.
  *
  * Backward, deterministic and atomic-free:
- *  1. stable radix sort of (token id, position) pairs with CUB (ships with CUDA), so the
- *     positions of each vocabulary row become one contiguous, ascending segment;
+ *  1. stable radix sort of (local row, position) pairs with CUB (ships with CUDA), so the
+ *     positions of each row become one contiguous, ascending segment. The keys are the local rows
+ *     tokens[i] - v0, with every token outside the range (or negative) mapped to the sentinel Vl,
+ *     written by the kernel that also writes the positions 0..N-1; the sort covers only the
+ *     bits that can hold Vl (16 for GPT-2's 50304 rows instead of the 32 of raw ids: about half
+ *     the radix passes). The sentinel segment sorts last and both dwte kernels skip it;
  *  2. dwte, one kernel with two kinds of blocks that own disjoint rows. Short segments (a token
  * used at most DW_LONG = 32 times, nearly all of them): one warp per segment does, per column
  * chunk, acc = dwte; acc += dout rows in position order -- the CPU's order, so bitwise equal to it.
@@ -14,10 +20,10 @@
  *     CPU's. Both kernels find segment bounds from the sorted keys alone (no extra scan).
  *  3. dwpe: one thread per (position, VEC columns) walks the rows i = s, s + S, ... in order,
  *     starting from the old dwpe value: bitwise the CPU order.
- * Workspace: 3 * N int32 (sorted keys, positions in, positions out) + CUB's temporary storage,
- * each at a 256-byte offset; about 0.4 MB + CUB's (small) need at N = 32k.
- * Tokens must be in [0, V) as on the CPU (not checked: a check needs a host read); negative ids
- * are skipped rather than written out of bounds. */
+ * A segment's positions and its long/short kind do not depend on the range, so the dwte rows of
+ * a range are bitwise those of the full vocabulary's backward.
+ * Workspace: 4 * N int32 (keys in, sorted keys, positions in, positions out) + CUB's temporary
+ * storage, each at a 256-byte offset; about 0.5 MB + CUB's (small) need at N = 32k. */
 #include "backend/cuda/cuda_common.cuh"
 
 #include <cub/device/device_radix_sort.cuh>
@@ -26,16 +32,28 @@
 #define DW_W      8  /* warps per block of the dwte kernel */
 #define DW_UNROLL 4  /* rows in flight per warp for long segments */
 
+/* tok - v0 when it is a row of this rank, else -1 (unsigned: no overflow, negative ids out). */
+static __device__ __forceinline__ int local_row(int32_t tok, int v0, int Vl) {
+    unsigned r = (unsigned)tok - (unsigned)v0;
+    return r < (unsigned)Vl ? (int)r : -1; /* Vl > 0 (checked by the launchers) */
+}
+
 template <int VEC>
 static __global__ void embedding_forward_kernel(bf16 *out, const int32_t *tokens, const bf16 *wte,
-                                                const bf16 *wpe, int N, int S, int H) {
-    // out (N, H); tokens (N); wte (V, H); wpe (P, H) or NULL
+                                                const bf16 *wpe, int N, int S, int H, int v0,
+                                                int Vl) {
+    // out (N, H); tokens (N); wte (Vl, H); wpe (P, H) or NULL
     size_t per_row = (size_t)H / VEC, items = (size_t)N * per_row;
     size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t u = (size_t)blockIdx.x * blockDim.x + threadIdx.x; u < items; u += stride) {
         size_t i = u / per_row, j = (u % per_row) * VEC;
         float e[VEC], p[VEC];
-        mg_loadv<VEC>(wte + (size_t)tokens[i] * H + j, e);
+        int r = local_row(tokens[i], v0, Vl);
+        if (r >= 0)
+            mg_loadv<VEC>(wte + (size_t)r * H + j, e);
+        else
+#pragma unroll
+            for (int k = 0; k < VEC; k++) e[k] = 0.0f;
         if (wpe) {
             mg_loadv<VEC>(wpe + (i % S) * H + j, p);
 #pragma unroll
@@ -47,29 +65,37 @@ static __global__ void embedding_forward_kernel(bf16 *out, const int32_t *tokens
 
 extern "C" mg_status mg_cuda_embedding_forward(mg_backend *be, void *out, const int32_t *tokens,
                                                const void *wte, const void *wpe, int N, int S,
-                                               int H) {
-    // out (N, H); tokens (N); wte (V, H); wpe (P, H) or NULL
+                                               int H, int v0, int Vl) {
+    // out (N, H); tokens (N); wte (Vl, H); wpe (P, H) or NULL
     if (N <= 0 || H <= 0) return MG_OK;
     if (wpe && S <= 0) return MG_FAIL(MG_ERR_INTERNAL, "embedding_forward: sequence length %d", S);
+    if (v0 < 0 || Vl <= 0)
+        return MG_FAIL(MG_ERR_INTERNAL, "embedding_forward: vocabulary range [%d, %d + %d)", v0, v0,
+                       Vl);
     cudaStream_t st = mg_cuda_stream(be);
     bool vec = H % 8 == 0 && mg_cuda_aligned16(out) && mg_cuda_aligned16(wte) &&
                (!wpe || mg_cuda_aligned16(wpe));
     if (vec)
         embedding_forward_kernel<8>
             <<<mg_cuda_blocks((size_t)N * (H / 8), MG_CUDA_THREADS), MG_CUDA_THREADS, 0, st>>>(
-                (bf16 *)out, tokens, (const bf16 *)wte, (const bf16 *)wpe, N, S, H);
+                (bf16 *)out, tokens, (const bf16 *)wte, (const bf16 *)wpe, N, S, H, v0, Vl);
     else
         embedding_forward_kernel<1>
             <<<mg_cuda_blocks((size_t)N * H, MG_CUDA_THREADS), MG_CUDA_THREADS, 0, st>>>(
-                (bf16 *)out, tokens, (const bf16 *)wte, (const bf16 *)wpe, N, S, H);
+                (bf16 *)out, tokens, (const bf16 *)wte, (const bf16 *)wpe, N, S, H, v0, Vl);
     MG_CUDA_CHECK_LAUNCH();
     return MG_OK;
 }
 
-static __global__ void iota_kernel(int32_t *pos, int N) {
-    // pos (N)
-    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < N; i += gridDim.x * blockDim.x)
+/* The sort's input: keys[i] = local row of tokens[i], or the sentinel Vl; pos[i] = i. */
+static __global__ void sort_input_kernel(int32_t *keys, int32_t *pos, const int32_t *tokens, int N,
+                                         int v0, int Vl) {
+    // keys, pos, tokens (N)
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < N; i += gridDim.x * blockDim.x) {
+        int r = local_row(tokens[i], v0, Vl);
+        keys[i] = r >= 0 ? r : Vl;
         pos[i] = i;
+    }
 }
 
 /* First index >= k whose key differs from `key` (or N); keys are sorted and keys[k] == key.
@@ -96,11 +122,11 @@ static __device__ int segment_end(const int32_t *keys, int k, int key, int N) {
 template <int VEC>
 static __device__ void dwte_short(float *__restrict__ dwte, const bf16 *__restrict__ dout,
                                   const int32_t *__restrict__ keys, const int32_t *__restrict__ pos,
-                                  int k, int N, int H) {
+                                  int k, int N, int H, int Vl) {
     int lane = threadIdx.x;
     if (k >= N) return;
     int key = keys[k];
-    if (key < 0 || (k > 0 && keys[k - 1] == key)) return;    /* not a segment start */
+    if (key >= Vl || (k > 0 && keys[k - 1] == key)) return;  /* sentinel, or not a start */
     if (k + DW_LONG < N && keys[k + DW_LONG] == key) return; /* long: not ours */
     int q = k + 1 + lane; /* lane 31 looks at k + DW_LONG, which differs or is past the end */
     unsigned diff = __ballot_sync(0xffffffffu, q >= N || keys[q] != key);
@@ -138,11 +164,11 @@ static __device__ void dwte_short(float *__restrict__ dwte, const bf16 *__restri
 template <int VEC>
 static __device__ void dwte_long(float *__restrict__ dwte, const bf16 *__restrict__ dout,
                                  const int32_t *__restrict__ keys, const int32_t *__restrict__ pos,
-                                 int kb, int tile, int N, int H) {
+                                 int kb, int tile, int N, int H, int Vl) {
     __shared__ float part[DW_W][32 * VEC];
     int k = kb * DW_LONG, lane = threadIdx.x, y = threadIdx.y;
     int key = keys[k];
-    if (key < 0 || (k >= DW_LONG && keys[k - DW_LONG] == key)) return; /* block-uniform */
+    if (key >= Vl || (k >= DW_LONG && keys[k - DW_LONG] == key)) return; /* block-uniform */
     /* start in (k - DW_LONG, k]: the nearest differing key below k */
     int qb = k - 1 - lane;
     unsigned back = __ballot_sync(0xffffffffu, qb >= 0 && keys[qb] != key);
@@ -193,13 +219,14 @@ template <int VEC>
 static __global__ void __launch_bounds__(32 * DW_W, 4)
     embedding_dwte_kernel(float *__restrict__ dwte, const bf16 *__restrict__ dout,
                           const int32_t *__restrict__ keys, const int32_t *__restrict__ pos, int N,
-                          int H, int tiles, int n_long) {
-    // dwte (V, H) accumulated; dout (N, H); keys, pos (N) sorted token ids and their positions
+                          int H, int Vl, int tiles, int n_long) {
+    // dwte (Vl, H) accumulated; dout (N, H); keys, pos (N) sorted local rows (or the sentinel Vl)
+    // and their positions
     int b = blockIdx.x;
     if (b < n_long)
-        dwte_long<VEC>(dwte, dout, keys, pos, b / tiles, b % tiles, N, H);
+        dwte_long<VEC>(dwte, dout, keys, pos, b / tiles, b % tiles, N, H, Vl);
     else
-        dwte_short<VEC>(dwte, dout, keys, pos, (b - n_long) * DW_W + threadIdx.y, N, H);
+        dwte_short<VEC>(dwte, dout, keys, pos, (b - n_long) * DW_W + threadIdx.y, N, H, Vl);
 }
 
 /* dwpe[s, j] += dout[s, j] + dout[s + S, j] + ... in row order, one thread per (s, j). */
@@ -222,26 +249,33 @@ static size_t align256(size_t b) {
 
 extern "C" mg_status mg_cuda_embedding_backward(mg_backend *be, float *dwte, float *dwpe,
                                                 const void *dout, const int32_t *tokens, int N,
-                                                int S, int H) {
-    // dwte (V, H), dwpe (P, H) or NULL, both accumulated; dout (N, H); tokens (N)
+                                                int S, int H, int v0, int Vl) {
+    // dwte (Vl, H), dwpe (P, H) or NULL, both accumulated; dout (N, H); tokens (N)
     if (N <= 0 || H <= 0) return MG_OK;
     if (dwpe && S <= 0)
         return MG_FAIL(MG_ERR_INTERNAL, "embedding_backward: sequence length %d", S);
+    if (v0 < 0 || Vl <= 0 || Vl == INT32_MAX) /* the sentinel Vl must be an int32 key */
+        return MG_FAIL(MG_ERR_INTERNAL, "embedding_backward: vocabulary range [%d, %d + %d)", v0,
+                       v0, Vl);
     cudaStream_t st = mg_cuda_stream(be);
+    int end_bit = 1; /* keys are in [0, Vl]: the sort looks at the bits that can hold Vl */
+    while (end_bit < 31 && (Vl >> end_bit) != 0) end_bit++;
     size_t ints = align256((size_t)N * sizeof(int32_t)), cub_bytes = 0;
     /* size query only: no allocation, no synchronisation */
-    MG_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(NULL, cub_bytes, tokens, (int32_t *)NULL,
-                                                  (const int32_t *)NULL, (int32_t *)NULL, N, 0, 32,
-                                                  st));
+    MG_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(NULL, cub_bytes, (const int32_t *)NULL,
+                                                  (int32_t *)NULL, (const int32_t *)NULL,
+                                                  (int32_t *)NULL, N, 0, end_bit, st));
     char *ws = NULL;
-    MG_CHECK(mg_cuda_scratch(be, 3 * ints + cub_bytes, (void **)&ws, "embedding_backward"));
-    int32_t *keys = (int32_t *)ws;             // (N) sorted token ids
-    int32_t *pos_in = (int32_t *)(ws + ints);  // (N) 0..N-1
-    int32_t *pos = (int32_t *)(ws + 2 * ints); // (N) positions in sorted order
-    iota_kernel<<<mg_cuda_blocks((size_t)N, MG_CUDA_THREADS), MG_CUDA_THREADS, 0, st>>>(pos_in, N);
+    MG_CHECK(mg_cuda_scratch(be, 4 * ints + cub_bytes, (void **)&ws, "embedding_backward"));
+    int32_t *keys_in = (int32_t *)ws;             // (N) local rows, or the sentinel Vl
+    int32_t *keys = (int32_t *)(ws + ints);       // (N) sorted
+    int32_t *pos_in = (int32_t *)(ws + 2 * ints); // (N) 0..N-1
+    int32_t *pos = (int32_t *)(ws + 3 * ints);    // (N) positions in sorted order
+    sort_input_kernel<<<mg_cuda_blocks((size_t)N, MG_CUDA_THREADS), MG_CUDA_THREADS, 0, st>>>(
+        keys_in, pos_in, tokens, N, v0, Vl);
     MG_CUDA_CHECK_LAUNCH();
-    MG_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(ws + 3 * ints, cub_bytes, tokens, keys, pos_in,
-                                                  pos, N, 0, 32, st));
+    MG_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(ws + 4 * ints, cub_bytes, keys_in, keys, pos_in,
+                                                  pos, N, 0, end_bit, st));
     bool vec = H % 8 == 0 && mg_cuda_aligned16(dout) && mg_cuda_aligned16(dwte);
     int vw = vec ? 8 : 1;
     int tiles = (H + 32 * vw - 1) / (32 * vw);
@@ -250,10 +284,10 @@ extern "C" mg_status mg_cuda_embedding_backward(mg_backend *be, float *dwte, flo
     const bf16 *d = (const bf16 *)dout;
     if (vec)
         embedding_dwte_kernel<8>
-            <<<grid, dim3(32, DW_W), 0, st>>>(dwte, d, keys, pos, N, H, tiles, n_long);
+            <<<grid, dim3(32, DW_W), 0, st>>>(dwte, d, keys, pos, N, H, Vl, tiles, n_long);
     else
         embedding_dwte_kernel<1>
-            <<<grid, dim3(32, DW_W), 0, st>>>(dwte, d, keys, pos, N, H, tiles, n_long);
+            <<<grid, dim3(32, DW_W), 0, st>>>(dwte, d, keys, pos, N, H, Vl, tiles, n_long);
     MG_CUDA_CHECK_LAUNCH();
     if (dwpe) {
         size_t items = (size_t)(S < N ? S : N) * H;

@@ -1,0 +1,92 @@
+/* The block context's shared pieces: the activation slot, the norms with their sequence-parallel
+ * gather, and the row-parallel linear's reduction (model/block.h). */
+#include "model/block.h"
+
+static mg_status reserve(mg_arena *a, size_t bytes, size_t *off) {
+    return mg_arena_reserve(a, bytes, 0, off);
+}
+
+mg_status mg_block_plan_slot(const mg_block_ctx *x, mg_layer_slot *s) {
+    const mg_model_config *c = x->c;
+    mg_arena *a = x->acts;
+    size_t N = (size_t)x->N, Nl = (size_t)x->Nl, e = x->esz, f = sizeof(float), H = (size_t)c->H;
+    MG_CHECK(reserve(a, Nl * H * e, &s->x));
+    MG_CHECK(reserve(a, N * H * e, &s->ln1));
+    MG_CHECK(reserve(a, Nl * f, &s->ln1_mean));
+    MG_CHECK(reserve(a, Nl * f, &s->ln1_rstd));
+    MG_CHECK(reserve(a, N * c->qkv_l * e, &s->qkv));
+    MG_CHECK(reserve(a, N * c->attn_l * e, &s->att));
+    MG_CHECK(
+        reserve(a, x->be->attention_saved_bytes(x->be, x->B, c->S, c->nq_l, c->hd), &s->att_saved));
+    MG_CHECK(reserve(a, Nl * H * e, &s->mid));
+    MG_CHECK(reserve(a, N * H * e, &s->ln2));
+    MG_CHECK(reserve(a, Nl * f, &s->ln2_mean));
+    MG_CHECK(reserve(a, Nl * f, &s->ln2_rstd));
+    MG_CHECK(reserve(a, N * c->fc1_l * e, &s->fc1));
+    MG_CHECK(reserve(a, N * c->F_l * e, &s->act));
+    return MG_OK;
+}
+
+/* This rank's rows of a whole (N,H) tensor: all of it without SP. */
+static void *own_rows(const mg_block_ctx *x, void *whole) {
+    size_t first = x->c->sp ? (size_t)x->tp->rank * x->Nl : 0;
+    return (char *)whole + first * x->c->H * x->esz;
+}
+
+mg_status mg_block_norm_forward(const mg_block_ctx *x, void *whole, float *mean, float *rstd,
+                                const void *in, int w, int b) {
+    const mg_model_config *c = x->c;
+    mg_backend *be = x->be;
+    void *out = own_rows(x, whole);
+    if (c->norm == MG_NORM_RMSNORM)
+        MG_CHECK(be->rmsnorm_forward(be, out, rstd, in, mg_block_param(x, w), x->Nl, c->H, c->eps));
+    else
+        MG_CHECK(be->layernorm_forward(be, out, mean, rstd, in, mg_block_param(x, w),
+                                       mg_block_param(x, b), x->Nl, c->H, c->eps));
+    if (!c->sp) return MG_OK;
+    return mg_tp_all_gather(x->tp, whole, out, (size_t)x->Nl * c->H, be->compute_dtype);
+}
+
+mg_status mg_block_norm_backward(const mg_block_ctx *x, void *dx, void *dwhole, const void *in,
+                                 const float *mean, const float *rstd, int w, int b) {
+    const mg_model_config *c = x->c;
+    mg_backend *be = x->be;
+    void *dout = own_rows(x, dwhole);
+    if (c->sp)
+        MG_CHECK(
+            mg_tp_reduce_scatter(x->tp, dout, dwhole, (size_t)x->Nl * c->H, be->compute_dtype));
+    else
+        MG_CHECK(
+            mg_tp_all_reduce(x->tp, dwhole, (size_t)x->N * c->H, be->compute_dtype, MG_REDUCE_SUM));
+    if (c->norm == MG_NORM_RMSNORM)
+        return be->rmsnorm_backward(be, dx, mg_block_grad(x, w), dout, in, mg_block_param(x, w),
+                                    rstd, x->Nl, c->H);
+    return be->layernorm_backward(be, dx, mg_block_grad(x, w), mg_block_grad(x, b), dout, in,
+                                  mg_block_param(x, w), mean, rstd, x->Nl, c->H);
+}
+
+mg_status mg_block_row_parallel_forward(const mg_block_ctx *x, void *out, const void *inp, int w,
+                                        int b, const void *residual, int IC) {
+    const mg_model_config *c = x->c;
+    mg_backend *be = x->be;
+    if (x->tp->size == 1) /* bias and residual ride in the GEMM */
+        return be->linear_forward(be, out, inp, mg_block_param(x, w), mg_block_param(x, b),
+                                  residual, x->N, IC, c->H);
+    /* the partial product, reduced; bias and residual once, after the reduction */
+    void *part = c->sp ? mg_block_ws_ptr(x, x->ws->part) : out;
+    MG_CHECK(be->linear_forward(be, part, inp, mg_block_param(x, w), NULL, NULL, x->N, IC, c->H));
+    if (c->sp)
+        MG_CHECK(mg_tp_reduce_scatter(x->tp, out, part, (size_t)x->Nl * c->H, be->compute_dtype));
+    else
+        MG_CHECK(
+            mg_tp_all_reduce(x->tp, out, (size_t)x->N * c->H, be->compute_dtype, MG_REDUCE_SUM));
+    return be->bias_residual_add(be, out, out, mg_block_param(x, b), residual, x->Nl, c->H);
+}
+
+mg_status mg_block_row_parallel_dout(const mg_block_ctx *x, const void *dout, const void **whole) {
+    *whole = dout;
+    if (!x->c->sp) return MG_OK;
+    void *w = mg_block_ws_ptr(x, x->ws->part);
+    *whole = w;
+    return mg_tp_all_gather(x->tp, w, dout, (size_t)x->Nl * x->c->H, x->be->compute_dtype);
+}

@@ -1,0 +1,121 @@
+/* Model-internal: what a transformer block's sublayers (attention.c, mlp.c) need, and nothing of
+ * the model around them. A sublayer sees its parameters (rows of the parameter table), its saved
+ * activations (a slot), the workspace shared by all layers, this rank's shapes and the
+ * tensor-parallel group — the block context. gpt.c builds the context and walks the layers; the
+ * sublayers never call back into gpt.c.
+ *
+ * Tensor parallelism inside a block (Megatron's ParallelAttention / ParallelMLP):
+ *   norm -> [all-gather rows, SP] -> column-parallel linear (QKV, fc1: this rank's heads / FFN
+ *   columns) -> attention / activation on local heads / columns -> row-parallel linear (proj,
+ *   fc2: partial products) -> all-reduce (or reduce-scatter rows, SP) -> + bias + residual.
+ * Backward mirrors it: the row-parallel layer's output gradient is whole on every rank (gathered
+ * under SP), the column-parallel layer's input gradient is a partial sum, all-reduced (or
+ * reduce-scattered, SP) before the norm's backward. With one rank the single-GPU fused paths are
+ * used unchanged (bias and residual inside the GEMM epilogue).
+ * Exports: mg_layer_params, mg_layer_slot, mg_block_ws, mg_block_ctx, mg_block_*,
+ * mg_attention_*, mg_mlp_*. Needs: model/config, model/params, parallel/tensor_parallel, backend,
+ * core/arena. */
+#ifndef MG_MODEL_BLOCK_H
+#define MG_MODEL_BLOCK_H
+
+#include "backend/backend.h"
+#include "core/arena.h"
+#include "model/config.h"
+#include "model/params.h"
+#include "parallel/tensor_parallel.h"
+
+/* Rows of the parameter table for one transformer layer; -1 where the model has none. */
+typedef struct {
+    int ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b;
+    int ln2_w, ln2_b, fc1_w, fc1_b, fc2_w, fc2_b;
+} mg_layer_params;
+
+/* Offsets (bytes) of one layer's saved activations in the activation arena. N tokens of the
+ * microbatch, Nl = rows of the residual stream on this rank (N / tp with SP, else N). */
+typedef struct {
+    size_t x;                       /* (Nl,H) layer input = residual stream */
+    size_t ln1, ln1_mean, ln1_rstd; /* (N,H) whole (gathered under SP), (Nl), (Nl) */
+    size_t qkv;                     /* (N, qkv_l), after RoPE */
+    size_t att, att_saved;          /* (N, attn_l), backend private */
+    size_t mid;                     /* (Nl,H) x + attention output */
+    size_t ln2, ln2_mean, ln2_rstd; /* as ln1 */
+    size_t fc1;                     /* (N, fc1_l) */
+    size_t act;                     /* (N, F_l) */
+} mg_layer_slot;
+
+/* Workspace offsets (transient, shared by all layers and the head). */
+typedef struct {
+    size_t dres;               /* (Nl,H) gradient of the residual stream */
+    size_t dln;                /* (N,H) gradient of a norm's (gathered) output: partial under TP */
+    size_t datt, dqkv;         /* (N, attn_l), (N, qkv_l) */
+    size_t dfc1, dact;         /* (N, fc1_l), (N, F_l) (SwiGLU only) */
+    size_t part;               /* (N,H) tp > 1: a row-parallel product before its reduction, or a
+                                  gathered residual-stream gradient */
+    size_t logits, losses;     /* (N, V_l), (N) fp32 */
+    size_t ce;                 /* tp > 1: (3N) fp32 row maxima, then sums (2N) */
+    size_t rope_cos, rope_sin; /* (S, hd/2) fp32 */
+} mg_block_ws;
+
+/* What every layer shares; gpt.c fills it at bind. */
+typedef struct {
+    const mg_model_config *c;
+    mg_backend *be;
+    const mg_tp *tp;
+    int B, N, Nl;
+    size_t esz; /* bytes per activation element */
+    const mg_param_table *params;
+    void *param_buf; /* (params->numel) compute dtype */
+    float *grad_buf; /* (params->numel) fp32 */
+    mg_arena *acts, *work;
+    const mg_block_ws *ws;
+} mg_block_ctx;
+
+static inline void *mg_block_act(const mg_block_ctx *x, size_t off) {
+    return mg_arena_ptr(x->acts, off);
+}
+static inline void *mg_block_ws_ptr(const mg_block_ctx *x, size_t off) {
+    return mg_arena_ptr(x->work, off);
+}
+/* Parameter i's values / gradient; NULL for i < 0 (a parameter the model does not have). */
+static inline void *mg_block_param(const mg_block_ctx *x, int i) {
+    return i < 0 ? NULL : (char *)x->param_buf + x->params->p[i].offset * x->esz;
+}
+static inline float *mg_block_grad(const mg_block_ctx *x, int i) {
+    return i < 0 ? NULL : x->grad_buf + x->params->p[i].offset;
+}
+
+/* Reserves one layer's slot in acts (sizes from the context's shapes). */
+mg_status mg_block_plan_slot(const mg_block_ctx *x, mg_layer_slot *s);
+
+/* LayerNorm or RMSNorm of the Nl local rows of `in` into the rows of `whole` (N,H) this rank
+ * owns, then (SP) the all-gather that makes `whole` complete on every rank. mean is unused by
+ * RMSNorm. */
+mg_status mg_block_norm_forward(const mg_block_ctx *x, void *whole, float *mean, float *rstd,
+                                const void *in, int w, int b);
+/* The mirror: dwhole (N,H) is a column-parallel layer's input gradient (a partial sum over the
+ * group); it is all-reduced (reduce-scattered to this rank's rows, SP), then the norm's backward
+ * ACCUMULATES into dx (Nl,H) and the weight gradients. dwhole is clobbered. */
+mg_status mg_block_norm_backward(const mg_block_ctx *x, void *dx, void *dwhole, const void *in,
+                                 const float *mean, const float *rstd, int w, int b);
+/* out (Nl,H) = residual + bias + inp (N,IC) @ w^T, the product reduced over the group (summed
+ * onto this rank's rows, SP). residual must not alias out. */
+mg_status mg_block_row_parallel_forward(const mg_block_ctx *x, void *out, const void *inp, int w,
+                                        int b, const void *residual, int IC);
+/* The gradient of a row-parallel layer's output as its backward needs it, whole (N,H): dout
+ * itself, or (SP) dout's rows gathered from the group into the workspace. */
+mg_status mg_block_row_parallel_dout(const mg_block_ctx *x, const void *dout, const void **whole);
+
+/* x -> mid = x + proj(attention(norm1(x))) */
+mg_status mg_attention_forward(const mg_block_ctx *x, const mg_layer_params *p,
+                               const mg_layer_slot *s);
+/* dres (Nl,H) holds d(mid) on entry and d(x) on exit. */
+mg_status mg_attention_backward(const mg_block_ctx *x, const mg_layer_params *p,
+                                const mg_layer_slot *s, void *dres);
+/* mid -> out = mid + fc2(act(fc1(norm2(mid)))) */
+mg_status mg_mlp_forward(const mg_block_ctx *x, const mg_layer_params *p, const mg_layer_slot *s,
+                         void *out);
+/* dres holds d(out) on entry and d(mid) on exit. */
+mg_status mg_mlp_backward(const mg_block_ctx *x, const mg_layer_params *p, const mg_layer_slot *s,
+                          void *dres);
+
+#endif

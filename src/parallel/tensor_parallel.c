@@ -1,0 +1,33 @@
+#include "parallel/tensor_parallel.h"
+
+void mg_tp_init(mg_tp *tp, mg_comm *group, mg_backend *be) {
+    tp->group = group;
+    tp->be = be;
+    tp->rank = group ? mg_comm_rank(group) : 0;
+    tp->size = group ? mg_comm_size(group) : 1;
+}
+
+static void *compute_stream(const mg_tp *tp) {
+    return tp->be->stream_handle ? tp->be->stream_handle(tp->be, MG_STREAM_COMPUTE) : NULL;
+}
+
+/* One rank: the part is the whole. */
+static mg_status copy_if_apart(const mg_tp *tp, void *dst, const void *src, size_t n, mg_dtype dt) {
+    return dst == src ? MG_OK : tp->be->copy_d2d(tp->be, dst, src, n * mg_dtype_size(dt));
+}
+
+mg_status mg_tp_all_reduce(const mg_tp *tp, void *buf, size_t n, mg_dtype dt, mg_reduce_op op) {
+    if (tp->size == 1) return MG_OK;
+    return mg_comm_all_reduce(tp->group, buf, buf, n, dt, op, compute_stream(tp));
+}
+
+mg_status mg_tp_all_gather(const mg_tp *tp, void *whole, const void *part, size_t n, mg_dtype dt) {
+    if (tp->size == 1) return copy_if_apart(tp, whole, part, n, dt);
+    return mg_comm_all_gather(tp->group, part, whole, n, dt, compute_stream(tp));
+}
+
+mg_status mg_tp_reduce_scatter(const mg_tp *tp, void *part, const void *whole, size_t n,
+                               mg_dtype dt) {
+    if (tp->size == 1) return copy_if_apart(tp, part, whole, n, dt);
+    return mg_comm_reduce_scatter(tp->group, whole, part, n, dt, MG_REDUCE_SUM, compute_stream(tp));
+}

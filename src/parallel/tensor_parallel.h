@@ -1,0 +1,43 @@
+/* Tensor-parallel communication (Megatron's tensor_parallel/mappings.py), as explicit calls: the
+ * model calls the forward half of a mapping in its forward and the backward half in its backward.
+ *   Megatron's mapping                          forward              backward
+ *   copy_to_tensor_model_parallel_region        identity             mg_tp_all_reduce
+ *   reduce_from_tensor_model_parallel_region    mg_tp_all_reduce     identity
+ *   gather_from_sequence_parallel_region        mg_tp_all_gather     mg_tp_reduce_scatter
+ *   reduce_scatter_to_sequence_parallel_region  mg_tp_reduce_scatter mg_tp_all_gather
+ * Sequence-parallel tensors are split by rows: rank r holds rows [r*n, (r+1)*n) of the (T*n, w)
+ * whole (the microbatch's tokens, contiguous). Any split of the tokens gives the same model,
+ * since everything between the all-gather and the reduce-scatter is row-wise.
+ *
+ * Streams: every call goes to the backend's compute stream (NULL on the CPU backend, whose MPI
+ * calls complete before returning): the tensor-parallel collectives sit between two GEMMs that
+ * need their result, so there is nothing to overlap them with there and no event pair to pay.
+ * The data-parallel reductions run on the communication stream (parallel/ddp.h) and order
+ * themselves after the compute stream's work. With one rank (size 1, or no group) every call is
+ * a copy where source and destination differ, else nothing.
+ * Exports: mg_tp, mg_tp_init, mg_tp_all_reduce, mg_tp_all_gather, mg_tp_reduce_scatter.
+ * Needs: comm, backend. */
+#ifndef MG_PARALLEL_TENSOR_PARALLEL_H
+#define MG_PARALLEL_TENSOR_PARALLEL_H
+
+#include "backend/backend.h"
+#include "comm/comm.h"
+
+typedef struct {
+    mg_comm *group; /* not owned; NULL: one rank */
+    mg_backend *be; /* not owned */
+    int rank, size;
+} mg_tp;
+
+/* group may be NULL (one rank). */
+void mg_tp_init(mg_tp *tp, mg_comm *group, mg_backend *be);
+/* In place: buf (n) of dtype dt becomes op over the group of every rank's buf. */
+mg_status mg_tp_all_reduce(const mg_tp *tp, void *buf, size_t n, mg_dtype dt, mg_reduce_op op);
+/* whole (size*n) = every rank's part (n) in rank order; part may be whole + rank*n (in place). */
+mg_status mg_tp_all_gather(const mg_tp *tp, void *whole, const void *part, size_t n, mg_dtype dt);
+/* part (n) = the sum over ranks of rows [rank*n, (rank+1)*n) of each rank's whole (size*n);
+ * part may be whole + rank*n (in place). */
+mg_status mg_tp_reduce_scatter(const mg_tp *tp, void *part, const void *whole, size_t n,
+                               mg_dtype dt);
+
+#endif

@@ -1,0 +1,239 @@
+/* Tensor (and sequence) parallel training against the one-rank run: every rank trains a tiny GPT
+ * twice, alone (the reference: the whole model, the whole global batch) and as tensor-parallel
+ * rank r of a model split over T ranks (T x D = the world, D data-parallel replicas), 10 steps
+ * of 4 samples with gradient accumulation, and compares the losses, the grad norms and every
+ * element of this rank's parameter shards with the matching element of the reference's whole
+ * tensors (model/params.h: mg_param_global_index). fp32 on the cpu backend: tolerance 1e-5
+ * relative, the issue's bound; the split GEMMs and the reductions sum in other orders, so bitwise
+ * equality is not expected. The padded vocabulary is the same in both runs
+ * (--make-vocab-size-divisible-by 32 with a vocabulary of 128, which 32 x T divides).
+ *   GPT-2 style: LayerNorm, GELU, learned positions, linear biases, tied embeddings.
+ *   Llama style: RMSNorm, SwiGLU, RoPE, GQA with T query groups, no biases, untied output.
+ * Each with and without --sequence-parallel. On 2 ranks T = 2; on 4 ranks T = 4, and T = 2 x
+ * D = 2 with the distributed optimizer and --overlap-grad-reduce; on 8 ranks T = 4 x D = 2.
+ * The key bias of the fused QKV has a true gradient of exactly zero (softmax ignores a constant
+ * added to every score of a row): both runs hold rounding noise there that Adam turns into
+ * steps of arbitrary sign, so those elements (and only those) are not compared; nothing else
+ * depends on them. */
+#include "dist.h"
+
+#include "core/flags.h"
+#include "core/log.h"
+#include "parallel/parallel_state.h"
+#include "train/trainer.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define STEPS 10
+#define TOL   1e-5
+
+typedef struct {
+    const char *label;
+    bool llama, sp, distopt;
+    int tp; /* D = world / tp */
+} variant;
+
+static void make_config(dist_ctx *t, mg_config *c, const variant *v, int tp, int world) {
+    char groups[8];
+    snprintf(groups, sizeof groups, "%d", v->tp);
+    char *gpt2[] = {"--num-layers", "2", "--hidden-size", "32", "--num-attention-heads", "4"};
+    char *llama[] = {"--num-layers",
+                     "2",
+                     "--hidden-size",
+                     "64",
+                     "--num-attention-heads",
+                     "8",
+                     "--group-query-attention",
+                     "--num-query-groups",
+                     groups,
+                     "--ffn-hidden-size",
+                     "64",
+                     "--normalization",
+                     "RMSNorm",
+                     "--swiglu",
+                     "--position-embedding-type",
+                     "rope",
+                     "--disable-bias-linear",
+                     "--untie-embeddings-and-output-weights"};
+    char *common[] = {"--seq-length",
+                      "16",
+                      "--vocab-size",
+                      "128",
+                      "--make-vocab-size-divisible-by",
+                      "32",
+                      "--mock-data",
+                      "--micro-batch-size",
+                      "1",
+                      "--global-batch-size",
+                      "4",
+                      "--train-iters",
+                      "10",
+                      "--lr",
+                      "3e-3",
+                      "--eval-iters",
+                      "0",
+                      "--device",
+                      "cpu",
+                      "--num-threads",
+                      "1"};
+    char *argv[64];
+    int argc = 0;
+    char **model = v->llama ? llama : gpt2;
+    int nm = v->llama ? (int)(sizeof llama / sizeof *llama) : (int)(sizeof gpt2 / sizeof *gpt2);
+    for (int i = 0; i < nm; i++) argv[argc++] = model[i];
+    for (size_t i = 0; i < sizeof common / sizeof *common; i++) argv[argc++] = common[i];
+    bool help = false;
+    mg_config_defaults(c);
+    DOK(mg_flags_parse(c, argc, argv, &help));
+    c->tensor_model_parallel_size = tp;
+    c->sequence_parallel = v->sp && tp > 1;
+    c->world_size = world;
+    c->use_distributed_optimizer = v->distopt;
+    c->overlap_grad_reduce = v->distopt;
+    c->ddp_bucket_size = v->distopt ? 3000 : -1;
+    DOK(mg_config_validate(c));
+}
+
+typedef struct {
+    double loss[STEPS], norm[STEPS];
+    float *w;
+    mg_trainer *tr;
+} run_out;
+
+static void train(dist_ctx *t, const mg_config *c, mg_comm *dp, mg_comm *tp, run_out *out) {
+    out->tr = calloc(1, sizeof *out->tr);
+    DOK(out->tr ? MG_OK : MG_ERR_NOMEM);
+    DOK(mg_trainer_init_groups(out->tr, c, dp, tp));
+    for (int s = 0; s < STEPS; s++) DOK(mg_trainer_step(out->tr, &out->loss[s], &out->norm[s]));
+    out->w = calloc(out->tr->model.params.numel, sizeof *out->w);
+    DOK(out->w ? MG_OK : MG_ERR_NOMEM);
+    DOK(mg_trainer_get_weights(out->tr, out->w));
+}
+
+static void release(run_out *r) {
+    mg_trainer_free(r->tr);
+    free(r->tr);
+    free(r->w);
+}
+
+/* Whether global element g of the fused QKV bias is a key bias (see the top). */
+static bool key_bias(const mg_param_meta *m, const mg_model_config *c, int64_t g) {
+    if (!strstr(m->name, "linear_qkv.bias")) return false;
+    int r = c->nq / c->ng, pos = (int)(g % ((r + 2) * c->hd));
+    return pos >= r * c->hd && pos < (r + 1) * c->hd;
+}
+
+/* Normalised error ||x - y|| / ||y|| of this rank's shards x against the matching elements y of
+ * the reference's whole tensors, over all of them; *which: the tensor with the largest error of
+ * its own. Over all of them, because Adam makes single elements sensitive: where an element's
+ * gradient is as small as --adam-eps (1e-8; a sum that cancels), its first updates are
+ * lr * g / (|g| + eps), and the rounding of a differently ordered sum moves them by ~1e-5 (seen:
+ * one element of a 64 x 64 weight 1.2e-5 off after one step, 3e-5 of that tensor's norm). */
+static double model_error(const run_out *tpr, const run_out *ref, const char **which) {
+    const mg_param_table *a = &tpr->tr->model.params, *b = &ref->tr->model.params;
+    double worst = 0, dsum = 0, nsum = 0;
+    for (int i = 0; i < a->n; i++) {
+        const mg_param_meta *m = &a->p[i];
+        const float *x = tpr->w + m->offset, *y = ref->w + b->p[i].offset;
+        double d = 0, n = 0;
+        for (int64_t j = 0; j < m->numel; j++) {
+            int64_t g = mg_param_global_index(m, j);
+            if (key_bias(m, &ref->tr->model.cfg, g)) continue;
+            d += ((double)x[j] - y[g]) * ((double)x[j] - y[g]);
+            n += (double)y[g] * y[g];
+        }
+        dsum += d;
+        nsum += n;
+        double e = sqrt(d) / fmax(sqrt(n), 1e-3);
+        if (e > worst) {
+            worst = e;
+            *which = m->name;
+        }
+    }
+    return sqrt(dsum) / sqrt(nsum);
+}
+
+static double rel(double a, double b) {
+    return fabs(a - b) / fmax(fabs(b), 1e-30);
+}
+
+/* This rank's group of kind k in the layout (NULL when it has one rank). Every rank calls it
+ * for the same kinds in the same order. */
+static mg_comm *group_of(dist_ctx *t, const mg_parallel_layout *l, mg_group_kind k) {
+    const mg_group_list *g = &l->groups[k];
+    mg_comm *c = NULL;
+    DOK(mg_comm_group_create(t->w, mg_group_kind_name(k), g->n_groups, g->offsets, g->ranks, &c));
+    if (c && mg_comm_size(c) == 1) {
+        mg_comm_group_free(c);
+        c = NULL;
+    }
+    return c;
+}
+
+static void check_variant(dist_ctx *t, const variant *v) {
+    mg_parallel_sizes s = {
+        .world_size = t->size, .tp = v->tp, .pp = 1, .cp = 1, .ep = 1, .etp = -1};
+    mg_parallel_layout l;
+    DOK(mg_parallel_layout_build(&s, &l));
+    mg_comm *dp = group_of(t, &l, MG_GROUP_DP), *tp = group_of(t, &l, MG_GROUP_TP);
+    mg_parallel_layout_free(&l);
+    mg_config c1, cT;
+    make_config(t, &c1, v, 1, 1);
+    make_config(t, &cT, v, v->tp, t->size);
+    run_out ref = {0}, got = {0};
+    train(t, &c1, NULL, NULL, &ref);
+    train(t, &cT, dp, tp, &got);
+    DEXPECT(got.tr->model.cfg.V == ref.tr->model.cfg.V && got.tr->tp_size == v->tp &&
+                got.tr->dp_size == t->size / v->tp,
+            "%s: vocabulary %d vs %d, tp %d, dp %d", v->label, got.tr->model.cfg.V,
+            ref.tr->model.cfg.V, got.tr->tp_size, got.tr->dp_size);
+    for (int i = 0; i < STEPS; i++) {
+        DEXPECT(rel(got.loss[i], ref.loss[i]) <= TOL, "%s step %d: loss %.9g, one rank %.9g",
+                v->label, i + 1, got.loss[i], ref.loss[i]);
+        DEXPECT(rel(got.norm[i], ref.norm[i]) <= TOL, "%s step %d: grad norm %.9g, one rank %.9g",
+                v->label, i + 1, got.norm[i], ref.norm[i]);
+    }
+    const char *which = "";
+    double e = model_error(&got, &ref, &which);
+    DEXPECT(e <= TOL,
+            "%s: tp rank %d's parameters after %d steps differ from one rank's by %.3g "
+            "(most in %s)",
+            v->label, got.tr->tp_rank, STEPS, e, which);
+    /* this rank holds 1/T of every split parameter */
+    int64_t mine = 0, whole = 0;
+    const mg_param_table *pa = &got.tr->model.params;
+    for (int i = 0; i < pa->n; i++) {
+        mine += pa->p[i].numel;
+        whole += pa->p[i].global_shape[0] * pa->p[i].global_shape[1];
+    }
+    DEXPECT(whole == mg_model_config_num_params(&ref.tr->model.cfg) && mine < whole,
+            "%s: %lld local of %lld parameters", v->label, (long long)mine, (long long)whole);
+    release(&ref);
+    release(&got);
+    if (dp) mg_comm_group_free(dp);
+    if (tp) mg_comm_group_free(tp);
+}
+
+void test_train_tp(dist_ctx *t) {
+    mg_log_init(t->rank, t->size);
+    if (t->B->name && strcmp(t->B->name, "host") != 0) return; /* fp32 CPU equivalence only */
+    if (t->size != 2 && t->size != 4 && t->size != 8) return;
+    const int T = t->size == 8 ? 4 : t->size;
+    const variant all[] = {
+        {"gpt2 tp", false, false, false, T},
+        {"gpt2 tp+sp", false, true, false, T},
+        {"llama tp", true, false, false, T},
+        {"llama tp+sp", true, true, false, T},
+        {"gpt2 tp2 x dp, distributed optimizer, overlap-grad-reduce", false, false, true, 2},
+        {"llama tp2+sp x dp, distributed optimizer, overlap-grad-reduce", true, true, true, 2},
+    };
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) {
+        /* T x D layouts only where there are data-parallel replicas; 8 ranks: the T = 4 ones */
+        if (all[i].distopt && t->size != 4) continue;
+        if (t->size == 8 && !all[i].sp) continue;
+        check_variant(t, &all[i]);
+    }
+}
