@@ -212,9 +212,11 @@ $(BUILD)/op_bench: bench/op_bench.c $(BUILD)/libmegatron.a
 # GPU machine (bench/NOTES.md): bench-gpu, `megatron bench` against the PyTorch baseline
 # (bench/baselines/torch_gpt2.py) on the GPT-2 shapes, one GPU (bench/gpu_bench.sh; SHAPES=124m
 # picks shapes); bench-dp, data-parallel weak scaling of `megatron train` against PyTorch DDP on
-# 1, 2 and 4 GPUs (bench/dp_bench.sh; SHAPES, NGPUS, MBS, MEGATRON_ARGS; MPI for N > 1).
-.PHONY: bench-gpu bench-dp
-bench-gpu bench-dp: info
+# 1, 2 and 4 GPUs (bench/dp_bench.sh; SHAPES, NGPUS, MBS, MEGATRON_ARGS; MPI for N > 1); bench-tp,
+# tensor (+ sequence) parallelism of `megatron train` against PyTorch's DTensor TP on 1, 2 and 4 GPUs
+# (bench/tp_bench.sh; the same knobs).
+.PHONY: bench-gpu bench-dp bench-tp
+bench-gpu bench-dp bench-tp: info
 	@if [ -z "$(HAVE_CUDA)" ]; then echo "make $@ needs the CUDA backend" \
 	    "(this build: backends=cpu)" >&2; exit 1; fi
 	@$(MAKE) --no-print-directory $(BUILD)/megatron

@@ -40,6 +40,27 @@ all-reduces overlap the backward). The step and its timing are the ones above, o
 rank 0 alone prints, with tokens_per_s = world size x its own tokens/s (the ranks move in lock
 step through the all-reduces), world_size and dist_backend added; tflops and mfu stay per GPU.
 A single process (no WORLD_SIZE, or 1) runs and reports exactly as without this paragraph.
+
+Tensor parallel (--tp, bench/tp_bench.sh): under torchrun every rank joins the process group (also
+a world of 1) and a 1-D DeviceMesh over the WORLD_SIZE ranks, and all of them train ONE replica on
+the same tokens (seed 1234 for all, the tokens those of a single process), the global batch the
+micro-batch. The model is parallelized with torch.distributed.tensor.parallel.parallelize_module as
+PyTorch's tutorial "Large Scale Transformer model training with Tensor Parallel (TP)" does for Llama,
+adapted to GPT-2 (parallelize() below): the fused c_attn is split into separate q, k, v Linear
+layers (the same values) so that each one's column split keeps whole heads on a rank, the attention
+runs on this rank's n_head / world heads; q, k, v and c_fc ColwiseParallel, c_proj and mlp_proj
+RowwiseParallel, Megatron-style sequence parallel (the LayerNorms SequenceParallel on the sequence
+shards, PrepareModuleInput all-gathering the attention's and the MLP's input), the token and position
+embeddings RowwiseParallel, the tied lm head ColwiseParallel with its logits left sharded on the
+vocabulary for loss_parallel's cross-entropy. torch.compile goes on after the parallelization (the
+tutorial's order): the whole model by default (--compile-scope blocks: each block, torchtitan's way;
+on an H100 with PyTorch 2.11, 350M at micro-batch 8 on a one-rank mesh, the whole model took ~82 ms
+for forward, loss and backward, the blocks ~120 ms, the model without --tp 49 ms: DTensor's host
+work). If compiling fails, the first step says so on stderr and the run goes on eager ("compile":
+false and "compile_error" in the JSON). AdamW (fused on CUDA) and the clipping run on the local
+shards (LocalShards). Rank 0 alone prints, tokens_per_s its own (the replica's) tokens/s, tflops
+and mfu per GPU, with world_size, tensor_parallel, parallel "tp", sequence_parallel, loss_parallel
+and compile_scope added. With --tp outside torchrun the run is the single process's.
 """
 import argparse
 import json
@@ -63,27 +84,60 @@ SHAPES = {  # name: (layers, hidden, heads); head dim 64
 }
 
 
-class Block(nn.Module):
+class Attention(nn.Module):
     def __init__(self, h, nh):
         super().__init__()
-        self.nh = nh
-        self.ln_1 = nn.LayerNorm(h, eps=1e-5)
+        self.hd = h // nh
         self.c_attn = nn.Linear(h, 3 * h)
         self.c_proj = nn.Linear(h, h)
-        self.ln_2 = nn.LayerNorm(h, eps=1e-5)
+
+    def split_qkv(self):
+        """Tensor parallel: the fused c_attn as three Linear layers q, k, v (the same values), so that
+        each one's column split keeps the q, k and v of the same heads on a rank."""
+        h = self.c_proj.in_features
+        for i, name in enumerate("qkv"):
+            lin = nn.Linear(h, h, device=self.c_attn.weight.device)
+            with torch.no_grad():
+                lin.weight.copy_(self.c_attn.weight[i * h:(i + 1) * h])
+                lin.bias.copy_(self.c_attn.bias[i * h:(i + 1) * h])
+            setattr(self, name, lin)
+        del self.c_attn
+
+    def forward(self, x):
+        B, T, C = x.shape  # the global shape (a DTensor under tensor parallelism)
+        if hasattr(self, "c_attn"):
+            q, k, v = self.c_attn(x).split(C, dim=2)
+        else:  # each a local (B, T, C / tp) tensor: this rank's heads
+            q, k, v = self.q(x), self.k(x), self.v(x)
+        q = q.view(B, T, -1, self.hd).transpose(1, 2)
+        k = k.view(B, T, -1, self.hd).transpose(1, 2)
+        v = v.view(B, T, -1, self.hd).transpose(1, 2)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        y = y.transpose(1, 2).contiguous().view(B, T, -1)
+        return self.c_proj(y)
+
+
+class MLP(nn.Module):
+    def __init__(self, h):
+        super().__init__()
         self.c_fc = nn.Linear(h, 4 * h)
         self.mlp_proj = nn.Linear(4 * h, h)
 
     def forward(self, x):
-        B, T, C = x.shape
-        q, k, v = self.c_attn(self.ln_1(x)).split(C, dim=2)
-        q = q.view(B, T, self.nh, C // self.nh).transpose(1, 2)
-        k = k.view(B, T, self.nh, C // self.nh).transpose(1, 2)
-        v = v.view(B, T, self.nh, C // self.nh).transpose(1, 2)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        y = y.transpose(1, 2).contiguous().view(B, T, C)
-        x = x + self.c_proj(y)
-        x = x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
+        return self.mlp_proj(F.gelu(self.c_fc(x), approximate="tanh"))
+
+
+class Block(nn.Module):
+    def __init__(self, h, nh):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(h, eps=1e-5)
+        self.attn = Attention(h, nh)
+        self.ln_2 = nn.LayerNorm(h, eps=1e-5)
+        self.mlp = MLP(h)
+
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))
+        x = x + self.mlp(self.ln_2(x))
         return x
 
 
@@ -103,13 +157,16 @@ class GPT(nn.Module):
             elif name.endswith("bias"):
                 nn.init.zeros_(p)
 
-    def forward(self, idx, targets):
+    def forward(self, idx, targets=None):
+        """The mean cross-entropy against targets; without targets the logits."""
         T = idx.shape[1]
-        pos = torch.arange(T, device=idx.device)
+        pos = torch.arange(T, device=idx.device).unsqueeze(0)
         x = self.wte(idx) + self.wpe(pos)
         for block in self.h:
             x = block(x)
         logits = self.lm_head(self.ln_f(x))
+        if targets is None:
+            return logits
         return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1))
 
 
@@ -144,15 +201,114 @@ def measure_peak(device, n):
     return 2.0 * n**3 / median(times) / 1e12
 
 
-def init_distributed(dev):
-    """(rank, world size): (0, 1) for a single process; under torchrun joins the process group."""
+def init_distributed(dev, tp=False):
+    """(rank, world size): (0, 1) for a single process; under torchrun joins the process group (with
+    --tp also for a world of 1: a one-rank mesh)."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world == 1:
+    if world == 1 and not (tp and "LOCAL_RANK" in os.environ):
         return 0, 1
     if dev == "cuda":
         torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))  # before any CUDA work
     dist.init_process_group("nccl" if dev == "cuda" else "gloo")
     return dist.get_rank(), world
+
+
+def parallelize(model, mesh):
+    """Megatron-style tensor + sequence parallelism with torch.distributed.tensor.parallel, the recipe
+    of PyTorch's tutorial "Large Scale Transformer model training with Tensor Parallel (TP)" (Llama)
+    adapted to GPT-2's blocks. Between the blocks the activations are sharded on the sequence
+    dimension (Shard(1), local tensors); the LayerNorms run on the sequence shards
+    (SequenceParallel); each attention and MLP all-gathers its input (PrepareModuleInput), runs
+    column-parallel q, k, v / c_fc (this rank's heads / columns, local tensors) and a row-parallel
+    c_proj / mlp_proj whose partial sums are reduce-scattered back onto the sequence shards. Token
+    and position embeddings are row-parallel (vocabulary / positions split, reduce-scattered onto the
+    sequence shards); the lm head is column-parallel over the vocabulary, its logits stay sharded
+    (Shard(-1)) for loss_parallel's cross-entropy; it and the token embedding are both split on the
+    vocabulary, so they stay one tied parameter."""
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, RowwiseParallel,
+                                                   SequenceParallel, parallelize_module)
+    for block in model.h:
+        block.attn.split_qkv()
+        parallelize_module(block, mesh, {
+            "ln_1": SequenceParallel(),
+            "attn": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
+            "attn.q": ColwiseParallel(),
+            "attn.k": ColwiseParallel(),
+            "attn.v": ColwiseParallel(),
+            "attn.c_proj": RowwiseParallel(output_layouts=Shard(1)),
+            "ln_2": SequenceParallel(),
+            "mlp": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)),
+            "mlp.c_fc": ColwiseParallel(),
+            "mlp.mlp_proj": RowwiseParallel(output_layouts=Shard(1)),
+        })
+    parallelize_module(model, mesh, {
+        "wte": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1)),
+        "wpe": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1)),
+        "ln_f": SequenceParallel(),
+        "lm_head": ColwiseParallel(input_layouts=Shard(1), output_layouts=Shard(-1), use_local_output=False),
+    })
+    model.lm_head.weight = model.wte.weight  # tied again (parallelize_module made two parameters)
+    return model
+
+
+class LocalShards:
+    """The optimizer's view of a tensor-parallel model: each DTensor parameter's local shard, its
+    gradient brought to the parameter's placements first (the gradients of the replicated LayerNorm
+    parameters come back Partial: summed over the ranks in one all-reduce; the row-parallel position
+    embedding's comes back Replicate: this rank's rows). AdamW and the global-norm clipping then run
+    on plain tensors, as they do without tensor parallelism: a fused AdamW and torch's clipping over
+    the ~390 DTensors of GPT-2 350M cost ~60 ms of host time a step on an H100 in DTensor's
+    dispatch, more than the step's GPU work."""
+
+    def __init__(self, model, mesh):
+        from torch.distributed.tensor import DTensor
+        self.pairs = []
+        with torch.no_grad():
+            for p in model.parameters():
+                assert isinstance(p, DTensor), "every parameter of the tensor-parallel model is a DTensor"
+                self.pairs.append((p, p.to_local()))
+        self.group = mesh.get_group()
+        self.sharded = [any(pl.is_shard() for pl in p.placements) for p, _ in self.pairs]
+
+    def params(self, dims):
+        return [local for p, local in self.pairs if (p.dim() >= 2) == (dims >= 2)]
+
+    @torch.no_grad()
+    def grads_to_local(self):
+        partial = []
+        for p, local in self.pairs:
+            g = p.grad
+            if any(pl.is_partial() for pl in g.placements):
+                partial.append(g)
+                continue
+            if g.placements != p.placements:
+                g = g.redistribute(p.device_mesh, p.placements)
+            local.grad = g.to_local()
+        if partial:
+            flat = torch.cat([g.to_local().reshape(-1) for g in partial])
+            dist.all_reduce(flat, group=self.group)
+            it = iter(flat.split([g.to_local().numel() for g in partial]))
+            by_id = {id(g): next(it) for g in partial}
+            for p, local in self.pairs:
+                if id(p.grad) in by_id:
+                    local.grad = by_id[id(p.grad)].view_as(local)
+        for p, _ in self.pairs:
+            p.grad = None
+
+    @torch.no_grad()
+    def clip_grad_norm(self, max_norm):
+        """Global-norm clipping: a sharded gradient's squares summed over the ranks, a replicated
+        one's counted once."""
+        grads = [local.grad for _, local in self.pairs]
+        norms = torch._foreach_norm(grads, 2)
+        sq = [torch.stack([n.float() for n, s in zip(norms, self.sharded) if s == want]).square().sum()
+              if any(s == want for s in self.sharded) else torch.zeros((), device=grads[0].device)
+              for want in (True, False)]
+        dist.all_reduce(sq[0], group=self.group)
+        total = (sq[0] + sq[1]).sqrt()
+        torch._foreach_mul_(grads, torch.clamp(max_norm / (total + 1e-6), max=1.0))
+        return total
 
 
 def parse_args():
@@ -169,6 +325,11 @@ def parse_args():
     p.add_argument("--peak-size", type=int, help="side of the peak matmul (8192 on cuda, 1024 on cpu)")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", choices=["cuda", "cpu"])
     p.add_argument("--no-compile", action="store_true", help="eager mode (no torch.compile)")
+    p.add_argument("--tp", action="store_true",
+                   help="tensor parallel over the WORLD_SIZE ranks of torchrun (one replica), instead of DDP")
+    p.add_argument("--compile-scope", choices=["model", "blocks"], default="model",
+                   help="--tp: torch.compile the whole model (the default; the loss stays outside) or each "
+                        "transformer block (torchtitan's way)")
     p.add_argument("--tiny", action="store_true",
                    help="2 layers, hidden 64, 4 heads, seq 32, vocab 256, micro-batch 2, 2+1 steps: a quick check")
     p.add_argument("--threads", type=int, help="torch.set_num_threads (CPU)")
@@ -193,13 +354,19 @@ def parse_args():
         a.model = "custom"
     if a.hidden_size % a.num_attention_heads:
         p.error("--hidden-size must be divisible by --num-attention-heads")
+    tp = int(os.environ.get("WORLD_SIZE", "1")) if a.tp else 1
+    for what, n in (("--num-attention-heads", a.num_attention_heads), ("--vocab-size", a.vocab_size),
+                    ("--seq-length", a.seq_length)):
+        if n % tp:
+            p.error(f"--tp: {what} {n} is not divisible by the tensor-parallel size {tp}")
     a.peak_size = a.peak_size or (8192 if a.device == "cuda" else 1024)
     return a
 
 
 def run(a):
     dev = a.device
-    rank, world = init_distributed(dev)
+    rank, world = init_distributed(dev, a.tp)
+    tp = a.tp and dist.is_initialized()  # tensor parallel over the world
     if a.threads:
         torch.set_num_threads(a.threads)
     if dev == "cuda":
@@ -217,11 +384,35 @@ def run(a):
     params = sum(p.numel() for p in model.parameters())  # the tied weight once
     params_flops = params - model.wpe.weight.numel()
     flops_per_token = 6 * params_flops + 12 * L * H * T
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    if tp:
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.tensor import DTensor
+        from torch.distributed.tensor.parallel import loss_parallel
+        # Every rank built the same model from seed 1234 and draws the same tokens: the generator's
+        # state is kept across the parallelization, so the tokens are those of a single process.
+        rng = torch.get_rng_state(), torch.cuda.get_rng_state() if dev == "cuda" else None
+        mesh = init_device_mesh(dev, (world,))
+        parallelize(model, mesh)
+        torch.set_rng_state(rng[0])
+        if rng[1] is not None:
+            torch.cuda.set_rng_state(rng[1])
+        shards = LocalShards(model, mesh)
+        decay, no_decay = shards.params(2), shards.params(1)
+    else:
+        decay = [p for p in model.parameters() if p.dim() >= 2]
+        no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
                             lr=6e-4, betas=(0.9, 0.95), eps=1e-8, fused=(dev == "cuda"))
-    if world == 1:
+    compiled, compile_error = not a.no_compile, None
+    if tp:
+        # After parallelize_module, as PyTorch's TP tutorial says: the whole model (logits out, the
+        # loss_parallel cross-entropy eager), or each block on its own (local tensors in and out,
+        # the DTensors inside) as torchtitan does, slower here (see the module's docstring).
+        if compiled:
+            for m in (model.h if a.compile_scope == "blocks" else [model]):
+                m.compile()
+        fwd = model
+    elif world == 1:
         fwd = model if a.no_compile else torch.compile(model)
     else:
         torch.manual_seed(1234 + rank)  # each rank its own tokens
@@ -233,13 +424,47 @@ def run(a):
     def step():
         data = torch.randint(0, V, (B, T + 1), device=dev)
         x, y = data[:, :-1], data[:, 1:]
-        with ctx:
-            loss = fwd(x, y)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        if tp:
+            with ctx:
+                logits = fwd(x)  # a DTensor sharded on the vocabulary
+            with loss_parallel():
+                with ctx:
+                    loss = F.cross_entropy(logits.flatten(0, 1), y.flatten(0, 1))
+                loss.backward()
+            if isinstance(loss, DTensor):
+                loss = loss.full_tensor()
+            shards.grads_to_local()
+            shards.clip_grad_norm(1.0)
+        else:
+            with ctx:
+                loss = fwd(x, y)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
         return loss.item()
+
+    def eager_step():
+        """The first step, with torch.compile: when compiling fails (TP + compile in some PyTorch
+        versions), the model goes back to eager, said on stderr and in the JSON ("compile": false,
+        "compile_error"), rather than the run failing."""
+        nonlocal compiled, compile_error, fwd
+        try:
+            return step()
+        except Exception as e:  # noqa: BLE001 - any failure inside Dynamo/Inductor
+            if not compiled or isinstance(e, torch.cuda.OutOfMemoryError):
+                raise
+            compile_error = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"[:300]
+            print(f"torch_gpt2.py: torch.compile failed ({compile_error}); running eager", file=sys.stderr)
+            compiled = False
+            for m in model.modules():
+                if getattr(m, "_compiled_call_impl", None) is not None:
+                    m._compiled_call_impl = None
+            torch._dynamo.reset()
+            if fwd is not model and not isinstance(fwd, torch.nn.parallel.DistributedDataParallel):
+                fwd = model
+            opt.zero_grad(set_to_none=True)
+            return step()
 
     times, losses = [], []
     t_warm = time.perf_counter()
@@ -247,7 +472,7 @@ def run(a):
         if i == a.warmup:
             warmup_s = time.perf_counter() - t_warm
         t0 = time.perf_counter()
-        loss = step()
+        loss = eager_step() if i == 0 else step()
         dt = time.perf_counter() - t0
         if not math.isfinite(loss):
             raise RuntimeError(f"the loss of step {i + 1} is {loss}")
@@ -268,7 +493,7 @@ def run(a):
         mem_alloc = mem_reserved = sum(p.numel() * p.element_size() for p in model.parameters()) * 4 / gib
     total = sum(times)
     tok_s = B * T * a.iters / total
-    tflops = flops_per_token * tok_s / 1e12
+    tflops = flops_per_token * tok_s / 1e12 / (world if tp else 1)  # per GPU
     r = {
         "impl": "torch", "model": a.model, "device": dev, "dtype": "bf16" if dev == "cuda" else "fp32",
         "num_layers": L, "hidden_size": H, "num_attention_heads": NH, "seq_length": T, "micro_batch_size": B,
@@ -277,25 +502,40 @@ def run(a):
         "ms_per_step_median": 1e3 * median(times), "tokens_per_s": tok_s, "tflops": tflops,
         "peak_tflops": peak, "peak_n": a.peak_size, "mfu": tflops / peak, "mem_peak_gib": mem_peak,
         "mem_alloc_gib": mem_alloc, "mem_reserved_gib": mem_reserved, "loss_first": losses[0],
-        "loss_last": losses[-1], "warmup_s": warmup_s, "compile": not a.no_compile,
+        "loss_last": losses[-1], "warmup_s": warmup_s, "compile": compiled,
         "torch": torch.__version__,
     }
+    if compile_error:
+        r["compile_error"] = compile_error
     if dev == "cuda":
         r["gpu"] = torch.cuda.get_device_name()
-    if world > 1:
+    if tp:
+        if rank != 0:
+            return
+        # One replica on all the ranks: tokens_per_s is rank 0's own; tflops and mfu per GPU.
+        r.update(world_size=world, tensor_parallel=world, parallel="tp", sequence_parallel=True,
+                 loss_parallel=True, dist_backend=dist.get_backend())
+        if compiled:
+            r["compile_scope"] = a.compile_scope
+    elif world > 1:
         if rank != 0:
             return
         r.update(tokens_per_s=world * tok_s, world_size=world, dist_backend=dist.get_backend())
     out = sys.stderr if a.json else sys.stdout
-    print(f"torch baseline: {a.model} on {dev} ({r['dtype']}{', compiled' if r['compile'] else ', eager'}), "
+    print(f"torch baseline: {a.model} on {dev} ({r['dtype']}{', compiled' if r['compile'] else ', eager'}"
+          f"{', tensor parallel ' + str(world) if tp else ''}), "
           f"{L} layers, hidden {H}, {NH} heads, seq {T}, micro-batch {B}, vocab {V}", file=out)
     print(f"  parameters         {params} ({params_flops} without position embeddings)", file=out)
     print(f"  step time          {r['ms_per_step']:.2f} ms mean, {r['ms_per_step_median']:.2f} ms median "
           f"({a.iters} steps after {a.warmup} warm-up, {warmup_s:.1f} s)", file=out)
-    print(f"  tokens/s           {r['tokens_per_s']:.0f}"
-          + (f" ({world} ranks x {tok_s:.0f}, DDP over {r['dist_backend']})" if world > 1 else ""), file=out)
+    if tp:
+        print(f"  tokens/s           {r['tokens_per_s']:.0f} (one replica, tensor + sequence parallel over "
+              f"{world} ranks, {r['dist_backend']})", file=out)
+    else:
+        print(f"  tokens/s           {r['tokens_per_s']:.0f}"
+              + (f" ({world} ranks x {tok_s:.0f}, DDP over {r['dist_backend']})" if world > 1 else ""), file=out)
     print(f"  FLOPs/token        {flops_per_token:.4g} (6N + 12*L*H*T)", file=out)
-    print(f"  achieved           {tflops:.2f} TFLOP/s", file=out)
+    print(f"  achieved           {tflops:.2f} TFLOP/s" + (" per GPU" if tp else ""), file=out)
     print(f"  {r['dtype']} matmul peak  {peak:.2f} TFLOP/s ({a.peak_size}^3, torch.matmul, measured now)", file=out)
     print(f"  MFU                {100 * r['mfu']:.1f}%", file=out)
     print(f"  memory             {mem_peak:.2f} GiB peak, allocated {mem_alloc:.2f} GiB, "

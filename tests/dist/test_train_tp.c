@@ -14,7 +14,13 @@
  * The key bias of the fused QKV has a true gradient of exactly zero (softmax ignores a constant
  * added to every score of a row): both runs hold rounding noise there that Adam turns into
  * steps of arbitrary sign, so those elements (and only those) are not compared; nothing else
- * depends on them. */
+ * depends on them.
+ * On device buffers (NCCL, `make test-nccl`, 2 or 4 GPUs): TP = 2 (GPT-2 style, with and without
+ * SP; Llama style with SP) in bf16 against one GPU, 20 steps: losses within bf16 tolerance
+ * (BF16_TOL), grad norms within NORM_TOL, the tensor-parallel collectives running on the compute
+ * stream. The grad norm is the looser check: a row-parallel product is rounded to bf16 on each
+ * rank before the sum, and at lr 3e-3 on a 64-wide model one step's norm moved by 3.3% (H200,
+ * Llama style with SP, step 6 of 20) while every loss stayed within 2%. */
 #include "dist.h"
 
 #include "core/flags.h"
@@ -27,14 +33,21 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define STEPS 10
-#define TOL   1e-5
+#define STEPS     10
+#define GPU_STEPS 20
+#define TOL       1e-5
+#define BF16_TOL  2e-2 /* a few bf16 ulps (2^-8) of relative difference, as test_train_dp.c */
+#define NORM_TOL  6e-2 /* bf16 grad norms (see the top) */
 
 typedef struct {
     const char *label;
     bool llama, sp, distopt;
     int tp; /* D = world / tp */
 } variant;
+
+static bool on_gpu(const dist_ctx *t) {
+    return strcmp(t->B->name, "host") != 0;
+}
 
 static void make_config(dist_ctx *t, mg_config *c, const variant *v, int tp, int world) {
     char groups[8];
@@ -70,13 +83,13 @@ static void make_config(dist_ctx *t, mg_config *c, const variant *v, int tp, int
                       "--global-batch-size",
                       "4",
                       "--train-iters",
-                      "10",
+                      "20",
                       "--lr",
                       "3e-3",
                       "--eval-iters",
                       "0",
                       "--device",
-                      "cpu",
+                      on_gpu(t) ? "cuda" : "cpu",
                       "--num-threads",
                       "1"};
     char *argv[64];
@@ -94,20 +107,25 @@ static void make_config(dist_ctx *t, mg_config *c, const variant *v, int tp, int
     c->use_distributed_optimizer = v->distopt;
     c->overlap_grad_reduce = v->distopt;
     c->ddp_bucket_size = v->distopt ? 3000 : -1;
+    c->overlap_param_gather = v->distopt && v->llama; /* the parameters gathered in forward */
     DOK(mg_config_validate(c));
 }
 
 typedef struct {
-    double loss[STEPS], norm[STEPS];
+    double loss[GPU_STEPS], norm[GPU_STEPS];
     float *w;
     mg_trainer *tr;
 } run_out;
+
+static int steps(const dist_ctx *t) {
+    return on_gpu(t) ? GPU_STEPS : STEPS;
+}
 
 static void train(dist_ctx *t, const mg_config *c, mg_comm *dp, mg_comm *tp, run_out *out) {
     out->tr = calloc(1, sizeof *out->tr);
     DOK(out->tr ? MG_OK : MG_ERR_NOMEM);
     DOK(mg_trainer_init_groups(out->tr, c, dp, tp));
-    for (int s = 0; s < STEPS; s++) DOK(mg_trainer_step(out->tr, &out->loss[s], &out->norm[s]));
+    for (int s = 0; s < steps(t); s++) DOK(mg_trainer_step(out->tr, &out->loss[s], &out->norm[s]));
     out->w = calloc(out->tr->model.params.numel, sizeof *out->w);
     DOK(out->w ? MG_OK : MG_ERR_NOMEM);
     DOK(mg_trainer_get_weights(out->tr, out->w));
@@ -190,11 +208,20 @@ static void check_variant(dist_ctx *t, const variant *v) {
                 got.tr->dp_size == t->size / v->tp,
             "%s: vocabulary %d vs %d, tp %d, dp %d", v->label, got.tr->model.cfg.V,
             ref.tr->model.cfg.V, got.tr->tp_size, got.tr->dp_size);
-    for (int i = 0; i < STEPS; i++) {
-        DEXPECT(rel(got.loss[i], ref.loss[i]) <= TOL, "%s step %d: loss %.9g, one rank %.9g",
+    const double tol = on_gpu(t) ? BF16_TOL : TOL;
+    for (int i = 0; i < steps(t); i++) {
+        DEXPECT(rel(got.loss[i], ref.loss[i]) <= tol, "%s step %d: loss %.9g, one rank %.9g",
                 v->label, i + 1, got.loss[i], ref.loss[i]);
-        DEXPECT(rel(got.norm[i], ref.norm[i]) <= TOL, "%s step %d: grad norm %.9g, one rank %.9g",
-                v->label, i + 1, got.norm[i], ref.norm[i]);
+        DEXPECT(rel(got.norm[i], ref.norm[i]) <= (on_gpu(t) ? NORM_TOL : TOL),
+                "%s step %d: grad norm %.9g, one rank %.9g", v->label, i + 1, got.norm[i],
+                ref.norm[i]);
+    }
+    if (on_gpu(t)) { /* bf16: the losses and norms are the check */
+        release(&ref);
+        release(&got);
+        if (dp) mg_comm_group_free(dp);
+        if (tp) mg_comm_group_free(tp);
+        return;
     }
     const char *which = "";
     double e = model_error(&got, &ref, &which);
@@ -219,7 +246,14 @@ static void check_variant(dist_ctx *t, const variant *v) {
 
 void test_train_tp(dist_ctx *t) {
     mg_log_init(t->rank, t->size);
-    if (t->B->name && strcmp(t->B->name, "host") != 0) return; /* fp32 CPU equivalence only */
+    if (on_gpu(t)) {
+        if (t->size != 2 && t->size != 4) return;
+        const variant gpu[] = {{"gpu gpt2 tp2", false, false, false, 2},
+                               {"gpu gpt2 tp2+sp", false, true, false, 2},
+                               {"gpu llama tp2+sp", true, true, false, 2}};
+        for (size_t i = 0; i < sizeof gpu / sizeof *gpu; i++) check_variant(t, &gpu[i]);
+        return;
+    }
     if (t->size != 2 && t->size != 4 && t->size != 8) return;
     const int T = t->size == 8 ? 4 : t->size;
     const variant all[] = {
@@ -228,7 +262,8 @@ void test_train_tp(dist_ctx *t) {
         {"llama tp", true, false, false, T},
         {"llama tp+sp", true, true, false, T},
         {"gpt2 tp2 x dp, distributed optimizer, overlap-grad-reduce", false, false, true, 2},
-        {"llama tp2+sp x dp, distributed optimizer, overlap-grad-reduce", true, true, true, 2},
+        {"llama tp2+sp x dp, distributed optimizer, overlap-grad-reduce and param-gather", true,
+         true, true, 2},
     };
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) {
         /* T x D layouts only where there are data-parallel replicas; 8 ranks: the T = 4 ones */

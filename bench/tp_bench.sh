@@ -1,0 +1,211 @@
+#!/usr/bin/env bash
+# Tensor-parallel strong scaling of `megatron train` against PyTorch's own tensor parallelism
+# (bench/baselines/torch_gpt2.py --tp under torchrun: torch.distributed.tensor.parallel's
+# parallelize_module on a 1-D DeviceMesh, Megatron-style sequence parallel, loss_parallel, the
+# model compiled after the parallelization, bf16 autocast, fused AdamW) on GPT-2 shapes, both in one
+# command on the same GPUs (bench/NOTES.md). With tensor parallelism all T GPUs train ONE replica:
+# each step is one micro-batch of MBS sequences of 1024 (vocabulary 50304) whatever T, so the
+# global batch is MBS; scaling = tokens/s at T / (T x tokens/s on 1 GPU), each framework against
+# its own one-GPU run from the same call (the issue's mark: TP 2 at >= 85%).
+#   bench/tp_bench.sh [BUILD]          BUILD/megatron must be built with the CUDA backend and MPI
+# megatron.c: `megatron train --mock-data` with Megatron's model flags (the shapes of `megatron
+# bench --model gpt2-...`), AdamW lr 6e-4 constant, weight decay 0.1, betas (0.9, 0.95), bf16; 1
+# GPU plain, T GPUs `mpirun -np T ... --tensor-model-parallel-size T --sequence-parallel`; its
+# tokens/s is the median over the log intervals (--metrics-file) after the first (the warm-up).
+# torch: 1 GPU plain (the model of bench-gpu), T GPUs `torchrun --standalone --nproc_per_node T
+# ... --tp`, every rank on the same tokens, tokens/s rank 0's own (one replica); the same first
+# LOG_INTERVAL steps untimed (torch.compile's compilation is in them), tokens/s over the timed
+# steps that follow. Where torch.compile fails on the parallel model, the baseline runs eager and
+# its JSON line says "compile": false (the table marks it "eager"). A run that fails (or a shape
+# whose heads T does not divide: 1.5b's 25) leaves a line with "error" and the bench goes on.
+# Environment:
+#   SHAPES="350m 774m"      GPT-2 shapes: 124m 350m 774m 1.5b (25 heads: no T > 1 divides them), or tiny (2 layers, hidden 64, 4 heads,
+#                           sequence 32, vocabulary 256: a check of this script)
+#   NGPUS                   tensor-parallel sizes T; default 1 and each of 2 4 that nvidia-smi lists
+#                           (on DEVICE=cpu: 1 2); 1 always runs, it is the base of the scaling
+#   MBS=8                   micro-batch size (of the one replica)
+#   ITERS=30 LOG_INTERVAL=5 steps of each run, and the log interval (the first one is warm-up)
+#   OUTDIR                  where the JSON lines and logs go (default $OUT, else a new temporary
+#                           directory); one summary line per run: OUTDIR/tp_bench.jsonl
+#   PYTHON=python3          the Python that has PyTorch (torchrun is its torch.distributed.run)
+#   DEVICE=cuda; MEGATRON_ARGS, TORCH_ARGS: extra flags for megatron train / the baseline, e.g.
+#                           TORCH_ARGS="--compile-scope blocks" (each block compiled, torchtitan's way)
+# A check on a CPU (MPI and gloo, one thread a rank, torch eager):
+#   DEVICE=cpu SHAPES=tiny NGPUS="1 2" ITERS=6 bench/tp_bench.sh
+set -uo pipefail
+
+BUILD=${1:-build}
+BIN=$BUILD/megatron
+HERE=$(cd "$(dirname "$0")" && pwd)
+SHAPES=${SHAPES:-350m 774m}
+MBS=${MBS:-8}
+ITERS=${ITERS:-30}
+LOG_INTERVAL=${LOG_INTERVAL:-5}
+PYTHON=${PYTHON:-python3}
+DEVICE=${DEVICE:-cuda}
+read -r -a MEGATRON_ARGS_ <<<"${MEGATRON_ARGS:-}"
+read -r -a TORCH_ARGS_ <<<"${TORCH_ARGS:-}"
+OUTDIR=${OUTDIR:-${OUT:-$(mktemp -d)}}
+RESULTS=$OUTDIR/tp_bench.jsonl
+# Never NVLink multicast on these machines (KINDS.md), whatever the programs do.
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+MPIRUN=(mpirun --allow-run-as-root --bind-to none -x NCCL_NVLS_ENABLE -x NVSHMEM_DISABLE_NVLS)
+if [ "$DEVICE" = cpu ]; then
+    # More ranks than cores is fine for a check; containers often forbid Open MPI's cross-memory
+    # attach. One thread a rank on both sides.
+    MPIRUN+=(--oversubscribe)
+    export OMPI_MCA_btl_vader_single_copy_mechanism=${OMPI_MCA_btl_vader_single_copy_mechanism:-none}
+    MEGATRON_ARGS_=(--num-threads 1 "${MEGATRON_ARGS_[@]}")
+    TORCH_ARGS_=(--no-compile --threads 1 "${TORCH_ARGS_[@]}")
+else
+    MEGATRON_ARGS_=(--bf16 "${MEGATRON_ARGS_[@]}")
+fi
+if [ -z "${NGPUS:-}" ]; then
+    have=2
+    [ "$DEVICE" = cuda ] && have=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
+    NGPUS=1
+    for n in 2 4; do [ "$have" -ge "$n" ] && NGPUS+=" $n"; done
+fi
+case " $NGPUS " in *" 1 "*) ;; *) NGPUS="1 $NGPUS" ;; esac
+
+# layers hidden heads sequence vocabulary
+shape_dims() { # SHAPE
+    case $1 in
+    124m) echo 12 768 12 1024 50304 ;;
+    350m) echo 24 1024 16 1024 50304 ;;
+    774m) echo 36 1280 20 1024 50304 ;;
+    1.5b) echo 48 1600 25 1024 50304 ;;
+    tiny) echo 2 64 4 32 256 ;;
+    *) return 1 ;;
+    esac
+}
+
+for shape in $SHAPES; do
+    shape_dims "$shape" >/dev/null || { echo "tp_bench: unknown shape $shape (124m 350m 774m 1.5b tiny)" >&2; exit 1; }
+done
+[ -x "$BIN" ] || { echo "tp_bench: $BIN is not built (make BUILD=$BUILD $BIN)" >&2; exit 1; }
+[ "$ITERS" -gt "$LOG_INTERVAL" ] || { echo "tp_bench: ITERS ($ITERS) must exceed LOG_INTERVAL ($LOG_INTERVAL)" >&2; exit 1; }
+mkdir -p "$OUTDIR"
+: >"$RESULTS"
+echo "tp_bench: $BIN vs $HERE/baselines/torch_gpt2.py --tp (DTensor TP + SP); shapes: $SHAPES;" \
+    "tensor-parallel sizes: $NGPUS; micro-batch $MBS (one replica); $ITERS steps, the first" \
+    "$LOG_INTERVAL warm-up; results in $RESULTS"
+[ "$DEVICE" = cuda ] && nvidia-smi --query-gpu=index,name,memory.total,driver_version,clocks.max.sm,power.limit \
+    --format=csv 2>&1 | sed 's/^/  /'
+[ "$DEVICE" = cuda ] && nvidia-smi topo -m 2>&1 | sed 's/^/  /' # NVLink or PCIe: what TP rests on
+"$PYTHON" -c 'import torch; print("  torch", torch.__version__, "cuda", torch.version.cuda)' 2>&1
+echo "  $(mpirun --version 2>&1 | head -n 1)"
+
+# One summary line for RESULTS from a run's output FILE: megatron.c's metrics lines give the
+# median over the intervals after the first; torch's line is taken as it is.
+summarize() { # IMPL SHAPE T FILE
+    "$PYTHON" - "$@" "$MBS" "${MEGATRON_ARGS:-}" <<'EOF'
+import json, statistics, sys
+impl, shape, n, path, mbs, margs = sys.argv[1:]
+lines = [json.loads(l) for l in open(path) if l.startswith("{")]
+if impl == "megatron.c":
+    timed = lines[1:]
+    med = lambda k: statistics.median(l[k] for l in timed)
+    r = {"tokens_per_s": med("tokens_per_s"), "ms_per_iter": med("ms_per_iter"),
+         "tflops_per_gpu": med("tflops"), "intervals": len(timed), "lm_loss_last": lines[-1]["lm_loss"],
+         "megatron_args": margs}
+else:
+    r = lines[-1]
+r.update(impl=impl, shape=shape, micro_batch_size=int(mbs), global_batch_size=int(mbs),
+         world_size=int(n), tensor_parallel=int(n))
+print(json.dumps(r))
+EOF
+}
+
+# A line for RESULTS that says why a run has no result.
+record_error() { # IMPL SHAPE T RC MESSAGE
+    "$PYTHON" - "$@" "$MBS" >>"$RESULTS" <<'EOF'
+import json, sys
+impl, shape, n, rc, msg, mbs = sys.argv[1:]
+print(json.dumps({"impl": impl, "shape": shape, "micro_batch_size": int(mbs), "global_batch_size": int(mbs),
+                  "world_size": int(n), "tensor_parallel": int(n), "exit": int(rc), "error": msg}))
+EOF
+}
+
+# run_one IMPL SHAPE T: 0 when its summary line is in RESULTS; otherwise an error line is.
+run_one() {
+    local impl=$1 shape=$2 n=$3 rc start L H NH S V msg
+    local base=$OUTDIR/$impl-$shape-mbs$MBS-tp$n
+    read -r L H NH S V <<<"$(shape_dims "$shape")"
+    if [ $((NH % n)) -ne 0 ]; then
+        msg="$NH attention heads are not divisible by the tensor-parallel size $n"
+        echo "  $impl $shape on $n: skipped, $msg"
+        record_error "$impl" "$shape" "$n" 0 "$msg"
+        return 1
+    fi
+    start=$(date +%s)
+    if [ "$impl" = megatron.c ]; then
+        local launch=("$BIN") tp=()
+        [ "$n" -gt 1 ] && launch=("${MPIRUN[@]}" -np "$n" "$BIN") &&
+            tp=(--tensor-model-parallel-size "$n" --sequence-parallel)
+        rm -f "$base.jsonl"
+        timeout 420 "${launch[@]}" train --num-layers "$L" --hidden-size "$H" --num-attention-heads "$NH" \
+            --seq-length "$S" --max-position-embeddings "$S" --vocab-size "$V" --mock-data \
+            --micro-batch-size "$MBS" --global-batch-size "$MBS" --train-iters "$ITERS" \
+            --lr 6e-4 --lr-warmup-iters 0 --lr-decay-style constant --weight-decay 0.1 \
+            --adam-beta2 0.95 --log-interval "$LOG_INTERVAL" --eval-iters 0 --device "$DEVICE" \
+            --metrics-file "$base.jsonl" "${tp[@]}" "${MEGATRON_ARGS_[@]}" >"$base.log" 2>&1
+    else
+        local launch=("$PYTHON") tp=()
+        [ "$n" -gt 1 ] && launch=("$PYTHON" -m torch.distributed.run --standalone --nproc_per_node "$n") &&
+            tp=(--tp)
+        timeout 420 "${launch[@]}" "$HERE/baselines/torch_gpt2.py" --device "$DEVICE" --num-layers "$L" \
+            --hidden-size "$H" --num-attention-heads "$NH" --seq-length "$S" --vocab-size "$V" \
+            --micro-batch-size "$MBS" --warmup "$LOG_INTERVAL" --iters $((ITERS - LOG_INTERVAL)) \
+            --json "${tp[@]}" "${TORCH_ARGS_[@]}" >"$base.jsonl" 2>"$base.log"
+    fi
+    rc=$?
+    echo "  $impl $shape on $n: exit $rc after $(($(date +%s) - start)) s"
+    if [ "$rc" -eq 0 ] && summarize "$impl" "$shape" "$n" "$base.jsonl" >>"$RESULTS"; then
+        tail -n 1 "$RESULTS" | "$PYTHON" -c 'import json, sys; r = json.load(sys.stdin)
+eager = r.get("compile") is False and r.get("device") == "cuda"
+print("    %.0f tokens/s%s" % (r["tokens_per_s"], " (torch eager)" if eager else ""))'
+        return 0
+    fi
+    if [ "$rc" -eq 124 ]; then
+        msg="timed out after 420 s"
+    else
+        msg=$({ grep -iE -m 1 'error|out of memory' "$base.log" || tail -n 1 "$base.log"; } | cut -c1-300)
+        [ -n "$msg" ] || msg="exit $rc, no output"
+    fi
+    echo "    failed: $msg; log: $base.log"
+    { grep -iE -m 3 'error|out of memory' "$base.log" || tail -n 5 "$base.log"; } | cut -c1-300 | sed 's/^/      /'
+    record_error "$impl" "$shape" "$n" "$rc" "$msg"
+    return 1
+}
+
+for shape in $SHAPES; do
+    for n in $NGPUS; do
+        run_one megatron.c "$shape" "$n"
+        run_one torch "$shape" "$n"
+    done
+done
+
+"$PYTHON" - "$RESULTS" <<'EOF'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+key = lambda r: (r["impl"], r["shape"], r["micro_batch_size"], r["world_size"])
+tok = {key(r): r["tokens_per_s"] for r in rows if "tokens_per_s" in r}
+eager = {key(r) for r in rows if r.get("compile") is False and r.get("device") == "cuda"}
+err = {key(r) for r in rows if "error" in r}
+print()
+print("| shape | mbs | T | megatron.c tok/s | scaling | torch TP tok/s | scaling | megatron/torch |")
+print("|---|---|---|---|---|---|---|---|")
+for shape, mbs, n in dict.fromkeys((r["shape"], r["micro_batch_size"], r["world_size"]) for r in rows):
+    cells = []
+    for impl in ("megatron.c", "torch"):
+        k = (impl, shape, mbs, n)
+        t, t1 = tok.get(k), tok.get((impl, shape, mbs, 1))
+        cells += [(f"{t:.0f}" + (" eager" if k in eager else "")) if t else ("error" if k in err else "-"),
+                  f"{t / (n * t1):.1%}" if t and t1 else "-"]
+    o, t = tok.get(("megatron.c", shape, mbs, n)), tok.get(("torch", shape, mbs, n))
+    print(f"| {shape} | {mbs} | {n} | {' | '.join(cells)} | {f'{o / t:.2f}x' if o and t else '-'} |")
+for r in rows:
+    if "error" in r:
+        print(f"  {r['impl']} {r['shape']} T={r['world_size']}: {r['error']}")
+EOF
