@@ -34,88 +34,14 @@
 #   DEVICE=cpu SHAPES=tiny NGPUS="1 2" ITERS=6 bench/tp_bench.sh
 set -uo pipefail
 
-BUILD=${1:-build}
-BIN=$BUILD/megatron
-HERE=$(cd "$(dirname "$0")" && pwd)
+BENCH=tp_bench
 SHAPES=${SHAPES:-350m 774m}
-MBS=${MBS:-8}
-ITERS=${ITERS:-30}
-LOG_INTERVAL=${LOG_INTERVAL:-5}
-PYTHON=${PYTHON:-python3}
-DEVICE=${DEVICE:-cuda}
-read -r -a MEGATRON_ARGS_ <<<"${MEGATRON_ARGS:-}"
-read -r -a TORCH_ARGS_ <<<"${TORCH_ARGS:-}"
-OUTDIR=${OUTDIR:-${OUT:-$(mktemp -d)}}
-RESULTS=$OUTDIR/tp_bench.jsonl
-# Never NVLink multicast on these machines (KINDS.md), whatever the programs do.
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-MPIRUN=(mpirun --allow-run-as-root --bind-to none -x NCCL_NVLS_ENABLE -x NVSHMEM_DISABLE_NVLS)
-if [ "$DEVICE" = cpu ]; then
-    # More ranks than cores is fine for a check; containers often forbid Open MPI's cross-memory
-    # attach. One thread a rank on both sides.
-    MPIRUN+=(--oversubscribe)
-    export OMPI_MCA_btl_vader_single_copy_mechanism=${OMPI_MCA_btl_vader_single_copy_mechanism:-none}
-    MEGATRON_ARGS_=(--num-threads 1 "${MEGATRON_ARGS_[@]}")
-    TORCH_ARGS_=(--no-compile --threads 1 "${TORCH_ARGS_[@]}")
-else
-    MEGATRON_ARGS_=(--bf16 "${MEGATRON_ARGS_[@]}")
-fi
-if [ -z "${NGPUS:-}" ]; then
-    have=2
-    [ "$DEVICE" = cuda ] && have=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
-    NGPUS=1
-    for n in 2 4; do [ "$have" -ge "$n" ] && NGPUS+=" $n"; done
-fi
-case " $NGPUS " in *" 1 "*) ;; *) NGPUS="1 $NGPUS" ;; esac
-
-# layers hidden heads sequence vocabulary
-shape_dims() { # SHAPE
-    case $1 in
-    124m) echo 12 768 12 1024 50304 ;;
-    350m) echo 24 1024 16 1024 50304 ;;
-    774m) echo 36 1280 20 1024 50304 ;;
-    1.5b) echo 48 1600 25 1024 50304 ;;
-    tiny) echo 2 64 4 32 256 ;;
-    *) return 1 ;;
-    esac
-}
-
-for shape in $SHAPES; do
-    shape_dims "$shape" >/dev/null || { echo "tp_bench: unknown shape $shape (124m 350m 774m 1.5b tiny)" >&2; exit 1; }
-done
-[ -x "$BIN" ] || { echo "tp_bench: $BIN is not built (make BUILD=$BUILD $BIN)" >&2; exit 1; }
-[ "$ITERS" -gt "$LOG_INTERVAL" ] || { echo "tp_bench: ITERS ($ITERS) must exceed LOG_INTERVAL ($LOG_INTERVAL)" >&2; exit 1; }
-mkdir -p "$OUTDIR"
-: >"$RESULTS"
+# shellcheck source=bench/lib.sh
+. "$(dirname "$0")/lib.sh" "$@" # BIN, the environment above, MPIRUN, shape_dims, summarize
 echo "tp_bench: $BIN vs $HERE/baselines/torch_gpt2.py --tp (DTensor TP + SP); shapes: $SHAPES;" \
     "tensor-parallel sizes: $NGPUS; micro-batch $MBS (one replica); $ITERS steps, the first" \
     "$LOG_INTERVAL warm-up; results in $RESULTS"
-[ "$DEVICE" = cuda ] && nvidia-smi --query-gpu=index,name,memory.total,driver_version,clocks.max.sm,power.limit \
-    --format=csv 2>&1 | sed 's/^/  /'
-[ "$DEVICE" = cuda ] && nvidia-smi topo -m 2>&1 | sed 's/^/  /' # NVLink or PCIe: what TP rests on
-"$PYTHON" -c 'import torch; print("  torch", torch.__version__, "cuda", torch.version.cuda)' 2>&1
-echo "  $(mpirun --version 2>&1 | head -n 1)"
-
-# One summary line for RESULTS from a run's output FILE: megatron.c's metrics lines give the
-# median over the intervals after the first; torch's line is taken as it is.
-summarize() { # IMPL SHAPE T FILE
-    "$PYTHON" - "$@" "$MBS" "${MEGATRON_ARGS:-}" <<'EOF'
-import json, statistics, sys
-impl, shape, n, path, mbs, margs = sys.argv[1:]
-lines = [json.loads(l) for l in open(path) if l.startswith("{")]
-if impl == "megatron.c":
-    timed = lines[1:]
-    med = lambda k: statistics.median(l[k] for l in timed)
-    r = {"tokens_per_s": med("tokens_per_s"), "ms_per_iter": med("ms_per_iter"),
-         "tflops_per_gpu": med("tflops"), "intervals": len(timed), "lm_loss_last": lines[-1]["lm_loss"],
-         "megatron_args": margs}
-else:
-    r = lines[-1]
-r.update(impl=impl, shape=shape, micro_batch_size=int(mbs), global_batch_size=int(mbs),
-         world_size=int(n), tensor_parallel=int(n))
-print(json.dumps(r))
-EOF
-}
+print_versions
 
 # A line for RESULTS that says why a run has no result.
 record_error() { # IMPL SHAPE T RC MESSAGE
@@ -161,7 +87,8 @@ run_one() {
     fi
     rc=$?
     echo "  $impl $shape on $n: exit $rc after $(($(date +%s) - start)) s"
-    if [ "$rc" -eq 0 ] && summarize "$impl" "$shape" "$n" "$base.jsonl" >>"$RESULTS"; then
+    if [ "$rc" -eq 0 ] && summarize "$impl" "$shape" "$base.jsonl" micro_batch_size="$MBS" global_batch_size="$MBS" \
+        world_size="$n" tensor_parallel="$n" >>"$RESULTS"; then
         tail -n 1 "$RESULTS" | "$PYTHON" -c 'import json, sys; r = json.load(sys.stdin)
 eager = r.get("compile") is False and r.get("device") == "cuda"
 print("    %.0f tokens/s%s" % (r["tokens_per_s"], " (torch eager)" if eager else ""))'

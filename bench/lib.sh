@@ -1,0 +1,99 @@
+# shellcheck shell=bash disable=SC2034  # sourced: what it sets is used by the script that sources it
+# The set-up that bench/dp_bench.sh and bench/tp_bench.sh share: they set BENCH (their name) and
+# their SHAPES default, then source this file with their arguments (`. lib.sh "$@"`), and get:
+#   BUILD BIN HERE          $1 (default build), BUILD/megatron, this folder
+#   SHAPES MBS ITERS LOG_INTERVAL PYTHON DEVICE OUTDIR   the environment their headers document
+#   RESULTS                 OUTDIR/BENCH.jsonl, made empty
+#   MEGATRON_ARGS_ TORCH_ARGS_   MEGATRON_ARGS and TORCH_ARGS as arrays, with --bf16 on cuda, or
+#                           one thread a rank (and torch eager) on DEVICE=cpu
+#   MPIRUN                  the mpirun command before -np (with --oversubscribe on DEVICE=cpu)
+#   NGPUS                   default 1 and each of 2 4 that nvidia-smi lists (DEVICE=cpu: 1 2),
+#                           always with 1
+#   shape_dims SHAPE        "layers hidden heads sequence vocabulary" of a GPT-2 shape or tiny
+#   print_versions          the header lines: nvidia-smi's GPUs and topology, torch, mpirun
+#   summarize IMPL SHAPE FILE KEY=INT...   one JSON line for RESULTS from a run's output
+# and NVLink multicast turned off. Sourcing exits (with BENCH's message) on an unknown shape, an
+# unbuilt BIN, or ITERS not above LOG_INTERVAL.
+
+BUILD=${1:-build}
+BIN=$BUILD/megatron
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+MBS=${MBS:-8}
+ITERS=${ITERS:-30}
+LOG_INTERVAL=${LOG_INTERVAL:-5}
+PYTHON=${PYTHON:-python3}
+DEVICE=${DEVICE:-cuda}
+read -r -a MEGATRON_ARGS_ <<<"${MEGATRON_ARGS:-}"
+read -r -a TORCH_ARGS_ <<<"${TORCH_ARGS:-}"
+OUTDIR=${OUTDIR:-${OUT:-$(mktemp -d)}}
+RESULTS=$OUTDIR/$BENCH.jsonl
+# Never NVLink multicast on these machines (KINDS.md), whatever the programs do.
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+MPIRUN=(mpirun --allow-run-as-root --bind-to none -x NCCL_NVLS_ENABLE -x NVSHMEM_DISABLE_NVLS)
+if [ "$DEVICE" = cpu ]; then
+    # More ranks than cores is fine for a check; containers often forbid Open MPI's cross-memory
+    # attach. One thread a rank on both sides.
+    MPIRUN+=(--oversubscribe)
+    export OMPI_MCA_btl_vader_single_copy_mechanism=${OMPI_MCA_btl_vader_single_copy_mechanism:-none}
+    MEGATRON_ARGS_=(--num-threads 1 "${MEGATRON_ARGS_[@]}")
+    TORCH_ARGS_=(--no-compile --threads 1 "${TORCH_ARGS_[@]}")
+else
+    MEGATRON_ARGS_=(--bf16 "${MEGATRON_ARGS_[@]}")
+fi
+if [ -z "${NGPUS:-}" ]; then
+    have=2
+    [ "$DEVICE" = cuda ] && have=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
+    NGPUS=1
+    for n in 2 4; do [ "$have" -ge "$n" ] && NGPUS+=" $n"; done
+fi
+case " $NGPUS " in *" 1 "*) ;; *) NGPUS="1 $NGPUS" ;; esac
+
+# layers hidden heads sequence vocabulary
+shape_dims() { # SHAPE
+    case $1 in
+    124m) echo 12 768 12 1024 50304 ;;
+    350m) echo 24 1024 16 1024 50304 ;;
+    774m) echo 36 1280 20 1024 50304 ;;
+    1.5b) echo 48 1600 25 1024 50304 ;;
+    tiny) echo 2 64 4 32 256 ;;
+    *) return 1 ;;
+    esac
+}
+
+for shape in $SHAPES; do
+    shape_dims "$shape" >/dev/null || { echo "$BENCH: unknown shape $shape (124m 350m 774m 1.5b tiny)" >&2; exit 1; }
+done
+[ -x "$BIN" ] || { echo "$BENCH: $BIN is not built (make BUILD=$BUILD $BIN)" >&2; exit 1; }
+[ "$ITERS" -gt "$LOG_INTERVAL" ] || { echo "$BENCH: ITERS ($ITERS) must exceed LOG_INTERVAL ($LOG_INTERVAL)" >&2; exit 1; }
+mkdir -p "$OUTDIR"
+: >"$RESULTS"
+
+print_versions() {
+    [ "$DEVICE" = cuda ] && nvidia-smi --query-gpu=index,name,memory.total,driver_version,clocks.max.sm,power.limit \
+        --format=csv 2>&1 | sed 's/^/  /'
+    [ "$DEVICE" = cuda ] && nvidia-smi topo -m 2>&1 | sed 's/^/  /' # NVLink or PCIe: what scaling rests on
+    "$PYTHON" -c 'import torch; print("  torch", torch.__version__, "cuda", torch.version.cuda)' 2>&1
+    echo "  $(mpirun --version 2>&1 | head -n 1)"
+}
+
+# One summary line for RESULTS from a run's output FILE: megatron.c's metrics lines give the
+# median over the intervals after the first; torch's line is taken as it is. Then impl, shape and
+# the integer fields KEY=INT, in that order.
+summarize() { # IMPL SHAPE FILE KEY=INT...
+    "$PYTHON" - "$1" "$2" "$3" "${MEGATRON_ARGS:-}" "${@:4}" <<'EOF'
+import json, statistics, sys
+impl, shape, path, margs, *fields = sys.argv[1:]
+lines = [json.loads(l) for l in open(path) if l.startswith("{")]
+if impl == "megatron.c":
+    timed = lines[1:]
+    med = lambda k: statistics.median(l[k] for l in timed)
+    r = {"tokens_per_s": med("tokens_per_s"), "ms_per_iter": med("ms_per_iter"),
+         "tflops_per_gpu": med("tflops"), "intervals": len(timed), "lm_loss_last": lines[-1]["lm_loss"],
+         "megatron_args": margs}
+else:
+    r = lines[-1]
+r.update(impl=impl, shape=shape)
+r.update((k, int(v)) for k, v in (f.split("=", 1) for f in fields))
+print(json.dumps(r))
+EOF
+}
