@@ -14,6 +14,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 typedef struct {
     mg_comm_world *w;
@@ -38,6 +39,11 @@ _Noreturn void dist_fatal(dist_ctx *t, const char *file, int line, const char *e
     do {                                                                                           \
         if ((expr) != MG_OK) dist_fatal(t, __FILE__, __LINE__, #expr);                             \
     } while (0)
+
+/* Whether the run moves device buffers (--backend nccl) rather than host ones. */
+static inline bool dist_on_device(const dist_ctx *t) {
+    return strcmp(t->B->name, "host") != 0;
+}
 
 /* Device (or host) buffers through t->B; fatal on failure. */
 void *dist_alloc(dist_ctx *t, size_t count, mg_dtype dt);

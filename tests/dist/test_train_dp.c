@@ -43,10 +43,6 @@ typedef struct {
     bool overlap_param;
 } variant;
 
-static bool on_gpu(const dist_ctx *t) {
-    return strcmp(t->B->name, "host") != 0;
-}
-
 typedef struct {
     double loss[STEPS], norm[STEPS];
     float *w; /* (params.numel) the trainer's layout */
@@ -83,7 +79,7 @@ static void make_config(dist_ctx *t, mg_config *c, int world, const variant *v) 
                     "--eval-iters",
                     "0",
                     "--device",
-                    on_gpu(t) ? "cuda" : "cpu",
+                    dist_on_device(t) ? "cuda" : "cpu",
                     "--num-threads",
                     "1",
                     "--disable-bias-linear"};
@@ -170,7 +166,7 @@ static void check_variant(dist_ctx *t, const variant *v, const char *label) {
     mg_trainer *a = train(t, v, NULL, &ref);
     mg_trainer *b = train(t, v, world, &dp);
     int D = t->size;
-    const double tol = on_gpu(t) ? BF16_TOL : TOL;
+    const double tol = dist_on_device(t) ? BF16_TOL : TOL;
     DEXPECT(b->dp_size == D && b->num_microbatches == global_batch(t) / D,
             "%s: dp %d, %d microbatches", label, b->dp_size, b->num_microbatches);
     for (int s = 0; s < STEPS; s++) {
@@ -209,7 +205,7 @@ static void check_variant(dist_ctx *t, const variant *v, const char *label) {
             "%s: %d reductions started in backward (want %d), %d gathers in forward (want %d)",
             label, b->ddp.overlapped_reduces, want_reduces, b->ddp.overlapped_gathers,
             want_gathers);
-    if (!on_gpu(t)) {
+    if (!dist_on_device(t)) {
         /* the memory report: 4 B weights and gradients per buffer element, 8 B of moments per
          * element of this rank's shard (plus the optimizer's scalars and arena alignment) */
         mg_memory_per_param mp = mg_trainer_memory_per_param(b);
@@ -253,7 +249,7 @@ void test_train_distopt(dist_ctx *t) {
 
 void test_train_memory(dist_ctx *t) {
     quiet(t);
-    if (!on_gpu(t)) return; /* on the cpu backend check_variant checks the arenas' bytes */
+    if (!dist_on_device(t)) return; /* on the cpu backend check_variant checks the arenas' bytes */
     mg_comm *world = mg_comm_world_comm(t->w);
     for (int distopt = 0; distopt < 2; distopt++) {
         mg_config c;
@@ -354,7 +350,7 @@ static void check_resume(dist_ctx *t, const variant *v, const char *label) {
 /* Host buffers: the resumed state is compared in place (the trainer's buffers are host memory). */
 void test_train_resume(dist_ctx *t) {
     quiet(t);
-    if (on_gpu(t)) return;
+    if (dist_on_device(t)) return;
     check_resume(t, &(variant){false, false, 0, false}, "all-reduce");
     check_resume(t, &(variant){true, true, 5000, true},
                  "distributed optimizer, buckets of 5000, parameter gather in forward");

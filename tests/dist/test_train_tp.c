@@ -51,10 +51,6 @@ typedef struct {
     int tp; /* D = world / tp */
 } variant;
 
-static bool on_gpu(const dist_ctx *t) {
-    return strcmp(t->B->name, "host") != 0;
-}
-
 static void make_config(dist_ctx *t, mg_config *c, const variant *v, int tp, int world) {
     char groups[8];
     snprintf(groups, sizeof groups, "%d", v->tp);
@@ -95,7 +91,7 @@ static void make_config(dist_ctx *t, mg_config *c, const variant *v, int tp, int
                       "--eval-iters",
                       "0",
                       "--device",
-                      on_gpu(t) ? "cuda" : "cpu",
+                      dist_on_device(t) ? "cuda" : "cpu",
                       "--num-threads",
                       "1"};
     char *argv[64];
@@ -124,7 +120,7 @@ typedef struct {
 } run_out;
 
 static int steps(const dist_ctx *t) {
-    return on_gpu(t) ? GPU_STEPS : STEPS;
+    return dist_on_device(t) ? GPU_STEPS : STEPS;
 }
 
 static void train(dist_ctx *t, const mg_config *c, mg_comm *dp, mg_comm *tp, run_out *out) {
@@ -214,15 +210,15 @@ static void check_variant(dist_ctx *t, const variant *v) {
                 got.tr->dp_size == t->size / v->tp,
             "%s: vocabulary %d vs %d, tp %d, dp %d", v->label, got.tr->model.cfg.V,
             ref.tr->model.cfg.V, got.tr->tp_size, got.tr->dp_size);
-    const double tol = on_gpu(t) ? BF16_TOL : TOL;
+    const double tol = dist_on_device(t) ? BF16_TOL : TOL;
     for (int i = 0; i < steps(t); i++) {
         DEXPECT(rel(got.loss[i], ref.loss[i]) <= tol, "%s step %d: loss %.9g, one rank %.9g",
                 v->label, i + 1, got.loss[i], ref.loss[i]);
-        DEXPECT(rel(got.norm[i], ref.norm[i]) <= (on_gpu(t) ? NORM_TOL : TOL),
+        DEXPECT(rel(got.norm[i], ref.norm[i]) <= (dist_on_device(t) ? NORM_TOL : TOL),
                 "%s step %d: grad norm %.9g, one rank %.9g", v->label, i + 1, got.norm[i],
                 ref.norm[i]);
     }
-    if (on_gpu(t)) { /* bf16: the losses and norms are the check, and the steady state */
+    if (dist_on_device(t)) { /* bf16: the losses and norms are the check, and the steady state */
 #if defined(MG_HAVE_CUDA) && defined(MG_HAVE_NCCL)
         const mg_cuda_ctx *x = got.tr->be->ctx;
         uint64_t s0 = x->n_host_syncs, a0 = x->n_device_allocs;
@@ -263,7 +259,7 @@ static void check_variant(dist_ctx *t, const variant *v) {
 
 void test_train_tp(dist_ctx *t) {
     mg_log_init(t->rank, t->size);
-    if (on_gpu(t)) {
+    if (dist_on_device(t)) {
         if (t->size != 2 && t->size != 4) return;
         const variant gpu[] = {{"gpu gpt2 tp2", false, false, false, 2},
                                {"gpu gpt2 tp2+sp", false, true, false, 2},
