@@ -405,11 +405,13 @@ mg_status mg_trainer_init_groups(mg_trainer *t, const mg_config *cfg, mg_comm *d
     t->tp = tp;
     t->tp_rank = tp ? mg_comm_rank(tp) : 0;
     t->tp_size = tp ? mg_comm_size(tp) : 1;
+    /* a front end that starts one process (megatron bench) meets this first */
     if (t->tp_size != (cfg->tensor_model_parallel_size > 0 ? cfg->tensor_model_parallel_size : 1))
-        return MG_FAIL(MG_ERR_INTERNAL,
-                       "a tensor-parallel group of %d for "
-                       "--tensor-model-parallel-size %d",
-                       t->tp_size, cfg->tensor_model_parallel_size);
+        return MG_FAIL(MG_ERR_USAGE,
+                       "--tensor-model-parallel-size %d needs %d ranks per model replica, this "
+                       "run has %d; train it with mpirun -np %d build/megatron train ...",
+                       cfg->tensor_model_parallel_size, cfg->tensor_model_parallel_size, t->tp_size,
+                       cfg->tensor_model_parallel_size);
     MG_CHECK(resolve_vocab(&t->cfg));
     const mg_config *c = &t->cfg;
     MG_CHECK(create_backend(t));
