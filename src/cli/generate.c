@@ -134,7 +134,7 @@ static mg_status setup_model(gen_state *s, const gen_args *a, int64_t it) {
     s->host = calloc(s->g.params.numel, sizeof *s->host);
     if (!s->host) return MG_FAIL(MG_ERR_NOMEM, "out of memory loading %s", a->load);
     MG_CHECK(mg_checkpoint_load_weights(a->load, it, &s->g, s->host));
-    MG_CHECK(s->be->upload_f32(s->be, s->g.param_buf, s->host, s->g.params.numel));
+    MG_CHECK(s->be->upload_f32(s->be, s->g.blk.param_buf, s->host, s->g.params.numel));
     return MG_OK;
 }
 

@@ -30,6 +30,7 @@ typedef struct {
     int64_t global_shape[2], local_shape[2]; /* 1-D weights: [n, 1] */
     int ndim;
     int split_dim, split_chunks; /* -1: replicated */
+    bool vocab;                  /* split over the vocabulary (embedding, output layer) */
     bool sequence_parallel;      /* gradient all-reduced over TP (norms under SP) */
 } mg_plan_weight;
 

@@ -135,7 +135,7 @@ static mg_status weights_from_model(mg_plan *p, const mg_gpt *g) {
     if (!p->weights) return MG_FAIL(MG_ERR_NOMEM, "out of memory for the weight table");
     p->n_weights = t->n;
     p->params_total = mg_model_config_num_params(&g->cfg);
-    p->params_tp = 0;
+    p->params_tp = mg_params_count(t);
     for (int i = 0; i < t->n; i++) {
         const mg_param_meta *m = &t->p[i];
         mg_plan_weight *w = &p->weights[i];
@@ -148,7 +148,7 @@ static mg_status weights_from_model(mg_plan *p, const mg_gpt *g) {
         w->split_dim = m->tp_split_dim;
         w->split_chunks = m->tp_split_chunks;
         w->sequence_parallel = m->sequence_parallel;
-        p->params_tp += m->numel;
+        w->vocab = i == g->wte || i == g->out_w;
     }
     return MG_OK;
 }

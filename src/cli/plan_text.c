@@ -230,19 +230,21 @@ static void print_weights(const mg_plan *p, FILE *f) {
     fprintf(f, "  %-24s %-24s %s\n", "global shape", "per rank", "split  name");
     for (int i = 0; i < p->n_weights; i++) {
         const mg_plan_weight *w = &p->weights[i];
-        char g[48], l[48], how[64];
+        char g[48], l[48], how[64], blocks[32] = "";
         shape_text(g, sizeof g, w->global_shape, w->ndim);
         shape_text(l, sizeof l, w->local_shape, w->ndim);
         if (w->split_dim < 0)
             snprintf(how, sizeof how, "%s",
                      w->sequence_parallel ? "replicated, SP grad all-reduce" : "replicated");
-        else
+        else {
+            if (w->split_chunks > 1)
+                snprintf(blocks, sizeof blocks, " (%d blocks)", w->split_chunks);
             snprintf(how, sizeof how, "%s%s",
-                     strstr(w->name, "embedding") || strstr(w->name, "output_layer")
-                         ? "vocab-parallel"
+                     w->vocab            ? "vocab-parallel"
                      : w->split_dim == 0 ? "column-parallel"
                                          : "row-parallel",
-                     w->split_chunks > 1 ? " (2 blocks)" : "");
+                     blocks);
+        }
         fprintf(f, "  %-24s %-24s %s  %s\n", g, l, how, w->name);
     }
 }

@@ -48,7 +48,7 @@ mg_status mg_gpt_generate(mg_gpt *g, mg_backend *be, int32_t *tokens_dev, int32_
                           const mg_generate_options *o) {
     int S = g->cfg.S, V = g->cfg.V;
     int Vs = o->vocab_limit > 0 && o->vocab_limit < V ? o->vocab_limit : V;
-    if (g->N != S) return MG_FAIL(MG_ERR_INTERNAL, "generation needs a model planned for batch 1");
+    if (g->blk.N != S) return MG_FAIL(MG_ERR_INTERNAL, "generation needs a model planned for batch 1");
     if (*n == 0) return MG_FAIL(MG_ERR_USAGE, "the prompt is empty: give at least one token");
     if (o->temperature <= 0)
         return MG_FAIL(MG_ERR_USAGE, "--temperature must be positive, got %g", o->temperature);

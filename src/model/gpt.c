@@ -87,38 +87,26 @@ static mg_status reserve(mg_arena *a, size_t bytes, size_t *off) {
     return mg_arena_reserve(a, bytes, 0, off);
 }
 
-/* The block context's shapes and arenas (buffers and group come at bind). */
-static void fill_ctx(mg_gpt *g, mg_backend *be) {
-    g->blk = (mg_block_ctx){.c = &g->cfg,
-                            .be = be,
-                            .tp = &g->tp,
-                            .B = g->B,
-                            .N = g->N,
-                            .Nl = g->Nl,
-                            .esz = g->esz,
-                            .params = &g->params,
-                            .param_buf = g->param_buf,
-                            .grad_buf = g->grad_buf,
-                            .acts = g->acts,
-                            .work = g->work,
-                            .ws = &g->ws};
-}
-
 mg_status mg_gpt_plan(mg_gpt *g, mg_backend *be, int B, mg_arena *acts, mg_arena *work) {
     const mg_model_config *c = &g->cfg;
-    g->B = B;
-    g->N = B * c->S;
-    g->Nl = mg_model_config_rows(c, g->N);
-    g->acts = acts;
-    g->work = work;
-    g->esz = mg_dtype_size(be->compute_dtype);
     mg_tp_init(&g->tp, NULL, be);
-    fill_ctx(g, be);
-    size_t N = (size_t)g->N, Nl = (size_t)g->Nl, e = g->esz, f = sizeof(float), H = (size_t)c->H;
+    g->blk = (mg_block_ctx){.c = c,
+                            .be = be,
+                            .tp = &g->tp,
+                            .B = B,
+                            .N = B * c->S,
+                            .Nl = mg_model_config_rows(c, B * c->S),
+                            .esz = mg_dtype_size(be->compute_dtype),
+                            .params = &g->params,
+                            .acts = acts,
+                            .work = work,
+                            .ws = &g->ws};
+    const mg_block_ctx *x = &g->blk;
+    size_t N = (size_t)x->N, Nl = (size_t)x->Nl, e = x->esz, f = sizeof(float), H = (size_t)c->H;
     const bool split = c->tp > 1;
     g->slot = calloc((size_t)c->L, sizeof *g->slot);
     if (!g->slot) return MG_FAIL(MG_ERR_NOMEM, "cannot allocate the activation plan");
-    for (int l = 0; l < c->L; l++) MG_CHECK(mg_block_plan_slot(&g->blk, &g->slot[l]));
+    for (int l = 0; l < c->L; l++) MG_CHECK(mg_block_plan_slot(x, &g->slot[l]));
     MG_CHECK(reserve(acts, Nl * H * e, &g->x_final));
     MG_CHECK(reserve(acts, N * H * e, &g->lnf));
     MG_CHECK(reserve(acts, Nl * f, &g->lnf_mean));
@@ -150,10 +138,9 @@ mg_status mg_gpt_bind(mg_gpt *g, mg_backend *be, void *params, float *grads, mg_
                        "model built for tensor-parallel rank %d of %d, bound to "
                        "a group of %d",
                        c->tp_rank, c->tp, tp_group ? mg_comm_size(tp_group) : 1);
-    g->param_buf = params;
-    g->grad_buf = grads;
+    g->blk.param_buf = params;
+    g->blk.grad_buf = grads;
     mg_tp_init(&g->tp, tp_group, be);
-    fill_ctx(g, be);
     if (c->pos != MG_POS_ROPE) return MG_OK;
     /* RoPE tables as Hugging Face computes them: inv_freq in fp32, angle = pos * inv_freq in fp32
      */
@@ -176,22 +163,22 @@ mg_status mg_gpt_bind(mg_gpt *g, mg_backend *be, void *params, float *grads, mg_
 }
 
 void *mg_gpt_param(const mg_gpt *g, int i) {
-    return (char *)g->param_buf + g->params.p[i].offset * g->esz;
+    return mg_block_param(&g->blk, i);
 }
 float *mg_gpt_grad(const mg_gpt *g, int i) {
-    return g->grad_buf + g->params.p[i].offset;
+    return mg_block_grad(&g->blk, i);
 }
 void *mg_gpt_logits(const mg_gpt *g) {
-    return mg_arena_ptr(g->work, g->ws.logits);
+    return mg_block_ws_ptr(&g->blk, g->ws.logits);
 }
 
 /* ---- forward and backward ---- */
 
 static void *act(const mg_gpt *g, size_t off) {
-    return mg_arena_ptr(g->acts, off);
+    return mg_block_act(&g->blk, off);
 }
 static void *ws(const mg_gpt *g, size_t off) {
-    return mg_arena_ptr(g->work, off);
+    return mg_block_ws_ptr(&g->blk, off);
 }
 
 static void *layer_out(mg_gpt *g, int l) {
@@ -223,11 +210,11 @@ static mg_status embed(mg_gpt *g, mg_backend *be, const int32_t *tokens, void *x
     const mg_model_config *c = &g->cfg;
     const void *wpe = g->wpe >= 0 && g->tp.rank == 0 ? mg_gpt_param(g, g->wpe) : NULL;
     void *whole = c->sp ? ws(g, g->ws.part) : x0;
-    MG_CHECK(be->embedding_forward(be, whole, tokens, mg_gpt_param(g, g->wte), wpe, g->N, c->S,
+    MG_CHECK(be->embedding_forward(be, whole, tokens, mg_gpt_param(g, g->wte), wpe, g->blk.N, c->S,
                                    c->H, c->v0, c->V_l));
     if (c->sp)
-        return mg_tp_reduce_scatter(&g->tp, x0, whole, (size_t)g->Nl * c->H, be->compute_dtype);
-    return mg_tp_all_reduce(&g->tp, x0, (size_t)g->N * c->H, be->compute_dtype, MG_REDUCE_SUM);
+        return mg_tp_reduce_scatter(&g->tp, x0, whole, (size_t)g->blk.Nl * c->H, be->compute_dtype);
+    return mg_tp_all_reduce(&g->tp, x0, (size_t)g->blk.N * c->H, be->compute_dtype, MG_REDUCE_SUM);
 }
 
 mg_status mg_gpt_forward(mg_gpt *g, mg_backend *be, const int32_t *tokens) {
@@ -245,7 +232,7 @@ mg_status mg_gpt_forward(mg_gpt *g, mg_backend *be, const int32_t *tokens) {
                                    act(g, g->x_final), g->lnf_w, g->lnf_b));
     /* logits of this rank's vocabulary rows: the output layer is column-parallel */
     return be->linear_forward(be, mg_gpt_logits(g), act(g, g->lnf), mg_gpt_param(g, g->out_w), NULL,
-                              NULL, g->N, c->H, c->V_l);
+                              NULL, g->blk.N, c->H, c->V_l);
 }
 
 /* Megatron's VocabParallelCrossEntropy over the group: the global row maximum, the global sum
@@ -253,26 +240,26 @@ mg_status mg_gpt_forward(mg_gpt *g, mg_backend *be, const int32_t *tokens) {
 static mg_status vocab_parallel_loss(mg_gpt *g, mg_backend *be, const int32_t *targets,
                                      const float *dloss, float *losses) {
     const mg_model_config *c = &g->cfg;
-    size_t N = (size_t)g->N;
+    size_t N = (size_t)g->blk.N;
     float *rowmax = ws(g, g->ws.ce), *sums = rowmax + N;
     void *logits = mg_gpt_logits(g);
-    MG_CHECK(be->cross_entropy_max(be, rowmax, logits, g->N, c->V_l));
+    MG_CHECK(be->cross_entropy_max(be, rowmax, logits, g->blk.N, c->V_l));
     MG_CHECK(mg_tp_all_reduce(&g->tp, rowmax, N, MG_F32, MG_REDUCE_MAX));
-    MG_CHECK(be->cross_entropy_sums(be, sums, logits, rowmax, targets, c->v0, g->N, c->V_l));
+    MG_CHECK(be->cross_entropy_sums(be, sums, logits, rowmax, targets, c->v0, g->blk.N, c->V_l));
     MG_CHECK(mg_tp_all_reduce(&g->tp, sums, 2 * N, MG_F32, MG_REDUCE_SUM));
-    return be->cross_entropy_finish(be, logits, losses, rowmax, sums, targets, dloss, c->v0, g->N,
-                                    c->V_l);
+    return be->cross_entropy_finish(be, logits, losses, rowmax, sums, targets, dloss, c->v0,
+                                    g->blk.N, c->V_l);
 }
 
 mg_status mg_gpt_loss(mg_gpt *g, mg_backend *be, const int32_t *targets, const float *dloss,
                       float *loss_acc, float loss_scale) {
     float *losses = ws(g, g->ws.losses);
     if (g->cfg.tp == 1)
-        MG_CHECK(
-            be->cross_entropy_fused(be, mg_gpt_logits(g), losses, targets, dloss, g->N, g->cfg.V));
+        MG_CHECK(be->cross_entropy_fused(be, mg_gpt_logits(g), losses, targets, dloss, g->blk.N,
+                                         g->cfg.V));
     else
         MG_CHECK(vocab_parallel_loss(g, be, targets, dloss, losses));
-    return be->sum_f32(be, loss_acc, losses, NULL, (size_t)g->N, loss_scale);
+    return be->sum_f32(be, loss_acc, losses, NULL, (size_t)g->blk.N, loss_scale);
 }
 
 mg_status mg_gpt_backward(mg_gpt *g, mg_backend *be, const int32_t *tokens) {
@@ -281,10 +268,10 @@ mg_status mg_gpt_backward(mg_gpt *g, mg_backend *be, const int32_t *tokens) {
     void *dres = ws(g, g->ws.dres), *dln = ws(g, g->ws.dln);
     /* head: logits = lnf @ W_out^T; the logits buffer holds d(logits) after mg_gpt_loss */
     MG_CHECK(be->linear_backward(be, dln, mg_gpt_grad(g, g->out_w), NULL, mg_gpt_logits(g),
-                                 act(g, g->lnf), mg_gpt_param(g, g->out_w), NULL, g->N, c->H,
+                                 act(g, g->lnf), mg_gpt_param(g, g->out_w), NULL, g->blk.N, c->H,
                                  c->V_l));
     if (g->out_w != g->wte) MG_CHECK(call_hook(g, true, &g->out_w, 1));
-    MG_CHECK(be->memset_zero(be, dres, (size_t)g->Nl * c->H * g->esz));
+    MG_CHECK(be->memset_zero(be, dres, (size_t)g->blk.Nl * c->H * g->blk.esz));
     MG_CHECK(mg_block_norm_backward(x, dres, dln, act(g, g->x_final), act(g, g->lnf_mean),
                                     act(g, g->lnf_rstd), g->lnf_w, g->lnf_b));
     MG_CHECK(call_hook(g, true, (const int[]){g->lnf_w, g->lnf_b}, 2));
@@ -297,8 +284,8 @@ mg_status mg_gpt_backward(mg_gpt *g, mg_backend *be, const int32_t *tokens) {
     const void *dx0;
     MG_CHECK(mg_block_row_parallel_dout(x, dres, &dx0));
     MG_CHECK(be->embedding_backward(be, mg_gpt_grad(g, g->wte),
-                                    g->wpe >= 0 ? mg_gpt_grad(g, g->wpe) : NULL, dx0, tokens, g->N,
-                                    c->S, c->H, c->v0, c->V_l));
+                                    g->wpe >= 0 ? mg_gpt_grad(g, g->wpe) : NULL, dx0, tokens,
+                                    g->blk.N, c->S, c->H, c->v0, c->V_l));
     return call_hook(g, true, (const int[]){g->wte, g->wpe}, 2);
 }
 

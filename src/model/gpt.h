@@ -63,17 +63,13 @@ typedef struct {
     mg_layer_params *layers;           /* (L) */
 
     /* plan (set by mg_gpt_plan) */
-    int B, N, Nl;        /* micro-batch size, tokens per microbatch (B*S), residual rows here */
-    size_t esz;          /* bytes per activation element */
-    mg_layer_slot *slot; /* (L) */
+    mg_layer_slot *slot;                     /* (L) */
     size_t x_final, lnf, lnf_mean, lnf_rstd; /* final residual (Nl,H), final norm (N,H) whole */
     mg_block_ws ws;                          /* workspace offsets */
-    mg_arena *acts, *work;
-
-    /* bound (set by mg_gpt_bind) */
-    void *param_buf; /* (params.numel) compute dtype */
-    float *grad_buf; /* (params.numel) fp32 main grads */
-    mg_tp tp;        /* the tensor-parallel group */
+    mg_tp tp;                                /* the tensor-parallel group (set at bind) */
+    /* the shapes (blk.B micro-batch, blk.N = B*S tokens, blk.Nl residual rows on this rank),
+     * arenas and, from mg_gpt_bind, the parameter and gradient buffers (blk.param_buf compute
+     * dtype, blk.grad_buf fp32, params.numel each): what every layer shares (model/block.h) */
     mg_block_ctx blk;
 } mg_gpt;
 

@@ -94,6 +94,12 @@ mg_status mg_params_relayout(mg_param_table *t, const size_t *offset, size_t num
     return MG_OK;
 }
 
+int64_t mg_params_count(const mg_param_table *t) {
+    int64_t n = 0;
+    for (int i = 0; i < t->n; i++) n += t->p[i].numel;
+    return n;
+}
+
 int64_t mg_param_global_index(const mg_param_meta *m, int64_t j) {
     if (m->tp_split_dim < 0 || m->tp_size == 1) return j;
     int64_t cols = m->shape[1], i = j / cols, k = j % cols;

@@ -64,6 +64,8 @@ void mg_params_layout(mg_param_table *t);
  * as the data-parallel grad buffer's (parallel/grad_buffer.h). Fails with MG_ERR_INTERNAL, leaving
  * the table as it was, when a parameter would leave the buffer or overlap another. */
 mg_status mg_params_relayout(mg_param_table *t, const size_t *offset, size_t numel);
+/* Elements of every parameter in the table (this rank's shards; alignment padding excluded). */
+int64_t mg_params_count(const mg_param_table *t);
 /* The global (row-major, unsplit) element index of local element j of m. */
 int64_t mg_param_global_index(const mg_param_meta *m, int64_t j);
 /* Index of the named parameter, or -1. */

@@ -56,11 +56,9 @@ static void print_banner(const mg_trainer *t) {
                     "weights, gradients and optimizer state)",
                     t->be->name, t->gpu, mg_dtype_name(t->be->compute_dtype));
     /* Megatron's line, from this rank's shards (rank 0 logs: tensor rank 0) */
-    int64_t local = 0;
-    for (int i = 0; i < t->model.params.n; i++) local += t->model.params.p[i].numel;
     mg_log_info(" > number of parameters on (tensor, pipeline) model parallel rank (%d, 0): "
                 "%" PRId64,
-                t->tp_rank, local);
+                t->tp_rank, mg_params_count(&t->model.params));
     if (t->tp_size > 1)
         mg_log_info("> tensor-parallel size %d%s: %" PRId64 " parameters in the whole model; "
                     "heads %d, query groups %d, ffn %d, vocabulary rows %d per rank",

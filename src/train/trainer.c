@@ -157,8 +157,7 @@ static mg_status plan_memory(mg_trainer *t) {
 }
 
 mg_memory_per_param mg_trainer_memory_per_param(const mg_trainer *t) {
-    int64_t n = 0;
-    for (int i = 0; i < t->model.params.n; i++) n += t->model.params.p[i].numel;
+    int64_t n = mg_params_count(&t->model.params);
     double p = n > 0 ? (double)n : 1.0;
     /* the master arena is never committed where the parameters are the fp32 masters */
     return (mg_memory_per_param){
@@ -365,7 +364,8 @@ static mg_status set_batch_shape(mg_trainer *t) {
 
 /* Each token's share of the global batch's mean: 1 / (tokens x microbatches x D). */
 static float token_weight(const mg_trainer *t) {
-    return 1.0f / (float)((size_t)t->model.N * (size_t)t->num_microbatches * (size_t)t->dp_size);
+    return 1.0f /
+           (float)((size_t)t->model.blk.N * (size_t)t->num_microbatches * (size_t)t->dp_size);
 }
 
 /* The model's hooks (model/gpt.h) drive the data-parallel overlap (parallel/ddp.h) and, in the
@@ -435,7 +435,7 @@ mg_status mg_trainer_init_groups(mg_trainer *t, const mg_config *cfg, mg_comm *d
      * (gradient_scaling_factor). Both factors are folded into one weight here; with D a power of
      * two that is bit for bit Megatron's product, and every microbatch's gradient equals the one
      * a single rank computes for the same samples. */
-    size_t N = (size_t)t->model.N;
+    size_t N = (size_t)t->model.blk.N;
     float w = token_weight(t);
     float *ones = malloc(N * sizeof *ones);
     if (!ones) return MG_FAIL(MG_ERR_NOMEM, "out of memory");
@@ -456,7 +456,7 @@ static mg_status load_microbatch(mg_trainer *t, const mg_sample_source *src, int
     int64_t start = first + ((int64_t)mb * t->dp_size + t->dp_rank) * c->micro_batch_size;
     for (int b = 0; b < c->micro_batch_size; b++)
         MG_CHECK(src->sample(src->ctx, start + b, t->host_tokens + b * S, t->host_targets + b * S));
-    size_t bytes = (size_t)t->model.N * sizeof(int32_t);
+    size_t bytes = (size_t)t->model.blk.N * sizeof(int32_t);
     MG_CHECK(t->be->copy_h2d(t->be, t->tokens, t->host_tokens, bytes));
     MG_CHECK(t->be->copy_h2d(t->be, t->targets, t->host_targets, bytes));
     return MG_OK;

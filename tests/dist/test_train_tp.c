@@ -243,12 +243,9 @@ static void check_variant(dist_ctx *t, const variant *v) {
             "(most in %s)",
             v->label, got.tr->tp_rank, STEPS, e, which);
     /* this rank holds 1/T of every split parameter */
-    int64_t mine = 0, whole = 0;
     const mg_param_table *pa = &got.tr->model.params;
-    for (int i = 0; i < pa->n; i++) {
-        mine += pa->p[i].numel;
-        whole += pa->p[i].global_shape[0] * pa->p[i].global_shape[1];
-    }
+    int64_t mine = mg_params_count(pa), whole = 0;
+    for (int i = 0; i < pa->n; i++) whole += pa->p[i].global_shape[0] * pa->p[i].global_shape[1];
     DEXPECT(whole == mg_model_config_num_params(&ref.tr->model.cfg) && mine < whole,
             "%s: %lld local of %lld parameters", v->label, (long long)mine, (long long)whole);
     release(&ref);

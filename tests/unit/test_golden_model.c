@@ -116,7 +116,7 @@ static void check_golden_model(mg_test_ctx *t, const char *name) {
     tr->train_src = src;
 
     /* logits, one microbatch at a time */
-    int N = g->N, V = g->cfg.V;
+    int N = g->blk.N, V = g->cfg.V;
     float *lg = malloc((size_t)N * V * sizeof *lg);
     double worst_logits = 0;
     for (int mb = 0; mb < cfg.global_batch_size / cfg.micro_batch_size; mb++) {

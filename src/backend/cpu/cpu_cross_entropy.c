@@ -56,12 +56,6 @@ static mg_status check_targets(const char *op, const int32_t *targets, int N) {
     return MG_OK;
 }
 
-/* t - v0 when target t is a column of this rank, else -1. */
-static inline int local_col(int32_t t, int v0, int Vl) {
-    uint32_t r = (uint32_t)t - (uint32_t)v0;
-    return Vl > 0 && r < (uint32_t)Vl ? (int)r : -1;
-}
-
 mg_status mg_cpu_cross_entropy_max(mg_backend *be, float *rowmax, const void *logits_, int N,
                                    int Vl) {
     const float *logits = logits_; // (N, Vl); rowmax (N)
@@ -88,7 +82,7 @@ mg_status mg_cpu_cross_entropy_sums(mg_backend *be, float *sums, const void *log
         double sum = 0;
 #pragma omp simd reduction(+ : sum)
         for (int j = 0; j < Vl; j++) sum += mg_cpu_expf(x[j] - mx);
-        int c = local_col(targets[i], v0, Vl);
+        int c = mg_cpu_vocab_row(targets[i], v0, Vl);
         sums[i] = (float)sum;
         sums[N + i] = c >= 0 ? x[c] : 0.0f;
     }
@@ -110,7 +104,7 @@ mg_status mg_cpu_cross_entropy_finish(mg_backend *be, void *logits_, float *loss
         double sum = sums[i];
         losses[i] = (float)(log(sum) - ((double)sums[N + i] - mx));
         float scale = (float)(1.0 / sum);
-        int c = local_col(targets[i], v0, Vl);
+        int c = mg_cpu_vocab_row(targets[i], v0, Vl);
         float pc = c >= 0 ? mg_cpu_expf(x[c] - mx) * scale : 0.0f; /* before x[c] is overwritten */
 #pragma omp simd
         for (int j = 0; j < Vl; j++) x[j] = (mg_cpu_expf(x[j] - mx) * scale) * dl;

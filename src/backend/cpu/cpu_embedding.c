@@ -4,13 +4,6 @@
  * once the position embedding is added by one of them. */
 #include "backend/cpu/cpu_ops.h"
 
-/* tok - v0 when it is a row of this rank, else -1 (unsigned arithmetic: no overflow, and a
- * negative id is out of every range). */
-static inline int local_row(int32_t tok, int v0, int Vl) {
-    uint32_t r = (uint32_t)tok - (uint32_t)v0;
-    return Vl > 0 && r < (uint32_t)Vl ? (int)r : -1;
-}
-
 mg_status mg_cpu_embedding_forward(mg_backend *be, void *out_, const int32_t *tokens,
                                    const void *wte_, const void *wpe_, int N, int S, int H, int v0,
                                    int Vl) {
@@ -20,7 +13,7 @@ mg_status mg_cpu_embedding_forward(mg_backend *be, void *out_, const int32_t *to
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < N; i++) {
         float *o = out + (size_t)i * H;
-        int r = local_row(tokens[i], v0, Vl);
+        int r = mg_cpu_vocab_row(tokens[i], v0, Vl);
         const float *p = wpe ? wpe + (size_t)(i % S) * H : NULL;
         if (r >= 0) {
             const float *e = wte + (size_t)r * H;
@@ -50,7 +43,7 @@ mg_status mg_cpu_embedding_backward(mg_backend *be, float *dwte, float *dwpe, co
         int j1 = j0 + MG_CPU_COL_BLOCK < H ? j0 + MG_CPU_COL_BLOCK : H;
         for (int i = 0; i < N; i++) {
             const float *d = dout + (size_t)i * H;
-            int r = local_row(tokens[i], v0, Vl);
+            int r = mg_cpu_vocab_row(tokens[i], v0, Vl);
             if (r >= 0) {
                 float *e = dwte + (size_t)r * H;
                 for (int j = j0; j < j1; j++) e[j] += d[j];

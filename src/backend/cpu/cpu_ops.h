@@ -87,6 +87,14 @@ static inline float mg_cpu_expf(float x) {
     return p * s1 * s2;
 }
 
+/* Vocab-parallel ops (embedding, cross-entropy): id - v0 when vocabulary id `id` is one of this
+ * rank's rows [v0, v0 + Vl), else -1 (unsigned arithmetic: no overflow, and a negative id is
+ * outside every range). */
+static inline int mg_cpu_vocab_row(int32_t id, int v0, int Vl) {
+    uint32_t r = (uint32_t)id - (uint32_t)v0;
+    return Vl > 0 && r < (uint32_t)Vl ? (int)r : -1;
+}
+
 /* cpu_embedding.c */
 mg_status mg_cpu_embedding_forward(mg_backend *be, void *out, const int32_t *tokens,
                                    const void *wte, const void *wpe, int N, int S, int H, int v0,

@@ -129,12 +129,6 @@ extern "C" mg_status mg_cuda_cross_entropy_fused(mg_backend *be, void *logits, f
  * report, makes sums[N + i] NaN, so the row's loss is NaN on every rank (visible in the loss
  * average), as the fused kernel does. */
 
-/* t - v0 when target t is a column of this rank, else -1 (unsigned: no overflow). */
-static __device__ __forceinline__ int ce_local_col(int32_t t, int v0, int Vl) {
-    unsigned r = (unsigned)t - (unsigned)v0;
-    return r < (unsigned)Vl ? (int)r : -1;
-}
-
 /* The row's value of a per-thread partial (max or sum), in thread 0; fixed order. */
 template <bool MAX> static __device__ __forceinline__ float ce_block_reduce(float v) {
     __shared__ float sh[CE_THREADS / 32];
@@ -185,7 +179,7 @@ static __global__ void __launch_bounds__(CE_THREADS)
     s = ce_block_reduce<false>(s);
     if (threadIdx.x == 0) {
         int32_t t = targets[row];
-        int c = ce_local_col(t, v0, Vl);
+        int c = mg_cuda_vocab_row(t, v0, Vl);
         sums[row] = s;
         sums[N + row] = t < 0 ? NAN : c >= 0 ? __bfloat162float(x[c]) : 0.0f;
     }
@@ -199,7 +193,7 @@ static __global__ void __launch_bounds__(CE_THREADS)
     size_t row = blockIdx.x;
     bf16 *x = logits + row * (size_t)Vl;
     float m = rowmax[row], s = sums[row], inv = 1.0f / s, dl = dloss[row], ms = m * CE_LOG2E;
-    int c = ce_local_col(targets[row], v0, Vl);
+    int c = mg_cuda_vocab_row(targets[row], v0, Vl);
     if (threadIdx.x == 0) losses[row] = logf(s) + m - sums[N + row];
     for (int u = threadIdx.x; u < Vl / VEC; u += CE_THREADS) {
         float f[VEC];

@@ -26,6 +26,14 @@ static inline bool mg_cuda_aligned16(const void *p) {
     return ((uintptr_t)p & 15u) == 0;
 }
 
+/* Vocab-parallel ops (embedding, cross-entropy): id - v0 when vocabulary id `id` is one of this
+ * rank's rows [v0, v0 + Vl), else -1 (unsigned arithmetic: no overflow, and a negative id is
+ * outside every range). The launchers check Vl > 0. */
+static __device__ __forceinline__ int mg_cuda_vocab_row(int32_t id, int v0, int Vl) {
+    unsigned r = (unsigned)id - (unsigned)v0;
+    return r < (unsigned)Vl ? (int)r : -1;
+}
+
 /* Blocks for `items` work items of `threads` each, at least 1, capped for grid-stride loops. */
 static inline unsigned mg_cuda_blocks(size_t items, int threads) {
     size_t b = (items + (size_t)threads - 1) / (size_t)threads;

@@ -32,12 +32,6 @@
 #define DW_W      8  /* warps per block of the dwte kernel */
 #define DW_UNROLL 4  /* rows in flight per warp for long segments */
 
-/* tok - v0 when it is a row of this rank, else -1 (unsigned: no overflow, negative ids out). */
-static __device__ __forceinline__ int local_row(int32_t tok, int v0, int Vl) {
-    unsigned r = (unsigned)tok - (unsigned)v0;
-    return r < (unsigned)Vl ? (int)r : -1; /* Vl > 0 (checked by the launchers) */
-}
-
 template <int VEC>
 static __global__ void embedding_forward_kernel(bf16 *out, const int32_t *tokens, const bf16 *wte,
                                                 const bf16 *wpe, int N, int S, int H, int v0,
@@ -48,7 +42,7 @@ static __global__ void embedding_forward_kernel(bf16 *out, const int32_t *tokens
     for (size_t u = (size_t)blockIdx.x * blockDim.x + threadIdx.x; u < items; u += stride) {
         size_t i = u / per_row, j = (u % per_row) * VEC;
         float e[VEC], p[VEC];
-        int r = local_row(tokens[i], v0, Vl);
+        int r = mg_cuda_vocab_row(tokens[i], v0, Vl);
         if (r >= 0)
             mg_loadv<VEC>(wte + (size_t)r * H + j, e);
         else
@@ -92,7 +86,7 @@ static __global__ void sort_input_kernel(int32_t *keys, int32_t *pos, const int3
                                          int v0, int Vl) {
     // keys, pos, tokens (N)
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < N; i += gridDim.x * blockDim.x) {
-        int r = local_row(tokens[i], v0, Vl);
+        int r = mg_cuda_vocab_row(tokens[i], v0, Vl);
         keys[i] = r >= 0 ? r : Vl;
         pos[i] = i;
     }
