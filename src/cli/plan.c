@@ -126,18 +126,7 @@ static mg_status build_layers(mg_plan *p) {
                            p->vpp);
         return MG_OK;
     }
-    mg_layers_params lp = {
-        .num_layers = c->num_layers,
-        .pp = pp,
-        .vpp = vflag > 0 ? vflag : 0,
-        .layers_per_virtual_stage = c->num_layers_per_virtual_pipeline_stage > 0
-                                        ? c->num_layers_per_virtual_pipeline_stage
-                                        : 0,
-        .first_stage_layers = c->decoder_first_pipeline_num_layers,
-        .last_stage_layers = c->decoder_last_pipeline_num_layers,
-        .account_for_embedding = c->account_for_embedding_in_pipeline_split,
-        .account_for_loss = c->account_for_loss_in_pipeline_split,
-    };
+    mg_layers_params lp = mg_layers_params_of(c);
     MG_CHECK(mg_layers_check(&lp, &p->vpp));
     p->chunks = calloc((size_t)pp * (size_t)p->vpp, sizeof *p->chunks);
     if (!p->chunks) return MG_FAIL(MG_ERR_NOMEM, "out of memory for the layer plan");

@@ -167,10 +167,15 @@ static mg_status grad_from_model(mg_plan *p) {
      * Megatron's checks (heads and query groups split over TP) and pads the vocabulary to a
      * multiple of make-vocab-size-divisible-by x TP */
     m.tensor_model_parallel_size = p->layout.sizes.tp;
+    /* the whole model (one stage), cut into the chunks' parameters below */
+    m.pipeline_model_parallel_size = 1;
+    m.virtual_pipeline_model_parallel_size = m.num_layers_per_virtual_pipeline_stage = -1;
+    m.decoder_first_pipeline_num_layers = m.decoder_last_pipeline_num_layers = -1;
+    m.account_for_embedding_in_pipeline_split = m.account_for_loss_in_pipeline_split = false;
     mg_gpt g;
-    int pp = m.pipeline_model_parallel_size, n_chunks = pp * p->vpp;
+    int pp = p->cfg.pipeline_model_parallel_size, n_chunks = pp * p->vpp;
     mg_status st;
-    MG_CHECK_GOTO(mg_gpt_build(&g, &m, 0), st, done); /* clears g first: safe to free */
+    MG_CHECK_GOTO(mg_gpt_build(&g, &m, 0, 0), st, done); /* clears g first: safe to free */
     p->grad = calloc((size_t)n_chunks, sizeof *p->grad);
     if (!p->grad) {
         st = MG_FAIL(MG_ERR_NOMEM, "out of memory for the grad buffer plan");

@@ -15,6 +15,8 @@
 #include "core/log.h"
 #include "core/status.h"
 #include "parallel/parallel_state.h"
+#include "parallel/pipeline/layers.h"
+#include "parallel/pipeline/schedule.h"
 #include "train/trainer.h"
 
 #include <stdio.h>
@@ -43,24 +45,65 @@ static mg_parallel_sizes layout_sizes(const mg_config *c, int world_size) {
     return s;
 }
 
-/* This rank's data-parallel and tensor-parallel groups among Megatron's groups of the layout
- * (every rank creates both lists, in the same order). A group of one rank is left NULL. */
-static mg_status make_groups(mg_comm_world *w, const mg_config *c, mg_comm **dp, mg_comm **tp) {
+/* The pipeline's layer placement and schedule (Megatron's checks), on every rank before the
+ * ranks meet: the same flags give every rank the same one-line refusal. */
+static mg_status check_pipeline(const mg_config *c) {
+    mg_layers_params lp = mg_layers_params_of(c);
+    int vpp;
+    MG_CHECK(mg_layers_check(&lp, &vpp));
+    int dp = mg_config_data_parallel_size(c);
+    mg_schedule_params s = {
+        .pp = lp.pp,
+        .vpp = vpp,
+        .microbatches = c->global_batch_size / (c->micro_batch_size * dp),
+        .group =
+            c->microbatch_group_size_per_vp_stage > 0 ? c->microbatch_group_size_per_vp_stage : 0,
+        .no_overlap_p2p = c->no_overlap_p2p_communication,
+    };
+    return mg_schedule_check(&s);
+}
+
+/* The groups a training rank uses, among Megatron's groups of the layout */
+static const struct {
+    mg_group_kind kind;
+    const char *name;
+} train_groups[4] = {
+    {MG_GROUP_DP, "dp"}, {MG_GROUP_TP, "tp"}, {MG_GROUP_PP, "pp"}, {MG_GROUP_EMBEDDING, "embd"}};
+
+static mg_comm **group_slot(mg_train_groups *g, int i) {
+    mg_comm **slots[4] = {&g->dp, &g->tp, &g->pp, &g->embedding};
+    return slots[i];
+}
+
+static void free_groups(mg_train_groups *g) {
+    for (int i = 0; i < 4; i++)
+        if (*group_slot(g, i)) {
+            mg_comm_group_free(*group_slot(g, i));
+            *group_slot(g, i) = NULL;
+        }
+}
+
+/* This rank's data-parallel, tensor-parallel, pipeline and embedding groups (every rank creates
+ * every list, in the same order). A group of one rank is left NULL. */
+static mg_status make_groups(mg_comm_world *w, const mg_config *c, mg_train_groups *out) {
     mg_parallel_sizes s = layout_sizes(c, mg_comm_world_size(w));
     mg_parallel_layout l;
     MG_CHECK(mg_parallel_layout_build(&s, &l));
-    const mg_group_list *g = &l.groups[MG_GROUP_DP], *t = &l.groups[MG_GROUP_TP];
-    mg_status st = mg_comm_group_create(w, "dp", g->n_groups, g->offsets, g->ranks, dp);
-    if (st == MG_OK) st = mg_comm_group_create(w, "tp", t->n_groups, t->offsets, t->ranks, tp);
+    mg_status st = MG_OK;
+    for (int i = 0; i < 4 && st == MG_OK; i++) {
+        const mg_group_list *g = &l.groups[train_groups[i].kind];
+        st = mg_comm_group_create(w, train_groups[i].name, g->n_groups, g->offsets, g->ranks,
+                                  group_slot(out, i));
+    }
     mg_parallel_layout_free(&l);
-    MG_CHECK(st);
-    mg_comm **groups[2] = {dp, tp};
-    for (int i = 0; i < 2; i++)
-        if (*groups[i] && mg_comm_size(*groups[i]) == 1) {
-            mg_comm_group_free(*groups[i]);
-            *groups[i] = NULL;
+    for (int i = 0; i < 4; i++) {
+        mg_comm **g = group_slot(out, i);
+        if (*g && mg_comm_size(*g) == 1) {
+            mg_comm_group_free(*g);
+            *g = NULL;
         }
-    return MG_OK;
+    }
+    return st;
 }
 
 /* The communication backend follows the device: NCCL moves the CUDA backend's device buffers,
@@ -88,22 +131,21 @@ static mg_status pick_device(const mg_launch_info *li, mg_config *cfg, mg_comm_b
 
 static int train_ranks(const mg_launch_info *li, mg_config *cfg) {
     mg_comm_world *w = NULL;
-    mg_comm *dp = NULL, *tp = NULL;
+    mg_train_groups groups = {0};
     mg_comm_backend backend;
     mg_status st = pick_device(li, cfg, &backend);
     if (st != MG_OK) return mg_cli_report(st);
     st = mg_comm_world_init(li, backend, cfg->distributed_timeout_minutes * 60.0, &w);
     if (st != MG_OK) return mg_cli_report(st); /* the world told the peers already */
-    st = make_groups(w, cfg, &dp, &tp);
-    if (st == MG_OK) st = mg_train_run(cfg, dp, tp);
+    st = make_groups(w, cfg, &groups);
+    if (st == MG_OK) st = mg_train_run(cfg, &groups);
     int rc = mg_cli_report(st);
     if (st != MG_OK) {
         char msg[1024];
         snprintf(msg, sizeof msg, "%s", mg_error_message());
         mg_comm_world_fail(w, msg);
     }
-    if (dp) mg_comm_group_free(dp);
-    if (tp) mg_comm_group_free(tp);
+    free_groups(&groups);
     mg_comm_world_finalize(w);
     return rc;
 }
@@ -128,7 +170,8 @@ int mg_cli_train(int argc, char **argv) {
     /* the layout's own checks (Megatron's initialize_model_parallel) before the ranks meet */
     mg_parallel_sizes sizes = layout_sizes(&cfg, li.world_size);
     st = mg_parallel_sizes_check(&sizes, NULL, NULL);
+    if (st == MG_OK) st = check_pipeline(&cfg);
     if (st != MG_OK) return mg_cli_report(st);
-    if (li.world_size == 1) return mg_cli_report(mg_train_run(&cfg, NULL, NULL));
+    if (li.world_size == 1) return mg_cli_report(mg_train_run(&cfg, NULL));
     return train_ranks(&li, &cfg);
 }

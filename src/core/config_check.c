@@ -267,18 +267,17 @@ static mg_status check_runtime(const mg_config *c) {
     if (!(c->distributed_timeout_minutes > 0))
         return USAGE("--distributed-timeout-minutes must be positive, got %g",
                      c->distributed_timeout_minutes);
-    /* The layout flags are parsed and checked by `megatron plan` (src/parallel); training runs
-     * one model replica on one rank until tensor, pipeline, context and expert parallelism land. */
+    /* The layout flags are parsed and checked by `megatron plan` (src/parallel); training splits
+     * the model by tensor and pipeline parallelism (the pipeline's placement and schedule are
+     * checked by the front end: parallel/pipeline), not yet by context or expert parallelism. */
+    MG_CHECK(positive("--pipeline-model-parallel-size", c->pipeline_model_parallel_size));
     const struct {
         const char *flag;
         int v, trivial;
     } layout[] = {
-        {"--pipeline-model-parallel-size", c->pipeline_model_parallel_size, 1},
         {"--context-parallel-size", c->context_parallel_size, 1},
         {"--expert-model-parallel-size", c->expert_model_parallel_size, 1},
         {"--expert-tensor-parallel-size", c->expert_tensor_parallel_size, -1},
-        {"--virtual-pipeline-model-parallel-size", c->virtual_pipeline_model_parallel_size, -1},
-        {"--num-layers-per-virtual-pipeline-stage", c->num_layers_per_virtual_pipeline_stage, -1},
     };
     for (size_t i = 0; i < sizeof layout / sizeof layout[0]; i++) {
         if (layout[i].v == layout[i].trivial || (layout[i].trivial == -1 && layout[i].v == 1))
@@ -298,6 +297,13 @@ static mg_status check_runtime(const mg_config *c) {
  * and turns it off. */
 static mg_status check_tp(mg_config *c) {
     MG_CHECK(mg_config_check_tp(c));
+    if (c->pipeline_model_parallel_size > 1 && (c->save[0] || c->load[0]))
+        return MG_FAIL(MG_ERR_UNSUPPORTED,
+                       "%s with --pipeline-model-parallel-size %d: checkpoints of pipeline-"
+                       "parallel runs are not written or read yet; train without %s or with "
+                       "--pipeline-model-parallel-size 1",
+                       c->save[0] ? "--save" : "--load", c->pipeline_model_parallel_size,
+                       c->save[0] ? "--save" : "--load");
     if (c->tensor_model_parallel_size > 1 && (c->save[0] || c->load[0]))
         return MG_FAIL(MG_ERR_UNSUPPORTED,
                        "%s with --tensor-model-parallel-size %d: checkpoints of tensor-parallel "

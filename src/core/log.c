@@ -41,6 +41,9 @@ void mg_log_last(const char *fmt, ...) {
     MG_LOG_BODY(level() >= 1 && (mg_log_is_logging_rank() || mg_env_int("MG_LOG_ALL", 0)), stdout,
                 NULL);
 }
+void mg_log_self(bool self, const char *fmt, ...) {
+    MG_LOG_BODY(level() >= 1 && (self || mg_env_int("MG_LOG_ALL", 0)), stdout, NULL);
+}
 void mg_log_warn(const char *fmt, ...) { MG_LOG_BODY(level() >= 1, stderr, "warning: "); }
 void mg_log_error(const char *fmt, ...) { MG_LOG_BODY(1, stderr, "error: "); }
 void mg_log_debug(const char *fmt, ...) { MG_LOG_BODY(level() >= 2, stderr, "debug: "); }

@@ -19,6 +19,8 @@ bool mg_log_is_logging_rank(void); /* the last rank, as in Megatron's print_rank
 #define MG_PRINTF(a, b) __attribute__((format(printf, a, b)))
 void mg_log_info(const char *fmt, ...) MG_PRINTF(1, 2);  /* rank 0 only */
 void mg_log_last(const char *fmt, ...) MG_PRINTF(1, 2);  /* logging (last) rank only */
+/* info from this rank whenever `self` holds (e.g. the first rank of each pipeline stage) */
+void mg_log_self(bool self, const char *fmt, ...) MG_PRINTF(2, 3);
 void mg_log_warn(const char *fmt, ...) MG_PRINTF(1, 2);  /* every rank, "[rank r] warning: " */
 void mg_log_error(const char *fmt, ...) MG_PRINTF(1, 2); /* every rank, "[rank r] error: " */
 void mg_log_debug(const char *fmt, ...) MG_PRINTF(1, 2); /* every rank when MG_LOG_LEVEL >= 2 */

@@ -46,6 +46,8 @@ typedef struct {
 /* Workspace offsets (transient, shared by all layers and the head). */
 typedef struct {
     size_t dres;               /* (Nl,H) gradient of the residual stream */
+    size_t dio;                /* (Nl,H) pipeline: the next chunk's d(output), received while
+                                  dres still holds the last d(input) being sent */
     size_t dln;                /* (N,H) gradient of a norm's (gathered) output: partial under TP */
     size_t datt, dqkv;         /* (N, attn_l), (N, qkv_l) */
     size_t dfc1, dact;         /* (N, fc1_l), (N, F_l) (SwiGLU only) */

@@ -2,6 +2,8 @@
  * the vocab-parallel embedding, blocks (model/block.h) and the vocab-parallel head. */
 #include "model/gpt.h"
 
+#include "core/rng.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,42 +43,94 @@ static mg_status add_linear(mg_gpt *g, const char *prefix, int out, int in, int 
     return MG_OK;
 }
 
-mg_status mg_gpt_build(mg_gpt *g, const mg_config *cfg, int tp_rank) {
+static mg_status add_layer(mg_gpt *g, int l, float std, float out_std, mg_layer_params *p) {
+    const mg_model_config *c = &g->cfg;
+    char pre[80];
+#define PREFIX(s) (snprintf(pre, sizeof pre, "decoder.layers.%d.%s", l, s), pre)
+    MG_CHECK(add_norm(g, PREFIX("input_layernorm"), &p->ln1_w, &p->ln1_b));
+    MG_CHECK(add_linear(g, PREFIX("self_attention.linear_qkv"), c->qkv_dim, c->H, 0, 1, std,
+                        &p->qkv_w, &p->qkv_b));
+    MG_CHECK(add_linear(g, PREFIX("self_attention.linear_proj"), c->H, c->attn_dim, 1, 1, out_std,
+                        &p->proj_w, &p->proj_b));
+    MG_CHECK(add_norm(g, PREFIX("pre_mlp_layernorm"), &p->ln2_w, &p->ln2_b));
+    MG_CHECK(add_linear(g, PREFIX("mlp.linear_fc1"), c->fc1_dim, c->H, 0, c->swiglu ? 2 : 1, std,
+                        &p->fc1_w, &p->fc1_b));
+    MG_CHECK(
+        add_linear(g, PREFIX("mlp.linear_fc2"), c->H, c->F, 1, 1, out_std, &p->fc2_w, &p->fc2_b));
+#undef PREFIX
+    return MG_OK;
+}
+
+/* This pipeline rank's chunks (parallel/pipeline/layers.h), in virtual-stage order. */
+static mg_status place_chunks(mg_gpt *g, const mg_config *cfg) {
+    mg_layers_params lp = mg_layers_params_of(cfg);
+    int V;
+    MG_CHECK(mg_layers_check(&lp, &V));
+    g->pp = lp.pp;
+    if (g->pp_rank < 0 || g->pp_rank >= g->pp)
+        return MG_FAIL(MG_ERR_INTERNAL, "pipeline rank %d of %d", g->pp_rank, g->pp);
+    g->chunks = calloc((size_t)V, sizeof *g->chunks);
+    if (!g->chunks) return MG_FAIL(MG_ERR_NOMEM, "cannot allocate the chunk table");
+    g->n_chunks = V;
+    int first = 0;
+    for (int v = 0; v < V; v++) {
+        mg_layers_chunk lc;
+        MG_CHECK(mg_layers_place(&lp, g->pp_rank, v, &lc));
+        g->chunks[v] = (mg_gpt_chunk){.first = first,
+                                      .count = lc.count,
+                                      .offset = lc.offset,
+                                      .pre = g->pp_rank == 0 && v == 0,
+                                      .post = g->pp_rank == g->pp - 1 && v == V - 1};
+        first += lc.count;
+    }
+    g->n_layers = first;
+    return MG_OK;
+}
+
+mg_status mg_gpt_build(mg_gpt *g, const mg_config *cfg, int tp_rank, int pp_rank) {
     memset(g, 0, sizeof *g);
+    g->wte = g->wpe = g->lnf_w = g->lnf_b = g->out_w = -1;
+    g->pp_rank = pp_rank;
     MG_CHECK(mg_model_config_from(&g->cfg, cfg, tp_rank));
+    MG_CHECK(place_chunks(g, cfg));
     const mg_model_config *c = &g->cfg;
     mg_params_set_tp(&g->params, c->tp_rank, c->tp);
     float std = (float)c->init_std;
     float out_std = (float)(c->init_std / sqrt(2.0 * c->L)); /* Megatron's scaled init */
-    MG_CHECK(mg_params_add(&g->params, "embedding.word_embeddings.weight", 2, c->V, c->H, 0, 1,
-                           true, MG_INIT_NORMAL, std, &g->wte));
-    g->wpe = -1;
-    if (c->pos == MG_POS_LEARNED)
-        MG_CHECK(mg_params_add(&g->params, "embedding.position_embeddings.weight", 2, c->P, c->H,
-                               -1, 1, true, MG_INIT_NORMAL, std, &g->wpe));
-    g->layers = calloc((size_t)c->L, sizeof *g->layers);
+    g->layers = calloc((size_t)(g->n_layers ? g->n_layers : 1), sizeof *g->layers);
     if (!g->layers) return MG_FAIL(MG_ERR_NOMEM, "cannot allocate the layer table");
-    for (int l = 0; l < c->L; l++) {
-        mg_layer_params *p = &g->layers[l];
-        char pre[80];
-#define PREFIX(s) (snprintf(pre, sizeof pre, "decoder.layers.%d.%s", l, s), pre)
-        MG_CHECK(add_norm(g, PREFIX("input_layernorm"), &p->ln1_w, &p->ln1_b));
-        MG_CHECK(add_linear(g, PREFIX("self_attention.linear_qkv"), c->qkv_dim, c->H, 0, 1, std,
-                            &p->qkv_w, &p->qkv_b));
-        MG_CHECK(add_linear(g, PREFIX("self_attention.linear_proj"), c->H, c->attn_dim, 1, 1,
-                            out_std, &p->proj_w, &p->proj_b));
-        MG_CHECK(add_norm(g, PREFIX("pre_mlp_layernorm"), &p->ln2_w, &p->ln2_b));
-        MG_CHECK(add_linear(g, PREFIX("mlp.linear_fc1"), c->fc1_dim, c->H, 0, c->swiglu ? 2 : 1,
-                            std, &p->fc1_w, &p->fc1_b));
-        MG_CHECK(add_linear(g, PREFIX("mlp.linear_fc2"), c->H, c->F, 1, 1, out_std, &p->fc2_w,
-                            &p->fc2_b));
-#undef PREFIX
-    }
-    MG_CHECK(add_norm(g, "decoder.final_layernorm", &g->lnf_w, &g->lnf_b));
-    g->out_w = g->wte;
-    if (!c->tied)
+    const char *wte_name = "embedding.word_embeddings.weight";
+    for (int v = 0; v < g->n_chunks; v++) {
+        const mg_gpt_chunk *ch = &g->chunks[v];
+        if (ch->pre) {
+            MG_CHECK(mg_params_add(&g->params, wte_name, 2, c->V, c->H, 0, 1, true, MG_INIT_NORMAL,
+                                   std, &g->wte));
+            if (c->pos == MG_POS_LEARNED)
+                MG_CHECK(mg_params_add(&g->params, "embedding.position_embeddings.weight", 2, c->P,
+                                       c->H, -1, 1, true, MG_INIT_NORMAL, std, &g->wpe));
+        }
+        for (int i = 0; i < ch->count; i++)
+            MG_CHECK(add_layer(g, ch->offset + i, std, out_std, &g->layers[ch->first + i]));
+        if (!ch->post) continue;
+        MG_CHECK(add_norm(g, "decoder.final_layernorm", &g->lnf_w, &g->lnf_b));
+        if (c->tied && g->wte >= 0) {
+            g->out_w = g->wte;
+            continue;
+        }
         MG_CHECK(mg_params_add(&g->params, "output_layer.weight", 2, c->V, c->H, 0, 1, true,
                                MG_INIT_NORMAL, std, &g->out_w));
+        if (c->tied) { /* the last stage's copy of the first stage's embedding (see gpt.h) */
+            mg_param_meta *m = &g->params.p[g->out_w];
+            m->id = mg_param_id(wte_name);
+            m->embedding_group = m->shared = true;
+        }
+    }
+    if (g->wte >= 0 && c->tied && g->out_w != g->wte) g->params.p[g->wte].embedding_group = true;
+    if (g->params.n == 0)
+        return MG_FAIL(MG_ERR_USAGE,
+                       "pipeline rank %d holds no layers and neither the embedding nor the "
+                       "output layer; give each stage at least one layer",
+                       pp_rank);
     mg_params_layout(&g->params);
     return MG_OK;
 }
@@ -87,8 +141,10 @@ static mg_status reserve(mg_arena *a, size_t bytes, size_t *off) {
     return mg_arena_reserve(a, bytes, 0, off);
 }
 
-mg_status mg_gpt_plan(mg_gpt *g, mg_backend *be, int B, mg_arena *acts, mg_arena *work) {
+mg_status mg_gpt_plan(mg_gpt *g, mg_backend *be, int B, int n_slots, mg_arena *acts,
+                      mg_arena *work) {
     const mg_model_config *c = &g->cfg;
+    if (n_slots < 1) return MG_FAIL(MG_ERR_INTERNAL, "%d activation slots", n_slots);
     mg_tp_init(&g->tp, NULL, be);
     g->blk = (mg_block_ctx){.c = c,
                             .be = be,
@@ -104,16 +160,25 @@ mg_status mg_gpt_plan(mg_gpt *g, mg_backend *be, int B, mg_arena *acts, mg_arena
     const mg_block_ctx *x = &g->blk;
     size_t N = (size_t)x->N, Nl = (size_t)x->Nl, e = x->esz, f = sizeof(float), H = (size_t)c->H;
     const bool split = c->tp > 1;
-    g->slot = calloc((size_t)c->L, sizeof *g->slot);
-    if (!g->slot) return MG_FAIL(MG_ERR_NOMEM, "cannot allocate the activation plan");
-    for (int l = 0; l < c->L; l++) MG_CHECK(mg_block_plan_slot(x, &g->slot[l]));
-    MG_CHECK(reserve(acts, Nl * H * e, &g->x_final));
-    MG_CHECK(reserve(acts, N * H * e, &g->lnf));
-    MG_CHECK(reserve(acts, Nl * f, &g->lnf_mean));
-    MG_CHECK(reserve(acts, Nl * f, &g->lnf_rstd));
+    g->n_slots = n_slots;
+    g->slot_layers = 0;
+    for (int v = 0; v < g->n_chunks; v++)
+        if (g->chunks[v].count > g->slot_layers) g->slot_layers = g->chunks[v].count;
+    size_t n_entries = (size_t)n_slots * (size_t)(g->slot_layers ? g->slot_layers : 1);
+    g->slot = calloc(n_entries, sizeof *g->slot);
+    g->x_out = calloc((size_t)n_slots, sizeof *g->x_out);
+    if (!g->slot || !g->x_out) return MG_FAIL(MG_ERR_NOMEM, "cannot allocate the activation plan");
+    size_t before = acts->size;
+    for (int k = 0; k < n_slots; k++) {
+        for (int i = 0; i < g->slot_layers; i++)
+            MG_CHECK(mg_block_plan_slot(x, &g->slot[(size_t)k * g->slot_layers + i]));
+        MG_CHECK(reserve(acts, Nl * H * e, &g->x_out[k]));
+    }
+    g->slot_bytes = (acts->size - before) / (size_t)n_slots;
 
     mg_block_ws *w = &g->ws;
     MG_CHECK(reserve(work, Nl * H * e, &w->dres));
+    MG_CHECK(reserve(work, g->pp > 1 ? Nl * H * e : 0, &w->dio));
     MG_CHECK(reserve(work, N * H * e, &w->dln));
     MG_CHECK(reserve(work, N * c->attn_l * e, &w->datt));
     MG_CHECK(reserve(work, N * c->qkv_l * e, &w->dqkv));
@@ -121,9 +186,14 @@ mg_status mg_gpt_plan(mg_gpt *g, mg_backend *be, int B, mg_arena *acts, mg_arena
     /* the activation's gradient: SwiGLU only (GELU's is fused into fc2's backward) */
     MG_CHECK(reserve(work, c->swiglu ? N * c->F_l * e : 0, &w->dact));
     MG_CHECK(reserve(work, split ? N * H * e : 0, &w->part));
-    MG_CHECK(reserve(work, N * c->V_l * e, &w->logits));
-    MG_CHECK(reserve(work, N * f, &w->losses));
-    MG_CHECK(reserve(work, split ? 3 * N * f : 0, &w->ce));
+    /* the head (post chunk only): final norm, logits, losses */
+    const bool head = g->lnf_w >= 0;
+    MG_CHECK(reserve(work, head ? N * H * e : 0, &g->lnf));
+    MG_CHECK(reserve(work, head ? Nl * f : 0, &g->lnf_mean));
+    MG_CHECK(reserve(work, head ? Nl * f : 0, &g->lnf_rstd));
+    MG_CHECK(reserve(work, head ? N * c->V_l * e : 0, &w->logits));
+    MG_CHECK(reserve(work, head ? N * f : 0, &w->losses));
+    MG_CHECK(reserve(work, head && split ? 3 * N * f : 0, &w->ce));
     size_t rope = c->pos == MG_POS_ROPE ? (size_t)c->S * (c->hd / 2) * f : 0;
     MG_CHECK(reserve(work, rope, &w->rope_cos));
     MG_CHECK(reserve(work, rope, &w->rope_sin));
@@ -181,8 +251,29 @@ static void *ws(const mg_gpt *g, size_t off) {
     return mg_block_ws_ptr(&g->blk, off);
 }
 
-static void *layer_out(mg_gpt *g, int l) {
-    return act(g, l + 1 < g->cfg.L ? g->slot[l + 1].x : g->x_final);
+static const mg_layer_slot *slot_of(const mg_gpt *g, int s, int i) {
+    return &g->slot[(size_t)s * g->slot_layers + i];
+}
+
+/* The input of chunk c's local layer i in slot s; i == count: the chunk's output. */
+static void *chunk_x(const mg_gpt *g, int c, int s, int i) {
+    return act(g, i < g->chunks[c].count ? slot_of(g, s, i)->x : g->x_out[s]);
+}
+
+void *mg_gpt_chunk_input(const mg_gpt *g, int c, int s) {
+    return chunk_x(g, c, s, 0);
+}
+void *mg_gpt_chunk_output(const mg_gpt *g, int c, int s) {
+    return chunk_x(g, c, s, g->chunks[c].count);
+}
+void *mg_gpt_chunk_dout(const mg_gpt *g) {
+    return ws(g, g->pp > 1 ? g->ws.dio : g->ws.dres);
+}
+const void *mg_gpt_chunk_dinput(const mg_gpt *g) {
+    return ws(g, g->ws.dres);
+}
+size_t mg_gpt_hidden_numel(const mg_gpt *g) {
+    return (size_t)g->blk.Nl * (size_t)g->cfg.H;
 }
 
 /* Calls one hook (grads: grads_ready, else params_needed) with the parameters of `list` that
@@ -217,22 +308,86 @@ static mg_status embed(mg_gpt *g, mg_backend *be, const int32_t *tokens, void *x
     return mg_tp_all_reduce(&g->tp, x0, (size_t)g->blk.N * c->H, be->compute_dtype, MG_REDUCE_SUM);
 }
 
-mg_status mg_gpt_forward(mg_gpt *g, mg_backend *be, const int32_t *tokens) {
-    const mg_model_config *c = &g->cfg;
+static mg_status check_chunk(const mg_gpt *g, int c, int s) {
+    if (c < 0 || c >= g->n_chunks || s < 0 || s >= g->n_slots)
+        return MG_FAIL(MG_ERR_INTERNAL, "chunk %d of %d, slot %d of %d", c, g->n_chunks, s,
+                       g->n_slots);
+    return MG_OK;
+}
+
+mg_status mg_gpt_chunk_forward(mg_gpt *g, mg_backend *be, int c, int s, const int32_t *tokens) {
+    MG_CHECK(check_chunk(g, c, s));
+    const mg_gpt_chunk *ch = &g->chunks[c];
     const mg_block_ctx *x = &g->blk;
-    MG_CHECK(call_hook(g, false, (const int[]){g->wte, g->wpe}, 2));
-    MG_CHECK(embed(g, be, tokens, act(g, c->L ? g->slot[0].x : g->x_final)));
-    for (int l = 0; l < c->L; l++) {
-        MG_CHECK(layer_hook(g, false, l));
-        MG_CHECK(mg_attention_forward(x, &g->layers[l], &g->slot[l]));
-        MG_CHECK(mg_mlp_forward(x, &g->layers[l], &g->slot[l], layer_out(g, l)));
+    if (ch->pre) {
+        MG_CHECK(call_hook(g, false, (const int[]){g->wte, g->wpe}, 2));
+        MG_CHECK(embed(g, be, tokens, mg_gpt_chunk_input(g, c, s)));
     }
+    for (int i = 0; i < ch->count; i++) {
+        int l = ch->first + i;
+        MG_CHECK(layer_hook(g, false, l));
+        MG_CHECK(mg_attention_forward(x, &g->layers[l], slot_of(g, s, i)));
+        MG_CHECK(mg_mlp_forward(x, &g->layers[l], slot_of(g, s, i), chunk_x(g, c, s, i + 1)));
+    }
+    return MG_OK;
+}
+
+/* The final norm and the logits of this rank's vocabulary rows (the output layer is
+ * column-parallel) from the final residual of slot s. */
+static mg_status head_forward(mg_gpt *g, mg_backend *be, int s) {
+    const mg_model_config *c = &g->cfg;
+    if (g->lnf_w < 0) return MG_FAIL(MG_ERR_INTERNAL, "the head is on the last pipeline stage");
     MG_CHECK(call_hook(g, false, (const int[]){g->lnf_w, g->lnf_b, g->out_w}, 3));
-    MG_CHECK(mg_block_norm_forward(x, act(g, g->lnf), act(g, g->lnf_mean), act(g, g->lnf_rstd),
-                                   act(g, g->x_final), g->lnf_w, g->lnf_b));
-    /* logits of this rank's vocabulary rows: the output layer is column-parallel */
-    return be->linear_forward(be, mg_gpt_logits(g), act(g, g->lnf), mg_gpt_param(g, g->out_w), NULL,
+    MG_CHECK(mg_block_norm_forward(&g->blk, ws(g, g->lnf), ws(g, g->lnf_mean), ws(g, g->lnf_rstd),
+                                   act(g, g->x_out[s]), g->lnf_w, g->lnf_b));
+    return be->linear_forward(be, mg_gpt_logits(g), ws(g, g->lnf), mg_gpt_param(g, g->out_w), NULL,
                               NULL, g->blk.N, c->H, c->V_l);
+}
+
+/* The mirror, from the logits' gradients: dres = d(final residual of slot s). */
+static mg_status head_backward(mg_gpt *g, mg_backend *be, int s) {
+    const mg_model_config *c = &g->cfg;
+    void *dres = ws(g, g->ws.dres), *dln = ws(g, g->ws.dln);
+    /* logits = lnf @ W_out^T; the logits buffer holds d(logits) after the loss */
+    MG_CHECK(be->linear_backward(be, dln, mg_gpt_grad(g, g->out_w), NULL, mg_gpt_logits(g),
+                                 ws(g, g->lnf), mg_gpt_param(g, g->out_w), NULL, g->blk.N, c->H,
+                                 c->V_l));
+    if (g->out_w != g->wte) MG_CHECK(call_hook(g, true, &g->out_w, 1));
+    MG_CHECK(be->memset_zero(be, dres, (size_t)g->blk.Nl * c->H * g->blk.esz));
+    MG_CHECK(mg_block_norm_backward(&g->blk, dres, dln, act(g, g->x_out[s]), ws(g, g->lnf_mean),
+                                    ws(g, g->lnf_rstd), g->lnf_w, g->lnf_b));
+    return call_hook(g, true, (const int[]){g->lnf_w, g->lnf_b}, 2);
+}
+
+mg_status mg_gpt_chunk_backward(mg_gpt *g, mg_backend *be, int c, int s, const int32_t *tokens) {
+    MG_CHECK(check_chunk(g, c, s));
+    const mg_gpt_chunk *ch = &g->chunks[c];
+    const mg_model_config *cf = &g->cfg;
+    const mg_block_ctx *x = &g->blk;
+    if (ch->post) {
+        MG_CHECK(head_backward(g, be, s));
+    } else if (g->pp > 1) {
+        /* the received d(output) becomes the residual stream's gradient (the two buffers swap:
+         * the other one is free once the previous send completed) */
+        size_t t = g->ws.dres;
+        g->ws.dres = g->ws.dio;
+        g->ws.dio = t;
+    }
+    void *dres = ws(g, g->ws.dres);
+    for (int i = ch->count - 1; i >= 0; i--) {
+        int l = ch->first + i;
+        MG_CHECK(mg_mlp_backward(x, &g->layers[l], slot_of(g, s, i), dres));
+        MG_CHECK(mg_attention_backward(x, &g->layers[l], slot_of(g, s, i), dres));
+        MG_CHECK(layer_hook(g, true, l));
+    }
+    if (!ch->pre) return MG_OK; /* d(input) stays in dres: mg_gpt_chunk_dinput */
+    /* the embedding's input gradient, whole on every rank (gathered under SP) */
+    const void *dx0;
+    MG_CHECK(mg_block_row_parallel_dout(x, dres, &dx0));
+    MG_CHECK(be->embedding_backward(be, mg_gpt_grad(g, g->wte),
+                                    g->wpe >= 0 ? mg_gpt_grad(g, g->wpe) : NULL, dx0, tokens,
+                                    g->blk.N, cf->S, cf->H, cf->v0, cf->V_l));
+    return call_hook(g, true, (const int[]){g->wte, g->wpe}, 2);
 }
 
 /* Megatron's VocabParallelCrossEntropy over the group: the global row maximum, the global sum
@@ -262,36 +417,34 @@ mg_status mg_gpt_loss(mg_gpt *g, mg_backend *be, const int32_t *targets, const f
     return be->sum_f32(be, loss_acc, losses, NULL, (size_t)g->blk.N, loss_scale);
 }
 
+mg_status mg_gpt_head_loss(mg_gpt *g, mg_backend *be, int s, const int32_t *targets,
+                           const float *dloss, float *loss_acc, float loss_scale) {
+    MG_CHECK(head_forward(g, be, s));
+    return mg_gpt_loss(g, be, targets, dloss, loss_acc, loss_scale);
+}
+
+static mg_status check_whole(const mg_gpt *g) {
+    if (g->n_chunks != 1 || !g->chunks[0].pre || !g->chunks[0].post)
+        return MG_FAIL(MG_ERR_INTERNAL, "the whole-model walk needs the whole model on one stage");
+    return MG_OK;
+}
+
+mg_status mg_gpt_forward(mg_gpt *g, mg_backend *be, const int32_t *tokens) {
+    MG_CHECK(check_whole(g));
+    MG_CHECK(mg_gpt_chunk_forward(g, be, 0, 0, tokens));
+    return head_forward(g, be, 0);
+}
+
 mg_status mg_gpt_backward(mg_gpt *g, mg_backend *be, const int32_t *tokens) {
-    const mg_model_config *c = &g->cfg;
-    const mg_block_ctx *x = &g->blk;
-    void *dres = ws(g, g->ws.dres), *dln = ws(g, g->ws.dln);
-    /* head: logits = lnf @ W_out^T; the logits buffer holds d(logits) after mg_gpt_loss */
-    MG_CHECK(be->linear_backward(be, dln, mg_gpt_grad(g, g->out_w), NULL, mg_gpt_logits(g),
-                                 act(g, g->lnf), mg_gpt_param(g, g->out_w), NULL, g->blk.N, c->H,
-                                 c->V_l));
-    if (g->out_w != g->wte) MG_CHECK(call_hook(g, true, &g->out_w, 1));
-    MG_CHECK(be->memset_zero(be, dres, (size_t)g->blk.Nl * c->H * g->blk.esz));
-    MG_CHECK(mg_block_norm_backward(x, dres, dln, act(g, g->x_final), act(g, g->lnf_mean),
-                                    act(g, g->lnf_rstd), g->lnf_w, g->lnf_b));
-    MG_CHECK(call_hook(g, true, (const int[]){g->lnf_w, g->lnf_b}, 2));
-    for (int l = c->L - 1; l >= 0; l--) {
-        MG_CHECK(mg_mlp_backward(x, &g->layers[l], &g->slot[l], dres));
-        MG_CHECK(mg_attention_backward(x, &g->layers[l], &g->slot[l], dres));
-        MG_CHECK(layer_hook(g, true, l));
-    }
-    /* the embedding's input gradient, whole on every rank (gathered under SP) */
-    const void *dx0;
-    MG_CHECK(mg_block_row_parallel_dout(x, dres, &dx0));
-    MG_CHECK(be->embedding_backward(be, mg_gpt_grad(g, g->wte),
-                                    g->wpe >= 0 ? mg_gpt_grad(g, g->wpe) : NULL, dx0, tokens,
-                                    g->blk.N, c->S, c->H, c->v0, c->V_l));
-    return call_hook(g, true, (const int[]){g->wte, g->wpe}, 2);
+    MG_CHECK(check_whole(g));
+    return mg_gpt_chunk_backward(g, be, 0, 0, tokens);
 }
 
 void mg_gpt_free(mg_gpt *g) {
     mg_params_free(&g->params);
     free(g->layers);
+    free(g->chunks);
     free(g->slot);
+    free(g->x_out);
     memset(g, 0, sizeof *g);
 }

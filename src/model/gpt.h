@@ -20,17 +20,41 @@
  * Every TP rank ends forward with the same per-token losses; the gradients of replicated
  * parameters are the same on every TP rank, except the norm weights' under sequence
  * parallelism, which are partial (metadata `sequence_parallel`: the trainer all-reduces them).
- * A later pipeline split will cut this walk into chunks (embedding | layers [a, b) | head); the
- * block context (model/block.h) already holds no reference to the whole model.
+ *
+ * Pipeline-aware: the model is also pipeline rank pp_rank's part of a model split over
+ * cfg->pipeline_model_parallel_size stages, as V model chunks (virtual stages,
+ * parallel/pipeline/layers.h places their layers). A chunk is a contiguous range of global layers
+ * with two flags: `pre` (the first stage's first chunk: owns the embedding, takes tokens) and
+ * `post` (the last stage's last chunk: owns the final norm, the output layer and the loss). A
+ * chunk's forward takes a hidden state (Nl,H) (or tokens) into one activation slot and gives its
+ * output hidden state (Nl,H); its backward takes the output's gradient and gives the input's.
+ * The head runs lazily: a post chunk's forward stops at the final residual, and mg_gpt_head_loss
+ * (the final norm, logits and loss, in the backward step or the forward of an evaluation) reuses
+ * the workspace, so no logits are kept per in-flight microbatch. Slots: mg_gpt_plan reserves
+ * n_slots of them, each the saved activations of the rank's largest chunk plus its output, so
+ * activation memory is n_slots x slot_bytes whatever the number of microbatches (the schedule
+ * decides n_slots: parallel/pipeline/schedule.h). Parameter names keep global layer numbers, and
+ * initialisation is keyed by them, so every layout starts from the one-rank model's weights.
+ * Tied embeddings across stages: the last stage holds its own copy "output_layer.weight",
+ * initialised as the embedding (same RNG stream), marked `embedding_group` on both stages and
+ * `shared` on the copy (Megatron's attributes): the trainer all-reduces the two gradients and the
+ * gradient norm counts the copy out.
+ * With one stage and one chunk (P = 1) the walk is the single-GPU one: mg_gpt_forward,
+ * mg_gpt_loss, mg_gpt_backward work on chunk 0 and slot 0.
  *
  * Lifecycle:
- *   mg_gpt_build(&g, cfg, tp_rank)        metadata only (parameter table, shapes)
- *   mg_gpt_plan(&g, be, B, acts, work)    reserves the activation slot and the workspace
+ *   mg_gpt_build(&g, cfg, tp_rank, pp_rank)     metadata only (parameter table, shapes, chunks)
+ *   mg_gpt_plan(&g, be, B, n_slots, acts, work) reserves the activation slots and the workspace
  *   ... commit the arenas, allocate parameter and gradient buffers (g.params.numel elements) ...
  *   mg_gpt_bind(&g, be, params, grads, tp_group)
- *   per microbatch: mg_gpt_forward -> mg_gpt_loss -> mg_gpt_backward
- * Exports: mg_gpt, mg_gpt_hooks, mg_gpt_*. Needs: model/block, model/config, model/params,
- * parallel/tensor_parallel, backend. */
+ *   per microbatch (P = 1): mg_gpt_forward -> mg_gpt_loss -> mg_gpt_backward
+ *   per microbatch and chunk c in slot s (train/pipeline.c):
+ *     forward:  [not pre: hidden state into mg_gpt_chunk_input] mg_gpt_chunk_forward
+ *               [post, evaluation: mg_gpt_head_loss | not post: send mg_gpt_chunk_output]
+ *     backward: [post: mg_gpt_head_loss | else: d(output) into mg_gpt_chunk_dout]
+ *               mg_gpt_chunk_backward [not pre: send mg_gpt_chunk_dout, now d(input)]
+ * Exports: mg_gpt, mg_gpt_chunk, mg_gpt_hooks, mg_gpt_*. Needs: model/block, model/config,
+ * model/params, parallel/pipeline/layers, parallel/tensor_parallel, backend. */
 #ifndef MG_MODEL_GPT_H
 #define MG_MODEL_GPT_H
 
@@ -39,6 +63,7 @@
 #include "model/config.h"
 #include "model/block.h"
 #include "model/params.h"
+#include "parallel/pipeline/layers.h"
 
 /* Optional callbacks around the parameters' use (the trainer's data-parallel overlap,
  * parallel/ddp.h), each with registration indices idx[0..n) (at most MG_GPT_HOOK_MAX):
@@ -55,17 +80,33 @@ typedef struct {
     void *ctx;
 } mg_gpt_hooks;
 
+/* One model chunk of this rank: global layers [offset, offset + count), held as local layers
+ * [first, first + count) of mg_gpt.layers. */
+typedef struct {
+    int first, count, offset;
+    bool pre, post; /* owns the embedding / the final norm, output layer and loss */
+} mg_gpt_chunk;
+
 typedef struct {
     mg_model_config cfg;
     mg_param_table params;
-    mg_gpt_hooks hooks;                /* zero: none */
-    int wte, wpe, lnf_w, lnf_b, out_w; /* out_w == wte when tied; wpe, lnf_b -1 if absent */
-    mg_layer_params *layers;           /* (L) */
+    mg_gpt_hooks hooks; /* zero: none */
+    /* parameter rows, -1 where this rank has none: wte, wpe on the first stage; lnf, out_w on
+     * the last (out_w == wte when tied on one stage; the last stage's copy with P > 1) */
+    int wte, wpe, lnf_w, lnf_b, out_w;
+    int pp, pp_rank;         /* pipeline stages and this rank's (1, 0: the whole model) */
+    int n_chunks;            /* V: model chunks (virtual stages) on this rank */
+    mg_gpt_chunk *chunks;    /* (n_chunks) */
+    int n_layers;            /* layers held by this rank, all chunks */
+    mg_layer_params *layers; /* (n_layers) chunk after chunk */
 
     /* plan (set by mg_gpt_plan) */
-    mg_layer_slot *slot;                     /* (L) */
-    size_t x_final, lnf, lnf_mean, lnf_rstd; /* final residual (Nl,H), final norm (N,H) whole */
-    mg_block_ws ws;                          /* workspace offsets */
+    int n_slots, slot_layers;       /* activation slots; layer entries per slot (largest chunk) */
+    size_t slot_bytes;              /* one slot's share of the activation arena */
+    mg_layer_slot *slot;            /* (n_slots * slot_layers) */
+    size_t *x_out;                  /* (n_slots) a chunk's output (Nl,H): the final residual */
+    size_t lnf, lnf_mean, lnf_rstd; /* workspace: final norm (N,H) whole, (Nl), (Nl) */
+    mg_block_ws ws;                 /* workspace offsets */
     mg_tp tp;                                /* the tensor-parallel group (set at bind) */
     /* the shapes (blk.B micro-batch, blk.N = B*S tokens, blk.Nl residual rows on this rank),
      * arenas and, from mg_gpt_bind, the parameter and gradient buffers (blk.param_buf compute
@@ -73,12 +114,38 @@ typedef struct {
     mg_block_ctx blk;
 } mg_gpt;
 
-/* Tensor-parallel rank tp_rank's part of the model cfg describes (0 with one rank). */
-mg_status mg_gpt_build(mg_gpt *g, const mg_config *c, int tp_rank);
-mg_status mg_gpt_plan(mg_gpt *g, mg_backend *be, int micro_batch, mg_arena *acts, mg_arena *work);
+/* Tensor-parallel rank tp_rank's and pipeline rank pp_rank's part of the model cfg describes
+ * (0, 0 with one rank). A placement the layer rules refuse is MG_ERR_USAGE. */
+mg_status mg_gpt_build(mg_gpt *g, const mg_config *c, int tp_rank, int pp_rank);
+/* Reserves n_slots activation slots (>= 1) and the workspace for micro-batches of micro_batch. */
+mg_status mg_gpt_plan(mg_gpt *g, mg_backend *be, int micro_batch, int n_slots, mg_arena *acts,
+                      mg_arena *work);
 /* Binds committed buffers and the tensor-parallel group (NULL with one rank; else its size must
  * be the configuration's and its rank tp_rank); also fills the RoPE tables. */
 mg_status mg_gpt_bind(mg_gpt *g, mg_backend *be, void *params, float *grads, mg_comm *tp_group);
+/* ---- chunks (train/pipeline.c) ---- */
+/* Chunk c's forward into slot s: tokens (backend int32 (N)) for a pre chunk, else the hidden
+ * state already in mg_gpt_chunk_input(g, c, s). The output lands in mg_gpt_chunk_output. */
+mg_status mg_gpt_chunk_forward(mg_gpt *g, mg_backend *be, int c, int s, const int32_t *tokens);
+/* The final norm, the logits and the loss of the post chunk's forward in slot s (mg_gpt_loss's
+ * arguments); the logits become their gradients for mg_gpt_chunk_backward. */
+mg_status mg_gpt_head_loss(mg_gpt *g, mg_backend *be, int s, const int32_t *targets,
+                           const float *dloss, float *loss_acc, float loss_scale);
+/* Chunk c's backward of its forward in slot s; ACCUMULATES into the gradient buffer. A post chunk
+ * starts from the logits' gradients (mg_gpt_head_loss), any other from d(output) written to
+ * mg_gpt_chunk_dout. Afterwards mg_gpt_chunk_dinput holds d(input) (not for a pre chunk, whose
+ * input gradient goes into the embedding; tokens: as for the forward); it stays valid until the
+ * next backward, and the next d(output) may be received meanwhile (two buffers). */
+mg_status mg_gpt_chunk_backward(mg_gpt *g, mg_backend *be, int c, int s, const int32_t *tokens);
+void *mg_gpt_chunk_input(const mg_gpt *g, int c, int s);  /* (Nl,H) compute dtype */
+void *mg_gpt_chunk_output(const mg_gpt *g, int c, int s); /* (Nl,H) */
+void *mg_gpt_chunk_dout(const mg_gpt *g);                 /* (Nl,H) workspace */
+const void *mg_gpt_chunk_dinput(const mg_gpt *g);         /* (Nl,H) workspace */
+/* Elements of a hidden state between stages: Nl x H (Megatron's tensor_shape, (S/T with
+ * sequence parallelism) x B x H). */
+size_t mg_gpt_hidden_numel(const mg_gpt *g);
+
+/* ---- the whole model on one stage (P = 1, one chunk, slot 0) ---- */
 /* tokens: backend int32 (N). Leaves the logits (N, V/T) of this rank's vocabulary rows in the
  * workspace (mg_gpt_logits). */
 mg_status mg_gpt_forward(mg_gpt *g, mg_backend *be, const int32_t *tokens);

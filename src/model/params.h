@@ -38,6 +38,10 @@ typedef struct {
     int tp_rank, tp_size;    /* the table's */
     bool sequence_parallel;  /* gradient is a partial sum over the TP group (see above) */
     bool weight_decay;       /* false for biases and norm weights */
+    /* pipeline parallelism with tied embeddings: the word embedding (first stage) and its copy,
+     * the output layer (last stage), whose gradients are summed over the embedding group; the
+     * copy is `shared` (Megatron's attribute): the gradient norm leaves it out */
+    bool embedding_group, shared;
     mg_init_kind init;
     float init_std;
     uint32_t id;   /* RNG stream: mg_param_id(name) */

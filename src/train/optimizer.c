@@ -40,22 +40,27 @@ static mg_status bucket_pieces(mg_optimizer *o, const mg_param_table *t,
     return MG_OK;
 }
 
+/* Whether the gradient norm of tensor-parallel rank tp_rank counts parameter m (optimizer.h). */
+static bool norm_counts(const mg_param_meta *m, int tp_rank) {
+    return !m->shared && (tp_rank == 0 || m->tp_split_dim >= 0);
+}
+
 /* Spans: neighbouring pieces of one shard with the same weight decay, gaps included (they hold
  * zeros in every buffer, which AdamW keeps at zero): one call each (~100 at GPT-2 124M). With
- * `split_only`, only the pieces of tensor-parallel split parameters, merged whatever their
- * weight decay (the runs a TP rank > 0 counts in the gradient norm). */
-static int build_spans(const mg_optimizer *o, const mg_param_table *t, bool split_only,
+ * `for_norm`, only the pieces the gradient norm counts (norm_counts), merged whatever their
+ * weight decay. */
+static int build_spans(const mg_optimizer *o, const mg_param_table *t, bool for_norm, int tp_rank,
                        mg_optim_span *spans) {
     int shard = 0, n = 0;
     for (int k = 0; k < o->n_pieces; k++) {
         const mg_optim_piece *p = &o->pieces[k];
         while (p->local >= o->shards[shard].local + o->shards[shard].n) shard++;
-        if (split_only && t->p[p->index].tp_split_dim < 0) continue;
+        if (for_norm && !norm_counts(&t->p[p->index], tp_rank)) continue;
         size_t len = (size_t)(p->param_end - p->param_start);
-        bool wd = split_only || t->p[p->index].weight_decay;
+        bool wd = for_norm || t->p[p->index].weight_decay;
         mg_optim_span *last = n ? &spans[n - 1] : NULL;
         /* a run may swallow the gaps between pieces, never a piece it must not hold */
-        bool adjacent = !split_only || (k > 0 && t->p[o->pieces[k - 1].index].tp_split_dim >= 0);
+        bool adjacent = !for_norm || (k > 0 && norm_counts(&t->p[o->pieces[k - 1].index], tp_rank));
         if (last && last->weight_decay == wd && last->local >= o->shards[shard].local &&
             p->world >= last->world + last->n && adjacent) {
             last->n = p->world + len - last->world;
@@ -68,7 +73,7 @@ static int build_spans(const mg_optimizer *o, const mg_param_table *t, bool spli
 
 mg_status mg_optimizer_init(mg_optimizer *o, const mg_config *c, const mg_param_table *t,
                             const mg_grad_buffer_layout *l, int dp_rank, mg_comm *norm_group,
-                            mg_comm *tp) {
+                            mg_comm *tp, mg_comm *pp) {
     memset(o, 0, sizeof *o);
     o->beta1 = c->adam_beta1;
     o->beta2 = c->adam_beta2;
@@ -78,6 +83,7 @@ mg_status mg_optimizer_init(mg_optimizer *o, const mg_config *c, const mg_param_
     o->sharded = l->cfg.use_distributed_optimizer && l->cfg.data_parallel_size > 1;
     o->norm_group = norm_group;
     o->tp = tp && mg_comm_size(tp) > 1 ? tp : NULL;
+    o->pp = pp && mg_comm_size(pp) > 1 ? pp : NULL;
     if (l->n_params != t->n)
         return MG_FAIL(MG_ERR_INTERNAL, "optimizer: a layout of %d parameters for a table of %d",
                        l->n_params, t->n);
@@ -105,9 +111,12 @@ mg_status mg_optimizer_init(mg_optimizer *o, const mg_config *c, const mg_param_
                          t->p[p->index].name, t->p[p->index].offset,
                          p->world - (size_t)p->param_start);
     }
-    if (st == MG_OK) o->n_spans = build_spans(o, t, false, o->spans);
-    if (st == MG_OK && o->tp && mg_comm_rank(o->tp) > 0)
-        o->n_norm_spans = build_spans(o, t, true, o->norm_spans);
+    int tp_rank = o->tp ? mg_comm_rank(o->tp) : 0;
+    for (int i = 0; i < t->n; i++)
+        if (!norm_counts(&t->p[i], tp_rank)) o->norm_filtered = true;
+    if (st == MG_OK) o->n_spans = build_spans(o, t, false, tp_rank, o->spans);
+    if (st == MG_OK && o->norm_filtered)
+        o->n_norm_spans = build_spans(o, t, true, tp_rank, o->norm_spans);
     if (st != MG_OK) mg_optimizer_free(o);
     return st;
 }
@@ -142,18 +151,19 @@ mg_status mg_optimizer_step(mg_optimizer *o, mg_backend *be, void *params, float
     float *sumsq = &o->scalars[0], *norm = &o->scalars[1], *coef = &o->scalars[2];
     MG_CHECK(be->memset_zero(be, sumsq, sizeof(float)));
     /* padding inside a shard is zero in the gradient buffer, so one pass per shard covers all;
-     * TP ranks > 0 leave out the replicated parameters TP rank 0 counts */
-    if (o->tp && mg_comm_rank(o->tp) > 0)
+     * TP ranks > 0 leave out the replicated parameters TP rank 0 counts, and the embedding's
+     * pipeline copy is left out */
+    if (o->norm_filtered)
         for (int s = 0; s < o->n_norm_spans; s++)
             MG_CHECK(be->sumsq_f32(be, sumsq, grads + o->norm_spans[s].world, o->norm_spans[s].n));
     else
         for (int s = 0; s < o->n_shards; s++)
             MG_CHECK(be->sumsq_f32(be, sumsq, grads + o->shards[s].world, o->shards[s].n));
-    if (o->norm_group || o->tp) {
+    if (o->norm_group || o->tp || o->pp) {
         void *stream;
         MG_CHECK(mg_backend_comm_begin(be, &stream));
-        mg_comm *groups[2] = {o->norm_group, o->tp};
-        for (int i = 0; i < 2; i++)
+        mg_comm *groups[3] = {o->norm_group, o->tp, o->pp};
+        for (int i = 0; i < 3; i++)
             if (groups[i])
                 MG_CHECK(
                     mg_comm_all_reduce(groups[i], sumsq, sumsq, 1, MG_F32, MG_REDUCE_SUM, stream));

@@ -13,10 +13,12 @@
  *
  * The gradient norm: the sum of squares over this rank's shards, summed over `norm_group` (the
  * data-parallel group with the distributed optimizer over D > 1 ranks; NULL: the shards are
- * everything, or every rank holds the same reduced gradients) and over the tensor-parallel group
- * `tp` (NULL: one rank), then the square root. Under tensor parallelism each rank's shards of a
- * split parameter count, and a replicated parameter (the same gradient on every TP rank) only on
- * TP rank 0: Megatron's get_grad_norm_fp32 over the model-parallel group.
+ * everything, or every rank holds the same reduced gradients), over the tensor-parallel group
+ * `tp` and over the pipeline group `pp` (NULL: one rank), then the square root. Under tensor
+ * parallelism each rank's shards of a split parameter count, and a replicated parameter (the
+ * same gradient on every TP rank) only on TP rank 0; a pipeline stage's copy of the tied
+ * embedding (metadata `shared`) never: Megatron's get_grad_norm_fp32 over the model-parallel
+ * group with its param_is_not_shared and param_is_not_tensor_parallel_duplicate filters.
  * Exports: mg_optim_piece, mg_optim_span, mg_optim_shard, mg_optimizer, mg_optimizer_*.
  * Needs: model/params, parallel/grad_buffer, comm, backend, core/arena. */
 #ifndef MG_TRAIN_OPTIMIZER_H
@@ -56,9 +58,10 @@ typedef struct {
     int n_shards, n_spans, n_pieces;
     mg_optim_shard *shards; /* (n_shards) bucket order */
     mg_optim_span *spans;   /* (n_spans) */
-    int n_norm_spans;       /* TP rank > 0: the runs its gradient norm counts (split parameters) */
+    bool norm_filtered;     /* the norm counts norm_spans, not the whole shards */
+    int n_norm_spans;       /* the runs the gradient norm counts (see above) */
     mg_optim_span *norm_spans;
-    mg_comm *tp;            /* not owned; NULL: one rank */
+    mg_comm *tp, *pp;       /* not owned; NULL: one rank */
     mg_optim_piece *pieces; /* (n_pieces) buffer order */
     mg_comm *norm_group;    /* see above; not owned */
     size_t off_m, off_v, off_scalars;
@@ -67,10 +70,10 @@ typedef struct {
 } mg_optimizer;
 
 /* The shards, pieces and spans of dp rank `dp_rank` for the parameters `t`, laid out by `l`
- * (t's offsets must be l's). norm_group, tp: see above (may be NULL). */
+ * (t's offsets must be l's). norm_group, tp, pp: see above (may be NULL). */
 mg_status mg_optimizer_init(mg_optimizer *o, const mg_config *c, const mg_param_table *t,
                             const mg_grad_buffer_layout *l, int dp_rank, mg_comm *norm_group,
-                            mg_comm *tp);
+                            mg_comm *tp, mg_comm *pp);
 void mg_optimizer_free(mg_optimizer *o);
 /* Reserves the moments and scalars in the optimizer arena. */
 mg_status mg_optimizer_plan(mg_optimizer *o, mg_arena *arena);

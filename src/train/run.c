@@ -55,10 +55,24 @@ static void print_banner(const mg_trainer *t) {
         mg_log_info("> megatron.c: training on the %s backend, GPU %d (%s compute, fp32 master "
                     "weights, gradients and optimizer state)",
                     t->be->name, t->gpu, mg_dtype_name(t->be->compute_dtype));
-    /* Megatron's line, from this rank's shards (rank 0 logs: tensor rank 0) */
-    mg_log_info(" > number of parameters on (tensor, pipeline) model parallel rank (%d, 0): "
+    /* Megatron's line, from this rank's shards, by every rank of data-parallel rank 0 */
+    mg_log_self(t->dp_rank == 0,
+                " > number of parameters on (tensor, pipeline) model parallel rank (%d, %d): "
                 "%" PRId64,
-                t->tp_rank, mg_params_count(&t->model.params));
+                t->tp_rank, t->pp_rank, mg_params_count(&t->model.params));
+    if (t->pp_size > 1) {
+        const mg_gpt *g = &t->model;
+        char chunks[160] = "";
+        for (int v = 0, n = 0; v < g->n_chunks && n < (int)sizeof chunks; v++)
+            n += snprintf(chunks + n, sizeof chunks - (size_t)n, "%s[%d, %d)", v ? " " : "",
+                          g->chunks[v].offset, g->chunks[v].offset + g->chunks[v].count);
+        mg_log_self(t->tp_rank == 0 && t->dp_rank == 0,
+                    "> pipeline rank %d of %d (%s, %d microbatches): layers %s%s%s; %d "
+                    "activation slots",
+                    t->pp_rank, t->pp_size, g->n_chunks > 1 ? "interleaved 1F1B" : "1F1B",
+                    t->num_microbatches, chunks, g->wte >= 0 ? ", the embedding" : "",
+                    g->lnf_w >= 0 ? ", the output layer and the loss" : "", g->n_slots);
+    }
     if (t->tp_size > 1)
         mg_log_info("> tensor-parallel size %d%s: %" PRId64 " parameters in the whole model; "
                     "heads %d, query groups %d, ffn %d, vocabulary rows %d per rank",
@@ -132,7 +146,8 @@ static mg_status train_loop(mg_trainer *t) {
                 .train_iters = c->train_iters,
                 .consumed_samples = t->state.consumed_train_samples,
                 .elapsed_ms_per_iter = sec * 1e3,
-                .tflops_per_gpu = flops / sec / 1e12 / (t->dp_size * t->tp_size), /* a rank a GPU */
+                .tflops_per_gpu =
+                    flops / sec / 1e12 / (t->dp_size * t->tp_size * t->pp_size), /* a rank a GPU */
                 .tokens_per_s = (double)c->global_batch_size * c->seq_length / sec,
                 .lr = mg_lr_schedule_lr(&t->lr), /* Megatron logs the lr after the step */
                 .global_batch_size = c->global_batch_size,
@@ -182,10 +197,10 @@ static mg_status train_loop(mg_trainer *t) {
     return MG_OK;
 }
 
-mg_status mg_train_run(const mg_config *cfg, mg_comm *dp, mg_comm *tp) {
+mg_status mg_train_run(const mg_config *cfg, const mg_train_groups *g) {
     mg_trainer *t = calloc(1, sizeof *t);
     if (!t) return MG_FAIL(MG_ERR_NOMEM, "out of memory");
-    mg_status st = mg_trainer_init_groups(t, cfg, dp, tp);
+    mg_status st = mg_trainer_init_groups(t, cfg, g);
     if (st == MG_OK) {
         print_banner(t);
         bool resumed = t->state.iteration > 0;

@@ -34,14 +34,16 @@ static mg_status create_backend(mg_trainer *t) {
     mg_config *c = &t->cfg;
     t->gpu = -1;
     /* a group settles auto: NCCL moves device buffers, MPI host buffers */
-    mg_comm *group = t->dp ? t->dp : t->tp;
+    mg_comm *group = t->dp ? t->dp : t->tp ? t->tp : t->pp;
     if (!strcmp(c->device, "auto") && group)
         snprintf(c->device, sizeof c->device, "%s", mg_comm_device_buffers(group) ? "cuda" : "cpu");
     if (group && mg_comm_device_buffers(group) != !strcmp(c->device, "cuda"))
         return MG_FAIL(MG_ERR_UNSUPPORTED,
                        "the %s group moves %s buffers, but --device %s keeps the "
                        "training state in %s memory (NCCL goes with cuda, MPI with cpu)",
-                       t->dp ? "data-parallel" : "tensor-parallel",
+                       t->dp   ? "data-parallel"
+                       : t->tp ? "tensor-parallel"
+                               : "pipeline-parallel",
                        mg_comm_device_buffers(group) ? "device" : "host", c->device,
                        strcmp(c->device, "cuda") ? "host" : "device");
 #ifdef MG_HAVE_CUDA
@@ -86,15 +88,20 @@ static mg_status plan_memory(mg_trainer *t) {
     mg_arena_init(&t->a_io, "batch");
     /* the distributed optimizer's gradient norm sums the shards over the group */
     mg_comm *norm_group = c->use_distributed_optimizer && t->dp_size > 1 ? t->dp : NULL;
-    MG_CHECK(mg_optimizer_init(&t->opt, c, &g->params, &t->gbuf, t->dp_rank, norm_group, t->tp));
+    MG_CHECK(
+        mg_optimizer_init(&t->opt, c, &g->params, &t->gbuf, t->dp_rank, norm_group, t->tp, t->pp));
     MG_CHECK(mg_arena_reserve(&t->a_params, numel * esz, 0, &t->off_params));
     if (masters)
         MG_CHECK(mg_arena_reserve(&t->a_master, t->opt.numel * sizeof(float), 0, &t->off_master));
     MG_CHECK(mg_arena_reserve(&t->a_grads, numel * sizeof(float), 0, &t->off_grads));
     MG_CHECK(mg_optimizer_plan(&t->opt, &t->a_optim));
-    MG_CHECK(mg_gpt_plan(g, be, c->micro_batch_size, &t->a_acts, &t->a_work));
-    MG_CHECK(mg_arena_reserve(&t->a_io, N * sizeof(int32_t), 0, &t->off_tokens));
-    MG_CHECK(mg_arena_reserve(&t->a_io, N * sizeof(int32_t), 0, &t->off_targets));
+    /* activation slots: as many as the schedule holds at once (parallel/pipeline/schedule.h),
+     * and the pipeline's buffers for input gradients on their way */
+    MG_CHECK(mg_gpt_plan(g, be, c->micro_batch_size, t->pipe.n_slots, &t->a_acts, &t->a_work));
+    size_t off_pipe, slots = (size_t)t->pipe.n_slots;
+    MG_CHECK(mg_arena_reserve(&t->a_work, mg_pipeline_buffer_bytes(&t->pipe), 0, &off_pipe));
+    MG_CHECK(mg_arena_reserve(&t->a_io, slots * N * sizeof(int32_t), 0, &t->off_tokens));
+    MG_CHECK(mg_arena_reserve(&t->a_io, slots * N * sizeof(int32_t), 0, &t->off_targets));
     MG_CHECK(mg_arena_reserve(&t->a_io, N * sizeof(float), 0, &t->off_dloss));
     MG_CHECK(mg_arena_reserve(&t->a_io, MG_STAT_COUNT * sizeof(float), 0, &t->off_stats));
 
@@ -118,13 +125,18 @@ static mg_status plan_memory(mg_trainer *t) {
         }
     }
     const double MiB = 1048576.0;
-    mg_log_info("> memory plan (%s, %s): parameters %.1f MiB, master weights %.1f MiB, "
-                "gradients %.1f MiB, optimizer %.1f MiB, activations %.1f MiB, workspace %.1f MiB, "
-                "batch %.1f MiB, total %.1f MiB",
-                be->name, be->device == MG_DEVICE_CPU ? "host memory" : "device memory",
+    /* one line per pipeline stage, from its first rank: the stages differ */
+    char stage[48] = "";
+    if (t->pp_size > 1) snprintf(stage, sizeof stage, ", pipeline rank %d", t->pp_rank);
+    mg_log_self(t->tp_rank == 0 && t->dp_rank == 0,
+                "> memory plan (%s, %s%s): parameters %.1f MiB, master weights %.1f MiB, "
+                "gradients %.1f MiB, optimizer %.1f MiB, activations %.1f MiB (%d slots x %.2f "
+                "MiB), workspace %.1f MiB, batch %.1f MiB, total %.1f MiB",
+                be->name, be->device == MG_DEVICE_CPU ? "host memory" : "device memory", stage,
                 t->a_params.size / MiB, masters ? t->a_master.size / MiB : 0.0,
-                t->a_grads.size / MiB, t->a_optim.size / MiB, t->a_acts.size / MiB,
-                t->a_work.size / MiB, t->a_io.size / MiB, t->planned_bytes / MiB);
+                t->a_grads.size / MiB, t->a_optim.size / MiB, t->a_acts.size / MiB, g->n_slots,
+                g->slot_bytes / MiB, t->a_work.size / MiB, t->a_io.size / MiB,
+                t->planned_bytes / MiB);
     mg_memory_per_param b = mg_trainer_memory_per_param(t);
     mg_log_info("> memory per parameter (%" PRId64 " parameters, from the arenas): weights %.2f B, "
                 "gradients %.2f B, master weights %.2f B, optimizer state %.2f B%s, total %.2f B",
@@ -143,6 +155,7 @@ static mg_status plan_memory(mg_trainer *t) {
     t->master = masters ? mg_arena_ptr(&t->a_master, t->off_master) : NULL;
     t->grads = mg_arena_ptr(&t->a_grads, t->off_grads);
     mg_optimizer_bind(&t->opt, &t->a_optim);
+    mg_pipeline_bind(&t->pipe, mg_arena_ptr(&t->a_work, off_pipe));
     t->tokens = mg_arena_ptr(&t->a_io, t->off_tokens);
     t->targets = mg_arena_ptr(&t->a_io, t->off_targets);
     t->dloss = mg_arena_ptr(&t->a_io, t->off_dloss);
@@ -334,13 +347,20 @@ static mg_status layout_buffers(mg_trainer *t) {
         .overlap_grad_reduce = c->overlap_grad_reduce,
         .bucket_size = c->ddp_bucket_size > 0 ? c->ddp_bucket_size : 0,
         .pad_for_high_nccl_busbw = c->ddp_pad_buckets_for_high_nccl_busbw,
-        .shared_embedding = -1, /* tied embeddings are one parameter with one pipeline stage */
+        /* Megatron's: the embedding's copy on the first or last stage gets a bucket of its own
+         * (its gradient is complete only after the embedding-group sum), and the stages after
+         * the first use one bucket */
+        .shared_embedding = -1,
+        .disable_bucketing = t->pp_rank > 0,
         .align_param_starts = true,
     };
     int64_t *sizes = malloc((size_t)pt->n * sizeof *sizes);
     size_t *offsets = malloc((size_t)pt->n * sizeof *offsets);
     mg_status st = sizes && offsets ? MG_OK : MG_FAIL(MG_ERR_NOMEM, "out of memory");
-    for (int i = 0; st == MG_OK && i < pt->n; i++) sizes[i] = pt->p[i].numel;
+    for (int i = 0; st == MG_OK && i < pt->n; i++) {
+        sizes[i] = pt->p[i].numel;
+        if (pt->p[i].embedding_group) gc.shared_embedding = i;
+    }
     if (st == MG_OK) st = mg_grad_buffer_layout_build(sizes, pt->n, &gc, &t->gbuf);
     for (int r = 0; st == MG_OK && r < t->gbuf.n_params; r++)
         offsets[t->gbuf.params[r].index] = (size_t)t->gbuf.params[r].range.start;
@@ -379,54 +399,92 @@ static mg_status hook_params_needed(void *ctx, const int *idx, int n) {
 
 static mg_status hook_grads_ready(void *ctx, const int *idx, int n) {
     mg_trainer *t = ctx;
-    for (int i = 0; t->sync_sp_grads && i < n; i++) {
+    if (!t->grad_sync_live) return MG_OK;
+    int ready[MG_GPT_HOOK_MAX], k = 0;
+    for (int i = 0; i < n; i++) {
         const mg_param_meta *m = &t->model.params.p[idx[i]];
         if (m->sequence_parallel)
             MG_CHECK(mg_tp_all_reduce(&t->model.tp, mg_gpt_grad(&t->model, idx[i]),
                                       (size_t)m->numel, MG_F32, MG_REDUCE_SUM));
+        /* the embedding's copies are complete after the pipeline (sync_embedding_grads) */
+        if (!m->embedding_group) ready[k++] = idx[i];
     }
-    return t->dp ? mg_ddp_grads_ready(&t->ddp, idx, n) : MG_OK;
+    return t->dp && k ? mg_ddp_grads_ready(&t->ddp, ready, k) : MG_OK;
 }
 
 mg_status mg_trainer_init(mg_trainer *t, const mg_config *cfg) {
-    return mg_trainer_init_groups(t, cfg, NULL, NULL);
+    return mg_trainer_init_groups(t, cfg, NULL);
 }
 
 mg_status mg_trainer_init_dp(mg_trainer *t, const mg_config *cfg, mg_comm *dp) {
-    return mg_trainer_init_groups(t, cfg, dp, NULL);
+    return mg_trainer_init_groups(t, cfg, &(mg_train_groups){.dp = dp});
 }
 
-mg_status mg_trainer_init_groups(mg_trainer *t, const mg_config *cfg, mg_comm *dp, mg_comm *tp) {
+/* A group's size must be the layout's (a front end that starts one process, megatron bench,
+ * meets this first); mp: the ranks of one model replica. */
+static mg_status check_group_size(const char *flag, int want, int have, int mp) {
+    if (want < 1) want = 1;
+    if (have == want) return MG_OK;
+    return MG_FAIL(MG_ERR_USAGE,
+                   "%s %d needs %d ranks per model replica, this run has %d; train it with "
+                   "mpirun -np %d build/megatron train ...",
+                   flag, want, want, have, mp);
+}
+
+/* The schedule of a step: Megatron's, from the layout and the microbatch count, and its
+ * communication plan (messages of one micro-batch's residual rows x hidden). */
+static mg_status plan_schedule(mg_trainer *t) {
+    const mg_config *c = &t->cfg;
+    const mg_model_config *m = &t->model.cfg;
+    mg_schedule_params s = {
+        .pp = t->pp_size,
+        .vpp = t->model.n_chunks,
+        .microbatches = t->num_microbatches,
+        .group =
+            c->microbatch_group_size_per_vp_stage > 0 ? c->microbatch_group_size_per_vp_stage : 0,
+        .no_overlap_p2p = c->no_overlap_p2p_communication,
+    };
+    size_t hidden = (size_t)mg_model_config_rows(m, c->micro_batch_size * m->S) * (size_t)m->H;
+    return mg_pipeline_init(&t->pipe, &s, t->pp_rank, t->pp, t->be, hidden, t->be->compute_dtype);
+}
+
+mg_status mg_trainer_init_groups(mg_trainer *t, const mg_config *cfg, const mg_train_groups *gr) {
     memset(t, 0, sizeof *t);
     t->cfg = *cfg;
-    t->dp = dp;
-    t->dp_rank = dp ? mg_comm_rank(dp) : 0;
-    t->dp_size = dp ? mg_comm_size(dp) : 1;
-    t->tp = tp;
-    t->tp_rank = tp ? mg_comm_rank(tp) : 0;
-    t->tp_size = tp ? mg_comm_size(tp) : 1;
-    /* a front end that starts one process (megatron bench) meets this first */
-    if (t->tp_size != (cfg->tensor_model_parallel_size > 0 ? cfg->tensor_model_parallel_size : 1))
-        return MG_FAIL(MG_ERR_USAGE,
-                       "--tensor-model-parallel-size %d needs %d ranks per model replica, this "
-                       "run has %d; train it with mpirun -np %d build/megatron train ...",
-                       cfg->tensor_model_parallel_size, cfg->tensor_model_parallel_size, t->tp_size,
-                       cfg->tensor_model_parallel_size);
+    mg_train_groups none = {0};
+    if (!gr) gr = &none;
+    t->dp = gr->dp;
+    t->dp_rank = t->dp ? mg_comm_rank(t->dp) : 0;
+    t->dp_size = t->dp ? mg_comm_size(t->dp) : 1;
+    t->tp = gr->tp;
+    t->tp_rank = t->tp ? mg_comm_rank(t->tp) : 0;
+    t->tp_size = t->tp ? mg_comm_size(t->tp) : 1;
+    t->pp = gr->pp;
+    t->pp_rank = t->pp ? mg_comm_rank(t->pp) : 0;
+    t->pp_size = t->pp ? mg_comm_size(t->pp) : 1;
+    t->embd = gr->embedding && mg_comm_size(gr->embedding) > 1 ? gr->embedding : NULL;
+    int mp = (cfg->tensor_model_parallel_size > 1 ? cfg->tensor_model_parallel_size : 1) *
+             (cfg->pipeline_model_parallel_size > 1 ? cfg->pipeline_model_parallel_size : 1);
+    MG_CHECK(check_group_size("--tensor-model-parallel-size", cfg->tensor_model_parallel_size,
+                              t->tp_size, mp));
+    MG_CHECK(check_group_size("--pipeline-model-parallel-size", cfg->pipeline_model_parallel_size,
+                              t->pp_size, mp));
     MG_CHECK(resolve_vocab(&t->cfg));
     const mg_config *c = &t->cfg;
     MG_CHECK(create_backend(t));
     MG_CHECK(mg_backend_validate(t->be));
-    MG_CHECK(mg_gpt_build(&t->model, c, t->tp_rank));
+    MG_CHECK(mg_gpt_build(&t->model, c, t->tp_rank, t->pp_rank));
     MG_CHECK(layout_buffers(t));
     MG_CHECK(mg_lr_schedule_init(&t->lr, c));
     MG_CHECK(set_batch_shape(t));
+    MG_CHECK(plan_schedule(t));
     MG_CHECK(plan_memory(t));
-    if (dp) {
-        MG_CHECK(mg_ddp_init(&t->ddp, &t->gbuf, dp, t->be, t->grads, t->params,
+    if (t->dp) {
+        MG_CHECK(mg_ddp_init(&t->ddp, &t->gbuf, t->dp, t->be, t->grads, t->params,
                              t->be->compute_dtype, c->overlap_grad_reduce,
                              c->overlap_param_gather));
     }
-    if (dp || t->model.cfg.sp)
+    if (t->dp || t->model.cfg.sp || t->embd)
         t->model.hooks = (mg_gpt_hooks){hook_params_needed, hook_grads_ready, t};
     MG_CHECK(open_data(t));
     MG_CHECK(load_or_init(t));
@@ -448,47 +506,23 @@ mg_status mg_trainer_init_groups(mg_trainer *t, const mg_config *cfg, mg_comm *d
 /* ---- one iteration ---- */
 
 /* Loads this rank's microbatch mb of the global batch starting at sample `first`: Megatron's
- * MegatronPretrainingSampler gives dp rank r the samples [first + (mb*D + r)*mbs, +mbs). */
-static mg_status load_microbatch(mg_trainer *t, const mg_sample_source *src, int64_t first,
-                                 int mb) {
+ * MegatronPretrainingSampler gives dp rank r the samples [first + (mb*D + r)*mbs, +mbs). Only
+ * what the stage uses is copied: input ids (tokens, first stage) and labels (targets, last). */
+static mg_status load_microbatch(mg_trainer *t, const mg_sample_source *src, int64_t first, int mb,
+                                 int32_t *tokens, int32_t *targets) {
     const mg_config *c = &t->cfg;
     size_t S = (size_t)c->seq_length;
     int64_t start = first + ((int64_t)mb * t->dp_size + t->dp_rank) * c->micro_batch_size;
     for (int b = 0; b < c->micro_batch_size; b++)
         MG_CHECK(src->sample(src->ctx, start + b, t->host_tokens + b * S, t->host_targets + b * S));
     size_t bytes = (size_t)t->model.blk.N * sizeof(int32_t);
-    MG_CHECK(t->be->copy_h2d(t->be, t->tokens, t->host_tokens, bytes));
-    MG_CHECK(t->be->copy_h2d(t->be, t->targets, t->host_targets, bytes));
+    if (tokens) MG_CHECK(t->be->copy_h2d(t->be, tokens, t->host_tokens, bytes));
+    if (targets) MG_CHECK(t->be->copy_h2d(t->be, targets, t->host_targets, bytes));
     return MG_OK;
 }
 
-mg_status mg_trainer_forward_backward(mg_trainer *t, const mg_sample_source *src, int64_t first,
-                                      bool backward) {
-    mg_backend *be = t->be;
-    float scale = token_weight(t);
-    MG_CHECK(be->memset_zero(be, t->loss, sizeof(float)));
-    for (int mb = 0; mb < t->num_microbatches; mb++) {
-        MG_CHECK(load_microbatch(t, src, first, mb));
-        MG_CHECK(mg_gpt_forward(&t->model, be, t->tokens));
-        MG_CHECK(mg_gpt_loss(&t->model, be, t->targets, t->dloss, t->loss, scale));
-        if (!backward) continue;
-        /* the last microbatch's backward completes the buckets (Megatron's no_sync before) */
-        const bool last = mb == t->num_microbatches - 1;
-        if (t->dp && last) MG_CHECK(mg_ddp_start_grad_sync(&t->ddp));
-        t->sync_sp_grads = last && t->model.cfg.sp;
-        MG_CHECK(mg_gpt_backward(&t->model, be, t->tokens));
-        t->sync_sp_grads = false;
-    }
-    if (t->dp) {
-        void *stream;
-        MG_CHECK(mg_backend_comm_begin(be, &stream));
-        MG_CHECK(mg_comm_all_reduce(t->dp, t->loss, t->loss, 1, MG_F32, MG_REDUCE_SUM, stream));
-        MG_CHECK(mg_backend_comm_end(be));
-    }
-    return MG_OK;
-}
-
-/* MG_FAULT_EXIT=R:I (tests): rank R dies here in iteration I, telling nobody. */
+/* MG_FAULT_EXIT=R:I (tests): rank R dies in iteration I, in the middle of
+ * the pipeline step (its first chunk's forward of the middle microbatch), telling nobody. */
 static void maybe_fault_exit(const mg_trainer *t) {
     const char *v = mg_env_str("MG_FAULT_EXIT", "");
     int rank, it;
@@ -499,12 +533,105 @@ static void maybe_fault_exit(const mg_trainer *t) {
     }
 }
 
+/* ---- the schedule's ops (parallel/pipeline/run.h) on this rank's model chunks ---- */
+
+static int32_t *slot_tokens(const mg_trainer *t, int slot) {
+    return t->tokens + (size_t)slot * (size_t)t->model.blk.N;
+}
+static int32_t *slot_targets(const mg_trainer *t, int slot) {
+    return t->targets + (size_t)slot * (size_t)t->model.blk.N;
+}
+
+static mg_status stage_forward(void *ctx, int mb, int chunk, int slot) {
+    mg_trainer *t = ctx;
+    const mg_gpt_chunk *ch = &t->model.chunks[chunk];
+    int32_t *tokens = slot_tokens(t, slot), *targets = slot_targets(t, slot);
+    if (!t->forward_only && mb == t->num_microbatches / 2 && chunk == 0) maybe_fault_exit(t);
+    if (ch->pre || ch->post)
+        MG_CHECK(load_microbatch(t, t->pass_src, t->pass_first, mb, ch->pre ? tokens : NULL,
+                                 ch->post ? targets : NULL));
+    MG_CHECK(mg_gpt_chunk_forward(&t->model, t->be, chunk, slot, tokens));
+    /* an evaluation's loss; training computes it in the backward (model/gpt.h: the lazy head) */
+    if (ch->post && t->forward_only)
+        MG_CHECK(
+            mg_gpt_head_loss(&t->model, t->be, slot, targets, t->dloss, t->loss, token_weight(t)));
+    return MG_OK;
+}
+
+static mg_status stage_backward(void *ctx, int mb, int chunk, int slot) {
+    mg_trainer *t = ctx;
+    const mg_gpt_chunk *ch = &t->model.chunks[chunk];
+    /* a chunk's last microbatch completes its gradients (Megatron's no_sync before it) */
+    t->grad_sync_live = mb == t->num_microbatches - 1;
+    if (t->grad_sync_live && t->dp && !t->grad_sync_armed) {
+        MG_CHECK(mg_ddp_start_grad_sync(&t->ddp));
+        t->grad_sync_armed = true;
+    }
+    if (ch->post)
+        MG_CHECK(mg_gpt_head_loss(&t->model, t->be, slot, slot_targets(t, slot), t->dloss, t->loss,
+                                  token_weight(t)));
+    mg_status st = mg_gpt_chunk_backward(&t->model, t->be, chunk, slot, slot_tokens(t, slot));
+    t->grad_sync_live = false;
+    return st;
+}
+
+static void *stage_input(void *ctx, int chunk, int slot) {
+    return mg_gpt_chunk_input(&((mg_trainer *)ctx)->model, chunk, slot);
+}
+static void *stage_output(void *ctx, int chunk, int slot) {
+    return mg_gpt_chunk_output(&((mg_trainer *)ctx)->model, chunk, slot);
+}
+static void *stage_dout(void *ctx) {
+    return mg_gpt_chunk_dout(&((mg_trainer *)ctx)->model);
+}
+static const void *stage_dinput(void *ctx) {
+    return mg_gpt_chunk_dinput(&((mg_trainer *)ctx)->model);
+}
+
+mg_status mg_trainer_forward_backward(mg_trainer *t, const mg_sample_source *src, int64_t first,
+                                      bool backward) {
+    mg_backend *be = t->be;
+    MG_CHECK(be->memset_zero(be, t->loss, sizeof(float)));
+    t->pass_src = src;
+    t->pass_first = first;
+    t->forward_only = !backward;
+    t->grad_sync_armed = false;
+    const mg_pipeline_stage stage = {
+        stage_forward, stage_backward, stage_input, stage_output, stage_dout, stage_dinput, t};
+    MG_CHECK(mg_pipeline_run(&t->pipe, &stage, !backward));
+    if (t->dp) {
+        void *stream;
+        MG_CHECK(mg_backend_comm_begin(be, &stream));
+        MG_CHECK(mg_comm_all_reduce(t->dp, t->loss, t->loss, 1, MG_F32, MG_REDUCE_SUM, stream));
+        MG_CHECK(mg_backend_comm_end(be));
+    }
+    return MG_OK;
+}
+
+/* Megatron's _allreduce_word_embedding_grads: the first stage's embedding and the last stage's
+ * copy sum their gradients over the embedding group, then join the data-parallel reduction. */
+static mg_status sync_embedding_grads(mg_trainer *t) {
+    if (!t->embd) return MG_OK;
+    const mg_param_table *pt = &t->model.params;
+    void *stream;
+    MG_CHECK(mg_backend_comm_begin(t->be, &stream));
+    for (int i = 0; i < pt->n; i++)
+        if (pt->p[i].embedding_group)
+            MG_CHECK(mg_comm_all_reduce(t->embd, mg_gpt_grad(&t->model, i),
+                                        mg_gpt_grad(&t->model, i), (size_t)pt->p[i].numel, MG_F32,
+                                        MG_REDUCE_SUM, stream));
+    MG_CHECK(mg_backend_comm_end(t->be));
+    for (int i = 0; t->dp && t->grad_sync_armed && i < pt->n; i++)
+        if (pt->p[i].embedding_group) MG_CHECK(mg_ddp_grads_ready(&t->ddp, &i, 1));
+    return MG_OK;
+}
+
 mg_status mg_trainer_step_async(mg_trainer *t) {
     mg_backend *be = t->be;
     const mg_config *c = &t->cfg;
     MG_CHECK(be->memset_zero(be, t->grads, t->model.params.numel * sizeof(float)));
     MG_CHECK(mg_trainer_forward_backward(t, &t->train_src, t->state.consumed_train_samples, true));
-    maybe_fault_exit(t);
+    MG_CHECK(sync_embedding_grads(t));
     /* sum the buckets over the group: every rank gets them whole (all-reduce), or its shard of
      * each (reduce-scatter, distributed optimizer); with --overlap-grad-reduce most started
      * during backward */
@@ -590,6 +717,7 @@ void mg_trainer_free(mg_trainer *t) {
     mg_mock_free(&t->valid_data);
     if (t->gpt_data) mg_gpt_data_free(t->gpt_data);
     mg_gpt_free(&t->model);
+    mg_pipeline_free(&t->pipe);
     mg_optimizer_free(&t->opt);
     mg_ddp_free(&t->ddp);
     mg_grad_buffer_layout_free(&t->gbuf);

@@ -40,6 +40,7 @@
 #include "model/gpt.h"
 #include "parallel/ddp.h"
 #include "parallel/grad_buffer.h"
+#include "parallel/pipeline/run.h"
 #include "train/checkpoint.h"
 #include "train/lr_schedule.h"
 #include "train/metrics.h"
@@ -68,6 +69,13 @@ typedef struct {
     double loss_sum, grad_norm_sum; /* since the last reset */
 } mg_step_stats;
 
+/* The groups of one rank (none owned; NULL: a group of one rank): data-parallel, tensor-parallel,
+ * pipeline-parallel, and the embedding group (the first and last pipeline stage of a pipeline
+ * group, NULL on the others: Megatron's _EMBEDDING_GROUP). */
+typedef struct {
+    mg_comm *dp, *tp, *pp, *embedding;
+} mg_train_groups;
+
 typedef struct {
     mg_config cfg; /* cfg.device: the backend in use ("cpu" or "cuda"), never "auto" */
     mg_backend *be;
@@ -75,8 +83,17 @@ typedef struct {
     int dp_rank, dp_size;       /* 0, 1 without a group */
     mg_comm *tp;                /* the tensor-parallel group (not owned); NULL: one rank */
     int tp_rank, tp_size;       /* 0, 1 without a group */
-    bool sync_sp_grads;         /* in the step's last backward: the hooks all-reduce the
-                                   sequence-parallel gradients over tp as they complete */
+    mg_comm *pp;                /* the pipeline-parallel group (not owned); NULL: one stage */
+    int pp_rank, pp_size;       /* 0, 1 without a group */
+    mg_comm *embd;              /* the embedding group (first and last stage), or NULL */
+    mg_pipeline pipe;           /* the schedule walker (parallel/pipeline/run.h) */
+    bool grad_sync_live;        /* in each chunk's last backward of the step: the hooks
+                                   all-reduce the sequence-parallel gradients over tp and hand
+                                   complete gradients to the data-parallel overlap */
+    bool grad_sync_armed;       /* the data-parallel reduction is armed for this step */
+    bool forward_only;          /* the pass running: an evaluation (the head in forward) */
+    const mg_sample_source *pass_src; /* the pass's samples: global batch from pass_first */
+    int64_t pass_first;
     mg_grad_buffer_layout gbuf; /* the parameter and gradient buffers' layout */
     mg_ddp ddp;                 /* the buckets' collectives (with a group) */
     int gpu;                    /* the CUDA device (launcher's local rank); -1 on the CPU backend */
@@ -94,8 +111,8 @@ typedef struct {
     float *master;    /* (opt.numel) fp32 master weights of this rank's shard (local
                          coordinates, train/optimizer.h); NULL when params are fp32 (CPU) */
     float *grads;     /* (numel) fp32 */
-    int32_t *tokens;  /* (N) backend */
-    int32_t *targets; /* (N) backend */
+    int32_t *tokens;  /* (n_slots, N) backend: each activation slot's input ids */
+    int32_t *targets; /* (n_slots, N) backend: each slot's labels */
     float *dloss;     /* (N) backend: d(loss)/d(token loss) = 1 / (N * microbatches * D) */
     float *stats;     /* (MG_STAT_COUNT) backend fp32 */
     float *loss;      /* (1) backend accumulator: &stats[MG_STAT_LOSS] */
@@ -122,12 +139,17 @@ mg_status mg_trainer_init(mg_trainer *t, const mg_config *cfg);
  * with cuda, MPI (host buffers) with cpu; --device auto follows the group, a mismatch is
  * MG_ERR_UNSUPPORTED. */
 mg_status mg_trainer_init_dp(mg_trainer *t, const mg_config *cfg, mg_comm *dp);
-/* The same as tensor-parallel rank mg_comm_rank(tp) of one model replica (tp may be NULL: one
- * rank; its size must be cfg->tensor_model_parallel_size), that replica being one member of
- * data-parallel group dp (NULL: one replica). The model holds this rank's shards
- * (model/gpt.h); the members of a tp group load the same microbatches. The gradient norm counts
- * every tensor-parallel shard once and every replicated parameter once (train/optimizer.h). */
-mg_status mg_trainer_init_groups(mg_trainer *t, const mg_config *cfg, mg_comm *dp, mg_comm *tp);
+/* The same as tensor-parallel rank mg_comm_rank(g->tp) and pipeline rank mg_comm_rank(g->pp) of
+ * one model replica (their sizes must be cfg's), that replica being one member of data-parallel
+ * group g->dp (g NULL: one rank). The model holds this rank's shards of its pipeline stage's
+ * chunks (model/gpt.h); the members of a tp group load the same microbatches. A step walks the
+ * schedule of cfg (no pipelining, 1F1B or interleaved 1F1B: parallel/pipeline/run.h); only the
+ * first stage reads input ids and only the last reads labels and computes the loss (t->loss is
+ * zero on the other stages). After the schedule, the tied embedding's two copies (first and
+ * last stage) have their gradients summed over g->embedding. The gradient norm counts every
+ * tensor-parallel shard once, every replicated parameter once and the embedding's copy not at
+ * all, summed over the model-parallel ranks (train/optimizer.h). */
+mg_status mg_trainer_init_groups(mg_trainer *t, const mg_config *cfg, const mg_train_groups *g);
 /* Forward (+ backward) over this rank's part of the global batch of samples [first, first + gbs)
  * from src: the global batch's mean loss lands in t->loss (summed over the data-parallel group);
  * this rank's gradients ACCUMULATE into t->grads (not reduced over the group). */
@@ -168,6 +190,6 @@ void mg_trainer_free(mg_trainer *t);
 
 /* The whole `megatron train` run, as tensor-parallel rank mg_comm_rank(tp) of one replica in
  * data-parallel group dp (either NULL: one rank). */
-mg_status mg_train_run(const mg_config *cfg, mg_comm *dp, mg_comm *tp);
+mg_status mg_train_run(const mg_config *cfg, const mg_train_groups *g);
 
 #endif

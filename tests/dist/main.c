@@ -46,6 +46,7 @@ static const struct {
     {"train_resume", test_train_resume},
     {"train_memory", test_train_memory},
     {"train_tp", test_train_tp},
+    {"train_pp", test_train_pp},
 };
 
 void dist_fail(dist_ctx *t, const char *file, int line, const char *fmt, ...) {

@@ -9,7 +9,10 @@
 #     it, within the bound, instead of a hang;
 #   - tensor parallelism as the README shows it (TP 2 with --sequence-parallel, and TP 2 x DP 2
 #     with the distributed optimizer) logs the one-rank run's losses; bad tensor-parallel layouts
-#     stop every rank with one line and exit status 2.
+#     stop every rank with one line and exit status 2;
+#   - pipeline parallelism as the README shows it (P 4 x V 2, and P 2 x D 2 with the distributed
+#     optimizer) logs the one-rank run's losses from the last rank; a rank that dies in the middle
+#     of a pipeline step stops the others with a line naming it; bad pipeline layouts exit 2.
 # Prints PASS/FAIL lines and "N passed, N failed"; skipped (with a line) without MPI.
 #   tests/dist/test_train.sh [BUILD]
 set -u
@@ -146,4 +149,56 @@ bad_layout "world size" 3 "world size 3 is not divisible by tensor \(2\) x pipel
     --tensor-model-parallel-size 2 --global-batch-size 3
 bad_layout "sequence" 2 "--sequence-parallel splits the sequence .* --seq-length 15 is not divisible by --tensor-model-parallel-size 2" \
     --tensor-model-parallel-size 2 --sequence-parallel --seq-length 15
+
+# (7) pipeline parallelism from the command line: the one-rank run's losses, logged by the last
+# rank (it computes them); 8 layers, 8 microbatches per step.
+PPM=("${MODEL[@]}" --num-layers 8 --train-iters 4)
+base=$(timeout 60 "$BIN" train "${PPM[@]}" 2>&1); rc0=$?
+for layout in "4:--pipeline-model-parallel-size 4 --virtual-pipeline-model-parallel-size 2" \
+    "4:--pipeline-model-parallel-size 2 --use-distributed-optimizer --overlap-grad-reduce"; do
+    np=${layout%%:*}; read -r -a extra <<<"${layout#*:}"
+    out=$(timeout 60 "${MPIRUN[@]}" -np "$np" "$BIN" train "${PPM[@]}" "${extra[@]}" 2>&1); rc=$?
+    name="train np=$np ${layout#*:}"
+    if [ "$rc0" -ne 0 ] || [ "$rc" -ne 0 ]; then
+        fail "$name (exit status one rank $rc0, $np ranks $rc)" "$(tail -n 5 <<<"$out")"
+    elif ! grep -q "pipeline rank 0 of" <<<"$out" || grep "lm loss" <<<"$out" | grep -qv "^\[rank $((np - 1))\]"; then
+        fail "$name (no pipeline banner, or a loss logged by another rank than the last)" "$(head -n 12 <<<"$out")"
+    elif ! paste <(losses "$base") <(losses "$out") | awk 'NF != 2 || ($1 - $2) > 1e-5 * $1 || ($2 - $1) > 1e-5 * $1 { bad = 1 } END { exit bad || NR != 4 }'; then
+        fail "$name (losses differ from one rank's)" "one rank: $(losses "$base" | tr '\n' ' ')" "pp: $(losses "$out" | tr '\n' ' ')"
+    else
+        pass "$name: losses $(losses "$out" | tr '\n' ' ')match one rank's"
+    fi
+done
+# A pipeline rank dies in the middle of a step (its forward of the 4th of 8 microbatches): the
+# others wait on it or on a neighbour in a pipeline send/receive and must stop with a line naming
+# it, well within the timeout (one report suffices; mpirun may kill the rest first).
+start=$(now)
+out=$(timeout 60 "${MPIRUN[@]}" -np 4 -x MG_FAULT_EXIT=1:2 "$BIN" train "${PPM[@]}" \
+    --pipeline-model-parallel-size 4 --train-iters 20 --distributed-timeout-minutes 1 2>&1); rc=$?
+took=$(elapsed "$start")
+n=0 bad=()
+for r in 0 2 3; do
+    line=$(grep "^\[rank $r\] megatron: error" <<<"$out")
+    [ -z "$line" ] && continue
+    if grep -qE "^\[rank $r\] megatron: error: rank 1 disconnected without a goodbye .*\(this rank, $r, was in batch_p2p #[0-9]+ on group 'pp'\)\$" <<<"$line"; then
+        n=$((n + 1))
+    else
+        bad+=("$line")
+    fi
+done
+if [ "$rc" -eq 0 ] || [ "$rc" -eq 124 ]; then
+    fail "train killed pipeline rank np=4 (exit status $rc; 124: still running after 60 s)" "$(tail -n 20 <<<"$out")"
+elif ! grep -q "MG_FAULT_EXIT: exiting in iteration 2" <<<"$out"; then
+    fail "train killed pipeline rank np=4 (the fault was not injected)" "$(tail -n 20 <<<"$out")"
+elif [ ${#bad[@]} -gt 0 ] || [ "$n" -lt 1 ]; then
+    fail "train killed pipeline rank np=4 ($n ranks reported it; wrong lines follow)" "${bad[@]}" "$(tail -n 20 <<<"$out")"
+else
+    pass "train killed pipeline rank np=4: $n ranks reported it, exit status $rc, $took s"
+fi
+bad_layout "layers" 2 "--num-layers 3 is not divisible by --pipeline-model-parallel-size 2; valid --num-layers: 2, 4, 6" \
+    --pipeline-model-parallel-size 2 --num-layers 3
+bad_layout "virtual stages" 2 "the 1 layers per pipeline stage \(--num-layers 2 over 2 stages\) are not divisible by the 2 virtual stages per pipeline rank" \
+    --pipeline-model-parallel-size 2 --virtual-pipeline-model-parallel-size 2
+bad_layout "interleaved microbatches" 2 "3 microbatches in groups of 2 .* leave a last group of 1, fewer than --pipeline-model-parallel-size 2" \
+    --num-layers 4 --pipeline-model-parallel-size 2 --virtual-pipeline-model-parallel-size 2 --global-batch-size 3
 finish

@@ -24,6 +24,7 @@
  * sum, and at lr 3e-3 on a 64-wide model one step's norm moved by 3.3% (H200, Llama style with SP,
  * step 6 of 20) while every loss stayed within 2%. */
 #include "dist.h"
+#include "train_compare.h"
 
 #include "core/flags.h"
 #include "core/log.h"
@@ -40,7 +41,7 @@
 #include <string.h>
 
 #define STEPS     10
-#define GPU_STEPS 20
+#define GPU_STEPS TC_MAX_STEPS
 #define TOL       1e-5
 #define BF16_TOL  2e-2 /* a few bf16 ulps (2^-8) of relative difference, as test_train_dp.c */
 #define NORM_TOL  6e-2 /* bf16 grad norms (see the top) */
@@ -113,30 +114,8 @@ static void make_config(dist_ctx *t, mg_config *c, const variant *v, int tp, int
     DOK(mg_config_validate(c));
 }
 
-typedef struct {
-    double loss[GPU_STEPS], norm[GPU_STEPS];
-    float *w;
-    mg_trainer *tr;
-} run_out;
-
 static int steps(const dist_ctx *t) {
     return dist_on_device(t) ? GPU_STEPS : STEPS;
-}
-
-static void train(dist_ctx *t, const mg_config *c, mg_comm *dp, mg_comm *tp, run_out *out) {
-    out->tr = calloc(1, sizeof *out->tr);
-    DOK(out->tr ? MG_OK : MG_ERR_NOMEM);
-    DOK(mg_trainer_init_groups(out->tr, c, dp, tp));
-    for (int s = 0; s < steps(t); s++) DOK(mg_trainer_step(out->tr, &out->loss[s], &out->norm[s]));
-    out->w = calloc(out->tr->model.params.numel, sizeof *out->w);
-    DOK(out->w ? MG_OK : MG_ERR_NOMEM);
-    DOK(mg_trainer_get_weights(out->tr, out->w));
-}
-
-static void release(run_out *r) {
-    mg_trainer_free(r->tr);
-    free(r->tr);
-    free(r->w);
 }
 
 /* Whether global element g of the fused QKV bias is a key bias (see the top). */
@@ -146,78 +125,23 @@ static bool key_bias(const mg_param_meta *m, const mg_model_config *c, int64_t g
     return pos >= r * c->hd && pos < (r + 1) * c->hd;
 }
 
-/* Normalised error ||x - y|| / ||y|| of this rank's shards x against the matching elements y of
- * the reference's whole tensors, over all of them; *which: the tensor with the largest error of
- * its own. Over all of them, because Adam makes single elements sensitive: where an element's
- * gradient is as small as --adam-eps (1e-8; a sum that cancels), its first updates are
- * lr * g / (|g| + eps), and the rounding of a differently ordered sum moves them by ~1e-5 (seen:
- * one element of a 64 x 64 weight 1.2e-5 off after one step, 3e-5 of that tensor's norm). */
-static double model_error(const run_out *tpr, const run_out *ref, const char **which) {
-    const mg_param_table *a = &tpr->tr->model.params, *b = &ref->tr->model.params;
-    double worst = 0, dsum = 0, nsum = 0;
-    for (int i = 0; i < a->n; i++) {
-        const mg_param_meta *m = &a->p[i];
-        const float *x = tpr->w + m->offset, *y = ref->w + b->p[i].offset;
-        double d = 0, n = 0;
-        for (int64_t j = 0; j < m->numel; j++) {
-            int64_t g = mg_param_global_index(m, j);
-            if (key_bias(m, &ref->tr->model.cfg, g)) continue;
-            d += ((double)x[j] - y[g]) * ((double)x[j] - y[g]);
-            n += (double)y[g] * y[g];
-        }
-        dsum += d;
-        nsum += n;
-        double e = sqrt(d) / fmax(sqrt(n), 1e-3);
-        if (e > worst) {
-            worst = e;
-            *which = m->name;
-        }
-    }
-    return sqrt(dsum) / sqrt(nsum);
-}
-
-static double rel(double a, double b) {
-    return fabs(a - b) / fmax(fabs(b), 1e-30);
-}
-
-/* This rank's group of kind k in the layout (NULL when it has one rank). Every rank calls it
- * for the same kinds in the same order. */
-static mg_comm *group_of(dist_ctx *t, const mg_parallel_layout *l, mg_group_kind k) {
-    const mg_group_list *g = &l->groups[k];
-    mg_comm *c = NULL;
-    DOK(mg_comm_group_create(t->w, mg_group_kind_name(k), g->n_groups, g->offsets, g->ranks, &c));
-    if (c && mg_comm_size(c) == 1) {
-        mg_comm_group_free(c);
-        c = NULL;
-    }
-    return c;
-}
-
 static void check_variant(dist_ctx *t, const variant *v) {
     mg_parallel_sizes s = {
         .world_size = t->size, .tp = v->tp, .pp = 1, .cp = 1, .ep = 1, .etp = -1};
-    mg_parallel_layout l;
-    DOK(mg_parallel_layout_build(&s, &l));
-    mg_comm *dp = group_of(t, &l, MG_GROUP_DP), *tp = group_of(t, &l, MG_GROUP_TP);
-    mg_parallel_layout_free(&l);
+    mg_train_groups gr = {0};
+    tc_groups(t, s, &gr);
     mg_config c1, cT;
     make_config(t, &c1, v, 1, 1);
     make_config(t, &cT, v, v->tp, t->size);
-    run_out ref = {0}, got = {0};
-    train(t, &c1, NULL, NULL, &ref);
-    train(t, &cT, dp, tp, &got);
+    tc_run ref = {0}, got = {0};
+    tc_train(t, &c1, NULL, steps(t), &ref);
+    tc_train(t, &cT, &gr, steps(t), &got);
     DEXPECT(got.tr->model.cfg.V == ref.tr->model.cfg.V && got.tr->tp_size == v->tp &&
                 got.tr->dp_size == t->size / v->tp,
             "%s: vocabulary %d vs %d, tp %d, dp %d", v->label, got.tr->model.cfg.V,
             ref.tr->model.cfg.V, got.tr->tp_size, got.tr->dp_size);
-    const double tol = dist_on_device(t) ? BF16_TOL : TOL;
-    for (int i = 0; i < steps(t); i++) {
-        DEXPECT(rel(got.loss[i], ref.loss[i]) <= tol, "%s step %d: loss %.9g, one rank %.9g",
-                v->label, i + 1, got.loss[i], ref.loss[i]);
-        DEXPECT(rel(got.norm[i], ref.norm[i]) <= (dist_on_device(t) ? NORM_TOL : TOL),
-                "%s step %d: grad norm %.9g, one rank %.9g", v->label, i + 1, got.norm[i],
-                ref.norm[i]);
-    }
+    tc_expect_steps(t, v->label, &got, &ref, steps(t), dist_on_device(t) ? BF16_TOL : TOL,
+                    dist_on_device(t) ? NORM_TOL : TOL);
     if (dist_on_device(t)) { /* bf16: the losses and norms are the check, and the steady state */
 #if defined(MG_HAVE_CUDA) && defined(MG_HAVE_NCCL)
         const mg_cuda_ctx *x = got.tr->be->ctx;
@@ -230,14 +154,13 @@ static void check_variant(dist_ctx *t, const variant *v) {
         DOK(mg_trainer_sync_params(got.tr));
         DOK(got.tr->be->synchronize(got.tr->be));
 #endif
-        release(&ref);
-        release(&got);
-        if (dp) mg_comm_group_free(dp);
-        if (tp) mg_comm_group_free(tp);
+        tc_release(&ref);
+        tc_release(&got);
+        tc_free_groups(&gr);
         return;
     }
     const char *which = "";
-    double e = model_error(&got, &ref, &which);
+    double e = tc_model_error(&got, &ref, &which, key_bias);
     DEXPECT(e <= TOL,
             "%s: tp rank %d's parameters after %d steps differ from one rank's by %.3g "
             "(most in %s)",
@@ -248,10 +171,9 @@ static void check_variant(dist_ctx *t, const variant *v) {
     for (int i = 0; i < pa->n; i++) whole += pa->p[i].global_shape[0] * pa->p[i].global_shape[1];
     DEXPECT(whole == mg_model_config_num_params(&ref.tr->model.cfg) && mine < whole,
             "%s: %lld local of %lld parameters", v->label, (long long)mine, (long long)whole);
-    release(&ref);
-    release(&got);
-    if (dp) mg_comm_group_free(dp);
-    if (tp) mg_comm_group_free(tp);
+    tc_release(&ref);
+    tc_release(&got);
+    tc_free_groups(&gr);
 }
 
 void test_train_tp(dist_ctx *t) {

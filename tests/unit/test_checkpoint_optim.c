@@ -36,7 +36,7 @@ static mg_status tiny_model(mg_gpt *g) {
     mg_config_defaults(&c);
     MG_CHECK(mg_flags_parse(&c, (int)(sizeof argv / sizeof *argv), argv, &help));
     MG_CHECK(mg_config_validate(&c));
-    return mg_gpt_build(g, &c, 0);
+    return mg_gpt_build(g, &c, 0, 0);
 }
 
 /* Moments of element j of parameter i: distinct values, so a misplaced copy shows. */

@@ -6,6 +6,7 @@
 
 #include "core/file.h"
 #include "core/status.h"
+#include "parallel/pipeline/p2p.h"
 #include "parallel/pipeline/schedule.h"
 
 #include <cjson/cJSON.h>
@@ -508,4 +509,86 @@ MG_TEST(schedule_rejections) {
                     "op durations must be positive and finite (forward 0, backward 2)");
     MG_EXPECT_ERROR(mg_schedule_timeline_build(&s, 1, INFINITY, &tl), MG_ERR_USAGE, "backward inf");
     MG_EXPECT_ERROR(mg_schedule_timeline_build(&s, NAN, 1, &tl), MG_ERR_USAGE, "forward nan");
+}
+
+/* The p2p plan (src/parallel/pipeline/p2p.c), for every valid schedule of the grid, training
+ * and evaluation, checked independently of how it was made: each rank runs every op of its order
+ * once and in order; a receive comes right before the op that needs it and brings what the
+ * neighbour's matching op made (hidden state of the same microbatch, next virtual stage; or the
+ * gradient, previous virtual stage); sends and receives pair up in order per pair of ranks; and
+ * replaying all ranks' steps with blocking rendezvous (NCCL's rule: a rank's steps in order, a
+ * send waits for its receive) finishes. Training holds exactly mg_schedule_activation_slots
+ * slots. */
+static void check_p2p(mg_test_ctx *t, mg_schedule_params s) {
+    int P = s.pp, V = s.vpp;
+    for (int fo = 0; fo < 2; fo++) {
+        mg_p2p_plan plan[8];
+        int at[8] = {0};
+        for (int r = 0; r < P; r++) {
+            MG_EXPECT_OK(mg_p2p_plan_build(&s, fo, r, &plan[r]));
+            if (!plan[r].steps) return;
+            int want;
+            MG_EXPECT_OK(mg_schedule_activation_slots(&s, r, &want));
+            MG_EXPECT(fo ? plan[r].n_slots <= want : plan[r].n_slots == want,
+                      "P %d V %d M %d rank %d: %d slots, schedule %d", P, V, s.microbatches, r,
+                      plan[r].n_slots, want);
+            int next_op = 0;
+            for (int i = 0; i < plan[r].n_steps; i++) {
+                const mg_p2p_step *st = &plan[r].steps[i];
+                if (st->kind == MG_P2P_OP) MG_EXPECT(st->op == next_op++, "op order");
+                if (st->kind == MG_P2P_RECV)
+                    MG_EXPECT(i + 1 < plan[r].n_steps && plan[r].steps[i + 1].kind == MG_P2P_OP &&
+                                  plan[r].steps[i + 1].op == st->op,
+                              "a receive right before its op");
+            }
+            MG_EXPECT(next_op == plan[r].n_ops, "rank %d ran %d of %d ops", r, next_op,
+                      plan[r].n_ops);
+        }
+        /* the blocking replay */
+        for (bool progress = true; progress;) {
+            progress = false;
+            for (int r = 0; r < P; r++) {
+                while (at[r] < plan[r].n_steps && plan[r].steps[at[r]].kind == MG_P2P_OP) {
+                    at[r]++;
+                    progress = true;
+                }
+                if (at[r] >= plan[r].n_steps) continue;
+                const mg_p2p_step *a = &plan[r].steps[at[r]];
+                int q = a->peer;
+                if (at[q] >= plan[q].n_steps) continue;
+                const mg_p2p_step *b = &plan[q].steps[at[q]];
+                if (b->kind == MG_P2P_OP || b->peer != r ||
+                    (b->kind == MG_P2P_SEND) == (a->kind == MG_P2P_SEND))
+                    continue;
+                const mg_p2p_step *snd = a->kind == MG_P2P_SEND ? a : b;
+                const mg_p2p_step *rcv = a->kind == MG_P2P_SEND ? b : a;
+                int sr = a->kind == MG_P2P_SEND ? r : q, rr = a->kind == MG_P2P_SEND ? q : r;
+                const mg_schedule_op *so = &plan[sr].ops[snd->op], *ro = &plan[rr].ops[rcv->op];
+                int dc = so->forward ? (sr == P - 1) : -(sr == 0);
+                MG_EXPECT(snd->grad == rcv->grad && so->forward == !snd->grad &&
+                              ro->forward == so->forward && ro->microbatch == so->microbatch &&
+                              ro->chunk == so->chunk + dc &&
+                              rr == (so->forward ? (sr + 1) % P : (sr - 1 + P) % P),
+                          "P %d V %d M %d: rank %d's message lands in the wrong op of rank %d", P,
+                          V, s.microbatches, sr, rr);
+                at[r]++;
+                at[q]++;
+                progress = true;
+            }
+        }
+        for (int r = 0; r < P; r++) {
+            MG_EXPECT(at[r] == plan[r].n_steps,
+                      "P %d V %d M %d G %d %s: rank %d stops at step %d "
+                      "of %d",
+                      P, V, s.microbatches, s.group, fo ? "eval" : "train", r, at[r],
+                      plan[r].n_steps);
+            mg_p2p_plan_free(&plan[r]);
+        }
+        (void)V;
+    }
+}
+
+MG_TEST(schedule_p2p_plan_every_config) {
+    int n = for_each_config(t, check_p2p);
+    MG_EXPECT(n > 5000, "only %d configurations", n);
 }

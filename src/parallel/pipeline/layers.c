@@ -33,6 +33,22 @@ static valid_list near_multiples(int around, long mod, int shift, int lo) {
     return v;
 }
 
+mg_layers_params mg_layers_params_of(const mg_config *c) {
+    int vflag = c->virtual_pipeline_model_parallel_size;
+    return (mg_layers_params){
+        .num_layers = c->num_layers,
+        .pp = c->pipeline_model_parallel_size > 0 ? c->pipeline_model_parallel_size : 1,
+        .vpp = vflag > 0 ? vflag : 0,
+        .layers_per_virtual_stage = c->num_layers_per_virtual_pipeline_stage > 0
+                                        ? c->num_layers_per_virtual_pipeline_stage
+                                        : 0,
+        .first_stage_layers = c->decoder_first_pipeline_num_layers,
+        .last_stage_layers = c->decoder_last_pipeline_num_layers,
+        .account_for_embedding = c->account_for_embedding_in_pipeline_split,
+        .account_for_loss = c->account_for_loss_in_pipeline_split,
+    };
+}
+
 static valid_list divisors(int n) {
     valid_list v = {""};
     for (int d = 1, k = 0; d <= n && k < 8; d++) {

@@ -23,7 +23,8 @@
  * middle ranks negative layer counts), f/l with P = 1. Where Megatron crashes (P = 2, V > 1,
  * both f and l: a division by zero middle ranks in its offset) megatron.c gives the placement.
  *
- * Exports: mg_layers_params, mg_layers_chunk, mg_layers_check, mg_layers_place, mg_layers_plan.
+ * Exports: mg_layers_params, mg_layers_chunk, mg_layers_params_of, mg_layers_check,
+ * mg_layers_place, mg_layers_plan.
  * Needs: core/status. */
 #ifndef MG_PIPELINE_LAYERS_H
 #define MG_PIPELINE_LAYERS_H
@@ -47,6 +48,9 @@ typedef struct {
     int offset; /* first global layer index (0-based) of the chunk */
     int count;  /* transformer layers it builds; 0 is possible (e.g. embedding-only stage) */
 } mg_layers_chunk;
+
+/* The placement flags of a run configuration (the model's and `megatron plan`'s one reading). */
+mg_layers_params mg_layers_params_of(const mg_config *c);
 
 /* Validates p; *vpp (may be NULL) receives V >= 1, resolved from vpp or
  * layers_per_virtual_stage. */

@@ -1,0 +1,71 @@
+/* The pipeline executor (Megatron's forward_backward_func): walks this rank's order (one walker
+ * for every schedule: no pipelining, 1F1B, interleaved 1F1B, and the forwards alone for an
+ * evaluation), hands each op an activation slot, and moves hidden states and gradients between
+ * neighbouring stages as the plan of parallel/pipeline/p2p.h says. What an op computes is the
+ * caller's (the trainer's model chunks), through mg_pipeline_stage.
+ *
+ * Slots: a forward takes a free slot and the backward of the same (microbatch, chunk) frees it
+ * (an evaluation's forward frees its slot once its output is sent), so at most
+ * mg_schedule_activation_slots slots are held: activation memory set by the pipeline depth, not
+ * by the number of microbatches (seed 000). A received hidden state lands directly in the slot of
+ * the forward that needs it; an input gradient waits in a buffer of its own until its
+ * receiver asks (the plan says how many such buffers there are).
+ *
+ * Communication runs on the backend's compute stream in order with compute (NCCL group calls;
+ * MPI Isend/Irecv completing in the call). Shapes are fixed at set-up: every message is `numel`
+ * elements of `dt` (the micro-batch's residual rows x hidden). A peer that fails or stalls ends
+ * the wait with MG_ERR_COMM naming it (comm/comm.h): nobody hangs on a pending receive.
+ * Exports: mg_pipeline_stage, mg_pipeline, mg_pipeline_*. Needs: parallel/pipeline/schedule,
+ * parallel/pipeline/p2p, comm, backend. */
+#ifndef MG_PIPELINE_RUN_H
+#define MG_PIPELINE_RUN_H
+
+#include "backend/backend.h"
+#include "comm/comm.h"
+#include "parallel/pipeline/p2p.h"
+#include "parallel/pipeline/schedule.h"
+
+/* The caller's side of an op. forward: (microbatch, chunk) in slot, its input already received
+ * into input(chunk, slot) unless it is the first virtual stage; backward: the same op's backward,
+ * its output gradient already received into dout() unless it is the last virtual stage;
+ * afterwards dinput() holds the input's gradient. */
+typedef struct {
+    mg_status (*forward)(void *ctx, int microbatch, int chunk, int slot);
+    mg_status (*backward)(void *ctx, int microbatch, int chunk, int slot);
+    void *(*input)(void *ctx, int chunk, int slot);
+    void *(*output)(void *ctx, int chunk, int slot);
+    void *(*dout)(void *ctx);
+    const void *(*dinput)(void *ctx);
+    void *ctx;
+} mg_pipeline_stage;
+
+typedef struct {
+    mg_schedule_params sched;
+    int rank;       /* pipeline rank */
+    mg_comm *group; /* the pipeline group; NULL with one stage */
+    mg_backend *be; /* its compute stream carries the messages */
+    size_t numel;   /* elements per message */
+    mg_dtype dt;
+    mg_p2p_plan train, eval; /* the steps of a training and of an evaluation pass */
+    int n_slots;             /* activation slots: the training plan's (== the schedule's count) */
+    int n_grad_bufs; /* input-gradient buffers waiting to be sent, the most either plan needs */
+    void *grad_bufs; /* (n_grad_bufs, numel) dt, from mg_pipeline_bind */
+    int *slot_of;    /* (M*V) [microbatch * V + chunk] -> slot, -1 when none */
+    int *free_slots; /* (n_slots) stack */
+    int n_free;
+    int64_t messages; /* sent and received since set-up (tests) */
+} mg_pipeline;
+
+/* Checks the schedule (mg_schedule_check), plans its communication (parallel/pipeline/p2p.h)
+ * and sizes the slots and gradient buffers. group: the pipeline group (its size must be s->pp;
+ * NULL only for s->pp == 1). numel: elements of one hidden state. */
+mg_status mg_pipeline_init(mg_pipeline *p, const mg_schedule_params *s, int rank, mg_comm *group,
+                           mg_backend *be, size_t numel, mg_dtype dt);
+/* Bytes of backend memory the gradient buffers need (0 with one stage), and their binding. */
+size_t mg_pipeline_buffer_bytes(const mg_pipeline *p);
+void mg_pipeline_bind(mg_pipeline *p, void *grad_bufs);
+/* Runs every op of the rank's order (forward_only: its forwards, for an evaluation). */
+mg_status mg_pipeline_run(mg_pipeline *p, const mg_pipeline_stage *stage, bool forward_only);
+void mg_pipeline_free(mg_pipeline *p);
+
+#endif

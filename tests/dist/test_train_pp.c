@@ -1,0 +1,230 @@
+/* Pipeline-parallel training against the one-rank run: every rank trains a tiny GPT twice, alone
+ * (the reference: the whole model, the whole global batch of 8 microbatches per replica) and as
+ * pipeline rank p of the layout under test, 10 steps, and compares the losses (on the last
+ * stage, which computes them), the grad norms (every rank: the norm spans the model-parallel
+ * group) and every element of this rank's parameters with the reference's (by name: layers keep
+ * their global numbers; the last stage's copy of a tied embedding against the embedding). fp32
+ * on the cpu backend: 1e-5 relative (the issue's bound). The layouts:
+ *   2 ranks   GPT-2 and Llama style P 2; interleaved P 2 x V 2; uneven first/last stages
+ *             (--decoder-first/last-pipeline-num-layers); the embedding and the loss accounted
+ *             as layers (--account-for-*-in-pipeline-split)
+ *   4 ranks   P 4 both styles; interleaved P 4 x V 2 (16 layers, tied and untied); P 2 x D 2
+ *             with the distributed optimizer and --overlap-grad-reduce
+ *   8 ranks   T 2 x P 2 x D 2 with sequence parallelism and the distributed optimizer
+ * And the activation memory: the slots a pipeline rank plans are the schedule's count, the same
+ * for 8 and 64 microbatches per step (the memory plan does not grow with them). */
+#include "dist.h"
+#include "train_compare.h"
+
+#include "core/log.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define STEPS 10
+#define TOL   1e-5
+
+typedef struct {
+    const char *label;
+    bool llama;
+    int world, layers, tp, pp; /* the world it runs on; D = world / (tp * pp) */
+    const char *layout[12];    /* flags beyond the sizes, NULL-terminated */
+} variant;
+
+static void model_flags(const variant *v, const char **argv, char *layers) {
+    snprintf(layers, 8, "%d", v->layers);
+    const char *gpt2[] = {"--hidden-size", "32", "--num-attention-heads", "4", NULL};
+    const char *llama[] = {"--hidden-size",
+                           "32",
+                           "--num-attention-heads",
+                           "4",
+                           "--group-query-attention",
+                           "--num-query-groups",
+                           "2",
+                           "--ffn-hidden-size",
+                           "64",
+                           "--normalization",
+                           "RMSNorm",
+                           "--swiglu",
+                           "--position-embedding-type",
+                           "rope",
+                           "--disable-bias-linear",
+                           "--untie-embeddings-and-output-weights",
+                           NULL};
+    const char *common[] = {"--num-layers",
+                            layers,
+                            "--seq-length",
+                            "16",
+                            "--vocab-size",
+                            "128",
+                            "--make-vocab-size-divisible-by",
+                            "32",
+                            "--mock-data",
+                            "--micro-batch-size",
+                            "1",
+                            "--train-iters",
+                            "20",
+                            "--lr",
+                            "3e-3",
+                            "--eval-iters",
+                            "0",
+                            "--device",
+                            "cpu",
+                            "--num-threads",
+                            "1",
+                            NULL};
+    int n = 0;
+    for (const char *const *m = v->llama ? llama : gpt2; *m; m++) argv[n++] = *m;
+    for (const char *const *m = common; *m; m++) argv[n++] = *m;
+    argv[n] = NULL;
+}
+
+static void check_variant(dist_ctx *t, const variant *v) {
+    const int D = t->size / (v->tp * v->pp);
+    char layers[8], gbs1[16], gbsD[16], tp[8], pp[8];
+    const char *model[64];
+    model_flags(v, model, layers);
+    snprintf(gbs1, sizeof gbs1, "%d", 8 * D);
+    snprintf(gbsD, sizeof gbsD, "%d", 8 * D);
+    snprintf(tp, sizeof tp, "%d", v->tp);
+    snprintf(pp, sizeof pp, "%d", v->pp);
+    const char *one[] = {"--global-batch-size", gbs1, NULL};
+    const char *lay[24] = {"--global-batch-size",
+                           gbsD,
+                           "--tensor-model-parallel-size",
+                           tp,
+                           "--pipeline-model-parallel-size",
+                           pp};
+    int n = 6;
+    for (int i = 0; v->layout[i]; i++) lay[n++] = v->layout[i];
+    lay[n] = NULL;
+    mg_config c1, cP;
+    tc_config(t, &c1, model, one, 1);
+    tc_config(t, &cP, model, lay, t->size);
+    mg_train_groups g = {0};
+    tc_groups(t,
+              (mg_parallel_sizes){
+                  .world_size = t->size, .tp = v->tp, .pp = v->pp, .cp = 1, .ep = 1, .etp = -1},
+              &g);
+    tc_run ref = {0}, got = {0};
+    tc_train(t, &c1, NULL, STEPS, &ref);
+    tc_train(t, &cP, &g, STEPS, &got);
+    DEXPECT(got.tr->pp_size == v->pp && got.tr->dp_size == D && got.tr->num_microbatches == 8,
+            "%s: pp %d, dp %d, %d microbatches", v->label, got.tr->pp_size, got.tr->dp_size,
+            got.tr->num_microbatches);
+    tc_expect_steps(t, v->label, &got, &ref, STEPS, TOL, TOL);
+    const char *which = "";
+    double e = tc_model_error(&got, &ref, &which, NULL);
+    DEXPECT(e <= TOL,
+            "%s: pipeline rank %d's parameters after %d steps differ by %.3g (most in %s)",
+            v->label, got.tr->pp_rank, STEPS, e, which);
+    /* activation memory: the schedule's slots, each one chunk's saved activations */
+    int want;
+    DOK(mg_schedule_activation_slots(&got.tr->pipe.sched, got.tr->pp_rank, &want));
+    DEXPECT(got.tr->model.n_slots == want &&
+                got.tr->a_acts.size >= (size_t)want * got.tr->model.slot_bytes,
+            "%s: %d slots of %zu B in %zu B, the schedule's %d", v->label, got.tr->model.n_slots,
+            got.tr->model.slot_bytes, got.tr->a_acts.size, want);
+    tc_release(&ref);
+    tc_release(&got);
+    tc_free_groups(&g);
+}
+
+/* The same model and layout with 8 and with 64 microbatches plans the same activation memory. */
+static void check_memory_flat(dist_ctx *t) {
+    if (t->size != 4) return;
+    size_t acts[2];
+    for (int k = 0; k < 2; k++) {
+        const variant v = {"memory", false, 4, 8, 1, 4, {NULL}};
+        char layers[8], gbs[16];
+        const char *model[64];
+        model_flags(&v, model, layers);
+        snprintf(gbs, sizeof gbs, "%d", k ? 64 : 8);
+        const char *lay[] = {"--global-batch-size", gbs, "--pipeline-model-parallel-size", "4",
+                             NULL};
+        mg_config c;
+        tc_config(t, &c, model, lay, t->size);
+        mg_train_groups g = {0};
+        tc_groups(
+            t, (mg_parallel_sizes){.world_size = 4, .tp = 1, .pp = 4, .cp = 1, .ep = 1, .etp = -1},
+            &g);
+        mg_trainer *tr = calloc(1, sizeof *tr);
+        DOK(tr ? MG_OK : MG_ERR_NOMEM);
+        DOK(mg_trainer_init_groups(tr, &c, &g));
+        acts[k] = tr->a_acts.size;
+        DEXPECT(tr->num_microbatches == (k ? 64 : 8), "%d microbatches", tr->num_microbatches);
+        mg_trainer_free(tr);
+        free(tr);
+        tc_free_groups(&g);
+    }
+    DEXPECT(acts[0] == acts[1] && acts[0] > 0,
+            "activation memory %zu B with 8 microbatches, %zu B with 64", acts[0], acts[1]);
+}
+
+void test_train_pp(dist_ctx *t) {
+    mg_log_init(t->rank, t->size);
+    if (dist_on_device(t)) return; /* the GPU figures come from bench/pp_bench.sh */
+    const variant all[] = {
+        {"gpt2 pp2", false, 2, 4, 1, 2, {NULL}},
+        {"llama pp2", true, 2, 4, 1, 2, {NULL}},
+        {"gpt2 pp2 vpp2", false, 2, 4, 1, 2, {"--virtual-pipeline-model-parallel-size", "2", NULL}},
+        {"llama pp2 uneven 1+3",
+         true,
+         2,
+         4,
+         1,
+         2,
+         {"--decoder-first-pipeline-num-layers", "1", "--decoder-last-pipeline-num-layers", "3",
+          NULL}},
+        {"gpt2 pp2 embedding and loss as layers",
+         false,
+         2,
+         4,
+         1,
+         2,
+         {"--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split",
+          NULL}},
+        {"gpt2 pp4", false, 4, 8, 1, 4, {NULL}},
+        {"llama pp4", true, 4, 8, 1, 4, {NULL}},
+        {"gpt2 pp4 vpp2 (16 layers)",
+         false,
+         4,
+         16,
+         1,
+         4,
+         {"--virtual-pipeline-model-parallel-size", "2", NULL}},
+        {"llama pp4 vpp2 (16 layers)",
+         true,
+         4,
+         16,
+         1,
+         4,
+         {"--virtual-pipeline-model-parallel-size", "2", NULL}},
+        {"gpt2 pp2 x dp2, distributed optimizer, overlap-grad-reduce",
+         false,
+         4,
+         4,
+         1,
+         2,
+         {"--use-distributed-optimizer", "--overlap-grad-reduce", "--ddp-bucket-size", "3000",
+          NULL}},
+        {"gpt2 tp2+sp x pp2 x dp2, distributed optimizer",
+         false,
+         8,
+         4,
+         2,
+         2,
+         {"--sequence-parallel", "--use-distributed-optimizer", NULL}},
+        {"llama tp2 x pp2 vpp2 x dp2",
+         true,
+         8,
+         8,
+         2,
+         2,
+         {"--virtual-pipeline-model-parallel-size", "2", NULL}},
+    };
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        if (all[i].world == t->size) check_variant(t, &all[i]);
+    check_memory_flat(t);
+}

@@ -1,0 +1,46 @@
+/* Model-parallel training against the one-rank run (tests/dist/test_train_tp.c,
+ * test_train_pp.c): a tiny GPT config from flags, a trainer on given groups run for some steps
+ * (losses, grad norms, the weights afterwards), this rank's groups of a layout, and the
+ * comparison of this rank's parameters with the matching elements of the one-rank model's —
+ * by name (global layer numbers), through mg_param_global_index for tensor-parallel shards, and
+ * with a pipeline stage's copy of the tied embedding compared with the embedding itself.
+ * Needs: dist.h, train/trainer, parallel/parallel_state. */
+#ifndef MG_DIST_TRAIN_COMPARE_H
+#define MG_DIST_TRAIN_COMPARE_H
+
+#include "dist.h"
+#include "parallel/parallel_state.h"
+#include "train/trainer.h"
+
+#define TC_MAX_STEPS 20
+
+typedef struct {
+    double loss[TC_MAX_STEPS], norm[TC_MAX_STEPS];
+    float *w; /* this rank's fp32 weights after the steps (parameter layout) */
+    mg_trainer *tr;
+} tc_run;
+
+/* cfg from flags (NULL-terminated lists, model flags then layout flags), validated for a world
+ * of `world` ranks. */
+void tc_config(dist_ctx *t, mg_config *c, const char *const *model, const char *const *layout,
+               int world);
+/* Trains `steps` steps on groups g (NULL: one rank) and reads the weights back. */
+void tc_train(dist_ctx *t, const mg_config *c, const mg_train_groups *g, int steps, tc_run *out);
+void tc_release(tc_run *r);
+/* This rank's group of kind k in layout l (NULL when it has one rank); collective. */
+mg_comm *tc_group(dist_ctx *t, const mg_parallel_layout *l, mg_group_kind k);
+/* The dp, tp, pp and embedding groups of the layout of these sizes; tc_free_groups frees. */
+void tc_groups(dist_ctx *t, mg_parallel_sizes s, mg_train_groups *g);
+void tc_free_groups(mg_train_groups *g);
+double tc_rel(double a, double b);
+/* Losses (on the rank that computes them: the last pipeline stage) and grad norms of `steps`
+ * steps within tol (loss) and norm_tol relative. */
+void tc_expect_steps(dist_ctx *t, const char *label, const tc_run *got, const tc_run *ref,
+                     int steps, double tol, double norm_tol);
+/* Normalised error ||x - y|| / ||y|| of this rank's parameters x against the matching elements
+ * y of the one-rank model's, over all of them; *which: the tensor with the largest error of its
+ * own. Elements where skip() is true are left out (may be NULL). */
+double tc_model_error(const tc_run *got, const tc_run *ref, const char **which,
+                      bool (*skip)(const mg_param_meta *m, const mg_model_config *c, int64_t g));
+
+#endif
