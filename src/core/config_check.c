@@ -297,13 +297,6 @@ static mg_status check_runtime(const mg_config *c) {
  * and turns it off. */
 static mg_status check_tp(mg_config *c) {
     MG_CHECK(mg_config_check_tp(c));
-    if (c->pipeline_model_parallel_size > 1 && (c->save[0] || c->load[0]))
-        return MG_FAIL(MG_ERR_UNSUPPORTED,
-                       "%s with --pipeline-model-parallel-size %d: checkpoints of pipeline-"
-                       "parallel runs are not written or read yet; train without %s or with "
-                       "--pipeline-model-parallel-size 1",
-                       c->save[0] ? "--save" : "--load", c->pipeline_model_parallel_size,
-                       c->save[0] ? "--save" : "--load");
     if (c->tensor_model_parallel_size > 1 && (c->save[0] || c->load[0]))
         return MG_FAIL(MG_ERR_UNSUPPORTED,
                        "%s with --tensor-model-parallel-size %d: checkpoints of tensor-parallel "

@@ -46,7 +46,8 @@ static mg_status describe(const mg_gpt *g, int i, hf_map *m) {
     const char *suffix = strrchr(p->name, '.') + 1; /* "weight" or "bias" */
     bool vec = p->ndim == 1;
     char buf[128];
-    if (i == g->wte) {
+    /* the embedding, or a pipeline stage's copy of the tied embedding (the same tensor) */
+    if (i == g->wte || p->shared) {
         add_src(m, gpt2 ? "transformer.wte.weight" : "model.embed_tokens.weight", rows, cols, 2, 0);
         return MG_OK;
     }
@@ -64,8 +65,12 @@ static mg_status describe(const mg_gpt *g, int i, hf_map *m) {
         add_src(m, "lm_head.weight", rows, cols, 2, 0);
         return MG_OK;
     }
-    for (int l = 0; l < c->L; l++) {
-        const mg_layer_params *lp = &g->layers[l];
+    for (int k = 0; k < g->n_layers; k++) {
+        const mg_layer_params *lp = &g->layers[k];
+        int l = k; /* the global layer number of local layer k */
+        for (int v = 0; v < g->n_chunks; v++)
+            if (k >= g->chunks[v].first && k < g->chunks[v].first + g->chunks[v].count)
+                l = g->chunks[v].offset + (k - g->chunks[v].first);
         char pre[64];
         snprintf(pre, sizeof pre, gpt2 ? "transformer.h.%d" : "model.layers.%d", l);
         const char *mod = NULL;
@@ -162,15 +167,24 @@ static float load_elem(const mg_st_entry *e, int64_t idx) {
 }
 
 mg_status mg_hf_import(const mg_gpt *g, const mg_safetensors *st, const char *path, float *params) {
+    return mg_hf_import_files(g, st, &path, 1, params);
+}
+
+mg_status mg_hf_import_files(const mg_gpt *g, const mg_safetensors *files, const char *const *paths,
+                             int n_files, float *params) {
     for (int i = 0; i < g->params.n; i++) {
         const mg_param_meta *p = &g->params.p[i];
         hf_map m;
         MG_CHECK(describe(g, i, &m));
         const mg_st_entry *e[3];
+        const char *path = paths[0];
         for (int k = 0; k < m.nsrc; k++) {
-            e[k] = mg_safetensors_find(st, m.src[k].name);
+            e[k] = NULL;
+            for (int f = 0; f < n_files && !e[k]; f++)
+                if ((e[k] = mg_safetensors_find(&files[f], m.src[k].name))) path = paths[f];
             if (!e[k])
-                return MG_FAIL(MG_ERR_FORMAT, "%s: tensor '%s' is missing (needed for %s)", path,
+                return MG_FAIL(MG_ERR_FORMAT, "%s%s: tensor '%s' is missing (needed for %s)",
+                               paths[0], n_files > 1 ? " and the other stages' files" : "",
                                m.src[k].name, p->name);
             int64_t want[2];
             file_shape(&m.src[k], want);
@@ -217,6 +231,7 @@ mg_status mg_hf_export(const mg_gpt *g, const float *params, mg_hf_export_set *o
     for (int i = 0; i < g->params.n && st == MG_OK; i++) {
         const mg_param_meta *p = &g->params.p[i];
         hf_map m;
+        if (p->shared) continue; /* the first stage writes the embedding */
         if ((st = describe(g, i, &m)) != MG_OK) break;
         float *base[3];
         for (int k = 0; k < m.nsrc; k++) {

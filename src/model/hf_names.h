@@ -5,7 +5,8 @@
  * q_proj/k_proj/v_proj, mlp.gate_proj/up_proj/down_proj) otherwise.
  * Our fused tensors are assembled from several HF tensors: QKV from [Q | K | V] rows regrouped into
  * Megatron's per-group layout (backend.h), SwiGLU's fc1 from [gate; up].
- * Exports: mg_hf_import, mg_hf_export, mg_hf_export_free. Needs: model/gpt, core/safetensors. */
+ * Exports: mg_hf_import, mg_hf_import_files, mg_hf_export, mg_hf_export_free. Needs: model/gpt,
+ * core/safetensors. */
 #ifndef MG_MODEL_HF_NAMES_H
 #define MG_MODEL_HF_NAMES_H
 
@@ -15,6 +16,11 @@
 /* Fills `params` (fp32 host, g->params.numel elements, Megatron layout) from the file. Every
  * expected tensor must be present with the expected shape (F32, BF16 or F16). */
 mg_status mg_hf_import(const mg_gpt *g, const mg_safetensors *st, const char *path, float *params);
+/* The same from several files (a pipeline-parallel checkpoint's stages): each tensor is taken
+ * from the first file that has it. A pipeline stage's copy of the tied embedding (metadata
+ * `shared`) is read from the embedding's tensor; mg_hf_export leaves it out. */
+mg_status mg_hf_import_files(const mg_gpt *g, const mg_safetensors *files, const char *const *paths,
+                             int n_files, float *params);
 
 typedef struct {
     mg_st_tensor *tensors; /* HF-named fp32 tensors in HF layout, ready for mg_safetensors_write */

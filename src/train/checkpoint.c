@@ -42,7 +42,7 @@ static mg_status write_text_atomic(const char *path, const char *text) {
 }
 
 static mg_status write_state(const char *path, const mg_train_state *s, const mg_config *cfg,
-                             int n_shards) {
+                             int n_shards, int n_stages) {
     char *config_json = NULL;
     MG_CHECK(mg_config_to_json(cfg, &config_json));
     size_t cap = strlen(config_json) + 1024;
@@ -56,10 +56,11 @@ static mg_status write_state(const char *path, const mg_train_state *s, const mg
              "  \"iteration\": %" PRId64 ",\n  \"consumed_train_samples\": %" PRId64 ",\n"
              "  \"consumed_valid_samples\": %" PRId64 ",\n  \"lr_num_steps\": %" PRId64 ",\n"
              "  \"optimizer_step\": %" PRId64 ",\n  \"optimizer_shards\": %d,\n"
+             "  \"pipeline_stages\": %d,\n"
              "  \"rng\": {\"generator\": \"philox4x32-10\", \"seed\": %" PRId64 "},\n"
              "  \"config\": %s\n}\n",
              s->iteration, s->consumed_train_samples, s->consumed_valid_samples, s->lr_num_steps,
-             s->optimizer_step, n_shards, cfg->seed, config_json);
+             s->optimizer_step, n_shards, n_stages, cfg->seed, config_json);
     free(config_json);
     mg_status st = write_text_atomic(path, text);
     free(text);
@@ -68,6 +69,15 @@ static mg_status write_state(const char *path, const mg_train_state *s, const mg
 
 static void iter_dir(char *out, size_t cap, const char *dir, int64_t it) {
     snprintf(out, cap, "%s/iter_%07" PRId64, dir, it);
+}
+
+/* The weights of pipeline stage `stage` of n_stages: model.safetensors with one stage, else
+ * model-00001-of-00004.safetensors (Hugging Face's shard names; each stage's own tensors). */
+static void model_file(char *out, size_t cap, int stage, int n_stages) {
+    if (n_stages > 1)
+        snprintf(out, cap, "model-%05d-of-%05d.safetensors", stage + 1, n_stages);
+    else
+        snprintf(out, cap, "model.safetensors");
 }
 
 /* Best-effort removal of a checkpoint directory (ours: iter_N, iter_N.tmp-PID, iter_N.old-PID)
@@ -87,19 +97,22 @@ static void remove_ckpt_dir(const char *path) {
     rmdir(path);
 }
 
-/* This rank's files of the checkpoint, into tmp: rank 0 the weights, the whole optimizer file
- * (unsharded) and the state; every rank its optimizer shard. */
+/* This rank's files of the checkpoint, into tmp: data-parallel rank 0 of each pipeline stage the
+ * stage's weights and whole optimizer file (unsharded), the first stage's also the state; every
+ * rank its optimizer shard. */
 static mg_status write_parts(const char *tmp, int rank, const mg_train_state *s,
                              const mg_config *cfg, const mg_gpt *g,
                              const mg_checkpoint_tensors *t) {
     char path[2200], file[64];
     mg_status st = MG_OK;
     mg_hf_export_set set;
+    const int n_stages = t->n_stages > 1 ? t->n_stages : 1;
     if (rank == 0 && (st = mg_hf_export(g, t->params, &set)) == MG_OK) {
         char meta[128];
         snprintf(meta, sizeof meta, "{\"format\": \"pt\", \"iteration\": \"%" PRId64 "\"}",
                  s->iteration);
-        snprintf(path, sizeof path, "%s/model.safetensors", tmp);
+        model_file(file, sizeof file, t->stage, n_stages);
+        snprintf(path, sizeof path, "%s/%s", tmp, file);
         st = mg_safetensors_write(path, set.tensors, set.n, meta);
         mg_hf_export_free(&set);
     }
@@ -110,22 +123,24 @@ static mg_status write_parts(const char *tmp, int rank, const mg_train_state *s,
                      "(MG_FAULT_CHECKPOINT=after-model)",
                      tmp);
     if (st == MG_OK && (rank == 0 || t->n_shards > 0)) {
-        mg_checkpoint_optim_name(file, sizeof file, rank, t->n_shards);
+        mg_checkpoint_optim_name(file, sizeof file, t->stage, n_stages, rank, t->n_shards);
         snprintf(path, sizeof path, "%s/%s", tmp, file);
         st = mg_checkpoint_optim_write(path, g, t, rank);
     }
-    if (st == MG_OK && rank == 0) {
+    if (st == MG_OK && rank == 0 && t->stage == 0) {
         snprintf(path, sizeof path, "%s/state.json", tmp);
-        st = write_state(path, s, cfg, t->n_shards);
+        st = write_state(path, s, cfg, t->n_shards, n_stages);
     }
     if (st == MG_OK) st = fsync_path(tmp);
     return st;
 }
 
-/* Every member learns whether all wrote their part (MPI: host memory). */
-static mg_status agree(mg_comm *dp, mg_status mine, bool *all_ok) {
+/* Every member of the data-parallel and pipeline groups learns whether all wrote their part
+ * (MPI: host memory): the maximum over dp, then over pp, is the maximum over both. */
+static mg_status agree(mg_comm *dp, mg_comm *pp, mg_status mine, bool *all_ok) {
     int32_t bad = mine != MG_OK;
     if (dp) MG_CHECK(mg_comm_all_reduce(dp, &bad, &bad, 1, MG_I32, MG_REDUCE_MAX, NULL));
+    if (pp) MG_CHECK(mg_comm_all_reduce(pp, &bad, &bad, 1, MG_I32, MG_REDUCE_MAX, NULL));
     *all_ok = !bad;
     return MG_OK;
 }
@@ -151,35 +166,40 @@ static mg_status commit(const char *dir, const char *tmp, const char *final, int
 }
 
 mg_status mg_checkpoint_save(const char *dir, const mg_train_state *s, const mg_config *cfg,
-                             const mg_gpt *g, const mg_checkpoint_tensors *t, mg_comm *dp) {
+                             const mg_gpt *g, const mg_checkpoint_tensors *t, mg_comm *dp,
+                             mg_comm *pp) {
     const int rank = dp ? mg_comm_rank(dp) : 0;
+    const bool first = rank == 0 && t->stage == 0; /* the world's rank 0 */
     char final[2048], tmp[2100];
     iter_dir(final, sizeof final, dir, s->iteration);
-    /* rank 0 makes the temporary directory; its PID names it for everyone */
+    /* rank 0 makes the temporary directory; its PID names it for everyone (over the pipeline
+     * group of data-parallel rank 0, then over each data-parallel group) */
     int64_t id = getpid();
-    if (rank == 0) {
+    if (first) {
         MG_CHECK(make_dir(dir));
         snprintf(tmp, sizeof tmp, "%s.tmp-%" PRId64, final, id);
         remove_ckpt_dir(tmp);
         MG_CHECK(make_dir(tmp));
     }
+    if (pp) MG_CHECK(mg_comm_broadcast(pp, &id, 1, MG_I64, 0, NULL));
     if (dp) MG_CHECK(mg_comm_broadcast(dp, &id, 1, MG_I64, 0, NULL));
     snprintf(tmp, sizeof tmp, "%s.tmp-%" PRId64, final, id);
     mg_status st = write_parts(tmp, rank, s, cfg, g, t);
     bool all_ok;
-    MG_CHECK(agree(dp, st, &all_ok)); /* keeps this rank's error message when it succeeds */
+    MG_CHECK(agree(dp, pp, st, &all_ok)); /* keeps this rank's error message when it succeeds */
     if (!all_ok) {
-        if (rank == 0) remove_ckpt_dir(tmp);
+        if (first) remove_ckpt_dir(tmp);
         if (st == MG_OK)
             return MG_FAIL(MG_ERR_IO,
-                           "checkpoint %s not saved: another data-parallel rank could "
-                           "not write its part (its own error says why)",
+                           "checkpoint %s not saved: another rank could not write its part "
+                           "(its own error says why)",
                            final);
         mg_error_frame(__func__, __FILE__, __LINE__, "writing the checkpoint");
         return st;
     }
-    if (rank == 0) st = commit(dir, tmp, final, s->iteration);
+    if (first) st = commit(dir, tmp, final, s->iteration);
     /* nobody returns before rank 0 has committed (or failed, which its peers then hear) */
+    if (pp && st == MG_OK) st = mg_comm_barrier(pp, NULL);
     if (dp && st == MG_OK) st = mg_comm_barrier(dp, NULL);
     return st;
 }
@@ -258,8 +278,19 @@ static mg_status saved_config(const cJSON *root, const char *path, mg_config *sa
     return mg_config_from_cjson(saved, c);
 }
 
+/* "pipeline_stages" of a state.json (absent before pipeline parallelism: 1). */
+static mg_status json_stages(const cJSON *root, const char *path, int *n_stages) {
+    int64_t v = 1;
+    if (cJSON_GetObjectItemCaseSensitive(root, "pipeline_stages"))
+        MG_CHECK(json_i64(root, "pipeline_stages", path, &v));
+    if (v < 1 || v > 1 << 16)
+        return MG_FAIL(MG_ERR_FORMAT, "%s: pipeline_stages %" PRId64 " is out of range", path, v);
+    *n_stages = (int)v;
+    return MG_OK;
+}
+
 static mg_status load_state(const char *path, mg_train_state *s, const mg_config *cfg,
-                            int *n_shards) {
+                            int *n_shards, int *n_stages) {
     cJSON *root = NULL;
     MG_CHECK(parse_state(path, &root));
     mg_status st = json_i64(root, "iteration", path, &s->iteration);
@@ -277,6 +308,7 @@ static mg_status load_state(const char *path, mg_train_state *s, const mg_config
         st = MG_FAIL(MG_ERR_FORMAT, "%s: optimizer_shards %" PRId64 " is out of range", path,
                      shards);
     *n_shards = (int)shards;
+    if (st == MG_OK) st = json_stages(root, path, n_stages);
     if (st == MG_OK) {
         mg_config saved;
         st = saved_config(root, path, &saved);
@@ -296,14 +328,40 @@ mg_status mg_checkpoint_load_config(const char *dir, int64_t it, mg_config *cfg)
     return st;
 }
 
-mg_status mg_checkpoint_load_weights(const char *dir, int64_t it, const mg_gpt *g, float *params) {
-    char path[2200];
-    snprintf(path, sizeof path, "%s/iter_%07" PRId64 "/model.safetensors", dir, it);
-    mg_safetensors sf;
-    MG_CHECK(mg_safetensors_open(&sf, path));
-    mg_status st = mg_hf_import(g, &sf, path, params);
-    mg_safetensors_close(&sf);
+/* The weights this model needs from the n_stages model files of iteration directory base
+ * (each stage's file holds its own tensors: any pipeline layout reads any other's). */
+static mg_status load_weights(const char *base, int n_stages, const mg_gpt *g, float *params) {
+    mg_safetensors *sf = calloc((size_t)n_stages, sizeof *sf);
+    char(*paths)[2200] = calloc((size_t)n_stages, sizeof *paths);
+    const char **names = calloc((size_t)n_stages, sizeof *names);
+    mg_status st = sf && paths && names ? MG_OK : MG_FAIL(MG_ERR_NOMEM, "out of memory");
+    int opened = 0;
+    for (; st == MG_OK && opened < n_stages; opened++) {
+        char file[64];
+        model_file(file, sizeof file, opened, n_stages);
+        snprintf(paths[opened], sizeof paths[opened], "%s/%s", base, file);
+        names[opened] = paths[opened];
+        if ((st = mg_safetensors_open(&sf[opened], paths[opened])) != MG_OK) break;
+    }
+    if (st == MG_OK) st = mg_hf_import_files(g, sf, names, n_stages, params);
+    for (int k = 0; k < opened; k++) mg_safetensors_close(&sf[k]);
+    free(sf);
+    free(paths);
+    free(names);
     return st;
+}
+
+mg_status mg_checkpoint_load_weights(const char *dir, int64_t it, const mg_gpt *g, float *params) {
+    char base[2048], path[2200];
+    iter_dir(base, sizeof base, dir, it);
+    snprintf(path, sizeof path, "%s/state.json", base);
+    cJSON *root = NULL;
+    int n_stages = 1;
+    MG_CHECK(parse_state(path, &root));
+    mg_status st = json_stages(root, path, &n_stages);
+    cJSON_Delete(root);
+    MG_CHECK(st);
+    return load_weights(base, n_stages, g, params);
 }
 
 mg_status mg_checkpoint_load(const char *dir, int64_t it, mg_train_state *s, const mg_config *cfg,
@@ -311,11 +369,11 @@ mg_status mg_checkpoint_load(const char *dir, int64_t it, mg_train_state *s, con
     char base[2048], path[2200];
     iter_dir(base, sizeof base, dir, it);
     snprintf(path, sizeof path, "%s/state.json", base);
-    int n_shards = 0;
-    MG_CHECK(load_state(path, s, cfg, &n_shards));
+    int n_shards = 0, n_stages = 1;
+    MG_CHECK(load_state(path, s, cfg, &n_shards, &n_stages));
     if (s->iteration != it)
         return MG_FAIL(MG_ERR_FORMAT, "%s: iteration %" PRId64 " does not match the directory name",
                        path, s->iteration);
-    MG_CHECK(mg_checkpoint_load_weights(dir, it, g, t->params));
-    return mg_checkpoint_optim_load(base, n_shards, g, t);
+    MG_CHECK(load_weights(base, n_stages, g, t->params));
+    return mg_checkpoint_optim_load(base, n_stages, n_shards, g, t);
 }

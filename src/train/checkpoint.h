@@ -8,7 +8,12 @@
  *   DIR/iter_0000005/state.json                  iteration, consumed samples, scheduler and
  *                                                optimizer step counts, RNG, the number of
  *                                                optimizer shard files (0: one whole file),
- *                                                the full config
+ *                                                the pipeline stages, the full config
+ * With P > 1 pipeline stages each stage writes its own tensors: model-00001-of-0000P.safetensors
+ * (stage 1 of P, Hugging Face's shard naming) and optimizer-pp000[-...].safetensors (stage 0).
+ * Names keep global layer numbers, and a stage's copy of the tied embedding is stored once, as
+ * the embedding (the first stage's), so every stage reads what it needs from all the files:
+ * a checkpoint loads under any pipeline (and data-parallel) layout.
  * A shard file holds, for every parameter that meets the rank's shard, the 1-D run of elements
  * [a, b) of its flattened moments as exp_avg.<name> and exp_avg_sq.<name> (the whole tensor, in
  * its shape, where the shard covers it), and "<name>": "a:b" in the file's __metadata__. Loading
@@ -17,9 +22,10 @@
  *
  * Nothing is lost on a crash: a checkpoint is written into iter_N.tmp-PID (rank 0's PID), flushed,
  * renamed to iter_N, and only then is the tracker file replaced (also through a temporary and a
- * rename). Over a data-parallel group rank 0 writes the weights, the state and the whole
- * optimizer file; every rank writes its own shard file; all agree that every part was written
- * before rank 0 renames, and nobody returns before the checkpoint is complete.
+ * rename). Data-parallel rank 0 of each stage writes the stage's weights and whole optimizer file,
+ * the first stage's also the state; every rank writes its own shard file; all agree (over the
+ * data-parallel and pipeline groups) that every part was written before rank 0 renames, and
+ * nobody returns before the checkpoint is complete.
  * Exports: mg_train_state, mg_checkpoint_tensors, mg_checkpoint_*.
  * Needs: model, train/optimizer (pieces), comm, core/safetensors, core/flags. */
 #ifndef MG_TRAIN_CHECKPOINT_H
@@ -46,13 +52,16 @@ typedef struct {
     const mg_optim_piece *pieces; /* (n_pieces) */
     int n_pieces;
     int n_shards; /* optimizer shard files (the data-parallel size); 0: one file */
+    int stage, n_stages; /* this rank's pipeline stage of n_stages (0, 1: no pipeline) */
 } mg_checkpoint_tensors;
 
 /* Saves iteration s->iteration. dp: the data-parallel group whose members all call this with
  * their own tensors (rank r writes shard r + 1 of t->n_shards), or NULL for one rank. Without
- * shards every member holds the same state and rank 0 alone writes it. */
+ * shards every member holds the same state and rank 0 alone writes it. pp: the pipeline group
+ * (NULL: one stage), every stage t->stage of t->n_stages calling it too. */
 mg_status mg_checkpoint_save(const char *dir, const mg_train_state *s, const mg_config *cfg,
-                             const mg_gpt *g, const mg_checkpoint_tensors *t, mg_comm *dp);
+                             const mg_gpt *g, const mg_checkpoint_tensors *t, mg_comm *dp,
+                             mg_comm *pp);
 /* *iteration = the tracker's iteration, or -1 when DIR holds no checkpoint yet. */
 mg_status mg_checkpoint_latest(const char *dir, int64_t *iteration);
 /* Loads iteration `it`: the weights whole, the moments of t's pieces (from the whole file or

@@ -15,11 +15,20 @@
 
 static const char *const MOMENT[2] = {"exp_avg", "exp_avg_sq"};
 
-void mg_checkpoint_optim_name(char *out, size_t cap, int shard, int n_shards) {
+void mg_checkpoint_optim_name(char *out, size_t cap, int stage, int n_stages, int shard,
+                              int n_shards) {
+    char pp[32] = "";
+    if (n_stages > 1) snprintf(pp, sizeof pp, "-pp%03d", stage);
     if (n_shards == 0)
-        snprintf(out, cap, "optimizer.safetensors");
+        snprintf(out, cap, "optimizer%s.safetensors", pp);
     else
-        snprintf(out, cap, "optimizer-%05d-of-%05d.safetensors", shard + 1, n_shards);
+        snprintf(out, cap, "optimizer%s-%05d-of-%05d.safetensors", pp, shard + 1, n_shards);
+}
+
+/* The name a parameter's moments are stored under: a pipeline stage's copy of the tied
+ * embedding has the embedding's (the first stage writes them; every copy reads them). */
+static const char *ckpt_name(const mg_param_meta *p) {
+    return p->shared ? "embedding.word_embeddings.weight" : p->name;
 }
 
 static bool whole(const mg_optim_piece *pc, const mg_param_meta *p) {
@@ -39,6 +48,7 @@ static mg_status shard_metadata(const mg_gpt *g, const mg_checkpoint_tensors *t,
     for (int i = 0; ok && i < t->n_pieces; i++) {
         const mg_optim_piece *pc = &t->pieces[i];
         snprintf(v, sizeof v, "%" PRId64 ":%" PRId64, pc->param_start, pc->param_end);
+        if (g->params.p[pc->index].shared) continue;
         ok = cJSON_AddStringToObject(m, g->params.p[pc->index].name, v) != NULL;
     }
     *out = ok ? cJSON_PrintUnformatted(m) : NULL;
@@ -55,12 +65,14 @@ mg_status mg_checkpoint_optim_write(const char *path, const mg_gpt *g,
     mg_status st =
         ts && names ? MG_OK : MG_FAIL(MG_ERR_NOMEM, "cannot allocate the optimizer table");
     if (st == MG_OK && t->n_shards > 0) st = shard_metadata(g, t, shard, &meta);
+    int w = 0; /* tensors written */
     for (int i = 0; st == MG_OK && i < n; i++) {
         const mg_optim_piece *pc = &t->pieces[i];
         const mg_param_meta *p = &g->params.p[pc->index];
-        for (int k = 0; k < 2; k++) {
-            mg_st_tensor *x = &ts[2 * i + k];
-            char *nm = names + (size_t)(2 * i + k) * NAME_CAP;
+        if (p->shared) continue;
+        for (int k = 0; k < 2; k++, w++) {
+            mg_st_tensor *x = &ts[w];
+            char *nm = names + (size_t)w * NAME_CAP;
             snprintf(nm, NAME_CAP, "%s.%s", MOMENT[k], p->name);
             x->name = nm;
             x->dtype = MG_F32;
@@ -75,7 +87,7 @@ mg_status mg_checkpoint_optim_write(const char *path, const mg_gpt *g,
             x->data = (k ? t->exp_avg_sq : t->exp_avg) + pc->local;
         }
     }
-    if (st == MG_OK) st = mg_safetensors_write(path, ts, 2 * n, meta);
+    if (st == MG_OK) st = mg_safetensors_write(path, ts, w, meta);
     free(ts);
     free(names);
     cJSON_free(meta);
@@ -85,7 +97,7 @@ mg_status mg_checkpoint_optim_write(const char *path, const mg_gpt *g,
 /* [a, b) of a shard file's tensor for parameter p: its metadata entry, else the whole tensor. */
 static mg_status piece_range(const cJSON *meta, const char *path, const mg_param_meta *p,
                              const mg_st_entry *e, int64_t *a, int64_t *b) {
-    const cJSON *r = meta ? cJSON_GetObjectItemCaseSensitive(meta, p->name) : NULL;
+    const cJSON *r = meta ? cJSON_GetObjectItemCaseSensitive(meta, ckpt_name(p)) : NULL;
     if (!r) {
         *a = 0;
         *b = p->numel;
@@ -124,7 +136,7 @@ static mg_status load_file(const char *path, const mg_gpt *g, mg_checkpoint_tens
         const mg_st_entry *e[2];
         char name[NAME_CAP];
         for (int k = 0; k < 2; k++) {
-            snprintf(name, sizeof name, "%s.%s", MOMENT[k], p->name);
+            snprintf(name, sizeof name, "%s.%s", MOMENT[k], ckpt_name(p));
             e[k] = mg_safetensors_find(&sf, name);
         }
         if (!e[0] && !e[1]) continue; /* another file's */
@@ -149,17 +161,18 @@ static mg_status load_file(const char *path, const mg_gpt *g, mg_checkpoint_tens
     return st;
 }
 
-mg_status mg_checkpoint_optim_load(const char *iter_dir, int n_shards, const mg_gpt *g,
-                                   mg_checkpoint_tensors *t) {
+mg_status mg_checkpoint_optim_load(const char *iter_dir, int n_stages, int n_shards,
+                                   const mg_gpt *g, mg_checkpoint_tensors *t) {
     int64_t *covered = calloc((size_t)t->n_pieces + 1, sizeof *covered);
     if (!covered) return MG_FAIL(MG_ERR_NOMEM, "out of memory loading the optimizer state");
     mg_status st = MG_OK;
     char file[64], path[2300];
-    for (int k = 0; st == MG_OK && k < (n_shards ? n_shards : 1); k++) {
-        mg_checkpoint_optim_name(file, sizeof file, k, n_shards);
-        snprintf(path, sizeof path, "%s/%s", iter_dir, file);
-        st = load_file(path, g, t, covered);
-    }
+    for (int r = 0; st == MG_OK && r < (n_stages > 1 ? n_stages : 1); r++)
+        for (int k = 0; st == MG_OK && k < (n_shards ? n_shards : 1); k++) {
+            mg_checkpoint_optim_name(file, sizeof file, r, n_stages, k, n_shards);
+            snprintf(path, sizeof path, "%s/%s", iter_dir, file);
+            st = load_file(path, g, t, covered);
+        }
     for (int i = 0; st == MG_OK && i < t->n_pieces; i++) {
         const mg_optim_piece *pc = &t->pieces[i];
         int64_t want = pc->param_end - pc->param_start;

@@ -234,6 +234,8 @@ static mg_status alloc_host_state(const mg_trainer *t, mg_checkpoint_tensors *h)
     h->n_pieces = t->opt.n_pieces;
     /* the distributed optimizer's ranks each write their shard (one of D files) */
     h->n_shards = t->cfg.use_distributed_optimizer ? t->dp_size : 0;
+    h->stage = t->pp_rank;
+    h->n_stages = t->pp_size;
     if (!h->params || !h->exp_avg || !h->exp_avg_sq)
         return MG_FAIL(MG_ERR_NOMEM, "cannot allocate %.1f MiB for checkpoint staging",
                        (double)(n + 2 * m) * 4 / 1048576.0);
@@ -703,7 +705,8 @@ mg_status mg_trainer_save(mg_trainer *t) {
     if (st == MG_OK) st = be->copy_d2h(be, h.exp_avg, t->opt.m, m * sizeof(float));
     if (st == MG_OK) st = be->copy_d2h(be, h.exp_avg_sq, t->opt.v, m * sizeof(float));
     /* every member calls it: rank 0 writes the shared parts, each rank its optimizer shard */
-    if (st == MG_OK) st = mg_checkpoint_save(t->cfg.save, &t->state, &t->cfg, &t->model, &h, t->dp);
+    if (st == MG_OK)
+        st = mg_checkpoint_save(t->cfg.save, &t->state, &t->cfg, &t->model, &h, t->dp, t->pp);
     free_host_state(&h);
     if (st == MG_OK)
         mg_log_info("  successfully saved checkpoint from iteration %7" PRId64 " to %s",

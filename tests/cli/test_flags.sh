@@ -38,9 +38,6 @@ expect_error flags_tp_checkpoint 1 \
 expect_error flags_pp_world 2 \
     "world size 1 is not divisible by tensor \(1\) x pipeline \(2\) x context \(1\) = 2" \
     train "${MODEL[@]}" "${RUN[@]}" --pipeline-model-parallel-size 2
-expect_error flags_pp_checkpoint 1 \
-    "--save with --pipeline-model-parallel-size 2: checkpoints of pipeline-parallel runs are not" \
-    train "${MODEL[@]}" "${RUN[@]}" --pipeline-model-parallel-size 2 --save /nonexistent
 expect_error flags_overlap_param_gather_alone 2 \
     "--overlap-param-gather needs --overlap-grad-reduce as well" \
     train "${MODEL[@]}" "${RUN[@]}" --use-distributed-optimizer --overlap-param-gather

@@ -195,6 +195,32 @@ elif [ ${#bad[@]} -gt 0 ] || [ "$n" -lt 1 ]; then
 else
     pass "train killed pipeline rank np=4: $n ranks reported it, exit status $rc, $took s"
 fi
+# Per-stage checkpoints: 2 pipeline stages save at iteration 2 (each its own model and optimizer
+# files); resuming under P 2, under one rank and under P 4 continues like the straight P 2 run.
+CK=(--lr-decay-iters 4 --train-iters 4)
+straight=$(timeout 60 "${MPIRUN[@]}" -np 2 "$BIN" train "${PPM[@]}" "${CK[@]}" --pipeline-model-parallel-size 2 2>&1)
+first=$(timeout 60 "${MPIRUN[@]}" -np 2 "$BIN" train "${PPM[@]}" "${CK[@]}" --pipeline-model-parallel-size 2 \
+    --train-iters 2 --save "$TMP/ppck" 2>&1); rc=$?
+files=$(ls "$TMP/ppck/iter_0000002" 2>/dev/null | tr '\n' ' ')
+if [ "$rc" -ne 0 ] || [ "$files" != "model-00001-of-00002.safetensors model-00002-of-00002.safetensors optimizer-pp000.safetensors optimizer-pp001.safetensors state.json " ]; then
+    fail "train pp2 save (exit status $rc, files: $files)" "$(tail -n 5 <<<"$first")"
+else
+    pass "train pp2 save: $files"
+fi
+for resume in "2:--pipeline-model-parallel-size 2" "1:" "4:--pipeline-model-parallel-size 4"; do
+    np=${resume%%:*}; read -r -a extra <<<"${resume#*:}"
+    if [ "$np" -eq 1 ]; then
+        out=$(timeout 60 "$BIN" train "${PPM[@]}" "${CK[@]}" --load "$TMP/ppck" 2>&1)
+    else
+        out=$(timeout 60 "${MPIRUN[@]}" -np "$np" "$BIN" train "${PPM[@]}" "${CK[@]}" "${extra[@]}" --load "$TMP/ppck" 2>&1)
+    fi
+    if ! paste <(losses "$straight" | tail -n 2) <(losses "$out") | awk 'NF != 2 || ($1 - $2) > 1e-5 * $1 || ($2 - $1) > 1e-5 * $1 { bad = 1 } END { exit bad || NR != 2 }'; then
+        fail "train pp2 checkpoint resumed on np=$np ${resume#*:} (losses differ from the straight run)" \
+            "straight: $(losses "$straight" | tr '\n' ' ')" "resumed: $(losses "$out" | tr '\n' ' ')" "$(tail -n 3 <<<"$out")"
+    else
+        pass "train pp2 checkpoint resumed on np=$np ${resume#*:}: losses $(losses "$out" | tr '\n' ' ')match"
+    fi
+done
 bad_layout "layers" 2 "--num-layers 3 is not divisible by --pipeline-model-parallel-size 2; valid --num-layers: 2, 4, 6" \
     --pipeline-model-parallel-size 2 --num-layers 3
 bad_layout "virtual stages" 2 "the 1 layers per pipeline stage \(--num-layers 2 over 2 stages\) are not divisible by the 2 virtual stages per pipeline rank" \

@@ -98,7 +98,7 @@ MG_TEST(checkpoint_optim_shards_reload_in_any_split) {
     memcpy(want_v, tc.exp_avg_sq, len * sizeof(float));
     memset(tc.exp_avg, 0, len * sizeof(float));
     memset(tc.exp_avg_sq, 0, len * sizeof(float));
-    MG_EXPECT_OK(mg_checkpoint_optim_load(dir, 2, &g, &tc));
+    MG_EXPECT_OK(mg_checkpoint_optim_load(dir, 1, 2, &g, &tc));
     MG_EXPECT(!memcmp(tc.exp_avg, want_m, len * sizeof(float)) &&
                   !memcmp(tc.exp_avg_sq, want_v, len * sizeof(float)),
               "resharded moments differ");
@@ -110,9 +110,9 @@ MG_TEST(checkpoint_optim_shards_reload_in_any_split) {
     char msg[256];
     snprintf(msg, sizeof msg, "hold 0 of the 4 moment elements [0, 4) of %s this rank needs",
              g.params.p[2].name);
-    MG_EXPECT_ERROR(mg_checkpoint_optim_load(dir, 2, &g, &td), MG_ERR_FORMAT, msg);
+    MG_EXPECT_ERROR(mg_checkpoint_optim_load(dir, 1, 2, &g, &td), MG_ERR_FORMAT, msg);
     /* a shard file missing */
-    MG_EXPECT_ERROR(mg_checkpoint_optim_load(dir, 3, &g, &tc), MG_ERR_IO,
+    MG_EXPECT_ERROR(mg_checkpoint_optim_load(dir, 1, 3, &g, &tc), MG_ERR_IO,
                     "optimizer-00001-of-00003.safetensors");
 
     /* a range that is not "a:b" within the parameter */
@@ -125,18 +125,18 @@ MG_TEST(checkpoint_optim_shards_reload_in_any_split) {
     snprintf(meta, sizeof meta, "{\"%s\": \"7:3\"}", g.params.p[1].name);
     snprintf(path, sizeof path, "%s/optimizer-00002-of-00002.safetensors", dir);
     MG_EXPECT_OK(mg_safetensors_write(path, ts, 2, meta));
-    MG_EXPECT_ERROR(mg_checkpoint_optim_load(dir, 2, &g, &tc), MG_ERR_FORMAT,
+    MG_EXPECT_ERROR(mg_checkpoint_optim_load(dir, 1, 2, &g, &tc), MG_ERR_FORMAT,
                     "should be the range 'a:b'");
     /* a range whose size is not the tensor's */
     snprintf(meta, sizeof meta, "{\"%s\": \"5:12\"}", g.params.p[1].name);
     MG_EXPECT_OK(mg_safetensors_write(path, ts, 2, meta));
-    MG_EXPECT_ERROR(mg_checkpoint_optim_load(dir, 2, &g, &tc), MG_ERR_FORMAT,
+    MG_EXPECT_ERROR(mg_checkpoint_optim_load(dir, 1, 2, &g, &tc), MG_ERR_FORMAT,
                     "has the wrong dtype or size");
     /* one moment without the other */
     snprintf(meta, sizeof meta, "{\"%s\": \"5:9\"}", g.params.p[1].name);
     MG_EXPECT_OK(mg_safetensors_write(path, ts, 1, meta));
     snprintf(msg, sizeof msg, "'exp_avg_sq.%s' is missing", g.params.p[1].name);
-    MG_EXPECT_ERROR(mg_checkpoint_optim_load(dir, 2, &g, &tc), MG_ERR_FORMAT, msg);
+    MG_EXPECT_ERROR(mg_checkpoint_optim_load(dir, 1, 2, &g, &tc), MG_ERR_FORMAT, msg);
 
     free(want_m);
     free(want_v);

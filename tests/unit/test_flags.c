@@ -334,15 +334,11 @@ MG_TEST(flags_not_yet_flags_fail_unless_trivial) {
     MG_EXPECT_OK(mg_config_validate(&v));
     MG_EXPECT(!v.sequence_parallel, "--sequence-parallel stays on with TP = 1");
     mg_config_defaults(&c);
-    /* pipeline parallelism trains; its checkpoints are refused until they are written */
+    /* pipeline parallelism trains (and checkpoints); its size must be positive */
     const char *a2[] = {"--pipeline-model-parallel-size=4", NULL};
     MG_EXPECT_OK(parse(&c, a2));
     MG_EXPECT_OK(check_runtime_only(&c));
-    snprintf(c.load, sizeof c.load, "/tmp/never-read");
-    MG_EXPECT_ERROR(check_runtime_only(&c), MG_ERR_UNSUPPORTED,
-                    "--load with --pipeline-model-parallel-size 4: checkpoints of pipeline-");
     c.pipeline_model_parallel_size = 0;
-    c.load[0] = 0;
     MG_EXPECT_ERROR(check_runtime_only(&c), MG_ERR_USAGE,
                     "--pipeline-model-parallel-size must be positive, got 0");
     mg_config_defaults(&c);
