@@ -93,3 +93,9 @@ mg_status mg_backend_cuda_probe(int device) {
     return mg_backend_cuda_create(&none, device);
 }
 #endif
+
+size_t mg_backend_attention_saved_bytes(mg_device device, int B, int S, int nq, int hd) {
+    (void)hd;
+    size_t rows = (size_t)B * (size_t)nq * (size_t)S;
+    return (device == MG_DEVICE_CPU ? rows * (size_t)S : rows) * sizeof(float);
+}

@@ -261,6 +261,10 @@ mg_status mg_backend_comm_begin(mg_backend *be, void **stream);
 mg_status mg_backend_comm_end(mg_backend *be);
 /* Checks that every required entry is present; the message names the missing ones. */
 mg_status mg_backend_validate(const mg_backend *be);
+/* What attention saves for its backward on each device, in bytes (the backends'
+ * attention_saved_bytes, and memory plans made without a device): the CPU keeps the softmax
+ * (B, nq, S, S) fp32, CUDA its log-sum-exp (B, nq, S) fp32. */
+size_t mg_backend_attention_saved_bytes(mg_device device, int B, int S, int nq, int hd);
 
 #ifdef __cplusplus
 }

@@ -197,6 +197,7 @@ static void plan_free(mg_plan *p) {
     free(p->table);
     free(p->chunks);
     mg_plan_free_grad(p);
+    mg_plan_free_memory(p);
 }
 
 static mg_status plan_run(mg_plan *p, int argc, char **argv, bool *help) {
@@ -209,6 +210,7 @@ static mg_status plan_run(mg_plan *p, int argc, char **argv, bool *help) {
     MG_CHECK(resolve_microbatches(p, given_m, &m));
     if (m > 0) MG_CHECK(build_pipeline(p, m));
     MG_CHECK(mg_plan_build_grad(p));
+    MG_CHECK(mg_plan_build_memory(p));
     if (p->json) return mg_plan_print_json(p, stdout);
     mg_plan_print_text(p, stdout);
     return MG_OK;
@@ -231,8 +233,10 @@ static void plan_usage(FILE *f) {
         "Prints Megatron's process groups, each rank's coordinates, the layers of each\n"
         "pipeline stage, the pipeline schedule and, for --param-sizes (elements per parameter,\n"
         "in registration order) or a model's flags, the contiguous grad buffer: its buckets,\n"
-        "padding and each data-parallel rank's shard; launches nothing. Any other training\n"
-        "flag is accepted and ignored (`megatron train --help` lists them).\n");
+        "padding and each data-parallel rank's shard, and (with a model and a batch) the\n"
+        "memory of one rank per pipeline stage (--device cpu: fp32; else bf16 with fp32\n"
+        "masters); launches nothing. Any other training flag is accepted and ignored\n"
+        "(`megatron train --help` lists them).\n");
 }
 
 int mg_cli_plan(int argc, char **argv) {

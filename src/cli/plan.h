@@ -8,6 +8,7 @@
 #include "parallel/parallel_state.h"
 #include "parallel/pipeline/layers.h"
 #include "parallel/pipeline/schedule.h"
+#include "train/memory.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -63,12 +64,21 @@ typedef struct {
     int n_weights;
     mg_plan_weight *weights;         /* (n_weights) registration order */
     int64_t params_total, params_tp; /* the whole model; one tensor-parallel rank's shards */
+
+    /* memory of one rank per pipeline stage (a model's flags and a schedule given) */
+    int n_memory;
+    mg_memory_stage *memory; /* (n_memory) by pipeline rank */
+    mg_dtype memory_dtype;   /* the parameters' dtype it assumes */
 } mg_plan;
 
 /* The grad buffer(s) for --param-sizes, or for a model given by its flags (--hidden-size ...);
  * nothing when neither is given. Needs the layout and, for a model, the layer placement. */
 mg_status mg_plan_build_grad(mg_plan *p);
 void mg_plan_free_grad(mg_plan *p);
+
+/* Memory per pipeline rank (cli/plan_memory.c); nothing without a model and a schedule. */
+mg_status mg_plan_build_memory(mg_plan *p);
+void mg_plan_free_memory(mg_plan *p);
 
 void mg_plan_print_text(const mg_plan *p, FILE *f);
 mg_status mg_plan_print_json(const mg_plan *p, FILE *f);

@@ -144,6 +144,32 @@ static cJSON *shards_json(const mg_grad_buffer_layout *l) {
     return shards;
 }
 
+/* [{"pp_rank", "weights", "grads", "master_weights", "optimizer", "activations", ...}]: bytes
+ * on one rank of each stage (train/memory.h). */
+static cJSON *memory_json(const mg_plan *p) {
+    cJSON *arr = cJSON_CreateArray();
+    for (int r = 0; arr && r < p->n_memory; r++) {
+        const mg_memory_stage *m = &p->memory[r];
+        cJSON *o = cJSON_CreateObject();
+        if (!o) break;
+        cJSON_AddNumberToObject(o, "pp_rank", m->pp_rank);
+        cJSON_AddStringToObject(o, "dtype", mg_dtype_name(p->memory_dtype));
+        cJSON_AddNumberToObject(o, "params", (double)m->params);
+        cJSON_AddNumberToObject(o, "weights", (double)m->weights);
+        cJSON_AddNumberToObject(o, "grads", (double)m->grads);
+        cJSON_AddNumberToObject(o, "master_weights", (double)m->master_weights);
+        cJSON_AddNumberToObject(o, "optimizer", (double)m->optimizer);
+        cJSON_AddNumberToObject(o, "activations", (double)m->activations);
+        cJSON_AddNumberToObject(o, "activation_slots", m->slots);
+        cJSON_AddNumberToObject(o, "slot_bytes", (double)m->slot_bytes);
+        cJSON_AddNumberToObject(o, "workspace", (double)m->workspace);
+        cJSON_AddNumberToObject(o, "batch", (double)m->batch);
+        cJSON_AddNumberToObject(o, "total", (double)m->total);
+        cJSON_AddItemToArray(arr, o);
+    }
+    return arr;
+}
+
 /* {"params_total", "params_per_tp_rank", "tensors": [{"name", "global_shape", "shape",
  * "tp_split_dim", "tp_split_chunks", "sequence_parallel"}...]} */
 static cJSON *weights_json(const mg_plan *p) {
@@ -241,6 +267,7 @@ mg_status mg_plan_print_json(const mg_plan *p, FILE *f) {
     if (p->has_pipeline) cJSON_AddItemToObject(root, "pipeline", pipeline_json(p));
     if (p->has_layers) cJSON_AddItemToObject(root, "layers", layers_json(p));
     if (p->n_weights) cJSON_AddItemToObject(root, "weights", weights_json(p));
+    if (p->n_memory) cJSON_AddItemToObject(root, "memory", memory_json(p));
     if (p->n_grad && p->grad_from_model) {
         cJSON_AddItemToObject(root, "grad_buffers", grad_buffers_json(p));
     } else if (p->n_grad) {

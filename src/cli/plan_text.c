@@ -249,6 +249,24 @@ static void print_weights(const mg_plan *p, FILE *f) {
     }
 }
 
+/* Memory of one rank per pipeline stage. */
+static void print_memory(const mg_plan *p, FILE *f) {
+    const double MiB = 1048576.0;
+    fprintf(f,
+            "\nmemory per rank (%s parameters%s; MiB): weights, gradients, master weights, "
+            "optimizer, activations (slots x MiB), workspace, batch, total\n",
+            mg_dtype_name(p->memory_dtype), p->memory_dtype == MG_F32 ? "" : ", fp32 masters");
+    for (int r = 0; r < p->n_memory; r++) {
+        const mg_memory_stage *m = &p->memory[r];
+        fprintf(f,
+                "  pipeline rank %d: %.1f, %.1f, %.1f, %.1f, %.1f (%d x %.2f), %.1f, %.1f, "
+                "total %.1f MiB\n",
+                r, m->weights / MiB, m->grads / MiB, m->master_weights / MiB, m->optimizer / MiB,
+                m->activations / MiB, m->slots, m->slot_bytes / MiB, m->workspace / MiB,
+                m->batch / MiB, m->total / MiB);
+    }
+}
+
 void mg_plan_print_text(const mg_plan *p, FILE *f) {
     const mg_parallel_layout *l = &p->layout;
     fprintf(f,
@@ -261,5 +279,6 @@ void mg_plan_print_text(const mg_plan *p, FILE *f) {
     if (p->has_layers) print_layers(p, f);
     if (p->has_pipeline) print_pipeline(p, f);
     if (p->n_weights) print_weights(p, f);
+    if (p->n_memory) print_memory(p, f);
     for (int i = 0; i < p->n_grad; i++) print_grad_buffer(p, &p->grad[i], f);
 }

@@ -26,9 +26,13 @@ mg_status mg_arena_reserve(mg_arena *a, size_t bytes, size_t align, size_t *offs
     return MG_OK;
 }
 
+size_t mg_arena_committed_size(const mg_arena *a) {
+    return a->base ? a->size : round_up(a->size ? a->size : 1, MG_ARENA_ALIGN);
+}
+
 mg_status mg_arena_commit(mg_arena *a, const mg_allocator *allocator) {
     if (a->base) return MG_FAIL(MG_ERR_INTERNAL, "arena '%s': committed twice", a->name);
-    size_t bytes = round_up(a->size ? a->size : 1, MG_ARENA_ALIGN);
+    size_t bytes = mg_arena_committed_size(a);
     a->allocator = allocator;
     if (allocator) {
         void *p = NULL;

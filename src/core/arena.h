@@ -35,6 +35,8 @@ void mg_arena_init(mg_arena *a, const char *name);
 mg_status mg_arena_reserve(mg_arena *a, size_t bytes, size_t align, size_t *offset_out);
 /* Allocates the arena's single block (size rounded up to the alignment), zeroed. */
 mg_status mg_arena_commit(mg_arena *a, const mg_allocator *allocator);
+/* The bytes the arena takes once committed (its reservations rounded up to MG_ARENA_ALIGN). */
+size_t mg_arena_committed_size(const mg_arena *a);
 /* Address of a reserved offset; only valid after commit. */
 void *mg_arena_ptr(const mg_arena *a, size_t offset);
 void mg_arena_free(mg_arena *a);

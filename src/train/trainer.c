@@ -6,6 +6,7 @@
 #include "core/log.h"
 #include "data/tokenizer_gpt2.h"
 #include "parallel/ddp.h"
+#include "train/memory.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -103,7 +104,7 @@ static mg_status plan_memory(mg_trainer *t) {
     MG_CHECK(mg_arena_reserve(&t->a_io, slots * N * sizeof(int32_t), 0, &t->off_tokens));
     MG_CHECK(mg_arena_reserve(&t->a_io, slots * N * sizeof(int32_t), 0, &t->off_targets));
     MG_CHECK(mg_arena_reserve(&t->a_io, N * sizeof(float), 0, &t->off_dloss));
-    MG_CHECK(mg_arena_reserve(&t->a_io, MG_STAT_COUNT * sizeof(float), 0, &t->off_stats));
+    MG_CHECK(mg_arena_reserve(&t->a_io, MG_MEMORY_STATS * sizeof(float), 0, &t->off_stats));
 
     /* host memory on the CPU backend (as before), the backend's allocation elsewhere */
     t->be_alloc = (mg_allocator){be_arena_alloc, be_arena_free, be};
@@ -337,41 +338,6 @@ static mg_status open_data(mg_trainer *t) {
     return MG_OK;
 }
 
-/* The parameter and gradient buffers take the grad buffer's layout (grad_buffer.h) for this
- * data-parallel size: Megatron's, except that parameters start on 64-element boundaries also
- * without the distributed optimizer (align_param_starts). Checkpoints go by name: invisible. */
-static mg_status layout_buffers(mg_trainer *t) {
-    const mg_config *c = &t->cfg;
-    mg_param_table *pt = &t->model.params;
-    mg_grad_buffer_config gc = {
-        .data_parallel_size = t->dp_size,
-        .use_distributed_optimizer = c->use_distributed_optimizer,
-        .overlap_grad_reduce = c->overlap_grad_reduce,
-        .bucket_size = c->ddp_bucket_size > 0 ? c->ddp_bucket_size : 0,
-        .pad_for_high_nccl_busbw = c->ddp_pad_buckets_for_high_nccl_busbw,
-        /* Megatron's: the embedding's copy on the first or last stage gets a bucket of its own
-         * (its gradient is complete only after the embedding-group sum), and the stages after
-         * the first use one bucket */
-        .shared_embedding = -1,
-        .disable_bucketing = t->pp_rank > 0,
-        .align_param_starts = true,
-    };
-    int64_t *sizes = malloc((size_t)pt->n * sizeof *sizes);
-    size_t *offsets = malloc((size_t)pt->n * sizeof *offsets);
-    mg_status st = sizes && offsets ? MG_OK : MG_FAIL(MG_ERR_NOMEM, "out of memory");
-    for (int i = 0; st == MG_OK && i < pt->n; i++) {
-        sizes[i] = pt->p[i].numel;
-        if (pt->p[i].embedding_group) gc.shared_embedding = i;
-    }
-    if (st == MG_OK) st = mg_grad_buffer_layout_build(sizes, pt->n, &gc, &t->gbuf);
-    for (int r = 0; st == MG_OK && r < t->gbuf.n_params; r++)
-        offsets[t->gbuf.params[r].index] = (size_t)t->gbuf.params[r].range.start;
-    if (st == MG_OK) st = mg_params_relayout(pt, offsets, (size_t)t->gbuf.numel);
-    free(sizes);
-    free(offsets);
-    return st;
-}
-
 static mg_status set_batch_shape(mg_trainer *t) {
     const mg_config *c = &t->cfg;
     int64_t per_step = (int64_t)c->micro_batch_size * t->dp_size;
@@ -476,7 +442,7 @@ mg_status mg_trainer_init_groups(mg_trainer *t, const mg_config *cfg, const mg_t
     MG_CHECK(create_backend(t));
     MG_CHECK(mg_backend_validate(t->be));
     MG_CHECK(mg_gpt_build(&t->model, c, t->tp_rank, t->pp_rank));
-    MG_CHECK(layout_buffers(t));
+    MG_CHECK(mg_train_buffer_layout(&t->model.params, c, t->dp_size, t->pp_rank, &t->gbuf));
     MG_CHECK(mg_lr_schedule_init(&t->lr, c));
     MG_CHECK(set_batch_shape(t));
     MG_CHECK(plan_schedule(t));
@@ -666,6 +632,7 @@ mg_status mg_trainer_read_stats(mg_trainer *t, mg_step_stats *out, bool reset_su
     out->loss_sum = v[MG_STAT_LOSS_SUM];
     out->grad_norm_sum = v[MG_STAT_GRAD_NORM_SUM];
     _Static_assert(MG_STAT_GRAD_NORM_SUM == MG_STAT_LOSS_SUM + 1, "the sums are adjacent");
+    _Static_assert(MG_STAT_COUNT <= MG_MEMORY_STATS, "the batch arena holds the statistics");
     if (reset_sums) MG_CHECK(be->memset_zero(be, &t->stats[MG_STAT_LOSS_SUM], 2 * sizeof(float)));
     return MG_OK;
 }

@@ -61,7 +61,7 @@ typedef enum {
     MG_STAT_LOSS_SUM,      /* sum of the step losses since the last reset */
     MG_STAT_GRAD_NORM_SUM, /* sum of the grad norms since the last reset (a NaN or Inf sticks) */
     MG_STAT_EVAL_SUM,      /* sum of the eval batch losses of the last mg_trainer_evaluate */
-    MG_STAT_COUNT
+    MG_STAT_COUNT          /* <= MG_MEMORY_STATS (train/memory.h) */
 } mg_stat;
 
 typedef struct {

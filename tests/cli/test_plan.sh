@@ -114,6 +114,14 @@ expect_json plan_grad_model_last_stage \
     '{"pp_rank":1,"vp_stage":null,"data_parallel_size":2,"use_distributed_optimizer":true,"bucket_size":null,"numel":34688,"numel_unpadded":34672,"params":[{"index":14,"start":0,"end":6144,"bucket":0,"name":"output_layer.weight","shared_embedding":true},' \
     --world-size 4 --pipeline-model-parallel-size 2 "${MODEL[@]}" --use-distributed-optimizer \
     --overlap-grad-reduce --ddp-bucket-size 5000
+expect_json plan_memory_per_stage \
+    '"memory":[{"pp_rank":0,"dtype":"F32",' \
+    --world-size 4 --pipeline-model-parallel-size 2 "${MODEL[@]}" --device cpu \
+    --global-batch-size 8 --micro-batch-size 1
+expect_json plan_memory_bf16 \
+    '{"pp_rank":1,"dtype":"BF16",' \
+    --world-size 4 --pipeline-model-parallel-size 2 "${MODEL[@]}" --global-batch-size 8 \
+    --micro-batch-size 1
 expect_json plan_grad_model_word_embedding \
     '{"index":0,"start":30080,"end":36224,"bucket":4,"name":"embedding.word_embeddings.weight","shared_embedding":true}' \
     --world-size 4 --pipeline-model-parallel-size 2 "${MODEL[@]}" --use-distributed-optimizer \

@@ -17,6 +17,7 @@
 #include "train_compare.h"
 
 #include "core/log.h"
+#include "train/memory.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -126,6 +127,20 @@ static void check_variant(dist_ctx *t, const variant *v) {
                 got.tr->a_acts.size >= (size_t)want * got.tr->model.slot_bytes,
             "%s: %d slots of %zu B in %zu B, the schedule's %d", v->label, got.tr->model.n_slots,
             got.tr->model.slot_bytes, got.tr->a_acts.size, want);
+    /* `megatron plan`'s prediction (train/memory.h) is what the trainer reserved */
+    mg_memory_stage m;
+    DOK(mg_memory_stage_estimate(&cP, got.tr->pp_rank, D, MG_F32, &m));
+    const mg_trainer *tr = got.tr;
+    DEXPECT(tr->tp_rank != 0 ||
+                (m.weights == tr->a_params.size && m.grads == tr->a_grads.size &&
+                 m.master_weights == 0 && m.optimizer == tr->a_optim.size &&
+                 m.activations == tr->a_acts.size && m.workspace == tr->a_work.size &&
+                 m.batch == tr->a_io.size && m.total == tr->planned_bytes),
+            "%s: pipeline rank %d: predicted weights %zu grads %zu optimizer %zu activations %zu "
+            "workspace %zu batch %zu; reserved %zu %zu %zu %zu %zu %zu",
+            v->label, tr->pp_rank, m.weights, m.grads, m.optimizer, m.activations, m.workspace,
+            m.batch, tr->a_params.size, tr->a_grads.size, tr->a_optim.size, tr->a_acts.size,
+            tr->a_work.size, tr->a_io.size);
     tc_release(&ref);
     tc_release(&got);
     tc_free_groups(&g);

@@ -31,7 +31,7 @@ static mg_status attention_check(int nq, int ng, int hd) {
 }
 
 size_t mg_cpu_attention_saved_bytes(mg_backend *be, int B, int S, int nq, int hd) {
-    return (size_t)B * nq * S * S * sizeof(float);
+    return mg_backend_attention_saved_bytes(MG_DEVICE_CPU, B, S, nq, hd); /* the softmax */
 }
 
 static int max_threads(void) {

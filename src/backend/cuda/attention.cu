@@ -474,8 +474,8 @@ static mg_status attention_check(int B, int S, int nq, int ng, int hd, const voi
 }
 
 extern "C" size_t mg_cuda_attention_saved_bytes(mg_backend *be, int B, int S, int nq, int hd) {
-    (void)be, (void)hd;
-    return (size_t)B * nq * S * sizeof(float); /* lse2, (B, nq, S) fp32 */
+    (void)be;
+    return mg_backend_attention_saved_bytes(MG_DEVICE_CUDA, B, S, nq, hd); /* lse2, (B, nq, S) */
 }
 
 template <int HD>

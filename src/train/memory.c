@@ -1,0 +1,126 @@
+#include "train/memory.h"
+
+#include "core/arena.h"
+#include "parallel/pipeline/p2p.h"
+#include "parallel/pipeline/schedule.h"
+#include "train/optimizer.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+mg_status mg_train_buffer_layout(mg_param_table *pt, const mg_config *c, int dp_size, int pp_rank,
+                                 mg_grad_buffer_layout *out) {
+    mg_grad_buffer_config gc = {
+        .data_parallel_size = dp_size,
+        .use_distributed_optimizer = c->use_distributed_optimizer,
+        .overlap_grad_reduce = c->overlap_grad_reduce,
+        .bucket_size = c->ddp_bucket_size > 0 ? c->ddp_bucket_size : 0,
+        .pad_for_high_nccl_busbw = c->ddp_pad_buckets_for_high_nccl_busbw,
+        /* Megatron's: the embedding's copy on the first or last stage gets a bucket of its own
+         * (its gradient is complete only after the embedding-group sum), and the stages after
+         * the first use one bucket */
+        .shared_embedding = -1,
+        .disable_bucketing = pp_rank > 0,
+        .align_param_starts = true,
+    };
+    int64_t *sizes = malloc((size_t)pt->n * sizeof *sizes);
+    size_t *offsets = malloc((size_t)pt->n * sizeof *offsets);
+    mg_status st = sizes && offsets ? MG_OK : MG_FAIL(MG_ERR_NOMEM, "out of memory");
+    for (int i = 0; st == MG_OK && i < pt->n; i++) {
+        sizes[i] = pt->p[i].numel;
+        if (pt->p[i].embedding_group) gc.shared_embedding = i;
+    }
+    if (st == MG_OK) st = mg_grad_buffer_layout_build(sizes, pt->n, &gc, out);
+    for (int r = 0; st == MG_OK && r < out->n_params; r++)
+        offsets[out->params[r].index] = (size_t)out->params[r].range.start;
+    if (st == MG_OK) st = mg_params_relayout(pt, offsets, (size_t)out->numel);
+    free(sizes);
+    free(offsets);
+    return st;
+}
+
+static size_t stub_saved_bytes(mg_backend *be, int B, int S, int nq, int hd) {
+    return mg_backend_attention_saved_bytes(be->device, B, S, nq, hd);
+}
+
+static size_t committed(size_t bytes) {
+    mg_arena a;
+    mg_arena_init(&a, "size");
+    size_t off;
+    mg_arena_reserve(&a, bytes, 0, &off);
+    return mg_arena_committed_size(&a);
+}
+
+static mg_status reserve(mg_arena *a, size_t bytes) {
+    size_t off;
+    return mg_arena_reserve(a, bytes, 0, &off);
+}
+
+mg_status mg_memory_stage_estimate(const mg_config *c, int pp_rank, int dp_size, mg_dtype compute,
+                                   mg_memory_stage *out) {
+    memset(out, 0, sizeof *out);
+    out->pp_rank = pp_rank;
+    mg_gpt g;
+    mg_grad_buffer_layout l = {0};
+    mg_optimizer o = {0};
+    mg_arena optim, acts, work;
+    mg_arena_init(&optim, "optimizer state");
+    mg_arena_init(&acts, "activations");
+    mg_arena_init(&work, "workspace");
+    mg_status st = mg_gpt_build(&g, c, 0, pp_rank);
+    if (st == MG_OK) st = mg_train_buffer_layout(&g.params, c, dp_size, pp_rank, &l);
+    if (st == MG_OK) st = mg_optimizer_init(&o, c, &g.params, &l, 0, NULL, NULL, NULL);
+    if (st == MG_OK) st = mg_optimizer_plan(&o, &optim);
+    mg_schedule_params s = {
+        .pp = g.pp,
+        .vpp = g.n_chunks,
+        .microbatches = c->global_batch_size / (c->micro_batch_size * dp_size),
+        .group =
+            c->microbatch_group_size_per_vp_stage > 0 ? c->microbatch_group_size_per_vp_stage : 0,
+        .no_overlap_p2p = c->no_overlap_p2p_communication,
+    };
+    if (st == MG_OK) st = mg_schedule_activation_slots(&s, pp_rank, &out->slots);
+    /* the model reads only the compute dtype and the attention's saved bytes of its backend
+     * while planning: fp32 is the cpu backend's, bf16 the cuda backend's */
+    mg_backend stub;
+    memset(&stub, 0, sizeof stub);
+    stub.compute_dtype = compute;
+    stub.device = compute == MG_F32 ? MG_DEVICE_CPU : MG_DEVICE_CUDA;
+    stub.attention_saved_bytes = stub_saved_bytes;
+    if (st == MG_OK) st = mg_gpt_plan(&g, &stub, c->micro_batch_size, out->slots, &acts, &work);
+    int grad_bufs = 0;
+    for (int fo = 0; st == MG_OK && fo < 2 && s.pp > 1; fo++) {
+        mg_p2p_plan plan;
+        st = mg_p2p_plan_build(&s, fo, pp_rank, &plan);
+        if (plan.n_grad_bufs > grad_bufs) grad_bufs = plan.n_grad_bufs;
+        mg_p2p_plan_free(&plan);
+    }
+    if (st == MG_OK) {
+        size_t esz = mg_dtype_size(compute), numel = g.params.numel;
+        size_t N = (size_t)c->micro_batch_size * (size_t)c->seq_length;
+        st = reserve(&work, (size_t)grad_bufs * mg_gpt_hidden_numel(&g) * esz);
+        /* every part as the trainer's arena commits it (train/trainer.c plan_memory) */
+        size_t master = compute != MG_F32 ? o.numel * sizeof(float) : 0;
+        size_t io_parts[4] = {(size_t)out->slots * N * sizeof(int32_t),
+                              (size_t)out->slots * N * sizeof(int32_t), N * sizeof(float),
+                              MG_MEMORY_STATS * sizeof(float)};
+        mg_arena io;
+        mg_arena_init(&io, "batch");
+        for (int k = 0; st == MG_OK && k < 4; k++) st = reserve(&io, io_parts[k]);
+        out->params = mg_params_count(&g.params);
+        out->weights = committed(numel * esz);
+        out->grads = committed(numel * sizeof(float));
+        out->master_weights = master ? committed(master) : 0;
+        out->optimizer = mg_arena_committed_size(&optim);
+        out->slot_bytes = g.slot_bytes;
+        out->activations = mg_arena_committed_size(&acts);
+        out->workspace = mg_arena_committed_size(&work);
+        out->batch = mg_arena_committed_size(&io);
+        out->total = out->weights + out->grads + out->master_weights + out->optimizer +
+                     out->activations + out->workspace + out->batch;
+    }
+    mg_optimizer_free(&o);
+    mg_grad_buffer_layout_free(&l);
+    mg_gpt_free(&g);
+    return st;
+}
