@@ -10,7 +10,10 @@ need() { # need PACKAGE TEST...
 has_header() { for d in /usr/include /usr/include/x86_64-linux-gnu; do [ -f "$d/$1" ] && return 0; done; return 1; }
 need gcc command -v gcc
 need make command -v make
-need libopenblas-dev has_header cblas.h
+# OpenBLAS itself, not any cblas.h: netlib's libblas-dev also installs one (without
+# openblas_set_num_threads), and a machine may have it alone.
+has_openblas() { has_header cblas.h && ls /usr/lib/x86_64-linux-gnu/libopenblas.so >/dev/null; }
+need libopenblas-dev has_openblas
 need libcjson-dev has_header cjson/cJSON.h
 need libpcre2-dev has_header pcre2.h
 # Open MPI: the multi-rank CPU path and tests/dist (mpirun). The build works without it.
