@@ -214,9 +214,11 @@ $(BUILD)/op_bench: bench/op_bench.c $(BUILD)/libmegatron.a
 # picks shapes); bench-dp, data-parallel weak scaling of `megatron train` against PyTorch DDP on
 # 1, 2 and 4 GPUs (bench/dp_bench.sh; SHAPES, NGPUS, MBS, MEGATRON_ARGS; MPI for N > 1); bench-tp,
 # tensor (+ sequence) parallelism of `megatron train` against PyTorch's DTensor TP on 1, 2 and 4 GPUs
-# (bench/tp_bench.sh; the same knobs).
-.PHONY: bench-gpu bench-dp bench-tp
-bench-gpu bench-dp bench-tp: info
+# (bench/tp_bench.sh; the same knobs); bench-pp, pipeline parallelism (1F1B and interleaved) on 2
+# and 4 GPUs against the schedule's bubble and data parallelism on the same GPUs
+# (bench/pp_bench.sh; SHAPES, NGPUS, MICROBATCHES, LAYOUTS).
+.PHONY: bench-gpu bench-dp bench-tp bench-pp
+bench-gpu bench-dp bench-tp bench-pp: info
 	@if [ -z "$(HAVE_CUDA)" ]; then echo "make $@ needs the CUDA backend" \
 	    "(this build: backends=cpu)" >&2; exit 1; fi
 	@$(MAKE) --no-print-directory $(BUILD)/megatron

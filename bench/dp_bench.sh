@@ -43,15 +43,7 @@ run_one() {
     read -r L H NH S V <<<"$(shape_dims "$shape")"
     start=$(date +%s)
     if [ "$impl" = megatron.c ]; then
-        local launch=("$BIN")
-        [ "$n" -gt 1 ] && launch=("${MPIRUN[@]}" -np "$n" "$BIN")
-        rm -f "$base.jsonl"
-        timeout 420 "${launch[@]}" train --num-layers "$L" --hidden-size "$H" --num-attention-heads "$NH" \
-            --seq-length "$S" --max-position-embeddings "$S" --vocab-size "$V" --mock-data \
-            --micro-batch-size "$MBS" --global-batch-size $((MBS * n)) --train-iters "$ITERS" \
-            --lr 6e-4 --lr-warmup-iters 0 --lr-decay-style constant --weight-decay 0.1 \
-            --adam-beta2 0.95 --log-interval "$LOG_INTERVAL" --eval-iters 0 --device "$DEVICE" \
-            --metrics-file "$base.jsonl" "${MEGATRON_ARGS_[@]}" >"$base.log" 2>&1
+        megatron_train "$n" "$shape" $((MBS * n)) "$base" 420
     else
         local launch=("$PYTHON")
         [ "$n" -gt 1 ] && launch=("$PYTHON" -m torch.distributed.run --standalone --nproc_per_node "$n")
@@ -66,9 +58,7 @@ run_one() {
         tail -n 1 "$RESULTS" | "$PYTHON" -c 'import json, sys; print("    %.0f tokens/s" % json.load(sys.stdin)["tokens_per_s"])'
         return 0
     fi
-    [ "$rc" -eq 124 ] && echo "    timed out"
-    echo "    failed; from $base.log:"
-    { grep -iE -m 3 'error|out of memory' "$base.log" || tail -n 5 "$base.log"; } | cut -c1-300 | sed 's/^/      /'
+    failure_message "$rc" "$base" 420
     return 1
 }
 

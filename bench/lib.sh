@@ -1,5 +1,5 @@
 # shellcheck shell=bash disable=SC2034  # sourced: what it sets is used by the script that sources it
-# The set-up that bench/dp_bench.sh and bench/tp_bench.sh share: they set BENCH (their name) and
+# The set-up that bench/dp_bench.sh, tp_bench.sh and pp_bench.sh share: they set BENCH (their name) and
 # their SHAPES default, then source this file with their arguments (`. lib.sh "$@"`), and get:
 #   BUILD BIN HERE          $1 (default build), BUILD/megatron, this folder
 #   SHAPES MBS ITERS LOG_INTERVAL PYTHON DEVICE OUTDIR   the environment their headers document
@@ -9,9 +9,13 @@
 #   MPIRUN                  the mpirun command before -np (with --oversubscribe on DEVICE=cpu)
 #   NGPUS                   default 1 and each of 2 4 that nvidia-smi lists (DEVICE=cpu: 1 2),
 #                           always with 1
-#   shape_dims SHAPE        "layers hidden heads sequence vocabulary" of a GPT-2 shape or tiny
+#   shape_dims SHAPE        "layers hidden heads sequence vocabulary" of a GPT-2 shape, deep,
+#                           tiny, tiny8 or cpu8
 #   print_versions          the header lines: nvidia-smi's GPUs and topology, torch, mpirun
 #   summarize IMPL SHAPE FILE KEY=INT...   one JSON line for RESULTS from a run's output
+#   megatron_train N SHAPE GBS BASE TIMEOUT [FLAG...]   `megatron train` of a shape on N ranks
+#                           (mpirun for N > 1), the benches' common flags, BASE.jsonl metrics
+#   failure_message RC BASE TIMEOUT   prints why a run failed (its log's lines), sets MSG
 # and NVLink multicast turned off. Sourcing exits (with BENCH's message) on an unknown shape, an
 # unbuilt BIN, or ITERS not above LOG_INTERVAL.
 
@@ -55,13 +59,16 @@ shape_dims() { # SHAPE
     350m) echo 24 1024 16 1024 50304 ;;
     774m) echo 36 1280 20 1024 50304 ;;
     1.5b) echo 48 1600 25 1024 50304 ;;
+    deep) echo 64 1024 16 1024 50304 ;; # 0.86B: four times 350m's depth at its width
     tiny) echo 2 64 4 32 256 ;;
+    tiny8) echo 8 64 4 32 256 ;; # tiny, deep enough for 4 stages of 2 virtual stages
+    cpu8) echo 8 256 8 256 4096 ;; # a CPU measurement: compute well above the messages' cost
     *) return 1 ;;
     esac
 }
 
 for shape in $SHAPES; do
-    shape_dims "$shape" >/dev/null || { echo "$BENCH: unknown shape $shape (124m 350m 774m 1.5b tiny)" >&2; exit 1; }
+    shape_dims "$shape" >/dev/null || { echo "$BENCH: unknown shape $shape (124m 350m 774m 1.5b deep tiny tiny8 cpu8)" >&2; exit 1; }
 done
 [ -x "$BIN" ] || { echo "$BENCH: $BIN is not built (make BUILD=$BUILD $BIN)" >&2; exit 1; }
 [ "$ITERS" -gt "$LOG_INTERVAL" ] || { echo "$BENCH: ITERS ($ITERS) must exceed LOG_INTERVAL ($LOG_INTERVAL)" >&2; exit 1; }
@@ -96,4 +103,32 @@ r.update(impl=impl, shape=shape)
 r.update((k, int(v)) for k, v in (f.split("=", 1) for f in fields))
 print(json.dumps(r))
 EOF
+}
+
+# megatron.c's run of a GPT-2 shape: mock data, AdamW lr 6e-4 constant, weight decay 0.1, betas
+# (0.9, 0.95), --log-interval LOG_INTERVAL, metrics in BASE.jsonl, the log in BASE.log.
+megatron_train() { # N SHAPE GBS BASE TIMEOUT [FLAG...]
+    local n=$1 shape=$2 gbs=$3 base=$4 tmo=$5 L H NH S V launch=("$BIN")
+    shift 5
+    read -r L H NH S V <<<"$(shape_dims "$shape")"
+    [ "$n" -gt 1 ] && launch=("${MPIRUN[@]}" -np "$n" "$BIN")
+    rm -f "$base.jsonl"
+    timeout "$tmo" "${launch[@]}" train --num-layers "$L" --hidden-size "$H" --num-attention-heads "$NH" \
+        --seq-length "$S" --max-position-embeddings "$S" --vocab-size "$V" --mock-data \
+        --micro-batch-size "$MBS" --global-batch-size "$gbs" --train-iters "$ITERS" \
+        --lr 6e-4 --lr-warmup-iters 0 --lr-decay-style constant --weight-decay 0.1 \
+        --adam-beta2 0.95 --log-interval "$LOG_INTERVAL" --eval-iters 0 --device "$DEVICE" \
+        --metrics-file "$base.jsonl" "$@" "${MEGATRON_ARGS_[@]}" >"$base.log" 2>&1
+}
+
+# Why a run failed: MSG (one line for RESULTS), and the log's error lines on the terminal.
+failure_message() { # RC BASE TIMEOUT
+    if [ "$1" -eq 124 ]; then
+        MSG="timed out after $3 s"
+    else
+        MSG=$({ grep -iE -m 1 'error|out of memory' "$2.log" || tail -n 1 "$2.log"; } | cut -c1-300)
+        [ -n "$MSG" ] || MSG="exit $1, no output"
+    fi
+    echo "    failed: $MSG; log: $2.log"
+    { grep -iE -m 3 'error|out of memory' "$2.log" || tail -n 5 "$2.log"; } | cut -c1-300 | sed 's/^/      /'
 }

@@ -66,16 +66,9 @@ run_one() {
     fi
     start=$(date +%s)
     if [ "$impl" = megatron.c ]; then
-        local launch=("$BIN") tp=()
-        [ "$n" -gt 1 ] && launch=("${MPIRUN[@]}" -np "$n" "$BIN") &&
-            tp=(--tensor-model-parallel-size "$n" --sequence-parallel)
-        rm -f "$base.jsonl"
-        timeout 420 "${launch[@]}" train --num-layers "$L" --hidden-size "$H" --num-attention-heads "$NH" \
-            --seq-length "$S" --max-position-embeddings "$S" --vocab-size "$V" --mock-data \
-            --micro-batch-size "$MBS" --global-batch-size "$MBS" --train-iters "$ITERS" \
-            --lr 6e-4 --lr-warmup-iters 0 --lr-decay-style constant --weight-decay 0.1 \
-            --adam-beta2 0.95 --log-interval "$LOG_INTERVAL" --eval-iters 0 --device "$DEVICE" \
-            --metrics-file "$base.jsonl" "${tp[@]}" "${MEGATRON_ARGS_[@]}" >"$base.log" 2>&1
+        local tp=()
+        [ "$n" -gt 1 ] && tp=(--tensor-model-parallel-size "$n" --sequence-parallel)
+        megatron_train "$n" "$shape" "$MBS" "$base" 420 "${tp[@]}"
     else
         local launch=("$PYTHON") tp=()
         [ "$n" -gt 1 ] && launch=("$PYTHON" -m torch.distributed.run --standalone --nproc_per_node "$n") &&
@@ -94,15 +87,8 @@ eager = r.get("compile") is False and r.get("device") == "cuda"
 print("    %.0f tokens/s%s" % (r["tokens_per_s"], " (torch eager)" if eager else ""))'
         return 0
     fi
-    if [ "$rc" -eq 124 ]; then
-        msg="timed out after 420 s"
-    else
-        msg=$({ grep -iE -m 1 'error|out of memory' "$base.log" || tail -n 1 "$base.log"; } | cut -c1-300)
-        [ -n "$msg" ] || msg="exit $rc, no output"
-    fi
-    echo "    failed: $msg; log: $base.log"
-    { grep -iE -m 3 'error|out of memory' "$base.log" || tail -n 5 "$base.log"; } | cut -c1-300 | sed 's/^/      /'
-    record_error "$impl" "$shape" "$n" "$rc" "$msg"
+    failure_message "$rc" "$base" 420
+    record_error "$impl" "$shape" "$n" "$rc" "$MSG"
     return 1
 }
 

@@ -405,6 +405,35 @@ mg_status mg_comm_batch_p2p(mg_comm *c, const mg_p2p_op *ops, int n_ops, void *s
     return call_end(c, st);
 }
 
+bool mg_comm_p2p_async(const mg_comm *c) {
+    return c && c->w->ops->p2p_post && c->w->ops->p2p_wait;
+}
+
+mg_status mg_comm_p2p_post(mg_comm *c, const mg_p2p_op *op, int tag, mg_p2p_ticket *ticket) {
+    MG_CHECK(call_begin(c, op && op->is_send ? "p2p_send" : "p2p_recv"));
+    mg_status st = MG_OK;
+    size_t bytes = 0;
+    if (!mg_comm_p2p_async(c))
+        st = USAGE(c, "%s", "non-blocking point-to-point is not available on this backend");
+    else if (!op || op->peer < 0 || op->peer >= c->size || op->peer == c->rank)
+        st = USAGE(c, "peer %d is out of range or this rank (group size %d; peers are group ranks)",
+                   op ? op->peer : -1, c->size);
+    else if (tag < 0 || tag >= MG_P2P_TAGS)
+        st = USAGE(c, "tag %d is out of range [0, %d)", tag, MG_P2P_TAGS);
+    if (!st) st = check_dtype(c, op->dt);
+    if (!st) st = check_count(c, op->count, 1, op->dt, &bytes);
+    if (!st) st = check_buf(c, op->buf, bytes, op->is_send ? "a send" : "a recv");
+    if (!st) st = c->w->ops->p2p_post(c, op, tag, ticket);
+    return call_end(c, st);
+}
+
+mg_status mg_comm_p2p_wait(mg_comm *c, mg_p2p_ticket ticket) {
+    MG_CHECK(call_begin(c, "p2p_wait"));
+    mg_status st = mg_comm_p2p_async(c) ? c->w->ops->p2p_wait(c, ticket)
+                                        : USAGE(c, "%s", "no non-blocking point-to-point here");
+    return call_end(c, st);
+}
+
 mg_status mg_comm_barrier(mg_comm *c, void *stream) {
     MG_CHECK(call_begin(c, "barrier"));
     return call_end(c, c->w->ops->barrier(c, stream));

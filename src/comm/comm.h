@@ -137,6 +137,19 @@ typedef struct {
 } mg_p2p_op;
 mg_status mg_comm_batch_p2p(mg_comm *c, const mg_p2p_op *ops, int n_ops, void *stream);
 
+/* Non-blocking point-to-point, on backends whose messages need no stream order (MPI, host
+ * buffers; mg_comm_p2p_async says whether the group has them): mg_comm_p2p_post posts one send
+ * or receive and returns at once with a ticket; mg_comm_p2p_wait completes it (bounded by the
+ * timeout and interrupted by a peer's failure notice, as every call). Messages match by peer and
+ * tag (0 <= tag < 32768, MPI's least upper bound), so posting order between different tags does
+ * not matter; with one tag they match in posting order. A buffer is the caller's until its
+ * ticket is waited. Every ticket must be waited before the group is freed. */
+typedef int mg_p2p_ticket;
+#define MG_P2P_TAGS 32768
+bool mg_comm_p2p_async(const mg_comm *c);
+mg_status mg_comm_p2p_post(mg_comm *c, const mg_p2p_op *op, int tag, mg_p2p_ticket *ticket);
+mg_status mg_comm_p2p_wait(mg_comm *c, mg_p2p_ticket ticket);
+
 mg_status mg_comm_barrier(mg_comm *c, void *stream);
 
 /* Waits until every operation enqueued on `stream` through c has finished, bounded by the

@@ -42,6 +42,10 @@ typedef struct {
     mg_status (*broadcast)(mg_comm *c, void *buf, size_t count, mg_dtype dt, int root,
                            void *stream);
     mg_status (*batch_p2p)(mg_comm *c, const mg_p2p_op *ops, int n_ops, void *stream);
+    /* Optional (MPI): comm.h's non-blocking point-to-point; NULL where messages are ordered on a
+     * stream (NCCL) or there is no peer (self). */
+    mg_status (*p2p_post)(mg_comm *c, const mg_p2p_op *op, int tag, mg_p2p_ticket *ticket);
+    mg_status (*p2p_wait)(mg_comm *c, mg_p2p_ticket ticket);
     mg_status (*barrier)(mg_comm *c, void *stream);
     mg_status (*sync)(mg_comm *c, void *stream);
 } mg_comm_ops;

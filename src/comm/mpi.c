@@ -37,6 +37,8 @@ typedef struct {
     MPI_Comm comm;
     MPI_Request *reqs; /* scratch for batched point-to-point, grown as needed */
     int cap_reqs;
+    MPI_Request *tickets; /* non-blocking point-to-point in flight (MPI_REQUEST_NULL: free) */
+    int cap_tickets;
     void *tmp; /* scratch for in-place reduce-scatter, grown as needed */
     size_t tmp_bytes;
     int *a2a; /* 4 * size ints: MPI's counts and displacements for all-to-all */
@@ -248,6 +250,7 @@ static void mpi_group_free(mg_comm *c) {
     if (!g) return;
     if (!c->w->failed) MPI_Comm_free(&g->comm);
     free(g->reqs);
+    free(g->tickets);
     free(g->tmp);
     free(g->a2a);
     free(g);
@@ -377,6 +380,38 @@ static mg_status mpi_batch_p2p(mg_comm *c, const mg_p2p_op *ops, int n_ops, void
     return test_all(c, k, g->reqs);
 }
 
+/* A ticket is an index into g->tickets; a completed request is MPI_REQUEST_NULL again (MPI sets
+ * it), so the table is reused without bookkeeping. A few messages are in flight at a time. */
+static mg_status mpi_p2p_post(mg_comm *c, const mg_p2p_op *op, int tag, mg_p2p_ticket *ticket) {
+    mpi_group *g = G(c);
+    if (op->count > (size_t)INT_MAX) return too_large(c, op->count, "a non-blocking message");
+    int t = 0;
+    while (t < g->cap_tickets && g->tickets[t] != MPI_REQUEST_NULL) t++;
+    if (t == g->cap_tickets) {
+        int cap = g->cap_tickets ? 2 * g->cap_tickets : 8;
+        MPI_Request *r = realloc(g->tickets, (size_t)cap * sizeof *r);
+        if (!r) return MG_FAIL(MG_ERR_IO, "out of memory for %d point-to-point tickets", cap);
+        for (int i = g->cap_tickets; i < cap; i++) r[i] = MPI_REQUEST_NULL;
+        g->tickets = r;
+        g->cap_tickets = cap;
+    }
+    int n = (int)op->count;
+    int rc = op->is_send
+                 ? MPI_Isend(op->buf, n, mpi_type(op->dt), op->peer, tag, g->comm, &g->tickets[t])
+                 : MPI_Irecv(op->buf, n, mpi_type(op->dt), op->peer, tag, g->comm, &g->tickets[t]);
+    if (rc != MPI_SUCCESS) return mpi_error(c, op->is_send ? "MPI_Isend" : "MPI_Irecv", rc);
+    *ticket = t;
+    return MG_OK;
+}
+
+static mg_status mpi_p2p_wait(mg_comm *c, mg_p2p_ticket ticket) {
+    mpi_group *g = G(c);
+    if (ticket < 0 || ticket >= g->cap_tickets)
+        return MG_FAIL(MG_ERR_USAGE, "p2p_wait on group '%s': ticket %d was never posted", c->name,
+                       ticket);
+    return test_all(c, 1, &g->tickets[ticket]);
+}
+
 static mg_status mpi_barrier(mg_comm *c, void *stream) {
     MPI_Request req;
     MPI_TRY(c, MPI_Ibarrier(G(c)->comm, &req));
@@ -400,6 +435,8 @@ const mg_comm_ops mg_comm_mpi_ops = {
     .all_to_all = mpi_all_to_all,
     .broadcast = mpi_broadcast,
     .batch_p2p = mpi_batch_p2p,
+    .p2p_post = mpi_p2p_post,
+    .p2p_wait = mpi_p2p_wait,
     .barrier = mpi_barrier,
     .sync = mpi_sync,
 };

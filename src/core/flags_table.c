@@ -299,7 +299,11 @@ const mg_flag_spec mg_flag_table[] = {
      FIELD(account_for_loss_in_pipeline_split),
      .help = "count the loss as a layer when splitting layers over stages"},
     {"--no-overlap-p2p-communication", RUNTIME, BOOL, FIELD(no_overlap_p2p_communication),
-     .help = "pipeline sends and receives do not overlap compute"},
+     .help = "pipeline sends and receives do not overlap compute: each is a rendezvous in the "
+             "schedule's order"},
+    {"--overlap-p2p-communication", RUNTIME, BOOL, IGNORED,
+     .help = "the default (Megatron's overlap_p2p_comm): receives posted an op ahead, sends never "
+             "waited on (MPI groups; NCCL keeps the schedule's order)"},
     {"--context-parallel-size", RUNTIME, INT, FIELD(context_parallel_size),
      .help = "context-parallel ranks"},
     {"--expert-model-parallel-size", RUNTIME, INT, FIELD(expert_model_parallel_size),

@@ -98,7 +98,10 @@ mg_status mg_memory_stage_estimate(const mg_config *c, int pp_rank, int dp_size,
     if (st == MG_OK) {
         size_t esz = mg_dtype_size(compute), numel = g.params.numel;
         size_t N = (size_t)c->micro_batch_size * (size_t)c->seq_length;
-        st = reserve(&work, (size_t)grad_bufs * mg_gpt_hidden_numel(&g) * esz);
+        /* overlapped pipeline messages land in one more buffer (parallel/pipeline/run.h); they
+         * overlap on groups with non-blocking messages: MPI, the fp32 cpu backend's */
+        int landing = s.pp > 1 && !c->no_overlap_p2p_communication && compute == MG_F32;
+        st = reserve(&work, (size_t)(grad_bufs + landing) * mg_gpt_hidden_numel(&g) * esz);
         /* every part as the trainer's arena commits it (train/trainer.c plan_memory) */
         size_t master = compute != MG_F32 ? o.numel * sizeof(float) : 0;
         size_t io_parts[4] = {(size_t)out->slots * N * sizeof(int32_t),

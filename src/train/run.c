@@ -107,6 +107,22 @@ static void print_banner(const mg_trainer *t) {
                     mg_dtype_name(t->be->compute_dtype));
 }
 
+/* The pipeline bubble this stage measured (parallel/pipeline/run.h: time waiting for neighbours
+ * over time in its ops, the steps after the first) against the schedule's (P-1)/(m V). One line
+ * per stage, from its first rank; bench/pp_bench.sh reads them. */
+static void print_bubble(const mg_trainer *t) {
+    const mg_pipeline *p = &t->pipe;
+    if (!p->timed || p->runs == 0 || p->busy_s <= 0) return;
+    double wait = p->total_s > p->busy_s ? p->total_s - p->busy_s : 0;
+    double theory = (double)(p->sched.pp - 1) / ((double)p->sched.microbatches * p->sched.vpp);
+    mg_log_self(t->tp_rank == 0 && t->dp_rank == 0,
+                "> pipeline rank %d of %d: %" PRId64 " steps after the first, busy %.3f s, "
+                "waiting %.3f s per step: bubble (waiting / busy) %.2f%%, the schedule's "
+                "(P-1)/(m V) %.2f%%",
+                p->rank, p->sched.pp, p->runs, p->busy_s / (double)p->runs, wait / (double)p->runs,
+                100.0 * wait / p->busy_s, 100.0 * theory);
+}
+
 /* Reads the statistics (one host sync) and fails on a non-finite loss or grad norm since the
  * last reset. */
 static mg_status read_checked(mg_trainer *t, int64_t since, mg_step_stats *s, bool reset) {
@@ -135,7 +151,10 @@ static mg_status train_loop(mg_trainer *t) {
         int64_t it = t->state.iteration;
         saved_last = false;
         logged_iters++;
-        if (it == start_iteration + 1) MG_CHECK(mg_trainer_log_memory(t, "after the first step"));
+        if (it == start_iteration + 1) {
+            MG_CHECK(mg_trainer_log_memory(t, "after the first step"));
+            mg_pipeline_timing_reset(&t->pipe); /* the bubble of the steady state */
+        }
         if (it % c->log_interval == 0 || it == c->train_iters) {
             MG_CHECK(read_checked(t, checked, &s, true));
             checked = it;
@@ -191,6 +210,7 @@ static mg_status train_loop(mg_trainer *t) {
             return MG_OK;
         }
     }
+    print_bubble(t);
     if (t->have_valid) MG_CHECK(evaluate_and_print(t, "the end of training for val data"));
     if (c->save[0] && !saved_last && t->state.iteration > start_iteration)
         MG_CHECK(mg_trainer_save(t));

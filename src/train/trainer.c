@@ -413,7 +413,13 @@ static mg_status plan_schedule(mg_trainer *t) {
         .no_overlap_p2p = c->no_overlap_p2p_communication,
     };
     size_t hidden = (size_t)mg_model_config_rows(m, c->micro_batch_size * m->S) * (size_t)m->H;
-    return mg_pipeline_init(&t->pipe, &s, t->pp_rank, t->pp, t->be, hidden, t->be->compute_dtype);
+    MG_CHECK(mg_pipeline_init(&t->pipe, &s, t->pp_rank, t->pp, t->be, hidden, t->be->compute_dtype,
+                              !c->no_overlap_p2p_communication));
+    /* the bubble is measured by the host clock around each op: free on the cpu backend, whose ops
+     * complete in the call; a measurement mode (a synchronisation per op) on a device */
+    t->pipe.timed =
+        t->pp_size > 1 && (t->be->device == MG_DEVICE_CPU || mg_env_int("MG_PP_TIMING", 0));
+    return MG_OK;
 }
 
 mg_status mg_trainer_init_groups(mg_trainer *t, const mg_config *cfg, const mg_train_groups *gr) {

@@ -75,6 +75,7 @@ void test_broadcast(dist_ctx *t);
 void test_count_limits(dist_ctx *t);
 void test_p2p_ring(dist_ctx *t);
 void test_p2p_pairs(dist_ctx *t);
+void test_p2p_tagged(dist_ctx *t);
 void test_groups_tp_dp(dist_ctx *t);
 void test_groups_partial_and_order(dist_ctx *t);
 void test_barrier_and_queries(dist_ctx *t);

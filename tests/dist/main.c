@@ -39,6 +39,7 @@ static const struct {
     {"count_limits", test_count_limits},
     {"p2p_ring", test_p2p_ring},
     {"p2p_pairs", test_p2p_pairs},
+    {"p2p_tagged", test_p2p_tagged},
     {"groups_tp_dp", test_groups_tp_dp},
     {"groups_partial_and_order", test_groups_partial_and_order},
     {"train_dp", test_train_dp},

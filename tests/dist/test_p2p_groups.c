@@ -101,6 +101,55 @@ void test_p2p_pairs(dist_ctx *t) {
     free(wb);
 }
 
+/* Non-blocking tagged messages (MPI groups): ranks 2k and 2k+1 each post three sends of
+ * different lengths with tags 7, 8 and 32767, and the three receives in the opposite order
+ * (tag 32767 first); each receive must get the message of its tag, not the first to arrive.
+ * Then the bad tickets: a tag out of range and a peer that is this rank are usage errors. */
+void test_p2p_tagged(dist_ctx *t) {
+    mg_comm *world = mg_comm_world_comm(t->w);
+    int partner = t->rank ^ 1;
+    if (!mg_comm_p2p_async(world) || partner >= t->size) {
+        DEXPECT(mg_comm_p2p_async(world) == !mg_comm_device_buffers(world) || t->size == 1,
+                "non-blocking messages on a %s group",
+                mg_comm_device_buffers(world) ? "device" : "host");
+        return;
+    }
+    const int tags[3] = {7, 8, MG_P2P_TAGS - 1};
+    const size_t n[3] = {3, 1000, 17};
+    float *send[3], *recv[3];
+    mg_p2p_ticket ts[3], tr[3];
+    for (int m = 0; m < 3; m++) {
+        send[m] = malloc(n[m] * sizeof(float));
+        recv[m] = calloc(n[m], sizeof(float));
+        for (size_t i = 0; i < n[m]; i++)
+            send[m][i] = (float)(t->rank * 10000 + m * 1000) + (float)i;
+        DOK(mg_comm_p2p_post(world, &(mg_p2p_op){true, partner, send[m], n[m], MG_F32}, tags[m],
+                             &ts[m]));
+    }
+    for (int m = 2; m >= 0; m--)
+        DOK(mg_comm_p2p_post(world, &(mg_p2p_op){false, partner, recv[m], n[m], MG_F32}, tags[m],
+                             &tr[m]));
+    for (int m = 0; m < 3; m++) DOK(mg_comm_p2p_wait(world, tr[m]));
+    for (int m = 0; m < 3; m++) DOK(mg_comm_p2p_wait(world, ts[m]));
+    for (int m = 0; m < 3; m++) {
+        size_t bad = n[m];
+        for (size_t i = 0; i < n[m] && bad == n[m]; i++)
+            if (recv[m][i] != (float)(partner * 10000 + m * 1000) + (float)i) bad = i;
+        DEXPECT(bad == n[m], "tag %d: element %zu is %g", tags[m], bad,
+                bad < n[m] ? recv[m][bad] : 0.0);
+        free(send[m]);
+        free(recv[m]);
+    }
+    float x = 0;
+    mg_p2p_ticket k;
+    mg_status st =
+        mg_comm_p2p_post(world, &(mg_p2p_op){true, partner, &x, 1, MG_F32}, MG_P2P_TAGS, &k);
+    DEXPECT(st == MG_ERR_USAGE, "tag %d accepted (status %d)", MG_P2P_TAGS, st);
+    st = mg_comm_p2p_post(world, &(mg_p2p_op){false, t->rank, &x, 1, MG_F32}, 1, &k);
+    DEXPECT(st == MG_ERR_USAGE, "a receive from this rank accepted (status %d)", st);
+    DOK(mg_comm_barrier(world, NULL));
+}
+
 /* Creates the list of n_groups groups whose ranks follow each other in `ranks`, group g holding
  * sizes[g] of them; this rank's group or NULL. */
 static mg_comm *make_groups(dist_ctx *t, const char *name, int n_groups, const int *sizes,

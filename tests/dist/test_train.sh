@@ -150,14 +150,17 @@ bad_layout "world size" 3 "world size 3 is not divisible by tensor \(2\) x pipel
 bad_layout "sequence" 2 "--sequence-parallel splits the sequence .* --seq-length 15 is not divisible by --tensor-model-parallel-size 2" \
     --tensor-model-parallel-size 2 --sequence-parallel --seq-length 15
 
-# (7) pipeline parallelism from the command line: the one-rank run's losses, logged by the last
-# rank (it computes them); 8 layers, 8 microbatches per step.
+# (7) pipeline parallelism from the command line: the one-rank run's losses, training and
+# validation (the evaluation's forwards-only schedule), logged by the last rank (it computes
+# them); 8 layers, 8 microbatches per step; messages overlapped and in the schedule's order.
+vlosses() { grep -oE 'lm loss value: [0-9.E+-]+' <<<"$1" | awk '{print $4}'; }
 PPM=("${MODEL[@]}" --num-layers 8 --train-iters 4)
-base=$(timeout 60 "$BIN" train "${PPM[@]}" 2>&1); rc0=$?
+base=$(timeout 60 "$BIN" train "${PPM[@]}" --eval-iters 2 --eval-interval 2 2>&1); rc0=$?
 for layout in "4:--pipeline-model-parallel-size 4 --virtual-pipeline-model-parallel-size 2" \
+    "4:--pipeline-model-parallel-size 4 --virtual-pipeline-model-parallel-size 2 --no-overlap-p2p-communication" \
     "4:--pipeline-model-parallel-size 2 --use-distributed-optimizer --overlap-grad-reduce"; do
     np=${layout%%:*}; read -r -a extra <<<"${layout#*:}"
-    out=$(timeout 60 "${MPIRUN[@]}" -np "$np" "$BIN" train "${PPM[@]}" "${extra[@]}" 2>&1); rc=$?
+    out=$(timeout 60 "${MPIRUN[@]}" -np "$np" "$BIN" train "${PPM[@]}" --eval-iters 2 --eval-interval 2 "${extra[@]}" 2>&1); rc=$?
     name="train np=$np ${layout#*:}"
     if [ "$rc0" -ne 0 ] || [ "$rc" -ne 0 ]; then
         fail "$name (exit status one rank $rc0, $np ranks $rc)" "$(tail -n 5 <<<"$out")"
@@ -165,36 +168,44 @@ for layout in "4:--pipeline-model-parallel-size 4 --virtual-pipeline-model-paral
         fail "$name (no pipeline banner, or a loss logged by another rank than the last)" "$(head -n 12 <<<"$out")"
     elif ! paste <(losses "$base") <(losses "$out") | awk 'NF != 2 || ($1 - $2) > 1e-5 * $1 || ($2 - $1) > 1e-5 * $1 { bad = 1 } END { exit bad || NR != 4 }'; then
         fail "$name (losses differ from one rank's)" "one rank: $(losses "$base" | tr '\n' ' ')" "pp: $(losses "$out" | tr '\n' ' ')"
+    elif ! paste <(vlosses "$base") <(vlosses "$out") | awk 'NF != 2 || ($1 - $2) > 1e-5 * $1 || ($2 - $1) > 1e-5 * $1 { bad = 1 } END { exit bad || NR != 2 }'; then
+        fail "$name (validation losses differ from one rank's)" "one rank: $(vlosses "$base" | tr '\n' ' ')" "pp: $(vlosses "$out" | tr '\n' ' ')"
     else
-        pass "$name: losses $(losses "$out" | tr '\n' ' ')match one rank's"
+        pass "$name: losses $(losses "$out" | tr '\n' ' ')and validation $(vlosses "$out" | tr '\n' ' ')match one rank's"
     fi
 done
 # A pipeline rank dies in the middle of a step (its forward of the 4th of 8 microbatches): the
 # others wait on it or on a neighbour in a pipeline send/receive and must stop with a line naming
-# it, well within the timeout (one report suffices; mpirun may kill the rest first).
-start=$(now)
-out=$(timeout 60 "${MPIRUN[@]}" -np 4 -x MG_FAULT_EXIT=1:2 "$BIN" train "${PPM[@]}" \
-    --pipeline-model-parallel-size 4 --train-iters 20 --distributed-timeout-minutes 1 2>&1); rc=$?
-took=$(elapsed "$start")
-n=0 bad=()
-for r in 0 2 3; do
-    line=$(grep "^\[rank $r\] megatron: error" <<<"$out")
-    [ -z "$line" ] && continue
-    if grep -qE "^\[rank $r\] megatron: error: rank 1 disconnected without a goodbye .*\(this rank, $r, was in batch_p2p #[0-9]+ on group 'pp'\)\$" <<<"$line"; then
-        n=$((n + 1))
+# it, well within the timeout (one report suffices; mpirun may kill the rest first). Both ways of
+# communicating: overlapped (a wait for a posted message) and each message a rendezvous.
+for mode in "overlapped:p2p_(wait|send|recv):" "in order:batch_p2p:--no-overlap-p2p-communication"; do
+    label=${mode%%:*} rest=${mode#*:}
+    call=${rest%%:*} flag=${rest#*:}
+    start=$(now)
+    out=$(timeout 60 "${MPIRUN[@]}" -np 4 -x MG_FAULT_EXIT=1:2 "$BIN" train "${PPM[@]}" \
+        --pipeline-model-parallel-size 4 --train-iters 20 --distributed-timeout-minutes 1 $flag 2>&1); rc=$?
+    took=$(elapsed "$start")
+    n=0 bad=()
+    for r in 0 2 3; do
+        line=$(grep "^\[rank $r\] megatron: error" <<<"$out")
+        [ -z "$line" ] && continue
+        if grep -qE "^\[rank $r\] megatron: error: rank 1 disconnected without a goodbye .*\(this rank, $r, was in $call #[0-9]+ on group 'pp'\)\$" <<<"$line"; then
+            n=$((n + 1))
+        else
+            bad+=("$line")
+        fi
+    done
+    name="train killed pipeline rank np=4, messages $label"
+    if [ "$rc" -eq 0 ] || [ "$rc" -eq 124 ]; then
+        fail "$name (exit status $rc; 124: still running after 60 s)" "$(tail -n 20 <<<"$out")"
+    elif ! grep -q "MG_FAULT_EXIT: exiting in iteration 2" <<<"$out"; then
+        fail "$name (the fault was not injected)" "$(tail -n 20 <<<"$out")"
+    elif [ ${#bad[@]} -gt 0 ] || [ "$n" -lt 1 ]; then
+        fail "$name ($n ranks reported it; wrong lines follow)" "${bad[@]}" "$(tail -n 20 <<<"$out")"
     else
-        bad+=("$line")
+        pass "$name: $n ranks reported it, exit status $rc, $took s"
     fi
 done
-if [ "$rc" -eq 0 ] || [ "$rc" -eq 124 ]; then
-    fail "train killed pipeline rank np=4 (exit status $rc; 124: still running after 60 s)" "$(tail -n 20 <<<"$out")"
-elif ! grep -q "MG_FAULT_EXIT: exiting in iteration 2" <<<"$out"; then
-    fail "train killed pipeline rank np=4 (the fault was not injected)" "$(tail -n 20 <<<"$out")"
-elif [ ${#bad[@]} -gt 0 ] || [ "$n" -lt 1 ]; then
-    fail "train killed pipeline rank np=4 ($n ranks reported it; wrong lines follow)" "${bad[@]}" "$(tail -n 20 <<<"$out")"
-else
-    pass "train killed pipeline rank np=4: $n ranks reported it, exit status $rc, $took s"
-fi
 # Per-stage checkpoints: 2 pipeline stages save at iteration 2 (each its own model and optimizer
 # files); resuming under P 2, under one rank and under P 4 continues like the straight P 2 run.
 CK=(--lr-decay-iters 4 --train-iters 4)

@@ -5,10 +5,12 @@
  * group) and every element of this rank's parameters with the reference's (by name: layers keep
  * their global numbers; the last stage's copy of a tied embedding against the embedding). fp32
  * on the cpu backend: 1e-5 relative (the issue's bound). The layouts:
- *   2 ranks   GPT-2 and Llama style P 2; interleaved P 2 x V 2; uneven first/last stages
+ *   2 ranks   GPT-2 and Llama style P 2 (messages overlapped, Megatron's default, and in the
+ *             schedule's order); interleaved P 2 x V 2; uneven first/last stages
  *             (--decoder-first/last-pipeline-num-layers); the embedding and the loss accounted
  *             as layers (--account-for-*-in-pipeline-split)
- *   4 ranks   P 4 both styles; interleaved P 4 x V 2 (16 layers, tied and untied); P 2 x D 2
+ *   4 ranks   P 4 both styles; interleaved P 4 x V 2 (16 layers, tied and untied; and 8 layers
+ *             with --no-overlap-p2p-communication); P 2 x D 2
  *             with the distributed optimizer and --overlap-grad-reduce
  *   8 ranks   T 2 x P 2 x D 2 with sequence parallelism and the distributed optimizer
  * And the activation memory: the slots a pipeline rank plans are the schedule's count, the same
@@ -114,6 +116,10 @@ static void check_variant(dist_ctx *t, const variant *v) {
     DEXPECT(got.tr->pp_size == v->pp && got.tr->dp_size == D && got.tr->num_microbatches == 8,
             "%s: pp %d, dp %d, %d microbatches", v->label, got.tr->pp_size, got.tr->dp_size,
             got.tr->num_microbatches);
+    /* the messages overlap (MPI, Megatron's default) unless the layout says otherwise */
+    DEXPECT(got.tr->pipe.overlap == !cP.no_overlap_p2p_communication,
+            "%s: overlapped messages %d, --no-overlap-p2p-communication %d", v->label,
+            got.tr->pipe.overlap, cP.no_overlap_p2p_communication);
     tc_expect_steps(t, v->label, &got, &ref, STEPS, TOL, TOL);
     const char *which = "";
     double e = tc_model_error(&got, &ref, &which, NULL);
@@ -200,7 +206,21 @@ void test_train_pp(dist_ctx *t) {
          2,
          {"--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split",
           NULL}},
+        {"gpt2 pp2, each message a rendezvous in the schedule's order",
+         false,
+         2,
+         4,
+         1,
+         2,
+         {"--no-overlap-p2p-communication", NULL}},
         {"gpt2 pp4", false, 4, 8, 1, 4, {NULL}},
+        {"llama pp4 vpp2, each message a rendezvous in the schedule's order",
+         true,
+         4,
+         8,
+         1,
+         4,
+         {"--virtual-pipeline-model-parallel-size", "2", "--no-overlap-p2p-communication", NULL}},
         {"llama pp4", true, 4, 8, 1, 4, {NULL}},
         {"gpt2 pp4 vpp2 (16 layers)",
          false,

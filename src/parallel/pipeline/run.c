@@ -4,9 +4,10 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 mg_status mg_pipeline_init(mg_pipeline *p, const mg_schedule_params *s, int rank, mg_comm *group,
-                           mg_backend *be, size_t numel, mg_dtype dt) {
+                           mg_backend *be, size_t numel, mg_dtype dt, bool overlap) {
     memset(p, 0, sizeof *p);
     MG_CHECK(mg_schedule_check(s));
     if (s->pp > 1 ? !group || mg_comm_size(group) != s->pp || mg_comm_rank(group) != rank
@@ -19,6 +20,7 @@ mg_status mg_pipeline_init(mg_pipeline *p, const mg_schedule_params *s, int rank
     p->be = be;
     p->numel = numel;
     p->dt = dt;
+    p->overlap = overlap && p->group && mg_comm_p2p_async(p->group);
     mg_status st = mg_p2p_plan_build(s, false, rank, &p->train);
     if (st == MG_OK) st = mg_p2p_plan_build(s, true, rank, &p->eval);
     if (st == MG_OK) st = mg_schedule_activation_slots(s, rank, &p->n_slots);
@@ -31,19 +33,35 @@ mg_status mg_pipeline_init(mg_pipeline *p, const mg_schedule_params *s, int rank
     if (st == MG_OK) {
         p->slot_of = malloc(total * sizeof *p->slot_of);
         p->free_slots = malloc((size_t)p->n_slots * sizeof *p->free_slots);
-        if (!p->slot_of || !p->free_slots)
+        p->slot_send = malloc((size_t)p->n_slots * sizeof *p->slot_send);
+        p->buf_send = malloc(((size_t)p->n_grad_bufs + 1) * sizeof *p->buf_send);
+        if (!p->slot_of || !p->free_slots || !p->slot_send || !p->buf_send)
             st = MG_FAIL(MG_ERR_NOMEM, "out of memory for a schedule of %zu forwards", total);
     }
     if (st != MG_OK) mg_pipeline_free(p);
     return st;
 }
 
-size_t mg_pipeline_buffer_bytes(const mg_pipeline *p) {
-    return (size_t)p->n_grad_bufs * p->numel * mg_dtype_size(p->dt);
+static size_t message_bytes(const mg_pipeline *p) {
+    return p->numel * mg_dtype_size(p->dt);
 }
 
-void mg_pipeline_bind(mg_pipeline *p, void *grad_bufs) {
-    p->grad_bufs = grad_bufs;
+size_t mg_pipeline_buffer_bytes(const mg_pipeline *p) {
+    return ((size_t)p->n_grad_bufs + (p->overlap ? 1 : 0)) * message_bytes(p);
+}
+
+static void *grad_buf(const mg_pipeline *p, int k) {
+    return (char *)p->grad_bufs + (size_t)k * message_bytes(p);
+}
+
+void mg_pipeline_bind(mg_pipeline *p, void *buffers) {
+    p->grad_bufs = buffers;
+    p->landing = p->overlap ? grad_buf(p, p->n_grad_bufs) : NULL;
+}
+
+void mg_pipeline_timing_reset(mg_pipeline *p) {
+    p->busy_s = p->total_s = 0;
+    p->runs = 0;
 }
 
 void mg_pipeline_free(mg_pipeline *p) {
@@ -51,22 +69,42 @@ void mg_pipeline_free(mg_pipeline *p) {
     mg_p2p_plan_free(&p->eval);
     free(p->slot_of);
     free(p->free_slots);
+    free(p->slot_send);
+    free(p->buf_send);
     memset(p, 0, sizeof *p);
 }
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ---- slots ---- */
 
 static int *slot_entry(mg_pipeline *p, const mg_schedule_op *op) {
     return &p->slot_of[(size_t)op->microbatch * p->sched.vpp + op->chunk];
 }
 
+/* A send from a buffer in flight completes before the buffer is written again. */
+static mg_status settle(mg_pipeline *p, mg_p2p_ticket *t) {
+    if (*t < 0) return MG_OK;
+    mg_p2p_ticket k = *t;
+    *t = -1;
+    return mg_comm_p2p_wait(p->group, k);
+}
+
 static mg_status take_slot(mg_pipeline *p, const mg_schedule_op *op) {
-    if (*slot_entry(p, op) >= 0) return MG_OK; /* taken by its receive */
-    if (p->n_free == 0)
-        return MG_FAIL(MG_ERR_INTERNAL,
-                       "pipeline rank %d: no free activation slot of %d for microbatch %d, "
-                       "chunk %d",
-                       p->rank, p->n_slots, op->microbatch, op->chunk);
-    *slot_entry(p, op) = p->free_slots[--p->n_free];
-    return MG_OK;
+    int *e = slot_entry(p, op);
+    if (*e < 0) { /* else taken by its receive */
+        if (p->n_free == 0)
+            return MG_FAIL(MG_ERR_INTERNAL,
+                           "pipeline rank %d: no free activation slot of %d for microbatch %d, "
+                           "chunk %d",
+                           p->rank, p->n_slots, op->microbatch, op->chunk);
+        *e = p->free_slots[--p->n_free];
+    }
+    return settle(p, &p->slot_send[*e]);
 }
 
 static void give_slot(mg_pipeline *p, const mg_schedule_op *op) {
@@ -75,70 +113,240 @@ static void give_slot(mg_pipeline *p, const mg_schedule_op *op) {
     *e = -1;
 }
 
-static void *grad_buf(const mg_pipeline *p, int k) {
-    return (char *)p->grad_bufs + (size_t)k * p->numel * mg_dtype_size(p->dt);
+/* ---- one op ---- */
+
+static bool is_last_stage(const mg_pipeline *p, const mg_schedule_op *op) {
+    return p->rank == p->sched.pp - 1 && op->chunk == p->sched.vpp - 1;
+}
+static bool is_first_stage(const mg_pipeline *p, const mg_schedule_op *op) {
+    return p->rank == 0 && op->chunk == 0;
 }
 
-/* One message: a rendezvous with the neighbour (parallel/pipeline/p2p.h). */
-static mg_status transfer(mg_pipeline *p, bool is_send, int peer, void *buf) {
-    void *stream = p->be->stream_handle ? p->be->stream_handle(p->be, MG_STREAM_COMPUTE) : NULL;
-    mg_p2p_op m = {is_send, peer, buf, p->numel, p->dt};
-    p->messages++;
-    return mg_comm_batch_p2p(p->group, &m, 1, stream);
-}
-
+/* Runs the op in its slot (a forward takes one, a backward frees its forward's); a backward
+ * whose input gradient is sent leaves it in gradient buffer grad_buf. */
 static mg_status run_op(mg_pipeline *p, const mg_pipeline_stage *st, const mg_schedule_op *op,
-                        const mg_p2p_step *step, bool forward_only) {
+                        int grad_buf_k, bool forward_only) {
+    double t0 = 0;
+    if (p->timed) {
+        if (p->be->stream_handle) MG_CHECK(p->be->synchronize(p->be));
+        t0 = now_s();
+    }
     if (op->forward) {
         MG_CHECK(take_slot(p, op));
         MG_CHECK(st->forward(st->ctx, op->microbatch, op->chunk, *slot_entry(p, op)));
         /* an evaluation keeps a slot only while its output waits to be sent */
-        bool last = p->rank == p->sched.pp - 1 && op->chunk == p->sched.vpp - 1;
-        if (forward_only && last) give_slot(p, op);
-        return MG_OK;
+        if (forward_only && is_last_stage(p, op)) give_slot(p, op);
+    } else {
+        int slot = *slot_entry(p, op);
+        if (slot < 0)
+            return MG_FAIL(MG_ERR_INTERNAL,
+                           "backward of microbatch %d, chunk %d before its forward", op->microbatch,
+                           op->chunk);
+        MG_CHECK(settle(p, &p->slot_send[slot]));
+        MG_CHECK(st->backward(st->ctx, op->microbatch, op->chunk, slot));
+        give_slot(p, op);
+        if (grad_buf_k >= 0) {
+            MG_CHECK(settle(p, &p->buf_send[grad_buf_k]));
+            MG_CHECK(p->be->copy_d2d(p->be, grad_buf(p, grad_buf_k), st->dinput(st->ctx),
+                                     message_bytes(p)));
+        }
     }
-    int slot = *slot_entry(p, op);
-    if (slot < 0)
-        return MG_FAIL(MG_ERR_INTERNAL, "backward of microbatch %d, chunk %d before its forward",
-                       op->microbatch, op->chunk);
-    MG_CHECK(st->backward(st->ctx, op->microbatch, op->chunk, slot));
-    give_slot(p, op);
-    if (step->grad_buf < 0) return MG_OK;
-    return p->be->copy_d2d(p->be, grad_buf(p, step->grad_buf), st->dinput(st->ctx),
-                           p->numel * mg_dtype_size(p->dt));
+    if (p->timed) {
+        if (p->be->stream_handle) MG_CHECK(p->be->synchronize(p->be));
+        p->busy_s += now_s() - t0;
+    }
+    return MG_OK;
+}
+
+/* ---- in plan order ---- */
+
+/* The messages between two ops of the plan go as one batch (Megatron's batched
+ * send_forward_recv_backward): posted together, complete together. That only relaxes the plan's
+ * one-by-one rendezvous (each message still completes before the next op), so it keeps its
+ * freedom from deadlock, and a send and a receive with different neighbours proceed at once. */
+enum { MAX_BATCH = 8 };
+
+static mg_status flush(mg_pipeline *p, const mg_pipeline_stage *st, const mg_p2p_plan *plan,
+                       const int *idx, int n, bool forward_only) {
+    if (n == 0) return MG_OK;
+    mg_p2p_op m[MAX_BATCH];
+    for (int i = 0; i < n; i++) {
+        const mg_p2p_step *step = &plan->steps[idx[i]];
+        const mg_schedule_op *op = &plan->ops[step->op];
+        void *buf;
+        if (step->kind == MG_P2P_SEND) {
+            buf = step->grad ? grad_buf(p, step->grad_buf)
+                             : st->output(st->ctx, op->chunk, *slot_entry(p, op));
+        } else if (step->grad) {
+            buf = st->dout(st->ctx);
+        } else {
+            MG_CHECK(take_slot(p, op));
+            buf = st->input(st->ctx, op->chunk, *slot_entry(p, op));
+        }
+        m[i] = (mg_p2p_op){step->kind == MG_P2P_SEND, step->peer, buf, p->numel, p->dt};
+    }
+    void *stream = p->be->stream_handle ? p->be->stream_handle(p->be, MG_STREAM_COMPUTE) : NULL;
+    p->messages += n;
+    MG_CHECK(mg_comm_batch_p2p(p->group, m, n, stream));
+    for (int i = 0; i < n && forward_only; i++) { /* an evaluation's sent output frees its slot */
+        const mg_p2p_step *step = &plan->steps[idx[i]];
+        if (step->kind == MG_P2P_SEND && !step->grad) give_slot(p, &plan->ops[step->op]);
+    }
+    return MG_OK;
+}
+
+static mg_status run_in_order(mg_pipeline *p, const mg_pipeline_stage *st, const mg_p2p_plan *plan,
+                              bool forward_only) {
+    int batch[MAX_BATCH], n = 0;
+    for (int i = 0; i < plan->n_steps; i++) {
+        const mg_p2p_step *step = &plan->steps[i];
+        if (step->kind != MG_P2P_OP) {
+            /* an evaluation's slot is free only once its send completed: a receive that may take
+             * it goes in the next batch */
+            bool after_free = false;
+            for (int k = 0; k < n && forward_only && step->kind == MG_P2P_RECV && !step->grad; k++)
+                after_free |=
+                    plan->steps[batch[k]].kind == MG_P2P_SEND && !plan->steps[batch[k]].grad;
+            if (n == MAX_BATCH || after_free) {
+                MG_CHECK(flush(p, st, plan, batch, n, forward_only));
+                n = 0;
+            }
+            batch[n++] = i;
+            continue;
+        }
+        MG_CHECK(flush(p, st, plan, batch, n, forward_only));
+        n = 0;
+        MG_CHECK(run_op(p, st, &plan->ops[step->op], step->grad_buf, forward_only));
+    }
+    return flush(p, st, plan, batch, n, forward_only);
+}
+
+/* ---- overlapped ---- */
+
+/* A message's tag: what it carries, named by the receiving op (microbatch, chunk) and whether it
+ * is a gradient; both ends compute it. Wraps at MG_P2P_TAGS: equal tags are then thousands of
+ * messages apart, and those match in order. */
+static int message_tag(const mg_pipeline *p, int mb, int chunk, bool grad) {
+    return (int)((((int64_t)mb * p->sched.vpp + chunk) * 2 + grad) % MG_P2P_TAGS);
+}
+
+/* The message op receives before it runs, if any: *peer and *grad. */
+static bool op_receives(const mg_pipeline *p, const mg_schedule_op *op, int *peer, bool *grad) {
+    int P = p->sched.pp;
+    *grad = !op->forward;
+    *peer = op->forward ? (p->rank - 1 + P) % P : (p->rank + 1) % P;
+    return op->forward ? !is_first_stage(p, op) : !is_last_stage(p, op);
+}
+
+/* Posts the receive of op's input into the landing buffer. */
+static mg_status post_receive(mg_pipeline *p, const mg_schedule_op *op, mg_p2p_ticket *t) {
+    int peer;
+    bool grad;
+    *t = -1;
+    if (!op_receives(p, op, &peer, &grad)) return MG_OK;
+    mg_p2p_op m = {false, peer, p->landing, p->numel, p->dt};
+    p->messages++;
+    return mg_comm_p2p_post(p->group, &m, message_tag(p, op->microbatch, op->chunk, grad), t);
+}
+
+/* Completes op's receive and moves the message where the op reads it. */
+static mg_status finish_receive(mg_pipeline *p, const mg_pipeline_stage *st,
+                                const mg_schedule_op *op, mg_p2p_ticket t) {
+    if (t < 0) return MG_OK;
+    MG_CHECK(mg_comm_p2p_wait(p->group, t));
+    void *dst;
+    if (op->forward) {
+        MG_CHECK(take_slot(p, op));
+        dst = st->input(st->ctx, op->chunk, *slot_entry(p, op));
+    } else {
+        dst = st->dout(st->ctx);
+    }
+    return p->be->copy_d2d(p->be, dst, p->landing, message_bytes(p));
+}
+
+/* Posts the send of what op just made: a hidden state from its slot, or its input gradient
+ * from gradient buffer k; the ticket stays with that buffer. */
+static mg_status post_send(mg_pipeline *p, const mg_pipeline_stage *st, const mg_schedule_op *op,
+                           int k) {
+    int P = p->sched.pp;
+    mg_p2p_op m = {true, 0, NULL, p->numel, p->dt};
+    mg_p2p_ticket *t;
+    int tag;
+    if (op->forward) {
+        if (is_last_stage(p, op)) return MG_OK;
+        int slot = *slot_entry(p, op);
+        m.peer = (p->rank + 1) % P;
+        m.buf = st->output(st->ctx, op->chunk, slot);
+        tag = message_tag(p, op->microbatch, op->chunk + (p->rank == P - 1), false);
+        t = &p->slot_send[slot];
+    } else {
+        if (k < 0) return MG_OK; /* the first stage's backward sends nothing */
+        m.peer = (p->rank - 1 + P) % P;
+        m.buf = grad_buf(p, k);
+        tag = message_tag(p, op->microbatch, op->chunk - (p->rank == 0), true);
+        t = &p->buf_send[k];
+    }
+    p->messages++;
+    return mg_comm_p2p_post(p->group, &m, tag, t);
+}
+
+static mg_status run_overlapped(mg_pipeline *p, const mg_pipeline_stage *st,
+                                const mg_p2p_plan *plan, bool forward_only) {
+    /* the plan's ops with their gradient buffers, and where it frees an evaluation's slot */
+    int next = -1; /* the index into plan->steps of the next OP step */
+    mg_p2p_ticket pending = -1;
+    for (int i = 0; i < plan->n_steps; i++) {
+        if (plan->steps[i].kind != MG_P2P_OP) continue;
+        next = i;
+        break;
+    }
+    if (next >= 0) MG_CHECK(post_receive(p, &plan->ops[plan->steps[next].op], &pending));
+    for (int i = 0; i < plan->n_steps; i++) {
+        const mg_p2p_step *step = &plan->steps[i];
+        const mg_schedule_op *op = &plan->ops[step->op];
+        if (step->kind == MG_P2P_SEND) { /* posted when made; an evaluation's slot is free now */
+            if (!step->grad && forward_only) give_slot(p, op);
+            continue;
+        }
+        if (step->kind != MG_P2P_OP) continue; /* receives: posted one op ahead */
+        MG_CHECK(finish_receive(p, st, op, pending));
+        pending = -1;
+        for (int j = i + 1; j < plan->n_steps; j++) { /* the next op's input, on its way */
+            if (plan->steps[j].kind != MG_P2P_OP) continue;
+            MG_CHECK(post_receive(p, &plan->ops[plan->steps[j].op], &pending));
+            break;
+        }
+        MG_CHECK(run_op(p, st, op, step->grad_buf, forward_only));
+        MG_CHECK(post_send(p, st, op, step->grad_buf));
+    }
+    /* every send completes before the run returns: the buffers are the caller's again */
+    for (int s = 0; s < p->n_slots; s++) MG_CHECK(settle(p, &p->slot_send[s]));
+    for (int k = 0; k < p->n_grad_bufs; k++) MG_CHECK(settle(p, &p->buf_send[k]));
+    return MG_OK;
 }
 
 mg_status mg_pipeline_run(mg_pipeline *p, const mg_pipeline_stage *st, bool forward_only) {
     const mg_p2p_plan *plan = forward_only ? &p->eval : &p->train;
     for (size_t k = 0; k < (size_t)p->sched.microbatches * p->sched.vpp; k++) p->slot_of[k] = -1;
     p->n_free = p->n_slots;
-    for (int k = 0; k < p->n_slots; k++) p->free_slots[k] = p->n_slots - 1 - k;
-    for (int i = 0; i < plan->n_steps; i++) {
-        const mg_p2p_step *step = &plan->steps[i];
-        const mg_schedule_op *op = &plan->ops[step->op];
-        switch (step->kind) {
-        case MG_P2P_OP:
-            MG_CHECK(run_op(p, st, op, step, forward_only));
-            break;
-        case MG_P2P_SEND:
-            if (step->grad) {
-                MG_CHECK(transfer(p, true, step->peer, grad_buf(p, step->grad_buf)));
-            } else {
-                MG_CHECK(transfer(p, true, step->peer,
-                                  st->output(st->ctx, op->chunk, *slot_entry(p, op))));
-                if (forward_only) give_slot(p, op);
-            }
-            break;
-        case MG_P2P_RECV:
-            if (step->grad) {
-                MG_CHECK(transfer(p, false, step->peer, st->dout(st->ctx)));
-            } else {
-                MG_CHECK(take_slot(p, op));
-                MG_CHECK(transfer(p, false, step->peer,
-                                  st->input(st->ctx, op->chunk, *slot_entry(p, op))));
-            }
-            break;
-        }
+    for (int k = 0; k < p->n_slots; k++) {
+        p->free_slots[k] = p->n_slots - 1 - k;
+        p->slot_send[k] = -1;
+    }
+    for (int k = 0; k <= p->n_grad_bufs; k++) p->buf_send[k] = -1;
+    double t0 = 0, busy0 = p->busy_s;
+    if (p->timed) {
+        if (p->be->stream_handle) MG_CHECK(p->be->synchronize(p->be));
+        t0 = now_s();
+    }
+    MG_CHECK(p->overlap ? run_overlapped(p, st, plan, forward_only)
+                        : run_in_order(p, st, plan, forward_only));
+    if (p->timed && forward_only) {
+        p->busy_s = busy0; /* the bubble is the training step's */
+    } else if (p->timed) {
+        if (p->be->stream_handle) MG_CHECK(p->be->synchronize(p->be));
+        p->total_s += now_s() - t0;
+        p->runs++;
     }
     return MG_OK;
 }

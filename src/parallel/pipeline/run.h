@@ -11,10 +11,25 @@
  * the forward that needs it; an input gradient waits in a buffer of its own until its
  * receiver asks (the plan says how many such buffers there are).
  *
- * Communication runs on the backend's compute stream in order with compute (NCCL group calls;
- * MPI Isend/Irecv completing in the call). Shapes are fixed at set-up: every message is `numel`
- * elements of `dt` (the micro-batch's residual rows x hidden). A peer that fails or stalls ends
- * the wait with MG_ERR_COMM naming it (comm/comm.h): nobody hangs on a pending receive.
+ * Communication, two ways. In plan order (the plan's steps one by one, each message a
+ * rendezvous): on the backend's compute stream, in order with compute (NCCL group calls), or MPI
+ * Isend/Irecv completing in the call; always on device buffers (NCCL orders a rank's messages on
+ * its stream: they cannot move) and with --no-overlap-p2p-communication. Overlapped (Megatron's
+ * default --overlap-p2p-communication, on groups with non-blocking messages: MPI): every send is
+ * posted as soon as its op made the data and completed only before its buffer is reused; the
+ * receive of the next op's input is posted before the current op runs, into a landing buffer,
+ * and completed right before the next op (copied into its slot or d(output)). Messages are
+ * tagged with what they carry, so they match whatever the posting order. Posting earlier and
+ * waiting no earlier than the plan's rendezvous keeps the plan's freedom from deadlock (every wait
+ * is for a message whose rendezvous the plan puts before that point), and no rank waits on a send.
+ * Shapes are fixed at set-up: every message is `numel` elements of `dt` (the micro-batch's
+ * residual rows x hidden). A peer that fails or stalls ends the wait with MG_ERR_COMM naming it
+ * (comm/comm.h): nobody hangs on a pending receive.
+ *
+ * Timing (the bubble): with `timed`, each run adds the seconds spent inside the stage's ops
+ * (busy) and the whole run's seconds; the rest is time waiting for neighbours. On a backend with
+ * streams the executor then synchronises around every op (a measurement mode: the caller turns
+ * it on). bubble = (total - busy) / busy, comparable to Megatron's (P-1)/(m V).
  * Exports: mg_pipeline_stage, mg_pipeline, mg_pipeline_*. Needs: parallel/pipeline/schedule,
  * parallel/pipeline/p2p, comm, backend. */
 #ifndef MG_PIPELINE_RUN_H
@@ -54,16 +69,29 @@ typedef struct {
     int *free_slots; /* (n_slots) stack */
     int n_free;
     int64_t messages; /* sent and received since set-up (tests) */
+    /* overlapped communication (see above) */
+    bool overlap;             /* asked for, and the group has non-blocking messages */
+    void *landing;            /* (numel) dt: the next op's input on its way, from bind */
+    mg_p2p_ticket *slot_send; /* (n_slots) a send from the slot's output in flight, or -1 */
+    mg_p2p_ticket *buf_send;  /* (n_grad_bufs) a send from the gradient buffer, or -1 */
+    /* timing (see above) */
+    bool timed;
+    double busy_s, total_s; /* summed over the runs since mg_pipeline_timing_reset */
+    int64_t runs;
 } mg_pipeline;
 
 /* Checks the schedule (mg_schedule_check), plans its communication (parallel/pipeline/p2p.h)
  * and sizes the slots and gradient buffers. group: the pipeline group (its size must be s->pp;
- * NULL only for s->pp == 1). numel: elements of one hidden state. */
+ * NULL only for s->pp == 1). numel: elements of one hidden state. overlap: post receives early
+ * and never wait on a send where the group allows it (--overlap-p2p-communication). */
 mg_status mg_pipeline_init(mg_pipeline *p, const mg_schedule_params *s, int rank, mg_comm *group,
-                           mg_backend *be, size_t numel, mg_dtype dt);
-/* Bytes of backend memory the gradient buffers need (0 with one stage), and their binding. */
+                           mg_backend *be, size_t numel, mg_dtype dt, bool overlap);
+/* Bytes of backend memory the gradient buffers (and the landing buffer) need (0 with one stage),
+ * and their binding. */
 size_t mg_pipeline_buffer_bytes(const mg_pipeline *p);
-void mg_pipeline_bind(mg_pipeline *p, void *grad_bufs);
+void mg_pipeline_bind(mg_pipeline *p, void *buffers);
+/* Starts a new timing window (busy_s, total_s, runs = 0). */
+void mg_pipeline_timing_reset(mg_pipeline *p);
 /* Runs every op of the rank's order (forward_only: its forwards, for an evaluation). */
 mg_status mg_pipeline_run(mg_pipeline *p, const mg_pipeline_stage *stage, bool forward_only);
 void mg_pipeline_free(mg_pipeline *p);
