@@ -62,7 +62,7 @@ shape_dims() { # SHAPE
     deep) echo 64 1024 16 1024 50304 ;; # 0.86B: four times 350m's depth at its width
     tiny) echo 2 64 4 32 256 ;;
     tiny8) echo 8 64 4 32 256 ;; # tiny, deep enough for 4 stages of 2 virtual stages
-X
+    cpu8) echo 8 256 8 256 512 ;; # a CPU measurement: compute well above the messages' cost, a light head
     *) return 1 ;;
     esac
 }
