@@ -35,10 +35,20 @@ RESULTS=$OUTDIR/$BENCH.jsonl
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 MPIRUN=(mpirun --allow-run-as-root --bind-to none -x NCCL_NVLS_ENABLE -x NVSHMEM_DISABLE_NVLS)
 if [ "$DEVICE" = cpu ]; then
-    # More ranks than cores is fine for a check; containers often forbid Open MPI's cross-memory
-    # attach. One thread a rank on both sides.
+    # More ranks than cores is fine for a check. Open MPI's cross-memory attach lets a receiver
+    # pull a large message while its sender computes (without it, a message moves only while both
+    # are inside MPI, which stalls overlapped pipeline messages); containers often forbid it, so
+    # a two-rank probe decides. One thread a rank on both sides.
     MPIRUN+=(--oversubscribe)
-    export OMPI_MCA_btl_vader_single_copy_mechanism=${OMPI_MCA_btl_vader_single_copy_mechanism:-none}
+    if [ -z "${OMPI_MCA_btl_vader_single_copy_mechanism:-}" ]; then
+        export OMPI_MCA_btl_vader_single_copy_mechanism=cma
+        timeout 60 "${MPIRUN[@]}" -np 2 "$BIN" train --num-layers 2 --hidden-size 64 --num-attention-heads 4 \
+            --seq-length 64 --vocab-size 256 --mock-data --micro-batch-size 2 --global-batch-size 4 \
+            --train-iters 2 --lr 1e-3 --eval-iters 0 --device cpu --num-threads 1 \
+            --pipeline-model-parallel-size 2 >/dev/null 2>&1 ||
+            export OMPI_MCA_btl_vader_single_copy_mechanism=none
+    fi
+    echo "$BENCH: Open MPI's single-copy mechanism: $OMPI_MCA_btl_vader_single_copy_mechanism"
     MEGATRON_ARGS_=(--num-threads 1 "${MEGATRON_ARGS_[@]}")
     TORCH_ARGS_=(--no-compile --threads 1 "${TORCH_ARGS_[@]}")
 else

@@ -36,6 +36,7 @@ typedef struct {
     pending *out; /* messages made and not yet sent */
     int n_out;
     int slots, max_slots; /* slots held now, at most */
+    bool have_input;      /* the next op's message arrived (and, for a forward, took its slot) */
     unsigned char *buf_used;
     int max_bufs;
 } sim_rank;
@@ -67,19 +68,18 @@ static int find_pending(const sim_rank *from, int to, bool grad, int mb, int chu
     return -1;
 }
 
-/* Whether rank r's next op can run now; *src receives the sender of its input (-1: none). */
-static bool ready(const sim *S, int r, int *src, int *k) {
+/* Whether rank r's next op needs a message it does not have yet. */
+static bool needs_message(const sim *S, int r) {
     const sim_rank *R = &S->r[r];
-    int P = S->s->pp;
     const mg_schedule_op *op = &R->ops[R->pc];
-    *src = -1;
-    *k = -1;
-    if (op->forward && S->fwd_only && R->slots >= S->slot_cap) return false;
-    if (op->forward && first_virtual(S, r, op->chunk)) return true;
-    if (!op->forward && last_virtual(S, r, op->chunk)) return true;
-    *src = op->forward ? (r - 1 + P) % P : (r + 1) % P;
-    *k = find_pending(&S->r[*src], r, !op->forward, op->microbatch, op->chunk);
-    return *k >= 0;
+    if (R->have_input) return false;
+    return op->forward ? !first_virtual(S, r, op->chunk) : !last_virtual(S, r, op->chunk);
+}
+
+/* An evaluation's forward that must wait for a slot (it takes one when its input arrives). */
+static bool slot_blocked(const sim *S, int r) {
+    const sim_rank *R = &S->r[r];
+    return R->ops[R->pc].forward && S->fwd_only && !R->have_input && R->slots >= S->slot_cap;
 }
 
 static int take_buf(sim_rank *R) {
@@ -90,26 +90,35 @@ static int take_buf(sim_rank *R) {
     return b;
 }
 
-/* Runs rank r's next op, receiving its input from src's pending message k first. */
-static void step(sim *S, int r, int src, int k) {
+static void take_slot(sim_rank *R) {
+    if (++R->slots > R->max_slots) R->max_slots = R->slots;
+}
+
+/* The rendezvous of rank r's next op's message, pending at src (index k): both ranks are at a
+ * boundary between ops at time max(clocks). A forward's input takes its slot now. */
+static void rendezvous(sim *S, int r, int src, int k) {
+    sim_rank *R = &S->r[r], *Q = &S->r[src];
+    pending m = Q->out[k];
+    Q->out[k] = Q->out[--Q->n_out];
+    double t = R->clock > Q->clock ? R->clock : Q->clock;
+    R->clock = Q->clock = t;
+    emit(Q, (mg_p2p_step){MG_P2P_SEND, m.op, r, m.grad, m.grad ? m.grad_buf : -1});
+    emit(R, (mg_p2p_step){MG_P2P_RECV, R->pc, src, m.grad, -1});
+    if (m.grad) Q->buf_used[m.grad_buf] = 0;
+    if (!m.grad && S->fwd_only) Q->slots--;
+    R->have_input = true;
+    if (R->ops[R->pc].forward) take_slot(R);
+}
+
+/* Runs rank r's next op (its input is there). */
+static void run(sim *S, int r) {
     sim_rank *R = &S->r[r];
     int P = S->s->pp;
     const mg_schedule_op *op = &R->ops[R->pc];
-    if (src >= 0) {
-        sim_rank *Q = &S->r[src];
-        pending m = Q->out[k];
-        Q->out[k] = Q->out[--Q->n_out];
-        double t = R->clock > Q->clock ? R->clock : Q->clock;
-        R->clock = Q->clock = t;
-        emit(Q, (mg_p2p_step){MG_P2P_SEND, m.op, r, m.grad, m.grad ? m.grad_buf : -1});
-        emit(R, (mg_p2p_step){MG_P2P_RECV, R->pc, src, m.grad, -1});
-        if (m.grad) Q->buf_used[m.grad_buf] = 0;
-        if (!m.grad && S->fwd_only) Q->slots--;
-    }
     int grad_buf = -1;
     bool sends = op->forward ? !last_virtual(S, r, op->chunk) : !first_virtual(S, r, op->chunk);
     if (op->forward) {
-        if (++R->slots > R->max_slots) R->max_slots = R->slots;
+        if (!R->have_input) take_slot(R); /* the first virtual stage: no message brought one */
     } else {
         R->slots--;
     }
@@ -123,6 +132,7 @@ static void step(sim *S, int r, int src, int k) {
     } else if (op->forward && S->fwd_only) {
         R->slots--; /* the loss: nothing to keep */
     }
+    R->have_input = false;
     R->pc++;
 }
 
@@ -160,17 +170,36 @@ static mg_status sim_run(sim *S) {
             if (n < S->slot_cap) S->slot_cap = n;
         }
     }
+    /* Events in time order: a rendezvous (a rank waits at a boundary for a message its
+     * neighbour holds; both are at boundaries, so it happens at the later clock) or an op (a
+     * rank whose input is there starts at its clock). At equal times the messages go first, so a
+     * message made earlier is sent at the first boundary where its receiver waits, before the
+     * sender starts another op: stages do not wait on each other's next op. */
     for (;;) {
         int best = -1, best_src = -1, best_k = -1, left = 0;
+        double best_t = 0;
+        bool best_msg = false;
         for (int r = 0; r < P; r++) {
-            if (S->r[r].pc >= S->r[r].n) continue;
+            sim_rank *R = &S->r[r];
+            if (R->pc >= R->n) continue;
             left++;
-            int src, k;
-            if (!ready(S, r, &src, &k)) continue;
-            if (best < 0 || S->r[r].clock < S->r[best].clock) {
+            if (slot_blocked(S, r)) continue;
+            const mg_schedule_op *op = &R->ops[R->pc];
+            int src = -1, k = -1;
+            double t = R->clock;
+            bool msg = needs_message(S, r);
+            if (msg) {
+                src = op->forward ? (r - 1 + P) % P : (r + 1) % P;
+                k = find_pending(&S->r[src], r, !op->forward, op->microbatch, op->chunk);
+                if (k < 0) continue;
+                if (S->r[src].clock > t) t = S->r[src].clock;
+            }
+            if (best < 0 || t < best_t || (t == best_t && msg && !best_msg)) {
                 best = r;
                 best_src = src;
                 best_k = k;
+                best_t = t;
+                best_msg = msg;
             }
         }
         if (!left) break;
@@ -179,7 +208,10 @@ static mg_status sim_run(sim *S) {
                            "pipeline p2p plan (P %d, V %d, M %d, G %d): the ranks wait for each "
                            "other",
                            s->pp, s->vpp, s->microbatches, mg_schedule_group(s));
-        step(S, best, best_src, best_k);
+        if (best_msg)
+            rendezvous(S, best, best_src, best_k);
+        else
+            run(S, best);
     }
     for (int r = 0; r < P; r++)
         if (S->r[r].n_out)

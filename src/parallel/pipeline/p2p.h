@@ -14,18 +14,24 @@
  * for many interleaved schedules under that rule: measured with this file's simulation, 9093 of
  * the grid's 10834 schedule checks (P 2..8, V 2..4) when every boundary between two ops batches
  * the previous op's sends with the next op's receives. So the plan is made by simulating all
- * ranks together in time order (a forward costs 1, a backward 2): a rank receives right before
- * the op that needs the message, and the sender sends it at that moment, at its own current
- * boundary between ops (it produced the message earlier and kept it). Every message is one
- * rendezvous of two ranks, and every rank's steps are a subsequence of one global order, so the
- * replay cannot deadlock (the earliest unfinished rendezvous always has both ranks waiting at it)
- * and a message always lands in the op it belongs to.
+ * ranks together in time order (a forward costs 1, a backward 2), as events: an op starts when
+ * its rank is free and its input is there; a message moves as a rendezvous when its receiver
+ * waits for it at a boundary between ops, at the sender's first boundary from then on (the later
+ * of the two clocks); at equal times messages go before ops, so a sender hands over what it holds
+ * before starting its next op. Every message is one rendezvous of two ranks, and every rank's
+ * steps are a subsequence of one global order, so the replay cannot deadlock (the earliest
+ * unfinished rendezvous always has both ranks waiting at it) and a message always lands in the
+ * op it belongs to. A receive comes before the op that needs it with no op between (other
+ * messages of the same boundary may). Cost in the model (tests/unit/test_schedule.c): none for
+ * 1F1B (the makespan is the schedule's (M + P - 1) x 3); at most 1.25x for interleaved schedules,
+ * where a message can be due while its sender is inside an op (the overlapped executor of
+ * run.h does not wait for that).
  *
  * Buffers. A hidden state is sent from the slot of the forward that made it (held until that
  * forward's backward, which cannot run before the next stage received it; an evaluation frees
  * the slot once it is sent) and received into the slot of the forward that needs it. An input
  * gradient waits in one of n_grad_bufs buffers from its backward until it is sent; an output
- * gradient is received right before its backward. n_slots: the most slots held at once, which
+ * gradient is received at the boundary before its backward. n_slots: the most slots held at once, which
  * equals mg_schedule_activation_slots for training (a forward takes its slot right before it
  * runs); an evaluation's forwards wait for a free slot among as many.
  * Exports: mg_p2p_step_kind, mg_p2p_step, mg_p2p_plan, mg_p2p_plan_build, mg_p2p_plan_free,
