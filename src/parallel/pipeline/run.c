@@ -304,7 +304,11 @@ static mg_status run_overlapped(mg_pipeline *p, const mg_pipeline_stage *st,
     for (int i = 0; i < plan->n_steps; i++) {
         const mg_p2p_step *step = &plan->steps[i];
         const mg_schedule_op *op = &plan->ops[step->op];
-        if (step->kind == MG_P2P_SEND) { /* posted when made; an evaluation's slot is free now */
+        if (step->kind == MG_P2P_SEND) {
+            /* posted when made; complete by the plan's rendezvous at the latest (see run.h); an
+             * evaluation's slot is free now */
+            MG_CHECK(settle(p, step->grad ? &p->buf_send[step->grad_buf]
+                                          : &p->slot_send[*slot_entry(p, op)]));
             if (!step->grad && forward_only) give_slot(p, op);
             continue;
         }

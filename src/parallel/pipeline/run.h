@@ -16,12 +16,15 @@
  * Isend/Irecv completing in the call; always on device buffers (NCCL orders a rank's messages on
  * its stream: they cannot move) and with --no-overlap-p2p-communication. Overlapped (Megatron's
  * default --overlap-p2p-communication, on groups with non-blocking messages: MPI): every send is
- * posted as soon as its op made the data and completed only before its buffer is reused; the
- * receive of the next op's input is posted before the current op runs, into a landing buffer,
- * and completed right before the next op (copied into its slot or d(output)). Messages are
- * tagged with what they carry, so they match whatever the posting order. Posting earlier and
- * waiting no earlier than the plan's rendezvous keeps the plan's freedom from deadlock (every wait
- * is for a message whose rendezvous the plan puts before that point), and no rank waits on a send.
+ * posted as soon as its op made the data, and the receive of the next op's input before the
+ * current op runs (into a landing buffer; completed right before the next op and copied into its
+ * slot or d(output)), so a message can move while both ranks compute. Each message is complete
+ * by the plan's rendezvous at the latest: where the transport moves a large message only while
+ * both ranks are inside MPI (Open MPI without cross-memory attach), it moves there, as in plan
+ * order. Messages are tagged with what they carry, so they match whatever the posting order.
+ * Posting earlier and waiting no later than the plan keeps its freedom from deadlock (every wait
+ * is for a message whose rendezvous the plan puts at or before that point). bench/NOTES.md has
+ * the CPU measurements against plan order, with and without cross-memory attach.
  * Shapes are fixed at set-up: every message is `numel` elements of `dt` (the micro-batch's
  * residual rows x hidden). A peer that fails or stalls ends the wait with MG_ERR_COMM naming it
  * (comm/comm.h): nobody hangs on a pending receive.
