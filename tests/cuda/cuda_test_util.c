@@ -1,6 +1,7 @@
 /* Shared helpers of the CUDA backend tests (method and tolerances: cuda_test_util.h). */
 #include "cuda_test_util.h"
 
+#include "core/flags.h"
 #include "core/rng.h"
 
 #include <math.h>
@@ -277,4 +278,47 @@ void ct_expect_same_bits(mg_test_ctx *t, const char *file, int line, const void 
     size_t i = 0;
     while (((const unsigned char *)a)[i] == ((const unsigned char *)b)[i]) i++;
     mg_test_fail(t, file, line, "%s: two runs differ (first at byte %zu of %zu)", what, i, bytes);
+}
+
+mg_status ct_tiny_config(mg_config *c, const char *device, bool llama, const char *const *extra) {
+    char dev[16];
+    snprintf(dev, sizeof dev, "%s", device);
+    char *argv[96] = {"--hidden-size",
+                      "64",
+                      "--num-attention-heads",
+                      "4",
+                      "--seq-length",
+                      "32",
+                      "--max-position-embeddings",
+                      "32",
+                      "--vocab-size",
+                      "256",
+                      "--make-vocab-size-divisible-by",
+                      "64",
+                      "--micro-batch-size",
+                      "2",
+                      "--mock-data",
+                      "--eval-iters",
+                      "0",
+                      "--device",
+                      dev};
+    int argc = 0;
+    while (argv[argc]) argc++;
+    char *l[] = {"--normalization",
+                 "RMSNorm",
+                 "--swiglu",
+                 "--position-embedding-type",
+                 "rope",
+                 "--group-query-attention",
+                 "--num-query-groups",
+                 "2",
+                 "--disable-bias-linear",
+                 "--untie-embeddings-and-output-weights"};
+    if (llama)
+        for (size_t i = 0; i < sizeof l / sizeof *l; i++) argv[argc++] = l[i];
+    for (int i = 0; extra && extra[i] && argc < 95; i++) argv[argc++] = (char *)extra[i];
+    bool help = false;
+    mg_config_defaults(c);
+    MG_CHECK(mg_flags_parse(c, argc, argv, &help));
+    return mg_config_validate(c);
 }

@@ -39,6 +39,7 @@
 #include "backend/cuda/cuda_internal.h"
 #include "core/status.h"
 #include "core/tensor.h"
+#include "megatron.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -118,6 +119,13 @@ void *ct_down_raw(ct_pool *P, const void *d, size_t bytes);
 /* Host to device into an existing buffer (re-running an in-place op). */
 void ct_put_act(ct_pool *P, void *d, const float *x, size_t n);
 void ct_put_f32(ct_pool *P, float *d, const float *x, size_t n);
+
+/* ---- models ---- */
+/* The tiny GPT of the CUDA model tests, parsed and validated into c: hidden 64, 4 heads of 16,
+ * sequence 32, vocabulary 256 (padded to a multiple of 64), micro-batch 2, mock data, no
+ * evaluation, on `device`; with llama its Llama twin (RMSNorm, SwiGLU, RoPE, 2 query groups, no
+ * biases, untied output); then the flags of `extra` (NULL-terminated: layers, batch, lr, ...). */
+mg_status ct_tiny_config(mg_config *c, const char *device, bool llama, const char *const *extra);
 
 /* ---- comparison ---- */
 /* Fails unless max|got-ref| / max|ref| <= tol, over entries where ref is finite (infinite when

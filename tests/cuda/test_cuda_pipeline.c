@@ -19,7 +19,6 @@
  * must agree to 1e-5 (fp32; only summation orders may differ). */
 #include "cuda_test_util.h"
 
-#include "core/flags.h"
 #include "model/gpt.h"
 
 #include <math.h>
@@ -31,57 +30,22 @@ static mg_status stage_config(mg_config *c, bool llama, int pp, int vpp) {
     char spp[8], svpp[8];
     snprintf(spp, sizeof spp, "%d", pp);
     snprintf(svpp, sizeof svpp, "%d", vpp);
-    char *argv[48] = {"--num-layers",
-                      "4",
-                      "--hidden-size",
-                      "64",
-                      "--num-attention-heads",
-                      "4",
-                      "--seq-length",
-                      "32",
-                      "--max-position-embeddings",
-                      "32",
-                      "--vocab-size",
-                      "256",
-                      "--make-vocab-size-divisible-by",
-                      "64",
-                      "--micro-batch-size",
-                      "2",
-                      "--global-batch-size",
-                      "8",
-                      "--lr",
-                      "1e-3",
-                      "--train-iters",
-                      "1",
-                      "--mock-data",
-                      "--seed",
-                      "11",
-                      "--eval-iters",
-                      "0",
-                      "--pipeline-model-parallel-size",
-                      spp};
-    int argc = 0;
-    while (argv[argc]) argc++;
-    if (vpp > 1) {
-        argv[argc++] = "--virtual-pipeline-model-parallel-size";
-        argv[argc++] = svpp;
-    }
-    char *l[] = {"--normalization",
-                 "RMSNorm",
-                 "--swiglu",
-                 "--position-embedding-type",
-                 "rope",
-                 "--group-query-attention",
-                 "--num-query-groups",
-                 "2",
-                 "--disable-bias-linear",
-                 "--untie-embeddings-and-output-weights"};
-    if (llama)
-        for (size_t i = 0; i < sizeof l / sizeof *l; i++) argv[argc++] = l[i];
-    bool help = false;
-    mg_config_defaults(c);
-    MG_CHECK(mg_flags_parse(c, argc, argv, &help));
-    return mg_config_validate(c);
+    const char *extra[] = {"--num-layers",
+                           "4",
+                           "--global-batch-size",
+                           "8",
+                           "--lr",
+                           "1e-3",
+                           "--train-iters",
+                           "1",
+                           "--seed",
+                           "11",
+                           "--pipeline-model-parallel-size",
+                           spp,
+                           vpp > 1 ? "--virtual-pipeline-model-parallel-size" : NULL,
+                           svpp,
+                           NULL};
+    return ct_tiny_config(c, "cpu", llama, extra);
 }
 
 static mg_status arena_alloc(void *ctx, size_t bytes, void **out) {

@@ -51,63 +51,26 @@ static const char *gpu_device(void) {
 }
 
 static mg_status tiny_config(mg_config *c, const char *device, bool llama) {
-    char dev[16];
-    snprintf(dev, sizeof dev, "%s", device);
-    char *argv[64] = {"--num-layers",
-                      "2",
-                      "--hidden-size",
-                      "64",
-                      "--num-attention-heads",
-                      "4",
-                      "--seq-length",
-                      "32",
-                      "--max-position-embeddings",
-                      "32",
-                      "--vocab-size",
-                      "256",
-                      "--make-vocab-size-divisible-by",
-                      "64",
-                      "--micro-batch-size",
-                      "2",
-                      "--global-batch-size",
-                      "4",
-                      "--lr",
-                      "3e-3",
-                      "--min-lr",
-                      "3e-4",
-                      "--lr-decay-style",
-                      "cosine",
-                      "--lr-warmup-iters",
-                      "1",
-                      "--train-iters",
-                      "5",
-                      "--mock-data",
-                      "--seed",
-                      "7",
-                      "--eval-iters",
-                      "0",
-                      "--num-threads",
-                      "2",
-                      "--device",
-                      dev};
-    int argc = 0;
-    while (argv[argc]) argc++;
-    char *l[] = {"--normalization",
-                 "RMSNorm",
-                 "--swiglu",
-                 "--position-embedding-type",
-                 "rope",
-                 "--group-query-attention",
-                 "--num-query-groups",
-                 "2",
-                 "--disable-bias-linear",
-                 "--untie-embeddings-and-output-weights"};
-    if (llama)
-        for (size_t i = 0; i < sizeof l / sizeof *l; i++) argv[argc++] = l[i];
-    bool help = false;
-    mg_config_defaults(c);
-    MG_CHECK(mg_flags_parse(c, argc, argv, &help));
-    return mg_config_validate(c);
+    const char *extra[] = {"--num-layers",
+                           "2",
+                           "--global-batch-size",
+                           "4",
+                           "--lr",
+                           "3e-3",
+                           "--min-lr",
+                           "3e-4",
+                           "--lr-decay-style",
+                           "cosine",
+                           "--lr-warmup-iters",
+                           "1",
+                           "--train-iters",
+                           "5",
+                           "--seed",
+                           "7",
+                           "--num-threads",
+                           "2",
+                           NULL};
+    return ct_tiny_config(c, device, llama, extra);
 }
 
 /* Trains STEPS steps with mg_trainer_step; 0 on success (failures are recorded in t). */
