@@ -9,7 +9,8 @@
 # and once on one GPU (the whole model, m microbatches: the base of the bound below). Every
 # pipeline run measures its bubble per stage (MG_PP_TIMING=1 on GPUs: the executor times each
 # op between synchronisations; the cpu backend always does): waiting / busy, against the
-# schedule's (P-1)/(m V). The table gives tokens/s, the ratio to DP, and the ratio to the
+# schedule's (P-1)/(m V); on GPUs each stage's device memory after the first step against the
+# peak it predicted before training. The table gives tokens/s, the ratio to DP, and the ratio to the
 # issue's bound (1 - b) x P x one-GPU tokens/s, with b = (P-1)/(m V + P-1) the idle fraction the
 # schedule implies. Tokens/s: the median over the log intervals after the first (the warm-up).
 #   bench/pp_bench.sh [BUILD]          BUILD/megatron built with MPI (and the CUDA backend on GPUs)
@@ -69,10 +70,22 @@ for line in open(sys.argv[2]):
         r["bubble_theory"] = float(m[5]) / 100
 if stages:
     r["bubble_per_stage"] = [stages[k] for k in sorted(stages)]
+mem = re.compile(r"device memory(?: \(pipeline rank (\d+)\))? after the first step: ([\d.]+) MiB used "
+                 r"of [\d.]+ MiB, predicted ([\d.]+) MiB")
+peaks = {}
+for line in open(sys.argv[2]):
+    m = mem.search(line)
+    if m:
+        peaks[int(m[1] or 0)] = {"used_mib": float(m[2]), "predicted_mib": float(m[3])}
+if peaks:
+    r["memory_per_stage"] = [peaks[k] for k in sorted(peaks)]
 print(json.dumps(r))
 EOF
         tail -n 1 "$RESULTS" | "$PYTHON" -c 'import json, sys; r = json.load(sys.stdin)
 b = " ".join("%.1f%%" % (100 * s["bubble"]) for s in r.get("bubble_per_stage", []))
+m = " ".join("%.0f/%.0f MiB" % (s["used_mib"], s["predicted_mib"]) for s in r.get("memory_per_stage", []))
+if m:
+    print("    device memory after the first step, used/predicted per stage: " + m)
 print("    %.0f tokens/s%s" % (r["tokens_per_s"], "; bubble per stage %s (theory %.1f%%)" % (b, 100 * r["bubble_theory"]) if b else ""))'
         return 0
     fi

@@ -115,6 +115,7 @@ static mg_status plan_memory(mg_trainer *t) {
     /* the model state (the first four arenas) is measured as the driver sees it, where it can */
     size_t free0 = 0, free1 = 0, total = 0;
     if (be->memory_info) MG_CHECK(be->memory_info(be, &free0, &total));
+    t->used_before_arenas = total - free0;
     for (size_t i = 0; i < sizeof arenas / sizeof *arenas; i++) {
         if (arenas[i] != &t->a_master || masters) { /* else uncommitted: no memory */
             MG_CHECK(mg_arena_commit(arenas[i], t->arena_alloc));
@@ -138,6 +139,12 @@ static mg_status plan_memory(mg_trainer *t) {
                 t->a_grads.size / MiB, t->a_optim.size / MiB, t->a_acts.size / MiB, g->n_slots,
                 g->slot_bytes / MiB, t->a_work.size / MiB, t->a_io.size / MiB,
                 t->planned_bytes / MiB);
+    if (be->memory_info) /* nothing is allocated after this point: the peak is known now */
+        mg_log_self(t->tp_rank == 0 && t->dp_rank == 0,
+                    "> predicted peak device memory%s: %.1f MiB (arenas %.1f MiB + %.1f MiB in use "
+                    "before them: the CUDA context, the backend's workspace, libraries)",
+                    stage, (double)(t->used_before_arenas + t->planned_bytes) / MiB,
+                    t->planned_bytes / MiB, (double)t->used_before_arenas / MiB);
     mg_memory_per_param b = mg_trainer_memory_per_param(t);
     mg_log_info("> memory per parameter (%" PRId64 " parameters, from the arenas): weights %.2f B, "
                 "gradients %.2f B, master weights %.2f B, optimizer state %.2f B%s, total %.2f B",
@@ -217,10 +224,15 @@ mg_status mg_trainer_log_memory(mg_trainer *t, const char *when) {
     size_t free_b = 0, total_b = 0;
     MG_CHECK(be->memory_info(be, &free_b, &total_b));
     const double MiB = 1048576.0;
-    mg_log_info("> %s device memory %s: %.1f MiB used of %.1f MiB (arenas %.1f MiB; the rest is "
-                "the CUDA context, the backend's workspace, libraries and other processes)",
-                be->name, when, (double)(total_b - free_b) / MiB, (double)total_b / MiB,
-                (double)t->planned_bytes / MiB);
+    double used = (double)(total_b - free_b),
+           predicted = (double)(t->used_before_arenas + t->planned_bytes);
+    char stage[32] = ""; /* the stages differ: one line each, from its first rank */
+    if (t->pp_size > 1) snprintf(stage, sizeof stage, " (pipeline rank %d)", t->pp_rank);
+    mg_log_self(t->tp_rank == 0 && t->dp_rank == 0,
+                "> %s device memory%s %s: %.1f MiB used of %.1f MiB, predicted %.1f MiB (%+.1f%%: "
+                "what libraries allocated on first use, and other processes)",
+                be->name, stage, when, used / MiB, (double)total_b / MiB, predicted / MiB,
+                100.0 * (used - predicted) / predicted);
     return MG_OK;
 }
 

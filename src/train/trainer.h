@@ -79,19 +79,19 @@ typedef struct {
 typedef struct {
     mg_config cfg; /* cfg.device: the backend in use ("cpu" or "cuda"), never "auto" */
     mg_backend *be;
-    mg_comm *dp;                /* the data-parallel group (not owned); NULL: one rank */
-    int dp_rank, dp_size;       /* 0, 1 without a group */
-    mg_comm *tp;                /* the tensor-parallel group (not owned); NULL: one rank */
-    int tp_rank, tp_size;       /* 0, 1 without a group */
-    mg_comm *pp;                /* the pipeline-parallel group (not owned); NULL: one stage */
-    int pp_rank, pp_size;       /* 0, 1 without a group */
-    mg_comm *embd;              /* the embedding group (first and last stage), or NULL */
-    mg_pipeline pipe;           /* the schedule walker (parallel/pipeline/run.h) */
-    bool grad_sync_live;        /* in each chunk's last backward of the step: the hooks
-                                   all-reduce the sequence-parallel gradients over tp and hand
-                                   complete gradients to the data-parallel overlap */
-    bool grad_sync_armed;       /* the data-parallel reduction is armed for this step */
-    bool forward_only;          /* the pass running: an evaluation (the head in forward) */
+    mg_comm *dp;                      /* the data-parallel group (not owned); NULL: one rank */
+    int dp_rank, dp_size;             /* 0, 1 without a group */
+    mg_comm *tp;                      /* the tensor-parallel group (not owned); NULL: one rank */
+    int tp_rank, tp_size;             /* 0, 1 without a group */
+    mg_comm *pp;                      /* the pipeline-parallel group (not owned); NULL: one stage */
+    int pp_rank, pp_size;             /* 0, 1 without a group */
+    mg_comm *embd;                    /* the embedding group (first and last stage), or NULL */
+    mg_pipeline pipe;                 /* the schedule walker (parallel/pipeline/run.h) */
+    bool grad_sync_live;              /* in each chunk's last backward of the step: the hooks
+                                         all-reduce the sequence-parallel gradients over tp and hand
+                                         complete gradients to the data-parallel overlap */
+    bool grad_sync_armed;             /* the data-parallel reduction is armed for this step */
+    bool forward_only;                /* the pass running: an evaluation (the head in forward) */
     const mg_sample_source *pass_src; /* the pass's samples: global batch from pass_first */
     int64_t pass_first;
     mg_grad_buffer_layout gbuf; /* the parameter and gradient buffers' layout */
@@ -104,6 +104,9 @@ typedef struct {
     mg_allocator be_alloc;           /* the arenas' memory on a device backend: be->alloc */
     const mg_allocator *arena_alloc; /* &be_alloc, or NULL (host memory) on the CPU backend */
     size_t planned_bytes;            /* all arenas together */
+    size_t used_before_arenas;       /* device memory in use before the arenas (the CUDA context,
+                                        the backend's workspace, libraries): the predicted peak is
+                                        this plus planned_bytes; 0 on the cpu backend */
     size_t measured_state_bytes;     /* device memory the weight, gradient, master and optimizer
                                         arenas took (backends with memory_info), else 0 */
     size_t off_params, off_master, off_grads, off_tokens, off_targets, off_dloss, off_stats;
