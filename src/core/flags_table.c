@@ -302,8 +302,9 @@ const mg_flag_spec mg_flag_table[] = {
      .help = "pipeline sends and receives do not overlap compute: each is a rendezvous in the "
              "schedule's order"},
     {"--overlap-p2p-communication", RUNTIME, BOOL, IGNORED,
-     .help = "the default (Megatron's overlap_p2p_comm): receives posted an op ahead, sends never "
-             "waited on (MPI groups; NCCL keeps the schedule's order)"},
+     .help = "accepted; overlapping is already the default (Megatron has only the --no- form): "
+             "receives posted an op ahead and sends as soon as made on MPI groups, NCCL in the "
+             "schedule's order"},
     {"--context-parallel-size", RUNTIME, INT, FIELD(context_parallel_size),
      .help = "context-parallel ranks"},
     {"--expert-model-parallel-size", RUNTIME, INT, FIELD(expert_model_parallel_size),
