@@ -60,25 +60,28 @@ run_one() {
 import json, re, sys
 r = json.load(open(sys.argv[1]))
 r["layout"] = sys.argv[3]
-pat = re.compile(r"pipeline rank (\d+) of \d+: .* busy ([\d.]+) s, waiting ([\d.]+) s per step: "
-                 r"bubble \(waiting / busy\) ([\d.]+)%, the schedule's \(P-1\)/\(m V\) ([\d.]+)%")
-stages = {}
-for line in open(sys.argv[2]):
-    m = pat.search(line)
-    if m:
-        stages[int(m[1])] = {"busy_s": float(m[2]), "waiting_s": float(m[3]), "bubble": float(m[4]) / 100}
-        r["bubble_theory"] = float(m[5]) / 100
-if stages:
-    r["bubble_per_stage"] = [stages[k] for k in sorted(stages)]
-mem = re.compile(r"device memory(?: \(pipeline rank (\d+)\))? after the first step: ([\d.]+) MiB used "
-                 r"of [\d.]+ MiB, predicted ([\d.]+) MiB")
-peaks = {}
-for line in open(sys.argv[2]):
-    m = mem.search(line)
-    if m:
-        peaks[int(m[1] or 0)] = {"used_mib": float(m[2]), "predicted_mib": float(m[3])}
-if peaks:
-    r["memory_per_stage"] = [peaks[k] for k in sorted(peaks)]
+log = open(sys.argv[2]).read().splitlines()
+def per_stage(pattern, row):  # {stage: row(match)} over the log's lines, in stage order
+    found = {}
+    for line in log:
+        m = re.search(pattern, line)
+        if m:
+            found[int(m[1] or 0)] = row(m)
+    return [found[k] for k in sorted(found)]
+bubble = per_stage(r"pipeline rank (\d+) of \d+: .* busy ([\d.]+) s, waiting ([\d.]+) s per step: "
+                   r"bubble \(waiting / busy\) ([\d.]+)%, the schedule's \(P-1\)/\(m V\) ([\d.]+)%",
+                   lambda m: {"busy_s": float(m[2]), "waiting_s": float(m[3]), "bubble": float(m[4]) / 100,
+                              "theory": float(m[5]) / 100})
+if bubble:
+    r["bubble_theory"] = bubble[0].pop("theory")
+    for b in bubble[1:]:
+        b.pop("theory")
+    r["bubble_per_stage"] = bubble
+memory = per_stage(r"device memory(?: \(pipeline rank (\d+)\))? after the first step: ([\d.]+) MiB used "
+                   r"of [\d.]+ MiB, predicted ([\d.]+) MiB",
+                   lambda m: {"used_mib": float(m[2]), "predicted_mib": float(m[3])})
+if memory:
+    r["memory_per_stage"] = memory
 print(json.dumps(r))
 EOF
         tail -n 1 "$RESULTS" | "$PYTHON" -c 'import json, sys; r = json.load(sys.stdin)
