@@ -66,6 +66,22 @@ mg_status mg_backend_validate(const mg_backend *be) {
     return MG_OK;
 }
 
+static mg_status arena_alloc(void *ctx, size_t bytes, void **out) {
+    mg_backend *be = ctx;
+    return be->alloc(be, bytes, out);
+}
+
+static void arena_free(void *ctx, void *ptr) {
+    mg_backend *be = ctx;
+    be->free(be, ptr);
+}
+
+const mg_allocator *mg_backend_arena_allocator(mg_backend *be, mg_allocator *storage) {
+    if (be->device == MG_DEVICE_CPU) return NULL;
+    *storage = (mg_allocator){arena_alloc, arena_free, be};
+    return storage;
+}
+
 mg_status mg_backend_comm_begin(mg_backend *be, void **stream) {
     *stream = NULL;
     if (!be->stream_handle) return MG_OK;

@@ -23,6 +23,7 @@
 #ifndef MG_BACKEND_H
 #define MG_BACKEND_H
 
+#include "core/arena.h"
 #include "core/status.h"
 #include "core/tensor.h"
 
@@ -187,7 +188,8 @@ struct mg_backend {
      * combines the partial results over the tensor-parallel group between the three calls:
      *   cross_entropy_max     rowmax[i] = max_j logits[i,j]                 -> all-reduce max
      *   cross_entropy_sums    sums[i] = sum_j exp(logits[i,j] - rowmax[i]),
-     *                         sums[N+i] = v0 <= t < v0 + Vl ? logits[i, t - v0] : 0 (t = targets[i])
+     *                         sums[N+i] = v0 <= t < v0 + Vl ? logits[i, t - v0] : 0 (t =
+     * targets[i])
      *                                                                       -> all-reduce sum
      *   cross_entropy_finish  losses[i] = log(sums[i]) + rowmax[i] - sums[N+i]; in place,
      *                         logits[i,j] becomes (exp(logits[i,j] - rowmax[i]) / sums[i]
@@ -259,6 +261,10 @@ mg_status mg_backend_cuda_probe(int device);
  * enqueued, mg_backend_comm_end makes the compute stream's later work wait for it. */
 mg_status mg_backend_comm_begin(mg_backend *be, void **stream);
 mg_status mg_backend_comm_end(mg_backend *be);
+/* Where arenas (core/arena.h) of this backend get their memory: NULL (host memory) on the CPU
+ * backend, else an allocator built in *storage that calls be->alloc and be->free (storage must
+ * outlive the arenas). */
+const mg_allocator *mg_backend_arena_allocator(mg_backend *be, mg_allocator *storage);
 /* Checks that every required entry is present; the message names the missing ones. */
 mg_status mg_backend_validate(const mg_backend *be);
 /* What attention saves for its backward on each device, in bytes (the backends'

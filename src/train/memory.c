@@ -2,6 +2,7 @@
 
 #include "core/arena.h"
 #include "parallel/pipeline/p2p.h"
+#include "parallel/pipeline/run.h"
 #include "parallel/pipeline/schedule.h"
 #include "train/optimizer.h"
 
@@ -98,10 +99,11 @@ mg_status mg_memory_stage_estimate(const mg_config *c, int pp_rank, int dp_size,
     if (st == MG_OK) {
         size_t esz = mg_dtype_size(compute), numel = g.params.numel;
         size_t N = (size_t)c->micro_batch_size * (size_t)c->seq_length;
-        /* overlapped pipeline messages land in one more buffer (parallel/pipeline/run.h); they
-         * overlap on groups with non-blocking messages: MPI, the fp32 cpu backend's */
-        int landing = s.pp > 1 && !c->no_overlap_p2p_communication && compute == MG_F32;
-        st = reserve(&work, (size_t)(grad_bufs + landing) * mg_gpt_hidden_numel(&g) * esz);
+        /* messages overlap on groups with non-blocking point-to-point: MPI, the fp32 cpu
+         * backend's (parallel/pipeline/run.h) */
+        bool overlap = s.pp > 1 && !c->no_overlap_p2p_communication && compute == MG_F32;
+        int bufs = mg_pipeline_buffer_count(grad_bufs, overlap);
+        st = reserve(&work, (size_t)bufs * mg_gpt_hidden_numel(&g) * esz);
         /* every part as the trainer's arena commits it (train/trainer.c plan_memory) */
         size_t master = compute != MG_F32 ? o.numel * sizeof(float) : 0;
         size_t io_parts[4] = {(size_t)out->slots * N * sizeof(int32_t),

@@ -17,16 +17,6 @@
 
 /* ---- set-up ---- */
 
-static mg_status be_arena_alloc(void *ctx, size_t bytes, void **out) {
-    mg_backend *be = ctx;
-    return be->alloc(be, bytes, out);
-}
-
-static void be_arena_free(void *ctx, void *ptr) {
-    mg_backend *be = ctx;
-    be->free(be, ptr);
-}
-
 /* --device: cpu, cuda on the local rank's GPU, or auto (cuda when this build has the CUDA
  * backend and the GPU can be used, else cpu). cfg.device receives the backend used, so the
  * checkpoint records it (resume compares only the model's shape: a run may resume on the
@@ -107,8 +97,7 @@ static mg_status plan_memory(mg_trainer *t) {
     MG_CHECK(mg_arena_reserve(&t->a_io, MG_MEMORY_STATS * sizeof(float), 0, &t->off_stats));
 
     /* host memory on the CPU backend (as before), the backend's allocation elsewhere */
-    t->be_alloc = (mg_allocator){be_arena_alloc, be_arena_free, be};
-    t->arena_alloc = be->device == MG_DEVICE_CPU ? NULL : &t->be_alloc;
+    t->arena_alloc = mg_backend_arena_allocator(be, &t->be_alloc);
     mg_arena *arenas[] = {&t->a_params, &t->a_master, &t->a_grads, &t->a_optim,
                           &t->a_acts,   &t->a_work,   &t->a_io};
     t->planned_bytes = 0;

@@ -48,15 +48,6 @@ static mg_status stage_config(mg_config *c, bool llama, int pp, int vpp) {
     return ct_tiny_config(c, "cpu", llama, extra);
 }
 
-static mg_status arena_alloc(void *ctx, size_t bytes, void **out) {
-    mg_backend *be = ctx;
-    return be->alloc(be, bytes, out);
-}
-static void arena_free(void *ctx, void *ptr) {
-    mg_backend *be = ctx;
-    be->free(be, ptr);
-}
-
 /* One stage (or the whole model) on a backend: its model, arenas, weights and gradients. */
 typedef struct {
     mg_gpt g;
@@ -70,8 +61,7 @@ typedef struct {
 static mg_status stage_open(stage *s, mg_backend *be, const mg_config *c, int pp_rank) {
     memset(s, 0, sizeof *s);
     s->be = be;
-    s->alloc = (mg_allocator){arena_alloc, arena_free, be};
-    mg_allocator *a = be->device == MG_DEVICE_CPU ? NULL : &s->alloc;
+    const mg_allocator *a = mg_backend_arena_allocator(be, &s->alloc);
     mg_arena_init(&s->acts, "activations");
     mg_arena_init(&s->work, "workspace");
     MG_CHECK(mg_gpt_build(&s->g, c, 0, pp_rank));

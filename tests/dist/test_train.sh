@@ -62,31 +62,37 @@ else
 fi
 
 # (3) rank 1 dies in iteration 3, between backward and the gradient all-reduce: the others are
-# waiting in that all-reduce and must stop with a line naming rank 1, well within the timeout.
-# mpirun may kill some of them before they print: one report suffices, none may hang.
-start=$(now)
-out=$(timeout 60 "${MPIRUN[@]}" -np 4 -x MG_FAULT_EXIT=1:3 "$BIN" train "${MODEL[@]}" \
-    --train-iters 20 --distributed-timeout-minutes 1 2>&1); rc=$?
-took=$(elapsed "$start")
-n=0 bad=()
-for r in 0 2 3; do
-    line=$(grep "^\[rank $r\] megatron: error" <<<"$out")
-    [ -z "$line" ] && continue
-    if grep -qE "^\[rank $r\] megatron: error: rank 1 disconnected without a goodbye .*\(this rank, $r, was in all_reduce #[0-9]+ on group 'dp'\)\$" <<<"$line"; then
-        n=$((n + 1))
+# waiting in that all-reduce.
+# Rank 1 of 4 dies (MG_FAULT_EXIT=1:ITER): every other rank that prints must print one line
+# naming it and the call it was in (CALL, a regex, on GROUP), within the timeout; one report
+# suffices (mpirun may kill the rest first), none may hang.
+expect_killed() { # NAME ITER CALL GROUP TRAIN_ARGS...
+    local name=$1 iter=$2 call=$3 group=$4 start out rc took n=0 line r bad=()
+    shift 4
+    start=$(now)
+    out=$(timeout 60 "${MPIRUN[@]}" -np 4 -x MG_FAULT_EXIT=1:$iter "$BIN" train "$@" \
+        --train-iters 20 --distributed-timeout-minutes 1 2>&1); rc=$?
+    took=$(elapsed "$start")
+    for r in 0 2 3; do
+        line=$(grep "^\[rank $r\] megatron: error" <<<"$out")
+        [ -z "$line" ] && continue
+        if grep -qE "^\[rank $r\] megatron: error: rank 1 disconnected without a goodbye .*\(this rank, $r, was in $call #[0-9]+ on group '$group'\)\$" <<<"$line"; then
+            n=$((n + 1))
+        else
+            bad+=("$line")
+        fi
+    done
+    if [ "$rc" -eq 0 ] || [ "$rc" -eq 124 ]; then
+        fail "$name (exit status $rc; 124: still running after 60 s)" "$(tail -n 20 <<<"$out")"
+    elif ! grep -q "MG_FAULT_EXIT: exiting in iteration $iter" <<<"$out"; then
+        fail "$name (the fault was not injected)" "$(tail -n 20 <<<"$out")"
+    elif [ ${#bad[@]} -gt 0 ] || [ "$n" -lt 1 ]; then
+        fail "$name ($n ranks reported it; wrong lines follow)" "${bad[@]}" "$(tail -n 20 <<<"$out")"
     else
-        bad+=("$line")
+        pass "$name: $n ranks reported it, exit status $rc, $took s"
     fi
-done
-if [ "$rc" -eq 0 ] || [ "$rc" -eq 124 ]; then
-    fail "train killed rank np=4 (exit status $rc; 124: still running after 60 s)" "$(tail -n 20 <<<"$out")"
-elif ! grep -q "MG_FAULT_EXIT: exiting in iteration 3" <<<"$out"; then
-    fail "train killed rank np=4 (the fault was not injected)" "$(tail -n 20 <<<"$out")"
-elif [ ${#bad[@]} -gt 0 ] || [ "$n" -lt 1 ]; then
-    fail "train killed rank np=4 ($n ranks reported it; wrong lines follow)" "${bad[@]}" "$(tail -n 20 <<<"$out")"
-else
-    pass "train killed rank np=4: $n ranks reported it, exit status $rc, $took s"
-fi
+}
+expect_killed "train killed rank np=4" 3 all_reduce dp "${MODEL[@]}"
 # (4) the distributed optimizer end to end: 4 ranks save their shards at iteration 2, 2 ranks
 # resume from them (each reads the pieces of its own shard from the 4 files) and finish like a
 # straight 2-rank run (to the log's precision: the two halves reduce in different orders).
@@ -175,37 +181,12 @@ for layout in "4:--pipeline-model-parallel-size 4 --virtual-pipeline-model-paral
     fi
 done
 # A pipeline rank dies in the middle of a step (its forward of the 4th of 8 microbatches): the
-# others wait on it or on a neighbour in a pipeline send/receive and must stop with a line naming
-# it, well within the timeout (one report suffices; mpirun may kill the rest first). Both ways of
-# communicating: overlapped (a wait for a posted message) and each message a rendezvous.
-for mode in "overlapped:p2p_(wait|send|recv):" "in order:batch_p2p:--no-overlap-p2p-communication"; do
-    label=${mode%%:*} rest=${mode#*:}
-    call=${rest%%:*} flag=${rest#*:}
-    start=$(now)
-    out=$(timeout 60 "${MPIRUN[@]}" -np 4 -x MG_FAULT_EXIT=1:2 "$BIN" train "${PPM[@]}" \
-        --pipeline-model-parallel-size 4 --train-iters 20 --distributed-timeout-minutes 1 $flag 2>&1); rc=$?
-    took=$(elapsed "$start")
-    n=0 bad=()
-    for r in 0 2 3; do
-        line=$(grep "^\[rank $r\] megatron: error" <<<"$out")
-        [ -z "$line" ] && continue
-        if grep -qE "^\[rank $r\] megatron: error: rank 1 disconnected without a goodbye .*\(this rank, $r, was in $call #[0-9]+ on group 'pp'\)\$" <<<"$line"; then
-            n=$((n + 1))
-        else
-            bad+=("$line")
-        fi
-    done
-    name="train killed pipeline rank np=4, messages $label"
-    if [ "$rc" -eq 0 ] || [ "$rc" -eq 124 ]; then
-        fail "$name (exit status $rc; 124: still running after 60 s)" "$(tail -n 20 <<<"$out")"
-    elif ! grep -q "MG_FAULT_EXIT: exiting in iteration 2" <<<"$out"; then
-        fail "$name (the fault was not injected)" "$(tail -n 20 <<<"$out")"
-    elif [ ${#bad[@]} -gt 0 ] || [ "$n" -lt 1 ]; then
-        fail "$name ($n ranks reported it; wrong lines follow)" "${bad[@]}" "$(tail -n 20 <<<"$out")"
-    else
-        pass "$name: $n ranks reported it, exit status $rc, $took s"
-    fi
-done
+# others wait on it or on a neighbour in a pipeline send/receive. Both ways of communicating:
+# overlapped (a wait for a posted message) and each message a rendezvous.
+expect_killed "train killed pipeline rank np=4, messages overlapped" 2 "p2p_(wait|send|recv)" pp \
+    "${PPM[@]}" --pipeline-model-parallel-size 4
+expect_killed "train killed pipeline rank np=4, messages in order" 2 batch_p2p pp \
+    "${PPM[@]}" --pipeline-model-parallel-size 4 --no-overlap-p2p-communication
 # Per-stage checkpoints: 2 pipeline stages save at iteration 2 (each its own model and optimizer
 # files); resuming under P 2, under one rank and under P 4 continues like the straight P 2 run.
 CK=(--lr-decay-iters 4 --train-iters 4)

@@ -46,8 +46,12 @@ static size_t message_bytes(const mg_pipeline *p) {
     return p->numel * mg_dtype_size(p->dt);
 }
 
+int mg_pipeline_buffer_count(int n_grad_bufs, bool overlap) {
+    return n_grad_bufs + (overlap ? 1 : 0);
+}
+
 size_t mg_pipeline_buffer_bytes(const mg_pipeline *p) {
-    return ((size_t)p->n_grad_bufs + (p->overlap ? 1 : 0)) * message_bytes(p);
+    return (size_t)mg_pipeline_buffer_count(p->n_grad_bufs, p->overlap) * message_bytes(p);
 }
 
 static void *grad_buf(const mg_pipeline *p, int k) {
@@ -126,8 +130,9 @@ static bool is_first_stage(const mg_pipeline *p, const mg_schedule_op *op) {
  * whose input gradient is sent leaves it in gradient buffer grad_buf. */
 static mg_status run_op(mg_pipeline *p, const mg_pipeline_stage *st, const mg_schedule_op *op,
                         int grad_buf_k, bool forward_only) {
+    bool timing = p->timed && !forward_only; /* the bubble is the training step's */
     double t0 = 0;
-    if (p->timed) {
+    if (timing) {
         if (p->be->stream_handle) MG_CHECK(p->be->synchronize(p->be));
         t0 = now_s();
     }
@@ -151,7 +156,7 @@ static mg_status run_op(mg_pipeline *p, const mg_pipeline_stage *st, const mg_sc
                                      message_bytes(p)));
         }
     }
-    if (p->timed) {
+    if (timing) {
         if (p->be->stream_handle) MG_CHECK(p->be->synchronize(p->be));
         p->busy_s += now_s() - t0;
     }
@@ -292,15 +297,9 @@ static mg_status post_send(mg_pipeline *p, const mg_pipeline_stage *st, const mg
 
 static mg_status run_overlapped(mg_pipeline *p, const mg_pipeline_stage *st,
                                 const mg_p2p_plan *plan, bool forward_only) {
-    /* the plan's ops with their gradient buffers, and where it frees an evaluation's slot */
-    int next = -1; /* the index into plan->steps of the next OP step */
+    /* the plan's OP steps run plan->ops in order, so the op after op k is ops[k + 1] */
     mg_p2p_ticket pending = -1;
-    for (int i = 0; i < plan->n_steps; i++) {
-        if (plan->steps[i].kind != MG_P2P_OP) continue;
-        next = i;
-        break;
-    }
-    if (next >= 0) MG_CHECK(post_receive(p, &plan->ops[plan->steps[next].op], &pending));
+    if (plan->n_ops > 0) MG_CHECK(post_receive(p, &plan->ops[0], &pending));
     for (int i = 0; i < plan->n_steps; i++) {
         const mg_p2p_step *step = &plan->steps[i];
         const mg_schedule_op *op = &plan->ops[step->op];
@@ -314,12 +313,8 @@ static mg_status run_overlapped(mg_pipeline *p, const mg_pipeline_stage *st,
         }
         if (step->kind != MG_P2P_OP) continue; /* receives: posted one op ahead */
         MG_CHECK(finish_receive(p, st, op, pending));
-        pending = -1;
-        for (int j = i + 1; j < plan->n_steps; j++) { /* the next op's input, on its way */
-            if (plan->steps[j].kind != MG_P2P_OP) continue;
-            MG_CHECK(post_receive(p, &plan->ops[plan->steps[j].op], &pending));
-            break;
-        }
+        pending = -1; /* the next op's input, on its way */
+        if (step->op + 1 < plan->n_ops) MG_CHECK(post_receive(p, op + 1, &pending));
         MG_CHECK(run_op(p, st, op, step->grad_buf, forward_only));
         MG_CHECK(post_send(p, st, op, step->grad_buf));
     }
@@ -338,16 +333,15 @@ mg_status mg_pipeline_run(mg_pipeline *p, const mg_pipeline_stage *st, bool forw
         p->slot_send[k] = -1;
     }
     for (int k = 0; k <= p->n_grad_bufs; k++) p->buf_send[k] = -1;
-    double t0 = 0, busy0 = p->busy_s;
-    if (p->timed) {
+    bool timing = p->timed && !forward_only;
+    double t0 = 0;
+    if (timing) {
         if (p->be->stream_handle) MG_CHECK(p->be->synchronize(p->be));
         t0 = now_s();
     }
     MG_CHECK(p->overlap ? run_overlapped(p, st, plan, forward_only)
                         : run_in_order(p, st, plan, forward_only));
-    if (p->timed && forward_only) {
-        p->busy_s = busy0; /* the bubble is the training step's */
-    } else if (p->timed) {
+    if (timing) {
         if (p->be->stream_handle) MG_CHECK(p->be->synchronize(p->be));
         p->total_s += now_s() - t0;
         p->runs++;

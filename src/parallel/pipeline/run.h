@@ -89,6 +89,9 @@ typedef struct {
  * and never wait on a send where the group allows it (--overlap-p2p-communication). */
 mg_status mg_pipeline_init(mg_pipeline *p, const mg_schedule_params *s, int rank, mg_comm *group,
                            mg_backend *be, size_t numel, mg_dtype dt, bool overlap);
+/* Message buffers a pipeline rank holds: its gradient buffers, then the landing buffer when its
+ * messages overlap (shared with the memory prediction, train/memory.c). */
+int mg_pipeline_buffer_count(int n_grad_bufs, bool overlap);
 /* Bytes of backend memory the gradient buffers (and the landing buffer) need (0 with one stage),
  * and their binding. */
 size_t mg_pipeline_buffer_bytes(const mg_pipeline *p);
