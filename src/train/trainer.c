@@ -418,8 +418,10 @@ static mg_status plan_schedule(mg_trainer *t) {
                               !c->no_overlap_p2p_communication));
     /* the bubble is measured by the host clock around each op: free on the cpu backend, whose ops
      * complete in the call; a measurement mode (a synchronisation per op) on a device */
-    t->pipe.timed =
-        t->pp_size > 1 && (t->be->device == MG_DEVICE_CPU || mg_env_int("MG_PP_TIMING", 0));
+    const char *timing = mg_env_str("MG_PP_TIMING", "0");
+    if (strcmp(timing, "0") != 0 && strcmp(timing, "1") != 0)
+        return MG_FAIL(MG_ERR_USAGE, "MG_PP_TIMING=%s: expected 0 or 1 (default 0)", timing);
+    t->pipe.timed = t->pp_size > 1 && (t->be->device == MG_DEVICE_CPU || strcmp(timing, "1") == 0);
     return MG_OK;
 }
 

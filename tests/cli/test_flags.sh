@@ -66,6 +66,9 @@ else
         train "${MODEL[@]}" "${RUN[@]}" --device cuda
     GPU=no
 fi
+# The pipeline's measurement switch: 0 or 1, anything else stops the run before training.
+MEGATRON=env expect_error flags_bad_pp_timing_env 2 "MG_PP_TIMING=yes: expected 0 or 1" \
+    MG_PP_TIMING=yes "$REAL" train "${MODEL[@]}" "${RUN[@]}" --device cpu
 # The CUDA backend's environment variables, where a GPU is usable (they are read when the backend
 # is created, and cached for the process, so they are checked through the command line).
 if [ "${GPU:-yes}" = yes ]; then

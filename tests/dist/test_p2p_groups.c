@@ -147,6 +147,9 @@ void test_p2p_tagged(dist_ctx *t) {
     DEXPECT(st == MG_ERR_USAGE, "tag %d accepted (status %d)", MG_P2P_TAGS, st);
     st = mg_comm_p2p_post(world, &(mg_p2p_op){false, t->rank, &x, 1, MG_F32}, 1, &k);
     DEXPECT(st == MG_ERR_USAGE, "a receive from this rank accepted (status %d)", st);
+    st = mg_comm_p2p_wait(world, 1 << 20);
+    DEXPECT(st == MG_ERR_USAGE && strstr(mg_error_message(), "was never posted"),
+            "a wait on a ticket never posted: status %d", st);
     DOK(mg_comm_barrier(world, NULL));
 }
 
