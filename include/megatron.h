@@ -27,6 +27,10 @@ typedef enum {
 typedef enum { MG_NORM_LAYERNORM = 0, MG_NORM_RMSNORM } mg_norm_kind;
 typedef enum { MG_POS_LEARNED = 0, MG_POS_ROPE, MG_POS_NONE } mg_pos_kind;
 typedef enum { MG_LR_CONSTANT = 0, MG_LR_LINEAR, MG_LR_COSINE } mg_lr_style;
+typedef enum { MG_MOE_SCORE_SOFTMAX = 0, MG_MOE_SCORE_SIGMOID } mg_moe_score;
+typedef enum { MG_MOE_LB_AUX = 0, MG_MOE_LB_SEQ_AUX, MG_MOE_LB_NONE } mg_moe_balancing;
+typedef enum { MG_MOE_DROP_PROBS = 0, MG_MOE_DROP_POSITION } mg_moe_drop;
+typedef enum { MG_MOE_DISPATCH_ALLGATHER = 0, MG_MOE_DISPATCH_ALLTOALL } mg_moe_dispatcher;
 
 /* The whole run configuration. Field names follow Megatron's flags (dashes become underscores).
  * Integers that Megatron treats as "None when absent" use -1 (or 0 where noted). */
@@ -51,6 +55,29 @@ typedef struct {
     double init_method_std;           /* --init-method-std (0.02) */
     int vocab_size;                   /* --vocab-size, -1: from the tokenizer */
     int make_vocab_size_divisible_by; /* --make-vocab-size-divisible-by (128) */
+
+    /* mixture of experts (src/model/moe.h); Megatron's defaults */
+    int num_experts;          /* --num-experts, 0: a dense model (Megatron's None) */
+    char moe_layer_freq[256]; /* --moe-layer-freq: N (every N-th layer from 0) or a list
+                                 expression "([1]*3+[0])*2" (1) */
+    int moe_ffn_hidden_size;  /* --moe-ffn-hidden-size, -1: = ffn-hidden-size */
+    int moe_router_topk;      /* --moe-router-topk (2) */
+    mg_moe_score moe_router_score_function;          /* --moe-router-score-function (softmax) */
+    bool moe_router_pre_softmax;                     /* --moe-router-pre-softmax */
+    double moe_router_topk_scaling_factor;           /* --moe-router-topk-scaling-factor, 0: none */
+    int moe_router_num_groups;                       /* --moe-router-num-groups, 0: none */
+    int moe_router_group_topk;                       /* --moe-router-group-topk, 0: none */
+    bool moe_router_enable_expert_bias;              /* --moe-router-enable-expert-bias */
+    double moe_router_bias_update_rate;              /* --moe-router-bias-update-rate (1e-3) */
+    mg_moe_balancing moe_router_load_balancing_type; /* --moe-router-load-balancing-type */
+    double moe_aux_loss_coeff;                       /* --moe-aux-loss-coeff (0) */
+    double moe_z_loss_coeff;                         /* --moe-z-loss-coeff, 0: none */
+    double moe_expert_capacity_factor;           /* --moe-expert-capacity-factor, -1: dropless */
+    mg_moe_drop moe_token_drop_policy;           /* --moe-token-drop-policy (probs) */
+    bool moe_pad_expert_input_to_capacity;       /* --moe-pad-expert-input-to-capacity */
+    int moe_shared_expert_intermediate_size;     /* --moe-shared-expert-intermediate-size, 0 */
+    bool moe_shared_expert_overlap;              /* --moe-shared-expert-overlap */
+    mg_moe_dispatcher moe_token_dispatcher_type; /* --moe-token-dispatcher-type (allgather) */
 
     /* training */
     int micro_batch_size;       /* --micro-batch-size (1) */

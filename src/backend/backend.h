@@ -36,6 +36,24 @@ extern "C" {
 
 typedef struct mg_backend mg_backend;
 
+/* Top-k routing of one MoE layer's tokens (Megatron's topk_routing_with_score_function,
+ * apply_router_token_dropping, the aux losses and the z-loss; the ops moe_route and
+ * moe_route_backward). T tokens, in sequences of S (T = B x S, batch-major rows). */
+typedef struct {
+    int T, S, E, k;      /* tokens, sequence length, experts, experts per token */
+    mg_moe_score score;  /* softmax or sigmoid */
+    bool pre_softmax;    /* softmax: over all E logits before the top-k (else over the k) */
+    int groups, group_k; /* group-limited routing: the best group_k of `groups` groups; 0: off */
+    float scaling;       /* routing weights are multiplied by it (1: none) */
+    bool bias;           /* sigmoid: selection on scores + expert bias (aux-loss-free) */
+    int capacity;        /* tokens kept per expert; 0: dropless */
+    mg_moe_drop drop;    /* over capacity: keep the largest weights or the earliest positions */
+    mg_moe_balancing balancing; /* aux loss over the T tokens, per sequence, or none */
+    float aux_coeff, z_coeff;   /* 0: that loss is off */
+    float loss_weight;          /* d(training objective) / d(aux loss or z-loss) */
+    float stat_weight;          /* the logged values (loss / coeff) accumulate at this weight */
+} mg_moe_routing;
+
 /* The backend's queues: every op runs on the compute stream; collectives (mg_comm calls) go to
  * the communication stream so they overlap computation (DESIGN.md, step 4). */
 typedef enum { MG_STREAM_COMPUTE = 0, MG_STREAM_COMM = 1 } mg_stream_id;
@@ -237,6 +255,89 @@ struct mg_backend {
                        const float *grad /* (n) */, float *m /* (n) */, float *v /* (n) */,
                        size_t n, float lr, float beta1, float beta2, float eps, float wd, float bc1,
                        float bc2, const float *grad_scale /* (1) */);
+
+    /* ---- mixture of experts (model/moe.c) ----
+     * Token counts, positions and group sizes stay in backend memory: ops read them there and no
+     * op hands a size back to the host, so a step with experts needs no host synchronisation.
+     * Routing is encoded per (token, slot) pair, k slots per token: idx[t*k+j] is the expert of
+     * slot j (>= 0), or -1 - e for a pair the capacity dropped (expert e, weight kept for the
+     * backward of the normalisation, contribution zero); pos[t*k+j] is the pair's row in the
+     * permuted buffer, or -1 when dropped.
+     *
+     * Router logits in fp32 from compute-dtype inputs: logits = x @ w^T (no bias). */
+    mg_status (*router_forward)(mg_backend *be, float *logits /* (T,E) */,
+                                const void *x /* (T,H) */, const void *w /* (E,H) */, int T, int H,
+                                int E);
+    /* dx ACCUMULATES dlogits @ w; dw accumulates dlogits^T @ x. */
+    mg_status (*router_backward)(mg_backend *be, void *dx /* (T,H) */, float *dw /* (E,H) */,
+                                 const float *dlogits /* (T,E) */, const void *x, const void *w,
+                                 int T, int H, int E);
+    /* Scores, top-k selection and weights (probs, after scaling), capacity dropping, and the
+     * aux-loss statistics: aux_counts receives the aux loss's token counts (per sequence with
+     * seq_aux_loss: (T/S, E), else (1, E)) for the backward; stats[0] += stat_weight x aux loss /
+     * aux_coeff, stats[1] += stat_weight x z-loss / z_coeff (for the enabled ones). bias (E) is
+     * the expert bias (r->bias) or NULL. */
+    mg_status (*moe_route)(mg_backend *be, const mg_moe_routing *r, int32_t *idx /* (T,k) */,
+                           float *probs /* (T,k) */, int32_t *aux_counts, float *stats /* (2) */,
+                           const float *logits /* (T,E) */, const float *bias);
+    /* dlogits (overwritten) = the gradient of the training objective through the weights
+     * (dprobs, the gradient of the combine), the aux loss and the z-loss at r->loss_weight. */
+    mg_status (*moe_route_backward)(mg_backend *be, const mg_moe_routing *r,
+                                    float *dlogits /* (T,E) */, const float *dprobs /* (T,k) */,
+                                    const float *logits, const int32_t *idx, const float *probs,
+                                    const int32_t *aux_counts, const float *bias);
+    /* Sorts the kept pairs by expert (token order within an expert): counts[e] = rows of expert
+     * e (pad > 0: exactly pad rows each, the rows past its tokens zero), pos as above, and
+     * xp's rows = x's rows of the pairs, expert after expert from row 0 (E x pad rows with pad,
+     * else T x k rows, the rows past the kept pairs zero). load (E) or NULL: += kept pairs. */
+    mg_status (*moe_permute)(mg_backend *be, void *xp /* (R,H) */, int32_t *pos /* (T,k) */,
+                             int32_t *counts /* (E) */, float *load /* (E) or NULL */,
+                             const void *x /* (T,H) */, const int32_t *idx /* (T,k) */, int T,
+                             int k, int E, int H, int pad);
+    /* dx ACCUMULATES the rows of dxp back to their tokens: dx[t] += sum_j dxp[pos[t,j]]. */
+    mg_status (*moe_permute_backward)(mg_backend *be, void *dx /* (T,H) */,
+                                      const void *dxp /* (R,H) */, const int32_t *pos, int T, int k,
+                                      int H);
+    /* The combine: out[t] = base[t] + sum_j probs[t,j] y[pos[t,j]] (kept pairs); base may be
+     * out itself. */
+    mg_status (*moe_unpermute)(mg_backend *be, void *out /* (T,H) */, const void *base /* (T,H) */,
+                               const void *y /* (R,H) */, const int32_t *pos, const float *probs,
+                               int T, int k, int H);
+    /* Its backward: dy[pos[t,j]] = probs[t,j] dout[t] (the R rows no pair reaches are zeroed);
+     * dprobs[t,j] = dout[t] . y[pos[t,j]] (0 for dropped pairs). */
+    mg_status (*moe_unpermute_backward)(mg_backend *be, void *dy /* (R,H) */,
+                                        float *dprobs /* (T,k) */, const void *dout /* (T,H) */,
+                                        const void *y /* (R,H) */, const int32_t *pos,
+                                        const float *probs, int T, int k, int H, int R);
+    /* Grouped linear over G = n_src x n_w groups of rows, one after the other from row 0: group
+     * g has counts[g] rows (backend memory) and uses weight w[g % n_w] (OC, IC) and bias
+     * bias[g % n_w] (OC) (bias NULL: none). w, bias: arrays of n_w pointers in backend memory.
+     * Rows past the groups are not touched. (Expert parallelism: the rows of each source rank
+     * for each local expert, as the all-to-all delivers them.) */
+    mg_status (*grouped_linear_forward)(mg_backend *be, void *out /* (R,OC) */,
+                                        const void *inp /* (R,IC) */, void *const *w,
+                                        void *const *bias, const int32_t *counts, int n_src,
+                                        int n_w, int IC, int OC);
+    /* The mirror of linear_backward per group: dinp rows (of the groups) overwritten, dw[j] and
+     * dbias[j] (arrays of n_w pointers, dbias NULL: none) ACCUMULATE over every group of weight
+     * j; with gelu_pre the input was gelu(gelu_pre) and dinp is with respect to gelu_pre. */
+    mg_status (*grouped_linear_backward)(mg_backend *be, void *dinp /* (R,IC) */, float *const *dw,
+                                         float *const *dbias, const void *dout /* (R,OC) */,
+                                         const void *inp /* (R,IC) */, void *const *w,
+                                         const void *gelu_pre /* (R,IC) or NULL */,
+                                         const int32_t *counts, int n_src, int n_w, int IC, int OC);
+    /* The experts' activation over the rows of the G groups (sum of counts[0..G)):
+     * swiglu: out (rows,F) = silu(pre[:, :F]) * pre[:, F:], pre (rows,2F); else
+     * out = gelu(pre), pre (rows,F). */
+    mg_status (*grouped_activation_forward)(mg_backend *be, void *out, const void *pre,
+                                            const int32_t *counts, int G, int F, bool swiglu);
+    /* SwiGLU's backward over those rows: dpre (rows,2F) from dout (rows,F). */
+    mg_status (*grouped_swiglu_backward)(mg_backend *be, void *dpre, const void *pre,
+                                         const void *dout, const int32_t *counts, int G, int F);
+    /* The expert bias update (Megatron's get_updated_expert_bias) from the step's load, already
+     * summed over the data-parallel group: bias[e] += rate * sign(mean(load) - load[e]). */
+    mg_status (*moe_expert_bias_update)(mg_backend *be, float *bias /* (E) */,
+                                        const float *load /* (E) */, int E, float rate);
 
     /* ---- optional: measurement (NULL where the backend has none; `megatron bench`) ----
      * The sustained dense matrix-multiply rate of the compute dtype in TFLOP/s, measured now:

@@ -269,15 +269,14 @@ static mg_status check_runtime(const mg_config *c) {
                      c->distributed_timeout_minutes);
     /* The layout flags are parsed and checked by `megatron plan` (src/parallel); training splits
      * the model by tensor and pipeline parallelism (the pipeline's placement and schedule are
-     * checked by the front end: parallel/pipeline), not yet by context or expert parallelism. */
+     * checked by the front end: parallel/pipeline) and its experts by expert parallelism
+     * (config_moe.c), not yet by context parallelism. */
     MG_CHECK(positive("--pipeline-model-parallel-size", c->pipeline_model_parallel_size));
     const struct {
         const char *flag;
         int v, trivial;
     } layout[] = {
         {"--context-parallel-size", c->context_parallel_size, 1},
-        {"--expert-model-parallel-size", c->expert_model_parallel_size, 1},
-        {"--expert-tensor-parallel-size", c->expert_tensor_parallel_size, -1},
     };
     for (size_t i = 0; i < sizeof layout / sizeof layout[0]; i++) {
         if (layout[i].v == layout[i].trivial || (layout[i].trivial == -1 && layout[i].v == 1))
@@ -290,6 +289,8 @@ static mg_status check_runtime(const mg_config *c) {
                        layout[i].flag, layout[i].v, layout[i].flag, layout[i].v);
     }
     MG_CHECK(absent_or_positive("--ddp-bucket-size", c->ddp_bucket_size));
+    MG_CHECK(positive("--expert-model-parallel-size", c->expert_model_parallel_size));
+    MG_CHECK(absent_or_positive("--expert-tensor-parallel-size", c->expert_tensor_parallel_size));
     return MG_OK;
 }
 
@@ -321,6 +322,7 @@ mg_status mg_config_validate(mg_config *out) {
     MG_CHECK(check_logging(&c));
     MG_CHECK(check_runtime(&c));
     MG_CHECK(check_tp(&c));
+    MG_CHECK(mg_config_check_moe(&c));
     *out = c;
     return MG_OK;
 }

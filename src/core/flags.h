@@ -73,6 +73,13 @@ mg_status mg_config_check_tp(const mg_config *c);
 /* The vocabulary padded up to a multiple of make_vocab_size_divisible_by × TP size, as
  * Megatron's _vocab_size_with_padding. Needs a validated config. */
 int mg_config_padded_vocab(const mg_config *c);
+/* The Mixture-of-Experts checks of mg_config_validate (Megatron's defaults resolved in place:
+ * --moe-ffn-hidden-size, a negative capacity factor). Dense models: only that the expert
+ * flags need --num-experts. */
+mg_status mg_config_check_moe(mg_config *c);
+/* Which of the n_layers layers are MoE layers (1) under --moe-layer-freq; all 0 for a dense
+ * model. MG_ERR_USAGE on a malformed pattern or one whose length is not n_layers. */
+mg_status mg_config_moe_layers(const mg_config *c, uint8_t *is_moe, int n_layers);
 
 /* A malloc'd JSON object {"num_layers": 2, ...} keyed by field name; doubles as %.17g so they read
  * back bit-exactly, enums as their flag choice ("RMSNorm"). The caller frees *json_out. */

@@ -63,18 +63,39 @@ void mg_config_defaults(mg_config *c) {
     c->expert_model_parallel_size = 1;
     c->expert_tensor_parallel_size = -1;
     c->ddp_bucket_size = -1;
+
+    c->num_experts = 0;
+    strcpy(c->moe_layer_freq, "1");
+    c->moe_ffn_hidden_size = -1;
+    c->moe_router_topk = 2;
+    c->moe_router_bias_update_rate = 1e-3;
+    c->moe_expert_capacity_factor = -1;
 }
 
 /* Enum fields are read and written as int. */
 _Static_assert(sizeof(mg_pos_kind) == sizeof(int), "enum size");
 _Static_assert(sizeof(mg_norm_kind) == sizeof(int), "enum size");
 _Static_assert(sizeof(mg_lr_style) == sizeof(int), "enum size");
+_Static_assert(sizeof(mg_moe_score) == sizeof(int), "enum size");
+_Static_assert(sizeof(mg_moe_balancing) == sizeof(int), "enum size");
+_Static_assert(sizeof(mg_moe_drop) == sizeof(int), "enum size");
+_Static_assert(sizeof(mg_moe_dispatcher) == sizeof(int), "enum size");
 
 static const char *const pos_choices[] = {"learned_absolute", "rope", "none", NULL};
 static const char *const pos_later[] = {"mrope", "relative", NULL};
 static const char *const norm_choices[] = {"LayerNorm", "RMSNorm", NULL};
 static const char *const decay_choices[] = {"constant", "linear", "cosine", NULL};
 static const char *const decay_later[] = {"inverse-square-root", "WSD", NULL};
+static const char *const moe_score_choices[] = {"softmax", "sigmoid", NULL};
+static const char *const moe_score_later[] = {"sqrtsoftplus", NULL};
+static const char *const moe_lb_choices[] = {"aux_loss", "seq_aux_loss", "none", NULL};
+static const char *const moe_lb_later[] = {"global_aux_loss", "sinkhorn", "quantile_balancing",
+                                           NULL};
+static const char *const moe_drop_choices[] = {"probs", "position", NULL};
+static const char *const moe_dispatcher_choices[] = {"allgather", "alltoall", NULL};
+static const char *const moe_dispatcher_later[] = {"flex", NULL};
+static const char *const moe_router_dtype_choices[] = {"fp32", NULL};
+static const char *const moe_router_dtype_later[] = {"fp64", NULL};
 static const char *const device_choices[] = {"auto", "cpu", "cuda", NULL};
 static const char *const tokenizer_choices[] = {"GPT2BPETokenizer", "NullTokenizer", NULL};
 static const char *const tokenizer_later[] = {"BertWordPieceLowerCase",
@@ -151,9 +172,58 @@ const mg_flag_spec mg_flag_table[] = {
      .help = "vocabulary size (GPT2BPETokenizer: from the vocab file)"},
     {"--make-vocab-size-divisible-by", MODEL, INT, FIELD(make_vocab_size_divisible_by),
      .help = "pad the vocabulary to a multiple of this"},
-    {"--num-experts", MODEL, INT, NOT_YET, .def = "dense",
-     .why = "(mixture of experts is not implemented); drop it for a dense model",
-     .help = "experts per MoE layer"},
+    {"--num-experts", MODEL, INT, FIELD(num_experts), .def = "dense",
+     .help = "experts per MoE layer (a Mixture-of-Experts model)"},
+    {"--moe-layer-freq", MODEL, STRING, FIELD(moe_layer_freq), .arg = "N|PATTERN",
+     .help = "MoE every N-th layer, or a 0/1 list per layer such as \"([1]*3+[0])*2\""},
+    {"--moe-ffn-hidden-size", MODEL, INT, FIELD(moe_ffn_hidden_size), .def = "ffn-hidden-size",
+     .help = "hidden size of each expert's MLP"},
+    {"--moe-router-topk", MODEL, INT, FIELD(moe_router_topk), .help = "experts per token"},
+    {"--moe-router-score-function", MODEL, .kind = MG_FLAG_ENUM, .arg = "FN",
+     FIELD(moe_router_score_function), .choices = moe_score_choices, .later = moe_score_later,
+     .help = "softmax or sigmoid router scores"},
+    {"--moe-router-pre-softmax", MODEL, BOOL, FIELD(moe_router_pre_softmax),
+     .help = "softmax over all experts before the top-k (else over the top-k logits)"},
+    {"--moe-router-topk-scaling-factor", MODEL, DOUBLE, FIELD(moe_router_topk_scaling_factor),
+     .def = "none", .help = "multiply the routing weights by this"},
+    {"--moe-router-num-groups", MODEL, INT, FIELD(moe_router_num_groups), .def = "none",
+     .help = "expert groups for group-limited routing"},
+    {"--moe-router-group-topk", MODEL, INT, FIELD(moe_router_group_topk), .def = "none",
+     .help = "groups each token may route to"},
+    {"--moe-router-enable-expert-bias", MODEL, BOOL, FIELD(moe_router_enable_expert_bias),
+     .help = "aux-loss-free balancing: a per-expert bias on the selection scores"},
+    {"--moe-router-bias-update-rate", MODEL, DOUBLE, FIELD(moe_router_bias_update_rate),
+     .help = "step of the expert bias update per iteration"},
+    {"--moe-router-load-balancing-type", MODEL, .kind = MG_FLAG_ENUM, .arg = "TYPE",
+     FIELD(moe_router_load_balancing_type), .choices = moe_lb_choices, .later = moe_lb_later,
+     .help = "aux_loss, seq_aux_loss or none"},
+    {"--moe-aux-loss-coeff", MODEL, DOUBLE, FIELD(moe_aux_loss_coeff),
+     .help = "weight of the load-balancing loss"},
+    {"--moe-z-loss-coeff", MODEL, DOUBLE, FIELD(moe_z_loss_coeff), .def = "none",
+     .help = "weight of the router z-loss"},
+    {"--moe-expert-capacity-factor", MODEL, DOUBLE, FIELD(moe_expert_capacity_factor),
+     .def = "dropless",
+     .help = "expert capacity as a multiple of the balanced load; drops the rest"},
+    {"--moe-token-drop-policy", MODEL, .kind = MG_FLAG_ENUM, .arg = "POLICY",
+     FIELD(moe_token_drop_policy), .choices = moe_drop_choices,
+     .help = "over capacity, keep the highest probabilities or the earliest positions"},
+    {"--moe-pad-expert-input-to-capacity", MODEL, BOOL, FIELD(moe_pad_expert_input_to_capacity),
+     .help = "every expert computes exactly its capacity (padding rows weigh 0)"},
+    {"--moe-shared-expert-intermediate-size", MODEL, INT,
+     FIELD(moe_shared_expert_intermediate_size), .def = "none",
+     .help = "hidden size of the shared experts every token passes through"},
+    {"--moe-shared-expert-overlap", MODEL, BOOL, FIELD(moe_shared_expert_overlap),
+     .help = "run the shared experts alongside the token dispatch"},
+    {"--moe-token-dispatcher-type", MODEL, .kind = MG_FLAG_ENUM, .arg = "KIND",
+     FIELD(moe_token_dispatcher_type), .choices = moe_dispatcher_choices,
+     .later = moe_dispatcher_later, .help = "allgather or alltoall over the expert-parallel group"},
+    {"--moe-grouped-gemm", MODEL, BOOL, IGNORED,
+     .help = "experts always run as one grouped GEMM here"},
+    {"--moe-permute-fusion", MODEL, BOOL, IGNORED, .help = "permutation is always fused here"},
+    {"--moe-router-fusion", MODEL, BOOL, IGNORED, .help = "routing is always fused here"},
+    {"--moe-router-dtype", MODEL, STRING, IGNORED, .arg = "DTYPE",
+     .choices = moe_router_dtype_choices, .later = moe_router_dtype_later,
+     .help = "the router always computes in fp32 here"},
     {"--use-mcore-models", MODEL, BOOL, IGNORED, .help = "always Megatron-Core-style models here"},
     {"--transformer-impl", MODEL, STRING, IGNORED, .arg = "IMPL",
      .help = "one built-in implementation here"},

@@ -6,7 +6,7 @@ static mg_status reserve(mg_arena *a, size_t bytes, size_t *off) {
     return mg_arena_reserve(a, bytes, 0, off);
 }
 
-mg_status mg_block_plan_slot(const mg_block_ctx *x, mg_layer_slot *s) {
+mg_status mg_block_plan_slot(const mg_block_ctx *x, mg_layer_slot *s, bool dense, bool moe) {
     const mg_model_config *c = x->c;
     mg_arena *a = x->acts;
     size_t N = (size_t)x->N, Nl = (size_t)x->Nl, e = x->esz, f = sizeof(float), H = (size_t)c->H;
@@ -22,8 +22,26 @@ mg_status mg_block_plan_slot(const mg_block_ctx *x, mg_layer_slot *s) {
     MG_CHECK(reserve(a, N * H * e, &s->ln2));
     MG_CHECK(reserve(a, Nl * f, &s->ln2_mean));
     MG_CHECK(reserve(a, Nl * f, &s->ln2_rstd));
-    MG_CHECK(reserve(a, N * c->fc1_l * e, &s->fc1));
-    MG_CHECK(reserve(a, N * c->F_l * e, &s->act));
+    MG_CHECK(reserve(a, dense ? N * c->fc1_l * e : 0, &s->fc1));
+    MG_CHECK(reserve(a, dense ? N * c->F_l * e : 0, &s->act));
+    if (!moe) return MG_OK;
+    const mg_moe_config *m = &c->moe;
+    const mg_moe_ws *w = x->moe;
+    size_t E = (size_t)m->E, k = (size_t)m->k, R = (size_t)w->R, Rp = (size_t)w->Rp;
+    size_t seqs = c->moe.route.balancing == MG_MOE_LB_SEQ_AUX ? N / (size_t)c->S : 1;
+    MG_CHECK(reserve(a, N * E * f, &s->logits));
+    MG_CHECK(reserve(a, N * k * sizeof(int32_t), &s->idx));
+    MG_CHECK(reserve(a, N * k * f, &s->probs));
+    MG_CHECK(reserve(a, N * k * sizeof(int32_t), &s->pos));
+    MG_CHECK(reserve(a, seqs * E * sizeof(int32_t), &s->aux_counts));
+    MG_CHECK(reserve(a, (size_t)m->ep * m->E_l * sizeof(int32_t), &s->counts));
+    MG_CHECK(reserve(a, m->ep > 1 ? E * sizeof(int32_t) : 0, &s->lcounts));
+    MG_CHECK(reserve(a, R * H * e, &s->xe));
+    MG_CHECK(reserve(a, R * m->fc1 * e, &s->e_fc1));
+    MG_CHECK(reserve(a, R * m->F * e, &s->e_act));
+    MG_CHECK(reserve(a, Rp * H * e, &s->y));
+    MG_CHECK(reserve(a, N * m->shared_fc1 * e, &s->sh_fc1));
+    MG_CHECK(reserve(a, N * m->shared_F * e, &s->sh_act));
     return MG_OK;
 }
 

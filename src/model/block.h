@@ -12,8 +12,9 @@
  * under SP), the column-parallel layer's input gradient is a partial sum, all-reduced (or
  * reduce-scattered, SP) before the norm's backward. With one rank the single-GPU fused paths are
  * used unchanged (bias and residual inside the GEMM epilogue).
- * Exports: mg_layer_params, mg_layer_slot, mg_block_ws, mg_block_ctx, mg_block_*,
- * mg_attention_*, mg_mlp_*. Needs: model/config, model/params, parallel/tensor_parallel, backend,
+ * Exports: mg_moe_params, mg_layer_params, mg_layer_slot, mg_block_ws, mg_moe_ws, mg_block_ctx,
+ * mg_block_*, mg_attention_*, mg_mlp_*, mg_moe_forward, mg_moe_backward. Needs: model/config,
+ * model/params, parallel/tensor_parallel, backend,
  * core/arena. */
 #ifndef MG_MODEL_BLOCK_H
 #define MG_MODEL_BLOCK_H
@@ -24,10 +25,20 @@
 #include "model/params.h"
 #include "parallel/tensor_parallel.h"
 
-/* Rows of the parameter table for one transformer layer; -1 where the model has none. */
+/* Rows of the parameter table of an MoE layer's MLP (model/moe.c); -1 where it has none. */
+typedef struct {
+    int router_w;
+    int *fc1_w, *fc1_b, *fc2_w, *fc2_b;         /* (E_l) this rank's experts, e0 + j */
+    int sh_fc1_w, sh_fc1_b, sh_fc2_w, sh_fc2_b; /* the shared experts */
+    int index;                                  /* this rank's MoE layer number (its state) */
+} mg_moe_params;
+
+/* Rows of the parameter table for one transformer layer; -1 where the model has none. An MoE
+ * layer (moe != NULL) has no fc1/fc2: its MLP is the router and the experts. */
 typedef struct {
     int ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b;
     int ln2_w, ln2_b, fc1_w, fc1_b, fc2_w, fc2_b;
+    mg_moe_params *moe;
 } mg_layer_params;
 
 /* Offsets (bytes) of one layer's saved activations in the activation arena. N tokens of the
@@ -41,7 +52,43 @@ typedef struct {
     size_t ln2, ln2_mean, ln2_rstd; /* as ln1 */
     size_t fc1;                     /* (N, fc1_l) */
     size_t act;                     /* (N, F_l) */
+    /* MoE layers (model/moe.c); R: rows of the experts' input (mg_moe_rows) */
+    size_t logits;          /* (N,E) fp32 router logits */
+    size_t idx, probs, pos; /* (N,k) int32, fp32, int32 */
+    size_t aux_counts;      /* (N/S,E) int32 */
+    size_t counts;          /* (ep x E_l) int32: rows per source rank and local expert */
+    size_t lcounts;         /* (E) int32 expert parallelism: this rank's rows per expert */
+    size_t xe;              /* (R,H) the experts' input rows */
+    size_t e_fc1, e_act;    /* (R, moe fc1), (R, moe F) */
+    size_t y;               /* (Rp,H) the expert outputs of this rank's pairs */
+    size_t sh_fc1, sh_act;  /* (N, shared fc1), (N, shared F) */
 } mg_layer_slot;
+
+/* What MoE layers share (model/moe.c): workspace offsets for the backward, per MoE layer the
+ * expert bias, the step's load and the experts' pointer arrays, and the pass's settings. */
+typedef struct {
+    size_t dlogits, dprobs; /* (N,E), (N,k) fp32 */
+    size_t dy;              /* (Rp,H) d(the expert outputs of this rank's pairs) */
+    size_t dxe;             /* (R,H) d(the experts' input rows) */
+    size_t de_fc1, de_act;  /* (R, moe fc1), (R, moe F) */
+    size_t xp;              /* (Rp,H) expert parallelism: the permuted rows before the
+                               all-to-all (the experts' input is the slot's xe); in the
+                               backward their gradient */
+    size_t ye;              /* (R,H) expert parallelism: the experts' output rows before the
+                               all-to-all back; in the backward their gradient */
+    size_t *bias, *load;    /* (n_layers) offsets of (E) fp32 each */
+    size_t *ptrs;           /* (n_layers) offsets of 8 arrays of E_l pointers */
+    int n_layers;           /* MoE layers on this rank */
+    int Rp;                 /* rows of this rank's permuted pairs: N x k, or E x capacity */
+    int R;                  /* rows of the experts' input: Rp, or with expert parallelism what
+                               the all-to-all may deliver at most */
+    int capacity;           /* tokens per expert kept, 0: dropless */
+    size_t esz;             /* bytes per activation element */
+    mg_comm *ep;            /* the expert-parallel group (set at bind), NULL: one rank */
+    bool train;             /* this pass trains: aux losses, load, expert bias */
+    float *stats;           /* (2) backend fp32: the logged aux loss and z-loss accumulate */
+    float loss_weight, stat_weight; /* mg_moe_routing's, set by the trainer */
+} mg_moe_ws;
 
 /* Workspace offsets (transient, shared by all layers and the head). */
 typedef struct {
@@ -70,6 +117,7 @@ typedef struct {
     float *grad_buf; /* (params->numel) fp32 */
     mg_arena *acts, *work;
     const mg_block_ws *ws;
+    const mg_moe_ws *moe; /* NULL in a dense model */
 } mg_block_ctx;
 
 static inline void *mg_block_act(const mg_block_ctx *x, size_t off) {
@@ -86,8 +134,10 @@ static inline float *mg_block_grad(const mg_block_ctx *x, int i) {
     return i < 0 ? NULL : x->grad_buf + x->params->p[i].offset;
 }
 
-/* Reserves one layer's slot in acts (sizes from the context's shapes). */
-mg_status mg_block_plan_slot(const mg_block_ctx *x, mg_layer_slot *s);
+/* Reserves one layer's slot in acts (sizes from the context's shapes): the dense MLP's
+ * activations if `dense`, an MoE layer's if `moe` (a slot entry serves the layer at one position
+ * of every chunk: it may need both). */
+mg_status mg_block_plan_slot(const mg_block_ctx *x, mg_layer_slot *s, bool dense, bool moe);
 
 /* LayerNorm or RMSNorm of the Nl local rows of `in` into the rows of `whole` (N,H) this rank
  * owns, then (SP) the all-gather that makes `whole` complete on every rank. mean is unused by
@@ -118,6 +168,12 @@ mg_status mg_mlp_forward(const mg_block_ctx *x, const mg_layer_params *p, const 
                          void *out);
 /* dres holds d(out) on entry and d(mid) on exit. */
 mg_status mg_mlp_backward(const mg_block_ctx *x, const mg_layer_params *p, const mg_layer_slot *s,
+                          void *dres);
+/* An MoE layer's MLP: mid -> out = mid + sum of the routed experts' outputs weighted by the
+ * router (+ the shared experts) (model/moe.c). The backward as mg_mlp_backward's. */
+mg_status mg_moe_forward(const mg_block_ctx *x, const mg_layer_params *p, const mg_layer_slot *s,
+                         void *out);
+mg_status mg_moe_backward(const mg_block_ctx *x, const mg_layer_params *p, const mg_layer_slot *s,
                           void *dres);
 
 #endif

@@ -2,8 +2,55 @@
 
 #include "core/flags.h"
 
+#include <stdlib.h>
+#include <string.h>
+
 static int round_up(int x, int to) {
     return (x + to - 1) / to * to;
+}
+
+static mg_status moe_from(mg_moe_config *m, const mg_config *c, bool swiglu) {
+    memset(m, 0, sizeof *m);
+    m->ep = c->expert_model_parallel_size > 1 ? c->expert_model_parallel_size : 1;
+    if (c->num_experts <= 0) return MG_OK;
+    m->E = c->num_experts;
+    m->k = c->moe_router_topk;
+    m->F = c->moe_ffn_hidden_size > 0 ? c->moe_ffn_hidden_size : c->ffn_hidden_size;
+    m->fc1 = swiglu ? 2 * m->F : m->F;
+    m->shared_F =
+        c->moe_shared_expert_intermediate_size > 0 ? c->moe_shared_expert_intermediate_size : 0;
+    m->shared_fc1 = swiglu ? 2 * m->shared_F : m->shared_F;
+    if (m->E % m->ep || m->k < 1 || m->k > m->E || m->F <= 0)
+        return MG_FAIL(MG_ERR_USAGE, "MoE shape: %d experts, top-%d, FFN %d over %d ranks", m->E,
+                       m->k, m->F, m->ep);
+    m->E_l = m->E / m->ep;
+    uint8_t *is_moe = malloc((size_t)c->num_layers);
+    if (!is_moe) return MG_FAIL(MG_ERR_NOMEM, "out of memory");
+    mg_status st = mg_config_moe_layers(c, is_moe, c->num_layers);
+    for (int l = 0; st == MG_OK && l < c->num_layers; l++) m->n_layers += is_moe[l];
+    free(is_moe);
+    MG_CHECK(st);
+    m->capacity_factor = c->moe_expert_capacity_factor;
+    m->pad = c->moe_pad_expert_input_to_capacity;
+    m->expert_bias = c->moe_router_enable_expert_bias;
+    m->bias_rate = (float)c->moe_router_bias_update_rate;
+    m->dispatcher = c->moe_token_dispatcher_type;
+    m->route = (mg_moe_routing){
+        .E = m->E,
+        .k = m->k,
+        .score = c->moe_router_score_function,
+        .pre_softmax = c->moe_router_pre_softmax,
+        .groups = c->moe_router_num_groups > 0 ? c->moe_router_num_groups : 0,
+        .group_k = c->moe_router_group_topk > 0 ? c->moe_router_group_topk : 0,
+        .scaling =
+            c->moe_router_topk_scaling_factor > 0 ? (float)c->moe_router_topk_scaling_factor : 1.0f,
+        .bias = m->expert_bias,
+        .drop = c->moe_token_drop_policy,
+        .balancing = c->moe_router_load_balancing_type,
+        .aux_coeff = (float)c->moe_aux_loss_coeff,
+        .z_coeff = (float)c->moe_z_loss_coeff,
+    };
+    return MG_OK;
 }
 
 mg_status mg_model_config_from(mg_model_config *m, const mg_config *c, int tp_rank) {
@@ -57,7 +104,12 @@ mg_status mg_model_config_from(mg_model_config *m, const mg_config *c, int tp_ra
     m->fc1_l = m->fc1_dim / m->tp;
     m->V_l = m->V / m->tp;
     m->v0 = tp_rank * m->V_l;
-    return MG_OK;
+    return moe_from(&m->moe, c, m->swiglu);
+}
+
+void mg_model_config_set_ep(mg_model_config *m, int ep_rank) {
+    m->moe.ep_rank = ep_rank;
+    m->moe.e0 = ep_rank * m->moe.E_l;
 }
 
 int64_t mg_model_config_num_params(const mg_model_config *m) {
@@ -65,7 +117,16 @@ int64_t mg_model_config_num_params(const mg_model_config *m) {
     int64_t norm = m->norm == MG_NORM_LAYERNORM ? 2 * H : H;
     int64_t layer = norm + H * m->qkv_dim + nb * m->qkv_dim + (int64_t)m->attn_dim * H + nb * H +
                     norm + (int64_t)m->fc1_dim * H + nb * m->fc1_dim + (int64_t)m->F * H + nb * H;
-    int64_t n = (int64_t)m->V * H + m->L * layer + norm;
+    /* an MoE layer's MLP: the router, E experts, the shared experts */
+    const mg_moe_config *e = &m->moe;
+    int64_t dense_mlp = (int64_t)m->fc1_dim * H + nb * m->fc1_dim + (int64_t)m->F * H + nb * H;
+    int64_t moe_mlp = (int64_t)e->E * H +
+                      e->E * ((int64_t)e->fc1 * H + nb * e->fc1 + (int64_t)e->F * H + nb * H) +
+                      (e->shared_F ? (int64_t)e->shared_fc1 * H + nb * e->shared_fc1 +
+                                         (int64_t)e->shared_F * H + nb * H
+                                   : 0);
+    int64_t n =
+        (int64_t)m->V * H + m->L * layer + norm + (int64_t)e->n_layers * (moe_mlp - dense_mlp);
     if (m->pos == MG_POS_LEARNED) n += (int64_t)m->P * H;
     if (!m->tied) n += (int64_t)m->V * H;
     return n;

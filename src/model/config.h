@@ -10,9 +10,28 @@
 #ifndef MG_MODEL_CONFIG_H
 #define MG_MODEL_CONFIG_H
 
+#include "backend/backend.h"
 #include "core/status.h"
 
 #include <stdbool.h>
+
+/* Mixture of experts (model/moe.h): an MoE layer's MLP is E experts of width F, k per token,
+ * plus optional shared experts; expert-parallel rank ep_rank of ep holds experts
+ * [e0, e0 + E_l). `route` holds the routing flags; the model fills in its token counts and the
+ * trainer its loss weights. */
+typedef struct {
+    int E, k;                 /* experts per MoE layer (0: a dense model), experts per token */
+    int n_layers;             /* MoE layers of the whole model (--moe-layer-freq) */
+    int F, fc1;               /* an expert's MLP width and its fc1 rows (2F with SwiGLU) */
+    int shared_F, shared_fc1; /* the shared experts' MLP (0: none) */
+    int ep, ep_rank, E_l, e0; /* expert parallelism */
+    double capacity_factor;   /* < 0: dropless */
+    bool pad;                 /* --moe-pad-expert-input-to-capacity */
+    bool expert_bias;         /* aux-loss-free balancing */
+    float bias_rate;          /* --moe-router-bias-update-rate */
+    mg_moe_dispatcher dispatcher;
+    mg_moe_routing route;
+} mg_moe_config;
 
 typedef struct {
     int L;        /* layers */
@@ -41,12 +60,15 @@ typedef struct {
     int attn_l;     /* attn_dim / tp */
     int F_l, fc1_l; /* F / tp, fc1_dim / tp */
     int V_l, v0;    /* vocabulary rows [v0, v0 + V_l) */
+    mg_moe_config moe;
 } mg_model_config;
 
 /* Shapes of tensor-parallel rank tp_rank of c->tensor_model_parallel_size (sequence parallel as
  * c->sequence_parallel says, off for one rank). Fails with MG_ERR_USAGE if the shapes are
  * inconsistent or do not split over the group (the flag checks should catch it first). */
 mg_status mg_model_config_from(mg_model_config *m, const mg_config *c, int tp_rank);
+/* This rank's experts under expert-parallel rank ep_rank of the layout's size. */
+void mg_model_config_set_ep(mg_model_config *m, int ep_rank);
 /* Total number of trainable parameters of the whole model (tied embedding counted once). */
 int64_t mg_model_config_num_params(const mg_model_config *m);
 /* Rows of the residual stream on this rank for N tokens: N, or N / tp with sequence parallelism. */

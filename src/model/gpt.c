@@ -2,7 +2,9 @@
  * the vocab-parallel embedding, blocks (model/block.h) and the vocab-parallel head. */
 #include "model/gpt.h"
 
+#include "core/flags.h"
 #include "core/rng.h"
+#include "model/moe.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -43,6 +45,65 @@ static mg_status add_linear(mg_gpt *g, const char *prefix, int out, int in, int 
     return MG_OK;
 }
 
+/* An MoE layer's MLP (Megatron-core's names with the grouped experts, TEGroupedMLP): the router,
+ * this expert-parallel rank's experts by their global number, the shared experts. Expert
+ * weights are marked `expert`: their gradients are reduced over the expert-data-parallel
+ * group. */
+static mg_status add_moe(mg_gpt *g, int l, float std, float out_std, mg_layer_params *p) {
+    const mg_model_config *c = &g->cfg;
+    const mg_moe_config *m = &c->moe;
+    char name[96];
+    mg_moe_params *mp = calloc(1, sizeof *mp);
+    int *rows = calloc((size_t)4 * m->E_l, sizeof *rows);
+    if (!mp || !rows) {
+        free(mp);
+        free(rows);
+        return MG_FAIL(MG_ERR_NOMEM, "cannot allocate the MoE layer table");
+    }
+    p->moe = mp;
+    mp->fc1_w = rows;
+    mp->fc2_w = rows + m->E_l;
+    mp->fc1_b = c->bias ? rows + 2 * m->E_l : NULL;
+    mp->fc2_b = c->bias ? rows + 3 * m->E_l : NULL;
+    mp->index = g->n_moe++;
+    snprintf(name, sizeof name, "decoder.layers.%d.mlp.router.weight", l);
+    MG_CHECK(mg_params_add(&g->params, name, 2, m->E, c->H, -1, 1, true, MG_INIT_NORMAL, std,
+                           &mp->router_w));
+    for (int j = 0; j < m->E_l; j++) {
+        int e = m->e0 + j, ignored;
+        const struct {
+            const char *what;
+            int64_t out, in;
+            bool vec;
+            float std;
+            int *row;
+        } t[] = {{"linear_fc1.weight", m->fc1, c->H, false, std, &mp->fc1_w[j]},
+                 {"linear_fc1.bias", m->fc1, 0, true, 0, c->bias ? &mp->fc1_b[j] : NULL},
+                 {"linear_fc2.weight", c->H, m->F, false, out_std, &mp->fc2_w[j]},
+                 {"linear_fc2.bias", c->H, 0, true, 0, c->bias ? &mp->fc2_b[j] : NULL}};
+        for (size_t i = 0; i < sizeof t / sizeof *t; i++) {
+            if (t[i].vec && !c->bias) continue;
+            snprintf(name, sizeof name, "decoder.layers.%d.mlp.experts.%s%d", l, t[i].what, e);
+            int *row = t[i].row ? t[i].row : &ignored;
+            MG_CHECK(mg_params_add(&g->params, name, t[i].vec ? 1 : 2, t[i].out, t[i].in, -1, 1,
+                                   !t[i].vec, t[i].vec ? MG_INIT_ZEROS : MG_INIT_NORMAL, t[i].std,
+                                   row));
+            g->params.p[*row].expert = true;
+        }
+    }
+    mp->sh_fc1_w = mp->sh_fc1_b = mp->sh_fc2_w = mp->sh_fc2_b = -1;
+    if (m->shared_F > 0) {
+        char pre[80];
+        snprintf(pre, sizeof pre, "decoder.layers.%d.mlp.shared_experts.linear_fc1", l);
+        MG_CHECK(add_linear(g, pre, m->shared_fc1, c->H, -1, c->swiglu ? 2 : 1, std, &mp->sh_fc1_w,
+                            &mp->sh_fc1_b));
+        snprintf(pre, sizeof pre, "decoder.layers.%d.mlp.shared_experts.linear_fc2", l);
+        MG_CHECK(
+            add_linear(g, pre, c->H, m->shared_F, -1, 1, out_std, &mp->sh_fc2_w, &mp->sh_fc2_b));
+    }
+    return MG_OK;
+}
+
 static mg_status add_layer(mg_gpt *g, int l, float std, float out_std, mg_layer_params *p) {
     const mg_model_config *c = &g->cfg;
     char pre[80];
@@ -53,6 +114,9 @@ static mg_status add_layer(mg_gpt *g, int l, float std, float out_std, mg_layer_
     MG_CHECK(add_linear(g, PREFIX("self_attention.linear_proj"), c->H, c->attn_dim, 1, 1, out_std,
                         &p->proj_w, &p->proj_b));
     MG_CHECK(add_norm(g, PREFIX("pre_mlp_layernorm"), &p->ln2_w, &p->ln2_b));
+    p->fc1_w = p->fc1_b = p->fc2_w = p->fc2_b = -1;
+    p->moe = NULL;
+    if (g->is_moe[l]) return add_moe(g, l, std, out_std, p);
     MG_CHECK(add_linear(g, PREFIX("mlp.linear_fc1"), c->fc1_dim, c->H, 0, c->swiglu ? 2 : 1, std,
                         &p->fc1_w, &p->fc1_b));
     MG_CHECK(
@@ -88,10 +152,20 @@ static mg_status place_chunks(mg_gpt *g, const mg_config *cfg) {
 }
 
 mg_status mg_gpt_build(mg_gpt *g, const mg_config *cfg, int tp_rank, int pp_rank) {
+    return mg_gpt_build_ep(g, cfg, tp_rank, pp_rank, 0);
+}
+
+mg_status mg_gpt_build_ep(mg_gpt *g, const mg_config *cfg, int tp_rank, int pp_rank, int ep_rank) {
     memset(g, 0, sizeof *g);
     g->wte = g->wpe = g->lnf_w = g->lnf_b = g->out_w = -1;
     g->pp_rank = pp_rank;
     MG_CHECK(mg_model_config_from(&g->cfg, cfg, tp_rank));
+    if (ep_rank < 0 || ep_rank >= g->cfg.moe.ep)
+        return MG_FAIL(MG_ERR_INTERNAL, "expert-parallel rank %d of %d", ep_rank, g->cfg.moe.ep);
+    mg_model_config_set_ep(&g->cfg, ep_rank);
+    g->is_moe = calloc((size_t)g->cfg.L, 1);
+    if (!g->is_moe) return MG_FAIL(MG_ERR_NOMEM, "cannot allocate the layer pattern");
+    MG_CHECK(mg_config_moe_layers(cfg, g->is_moe, g->cfg.L));
     MG_CHECK(place_chunks(g, cfg));
     const mg_model_config *c = &g->cfg;
     mg_params_set_tp(&g->params, c->tp_rank, c->tp);
@@ -137,6 +211,22 @@ mg_status mg_gpt_build(mg_gpt *g, const mg_config *cfg, int tp_rank, int pp_rank
 
 /* ---- planning ---- */
 
+/* MoE layers need the backend's MoE ops, and expert parallelism a group of host buffers. */
+static mg_status check_moe_backend(const mg_gpt *g, const mg_backend *be) {
+    if (!be->router_forward || !be->moe_route || !be->moe_permute || !be->grouped_linear_forward)
+        return MG_FAIL(MG_ERR_UNSUPPORTED,
+                       "the %s backend has no Mixture-of-Experts ops yet; train --num-experts "
+                       "models with --device cpu",
+                       be->name);
+    if (g->cfg.moe.ep > 1 && be->stream_handle)
+        return MG_FAIL(MG_ERR_UNSUPPORTED,
+                       "--expert-model-parallel-size %d on the %s backend: the device-side token "
+                       "dispatch is not implemented yet; use --expert-model-parallel-size 1 or "
+                       "--device cpu",
+                       g->cfg.moe.ep, be->name);
+    return MG_OK;
+}
+
 static mg_status reserve(mg_arena *a, size_t bytes, size_t *off) {
     return mg_arena_reserve(a, bytes, 0, off);
 }
@@ -168,10 +258,23 @@ mg_status mg_gpt_plan(mg_gpt *g, mg_backend *be, int B, int n_slots, mg_arena *a
     g->slot = calloc(n_entries, sizeof *g->slot);
     g->x_out = calloc((size_t)n_slots, sizeof *g->x_out);
     if (!g->slot || !g->x_out) return MG_FAIL(MG_ERR_NOMEM, "cannot allocate the activation plan");
+    if (g->n_moe > 0) { /* before the slots, which take the MoE plan's row counts */
+        g->moe_ws.esz = x->esz;
+        MG_CHECK(mg_moe_plan(&g->moe_ws, c, x->N, g->n_moe, work));
+        g->blk.moe = &g->moe_ws;
+    }
     size_t before = acts->size;
     for (int k = 0; k < n_slots; k++) {
-        for (int i = 0; i < g->slot_layers; i++)
-            MG_CHECK(mg_block_plan_slot(x, &g->slot[(size_t)k * g->slot_layers + i]));
+        for (int i = 0; i < g->slot_layers; i++) {
+            bool dense = false, moe = false; /* what the layers at position i of the chunks need */
+            for (int v = 0; v < g->n_chunks; v++)
+                if (i < g->chunks[v].count) {
+                    bool m = g->layers[g->chunks[v].first + i].moe != NULL;
+                    moe |= m;
+                    dense |= !m;
+                }
+            MG_CHECK(mg_block_plan_slot(x, &g->slot[(size_t)k * g->slot_layers + i], dense, moe));
+        }
         MG_CHECK(reserve(acts, Nl * H * e, &g->x_out[k]));
     }
     g->slot_bytes = (acts->size - before) / (size_t)n_slots;
@@ -182,9 +285,12 @@ mg_status mg_gpt_plan(mg_gpt *g, mg_backend *be, int B, int n_slots, mg_arena *a
     MG_CHECK(reserve(work, N * H * e, &w->dln));
     MG_CHECK(reserve(work, N * c->attn_l * e, &w->datt));
     MG_CHECK(reserve(work, N * c->qkv_l * e, &w->dqkv));
-    MG_CHECK(reserve(work, N * c->fc1_l * e, &w->dfc1));
-    /* the activation's gradient: SwiGLU only (GELU's is fused into fc2's backward) */
-    MG_CHECK(reserve(work, c->swiglu ? N * c->F_l * e : 0, &w->dact));
+    /* the MLP's (and an MoE layer's shared experts') fc1 and activation gradients; the
+     * activation's for SwiGLU only (GELU's is fused into fc2's backward) */
+    size_t fc1 = (size_t)(c->fc1_l > c->moe.shared_fc1 ? c->fc1_l : c->moe.shared_fc1);
+    size_t F = (size_t)(c->F_l > c->moe.shared_F ? c->F_l : c->moe.shared_F);
+    MG_CHECK(reserve(work, N * fc1 * e, &w->dfc1));
+    MG_CHECK(reserve(work, c->swiglu ? N * F * e : 0, &w->dact));
     MG_CHECK(reserve(work, split ? N * H * e : 0, &w->part));
     /* the head (post chunk only): final norm, logits, losses */
     const bool head = g->lnf_w >= 0;
@@ -211,6 +317,9 @@ mg_status mg_gpt_bind(mg_gpt *g, mg_backend *be, void *params, float *grads, mg_
     g->blk.param_buf = params;
     g->blk.grad_buf = grads;
     mg_tp_init(&g->tp, tp_group, be);
+    if (g->n_moe > 0) MG_CHECK(check_moe_backend(g, be));
+    for (int l = 0; l < g->n_layers; l++)
+        if (g->layers[l].moe) MG_CHECK(mg_moe_bind_pointers(&g->blk, g->layers[l].moe));
     if (c->pos != MG_POS_ROPE) return MG_OK;
     /* RoPE tables as Hugging Face computes them: inv_freq in fp32, angle = pos * inv_freq in fp32
      */
@@ -283,16 +392,31 @@ static mg_status call_hook(mg_gpt *g, bool grads, const int *list, int n) {
         grads ? g->hooks.grads_ready : g->hooks.params_needed;
     if (!fn) return MG_OK;
     int idx[MG_GPT_HOOK_MAX], k = 0;
-    for (int i = 0; i < n && k < MG_GPT_HOOK_MAX; i++)
+    for (int i = 0; i < n; i++) {
         if (list[i] >= 0) idx[k++] = list[i];
-    return k ? fn(g->hooks.ctx, idx, k) : MG_OK;
+        if (k == MG_GPT_HOOK_MAX || (i == n - 1 && k > 0)) { /* long lists in pieces */
+            MG_CHECK(fn(g->hooks.ctx, idx, k));
+            k = 0;
+        }
+    }
+    return MG_OK;
 }
 
 static mg_status layer_hook(mg_gpt *g, bool grads, int l) {
     const mg_layer_params *p = &g->layers[l];
     const int list[] = {p->ln1_w, p->ln1_b, p->qkv_w, p->qkv_b, p->proj_w, p->proj_b,
                         p->ln2_w, p->ln2_b, p->fc1_w, p->fc1_b, p->fc2_w,  p->fc2_b};
-    return call_hook(g, grads, list, (int)(sizeof list / sizeof *list));
+    MG_CHECK(call_hook(g, grads, list, (int)(sizeof list / sizeof *list)));
+    const mg_moe_params *mp = p->moe;
+    if (!mp) return MG_OK;
+    int El = g->cfg.moe.E_l;
+    const int shared[] = {mp->router_w, mp->sh_fc1_w, mp->sh_fc1_b, mp->sh_fc2_w, mp->sh_fc2_b};
+    MG_CHECK(call_hook(g, grads, shared, (int)(sizeof shared / sizeof *shared)));
+    MG_CHECK(call_hook(g, grads, mp->fc1_w, El));
+    MG_CHECK(call_hook(g, grads, mp->fc2_w, El));
+    if (mp->fc1_b) MG_CHECK(call_hook(g, grads, mp->fc1_b, El));
+    if (mp->fc2_b) MG_CHECK(call_hook(g, grads, mp->fc2_b, El));
+    return MG_OK;
 }
 
 /* x0 (Nl,H): this rank's vocabulary rows' embeddings (zero for other tokens) plus the positions
@@ -327,7 +451,8 @@ mg_status mg_gpt_chunk_forward(mg_gpt *g, mg_backend *be, int c, int s, const in
         int l = ch->first + i;
         MG_CHECK(layer_hook(g, false, l));
         MG_CHECK(mg_attention_forward(x, &g->layers[l], slot_of(g, s, i)));
-        MG_CHECK(mg_mlp_forward(x, &g->layers[l], slot_of(g, s, i), chunk_x(g, c, s, i + 1)));
+        MG_CHECK((g->layers[l].moe ? mg_moe_forward : mg_mlp_forward)(
+            x, &g->layers[l], slot_of(g, s, i), chunk_x(g, c, s, i + 1)));
     }
     return MG_OK;
 }
@@ -376,7 +501,8 @@ mg_status mg_gpt_chunk_backward(mg_gpt *g, mg_backend *be, int c, int s, const i
     void *dres = ws(g, g->ws.dres);
     for (int i = ch->count - 1; i >= 0; i--) {
         int l = ch->first + i;
-        MG_CHECK(mg_mlp_backward(x, &g->layers[l], slot_of(g, s, i), dres));
+        MG_CHECK((g->layers[l].moe ? mg_moe_backward : mg_mlp_backward)(x, &g->layers[l],
+                                                                        slot_of(g, s, i), dres));
         MG_CHECK(mg_attention_backward(x, &g->layers[l], slot_of(g, s, i), dres));
         MG_CHECK(layer_hook(g, true, l));
     }
@@ -442,6 +568,13 @@ mg_status mg_gpt_backward(mg_gpt *g, mg_backend *be, const int32_t *tokens) {
 
 void mg_gpt_free(mg_gpt *g) {
     mg_params_free(&g->params);
+    for (int l = 0; g->layers && l < g->n_layers; l++)
+        if (g->layers[l].moe) {
+            free(g->layers[l].moe->fc1_w); /* the four row arrays are one allocation */
+            free(g->layers[l].moe);
+        }
+    mg_moe_free(&g->moe_ws);
+    free(g->is_moe);
     free(g->layers);
     free(g->chunks);
     free(g->slot);

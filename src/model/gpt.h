@@ -99,6 +99,9 @@ typedef struct {
     mg_gpt_chunk *chunks;    /* (n_chunks) */
     int n_layers;            /* layers held by this rank, all chunks */
     mg_layer_params *layers; /* (n_layers) chunk after chunk */
+    uint8_t *is_moe;         /* (cfg.L) global layer l is an MoE layer (--moe-layer-freq) */
+    int n_moe;               /* MoE layers held by this rank */
+    mg_moe_ws moe_ws;        /* their shared workspace and state (model/moe.h) */
 
     /* plan (set by mg_gpt_plan) */
     int n_slots, slot_layers;       /* activation slots; layer entries per slot (largest chunk) */
@@ -117,6 +120,9 @@ typedef struct {
 /* Tensor-parallel rank tp_rank's and pipeline rank pp_rank's part of the model cfg describes
  * (0, 0 with one rank). A placement the layer rules refuse is MG_ERR_USAGE. */
 mg_status mg_gpt_build(mg_gpt *g, const mg_config *c, int tp_rank, int pp_rank);
+/* The same as expert-parallel rank ep_rank of --expert-model-parallel-size: the MoE layers hold
+ * experts [ep_rank E/ep, (ep_rank + 1) E/ep) (global numbers in their names). */
+mg_status mg_gpt_build_ep(mg_gpt *g, const mg_config *c, int tp_rank, int pp_rank, int ep_rank);
 /* Reserves n_slots activation slots (>= 1) and the workspace for micro-batches of micro_batch. */
 mg_status mg_gpt_plan(mg_gpt *g, mg_backend *be, int micro_batch, int n_slots, mg_arena *acts,
                       mg_arena *work);

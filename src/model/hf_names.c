@@ -36,6 +36,74 @@ static void add_src(hf_map *m, const char *name, int64_t rows, int64_t cols, int
     s->transposed = tr;
 }
 
+/* fc1 of an MLP under prefix `pre` (GPT-2: c_fc, Conv1D; Llama: [gate; up] or up). */
+static void add_fc1(const mg_model_config *c, hf_map *m, const char *pre, const char *gate,
+                    const char *up, const char *suffix, int64_t rows, int64_t cols, bool vec,
+                    bool gpt2) {
+    char buf[128];
+    if (gpt2) {
+        snprintf(buf, sizeof buf, "%s.c_fc.%s", pre, suffix);
+        add_src(m, buf, rows, cols, vec ? 1 : 2, !vec);
+    } else if (c->swiglu) {
+        snprintf(buf, sizeof buf, "%s.%s.%s", pre, gate, suffix);
+        add_src(m, buf, rows / 2, cols, vec ? 1 : 2, false);
+        snprintf(buf, sizeof buf, "%s.%s.%s", pre, up, suffix);
+        add_src(m, buf, rows / 2, cols, vec ? 1 : 2, false);
+    } else {
+        snprintf(buf, sizeof buf, "%s.%s.%s", pre, up, suffix);
+        add_src(m, buf, rows, cols, vec ? 1 : 2, false);
+    }
+}
+
+/* An MoE layer's tensors, Mixtral's Hub names: block_sparse_moe.gate (the router),
+ * block_sparse_moe.experts.E.w1 / w3 / w2 (gate / up / down; a GELU expert has w1 and w2), the
+ * shared experts as block_sparse_moe.shared_expert.gate_proj / up_proj / down_proj. GPT-2-shaped
+ * models keep GPT-2's Conv1D names inside: experts.E.c_fc / c_proj, shared_expert.c_fc / c_proj.
+ * false when parameter i is not one of them. */
+static bool describe_moe(const mg_gpt *g, int i, const mg_moe_params *mp, const char *layer,
+                         bool gpt2, hf_map *m) {
+    const mg_model_config *c = &g->cfg;
+    const mg_param_meta *p = &g->params.p[i];
+    int64_t rows = p->shape[0], cols = p->ndim == 2 ? p->shape[1] : 1;
+    const char *suffix = strrchr(p->name, '.') + 1;
+    bool vec = p->ndim == 1;
+    char pre[96], buf[128];
+    if (i == mp->router_w) {
+        snprintf(buf, sizeof buf, "%s.block_sparse_moe.gate.weight", layer);
+        add_src(m, buf, rows, cols, 2, false);
+        return true;
+    }
+    /* the suffix of an expert's parameter ends in its number: weight7 -> weight */
+    char sfx[16];
+    snprintf(sfx, sizeof sfx, "%s", suffix);
+    for (char *q = sfx; *q; q++)
+        if (*q >= '0' && *q <= '9') *q = '\0';
+    for (int j = 0; j < c->moe.E_l; j++) {
+        bool fc1 = i == mp->fc1_w[j] || (mp->fc1_b && i == mp->fc1_b[j]);
+        bool fc2 = i == mp->fc2_w[j] || (mp->fc2_b && i == mp->fc2_b[j]);
+        if (!fc1 && !fc2) continue;
+        snprintf(pre, sizeof pre, "%s.block_sparse_moe.experts.%d", layer, c->moe.e0 + j);
+        if (fc1) {
+            add_fc1(c, m, pre, "w1", c->swiglu ? "w3" : "w1", sfx, rows, cols, vec, gpt2);
+        } else {
+            snprintf(buf, sizeof buf, "%s.%s.%s", pre, gpt2 ? "c_proj" : "w2", sfx);
+            add_src(m, buf, rows, cols, vec ? 1 : 2, gpt2 && !vec);
+        }
+        return true;
+    }
+    snprintf(pre, sizeof pre, "%s.block_sparse_moe.shared_expert", layer);
+    if (i == mp->sh_fc1_w || i == mp->sh_fc1_b) {
+        add_fc1(c, m, pre, "gate_proj", "up_proj", suffix, rows, cols, vec, gpt2);
+        return true;
+    }
+    if (i == mp->sh_fc2_w || i == mp->sh_fc2_b) {
+        snprintf(buf, sizeof buf, "%s.%s.%s", pre, gpt2 ? "c_proj" : "down_proj", suffix);
+        add_src(m, buf, rows, cols, vec ? 1 : 2, gpt2 && !vec);
+        return true;
+    }
+    return false;
+}
+
 /* Describes which HF tensors make up parameter `i`. */
 static mg_status describe(const mg_gpt *g, int i, hf_map *m) {
     const mg_model_config *c = &g->cfg;
@@ -87,6 +155,7 @@ static mg_status describe(const mg_gpt *g, int i, hf_map *m) {
             add_src(m, buf, rows, cols, vec ? 1 : 2, gpt2 && !vec && strstr(mod, "c_proj"));
             return MG_OK;
         }
+        if (lp->moe && describe_moe(g, i, lp->moe, pre, gpt2, m)) return MG_OK;
         if (i == lp->qkv_w || i == lp->qkv_b) {
             m->perm = PERM_QKV;
             if (gpt2) {

@@ -42,6 +42,9 @@ typedef struct {
      * the output layer (last stage), whose gradients are summed over the embedding group; the
      * copy is `shared` (Megatron's attribute): the gradient norm leaves it out */
     bool embedding_group, shared;
+    /* an expert's weight (Megatron's allreduce = False): this expert-parallel rank's own, its
+     * gradient reduced over the expert-data-parallel group, not the data-parallel one */
+    bool expert;
     mg_init_kind init;
     float init_std;
     uint32_t id;   /* RNG stream: mg_param_id(name) */

@@ -1,9 +1,12 @@
 #include "train/metrics.h"
 
+#include "core/flags.h"
+
 #include "core/status.h"
 
 #include <errno.h>
 #include <math.h>
+#include <stdlib.h>
 #include <stdarg.h>
 #include <string.h>
 #include <time.h>
@@ -102,6 +105,19 @@ int mg_metrics_format_line_at(char *buf, size_t cap, const char *timestamp,
     }
     sb_printf(&b, " number of skipped iterations: %3d |", r->skipped_iters);
     sb_printf(&b, " number of nan iterations: %3d |", r->nan_iters);
+    const struct {
+        const char *name;
+        double v;
+        bool on;
+    } moe[] = {{r->aux_name, r->aux_loss, r->moe && r->aux_name},
+               {"z_loss", r->z_loss, r->moe && !(r->z_loss < 0)},
+               {"expert load (max/mean)", r->expert_load, r->moe}};
+    for (size_t i = 0; i < sizeof moe / sizeof *moe; i++)
+        if (moe[i].on) {
+            sb_printf(&b, " %s: ", moe[i].name);
+            sb_float(&b, "%.2f", false, moe[i].v);
+            sb_printf(&b, " |");
+        }
     return sb_result(&b);
 }
 
@@ -137,6 +153,18 @@ int mg_metrics_format_json(char *buf, size_t cap, const mg_log_record *r) {
     sb_json_num(&b, "ms_per_iter", r->elapsed_ms_per_iter, false);
     sb_printf(&b, ", \"consumed_samples\": %lld, ", (long long)r->consumed_samples);
     sb_json_num(&b, "tflops", r->tflops_per_gpu, true);
+    if (r->moe && r->aux_name) {
+        sb_printf(&b, ", ");
+        sb_json_num(&b, r->aux_name, r->aux_loss, false);
+    }
+    if (r->moe && !(r->z_loss < 0)) {
+        sb_printf(&b, ", ");
+        sb_json_num(&b, "z_loss", r->z_loss, false);
+    }
+    if (r->moe) {
+        sb_printf(&b, ", ");
+        sb_json_num(&b, "expert_load", r->expert_load, false);
+    }
     sb_printf(&b, "}");
     return sb_result(&b);
 }
@@ -189,8 +217,24 @@ double mg_flops_per_iteration(const mg_config *c, int64_t batch_size) {
     int64_t Q = kv * NH, K = kv * G;
     int64_t ffn_expansion = c->swiglu ? 3 : 2; /* h->ffn (x2 when gated) and ffn->h GEMMs */
 
+    /* MoE (Megatron's dense / routed / shared split): an MoE layer's MLP runs top-k experts of
+     * --moe-ffn-hidden-size and the shared experts; the router is not counted */
+    int64_t moe_layers = 0, routed = 0, shared = 0;
+    if (c->num_experts > 0 && L > 0) {
+        uint8_t *is_moe = malloc((size_t)L);
+        if (is_moe && mg_config_moe_layers(c, is_moe, (int)L) == MG_OK)
+            for (int64_t l = 0; l < L; l++) moe_layers += is_moe[l];
+        else
+            mg_error_clear();
+        free(is_moe);
+        routed =
+            (int64_t)(c->moe_ffn_hidden_size > 0 ? c->moe_ffn_hidden_size : F) * c->moe_router_topk;
+        shared =
+            c->moe_shared_expert_intermediate_size > 0 ? c->moe_shared_expert_intermediate_size : 0;
+    }
+    int64_t mlp = F * (L - moe_layers) + (routed + shared) * moe_layers;
     /* Token-linear FLOPs per token: 3 (fwd, dgrad, wgrad) * 2 (multiply-add) * GEMM sizes. */
-    int64_t per_token = 6 * H * (F * ffn_expansion) * L     /* MLP */
+    int64_t per_token = 6 * H * (mlp * ffn_expansion)       /* MLP */
                         + 6 * (H * (Q + K + K) + Q * H) * L /* QKV + output projections */
                         + 6 * H * Vp;                       /* logits */
     /* Megatron multiplies Python ints exactly and rounds once when the float core term joins;

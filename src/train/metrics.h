@@ -24,6 +24,14 @@ typedef struct {
     int global_batch_size;
     double lm_loss, loss_scale, grad_norm;
     int skipped_iters, nan_iters;
+    /* MoE models only (moe): Megatron's track_moe_metrics values, the mean over the MoE layers
+     * and the microbatches of the aux loss (aux_name "load_balancing_loss" or
+     * "seq_load_balancing_loss"; NULL: none) and of the z-loss (negative: none), without their
+     * coefficients; and ours: the expert load, max over mean tokens per expert of the busiest
+     * MoE layer in the last step */
+    bool moe;
+    const char *aux_name;
+    double aux_loss, z_loss, expert_load;
 } mg_log_record;
 
 /* Local time as Megatron stamps its line: datetime.now().strftime('%Y-%m-%d %H:%M:%S.%f'),
@@ -35,6 +43,8 @@ void mg_metrics_timestamp(char *buf, size_t cap);
  *  {:.1f} | throughput per GPU (TFLOP/s/GPU): {:.1f} | learning rate: {:.6E} | global batch size:
  *  {:5d} | lm loss: {:.6E} | loss scale: {:.1f} | grad norm: {:.3f} | number of skipped
  *  iterations: {:3d} | number of nan iterations: {:3d} |"
+ * then, for MoE models, Megatron's " {name}: {:.2f} |" per tracked loss, and ours
+ * " expert load (max/mean): {:.2f} |".
  * Non-finite values print as Python prints them (nan, inf, NAN, INF). tokens_per_s is not part of
  * Megatron's line; it goes to the metrics file. Returns what snprintf returns: the length the
  * line needs (truncated to cap - 1 when longer), or a negative value on an encoding error. */
@@ -60,8 +70,9 @@ mg_status mg_metrics_open(mg_metrics_file *m, const char *path, bool append);
 mg_status mg_metrics_write(mg_metrics_file *m, const mg_log_record *r);
 void mg_metrics_close(mg_metrics_file *m);
 
-/* Megatron's num_floating_point_operations for a dense GPT (no MoE, MLA, MTP, linear attention
- * or output gate), BSHD layout: FLOPs of one iteration over batch_size samples of seq_length
+/* Megatron's num_floating_point_operations for a GPT (no MLA, MTP, linear attention or output
+ * gate), BSHD layout; with experts the MLP term is Megatron's F x dense layers + (moe F x topk +
+ * shared F) x MoE layers: FLOPs of one iteration over batch_size samples of seq_length
  * tokens, forward and backward:
  *   T = B*S tokens, Q = kv_channels*NH, K = kv_channels*G, Vp = padded vocab
  *   flops = T * ( 6*H*F*(3 if swiglu else 2)*L            MLP

@@ -85,6 +85,17 @@ static void print_banner(const mg_trainer *t) {
                 m->pos == MG_POS_ROPE      ? "RoPE"
                 : m->pos == MG_POS_LEARNED ? "learned positions"
                                            : "no positions");
+    const mg_moe_config *e = &m->moe;
+    if (e->E > 0) {
+        char shared[48] = "";
+        if (e->shared_F) snprintf(shared, sizeof shared, ", shared experts' ffn %d", e->shared_F);
+        mg_log_info("> mixture of experts: %d of %d layers, %d experts (top-%d, %s%s), expert ffn "
+                    "%d%s; expert-parallel size %d (%d experts per rank), %s",
+                    e->n_layers, m->L, e->E, e->k,
+                    e->route.score == MG_MOE_SCORE_SIGMOID ? "sigmoid" : "softmax",
+                    e->route.groups ? ", group-limited" : "", e->F, shared, e->ep, e->E_l,
+                    e->capacity_factor > 0 ? "capacity-limited" : "dropless");
+    }
     mg_log_info("> batch: micro %d, global %d (%d microbatches per rank), %" PRId64 " iterations",
                 c->micro_batch_size, c->global_batch_size, t->num_microbatches, c->train_iters);
     const mg_grad_buffer_layout *l = &t->gbuf;
@@ -105,6 +116,18 @@ static void print_banner(const mg_trainer *t) {
     if (t->be->device != MG_DEVICE_CPU && mg_flags_seen("--fp16"))
         mg_log_info("> note: the %s backend computes in %s; --fp16 is not used", t->be->name,
                     mg_dtype_name(t->be->compute_dtype));
+}
+
+/* The MoE values of the log line: the losses Megatron tracks (those enabled) and the load. */
+static void moe_record(mg_trainer *t, const mg_step_stats *s, mg_log_record *r) {
+    const mg_moe_routing *q = &t->model.cfg.moe.route;
+    r->moe = true;
+    r->aux_name = q->balancing == MG_MOE_LB_NONE || !(q->aux_coeff > 0) ? NULL
+                  : q->balancing == MG_MOE_LB_SEQ_AUX                   ? "seq_load_balancing_loss"
+                                                                        : "load_balancing_loss";
+    r->aux_loss = s->moe_aux;
+    r->z_loss = q->z_coeff > 0 ? s->moe_z : -1;
+    r->expert_load = mg_trainer_expert_load(t);
 }
 
 /* The pipeline bubble this stage measured (parallel/pipeline/run.h: time waiting for neighbours
@@ -176,6 +199,7 @@ static mg_status train_loop(mg_trainer *t) {
                 .skipped_iters = 0,
                 .nan_iters = nan_iters,
             };
+            if (t->model.cfg.moe.E > 0) moe_record(t, &s, &r);
             char line[1024];
             mg_metrics_format_line(line, sizeof line, &r);
             mg_log_last("%s", line);

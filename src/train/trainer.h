@@ -61,12 +61,15 @@ typedef enum {
     MG_STAT_LOSS_SUM,      /* sum of the step losses since the last reset */
     MG_STAT_GRAD_NORM_SUM, /* sum of the grad norms since the last reset (a NaN or Inf sticks) */
     MG_STAT_EVAL_SUM,      /* sum of the eval batch losses of the last mg_trainer_evaluate */
+    MG_STAT_MOE_AUX,       /* MoE: the last step's logged aux loss (model/moe.h) */
+    MG_STAT_MOE_Z,         /* MoE: the last step's logged z-loss */
     MG_STAT_COUNT          /* <= MG_MEMORY_STATS (train/memory.h) */
 } mg_stat;
 
 typedef struct {
     double loss, grad_norm;         /* the last step's */
     double loss_sum, grad_norm_sum; /* since the last reset */
+    double moe_aux, moe_z;          /* MoE: the last step's logged aux loss and z-loss */
 } mg_step_stats;
 
 /* The groups of one rank (none owned; NULL: a group of one rank): data-parallel, tensor-parallel,
@@ -74,6 +77,7 @@ typedef struct {
  * group, NULL on the others: Megatron's _EMBEDDING_GROUP). */
 typedef struct {
     mg_comm *dp, *tp, *pp, *embedding;
+    mg_comm *ep, *edp; /* expert-parallel and expert-data-parallel (MoE models) */
 } mg_train_groups;
 
 typedef struct {
@@ -86,6 +90,9 @@ typedef struct {
     mg_comm *pp;                      /* the pipeline-parallel group (not owned); NULL: one stage */
     int pp_rank, pp_size;             /* 0, 1 without a group */
     mg_comm *embd;                    /* the embedding group (first and last stage), or NULL */
+    mg_comm *ep;                      /* the expert-parallel group (not owned); NULL: one rank */
+    int ep_rank, ep_size;             /* 0, 1 without a group */
+    mg_comm *edp;                     /* the expert-data-parallel group: dp / ep ranks */
     mg_pipeline pipe;                 /* the schedule walker (parallel/pipeline/run.h) */
     bool grad_sync_live;              /* in each chunk's last backward of the step: the hooks
                                          all-reduce the sequence-parallel gradients over tp and hand
@@ -188,6 +195,9 @@ typedef struct {
 mg_memory_per_param mg_trainer_memory_per_param(const mg_trainer *t);
 /* Logs the device memory in use (backends with memory_info; nothing on CPU) next to the plan. */
 mg_status mg_trainer_log_memory(mg_trainer *t, const char *when);
+/* MoE models: the last step's expert load, max over mean tokens per expert of the busiest MoE
+ * layer on this rank (a host read; 0 for a dense model or on a read error). */
+double mg_trainer_expert_load(mg_trainer *t);
 mg_status mg_trainer_save(mg_trainer *t);
 void mg_trainer_free(mg_trainer *t);
 

@@ -92,4 +92,33 @@ if [ "$rc" -ne 0 ]; then fail flags_help "exit code $rc, expected 0"
 elif [ -n "$missing" ]; then fail flags_help "help lacks:$missing"
 else pass flags_help; fi
 
+# Mixture of experts: the flags' checks (Megatron's TransformerConfig rules and ours)
+MOE=(--num-experts 4 --device cpu)
+expect_error moe_topk_over_experts 2 "--moe-router-topk 5 must be between 1 and --num-experts 4" \
+    train "${MODEL[@]}" "${RUN[@]}" "${MOE[@]}" --moe-router-topk 5
+expect_error moe_unknown_score_function 2 "--moe-router-score-function expects one of softmax or sigmoid, got 'tanh'" \
+    train "${MODEL[@]}" "${RUN[@]}" "${MOE[@]}" --moe-router-score-function tanh
+expect_error moe_experts_over_ep 2 "--num-experts 4 is not divisible by --expert-model-parallel-size 3" \
+    train "${MODEL[@]}" "${RUN[@]}" "${MOE[@]}" --expert-model-parallel-size 3
+expect_error moe_ep_without_experts 2 "--expert-model-parallel-size 2 needs --num-experts" \
+    train "${MODEL[@]}" "${RUN[@]}" --expert-model-parallel-size 2
+expect_error moe_ep_over_world 2 "--expert-model-parallel-size 2 does not divide the data-parallel size 1" \
+    train "${MODEL[@]}" "${RUN[@]}" "${MOE[@]}" --expert-model-parallel-size 2
+expect_error moe_top1_softmax 2 "--moe-router-topk 1 with softmax scores needs --moe-router-pre-softmax" \
+    train "${MODEL[@]}" "${RUN[@]}" "${MOE[@]}" --moe-router-topk 1
+expect_error moe_layer_freq_length 2 "--moe-layer-freq '\[1,0,1\]' describes 3 layers, but --num-layers is 2" \
+    train "${MODEL[@]}" "${RUN[@]}" "${MOE[@]}" --moe-layer-freq "[1,0,1]"
+expect_error moe_layer_freq_syntax 2 "--moe-layer-freq '\(\[1\]\*2' is not an integer or a 0/1 list expression" \
+    train "${MODEL[@]}" "${RUN[@]}" "${MOE[@]}" --moe-layer-freq "([1]*2"
+expect_error moe_groups 2 "--num-experts 4 is not divisible by --moe-router-num-groups 3" \
+    train "${MODEL[@]}" "${RUN[@]}" "${MOE[@]}" --moe-router-num-groups 3 --moe-router-group-topk 1
+expect_error moe_bias_softmax 2 "--moe-router-enable-expert-bias needs --moe-router-score-function sigmoid" \
+    train "${MODEL[@]}" "${RUN[@]}" "${MOE[@]}" --moe-router-enable-expert-bias
+expect_error moe_pad_without_capacity 2 "--moe-pad-expert-input-to-capacity needs --moe-expert-capacity-factor" \
+    train "${MODEL[@]}" "${RUN[@]}" "${MOE[@]}" --moe-pad-expert-input-to-capacity
+expect_error moe_etp 1 "--expert-tensor-parallel-size 2 is not supported yet" \
+    train "${MODEL[@]}" "${RUN[@]}" "${MOE[@]}" --expert-tensor-parallel-size 2
+expect_error moe_shared_overlap_allgather 2 "--moe-shared-expert-overlap only works with --moe-token-dispatcher-type alltoall" \
+    train "${MODEL[@]}" "${RUN[@]}" "${MOE[@]}" --moe-shared-expert-intermediate-size 32 --moe-shared-expert-overlap
+
 finish

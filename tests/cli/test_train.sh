@@ -57,6 +57,22 @@ check_resume() { # NAME EXTRA_FLAGS...
 }
 check_resume train_resume_bitwise_gpt2
 check_resume train_resume_bitwise_llama "${LLAMA[@]}"
+MOE=(--num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 48 --moe-layer-freq "[0,1]"
+     --moe-aux-loss-coeff 0.01 --moe-z-loss-coeff 0.001 --moe-shared-expert-intermediate-size 32)
+check_resume train_resume_bitwise_moe "${LLAMA[@]}" "${MOE[@]}"
+
+# 2b. an MoE model logs Megatron's tracked losses and the expert load, in the metrics file too
+d="$TMP/moe_log"; mkdir -p "$d"
+if "$MEGATRON" train "${MODEL[@]}" "${MOE[@]}" --train-iters 3 --metrics-file "$d/m.jsonl" >"$d/log" 2>&1; then
+    line=$(grep -m1 ' iteration        3/       3 |' "$d/log")
+    if ! grep -qE 'load_balancing_loss: [0-9.]+ \| z_loss: [0-9.]+ \| expert load \(max/mean\): [0-9.]+ \|$' <<<"$line"; then
+        fail train_moe_log_line "no MoE fields at the end of: $line"
+    elif ! grep -q '"load_balancing_loss": .*"z_loss": .*"expert_load": ' "$d/m.jsonl"; then
+        fail train_moe_log_line "metrics file lacks the MoE keys: $(tail -n 1 "$d/m.jsonl")"
+    else pass train_moe_log_line; fi
+else
+    fail train_moe_log_line "training failed: $(tail -n 3 "$d/log")"
+fi
 
 # 3. a save that fails half-way leaves the previous checkpoint as the latest, and nothing behind
 d="$TMP/train_resume_bitwise_gpt2"

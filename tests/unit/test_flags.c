@@ -363,8 +363,9 @@ MG_TEST(flags_not_yet_flags_fail_unless_trivial) {
     before = c;
     const char *a3[] = {"--tensor-model-parallel-size", "two", NULL};
     MG_EXPECT_ERROR(parse(&c, a3), MG_ERR_USAGE, "expects an integer, got 'two'");
-    const char *a6[] = {"--num-experts", "8", NULL};
-    MG_EXPECT_ERROR(parse(&c, a6), MG_ERR_UNSUPPORTED, "--num-experts 8 is not supported yet");
+    const char *a6[] = {"--moe-router-score-function", "sqrtsoftplus", NULL};
+    MG_EXPECT_ERROR(parse(&c, a6), MG_ERR_UNSUPPORTED,
+                    "--moe-router-score-function sqrtsoftplus is not supported yet");
     const char *a7[] = {"--hidden-dropout", "0.1", NULL};
     MG_EXPECT_ERROR(parse(&c, a7), MG_ERR_UNSUPPORTED, "dropout is not implemented); use 0");
     const char *a8[] = {"--tokenizer-type", "SentencePieceTokenizer", NULL};

@@ -68,7 +68,8 @@ static void compare_named(mg_test_ctx *t, const mg_gpt *g, const float *buf, con
         const mg_golden_record *r = mg_golden_find(gold, name);
         MG_EXPECT(r != NULL, "golden record %s missing", name);
         if (!r) continue;
-        int64_t n = set.tensors[i].shape[0] * (set.tensors[i].ndim == 2 ? set.tensors[i].shape[1] : 1);
+        int64_t n =
+            set.tensors[i].shape[0] * (set.tensors[i].ndim == 2 ? set.tensors[i].shape[1] : 1);
         MG_EXPECT(n == r->numel, "%s: %lld elements, golden has %lld", name, (long long)n,
                   (long long)r->numel);
         if (n != r->numel) continue;
@@ -77,6 +78,58 @@ static void compare_named(mg_test_ctx *t, const mg_gpt *g, const float *buf, con
         MG_EXPECT(err <= tol, "%s: relative error %.3g > %.0e", name, err, tol);
     }
     mg_hf_export_free(&set);
+}
+
+/* The global layer number of MoE layer `index` of a whole model. */
+static int moe_layer(const mg_gpt *g, int index) {
+    for (int l = 0; l < g->n_layers; l++)
+        if (g->layers[l].moe && g->layers[l].moe->index == index) return l;
+    return -1;
+}
+
+/* The expert bias of every MoE layer from the reference's weights (its "e_score_correction_bias"
+ * tensors), where the model has one. */
+static void load_expert_bias(mg_test_ctx *t, mg_trainer *tr, const mg_safetensors *sf) {
+    mg_gpt *g = &tr->model;
+    for (int i = 0; g->cfg.moe.expert_bias && i < g->n_moe; i++) {
+        char name[128];
+        snprintf(name, sizeof name, "model.layers.%d.block_sparse_moe.gate.e_score_correction_bias",
+                 moe_layer(g, i));
+        const mg_st_entry *e = mg_safetensors_find(sf, name);
+        MG_EXPECT(e && e->dtype == MG_F32 && e->shape[0] == g->cfg.moe.E, "%s missing", name);
+        if (e)
+            MG_EXPECT_OK(tr->be->copy_h2d(tr->be, mg_arena_ptr(&tr->a_work, g->moe_ws.bias[i]),
+                                          e->data, (size_t)g->cfg.moe.E * sizeof(float)));
+    }
+}
+
+/* A golden vector of E values against backend memory (fp32), relative to its largest value. */
+static void compare_vector(mg_test_ctx *t, mg_trainer *tr, const mg_golden *gold, const char *rec,
+                           const float *dev, int n, double tol) {
+    const mg_golden_record *r = mg_golden_find(gold, rec);
+    MG_EXPECT(r && r->numel == n, "golden record %s missing or not %d values", rec, n);
+    if (!r || r->numel != n) return;
+    float h[1024];
+    MG_EXPECT_OK(tr->be->copy_d2h(tr->be, h, dev, (size_t)n * sizeof *h));
+    double err = mg_test_rel_err(h, r->data, (size_t)n);
+    MG_EXPECT(err <= tol, "%s: relative error %.3g > %.0e", rec, err, tol);
+}
+
+/* MoE models after the first forward-backward: the logged aux loss and z-loss, and every MoE
+ * layer's tokens per expert (integers: exact). */
+static void check_moe_stats(mg_test_ctx *t, mg_trainer *tr, const mg_golden *gold) {
+    mg_gpt *g = &tr->model;
+    if (g->n_moe == 0) return;
+    const char *rec[2] = {"aux_loss", "z_loss"};
+    for (int k = 0; k < 2; k++)
+        if (mg_golden_find(gold, rec[k]))
+            compare_vector(t, tr, gold, rec[k], &tr->stats[MG_STAT_MOE_AUX + k], 1, 1e-5);
+    for (int i = 0; i < g->n_moe; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "tokens_per_expert.%d", moe_layer(g, i));
+        compare_vector(t, tr, gold, name, mg_arena_ptr(&tr->a_work, g->moe_ws.load[i]),
+                       g->cfg.moe.E, 0);
+    }
 }
 
 static void check_golden_model(mg_test_ctx *t, const char *name) {
@@ -100,6 +153,7 @@ static void check_golden_model(mg_test_ctx *t, const char *name) {
     snprintf(path, sizeof path, MG_GOLDEN_DIR "/%s.safetensors", name);
     MG_EXPECT_OK(mg_safetensors_open(&sf, path));
     MG_EXPECT_OK(mg_hf_import(g, &sf, path, host));
+    load_expert_bias(t, tr, &sf);
     mg_safetensors_close(&sf);
     MG_EXPECT_OK(mg_trainer_set_weights(tr, host));
 
@@ -124,8 +178,8 @@ static void check_golden_model(mg_test_ctx *t, const char *name) {
         MG_EXPECT_OK(be->copy_h2d(be, tr->tokens, ids, (size_t)N * sizeof *ids));
         MG_EXPECT_OK(mg_gpt_forward(g, be, tr->tokens));
         MG_EXPECT_OK(be->download_f32(be, lg, mg_gpt_logits(g), (size_t)N * V));
-        double err = mg_test_rel_err(lg, (const float *)logits->data + (size_t)mb * N * V,
-                                     (size_t)N * V);
+        double err =
+            mg_test_rel_err(lg, (const float *)logits->data + (size_t)mb * N * V, (size_t)N * V);
         if (err > worst_logits) worst_logits = err;
     }
     free(lg);
@@ -140,6 +194,7 @@ static void check_golden_model(mg_test_ctx *t, const char *name) {
     MG_EXPECT(fabs(l - want) <= 1e-5 * fabs(want), "%s loss %.9g, reference %.9g", name, l, want);
     double worst_grad = 0;
     compare_named(t, g, tr->grads, &gold, "grad.", 1e-4, &worst_grad);
+    check_moe_stats(t, tr, &gold);
 
     /* three training iterations on the same batch */
     const mg_golden_record *sl = mg_golden_find(&gold, "step_loss");
@@ -150,7 +205,8 @@ static void check_golden_model(mg_test_ctx *t, const char *name) {
     for (int k = 0; k < 3; k++) {
         double lr = mg_lr_schedule_lr(&tr->lr), step_loss, norm;
         MG_EXPECT_OK(mg_trainer_step(tr, &step_loss, &norm));
-        double wl = ((float *)sl->data)[k], wn = ((float *)sn->data)[k], wlr = ((float *)slr->data)[k];
+        double wl = ((float *)sl->data)[k], wn = ((float *)sn->data)[k],
+               wlr = ((float *)slr->data)[k];
         MG_EXPECT(fabs(step_loss - wl) <= 1e-5 * fabs(wl), "step %d loss %.9g, reference %.9g", k,
                   step_loss, wl);
         MG_EXPECT(fabs(norm - wn) <= 1e-4 * fabs(wn), "step %d grad norm %.9g, reference %.9g", k,
@@ -161,6 +217,14 @@ static void check_golden_model(mg_test_ctx *t, const char *name) {
     MG_EXPECT_OK(mg_trainer_get_weights(tr, host));
     double worst_final = 0;
     compare_named(t, g, host, &gold, "final.", 1e-5, &worst_final);
+    for (int i = 0; g->cfg.moe.expert_bias && i < g->n_moe; i++) { /* after 3 updates */
+        char rec[128];
+        snprintf(rec, sizeof rec,
+                 "final.model.layers.%d.block_sparse_moe.gate.e_score_correction_bias",
+                 moe_layer(g, i));
+        compare_vector(t, tr, &gold, rec, mg_arena_ptr(&tr->a_work, g->moe_ws.bias[i]),
+                       g->cfg.moe.E, 1e-6);
+    }
     printf("  %s: logits %.2e, grads %.2e, params after 3 steps %.2e (max relative errors)\n", name,
            worst_logits, worst_grad, worst_final);
 done:
@@ -170,5 +234,18 @@ done:
     mg_golden_free(&gold);
 }
 
-MG_TEST(golden_gpt2_matches_transformers) { check_golden_model(t, "gpt2"); }
-MG_TEST(golden_llama_matches_transformers) { check_golden_model(t, "llama"); }
+MG_TEST(golden_gpt2_matches_transformers) {
+    check_golden_model(t, "gpt2");
+}
+MG_TEST(golden_llama_matches_transformers) {
+    check_golden_model(t, "llama");
+}
+MG_TEST(golden_mixtral_matches_transformers) {
+    check_golden_model(t, "mixtral");
+}
+MG_TEST(golden_moe_sigmoid_shared_matches_reference) {
+    check_golden_model(t, "moe_sigmoid");
+}
+MG_TEST(golden_moe_capacity_matches_reference) {
+    check_golden_model(t, "moe_capacity");
+}

@@ -259,6 +259,26 @@ MG_TEST(metrics_flops_gpt2_124m) {
               mg_flops_per_iteration(&c, 1));
 }
 
+MG_TEST(metrics_flops_moe) {
+    /* The GPT-2 124M shape with 8 experts, top-2, expert ffn 3072 (Megatron's MLP term:
+     * F x dense layers + (moe F x topk + shared F) x MoE layers). Every layer MoE: the MLP's
+     * 339,738,624 per token doubles: (679,477,248 + 169,869,312 + 231,800,832) x 1024
+     * + 57,982,058,496 = 1,165,076,987,904. */
+    mg_config c = gpt_config(12, 768, 12, 1024, 50257);
+    c.num_experts = 8;
+    c.moe_router_topk = 2;
+    c.moe_ffn_hidden_size = 3072;
+    snprintf(c.moe_layer_freq, sizeof c.moe_layer_freq, "1");
+    double f = mg_flops_per_iteration(&c, 1);
+    MG_EXPECT(f == 1165076987904.0, "all-MoE flops %.17g", f);
+    /* every 2nd layer MoE with a shared expert of 1024: MLP 6*768*2*(3072*6 + (6144+1024)*6)
+     * = 566,231,040 per token: (566,231,040 + 169,869,312 + 231,800,832) x 1024 + core */
+    snprintf(c.moe_layer_freq, sizeof c.moe_layer_freq, "2");
+    c.moe_shared_expert_intermediate_size = 1024;
+    f = mg_flops_per_iteration(&c, 1);
+    MG_EXPECT(f == 1049112870912.0, "half-MoE flops %.17g", f);
+}
+
 MG_TEST(metrics_flops_gqa_swiglu_large) {
     /* Reference values from Megatron's num_floating_point_operations run on these args. */
     /* Llama-3-8B shape: GQA 8 groups, SwiGLU F 14336, vocab 128256, S 4096, batch 1024. */

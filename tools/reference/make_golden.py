@@ -110,23 +110,29 @@ def is_norm(name):
     return any(k in name for k in ("ln_1", "ln_2", "ln_f", "layernorm", "norm.weight"))
 
 
+OUT_PROJ = ("attn.c_proj.weight", "mlp.c_proj.weight", "o_proj.weight", "down_proj.weight")
+
+
+def init_tensor(name, shape, gen, num_layers, out_proj=OUT_PROJ):
+    """The initial value of one parameter (see init_params); draws its noise from gen."""
+    noise = torch.randn(shape, generator=gen, dtype=torch.float32)
+    if is_norm(name) and name.endswith("weight"):
+        return 1.0 + 0.1 * noise
+    if name.endswith("bias"):
+        return 0.02 * noise
+    if name.endswith(out_proj):
+        return 0.02 / math.sqrt(2.0 * num_layers) * noise
+    return 0.02 * noise
+
+
 def init_params(model, gen, num_layers):
     """Our own initialisation from one generator, in named_parameters order, so the weights do not
     depend on transformers' init code. Matrices and embeddings ~ N(0, 0.02), output projections
     scaled by 1/sqrt(2L) as Megatron does; norm weights 1 + N(0, 0.1) and every bias N(0, 0.02),
     so that none of them is trivially 1 or 0."""
-    out_proj = ("attn.c_proj.weight", "mlp.c_proj.weight", "o_proj.weight", "down_proj.weight")
     with torch.no_grad():
         for name, p in model.named_parameters():
-            noise = torch.randn(p.shape, generator=gen, dtype=torch.float32)
-            if is_norm(name) and name.endswith("weight"):
-                p.copy_(1.0 + 0.1 * noise)
-            elif name.endswith("bias"):
-                p.copy_(0.02 * noise)
-            elif name.endswith(out_proj):
-                p.copy_(0.02 / math.sqrt(2.0 * num_layers) * noise)
-            else:
-                p.copy_(0.02 * noise)
+            p.copy_(init_tensor(name, p.shape, gen, num_layers))
 
 
 def wants_decay(p):

@@ -138,6 +138,19 @@ mg_status mg_backend_cpu_create(mg_backend **out, int num_threads) {
     be->sumsq_f32 = mg_cpu_sumsq_f32;
     be->clip_coef = mg_cpu_clip_coef;
     be->adamw = mg_cpu_adamw;
+    be->router_forward = mg_cpu_router_forward;
+    be->router_backward = mg_cpu_router_backward;
+    be->moe_route = mg_cpu_moe_route;
+    be->moe_route_backward = mg_cpu_moe_route_backward;
+    be->moe_permute = mg_cpu_moe_permute;
+    be->moe_permute_backward = mg_cpu_moe_permute_backward;
+    be->moe_unpermute = mg_cpu_moe_unpermute;
+    be->moe_unpermute_backward = mg_cpu_moe_unpermute_backward;
+    be->grouped_linear_forward = mg_cpu_grouped_linear_forward;
+    be->grouped_linear_backward = mg_cpu_grouped_linear_backward;
+    be->grouped_activation_forward = mg_cpu_grouped_activation_forward;
+    be->grouped_swiglu_backward = mg_cpu_grouped_swiglu_backward;
+    be->moe_expert_bias_update = mg_cpu_moe_expert_bias_update;
 
     mg_status st = mg_backend_validate(be);
     if (st != MG_OK) {

@@ -168,6 +168,45 @@ mg_status mg_cpu_sumsq_f32(mg_backend *be, float *out, const float *x, size_t n)
 mg_status mg_cpu_clip_coef(mg_backend *be, float *coef_out, float *norm_out, const float *sumsq,
                            float clip);
 
+/* cpu_router.c */
+mg_status mg_cpu_router_forward(mg_backend *be, float *logits, const void *x, const void *w, int T,
+                                int H, int E);
+mg_status mg_cpu_router_backward(mg_backend *be, void *dx, float *dw, const float *dlogits,
+                                 const void *x, const void *w, int T, int H, int E);
+mg_status mg_cpu_moe_route(mg_backend *be, const mg_moe_routing *r, int32_t *idx, float *probs,
+                           int32_t *aux_counts, float *stats, const float *logits,
+                           const float *bias);
+mg_status mg_cpu_moe_route_backward(mg_backend *be, const mg_moe_routing *r, float *dlogits,
+                                    const float *dprobs, const float *logits, const int32_t *idx,
+                                    const float *probs, const int32_t *aux_counts,
+                                    const float *bias);
+mg_status mg_cpu_moe_expert_bias_update(mg_backend *be, float *bias, const float *load, int E,
+                                        float rate);
+
+/* cpu_moe.c */
+mg_status mg_cpu_moe_permute(mg_backend *be, void *xp, int32_t *pos, int32_t *counts, float *load,
+                             const void *x, const int32_t *idx, int T, int k, int E, int H,
+                             int pad);
+mg_status mg_cpu_moe_permute_backward(mg_backend *be, void *dx, const void *dxp,
+                                      const int32_t *pos, int T, int k, int H);
+mg_status mg_cpu_moe_unpermute(mg_backend *be, void *out, const void *base, const void *y,
+                               const int32_t *pos, const float *probs, int T, int k, int H);
+mg_status mg_cpu_moe_unpermute_backward(mg_backend *be, void *dy, float *dprobs, const void *dout,
+                                        const void *y, const int32_t *pos, const float *probs,
+                                        int T, int k, int H, int R);
+mg_status mg_cpu_grouped_linear_forward(mg_backend *be, void *out, const void *inp, void *const *w,
+                                        void *const *bias, const int32_t *counts, int n_src,
+                                        int n_w, int IC, int OC);
+mg_status mg_cpu_grouped_linear_backward(mg_backend *be, void *dinp, float *const *dw,
+                                         float *const *dbias, const void *dout, const void *inp,
+                                         void *const *w, const void *gelu_pre,
+                                         const int32_t *counts, int n_src, int n_w, int IC,
+                                         int OC);
+mg_status mg_cpu_grouped_activation_forward(mg_backend *be, void *out, const void *pre,
+                                            const int32_t *counts, int G, int F, bool swiglu);
+mg_status mg_cpu_grouped_swiglu_backward(mg_backend *be, void *dpre, const void *pre,
+                                         const void *dout, const int32_t *counts, int G, int F);
+
 /* cpu_adamw.c */
 mg_status mg_cpu_adamw(mg_backend *be, void *param, float *master, const float *grad, float *m,
                        float *v, size_t n, float lr, float beta1, float beta2, float eps, float wd,

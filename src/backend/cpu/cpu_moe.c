@@ -1,0 +1,168 @@
+/* MoE token movement and the experts' grouped products (backend.h, "mixture of experts"):
+ * permute / unpermute with the weighted combine, and the grouped linear and activations, each a
+ * loop over the groups reading their sizes from the counts buffer (host memory here). */
+#include "backend/cpu/cpu_ops.h"
+
+#include <stdlib.h>
+
+mg_status mg_cpu_moe_permute(mg_backend *be, void *xp_, int32_t *pos, int32_t *counts, float *load,
+                             const void *x_, const int32_t *idx, int T, int k, int E, int H,
+                             int pad) {
+    (void)be;
+    float *xp = xp_;
+    const float *x = x_;
+    int n = T * k;
+    int32_t *off = malloc((size_t)(E + 1) * sizeof *off);
+    if (!off) return MG_FAIL(MG_ERR_NOMEM, "out of memory (permute)");
+    for (int e = 0; e < E; e++) counts[e] = 0;
+    for (int p = 0; p < n; p++)
+        if (idx[p] >= 0) counts[idx[p]]++;
+    for (int e = 0; pad > 0 && e < E; e++)
+        if (counts[e] > pad) {
+            free(off);
+            return MG_FAIL(MG_ERR_INTERNAL, "expert %d keeps %d pairs, more than its %d rows", e,
+                           counts[e], pad);
+        }
+    if (load)
+        for (int e = 0; e < E; e++) load[e] += (float)counts[e];
+    off[0] = 0;
+    for (int e = 0; e < E; e++) off[e + 1] = off[e] + (pad > 0 ? pad : counts[e]);
+    int32_t *cur = malloc((size_t)E * sizeof *cur);
+    if (!cur) {
+        free(off);
+        return MG_FAIL(MG_ERR_NOMEM, "out of memory (permute)");
+    }
+    for (int e = 0; e < E; e++) cur[e] = off[e];
+    for (int p = 0; p < n; p++) pos[p] = idx[p] >= 0 ? cur[idx[p]]++ : -1;
+#pragma omp parallel for schedule(static)
+    for (int p = 0; p < n; p++)
+        if (pos[p] >= 0) memcpy(xp + (size_t)pos[p] * H, x + (size_t)(p / k) * H, H * sizeof *xp);
+    /* the rows no pair fills: each expert's padding, or the tail after the kept pairs */
+    int R = pad > 0 ? E * pad : n;
+    if (pad > 0) {
+        for (int e = 0; e < E; e++) {
+            memset(xp + (size_t)cur[e] * H, 0, (size_t)(off[e + 1] - cur[e]) * H * sizeof *xp);
+            counts[e] = pad;
+        }
+    } else {
+        memset(xp + (size_t)off[E] * H, 0, (size_t)(R - off[E]) * H * sizeof *xp);
+    }
+    free(cur);
+    free(off);
+    return MG_OK;
+}
+
+mg_status mg_cpu_moe_permute_backward(mg_backend *be, void *dx_, const void *dxp_,
+                                      const int32_t *pos, int T, int k, int H) {
+    (void)be;
+    float *dx = dx_;
+    const float *dxp = dxp_;
+#pragma omp parallel for schedule(static)
+    for (int t = 0; t < T; t++)
+        for (int j = 0; j < k; j++) {
+            int32_t p = pos[(size_t)t * k + j];
+            if (p < 0) continue;
+            float *d = dx + (size_t)t * H;
+            const float *s = dxp + (size_t)p * H;
+            for (int h = 0; h < H; h++) d[h] += s[h];
+        }
+    return MG_OK;
+}
+
+mg_status mg_cpu_moe_unpermute(mg_backend *be, void *out_, const void *base_, const void *y_,
+                               const int32_t *pos, const float *probs, int T, int k, int H) {
+    (void)be;
+    float *out = out_;
+    const float *base = base_, *y = y_;
+#pragma omp parallel for schedule(static)
+    for (int t = 0; t < T; t++) {
+        float *o = out + (size_t)t * H;
+        if (base != out) memcpy(o, base + (size_t)t * H, H * sizeof *o);
+        for (int j = 0; j < k; j++) {
+            int32_t p = pos[(size_t)t * k + j];
+            if (p < 0) continue;
+            float w = probs[(size_t)t * k + j];
+            const float *s = y + (size_t)p * H;
+            for (int h = 0; h < H; h++) o[h] += w * s[h];
+        }
+    }
+    return MG_OK;
+}
+
+mg_status mg_cpu_moe_unpermute_backward(mg_backend *be, void *dy_, float *dprobs, const void *dout_,
+                                        const void *y_, const int32_t *pos, const float *probs,
+                                        int T, int k, int H, int R) {
+    (void)be;
+    float *dy = dy_;
+    const float *dout = dout_, *y = y_;
+    memset(dy, 0, (size_t)R * H * sizeof *dy);
+#pragma omp parallel for schedule(static)
+    for (int t = 0; t < T; t++)
+        for (int j = 0; j < k; j++) {
+            size_t q = (size_t)t * k + j;
+            if (pos[q] < 0) {
+                dprobs[q] = 0;
+                continue;
+            }
+            const float *d = dout + (size_t)t * H, *s = y + (size_t)pos[q] * H;
+            float *o = dy + (size_t)pos[q] * H;
+            double dot = 0;
+            for (int h = 0; h < H; h++) {
+                o[h] = probs[q] * d[h];
+                dot += (double)d[h] * s[h];
+            }
+            dprobs[q] = (float)dot;
+        }
+    return MG_OK;
+}
+
+mg_status mg_cpu_grouped_linear_forward(mg_backend *be, void *out_, const void *inp_,
+                                        void *const *w, void *const *bias, const int32_t *counts,
+                                        int n_src, int n_w, int IC, int OC) {
+    float *out = out_;
+    const float *inp = inp_;
+    size_t row = 0;
+    for (int g = 0; g < n_src * n_w; g++) {
+        int j = g % n_w, n = counts[g];
+        MG_CHECK(mg_cpu_linear_forward(be, out + row * OC, inp + row * IC, w[j],
+                                       bias ? bias[j] : NULL, NULL, n, IC, OC));
+        row += (size_t)n;
+    }
+    return MG_OK;
+}
+
+mg_status mg_cpu_grouped_linear_backward(mg_backend *be, void *dinp_, float *const *dw,
+                                         float *const *dbias, const void *dout_, const void *inp_,
+                                         void *const *w, const void *gelu_pre_,
+                                         const int32_t *counts, int n_src, int n_w, int IC,
+                                         int OC) {
+    float *dinp = dinp_;
+    const float *dout = dout_, *inp = inp_, *gelu_pre = gelu_pre_;
+    size_t row = 0;
+    for (int g = 0; g < n_src * n_w; g++) {
+        int j = g % n_w, n = counts[g];
+        MG_CHECK(mg_cpu_linear_backward(be, dinp ? dinp + row * IC : NULL, dw[j],
+                                        dbias ? dbias[j] : NULL, dout + row * OC, inp + row * IC,
+                                        w[j], gelu_pre ? gelu_pre + row * IC : NULL, n, IC, OC));
+        row += (size_t)n;
+    }
+    return MG_OK;
+}
+
+static int total_rows(const int32_t *counts, int G) {
+    int n = 0;
+    for (int g = 0; g < G; g++) n += counts[g];
+    return n;
+}
+
+mg_status mg_cpu_grouped_activation_forward(mg_backend *be, void *out, const void *pre,
+                                            const int32_t *counts, int G, int F, bool swiglu) {
+    int n = total_rows(counts, G);
+    if (swiglu) return mg_cpu_swiglu_forward(be, out, pre, n, F);
+    return mg_cpu_gelu_forward(be, out, pre, (size_t)n * (size_t)F);
+}
+
+mg_status mg_cpu_grouped_swiglu_backward(mg_backend *be, void *dpre, const void *pre,
+                                         const void *dout, const int32_t *counts, int G, int F) {
+    return mg_cpu_swiglu_backward(be, dpre, pre, dout, total_rows(counts, G), F);
+}

@@ -1,0 +1,269 @@
+/* The MoE layer's MLP (Megatron's MoELayer: TopKRouter, token dispatcher, grouped experts,
+ * shared experts): norm -> router logits (fp32) -> top-k routing -> permute the token copies by
+ * expert -> [expert parallelism: all-to-all to the experts' ranks, model/moe_dispatch.c] ->
+ * grouped fc1 -> activation -> grouped fc2 -> [all-to-all back] -> combine weighted by the
+ * routing weights, + the shared experts + the residual.
+ * Every size that depends on the routing (rows per expert, per source rank) stays in backend
+ * memory; the buffers have the plan's worst-case sizes (model/moe.h). */
+#include "model/moe.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- the experts' pointer arrays (backend memory, filled at bind) ---- */
+
+enum { W1, B1, W2, B2, DW1, DB1, DW2, DB2, N_PTRS };
+
+static void *const *ptrs(const mg_block_ctx *x, const mg_moe_params *mp, int which) {
+    const mg_moe_ws *w = x->moe;
+    char *base = mg_block_ws_ptr(x, w->ptrs[mp->index]);
+    return (void *const *)(base + (size_t)which * x->c->moe.E_l * sizeof(void *));
+}
+
+mg_status mg_moe_bind_pointers(const mg_block_ctx *x, const mg_moe_params *mp) {
+    const mg_moe_config *m = &x->c->moe;
+    int El = m->E_l;
+    void **h = malloc((size_t)N_PTRS * El * sizeof *h);
+    if (!h) return MG_FAIL(MG_ERR_NOMEM, "out of memory (expert pointers)");
+    for (int j = 0; j < El; j++) {
+        h[W1 * El + j] = mg_block_param(x, mp->fc1_w[j]);
+        h[W2 * El + j] = mg_block_param(x, mp->fc2_w[j]);
+        h[DW1 * El + j] = mg_block_grad(x, mp->fc1_w[j]);
+        h[DW2 * El + j] = mg_block_grad(x, mp->fc2_w[j]);
+        h[B1 * El + j] = mp->fc1_b ? mg_block_param(x, mp->fc1_b[j]) : NULL;
+        h[B2 * El + j] = mp->fc2_b ? mg_block_param(x, mp->fc2_b[j]) : NULL;
+        h[DB1 * El + j] = mp->fc1_b ? mg_block_grad(x, mp->fc1_b[j]) : NULL;
+        h[DB2 * El + j] = mp->fc2_b ? mg_block_grad(x, mp->fc2_b[j]) : NULL;
+    }
+    mg_status st = x->be->copy_h2d(x->be, mg_block_ws_ptr(x, x->moe->ptrs[mp->index]), h,
+                                   (size_t)N_PTRS * El * sizeof *h);
+    free(h);
+    return st;
+}
+
+/* The routing settings of this layer's tokens and this pass. */
+static mg_moe_routing routing(const mg_block_ctx *x) {
+    const mg_moe_ws *w = x->moe;
+    mg_moe_routing r = x->c->moe.route;
+    r.T = x->N;
+    r.S = x->c->S;
+    r.capacity = w->capacity;
+    if (!w->train) { /* Megatron: the aux losses only where gradients are computed */
+        r.aux_coeff = 0;
+        r.z_coeff = 0;
+    }
+    r.loss_weight = w->loss_weight;
+    r.stat_weight = w->stat_weight;
+    return r;
+}
+
+static const float *expert_bias(const mg_block_ctx *x, const mg_moe_params *mp) {
+    return x->c->moe.expert_bias ? mg_block_ws_ptr(x, x->moe->bias[mp->index]) : NULL;
+}
+
+/* The shared experts: a dense MLP of the normed input (no tensor parallelism inside an MoE
+ * model yet), out = mid + its output. */
+static mg_status shared_forward(const mg_block_ctx *x, const mg_moe_params *mp,
+                                const mg_layer_slot *s, const void *ln2, const void *mid,
+                                void *out) {
+    const mg_model_config *c = x->c;
+    mg_backend *be = x->be;
+    int N = x->N, Fs = c->moe.shared_F;
+    void *fc1 = mg_block_act(x, s->sh_fc1), *act = mg_block_act(x, s->sh_act);
+    if (c->swiglu) {
+        MG_CHECK(be->linear_forward(be, fc1, ln2, mg_block_param(x, mp->sh_fc1_w),
+                                    mg_block_param(x, mp->sh_fc1_b), NULL, N, c->H, 2 * Fs));
+        MG_CHECK(be->swiglu_forward(be, act, fc1, N, Fs));
+    } else {
+        MG_CHECK(be->linear_gelu_forward(be, act, fc1, ln2, mg_block_param(x, mp->sh_fc1_w),
+                                         mg_block_param(x, mp->sh_fc1_b), N, c->H, Fs));
+    }
+    return be->linear_forward(be, out, act, mg_block_param(x, mp->sh_fc2_w),
+                              mg_block_param(x, mp->sh_fc2_b), mid, N, Fs, c->H);
+}
+
+/* Its backward: dln (N,H) is overwritten with d(ln2) through the shared experts. */
+static mg_status shared_backward(const mg_block_ctx *x, const mg_moe_params *mp,
+                                 const mg_layer_slot *s, const void *dout, void *dln) {
+    const mg_model_config *c = x->c;
+    mg_backend *be = x->be;
+    int N = x->N, Fs = c->moe.shared_F;
+    void *dact = mg_block_ws_ptr(x, x->ws->dact), *dfc1 = mg_block_ws_ptr(x, x->ws->dfc1);
+    void *fc1 = mg_block_act(x, s->sh_fc1);
+    MG_CHECK(be->linear_backward(be, c->swiglu ? dact : dfc1, mg_block_grad(x, mp->sh_fc2_w),
+                                 mg_block_grad(x, mp->sh_fc2_b), dout, mg_block_act(x, s->sh_act),
+                                 mg_block_param(x, mp->sh_fc2_w), c->swiglu ? NULL : fc1, N, Fs,
+                                 c->H));
+    if (c->swiglu) MG_CHECK(be->swiglu_backward(be, dfc1, fc1, dact, N, Fs));
+    return be->linear_backward(be, dln, mg_block_grad(x, mp->sh_fc1_w),
+                               mg_block_grad(x, mp->sh_fc1_b), dfc1, mg_block_act(x, s->ln2),
+                               mg_block_param(x, mp->sh_fc1_w), NULL, N, c->H,
+                               c->swiglu ? 2 * Fs : Fs);
+}
+
+/* The experts on their rows: xe (R,H) in groups of counts -> ye (R,H). */
+static mg_status experts_forward(const mg_block_ctx *x, const mg_moe_params *mp,
+                                 const mg_layer_slot *s, void *ye) {
+    const mg_moe_config *m = &x->c->moe;
+    mg_backend *be = x->be;
+    const int32_t *counts = mg_block_act(x, s->counts);
+    int H = x->c->H, G = m->ep * m->E_l;
+    void *fc1 = mg_block_act(x, s->e_fc1), *act = mg_block_act(x, s->e_act);
+    MG_CHECK(be->grouped_linear_forward(be, fc1, mg_block_act(x, s->xe), ptrs(x, mp, W1),
+                                        mp->fc1_b ? ptrs(x, mp, B1) : NULL, counts, m->ep, m->E_l,
+                                        H, m->fc1));
+    MG_CHECK(be->grouped_activation_forward(be, act, fc1, counts, G, m->F, x->c->swiglu));
+    return be->grouped_linear_forward(be, ye, act, ptrs(x, mp, W2),
+                                      mp->fc2_b ? ptrs(x, mp, B2) : NULL, counts, m->ep, m->E_l,
+                                      m->F, H);
+}
+
+/* Their backward: dye (R,H) -> dxe (R,H), the weight gradients accumulated. */
+static mg_status experts_backward(const mg_block_ctx *x, const mg_moe_params *mp,
+                                  const mg_layer_slot *s, const void *dye, void *dxe) {
+    const mg_moe_config *m = &x->c->moe;
+    const mg_moe_ws *w = x->moe;
+    mg_backend *be = x->be;
+    const int32_t *counts = mg_block_act(x, s->counts);
+    int H = x->c->H, G = m->ep * m->E_l;
+    bool swiglu = x->c->swiglu;
+    void *fc1 = mg_block_act(x, s->e_fc1);
+    void *dact = mg_block_ws_ptr(x, w->de_act), *dfc1 = mg_block_ws_ptr(x, w->de_fc1);
+    /* GELU: fc2's input gradient goes through the GELU into dfc1 */
+    MG_CHECK(be->grouped_linear_backward(be, swiglu ? dact : dfc1, (float *const *)ptrs(x, mp, DW2),
+                                         mp->fc2_b ? (float *const *)ptrs(x, mp, DB2) : NULL, dye,
+                                         mg_block_act(x, s->e_act), ptrs(x, mp, W2),
+                                         swiglu ? NULL : fc1, counts, m->ep, m->E_l, m->F, H));
+    if (swiglu) MG_CHECK(be->grouped_swiglu_backward(be, dfc1, fc1, dact, counts, G, m->F));
+    return be->grouped_linear_backward(be, dxe, (float *const *)ptrs(x, mp, DW1),
+                                       mp->fc1_b ? (float *const *)ptrs(x, mp, DB1) : NULL, dfc1,
+                                       mg_block_act(x, s->xe), ptrs(x, mp, W1), NULL, counts, m->ep,
+                                       m->E_l, H, m->fc1);
+}
+
+mg_status mg_moe_forward(const mg_block_ctx *x, const mg_layer_params *p, const mg_layer_slot *s,
+                         void *out) {
+    const mg_model_config *c = x->c;
+    const mg_moe_config *m = &c->moe;
+    const mg_moe_ws *w = x->moe;
+    const mg_moe_params *mp = p->moe;
+    mg_backend *be = x->be;
+    int N = x->N, H = c->H;
+    void *mid = mg_block_act(x, s->mid), *ln2 = mg_block_act(x, s->ln2);
+    float *logits = mg_block_act(x, s->logits), *probs = mg_block_act(x, s->probs);
+    int32_t *idx = mg_block_act(x, s->idx), *pos = mg_block_act(x, s->pos);
+    MG_CHECK(mg_block_norm_forward(x, ln2, mg_block_act(x, s->ln2_mean),
+                                   mg_block_act(x, s->ln2_rstd), mid, p->ln2_w, p->ln2_b));
+    MG_CHECK(be->router_forward(be, logits, ln2, mg_block_param(x, mp->router_w), N, H, m->E));
+    mg_moe_routing r = routing(x);
+    MG_CHECK(be->moe_route(be, &r, idx, probs, mg_block_act(x, s->aux_counts), w->stats, logits,
+                           expert_bias(x, mp)));
+    float *load = w->train ? mg_block_ws_ptr(x, w->load[mp->index]) : NULL;
+    void *y = mg_block_act(x, s->y);
+    if (m->ep == 1) { /* the permuted rows are the experts' input, their output the combine's */
+        MG_CHECK(be->moe_permute(be, mg_block_act(x, s->xe), pos, mg_block_act(x, s->counts), load,
+                                 ln2, idx, N, m->k, m->E, H, m->pad ? w->capacity : 0));
+        MG_CHECK(experts_forward(x, mp, s, y));
+    } else { /* expert parallelism: to the experts' ranks and back (model/moe_dispatch.c) */
+        void *xp = mg_block_ws_ptr(x, w->xp), *ye = mg_block_ws_ptr(x, w->ye);
+        MG_CHECK(be->moe_permute(be, xp, pos, mg_block_act(x, s->lcounts), load, ln2, idx, N, m->k,
+                                 m->E, H, m->pad ? w->capacity : 0));
+        MG_CHECK(mg_moe_exchange_counts(x, s));
+        MG_CHECK(mg_moe_dispatch(x, s, mg_block_act(x, s->xe), xp));
+        MG_CHECK(experts_forward(x, mp, s, ye));
+        MG_CHECK(mg_moe_combine(x, s, y, ye));
+    }
+    if (m->shared_F > 0) MG_CHECK(shared_forward(x, mp, s, ln2, mid, out));
+    return be->moe_unpermute(be, out, m->shared_F > 0 ? out : mid, y, pos, probs, N, m->k, H);
+}
+
+mg_status mg_moe_backward(const mg_block_ctx *x, const mg_layer_params *p, const mg_layer_slot *s,
+                          void *dres) {
+    const mg_model_config *c = x->c;
+    const mg_moe_config *m = &c->moe;
+    const mg_moe_ws *w = x->moe;
+    const mg_moe_params *mp = p->moe;
+    mg_backend *be = x->be;
+    int N = x->N, H = c->H;
+    size_t esz = x->esz;
+    void *dln = mg_block_ws_ptr(x, x->ws->dln), *ln2 = mg_block_act(x, s->ln2);
+    void *dy = mg_block_ws_ptr(x, w->dy), *dxe = mg_block_ws_ptr(x, w->dxe);
+    float *dprobs = mg_block_ws_ptr(x, w->dprobs), *dlogits = mg_block_ws_ptr(x, w->dlogits);
+    const int32_t *pos = mg_block_act(x, s->pos);
+    const float *probs = mg_block_act(x, s->probs);
+    /* the combine: d(expert outputs) and d(routing weights) */
+    MG_CHECK(be->moe_unpermute_backward(be, dy, dprobs, dres, mg_block_act(x, s->y), pos, probs, N,
+                                        m->k, H, w->Rp));
+    void *dxp = dxe; /* (Rp,H) d(the permuted rows) */
+    if (m->ep == 1) {
+        MG_CHECK(experts_backward(x, mp, s, dy, dxe));
+    } else { /* the same round trip as the forward's, on the gradients */
+        void *dye = mg_block_ws_ptr(x, w->ye);
+        dxp = mg_block_ws_ptr(x, w->xp);
+        MG_CHECK(mg_moe_dispatch(x, s, dye, dy));
+        MG_CHECK(experts_backward(x, mp, s, dye, dxe));
+        MG_CHECK(mg_moe_combine(x, s, dxp, dxe));
+    }
+    /* d(ln2): the shared experts' (or zero), the routed copies', the router's */
+    if (m->shared_F > 0)
+        MG_CHECK(shared_backward(x, mp, s, dres, dln));
+    else
+        MG_CHECK(be->memset_zero(be, dln, (size_t)N * H * esz));
+    MG_CHECK(be->moe_permute_backward(be, dln, dxp, pos, N, m->k, H));
+    mg_moe_routing r = routing(x);
+    MG_CHECK(be->moe_route_backward(be, &r, dlogits, dprobs, mg_block_act(x, s->logits),
+                                    mg_block_act(x, s->idx), probs, mg_block_act(x, s->aux_counts),
+                                    expert_bias(x, mp)));
+    MG_CHECK(be->router_backward(be, dln, mg_block_grad(x, mp->router_w), dlogits, ln2,
+                                 mg_block_param(x, mp->router_w), N, H, m->E));
+    return mg_block_norm_backward(x, dres, dln, mg_block_act(x, s->mid),
+                                  mg_block_act(x, s->ln2_mean), mg_block_act(x, s->ln2_rstd),
+                                  p->ln2_w, p->ln2_b);
+}
+
+/* ---- the plan ---- */
+
+static mg_status reserve(mg_arena *a, size_t bytes, size_t *off) {
+    return mg_arena_reserve(a, bytes, 0, off);
+}
+
+mg_status mg_moe_plan(mg_moe_ws *w, const mg_model_config *c, int N, int n_layers, mg_arena *work) {
+    const mg_moe_config *m = &c->moe;
+    w->n_layers = n_layers;
+    w->capacity = 0;
+    if (m->capacity_factor > 0) /* Megatron's get_capacity over the T x k routed pairs */
+        w->capacity = (int)ceil((double)N * m->k / m->E * m->capacity_factor);
+    w->Rp = m->pad ? m->E * w->capacity : N * m->k;
+    int per_src = N * (m->k < m->E_l ? m->k : m->E_l);
+    if (w->capacity > 0 && m->E_l * w->capacity < per_src) per_src = m->E_l * w->capacity;
+    if (m->pad) per_src = m->E_l * w->capacity;
+    w->R = m->ep == 1 ? w->Rp : m->ep * per_src;
+    size_t H = (size_t)c->H, f = sizeof(float);
+    size_t esz = w->esz, R = (size_t)w->R, Rp = (size_t)w->Rp, E = (size_t)m->E;
+    MG_CHECK(reserve(work, (size_t)N * E * f, &w->dlogits));
+    MG_CHECK(reserve(work, (size_t)N * m->k * f, &w->dprobs));
+    MG_CHECK(reserve(work, Rp * H * esz, &w->dy));
+    MG_CHECK(reserve(work, R * H * esz, &w->dxe));
+    MG_CHECK(reserve(work, R * m->fc1 * esz, &w->de_fc1));
+    MG_CHECK(reserve(work, c->swiglu ? R * m->F * esz : 0, &w->de_act));
+    MG_CHECK(reserve(work, m->ep > 1 ? Rp * H * esz : 0, &w->xp));
+    MG_CHECK(reserve(work, m->ep > 1 ? R * H * esz : 0, &w->ye));
+    w->bias = calloc((size_t)(n_layers ? n_layers : 1), sizeof *w->bias);
+    w->load = calloc((size_t)(n_layers ? n_layers : 1), sizeof *w->load);
+    w->ptrs = calloc((size_t)(n_layers ? n_layers : 1), sizeof *w->ptrs);
+    if (!w->bias || !w->load || !w->ptrs) return MG_FAIL(MG_ERR_NOMEM, "out of memory (MoE plan)");
+    for (int i = 0; i < n_layers; i++) {
+        MG_CHECK(reserve(work, m->expert_bias ? E * f : 0, &w->bias[i]));
+        MG_CHECK(reserve(work, E * f, &w->load[i]));
+        MG_CHECK(reserve(work, (size_t)N_PTRS * m->E_l * sizeof(void *), &w->ptrs[i]));
+    }
+    return MG_OK;
+}
+
+void mg_moe_free(mg_moe_ws *w) {
+    free(w->bias);
+    free(w->load);
+    free(w->ptrs);
+    memset(w, 0, sizeof *w);
+}
