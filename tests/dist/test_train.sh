@@ -12,7 +12,9 @@
 #     stop every rank with one line and exit status 2;
 #   - pipeline parallelism as the README shows it (P 4 x V 2, and P 2 x D 2 with the distributed
 #     optimizer) logs the one-rank run's losses from the last rank; a rank that dies in the middle
-#     of a pipeline step stops the others with a line naming it; bad pipeline layouts exit 2.
+#     of a pipeline step stops the others with a line naming it; bad pipeline layouts exit 2;
+#   - a Mixture-of-Experts model under P 2 and under D 2 with the distributed optimizer logs the
+#     one-rank run's lm losses, load_balancing_loss and z_loss.
 # Prints PASS/FAIL lines and "N passed, N failed"; skipped (with a line) without MPI.
 #   tests/dist/test_train.sh [BUILD]
 set -u
@@ -219,4 +221,25 @@ bad_layout "virtual stages" 2 "the 1 layers per pipeline stage \(--num-layers 2 
     --pipeline-model-parallel-size 2 --virtual-pipeline-model-parallel-size 2
 bad_layout "interleaved microbatches" 2 "3 microbatches in groups of 2 .* leave a last group of 1, fewer than --pipeline-model-parallel-size 2" \
     --num-layers 4 --pipeline-model-parallel-size 2 --virtual-pipeline-model-parallel-size 2 --global-batch-size 3
+# (9) a Mixture-of-Experts model (every layer MoE, aux loss and z-loss) under pipeline
+# parallelism and under data parallelism with the distributed optimizer: the one-rank run's lm
+# losses, and its logged load_balancing_loss and z_loss (Megatron's means over the MoE layers,
+# summed over the stages and averaged over the replicas). Expert parallelism is not built yet.
+MOEM=("${MODEL[@]}" --num-layers 4 --num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 48
+    --moe-aux-loss-coeff 0.01 --moe-z-loss-coeff 0.001 --train-iters 3)
+moel() { grep -oE '(lm loss|load_balancing_loss|z_loss): [0-9.E+-]+' <<<"$1" | awk '{print $NF}'; }
+base=$(timeout 60 "$BIN" train "${MOEM[@]}" 2>&1); rc0=$?
+for layout in "2:--pipeline-model-parallel-size 2" "2:--use-distributed-optimizer"; do
+    np=${layout%%:*}; read -r -a extra <<<"${layout#*:}"
+    out=$(timeout 60 "${MPIRUN[@]}" -np "$np" "$BIN" train "${MOEM[@]}" "${extra[@]}" 2>&1); rc=$?
+    name="train moe np=$np ${layout#*:}"
+    if [ "$rc0" -ne 0 ] || [ "$rc" -ne 0 ]; then
+        fail "$name (exit status one rank $rc0, $np ranks $rc)" "$(tail -n 5 <<<"$out")"
+    elif ! paste <(moel "$base") <(moel "$out") | awk 'NF != 2 || ($1 - $2) > 1e-5 * $1 || ($2 - $1) > 1e-5 * $1 { bad = 1 } END { exit bad || NR != 9 }'; then
+        fail "$name (lm loss, load_balancing_loss, z_loss differ from one rank's)" \
+            "one rank: $(moel "$base" | tr '\n' ' ')" "$np ranks: $(moel "$out" | tr '\n' ' ')"
+    else
+        pass "$name: lm loss, load_balancing_loss, z_loss $(moel "$out" | tr '\n' ' ')match one rank's"
+    fi
+done
 finish
