@@ -83,7 +83,6 @@ typedef struct {
     int R;                  /* rows of the experts' input: Rp, or with expert parallelism what
                                the all-to-all may deliver at most */
     int capacity;           /* tokens per expert kept, 0: dropless */
-    size_t esz;             /* bytes per activation element */
     mg_comm *ep;            /* the expert-parallel group (set at bind), NULL: one rank */
     bool train;             /* this pass trains: aux losses, load, expert bias */
     float *stats;           /* (2) backend fp32: the logged aux loss and z-loss accumulate */

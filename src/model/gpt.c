@@ -259,8 +259,7 @@ mg_status mg_gpt_plan(mg_gpt *g, mg_backend *be, int B, int n_slots, mg_arena *a
     g->x_out = calloc((size_t)n_slots, sizeof *g->x_out);
     if (!g->slot || !g->x_out) return MG_FAIL(MG_ERR_NOMEM, "cannot allocate the activation plan");
     if (g->n_moe > 0) { /* before the slots, which take the MoE plan's row counts */
-        g->moe_ws.esz = x->esz;
-        MG_CHECK(mg_moe_plan(&g->moe_ws, c, x->N, g->n_moe, work));
+        MG_CHECK(mg_moe_plan(&g->moe_ws, c, x->N, x->esz, g->n_moe, work));
         g->blk.moe = &g->moe_ws;
     }
     size_t before = acts->size;
@@ -564,6 +563,13 @@ mg_status mg_gpt_forward(mg_gpt *g, mg_backend *be, const int32_t *tokens) {
 mg_status mg_gpt_backward(mg_gpt *g, mg_backend *be, const int32_t *tokens) {
     MG_CHECK(check_whole(g));
     return mg_gpt_chunk_backward(g, be, 0, 0, tokens);
+}
+
+float *mg_gpt_moe_load(const mg_gpt *g, int i) {
+    return mg_block_ws_ptr(&g->blk, g->moe_ws.load[i]);
+}
+float *mg_gpt_moe_bias(const mg_gpt *g, int i) {
+    return g->cfg.moe.expert_bias ? mg_block_ws_ptr(&g->blk, g->moe_ws.bias[i]) : NULL;
 }
 
 void mg_gpt_free(mg_gpt *g) {

@@ -110,7 +110,7 @@ typedef struct {
     size_t *x_out;                  /* (n_slots) a chunk's output (Nl,H): the final residual */
     size_t lnf, lnf_mean, lnf_rstd; /* workspace: final norm (N,H) whole, (Nl), (Nl) */
     mg_block_ws ws;                 /* workspace offsets */
-    mg_tp tp;                                /* the tensor-parallel group (set at bind) */
+    mg_tp tp;                       /* the tensor-parallel group (set at bind) */
     /* the shapes (blk.B micro-batch, blk.N = B*S tokens, blk.Nl residual rows on this rank),
      * arenas and, from mg_gpt_bind, the parameter and gradient buffers (blk.param_buf compute
      * dtype, blk.grad_buf fp32, params.numel each): what every layer shares (model/block.h) */
@@ -166,6 +166,10 @@ mg_status mg_gpt_backward(mg_gpt *g, mg_backend *be, const int32_t *tokens);
 void *mg_gpt_logits(const mg_gpt *g);
 void *mg_gpt_param(const mg_gpt *g, int index);
 float *mg_gpt_grad(const mg_gpt *g, int index);
+/* MoE layer i's state on this rank (backend fp32, E values): the step's tokens per expert, and
+ * the expert bias (NULL without --moe-router-enable-expert-bias). */
+float *mg_gpt_moe_load(const mg_gpt *g, int i);
+float *mg_gpt_moe_bias(const mg_gpt *g, int i);
 void mg_gpt_free(mg_gpt *g);
 
 #endif

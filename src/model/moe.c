@@ -228,19 +228,22 @@ static mg_status reserve(mg_arena *a, size_t bytes, size_t *off) {
     return mg_arena_reserve(a, bytes, 0, off);
 }
 
-mg_status mg_moe_plan(mg_moe_ws *w, const mg_model_config *c, int N, int n_layers, mg_arena *work) {
+mg_status mg_moe_plan(mg_moe_ws *w, const mg_model_config *c, int N, size_t esz, int n_layers,
+                      mg_arena *work) {
     const mg_moe_config *m = &c->moe;
     w->n_layers = n_layers;
     w->capacity = 0;
     if (m->capacity_factor > 0) /* Megatron's get_capacity over the T x k routed pairs */
         w->capacity = (int)ceil((double)N * m->k / m->E * m->capacity_factor);
     w->Rp = m->pad ? m->E * w->capacity : N * m->k;
+    /* what one source rank may send to this one: each token at most min(k, E_l) copies, and
+     * with a capacity at most E_l x capacity (exactly that when padded) */
     int per_src = N * (m->k < m->E_l ? m->k : m->E_l);
-    if (w->capacity > 0 && m->E_l * w->capacity < per_src) per_src = m->E_l * w->capacity;
-    if (m->pad) per_src = m->E_l * w->capacity;
+    if (w->capacity > 0 && (m->pad || m->E_l * w->capacity < per_src))
+        per_src = m->E_l * w->capacity;
     w->R = m->ep == 1 ? w->Rp : m->ep * per_src;
     size_t H = (size_t)c->H, f = sizeof(float);
-    size_t esz = w->esz, R = (size_t)w->R, Rp = (size_t)w->Rp, E = (size_t)m->E;
+    size_t R = (size_t)w->R, Rp = (size_t)w->Rp, E = (size_t)m->E;
     MG_CHECK(reserve(work, (size_t)N * E * f, &w->dlogits));
     MG_CHECK(reserve(work, (size_t)N * m->k * f, &w->dprobs));
     MG_CHECK(reserve(work, Rp * H * esz, &w->dy));

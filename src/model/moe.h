@@ -15,9 +15,11 @@
 
 #include "model/block.h"
 
-/* Fills w's shapes (capacity, Rp, R) for N tokens per microbatch and reserves its workspace and
- * the per-layer state (expert bias, load, pointer arrays) of n_layers MoE layers in work. */
-mg_status mg_moe_plan(mg_moe_ws *w, const mg_model_config *c, int N, int n_layers, mg_arena *work);
+/* Fills w's shapes (capacity, Rp, R) for N tokens per microbatch of esz-byte activations and
+ * reserves its workspace and the per-layer state (expert bias, load, pointer arrays) of
+ * n_layers MoE layers in work. */
+mg_status mg_moe_plan(mg_moe_ws *w, const mg_model_config *c, int N, size_t esz, int n_layers,
+                      mg_arena *work);
 void mg_moe_free(mg_moe_ws *w);
 /* Writes the experts' weight, bias and gradient pointers of one MoE layer (after bind). */
 mg_status mg_moe_bind_pointers(const mg_block_ctx *x, const mg_moe_params *mp);

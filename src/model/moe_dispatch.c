@@ -2,7 +2,7 @@
  * model/moe.h: the counts exchange, then all-to-all of the rows there and back.
  * The groups' sizes come from the counts in backend memory. On a group that moves host buffers
  * (MPI, the cpu backend) that memory is the host's and is read where it lies; a group of device
- * buffers needs the device-side exchange, which this build does not have yet (refused at plan
+ * buffers needs the device-side exchange, which this build does not have yet (refused at bind
  * time by gpt.c). */
 #include "model/moe.h"
 
@@ -56,10 +56,6 @@ static mg_status row_splits(const mg_block_ctx *x, const mg_layer_slot *s, size_
 static mg_status exchange(const mg_block_ctx *x, const mg_layer_slot *s, void *dst, const void *src,
                           bool to_experts) {
     int P = x->c->moe.ep;
-    if (x->be->stream_handle)
-        return MG_FAIL(MG_ERR_UNSUPPORTED, "expert parallelism over device buffers (NCCL) is not "
-                                           "implemented yet; train MoE models with "
-                                           "--expert-model-parallel-size 1 on GPUs");
     size_t *a = malloc((size_t)4 * P * sizeof *a);
     if (!a) return MG_FAIL(MG_ERR_NOMEM, "out of memory (token dispatch)");
     mg_status st = row_splits(x, s, a);

@@ -98,8 +98,8 @@ static void load_expert_bias(mg_test_ctx *t, mg_trainer *tr, const mg_safetensor
         const mg_st_entry *e = mg_safetensors_find(sf, name);
         MG_EXPECT(e && e->dtype == MG_F32 && e->shape[0] == g->cfg.moe.E, "%s missing", name);
         if (e)
-            MG_EXPECT_OK(tr->be->copy_h2d(tr->be, mg_arena_ptr(&tr->a_work, g->moe_ws.bias[i]),
-                                          e->data, (size_t)g->cfg.moe.E * sizeof(float)));
+            MG_EXPECT_OK(tr->be->copy_h2d(tr->be, mg_gpt_moe_bias(g, i), e->data,
+                                          (size_t)g->cfg.moe.E * sizeof(float)));
     }
 }
 
@@ -127,8 +127,7 @@ static void check_moe_stats(mg_test_ctx *t, mg_trainer *tr, const mg_golden *gol
     for (int i = 0; i < g->n_moe; i++) {
         char name[64];
         snprintf(name, sizeof name, "tokens_per_expert.%d", moe_layer(g, i));
-        compare_vector(t, tr, gold, name, mg_arena_ptr(&tr->a_work, g->moe_ws.load[i]),
-                       g->cfg.moe.E, 0);
+        compare_vector(t, tr, gold, name, mg_gpt_moe_load(g, i), g->cfg.moe.E, 0);
     }
 }
 
@@ -222,8 +221,7 @@ static void check_golden_model(mg_test_ctx *t, const char *name) {
         snprintf(rec, sizeof rec,
                  "final.model.layers.%d.block_sparse_moe.gate.e_score_correction_bias",
                  moe_layer(g, i));
-        compare_vector(t, tr, &gold, rec, mg_arena_ptr(&tr->a_work, g->moe_ws.bias[i]),
-                       g->cfg.moe.E, 1e-6);
+        compare_vector(t, tr, &gold, rec, mg_gpt_moe_bias(g, i), g->cfg.moe.E, 1e-6);
     }
     printf("  %s: logits %.2e, grads %.2e, params after 3 steps %.2e (max relative errors)\n", name,
            worst_logits, worst_grad, worst_final);

@@ -12,8 +12,10 @@ mg_status mg_cpu_moe_permute(mg_backend *be, void *xp_, int32_t *pos, int32_t *c
     float *xp = xp_;
     const float *x = x_;
     int n = T * k;
-    int32_t *off = malloc((size_t)(E + 1) * sizeof *off);
+    /* off (E + 1): each expert's first row; cur (E): the next row to fill */
+    int32_t *off = malloc((size_t)(2 * E + 1) * sizeof *off);
     if (!off) return MG_FAIL(MG_ERR_NOMEM, "out of memory (permute)");
+    int32_t *cur = off + E + 1;
     for (int e = 0; e < E; e++) counts[e] = 0;
     for (int p = 0; p < n; p++)
         if (idx[p] >= 0) counts[idx[p]]++;
@@ -27,11 +29,6 @@ mg_status mg_cpu_moe_permute(mg_backend *be, void *xp_, int32_t *pos, int32_t *c
         for (int e = 0; e < E; e++) load[e] += (float)counts[e];
     off[0] = 0;
     for (int e = 0; e < E; e++) off[e + 1] = off[e] + (pad > 0 ? pad : counts[e]);
-    int32_t *cur = malloc((size_t)E * sizeof *cur);
-    if (!cur) {
-        free(off);
-        return MG_FAIL(MG_ERR_NOMEM, "out of memory (permute)");
-    }
     for (int e = 0; e < E; e++) cur[e] = off[e];
     for (int p = 0; p < n; p++) pos[p] = idx[p] >= 0 ? cur[idx[p]]++ : -1;
 #pragma omp parallel for schedule(static)
@@ -47,7 +44,6 @@ mg_status mg_cpu_moe_permute(mg_backend *be, void *xp_, int32_t *pos, int32_t *c
     } else {
         memset(xp + (size_t)off[E] * H, 0, (size_t)(R - off[E]) * H * sizeof *xp);
     }
-    free(cur);
     free(off);
     return MG_OK;
 }

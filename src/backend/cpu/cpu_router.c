@@ -59,8 +59,8 @@ static void top_k(const float *v, const uint8_t *mask, int n, int k, int *out) {
 static void token_scores(const mg_moe_routing *r, const float *l, const float *bias, float *sc,
                          float *sel) {
     int E = r->E;
-    if (r->score == MG_MOE_SCORE_SOFTMAX) {
-        softmax_row(sc, l, E);
+    if (r->score == MG_MOE_SCORE_SOFTMAX) { /* the scores are needed with pre-softmax only */
+        if (r->pre_softmax) softmax_row(sc, l, E);
         for (int e = 0; e < E; e++) sel[e] = r->pre_softmax ? sc[e] : l[e];
     } else {
         for (int e = 0; e < E; e++) {
@@ -122,40 +122,36 @@ static int64_t seq_first(const mg_moe_routing *r, int t) {
     return (int64_t)(t % r->S) * B + t / r->S;
 }
 
+/* A routed pair and its keep priority: expert first, then (policy probs) the larger weight,
+ * then the earlier position. */
 typedef struct {
-    const mg_moe_routing *r;
-    const float *probs;
-} drop_ctx;
+    int32_t e, pair;
+    float neg_prob; /* 0 under the position policy */
+    int64_t pos;
+} keep_key;
 
-static _Thread_local drop_ctx g_drop;
-
-/* Pairs of one expert in keep order: larger weight first (probs) or earlier position. */
 static int keep_order(const void *a, const void *b) {
-    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
-    const mg_moe_routing *r = g_drop.r;
-    if (r->drop == MG_MOE_DROP_PROBS) {
-        float px = g_drop.probs[x], py = g_drop.probs[y];
-        if (px != py) return px > py ? -1 : 1;
-    }
-    int64_t sx = seq_first(r, x / r->k), sy = seq_first(r, y / r->k);
-    return (sx > sy) - (sx < sy);
+    const keep_key *x = a, *y = b;
+    if (x->e != y->e) return x->e < y->e ? -1 : 1;
+    if (x->neg_prob != y->neg_prob) return x->neg_prob < y->neg_prob ? -1 : 1;
+    return (x->pos > y->pos) - (x->pos < y->pos);
 }
 
-/* Megatron's apply_router_token_dropping: each expert keeps at most `capacity` of its pairs. */
+/* Megatron's apply_router_token_dropping: each expert keeps at most `capacity` of its pairs. One
+ * sort of every routed pair by (expert, priority), then each expert's run is cut. */
 static mg_status drop_over_capacity(const mg_moe_routing *r, int32_t *idx, const float *probs) {
     int n = r->T * r->k;
-    int32_t *pairs = malloc((size_t)n * sizeof *pairs);
-    if (!pairs) return MG_FAIL(MG_ERR_NOMEM, "out of memory (capacity dropping)");
-    g_drop = (drop_ctx){r, probs};
-    for (int e = 0; e < r->E; e++) {
-        int c = 0;
-        for (int p = 0; p < n; p++)
-            if (idx[p] == e) pairs[c++] = p;
-        if (c <= r->capacity) continue;
-        qsort(pairs, (size_t)c, sizeof *pairs, keep_order);
-        for (int i = r->capacity; i < c; i++) idx[pairs[i]] = -1 - e;
+    keep_key *keys = malloc((size_t)n * sizeof *keys);
+    if (!keys) return MG_FAIL(MG_ERR_NOMEM, "out of memory (capacity dropping)");
+    bool by_prob = r->drop == MG_MOE_DROP_PROBS;
+    for (int p = 0; p < n; p++)
+        keys[p] = (keep_key){idx[p], p, by_prob ? -probs[p] : 0.0f, seq_first(r, p / r->k)};
+    qsort(keys, (size_t)n, sizeof *keys, keep_order);
+    for (int i = 0, run = 0; i < n; i++) {
+        run = i > 0 && keys[i].e == keys[i - 1].e ? run + 1 : 0;
+        if (run >= r->capacity) idx[keys[i].pair] = -1 - keys[i].e;
     }
-    free(pairs);
+    free(keys);
     return MG_OK;
 }
 
