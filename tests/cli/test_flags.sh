@@ -112,6 +112,19 @@ expect_error moe_layer_freq_syntax 2 "--moe-layer-freq '\(\[1\]\*2' is not an in
     train "${MODEL[@]}" "${RUN[@]}" "${MOE[@]}" --moe-layer-freq "([1]*2"
 expect_error moe_groups 2 "--num-experts 4 is not divisible by --moe-router-num-groups 3" \
     train "${MODEL[@]}" "${RUN[@]}" "${MOE[@]}" --moe-router-num-groups 3 --moe-router-group-topk 1
+expect_error moe_group_topk_without_groups 2 "--moe-router-group-topk needs --moe-router-num-groups" \
+    train "${MODEL[@]}" "${RUN[@]}" "${MOE[@]}" --moe-router-group-topk 1
+expect_error moe_topk_over_groups 2 "--moe-router-topk 2 cannot be chosen from 1 group\\(s\\) of 1 experts" \
+    train "${MODEL[@]}" "${RUN[@]}" "${MOE[@]}" --moe-router-num-groups 4 --moe-router-group-topk 1
+expect_error moe_capacity_zero 2 "--moe-expert-capacity-factor 0 drops every token" \
+    train "${MODEL[@]}" "${RUN[@]}" "${MOE[@]}" --moe-expert-capacity-factor 0
+expect_error moe_shared_negative 2 "--moe-shared-expert-intermediate-size must be positive, got -8" \
+    train "${MODEL[@]}" "${RUN[@]}" "${MOE[@]}" --moe-shared-expert-intermediate-size -8
+expect_error moe_negative_aux 2 "--moe-aux-loss-coeff must not be negative, got -0.1" \
+    train "${MODEL[@]}" "${RUN[@]}" "${MOE[@]}" --moe-aux-loss-coeff -0.1
+expect_error moe_bias_checkpoint 1 "--save with --moe-router-enable-expert-bias: checkpoints do not hold the expert bias yet" \
+    train "${MODEL[@]}" "${RUN[@]}" "${MOE[@]}" --moe-router-score-function sigmoid \
+    --moe-router-enable-expert-bias --save "$TMP/never"
 expect_error moe_bias_softmax 2 "--moe-router-enable-expert-bias needs --moe-router-score-function sigmoid" \
     train "${MODEL[@]}" "${RUN[@]}" "${MOE[@]}" --moe-router-enable-expert-bias
 expect_error moe_pad_without_capacity 2 "--moe-pad-expert-input-to-capacity needs --moe-expert-capacity-factor" \
