@@ -19,6 +19,8 @@
 /* One grad buffer: the parameters of one model chunk (or of --param-sizes) and their layout. */
 typedef struct {
     int pp_rank, vp_stage;             /* the chunk; -1 for --param-sizes, vp_stage -1 w/o VPP */
+    bool expert; /* the chunk's experts (expert-parallel rank 0's), reduced over the
+                    expert-data-parallel group; else its dense parameters */
     int n;                             /* parameters, in registration order */
     char (*names)[MG_PLAN_PARAM_NAME]; /* (n) megatron-core names; NULL for --param-sizes */
     int64_t *numel;                    /* (n) elements per rank (after the tensor-parallel split) */
@@ -64,6 +66,11 @@ typedef struct {
     int n_weights;
     mg_plan_weight *weights;         /* (n_weights) registration order */
     int64_t params_total, params_tp; /* the whole model; one tensor-parallel rank's shards */
+    /* MoE models: one expert-parallel rank's expert parameters (in params_tp), and the token
+     * dispatch's static buffers per microbatch (model/moe.h): rows of one rank's permuted
+     * pairs, rows its experts may receive, tokens kept per expert (0: dropless) */
+    int64_t params_expert;
+    int moe_rows_sent, moe_rows_received, moe_capacity;
 
     /* memory of one rank per pipeline stage (a model's flags and a schedule given) */
     int n_memory;

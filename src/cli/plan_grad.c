@@ -19,6 +19,7 @@
 
 #include "core/flags.h"
 #include "model/gpt.h"
+#include "model/moe.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -58,9 +59,12 @@ static mg_status parse_sizes(const char *v, int64_t **out, int *n_out) {
     return MG_OK;
 }
 
-static mg_grad_buffer_config buffer_config(const mg_plan *p, bool disable_bucketing, int shared) {
+/* expert: the experts' buffer, reduced over the expert-data-parallel group */
+static mg_grad_buffer_config buffer_config(const mg_plan *p, bool disable_bucketing, int shared,
+                                           bool expert) {
     const mg_config *c = &p->cfg;
-    return (mg_grad_buffer_config){.data_parallel_size = p->layout.dp * p->layout.sizes.cp,
+    return (mg_grad_buffer_config){.data_parallel_size =
+                                       expert ? p->layout.edp : p->layout.dp * p->layout.sizes.cp,
                                    .use_distributed_optimizer = c->use_distributed_optimizer,
                                    .overlap_grad_reduce = c->overlap_grad_reduce,
                                    .bucket_size = c->ddp_bucket_size > 0 ? c->ddp_bucket_size : 0,
@@ -83,7 +87,7 @@ static mg_status grad_from_sizes(mg_plan *p) {
                        "--shared-embedding-param %d is out of range: --param-sizes lists %d "
                        "parameters (0..%d)",
                        s, b->n, b->n - 1);
-    mg_grad_buffer_config gc = buffer_config(p, false, s);
+    mg_grad_buffer_config gc = buffer_config(p, false, s, false);
     return mg_grad_buffer_layout_build(b->numel, b->n, &gc, &b->layout);
 }
 
@@ -98,9 +102,10 @@ static bool starts_with(const char *s, const char *pre) {
     return !strncmp(s, pre, strlen(pre));
 }
 
-/* Adds the parameters of chunk (r, v) to b, in registration order. */
+/* Adds the dense (or the experts') parameters of chunk (r, v) to b, in registration order. */
 static mg_status chunk_params(const mg_plan *p, const mg_gpt *g, int r, int v,
                               mg_plan_grad_buffer *b, int *shared) {
+    const bool expert = b->expert;
     int pp = p->cfg.pipeline_model_parallel_size;
     const mg_layers_chunk *ch = &p->chunks[r * p->vpp + v];
     bool pre = r == 0 && v == 0, post = r == pp - 1 && v == p->vpp - 1;
@@ -113,14 +118,14 @@ static mg_status chunk_params(const mg_plan *p, const mg_gpt *g, int r, int v,
         bool here = layer >= 0 ? layer >= ch->offset && layer < ch->offset + ch->count
                     : starts_with(m->name, "embedding.") ? pre
                                                          : post;
-        if (!here) continue;
+        if (!here || m->expert != expert) continue;
         b->numel[b->n] = m->numel; /* this tensor-parallel rank's shard */
         snprintf(b->names[b->n], MG_PLAN_PARAM_NAME, "%s", m->name);
         if (i == g->wte && g->cfg.tied && pp > 1) *shared = b->n;
         b->n++;
     }
     /* The last stage's copy of a tied embedding (megatron-core's output_layer.weight there). */
-    if (post && g->cfg.tied && pp > 1) {
+    if (post && g->cfg.tied && pp > 1 && !expert) {
         b->numel[b->n] = t->p[g->wte].numel;
         snprintf(b->names[b->n], MG_PLAN_PARAM_NAME, "output_layer.weight");
         *shared = b->n++;
@@ -136,6 +141,7 @@ static mg_status weights_from_model(mg_plan *p, const mg_gpt *g) {
     p->n_weights = t->n;
     p->params_total = mg_model_config_num_params(&g->cfg);
     p->params_tp = mg_params_count(t);
+    for (int i = 0; i < t->n; i++) p->params_expert += t->p[i].expert ? t->p[i].numel : 0;
     for (int i = 0; i < t->n; i++) {
         const mg_param_meta *m = &t->p[i];
         mg_plan_weight *w = &p->weights[i];
@@ -153,6 +159,22 @@ static mg_status weights_from_model(mg_plan *p, const mg_gpt *g) {
     return MG_OK;
 }
 
+/* The token dispatch's static buffers of one microbatch (model/moe.h), with a batch given. */
+static mg_status moe_dispatch_plan(mg_plan *p, const mg_gpt *g) {
+    int mbs = p->cfg.micro_batch_size > 0 ? p->cfg.micro_batch_size : 1;
+    if (g->n_moe == 0 || p->cfg.seq_length < 1) return MG_OK;
+    mg_moe_ws w = {0};
+    mg_arena a;
+    mg_arena_init(&a, "plan");
+    mg_status st = mg_moe_plan(&w, &g->cfg, mbs * p->cfg.seq_length, 2, g->cfg.moe.n_layers, &a);
+    p->moe_rows_sent = w.Rp;
+    p->moe_rows_received = w.R;
+    p->moe_capacity = w.capacity;
+    mg_moe_free(&w);
+    mg_arena_free(&a);
+    return st;
+}
+
 static mg_status grad_from_model(mg_plan *p) {
     mg_config m = p->cfg;
     MG_CHECK(mg_config_resolve_model(&m));
@@ -167,6 +189,7 @@ static mg_status grad_from_model(mg_plan *p) {
      * Megatron's checks (heads and query groups split over TP) and pads the vocabulary to a
      * multiple of make-vocab-size-divisible-by x TP */
     m.tensor_model_parallel_size = p->layout.sizes.tp;
+    m.expert_model_parallel_size = p->layout.sizes.ep; /* expert-parallel rank 0's experts */
     /* the whole model (one stage), cut into the chunks' parameters below */
     m.pipeline_model_parallel_size = 1;
     m.virtual_pipeline_model_parallel_size = m.num_layers_per_virtual_pipeline_stage = -1;
@@ -175,7 +198,12 @@ static mg_status grad_from_model(mg_plan *p) {
     mg_gpt g;
     int pp = p->cfg.pipeline_model_parallel_size, n_chunks = pp * p->vpp;
     mg_status st;
-    MG_CHECK_GOTO(mg_gpt_build(&g, &m, 0, 0), st, done); /* clears g first: safe to free */
+    /* clears g first: safe to free */
+    MG_CHECK_GOTO(mg_gpt_build_ep(&g, &m, 0, 0, 0), st, done);
+    MG_CHECK_GOTO(moe_dispatch_plan(p, &g), st, done);
+    /* per chunk its dense buffer and, for MoE models, its experts' */
+    const int per_chunk = g.n_moe > 0 ? 2 : 1;
+    n_chunks *= per_chunk;
     p->grad = calloc((size_t)n_chunks, sizeof *p->grad);
     if (!p->grad) {
         st = MG_FAIL(MG_ERR_NOMEM, "out of memory for the grad buffer plan");
@@ -184,22 +212,25 @@ static mg_status grad_from_model(mg_plan *p) {
     p->n_grad = n_chunks;
     MG_CHECK_GOTO(weights_from_model(p, &g), st, done);
     for (int r = 0; r < pp; r++)
-        for (int v = 0; v < p->vpp; v++) {
-            mg_plan_grad_buffer *b = &p->grad[r * p->vpp + v];
-            b->pp_rank = r;
-            b->vp_stage = p->vpp > 1 ? v : -1;
-            b->numel = malloc(((size_t)g.params.n + 1) * sizeof *b->numel);
-            b->names = malloc(((size_t)g.params.n + 1) * sizeof *b->names);
-            if (!b->numel || !b->names) {
-                st = MG_FAIL(MG_ERR_NOMEM, "out of memory for the grad buffer plan");
-                goto done;
+        for (int v = 0; v < p->vpp; v++)
+            for (int e = 0; e < per_chunk; e++) {
+                mg_plan_grad_buffer *b = &p->grad[(r * p->vpp + v) * per_chunk + e];
+                b->expert = e == 1;
+                b->pp_rank = r;
+                b->vp_stage = p->vpp > 1 ? v : -1;
+                b->numel = malloc(((size_t)g.params.n + 1) * sizeof *b->numel);
+                b->names = malloc(((size_t)g.params.n + 1) * sizeof *b->names);
+                if (!b->numel || !b->names) {
+                    st = MG_FAIL(MG_ERR_NOMEM, "out of memory for the grad buffer plan");
+                    goto done;
+                }
+                int shared;
+                MG_CHECK_GOTO(chunk_params(p, &g, r, v, b, &shared), st, done);
+                if (b->n == 0) continue; /* a chunk without parameters has no buffer */
+                mg_grad_buffer_config gc = buffer_config(p, r > 0 || v > 0, shared, b->expert);
+                MG_CHECK_GOTO(mg_grad_buffer_layout_build(b->numel, b->n, &gc, &b->layout), st,
+                              done);
             }
-            int shared;
-            MG_CHECK_GOTO(chunk_params(p, &g, r, v, b, &shared), st, done);
-            if (b->n == 0) continue; /* a chunk without parameters has no buffer */
-            mg_grad_buffer_config gc = buffer_config(p, r > 0 || v > 0, shared);
-            MG_CHECK_GOTO(mg_grad_buffer_layout_build(b->numel, b->n, &gc, &b->layout), st, done);
-        }
 done:
     mg_gpt_free(&g);
     return st;

@@ -177,6 +177,12 @@ static cJSON *weights_json(const mg_plan *p) {
     if (!o) return NULL;
     cJSON_AddNumberToObject(o, "params_total", (double)p->params_total);
     cJSON_AddNumberToObject(o, "params_per_tp_rank", (double)p->params_tp);
+    if (p->params_expert > 0) {
+        cJSON_AddNumberToObject(o, "params_expert_per_ep_rank", (double)p->params_expert);
+        cJSON_AddNumberToObject(o, "moe_rows_sent", p->moe_rows_sent);
+        cJSON_AddNumberToObject(o, "moe_rows_received", p->moe_rows_received);
+        cJSON_AddNumberToObject(o, "moe_capacity", p->moe_capacity);
+    }
     cJSON *arr = cJSON_AddArrayToObject(o, "tensors");
     for (int i = 0; arr && i < p->n_weights; i++) {
         const mg_plan_weight *w = &p->weights[i];
@@ -198,6 +204,7 @@ static cJSON *weights_json(const mg_plan *p) {
 /* BUFFER's members, added to o. */
 static void grad_buffer_json(const mg_plan_grad_buffer *gb, cJSON *o) {
     const mg_grad_buffer_layout *l = &gb->layout;
+    if (gb->expert) cJSON_AddBoolToObject(o, "expert", true); /* an MoE chunk's experts */
     cJSON_AddNumberToObject(o, "data_parallel_size", l->cfg.data_parallel_size);
     cJSON_AddBoolToObject(o, "use_distributed_optimizer", l->cfg.use_distributed_optimizer);
     if (l->bucket_size == MG_GRAD_BUFFER_NO_BUCKET_SIZE)

@@ -179,14 +179,17 @@ static void print_shards(const mg_grad_buffer_layout *l, FILE *f) {
 
 static void print_grad_buffer(const mg_plan *p, const mg_plan_grad_buffer *gb, FILE *f) {
     const mg_grad_buffer_layout *l = &gb->layout;
-    fprintf(f, "\ngrad buffer");
+    fprintf(f, "\n%sgrad buffer", gb->expert ? "expert " : "");
     if (gb->pp_rank >= 0) fprintf(f, " of pp %d", gb->pp_rank);
     if (gb->vp_stage >= 0) fprintf(f, " vp %d", gb->vp_stage);
     if (gb->n == 0) {
         fprintf(f, ": no parameters\n");
         return;
     }
-    fprintf(f, " (data-parallel size %d, %s; ", l->cfg.data_parallel_size,
+    fprintf(f, " (%s %d, %s; ",
+            gb->expert ? "expert-parallel rank 0's experts, expert-data-parallel size"
+                       : "data-parallel size",
+            l->cfg.data_parallel_size,
             l->cfg.use_distributed_optimizer ? "distributed optimizer" : "all-reduce");
     print_bucketing(p, l, f);
     fprintf(f, "):\n  %lld elements, %lld used, %lld padding; %d parameter%s in %d bucket%s\n",
@@ -227,6 +230,19 @@ static void print_weights(const mg_plan *p, FILE *f) {
             "each tensor-parallel rank\n",
             tp, p->cfg.sequence_parallel && tp > 1 ? " with sequence parallelism" : "",
             (long long)p->params_total, (long long)p->params_tp);
+    if (p->params_expert > 0) {
+        fprintf(f,
+                "  mixture of experts: %lld expert parameters on each expert-parallel rank (of %d), "
+                "%lld dense\n",
+                (long long)p->params_expert, p->layout.sizes.ep,
+                (long long)(p->params_tp - p->params_expert));
+        if (p->moe_rows_sent > 0)
+            fprintf(f,
+                    "  token dispatch buffers per microbatch and MoE layer: %d rows of permuted "
+                    "pairs, up to %d rows for this rank's experts (%s)\n",
+                    p->moe_rows_sent, p->moe_rows_received,
+                    p->moe_capacity ? "capacity-limited" : "dropless: sized for the worst case");
+    }
     fprintf(f, "  %-24s %-24s %s\n", "global shape", "per rank", "split  name");
     for (int i = 0; i < p->n_weights; i++) {
         const mg_plan_weight *w = &p->weights[i];

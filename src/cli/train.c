@@ -63,40 +63,45 @@ static mg_status check_pipeline(const mg_config *c) {
     return mg_schedule_check(&s);
 }
 
-/* The groups a training rank uses, among Megatron's groups of the layout */
+/* The groups a training rank uses, among Megatron's groups of the layout (the last two, the
+ * expert-parallel and expert-data-parallel groups, only for MoE models) */
+#define N_TRAIN_GROUPS 6
 static const struct {
     mg_group_kind kind;
     const char *name;
-} train_groups[4] = {
-    {MG_GROUP_DP, "dp"}, {MG_GROUP_TP, "tp"}, {MG_GROUP_PP, "pp"}, {MG_GROUP_EMBEDDING, "embd"}};
+} train_groups[N_TRAIN_GROUPS] = {
+    {MG_GROUP_DP, "dp"},        {MG_GROUP_TP, "tp"}, {MG_GROUP_PP, "pp"},
+    {MG_GROUP_EMBEDDING, "embd"}, {MG_GROUP_EP, "ep"}, {MG_GROUP_EXPERT_DP, "edp"}};
 
 static mg_comm **group_slot(mg_train_groups *g, int i) {
-    mg_comm **slots[4] = {&g->dp, &g->tp, &g->pp, &g->embedding};
+    mg_comm **slots[N_TRAIN_GROUPS] = {&g->dp, &g->tp, &g->pp, &g->embedding, &g->ep, &g->edp};
     return slots[i];
 }
 
 static void free_groups(mg_train_groups *g) {
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < N_TRAIN_GROUPS; i++)
         if (*group_slot(g, i)) {
             mg_comm_group_free(*group_slot(g, i));
             *group_slot(g, i) = NULL;
         }
 }
 
-/* This rank's data-parallel, tensor-parallel, pipeline and embedding groups (every rank creates
- * every list, in the same order). A group of one rank is left NULL. */
+/* This rank's data-parallel, tensor-parallel, pipeline and embedding groups, and for MoE models
+ * the expert groups (every rank creates every list, in the same order). A group of one rank is
+ * left NULL. */
 static mg_status make_groups(mg_comm_world *w, const mg_config *c, mg_train_groups *out) {
     mg_parallel_sizes s = layout_sizes(c, mg_comm_world_size(w));
     mg_parallel_layout l;
     MG_CHECK(mg_parallel_layout_build(&s, &l));
     mg_status st = MG_OK;
-    for (int i = 0; i < 4 && st == MG_OK; i++) {
+    int n = c->num_experts > 0 ? N_TRAIN_GROUPS : N_TRAIN_GROUPS - 2;
+    for (int i = 0; i < n && st == MG_OK; i++) {
         const mg_group_list *g = &l.groups[train_groups[i].kind];
         st = mg_comm_group_create(w, train_groups[i].name, g->n_groups, g->offsets, g->ranks,
                                   group_slot(out, i));
     }
     mg_parallel_layout_free(&l);
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < n; i++) {
         mg_comm **g = group_slot(out, i);
         if (*g && mg_comm_size(*g) == 1) {
             mg_comm_group_free(*g);

@@ -285,6 +285,11 @@ mg_status mg_hf_import_files(const mg_gpt *g, const mg_safetensors *files, const
 }
 
 mg_status mg_hf_export(const mg_gpt *g, const float *params, mg_hf_export_set *out) {
+    return mg_hf_export_parts(g, params, true, true, out);
+}
+
+mg_status mg_hf_export_parts(const mg_gpt *g, const float *params, bool dense, bool experts,
+                             mg_hf_export_set *out) {
     memset(out, 0, sizeof *out);
     int cap = 3 * g->params.n;
     out->tensors = calloc((size_t)cap, sizeof *out->tensors);
@@ -301,6 +306,7 @@ mg_status mg_hf_export(const mg_gpt *g, const float *params, mg_hf_export_set *o
         const mg_param_meta *p = &g->params.p[i];
         hf_map m;
         if (p->shared) continue; /* the first stage writes the embedding */
+        if (!(p->expert ? experts : dense)) continue;
         if ((st = describe(g, i, &m)) != MG_OK) break;
         float *base[3];
         for (int k = 0; k < m.nsrc; k++) {

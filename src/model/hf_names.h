@@ -29,6 +29,10 @@ typedef struct {
 } mg_hf_export_set;
 
 mg_status mg_hf_export(const mg_gpt *g, const float *params, mg_hf_export_set *out);
+/* The same for part of the parameters: the dense ones (every parameter but the experts') and/or
+ * the experts' (metadata `expert`). */
+mg_status mg_hf_export_parts(const mg_gpt *g, const float *params, bool dense, bool experts,
+                             mg_hf_export_set *out);
 void mg_hf_export_free(mg_hf_export_set *s);
 
 #endif

@@ -51,14 +51,14 @@ static void *comm_stream(const mg_ddp *d) {
     return streams(d) ? d->be->stream_handle(d->be, MG_STREAM_COMM) : NULL;
 }
 
-/* The bucket of registration index i: row r of the layout holds index n - 1 - r. */
+/* The bucket of parameter-table index i, or -1 (another buffer's). */
 static int bucket_of(const mg_ddp *d, int i) {
-    return d->l->params[d->l->n_params - 1 - i].bucket;
+    return i >= 0 && i < d->n_table ? d->bucket_of[i] : -1;
 }
 
-mg_status mg_ddp_init(mg_ddp *d, const mg_grad_buffer_layout *l, mg_comm *dp, mg_backend *be,
-                      float *grads, void *params, mg_dtype pdt, bool overlap_grad,
-                      bool overlap_param) {
+mg_status mg_ddp_init(mg_ddp *d, const mg_grad_buffer_layout *l, const int *index, int n_table,
+                      mg_comm *dp, mg_backend *be, float *grads, void *params, mg_dtype pdt,
+                      bool overlap_grad, bool overlap_param) {
     memset(d, 0, sizeof *d);
     MG_CHECK(check_group(l, 0, dp));
     if (overlap_param && !l->cfg.use_distributed_optimizer)
@@ -75,8 +75,19 @@ mg_status mg_ddp_init(mg_ddp *d, const mg_grad_buffer_layout *l, mg_comm *dp, mg
                   .pdt = pdt,
                   .overlap_grad = overlap_grad,
                   .overlap_param = overlap_param};
+    if (!index) n_table = l->n_params;
+    d->n_table = n_table;
     d->pending_grads = calloc((size_t)l->n_buckets, sizeof *d->pending_grads);
-    if (!d->pending_grads) return MG_FAIL(MG_ERR_NOMEM, "out of memory");
+    d->bucket_of = malloc((size_t)(n_table > 0 ? n_table : 1) * sizeof *d->bucket_of);
+    if (!d->pending_grads || !d->bucket_of) return MG_FAIL(MG_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < n_table; i++) d->bucket_of[i] = -1;
+    for (int r = 0; r < l->n_params; r++) {
+        int i = index ? index[l->params[r].index] : l->params[r].index;
+        if (i < 0 || i >= n_table)
+            return MG_FAIL(MG_ERR_INTERNAL, "buffer parameter %d maps outside the table of %d", i,
+                           n_table);
+        d->bucket_of[i] = l->params[r].bucket;
+    }
     d->next_reduce = l->n_buckets; /* nothing to start before start_grad_sync */
     d->waited_gather = 0;          /* every bucket is current */
     return MG_OK;
@@ -84,6 +95,7 @@ mg_status mg_ddp_init(mg_ddp *d, const mg_grad_buffer_layout *l, mg_comm *dp, mg
 
 void mg_ddp_free(mg_ddp *d) {
     free(d->pending_grads);
+    free(d->bucket_of);
     memset(d, 0, sizeof *d);
 }
 
@@ -110,6 +122,7 @@ mg_status mg_ddp_grads_ready(mg_ddp *d, const int *idx, int n) {
     if (!d->armed || !d->overlap_grad) return MG_OK;
     for (int i = 0; i < n; i++) {
         int b = bucket_of(d, idx[i]);
+        if (b < 0) continue; /* another buffer's */
         if (d->pending_grads[b] <= 0)
             return MG_FAIL(MG_ERR_INTERNAL, "parameter %d's gradient reported complete twice",
                            idx[i]);
@@ -180,7 +193,7 @@ mg_status mg_ddp_params_needed(mg_ddp *d, const int *idx, int n) {
     if (!d->gathering) return MG_OK;
     int low = d->waited_gather;
     for (int i = 0; i < n; i++)
-        if (bucket_of(d, idx[i]) < low) low = bucket_of(d, idx[i]);
+        if (bucket_of(d, idx[i]) >= 0 && bucket_of(d, idx[i]) < low) low = bucket_of(d, idx[i]);
     if (low >= d->waited_gather) return MG_OK;
     while (d->next_gather >= low) {
         MG_CHECK(start_gather(d));

@@ -46,6 +46,9 @@
 
 typedef struct {
     const mg_grad_buffer_layout *l; /* not owned */
+    int *bucket_of;                 /* (n_table) bucket of each parameter-table index; -1: the
+                                       parameter is in another buffer (the hooks skip it) */
+    int n_table;
     mg_comm *dp;                    /* not owned; the layout's data_parallel_size ranks */
     mg_backend *be;                 /* not owned */
     float *grads;                   /* (l->numel) fp32, backend memory */
@@ -64,11 +67,14 @@ typedef struct {
     int overlapped_reduces, overlapped_gathers;
 } mg_ddp;
 
-/* grads and params are the trainer's buffers in l's layout; cfg: --overlap-grad-reduce,
- * --overlap-param-gather (only with the distributed optimizer). */
-mg_status mg_ddp_init(mg_ddp *d, const mg_grad_buffer_layout *l, mg_comm *dp, mg_backend *be,
-                      float *grads, void *params, mg_dtype pdt, bool overlap_grad,
-                      bool overlap_param);
+/* grads and params are the buffer's first elements in l's layout (a buffer of several, train/
+ * buffers.h, passes its base); index (l->n_params) maps the layout's parameter indices to the
+ * n_table indices of the parameter table the hooks name (NULL: the same, n_table =
+ * l->n_params); cfg: --overlap-grad-reduce, --overlap-param-gather (only with the distributed
+ * optimizer). */
+mg_status mg_ddp_init(mg_ddp *d, const mg_grad_buffer_layout *l, const int *index, int n_table,
+                      mg_comm *dp, mg_backend *be, float *grads, void *params, mg_dtype pdt,
+                      bool overlap_grad, bool overlap_param);
 void mg_ddp_free(mg_ddp *d);
 
 mg_status mg_ddp_start_grad_sync(mg_ddp *d);

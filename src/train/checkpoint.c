@@ -42,7 +42,7 @@ static mg_status write_text_atomic(const char *path, const char *text) {
 }
 
 static mg_status write_state(const char *path, const mg_train_state *s, const mg_config *cfg,
-                             int n_shards, int n_stages) {
+                             int n_shards, int n_stages, int n_files) {
     char *config_json = NULL;
     MG_CHECK(mg_config_to_json(cfg, &config_json));
     size_t cap = strlen(config_json) + 1024;
@@ -56,11 +56,11 @@ static mg_status write_state(const char *path, const mg_train_state *s, const mg
              "  \"iteration\": %" PRId64 ",\n  \"consumed_train_samples\": %" PRId64 ",\n"
              "  \"consumed_valid_samples\": %" PRId64 ",\n  \"lr_num_steps\": %" PRId64 ",\n"
              "  \"optimizer_step\": %" PRId64 ",\n  \"optimizer_shards\": %d,\n"
-             "  \"pipeline_stages\": %d,\n"
+             "  \"pipeline_stages\": %d,\n  \"model_files\": %d,\n"
              "  \"rng\": {\"generator\": \"philox4x32-10\", \"seed\": %" PRId64 "},\n"
              "  \"config\": %s\n}\n",
              s->iteration, s->consumed_train_samples, s->consumed_valid_samples, s->lr_num_steps,
-             s->optimizer_step, n_shards, n_stages, cfg->seed, config_json);
+             s->optimizer_step, n_shards, n_stages, n_files, cfg->seed, config_json);
     free(config_json);
     mg_status st = write_text_atomic(path, text);
     free(text);
@@ -71,11 +71,11 @@ static void iter_dir(char *out, size_t cap, const char *dir, int64_t it) {
     snprintf(out, cap, "%s/iter_%07" PRId64, dir, it);
 }
 
-/* The weights of pipeline stage `stage` of n_stages: model.safetensors with one stage, else
- * model-00001-of-00004.safetensors (Hugging Face's shard names; each stage's own tensors). */
-static void model_file(char *out, size_t cap, int stage, int n_stages) {
-    if (n_stages > 1)
-        snprintf(out, cap, "model-%05d-of-%05d.safetensors", stage + 1, n_stages);
+/* Weights file `file` of n_files (pipeline stage x expert-parallel rank): model.safetensors
+ * alone, else model-00001-of-00004.safetensors (Hugging Face's shard names). */
+static void model_file(char *out, size_t cap, int file, int n_files) {
+    if (n_files > 1)
+        snprintf(out, cap, "model-%05d-of-%05d.safetensors", file + 1, n_files);
     else
         snprintf(out, cap, "model.safetensors");
 }
@@ -106,12 +106,13 @@ static mg_status write_parts(const char *tmp, int rank, const mg_train_state *s,
     char path[2200], file[64];
     mg_status st = MG_OK;
     mg_hf_export_set set;
-    const int n_stages = t->n_stages > 1 ? t->n_stages : 1;
-    if (rank == 0 && (st = mg_hf_export(g, t->params, &set)) == MG_OK) {
+    const int n_stages = t->n_stages > 1 ? t->n_stages : 1, ep = t->ep_size > 1 ? t->ep_size : 1;
+    if ((t->owns[0] || t->owns[1]) &&
+        (st = mg_hf_export_parts(g, t->params, t->owns[0], t->owns[1], &set)) == MG_OK) {
         char meta[128];
         snprintf(meta, sizeof meta, "{\"format\": \"pt\", \"iteration\": \"%" PRId64 "\"}",
                  s->iteration);
-        model_file(file, sizeof file, t->stage, n_stages);
+        model_file(file, sizeof file, t->stage * ep + t->ep_rank, n_stages * ep);
         snprintf(path, sizeof path, "%s/%s", tmp, file);
         st = mg_safetensors_write(path, set.tensors, set.n, meta);
         mg_hf_export_free(&set);
@@ -129,7 +130,7 @@ static mg_status write_parts(const char *tmp, int rank, const mg_train_state *s,
     }
     if (st == MG_OK && rank == 0 && t->stage == 0) {
         snprintf(path, sizeof path, "%s/state.json", tmp);
-        st = write_state(path, s, cfg, t->n_shards, n_stages);
+        st = write_state(path, s, cfg, t->n_shards, n_stages, n_stages * ep);
     }
     if (st == MG_OK) st = fsync_path(tmp);
     return st;
@@ -278,19 +279,27 @@ static mg_status saved_config(const cJSON *root, const char *path, mg_config *sa
     return mg_config_from_cjson(saved, c);
 }
 
-/* "pipeline_stages" of a state.json (absent before pipeline parallelism: 1). */
-static mg_status json_stages(const cJSON *root, const char *path, int *n_stages) {
-    int64_t v = 1;
-    if (cJSON_GetObjectItemCaseSensitive(root, "pipeline_stages"))
-        MG_CHECK(json_i64(root, "pipeline_stages", path, &v));
-    if (v < 1 || v > 1 << 16)
-        return MG_FAIL(MG_ERR_FORMAT, "%s: pipeline_stages %" PRId64 " is out of range", path, v);
-    *n_stages = (int)v;
+/* "pipeline_stages" and "model_files" of a state.json (absent before pipeline and expert
+ * parallelism: 1 stage, one file per stage). */
+static mg_status json_stages(const cJSON *root, const char *path, int *n_stages, int *n_files) {
+    const char *keys[2] = {"pipeline_stages", "model_files"};
+    int64_t v[2] = {1, 0};
+    for (int k = 0; k < 2; k++) {
+        if (cJSON_GetObjectItemCaseSensitive(root, keys[k]))
+            MG_CHECK(json_i64(root, keys[k], path, &v[k]));
+        else if (k == 1)
+            v[1] = v[0];
+        if (v[k] < 1 || v[k] > 1 << 16)
+            return MG_FAIL(MG_ERR_FORMAT, "%s: %s %" PRId64 " is out of range", path, keys[k],
+                           v[k]);
+    }
+    *n_stages = (int)v[0];
+    *n_files = (int)v[1];
     return MG_OK;
 }
 
 static mg_status load_state(const char *path, mg_train_state *s, const mg_config *cfg,
-                            int *n_shards, int *n_stages) {
+                            int *n_shards, int *n_stages, int *n_files) {
     cJSON *root = NULL;
     MG_CHECK(parse_state(path, &root));
     mg_status st = json_i64(root, "iteration", path, &s->iteration);
@@ -308,7 +317,7 @@ static mg_status load_state(const char *path, mg_train_state *s, const mg_config
         st = MG_FAIL(MG_ERR_FORMAT, "%s: optimizer_shards %" PRId64 " is out of range", path,
                      shards);
     *n_shards = (int)shards;
-    if (st == MG_OK) st = json_stages(root, path, n_stages);
+    if (st == MG_OK) st = json_stages(root, path, n_stages, n_files);
     if (st == MG_OK) {
         mg_config saved;
         st = saved_config(root, path, &saved);
@@ -329,21 +338,21 @@ mg_status mg_checkpoint_load_config(const char *dir, int64_t it, mg_config *cfg)
 }
 
 /* The weights this model needs from the n_stages model files of iteration directory base
- * (each stage's file holds its own tensors: any pipeline layout reads any other's). */
-static mg_status load_weights(const char *base, int n_stages, const mg_gpt *g, float *params) {
-    mg_safetensors *sf = calloc((size_t)n_stages, sizeof *sf);
-    char(*paths)[2200] = calloc((size_t)n_stages, sizeof *paths);
-    const char **names = calloc((size_t)n_stages, sizeof *names);
+ * (each file holds its own tensors: any layout reads any other's). */
+static mg_status load_weights(const char *base, int n_files, const mg_gpt *g, float *params) {
+    mg_safetensors *sf = calloc((size_t)n_files, sizeof *sf);
+    char(*paths)[2200] = calloc((size_t)n_files, sizeof *paths);
+    const char **names = calloc((size_t)n_files, sizeof *names);
     mg_status st = sf && paths && names ? MG_OK : MG_FAIL(MG_ERR_NOMEM, "out of memory");
     int opened = 0;
-    for (; st == MG_OK && opened < n_stages; opened++) {
+    for (; st == MG_OK && opened < n_files; opened++) {
         char file[64];
-        model_file(file, sizeof file, opened, n_stages);
+        model_file(file, sizeof file, opened, n_files);
         snprintf(paths[opened], sizeof paths[opened], "%s/%s", base, file);
         names[opened] = paths[opened];
         if ((st = mg_safetensors_open(&sf[opened], paths[opened])) != MG_OK) break;
     }
-    if (st == MG_OK) st = mg_hf_import_files(g, sf, names, n_stages, params);
+    if (st == MG_OK) st = mg_hf_import_files(g, sf, names, n_files, params);
     for (int k = 0; k < opened; k++) mg_safetensors_close(&sf[k]);
     free(sf);
     free(paths);
@@ -356,12 +365,12 @@ mg_status mg_checkpoint_load_weights(const char *dir, int64_t it, const mg_gpt *
     iter_dir(base, sizeof base, dir, it);
     snprintf(path, sizeof path, "%s/state.json", base);
     cJSON *root = NULL;
-    int n_stages = 1;
+    int n_stages = 1, n_files = 1;
     MG_CHECK(parse_state(path, &root));
-    mg_status st = json_stages(root, path, &n_stages);
+    mg_status st = json_stages(root, path, &n_stages, &n_files);
     cJSON_Delete(root);
     MG_CHECK(st);
-    return load_weights(base, n_stages, g, params);
+    return load_weights(base, n_files, g, params);
 }
 
 mg_status mg_checkpoint_load(const char *dir, int64_t it, mg_train_state *s, const mg_config *cfg,
@@ -369,11 +378,11 @@ mg_status mg_checkpoint_load(const char *dir, int64_t it, mg_train_state *s, con
     char base[2048], path[2200];
     iter_dir(base, sizeof base, dir, it);
     snprintf(path, sizeof path, "%s/state.json", base);
-    int n_shards = 0, n_stages = 1;
-    MG_CHECK(load_state(path, s, cfg, &n_shards, &n_stages));
+    int n_shards = 0, n_stages = 1, n_files = 1;
+    MG_CHECK(load_state(path, s, cfg, &n_shards, &n_stages, &n_files));
     if (s->iteration != it)
         return MG_FAIL(MG_ERR_FORMAT, "%s: iteration %" PRId64 " does not match the directory name",
                        path, s->iteration);
-    MG_CHECK(load_weights(base, n_stages, g, t->params));
+    MG_CHECK(load_weights(base, n_files, g, t->params));
     return mg_checkpoint_optim_load(base, n_stages, n_shards, g, t);
 }

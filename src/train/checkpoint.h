@@ -11,6 +11,10 @@
  *                                                the pipeline stages, the full config
  * With P > 1 pipeline stages each stage writes its own tensors: model-00001-of-0000P.safetensors
  * (stage 1 of P, Hugging Face's shard naming) and optimizer-pp000[-...].safetensors (stage 0).
+ * With expert parallelism (EP ranks) each stage's weights are EP files: model file
+ * stage x EP + e + 1 of P x EP holds expert-parallel rank e's experts (global expert numbers in
+ * their names), the first of them also the dense weights; the optimizer state is one file per
+ * data-parallel rank, each holding the moments that rank owns (below).
  * Names keep global layer numbers, and a stage's copy of the tied embedding is stored once, as
  * the embedding (the first stage's), so every stage reads what it needs from all the files:
  * a checkpoint loads under any pipeline (and data-parallel) layout.
@@ -22,10 +26,12 @@
  *
  * Nothing is lost on a crash: a checkpoint is written into iter_N.tmp-PID (rank 0's PID), flushed,
  * renamed to iter_N, and only then is the tracker file replaced (also through a temporary and a
- * rename). Data-parallel rank 0 of each stage writes the stage's weights and whole optimizer file,
- * the first stage's also the state; every rank writes its own shard file; all agree (over the
- * data-parallel and pipeline groups) that every part was written before rank 0 renames, and
- * nobody returns before the checkpoint is complete.
+ * rename). Data-parallel rank 0 of each stage writes the stage's dense weights (and the whole
+ * optimizer file), expert-data-parallel rank 0 of each expert-parallel rank its experts' weights,
+ * the first stage's rank 0 also the state; with shard files every rank writes its own (the
+ * moments of a sharded buffer, or of the weights it writes); all agree (over the data-parallel
+ * and pipeline groups) that every part was written before rank 0 renames, and nobody returns
+ * before the checkpoint is complete.
  * Exports: mg_train_state, mg_checkpoint_tensors, mg_checkpoint_*.
  * Needs: model, train/optimizer (pieces), comm, core/safetensors, core/flags. */
 #ifndef MG_TRAIN_CHECKPOINT_H
@@ -53,6 +59,11 @@ typedef struct {
     int n_pieces;
     int n_shards; /* optimizer shard files (the data-parallel size); 0: one file */
     int stage, n_stages; /* this rank's pipeline stage of n_stages (0, 1: no pipeline) */
+    int ep_rank, ep_size; /* this rank's expert-parallel rank of ep_size (0, 1: none) */
+    /* [0] the dense parameters, [1] the experts': owns, this rank writes their weights (one
+     * rank of those holding the same copy); sharded, their moments are this rank's alone (the
+     * distributed optimizer over > 1 ranks), so it writes them whether it owns them or not */
+    bool owns[2], sharded[2];
 } mg_checkpoint_tensors;
 
 /* Saves iteration s->iteration. dp: the data-parallel group whose members all call this with

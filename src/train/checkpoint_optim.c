@@ -31,6 +31,12 @@ static const char *ckpt_name(const mg_param_meta *p) {
     return p->shared ? "embedding.word_embeddings.weight" : p->name;
 }
 
+/* Whether this rank writes the piece's moments (checkpoint.h: owns, sharded). */
+static bool writes(const mg_checkpoint_tensors *t, const mg_param_meta *p) {
+    int k = p->expert ? 1 : 0;
+    return !p->shared && (t->owns[k] || t->sharded[k]);
+}
+
 static bool whole(const mg_optim_piece *pc, const mg_param_meta *p) {
     return pc->param_start == 0 && pc->param_end == p->numel;
 }
@@ -48,7 +54,7 @@ static mg_status shard_metadata(const mg_gpt *g, const mg_checkpoint_tensors *t,
     for (int i = 0; ok && i < t->n_pieces; i++) {
         const mg_optim_piece *pc = &t->pieces[i];
         snprintf(v, sizeof v, "%" PRId64 ":%" PRId64, pc->param_start, pc->param_end);
-        if (g->params.p[pc->index].shared) continue;
+        if (!writes(t, &g->params.p[pc->index])) continue;
         ok = cJSON_AddStringToObject(m, g->params.p[pc->index].name, v) != NULL;
     }
     *out = ok ? cJSON_PrintUnformatted(m) : NULL;
@@ -69,7 +75,7 @@ mg_status mg_checkpoint_optim_write(const char *path, const mg_gpt *g,
     for (int i = 0; st == MG_OK && i < n; i++) {
         const mg_optim_piece *pc = &t->pieces[i];
         const mg_param_meta *p = &g->params.p[pc->index];
-        if (p->shared) continue;
+        if (!writes(t, p)) continue;
         for (int k = 0; k < 2; k++, w++) {
             mg_st_tensor *x = &ts[w];
             char *nm = names + (size_t)w * NAME_CAP;

@@ -9,37 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-mg_status mg_train_buffer_layout(mg_param_table *pt, const mg_config *c, int dp_size, int pp_rank,
-                                 mg_grad_buffer_layout *out) {
-    mg_grad_buffer_config gc = {
-        .data_parallel_size = dp_size,
-        .use_distributed_optimizer = c->use_distributed_optimizer,
-        .overlap_grad_reduce = c->overlap_grad_reduce,
-        .bucket_size = c->ddp_bucket_size > 0 ? c->ddp_bucket_size : 0,
-        .pad_for_high_nccl_busbw = c->ddp_pad_buckets_for_high_nccl_busbw,
-        /* Megatron's: the embedding's copy on the first or last stage gets a bucket of its own
-         * (its gradient is complete only after the embedding-group sum), and the stages after
-         * the first use one bucket */
-        .shared_embedding = -1,
-        .disable_bucketing = pp_rank > 0,
-        .align_param_starts = true,
-    };
-    int64_t *sizes = malloc((size_t)pt->n * sizeof *sizes);
-    size_t *offsets = malloc((size_t)pt->n * sizeof *offsets);
-    mg_status st = sizes && offsets ? MG_OK : MG_FAIL(MG_ERR_NOMEM, "out of memory");
-    for (int i = 0; st == MG_OK && i < pt->n; i++) {
-        sizes[i] = pt->p[i].numel;
-        if (pt->p[i].embedding_group) gc.shared_embedding = i;
-    }
-    if (st == MG_OK) st = mg_grad_buffer_layout_build(sizes, pt->n, &gc, out);
-    for (int r = 0; st == MG_OK && r < out->n_params; r++)
-        offsets[out->params[r].index] = (size_t)out->params[r].range.start;
-    if (st == MG_OK) st = mg_params_relayout(pt, offsets, (size_t)out->numel);
-    free(sizes);
-    free(offsets);
-    return st;
-}
-
 static size_t stub_saved_bytes(mg_backend *be, int B, int S, int nq, int hd) {
     return mg_backend_attention_saved_bytes(be->device, B, S, nq, hd);
 }
@@ -62,15 +31,17 @@ mg_status mg_memory_stage_estimate(const mg_config *c, int pp_rank, int dp_size,
     memset(out, 0, sizeof *out);
     out->pp_rank = pp_rank;
     mg_gpt g;
-    mg_grad_buffer_layout l = {0};
+    mg_train_buffers l = {0};
     mg_optimizer o = {0};
     mg_arena optim, acts, work;
     mg_arena_init(&optim, "optimizer state");
     mg_arena_init(&acts, "activations");
     mg_arena_init(&work, "workspace");
-    mg_status st = mg_gpt_build(&g, c, 0, pp_rank);
-    if (st == MG_OK) st = mg_train_buffer_layout(&g.params, c, dp_size, pp_rank, &l);
-    if (st == MG_OK) st = mg_optimizer_init(&o, c, &g.params, &l, 0, NULL, NULL, NULL);
+    int ep = c->expert_model_parallel_size > 1 ? c->expert_model_parallel_size : 1;
+    mg_status st = mg_gpt_build_ep(&g, c, 0, pp_rank, 0);
+    if (st == MG_OK) st = mg_train_buffers_build(&g.params, c, dp_size, dp_size >= ep ? dp_size / ep : 1,
+                                                 pp_rank, &l);
+    if (st == MG_OK) st = mg_optimizer_init(&o, c, &g.params, &l, &(mg_optim_groups){0});
     if (st == MG_OK) st = mg_optimizer_plan(&o, &optim);
     mg_schedule_params s = {
         .pp = g.pp,
@@ -125,7 +96,7 @@ mg_status mg_memory_stage_estimate(const mg_config *c, int pp_rank, int dp_size,
                      out->activations + out->workspace + out->batch;
     }
     mg_optimizer_free(&o);
-    mg_grad_buffer_layout_free(&l);
+    mg_train_buffers_free(&l);
     mg_gpt_free(&g);
     return st;
 }

@@ -4,10 +4,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The pieces of bucket b this rank updates, appended to o->pieces; returns the shard. */
-static mg_status bucket_pieces(mg_optimizer *o, const mg_param_table *t,
-                               const mg_grad_buffer_layout *l, int b, int dp_rank, size_t local,
-                               mg_grad_shard_param *scratch) {
+/* The pieces of bucket b of buffer bf this rank updates, appended to o->pieces; returns the
+ * shard. Pieces and shards are in the parameter arrays' coordinates (the buffer's base added)
+ * and name parameter-table indices. */
+static mg_status bucket_pieces(mg_optimizer *o, const mg_train_buffer *bf, int buf, int b,
+                               int dp_rank, size_t local, mg_grad_shard_param *scratch) {
+    const mg_grad_buffer_layout *l = &bf->layout;
     const mg_grad_buffer_bucket *q = &l->buckets[b];
     mg_grad_range r = q->range;
     if (l->cfg.use_distributed_optimizer) {
@@ -17,10 +19,10 @@ static mg_status bucket_pieces(mg_optimizer *o, const mg_param_table *t,
         for (int k = 0; k < n; k++) {
             const mg_grad_shard_param *s = &scratch[k];
             o->pieces[o->n_pieces++] = (mg_optim_piece){
-                .index = s->index,
+                .index = bf->index[s->index],
                 .param_start = s->param.start,
                 .param_end = s->param.end,
-                .world = (size_t)s->world.start,
+                .world = bf->base + (size_t)s->world.start,
                 .local = local + (size_t)s->local.start,
             };
         }
@@ -28,15 +30,16 @@ static mg_status bucket_pieces(mg_optimizer *o, const mg_param_table *t,
         for (int row = q->first; row < q->first + q->count; row++) {
             const mg_grad_buffer_param *p = &l->params[row];
             o->pieces[o->n_pieces++] = (mg_optim_piece){
-                .index = p->index,
+                .index = bf->index[p->index],
                 .param_start = 0,
                 .param_end = p->range.end - p->range.start,
-                .world = (size_t)p->range.start,
+                .world = bf->base + (size_t)p->range.start,
                 .local = local + (size_t)(p->range.start - r.start),
             };
         }
     }
-    o->shards[b] = (mg_optim_shard){(size_t)r.start, local, (size_t)(r.end - r.start)};
+    o->shards[o->n_shards++] =
+        (mg_optim_shard){bf->base + (size_t)r.start, local, (size_t)(r.end - r.start), buf};
     return MG_OK;
 }
 
@@ -66,28 +69,37 @@ static int build_spans(const mg_optimizer *o, const mg_param_table *t, bool for_
             last->n = p->world + len - last->world;
             continue;
         }
-        spans[n++] = (mg_optim_span){p->world, p->local, len, wd};
+        spans[n++] = (mg_optim_span){p->world, p->local, len, wd, o->shards[shard].buf};
     }
     return n;
 }
 
 mg_status mg_optimizer_init(mg_optimizer *o, const mg_config *c, const mg_param_table *t,
-                            const mg_grad_buffer_layout *l, int dp_rank, mg_comm *norm_group,
-                            mg_comm *tp, mg_comm *pp) {
+                            const mg_train_buffers *bufs, const mg_optim_groups *g) {
     memset(o, 0, sizeof *o);
     o->beta1 = c->adam_beta1;
     o->beta2 = c->adam_beta2;
     o->eps = c->adam_eps;
     o->weight_decay = c->weight_decay;
     o->clip_grad = c->clip_grad;
-    o->sharded = l->cfg.use_distributed_optimizer && l->cfg.data_parallel_size > 1;
-    o->norm_group = norm_group;
-    o->tp = tp && mg_comm_size(tp) > 1 ? tp : NULL;
-    o->pp = pp && mg_comm_size(pp) > 1 ? pp : NULL;
-    if (l->n_params != t->n)
-        return MG_FAIL(MG_ERR_INTERNAL, "optimizer: a layout of %d parameters for a table of %d",
-                       l->n_params, t->n);
-    o->shards = calloc((size_t)l->n_buckets, sizeof *o->shards);
+    o->n_bufs = bufs->n;
+    o->tp = g->tp && mg_comm_size(g->tp) > 1 ? g->tp : NULL;
+    o->pp = g->pp && mg_comm_size(g->pp) > 1 ? g->pp : NULL;
+    o->ep = g->ep && mg_comm_size(g->ep) > 1 ? g->ep : NULL;
+    int n_params = 0, n_buckets = 0;
+    for (int b = 0; b < bufs->n; b++) {
+        const mg_grad_buffer_layout *l = &bufs->b[b].layout;
+        n_params += l->n_params;
+        n_buckets += l->n_buckets;
+        o->buf_sharded[b] = l->cfg.use_distributed_optimizer && l->cfg.data_parallel_size > 1;
+        o->sharded |= o->buf_sharded[b];
+        /* the distributed optimizer's gradient norm sums the shards over the buffer's group */
+        o->norm_group[b] = o->buf_sharded[b] ? g->group[b] : NULL;
+    }
+    if (n_params != t->n)
+        return MG_FAIL(MG_ERR_INTERNAL, "optimizer: buffers of %d parameters for a table of %d",
+                       n_params, t->n);
+    o->shards = calloc((size_t)n_buckets, sizeof *o->shards);
     /* a parameter lies in one bucket and meets a shard in one run: at most one piece each */
     o->pieces = calloc((size_t)t->n, sizeof *o->pieces);
     o->spans = calloc((size_t)t->n, sizeof *o->spans);
@@ -97,12 +109,15 @@ mg_status mg_optimizer_init(mg_optimizer *o, const mg_config *c, const mg_param_
     if (!o->shards || !o->pieces || !o->spans || !o->norm_spans || !scratch)
         st = MG_FAIL(MG_ERR_NOMEM, "out of memory for the optimizer's %d parameters", t->n);
     size_t local = 0;
-    for (int b = 0; st == MG_OK && b < l->n_buckets; b++) {
-        st = bucket_pieces(o, t, l, b, dp_rank, local, scratch);
-        local += o->shards[b].n;
+    for (int bf = 0; st == MG_OK && bf < bufs->n; bf++) {
+        o->buf_local[bf] = local;
+        for (int b = 0; st == MG_OK && b < bufs->b[bf].layout.n_buckets; b++) {
+            st = bucket_pieces(o, &bufs->b[bf], bf, b, g->rank[bf], local, scratch);
+            if (st == MG_OK) local += o->shards[o->n_shards - 1].n;
+        }
+        o->buf_numel[bf] = local - o->buf_local[bf];
     }
     free(scratch);
-    o->n_shards = l->n_buckets;
     o->numel = local;
     for (int k = 0; st == MG_OK && k < o->n_pieces; k++) {
         const mg_optim_piece *p = &o->pieces[k];
@@ -146,29 +161,46 @@ void mg_optimizer_bind(mg_optimizer *o, mg_arena *arena) {
     o->scalars = mg_arena_ptr(arena, o->off_scalars);
 }
 
+/* Sums scalar which[i] over groups[i] (NULL: none) on the communication stream; the compute
+ * stream waits for them. */
+static mg_status all_reduce_sums(mg_backend *be, mg_comm *const *groups, float *const *which,
+                                 int n) {
+    void *stream = NULL;
+    for (int i = 0; i < n; i++) {
+        if (!groups[i]) continue;
+        if (!stream) MG_CHECK(mg_backend_comm_begin(be, &stream));
+        MG_CHECK(mg_comm_all_reduce(groups[i], which[i], which[i], 1, MG_F32, MG_REDUCE_SUM,
+                                    stream));
+    }
+    return stream ? mg_backend_comm_end(be) : MG_OK;
+}
+
 mg_status mg_optimizer_step(mg_optimizer *o, mg_backend *be, void *params, float *master,
                             const float *grads, double lr) {
+    /* per buffer: [0] dense, [3] expert (optimizer.h) */
     float *sumsq = &o->scalars[0], *norm = &o->scalars[1], *coef = &o->scalars[2];
-    MG_CHECK(be->memset_zero(be, sumsq, sizeof(float)));
+    float *sums[MG_TRAIN_BUFFERS_MAX] = {&o->scalars[0], &o->scalars[3]};
+    MG_CHECK(be->memset_zero(be, o->scalars, 4 * sizeof(float)));
     /* padding inside a shard is zero in the gradient buffer, so one pass per shard covers all;
      * TP ranks > 0 leave out the replicated parameters TP rank 0 counts, and the embedding's
      * pipeline copy is left out */
     if (o->norm_filtered)
         for (int s = 0; s < o->n_norm_spans; s++)
-            MG_CHECK(be->sumsq_f32(be, sumsq, grads + o->norm_spans[s].world, o->norm_spans[s].n));
+            MG_CHECK(be->sumsq_f32(be, sums[o->norm_spans[s].buf], grads + o->norm_spans[s].world,
+                                   o->norm_spans[s].n));
     else
         for (int s = 0; s < o->n_shards; s++)
-            MG_CHECK(be->sumsq_f32(be, sumsq, grads + o->shards[s].world, o->shards[s].n));
-    if (o->norm_group || o->tp || o->pp) {
-        void *stream;
-        MG_CHECK(mg_backend_comm_begin(be, &stream));
-        mg_comm *groups[3] = {o->norm_group, o->tp, o->pp};
-        for (int i = 0; i < 3; i++)
-            if (groups[i])
-                MG_CHECK(
-                    mg_comm_all_reduce(groups[i], sumsq, sumsq, 1, MG_F32, MG_REDUCE_SUM, stream));
-        MG_CHECK(mg_backend_comm_end(be));
-    }
+            MG_CHECK(be->sumsq_f32(be, sums[o->shards[s].buf], grads + o->shards[s].world,
+                                   o->shards[s].n));
+    /* the experts' sum over their shards (expert-data-parallel) and the experts of the other
+     * expert-parallel ranks; the dense sum over its shards; then both over the model-parallel
+     * ranks, which hold other parameters */
+    mg_comm *groups[5] = {o->norm_group[0], o->n_bufs > 1 ? o->norm_group[1] : NULL,
+                          o->n_bufs > 1 ? o->ep : NULL, o->tp, o->pp};
+    float *which[5] = {sums[0], sums[1], sums[1], sumsq, sumsq};
+    MG_CHECK(all_reduce_sums(be, groups, which, 3));
+    if (o->n_bufs > 1) MG_CHECK(be->sum_f32(be, sumsq, sums[1], NULL, 1, 1.0f));
+    MG_CHECK(all_reduce_sums(be, groups + 3, which + 3, 2));
     MG_CHECK(be->clip_coef(be, coef, norm, sumsq, (float)o->clip_grad));
     o->step++;
     float bc1 = (float)(1.0 - pow(o->beta1, (double)o->step));

@@ -14,7 +14,10 @@
  * The gradient norm: the sum of squares over this rank's shards, summed over `norm_group` (the
  * data-parallel group with the distributed optimizer over D > 1 ranks; NULL: the shards are
  * everything, or every rank holds the same reduced gradients), over the tensor-parallel group
- * `tp` and over the pipeline group `pp` (NULL: one rank), then the square root. Under tensor
+ * `tp` and over the pipeline group `pp` (NULL: one rank), then the square root. An MoE model's
+ * expert buffer (train/buffers.h) has its own sum: over its shards (the expert-data-parallel
+ * group with the distributed optimizer) and over the expert-parallel group (other experts),
+ * then added to the dense sum (megatron-core's ChainedOptimizer: the norm of both). Under tensor
  * parallelism each rank's shards of a split parameter count, and a replicated parameter (the
  * same gradient on every TP rank) only on TP rank 0; a pipeline stage's copy of the tied
  * embedding (metadata `shared`) never: Megatron's get_grad_norm_fp32 over the model-parallel
@@ -29,6 +32,7 @@
 #include "core/arena.h"
 #include "model/params.h"
 #include "parallel/grad_buffer.h"
+#include "train/buffers.h"
 
 /* The elements [param_start, param_end) of parameter `index` that this rank updates, at `world`
  * in the buffers and `local` in the optimizer state (Megatron's "param" and "gbuf_local" ranges,
@@ -44,36 +48,50 @@ typedef struct {
 typedef struct {
     size_t world, local, n;
     bool weight_decay;
+    int buf; /* the buffer (train/buffers.h) */
 } mg_optim_span;
 
 typedef struct {
     size_t world, local, n; /* a shard: world range [world, world + n), local start */
+    int buf;                /* of this buffer (train/buffers.h) */
 } mg_optim_shard;
+
+/* The groups the optimizer's buffers are sharded and summed over (none owned; NULL: one rank):
+ * group[b] and rank[b] for buffer b (the data-parallel group for the dense buffer, the
+ * expert-data-parallel group for the experts'), and the tensor-, pipeline- and
+ * expert-parallel groups of the gradient norm. */
+typedef struct {
+    mg_comm *group[MG_TRAIN_BUFFERS_MAX];
+    int rank[MG_TRAIN_BUFFERS_MAX];
+    mg_comm *tp, *pp, *ep;
+} mg_optim_groups;
 
 typedef struct {
     double beta1, beta2, eps, weight_decay, clip_grad;
     int64_t step; /* completed optimizer steps (Adam's t after the last update) */
     size_t numel; /* local elements: moments and masters */
-    bool sharded; /* the distributed optimizer over more than one rank */
+    bool sharded; /* the distributed optimizer over more than one rank, in some buffer */
+    int n_bufs;
+    bool buf_sharded[MG_TRAIN_BUFFERS_MAX];                /* per buffer */
+    size_t buf_local[MG_TRAIN_BUFFERS_MAX], buf_numel[MG_TRAIN_BUFFERS_MAX]; /* local range */
     int n_shards, n_spans, n_pieces;
     mg_optim_shard *shards; /* (n_shards) bucket order */
     mg_optim_span *spans;   /* (n_spans) */
     bool norm_filtered;     /* the norm counts norm_spans, not the whole shards */
     int n_norm_spans;       /* the runs the gradient norm counts (see above) */
     mg_optim_span *norm_spans;
-    mg_comm *tp, *pp;       /* not owned; NULL: one rank */
+    mg_comm *tp, *pp, *ep;  /* not owned; NULL: one rank */
     mg_optim_piece *pieces; /* (n_pieces) buffer order */
-    mg_comm *norm_group;    /* see above; not owned */
+    mg_comm *norm_group[MG_TRAIN_BUFFERS_MAX]; /* see above; not owned */
     size_t off_m, off_v, off_scalars;
     float *m, *v;   /* (numel) fp32 moments, local coordinates */
-    float *scalars; /* backend fp32 [sumsq, norm, coef] */
+    float *scalars; /* backend fp32 [sumsq, norm, coef, the experts' sumsq] */
 } mg_optimizer;
 
-/* The shards, pieces and spans of dp rank `dp_rank` for the parameters `t`, laid out by `l`
- * (t's offsets must be l's). norm_group, tp, pp: see above (may be NULL). */
+/* The shards, pieces and spans of this rank (rank g->rank[b] of buffer b's group) for the
+ * parameters `t`, laid out in `bufs` (t's offsets must be theirs). */
 mg_status mg_optimizer_init(mg_optimizer *o, const mg_config *c, const mg_param_table *t,
-                            const mg_grad_buffer_layout *l, int dp_rank, mg_comm *norm_group,
-                            mg_comm *tp, mg_comm *pp);
+                            const mg_train_buffers *bufs, const mg_optim_groups *g);
 void mg_optimizer_free(mg_optimizer *o);
 /* Reserves the moments and scalars in the optimizer arena. */
 mg_status mg_optimizer_plan(mg_optimizer *o, mg_arena *arena);

@@ -98,19 +98,28 @@ static void print_banner(const mg_trainer *t) {
     }
     mg_log_info("> batch: micro %d, global %d (%d microbatches per rank), %" PRId64 " iterations",
                 c->micro_batch_size, c->global_batch_size, t->num_microbatches, c->train_iters);
-    const mg_grad_buffer_layout *l = &t->gbuf;
-    const char *reduce = t->dp_size == 1 ? ""
-                         : t->opt.sharded
-                             ? "; per bucket a reduce-scatter of the gradients and an all-gather "
-                               "of the parameters"
-                             : "; per bucket an all-reduce of the gradients";
-    mg_log_info("> data-parallel size %d%s: gradient buffer of %" PRId64 " elements (%" PRId64
-                " used) in %d bucket%s%s%s",
-                t->dp_size, c->use_distributed_optimizer ? ", distributed optimizer" : "", l->numel,
-                l->numel_unpadded, l->n_buckets, l->n_buckets == 1 ? "" : "s", reduce,
-                c->overlap_grad_reduce && t->dp_size > 1
-                    ? " after backward (--overlap-grad-reduce does not overlap on the cpu backend)"
-                    : "");
+    for (int b = 0; b < t->bufs.n; b++) {
+        const mg_train_buffer *bf = &t->bufs.b[b];
+        const mg_grad_buffer_layout *l = &bf->layout;
+        int D = l->cfg.data_parallel_size;
+        const char *reduce = D == 1 ? ""
+                             : t->opt.buf_sharded[b]
+                                 ? "; per bucket a reduce-scatter of the gradients and an "
+                                   "all-gather of the parameters"
+                                 : "; per bucket an all-reduce of the gradients";
+        char what[64];
+        if (bf->expert)
+            snprintf(what, sizeof what, "expert-data-parallel size %d (experts)", D);
+        else
+            snprintf(what, sizeof what, "data-parallel size %d", D);
+        mg_log_info("> %s%s: gradient buffer of %" PRId64 " elements (%" PRId64
+                    " used) in %d bucket%s%s%s",
+                    what, c->use_distributed_optimizer ? ", distributed optimizer" : "", l->numel,
+                    l->numel_unpadded, l->n_buckets, l->n_buckets == 1 ? "" : "s", reduce,
+                    c->overlap_grad_reduce && D > 1 ? " after backward (--overlap-grad-reduce "
+                                                      "does not overlap on the cpu backend)"
+                                                    : "");
+    }
     if (t->be->device == MG_DEVICE_CPU && (mg_flags_seen("--bf16") || mg_flags_seen("--fp16")))
         mg_log_info("> note: the CPU backend trains in fp32; --bf16/--fp16 apply to GPU backends");
     if (t->be->device != MG_DEVICE_CPU && mg_flags_seen("--fp16"))

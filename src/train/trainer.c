@@ -63,6 +63,12 @@ static mg_status create_backend(mg_trainer *t) {
     return mg_backend_cpu_create(&t->be, c->num_threads);
 }
 
+/* Buffer b's reduction group (train/buffers.h): data-parallel for the dense buffer,
+ * expert-data-parallel for the experts'; NULL: one rank, nothing to reduce. */
+static mg_comm *buf_group(const mg_trainer *t, int b) {
+    return t->bufs.b[b].expert ? t->edp : t->dp;
+}
+
 static mg_status plan_memory(mg_trainer *t) {
     const mg_config *c = &t->cfg;
     mg_backend *be = t->be;
@@ -78,10 +84,12 @@ static mg_status plan_memory(mg_trainer *t) {
     mg_arena_init(&t->a_acts, "activations");
     mg_arena_init(&t->a_work, "workspace");
     mg_arena_init(&t->a_io, "batch");
-    /* the distributed optimizer's gradient norm sums the shards over the group */
-    mg_comm *norm_group = c->use_distributed_optimizer && t->dp_size > 1 ? t->dp : NULL;
-    MG_CHECK(
-        mg_optimizer_init(&t->opt, c, &g->params, &t->gbuf, t->dp_rank, norm_group, t->tp, t->pp));
+    mg_optim_groups og = {.tp = t->tp, .pp = t->pp, .ep = t->ep};
+    for (int b = 0; b < t->bufs.n; b++) {
+        og.group[b] = buf_group(t, b);
+        og.rank[b] = og.group[b] ? mg_comm_rank(og.group[b]) : 0;
+    }
+    MG_CHECK(mg_optimizer_init(&t->opt, c, &g->params, &t->bufs, &og));
     MG_CHECK(mg_arena_reserve(&t->a_params, numel * esz, 0, &t->off_params));
     if (masters)
         MG_CHECK(mg_arena_reserve(&t->a_master, t->opt.numel * sizeof(float), 0, &t->off_master));
@@ -194,18 +202,25 @@ mg_status mg_trainer_set_weights(mg_trainer *t, const float *host) {
 }
 
 mg_status mg_trainer_sync_params(mg_trainer *t) {
-    return t->dp ? mg_ddp_finish_param_sync(&t->ddp) : MG_OK;
+    for (int b = 0; b < t->bufs.n; b++)
+        if (buf_group(t, b)) MG_CHECK(mg_ddp_finish_param_sync(&t->ddp[b]));
+    return MG_OK;
 }
 
 mg_status mg_trainer_get_weights(mg_trainer *t, float *host) {
     mg_backend *be = t->be;
     size_t n = t->model.params.numel;
     MG_CHECK(mg_trainer_sync_params(t));
-    /* sharded fp32 masters: every rank's shards, gathered */
-    if (t->master && t->opt.sharded) return mg_ddp_gather_shards_f32(&t->ddp, t->master, host);
-    /* unsharded, local coordinates are the world's */
-    if (t->master) return be->copy_d2h(be, host, t->master, n * sizeof(float));
-    return be->download_f32(be, host, t->params, n);
+    if (!t->master) return be->download_f32(be, host, t->params, n);
+    for (int b = 0; b < t->bufs.n; b++) {
+        const mg_optimizer *o = &t->opt;
+        float *dst = host + t->bufs.b[b].base, *src = t->master + o->buf_local[b];
+        /* sharded fp32 masters: every rank's shards, gathered; unsharded, the buffer's local
+         * coordinates are its own */
+        if (o->buf_sharded[b]) MG_CHECK(mg_ddp_gather_shards_f32(&t->ddp[b], src, dst));
+        else MG_CHECK(be->copy_d2h(be, dst, src, o->buf_numel[b] * sizeof(float)));
+    }
+    return MG_OK;
 }
 
 mg_status mg_trainer_log_memory(mg_trainer *t, const char *when) {
@@ -235,10 +250,16 @@ static mg_status alloc_host_state(const mg_trainer *t, mg_checkpoint_tensors *h)
     h->exp_avg_sq = calloc(m ? m : 1, sizeof(float));
     h->pieces = t->opt.pieces;
     h->n_pieces = t->opt.n_pieces;
-    /* the distributed optimizer's ranks each write their shard (one of D files) */
-    h->n_shards = t->cfg.use_distributed_optimizer ? t->dp_size : 0;
+    /* the distributed optimizer's ranks each write their shard (one of D files), and so do the
+     * expert-parallel ranks (the moments of their own experts) */
+    h->n_shards = t->cfg.use_distributed_optimizer || t->ep_size > 1 ? t->dp_size : 0;
     h->stage = t->pp_rank;
     h->n_stages = t->pp_size;
+    h->ep_rank = t->ep_rank;
+    h->ep_size = t->ep_size;
+    h->owns[0] = t->dp_rank == 0;
+    h->owns[1] = t->edp_rank == 0;
+    for (int b = 0; b < t->bufs.n; b++) h->sharded[t->bufs.b[b].expert] = t->opt.buf_sharded[b];
     if (!h->params || !h->exp_avg || !h->exp_avg_sq)
         return MG_FAIL(MG_ERR_NOMEM, "cannot allocate %.1f MiB for checkpoint staging",
                        (double)(n + 2 * m) * 4 / 1048576.0);
@@ -364,7 +385,16 @@ static float token_weight(const mg_trainer *t) {
  * _allreduce_layernorm_grads), before its bucket's data-parallel reduction starts. */
 static mg_status hook_params_needed(void *ctx, const int *idx, int n) {
     mg_trainer *t = ctx;
-    return t->dp ? mg_ddp_params_needed(&t->ddp, idx, n) : MG_OK;
+    for (int b = 0; b < t->bufs.n; b++)
+        if (buf_group(t, b)) MG_CHECK(mg_ddp_params_needed(&t->ddp[b], idx, n));
+    return MG_OK;
+}
+
+/* Parameters whose gradients are complete, to every buffer's reduction (each takes its own). */
+static mg_status grads_ready(mg_trainer *t, const int *idx, int n) {
+    for (int b = 0; n > 0 && b < t->bufs.n; b++)
+        if (buf_group(t, b)) MG_CHECK(mg_ddp_grads_ready(&t->ddp[b], idx, n));
+    return MG_OK;
 }
 
 static mg_status hook_grads_ready(void *ctx, const int *idx, int n) {
@@ -379,7 +409,7 @@ static mg_status hook_grads_ready(void *ctx, const int *idx, int n) {
         /* the embedding's copies are complete after the pipeline (sync_embedding_grads) */
         if (!m->embedding_group) ready[k++] = idx[i];
     }
-    return t->dp && k ? mg_ddp_grads_ready(&t->ddp, ready, k) : MG_OK;
+    return grads_ready(t, ready, k);
 }
 
 mg_status mg_trainer_init(mg_trainer *t, const mg_config *cfg) {
@@ -444,7 +474,11 @@ mg_status mg_trainer_init_groups(mg_trainer *t, const mg_config *cfg, const mg_t
     t->ep = gr->ep && mg_comm_size(gr->ep) > 1 ? gr->ep : NULL;
     t->ep_rank = t->ep ? mg_comm_rank(t->ep) : 0;
     t->ep_size = t->ep ? mg_comm_size(t->ep) : 1;
-    t->edp = gr->edp;
+    /* with one expert-parallel rank the experts are replicated like the dense weights */
+    t->edp = t->ep_size == 1 && !gr->edp ? t->dp : gr->edp;
+    t->edp = t->edp && mg_comm_size(t->edp) > 1 ? t->edp : NULL;
+    t->edp_rank = t->edp ? mg_comm_rank(t->edp) : 0;
+    t->edp_size = t->edp ? mg_comm_size(t->edp) : 1;
     int mp = (cfg->tensor_model_parallel_size > 1 ? cfg->tensor_model_parallel_size : 1) *
              (cfg->pipeline_model_parallel_size > 1 ? cfg->pipeline_model_parallel_size : 1);
     MG_CHECK(check_group_size("--tensor-model-parallel-size", cfg->tensor_model_parallel_size,
@@ -460,16 +494,26 @@ mg_status mg_trainer_init_groups(mg_trainer *t, const mg_config *cfg, const mg_t
                        "--expert-model-parallel-size %d needs an expert-parallel group of that "
                        "many ranks; this trainer has %d",
                        cfg->expert_model_parallel_size, t->ep_size);
+    if (t->edp_size * t->ep_size != t->dp_size)
+        return MG_FAIL(MG_ERR_USAGE,
+                       "an expert-data-parallel group of %d ranks times expert-parallel size %d "
+                       "should be the data-parallel size %d",
+                       t->edp_size, t->ep_size, t->dp_size);
     MG_CHECK(mg_gpt_build_ep(&t->model, c, t->tp_rank, t->pp_rank, t->ep_rank));
-    MG_CHECK(mg_train_buffer_layout(&t->model.params, c, t->dp_size, t->pp_rank, &t->gbuf));
+    MG_CHECK(mg_train_buffers_build(&t->model.params, c, t->dp_size, t->edp_size, t->pp_rank,
+                                    &t->bufs));
     MG_CHECK(mg_lr_schedule_init(&t->lr, c));
     MG_CHECK(set_batch_shape(t));
     MG_CHECK(plan_schedule(t));
     MG_CHECK(plan_memory(t));
-    if (t->dp) {
-        MG_CHECK(mg_ddp_init(&t->ddp, &t->gbuf, t->dp, t->be, t->grads, t->params,
-                             t->be->compute_dtype, c->overlap_grad_reduce,
-                             c->overlap_param_gather));
+    for (int b = 0; b < t->bufs.n; b++) {
+        const mg_train_buffer *bf = &t->bufs.b[b];
+        size_t esz = mg_dtype_size(t->be->compute_dtype);
+        if (buf_group(t, b))
+            MG_CHECK(mg_ddp_init(&t->ddp[b], &bf->layout, bf->index, t->model.params.n,
+                                 buf_group(t, b), t->be, t->grads + bf->base,
+                                 (char *)t->params + bf->base * esz, t->be->compute_dtype,
+                                 c->overlap_grad_reduce, c->overlap_param_gather));
     }
     if (t->dp || t->model.cfg.sp || t->embd)
         t->model.hooks = (mg_gpt_hooks){hook_params_needed, hook_grads_ready, t};
@@ -551,8 +595,9 @@ static mg_status stage_backward(void *ctx, int mb, int chunk, int slot) {
     const mg_gpt_chunk *ch = &t->model.chunks[chunk];
     /* a chunk's last microbatch completes its gradients (Megatron's no_sync before it) */
     t->grad_sync_live = mb == t->num_microbatches - 1;
-    if (t->grad_sync_live && t->dp && !t->grad_sync_armed) {
-        MG_CHECK(mg_ddp_start_grad_sync(&t->ddp));
+    if (t->grad_sync_live && !t->grad_sync_armed) {
+        for (int b = 0; b < t->bufs.n; b++)
+            if (buf_group(t, b)) MG_CHECK(mg_ddp_start_grad_sync(&t->ddp[b]));
         t->grad_sync_armed = true;
     }
     if (ch->post)
@@ -610,8 +655,8 @@ static mg_status sync_embedding_grads(mg_trainer *t) {
                                         mg_gpt_grad(&t->model, i), (size_t)pt->p[i].numel, MG_F32,
                                         MG_REDUCE_SUM, stream));
     MG_CHECK(mg_backend_comm_end(t->be));
-    for (int i = 0; t->dp && t->grad_sync_armed && i < pt->n; i++)
-        if (pt->p[i].embedding_group) MG_CHECK(mg_ddp_grads_ready(&t->ddp, &i, 1));
+    for (int i = 0; t->grad_sync_armed && i < pt->n; i++)
+        if (pt->p[i].embedding_group) MG_CHECK(grads_ready(t, &i, 1));
     return MG_OK;
 }
 
@@ -626,13 +671,15 @@ mg_status mg_trainer_step_async(mg_trainer *t) {
     /* sum the buckets over the group: every rank gets them whole (all-reduce), or its shard of
      * each (reduce-scatter, distributed optimizer); with --overlap-grad-reduce most started
      * during backward */
-    if (t->dp) MG_CHECK(mg_ddp_finish_grad_sync(&t->ddp));
+    for (int b = 0; b < t->bufs.n; b++)
+        if (buf_group(t, b)) MG_CHECK(mg_ddp_finish_grad_sync(&t->ddp[b]));
     /* Megatron: the update uses the lr before this iteration's scheduler step */
     double lr = mg_lr_schedule_lr(&t->lr);
     MG_CHECK(mg_optimizer_step(&t->opt, be, t->params, t->master, t->grads, lr));
     /* each rank updated its shards: gather the buckets' parameters (now, or during the next
      * forward with --overlap-param-gather) */
-    if (t->dp && t->opt.sharded) MG_CHECK(mg_ddp_start_param_sync(&t->ddp));
+    for (int b = 0; b < t->bufs.n; b++)
+        if (t->opt.buf_sharded[b]) MG_CHECK(mg_ddp_start_param_sync(&t->ddp[b]));
     mg_lr_schedule_step(&t->lr, c->global_batch_size);
     t->state.iteration++;
     t->state.consumed_train_samples += c->global_batch_size;
@@ -714,8 +761,8 @@ void mg_trainer_free(mg_trainer *t) {
     mg_gpt_free(&t->model);
     mg_pipeline_free(&t->pipe);
     mg_optimizer_free(&t->opt);
-    mg_ddp_free(&t->ddp);
-    mg_grad_buffer_layout_free(&t->gbuf);
+    for (int b = 0; b < MG_TRAIN_BUFFERS_MAX; b++) mg_ddp_free(&t->ddp[b]);
+    mg_train_buffers_free(&t->bufs);
     /* the arenas go back to the backend before it is destroyed */
     mg_arena *arenas[] = {&t->a_params, &t->a_master, &t->a_grads, &t->a_optim,
                           &t->a_acts,   &t->a_work,   &t->a_io};

@@ -41,6 +41,7 @@
 #include "parallel/ddp.h"
 #include "parallel/grad_buffer.h"
 #include "parallel/pipeline/run.h"
+#include "train/buffers.h"
 #include "train/checkpoint.h"
 #include "train/lr_schedule.h"
 #include "train/metrics.h"
@@ -92,7 +93,10 @@ typedef struct {
     mg_comm *embd;                    /* the embedding group (first and last stage), or NULL */
     mg_comm *ep;                      /* the expert-parallel group (not owned); NULL: one rank */
     int ep_rank, ep_size;             /* 0, 1 without a group */
-    mg_comm *edp;                     /* the expert-data-parallel group: dp / ep ranks */
+    mg_comm *edp;                     /* the expert-data-parallel group (dp / ep ranks; the
+                                         data-parallel group itself with one expert-parallel
+                                         rank); NULL: one rank */
+    int edp_rank, edp_size;
     mg_pipeline pipe;                 /* the schedule walker (parallel/pipeline/run.h) */
     bool grad_sync_live;              /* in each chunk's last backward of the step: the hooks
                                          all-reduce the sequence-parallel gradients over tp and hand
@@ -101,8 +105,8 @@ typedef struct {
     bool forward_only;                /* the pass running: an evaluation (the head in forward) */
     const mg_sample_source *pass_src; /* the pass's samples: global batch from pass_first */
     int64_t pass_first;
-    mg_grad_buffer_layout gbuf; /* the parameter and gradient buffers' layout */
-    mg_ddp ddp;                 /* the buckets' collectives (with a group) */
+    mg_train_buffers bufs; /* the parameter and gradient buffers: dense, and the experts' */
+    mg_ddp ddp[MG_TRAIN_BUFFERS_MAX]; /* each buffer's collectives (where its group has > 1 rank) */
     int gpu;                    /* the CUDA device (launcher's local rank); -1 on the CPU backend */
     mg_gpt model;
     mg_optimizer opt;
@@ -196,7 +200,8 @@ mg_memory_per_param mg_trainer_memory_per_param(const mg_trainer *t);
 /* Logs the device memory in use (backends with memory_info; nothing on CPU) next to the plan. */
 mg_status mg_trainer_log_memory(mg_trainer *t, const char *when);
 /* MoE models: the last step's expert load, max over mean tokens per expert of the busiest MoE
- * layer on this rank (a host read; 0 for a dense model or on a read error). */
+ * layer of this rank's pipeline stage, over the whole global batch (every replica's tokens; a
+ * host read; 0 for a dense model or on a read error). */
 double mg_trainer_expert_load(mg_trainer *t);
 mg_status mg_trainer_save(mg_trainer *t);
 void mg_trainer_free(mg_trainer *t);

@@ -28,8 +28,8 @@ mg_status mg_trainer_moe_step_begin(mg_trainer *t) {
     return MG_OK;
 }
 
-/* After backward: the logged losses summed over the replicas and the stages; with expert bias
- * the loads summed over the replicas and each bias updated (Megatron's finalize_model_grads:
+/* After backward: the logged losses summed over the replicas and the stages, the loads summed
+ * over the replicas; with expert bias each bias updated (Megatron's finalize_model_grads:
  * _update_router_expert_bias, before the optimizer). */
 mg_status mg_trainer_moe_step_end(mg_trainer *t) {
     const mg_moe_ws *w = &t->model.moe_ws;
@@ -43,7 +43,9 @@ mg_status mg_trainer_moe_step_end(mg_trainer *t) {
             MG_CHECK(mg_comm_all_reduce(groups[g], &t->stats[MG_STAT_MOE_AUX],
                                         &t->stats[MG_STAT_MOE_AUX], 2, MG_F32, MG_REDUCE_SUM,
                                         stream));
-    for (int i = 0; m->expert_bias && t->dp && i < w->n_layers; i++) {
+    /* the step's load over every replica: the expert bias needs it, and the logged load is the
+     * global batch's (E values per layer) */
+    for (int i = 0; t->dp && i < w->n_layers; i++) {
         float *load = mg_gpt_moe_load(&t->model, i);
         MG_CHECK(
             mg_comm_all_reduce(t->dp, load, load, (size_t)m->E, MG_F32, MG_REDUCE_SUM, stream));

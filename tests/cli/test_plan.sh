@@ -188,4 +188,33 @@ expect_error plan_gbs_not_divisible 2 "--global-batch-size 10 is not divisible b
     plan --world-size 4 --global-batch-size 10
 expect_error plan_unknown_flag 2 "did you mean" plan --world-size 4 --tensor-model-paralel-size 2
 
+# A Mixture-of-Experts model: every chunk has a dense buffer over the data-parallel group and an
+# expert buffer over the expert-data-parallel group; EP 2 halves the experts a rank holds (the
+# expert buffer) and leaves the dense buffer as it is; the split adds up to the rank's parameters.
+MOE_PLAN=(plan --num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16
+    --vocab-size 96 --num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 48
+    --micro-batch-size 1 --global-batch-size 8 --use-distributed-optimizer)
+p1=$("$MEGATRON" "${MOE_PLAN[@]}" --world-size 4 2>&1)
+p2=$("$MEGATRON" "${MOE_PLAN[@]}" --world-size 4 --expert-model-parallel-size 2 2>&1)
+elems() { grep -A1 "^$2grad buffer of pp 0" <<<"$1" | grep -oE '^  [0-9]+ elements' | grep -oE '[0-9]+'; }
+d1=$(elems "$p1" ""); d2=$(elems "$p2" ""); e1=$(elems "$p1" "expert "); e2=$(elems "$p2" "expert ")
+split=$(grep -oE 'mixture of experts: [0-9]+ expert parameters on each expert-parallel rank \(of 2\), [0-9]+ dense' <<<"$p2")
+total=$(grep -oE '[0-9]+ on each tensor-parallel rank' <<<"$p2" | grep -oE '^[0-9]+')
+if [ -z "$d1" ] || [ "$d1" != "$d2" ] || [ -z "$e1" ] || [ "$e2" -ne $((e1 / 2)) ] || [ -z "$split" ]; then
+    fail "plan moe ep 2 (dense $d1 -> $d2, experts $e1 -> $e2)" "$split" "$(grep -A1 'grad buffer' <<<"$p2")"
+elif ! grep -q "expert grad buffer of pp 0 (expert-parallel rank 0's experts, expert-data-parallel size 2" <<<"$p2" ||
+    ! grep -q "up to 64 rows for this rank's experts" <<<"$p2"; then
+    fail "plan moe ep 2: expert buffer header or dispatch rows" "$(grep -E 'expert grad|dispatch' <<<"$p2")"
+elif [ "$(awk '{print $4 + $13}' <<<"$split")" -ne "$total" ]; then
+    fail "plan moe ep 2: the expert/dense split does not add up to $total" "$split"
+else
+    pass "plan moe: dense buffer $d2 elements on EP 1 and 2, expert buffer $e1 -> $e2 on EP 2 (expert-data-parallel 2), split adds up to $total"
+fi
+j=$("$MEGATRON" "${MOE_PLAN[@]}" --world-size 4 --expert-model-parallel-size 2 --json 2>&1)
+if grep -q '"expert":[ ]*true' <<<"$j" && grep -q '"moe_rows_received":[ ]*64' <<<"$j"; then
+    pass "plan moe --json: an expert buffer and the dispatch rows"
+else
+    fail "plan moe --json: no expert buffer or dispatch rows" "$(grep -oE '"(expert|moe_rows_received)":[^,]*' <<<"$j" | head -4)"
+fi
+
 finish

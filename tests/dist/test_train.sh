@@ -224,7 +224,7 @@ bad_layout "interleaved microbatches" 2 "3 microbatches in groups of 2 .* leave 
 # (9) a Mixture-of-Experts model (every layer MoE, aux loss and z-loss) under pipeline
 # parallelism and under data parallelism with the distributed optimizer: the one-rank run's lm
 # losses, and its logged load_balancing_loss and z_loss (Megatron's means over the MoE layers,
-# summed over the stages and averaged over the replicas). Expert parallelism is not built yet.
+# summed over the stages and averaged over the replicas).
 MOEM=("${MODEL[@]}" --num-layers 4 --num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 48
     --moe-aux-loss-coeff 0.01 --moe-z-loss-coeff 0.001 --train-iters 3)
 moel() { grep -oE '(lm loss|load_balancing_loss|z_loss): [0-9.E+-]+' <<<"$1" | awk '{print $NF}'; }
@@ -242,4 +242,69 @@ for layout in "2:--pipeline-model-parallel-size 2" "2:--use-distributed-optimize
         pass "$name: lm loss, load_balancing_loss, z_loss $(moel "$out" | tr '\n' ' ')match one rank's"
     fi
 done
+# (10) expert parallelism (the issue's layouts: EP 2 on 2 ranks, EP 4 on 4, EP 2 x DP 2 with the
+# distributed optimizer, and EP 2 under pipeline parallelism), dropless: 10 iterations of the
+# metrics file (full precision) give the one-rank run's lm loss, grad norm (the experts' sum of
+# squares over the expert-parallel ranks joins the dense one), load_balancing_loss, z_loss and
+# expert load within 1e-5 relative (under pipeline parallelism the logged load is the last
+# stage's layers', so it is left out there). Then a checkpoint saved at iteration 5 under EP 2 x DP 2
+# resumes on one rank and under EP 4: iterations 6..10 match the uninterrupted run.
+MOEP=("${MODEL[@]}" --num-layers 2 --num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 48
+    --moe-aux-loss-coeff 0.01 --moe-z-loss-coeff 0.001 --train-iters 10)
+# metric values of a metrics file from iteration FIRST on, one per line
+# (KEYS: a regex of the keys compared)
+KEYS='lm_loss|grad_norm|load_balancing_loss|z_loss|expert_load'
+metv() { awk -v first="$2" -v keys="\"($KEYS)\"" -F'[:,}]' '{ it = 0; for (i = 1; i < NF; i++) { if ($i ~ /"iteration"/) it = $(i + 1) + 0 }
+    if (it < first) next
+    for (i = 1; i < NF; i++) if ($i ~ keys) print $(i + 1) + 0 }' "$1"; }
+same() { paste <(metv "$1" "$3") <(metv "$2" "$3") | awk -v n="$4" 'NF != 2 || ($1 - $2) > 1e-5 * $1 || ($2 - $1) > 1e-5 * $1 { bad = 1 } END { exit bad || NR != n }'; }
+timeout 60 "$BIN" train "${MOEP[@]}" --metrics-file "$TMP/ep1.jsonl" >/dev/null 2>&1; rc0=$?
+for layout in "2:--expert-model-parallel-size 2" "4:--expert-model-parallel-size 4" \
+    "4:--expert-model-parallel-size 2 --use-distributed-optimizer" \
+    "4:--expert-model-parallel-size 2 --pipeline-model-parallel-size 2"; do
+    np=${layout%%:*}; read -r -a extra <<<"${layout#*:}"
+    rm -f "$TMP/epn.jsonl"
+    n=50 KEYS='lm_loss|grad_norm|load_balancing_loss|z_loss|expert_load'
+    [[ $layout == *pipeline* ]] && n=40 KEYS='lm_loss|grad_norm|load_balancing_loss|z_loss'
+    out=$(timeout 60 "${MPIRUN[@]}" -np "$np" "$BIN" train "${MOEP[@]}" "${extra[@]}" \
+        --metrics-file "$TMP/epn.jsonl" 2>&1); rc=$?
+    name="train moe np=$np ${layout#*:}"
+    if [ "$rc0" -ne 0 ] || [ "$rc" -ne 0 ]; then
+        fail "$name (exit status one rank $rc0, $np ranks $rc)" "$(tail -n 5 <<<"$out")"
+    elif ! same "$TMP/ep1.jsonl" "$TMP/epn.jsonl" 1 "$n"; then
+        fail "$name (metrics differ from one rank's)" "one rank: $(metv "$TMP/ep1.jsonl" 1 | tr '\n' ' ')" \
+            "$np ranks: $(metv "$TMP/epn.jsonl" 1 | tr '\n' ' ')"
+    else
+        pass "$name: 10 iterations of ${KEYS//|/, } match one rank's"
+    fi
+done
+KEYS='lm_loss|grad_norm|load_balancing_loss|z_loss|expert_load'
+# SAVE_LAYOUT / RESUME_LAYOUT: "NP:FLAGS"
+ep_resume() {
+    local save=$1 resume=$2 np ck out out2 rc rc2 extra name
+    ck="$TMP/ep_ckpt_${save%%:*}_$RANDOM"
+    np=${save%%:*}; read -r -a extra <<<"${save#*:}"
+    out=$(timeout 60 "${MPIRUN[@]}" -np "$np" "$BIN" train "${MOEP[@]}" "${extra[@]}" \
+        --exit-interval 5 --save "$ck" --save-interval 5 2>&1); rc=$?
+    np=${resume%%:*}; read -r -a extra <<<"${resume#*:}"
+    rm -f "$TMP/epr.jsonl"
+    if [ "$np" -eq 1 ]; then
+        out2=$(timeout 60 "$BIN" train "${MOEP[@]}" --load "$ck" --metrics-file "$TMP/epr.jsonl" 2>&1); rc2=$?
+    else
+        out2=$(timeout 60 "${MPIRUN[@]}" -np "$np" "$BIN" train "${MOEP[@]}" "${extra[@]}" --load "$ck" \
+            --metrics-file "$TMP/epr.jsonl" 2>&1); rc2=$?
+    fi
+    name="train moe checkpoint of np=${save%%:*} ${save#*:} resumed on np=$np ${resume#*:}"
+    if [ "$rc" -ne 0 ] || [ "$rc2" -ne 0 ]; then
+        fail "$name (exit status save $rc, resume $rc2)" "$(tail -n 3 <<<"$out")" "$(tail -n 3 <<<"$out2")"
+    elif ! same "$TMP/ep1.jsonl" "$TMP/epr.jsonl" 6 25; then
+        fail "$name (iterations 6..10 differ from the uninterrupted run)" \
+            "uninterrupted: $(metv "$TMP/ep1.jsonl" 6 | tr '\n' ' ')" "resumed: $(metv "$TMP/epr.jsonl" 6 | tr '\n' ' ')"
+    else
+        pass "$name: iterations 6..10 match the uninterrupted run"
+    fi
+}
+ep_resume "4:--expert-model-parallel-size 2 --use-distributed-optimizer" "1:"
+ep_resume "4:--expert-model-parallel-size 2 --use-distributed-optimizer" "4:--expert-model-parallel-size 4"
+ep_resume "4:--expert-model-parallel-size 2" "2:--expert-model-parallel-size 2 --use-distributed-optimizer"
 finish

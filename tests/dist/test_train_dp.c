@@ -190,27 +190,27 @@ static void check_variant(dist_ctx *t, const variant *v, const char *label) {
     DEXPECT(!memcmp(w0, mine, n * sizeof *w0), "%s: rank %d's parameters differ from rank 0's",
             label, t->rank);
     /* ZeRO-1: the moments hold this rank's shard only */
-    size_t want = v->distopt ? (size_t)b->gbuf.numel / (size_t)D : (size_t)b->gbuf.numel;
+    size_t want = v->distopt ? (size_t)b->bufs.b[0].layout.numel / (size_t)D : (size_t)b->bufs.b[0].layout.numel;
     DEXPECT(b->opt.numel == want, "%s: optimizer state of %zu elements, want %zu", label,
             b->opt.numel, want);
-    DEXPECT(!v->overlap || !v->bucket || b->gbuf.n_buckets > 1, "%s: %d bucket(s)", label,
-            b->gbuf.n_buckets);
+    DEXPECT(!v->overlap || !v->bucket || b->bufs.b[0].layout.n_buckets > 1, "%s: %d bucket(s)", label,
+            b->bufs.b[0].layout.n_buckets);
     /* the overlap happened where it should: every reduction started inside backward, every
      * bucket but forward's first gathered inside the next forward (over more than one rank:
      * alone, the optimizer updates the whole buffer and nothing is gathered) */
-    int nb = b->gbuf.n_buckets;
+    int nb = b->bufs.b[0].layout.n_buckets;
     int want_reduces = v->overlap ? STEPS * nb : 0;
     int want_gathers = v->overlap_param && D > 1 ? (STEPS - 1) * (nb - 1) : 0; /* 1: unsharded */
-    DEXPECT(b->ddp.overlapped_reduces == want_reduces && b->ddp.overlapped_gathers == want_gathers,
+    DEXPECT(b->ddp[0].overlapped_reduces == want_reduces && b->ddp[0].overlapped_gathers == want_gathers,
             "%s: %d reductions started in backward (want %d), %d gathers in forward (want %d)",
-            label, b->ddp.overlapped_reduces, want_reduces, b->ddp.overlapped_gathers,
+            label, b->ddp[0].overlapped_reduces, want_reduces, b->ddp[0].overlapped_gathers,
             want_gathers);
     if (!dist_on_device(t)) {
         /* the memory report: 4 B weights and gradients per buffer element, 8 B of moments per
          * element of this rank's shard (plus the optimizer's scalars and arena alignment) */
         mg_memory_per_param mp = mg_trainer_memory_per_param(b);
         double P = (double)mp.params, opt_bytes = mp.optimizer * P;
-        DEXPECT(mp.weights * P == 4.0 * (double)b->gbuf.numel && mp.grads == mp.weights &&
+        DEXPECT(mp.weights * P == 4.0 * (double)b->bufs.b[0].layout.numel && mp.grads == mp.weights &&
                     mp.master == 0 && opt_bytes >= 8.0 * (double)want &&
                     opt_bytes <= 8.0 * (double)want + 1024,
                 "%s: per parameter: weights %.3f grads %.3f master %.3f optimizer %.3f B", label,

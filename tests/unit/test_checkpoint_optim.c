@@ -56,7 +56,9 @@ static void fill(const mg_gpt *g, mg_optim_piece *pc, int n, mg_checkpoint_tenso
                                  .exp_avg_sq = calloc(local + 1, sizeof(float)),
                                  .pieces = pc,
                                  .n_pieces = n,
-                                 .n_shards = n_shards};
+                                 .n_shards = n_shards,
+                                 /* each rank writes every piece it holds */
+                                 .owns = {true, true}};
     for (int i = 0; i < n; i++)
         for (int64_t j = pc[i].param_start; j < pc[i].param_end; j++) {
             t->exp_avg[pc[i].local + (size_t)(j - pc[i].param_start)] = value(pc[i].index, j, 0);

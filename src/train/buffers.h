@@ -1,0 +1,44 @@
+/* The trainer's parameter and gradient buffers, as megatron-core groups them
+ * (distributed/distributed_data_parallel.py: one _ParamAndGradBuffer for the dense parameters,
+ * another for the experts'): each buffer has its own grad-buffer layout (parallel/grad_buffer.h),
+ * its own reduction group and its own distributed-optimizer shards.
+ *   dense   every parameter but the experts', reduced over the data-parallel group (D ranks);
+ *   expert  the experts' weights (metadata `expert`, model/params.h) of this expert-parallel
+ *           rank, reduced over the expert-data-parallel group (D / EP ranks); only MoE models.
+ * In the trainer's parameter and gradient arrays the dense buffer comes first and the expert
+ * buffer follows it (base). Each layout is built over its own parameters alone, in local
+ * coordinates (indices 0 .. n-1 of its own, elements from 0): `index` maps a layout index to the
+ * parameter table's, and a parameter's table offset is base + its layout offset.
+ * Exports: mg_train_buffer, mg_train_buffers, mg_train_buffers_build, mg_train_buffers_free.
+ * Needs: model/params, parallel/grad_buffer, core. */
+#ifndef MG_TRAIN_BUFFERS_H
+#define MG_TRAIN_BUFFERS_H
+
+#include "core/flags.h"
+#include "model/params.h"
+#include "parallel/grad_buffer.h"
+
+#define MG_TRAIN_BUFFERS_MAX 2
+
+typedef struct {
+    const char *name;             /* "dense" or "expert" */
+    bool expert;                  /* the experts' buffer */
+    mg_grad_buffer_layout layout; /* over this buffer's parameters, local coordinates */
+    int *index;                   /* (layout.n_params) table index of layout index i */
+    size_t base;                  /* its first element in the parameter and gradient arrays */
+} mg_train_buffer;
+
+typedef struct {
+    int n; /* 1 (dense models) or 2 */
+    mg_train_buffer b[MG_TRAIN_BUFFERS_MAX];
+    size_t numel; /* both together */
+} mg_train_buffers;
+
+/* Lays out the parameters of pt (dense over dp_size ranks, experts over edp_size ranks) with
+ * cfg's data-parallel options and moves pt's offsets there (mg_params_relayout). pp_rank > 0
+ * disables bucketing (Megatron's rule for the later stages). On failure *out is empty. */
+mg_status mg_train_buffers_build(mg_param_table *pt, const mg_config *c, int dp_size,
+                                 int edp_size, int pp_rank, mg_train_buffers *out);
+void mg_train_buffers_free(mg_train_buffers *b);
+
+#endif
