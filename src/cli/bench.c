@@ -346,7 +346,9 @@ static void report(FILE *table, FILE *json, const mg_trainer *t, const bench_opt
             "megatron bench: %s on %s (%s), %d layers, hidden %d, %d heads, seq %d, micro-batch "
             "%d, vocab %d\n",
             name, t->be->name, dtype, m->L, m->H, m->nq, m->S, c->micro_batch_size, m->V);
-    fprintf(table, "  parameters         %" PRId64 " (%" PRId64 " without position embeddings)\n",
+    fprintf(table,
+            "  parameters         %" PRId64 " (%" PRId64
+            " without position embeddings and, for MoE, the experts a token does not use)\n",
             r->params, r->params_flops);
     fprintf(table,
             "  step time          %.2f ms mean, %.2f ms median (%d steps after %d warm-up)\n",
@@ -399,6 +401,12 @@ static mg_status bench_run(mg_config *cfg, const bench_opts *o, FILE *table, FIL
         const mg_model_config *m = &t.model.cfg;
         r.params = mg_model_config_num_params(m);
         r.params_flops = r.params - (m->pos == MG_POS_LEARNED ? (int64_t)m->P * m->H : 0);
+        /* a token uses k of the E experts of each MoE layer: the active parameters */
+        int64_t experts = 0;
+        for (int i = 0; i < t.model.params.n; i++)
+            experts += t.model.params.p[i].expert ? t.model.params.p[i].numel : 0;
+        if (experts > 0)
+            r.params_flops -= experts - experts * m->moe.k / m->moe.E;
         r.flops_per_token = 6.0 * (double)r.params_flops + 12.0 * m->L * m->attn_dim * m->S;
         st = run_steps(&t, o, &r);
     }

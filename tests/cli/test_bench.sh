@@ -52,6 +52,17 @@ elif ! grep -q '^  MFU  ' <<<"$out" || ! grep -q '^  tokens/s  ' <<<"$out"; then
     fail bench_table "no MFU / tokens/s lines in the table" "$out"
 else pass bench_table; fi
 
+# An MoE model's FLOPs count the experts a token uses (k of E), as Megatron's MoE term does:
+# params_flops = params - position embeddings - (E - k) experts' weights of each MoE layer.
+out=$("$MEGATRON" bench --json --device cpu --num-layers 2 --hidden-size 64 --num-attention-heads 4 \
+    --seq-length 32 --vocab-size 256 --micro-batch-size 2 --num-experts 4 --moe-router-topk 2 \
+    --moe-ffn-hidden-size 128 --iters 1 --warmup 0 --peak-size 256 2>/dev/null | tail -n 1)
+n=$(field params "$out"); nf=$(field params_flops "$out")
+expert=$((2 * 64 * 128 + 128 + 64)) # fc1, fc2 and their biases of one expert
+if [ -n "$n" ] && [ "$nf" -eq $((n - 32 * 64 - 2 * (4 - 2) * expert)) ]; then
+    pass "bench_moe_active_params: $nf of $n parameters per token"
+else fail bench_moe_active_params "params $n, params_flops $nf, want $((n - 32 * 64 - 2 * (4 - 2) * expert))" "$out"; fi
+
 expect_error bench_unknown_model 2 "--model gpt3: unknown" bench --model gpt3
 expect_error bench_bad_iters 2 "--iters expects an integer >= 1" bench --iters 0
 expect_error bench_missing_value 2 "--warmup needs a value" bench --warmup

@@ -50,34 +50,27 @@ static const char *gpu_device(void) {
     return ct_as_cpu() ? "cpu" : "cuda";
 }
 
-static mg_status tiny_config(mg_config *c, const char *device, bool llama) {
-    const char *extra[] = {"--num-layers",
-                           "2",
-                           "--global-batch-size",
-                           "4",
-                           "--lr",
-                           "3e-3",
-                           "--min-lr",
-                           "3e-4",
-                           "--lr-decay-style",
-                           "cosine",
-                           "--lr-warmup-iters",
-                           "1",
-                           "--train-iters",
-                           "5",
-                           "--seed",
-                           "7",
-                           "--num-threads",
-                           "2",
-                           NULL};
-    return ct_tiny_config(c, device, llama, extra);
+/* The tiny models: GPT-2 shaped, Llama shaped, and the Llama shape with Mixture-of-Experts
+ * layers (Mixtral's routing: softmax top-2 of 4 SwiGLU experts, aux loss and z-loss). */
+typedef enum { TINY_GPT2, TINY_LLAMA, TINY_MOE } tiny_kind;
+
+static mg_status tiny_config(mg_config *c, const char *device, tiny_kind kind) {
+    const char *extra[] = {"--num-layers", "2", "--global-batch-size", "4", "--lr", "3e-3",
+                           "--min-lr", "3e-4", "--lr-decay-style", "cosine", "--lr-warmup-iters",
+                           "1", "--train-iters", "5", "--seed", "7", "--num-threads", "2",
+                           /* TINY_MOE from here */
+                           "--num-experts", "4", "--moe-router-topk", "2",
+                           "--moe-ffn-hidden-size", "48", "--moe-aux-loss-coeff", "1e-2",
+                           "--moe-z-loss-coeff", "1e-3", NULL};
+    if (kind != TINY_MOE) extra[18] = NULL;
+    return ct_tiny_config(c, device, kind != TINY_GPT2, extra);
 }
 
 /* Trains STEPS steps with mg_trainer_step; 0 on success (failures are recorded in t). */
-static int train(mg_test_ctx *t, const char *device, bool llama, train_result *r) {
+static int train(mg_test_ctx *t, const char *device, tiny_kind kind, train_result *r) {
     memset(r, 0, sizeof *r);
     mg_config c;
-    MG_EXPECT_OK(tiny_config(&c, device, llama));
+    MG_EXPECT_OK(tiny_config(&c, device, kind));
     if (t->failures) return -1;
     mg_trainer *tr = calloc(1, sizeof *tr);
     int rc = -1;
@@ -99,10 +92,10 @@ static double rel(double got, double ref) {
     return fabs(got - ref) / fabs(ref);
 }
 
-static void compare_with_cpu(mg_test_ctx *t, bool llama) {
-    const char *name = llama ? "llama" : "gpt2";
+static void compare_with_cpu(mg_test_ctx *t, tiny_kind kind) {
+    const char *name = kind == TINY_MOE ? "moe" : kind == TINY_LLAMA ? "llama" : "gpt2";
     train_result cpu, gpu;
-    if (train(t, "cpu", llama, &cpu) || train(t, gpu_device(), llama, &gpu)) goto done;
+    if (train(t, "cpu", kind, &cpu) || train(t, gpu_device(), kind, &gpu)) goto done;
     for (int s = 0; s < STEPS; s++) {
         double el = rel(gpu.loss[s], cpu.loss[s]), en = rel(gpu.norm[s], cpu.norm[s]);
         double tl = s == 0 ? 1e-2 : 2e-2, tn = s == 0 ? 5e-2 : 0.25;
@@ -132,16 +125,21 @@ done:
 }
 
 MG_TEST(cuda_train_gpt2_matches_cpu) {
-    compare_with_cpu(t, false);
+    compare_with_cpu(t, TINY_GPT2);
 }
 
 MG_TEST(cuda_train_llama_matches_cpu) {
-    compare_with_cpu(t, true);
+    compare_with_cpu(t, TINY_LLAMA);
+}
+
+MG_TEST(cuda_train_moe_matches_cpu) {
+    compare_with_cpu(t, TINY_MOE);
 }
 
 MG_TEST(cuda_train_is_deterministic) {
     train_result a, b;
-    if (train(t, gpu_device(), true, &a) || train(t, gpu_device(), true, &b)) goto done;
+    if (train(t, gpu_device(), TINY_LLAMA, &a) || train(t, gpu_device(), TINY_LLAMA, &b))
+        goto done;
     for (int s = 0; s < STEPS; s++)
         MG_EXPECT(!memcmp(&a.loss[s], &b.loss[s], sizeof a.loss[s]) &&
                       !memcmp(&a.norm[s], &b.norm[s], sizeof a.norm[s]),
@@ -155,9 +153,11 @@ done:
     free(b.weights);
 }
 
-MG_TEST(cuda_train_steady_state_allocates_nothing_and_syncs_once) {
+/* The steady state of a dense model, and of an MoE model: its per-expert token counts, routing
+ * and grouped products stay on the device (backend.h, "mixture of experts"). */
+static void steady_state(mg_test_ctx *t, tiny_kind kind) {
     mg_config c;
-    MG_EXPECT_OK(tiny_config(&c, gpu_device(), false));
+    MG_EXPECT_OK(tiny_config(&c, gpu_device(), kind));
     if (t->failures) return;
     mg_trainer *tr = calloc(1, sizeof *tr);
     MG_EXPECT_OK(mg_trainer_init(tr, &c));
@@ -206,4 +206,12 @@ MG_TEST(cuda_train_steady_state_allocates_nothing_and_syncs_once) {
 done:
     mg_trainer_free(tr);
     free(tr);
+}
+
+MG_TEST(cuda_train_steady_state_allocates_nothing_and_syncs_once) {
+    steady_state(t, TINY_GPT2);
+}
+
+MG_TEST(cuda_train_moe_steady_state_allocates_nothing_and_syncs_once) {
+    steady_state(t, TINY_MOE);
 }
