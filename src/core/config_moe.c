@@ -218,12 +218,6 @@ mg_status mg_config_check_moe(mg_config *c) {
         return USAGE("--moe-router-enable-expert-bias needs --moe-router-score-function sigmoid "
                      "(Megatron: expert bias for aux-loss-free routing only supports sigmoid "
                      "scores)");
-    if (c->moe_router_enable_expert_bias && (c->save[0] || c->load[0]))
-        return MG_FAIL(MG_ERR_UNSUPPORTED,
-                       "%s with --moe-router-enable-expert-bias: checkpoints do not hold the "
-                       "expert bias yet, so a resumed run would not continue exactly; train "
-                       "without %s or without the expert bias",
-                       c->save[0] ? "--save" : "--load", c->save[0] ? "--save" : "--load");
     MG_CHECK(non_negative("--moe-router-bias-update-rate", c->moe_router_bias_update_rate));
     MG_CHECK(non_negative("--moe-aux-loss-coeff", c->moe_aux_loss_coeff));
     MG_CHECK(non_negative("--moe-z-loss-coeff", c->moe_z_loss_coeff));

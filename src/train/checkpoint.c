@@ -80,6 +80,20 @@ static void model_file(char *out, size_t cap, int file, int n_files) {
         snprintf(out, cap, "model.safetensors");
 }
 
+#define NAME_CAP 160 /* safetensors' limit on tensor names */
+
+/* The name MoE layer k's expert bias is stored under: its router weight's, with expert_bias for
+ * weight (megatron-core's TopKRouter buffer). */
+static void bias_name(const mg_gpt *g, int k, char *out) {
+    const char *w = "";
+    for (int l = 0; l < g->n_layers; l++)
+        if (g->layers[l].moe && g->layers[l].moe->index == k)
+            w = g->params.p[g->layers[l].moe->router_w].name;
+    size_t n = strlen(w), suffix = strlen("weight");
+    if (n >= suffix) n -= suffix;
+    snprintf(out, NAME_CAP, "%.*sexpert_bias", (int)n, w);
+}
+
 /* Best-effort removal of a checkpoint directory (ours: iter_N, iter_N.tmp-PID, iter_N.old-PID)
  * with the files in it. */
 static void remove_ckpt_dir(const char *path) {
@@ -114,7 +128,22 @@ static mg_status write_parts(const char *tmp, int rank, const mg_train_state *s,
                  s->iteration);
         model_file(file, sizeof file, t->stage * ep + t->ep_rank, n_stages * ep);
         snprintf(path, sizeof path, "%s/%s", tmp, file);
-        st = mg_safetensors_write(path, set.tensors, set.n, meta);
+        int n_bias = t->owns[0] && t->expert_bias ? t->n_bias : 0;
+        mg_st_tensor *all = calloc((size_t)(set.n + n_bias) + 1, sizeof *all);
+        char(*names)[NAME_CAP] = calloc((size_t)n_bias + 1, sizeof *names);
+        if (!all || !names) st = MG_FAIL(MG_ERR_NOMEM, "out of memory writing %s", path);
+        for (int k = 0; st == MG_OK && k < set.n; k++) all[k] = set.tensors[k];
+        for (int k = 0; st == MG_OK && k < n_bias; k++) {
+            bias_name(g, k, names[k]);
+            all[set.n + k] = (mg_st_tensor){.name = names[k],
+                                            .dtype = MG_F32,
+                                            .ndim = 1,
+                                            .shape = {t->n_experts},
+                                            .data = t->expert_bias + (size_t)k * t->n_experts};
+        }
+        if (st == MG_OK) st = mg_safetensors_write(path, all, set.n + n_bias, meta);
+        free(all);
+        free(names);
         mg_hf_export_free(&set);
     }
     /* fault injection for the crash-safety test: fail as a full disk would, mid-checkpoint */
@@ -337,9 +366,33 @@ mg_status mg_checkpoint_load_config(const char *dir, int64_t it, mg_config *cfg)
     return st;
 }
 
+/* This stage's expert biases (t->expert_bias) from whichever of the n files holds them. */
+static mg_status load_biases(const mg_safetensors *sf, const char (*paths)[2200], int n,
+                             const mg_gpt *g, mg_checkpoint_tensors *t) {
+    for (int k = 0; t->expert_bias && k < t->n_bias; k++) {
+        char name[NAME_CAP];
+        bias_name(g, k, name);
+        const mg_st_entry *e = NULL;
+        int f = 0;
+        for (; f < n && !e; f++) e = mg_safetensors_find(&sf[f], name);
+        if (!e)
+            return MG_FAIL(MG_ERR_FORMAT,
+                           "%s: the checkpoint has no '%s' (saved without "
+                           "--moe-router-enable-expert-bias?)",
+                           paths[0], name);
+        if (e->dtype != MG_F32 || e->nbytes != (size_t)t->n_experts * sizeof(float))
+            return MG_FAIL(MG_ERR_FORMAT, "%s: '%s' should be %d fp32 values", paths[f - 1], name,
+                           t->n_experts);
+        memcpy(t->expert_bias + (size_t)k * t->n_experts, e->data, e->nbytes);
+    }
+    return MG_OK;
+}
+
 /* The weights this model needs from the n_stages model files of iteration directory base
- * (each file holds its own tensors: any layout reads any other's). */
-static mg_status load_weights(const char *base, int n_files, const mg_gpt *g, float *params) {
+ * (each file holds its own tensors: any layout reads any other's), and t's expert biases (t may
+ * be NULL: the weights alone). */
+static mg_status load_weights(const char *base, int n_files, const mg_gpt *g, float *params,
+                              mg_checkpoint_tensors *t) {
     mg_safetensors *sf = calloc((size_t)n_files, sizeof *sf);
     char(*paths)[2200] = calloc((size_t)n_files, sizeof *paths);
     const char **names = calloc((size_t)n_files, sizeof *names);
@@ -353,6 +406,7 @@ static mg_status load_weights(const char *base, int n_files, const mg_gpt *g, fl
         if ((st = mg_safetensors_open(&sf[opened], paths[opened])) != MG_OK) break;
     }
     if (st == MG_OK) st = mg_hf_import_files(g, sf, names, n_files, params);
+    if (st == MG_OK && t) st = load_biases(sf, (const char(*)[2200])paths, n_files, g, t);
     for (int k = 0; k < opened; k++) mg_safetensors_close(&sf[k]);
     free(sf);
     free(paths);
@@ -370,7 +424,7 @@ mg_status mg_checkpoint_load_weights(const char *dir, int64_t it, const mg_gpt *
     mg_status st = json_stages(root, path, &n_stages, &n_files);
     cJSON_Delete(root);
     MG_CHECK(st);
-    return load_weights(base, n_files, g, params);
+    return load_weights(base, n_files, g, params, NULL);
 }
 
 mg_status mg_checkpoint_load(const char *dir, int64_t it, mg_train_state *s, const mg_config *cfg,
@@ -383,6 +437,6 @@ mg_status mg_checkpoint_load(const char *dir, int64_t it, mg_train_state *s, con
     if (s->iteration != it)
         return MG_FAIL(MG_ERR_FORMAT, "%s: iteration %" PRId64 " does not match the directory name",
                        path, s->iteration);
-    MG_CHECK(load_weights(base, n_files, g, t->params));
+    MG_CHECK(load_weights(base, n_files, g, t->params, t));
     return mg_checkpoint_optim_load(base, n_stages, n_shards, g, t);
 }

@@ -64,6 +64,11 @@ typedef struct {
      * rank of those holding the same copy); sharded, their moments are this rank's alone (the
      * distributed optimizer over > 1 ranks), so it writes them whether it owns them or not */
     bool owns[2], sharded[2];
+    /* aux-loss-free routing: this stage's MoE layers' expert bias (host fp32, n_bias x E, layer
+     * after layer in the model's order), stored with the dense weights under megatron-core's
+     * buffer names (decoder.layers.L.mlp.router.expert_bias); NULL: none */
+    float *expert_bias;
+    int n_bias, n_experts;
 } mg_checkpoint_tensors;
 
 /* Saves iteration s->iteration. dp: the data-parallel group whose members all call this with

@@ -260,13 +260,32 @@ static mg_status alloc_host_state(const mg_trainer *t, mg_checkpoint_tensors *h)
     h->owns[0] = t->dp_rank == 0;
     h->owns[1] = t->edp_rank == 0;
     for (int b = 0; b < t->bufs.n; b++) h->sharded[t->bufs.b[b].expert] = t->opt.buf_sharded[b];
+    if (t->model.cfg.moe.expert_bias && t->model.moe_ws.n_layers > 0) {
+        h->n_bias = t->model.moe_ws.n_layers;
+        h->n_experts = t->model.cfg.moe.E;
+        h->expert_bias = calloc((size_t)h->n_bias * (size_t)h->n_experts, sizeof(float));
+        if (!h->expert_bias) return MG_FAIL(MG_ERR_NOMEM, "out of memory (expert bias)");
+    }
     if (!h->params || !h->exp_avg || !h->exp_avg_sq)
         return MG_FAIL(MG_ERR_NOMEM, "cannot allocate %.1f MiB for checkpoint staging",
                        (double)(n + 2 * m) * 4 / 1048576.0);
     return MG_OK;
 }
 
+/* The expert biases between the model (backend) and the checkpoint staging (host). */
+static mg_status copy_biases(mg_trainer *t, mg_checkpoint_tensors *h, bool to_host) {
+    mg_backend *be = t->be;
+    size_t bytes = (size_t)h->n_experts * sizeof(float);
+    for (int i = 0; h->expert_bias && i < h->n_bias; i++) {
+        float *host = h->expert_bias + (size_t)i * h->n_experts;
+        float *dev = mg_gpt_moe_bias(&t->model, i);
+        MG_CHECK(to_host ? be->copy_d2h(be, host, dev, bytes) : be->copy_h2d(be, dev, host, bytes));
+    }
+    return MG_OK;
+}
+
 static void free_host_state(mg_checkpoint_tensors *h) {
+    free(h->expert_bias);
     free(h->params);
     free(h->exp_avg);
     free(h->exp_avg_sq);
@@ -289,6 +308,7 @@ static mg_status load_or_init(mg_trainer *t) {
         if (st == MG_OK) {
             st = be->copy_h2d(be, t->opt.m, h.exp_avg, m * sizeof(float));
             if (st == MG_OK) st = be->copy_h2d(be, t->opt.v, h.exp_avg_sq, m * sizeof(float));
+            if (st == MG_OK) st = copy_biases(t, &h, false);
             t->opt.step = t->state.optimizer_step;
             t->lr.num_steps = t->state.lr_num_steps;
             mg_log_info("> loaded checkpoint from %s at iteration %" PRId64, c->load, it);
@@ -743,6 +763,7 @@ mg_status mg_trainer_save(mg_trainer *t) {
     if (st == MG_OK) st = mg_trainer_get_weights(t, h.params);
     if (st == MG_OK) st = be->copy_d2h(be, h.exp_avg, t->opt.m, m * sizeof(float));
     if (st == MG_OK) st = be->copy_d2h(be, h.exp_avg_sq, t->opt.v, m * sizeof(float));
+    if (st == MG_OK) st = copy_biases(t, &h, true);
     /* every member calls it: rank 0 writes the shared parts, each rank its optimizer shard */
     if (st == MG_OK)
         st = mg_checkpoint_save(t->cfg.save, &t->state, &t->cfg, &t->model, &h, t->dp, t->pp);

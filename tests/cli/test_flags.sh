@@ -122,9 +122,6 @@ expect_error moe_shared_negative 2 "--moe-shared-expert-intermediate-size must b
     train "${MODEL[@]}" "${RUN[@]}" "${MOE[@]}" --moe-shared-expert-intermediate-size -8
 expect_error moe_negative_aux 2 "--moe-aux-loss-coeff must not be negative, got -0.1" \
     train "${MODEL[@]}" "${RUN[@]}" "${MOE[@]}" --moe-aux-loss-coeff -0.1
-expect_error moe_bias_checkpoint 1 "--save with --moe-router-enable-expert-bias: checkpoints do not hold the expert bias yet" \
-    train "${MODEL[@]}" "${RUN[@]}" "${MOE[@]}" --moe-router-score-function sigmoid \
-    --moe-router-enable-expert-bias --save "$TMP/never"
 expect_error moe_bias_softmax 2 "--moe-router-enable-expert-bias needs --moe-router-score-function sigmoid" \
     train "${MODEL[@]}" "${RUN[@]}" "${MOE[@]}" --moe-router-enable-expert-bias
 expect_error moe_pad_without_capacity 2 "--moe-pad-expert-input-to-capacity needs --moe-expert-capacity-factor" \

@@ -60,6 +60,10 @@ check_resume train_resume_bitwise_llama "${LLAMA[@]}"
 MOE=(--num-experts 4 --moe-router-topk 2 --moe-ffn-hidden-size 48 --moe-layer-freq "[0,1]"
      --moe-aux-loss-coeff 0.01 --moe-z-loss-coeff 0.001 --moe-shared-expert-intermediate-size 32)
 check_resume train_resume_bitwise_moe "${LLAMA[@]}" "${MOE[@]}"
+# aux-loss-free routing: the expert bias moves every step and is part of the checkpoint
+check_resume train_resume_bitwise_moe_expert_bias "${LLAMA[@]}" "${MOE[@]}" \
+    --moe-router-score-function sigmoid --moe-router-enable-expert-bias \
+    --moe-router-bias-update-rate 0.01
 
 # 2b. an MoE model logs Megatron's tracked losses and the expert load, in the metrics file too
 d="$TMP/moe_log"; mkdir -p "$d"
