@@ -334,6 +334,12 @@ struct mg_backend {
     /* SwiGLU's backward over those rows: dpre (rows,2F) from dout (rows,F). */
     mg_status (*grouped_swiglu_backward)(mg_backend *be, void *dpre, const void *pre,
                                          const void *dout, const int32_t *counts, int G, int F);
+    /* Expert parallelism's fixed-size exchange (model/moe_dispatch.c): P blocks of rows, block p
+     * holding the rows of counts[p*El .. (p+1)*El) (summed). to_slabs: from packed (block after
+     * block from row 0) to slabs (block p at row p x slab); else back. Rows of a slab past its
+     * block, and packed rows past the blocks, are not touched. */
+    mg_status (*moe_regroup)(mg_backend *be, void *dst, const void *src, const int32_t *counts,
+                             int P, int El, int slab, int H, bool to_slabs);
     /* The expert bias update (Megatron's get_updated_expert_bias) from the step's load, already
      * summed over the data-parallel group: bias[e] += rate * sign(mean(load) - load[e]). */
     mg_status (*moe_expert_bias_update)(mg_backend *be, float *bias /* (E) */,

@@ -74,6 +74,8 @@ typedef struct {
     size_t xp;              /* (Rp,H) expert parallelism: the permuted rows before the
                                all-to-all (the experts' input is the slot's xe); in the
                                backward their gradient */
+    size_t slab_send, slab_recv; /* (R,H) each, expert parallelism: the all-to-all's slabs
+                                    (model/moe_dispatch.c) */
     size_t ye;              /* (R,H) expert parallelism: the experts' output rows before the
                                all-to-all back; in the backward their gradient */
     size_t *bias, *load;    /* (n_layers) offsets of (E) fp32 each */

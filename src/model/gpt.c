@@ -211,19 +211,14 @@ mg_status mg_gpt_build_ep(mg_gpt *g, const mg_config *cfg, int tp_rank, int pp_r
 
 /* ---- planning ---- */
 
-/* MoE layers need the backend's MoE ops, and expert parallelism a group of host buffers. */
+/* MoE layers need the backend's MoE ops. */
 static mg_status check_moe_backend(const mg_gpt *g, const mg_backend *be) {
-    if (!be->router_forward || !be->moe_route || !be->moe_permute || !be->grouped_linear_forward)
+    if (!be->router_forward || !be->moe_route || !be->moe_permute || !be->grouped_linear_forward ||
+        (g->cfg.moe.ep > 1 && !be->moe_regroup))
         return MG_FAIL(MG_ERR_UNSUPPORTED,
                        "the %s backend has no Mixture-of-Experts ops yet; train --num-experts "
                        "models with --device cpu",
                        be->name);
-    if (g->cfg.moe.ep > 1 && be->stream_handle)
-        return MG_FAIL(MG_ERR_UNSUPPORTED,
-                       "--expert-model-parallel-size %d on the %s backend: the device-side token "
-                       "dispatch is not implemented yet; use --expert-model-parallel-size 1 or "
-                       "--device cpu",
-                       g->cfg.moe.ep, be->name);
     return MG_OK;
 }
 

@@ -252,6 +252,8 @@ mg_status mg_moe_plan(mg_moe_ws *w, const mg_model_config *c, int N, size_t esz,
     MG_CHECK(reserve(work, c->swiglu ? R * m->F * esz : 0, &w->de_act));
     MG_CHECK(reserve(work, m->ep > 1 ? Rp * H * esz : 0, &w->xp));
     MG_CHECK(reserve(work, m->ep > 1 ? R * H * esz : 0, &w->ye));
+    MG_CHECK(reserve(work, m->ep > 1 ? R * H * esz : 0, &w->slab_send));
+    MG_CHECK(reserve(work, m->ep > 1 ? R * H * esz : 0, &w->slab_recv));
     w->bias = calloc((size_t)(n_layers ? n_layers : 1), sizeof *w->bias);
     w->load = calloc((size_t)(n_layers ? n_layers : 1), sizeof *w->load);
     w->ptrs = calloc((size_t)(n_layers ? n_layers : 1), sizeof *w->ptrs);

@@ -1,9 +1,10 @@
 /* Expert-parallel token dispatch (Megatron's MoEAlltoAllTokenDispatcher) over the group of
  * model/moe.h: the counts exchange, then all-to-all of the rows there and back.
- * The groups' sizes come from the counts in backend memory. On a group that moves host buffers
- * (MPI, the cpu backend) that memory is the host's and is read where it lies; a group of device
- * buffers needs the device-side exchange, which this build does not have yet (refused at bind
- * time by gpt.c). */
+ * Graph-safe (seeds 000/001): the collectives move fixed sizes from the plan. The counts travel
+ * as E_l values per peer; the rows as one slab of R / ep rows per peer (the most one rank can
+ * send another), placed into and taken out of the slabs by moe_regroup, which reads the counts
+ * where they lie (device memory on CUDA). A slab's rows past its block travel unread: the price
+ * of never asking the host how many rows there are. */
 #include "model/moe.h"
 
 #include <stdlib.h>
@@ -27,55 +28,40 @@ mg_status mg_moe_exchange_counts(const mg_block_ctx *x, const mg_layer_slot *s) 
     return st;
 }
 
-/* Rows per peer of the permuted side (lcounts: rank r's experts are [r E_l, (r+1) E_l)) and of
- * the experts' side (counts: source r's rows for the local experts), in elements of H. */
-static mg_status row_splits(const mg_block_ctx *x, const mg_layer_slot *s, size_t *a) {
+/* Rows between this rank's packed blocks (src, `from` counts) and the peers' (dst, `to` counts),
+ * P blocks of El experts each: packed -> slabs (moe_regroup), the all-to-all of whole slabs,
+ * slabs -> packed. Every size the collective sees is the plan's slab: nothing is read back. */
+static mg_status exchange(const mg_block_ctx *x, void *dst, const int32_t *to, const void *src,
+                          const int32_t *from) {
     const mg_moe_config *m = &x->c->moe;
-    int P = m->ep, El = m->E_l;
-    const int32_t *lc = mg_block_act(x, s->lcounts), *rc = mg_block_act(x, s->counts);
-    size_t H = (size_t)x->c->H, at_l = 0, at_r = 0;
+    const mg_moe_ws *w = x->moe;
+    mg_backend *be = x->be;
+    int P = m->ep, El = m->E_l, H = x->c->H, slab = w->R / P;
+    void *a = mg_block_ws_ptr(x, w->slab_send), *b = mg_block_ws_ptr(x, w->slab_recv);
+    MG_CHECK(be->moe_regroup(be, a, src, from, P, El, slab, H, true));
+    size_t *splits = malloc((size_t)2 * P * sizeof *splits);
+    if (!splits) return MG_FAIL(MG_ERR_NOMEM, "out of memory (token dispatch)");
     for (int r = 0; r < P; r++) {
-        size_t nl = 0, nr = 0;
-        for (int j = 0; j < El; j++) {
-            nl += (size_t)lc[r * El + j];
-            nr += (size_t)rc[r * El + j];
-        }
-        a[r] = nl * H;         /* permuted side: counts */
-        a[P + r] = at_l * H;   /* and displacements */
-        a[2 * P + r] = nr * H; /* experts' side */
-        a[3 * P + r] = at_r * H;
-        at_l += nl;
-        at_r += nr;
+        splits[r] = (size_t)slab * (size_t)H;          /* counts */
+        splits[P + r] = (size_t)r * splits[r];         /* and displacements, both ways */
     }
-    if (at_r > (size_t)x->moe->R)
-        return MG_FAIL(MG_ERR_INTERNAL, "expert parallelism: %zu rows arrived, the plan holds %d",
-                       at_r, x->moe->R);
-    return MG_OK;
-}
-
-static mg_status exchange(const mg_block_ctx *x, const mg_layer_slot *s, void *dst, const void *src,
-                          bool to_experts) {
-    int P = x->c->moe.ep;
-    size_t *a = malloc((size_t)4 * P * sizeof *a);
-    if (!a) return MG_FAIL(MG_ERR_NOMEM, "out of memory (token dispatch)");
-    mg_status st = row_splits(x, s, a);
-    size_t *send = to_experts ? a : a + 2 * P, *recv = to_experts ? a + 2 * P : a;
     void *stream;
-    if (st == MG_OK) st = mg_backend_comm_begin(x->be, &stream);
+    mg_status st = mg_backend_comm_begin(be, &stream);
     if (st == MG_OK)
-        st = mg_comm_all_to_all(x->moe->ep, src, send, send + P, dst, recv, recv + P,
-                                x->be->compute_dtype, stream);
-    if (st == MG_OK) st = mg_backend_comm_end(x->be);
-    free(a);
-    return st;
+        st = mg_comm_all_to_all(w->ep, a, splits, splits + P, b, splits, splits + P,
+                                be->compute_dtype, stream);
+    if (st == MG_OK) st = mg_backend_comm_end(be);
+    free(splits);
+    MG_CHECK(st);
+    return be->moe_regroup(be, dst, b, to, P, El, slab, H, false);
 }
 
 mg_status mg_moe_dispatch(const mg_block_ctx *x, const mg_layer_slot *s, void *dst,
                           const void *src) {
-    return exchange(x, s, dst, src, true);
+    return exchange(x, dst, mg_block_act(x, s->counts), src, mg_block_act(x, s->lcounts));
 }
 
 mg_status mg_moe_combine(const mg_block_ctx *x, const mg_layer_slot *s, void *dst,
                          const void *src) {
-    return exchange(x, s, dst, src, false);
+    return exchange(x, dst, mg_block_act(x, s->lcounts), src, mg_block_act(x, s->counts));
 }

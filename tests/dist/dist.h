@@ -89,5 +89,7 @@ void test_train_tp(dist_ctx *t);
 /* test_train_pp.c: pipeline-parallel training (with tensor and data parallelism) against one rank
  */
 void test_train_pp(dist_ctx *t);
+/* test_train_ep.c: expert parallelism (an MoE model's experts over EP ranks) against one rank */
+void test_train_ep(dist_ctx *t);
 
 #endif

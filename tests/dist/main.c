@@ -48,6 +48,7 @@ static const struct {
     {"train_memory", test_train_memory},
     {"train_tp", test_train_tp},
     {"train_pp", test_train_pp},
+    {"train_ep", test_train_ep},
 };
 
 void dist_fail(dist_ctx *t, const char *file, int line, const char *fmt, ...) {

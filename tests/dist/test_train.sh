@@ -279,6 +279,19 @@ for layout in "2:--expert-model-parallel-size 2" "4:--expert-model-parallel-size
     fi
 done
 KEYS='lm_loss|grad_norm|load_balancing_loss|z_loss|expert_load'
+# capacity-limited and padded routing under EP 2 (each rank drops over its own tokens, as one
+# rank does over the same microbatch): the one-rank run's values
+CAP=(--moe-expert-capacity-factor 1.0 --moe-pad-expert-input-to-capacity)
+timeout 60 "$BIN" train "${MOEP[@]}" "${CAP[@]}" --metrics-file "$TMP/cap1.jsonl" >/dev/null 2>&1
+rm -f "$TMP/capn.jsonl"
+out=$(timeout 60 "${MPIRUN[@]}" -np 2 "$BIN" train "${MOEP[@]}" "${CAP[@]}" \
+    --expert-model-parallel-size 2 --metrics-file "$TMP/capn.jsonl" 2>&1); rc=$?
+if [ "$rc" -ne 0 ] || ! same "$TMP/cap1.jsonl" "$TMP/capn.jsonl" 1 50; then
+    fail "train moe capacity np=2 --expert-model-parallel-size 2 (exit status $rc)" "$(tail -n 3 <<<"$out")" \
+        "one rank: $(metv "$TMP/cap1.jsonl" 1 | tr '\n' ' ')" "2 ranks: $(metv "$TMP/capn.jsonl" 1 | tr '\n' ' ')"
+else
+    pass "train moe capacity 1.0, padded, np=2 --expert-model-parallel-size 2: 10 iterations match one rank's"
+fi
 # SAVE_LAYOUT / RESUME_LAYOUT: "NP:FLAGS"
 ep_resume() {
     local save=$1 resume=$2 np ck out out2 rc rc2 extra name

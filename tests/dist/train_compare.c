@@ -54,12 +54,16 @@ void tc_groups(dist_ctx *t, mg_parallel_sizes s, mg_train_groups *g) {
     g->tp = tc_group(t, &l, MG_GROUP_TP);
     g->pp = tc_group(t, &l, MG_GROUP_PP);
     g->embedding = tc_group(t, &l, MG_GROUP_EMBEDDING);
+    if (s.ep > 1) { /* the expert groups, for MoE layouts */
+        g->ep = tc_group(t, &l, MG_GROUP_EP);
+        g->edp = tc_group(t, &l, MG_GROUP_EXPERT_DP);
+    }
     mg_parallel_layout_free(&l);
 }
 
 void tc_free_groups(mg_train_groups *g) {
-    mg_comm *all[] = {g->dp, g->tp, g->pp, g->embedding};
-    for (int i = 0; i < 4; i++)
+    mg_comm *all[] = {g->dp, g->tp, g->pp, g->embedding, g->ep, g->edp};
+    for (int i = 0; i < 6; i++)
         if (all[i]) mg_comm_group_free(all[i]);
     memset(g, 0, sizeof *g);
 }

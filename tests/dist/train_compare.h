@@ -29,7 +29,8 @@ void tc_train(dist_ctx *t, const mg_config *c, const mg_train_groups *g, int ste
 void tc_release(tc_run *r);
 /* This rank's group of kind k in layout l (NULL when it has one rank); collective. */
 mg_comm *tc_group(dist_ctx *t, const mg_parallel_layout *l, mg_group_kind k);
-/* The dp, tp, pp and embedding groups of the layout of these sizes; tc_free_groups frees. */
+/* The dp, tp, pp and embedding groups of the layout of these sizes, and with s.ep > 1 the
+ * expert-parallel and expert-data-parallel groups; tc_free_groups frees. */
 void tc_groups(dist_ctx *t, mg_parallel_sizes s, mg_train_groups *g);
 void tc_free_groups(mg_train_groups *g);
 double tc_rel(double a, double b);

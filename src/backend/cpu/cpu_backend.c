@@ -144,6 +144,7 @@ mg_status mg_backend_cpu_create(mg_backend **out, int num_threads) {
     be->moe_route_backward = mg_cpu_moe_route_backward;
     be->moe_permute = mg_cpu_moe_permute;
     be->moe_permute_backward = mg_cpu_moe_permute_backward;
+    be->moe_regroup = mg_cpu_moe_regroup;
     be->moe_unpermute = mg_cpu_moe_unpermute;
     be->moe_unpermute_backward = mg_cpu_moe_unpermute_backward;
     be->grouped_linear_forward = mg_cpu_grouped_linear_forward;

@@ -4,6 +4,7 @@
 #include "backend/cpu/cpu_ops.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 mg_status mg_cpu_moe_permute(mg_backend *be, void *xp_, int32_t *pos, int32_t *counts, float *load,
                              const void *x_, const int32_t *idx, int T, int k, int E, int H,
@@ -62,6 +63,26 @@ mg_status mg_cpu_moe_permute_backward(mg_backend *be, void *dx_, const void *dxp
             const float *s = dxp + (size_t)p * H;
             for (int h = 0; h < H; h++) d[h] += s[h];
         }
+    return MG_OK;
+}
+
+mg_status mg_cpu_moe_regroup(mg_backend *be, void *dst_, const void *src_, const int32_t *counts,
+                             int P, int El, int slab, int H, bool to_slabs) {
+    (void)be;
+    float *dst = dst_;
+    const float *src = src_;
+    size_t packed = 0;
+    for (int p = 0; p < P; p++) {
+        size_t n = 0;
+        for (int j = 0; j < El; j++) n += (size_t)counts[p * El + j];
+        if (n > (size_t)slab)
+            return MG_FAIL(MG_ERR_INTERNAL, "regroup: block %d has %zu rows, a slab %d", p, n,
+                           slab);
+        size_t at = (size_t)p * (size_t)slab;
+        size_t from = to_slabs ? packed : at, to = to_slabs ? at : packed;
+        memcpy(dst + to * H, src + from * H, n * (size_t)H * sizeof *dst);
+        packed += n;
+    }
     return MG_OK;
 }
 

@@ -189,6 +189,8 @@ mg_status mg_cpu_moe_permute(mg_backend *be, void *xp, int32_t *pos, int32_t *co
                              int pad);
 mg_status mg_cpu_moe_permute_backward(mg_backend *be, void *dx, const void *dxp,
                                       const int32_t *pos, int T, int k, int H);
+mg_status mg_cpu_moe_regroup(mg_backend *be, void *dst, const void *src, const int32_t *counts,
+                             int P, int El, int slab, int H, bool to_slabs);
 mg_status mg_cpu_moe_unpermute(mg_backend *be, void *out, const void *base, const void *y,
                                const int32_t *pos, const float *probs, int T, int k, int H);
 mg_status mg_cpu_moe_unpermute_backward(mg_backend *be, void *dy, float *dprobs, const void *dout,

@@ -1,0 +1,103 @@
+/* Expert parallelism against one rank (the MPI harness on the CPU in `make test`, NCCL on GPUs
+ * in `make test-nccl`): a tiny MoE model (4 experts, top-2, aux loss and z-loss, dropless and
+ * capacity-limited) trained with its experts spread over EP ranks of the data-parallel group —
+ * the token dispatch's fixed-size all-to-alls (model/moe_dispatch.c), the experts' gradient
+ * buffer over the expert-data-parallel group, the gradient norm over both — must log the losses
+ * and gradient norms of the same model trained on one rank, and each rank's experts (global
+ * numbers in their names) must end equal to the one-rank model's. On the CPU within 1e-5
+ * relative (fp32); on GPUs within the bf16 tolerances of test_train_tp.c, and a step neither
+ * synchronises with the host nor allocates. */
+#include "train_compare.h"
+
+#include "core/log.h"
+
+#include <string.h>
+
+#if defined(MG_HAVE_CUDA) && defined(MG_HAVE_NCCL)
+#include "backend/cuda/cuda_internal.h"
+#endif
+
+#define STEPS     10
+#define TOL       1e-5
+#define BF16_TOL  2e-2
+#define NORM_TOL  5e-2
+
+typedef struct {
+    const char *label;
+    int ep;
+    bool distopt, capacity;
+} variant;
+
+static void make_config(dist_ctx *t, mg_config *c, const variant *v, int ep, int world) {
+    char gbs[16];
+    snprintf(gbs, sizeof gbs, "%d", 4 * t->size);
+    const char *model[] = {"--num-layers", "2", "--hidden-size", "32", "--num-attention-heads",
+                           "4", "--seq-length", "16", "--vocab-size", "96", "--mock-data",
+                           "--micro-batch-size", "1", "--global-batch-size", gbs, "--lr", "3e-3", "--train-iters", "10",
+                           "--eval-iters", "0", "--num-threads", "1", "--disable-bias-linear",
+                           "--normalization", "RMSNorm", "--swiglu", "--num-experts", "4",
+                           "--moe-router-topk", "2", "--moe-ffn-hidden-size", "48",
+                           "--moe-aux-loss-coeff", "1e-2", "--moe-z-loss-coeff", "1e-3",
+                           "--device", dist_on_device(t) ? "cuda" : "cpu", NULL};
+    const char *cap[] = {"--moe-expert-capacity-factor", "1.0",
+                         "--moe-pad-expert-input-to-capacity", NULL};
+    tc_config(t, c, model, v->capacity ? cap : NULL, world);
+    c->expert_model_parallel_size = ep;
+    c->use_distributed_optimizer = v->distopt;
+    DOK(mg_config_validate(c));
+}
+
+static void check_variant(dist_ctx *t, const variant *v) {
+    mg_parallel_sizes s = {
+        .world_size = t->size, .tp = 1, .pp = 1, .cp = 1, .ep = v->ep, .etp = -1};
+    mg_train_groups gr = {0};
+    tc_groups(t, s, &gr);
+    mg_config c1, cE;
+    make_config(t, &c1, v, 1, 1);
+    make_config(t, &cE, v, v->ep, t->size);
+    int steps = STEPS;
+    tc_run ref = {0}, got = {0};
+    tc_train(t, &c1, NULL, steps, &ref);
+    tc_train(t, &cE, &gr, steps, &got);
+    DEXPECT(got.tr->ep_size == v->ep && got.tr->edp_size == t->size / v->ep &&
+                got.tr->model.cfg.moe.E_l == 4 / v->ep,
+            "%s: ep %d, edp %d, %d experts here", v->label, got.tr->ep_size, got.tr->edp_size,
+            got.tr->model.cfg.moe.E_l);
+    bool dev = dist_on_device(t);
+    tc_expect_steps(t, v->label, &got, &ref, steps, dev ? BF16_TOL : TOL, dev ? NORM_TOL : TOL);
+    if (!dev) {
+        const char *which = "";
+        double e = tc_model_error(&got, &ref, &which, NULL);
+        DEXPECT(e <= TOL,
+                "%s: ep rank %d's parameters after %d steps differ from one rank's by %.3g "
+                "(most in %s)",
+                v->label, got.tr->ep_rank, steps, e, which);
+    }
+#if defined(MG_HAVE_CUDA) && defined(MG_HAVE_NCCL)
+    if (dev) { /* the dispatch reads no count on the host and allocates nothing */
+        const mg_cuda_ctx *x = got.tr->be->ctx;
+        uint64_t s0 = x->n_host_syncs, a0 = x->n_device_allocs;
+        DOK(mg_trainer_step_async(got.tr));
+        DEXPECT(x->n_host_syncs == s0 && x->n_device_allocs == a0,
+                "%s: an expert-parallel step synchronised %llu times, allocated %llu times",
+                v->label, (unsigned long long)(x->n_host_syncs - s0),
+                (unsigned long long)(x->n_device_allocs - a0));
+        DOK(mg_trainer_sync_params(got.tr));
+        DOK(got.tr->be->synchronize(got.tr->be));
+    }
+#endif
+    tc_release(&ref);
+    tc_release(&got);
+    tc_free_groups(&gr);
+}
+
+void test_train_ep(dist_ctx *t) {
+    mg_log_init(t->rank, t->size);
+    if (t->size != 2 && t->size != 4) return;
+    const variant all[] = {
+        {"moe ep=world", t->size, false, false},
+        {"moe ep=world, capacity 1.0 padded", t->size, false, true},
+        {"moe ep2 x edp, distributed optimizer", 2, true, false},
+    };
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) check_variant(t, &all[i]);
+}
