@@ -61,6 +61,14 @@ HAVE_CUDA   := $(if $(NVCC),$(if $(HAVE_CUBLAS),$(if $(CUDA_LIBDIR),$(if $(CUDA_
 endif
 CUDA_ARCH   ?= -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_90,code=compute_90
 NVCCFLAGS   ?= -O3 -lineinfo
+# CUTLASS (header-only, not vendored): the MoE grouped GEMM's Hopper kernel,
+# src/backend/cuda/grouped_gemm_cutlass.cu, built when CUTLASS's include directory is at
+# CUTLASS_INC and CUDA_ARCH has sm_90a; without it that file is a stub and the portable kernel of
+# grouped_gemm.cu runs. Get it with `pip download nvidia-cutlass --no-deps` and copy the wheel's
+# cutlass_library/source/include to deps/cutlass/include. That one file is built for sm_90a alone
+# (its kernels are wgmma/TMA only) with -DNDEBUG (CUTLASS's device asserts serialise wgmma).
+CUTLASS_INC ?= deps/cutlass/include
+HAVE_CUTLASS := $(if $(HAVE_CUDA),$(if $(findstring sm_90a,$(CUDA_ARCH)),$(if $(wildcard $(CUTLASS_INC)/cutlass/cutlass.h),yes)))
 MPICC       := $(shell command -v mpicc 2>/dev/null)
 # Open MPI's flags from its compiler wrapper, else from pkg-config; `make MPI=no` builds without.
 # -isystem: warnings inside mpi.h are not ours to fix under -Werror.
@@ -99,7 +107,7 @@ NVCC_ALL := -std=c++17 $(CUDA_ARCH) $(NVCCFLAGS) --expt-relaxed-constexpr -DMG_H
 endif
 
 yn = $(if $(1),yes,no)
-BUILD_LINE := megatron.c build: cc=$(CC) nvcc=$(call yn,$(NVCC)) cublas=$(call yn,$(HAVE_CUBLAS)) cudnn=$(call yn,$(HAVE_CUDNN)) nccl=$(call yn,$(HAVE_NCCL)) mpi=$(call yn,$(HAVE_MPI)) openmp=$(call yn,$(HAVE_OPENMP)) openblas=$(call yn,$(BLAS_INC)) cjson=$(call yn,$(HAVE_CJSON)) pcre2=$(call yn,$(HAVE_PCRE2)) backends=cpu$(if $(HAVE_CUDA),$(comma)cuda)
+BUILD_LINE := megatron.c build: cc=$(CC) nvcc=$(call yn,$(NVCC)) cublas=$(call yn,$(HAVE_CUBLAS)) cudnn=$(call yn,$(HAVE_CUDNN)) cutlass=$(call yn,$(HAVE_CUTLASS)) nccl=$(call yn,$(HAVE_NCCL)) mpi=$(call yn,$(HAVE_MPI)) openmp=$(call yn,$(HAVE_OPENMP)) openblas=$(call yn,$(BLAS_INC)) cjson=$(call yn,$(HAVE_CJSON)) pcre2=$(call yn,$(HAVE_PCRE2)) backends=cpu$(if $(HAVE_CUDA),$(comma)cuda)
 
 # ---- sources ----
 LIB_SRC  := $(shell find src -name '*.c' -not -path 'src/cli/*' $(if $(HAVE_CUDA),,-not -path 'src/backend/cuda/*') | sort)
@@ -134,6 +142,18 @@ $(BUILD)/obj/%.o: %.c
 $(BUILD)/obj/%.cu.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCC_ALL) -MMD -MP -c $< -o $@
+
+ifeq ($(HAVE_CUTLASS),yes)
+$(BUILD)/obj/src/backend/cuda/grouped_gemm_cutlass.cu.o: NVCC_ALL := $(filter-out $(CUDA_ARCH),$(NVCC_ALL)) \
+    -gencode=arch=compute_90a,code=sm_90a -DNDEBUG -DMG_HAVE_CUTLASS -isystem $(CUTLASS_INC)
+endif
+# the file is the stub or the CUTLASS kernel: rebuilt when the headers appear or go
+CUTLASS_STAMP := $(BUILD)/obj/cutlass-$(call yn,$(HAVE_CUTLASS)).stamp
+$(CUTLASS_STAMP):
+	@mkdir -p $(dir $@)
+	@rm -f $(BUILD)/obj/cutlass-*.stamp
+	@touch $@
+$(BUILD)/obj/src/backend/cuda/grouped_gemm_cutlass.cu.o: $(CUTLASS_STAMP)
 
 $(BUILD)/libmegatron.a: $(LIB_OBJ)
 	@rm -f $@
@@ -207,6 +227,11 @@ $(BUILD)/bench_comm: bench/comm.c $(BUILD)/libmegatron.a
 
 # Per-op time of one GPT-2 step on a backend (bench/op_bench.c): where a step's time goes.
 $(BUILD)/op_bench: bench/op_bench.c $(BUILD)/libmegatron.a
+	$(CC) $(CFLAGS) $< $(BUILD)/libmegatron.a $(LDLIBS) -o $@
+
+# GPU machine: the MoE grouped GEMM (CUTLASS and portable) against one dense cuBLASLt GEMM of the
+# same FLOPs, timed in CUDA graphs (bench/grouped_gemm_bench.c).
+$(BUILD)/grouped_gemm_bench: bench/grouped_gemm_bench.c $(BUILD)/libmegatron.a
 	$(CC) $(CFLAGS) $< $(BUILD)/libmegatron.a $(LDLIBS) -o $@
 
 # GPU machine (bench/NOTES.md): bench-gpu, `megatron bench` against the PyTorch baseline

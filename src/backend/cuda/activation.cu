@@ -3,29 +3,8 @@
  * (the logistic form of tanh-GELU: one exp, no cancellation). Gradients are overwritten.
  * Each kernel takes a 16-byte (8 x bf16) path when every pointer is aligned and the row width
  * allows, and an element-by-element path for the rest. */
+#include "backend/cuda/activation_math.cuh"
 #include "backend/cuda/cuda_common.cuh"
-
-#define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
-#define GELU_C 0.044715f
-
-/* e^{-2u}, u = sqrt(2/pi) (x + 0.044715 x^3). The cap at 88 (as mg_cpu_expf) keeps e finite, so
- * the backward's e * sig never becomes inf * 0 for very negative x. */
-static __device__ __forceinline__ float gelu_expm2u(float x) {
-    float u = GELU_K * (x + GELU_C * x * x * x);
-    return expf(fminf(-2.0f * u, 88.0f));
-}
-
-static __device__ __forceinline__ float gelu_fwd(float x) {
-    return x / (1.0f + gelu_expm2u(x));
-}
-
-/* d/dx [x sigma(2u)] = sigma + x * 2 sigma (1 - sigma) du, 1 - sigma = e sigma */
-static __device__ __forceinline__ float gelu_bwd(float x, float d) {
-    float e = gelu_expm2u(x);
-    float sig = 1.0f / (1.0f + e);
-    float du = GELU_K * (1.0f + 3.0f * GELU_C * x * x);
-    return (sig + 2.0f * x * (sig * (e * sig)) * du) * d;
-}
 
 static __global__ void gelu_forward_kernel(bf16 *out, const bf16 *inp, size_t n, int vec) {
     // out, inp (n)
@@ -36,11 +15,11 @@ static __global__ void gelu_forward_kernel(bf16 *out, const bf16 *inp, size_t n,
         float f[8];
         mg_load8(inp + 8 * u, f);
 #pragma unroll
-        for (int k = 0; k < 8; k++) f[k] = gelu_fwd(f[k]);
+        for (int k = 0; k < 8; k++) f[k] = mg_gelu_fwd(f[k]);
         mg_store8(out + 8 * u, f);
     }
     for (size_t i = nv * 8 + t0; i < n; i += stride)
-        out[i] = __float2bfloat16_rn(gelu_fwd(__bfloat162float(inp[i])));
+        out[i] = __float2bfloat16_rn(mg_gelu_fwd(__bfloat162float(inp[i])));
 }
 
 static __global__ void gelu_backward_kernel(bf16 *dinp, const bf16 *inp, const bf16 *dout, size_t n,
@@ -54,12 +33,12 @@ static __global__ void gelu_backward_kernel(bf16 *dinp, const bf16 *inp, const b
         mg_load8(inp + 8 * u, x);
         mg_load8(dout + 8 * u, d);
 #pragma unroll
-        for (int k = 0; k < 8; k++) x[k] = gelu_bwd(x[k], d[k]);
+        for (int k = 0; k < 8; k++) x[k] = mg_gelu_bwd(x[k], d[k]);
         mg_store8(dinp + 8 * u, x);
     }
     for (size_t i = nv * 8 + t0; i < n; i += stride)
         dinp[i] =
-            __float2bfloat16_rn(gelu_bwd(__bfloat162float(inp[i]), __bfloat162float(dout[i])));
+            __float2bfloat16_rn(mg_gelu_bwd(__bfloat162float(inp[i]), __bfloat162float(dout[i])));
 }
 
 extern "C" mg_status mg_cuda_gelu_forward(mg_backend *be, void *out, const void *inp, size_t n) {
@@ -84,9 +63,6 @@ extern "C" mg_status mg_cuda_gelu_backward(mg_backend *be, void *dinp, const voi
 }
 
 /* sigma(g) = 1 / (1 + e^{-g}); the cap keeps e^{-g} finite (g < -88: sigma ~ 1e-38 either way). */
-static __device__ __forceinline__ float sigmoid(float g) {
-    return 1.0f / (1.0f + expf(fminf(-g, 88.0f)));
-}
 
 /* Work item u covers VEC consecutive columns of one row: row = u / (F/VEC). VEC = 8 needs F % 8
  * == 0 and aligned pointers (then every row start is 16-byte aligned too). */
@@ -104,11 +80,11 @@ static __global__ void swiglu_forward_kernel(bf16 *out, const bf16 *inp, int N, 
             mg_load8(g, fg);
             mg_load8(up, fu);
 #pragma unroll
-            for (int k = 0; k < 8; k++) fg[k] = fg[k] * sigmoid(fg[k]) * fu[k];
+            for (int k = 0; k < 8; k++) fg[k] = fg[k] * mg_sigmoid(fg[k]) * fu[k];
             mg_store8(o, fg);
         } else {
             float fg = __bfloat162float(*g), fu = __bfloat162float(*up);
-            *o = __float2bfloat16_rn(fg * sigmoid(fg) * fu);
+            *o = __float2bfloat16_rn(fg * mg_sigmoid(fg) * fu);
         }
     }
 }
@@ -135,7 +111,7 @@ static __global__ void swiglu_backward_kernel(bf16 *dinp, const bf16 *inp, const
         }
 #pragma unroll
         for (int k = 0; k < VEC; k++) {
-            float sig = sigmoid(fg[k]);
+            float sig = mg_sigmoid(fg[k]);
             /* d silu / dg = sig * (1 + g * (1 - sig)) */
             og[k] = fd[k] * fu[k] * sig * (1.0f + fg[k] * (1.0f - sig));
             ou[k] = fd[k] * (fg[k] * sig);

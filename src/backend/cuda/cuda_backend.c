@@ -331,6 +331,7 @@ static mg_status cuda_setup(mg_backend *be, int device) {
     MG_CHECK(mg_cuda_alloc(be, c->workspace_bytes, &c->workspace));
     MG_CHECK(mg_cuda_staging_init(c));
     MG_CHECK(mg_cuda_attention_init()); /* also under cuDNN: a shape it lacks falls back to ours */
+    MG_CHECK(mg_cuda_grouped_gemm_init(be)); /* MG_GROUPED_GEMM */
     return attention_select(be);
 }
 
@@ -392,6 +393,22 @@ mg_status mg_backend_cuda_create(mg_backend **out, int device) {
     be->sumsq_f32 = mg_cuda_sumsq_f32;
     be->clip_coef = mg_cuda_clip_coef;
     be->adamw = mg_cuda_adamw;
+    be->router_forward = mg_cuda_router_forward;
+    be->router_backward = mg_cuda_router_backward;
+    be->moe_route = mg_cuda_moe_route;
+    be->moe_route_backward = mg_cuda_moe_route_backward;
+    be->moe_permute = mg_cuda_moe_permute;
+    be->moe_regroup = mg_cuda_moe_regroup;
+    be->moe_permute_backward = mg_cuda_moe_permute_backward;
+    be->moe_unpermute = mg_cuda_moe_unpermute;
+    be->moe_unpermute_backward = mg_cuda_moe_unpermute_backward;
+    be->grouped_activation_forward = mg_cuda_grouped_activation_forward;
+    be->grouped_swiglu_backward = mg_cuda_grouped_swiglu_backward;
+    be->moe_expert_bias_update = mg_cuda_moe_expert_bias_update;
+    /* the grouped linear: CUTLASS's Hopper kernel where it applies; cuda_setup may switch both
+     * to the portable kernel (MG_GROUPED_GEMM=fallback, or no CUTLASS) */
+    be->grouped_linear_forward = mg_cuda_grouped_linear_forward;
+    be->grouped_linear_backward = mg_cuda_grouped_linear_backward;
     be->matmul_peak_tflops = mg_cuda_matmul_peak_tflops;
 
     mg_status st = cuda_setup(be, device);

@@ -140,6 +140,80 @@ mg_status mg_cuda_adamw(mg_backend *be, void *param /* (n) */, float *master /* 
                         const float *grad /* (n) */, float *m /* (n) */, float *v /* (n) */,
                         size_t n, float lr, float beta1, float beta2, float eps, float wd,
                         float bc1, float bc2, const float *grad_scale /* (1) */);
+/* mixture of experts: the router (moe_route.cu) */
+mg_status mg_cuda_router_forward(mg_backend *be, float *logits /* (T,E) */,
+                                 const void *x /* (T,H) */, const void *w /* (E,H) */, int T, int H,
+                                 int E);
+mg_status mg_cuda_router_backward(mg_backend *be, void *dx /* (T,H) */, float *dw /* (E,H) */,
+                                  const float *dlogits /* (T,E) */, const void *x, const void *w,
+                                  int T, int H, int E);
+mg_status mg_cuda_moe_route(mg_backend *be, const mg_moe_routing *r, int32_t *idx /* (T,k) */,
+                            float *probs /* (T,k) */, int32_t *aux_counts, float *stats /* (2) */,
+                            const float *logits /* (T,E) */, const float *bias /* (E) or NULL */);
+mg_status mg_cuda_moe_route_backward(mg_backend *be, const mg_moe_routing *r,
+                                     float *dlogits /* (T,E) */, const float *dprobs /* (T,k) */,
+                                     const float *logits, const int32_t *idx, const float *probs,
+                                     const int32_t *aux_counts, const float *bias);
+mg_status mg_cuda_moe_expert_bias_update(mg_backend *be, float *bias /* (E) */,
+                                         const float *load /* (E) */, int E, float rate);
+/* mixture of experts: token movement and the experts' activations (moe_permute.cu) */
+mg_status mg_cuda_moe_permute(mg_backend *be, void *xp /* (R,H) */, int32_t *pos /* (T,k) */,
+                              int32_t *counts /* (E) */, float *load /* (E) or NULL */,
+                              const void *x /* (T,H) */, const int32_t *idx /* (T,k) */, int T,
+                              int k, int E, int H, int pad);
+mg_status mg_cuda_moe_permute_backward(mg_backend *be, void *dx /* (T,H) */,
+                                       const void *dxp /* (R,H) */, const int32_t *pos, int T,
+                                       int k, int H);
+mg_status mg_cuda_moe_regroup(mg_backend *be, void *dst, const void *src, const int32_t *counts,
+                              int P, int El, int slab, int H, bool to_slabs);
+mg_status mg_cuda_moe_unpermute(mg_backend *be, void *out /* (T,H) */, const void *base /* (T,H) */,
+                                const void *y /* (R,H) */, const int32_t *pos, const float *probs,
+                                int T, int k, int H);
+mg_status mg_cuda_moe_unpermute_backward(mg_backend *be, void *dy /* (R,H) */,
+                                         float *dprobs /* (T,k) */, const void *dout /* (T,H) */,
+                                         const void *y /* (R,H) */, const int32_t *pos,
+                                         const float *probs, int T, int k, int H, int R);
+mg_status mg_cuda_grouped_activation_forward(mg_backend *be, void *out, const void *pre,
+                                             const int32_t *counts, int G, int F, bool swiglu);
+mg_status mg_cuda_grouped_swiglu_backward(mg_backend *be, void *dpre, const void *pre,
+                                          const void *dout, const int32_t *counts, int G, int F);
+/* mixture of experts: the experts' grouped linear (grouped_gemm.cu). The plain entries take
+ * CUTLASS's Hopper grouped GEMM where it applies (grouped_gemm_cutlass.cu) and the portable
+ * kernel for the rest; the _portable entries always take the portable kernel. init (once, at
+ * creation) fills the table's two entries from MG_GROUPED_GEMM=cutlass|fallback. */
+mg_status mg_cuda_grouped_gemm_init(mg_backend *be);
+mg_status mg_cuda_grouped_linear_forward(mg_backend *be, void *out /* (R,OC) */,
+                                         const void *inp /* (R,IC) */, void *const *w,
+                                         void *const *bias, const int32_t *counts, int n_src,
+                                         int n_w, int IC, int OC);
+mg_status mg_cuda_grouped_linear_backward(mg_backend *be, void *dinp /* (R,IC) */,
+                                          float *const *dw, float *const *dbias,
+                                          const void *dout /* (R,OC) */,
+                                          const void *inp /* (R,IC) */, void *const *w,
+                                          const void *gelu_pre /* (R,IC) or NULL */,
+                                          const int32_t *counts, int n_src, int n_w, int IC,
+                                          int OC);
+mg_status mg_cuda_grouped_linear_forward_portable(mg_backend *be, void *out /* (R,OC) */,
+                                                  const void *inp /* (R,IC) */, void *const *w,
+                                                  void *const *bias, const int32_t *counts,
+                                                  int n_src, int n_w, int IC, int OC);
+mg_status mg_cuda_grouped_linear_backward_portable(mg_backend *be, void *dinp /* (R,IC) */,
+                                                   float *const *dw, float *const *dbias,
+                                                   const void *dout /* (R,OC) */,
+                                                   const void *inp /* (R,IC) */, void *const *w,
+                                                   const void *gelu_pre /* (R,IC) or NULL */,
+                                                   const int32_t *counts, int n_src, int n_w,
+                                                   int IC, int OC);
+/* grouped_gemm_cutlass.cu: available() is 1 once init() succeeded on `device` (a build with
+ * CUTLASS on an sm 9.0 device); init() is idempotent and fails (MG_ERR_UNSUPPORTED) otherwise.
+ * run() enqueues one product (op 0 forward, 1 dinp, 2 dw; its header has the table) over the
+ * groups, writing their row offsets to row_off (G+1) and its arrays to scratch. */
+int mg_cuda_grouped_cutlass_available(int device);
+mg_status mg_cuda_grouped_cutlass_init(int device);
+mg_status mg_cuda_grouped_cutlass_run(mg_backend *be, int op, void *y, const void *x,
+                                      const void *xb, void *const *wp, int32_t *row_off,
+                                      const int32_t *counts, int n_src, int n_w, int IC, int OC,
+                                      void *scratch, size_t scratch_bytes);
 /* optional measurement entry (measure.cu) */
 mg_status mg_cuda_matmul_peak_tflops(mg_backend *be, int n, double *tflops);
 

@@ -1,0 +1,652 @@
+/* The experts' grouped linear on the GPU (backend.h, "mixture of experts"; CPU reference:
+ * cpu/cpu_moe.c): G = n_src x n_w groups of rows one after the other from row 0, group g of
+ * counts[g] rows (device memory) against weight w[g % n_w] (OC, IC). bf16 activations and
+ * weights, fp32 accumulation, fp32 weight and bias gradients (accumulated).
+ *
+ * No host synchronisation, no allocation: the counts stay on the device. A one-block kernel
+ * scans them into row offsets (and the fallback's tile offsets) in the backend's workspace, and
+ * every later kernel reads its groups there. Workspace (stream-ordered like every op's):
+ *   [0, A)   row_off (G+1) int32: group g's rows are [row_off[g], row_off[g+1])
+ *   [A, B)   tile_off (G+1) int32: the fallback's M-tiles before group g (BM rows each)
+ *   [B, ..)  CUTLASS's per-group shapes, pointers, strides and its own workspace
+ * (A, B: 256-byte aligned; about 100 bytes per group in all, so the default 2 GiB workspace holds
+ * millions of groups).
+ *
+ * Two implementations:
+ *  - CUTLASS (grouped_gemm_cutlass.cu): Hopper ptr-array grouped GEMM with device-side problem
+ *    shapes; the fast path, taken when the build has CUTLASS, the device is sm 9.0, IC and OC are
+ *    multiples of 8 and the activation buffers 16-byte aligned. The bias, the GELU derivative and
+ *    the bias gradient are small kernels of this file around it (gelu' multiplies the bf16 dinp:
+ *    one more rounding than the fused path, as in linear.cu's fallback). H200, 8 experts x 2048
+ *    rows: 0.91-0.95 of one dense cuBLASLt GEMM of the same FLOPs forward, 0.82-0.85 backward.
+ *  - The portable kernel below (the fallback, and the second opinion in the tests): WMMA bf16
+ *    tensor cores, 128x128x32 tiles, 8 warps of 64x32, two cp.async stages. Forward and dinp run
+ *    a persistent grid whose blocks walk the flattened (M-tile, N-tile) list, finding their group
+ *    by a binary search of tile_off; the bias and gelu'(gelu_pre) are applied to the fp32
+ *    accumulators before the one rounding. dW runs one block per (N-tile, M-tile, weight j) that
+ *    loops over the sources, so groups sharing a weight accumulate in registers and dW_j is
+ *    read and written once by one block: no race and a fixed order of additions. Any counts
+ *    (0 rows, rows not a multiple of the tile) and any IC, OC: 16-byte copies where the widths
+ *    are multiples of 8 and the pointers aligned, element copies otherwise. About 140 TFLOP/s
+ *    on H200 (a fifth of CUTLASS's rate): a fallback, not a fast path.
+ * dinp may be NULL (weight and bias gradients only), as linear_backward allows.
+ * MG_GROUPED_GEMM=cutlass|fallback (read once, at backend creation) picks the table's entries;
+ * the default is CUTLASS where it is available.
+ *
+ * The GELU derivative is activation.cu's (tanh form), from activation_math.cuh.
+ * Exports: mg_cuda_grouped_gemm_init, mg_cuda_grouped_linear_forward/_backward (CUTLASS where it
+ * applies), mg_cuda_grouped_linear_forward/_backward_portable. */
+#include "backend/cuda/activation_math.cuh"
+#include "backend/cuda/cuda_common.cuh"
+#include "core/env.h"
+#include "core/log.h"
+
+#include <mma.h>
+#include <string.h>
+#include <type_traits>
+
+#define GG_BM            128 /* rows of an output tile (M) */
+#define GG_BN            128 /* columns (N) */
+#define GG_BK            32  /* depth of one stage (K) */
+#define GG_THREADS       256 /* 8 warps: 2 along M x 4 along N, 64x32 each */
+#define GG_PAD           8   /* bf16 per shared row of padding: ld stays a multiple of 8 (WMMA) */
+#define GG_LD_K          (GG_BK + GG_PAD)      /* K-major tile [128][BK]: row stride */
+#define GG_LD_MN         (GG_BM + GG_PAD)      /* MN-major tile [BK][128]: row stride */
+#define GG_TILE          (GG_BM * GG_LD_K)     /* bf16 per operand tile (the larger layout) */
+#define GG_SMEM          (2 * 2 * GG_TILE * 2) /* 2 stages x (A, B) x bytes: 40 KiB */
+#define GG_SCAN_THREADS  1024
+#define GG_BLOCKS_PER_SM 2
+
+static_assert(GG_BM * GG_LD_K >= GG_BK * GG_LD_MN, "tile size");
+static_assert(GG_BM == GG_BN, "one tile shape for both operands");
+static_assert(8 * 256 * sizeof(float) <= GG_SMEM, "epilogue scratch fits the stages");
+
+enum { GG_FWD = 0, GG_DINP = 1, GG_DW = 2 }; /* also the op codes of grouped_gemm_cutlass.cu */
+
+/* ---------------------------------------------------------------- device helpers */
+
+
+/* The group holding row (or tile) r: the last g < G with off[g] <= r, given off[G] > r. Empty
+ * groups share their offset with the next one, so the search lands on the non-empty group. */
+static __device__ __forceinline__ int gg_find_group(const int32_t *off, int G, int32_t r) {
+    int lo = 0, hi = G - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) >> 1;
+        if (off[mid] <= r)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return lo;
+}
+
+/* One block: row_off[g] = rows of the groups before g (row_off[G] = all rows) and tile_off[g] =
+ * their M-tiles of GG_BM rows. Negative counts count as 0. Chunks of blockDim.x groups, each a
+ * warp-shuffle scan plus a scan of the warp totals, carried over the chunks. */
+static __global__ void __launch_bounds__(GG_SCAN_THREADS)
+    grouped_offsets_kernel(int32_t *row_off /* (G+1) */, int32_t *tile_off /* (G+1) */,
+                           const int32_t *counts /* (G) */, int G) {
+    __shared__ int32_t sums[2][GG_SCAN_THREADS / 32];
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
+    int32_t carry_r = 0, carry_t = 0;
+    for (int base = 0; base < G; base += blockDim.x) {
+        int g = base + threadIdx.x;
+        int32_t n = g < G ? max(counts[g], 0) : 0, t = (n + GG_BM - 1) / GG_BM;
+        int32_t ir = n, it = t;
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            int32_t vr = __shfl_up_sync(0xffffffffu, ir, o),
+                    vt = __shfl_up_sync(0xffffffffu, it, o);
+            if (lane >= o) ir += vr, it += vt;
+        }
+        if (lane == 31) sums[0][warp] = ir, sums[1][warp] = it;
+        __syncthreads();
+        if (warp == 0) {
+            int32_t sr = lane < nwarps ? sums[0][lane] : 0, st = lane < nwarps ? sums[1][lane] : 0;
+#pragma unroll
+            for (int o = 1; o < 32; o <<= 1) {
+                int32_t vr = __shfl_up_sync(0xffffffffu, sr, o);
+                int32_t vt = __shfl_up_sync(0xffffffffu, st, o);
+                if (lane >= o) sr += vr, st += vt;
+            }
+            if (lane < nwarps) sums[0][lane] = sr, sums[1][lane] = st;
+        }
+        __syncthreads();
+        if (g < G) {
+            row_off[g] = carry_r + (warp ? sums[0][warp - 1] : 0) + ir - n;
+            tile_off[g] = carry_t + (warp ? sums[1][warp - 1] : 0) + it - t;
+        }
+        carry_r += sums[0][nwarps - 1];
+        carry_t += sums[1][nwarps - 1];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) row_off[G] = carry_r, tile_off[G] = carry_t;
+}
+
+/* ---------------------------------------------------------------- the portable GEMM */
+
+/* One operand of a tile product: element (o, k), o along M or N and k along K, is
+ * p[o * ld + k] when K-major and p[k * ld + o] when MN-major; valid for o < o_lim, k < k_lim
+ * (zeros elsewhere). vec: 16-byte copies (the contiguous limit a multiple of 8, p and ld
+ * aligned), else element by element. */
+typedef struct {
+    const bf16 *p;
+    int64_t ld;
+    int o_lim, k_lim;
+    bool vec;
+} gg_operand;
+
+typedef struct {
+    const bf16 *x;        /* A's activations: inp (forward) or dout (dinp, dw) */
+    const bf16 *xb;       /* dw: inp */
+    void *const *w;       /* forward, dinp: the n_w weights (bf16); dw: the n_w dW (fp32) */
+    void *const *bias;    /* forward: the n_w biases or NULL */
+    const bf16 *gelu_pre; /* dinp: (rows, IC) or NULL */
+    bf16 *y;              /* forward: out (rows, OC); dinp: dinp (rows, IC) */
+    const int32_t *row_off, *tile_off; /* (G+1) each */
+    int G, n_src, n_w, IC, OC;
+    bool vec; /* IC, OC multiples of 8 and the activation buffers 16-byte aligned */
+} gg_args;
+
+static __device__ __forceinline__ void gg_cp_async16(void *smem, const void *gmem, bool ok) {
+    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    int n = ok ? 16 : 0; /* 0 source bytes: the 16 bytes are zero-filled */
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(n));
+}
+static __device__ __forceinline__ void gg_cp_commit() {
+    asm volatile("cp.async.commit_group;\n" ::);
+}
+template <int N> static __device__ __forceinline__ void gg_cp_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+/* Tile (o0.., k0..) of op into shared s: [128][GG_LD_K] when K-major, [GG_BK][GG_LD_MN] else. */
+template <bool KMAJ>
+static __device__ __forceinline__ void gg_load_tile(bf16 *s, const gg_operand &op, int o0, int k0) {
+    if (op.vec) {
+        for (int c = threadIdx.x; c < GG_BM * GG_BK / 8; c += GG_THREADS) {
+            int o = KMAJ ? c / (GG_BK / 8) : (c % (GG_BM / 8)) * 8;
+            int k = KMAJ ? (c % (GG_BK / 8)) * 8 : c / (GG_BM / 8);
+            bool ok = o0 + o < op.o_lim && k0 + k < op.k_lim;
+            const bf16 *src = op.p;
+            if (ok)
+                src += KMAJ ? (int64_t)(o0 + o) * op.ld + (k0 + k)
+                            : (int64_t)(k0 + k) * op.ld + (o0 + o);
+            gg_cp_async16(KMAJ ? s + o * GG_LD_K + k : s + k * GG_LD_MN + o, src, ok);
+        }
+    } else {
+        for (int e = threadIdx.x; e < GG_BM * GG_BK; e += GG_THREADS) {
+            int o = KMAJ ? e / GG_BK : e % GG_BM, k = KMAJ ? e % GG_BK : e / GG_BM;
+            bf16 v = __float2bfloat16(0.0f);
+            if (o0 + o < op.o_lim && k0 + k < op.k_lim)
+                v = KMAJ ? op.p[(int64_t)(o0 + o) * op.ld + (k0 + k)]
+                         : op.p[(int64_t)(k0 + k) * op.ld + (o0 + o)];
+            (KMAJ ? s[o * GG_LD_K + k] : s[k * GG_LD_MN + o]) = v;
+        }
+    }
+}
+
+typedef nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> gg_acc;
+
+/* acc (the warp's 4x2 fragments) += A (m0.., 0..K) . B (n0.., 0..K)^T, two stages deep. Ends
+ * with every cp.async complete and a barrier, so the caller may reuse the shared memory. */
+template <bool AK, bool BK>
+static __device__ void gg_mainloop(bf16 *smem, const gg_operand &A, const gg_operand &B, int m0,
+                                   int n0, int K, gg_acc (&acc)[4][2]) {
+    using namespace nvcuda;
+    typedef typename std::conditional<AK, wmma::row_major, wmma::col_major>::type LayoutA;
+    typedef typename std::conditional<BK, wmma::col_major, wmma::row_major>::type LayoutB;
+    const int warp = threadIdx.x / 32, wm = warp / 4, wn = warp % 4;
+    const int nk = (K + GG_BK - 1) / GG_BK;
+    if (nk <= 0) return;
+    gg_load_tile<AK>(smem, A, m0, 0);
+    gg_load_tile<BK>(smem + GG_TILE, B, n0, 0);
+    gg_cp_commit();
+    for (int kt = 0; kt < nk; kt++) {
+        bf16 *sa = smem + (kt & 1) * 2 * GG_TILE, *sb = sa + GG_TILE;
+        if (kt + 1 < nk) {
+            bf16 *na = smem + ((kt + 1) & 1) * 2 * GG_TILE;
+            gg_load_tile<AK>(na, A, m0, (kt + 1) * GG_BK);
+            gg_load_tile<BK>(na + GG_TILE, B, n0, (kt + 1) * GG_BK);
+            gg_cp_commit();
+            gg_cp_wait<1>();
+        } else {
+            gg_cp_wait<0>();
+        }
+        __syncthreads();
+#pragma unroll
+        for (int kk = 0; kk < GG_BK; kk += 16) {
+            wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, LayoutA> fa[4];
+            wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, LayoutB> fb[2];
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                int m = wm * 64 + i * 16;
+                if (AK)
+                    wmma::load_matrix_sync(fa[i], sa + m * GG_LD_K + kk, GG_LD_K);
+                else
+                    wmma::load_matrix_sync(fa[i], sa + kk * GG_LD_MN + m, GG_LD_MN);
+            }
+#pragma unroll
+            for (int j = 0; j < 2; j++) {
+                int n = wn * 32 + j * 16;
+                if (BK)
+                    wmma::load_matrix_sync(fb[j], sb + n * GG_LD_K + kk, GG_LD_K);
+                else
+                    wmma::load_matrix_sync(fb[j], sb + kk * GG_LD_MN + n, GG_LD_MN);
+            }
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+#pragma unroll
+                for (int j = 0; j < 2; j++) wmma::mma_sync(acc[i][j], fa[i], fb[j], acc[i][j]);
+        }
+        __syncthreads();
+    }
+}
+
+/* Writes the warp's fragments through a 16x16 fp32 scratch of its own: lane -> row lane/2,
+ * columns (lane%2)*8 .. +8 of each fragment; f(m, n, v[8]) with tile-relative m, n. */
+template <class F>
+static __device__ __forceinline__ void gg_epilogue(float *smem_f, gg_acc (&acc)[4][2], F f) {
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, wm = warp / 4, wn = warp % 4;
+    float *scr = smem_f + warp * 256;
+    const int r = lane / 2, c = (lane % 2) * 8;
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int j = 0; j < 2; j++) {
+            nvcuda::wmma::store_matrix_sync(scr, acc[i][j], 16, nvcuda::wmma::mem_row_major);
+            __syncwarp();
+            float v[8];
+#pragma unroll
+            for (int q = 0; q < 8; q++) v[q] = scr[r * 16 + c + q];
+            f(wm * 64 + i * 16 + r, wn * 32 + j * 16 + c, v);
+            __syncwarp();
+        }
+}
+
+/* out rows of one group: y[row, n..n+8) = f(v) for n < N (bias / gelu' applied in fp32). */
+template <int MODE>
+static __device__ __forceinline__ void gg_store_rows(const gg_args &a, int64_t row, int n, int N,
+                                                     const bf16 *bias, float v[8]) {
+    bf16 *y = a.y + row * N + n;
+    if (MODE == GG_FWD && bias)
+#pragma unroll
+        for (int q = 0; q < 8; q++) v[q] += n + q < N ? __bfloat162float(bias[n + q]) : 0.0f;
+    if (MODE == GG_DINP && a.gelu_pre) {
+        const bf16 *pre = a.gelu_pre + row * N + n;
+#pragma unroll
+        for (int q = 0; q < 8; q++)
+            v[q] = n + q < N ? mg_gelu_bwd(__bfloat162float(pre[q]), v[q]) : 0.0f;
+    }
+    if (a.vec && n + 8 <= N) {
+        mg_store8(y, v);
+    } else {
+#pragma unroll
+        for (int q = 0; q < 8; q++)
+            if (n + q < N) y[q] = __float2bfloat16_rn(v[q]);
+    }
+}
+
+template <int MODE>
+static __global__ void __launch_bounds__(GG_THREADS, GG_BLOCKS_PER_SM)
+    grouped_gemm_kernel(gg_args a) {
+    __shared__ __align__(128) unsigned char smem_raw[GG_SMEM];
+    bf16 *smem = reinterpret_cast<bf16 *>(smem_raw);
+    float *smem_f = reinterpret_cast<float *>(smem_raw);
+    constexpr bool AK = MODE != GG_DW;  /* A K-major: forward, dinp (rows of dout / inp) */
+    constexpr bool BK = MODE == GG_FWD; /* B K-major: forward (W rows); dinp, dw: MN-major */
+    gg_acc acc[4][2];
+
+    if (MODE == GG_DW) {
+        /* dW_j (OC, IC) += sum over sources of dout^T (OC, n) . inp (n, IC): M = OC, N = IC */
+        const int j = blockIdx.z, m0 = blockIdx.y * GG_BM, n0 = blockIdx.x * GG_BN;
+        float *dw = reinterpret_cast<float *>(a.w[j]);
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+#pragma unroll
+            for (int q = 0; q < 2; q++) nvcuda::wmma::fill_fragment(acc[i][q], 0.0f);
+        for (int s = 0; s < a.n_src; s++) {
+            int g = s * a.n_w + j, r0 = a.row_off[g], n = a.row_off[g + 1] - r0;
+            if (n <= 0) continue;
+            gg_operand A = {a.x + (int64_t)r0 * a.OC, a.OC, a.OC, n, a.vec};
+            gg_operand B = {a.xb + (int64_t)r0 * a.IC, a.IC, a.IC, n, a.vec};
+            gg_mainloop<AK, BK>(smem, A, B, m0, n0, n, acc);
+        }
+        const bool v4 = a.vec && ((uintptr_t)dw & 15u) == 0;
+        gg_epilogue(smem_f, acc, [&](int m, int n, float v[8]) {
+            m += m0, n += n0;
+            if (m >= a.OC) return;
+            float *d = dw + (int64_t)m * a.IC + n;
+            if (v4 && n + 8 <= a.IC) {
+                float4 x0 = reinterpret_cast<float4 *>(d)[0], x1 = reinterpret_cast<float4 *>(d)[1];
+                x0.x += v[0], x0.y += v[1], x0.z += v[2], x0.w += v[3];
+                x1.x += v[4], x1.y += v[5], x1.z += v[6], x1.w += v[7];
+                reinterpret_cast<float4 *>(d)[0] = x0;
+                reinterpret_cast<float4 *>(d)[1] = x1;
+            } else {
+#pragma unroll
+                for (int q = 0; q < 8; q++)
+                    if (n + q < a.IC) d[q] += v[q];
+            }
+        });
+        return;
+    }
+
+    /* forward: out (n, OC) = inp (n, IC) . W^T; dinp: dinp (n, IC) = dout (n, OC) . W */
+    const int N = MODE == GG_FWD ? a.OC : a.IC, K = MODE == GG_FWD ? a.IC : a.OC;
+    const int ntn = (N + GG_BN - 1) / GG_BN;
+    const int64_t total = (int64_t)a.tile_off[a.G] * ntn;
+    for (int64_t t = blockIdx.x; t < total; t += gridDim.x) {
+        int32_t mt = (int32_t)(t / ntn);
+        const int n0 = (int)(t % ntn) * GG_BN;
+        const int g = gg_find_group(a.tile_off, a.G, mt), j = g % a.n_w;
+        const int32_t r0 = a.row_off[g], rows = a.row_off[g + 1] - r0;
+        const int m0 = (mt - a.tile_off[g]) * GG_BM;
+        const bf16 *w = reinterpret_cast<const bf16 *>(a.w[j]);
+        const bf16 *bias =
+            MODE == GG_FWD && a.bias ? reinterpret_cast<const bf16 *>(a.bias[j]) : NULL;
+        const bool wvec = a.vec && ((uintptr_t)w & 15u) == 0;
+        gg_operand A = {a.x + (int64_t)r0 * K, K, rows, K, a.vec};
+        gg_operand B = MODE == GG_FWD ? gg_operand{w, a.IC, a.OC, a.IC, wvec}
+                                      : gg_operand{w, a.IC, a.IC, a.OC, wvec};
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+#pragma unroll
+            for (int q = 0; q < 2; q++) nvcuda::wmma::fill_fragment(acc[i][q], 0.0f);
+        gg_mainloop<AK, BK>(smem, A, B, m0, n0, K, acc);
+        gg_epilogue(smem_f, acc, [&](int m, int n, float v[8]) {
+            m += m0, n += n0;
+            if (m < rows && n < N) gg_store_rows<MODE>(a, (int64_t)r0 + m, n, N, bias, v);
+        });
+        __syncthreads(); /* the next tile's copies overwrite the epilogue's scratch */
+    }
+}
+
+/* ---------------------------------------------------------------- the small kernels */
+
+/* dbias_j[c] += sum of dout[r, c] over the rows r of every group of weight j: block (32 columns,
+ * weight j), warp w sums rows w, w+8, ... of each source in order; then the 8 warp sums in warp
+ * order. Deterministic for given counts. */
+static __global__ void grouped_dbias_kernel(float *const *dbias, const bf16 *dout /* (R,OC) */,
+                                            const int32_t *row_off, int n_src, int n_w, int OC) {
+    __shared__ float sums[8][32];
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const int c = blockIdx.x * 32 + lane, j = blockIdx.y;
+    float acc = 0.0f;
+    if (c < OC)
+        for (int s = 0; s < n_src; s++) {
+            int g = s * n_w + j;
+            for (int32_t r = row_off[g] + warp; r < row_off[g + 1]; r += 8)
+                acc += __bfloat162float(dout[(int64_t)r * OC + c]);
+        }
+    sums[warp][lane] = acc;
+    __syncthreads();
+    if (warp == 0 && c < OC) {
+        float s = sums[0][lane];
+        for (int w = 1; w < 8; w++) s += sums[w][lane];
+        dbias[j][c] += s;
+    }
+}
+
+/* out[r, :] += bias_j for every row r of the groups (after the CUTLASS forward); OC % 8 == 0. */
+static __global__ void grouped_bias_kernel(bf16 *out /* (R,OC) */, void *const *bias,
+                                           const int32_t *row_off, int G, int n_w, int OC) {
+    const int32_t total = row_off[G];
+    for (int32_t r = blockIdx.x; r < total; r += gridDim.x) {
+        const bf16 *b = reinterpret_cast<const bf16 *>(bias[gg_find_group(row_off, G, r) % n_w]);
+        bf16 *o = out + (int64_t)r * OC;
+        if (((uintptr_t)b & 15u) == 0) {
+            for (int c = threadIdx.x * 8; c < OC; c += blockDim.x * 8) {
+                float x[8], y[8];
+                mg_load8(o + c, x);
+                mg_load8(b + c, y);
+#pragma unroll
+                for (int q = 0; q < 8; q++) x[q] += y[q];
+                mg_store8(o + c, x);
+            }
+        } else {
+            for (int c = threadIdx.x; c < OC; c += blockDim.x)
+                o[c] = __float2bfloat16_rn(__bfloat162float(o[c]) + __bfloat162float(b[c]));
+        }
+    }
+}
+
+/* dinp = gelu'(pre) * dinp over the groups' rows (after the CUTLASS dinp); IC % 8 == 0. */
+static __global__ void grouped_gelu_grad_kernel(bf16 *dinp /* (R,IC) */,
+                                                const bf16 *pre /* (R,IC) */,
+                                                const int32_t *row_off, int G, int IC) {
+    const int64_t n8 = (int64_t)row_off[G] * IC / 8;
+    for (int64_t u = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; u < n8;
+         u += (int64_t)gridDim.x * blockDim.x) {
+        float d[8], x[8];
+        mg_load8(dinp + 8 * u, d);
+        mg_load8(pre + 8 * u, x);
+#pragma unroll
+        for (int q = 0; q < 8; q++) d[q] = mg_gelu_bwd(x[q], d[q]);
+        mg_store8(dinp + 8 * u, d);
+    }
+}
+
+/* ---------------------------------------------------------------- host side */
+
+static size_t align256(size_t x) {
+    return (x + 255) & ~(size_t)255;
+}
+
+static mg_status check_shape(const char *op, int n_src, int n_w, int IC, int OC) {
+    if (n_src < 1 || n_w < 1 || IC < 0 || OC < 0 || (int64_t)n_src * n_w > (1 << 24))
+        return MG_FAIL(MG_ERR_INTERNAL,
+                       "%s: bad shape n_src=%d n_w=%d IC=%d OC=%d (groups 1..2^24, widths >= 0)",
+                       op, n_src, n_w, IC, OC);
+    return MG_OK;
+}
+
+/* The workspace: row_off and tile_off (G+1 each), then the rest for CUTLASS. */
+typedef struct {
+    int32_t *row_off, *tile_off;
+    void *rest;
+    size_t rest_bytes;
+} gg_ws;
+
+static mg_status workspace(mg_backend *be, int G, const char *op, gg_ws *w) {
+    size_t head = 2 * align256((size_t)(G + 1) * sizeof(int32_t));
+    void *base = NULL;
+    MG_CHECK(mg_cuda_scratch(be, head, &base, op));
+    w->row_off = (int32_t *)base;
+    w->tile_off = (int32_t *)((char *)base + head / 2);
+    w->rest = (char *)base + head;
+    w->rest_bytes = mg_cuda_ctx_of(be)->workspace_bytes - head;
+    return MG_OK;
+}
+
+static bool aligned16(const void *p) {
+    return p == NULL || mg_cuda_aligned16(p);
+}
+
+/* Whether the CUTLASS path takes this call (see the header). */
+static bool use_cutlass(mg_backend *be, int IC, int OC, const void *a, const void *b, const void *c,
+                        const void *d) {
+    return mg_cuda_grouped_cutlass_available(mg_cuda_ctx_of(be)->device) && IC > 0 && OC > 0 &&
+           IC % 8 == 0 && OC % 8 == 0 && aligned16(a) && aligned16(b) && aligned16(c) &&
+           aligned16(d);
+}
+
+static unsigned persistent_blocks(mg_backend *be, int per_sm) {
+    int sms = mg_cuda_ctx_of(be)->num_sms;
+    return (unsigned)((sms > 0 ? sms : 1) * per_sm);
+}
+
+static mg_status launch_offsets(mg_backend *be, const gg_ws *w, const int32_t *counts, int G) {
+    grouped_offsets_kernel<<<1, GG_SCAN_THREADS, 0, mg_cuda_stream(be)>>>(w->row_off, w->tile_off,
+                                                                          counts, G);
+    MG_CUDA_CHECK_LAUNCH();
+    return MG_OK;
+}
+
+static mg_status launch_dbias(mg_backend *be, float *const *dbias, const void *dout,
+                              const int32_t *row_off, int n_src, int n_w, int OC) {
+    if (OC == 0) return MG_OK;
+    dim3 grid((OC + 31) / 32, n_w);
+    grouped_dbias_kernel<<<grid, 256, 0, mg_cuda_stream(be)>>>(dbias, (const bf16 *)dout, row_off,
+                                                               n_src, n_w, OC);
+    MG_CUDA_CHECK_LAUNCH();
+    return MG_OK;
+}
+
+extern "C" mg_status mg_cuda_grouped_linear_forward_portable(mg_backend *be, void *out /* (R,OC) */,
+                                                             const void *inp /* (R,IC) */,
+                                                             void *const *w, void *const *bias,
+                                                             const int32_t *counts /* (G) */,
+                                                             int n_src, int n_w, int IC, int OC) {
+    MG_CHECK(check_shape("grouped_linear_forward", n_src, n_w, IC, OC));
+    const int G = n_src * n_w;
+    gg_ws ws;
+    MG_CHECK(workspace(be, G, "grouped_linear_forward", &ws));
+    MG_CHECK(launch_offsets(be, &ws, counts, G));
+    if (OC == 0) return MG_OK;
+    gg_args a = {(const bf16 *)inp,
+                 NULL,
+                 w,
+                 bias,
+                 NULL,
+                 (bf16 *)out,
+                 ws.row_off,
+                 ws.tile_off,
+                 G,
+                 n_src,
+                 n_w,
+                 IC,
+                 OC,
+                 IC % 8 == 0 && OC % 8 == 0 && aligned16(inp) && aligned16(out)};
+    grouped_gemm_kernel<GG_FWD>
+        <<<persistent_blocks(be, GG_BLOCKS_PER_SM), GG_THREADS, 0, mg_cuda_stream(be)>>>(a);
+    MG_CUDA_CHECK_LAUNCH();
+    return MG_OK;
+}
+
+extern "C" mg_status mg_cuda_grouped_linear_backward_portable(
+    mg_backend *be, void *dinp /* (R,IC) or NULL */, float *const *dw, float *const *dbias,
+    const void *dout /* (R,OC) */, const void *inp /* (R,IC) */, void *const *w,
+    const void *gelu_pre /* (R,IC) or NULL */, const int32_t *counts, int n_src, int n_w, int IC,
+    int OC) {
+    MG_CHECK(check_shape("grouped_linear_backward", n_src, n_w, IC, OC));
+    const int G = n_src * n_w;
+    gg_ws ws;
+    MG_CHECK(workspace(be, G, "grouped_linear_backward", &ws));
+    MG_CHECK(launch_offsets(be, &ws, counts, G));
+    cudaStream_t stream = mg_cuda_stream(be);
+    bool vec = IC % 8 == 0 && OC % 8 == 0 && aligned16(dout) && aligned16(inp) && aligned16(dinp) &&
+               aligned16(gelu_pre);
+    if (IC > 0 && OC > 0) {
+        gg_args a = {(const bf16 *)dout,
+                     (const bf16 *)inp,
+                     (void *const *)dw,
+                     NULL,
+                     NULL,
+                     NULL,
+                     ws.row_off,
+                     ws.tile_off,
+                     G,
+                     n_src,
+                     n_w,
+                     IC,
+                     OC,
+                     vec};
+        dim3 grid((IC + GG_BN - 1) / GG_BN, (OC + GG_BM - 1) / GG_BM, n_w);
+        grouped_gemm_kernel<GG_DW><<<grid, GG_THREADS, 0, stream>>>(a);
+        MG_CUDA_CHECK_LAUNCH();
+    }
+    if (dinp && IC > 0) { /* OC == 0: K = 0, dinp = 0 */
+        gg_args a = {(const bf16 *)dout,
+                     NULL,
+                     w,
+                     NULL,
+                     (const bf16 *)gelu_pre,
+                     (bf16 *)dinp,
+                     ws.row_off,
+                     ws.tile_off,
+                     G,
+                     n_src,
+                     n_w,
+                     IC,
+                     OC,
+                     vec};
+        grouped_gemm_kernel<GG_DINP>
+            <<<persistent_blocks(be, GG_BLOCKS_PER_SM), GG_THREADS, 0, stream>>>(a);
+        MG_CUDA_CHECK_LAUNCH();
+    }
+    if (dbias) MG_CHECK(launch_dbias(be, dbias, dout, ws.row_off, n_src, n_w, OC));
+    return MG_OK;
+}
+
+extern "C" mg_status mg_cuda_grouped_linear_forward(mg_backend *be, void *out /* (R,OC) */,
+                                                    const void *inp /* (R,IC) */, void *const *w,
+                                                    void *const *bias, const int32_t *counts,
+                                                    int n_src, int n_w, int IC, int OC) {
+    if (!use_cutlass(be, IC, OC, out, inp, NULL, NULL))
+        return mg_cuda_grouped_linear_forward_portable(be, out, inp, w, bias, counts, n_src, n_w,
+                                                       IC, OC);
+    MG_CHECK(check_shape("grouped_linear_forward", n_src, n_w, IC, OC));
+    const int G = n_src * n_w;
+    gg_ws ws;
+    MG_CHECK(workspace(be, G, "grouped_linear_forward", &ws));
+    MG_CHECK(mg_cuda_grouped_cutlass_run(be, GG_FWD, out, inp, NULL, w, ws.row_off, counts, n_src,
+                                         n_w, IC, OC, ws.rest, ws.rest_bytes));
+    if (bias) {
+        grouped_bias_kernel<<<persistent_blocks(be, 8), 256, 0, mg_cuda_stream(be)>>>(
+            (bf16 *)out, bias, ws.row_off, G, n_w, OC);
+        MG_CUDA_CHECK_LAUNCH();
+    }
+    return MG_OK;
+}
+
+extern "C" mg_status
+mg_cuda_grouped_linear_backward(mg_backend *be, void *dinp /* (R,IC) or NULL */, float *const *dw,
+                                float *const *dbias, const void *dout /* (R,OC) */,
+                                const void *inp /* (R,IC) */, void *const *w,
+                                const void *gelu_pre /* (R,IC) or NULL */, const int32_t *counts,
+                                int n_src, int n_w, int IC, int OC) {
+    if (!use_cutlass(be, IC, OC, dinp, dout, inp, gelu_pre))
+        return mg_cuda_grouped_linear_backward_portable(be, dinp, dw, dbias, dout, inp, w, gelu_pre,
+                                                        counts, n_src, n_w, IC, OC);
+    MG_CHECK(check_shape("grouped_linear_backward", n_src, n_w, IC, OC));
+    const int G = n_src * n_w;
+    gg_ws ws;
+    MG_CHECK(workspace(be, G, "grouped_linear_backward", &ws));
+    MG_CHECK(mg_cuda_grouped_cutlass_run(be, GG_DW, NULL, dout, inp, (void *const *)dw, ws.row_off,
+                                         counts, n_src, n_w, IC, OC, ws.rest, ws.rest_bytes));
+    if (dinp) {
+        MG_CHECK(mg_cuda_grouped_cutlass_run(be, GG_DINP, dinp, dout, NULL, w, ws.row_off, counts,
+                                             n_src, n_w, IC, OC, ws.rest, ws.rest_bytes));
+        if (gelu_pre) {
+            grouped_gelu_grad_kernel<<<persistent_blocks(be, 8), 256, 0, mg_cuda_stream(be)>>>(
+                (bf16 *)dinp, (const bf16 *)gelu_pre, ws.row_off, G, IC);
+            MG_CUDA_CHECK_LAUNCH();
+        }
+    }
+    if (dbias) MG_CHECK(launch_dbias(be, dbias, dout, ws.row_off, n_src, n_w, OC));
+    return MG_OK;
+}
+
+/* MG_GROUPED_GEMM (docs/environment.md): "cutlass" (the default: CUTLASS where the build and the
+ * device have it, the portable kernel for the rest) or "fallback" (the portable kernel only). */
+extern "C" mg_status mg_cuda_grouped_gemm_init(mg_backend *be) {
+    const char *impl = mg_env_str("MG_GROUPED_GEMM", NULL);
+    if (impl && strcmp(impl, "cutlass") != 0 && strcmp(impl, "fallback") != 0)
+        return MG_FAIL(MG_ERR_USAGE, "MG_GROUPED_GEMM=%s: expected cutlass or fallback", impl);
+    bool cutlass = !impl || strcmp(impl, "cutlass") == 0;
+    if (cutlass && mg_cuda_grouped_cutlass_init(mg_cuda_ctx_of(be)->device) != MG_OK) {
+        if (impl)
+            mg_log_warn("MG_GROUPED_GEMM=cutlass: %s; using the portable grouped GEMM",
+                        mg_error_message());
+        else
+            mg_log_debug("grouped GEMM: %s; using the portable kernel", mg_error_message());
+        mg_error_clear();
+        cutlass = false;
+    }
+    be->grouped_linear_forward =
+        cutlass ? mg_cuda_grouped_linear_forward : mg_cuda_grouped_linear_forward_portable;
+    be->grouped_linear_backward =
+        cutlass ? mg_cuda_grouped_linear_backward : mg_cuda_grouped_linear_backward_portable;
+    return MG_OK;
+}
