@@ -213,10 +213,13 @@ const mg_flag_spec mg_flag_table[] = {
      FIELD(moe_shared_expert_intermediate_size), .def = "none",
      .help = "hidden size of the shared experts every token passes through"},
     {"--moe-shared-expert-overlap", MODEL, BOOL, FIELD(moe_shared_expert_overlap),
-     .help = "run the shared experts alongside the token dispatch"},
+     .help = "accepted; the shared experts run on the compute stream, not yet overlapped with "
+             "the token dispatch"},
     {"--moe-token-dispatcher-type", MODEL, .kind = MG_FLAG_ENUM, .arg = "KIND",
      FIELD(moe_token_dispatcher_type), .choices = moe_dispatcher_choices,
-     .later = moe_dispatcher_later, .help = "allgather or alltoall over the expert-parallel group"},
+     .later = moe_dispatcher_later,
+     .help = "alltoall over the expert-parallel group; allgather is accepted and runs the same "
+             "all-to-all dispatch (identical results)"},
     {"--moe-grouped-gemm", MODEL, BOOL, IGNORED,
      .help = "experts always run as one grouped GEMM here"},
     {"--moe-permute-fusion", MODEL, BOOL, IGNORED, .help = "permutation is always fused here"},
