@@ -13,6 +13,7 @@
 
 typedef enum {
     MG_FLAG_GROUP_MODEL = 0,
+    MG_FLAG_GROUP_MOE, /* mixture of experts */
     MG_FLAG_GROUP_OPTIMIZER, /* regularisation and optimizer */
     MG_FLAG_GROUP_LR,
     MG_FLAG_GROUP_TRAINING,

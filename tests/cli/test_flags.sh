@@ -91,6 +91,15 @@ done
 if [ "$rc" -ne 0 ]; then fail flags_help "exit code $rc, expected 0"
 elif [ -n "$missing" ]; then fail flags_help "help lacks:$missing"
 else pass flags_help; fi
+# the MoE flags have a group of their own, the expert-parallel sizes in it
+moe_help=$(sed -n '/^mixture of experts:$/,/^$/p' <<<"$out")
+missing=""
+for f in --num-experts --moe-router-topk --moe-aux-loss-coeff --moe-token-dispatcher-type \
+    --expert-model-parallel-size --expert-tensor-parallel-size; do
+    grep -qE -- "^  $f( |$)" <<<"$moe_help" || missing="$missing $f"
+done
+if [ -n "$missing" ]; then fail flags_help_moe_group "the 'mixture of experts:' group lacks:$missing"
+else pass flags_help_moe_group; fi
 
 # Mixture of experts: the flags' checks (Megatron's TransformerConfig rules and ours)
 MOE=(--num-experts 4 --device cpu)
