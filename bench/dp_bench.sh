@@ -31,7 +31,8 @@ set -uo pipefail
 BENCH=dp_bench
 SHAPES=${SHAPES:-350m 1.5b}
 # shellcheck source=bench/lib.sh
-. "$(dirname "$0")/lib.sh" "$@" # BIN, the environment above, MPIRUN, shape_dims, summarize
+. "$(dirname "$0")/lib.sh"
+parallel_setup "$@" # BIN, the environment above, MPIRUN, shape_dims, summarize
 echo "dp_bench: $BIN vs $HERE/baselines/torch_gpt2.py (DDP); shapes: $SHAPES; GPUs: $NGPUS;" \
     "micro-batch $MBS per GPU; $ITERS steps, the first $LOG_INTERVAL warm-up; results in $RESULTS"
 print_versions

@@ -24,62 +24,34 @@
 # the table at the end has one row per shape.
 set -uo pipefail
 
-BUILD=${1:-build}
-BIN=$BUILD/megatron
-HERE=$(cd "$(dirname "$0")" && pwd)
+BENCH=gpu_bench
 SHAPES=${SHAPES:-124m 350m 774m 1.5b}
 MBS=${MBS:-32 16 8 4}
 ITERS=${ITERS:-20}
 WARMUP=${WARMUP:-5}
-PYTHON=${PYTHON:-python3}
-DEVICE=${DEVICE:-cuda}
-read -r -a ARGS_ <<<"${ARGS:-}"
-read -r -a MEGATRON_ARGS_ <<<"${MEGATRON_ARGS:-}"
-read -r -a TORCH_ARGS_ <<<"${TORCH_ARGS:-}"
-OUTDIR=${OUTDIR:-${OUT:-$(mktemp -d)}}
-RESULTS=$OUTDIR/gpu_bench.jsonl
-# Never NVLink multicast on these machines (KINDS.md), whatever the programs do.
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-
-[ -x "$BIN" ] || { echo "gpu_bench: $BIN is not built (make BUILD=$BUILD $BIN)" >&2; exit 1; }
-mkdir -p "$OUTDIR"
-: >"$RESULTS"
+# shellcheck source=bench/lib.sh
+. "$(dirname "$0")/lib.sh"
+compare_setup "$@" # BIN, the environment above, RESULTS, timed_run, run_outcome
 echo "gpu_bench: $BIN vs $HERE/baselines/torch_gpt2.py; shapes: $SHAPES; micro-batch sizes: $MBS;" \
     "$ITERS timed steps after $WARMUP; results in $RESULTS"
-[ "$DEVICE" = cuda ] && nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw \
-    --format=csv 2>&1 | sed 's/^/  /'
-"$PYTHON" -c 'import torch; print("  torch", torch.__version__, "cuda", torch.version.cuda)' 2>&1
-
-is_oom() { grep -qiE 'out of memory|cudaErrorMemoryAllocation|CUBLAS_STATUS_ALLOC_FAILED|OutOfMemoryError' "$1"; }
+print_gpu_versions
 
 # run_one IMPL SHAPE MBS: 0 done (its JSON line appended to RESULTS), 3 out of memory, 1 failed.
 run_one() {
-    local impl=$1 shape=$2 mbs=$3 rc start
-    local base=$OUTDIR/$impl-$shape-mbs$mbs
-    start=$(date +%s)
+    local impl=$1 shape=$2 mbs=$3 rc
+    local base=$OUTDIR/$impl-$shape-mbs$mbs label="$impl gpt2-$shape micro-batch $mbs"
     if [ "$impl" = megatron ]; then
-        timeout 300 "$BIN" bench --device "$DEVICE" --model "gpt2-$shape" --micro-batch-size "$mbs" \
-            --iters "$ITERS" --warmup "$WARMUP" "${ARGS_[@]}" "${MEGATRON_ARGS_[@]}" --json \
-            >"$base.json" 2>"$base.log"
+        timed_run "$label" "$base" 300 "$BIN" bench --device "$DEVICE" --model "gpt2-$shape" \
+            --micro-batch-size "$mbs" --iters "$ITERS" --warmup "$WARMUP" "${ARGS_[@]}" "${MEGATRON_ARGS_[@]}" --json
     else
-        timeout 420 "$PYTHON" "$HERE/baselines/torch_gpt2.py" --device "$DEVICE" --model "gpt2-$shape" \
-            --micro-batch-size "$mbs" --iters "$ITERS" --warmup "$WARMUP" "${ARGS_[@]}" \
-            "${TORCH_ARGS_[@]}" --json >"$base.json" 2>"$base.log"
+        timed_run "$label" "$base" 420 "$PYTHON" "$HERE/baselines/torch_gpt2.py" --device "$DEVICE" \
+            --model "gpt2-$shape" --micro-batch-size "$mbs" --iters "$ITERS" --warmup "$WARMUP" "${ARGS_[@]}" \
+            "${TORCH_ARGS_[@]}" --json
     fi
+    run_outcome $? "$base"
     rc=$?
-    echo "  $impl gpt2-$shape micro-batch $mbs: exit $rc after $(($(date +%s) - start)) s"
-    if [ "$rc" -eq 0 ] && grep -q '^{' "$base.json"; then
-        grep '^{' "$base.json" | tail -n 1 >>"$RESULTS"
-        return 0
-    fi
-    if is_oom "$base.log"; then
-        echo "    out of memory: $(grep -iE -m1 'out of memory|AllocFailed|ALLOC_FAILED' "$base.log" | cut -c1-200)"
-        return 3
-    fi
-    [ "$rc" -eq 124 ] && echo "    timed out"
-    echo "    failed; the end of $base.log:"
-    tail -n 5 "$base.log" | sed 's/^/      /'
-    return 1
+    [ "$rc" -eq 1 ] && print_log_tail "$base"
+    return "$rc"
 }
 
 for shape in $SHAPES; do

@@ -33,7 +33,8 @@ LOG_INTERVAL=${LOG_INTERVAL:-3}
 MICROBATCHES=${MICROBATCHES:-8 16 32}
 LAYOUTS=${LAYOUTS:-dp 1f1b interleaved}
 # shellcheck source=bench/lib.sh
-. "$(dirname "$0")/lib.sh" "$@" # BIN, the environment above, MPIRUN, shape_dims, summarize
+. "$(dirname "$0")/lib.sh"
+parallel_setup "$@" # BIN, the environment above, MPIRUN, shape_dims, summarize
 export MG_PP_TIMING=1
 echo "pp_bench: $BIN; shapes: $SHAPES; P: $NGPUS; m: $MICROBATCHES; micro-batch $MBS; layouts:" \
     "$LAYOUTS; $ITERS steps, the first $LOG_INTERVAL warm-up; results in $RESULTS"

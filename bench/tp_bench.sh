@@ -37,7 +37,8 @@ set -uo pipefail
 BENCH=tp_bench
 SHAPES=${SHAPES:-350m 774m}
 # shellcheck source=bench/lib.sh
-. "$(dirname "$0")/lib.sh" "$@" # BIN, the environment above, MPIRUN, shape_dims, summarize
+. "$(dirname "$0")/lib.sh"
+parallel_setup "$@" # BIN, the environment above, MPIRUN, shape_dims, summarize
 echo "tp_bench: $BIN vs $HERE/baselines/torch_gpt2.py --tp (DTensor TP + SP); shapes: $SHAPES;" \
     "tensor-parallel sizes: $NGPUS; micro-batch $MBS (one replica); $ITERS steps, the first" \
     "$LOG_INTERVAL warm-up; results in $RESULTS"

@@ -63,18 +63,16 @@ and mfu per GPU, with world_size, tensor_parallel, parallel "tp", sequence_paral
 and compile_scope added. With --tp outside torchrun the run is the single process's.
 """
 import argparse
-import json
 import math
 import os
-import resource
 import statistics
-import sys
-import time
 
 import torch
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
+
+import bench_common  # this folder's (Python puts a script's folder first on sys.path)
 
 SHAPES = {  # name: (layers, hidden, heads); head dim 64
     "gpt2-124m": (12, 768, 12),
@@ -168,37 +166,6 @@ class GPT(nn.Module):
         if targets is None:
             return logits
         return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1))
-
-
-def median(xs):
-    return statistics.median(xs)
-
-
-def measure_peak(device, n):
-    """TFLOP/s of an (n, n) x (n, n) product on random inputs: bf16 on CUDA, fp32 on the CPU."""
-    g = torch.Generator(device=device).manual_seed(1234)
-    dtype = torch.bfloat16 if device == "cuda" else torch.float32
-    a = torch.rand(n, n, device=device, generator=g).mul_(2).sub_(1).to(dtype)
-    b = torch.rand(n, n, device=device, generator=g).mul_(2).sub_(1).to(dtype)
-    times = []
-    if device == "cuda":
-        for _ in range(10):
-            c = torch.matmul(a, b)
-        ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(20)]
-        for s, e in ev:
-            s.record()
-            c = torch.matmul(a, b)
-            e.record()
-        torch.cuda.synchronize()
-        times = [s.elapsed_time(e) / 1e3 for s, e in ev]
-    else:
-        for i in range(7):
-            t0 = time.perf_counter()
-            c = torch.matmul(a, b)
-            if i >= 2:
-                times.append(time.perf_counter() - t0)
-    del a, b, c
-    return 2.0 * n**3 / median(times) / 1e12
 
 
 def init_distributed(dev, tp=False):
@@ -319,12 +286,8 @@ def parse_args():
     p.add_argument("--num-attention-heads", type=int)
     p.add_argument("--seq-length", type=int, default=1024)
     p.add_argument("--vocab-size", type=int, default=50304)
-    p.add_argument("--micro-batch-size", type=int, default=32)
-    p.add_argument("--iters", type=int, default=20)
-    p.add_argument("--warmup", type=int, default=5)
-    p.add_argument("--peak-size", type=int, help="side of the peak matmul (8192 on cuda, 1024 on cpu)")
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", choices=["cuda", "cpu"])
-    p.add_argument("--no-compile", action="store_true", help="eager mode (no torch.compile)")
+    bench_common.add_step_args(p, 32)
+    bench_common.add_device_args(p)
     p.add_argument("--tp", action="store_true",
                    help="tensor parallel over the WORLD_SIZE ranks of torchrun (one replica), instead of DDP")
     p.add_argument("--compile-scope", choices=["model", "blocks"], default="model",
@@ -367,16 +330,8 @@ def run(a):
     dev = a.device
     rank, world = init_distributed(dev, a.tp)
     tp = a.tp and dist.is_initialized()  # tensor parallel over the world
-    if a.threads:
-        torch.set_num_threads(a.threads)
-    if dev == "cuda":
-        # fp32 accumulation everywhere, as megatron.c's cuBLASLt calls (CUBLAS_COMPUTE_32F)
-        torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
-    peak = measure_peak(dev, a.peak_size)
-    if dev == "cuda":
-        torch.cuda.synchronize()
-        torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats()
+    bench_common.setup_device(dev, a.threads)
+    peak = bench_common.measure_peak(dev, a.peak_size)
 
     torch.manual_seed(1234)
     L, H, NH, T, V, B = a.num_layers, a.hidden_size, a.num_attention_heads, a.seq_length, a.vocab_size, a.micro_batch_size
@@ -401,9 +356,8 @@ def run(a):
     else:
         decay = [p for p in model.parameters() if p.dim() >= 2]
         no_decay = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
-                            lr=6e-4, betas=(0.9, 0.95), eps=1e-8, fused=(dev == "cuda"))
-    compiled, compile_error = not a.no_compile, None
+    opt = bench_common.adamw(decay, no_decay, 6e-4, dev)
+    compiled = not a.no_compile
     if tp:
         # After parallelize_module, as PyTorch's TP tutorial says: the whole model (logits out, the
         # loss_parallel cross-entropy eager), or each block on its own (local tensors in and out,
@@ -419,7 +373,7 @@ def run(a):
         if not a.no_compile:
             model.compile()
         fwd = torch.nn.parallel.DistributedDataParallel(model, gradient_as_bucket_view=True)
-    ctx = torch.autocast("cuda", dtype=torch.bfloat16) if dev == "cuda" else torch.autocast("cpu", enabled=False)
+    ctx = bench_common.autocast(dev)
 
     def step():
         data = torch.randint(0, V, (B, T + 1), device=dev)
@@ -444,53 +398,22 @@ def run(a):
         opt.zero_grad(set_to_none=True)
         return loss.item()
 
-    def eager_step():
-        """The first step, with torch.compile: when compiling fails (TP + compile in some PyTorch
-        versions), the model goes back to eager, said on stderr and in the JSON ("compile": false,
-        "compile_error"), rather than the run failing."""
-        nonlocal compiled, compile_error, fwd
-        try:
-            return step()
-        except Exception as e:  # noqa: BLE001 - any failure inside Dynamo/Inductor
-            if not compiled or isinstance(e, torch.cuda.OutOfMemoryError):
-                raise
-            compile_error = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"[:300]
-            print(f"torch_gpt2.py: torch.compile failed ({compile_error}); running eager", file=sys.stderr)
-            compiled = False
-            for m in model.modules():
-                if getattr(m, "_compiled_call_impl", None) is not None:
-                    m._compiled_call_impl = None
-            torch._dynamo.reset()
-            if fwd is not model and not isinstance(fwd, torch.nn.parallel.DistributedDataParallel):
-                fwd = model
-            opt.zero_grad(set_to_none=True)
-            return step()
+    def to_eager():
+        """After torch.compile failed in the first step (TP + compile in some PyTorch versions; the
+        run goes on eager, said on stderr and in the JSON: "compile": false, "compile_error"): the
+        model eager again, its gradients zeroed."""
+        nonlocal fwd
+        for m in model.modules():
+            if getattr(m, "_compiled_call_impl", None) is not None:
+                m._compiled_call_impl = None
+        if fwd is not model and not isinstance(fwd, torch.nn.parallel.DistributedDataParallel):
+            fwd = model
+        opt.zero_grad(set_to_none=True)
 
-    times, losses = [], []
-    t_warm = time.perf_counter()
-    for i in range(a.warmup + a.iters):
-        if i == a.warmup:
-            warmup_s = time.perf_counter() - t_warm
-        t0 = time.perf_counter()
-        loss = eager_step() if i == 0 else step()
-        dt = time.perf_counter() - t0
-        if not math.isfinite(loss):
-            raise RuntimeError(f"the loss of step {i + 1} is {loss}")
-        losses.append(loss)
-        if i >= a.warmup:
-            times.append(dt)
-    if a.warmup == 0:
-        warmup_s = 0.0
-
-    gib = 1024.0**3
-    if dev == "cuda":
-        free_b, total_b = torch.cuda.mem_get_info()
-        mem_peak = (total_b - free_b) / gib
-        mem_alloc = torch.cuda.max_memory_allocated() / gib
-        mem_reserved = torch.cuda.max_memory_reserved() / gib
-    else:
-        mem_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / gib
-        mem_alloc = mem_reserved = sum(p.numel() * p.element_size() for p in model.parameters()) * 4 / gib
+    times, losses, warmup_s, compile_error = bench_common.timed_steps(
+        step, a.warmup, a.iters, "torch_gpt2.py", to_eager if compiled else None)
+    compiled = compiled and compile_error is None
+    mem_peak, mem_alloc, mem_reserved = bench_common.memory_gib(dev, model)
     total = sum(times)
     tok_s = B * T * a.iters / total
     tflops = flops_per_token * tok_s / 1e12 / (world if tp else 1)  # per GPU
@@ -499,7 +422,7 @@ def run(a):
         "num_layers": L, "hidden_size": H, "num_attention_heads": NH, "seq_length": T, "micro_batch_size": B,
         "vocab_size": V, "params": params, "params_flops": params_flops, "flops_per_token": flops_per_token,
         "iters": a.iters, "warmup": a.warmup, "ms_per_step": 1e3 * total / a.iters,
-        "ms_per_step_median": 1e3 * median(times), "tokens_per_s": tok_s, "tflops": tflops,
+        "ms_per_step_median": 1e3 * statistics.median(times), "tokens_per_s": tok_s, "tflops": tflops,
         "peak_tflops": peak, "peak_n": a.peak_size, "mfu": tflops / peak, "mem_peak_gib": mem_peak,
         "mem_alloc_gib": mem_alloc, "mem_reserved_gib": mem_reserved, "loss_first": losses[0],
         "loss_last": losses[-1], "warmup_s": warmup_s, "compile": compiled,
@@ -521,41 +444,25 @@ def run(a):
         if rank != 0:
             return
         r.update(tokens_per_s=world * tok_s, world_size=world, dist_backend=dist.get_backend())
-    out = sys.stderr if a.json else sys.stdout
-    print(f"torch baseline: {a.model} on {dev} ({r['dtype']}{', compiled' if r['compile'] else ', eager'}"
-          f"{', tensor parallel ' + str(world) if tp else ''}), "
-          f"{L} layers, hidden {H}, {NH} heads, seq {T}, micro-batch {B}, vocab {V}", file=out)
-    print(f"  parameters         {params} ({params_flops} without position embeddings)", file=out)
-    print(f"  step time          {r['ms_per_step']:.2f} ms mean, {r['ms_per_step_median']:.2f} ms median "
-          f"({a.iters} steps after {a.warmup} warm-up, {warmup_s:.1f} s)", file=out)
     if tp:
-        print(f"  tokens/s           {r['tokens_per_s']:.0f} (one replica, tensor + sequence parallel over "
-              f"{world} ranks, {r['dist_backend']})", file=out)
+        tokens = (f"  tokens/s           {r['tokens_per_s']:.0f} (one replica, tensor + sequence parallel over "
+                  f"{world} ranks, {r['dist_backend']})")
     else:
-        print(f"  tokens/s           {r['tokens_per_s']:.0f}"
-              + (f" ({world} ranks x {tok_s:.0f}, DDP over {r['dist_backend']})" if world > 1 else ""), file=out)
-    print(f"  FLOPs/token        {flops_per_token:.4g} (6N + 12*L*H*T)", file=out)
-    print(f"  achieved           {tflops:.2f} TFLOP/s" + (" per GPU" if tp else ""), file=out)
-    print(f"  {r['dtype']} matmul peak  {peak:.2f} TFLOP/s ({a.peak_size}^3, torch.matmul, measured now)", file=out)
-    print(f"  MFU                {100 * r['mfu']:.1f}%", file=out)
-    print(f"  memory             {mem_peak:.2f} GiB peak, allocated {mem_alloc:.2f} GiB, "
-          f"reserved {mem_reserved:.2f} GiB", file=out)
-    print(f"  loss               {losses[0]:.4f} (first step) -> {losses[-1]:.4f} (last)", file=out)
-    out.flush()
-    if a.json:
-        print(json.dumps(r), flush=True)
+        tokens = (f"  tokens/s           {r['tokens_per_s']:.0f}"
+                  + (f" ({world} ranks x {tok_s:.0f}, DDP over {r['dist_backend']})" if world > 1 else ""))
+    bench_common.report(
+        r, a.json, [f"  parameters         {params} ({params_flops} without position embeddings)"],
+        [tokens, f"  FLOPs/token        {flops_per_token:.4g} (6N + 12*L*H*T)",
+         f"  achieved           {tflops:.2f} TFLOP/s" + (" per GPU" if tp else "")],
+        setting=f", tensor parallel {world}" if tp else "")
 
 
 def main():
     a = parse_args()
-    try:
+    with bench_common.exit_on_oom("torch_gpt2.py", a.micro_batch_size):
         run(a)
         if dist.is_initialized():
             dist.destroy_process_group()
-    except torch.cuda.OutOfMemoryError as e:
-        first = str(e).splitlines()[0] if str(e) else ""
-        print(f"torch_gpt2.py: error: out of memory at micro-batch {a.micro_batch_size}: {first}", file=sys.stderr)
-        sys.exit(3)
 
 
 if __name__ == "__main__":
