@@ -13,13 +13,16 @@
  * The cases cover softmax top-2, pre-softmax, sigmoid with expert bias and groups, scaling,
  * capacity by weight and by position (with drops), the padded permute, seq-aux and z-loss
  * statistics, skewed routing (one hot expert, experts that receive nothing), E > 32 (several
- * experts per lane) and token counts that are not a multiple of the kernels' blocks. */
+ * experts per lane) and token counts that are not a multiple of the kernels' blocks; and a
+ * layer's ops run twice repeat every output bitwise. */
 #include "cuda_test_util.h"
 
 #include "core/rng.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
+#include <time.h>
 
 #define POISON_I32 0x7f7f7f7f
 
@@ -350,11 +353,98 @@ MG_TEST(cuda_moe_expert_bias_update_matches_cpu) {
     }
 }
 
+/* ---------------------------------------------------------------- determinism */
+
+/* A layer's router and token movement, forward and backward, twice on the same inputs at the
+ * benchmark shape (aux loss, z-loss, capacity): every output must repeat bitwise (the GPU's sums
+ * over tokens run in fixed orders; integer counts are exact). */
+MG_TEST(cuda_moe_ops_repeat_bitwise) {
+    mg_backend *g = ct_gpu(t);
+    if (!g) return;
+    enum { T = 8192, H = 1024, E = 8, K = 2, N = T * K, OUTS = 8 };
+    mg_moe_routing r = {.T = T,
+                        .S = 2048,
+                        .E = E,
+                        .k = K,
+                        .scaling = 1.0f,
+                        .capacity = N / E,
+                        .balancing = MG_MOE_LB_AUX,
+                        .aux_coeff = 0.01f,
+                        .z_coeff = 0.001f,
+                        .loss_weight = 1.0f,
+                        .stat_weight = 1.0f};
+    ct_pool P = ct_pool_of(t, g);
+    float *x = ct_rand_bf16(&P, 360, (size_t)T * H, 1.0f), *w = ct_rand_bf16(&P, 361, E * H, 0.05f);
+    float *dout = ct_rand_bf16(&P, 362, (size_t)T * H, 1.0f);
+    float *dx0 = ct_rand_bf16(&P, 363, (size_t)T * H, 0.5f), *zero = ct_host(&P, E * H * 4);
+    if (zero) memset(zero, 0, E * H * 4);
+    void *d_x = ct_up_act(&P, x, (size_t)T * H), *d_w = ct_up_act(&P, w, E * H);
+    void *d_dout = ct_up_act(&P, dout, (size_t)T * H), *d_dx = ct_up_act(&P, dx0, (size_t)T * H);
+    void *d_xp = ct_poison_act(&P, (size_t)N * H), *d_dy = ct_poison_act(&P, (size_t)N * H);
+    float *d_l = ct_poison(&P, T * E * 4), *d_probs = ct_poison(&P, N * 4);
+    float *d_dl = ct_poison(&P, T * E * 4), *d_dprobs = ct_poison(&P, N * 4);
+    float *d_stats = ct_up_f32(&P, zero, 2), *d_load = ct_up_f32(&P, zero, E);
+    float *d_dw = ct_up_f32(&P, zero, E * H);
+    int32_t *d_idx = poison_i32(&P, N), *d_pos = poison_i32(&P, N), *d_counts = poison_i32(&P, E);
+    int32_t *d_aux = poison_i32(&P, E);
+    static const char *what[OUTS] = {"logits", "stats",   "idx", "pos",
+                                     "dprobs", "dlogits", "dw",  "dx"};
+    const void *got[2][OUTS] = {{0}};
+    size_t bytes[OUTS] = {T * E * 4, 8,         N * 4,     N * 4,
+                          N * 4,     T * E * 4, E * H * 4, (size_t)T * H * 4};
+    for (int rep = 0; rep < 2 && !P.failed; rep++) {
+        ct_put_f32(&P, d_stats, zero, 2);
+        ct_put_f32(&P, d_load, zero, E);
+        ct_put_f32(&P, d_dw, zero, E * H);
+        ct_put_act(&P, d_dx, dx0, (size_t)T * H);
+        MG_EXPECT_OK(g->router_forward(g, d_l, d_x, d_w, T, H, E));
+        MG_EXPECT_OK(g->moe_route(g, &r, d_idx, d_probs, d_aux, d_stats, d_l, NULL));
+        MG_EXPECT_OK(g->moe_permute(g, d_xp, d_pos, d_counts, d_load, d_x, d_idx, T, K, E, H, 0));
+        MG_EXPECT_OK(
+            g->moe_unpermute_backward(g, d_dy, d_dprobs, d_dout, d_xp, d_pos, d_probs, T, K, H, N));
+        MG_EXPECT_OK(g->moe_permute_backward(g, d_dx, d_dy, d_pos, T, K, H));
+        MG_EXPECT_OK(
+            g->moe_route_backward(g, &r, d_dl, d_dprobs, d_l, d_idx, d_probs, d_aux, NULL));
+        MG_EXPECT_OK(g->router_backward(g, d_dx, d_dw, d_dl, d_x, d_w, T, H, E));
+        const void *dev[OUTS] = {d_l, d_stats, d_idx, d_pos, d_dprobs, d_dl, d_dw, NULL};
+        for (int i = 0; i < OUTS - 1; i++) got[rep][i] = ct_down_raw(&P, dev[i], bytes[i]);
+        got[rep][OUTS - 1] = ct_down_act(&P, d_dx, (size_t)T * H);
+    }
+    for (int i = 0; i < OUTS && !P.failed; i++)
+        CT_EXPECT_SAME_BITS(got[0][i], got[1][i], bytes[i], "%s of two runs", what[i]);
+    ct_pool_free(&P);
+}
+
 /* ---------------------------------------------------------------- the rule */
+
+/* A host function that holds the stream until *gate is set (or 2 s pass, so that a mistake cannot
+ * hang the test): the work queued behind it then runs back to back, and events between the ops
+ * time the GPU's work alone, not the host's launches. */
+static void CUDART_CB hold_stream(void *gate) {
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    do clock_gettime(CLOCK_MONOTONIC, &t);
+    while (!atomic_load((atomic_int *)gate) && t.tv_sec - t0.tv_sec < 2);
+}
+
+static mg_status copy_reference(void *dst, const void *src, size_t bytes, cudaStream_t st) {
+    return cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, st) == cudaSuccess
+               ? MG_OK
+               : MG_FAIL(MG_ERR_INTERNAL, "cudaMemcpyAsync failed");
+}
+
+static int cmp_float(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
 
 /* A whole MoE layer's ops, forward and backward, on the CUDA backend: no device allocation and
  * no host synchronisation through the backend (the counters of mg_cuda_ctx). Under
- * MG_TEST_VERBOSE, the time of each op at the benchmark shape (T 8192, H 1024, E 8, top-2). */
+ * MG_TEST_VERBOSE, a measurement (nothing is asserted about speed): the median time of each op
+ * over the repetitions at the benchmark shape (T 8192, H 1024, E 8, top-2), first with the host
+ * launching each repetition onto an idle GPU ("launched": the host's launch time can show), then
+ * with all repetitions queued behind hold_stream ("GPU": the device's time alone), with a 32 MB
+ * device copy for the memory bandwidth at hand. */
 MG_TEST(cuda_moe_ops_neither_allocate_nor_synchronise) {
     mg_backend *g = ct_cuda(t);
     if (!g) return;
@@ -391,57 +481,76 @@ MG_TEST(cuda_moe_ops_neither_allocate_nor_synchronise) {
     /* moe_route twice more, for the time of its parts: routing alone, and with the losses */
     mg_moe_routing r_plain = r, r_loss = r;
     r_plain.capacity = 0, r_plain.aux_coeff = 0, r_plain.z_coeff = 0, r_loss.capacity = 0;
-    const char *names[] = {
-        "router_forward",  "moe_route (routing)", "moe_route (+ losses)", "moe_route",
-        "moe_permute",     "grouped_swiglu",      "moe_unpermute",        "moe_unpermute_backward",
-        "swiglu_backward", "permute_backward",    "moe_route_backward",   "router_backward"};
-    enum { NOPS = sizeof names / sizeof names[0] };
-    cudaEvent_t ev[NOPS + 1];
-    int timed = ct_verbose(), reps = timed ? 20 : 1;
-    for (int i = 0; timed && i <= NOPS; i++) timed = cudaEventCreate(&ev[i]) == cudaSuccess;
-    double ms[NOPS] = {0};
+    const char *names[] = {"router_forward",        "moe_route (routing)",
+                           "moe_route (+ losses)",  "moe_route",
+                           "moe_permute",           "grouped_swiglu",
+                           "moe_unpermute",         "moe_unpermute_backward",
+                           "swiglu_backward",       "permute_backward",
+                           "moe_route_backward",    "router_backward",
+                           "copy 32 MB (reference)"};
+    /* the eight ops of the layer's router and token movement (routing with its losses) */
+    static const int eight[] = {0, 2, 4, 6, 7, 9, 10, 11};
+    enum { NOPS = sizeof names / sizeof names[0], REPS = 12 };
+    static cudaEvent_t ev[REPS][NOPS + 1];
+    int timed = ct_verbose(), reps = timed ? REPS : 1;
+    for (int i = 0; timed && i < REPS * (NOPS + 1); i++)
+        timed = cudaEventCreate(&ev[i / (NOPS + 1)][i % (NOPS + 1)]) == cudaSuccess;
     uint64_t a0 = ct_allocs(g), f0 = mg_cuda_ctx_of(g)->n_device_frees, s0 = ct_syncs(g);
     cudaStream_t st = mg_cuda_stream(g);
-    for (int rep = 0; rep < reps; rep++) {
-        int o = 0;
+    for (int gated = 0; gated < (timed ? 2 : 1); gated++) {
+        atomic_int gate = 0;
+        if (gated && cudaLaunchHostFunc(st, hold_stream, &gate) != cudaSuccess) break;
+        for (int rep = 0; rep < reps; rep++) {
+            int o = 0;
 #define OP(call)                                                                                   \
     do {                                                                                           \
-        if (timed) cudaEventRecord(ev[o], st);                                                     \
+        if (timed) cudaEventRecord(ev[rep][o], st);                                                \
         MG_EXPECT_OK(call);                                                                        \
         o++;                                                                                       \
     } while (0)
-        OP(g->router_forward(g, d_l, d_x, d_w, T, H, E));
-        OP(g->moe_route(g, &r_plain, d_idx, d_probs, d_aux, d_stats, d_l, NULL));
-        OP(g->moe_route(g, &r_loss, d_idx, d_probs, d_aux, d_stats, d_l, NULL));
-        OP(g->moe_route(g, &r, d_idx, d_probs, d_aux, d_stats, d_l, NULL));
-        OP(g->moe_permute(g, d_xp, d_pos, d_counts, d_load, d_x, d_idx, T, K, E, H, 0));
-        OP(g->grouped_activation_forward(g, d_act, d_pre, d_counts, E, F, true));
-        OP(g->moe_unpermute(g, d_out, d_x, d_xp, d_pos, d_probs, T, K, H));
-        OP(g->moe_unpermute_backward(g, d_dy, d_dprobs, d_out, d_xp, d_pos, d_probs, T, K, H, N));
-        OP(g->grouped_swiglu_backward(g, d_dpre, d_pre, d_act, d_counts, E, F));
-        OP(g->moe_permute_backward(g, d_out, d_dy, d_pos, T, K, H));
-        OP(g->moe_route_backward(g, &r, d_dl, d_dprobs, d_l, d_idx, d_probs, d_aux, NULL));
-        OP(g->router_backward(g, d_out, d_dw, d_dl, d_x, d_w, T, H, E));
+            OP(g->router_forward(g, d_l, d_x, d_w, T, H, E));
+            OP(g->moe_route(g, &r_plain, d_idx, d_probs, d_aux, d_stats, d_l, NULL));
+            OP(g->moe_route(g, &r_loss, d_idx, d_probs, d_aux, d_stats, d_l, NULL));
+            OP(g->moe_route(g, &r, d_idx, d_probs, d_aux, d_stats, d_l, NULL));
+            OP(g->moe_permute(g, d_xp, d_pos, d_counts, d_load, d_x, d_idx, T, K, E, H, 0));
+            OP(g->grouped_activation_forward(g, d_act, d_pre, d_counts, E, F, true));
+            OP(g->moe_unpermute(g, d_out, d_x, d_xp, d_pos, d_probs, T, K, H));
+            OP(g->moe_unpermute_backward(g, d_dy, d_dprobs, d_out, d_xp, d_pos, d_probs, T, K, H,
+                                         N));
+            OP(g->grouped_swiglu_backward(g, d_dpre, d_pre, d_act, d_counts, E, F));
+            OP(g->moe_permute_backward(g, d_out, d_dy, d_pos, T, K, H));
+            OP(g->moe_route_backward(g, &r, d_dl, d_dprobs, d_l, d_idx, d_probs, d_aux, NULL));
+            OP(g->router_backward(g, d_out, d_dw, d_dl, d_x, d_w, T, H, E));
+            OP(copy_reference(d_dy, d_xp, (size_t)N * H * 2, st));
 #undef OP
-        if (timed) {
-            cudaEventRecord(ev[NOPS], st);
-            cudaEventSynchronize(ev[NOPS]);
-            for (int i = 0; rep > 0 && i < NOPS; i++) { /* the first repetition warms up */
-                float m = 0;
-                cudaEventElapsedTime(&m, ev[i], ev[i + 1]);
-                ms[i] += m / (reps - 1);
-            }
+            if (timed) cudaEventRecord(ev[rep][NOPS], st);
+            if (timed && !gated) cudaEventSynchronize(ev[rep][NOPS]); /* the next from idle */
         }
+        if (!timed) break;
+        atomic_store(&gate, 1);
+        cudaEventSynchronize(ev[reps - 1][NOPS]);
+        double sum8 = 0;
+        for (int i = 0; i < NOPS; i++) {
+            float m[REPS];
+            for (int rep = 1; rep < reps; rep++) { /* the first repetition warms up */
+                m[rep - 1] = 0;
+                cudaEventElapsedTime(&m[rep - 1], ev[rep][i], ev[rep][i + 1]);
+            }
+            qsort(m, (size_t)(reps - 1), sizeof m[0], cmp_float);
+            double med = 1e3 * m[(reps - 1) / 2];
+            for (size_t j = 0; j < sizeof eight / sizeof eight[0]; j++)
+                sum8 += eight[j] == i ? med : 0;
+            printf("  %-24s %8.1f us %s (T %d, H %d, E %d, top-%d, F %d)\n", names[i], med,
+                   gated ? "GPU     " : "launched", T, H, E, K, F);
+        }
+        printf("  %-24s %8.1f us %s\n", "the eight ops", sum8, gated ? "GPU     " : "launched");
     }
     MG_EXPECT(ct_allocs(g) == a0 && mg_cuda_ctx_of(g)->n_device_frees == f0,
               "the MoE ops allocated %llu times", (unsigned long long)(ct_allocs(g) - a0));
     MG_EXPECT(ct_syncs(g) == s0, "the MoE ops synchronised with the host %llu times",
               (unsigned long long)(ct_syncs(g) - s0));
-    for (int i = 0; timed && i < NOPS; i++)
-        printf("  %-24s %8.1f us (T %d, H %d, E %d, top-%d, F %d)\n", names[i], 1e3 * ms[i], T, H,
-               E, K, F);
-    if (timed)
-        for (int i = 0; i <= NOPS; i++) cudaEventDestroy(ev[i]);
+    for (int i = 0; timed && i < REPS * (NOPS + 1); i++)
+        cudaEventDestroy(ev[i / (NOPS + 1)][i % (NOPS + 1)]);
     MG_EXPECT_OK(g->synchronize(g));
 done:
     ct_pool_free(&P);

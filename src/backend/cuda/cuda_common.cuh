@@ -56,9 +56,8 @@ static inline mg_status mg_cuda_scratch(mg_backend *be, size_t bytes, void **out
     return MG_OK;
 }
 
-/* 8 bf16 = 16 bytes: one vector load or store. p must be 16-byte aligned. */
-static __device__ __forceinline__ void mg_load8(const bf16 *p, float f[8]) {
-    uint4 u = *reinterpret_cast<const uint4 *>(p);
+/* 8 bf16 held in 16 bytes, as fp32. */
+static __device__ __forceinline__ void mg_unpack8(uint4 u, float f[8]) {
     const __nv_bfloat162 *h = reinterpret_cast<const __nv_bfloat162 *>(&u);
 #pragma unroll
     for (int k = 0; k < 4; k++) {
@@ -66,6 +65,11 @@ static __device__ __forceinline__ void mg_load8(const bf16 *p, float f[8]) {
         f[2 * k] = t.x;
         f[2 * k + 1] = t.y;
     }
+}
+
+/* 8 bf16 = 16 bytes: one vector load or store. p must be 16-byte aligned. */
+static __device__ __forceinline__ void mg_load8(const bf16 *p, float f[8]) {
+    mg_unpack8(*reinterpret_cast<const uint4 *>(p), f);
 }
 
 static __device__ __forceinline__ void mg_store8(bf16 *p, const float f[8]) {
