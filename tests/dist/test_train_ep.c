@@ -13,10 +13,6 @@
 
 #include <string.h>
 
-#if defined(MG_HAVE_CUDA) && defined(MG_HAVE_NCCL)
-#include "backend/cuda/cuda_internal.h"
-#endif
-
 #define STEPS     10
 #define TOL       1e-5
 #define BF16_TOL  2e-2
@@ -73,19 +69,7 @@ static void check_variant(dist_ctx *t, const variant *v) {
                 "(most in %s)",
                 v->label, got.tr->ep_rank, steps, e, which);
     }
-#if defined(MG_HAVE_CUDA) && defined(MG_HAVE_NCCL)
-    if (dev) { /* the dispatch reads no count on the host and allocates nothing */
-        const mg_cuda_ctx *x = got.tr->be->ctx;
-        uint64_t s0 = x->n_host_syncs, a0 = x->n_device_allocs;
-        DOK(mg_trainer_step_async(got.tr));
-        DEXPECT(x->n_host_syncs == s0 && x->n_device_allocs == a0,
-                "%s: an expert-parallel step synchronised %llu times, allocated %llu times",
-                v->label, (unsigned long long)(x->n_host_syncs - s0),
-                (unsigned long long)(x->n_device_allocs - a0));
-        DOK(mg_trainer_sync_params(got.tr));
-        DOK(got.tr->be->synchronize(got.tr->be));
-    }
-#endif
+    tc_expect_steady_step(t, v->label, got.tr); /* on GPUs: no host sync, no allocation */
     tc_release(&ref);
     tc_release(&got);
     tc_free_groups(&gr);

@@ -31,10 +31,6 @@
 #include "parallel/parallel_state.h"
 #include "train/trainer.h"
 
-#if defined(MG_HAVE_CUDA) && defined(MG_HAVE_NCCL)
-#include "backend/cuda/cuda_internal.h"
-#endif
-
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -143,17 +139,7 @@ static void check_variant(dist_ctx *t, const variant *v) {
     tc_expect_steps(t, v->label, &got, &ref, steps(t), dist_on_device(t) ? BF16_TOL : TOL,
                     dist_on_device(t) ? NORM_TOL : TOL);
     if (dist_on_device(t)) { /* bf16: the losses and norms are the check, and the steady state */
-#if defined(MG_HAVE_CUDA) && defined(MG_HAVE_NCCL)
-        const mg_cuda_ctx *x = got.tr->be->ctx;
-        uint64_t s0 = x->n_host_syncs, a0 = x->n_device_allocs;
-        DOK(mg_trainer_step_async(got.tr));
-        DEXPECT(x->n_host_syncs == s0 && x->n_device_allocs == a0,
-                "%s: a tensor-parallel step synchronised %llu times, allocated %llu times",
-                v->label, (unsigned long long)(x->n_host_syncs - s0),
-                (unsigned long long)(x->n_device_allocs - a0));
-        DOK(mg_trainer_sync_params(got.tr));
-        DOK(got.tr->be->synchronize(got.tr->be));
-#endif
+        tc_expect_steady_step(t, v->label, got.tr);
         tc_release(&ref);
         tc_release(&got);
         tc_free_groups(&gr);

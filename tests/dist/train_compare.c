@@ -1,5 +1,9 @@
 #include "train_compare.h"
 
+#if defined(MG_HAVE_CUDA) && defined(MG_HAVE_NCCL)
+#include "backend/cuda/cuda_internal.h"
+#endif
+
 #include "core/flags.h"
 
 #include <math.h>
@@ -66,6 +70,23 @@ void tc_free_groups(mg_train_groups *g) {
     for (int i = 0; i < 6; i++)
         if (all[i]) mg_comm_group_free(all[i]);
     memset(g, 0, sizeof *g);
+}
+
+void tc_expect_steady_step(dist_ctx *t, const char *label, mg_trainer *tr) {
+#if defined(MG_HAVE_CUDA) && defined(MG_HAVE_NCCL)
+    if (!dist_on_device(t)) return;
+    const mg_cuda_ctx *x = tr->be->ctx;
+    uint64_t s0 = x->n_host_syncs, a0 = x->n_device_allocs;
+    DOK(mg_trainer_step_async(tr));
+    DEXPECT(x->n_host_syncs == s0 && x->n_device_allocs == a0,
+            "%s: a step synchronised %llu times, allocated %llu times", label,
+            (unsigned long long)(x->n_host_syncs - s0),
+            (unsigned long long)(x->n_device_allocs - a0));
+    DOK(mg_trainer_sync_params(tr));
+    DOK(tr->be->synchronize(tr->be));
+#else
+    (void)t, (void)label, (void)tr;
+#endif
 }
 
 double tc_rel(double a, double b) {

@@ -34,6 +34,9 @@ mg_comm *tc_group(dist_ctx *t, const mg_parallel_layout *l, mg_group_kind k);
 void tc_groups(dist_ctx *t, mg_parallel_sizes s, mg_train_groups *g);
 void tc_free_groups(mg_train_groups *g);
 double tc_rel(double a, double b);
+/* On a device backend: one more step of tr (step_async) neither synchronises with the host nor
+ * allocates (the backend's counters), then the parameters are synchronised. Nothing elsewhere. */
+void tc_expect_steady_step(dist_ctx *t, const char *label, mg_trainer *tr);
 /* Losses (on the rank that computes them: the last pipeline stage) and grad norms of `steps`
  * steps within tol (loss) and norm_tol relative. */
 void tc_expect_steps(dist_ctx *t, const char *label, const tc_run *got, const tc_run *ref,
