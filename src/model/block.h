@@ -76,9 +76,14 @@ typedef struct {
                                backward their gradient */
     size_t slab_send, slab_recv; /* (R,H) each, expert parallelism: the all-to-all's slabs
                                     (model/moe_dispatch.c) */
+    size_t *count_splits, *row_splits; /* (2 ep) host, expert parallelism: the all-to-alls'
+                                          fixed counts then displacements per peer (E_l
+                                          counts; slabs of R / ep rows x H), set by the plan */
     size_t ye;              /* (R,H) expert parallelism: the experts' output rows before the
                                all-to-all back; in the backward their gradient */
-    size_t *bias, *load;    /* (n_layers) offsets of (E) fp32 each */
+    size_t *bias;           /* (n_layers) offsets of (E) fp32 each */
+    size_t load;            /* (n_layers, E) fp32, one block: layer i's tokens per expert at
+                               row i (the trainer zeroes, sums and reads them in one call each) */
     size_t *ptrs;           /* (n_layers) offsets of 8 arrays of E_l pointers */
     int n_layers;           /* MoE layers on this rank */
     int Rp;                 /* rows of this rank's permuted pairs: N x k, or E x capacity */

@@ -561,7 +561,7 @@ mg_status mg_gpt_backward(mg_gpt *g, mg_backend *be, const int32_t *tokens) {
 }
 
 float *mg_gpt_moe_load(const mg_gpt *g, int i) {
-    return mg_block_ws_ptr(&g->blk, g->moe_ws.load[i]);
+    return (float *)mg_block_ws_ptr(&g->blk, g->moe_ws.load) + (size_t)i * g->cfg.moe.E;
 }
 float *mg_gpt_moe_bias(const mg_gpt *g, int i) {
     return g->cfg.moe.expert_bias ? mg_block_ws_ptr(&g->blk, g->moe_ws.bias[i]) : NULL;

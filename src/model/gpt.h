@@ -166,8 +166,9 @@ mg_status mg_gpt_backward(mg_gpt *g, mg_backend *be, const int32_t *tokens);
 void *mg_gpt_logits(const mg_gpt *g);
 void *mg_gpt_param(const mg_gpt *g, int index);
 float *mg_gpt_grad(const mg_gpt *g, int index);
-/* MoE layer i's state on this rank (backend fp32, E values): the step's tokens per expert, and
- * the expert bias (NULL without --moe-router-enable-expert-bias). */
+/* MoE layer i's state on this rank (backend fp32, E values): the step's tokens per expert (the
+ * layers' loads are one block: layer i's at mg_gpt_moe_load(g, 0) + i E), and the expert bias
+ * (NULL without --moe-router-enable-expert-bias). */
 float *mg_gpt_moe_load(const mg_gpt *g, int i);
 float *mg_gpt_moe_bias(const mg_gpt *g, int i);
 void mg_gpt_free(mg_gpt *g);

@@ -159,7 +159,7 @@ mg_status mg_moe_forward(const mg_block_ctx *x, const mg_layer_params *p, const 
     mg_moe_routing r = routing(x);
     MG_CHECK(be->moe_route(be, &r, idx, probs, mg_block_act(x, s->aux_counts), w->stats, logits,
                            expert_bias(x, mp)));
-    float *load = w->train ? mg_block_ws_ptr(x, w->load[mp->index]) : NULL;
+    float *load = w->train ? (float *)mg_block_ws_ptr(x, w->load) + (size_t)mp->index * m->E : NULL;
     void *y = mg_block_act(x, s->y);
     if (m->ep == 1) { /* the permuted rows are the experts' input, their output the combine's */
         MG_CHECK(be->moe_permute(be, mg_block_act(x, s->xe), pos, mg_block_act(x, s->counts), load,
@@ -254,13 +254,24 @@ mg_status mg_moe_plan(mg_moe_ws *w, const mg_model_config *c, int N, size_t esz,
     MG_CHECK(reserve(work, m->ep > 1 ? R * H * esz : 0, &w->ye));
     MG_CHECK(reserve(work, m->ep > 1 ? R * H * esz : 0, &w->slab_send));
     MG_CHECK(reserve(work, m->ep > 1 ? R * H * esz : 0, &w->slab_recv));
+    if (m->ep > 1) { /* the dispatch's fixed all-to-all sizes (model/moe_dispatch.c) */
+        w->count_splits = malloc((size_t)4 * m->ep * sizeof *w->count_splits);
+        if (!w->count_splits) return MG_FAIL(MG_ERR_NOMEM, "out of memory (MoE plan)");
+        w->row_splits = w->count_splits + 2 * m->ep;
+        size_t slab = (size_t)(w->R / m->ep) * H;
+        for (int r = 0; r < m->ep; r++) {
+            w->count_splits[r] = (size_t)m->E_l;
+            w->count_splits[m->ep + r] = (size_t)r * (size_t)m->E_l;
+            w->row_splits[r] = slab;
+            w->row_splits[m->ep + r] = (size_t)r * slab;
+        }
+    }
     w->bias = calloc((size_t)(n_layers ? n_layers : 1), sizeof *w->bias);
-    w->load = calloc((size_t)(n_layers ? n_layers : 1), sizeof *w->load);
     w->ptrs = calloc((size_t)(n_layers ? n_layers : 1), sizeof *w->ptrs);
-    if (!w->bias || !w->load || !w->ptrs) return MG_FAIL(MG_ERR_NOMEM, "out of memory (MoE plan)");
+    if (!w->bias || !w->ptrs) return MG_FAIL(MG_ERR_NOMEM, "out of memory (MoE plan)");
+    MG_CHECK(reserve(work, (size_t)n_layers * E * f, &w->load));
     for (int i = 0; i < n_layers; i++) {
         MG_CHECK(reserve(work, m->expert_bias ? E * f : 0, &w->bias[i]));
-        MG_CHECK(reserve(work, E * f, &w->load[i]));
         MG_CHECK(reserve(work, (size_t)N_PTRS * m->E_l * sizeof(void *), &w->ptrs[i]));
     }
     return MG_OK;
@@ -268,7 +279,7 @@ mg_status mg_moe_plan(mg_moe_ws *w, const mg_model_config *c, int N, size_t esz,
 
 void mg_moe_free(mg_moe_ws *w) {
     free(w->bias);
-    free(w->load);
     free(w->ptrs);
+    free(w->count_splits); /* row_splits lives in the same allocation */
     memset(w, 0, sizeof *w);
 }

@@ -7,25 +7,21 @@
  * of never asking the host how many rows there are. */
 #include "model/moe.h"
 
-#include <stdlib.h>
+/* One all-to-all of sizes fixed by the plan (splits: counts then displacements per peer, the
+ * same both ways) on the communication stream. */
+static mg_status all_to_all(const mg_block_ctx *x, void *dst, const void *src,
+                            const size_t *splits, mg_dtype dt) {
+    int P = x->c->moe.ep;
+    void *stream;
+    MG_CHECK(mg_backend_comm_begin(x->be, &stream));
+    MG_CHECK(mg_comm_all_to_all(x->moe->ep, src, splits, splits + P, dst, splits, splits + P, dt,
+                                stream));
+    return mg_backend_comm_end(x->be);
+}
 
 mg_status mg_moe_exchange_counts(const mg_block_ctx *x, const mg_layer_slot *s) {
-    const mg_moe_config *m = &x->c->moe;
-    int P = m->ep, El = m->E_l;
-    size_t *a = malloc((size_t)4 * P * sizeof *a);
-    if (!a) return MG_FAIL(MG_ERR_NOMEM, "out of memory (counts exchange)");
-    for (int r = 0; r < P; r++) {
-        a[r] = a[2 * P + r] = (size_t)El;                 /* counts */
-        a[P + r] = a[3 * P + r] = (size_t)r * (size_t)El; /* displacements */
-    }
-    void *stream;
-    mg_status st = mg_backend_comm_begin(x->be, &stream);
-    if (st == MG_OK)
-        st = mg_comm_all_to_all(x->moe->ep, mg_block_act(x, s->lcounts), a, a + P,
-                                mg_block_act(x, s->counts), a + 2 * P, a + 3 * P, MG_I32, stream);
-    if (st == MG_OK) st = mg_backend_comm_end(x->be);
-    free(a);
-    return st;
+    return all_to_all(x, mg_block_act(x, s->counts), mg_block_act(x, s->lcounts),
+                      x->moe->count_splits, MG_I32);
 }
 
 /* Rows between this rank's packed blocks (src, `from` counts) and the peers' (dst, `to` counts),
@@ -39,20 +35,7 @@ static mg_status exchange(const mg_block_ctx *x, void *dst, const int32_t *to, c
     int P = m->ep, El = m->E_l, H = x->c->H, slab = w->R / P;
     void *a = mg_block_ws_ptr(x, w->slab_send), *b = mg_block_ws_ptr(x, w->slab_recv);
     MG_CHECK(be->moe_regroup(be, a, src, from, P, El, slab, H, true));
-    size_t *splits = malloc((size_t)2 * P * sizeof *splits);
-    if (!splits) return MG_FAIL(MG_ERR_NOMEM, "out of memory (token dispatch)");
-    for (int r = 0; r < P; r++) {
-        splits[r] = (size_t)slab * (size_t)H;          /* counts */
-        splits[P + r] = (size_t)r * splits[r];         /* and displacements, both ways */
-    }
-    void *stream;
-    mg_status st = mg_backend_comm_begin(be, &stream);
-    if (st == MG_OK)
-        st = mg_comm_all_to_all(w->ep, a, splits, splits + P, b, splits, splits + P,
-                                be->compute_dtype, stream);
-    if (st == MG_OK) st = mg_backend_comm_end(be);
-    free(splits);
-    MG_CHECK(st);
+    MG_CHECK(all_to_all(x, b, a, w->row_splits, be->compute_dtype));
     return be->moe_regroup(be, dst, b, to, P, El, slab, H, false);
 }
 

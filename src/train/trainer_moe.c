@@ -17,15 +17,18 @@ void mg_trainer_moe_bind(mg_trainer *t) {
     w->ep = t->ep;
 }
 
+/* The loads of this rank's MoE layers: one block of n_layers x E values (model/gpt.h). */
+static size_t load_values(const mg_trainer *t) {
+    return (size_t)t->model.moe_ws.n_layers * (size_t)t->model.cfg.moe.E;
+}
+
 /* Before a step: the load counts and the logged losses start from zero. */
 mg_status mg_trainer_moe_step_begin(mg_trainer *t) {
     const mg_moe_ws *w = &t->model.moe_ws;
     mg_backend *be = t->be;
     MG_CHECK(be->memset_zero(be, &t->stats[MG_STAT_MOE_AUX], 2 * sizeof(float)));
-    for (int i = 0; i < w->n_layers; i++)
-        MG_CHECK(be->memset_zero(be, mg_gpt_moe_load(&t->model, i),
-                                 (size_t)t->model.cfg.moe.E * sizeof(float)));
-    return MG_OK;
+    if (w->n_layers == 0) return MG_OK; /* a pipeline stage without MoE layers */
+    return be->memset_zero(be, mg_gpt_moe_load(&t->model, 0), load_values(t) * sizeof(float));
 }
 
 /* After backward: the logged losses summed over the replicas and the stages, the loads summed
@@ -44,11 +47,11 @@ mg_status mg_trainer_moe_step_end(mg_trainer *t) {
                                         &t->stats[MG_STAT_MOE_AUX], 2, MG_F32, MG_REDUCE_SUM,
                                         stream));
     /* the step's load over every replica: the expert bias needs it, and the logged load is the
-     * global batch's (E values per layer) */
-    for (int i = 0; t->dp && i < w->n_layers; i++) {
-        float *load = mg_gpt_moe_load(&t->model, i);
-        MG_CHECK(
-            mg_comm_all_reduce(t->dp, load, load, (size_t)m->E, MG_F32, MG_REDUCE_SUM, stream));
+     * global batch's (E values per layer, all layers in one call) */
+    if (t->dp && w->n_layers > 0) {
+        float *load = mg_gpt_moe_load(&t->model, 0);
+        MG_CHECK(mg_comm_all_reduce(t->dp, load, load, load_values(t), MG_F32, MG_REDUCE_SUM,
+                                    stream));
     }
     MG_CHECK(mg_backend_comm_end(be));
     for (int i = 0; m->expert_bias && i < w->n_layers; i++)
@@ -58,20 +61,20 @@ mg_status mg_trainer_moe_step_end(mg_trainer *t) {
 }
 
 double mg_trainer_expert_load(mg_trainer *t) {
-    const mg_moe_ws *w = &t->model.moe_ws;
     int E = t->model.cfg.moe.E;
     double worst = 0;
-    float *h = malloc((size_t)(E > 0 ? E : 1) * sizeof *h);
-    for (int i = 0; h && i < w->n_layers; i++) {
-        if (t->be->copy_d2h(t->be, h, mg_gpt_moe_load(&t->model, i), (size_t)E * sizeof *h) !=
-            MG_OK) {
-            mg_error_clear();
-            break;
-        }
+    size_t n = load_values(t);
+    float *h = n ? malloc(n * sizeof *h) : NULL;
+    if (h && t->be->copy_d2h(t->be, h, mg_gpt_moe_load(&t->model, 0), n * sizeof *h) != MG_OK) {
+        mg_error_clear();
+        n = 0;
+    }
+    for (size_t at = 0; h && at < n; at += (size_t)E) { /* layer after layer */
+        const float *row = h + at;
         double sum = 0, max = 0;
         for (int e = 0; e < E; e++) {
-            sum += h[e];
-            max = h[e] > max ? h[e] : max;
+            sum += row[e];
+            max = row[e] > max ? row[e] : max;
         }
         if (sum > 0 && max * E / sum > worst) worst = max * E / sum;
     }
