@@ -28,9 +28,10 @@
 #include <stdint.h>
 
 #define MG_ST_MAX_HEADER ((uint64_t)100 << 20) /* larger headers are rejected as corrupt */
+#define MG_ST_NAME_CAP   160 /* tensor names are shorter than this (NUL included) */
 
 typedef struct {
-    char name[160]; /* NUL-terminated; longer names are a format error */
+    char name[MG_ST_NAME_CAP]; /* NUL-terminated; longer names are a format error */
     mg_dtype dtype;
     int ndim; /* 0 (a scalar) .. MG_MAX_DIMS */
     int64_t shape[MG_MAX_DIMS];

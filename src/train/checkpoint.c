@@ -3,6 +3,7 @@
 #include "core/env.h"
 #include "core/file.h"
 #include "core/flags.h"
+#include "core/safetensors.h"
 #include "model/hf_names.h"
 #include "train/checkpoint_optim.h"
 
@@ -80,8 +81,6 @@ static void model_file(char *out, size_t cap, int file, int n_files) {
         snprintf(out, cap, "model.safetensors");
 }
 
-#define NAME_CAP 160 /* safetensors' limit on tensor names */
-
 /* The name MoE layer k's expert bias is stored under: its router weight's, with expert_bias for
  * weight (megatron-core's TopKRouter buffer). */
 static void bias_name(const mg_gpt *g, int k, char *out) {
@@ -91,7 +90,7 @@ static void bias_name(const mg_gpt *g, int k, char *out) {
             w = g->params.p[g->layers[l].moe->router_w].name;
     size_t n = strlen(w), suffix = strlen("weight");
     if (n >= suffix) n -= suffix;
-    snprintf(out, NAME_CAP, "%.*sexpert_bias", (int)n, w);
+    snprintf(out, MG_ST_NAME_CAP, "%.*sexpert_bias", (int)n, w);
 }
 
 /* Best-effort removal of a checkpoint directory (ours: iter_N, iter_N.tmp-PID, iter_N.old-PID)
@@ -130,7 +129,7 @@ static mg_status write_parts(const char *tmp, int rank, const mg_train_state *s,
         snprintf(path, sizeof path, "%s/%s", tmp, file);
         int n_bias = t->owns[0] && t->expert_bias ? t->n_bias : 0;
         mg_st_tensor *all = calloc((size_t)(set.n + n_bias) + 1, sizeof *all);
-        char(*names)[NAME_CAP] = calloc((size_t)n_bias + 1, sizeof *names);
+        char(*names)[MG_ST_NAME_CAP] = calloc((size_t)n_bias + 1, sizeof *names);
         if (!all || !names) st = MG_FAIL(MG_ERR_NOMEM, "out of memory writing %s", path);
         for (int k = 0; st == MG_OK && k < set.n; k++) all[k] = set.tensors[k];
         for (int k = 0; st == MG_OK && k < n_bias; k++) {
@@ -370,7 +369,7 @@ mg_status mg_checkpoint_load_config(const char *dir, int64_t it, mg_config *cfg)
 static mg_status load_biases(const mg_safetensors *sf, const char (*paths)[2200], int n,
                              const mg_gpt *g, mg_checkpoint_tensors *t) {
     for (int k = 0; t->expert_bias && k < t->n_bias; k++) {
-        char name[NAME_CAP];
+        char name[MG_ST_NAME_CAP];
         bias_name(g, k, name);
         const mg_st_entry *e = NULL;
         int f = 0;

@@ -11,7 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define NAME_CAP 160 /* safetensors' limit on tensor names */
 
 static const char *const MOMENT[2] = {"exp_avg", "exp_avg_sq"};
 
@@ -66,7 +65,7 @@ mg_status mg_checkpoint_optim_write(const char *path, const mg_gpt *g,
                                     const mg_checkpoint_tensors *t, int shard) {
     int n = t->n_pieces;
     mg_st_tensor *ts = calloc((size_t)(2 * n) + 1, sizeof *ts);
-    char *names = calloc((size_t)(2 * n) + 1, NAME_CAP);
+    char *names = calloc((size_t)(2 * n) + 1, MG_ST_NAME_CAP);
     char *meta = NULL;
     mg_status st =
         ts && names ? MG_OK : MG_FAIL(MG_ERR_NOMEM, "cannot allocate the optimizer table");
@@ -78,8 +77,8 @@ mg_status mg_checkpoint_optim_write(const char *path, const mg_gpt *g,
         if (!writes(t, p)) continue;
         for (int k = 0; k < 2; k++, w++) {
             mg_st_tensor *x = &ts[w];
-            char *nm = names + (size_t)w * NAME_CAP;
-            snprintf(nm, NAME_CAP, "%s.%s", MOMENT[k], p->name);
+            char *nm = names + (size_t)w * MG_ST_NAME_CAP;
+            snprintf(nm, MG_ST_NAME_CAP, "%s.%s", MOMENT[k], p->name);
             x->name = nm;
             x->dtype = MG_F32;
             if (whole(pc, p)) {
@@ -140,7 +139,7 @@ static mg_status load_file(const char *path, const mg_gpt *g, mg_checkpoint_tens
         const mg_optim_piece *pc = &t->pieces[i];
         const mg_param_meta *p = &g->params.p[pc->index];
         const mg_st_entry *e[2];
-        char name[NAME_CAP];
+        char name[MG_ST_NAME_CAP];
         for (int k = 0; k < 2; k++) {
             snprintf(name, sizeof name, "%s.%s", MOMENT[k], ckpt_name(p));
             e[k] = mg_safetensors_find(&sf, name);
