@@ -355,6 +355,22 @@ MG_TEST(cuda_moe_expert_bias_update_matches_cpu) {
 
 /* ---------------------------------------------------------------- determinism */
 
+/* The routing of the layer tests at the benchmark shape: softmax top-k, aux loss over sequences
+ * of 2048, z-loss, capacity of the balanced load (T x k / E). */
+static mg_moe_routing layer_routing(int T, int E, int k) {
+    return (mg_moe_routing){.T = T,
+                            .S = 2048,
+                            .E = E,
+                            .k = k,
+                            .scaling = 1.0f,
+                            .capacity = T * k / E,
+                            .balancing = MG_MOE_LB_AUX,
+                            .aux_coeff = 0.01f,
+                            .z_coeff = 0.001f,
+                            .loss_weight = 1.0f,
+                            .stat_weight = 1.0f};
+}
+
 /* A layer's router and token movement, forward and backward, twice on the same inputs at the
  * benchmark shape (aux loss, z-loss, capacity): every output must repeat bitwise (the GPU's sums
  * over tokens run in fixed orders; integer counts are exact). */
@@ -362,17 +378,7 @@ MG_TEST(cuda_moe_ops_repeat_bitwise) {
     mg_backend *g = ct_gpu(t);
     if (!g) return;
     enum { T = 8192, H = 1024, E = 8, K = 2, N = T * K, OUTS = 8 };
-    mg_moe_routing r = {.T = T,
-                        .S = 2048,
-                        .E = E,
-                        .k = K,
-                        .scaling = 1.0f,
-                        .capacity = N / E,
-                        .balancing = MG_MOE_LB_AUX,
-                        .aux_coeff = 0.01f,
-                        .z_coeff = 0.001f,
-                        .loss_weight = 1.0f,
-                        .stat_weight = 1.0f};
+    mg_moe_routing r = layer_routing(T, E, K);
     ct_pool P = ct_pool_of(t, g);
     float *x = ct_rand_bf16(&P, 360, (size_t)T * H, 1.0f), *w = ct_rand_bf16(&P, 361, E * H, 0.05f);
     float *dout = ct_rand_bf16(&P, 362, (size_t)T * H, 1.0f);
@@ -449,17 +455,7 @@ MG_TEST(cuda_moe_ops_neither_allocate_nor_synchronise) {
     mg_backend *g = ct_cuda(t);
     if (!g) return;
     enum { T = 8192, H = 1024, E = 8, K = 2, F = 512, N = T * K };
-    mg_moe_routing r = {.T = T,
-                        .S = 2048,
-                        .E = E,
-                        .k = K,
-                        .scaling = 1.0f,
-                        .capacity = N / E,
-                        .balancing = MG_MOE_LB_AUX,
-                        .aux_coeff = 0.01f,
-                        .z_coeff = 0.001f,
-                        .loss_weight = 1.0f,
-                        .stat_weight = 1.0f};
+    mg_moe_routing r = layer_routing(T, E, K);
     ct_pool P = ct_pool_of(t, g);
     float *x = ct_rand_bf16(&P, 350, (size_t)T * H, 1.0f), *w = ct_rand_bf16(&P, 351, E * H, 0.05f);
     float *pre = ct_rand_bf16(&P, 352, (size_t)N * 2 * F, 1.0f);

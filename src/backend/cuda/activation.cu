@@ -7,38 +7,12 @@
 #include "backend/cuda/cuda_common.cuh"
 
 static __global__ void gelu_forward_kernel(bf16 *out, const bf16 *inp, size_t n, int vec) {
-    // out, inp (n)
-    size_t stride = (size_t)gridDim.x * blockDim.x;
-    size_t t0 = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    size_t nv = vec ? n / 8 : 0;
-    for (size_t u = t0; u < nv; u += stride) {
-        float f[8];
-        mg_load8(inp + 8 * u, f);
-#pragma unroll
-        for (int k = 0; k < 8; k++) f[k] = mg_gelu_fwd(f[k]);
-        mg_store8(out + 8 * u, f);
-    }
-    for (size_t i = nv * 8 + t0; i < n; i += stride)
-        out[i] = __float2bfloat16_rn(mg_gelu_fwd(__bfloat162float(inp[i])));
+    mg_gelu_forward_range(out, inp, n, vec); // out, inp (n)
 }
 
 static __global__ void gelu_backward_kernel(bf16 *dinp, const bf16 *inp, const bf16 *dout, size_t n,
                                             int vec) {
-    // dinp, inp, dout (n)
-    size_t stride = (size_t)gridDim.x * blockDim.x;
-    size_t t0 = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    size_t nv = vec ? n / 8 : 0;
-    for (size_t u = t0; u < nv; u += stride) {
-        float x[8], d[8];
-        mg_load8(inp + 8 * u, x);
-        mg_load8(dout + 8 * u, d);
-#pragma unroll
-        for (int k = 0; k < 8; k++) x[k] = mg_gelu_bwd(x[k], d[k]);
-        mg_store8(dinp + 8 * u, x);
-    }
-    for (size_t i = nv * 8 + t0; i < n; i += stride)
-        dinp[i] =
-            __float2bfloat16_rn(mg_gelu_bwd(__bfloat162float(inp[i]), __bfloat162float(dout[i])));
+    mg_gelu_backward_range(dinp, inp, dout, n, vec); // dinp, inp, dout (n)
 }
 
 extern "C" mg_status mg_cuda_gelu_forward(mg_backend *be, void *out, const void *inp, size_t n) {

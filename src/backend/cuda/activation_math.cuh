@@ -3,9 +3,13 @@
  * applied after the grouped GEMM in grouped_gemm.cu): the CPU's (cpu/cpu_activation.c), fp32.
  * GELU is the tanh form written logistically, x sigma(2u), u = sqrt(2/pi) (x + 0.044715 x^3): one
  * exp, no cancellation. Exponents are capped at 88 (as mg_cpu_expf) so e stays finite and the
- * backward's e * sig never becomes inf * 0. Exports: mg_gelu_fwd, mg_gelu_bwd, mg_sigmoid. */
+ * backward's e * sig never becomes inf * 0. The grid-stride bodies over n elements serve the
+ * plain kernels (n from the host) and the grouped ones (n from device-side counts).
+ * Exports: mg_gelu_fwd, mg_gelu_bwd, mg_sigmoid, mg_gelu_forward_range, mg_gelu_backward_range. */
 #ifndef MG_BACKEND_CUDA_ACTIVATION_MATH_CUH
 #define MG_BACKEND_CUDA_ACTIVATION_MATH_CUH
+
+#include "backend/cuda/cuda_common.cuh"
 
 #define MG_GELU_K 0.7978845608028654f /* sqrt(2/pi) */
 #define MG_GELU_C 0.044715f
@@ -31,6 +35,43 @@ static __device__ __forceinline__ float mg_gelu_bwd(float x, float d) {
 /* the logistic function, its exponent capped */
 static __device__ __forceinline__ float mg_sigmoid(float g) {
     return 1.0f / (1.0f + expf(fminf(-g, 88.0f)));
+}
+
+/* out[0..n) = gelu(inp), this thread's share of the grid; vec: 16-byte vectors for n / 8 x 8. */
+static __device__ __forceinline__ void mg_gelu_forward_range(bf16 *out, const bf16 *inp, size_t n,
+                                                             int vec) {
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    size_t t0 = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    size_t nv = vec ? n / 8 : 0;
+    for (size_t u = t0; u < nv; u += stride) {
+        float f[8];
+        mg_load8(inp + 8 * u, f);
+#pragma unroll
+        for (int k = 0; k < 8; k++) f[k] = mg_gelu_fwd(f[k]);
+        mg_store8(out + 8 * u, f);
+    }
+    for (size_t i = nv * 8 + t0; i < n; i += stride)
+        out[i] = __float2bfloat16_rn(mg_gelu_fwd(__bfloat162float(inp[i])));
+}
+
+/* dinp[0..n) = gelu'(inp) dout (dinp may be dout: each element is read before it is written). */
+static __device__ __forceinline__ void mg_gelu_backward_range(bf16 *dinp, const bf16 *inp,
+                                                              const bf16 *dout, size_t n,
+                                                              int vec) {
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    size_t t0 = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    size_t nv = vec ? n / 8 : 0;
+    for (size_t u = t0; u < nv; u += stride) {
+        float x[8], d[8];
+        mg_load8(inp + 8 * u, x);
+        mg_load8(dout + 8 * u, d);
+#pragma unroll
+        for (int k = 0; k < 8; k++) x[k] = mg_gelu_bwd(x[k], d[k]);
+        mg_store8(dinp + 8 * u, x);
+    }
+    for (size_t i = nv * 8 + t0; i < n; i += stride)
+        dinp[i] =
+            __float2bfloat16_rn(mg_gelu_bwd(__bfloat162float(inp[i]), __bfloat162float(dout[i])));
 }
 
 #endif

@@ -415,16 +415,7 @@ static __global__ void grouped_bias_kernel(bf16 *out /* (R,OC) */, void *const *
 static __global__ void grouped_gelu_grad_kernel(bf16 *dinp /* (R,IC) */,
                                                 const bf16 *pre /* (R,IC) */,
                                                 const int32_t *row_off, int G, int IC) {
-    const int64_t n8 = (int64_t)row_off[G] * IC / 8;
-    for (int64_t u = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; u < n8;
-         u += (int64_t)gridDim.x * blockDim.x) {
-        float d[8], x[8];
-        mg_load8(dinp + 8 * u, d);
-        mg_load8(pre + 8 * u, x);
-#pragma unroll
-        for (int q = 0; q < 8; q++) d[q] = mg_gelu_bwd(x[q], d[q]);
-        mg_store8(dinp + 8 * u, d);
-    }
+    mg_gelu_backward_range(dinp, pre, dinp, (size_t)row_off[G] * (size_t)IC, 1);
 }
 
 /* ---------------------------------------------------------------- host side */

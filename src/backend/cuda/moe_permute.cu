@@ -638,19 +638,7 @@ static __device__ size_t group_rows(const int32_t *counts, int G) {
 
 static __global__ void grouped_gelu_kernel(bf16 *out, const bf16 *pre, const int32_t *counts, int G,
                                            int F, int vec) {
-    size_t n = group_rows(counts, G) * (size_t)F;
-    size_t stride = (size_t)gridDim.x * blockDim.x;
-    size_t t0 = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    size_t nv = vec ? n / 8 : 0;
-    for (size_t u = t0; u < nv; u += stride) {
-        float f[8];
-        mg_load8(pre + 8 * u, f);
-#pragma unroll
-        for (int q = 0; q < 8; q++) f[q] = mg_gelu_fwd(f[q]);
-        mg_store8(out + 8 * u, f);
-    }
-    for (size_t i = nv * 8 + t0; i < n; i += stride)
-        out[i] = __float2bfloat16_rn(mg_gelu_fwd(__bfloat162float(pre[i])));
+    mg_gelu_forward_range(out, pre, group_rows(counts, G) * (size_t)F, vec);
 }
 
 /* out (rows,F) = silu(gate) * up, pre (rows,2F) = [gate | up]; VEC columns per item. */
