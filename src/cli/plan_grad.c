@@ -19,7 +19,6 @@
 
 #include "core/flags.h"
 #include "model/gpt.h"
-#include "model/moe.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -163,16 +162,8 @@ static mg_status weights_from_model(mg_plan *p, const mg_gpt *g) {
 static mg_status moe_dispatch_plan(mg_plan *p, const mg_gpt *g) {
     int mbs = p->cfg.micro_batch_size > 0 ? p->cfg.micro_batch_size : 1;
     if (g->n_moe == 0 || p->cfg.seq_length < 1) return MG_OK;
-    mg_moe_ws w = {0};
-    mg_arena a;
-    mg_arena_init(&a, "plan");
-    mg_status st = mg_moe_plan(&w, &g->cfg, mbs * p->cfg.seq_length, 2, g->cfg.moe.n_layers, &a);
-    p->moe_rows_sent = w.Rp;
-    p->moe_rows_received = w.R;
-    p->moe_capacity = w.capacity;
-    mg_moe_free(&w);
-    mg_arena_free(&a);
-    return st;
+    return mg_gpt_moe_rows(g, mbs * p->cfg.seq_length, &p->moe_rows_sent,
+                           &p->moe_rows_received, &p->moe_capacity);
 }
 
 static mg_status grad_from_model(mg_plan *p) {

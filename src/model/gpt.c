@@ -563,6 +563,19 @@ mg_status mg_gpt_backward(mg_gpt *g, mg_backend *be, const int32_t *tokens) {
 float *mg_gpt_moe_load(const mg_gpt *g, int i) {
     return (float *)mg_block_ws_ptr(&g->blk, g->moe_ws.load) + (size_t)i * g->cfg.moe.E;
 }
+mg_status mg_gpt_moe_rows(const mg_gpt *g, int N, int *sent, int *received, int *capacity) {
+    mg_moe_ws w = {0};
+    mg_arena a;
+    mg_arena_init(&a, "moe rows");
+    mg_status st = mg_moe_plan(&w, &g->cfg, N, 2, g->cfg.moe.n_layers, &a);
+    *sent = w.Rp;
+    *received = w.R;
+    *capacity = w.capacity;
+    mg_moe_free(&w);
+    mg_arena_free(&a);
+    return st;
+}
+
 float *mg_gpt_moe_bias(const mg_gpt *g, int i) {
     return g->cfg.moe.expert_bias ? mg_block_ws_ptr(&g->blk, g->moe_ws.bias[i]) : NULL;
 }

@@ -171,6 +171,10 @@ float *mg_gpt_grad(const mg_gpt *g, int index);
  * (NULL without --moe-router-enable-expert-bias). */
 float *mg_gpt_moe_load(const mg_gpt *g, int i);
 float *mg_gpt_moe_bias(const mg_gpt *g, int i);
+/* The token dispatch's static sizes for N tokens per microbatch (model/moe.h's plan): rows of
+ * one rank's permuted pairs, rows its experts may receive, tokens kept per expert (0: dropless).
+ * For `megatron plan`; the model need not be planned. */
+mg_status mg_gpt_moe_rows(const mg_gpt *g, int N, int *sent, int *received, int *capacity);
 void mg_gpt_free(mg_gpt *g);
 
 #endif
