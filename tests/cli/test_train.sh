@@ -111,6 +111,14 @@ if [ -d "$TMP/train_resume_bitwise_gpt2/ckpt" ]; then
     expect_error train_load_shape_mismatch 2 'saved with --hidden-size 64 but this run has 96' \
         train "${MODEL[@]}" --hidden-size 96 --train-iters 12 --load "$TMP/train_resume_bitwise_gpt2/ckpt"
 fi
+# 4b. a state.json whose model_files count is out of range (expert-parallel checkpoints record
+# how many weights files there are) is a one-line error naming the file and the key
+if [ -d "$TMP/train_resume_bitwise_gpt2/ckpt" ]; then
+    cp -r "$TMP/train_resume_bitwise_gpt2/ckpt" "$TMP/badfiles"
+    sed -i 's/"model_files": [0-9]*/"model_files": 0/' "$TMP/badfiles"/iter_*/state.json
+    expect_error train_load_bad_model_files 1 'state.json: model_files 0 is out of range' \
+        train "${MODEL[@]}" --train-iters 12 --load "$TMP/badfiles"
+fi
 # 5. a corrupt tracker file is a one-line error, not a crash
 mkdir -p "$TMP/badckpt"; echo "five" >"$TMP/badckpt/latest_checkpointed_iteration.txt"
 expect_error train_load_bad_tracker 1 'latest_checkpointed_iteration.txt: expected an iteration number' \
