@@ -234,6 +234,22 @@ $(BUILD)/op_bench: bench/op_bench.c $(BUILD)/libmegatron.a
 $(BUILD)/grouped_gemm_bench: bench/grouped_gemm_bench.c $(BUILD)/libmegatron.a
 	$(CC) $(CFLAGS) $< $(BUILD)/libmegatron.a $(LDLIBS) -o $@
 
+# Any CUDA process's per-kernel GPU time, for machines without Nsight (tools/profile/
+# kernel_profile.c, a CUPTI injection library: CUDA_INJECTION64_PATH=$(BUILD)/kernel_profile.so).
+# CUPTI from CUPTI_DIR, else the toolkit's extras/CUPTI, else python3's nvidia-cuda-cupti wheel.
+cupti_pip   = $(shell python3 -c 'import nvidia.cu13 as m; print(list(m.__path__)[0])' 2>/dev/null)
+CUPTI_DIR  ?= $(or $(if $(wildcard $(CUDA_DIR)/extras/CUPTI/include/cupti.h),$(CUDA_DIR)/extras/CUPTI),$(cupti_pip))
+.PHONY: kernel-profile
+kernel-profile: $(BUILD)/kernel_profile.so
+$(BUILD)/kernel_profile.so: tools/profile/kernel_profile.c
+	@mkdir -p $(BUILD)
+	@test -f "$(CUPTI_DIR)/include/cupti.h" || { echo "make kernel-profile needs CUPTI:" \
+	    "CUPTI_DIR=DIR with DIR/include/cupti.h (the CUDA toolkit's extras/CUPTI or pip's" \
+	    "nvidia-cuda-cupti)" >&2; exit 1; }
+	$(CC) -std=c11 -D_GNU_SOURCE -O2 -fPIC -shared -Wall -Wextra -I$(CUDA_DIR)/include -I$(CUPTI_DIR)/include $< \
+	    -L$(CUPTI_DIR)/lib64 -L$(CUPTI_DIR)/lib -Wl,-rpath,$(CUPTI_DIR)/lib64 \
+	    -Wl,-rpath,$(CUPTI_DIR)/lib -l:$(notdir $(firstword $(wildcard $(CUPTI_DIR)/lib64/libcupti.so* $(CUPTI_DIR)/lib/libcupti.so*))) -o $@
+
 # GPU machine (bench/NOTES.md): bench-gpu, `megatron bench` against the PyTorch baseline
 # (bench/baselines/torch_gpt2.py) on the GPT-2 shapes, one GPU (bench/gpu_bench.sh; SHAPES=124m
 # picks shapes); bench-dp, data-parallel weak scaling of `megatron train` against PyTorch DDP on

@@ -5,7 +5,9 @@
  * hidden 1024 and FFN 2816 under SwiGLU: fc1 IC=1024, OC=2*2816 and fc2 IC=2816, OC=1024;
  * forward (out = x W^T), backward (dinp and dW, no bias, no GELU) and dW alone (dinp NULL; the
  * dense dW of the same FLOPs accumulates one (OC, IC) fp32 matrix where the grouped one
- * accumulates eight, 8x the fp32 traffic). Counts: balanced (2048
+ * accumulates eight, 8x the fp32 traffic); both again with the grouped dW written over rather
+ * than accumulated (bwd-over, dw-over: the first micro-batch of a step, whose gradients were not
+ * zeroed; the dense baseline still accumulates). Counts: balanced (2048
  * each), skewed (6144 .. 256) and hot (12288, 4096, then six empty experts). The dense baseline
  * is the backend's linear_forward / linear_backward on all 16384 rows with one weight, so the
  * FLOPs are the same: 2 R IC OC forward and dW alone, 4 R IC OC backward.
@@ -35,7 +37,7 @@ typedef mg_status (*fwd_fn)(mg_backend *, void *, const void *, void *const *, v
                             const int32_t *, int, int, int, int);
 typedef mg_status (*bwd_fn)(mg_backend *, void *, float *const *, float *const *, const void *,
                             const void *, void *const *, const void *, const int32_t *, int, int,
-                            int, int);
+                            int, int, bool);
 
 typedef struct {
     void *x, *y, *dy, *dx; /* (ROWS, IC or OC) activations */
@@ -47,7 +49,8 @@ typedef struct {
 } bufs;
 
 typedef struct {
-    int grouped, backward; /* backward: 1 dinp and dW, 2 dW alone (dinp NULL) */
+    int grouped, backward; /* backward: 1 dinp and dW, 2 dW alone (dinp NULL); 3, 4: the same
+                              with dW written over (the first micro-batch of a step) */
     fwd_fn gf;
     bwd_fn gb;
     int IC, OC;
@@ -81,13 +84,13 @@ static void fill(mg_backend *be, void *p, size_t n, int f32, float a, uint64_t s
 static mg_status run(mg_backend *be, const op *o, const bufs *b) {
     if (!o->grouped && !o->backward)
         return be->linear_forward(be, b->y, b->x, b->w[0], NULL, NULL, ROWS, o->IC, o->OC);
-    void *dx = o->backward == 2 ? NULL : b->dx;
+    void *dx = o->backward % 2 == 0 ? NULL : b->dx;
     if (!o->grouped)
         return be->linear_backward(be, dx, b->dw[0], NULL, b->dy, b->x, b->w[0], NULL, ROWS, o->IC,
                                    o->OC);
     if (!o->backward) return o->gf(be, b->y, b->x, b->w_arr, NULL, b->counts, 1, E, o->IC, o->OC);
     return o->gb(be, dx, b->dw_arr, NULL, b->dy, b->x, b->w_arr, NULL, b->counts, 1, E, o->IC,
-                 o->OC);
+                 o->OC, o->backward < 3);
 }
 
 static int cmp_f(const void *a, const void *b) {
@@ -213,12 +216,13 @@ int main(int argc, char **argv) {
            prop.name, prop.multiProcessorCount, E, ROWS, table, iters, reps);
     printf("%-9s %-4s %-8s %-9s %10s %10s %10s %10s %7s\n", "counts", "layer", "pass", "impl",
            "grouped ms", "TFLOP/s", "dense ms", "TFLOP/s", "ratio");
-    static const char *const pass_name[3] = {"forward", "backward", "dw-only"};
+    static const char *const pass_name[5] = {"forward", "backward", "dw-only", "bwd-over",
+                                             "dw-over"};
     for (int l = 0; l < 2; l++)
-        for (int bwd = 0; bwd < 3; bwd++) {
+        for (int bwd = 0; bwd < 5; bwd++) {
             int IC = layers[l][0], OC = layers[l][1];
-            double flops = (bwd == 1 ? 4.0 : 2.0) * ROWS * IC * OC;
-            op dense = {0, bwd, NULL, NULL, IC, OC};
+            double flops = (bwd % 2 == 1 ? 4.0 : 2.0) * ROWS * IC * OC;
+            op dense = {0, bwd > 2 ? bwd - 2 : bwd, NULL, NULL, IC, OC};
             double dense_ms = time_op(be, &dense, &b, iters, reps);
             double dense_tf = flops / dense_ms * 1e-9;
             for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {

@@ -319,13 +319,16 @@ struct mg_backend {
                                         void *const *bias, const int32_t *counts, int n_src,
                                         int n_w, int IC, int OC);
     /* The mirror of linear_backward per group: dinp rows (of the groups) overwritten, dw[j] and
-     * dbias[j] (arrays of n_w pointers, dbias NULL: none) ACCUMULATE over every group of weight
-     * j; with gelu_pre the input was gelu(gelu_pre) and dinp is with respect to gelu_pre. */
+     * dbias[j] (arrays of n_w pointers, dbias NULL: none) receive the sum over every group of
+     * weight j: added to what they hold (accumulate), or written over it (!accumulate: a weight
+     * with no rows gets zeros, so the caller need not zero them first); with gelu_pre the input
+     * was gelu(gelu_pre) and dinp is with respect to gelu_pre. */
     mg_status (*grouped_linear_backward)(mg_backend *be, void *dinp /* (R,IC) */, float *const *dw,
                                          float *const *dbias, const void *dout /* (R,OC) */,
                                          const void *inp /* (R,IC) */, void *const *w,
                                          const void *gelu_pre /* (R,IC) or NULL */,
-                                         const int32_t *counts, int n_src, int n_w, int IC, int OC);
+                                         const int32_t *counts, int n_src, int n_w, int IC, int OC,
+                                         bool accumulate);
     /* The experts' activation over the rows of the G groups (sum of counts[0..G)):
      * swiglu: out (rows,F) = silu(pre[:, :F]) * pre[:, F:], pre (rows,2F); else
      * out = gelu(pre), pre (rows,F). */

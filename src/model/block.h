@@ -85,6 +85,9 @@ typedef struct {
     size_t load;            /* (n_layers, E) fp32, one block: layer i's tokens per expert at
                                row i (the trainer zeroes, sums and reads them in one call each) */
     size_t *ptrs;           /* (n_layers) offsets of 8 arrays of E_l pointers */
+    bool *grads_unwritten;  /* (n_layers) host: the layer's expert gradients hold nothing yet
+                               this step (the caller did not zero them, mg_gpt_expert_grads_
+                               unwritten): its next backward writes them over, then clears it */
     int n_layers;           /* MoE layers on this rank */
     int Rp;                 /* rows of this rank's permuted pairs: N x k, or E x capacity */
     int R;                  /* rows of the experts' input: Rp, or with expert parallelism what

@@ -576,6 +576,11 @@ mg_status mg_gpt_moe_rows(const mg_gpt *g, int N, int *sent, int *received, int 
     return st;
 }
 
+void mg_gpt_expert_grads_unwritten(mg_gpt *g) {
+    for (int i = 0; i < g->n_moe && g->moe_ws.grads_unwritten; i++)
+        g->moe_ws.grads_unwritten[i] = true;
+}
+
 float *mg_gpt_moe_bias(const mg_gpt *g, int i) {
     return g->cfg.moe.expert_bias ? mg_block_ws_ptr(&g->blk, g->moe_ws.bias[i]) : NULL;
 }

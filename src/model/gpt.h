@@ -161,7 +161,8 @@ mg_status mg_gpt_forward(mg_gpt *g, mg_backend *be, const int32_t *tokens);
  * gradients with weight dloss[i] (backend fp32 (N)). */
 mg_status mg_gpt_loss(mg_gpt *g, mg_backend *be, const int32_t *targets, const float *dloss,
                       float *loss_acc, float loss_scale);
-/* Backward of the last forward + loss; ACCUMULATES into the gradient buffer. */
+/* Backward of the last forward + loss; ACCUMULATES into the gradient buffer, except for what
+ * mg_gpt_expert_grads_unwritten releases. */
 mg_status mg_gpt_backward(mg_gpt *g, mg_backend *be, const int32_t *tokens);
 void *mg_gpt_logits(const mg_gpt *g);
 void *mg_gpt_param(const mg_gpt *g, int index);
@@ -175,6 +176,11 @@ float *mg_gpt_moe_bias(const mg_gpt *g, int i);
  * one rank's permuted pairs, rows its experts may receive, tokens kept per expert (0: dropless).
  * For `megatron plan`; the model need not be planned. */
 mg_status mg_gpt_moe_rows(const mg_gpt *g, int N, int *sent, int *received, int *capacity);
+/* The caller did not zero the gradients of the expert parameters (mg_param_meta.expert) for this
+ * step: each MoE layer's next backward writes them over instead of adding to them (every expert
+ * of the layer, zeros for one without tokens), later ones accumulate again. Saves a pass over
+ * the experts' gradients (most of an MoE model's) and the grouped GEMM's read of them. */
+void mg_gpt_expert_grads_unwritten(mg_gpt *g);
 void mg_gpt_free(mg_gpt *g);
 
 #endif

@@ -119,7 +119,8 @@ static mg_status experts_forward(const mg_block_ctx *x, const mg_moe_params *mp,
                                       m->F, H);
 }
 
-/* Their backward: dye (R,H) -> dxe (R,H), the weight gradients accumulated. */
+/* Their backward: dye (R,H) -> dxe (R,H), the weight gradients accumulated (written over by the
+ * layer's first backward of a step whose caller left them unzeroed: grads_unwritten). */
 static mg_status experts_backward(const mg_block_ctx *x, const mg_moe_params *mp,
                                   const mg_layer_slot *s, const void *dye, void *dxe) {
     const mg_moe_config *m = &x->c->moe;
@@ -127,19 +128,21 @@ static mg_status experts_backward(const mg_block_ctx *x, const mg_moe_params *mp
     mg_backend *be = x->be;
     const int32_t *counts = mg_block_act(x, s->counts);
     int H = x->c->H, G = m->ep * m->E_l;
-    bool swiglu = x->c->swiglu;
+    bool swiglu = x->c->swiglu, acc = !w->grads_unwritten[mp->index];
+    w->grads_unwritten[mp->index] = false;
     void *fc1 = mg_block_act(x, s->e_fc1);
     void *dact = mg_block_ws_ptr(x, w->de_act), *dfc1 = mg_block_ws_ptr(x, w->de_fc1);
     /* GELU: fc2's input gradient goes through the GELU into dfc1 */
     MG_CHECK(be->grouped_linear_backward(be, swiglu ? dact : dfc1, (float *const *)ptrs(x, mp, DW2),
                                          mp->fc2_b ? (float *const *)ptrs(x, mp, DB2) : NULL, dye,
                                          mg_block_act(x, s->e_act), ptrs(x, mp, W2),
-                                         swiglu ? NULL : fc1, counts, m->ep, m->E_l, m->F, H));
+                                         swiglu ? NULL : fc1, counts, m->ep, m->E_l, m->F, H,
+                                         acc));
     if (swiglu) MG_CHECK(be->grouped_swiglu_backward(be, dfc1, fc1, dact, counts, G, m->F));
     return be->grouped_linear_backward(be, dxe, (float *const *)ptrs(x, mp, DW1),
                                        mp->fc1_b ? (float *const *)ptrs(x, mp, DB1) : NULL, dfc1,
                                        mg_block_act(x, s->xe), ptrs(x, mp, W1), NULL, counts, m->ep,
-                                       m->E_l, H, m->fc1);
+                                       m->E_l, H, m->fc1, acc);
 }
 
 mg_status mg_moe_forward(const mg_block_ctx *x, const mg_layer_params *p, const mg_layer_slot *s,
@@ -268,7 +271,9 @@ mg_status mg_moe_plan(mg_moe_ws *w, const mg_model_config *c, int N, size_t esz,
     }
     w->bias = calloc((size_t)(n_layers ? n_layers : 1), sizeof *w->bias);
     w->ptrs = calloc((size_t)(n_layers ? n_layers : 1), sizeof *w->ptrs);
-    if (!w->bias || !w->ptrs) return MG_FAIL(MG_ERR_NOMEM, "out of memory (MoE plan)");
+    w->grads_unwritten = calloc((size_t)(n_layers ? n_layers : 1), sizeof *w->grads_unwritten);
+    if (!w->bias || !w->ptrs || !w->grads_unwritten)
+        return MG_FAIL(MG_ERR_NOMEM, "out of memory (MoE plan)");
     MG_CHECK(reserve(work, (size_t)n_layers * E * f, &w->load));
     for (int i = 0; i < n_layers; i++) {
         MG_CHECK(reserve(work, m->expert_bias ? E * f : 0, &w->bias[i]));
@@ -280,6 +285,7 @@ mg_status mg_moe_plan(mg_moe_ws *w, const mg_model_config *c, int N, size_t esz,
 void mg_moe_free(mg_moe_ws *w) {
     free(w->bias);
     free(w->ptrs);
+    free(w->grads_unwritten);
     free(w->count_splits); /* row_splits lives in the same allocation */
     memset(w, 0, sizeof *w);
 }

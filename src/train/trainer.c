@@ -537,7 +537,7 @@ mg_status mg_trainer_init_groups(mg_trainer *t, const mg_config *cfg, const mg_t
     }
     if (t->dp || t->model.cfg.sp || t->embd)
         t->model.hooks = (mg_gpt_hooks){hook_params_needed, hook_grads_ready, t};
-    if (t->model.n_moe > 0) mg_trainer_moe_bind(t);
+    if (t->model.n_moe > 0) MG_CHECK(mg_trainer_moe_bind(t));
     MG_CHECK(open_data(t));
     MG_CHECK(load_or_init(t));
     /* Megatron averages the loss over every token of the global batch: 1/(tokens x microbatches)
@@ -683,7 +683,10 @@ static mg_status sync_embedding_grads(mg_trainer *t) {
 mg_status mg_trainer_step_async(mg_trainer *t) {
     mg_backend *be = t->be;
     const mg_config *c = &t->cfg;
-    MG_CHECK(be->memset_zero(be, t->grads, t->model.params.numel * sizeof(float)));
+    if (t->zero_spans)
+        MG_CHECK(mg_trainer_moe_zero_grads(t));
+    else
+        MG_CHECK(be->memset_zero(be, t->grads, t->model.params.numel * sizeof(float)));
     if (t->model.n_moe > 0) MG_CHECK(mg_trainer_moe_step_begin(t));
     MG_CHECK(mg_trainer_forward_backward(t, &t->train_src, t->state.consumed_train_samples, true));
     if (t->model.n_moe > 0) MG_CHECK(mg_trainer_moe_step_end(t));
@@ -790,6 +793,7 @@ void mg_trainer_free(mg_trainer *t) {
     for (size_t i = 0; i < sizeof arenas / sizeof *arenas; i++) mg_arena_free(arenas[i]);
     free(t->host_tokens);
     free(t->host_targets);
+    free(t->zero_spans);
     if (t->be) t->be->destroy(t->be);
     memset(t, 0, sizeof *t);
 }

@@ -125,6 +125,9 @@ typedef struct {
     float *master;    /* (opt.numel) fp32 master weights of this rank's shard (local
                          coordinates, train/optimizer.h); NULL when params are fp32 (CPU) */
     float *grads;     /* (numel) fp32 */
+    size_t *zero_spans; /* (2 n_zero_spans) MoE: the runs of grads a step zeroes (element offset,
+                           count), train/trainer_moe.c; NULL: all of them */
+    int n_zero_spans;
     int32_t *tokens;  /* (n_slots, N) backend: each activation slot's input ids */
     int32_t *targets; /* (n_slots, N) backend: each slot's labels */
     float *dloss;     /* (N) backend: d(loss)/d(token loss) = 1 / (N * microbatches * D) */

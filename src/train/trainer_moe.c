@@ -8,13 +8,57 @@
  * as one microbatch's mean lm loss (Megatron's MoEAuxLossAutoScaler at 1 / microbatches, the
  * gradients then averaged over the data-parallel group: 1/D); the logged values are the mean
  * over the MoE layers and microbatches, summed over the group (then a mean). */
-void mg_trainer_moe_bind(mg_trainer *t) {
+static int by_offset(const void *a, const void *b) {
+    const mg_param_meta *x = *(const mg_param_meta *const *)a, *y = *(const mg_param_meta *const *)b;
+    return x->offset < y->offset ? -1 : x->offset > y->offset;
+}
+
+/* The runs of the gradient buffer a step zeroes: the non-expert parameters in buffer order, a run
+ * continuing over the padding up to the next non-expert one and ending at an expert. */
+static mg_status plan_zero_spans(mg_trainer *t) {
+    const mg_param_table *pt = &t->model.params;
+    const mg_param_meta **order = malloc((size_t)(pt->n ? pt->n : 1) * sizeof *order);
+    t->zero_spans = malloc((size_t)(2 * pt->n + 2) * sizeof *t->zero_spans);
+    if (!order || !t->zero_spans) {
+        free(order);
+        return MG_FAIL(MG_ERR_NOMEM, "out of memory (gradient zeroing plan)");
+    }
+    for (int i = 0; i < pt->n; i++) order[i] = &pt->p[i];
+    qsort(order, (size_t)pt->n, sizeof *order, by_offset);
+    int n = 0;
+    bool open = false;
+    for (int i = 0; i < pt->n; i++) {
+        const mg_param_meta *m = order[i];
+        if (m->expert) {
+            open = false;
+            continue;
+        }
+        if (!open) t->zero_spans[2 * n] = m->offset, t->zero_spans[2 * n + 1] = 0, n++;
+        t->zero_spans[2 * n - 1] = m->offset + (size_t)m->numel - t->zero_spans[2 * n - 2];
+        open = true;
+    }
+    t->n_zero_spans = n;
+    free(order);
+    return MG_OK;
+}
+
+mg_status mg_trainer_moe_bind(mg_trainer *t) {
     mg_moe_ws *w = &t->model.moe_ws;
     double mb_d = (double)t->num_microbatches * t->dp_size;
     w->stats = &t->stats[MG_STAT_MOE_AUX];
     w->loss_weight = (float)(1.0 / mb_d);
     w->stat_weight = (float)(1.0 / (mb_d * t->model.cfg.moe.n_layers));
     w->ep = t->ep;
+    MG_CHECK(plan_zero_spans(t));
+    return t->be->memset_zero(t->be, t->grads, t->model.params.numel * sizeof(float));
+}
+
+mg_status mg_trainer_moe_zero_grads(mg_trainer *t) {
+    for (int s = 0; s < t->n_zero_spans; s++)
+        MG_CHECK(t->be->memset_zero(t->be, t->grads + t->zero_spans[2 * s],
+                                    t->zero_spans[2 * s + 1] * sizeof(float)));
+    mg_gpt_expert_grads_unwritten(&t->model);
+    return MG_OK;
 }
 
 /* The loads of this rank's MoE layers: one block of n_layers x E values (model/gpt.h). */

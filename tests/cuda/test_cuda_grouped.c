@@ -24,7 +24,8 @@
 
 static const int32_t k_skew[8] = {0, 1, 37, 0, 300, 129, 0, 7};
 static const int32_t k_one[8] = {0, 0, 0, 333, 0, 0, 0, 0};
-static const int32_t k_two_src[8] = {5, 0, 130, 64, 0, 0, 257, 1}; /* n_src 2 x n_w 4 */
+/* n_src 2 x n_w 4: weight 1 has no rows, weight 2 none from the first source */
+static const int32_t k_two_src[8] = {5, 0, 0, 194, 0, 0, 257, 1};
 static const int32_t k_empty[4] = {0, 0, 0, 0};
 
 typedef struct {
@@ -51,7 +52,7 @@ typedef mg_status (*gg_fwd_fn)(mg_backend *, void *, const void *, void *const *
                                const int32_t *, int, int, int, int);
 typedef mg_status (*gg_bwd_fn)(mg_backend *, void *, float *const *, float *const *, const void *,
                                const void *, void *const *, const void *, const int32_t *, int, int,
-                               int, int);
+                               int, int, bool);
 
 typedef struct {
     const char *name;
@@ -166,28 +167,33 @@ MG_TEST(cuda_grouped_linear_matches_cpu) {
             }
         }
 
-        /* variant bit 0: through the GELU (gelu_pre); bit 1: dbias; 4: no dinp, dbias */
-        for (int v = 0; v < 5; v++) {
-            int gelu = v < 4 && (v & 1), want_db = v >= 2, want_dinp = v < 4;
+        /* variant bit 0: through the GELU (gelu_pre); bit 1: dbias; 4: no dinp, dbias; 5, 6: 2
+         * and 3 with dw and dbias written over (NaN before: every element must be written) */
+        for (int v = 0; v < 7; v++) {
+            int acc = v < 5, vv = acc ? v : v - 3;
+            int gelu = vv < 4 && (vv & 1), want_db = vv >= 2, want_dinp = vv < 4;
             float *ref_dinp = ct_host(&P, ni * 4);
             memcpy(ref_dw, dw0, nw * c.n_w * 4);
             memcpy(ref_db, db0, (size_t)c.OC * c.n_w * 4);
             MG_EXPECT_OK(cpu->grouped_linear_backward(
                 cpu, want_dinp ? ref_dinp : NULL, (float *const *)hdw,
                 want_db ? (float *const *)hdb : NULL, dout, inp, hw, gelu ? pre : NULL, c.counts,
-                c.n_src, c.n_w, c.IC, c.OC));
+                c.n_src, c.n_w, c.IC, c.OC, acc));
+            size_t n_nan = nw > (size_t)c.OC ? nw : (size_t)c.OC;
+            float *nan_dw = ct_host(&P, n_nan * 4);
+            for (size_t i = 0; i < n_nan; i++) nan_dw[i] = NAN;
             for (int m = 0; m < nimpl; m++) {
                 ct_pool Q = ct_pool_of(t, gpu);
                 void *d_dinp = ct_poison_act(&Q, ni);
                 for (int j = 0; j < c.n_w; j++) {
-                    ct_put_f32(&Q, dwb[j], dw0 + j * nw, nw);
-                    ct_put_f32(&Q, dbb[j], db0 + (size_t)j * c.OC, c.OC);
+                    ct_put_f32(&Q, dwb[j], acc ? dw0 + j * nw : nan_dw, nw);
+                    ct_put_f32(&Q, dbb[j], acc ? db0 + (size_t)j * c.OC : nan_dw, c.OC);
                 }
                 if (!Q.failed) {
                     gg_bwd_fn f = impls[m].bwd ? impls[m].bwd : gpu->grouped_linear_backward;
                     MG_EXPECT_OK(f(gpu, want_dinp ? d_dinp : NULL, d_dw, want_db ? d_db : NULL,
                                    d_dout, d_inp, d_w, gelu ? d_pre : NULL, d_counts, c.n_src,
-                                   c.n_w, c.IC, c.OC));
+                                   c.n_w, c.IC, c.OC, acc));
                     if (want_dinp) {
                         float *got = ct_down_act(&Q, d_dinp, (size_t)rows * c.IC);
                         CT_EXPECT_CLOSE(got, ref_dinp, (size_t)rows * c.IC, CT_TOL_GEMM,
@@ -207,14 +213,13 @@ MG_TEST(cuda_grouped_linear_matches_cpu) {
                             MG_EXPECT(0, "download: %s", mg_error_message());
                     }
                     CT_EXPECT_CLOSE(got_dw, ref_dw, nw * c.n_w, CT_TOL_F32,
-                                    "grouped backward dw (accumulated) [%s] case %zu IC=%d OC=%d "
-                                    "variant %d",
+                                    "grouped backward dw [%s] case %zu IC=%d OC=%d variant %d",
                                     impls[m].name, k, c.IC, c.OC, v);
                     note_err(m, 2, got_dw, ref_dw, nw * c.n_w);
                     if (want_db) {
                         CT_EXPECT_CLOSE(got_db, ref_db, (size_t)c.OC * c.n_w, CT_TOL_F32,
-                                        "grouped backward dbias (accumulated) [%s] case %zu OC=%d",
-                                        impls[m].name, k, c.OC);
+                                        "grouped backward dbias [%s] case %zu OC=%d variant %d",
+                                        impls[m].name, k, c.OC, v);
                         note_err(m, 3, got_db, ref_db, (size_t)c.OC * c.n_w);
                     } else {
                         MG_EXPECT(memcmp(got_db, db0, (size_t)c.OC * c.n_w * 4) == 0,
@@ -241,7 +246,7 @@ MG_TEST(cuda_grouped_linear_rejects_bad_shapes) {
     MG_EXPECT_ERROR(g->grouped_linear_forward(g, NULL, NULL, NULL, NULL, NULL, 0, 4, 64, 64),
                     MG_ERR_INTERNAL, "n_src=0");
     MG_EXPECT_ERROR(
-        g->grouped_linear_backward(g, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 1, 2, -8, 64),
+        g->grouped_linear_backward(g, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 1, 2, -8, 64, true),
         MG_ERR_INTERNAL, "IC=-8");
 }
 
@@ -254,7 +259,7 @@ static void run_eager(mg_test_ctx *t, ct_pool *P, mg_backend *g, const gg_case *
     MG_EXPECT_OK(g->grouped_linear_forward(g, out, inp, d_w, NULL, d_counts, c->n_src, c->n_w,
                                            c->IC, c->OC));
     MG_EXPECT_OK(g->grouped_linear_backward(g, dinp, d_dw, NULL, dout, inp, d_w, pre, d_counts,
-                                            c->n_src, c->n_w, c->IC, c->OC));
+                                            c->n_src, c->n_w, c->IC, c->OC, true));
 }
 
 MG_TEST(cuda_grouped_linear_graph_replay_reads_device_counts) {
@@ -291,7 +296,7 @@ MG_TEST(cuda_grouped_linear_graph_replay_reads_device_counts) {
     MG_EXPECT_OK(g->grouped_linear_forward(g, e_out, d_inp, d_w, NULL, d_counts, c.n_src, c.n_w,
                                            c.IC, c.OC));
     MG_EXPECT_OK(g->grouped_linear_backward(g, e_dinp, d_dw, NULL, d_dout, d_inp, d_w, d_pre,
-                                            d_counts, c.n_src, c.n_w, c.IC, c.OC));
+                                            d_counts, c.n_src, c.n_w, c.IC, c.OC, true));
     MG_EXPECT(ct_allocs(g) == allocs && ct_syncs(g) == syncs,
               "grouped linear allocated (%llu) or synchronised (%llu)",
               (unsigned long long)(ct_allocs(g) - allocs),
@@ -303,7 +308,7 @@ MG_TEST(cuda_grouped_linear_graph_replay_reads_device_counts) {
     mg_status s1 =
         g->grouped_linear_forward(g, r_out, d_inp, d_w, NULL, d_counts, c.n_src, c.n_w, c.IC, c.OC);
     mg_status s2 = g->grouped_linear_backward(g, r_dinp, d_dw, NULL, d_dout, d_inp, d_w, d_pre,
-                                              d_counts, c.n_src, c.n_w, c.IC, c.OC);
+                                              d_counts, c.n_src, c.n_w, c.IC, c.OC, true);
     cudaError_t ce = cudaStreamEndCapture(stream, &graph);
     MG_EXPECT(s1 == MG_OK && s2 == MG_OK && ce == cudaSuccess,
               "capture of the grouped linear failed: %s / %s", mg_error_message(),
@@ -331,8 +336,8 @@ MG_TEST(cuda_grouped_linear_graph_replay_reads_device_counts) {
                         ct_down_raw(&P, e_dinp, (size_t)rows * c.IC * esz),
                         (size_t)rows * c.IC * esz, "graph replay dinp, new counts");
     CT_EXPECT_SAME_BITS(r_dw, e_dw, nw * c.n_w * 4, "graph replay dw, new counts");
-    /* the new counts give another result (rows 5.. moved from weight 2 to weight 0), so the
-     * replay did not just repeat the captured sizes */
+    /* the new counts give another result (rows moved between the weights), so the replay did
+     * not just repeat the captured sizes */
     MG_EXPECT(memcmp(out_a, out_b, out_bytes) != 0, "the two counts gave the same forward");
 done:
     if (exec) cudaGraphExecDestroy(exec);

@@ -131,6 +131,24 @@ static void check_moe_stats(mg_test_ctx *t, mg_trainer *tr, const mg_golden *gol
     }
 }
 
+/* NaN in every expert gradient: a training step does not zero them but has each MoE layer's
+ * first backward write them over (mg_gpt_expert_grads_unwritten), so any element it missed would
+ * turn the step's gradient norm into NaN. */
+static void poison_expert_grads(mg_test_ctx *t, mg_trainer *tr) {
+    const mg_param_table *pt = &tr->model.params;
+    for (int i = 0; i < pt->n; i++) {
+        if (!pt->p[i].expert) continue;
+        size_t n = (size_t)pt->p[i].numel;
+        float *nan_buf = malloc(n * sizeof *nan_buf);
+        for (size_t j = 0; nan_buf && j < n; j++) nan_buf[j] = NAN;
+        MG_EXPECT(nan_buf != NULL, "out of memory");
+        if (nan_buf)
+            MG_EXPECT_OK(tr->be->copy_h2d(tr->be, mg_gpt_grad(&tr->model, i), nan_buf,
+                                          n * sizeof *nan_buf));
+        free(nan_buf);
+    }
+}
+
 static void check_golden_model(mg_test_ctx *t, const char *name) {
     mg_config cfg;
     MG_EXPECT_OK(golden_config(name, &cfg));
@@ -203,6 +221,7 @@ static void check_golden_model(mg_test_ctx *t, const char *name) {
     if (t->failures) goto done;
     for (int k = 0; k < 3; k++) {
         double lr = mg_lr_schedule_lr(&tr->lr), step_loss, norm;
+        poison_expert_grads(t, tr);
         MG_EXPECT_OK(mg_trainer_step(tr, &step_loss, &norm));
         double wl = ((float *)sl->data)[k], wn = ((float *)sn->data)[k],
                wlr = ((float *)slr->data)[k];

@@ -111,28 +111,29 @@ MG_TEST(moe_route_gradients_match_finite_differences) {
 }
 
 /* The grouped linear against a naive product per group: n_src x n_w groups of skewed sizes (an
- * empty group, one with most rows), weights and biases indexed g % n_w; its backward's weight
- * gradients accumulate over every group of a weight. */
+ * empty group, one with most rows, a weight whose first source has no rows, a weight with none),
+ * weights and biases indexed g % n_w; its backward's weight gradients are the sums over every
+ * group of a weight, added to what dw and dbias held (accumulate) or written over it (NaN
+ * before: a weight with no rows gets zeros). */
 MG_TEST(moe_grouped_linear_matches_naive_products) {
     mg_backend *be;
     MG_EXPECT_OK(mg_backend_cpu_create(&be, 2));
     if (t->failures) return;
-    enum { NS = 2, NW = 3, IC = 5, OC = 7 };
-    int32_t counts[NS * NW] = {0, 9, 1, 3, 0, 2};
+    enum { NS = 2, NW = 4, IC = 5, OC = 7 };
+    int32_t counts[NS * NW] = {0, 9, 1, 0, 3, 0, 2, 0};
     int R = 0;
     for (int g = 0; g < NS * NW; g++) R += counts[g];
     float *x = t_rnd(10, (size_t)R * IC, 1.0f), *dout = t_rnd(11, (size_t)R * OC, 1.0f);
-    float *w[NW], *b[NW], *dw[NW], *db[NW];
+    float *w[NW], *b[NW], *dw[NW], *db[NW], *dw0[NW], *db0[NW];
     for (int j = 0; j < NW; j++) {
         w[j] = t_rnd(20 + j, OC * IC, 1.0f), b[j] = t_rnd(30 + j, OC, 1.0f);
+        dw0[j] = t_rnd(40 + j, OC * IC, 1.0f), db0[j] = t_rnd(50 + j, OC, 1.0f);
         dw[j] = t_zeros(OC * IC), db[j] = t_zeros(OC);
     }
     float *y = t_zeros((size_t)R * OC), *dx = t_zeros((size_t)R * IC);
     MG_EXPECT_OK(be->grouped_linear_forward(be, y, x, (void *const *)w, (void *const *)b, counts,
                                             NS, NW, IC, OC));
-    MG_EXPECT_OK(be->grouped_linear_backward(be, dx, dw, db, dout, x, (void *const *)w, NULL,
-                                             counts, NS, NW, IC, OC));
-    double ey = 0, ex = 0, ew = 0, eb = 0;
+    double ey = 0, ex = 0;
     double gw[NW][OC * IC] = {{0}}, gb[NW][OC] = {{0}};
     for (int g = 0, row = 0; g < NS * NW; g++)
         for (int n = 0; n < counts[g]; n++, row++) {
@@ -145,20 +146,39 @@ MG_TEST(moe_grouped_linear_matches_naive_products) {
                 for (int i = 0; i < IC; i++)
                     gw[j][o * IC + i] += (double)dout[row * OC + o] * x[row * IC + i];
             }
-            for (int i = 0; i < IC; i++) {
-                double s = 0;
-                for (int o = 0; o < OC; o++) s += (double)dout[row * OC + o] * w[j][o * IC + i];
-                ex = fmax(ex, fabs(s - dx[row * IC + i]));
+        }
+    for (int accumulate = 1; accumulate >= 0; accumulate--) {
+        for (int j = 0; j < NW; j++)
+            for (int i = 0; i < OC * IC; i++) {
+                dw[j][i] = accumulate ? dw0[j][i] : NAN;
+                if (i < OC) db[j][i] = accumulate ? db0[j][i] : NAN;
             }
-        }
+        MG_EXPECT_OK(be->grouped_linear_backward(be, dx, dw, db, dout, x, (void *const *)w, NULL,
+                                                 counts, NS, NW, IC, OC, accumulate));
+        double ew = 0, eb = 0;
+        for (int g = 0, row = 0; g < NS * NW; g++)
+            for (int n = 0; n < counts[g]; n++, row++)
+                for (int i = 0; i < IC; i++) {
+                    double s = 0;
+                    for (int o = 0; o < OC; o++)
+                        s += (double)dout[row * OC + o] * w[g % NW][o * IC + i];
+                    ex = fmax(ex, fabs(s - dx[row * IC + i]));
+                }
+        for (int j = 0; j < NW; j++)
+            for (int o = 0; o < OC; o++) {
+                double pb = accumulate ? db0[j][o] : 0.0;
+                eb = fmax(eb, isnan(db[j][o]) ? INFINITY : fabs(gb[j][o] + pb - db[j][o]));
+                for (int i = 0; i < IC; i++) {
+                    double pw = accumulate ? dw0[j][o * IC + i] : 0.0, v = dw[j][o * IC + i];
+                    ew = fmax(ew, isnan(v) ? INFINITY : fabs(gw[j][o * IC + i] + pw - v));
+                }
+            }
+        MG_EXPECT(ey < 1e-5 && ex < 1e-5 && ew < 1e-5 && eb < 1e-5,
+                  "accumulate %d: errors: out %.3g, dinp %.3g, dw %.3g, dbias %.3g", accumulate,
+                  ey, ex, ew, eb);
+    }
     for (int j = 0; j < NW; j++)
-        for (int o = 0; o < OC; o++) {
-            eb = fmax(eb, fabs(gb[j][o] - db[j][o]));
-            for (int i = 0; i < IC; i++) ew = fmax(ew, fabs(gw[j][o * IC + i] - dw[j][o * IC + i]));
-        }
-    MG_EXPECT(ey < 1e-5 && ex < 1e-5 && ew < 1e-5 && eb < 1e-5,
-              "errors: out %.3g, dinp %.3g, dw %.3g, dbias %.3g", ey, ex, ew, eb);
-    for (int j = 0; j < NW; j++) free(w[j]), free(b[j]), free(dw[j]), free(db[j]);
+        free(w[j]), free(b[j]), free(dw[j]), free(db[j]), free(dw0[j]), free(db0[j]);
     free(x), free(dout), free(y), free(dx);
     be->destroy(be);
 }

@@ -152,9 +152,13 @@ mg_status mg_cpu_grouped_linear_backward(mg_backend *be, void *dinp_, float *con
                                          float *const *dbias, const void *dout_, const void *inp_,
                                          void *const *w, const void *gelu_pre_,
                                          const int32_t *counts, int n_src, int n_w, int IC,
-                                         int OC) {
+                                         int OC, bool accumulate) {
     float *dinp = dinp_;
     const float *dout = dout_, *inp = inp_, *gelu_pre = gelu_pre_;
+    for (int j = 0; !accumulate && j < n_w; j++) { /* written over: from zero */
+        memset(dw[j], 0, (size_t)OC * (size_t)IC * sizeof(float));
+        if (dbias) memset(dbias[j], 0, (size_t)OC * sizeof(float));
+    }
     size_t row = 0;
     for (int g = 0; g < n_src * n_w; g++) {
         int j = g % n_w, n = counts[g];

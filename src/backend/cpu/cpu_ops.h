@@ -203,7 +203,7 @@ mg_status mg_cpu_grouped_linear_backward(mg_backend *be, void *dinp, float *cons
                                          float *const *dbias, const void *dout, const void *inp,
                                          void *const *w, const void *gelu_pre,
                                          const int32_t *counts, int n_src, int n_w, int IC,
-                                         int OC);
+                                         int OC, bool accumulate);
 mg_status mg_cpu_grouped_activation_forward(mg_backend *be, void *out, const void *pre,
                                             const int32_t *counts, int G, int F, bool swiglu);
 mg_status mg_cpu_grouped_swiglu_backward(mg_backend *be, void *dpre, const void *pre,

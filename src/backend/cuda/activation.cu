@@ -38,66 +38,16 @@ extern "C" mg_status mg_cuda_gelu_backward(mg_backend *be, void *dinp, const voi
 
 /* sigma(g) = 1 / (1 + e^{-g}); the cap keeps e^{-g} finite (g < -88: sigma ~ 1e-38 either way). */
 
-/* Work item u covers VEC consecutive columns of one row: row = u / (F/VEC). VEC = 8 needs F % 8
- * == 0 and aligned pointers (then every row start is 16-byte aligned too). */
+/* SwiGLU (activation_math.cuh has the bodies and the row layout). */
 template <int VEC>
 static __global__ void swiglu_forward_kernel(bf16 *out, const bf16 *inp, int N, int F) {
-    // out (N, F); inp (N, 2F) = [gate | up]
-    size_t per_row = (size_t)F / VEC, items = (size_t)N * per_row;
-    size_t stride = (size_t)gridDim.x * blockDim.x;
-    for (size_t u = (size_t)blockIdx.x * blockDim.x + threadIdx.x; u < items; u += stride) {
-        size_t i = u / per_row, j = (u % per_row) * VEC;
-        const bf16 *g = inp + i * 2 * F + j, *up = g + F;
-        bf16 *o = out + i * F + j;
-        if (VEC == 8) {
-            float fg[8], fu[8];
-            mg_load8(g, fg);
-            mg_load8(up, fu);
-#pragma unroll
-            for (int k = 0; k < 8; k++) fg[k] = fg[k] * mg_sigmoid(fg[k]) * fu[k];
-            mg_store8(o, fg);
-        } else {
-            float fg = __bfloat162float(*g), fu = __bfloat162float(*up);
-            *o = __float2bfloat16_rn(fg * mg_sigmoid(fg) * fu);
-        }
-    }
+    mg_swiglu_forward_rows<VEC>(out, inp, (size_t)N, F); // out (N, F); inp (N, 2F) = [gate | up]
 }
 
 template <int VEC>
 static __global__ void swiglu_backward_kernel(bf16 *dinp, const bf16 *inp, const bf16 *dout, int N,
                                               int F) {
-    // dinp, inp (N, 2F) = [gate | up]; dout (N, F)
-    size_t per_row = (size_t)F / VEC, items = (size_t)N * per_row;
-    size_t stride = (size_t)gridDim.x * blockDim.x;
-    for (size_t u = (size_t)blockIdx.x * blockDim.x + threadIdx.x; u < items; u += stride) {
-        size_t i = u / per_row, j = (u % per_row) * VEC;
-        const bf16 *g = inp + i * 2 * F + j, *up = g + F, *d = dout + i * F + j;
-        bf16 *dg = dinp + i * 2 * F + j, *du = dg + F;
-        float fg[VEC], fu[VEC], fd[VEC], og[VEC], ou[VEC];
-        if (VEC == 8) {
-            mg_load8(g, fg);
-            mg_load8(up, fu);
-            mg_load8(d, fd);
-        } else {
-            fg[0] = __bfloat162float(*g);
-            fu[0] = __bfloat162float(*up);
-            fd[0] = __bfloat162float(*d);
-        }
-#pragma unroll
-        for (int k = 0; k < VEC; k++) {
-            float sig = mg_sigmoid(fg[k]);
-            /* d silu / dg = sig * (1 + g * (1 - sig)) */
-            og[k] = fd[k] * fu[k] * sig * (1.0f + fg[k] * (1.0f - sig));
-            ou[k] = fd[k] * (fg[k] * sig);
-        }
-        if (VEC == 8) {
-            mg_store8(dg, og);
-            mg_store8(du, ou);
-        } else {
-            *dg = __float2bfloat16_rn(og[0]);
-            *du = __float2bfloat16_rn(ou[0]);
-        }
-    }
+    mg_swiglu_backward_rows<VEC>(dinp, inp, dout, (size_t)N, F); // dinp, inp (N, 2F); dout (N, F)
 }
 
 extern "C" mg_status mg_cuda_swiglu_forward(mg_backend *be, void *out, const void *inp, int N,

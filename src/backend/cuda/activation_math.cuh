@@ -5,7 +5,8 @@
  * exp, no cancellation. Exponents are capped at 88 (as mg_cpu_expf) so e stays finite and the
  * backward's e * sig never becomes inf * 0. The grid-stride bodies over n elements serve the
  * plain kernels (n from the host) and the grouped ones (n from device-side counts).
- * Exports: mg_gelu_fwd, mg_gelu_bwd, mg_sigmoid, mg_gelu_forward_range, mg_gelu_backward_range. */
+ * Exports: mg_gelu_fwd, mg_gelu_bwd, mg_sigmoid, mg_gelu_forward_range, mg_gelu_backward_range,
+ * mg_swiglu_forward_rows, mg_swiglu_backward_rows. */
 #ifndef MG_BACKEND_CUDA_ACTIVATION_MATH_CUH
 #define MG_BACKEND_CUDA_ACTIVATION_MATH_CUH
 
@@ -72,6 +73,75 @@ static __device__ __forceinline__ void mg_gelu_backward_range(bf16 *dinp, const 
     for (size_t i = nv * 8 + t0; i < n; i += stride)
         dinp[i] =
             __float2bfloat16_rn(mg_gelu_bwd(__bfloat162float(inp[i]), __bfloat162float(dout[i])));
+}
+
+/* SwiGLU over rows of Megatron's [gate | up] layout: work item u is VEC consecutive columns of
+ * row u / (F / VEC) (VEC = 8 needs F % 8 == 0 and 16-byte aligned buffers). The index type I is
+ * 32-bit when the items fit (the row division is several times cheaper than a 64-bit one, a
+ * visible share of these memory-bound kernels), else 64-bit. */
+template <int VEC, class I>
+static __device__ __forceinline__ void mg_swiglu_fwd_items(bf16 *out, const bf16 *inp, I items,
+                                                           I per_row, int F) {
+    const I stride = (I)gridDim.x * blockDim.x;
+    for (I u = (I)blockIdx.x * blockDim.x + threadIdx.x; u < items; u += stride) {
+        I i = u / per_row, j = (u - i * per_row) * VEC;
+        const bf16 *g = inp + (size_t)i * 2 * F + j;
+        float fg[VEC], fu[VEC];
+        mg_loadv<VEC>(g, fg);
+        mg_loadv<VEC>(g + F, fu);
+#pragma unroll
+        for (int q = 0; q < VEC; q++) fg[q] = fg[q] * mg_sigmoid(fg[q]) * fu[q];
+        mg_storev<VEC>(out + (size_t)i * F + j, fg);
+    }
+}
+
+template <int VEC, class I>
+static __device__ __forceinline__ void mg_swiglu_bwd_items(bf16 *dinp, const bf16 *inp,
+                                                           const bf16 *dout, I items, I per_row,
+                                                           int F) {
+    const I stride = (I)gridDim.x * blockDim.x;
+    for (I u = (I)blockIdx.x * blockDim.x + threadIdx.x; u < items; u += stride) {
+        I i = u / per_row, j = (u - i * per_row) * VEC;
+        const bf16 *g = inp + (size_t)i * 2 * F + j;
+        bf16 *dg = dinp + (size_t)i * 2 * F + j;
+        float fg[VEC], fu[VEC], fd[VEC], og[VEC], ou[VEC];
+        mg_loadv<VEC>(g, fg);
+        mg_loadv<VEC>(g + F, fu);
+        mg_loadv<VEC>(dout + (size_t)i * F + j, fd);
+#pragma unroll
+        for (int q = 0; q < VEC; q++) {
+            float sig = mg_sigmoid(fg[q]);
+            /* d silu / dg = sig * (1 + g * (1 - sig)) */
+            og[q] = fd[q] * fu[q] * sig * (1.0f + fg[q] * (1.0f - sig));
+            ou[q] = fd[q] * (fg[q] * sig);
+        }
+        mg_storev<VEC>(dg, og);
+        mg_storev<VEC>(dg + F, ou);
+    }
+}
+
+/* out (rows, F) = silu(gate) * up from inp (rows, 2F); this thread's share of the grid. */
+template <int VEC>
+static __device__ __forceinline__ void mg_swiglu_forward_rows(bf16 *out, const bf16 *inp,
+                                                              size_t rows, int F) {
+    size_t per_row = (size_t)F / VEC, items = rows * per_row;
+    if (items < (1u << 31))
+        mg_swiglu_fwd_items<VEC, uint32_t>(out, inp, (uint32_t)items, (uint32_t)per_row, F);
+    else
+        mg_swiglu_fwd_items<VEC, size_t>(out, inp, items, per_row, F);
+}
+
+/* dinp (rows, 2F) = d[gate | up] from inp (rows, 2F) and dout (rows, F). */
+template <int VEC>
+static __device__ __forceinline__ void mg_swiglu_backward_rows(bf16 *dinp, const bf16 *inp,
+                                                               const bf16 *dout, size_t rows,
+                                                               int F) {
+    size_t per_row = (size_t)F / VEC, items = rows * per_row;
+    if (items < (1u << 31))
+        mg_swiglu_bwd_items<VEC, uint32_t>(dinp, inp, dout, (uint32_t)items, (uint32_t)per_row,
+                                           F);
+    else
+        mg_swiglu_bwd_items<VEC, size_t>(dinp, inp, dout, items, per_row, F);
 }
 
 #endif

@@ -192,7 +192,7 @@ mg_status mg_cuda_grouped_linear_backward(mg_backend *be, void *dinp /* (R,IC) *
                                           const void *inp /* (R,IC) */, void *const *w,
                                           const void *gelu_pre /* (R,IC) or NULL */,
                                           const int32_t *counts, int n_src, int n_w, int IC,
-                                          int OC);
+                                          int OC, bool accumulate);
 mg_status mg_cuda_grouped_linear_forward_portable(mg_backend *be, void *out /* (R,OC) */,
                                                   const void *inp /* (R,IC) */, void *const *w,
                                                   void *const *bias, const int32_t *counts,
@@ -203,17 +203,19 @@ mg_status mg_cuda_grouped_linear_backward_portable(mg_backend *be, void *dinp /*
                                                    const void *inp /* (R,IC) */, void *const *w,
                                                    const void *gelu_pre /* (R,IC) or NULL */,
                                                    const int32_t *counts, int n_src, int n_w,
-                                                   int IC, int OC);
+                                                   int IC, int OC, bool accumulate);
 /* grouped_gemm_cutlass.cu: available() is 1 once init() succeeded on `device` (a build with
  * CUTLASS on an sm 9.0 device); init() is idempotent and fails (MG_ERR_UNSUPPORTED) otherwise.
  * run() enqueues one product (op 0 forward, 1 dinp, 2 dw; its header has the table) over the
- * groups, writing their row offsets to row_off (G+1) and its arrays to scratch. */
+ * groups, writing their row offsets to row_off (G+1) and its arrays to scratch; dw with
+ * !accumulate writes the first source's products over dW (the caller zeroes the dW_j whose
+ * first-source group is empty: those get no tiles). */
 int mg_cuda_grouped_cutlass_available(int device);
 mg_status mg_cuda_grouped_cutlass_init(int device);
 mg_status mg_cuda_grouped_cutlass_run(mg_backend *be, int op, void *y, const void *x,
                                       const void *xb, void *const *wp, int32_t *row_off,
                                       const int32_t *counts, int n_src, int n_w, int IC, int OC,
-                                      void *scratch, size_t scratch_bytes);
+                                      bool accumulate, void *scratch, size_t scratch_bytes);
 /* optional measurement entry (measure.cu) */
 mg_status mg_cuda_matmul_peak_tflops(mg_backend *be, int n, double *tflops);
 

@@ -146,6 +146,7 @@ typedef struct {
     const int32_t *row_off, *tile_off; /* (G+1) each */
     int G, n_src, n_w, IC, OC;
     bool vec; /* IC, OC multiples of 8 and the activation buffers 16-byte aligned */
+    bool acc; /* dw: add to dW (else write over it) */
 } gg_args;
 
 static __device__ __forceinline__ void gg_cp_async16(void *smem, const void *gmem, bool ok) {
@@ -318,7 +319,8 @@ static __global__ void __launch_bounds__(GG_THREADS, GG_BLOCKS_PER_SM)
             if (m >= a.OC) return;
             float *d = dw + (int64_t)m * a.IC + n;
             if (v4 && n + 8 <= a.IC) {
-                float4 x0 = reinterpret_cast<float4 *>(d)[0], x1 = reinterpret_cast<float4 *>(d)[1];
+                float4 x0 = make_float4(0.f, 0.f, 0.f, 0.f), x1 = x0;
+                if (a.acc) x0 = reinterpret_cast<float4 *>(d)[0], x1 = reinterpret_cast<float4 *>(d)[1];
                 x0.x += v[0], x0.y += v[1], x0.z += v[2], x0.w += v[3];
                 x1.x += v[4], x1.y += v[5], x1.z += v[6], x1.w += v[7];
                 reinterpret_cast<float4 *>(d)[0] = x0;
@@ -326,7 +328,7 @@ static __global__ void __launch_bounds__(GG_THREADS, GG_BLOCKS_PER_SM)
             } else {
 #pragma unroll
                 for (int q = 0; q < 8; q++)
-                    if (n + q < a.IC) d[q] += v[q];
+                    if (n + q < a.IC) d[q] = (a.acc ? d[q] : 0.0f) + v[q];
             }
         });
         return;
@@ -368,7 +370,8 @@ static __global__ void __launch_bounds__(GG_THREADS, GG_BLOCKS_PER_SM)
  * weight j), warp w sums rows w, w+8, ... of each source in order; then the 8 warp sums in warp
  * order. Deterministic for given counts. */
 static __global__ void grouped_dbias_kernel(float *const *dbias, const bf16 *dout /* (R,OC) */,
-                                            const int32_t *row_off, int n_src, int n_w, int OC) {
+                                            const int32_t *row_off, int n_src, int n_w, int OC,
+                                            bool accumulate) {
     __shared__ float sums[8][32];
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int c = blockIdx.x * 32 + lane, j = blockIdx.y;
@@ -384,8 +387,20 @@ static __global__ void grouped_dbias_kernel(float *const *dbias, const bf16 *dou
     if (warp == 0 && c < OC) {
         float s = sums[0][lane];
         for (int w = 1; w < 8; w++) s += sums[w][lane];
-        dbias[j][c] += s;
+        dbias[j][c] = (accumulate ? dbias[j][c] : 0.0f) + s;
     }
+}
+
+/* dW_j = 0 for each weight j whose first-source group (counts[j]) has no rows: the CUTLASS dw
+ * product, writing over dW from that source, gives such a weight no tiles. Block (x, j). */
+static __global__ void grouped_zero_empty_kernel(float *const *dw, const int32_t *counts,
+                                                 size_t n /* elements of each dW_j */) {
+    const int j = blockIdx.y;
+    if (counts[j] > 0) return;
+    float *d = dw[j];
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        d[i] = 0.0f;
 }
 
 /* out[r, :] += bias_j for every row r of the groups (after the CUTLASS forward); OC % 8 == 0. */
@@ -475,11 +490,12 @@ static mg_status launch_offsets(mg_backend *be, const gg_ws *w, const int32_t *c
 }
 
 static mg_status launch_dbias(mg_backend *be, float *const *dbias, const void *dout,
-                              const int32_t *row_off, int n_src, int n_w, int OC) {
+                              const int32_t *row_off, int n_src, int n_w, int OC,
+                              bool accumulate) {
     if (OC == 0) return MG_OK;
     dim3 grid((OC + 31) / 32, n_w);
     grouped_dbias_kernel<<<grid, 256, 0, mg_cuda_stream(be)>>>(dbias, (const bf16 *)dout, row_off,
-                                                               n_src, n_w, OC);
+                                                               n_src, n_w, OC, accumulate);
     MG_CUDA_CHECK_LAUNCH();
     return MG_OK;
 }
@@ -508,7 +524,8 @@ extern "C" mg_status mg_cuda_grouped_linear_forward_portable(mg_backend *be, voi
                  n_w,
                  IC,
                  OC,
-                 IC % 8 == 0 && OC % 8 == 0 && aligned16(inp) && aligned16(out)};
+                 IC % 8 == 0 && OC % 8 == 0 && aligned16(inp) && aligned16(out),
+                 false};
     grouped_gemm_kernel<GG_FWD>
         <<<persistent_blocks(be, GG_BLOCKS_PER_SM), GG_THREADS, 0, mg_cuda_stream(be)>>>(a);
     MG_CUDA_CHECK_LAUNCH();
@@ -519,7 +536,7 @@ extern "C" mg_status mg_cuda_grouped_linear_backward_portable(
     mg_backend *be, void *dinp /* (R,IC) or NULL */, float *const *dw, float *const *dbias,
     const void *dout /* (R,OC) */, const void *inp /* (R,IC) */, void *const *w,
     const void *gelu_pre /* (R,IC) or NULL */, const int32_t *counts, int n_src, int n_w, int IC,
-    int OC) {
+    int OC, bool accumulate) {
     MG_CHECK(check_shape("grouped_linear_backward", n_src, n_w, IC, OC));
     const int G = n_src * n_w;
     gg_ws ws;
@@ -542,7 +559,8 @@ extern "C" mg_status mg_cuda_grouped_linear_backward_portable(
                      n_w,
                      IC,
                      OC,
-                     vec};
+                     vec,
+                     accumulate};
         dim3 grid((IC + GG_BN - 1) / GG_BN, (OC + GG_BM - 1) / GG_BM, n_w);
         grouped_gemm_kernel<GG_DW><<<grid, GG_THREADS, 0, stream>>>(a);
         MG_CUDA_CHECK_LAUNCH();
@@ -561,12 +579,13 @@ extern "C" mg_status mg_cuda_grouped_linear_backward_portable(
                      n_w,
                      IC,
                      OC,
-                     vec};
+                     vec,
+                     false};
         grouped_gemm_kernel<GG_DINP>
             <<<persistent_blocks(be, GG_BLOCKS_PER_SM), GG_THREADS, 0, stream>>>(a);
         MG_CUDA_CHECK_LAUNCH();
     }
-    if (dbias) MG_CHECK(launch_dbias(be, dbias, dout, ws.row_off, n_src, n_w, OC));
+    if (dbias) MG_CHECK(launch_dbias(be, dbias, dout, ws.row_off, n_src, n_w, OC, accumulate));
     return MG_OK;
 }
 
@@ -582,7 +601,7 @@ extern "C" mg_status mg_cuda_grouped_linear_forward(mg_backend *be, void *out /*
     gg_ws ws;
     MG_CHECK(workspace(be, G, "grouped_linear_forward", &ws));
     MG_CHECK(mg_cuda_grouped_cutlass_run(be, GG_FWD, out, inp, NULL, w, ws.row_off, counts, n_src,
-                                         n_w, IC, OC, ws.rest, ws.rest_bytes));
+                                         n_w, IC, OC, true, ws.rest, ws.rest_bytes));
     if (bias) {
         grouped_bias_kernel<<<persistent_blocks(be, 8), 256, 0, mg_cuda_stream(be)>>>(
             (bf16 *)out, bias, ws.row_off, G, n_w, OC);
@@ -596,26 +615,33 @@ mg_cuda_grouped_linear_backward(mg_backend *be, void *dinp /* (R,IC) or NULL */,
                                 float *const *dbias, const void *dout /* (R,OC) */,
                                 const void *inp /* (R,IC) */, void *const *w,
                                 const void *gelu_pre /* (R,IC) or NULL */, const int32_t *counts,
-                                int n_src, int n_w, int IC, int OC) {
+                                int n_src, int n_w, int IC, int OC, bool accumulate) {
     if (!use_cutlass(be, IC, OC, dinp, dout, inp, gelu_pre))
         return mg_cuda_grouped_linear_backward_portable(be, dinp, dw, dbias, dout, inp, w, gelu_pre,
-                                                        counts, n_src, n_w, IC, OC);
+                                                        counts, n_src, n_w, IC, OC, accumulate);
     MG_CHECK(check_shape("grouped_linear_backward", n_src, n_w, IC, OC));
     const int G = n_src * n_w;
     gg_ws ws;
     MG_CHECK(workspace(be, G, "grouped_linear_backward", &ws));
+    if (!accumulate && n_w > 0) { /* the weights the first source's product gives no tiles */
+        dim3 grid(64, n_w);
+        grouped_zero_empty_kernel<<<grid, 256, 0, mg_cuda_stream(be)>>>(dw, counts,
+                                                                         (size_t)OC * IC);
+        MG_CUDA_CHECK_LAUNCH();
+    }
     MG_CHECK(mg_cuda_grouped_cutlass_run(be, GG_DW, NULL, dout, inp, (void *const *)dw, ws.row_off,
-                                         counts, n_src, n_w, IC, OC, ws.rest, ws.rest_bytes));
+                                         counts, n_src, n_w, IC, OC, accumulate, ws.rest,
+                                         ws.rest_bytes));
     if (dinp) {
         MG_CHECK(mg_cuda_grouped_cutlass_run(be, GG_DINP, dinp, dout, NULL, w, ws.row_off, counts,
-                                             n_src, n_w, IC, OC, ws.rest, ws.rest_bytes));
+                                             n_src, n_w, IC, OC, true, ws.rest, ws.rest_bytes));
         if (gelu_pre) {
             grouped_gelu_grad_kernel<<<persistent_blocks(be, 8), 256, 0, mg_cuda_stream(be)>>>(
                 (bf16 *)dinp, (const bf16 *)gelu_pre, ws.row_off, G, IC);
             MG_CUDA_CHECK_LAUNCH();
         }
     }
-    if (dbias) MG_CHECK(launch_dbias(be, dbias, dout, ws.row_off, n_src, n_w, OC));
+    if (dbias) MG_CHECK(launch_dbias(be, dbias, dout, ws.row_off, n_src, n_w, OC, accumulate));
     return MG_OK;
 }
 

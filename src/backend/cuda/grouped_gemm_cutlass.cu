@@ -17,6 +17,8 @@
  *   dinp     dinp (n,IC)   = dout (n,OC) . W_j       M=n  N=IC K=OC  A K-major, B N-major
  *   dw       dW_j (OC,IC) += dout^T (OC,n) . inp     M=OC N=IC K=n   A M-major, B N-major,
  *                                                                    C = D = dW_j fp32, beta 1
+ *                                                                    (0 for the first source
+ *                                                                    when not accumulating)
  * A dw group with no rows gets the shape (0, 0, 0): no tiles at all (with K = 0 the mainloop would
  * leave its accumulators unset). Groups that share a weight would race on dW_j (both read C and
  * write D), so the dw product is one grouped launch per source: n_w groups each, distinct dW_j.
@@ -307,7 +309,8 @@ static mg_status launch(mg_cuda_ctx *ctx, const Arrays<GG> &A, int G, float beta
 template <class GG>
 static mg_status run_op(mg_backend *be, int op, void *y, const void *x, const void *xb,
                         void *const *wp, int32_t *row_off, const int32_t *counts, int n_src,
-                        int n_w, int IC, int OC, void *scratch, size_t scratch_bytes) {
+                        int n_w, int IC, int OC, bool accumulate, void *scratch,
+                        size_t scratch_bytes) {
     mg_cuda_ctx *ctx = mg_cuda_ctx_of(be);
     const int G = n_src * n_w;
     Arrays<GG> A;
@@ -325,13 +328,15 @@ static mg_status run_op(mg_backend *be, int op, void *y, const void *x, const vo
     size_t ws_bytes = scratch_bytes - used;
     int clusters = *clusters_of<GG>(ctx->device);
     if (op != 2) return launch<GG>(ctx, A, G, 0.0f, clusters, ws, ws_bytes);
-    /* dw: one launch per source, so no two groups of a launch share dW_j */
+    /* dw: one launch per source, so no two groups of a launch share dW_j; without accumulate
+     * the first writes over dW (beta 0: C is not read) */
     for (int s = 0; s < n_src; s++) {
         Arrays<GG> As = A;
         size_t o = (size_t)s * n_w;
         As.shape += o, As.a += o, As.b += o, As.c += o, As.d += o;
         As.sa += o, As.sb += o, As.sc += o, As.sd += o;
-        MG_CHECK(launch<GG>(ctx, As, n_w, 1.0f, clusters, ws, ws_bytes));
+        MG_CHECK(launch<GG>(ctx, As, n_w, s == 0 && !accumulate ? 0.0f : 1.0f, clusters, ws,
+                            ws_bytes));
     }
     return MG_OK;
 }
@@ -368,30 +373,26 @@ extern "C" mg_status mg_cuda_grouped_cutlass_init(int device) {
 extern "C" mg_status mg_cuda_grouped_cutlass_run(mg_backend *be, int op, void *y, const void *x,
                                                  const void *xb, void *const *wp, int32_t *row_off,
                                                  const int32_t *counts, int n_src, int n_w, int IC,
-                                                 int OC, void *scratch, size_t scratch_bytes) {
+                                                 int OC, bool accumulate, void *scratch,
+                                                 size_t scratch_bytes) {
     if (!mg_cuda_grouped_cutlass_available(mg_cuda_ctx_of(be)->device))
         return MG_FAIL(MG_ERR_UNSUPPORTED, "grouped GEMM (CUTLASS): not initialised on device %d",
                        mg_cuda_ctx_of(be)->device);
     /* the depth of the product picks the schedule (the header's measurements) */
+#define GG_RUN(GG)                                                                                 \
+    run_op<GG>(be, op, y, x, xb, wp, row_off, counts, n_src, n_w, IC, OC, accumulate, scratch,     \
+               scratch_bytes)
     switch (op) {
     case 0:
-        if (IC <= GG_PING_MAX_K)
-            return run_op<GemmFwd<CfgPing>>(be, op, y, x, xb, wp, row_off, counts, n_src, n_w, IC,
-                                            OC, scratch, scratch_bytes);
-        return run_op<GemmFwd<CfgCoop>>(be, op, y, x, xb, wp, row_off, counts, n_src, n_w, IC, OC,
-                                        scratch, scratch_bytes);
+        return IC <= GG_PING_MAX_K ? GG_RUN(GemmFwd<CfgPing>) : GG_RUN(GemmFwd<CfgCoop>);
     case 1:
-        if (OC <= GG_PING_MAX_K)
-            return run_op<GemmDinp<CfgPing>>(be, op, y, x, xb, wp, row_off, counts, n_src, n_w, IC,
-                                             OC, scratch, scratch_bytes);
-        return run_op<GemmDinp<CfgCoop>>(be, op, y, x, xb, wp, row_off, counts, n_src, n_w, IC, OC,
-                                         scratch, scratch_bytes);
+        return OC <= GG_PING_MAX_K ? GG_RUN(GemmDinp<CfgPing>) : GG_RUN(GemmDinp<CfgCoop>);
     case 2:
-        return run_op<GemmDw>(be, op, y, x, xb, wp, row_off, counts, n_src, n_w, IC, OC, scratch,
-                              scratch_bytes);
+        return GG_RUN(GemmDw);
     default:
         return MG_FAIL(MG_ERR_INTERNAL, "grouped GEMM (CUTLASS): unknown product %d", op);
     }
+#undef GG_RUN
 }
 
 #else /* no CUTLASS in this build */
@@ -409,7 +410,8 @@ extern "C" mg_status mg_cuda_grouped_cutlass_init(int device) {
 extern "C" mg_status mg_cuda_grouped_cutlass_run(mg_backend *be, int op, void *y, const void *x,
                                                  const void *xb, void *const *wp, int32_t *row_off,
                                                  const int32_t *counts, int n_src, int n_w, int IC,
-                                                 int OC, void *scratch, size_t scratch_bytes) {
+                                                 int OC, bool accumulate, void *scratch,
+                                                 size_t scratch_bytes) {
     return MG_FAIL(MG_ERR_UNSUPPORTED, "grouped GEMM: this build has no CUTLASS (CUTLASS_INC)");
 }
 

@@ -645,40 +645,13 @@ static __global__ void grouped_gelu_kernel(bf16 *out, const bf16 *pre, const int
 template <int VEC>
 static __global__ void grouped_swiglu_kernel(bf16 *out, const bf16 *pre, const int32_t *counts,
                                              int G, int F) {
-    size_t per_row = (size_t)F / VEC, items = group_rows(counts, G) * per_row;
-    size_t stride = (size_t)gridDim.x * blockDim.x;
-    for (size_t u = (size_t)blockIdx.x * blockDim.x + threadIdx.x; u < items; u += stride) {
-        size_t i = u / per_row, j = (u % per_row) * VEC;
-        float g[VEC], up[VEC];
-        mg_loadv<VEC>(pre + i * 2 * F + j, g);
-        mg_loadv<VEC>(pre + i * 2 * F + F + j, up);
-#pragma unroll
-        for (int q = 0; q < VEC; q++) g[q] = g[q] * mg_sigmoid(g[q]) * up[q];
-        mg_storev<VEC>(out + i * F + j, g);
-    }
+    mg_swiglu_forward_rows<VEC>(out, pre, group_rows(counts, G), F);
 }
 
 template <int VEC>
 static __global__ void grouped_swiglu_backward_kernel(bf16 *dpre, const bf16 *pre, const bf16 *dout,
                                                       const int32_t *counts, int G, int F) {
-    size_t per_row = (size_t)F / VEC, items = group_rows(counts, G) * per_row;
-    size_t stride = (size_t)gridDim.x * blockDim.x;
-    for (size_t u = (size_t)blockIdx.x * blockDim.x + threadIdx.x; u < items; u += stride) {
-        size_t i = u / per_row, j = (u % per_row) * VEC;
-        float g[VEC], up[VEC], d[VEC], dg[VEC], du[VEC];
-        mg_loadv<VEC>(pre + i * 2 * F + j, g);
-        mg_loadv<VEC>(pre + i * 2 * F + F + j, up);
-        mg_loadv<VEC>(dout + i * F + j, d);
-#pragma unroll
-        for (int q = 0; q < VEC; q++) {
-            float sig = mg_sigmoid(g[q]);
-            /* d silu / dg = sig * (1 + g * (1 - sig)) */
-            dg[q] = d[q] * up[q] * sig * (1.0f + g[q] * (1.0f - sig));
-            du[q] = d[q] * (g[q] * sig);
-        }
-        mg_storev<VEC>(dpre + i * 2 * F + j, dg);
-        mg_storev<VEC>(dpre + i * 2 * F + F + j, du);
-    }
+    mg_swiglu_backward_rows<VEC>(dpre, pre, dout, group_rows(counts, G), F);
 }
 
 /* A grid that covers the device; the kernels stride over however many rows the counts give. */

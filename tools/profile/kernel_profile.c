@@ -1,0 +1,206 @@
+/* A per-kernel GPU time profile of any CUDA process, for machines without Nsight Systems.
+ *
+ * A CUDA injection library (CUPTI's activity API): the CUDA driver loads it into the process
+ * named by CUDA_INJECTION64_PATH and calls InitializeInjection before the first context exists;
+ * from then on CUPTI records every kernel, memset and memcpy with its device start and end times.
+ * At exit the records of a window are summed by name and printed, longest first:
+ *
+ *     CUDA_INJECTION64_PATH=$PWD/build/kernel_profile.so KPROF_LAST_MS=600 KPROF_STEPS=10 \
+ *         build/megatron bench ...                       (or python3 bench/baselines/...)
+ *
+ * Environment:
+ *   KPROF_MARK     a substring of the name of a kernel launched once per step (e.g.
+ *                  clip_coef_kernel for megatron): the window is exactly the last KPROF_STEPS
+ *                  steps, from the start of that kernel's (KPROF_STEPS + 1)-th last launch to the
+ *                  start of its last one, so the warm-up (compilation, autotuning,
+ *                  initialisation) is left out.
+ *   KPROF_LAST_MS  without KPROF_MARK: the records starting in the last this many ms of device
+ *                  activity (default: all).
+ *   KPROF_STEPS    the steps the window holds: times are shown divided by it (default 1).
+ *   KPROF_OUT      the file the table goes to (default stderr); KPROF_TOP rows (default 40).
+ * The header line gives the window's span, the time some kernel or copy was running (the union
+ * of the intervals: span - busy is the device waiting for the host) and the summed kernel time.
+ * Names are as the driver reports them (C++ names mangled: pipe through c++filt).
+ *
+ * Build (not part of `make`: it needs CUPTI, which the CUDA toolkit's extras or PyPI's
+ * nvidia-cuda-cupti provide): make kernel-profile CUPTI_DIR=DIR (DIR/include/cupti.h and
+ * DIR/lib64 or DIR/lib holding libcupti). */
+#include <cupti.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define KP_BUF_BYTES (8u << 20)
+
+typedef struct {
+    uint64_t start, end;
+    int name; /* index into g_names */
+} kp_rec;
+
+typedef struct {
+    char *name;
+    double total_ns;
+    long calls;
+} kp_name;
+
+static kp_rec *g_recs;
+static size_t g_n, g_cap;
+static kp_name *g_names;
+static int g_n_names, g_cap_names;
+
+static int name_id(const char *name) {
+    for (int i = g_n_names - 1; i >= 0; i--) /* recent names first: kernels repeat in order */
+        if (strcmp(g_names[i].name, name) == 0) return i;
+    if (g_n_names == g_cap_names) {
+        g_cap_names = g_cap_names ? 2 * g_cap_names : 256;
+        g_names = realloc(g_names, (size_t)g_cap_names * sizeof *g_names);
+        if (!g_names) abort();
+    }
+    g_names[g_n_names] = (kp_name){strdup(name), 0.0, 0};
+    return g_n_names++;
+}
+
+static void add(uint64_t start, uint64_t end, const char *name) {
+    if (g_n == g_cap) {
+        g_cap = g_cap ? 2 * g_cap : 65536;
+        g_recs = realloc(g_recs, g_cap * sizeof *g_recs);
+        if (!g_recs) abort();
+    }
+    g_recs[g_n++] = (kp_rec){start, end, name_id(name ? name : "?")};
+}
+
+static void CUPTIAPI buffer_requested(uint8_t **buf, size_t *size, size_t *max_records) {
+    *buf = aligned_alloc(8, KP_BUF_BYTES);
+    *size = *buf ? KP_BUF_BYTES : 0;
+    *max_records = 0;
+}
+
+static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *buf, size_t size,
+                                      size_t valid) {
+    (void)ctx, (void)stream, (void)size;
+    CUpti_Activity *r = NULL;
+    while (cuptiActivityGetNextRecord(buf, valid, &r) == CUPTI_SUCCESS) {
+        switch (r->kind) {
+        case CUPTI_ACTIVITY_KIND_KERNEL:
+        case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
+            /* start, end and name sit at the same place in every kernel record version */
+            const CUpti_ActivityKernel9 *k = (const CUpti_ActivityKernel9 *)r;
+            add(k->start, k->end, k->name);
+            break;
+        }
+        case CUPTI_ACTIVITY_KIND_MEMSET: {
+            const CUpti_ActivityMemset4 *m = (const CUpti_ActivityMemset4 *)r;
+            add(m->start, m->end, "[memset]");
+            break;
+        }
+        case CUPTI_ACTIVITY_KIND_MEMCPY: {
+            const CUpti_ActivityMemcpy6 *m = (const CUpti_ActivityMemcpy6 *)r;
+            static const char *kinds[] = {"[memcpy ?]",   "[memcpy HtoD]", "[memcpy DtoH]",
+                                          "[memcpy HtoA]", "[memcpy AtoH]", "[memcpy AtoA]",
+                                          "[memcpy AtoD]", "[memcpy DtoA]", "[memcpy DtoD]",
+                                          "[memcpy HtoH]", "[memcpy PtoP]"};
+            add(m->start, m->end, m->copyKind < 11 ? kinds[m->copyKind] : kinds[0]);
+            break;
+        }
+        default:
+            break;
+        }
+    }
+    free(buf);
+}
+
+static int by_start(const void *a, const void *b) {
+    const kp_rec *x = a, *y = b;
+    return x->start < y->start ? -1 : x->start > y->start;
+}
+
+static int by_total(const void *a, const void *b) {
+    const kp_name *x = a, *y = b;
+    return x->total_ns < y->total_ns ? 1 : x->total_ns > y->total_ns ? -1 : 0;
+}
+
+static double env_num(const char *name, double dflt) {
+    const char *s = getenv(name);
+    return s && *s ? atof(s) : dflt;
+}
+
+static void report(void) {
+    cuptiActivityFlushAll(1);
+    const char *path = getenv("KPROF_OUT");
+    FILE *f = path && *path ? fopen(path, "w") : stderr;
+    if (!f) f = stderr;
+    if (g_n == 0) {
+        fprintf(f, "kernel_profile: no device activity recorded\n");
+        return;
+    }
+    qsort(g_recs, g_n, sizeof *g_recs, by_start);
+    uint64_t last = 0;
+    for (size_t i = 0; i < g_n; i++)
+        if (g_recs[i].end > last) last = g_recs[i].end;
+    double last_ms = env_num("KPROF_LAST_MS", 0.0), steps = env_num("KPROF_STEPS", 1.0);
+    uint64_t from = 0, to = UINT64_MAX;
+    const char *mark = getenv("KPROF_MARK");
+    if (mark && *mark) {
+        size_t n_mark = 0, want = (size_t)(steps < 1 ? 1 : steps) + 1;
+        for (size_t i = g_n; i-- > 0;)
+            if (strstr(g_names[g_recs[i].name].name, mark) && ++n_mark <= want) {
+                if (n_mark == 1) to = g_recs[i].start;
+                from = g_recs[i].start;
+            }
+        if (n_mark < want) {
+            fprintf(f, "kernel_profile: KPROF_MARK %s launched %zu times, %zu needed\n", mark,
+                    n_mark, want);
+            return;
+        }
+        last = to;
+    } else if (last_ms > 0 && (double)last > last_ms * 1e6) {
+        from = last - (uint64_t)(last_ms * 1e6);
+    }
+    /* the window's records: busy time as the union of their intervals, totals by name */
+    uint64_t first = 0, cover_end = 0, busy = 0;
+    double kernel_ns = 0.0;
+    size_t n_in = 0;
+    for (size_t i = 0; i < g_n; i++) {
+        const kp_rec *r = &g_recs[i];
+        if (r->start < from || r->start >= to) continue;
+        if (n_in++ == 0) first = r->start, cover_end = r->start;
+        if (r->end > cover_end) {
+            busy += r->end - (r->start > cover_end ? r->start : cover_end);
+            cover_end = r->end;
+        }
+        kp_name *nm = &g_names[r->name];
+        nm->total_ns += (double)(r->end - r->start);
+        nm->calls++;
+        if (nm->name[0] != '[') kernel_ns += (double)(r->end - r->start);
+    }
+    if (steps < 1) steps = 1;
+    double span = (double)(last - first);
+    fprintf(f,
+            "kernel_profile: %zu records in a window of %.3f ms (%.3f ms per step over %g): "
+            "device busy %.3f ms per step (%.1f%%), kernels %.3f ms per step\n",
+            n_in, span * 1e-6, span * 1e-6 / steps, steps, (double)busy * 1e-6 / steps,
+            span > 0 ? 100.0 * (double)busy / span : 0.0, kernel_ns * 1e-6 / steps);
+    qsort(g_names, (size_t)g_n_names, sizeof *g_names, by_total);
+    int top = (int)env_num("KPROF_TOP", 40.0);
+    fprintf(f, "%10s %8s %9s %10s  %s\n", "ms/step", "share", "calls/st", "us/call", "name");
+    for (int i = 0; i < g_n_names && i < top; i++) {
+        const kp_name *nm = &g_names[i];
+        if (nm->calls == 0) break;
+        fprintf(f, "%10.3f %7.1f%% %9.1f %10.2f  %s\n", nm->total_ns * 1e-6 / steps,
+                kernel_ns > 0 ? 100.0 * nm->total_ns / kernel_ns : 0.0, (double)nm->calls / steps,
+                nm->total_ns * 1e-3 / (double)nm->calls, nm->name);
+    }
+    if (f != stderr) fclose(f);
+}
+
+/* Called by the CUDA driver (CUDA_INJECTION64_PATH) before the first context is made. */
+int InitializeInjection(void) {
+    if (cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed) != CUPTI_SUCCESS)
+        return 0;
+    cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+    cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMSET);
+    cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMCPY);
+    atexit(report);
+    return 1;
+}
