@@ -8,6 +8,7 @@ int mg_cli_data(int argc, char **argv);       /* cli/data.c: show a dataset's sa
 int mg_cli_generate(int argc, char **argv);   /* cli/generate.c: sample from a checkpoint */
 int mg_cli_plan(int argc, char **argv);       /* cli/plan.c: groups, schedule, layers */
 int mg_cli_bench(int argc, char **argv);      /* cli/bench.c: training step throughput, MFU */
+int mg_cli_convert(int argc, char **argv);    /* cli/convert.c: a checkpoint to Hugging Face */
 /* Prints the error recorded by the library as one line and maps the status to an exit code. */
 int mg_cli_report(int status);
 

@@ -14,6 +14,7 @@ static void usage(FILE *f) {
                "  generate   continue a prompt with a trained checkpoint\n"
                "  plan       show a parallel layout: process groups, pipeline schedule, layers\n"
                "  bench      time training steps of a GPT-2 shape: tokens/s, MFU, memory\n"
+               "  convert    a checkpoint to a Hugging Face directory (--loader megatron --saver hf)\n"
                "  help       show this text; `megatron train --help` lists the training flags\n");
 }
 
@@ -33,9 +34,10 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "generate")) return mg_cli_generate(argc - 2, argv + 2);
     if (!strcmp(cmd, "plan")) return mg_cli_plan(argc - 2, argv + 2);
     if (!strcmp(cmd, "bench")) return mg_cli_bench(argc - 2, argv + 2);
+    if (!strcmp(cmd, "convert")) return mg_cli_convert(argc - 2, argv + 2);
     fprintf(stderr,
             "megatron: error: unknown command '%s'; commands: train, preprocess, data, generate, "
-            "plan, bench, help\n",
+            "plan, bench, convert, help\n",
             cmd);
     return 2;
 }

@@ -1,5 +1,6 @@
 #include "core/file.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,4 +53,19 @@ mg_status mg_file_write_atomic(const char *path, const void *const *parts, const
     if (ok) e = errno;
     remove(tmp);
     return MG_FAIL(MG_ERR_IO, "cannot write %s: %s", path, strerror(e));
+}
+
+void mg_file_remove_dir(const char *path) {
+    DIR *d = opendir(path);
+    if (d) {
+        struct dirent *e;
+        char f[4200];
+        while ((e = readdir(d)) != NULL) {
+            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+            snprintf(f, sizeof f, "%s/%s", path, e->d_name);
+            unlink(f);
+        }
+        closedir(d);
+    }
+    rmdir(path);
 }

@@ -8,7 +8,6 @@
 #include "train/checkpoint_optim.h"
 
 #include <cjson/cJSON.h>
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -93,23 +92,6 @@ static void bias_name(const mg_gpt *g, int k, char *out) {
     snprintf(out, MG_ST_NAME_CAP, "%.*sexpert_bias", (int)n, w);
 }
 
-/* Best-effort removal of a checkpoint directory (ours: iter_N, iter_N.tmp-PID, iter_N.old-PID)
- * with the files in it. */
-static void remove_ckpt_dir(const char *path) {
-    DIR *d = opendir(path);
-    if (d) {
-        struct dirent *e;
-        char f[2400];
-        while ((e = readdir(d)) != NULL) {
-            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-            snprintf(f, sizeof f, "%s/%s", path, e->d_name);
-            unlink(f);
-        }
-        closedir(d);
-    }
-    rmdir(path);
-}
-
 /* This rank's files of the checkpoint, into tmp: data-parallel rank 0 of each pipeline stage the
  * stage's weights and whole optimizer file (unsharded), the first stage's also the state; every
  * rank its optimizer shard. */
@@ -183,10 +165,10 @@ static mg_status commit(const char *dir, const char *tmp, const char *final, int
     if (rename(tmp, final) != 0) {
         int e = errno;
         if (had_old) rename(old, final);
-        remove_ckpt_dir(tmp);
+        mg_file_remove_dir(tmp);
         return MG_FAIL(MG_ERR_IO, "cannot rename %s to %s: %s", tmp, final, strerror(e));
     }
-    if (had_old) remove_ckpt_dir(old);
+    if (had_old) mg_file_remove_dir(old);
     MG_CHECK(fsync_path(dir));
     char text[32];
     snprintf(text, sizeof text, "%" PRId64 "\n", it);
@@ -207,7 +189,7 @@ mg_status mg_checkpoint_save(const char *dir, const mg_train_state *s, const mg_
     if (first) {
         MG_CHECK(make_dir(dir));
         snprintf(tmp, sizeof tmp, "%s.tmp-%" PRId64, final, id);
-        remove_ckpt_dir(tmp);
+        mg_file_remove_dir(tmp);
         MG_CHECK(make_dir(tmp));
     }
     if (pp) MG_CHECK(mg_comm_broadcast(pp, &id, 1, MG_I64, 0, NULL));
@@ -217,7 +199,7 @@ mg_status mg_checkpoint_save(const char *dir, const mg_train_state *s, const mg_
     bool all_ok;
     MG_CHECK(agree(dp, pp, st, &all_ok)); /* keeps this rank's error message when it succeeds */
     if (!all_ok) {
-        if (first) remove_ckpt_dir(tmp);
+        if (first) mg_file_remove_dir(tmp);
         if (st == MG_OK)
             return MG_FAIL(MG_ERR_IO,
                            "checkpoint %s not saved: another rank could not write its part "

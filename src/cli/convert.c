@@ -1,0 +1,275 @@
+/* `megatron convert`: checkpoints to other formats (Megatron's tools/checkpoint/convert.py names).
+ *   megatron convert --loader megatron --saver hf --load-dir CKPT --save-dir HF_DIR
+ *                    [--saver-dtype fp32|bf16] [--max-shard-size BYTES]
+ *                    [--vocab-file F --merge-file F]
+ * writes a directory that transformers' AutoModelForCausalLM.from_pretrained and (with the GPT-2
+ * tokenizer) AutoTokenizer.from_pretrained open: config.json (model/hf_config.h: GPT-2, Llama or
+ * Mixtral), generation_config.json, the weights under Hugging Face names (model/hf_names.h) as
+ * model.safetensors, or above --max-shard-size (5 GB, as save_pretrained) as
+ * model-0000i-of-0000n.safetensors with model.safetensors.index.json, and the tokenizer: the
+ * run's vocab.json and merges.txt (or the flags'), tokenizer_config.json and
+ * special_tokens_map.json. Everything is written into HF_DIR.tmp-PID and renamed to HF_DIR at the
+ * end, so a failed conversion leaves nothing half-written; an HF_DIR that holds files is refused.
+ * The other direction (--loader hf --saver megatron) is not implemented yet: refused with an
+ * error that says so. */
+#include "cli/cli.h"
+
+#include "core/file.h"
+#include "core/safetensors.h"
+#include "core/tensor.h"
+#include "model/hf_config.h"
+#include "model/hf_names.h"
+#include "train/checkpoint.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define SHARD_DEFAULT 5000000000ull /* save_pretrained's "5GB" */
+
+typedef struct {
+    const char *loader, *saver, *load_dir, *save_dir, *dtype, *vocab_file, *merge_file;
+    unsigned long long max_shard;
+} conv_args;
+
+static mg_status parse_args(int argc, char **argv, conv_args *a) {
+    memset(a, 0, sizeof *a);
+    a->max_shard = SHARD_DEFAULT;
+    for (int i = 0; i < argc; i++) {
+        const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!v) return MG_FAIL(MG_ERR_USAGE, "%s needs a value", f);
+        i++;
+        if (!strcmp(f, "--loader")) a->loader = v;
+        else if (!strcmp(f, "--saver")) a->saver = v;
+        else if (!strcmp(f, "--load-dir")) a->load_dir = v;
+        else if (!strcmp(f, "--save-dir")) a->save_dir = v;
+        else if (!strcmp(f, "--saver-dtype")) a->dtype = v;
+        else if (!strcmp(f, "--vocab-file")) a->vocab_file = v;
+        else if (!strcmp(f, "--merge-file")) a->merge_file = v;
+        else if (!strcmp(f, "--max-shard-size")) {
+            char *end;
+            errno = 0;
+            a->max_shard = strtoull(v, &end, 10);
+            if (*end || errno || a->max_shard == 0 || v[0] == '-')
+                return MG_FAIL(MG_ERR_USAGE, "--max-shard-size expects a positive number of bytes, "
+                                             "got '%s'", v);
+        } else
+            return MG_FAIL(MG_ERR_USAGE, "unknown flag '%s' for `megatron convert`; flags: --loader, "
+                                         "--saver, --load-dir, --save-dir, --saver-dtype, "
+                                         "--max-shard-size, --vocab-file, --merge-file", f);
+    }
+    if (!a->loader || !a->saver || !a->load_dir || !a->save_dir)
+        return MG_FAIL(MG_ERR_USAGE, "`megatron convert` needs --loader, --saver, --load-dir and "
+                                     "--save-dir (e.g. --loader megatron --saver hf)");
+    if (strcmp(a->loader, "megatron") && strcmp(a->loader, "hf"))
+        return MG_FAIL(MG_ERR_USAGE, "--loader %s: expected megatron or hf", a->loader);
+    if (strcmp(a->saver, "megatron") && strcmp(a->saver, "hf"))
+        return MG_FAIL(MG_ERR_USAGE, "--saver %s: expected megatron or hf", a->saver);
+    if (strcmp(a->loader, "megatron") || strcmp(a->saver, "hf"))
+        return MG_FAIL(MG_ERR_UNSUPPORTED, "--loader %s --saver %s is not implemented yet; "
+                                           "--loader megatron --saver hf is",
+                       a->loader, a->saver);
+    if (a->dtype && strcmp(a->dtype, "fp32") && strcmp(a->dtype, "bf16"))
+        return MG_FAIL(MG_ERR_USAGE, "--saver-dtype %s: expected fp32 or bf16", a->dtype);
+    if (!a->vocab_file != !a->merge_file)
+        return MG_FAIL(MG_ERR_USAGE, "give --vocab-file and --merge-file together");
+    return MG_OK;
+}
+
+static mg_status write_text(const char *dir, const char *name, const char *text) {
+    char path[2300];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    const void *parts[1] = {text};
+    size_t sizes[1] = {strlen(text)};
+    return mg_file_write_atomic(path, parts, sizes, 1);
+}
+
+static mg_status copy_file(const char *from, const char *dir, const char *name) {
+    char *buf;
+    size_t n;
+    MG_CHECK(mg_file_read(from, &buf, &n));
+    char path[2300];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    const void *parts[1] = {buf};
+    size_t sizes[1] = {n};
+    mg_status st = mg_file_write_atomic(path, parts, sizes, 1);
+    free(buf);
+    return st;
+}
+
+/* The weights, converted to `dt`, in files of at most max_shard bytes of data (a tensor larger
+ * than that gets a file of its own); model.safetensors.index.json when there is more than one. */
+static mg_status write_weights(const char *dir, const mg_hf_export_set *set, mg_dtype dt,
+                               unsigned long long max_shard) {
+    size_t esz = mg_dtype_size(dt);
+    int *shard = calloc((size_t)set->n + 1, sizeof *shard), n_shards = 1;
+    mg_st_tensor *t = calloc((size_t)set->n + 1, sizeof *t);
+    void **conv = calloc((size_t)set->n + 1, sizeof *conv);
+    if (!shard || !t || !conv) {
+        free(shard), free(t), free(conv);
+        return MG_FAIL(MG_ERR_NOMEM, "out of memory converting the weights");
+    }
+    mg_status st = MG_OK;
+    unsigned long long used = 0, total = 0;
+    for (int k = 0; k < set->n && st == MG_OK; k++) {
+        t[k] = set->tensors[k];
+        size_t numel = 1;
+        for (int d = 0; d < t[k].ndim; d++) numel *= (size_t)t[k].shape[d];
+        if (dt == MG_BF16) {
+            uint16_t *b = malloc(numel * sizeof *b + 1);
+            if (!b) st = MG_FAIL(MG_ERR_NOMEM, "out of memory converting %s", t[k].name);
+            for (size_t i = 0; b && i < numel; i++)
+                b[i] = mg_f32_to_bf16(((const float *)set->tensors[k].data)[i]);
+            conv[k] = b;
+            t[k].data = b;
+            t[k].dtype = MG_BF16;
+        }
+        unsigned long long bytes = (unsigned long long)(numel * esz);
+        if (used > 0 && used + bytes > max_shard) n_shards++, used = 0;
+        shard[k] = n_shards - 1;
+        used += bytes;
+        total += bytes;
+    }
+    char path[2300], file[64];
+    for (int s = 0, k0 = 0; st == MG_OK && s < n_shards; s++) {
+        int k1 = k0;
+        while (k1 < set->n && shard[k1] == s) k1++;
+        if (n_shards == 1)
+            snprintf(file, sizeof file, "model.safetensors");
+        else
+            snprintf(file, sizeof file, "model-%05d-of-%05d.safetensors", s + 1, n_shards);
+        snprintf(path, sizeof path, "%s/%s", dir, file);
+        st = mg_safetensors_write(path, t + k0, k1 - k0, "{\"format\": \"pt\"}");
+        k0 = k1;
+    }
+    if (st == MG_OK && n_shards > 1) {
+        size_t cap = 256 + (size_t)set->n * (MG_ST_NAME_CAP + 64);
+        char *idx = malloc(cap);
+        if (!idx) st = MG_FAIL(MG_ERR_NOMEM, "out of memory writing the shard index");
+        size_t o = 0;
+        if (idx)
+            o += (size_t)snprintf(idx + o, cap - o,
+                                  "{\n  \"metadata\": {\"total_size\": %llu},\n  \"weight_map\": {\n",
+                                  total);
+        for (int k = 0; idx && k < set->n; k++)
+            o += (size_t)snprintf(idx + o, cap - o,
+                                  "    \"%s\": \"model-%05d-of-%05d.safetensors\"%s\n", t[k].name,
+                                  shard[k] + 1, n_shards, k + 1 < set->n ? "," : "");
+        if (idx) snprintf(idx + o, cap - o, "  }\n}\n");
+        if (idx) st = write_text(dir, "model.safetensors.index.json", idx);
+        free(idx);
+    }
+    for (int k = 0; k < set->n; k++) free(conv[k]);
+    free(shard), free(t), free(conv);
+    return st;
+}
+
+/* The GPT-2 tokenizer's files and settings (AutoTokenizer: GPT2Tokenizer from vocab.json and
+ * merges.txt, its one special token <|endoftext|>). */
+static mg_status write_tokenizer(const char *dir, const char *vocab, const char *merges, int S) {
+    MG_CHECK(copy_file(vocab, dir, "vocab.json"));
+    MG_CHECK(copy_file(merges, dir, "merges.txt"));
+    char text[512];
+    snprintf(text, sizeof text,
+             "{\n  \"tokenizer_class\": \"GPT2Tokenizer\",\n  \"model_max_length\": %d,\n"
+             "  \"add_prefix_space\": false,\n  \"bos_token\": \"<|endoftext|>\",\n"
+             "  \"eos_token\": \"<|endoftext|>\",\n  \"unk_token\": \"<|endoftext|>\"\n}\n",
+             S);
+    MG_CHECK(write_text(dir, "tokenizer_config.json", text));
+    return write_text(dir, "special_tokens_map.json",
+                      "{\n  \"bos_token\": \"<|endoftext|>\",\n  \"eos_token\": \"<|endoftext|>\",\n"
+                      "  \"unk_token\": \"<|endoftext|>\"\n}\n");
+}
+
+/* 1: path is a directory with entries; 0: absent or empty; -1: something else is there. */
+static int dir_has_files(const char *path) {
+    struct stat sb;
+    if (stat(path, &sb) != 0) return 0;
+    if (!S_ISDIR(sb.st_mode)) return -1;
+    DIR *d = opendir(path);
+    if (!d) return -1;
+    struct dirent *e;
+    int any = 0;
+    while (!any && (e = readdir(d)) != NULL) any = strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+    closedir(d);
+    return any;
+}
+
+typedef struct {
+    mg_config cfg;
+    mg_gpt g;
+    float *host;
+    mg_hf_export_set set;
+} conv_state;
+
+static mg_status to_hf(const conv_args *a, conv_state *s, const char *tmp) {
+    int64_t it;
+    MG_CHECK(mg_checkpoint_latest(a->load_dir, &it));
+    if (it < 0)
+        return MG_FAIL(MG_ERR_IO, "%s holds no checkpoint (no latest_checkpointed_iteration.txt)",
+                       a->load_dir);
+    MG_CHECK(mg_checkpoint_load_config(a->load_dir, it, &s->cfg));
+    MG_CHECK(mg_gpt_build(&s->g, &s->cfg, 0, 0));
+    s->host = calloc(s->g.params.numel ? s->g.params.numel : 1, sizeof *s->host);
+    if (!s->host) return MG_FAIL(MG_ERR_NOMEM, "out of memory loading %s", a->load_dir);
+    MG_CHECK(mg_checkpoint_load_weights(a->load_dir, it, &s->g, s->host));
+    /* the training dtype unless asked: bf16 for a CUDA run, fp32 on the CPU */
+    bool bf16 = a->dtype ? !strcmp(a->dtype, "bf16") : !strcmp(s->cfg.device, "cuda");
+    const char *vocab = a->vocab_file ? a->vocab_file : s->cfg.vocab_file;
+    const char *merges = a->merge_file ? a->merge_file : s->cfg.merge_file;
+    bool tokenizer = vocab[0] && merges[0];
+    char *config;
+    const char *family;
+    MG_CHECK(mg_hf_config_json(&s->g, &s->cfg, bf16 ? "bfloat16" : "float32", tokenizer, &config,
+                               &family));
+    mg_status st = mkdir(tmp, 0755) == 0
+                       ? MG_OK
+                       : MG_FAIL(MG_ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
+    if (st == MG_OK) st = write_text(tmp, "config.json", config);
+    free(config);
+    MG_CHECK(st);
+    MG_CHECK(write_text(tmp, "generation_config.json",
+                        tokenizer ? "{\n  \"bos_token_id\": 50256,\n  \"eos_token_id\": 50256\n}\n"
+                                  : "{}\n"));
+    MG_CHECK(mg_hf_export(&s->g, s->host, &s->set));
+    MG_CHECK(write_weights(tmp, &s->set, bf16 ? MG_BF16 : MG_F32, a->max_shard));
+    if (tokenizer) MG_CHECK(write_tokenizer(tmp, vocab, merges, s->cfg.seq_length));
+    fprintf(stderr,
+            "converted %s (iteration %" PRId64 ") to %s: %s, %d tensors, %s%s\n", a->load_dir, it,
+            a->save_dir, family, s->set.n, bf16 ? "bf16" : "fp32",
+            tokenizer ? ", GPT-2 tokenizer" : ", no tokenizer (the run had none: --vocab-file "
+                                              "and --merge-file add one)");
+    return MG_OK;
+}
+
+int mg_cli_convert(int argc, char **argv) {
+    conv_args a;
+    mg_status st = parse_args(argc, argv, &a);
+    if (st != MG_OK) return mg_cli_report(st);
+    int has = dir_has_files(a.save_dir);
+    if (has != 0)
+        return mg_cli_report(MG_FAIL(MG_ERR_IO,
+                                     "--save-dir %s %s; give a new directory (nothing is "
+                                     "overwritten)",
+                                     a.save_dir, has > 0 ? "already holds files" : "is not a directory"));
+    char tmp[2100];
+    snprintf(tmp, sizeof tmp, "%s.tmp-%d", a.save_dir, (int)getpid());
+    conv_state s;
+    memset(&s, 0, sizeof s);
+    st = to_hf(&a, &s, tmp);
+    if (st == MG_OK) {
+        rmdir(a.save_dir); /* an empty one */
+        if (rename(tmp, a.save_dir) != 0)
+            st = MG_FAIL(MG_ERR_IO, "cannot rename %s to %s: %s", tmp, a.save_dir, strerror(errno));
+    }
+    if (st != MG_OK) mg_file_remove_dir(tmp);
+    mg_hf_export_free(&s.set);
+    free(s.host);
+    mg_gpt_free(&s.g);
+    return mg_cli_report(st);
+}
