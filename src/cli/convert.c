@@ -21,6 +21,7 @@
 #include "model/hf_names.h"
 #include "train/checkpoint.h"
 
+#include <cjson/cJSON.h>
 #include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
@@ -44,24 +45,35 @@ static mg_status parse_args(int argc, char **argv, conv_args *a) {
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!v) return MG_FAIL(MG_ERR_USAGE, "%s needs a value", f);
         i++;
-        if (!strcmp(f, "--loader")) a->loader = v;
-        else if (!strcmp(f, "--saver")) a->saver = v;
-        else if (!strcmp(f, "--load-dir")) a->load_dir = v;
-        else if (!strcmp(f, "--save-dir")) a->save_dir = v;
-        else if (!strcmp(f, "--saver-dtype")) a->dtype = v;
-        else if (!strcmp(f, "--vocab-file")) a->vocab_file = v;
-        else if (!strcmp(f, "--merge-file")) a->merge_file = v;
+        if (!strcmp(f, "--loader"))
+            a->loader = v;
+        else if (!strcmp(f, "--saver"))
+            a->saver = v;
+        else if (!strcmp(f, "--load-dir"))
+            a->load_dir = v;
+        else if (!strcmp(f, "--save-dir"))
+            a->save_dir = v;
+        else if (!strcmp(f, "--saver-dtype"))
+            a->dtype = v;
+        else if (!strcmp(f, "--vocab-file"))
+            a->vocab_file = v;
+        else if (!strcmp(f, "--merge-file"))
+            a->merge_file = v;
         else if (!strcmp(f, "--max-shard-size")) {
             char *end;
             errno = 0;
             a->max_shard = strtoull(v, &end, 10);
             if (*end || errno || a->max_shard == 0 || v[0] == '-')
-                return MG_FAIL(MG_ERR_USAGE, "--max-shard-size expects a positive number of bytes, "
-                                             "got '%s'", v);
+                return MG_FAIL(MG_ERR_USAGE,
+                               "--max-shard-size expects a positive number of bytes, "
+                               "got '%s'",
+                               v);
         } else
-            return MG_FAIL(MG_ERR_USAGE, "unknown flag '%s' for `megatron convert`; flags: --loader, "
-                                         "--saver, --load-dir, --save-dir, --saver-dtype, "
-                                         "--max-shard-size, --vocab-file, --merge-file", f);
+            return MG_FAIL(MG_ERR_USAGE,
+                           "unknown flag '%s' for `megatron convert`; flags: --loader, "
+                           "--saver, --load-dir, --save-dir, --saver-dtype, "
+                           "--max-shard-size, --vocab-file, --merge-file",
+                           f);
     }
     if (!a->loader || !a->saver || !a->load_dir || !a->save_dir)
         return MG_FAIL(MG_ERR_USAGE, "`megatron convert` needs --loader, --saver, --load-dir and "
@@ -71,8 +83,9 @@ static mg_status parse_args(int argc, char **argv, conv_args *a) {
     if (strcmp(a->saver, "megatron") && strcmp(a->saver, "hf"))
         return MG_FAIL(MG_ERR_USAGE, "--saver %s: expected megatron or hf", a->saver);
     if (strcmp(a->loader, "megatron") || strcmp(a->saver, "hf"))
-        return MG_FAIL(MG_ERR_UNSUPPORTED, "--loader %s --saver %s is not implemented yet; "
-                                           "--loader megatron --saver hf is",
+        return MG_FAIL(MG_ERR_UNSUPPORTED,
+                       "--loader %s --saver %s is not implemented yet; "
+                       "--loader megatron --saver hf is",
                        a->loader, a->saver);
     if (a->dtype && strcmp(a->dtype, "fp32") && strcmp(a->dtype, "bf16"))
         return MG_FAIL(MG_ERR_USAGE, "--saver-dtype %s: expected fp32 or bf16", a->dtype);
@@ -139,30 +152,25 @@ static mg_status write_weights(const char *dir, const mg_hf_export_set *set, mg_
     for (int s = 0, k0 = 0; st == MG_OK && s < n_shards; s++) {
         int k1 = k0;
         while (k1 < set->n && shard[k1] == s) k1++;
-        if (n_shards == 1)
-            snprintf(file, sizeof file, "model.safetensors");
-        else
-            snprintf(file, sizeof file, "model-%05d-of-%05d.safetensors", s + 1, n_shards);
+        mg_hf_weights_file(file, sizeof file, s, n_shards);
         snprintf(path, sizeof path, "%s/%s", dir, file);
         st = mg_safetensors_write(path, t + k0, k1 - k0, "{\"format\": \"pt\"}");
         k0 = k1;
     }
-    if (st == MG_OK && n_shards > 1) {
-        size_t cap = 256 + (size_t)set->n * (MG_ST_NAME_CAP + 64);
-        char *idx = malloc(cap);
-        if (!idx) st = MG_FAIL(MG_ERR_NOMEM, "out of memory writing the shard index");
-        size_t o = 0;
-        if (idx)
-            o += (size_t)snprintf(idx + o, cap - o,
-                                  "{\n  \"metadata\": {\"total_size\": %llu},\n  \"weight_map\": {\n",
-                                  total);
-        for (int k = 0; idx && k < set->n; k++)
-            o += (size_t)snprintf(idx + o, cap - o,
-                                  "    \"%s\": \"model-%05d-of-%05d.safetensors\"%s\n", t[k].name,
-                                  shard[k] + 1, n_shards, k + 1 < set->n ? "," : "");
-        if (idx) snprintf(idx + o, cap - o, "  }\n}\n");
-        if (idx) st = write_text(dir, "model.safetensors.index.json", idx);
-        free(idx);
+    if (st == MG_OK && n_shards > 1) { /* save_pretrained's index: the total and each file */
+        cJSON *idx = cJSON_CreateObject();
+        cJSON_AddNumberToObject(cJSON_AddObjectToObject(idx, "metadata"), "total_size",
+                                (double)total);
+        cJSON *map = cJSON_AddObjectToObject(idx, "weight_map");
+        for (int k = 0; k < set->n; k++) {
+            mg_hf_weights_file(file, sizeof file, shard[k], n_shards);
+            cJSON_AddStringToObject(map, t[k].name, file);
+        }
+        char *text = cJSON_Print(idx);
+        cJSON_Delete(idx);
+        st = text ? write_text(dir, "model.safetensors.index.json", text)
+                  : MG_FAIL(MG_ERR_NOMEM, "out of memory writing the shard index");
+        free(text);
     }
     for (int k = 0; k < set->n; k++) free(conv[k]);
     free(shard), free(t), free(conv);
@@ -181,9 +189,10 @@ static mg_status write_tokenizer(const char *dir, const char *vocab, const char 
              "  \"eos_token\": \"<|endoftext|>\",\n  \"unk_token\": \"<|endoftext|>\"\n}\n",
              S);
     MG_CHECK(write_text(dir, "tokenizer_config.json", text));
-    return write_text(dir, "special_tokens_map.json",
-                      "{\n  \"bos_token\": \"<|endoftext|>\",\n  \"eos_token\": \"<|endoftext|>\",\n"
-                      "  \"unk_token\": \"<|endoftext|>\"\n}\n");
+    return write_text(
+        dir, "special_tokens_map.json",
+        "{\n  \"bos_token\": \"<|endoftext|>\",\n  \"eos_token\": \"<|endoftext|>\",\n"
+        "  \"unk_token\": \"<|endoftext|>\"\n}\n");
 }
 
 /* 1: path is a directory with entries; 0: absent or empty; -1: something else is there. */
@@ -195,7 +204,8 @@ static int dir_has_files(const char *path) {
     if (!d) return -1;
     struct dirent *e;
     int any = 0;
-    while (!any && (e = readdir(d)) != NULL) any = strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+    while (!any && (e = readdir(d)) != NULL)
+        any = strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
     closedir(d);
     return any;
 }
@@ -239,11 +249,11 @@ static mg_status to_hf(const conv_args *a, conv_state *s, const char *tmp) {
     MG_CHECK(mg_hf_export(&s->g, s->host, &s->set));
     MG_CHECK(write_weights(tmp, &s->set, bf16 ? MG_BF16 : MG_F32, a->max_shard));
     if (tokenizer) MG_CHECK(write_tokenizer(tmp, vocab, merges, s->cfg.seq_length));
-    fprintf(stderr,
-            "converted %s (iteration %" PRId64 ") to %s: %s, %d tensors, %s%s\n", a->load_dir, it,
-            a->save_dir, family, s->set.n, bf16 ? "bf16" : "fp32",
-            tokenizer ? ", GPT-2 tokenizer" : ", no tokenizer (the run had none: --vocab-file "
-                                              "and --merge-file add one)");
+    fprintf(stderr, "converted %s (iteration %" PRId64 ") to %s: %s, %d tensors, %s%s\n",
+            a->load_dir, it, a->save_dir, family, s->set.n, bf16 ? "bf16" : "fp32",
+            tokenizer ? ", GPT-2 tokenizer"
+                      : ", no tokenizer (the run had none: --vocab-file "
+                        "and --merge-file add one)");
     return MG_OK;
 }
 
@@ -256,7 +266,8 @@ int mg_cli_convert(int argc, char **argv) {
         return mg_cli_report(MG_FAIL(MG_ERR_IO,
                                      "--save-dir %s %s; give a new directory (nothing is "
                                      "overwritten)",
-                                     a.save_dir, has > 0 ? "already holds files" : "is not a directory"));
+                                     a.save_dir,
+                                     has > 0 ? "already holds files" : "is not a directory"));
     char tmp[2100];
     snprintf(tmp, sizeof tmp, "%s.tmp-%d", a.save_dir, (int)getpid());
     conv_state s;

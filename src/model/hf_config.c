@@ -19,7 +19,8 @@ static const char *gpt2_mismatch(const mg_model_config *c) {
 
 static const char *llama_mismatch(const mg_model_config *c) {
     if (c->norm != MG_NORM_RMSNORM) return "Llama uses RMSNorm, this model LayerNorm";
-    if (c->pos != MG_POS_ROPE) return "Llama uses rotary embeddings (--position-embedding-type rope)";
+    if (c->pos != MG_POS_ROPE)
+        return "Llama uses rotary embeddings (--position-embedding-type rope)";
     if (!c->swiglu) return "Llama's MLP is SwiGLU (--swiglu)";
     return NULL;
 }
@@ -74,8 +75,8 @@ mg_status mg_hf_config_json(const mg_gpt *g, const mg_config *cfg, const char *d
     if (c->pos == MG_POS_LEARNED)
         *family = "GPT2LMHeadModel", why = gpt2_mismatch(c);
     else if (c->moe.E > 0)
-        *family = "MixtralForCausalLM",
-        why = llama_mismatch(c) ? llama_mismatch(c) : mixtral_mismatch(c);
+        *family = "MixtralForCausalLM", why = llama_mismatch(c),
+        why = why ? why : mixtral_mismatch(c);
     else
         *family = "LlamaForCausalLM", why = llama_mismatch(c);
     if (why)

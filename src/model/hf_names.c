@@ -349,3 +349,10 @@ void mg_hf_export_free(mg_hf_export_set *s) {
     free(s->storage);
     memset(s, 0, sizeof *s);
 }
+
+void mg_hf_weights_file(char *out, size_t cap, int i, int n) {
+    if (n > 1)
+        snprintf(out, cap, "model-%05d-of-%05d.safetensors", i + 1, n);
+    else
+        snprintf(out, cap, "model.safetensors");
+}

@@ -5,7 +5,8 @@
  * q_proj/k_proj/v_proj, mlp.gate_proj/up_proj/down_proj) otherwise.
  * Our fused tensors are assembled from several HF tensors: QKV from [Q | K | V] rows regrouped into
  * Megatron's per-group layout (backend.h), SwiGLU's fc1 from [gate; up].
- * Exports: mg_hf_import, mg_hf_import_files, mg_hf_export, mg_hf_export_free. Needs: model/gpt,
+ * Exports: mg_hf_import, mg_hf_import_files, mg_hf_export, mg_hf_export_free,
+ * mg_hf_weights_file. Needs: model/gpt,
  * core/safetensors. */
 #ifndef MG_MODEL_HF_NAMES_H
 #define MG_MODEL_HF_NAMES_H
@@ -34,5 +35,8 @@ mg_status mg_hf_export(const mg_gpt *g, const float *params, mg_hf_export_set *o
 mg_status mg_hf_export_parts(const mg_gpt *g, const float *params, bool dense, bool experts,
                              mg_hf_export_set *out);
 void mg_hf_export_free(mg_hf_export_set *s);
+/* Hugging Face's weight file names: model.safetensors alone, else file i of n as
+ * model-0000(i+1)-of-0000n.safetensors. */
+void mg_hf_weights_file(char *out, size_t cap, int i, int n);
 
 #endif

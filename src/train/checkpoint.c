@@ -71,15 +71,6 @@ static void iter_dir(char *out, size_t cap, const char *dir, int64_t it) {
     snprintf(out, cap, "%s/iter_%07" PRId64, dir, it);
 }
 
-/* Weights file `file` of n_files (pipeline stage x expert-parallel rank): model.safetensors
- * alone, else model-00001-of-00004.safetensors (Hugging Face's shard names). */
-static void model_file(char *out, size_t cap, int file, int n_files) {
-    if (n_files > 1)
-        snprintf(out, cap, "model-%05d-of-%05d.safetensors", file + 1, n_files);
-    else
-        snprintf(out, cap, "model.safetensors");
-}
-
 /* The name MoE layer k's expert bias is stored under: its router weight's, with expert_bias for
  * weight (megatron-core's TopKRouter buffer). */
 static void bias_name(const mg_gpt *g, int k, char *out) {
@@ -107,7 +98,7 @@ static mg_status write_parts(const char *tmp, int rank, const mg_train_state *s,
         char meta[128];
         snprintf(meta, sizeof meta, "{\"format\": \"pt\", \"iteration\": \"%" PRId64 "\"}",
                  s->iteration);
-        model_file(file, sizeof file, t->stage * ep + t->ep_rank, n_stages * ep);
+        mg_hf_weights_file(file, sizeof file, t->stage * ep + t->ep_rank, n_stages * ep);
         snprintf(path, sizeof path, "%s/%s", tmp, file);
         int n_bias = t->owns[0] && t->expert_bias ? t->n_bias : 0;
         mg_st_tensor *all = calloc((size_t)(set.n + n_bias) + 1, sizeof *all);
@@ -381,7 +372,7 @@ static mg_status load_weights(const char *base, int n_files, const mg_gpt *g, fl
     int opened = 0;
     for (; st == MG_OK && opened < n_files; opened++) {
         char file[64];
-        model_file(file, sizeof file, opened, n_files);
+        mg_hf_weights_file(file, sizeof file, opened, n_files);
         snprintf(paths[opened], sizeof paths[opened], "%s/%s", base, file);
         names[opened] = paths[opened];
         if ((st = mg_safetensors_open(&sf[opened], paths[opened])) != MG_OK) break;

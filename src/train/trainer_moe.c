@@ -9,7 +9,8 @@
  * gradients then averaged over the data-parallel group: 1/D); the logged values are the mean
  * over the MoE layers and microbatches, summed over the group (then a mean). */
 static int by_offset(const void *a, const void *b) {
-    const mg_param_meta *x = *(const mg_param_meta *const *)a, *y = *(const mg_param_meta *const *)b;
+    const mg_param_meta *x = *(const mg_param_meta *const *)a;
+    const mg_param_meta *y = *(const mg_param_meta *const *)b;
     return x->offset < y->offset ? -1 : x->offset > y->offset;
 }
 

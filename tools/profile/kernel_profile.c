@@ -96,7 +96,7 @@ static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *b
         }
         case CUPTI_ACTIVITY_KIND_MEMCPY: {
             const CUpti_ActivityMemcpy6 *m = (const CUpti_ActivityMemcpy6 *)r;
-            static const char *kinds[] = {"[memcpy ?]",   "[memcpy HtoD]", "[memcpy DtoH]",
+            static const char *kinds[] = {"[memcpy ?]",    "[memcpy HtoD]", "[memcpy DtoH]",
                                           "[memcpy HtoA]", "[memcpy AtoH]", "[memcpy AtoA]",
                                           "[memcpy AtoD]", "[memcpy DtoA]", "[memcpy DtoD]",
                                           "[memcpy HtoH]", "[memcpy PtoP]"};

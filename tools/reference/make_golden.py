@@ -85,6 +85,19 @@ def megatron_lr(n):
     return MIN_LR + 0.5 * (math.cos(math.pi * ratio) + 1.0) * (MAX_LR - MIN_LR)
 
 
+def clip_and_step(name, k, params, opt):
+    """Step k of Megatron's update: global-norm clipping (which must bite, so the tests cover it),
+    then AdamW at step k's learning rate. Returns (the norm before clipping, the lr)."""
+    norm = torch.nn.utils.clip_grad_norm_(params, max_norm=CLIP_GRAD, norm_type=2.0, foreach=False)
+    if not norm.item() > CLIP_GRAD:
+        sys.exit(f"{name}: step {k} grad norm {norm.item()} does not exceed clip {CLIP_GRAD}")
+    lr = megatron_lr(k)
+    for group in opt.param_groups:
+        group["lr"] = lr
+    opt.step()
+    return norm.item(), lr
+
+
 def make_gpt2():
     cfg = GPT2Config(
         vocab_size=VOCAB, n_positions=32, n_embd=48, n_layer=2, n_head=4,
@@ -186,17 +199,9 @@ def run_model(name, model, megatron_args, num_layers):
             records.append(("loss", loss.detach().reshape(1).clone()))
             for n, p in params:
                 records.append((f"grad.{n}", p.grad.detach().clone()))
-        norm = torch.nn.utils.clip_grad_norm_(
-            [p for _, p in params], max_norm=CLIP_GRAD, norm_type=2.0, foreach=False
-        )
-        if not norm.item() > CLIP_GRAD:
-            sys.exit(f"{name}: step {k} grad norm {norm.item()} does not exceed clip {CLIP_GRAD}")
-        lr = megatron_lr(k)
-        for g in opt.param_groups:
-            g["lr"] = lr
-        opt.step()
+        norm, lr = clip_and_step(name, k, [p for _, p in params], opt)
         step_loss.append(loss.item())
-        step_norm.append(norm.item())
+        step_norm.append(norm)
         step_lr.append(lr)
 
     records.append(("step_loss", torch.tensor(step_loss, dtype=torch.float32)))

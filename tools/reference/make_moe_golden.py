@@ -635,16 +635,9 @@ def run_moe_model(name, adapter, dtype=torch.float32, write=True):
             for _, b, i in adapter.biases():
                 t = tpe[i]
                 b.add_(torch.sign(t.sum() / t.numel() - t) * spec.bias_rate)
-        norm = torch.nn.utils.clip_grad_norm_(params, max_norm=mg.CLIP_GRAD, norm_type=2.0,
-                                              foreach=False)  # fmt: skip
-        if not norm.item() > mg.CLIP_GRAD:
-            sys.exit(f"{name}: step {k} grad norm {norm.item()} does not exceed clip {mg.CLIP_GRAD}")
-        lr = mg.megatron_lr(k)
-        for g in opt.param_groups:
-            g["lr"] = lr
-        opt.step()
+        norm, lr = mg.clip_and_step(name, k, params, opt)
         step_loss.append(loss.item())
-        step_norm.append(norm.item())
+        step_norm.append(norm)
         step_lr.append(lr)
         step_margin.append(dict(STATS.margin))
 

@@ -189,6 +189,16 @@ static __device__ __forceinline__ void gg_load_tile(bf16 *s, const gg_operand &o
 
 typedef nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> gg_acc;
 
+/* The 16x16 fragment at (mn, kk) of a staged tile: K-major tiles hold rows of GG_LD_K along K,
+ * M/N-major ones rows of GG_LD_MN along M/N. */
+template <bool KMAJOR, class Frag>
+static __device__ __forceinline__ void gg_load_frag(Frag &f, const bf16 *tile, int mn, int kk) {
+    if (KMAJOR)
+        nvcuda::wmma::load_matrix_sync(f, tile + mn * GG_LD_K + kk, GG_LD_K);
+    else
+        nvcuda::wmma::load_matrix_sync(f, tile + kk * GG_LD_MN + mn, GG_LD_MN);
+}
+
 /* acc (the warp's 4x2 fragments) += A (m0.., 0..K) . B (n0.., 0..K)^T, two stages deep. Ends
  * with every cp.async complete and a barrier, so the caller may reuse the shared memory. */
 template <bool AK, bool BK>
@@ -220,21 +230,9 @@ static __device__ void gg_mainloop(bf16 *smem, const gg_operand &A, const gg_ope
             wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, LayoutA> fa[4];
             wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, LayoutB> fb[2];
 #pragma unroll
-            for (int i = 0; i < 4; i++) {
-                int m = wm * 64 + i * 16;
-                if (AK)
-                    wmma::load_matrix_sync(fa[i], sa + m * GG_LD_K + kk, GG_LD_K);
-                else
-                    wmma::load_matrix_sync(fa[i], sa + kk * GG_LD_MN + m, GG_LD_MN);
-            }
+            for (int i = 0; i < 4; i++) gg_load_frag<AK>(fa[i], sa, wm * 64 + i * 16, kk);
 #pragma unroll
-            for (int j = 0; j < 2; j++) {
-                int n = wn * 32 + j * 16;
-                if (BK)
-                    wmma::load_matrix_sync(fb[j], sb + n * GG_LD_K + kk, GG_LD_K);
-                else
-                    wmma::load_matrix_sync(fb[j], sb + kk * GG_LD_MN + n, GG_LD_MN);
-            }
+            for (int j = 0; j < 2; j++) gg_load_frag<BK>(fb[j], sb, wn * 32 + j * 16, kk);
 #pragma unroll
             for (int i = 0; i < 4; i++)
 #pragma unroll

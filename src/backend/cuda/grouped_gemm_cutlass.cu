@@ -204,36 +204,24 @@ static __global__ void __launch_bounds__(GG_FILL_THREADS)
             row_off[g] = r0;
             const void *wj = wp[g % n_w];
             check_aligned16(wj);
-            if (op == 0) { /* forward */
-                A.shape[g] = cute::make_shape(n, OC, IC);
-                A.a[g] = reinterpret_cast<const ct_bf16 *>(x + (size_t)r0 * IC);
+            /* the leading dimensions: A's (x: inp rows of IC, or dout rows of OC) and D's
+             * (forward: out rows of OC; dinp and dw: rows of IC); B's is always IC */
+            const int lda = op == 0 ? IC : OC, ldd = op == 0 ? OC : IC;
+            A.a[g] = reinterpret_cast<const ct_bf16 *>(x + (size_t)r0 * lda);
+            A.sa[g] = ld_stride<typename GG::StrideA>(lda);
+            A.sb[g] = ld_stride<typename GG::StrideB>(IC);
+            A.sc[g] = ld_stride<typename GG::StrideC>(ldd);
+            A.sd[g] = ld_stride<typename GG::StrideD>(ldd);
+            if (op != 2) { /* forward, dinp: (n rows, width ldd, depth lda) */
+                A.shape[g] = cute::make_shape(n, ldd, lda);
                 A.b[g] = reinterpret_cast<const ct_bf16 *>(wj);
                 A.c[g] = nullptr;
-                A.d[g] = reinterpret_cast<typename GG::ElemC *>((bf16 *)y + (size_t)r0 * OC);
-                A.sa[g] = ld_stride<typename GG::StrideA>(IC);
-                A.sb[g] = ld_stride<typename GG::StrideB>(IC);
-                A.sc[g] = ld_stride<typename GG::StrideC>(OC);
-                A.sd[g] = ld_stride<typename GG::StrideD>(OC);
-            } else if (op == 1) { /* dinp */
-                A.shape[g] = cute::make_shape(n, IC, OC);
-                A.a[g] = reinterpret_cast<const ct_bf16 *>(x + (size_t)r0 * OC);
-                A.b[g] = reinterpret_cast<const ct_bf16 *>(wj);
-                A.c[g] = nullptr;
-                A.d[g] = reinterpret_cast<typename GG::ElemC *>((bf16 *)y + (size_t)r0 * IC);
-                A.sa[g] = ld_stride<typename GG::StrideA>(OC);
-                A.sb[g] = ld_stride<typename GG::StrideB>(IC);
-                A.sc[g] = ld_stride<typename GG::StrideC>(IC);
-                A.sd[g] = ld_stride<typename GG::StrideD>(IC);
+                A.d[g] = reinterpret_cast<typename GG::ElemC *>((bf16 *)y + (size_t)r0 * ldd);
             } else { /* dw: no rows, no tiles */
                 A.shape[g] = n > 0 ? cute::make_shape(OC, IC, n) : cute::make_shape(0, 0, 0);
-                A.a[g] = reinterpret_cast<const ct_bf16 *>(x + (size_t)r0 * OC);
                 A.b[g] = reinterpret_cast<const ct_bf16 *>(xb + (size_t)r0 * IC);
                 A.c[g] = reinterpret_cast<const typename GG::ElemC *>(wj);
                 A.d[g] = reinterpret_cast<typename GG::ElemC *>(const_cast<void *>(wj));
-                A.sa[g] = ld_stride<typename GG::StrideA>(OC);
-                A.sb[g] = ld_stride<typename GG::StrideB>(IC);
-                A.sc[g] = ld_stride<typename GG::StrideC>(IC);
-                A.sd[g] = ld_stride<typename GG::StrideD>(IC);
             }
         }
         carry += chunk_total;

@@ -175,6 +175,23 @@ static __device__ __forceinline__ uint4 ld_ro(const bf16 *p) { /* read-only data
     return __ldg(reinterpret_cast<const uint4 *>(p));
 }
 
+/* Chunk hc of RW_TPW rows, all loads issued before any use: the lane's 8 columns
+ * hc + 256 i + 8 lane of each (zeros past H); RO: through the read-only path (rows the kernel
+ * does not write). */
+template <bool RO>
+static __device__ __forceinline__ void load_chunk(uint4 (&v)[RW_TPW][4], const bf16 *const *rows,
+                                                  int hc, int H, int lane) {
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        int h = hc + 256 * i + 8 * lane;
+#pragma unroll
+        for (int u = 0; u < RW_TPW; u++)
+            v[u][i] = h >= H ? make_uint4(0, 0, 0, 0)
+                      : RO   ? ld_ro(rows[u] + h)
+                             : *reinterpret_cast<const uint4 *>(rows[u] + h);
+    }
+}
+
 /* logits[t, e] = x[t] . w[e]: a warp takes RW_TPW tokens, lane columns 8 lane + 256 i, all of a
  * chunk's x vectors loaded before the products; each w vector serves both tokens (w stays in
  * L1). Per lane the columns in ascending order, then the warp's butterfly. */
@@ -190,13 +207,7 @@ static __global__ void __launch_bounds__(RW_WARPS * 32)
         float acc[RW_TPW][RW_EC] = {};
         for (int hc = 0; hc < H; hc += RW_CHUNK) {
             uint4 xv[RW_TPW][4];
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                int h = hc + 256 * i + 8 * lane;
-#pragma unroll
-                for (int u = 0; u < RW_TPW; u++)
-                    xv[u][i] = h < H ? ld_ro(xr[u] + h) : make_uint4(0, 0, 0, 0);
-            }
+            load_chunk<true>(xv, xr, hc, H, lane);
 #pragma unroll
             for (int i = 0; i < 4; i++) {
                 int h = hc + 256 * i + 8 * lane;
@@ -244,14 +255,7 @@ static __global__ void __launch_bounds__(RW_WARPS * 32)
     }
     for (int hc = 0; hc < H; hc += RW_CHUNK) {
         uint4 dv[RW_TPW][4];
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            int h = hc + 256 * i + 8 * lane;
-#pragma unroll
-            for (int u = 0; u < RW_TPW; u++)
-                dv[u][i] =
-                    h < H ? *reinterpret_cast<const uint4 *>(o[u] + h) : make_uint4(0, 0, 0, 0);
-        }
+        load_chunk<false>(dv, o, hc, H, lane);
 #pragma unroll
         for (int i = 0; i < 4; i++) {
             int h = hc + 256 * i + 8 * lane;
