@@ -76,6 +76,9 @@ expect_error convert_needs_its_flags 2 'needs --loader, --saver, --load-dir and 
 expect_error convert_unknown_loader 2 '--loader torch: expected megatron or hf' convert --loader torch --saver hf --load-dir a --save-dir b
 expect_error convert_hf_import_not_yet 1 'not implemented yet' convert --loader hf --saver megatron --load-dir a --save-dir "$TMP/x1"
 expect_error convert_bad_dtype 2 '--saver-dtype fp8: expected fp32 or bf16' convert --loader megatron --saver hf --load-dir a --save-dir b --saver-dtype fp8
+expect_error convert_bad_shard_size 2 '--max-shard-size expects a positive number of bytes' convert --loader megatron --saver hf --load-dir a --save-dir b --max-shard-size 5GB
+expect_error convert_vocab_without_merges 2 'give --vocab-file and --merge-file together' convert --loader megatron --saver hf --load-dir a --save-dir b --vocab-file v.json
+expect_error convert_unknown_flag 2 "unknown flag '--target-dir'" convert --loader megatron --saver hf --load-dir a --target-dir b
 expect_error convert_no_checkpoint 1 'holds no checkpoint' convert --loader megatron --saver hf --load-dir "$TMP/nothing" --save-dir "$TMP/x2"
 "$MEGATRON" train --num-layers 2 --hidden-size 64 --num-attention-heads 4 --position-embedding-type rope \
     --vocab-size 256 --make-vocab-size-divisible-by 64 --seq-length 32 --max-position-embeddings 32 \
