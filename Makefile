@@ -81,6 +81,7 @@ HAVE_OPENMP := $(shell echo 'int main(void){return 0;}' | $(CC) -fopenmp -x c - 
 BLAS_INC    := $(firstword $(foreach d,/usr/include/x86_64-linux-gnu /usr/include/openblas /usr/include,$(if $(wildcard $(d)/cblas.h),$(d))))
 HAVE_CJSON  := $(call have_hdr,cjson/cJSON.h,)
 HAVE_PCRE2  := $(call have_hdr,pcre2.h,)
+HAVE_XXHASH := $(call have_hdr,xxhash.h,)
 
 ifeq ($(HAVE_OPENMP),yes)
 OMPFLAGS := -fopenmp
@@ -107,7 +108,7 @@ NVCC_ALL := -std=c++17 $(CUDA_ARCH) $(NVCCFLAGS) --expt-relaxed-constexpr -DMG_H
 endif
 
 yn = $(if $(1),yes,no)
-BUILD_LINE := megatron.c build: cc=$(CC) nvcc=$(call yn,$(NVCC)) cublas=$(call yn,$(HAVE_CUBLAS)) cudnn=$(call yn,$(HAVE_CUDNN)) cutlass=$(call yn,$(HAVE_CUTLASS)) nccl=$(call yn,$(HAVE_NCCL)) mpi=$(call yn,$(HAVE_MPI)) openmp=$(call yn,$(HAVE_OPENMP)) openblas=$(call yn,$(BLAS_INC)) cjson=$(call yn,$(HAVE_CJSON)) pcre2=$(call yn,$(HAVE_PCRE2)) backends=cpu$(if $(HAVE_CUDA),$(comma)cuda)
+BUILD_LINE := megatron.c build: cc=$(CC) nvcc=$(call yn,$(NVCC)) cublas=$(call yn,$(HAVE_CUBLAS)) cudnn=$(call yn,$(HAVE_CUDNN)) cutlass=$(call yn,$(HAVE_CUTLASS)) nccl=$(call yn,$(HAVE_NCCL)) mpi=$(call yn,$(HAVE_MPI)) openmp=$(call yn,$(HAVE_OPENMP)) openblas=$(call yn,$(BLAS_INC)) cjson=$(call yn,$(HAVE_CJSON)) pcre2=$(call yn,$(HAVE_PCRE2)) xxhash=$(call yn,$(HAVE_XXHASH)) backends=cpu$(if $(HAVE_CUDA),$(comma)cuda)
 
 # ---- sources ----
 LIB_SRC  := $(shell find src -name '*.c' -not -path 'src/cli/*' $(if $(HAVE_CUDA),,-not -path 'src/backend/cuda/*') | sort)
@@ -128,9 +129,9 @@ all: info $(BUILD)/megatron
 
 info:
 	@echo "$(BUILD_LINE)"
-	@if [ -z "$(BLAS_INC)" ] || [ -z "$(HAVE_CJSON)" ] || [ -z "$(HAVE_PCRE2)" ]; then \
-	    echo "megatron.c needs OpenBLAS, cJSON and PCRE2 headers: run 'make deps' as root, or" \
-	         "apt-get install -y libopenblas-dev libcjson-dev libpcre2-dev" >&2; exit 1; fi
+	@if [ -z "$(BLAS_INC)" ] || [ -z "$(HAVE_CJSON)" ] || [ -z "$(HAVE_PCRE2)" ] || [ -z "$(HAVE_XXHASH)" ]; then \
+	    echo "megatron.c needs OpenBLAS, cJSON, PCRE2 and xxHash headers: run 'make deps' as root, or" \
+	         "apt-get install -y libopenblas-dev libcjson-dev libpcre2-dev libxxhash-dev" >&2; exit 1; fi
 
 deps:
 	@tools/deps.sh

@@ -16,6 +16,8 @@ has_openblas() { has_header cblas.h && ls /usr/lib/x86_64-linux-gnu/libopenblas.
 need libopenblas-dev has_openblas
 need libcjson-dev has_header cjson/cJSON.h
 need libpcre2-dev has_header pcre2.h
+# xxHash: the checkpoints' checksums (header-only use, nothing to link)
+need libxxhash-dev has_header xxhash.h
 # Open MPI: the multi-rank CPU path and tests/dist (mpirun). The build works without it.
 need libopenmpi-dev command -v mpicc
 need openmpi-bin command -v mpirun

@@ -298,13 +298,6 @@ static mg_status check_runtime(const mg_config *c) {
  * and turns it off. */
 static mg_status check_tp(mg_config *c) {
     MG_CHECK(mg_config_check_tp(c));
-    if (c->tensor_model_parallel_size > 1 && (c->save[0] || c->load[0]))
-        return MG_FAIL(MG_ERR_UNSUPPORTED,
-                       "%s with --tensor-model-parallel-size %d: checkpoints of tensor-parallel "
-                       "runs are not written or read yet (layout-independent checkpoints are "
-                       "planned); train without %s or with --tensor-model-parallel-size 1",
-                       c->save[0] ? "--save" : "--load", c->tensor_model_parallel_size,
-                       c->save[0] ? "--save" : "--load");
     if (c->sequence_parallel && c->tensor_model_parallel_size == 1) {
         mg_log_warn("disabling sequence parallelism because tensor model parallelism is disabled");
         c->sequence_parallel = false;

@@ -585,6 +585,16 @@ float *mg_gpt_moe_bias(const mg_gpt *g, int i) {
     return g->cfg.moe.expert_bias ? mg_block_ws_ptr(&g->blk, g->moe_ws.bias[i]) : NULL;
 }
 
+void mg_gpt_moe_bias_name(const mg_gpt *g, int i, char *out, size_t cap) {
+    const char *w = "";
+    for (int l = 0; l < g->n_layers; l++)
+        if (g->layers[l].moe && g->layers[l].moe->index == i)
+            w = g->params.p[g->layers[l].moe->router_w].name;
+    size_t n = strlen(w), suffix = strlen("weight");
+    if (n >= suffix) n -= suffix;
+    snprintf(out, cap, "%.*sexpert_bias", (int)n, w);
+}
+
 void mg_gpt_free(mg_gpt *g) {
     mg_params_free(&g->params);
     for (int l = 0; g->layers && l < g->n_layers; l++)

@@ -172,6 +172,10 @@ float *mg_gpt_grad(const mg_gpt *g, int index);
  * (NULL without --moe-router-enable-expert-bias). */
 float *mg_gpt_moe_load(const mg_gpt *g, int i);
 float *mg_gpt_moe_bias(const mg_gpt *g, int i);
+/* The name MoE layer i's expert bias is saved under (cap bytes): its router weight's with
+ * expert_bias for weight (megatron-core's TopKRouter buffer, decoder.layers.L.mlp.router.
+ * expert_bias, global layer numbers). */
+void mg_gpt_moe_bias_name(const mg_gpt *g, int i, char *out, size_t cap);
 /* The token dispatch's static sizes for N tokens per microbatch (model/moe.h's plan): rows of
  * one rank's permuted pairs, rows its experts may receive, tokens kept per expert (0: dropless).
  * For `megatron plan`; the model need not be planned. */

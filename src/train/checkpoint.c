@@ -4,12 +4,13 @@
 #include "core/file.h"
 #include "core/flags.h"
 #include "core/safetensors.h"
-#include "model/hf_names.h"
-#include "train/checkpoint_optim.h"
+#include "train/checkpoint_store.h"
+#include "train/checkpoint_v1.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,7 +43,7 @@ static mg_status write_text_atomic(const char *path, const char *text) {
 }
 
 static mg_status write_state(const char *path, const mg_train_state *s, const mg_config *cfg,
-                             int n_shards, int n_stages, int n_files) {
+                             const mg_checkpoint_tensors *t) {
     char *config_json = NULL;
     MG_CHECK(mg_config_to_json(cfg, &config_json));
     size_t cap = strlen(config_json) + 1024;
@@ -52,15 +53,16 @@ static mg_status write_state(const char *path, const mg_train_state *s, const mg
         return MG_FAIL(MG_ERR_NOMEM, "cannot allocate the checkpoint state");
     }
     snprintf(text, cap,
-             "{\n  \"format\": \"megatron.c checkpoint\", \"version\": 1,\n"
+             "{\n  \"format\": \"megatron.c checkpoint\", \"version\": 2,\n"
              "  \"iteration\": %" PRId64 ",\n  \"consumed_train_samples\": %" PRId64 ",\n"
              "  \"consumed_valid_samples\": %" PRId64 ",\n  \"lr_num_steps\": %" PRId64 ",\n"
-             "  \"optimizer_step\": %" PRId64 ",\n  \"optimizer_shards\": %d,\n"
-             "  \"pipeline_stages\": %d,\n  \"model_files\": %d,\n"
+             "  \"optimizer_step\": %" PRId64 ",\n  \"optimizer\": %s,\n"
+             "  \"layout\": {\"tensor\": %d, \"pipeline\": %d, \"data\": %d},\n"
              "  \"rng\": {\"generator\": \"philox4x32-10\", \"seed\": %" PRId64 "},\n"
              "  \"config\": %s\n}\n",
              s->iteration, s->consumed_train_samples, s->consumed_valid_samples, s->lr_num_steps,
-             s->optimizer_step, n_shards, n_stages, n_files, cfg->seed, config_json);
+             s->optimizer_step, t->optimizer ? "true" : "false", t->tp_size, t->n_stages,
+             t->dp_size, cfg->seed, config_json);
     free(config_json);
     mg_status st = write_text_atomic(path, text);
     free(text);
@@ -71,96 +73,131 @@ static void iter_dir(char *out, size_t cap, const char *dir, int64_t it) {
     snprintf(out, cap, "%s/iter_%07" PRId64, dir, it);
 }
 
-/* The name MoE layer k's expert bias is stored under: its router weight's, with expert_bias for
- * weight (megatron-core's TopKRouter buffer). */
-static void bias_name(const mg_gpt *g, int k, char *out) {
-    const char *w = "";
-    for (int l = 0; l < g->n_layers; l++)
-        if (g->layers[l].moe && g->layers[l].moe->index == k)
-            w = g->params.p[g->layers[l].moe->router_w].name;
-    size_t n = strlen(w), suffix = strlen("weight");
-    if (n >= suffix) n -= suffix;
-    snprintf(out, MG_ST_NAME_CAP, "%.*sexpert_bias", (int)n, w);
+/* Fault injection for the crash-safety tests, at the named point of a save: MG_FAULT_CHECKPOINT
+ * "after-model" fails there as a full disk would; "kill-<point>" dies there as kill -9 would. */
+static mg_status fault(const char *point, const char *tmp) {
+    const char *f = mg_env_str("MG_FAULT_CHECKPOINT", "");
+    if (!strncmp(f, "kill-", 5) && !strcmp(f + 5, point)) raise(SIGKILL);
+    if (strcmp(f, point) || strcmp(point, "after-model")) return MG_OK;
+    return MG_FAIL(MG_ERR_IO,
+                   "cannot write the optimizer state in %s: injected fault "
+                   "(MG_FAULT_CHECKPOINT=after-model)",
+                   tmp);
 }
 
-/* This rank's files of the checkpoint, into tmp: data-parallel rank 0 of each pipeline stage the
- * stage's weights and whole optimizer file (unsharded), the first stage's also the state; every
- * rank its optimizer shard. */
-static mg_status write_parts(const char *tmp, int rank, const mg_train_state *s,
-                             const mg_config *cfg, const mg_gpt *g,
-                             const mg_checkpoint_tensors *t) {
-    char path[2200], file[64];
-    mg_status st = MG_OK;
-    mg_hf_export_set set;
-    const int n_stages = t->n_stages > 1 ? t->n_stages : 1, ep = t->ep_size > 1 ? t->ep_size : 1;
-    if ((t->owns[0] || t->owns[1]) &&
-        (st = mg_hf_export_parts(g, t->params, t->owns[0], t->owns[1], &set)) == MG_OK) {
-        char meta[128];
-        snprintf(meta, sizeof meta, "{\"format\": \"pt\", \"iteration\": \"%" PRId64 "\"}",
-                 s->iteration);
-        mg_hf_weights_file(file, sizeof file, t->stage * ep + t->ep_rank, n_stages * ep);
-        snprintf(path, sizeof path, "%s/%s", tmp, file);
-        int n_bias = t->owns[0] && t->expert_bias ? t->n_bias : 0;
-        mg_st_tensor *all = calloc((size_t)(set.n + n_bias) + 1, sizeof *all);
-        char(*names)[MG_ST_NAME_CAP] = calloc((size_t)n_bias + 1, sizeof *names);
-        if (!all || !names) st = MG_FAIL(MG_ERR_NOMEM, "out of memory writing %s", path);
-        for (int k = 0; st == MG_OK && k < set.n; k++) all[k] = set.tensors[k];
-        for (int k = 0; st == MG_OK && k < n_bias; k++) {
-            bias_name(g, k, names[k]);
-            all[set.n + k] = (mg_st_tensor){.name = names[k],
-                                            .dtype = MG_F32,
-                                            .ndim = 1,
-                                            .shape = {t->n_experts},
-                                            .data = t->expert_bias + (size_t)k * t->n_experts};
-        }
-        if (st == MG_OK) st = mg_safetensors_write(path, all, set.n + n_bias, meta);
-        free(all);
-        free(names);
-        mg_hf_export_free(&set);
+/* The name a parameter is saved under: a pipeline stage's copy of the tied embedding has the
+ * embedding's (the first stage writes it; every copy reads it). */
+static const char *ckpt_name(const mg_param_meta *p) {
+    return p->shared ? "embedding.word_embeddings.weight" : p->name;
+}
+
+/* Whether this rank writes parameter p's weights (moments: false) or moments (true). */
+static bool writes(const mg_checkpoint_tensors *t, const mg_param_meta *p, bool moments) {
+    const int k = p->expert ? 1 : 0;
+    const bool mine = t->owns[k] || (moments && t->sharded[k]);
+    return mine && !p->shared && (p->tp_split_dim >= 0 || t->tp_rank == 0);
+}
+
+/* The pieces one rank writes or reads: names and the expert biases' metadata stay alive with it. */
+typedef struct {
+    mg_ckpt_piece *p;
+    char (*names)[MG_ST_NAME_CAP];
+    mg_param_meta bias; /* an expert bias: E values, whole on every rank */
+    int n;
+} piece_list;
+
+static void piece_list_free(piece_list *l) {
+    free(l->p);
+    free(l->names);
+}
+
+static void add(piece_list *l, const char *prefix, const char *name, const mg_param_meta *m,
+                int64_t a, int64_t b, float *data) {
+    char *nm = l->names[l->n];
+    snprintf(nm, MG_ST_NAME_CAP, "%s%s", prefix, name);
+    l->p[l->n++] = (mg_ckpt_piece){nm, m, a, b, data};
+}
+
+/* Every piece of this rank's state (t), or those it writes (writing). */
+static mg_status list_pieces(const mg_gpt *g, const mg_checkpoint_tensors *t, const float *params,
+                             bool optimizer, bool writing, piece_list *l) {
+    const int cap = g->params.n + 2 * (optimizer ? t->n_pieces : 0) + t->n_bias + 1;
+    memset(l, 0, sizeof *l);
+    l->p = calloc((size_t)cap, sizeof *l->p);
+    l->names = calloc((size_t)cap, sizeof *l->names);
+    if (!l->p || !l->names) return MG_FAIL(MG_ERR_NOMEM, "out of memory listing the checkpoint");
+    for (int i = 0; i < g->params.n; i++) {
+        const mg_param_meta *p = &g->params.p[i];
+        if (!writing || writes(t, p, false))
+            add(l, "", ckpt_name(p), p, 0, p->numel, (float *)params + p->offset);
     }
-    /* fault injection for the crash-safety test: fail as a full disk would, mid-checkpoint */
-    if (st == MG_OK && strcmp(mg_env_str("MG_FAULT_CHECKPOINT", ""), "after-model") == 0)
-        st = MG_FAIL(MG_ERR_IO,
-                     "cannot write the optimizer state in %s: injected fault "
-                     "(MG_FAULT_CHECKPOINT=after-model)",
-                     tmp);
-    if (st == MG_OK && (rank == 0 || t->n_shards > 0)) {
-        mg_checkpoint_optim_name(file, sizeof file, t->stage, n_stages, rank, t->n_shards);
-        snprintf(path, sizeof path, "%s/%s", tmp, file);
-        st = mg_checkpoint_optim_write(path, g, t, rank);
+    for (int i = 0; optimizer && i < t->n_pieces; i++) {
+        const mg_optim_piece *pc = &t->pieces[i];
+        const mg_param_meta *p = &g->params.p[pc->index];
+        if (writing && !writes(t, p, true)) continue;
+        add(l, "optimizer.exp_avg.", ckpt_name(p), p, pc->param_start, pc->param_end,
+            t->exp_avg + pc->local);
+        add(l, "optimizer.exp_avg_sq.", ckpt_name(p), p, pc->param_start, pc->param_end,
+            t->exp_avg_sq + pc->local);
     }
-    if (st == MG_OK && rank == 0 && t->stage == 0) {
-        snprintf(path, sizeof path, "%s/state.json", tmp);
-        st = write_state(path, s, cfg, t->n_shards, n_stages, n_stages * ep);
+    l->bias = (mg_param_meta){.ndim = 1,
+                              .shape = {t->n_experts},
+                              .global_shape = {t->n_experts},
+                              .numel = t->n_experts,
+                              .tp_split_dim = -1};
+    const bool biases = t->expert_bias && (!writing || (t->owns[0] && t->tp_rank == 0));
+    for (int k = 0; biases && k < t->n_bias; k++) {
+        char name[MG_ST_NAME_CAP];
+        mg_gpt_moe_bias_name(g, k, name, sizeof name);
+        add(l, "", name, &l->bias, 0, t->n_experts, t->expert_bias + (size_t)k * t->n_experts);
     }
-    if (st == MG_OK) st = fsync_path(tmp);
+    return MG_OK;
+}
+
+/* This rank's file of the checkpoint (and, from rank 0, the state), into tmp. */
+static mg_status write_parts(const char *tmp, int id, const mg_train_state *s, const mg_config *cfg,
+                             const mg_gpt *g, const mg_checkpoint_tensors *t) {
+    piece_list l;
+    mg_status st = list_pieces(g, t, t->params, t->optimizer, true, &l);
+    if (st == MG_OK) st = mg_ckpt_store_write(tmp, id, l.p, l.n);
+    piece_list_free(&l);
+    if (st == MG_OK) st = fault("after-model", tmp);
+    char path[2200];
+    snprintf(path, sizeof path, "%s/state.json", tmp);
+    if (st == MG_OK && id == 0) st = write_state(path, s, cfg, t);
     return st;
 }
 
-/* Every member of the data-parallel and pipeline groups learns whether all wrote their part
- * (MPI: host memory): the maximum over dp, then over pp, is the maximum over both. */
-static mg_status agree(mg_comm *dp, mg_comm *pp, mg_status mine, bool *all_ok) {
+/* Every member of the groups learns the worst of their statuses (MPI: host memory): the maximum
+ * over tp, then pp, then dp is the maximum over the grid they span. */
+static mg_status agree(const mg_checkpoint_groups *gr, mg_status mine, bool *all_ok) {
     int32_t bad = mine != MG_OK;
-    if (dp) MG_CHECK(mg_comm_all_reduce(dp, &bad, &bad, 1, MG_I32, MG_REDUCE_MAX, NULL));
-    if (pp) MG_CHECK(mg_comm_all_reduce(pp, &bad, &bad, 1, MG_I32, MG_REDUCE_MAX, NULL));
+    mg_comm *order[3] = {gr ? gr->tp : NULL, gr ? gr->pp : NULL, gr ? gr->dp : NULL};
+    for (int i = 0; i < 3; i++)
+        if (order[i])
+            MG_CHECK(mg_comm_all_reduce(order[i], &bad, &bad, 1, MG_I32, MG_REDUCE_MAX, NULL));
     *all_ok = !bad;
     return MG_OK;
 }
 
-/* Rank 0: iter_N.tmp becomes iter_N (an older one of the same iteration is replaced only now),
- * then the tracker names it. */
-static mg_status commit(const char *dir, const char *tmp, const char *final, int64_t it) {
+/* Rank 0: the index, then iter_N.tmp becomes iter_N (an older one of the same iteration is
+ * replaced only now), then the tracker names it. */
+static mg_status commit(const char *dir, const char *tmp, const char *final, int64_t it,
+                        int n_ids) {
     char old[2100], path[2200];
+    MG_CHECK(mg_ckpt_store_index(tmp, n_ids));
+    MG_CHECK(fsync_path(tmp));
+    MG_CHECK(fault("before-rename", tmp));
     snprintf(old, sizeof old, "%s.old-%d", final, (int)getpid());
     bool had_old = rename(final, old) == 0;
     if (rename(tmp, final) != 0) {
         int e = errno;
         if (had_old) rename(old, final);
-        mg_file_remove_dir(tmp);
         return MG_FAIL(MG_ERR_IO, "cannot rename %s to %s: %s", tmp, final, strerror(e));
     }
     if (had_old) mg_file_remove_dir(old);
     MG_CHECK(fsync_path(dir));
+    MG_CHECK(fault("before-tracker", tmp));
     char text[32];
     snprintf(text, sizeof text, "%" PRId64 "\n", it);
     snprintf(path, sizeof path, "%s/%s", dir, TRACKER);
@@ -168,27 +205,30 @@ static mg_status commit(const char *dir, const char *tmp, const char *final, int
 }
 
 mg_status mg_checkpoint_save(const char *dir, const mg_train_state *s, const mg_config *cfg,
-                             const mg_gpt *g, const mg_checkpoint_tensors *t, mg_comm *dp,
-                             mg_comm *pp) {
-    const int rank = dp ? mg_comm_rank(dp) : 0;
-    const bool first = rank == 0 && t->stage == 0; /* the world's rank 0 */
+                             const mg_gpt *g, const mg_checkpoint_tensors *t,
+                             const mg_checkpoint_groups *gr) {
+    const int T = t->tp_size > 1 ? t->tp_size : 1, D = t->dp_size > 1 ? t->dp_size : 1;
+    const int P = t->n_stages > 1 ? t->n_stages : 1;
+    const int id = t->tp_rank + T * (t->dp_rank + D * t->stage), n_ids = T * D * P;
+    const bool first = id == 0; /* the world's rank 0 */
     char final[2048], tmp[2100];
     iter_dir(final, sizeof final, dir, s->iteration);
-    /* rank 0 makes the temporary directory; its PID names it for everyone (over the pipeline
-     * group of data-parallel rank 0, then over each data-parallel group) */
-    int64_t id = getpid();
+    /* rank 0 makes the temporary directory; its PID names it for everyone (over its
+     * tensor-parallel group, then the pipeline groups of those, then every data-parallel group) */
+    int64_t pid = getpid();
     if (first) {
         MG_CHECK(make_dir(dir));
-        snprintf(tmp, sizeof tmp, "%s.tmp-%" PRId64, final, id);
+        snprintf(tmp, sizeof tmp, "%s.tmp-%" PRId64, final, pid);
         mg_file_remove_dir(tmp);
         MG_CHECK(make_dir(tmp));
     }
-    if (pp) MG_CHECK(mg_comm_broadcast(pp, &id, 1, MG_I64, 0, NULL));
-    if (dp) MG_CHECK(mg_comm_broadcast(dp, &id, 1, MG_I64, 0, NULL));
-    snprintf(tmp, sizeof tmp, "%s.tmp-%" PRId64, final, id);
-    mg_status st = write_parts(tmp, rank, s, cfg, g, t);
+    mg_comm *order[3] = {gr ? gr->tp : NULL, gr ? gr->pp : NULL, gr ? gr->dp : NULL};
+    for (int i = 0; i < 3; i++)
+        if (order[i]) MG_CHECK(mg_comm_broadcast(order[i], &pid, 1, MG_I64, 0, NULL));
+    snprintf(tmp, sizeof tmp, "%s.tmp-%" PRId64, final, pid);
+    mg_status st = write_parts(tmp, id, s, cfg, g, t);
     bool all_ok;
-    MG_CHECK(agree(dp, pp, st, &all_ok)); /* keeps this rank's error message when it succeeds */
+    MG_CHECK(agree(gr, st, &all_ok)); /* keeps this rank's error message when it succeeds */
     if (!all_ok) {
         if (first) mg_file_remove_dir(tmp);
         if (st == MG_OK)
@@ -199,11 +239,25 @@ mg_status mg_checkpoint_save(const char *dir, const mg_train_state *s, const mg_
         mg_error_frame(__func__, __FILE__, __LINE__, "writing the checkpoint");
         return st;
     }
-    if (first) st = commit(dir, tmp, final, s->iteration);
-    /* nobody returns before rank 0 has committed (or failed, which its peers then hear) */
-    if (pp && st == MG_OK) st = mg_comm_barrier(pp, NULL);
-    if (dp && st == MG_OK) st = mg_comm_barrier(dp, NULL);
+    if (first) {
+        st = commit(dir, tmp, final, s->iteration, n_ids);
+        if (st != MG_OK) mg_file_remove_dir(tmp);
+    }
+    /* nobody returns before rank 0 has committed, and everyone hears whether it could */
+    MG_CHECK(agree(gr, st, &all_ok));
+    if (!all_ok && st == MG_OK)
+        return MG_FAIL(MG_ERR_IO,
+                       "checkpoint %s not saved: rank 0 could not commit it (its own "
+                       "error says why)",
+                       final);
     return st;
+}
+
+mg_status mg_checkpoint_save_weights(const char *dir, const mg_config *cfg, const mg_gpt *g,
+                                     const float *params) {
+    const mg_train_state s = {0};
+    const mg_checkpoint_tensors t = {.params = (float *)params, .owns = {true, true}};
+    return mg_checkpoint_save(dir, &s, cfg, g, &t, NULL);
 }
 
 mg_status mg_checkpoint_latest(const char *dir, int64_t *iteration) {
@@ -299,27 +353,45 @@ static mg_status json_stages(const cJSON *root, const char *path, int *n_stages,
     return MG_OK;
 }
 
+/* The saved state: counters, and the format (version 1: its stage and file counts). */
+typedef struct {
+    int version, n_shards, n_stages, n_files;
+    bool optimizer;
+} saved_format;
+
 static mg_status load_state(const char *path, mg_train_state *s, const mg_config *cfg,
-                            int *n_shards, int *n_stages, int *n_files) {
+                            saved_format *f) {
     cJSON *root = NULL;
     MG_CHECK(parse_state(path, &root));
-    mg_status st = json_i64(root, "iteration", path, &s->iteration);
+    int64_t version = 1, shards = 0;
+    mg_status st = MG_OK;
+    if (cJSON_GetObjectItemCaseSensitive(root, "version"))
+        st = json_i64(root, "version", path, &version);
+    if (st == MG_OK && version != 1 && version != 2)
+        st =
+            MG_FAIL(MG_ERR_FORMAT,
+                    "%s: checkpoint format version %" PRId64 " is newer than this megatron.c reads "
+                    "(1 and 2); use a newer build",
+                    path, version);
+    if (st == MG_OK) st = json_i64(root, "iteration", path, &s->iteration);
     if (st == MG_OK)
         st = json_i64(root, "consumed_train_samples", path, &s->consumed_train_samples);
     if (st == MG_OK)
         st = json_i64(root, "consumed_valid_samples", path, &s->consumed_valid_samples);
     if (st == MG_OK) st = json_i64(root, "lr_num_steps", path, &s->lr_num_steps);
     if (st == MG_OK) st = json_i64(root, "optimizer_step", path, &s->optimizer_step);
-    /* absent before the distributed optimizer: one whole file */
-    int64_t shards = 0;
-    if (st == MG_OK && cJSON_GetObjectItemCaseSensitive(root, "optimizer_shards"))
+    f->version = (int)version;
+    f->optimizer =
+        version == 1 || cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(root, "optimizer"));
+    /* version 1: absent before the distributed optimizer (one whole file) */
+    if (st == MG_OK && version == 1 && cJSON_GetObjectItemCaseSensitive(root, "optimizer_shards"))
         st = json_i64(root, "optimizer_shards", path, &shards);
     if (st == MG_OK && (shards < 0 || shards > 1 << 20))
         st = MG_FAIL(MG_ERR_FORMAT, "%s: optimizer_shards %" PRId64 " is out of range", path,
                      shards);
-    *n_shards = (int)shards;
-    if (st == MG_OK) st = json_stages(root, path, n_stages, n_files);
-    if (st == MG_OK) {
+    f->n_shards = (int)shards;
+    if (st == MG_OK && version == 1) st = json_stages(root, path, &f->n_stages, &f->n_files);
+    if (st == MG_OK && cfg) {
         mg_config saved;
         st = saved_config(root, path, &saved);
         if (st == MG_OK) st = check_same_model(&saved, cfg, path);
@@ -338,77 +410,51 @@ mg_status mg_checkpoint_load_config(const char *dir, int64_t it, mg_config *cfg)
     return st;
 }
 
-/* This stage's expert biases (t->expert_bias) from whichever of the n files holds them. */
-static mg_status load_biases(const mg_safetensors *sf, const char (*paths)[2200], int n,
-                             const mg_gpt *g, mg_checkpoint_tensors *t) {
-    for (int k = 0; t->expert_bias && k < t->n_bias; k++) {
-        char name[MG_ST_NAME_CAP];
-        bias_name(g, k, name);
-        const mg_st_entry *e = NULL;
-        int f = 0;
-        for (; f < n && !e; f++) e = mg_safetensors_find(&sf[f], name);
-        if (!e)
-            return MG_FAIL(MG_ERR_FORMAT,
-                           "%s: the checkpoint has no '%s' (saved without "
-                           "--moe-router-enable-expert-bias?)",
-                           paths[0], name);
-        if (e->dtype != MG_F32 || e->nbytes != (size_t)t->n_experts * sizeof(float))
-            return MG_FAIL(MG_ERR_FORMAT, "%s: '%s' should be %d fp32 values", paths[f - 1], name,
-                           t->n_experts);
-        memcpy(t->expert_bias + (size_t)k * t->n_experts, e->data, e->nbytes);
-    }
-    return MG_OK;
-}
-
-/* The weights this model needs from the n_stages model files of iteration directory base
- * (each file holds its own tensors: any layout reads any other's), and t's expert biases (t may
- * be NULL: the weights alone). */
-static mg_status load_weights(const char *base, int n_files, const mg_gpt *g, float *params,
-                              mg_checkpoint_tensors *t) {
-    mg_safetensors *sf = calloc((size_t)n_files, sizeof *sf);
-    char(*paths)[2200] = calloc((size_t)n_files, sizeof *paths);
-    const char **names = calloc((size_t)n_files, sizeof *names);
-    mg_status st = sf && paths && names ? MG_OK : MG_FAIL(MG_ERR_NOMEM, "out of memory");
-    int opened = 0;
-    for (; st == MG_OK && opened < n_files; opened++) {
-        char file[64];
-        mg_hf_weights_file(file, sizeof file, opened, n_files);
-        snprintf(paths[opened], sizeof paths[opened], "%s/%s", base, file);
-        names[opened] = paths[opened];
-        if ((st = mg_safetensors_open(&sf[opened], paths[opened])) != MG_OK) break;
-    }
-    if (st == MG_OK) st = mg_hf_import_files(g, sf, names, n_files, params);
-    if (st == MG_OK && t) st = load_biases(sf, (const char(*)[2200])paths, n_files, g, t);
-    for (int k = 0; k < opened; k++) mg_safetensors_close(&sf[k]);
-    free(sf);
-    free(paths);
-    free(names);
+/* Version 2: the pieces of this rank's state from the store of iteration directory base. */
+static mg_status load_store(const char *base, const mg_gpt *g, float *params, bool optimizer,
+                            mg_checkpoint_tensors *t) {
+    const mg_checkpoint_tensors none = {0};
+    piece_list l;
+    mg_ckpt_store *store = NULL;
+    mg_status st = mg_ckpt_store_open(base, &store);
+    if (st == MG_OK)
+        st = list_pieces(g, t ? t : &none, params, optimizer, false, &l);
+    else
+        memset(&l, 0, sizeof l);
+    for (int i = 0; st == MG_OK && i < l.n; i++) st = mg_ckpt_store_read(store, &l.p[i]);
+    piece_list_free(&l);
+    mg_ckpt_store_close(store);
     return st;
 }
 
-mg_status mg_checkpoint_load_weights(const char *dir, int64_t it, const mg_gpt *g, float *params) {
-    char base[2048], path[2200];
-    iter_dir(base, sizeof base, dir, it);
+/* The state of iteration directory base (s: NULL for the weights alone). */
+static mg_status load_iteration(const char *base, mg_train_state *s, const mg_config *cfg,
+                                const mg_gpt *g, float *params, mg_checkpoint_tensors *t) {
+    char path[2200];
     snprintf(path, sizeof path, "%s/state.json", base);
-    cJSON *root = NULL;
-    int n_stages = 1, n_files = 1;
-    MG_CHECK(parse_state(path, &root));
-    mg_status st = json_stages(root, path, &n_stages, &n_files);
-    cJSON_Delete(root);
-    MG_CHECK(st);
-    return load_weights(base, n_files, g, params, NULL);
+    mg_train_state ignored;
+    saved_format f = {.n_stages = 1, .n_files = 1};
+    MG_CHECK(load_state(path, s ? s : &ignored, cfg, &f));
+    if (t) t->optimizer = f.optimizer;
+    if (f.version == 1)
+        return mg_checkpoint_v1_load(base, f.n_stages, f.n_files, f.n_shards, g, params, t);
+    return load_store(base, g, params, f.optimizer && t, t);
+}
+
+mg_status mg_checkpoint_load_weights(const char *dir, int64_t it, const mg_gpt *g, float *params) {
+    char base[2048];
+    iter_dir(base, sizeof base, dir, it);
+    return load_iteration(base, NULL, NULL, g, params, NULL);
 }
 
 mg_status mg_checkpoint_load(const char *dir, int64_t it, mg_train_state *s, const mg_config *cfg,
                              const mg_gpt *g, mg_checkpoint_tensors *t) {
-    char base[2048], path[2200];
+    char base[2048];
     iter_dir(base, sizeof base, dir, it);
-    snprintf(path, sizeof path, "%s/state.json", base);
-    int n_shards = 0, n_stages = 1, n_files = 1;
-    MG_CHECK(load_state(path, s, cfg, &n_shards, &n_stages, &n_files));
+    MG_CHECK(load_iteration(base, s, cfg, g, t->params, t));
     if (s->iteration != it)
-        return MG_FAIL(MG_ERR_FORMAT, "%s: iteration %" PRId64 " does not match the directory name",
-                       path, s->iteration);
-    MG_CHECK(load_weights(base, n_files, g, t->params, t));
-    return mg_checkpoint_optim_load(base, n_stages, n_shards, g, t);
+        return MG_FAIL(MG_ERR_FORMAT,
+                       "%s/state.json: iteration %" PRId64 " does not match the directory name",
+                       base, s->iteration);
+    return MG_OK;
 }

@@ -217,8 +217,10 @@ mg_status mg_trainer_get_weights(mg_trainer *t, float *host) {
         float *dst = host + t->bufs.b[b].base, *src = t->master + o->buf_local[b];
         /* sharded fp32 masters: every rank's shards, gathered; unsharded, the buffer's local
          * coordinates are its own */
-        if (o->buf_sharded[b]) MG_CHECK(mg_ddp_gather_shards_f32(&t->ddp[b], src, dst));
-        else MG_CHECK(be->copy_d2h(be, dst, src, o->buf_numel[b] * sizeof(float)));
+        if (o->buf_sharded[b])
+            MG_CHECK(mg_ddp_gather_shards_f32(&t->ddp[b], src, dst));
+        else
+            MG_CHECK(be->copy_d2h(be, dst, src, o->buf_numel[b] * sizeof(float)));
     }
     return MG_OK;
 }
@@ -250,13 +252,13 @@ static mg_status alloc_host_state(const mg_trainer *t, mg_checkpoint_tensors *h)
     h->exp_avg_sq = calloc(m ? m : 1, sizeof(float));
     h->pieces = t->opt.pieces;
     h->n_pieces = t->opt.n_pieces;
-    /* the distributed optimizer's ranks each write their shard (one of D files), and so do the
-     * expert-parallel ranks (the moments of their own experts) */
-    h->n_shards = t->cfg.use_distributed_optimizer || t->ep_size > 1 ? t->dp_size : 0;
+    h->optimizer = true;
     h->stage = t->pp_rank;
     h->n_stages = t->pp_size;
-    h->ep_rank = t->ep_rank;
-    h->ep_size = t->ep_size;
+    h->tp_rank = t->tp_rank;
+    h->tp_size = t->tp_size;
+    h->dp_rank = t->dp_rank;
+    h->dp_size = t->dp_size;
     h->owns[0] = t->dp_rank == 0;
     h->owns[1] = t->edp_rank == 0;
     for (int b = 0; b < t->bufs.n; b++) h->sharded[t->bufs.b[b].expert] = t->opt.buf_sharded[b];
@@ -312,6 +314,9 @@ static mg_status load_or_init(mg_trainer *t) {
             t->opt.step = t->state.optimizer_step;
             t->lr.num_steps = t->state.lr_num_steps;
             mg_log_info("> loaded checkpoint from %s at iteration %" PRId64, c->load, it);
+            if (!h.optimizer)
+                mg_log_info("> the checkpoint holds no optimizer state: Adam starts from zero "
+                            "moments");
         }
     } else if (st == MG_OK) {
         mg_params_init(&t->model.params, (uint64_t)c->seed, h.params);
@@ -520,8 +525,8 @@ mg_status mg_trainer_init_groups(mg_trainer *t, const mg_config *cfg, const mg_t
                        "should be the data-parallel size %d",
                        t->edp_size, t->ep_size, t->dp_size);
     MG_CHECK(mg_gpt_build_ep(&t->model, c, t->tp_rank, t->pp_rank, t->ep_rank));
-    MG_CHECK(mg_train_buffers_build(&t->model.params, c, t->dp_size, t->edp_size, t->pp_rank,
-                                    &t->bufs));
+    MG_CHECK(
+        mg_train_buffers_build(&t->model.params, c, t->dp_size, t->edp_size, t->pp_rank, &t->bufs));
     MG_CHECK(mg_lr_schedule_init(&t->lr, c));
     MG_CHECK(set_batch_shape(t));
     MG_CHECK(plan_schedule(t));
@@ -767,9 +772,10 @@ mg_status mg_trainer_save(mg_trainer *t) {
     if (st == MG_OK) st = be->copy_d2h(be, h.exp_avg, t->opt.m, m * sizeof(float));
     if (st == MG_OK) st = be->copy_d2h(be, h.exp_avg_sq, t->opt.v, m * sizeof(float));
     if (st == MG_OK) st = copy_biases(t, &h, true);
-    /* every member calls it: rank 0 writes the shared parts, each rank its optimizer shard */
+    /* every rank calls it: each writes the pieces it holds alone or first */
+    const mg_checkpoint_groups groups = {t->dp, t->pp, t->tp};
     if (st == MG_OK)
-        st = mg_checkpoint_save(t->cfg.save, &t->state, &t->cfg, &t->model, &h, t->dp, t->pp);
+        st = mg_checkpoint_save(t->cfg.save, &t->state, &t->cfg, &t->model, &h, &groups);
     free_host_state(&h);
     if (st == MG_OK)
         mg_log_info("  successfully saved checkpoint from iteration %7" PRId64 " to %s",

@@ -32,9 +32,6 @@ expect_error flags_tp_needs_ranks 2 \
 expect_error flags_tp_heads 2 \
     "num_attention_heads \(4\) must be a multiple of tensor_model_parallel_size \(3\)" \
     train "${MODEL[@]}" "${RUN[@]}" --tensor-model-parallel-size 3
-expect_error flags_tp_checkpoint 1 \
-    "--load with --tensor-model-parallel-size 2: checkpoints of tensor-parallel runs are not" \
-    train "${MODEL[@]}" "${RUN[@]}" --tensor-model-parallel-size 2 --load /nonexistent
 expect_error flags_pp_world 2 \
     "world size 1 is not divisible by tensor \(1\) x pipeline \(2\) x context \(1\) = 2" \
     train "${MODEL[@]}" "${RUN[@]}" --pipeline-model-parallel-size 2

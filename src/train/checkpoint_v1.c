@@ -1,8 +1,8 @@
-/* Optimizer files of a checkpoint: this rank's pieces out, any file set's pieces in (format in
- * train/checkpoint.h). */
-#include "train/checkpoint_optim.h"
+/* Reading checkpoints of format version 1 (train/checkpoint_v1.h). */
+#include "train/checkpoint_v1.h"
 
 #include "core/safetensors.h"
+#include "model/hf_names.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -11,11 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-
 static const char *const MOMENT[2] = {"exp_avg", "exp_avg_sq"};
 
-void mg_checkpoint_optim_name(char *out, size_t cap, int stage, int n_stages, int shard,
-                              int n_shards) {
+static void optim_name(char *out, size_t cap, int stage, int n_stages, int shard, int n_shards) {
     char pp[32] = "";
     if (n_stages > 1) snprintf(pp, sizeof pp, "-pp%03d", stage);
     if (n_shards == 0)
@@ -28,75 +26,6 @@ void mg_checkpoint_optim_name(char *out, size_t cap, int stage, int n_stages, in
  * embedding has the embedding's (the first stage writes them; every copy reads them). */
 static const char *ckpt_name(const mg_param_meta *p) {
     return p->shared ? "embedding.word_embeddings.weight" : p->name;
-}
-
-/* Whether this rank writes the piece's moments (checkpoint.h: owns, sharded). */
-static bool writes(const mg_checkpoint_tensors *t, const mg_param_meta *p) {
-    int k = p->expert ? 1 : 0;
-    return !p->shared && (t->owns[k] || t->sharded[k]);
-}
-
-static bool whole(const mg_optim_piece *pc, const mg_param_meta *p) {
-    return pc->param_start == 0 && pc->param_end == p->numel;
-}
-
-/* The shard file's __metadata__: its place, and "<name>": "a:b" for every piece. */
-static mg_status shard_metadata(const mg_gpt *g, const mg_checkpoint_tensors *t, int shard,
-                                char **out) {
-    cJSON *m = cJSON_CreateObject();
-    char v[64];
-    bool ok = m && cJSON_AddStringToObject(m, "format", "megatron.c optimizer shard");
-    snprintf(v, sizeof v, "%d", shard + 1);
-    ok = ok && cJSON_AddStringToObject(m, "shard", v);
-    snprintf(v, sizeof v, "%d", t->n_shards);
-    ok = ok && cJSON_AddStringToObject(m, "shards", v);
-    for (int i = 0; ok && i < t->n_pieces; i++) {
-        const mg_optim_piece *pc = &t->pieces[i];
-        snprintf(v, sizeof v, "%" PRId64 ":%" PRId64, pc->param_start, pc->param_end);
-        if (!writes(t, &g->params.p[pc->index])) continue;
-        ok = cJSON_AddStringToObject(m, g->params.p[pc->index].name, v) != NULL;
-    }
-    *out = ok ? cJSON_PrintUnformatted(m) : NULL;
-    cJSON_Delete(m);
-    return *out ? MG_OK : MG_FAIL(MG_ERR_NOMEM, "cannot build the optimizer shard's metadata");
-}
-
-mg_status mg_checkpoint_optim_write(const char *path, const mg_gpt *g,
-                                    const mg_checkpoint_tensors *t, int shard) {
-    int n = t->n_pieces;
-    mg_st_tensor *ts = calloc((size_t)(2 * n) + 1, sizeof *ts);
-    char *names = calloc((size_t)(2 * n) + 1, MG_ST_NAME_CAP);
-    char *meta = NULL;
-    mg_status st =
-        ts && names ? MG_OK : MG_FAIL(MG_ERR_NOMEM, "cannot allocate the optimizer table");
-    if (st == MG_OK && t->n_shards > 0) st = shard_metadata(g, t, shard, &meta);
-    int w = 0; /* tensors written */
-    for (int i = 0; st == MG_OK && i < n; i++) {
-        const mg_optim_piece *pc = &t->pieces[i];
-        const mg_param_meta *p = &g->params.p[pc->index];
-        if (!writes(t, p)) continue;
-        for (int k = 0; k < 2; k++, w++) {
-            mg_st_tensor *x = &ts[w];
-            char *nm = names + (size_t)w * MG_ST_NAME_CAP;
-            snprintf(nm, MG_ST_NAME_CAP, "%s.%s", MOMENT[k], p->name);
-            x->name = nm;
-            x->dtype = MG_F32;
-            if (whole(pc, p)) {
-                x->ndim = p->ndim;
-                x->shape[0] = p->shape[0];
-                x->shape[1] = p->shape[1];
-            } else {
-                x->ndim = 1;
-                x->shape[0] = pc->param_end - pc->param_start;
-            }
-            x->data = (k ? t->exp_avg_sq : t->exp_avg) + pc->local;
-        }
-    }
-    if (st == MG_OK) st = mg_safetensors_write(path, ts, w, meta);
-    free(ts);
-    free(names);
-    cJSON_free(meta);
-    return st;
 }
 
 /* [a, b) of a shard file's tensor for parameter p: its metadata entry, else the whole tensor. */
@@ -166,15 +95,15 @@ static mg_status load_file(const char *path, const mg_gpt *g, mg_checkpoint_tens
     return st;
 }
 
-mg_status mg_checkpoint_optim_load(const char *iter_dir, int n_stages, int n_shards,
-                                   const mg_gpt *g, mg_checkpoint_tensors *t) {
+static mg_status optim_load(const char *iter_dir, int n_stages, int n_shards, const mg_gpt *g,
+                            mg_checkpoint_tensors *t) {
     int64_t *covered = calloc((size_t)t->n_pieces + 1, sizeof *covered);
     if (!covered) return MG_FAIL(MG_ERR_NOMEM, "out of memory loading the optimizer state");
     mg_status st = MG_OK;
     char file[64], path[2300];
     for (int r = 0; st == MG_OK && r < (n_stages > 1 ? n_stages : 1); r++)
         for (int k = 0; st == MG_OK && k < (n_shards ? n_shards : 1); k++) {
-            mg_checkpoint_optim_name(file, sizeof file, r, n_stages, k, n_shards);
+            optim_name(file, sizeof file, r, n_stages, k, n_shards);
             snprintf(path, sizeof path, "%s/%s", iter_dir, file);
             st = load_file(path, g, t, covered);
         }
@@ -190,4 +119,63 @@ mg_status mg_checkpoint_optim_load(const char *iter_dir, int n_stages, int n_sha
     }
     free(covered);
     return st;
+}
+
+/* This stage's expert biases (t->expert_bias) from whichever of the n files holds them. */
+static mg_status load_biases(const mg_safetensors *sf, const char (*paths)[2200], int n,
+                             const mg_gpt *g, mg_checkpoint_tensors *t) {
+    for (int k = 0; t->expert_bias && k < t->n_bias; k++) {
+        char name[MG_ST_NAME_CAP];
+        mg_gpt_moe_bias_name(g, k, name, sizeof name);
+        const mg_st_entry *e = NULL;
+        int f = 0;
+        for (; f < n && !e; f++) e = mg_safetensors_find(&sf[f], name);
+        if (!e)
+            return MG_FAIL(MG_ERR_FORMAT,
+                           "%s: the checkpoint has no '%s' (saved without "
+                           "--moe-router-enable-expert-bias?)",
+                           paths[0], name);
+        if (e->dtype != MG_F32 || e->nbytes != (size_t)t->n_experts * sizeof(float))
+            return MG_FAIL(MG_ERR_FORMAT, "%s: '%s' should be %d fp32 values", paths[f - 1], name,
+                           t->n_experts);
+        memcpy(t->expert_bias + (size_t)k * t->n_experts, e->data, e->nbytes);
+    }
+    return MG_OK;
+}
+
+/* The weights this model needs from the n model files of iteration directory base (each file
+ * holds its own tensors: any pipeline layout reads any other's), and t's expert biases. */
+static mg_status load_weights(const char *base, int n_files, const mg_gpt *g, float *params,
+                              mg_checkpoint_tensors *t) {
+    mg_safetensors *sf = calloc((size_t)n_files, sizeof *sf);
+    char(*paths)[2200] = calloc((size_t)n_files, sizeof *paths);
+    const char **names = calloc((size_t)n_files, sizeof *names);
+    mg_status st = sf && paths && names ? MG_OK : MG_FAIL(MG_ERR_NOMEM, "out of memory");
+    int opened = 0;
+    for (; st == MG_OK && opened < n_files; opened++) {
+        char file[64];
+        mg_hf_weights_file(file, sizeof file, opened, n_files);
+        snprintf(paths[opened], sizeof paths[opened], "%s/%s", base, file);
+        names[opened] = paths[opened];
+        if ((st = mg_safetensors_open(&sf[opened], paths[opened])) != MG_OK) break;
+    }
+    if (st == MG_OK) st = mg_hf_import_files(g, sf, names, n_files, params);
+    if (st == MG_OK && t) st = load_biases(sf, (const char(*)[2200])paths, n_files, g, t);
+    for (int k = 0; k < opened; k++) mg_safetensors_close(&sf[k]);
+    free(sf);
+    free(paths);
+    free(names);
+    return st;
+}
+
+mg_status mg_checkpoint_v1_load(const char *iter_dir, int n_stages, int n_files, int n_shards,
+                                const mg_gpt *g, float *params, mg_checkpoint_tensors *t) {
+    if (g->params.tp_size > 1)
+        return MG_FAIL(MG_ERR_UNSUPPORTED,
+                       "%s is a version 1 checkpoint (written before 2026-11-26), which loads only "
+                       "with --tensor-model-parallel-size 1; resume it on TP 1 and save again to "
+                       "reshard it",
+                       iter_dir);
+    MG_CHECK(load_weights(iter_dir, n_files, g, params, t));
+    return t ? optim_load(iter_dir, n_stages, n_shards, g, t) : MG_OK;
 }
