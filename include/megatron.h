@@ -105,9 +105,11 @@ typedef struct {
     char metrics_file[1024]; /* --metrics-file, "": none */
 
     /* checkpointing */
-    char save[1024];   /* --save, "": none */
-    int save_interval; /* --save-interval, -1: only at the end when --save is set */
-    char load[1024];   /* --load, "": none */
+    char save[1024];      /* --save, "": none */
+    int save_interval;    /* --save-interval, -1: only at the end when --save is set */
+    char load[1024];      /* --load, "": none */
+    char ckpt_format[32]; /* --ckpt-format ("torch_dist": ours, train/checkpoint.h) */
+    bool async_save;      /* --async-save: files written in the background */
 
     /* data */
     bool mock_data;             /* --mock-data */

@@ -296,6 +296,21 @@ static mg_status check_runtime(const mg_config *c) {
 
 /* Megatron (arguments.py): sequence parallelism needs tensor parallelism; with one rank it warns
  * and turns it off. */
+/* Megatron's --ckpt-format choices: ours is torch_dist's counterpart (sharded, any layout). */
+static mg_status check_checkpoint(const mg_config *c) {
+    if (!strcmp(c->ckpt_format, "torch_dist")) return MG_OK;
+    const char *known[] = {"torch", "zarr", "fsdp_dtensor", "torch_dcp"};
+    for (size_t i = 0; i < sizeof known / sizeof *known; i++)
+        if (!strcmp(c->ckpt_format, known[i]))
+            return USAGE("--ckpt-format %s writes PyTorch-specific files, which megatron.c does "
+                         "not read or write; use --ckpt-format torch_dist (its layout-independent "
+                         "safetensors checkpoints; docs/checkpoints.md)",
+                         c->ckpt_format);
+    return USAGE("--ckpt-format expects torch_dist (or Megatron's torch, zarr, fsdp_dtensor, which "
+                 "are refused), got '%s'",
+                 c->ckpt_format);
+}
+
 static mg_status check_tp(mg_config *c) {
     MG_CHECK(mg_config_check_tp(c));
     if (c->sequence_parallel && c->tensor_model_parallel_size == 1) {
@@ -315,6 +330,7 @@ mg_status mg_config_validate(mg_config *out) {
     MG_CHECK(check_logging(&c));
     MG_CHECK(check_runtime(&c));
     MG_CHECK(check_tp(&c));
+    MG_CHECK(check_checkpoint(&c));
     MG_CHECK(mg_config_check_moe(&c));
     *out = c;
     return MG_OK;

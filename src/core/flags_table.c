@@ -3,6 +3,7 @@
 #include "core/flags.h"
 #include "core/flags_table.h"
 
+#include <stdio.h>
 #include <string.h>
 
 void mg_config_defaults(mg_config *c) {
@@ -30,6 +31,7 @@ void mg_config_defaults(mg_config *c) {
     c->lr = -1; /* required: Megatron's None */
     c->min_lr = 0;
     c->lr_decay_style = MG_LR_LINEAR;
+    snprintf(c->ckpt_format, sizeof c->ckpt_format, "torch_dist");
     c->lr_warmup_iters = 0;
     c->lr_warmup_fraction = -1;
     c->lr_warmup_init = 0;
@@ -323,6 +325,11 @@ const mg_flag_spec mg_flag_table[] = {
     {"--save-interval", CKPT, INT, FIELD(save_interval), .def = "end only",
      .help = "iterations between checkpoints"},
     {"--load", CKPT, STRING, FIELD(load), .arg = "DIR", .help = "directory to resume from"},
+    {"--ckpt-format", CKPT, STRING, FIELD(ckpt_format), .arg = "FORMAT",
+     .help = "torch_dist: layout-independent sharded checkpoints (here safetensors pieces with a "
+             "JSON index, not PyTorch pickles); torch, zarr and fsdp_dtensor are refused"},
+    {"--async-save", CKPT, BOOL, FIELD(async_save),
+     .help = "write checkpoints in a background thread; training stalls only for the copy"},
 
     /* data */
     {"--mock-data", DATA, BOOL, FIELD(mock_data),

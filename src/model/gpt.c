@@ -179,6 +179,7 @@ mg_status mg_gpt_build_ep(mg_gpt *g, const mg_config *cfg, int tp_rank, int pp_r
         if (ch->pre) {
             MG_CHECK(mg_params_add(&g->params, wte_name, 2, c->V, c->H, 0, 1, true, MG_INIT_NORMAL,
                                    std, &g->wte));
+            g->params.p[g->wte].vocab_rows = true;
             if (c->pos == MG_POS_LEARNED)
                 MG_CHECK(mg_params_add(&g->params, "embedding.position_embeddings.weight", 2, c->P,
                                        c->H, -1, 1, true, MG_INIT_NORMAL, std, &g->wpe));
@@ -193,6 +194,7 @@ mg_status mg_gpt_build_ep(mg_gpt *g, const mg_config *cfg, int tp_rank, int pp_r
         }
         MG_CHECK(mg_params_add(&g->params, "output_layer.weight", 2, c->V, c->H, 0, 1, true,
                                MG_INIT_NORMAL, std, &g->out_w));
+        g->params.p[g->out_w].vocab_rows = true;
         if (c->tied) { /* the last stage's copy of the first stage's embedding (see gpt.h) */
             mg_param_meta *m = &g->params.p[g->out_w];
             m->id = mg_param_id(wte_name);

@@ -42,6 +42,9 @@ typedef struct {
      * the output layer (last stage), whose gradients are summed over the embedding group; the
      * copy is `shared` (Megatron's attribute): the gradient norm leaves it out */
     bool embedding_group, shared;
+    /* its rows are the vocabulary padded to a multiple of --make-vocab-size-divisible-by x TP
+     * (the embedding, the output layer): another layout may have more or fewer of them */
+    bool vocab_rows;
     /* an expert's weight (Megatron's allreduce = False): this expert-parallel rank's own, its
      * gradient reduced over the expert-data-parallel group, not the data-parallel one */
     bool expert;

@@ -3,6 +3,7 @@
 #include "core/env.h"
 #include "core/file.h"
 #include "core/flags.h"
+#include "core/log.h"
 #include "core/safetensors.h"
 #include "train/checkpoint_store.h"
 #include "train/checkpoint_v1.h"
@@ -10,7 +11,10 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
+#include <time.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -156,9 +160,11 @@ static mg_status list_pieces(const mg_gpt *g, const mg_checkpoint_tensors *t, co
 
 /* This rank's file of the checkpoint (and, from rank 0, the state), into tmp. */
 static mg_status write_parts(const char *tmp, int id, const mg_train_state *s, const mg_config *cfg,
-                             const mg_gpt *g, const mg_checkpoint_tensors *t) {
+                             const mg_gpt *g, const mg_checkpoint_tensors *t, double *bytes) {
     piece_list l;
     mg_status st = list_pieces(g, t, t->params, t->optimizer, true, &l);
+    *bytes = 0;
+    for (int i = 0; st == MG_OK && i < l.n; i++) *bytes += 4.0 * (double)(l.p[i].b - l.p[i].a);
     if (st == MG_OK) st = mg_ckpt_store_write(tmp, id, l.p, l.n);
     piece_list_free(&l);
     if (st == MG_OK) st = fault("after-model", tmp);
@@ -204,52 +210,150 @@ static mg_status commit(const char *dir, const char *tmp, const char *final, int
     return write_text_atomic(path, text);
 }
 
-mg_status mg_checkpoint_save(const char *dir, const mg_train_state *s, const mg_config *cfg,
-                             const mg_gpt *g, const mg_checkpoint_tensors *t,
-                             const mg_checkpoint_groups *gr) {
+struct mg_checkpoint_pending {
+    char dir[2048], final[2048], tmp[2100];
+    mg_train_state s;
+    const mg_config *cfg;
+    const mg_gpt *g;
+    const mg_checkpoint_tensors *t;
+    mg_checkpoint_groups groups;
+    int id, n_ids;
+    bool threaded, joined;
+    pthread_t thread;
+    atomic_bool written; /* this rank's writer finished */
+    mg_status st;        /* its outcome, and its message (errors are per thread) */
+    char message[1024];
+    double seconds, bytes; /* this rank's writing */
+};
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void *writer(void *arg) {
+    mg_checkpoint_pending *p = arg;
+    double t0 = now_s();
+    p->st = write_parts(p->tmp, p->id, &p->s, p->cfg, p->g, p->t, &p->bytes);
+    if (p->st != MG_OK) snprintf(p->message, sizeof p->message, "%s", mg_error_message());
+    p->seconds = now_s() - t0;
+    atomic_store(&p->written, true);
+    return NULL;
+}
+
+mg_status mg_checkpoint_save_async(const char *dir, const mg_train_state *s, const mg_config *cfg,
+                                   const mg_gpt *g, const mg_checkpoint_tensors *t,
+                                   const mg_checkpoint_groups *gr, bool background,
+                                   mg_checkpoint_pending **out) {
+    *out = NULL;
+    mg_checkpoint_pending *p = calloc(1, sizeof *p);
+    if (!p) return MG_FAIL(MG_ERR_NOMEM, "out of memory saving a checkpoint");
     const int T = t->tp_size > 1 ? t->tp_size : 1, D = t->dp_size > 1 ? t->dp_size : 1;
     const int P = t->n_stages > 1 ? t->n_stages : 1;
-    const int id = t->tp_rank + T * (t->dp_rank + D * t->stage), n_ids = T * D * P;
-    const bool first = id == 0; /* the world's rank 0 */
-    char final[2048], tmp[2100];
-    iter_dir(final, sizeof final, dir, s->iteration);
-    /* rank 0 makes the temporary directory; its PID names it for everyone (over its
-     * tensor-parallel group, then the pipeline groups of those, then every data-parallel group) */
+    *p = (mg_checkpoint_pending){
+        .s = *s, .cfg = cfg, .g = g, .t = t, .groups = gr ? *gr : (mg_checkpoint_groups){0}};
+    p->id = t->tp_rank + T * (t->dp_rank + D * t->stage);
+    p->n_ids = T * D * P;
+    snprintf(p->dir, sizeof p->dir, "%s", dir);
+    iter_dir(p->final, sizeof p->final, dir, s->iteration);
+    /* rank 0 (the world's) makes the temporary directory; its PID names it for everyone (over
+     * its tensor-parallel group, then the pipeline groups of those, then every data-parallel
+     * group) */
     int64_t pid = getpid();
-    if (first) {
-        MG_CHECK(make_dir(dir));
-        snprintf(tmp, sizeof tmp, "%s.tmp-%" PRId64, final, pid);
-        mg_file_remove_dir(tmp);
-        MG_CHECK(make_dir(tmp));
+    mg_status st = MG_OK;
+    if (p->id == 0) {
+        snprintf(p->tmp, sizeof p->tmp, "%s.tmp-%" PRId64, p->final, pid);
+        st = make_dir(dir);
+        mg_file_remove_dir(p->tmp);
+        if (st == MG_OK) st = make_dir(p->tmp);
     }
-    mg_comm *order[3] = {gr ? gr->tp : NULL, gr ? gr->pp : NULL, gr ? gr->dp : NULL};
+    /* everyone hears whether it could before anyone writes into it */
+    bool all_ok = false;
+    MG_CHECK(agree(gr, st, &all_ok));
+    if (!all_ok) {
+        free(p);
+        return st != MG_OK ? st
+                           : MG_FAIL(MG_ERR_IO,
+                                     "checkpoint %s not saved: rank 0 could not create "
+                                     "its directory (its own error says why)",
+                                     dir);
+    }
+    mg_comm *order[3] = {p->groups.tp, p->groups.pp, p->groups.dp};
     for (int i = 0; i < 3; i++)
         if (order[i]) MG_CHECK(mg_comm_broadcast(order[i], &pid, 1, MG_I64, 0, NULL));
-    snprintf(tmp, sizeof tmp, "%s.tmp-%" PRId64, final, pid);
-    mg_status st = write_parts(tmp, id, s, cfg, g, t);
+    snprintf(p->tmp, sizeof p->tmp, "%s.tmp-%" PRId64, p->final, pid);
+    (void)mg_env_str("MG_FAULT_CHECKPOINT", ""); /* read once here, not first in the thread */
+    if (background && pthread_create(&p->thread, NULL, writer, p) == 0) {
+        p->threaded = true;
+    } else {
+        writer(p);
+    }
+    *out = p;
+    return MG_OK;
+}
+
+mg_status mg_checkpoint_poll(mg_checkpoint_pending *p, bool *done) {
+    /* done when every rank's writer is: the worst "not yet" over the groups */
+    MG_CHECK(agree(&p->groups, atomic_load(&p->written) ? MG_OK : MG_ERR_INTERNAL, done));
+    return MG_OK;
+}
+
+static void join(mg_checkpoint_pending *p) {
+    if (p->threaded && !p->joined) pthread_join(p->thread, NULL);
+    p->joined = true;
+}
+
+void mg_checkpoint_pending_stats(const mg_checkpoint_pending *p, int64_t *iteration,
+                                 double *seconds, double *bytes) {
+    *iteration = p->s.iteration;
+    *seconds = p->seconds;
+    *bytes = p->bytes;
+}
+
+mg_status mg_checkpoint_finish(mg_checkpoint_pending *p) {
+    join(p);
+    mg_status st = p->st;
+    if (st != MG_OK) st = MG_FAIL(st, "%s", p->message);
     bool all_ok;
-    MG_CHECK(agree(gr, st, &all_ok)); /* keeps this rank's error message when it succeeds */
+    const bool first = p->id == 0;
+    MG_CHECK(agree(&p->groups, st, &all_ok)); /* keeps this rank's error message */
     if (!all_ok) {
-        if (first) mg_file_remove_dir(tmp);
+        if (first) mg_file_remove_dir(p->tmp);
         if (st == MG_OK)
             return MG_FAIL(MG_ERR_IO,
                            "checkpoint %s not saved: another rank could not write its part "
                            "(its own error says why)",
-                           final);
-        mg_error_frame(__func__, __FILE__, __LINE__, "writing the checkpoint");
+                           p->final);
         return st;
     }
     if (first) {
-        st = commit(dir, tmp, final, s->iteration, n_ids);
-        if (st != MG_OK) mg_file_remove_dir(tmp);
+        st = commit(p->dir, p->tmp, p->final, p->s.iteration, p->n_ids);
+        if (st != MG_OK) mg_file_remove_dir(p->tmp);
     }
     /* nobody returns before rank 0 has committed, and everyone hears whether it could */
-    MG_CHECK(agree(gr, st, &all_ok));
+    MG_CHECK(agree(&p->groups, st, &all_ok));
     if (!all_ok && st == MG_OK)
         return MG_FAIL(MG_ERR_IO,
                        "checkpoint %s not saved: rank 0 could not commit it (its own "
                        "error says why)",
-                       final);
+                       p->final);
+    return st;
+}
+
+void mg_checkpoint_pending_free(mg_checkpoint_pending *p) {
+    if (!p) return;
+    join(p);
+    free(p);
+}
+
+mg_status mg_checkpoint_save(const char *dir, const mg_train_state *s, const mg_config *cfg,
+                             const mg_gpt *g, const mg_checkpoint_tensors *t,
+                             const mg_checkpoint_groups *gr) {
+    mg_checkpoint_pending *p;
+    MG_CHECK(mg_checkpoint_save_async(dir, s, cfg, g, t, gr, false, &p));
+    mg_status st = mg_checkpoint_finish(p);
+    mg_checkpoint_pending_free(p);
     return st;
 }
 
@@ -410,18 +514,38 @@ mg_status mg_checkpoint_load_config(const char *dir, int64_t it, mg_config *cfg)
     return st;
 }
 
+/* A padded vocabulary of another size (another tensor-parallel size pads to another multiple):
+ * the rows both have load; rows this layout adds start from initialisation when the seed is
+ * known (seed >= 0; else zero), their moments from zero; rows it lacks are dropped. */
+static void vocab_rows(const mg_ckpt_store *store, const mg_gpt *g, float *params, int64_t seed,
+                       const char *base) {
+    bool init = false;
+    for (int i = 0; i < g->params.n; i++) {
+        const mg_param_meta *p = &g->params.p[i];
+        const int64_t rows = p->vocab_rows ? mg_ckpt_store_rows(store, ckpt_name(p)) : -1;
+        if (rows < 0 || rows == p->global_shape[0]) continue;
+        mg_log_info("> %s: %s has %" PRId64 " rows (the padded vocabulary), this layout %" PRId64
+                    ": %s",
+                    base, ckpt_name(p), rows, p->global_shape[0],
+                    rows > p->global_shape[0] ? "the extra padding rows are dropped"
+                                              : "the new padding rows start from initialisation");
+        init |= rows < p->global_shape[0] && seed >= 0;
+    }
+    if (init) mg_params_init(&g->params, (uint64_t)seed, params);
+}
+
 /* Version 2: the pieces of this rank's state from the store of iteration directory base. */
 static mg_status load_store(const char *base, const mg_gpt *g, float *params, bool optimizer,
-                            mg_checkpoint_tensors *t) {
+                            mg_checkpoint_tensors *t, int64_t seed) {
     const mg_checkpoint_tensors none = {0};
-    piece_list l;
+    piece_list l = {0};
     mg_ckpt_store *store = NULL;
-    mg_status st = mg_ckpt_store_open(base, &store);
-    if (st == MG_OK)
-        st = list_pieces(g, t ? t : &none, params, optimizer, false, &l);
-    else
-        memset(&l, 0, sizeof l);
-    for (int i = 0; st == MG_OK && i < l.n; i++) st = mg_ckpt_store_read(store, &l.p[i]);
+    mg_status st = MG_OK;
+    MG_CHECK_GOTO(mg_ckpt_store_open(base, &store), st, done);
+    vocab_rows(store, g, params, seed, base);
+    MG_CHECK_GOTO(list_pieces(g, t ? t : &none, params, optimizer, false, &l), st, done);
+    for (int i = 0; i < l.n; i++) MG_CHECK_GOTO(mg_ckpt_store_read(store, &l.p[i]), st, done);
+done:
     piece_list_free(&l);
     mg_ckpt_store_close(store);
     return st;
@@ -438,7 +562,7 @@ static mg_status load_iteration(const char *base, mg_train_state *s, const mg_co
     if (t) t->optimizer = f.optimizer;
     if (f.version == 1)
         return mg_checkpoint_v1_load(base, f.n_stages, f.n_files, f.n_shards, g, params, t);
-    return load_store(base, g, params, f.optimizer && t, t);
+    return load_store(base, g, params, f.optimizer && t, t, cfg ? cfg->seed : -1);
 }
 
 mg_status mg_checkpoint_load_weights(const char *dir, int64_t it, const mg_gpt *g, float *params) {

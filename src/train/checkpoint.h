@@ -70,6 +70,24 @@ typedef struct {
 mg_status mg_checkpoint_save(const char *dir, const mg_train_state *s, const mg_config *cfg,
                              const mg_gpt *g, const mg_checkpoint_tensors *t,
                              const mg_checkpoint_groups *groups);
+/* The same in two halves, so that the files are written while training goes on: begins the save
+ * (rank 0 makes the temporary directory and everyone learns its name: collective over the groups)
+ * and writes this rank's files, in a background thread when `background`. t, its buffers, cfg
+ * and g belong to the save until mg_checkpoint_pending_free. mg_checkpoint_poll (collective)
+ * says whether every rank's files are written; mg_checkpoint_finish (collective) waits for them,
+ * then commits the checkpoint as mg_checkpoint_save does. */
+typedef struct mg_checkpoint_pending mg_checkpoint_pending;
+mg_status mg_checkpoint_save_async(const char *dir, const mg_train_state *s, const mg_config *cfg,
+                                   const mg_gpt *g, const mg_checkpoint_tensors *t,
+                                   const mg_checkpoint_groups *groups, bool background,
+                                   mg_checkpoint_pending **out);
+mg_status mg_checkpoint_poll(mg_checkpoint_pending *p, bool *done);
+mg_status mg_checkpoint_finish(mg_checkpoint_pending *p);
+/* The save's iteration, and this rank's writing: seconds and bytes (after finish). */
+void mg_checkpoint_pending_stats(const mg_checkpoint_pending *p, int64_t *iteration,
+                                 double *seconds, double *bytes);
+/* Waits for this rank's writer (without committing: a save abandoned on an error) and frees. */
+void mg_checkpoint_pending_free(mg_checkpoint_pending *p);
 /* Saves the weights alone (fp32 host, g->params.numel, g built for one rank) as iteration 0
  * without optimizer state, recording cfg: a starting point (`convert --saver megatron`). */
 mg_status mg_checkpoint_save_weights(const char *dir, const mg_config *cfg, const mg_gpt *g,

@@ -395,8 +395,9 @@ static const stensor *find_tensor(const mg_ckpt_store *s, const char *name) {
     return bsearch(&key, s->tensors, (size_t)s->n_tensors, sizeof key, cmp_tensor);
 }
 
-bool mg_ckpt_store_has(const mg_ckpt_store *s, const char *name) {
-    return find_tensor(s, name) != NULL;
+int64_t mg_ckpt_store_rows(const mg_ckpt_store *s, const char *name) {
+    const stensor *t = find_tensor(s, name);
+    return t ? t->shape[0] : -1;
 }
 
 /* The data of piece p (elements [range) of its block), opened and verified on first use. */
@@ -477,6 +478,17 @@ static int64_t copy_overlap(const block *t, int64_t t0, int64_t t1, float *dst, 
     return copied;
 }
 
+/* How many of block k's elements [r0, r1) lie in global rows below `rows`. */
+static int64_t elements_below(const block *k, int64_t r0, int64_t r1, int64_t rows) {
+    const int64_t w = k->ext[1];
+    int64_t n = 0;
+    for (int64_t tr = r0 / w; tr <= (r1 - 1) / w && k->off[0] + tr < rows; tr++) {
+        const int64_t a = r0 > tr * w ? r0 : tr * w, b = r1 < (tr + 1) * w ? r1 : (tr + 1) * w;
+        n += b - a;
+    }
+    return n;
+}
+
 mg_status mg_ckpt_store_read(mg_ckpt_store *s, const mg_ckpt_piece *p) {
     const stensor *t = find_tensor(s, p->name);
     if (!t)
@@ -484,7 +496,8 @@ mg_status mg_ckpt_store_read(mg_ckpt_store *s, const mg_ckpt_piece *p) {
                        s->dir, p->name);
     int64_t g[2];
     global_2d(p->meta, g);
-    if (t->ndim != p->meta->ndim || t->shape[0] != g[0] || t->shape[1] != g[1])
+    const bool rows_differ_ok = p->meta->vocab_rows && p->meta->ndim == 2;
+    if (t->ndim != p->meta->ndim || (t->shape[0] != g[0] && !rows_differ_ok) || t->shape[1] != g[1])
         return MG_FAIL(MG_ERR_FORMAT,
                        "checkpoint %s: tensor '%s' has shape [%" PRId64 ", %" PRId64
                        "] (%d-D), this model's is [%" PRId64 ", %" PRId64 "] (%d-D)",
@@ -493,11 +506,12 @@ mg_status mg_ckpt_store_read(mg_ckpt_store *s, const mg_ckpt_piece *p) {
     block bl[MAX_BLOCKS];
     int nb;
     MG_CHECK(local_blocks(p->meta, bl, &nb));
-    int64_t found = 0;
+    int64_t found = 0, need = 0;
     for (int k = 0; k < nb; k++) {
         const int64_t b0 = bl[k].local, b1 = b0 + block_numel(&bl[k]);
         const int64_t lo = p->a > b0 ? p->a : b0, hi = p->b < b1 ? p->b : b1;
         if (hi <= lo) continue;
+        need += elements_below(&bl[k], lo - b0, hi - b0, t->shape[0]);
         /* the target run is elements [lo - b0, hi - b0) of block k */
         for (int i = t->first; i < t->first + t->n; i++) {
             spiece *sp = &s->pieces[i];
@@ -512,13 +526,13 @@ mg_status mg_ckpt_store_read(mg_ckpt_store *s, const mg_ckpt_piece *p) {
             found += copy_overlap(&bl[k], lo - b0, hi - b0, p->data + (lo - p->a), sp, src);
         }
     }
-    if (found != p->b - p->a)
+    if (found != need)
         return MG_FAIL(MG_ERR_FORMAT,
                        "checkpoint %s: the pieces of tensor '%s' hold %" PRId64 " of the %" PRId64
                        " elements [%" PRId64 ", %" PRId64 ") this rank needs%s",
-                       s->dir, p->name, found, p->b - p->a, p->a, p->b,
-                       found > p->b - p->a ? " (pieces overlap: a corrupt index)"
-                                           : " (a piece is missing from index.json)");
+                       s->dir, p->name, found, need, p->a, p->b,
+                       found > need ? " (pieces overlap: a corrupt index)"
+                                    : " (a piece is missing from index.json)");
     return MG_OK;
 }
 

@@ -37,8 +37,10 @@
 #include <stdbool.h>
 
 /* The local elements [a, b) (row-major, the holder's shape) of the tensor `name` held as `meta`
- * describes it (local and global shapes, tensor-parallel split): written from data, or read into
- * it. Only the geometry fields of meta are used. */
+ * describes it (local and global shapes, tensor-parallel split, vocab_rows): written from data,
+ * or read into it. Only those fields of meta are used. A tensor whose rows are a padded
+ * vocabulary (meta->vocab_rows) may have another number of rows in the store: the rows both
+ * have are read, the others left as they are. */
 typedef struct {
     const char *name;
     const mg_param_meta *meta;
@@ -53,10 +55,10 @@ mg_status mg_ckpt_store_index(const char *dir, int n_ids);
 
 typedef struct mg_ckpt_store mg_ckpt_store;
 mg_status mg_ckpt_store_open(const char *dir, mg_ckpt_store **out);
-/* Whether the store has a tensor called name. */
-bool mg_ckpt_store_has(const mg_ckpt_store *s, const char *name);
-/* Fills p->data from the store: the tensor must exist with meta's global shape, and its pieces
- * must cover [a, b) exactly once. */
+/* The number of rows (first dimension) of the store's tensor `name`, or -1 when it has none. */
+int64_t mg_ckpt_store_rows(const mg_ckpt_store *s, const char *name);
+/* Fills p->data from the store: the tensor must exist with meta's global shape (rows aside, for
+ * a padded vocabulary), and its pieces must cover [a, b) (its rows the store has) exactly once. */
 mg_status mg_ckpt_store_read(mg_ckpt_store *s, const mg_ckpt_piece *p);
 void mg_ckpt_store_close(mg_ckpt_store *s);
 

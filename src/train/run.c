@@ -209,6 +209,7 @@ static mg_status train_loop(mg_trainer *t) {
                 .nan_iters = nan_iters,
             };
             if (t->model.cfg.moe.E > 0) moe_record(t, &s, &r);
+            MG_CHECK(mg_trainer_save_poll(t)); /* a background save, committed once written */
             char line[1024];
             mg_metrics_format_line(line, sizeof line, &r);
             mg_log_last("%s", line);
@@ -239,6 +240,7 @@ static mg_status train_loop(mg_trainer *t) {
             t_last += now_s() - t0;
         }
         if (exiting) {
+            MG_CHECK(mg_trainer_save_wait(t));
             mg_log_info("exiting program at iteration %" PRId64, it);
             return MG_OK;
         }
@@ -247,7 +249,7 @@ static mg_status train_loop(mg_trainer *t) {
     if (t->have_valid) MG_CHECK(evaluate_and_print(t, "the end of training for val data"));
     if (c->save[0] && !saved_last && t->state.iteration > start_iteration)
         MG_CHECK(mg_trainer_save(t));
-    return MG_OK;
+    return mg_trainer_save_wait(t);
 }
 
 mg_status mg_train_run(const mg_config *cfg, const mg_train_groups *g) {

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 /* ---- set-up ---- */
@@ -293,6 +294,12 @@ static void free_host_state(mg_checkpoint_tensors *h) {
     free(h->exp_avg_sq);
 }
 
+static double seconds_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 static mg_status load_or_init(mg_trainer *t) {
     const mg_config *c = &t->cfg;
     mg_backend *be = t->be;
@@ -306,7 +313,11 @@ static mg_status load_or_init(mg_trainer *t) {
                     "starting from random initialisation",
                     c->load);
     if (st == MG_OK && it >= 0) {
+        const double t0 = seconds_now();
         st = mg_checkpoint_load(c->load, it, &t->state, c, &t->model, &h);
+        const double sec = seconds_now() - t0,
+                     gb = 4e-9 *
+                          (double)(mg_params_count(&t->model.params) + (h.optimizer ? 2 * m : 0));
         if (st == MG_OK) {
             st = be->copy_h2d(be, t->opt.m, h.exp_avg, m * sizeof(float));
             if (st == MG_OK) st = be->copy_h2d(be, t->opt.v, h.exp_avg_sq, m * sizeof(float));
@@ -314,6 +325,8 @@ static mg_status load_or_init(mg_trainer *t) {
             t->opt.step = t->state.optimizer_step;
             t->lr.num_steps = t->state.lr_num_steps;
             mg_log_info("> loaded checkpoint from %s at iteration %" PRId64, c->load, it);
+            mg_log_info("> checkpoint load: this rank read %.3f GB in %.2f s (%.2f GB/s)", gb, sec,
+                        sec > 0 ? gb / sec : 0.0);
             if (!h.optimizer)
                 mg_log_info("> the checkpoint holds no optimizer state: Adam starts from zero "
                             "moments");
@@ -763,27 +776,72 @@ mg_status mg_trainer_evaluate(mg_trainer *t, double *loss) {
     return MG_OK;
 }
 
+/* Commits the pending save (collective) and reports it. */
+static mg_status finish_save(mg_trainer *t) {
+    mg_checkpoint_pending *p = t->pending_save;
+    mg_status st = mg_checkpoint_finish(p);
+    int64_t it;
+    double sec, bytes;
+    mg_checkpoint_pending_stats(p, &it, &sec, &bytes);
+    mg_checkpoint_pending_free(p);
+    free_host_state(t->pending_host);
+    free(t->pending_host);
+    t->pending_save = NULL;
+    t->pending_host = NULL;
+    MG_CHECK(st);
+    mg_log_info("  successfully saved checkpoint from iteration %7" PRId64 " to %s", it,
+                t->cfg.save);
+    mg_log_info("> checkpoint save: this rank wrote %.3f GB in %.2f s (%.2f GB/s)%s", bytes / 1e9,
+                sec, sec > 0 ? bytes / 1e9 / sec : 0.0,
+                t->cfg.async_save ? " in the background" : "");
+    return MG_OK;
+}
+
 mg_status mg_trainer_save(mg_trainer *t) {
+    if (t->pending_save) MG_CHECK(finish_save(t)); /* one save in flight at a time */
     mg_backend *be = t->be;
     size_t m = t->opt.numel;
-    mg_checkpoint_tensors h = {0};
-    mg_status st = alloc_host_state(t, &h);
-    if (st == MG_OK) st = mg_trainer_get_weights(t, h.params);
-    if (st == MG_OK) st = be->copy_d2h(be, h.exp_avg, t->opt.m, m * sizeof(float));
-    if (st == MG_OK) st = be->copy_d2h(be, h.exp_avg_sq, t->opt.v, m * sizeof(float));
-    if (st == MG_OK) st = copy_biases(t, &h, true);
+    const double t0 = seconds_now();
+    mg_checkpoint_tensors *h = calloc(1, sizeof *h);
+    if (!h) return MG_FAIL(MG_ERR_NOMEM, "out of memory saving a checkpoint");
+    mg_status st = alloc_host_state(t, h);
+    if (st == MG_OK) st = mg_trainer_get_weights(t, h->params);
+    if (st == MG_OK) st = be->copy_d2h(be, h->exp_avg, t->opt.m, m * sizeof(float));
+    if (st == MG_OK) st = be->copy_d2h(be, h->exp_avg_sq, t->opt.v, m * sizeof(float));
+    if (st == MG_OK) st = copy_biases(t, h, true);
     /* every rank calls it: each writes the pieces it holds alone or first */
     const mg_checkpoint_groups groups = {t->dp, t->pp, t->tp};
     if (st == MG_OK)
-        st = mg_checkpoint_save(t->cfg.save, &t->state, &t->cfg, &t->model, &h, &groups);
-    free_host_state(&h);
-    if (st == MG_OK)
-        mg_log_info("  successfully saved checkpoint from iteration %7" PRId64 " to %s",
-                    t->state.iteration, t->cfg.save);
-    return st;
+        st = mg_checkpoint_save_async(t->cfg.save, &t->state, &t->cfg, &t->model, h, &groups,
+                                      t->cfg.async_save, &t->pending_save);
+    if (st != MG_OK) {
+        free_host_state(h);
+        free(h);
+        return st;
+    }
+    t->pending_host = h;
+    if (!t->cfg.async_save) return finish_save(t);
+    mg_log_info("> saving checkpoint from iteration %" PRId64 " in the background; training "
+                "stalled %.2f s for the copy",
+                t->state.iteration, seconds_now() - t0);
+    return MG_OK;
+}
+
+mg_status mg_trainer_save_poll(mg_trainer *t) {
+    bool done = false;
+    if (t->pending_save) MG_CHECK(mg_checkpoint_poll(t->pending_save, &done));
+    return done ? finish_save(t) : MG_OK;
+}
+
+mg_status mg_trainer_save_wait(mg_trainer *t) {
+    return t->pending_save ? finish_save(t) : MG_OK;
 }
 
 void mg_trainer_free(mg_trainer *t) {
+    /* a save abandoned on an error: its writer stops before its buffers go */
+    mg_checkpoint_pending_free(t->pending_save);
+    if (t->pending_host) free_host_state(t->pending_host);
+    free(t->pending_host);
     mg_metrics_close(&t->metrics);
     mg_mock_free(&t->train_data);
     mg_mock_free(&t->valid_data);

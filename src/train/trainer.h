@@ -145,6 +145,9 @@ typedef struct {
     mg_train_state state;
     int num_microbatches; /* per rank: global batch / (micro batch x D) */
     mg_metrics_file metrics;
+    /* --async-save: the checkpoint being written in the background, and its host copy */
+    mg_checkpoint_pending *pending_save;
+    mg_checkpoint_tensors *pending_host;
 } mg_trainer;
 
 /* Creates the backend (cfg->device), builds the model and the memory plan (logged), initialises
@@ -206,7 +209,13 @@ mg_status mg_trainer_log_memory(mg_trainer *t, const char *when);
  * layer of this rank's pipeline stage, over the whole global batch (every replica's tokens; a
  * host read; 0 for a dense model or on a read error). */
 double mg_trainer_expert_load(mg_trainer *t);
+/* Saves a checkpoint of the current state (every rank calls it). With --async-save the state is
+ * copied to the host and written in the background: a save still being written is finished
+ * first, mg_trainer_save_poll (at the same iteration on every rank) commits it once every rank's
+ * files are written, and mg_trainer_save_wait waits for it (end of training, exit). */
 mg_status mg_trainer_save(mg_trainer *t);
+mg_status mg_trainer_save_poll(mg_trainer *t);
+mg_status mg_trainer_save_wait(mg_trainer *t);
 void mg_trainer_free(mg_trainer *t);
 
 /* The whole `megatron train` run, as tensor-parallel rank mg_comm_rank(tp) of one replica in

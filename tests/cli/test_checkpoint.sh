@@ -89,6 +89,26 @@ for delay in 0.05 0.1 0.2 0.3 0.5; do
 done
 [ $ok = 1 ] && pass checkpoint_kill9_random
 
+# --async-save: the same losses as the plain run, every checkpoint committed (the last at the end
+# of training), and the one at iteration 4 resumes like the uninterrupted run
+c="$TMP/async"
+if "$MEGATRON" train "${MODEL[@]}" --save "$c" --save-interval 4 --async-save \
+    --metrics-file "$TMP/async.jsonl" >"$TMP/async.log" 2>&1 &&
+    diff <(losses "$TMP/full.jsonl") <(losses "$TMP/async.jsonl") >/dev/null &&
+    [ "$(cat "$c/latest_checkpointed_iteration.txt")" = 10 ] && [ -f "$c/iter_0000004/index.json" ] &&
+    [ -f "$c/iter_0000008/index.json" ] && grep -q 'in the background; training stalled' "$TMP/async.log" &&
+    ! ls -d "$c"/*tmp* >/dev/null 2>&1; then
+    echo 4 >"$c/latest_checkpointed_iteration.txt"
+    rm -f "$TMP/resumed.jsonl"
+    "$MEGATRON" train "${MODEL[@]}" --load "$c" --metrics-file "$TMP/resumed.jsonl" >/dev/null 2>&1
+    if diff <(losses "$TMP/full.jsonl" | tail -n 6) <(losses "$TMP/resumed.jsonl") >/dev/null; then pass checkpoint_async_save
+    else fail checkpoint_async_save "resuming the background save of iteration 4 differs"; fi
+else
+    fail checkpoint_async_save "$(grep -E 'error|checkpoint' "$TMP/async.log" | tail -n 4)" "$(ls "$c")"
+fi
+expect_error checkpoint_format_torch 2 "--ckpt-format torch writes PyTorch-specific files, which megatron.c does not read or write" \
+    train "${MODEL[@]}" --ckpt-format torch
+
 # a version 1 checkpoint (saved at iteration 2 with the flags below) resumes like a straight run
 V1=(--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --vocab-size 96
     --disable-bias-linear --mock-data --micro-batch-size 1 --global-batch-size 8 --lr 3e-3

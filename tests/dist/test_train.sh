@@ -321,7 +321,8 @@ ep_resume "4:--expert-model-parallel-size 2 --use-distributed-optimizer" "1:"
 ep_resume "4:--expert-model-parallel-size 2 --use-distributed-optimizer" "4:--expert-model-parallel-size 4"
 ep_resume "4:--expert-model-parallel-size 2" "2:--expert-model-parallel-size 2 --use-distributed-optimizer"
 # (11) checkpoints across tensor and pipeline layouts: saved at iteration 5 under TP 2 x PP 2
-# (4 ranks, SwiGLU and GQA so that the split tensors have stacked chunks and query groups),
+# (4 ranks, SwiGLU and GQA so that the split tensors have stacked chunks and query groups; in the
+# background, --async-save),
 # resumed on one rank, under DP 2, under PP 4 and under TP 2 x DP 2 with the distributed
 # optimizer: iterations 6..10 give the uninterrupted one-rank run's lm loss and grad norm within
 # 1e-5 relative (fp32)
@@ -332,7 +333,7 @@ TPPP=("${MODEL[@]}" --num-layers 4 --swiglu --normalization RMSNorm --position-e
 timeout 60 "$BIN" train "${TPPP[@]}" --metrics-file "$TMP/tp1.jsonl" >/dev/null 2>&1
 ck="$TMP/tppp_ckpt"
 out=$(timeout 60 "${MPIRUN[@]}" -np 4 "$BIN" train "${TPPP[@]}" --tensor-model-parallel-size 2 \
-    --pipeline-model-parallel-size 2 --exit-interval 5 --save "$ck" --save-interval 5 2>&1); rc=$?
+    --pipeline-model-parallel-size 2 --exit-interval 5 --save "$ck" --save-interval 5 --async-save 2>&1); rc=$?
 files=$(ls "$ck/iter_0000005" 2>/dev/null | tr '\n' ' ')
 if [ "$rc" -ne 0 ] || [ "$files" != "index.json rank-00000.safetensors rank-00001.safetensors rank-00002.safetensors rank-00003.safetensors state.json " ]; then
     fail "train tp2 x pp2 save (exit status $rc, files: $files)" "$(tail -n 5 <<<"$out")"
@@ -357,6 +358,25 @@ for layout in "1:" "2:" "4:--pipeline-model-parallel-size 4" \
             "uninterrupted: $(metv "$TMP/tp1.jsonl" 6 | tr '\n' ' ')" "resumed: $(metv "$TMP/tpr.jsonl" 6 | tr '\n' ' ')"
     else
         pass "$name: iterations 6..10 match the uninterrupted run"
+    fi
+done
+# another tensor-parallel size pads the vocabulary to another multiple (96 rows: 128 under TP 1,
+# 256 under TP 2 with the default --make-vocab-size-divisible-by 128): a TP 2 checkpoint resumes
+# on one rank (the extra padding rows dropped) and a one-rank checkpoint under TP 2 (the new
+# rows initialised), each saying so and training on
+VOC=("${MODEL[@]}" --train-iters 8 --lr-decay-iters 8)
+for dir in "2:1" "1:2"; do
+    from=${dir%%:*} to=${dir#*:} ck="$TMP/voc_$from"
+    if [ "$from" -eq 1 ]; then timeout 60 "$BIN" train "${VOC[@]}" --save "$ck" --save-interval 4 --exit-interval 4 >/dev/null 2>&1
+    else timeout 60 "${MPIRUN[@]}" -np 2 "$BIN" train "${VOC[@]}" --tensor-model-parallel-size 2 --save "$ck" --save-interval 4 --exit-interval 4 >/dev/null 2>&1; fi
+    if [ "$to" -eq 1 ]; then out=$(timeout 60 "$BIN" train "${VOC[@]}" --load "$ck" 2>&1); rc=$?
+    else out=$(timeout 60 "${MPIRUN[@]}" -np 2 "$BIN" train "${VOC[@]}" --tensor-model-parallel-size 2 --load "$ck" 2>&1); rc=$?; fi
+    want="has $((from * 128)) rows \(the padded vocabulary\), this layout $((to * 128)): the $([ "$from" -gt "$to" ] && echo 'extra padding rows are dropped' || echo 'new padding rows start from initialisation')"
+    name="train checkpoint of TP $from resumed under TP $to (padded vocabulary $((from * 128)) -> $((to * 128)) rows)"
+    if [ "$rc" -ne 0 ] || ! grep -qE "$want" <<<"$out" || [ "$(losses "$out" | wc -l)" -ne 4 ]; then
+        fail "$name (exit status $rc)" "$(grep -E 'rows|error' <<<"$out" | head -n 3)"
+    else
+        pass "$name: says so and trains iterations 5..8"
     fi
 done
 finish
