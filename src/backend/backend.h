@@ -81,6 +81,10 @@ struct mg_backend {
      * driver reports them (every process's allocations and the context count as used). Does not
      * wait for the device. */
     mg_status (*memory_info)(mg_backend *be, size_t *free_bytes, size_t *total_bytes);
+    /* Optional (NULL on the CPU backend: plain host memory serves): zeroed page-locked host
+     * memory, which copy_d2h fills at the link's full speed (checkpoint staging), and its free. */
+    mg_status (*alloc_pinned)(mg_backend *be, size_t bytes, void **out);
+    void (*free_pinned)(mg_backend *be, void *ptr);
     /* Optional (NULL on the CPU backend, whose ops complete in call order): the stream to hand
      * to mg_comm calls (a cudaStream_t as void *), and an ordering between the two streams:
      * work enqueued on `waiter` after the call starts only after everything enqueued on

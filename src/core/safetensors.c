@@ -249,7 +249,9 @@ mg_status mg_safetensors_open(mg_safetensors *st, const char *path) {
                     path, size);
         goto fail;
     }
-    map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    /* populated: the pages are mapped now (from the page cache, or read ahead in one pass)
+     * rather than faulted in one at a time while the tensors are copied */
+    map = mmap(NULL, size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
     if (map == MAP_FAILED) {
         s = MG_FAIL(MG_ERR_IO, "%s: cannot map %zu bytes: %s", path, size, strerror(errno));
         goto fail;

@@ -246,11 +246,17 @@ mg_status mg_trainer_log_memory(mg_trainer *t, const char *when) {
 
 /* Host staging of the fp32 state for checkpoints: the weights whole, the moments of this rank's
  * pieces (local coordinates, train/optimizer.h). */
-static mg_status alloc_host_state(const mg_trainer *t, mg_checkpoint_tensors *h) {
+static mg_status alloc_host_state(const mg_trainer *t, mg_checkpoint_tensors *h, float *block) {
     size_t n = t->model.params.numel, m = t->opt.numel;
-    h->params = calloc(n, sizeof(float));
-    h->exp_avg = calloc(m ? m : 1, sizeof(float));
-    h->exp_avg_sq = calloc(m ? m : 1, sizeof(float));
+    if (block) { /* the save staging (stage_block): weights, then the two moments */
+        h->params = block;
+        h->exp_avg = block + n;
+        h->exp_avg_sq = block + n + m;
+    } else {
+        h->params = calloc(n, sizeof(float));
+        h->exp_avg = calloc(m ? m : 1, sizeof(float));
+        h->exp_avg_sq = calloc(m ? m : 1, sizeof(float));
+    }
     h->pieces = t->opt.pieces;
     h->n_pieces = t->opt.n_pieces;
     h->optimizer = true;
@@ -287,12 +293,14 @@ static mg_status copy_biases(mg_trainer *t, mg_checkpoint_tensors *h, bool to_ho
     return MG_OK;
 }
 
-static void free_host_state(mg_checkpoint_tensors *h) {
+static void free_host_state(const mg_trainer *t, mg_checkpoint_tensors *h) {
     free(h->expert_bias);
+    if (h->params == t->stage) return; /* the save staging stays for the next save */
     free(h->params);
     free(h->exp_avg);
     free(h->exp_avg_sq);
 }
+
 
 static double seconds_now(void) {
     struct timespec ts;
@@ -300,12 +308,36 @@ static double seconds_now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* The save staging, allocated at the first save and kept: one block for the weights and the
+ * moments, page-locked where the backend can (the copy out of the device then runs at the link's
+ * speed, which is what --async-save stalls training for). */
+static mg_status stage_block(mg_trainer *t, float **out) {
+    mg_backend *be = t->be;
+    if (!t->stage) {
+        size_t bytes = (t->model.params.numel + 2 * t->opt.numel + 1) * sizeof(float);
+        void *p = NULL;
+        if (be->alloc_pinned) {
+            MG_CHECK(be->alloc_pinned(be, bytes, &p));
+        } else if (!(p = calloc(1, bytes))) {
+            return MG_FAIL(MG_ERR_NOMEM, "cannot allocate %.1f MiB for checkpoint staging",
+                           (double)bytes / 1048576.0);
+        }
+        t->stage = p;
+    }
+    *out = t->stage;
+    return MG_OK;
+}
+
 static mg_status load_or_init(mg_trainer *t) {
     const mg_config *c = &t->cfg;
     mg_backend *be = t->be;
     size_t m = t->opt.numel;
     mg_checkpoint_tensors h = {0};
-    mg_status st = alloc_host_state(t, &h);
+    /* a run that saves keeps its (pinned) save staging from the start, and loads through it: the
+     * first save, and the load, then stall only for their copies */
+    float *block = NULL;
+    mg_status st = c->save[0] ? stage_block(t, &block) : MG_OK;
+    if (st == MG_OK) st = alloc_host_state(t, &h, block);
     int64_t it = -1;
     if (st == MG_OK && c->load[0]) st = mg_checkpoint_latest(c->load, &it);
     if (st == MG_OK && c->load[0] && it < 0)
@@ -336,7 +368,7 @@ static mg_status load_or_init(mg_trainer *t) {
     }
     /* the checkpoint's weights are the fp32 masters: resume continues exactly */
     if (st == MG_OK) st = mg_trainer_set_weights(t, h.params);
-    free_host_state(&h);
+    free_host_state(t, &h);
     return st;
 }
 
@@ -784,7 +816,7 @@ static mg_status finish_save(mg_trainer *t) {
     double sec, bytes;
     mg_checkpoint_pending_stats(p, &it, &sec, &bytes);
     mg_checkpoint_pending_free(p);
-    free_host_state(t->pending_host);
+    free_host_state(t, t->pending_host);
     free(t->pending_host);
     t->pending_save = NULL;
     t->pending_host = NULL;
@@ -804,7 +836,9 @@ mg_status mg_trainer_save(mg_trainer *t) {
     const double t0 = seconds_now();
     mg_checkpoint_tensors *h = calloc(1, sizeof *h);
     if (!h) return MG_FAIL(MG_ERR_NOMEM, "out of memory saving a checkpoint");
-    mg_status st = alloc_host_state(t, h);
+    float *block = NULL;
+    mg_status st = stage_block(t, &block);
+    if (st == MG_OK) st = alloc_host_state(t, h, block);
     if (st == MG_OK) st = mg_trainer_get_weights(t, h->params);
     if (st == MG_OK) st = be->copy_d2h(be, h->exp_avg, t->opt.m, m * sizeof(float));
     if (st == MG_OK) st = be->copy_d2h(be, h->exp_avg_sq, t->opt.v, m * sizeof(float));
@@ -815,7 +849,7 @@ mg_status mg_trainer_save(mg_trainer *t) {
         st = mg_checkpoint_save_async(t->cfg.save, &t->state, &t->cfg, &t->model, h, &groups,
                                       t->cfg.async_save, &t->pending_save);
     if (st != MG_OK) {
-        free_host_state(h);
+        free_host_state(t, h);
         free(h);
         return st;
     }
@@ -840,8 +874,10 @@ mg_status mg_trainer_save_wait(mg_trainer *t) {
 void mg_trainer_free(mg_trainer *t) {
     /* a save abandoned on an error: its writer stops before its buffers go */
     mg_checkpoint_pending_free(t->pending_save);
-    if (t->pending_host) free_host_state(t->pending_host);
+    if (t->pending_host) free_host_state(t, t->pending_host);
     free(t->pending_host);
+    if (t->stage && t->be && t->be->free_pinned) t->be->free_pinned(t->be, t->stage);
+    else free(t->stage);
     mg_metrics_close(&t->metrics);
     mg_mock_free(&t->train_data);
     mg_mock_free(&t->valid_data);

@@ -148,6 +148,7 @@ typedef struct {
     /* --async-save: the checkpoint being written in the background, and its host copy */
     mg_checkpoint_pending *pending_save;
     mg_checkpoint_tensors *pending_host;
+    float *stage; /* the save staging (weights, moments), pinned where the backend can */
 } mg_trainer;
 
 /* Creates the backend (cfg->device), builds the model and the memory plan (logged), initialises

@@ -181,6 +181,24 @@ mg_status mg_cuda_memory_info(mg_backend *be, size_t *free_bytes, size_t *total_
     return MG_OK;
 }
 
+static mg_status cuda_alloc_pinned(mg_backend *be, size_t bytes, void **out) {
+    (void)be;
+    *out = NULL;
+    if (cudaHostAlloc(out, bytes ? bytes : 1, cudaHostAllocDefault) != cudaSuccess) {
+        cudaGetLastError(); /* not sticky: clear it */
+        return MG_FAIL(MG_ERR_NOMEM, "cannot allocate %.1f GiB of pinned host memory for "
+                                     "checkpoint staging",
+                       (double)bytes / 1073741824.0);
+    }
+    memset(*out, 0, bytes);
+    return MG_OK;
+}
+
+static void cuda_free_pinned(mg_backend *be, void *ptr) {
+    (void)be;
+    if (ptr) cudaFreeHost(ptr);
+}
+
 /* ---------------------------------------------------------------- streams */
 
 static cudaStream_t stream_of(mg_cuda_ctx *c, mg_stream_id s) {
@@ -360,6 +378,8 @@ mg_status mg_backend_cuda_create(mg_backend **out, int device) {
     be->synchronize = mg_cuda_synchronize;
     be->destroy = mg_cuda_destroy;
     be->memory_info = mg_cuda_memory_info;
+    be->alloc_pinned = cuda_alloc_pinned;
+    be->free_pinned = cuda_free_pinned;
     be->stream_handle = mg_cuda_stream_handle;
     be->stream_wait = mg_cuda_stream_wait;
     be->stream_mark = mg_cuda_stream_mark;
