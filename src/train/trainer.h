@@ -84,18 +84,18 @@ typedef struct {
 typedef struct {
     mg_config cfg; /* cfg.device: the backend in use ("cpu" or "cuda"), never "auto" */
     mg_backend *be;
-    mg_comm *dp;                      /* the data-parallel group (not owned); NULL: one rank */
-    int dp_rank, dp_size;             /* 0, 1 without a group */
-    mg_comm *tp;                      /* the tensor-parallel group (not owned); NULL: one rank */
-    int tp_rank, tp_size;             /* 0, 1 without a group */
-    mg_comm *pp;                      /* the pipeline-parallel group (not owned); NULL: one stage */
-    int pp_rank, pp_size;             /* 0, 1 without a group */
-    mg_comm *embd;                    /* the embedding group (first and last stage), or NULL */
-    mg_comm *ep;                      /* the expert-parallel group (not owned); NULL: one rank */
-    int ep_rank, ep_size;             /* 0, 1 without a group */
-    mg_comm *edp;                     /* the expert-data-parallel group (dp / ep ranks; the
-                                         data-parallel group itself with one expert-parallel
-                                         rank); NULL: one rank */
+    mg_comm *dp;          /* the data-parallel group (not owned); NULL: one rank */
+    int dp_rank, dp_size; /* 0, 1 without a group */
+    mg_comm *tp;          /* the tensor-parallel group (not owned); NULL: one rank */
+    int tp_rank, tp_size; /* 0, 1 without a group */
+    mg_comm *pp;          /* the pipeline-parallel group (not owned); NULL: one stage */
+    int pp_rank, pp_size; /* 0, 1 without a group */
+    mg_comm *embd;        /* the embedding group (first and last stage), or NULL */
+    mg_comm *ep;          /* the expert-parallel group (not owned); NULL: one rank */
+    int ep_rank, ep_size; /* 0, 1 without a group */
+    mg_comm *edp;         /* the expert-data-parallel group (dp / ep ranks; the
+                             data-parallel group itself with one expert-parallel
+                             rank); NULL: one rank */
     int edp_rank, edp_size;
     mg_pipeline pipe;                 /* the schedule walker (parallel/pipeline/run.h) */
     bool grad_sync_live;              /* in each chunk's last backward of the step: the hooks
@@ -107,7 +107,7 @@ typedef struct {
     int64_t pass_first;
     mg_train_buffers bufs; /* the parameter and gradient buffers: dense, and the experts' */
     mg_ddp ddp[MG_TRAIN_BUFFERS_MAX]; /* each buffer's collectives (where its group has > 1 rank) */
-    int gpu;                    /* the CUDA device (launcher's local rank); -1 on the CPU backend */
+    int gpu; /* the CUDA device (launcher's local rank); -1 on the CPU backend */
     mg_gpt model;
     mg_optimizer opt;
     mg_lr_schedule lr;
@@ -121,10 +121,10 @@ typedef struct {
     size_t measured_state_bytes;     /* device memory the weight, gradient, master and optimizer
                                         arenas took (backends with memory_info), else 0 */
     size_t off_params, off_master, off_grads, off_tokens, off_targets, off_dloss, off_stats;
-    void *params;     /* (numel) compute dtype */
-    float *master;    /* (opt.numel) fp32 master weights of this rank's shard (local
-                         coordinates, train/optimizer.h); NULL when params are fp32 (CPU) */
-    float *grads;     /* (numel) fp32 */
+    void *params;       /* (numel) compute dtype */
+    float *master;      /* (opt.numel) fp32 master weights of this rank's shard (local
+                           coordinates, train/optimizer.h); NULL when params are fp32 (CPU) */
+    float *grads;       /* (numel) fp32 */
     size_t *zero_spans; /* (2 n_zero_spans) MoE: the runs of grads a step zeroes (element offset,
                            count), train/trainer_moe.c; NULL: all of them */
     int n_zero_spans;
@@ -148,7 +148,8 @@ typedef struct {
     /* --async-save: the checkpoint being written in the background, and its host copy */
     mg_checkpoint_pending *pending_save;
     mg_checkpoint_tensors *pending_host;
-    float *stage; /* the save staging (weights, moments), pinned where the backend can */
+    float *stage; /* the checkpoint staging (weights, moments), pinned where the backend can */
+    size_t stage_bytes;
 } mg_trainer;
 
 /* Creates the backend (cfg->device), builds the model and the memory plan (logged), initialises
