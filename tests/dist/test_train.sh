@@ -292,6 +292,11 @@ if [ "$rc" -ne 0 ] || ! same "$TMP/cap1.jsonl" "$TMP/capn.jsonl" 1 50; then
 else
     pass "train moe capacity 1.0, padded, np=2 --expert-model-parallel-size 2: 10 iterations match one rank's"
 fi
+# megatron on NP ranks (one: without mpirun), 60 s at most
+on_ranks() { # NP ARGS...
+    local np=$1; shift
+    if [ "$np" -eq 1 ]; then timeout 60 "$BIN" "$@"; else timeout 60 "${MPIRUN[@]}" -np "$np" "$BIN" "$@"; fi
+}
 # SAVE_LAYOUT / RESUME_LAYOUT: "NP:FLAGS"
 ep_resume() {
     local save=$1 resume=$2 np ck out out2 rc rc2 extra name
@@ -301,12 +306,7 @@ ep_resume() {
         --exit-interval 5 --save "$ck" --save-interval 5 2>&1); rc=$?
     np=${resume%%:*}; read -r -a extra <<<"${resume#*:}"
     rm -f "$TMP/epr.jsonl"
-    if [ "$np" -eq 1 ]; then
-        out2=$(timeout 60 "$BIN" train "${MOEP[@]}" --load "$ck" --metrics-file "$TMP/epr.jsonl" 2>&1); rc2=$?
-    else
-        out2=$(timeout 60 "${MPIRUN[@]}" -np "$np" "$BIN" train "${MOEP[@]}" "${extra[@]}" --load "$ck" \
-            --metrics-file "$TMP/epr.jsonl" 2>&1); rc2=$?
-    fi
+    out2=$(on_ranks "$np" train "${MOEP[@]}" "${extra[@]}" --load "$ck" --metrics-file "$TMP/epr.jsonl" 2>&1); rc2=$?
     name="train moe checkpoint of np=${save%%:*} ${save#*:} resumed on np=$np ${resume#*:}"
     if [ "$rc" -ne 0 ] || [ "$rc2" -ne 0 ]; then
         fail "$name (exit status save $rc, resume $rc2)" "$(tail -n 3 <<<"$out")" "$(tail -n 3 <<<"$out2")"
@@ -344,12 +344,7 @@ for layout in "1:" "2:" "4:--pipeline-model-parallel-size 4" \
     "4:--tensor-model-parallel-size 2 --use-distributed-optimizer"; do
     np=${layout%%:*}; read -r -a extra <<<"${layout#*:}"
     rm -f "$TMP/tpr.jsonl"
-    if [ "$np" -eq 1 ]; then
-        out=$(timeout 60 "$BIN" train "${TPPP[@]}" --load "$ck" --metrics-file "$TMP/tpr.jsonl" 2>&1); rc=$?
-    else
-        out=$(timeout 60 "${MPIRUN[@]}" -np "$np" "$BIN" train "${TPPP[@]}" "${extra[@]}" --load "$ck" \
-            --metrics-file "$TMP/tpr.jsonl" 2>&1); rc=$?
-    fi
+    out=$(on_ranks "$np" train "${TPPP[@]}" "${extra[@]}" --load "$ck" --metrics-file "$TMP/tpr.jsonl" 2>&1); rc=$?
     name="train tp2 x pp2 checkpoint resumed on np=$np ${layout#*:}"
     if [ "$rc" -ne 0 ]; then
         fail "$name (exit status $rc)" "$(tail -n 3 <<<"$out")"
@@ -367,10 +362,9 @@ done
 VOC=("${MODEL[@]}" --train-iters 8 --lr-decay-iters 8)
 for dir in "2:1" "1:2"; do
     from=${dir%%:*} to=${dir#*:} ck="$TMP/voc_$from"
-    if [ "$from" -eq 1 ]; then timeout 60 "$BIN" train "${VOC[@]}" --save "$ck" --save-interval 4 --exit-interval 4 >/dev/null 2>&1
-    else timeout 60 "${MPIRUN[@]}" -np 2 "$BIN" train "${VOC[@]}" --tensor-model-parallel-size 2 --save "$ck" --save-interval 4 --exit-interval 4 >/dev/null 2>&1; fi
-    if [ "$to" -eq 1 ]; then out=$(timeout 60 "$BIN" train "${VOC[@]}" --load "$ck" 2>&1); rc=$?
-    else out=$(timeout 60 "${MPIRUN[@]}" -np 2 "$BIN" train "${VOC[@]}" --tensor-model-parallel-size 2 --load "$ck" 2>&1); rc=$?; fi
+    on_ranks "$from" train "${VOC[@]}" --tensor-model-parallel-size "$from" --save "$ck" \
+        --save-interval 4 --exit-interval 4 >/dev/null 2>&1
+    out=$(on_ranks "$to" train "${VOC[@]}" --tensor-model-parallel-size "$to" --load "$ck" 2>&1); rc=$?
     want="has $((from * 128)) rows \(the padded vocabulary\), this layout $((to * 128)): the $([ "$from" -gt "$to" ] && echo 'extra padding rows are dropped' || echo 'new padding rows start from initialisation')"
     name="train checkpoint of TP $from resumed under TP $to (padded vocabulary $((from * 128)) -> $((to * 128)) rows)"
     if [ "$rc" -ne 0 ] || ! grep -qE "$want" <<<"$out" || [ "$(losses "$out" | wc -l)" -ne 4 ]; then
