@@ -174,14 +174,36 @@ static mg_status write_parts(const char *tmp, int id, const mg_train_state *s, c
     return st;
 }
 
-/* Every member of the groups learns the worst of their statuses (MPI: host memory): the maximum
- * over tp, then pp, then dp is the maximum over the grid they span. */
-static mg_status agree(const mg_checkpoint_groups *gr, mg_status mine, bool *all_ok) {
-    int32_t bad = mine != MG_OK;
+/* One host value over group c: broadcast from its rank 0, or the maximum. A group that moves
+ * device buffers (NCCL) goes through the groups' device scratch; copy_d2h waits for it. */
+static mg_status exchange(const mg_checkpoint_groups *gr, mg_comm *c, int64_t *v, bool bcast) {
+    if (!mg_comm_device_buffers(c))
+        return bcast ? mg_comm_broadcast(c, v, 1, MG_I64, 0, NULL)
+                     : mg_comm_all_reduce(c, v, v, 1, MG_I64, MG_REDUCE_MAX, NULL);
+    mg_backend *be = gr->be;
+    if (!be || !gr->scratch)
+        return MG_FAIL(MG_ERR_INTERNAL, "checkpoint groups on device buffers need a scratch");
+    void *stream = be->stream_handle ? be->stream_handle(be, MG_STREAM_COMPUTE) : NULL;
+    MG_CHECK(be->copy_h2d(be, gr->scratch, v, sizeof *v));
+    MG_CHECK(
+        bcast ? mg_comm_broadcast(c, gr->scratch, 1, MG_I64, 0, stream)
+              : mg_comm_all_reduce(c, gr->scratch, gr->scratch, 1, MG_I64, MG_REDUCE_MAX, stream));
+    return be->copy_d2h(be, v, gr->scratch, sizeof *v);
+}
+
+/* v over every rank of the groups, from the world's rank 0 (bcast) or the maximum: over tp,
+ * then pp, then dp, which together span the grid (rank 0 of each is in the first's). */
+static mg_status over_groups(const mg_checkpoint_groups *gr, int64_t *v, bool bcast) {
     mg_comm *order[3] = {gr ? gr->tp : NULL, gr ? gr->pp : NULL, gr ? gr->dp : NULL};
     for (int i = 0; i < 3; i++)
-        if (order[i])
-            MG_CHECK(mg_comm_all_reduce(order[i], &bad, &bad, 1, MG_I32, MG_REDUCE_MAX, NULL));
+        if (order[i]) MG_CHECK(exchange(gr, order[i], v, bcast));
+    return MG_OK;
+}
+
+/* Every member of the groups learns the worst of their statuses. */
+static mg_status agree(const mg_checkpoint_groups *gr, mg_status mine, bool *all_ok) {
+    int64_t bad = mine != MG_OK;
+    MG_CHECK(over_groups(gr, &bad, false));
     *all_ok = !bad;
     return MG_OK;
 }
@@ -279,9 +301,7 @@ mg_status mg_checkpoint_save_async(const char *dir, const mg_train_state *s, con
                                      "its directory (its own error says why)",
                                      dir);
     }
-    mg_comm *order[3] = {p->groups.tp, p->groups.pp, p->groups.dp};
-    for (int i = 0; i < 3; i++)
-        if (order[i]) MG_CHECK(mg_comm_broadcast(order[i], &pid, 1, MG_I64, 0, NULL));
+    MG_CHECK(over_groups(&p->groups, &pid, true));
     snprintf(p->tmp, sizeof p->tmp, "%s.tmp-%" PRId64, p->final, pid);
     (void)mg_env_str("MG_FAULT_CHECKPOINT", ""); /* read once here, not first in the thread */
     if (background && pthread_create(&p->thread, NULL, writer, p) == 0) {

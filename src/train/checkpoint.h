@@ -28,6 +28,7 @@
 #ifndef MG_TRAIN_CHECKPOINT_H
 #define MG_TRAIN_CHECKPOINT_H
 
+#include "backend/backend.h"
 #include "comm/comm.h"
 #include "model/gpt.h"
 #include "train/optimizer.h"
@@ -61,9 +62,12 @@ typedef struct {
     int n_bias, n_experts;
 } mg_checkpoint_tensors;
 
-/* The groups whose members save together (not owned; NULL: one rank). */
+/* The groups whose members save together (not owned; NULL: one rank). Groups that move device
+ * buffers (NCCL) exchange the save's few host values through `scratch`, 8 bytes of be's memory. */
 typedef struct {
     mg_comm *dp, *pp, *tp;
+    mg_backend *be;
+    void *scratch;
 } mg_checkpoint_groups;
 
 /* Saves iteration s->iteration: every rank of the groups calls it with its own tensors. */

@@ -860,7 +860,8 @@ mg_status mg_trainer_save(mg_trainer *t) {
     if (st == MG_OK) st = be->copy_d2h(be, h->exp_avg_sq, t->opt.v, m * sizeof(float));
     if (st == MG_OK) st = copy_biases(t, h, true);
     /* every rank calls it: each writes the pieces it holds alone or first */
-    const mg_checkpoint_groups groups = {t->dp, t->pp, t->tp};
+    if (!t->ckpt_scratch) MG_CHECK(be->alloc(be, sizeof(int64_t), &t->ckpt_scratch));
+    const mg_checkpoint_groups groups = {t->dp, t->pp, t->tp, be, t->ckpt_scratch};
     if (st == MG_OK)
         st = mg_checkpoint_save_async(t->cfg.save, &t->state, &t->cfg, &t->model, h, &groups,
                                       t->cfg.async_save, &t->pending_save);
@@ -893,6 +894,7 @@ void mg_trainer_free(mg_trainer *t) {
     if (t->pending_host) free_host_state(t, t->pending_host);
     free(t->pending_host);
     release_stage(t);
+    if (t->ckpt_scratch && t->be) t->be->free(t->be, t->ckpt_scratch);
     mg_metrics_close(&t->metrics);
     mg_mock_free(&t->train_data);
     mg_mock_free(&t->valid_data);

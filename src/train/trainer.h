@@ -150,6 +150,7 @@ typedef struct {
     mg_checkpoint_tensors *pending_host;
     float *stage; /* the checkpoint staging (weights, moments), pinned where the backend can */
     size_t stage_bytes;
+    void *ckpt_scratch; /* 8 bytes of backend memory: the save's values over NCCL groups */
 } mg_trainer;
 
 /* Creates the backend (cfg->device), builds the model and the memory plan (logged), initialises
