@@ -564,7 +564,7 @@ static mg_status load_store(const char *base, const mg_gpt *g, float *params, bo
     MG_CHECK_GOTO(mg_ckpt_store_open(base, &store), st, done);
     vocab_rows(store, g, params, seed, base);
     MG_CHECK_GOTO(list_pieces(g, t ? t : &none, params, optimizer, false, &l), st, done);
-    for (int i = 0; i < l.n; i++) MG_CHECK_GOTO(mg_ckpt_store_read(store, &l.p[i]), st, done);
+    MG_CHECK_GOTO(mg_ckpt_store_read_all(store, l.p, l.n), st, done);
 done:
     piece_list_free(&l);
     mg_ckpt_store_close(store);

@@ -6,6 +6,8 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -251,7 +253,7 @@ typedef struct {
     int64_t start, r[2];
     block k;
     char hash[17];
-    bool verified;
+    atomic_bool verified;
 } spiece;
 
 typedef struct {
@@ -263,7 +265,8 @@ typedef struct {
 
 struct mg_ckpt_store {
     char dir[PATH_CAP - 64];
-    cJSON *index; /* owns the strings the tables point at */
+    pthread_mutex_t opening; /* readers on several threads open the files once */
+    cJSON *index;            /* owns the strings the tables point at */
     sfile *files;
     spiece *pieces;
     stensor *tensors;
@@ -312,7 +315,7 @@ static mg_status parse_piece(mg_ckpt_store *s, const stensor *t, const cJSON *e,
     p->key = key->valuestring;
     p->start = start;
     memcpy(p->hash, hash->valuestring, 17);
-    p->verified = false;
+    atomic_init(&p->verified, false);
     return MG_OK;
 }
 
@@ -373,6 +376,7 @@ mg_status mg_ckpt_store_open(const char *dir, mg_ckpt_store **out) {
     mg_ckpt_store *s = calloc(1, sizeof *s);
     if (!s) return MG_FAIL(MG_ERR_NOMEM, "out of memory opening %s", dir);
     snprintf(s->dir, sizeof s->dir, "%s", dir);
+    pthread_mutex_init(&s->opening, NULL);
     char path[PATH_CAP], *text = NULL;
     snprintf(path, sizeof path, "%s/index.json", dir);
     mg_status st = mg_file_read(path, &text, NULL);
@@ -400,11 +404,8 @@ int64_t mg_ckpt_store_rows(const mg_ckpt_store *s, const char *name) {
     return t ? t->shape[0] : -1;
 }
 
-/* The data of piece p (elements [range) of its block), opened and verified on first use. */
-static mg_status piece_data(mg_ckpt_store *s, spiece *p, const char *tensor, const float **data) {
-    sfile *f = &s->files[p->file];
-    char path[PATH_CAP];
-    snprintf(path, sizeof path, "%s/%s", s->dir, f->name);
+/* Opens file f of the store (under s->opening), checking its size against the index. */
+static mg_status open_file(mg_ckpt_store *s, sfile *f, const char *path, const char *tensor) {
     if (!f->open) {
         struct stat sb;
         if (stat(path, &sb) != 0)
@@ -423,6 +424,18 @@ static mg_status piece_data(mg_ckpt_store *s, spiece *p, const char *tensor, con
         }
         f->open = true;
     }
+    return MG_OK;
+}
+
+/* The data of piece p (elements [range) of its block), opened and verified on first use. */
+static mg_status piece_data(mg_ckpt_store *s, spiece *p, const char *tensor, const float **data) {
+    sfile *f = &s->files[p->file];
+    char path[PATH_CAP];
+    snprintf(path, sizeof path, "%s/%s", s->dir, f->name);
+    pthread_mutex_lock(&s->opening);
+    mg_status st = open_file(s, f, path, tensor);
+    pthread_mutex_unlock(&s->opening);
+    MG_CHECK(st);
     const mg_st_entry *e = mg_safetensors_find(&f->st, p->key);
     const int64_t n = p->r[1] - p->r[0];
     if (!e || e->dtype != MG_F32 || e->ndim != 1 || p->start + n > e->shape[0])
@@ -431,7 +444,7 @@ static mg_status piece_data(mg_ckpt_store *s, spiece *p, const char *tensor, con
                        "%" PRId64 "..%" PRId64 ")",
                        path, tensor, p->key, p->start, p->start + n);
     *data = (const float *)e->data + p->start;
-    if (!p->verified) {
+    if (!atomic_load(&p->verified)) { /* two threads may both check it: the same answer */
         char h[17];
         hash_hex(h, *data, (size_t)n * sizeof(float));
         if (strcmp(h, p->hash))
@@ -440,7 +453,7 @@ static mg_status piece_data(mg_ckpt_store *s, spiece *p, const char *tensor, con
                            " of its block at [%" PRId64 ", %" PRId64 "]) fails its checksum: "
                            "the file is corrupted",
                            path, tensor, p->r[0], p->r[1], p->k.off[0], p->k.off[1]);
-        p->verified = true;
+        atomic_store(&p->verified, true);
     }
     return MG_OK;
 }
@@ -536,8 +549,27 @@ mg_status mg_ckpt_store_read(mg_ckpt_store *s, const mg_ckpt_piece *p) {
     return MG_OK;
 }
 
+mg_status mg_ckpt_store_read_all(mg_ckpt_store *s, const mg_ckpt_piece *p, int n) {
+    int failed = n; /* the first piece that failed; its message, from the thread that read it */
+    mg_status code = MG_OK;
+    char message[1024] = "";
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int i = 0; i < n; i++) {
+        mg_status st = mg_ckpt_store_read(s, &p[i]);
+        if (st == MG_OK) continue;
+#pragma omp critical(mg_ckpt_store_read_all)
+        if (i < failed) {
+            failed = i;
+            code = st;
+            snprintf(message, sizeof message, "%s", mg_error_message());
+        }
+    }
+    return code == MG_OK ? MG_OK : MG_FAIL(code, "%s", message);
+}
+
 void mg_ckpt_store_close(mg_ckpt_store *s) {
     if (!s) return;
+    pthread_mutex_destroy(&s->opening);
     for (int i = 0; s->files && i < s->n_files; i++)
         if (s->files[i].open) mg_safetensors_close(&s->files[i].st);
     free(s->files);

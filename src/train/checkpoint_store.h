@@ -60,6 +60,9 @@ int64_t mg_ckpt_store_rows(const mg_ckpt_store *s, const char *name);
 /* Fills p->data from the store: the tensor must exist with meta's global shape (rows aside, for
  * a padded vocabulary), and its pieces must cover [a, b) (its rows the store has) exactly once. */
 mg_status mg_ckpt_store_read(mg_ckpt_store *s, const mg_ckpt_piece *p);
+/* The same for n pieces, on several threads where the build has OpenMP; the error is the first
+ * failing piece's. */
+mg_status mg_ckpt_store_read_all(mg_ckpt_store *s, const mg_ckpt_piece *pieces, int n);
 void mg_ckpt_store_close(mg_ckpt_store *s);
 
 #endif
