@@ -1,4 +1,5 @@
-/* `megatron convert`: checkpoints to other formats (Megatron's tools/checkpoint/convert.py names).
+/* `megatron convert`: checkpoints to and from Hugging Face (Megatron's tools/checkpoint/convert.py
+ * flag names).
  *   megatron convert --loader megatron --saver hf --load-dir CKPT --save-dir HF_DIR
  *                    [--saver-dtype fp32|bf16] [--max-shard-size BYTES]
  *                    [--vocab-file F --merge-file F]
@@ -8,11 +9,18 @@
  * model.safetensors, or above --max-shard-size (5 GB, as save_pretrained) as
  * model-0000i-of-0000n.safetensors with model.safetensors.index.json, and the tokenizer: the
  * run's vocab.json and merges.txt (or the flags'), tokenizer_config.json and
- * special_tokens_map.json. Everything is written into HF_DIR.tmp-PID and renamed to HF_DIR at the
- * end, so a failed conversion leaves nothing half-written; an HF_DIR that holds files is refused.
- * The other direction (--loader hf --saver megatron) is not implemented yet: refused with an
- * error that says so. */
+ * special_tokens_map.json.
+ *   megatron convert --loader hf --saver megatron --load-dir HF_DIR --save-dir CKPT
+ *                    [--target-tensor-parallel-size T] [--target-pipeline-parallel-size P]
+ *                    [--vocab-file F --merge-file F]
+ * reads a save_pretrained directory (GPT2LMHeadModel, LlamaForCausalLM, MistralForCausalLM,
+ * MixtralForCausalLM; F32, BF16 or F16 safetensors, sharded or not) into iteration 0 of a
+ * checkpoint holding the weights and the model's flags, for the layout T x P (convert_hf.c), so
+ * `megatron train --load CKPT` and `megatron generate --load CKPT` need no model flags.
+ * Either way everything is written into SAVE_DIR.tmp-PID and renamed to SAVE_DIR at the end, so
+ * a failed conversion leaves nothing half-written; a SAVE_DIR that holds files is refused. */
 #include "cli/cli.h"
+#include "cli/convert.h"
 
 #include "core/file.h"
 #include "core/safetensors.h"
@@ -32,17 +40,50 @@
 #include <unistd.h>
 
 #define SHARD_DEFAULT 5000000000ull /* save_pretrained's "5GB" */
+#define SHARD_MAX     (1ull << 62)
 
-typedef struct {
-    const char *loader, *saver, *load_dir, *save_dir, *dtype, *vocab_file, *merge_file;
-    unsigned long long max_shard;
-} conv_args;
+static const char usage[] =
+    "usage: megatron convert --loader megatron --saver hf --load-dir CKPT --save-dir HF_DIR\n"
+    "                        [--saver-dtype fp32|bf16] [--max-shard-size BYTES]\n"
+    "                        [--vocab-file F --merge-file F]\n"
+    "       megatron convert --loader hf --saver megatron --load-dir HF_DIR --save-dir CKPT\n"
+    "                        [--target-tensor-parallel-size T] [--target-pipeline-parallel-size "
+    "P]\n"
+    "                        [--vocab-file F --merge-file F]\n\n"
+    "--saver hf writes CKPT's newest iteration as a Hugging Face directory (GPT2LMHeadModel,\n"
+    "LlamaForCausalLM or MixtralForCausalLM, chosen from the model's flags; config.json, weights\n"
+    "in --saver-dtype, default the training dtype, sharded above --max-shard-size, default 5 GB;\n"
+    "the GPT-2 tokenizer's files when the run had them or the flags give them).\n"
+    "--saver megatron reads a save_pretrained directory (model_type gpt2, llama, mistral or\n"
+    "mixtral; safetensors weights, F32, BF16 or F16, sharded or not) into iteration 0 of a\n"
+    "checkpoint: the weights (no optimizer state) and the model's flags for the layout T x P\n"
+    "(default 1 x 1), plus its vocab.json and merges.txt (or the flags') as the GPT-2 tokenizer.\n"
+    "`megatron train --load CKPT` and `megatron generate --load CKPT` then need no model flags.\n"
+    "SAVE_DIR must be new or empty; it is written under a temporary name and renamed at the end.\n";
 
-static mg_status parse_args(int argc, char **argv, conv_args *a) {
+static mg_status parse_count(const char *flag, const char *v, unsigned long long max,
+                             unsigned long long *out) {
+    char *end;
+    errno = 0;
+    *out = strtoull(v, &end, 10);
+    if (*end || errno || *out == 0 || *out > max || v[0] == '-' || !v[0])
+        return MG_FAIL(MG_ERR_USAGE, "%s expects a positive %s, got '%s'", flag,
+                       max == SHARD_MAX ? "number of bytes" : "integer", v);
+    return MG_OK;
+}
+
+/* *help: --help or -h was given (nothing else is parsed). */
+static mg_status parse_args(int argc, char **argv, mg_convert_args *a, bool *help) {
     memset(a, 0, sizeof *a);
     a->max_shard = SHARD_DEFAULT;
+    a->target_tp = a->target_pp = 1;
+    bool target = false, hf_only = false;
+    *help = false;
+    for (int i = 0; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return *help = true, MG_OK;
     for (int i = 0; i < argc; i++) {
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        unsigned long long n;
         if (!v) return MG_FAIL(MG_ERR_USAGE, "%s needs a value", f);
         i++;
         if (!strcmp(f, "--loader"))
@@ -54,25 +95,26 @@ static mg_status parse_args(int argc, char **argv, conv_args *a) {
         else if (!strcmp(f, "--save-dir"))
             a->save_dir = v;
         else if (!strcmp(f, "--saver-dtype"))
-            a->dtype = v;
+            a->dtype = v, hf_only = true;
         else if (!strcmp(f, "--vocab-file"))
             a->vocab_file = v;
         else if (!strcmp(f, "--merge-file"))
             a->merge_file = v;
         else if (!strcmp(f, "--max-shard-size")) {
-            char *end;
-            errno = 0;
-            a->max_shard = strtoull(v, &end, 10);
-            if (*end || errno || a->max_shard == 0 || v[0] == '-')
-                return MG_FAIL(MG_ERR_USAGE,
-                               "--max-shard-size expects a positive number of bytes, "
-                               "got '%s'",
-                               v);
+            MG_CHECK(parse_count(f, v, SHARD_MAX, &a->max_shard));
+            hf_only = true;
+        } else if (!strcmp(f, "--target-tensor-parallel-size") ||
+                   !strcmp(f, "--target-pipeline-parallel-size")) {
+            MG_CHECK(parse_count(f, v, 4096, &n));
+            *(strstr(f, "tensor") ? &a->target_tp : &a->target_pp) = (int)n;
+            target = true;
         } else
             return MG_FAIL(MG_ERR_USAGE,
                            "unknown flag '%s' for `megatron convert`; flags: --loader, "
                            "--saver, --load-dir, --save-dir, --saver-dtype, "
-                           "--max-shard-size, --vocab-file, --merge-file",
+                           "--max-shard-size, --target-tensor-parallel-size, "
+                           "--target-pipeline-parallel-size, --vocab-file, --merge-file "
+                           "(--help shows them)",
                            f);
     }
     if (!a->loader || !a->saver || !a->load_dir || !a->save_dir)
@@ -82,11 +124,18 @@ static mg_status parse_args(int argc, char **argv, conv_args *a) {
         return MG_FAIL(MG_ERR_USAGE, "--loader %s: expected megatron or hf", a->loader);
     if (strcmp(a->saver, "megatron") && strcmp(a->saver, "hf"))
         return MG_FAIL(MG_ERR_USAGE, "--saver %s: expected megatron or hf", a->saver);
-    if (strcmp(a->loader, "megatron") || strcmp(a->saver, "hf"))
-        return MG_FAIL(MG_ERR_UNSUPPORTED,
-                       "--loader %s --saver %s is not implemented yet; "
-                       "--loader megatron --saver hf is",
+    if (!strcmp(a->loader, a->saver))
+        return MG_FAIL(MG_ERR_USAGE,
+                       "--loader %s --saver %s converts nothing; one of them is hf, the other "
+                       "megatron",
                        a->loader, a->saver);
+    bool to_hf = !strcmp(a->saver, "hf");
+    if (to_hf && target)
+        return MG_FAIL(MG_ERR_USAGE, "--target-tensor-parallel-size and "
+                                     "--target-pipeline-parallel-size are for --saver megatron");
+    if (!to_hf && hf_only)
+        return MG_FAIL(MG_ERR_USAGE, "--saver-dtype and --max-shard-size are for --saver hf (a "
+                                     "Megatron checkpoint holds fp32 weights in one file)");
     if (a->dtype && strcmp(a->dtype, "fp32") && strcmp(a->dtype, "bf16"))
         return MG_FAIL(MG_ERR_USAGE, "--saver-dtype %s: expected fp32 or bf16", a->dtype);
     if (!a->vocab_file != !a->merge_file)
@@ -94,7 +143,7 @@ static mg_status parse_args(int argc, char **argv, conv_args *a) {
     return MG_OK;
 }
 
-static mg_status write_text(const char *dir, const char *name, const char *text) {
+mg_status mg_convert_write_text(const char *dir, const char *name, const char *text) {
     char path[2300];
     snprintf(path, sizeof path, "%s/%s", dir, name);
     const void *parts[1] = {text};
@@ -102,7 +151,7 @@ static mg_status write_text(const char *dir, const char *name, const char *text)
     return mg_file_write_atomic(path, parts, sizes, 1);
 }
 
-static mg_status copy_file(const char *from, const char *dir, const char *name) {
+mg_status mg_convert_copy_file(const char *from, const char *dir, const char *name) {
     char *buf;
     size_t n;
     MG_CHECK(mg_file_read(from, &buf, &n));
@@ -168,7 +217,7 @@ static mg_status write_weights(const char *dir, const mg_hf_export_set *set, mg_
         }
         char *text = cJSON_Print(idx);
         cJSON_Delete(idx);
-        st = text ? write_text(dir, "model.safetensors.index.json", text)
+        st = text ? mg_convert_write_text(dir, "model.safetensors.index.json", text)
                   : MG_FAIL(MG_ERR_NOMEM, "out of memory writing the shard index");
         free(text);
     }
@@ -180,16 +229,16 @@ static mg_status write_weights(const char *dir, const mg_hf_export_set *set, mg_
 /* The GPT-2 tokenizer's files and settings (AutoTokenizer: GPT2Tokenizer from vocab.json and
  * merges.txt, its one special token <|endoftext|>). */
 static mg_status write_tokenizer(const char *dir, const char *vocab, const char *merges, int S) {
-    MG_CHECK(copy_file(vocab, dir, "vocab.json"));
-    MG_CHECK(copy_file(merges, dir, "merges.txt"));
+    MG_CHECK(mg_convert_copy_file(vocab, dir, "vocab.json"));
+    MG_CHECK(mg_convert_copy_file(merges, dir, "merges.txt"));
     char text[512];
     snprintf(text, sizeof text,
              "{\n  \"tokenizer_class\": \"GPT2Tokenizer\",\n  \"model_max_length\": %d,\n"
              "  \"add_prefix_space\": false,\n  \"bos_token\": \"<|endoftext|>\",\n"
              "  \"eos_token\": \"<|endoftext|>\",\n  \"unk_token\": \"<|endoftext|>\"\n}\n",
              S);
-    MG_CHECK(write_text(dir, "tokenizer_config.json", text));
-    return write_text(
+    MG_CHECK(mg_convert_write_text(dir, "tokenizer_config.json", text));
+    return mg_convert_write_text(
         dir, "special_tokens_map.json",
         "{\n  \"bos_token\": \"<|endoftext|>\",\n  \"eos_token\": \"<|endoftext|>\",\n"
         "  \"unk_token\": \"<|endoftext|>\"\n}\n");
@@ -217,14 +266,16 @@ typedef struct {
     mg_hf_export_set set;
 } conv_state;
 
-static mg_status to_hf(const conv_args *a, conv_state *s, const char *tmp) {
+static mg_status to_hf(const mg_convert_args *a, conv_state *s, const char *tmp) {
     int64_t it;
     MG_CHECK(mg_checkpoint_latest(a->load_dir, &it));
     if (it < 0)
         return MG_FAIL(MG_ERR_IO, "%s holds no checkpoint (no latest_checkpointed_iteration.txt)",
                        a->load_dir);
     MG_CHECK(mg_checkpoint_load_config(a->load_dir, it, &s->cfg));
-    MG_CHECK(mg_gpt_build(&s->g, &s->cfg, 0, 0));
+    mg_config one = s->cfg;
+    mg_config_single_process(&one);
+    MG_CHECK(mg_gpt_build(&s->g, &one, 0, 0));
     s->host = calloc(s->g.params.numel ? s->g.params.numel : 1, sizeof *s->host);
     if (!s->host) return MG_FAIL(MG_ERR_NOMEM, "out of memory loading %s", a->load_dir);
     MG_CHECK(mg_checkpoint_load_weights(a->load_dir, it, &s->g, s->host));
@@ -240,12 +291,12 @@ static mg_status to_hf(const conv_args *a, conv_state *s, const char *tmp) {
     mg_status st = mkdir(tmp, 0755) == 0
                        ? MG_OK
                        : MG_FAIL(MG_ERR_IO, "cannot create %s: %s", tmp, strerror(errno));
-    if (st == MG_OK) st = write_text(tmp, "config.json", config);
+    if (st == MG_OK) st = mg_convert_write_text(tmp, "config.json", config);
     free(config);
     MG_CHECK(st);
-    MG_CHECK(write_text(tmp, "generation_config.json",
-                        tokenizer ? "{\n  \"bos_token_id\": 50256,\n  \"eos_token_id\": 50256\n}\n"
-                                  : "{}\n"));
+    MG_CHECK(mg_convert_write_text(
+        tmp, "generation_config.json",
+        tokenizer ? "{\n  \"bos_token_id\": 50256,\n  \"eos_token_id\": 50256\n}\n" : "{}\n"));
     MG_CHECK(mg_hf_export(&s->g, s->host, &s->set));
     MG_CHECK(write_weights(tmp, &s->set, bf16 ? MG_BF16 : MG_F32, a->max_shard));
     if (tokenizer) MG_CHECK(write_tokenizer(tmp, vocab, merges, s->cfg.seq_length));
@@ -258,9 +309,14 @@ static mg_status to_hf(const conv_args *a, conv_state *s, const char *tmp) {
 }
 
 int mg_cli_convert(int argc, char **argv) {
-    conv_args a;
-    mg_status st = parse_args(argc, argv, &a);
+    mg_convert_args a;
+    bool help;
+    mg_status st = parse_args(argc, argv, &a, &help);
     if (st != MG_OK) return mg_cli_report(st);
+    if (help) {
+        fputs(usage, stdout);
+        return 0;
+    }
     int has = dir_has_files(a.save_dir);
     if (has != 0)
         return mg_cli_report(MG_FAIL(MG_ERR_IO,
@@ -272,7 +328,7 @@ int mg_cli_convert(int argc, char **argv) {
     snprintf(tmp, sizeof tmp, "%s.tmp-%d", a.save_dir, (int)getpid());
     conv_state s;
     memset(&s, 0, sizeof s);
-    st = to_hf(&a, &s, tmp);
+    st = strcmp(a.saver, "hf") ? mg_convert_from_hf(&a, tmp) : to_hf(&a, &s, tmp);
     if (st == MG_OK) {
         rmdir(a.save_dir); /* an empty one */
         if (rename(tmp, a.save_dir) != 0)

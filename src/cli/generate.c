@@ -1,11 +1,16 @@
 /* `megatron generate`: load a checkpoint and continue a prompt, greedy or top-k.
  *   megatron generate --load DIR (--prompt TEXT | --prompt-ids "1 2 3") [--max-new-tokens N]
  *                     [--top-k K] [--temperature T] [--seed S] [--vocab-file F --merge-file F]
- *                     [--json]
- * Text prompts use the GPT-2 tokenizer; --prompt-ids works for any vocabulary (mock-data models). */
+ *                     [--logits-file PATH] [--json]
+ * Text prompts use the GPT-2 tokenizer; --prompt-ids works for any vocabulary (mock-data models).
+ * --logits-file writes the logits at every prompt position as a .npy, float32 (prompt tokens,
+ * vocab_size): the vocabulary's columns, not the padding's (for comparing with other
+ * implementations, e.g. transformers' model(ids).logits[0]). The model is built whole on one
+ * process whatever layout the checkpoint was trained with. */
 #include "cli/cli.h"
 
 #include "backend/backend.h"
+#include "data/npy.h"
 #include "data/tokenizer_gpt2.h"
 #include "model/generate.h"
 #include "train/checkpoint.h"
@@ -17,7 +22,7 @@
 #include <string.h>
 
 typedef struct {
-    const char *load, *prompt, *prompt_ids, *vocab_file, *merge_file;
+    const char *load, *prompt, *prompt_ids, *vocab_file, *merge_file, *logits_file;
     mg_generate_options opt;
     int threads;
     bool json;
@@ -36,8 +41,8 @@ static mg_status parse_int(const char *flag, const char *v, long lo, long hi, lo
 
 static mg_status parse_args(int argc, char **argv, gen_args *a) {
     memset(a, 0, sizeof *a);
-    a->opt = (mg_generate_options){.max_new_tokens = 32, .top_k = 1, .temperature = 1.0f,
-                                   .seed = 1234, .stop_token = -1};
+    a->opt = (mg_generate_options){
+        .max_new_tokens = 32, .top_k = 1, .temperature = 1.0f, .seed = 1234, .stop_token = -1};
     a->threads = -1;
     for (int i = 0; i < argc; i++) {
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -48,11 +53,18 @@ static mg_status parse_args(int argc, char **argv, gen_args *a) {
         }
         if (!v) return MG_FAIL(MG_ERR_USAGE, "%s needs a value", f);
         i++;
-        if (!strcmp(f, "--load")) a->load = v;
-        else if (!strcmp(f, "--prompt")) a->prompt = v;
-        else if (!strcmp(f, "--prompt-ids")) a->prompt_ids = v;
-        else if (!strcmp(f, "--vocab-file")) a->vocab_file = v;
-        else if (!strcmp(f, "--merge-file")) a->merge_file = v;
+        if (!strcmp(f, "--load"))
+            a->load = v;
+        else if (!strcmp(f, "--prompt"))
+            a->prompt = v;
+        else if (!strcmp(f, "--prompt-ids"))
+            a->prompt_ids = v;
+        else if (!strcmp(f, "--vocab-file"))
+            a->vocab_file = v;
+        else if (!strcmp(f, "--merge-file"))
+            a->merge_file = v;
+        else if (!strcmp(f, "--logits-file"))
+            a->logits_file = v;
         else if (!strcmp(f, "--max-new-tokens")) {
             MG_CHECK(parse_int(f, v, 0, 1 << 20, &x));
             a->opt.max_new_tokens = (int)x;
@@ -69,17 +81,22 @@ static mg_status parse_args(int argc, char **argv, gen_args *a) {
             char *end;
             double t = strtod(v, &end);
             if (*end || !(t > 0) || t > 1e6)
-                return MG_FAIL(MG_ERR_USAGE, "--temperature expects a positive number, got '%s'", v);
+                return MG_FAIL(MG_ERR_USAGE, "--temperature expects a positive number, got '%s'",
+                               v);
             a->opt.temperature = (float)t;
         } else
-            return MG_FAIL(MG_ERR_USAGE, "unknown flag '%s' for `megatron generate`; flags: --load, "
-                                         "--prompt, --prompt-ids, --max-new-tokens, --top-k, "
-                                         "--temperature, --seed, --vocab-file, --merge-file, "
-                                         "--num-threads, --json", f);
+            return MG_FAIL(MG_ERR_USAGE,
+                           "unknown flag '%s' for `megatron generate`; flags: --load, "
+                           "--prompt, --prompt-ids, --max-new-tokens, --top-k, "
+                           "--temperature, --seed, --vocab-file, --merge-file, "
+                           "--num-threads, --logits-file, --json",
+                           f);
     }
-    if (!a->load) return MG_FAIL(MG_ERR_USAGE, "`megatron generate` needs --load DIR (a checkpoint)");
+    if (!a->load)
+        return MG_FAIL(MG_ERR_USAGE, "`megatron generate` needs --load DIR (a checkpoint)");
     if (!a->prompt == !a->prompt_ids)
-        return MG_FAIL(MG_ERR_USAGE, "give exactly one of --prompt TEXT and --prompt-ids \"1 2 3\"");
+        return MG_FAIL(MG_ERR_USAGE,
+                       "give exactly one of --prompt TEXT and --prompt-ids \"1 2 3\"");
     return MG_OK;
 }
 
@@ -114,6 +131,7 @@ typedef struct {
 static mg_status setup_model(gen_state *s, const gen_args *a, int64_t it) {
     MG_CHECK(mg_checkpoint_load_config(a->load, it, &s->cfg));
     mg_config cfg = s->cfg;
+    mg_config_single_process(&cfg);
     cfg.micro_batch_size = 1;
     MG_CHECK(mg_backend_cpu_create(&s->be, a->threads));
     MG_CHECK(mg_gpt_build(&s->g, &cfg, 0, 0));
@@ -142,6 +160,23 @@ static void print_ids(FILE *f, const int32_t *ids, size_t n) {
     for (size_t i = 0; i < n; i++) fprintf(f, "%s%d", i ? ", " : "", ids[i]);
 }
 
+/* The logits at the n prompt positions (s->ids), as a float32 .npy (n, vocab_size). */
+static mg_status write_logits(const char *path, gen_state *s, size_t n) {
+    int vocab =
+        s->cfg.vocab_size > 0 && s->cfg.vocab_size <= s->g.cfg.V ? s->cfg.vocab_size : s->g.cfg.V;
+    int64_t shape[2] = {(int64_t)n, vocab};
+    mg_status st = MG_OK;
+    float *out = malloc(n * (size_t)vocab * sizeof *out + 1);
+    if (!out) return MG_FAIL(MG_ERR_NOMEM, "out of memory for --logits-file");
+    MG_CHECK_GOTO(
+        mg_gpt_prompt_logits(&s->g, s->be, mg_arena_ptr(&s->io, 0), s->ids, n, vocab, out), st,
+        done);
+    MG_CHECK_GOTO(mg_npy_save_f32(path, 2, shape, out), st, done);
+done:
+    free(out);
+    return st;
+}
+
 static mg_status run(const gen_args *a, gen_state *s) {
     int64_t it;
     MG_CHECK(mg_checkpoint_latest(a->load, &it));
@@ -159,9 +194,10 @@ static mg_status run(const gen_args *a, gen_state *s) {
         const char *vf = a->vocab_file ? a->vocab_file : s->cfg.vocab_file;
         const char *mf = a->merge_file ? a->merge_file : s->cfg.merge_file;
         if (!vf[0] || !mf[0])
-            return MG_FAIL(MG_ERR_USAGE, "--prompt needs the GPT-2 tokenizer: pass --vocab-file and "
-                                         "--merge-file (this checkpoint was not trained with them), "
-                                         "or give --prompt-ids");
+            return MG_FAIL(MG_ERR_USAGE,
+                           "--prompt needs the GPT-2 tokenizer: pass --vocab-file and "
+                           "--merge-file (this checkpoint was not trained with them), "
+                           "or give --prompt-ids");
         MG_CHECK(mg_tokenizer_gpt2_load(&s->tok, vf, mf));
         mg_tokenizer_worker *w;
         MG_CHECK(mg_tokenizer_worker_create(s->tok, &w));
@@ -179,6 +215,7 @@ static mg_status run(const gen_args *a, gen_state *s) {
         MG_CHECK(parse_ids(a->prompt_ids, s->g.cfg.V, s->ids, 65536, &n));
     }
     size_t prompt_len = n;
+    if (a->logits_file) MG_CHECK(write_logits(a->logits_file, s, n));
     MG_CHECK(mg_gpt_generate(&s->g, s->be, mg_arena_ptr(&s->io, 0), s->ids, &n, &o));
     char *text = NULL;
     size_t len = 0;

@@ -6,16 +6,17 @@
 #include <string.h>
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: megatron <command> [flags]\n\n"
-               "commands:\n"
-               "  train      train a GPT model (Megatron-LM's pretrain_gpt.py flags)\n"
-               "  preprocess turn JSONL documents into a Megatron indexed dataset (.bin/.idx)\n"
-               "  data       show the samples a dataset gives the model\n"
-               "  generate   continue a prompt with a trained checkpoint\n"
-               "  plan       show a parallel layout: process groups, pipeline schedule, layers\n"
-               "  bench      time training steps of a GPT-2 shape: tokens/s, MFU, memory\n"
-               "  convert    a checkpoint to a Hugging Face directory (--loader megatron --saver hf)\n"
-               "  help       show this text; `megatron train --help` lists the training flags\n");
+    fprintf(f,
+            "usage: megatron <command> [flags]\n\n"
+            "commands:\n"
+            "  train      train a GPT model (Megatron-LM's pretrain_gpt.py flags)\n"
+            "  preprocess turn JSONL documents into a Megatron indexed dataset (.bin/.idx)\n"
+            "  data       show the samples a dataset gives the model\n"
+            "  generate   continue a prompt with a trained checkpoint\n"
+            "  plan       show a parallel layout: process groups, pipeline schedule, layers\n"
+            "  bench      time training steps of a GPT-2 shape: tokens/s, MFU, memory\n"
+            "  convert    a checkpoint to a Hugging Face directory and back (--loader, --saver)\n"
+            "  help       show this text; `megatron train --help` lists the training flags\n");
 }
 
 int main(int argc, char **argv) {

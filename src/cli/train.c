@@ -6,7 +6,13 @@
  * (mg_comm_world_init: NCCL on GPUs, any launcher; MPI on the cpu backend, mpirun/srun; the TCP
  * rendezvous is the failure channel) and build Megatron's data-parallel and tensor-parallel
  * groups (parallel/parallel_state.h). A rank whose run fails prints its line and tells its peers
- * (mg_comm_world_fail), which then stop with "rank R failed: ..." instead of waiting. */
+ * (mg_comm_world_fail), which then stop with "rank R failed: ..." instead of waiting.
+ *
+ * With --load DIR holding a checkpoint, the model's shape flags not on the command line come from
+ * the checkpoint's saved configuration (Megatron's --use-checkpoint-args, here by default and
+ * flag by flag): `megatron train --load CKPT` continues a run, or trains a converted Hugging Face
+ * model, without repeating them; a shape flag given with another value is refused when the
+ * checkpoint loads. */
 #include "cli/cli.h"
 
 #include "backend/backend.h"
@@ -17,8 +23,10 @@
 #include "parallel/parallel_state.h"
 #include "parallel/pipeline/layers.h"
 #include "parallel/pipeline/schedule.h"
+#include "train/checkpoint.h"
 #include "train/trainer.h"
 
+#include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -69,9 +77,9 @@ static mg_status check_pipeline(const mg_config *c) {
 static const struct {
     mg_group_kind kind;
     const char *name;
-} train_groups[N_TRAIN_GROUPS] = {
-    {MG_GROUP_DP, "dp"},        {MG_GROUP_TP, "tp"}, {MG_GROUP_PP, "pp"},
-    {MG_GROUP_EMBEDDING, "embd"}, {MG_GROUP_EP, "ep"}, {MG_GROUP_EXPERT_DP, "edp"}};
+} train_groups[N_TRAIN_GROUPS] = {{MG_GROUP_DP, "dp"}, {MG_GROUP_TP, "tp"},
+                                  {MG_GROUP_PP, "pp"}, {MG_GROUP_EMBEDDING, "embd"},
+                                  {MG_GROUP_EP, "ep"}, {MG_GROUP_EXPERT_DP, "edp"}};
 
 static mg_comm **group_slot(mg_train_groups *g, int i) {
     mg_comm **slots[N_TRAIN_GROUPS] = {&g->dp, &g->tp, &g->pp, &g->embedding, &g->ep, &g->edp};
@@ -155,6 +163,58 @@ static int train_ranks(const mg_launch_info *li, mg_config *cfg) {
     return rc;
 }
 
+/* The flags that describe the model's function and shape (what the checkpoint's weights mean),
+ * as against the run's: layout, data, optimizer, schedule. */
+static const char *const model_flags[] = {"--num-layers",
+                                          "--hidden-size",
+                                          "--ffn-hidden-size",
+                                          "--num-attention-heads",
+                                          "--kv-channels",
+                                          "--group-query-attention",
+                                          "--num-query-groups",
+                                          "--seq-length",
+                                          "--max-position-embeddings",
+                                          "--position-embedding-type",
+                                          "--rotary-base",
+                                          "--normalization",
+                                          "--norm-epsilon",
+                                          "--swiglu",
+                                          "--disable-bias-linear",
+                                          "--untie-embeddings-and-output-weights",
+                                          "--vocab-size",
+                                          "--make-vocab-size-divisible-by",
+                                          "--num-experts",
+                                          "--moe-layer-freq",
+                                          "--moe-ffn-hidden-size",
+                                          "--moe-router-topk",
+                                          "--moe-router-score-function",
+                                          "--moe-router-pre-softmax",
+                                          "--moe-router-topk-scaling-factor",
+                                          "--moe-router-num-groups",
+                                          "--moe-router-group-topk",
+                                          "--moe-router-enable-expert-bias",
+                                          "--moe-shared-expert-intermediate-size"};
+
+/* The model flags the command line left out, from the newest checkpoint in --load (none there:
+ * nothing, the trainer then warns and initialises). --seq-length comes along when absent, though
+ * the checkpoint does not fix it, so that a bare `train --load` has one. */
+static mg_status take_checkpoint_model(mg_config *cfg) {
+    int64_t it;
+    MG_CHECK(mg_checkpoint_latest(cfg->load, &it));
+    if (it < 0) return MG_OK;
+    mg_config saved;
+    MG_CHECK(mg_checkpoint_load_config(cfg->load, it, &saved));
+    const int n = (int)(sizeof model_flags / sizeof model_flags[0]);
+    MG_CHECK(mg_flags_take_unseen(cfg, &saved, model_flags, n));
+    char taken[1024] = "";
+    for (int i = 0, used = 0; i < n && used < (int)sizeof taken; i++)
+        if (!mg_flags_seen(model_flags[i]))
+            used += snprintf(taken + used, sizeof taken - (size_t)used, " %s", model_flags[i]);
+    if (taken[0])
+        mg_log_info("> model flags from %s (iteration %" PRId64 "):%s", cfg->load, it, taken);
+    return MG_OK;
+}
+
 int mg_cli_train(int argc, char **argv) {
     mg_config cfg;
     mg_config_defaults(&cfg);
@@ -170,7 +230,8 @@ int mg_cli_train(int argc, char **argv) {
     if (st != MG_OK) return mg_cli_report(st);
     mg_log_init(li.rank, li.world_size);
     cfg.world_size = li.world_size;
-    st = mg_config_validate(&cfg);
+    st = cfg.load[0] ? take_checkpoint_model(&cfg) : MG_OK;
+    if (st == MG_OK) st = mg_config_validate(&cfg);
     if (st != MG_OK) return mg_cli_report(st);
     /* the layout's own checks (Megatron's initialize_model_parallel) before the ranks meet */
     mg_parallel_sizes sizes = layout_sizes(&cfg, li.world_size);

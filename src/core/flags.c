@@ -21,6 +21,19 @@ bool mg_flags_seen(const char *flag) {
     return k >= 0 && g_seen[k];
 }
 
+mg_status mg_flags_take_unseen(mg_config *c, const mg_config *from, const char *const *flags,
+                               int n) {
+    for (int i = 0; i < n; i++) {
+        int k = mg_flag_find(flags[i]);
+        if (k < 0 || !mg_flag_table[k].key)
+            return MG_FAIL(MG_ERR_INTERNAL, "%s is not a flag with a value", flags[i]);
+        if (!g_seen[k])
+            memcpy(mg_flag_field(c, &mg_flag_table[k]), mg_flag_cfield(from, &mg_flag_table[k]),
+                   mg_flag_table[k].size);
+    }
+    return MG_OK;
+}
+
 /* ---- value parsing ---- */
 
 static mg_status parse_int(const char *flag, const char *s, long long lo, long long hi,

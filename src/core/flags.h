@@ -23,10 +23,10 @@
  * of fraction × decay iterations and keeps lr_warmup_fraction; Megatron's scheduler uses the
  * unrounded product (in samples), so schedules must prefer the fraction when it is >= 0.
  *
- * Exports: mg_config_defaults, mg_flags_parse, mg_flags_seen, mg_flags_print_help,
- * mg_config_validate, mg_config_resolve_model, mg_config_data_parallel_size,
- * mg_config_padded_vocab, mg_config_to_json, mg_config_from_json, mg_config_from_cjson.
- * Needs: core/status, cJSON (JSON reading). */
+ * Exports: mg_config_defaults, mg_config_single_process, mg_flags_parse, mg_flags_seen,
+ * mg_flags_take_unseen, mg_flags_print_help, mg_config_validate, mg_config_resolve_model,
+ * mg_config_data_parallel_size, mg_config_padded_vocab, mg_config_to_json, mg_config_from_json,
+ * mg_config_from_cjson. Needs: core/status, cJSON (JSON reading). */
 #ifndef MG_FLAGS_H
 #define MG_FLAGS_H
 
@@ -37,6 +37,9 @@
 
 /* Megatron's defaults, as commented in megatron.h; -1 marks "absent" (resolved by validate). */
 void mg_config_defaults(mg_config *c);
+/* The parallel layout's flags at their defaults: one process holding the whole model (tools that
+ * read a checkpoint of any layout). */
+void mg_config_single_process(mg_config *c);
 
 /* Parses argv (the subcommand name excluded): `--flag value`, `--flag=value`, boolean flags take
  * no value, a flag given twice keeps the last value (as argparse). --help or -h anywhere sets
@@ -46,6 +49,12 @@ mg_status mg_flags_parse(mg_config *c, int argc, char **argv, bool *help_request
 /* Whether `flag` (e.g. "--bf16") appeared on the last successful mg_flags_parse, so callers can
  * print notes about accepted-but-ignored flags. Process-wide state, not thread safe. */
 bool mg_flags_seen(const char *flag);
+
+/* Sets each of the n flags (e.g. "--num-layers") that the last successful mg_flags_parse did not
+ * see to its value in `from` (a checkpoint's saved configuration); given flags keep theirs.
+ * MG_ERR_INTERNAL for a name that is not a flag with a field. */
+mg_status mg_flags_take_unseen(mg_config *c, const mg_config *from, const char *const *flags,
+                               int n);
 
 /* Every flag grouped (model, regularisation/optimizer, learning rate, training, logging,
  * checkpointing, data, runtime): flag, argument, default, one-line description. */

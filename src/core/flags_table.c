@@ -6,6 +6,23 @@
 #include <stdio.h>
 #include <string.h>
 
+void mg_config_single_process(mg_config *c) {
+    c->world_size = 1;
+    c->tensor_model_parallel_size = 1;
+    c->sequence_parallel = false;
+    c->pipeline_model_parallel_size = 1;
+    c->virtual_pipeline_model_parallel_size = -1;
+    c->num_layers_per_virtual_pipeline_stage = -1;
+    c->microbatch_group_size_per_vp_stage = -1;
+    c->decoder_first_pipeline_num_layers = -1;
+    c->decoder_last_pipeline_num_layers = -1;
+    c->account_for_embedding_in_pipeline_split = false;
+    c->account_for_loss_in_pipeline_split = false;
+    c->context_parallel_size = 1;
+    c->expert_model_parallel_size = 1;
+    c->expert_tensor_parallel_size = -1;
+}
+
 void mg_config_defaults(mg_config *c) {
     memset(c, 0, sizeof *c); /* also zeroes padding and string tails: configs compare bytewise */
     c->num_layers = -1;
@@ -53,17 +70,7 @@ void mg_config_defaults(mg_config *c) {
     strcpy(c->device, "auto");      /* resolved by the trainer (train/trainer.c) */
     c->num_threads = -1;
     c->distributed_timeout_minutes = 10;
-    c->world_size = 1;
-    c->tensor_model_parallel_size = 1;
-    c->pipeline_model_parallel_size = 1;
-    c->virtual_pipeline_model_parallel_size = -1;
-    c->num_layers_per_virtual_pipeline_stage = -1;
-    c->microbatch_group_size_per_vp_stage = -1;
-    c->decoder_first_pipeline_num_layers = -1;
-    c->decoder_last_pipeline_num_layers = -1;
-    c->context_parallel_size = 1;
-    c->expert_model_parallel_size = 1;
-    c->expert_tensor_parallel_size = -1;
+    mg_config_single_process(c);
     c->ddp_bucket_size = -1;
 
     c->num_experts = 0;

@@ -31,18 +31,19 @@ static int64_t numel_of(int ndim, const int64_t *shape) {
     return ndim == 1 ? shape[0] : shape[0] * shape[1];
 }
 
-mg_status mg_npy_save(const char *path, mg_npy_dtype t, int ndim, const int64_t *shape,
-                      const void *data) {
+/* numpy.save's bytes for an array of dtype `descr` ("<i4") and itemsize bytes per element */
+static mg_status save_array(const char *path, const char *descr, size_t itemsize, int ndim,
+                            const int64_t *shape, const void *data) {
     /* numpy.lib.format._write_array_header and _wrap_header, version 1.0 */
     char dict[256], hdr[512];
     int n;
     if (ndim == 1)
         n = snprintf(dict, sizeof dict,
-                     "{'descr': '%s', 'fortran_order': False, 'shape': (%lld,), }", k_descr[t],
+                     "{'descr': '%s', 'fortran_order': False, 'shape': (%lld,), }", descr,
                      (long long)shape[0]);
     else
         n = snprintf(dict, sizeof dict,
-                     "{'descr': '%s', 'fortran_order': False, 'shape': (%lld, %lld), }", k_descr[t],
+                     "{'descr': '%s', 'fortran_order': False, 'shape': (%lld, %lld), }", descr,
                      (long long)shape[0], (long long)shape[1]);
     char digits[32];
     int spare = NPY_GROWTH_DIGITS - snprintf(digits, sizeof digits, "%lld", (long long)shape[0]);
@@ -56,10 +57,19 @@ mg_status mg_npy_save(const char *path, mg_npy_dtype t, int ndim, const int64_t 
     memset(hdr + 10 + n, ' ', (size_t)(total - n - 1));
     hdr[10 + total - 1] = '\n';
 
-    size_t bytes = (size_t)numel_of(ndim, shape) * k_itemsize[t];
+    size_t bytes = (size_t)numel_of(ndim, shape) * itemsize;
     const void *parts[2] = {hdr, data};
     size_t sizes[2] = {(size_t)(10 + total), bytes};
     return mg_file_write_atomic(path, parts, sizes, 2);
+}
+
+mg_status mg_npy_save(const char *path, mg_npy_dtype t, int ndim, const int64_t *shape,
+                      const void *data) {
+    return save_array(path, k_descr[t], k_itemsize[t], ndim, shape, data);
+}
+
+mg_status mg_npy_save_f32(const char *path, int ndim, const int64_t *shape, const float *data) {
+    return save_array(path, "<f4", sizeof(float), ndim, shape, data);
 }
 
 /* The value text after 'key': in the header dict, or NULL. */

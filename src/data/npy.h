@@ -8,6 +8,7 @@
  *
  * Reading maps the file and accepts versions 1.0-3.0, C order, the integer dtypes below, 1-D or
  * 2-D shapes, and checks that the data size matches the file size exactly.
+ * Float32 arrays are written too (mg_npy_save_f32), not read.
  * Exports: mg_npy, mg_npy_*. Needs: core/status. */
 #ifndef MG_DATA_NPY_H
 #define MG_DATA_NPY_H
@@ -36,6 +37,9 @@ size_t mg_npy_itemsize(mg_npy_dtype t);
 /* Writes data (shape[0] x shape[1] elements, or shape[0] when ndim is 1) as numpy.save would. */
 mg_status mg_npy_save(const char *path, mg_npy_dtype t, int ndim, const int64_t *shape,
                       const void *data);
+/* The same for float32 ("<f4"), for tools' outputs (`megatron generate --logits-file`); the
+ * reader takes integer arrays only. */
+mg_status mg_npy_save_f32(const char *path, int ndim, const int64_t *shape, const float *data);
 /* Maps `path`; errors name the file and what is wrong (MG_ERR_IO, MG_ERR_FORMAT). */
 mg_status mg_npy_load(mg_npy *a, const char *path);
 /* Makes `a` an owner of malloc'd `data` (freed by mg_npy_free). */

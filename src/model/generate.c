@@ -48,7 +48,8 @@ mg_status mg_gpt_generate(mg_gpt *g, mg_backend *be, int32_t *tokens_dev, int32_
                           const mg_generate_options *o) {
     int S = g->cfg.S, V = g->cfg.V;
     int Vs = o->vocab_limit > 0 && o->vocab_limit < V ? o->vocab_limit : V;
-    if (g->blk.N != S) return MG_FAIL(MG_ERR_INTERNAL, "generation needs a model planned for batch 1");
+    if (g->blk.N != S)
+        return MG_FAIL(MG_ERR_INTERNAL, "generation needs a model planned for batch 1");
     if (*n == 0) return MG_FAIL(MG_ERR_USAGE, "the prompt is empty: give at least one token");
     if (o->temperature <= 0)
         return MG_FAIL(MG_ERR_USAGE, "--temperature must be positive, got %g", o->temperature);
@@ -75,5 +76,37 @@ mg_status mg_gpt_generate(mg_gpt *g, mg_backend *be, int32_t *tokens_dev, int32_
     free(window);
     free(logits);
     free(scratch);
+    return st;
+}
+
+mg_status mg_gpt_prompt_logits(mg_gpt *g, mg_backend *be, int32_t *tokens_dev, const int32_t *ids,
+                               size_t n, int vocab, float *out) {
+    int S = g->cfg.S, V = g->cfg.V;
+    if (g->blk.N != S) return MG_FAIL(MG_ERR_INTERNAL, "logits need a model planned for batch 1");
+    if (n == 0 || n > (size_t)S)
+        return MG_FAIL(MG_ERR_USAGE,
+                       "the prompt has %zu tokens; logits take 1 to %d (the sequence length)", n,
+                       S);
+    if (vocab <= 0 || vocab > V)
+        return MG_FAIL(MG_ERR_INTERNAL, "vocabulary %d outside the model's %d rows", vocab, V);
+    mg_status st = MG_OK;
+    size_t esz = mg_dtype_size(be->compute_dtype);
+    int32_t *window = calloc((size_t)S, sizeof *window);
+    float *row = malloc((size_t)V * sizeof *row);
+    if (!window || !row) {
+        st = MG_FAIL(MG_ERR_NOMEM, "logits: out of memory");
+        goto done;
+    }
+    memcpy(window, ids, n * sizeof *window);
+    MG_CHECK_GOTO(be->copy_h2d(be, tokens_dev, window, (size_t)S * sizeof *window), st, done);
+    MG_CHECK_GOTO(mg_gpt_forward(g, be, tokens_dev), st, done);
+    for (size_t i = 0; i < n; i++) { /* row i of the (S, V) logits, its first vocab columns */
+        MG_CHECK_GOTO(be->download_f32(be, row, (char *)mg_gpt_logits(g) + i * V * esz, (size_t)V),
+                      st, done);
+        memcpy(out + i * (size_t)vocab, row, (size_t)vocab * sizeof *row);
+    }
+done:
+    free(window);
+    free(row);
     return st;
 }

@@ -253,7 +253,7 @@ mg_status mg_hf_import_files(const mg_gpt *g, const mg_safetensors *files, const
                 if ((e[k] = mg_safetensors_find(&files[f], m.src[k].name))) path = paths[f];
             if (!e[k])
                 return MG_FAIL(MG_ERR_FORMAT, "%s%s: tensor '%s' is missing (needed for %s)",
-                               paths[0], n_files > 1 ? " and the other stages' files" : "",
+                               paths[0], n_files > 1 ? " and the other weight files" : "",
                                m.src[k].name, p->name);
             int64_t want[2];
             file_shape(&m.src[k], want);
