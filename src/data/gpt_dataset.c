@@ -240,16 +240,17 @@ mg_status mg_gpt_data_build(mg_gpt_data **out, const mg_gpt_data_config *c) {
         return USAGE("--seed must be in [0, 4294967295] (numpy's RandomState), got %llu",
                      (unsigned long long)c->seed);
     for (int i = 0; i < MG_SPLIT_COUNT; i++)
-        if (c->num_samples[i] < -1)
+        if (c->num_samples[i] < -1 && c->num_samples[i] != MG_GPT_SPLIT_UNUSED)
             return USAGE("the %s sample count must be >= 0, got %lld", mg_split_names[i],
                          (long long)c->num_samples[i]);
     mg_gpt_data *d = calloc(1, sizeof *d);
     if (!d) return MG_FAIL(MG_ERR_NOMEM, "cannot allocate the dataset");
     mg_status st = mg_split_parse(&d->split, c->split ? c->split : "969, 30, 1");
     if (st == MG_OK) st = mg_blend_parse(&d->blend, c->data_path);
+    /* Megatron builds no dataset for a split whose --split weight is 0: it needs no count */
     if (st == MG_OK && d->blend.weights)
         for (int i = 0; i < MG_SPLIT_COUNT && st == MG_OK; i++)
-            if (c->num_samples[i] < 0)
+            if (d->split.present[i] && c->num_samples[i] == -1)
                 st = USAGE("a weighted --data-path blend needs a sample count for every split; "
                            "the %s split has none",
                            mg_split_names[i]);
@@ -270,7 +271,8 @@ mg_status mg_gpt_data_build(mg_gpt_data **out, const mg_gpt_data_config *c) {
     }
     for (int k = 0; st == MG_OK && k < d->blend.n; k++) st = open_prefix(d, k);
     for (int i = 0; st == MG_OK && i < MG_SPLIT_COUNT; i++)
-        if (d->split.present[i]) st = build_split(d, i, c);
+        if (d->split.present[i] && c->num_samples[i] != MG_GPT_SPLIT_UNUSED)
+            st = build_split(d, i, c);
     if (st != MG_OK) {
         mg_gpt_data_free(d);
         return st;

@@ -22,6 +22,8 @@
 #ifndef MG_DATA_GPT_DATASET_H
 #define MG_DATA_GPT_DATASET_H
 
+#define MG_GPT_SPLIT_UNUSED (-2)
+
 #include "core/status.h"
 
 #include <stdint.h>
@@ -34,7 +36,9 @@ typedef struct {
     int seq_length;
     uint64_t seed;          /* numpy's seed range: [0, 2^32) */
     const char *cache_path; /* --data-cache-path; NULL or "": Megatron's default per prefix */
-    int64_t num_samples[3]; /* per split; -1: one full epoch, as Megatron with None */
+    /* per split; -1: one full epoch, as Megatron with None; MG_GPT_SPLIT_UNUSED: not built (a
+     * split the caller never reads: the trainer's test split) */
+    int64_t num_samples[3];
 } mg_gpt_data_config;
 
 mg_status mg_gpt_data_build(mg_gpt_data **out, const mg_gpt_data_config *c);

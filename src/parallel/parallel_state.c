@@ -118,7 +118,8 @@ static void printable(char *dst, size_t cap, const char *src) {
     "e.g. " MG_PARALLEL_ORDER_DEFAULT " (the default) or " MG_PARALLEL_ORDER_TP_PP_DP              \
     " (--use-tp-pp-dp-mapping)"
 
-mg_status mg_parallel_order_parse(const char *order, int dims[MG_DIM_COUNT]) {
+mg_status mg_parallel_order_parse(const char *order, const int sizes[MG_DIM_COUNT],
+                                  int dims[MG_DIM_COUNT]) {
     if (!order || !order[0]) order = MG_PARALLEL_ORDER_DEFAULT;
     char shown[MG_PARALLEL_ORDER_MAX + 4];
     printable(shown, sizeof shown, order);
@@ -146,10 +147,19 @@ mg_status mg_parallel_order_parse(const char *order, int dims[MG_DIM_COUNT]) {
         if (!p[len]) break;
         p += len + 1;
     }
-    for (int d = 0; d < MG_DIM_COUNT; d++)
-        if (!(seen & BIT(d)))
+    /* RankGenerator: a dimension left out is appended when its size is 1, refused otherwise */
+    for (int d = 0; d < MG_DIM_COUNT; d++) {
+        if (seen & BIT(d)) continue;
+        if (!sizes)
             return MG_FAIL(MG_ERR_USAGE, "--parallel-order '%s' lacks '%s'; " ORDER_HINT, shown,
                            dim_names[d]);
+        if (sizes[d] != 1)
+            return MG_FAIL(MG_ERR_USAGE,
+                           "--parallel-order '%s' lacks '%s', whose size is %d; add it (" ORDER_HINT
+                           ")",
+                           shown, dim_names[d], sizes[d]);
+        dims[n++] = d;
+    }
     return MG_OK;
 }
 
@@ -303,8 +313,6 @@ static mg_status resolve(const mg_parallel_sizes *s, mg_parallel_sizes *r, int o
                        "expert-tensor-parallel size %d must be at least 1, or -1 for the "
                        "tensor-model-parallel size (--expert-tensor-parallel-size)",
                        s->etp);
-    MG_CHECK(mg_parallel_order_parse(s->order, order));
-
     *r = *s;
     if (!r->order[0]) snprintf(r->order, sizeof r->order, "%s", MG_PARALLEL_ORDER_DEFAULT);
     r->etp = s->etp == -1 ? s->tp : s->etp;
@@ -313,6 +321,14 @@ static mg_status resolve(const mg_parallel_sizes *s, mg_parallel_sizes *r, int o
     MG_CHECK(check_expert(w, r->etp, s->etp == -1, s->ep, s->pp));
     int dp = (int)(w / ((int64_t)s->tp * s->pp * s->cp));
     int edp = (int)(w / ((int64_t)r->etp * s->ep * s->pp));
+    /* a dimension may be left out of the order only where both generators give it size 1 (the
+     * dense one has ep 1, the expert one cp 1 and its own tp and dp) */
+    const int sizes[MG_DIM_COUNT] = {[MG_DIM_TP] = s->tp == 1 && r->etp == 1 ? 1 : 2,
+                                     [MG_DIM_CP] = s->cp,
+                                     [MG_DIM_EP] = s->ep,
+                                     [MG_DIM_DP] = dp == 1 && edp == 1 ? 1 : (dp > 1 ? dp : edp),
+                                     [MG_DIM_PP] = s->pp};
+    MG_CHECK(mg_parallel_order_parse(s->order, sizes, order));
     MG_CHECK(check_pp_last(s, r->order, r->etp, dp, edp));
 
     /* As in initialize_model_parallel: the dense generator has ep = 1, the expert one cp = 1. */

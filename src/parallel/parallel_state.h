@@ -130,8 +130,11 @@ typedef struct {
     int *block;  /* the one allocation every array above points into */
 } mg_parallel_layout;
 
-/* Parses an order ("" = the default) into dims[MG_DIM_COUNT] (the MG_DIM_* of each position). */
-mg_status mg_parallel_order_parse(const char *order, int dims[MG_DIM_COUNT]);
+/* Parses an order ("" = the default) into dims[MG_DIM_COUNT] (the MG_DIM_* of each position).
+ * A dimension the order leaves out is appended (slowest) when sizes[d] is 1, as Megatron's
+ * RankGenerator does, and refused otherwise (sizes NULL: every dimension must be named). */
+mg_status mg_parallel_order_parse(const char *order, const int sizes[MG_DIM_COUNT],
+                                  int dims[MG_DIM_COUNT]);
 /* Every check of mg_parallel_layout_build, without building; *dp and *edp may be NULL. */
 mg_status mg_parallel_sizes_check(const mg_parallel_sizes *s, int *dp, int *edp);
 /* Validates s and builds every group. On failure *out is left empty (safe to free). */

@@ -426,8 +426,9 @@ static mg_status open_data(mg_trainer *t) {
         .seq_length = c->seq_length,
         .seed = (uint64_t)c->seed,
         .cache_path = c->data_cache_path,
-        /* the test split is not used by the trainer yet: one epoch (or nothing if it is empty) */
-        .num_samples = {c->train_iters * gbs, evals * c->eval_iters * gbs, -1},
+        /* the test split is not read by the trainer: not built (so a weighted blend needs no
+         * count for it) */
+        .num_samples = {c->train_iters * gbs, evals * c->eval_iters * gbs, MG_GPT_SPLIT_UNUSED},
     };
     MG_CHECK(mg_gpt_data_build(&t->gpt_data, &dc));
     t->train_split = (struct mg_gpt_split_source){t->gpt_data, 0};

@@ -79,6 +79,11 @@ expect_error data_split_sums_to_zero 2 "--split '0,0,0' gives no data to any spl
     data --data-path "$A" --split 0,0,0 --seq-length 8
 expect_error data_weighted_needs_sizes 2 "weighted --data-path blend needs a sample count" \
     data --data-path 0.3 "$A" 0.7 "$B" --seq-length 8 --train-samples 10
+# a split whose --split weight is 0 gets no dataset, so it needs no count (Megatron)
+out=$("$MEGATRON" data --data-path 0.3 "$A" 0.7 "$B" --split 98,2,0 --seq-length 8 \
+    --train-samples 10 --valid-samples 4 --data-cache-path "$TMP/cache0" --show train --first 2 --json 2>&1); rc=$?
+if [ "$rc" -eq 0 ] && grep -q '"split": "train", "len": 10' <<<"$out"; then pass data_blend_empty_split_needs_no_count
+else fail data_blend_empty_split_needs_no_count "exit $rc" "$out"; fi
 expect_error data_vocab_without_merges 2 "--vocab-file and --merge-file go together" \
     data --data-path "$A" --seq-length 8 --vocab-file "$TMP/vocab.json"
 

@@ -176,7 +176,12 @@ expect_error plan_needs_world_size 2 "needs --world-size N; the smallest for the
 expect_error plan_world_not_divisible 2 \
     "world size 6 is not divisible by tensor \(4\) x pipeline \(1\) x context \(1\) = 4; .*1, 2, 3, 6" \
     plan --world-size 6 --tensor-model-parallel-size 4
-expect_error plan_bad_order 2 "parallel-order" plan --world-size 8 --parallel-order tp-dp-pp
+# Megatron's RankGenerator appends a dimension the order leaves out when its size is 1 (cp, ep
+# here), and refuses one whose size is not
+expect_json plan_order_without_cp_ep '"dp":[[0,2],[1,3],[4,6],[5,7]]' --world-size 8 \
+    --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --parallel-order tp-dp-pp
+expect_error plan_bad_order 2 "--parallel-order 'tp-dp-pp' lacks 'ep', whose size is 2" \
+    plan --world-size 8 --expert-model-parallel-size 2 --parallel-order tp-dp-pp
 expect_error plan_layers_not_divisible 2 "--num-layers 10 is not divisible by --pipeline-model-parallel-size 4" \
     plan --world-size 8 --pipeline-model-parallel-size 4 --num-layers 10
 expect_error plan_interleaved_bubble 2 "valid microbatch counts: 4, 8, 12" \

@@ -37,4 +37,12 @@ out=$("$MEGATRON" "${RUN[@]}" --split 100,0,0 --train-iters 3 2>&1); rc=$?
 if [ $rc -eq 0 ] && grep -q 'leaves no validation documents; evaluation is skipped' <<<"$out" &&
     ! grep -q 'validation loss' <<<"$out"; then pass train_data_empty_valid_split_skips_eval
 else fail train_data_empty_valid_split_skips_eval "exit $rc" "$(tail -n 3 <<<"$out")"; fi
+# a weighted blend of two prefixes trains (Megatron's sample counts for every split: the test
+# split's is one evaluation)
+cp "$TMP/moby_text_document.bin" "$TMP/moby2_text_document.bin"
+cp "$TMP/moby_text_document.idx" "$TMP/moby2_text_document.idx"
+out=$("$MEGATRON" "${RUN[@]}" --data-path 0.3 "$TMP/moby_text_document" 0.7 "$TMP/moby2_text_document" \
+    --train-iters 3 2>&1); rc=$?
+if [ $rc -eq 0 ] && [ "$(grep -c 'lm loss:' <<<"$out")" -eq 3 ]; then pass train_data_weighted_blend_trains
+else fail train_data_weighted_blend_trains "exit $rc" "$(tail -n 3 <<<"$out")"; fi
 finish

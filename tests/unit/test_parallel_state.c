@@ -566,9 +566,15 @@ MG_TEST(parallel_state_rejects_bad_sizes) {
 MG_TEST(parallel_state_rejects_bad_orders) {
     const char *hint = "it must be a dash-separated permutation of tp, cp, ep, dp, pp, e.g. "
                        "tp-cp-ep-dp-pp (the default) or tp-cp-ep-pp-dp (--use-tp-pp-dp-mapping)";
-    EXPECT_REJECT(sizes(8, 1, 1, 1, 1, -1, "tp-cp-dp-pp"),
-                  "--parallel-order 'tp-cp-dp-pp' lacks 'ep'");
-    EXPECT_REJECT(sizes(8, 1, 1, 1, 1, -1, "tp-cp-dp-pp"), hint);
+    /* Megatron's RankGenerator appends a dimension left out when its size is 1 ... */
+    mg_parallel_sizes ok = sizes(8, 2, 2, 1, 1, -1, "tp-dp-pp");
+    MG_EXPECT_OK(mg_parallel_sizes_check(&ok, NULL, NULL));
+    /* ... and refuses it otherwise: ep 2, cp 2, and dp 8 left out */
+    EXPECT_REJECT(sizes(8, 1, 1, 1, 2, -1, "tp-cp-dp-pp"),
+                  "--parallel-order 'tp-cp-dp-pp' lacks 'ep', whose size is 2");
+    EXPECT_REJECT(sizes(8, 1, 1, 2, 1, -1, "tp-dp-pp"), "lacks 'cp', whose size is 2");
+    EXPECT_REJECT(sizes(8, 1, 1, 1, 1, -1, "tp-cp-ep-pp"), "lacks 'dp', whose size is 8");
+    EXPECT_REJECT(sizes(8, 1, 1, 1, 2, -1, "tp-cp-dp-pp"), hint);
     EXPECT_REJECT(sizes(8, 1, 1, 1, 1, -1, "tp-cp-ep-dp-pp-tp"),
                   "--parallel-order 'tp-cp-ep-dp-pp-tp' repeats 'tp'");
     EXPECT_REJECT(sizes(8, 1, 1, 1, 1, -1, "tp-cp-xx-dp-pp"),
@@ -584,11 +590,11 @@ MG_TEST(parallel_state_rejects_bad_orders) {
     EXPECT_REJECT(s, "is too long");
 
     int dims[MG_DIM_COUNT];
-    MG_EXPECT_OK(mg_parallel_order_parse("", dims));
+    MG_EXPECT_OK(mg_parallel_order_parse("", NULL, dims));
     MG_EXPECT(dims[0] == MG_DIM_TP && dims[1] == MG_DIM_CP && dims[2] == MG_DIM_EP &&
                   dims[3] == MG_DIM_DP && dims[4] == MG_DIM_PP,
               "default order");
-    MG_EXPECT_OK(mg_parallel_order_parse("pp-dp-ep-cp-tp", dims));
+    MG_EXPECT_OK(mg_parallel_order_parse("pp-dp-ep-cp-tp", NULL, dims));
     MG_EXPECT(dims[0] == MG_DIM_PP && dims[4] == MG_DIM_TP, "reversed order");
 }
 
