@@ -1,7 +1,7 @@
 /* `megatron plan`: what a parallel layout would do, without launching anything.
  *   megatron plan --world-size N [Megatron's parallel flags] [--num-layers L]
  *                 [--num-microbatches M | --global-batch-size B --micro-batch-size b]
- *                 [--param-sizes A,B,C [--shared-embedding-param I] | model flags]
+ *                 [--param-sizes A,B,C [--shared-embedding-param I[,J..]] | model flags]
  *                 [--use-distributed-optimizer] [--overlap-grad-reduce [--ddp-bucket-size B]]
  *                 [--ddp-pad-buckets-for-high-nccl-busbw] [--json]
  * prints the process groups (Megatron's initialize_model_parallel), each rank's coordinates, the
@@ -30,14 +30,23 @@ static mg_status parse_count(const char *flag, const char *v, int *out) {
     return MG_OK;
 }
 
-static mg_status parse_index(const char *flag, const char *v, int *out) {
-    char *end;
-    errno = 0;
-    long x = v ? strtol(v, &end, 10) : -1;
-    if (!v || !*v || *end || errno || x < 0 || x > (1 << 24))
-        return MG_FAIL(MG_ERR_USAGE, "%s expects a parameter index (0, 1, ...), got '%s'", flag,
-                       v ? v : "(nothing)");
-    *out = (int)x;
+/* A comma list of parameter indices ("3" or "0,5"), at most cap of them. */
+static mg_status parse_indices(const char *flag, const char *v, int *out, int cap, int *n) {
+    *n = 0;
+    const char *s = v ? v : "";
+    do {
+        char *end;
+        errno = 0;
+        long x = strtol(s, &end, 10);
+        if (end == s || (*end && (*end != ',' || !end[1])) || errno || x < 0 || x > (1 << 24) ||
+            *n == cap)
+            return MG_FAIL(MG_ERR_USAGE,
+                           "%s expects parameter indices (0, 1, ...; a comma list of at most %d), "
+                           "got '%s'",
+                           flag, cap, v ? v : "(nothing)");
+        out[(*n)++] = (int)x;
+        s = *end ? end + 1 : end;
+    } while (*s);
     return MG_OK;
 }
 
@@ -48,7 +57,7 @@ static mg_status parse_args(mg_plan *p, int argc, char **argv, int *microbatches
     int n = 0;
     mg_status st = MG_OK;
     p->world_size = -1;
-    p->shared_embedding_param = -1;
+    p->n_shared = 0;
     *microbatches = -1;
     for (int i = 0; i < argc && st == MG_OK; i++) {
         const char *a = argv[i];
@@ -70,7 +79,8 @@ static mg_status parse_args(mg_plan *p, int argc, char **argv, int *microbatches
                                            "element counts (e.g. 10,20,30), got nothing");
             i += eq ? 0 : 1;
         } else if (name_len == 24 && !strncmp(a, "--shared-embedding-param", name_len)) {
-            st = parse_index("--shared-embedding-param", val, &p->shared_embedding_param);
+            st = parse_indices("--shared-embedding-param", val, p->shared_embedding_params,
+                               MG_PLAN_SHARED_MAX, &p->n_shared);
             i += eq ? 0 : 1;
         } else {
             rest[n++] = argv[i];
@@ -227,7 +237,7 @@ static void plan_usage(FILE *f) {
         "         [--num-layers L [--decoder-first-pipeline-num-layers F] ...]\n"
         "         [--num-microbatches M | --global-batch-size B --micro-batch-size b]\n"
         "         [--microbatch-group-size-per-virtual-pipeline-stage G]\n"
-        "         [--param-sizes A,B,C [--shared-embedding-param I] | --hidden-size H ...]\n"
+        "         [--param-sizes A,B,C [--shared-embedding-param I[,J..]] | --hidden-size H ...]\n"
         "         [--use-distributed-optimizer] [--overlap-grad-reduce [--ddp-bucket-size B]]\n"
         "         [--ddp-pad-buckets-for-high-nccl-busbw] [--json]\n"
         "Prints Megatron's process groups, each rank's coordinates, the layers of each\n"

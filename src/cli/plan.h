@@ -4,6 +4,8 @@
 #ifndef MG_CLI_PLAN_H
 #define MG_CLI_PLAN_H
 
+#define MG_PLAN_SHARED_MAX 64
+
 #include "parallel/grad_buffer.h"
 #include "parallel/parallel_state.h"
 #include "parallel/pipeline/layers.h"
@@ -18,10 +20,10 @@
 
 /* One grad buffer: the parameters of one model chunk (or of --param-sizes) and their layout. */
 typedef struct {
-    int pp_rank, vp_stage;             /* the chunk; -1 for --param-sizes, vp_stage -1 w/o VPP */
-    bool expert; /* the chunk's experts (expert-parallel rank 0's), reduced over the
-                    expert-data-parallel group; else its dense parameters */
-    int n;                             /* parameters, in registration order */
+    int pp_rank, vp_stage; /* the chunk; -1 for --param-sizes, vp_stage -1 w/o VPP */
+    bool expert;           /* the chunk's experts (expert-parallel rank 0's), reduced over the
+                              expert-data-parallel group; else its dense parameters */
+    int n;                 /* parameters, in registration order */
     char (*names)[MG_PLAN_PARAM_NAME]; /* (n) megatron-core names; NULL for --param-sizes */
     int64_t *numel;                    /* (n) elements per rank (after the tensor-parallel split) */
     mg_grad_buffer_layout layout;
@@ -55,12 +57,15 @@ typedef struct {
     bool has_layers;         /* --num-layers given */
     mg_layers_chunk *chunks; /* (P, V) rank-major */
 
-    const char *param_sizes;    /* --param-sizes A,B,C (plan only); NULL: not given */
-    int shared_embedding_param; /* --shared-embedding-param I (plan only); -1: none */
-    bool grad_from_model;       /* buffers of the model's chunks ("grad_buffers"), else one
-                                 * buffer of --param-sizes ("grad_buffer") */
-    int n_grad;                 /* 0: no grad buffer section */
-    mg_plan_grad_buffer *grad;  /* (n_grad): one per model chunk, rank-major; or one */
+    const char *param_sizes; /* --param-sizes A,B,C (plan only); NULL: not given */
+    /* --shared-embedding-param I[,J...] (plan only, with --param-sizes): parameters with
+     * Megatron's shared_embedding attribute, each of which gets a bucket of its own */
+    int shared_embedding_params[MG_PLAN_SHARED_MAX];
+    int n_shared;
+    bool grad_from_model;      /* buffers of the model's chunks ("grad_buffers"), else one
+                                * buffer of --param-sizes ("grad_buffer") */
+    int n_grad;                /* 0: no grad buffer section */
+    mg_plan_grad_buffer *grad; /* (n_grad): one per model chunk, rank-major; or one */
 
     /* a model's weights under tensor parallelism (with the grad buffers of a model) */
     int n_weights;

@@ -1,10 +1,10 @@
 /* `megatron plan`'s grad buffer section: Megatron's contiguous gradient buffer, its buckets and the
  * distributed optimizer's shards (src/parallel/grad_buffer.h), for
- *   --param-sizes A,B,C [--shared-embedding-param I]   one buffer of parameters of those sizes, or
- *   a model (--num-layers, --hidden-size, ...)         one buffer per model chunk, as Megatron
- *                                                      wraps each chunk in its own DDP.
- * The buffer is reduced over the data-parallel group with context parallelism: D = dp x cp of the
- * layout (the world size when no other parallelism is given).
+ *   --param-sizes A,B,C [--shared-embedding-param I[,J..]]   one buffer of parameters of those
+ * sizes, or a model (--num-layers, --hidden-size, ...)         one buffer per model chunk, as
+ * Megatron wraps each chunk in its own DDP. The buffer is reduced over the data-parallel group with
+ * context parallelism: D = dp x cp of the layout (the world size when no other parallelism is
+ * given).
  *
  * A model chunk (pipeline rank r, virtual stage v) holds, in the registration order of
  * src/model/gpt.c (megatron-core's GPTModel): the embeddings on the first chunk of the first stage,
@@ -59,18 +59,17 @@ static mg_status parse_sizes(const char *v, int64_t **out, int *n_out) {
 }
 
 /* expert: the experts' buffer, reduced over the expert-data-parallel group */
-static mg_grad_buffer_config buffer_config(const mg_plan *p, bool disable_bucketing, int shared,
-                                           bool expert) {
+static mg_grad_buffer_config buffer_config(const mg_plan *p, bool disable_bucketing,
+                                           const bool *shared, bool expert) {
     const mg_config *c = &p->cfg;
-    return (mg_grad_buffer_config){.data_parallel_size =
-                                       expert ? p->layout.edp : p->layout.dp * p->layout.sizes.cp,
-                                   .use_distributed_optimizer = c->use_distributed_optimizer,
-                                   .overlap_grad_reduce = c->overlap_grad_reduce,
-                                   .bucket_size = c->ddp_bucket_size > 0 ? c->ddp_bucket_size : 0,
-                                   .pad_for_high_nccl_busbw =
-                                       c->ddp_pad_buckets_for_high_nccl_busbw,
-                                   .disable_bucketing = disable_bucketing,
-                                   .shared_embedding = shared};
+    return (mg_grad_buffer_config){
+        .data_parallel_size = expert ? p->layout.edp : p->layout.dp * p->layout.sizes.cp,
+        .use_distributed_optimizer = c->use_distributed_optimizer,
+        .overlap_grad_reduce = c->overlap_grad_reduce,
+        .bucket_size = c->ddp_bucket_size > 0 ? c->ddp_bucket_size : 0,
+        .pad_for_high_nccl_busbw = c->ddp_pad_buckets_for_high_nccl_busbw,
+        .disable_bucketing = disable_bucketing,
+        .shared_embedding = shared};
 }
 
 static mg_status grad_from_sizes(mg_plan *p) {
@@ -80,14 +79,23 @@ static mg_status grad_from_sizes(mg_plan *p) {
     mg_plan_grad_buffer *b = &p->grad[0];
     b->pp_rank = b->vp_stage = -1;
     MG_CHECK(parse_sizes(p->param_sizes, &b->numel, &b->n));
-    int s = p->shared_embedding_param;
-    if (s >= b->n)
-        return MG_FAIL(MG_ERR_USAGE,
-                       "--shared-embedding-param %d is out of range: --param-sizes lists %d "
-                       "parameters (0..%d)",
-                       s, b->n, b->n - 1);
-    mg_grad_buffer_config gc = buffer_config(p, false, s, false);
-    return mg_grad_buffer_layout_build(b->numel, b->n, &gc, &b->layout);
+    bool *shared = calloc((size_t)b->n, sizeof *shared);
+    if (!shared) return MG_FAIL(MG_ERR_NOMEM, "out of memory for the grad buffer plan");
+    for (int i = 0; i < p->n_shared; i++) {
+        int s = p->shared_embedding_params[i];
+        if (s >= b->n) {
+            free(shared);
+            return MG_FAIL(MG_ERR_USAGE,
+                           "--shared-embedding-param %d is out of range: --param-sizes lists %d "
+                           "parameters (0..%d)",
+                           s, b->n, b->n - 1);
+        }
+        shared[s] = true;
+    }
+    mg_grad_buffer_config gc = buffer_config(p, false, shared, false);
+    mg_status st = mg_grad_buffer_layout_build(b->numel, b->n, &gc, &b->layout);
+    free(shared);
+    return st;
 }
 
 /* The layer number of "decoder.layers.<L>.*", or -1. */
@@ -103,13 +111,12 @@ static bool starts_with(const char *s, const char *pre) {
 
 /* Adds the dense (or the experts') parameters of chunk (r, v) to b, in registration order. */
 static mg_status chunk_params(const mg_plan *p, const mg_gpt *g, int r, int v,
-                              mg_plan_grad_buffer *b, int *shared) {
+                              mg_plan_grad_buffer *b, bool *shared) {
     const bool expert = b->expert;
     int pp = p->cfg.pipeline_model_parallel_size;
     const mg_layers_chunk *ch = &p->chunks[r * p->vpp + v];
     bool pre = r == 0 && v == 0, post = r == pp - 1 && v == p->vpp - 1;
     const mg_param_table *t = &g->params;
-    *shared = -1;
     b->n = 0;
     for (int i = 0; i < t->n; i++) {
         const mg_param_meta *m = &t->p[i];
@@ -120,14 +127,13 @@ static mg_status chunk_params(const mg_plan *p, const mg_gpt *g, int r, int v,
         if (!here || m->expert != expert) continue;
         b->numel[b->n] = m->numel; /* this tensor-parallel rank's shard */
         snprintf(b->names[b->n], MG_PLAN_PARAM_NAME, "%s", m->name);
-        if (i == g->wte && g->cfg.tied && pp > 1) *shared = b->n;
-        b->n++;
+        shared[b->n++] = i == g->wte && g->cfg.tied && pp > 1;
     }
     /* The last stage's copy of a tied embedding (megatron-core's output_layer.weight there). */
     if (post && g->cfg.tied && pp > 1 && !expert) {
         b->numel[b->n] = t->p[g->wte].numel;
         snprintf(b->names[b->n], MG_PLAN_PARAM_NAME, "output_layer.weight");
-        *shared = b->n++;
+        shared[b->n++] = true;
     }
     return MG_OK;
 }
@@ -162,8 +168,8 @@ static mg_status weights_from_model(mg_plan *p, const mg_gpt *g) {
 static mg_status moe_dispatch_plan(mg_plan *p, const mg_gpt *g) {
     int mbs = p->cfg.micro_batch_size > 0 ? p->cfg.micro_batch_size : 1;
     if (g->n_moe == 0 || p->cfg.seq_length < 1) return MG_OK;
-    return mg_gpt_moe_rows(g, mbs * p->cfg.seq_length, &p->moe_rows_sent,
-                           &p->moe_rows_received, &p->moe_capacity);
+    return mg_gpt_moe_rows(g, mbs * p->cfg.seq_length, &p->moe_rows_sent, &p->moe_rows_received,
+                           &p->moe_capacity);
 }
 
 static mg_status grad_from_model(mg_plan *p) {
@@ -189,8 +195,14 @@ static mg_status grad_from_model(mg_plan *p) {
     mg_gpt g;
     int pp = p->cfg.pipeline_model_parallel_size, n_chunks = pp * p->vpp;
     mg_status st;
+    bool *shared = NULL; /* (params) a chunk's shared_embedding flags */
     /* clears g first: safe to free */
     MG_CHECK_GOTO(mg_gpt_build_ep(&g, &m, 0, 0, 0), st, done);
+    shared = calloc((size_t)g.params.n + 1, sizeof *shared);
+    if (!shared) {
+        st = MG_FAIL(MG_ERR_NOMEM, "out of memory for the grad buffer plan");
+        goto done;
+    }
     MG_CHECK_GOTO(moe_dispatch_plan(p, &g), st, done);
     /* per chunk its dense buffer and, for MoE models, its experts' */
     const int per_chunk = g.n_moe > 0 ? 2 : 1;
@@ -215,14 +227,14 @@ static mg_status grad_from_model(mg_plan *p) {
                     st = MG_FAIL(MG_ERR_NOMEM, "out of memory for the grad buffer plan");
                     goto done;
                 }
-                int shared;
-                MG_CHECK_GOTO(chunk_params(p, &g, r, v, b, &shared), st, done);
+                MG_CHECK_GOTO(chunk_params(p, &g, r, v, b, shared), st, done);
                 if (b->n == 0) continue; /* a chunk without parameters has no buffer */
                 mg_grad_buffer_config gc = buffer_config(p, r > 0 || v > 0, shared, b->expert);
                 MG_CHECK_GOTO(mg_grad_buffer_layout_build(b->numel, b->n, &gc, &b->layout), st,
                               done);
             }
 done:
+    free(shared);
     mg_gpt_free(&g);
     return st;
 }
@@ -232,7 +244,7 @@ mg_status mg_plan_build_grad(mg_plan *p) {
     if (c->ddp_bucket_size != -1 && c->ddp_bucket_size < 1)
         return MG_FAIL(MG_ERR_USAGE, "--ddp-bucket-size must be positive, got %lld",
                        (long long)c->ddp_bucket_size);
-    if (p->shared_embedding_param >= 0 && !p->param_sizes)
+    if (p->n_shared > 0 && !p->param_sizes)
         return MG_FAIL(MG_ERR_USAGE,
                        "--shared-embedding-param needs --param-sizes (a model's shared embedding "
                        "follows from the model)");

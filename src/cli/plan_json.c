@@ -222,7 +222,7 @@ static void grad_buffer_json(const mg_plan_grad_buffer *gb, cJSON *o) {
         cJSON_AddNumberToObject(x, "end", (double)q->range.end);
         cJSON_AddNumberToObject(x, "bucket", q->bucket);
         if (gb->names) cJSON_AddStringToObject(x, "name", gb->names[q->index]);
-        if (q->index == l->cfg.shared_embedding) cJSON_AddTrueToObject(x, "shared_embedding");
+        if (l->shared[q->index]) cJSON_AddTrueToObject(x, "shared_embedding");
         cJSON_AddItemToArray(params, x);
     }
     cJSON *buckets = cJSON_AddArrayToObject(o, "buckets");

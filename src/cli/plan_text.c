@@ -208,7 +208,7 @@ static void print_grad_buffer(const mg_plan *p, const mg_plan_grad_buffer *gb, F
             fprintf(f, "    %6d %14lld %14lld %12lld", q->index, (long long)q->range.start,
                     (long long)q->range.end, (long long)(q->range.end - q->range.start));
             if (gb->names) fprintf(f, "  %s", gb->names[q->index]);
-            if (q->index == l->cfg.shared_embedding) fprintf(f, "  (shared embedding)");
+            if (l->shared[q->index]) fprintf(f, "  (shared embedding)");
             fputc('\n', f);
         }
     }

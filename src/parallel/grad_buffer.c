@@ -86,11 +86,6 @@ static mg_status check_sizes(const int64_t *numel, int n, const mg_grad_buffer_c
                            "grad buffer: parameter %d has %lld elements; sizes must be in "
                            "[1, 2^56]",
                            i, (long long)numel[i]);
-    if (c->shared_embedding < -1 || c->shared_embedding >= n)
-        return MG_FAIL(MG_ERR_USAGE,
-                       "grad buffer: the shared embedding is parameter %d, but there are %d "
-                       "parameters (valid: 0..%d, or -1 for none)",
-                       c->shared_embedding, n, n - 1);
     return MG_OK;
 }
 
@@ -104,7 +99,10 @@ mg_status mg_grad_buffer_layout_build(const int64_t *numel, int n, const mg_grad
     l.params = calloc((size_t)n, sizeof *l.params);
     /* A bucket closes only with a parameter in it, so there are at most n. */
     l.buckets = calloc((size_t)n, sizeof *l.buckets);
-    if (!l.params || !l.buckets) {
+    l.shared = calloc((size_t)n, sizeof *l.shared);
+    if (l.shared && c->shared_embedding) memcpy(l.shared, c->shared_embedding, (size_t)n);
+    l.cfg.shared_embedding = l.shared;
+    if (!l.params || !l.buckets || !l.shared) {
         mg_grad_buffer_layout_free(&l);
         return MG_FAIL(MG_ERR_NOMEM, "out of memory laying out %d parameters", n);
     }
@@ -118,7 +116,7 @@ mg_status mg_grad_buffer_layout_build(const int64_t *numel, int n, const mg_grad
         int index = n - 1 - r; /* backward order */
         /* Megatron splits the shared embedding off only with the distributed optimizer, whose
          * reduce-scatter must shard it identically on the first and last pipeline stages. */
-        bool own_bucket = distopt && index == c->shared_embedding;
+        bool own_bucket = distopt && l.shared[index];
         int64_t start =
             distopt || c->align_param_starts ? pad_up(next, MG_GRAD_BUFFER_PARAM_ALIGN) : next;
         if (own_bucket && w.rows > w.bucket_first) start = close_bucket(&w, start);
@@ -144,6 +142,7 @@ mg_status mg_grad_buffer_layout_build(const int64_t *numel, int n, const mg_grad
 void mg_grad_buffer_layout_free(mg_grad_buffer_layout *l) {
     free(l->params);
     free(l->buckets);
+    free(l->shared);
     memset(l, 0, sizeof *l);
 }
 

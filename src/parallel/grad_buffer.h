@@ -37,7 +37,7 @@
  *
  * Usage:
  *   mg_grad_buffer_config c = {.data_parallel_size = 2, .use_distributed_optimizer = true,
- *                              .shared_embedding = -1};
+ *                              .shared_embedding = NULL};
  *   int64_t sizes[] = {10, 20, 30};
  *   mg_grad_buffer_layout l;
  *   MG_CHECK(mg_grad_buffer_layout_build(sizes, 3, &c, &l));   // numel 256, unpadded 138
@@ -75,7 +75,9 @@ typedef struct {
     int64_t bucket_size;            /* --ddp-bucket-size; 0: not given (Megatron's default) */
     bool pad_for_high_nccl_busbw;   /* --ddp-pad-buckets-for-high-nccl-busbw */
     bool disable_bucketing;         /* pipeline rank > 0 or a model chunk after the first */
-    int shared_embedding;           /* registration index of the shared embedding; -1: none */
+    /* (n, registration order) Megatron's shared_embedding attribute of each parameter (the word
+     * embedding / output weight tied across stages; a buffer may hold several); NULL: none */
+    const bool *shared_embedding;
     /* Not Megatron's: start every parameter on a multiple of MG_GRAD_BUFFER_PARAM_ALIGN also
      * without the distributed optimizer. The trainer's buffers use it so parameters keep 16-byte
      * aligned starts for vector loads on every layout; `megatron plan` shows Megatron's rule. */
@@ -103,6 +105,7 @@ typedef struct {
     mg_grad_buffer_bucket *buckets; /* (n_buckets) in buffer order */
     int64_t numel;                  /* buffer length, padding included */
     int64_t numel_unpadded;         /* sum of the buckets' numel_unpadded */
+    bool *shared;                   /* (n_params) the layout's copy of cfg.shared_embedding */
 } mg_grad_buffer_layout;
 
 typedef struct {
@@ -116,7 +119,7 @@ typedef struct {
 mg_status mg_grad_buffer_bucket_size(const mg_grad_buffer_config *c, int64_t *out);
 
 /* Lays out n parameters of sizes numel[0..n) (registration order). Fails with MG_ERR_USAGE on
- * n < 1, a size < 1, D < 1, a negative bucket_size, a shared_embedding outside [-1, n), or a
+ * n < 1, a size < 1, D < 1, a negative bucket_size, or a
  * buffer too large to index. On failure *out is left empty (safe to free). */
 mg_status mg_grad_buffer_layout_build(const int64_t *numel, int n, const mg_grad_buffer_config *c,
                                       mg_grad_buffer_layout *out);

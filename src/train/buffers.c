@@ -15,7 +15,7 @@ static mg_status build_one(const mg_param_table *pt, const mg_config *c, bool ex
         /* Megatron's: the embedding's copy on the first or last stage gets a bucket of its own
          * (its gradient is complete only after the embedding-group sum), and the stages after
          * the first use one bucket */
-        .shared_embedding = -1,
+        .shared_embedding = NULL, /* set below */
         .disable_bucketing = pp_rank > 0,
         .align_param_starts = true,
     };
@@ -25,27 +25,31 @@ static mg_status build_one(const mg_param_table *pt, const mg_config *c, bool ex
     *made = n > 0;
     if (!n) return MG_OK;
     int64_t *sizes = malloc((size_t)n * sizeof *sizes);
+    bool *shared = calloc((size_t)n, sizeof *shared);
     b->index = malloc((size_t)n * sizeof *b->index);
-    if (!sizes || !b->index) {
+    if (!sizes || !shared || !b->index) {
         free(sizes);
+        free(shared);
         return MG_FAIL(MG_ERR_NOMEM, "out of memory");
     }
     for (int i = 0, k = 0; i < pt->n; i++) {
         if (pt->p[i].expert != expert) continue;
-        if (pt->p[i].embedding_group) gc.shared_embedding = k;
+        shared[k] = pt->p[i].embedding_group;
         b->index[k] = i;
         sizes[k++] = pt->p[i].numel;
     }
+    gc.shared_embedding = shared;
     b->name = expert ? "expert" : "dense";
     b->expert = expert;
     b->base = base;
     mg_status st = mg_grad_buffer_layout_build(sizes, n, &gc, &b->layout);
     free(sizes);
+    free(shared);
     return st;
 }
 
-mg_status mg_train_buffers_build(mg_param_table *pt, const mg_config *c, int dp_size,
-                                 int edp_size, int pp_rank, mg_train_buffers *out) {
+mg_status mg_train_buffers_build(mg_param_table *pt, const mg_config *c, int dp_size, int edp_size,
+                                 int pp_rank, mg_train_buffers *out) {
     memset(out, 0, sizeof *out);
     size_t *offsets = malloc((size_t)(pt->n ? pt->n : 1) * sizeof *offsets);
     mg_status st = offsets ? MG_OK : MG_FAIL(MG_ERR_NOMEM, "out of memory");

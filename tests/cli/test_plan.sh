@@ -103,6 +103,11 @@ expect_json plan_grad_bucket_size_needs_overlap '"bucket_size":null,"numel":100'
 expect_json plan_grad_shared_embedding \
     '{"index":0,"start":128,"end":1128,"bucket":1,"shared_embedding":true}],"buckets":[{"start":0,"end":128,"numel_unpadded":128},{"start":128,"end":1152,"numel_unpadded":1000}]' \
     --world-size 2 --param-sizes 1000,20,30 --shared-embedding-param 0 --use-distributed-optimizer
+# Two shared-embedding parameters in one buffer, each in a bucket of its own (megatron-core's
+# layout for this case: tests/golden/grad_buffer, shared_two_d2)
+expect_json plan_grad_two_shared_embeddings \
+    '"buckets":[{"start":0,"end":128,"numel_unpadded":64},{"start":128,"end":896,"numel_unpadded":700},{"start":896,"end":1024,"numel_unpadded":128},{"start":1024,"end":2048,"numel_unpadded":1000}]' \
+    --world-size 2 --param-sizes 1000,10,20,700,30 --shared-embedding-param 0,3 --use-distributed-optimizer
 # A model: one buffer per pipeline stage; with tied embeddings the first stage's word embedding
 # and the last stage's output_layer.weight are shared embeddings in buckets of their own.
 MODEL=(--num-layers 2 --hidden-size 48 --num-attention-heads 4 --seq-length 32 --vocab-size 128)
@@ -155,7 +160,7 @@ expect_error plan_grad_sizes_missing 2 "--param-sizes expects comma-separated po
 expect_error plan_grad_shared_out_of_range 2 \
     "--shared-embedding-param 3 is out of range: --param-sizes lists 3 parameters \(0..2\)" \
     plan --world-size 2 --param-sizes 10,20,30 --shared-embedding-param 3
-expect_error plan_grad_shared_garbage 2 "--shared-embedding-param expects a parameter index" \
+expect_error plan_grad_shared_garbage 2 "--shared-embedding-param expects parameter indices" \
     plan --world-size 2 --param-sizes 10,20,30 --shared-embedding-param -1
 expect_error plan_grad_shared_needs_sizes 2 "--shared-embedding-param needs --param-sizes" \
     plan --world-size 2 --shared-embedding-param 0

@@ -15,7 +15,7 @@
 
 static mg_grad_buffer_config config(int d, bool distopt) {
     mg_grad_buffer_config c = {
-        .data_parallel_size = d, .use_distributed_optimizer = distopt, .shared_embedding = -1};
+        .data_parallel_size = d, .use_distributed_optimizer = distopt, .shared_embedding = NULL};
     return c;
 }
 
@@ -167,7 +167,8 @@ MG_TEST(grad_buffer_bucket_of_one_huge_param) {
 MG_TEST(grad_buffer_shared_embedding_bucket) {
     const int64_t sizes[] = {10, 20, 1000, 30, 40};
     mg_grad_buffer_config c = config(2, true);
-    c.shared_embedding = 2;
+    const bool shared[5] = {false, false, true, false, false};
+    c.shared_embedding = shared;
     mg_grad_buffer_layout l;
     MG_EXPECT_OK(mg_grad_buffer_layout_build(sizes, 5, &c, &l));
     MG_EXPECT(l.n_buckets == 3 && range_is(l.buckets[0].range, 0, 128) &&
@@ -180,6 +181,19 @@ MG_TEST(grad_buffer_shared_embedding_bucket) {
     c.use_distributed_optimizer = false;
     MG_EXPECT_OK(mg_grad_buffer_layout_build(sizes, 5, &c, &l));
     MG_EXPECT(l.n_buckets == 1 && l.numel == 1100, "plain: %d buckets", l.n_buckets);
+    mg_grad_buffer_layout_free(&l);
+    /* Two shared-embedding parameters in one buffer: each gets a bucket of its own (buffer
+     * order 40, 30, [1000], 20, [10]: 40 at 0, 30 at 64, close at 128; 1000 at 128..1152;
+     * 20 at 1152, close at 1280; 10 at 1280, close at 1408) */
+    const bool two[5] = {true, false, true, false, false};
+    c = config(2, true);
+    c.shared_embedding = two;
+    MG_EXPECT_OK(mg_grad_buffer_layout_build(sizes, 5, &c, &l));
+    MG_EXPECT(l.n_buckets == 4 && range_is(l.buckets[1].range, 128, 1152) &&
+                  l.buckets[1].count == 1 && range_is(l.buckets[2].range, 1152, 1280) &&
+                  range_is(l.buckets[3].range, 1280, 1408) && l.buckets[3].count == 1 &&
+                  l.params[l.buckets[3].first].index == 0,
+              "two shared: %d buckets", l.n_buckets);
     mg_grad_buffer_layout_free(&l);
 }
 
@@ -254,6 +268,15 @@ static bool check_case(mg_test_ctx *t, const cJSON *o) {
         return false;
     }
     for (int i = 0; i < n; i++) sizes[i] = item(sz, i);
+    /* "shared_embedding": a registration index (-1: none) or a list of them */
+    bool shared[64] = {false};
+    const cJSON *se = cJSON_GetObjectItemCaseSensitive(o, "shared_embedding");
+    if (cJSON_IsNumber(se) && se->valuedouble >= 0 && se->valuedouble < n)
+        shared[(int)se->valuedouble] = true;
+    for (int i = 0; cJSON_IsArray(se) && i < cJSON_GetArraySize(se); i++) {
+        double v = cJSON_GetArrayItem(se, i)->valuedouble;
+        if (v >= 0 && v < n) shared[(int)v] = true;
+    }
     const cJSON *flag = cJSON_GetObjectItemCaseSensitive(o, "ddp_bucket_size");
     mg_grad_buffer_config c = {.data_parallel_size = (int)jint(o, "dp"),
                                .use_distributed_optimizer = jbool(o, "use_distributed_optimizer"),
@@ -261,7 +284,7 @@ static bool check_case(mg_test_ctx *t, const cJSON *o) {
                                .bucket_size = cJSON_IsNumber(flag) ? (int64_t)flag->valuedouble : 0,
                                .pad_for_high_nccl_busbw = jbool(o, "pad_for_high_nccl_busbw"),
                                .disable_bucketing = jint(o, "pp_rank") > 0,
-                               .shared_embedding = (int)jint(o, "shared_embedding")};
+                               .shared_embedding = shared};
     mg_grad_buffer_layout l;
     mg_status st = mg_grad_buffer_layout_build(sizes, n, &c, &l);
     MG_EXPECT(st == MG_OK, "%s: %s", name, mg_error_message());
@@ -349,7 +372,8 @@ MG_TEST(grad_buffer_matches_megatron_core) {
     cJSON_ArrayForEach(o, cases) {
         passed += check_case(t, o);
         distopt += jbool(o, "use_distributed_optimizer");
-        shared += jint(o, "shared_embedding") >= 0;
+        const cJSON *se = cJSON_GetObjectItemCaseSensitive(o, "shared_embedding");
+        shared += cJSON_IsArray(se) || jint(o, "shared_embedding") >= 0;
         multi += cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(o, "buckets")) > 1;
         int64_t d = jint(o, "dp");
         if (d >= 1 && d <= 16) seen_d[d] = 1;
@@ -402,7 +426,7 @@ static void check_invariants(mg_test_ctx *t, const mg_grad_buffer_layout *l, con
                       (r == 0 || p->range.start >= l->params[r - 1].range.end) &&
                       (!c->use_distributed_optimizer || p->range.start % 64 == 0),
                   "iter %d: row %d misplaced", iter, r);
-        if (c->use_distributed_optimizer && p->index == c->shared_embedding)
+        if (c->use_distributed_optimizer && l->shared[p->index])
             MG_EXPECT(q->count == 1, "iter %d: shared embedding shares bucket %d", iter, p->bucket);
     }
     if (!c->use_distributed_optimizer) return;
@@ -469,7 +493,10 @@ MG_TEST(grad_buffer_invariants_random) {
         c.overlap_grad_reduce = next_rand(&seed) % 2;
         c.bucket_size = (int64_t)(next_rand(&seed) % 3000);
         c.pad_for_high_nccl_busbw = next_rand(&seed) % 5 == 0;
-        c.shared_embedding = next_rand(&seed) % 3 == 0 ? (int)(next_rand(&seed) % (uint64_t)n) : -1;
+        bool shared[16] = {false};
+        for (int k = next_rand(&seed) % 3 == 0 ? 1 + (int)(next_rand(&seed) % 2) : 0; k > 0; k--)
+            shared[next_rand(&seed) % (uint64_t)n] = true;
+        c.shared_embedding = shared;
         mg_grad_buffer_layout l;
         MG_EXPECT_OK(mg_grad_buffer_layout_build(sizes, n, &c, &l));
         check_invariants(t, &l, sizes, iter);
@@ -498,12 +525,6 @@ MG_TEST(grad_buffer_rejects_bad_input) {
     c.data_parallel_size = 0;
     MG_EXPECT_ERROR(mg_grad_buffer_layout_build(sizes, 3, &c, &l), MG_ERR_USAGE,
                     "data-parallel size must be >= 1, got 0");
-    c = config(2, true);
-    c.shared_embedding = 3;
-    MG_EXPECT_ERROR(mg_grad_buffer_layout_build(sizes, 3, &c, &l), MG_ERR_USAGE,
-                    "shared embedding is parameter 3, but there are 3 parameters");
-    c.shared_embedding = -2;
-    MG_EXPECT_ERROR(mg_grad_buffer_layout_build(sizes, 3, &c, &l), MG_ERR_USAGE, "valid: 0..2");
     c = config(2, true);
     c.overlap_grad_reduce = true;
     c.bucket_size = -1;

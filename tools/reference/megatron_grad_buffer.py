@@ -31,7 +31,7 @@ size, DDP's own default uses the data-parallel group size: the same here (contex
 Output: one JSON object, one case per line:
   {"megatron_core", "cases": [{"name", "sizes", "dp", "use_distributed_optimizer",
    "overlap_grad_reduce", "ddp_bucket_size" (flag value or null), "pad_for_high_nccl_busbw",
-   "shared_embedding" (registration index, -1 none), "pp_rank", "bucket_size" (resolved, null =
+   "shared_embedding" (registration index, -1 none, or a list of them), "pp_rank", "bucket_size" (resolved, null =
    one bucket), "numel", "numel_unpadded",
    "params": [[index, start, end, bucket], ...]   (buffer order),
    "buckets": [[start, end, numel_unpadded], ...],
@@ -93,7 +93,7 @@ class Params(torch.nn.Module):
         super().__init__()
         for i, n in enumerate(sizes):
             p = torch.nn.Parameter(torch.empty(n, device="meta"))
-            if i == shared:
+            if i == shared or (isinstance(shared, list) and i in shared):
                 p.shared_embedding = True
             self.register_parameter("p%04d" % i, p)
 
@@ -201,6 +201,12 @@ def cases():
                       False, {"shared": 2}))
             c.append(("shared_bucketed_d%d_%s" % (d, tag), emb, d, distopt, True,
                       {"shared": 0, "bucket_flag": 60}))
+    # Two shared-embedding parameters in one buffer (each its own bucket with the distributed
+    # optimizer): "shared_embedding" is then the list of their registration indices.
+    for d in (1, 2, 4):
+        c.append(("shared_two_d%d" % d, [1000, 10, 20, 700, 30], d, True, False, {"shared": [0, 3]}))
+        c.append(("shared_two_bucketed_d%d" % d, [1000, 10, 20, 700, 30], d, True, True,
+                  {"shared": [0, 3], "bucket_flag": 25}))
     # Bucket padding for high NCCL bus bandwidth: lcm(D, 128, 65536).
     for d in (1, 2, 3, 4, 8):
         c.append(("busbw_d%d" % d, odd, d, True, False, {"busbw": True}))
