@@ -37,9 +37,9 @@
  * Workspace (mg_cuda_ctx.workspace): backward [Dsum (B*nq*S fp32) | dQ_accum (nondet only) |
  * cuDNN's]; forward [cuDNN's]. The deterministic backward's own part is about B*nq*S*S*2 bytes
  * (cuDNN 9.14 on H200: 806 MB at B=32, nq=12, S=1024; it keeps dP in bf16), the non-deterministic
- * one's B*nq*S*hd*4 (dQ_accum, 101 MB there). A shape needing more than MG_CUDA_WORKSPACE_MB fails
- * with MG_ERR_NOMEM naming it, as every op's workspace check (not a fallback: the fix is the
- * variable). Exports:
+ * one's B*nq*S*hd*4 (dQ_accum, 101 MB there). The workspace grows to what a shape's plan needs
+ * (mg_cuda_workspace_reserve, one log line), unless MG_CUDA_WORKSPACE_MB fixed its size: then a
+ * shape needing more fails with MG_ERR_NOMEM naming it and the size. Exports:
  * mg_cuda_attention_cudnn_* (cuda_ops.h). */
 /* first: it declares the core error API with C linkage (core/status.h has no guards) */
 #include "backend/cuda/cuda_common.cuh"
@@ -48,6 +48,7 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -596,13 +597,12 @@ static mg_status cd_plan_for(mg_backend *be, int B, int S, int nq, int ng, int h
     return MG_OK;
 }
 
-static mg_status cd_workspace_check(mg_cuda_ctx *ctx, size_t need, const char *dir, int B, int S,
+/* The plan's workspace, grown to it where needed (mg_cuda_workspace_reserve). */
+static mg_status cd_workspace_check(mg_backend *be, size_t need, const char *dir, int B, int S,
                                     int nq, int hd) {
-    if (need <= ctx->workspace_bytes) return MG_OK;
-    return MG_FAIL(MG_ERR_NOMEM,
-                   "cuDNN attention %s (B=%d S=%d nq=%d hd=%d) needs %zu bytes of workspace, have "
-                   "%zu; raise MG_CUDA_WORKSPACE_MB (to %zu) or use MG_ATTENTION=ours",
-                   dir, B, S, nq, hd, need, ctx->workspace_bytes, (need >> 20) + 1);
+    char who[128];
+    snprintf(who, sizeof who, "cuDNN attention %s (B=%d S=%d nq=%d hd=%d)", dir, B, S, nq, hd);
+    return mg_cuda_workspace_reserve(be, need, who);
 }
 
 static mg_status cd_execute(cd_state *st, cudnnBackendDescriptor_t plan, const int64_t *uids,
@@ -684,7 +684,7 @@ extern "C" mg_status mg_cuda_attention_cudnn_forward(mg_backend *be, void *out /
     if (!p || !p->ok) return mg_cuda_attention_forward(be, out, saved, qkv, B, S, nq, ng, hd);
     mg_cuda_ctx *ctx = mg_cuda_ctx_of(be);
     cd_state *st = (cd_state *)ctx->cudnn_attn;
-    MG_CHECK(cd_workspace_check(ctx, (size_t)p->fwd_ws, "forward", B, S, nq, hd));
+    MG_CHECK(cd_workspace_check(be, (size_t)p->fwd_ws, "forward", B, S, nq, hd));
     const int r = nq / ng;
     const size_t C = (size_t)ng * (r + 2) * hd, OW = (size_t)nq * hd;
     const int calls = r == 1 ? 1 : B; /* see the top comment: GQA runs per sequence */
@@ -723,7 +723,7 @@ extern "C" mg_status mg_cuda_attention_cudnn_backward(
     const size_t dsum_bytes = ((size_t)bq * nq * S * sizeof(float) + 255) & ~(size_t)255;
     const size_t acc_bytes =
         p->det ? 0 : ((size_t)bq * nq * S * hd * sizeof(float) + 255) & ~(size_t)255;
-    MG_CHECK(cd_workspace_check(ctx, dsum_bytes + acc_bytes + (size_t)p->bwd_ws, "backward", B, S,
+    MG_CHECK(cd_workspace_check(be, dsum_bytes + acc_bytes + (size_t)p->bwd_ws, "backward", B, S,
                                 nq, hd));
     char *ws = (char *)ctx->workspace;
     float scale = 1.0f / sqrtf((float)hd), neginf = -INFINITY, one = 1.0f;

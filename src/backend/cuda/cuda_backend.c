@@ -97,6 +97,31 @@ void mg_cuda_free(mg_backend *be, void *ptr) {
         mg_log_warn("cuda free: cudaFree: %s (%s)", cudaGetErrorName(e), cudaGetErrorString(e));
 }
 
+mg_status mg_cuda_workspace_reserve(mg_backend *be, size_t need, const char *who) {
+    mg_cuda_ctx *c = mg_cuda_ctx_of(be);
+    if (need <= c->workspace_bytes) return MG_OK;
+    const size_t mib = (need >> 20) + 1;
+    enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+    MG_CUDA_CHECK(cudaStreamIsCapturing(c->stream, &cap));
+    if (mg_env_str("MG_CUDA_WORKSPACE_MB", NULL) || cap != cudaStreamCaptureStatusNone)
+        return MG_FAIL(MG_ERR_NOMEM,
+                       "%s needs %zu bytes of workspace, have %zu%s; raise MG_CUDA_WORKSPACE_MB "
+                       "(to %zu)",
+                       who, need, c->workspace_bytes,
+                       cap != cudaStreamCaptureStatusNone ? " (inside a CUDA graph capture)" : "",
+                       mib);
+    /* whole 64 MiB: a few shapes' growth does not reallocate each time */
+    const size_t bytes = ((need + (64u << 20) - 1) >> 26) << 26;
+    mg_log_info("> %s needs %zu MiB of workspace: grown from %zu MiB", who, mib,
+                c->workspace_bytes >> 20);
+    mg_cuda_free(be, c->workspace); /* waits for the work queued on it */
+    c->workspace = NULL;
+    c->workspace_bytes = 0;
+    MG_CHECK(mg_cuda_alloc(be, bytes, &c->workspace));
+    c->workspace_bytes = bytes;
+    return MG_OK;
+}
+
 /* src may be reused at once: small copies (token ids) go through the pinned ring of staging.c,
  * with no stream synchronisation; larger ones (set-up) through the driver's staging of pageable
  * memory, which synchronises the stream first. */
@@ -186,8 +211,9 @@ static mg_status cuda_alloc_pinned(mg_backend *be, size_t bytes, void **out) {
     *out = NULL;
     if (cudaHostAlloc(out, bytes ? bytes : 1, cudaHostAllocDefault) != cudaSuccess) {
         cudaGetLastError(); /* not sticky: clear it */
-        return MG_FAIL(MG_ERR_NOMEM, "cannot allocate %.1f GiB of pinned host memory for "
-                                     "checkpoint staging",
+        return MG_FAIL(MG_ERR_NOMEM,
+                       "cannot allocate %.1f GiB of pinned host memory for "
+                       "checkpoint staging",
                        (double)bytes / 1073741824.0);
     }
     memset(*out, 0, bytes);

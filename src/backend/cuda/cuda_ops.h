@@ -20,6 +20,11 @@ extern "C" {
 
 mg_status mg_cuda_alloc(mg_backend *be, size_t bytes, void **out);
 void mg_cuda_free(mg_backend *be, void *ptr);
+/* Makes the shared workspace at least `need` bytes, for an op whose size only its plan knows
+ * (cuDNN's attention): the old one is freed once the device is done with it, and one line says
+ * so. Refused (MG_ERR_NOMEM naming `who` and the size) when MG_CUDA_WORKSPACE_MB fixed the size,
+ * or while the stream is being captured into a CUDA graph. */
+mg_status mg_cuda_workspace_reserve(mg_backend *be, size_t need, const char *who);
 mg_status mg_cuda_copy_h2d(mg_backend *be, void *dst, const void *src, size_t bytes);
 mg_status mg_cuda_copy_d2h(mg_backend *be, void *dst, const void *src, size_t bytes);
 mg_status mg_cuda_copy_d2d(mg_backend *be, void *dst, const void *src, size_t bytes);
@@ -186,13 +191,12 @@ mg_status mg_cuda_grouped_linear_forward(mg_backend *be, void *out /* (R,OC) */,
                                          const void *inp /* (R,IC) */, void *const *w,
                                          void *const *bias, const int32_t *counts, int n_src,
                                          int n_w, int IC, int OC);
-mg_status mg_cuda_grouped_linear_backward(mg_backend *be, void *dinp /* (R,IC) */,
-                                          float *const *dw, float *const *dbias,
-                                          const void *dout /* (R,OC) */,
+mg_status mg_cuda_grouped_linear_backward(mg_backend *be, void *dinp /* (R,IC) */, float *const *dw,
+                                          float *const *dbias, const void *dout /* (R,OC) */,
                                           const void *inp /* (R,IC) */, void *const *w,
                                           const void *gelu_pre /* (R,IC) or NULL */,
-                                          const int32_t *counts, int n_src, int n_w, int IC,
-                                          int OC, bool accumulate);
+                                          const int32_t *counts, int n_src, int n_w, int IC, int OC,
+                                          bool accumulate);
 mg_status mg_cuda_grouped_linear_forward_portable(mg_backend *be, void *out /* (R,OC) */,
                                                   const void *inp /* (R,IC) */, void *const *w,
                                                   void *const *bias, const int32_t *counts,
