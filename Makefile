@@ -82,6 +82,17 @@ BLAS_INC    := $(firstword $(foreach d,/usr/include/x86_64-linux-gnu /usr/includ
 HAVE_CJSON  := $(call have_hdr,cjson/cJSON.h,)
 HAVE_PCRE2  := $(call have_hdr,pcre2.h,)
 HAVE_XXHASH := $(call have_hdr,xxhash.h,)
+# ISA-L (libisal-dev): CRC-32C for TensorBoard event files (src/train/tensorboard.c); without it
+# --tensorboard-dir is refused.
+HAVE_ISAL   := $(call have_hdr,isa-l/crc.h,)
+# Tokenizer libraries: libsentencepiece (C++: SentencePieceTokenizer, Llama2Tokenizer, through
+# src/data/tokenizer_spm_shim.cc built with $(CXX)) and utf8proc (NFC normalisation of
+# HuggingFaceTokenizer files); without them those are refused with a line saying what to install.
+# `make SENTENCEPIECE=0` / `make UTF8PROC=0` leave them out.
+SENTENCEPIECE ?= 1
+UTF8PROC      ?= 1
+HAVE_SENTENCEPIECE := $(if $(filter-out 0,$(SENTENCEPIECE)),$(if $(call have_hdr,sentencepiece_processor.h,),$(if $(shell command -v $(CXX) 2>/dev/null),yes)))
+HAVE_UTF8PROC := $(if $(filter-out 0,$(UTF8PROC)),$(call have_hdr,utf8proc.h,))
 
 ifeq ($(HAVE_OPENMP),yes)
 OMPFLAGS := -fopenmp
@@ -92,6 +103,19 @@ CFLAGS  += $(patsubst -I%,-isystem %,$(MPI_CFLAGS)) -DMG_HAVE_MPI
 LDLIBS  += $(MPI_LIBS)
 endif
 LDLIBS  += $(if $(DEPS_LIB),-L$(DEPS_LIB) -Wl$(comma)-rpath$(comma)$(DEPS_LIB)) $(OMPFLAGS) -lopenblas -lcjson -lpcre2-8 -lm -lpthread
+ifeq ($(HAVE_ISAL),yes)
+CFLAGS  += -DMG_HAVE_ISAL
+LDLIBS  += -lisal
+endif
+CXXFLAGS += -std=c++17 -D_GNU_SOURCE $(WARN) $(OPT) -g $(INCS)
+ifeq ($(HAVE_SENTENCEPIECE),yes)
+CFLAGS  += -DMG_HAVE_SENTENCEPIECE
+LDLIBS  += -lsentencepiece -lstdc++
+endif
+ifeq ($(HAVE_UTF8PROC),yes)
+CFLAGS  += -DMG_HAVE_UTF8PROC
+LDLIBS  += -lutf8proc
+endif
 ifeq ($(HAVE_NCCL),yes)
 CFLAGS  += -DMG_HAVE_NCCL $(foreach d,$(sort $(CUDA_DIR)/include $(NCCL_INC)),-isystem $(d))
 LDLIBS  += $(foreach d,$(sort $(NCCL_LIBDIR) $(CUDART_DIR)),-L$(d) -Wl$(comma)-rpath$(comma)$(d)) $(NCCL_LIB) -lcudart
@@ -108,17 +132,18 @@ NVCC_ALL := -std=c++17 $(CUDA_ARCH) $(NVCCFLAGS) --expt-relaxed-constexpr -DMG_H
 endif
 
 yn = $(if $(1),yes,no)
-BUILD_LINE := megatron.c build: cc=$(CC) nvcc=$(call yn,$(NVCC)) cublas=$(call yn,$(HAVE_CUBLAS)) cudnn=$(call yn,$(HAVE_CUDNN)) cutlass=$(call yn,$(HAVE_CUTLASS)) nccl=$(call yn,$(HAVE_NCCL)) mpi=$(call yn,$(HAVE_MPI)) openmp=$(call yn,$(HAVE_OPENMP)) openblas=$(call yn,$(BLAS_INC)) cjson=$(call yn,$(HAVE_CJSON)) pcre2=$(call yn,$(HAVE_PCRE2)) xxhash=$(call yn,$(HAVE_XXHASH)) backends=cpu$(if $(HAVE_CUDA),$(comma)cuda)
+BUILD_LINE := megatron.c build: cc=$(CC) nvcc=$(call yn,$(NVCC)) cublas=$(call yn,$(HAVE_CUBLAS)) cudnn=$(call yn,$(HAVE_CUDNN)) cutlass=$(call yn,$(HAVE_CUTLASS)) nccl=$(call yn,$(HAVE_NCCL)) mpi=$(call yn,$(HAVE_MPI)) openmp=$(call yn,$(HAVE_OPENMP)) openblas=$(call yn,$(BLAS_INC)) cjson=$(call yn,$(HAVE_CJSON)) pcre2=$(call yn,$(HAVE_PCRE2)) xxhash=$(call yn,$(HAVE_XXHASH)) isal=$(call yn,$(HAVE_ISAL)) sentencepiece=$(call yn,$(HAVE_SENTENCEPIECE)) utf8proc=$(call yn,$(HAVE_UTF8PROC)) backends=cpu$(if $(HAVE_CUDA),$(comma)cuda)
 
 # ---- sources ----
 LIB_SRC  := $(shell find src -name '*.c' -not -path 'src/cli/*' $(if $(HAVE_CUDA),,-not -path 'src/backend/cuda/*') | sort)
 CU_SRC   := $(if $(HAVE_CUDA),$(shell find src/backend/cuda -name '*.cu' | sort))
+CXX_SRC  := $(if $(HAVE_SENTENCEPIECE),$(shell find src -name '*.cc' | sort))
 CLI_SRC  := $(shell find src/cli -name '*.c' | sort)
 TEST_SRC := $(shell find tests/unit -name '*.c' | sort)
 DIST_SRC := $(shell find tests/dist -name '*.c' | sort)
 CUDA_TEST_SRC := $(shell find tests/cuda -name '*.c' 2>/dev/null | sort)
 
-LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(CU_SRC:%.cu=$(BUILD)/obj/%.cu.o)
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(CU_SRC:%.cu=$(BUILD)/obj/%.cu.o) $(CXX_SRC:%.cc=$(BUILD)/obj/%.cc.o)
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/obj/%.o)
 DIST_OBJ := $(DIST_SRC:%.c=$(BUILD)/obj/%.o)
@@ -140,6 +165,10 @@ $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(DEPFLAGS) -c $< -o $@
 
+$(BUILD)/obj/%.cc.o: %.cc
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS) $(DEPFLAGS) -c $< -o $@
+
 $(BUILD)/obj/%.cu.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCC_ALL) -MMD -MP -c $< -o $@
@@ -155,6 +184,22 @@ $(CUTLASS_STAMP):
 	@rm -f $(BUILD)/obj/cutlass-*.stamp
 	@touch $@
 $(BUILD)/obj/src/backend/cuda/grouped_gemm_cutlass.cu.o: $(CUTLASS_STAMP)
+# the same for the files that test MG_HAVE_ISAL
+ISAL_STAMP := $(BUILD)/obj/isal-$(call yn,$(HAVE_ISAL)).stamp
+$(ISAL_STAMP):
+	@mkdir -p $(dir $@)
+	@rm -f $(BUILD)/obj/isal-*.stamp
+	@touch $@
+$(BUILD)/obj/src/train/tensorboard.o $(BUILD)/obj/src/core/config_check.o \
+    $(BUILD)/obj/tests/unit/test_tensorboard.o: $(ISAL_STAMP)
+# and for those that test MG_HAVE_SENTENCEPIECE or MG_HAVE_UTF8PROC
+TOK_STAMP := $(BUILD)/obj/tokenizer-spm-$(call yn,$(HAVE_SENTENCEPIECE))-utf8proc-$(call yn,$(HAVE_UTF8PROC)).stamp
+$(TOK_STAMP):
+	@mkdir -p $(dir $@)
+	@rm -f $(BUILD)/obj/tokenizer-*.stamp
+	@touch $@
+$(BUILD)/obj/src/data/tokenizer_spm.o $(BUILD)/obj/src/data/tokenizer_split.o \
+    $(BUILD)/obj/tests/unit/test_tokenizers.o: $(TOK_STAMP)
 
 $(BUILD)/libmegatron.a: $(LIB_OBJ)
 	@rm -f $@
@@ -189,7 +234,8 @@ run: deps
 bench: all
 	bench/cpu_bench.sh $(BUILD)/megatron
 
-# GPT-2 tokenizer throughput against Hugging Face tokenizers, one thread each (bench/NOTES.md).
+# Tokenizer throughput (GPT-2, tokenizer.json, SentencePiece) against Hugging Face tokenizers and
+# sentencepiece, one thread each (bench/tokenizer_bench.sh; TOKENIZERS=gpt2: GPT-2 alone).
 .PHONY: bench-tokenizer
 bench-tokenizer: info
 	@$(MAKE) --no-print-directory $(BUILD)/tokenize_bench

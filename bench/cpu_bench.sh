@@ -26,6 +26,7 @@ fi
 export OMP_NUM_THREADS=$THREADS
 if ! "$MEGATRON" train "${SHAPE[@]}" --max-position-embeddings 256 --global-batch-size 8 \
         --mock-data --train-iters "$ITERS" --lr 1e-3 --log-interval 1 \
+        --attention-dropout 0 --hidden-dropout 0 \
         --metrics-file "$TMP/m.jsonl" --num-threads "$THREADS" >"$TMP/megatron.log" 2>&1; then
     echo "cpu_bench: megatron train failed; its output:" >&2
     tail -n 20 "$TMP/megatron.log" >&2

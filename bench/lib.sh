@@ -30,7 +30,8 @@
 #   print_versions          the header lines: nvidia-smi's GPUs and topology, torch, mpirun
 #   summarize IMPL SHAPE FILE KEY=INT...   one JSON line for RESULTS from a run's output
 #   megatron_train N SHAPE GBS BASE TIMEOUT [FLAG...]   `megatron train` of a shape on N ranks
-#                           (mpirun for N > 1), the benches' common flags, BASE.jsonl metrics
+#                           (mpirun for N > 1), the benches' common flags (no dropout: the
+#                           baselines have none), BASE.jsonl metrics
 #   failure_message RC BASE TIMEOUT   prints why a run failed (its log's lines), sets MSG
 #
 # Both set-ups set, through bench_env:
@@ -209,6 +210,7 @@ megatron_train() { # N SHAPE GBS BASE TIMEOUT [FLAG...]
         --micro-batch-size "$MBS" --global-batch-size "$gbs" --train-iters "$ITERS" \
         --lr 6e-4 --lr-warmup-iters 0 --lr-decay-style constant --weight-decay 0.1 \
         --adam-beta2 0.95 --log-interval "$LOG_INTERVAL" --eval-iters 0 --device "$DEVICE" \
+        --attention-dropout 0 --hidden-dropout 0 \
         --metrics-file "$base.jsonl" "$@" "${MEGATRON_ARGS_[@]}" >"$base.log" 2>&1
 }
 

@@ -158,9 +158,9 @@ int main(int argc, char **argv) {
            "attention %s\n",
            be->name, L, H, s.nh, s.B, s.S, V, nparams, attn);
     OP("attention_forward", F_ATTN, L,
-       be->attention_forward(be, y, saved, qkv, s.B, s.S, s.nh, s.nh, hd));
+       be->attention_forward(be, y, saved, qkv, s.B, s.S, s.nh, s.nh, hd, NULL));
     OP("attention_backward", F_ATTN, L,
-       be->attention_backward(be, dqkv, x, qkv, y, saved, s.B, s.S, s.nh, s.nh, hd));
+       be->attention_backward(be, dqkv, x, qkv, y, saved, s.B, s.S, s.nh, s.nh, hd, NULL));
     OP("linear qkv fwd", F_GEMM, L, be->linear_forward(be, qkv, x, w, bias, NULL, N, H, 3 * H));
     OP("linear qkv bwd", F_GEMM, L,
        be->linear_backward(be, y, dw, db, dqkv, x, w, NULL, N, H, 3 * H));

@@ -1,11 +1,13 @@
-/* GPT-2 tokenizer throughput on one thread, for bench/tokenizer_bench.sh:
- *   tokenize_bench VOCAB MERGES TEXT [whole|paras] [min_seconds]
- * Encodes TEXT (as one text, or split after every blank line into paragraphs, each encoded by
- * its own call), once with a fresh worker (cold word cache), then again until min_seconds have
- * passed (at least 3 passes, warm cache). Prints one JSON line: MB/s of the cold pass and of the
- * best and median warm passes by process CPU time and by wall time, the id count and an FNV-1a
- * checksum of the ids, which the script compares with Hugging Face's. */
-#include "data/tokenizer_gpt2.h"
+/* Tokenizer throughput on one thread, for bench/tokenizer_bench.sh:
+ *   tokenize_bench TYPE FILE1 FILE2 TEXT [whole|paras] [min_seconds] [label]
+ * TYPE is a --tokenizer-type (data/tokenizer.h); FILE1 FILE2 are GPT2BPETokenizer's vocabulary
+ * and merges, or --tokenizer-model and "-" for the other types. Encodes TEXT (as one text, or split
+ * after every blank line into paragraphs, each encoded by its own call), once with a fresh worker
+ * (cold word cache), then again until min_seconds have passed (at least 3 passes, warm cache).
+ * Prints one JSON line: MB/s of the cold pass and of the best and median warm passes by process CPU
+ * time and by wall time, the id count and an FNV-1a checksum of the ids, which the script compares
+ * with Hugging Face's. */
+#include "data/tokenizer.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,15 +35,16 @@ static mg_status pass(mg_tokenizer_worker *w, const char *text, const size_t *cu
 }
 
 int main(int argc, char **argv) {
-    if (argc < 4) {
-        fprintf(stderr, "usage: %s VOCAB MERGES TEXT [whole|paras] [min_seconds]\n", argv[0]);
+    if (argc < 5) {
+        fprintf(stderr, "usage: %s TYPE FILE1 FILE2 TEXT [whole|paras] [min_seconds] [label]\n",
+                argv[0]);
         return 2;
     }
-    const char *mode = argc > 4 ? argv[4] : "whole";
-    double min_s = argc > 5 ? atof(argv[5]) : 2.0;
-    FILE *f = fopen(argv[3], "rb");
+    const char *mode = argc > 5 ? argv[5] : "whole", *label = argc > 7 ? argv[7] : argv[1];
+    double min_s = argc > 6 ? atof(argv[6]) : 2.0;
+    FILE *f = fopen(argv[4], "rb");
     if (!f) {
-        fprintf(stderr, "cannot open %s\n", argv[3]);
+        fprintf(stderr, "cannot open %s\n", argv[4]);
         return 1;
     }
     fseek(f, 0, SEEK_END);
@@ -63,8 +66,9 @@ int main(int argc, char **argv) {
     mg_tokenizer *tok = NULL;
     mg_tokenizer_worker *w = NULL;
     double t0 = now(CLOCK_MONOTONIC);
-    if (mg_tokenizer_gpt2_load(&tok, argv[1], argv[2]) != MG_OK ||
-        mg_tokenizer_worker_create(tok, &w) != MG_OK) {
+    mg_tokenizer_spec spec = {
+        .type = argv[1], .vocab_file = argv[2], .merge_file = argv[3], .model = argv[2]};
+    if (mg_tokenizer_load(&tok, &spec) != MG_OK || mg_tokenizer_worker_create(tok, &w) != MG_OK) {
         fprintf(stderr, "%s\n", mg_error_message());
         return 1;
     }
@@ -91,12 +95,14 @@ int main(int argc, char **argv) {
     int warm = passes - 1;
     qsort(cpu + 1, (size_t)warm, sizeof *cpu, cmp_double);
     qsort(wall + 1, (size_t)warm, sizeof *wall, cmp_double);
-    printf("{\"impl\": \"megatron.c\", \"mode\": \"%s\", \"units\": %zu, \"bytes\": %zu, "
+    const char *text_name = strrchr(argv[4], '/') ? strrchr(argv[4], '/') + 1 : argv[4];
+    printf("{\"impl\": \"megatron.c\", \"tokenizer\": \"%s\", \"text\": \"%s\", "
+           "\"mode\": \"%s\", \"units\": %zu, \"bytes\": %zu, "
            "\"ids\": %zu, \"fnv\": \"%016llx\", \"load_s\": %.3f, \"cold_cpu_mb_s\": %.2f, "
            "\"best_cpu_mb_s\": %.2f, \"median_cpu_mb_s\": %.2f, \"best_wall_mb_s\": %.2f, "
            "\"median_wall_mb_s\": %.2f, \"passes\": %d}\n",
-           mode, units, len, n, (unsigned long long)h, load_s, mb / cpu[0], mb / cpu[1],
-           mb / cpu[1 + warm / 2], mb / wall[1], mb / wall[1 + warm / 2], passes);
+           label, text_name, mode, units, len, n, (unsigned long long)h, load_s, mb / cpu[0],
+           mb / cpu[1], mb / cpu[1 + warm / 2], mb / wall[1], mb / wall[1 + warm / 2], passes);
     free(ids);
     free(text);
     free(cut);

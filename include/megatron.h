@@ -26,7 +26,20 @@ typedef enum {
 
 typedef enum { MG_NORM_LAYERNORM = 0, MG_NORM_RMSNORM } mg_norm_kind;
 typedef enum { MG_POS_LEARNED = 0, MG_POS_ROPE, MG_POS_NONE } mg_pos_kind;
-typedef enum { MG_LR_CONSTANT = 0, MG_LR_LINEAR, MG_LR_COSINE } mg_lr_style;
+typedef enum {
+    MG_LR_CONSTANT = 0,
+    MG_LR_LINEAR,
+    MG_LR_COSINE,
+    MG_LR_INVERSE_SQRT, /* inverse-square-root */
+    MG_LR_WSD           /* warmup-stable-decay */
+} mg_lr_style;
+typedef enum {
+    MG_WSD_EXPONENTIAL = 0,
+    MG_WSD_LINEAR,
+    MG_WSD_COSINE,
+    MG_WSD_MINUS_SQRT
+} mg_wsd_style;
+typedef enum { MG_WD_CONSTANT = 0, MG_WD_LINEAR, MG_WD_COSINE } mg_wd_style;
 typedef enum { MG_MOE_SCORE_SOFTMAX = 0, MG_MOE_SCORE_SIGMOID } mg_moe_score;
 typedef enum { MG_MOE_LB_AUX = 0, MG_MOE_LB_SEQ_AUX, MG_MOE_LB_NONE } mg_moe_balancing;
 typedef enum { MG_MOE_DROP_PROBS = 0, MG_MOE_DROP_POSITION } mg_moe_drop;
@@ -46,6 +59,7 @@ typedef struct {
     int seq_length;              /* --seq-length */
     int max_position_embeddings; /* --max-position-embeddings, -1: = seq-length */
     mg_pos_kind position_embedding;   /* --position-embedding-type learned_absolute|rope|none */
+    bool no_position_embedding;       /* --no-position-embedding: learned_absolute becomes none */
     double rotary_base;               /* --rotary-base (10000) */
     mg_norm_kind normalization;       /* --normalization LayerNorm|RMSNorm */
     double norm_epsilon;              /* --norm-epsilon (1e-5) */
@@ -80,29 +94,64 @@ typedef struct {
     mg_moe_dispatcher moe_token_dispatcher_type; /* --moe-token-dispatcher-type (allgather) */
 
     /* training */
-    int micro_batch_size;       /* --micro-batch-size (1) */
-    int global_batch_size;      /* --global-batch-size, -1: = micro-batch-size * data-parallel */
-    int64_t train_iters;        /* --train-iters */
-    double lr;                  /* --lr */
-    double min_lr;              /* --min-lr (0) */
-    mg_lr_style lr_decay_style; /* --lr-decay-style constant|linear|cosine (linear) */
-    int64_t lr_warmup_iters;    /* --lr-warmup-iters (0) */
-    double lr_warmup_fraction;  /* --lr-warmup-fraction, -1: unset */
-    double lr_warmup_init;      /* --lr-warmup-init (0) */
-    int64_t lr_decay_iters;     /* --lr-decay-iters, -1: = train-iters */
-    double weight_decay;        /* --weight-decay (0.01) */
-    double adam_beta1;          /* --adam-beta1 (0.9) */
-    double adam_beta2;          /* --adam-beta2 (0.999) */
-    double adam_eps;            /* --adam-eps (1e-8) */
-    double clip_grad;           /* --clip-grad (1.0; 0 disables) */
-    int64_t seed;               /* --seed (1234) */
+    int micro_batch_size;          /* --micro-batch-size (1) */
+    int global_batch_size;         /* --global-batch-size, -1: = micro-batch-size * data-parallel */
+    int64_t train_iters;           /* --train-iters */
+    double lr;                     /* --lr */
+    double min_lr;                 /* --min-lr (0) */
+    mg_lr_style lr_decay_style;    /* --lr-decay-style (linear) */
+    int64_t lr_warmup_iters;       /* --lr-warmup-iters (0) */
+    double lr_warmup_fraction;     /* --lr-warmup-fraction, -1: unset */
+    double lr_warmup_init;         /* --lr-warmup-init (0) */
+    int64_t lr_decay_iters;        /* --lr-decay-iters, -1: = train-iters */
+    double weight_decay;           /* --weight-decay (0.01) */
+    double adam_beta1;             /* --adam-beta1 (0.9) */
+    double adam_beta2;             /* --adam-beta2 (0.999) */
+    double adam_eps;               /* --adam-eps (1e-8) */
+    double clip_grad;              /* --clip-grad (1.0; 0 disables) */
+    double attention_dropout;      /* --attention-dropout (0.1): on the attention probabilities */
+    double hidden_dropout;         /* --hidden-dropout (0.1): on each block's attention and MLP
+                                      outputs before the residual add (core/dropout.h) */
+    int64_t seed;                  /* --seed (1234) */
+    bool calculate_per_token_loss; /* --calculate-per-token-loss: the loss is the global batch's
+                                      sum over its unmasked tokens / their number
+                                      (train/trainer_loss.h), not a mean of microbatch means */
+
+    /* sample-based training, the schedules (train/lr_schedule.h, train/batch_schedule.h) and the
+     * run's exits (train/run_control.h) */
+    int64_t train_samples;               /* --train-samples, -1: iteration-based (--train-iters) */
+    char rampup_batch_size[64];          /* --rampup-batch-size START INCR SAMPLES (joined), "" */
+    int64_t lr_warmup_samples;           /* --lr-warmup-samples (0) */
+    int64_t lr_decay_samples;            /* --lr-decay-samples, -1: = train-samples */
+    mg_wsd_style lr_wsd_decay_style;     /* --lr-wsd-decay-style (exponential) */
+    int64_t lr_wsd_decay_iters;          /* --lr-wsd-decay-iters, -1: none */
+    int64_t lr_wsd_decay_samples;        /* --lr-wsd-decay-samples, -1: none */
+    double decoupled_lr;                 /* --decoupled-lr, -1: none (embedding, output layer) */
+    double decoupled_min_lr;             /* --decoupled-min-lr, -1: = min-lr */
+    double start_weight_decay;           /* --start-weight-decay, -1: = weight-decay (constant) */
+    double end_weight_decay;             /* --end-weight-decay, -1: = weight-decay (constant) */
+    mg_wd_style weight_decay_incr_style; /* --weight-decay-incr-style (constant) */
+    double exit_duration_in_mins;        /* --exit-duration-in-mins, 0: never */
+    bool exit_signal_handler;            /* --exit-signal-handler: SIGTERM saves and exits */
 
     /* logging and evaluation */
-    int log_interval;        /* --log-interval (100) */
-    int eval_interval;       /* --eval-interval (1000) */
-    int eval_iters;          /* --eval-iters (100) */
-    int64_t exit_interval;   /* --exit-interval, -1: never */
-    char metrics_file[1024]; /* --metrics-file, "": none */
+    int log_interval;           /* --log-interval (100) */
+    int eval_interval;          /* --eval-interval (1000) */
+    int eval_iters;             /* --eval-iters (100) */
+    int64_t exit_interval;      /* --exit-interval, -1: never */
+    char metrics_file[1024];    /* --metrics-file, "": none */
+    bool log_params_norm;       /* --log-params-norm: "params norm" in the log line */
+    bool log_num_zeros_in_grad; /* --log-num-zeros-in-grad: "num zeros" in the log line */
+
+    /* TensorBoard (train/tensorboard_log.h) */
+    char tensorboard_dir[1024];             /* --tensorboard-dir, "": none */
+    int tensorboard_log_interval;           /* --tensorboard-log-interval (1) */
+    int tensorboard_queue_size;             /* --tensorboard-queue-size (1000) */
+    bool log_timers_to_tensorboard;         /* --log-timers-to-tensorboard */
+    bool no_log_loss_scale_to_tensorboard;  /* --no-log-loss-scale-to-tensorboard */
+    bool log_validation_ppl_to_tensorboard; /* --log-validation-ppl-to-tensorboard */
+    bool log_memory_to_tensorboard;         /* --log-memory-to-tensorboard */
+    bool log_world_size_to_tensorboard;     /* --log-world-size-to-tensorboard */
 
     /* checkpointing */
     char save[1024];      /* --save, "": none */
@@ -110,15 +159,23 @@ typedef struct {
     char load[1024];      /* --load, "": none */
     char ckpt_format[32]; /* --ckpt-format ("torch_dist": ours, train/checkpoint.h) */
     bool async_save;      /* --async-save: files written in the background */
+    bool no_save_optim;   /* --no-save-optim: checkpoints without the Adam moments */
+    bool no_load_optim;   /* --no-load-optim: moments, Adam's step and the LR schedule start anew */
+    bool finetune;        /* --finetune: the weights alone; iteration and samples from 0 */
+    bool exit_on_missing_checkpoint; /* --exit-on-missing-checkpoint: no checkpoint is an error */
 
     /* data */
     bool mock_data;             /* --mock-data */
     char data_path[4096];       /* --data-path PREFIX | W1 P1 W2 P2 ... (space-joined), "": none */
     char split[64];             /* --split ("969, 30, 1", Megatron's legacy default) */
+    bool eod_mask_loss;         /* --eod-mask-loss: no loss where the input is the tokenizer's
+                                   end-of-document token */
     char data_cache_path[1024]; /* --data-cache-path, "": <prefix>/cache/GPTDataset_indices */
-    char tokenizer_type[64];    /* --tokenizer-type GPT2BPETokenizer|NullTokenizer, "": none */
+    char tokenizer_type[64];    /* --tokenizer-type (src/data/tokenizer.h) or NullTokenizer, "" */
     char vocab_file[1024];      /* --vocab-file (GPT-2 vocab.json), "": none */
     char merge_file[1024];      /* --merge-file (GPT-2 merges.txt), "": none */
+    char tokenizer_model[1024]; /* --tokenizer-model (tokenizer.json or its directory, or a
+                                   SentencePiece .model), "": none */
 
     /* runtime */
     char device[16];                    /* --device auto, cpu or cuda; the trainer resolves auto */

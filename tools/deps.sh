@@ -18,6 +18,13 @@ need libcjson-dev has_header cjson/cJSON.h
 need libpcre2-dev has_header pcre2.h
 # xxHash: the checkpoints' checksums (header-only use, nothing to link)
 need libxxhash-dev has_header xxhash.h
+# ISA-L: CRC-32C for TensorBoard event files (--tensorboard-dir); the build works without it
+need libisal-dev has_header isa-l/crc.h
+# Tokenizers: libsentencepiece (SentencePieceTokenizer, Llama2Tokenizer; C++, so g++ too) and
+# utf8proc (NFC of tokenizer.json files); the build works without them and refuses those.
+need g++ command -v g++
+need libsentencepiece-dev has_header sentencepiece_processor.h
+need libutf8proc-dev has_header utf8proc.h
 # Open MPI: the multi-rank CPU path and tests/dist (mpirun). The build works without it.
 need libopenmpi-dev command -v mpicc
 need openmpi-bin command -v mpirun

@@ -55,8 +55,11 @@ mg_status mg_backend_validate(const mg_backend *be) {
     MG_REQUIRE(cross_entropy_finish);
     MG_REQUIRE(add);
     MG_REQUIRE(bias_residual_add);
+    MG_REQUIRE(dropout_add);
+    MG_REQUIRE(dropout_backward);
     MG_REQUIRE(sum_f32);
     MG_REQUIRE(sumsq_f32);
+    MG_REQUIRE(count_zeros_f32);
     MG_REQUIRE(clip_coef);
     MG_REQUIRE(adamw);
 #undef MG_REQUIRE

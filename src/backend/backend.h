@@ -24,6 +24,7 @@
 #define MG_BACKEND_H
 
 #include "core/arena.h"
+#include "core/dropout.h"
 #include "core/status.h"
 #include "core/tensor.h"
 
@@ -184,16 +185,20 @@ struct mg_backend {
 
     /* ---- causal self-attention over the fused qkv buffer, softmax scale 1/sqrt(hd) ----
      * out[b,s, h*hd:(h+1)*hd] = softmax(q_h k_g^T * scale, causal) v_g for query head h, group g.
-     * `saved` is backend-private state for backward, attention_saved_bytes() sized. */
+     * `saved` is backend-private state for backward, attention_saved_bytes() sized.
+     * drop (NULL: none) is the attention dropout: probability P[s,t] of sequence b and head h is
+     * multiplied by mg_dropout_attention(drop, b, h, s, t, S) (0 or 1/(1-p)) before the product
+     * with v; the softmax's normaliser is the undropped one (torch: dropout(softmax(z)) v). The
+     * backward must get the forward's drop: it recomputes the mask. */
     size_t (*attention_saved_bytes)(mg_backend *be, int B, int S, int nq, int hd);
     mg_status (*attention_forward)(mg_backend *be, void *out /* (B*S, nq*hd) */, void *saved,
                                    const void *qkv /* (B*S, ng*(r+2)*hd) */, int B, int S, int nq,
-                                   int ng, int hd);
+                                   int ng, int hd, const mg_dropout *drop);
     /* dqkv overwritten (query, key and value parts) */
     mg_status (*attention_backward)(mg_backend *be, void *dqkv /* (B*S, ng*(r+2)*hd) */,
                                     const void *dout /* (B*S, nq*hd) */, const void *qkv,
                                     const void *out /* (B*S, nq*hd) */, const void *saved, int B,
-                                    int S, int nq, int ng, int hd);
+                                    int S, int nq, int ng, int hd, const mg_dropout *drop);
 
     /* ---- fused softmax cross-entropy ----
      * losses[i] = logsumexp(logits[i,:]) - logits[i, targets[i]]; then, in place,
@@ -237,12 +242,27 @@ struct mg_backend {
     mg_status (*bias_residual_add)(mg_backend *be, void *out /* (N,H) */, const void *x /* (N,H) */,
                                    const void *bias /* (H) or NULL */,
                                    const void *residual /* (N,H) or NULL */, int N, int H);
+    /* Hidden dropout closing a row-parallel layer (Megatron's bias-dropout-add), after the
+     * reduction of its partial products: out[i,:] = residual[i,:] + f(i,h) * (x[i,:] + bias),
+     * f(i,h) = mg_dropout_hidden(drop, i, h, S, H) (0 or 1/(1-p)): row i is row drop->first + i
+     * of a microbatch of sequences of S tokens. bias may be NULL; out may alias x. */
+    mg_status (*dropout_add)(mg_backend *be, void *out /* (N,H) */, const void *x /* (N,H) */,
+                             const void *bias /* (H) or NULL */, const void *residual /* (N,H) */,
+                             int N, int H, int S, const mg_dropout *drop);
+    /* Its backward through the mask: dx[i,:] = f(i,h) * dout[i,:]; dx may alias dout. */
+    mg_status (*dropout_backward)(mg_backend *be, void *dx /* (N,H) */,
+                                  const void *dout /* (N,H) */, int N, int H, int S,
+                                  const mg_dropout *drop);
     /* *out += scale * sum_i x[i] * (w ? w[i] : 1)  (fp32, deterministic order) */
     mg_status (*sum_f32)(mg_backend *be, float *out /* (1) */, const float *x /* (n) */,
                          const float *w /* (n) or NULL */, size_t n, float scale);
     /* *out += sum_i x[i]^2 (fp32 input, accumulated in double on CPU) */
     mg_status (*sumsq_f32)(mg_backend *be, float *out /* (1) */, const float *x /* (n) */,
                            size_t n);
+    /* *out += the number of i with x[i] == 0 (-0 counts; NaN does not): Megatron's
+     * count_zeros_fp32 behind --log-num-zeros-in-grad, exact in int64 */
+    mg_status (*count_zeros_f32)(mg_backend *be, int64_t *out /* (1) */, const float *x /* (n) */,
+                                 size_t n);
     /* Global-norm clipping without a host read: norm = sqrt(*sumsq); *norm_out = norm;
      * *coef_out = clip > 0 && norm > clip ? clip / (norm + 1e-6) : 1. */
     mg_status (*clip_coef)(mg_backend *be, float *coef_out /* (1) */, float *norm_out /* (1) */,

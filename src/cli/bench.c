@@ -22,6 +22,7 @@
 
 #include "comm/comm.h"
 #include "core/flags.h"
+#include "core/flags_command.h"
 #include "core/log.h"
 #include "core/rng.h"
 #include "train/metrics.h"
@@ -29,7 +30,6 @@
 
 #include <errno.h>
 #include <inttypes.h>
-#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,6 +55,7 @@ static const bench_shape g_shapes[] = {
 #define BENCH_VOCAB 50304
 
 typedef struct {
+    const char *model; /* --model, resolved to `shape` */
     const bench_shape *shape;
     int iters, warmup, peak_n;
     bool json;
@@ -73,24 +74,34 @@ typedef struct {
     double flops_per_token;
 } bench_result;
 
-static void usage(FILE *f) {
-    fprintf(f, "usage: megatron bench [--model NAME] [--iters N] [--warmup N] [--peak-size N] "
-               "[--json] [Megatron flags]\n\n"
-               "Times training steps of a GPT-2 shape on mock data and prints ms/step, tokens/s,\n"
-               "model TFLOP/s (6N + 12*L*H*T FLOPs per token), MFU against the bf16 matmul peak\n"
-               "measured in the same process, and peak memory.\n\n"
-               "  --model NAME     gpt2-124m (default), gpt2-350m, gpt2-774m or gpt2-1.5b\n"
-               "                   (12x768, 24x1024, 36x1280, 48x1600; seq 1024, vocab 50304)\n"
-               "  --iters N        timed steps (20)\n"
-               "  --warmup N       untimed steps first (5)\n"
-               "  --peak-size N    side of the square matmul timed for the peak (8192 on cuda,\n"
-               "                   1024 on cpu)\n"
-               "  --json           print one JSON line on stdout; logs and the table go to stderr\n"
-               "  Megatron flags   override the shape and the run, e.g. --device cuda\n"
-               "                   --micro-batch-size 32 (default 32) --seq-length 1024\n"
-               "                   --num-layers 2 --hidden-size 64 --num-attention-heads 4\n"
-               "                   --vocab-size 512 --num-threads 2 (`megatron train --help`)\n");
-}
+static const char usage[] =
+    "usage: megatron bench [--model NAME] [--iters N] [--warmup N] [--peak-size N] [--json] "
+    "[Megatron flags]\n\n"
+    "Times training steps of a GPT-2 shape on mock data and prints ms/step, tokens/s,\n"
+    "model TFLOP/s (6N + 12*L*H*T FLOPs per token), MFU against the bf16 matmul peak\n"
+    "measured in the same process, and peak memory. Megatron's training flags\n"
+    "(`megatron train --help`) override the shape and the run, e.g. --device cuda\n"
+    "--micro-batch-size 32 (default 32) --seq-length 1024 --num-layers 2 --hidden-size 64\n"
+    "--num-attention-heads 4 --vocab-size 512 --num-threads 2.\n";
+
+enum { G_RUN, G_OUTPUT };
+static const char *const groups[] = {"benchmark", "output"};
+#define ARG(f) MG_FLAG_FIELD(bench_opts, f)
+static const mg_flag_spec flags[] = {
+    {"--model", MG_FLAG_GROUP(G_RUN), .kind = MG_FLAG_STRING_REF, ARG(model), .arg = "NAME",
+     .help = "gpt2-124m, gpt2-350m, gpt2-774m or gpt2-1.5b (12x768, 24x1024, 36x1280, 48x1600; "
+             "seq 1024, vocab 50304)"},
+    {"--iters", MG_FLAG_GROUP(G_RUN), .kind = MG_FLAG_INT, ARG(iters), .arg = "N",
+     .help = "timed steps, at least 1"},
+    {"--warmup", MG_FLAG_GROUP(G_RUN), .kind = MG_FLAG_INT, ARG(warmup), .arg = "N",
+     .help = "untimed steps first"},
+    {"--peak-size", MG_FLAG_GROUP(G_RUN), .kind = MG_FLAG_INT, ARG(peak_n), .arg = "N",
+     .def = "by device",
+     .help = "side of the square matmul timed for the peak, >= 16 (8192 on cuda, 1024 on cpu)"},
+    {"--json", MG_FLAG_GROUP(G_OUTPUT), .kind = MG_FLAG_BOOL, ARG(json),
+     .help = "print one JSON line on stdout; logs and the table go to stderr"},
+};
+#undef ARG
 
 static const bench_shape *find_shape(const char *name) {
     for (int i = 0; i < N_SHAPES; i++) {
@@ -101,70 +112,8 @@ static const bench_shape *find_shape(const char *name) {
     return NULL;
 }
 
-static mg_status parse_int(const char *flag, const char *v, int min, int *out) {
-    char *end;
-    errno = 0;
-    long x = strtol(v, &end, 10);
-    if (errno || end == v || *end || x < min || x > INT_MAX)
-        return MG_FAIL(MG_ERR_USAGE, "%s expects an integer >= %d, got '%s'", flag, min, v);
-    *out = (int)x;
-    return MG_OK;
-}
-
-/* Takes the bench's own flags out of argv; the rest (Megatron flags) go to *rest. */
-static mg_status parse_opts(bench_opts *o, int argc, char **argv, char **rest, int *nrest,
-                            bool *help) {
-    *o = (bench_opts){.shape = &g_shapes[0], .iters = 20, .warmup = 5, .peak_n = 0};
-    *nrest = 0;
-    *help = false;
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            *help = true;
-            return MG_OK;
-        }
-        if (!strcmp(a, "--json")) {
-            o->json = true;
-            continue;
-        }
-        static const char *const own[] = {"--model", "--iters", "--warmup", "--peak-size"};
-        int k = -1;
-        const char *v = NULL;
-        for (int j = 0; j < 4 && k < 0; j++) {
-            size_t len = strlen(own[j]);
-            if (!strcmp(a, own[j])) {
-                if (i + 1 >= argc) return MG_FAIL(MG_ERR_USAGE, "%s needs a value", own[j]);
-                k = j;
-                v = argv[++i];
-            } else if (!strncmp(a, own[j], len) && a[len] == '=') {
-                k = j;
-                v = a + len + 1;
-            }
-        }
-        if (k < 0) {
-            rest[(*nrest)++] = argv[i];
-            continue;
-        }
-        switch (k) {
-        case 0:
-            o->shape = find_shape(v);
-            if (!o->shape)
-                return MG_FAIL(MG_ERR_USAGE,
-                               "--model %s: unknown; choose gpt2-124m, gpt2-350m, gpt2-774m or "
-                               "gpt2-1.5b (or give --num-layers/--hidden-size/... yourself)",
-                               v);
-            break;
-        case 1:
-            MG_CHECK(parse_int("--iters", v, 1, &o->iters));
-            break;
-        case 2:
-            MG_CHECK(parse_int("--warmup", v, 0, &o->warmup));
-            break;
-        default:
-            MG_CHECK(parse_int("--peak-size", v, 16, &o->peak_n));
-            break;
-        }
-    }
+static mg_status check_min(const char *flag, int v, int min) {
+    if (v < min) return MG_FAIL(MG_ERR_USAGE, "%s expects an integer >= %d, got %d", flag, min, v);
     return MG_OK;
 }
 
@@ -191,9 +140,40 @@ static void bench_config(mg_config *c, const bench_shape *s) {
     c->adam_beta2 = 0.95;
     c->adam_eps = 1e-8;
     c->clip_grad = 1.0;
+    /* the baselines train without dropout (nanoGPT's dropout 0); flags on top measure its cost */
+    c->attention_dropout = 0;
+    c->hidden_dropout = 0;
     c->mock_data = true;
     c->eval_iters = 0;
     c->log_interval = 1000000;
+}
+
+/* The bench's own flags into *o, Megatron's into *cfg (on top of the GPT-2 run of --model), in
+ * one pass. */
+static mg_status parse_opts(bench_opts *o, mg_config *cfg, mg_flag_command *cmd, int argc,
+                            char **argv, bool *help) {
+    *o = (bench_opts){.model = g_shapes[0].name, .iters = 20, .warmup = 5, .peak_n = 0};
+    bench_config(cfg, &g_shapes[0]);
+    *cmd = MG_FLAG_COMMAND("bench", usage, flags, groups, o);
+    cmd->megatron = cfg;
+    MG_CHECK(mg_flags_parse_command(cmd, argc, argv, help));
+    if (*help) return MG_OK;
+    o->shape = find_shape(o->model);
+    if (!o->shape)
+        return MG_FAIL(MG_ERR_USAGE,
+                       "--model %s: unknown; choose gpt2-124m, gpt2-350m, gpt2-774m or "
+                       "gpt2-1.5b (or give --num-layers/--hidden-size/... yourself)",
+                       o->model);
+    MG_CHECK(check_min("--iters", o->iters, 1));
+    MG_CHECK(check_min("--warmup", o->warmup, 0));
+    if (mg_flags_command_seen(cmd, "--peak-size"))
+        MG_CHECK(check_min("--peak-size", o->peak_n, 16));
+    /* the shape of --model where the command line does not give it */
+    static const char *const shape_flags[] = {"--num-layers", "--hidden-size",
+                                              "--num-attention-heads"};
+    mg_config shape;
+    bench_config(&shape, o->shape);
+    return mg_flags_take_unseen(cfg, &shape, shape_flags, 3);
 }
 
 static double now_s(void) {
@@ -405,8 +385,7 @@ static mg_status bench_run(mg_config *cfg, const bench_opts *o, FILE *table, FIL
         int64_t experts = 0;
         for (int i = 0; i < t.model.params.n; i++)
             experts += t.model.params.p[i].expert ? t.model.params.p[i].numel : 0;
-        if (experts > 0)
-            r.params_flops -= experts - experts * m->moe.k / m->moe.E;
+        if (experts > 0) r.params_flops -= experts - experts * m->moe.k / m->moe.E;
         r.flops_per_token = 6.0 * (double)r.params_flops + 12.0 * m->L * m->attn_dim * m->S;
         st = run_steps(&t, o, &r);
     }
@@ -419,24 +398,15 @@ static mg_status bench_run(mg_config *cfg, const bench_opts *o, FILE *table, FIL
 
 int mg_cli_bench(int argc, char **argv) {
     bench_opts o;
+    mg_config cfg;
+    mg_flag_command cmd;
     bool help;
-    char **rest = calloc((size_t)argc + 1, sizeof *rest);
-    if (!rest) return mg_cli_report(MG_FAIL(MG_ERR_NOMEM, "out of memory"));
-    int nrest = 0;
-    mg_status st = parse_opts(&o, argc, argv, rest, &nrest, &help);
-    if (st == MG_OK && help) {
-        usage(stdout);
-        free(rest);
+    mg_status st = parse_opts(&o, &cfg, &cmd, argc, argv, &help);
+    if (st != MG_OK) return mg_cli_report(st);
+    if (help) {
+        mg_flags_command_print_help(&cmd, stdout);
         return 0;
     }
-    mg_config cfg;
-    if (st == MG_OK) {
-        bench_config(&cfg, o.shape);
-        bool megatron_help = false;
-        st = mg_flags_parse(&cfg, nrest, rest, &megatron_help);
-    }
-    free(rest);
-    if (st != MG_OK) return mg_cli_report(st);
     /* one global batch per step, and exactly the steps the bench runs */
     cfg.global_batch_size = -1;
     cfg.train_iters = o.warmup + o.iters;

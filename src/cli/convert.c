@@ -23,6 +23,7 @@
 #include "cli/convert.h"
 
 #include "core/file.h"
+#include "core/flags_command.h"
 #include "core/safetensors.h"
 #include "core/tensor.h"
 #include "model/hf_config.h"
@@ -39,8 +40,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define SHARD_DEFAULT 5000000000ull /* save_pretrained's "5GB" */
-#define SHARD_MAX     (1ull << 62)
+#define SHARD_DEFAULT 5000000000ll /* save_pretrained's "5GB" */
 
 static const char usage[] =
     "usage: megatron convert --loader megatron --saver hf --load-dir CKPT --save-dir HF_DIR\n"
@@ -61,69 +61,68 @@ static const char usage[] =
     "`megatron train --load CKPT` and `megatron generate --load CKPT` then need no model flags.\n"
     "SAVE_DIR must be new or empty; it is written under a temporary name and renamed at the end.\n";
 
-static mg_status parse_count(const char *flag, const char *v, unsigned long long max,
-                             unsigned long long *out) {
-    char *end;
-    errno = 0;
-    *out = strtoull(v, &end, 10);
-    if (*end || errno || *out == 0 || *out > max || v[0] == '-' || !v[0])
-        return MG_FAIL(MG_ERR_USAGE, "%s expects a positive %s, got '%s'", flag,
-                       max == SHARD_MAX ? "number of bytes" : "integer", v);
+static const char *const formats[] = {"megatron", "hf", NULL};
+static const char *const dtypes[] = {"fp32", "bf16", NULL};
+enum { G_DIRECTION, G_TO_HF, G_TO_MEGATRON, G_TOKENIZER };
+static const char *const groups[] = {"direction and directories", "--saver hf", "--saver megatron",
+                                     "tokenizer"};
+#define ARG(f) MG_FLAG_FIELD(mg_convert_args, f)
+static const mg_flag_spec flags[] = {
+    {"--loader", MG_FLAG_GROUP(G_DIRECTION), .kind = MG_FLAG_STRING_REF, ARG(loader),
+     .arg = "FORMAT", .choices = formats, .def = "required",
+     .help = "megatron or hf: what to read"},
+    {"--saver", MG_FLAG_GROUP(G_DIRECTION), .kind = MG_FLAG_STRING_REF, ARG(saver), .arg = "FORMAT",
+     .choices = formats, .def = "required",
+     .help = "hf or megatron: what to write (the other one)"},
+    {"--load-dir", MG_FLAG_GROUP(G_DIRECTION), .kind = MG_FLAG_STRING_REF, ARG(load_dir),
+     .arg = "DIR", .def = "required",
+     .help = "a checkpoint (--loader megatron) or a Hugging "
+             "Face directory (--loader hf)"},
+    {"--save-dir", MG_FLAG_GROUP(G_DIRECTION), .kind = MG_FLAG_STRING_REF, ARG(save_dir),
+     .arg = "DIR", .def = "required", .help = "a new or empty directory"},
+    {"--saver-dtype", MG_FLAG_GROUP(G_TO_HF), .kind = MG_FLAG_STRING_REF, ARG(dtype),
+     .arg = "DTYPE", .choices = dtypes, .def = "the run's",
+     .help = "fp32 or bf16 weights (default: bf16 for a CUDA run, else fp32)"},
+    {"--max-shard-size", MG_FLAG_GROUP(G_TO_HF), .kind = MG_FLAG_INT64, ARG(max_shard),
+     .arg = "BYTES", .help = "bytes of weights per safetensors file (save_pretrained's 5 GB)"},
+    {"--target-tensor-parallel-size", MG_FLAG_GROUP(G_TO_MEGATRON), .kind = MG_FLAG_INT,
+     ARG(target_tp), .arg = "T", .help = "the checkpoint's tensor-parallel size"},
+    {"--target-pipeline-parallel-size", MG_FLAG_GROUP(G_TO_MEGATRON), .kind = MG_FLAG_INT,
+     ARG(target_pp), .arg = "P", .help = "the checkpoint's pipeline-parallel size"},
+    {"--vocab-file", MG_FLAG_GROUP(G_TOKENIZER), .kind = MG_FLAG_STRING_REF, ARG(vocab_file),
+     .arg = "PATH", .def = "the input's", .help = "GPT-2 vocab.json to write (with --merge-file)"},
+    {"--merge-file", MG_FLAG_GROUP(G_TOKENIZER), .kind = MG_FLAG_STRING_REF, ARG(merge_file),
+     .arg = "PATH", .def = "the input's", .help = "GPT-2 merges.txt to write (with --vocab-file)"},
+};
+#undef ARG
+
+static mg_status check_size(const char *flag, int v) {
+    if (v < 1 || v > 4096)
+        return MG_FAIL(MG_ERR_USAGE, "%s expects a positive integer (at most 4096), got %d", flag,
+                       v);
     return MG_OK;
 }
 
 /* *help: --help or -h was given (nothing else is parsed). */
-static mg_status parse_args(int argc, char **argv, mg_convert_args *a, bool *help) {
-    memset(a, 0, sizeof *a);
-    a->max_shard = SHARD_DEFAULT;
-    a->target_tp = a->target_pp = 1;
-    bool target = false, hf_only = false;
-    *help = false;
-    for (int i = 0; i < argc; i++)
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return *help = true, MG_OK;
-    for (int i = 0; i < argc; i++) {
-        const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        unsigned long long n;
-        if (!v) return MG_FAIL(MG_ERR_USAGE, "%s needs a value", f);
-        i++;
-        if (!strcmp(f, "--loader"))
-            a->loader = v;
-        else if (!strcmp(f, "--saver"))
-            a->saver = v;
-        else if (!strcmp(f, "--load-dir"))
-            a->load_dir = v;
-        else if (!strcmp(f, "--save-dir"))
-            a->save_dir = v;
-        else if (!strcmp(f, "--saver-dtype"))
-            a->dtype = v, hf_only = true;
-        else if (!strcmp(f, "--vocab-file"))
-            a->vocab_file = v;
-        else if (!strcmp(f, "--merge-file"))
-            a->merge_file = v;
-        else if (!strcmp(f, "--max-shard-size")) {
-            MG_CHECK(parse_count(f, v, SHARD_MAX, &a->max_shard));
-            hf_only = true;
-        } else if (!strcmp(f, "--target-tensor-parallel-size") ||
-                   !strcmp(f, "--target-pipeline-parallel-size")) {
-            MG_CHECK(parse_count(f, v, 4096, &n));
-            *(strstr(f, "tensor") ? &a->target_tp : &a->target_pp) = (int)n;
-            target = true;
-        } else
-            return MG_FAIL(MG_ERR_USAGE,
-                           "unknown flag '%s' for `megatron convert`; flags: --loader, "
-                           "--saver, --load-dir, --save-dir, --saver-dtype, "
-                           "--max-shard-size, --target-tensor-parallel-size, "
-                           "--target-pipeline-parallel-size, --vocab-file, --merge-file "
-                           "(--help shows them)",
-                           f);
-    }
+static mg_status parse_args(int argc, char **argv, mg_convert_args *a, mg_flag_command *cmd,
+                            bool *help) {
+    *a = (mg_convert_args){.max_shard = SHARD_DEFAULT, .target_tp = 1, .target_pp = 1};
+    *cmd = MG_FLAG_COMMAND("convert", usage, flags, groups, a);
+    MG_CHECK(mg_flags_parse_command(cmd, argc, argv, help));
+    if (*help) return MG_OK;
+    bool target = mg_flags_command_seen(cmd, "--target-tensor-parallel-size") ||
+                  mg_flags_command_seen(cmd, "--target-pipeline-parallel-size");
+    bool hf_only = mg_flags_command_seen(cmd, "--saver-dtype") ||
+                   mg_flags_command_seen(cmd, "--max-shard-size");
+    if (a->max_shard < 1)
+        return MG_FAIL(MG_ERR_USAGE,
+                       "--max-shard-size expects a positive number of bytes, got %lld",
+                       (long long)a->max_shard);
+    MG_CHECK(check_size("--target-tensor-parallel-size", a->target_tp));
+    MG_CHECK(check_size("--target-pipeline-parallel-size", a->target_pp));
     if (!a->loader || !a->saver || !a->load_dir || !a->save_dir)
         return MG_FAIL(MG_ERR_USAGE, "`megatron convert` needs --loader, --saver, --load-dir and "
                                      "--save-dir (e.g. --loader megatron --saver hf)");
-    if (strcmp(a->loader, "megatron") && strcmp(a->loader, "hf"))
-        return MG_FAIL(MG_ERR_USAGE, "--loader %s: expected megatron or hf", a->loader);
-    if (strcmp(a->saver, "megatron") && strcmp(a->saver, "hf"))
-        return MG_FAIL(MG_ERR_USAGE, "--saver %s: expected megatron or hf", a->saver);
     if (!strcmp(a->loader, a->saver))
         return MG_FAIL(MG_ERR_USAGE,
                        "--loader %s --saver %s converts nothing; one of them is hf, the other "
@@ -136,8 +135,6 @@ static mg_status parse_args(int argc, char **argv, mg_convert_args *a, bool *hel
     if (!to_hf && hf_only)
         return MG_FAIL(MG_ERR_USAGE, "--saver-dtype and --max-shard-size are for --saver hf (a "
                                      "Megatron checkpoint holds fp32 weights in one file)");
-    if (a->dtype && strcmp(a->dtype, "fp32") && strcmp(a->dtype, "bf16"))
-        return MG_FAIL(MG_ERR_USAGE, "--saver-dtype %s: expected fp32 or bf16", a->dtype);
     if (!a->vocab_file != !a->merge_file)
         return MG_FAIL(MG_ERR_USAGE, "give --vocab-file and --merge-file together");
     return MG_OK;
@@ -298,7 +295,8 @@ static mg_status to_hf(const mg_convert_args *a, conv_state *s, const char *tmp)
         tmp, "generation_config.json",
         tokenizer ? "{\n  \"bos_token_id\": 50256,\n  \"eos_token_id\": 50256\n}\n" : "{}\n"));
     MG_CHECK(mg_hf_export(&s->g, s->host, &s->set));
-    MG_CHECK(write_weights(tmp, &s->set, bf16 ? MG_BF16 : MG_F32, a->max_shard));
+    MG_CHECK(
+        write_weights(tmp, &s->set, bf16 ? MG_BF16 : MG_F32, (unsigned long long)a->max_shard));
     if (tokenizer) MG_CHECK(write_tokenizer(tmp, vocab, merges, s->cfg.seq_length));
     fprintf(stderr, "converted %s (iteration %" PRId64 ") to %s: %s, %d tensors, %s%s\n",
             a->load_dir, it, a->save_dir, family, s->set.n, bf16 ? "bf16" : "fp32",
@@ -310,11 +308,12 @@ static mg_status to_hf(const mg_convert_args *a, conv_state *s, const char *tmp)
 
 int mg_cli_convert(int argc, char **argv) {
     mg_convert_args a;
+    mg_flag_command cmd;
     bool help;
-    mg_status st = parse_args(argc, argv, &a, &help);
+    mg_status st = parse_args(argc, argv, &a, &cmd, &help);
     if (st != MG_OK) return mg_cli_report(st);
     if (help) {
-        fputs(usage, stdout);
+        mg_flags_command_print_help(&cmd, stdout);
         return 0;
     }
     int has = dir_has_files(a.save_dir);

@@ -10,7 +10,7 @@
 
 typedef struct {
     const char *loader, *saver, *load_dir, *save_dir, *dtype, *vocab_file, *merge_file;
-    unsigned long long max_shard;
+    int64_t max_shard;        /* --max-shard-size, bytes */
     int target_tp, target_pp; /* --target-tensor/pipeline-parallel-size (--saver megatron) */
 } mg_convert_args;
 

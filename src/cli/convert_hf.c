@@ -5,7 +5,10 @@
  *   model.safetensors, or the shards   -> the weights (model/hf_names.h), F32, BF16 or F16, read
  *   model.safetensors.index.json names    into the fp32 parameters of the whole model
  *   vocab.json + merges.txt (if any)   -> copied next to the checkpoint and recorded as
- *                                         --tokenizer-type GPT2BPETokenizer
+ *                                         --tokenizer-type GPT2BPETokenizer; else
+ *   tokenizer.json (byte-level BPE)    -> with tokenizer_config.json, special_tokens_map.json:
+ *                                         HuggingFaceTokenizer; else
+ *   tokenizer.model (SentencePiece)    -> Llama2Tokenizer
  * The checkpoint holds the weights only: training from it starts Adam afresh. Its recorded
  * layout is --target-tensor-parallel-size / --target-pipeline-parallel-size (checked against the
  * model as training would), so `megatron train --load` and `megatron generate --load` need no
@@ -16,6 +19,7 @@
 #include "core/file.h"
 #include "core/flags.h"
 #include "core/safetensors.h"
+#include "data/tokenizer.h"
 #include "data/tokenizer_gpt2.h"
 #include "model/hf_config.h"
 #include "model/hf_names.h"
@@ -195,9 +199,52 @@ static mg_status absolute_dir(const char *dir, char *out, size_t cap) {
     return MG_OK;
 }
 
-/* The GPT-2 tokenizer's files (the flags', else the directory's vocab.json and merges.txt),
- * checked, copied into tmp and recorded in cfg under the final directory's absolute path.
- * *name: what the summary says. */
+/* A tokenizer.json (HuggingFaceTokenizer) or tokenizer.model (Llama2Tokenizer) of the
+ * directory, when one loads: checked against the model's vocabulary, copied into tmp with its
+ * companions and recorded in cfg. *name: what the summary says; why none loaded goes into why. */
+static mg_status add_model_tokenizer(const mg_convert_args *a, const char *tmp, mg_config *cfg,
+                                     const char **name, char *why, size_t why_cap) {
+    static const char *const files[2] = {"tokenizer.json", "tokenizer.model"};
+    static const char *const types[2] = {"HuggingFaceTokenizer", "Llama2Tokenizer"};
+    for (int k = 0; k < 2; k++) {
+        char path[PATH_CAP], final[sizeof cfg->tokenizer_model - 32];
+        snprintf(path, sizeof path, "%s/%s", a->load_dir, files[k]);
+        if (!is_file(path)) continue;
+        mg_tokenizer *tok = NULL;
+        mg_tokenizer_spec spec = {.type = types[k], .model = k ? path : a->load_dir};
+        if (mg_tokenizer_load(&tok, &spec) != MG_OK) { /* not ours to read: say why, go on */
+            snprintf(why, why_cap, "%s", mg_error_message());
+            mg_error_clear();
+            continue;
+        }
+        int n = mg_tokenizer_vocab_size(tok);
+        mg_tokenizer_free(tok);
+        if (n > cfg->vocab_size)
+            return MG_FAIL(MG_ERR_FORMAT,
+                           "%s has %d tokens but the model's vocab_size is %d; give the model's "
+                           "own tokenizer",
+                           path, n, cfg->vocab_size);
+        MG_CHECK(mg_convert_copy_file(path, tmp, files[k]));
+        static const char *const companions[] = {"tokenizer_config.json",
+                                                 "special_tokens_map.json"};
+        for (int c = 0; k == 0 && c < 2; c++) {
+            snprintf(path, sizeof path, "%s/%s", a->load_dir, companions[c]);
+            if (is_file(path)) MG_CHECK(mg_convert_copy_file(path, tmp, companions[c]));
+        }
+        MG_CHECK(absolute_dir(a->save_dir, final, sizeof final));
+        snprintf(cfg->tokenizer_type, sizeof cfg->tokenizer_type, "%s", types[k]);
+        snprintf(cfg->tokenizer_model, sizeof cfg->tokenizer_model, "%s%s", final,
+                 k ? "/tokenizer.model" : "");
+        *name = k ? "SentencePiece tokenizer (Llama2Tokenizer)"
+                  : "tokenizer.json (HuggingFaceTokenizer)";
+        return MG_OK;
+    }
+    return MG_OK;
+}
+
+/* The tokenizer: GPT-2's files (the flags', else the directory's vocab.json and merges.txt),
+ * else the directory's tokenizer.json or tokenizer.model; checked, copied into tmp and recorded
+ * in cfg under the final directory's absolute path. *name: what the summary says. */
 static mg_status add_tokenizer(const mg_convert_args *a, const char *tmp, mg_config *cfg,
                                const char **name) {
     char vocab[PATH_CAP], merges[PATH_CAP], final[sizeof cfg->vocab_file - 16];
@@ -207,8 +254,18 @@ static mg_status add_tokenizer(const mg_convert_args *a, const char *tmp, mg_con
         snprintf(vocab, sizeof vocab, "%s", a->vocab_file);
         snprintf(merges, sizeof merges, "%s", a->merge_file);
     } else if (!is_file(vocab) || !is_file(merges)) {
-        *name = "no tokenizer (the directory has no vocab.json and merges.txt; --vocab-file and "
-                "--merge-file add one)";
+        static char none[700];
+        char why[512] = "";
+        *name = NULL;
+        MG_CHECK(add_model_tokenizer(a, tmp, cfg, name, why, sizeof why));
+        if (*name) return MG_OK;
+        snprintf(none, sizeof none,
+                 "no tokenizer (%s%s; --vocab-file and --merge-file add GPT-2's)",
+                 why[0] ? ""
+                        : "the directory has no vocab.json and merges.txt, tokenizer.json "
+                          "or tokenizer.model",
+                 why);
+        *name = none;
         return MG_OK;
     }
     mg_tokenizer *tok;

@@ -1,16 +1,16 @@
 /* `megatron data`: builds the train/valid/test datasets of a --data-path exactly as training
  * does (Megatron's GPTDataset and BlendedDataset indices, cached like Megatron) and prints one
- * split's length, epochs and first samples: token ids, and the decoded text when the GPT-2
- * vocabulary is given. With --json, stdout is exactly one JSON object:
+ * split's length, epochs and first samples: token ids, and the decoded text when a tokenizer's
+ * files are given (data/tokenizer.h). With --json, stdout is exactly one JSON object:
  *   {"split": "train", "len": N, "num_epochs": E, "samples": [[ids of sample 0], ...]}
  * Flag errors are one line on stderr, exit 2. */
 #include "cli/cli.h"
 
+#include "core/flags_command.h"
 #include "core/status.h"
 #include "data/gpt_dataset.h"
-#include "data/tokenizer_gpt2.h"
+#include "data/tokenizer.h"
 
-#include <errno.h>
 #include <inttypes.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -20,110 +20,100 @@
 #define USAGE(...) MG_FAIL(MG_ERR_USAGE, __VA_ARGS__)
 
 typedef struct {
-    char data_path[8192];
-    const char *split, *cache, *vocab, *merges, *tokenizer;
-    long long seq_length, seed, first, samples[3];
-    int show;
+    char data_path[8192]; /* --data-path's values joined by spaces */
+    const char *split, *cache, *vocab, *merges, *tokenizer, *model;
+    int seq_length, show; /* show: the split to print, an index into k_splits */
+    int64_t seed, first, train_samples, valid_samples, test_samples;
     bool json;
 } data_args;
 
-static const char *const k_splits[3] = {"train", "valid", "test"};
+static const char *const k_splits[4] = {"train", "valid", "test", NULL};
+static const char *const k_tokenizers[] = {"GPT2BPETokenizer",
+                                           "HuggingFaceTokenizer",
+                                           "SentencePieceTokenizer",
+                                           "GPTSentencePieceTokenizer",
+                                           "Llama2Tokenizer",
+                                           "NullTokenizer",
+                                           NULL};
 
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: megatron data --data-path [W] PREFIX ... --seq-length L [flags]\n\n"
-            "Shows the samples Megatron's GPT dataset gives the model: the split's length,\n"
-            "epochs and first samples (seq-length + 1 token ids each), built and cached as\n"
-            "`megatron train` and Megatron-LM build them.\n\n"
-            "  --data-path [W] PREFIX ...   a prefix, W1 P1 W2 P2 ... pairs, or prefixes\n"
-            "  --split A,B,C                train,valid,test proportions (default 969, 30, 1)\n"
-            "  --seq-length L               tokens per sample (each sample holds L + 1)\n"
-            "  --seed S                     data order seed (default 1234)\n"
-            "  --train-samples N            samples of each split; absent: one epoch\n"
-            "  --valid-samples N\n"
-            "  --test-samples N\n"
-            "  --data-cache-path DIR        index cache (default PREFIX/cache/GPTDataset_indices)\n"
-            "  --vocab-file F --merge-file F  GPT-2 vocabulary: also print the decoded text\n"
-            "  --tokenizer-type T           GPT2BPETokenizer or NullTokenizer (ids only)\n"
-            "  --show train|valid|test      the split to print (default train)\n"
-            "  --first K                    how many samples to print (default 4)\n"
-            "  --json                       one JSON object on stdout\n");
-}
+static const char usage[] =
+    "usage: megatron data --data-path [W] PREFIX ... --seq-length L [flags]\n\n"
+    "Shows the samples Megatron's GPT dataset gives the model: the split's length,\n"
+    "epochs and first samples (seq-length + 1 token ids each), built and cached as\n"
+    "`megatron train` and Megatron-LM build them.\n";
 
-static mg_status int_value(const char *flag, const char *v, long long lo, long long hi,
-                           long long *out) {
-    char *end;
-    errno = 0;
-    long long x = strtoll(v, &end, 10);
-    if (errno || end == v || *end || x < lo || x > hi)
-        return USAGE("data: %s expects an integer in [%lld, %lld], got '%s'", flag, lo, hi, v);
-    *out = x;
+enum { G_DATA, G_TOKENIZER, G_OUTPUT };
+static const char *const groups[] = {"dataset", "tokenizer", "output"};
+#define ARG(f) MG_FLAG_FIELD(data_args, f)
+static const mg_flag_spec flags[] = {
+    {"--data-path", MG_FLAG_GROUP(G_DATA), .kind = MG_FLAG_STRING_LIST, ARG(data_path),
+     .arg = "[W] PREFIX ...", .def = "required",
+     .help = "a prefix, W1 P1 W2 P2 ... pairs, or prefixes"},
+    {"--seq-length", MG_FLAG_GROUP(G_DATA), .kind = MG_FLAG_INT, ARG(seq_length), .arg = "L",
+     .def = "required", .help = "tokens per sample (each sample holds L + 1), at least 2"},
+    {"--split", MG_FLAG_GROUP(G_DATA), .kind = MG_FLAG_STRING_REF, ARG(split), .arg = "A,B,C",
+     .help = "train,valid,test proportions"},
+    {"--seed", MG_FLAG_GROUP(G_DATA), .kind = MG_FLAG_INT64, ARG(seed), .arg = "S",
+     .help = "data order seed, in [0, 4294967295]"},
+    {"--train-samples", MG_FLAG_GROUP(G_DATA), .kind = MG_FLAG_INT64, ARG(train_samples),
+     .arg = "N", .def = "one epoch", .help = "samples of the train split"},
+    {"--valid-samples", MG_FLAG_GROUP(G_DATA), .kind = MG_FLAG_INT64, ARG(valid_samples),
+     .arg = "N", .def = "one epoch", .help = "samples of the valid split"},
+    {"--test-samples", MG_FLAG_GROUP(G_DATA), .kind = MG_FLAG_INT64, ARG(test_samples), .arg = "N",
+     .def = "one epoch", .help = "samples of the test split"},
+    {"--data-cache-path", MG_FLAG_GROUP(G_DATA), .kind = MG_FLAG_STRING_REF, ARG(cache),
+     .arg = "DIR", .def = "beside PREFIX",
+     .help = "index cache (default PREFIX's directory/cache/GPTDataset_indices)"},
+    {"--vocab-file", MG_FLAG_GROUP(G_TOKENIZER), .kind = MG_FLAG_STRING_REF, ARG(vocab),
+     .arg = "PATH", .help = "GPT-2 vocab.json: also print the decoded text (with --merge-file)"},
+    {"--merge-file", MG_FLAG_GROUP(G_TOKENIZER), .kind = MG_FLAG_STRING_REF, ARG(merges),
+     .arg = "PATH", .help = "GPT-2 merges.txt (with --vocab-file)"},
+    {"--tokenizer-type", MG_FLAG_GROUP(G_TOKENIZER), .kind = MG_FLAG_STRING_REF, ARG(tokenizer),
+     .arg = "T", .choices = k_tokenizers, .def = "GPT2BPETokenizer",
+     .help = "decode with GPT2BPETokenizer (--vocab-file, --merge-file), HuggingFaceTokenizer, "
+             "SentencePieceTokenizer, GPTSentencePieceTokenizer, Llama2Tokenizer "
+             "(--tokenizer-model); NullTokenizer: ids only"},
+    {"--tokenizer-model", MG_FLAG_GROUP(G_TOKENIZER), .kind = MG_FLAG_STRING_REF, ARG(model),
+     .arg = "PATH",
+     .help = "tokenizer.json (or its directory) or SentencePiece .model: also print the decoded "
+             "text"},
+    {"--show", MG_FLAG_GROUP(G_OUTPUT), .kind = MG_FLAG_ENUM, ARG(show), .arg = "SPLIT",
+     .choices = k_splits, .help = "the split to print: train, valid or test"},
+    {"--first", MG_FLAG_GROUP(G_OUTPUT), .kind = MG_FLAG_INT64, ARG(first), .arg = "K",
+     .help = "how many samples to print"},
+    {"--json", MG_FLAG_GROUP(G_OUTPUT), .kind = MG_FLAG_BOOL, ARG(json),
+     .help = "one JSON object on stdout"},
+};
+#undef ARG
+
+static mg_status check_range(const char *flag, long long v, long long lo, long long hi) {
+    if (v < lo || v > hi)
+        return USAGE("data: %s expects an integer in [%lld, %lld], got %lld", flag, lo, hi, v);
     return MG_OK;
 }
 
-static mg_status parse(data_args *a, int argc, char **argv, bool *help) {
-    memset(a, 0, sizeof *a);
-    a->split = "969, 30, 1";
-    a->seq_length = -1, a->seed = 1234, a->first = 4;
-    a->samples[0] = a->samples[1] = a->samples[2] = -1;
-    for (int i = 0; i < argc; i++) {
-        const char *f = argv[i];
-        if (!strcmp(f, "--help") || !strcmp(f, "-h")) {
-            *help = true;
-            return MG_OK;
-        }
-        if (!strcmp(f, "--json")) {
-            a->json = true;
-            continue;
-        }
-        if (!strcmp(f, "--data-path")) { /* argparse nargs='*': up to the next flag */
-            size_t used = 0;
-            while (i + 1 < argc && strncmp(argv[i + 1], "--", 2)) {
-                const char *v = argv[++i];
-                if (used + strlen(v) + 2 > sizeof a->data_path)
-                    return USAGE("data: --data-path values are too long");
-                used += (size_t)sprintf(a->data_path + used, "%s%s", used ? " " : "", v);
-            }
-            if (!used) return USAGE("data: --data-path expects at least one prefix");
-            continue;
-        }
-        const char *names[] = {"--split",         "--data-cache-path", "--vocab-file",
-                               "--merge-file",    "--tokenizer-type",  "--seq-length",
-                               "--seed",          "--first",           "--train-samples",
-                               "--valid-samples", "--test-samples",    "--show"};
-        int k = -1;
-        for (int j = 0; j < 12; j++)
-            if (!strcmp(f, names[j])) k = j;
-        if (k < 0)
-            return USAGE("data: unknown %s '%s'; see `megatron data --help`",
-                         f[0] == '-' ? "flag" : "argument", f);
-        if (i + 1 >= argc || !strncmp(argv[i + 1], "--", 2))
-            return USAGE("data: %s expects a value", f);
-        const char *v = argv[++i];
-        const char **strs[] = {&a->split, &a->cache, &a->vocab, &a->merges, &a->tokenizer};
-        long long *ints[] = {&a->seq_length, &a->seed,       &a->first,
-                             &a->samples[0], &a->samples[1], &a->samples[2]};
-        if (k < 5)
-            *strs[k] = v;
-        else if (k == 5)
-            MG_CHECK(int_value(f, v, 2, INT32_MAX, ints[0]));
-        else if (k == 6)
-            MG_CHECK(int_value(f, v, 0, UINT32_MAX, ints[1]));
-        else if (k < 11)
-            MG_CHECK(int_value(f, v, 0, INT64_MAX / 2, ints[k - 5]));
-        else {
-            a->show = -1;
-            for (int s = 0; s < 3; s++)
-                if (!strcmp(v, k_splits[s])) a->show = s;
-            if (a->show < 0) return USAGE("data: --show expects train, valid or test, got '%s'", v);
-        }
-    }
+/* *help: --help or -h was given (nothing else is parsed). */
+static mg_status parse(data_args *a, mg_flag_command *cmd, int argc, char **argv, bool *help) {
+    *a = (data_args){.split = "969, 30, 1",
+                     .seq_length = -1,
+                     .seed = 1234,
+                     .first = 4,
+                     .train_samples = -1,
+                     .valid_samples = -1,
+                     .test_samples = -1};
+    *cmd = MG_FLAG_COMMAND("data", usage, flags, groups, a);
+    MG_CHECK(mg_flags_parse_command(cmd, argc, argv, help));
+    if (*help) return MG_OK;
     if (!a->data_path[0]) return USAGE("data: missing --data-path PREFIX");
-    if (a->seq_length < 0) return USAGE("data: missing --seq-length L");
-    if (a->tokenizer && strcmp(a->tokenizer, "GPT2BPETokenizer") &&
-        strcmp(a->tokenizer, "NullTokenizer"))
-        return USAGE("data: --tokenizer-type expects GPT2BPETokenizer or NullTokenizer, got '%s'",
-                     a->tokenizer);
+    if (!mg_flags_command_seen(cmd, "--seq-length")) return USAGE("data: missing --seq-length L");
+    MG_CHECK(check_range("--seq-length", a->seq_length, 2, INT32_MAX));
+    MG_CHECK(check_range("--seed", a->seed, 0, UINT32_MAX));
+    MG_CHECK(check_range("--first", a->first, 0, INT64_MAX / 2));
+    const char *names[3] = {"--train-samples", "--valid-samples", "--test-samples"};
+    const int64_t counts[3] = {a->train_samples, a->valid_samples, a->test_samples};
+    for (int s = 0; s < 3; s++)
+        if (mg_flags_command_seen(cmd, names[s]))
+            MG_CHECK(check_range(names[s], counts[s], 0, INT64_MAX / 2));
     if (!a->vocab != !a->merges)
         return USAGE("data: --vocab-file and --merge-file go together (GPT-2's vocab.json and "
                      "merges.txt)");
@@ -163,10 +153,15 @@ static mg_status run(const data_args *a) {
                             .seq_length = (int)a->seq_length,
                             .seed = (uint64_t)a->seed,
                             .cache_path = a->cache,
-                            .num_samples = {a->samples[0], a->samples[1], a->samples[2]}};
+                            .num_samples = {a->train_samples, a->valid_samples, a->test_samples}};
     mg_tokenizer *tok = NULL;
-    bool decode = !a->json && a->vocab && !(a->tokenizer && !strcmp(a->tokenizer, "NullTokenizer"));
-    if (decode) MG_CHECK(mg_tokenizer_gpt2_load(&tok, a->vocab, a->merges));
+    mg_tokenizer_spec spec = {.type = a->tokenizer ? a->tokenizer : "GPT2BPETokenizer",
+                              .vocab_file = a->vocab,
+                              .merge_file = a->merges,
+                              .model = a->model};
+    bool decode = !a->json && mg_tokenizer_known_type(spec.type) &&
+                  (mg_tokenizer_type_uses_model(spec.type) ? a->model != NULL : a->vocab != NULL);
+    if (decode) MG_CHECK(mg_tokenizer_load(&tok, &spec));
     mg_gpt_data *d = NULL;
     mg_status st = mg_gpt_data_build(&d, &c);
     int32_t *ids = malloc(sizeof *ids * ((size_t)a->seq_length + 1));
@@ -178,8 +173,8 @@ static mg_status run(const data_args *a) {
             printf("{\"split\": \"%s\", \"len\": %" PRId64 ", \"num_epochs\": %d, \"samples\": [",
                    k_splits[a->show], len, epochs);
         else
-            printf("%s: %" PRId64 " samples of %lld + 1 tokens, %d epoch%s\n", k_splits[a->show],
-                   len, a->seq_length, epochs, epochs == 1 ? "" : "s");
+            printf("%s: %" PRId64 " samples of %d + 1 tokens, %d epoch%s\n", k_splits[a->show], len,
+                   a->seq_length, epochs, epochs == 1 ? "" : "s");
         for (int64_t i = 0; i < k && st == MG_OK; i++) {
             st = mg_gpt_data_sample(d, a->show, i, ids);
             if (st != MG_OK) break;
@@ -187,7 +182,7 @@ static mg_status run(const data_args *a) {
                 fputs(i ? ", [" : "[", stdout);
             else
                 printf("sample %" PRId64 ":", i);
-            for (long long j = 0; j <= a->seq_length; j++)
+            for (int j = 0; j <= a->seq_length; j++)
                 printf(a->json ? "%s%d" : "%s%d", a->json && j ? ", " : a->json ? "" : " ", ids[j]);
             if (a->json)
                 fputs("]", stdout);
@@ -206,11 +201,12 @@ static mg_status run(const data_args *a) {
 
 int mg_cli_data(int argc, char **argv) {
     data_args a;
+    mg_flag_command cmd;
     bool help = false;
-    mg_status st = parse(&a, argc, argv, &help);
+    mg_status st = parse(&a, &cmd, argc, argv, &help);
     if (st != MG_OK) return mg_cli_report(st);
     if (help) {
-        usage(stdout);
+        mg_flags_command_print_help(&cmd, stdout);
         return 0;
     }
     return mg_cli_report(run(&a));

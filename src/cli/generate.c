@@ -1,8 +1,10 @@
 /* `megatron generate`: load a checkpoint and continue a prompt, greedy or top-k.
  *   megatron generate --load DIR (--prompt TEXT | --prompt-ids "1 2 3") [--max-new-tokens N]
- *                     [--top-k K] [--temperature T] [--seed S] [--vocab-file F --merge-file F]
+ *                     [--top-k K] [--temperature T] [--seed S] [--tokenizer-type T
+ *                     (--vocab-file F --merge-file F | --tokenizer-model P)]
  *                     [--logits-file PATH] [--json]
- * Text prompts use the GPT-2 tokenizer; --prompt-ids works for any vocabulary (mock-data models).
+ * Text prompts use the run's tokenizer (data/tokenizer.h), or the flags'; --prompt-ids works for
+ * any vocabulary (mock-data models).
  * --logits-file writes the logits at every prompt position as a .npy, float32 (prompt tokens,
  * vocab_size): the vocabulary's columns, not the padding's (for comparing with other
  * implementations, e.g. transformers' model(ids).logits[0]). The model is built whole on one
@@ -10,12 +12,12 @@
 #include "cli/cli.h"
 
 #include "backend/backend.h"
+#include "core/flags_command.h"
 #include "data/npy.h"
-#include "data/tokenizer_gpt2.h"
+#include "data/tokenizer.h"
 #include "model/generate.h"
 #include "train/checkpoint.h"
 
-#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,80 +25,91 @@
 
 typedef struct {
     const char *load, *prompt, *prompt_ids, *vocab_file, *merge_file, *logits_file;
-    mg_generate_options opt;
-    int threads;
+    const char *tokenizer_type, *tokenizer_model;
+    int max_new_tokens, top_k, threads;
+    int64_t seed;
+    double temperature;
     bool json;
+    mg_generate_options opt; /* from the flags above, after their checks */
 } gen_args;
 
-static mg_status parse_int(const char *flag, const char *v, long lo, long hi, long *out) {
-    char *end;
-    errno = 0;
-    long x = v ? strtol(v, &end, 10) : 0;
-    if (!v || !*v || *end || errno || x < lo || x > hi)
-        return MG_FAIL(MG_ERR_USAGE, "%s expects an integer in [%ld, %ld], got '%s'", flag, lo, hi,
-                       v ? v : "");
-    *out = x;
+static const char usage[] =
+    "usage: megatron generate --load DIR (--prompt TEXT | --prompt-ids \"1 2 3\") [flags]\n\n"
+    "Continues a prompt with the newest checkpoint in DIR, greedily (--top-k 1) or by top-k\n"
+    "sampling, on one process whatever layout the checkpoint was trained with. Text prompts use\n"
+    "the run's tokenizer (or --tokenizer-type with its files); --prompt-ids works\n"
+    "for any vocabulary.\n";
+
+enum { G_INPUT, G_SAMPLING, G_OUTPUT };
+static const char *const groups[] = {"checkpoint and prompt", "sampling", "output and runtime"};
+#define ARG(f) MG_FLAG_FIELD(gen_args, f)
+static const mg_flag_spec flags[] = {
+    {"--load", MG_FLAG_GROUP(G_INPUT), .kind = MG_FLAG_STRING_REF, ARG(load), .arg = "DIR",
+     .def = "required", .help = "checkpoint directory; its newest iteration is loaded"},
+    {"--prompt", MG_FLAG_GROUP(G_INPUT), .kind = MG_FLAG_STRING_REF, ARG(prompt), .arg = "TEXT",
+     .help = "text to continue (the run's tokenizer); or --prompt-ids"},
+    {"--prompt-ids", MG_FLAG_GROUP(G_INPUT), .kind = MG_FLAG_STRING_REF, ARG(prompt_ids),
+     .arg = "IDS", .help = "token ids to continue, separated by spaces or commas (\"1 2 3\")"},
+    {"--vocab-file", MG_FLAG_GROUP(G_INPUT), .kind = MG_FLAG_STRING_REF, ARG(vocab_file),
+     .arg = "PATH", .def = "the run's", .help = "GPT-2 vocab.json for --prompt"},
+    {"--merge-file", MG_FLAG_GROUP(G_INPUT), .kind = MG_FLAG_STRING_REF, ARG(merge_file),
+     .arg = "PATH", .def = "the run's", .help = "GPT-2 merges.txt for --prompt"},
+    {"--tokenizer-type", MG_FLAG_GROUP(G_INPUT), .kind = MG_FLAG_STRING_REF, ARG(tokenizer_type),
+     .arg = "T", .def = "the run's",
+     .help = "tokenizer for --prompt: GPT2BPETokenizer, HuggingFaceTokenizer, "
+             "SentencePieceTokenizer, GPTSentencePieceTokenizer or Llama2Tokenizer"},
+    {"--tokenizer-model", MG_FLAG_GROUP(G_INPUT), .kind = MG_FLAG_STRING_REF, ARG(tokenizer_model),
+     .arg = "PATH", .def = "the run's",
+     .help = "tokenizer.json (or its directory) or SentencePiece .model for --prompt"},
+    {"--max-new-tokens", MG_FLAG_GROUP(G_SAMPLING), .kind = MG_FLAG_INT, ARG(max_new_tokens),
+     .arg = "N", .help = "tokens to generate, in [0, 1048576] (fewer at <|endoftext|>)"},
+    {"--top-k", MG_FLAG_GROUP(G_SAMPLING), .kind = MG_FLAG_INT, ARG(top_k), .arg = "K",
+     .help = "sample among the K most likely tokens; 1: greedy"},
+    {"--temperature", MG_FLAG_GROUP(G_SAMPLING), .kind = MG_FLAG_DOUBLE, ARG(temperature),
+     .arg = "T", .help = "divides the logits before sampling; positive"},
+    {"--seed", MG_FLAG_GROUP(G_SAMPLING), .kind = MG_FLAG_INT64, ARG(seed), .arg = "S",
+     .help = "sampling seed, in [0, 2147483647]"},
+    {"--logits-file", MG_FLAG_GROUP(G_OUTPUT), .kind = MG_FLAG_STRING_REF, ARG(logits_file),
+     .arg = "PATH", .help = "write the prompt's logits as float32 .npy (tokens, vocab_size)"},
+    {"--num-threads", MG_FLAG_GROUP(G_OUTPUT), .kind = MG_FLAG_INT, ARG(threads), .arg = "N",
+     .def = "all cores", .help = "CPU threads, in [1, 4096]"},
+    {"--json", MG_FLAG_GROUP(G_OUTPUT), .kind = MG_FLAG_BOOL, ARG(json),
+     .help = "print {\"iteration\", \"prompt_ids\", \"ids\"} instead of the text"},
+};
+#undef ARG
+
+static mg_status check_range(const char *flag, long long v, long long lo, long long hi) {
+    if (v < lo || v > hi)
+        return MG_FAIL(MG_ERR_USAGE, "%s expects an integer in [%lld, %lld], got %lld", flag, lo,
+                       hi, v);
     return MG_OK;
 }
 
-static mg_status parse_args(int argc, char **argv, gen_args *a) {
-    memset(a, 0, sizeof *a);
-    a->opt = (mg_generate_options){
-        .max_new_tokens = 32, .top_k = 1, .temperature = 1.0f, .seed = 1234, .stop_token = -1};
-    a->threads = -1;
-    for (int i = 0; i < argc; i++) {
-        const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        long x;
-        if (!strcmp(f, "--json")) {
-            a->json = true;
-            continue;
-        }
-        if (!v) return MG_FAIL(MG_ERR_USAGE, "%s needs a value", f);
-        i++;
-        if (!strcmp(f, "--load"))
-            a->load = v;
-        else if (!strcmp(f, "--prompt"))
-            a->prompt = v;
-        else if (!strcmp(f, "--prompt-ids"))
-            a->prompt_ids = v;
-        else if (!strcmp(f, "--vocab-file"))
-            a->vocab_file = v;
-        else if (!strcmp(f, "--merge-file"))
-            a->merge_file = v;
-        else if (!strcmp(f, "--logits-file"))
-            a->logits_file = v;
-        else if (!strcmp(f, "--max-new-tokens")) {
-            MG_CHECK(parse_int(f, v, 0, 1 << 20, &x));
-            a->opt.max_new_tokens = (int)x;
-        } else if (!strcmp(f, "--top-k")) {
-            MG_CHECK(parse_int(f, v, 1, 1 << 20, &x));
-            a->opt.top_k = (int)x;
-        } else if (!strcmp(f, "--seed")) {
-            MG_CHECK(parse_int(f, v, 0, 0x7fffffffL, &x));
-            a->opt.seed = (uint64_t)x;
-        } else if (!strcmp(f, "--num-threads")) {
-            MG_CHECK(parse_int(f, v, 1, 4096, &x));
-            a->threads = (int)x;
-        } else if (!strcmp(f, "--temperature")) {
-            char *end;
-            double t = strtod(v, &end);
-            if (*end || !(t > 0) || t > 1e6)
-                return MG_FAIL(MG_ERR_USAGE, "--temperature expects a positive number, got '%s'",
-                               v);
-            a->opt.temperature = (float)t;
-        } else
-            return MG_FAIL(MG_ERR_USAGE,
-                           "unknown flag '%s' for `megatron generate`; flags: --load, "
-                           "--prompt, --prompt-ids, --max-new-tokens, --top-k, "
-                           "--temperature, --seed, --vocab-file, --merge-file, "
-                           "--num-threads, --logits-file, --json",
-                           f);
-    }
+/* *help: --help or -h was given (nothing else is parsed). */
+static mg_status parse_args(int argc, char **argv, gen_args *a, mg_flag_command *cmd, bool *help) {
+    *a = (gen_args){
+        .max_new_tokens = 32, .top_k = 1, .temperature = 1.0, .seed = 1234, .threads = -1};
+    *cmd = MG_FLAG_COMMAND("generate", usage, flags, groups, a);
+    MG_CHECK(mg_flags_parse_command(cmd, argc, argv, help));
+    if (*help) return MG_OK;
+    MG_CHECK(check_range("--max-new-tokens", a->max_new_tokens, 0, 1 << 20));
+    MG_CHECK(check_range("--top-k", a->top_k, 1, 1 << 20));
+    MG_CHECK(check_range("--seed", a->seed, 0, 0x7fffffff));
+    if (mg_flags_command_seen(cmd, "--num-threads"))
+        MG_CHECK(check_range("--num-threads", a->threads, 1, 4096));
+    if (!(a->temperature > 0) || a->temperature > 1e6)
+        return MG_FAIL(MG_ERR_USAGE, "--temperature expects a positive number, got %g",
+                       a->temperature);
     if (!a->load)
         return MG_FAIL(MG_ERR_USAGE, "`megatron generate` needs --load DIR (a checkpoint)");
     if (!a->prompt == !a->prompt_ids)
         return MG_FAIL(MG_ERR_USAGE,
                        "give exactly one of --prompt TEXT and --prompt-ids \"1 2 3\"");
+    a->opt = (mg_generate_options){.max_new_tokens = a->max_new_tokens,
+                                   .top_k = a->top_k,
+                                   .temperature = (float)a->temperature,
+                                   .seed = (uint64_t)a->seed,
+                                   .stop_token = -1};
     return MG_OK;
 }
 
@@ -190,15 +203,23 @@ static mg_status run(const gen_args *a, gen_state *s) {
     mg_generate_options o = a->opt;
     o.vocab_limit = s->g.cfg.V;
     if (a->prompt) {
-        /* the tokenizer files: flags, else the ones the checkpoint was trained with */
-        const char *vf = a->vocab_file ? a->vocab_file : s->cfg.vocab_file;
-        const char *mf = a->merge_file ? a->merge_file : s->cfg.merge_file;
-        if (!vf[0] || !mf[0])
+        /* the tokenizer: flags, else the one the checkpoint was trained with; GPT-2 files alone
+           name GPT2BPETokenizer */
+        mg_tokenizer_spec spec = {
+            .type = a->tokenizer_type                      ? a->tokenizer_type
+                    : a->vocab_file && !a->tokenizer_model ? "GPT2BPETokenizer"
+                                                           : s->cfg.tokenizer_type,
+            .vocab_file = a->vocab_file ? a->vocab_file : s->cfg.vocab_file,
+            .merge_file = a->merge_file ? a->merge_file : s->cfg.merge_file,
+            .model = a->tokenizer_model ? a->tokenizer_model : s->cfg.tokenizer_model};
+        if (!mg_tokenizer_known_type(spec.type) && spec.vocab_file[0] && spec.merge_file[0])
+            spec.type = "GPT2BPETokenizer"; /* checkpoints from before --tokenizer-type was kept */
+        if (!mg_tokenizer_known_type(spec.type))
             return MG_FAIL(MG_ERR_USAGE,
-                           "--prompt needs the GPT-2 tokenizer: pass --vocab-file and "
-                           "--merge-file (this checkpoint was not trained with them), "
-                           "or give --prompt-ids");
-        MG_CHECK(mg_tokenizer_gpt2_load(&s->tok, vf, mf));
+                           "--prompt needs a tokenizer: this checkpoint was trained without one "
+                           "(%s); pass --tokenizer-type with its files, or give --prompt-ids",
+                           spec.type[0] ? spec.type : "no --tokenizer-type");
+        MG_CHECK(mg_tokenizer_load(&s->tok, &spec));
         mg_tokenizer_worker *w;
         MG_CHECK(mg_tokenizer_worker_create(s->tok, &w));
         int32_t *enc = NULL;
@@ -238,8 +259,14 @@ static mg_status run(const gen_args *a, gen_state *s) {
 
 int mg_cli_generate(int argc, char **argv) {
     gen_args a;
-    mg_status st = parse_args(argc, argv, &a);
+    mg_flag_command cmd;
+    bool help;
+    mg_status st = parse_args(argc, argv, &a, &cmd, &help);
     if (st != MG_OK) return mg_cli_report(st);
+    if (help) {
+        mg_flags_command_print_help(&cmd, stdout);
+        return 0;
+    }
     gen_state s;
     memset(&s, 0, sizeof s);
     st = run(&a, &s);

@@ -14,81 +14,80 @@
 #include "cli/plan.h"
 
 #include "core/flags.h"
+#include "core/flags_command.h"
 
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
-static mg_status parse_count(const char *flag, const char *v, int *out) {
-    char *end;
-    errno = 0;
-    long x = v ? strtol(v, &end, 10) : 0;
-    if (!v || !*v || *end || errno || x < 1 || x > (1 << 24))
-        return MG_FAIL(MG_ERR_USAGE, "%s expects a positive integer, got '%s'", flag,
-                       v ? v : "(nothing)");
-    *out = (int)x;
+typedef struct {
+    int world_size, microbatches; /* -1: not given */
+    const char *param_sizes, *shared_embedding_param;
+    bool json;
+} plan_args;
+
+static const char usage[] =
+    "usage: megatron plan --world-size N [--tensor-model-parallel-size T]\n"
+    "         [--pipeline-model-parallel-size P] [--virtual-pipeline-model-parallel-size V]\n"
+    "         [--context-parallel-size C] [--expert-model-parallel-size E]\n"
+    "         [--expert-tensor-parallel-size ET] [--use-tp-pp-dp-mapping | --parallel-order "
+    "ORDER]\n"
+    "         [--num-layers L [--decoder-first-pipeline-num-layers F] ...]\n"
+    "         [--num-microbatches M | --global-batch-size B --micro-batch-size b]\n"
+    "         [--microbatch-group-size-per-virtual-pipeline-stage G]\n"
+    "         [--param-sizes A,B,C [--shared-embedding-param I[,J..]] | --hidden-size H ...]\n"
+    "         [--use-distributed-optimizer] [--overlap-grad-reduce [--ddp-bucket-size B]]\n"
+    "         [--ddp-pad-buckets-for-high-nccl-busbw] [--json]\n"
+    "Prints Megatron's process groups, each rank's coordinates, the layers of each\n"
+    "pipeline stage, the pipeline schedule and, for --param-sizes (elements per parameter,\n"
+    "in registration order) or a model's flags, the contiguous grad buffer: its buckets,\n"
+    "padding and each data-parallel rank's shard, and (with a model and a batch) the\n"
+    "memory of one rank per pipeline stage (--device cpu: fp32; else bf16 with fp32\n"
+    "masters); launches nothing. Any other training flag is accepted and ignored\n"
+    "(`megatron train --help` lists them). The flags of plan itself:\n";
+
+enum { G_LAYOUT, G_GRAD, G_OUTPUT };
+static const char *const groups[] = {"layout and schedule", "grad buffer", "output"};
+#define ARG(f) MG_FLAG_FIELD(plan_args, f)
+static const mg_flag_spec flags[] = {
+    {"--world-size", MG_FLAG_GROUP(G_LAYOUT), .kind = MG_FLAG_INT, ARG(world_size), .arg = "N",
+     .def = "required", .help = "processes in all, a multiple of tensor x pipeline x context"},
+    {"--num-microbatches", MG_FLAG_GROUP(G_LAYOUT), .kind = MG_FLAG_INT, ARG(microbatches),
+     .arg = "M", .def = "from the batch",
+     .help = "microbatches per step (else --global-batch-size / (--micro-batch-size x dp))"},
+    {"--param-sizes", MG_FLAG_GROUP(G_GRAD), .kind = MG_FLAG_STRING_REF, ARG(param_sizes),
+     .arg = "A,B,C", .def = "the model's",
+     .help = "elements per parameter, in registration order (instead of a model)"},
+    {"--shared-embedding-param", MG_FLAG_GROUP(G_GRAD), .kind = MG_FLAG_STRING_REF,
+     ARG(shared_embedding_param), .arg = "I[,J..]",
+     .help = "indices into --param-sizes of shared embeddings (a bucket each)"},
+    {"--json", MG_FLAG_GROUP(G_OUTPUT), .kind = MG_FLAG_BOOL, ARG(json),
+     .help = "one JSON object on stdout instead of the text"},
+};
+#undef ARG
+
+static mg_status check_count(const char *flag, int v) {
+    if (v < 1 || v > (1 << 24))
+        return MG_FAIL(MG_ERR_USAGE, "%s expects a positive integer, got '%d'", flag, v);
     return MG_OK;
 }
 
-/* A comma list of parameter indices ("3" or "0,5"), at most cap of them. */
-static mg_status parse_indices(const char *flag, const char *v, int *out, int cap, int *n) {
-    *n = 0;
-    const char *s = v ? v : "";
-    do {
-        char *end;
-        errno = 0;
-        long x = strtol(s, &end, 10);
-        if (end == s || (*end && (*end != ',' || !end[1])) || errno || x < 0 || x > (1 << 24) ||
-            *n == cap)
-            return MG_FAIL(MG_ERR_USAGE,
-                           "%s expects parameter indices (0, 1, ...; a comma list of at most %d), "
-                           "got '%s'",
-                           flag, cap, v ? v : "(nothing)");
-        out[(*n)++] = (int)x;
-        s = *end ? end + 1 : end;
-    } while (*s);
+/* The plan's own flags (into *a, then p) and Megatron's (into p->cfg) in one pass. */
+static mg_status parse_args(mg_plan *p, plan_args *a, mg_flag_command *cmd, int argc, char **argv,
+                            bool *help) {
+    *a = (plan_args){.world_size = -1, .microbatches = -1};
+    *cmd = MG_FLAG_COMMAND("plan", usage, flags, groups, a);
+    cmd->megatron = &p->cfg;
+    MG_CHECK(mg_flags_parse_command(cmd, argc, argv, help));
+    if (*help) return MG_OK;
+    if (mg_flags_command_seen(cmd, "--world-size"))
+        MG_CHECK(check_count("--world-size", a->world_size));
+    if (mg_flags_command_seen(cmd, "--num-microbatches"))
+        MG_CHECK(check_count("--num-microbatches", a->microbatches));
+    p->world_size = a->world_size;
+    p->param_sizes = a->param_sizes;
+    p->shared_embedding_param = a->shared_embedding_param;
+    p->json = a->json;
     return MG_OK;
-}
-
-/* Takes the plan-only flags out of argv; the rest are Megatron's and go to mg_flags_parse. */
-static mg_status parse_args(mg_plan *p, int argc, char **argv, int *microbatches, bool *help) {
-    char **rest = calloc((size_t)argc + 1, sizeof *rest);
-    if (!rest) return MG_FAIL(MG_ERR_NOMEM, "out of memory parsing flags");
-    int n = 0;
-    mg_status st = MG_OK;
-    p->world_size = -1;
-    p->n_shared = 0;
-    *microbatches = -1;
-    for (int i = 0; i < argc && st == MG_OK; i++) {
-        const char *a = argv[i];
-        const char *eq = strchr(a, '=');
-        size_t name_len = eq ? (size_t)(eq - a) : strlen(a);
-        const char *val = eq ? eq + 1 : (i + 1 < argc ? argv[i + 1] : NULL);
-        if (!strcmp(a, "--json")) {
-            p->json = true;
-        } else if (name_len == 12 && !strncmp(a, "--world-size", name_len)) {
-            st = parse_count("--world-size", val, &p->world_size);
-            i += eq ? 0 : 1;
-        } else if (name_len == 18 && !strncmp(a, "--num-microbatches", name_len)) {
-            st = parse_count("--num-microbatches", val, microbatches);
-            i += eq ? 0 : 1;
-        } else if (name_len == 13 && !strncmp(a, "--param-sizes", name_len)) {
-            p->param_sizes = val;
-            if (!val || !*val)
-                st = MG_FAIL(MG_ERR_USAGE, "--param-sizes expects comma-separated positive "
-                                           "element counts (e.g. 10,20,30), got nothing");
-            i += eq ? 0 : 1;
-        } else if (name_len == 24 && !strncmp(a, "--shared-embedding-param", name_len)) {
-            st = parse_indices("--shared-embedding-param", val, p->shared_embedding_params,
-                               MG_PLAN_SHARED_MAX, &p->n_shared);
-            i += eq ? 0 : 1;
-        } else {
-            rest[n++] = argv[i];
-        }
-    }
-    if (st == MG_OK) st = mg_flags_parse(&p->cfg, n, rest, help);
-    free(rest);
-    return st;
 }
 
 static mg_status build_layout(mg_plan *p) {
@@ -210,14 +209,19 @@ static void plan_free(mg_plan *p) {
     mg_plan_free_memory(p);
 }
 
-static mg_status plan_run(mg_plan *p, int argc, char **argv, bool *help) {
-    int given_m;
-    MG_CHECK(parse_args(p, argc, argv, &given_m, help));
-    if (*help) return MG_OK;
+static mg_status plan_run(mg_plan *p, int argc, char **argv) {
+    plan_args a;
+    mg_flag_command cmd;
+    bool help;
+    MG_CHECK(parse_args(p, &a, &cmd, argc, argv, &help));
+    if (help) {
+        mg_flags_command_print_help(&cmd, stdout);
+        return MG_OK;
+    }
     MG_CHECK(build_layout(p));
     MG_CHECK(build_layers(p));
     int m;
-    MG_CHECK(resolve_microbatches(p, given_m, &m));
+    MG_CHECK(resolve_microbatches(p, a.microbatches, &m));
     if (m > 0) MG_CHECK(build_pipeline(p, m));
     MG_CHECK(mg_plan_build_grad(p));
     MG_CHECK(mg_plan_build_memory(p));
@@ -226,36 +230,11 @@ static mg_status plan_run(mg_plan *p, int argc, char **argv, bool *help) {
     return MG_OK;
 }
 
-static void plan_usage(FILE *f) {
-    fprintf(
-        f,
-        "usage: megatron plan --world-size N [--tensor-model-parallel-size T]\n"
-        "         [--pipeline-model-parallel-size P] [--virtual-pipeline-model-parallel-size V]\n"
-        "         [--context-parallel-size C] [--expert-model-parallel-size E]\n"
-        "         [--expert-tensor-parallel-size ET] [--use-tp-pp-dp-mapping | --parallel-order "
-        "ORDER]\n"
-        "         [--num-layers L [--decoder-first-pipeline-num-layers F] ...]\n"
-        "         [--num-microbatches M | --global-batch-size B --micro-batch-size b]\n"
-        "         [--microbatch-group-size-per-virtual-pipeline-stage G]\n"
-        "         [--param-sizes A,B,C [--shared-embedding-param I[,J..]] | --hidden-size H ...]\n"
-        "         [--use-distributed-optimizer] [--overlap-grad-reduce [--ddp-bucket-size B]]\n"
-        "         [--ddp-pad-buckets-for-high-nccl-busbw] [--json]\n"
-        "Prints Megatron's process groups, each rank's coordinates, the layers of each\n"
-        "pipeline stage, the pipeline schedule and, for --param-sizes (elements per parameter,\n"
-        "in registration order) or a model's flags, the contiguous grad buffer: its buckets,\n"
-        "padding and each data-parallel rank's shard, and (with a model and a batch) the\n"
-        "memory of one rank per pipeline stage (--device cpu: fp32; else bf16 with fp32\n"
-        "masters); launches nothing. Any other training flag is accepted and ignored\n"
-        "(`megatron train --help` lists them).\n");
-}
-
 int mg_cli_plan(int argc, char **argv) {
     mg_plan p;
     memset(&p, 0, sizeof p);
     mg_config_defaults(&p.cfg);
-    bool help = false;
-    mg_status st = plan_run(&p, argc, argv, &help);
-    if (st == MG_OK && help) plan_usage(stdout);
+    mg_status st = plan_run(&p, argc, argv);
     plan_free(&p);
     return mg_cli_report(st);
 }

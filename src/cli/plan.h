@@ -4,8 +4,6 @@
 #ifndef MG_CLI_PLAN_H
 #define MG_CLI_PLAN_H
 
-#define MG_PLAN_SHARED_MAX 64
-
 #include "parallel/grad_buffer.h"
 #include "parallel/parallel_state.h"
 #include "parallel/pipeline/layers.h"
@@ -58,10 +56,10 @@ typedef struct {
     mg_layers_chunk *chunks; /* (P, V) rank-major */
 
     const char *param_sizes; /* --param-sizes A,B,C (plan only); NULL: not given */
-    /* --shared-embedding-param I[,J...] (plan only, with --param-sizes): parameters with
-     * Megatron's shared_embedding attribute, each of which gets a bucket of its own */
-    int shared_embedding_params[MG_PLAN_SHARED_MAX];
-    int n_shared;
+    /* --shared-embedding-param I[,J...] (plan only, with --param-sizes; NULL: not given):
+     * parameters with Megatron's shared_embedding attribute, each of which gets a bucket of its
+     * own */
+    const char *shared_embedding_param;
     bool grad_from_model;      /* buffers of the model's chunks ("grad_buffers"), else one
                                 * buffer of --param-sizes ("grad_buffer") */
     int n_grad;                /* 0: no grad buffer section */

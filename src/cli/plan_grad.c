@@ -27,33 +27,31 @@
 
 #define MAX_PARAM_SIZES (1 << 20)
 
-/* "10,20,30": positive integers, comma-separated, nothing else. */
-static mg_status parse_sizes(const char *v, int64_t **out, int *n_out) {
+/* A comma list of integers in [lo, 2^53] ("10,20,30": digits and commas, nothing else), for
+ * --param-sizes and --shared-embedding-param; `what` completes "FLAG expects WHAT, got 'V'". */
+static mg_status parse_list(const char *flag, const char *what, const char *v, long long lo,
+                            int64_t **out, int *n_out) {
     *out = NULL;
     *n_out = 0;
     int n = 1;
     for (const char *c = v; *c; c++) n += *c == ',';
     if (n > MAX_PARAM_SIZES)
-        return MG_FAIL(MG_ERR_USAGE, "--param-sizes lists %d sizes; at most %d", n,
-                       MAX_PARAM_SIZES);
-    int64_t *sizes = malloc((size_t)n * sizeof *sizes);
-    if (!sizes) return MG_FAIL(MG_ERR_NOMEM, "out of memory for %d parameter sizes", n);
+        return MG_FAIL(MG_ERR_USAGE, "%s lists %d values; at most %d", flag, n, MAX_PARAM_SIZES);
+    int64_t *vals = malloc((size_t)n * sizeof *vals);
+    if (!vals) return MG_FAIL(MG_ERR_NOMEM, "out of memory for %d values of %s", n, flag);
     const char *s = v;
     for (int i = 0; i < n; i++) {
         char *end;
         errno = 0;
-        long long x = *s >= '0' && *s <= '9' ? strtoll(s, &end, 10) : 0;
-        if (x < 1 || errno || (*end != ',' && *end != '\0') || x > ((int64_t)1 << 53)) {
-            free(sizes);
-            return MG_FAIL(MG_ERR_USAGE,
-                           "--param-sizes expects comma-separated positive element counts "
-                           "(e.g. 10,20,30), got '%s'",
-                           v);
+        long long x = *s >= '0' && *s <= '9' ? strtoll(s, &end, 10) : -1;
+        if (x < lo || errno || (*end != ',' && *end != '\0') || x > ((int64_t)1 << 53)) {
+            free(vals);
+            return MG_FAIL(MG_ERR_USAGE, "%s expects %s, got '%s'", flag, what, v);
         }
-        sizes[i] = x;
+        vals[i] = x;
         s = end + (*end == ',');
     }
-    *out = sizes;
+    *out = vals;
     *n_out = n;
     return MG_OK;
 }
@@ -78,23 +76,35 @@ static mg_status grad_from_sizes(mg_plan *p) {
     p->n_grad = 1;
     mg_plan_grad_buffer *b = &p->grad[0];
     b->pp_rank = b->vp_stage = -1;
-    MG_CHECK(parse_sizes(p->param_sizes, &b->numel, &b->n));
+    MG_CHECK(parse_list("--param-sizes", "comma-separated positive element counts (e.g. 10,20,30)",
+                        p->param_sizes, 1, &b->numel, &b->n));
+    int64_t *idx = NULL;
+    int n_idx = 0;
+    if (p->shared_embedding_param)
+        MG_CHECK(parse_list("--shared-embedding-param",
+                            "parameter indices (0, 1, ...; a comma list)",
+                            p->shared_embedding_param, 0, &idx, &n_idx));
+    mg_status st;
     bool *shared = calloc((size_t)b->n, sizeof *shared);
-    if (!shared) return MG_FAIL(MG_ERR_NOMEM, "out of memory for the grad buffer plan");
-    for (int i = 0; i < p->n_shared; i++) {
-        int s = p->shared_embedding_params[i];
-        if (s >= b->n) {
-            free(shared);
-            return MG_FAIL(MG_ERR_USAGE,
-                           "--shared-embedding-param %d is out of range: --param-sizes lists %d "
-                           "parameters (0..%d)",
-                           s, b->n, b->n - 1);
+    if (!shared) {
+        st = MG_FAIL(MG_ERR_NOMEM, "out of memory for the grad buffer plan");
+        goto done;
+    }
+    for (int i = 0; i < n_idx; i++) {
+        if (idx[i] >= b->n) {
+            st = MG_FAIL(MG_ERR_USAGE,
+                         "--shared-embedding-param %lld is out of range: --param-sizes lists %d "
+                         "parameters (0..%d)",
+                         (long long)idx[i], b->n, b->n - 1);
+            goto done;
         }
-        shared[s] = true;
+        shared[idx[i]] = true;
     }
     mg_grad_buffer_config gc = buffer_config(p, false, shared, false);
-    mg_status st = mg_grad_buffer_layout_build(b->numel, b->n, &gc, &b->layout);
+    st = mg_grad_buffer_layout_build(b->numel, b->n, &gc, &b->layout);
+done:
     free(shared);
+    free(idx);
     return st;
 }
 
@@ -244,7 +254,7 @@ mg_status mg_plan_build_grad(mg_plan *p) {
     if (c->ddp_bucket_size != -1 && c->ddp_bucket_size < 1)
         return MG_FAIL(MG_ERR_USAGE, "--ddp-bucket-size must be positive, got %lld",
                        (long long)c->ddp_bucket_size);
-    if (p->n_shared > 0 && !p->param_sizes)
+    if (p->shared_embedding_param && !p->param_sizes)
         return MG_FAIL(MG_ERR_USAGE,
                        "--shared-embedding-param needs --param-sizes (a model's shared embedding "
                        "follows from the model)");

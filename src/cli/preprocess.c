@@ -1,10 +1,12 @@
 /* `megatron preprocess`: Megatron-LM's tools/preprocess_data.py flags in front of
  * data/preprocess.c. Flag errors are one line, exit 2; a Megatron flag or value this build
- * recognises but cannot run (--split-sentences, another tokenizer) exits 1. */
+ * recognises but cannot run (--split-sentences, another tokenizer) exits 1. The tokenizers are
+ * data/tokenizer.h's. */
 #include "cli/cli.h"
 
 #include "core/status.h"
 #include "data/preprocess.h"
+#include "data/tokenizer.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -17,6 +19,8 @@ static const char *const k_flags[] = {"--input",
                                       "--tokenizer-type",
                                       "--vocab-file",
                                       "--merge-file",
+                                      "--tokenizer-model",
+                                      "--tokenizer-hf-no-include-special-tokens",
                                       "--append-eod",
                                       "--workers",
                                       "--log-interval",
@@ -29,26 +33,34 @@ static const char *const k_flags[] = {"--input",
                                       "--keep-sequential-samples",
                                       "--find-optimal-num-workers",
                                       "--workers-to-check",
-                                      "--max-documents"};
+                                      "--max-documents",
+                                      "--tokenizer-special-tokens",
+                                      "--tokenizer-sentencepiece-legacy",
+                                      "--vocab-extra-ids"};
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: megatron preprocess --input FILE.jsonl --output-prefix P --tokenizer-type "
-            "GPT2BPETokenizer\n"
-            "                           --vocab-file encoder.json --merge-file vocab.bpe "
-            "[flags]\n\n"
-            "Turns JSON lines into Megatron indexed datasets P_<key>_document.bin/.idx,\n"
-            "byte-identical to Megatron-LM's tools/preprocess_data.py.\n\n"
-            "  --input FILE          JSONL, one JSON object per line\n"
-            "  --json-keys K [K...]  keys to extract, one output per key (default: text)\n"
-            "  --output-prefix P     output path prefix\n"
-            "  --tokenizer-type T    GPT2BPETokenizer\n"
-            "  --vocab-file F        GPT-2 encoder.json\n"
-            "  --merge-file F        GPT-2 vocab.bpe\n"
-            "  --append-eod          end every non-empty document with <|endoftext|>\n"
-            "  --workers N           tokenizing threads (default 1)\n"
-            "  --log-interval N      progress line every N documents (default 1000)\n"
-            "  --strict              stop at the first invalid line (default: skip and count)\n");
+    fprintf(
+        f,
+        "usage: megatron preprocess --input FILE.jsonl --output-prefix P --tokenizer-type T\n"
+        "                           (--vocab-file encoder.json --merge-file vocab.bpe | "
+        "--tokenizer-model PATH) [flags]\n\n"
+        "Turns JSON lines into Megatron indexed datasets P_<key>_document.bin/.idx,\n"
+        "byte-identical to Megatron-LM's tools/preprocess_data.py.\n\n"
+        "  --input FILE          JSONL, one JSON object per line\n"
+        "  --json-keys K [K...]  keys to extract, one output per key (default: text)\n"
+        "  --output-prefix P     output path prefix\n"
+        "  --tokenizer-type T    GPT2BPETokenizer, HuggingFaceTokenizer, SentencePieceTokenizer,\n"
+        "                        GPTSentencePieceTokenizer or Llama2Tokenizer\n"
+        "  --vocab-file F        GPT-2 encoder.json (GPT2BPETokenizer)\n"
+        "  --merge-file F        GPT-2 vocab.bpe (GPT2BPETokenizer)\n"
+        "  --tokenizer-model P   tokenizer.json or its directory (HuggingFaceTokenizer), a\n"
+        "                        SentencePiece .model (the SentencePiece types)\n"
+        "  --tokenizer-hf-no-include-special-tokens\n"
+        "                        HuggingFaceTokenizer: no BOS/EOS from the post-processor\n"
+        "  --append-eod          end every non-empty document with the tokenizer's EOD\n"
+        "  --workers N           tokenizing threads (default 1)\n"
+        "  --log-interval N      progress line every N documents (default 1000)\n"
+        "  --strict              stop at the first invalid line (default: skip and count)\n");
 }
 
 static size_t edit_distance(const char *a, const char *b) {
@@ -99,34 +111,25 @@ static int is_flag(const char *s) {
 }
 
 static mg_status check_tokenizer(const char *type) {
-    static const char *const megatron_types[] = {"BertWordPieceLowerCase",
-                                                 "BertWordPieceCase",
-                                                 "SentencePieceTokenizer",
-                                                 "GPTSentencePieceTokenizer",
-                                                 "Llama2Tokenizer",
-                                                 "HuggingFaceTokenizer",
-                                                 "TikTokenizer",
-                                                 "MultimodalTokenizer",
-                                                 "NullTokenizer",
-                                                 "NullMultimodalTokenizer",
-                                                 "SFTTokenizer"};
+    static const char *const megatron_types[] = {
+        "BertWordPieceLowerCase", "BertWordPieceCase",       "TikTokenizer", "MultimodalTokenizer",
+        "NullTokenizer",          "NullMultimodalTokenizer", "SFTTokenizer"};
     if (!type)
-        return MG_FAIL(MG_ERR_USAGE, "preprocess: --tokenizer-type is required (GPT2BPETokenizer)");
-    if (!strcmp(type, "GPT2BPETokenizer")) return MG_OK;
+        return MG_FAIL(MG_ERR_USAGE, "preprocess: --tokenizer-type is required (%s)",
+                       MG_TOKENIZER_TYPES);
+    if (mg_tokenizer_known_type(type)) return MG_OK;
     for (size_t i = 0; i < sizeof megatron_types / sizeof *megatron_types; i++)
         if (!strcmp(type, megatron_types[i]))
             return MG_FAIL(MG_ERR_UNSUPPORTED,
                            "preprocess: --tokenizer-type %s is not supported yet; this build has "
-                           "GPT2BPETokenizer",
-                           type);
-    return MG_FAIL(MG_ERR_USAGE,
-                   "preprocess: unknown --tokenizer-type '%s'; this build has GPT2BPETokenizer",
-                   type);
+                           "%s",
+                           type, MG_TOKENIZER_TYPES);
+    return MG_FAIL(MG_ERR_USAGE, "preprocess: unknown --tokenizer-type '%s'; this build has %s",
+                   type, MG_TOKENIZER_TYPES);
 }
 
 /* Parses argv into c. `--flag value` and `--flag=value`; a flag given twice keeps the last. */
 static mg_status parse(int argc, char **argv, mg_preprocess_config *c, int *help) {
-    const char *tokenizer = NULL;
     for (int i = 0; i < argc; i++) {
         char name[64];
         const char *arg = argv[i], *inline_val = NULL, *eq = strchr(arg, '=');
@@ -141,6 +144,8 @@ static mg_status parse(int argc, char **argv, mg_preprocess_config *c, int *help
         memcpy(name, arg, nl), name[nl] = 0;
         if (eq) inline_val = eq + 1;
         int boolean = !strcmp(name, "--append-eod") || !strcmp(name, "--strict") ||
+                      !strcmp(name, "--tokenizer-hf-no-include-special-tokens") ||
+                      !strcmp(name, "--tokenizer-sentencepiece-legacy") ||
                       !strcmp(name, "--split-sentences") || !strcmp(name, "--keep-newlines") ||
                       !strcmp(name, "--keep-sequential-samples") ||
                       !strcmp(name, "--find-optimal-num-workers");
@@ -175,11 +180,22 @@ static mg_status parse(int argc, char **argv, mg_preprocess_config *c, int *help
         else if (!strcmp(name, "--output-prefix"))
             c->output_prefix = v;
         else if (!strcmp(name, "--tokenizer-type"))
-            tokenizer = v;
+            c->tokenizer.type = v;
         else if (!strcmp(name, "--vocab-file"))
-            c->vocab_file = v;
+            c->tokenizer.vocab_file = v;
         else if (!strcmp(name, "--merge-file"))
-            c->merge_file = v;
+            c->tokenizer.merge_file = v;
+        else if (!strcmp(name, "--tokenizer-model"))
+            c->tokenizer.model = v;
+        else if (!strcmp(name, "--tokenizer-hf-no-include-special-tokens"))
+            c->tokenizer.no_special_tokens = true;
+        else if (!strcmp(name, "--tokenizer-special-tokens") ||
+                 !strcmp(name, "--tokenizer-sentencepiece-legacy") ||
+                 !strcmp(name, "--vocab-extra-ids"))
+            return MG_FAIL(MG_ERR_UNSUPPORTED,
+                           "preprocess: %s is not supported (the tokenizer's own special tokens "
+                           "are used)",
+                           name);
         else if (!strcmp(name, "--append-eod"))
             c->append_eod = true;
         else if (!strcmp(name, "--strict"))
@@ -208,11 +224,19 @@ static mg_status parse(int argc, char **argv, mg_preprocess_config *c, int *help
     }
     if (!c->input) return MG_FAIL(MG_ERR_USAGE, "preprocess: --input is required");
     if (!c->output_prefix) return MG_FAIL(MG_ERR_USAGE, "preprocess: --output-prefix is required");
+    const char *tokenizer = c->tokenizer.type;
     MG_CHECK(check_tokenizer(tokenizer));
-    if (!c->vocab_file)
-        return MG_FAIL(MG_ERR_USAGE, "preprocess: --vocab-file is required (GPT-2 encoder.json)");
-    if (!c->merge_file)
-        return MG_FAIL(MG_ERR_USAGE, "preprocess: --merge-file is required (GPT-2 vocab.bpe)");
+    if (!mg_tokenizer_type_uses_model(tokenizer)) {
+        if (!c->tokenizer.vocab_file)
+            return MG_FAIL(MG_ERR_USAGE,
+                           "preprocess: --vocab-file is required (GPT-2 encoder.json)");
+        if (!c->tokenizer.merge_file)
+            return MG_FAIL(MG_ERR_USAGE, "preprocess: --merge-file is required (GPT-2 vocab.bpe)");
+    } else if (!c->tokenizer.model) {
+        return MG_FAIL(
+            MG_ERR_USAGE, "preprocess: --tokenizer-type %s needs --tokenizer-model %s", tokenizer,
+            strcmp(tokenizer, "HuggingFaceTokenizer") ? "FILE.model" : "DIR or DIR/tokenizer.json");
+    }
     for (int a = 0; a < c->num_keys; a++)
         for (int b = a + 1; b < c->num_keys; b++)
             if (!strcmp(c->json_keys[a], c->json_keys[b]))

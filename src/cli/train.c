@@ -229,6 +229,11 @@ int mg_cli_train(int argc, char **argv) {
     st = mg_launch_detect(&li);
     if (st != MG_OK) return mg_cli_report(st);
     mg_log_init(li.rank, li.world_size);
+    char ignored[2048];
+    if (mg_flags_no_effect_seen(ignored, sizeof ignored) > 0)
+        mg_log_info("> no effect here (they tune Megatron's Python internals or select what this "
+                    "build always does; train --help says why): %s",
+                    ignored);
     cfg.world_size = li.world_size;
     st = cfg.load[0] ? take_checkpoint_model(&cfg) : MG_OK;
     if (st == MG_OK) st = mg_config_validate(&cfg);

@@ -21,6 +21,9 @@ static mg_status absent_or_positive(const char *flag, long long v) {
 }
 
 static mg_status check_model(mg_config *c) {
+    /* Megatron's add_position_embedding = False: no learned table whatever the type */
+    if (c->no_position_embedding && c->position_embedding == MG_POS_LEARNED)
+        c->position_embedding = MG_POS_NONE;
     char missing[160] = "";
     int n_missing = 0;
     const struct {
@@ -106,21 +109,43 @@ static mg_status file_flag(const char *flag, const char *path, const char *what)
     return MG_OK;
 }
 
-static mg_status check_data(const mg_config *c) {
+static mg_status check_data(mg_config *c) {
     const bool data = c->data_path[0] != '\0';
+    /* Megatron's own GPT-3 scripts give --vocab-file and --merge-file without --tokenizer-type
+     * (which Megatron's build_tokenizer then refuses): the files say which tokenizer is meant */
+    if (data && !c->tokenizer_type[0] && c->vocab_file[0] && c->merge_file[0]) {
+        snprintf(c->tokenizer_type, sizeof c->tokenizer_type, "GPT2BPETokenizer");
+        mg_log_info("> --tokenizer-type GPT2BPETokenizer, from --vocab-file and --merge-file "
+                    "(Megatron-LM itself needs the flag)");
+    }
     if (c->mock_data && data)
         return USAGE("--mock-data and --data-path are both given; pass only one");
     if (!c->mock_data && !data)
         return USAGE("no training data: pass --mock-data or --data-path PREFIX");
     const bool gpt2 = !strcmp(c->tokenizer_type, "GPT2BPETokenizer");
+    /* the flag's other choices but NullTokenizer read --tokenizer-model (data/tokenizer.h) */
+    const bool model = c->tokenizer_type[0] && !gpt2 && strcmp(c->tokenizer_type, "NullTokenizer");
     if (data && !c->tokenizer_type[0])
         return USAGE("--data-path needs --tokenizer-type: GPT2BPETokenizer (with --vocab-file and "
-                     "--merge-file) or NullTokenizer (with --vocab-size)");
+                     "--merge-file), NullTokenizer (with --vocab-size), or HuggingFaceTokenizer, "
+                     "SentencePieceTokenizer, Llama2Tokenizer (with --tokenizer-model)");
     if (gpt2) {
         MG_CHECK(file_flag("--vocab-file", c->vocab_file, "GPT-2's vocab.json"));
         MG_CHECK(file_flag("--merge-file", c->merge_file, "GPT-2's merges.txt"));
     }
-    if (c->vocab_size == -1 && !gpt2) {
+    if (model) {
+        const bool hf = !strcmp(c->tokenizer_type, "HuggingFaceTokenizer");
+        const char *what = hf ? "a tokenizer.json or its directory" : "a SentencePiece .model";
+        struct stat st;
+        if (!c->tokenizer_model[0])
+            return USAGE("--tokenizer-type %s needs --tokenizer-model PATH (%s)", c->tokenizer_type,
+                         what);
+        if (stat(c->tokenizer_model, &st) != 0 ||
+            !(S_ISREG(st.st_mode) || (hf && S_ISDIR(st.st_mode))))
+            return USAGE("--tokenizer-model %s: no such %s (%s)", c->tokenizer_model,
+                         hf ? "file or directory" : "file", what);
+    }
+    if (c->vocab_size == -1 && !gpt2 && !model) {
         if (c->tokenizer_type[0])
             return USAGE("--tokenizer-type %s needs --vocab-size N", c->tokenizer_type);
         return USAGE("--mock-data needs --vocab-size N (no tokenizer files given)");
@@ -168,10 +193,10 @@ int mg_config_data_parallel_size(const mg_config *c) {
 }
 
 static mg_status check_training(mg_config *c) {
-    if (c->train_iters == -1)
-        return USAGE("missing --train-iters N: the number of optimizer steps (--train-samples is "
-                     "not supported yet)");
-    MG_CHECK(positive("--train-iters", c->train_iters));
+    if (c->train_iters == -1 && c->train_samples == -1)
+        return USAGE("missing --train-iters N (optimizer steps) or --train-samples N (samples): "
+                     "either train-iters or train-samples should be provided");
+    if (c->train_iters != -1) MG_CHECK(positive("--train-iters", c->train_iters));
     MG_CHECK(positive("--micro-batch-size", c->micro_batch_size));
     const int dp = mg_config_data_parallel_size(c);
     if (c->global_batch_size == -1) c->global_batch_size = c->micro_batch_size * dp;
@@ -196,6 +221,7 @@ static mg_status check_lr(mg_config *c) {
         return USAGE("--min-lr %g is larger than --lr %g; lower --min-lr", c->min_lr, c->lr);
     if (c->lr_warmup_init < 0 || c->lr_warmup_init > c->lr)
         return USAGE("--lr-warmup-init %g must be in [0, --lr %g]", c->lr_warmup_init, c->lr);
+    if (c->train_iters == -1) return MG_OK; /* sample-based: core/config_sched.c */
     if (c->lr_decay_iters == -1) c->lr_decay_iters = c->train_iters;
     MG_CHECK(positive("--lr-decay-iters", c->lr_decay_iters));
     if (c->lr_warmup_iters < 0)
@@ -220,6 +246,27 @@ static mg_status check_lr(mg_config *c) {
     return MG_OK;
 }
 
+/* Dropout probabilities in [0, 1) (Megatron's, applied as torch's dropout), and the sizes the
+ * masks' counters keep apart (core/dropout.h) while dropout is on. */
+static mg_status check_dropout(const mg_config *c) {
+    const struct {
+        const char *flag;
+        double p;
+    } d[] = {{"--attention-dropout", c->attention_dropout},
+             {"--hidden-dropout", c->hidden_dropout}};
+    for (int i = 0; i < 2; i++)
+        if (!(d[i].p >= 0 && d[i].p < 1))
+            return USAGE("%s must be in [0, 1) (0 disables), got %g", d[i].flag, d[i].p);
+    if (c->attention_dropout == 0 && c->hidden_dropout == 0) return MG_OK;
+    if (c->num_layers >= 4096 || c->seq_length > 65536 || c->num_attention_heads >= 65536 ||
+        (int64_t)c->seq_length * c->hidden_size >= (int64_t)1 << 34)
+        return MG_FAIL(MG_ERR_UNSUPPORTED,
+                       "dropout masks support fewer than 4096 layers and 65536 heads, sequences of "
+                       "at most 65536 tokens and seq-length x hidden-size < 2^34; pass "
+                       "--attention-dropout 0 --hidden-dropout 0 for this model");
+    return MG_OK;
+}
+
 static mg_status check_optimizer(const mg_config *c) {
     if (!(c->adam_beta1 >= 0 && c->adam_beta1 < 1))
         return USAGE("--adam-beta1 must be in [0, 1), got %g", c->adam_beta1);
@@ -229,7 +276,7 @@ static mg_status check_optimizer(const mg_config *c) {
     if (c->clip_grad < 0)
         return USAGE("--clip-grad must be >= 0 (0 disables), got %g", c->clip_grad);
     if (c->weight_decay < 0) return USAGE("--weight-decay must be >= 0, got %g", c->weight_decay);
-    return MG_OK;
+    return check_dropout(c);
 }
 
 static mg_status check_logging(const mg_config *c) {
@@ -238,6 +285,15 @@ static mg_status check_logging(const mg_config *c) {
     if (c->eval_iters < 0) return USAGE("--eval-iters must be >= 0, got %d", c->eval_iters);
     MG_CHECK(absent_or_positive("--exit-interval", c->exit_interval));
     MG_CHECK(absent_or_positive("--save-interval", c->save_interval));
+    MG_CHECK(positive("--tensorboard-log-interval", c->tensorboard_log_interval));
+    MG_CHECK(positive("--tensorboard-queue-size", c->tensorboard_queue_size));
+#ifndef MG_HAVE_ISAL
+    if (c->tensorboard_dir[0])
+        return MG_FAIL(MG_ERR_UNSUPPORTED,
+                       "this build cannot write TensorBoard event files (ISA-L's CRC-32C was not "
+                       "found when it was built): apt-get install libisal-dev and rebuild, or "
+                       "drop --tensorboard-dir");
+#endif
     return MG_OK;
 }
 
@@ -325,6 +381,7 @@ mg_status mg_config_validate(mg_config *out) {
     MG_CHECK(check_model(&c));
     MG_CHECK(check_training(&c));
     MG_CHECK(check_lr(&c));
+    MG_CHECK(mg_config_check_schedule(&c));
     MG_CHECK(check_data(&c));
     MG_CHECK(check_optimizer(&c));
     MG_CHECK(check_logging(&c));

@@ -71,6 +71,9 @@ mg_status mg_config_to_json(const mg_config *c, char **json_out) {
                 write_string(f, fl->choices[v]);
             break;
         }
+        case MG_FLAG_STRING_REF: /* subcommand tables only */
+            st = MG_FAIL(MG_ERR_INTERNAL, "config field %s is not an mg_config field", fl->key);
+            break;
         }
     }
     fputs("\n}\n", f);
@@ -137,6 +140,8 @@ static mg_status read_field(mg_config *c, const mg_flag_spec *fl, const cJSON *i
             }
         return MG_FAIL(MG_ERR_FORMAT, "config JSON: '%s' must be one of the %s choices",
                        item->string, fl->name);
+    case MG_FLAG_STRING_REF: /* subcommand tables only */
+        break;
     }
     return MG_FAIL(MG_ERR_INTERNAL, "flag %s has an unknown kind", fl->name);
 }

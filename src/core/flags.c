@@ -1,7 +1,10 @@
 /* Command-line parsing against the flag table, the "did you mean" suggestion, the seen-flags
  * record and --help. Semantics follow argparse as Megatron configures it (allow_abbrev=False):
- * no abbreviations, a repeated flag keeps its last value, store_true flags take no value. */
+ * no abbreviations, a repeated flag keeps its last value, store_true flags take no value.
+ * Subcommands parse their own tables (core/flags_command.h) through the same loop: each table is
+ * a scope (rows, the struct they point into, what was seen), looked up in order. */
 #include "core/flags.h"
+#include "core/flags_command.h"
 #include "core/flags_table.h"
 
 #include <ctype.h>
@@ -19,6 +22,19 @@ static bool g_seen[MG_FLAG_MAX]; /* flags of the last successful parse */
 bool mg_flags_seen(const char *flag) {
     int k = mg_flag_find(flag);
     return k >= 0 && g_seen[k];
+}
+
+size_t mg_flags_no_effect_seen(char *out, size_t cap) {
+    size_t used = 0, n = 0;
+    if (cap) out[0] = 0;
+    for (int k = 0; k < mg_flag_count; k++) {
+        if (!g_seen[k] || mg_flag_table[k].status != MG_FLAG_IGNORED) continue;
+        int w = snprintf(out + used, cap > used ? cap - used : 0, "%s%s", n ? ", " : "",
+                         mg_flag_table[k].name);
+        if (w > 0 && used + (size_t)w < cap) used += (size_t)w;
+        n++;
+    }
+    return n;
 }
 
 mg_status mg_flags_take_unseen(mg_config *c, const mg_config *from, const char *const *flags,
@@ -108,6 +124,7 @@ static mg_status parse_value(const mg_flag_spec *f, const char *s, flag_value *v
         return MG_FAIL(MG_ERR_USAGE, "%s expects one of %s, got '%s'", f->name, list, s);
     case MG_FLAG_STRING:
     case MG_FLAG_STRING_LIST:
+    case MG_FLAG_STRING_REF:
         if (f->choices && choice_index(f->choices, s) < 0) {
             join_choices(f->choices, list, sizeof list);
             if (choice_index(f->later, s) >= 0)
@@ -116,7 +133,7 @@ static mg_status parse_value(const mg_flag_spec *f, const char *s, flag_value *v
                                list);
             return MG_FAIL(MG_ERR_USAGE, "%s expects one of %s, got '%s'", f->name, list, s);
         }
-        if (f->key && strlen(s) >= f->size)
+        if (f->kind != MG_FLAG_STRING_REF && f->key && strlen(s) >= f->size)
             return MG_FAIL(MG_ERR_USAGE,
                            "%s value is too long (%zu bytes, at most %zu); use a shorter "
                            "path",
@@ -143,8 +160,9 @@ static bool is_trivial(const mg_flag_spec *f, const flag_value *v) {
     }
 }
 
-static void store_value(mg_config *c, const mg_flag_spec *f, const flag_value *v) {
-    void *p = mg_flag_field(c, f);
+/* base: the struct the row's offset points into (mg_config, or a subcommand's arguments). */
+static void store_value(void *base, const mg_flag_spec *f, const flag_value *v) {
+    void *p = (char *)base + f->offset;
     switch (f->kind) {
     case MG_FLAG_INT:
     case MG_FLAG_ENUM:
@@ -164,15 +182,18 @@ static void store_value(mg_config *c, const mg_flag_spec *f, const flag_value *v
         memset(p, 0, f->size); /* no stale tail from an earlier, longer value */
         memcpy(p, v->s, strlen(v->s));
         break;
+    case MG_FLAG_STRING_REF:
+        *(const char **)p = v->s;
+        break;
     }
 }
 
-static mg_status apply_flag(mg_config *c, const mg_flag_spec *f, const char *s) {
+static mg_status apply_flag(void *base, const mg_flag_spec *f, const char *s) {
     flag_value v = {0};
     MG_CHECK(parse_value(f, s, &v));
     switch (f->status) {
     case MG_FLAG_IMPLEMENTED:
-        store_value(c, f, &v);
+        store_value(base, f, &v);
         return MG_OK;
     case MG_FLAG_IGNORED:
         return MG_OK;
@@ -206,27 +227,53 @@ static size_t levenshtein(const char *a, const char *b) {
     return row[n];
 }
 
-/* The closest known flag: the smallest edit distance within max(2, len/4), else the shortest
- * flag that starts with what was typed (an abbreviation, which argparse here does not allow). */
-static const char *suggest(const char *name) {
+/* One table being parsed: its rows, the copy of the struct its values go into, the rows seen. */
+typedef struct {
+    const mg_flag_spec *flags;
+    int n;
+    void *target;
+    bool *seen; /* (n) */
+} flag_scope;
+
+static int scope_find(const flag_scope *sc, const char *name) {
+    for (int i = 0; i < sc->n; i++)
+        if (!strcmp(sc->flags[i].name, name)) return i;
+    return -1;
+}
+
+/* The closest known flag of the scopes (in order; ties go to the first): the smallest edit
+ * distance within max(2, len/4), else the shortest flag that starts with what was typed (an
+ * abbreviation, which argparse here does not allow). */
+static const char *suggest(const char *name, const flag_scope *scopes, int n_scopes) {
     const char *best = NULL, *prefix = NULL;
     size_t best_d = SIZE_MAX, len = strlen(name);
-    for (int i = -1; i < mg_flag_count; i++) {
-        const char *cand = i < 0 ? "--help" : mg_flag_table[i].name;
-        size_t cl = strlen(cand), d = levenshtein(name, cand);
-        size_t limit = cl / 4 > 2 ? cl / 4 : 2;
-        if (d <= limit && d < best_d) best = cand, best_d = d;
-        if (len >= 5 && !strncmp(cand, name, len) && (!prefix || cl < strlen(prefix)))
-            prefix = cand;
-    }
+    for (int s = 0; s < n_scopes; s++)
+        for (int i = s == 0 ? -1 : 0; i < scopes[s].n; i++) {
+            const char *cand = i < 0 ? "--help" : scopes[s].flags[i].name;
+            size_t cl = strlen(cand), d = levenshtein(name, cand);
+            size_t limit = cl / 4 > 2 ? cl / 4 : 2;
+            if (d <= limit && d < best_d) best = cand, best_d = d;
+            if (len >= 5 && !strncmp(cand, name, len) && (!prefix || cl < strlen(prefix)))
+                prefix = cand;
+        }
     return best ? best : prefix;
 }
 
-static mg_status unknown_flag(const char *name) {
-    const char *s = suggest(name);
-    if (s) return MG_FAIL(MG_ERR_USAGE, "unknown flag '%s'; did you mean '%s'?", name, s);
-    return MG_FAIL(MG_ERR_USAGE, "unknown flag '%s'; see `megatron train --help` for the flags",
-                   name);
+/* command: NULL for `megatron train` (its messages name no command). */
+static mg_status unknown_flag(const char *command, const char *name, const flag_scope *scopes,
+                              int n_scopes) {
+    const char *s = suggest(name, scopes, n_scopes);
+    if (!command) {
+        if (s) return MG_FAIL(MG_ERR_USAGE, "unknown flag '%s'; did you mean '%s'?", name, s);
+        return MG_FAIL(MG_ERR_USAGE, "unknown flag '%s'; see `megatron train --help` for the flags",
+                       name);
+    }
+    if (s)
+        return MG_FAIL(MG_ERR_USAGE, "unknown flag '%s' for `megatron %s`; did you mean '%s'?",
+                       name, command, s);
+    return MG_FAIL(MG_ERR_USAGE,
+                   "unknown flag '%s' for `megatron %s`; see `megatron %s --help` for the flags",
+                   name, command, command);
 }
 
 /* argparse takes "-1" or "-.5" as a value, anything else starting with '-' as a flag. */
@@ -263,31 +310,34 @@ static mg_status join_list(const mg_flag_spec *f, int argc, char **argv, int *i,
     return MG_OK;
 }
 
-mg_status mg_flags_parse(mg_config *c, int argc, char **argv, bool *help_requested) {
-    *help_requested = false;
+static bool help_given(int argc, char **argv) {
     for (int i = 0; i < argc; i++)
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            *help_requested = true;
-            return MG_OK;
-        }
-    mg_config tmp = *c;
-    bool seen[MG_FLAG_MAX] = {false};
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return true;
+    return false;
+}
+
+/* The parse proper: each argument is looked up in the scopes in order and its value stored into
+ * that scope's target. command: NULL for `megatron train`. */
+static mg_status parse_argv(const char *command, flag_scope *scopes, int n_scopes, int argc,
+                            char **argv) {
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (a[0] != '-')
             return MG_FAIL(MG_ERR_USAGE,
-                           "unexpected argument '%s'; flags start with -- (see `megatron train "
+                           "unexpected argument '%s'; flags start with -- (see `megatron %s "
                            "--help`)",
-                           a);
+                           a, command ? command : "train");
         char name[128];
         const char *eq = strchr(a, '=');
         size_t len = eq ? (size_t)(eq - a) : strlen(a);
         if (len >= sizeof name) len = sizeof name - 1;
         memcpy(name, a, len);
         name[len] = '\0';
-        int k = mg_flag_find(name);
-        if (k < 0) return unknown_flag(name);
-        const mg_flag_spec *f = &mg_flag_table[k];
+        int k = -1;
+        flag_scope *sc = NULL;
+        for (int s = 0; s < n_scopes && k < 0; s++) sc = &scopes[s], k = scope_find(sc, name);
+        if (k < 0) return unknown_flag(command, name, scopes, n_scopes);
+        const mg_flag_spec *f = &sc->flags[k];
         const char *value = "";
         char list[8192];
         if (f->kind == MG_FLAG_STRING_LIST && !eq) {
@@ -312,22 +362,79 @@ mg_status mg_flags_parse(mg_config *c, int argc, char **argv, bool *help_request
         } else {
             value = argv[++i];
         }
-        seen[k] = true;
-        MG_CHECK(apply_flag(&tmp, f, value));
+        sc->seen[k] = true;
+        MG_CHECK(apply_flag(sc->target, f, value));
     }
+    return MG_OK;
+}
+
+/* Checks across Megatron's flags, after the parse. */
+static mg_status check_megatron(const mg_config *c, const bool *seen) {
     /* Megatron asserts lr_warmup_iters == 0 when a fraction is given. */
     int wi = mg_flag_find("--lr-warmup-iters"), wf = mg_flag_find("--lr-warmup-fraction");
-    if (seen[wi] && seen[wf] && tmp.lr_warmup_iters != 0)
+    if (seen[wi] && seen[wf] && c->lr_warmup_iters != 0)
         return MG_FAIL(MG_ERR_USAGE, "--lr-warmup-iters and --lr-warmup-fraction are both given; "
                                      "pass only one");
+    return MG_OK;
+}
+
+mg_status mg_flags_parse(mg_config *c, int argc, char **argv, bool *help_requested) {
+    *help_requested = help_given(argc, argv);
+    if (*help_requested) return MG_OK;
+    mg_config tmp = *c;
+    bool seen[MG_FLAG_MAX] = {false};
+    flag_scope scope = {mg_flag_table, mg_flag_count, &tmp, seen};
+    MG_CHECK(parse_argv(NULL, &scope, 1, argc, argv));
+    MG_CHECK(check_megatron(&tmp, seen));
     *c = tmp;
     memcpy(g_seen, seen, sizeof g_seen);
     return MG_OK;
 }
 
+mg_status mg_flags_parse_command(mg_flag_command *cmd, int argc, char **argv,
+                                 bool *help_requested) {
+    *help_requested = help_given(argc, argv);
+    if (*help_requested) return MG_OK;
+    if (cmd->n_flags > MG_FLAG_COMMAND_MAX)
+        return MG_FAIL(MG_ERR_INTERNAL, "`megatron %s` has %d flags; raise MG_FLAG_COMMAND_MAX",
+                       cmd->name, cmd->n_flags);
+    void *tmp = malloc(cmd->target_size);
+    mg_config *mtmp = cmd->megatron ? malloc(sizeof *mtmp) : NULL;
+    if (!tmp || (cmd->megatron && !mtmp)) {
+        free(tmp);
+        free(mtmp);
+        return MG_FAIL(MG_ERR_NOMEM, "out of memory parsing flags");
+    }
+    memcpy(tmp, cmd->target, cmd->target_size);
+    bool seen[MG_FLAG_COMMAND_MAX] = {false}, mseen[MG_FLAG_MAX] = {false};
+    flag_scope scopes[2] = {{cmd->flags, cmd->n_flags, tmp, seen},
+                            {mg_flag_table, mg_flag_count, mtmp, mseen}};
+    if (mtmp) *mtmp = *cmd->megatron;
+    mg_status st = parse_argv(cmd->name, scopes, mtmp ? 2 : 1, argc, argv);
+    if (st == MG_OK && mtmp) st = check_megatron(mtmp, mseen);
+    if (st == MG_OK) {
+        memcpy(cmd->target, tmp, cmd->target_size);
+        memcpy(cmd->seen, seen, sizeof cmd->seen);
+        if (mtmp) {
+            *cmd->megatron = *mtmp;
+            memcpy(g_seen, mseen, sizeof g_seen);
+        }
+    }
+    free(tmp);
+    free(mtmp);
+    return st;
+}
+
+bool mg_flags_command_seen(const mg_flag_command *cmd, const char *flag) {
+    for (int i = 0; i < cmd->n_flags && i < MG_FLAG_COMMAND_MAX; i++)
+        if (!strcmp(cmd->flags[i].name, flag)) return cmd->seen[i];
+    return false;
+}
+
 /* ---- help ---- */
 
-static void format_default(const mg_flag_spec *f, const mg_config *d, char *buf, size_t cap) {
+/* d: the struct holding the defaults (mg_config, or a subcommand's arguments). */
+static void format_default(const mg_flag_spec *f, const void *d, char *buf, size_t cap) {
     if (f->def) {
         snprintf(buf, cap, "%s", f->def);
         return;
@@ -336,7 +443,7 @@ static void format_default(const mg_flag_spec *f, const mg_config *d, char *buf,
         snprintf(buf, cap, "%s", f->kind == MG_FLAG_BOOL ? "off" : "-");
         return;
     }
-    const void *p = mg_flag_cfield(d, f);
+    const void *p = (const char *)d + f->offset;
     switch (f->kind) {
     case MG_FLAG_INT:
         snprintf(buf, cap, "%d", *(const int *)p);
@@ -357,38 +464,54 @@ static void format_default(const mg_flag_spec *f, const mg_config *d, char *buf,
     case MG_FLAG_STRING_LIST:
         snprintf(buf, cap, "%s", *(const char *)p ? (const char *)p : "none");
         break;
+    case MG_FLAG_STRING_REF:
+        snprintf(buf, cap, "%s", *(const char *const *)p ? *(const char *const *)p : "none");
+        break;
     }
 }
 
-void mg_flags_print_help(FILE *out) {
-    mg_config d;
-    mg_config_defaults(&d);
+/* Each group's heading and rows: flag and metavariable, default, tag, help. */
+static void print_rows(FILE *out, const mg_flag_spec *flags, int n, const char *const *groups,
+                       int n_groups, const void *defaults) {
     int width = 0;
-    for (int i = 0; i < mg_flag_count; i++) {
-        const mg_flag_spec *f = &mg_flag_table[i];
+    for (int i = 0; i < n; i++) {
+        const mg_flag_spec *f = &flags[i];
         int w = (int)strlen(f->name) + (f->kind == MG_FLAG_BOOL ? 0 : 1 + (int)strlen(f->arg));
         if (w > width) width = w;
     }
-    fprintf(out,
-            "usage: megatron train [flags]\n\n"
-            "Flags have Megatron-LM's names and meanings (pretrain_gpt.py). Write --flag value or\n"
-            "--flag=value; a flag given twice keeps the last value. [ignored]: accepted for\n"
-            "compatibility, it selects an implementation this build always uses. [not yet]:\n"
-            "recognised; only the default shown is accepted until it is implemented.\n");
-    for (int g = 0; g < MG_FLAG_GROUP_COUNT; g++) {
-        fprintf(out, "\n%s:\n", mg_flag_group_names[g]);
-        for (int i = 0; i < mg_flag_count; i++) {
-            const mg_flag_spec *f = &mg_flag_table[i];
+    for (int g = 0; g < n_groups; g++) {
+        fprintf(out, "\n%s:\n", groups[g]);
+        for (int i = 0; i < n; i++) {
+            const mg_flag_spec *f = &flags[i];
             if ((int)f->group != g) continue;
             char flag[160], def[64];
             snprintf(flag, sizeof flag, "%s%s%s", f->name, f->kind == MG_FLAG_BOOL ? "" : " ",
                      f->kind == MG_FLAG_BOOL ? "" : f->arg);
-            format_default(f, &d, def, sizeof def);
-            const char *tag = f->status == MG_FLAG_IGNORED   ? "[ignored] "
+            format_default(f, defaults, def, sizeof def);
+            const char *tag = f->status == MG_FLAG_IGNORED   ? "[no effect here] "
                               : f->status == MG_FLAG_NOT_YET ? "[not yet] "
                                                              : "";
             fprintf(out, "  %-*s  %-16s  %s%s\n", width, flag, def, tag, f->help);
         }
     }
     fprintf(out, "\n  --help, -h  show this text\n");
+}
+
+void mg_flags_command_print_help(const mg_flag_command *cmd, FILE *out) {
+    fputs(cmd->usage, out);
+    print_rows(out, cmd->flags, cmd->n_flags, cmd->groups, cmd->n_groups, cmd->target);
+}
+
+void mg_flags_print_help(FILE *out) {
+    mg_config d;
+    mg_config_defaults(&d);
+    fprintf(out,
+            "usage: megatron train [flags]\n\n"
+            "Flags have Megatron-LM's names and meanings (pretrain_gpt.py). Write --flag value or\n"
+            "--flag=value; a flag given twice keeps the last value. [no effect here]: accepted\n"
+            "for compatibility (it tunes Megatron's Python internals or selects what this build\n"
+            "always does; listed once at start-up). [not yet]: recognised; only the default\n"
+            "shown is accepted until it is implemented. docs/flags.md lists every Megatron\n"
+            "flag.\n");
+    print_rows(out, mg_flag_table, mg_flag_count, mg_flag_group_names, MG_FLAG_GROUP_COUNT, &d);
 }

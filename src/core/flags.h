@@ -24,9 +24,9 @@
  * unrounded product (in samples), so schedules must prefer the fraction when it is >= 0.
  *
  * Exports: mg_config_defaults, mg_config_single_process, mg_flags_parse, mg_flags_seen,
- * mg_flags_take_unseen, mg_flags_print_help, mg_config_validate, mg_config_resolve_model,
- * mg_config_data_parallel_size, mg_config_padded_vocab, mg_config_to_json, mg_config_from_json,
- * mg_config_from_cjson. Needs: core/status, cJSON (JSON reading). */
+ * mg_flags_take_unseen, mg_flags_no_effect_seen, mg_flags_print_help, mg_config_validate,
+ * mg_config_resolve_model, mg_config_data_parallel_size, mg_config_padded_vocab, mg_config_to_json,
+ * mg_config_from_json, mg_config_from_cjson. Needs: core/status, cJSON (JSON reading). */
 #ifndef MG_FLAGS_H
 #define MG_FLAGS_H
 
@@ -53,6 +53,10 @@ bool mg_flags_seen(const char *flag);
 /* Sets each of the n flags (e.g. "--num-layers") that the last successful mg_flags_parse did not
  * see to its value in `from` (a checkpoint's saved configuration); given flags keep theirs.
  * MG_ERR_INTERNAL for a name that is not a flag with a field. */
+/* The flags with no effect here (MG_FLAG_IGNORED) that the last mg_flags_parse saw, as
+ * "--a, --b" in out (cap bytes; cut short if it does not fit); returns how many. */
+size_t mg_flags_no_effect_seen(char *out, size_t cap);
+
 mg_status mg_flags_take_unseen(mg_config *c, const mg_config *from, const char *const *flags,
                                int n);
 
@@ -86,6 +90,12 @@ int mg_config_padded_vocab(const mg_config *c);
  * --moe-ffn-hidden-size, a negative capacity factor). Dense models: only that the expert
  * flags need --num-experts. */
 mg_status mg_config_check_moe(mg_config *c);
+/* The training-length and schedule checks of mg_config_validate (core/config_sched.c):
+ * iteration- or sample-based training (--train-samples resolves --lr-decay-samples), WSD, the
+ * weight-decay schedule, --decoupled-lr and --rampup-batch-size, each in Megatron's words. */
+mg_status mg_config_check_schedule(mg_config *c);
+/* --rampup-batch-size's three integers (START INCR SAMPLES); MG_ERR_USAGE unless exactly three. */
+mg_status mg_config_rampup(const mg_config *c, int64_t out[3]);
 /* Which of the n_layers layers are MoE layers (1) under --moe-layer-freq; all 0 for a dense
  * model. MG_ERR_USAGE on a malformed pattern or one whose length is not n_layers. */
 mg_status mg_config_moe_layers(const mg_config *c, uint8_t *is_moe, int n_layers);

@@ -53,14 +53,26 @@ void mg_config_defaults(mg_config *c) {
     c->lr_warmup_fraction = -1;
     c->lr_warmup_init = 0;
     c->lr_decay_iters = -1;
+    c->train_samples = -1;
+    c->lr_decay_samples = -1;
+    c->lr_wsd_decay_iters = -1;
+    c->lr_wsd_decay_samples = -1;
+    c->decoupled_lr = -1;
+    c->decoupled_min_lr = -1;
+    c->start_weight_decay = -1;
+    c->end_weight_decay = -1;
     c->weight_decay = 0.01;
     c->adam_beta1 = 0.9;
     c->adam_beta2 = 0.999;
     c->adam_eps = 1e-8;
     c->clip_grad = 1.0;
+    c->attention_dropout = 0.1;
+    c->hidden_dropout = 0.1;
     c->seed = 1234;
 
     c->log_interval = 100;
+    c->tensorboard_log_interval = 1;
+    c->tensorboard_queue_size = 1000;
     c->eval_interval = 1000;
     c->eval_iters = 100;
     c->exit_interval = -1;
@@ -85,16 +97,27 @@ void mg_config_defaults(mg_config *c) {
 _Static_assert(sizeof(mg_pos_kind) == sizeof(int), "enum size");
 _Static_assert(sizeof(mg_norm_kind) == sizeof(int), "enum size");
 _Static_assert(sizeof(mg_lr_style) == sizeof(int), "enum size");
+_Static_assert(sizeof(mg_wsd_style) == sizeof(int), "enum size");
+_Static_assert(sizeof(mg_wd_style) == sizeof(int), "enum size");
 _Static_assert(sizeof(mg_moe_score) == sizeof(int), "enum size");
 _Static_assert(sizeof(mg_moe_balancing) == sizeof(int), "enum size");
 _Static_assert(sizeof(mg_moe_drop) == sizeof(int), "enum size");
 _Static_assert(sizeof(mg_moe_dispatcher) == sizeof(int), "enum size");
 
 static const char *const pos_choices[] = {"learned_absolute", "rope", "none", NULL};
+/* Megatron's choices for flags that select what this build always does */
+static const char *const impl_choices[] = {"local", "transformer_engine", "inference_optimized",
+                                           NULL};
+static const char *const attn_choices[] = {"flash", "fused", "unfused", "local", "auto", NULL};
+static const char *const dist_choices[] = {"nccl", "gloo", NULL};
+static const char *const loader_choices[] = {"single", "cyclic", "external", NULL};
+static const char *const tiktoken_choices[] = {"v1", "v2", NULL};
 static const char *const pos_later[] = {"mrope", "relative", NULL};
 static const char *const norm_choices[] = {"LayerNorm", "RMSNorm", NULL};
-static const char *const decay_choices[] = {"constant", "linear", "cosine", NULL};
-static const char *const decay_later[] = {"inverse-square-root", "WSD", NULL};
+static const char *const decay_choices[] = {"constant", "linear", "cosine", "inverse-square-root",
+                                            "WSD",      NULL};
+static const char *const wsd_choices[] = {"exponential", "linear", "cosine", "minus_sqrt", NULL};
+static const char *const wd_incr_choices[] = {"constant", "linear", "cosine", NULL};
 static const char *const moe_score_choices[] = {"softmax", "sigmoid", NULL};
 static const char *const moe_score_later[] = {"sqrtsoftplus", NULL};
 static const char *const moe_lb_choices[] = {"aux_loss", "seq_aux_loss", "none", NULL};
@@ -106,13 +129,15 @@ static const char *const moe_dispatcher_later[] = {"flex", NULL};
 static const char *const moe_router_dtype_choices[] = {"fp32", NULL};
 static const char *const moe_router_dtype_later[] = {"fp64", NULL};
 static const char *const device_choices[] = {"auto", "cpu", "cuda", NULL};
-static const char *const tokenizer_choices[] = {"GPT2BPETokenizer", "NullTokenizer", NULL};
+static const char *const tokenizer_choices[] = {"GPT2BPETokenizer",
+                                                "HuggingFaceTokenizer",
+                                                "SentencePieceTokenizer",
+                                                "GPTSentencePieceTokenizer",
+                                                "Llama2Tokenizer",
+                                                "NullTokenizer",
+                                                NULL};
 static const char *const tokenizer_later[] = {"BertWordPieceLowerCase",
                                               "BertWordPieceCase",
-                                              "SentencePieceTokenizer",
-                                              "GPTSentencePieceTokenizer",
-                                              "HuggingFaceTokenizer",
-                                              "Llama2Tokenizer",
                                               "TikTokenizer",
                                               "MultimodalTokenizer",
                                               "NullMultimodalTokenizer",
@@ -147,6 +172,9 @@ const char *const mg_flag_group_names[MG_FLAG_GROUP_COUNT] = {"model",
 #define IGNORED  .status = MG_FLAG_IGNORED
 #define NOT_YET  .status = MG_FLAG_NOT_YET
 #define SINGLE   .why = "(single process); use 1", .trivial = "1"
+#define WANDB                                                                                      \
+    .why = "(Weights & Biases logs over the network, which most clusters lack); use "              \
+           "--tensorboard-dir DIR and view or sync its event files"
 
 const mg_flag_spec mg_flag_table[] = {
     /* model */
@@ -241,12 +269,23 @@ const mg_flag_spec mg_flag_table[] = {
      .choices = moe_router_dtype_choices, .later = moe_router_dtype_later,
      .help = "the router always computes in fp32 here"},
     {"--use-mcore-models", MODEL, BOOL, IGNORED, .help = "always Megatron-Core-style models here"},
-    {"--transformer-impl", MODEL, STRING, IGNORED, .arg = "IMPL",
+    {"--transformer-impl", MODEL, STRING, IGNORED, .arg = "IMPL", .choices = impl_choices,
      .help = "one built-in implementation here"},
     {"--use-flash-attn", MODEL, BOOL, IGNORED, .help = "attention kernel chosen by the backend"},
-    {"--attention-backend", MODEL, STRING, IGNORED, .arg = "KIND",
+    {"--attention-backend", MODEL, STRING, IGNORED, .arg = "KIND", .choices = attn_choices,
      .help = "attention kernel chosen by the backend"},
     {"--no-masked-softmax-fusion", MODEL, BOOL, IGNORED, .help = "fusions are the backend's"},
+    {"--cross-entropy-loss-fusion", MODEL, BOOL, IGNORED,
+     .help = "the cross-entropy is always fused here"},
+    {"--no-position-embedding", MODEL, BOOL, FIELD(no_position_embedding),
+     .help =
+         "no learned position table (with learned_absolute: as --position-embedding-type none)"},
+    {"--rotary-percent", MODEL, DOUBLE, NOT_YET, .def = "1.0", .trivial = "1.0",
+     .why = "(RoPE rotates the whole head here); use 1.0",
+     .help = "fraction of a head RoPE rotates"},
+    {"--apply-layernorm-1p", MODEL, BOOL, NOT_YET,
+     .why = "(zero-centred norm weights are not implemented); drop it",
+     .help = "norm weights stored as weight - 1"},
     {"--no-bias-gelu-fusion", MODEL, BOOL, IGNORED, .help = "fusions are the backend's"},
     {"--no-bias-swiglu-fusion", MODEL, BOOL, IGNORED, .help = "fusions are the backend's"},
     {"--no-bias-dropout-fusion", MODEL, BOOL, IGNORED, .help = "fusions are the backend's"},
@@ -254,19 +293,26 @@ const mg_flag_spec mg_flag_table[] = {
     {"--attention-softmax-in-fp32", MODEL, BOOL, IGNORED, .help = "softmax is always fp32"},
 
     /* regularisation and optimizer */
-    {"--weight-decay", OPTIM, DOUBLE, FIELD(weight_decay), .help = "AdamW weight decay"},
+    {"--weight-decay", OPTIM, DOUBLE, FIELD(weight_decay),
+     .help = "AdamW weight decay (matrices and embeddings; not biases or norm weights)"},
+    {"--start-weight-decay", OPTIM, DOUBLE, FIELD(start_weight_decay), .def = "weight-decay",
+     .help = "weight decay at the start (needs --weight-decay-incr-style linear or cosine)"},
+    {"--end-weight-decay", OPTIM, DOUBLE, FIELD(end_weight_decay), .def = "weight-decay",
+     .help = "weight decay at the end of training (with --start-weight-decay)"},
+    {"--weight-decay-incr-style", OPTIM, .kind = MG_FLAG_ENUM, .arg = "STYLE",
+     FIELD(weight_decay_incr_style), .choices = wd_incr_choices,
+     .help = "weight decay from start to end over training: constant, linear or cosine"},
     {"--adam-beta1", OPTIM, DOUBLE, FIELD(adam_beta1), .help = "AdamW beta1, in [0, 1)"},
     {"--adam-beta2", OPTIM, DOUBLE, FIELD(adam_beta2), .help = "AdamW beta2, in [0, 1)"},
     {"--adam-eps", OPTIM, DOUBLE, FIELD(adam_eps), .help = "AdamW epsilon"},
     {"--clip-grad", OPTIM, DOUBLE, FIELD(clip_grad), .help = "global gradient-norm clip; 0: off"},
     {"--optimizer", OPTIM, STRING, NOT_YET, .arg = "NAME", .def = "adam", .trivial = "adam",
      .why = "(AdamW only); use adam", .help = "only adam (AdamW)"},
-    {"--hidden-dropout", OPTIM, DOUBLE, NOT_YET, .def = "0", .trivial = "0",
-     .why = "(dropout is not implemented); use 0",
-     .help = "only 0 (Megatron's default is 0.1: no dropout here)"},
-    {"--attention-dropout", OPTIM, DOUBLE, NOT_YET, .def = "0", .trivial = "0",
-     .why = "(dropout is not implemented); use 0",
-     .help = "only 0 (Megatron's default is 0.1: no dropout here)"},
+    {"--hidden-dropout", OPTIM, DOUBLE, FIELD(hidden_dropout),
+     .help = "dropout probability of each block's attention and MLP outputs before the residual "
+             "add, in [0, 1); training only"},
+    {"--attention-dropout", OPTIM, DOUBLE, FIELD(attention_dropout),
+     .help = "dropout probability of the attention probabilities, in [0, 1); training only"},
     {"--use-distributed-optimizer", OPTIM, BOOL, FIELD(use_distributed_optimizer),
      .help = "ZeRO-1: each data-parallel rank keeps the Adam state of its shard of every "
              "gradient bucket (reduce-scatter, AdamW on the shard, all-gather)"},
@@ -277,35 +323,48 @@ const mg_flag_spec mg_flag_table[] = {
     {"--lr", LR, DOUBLE, FIELD(lr), .def = "required", .help = "peak learning rate"},
     {"--min-lr", LR, DOUBLE, FIELD(min_lr), .help = "learning rate at the end of the decay"},
     {"--lr-decay-style", LR, .kind = MG_FLAG_ENUM, .arg = "STYLE", FIELD(lr_decay_style),
-     .choices = decay_choices, .later = decay_later, .help = "constant, linear or cosine"},
+     .choices = decay_choices,
+     .help = "constant, linear, cosine, inverse-square-root or WSD (warmup-stable-decay)"},
+    {"--lr-wsd-decay-style", LR, .kind = MG_FLAG_ENUM, .arg = "STYLE", FIELD(lr_wsd_decay_style),
+     .choices = wsd_choices, .help = "WSD's anneal: exponential, linear, cosine or minus_sqrt"},
+    {"--lr-wsd-decay-iters", LR, INT64, FIELD(lr_wsd_decay_iters), .def = "none",
+     .help = "WSD: iterations of the anneal at the end of the decay (iteration-based)"},
+    {"--lr-wsd-decay-samples", LR, INT64, FIELD(lr_wsd_decay_samples), .def = "none",
+     .help = "WSD: samples of the anneal at the end of the decay (sample-based)"},
     {"--lr-warmup-iters", LR, INT64, FIELD(lr_warmup_iters),
      .help = "iterations of linear warm-up"},
     {"--lr-warmup-fraction", LR, DOUBLE, FIELD(lr_warmup_fraction), .def = "unset",
-     .help = "warm-up as a fraction of the decay iterations"},
+     .help = "warm-up as a fraction of the decay (iterations or samples)"},
     {"--lr-warmup-init", LR, DOUBLE, FIELD(lr_warmup_init),
      .help = "learning rate at the start of warm-up"},
     {"--lr-decay-iters", LR, INT64, FIELD(lr_decay_iters), .def = "train-iters",
      .help = "iterations over which the learning rate decays"},
-    {"--lr-warmup-samples", LR, INT64, NOT_YET,
-     .why = "(sample-based schedules are not "
-            "implemented); use --lr-warmup-iters",
-     .help = "warm-up in samples"},
-    {"--lr-decay-samples", LR, INT64, NOT_YET,
-     .why = "(sample-based schedules are not "
-            "implemented); use --lr-decay-iters",
-     .help = "decay in samples"},
+    {"--lr-warmup-samples", LR, INT64, FIELD(lr_warmup_samples),
+     .help = "samples of linear warm-up (with --train-samples)"},
+    {"--lr-decay-samples", LR, INT64, FIELD(lr_decay_samples), .def = "train-samples",
+     .help = "samples over which the learning rate decays (with --train-samples)"},
+    {"--decoupled-lr", LR, DOUBLE, FIELD(decoupled_lr), .def = "none",
+     .help = "peak learning rate of the word embedding and the output layer (their own schedule)"},
+    {"--decoupled-min-lr", LR, DOUBLE, FIELD(decoupled_min_lr), .def = "min-lr",
+     .help = "minimum learning rate of the word embedding and the output layer"},
 
     /* training */
     {"--micro-batch-size", TRAIN, INT, FIELD(micro_batch_size),
      .help = "sequences per forward/backward"},
     {"--global-batch-size", TRAIN, INT, FIELD(global_batch_size), .def = "micro-batch",
      .help = "sequences per optimizer step (gradient accumulation)"},
-    {"--train-iters", TRAIN, INT64, FIELD(train_iters), .def = "required",
-     .help = "optimizer steps to train"},
+    {"--train-iters", TRAIN, INT64, FIELD(train_iters), .def = "or samples",
+     .help = "optimizer steps to train (iteration-based training)"},
     {"--seed", TRAIN, INT64, FIELD(seed), .help = "random seed (initialisation and data order)"},
-    {"--train-samples", TRAIN, INT64, NOT_YET,
-     .why = "(sample-based training is not implemented); use --train-iters",
-     .help = "training length in samples"},
+    {"--train-samples", TRAIN, INT64, FIELD(train_samples), .def = "or iters",
+     .help = "samples to train (sample-based training: --lr-*-samples, --rampup-batch-size)"},
+    {"--calculate-per-token-loss", TRAIN, BOOL, FIELD(calculate_per_token_loss),
+     .help = "the loss is the sum over the global batch's unmasked tokens divided by their "
+             "number (default: the mean over microbatches of each one's token mean)"},
+    {"--rampup-batch-size", TRAIN, .kind = MG_FLAG_STRING_LIST, .arg = "START INCR SAMPLES",
+     FIELD(rampup_batch_size), .def = "none",
+     .help = "global batch from START up by INCR to --global-batch-size over SAMPLES samples "
+             "(with --train-samples)"},
     {"--bf16", TRAIN, BOOL, IGNORED,
      .help = "bf16 on GPU backends; the CPU backend trains in fp32"},
     {"--fp16", TRAIN, BOOL, IGNORED, .help = "accepted; the CPU backend trains in fp32"},
@@ -323,9 +382,53 @@ const mg_flag_spec mg_flag_table[] = {
     {"--eval-iters", LOGGING, INT, FIELD(eval_iters), .help = "iterations per evaluation; 0: none"},
     {"--exit-interval", LOGGING, INT64, FIELD(exit_interval), .def = "never",
      .help = "stop when the iteration is a multiple of this"},
+    {"--exit-duration-in-mins", LOGGING, .kind = MG_FLAG_DOUBLE, .arg = "MIN",
+     FIELD(exit_duration_in_mins), .def = "never",
+     .help = "after this many minutes since start, save (with --save) and exit; checked every "
+             "iteration on all ranks (fractions accepted)"},
+    {"--exit-signal-handler", LOGGING, BOOL, FIELD(exit_signal_handler),
+     .help = "on SIGTERM to any rank: every rank saves (with --save) at the next iteration and "
+             "exits 0"},
     {"--metrics-file", LOGGING, STRING, FIELD(metrics_file), .arg = "PATH",
      .help = "append one JSON line of metrics per logged iteration"},
+    {"--log-params-norm", LOGGING, BOOL, FIELD(log_params_norm),
+     .help = "print the L2 norm of the parameters (fp32 masters) in the log line"},
+    {"--log-num-zeros-in-grad", LOGGING, BOOL, FIELD(log_num_zeros_in_grad),
+     .help = "print the number of zero gradient elements of the step in the log line"},
     {"--log-throughput", LOGGING, BOOL, IGNORED, .help = "throughput is always logged"},
+    {"--profile", LOGGING, BOOL, IGNORED,
+     .help =
+         "PyTorch's profiler; here CUDA_INJECTION64_PATH=build/kernel_profile.so (tools/profile)"},
+    {"--profile-step-start", LOGGING, INT, IGNORED, .help = "see --profile"},
+    {"--profile-step-end", LOGGING, INT, IGNORED, .help = "see --profile"},
+    {"--manual-gc", LOGGING, BOOL, IGNORED, .help = "Python's garbage collector; none here"},
+    {"--manual-gc-interval", LOGGING, INT, IGNORED, .help = "see --manual-gc"},
+    {"--empty-unused-memory-level", LOGGING, INT, IGNORED,
+     .help = "PyTorch's cache emptying; memory is planned once here"},
+    {"--tensorboard-dir", LOGGING, STRING, FIELD(tensorboard_dir), .arg = "DIR", .def = "none",
+     .help = "write Megatron's TensorBoard scalars to an event file in DIR (from the last rank)"},
+    {"--tensorboard-log-interval", LOGGING, INT, FIELD(tensorboard_log_interval),
+     .help = "iterations between TensorBoard scalars (each reads the loss: one host sync)"},
+    {"--tensorboard-queue-size", LOGGING, INT, FIELD(tensorboard_queue_size),
+     .help = "TensorBoard events buffered before a flush (also flushed at every log line)"},
+    {"--log-timers-to-tensorboard", LOGGING, BOOL, FIELD(log_timers_to_tensorboard),
+     .help = "write iteration-time and throughput (Megatron's timers at --timing-log-level 0)"},
+    {"--no-log-loss-scale-to-tensorboard", LOGGING, BOOL, FIELD(no_log_loss_scale_to_tensorboard),
+     .help = "do not write loss-scale to TensorBoard"},
+    {"--log-validation-ppl-to-tensorboard", LOGGING, BOOL, FIELD(log_validation_ppl_to_tensorboard),
+     .help = "write the validation perplexity to TensorBoard too"},
+    {"--log-memory-to-tensorboard", LOGGING, BOOL, FIELD(log_memory_to_tensorboard),
+     .help = "write mem-*-bytes and mem-allocated-count (the trainer's arenas) to TensorBoard"},
+    {"--log-world-size-to-tensorboard", LOGGING, BOOL, FIELD(log_world_size_to_tensorboard),
+     .help = "write world-size to TensorBoard"},
+    {"--wandb-project", LOGGING, STRING, NOT_YET, .arg = "NAME", .trivial = "", WANDB,
+     .help = "refused: Weights & Biases needs the network; use --tensorboard-dir"},
+    {"--wandb-exp-name", LOGGING, STRING, NOT_YET, .arg = "NAME", .trivial = "", WANDB,
+     .help = "refused, as --wandb-project"},
+    {"--wandb-save-dir", LOGGING, STRING, NOT_YET, .arg = "DIR", .trivial = "", WANDB,
+     .help = "refused, as --wandb-project"},
+    {"--wandb-entity", LOGGING, STRING, NOT_YET, .arg = "NAME", .trivial = "", WANDB,
+     .help = "refused, as --wandb-project"},
 
     /* checkpointing */
     {"--save", CKPT, STRING, FIELD(save), .arg = "DIR", .help = "directory to save checkpoints to"},
@@ -337,6 +440,20 @@ const mg_flag_spec mg_flag_table[] = {
              "JSON index, not PyTorch pickles); torch, zarr and fsdp_dtensor are refused"},
     {"--async-save", CKPT, BOOL, FIELD(async_save),
      .help = "write checkpoints in a background thread; training stalls only for the copy"},
+    {"--no-save-optim", CKPT, BOOL, FIELD(no_save_optim),
+     .help = "save checkpoints without the optimizer state"},
+    {"--no-load-optim", CKPT, BOOL, FIELD(no_load_optim),
+     .help = "do not load the optimizer state: Adam and the LR schedule start anew"},
+    {"--finetune", CKPT, BOOL, FIELD(finetune),
+     .help = "load the weights only; iteration, samples, optimizer and schedule start at 0"},
+    {"--exit-on-missing-checkpoint", CKPT, BOOL, FIELD(exit_on_missing_checkpoint),
+     .help = "with --load, fail when the directory holds no checkpoint"},
+    {"--use-checkpoint-args", CKPT, BOOL, IGNORED,
+     .help = "always on here: model flags not given come from the --load checkpoint"},
+    {"--no-save-rng", CKPT, BOOL, IGNORED,
+     .help = "the RNG is counter-based (seed, iteration, position): no state to save"},
+    {"--no-load-rng", CKPT, BOOL, IGNORED,
+     .help = "the RNG is counter-based (seed, iteration, position): no state to load"},
 
     /* data */
     {"--mock-data", DATA, BOOL, FIELD(mock_data),
@@ -344,17 +461,36 @@ const mg_flag_spec mg_flag_table[] = {
     {"--data-path", DATA, .kind = MG_FLAG_STRING_LIST, .arg = "[W] PREFIX ...", FIELD(data_path),
      .def = "none",
      .help = "indexed dataset prefix, or a blend: weight prefix pairs (0.3 A 0.7 B) or prefixes"},
+    {"--dataloader-type", DATA, STRING, NOT_YET, .arg = "TYPE", .choices = loader_choices,
+     .trivial = "single", .def = "single",
+     .why = "(only Megatron's single pass over the shuffled samples is implemented); use single",
+     .help = "sample order: single (cyclic and external not yet)"},
+    {"--num-workers", DATA, INT, IGNORED,
+     .help = "PyTorch's data loader processes; samples are read in process here"},
+    {"--no-mmap-bin-files", DATA, BOOL, IGNORED, .help = "the .bin files are always mapped"},
+    {"--no-create-attention-mask-in-dataloader", DATA, BOOL, IGNORED,
+     .help = "no attention mask is materialised here (the causal mask is implicit)"},
+    {"--tiktoken-pattern", DATA, STRING, IGNORED, .arg = "V", .choices = tiktoken_choices,
+     .help = "read by TikTokenizer only (not implemented here)"},
     {"--split", DATA, STRING, .arg = "A,B,C", FIELD(split),
      .help = "train,valid,test proportions of the documents"},
+    {"--eod-mask-loss", DATA, BOOL, FIELD(eod_mask_loss),
+     .help = "no loss at positions whose input is the end-of-document token (the tokenizer's; "
+             "--mock-data: vocab-size - 1)"},
     {"--data-cache-path", DATA, STRING, .arg = "DIR", FIELD(data_cache_path), .def = "PREFIX/cache",
      .help = "directory for the cached dataset indices (.npy)"},
     {"--tokenizer-type", DATA, STRING, .arg = "TYPE", FIELD(tokenizer_type),
      .choices = tokenizer_choices, .later = tokenizer_later,
-     .help = "GPT2BPETokenizer (with --vocab-file, --merge-file) or NullTokenizer"},
+     .help = "GPT2BPETokenizer (with --vocab-file, --merge-file), HuggingFaceTokenizer, "
+             "SentencePieceTokenizer, GPTSentencePieceTokenizer, Llama2Tokenizer (with "
+             "--tokenizer-model) or NullTokenizer (with --vocab-size)"},
     {"--vocab-file", DATA, STRING, .arg = "PATH", FIELD(vocab_file),
      .help = "GPT-2 vocab.json (GPT2BPETokenizer)"},
     {"--merge-file", DATA, STRING, .arg = "PATH", FIELD(merge_file),
      .help = "GPT-2 merges.txt (GPT2BPETokenizer)"},
+    {"--tokenizer-model", DATA, STRING, .arg = "PATH", FIELD(tokenizer_model),
+     .help = "tokenizer.json or its directory (HuggingFaceTokenizer), or a SentencePiece .model "
+             "(SentencePieceTokenizer, GPTSentencePieceTokenizer, Llama2Tokenizer)"},
 
     /* runtime */
     {"--device", RUNTIME, STRING, FIELD(device), .arg = "DEV", .choices = device_choices,
@@ -422,10 +558,14 @@ const mg_flag_spec mg_flag_table[] = {
      .help = "gather each bucket's updated parameters during the next forward, just before the "
              "first layer that needs them (with --use-distributed-optimizer "
              "--overlap-grad-reduce)"},
-    {"--distributed-backend", RUNTIME, STRING, IGNORED, .arg = "NAME",
+    {"--distributed-backend", RUNTIME, STRING, IGNORED, .arg = "NAME", .choices = dist_choices,
      .help = "communication is NCCL + MPI here"},
     {"--no-async-tensor-model-parallel-allreduce", RUNTIME, BOOL, IGNORED,
      .help = "overlap is the backend's choice"},
+    {"--use-contiguous-parameters-in-local-ddp", RUNTIME, BOOL, IGNORED,
+     .help = "parameters and gradients always live in contiguous buffers here"},
+    {"--grad-reduce-in-bf16", RUNTIME, BOOL, IGNORED,
+     .help = "gradients are always reduced in fp32 here (the more precise choice)"},
     {"--no-gradient-accumulation-fusion", RUNTIME, BOOL, IGNORED,
      .help = "gradient accumulation is the backend's"},
 };

@@ -30,7 +30,8 @@ struct mg_gpt_data {
     int seq_length;
     uint32_t seed;
     split_data s[MG_SPLIT_COUNT];
-    int32_t *scratch; /* (seq_length + 1) */
+    bool may_be_empty[MG_SPLIT_COUNT]; /* mg_gpt_data_config's */
+    int32_t *scratch;                  /* (seq_length + 1) */
 };
 
 #define USAGE(...) MG_FAIL(MG_ERR_USAGE, __VA_ARGS__)
@@ -60,6 +61,7 @@ static mg_gpt_split_config part_config(const mg_gpt_data *d, int k, int split, i
                                  .split = &d->split,
                                  .index_split = split,
                                  .num_samples = n,
+                                 .may_be_empty = d->may_be_empty[split],
                                  .seq_length = d->seq_length,
                                  .seed = d->seed,
                                  .cache_dir = d->cache_path};
@@ -218,7 +220,18 @@ static mg_status build_split(mg_gpt_data *d, int split, const mg_gpt_data_config
         st = mg_gpt_split_build(&s->parts[k], &d->ds[k], d->max_len[k], &pc);
     }
     if (st == MG_OK && single) s->len = mg_gpt_split_len(&s->parts[0]);
-    if (st == MG_OK && !single) {
+    /* may_be_empty: a weighted blend whose every part has no documents is empty; a blend with
+     * some empty parts would draw from them */
+    int empty = 0;
+    for (int k = 0; st == MG_OK && !single && d->may_be_empty[split] && k < s->nparts; k++)
+        empty += part_n[k] > 0 && mg_gpt_split_len(&s->parts[k]) == 0;
+    if (empty > 0 && empty < s->nparts)
+        st = USAGE("the %s split of %d of the %d --data-path datasets holds no documents with "
+                   "--split %s, the others' does; change --split",
+                   mg_split_names[split], empty, s->nparts, d->split_text);
+    if (st == MG_OK && !single && empty == s->nparts)
+        s->len = 0;
+    else if (st == MG_OK && !single) {
         s->blended = true;
         double *w = malloc(sizeof *w * (size_t)s->nparts);
         int64_t *lens = calloc((size_t)s->nparts, sizeof *lens);
@@ -258,6 +271,7 @@ mg_status mg_gpt_data_build(mg_gpt_data **out, const mg_gpt_data_config *c) {
     d->cache_path = c->cache_path && *c->cache_path ? strdup(c->cache_path) : NULL;
     d->seq_length = c->seq_length;
     d->seed = (uint32_t)c->seed;
+    memcpy(d->may_be_empty, c->may_be_empty, sizeof d->may_be_empty);
     d->scratch = malloc(sizeof *d->scratch * ((size_t)c->seq_length + 1));
     if (st == MG_OK &&
         (!d->split_text || (c->cache_path && *c->cache_path && !d->cache_path) || !d->scratch))

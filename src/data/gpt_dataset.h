@@ -39,6 +39,9 @@ typedef struct {
     /* per split; -1: one full epoch, as Megatron with None; MG_GPT_SPLIT_UNUSED: not built (a
      * split the caller never reads: the trainer's test split) */
     int64_t num_samples[3];
+    /* per split: no documents in the split's share (of every dataset of a blend) give an empty
+     * split instead of an error (the trainer's test split, evaluated only where it has data) */
+    bool may_be_empty[3];
 } mg_gpt_data_config;
 
 mg_status mg_gpt_data_build(mg_gpt_data **out, const mg_gpt_data_config *c);

@@ -142,7 +142,8 @@ mg_status mg_gpt_split_build(mg_gpt_split *g, const mg_indexed_dataset *ds,
     int64_t tokens = 0;
     for (int64_t i = g->doc_begin; i < g->doc_end; i++) tokens += ds->sequence_lengths[i];
     if (tokens == 0) {
-        if (c->num_samples <= 0) return MG_OK; /* empty: Megatron would fail; length 0 here */
+        /* empty: Megatron would fail; length 0 here */
+        if (c->num_samples <= 0 || c->may_be_empty) return MG_OK;
         return MG_FAIL(MG_ERR_USAGE,
                        "the %s split of %s is empty (%lld of %lld documents with --split %s), so "
                        "it cannot give %lld samples; change --split or request no %s samples",

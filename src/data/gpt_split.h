@@ -32,6 +32,7 @@ typedef struct {
     const mg_split *split;  /* parsed --split */
     int index_split;        /* MG_SPLIT_TRAIN, ... */
     int64_t num_samples;    /* -1: None (one epoch) */
+    bool may_be_empty;      /* no documents give an empty split even when samples are asked */
     int seq_length;
     uint32_t seed;
     const char *cache_dir; /* NULL: <prefix>/cache/GPTDataset_indices */
@@ -54,7 +55,7 @@ typedef struct {
 void mg_gpt_split_describe(mg_pyjson *j, const mg_gpt_split_config *c);
 
 /* Builds or loads the indices. A split without tokens is empty (length 0) when no samples are
- * requested (num_samples 0 or -1) and an error otherwise. */
+ * requested (num_samples 0 or -1) or c->may_be_empty, and an error otherwise. */
 mg_status mg_gpt_split_build(mg_gpt_split *g, const mg_indexed_dataset *ds,
                              int32_t max_sequence_length, const mg_gpt_split_config *c);
 static inline int64_t mg_gpt_split_len(const mg_gpt_split *g) {

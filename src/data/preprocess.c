@@ -8,7 +8,6 @@
 #include "data/preprocess.h"
 
 #include "data/indexed_dataset.h"
-#include "data/tokenizer_gpt2.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -361,7 +360,14 @@ mg_status mg_preprocess_run(const mg_preprocess_config *c, mg_preprocess_stats *
     sink s;
     memset(&s, 0, sizeof s);
     s.stats = stats, s.input = c->input, s.progress = progress;
-    MG_CHECK_GOTO(mg_tokenizer_gpt2_load(&tok, c->vocab_file, c->merge_file), st, done);
+    MG_CHECK_GOTO(mg_tokenizer_load(&tok, &c->tokenizer), st, done);
+    if (c->append_eod && mg_tokenizer_eod(tok) < 0) {
+        st = MG_FAIL(MG_ERR_USAGE,
+                     "--append-eod: %s has no end-of-document token (no eos_token / eos_id); "
+                     "drop --append-eod or use a tokenizer that has one",
+                     mg_tokenizer_name(tok));
+        goto done;
+    }
     int dtype = mg_indexed_optimal_dtype(mg_tokenizer_vocab_size(tok));
     for (int k = 0; k < c->num_keys; k++) {
         char prefix[1100];

@@ -12,12 +12,13 @@
  * strict, the first one is an MG_ERR_FORMAT error naming the file, the line and the column.
  *
  * Exports: mg_preprocess_config, mg_preprocess_stats, mg_preprocess_run.
- * Needs: data/jsonl, data/tokenizer_gpt2, data/indexed_dataset, pthreads. */
+ * Needs: data/jsonl, data/tokenizer, data/indexed_dataset, pthreads. */
 #ifndef MG_DATA_PREPROCESS_H
 #define MG_DATA_PREPROCESS_H
 
 #include "core/status.h"
 #include "data/jsonl.h"
+#include "data/tokenizer.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -28,11 +29,11 @@ typedef struct {
     const char *output_prefix;                /* --output-prefix */
     const char *json_keys[MG_JSONL_MAX_KEYS]; /* --json-keys (default "text") */
     int num_keys;
-    const char *vocab_file, *merge_file; /* --vocab-file, --merge-file (GPT2BPETokenizer) */
-    bool append_eod;                     /* --append-eod */
-    bool strict;                         /* --strict: the first invalid line is an error */
-    int workers;                         /* --workers: tokenizing threads (>= 1) */
-    int64_t log_interval;                /* --log-interval: progress every N documents (1000) */
+    mg_tokenizer_spec tokenizer; /* --tokenizer-type, --vocab-file, --merge-file, ... */
+    bool append_eod;             /* --append-eod */
+    bool strict;                 /* --strict: the first invalid line is an error */
+    int workers;                 /* --workers: tokenizing threads (>= 1) */
+    int64_t log_interval;        /* --log-interval: progress every N documents (1000) */
 } mg_preprocess_config;
 
 typedef struct {

@@ -1,24 +1,22 @@
-/* GPT-2 encoding: pre-tokenisation through PCRE2, a per-worker word cache and byte-pair merges
- * by rank. Megatron's gpt2_tokenization.py does the same with Python's `regex` module and a
+/* Byte-level BPE encoding (steps in tokenizer_bpe.h): added tokens and normalisation
+ * (tokenizer_split.c), pre-tokenisation through PCRE2, a per-worker word cache and byte-pair
+ * merges by rank. Megatron's gpt2_tokenization.py does the same with Python's `regex` module and a
  * dictionary of merge ranks; Hugging Face `tokenizers` with Oniguruma and a heap. */
-#include "data/tokenizer_gpt2_internal.h"
+#include "data/tokenizer_split.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-/* GPT-2's pattern (encoder.py). With PCRE2_UCP, \s \p{L} \p{N} are Unicode properties as in
- * Python's `regex`; with PCRE2_MATCH_INVALID_UTF, bytes that are not valid UTF-8 match nothing
- * and end up in the gaps between matches (see mg_tokenizer_encode). */
-static const char PATTERN[] =
-    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
-
+/* With PCRE2_UCP, \s \p{L} \p{N} are Unicode properties as in Python's `regex` and Oniguruma;
+ * with PCRE2_MATCH_INVALID_UTF, bytes that are not valid UTF-8 match nothing and end up in the
+ * gaps between matches (see split_level). */
 enum {
     SHORT_WORD = 48,         /* words up to this many bytes merge by rescanning; longer: heap */
     CACHE_WORD = 64,         /* words up to this many bytes go through the cache */
     CACHE_BITS = 16,         /* slots; the cache is emptied when half of them are used */
     CACHE_BYTES = 1 << 20,   /* bytes of cached words, at most */
     CACHE_IDS = 1 << 18,     /* ids of cached words, at most */
-    JIT_STACK_MAX = 8 << 20, /* bytes; the pattern's backtracking needs little */
+    JIT_STACK_MAX = 8 << 20, /* bytes; the patterns' backtracking needs little */
 };
 
 typedef struct {
@@ -27,11 +25,15 @@ typedef struct {
     uint16_t len, n_ids;
 } cache_slot;
 
-struct mg_tokenizer_worker {
-    const mg_tokenizer *t;
+typedef struct {
+    mg_tokenizer_worker base;
+    const mg_bpe *t;
     pcre2_match_data *md;
     pcre2_match_context *mctx;
     pcre2_jit_stack *stack;
+    /* the interpreter's current valid-UTF-8 run of the subject, per pattern level */
+    size_t run_lo[MG_BPE_MAX_PATTERNS], run_hi[MG_BPE_MAX_PATTERNS];
+    mg_nfc_buf nfc;
     /* scratch for one word of up to cap bytes: pair ranks and results (merge_short), list links
      * and heap (merge_long); the symbols themselves live in the caller's id array */
     int32_t *rank, *merged, *link;
@@ -43,28 +45,14 @@ struct mg_tokenizer_worker {
     unsigned char *cbytes;
     int32_t *cids;
     uint32_t cbytes_used, cids_used;
-};
+} bpe_worker;
 
-mg_status mg_tok_compile_pattern(mg_tokenizer *t) {
-    int err;
-    PCRE2_SIZE at;
-    t->re = pcre2_compile((PCRE2_SPTR)PATTERN, PCRE2_ZERO_TERMINATED,
-                          PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &err, &at, NULL);
-    if (!t->re) {
-        PCRE2_UCHAR msg[256];
-        pcre2_get_error_message(err, msg, sizeof msg);
-        return MG_FAIL(MG_ERR_INTERNAL, "PCRE2 cannot compile GPT-2's pattern at %zu: %s",
-                       (size_t)at, (char *)msg);
-    }
-    /* Without JIT (a PCRE2 built without it, or an unsupported CPU) pcre2_match interprets. */
-    t->jit = pcre2_jit_compile(t->re, PCRE2_JIT_COMPLETE) == 0;
-    return MG_OK;
-}
-
-mg_status mg_tokenizer_worker_create(const mg_tokenizer *t, mg_tokenizer_worker **out) {
+mg_status mg_bpe_worker_create(const mg_tokenizer *base, mg_tokenizer_worker **out) {
     *out = NULL;
-    mg_tokenizer_worker *w = calloc(1, sizeof *w);
+    const mg_bpe *t = (const mg_bpe *)base;
+    bpe_worker *w = calloc(1, sizeof *w);
     if (!w) return MG_FAIL(MG_ERR_NOMEM, "cannot allocate a tokenizer worker");
+    w->base.t = base;
     w->t = t;
     w->md = pcre2_match_data_create(1, NULL);
     w->mctx = pcre2_match_context_create(NULL);
@@ -73,19 +61,21 @@ mg_status mg_tokenizer_worker_create(const mg_tokenizer *t, mg_tokenizer_worker 
     w->cbytes = malloc(CACHE_BYTES);
     w->cids = malloc(CACHE_IDS * sizeof *w->cids);
     if (!w->md || !w->mctx || (t->jit && !w->stack) || !w->slots || !w->cbytes || !w->cids) {
-        mg_tokenizer_worker_free(w);
+        mg_bpe_worker_free(&w->base);
         return MG_FAIL(MG_ERR_NOMEM, "cannot allocate a tokenizer worker");
     }
     if (w->stack) pcre2_jit_stack_assign(w->mctx, NULL, w->stack);
-    *out = w;
+    *out = &w->base;
     return MG_OK;
 }
 
-void mg_tokenizer_worker_free(mg_tokenizer_worker *w) {
+void mg_bpe_worker_free(mg_tokenizer_worker *base) {
+    bpe_worker *w = (bpe_worker *)base;
     if (!w) return;
     pcre2_match_data_free(w->md);
     pcre2_match_context_free(w->mctx);
     pcre2_jit_stack_free(w->stack);
+    mg_bpe_nfc_free(&w->nfc);
     free(w->rank);
     free(w->merged);
     free(w->link);
@@ -96,7 +86,7 @@ void mg_tokenizer_worker_free(mg_tokenizer_worker *w) {
     free(w);
 }
 
-static mg_status reserve_scratch(mg_tokenizer_worker *w, size_t n) {
+static mg_status reserve_scratch(bpe_worker *w, size_t n) {
     if (n <= w->cap) return MG_OK;
     size_t cap = n < 256 ? 256 : n;
     if (n > INT32_MAX / 2)
@@ -120,8 +110,7 @@ static mg_status reserve_scratch(mg_tokenizer_worker *w, size_t n) {
 /* Merges sym[0..n) in place: repeatedly the adjacent pair of lowest rank, the leftmost one on a
  * tie, until no pair merges. Rescans an array of pair ranks: quadratic, fast for short words.
  * Returns the number of symbols left. */
-static size_t merge_short(const mg_tokenizer *t, int32_t *sym, size_t n, int32_t *rank,
-                          int32_t *merged) {
+static size_t merge_short(const mg_bpe *t, int32_t *sym, size_t n, int32_t *rank, int32_t *merged) {
     for (size_t i = 0; i + 1 < n; i++) {
         const mg_tok_merge *m = mg_tok_merge_find(t, sym[i], sym[i + 1]);
         rank[i] = m ? (int32_t)m->rank : INT32_MAX;
@@ -169,8 +158,8 @@ static uint64_t heap_pop(uint64_t *h, size_t *n) {
 }
 
 /* Pushes the pair starting at symbol i (rank << 32 | i: lowest rank, then leftmost, first). */
-static void push_pair(const mg_tokenizer *t, const int32_t *sym, const int32_t *next, size_t n,
-                      int32_t i, uint64_t *heap, size_t *hn) {
+static void push_pair(const mg_bpe *t, const int32_t *sym, const int32_t *next, size_t n, int32_t i,
+                      uint64_t *heap, size_t *hn) {
     if (i < 0 || next[i] >= (int32_t)n) return;
     const mg_tok_merge *m = mg_tok_merge_find(t, sym[i], sym[next[i]]);
     if (m) heap_push(heap, hn, (uint64_t)m->rank << 32 | (uint32_t)i);
@@ -179,8 +168,7 @@ static void push_pair(const mg_tokenizer *t, const int32_t *sym, const int32_t *
 /* The same merges as merge_short in O(n log n): symbols form a linked list over their original
  * positions, pairs wait in a min-heap and are checked against the list when popped. Every merge
  * pushes at most two pairs, so the heap holds fewer than 3n entries. */
-static size_t merge_long(const mg_tokenizer *t, int32_t *sym, size_t n, int32_t *link,
-                         uint64_t *heap) {
+static size_t merge_long(const mg_bpe *t, int32_t *sym, size_t n, int32_t *link, uint64_t *heap) {
     int32_t *next = link, *prev = link + n;
     size_t hn = 0;
     for (size_t i = 0; i < n; i++) next[i] = (int32_t)i + 1, prev[i] = (int32_t)i - 1;
@@ -233,10 +221,16 @@ static mg_status grow_ids(int32_t **ids, size_t *cap, size_t need) {
     return MG_OK;
 }
 
-/* Appends the ids of one pre-token s[0..len) at ids + *n (room for len ids is there). */
-static mg_status encode_word(mg_tokenizer_worker *w, const unsigned char *s, size_t len,
-                             int32_t *out, size_t *n) {
-    const mg_tokenizer *t = w->t;
+static mg_status push_id(int32_t **ids, size_t *n, size_t *cap, int32_t id) {
+    if (*n + 1 > *cap) MG_CHECK(grow_ids(ids, cap, *n + 1));
+    (*ids)[(*n)++] = id;
+    return MG_OK;
+}
+
+/* Appends the ids of one pre-token s[0..len) at out + *n (room for len ids is there). */
+static mg_status encode_word(bpe_worker *w, const unsigned char *s, size_t len, int32_t *out,
+                             size_t *n) {
+    const mg_bpe *t = w->t;
     if (len == 1) {
         out[(*n)++] = t->byte_id[s[0]];
         return MG_OK;
@@ -256,10 +250,17 @@ static mg_status encode_word(mg_tokenizer_worker *w, const unsigned char *s, siz
         }
     }
     int32_t *sym = out + *n;
-    for (size_t i = 0; i < len; i++) sym[i] = t->byte_id[s[i]];
-    MG_CHECK(reserve_scratch(w, len));
-    size_t k = len <= SHORT_WORD ? merge_short(t, sym, len, w->rank, w->merged)
-                                 : merge_long(t, sym, len, w->link, w->heap);
+    size_t k;
+    int32_t whole = t->words.slot ? mg_bpe_word_find(t, s, len) : -1;
+    if (whole >= 0) { /* ignore_merges: a pre-token that is a vocabulary entry is that entry */
+        sym[0] = whole;
+        k = 1;
+    } else {
+        for (size_t i = 0; i < len; i++) sym[i] = t->byte_id[s[i]];
+        MG_CHECK(reserve_scratch(w, len));
+        k = len <= SHORT_WORD ? merge_short(t, sym, len, w->rank, w->merged)
+                              : merge_long(t, sym, len, w->link, w->heap);
+    }
     *n += k;
     if (len > CACHE_WORD) return MG_OK;
     if (w->used >= (1u << (CACHE_BITS - 1)) || w->cbytes_used + len > CACHE_BYTES ||
@@ -278,43 +279,61 @@ static mg_status encode_word(mg_tokenizer_worker *w, const unsigned char *s, siz
     return MG_OK;
 }
 
-/* The next match at or after pos in s[0..len): 1 with [*start, *end), 0 when none, or a PCRE2
- * error code (< 0). The interpreter, unlike the JIT, checks the subject for invalid UTF-8 from pos
- * to its end on every call (quadratic over a long text), so it gets a window of the subject,
- * widened until the match ends clear of the window's edge: the pattern's decisions look at most
- * 3 characters (12 bytes) past the end of a match or into a failed alternative. */
-static int next_match(mg_tokenizer_worker *w, const unsigned char *s, size_t len, size_t pos,
+/* The next match of pattern `level` at or after pos in s[0..len): 1 with [*start, *end), 0 when
+ * none, or a PCRE2 error code (< 0). pos is 0 for a new subject, else the end of the previous
+ * match. The JIT matches the whole subject (PCRE2_MATCH_INVALID_UTF: invalid bytes match
+ * nothing). The interpreter would check the subject for invalid UTF-8 from pos to its end on
+ * every call (quadratic over a long text), so it matches each valid UTF-8 run of the subject as a
+ * subject of its own, without the check: PCRE2 documents invalid sequences as barriers no match
+ * or lookaround crosses, which is the same. */
+static int next_match(bpe_worker *w, int level, const unsigned char *s, size_t len, size_t pos,
                       size_t *start, size_t *end) {
-    const mg_tokenizer *t = w->t;
+    const mg_bpe *t = w->t;
     PCRE2_SIZE *ov = pcre2_get_ovector_pointer(w->md);
-    int rc;
     if (t->jit) {
-        rc = pcre2_jit_match(t->re, s, len, pos, 0, w->md, w->mctx);
-    } else {
-        for (size_t win = 256;; win *= 2) {
-            size_t lim = len - pos <= win ? len : pos + win;
-            rc = pcre2_match(t->re, s, lim, pos, PCRE2_NO_JIT, w->md, w->mctx);
-            if (lim == len || (rc >= 0 && ov[1] + 16 <= lim)) break;
-        }
+        int rc = pcre2_jit_match(t->re[level], s, len, pos, 0, w->md, w->mctx);
+        if (rc == PCRE2_ERROR_NOMATCH) return 0;
+        if (rc < 0) return rc;
+        *start = ov[0], *end = ov[1];
+        return 1;
     }
-    if (rc == PCRE2_ERROR_NOMATCH) return 0;
-    if (rc < 0) return rc;
-    *start = ov[0];
-    *end = ov[1];
-    return 1;
+    size_t *lo = &w->run_lo[level], *hi = &w->run_hi[level];
+    if (pos == 0) *lo = *hi = 0;
+    for (;;) {
+        if (pos >= *hi) { /* the next run */
+            pos += mg_utf8_invalid_prefix(s + pos, len - pos);
+            if (pos >= len) return 0;
+            *lo = pos;
+            *hi = pos + mg_utf8_valid_prefix(s + pos, len - pos);
+        }
+        int rc = pcre2_match(t->re_valid[level], s + *lo, *hi - *lo, pos - *lo, PCRE2_NO_UTF_CHECK,
+                             w->md, w->mctx);
+        if (rc == PCRE2_ERROR_NOMATCH) {
+            pos = *hi;
+            continue;
+        }
+        if (rc < 0) return rc;
+        *start = *lo + ov[0], *end = *lo + ov[1];
+        return 1;
+    }
 }
 
-/* Each match of the pattern is a pre-token. Bytes that are not valid UTF-8 match nothing: a run
- * of them between two matches is a pre-token of its own, merged like any other bytes, so the
- * ids still spell the input byte for byte. */
-/* Ordinary text (no special tokens): pre-tokenise with the GPT-2 pattern, BPE each piece. */
-static mg_status encode_plain(mg_tokenizer_worker *w, const char *text, size_t len, int32_t **ids,
-                              size_t *n, size_t *cap) {
-    const unsigned char *s = (const unsigned char *)text;
+/* Pre-tokenises s[0..len) by the patterns from `level` on (Hugging Face's Split, behavior
+ * Isolated: each match and each gap between matches is a piece for the next pattern), then
+ * encodes each final piece. Bytes that are not valid UTF-8 match nothing: a run of them between
+ * two matches is a piece of its own, merged like any other bytes, so the ids still spell the
+ * input byte for byte. */
+static mg_status split_level(bpe_worker *w, int level, const unsigned char *s, size_t len,
+                             int32_t **ids, size_t *n, size_t *cap) {
+    if (len == 0) return MG_OK;
+    if (level == w->t->n_re) {
+        if (*n + len > *cap) MG_CHECK(grow_ids(ids, cap, *n + len));
+        return encode_word(w, s, len, *ids, n);
+    }
     size_t pos = 0;
     while (pos < len) {
         size_t start = len, end = len;
-        int rc = next_match(w, s, len, pos, &start, &end);
+        int rc = next_match(w, level, s, len, pos, &start, &end);
         if (rc < 0) {
             PCRE2_UCHAR msg[256];
             pcre2_get_error_message(rc, msg, sizeof msg);
@@ -322,30 +341,48 @@ static mg_status encode_plain(mg_tokenizer_worker *w, const char *text, size_t l
                            (char *)msg);
         }
         if (rc && end <= start)
-            return MG_FAIL(MG_ERR_INTERNAL, "encode: empty pre-token at byte %zu", start);
-        size_t need = *n + (end - pos);
-        if (need > *cap) MG_CHECK(grow_ids(ids, cap, need));
-        if (start > pos) MG_CHECK(encode_word(w, s + pos, start - pos, *ids, n));
-        if (end > start) MG_CHECK(encode_word(w, s + start, end - start, *ids, n));
+            return MG_FAIL(MG_ERR_UNSUPPORTED,
+                           "encode: pre-tokenizer pattern %d matched an empty piece at byte %zu; "
+                           "empty matches are not supported",
+                           level, start);
+        MG_CHECK(split_level(w, level + 1, s + pos, start - pos, ids, n, cap));
+        MG_CHECK(split_level(w, level + 1, s + start, end - start, ids, n, cap));
         pos = end;
     }
     return MG_OK;
 }
 
-/* "<|endoftext|>" written in the text is the special token, as in Hugging Face's GPT2TokenizerFast
- * and so in Megatron-LM's GPT2BPETokenizer built on it: the text is split around each occurrence
- * and the pieces between are encoded as ordinary text. */
-mg_status mg_tokenizer_encode(mg_tokenizer_worker *w, const char *text, size_t len, int32_t **ids,
-                              size_t *n, size_t *cap) {
-    static const char eot[] = "<|endoftext|>";
-    const size_t eot_len = sizeof eot - 1;
-    const char *p = text, *end = text + len;
-    for (;;) {
-        const char *hit = memmem(p, (size_t)(end - p), eot, eot_len);
-        MG_CHECK(encode_plain(w, p, (size_t)((hit ? hit : end) - p), ids, n, cap));
-        if (!hit) return MG_OK;
-        if (*n + 1 > *cap) MG_CHECK(grow_ids(ids, cap, *n + 1));
-        (*ids)[(*n)++] = mg_tokenizer_eod(w->t);
-        p = hit + eot_len;
+/* A piece between the added tokens of the raw text: normalised, then cut at the added tokens
+ * that match normalised text, then pre-tokenised. */
+static mg_status encode_normalized(bpe_worker *w, const unsigned char *s, size_t len, int32_t **ids,
+                                   size_t *n, size_t *cap) {
+    const mg_bpe *t = w->t;
+    if (len == 0) return MG_OK;
+    if (t->nfc) MG_CHECK(mg_bpe_nfc(&w->nfc, s, len, &s, &len));
+    size_t from = 0, start, tlen;
+    int32_t id;
+    while (mg_bpe_added_find(&t->added[1], s, len, from, &start, &tlen, &id)) {
+        MG_CHECK(split_level(w, 0, s + from, start - from, ids, n, cap));
+        MG_CHECK(push_id(ids, n, cap, id));
+        from = start + tlen;
     }
+    return split_level(w, 0, s + from, len - from, ids, n, cap);
+}
+
+mg_status mg_bpe_encode(mg_tokenizer_worker *base, const char *text, size_t len, int32_t **ids,
+                        size_t *n, size_t *cap) {
+    bpe_worker *w = (bpe_worker *)base;
+    const mg_bpe *t = w->t;
+    const unsigned char *s = (const unsigned char *)text;
+    for (int i = 0; i < t->n_prefix; i++) MG_CHECK(push_id(ids, n, cap, t->prefix[i]));
+    size_t from = 0, start, tlen;
+    int32_t id;
+    while (mg_bpe_added_find(&t->added[0], s, len, from, &start, &tlen, &id)) {
+        MG_CHECK(encode_normalized(w, s + from, start - from, ids, n, cap));
+        MG_CHECK(push_id(ids, n, cap, id));
+        from = start + tlen;
+    }
+    MG_CHECK(encode_normalized(w, s + from, len - from, ids, n, cap));
+    for (int i = 0; i < t->n_suffix; i++) MG_CHECK(push_id(ids, n, cap, t->suffix[i]));
+    return MG_OK;
 }

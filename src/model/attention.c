@@ -1,6 +1,8 @@
 /* The attention sublayer: norm, fused QKV projection (column-parallel: this rank's query groups
  * with their key and value heads), RoPE, causal attention over the local heads (GQA through the
- * fused layout of backend.h), output projection (row-parallel) with the residual add. */
+ * fused layout of backend.h; --attention-dropout on its probabilities), output projection
+ * (row-parallel) with --hidden-dropout and the residual add. Dropout only in training passes; the
+ * backward recomputes the masks (core/dropout.h). */
 #include "model/block.h"
 
 mg_status mg_attention_forward(const mg_block_ctx *x, const mg_layer_params *p,
@@ -19,11 +21,14 @@ mg_status mg_attention_forward(const mg_block_ctx *x, const mg_layer_params *p,
         MG_CHECK(be->rope_forward(be, qkv, mg_block_ws_ptr(x, x->ws->rope_cos),
                                   mg_block_ws_ptr(x, x->ws->rope_sin), N, c->S, c->nq_l, c->ng_l,
                                   c->hd));
+    mg_dropout ad, hd;
+    bool adrop = mg_block_dropout(x, p->layer, MG_DROPOUT_ATTENTION, &ad);
+    bool hdrop = mg_block_dropout(x, p->layer, MG_DROPOUT_ATTN_OUT, &hd);
     MG_CHECK(be->attention_forward(be, att, mg_block_act(x, s->att_saved), qkv, x->B, c->S, c->nq_l,
-                                   c->ng_l, c->hd));
-    /* mid = x + proj(att) */
+                                   c->ng_l, c->hd, adrop ? &ad : NULL));
+    /* mid = x + dropout(proj(att)) */
     return mg_block_row_parallel_forward(x, mg_block_act(x, s->mid), att, p->proj_w, p->proj_b,
-                                         mg_block_act(x, s->x), c->attn_l);
+                                         mg_block_act(x, s->x), c->attn_l, hdrop ? &hd : NULL);
 }
 
 mg_status mg_attention_backward(const mg_block_ctx *x, const mg_layer_params *p,
@@ -33,15 +38,19 @@ mg_status mg_attention_backward(const mg_block_ctx *x, const mg_layer_params *p,
     int N = x->N;
     void *datt = mg_block_ws_ptr(x, x->ws->datt), *dqkv = mg_block_ws_ptr(x, x->ws->dqkv);
     void *dln = mg_block_ws_ptr(x, x->ws->dln);
-    /* mid = x + proj(att): d(att) from d(mid); d(x) keeps d(mid) (identity through the add) */
+    mg_dropout ad, hd;
+    bool adrop = mg_block_dropout(x, p->layer, MG_DROPOUT_ATTENTION, &ad);
+    bool hdrop = mg_block_dropout(x, p->layer, MG_DROPOUT_ATTN_OUT, &hd);
+    /* mid = x + dropout(proj(att)): d(att) from d(mid); d(x) keeps d(mid) (identity through the
+     * add) */
     const void *dmid;
-    MG_CHECK(mg_block_row_parallel_dout(x, dres, &dmid));
+    MG_CHECK(mg_block_row_parallel_dout(x, dres, hdrop ? &hd : NULL, &dmid));
     MG_CHECK(be->linear_backward(be, datt, mg_block_grad(x, p->proj_w), mg_block_grad(x, p->proj_b),
                                  dmid, mg_block_act(x, s->att), mg_block_param(x, p->proj_w), NULL,
                                  N, c->attn_l, c->H));
     MG_CHECK(be->attention_backward(be, dqkv, datt, mg_block_act(x, s->qkv),
                                     mg_block_act(x, s->att), mg_block_act(x, s->att_saved), x->B,
-                                    c->S, c->nq_l, c->ng_l, c->hd));
+                                    c->S, c->nq_l, c->ng_l, c->hd, adrop ? &ad : NULL));
     if (c->pos == MG_POS_ROPE)
         MG_CHECK(be->rope_backward(be, dqkv, mg_block_ws_ptr(x, x->ws->rope_cos),
                                    mg_block_ws_ptr(x, x->ws->rope_sin), N, c->S, c->nq_l, c->ng_l,

@@ -83,14 +83,28 @@ mg_status mg_block_norm_backward(const mg_block_ctx *x, void *dx, void *dwhole, 
                                   mg_block_param(x, w), mean, rstd, x->Nl, c->H);
 }
 
+bool mg_block_dropout(const mg_block_ctx *x, int layer, int site, mg_dropout *d) {
+    const mg_model_config *c = x->c;
+    double p = site == MG_DROPOUT_ATTENTION ? c->attn_dropout : c->hidden_dropout;
+    if (!x->pass.on || !(p > 0)) return false;
+    /* the first local head's global number; the first residual row's in the microbatch (SP) */
+    int first = site == MG_DROPOUT_ATTENTION ? c->tp_rank * c->nq_l
+                : c->sp                      ? x->tp->rank * x->Nl
+                                             : 0;
+    *d = mg_dropout_init(p, c->seed, x->pass.iteration, layer, site, x->pass.sample0, first);
+    return true;
+}
+
 mg_status mg_block_row_parallel_forward(const mg_block_ctx *x, void *out, const void *inp, int w,
-                                        int b, const void *residual, int IC) {
+                                        int b, const void *residual, int IC,
+                                        const mg_dropout *drop) {
     const mg_model_config *c = x->c;
     mg_backend *be = x->be;
-    if (x->tp->size == 1) /* bias and residual ride in the GEMM */
-        return be->linear_forward(be, out, inp, mg_block_param(x, w), mg_block_param(x, b),
-                                  residual, x->N, IC, c->H);
-    /* the partial product, reduced; bias and residual once, after the reduction */
+    const void *bias = mg_block_param(x, b);
+    if (x->tp->size == 1 && !drop) /* bias and residual ride in the GEMM */
+        return be->linear_forward(be, out, inp, mg_block_param(x, w), bias, residual, x->N, IC,
+                                  c->H);
+    /* the (partial) product, reduced; bias, dropout and residual once, after the reduction */
     void *part = c->sp ? mg_block_ws_ptr(x, x->ws->part) : out;
     MG_CHECK(be->linear_forward(be, part, inp, mg_block_param(x, w), NULL, NULL, x->N, IC, c->H));
     if (c->sp)
@@ -98,13 +112,24 @@ mg_status mg_block_row_parallel_forward(const mg_block_ctx *x, void *out, const 
     else
         MG_CHECK(
             mg_tp_all_reduce(x->tp, out, (size_t)x->N * c->H, be->compute_dtype, MG_REDUCE_SUM));
-    return be->bias_residual_add(be, out, out, mg_block_param(x, b), residual, x->Nl, c->H);
+    if (drop) return be->dropout_add(be, out, out, bias, residual, x->Nl, c->H, c->S, drop);
+    return be->bias_residual_add(be, out, out, bias, residual, x->Nl, c->H);
 }
 
-mg_status mg_block_row_parallel_dout(const mg_block_ctx *x, const void *dout, const void **whole) {
+mg_status mg_block_row_parallel_dout(const mg_block_ctx *x, const void *dout,
+                                     const mg_dropout *drop, const void **whole) {
     *whole = dout;
-    if (!x->c->sp) return MG_OK;
-    void *w = mg_block_ws_ptr(x, x->ws->part);
-    *whole = w;
-    return mg_tp_all_gather(x->tp, w, dout, (size_t)x->Nl * x->c->H, x->be->compute_dtype);
+    if (x->c->sp) {
+        void *w = mg_block_ws_ptr(x, x->ws->part);
+        *whole = w;
+        MG_CHECK(mg_tp_all_gather(x->tp, w, dout, (size_t)x->Nl * x->c->H, x->be->compute_dtype));
+    }
+    if (!drop) return MG_OK;
+    /* the whole microbatch's rows now: the mask from row 0 */
+    mg_dropout d = *drop;
+    d.first = 0;
+    void *dd = mg_block_ws_ptr(x, x->ws->ddrop);
+    MG_CHECK(x->be->dropout_backward(x->be, dd, *whole, x->N, x->c->H, x->c->S, &d));
+    *whole = dd;
+    return MG_OK;
 }

@@ -39,6 +39,7 @@ typedef struct {
     int ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b;
     int ln2_w, ln2_b, fc1_w, fc1_b, fc2_w, fc2_b;
     mg_moe_params *moe;
+    int layer; /* the global layer number (dropout masks are keyed by it) */
 } mg_layer_params;
 
 /* Offsets (bytes) of one layer's saved activations in the activation arena. N tokens of the
@@ -67,35 +68,35 @@ typedef struct {
 /* What MoE layers share (model/moe.c): workspace offsets for the backward, per MoE layer the
  * expert bias, the step's load and the experts' pointer arrays, and the pass's settings. */
 typedef struct {
-    size_t dlogits, dprobs; /* (N,E), (N,k) fp32 */
-    size_t dy;              /* (Rp,H) d(the expert outputs of this rank's pairs) */
-    size_t dxe;             /* (R,H) d(the experts' input rows) */
-    size_t de_fc1, de_act;  /* (R, moe fc1), (R, moe F) */
-    size_t xp;              /* (Rp,H) expert parallelism: the permuted rows before the
-                               all-to-all (the experts' input is the slot's xe); in the
-                               backward their gradient */
-    size_t slab_send, slab_recv; /* (R,H) each, expert parallelism: the all-to-all's slabs
-                                    (model/moe_dispatch.c) */
+    size_t dlogits, dprobs;            /* (N,E), (N,k) fp32 */
+    size_t dy;                         /* (Rp,H) d(the expert outputs of this rank's pairs) */
+    size_t dxe;                        /* (R,H) d(the experts' input rows) */
+    size_t de_fc1, de_act;             /* (R, moe fc1), (R, moe F) */
+    size_t xp;                         /* (Rp,H) expert parallelism: the permuted rows before the
+                                          all-to-all (the experts' input is the slot's xe); in the
+                                          backward their gradient */
+    size_t slab_send, slab_recv;       /* (R,H) each, expert parallelism: the all-to-all's slabs
+                                          (model/moe_dispatch.c) */
     size_t *count_splits, *row_splits; /* (2 ep) host, expert parallelism: the all-to-alls'
                                           fixed counts then displacements per peer (E_l
                                           counts; slabs of R / ep rows x H), set by the plan */
-    size_t ye;              /* (R,H) expert parallelism: the experts' output rows before the
-                               all-to-all back; in the backward their gradient */
-    size_t *bias;           /* (n_layers) offsets of (E) fp32 each */
-    size_t load;            /* (n_layers, E) fp32, one block: layer i's tokens per expert at
-                               row i (the trainer zeroes, sums and reads them in one call each) */
-    size_t *ptrs;           /* (n_layers) offsets of 8 arrays of E_l pointers */
-    bool *grads_unwritten;  /* (n_layers) host: the layer's expert gradients hold nothing yet
-                               this step (the caller did not zero them, mg_gpt_expert_grads_
-                               unwritten): its next backward writes them over, then clears it */
-    int n_layers;           /* MoE layers on this rank */
-    int Rp;                 /* rows of this rank's permuted pairs: N x k, or E x capacity */
-    int R;                  /* rows of the experts' input: Rp, or with expert parallelism what
-                               the all-to-all may deliver at most */
-    int capacity;           /* tokens per expert kept, 0: dropless */
-    mg_comm *ep;            /* the expert-parallel group (set at bind), NULL: one rank */
-    bool train;             /* this pass trains: aux losses, load, expert bias */
-    float *stats;           /* (2) backend fp32: the logged aux loss and z-loss accumulate */
+    size_t ye;             /* (R,H) expert parallelism: the experts' output rows before the
+                              all-to-all back; in the backward their gradient */
+    size_t *bias;          /* (n_layers) offsets of (E) fp32 each */
+    size_t load;           /* (n_layers, E) fp32, one block: layer i's tokens per expert at
+                              row i (the trainer zeroes, sums and reads them in one call each) */
+    size_t *ptrs;          /* (n_layers) offsets of 8 arrays of E_l pointers */
+    bool *grads_unwritten; /* (n_layers) host: the layer's expert gradients hold nothing yet
+                              this step (the caller did not zero them, mg_gpt_expert_grads_
+                              unwritten): its next backward writes them over, then clears it */
+    int n_layers;          /* MoE layers on this rank */
+    int Rp;                /* rows of this rank's permuted pairs: N x k, or E x capacity */
+    int R;                 /* rows of the experts' input: Rp, or with expert parallelism what
+                              the all-to-all may deliver at most */
+    int capacity;          /* tokens per expert kept, 0: dropless */
+    mg_comm *ep;           /* the expert-parallel group (set at bind), NULL: one rank */
+    bool train;            /* this pass trains: aux losses, load, expert bias */
+    float *stats;          /* (2) backend fp32: the logged aux loss and z-loss accumulate */
     float loss_weight, stat_weight; /* mg_moe_routing's, set by the trainer */
 } mg_moe_ws;
 
@@ -109,10 +110,20 @@ typedef struct {
     size_t dfc1, dact;         /* (N, fc1_l), (N, F_l) (SwiGLU only) */
     size_t part;               /* (N,H) tp > 1: a row-parallel product before its reduction, or a
                                   gathered residual-stream gradient */
+    size_t ddrop;              /* (N,H) hidden dropout: a layer output's gradient through the
+                                  mask (mg_block_row_parallel_dout) */
     size_t logits, losses;     /* (N, V_l), (N) fp32 */
     size_t ce;                 /* tp > 1: (3N) fp32 row maxima, then sums (2N) */
     size_t rope_cos, rope_sin; /* (S, hd/2) fp32 */
 } mg_block_ws;
+
+/* The dropout of the pass in progress (core/dropout.h): gpt.c sets it from the slot's before a
+ * chunk's forward or backward. Off for evaluation and generation. */
+typedef struct {
+    bool on;           /* a training pass: --attention-dropout and --hidden-dropout apply */
+    int64_t iteration; /* the training iteration */
+    int sample0;       /* the microbatch's first sequence: its index in the global batch */
+} mg_block_pass;
 
 /* What every layer shares; gpt.c fills it at bind. */
 typedef struct {
@@ -127,6 +138,7 @@ typedef struct {
     mg_arena *acts, *work;
     const mg_block_ws *ws;
     const mg_moe_ws *moe; /* NULL in a dense model */
+    mg_block_pass pass;   /* the pass's dropout */
 } mg_block_ctx;
 
 static inline void *mg_block_act(const mg_block_ctx *x, size_t off) {
@@ -158,13 +170,21 @@ mg_status mg_block_norm_forward(const mg_block_ctx *x, void *whole, float *mean,
  * ACCUMULATES into dx (Nl,H) and the weight gradients. dwhole is clobbered. */
 mg_status mg_block_norm_backward(const mg_block_ctx *x, void *dx, void *dwhole, const void *in,
                                  const float *mean, const float *rstd, int w, int b);
+/* The dropout at `site` (MG_DROPOUT_*) of global layer `layer` in this pass, for an op over this
+ * rank's heads (attention) or residual rows (hidden): false when there is none (probability 0,
+ * or not a training pass). */
+bool mg_block_dropout(const mg_block_ctx *x, int layer, int site, mg_dropout *d);
 /* out (Nl,H) = residual + bias + inp (N,IC) @ w^T, the product reduced over the group (summed
- * onto this rank's rows, SP). residual must not alias out. */
+ * onto this rank's rows, SP); with drop (hidden dropout, NULL: none) Megatron's
+ * bias-dropout-add: out = residual + dropout(bias + product). residual must not alias out. */
 mg_status mg_block_row_parallel_forward(const mg_block_ctx *x, void *out, const void *inp, int w,
-                                        int b, const void *residual, int IC);
+                                        int b, const void *residual, int IC,
+                                        const mg_dropout *drop);
 /* The gradient of a row-parallel layer's output as its backward needs it, whole (N,H): dout
- * itself, or (SP) dout's rows gathered from the group into the workspace. */
-mg_status mg_block_row_parallel_dout(const mg_block_ctx *x, const void *dout, const void **whole);
+ * itself, or (SP) dout's rows gathered from the group into the workspace; with drop (the
+ * forward's) the gradient of the product and bias before the dropout, in the workspace. */
+mg_status mg_block_row_parallel_dout(const mg_block_ctx *x, const void *dout,
+                                     const mg_dropout *drop, const void **whole);
 
 /* x -> mid = x + proj(attention(norm1(x))) */
 mg_status mg_attention_forward(const mg_block_ctx *x, const mg_layer_params *p,

@@ -80,6 +80,8 @@ mg_status mg_model_config_from(mg_model_config *m, const mg_config *c, int tp_ra
     m->rope_base = c->rotary_base;
     m->init_std = c->init_method_std;
     m->seed = (uint64_t)c->seed;
+    m->attn_dropout = c->attention_dropout;
+    m->hidden_dropout = c->hidden_dropout;
     if (m->L <= 0 || m->H <= 0 || m->nq <= 0 || m->hd <= 0 || m->S <= 0 || m->V <= 0 || m->F <= 0)
         return MG_FAIL(MG_ERR_USAGE,
                        "model shape incomplete: layers %d, hidden %d, heads %d, "

@@ -52,6 +52,7 @@ typedef struct {
     double rope_base;
     double init_std;
     uint64_t seed;
+    double attn_dropout, hidden_dropout; /* probabilities (training passes only: model/block.h) */
     /* tensor parallelism: this rank (tp_rank of tp), sequence parallelism, local shapes */
     int tp, tp_rank;
     bool sp;

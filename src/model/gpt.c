@@ -116,6 +116,7 @@ static mg_status add_layer(mg_gpt *g, int l, float std, float out_std, mg_layer_
     MG_CHECK(add_norm(g, PREFIX("pre_mlp_layernorm"), &p->ln2_w, &p->ln2_b));
     p->fc1_w = p->fc1_b = p->fc2_w = p->fc2_b = -1;
     p->moe = NULL;
+    p->layer = l;
     if (g->is_moe[l]) return add_moe(g, l, std, out_std, p);
     MG_CHECK(add_linear(g, PREFIX("mlp.linear_fc1"), c->fc1_dim, c->H, 0, c->swiglu ? 2 : 1, std,
                         &p->fc1_w, &p->fc1_b));
@@ -180,6 +181,7 @@ mg_status mg_gpt_build_ep(mg_gpt *g, const mg_config *cfg, int tp_rank, int pp_r
             MG_CHECK(mg_params_add(&g->params, wte_name, 2, c->V, c->H, 0, 1, true, MG_INIT_NORMAL,
                                    std, &g->wte));
             g->params.p[g->wte].vocab_rows = true;
+            g->params.p[g->wte].embedding_or_output = true;
             if (c->pos == MG_POS_LEARNED)
                 MG_CHECK(mg_params_add(&g->params, "embedding.position_embeddings.weight", 2, c->P,
                                        c->H, -1, 1, true, MG_INIT_NORMAL, std, &g->wpe));
@@ -195,6 +197,7 @@ mg_status mg_gpt_build_ep(mg_gpt *g, const mg_config *cfg, int tp_rank, int pp_r
         MG_CHECK(mg_params_add(&g->params, "output_layer.weight", 2, c->V, c->H, 0, 1, true,
                                MG_INIT_NORMAL, std, &g->out_w));
         g->params.p[g->out_w].vocab_rows = true;
+        g->params.p[g->out_w].embedding_or_output = true;
         if (c->tied) { /* the last stage's copy of the first stage's embedding (see gpt.h) */
             mg_param_meta *m = &g->params.p[g->out_w];
             m->id = mg_param_id(wte_name);
@@ -254,7 +257,9 @@ mg_status mg_gpt_plan(mg_gpt *g, mg_backend *be, int B, int n_slots, mg_arena *a
     size_t n_entries = (size_t)n_slots * (size_t)(g->slot_layers ? g->slot_layers : 1);
     g->slot = calloc(n_entries, sizeof *g->slot);
     g->x_out = calloc((size_t)n_slots, sizeof *g->x_out);
-    if (!g->slot || !g->x_out) return MG_FAIL(MG_ERR_NOMEM, "cannot allocate the activation plan");
+    g->slot_pass = calloc((size_t)n_slots, sizeof *g->slot_pass); /* no dropout until set */
+    if (!g->slot || !g->x_out || !g->slot_pass)
+        return MG_FAIL(MG_ERR_NOMEM, "cannot allocate the activation plan");
     if (g->n_moe > 0) { /* before the slots, which take the MoE plan's row counts */
         MG_CHECK(mg_moe_plan(&g->moe_ws, c, x->N, x->esz, g->n_moe, work));
         g->blk.moe = &g->moe_ws;
@@ -288,6 +293,7 @@ mg_status mg_gpt_plan(mg_gpt *g, mg_backend *be, int B, int n_slots, mg_arena *a
     MG_CHECK(reserve(work, N * fc1 * e, &w->dfc1));
     MG_CHECK(reserve(work, c->swiglu ? N * F * e : 0, &w->dact));
     MG_CHECK(reserve(work, split ? N * H * e : 0, &w->part));
+    MG_CHECK(reserve(work, c->hidden_dropout > 0 ? N * H * e : 0, &w->ddrop));
     /* the head (post chunk only): final norm, logits, losses */
     const bool head = g->lnf_w >= 0;
     MG_CHECK(reserve(work, head ? N * H * e : 0, &g->lnf));
@@ -435,9 +441,15 @@ static mg_status check_chunk(const mg_gpt *g, int c, int s) {
     return MG_OK;
 }
 
+void mg_gpt_set_dropout(mg_gpt *g, int s, bool train, int64_t iteration, int sample0) {
+    if (s < 0 || s >= g->n_slots) return;
+    g->slot_pass[s] = (mg_block_pass){.on = train, .iteration = iteration, .sample0 = sample0};
+}
+
 mg_status mg_gpt_chunk_forward(mg_gpt *g, mg_backend *be, int c, int s, const int32_t *tokens) {
     MG_CHECK(check_chunk(g, c, s));
     const mg_gpt_chunk *ch = &g->chunks[c];
+    g->blk.pass = g->slot_pass[s];
     const mg_block_ctx *x = &g->blk;
     if (ch->pre) {
         MG_CHECK(call_hook(g, false, (const int[]){g->wte, g->wpe}, 2));
@@ -484,6 +496,7 @@ mg_status mg_gpt_chunk_backward(mg_gpt *g, mg_backend *be, int c, int s, const i
     MG_CHECK(check_chunk(g, c, s));
     const mg_gpt_chunk *ch = &g->chunks[c];
     const mg_model_config *cf = &g->cfg;
+    g->blk.pass = g->slot_pass[s]; /* the forward's masks, recomputed */
     const mg_block_ctx *x = &g->blk;
     if (ch->post) {
         MG_CHECK(head_backward(g, be, s));
@@ -505,7 +518,7 @@ mg_status mg_gpt_chunk_backward(mg_gpt *g, mg_backend *be, int c, int s, const i
     if (!ch->pre) return MG_OK; /* d(input) stays in dres: mg_gpt_chunk_dinput */
     /* the embedding's input gradient, whole on every rank (gathered under SP) */
     const void *dx0;
-    MG_CHECK(mg_block_row_parallel_dout(x, dres, &dx0));
+    MG_CHECK(mg_block_row_parallel_dout(x, dres, NULL, &dx0));
     MG_CHECK(be->embedding_backward(be, mg_gpt_grad(g, g->wte),
                                     g->wpe >= 0 ? mg_gpt_grad(g, g->wpe) : NULL, dx0, tokens,
                                     g->blk.N, cf->S, cf->H, cf->v0, cf->V_l));
@@ -529,20 +542,21 @@ static mg_status vocab_parallel_loss(mg_gpt *g, mg_backend *be, const int32_t *t
 }
 
 mg_status mg_gpt_loss(mg_gpt *g, mg_backend *be, const int32_t *targets, const float *dloss,
-                      float *loss_acc, float loss_scale) {
+                      const float *loss_w, float *loss_acc, float loss_scale) {
     float *losses = ws(g, g->ws.losses);
     if (g->cfg.tp == 1)
         MG_CHECK(be->cross_entropy_fused(be, mg_gpt_logits(g), losses, targets, dloss, g->blk.N,
                                          g->cfg.V));
     else
         MG_CHECK(vocab_parallel_loss(g, be, targets, dloss, losses));
-    return be->sum_f32(be, loss_acc, losses, NULL, (size_t)g->blk.N, loss_scale);
+    return be->sum_f32(be, loss_acc, losses, loss_w, (size_t)g->blk.N, loss_scale);
 }
 
 mg_status mg_gpt_head_loss(mg_gpt *g, mg_backend *be, int s, const int32_t *targets,
-                           const float *dloss, float *loss_acc, float loss_scale) {
+                           const float *dloss, const float *loss_w, float *loss_acc,
+                           float loss_scale) {
     MG_CHECK(head_forward(g, be, s));
-    return mg_gpt_loss(g, be, targets, dloss, loss_acc, loss_scale);
+    return mg_gpt_loss(g, be, targets, dloss, loss_w, loss_acc, loss_scale);
 }
 
 static mg_status check_whole(const mg_gpt *g) {
@@ -610,5 +624,6 @@ void mg_gpt_free(mg_gpt *g) {
     free(g->chunks);
     free(g->slot);
     free(g->x_out);
+    free(g->slot_pass);
     memset(g, 0, sizeof *g);
 }

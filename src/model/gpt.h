@@ -108,6 +108,7 @@ typedef struct {
     size_t slot_bytes;              /* one slot's share of the activation arena */
     mg_layer_slot *slot;            /* (n_slots * slot_layers) */
     size_t *x_out;                  /* (n_slots) a chunk's output (Nl,H): the final residual */
+    mg_block_pass *slot_pass;       /* (n_slots) the dropout of each slot's microbatch */
     size_t lnf, lnf_mean, lnf_rstd; /* workspace: final norm (N,H) whole, (Nl), (Nl) */
     mg_block_ws ws;                 /* workspace offsets */
     mg_tp tp;                       /* the tensor-parallel group (set at bind) */
@@ -130,13 +131,19 @@ mg_status mg_gpt_plan(mg_gpt *g, mg_backend *be, int micro_batch, int n_slots, m
  * be the configuration's and its rank tp_rank); also fills the RoPE tables. */
 mg_status mg_gpt_bind(mg_gpt *g, mg_backend *be, void *params, float *grads, mg_comm *tp_group);
 /* ---- chunks (train/pipeline.c) ---- */
+/* The dropout of the microbatch that slot s takes next (core/dropout.h): with train, the
+ * training iteration and the index in the global batch of the microbatch's first sequence key
+ * the masks of --attention-dropout and --hidden-dropout; the slot's backward recomputes its
+ * forward's. Slots start without dropout (evaluation, generation: train false). */
+void mg_gpt_set_dropout(mg_gpt *g, int s, bool train, int64_t iteration, int sample0);
 /* Chunk c's forward into slot s: tokens (backend int32 (N)) for a pre chunk, else the hidden
  * state already in mg_gpt_chunk_input(g, c, s). The output lands in mg_gpt_chunk_output. */
 mg_status mg_gpt_chunk_forward(mg_gpt *g, mg_backend *be, int c, int s, const int32_t *tokens);
 /* The final norm, the logits and the loss of the post chunk's forward in slot s (mg_gpt_loss's
  * arguments); the logits become their gradients for mg_gpt_chunk_backward. */
 mg_status mg_gpt_head_loss(mg_gpt *g, mg_backend *be, int s, const int32_t *targets,
-                           const float *dloss, float *loss_acc, float loss_scale);
+                           const float *dloss, const float *loss_w, float *loss_acc,
+                           float loss_scale);
 /* Chunk c's backward of its forward in slot s; ACCUMULATES into the gradient buffer. A post chunk
  * starts from the logits' gradients (mg_gpt_head_loss), any other from d(output) written to
  * mg_gpt_chunk_dout. Afterwards mg_gpt_chunk_dinput holds d(input) (not for a pre chunk, whose
@@ -157,10 +164,11 @@ size_t mg_gpt_hidden_numel(const mg_gpt *g);
 mg_status mg_gpt_forward(mg_gpt *g, mg_backend *be, const int32_t *tokens);
 /* Cross-entropy on the logits of the last forward (fused with one rank, vocab-parallel else):
  * per-token losses into the workspace,
- * *loss_acc += loss_scale * sum(losses) (backend fp32 pointer), and the logits become their
- * gradients with weight dloss[i] (backend fp32 (N)). */
+ * *loss_acc += loss_scale * sum_i(losses[i] * (loss_w ? loss_w[i] : 1)) (backend fp32 pointer;
+ * loss_w backend fp32 (N) or NULL: a loss mask, train/trainer_loss.h), and the logits become
+ * their gradients with weight dloss[i] (backend fp32 (N); 0 where the loss is masked). */
 mg_status mg_gpt_loss(mg_gpt *g, mg_backend *be, const int32_t *targets, const float *dloss,
-                      float *loss_acc, float loss_scale);
+                      const float *loss_w, float *loss_acc, float loss_scale);
 /* Backward of the last forward + loss; ACCUMULATES into the gradient buffer, except for what
  * mg_gpt_expert_grads_unwritten releases. */
 mg_status mg_gpt_backward(mg_gpt *g, mg_backend *be, const int32_t *tokens);

@@ -2,7 +2,7 @@
  * shared experts): norm -> router logits (fp32) -> top-k routing -> permute the token copies by
  * expert -> [expert parallelism: all-to-all to the experts' ranks, model/moe_dispatch.c] ->
  * grouped fc1 -> activation -> grouped fc2 -> [all-to-all back] -> combine weighted by the
- * routing weights, + the shared experts + the residual.
+ * routing weights, + the shared experts, --hidden-dropout (training passes), + the residual.
  * Every size that depends on the routing (rows per expert, per source rank) stays in backend
  * memory; the buffers have the plan's worst-case sizes (model/moe.h). */
 #include "model/moe.h"
@@ -63,7 +63,7 @@ static const float *expert_bias(const mg_block_ctx *x, const mg_moe_params *mp) 
 }
 
 /* The shared experts: a dense MLP of the normed input (no tensor parallelism inside an MoE
- * model yet), out = mid + its output. */
+ * model yet), out = mid + its output (mid NULL: its output alone). */
 static mg_status shared_forward(const mg_block_ctx *x, const mg_moe_params *mp,
                                 const mg_layer_slot *s, const void *ln2, const void *mid,
                                 void *out) {
@@ -136,8 +136,7 @@ static mg_status experts_backward(const mg_block_ctx *x, const mg_moe_params *mp
     MG_CHECK(be->grouped_linear_backward(be, swiglu ? dact : dfc1, (float *const *)ptrs(x, mp, DW2),
                                          mp->fc2_b ? (float *const *)ptrs(x, mp, DB2) : NULL, dye,
                                          mg_block_act(x, s->e_act), ptrs(x, mp, W2),
-                                         swiglu ? NULL : fc1, counts, m->ep, m->E_l, m->F, H,
-                                         acc));
+                                         swiglu ? NULL : fc1, counts, m->ep, m->E_l, m->F, H, acc));
     if (swiglu) MG_CHECK(be->grouped_swiglu_backward(be, dfc1, fc1, dact, counts, G, m->F));
     return be->grouped_linear_backward(be, dxe, (float *const *)ptrs(x, mp, DW1),
                                        mp->fc1_b ? (float *const *)ptrs(x, mp, DB1) : NULL, dfc1,
@@ -177,8 +176,16 @@ mg_status mg_moe_forward(const mg_block_ctx *x, const mg_layer_params *p, const 
         MG_CHECK(experts_forward(x, mp, s, ye));
         MG_CHECK(mg_moe_combine(x, s, y, ye));
     }
-    if (m->shared_F > 0) MG_CHECK(shared_forward(x, mp, s, ln2, mid, out));
-    return be->moe_unpermute(be, out, m->shared_F > 0 ? out : mid, y, pos, probs, N, m->k, H);
+    /* out = mid + dropout(shared experts + combine); without dropout the residual rides in */
+    mg_dropout hd;
+    bool hdrop = mg_block_dropout(x, p->layer, MG_DROPOUT_MLP_OUT, &hd);
+    if (m->shared_F > 0)
+        MG_CHECK(shared_forward(x, mp, s, ln2, hdrop ? NULL : mid, out));
+    else if (hdrop)
+        MG_CHECK(be->memset_zero(be, out, (size_t)N * H * x->esz));
+    MG_CHECK(be->moe_unpermute(be, out, m->shared_F > 0 || hdrop ? out : mid, y, pos, probs, N,
+                               m->k, H));
+    return hdrop ? be->dropout_add(be, out, out, NULL, mid, N, H, c->S, &hd) : MG_OK;
 }
 
 mg_status mg_moe_backward(const mg_block_ctx *x, const mg_layer_params *p, const mg_layer_slot *s,
@@ -195,8 +202,13 @@ mg_status mg_moe_backward(const mg_block_ctx *x, const mg_layer_params *p, const
     float *dprobs = mg_block_ws_ptr(x, w->dprobs), *dlogits = mg_block_ws_ptr(x, w->dlogits);
     const int32_t *pos = mg_block_act(x, s->pos);
     const float *probs = mg_block_act(x, s->probs);
+    /* d(shared experts + combine): d(out) itself, or through the dropout mask */
+    mg_dropout hd;
+    bool hdrop = mg_block_dropout(x, p->layer, MG_DROPOUT_MLP_OUT, &hd);
+    const void *dmoe;
+    MG_CHECK(mg_block_row_parallel_dout(x, dres, hdrop ? &hd : NULL, &dmoe));
     /* the combine: d(expert outputs) and d(routing weights) */
-    MG_CHECK(be->moe_unpermute_backward(be, dy, dprobs, dres, mg_block_act(x, s->y), pos, probs, N,
+    MG_CHECK(be->moe_unpermute_backward(be, dy, dprobs, dmoe, mg_block_act(x, s->y), pos, probs, N,
                                         m->k, H, w->Rp));
     void *dxp = dxe; /* (Rp,H) d(the permuted rows) */
     if (m->ep == 1) {
@@ -210,7 +222,7 @@ mg_status mg_moe_backward(const mg_block_ctx *x, const mg_layer_params *p, const
     }
     /* d(ln2): the shared experts' (or zero), the routed copies', the router's */
     if (m->shared_F > 0)
-        MG_CHECK(shared_backward(x, mp, s, dres, dln));
+        MG_CHECK(shared_backward(x, mp, s, dmoe, dln));
     else
         MG_CHECK(be->memset_zero(be, dln, (size_t)N * H * esz));
     MG_CHECK(be->moe_permute_backward(be, dln, dxp, pos, N, m->k, H));

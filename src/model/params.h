@@ -45,6 +45,10 @@ typedef struct {
     /* its rows are the vocabulary padded to a multiple of --make-vocab-size-divisible-by x TP
      * (the embedding, the output layer): another layout may have more or fewer of them */
     bool vocab_rows;
+    /* the word embedding and the output layer (its pipeline copy too): Megatron's
+     * is_embedding_or_output_parameter, which --decoupled-lr gives its own lr
+     * (train/lr_schedule.h) */
+    bool embedding_or_output;
     /* an expert's weight (Megatron's allreduce = False): this expert-parallel rank's own, its
      * gradient reduced over the expert-data-parallel group, not the data-parallel one */
     bool expert;

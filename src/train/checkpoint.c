@@ -579,10 +579,12 @@ static mg_status load_iteration(const char *base, mg_train_state *s, const mg_co
     mg_train_state ignored;
     saved_format f = {.n_stages = 1, .n_files = 1};
     MG_CHECK(load_state(path, s ? s : &ignored, cfg, &f));
-    if (t) t->optimizer = f.optimizer;
+    const bool want = t && t->optimizer; /* the caller asks for the moments */
+    if (t) t->optimizer = f.optimizer && want;
     if (f.version == 1)
-        return mg_checkpoint_v1_load(base, f.n_stages, f.n_files, f.n_shards, g, params, t);
-    return load_store(base, g, params, f.optimizer && t, t, cfg ? cfg->seed : -1);
+        return mg_checkpoint_v1_load(base, f.n_stages, f.n_files, f.n_shards, g, params,
+                                     want ? t : NULL);
+    return load_store(base, g, params, t && t->optimizer, t, cfg ? cfg->seed : -1);
 }
 
 mg_status mg_checkpoint_load_weights(const char *dir, int64_t it, const mg_gpt *g, float *params) {

@@ -49,7 +49,7 @@ typedef struct {
     float *exp_avg, *exp_avg_sq;  /* local coordinates */
     const mg_optim_piece *pieces; /* (n_pieces) */
     int n_pieces;
-    bool optimizer;      /* the moments are saved (loaded: were in the checkpoint) */
+    bool optimizer; /* saving: the moments are saved; loading: in, load them; out, were loaded */
     int stage, n_stages; /* this rank's pipeline stage of n_stages (0, 1: no pipeline) */
     int tp_rank, tp_size, dp_rank, dp_size; /* 0, 1: none */
     /* [0] the dense parameters, [1] the experts': owns, this rank writes their weights (one
@@ -98,8 +98,9 @@ mg_status mg_checkpoint_save_weights(const char *dir, const mg_config *cfg, cons
                                      const float *params);
 /* *iteration = the tracker's iteration, or -1 when DIR holds no checkpoint yet. */
 mg_status mg_checkpoint_latest(const char *dir, int64_t *iteration);
-/* Loads iteration `it`: this rank's weights whole, and the moments of t's pieces when the
- * checkpoint has them (t->optimizer says whether it did; without, they are left as they are).
+/* Loads iteration `it`: this rank's weights whole, and the moments of t's pieces when
+ * t->optimizer asks for them and the checkpoint has them (t->optimizer then says whether they
+ * were loaded; if not, they are left as they are).
  * Fails when the checkpoint's model shape differs from cfg's, or its files do not cover what
  * this rank needs. */
 mg_status mg_checkpoint_load(const char *dir, int64_t it, mg_train_state *s, const mg_config *cfg,

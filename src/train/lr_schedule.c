@@ -4,24 +4,52 @@
 
 #include <math.h>
 
-mg_status mg_lr_schedule_init(mg_lr_schedule *s, const mg_config *c) {
+/* The lengths get_optimizer_param_scheduler computes, in samples. */
+static mg_status set_lengths(mg_lr_schedule *s, const mg_config *c) {
+    const bool samples = c->train_samples > 0;
+    if (samples) {
+        s->decay_steps = c->lr_decay_samples > 0 ? c->lr_decay_samples : c->train_samples;
+        s->warmup_steps = c->lr_warmup_fraction >= 0
+                              ? c->lr_warmup_fraction * (double)s->decay_steps
+                              : (double)c->lr_warmup_samples;
+        s->wsd_decay_steps = c->lr_wsd_decay_samples;
+        s->wd_incr_steps = c->train_samples;
+        return MG_OK;
+    }
     if (c->train_iters <= 0)
         return MG_FAIL(MG_ERR_USAGE,
-                       "--train-iters must be positive for the lr schedule (got %lld)",
+                       "--train-iters must be positive for the lr schedule (got %lld); or train "
+                       "by samples with --train-samples",
                        (long long)c->train_iters);
     if (c->global_batch_size <= 0)
         return MG_FAIL(MG_ERR_USAGE, "--global-batch-size must be resolved and positive (got %d)",
                        c->global_batch_size);
     int64_t gbs = c->global_batch_size;
     int64_t decay_iters = c->lr_decay_iters >= 0 ? c->lr_decay_iters : c->train_iters;
+    s->decay_steps = decay_iters * gbs;
+    s->warmup_steps = c->lr_warmup_fraction >= 0 ? c->lr_warmup_fraction * (double)s->decay_steps
+                                                 : (double)(c->lr_warmup_iters * gbs);
+    s->wsd_decay_steps = c->lr_wsd_decay_iters >= 0 ? c->lr_wsd_decay_iters * gbs : -1;
+    s->wd_incr_steps = c->train_iters * gbs;
+    return MG_OK;
+}
 
+mg_status mg_lr_schedule_init(mg_lr_schedule *s, const mg_config *c) {
+    *s = (mg_lr_schedule){0};
+    MG_CHECK(set_lengths(s, c));
     s->max_lr = c->lr;
     s->min_lr = c->min_lr;
     s->init_lr = c->lr_warmup_init;
     s->style = c->lr_decay_style;
-    s->decay_steps = decay_iters * gbs;
-    s->warmup_steps = c->lr_warmup_fraction >= 0 ? c->lr_warmup_fraction * (double)s->decay_steps
-                                                 : (double)(c->lr_warmup_iters * gbs);
+    s->wsd_style = c->lr_wsd_decay_style;
+    s->wd_style = c->weight_decay_incr_style;
+    /* arguments.py: the constant style decays by --weight-decay from start to end */
+    const bool constant = s->wd_style == MG_WD_CONSTANT;
+    s->start_wd = constant ? c->weight_decay : c->start_weight_decay;
+    s->end_wd = constant ? c->weight_decay : c->end_weight_decay;
+    s->decoupled = c->decoupled_lr >= 0;
+    s->decoupled_max_lr = c->decoupled_lr;
+    s->decoupled_min_lr = c->decoupled_min_lr >= 0 ? c->decoupled_min_lr : c->min_lr;
     s->num_steps = 0;
 
     /* The same conditions OptimizerParamScheduler asserts in its constructor. */
@@ -33,27 +61,83 @@ mg_status mg_lr_schedule_init(mg_lr_schedule *s, const mg_config *c) {
         return MG_FAIL(MG_ERR_USAGE, "--lr-warmup-init (%g) must be <= --lr (%g)", s->init_lr,
                        s->max_lr);
     if (s->decay_steps <= 0)
-        return MG_FAIL(MG_ERR_USAGE, "--lr-decay-iters must be positive (got %lld)",
-                       (long long)decay_iters);
+        return MG_FAIL(MG_ERR_USAGE,
+                       "the lr decay must be positive (got %lld samples): check --lr-decay-iters "
+                       "or --lr-decay-samples",
+                       (long long)s->decay_steps);
     if (!(s->warmup_steps < (double)s->decay_steps))
         return MG_FAIL(MG_ERR_USAGE,
                        "lr warm-up (%g samples) must end before lr decay does (%lld samples): "
-                       "lower --lr-warmup-iters/--lr-warmup-fraction or raise --lr-decay-iters",
+                       "lower --lr-warmup-iters/--lr-warmup-samples/--lr-warmup-fraction or raise "
+                       "the decay",
                        s->warmup_steps, (long long)s->decay_steps);
+    if (s->style == MG_LR_WSD && s->wsd_decay_steps <= 0)
+        return MG_FAIL(MG_ERR_USAGE, "--lr-decay-style WSD needs --lr-wsd-decay-iters or "
+                                     "--lr-wsd-decay-samples (the anneal's length)");
+    if (!(s->start_wd >= 0.0))
+        return MG_FAIL(MG_ERR_USAGE, "the start weight decay must be >= 0 (got %g)", s->start_wd);
+    if (!(s->end_wd >= s->start_wd))
+        return MG_FAIL(MG_ERR_USAGE, "--end-weight-decay (%g) must be >= --start-weight-decay (%g)",
+                       s->end_wd, s->start_wd);
     return MG_OK;
 }
 
-double mg_lr_schedule_lr(const mg_lr_schedule *s) {
+/* Megatron's WSD anneal coefficients of q in [0, 1]. */
+static double wsd_coeff(mg_wsd_style style, double q) {
+    switch (style) {
+    case MG_WSD_LINEAR:
+        return 1.0 - q;
+    case MG_WSD_COSINE:
+        return 0.5 * (cos(M_PI * q) + 1.0);
+    case MG_WSD_MINUS_SQRT:
+        return 1.0 - sqrt(q);
+    case MG_WSD_EXPONENTIAL:
+        break;
+    }
+    return (2.0 * pow(0.5, q)) - 1.0;
+}
+
+double mg_lr_schedule_lr_of(const mg_lr_schedule *s, double max_lr, double min_lr) {
+    /* the operations in get_lr's order, so every rounding is Python's */
     double n = (double)s->num_steps;
     if (s->warmup_steps > 0 && n <= s->warmup_steps)
-        return s->init_lr + (s->max_lr - s->init_lr) * n / s->warmup_steps;
-    if (s->style == MG_LR_CONSTANT) return s->max_lr;
-    if (s->num_steps > s->decay_steps) return s->min_lr;
+        return s->init_lr + (max_lr - s->init_lr) * n / s->warmup_steps;
+    if (s->style == MG_LR_CONSTANT) return max_lr;
+    if (s->num_steps > s->decay_steps) return min_lr;
+    if (s->style == MG_LR_INVERSE_SQRT) {
+        double w = s->warmup_steps > 1 ? s->warmup_steps : 1, m = n > 1 ? n : 1;
+        double lr = max_lr * pow(w, 0.5) / pow(m, 0.5); /* Python's ** 0.5 is pow */
+        return lr > min_lr ? lr : min_lr;
+    }
+    double coeff;
+    if (s->style == MG_LR_WSD) {
+        int64_t anneal_start = s->decay_steps - s->wsd_decay_steps;
+        coeff = s->num_steps <= anneal_start
+                    ? 1.0
+                    : wsd_coeff(s->wsd_style,
+                                (double)(s->num_steps - anneal_start) / (double)s->wsd_decay_steps);
+    } else {
+        /* 0 <= ratio <= 1 here: n > warmup (or warmup == 0) and n <= decay. */
+        double ratio = (n - s->warmup_steps) / ((double)s->decay_steps - s->warmup_steps);
+        coeff = s->style == MG_LR_COSINE ? 0.5 * (cos(M_PI * ratio) + 1.0) : 1.0 - ratio;
+    }
+    return min_lr + coeff * (max_lr - min_lr);
+}
 
-    /* 0 <= ratio <= 1 here: n > warmup (or warmup == 0) and n <= decay. */
-    double ratio = (n - s->warmup_steps) / ((double)s->decay_steps - s->warmup_steps);
-    double coeff = s->style == MG_LR_COSINE ? 0.5 * (cos(M_PI * ratio) + 1.0) : 1.0 - ratio;
-    return s->min_lr + coeff * (s->max_lr - s->min_lr);
+double mg_lr_schedule_lr(const mg_lr_schedule *s) {
+    return mg_lr_schedule_lr_of(s, s->max_lr, s->min_lr);
+}
+
+double mg_lr_schedule_decoupled_lr(const mg_lr_schedule *s) {
+    return s->decoupled ? mg_lr_schedule_lr_of(s, s->decoupled_max_lr, s->decoupled_min_lr)
+                        : mg_lr_schedule_lr(s);
+}
+
+double mg_lr_schedule_wd(const mg_lr_schedule *s) {
+    if (s->num_steps > s->wd_incr_steps || s->wd_style == MG_WD_CONSTANT) return s->end_wd;
+    double r = (double)s->num_steps / (double)s->wd_incr_steps;
+    double coeff = s->wd_style == MG_WD_COSINE ? 0.5 * (cos(M_PI * (1 - r)) + 1.0) : r;
+    return s->start_wd + coeff * (s->end_wd - s->start_wd);
 }
 
 void mg_lr_schedule_step(mg_lr_schedule *s, int64_t increment) {

@@ -78,7 +78,8 @@ mg_status mg_memory_stage_estimate(const mg_config *c, int pp_rank, int dp_size,
         /* every part as the trainer's arena commits it (train/trainer.c plan_memory) */
         size_t master = compute != MG_F32 ? o.numel * sizeof(float) : 0;
         size_t io_parts[4] = {(size_t)out->slots * N * sizeof(int32_t),
-                              (size_t)out->slots * N * sizeof(int32_t), N * sizeof(float),
+                              (size_t)out->slots * N * sizeof(int32_t),
+                              (c->eod_mask_loss ? (size_t)out->slots : 1) * N * sizeof(float),
                               MG_MEMORY_STATS * sizeof(float)};
         mg_arena io;
         mg_arena_init(&io, "batch");

@@ -9,7 +9,7 @@
 #include "model/gpt.h"
 #include "parallel/grad_buffer.h"
 
-#define MG_MEMORY_STATS 8 /* fp32 step statistics the trainer keeps (at least MG_STAT_COUNT) */
+#define MG_MEMORY_STATS 16 /* fp32 step statistics the trainer keeps (at least MG_STAT_END) */
 
 typedef struct {
     int pp_rank;

@@ -103,6 +103,16 @@ int mg_metrics_format_line_at(char *buf, size_t cap, const char *timestamp,
         sb_float(&b, "%.3f", false, r->grad_norm);
         sb_printf(&b, " |");
     }
+    if (r->log_num_zeros) { /* a float's repr: an integer below 2^53 prints as "N.0" */
+        sb_printf(&b, " num zeros: ");
+        sb_float(&b, "%.1f", false, r->num_zeros);
+        sb_printf(&b, " |");
+    }
+    if (r->log_params_norm) {
+        sb_printf(&b, " params norm: ");
+        sb_float(&b, "%.3f", false, r->params_norm);
+        sb_printf(&b, " |");
+    }
     sb_printf(&b, " number of skipped iterations: %3d |", r->skipped_iters);
     sb_printf(&b, " number of nan iterations: %3d |", r->nan_iters);
     const struct {
@@ -164,6 +174,14 @@ int mg_metrics_format_json(char *buf, size_t cap, const mg_log_record *r) {
     if (r->moe) {
         sb_printf(&b, ", ");
         sb_json_num(&b, "expert_load", r->expert_load, false);
+    }
+    if (r->log_num_zeros) {
+        sb_printf(&b, ", ");
+        sb_json_num(&b, "num_zeros", r->num_zeros, false);
+    }
+    if (r->log_params_norm) {
+        sb_printf(&b, ", ");
+        sb_json_num(&b, "params_norm", r->params_norm, false);
     }
     sb_printf(&b, "}");
     return sb_result(&b);

@@ -32,6 +32,9 @@ typedef struct {
     bool moe;
     const char *aux_name;
     double aux_loss, z_loss, expert_load;
+    /* --log-num-zeros-in-grad, --log-params-norm: printed only where the flag (log_*) is set */
+    bool log_num_zeros, log_params_norm;
+    double num_zeros, params_norm;
 } mg_log_record;
 
 /* Local time as Megatron stamps its line: datetime.now().strftime('%Y-%m-%d %H:%M:%S.%f'),
@@ -41,8 +44,10 @@ void mg_metrics_timestamp(char *buf, size_t cap);
 /* Megatron's training_log line (megatron/training/training.py) with the given timestamp:
  *  " [ts] iteration {:8d}/{:8d} | consumed samples: {:12d} | elapsed time per iteration (ms):
  *  {:.1f} | throughput per GPU (TFLOP/s/GPU): {:.1f} | learning rate: {:.6E} | global batch size:
- *  {:5d} | lm loss: {:.6E} | loss scale: {:.1f} | grad norm: {:.3f} | number of skipped
- *  iterations: {:3d} | number of nan iterations: {:3d} |"
+ *  {:5d} | lm loss: {:.6E} | loss scale: {:.1f} | grad norm: {:.3f} | [num zeros: {} |]
+ *  [params norm: {:.3f} |] number of skipped iterations: {:3d} | number of nan iterations:
+ *  {:3d} |" (num zeros: megatron-core 0.16.1's fp32 count, printed as Python prints a float:
+ *  1234.0)
  * then, for MoE models, Megatron's " {name}: {:.2f} |" per tracked loss, and ours
  * " expert load (max/mean): {:.2f} |".
  * Non-finite values print as Python prints them (nan, inf, NAN, INF). tokens_per_s is not part of
@@ -53,7 +58,8 @@ int mg_metrics_format_line_at(char *buf, size_t cap, const char *timestamp, cons
 int mg_metrics_format_line(char *buf, size_t cap, const mg_log_record *r);
 
 /* One JSON object, no newline: {"iteration": 10, "lm_loss": .., "lr": .., "grad_norm": ..,
- * "tokens_per_s": .., "ms_per_iter": .., "consumed_samples": .., "tflops": ..}. Doubles are
+ * "tokens_per_s": .., "ms_per_iter": .., "consumed_samples": .., "tflops": .., then the MoE
+ * values, "num_zeros" and "params_norm" where the record has them}. Doubles are
  * written with %.17g so strtod reads back the same bits; NaN and Inf become null. Returns like
  * snprintf. */
 int mg_metrics_format_json(char *buf, size_t cap, const mg_log_record *r);

@@ -48,10 +48,14 @@ static bool norm_counts(const mg_param_meta *m, int tp_rank) {
     return !m->shared && (tp_rank == 0 || m->tp_split_dim >= 0);
 }
 
-/* Spans: neighbouring pieces of one shard with the same weight decay, gaps included (they hold
- * zeros in every buffer, which AdamW keeps at zero): one call each (~100 at GPT-2 124M). With
- * `for_norm`, only the pieces the gradient norm counts (norm_counts), merged whatever their
- * weight decay. */
+bool mg_optimizer_counts(const mg_param_meta *m, int tp_rank) {
+    return norm_counts(m, tp_rank);
+}
+
+/* Spans: neighbouring pieces of one shard with the same weight decay and lr group, gaps included
+ * (they hold zeros in every buffer, which AdamW keeps at zero): one call each (~100 at GPT-2
+ * 124M). With `for_norm`, only the pieces the gradient norm counts (norm_counts), merged whatever
+ * their weight decay and group. */
 static int build_spans(const mg_optimizer *o, const mg_param_table *t, bool for_norm, int tp_rank,
                        mg_optim_span *spans) {
     int shard = 0, n = 0;
@@ -61,15 +65,17 @@ static int build_spans(const mg_optimizer *o, const mg_param_table *t, bool for_
         if (for_norm && !norm_counts(&t->p[p->index], tp_rank)) continue;
         size_t len = (size_t)(p->param_end - p->param_start);
         bool wd = for_norm || t->p[p->index].weight_decay;
+        bool dec = !for_norm && t->p[p->index].embedding_or_output;
         mg_optim_span *last = n ? &spans[n - 1] : NULL;
         /* a run may swallow the gaps between pieces, never a piece it must not hold */
         bool adjacent = !for_norm || (k > 0 && norm_counts(&t->p[o->pieces[k - 1].index], tp_rank));
-        if (last && last->weight_decay == wd && last->local >= o->shards[shard].local &&
-            p->world >= last->world + last->n && adjacent) {
+        if (last && last->weight_decay == wd && last->decoupled == dec &&
+            last->local >= o->shards[shard].local && p->world >= last->world + last->n &&
+            adjacent) {
             last->n = p->world + len - last->world;
             continue;
         }
-        spans[n++] = (mg_optim_span){p->world, p->local, len, wd, o->shards[shard].buf};
+        spans[n++] = (mg_optim_span){p->world, p->local, len, wd, dec, o->shards[shard].buf};
     }
     return n;
 }
@@ -176,7 +182,7 @@ static mg_status all_reduce_sums(mg_backend *be, mg_comm *const *groups, float *
 }
 
 mg_status mg_optimizer_step(mg_optimizer *o, mg_backend *be, void *params, float *master,
-                            const float *grads, double lr) {
+                            const float *grads, const mg_optim_rates *r) {
     /* per buffer: [0] dense, [3] expert (optimizer.h) */
     float *sumsq = &o->scalars[0], *norm = &o->scalars[1], *coef = &o->scalars[2];
     float *sums[MG_TRAIN_BUFFERS_MAX] = {&o->scalars[0], &o->scalars[3]};
@@ -208,9 +214,10 @@ mg_status mg_optimizer_step(mg_optimizer *o, mg_backend *be, void *params, float
     size_t esz = mg_dtype_size(be->compute_dtype);
     for (int i = 0; i < o->n_spans; i++) {
         const mg_optim_span *s = &o->spans[i];
-        float wd = s->weight_decay ? (float)o->weight_decay : 0.0f;
+        float wd = s->weight_decay ? (float)r->weight_decay : 0.0f;
+        float lr = (float)(s->decoupled ? r->decoupled_lr : r->lr);
         MG_CHECK(be->adamw(be, (char *)params + s->world * esz, master ? master + s->local : NULL,
-                           grads + s->world, o->m + s->local, o->v + s->local, s->n, (float)lr,
+                           grads + s->world, o->m + s->local, o->v + s->local, s->n, lr,
                            (float)o->beta1, (float)o->beta2, (float)o->eps, wd, bc1, bc2, coef));
     }
     return MG_OK;

@@ -43,13 +43,21 @@ typedef struct {
     size_t world, local;
 } mg_optim_piece;
 
-/* A run of neighbouring pieces of one shard with the same weight decay, updated by one call. The
- * gaps between them (alignment and bucket padding) are zero in every buffer and stay zero. */
+/* A run of neighbouring pieces of one shard with the same weight decay and lr group, updated by
+ * one call. The gaps between them (alignment and bucket padding) are zero in every buffer and
+ * stay zero. */
 typedef struct {
     size_t world, local, n;
     bool weight_decay;
-    int buf; /* the buffer (train/buffers.h) */
+    bool decoupled; /* the embedding and output layer's lr (--decoupled-lr, metadata flag) */
+    int buf;        /* the buffer (train/buffers.h) */
 } mg_optim_span;
+
+/* One step's rates (train/lr_schedule.h): the default group's lr, the embedding and output
+ * layer's (= lr without --decoupled-lr) and the weight decay of parameters that decay. */
+typedef struct {
+    double lr, decoupled_lr, weight_decay;
+} mg_optim_rates;
 
 typedef struct {
     size_t world, local, n; /* a shard: world range [world, world + n), local start */
@@ -97,12 +105,16 @@ void mg_optimizer_free(mg_optimizer *o);
 mg_status mg_optimizer_plan(mg_optimizer *o, mg_arena *arena);
 void mg_optimizer_bind(mg_optimizer *o, mg_arena *arena);
 /* Computes the global gradient norm (into scalars[1], backend memory) and clips + updates this
- * rank's elements with learning rate lr. `params` (world numel) compute dtype, `grads` (world
- * numel) fp32, of which only this rank's shards are read. `master` (o->numel) fp32 holds the
- * master weights of the local elements when the compute dtype is not fp32 (CUDA: bf16 params
- * receive the updated masters rounded); NULL when the parameters are themselves fp32 (CPU).
- * Nothing is read back to the host. */
+ * rank's elements with the rates r (per span: its lr group, and r->weight_decay or none).
+ * `params` (world numel) compute dtype, `grads` (world numel) fp32, of which only this rank's
+ * shards are read. `master` (o->numel) fp32 holds the master weights of the local elements when
+ * the compute dtype is not fp32 (CUDA: bf16 params receive the updated masters rounded); NULL
+ * when the parameters are themselves fp32 (CPU). Nothing is read back to the host. */
 mg_status mg_optimizer_step(mg_optimizer *o, mg_backend *be, void *params, float *master,
-                            const float *grads, double lr);
+                            const float *grads, const mg_optim_rates *r);
+/* Whether tensor-parallel rank tp_rank's gradient norm counts parameter m (not the embedding's
+ * pipeline copy; a replicated parameter only on TP rank 0): Megatron's filters, which its params
+ * norm and zero count apply too (train/trainer_stats.c). */
+bool mg_optimizer_counts(const mg_param_meta *m, int tp_rank);
 
 #endif

@@ -8,6 +8,8 @@
  * (at the latest every --log-interval iterations) and never saved. */
 #include "core/flags.h"
 #include "core/log.h"
+#include "train/run_control.h"
+#include "train/tensorboard_log.h"
 #include "train/trainer.h"
 
 #include <inttypes.h>
@@ -38,11 +40,13 @@ static void print_validation(const char *where, double loss) {
     mg_log_last("%s", dashes);
 }
 
-static mg_status evaluate_and_print(mg_trainer *t, const char *where) {
+/* Validation (or, with test, the test split): Megatron's evaluate_and_print_results, which
+ * writes the test split's result under the validation tags too. */
+static mg_status evaluate_and_print(mg_trainer *t, const char *where, mg_tb_log *tb, bool test) {
     double loss;
-    MG_CHECK(mg_trainer_evaluate(t, &loss));
+    MG_CHECK(test ? mg_trainer_evaluate_test(t, &loss) : mg_trainer_evaluate(t, &loss));
     print_validation(where, loss);
-    return MG_OK;
+    return mg_tb_log_validation(tb, t->state.iteration, t->state.consumed_train_samples, loss);
 }
 
 static void print_banner(const mg_trainer *t) {
@@ -97,7 +101,7 @@ static void print_banner(const mg_trainer *t) {
                     e->capacity_factor > 0 ? "capacity-limited" : "dropless");
     }
     mg_log_info("> batch: micro %d, global %d (%d microbatches per rank), %" PRId64 " iterations",
-                c->micro_batch_size, c->global_batch_size, t->num_microbatches, c->train_iters);
+                c->micro_batch_size, c->global_batch_size, t->num_microbatches, t->train_iters);
     for (int b = 0; b < t->bufs.n; b++) {
         const mg_train_buffer *bf = &t->bufs.b[b];
         const mg_grad_buffer_layout *l = &bf->layout;
@@ -125,10 +129,18 @@ static void print_banner(const mg_trainer *t) {
     if (t->be->device != MG_DEVICE_CPU && mg_flags_seen("--fp16"))
         mg_log_info("> note: the %s backend computes in %s; --fp16 is not used", t->be->name,
                     mg_dtype_name(t->be->compute_dtype));
+    /* Megatron's dropout defaults apply to scripts that omit the flags: say so once */
+    const bool att = !mg_flags_seen("--attention-dropout") && c->attention_dropout == 0.1,
+               hid = !mg_flags_seen("--hidden-dropout") && c->hidden_dropout == 0.1;
+    if (att || hid)
+        mg_log_info("> %s%s%s %s 0.1 as in Megatron; pass 0 to disable",
+                    att ? "--attention-dropout" : "", att && hid ? " and " : "",
+                    hid ? "--hidden-dropout" : "", att && hid ? "default to" : "defaults to");
 }
 
-/* The MoE values of the log line: the losses Megatron tracks (those enabled) and the load. */
-static void moe_record(mg_trainer *t, const mg_step_stats *s, mg_log_record *r) {
+/* The MoE values of the log line: the losses Megatron tracks (those enabled) and, with `load`,
+ * the expert load (else -1). */
+static void moe_record(mg_trainer *t, const mg_step_stats *s, bool load, mg_log_record *r) {
     const mg_moe_routing *q = &t->model.cfg.moe.route;
     r->moe = true;
     r->aux_name = q->balancing == MG_MOE_LB_NONE || !(q->aux_coeff > 0) ? NULL
@@ -136,7 +148,26 @@ static void moe_record(mg_trainer *t, const mg_step_stats *s, mg_log_record *r) 
                                                                         : "load_balancing_loss";
     r->aux_loss = s->moe_aux;
     r->z_loss = q->z_coeff > 0 ? s->moe_z : -1;
-    r->expert_load = mg_trainer_expert_load(t);
+    r->expert_load = load ? mg_trainer_expert_load(t) : -1;
+}
+
+/* TensorBoard's scalars of this iteration, as Megatron's training_log writes them every
+ * --tensorboard-log-interval: the last step's loss and grad norm, read (one host sync) without
+ * resetting the sums behind the log line. */
+static mg_status tensorboard_iteration(mg_trainer *t, mg_tb_log *tb) {
+    mg_step_stats s;
+    MG_CHECK(mg_trainer_read_stats(t, &s, false));
+    mg_log_record r = {
+        .iteration = t->state.iteration,
+        .consumed_samples = t->state.consumed_train_samples,
+        .lr = mg_lr_schedule_lr(&t->lr),
+        .global_batch_size = (int)t->step_global_batch, /* grows with --rampup-batch-size */
+        .lm_loss = s.loss,
+        .loss_scale = 1.0,
+        .grad_norm = s.grad_norm,
+    };
+    if (t->model.cfg.moe.E > 0) moe_record(t, &s, false, &r);
+    return mg_tb_log_train(tb, &r);
 }
 
 /* The pipeline bubble this stage measured (parallel/pipeline/run.h: time waiting for neighbours
@@ -155,6 +186,22 @@ static void print_bubble(const mg_trainer *t) {
                 100.0 * wait / p->busy_s, 100.0 * theory);
 }
 
+/* --log-num-zeros-in-grad and --log-params-norm: the step's values, as Megatron computes them
+ * after its optimizer step (collectives: every rank is here at every log line). */
+static mg_status grad_and_params_stats(mg_trainer *t, mg_log_record *r) {
+    if (t->cfg.log_num_zeros_in_grad) {
+        int64_t zeros;
+        MG_CHECK(mg_trainer_num_zeros(t, &zeros));
+        r->log_num_zeros = true;
+        r->num_zeros = (double)zeros;
+    }
+    if (t->cfg.log_params_norm) {
+        MG_CHECK(mg_trainer_params_norm(t, &r->params_norm));
+        r->log_params_norm = true;
+    }
+    return MG_OK;
+}
+
 /* Reads the statistics (one host sync) and fails on a non-finite loss or grad norm since the
  * last reset. */
 static mg_status read_checked(mg_trainer *t, int64_t since, mg_step_stats *s, bool reset) {
@@ -168,9 +215,8 @@ static mg_status read_checked(mg_trainer *t, int64_t since, mg_step_stats *s, bo
     return MG_OK;
 }
 
-static mg_status train_loop(mg_trainer *t) {
+static mg_status train_loop(mg_trainer *t, mg_tb_log *tb, mg_run_control *rc) {
     const mg_config *c = &t->cfg;
-    double flops = mg_flops_per_iteration(c, c->global_batch_size);
     double t_last = now_s();
     int64_t logged_iters = 0;
     const int nan_iters = 0; /* a non-finite loss or grad norm stops the run */
@@ -178,7 +224,12 @@ static mg_status train_loop(mg_trainer *t) {
     int64_t start_iteration = t->state.iteration, checked = t->state.iteration;
     mg_step_stats s;
     MG_CHECK(mg_trainer_read_stats(t, &s, true)); /* zero the running sums */
-    while (t->state.iteration < c->train_iters) {
+    while (t->state.iteration < t->train_iters) {
+        /* Megatron saves before the first iteration of a new microbatch count (rampup) */
+        if (mg_run_control_batch_changes(rc, t) && c->save[0] && !saved_last) {
+            MG_CHECK(read_checked(t, checked, &s, false));
+            MG_CHECK(mg_trainer_save(t));
+        }
         MG_CHECK(mg_trainer_step_async(t));
         int64_t it = t->state.iteration;
         saved_last = false;
@@ -187,49 +238,57 @@ static mg_status train_loop(mg_trainer *t) {
             MG_CHECK(mg_trainer_log_memory(t, "after the first step"));
             mg_pipeline_timing_reset(&t->pipe); /* the bubble of the steady state */
         }
-        if (it % c->log_interval == 0 || it == c->train_iters) {
+        if (mg_tb_log_due(tb, it)) MG_CHECK(tensorboard_iteration(t, tb));
+        if (it % c->log_interval == 0 || it == t->train_iters) {
             MG_CHECK(read_checked(t, checked, &s, true));
             checked = it;
             double t_now = now_s();
             double sec = (t_now - t_last) / (double)logged_iters;
+            const int64_t gbs = t->step_global_batch; /* Megatron: the last iteration's */
+            double flops = mg_flops_per_iteration(c, gbs);
             mg_log_record r = {
                 .iteration = it,
-                .train_iters = c->train_iters,
+                .train_iters = t->train_iters,
                 .consumed_samples = t->state.consumed_train_samples,
                 .elapsed_ms_per_iter = sec * 1e3,
                 .tflops_per_gpu =
                     flops / sec / 1e12 / (t->dp_size * t->tp_size * t->pp_size), /* a rank a GPU */
-                .tokens_per_s = (double)c->global_batch_size * c->seq_length / sec,
+                .tokens_per_s = (double)gbs * c->seq_length / sec,
                 .lr = mg_lr_schedule_lr(&t->lr), /* Megatron logs the lr after the step */
-                .global_batch_size = c->global_batch_size,
+                .global_batch_size = (int)gbs,
                 .lm_loss = s.loss_sum / (double)logged_iters,
                 .loss_scale = 1.0,
                 .grad_norm = s.grad_norm,
                 .skipped_iters = 0,
                 .nan_iters = nan_iters,
             };
-            if (t->model.cfg.moe.E > 0) moe_record(t, &s, &r);
+            if (t->model.cfg.moe.E > 0) moe_record(t, &s, true, &r);
+            MG_CHECK(grad_and_params_stats(t, &r));
             MG_CHECK(mg_trainer_save_poll(t)); /* a background save, committed once written */
             char line[1024];
             mg_metrics_format_line(line, sizeof line, &r);
             mg_log_last("%s", line);
             if (mg_log_is_logging_rank()) MG_CHECK(mg_metrics_write(&t->metrics, &r));
+            MG_CHECK(mg_tb_log_timing(tb, &r));
             logged_iters = 0;
             t_last = now_s();
         }
         if (t->have_valid && c->eval_interval > 0 && it % c->eval_interval == 0 &&
-            it < c->train_iters) {
+            it < t->train_iters) {
             char where[64];
             snprintf(where, sizeof where, "iteration %" PRId64, it);
             /* evaluation time does not count as iteration time; the steps still queued on the
              * device do, so they are drained first */
             MG_CHECK(t->be->synchronize(t->be));
             double t0 = now_s();
-            MG_CHECK(evaluate_and_print(t, where));
+            MG_CHECK(evaluate_and_print(t, where, tb, false));
             t_last += now_s() - t0;
         }
+        mg_stop_reason stop; /* --exit-signal-handler, --exit-duration-in-mins: all ranks agree */
+        MG_CHECK(mg_run_control_stop(rc, t, &stop));
         const bool exiting =
-            c->exit_interval > 0 && it % c->exit_interval == 0 && it < c->train_iters;
+            stop != MG_STOP_NONE ||
+            (c->exit_interval > 0 && it % c->exit_interval == 0 && it < t->train_iters);
         const bool saving = c->save[0] && ((c->save_interval > 0 && it % c->save_interval == 0) ||
                                            (exiting && !saved_last));
         if (saving || exiting) MG_CHECK(read_checked(t, checked, &s, false)); /* never save NaN */
@@ -241,20 +300,36 @@ static mg_status train_loop(mg_trainer *t) {
         }
         if (exiting) {
             MG_CHECK(mg_trainer_save_wait(t));
-            mg_log_info("exiting program at iteration %" PRId64, it);
+            if (stop != MG_STOP_NONE)
+                mg_run_control_log_stop(rc, stop);
+            else
+                mg_log_info("exiting program at iteration %" PRId64, it);
             return MG_OK;
         }
     }
     print_bubble(t);
-    if (t->have_valid) MG_CHECK(evaluate_and_print(t, "the end of training for val data"));
+    /* Megatron's pretrain: the final checkpoint, then the validation and test evaluations */
     if (c->save[0] && !saved_last && t->state.iteration > start_iteration)
         MG_CHECK(mg_trainer_save(t));
+    char where[80];
+    snprintf(where, sizeof where, "iteration %" PRId64 " on validation set", t->state.iteration);
+    if (t->have_valid) MG_CHECK(evaluate_and_print(t, where, tb, false));
+    snprintf(where, sizeof where, "iteration %" PRId64 " on test set", t->state.iteration);
+    if (t->have_test) MG_CHECK(evaluate_and_print(t, where, tb, true));
     return mg_trainer_save_wait(t);
 }
 
 mg_status mg_train_run(const mg_config *cfg, const mg_train_groups *g) {
+    mg_run_control rc; /* the start time and SIGTERM handler, before the trainer starts */
+    MG_CHECK(mg_run_control_init(&rc, cfg));
     mg_trainer *t = calloc(1, sizeof *t);
-    if (!t) return MG_FAIL(MG_ERR_NOMEM, "out of memory");
+    mg_tb_log *tb = calloc(1, sizeof *tb); /* holds its event buffer: off the stack */
+    if (!t || !tb) {
+        free(t);
+        free(tb);
+        mg_run_control_free(&rc);
+        return MG_FAIL(MG_ERR_NOMEM, "out of memory");
+    }
     mg_status st = mg_trainer_init_groups(t, cfg, g);
     if (st == MG_OK) {
         print_banner(t);
@@ -262,14 +337,20 @@ mg_status mg_train_run(const mg_config *cfg, const mg_train_groups *g) {
         st = mg_metrics_open(&t->metrics, mg_log_is_logging_rank() ? cfg->metrics_file : "",
                              resumed);
     }
+    if (st == MG_OK) st = mg_tb_log_open(tb, t);
+    if (st == MG_OK) st = mg_run_control_bind(&rc, t);
     if (st == MG_OK) {
-        if (t->state.iteration >= cfg->train_iters)
-            mg_log_info("> checkpoint is at iteration %" PRId64 " >= --train-iters %" PRId64
-                        "; nothing to train",
-                        t->state.iteration, cfg->train_iters);
-        st = train_loop(t);
+        if (t->state.iteration >= t->train_iters)
+            mg_log_info("> checkpoint is at iteration %" PRId64 " >= the %" PRId64
+                        " training iterations; nothing to train",
+                        t->state.iteration, t->train_iters);
+        st = train_loop(t, tb, &rc);
     }
+    mg_status closed = mg_tb_log_close(tb); /* what was logged before an error stays readable */
+    if (st == MG_OK) st = closed;
+    mg_run_control_free(&rc); /* its scratch is the backend's: before the trainer goes */
     mg_trainer_free(t);
     free(t);
+    free(tb);
     return st;
 }

@@ -4,9 +4,11 @@
 #include "core/env.h"
 #include "core/flags.h"
 #include "core/log.h"
-#include "data/tokenizer_gpt2.h"
+#include "data/tokenizer.h"
 #include "parallel/ddp.h"
 #include "train/memory.h"
+#include "train/trainer_batch.h"
+#include "train/trainer_loss.h"
 #include "train/trainer_moe.h"
 
 #include <inttypes.h>
@@ -104,7 +106,9 @@ static mg_status plan_memory(mg_trainer *t) {
     MG_CHECK(mg_arena_reserve(&t->a_work, mg_pipeline_buffer_bytes(&t->pipe), 0, &off_pipe));
     MG_CHECK(mg_arena_reserve(&t->a_io, slots * N * sizeof(int32_t), 0, &t->off_tokens));
     MG_CHECK(mg_arena_reserve(&t->a_io, slots * N * sizeof(int32_t), 0, &t->off_targets));
-    MG_CHECK(mg_arena_reserve(&t->a_io, N * sizeof(float), 0, &t->off_dloss));
+    /* the loss weights: one array, or each slot's with a loss mask (train/trainer_loss.h) */
+    size_t dloss_n = (c->eod_mask_loss ? slots : 1) * N;
+    MG_CHECK(mg_arena_reserve(&t->a_io, dloss_n * sizeof(float), 0, &t->off_dloss));
     MG_CHECK(mg_arena_reserve(&t->a_io, MG_MEMORY_STATS * sizeof(float), 0, &t->off_stats));
 
     /* host memory on the CPU backend (as before), the backend's allocation elsewhere */
@@ -163,7 +167,9 @@ static mg_status plan_memory(mg_trainer *t) {
     t->master = masters ? mg_arena_ptr(&t->a_master, t->off_master) : NULL;
     t->grads = mg_arena_ptr(&t->a_grads, t->off_grads);
     mg_optimizer_bind(&t->opt, &t->a_optim);
-    mg_pipeline_bind(&t->pipe, mg_arena_ptr(&t->a_work, off_pipe));
+    t->pipe_buffers = mg_arena_ptr(&t->a_work, off_pipe);
+    t->pipe_bytes = mg_pipeline_buffer_bytes(&t->pipe);
+    mg_pipeline_bind(&t->pipe, t->pipe_buffers);
     t->tokens = mg_arena_ptr(&t->a_io, t->off_tokens);
     t->targets = mg_arena_ptr(&t->a_io, t->off_targets);
     t->dloss = mg_arena_ptr(&t->a_io, t->off_dloss);
@@ -172,7 +178,8 @@ static mg_status plan_memory(mg_trainer *t) {
     MG_CHECK(mg_gpt_bind(g, be, t->params, t->grads, t->tp));
     t->host_tokens = malloc(N * sizeof(int32_t));
     t->host_targets = malloc(N * sizeof(int32_t));
-    if (!t->host_tokens || !t->host_targets)
+    t->host_dloss = malloc(N * sizeof(float));
+    if (!t->host_tokens || !t->host_targets || !t->host_dloss)
         return MG_FAIL(MG_ERR_NOMEM, "cannot allocate the batch staging buffers");
     return MG_OK;
 }
@@ -260,7 +267,7 @@ static mg_status alloc_host_state(const mg_trainer *t, mg_checkpoint_tensors *h,
     }
     h->pieces = t->opt.pieces;
     h->n_pieces = t->opt.n_pieces;
-    h->optimizer = true;
+    h->optimizer = !t->cfg.no_save_optim; /* loading: replaced by load_or_init's request */
     h->stage = t->pp_rank;
     h->n_stages = t->pp_size;
     h->tp_rank = t->tp_rank;
@@ -355,13 +362,23 @@ static mg_status load_or_init(mg_trainer *t) {
     if (st == MG_OK) st = alloc_host_state(t, &h, block);
     int64_t it = -1;
     if (st == MG_OK && c->load[0]) st = mg_checkpoint_latest(c->load, &it);
+    if (st == MG_OK && c->load[0] && it < 0 && c->exit_on_missing_checkpoint)
+        st = MG_FAIL(MG_ERR_IO,
+                     "--exit-on-missing-checkpoint: %s holds no checkpoint (no "
+                     "latest_checkpointed_iteration.txt)",
+                     c->load);
     if (st == MG_OK && c->load[0] && it < 0)
         mg_log_warn("could not find a checkpoint in %s (no latest_checkpointed_iteration.txt); "
                     "starting from random initialisation",
                     c->load);
     if (st == MG_OK && it >= 0) {
         const double t0 = seconds_now();
+        h.optimizer = !c->no_load_optim && !c->finetune; /* in: whether to load the moments */
         st = mg_checkpoint_load(c->load, it, &t->state, c, &t->model, &h);
+        /* Megatron: without the optimizer state the scheduler is not loaded either (it starts
+         * anew); --finetune also starts the iteration and the samples at 0 */
+        if (!h.optimizer) t->state.optimizer_step = t->state.lr_num_steps = 0;
+        if (c->finetune) t->state = (mg_train_state){0};
         const double sec = seconds_now() - t0,
                      gb = 4e-9 *
                           (double)(mg_params_count(&t->model.params) + (h.optimizer ? 2 * m : 0));
@@ -375,8 +392,12 @@ static mg_status load_or_init(mg_trainer *t) {
             mg_log_info("> checkpoint load: this rank read %.3f GB in %.2f s (%.2f GB/s)", gb, sec,
                         sec > 0 ? gb / sec : 0.0);
             if (!h.optimizer)
-                mg_log_info("> the checkpoint holds no optimizer state: Adam starts from zero "
-                            "moments");
+                mg_log_info("> %s: Adam starts from zero moments and the LR schedule from its "
+                            "start%s",
+                            c->finetune        ? "--finetune"
+                            : c->no_load_optim ? "--no-load-optim"
+                                               : "the checkpoint holds no optimizer state",
+                            c->finetune ? ", at iteration 0" : "");
         }
     } else if (st == MG_OK) {
         mg_params_init(&t->model.params, (uint64_t)c->seed, h.params);
@@ -396,11 +417,15 @@ static mg_status gpt_split_sample(void *ctx, int64_t index, int32_t *tokens, int
 /* The vocabulary size a tokenizer implies when --vocab-size is not given. */
 static mg_status resolve_vocab(mg_config *c) {
     if (c->vocab_size > 0) return MG_OK;
-    if (strcmp(c->tokenizer_type, "GPT2BPETokenizer") != 0)
+    if (!mg_tokenizer_known_type(c->tokenizer_type))
         return MG_FAIL(MG_ERR_USAGE, "--vocab-size is required with --tokenizer-type %s",
                        c->tokenizer_type);
     mg_tokenizer *tok;
-    MG_CHECK(mg_tokenizer_gpt2_load(&tok, c->vocab_file, c->merge_file));
+    mg_tokenizer_spec spec = {.type = c->tokenizer_type,
+                              .vocab_file = c->vocab_file,
+                              .merge_file = c->merge_file,
+                              .model = c->tokenizer_model};
+    MG_CHECK(mg_tokenizer_load(&tok, &spec));
     c->vocab_size = mg_tokenizer_vocab_size(tok);
     mg_tokenizer_free(tok);
     return MG_OK;
@@ -414,27 +439,40 @@ static mg_status open_data(mg_trainer *t) {
     if (!c->data_path[0]) {
         MG_CHECK(mg_mock_init(&t->train_data, (uint64_t)c->seed, 0, c->vocab_size, c->seq_length));
         MG_CHECK(mg_mock_init(&t->valid_data, (uint64_t)c->seed, 1, c->vocab_size, c->seq_length));
+        /* Megatron's mock data has a test split too: evaluated after training */
+        MG_CHECK(mg_mock_init(&t->test_data, (uint64_t)c->seed, 2, c->vocab_size, c->seq_length));
+        t->test_src = (mg_sample_source){mg_mock_source, &t->test_data};
+        t->have_test = c->eval_iters > 0;
         t->train_src = (mg_sample_source){mg_mock_source, &t->train_data};
         t->valid_src = (mg_sample_source){mg_mock_source, &t->valid_data};
         return MG_OK;
     }
     int64_t gbs = c->global_batch_size;
-    int64_t evals = c->eval_interval > 0 ? c->train_iters / c->eval_interval + 1 : 1;
+    int64_t evals = c->eval_interval > 0 ? t->train_iters / c->eval_interval + 1 : 1;
     mg_gpt_data_config dc = {
         .data_path = c->data_path,
         .split = c->split,
         .seq_length = c->seq_length,
         .seed = (uint64_t)c->seed,
         .cache_path = c->data_cache_path,
-        /* the test split is not read by the trainer: not built (so a weighted blend needs no
-         * count for it) */
-        .num_samples = {c->train_iters * gbs, evals * c->eval_iters * gbs, MG_GPT_SPLIT_UNUSED},
+        /* get_train_valid_test_num_samples: the test split is one evaluation, built only when
+         * it is evaluated (so a weighted blend needs no count for it otherwise) */
+        .num_samples = {c->train_samples > 0 ? c->train_samples : t->train_iters * gbs,
+                        evals * c->eval_iters * gbs,
+                        c->eval_iters > 0 ? (int64_t)c->eval_iters * gbs : MG_GPT_SPLIT_UNUSED},
+        /* a tiny test share of a small corpus may hold no document (Megatron would not finish
+         * building it): then there is no test evaluation */
+        .may_be_empty = {false, false, true},
     };
     MG_CHECK(mg_gpt_data_build(&t->gpt_data, &dc));
     t->train_split = (struct mg_gpt_split_source){t->gpt_data, 0};
     t->valid_split = (struct mg_gpt_split_source){t->gpt_data, 1};
     t->train_src = (mg_sample_source){gpt_split_sample, &t->train_split};
     t->valid_src = (mg_sample_source){gpt_split_sample, &t->valid_split};
+    t->test_split = (struct mg_gpt_split_source){t->gpt_data, 2};
+    t->test_src = (mg_sample_source){gpt_split_sample, &t->test_split};
+    /* as Megatron's do_test: a split without documents or weight has no dataset */
+    t->have_test = c->eval_iters > 0 && mg_gpt_data_len(t->gpt_data, 2) > 0;
     if (mg_gpt_data_len(t->gpt_data, 0) == 0)
         return MG_FAIL(MG_ERR_USAGE, "--split %s leaves no training documents in %s", c->split,
                        c->data_path);
@@ -442,9 +480,10 @@ static mg_status open_data(mg_trainer *t) {
         mg_log_warn("--split %s leaves no validation documents; evaluation is skipped", c->split);
         t->have_valid = false;
     }
-    mg_log_info("> datasets: train %" PRId64 " samples (%d epochs), valid %" PRId64 " samples",
+    mg_log_info("> datasets: train %" PRId64 " samples (%d epochs), valid %" PRId64
+                " samples, test %" PRId64 " samples",
                 mg_gpt_data_len(t->gpt_data, 0), mg_gpt_data_num_epochs(t->gpt_data, 0),
-                mg_gpt_data_len(t->gpt_data, 1));
+                mg_gpt_data_len(t->gpt_data, 1), mg_gpt_data_len(t->gpt_data, 2));
     return MG_OK;
 }
 
@@ -456,14 +495,13 @@ static mg_status set_batch_shape(mg_trainer *t) {
                        "global batch size (%d) is not divisible by micro batch size (%d) times "
                        "data parallel size (%d); make --global-batch-size a multiple of %lld",
                        c->global_batch_size, c->micro_batch_size, t->dp_size, (long long)per_step);
-    t->num_microbatches = (int)(c->global_batch_size / per_step);
-    return MG_OK;
+    t->num_microbatches = (int)(c->global_batch_size / per_step); /* the most, planned for */
+    return mg_trainer_batch_init(t); /* --rampup-batch-size, --train-samples */
 }
 
 /* Each token's share of the global batch's mean: 1 / (tokens x microbatches x D). */
 static float token_weight(const mg_trainer *t) {
-    return 1.0f /
-           (float)((size_t)t->model.blk.N * (size_t)t->num_microbatches * (size_t)t->dp_size);
+    return mg_trainer_token_weight(t);
 }
 
 /* The model's hooks (model/gpt.h) drive the data-parallel overlap (parallel/ddp.h) and, in the
@@ -606,6 +644,7 @@ mg_status mg_trainer_init_groups(mg_trainer *t, const mg_config *cfg, const mg_t
         t->model.hooks = (mg_gpt_hooks){hook_params_needed, hook_grads_ready, t};
     if (t->model.n_moe > 0) MG_CHECK(mg_trainer_moe_bind(t));
     MG_CHECK(open_data(t));
+    MG_CHECK(mg_trainer_loss_init(t));
     MG_CHECK(load_or_init(t));
     /* Megatron averages the loss over every token of the global batch: 1/(tokens x microbatches)
      * per token, and the gradients are scaled by 1/D before they are summed over the group
@@ -661,6 +700,15 @@ static int32_t *slot_targets(const mg_trainer *t, int slot) {
     return t->targets + (size_t)slot * (size_t)t->model.blk.N;
 }
 
+/* The final norm, logits and loss of the microbatch in slot s (train/trainer_loss.h's weights). */
+static mg_status head_loss(mg_trainer *t, int slot) {
+    const float *dloss, *loss_w;
+    float scale;
+    mg_trainer_loss_args(t, slot, &dloss, &loss_w, &scale);
+    return mg_gpt_head_loss(&t->model, t->be, slot, slot_targets(t, slot), dloss, loss_w, t->loss,
+                            scale);
+}
+
 static mg_status stage_forward(void *ctx, int mb, int chunk, int slot) {
     mg_trainer *t = ctx;
     const mg_gpt_chunk *ch = &t->model.chunks[chunk];
@@ -669,11 +717,14 @@ static mg_status stage_forward(void *ctx, int mb, int chunk, int slot) {
     if (ch->pre || ch->post)
         MG_CHECK(load_microbatch(t, t->pass_src, t->pass_first, mb, ch->pre ? tokens : NULL,
                                  ch->post ? targets : NULL));
+    /* dropout masks (training only) keyed by the iteration and the microbatch's place in the
+     * global batch (load_microbatch's samples): the same for every layout (core/dropout.h) */
+    mg_gpt_set_dropout(&t->model, slot, !t->forward_only, t->state.iteration,
+                       (mb * t->dp_size + t->dp_rank) * t->cfg.micro_batch_size);
     MG_CHECK(mg_gpt_chunk_forward(&t->model, t->be, chunk, slot, tokens));
     /* an evaluation's loss; training computes it in the backward (model/gpt.h: the lazy head) */
-    if (ch->post && t->forward_only)
-        MG_CHECK(
-            mg_gpt_head_loss(&t->model, t->be, slot, targets, t->dloss, t->loss, token_weight(t)));
+    if (ch->post) MG_CHECK(mg_trainer_loss_microbatch(t, slot));
+    if (ch->post && t->forward_only) MG_CHECK(head_loss(t, slot));
     return MG_OK;
 }
 
@@ -687,9 +738,7 @@ static mg_status stage_backward(void *ctx, int mb, int chunk, int slot) {
             if (buf_group(t, b)) MG_CHECK(mg_ddp_start_grad_sync(&t->ddp[b]));
         t->grad_sync_armed = true;
     }
-    if (ch->post)
-        MG_CHECK(mg_gpt_head_loss(&t->model, t->be, slot, slot_targets(t, slot), t->dloss, t->loss,
-                                  token_weight(t)));
+    if (ch->post) MG_CHECK(head_loss(t, slot));
     mg_status st = mg_gpt_chunk_backward(&t->model, t->be, chunk, slot, slot_tokens(t, slot));
     t->grad_sync_live = false;
     return st;
@@ -712,6 +761,7 @@ mg_status mg_trainer_forward_backward(mg_trainer *t, const mg_sample_source *src
                                       bool backward) {
     mg_backend *be = t->be;
     MG_CHECK(be->memset_zero(be, t->loss, sizeof(float)));
+    MG_CHECK(mg_trainer_loss_pass(t, src, first)); /* the global batch's unmasked tokens */
     t->pass_src = src;
     t->pass_first = first;
     t->forward_only = !backward;
@@ -749,7 +799,8 @@ static mg_status sync_embedding_grads(mg_trainer *t) {
 
 mg_status mg_trainer_step_async(mg_trainer *t) {
     mg_backend *be = t->be;
-    const mg_config *c = &t->cfg;
+    int64_t gbs; /* this iteration's global batch (it grows with --rampup-batch-size) */
+    MG_CHECK(mg_trainer_batch_begin(t, &gbs));
     if (t->zero_spans)
         MG_CHECK(mg_trainer_moe_zero_grads(t));
     else
@@ -763,16 +814,17 @@ mg_status mg_trainer_step_async(mg_trainer *t) {
      * during backward */
     for (int b = 0; b < t->bufs.n; b++)
         if (buf_group(t, b)) MG_CHECK(mg_ddp_finish_grad_sync(&t->ddp[b]));
-    /* Megatron: the update uses the lr before this iteration's scheduler step */
-    double lr = mg_lr_schedule_lr(&t->lr);
-    MG_CHECK(mg_optimizer_step(&t->opt, be, t->params, t->master, t->grads, lr));
+    /* Megatron: the update uses the lr and weight decay before this iteration's scheduler step */
+    const mg_optim_rates rates = {mg_lr_schedule_lr(&t->lr), mg_lr_schedule_decoupled_lr(&t->lr),
+                                  mg_lr_schedule_wd(&t->lr)};
+    MG_CHECK(mg_optimizer_step(&t->opt, be, t->params, t->master, t->grads, &rates));
     /* each rank updated its shards: gather the buckets' parameters (now, or during the next
      * forward with --overlap-param-gather) */
     for (int b = 0; b < t->bufs.n; b++)
         if (t->opt.buf_sharded[b]) MG_CHECK(mg_ddp_start_param_sync(&t->ddp[b]));
-    mg_lr_schedule_step(&t->lr, c->global_batch_size);
+    mg_lr_schedule_step(&t->lr, gbs);
     t->state.iteration++;
-    t->state.consumed_train_samples += c->global_batch_size;
+    t->state.consumed_train_samples += gbs;
     t->state.lr_num_steps = t->lr.num_steps;
     t->state.optimizer_step = t->opt.step;
     /* statistics, in stream order on the backend: nothing waits for the device here */
@@ -794,7 +846,7 @@ mg_status mg_trainer_read_stats(mg_trainer *t, mg_step_stats *out, bool reset_su
     out->moe_aux = v[MG_STAT_MOE_AUX];
     out->moe_z = v[MG_STAT_MOE_Z];
     _Static_assert(MG_STAT_GRAD_NORM_SUM == MG_STAT_LOSS_SUM + 1, "the sums are adjacent");
-    _Static_assert(MG_STAT_COUNT <= MG_MEMORY_STATS, "the batch arena holds the statistics");
+    _Static_assert(MG_STAT_END <= MG_MEMORY_STATS, "the batch arena holds the statistics");
     if (reset_sums) MG_CHECK(be->memset_zero(be, &t->stats[MG_STAT_LOSS_SUM], 2 * sizeof(float)));
     return MG_OK;
 }
@@ -808,21 +860,39 @@ mg_status mg_trainer_step(mg_trainer *t, double *loss, double *grad_norm) {
     return MG_OK;
 }
 
-mg_status mg_trainer_evaluate(mg_trainer *t, double *loss) {
+/* Mean loss over eval_iters global batches of src from sample *next (advanced past them).
+ * Megatron sums every batch's (loss sum, token count) and divides at the end: each batch's mean
+ * weighs its unmasked tokens over a whole batch's (1 without a loss mask). */
+static mg_status evaluate_stream(mg_trainer *t, const mg_sample_source *src, int64_t *next,
+                                 double *loss) {
     mg_backend *be = t->be;
     float *sum = &t->stats[MG_STAT_EVAL_SUM];
     MG_CHECK(be->memset_zero(be, sum, sizeof(float)));
+    /* Megatron evaluates whole --global-batch-size batches, whatever a rampup trains with */
+    MG_CHECK(mg_trainer_set_microbatches(t, t->eval_microbatches));
+    const double full = (double)t->cfg.global_batch_size * t->cfg.seq_length;
+    double weights = 0;
     for (int i = 0; i < t->cfg.eval_iters; i++) {
-        /* Megatron draws validation batches from a running position in the validation set */
-        MG_CHECK(
-            mg_trainer_forward_backward(t, &t->valid_src, t->state.consumed_valid_samples, false));
-        t->state.consumed_valid_samples += t->cfg.global_batch_size;
-        MG_CHECK(be->sum_f32(be, sum, t->loss, NULL, 1, 1.0f));
+        MG_CHECK(mg_trainer_forward_backward(t, src, *next, false));
+        *next += t->cfg.global_batch_size;
+        float w = (float)((double)t->pass_tokens / full);
+        weights += w;
+        MG_CHECK(be->sum_f32(be, sum, t->loss, NULL, 1, w));
     }
     float v = 0;
     if (t->cfg.eval_iters > 0) MG_CHECK(be->copy_d2h(be, &v, sum, sizeof v));
-    *loss = t->cfg.eval_iters > 0 ? (double)v / t->cfg.eval_iters : NAN;
+    *loss = t->cfg.eval_iters > 0 ? (double)v / (weights > 0 ? weights : 1.0) : NAN;
     return MG_OK;
+}
+
+mg_status mg_trainer_evaluate(mg_trainer *t, double *loss) {
+    /* Megatron draws validation batches from a running position in the validation set */
+    return evaluate_stream(t, &t->valid_src, &t->state.consumed_valid_samples, loss);
+}
+
+mg_status mg_trainer_evaluate_test(mg_trainer *t, double *loss) {
+    int64_t first = 0; /* build_pretraining_data_loader(test_ds, 0) */
+    return evaluate_stream(t, &t->test_src, &first, loss);
 }
 
 /* Commits the pending save (collective) and reports it. */
@@ -899,6 +969,8 @@ void mg_trainer_free(mg_trainer *t) {
     mg_metrics_close(&t->metrics);
     mg_mock_free(&t->train_data);
     mg_mock_free(&t->valid_data);
+    mg_mock_free(&t->test_data);
+    free(t->slot_denom);
     if (t->gpt_data) mg_gpt_data_free(t->gpt_data);
     mg_gpt_free(&t->model);
     mg_pipeline_free(&t->pipe);
@@ -911,6 +983,7 @@ void mg_trainer_free(mg_trainer *t) {
     for (size_t i = 0; i < sizeof arenas / sizeof *arenas; i++) mg_arena_free(arenas[i]);
     free(t->host_tokens);
     free(t->host_targets);
+    free(t->host_dloss);
     free(t->zero_spans);
     if (t->be) t->be->destroy(t->be);
     memset(t, 0, sizeof *t);

@@ -21,7 +21,8 @@
  * buckets with the distributed optimizer). Of each global batch, dp rank r takes Megatron's
  * samples (MegatronPretrainingSampler): microbatch m is [first + (m*D + r)*mbs, +mbs), so
  * num_microbatches = global_batch / (mbs x D). The loss gradient of every token is 1/(tokens of
- * the global batch) — Megatron's 1/(tokens x microbatches) times its gradient scaling 1/D — so
+ * the global batch) — Megatron's 1/(tokens x microbatches) times its gradient scaling 1/D; with
+ * --eod-mask-loss or --calculate-per-token-loss train/trainer_loss.h's weights — so
  * summing the buckets over the group gives the global batch's mean gradient; the reported loss
  * is summed over the group the same way. After backward: all-reduce per bucket (plain), or
  * reduce-scatter per bucket, AdamW on this rank's shard and all-gather of the updated
@@ -41,6 +42,7 @@
 #include "parallel/ddp.h"
 #include "parallel/grad_buffer.h"
 #include "parallel/pipeline/run.h"
+#include "train/batch_schedule.h"
 #include "train/buffers.h"
 #include "train/checkpoint.h"
 #include "train/lr_schedule.h"
@@ -64,7 +66,12 @@ typedef enum {
     MG_STAT_EVAL_SUM,      /* sum of the eval batch losses of the last mg_trainer_evaluate */
     MG_STAT_MOE_AUX,       /* MoE: the last step's logged aux loss (model/moe.h) */
     MG_STAT_MOE_Z,         /* MoE: the last step's logged z-loss */
-    MG_STAT_COUNT          /* <= MG_MEMORY_STATS (train/memory.h) */
+    MG_STAT_PARAMS_SUMSQ,  /* mg_trainer_params_norm: the dense parameters' sum of squares */
+    MG_STAT_PARAMS_SUMSQ_EXPERT, /* and the experts' */
+    MG_STAT_COUNT,               /* the statistics mg_trainer_read_stats reads */
+    MG_STAT_ZEROS = 10, /* int64 (2), 8-byte aligned: mg_trainer_num_zeros's dense and expert
+                           counts, over 4 fp32 slots */
+    MG_STAT_END = 14    /* <= MG_MEMORY_STATS (train/memory.h) */
 } mg_stat;
 
 typedef struct {
@@ -130,20 +137,37 @@ typedef struct {
     int n_zero_spans;
     int32_t *tokens;  /* (n_slots, N) backend: each activation slot's input ids */
     int32_t *targets; /* (n_slots, N) backend: each slot's labels */
-    float *dloss;     /* (N) backend: d(loss)/d(token loss) = 1 / (N * microbatches * D) */
-    float *stats;     /* (MG_STAT_COUNT) backend fp32 */
+    float *dloss;     /* (N) backend: d(loss)/d(token loss) = 1 / (N * microbatches * D); with
+                         --eod-mask-loss (n_slots, N): each slot's masked weights
+                         (train/trainer_loss.h) */
+    float *stats;     /* (MG_MEMORY_STATS) backend fp32 (two int64 at MG_STAT_ZEROS) */
     float *loss;      /* (1) backend accumulator: &stats[MG_STAT_LOSS] */
-    int32_t *host_tokens, *host_targets; /* (N) */
-    mg_mock_data train_data, valid_data; /* --mock-data */
-    mg_gpt_data *gpt_data;               /* --data-path: Megatron's GPT datasets */
+    int32_t *host_tokens, *host_targets;            /* (N) */
+    mg_mock_data train_data, valid_data, test_data; /* --mock-data */
+    mg_gpt_data *gpt_data;                          /* --data-path: Megatron's GPT datasets */
     struct mg_gpt_split_source {
         mg_gpt_data *data;
         int split;
-    } train_split, valid_split;
-    mg_sample_source train_src, valid_src; /* one of the two above; tests may plug in others */
-    bool have_valid;                       /* false when the validation split is empty */
+    } train_split, valid_split, test_split;
+    /* one of the two above; tests may plug in others */
+    mg_sample_source train_src, valid_src, test_src;
+    bool have_valid;     /* false when the validation split is empty */
+    bool have_test;      /* the test split exists and --eval-iters > 0: evaluated after training */
+    int32_t eod_id;      /* --eod-mask-loss: inputs with this id carry no loss; -1: no mask */
+    int64_t pass_tokens; /* unmasked tokens of the global batch of the last pass (T) */
+    double *slot_denom;  /* (n_slots) host: each slot's gradient weight is mask / slot_denom
+                            (train/trainer_loss.h) */
     mg_train_state state;
-    int num_microbatches; /* per rank: global batch / (micro batch x D) */
+    int num_microbatches; /* per rank, of the pass running: global batch / (micro batch x D) */
+    /* the global batch of each iteration (--rampup-batch-size) and the run's length
+     * (train/trainer_batch.h) */
+    mg_batch_schedule batch;
+    int64_t train_iters;       /* --train-iters, or --train-samples' (update_train_iters) */
+    int64_t step_global_batch; /* the global batch of the last training step */
+    int eval_microbatches;     /* per rank, of the final --global-batch-size: the most, planned */
+    void *pipe_buffers;        /* the pipeline's buffers (a_work), for a rebuild */
+    size_t pipe_bytes;
+    float *host_dloss; /* (N) staging of the per-token loss weight */
     mg_metrics_file metrics;
     /* --async-save: the checkpoint being written in the background, and its host copy */
     mg_checkpoint_pending *pending_save;
@@ -187,6 +211,17 @@ mg_status mg_trainer_read_stats(mg_trainer *t, mg_step_stats *out, bool reset_su
 mg_status mg_trainer_step(mg_trainer *t, double *loss, double *grad_norm);
 /* Mean loss over eval_iters global batches of the validation stream (one host sync). */
 mg_status mg_trainer_evaluate(mg_trainer *t, double *loss);
+/* The same over the test split from its first sample (Megatron's test dataloader starts at 0),
+ * when t->have_test. */
+mg_status mg_trainer_evaluate_test(mg_trainer *t, double *loss);
+/* Megatron's calc_params_l2_norm: the L2 norm of the fp32 parameters (the masters where the
+ * compute dtype is not fp32), every tensor-parallel shard once, replicated parameters once and
+ * the embedding's pipeline copy not at all, over the model-parallel ranks (and the shards of the
+ * distributed optimizer). Collective over those groups; one host read. */
+mg_status mg_trainer_params_norm(mg_trainer *t, double *norm);
+/* Megatron's count_zeros_fp32 of the last step's gradients: the zero elements of the gradients
+ * the gradient norm counts, over the same ranks. Collective; one host read. */
+mg_status mg_trainer_num_zeros(mg_trainer *t, int64_t *zeros);
 /* The weights as fp32 host values (params.numel, parameter layout): set_weights writes the
  * masters and the parameters (their rounding to the compute dtype); get_weights reads the
  * masters (the parameters themselves on CPU; masters sharded over the data-parallel group are

@@ -43,12 +43,17 @@ static mg_status plan_zero_spans(mg_trainer *t) {
     return MG_OK;
 }
 
-mg_status mg_trainer_moe_bind(mg_trainer *t) {
+void mg_trainer_moe_set_weights(mg_trainer *t) {
     mg_moe_ws *w = &t->model.moe_ws;
     double mb_d = (double)t->num_microbatches * t->dp_size;
-    w->stats = &t->stats[MG_STAT_MOE_AUX];
     w->loss_weight = (float)(1.0 / mb_d);
     w->stat_weight = (float)(1.0 / (mb_d * t->model.cfg.moe.n_layers));
+}
+
+mg_status mg_trainer_moe_bind(mg_trainer *t) {
+    mg_moe_ws *w = &t->model.moe_ws;
+    w->stats = &t->stats[MG_STAT_MOE_AUX];
+    mg_trainer_moe_set_weights(t);
     w->ep = t->ep;
     MG_CHECK(plan_zero_spans(t));
     return t->be->memset_zero(t->be, t->grads, t->model.params.numel * sizeof(float));

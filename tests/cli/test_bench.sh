@@ -65,7 +65,7 @@ else fail bench_moe_active_params "params $n, params_flops $nf, want $((n - 32 *
 
 expect_error bench_unknown_model 2 "--model gpt3: unknown" bench --model gpt3
 expect_error bench_bad_iters 2 "--iters expects an integer >= 1" bench --iters 0
-expect_error bench_missing_value 2 "--warmup needs a value" bench --warmup
+expect_error bench_missing_value 2 "--warmup expects a value; write --warmup N" bench --warmup
 expect_error bench_bad_megatron_flag 2 "no-such-flag" bench --no-such-flag
 expect_error bench_tensor_parallel 2 "--tensor-model-parallel-size 2 needs 2 ranks per model replica, this run has 1; train it with mpirun -np 2" \
     bench --device cpu --num-layers 2 --hidden-size 64 --num-attention-heads 4 --vocab-size 512 \

@@ -109,11 +109,34 @@ fi
 expect_error checkpoint_format_torch 2 "--ckpt-format torch writes PyTorch-specific files, which megatron.c does not read or write" \
     train "${MODEL[@]}" --ckpt-format torch
 
-# a version 1 checkpoint (saved at iteration 2 with the flags below) resumes like a straight run
+# Megatron's checkpoint flags: --no-save-optim writes no moments (and a resume says so);
+# --no-load-optim continues the iteration and samples with fresh moments and LR schedule;
+# --finetune starts at iteration 0 from the weights; --exit-on-missing-checkpoint fails
+c="$TMP/noopt"
+"$MEGATRON" train "${MODEL[@]}" --save "$c" --save-interval 5 --exit-interval 5 --no-save-optim >/dev/null 2>&1
+out=$("$MEGATRON" train "${MODEL[@]}" --load "$c" 2>&1)
+if grep -q '"optimizer": false' "$c/iter_0000005/state.json" && ! grep -q 'optimizer.exp_avg' "$c/iter_0000005/index.json" &&
+    grep -q 'the checkpoint holds no optimizer state: Adam starts from zero moments' <<<"$out" &&
+    grep -qE ' iteration +6/ +10 ' <<<"$out"; then pass checkpoint_no_save_optim
+else fail checkpoint_no_save_optim "$(grep -E 'optimizer|iteration +6|error' <<<"$out" | head -n 3)"; fi
+out=$("$MEGATRON" train "${MODEL[@]}" --load "$TMP/ck" --no-load-optim 2>&1)
+if grep -q -- '--no-load-optim: Adam starts from zero moments and the LR schedule from its start' <<<"$out" &&
+    grep -qE ' iteration +6/ +10 \| consumed samples: +24 ' <<<"$out"; then pass checkpoint_no_load_optim
+else fail checkpoint_no_load_optim "$(grep -E 'optim|iteration +6|error' <<<"$out" | head -n 3)"; fi
+out=$("$MEGATRON" train "${MODEL[@]}" --load "$TMP/ck" --finetune --train-iters 2 --lr-decay-iters 10 2>&1)
+if grep -q -- '--finetune: Adam starts from zero moments and the LR schedule from its start, at iteration 0' <<<"$out" &&
+    grep -qE ' iteration +1/ +2 \| consumed samples: +4 ' <<<"$out"; then pass checkpoint_finetune
+else fail checkpoint_finetune "$(grep -E 'finetune|iteration +1|error' <<<"$out" | head -n 3)"; fi
+mkdir -p "$TMP/empty"
+expect_error checkpoint_exit_on_missing 1 "--exit-on-missing-checkpoint: .*/empty holds no checkpoint" \
+    train "${MODEL[@]}" --load "$TMP/empty" --exit-on-missing-checkpoint
+
+# a version 1 checkpoint (saved at iteration 2 with the flags below, without dropout) resumes like
+# a straight run
 V1=(--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --vocab-size 96
     --disable-bias-linear --mock-data --micro-batch-size 1 --global-batch-size 8 --lr 3e-3
     --lr-warmup-iters 1 --log-interval 1 --eval-iters 0 --num-threads 1 --lr-decay-iters 4
-    --train-iters 4 --use-distributed-optimizer)
+    --train-iters 4 --use-distributed-optimizer --attention-dropout 0 --hidden-dropout 0)
 cp -r tests/golden/ckpt_v1 "$TMP/v1"
 "$MEGATRON" train "${V1[@]}" --metrics-file "$TMP/v1full.jsonl" >/dev/null 2>&1
 if "$MEGATRON" train "${V1[@]}" --load "$TMP/v1" --metrics-file "$TMP/v1res.jsonl" >"$TMP/v1.log" 2>&1 &&

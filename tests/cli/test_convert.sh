@@ -105,12 +105,13 @@ else fail convert_leaves_the_nonempty_dir_alone "$(ls "$TMP/full")"; fi
 help=$("$MEGATRON" convert --help 2>&1) && grep -q -- '--loader hf --saver megatron --load-dir HF_DIR' <<<"$help" &&
     grep -q -- '--target-pipeline-parallel-size P' <<<"$help" && pass convert_help || fail convert_help "$help"
 expect_error convert_needs_its_flags 2 'needs --loader, --saver, --load-dir and --save-dir' convert --loader megatron --saver hf
-expect_error convert_unknown_loader 2 '--loader torch: expected megatron or hf' convert --loader torch --saver hf --load-dir a --save-dir b
+expect_error convert_unknown_loader 2 "--loader expects one of megatron or hf, got 'torch'" convert --loader torch --saver hf --load-dir a --save-dir b
 expect_error convert_same_format 2 '--loader hf --saver hf converts nothing' convert --loader hf --saver hf --load-dir a --save-dir b
-expect_error convert_bad_dtype 2 '--saver-dtype fp8: expected fp32 or bf16' convert --loader megatron --saver hf --load-dir a --save-dir b --saver-dtype fp8
-expect_error convert_bad_shard_size 2 '--max-shard-size expects a positive number of bytes' convert --loader megatron --saver hf --load-dir a --save-dir b --max-shard-size 5GB
+expect_error convert_bad_dtype 2 "--saver-dtype expects one of fp32 or bf16, got 'fp8'" convert --loader megatron --saver hf --load-dir a --save-dir b --saver-dtype fp8
+expect_error convert_bad_shard_size 2 "--max-shard-size expects an integer, got '5GB'" convert --loader megatron --saver hf --load-dir a --save-dir b --max-shard-size 5GB
+expect_error convert_zero_shard_size 2 '--max-shard-size expects a positive number of bytes, got 0' convert --loader megatron --saver hf --load-dir a --save-dir b --max-shard-size 0
 expect_error convert_vocab_without_merges 2 'give --vocab-file and --merge-file together' convert --loader megatron --saver hf --load-dir a --save-dir b --vocab-file v.json
-expect_error convert_unknown_flag 2 "unknown flag '--target-dir'" convert --loader megatron --saver hf --load-dir a --target-dir b
+expect_error convert_unknown_flag 2 "unknown flag '--target-dir' for .megatron convert." convert --loader megatron --saver hf --load-dir a --target-dir b
 expect_error convert_target_sizes_are_for_megatron 2 '--target-tensor-parallel-size and --target-pipeline-parallel-size are for --saver megatron' \
     convert --loader megatron --saver hf --load-dir a --save-dir b --target-tensor-parallel-size 2
 expect_error convert_dtype_is_for_hf 2 '--saver-dtype and --max-shard-size are for --saver hf' convert --loader hf --saver megatron --load-dir a --save-dir b --saver-dtype bf16

@@ -57,17 +57,17 @@ elif [ "$(ls "$TMP/tiny_text_document/cache/GPTDataset_indices" | wc -l)" -ne 4 
 else pass data_text_mode; fi
 
 # Bad flags and bad data: one line on stderr, exit 2.
-expect_error data_unknown_flag 2 "data: unknown flag '--sequence-length'" \
+expect_error data_unknown_flag 2 "unknown flag '--sequence-length' for .megatron data.; see .megatron data --help." \
     data --data-path "$A" --sequence-length 8
 expect_error data_missing_seq_length 2 "data: missing --seq-length L" data --data-path "$A"
 expect_error data_missing_data_path 2 "data: missing --data-path PREFIX" data --seq-length 8
-expect_error data_empty_data_path 2 "data: --data-path expects at least one prefix" \
+expect_error data_empty_data_path 2 "--data-path expects at least one value" \
     data --data-path --seq-length 8
 expect_error data_bad_seq_length 2 "data: --seq-length expects an integer in \[2, " \
     data --data-path "$A" --seq-length 1
-expect_error data_bad_show 2 "data: --show expects train, valid or test, got 'dev'" \
+expect_error data_bad_show 2 "--show expects one of train, valid or test, got 'dev'" \
     data --data-path "$A" --seq-length 8 --show dev
-expect_error data_bad_samples 2 "data: --train-samples expects an integer" \
+expect_error data_bad_samples 2 "--train-samples expects an integer, got 'many'" \
     data --data-path "$A" --seq-length 8 --train-samples many
 expect_error data_missing_prefix 2 "--data-path prefix '$TMP/nope' not found: $TMP/nope.idx does not exist" \
     data --data-path "$TMP/nope" --seq-length 8

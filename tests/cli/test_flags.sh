@@ -46,8 +46,8 @@ MEGATRON=env expect_error flags_multi_rank_launch 1 \
     RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 "$REAL" train "${MODEL[@]}" "${RUN[@]}" --device cpu
 MEGATRON=env expect_error flags_bad_launch_env 2 "RANK" \
     RANK=3 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 "$REAL" train "${MODEL[@]}" "${RUN[@]}"
-expect_error flags_unsupported_dropout 1 "--hidden-dropout 0.1 is not supported yet.*use 0" \
-    train "${MODEL[@]}" "${RUN[@]}" --hidden-dropout 0.1
+expect_error flags_bad_dropout 2 "--hidden-dropout must be in \[0, 1\) \(0 disables\), got 1" \
+    train "${MODEL[@]}" "${RUN[@]}" --hidden-dropout 1
 expect_error flags_no_data 2 "no training data: pass --mock-data" \
     train "${MODEL[@]}" --train-iters 10 --lr 1e-3 --vocab-size 100
 expect_error flags_bad_distributed_timeout 2 "--distributed-timeout-minutes must be positive, got 0" \

@@ -13,6 +13,11 @@ out=$("$MEGATRON" generate --load "$TMP/ckpt" --prompt-ids "5 6 7 8" --max-new-t
 if grep -qF '"ids": [9, 10, 11, 12, 13, 14, 15, 16]' <<<"$out"; then pass generate_greedy_continues_counting
 else fail generate_greedy_continues_counting "$out"; fi
 
+# the same run written --flag=value
+out=$("$MEGATRON" generate --load="$TMP/ckpt" --prompt-ids="5 6 7 8" --max-new-tokens=8 --json 2>&1)
+if grep -qF '"ids": [9, 10, 11, 12, 13, 14, 15, 16]' <<<"$out"; then pass generate_equals_form
+else fail generate_equals_form "$out"; fi
+
 a=$("$MEGATRON" generate --load "$TMP/ckpt" --prompt-ids "3 4" --top-k 20 --temperature 2 --seed 1 --json 2>&1)
 b=$("$MEGATRON" generate --load "$TMP/ckpt" --prompt-ids "3 4" --top-k 20 --temperature 2 --seed 1 --json 2>&1)
 c=$("$MEGATRON" generate --load "$TMP/ckpt" --prompt-ids "3 4" --top-k 20 --temperature 2 --seed 2 --json 2>&1)

@@ -155,8 +155,10 @@ expect_error plan_grad_sizes_garbage 2 \
 expect_error plan_grad_sizes_empty_item 2 "got '10,,30'" plan --world-size 2 --param-sizes 10,,30
 expect_error plan_grad_sizes_zero 2 "got '0'" plan --world-size 2 --param-sizes 0
 expect_error plan_grad_sizes_negative 2 "got '5,-3'" plan --world-size 2 --param-sizes 5,-3
-expect_error plan_grad_sizes_missing 2 "--param-sizes expects comma-separated positive element counts" \
+expect_error plan_grad_sizes_missing 2 "--param-sizes expects a value; write --param-sizes A,B,C" \
     plan --world-size 2 --param-sizes
+expect_error plan_grad_sizes_empty 2 "--param-sizes expects comma-separated positive element counts \\(e.g. 10,20,30\\), got ''" \
+    plan --world-size 2 --param-sizes=
 expect_error plan_grad_shared_out_of_range 2 \
     "--shared-embedding-param 3 is out of range: --param-sizes lists 3 parameters \(0..2\)" \
     plan --world-size 2 --param-sizes 10,20,30 --shared-embedding-param 3

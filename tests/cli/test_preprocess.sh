@@ -91,8 +91,8 @@ expect_error preprocess_workers_value_missing 2 "--workers expects a value" \
     preprocess "${TOK[@]}" --input $G/keys.jsonl "${OUT[@]}" --workers
 expect_error preprocess_tokenizer_unknown 2 "unknown --tokenizer-type 'GPT3'" \
     preprocess --tokenizer-type GPT3 --input $G/keys.jsonl "${OUT[@]}"
-expect_error preprocess_tokenizer_unsupported 1 "--tokenizer-type HuggingFaceTokenizer is not supported" \
-    preprocess --tokenizer-type HuggingFaceTokenizer --input $G/keys.jsonl "${OUT[@]}"
+expect_error preprocess_tokenizer_unsupported 1 "--tokenizer-type TikTokenizer is not supported" \
+    preprocess --tokenizer-type TikTokenizer --input $G/keys.jsonl "${OUT[@]}"
 expect_error preprocess_split_sentences_unsupported 1 "--split-sentences is not supported" \
     preprocess "${TOK[@]}" --input $G/keys.jsonl "${OUT[@]}" --split-sentences
 expect_error preprocess_duplicate_key 2 "--json-keys names 'text' twice" \

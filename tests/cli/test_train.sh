@@ -65,6 +65,23 @@ check_resume train_resume_bitwise_moe_expert_bias "${LLAMA[@]}" "${MOE[@]}" \
     --moe-router-score-function sigmoid --moe-router-enable-expert-bias \
     --moe-router-bias-update-rate 0.01
 
+# dropout (Megatron's defaults, 0.1, apply to every run above that omits the flags); explicitly,
+# at 0.2: the resumed half draws the masks the uninterrupted run drew (keyed by the iteration)
+check_resume train_resume_bitwise_dropout --attention-dropout 0.2 --hidden-dropout 0.2
+
+# 2a. one start-up note when the dropout flags are omitted, none when they are given
+note='> --attention-dropout and --hidden-dropout default to 0.1 as in Megatron; pass 0 to disable'
+out=$("$MEGATRON" train "${MODEL[@]}" --train-iters 3 2>&1)
+out0=$("$MEGATRON" train "${MODEL[@]}" --train-iters 3 --attention-dropout 0 --hidden-dropout 0 2>&1)
+out1=$("$MEGATRON" train "${MODEL[@]}" --train-iters 3 --attention-dropout 0 2>&1)
+if [ "$(grep -cF -- "$note" <<<"$out")" -ne 1 ]; then
+    fail train_dropout_default_note "want the note once:" "$(grep -i dropout <<<"$out")" "$(tail -n 2 <<<"$out")"
+elif grep -qF 'as in Megatron; pass 0' <<<"$out0"; then
+    fail train_dropout_default_note "a note although both flags were given"
+elif ! grep -qxF -- '> --hidden-dropout defaults to 0.1 as in Megatron; pass 0 to disable' <<<"$out1"; then
+    fail train_dropout_default_note "no note for the omitted --hidden-dropout:" "$(grep -i dropout <<<"$out1")"
+else pass train_dropout_default_note; fi
+
 # 2b. an MoE model logs Megatron's tracked losses and the expert load, in the metrics file too
 d="$TMP/moe_log"; mkdir -p "$d"
 if "$MEGATRON" train "${MODEL[@]}" "${MOE[@]}" --train-iters 3 --metrics-file "$d/m.jsonl" >"$d/log" 2>&1; then

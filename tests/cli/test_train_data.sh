@@ -45,4 +45,17 @@ out=$("$MEGATRON" "${RUN[@]}" --data-path 0.3 "$TMP/moby_text_document" 0.7 "$TM
     --train-iters 3 2>&1); rc=$?
 if [ $rc -eq 0 ] && [ "$(grep -c 'lm loss:' <<<"$out")" -eq 3 ]; then pass train_data_weighted_blend_trains
 else fail train_data_weighted_blend_trains "exit $rc" "$(tail -n 3 <<<"$out")"; fi
+# the test split after training (Megatron's do_test): evaluated where its share holds documents
+# (Megatron's test count, --eval-iters x --global-batch-size samples, from its first sample); the
+# 949,50,1 runs above have none among Moby Dick's 135 documents, so no test line (Megatron would
+# not finish building that split)
+out=$("$MEGATRON" "${RUN[@]}" --split 90,5,5 --eod-mask-loss 2>&1); rc=$?
+if [ $rc -eq 0 ] && grep -qE '> datasets: .* test [1-9][0-9]* samples' <<<"$out" &&
+    grep -q '^ validation loss at iteration 6 on test set | lm loss value: ' <<<"$out" &&
+    ! grep -q 'on test set' "$TMP/full.log"; then pass train_data_test_split_evaluated_where_it_has_documents
+else fail train_data_test_split_evaluated_where_it_has_documents "exit $rc" "$(grep -E 'datasets|validation loss' <<<"$out")" "$(grep 'test set' "$TMP/full.log")"; fi
+# --eod-mask-loss masks the tokenizer's end of document (GPT-2's <|endoftext|>)
+if grep -q '> --eod-mask-loss: no loss where the input is token 50256 (end of document)' <<<"$out"; then
+    pass train_data_eod_mask_uses_the_tokenizers_eod
+else fail train_data_eod_mask_uses_the_tokenizers_eod "$(grep -i eod <<<"$out")"; fi
 finish

@@ -47,9 +47,10 @@ static float *qkv_part(ct_pool *P, const float *x, int N, int nq, int ng, int hd
 typedef struct {
     const char *name;
     size_t (*saved_bytes)(mg_backend *, int, int, int, int);
-    mg_status (*forward)(mg_backend *, void *, void *, const void *, int, int, int, int, int);
+    mg_status (*forward)(mg_backend *, void *, void *, const void *, int, int, int, int, int,
+                         const mg_dropout *);
     mg_status (*backward)(mg_backend *, void *, const void *, const void *, const void *,
-                          const void *, int, int, int, int, int);
+                          const void *, int, int, int, int, int, const mg_dropout *);
 } att_impl;
 
 static void check_impl(mg_test_ctx *t, mg_backend *cpu, mg_backend *gpu, const att_impl *im);
@@ -98,18 +99,19 @@ static void check_impl(mg_test_ctx *t, mg_backend *cpu, mg_backend *gpu, const a
         float *qkv = ct_rand_bf16(&P, 90, nqkv, 1.0f), *dout = ct_rand_bf16(&P, 91, nout, 1.0f);
         float *ref_out = ct_host(&P, nout * 4), *ref_dqkv = ct_host(&P, nqkv * 4);
         float *saved = ct_host(&P, cpu_saved);
-        MG_EXPECT_OK(cpu->attention_forward(cpu, ref_out, saved, qkv, c.B, c.S, c.nq, c.ng, c.hd));
+        MG_EXPECT_OK(
+            cpu->attention_forward(cpu, ref_out, saved, qkv, c.B, c.S, c.nq, c.ng, c.hd, NULL));
         MG_EXPECT_OK(cpu->attention_backward(cpu, ref_dqkv, dout, qkv, ref_out, saved, c.B, c.S,
-                                             c.nq, c.ng, c.hd));
+                                             c.nq, c.ng, c.hd, NULL));
         void *d_qkv = ct_up_act(&P, qkv, nqkv), *d_dout = ct_up_act(&P, dout, nout);
         void *d_out = ct_poison_act(&P, nout), *d_saved = ct_poison(&P, gpu_saved);
         void *d_dqkv = ct_poison_act(&P, nqkv);
         if (P.failed) goto next;
         float *got_out[2], *got_d[2];
         for (int run = 0; run < 2; run++) {
-            MG_EXPECT_OK(im->forward(gpu, d_out, d_saved, d_qkv, c.B, c.S, c.nq, c.ng, c.hd));
+            MG_EXPECT_OK(im->forward(gpu, d_out, d_saved, d_qkv, c.B, c.S, c.nq, c.ng, c.hd, NULL));
             MG_EXPECT_OK(im->backward(gpu, d_dqkv, d_dout, d_qkv, d_out, d_saved, c.B, c.S, c.nq,
-                                      c.ng, c.hd));
+                                      c.ng, c.hd, NULL));
             got_out[run] = ct_down_act(&P, d_out, nout);
             got_d[run] = ct_down_act(&P, d_dqkv, nqkv);
         }
@@ -159,12 +161,40 @@ MG_TEST(cuda_attention_nonfinite_parity) {
     qkv[(size_t)3 * C + (1 * (R + 2) + R + 1) * HD + 10] = NAN; /* batch 0, token 3, group 1 v */
     float *ref = ct_host(&P, nout * 4);
     float *saved = ct_host(&P, cpu->attention_saved_bytes(cpu, B, S, NQ, HD));
-    MG_EXPECT_OK(cpu->attention_forward(cpu, ref, saved, qkv, B, S, NQ, NG, HD));
+    MG_EXPECT_OK(cpu->attention_forward(cpu, ref, saved, qkv, B, S, NQ, NG, HD, NULL));
     void *d_qkv = ct_up_act(&P, qkv, nqkv), *d_out = ct_poison_act(&P, nout);
     void *d_saved = ct_poison(&P, gpu->attention_saved_bytes(gpu, B, S, NQ, HD));
     if (!P.failed) {
-        MG_EXPECT_OK(gpu->attention_forward(gpu, d_out, d_saved, d_qkv, B, S, NQ, NG, HD));
+        MG_EXPECT_OK(gpu->attention_forward(gpu, d_out, d_saved, d_qkv, B, S, NQ, NG, HD, NULL));
         CT_EXPECT_PARITY(ct_down_act(&P, d_out, nout), ref, nout, "attention_forward");
+    }
+    ct_pool_free(&P);
+}
+
+/* A shape whose deterministic cuDNN backward needs more than the default 2 GiB workspace (about
+ * B nq S^2 2 bytes: 4.3 GB here): the workspace grows to the plan's size instead of failing, and
+ * forward and backward give finite results. Only on the CUDA backend (the CPU reference would take
+ * minutes at this size). */
+MG_TEST(cuda_attention_workspace_grows_to_the_plan) {
+    CT_BACKENDS(cpu, gpu);
+    (void)cpu;
+    if (strcmp(gpu->name, "cuda") != 0) return;
+    enum { B = 8, S = 4096, NQ = 16, NG = 16, HD = 64, C = NG * 3 * HD };
+    size_t nqkv = (size_t)B * S * C, nout = (size_t)B * S * NQ * HD;
+    ct_pool P = ct_pool_of(t, gpu);
+    float *qkv = ct_rand_bf16(&P, 93, nqkv, 1.0f), *dout = ct_rand_bf16(&P, 94, nout, 1.0f);
+    void *d_qkv = ct_up_act(&P, qkv, nqkv), *d_dout = ct_up_act(&P, dout, nout);
+    void *d_out = ct_poison_act(&P, nout), *d_dqkv = ct_poison_act(&P, nqkv);
+    void *d_saved = ct_poison(&P, gpu->attention_saved_bytes(gpu, B, S, NQ, HD));
+    if (!P.failed) {
+        MG_EXPECT_OK(gpu->attention_forward(gpu, d_out, d_saved, d_qkv, B, S, NQ, NG, HD, NULL));
+        MG_EXPECT_OK(gpu->attention_backward(gpu, d_dqkv, d_dout, d_qkv, d_out, d_saved, B, S, NQ,
+                                             NG, HD, NULL));
+        const float *out = ct_down_act(&P, d_out, nout), *dqkv = ct_down_act(&P, d_dqkv, nqkv);
+        size_t bad = 0;
+        for (size_t i = 0; out && i < nout; i += 4099) bad += !isfinite(out[i]);
+        for (size_t i = 0; dqkv && i < nqkv; i += 4099) bad += !isfinite(dqkv[i]);
+        MG_EXPECT(out && dqkv && bad == 0, "%zu sampled outputs or gradients are not finite", bad);
     }
     ct_pool_free(&P);
 }

@@ -1,5 +1,5 @@
 /* CUDA backend against the CPU backend: add, bias_residual_add, the fp32 reductions sum_f32 and
- * sumsq_f32, and clip_coef (method and tolerances: cuda_test_util.h). */
+ * sumsq_f32, count_zeros_f32, and clip_coef (method and tolerances: cuda_test_util.h). */
 #include "cuda_test_util.h"
 
 #include <math.h>
@@ -39,6 +39,36 @@ MG_TEST(cuda_add_nonfinite_parity) {
         CT_EXPECT_PARITY(ct_down_act(&P, dout, N), ref, N, "add with NaN/Inf");
     }
     ct_pool_free(&P);
+}
+
+/* count_zeros_f32 (--log-num-zeros-in-grad): an integer count, so the GPU's must equal the CPU's
+ * exactly at every size; +0 and -0 count, NaN and denormals do not; it adds to *out. */
+MG_TEST(cuda_count_zeros_matches_cpu) {
+    CT_BACKENDS(cpu, gpu);
+    for (size_t k = 0; k < NSIZES; k++) {
+        size_t n = k_sizes[k];
+        ct_pool P = ct_pool_of(t, gpu);
+        float *x = ct_uniform_f32(&P, 11, n, -1.0f, 1.0f);
+        for (size_t i = 0; x && i < n; i++) {
+            if (i % 5 == 0) x[i] = i % 10 == 0 ? 0.0f : -0.0f;
+            if (i % 5 == 1 && (i / 5) % 19 == 0) x[i] = NAN;
+            if (i % 5 == 2 && (i / 5) % 23 == 0) x[i] = 1e-40f; /* a denormal is not zero */
+        }
+        int64_t ref = 7, init = 7;
+        if (!P.failed) MG_EXPECT_OK(cpu->count_zeros_f32(cpu, &ref, x, n));
+        float *dx = ct_up_f32(&P, x, n);
+        int64_t *dout = (int64_t *)ct_up_f32(&P, (const float *)&init, 2);
+        if (!P.failed) {
+            MG_EXPECT_OK(gpu->count_zeros_f32(gpu, dout, dx, n));
+            const int64_t *got = (const int64_t *)ct_down_f32(&P, (const float *)dout, 2);
+            MG_EXPECT(got && *got == ref, "count_zeros_f32 n=%zu: %lld on the GPU, %lld on the CPU",
+                      n, got ? (long long)*got : -1LL, (long long)ref);
+            MG_EXPECT(ref - 7 == (int64_t)((n + 4) / 5),
+                      "n=%zu: the CPU counted %lld zeros, want %zu", n, (long long)(ref - 7),
+                      (n + 4) / 5);
+        }
+        ct_pool_free(&P);
+    }
 }
 
 /* Runs sum_f32 (w may be NULL) or sumsq_f32 on the GPU from the pre-filled value `init`. */

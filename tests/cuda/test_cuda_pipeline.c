@@ -153,7 +153,7 @@ static void check_chain(mg_test_ctx *t, bool llama, int vpp) {
     MG_EXPECT_OK(stage_open(&whole, cpu, &c1, 0));
     float loss_ref = 0;
     MG_EXPECT_OK(mg_gpt_forward(&whole.g, cpu, tok_h));
-    MG_EXPECT_OK(mg_gpt_loss(&whole.g, cpu, tgt_h, dl_h, &loss_ref, 1.0f));
+    MG_EXPECT_OK(mg_gpt_loss(&whole.g, cpu, tgt_h, dl_h, NULL, &loss_ref, 1.0f));
     MG_EXPECT_OK(mg_gpt_backward(&whole.g, cpu, tok_h));
     /* the stages on the backend under test */
     void *dev = NULL;
@@ -185,7 +185,7 @@ static void check_chain(mg_test_ctx *t, bool llama, int vpp) {
         int c = v / 2;
         if (v == 2 * vpp - 1) {
             MG_EXPECT_OK(gpu->memset_zero(gpu, loss, sizeof(float)));
-            MG_EXPECT_OK(mg_gpt_head_loss(&s->g, gpu, c, tgt, dl, loss, 1.0f));
+            MG_EXPECT_OK(mg_gpt_head_loss(&s->g, gpu, c, tgt, dl, NULL, loss, 1.0f));
         } else {
             stage *next = &st[(v + 1) % 2];
             MG_EXPECT_OK(

@@ -78,7 +78,7 @@ MG_TEST(cuda_op_sequence_allocates_and_syncs_nothing) {
     MG_EXPECT_OK(g->layernorm_forward(g, xn, mean, rstd, x, ln_w, NULL, N, H, 1e-5f));
     MG_EXPECT_OK(g->linear_forward(g, qkv, xn, w_qkv, NULL, NULL, N, H, QKVW));
     MG_EXPECT_OK(g->rope_forward(g, qkv, d_cs, d_sn, N, S, NQ, NG, HD));
-    MG_EXPECT_OK(g->attention_forward(g, att, saved, qkv, B, S, NQ, NG, HD));
+    MG_EXPECT_OK(g->attention_forward(g, att, saved, qkv, B, S, NQ, NG, HD, NULL));
     MG_EXPECT_OK(g->linear_forward(g, proj, att, w_proj, NULL, NULL, N, AW, H));
     MG_EXPECT_OK(g->add(g, res, x, proj, (size_t)N * H));
     MG_EXPECT_OK(g->linear_forward(g, res, att, w_proj, NULL, x, N, AW, H)); /* fused residual */
@@ -102,7 +102,7 @@ MG_TEST(cuda_op_sequence_allocates_and_syncs_nothing) {
     MG_EXPECT_OK(g->rmsnorm_backward(g, d_res, g_ln, d_resn, res, ln_w, rstd2, N, H));
     MG_EXPECT_OK(g->copy_d2d(g, d_x, d_res, (size_t)N * H * 2));
     MG_EXPECT_OK(g->linear_backward(g, d_att, g_proj, NULL, d_res, att, w_proj, NULL, N, AW, H));
-    MG_EXPECT_OK(g->attention_backward(g, d_qkv, d_att, qkv, att, saved, B, S, NQ, NG, HD));
+    MG_EXPECT_OK(g->attention_backward(g, d_qkv, d_att, qkv, att, saved, B, S, NQ, NG, HD, NULL));
     MG_EXPECT_OK(g->rope_backward(g, d_qkv, d_cs, d_sn, N, S, NQ, NG, HD));
     MG_EXPECT_OK(g->linear_backward(g, d_xn, g_qkv, NULL, d_qkv, xn, w_qkv, NULL, N, H, QKVW));
     MG_EXPECT_OK(g->layernorm_backward(g, d_x, g_ln, NULL, d_xn, x, ln_w, mean, rstd, N, H));

@@ -49,6 +49,7 @@ static const struct {
     {"train_tp", test_train_tp},
     {"train_pp", test_train_pp},
     {"train_ep", test_train_ep},
+    {"train_loss", test_train_loss},
 };
 
 void dist_fail(dist_ctx *t, const char *file, int line, const char *fmt, ...) {

@@ -15,6 +15,8 @@
 #     of a pipeline step stops the others with a line naming it; bad pipeline layouts exit 2;
 #   - a Mixture-of-Experts model under P 2 and under D 2 with the distributed optimizer logs the
 #     one-rank run's lm losses, load_balancing_loss and z_loss.
+#   - dropout (0.1) under TP 2 with SP and under D 2 with the distributed optimizer logs the
+#     one-rank run's losses, which differ from the dropout-free run's.
 # Prints PASS/FAIL lines and "N passed, N failed"; skipped (with a line) without MPI.
 #   tests/dist/test_train.sh [BUILD]
 set -u
@@ -159,8 +161,9 @@ bad_layout "sequence" 2 "--sequence-parallel splits the sequence .* --seq-length
     --tensor-model-parallel-size 2 --sequence-parallel --seq-length 15
 
 # (7) pipeline parallelism from the command line: the one-rank run's losses, training and
-# validation (the evaluation's forwards-only schedule), logged by the last rank (it computes
-# them); 8 layers, 8 microbatches per step; messages overlapped and in the schedule's order.
+# validation (the evaluation's forwards-only schedule: at iteration 2, and after training on the
+# validation and the test split), logged by the last rank (it computes them); 8 layers, 8
+# microbatches per step; messages overlapped and in the schedule's order.
 vlosses() { grep -oE 'lm loss value: [0-9.E+-]+' <<<"$1" | awk '{print $4}'; }
 PPM=("${MODEL[@]}" --num-layers 8 --train-iters 4)
 base=$(timeout 60 "$BIN" train "${PPM[@]}" --eval-iters 2 --eval-interval 2 2>&1); rc0=$?
@@ -176,7 +179,7 @@ for layout in "4:--pipeline-model-parallel-size 4 --virtual-pipeline-model-paral
         fail "$name (no pipeline banner, or a loss logged by another rank than the last)" "$(head -n 12 <<<"$out")"
     elif ! paste <(losses "$base") <(losses "$out") | awk 'NF != 2 || ($1 - $2) > 1e-5 * $1 || ($2 - $1) > 1e-5 * $1 { bad = 1 } END { exit bad || NR != 4 }'; then
         fail "$name (losses differ from one rank's)" "one rank: $(losses "$base" | tr '\n' ' ')" "pp: $(losses "$out" | tr '\n' ' ')"
-    elif ! paste <(vlosses "$base") <(vlosses "$out") | awk 'NF != 2 || ($1 - $2) > 1e-5 * $1 || ($2 - $1) > 1e-5 * $1 { bad = 1 } END { exit bad || NR != 2 }'; then
+    elif ! paste <(vlosses "$base") <(vlosses "$out") | awk 'NF != 2 || ($1 - $2) > 1e-5 * $1 || ($2 - $1) > 1e-5 * $1 { bad = 1 } END { exit bad || NR != 3 }'; then
         fail "$name (validation losses differ from one rank's)" "one rank: $(vlosses "$base" | tr '\n' ' ')" "pp: $(vlosses "$out" | tr '\n' ' ')"
     else
         pass "$name: losses $(losses "$out" | tr '\n' ' ')and validation $(vlosses "$out" | tr '\n' ' ')match one rank's"
@@ -371,6 +374,27 @@ for dir in "2:1" "1:2"; do
         fail "$name (exit status $rc)" "$(grep -E 'rows|error' <<<"$out" | head -n 3)"
     else
         pass "$name: says so and trains iterations 5..8"
+    fi
+done
+# dropout (0.1, explicit; core/dropout.h keys its masks by global head, row and the sequence's
+# place in the global batch): TP 2 with SP and DP 2 log the one-rank run's losses, which are not
+# the dropout-free run's (so masks were drawn, the same ones on every layout)
+DRM=("${MODEL[@]}" --make-vocab-size-divisible-by 64 --train-iters 4 --attention-dropout 0.1
+    --hidden-dropout 0.1)
+base=$(timeout 60 "$BIN" train "${DRM[@]}" 2>&1); rc0=$?
+plain=$(timeout 60 "$BIN" train "${DRM[@]}" --attention-dropout 0 --hidden-dropout 0 2>&1)
+for layout in "2:--tensor-model-parallel-size 2 --sequence-parallel" "2:--use-distributed-optimizer"; do
+    np=${layout%%:*}; read -r -a extra <<<"${layout#*:}"
+    out=$(timeout 60 "${MPIRUN[@]}" -np "$np" "$BIN" train "${DRM[@]}" "${extra[@]}" 2>&1); rc=$?
+    name="train dropout 0.1 np=$np ${layout#*:}"
+    if [ "$rc0" -ne 0 ] || [ "$rc" -ne 0 ]; then
+        fail "$name (exit status one rank $rc0, $np ranks $rc)" "$(tail -n 5 <<<"$out")"
+    elif ! paste <(losses "$base") <(losses "$out") | awk 'NF != 2 || ($1 - $2) > 1e-5 * $1 || ($2 - $1) > 1e-5 * $1 { bad = 1 } END { exit bad || NR != 4 }'; then
+        fail "$name (losses differ from one rank's)" "one rank: $(losses "$base" | tr '\n' ' ')" "$np ranks: $(losses "$out" | tr '\n' ' ')"
+    elif paste <(losses "$plain") <(losses "$out") | awk '($1 - $2) > 1e-3 * $1 || ($2 - $1) > 1e-3 * $1 { differ = 1 } END { exit differ }'; then
+        fail "$name (the losses are the dropout-free run's: no dropout applied)" "$(losses "$out" | tr '\n' ' ')"
+    else
+        pass "$name: losses $(losses "$out" | tr '\n' ' ')match one rank's (without dropout: $(losses "$plain" | tr '\n' ' '))"
     fi
 done
 finish

@@ -8,6 +8,9 @@
  * key bias's true gradient is exactly zero (softmax ignores a constant added to every score), so
  * both runs hold rounding noise of ~1e-10 there, which Adam turns into steps of ~lr * g / eps whose
  * sign follows the summation order; no reduction order can make that parameter agree to 1e-6.
+ * Dropout is on (Megatron's 0.1, explicit): its masks are keyed by a sequence's place in the
+ * global batch and the iteration (core/dropout.h), so each replica drops exactly what the one
+ * rank drops for the same samples, and the tolerance stays the reduction order's.
  * Variants: plain all-reduce, the distributed optimizer (reduce-scatter, sharded AdamW,
  * all-gather), each with one bucket and with several (--overlap-grad-reduce --ddp-bucket-size:
  * every bucket's reduction must start inside backward, from the model's hooks), and the
@@ -82,7 +85,11 @@ static void make_config(dist_ctx *t, mg_config *c, int world, const variant *v) 
                     dist_on_device(t) ? "cuda" : "cpu",
                     "--num-threads",
                     "1",
-                    "--disable-bias-linear"};
+                    "--disable-bias-linear",
+                    "--attention-dropout",
+                    "0.1",
+                    "--hidden-dropout",
+                    "0.1"};
     bool help = false;
     mg_config_defaults(c);
     DOK(mg_flags_parse(c, (int)(sizeof argv / sizeof *argv), argv, &help));

@@ -9,8 +9,11 @@
  * (--make-vocab-size-divisible-by 32 with a vocabulary of 128, which 32 x T divides).
  *   GPT-2 style: LayerNorm, GELU, learned positions, linear biases, tied embeddings.
  *   Llama style: RMSNorm, SwiGLU, RoPE, GQA with T query groups, no biases, untied output.
- * Each with and without --sequence-parallel. On 2 ranks T = 2; on 4 ranks T = 4, and T = 2 x
- * D = 2 with the distributed optimizer and --overlap-grad-reduce; on 8 ranks T = 4 x D = 2.
+ * Each with and without --sequence-parallel. Dropout is on (Megatron's 0.1, explicit): the masks
+ * are keyed by global head, global row and the sequence's place in the global batch
+ * (core/dropout.h), so a rank's heads and (SP) rows draw exactly the one-rank model's masks.
+ * On 2 ranks T = 2; on 4 ranks T = 4, and T = 2 x D = 2 with the distributed optimizer and
+ * --overlap-grad-reduce; on 8 ranks T = 4 x D = 2.
  * The key bias of the fused QKV has a true gradient of exactly zero (softmax ignores a constant
  * added to every score of a row): both runs hold rounding noise there that Adam turns into
  * steps of arbitrary sign, so those elements (and only those) are not compared; nothing else
@@ -90,7 +93,11 @@ static void make_config(dist_ctx *t, mg_config *c, const variant *v, int tp, int
                       "--device",
                       dist_on_device(t) ? "cuda" : "cpu",
                       "--num-threads",
-                      "1"};
+                      "1",
+                      "--attention-dropout",
+                      "0.1",
+                      "--hidden-dropout",
+                      "0.1"};
     char *argv[64];
     int argc = 0;
     char **model = v->llama ? llama : gpt2;

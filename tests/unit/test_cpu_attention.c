@@ -131,7 +131,7 @@ MG_TEST(cpu_attention_forward_matches_naive) {
         MG_EXPECT(sb == (size_t)AB * nq * AS * AS * sizeof(float), "saved bytes %zu", sb);
         float *qkv = t_rnd(50 + c, n, 1.5f), *out = t_zeros(no), *ref = t_zeros(no);
         float *saved = t_zeros(sb / sizeof(float));
-        MG_EXPECT_OK(be->attention_forward(be, out, saved, qkv, AB, AS, nq, ng, AHD));
+        MG_EXPECT_OK(be->attention_forward(be, out, saved, qkv, AB, AS, nq, ng, AHD, NULL));
         attention_naive(ref, qkv, AB, AS, nq, ng, AHD);
         double e = mg_test_rel_err(out, ref, no);
         MG_EXPECT(e < 1e-6, "nq %d ng %d: rel err %g", nq, ng, e);
@@ -159,7 +159,7 @@ typedef struct {
 
 static double att_obj(void *c_) {
     att_ctx *c = c_;
-    c->be->attention_forward(c->be, c->out, c->saved, c->qkv, AB, AS, c->nq, c->ng, AHD);
+    c->be->attention_forward(c->be, c->out, c->saved, c->qkv, AB, AS, c->nq, c->ng, AHD, NULL);
     return t_dotd(c->out, c->R, (size_t)AB * AS * c->nq * AHD);
 }
 
@@ -179,8 +179,8 @@ MG_TEST(cpu_attention_grad) {
                      ng};
         att_obj(&c);
         float *dqkv = t_rnd(64, n, 1); /* garbage: dqkv is overwritten */
-        MG_EXPECT_OK(
-            be->attention_backward(be, dqkv, c.R, c.qkv, c.out, c.saved, AB, AS, nq, ng, AHD));
+        MG_EXPECT_OK(be->attention_backward(be, dqkv, c.R, c.qkv, c.out, c.saved, AB, AS, nq, ng,
+                                            AHD, NULL));
         double e = t_fd_err(c.qkv, n, dqkv, att_obj, &c);
         MG_EXPECT(e < T_FD_TOL, "nq %d ng %d: fd err %g", nq, ng, e);
         free(c.qkv), free(c.out), free(c.saved), free(c.R), free(dqkv);
@@ -200,7 +200,8 @@ typedef struct {
 
 static double att_long_obj(void *c_) {
     att_long_ctx *c = c_;
-    c->be->attention_forward(c->be, c->out, c->saved, c->qkv, c->B, c->S, c->nq, c->ng, c->hd);
+    c->be->attention_forward(c->be, c->out, c->saved, c->qkv, c->B, c->S, c->nq, c->ng, c->hd,
+                             NULL);
     return t_dotd(c->out, c->R, (size_t)c->B * c->S * c->nq * c->hd);
 }
 
@@ -213,7 +214,7 @@ MG_TEST(cpu_attention_long_sequences_blocks) {
         size_t n = (size_t)B * S * qkv_width(nq, ng, hd), no = (size_t)B * S * nq * hd;
         float *qkv = t_rnd(80 + k, n, 1.5f), *out = t_zeros(no), *ref = t_zeros(no);
         float *saved = t_zeros(be->attention_saved_bytes(be, B, S, nq, hd) / sizeof(float));
-        MG_EXPECT_OK(be->attention_forward(be, out, saved, qkv, B, S, nq, ng, hd));
+        MG_EXPECT_OK(be->attention_forward(be, out, saved, qkv, B, S, nq, ng, hd, NULL));
         attention_naive(ref, qkv, B, S, nq, ng, hd);
         double e = mg_test_rel_err(out, ref, no);
         MG_EXPECT(e < 1e-6, "S %d: forward rel err %g", S, e);
@@ -236,7 +237,7 @@ MG_TEST(cpu_attention_long_sequences_blocks) {
         att_long_obj(&c);
         float *dqkv = t_rnd(86, n, 1); /* garbage: dqkv is overwritten */
         MG_EXPECT_OK(
-            be->attention_backward(be, dqkv, c.R, c.qkv, c.out, c.saved, B, S, nq, ng, hd));
+            be->attention_backward(be, dqkv, c.R, c.qkv, c.out, c.saved, B, S, nq, ng, hd, NULL));
         double e = t_fd_err(c.qkv, n, dqkv, att_long_obj, &c);
         MG_EXPECT(e < T_FD_TOL, "S %d: fd err %g", S, e);
         free(c.qkv), free(c.out), free(c.saved), free(c.R), free(dqkv);
@@ -254,9 +255,9 @@ MG_TEST(cpu_attention_long_sequences_blocks) {
         MG_EXPECT_OK(mg_backend_cpu_create(&b2, v == 0 ? 1 : 3));
         if (!b2) continue;
         float *saved = t_zeros(b2->attention_saved_bytes(b2, B, S, nq, hd) / sizeof(float));
-        MG_EXPECT_OK(b2->attention_forward(b2, res[v], saved, qkv, B, S, nq, ng, hd));
-        MG_EXPECT_OK(
-            b2->attention_backward(b2, res[v] + no, dout, qkv, res[v], saved, B, S, nq, ng, hd));
+        MG_EXPECT_OK(b2->attention_forward(b2, res[v], saved, qkv, B, S, nq, ng, hd, NULL));
+        MG_EXPECT_OK(b2->attention_backward(b2, res[v] + no, dout, qkv, res[v], saved, B, S, nq, ng,
+                                            hd, NULL));
         free(saved);
         b2->destroy(b2);
     }

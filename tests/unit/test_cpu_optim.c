@@ -177,8 +177,9 @@ static void run_parallel_ops(mg_test_ctx *t, mg_backend *be, float *res) {
     r += TN * TH;
     MG_EXPECT_OK(be->linear_forward(be, r, x, lw, b, ldout, TN, TH, TOC));
     r += TN * TOC;
-    MG_EXPECT_OK(be->attention_forward(be, aout, saved, qkv, TB, TS, TNQ, TNG, THD));
-    MG_EXPECT_OK(be->attention_backward(be, r, aout, qkv, aout, saved, TB, TS, TNQ, TNG, THD));
+    MG_EXPECT_OK(be->attention_forward(be, aout, saved, qkv, TB, TS, TNQ, TNG, THD, NULL));
+    MG_EXPECT_OK(
+        be->attention_backward(be, r, aout, qkv, aout, saved, TB, TS, TNQ, TNG, THD, NULL));
     r += TB * TS * TC;
     MG_EXPECT_OK(be->cross_entropy_fused(be, logits, r + TN * TV, tok, dloss, TN, TV));
     memcpy(r, logits, sizeof(float) * TN * TV);

@@ -86,7 +86,9 @@ MG_TEST(flags_data_path_takes_values_up_to_the_next_flag) {
     MG_EXPECT_ERROR(parse_args(&c, n4), MG_ERR_USAGE, "--data-path value is too long");
     const char *n5[] = {"--tokenizer-type", "gpt2", NULL};
     MG_EXPECT_ERROR(parse_args(&c, n5), MG_ERR_USAGE,
-                 "--tokenizer-type expects one of GPT2BPETokenizer or NullTokenizer, got 'gpt2'");
+                    "--tokenizer-type expects one of GPT2BPETokenizer, HuggingFaceTokenizer, "
+                    "SentencePieceTokenizer, GPTSentencePieceTokenizer, Llama2Tokenizer or "
+                    "NullTokenizer, got 'gpt2'");
     MG_EXPECT(!memcmp(&c, &before, sizeof c), "failed parses must not change the config");
 
     char *json = NULL;
@@ -131,6 +133,16 @@ MG_TEST(flags_data_validation) {
                                ok_file,
                                NULL};
     MG_EXPECT_OK(validate_with(&c, mock_gpt2));
+    const char *hf[] = {"--data-path",
+                        "/d/a",
+                        "--tokenizer-type",
+                        "HuggingFaceTokenizer",
+                        "--tokenizer-model",
+                        "tests/golden/tokenizers/llama3",
+                        NULL};
+    MG_EXPECT_OK(validate_with(&c, hf));
+    MG_EXPECT(c.vocab_size == -1 && !strcmp(c.tokenizer_model, "tests/golden/tokenizers/llama3"),
+              "HuggingFaceTokenizer leaves --vocab-size to the tokenizer");
 
     struct {
         const char *extra[12];
@@ -141,7 +153,16 @@ MG_TEST(flags_data_validation) {
         {{"--vocab-size", "100", NULL}, "no training data: pass --mock-data or --data-path PREFIX"},
         {{"--data-path", "/d/a", "--vocab-size", "100", NULL},
          "--data-path needs --tokenizer-type: GPT2BPETokenizer (with --vocab-file and "
-         "--merge-file) or NullTokenizer (with --vocab-size)"},
+         "--merge-file), NullTokenizer (with --vocab-size), or HuggingFaceTokenizer"},
+        {{"--data-path", "/d/a", "--tokenizer-type", "HuggingFaceTokenizer", NULL},
+         "--tokenizer-type HuggingFaceTokenizer needs --tokenizer-model PATH (a tokenizer.json "
+         "or its directory)"},
+        {{"--data-path", "/d/a", "--tokenizer-type", "Llama2Tokenizer", "--tokenizer-model",
+          "tests", NULL},
+         "--tokenizer-model tests: no such file (a SentencePiece .model)"},
+        {{"--data-path", "/d/a", "--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model",
+          "/nonexistent", NULL},
+         "--tokenizer-model /nonexistent: no such file or directory"},
         {{"--data-path", "/d/a", "--tokenizer-type", "GPT2BPETokenizer", "--merge-file", ok_file,
           NULL},
          "--tokenizer-type GPT2BPETokenizer needs --vocab-file PATH (GPT-2's vocab.json)"},

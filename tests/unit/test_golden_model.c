@@ -32,9 +32,11 @@ static mg_status golden_config(const char *name, mg_config *c) {
     int argc = 0;
     const cJSON *a;
     cJSON_ArrayForEach(a, args) if (argc < 120) argv[argc++] = a->valuestring;
-    /* the fp32 CPU backend: the tolerances below are fp32's (tests/cuda compares CUDA to CPU) */
-    char extra[][16] = {"--mock-data", "--eval-iters", "0",  "--num-threads",
-                        "2",           "--device",     "cpu"};
+    /* the fp32 CPU backend: the tolerances below are fp32's (tests/cuda compares CUDA to CPU);
+     * no dropout: the reference runs in eval mode (Megatron's default 0.1 would drop) */
+    char extra[][24] = {"--mock-data", "--eval-iters",     "0",   "--num-threads",
+                        "2",           "--device",         "cpu", "--attention-dropout",
+                        "0",           "--hidden-dropout", "0"};
     for (size_t i = 0; i < sizeof extra / sizeof *extra; i++) argv[argc++] = extra[i];
     bool help = false;
     mg_config_defaults(c);

@@ -52,6 +52,33 @@ MG_TEST(metrics_line_matches_megatron) {
     MG_EXPECT(n == (int)strlen(want), "returned %d, length %zu", n, strlen(want));
 }
 
+/* --log-num-zeros-in-grad and --log-params-norm: Python's f' num zeros: {num_zeros_in_grad} |'
+ * of megatron-core 0.16.1's float count and f' params norm: {params_norm:.3f} |', after the grad
+ * norm; and the JSON keys. */
+MG_TEST(metrics_line_num_zeros_and_params_norm) {
+    mg_log_record r = sample_record();
+    r.log_num_zeros = true;
+    r.num_zeros = 2048;
+    r.log_params_norm = true;
+    r.params_norm = 12.98251;
+    char line[1024], json[1024];
+    mg_metrics_format_line_at(line, sizeof line, "2026-11-21 09:05:03.041250", &r);
+    const char *want = " grad norm: 2.346 | num zeros: 2048.0 | params norm: 12.983 |"
+                       " number of skipped iterations:   0 |";
+    MG_EXPECT(strstr(line, want) != NULL, "line '%s' lacks '%s'", line, want);
+    mg_metrics_format_json(json, sizeof json, &r);
+    cJSON *o = cJSON_Parse(json);
+    cJSON *z = cJSON_GetObjectItem(o, "num_zeros"), *p = cJSON_GetObjectItem(o, "params_norm");
+    MG_EXPECT(z && p && z->valuedouble == 2048.0 && p->valuedouble == 12.98251, "json %s", json);
+    cJSON_Delete(o);
+    r.log_num_zeros = r.log_params_norm = false; /* off: neither in the line nor the JSON */
+    mg_metrics_format_line_at(line, sizeof line, "2026-11-21 09:05:03.041250", &r);
+    mg_metrics_format_json(json, sizeof json, &r);
+    MG_EXPECT(!strstr(line, "num zeros") && !strstr(line, "params norm") &&
+                  !strstr(json, "num_zeros") && !strstr(json, "params_norm"),
+              "flags off, yet '%s' / %s", line, json);
+}
+
 MG_TEST(metrics_line_optional_and_nonfinite_fields) {
     /* Megatron leaves out throughput (no --log-throughput), lr and grad norm when None, and the
      * loss when its average is not >= 0 (NaN); a NaN grad norm prints as Python's "nan". */

@@ -179,7 +179,9 @@ static mg_preprocess_config config(const char *in, const char *out, int workers)
     mg_preprocess_config c;
     memset(&c, 0, sizeof c);
     c.input = in, c.output_prefix = out, c.json_keys[0] = "text", c.num_keys = 1;
-    c.vocab_file = "data/gpt2/encoder.json", c.merge_file = "data/gpt2/vocab.bpe";
+    c.tokenizer = (mg_tokenizer_spec){.type = "GPT2BPETokenizer",
+                                      .vocab_file = "data/gpt2/encoder.json",
+                                      .merge_file = "data/gpt2/vocab.bpe"};
     c.append_eod = true, c.workers = workers, c.log_interval = 1000;
     return c;
 }
@@ -198,7 +200,7 @@ MG_TEST(indexed_preprocess_detokenizes_to_the_input) {
     mg_indexed_dataset d;
     char prefix[160];
     snprintf(prefix, sizeof prefix, "%s_text_document", out);
-    MG_EXPECT_OK(mg_tokenizer_gpt2_load(&tok, c.vocab_file, c.merge_file));
+    MG_EXPECT_OK(mg_tokenizer_load(&tok, &c.tokenizer));
     MG_EXPECT_OK(mg_indexed_dataset_open(&d, prefix));
     if (tok && d.num_documents == 15) {
         for (int64_t doc = 0; doc < 15; doc++) {

@@ -8,15 +8,17 @@
  * (S, hd) alone. Forward is parallel over (batch, query head). Backward is parallel over
  * (batch, kv group), because the r query heads of a group all add into the same dk and dv: one
  * work item owns a whole group and visits its heads and query blocks in a fixed order, so those
- * sums never depend on the thread count. */
+ * sums never depend on the thread count.
+ *
+ * Attention dropout (drop != NULL): `saved` keeps the undropped softmax P; the product with v
+ * takes P f (f: core/dropout.h's factor, 0 or 1/(1-p)) from a per-thread block of the scratch
+ * buffer, and the backward recomputes f: dv += (P f)^T dout, dP = f (dout v^T), and
+ * dz = P o (dP - D) with D = dout . out as without dropout (out = (P f) v). */
 #include "backend/cpu/cpu_ops.h"
 
 #include <cblas.h>
 #include <math.h>
 #include <string.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 /* Query rows per block: large enough for efficient sgemm calls, small enough that the part above
  * the diagonal computed and then masked stays small ((S/QB + 1) / (2 S/QB) of the full square). */
@@ -34,20 +36,15 @@ size_t mg_cpu_attention_saved_bytes(mg_backend *be, int B, int S, int nq, int hd
     return mg_backend_attention_saved_bytes(MG_DEVICE_CPU, B, S, nq, hd); /* the softmax */
 }
 
-static int max_threads(void) {
-#ifdef _OPENMP
-    return omp_get_max_threads();
-#else
-    return 1;
-#endif
-}
-
-static int thread_id(void) {
-#ifdef _OPENMP
-    return omp_get_thread_num();
-#else
-    return 0;
-#endif
+/* The dropout factors of row s (query s) of sequence b, local head h: f[t] for keys t <= s. */
+static void drop_factors(const mg_dropout *d, int b, int h, int s, int S, float *f) {
+    uint32_t sample = (uint32_t)(d->sample0 + b), head = (uint32_t)(d->first + h), r[4];
+    uint64_t e0 = (uint64_t)s * (uint64_t)S;
+    for (int t = 0; t <= s; t++) {
+        uint64_t e = e0 + (uint64_t)t;
+        if (t == 0 || (e & 3) == 0) mg_dropout_block(d, sample, head, (uint32_t)(e >> 2), r);
+        f[t] = r[e & 3] >= d->threshold ? d->scale : 0.0f;
+    }
 }
 
 /* In place: p[0..n) = softmax(p[0..n)), the normaliser summed in double. */
@@ -68,7 +65,7 @@ static void softmax_row(float *p, int n) {
 }
 
 mg_status mg_cpu_attention_forward(mg_backend *be, void *out_, void *saved, const void *qkv_, int B,
-                                   int S, int nq, int ng, int hd) {
+                                   int S, int nq, int ng, int hd, const mg_dropout *drop) {
     MG_CHECK(attention_check(nq, ng, hd));
     float *out = out_;       // (B*S, nq*hd)
     const float *qkv = qkv_; // (B*S, ng*(r+2)*hd)
@@ -76,9 +73,16 @@ mg_status mg_cpu_attention_forward(mg_backend *be, void *out_, void *saved, cons
     int r = nq / ng;
     int C = ng * (r + 2) * hd, OW = nq * hd; /* row widths (leading dimensions) */
     float scale = 1.0f / sqrtf((float)hd);
+    /* dropout: one (MG_ATT_QB, S) block of dropped probabilities per thread */
+    size_t per_thread = (size_t)MG_ATT_QB * S;
+    void *scratch = NULL;
+    if (drop)
+        MG_CHECK(mg_cpu_scratch(be, (size_t)mg_cpu_max_threads() * per_thread * sizeof(float),
+                                &scratch));
 #pragma omp parallel for collapse(2) schedule(static)
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < nq; h++) {
+            float *Wd = drop ? (float *)scratch + (size_t)mg_cpu_thread_id() * per_thread : NULL;
             int g = h / r, j = h % r;
             const float *base = qkv + (size_t)b * S * C;
             const float *q = base + ((size_t)g * (r + 2) + j) * hd; // (S, hd), ld C
@@ -97,10 +101,16 @@ mg_status mg_cpu_attention_forward(mg_backend *be, void *out_, void *saved, cons
                     int s = s0 + i;
                     softmax_row(p, s + 1);
                     memset(p + s + 1, 0, (size_t)(S - s - 1) * sizeof(float));
+                    if (!drop) continue;
+                    float *w = Wd + (size_t)i * S; /* the probabilities after dropout */
+                    drop_factors(drop, b, h, s, S, w);
+#pragma omp simd
+                    for (int t = 0; t <= s; t++) w[t] *= p[t];
+                    for (int t = s + 1; t < nk; t++) w[t] = 0.0f;
                 }
                 /* out_blk = P_blk v (the masked entries are exact zeros) */
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, hd, nk, 1.0f, Pb, S, v, C,
-                            0.0f, o + (size_t)s0 * OW, OW);
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, hd, nk, 1.0f,
+                            drop ? Wd : Pb, S, v, C, 0.0f, o + (size_t)s0 * OW, OW);
             }
         }
     }
@@ -113,7 +123,7 @@ mg_status mg_cpu_attention_forward(mg_backend *be, void *out_, void *saved, cons
  * Scratch: one (MG_ATT_QB, S) block of dz per thread, from the backend's scratch buffer. */
 mg_status mg_cpu_attention_backward(mg_backend *be, void *dqkv_, const void *dout_,
                                     const void *qkv_, const void *out_, const void *saved, int B,
-                                    int S, int nq, int ng, int hd) {
+                                    int S, int nq, int ng, int hd, const mg_dropout *drop) {
     MG_CHECK(attention_check(nq, ng, hd));
     float *dqkv = dqkv_;       // (B*S, ng*(r+2)*hd), overwritten
     const float *dout = dout_; // (B*S, nq*hd)
@@ -124,13 +134,16 @@ mg_status mg_cpu_attention_backward(mg_backend *be, void *dqkv_, const void *dou
     int C = ng * (r + 2) * hd, OW = nq * hd, GW = (r + 2) * hd;
     float scale = 1.0f / sqrtf((float)hd);
     int QB = S < MG_ATT_QB ? S : MG_ATT_QB;
-    size_t per_thread = (size_t)QB * S; /* floats */
+    /* floats: dz, and with dropout the dropped probabilities */
+    size_t block = (size_t)QB * S, per_thread = drop ? 2 * block : block;
     void *scratch = NULL;
-    MG_CHECK(mg_cpu_scratch(be, (size_t)max_threads() * per_thread * sizeof(float), &scratch));
+    MG_CHECK(
+        mg_cpu_scratch(be, (size_t)mg_cpu_max_threads() * per_thread * sizeof(float), &scratch));
 #pragma omp parallel for collapse(2) schedule(static)
     for (int b = 0; b < B; b++) {
         for (int g = 0; g < ng; g++) {
-            float *W = (float *)scratch + (size_t)thread_id() * per_thread; // (QB, S)
+            float *W = (float *)scratch + (size_t)mg_cpu_thread_id() * per_thread; // (QB, S)
+            float *Wd = drop ? W + block : NULL;                                   /* (QB, S) P f */
             const float *base = qkv + (size_t)b * S * C + (size_t)g * GW;
             float *dbase = dqkv + (size_t)b * S * C + (size_t)g * GW;
             const float *k = base + (size_t)r * hd, *v = k + hd; // (S, hd), ld C
@@ -158,8 +171,19 @@ mg_status mg_cpu_attention_backward(mg_backend *be, void *dqkv_, const void *dou
                         float D = 0;
 #pragma omp simd reduction(+ : D)
                         for (int d = 0; d < hd; d++) D += dos[d] * os[d];
+                        if (drop) { /* w holds d(P f): dP = f w; wd = P f for dv */
+                            float *wd = Wd + (size_t)i * S;
+                            drop_factors(drop, b, h, s, S, wd);
 #pragma omp simd
-                        for (int t = 0; t <= s; t++) w[t] = p[t] * (w[t] - D);
+                            for (int t = 0; t <= s; t++) {
+                                w[t] = p[t] * (wd[t] * w[t] - D);
+                                wd[t] *= p[t];
+                            }
+                            for (int t = s + 1; t < nk; t++) wd[t] = 0.0f;
+                        } else {
+#pragma omp simd
+                            for (int t = 0; t <= s; t++) w[t] = p[t] * (w[t] - D);
+                        }
                         for (int t = s + 1; t < nk; t++) w[t] = 0.0f;
                     }
                     /* dq_blk = scale dz k (each query row written once per head) */
@@ -168,9 +192,9 @@ mg_status mg_cpu_attention_backward(mg_backend *be, void *dqkv_, const void *dou
                     /* dk[0..nk) += scale dz^T q_blk */
                     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, hd, m, scale, W, S,
                                 q + (size_t)s0 * C, C, 1.0f, dk, C);
-                    /* dv[0..nk) += P_blk^T dout_blk */
-                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, hd, m, 1.0f, Pb, S,
-                                dO + (size_t)s0 * OW, OW, 1.0f, dv, C);
+                    /* dv[0..nk) += P_blk^T dout_blk (P f with dropout) */
+                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, hd, m, 1.0f,
+                                drop ? Wd : Pb, S, dO + (size_t)s0 * OW, OW, 1.0f, dv, C);
                 }
             }
         }

@@ -134,8 +134,11 @@ mg_status mg_backend_cpu_create(mg_backend **out, int num_threads) {
     be->cross_entropy_finish = mg_cpu_cross_entropy_finish;
     be->add = mg_cpu_add;
     be->bias_residual_add = mg_cpu_bias_residual_add;
+    be->dropout_add = mg_cpu_dropout_add;
+    be->dropout_backward = mg_cpu_dropout_backward;
     be->sum_f32 = mg_cpu_sum_f32;
     be->sumsq_f32 = mg_cpu_sumsq_f32;
+    be->count_zeros_f32 = mg_cpu_count_zeros_f32;
     be->clip_coef = mg_cpu_clip_coef;
     be->adamw = mg_cpu_adamw;
     be->router_forward = mg_cpu_router_forward;

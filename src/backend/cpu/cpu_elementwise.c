@@ -85,6 +85,15 @@ mg_status mg_cpu_sumsq_f32(mg_backend *be, float *out, const float *x, size_t n)
     return MG_OK;
 }
 
+mg_status mg_cpu_count_zeros_f32(mg_backend *be, int64_t *out, const float *x, size_t n) {
+    // out (1), accumulated; x (n)
+    int64_t zeros = 0;
+#pragma omp parallel for schedule(static) reduction(+ : zeros)
+    for (size_t i = 0; i < n; i++) zeros += x[i] == 0.0f;
+    *out += zeros;
+    return MG_OK;
+}
+
 mg_status mg_cpu_clip_coef(mg_backend *be, float *coef_out, float *norm_out, const float *sumsq,
                            float clip) {
     // coef_out, norm_out, sumsq (1)

@@ -19,6 +19,9 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 /* Column block width for loops that reduce over rows: each block is one OpenMP work item, so the
  * summation order of a column never depends on the thread count. */
@@ -35,6 +38,23 @@ typedef struct {
 
 /* cpu_backend.c: at least `bytes` of 256-byte aligned scratch (contents undefined), or an error. */
 mg_status mg_cpu_scratch(mg_backend *be, size_t bytes, void **out);
+
+/* OpenMP's thread count and this thread's number (1 and 0 without OpenMP): per-thread slices of
+ * the scratch buffer. */
+static inline int mg_cpu_max_threads(void) {
+#ifdef _OPENMP
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
+static inline int mg_cpu_thread_id(void) {
+#ifdef _OPENMP
+    return omp_get_thread_num();
+#else
+    return 0;
+#endif
+}
 
 static inline float mg_cpu_bits_f32(int32_t b) {
     float f;
@@ -140,10 +160,10 @@ mg_status mg_cpu_rope_backward(mg_backend *be, void *dqkv, const float *cos_tab,
 /* cpu_attention.c */
 size_t mg_cpu_attention_saved_bytes(mg_backend *be, int B, int S, int nq, int hd);
 mg_status mg_cpu_attention_forward(mg_backend *be, void *out, void *saved, const void *qkv, int B,
-                                   int S, int nq, int ng, int hd);
+                                   int S, int nq, int ng, int hd, const mg_dropout *drop);
 mg_status mg_cpu_attention_backward(mg_backend *be, void *dqkv, const void *dout, const void *qkv,
                                     const void *out, const void *saved, int B, int S, int nq,
-                                    int ng, int hd);
+                                    int ng, int hd, const mg_dropout *drop);
 
 /* cpu_cross_entropy.c */
 mg_status mg_cpu_cross_entropy_fused(mg_backend *be, void *logits, float *losses,
@@ -165,8 +185,15 @@ mg_status mg_cpu_bias_residual_add(mg_backend *be, void *out, const void *x, con
 mg_status mg_cpu_sum_f32(mg_backend *be, float *out, const float *x, const float *w, size_t n,
                          float scale);
 mg_status mg_cpu_sumsq_f32(mg_backend *be, float *out, const float *x, size_t n);
+mg_status mg_cpu_count_zeros_f32(mg_backend *be, int64_t *out, const float *x, size_t n);
 mg_status mg_cpu_clip_coef(mg_backend *be, float *coef_out, float *norm_out, const float *sumsq,
                            float clip);
+
+/* cpu_dropout.c */
+mg_status mg_cpu_dropout_add(mg_backend *be, void *out, const void *x, const void *bias,
+                             const void *residual, int N, int H, int S, const mg_dropout *drop);
+mg_status mg_cpu_dropout_backward(mg_backend *be, void *dx, const void *dout, int N, int H, int S,
+                                  const mg_dropout *drop);
 
 /* cpu_router.c */
 mg_status mg_cpu_router_forward(mg_backend *be, float *logits, const void *x, const void *w, int T,

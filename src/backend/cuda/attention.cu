@@ -21,6 +21,14 @@
  * The scores and dP are computed twice (kernels 2 and 3): the price of determinism without
  * atomics.
  *
+ * Attention dropout (drop != NULL): core/dropout.h's counter-based factor f (0 or 1/(1-p)) of
+ * each (sequence, global head, query, key), the CPU's exactly (cpu/cpu_attention.c). The forward
+ * sums the undropped P into the normaliser l and multiplies the P tile that meets V by f; the
+ * backward recomputes f: dV += (P f)^T dO, dS = P (f dP - D), with D = dO . O as before (O is
+ * the dropped output). One Philox block gives the draws of 4 consecutive keys: under dropout a
+ * forward lane owns two adjacent keys (2 lanes share a block) and a backward thread 4 (one block,
+ * two where S % 4 leaves a row's keys straddling blocks).
+ *
  * Rows past S (ragged last tile) are loaded as zeros and masked (P = 0); keys past the query or
  * past S are masked. Later query tiles have more work, so the forward and dQ grids start from the
  * last tile (and dK/dV from the first key tile), letting the long blocks start first.
@@ -35,10 +43,13 @@
 #include <type_traits>
 #include "backend/cuda/cuda_common.cuh"
 
+#include "core/dropout.h"
+
 #include <cuda_bf16.h>
 #include <math.h>
 #include <mma.h>
 #include <stdint.h>
+#include <string.h>
 
 using namespace nvcuda;
 
@@ -104,6 +115,28 @@ static __device__ __forceinline__ void store_tile(bf16 *dst, size_t stride, int 
     }
 }
 
+/* The dropout factors f[0..n) (n <= 4) of keys kj .. kj + n - 1 of query qi, sequence b, local
+ * head h (core/dropout.h's mg_dropout_attention, element for element): one Philox block, or two
+ * where the keys straddle a block boundary. */
+static __device__ __forceinline__ void drop_run(const mg_dropout *d, int b, int h, int qi, int kj,
+                                                int S, int n, float *f) {
+    const uint32_t sample = (uint32_t)(d->sample0 + b), head = (uint32_t)(d->first + h);
+    const uint64_t e0 = (uint64_t)qi * (uint64_t)S + (uint64_t)kj;
+    const uint32_t l0 = (uint32_t)e0 & 3u;
+    uint32_t r[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    mg_dropout_block(d, sample, head, (uint32_t)(e0 >> 2), r);
+    if (l0 + (uint32_t)n > 4u) mg_dropout_block(d, sample, head, (uint32_t)(e0 >> 2) + 1u, r + 4);
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        if (k >= n) break;
+        uint32_t v = r[0];
+#pragma unroll
+        for (int j = 1; j < 8; j++) /* r[l0 + k] without a local-memory index */
+            if ((uint32_t)j == l0 + (uint32_t)k) v = r[j];
+        f[k] = v >= d->threshold ? d->scale : 0.0f;
+    }
+}
+
 static __device__ __forceinline__ float warp_max(float v) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
@@ -115,7 +148,7 @@ template <int HD>
 static __global__ void __launch_bounds__(ATT_FWD_THREADS)
     attention_forward_kernel(bf16 *out /* (B*S, nq*HD) */, float *lse /* (B, nq, S) */,
                              const bf16 *qkv /* (B*S, C) */, int S, int nq, int r,
-                             float scale_log2) {
+                             float scale_log2, mg_dropout drop, int dropping) {
     typedef att_geom<HD> G;
     extern __shared__ __align__(128) unsigned char smem[];
     bf16 *q_s = (bf16 *)smem;                               // (64, HD) pitch LD
@@ -168,11 +201,12 @@ static __global__ void __launch_bounds__(ATT_FWD_THREADS)
             wmma::store_matrix_sync(s_w + n * 16, acc, G::LDS, wmma::mem_row_major);
         }
         __syncwarp();
-        /* online softmax, one row at a time across the warp (lane owns keys lane, lane+32) */
+        /* online softmax, one row at a time across the warp (lane owns keys lane, lane+32; under
+         * dropout the adjacent 2 lane, 2 lane + 1, whose draws share a Philox block) */
 #pragma unroll
         for (int i = 0; i < 16; i++) {
             const int qi = q0 + warp * 16 + i;
-            const int c0 = lane, c1 = lane + 32;
+            const int c0 = dropping ? 2 * lane : lane, c1 = dropping ? c0 + 1 : lane + 32;
             float x0 = k0 + c0 <= qi && k0 + c0 < S ? s_w[i * G::LDS + c0] * scale_log2 : -INFINITY;
             float x1 = k0 + c1 <= qi && k0 + c1 < S ? s_w[i * G::LDS + c1] * scale_log2 : -INFINITY;
             float m_new = fmaxf(m_i[i], warp_max(fmaxf(x0, x1)));
@@ -183,6 +217,13 @@ static __global__ void __launch_bounds__(ATT_FWD_THREADS)
             float p1 = m_new == -INFINITY ? 0.0f : exp2f(x1 - m_new);
             l_i[i] = l_i[i] * alpha + mg_warp_sum(p0 + p1);
             m_i[i] = m_new;
+            if (dropping && (p0 != 0.0f || p1 != 0.0f)) {
+                /* the normaliser keeps the undropped sum; V meets P f */
+                float f[2];
+                drop_run(&drop, b, h, qi, k0 + c0, S, 2, f);
+                p0 *= f[0];
+                p1 *= f[1];
+            }
             p_w[i * G::LDP + c0] = __float2bfloat16(p0);
             p_w[i * G::LDP + c1] = __float2bfloat16(p1);
             if (kt > 0)
@@ -244,13 +285,14 @@ static __global__ void attention_bwd_dot_kernel(float *D /* (B, nq, S) */,
  * shared memory and the rows' lse2 and D in lse_s, d_s, computes
  *   p_s  = P  = exp2(scale_log2 * Q K^T - lse2)          (bf16, masked entries 0)
  *   ds_s = dS = P (dO V^T - D)                            (bf16)
+ * With dropout (drop non-NULL: sequence b, local head h), p_s = P f and dS = P (f dP - D).
  * Warp w computes the 16x32 piece (rows 16 (w%4), keys 32 (w/4)) of S and dP; then all threads
  * do the elementwise part. Ends with __syncthreads. */
 template <int HD>
 static __device__ __forceinline__ void
 bwd_probs(const bf16 *q_s, const bf16 *do_s, const bf16 *k_s, const bf16 *v_s, float *s_s,
           float *dp_s, bf16 *p_s, bf16 *ds_s, const float *lse_s, const float *d_s, int q0, int k0,
-          int S, float scale_log2) {
+          int S, float scale_log2, const mg_dropout *drop, int b, int h) {
     typedef att_geom<HD> G;
     const int warp = threadIdx.x / 32, rb = warp % 4, cb = warp / 4;
 #pragma unroll
@@ -276,15 +318,35 @@ bwd_probs(const bf16 *q_s, const bf16 *do_s, const bf16 *k_s, const bf16 *v_s, f
                                 wmma::mem_row_major);
     }
     __syncthreads();
-    for (int idx = threadIdx.x; idx < ATT_T * ATT_T; idx += blockDim.x) {
-        const int i = idx / ATT_T, c = idx % ATT_T, qi = q0 + i, kj = k0 + c;
-        float p = 0.0f, ds = 0.0f;
-        if (qi < S && kj <= qi) {
-            p = exp2f(s_s[i * G::LDS + c] * scale_log2 - lse_s[i]);
-            ds = p * (dp_s[i * G::LDS + c] - d_s[i]);
+    if (!drop) {
+        for (int idx = threadIdx.x; idx < ATT_T * ATT_T; idx += blockDim.x) {
+            const int i = idx / ATT_T, c = idx % ATT_T, qi = q0 + i, kj = k0 + c;
+            float p = 0.0f, ds = 0.0f;
+            if (qi < S && kj <= qi) {
+                p = exp2f(s_s[i * G::LDS + c] * scale_log2 - lse_s[i]);
+                ds = p * (dp_s[i * G::LDS + c] - d_s[i]);
+            }
+            if (p_s) p_s[i * G::LDP + c] = __float2bfloat16(p);
+            ds_s[i * G::LDP + c] = __float2bfloat16(ds);
         }
-        if (p_s) p_s[i * G::LDP + c] = __float2bfloat16(p);
-        ds_s[i * G::LDP + c] = __float2bfloat16(ds);
+    } else { /* a thread takes 4 adjacent keys: their draws share a Philox block */
+        for (int idx = threadIdx.x; idx < ATT_T * ATT_T / 4; idx += blockDim.x) {
+            const int i = idx / (ATT_T / 4), c0 = idx % (ATT_T / 4) * 4, qi = q0 + i;
+            float f[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            if (qi < S && k0 + c0 <= qi) drop_run(drop, b, h, qi, k0 + c0, S, 4, f);
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                const int c = c0 + k, kj = k0 + c;
+                float pf = 0.0f, ds = 0.0f;
+                if (qi < S && kj <= qi) {
+                    const float p = exp2f(s_s[i * G::LDS + c] * scale_log2 - lse_s[i]);
+                    pf = p * f[k];
+                    ds = p * (f[k] * dp_s[i * G::LDS + c] - d_s[i]);
+                }
+                if (p_s) p_s[i * G::LDP + c] = __float2bfloat16(pf);
+                ds_s[i * G::LDP + c] = __float2bfloat16(ds);
+            }
+        }
     }
     __syncthreads();
 }
@@ -322,7 +384,7 @@ static __global__ void __launch_bounds__(ATT_BWD_THREADS)
     attention_bwd_dkdv_kernel(bf16 *dqkv /* (B*S, C) */, const bf16 *qkv /* (B*S, C) */,
                               const bf16 *dout /* (B*S, nq*HD) */, const float *lse /* (B,nq,S) */,
                               const float *D /* (B,nq,S) */, int S, int nq, int r, float scale_log2,
-                              float scale) {
+                              float scale, mg_dropout drop, int dropping) {
     ATT_BWD_SMEM(HD)
     constexpr int NF = HD / 16, NH = (NF + 1) / 2;
     const int kt = blockIdx.x, g = blockIdx.y, b = blockIdx.z, k0 = kt * ATT_T;
@@ -349,7 +411,7 @@ static __global__ void __launch_bounds__(ATT_BWD_THREADS)
             load_rows(lse_s, d_s, lse, D, ((size_t)b * nq + h) * S, q0, S);
             __syncthreads();
             bwd_probs<HD>(q_s, do_s, k_s, v_s, s_s, dp_s, p_s, ds_s, lse_s, d_s, q0, k0, S,
-                          scale_log2);
+                          scale_log2, dropping ? &drop : NULL, b, h);
             /* dV (64 keys, HD) += P^T dO;  dK += dS^T Q  (contraction over the 64 queries) */
             frag_a_col pt[ATT_T / 16],
                 dst[ATT_T / 16]; /* element (key, query) at x[query*LDP+key] */
@@ -397,7 +459,7 @@ static __global__ void __launch_bounds__(ATT_BWD_THREADS)
     attention_bwd_dq_kernel(bf16 *dqkv /* (B*S, C) */, const bf16 *qkv /* (B*S, C) */,
                             const bf16 *dout /* (B*S, nq*HD) */, const float *lse /* (B,nq,S) */,
                             const float *D /* (B,nq,S) */, int S, int nq, int r, float scale_log2,
-                            float scale) {
+                            float scale, mg_dropout drop, int dropping) {
     ATT_BWD_SMEM(HD)
     constexpr int NF = HD / 16, NH = (NF + 1) / 2;
     const int qt = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z, q0 = qt * ATT_T;
@@ -420,7 +482,7 @@ static __global__ void __launch_bounds__(ATT_BWD_THREADS)
         load_tile<HD>(v_s, kp + HD, C, k0, S);
         __syncthreads();
         bwd_probs<HD>(q_s, do_s, k_s, v_s, s_s, dp_s, NULL, ds_s, lse_s, d_s, q0, k0, S,
-                      scale_log2);
+                      scale_log2, dropping ? &drop : NULL, b, h);
         /* dQ (64, HD) += dS (64, 64 keys) K (64 keys, HD) */
         frag_a_row af[ATT_T / 16];
 #pragma unroll
@@ -478,30 +540,40 @@ extern "C" size_t mg_cuda_attention_saved_bytes(mg_backend *be, int B, int S, in
     return mg_backend_attention_saved_bytes(MG_DEVICE_CUDA, B, S, nq, hd); /* lse2, (B, nq, S) */
 }
 
+/* A kernel argument for drop (NULL: a zeroed one and the flag off). */
+static mg_dropout drop_arg(const mg_dropout *drop) {
+    mg_dropout d;
+    memset(&d, 0, sizeof d);
+    if (drop) d = *drop;
+    return d;
+}
+
 template <int HD>
 static mg_status forward_launch(mg_backend *be, bf16 *out, float *lse, const bf16 *qkv, int B,
-                                int S, int nq, int r) {
+                                int S, int nq, int r, const mg_dropout *drop) {
     const size_t smem = att_geom<HD>::FWD;
     const float scale_log2 = 1.4426950408889634f / sqrtf((float)HD);
     dim3 grid((S + ATT_T - 1) / ATT_T, nq, B);
-    attention_forward_kernel<HD>
-        <<<grid, ATT_FWD_THREADS, smem, mg_cuda_stream(be)>>>(out, lse, qkv, S, nq, r, scale_log2);
+    attention_forward_kernel<HD><<<grid, ATT_FWD_THREADS, smem, mg_cuda_stream(be)>>>(
+        out, lse, qkv, S, nq, r, scale_log2, drop_arg(drop), drop != NULL);
     MG_CUDA_CHECK_LAUNCH();
     return MG_OK;
 }
 
 template <int HD>
 static mg_status backward_launch(mg_backend *be, bf16 *dqkv, const bf16 *dout, const bf16 *qkv,
-                                 const float *lse, const float *D, int B, int S, int nq, int ng) {
+                                 const float *lse, const float *D, int B, int S, int nq, int ng,
+                                 const mg_dropout *drop) {
     const size_t smem = att_geom<HD>::BWD;
     const int r = nq / ng, nt = (S + ATT_T - 1) / ATT_T;
     const float scale = 1.0f / sqrtf((float)HD), scale_log2 = 1.4426950408889634f * scale;
     cudaStream_t stream = mg_cuda_stream(be);
+    const mg_dropout d = drop_arg(drop);
     attention_bwd_dkdv_kernel<HD><<<dim3(nt, ng, B), ATT_BWD_THREADS, smem, stream>>>(
-        dqkv, qkv, dout, lse, D, S, nq, r, scale_log2, scale);
+        dqkv, qkv, dout, lse, D, S, nq, r, scale_log2, scale, d, drop != NULL);
     MG_CUDA_CHECK_LAUNCH();
     attention_bwd_dq_kernel<HD><<<dim3(nt, nq, B), ATT_BWD_THREADS, smem, stream>>>(
-        dqkv, qkv, dout, lse, D, S, nq, r, scale_log2, scale);
+        dqkv, qkv, dout, lse, D, S, nq, r, scale_log2, scale, d, drop != NULL);
     MG_CUDA_CHECK_LAUNCH();
     return MG_OK;
 }
@@ -549,13 +621,14 @@ extern "C" mg_status mg_cuda_attention_init(void) {
 extern "C" mg_status mg_cuda_attention_forward(mg_backend *be, void *out /* (B*S, nq*hd) */,
                                                void *saved /* (B, nq, S) fp32 lse2 */,
                                                const void *qkv /* (B*S, ng*(r+2)*hd) */, int B,
-                                               int S, int nq, int ng, int hd) {
+                                               int S, int nq, int ng, int hd,
+                                               const mg_dropout *drop) {
     const void *ptrs[] = {out, qkv};
     MG_CHECK(attention_check(B, S, nq, ng, hd, ptrs, 2));
     const int r = nq / ng;
     return with_head_dim(hd, [&](auto HD) {
         return forward_launch<decltype(HD)::value>(be, (bf16 *)out, (float *)saved,
-                                                   (const bf16 *)qkv, B, S, nq, r);
+                                                   (const bf16 *)qkv, B, S, nq, r, drop);
     });
 }
 
@@ -564,7 +637,8 @@ extern "C" mg_status mg_cuda_attention_backward(mg_backend *be, void *dqkv /* (B
                                                 const void *qkv /* (B*S, ng*(r+2)*hd) */,
                                                 const void *out /* (B*S, nq*hd) */,
                                                 const void *saved /* (B, nq, S) fp32 lse2 */, int B,
-                                                int S, int nq, int ng, int hd) {
+                                                int S, int nq, int ng, int hd,
+                                                const mg_dropout *drop) {
     const void *ptrs[] = {dqkv, dout, qkv, out};
     MG_CHECK(attention_check(B, S, nq, ng, hd, ptrs, 4));
     const size_t rows = (size_t)B * nq * S;
@@ -578,6 +652,6 @@ extern "C" mg_status mg_cuda_attention_backward(mg_backend *be, void *dqkv /* (B
     return with_head_dim(hd, [&](auto HD) {
         return backward_launch<decltype(HD)::value>(be, (bf16 *)dqkv, (const bf16 *)dout,
                                                     (const bf16 *)qkv, (const float *)saved, D, B,
-                                                    S, nq, ng);
+                                                    S, nq, ng, drop);
     });
 }

@@ -28,6 +28,11 @@
  * (B, nq, S, hd) in our workspace, atomics inside cuDNN), the frontend's default and probably
  * faster.
  *
+ * Attention dropout (drop != NULL) runs attention.cu's kernels: their mask is core/dropout.h's,
+ * keyed by global positions and identical to the CPU's, which cuDNN's dropout (its own Philox
+ * stream, seed and offset) cannot reproduce; one log line says so at the first such call. A
+ * forward and its backward get the same drop, so they agree on what `saved` holds.
+ *
  * Plans: both graphs for a shape are built together at the first call with that shape, executed
  * plan kept in a small per-backend table (never evicted). If either graph has no working engine
  * the shape is marked "ours" and both directions use attention.cu's kernels (one log line), so a
@@ -673,15 +678,30 @@ static bool cd_aligned(const void *const *ptrs, int n) {
     return true;
 }
 
+/* Attention dropout goes to attention.cu (see the top); said once per process. */
+static bool cd_dropout(const mg_dropout *drop) {
+    static bool said = false;
+    if (!drop) return false;
+    if (!said)
+        mg_log_info("attention: --attention-dropout runs our attention kernels (their "
+                    "counter-based mask matches the CPU's and every parallel layout's; cuDNN's "
+                    "dropout cannot), cuDNN's where the dropout is 0 (evaluation)");
+    said = true;
+    return true;
+}
+
 extern "C" mg_status mg_cuda_attention_cudnn_forward(mg_backend *be, void *out /* (B*S, nq*hd) */,
                                                      void *saved /* (B, nq, S) fp32 */,
                                                      const void *qkv /* (B*S, ng*(r+2)*hd) */,
-                                                     int B, int S, int nq, int ng, int hd) {
+                                                     int B, int S, int nq, int ng, int hd,
+                                                     const mg_dropout *drop) {
+    if (cd_dropout(drop))
+        return mg_cuda_attention_forward(be, out, saved, qkv, B, S, nq, ng, hd, drop);
     const void *ptrs[] = {out, qkv, saved};
     cd_plan *p = NULL;
     if (cd_shape_ok(B, S, nq, ng) && cd_aligned(ptrs, 3))
         MG_CHECK(cd_plan_for(be, B, S, nq, ng, hd, &p));
-    if (!p || !p->ok) return mg_cuda_attention_forward(be, out, saved, qkv, B, S, nq, ng, hd);
+    if (!p || !p->ok) return mg_cuda_attention_forward(be, out, saved, qkv, B, S, nq, ng, hd, NULL);
     mg_cuda_ctx *ctx = mg_cuda_ctx_of(be);
     cd_state *st = (cd_state *)ctx->cudnn_attn;
     MG_CHECK(cd_workspace_check(be, (size_t)p->fwd_ws, "forward", B, S, nq, hd));
@@ -708,13 +728,16 @@ extern "C" mg_status mg_cuda_attention_cudnn_forward(mg_backend *be, void *out /
 extern "C" mg_status mg_cuda_attention_cudnn_backward(
     mg_backend *be, void *dqkv /* (B*S, ng*(r+2)*hd) */, const void *dout /* (B*S, nq*hd) */,
     const void *qkv /* (B*S, ng*(r+2)*hd) */, const void *out /* (B*S, nq*hd) */,
-    const void *saved /* (B, nq, S) fp32 */, int B, int S, int nq, int ng, int hd) {
+    const void *saved /* (B, nq, S) fp32 */, int B, int S, int nq, int ng, int hd,
+    const mg_dropout *drop) {
+    if (cd_dropout(drop))
+        return mg_cuda_attention_backward(be, dqkv, dout, qkv, out, saved, B, S, nq, ng, hd, drop);
     const void *ptrs[] = {dqkv, dout, qkv, out, saved};
     cd_plan *p = NULL;
     if (cd_shape_ok(B, S, nq, ng) && cd_aligned(ptrs, 5))
         MG_CHECK(cd_plan_for(be, B, S, nq, ng, hd, &p));
     if (!p || !p->ok)
-        return mg_cuda_attention_backward(be, dqkv, dout, qkv, out, saved, B, S, nq, ng, hd);
+        return mg_cuda_attention_backward(be, dqkv, dout, qkv, out, saved, B, S, nq, ng, hd, NULL);
     mg_cuda_ctx *ctx = mg_cuda_ctx_of(be);
     cd_state *st = (cd_state *)ctx->cudnn_attn;
     const int r = nq / ng, calls = r == 1 ? 1 : B, bq = r == 1 ? B : 1; /* sequences per call */
@@ -787,14 +810,14 @@ extern "C" size_t mg_cuda_attention_cudnn_saved_bytes(mg_backend *be, int B, int
 
 extern "C" mg_status mg_cuda_attention_cudnn_forward(mg_backend *be, void *out, void *saved,
                                                      const void *qkv, int B, int S, int nq, int ng,
-                                                     int hd) {
+                                                     int hd, const mg_dropout *drop) {
     return cd_absent();
 }
 
 extern "C" mg_status mg_cuda_attention_cudnn_backward(mg_backend *be, void *dqkv, const void *dout,
                                                       const void *qkv, const void *out,
                                                       const void *saved, int B, int S, int nq,
-                                                      int ng, int hd) {
+                                                      int ng, int hd, const mg_dropout *drop) {
     return cd_absent();
 }
 #endif

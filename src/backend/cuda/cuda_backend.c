@@ -435,8 +435,11 @@ mg_status mg_backend_cuda_create(mg_backend **out, int device) {
     be->cross_entropy_finish = mg_cuda_cross_entropy_finish;
     be->add = mg_cuda_add;
     be->bias_residual_add = mg_cuda_bias_residual_add;
+    be->dropout_add = mg_cuda_dropout_add;
+    be->dropout_backward = mg_cuda_dropout_backward;
     be->sum_f32 = mg_cuda_sum_f32;
     be->sumsq_f32 = mg_cuda_sumsq_f32;
+    be->count_zeros_f32 = mg_cuda_count_zeros_f32;
     be->clip_coef = mg_cuda_clip_coef;
     be->adamw = mg_cuda_adamw;
     be->router_forward = mg_cuda_router_forward;

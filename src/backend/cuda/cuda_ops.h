@@ -95,14 +95,16 @@ mg_status mg_cuda_attention_init(void);
 size_t mg_cuda_attention_saved_bytes(mg_backend *be, int B, int S, int nq, int hd);
 mg_status mg_cuda_attention_forward(mg_backend *be, void *out /* (B*S, nq*hd) */, void *saved,
                                     const void *qkv /* (B*S, ng*(r+2)*hd) */, int B, int S, int nq,
-                                    int ng, int hd);
+                                    int ng, int hd, const mg_dropout *drop);
 mg_status mg_cuda_attention_backward(mg_backend *be, void *dqkv /* (B*S, ng*(r+2)*hd) */,
                                      const void *dout /* (B*S, nq*hd) */, const void *qkv,
                                      const void *out /* (B*S, nq*hd) */, const void *saved, int B,
-                                     int S, int nq, int ng, int hd);
+                                     int S, int nq, int ng, int hd, const mg_dropout *drop);
 /* The same three entries through cuDNN's fused attention (attention_cudnn.cu), selected with
- * MG_ATTENTION=cudnn; a shape cuDNN cannot run goes to the entries above. Without cuDNN in the
- * build, available() is 0 and forward/backward return MG_ERR_UNSUPPORTED. */
+ * MG_ATTENTION=cudnn; a shape cuDNN cannot run, and attention dropout (drop != NULL: the
+ * counter-based mask of core/dropout.h, which cuDNN's own RNG cannot reproduce), go to the
+ * entries above. Without cuDNN in the build, available() is 0 and forward/backward return
+ * MG_ERR_UNSUPPORTED. */
 int mg_cuda_attention_cudnn_available(void);
 mg_status mg_cuda_attention_cudnn_init(mg_backend *be, int deterministic);
 void mg_cuda_attention_cudnn_destroy(mg_backend *be);
@@ -112,11 +114,12 @@ mg_status mg_cuda_attention_cudnn_supported(mg_backend *be, int B, int S, int nq
 size_t mg_cuda_attention_cudnn_saved_bytes(mg_backend *be, int B, int S, int nq, int hd);
 mg_status mg_cuda_attention_cudnn_forward(mg_backend *be, void *out /* (B*S, nq*hd) */, void *saved,
                                           const void *qkv /* (B*S, ng*(r+2)*hd) */, int B, int S,
-                                          int nq, int ng, int hd);
+                                          int nq, int ng, int hd, const mg_dropout *drop);
 mg_status mg_cuda_attention_cudnn_backward(mg_backend *be, void *dqkv /* (B*S, ng*(r+2)*hd) */,
                                            const void *dout /* (B*S, nq*hd) */, const void *qkv,
                                            const void *out /* (B*S, nq*hd) */, const void *saved,
-                                           int B, int S, int nq, int ng, int hd);
+                                           int B, int S, int nq, int ng, int hd,
+                                           const mg_dropout *drop);
 mg_status mg_cuda_cross_entropy_fused(mg_backend *be,
                                       void *logits /* (N,V) in: logits, out: grads */,
                                       float *losses /* (N) */, const int32_t *targets /* (N) */,
@@ -135,10 +138,19 @@ mg_status mg_cuda_add(mg_backend *be, void *out, const void *a, const void *b, s
 mg_status mg_cuda_bias_residual_add(mg_backend *be, void *out /* (N,H) */,
                                     const void *x /* (N,H) */, const void *bias /* (H) or NULL */,
                                     const void *residual /* (N,H) or NULL */, int N, int H);
+/* dropout.cu: hidden dropout, core/dropout.h's mask */
+mg_status mg_cuda_dropout_add(mg_backend *be, void *out /* (N,H) */, const void *x /* (N,H) */,
+                              const void *bias /* (H) or NULL */, const void *residual /* (N,H) */,
+                              int N, int H, int S, const mg_dropout *drop);
+mg_status mg_cuda_dropout_backward(mg_backend *be, void *dx /* (N,H) */,
+                                   const void *dout /* (N,H) */, int N, int H, int S,
+                                   const mg_dropout *drop);
 mg_status mg_cuda_sum_f32(mg_backend *be, float *out /* (1) */, const float *x /* (n) */,
                           const float *w /* (n) or NULL */, size_t n, float scale);
 mg_status mg_cuda_sumsq_f32(mg_backend *be, float *out /* (1) */, const float *x /* (n) */,
                             size_t n);
+mg_status mg_cuda_count_zeros_f32(mg_backend *be, int64_t *out /* (1) */, const float *x /* (n) */,
+                                  size_t n);
 mg_status mg_cuda_clip_coef(mg_backend *be, float *coef_out /* (1) */, float *norm_out /* (1) */,
                             const float *sumsq /* (1) */, float clip);
 mg_status mg_cuda_adamw(mg_backend *be, void *param /* (n) */, float *master /* (n) or NULL */,

@@ -179,6 +179,30 @@ extern "C" mg_status mg_cuda_sumsq_f32(mg_backend *be, float *out, const float *
     return reduce_launch(be, 2, out, x, NULL, n, 1.0f);
 }
 
+/* ---- count_zeros_f32: *out += #{i : x[i] == 0}; integer sums, so any order is exact ---- */
+
+static __global__ void count_zeros_kernel(unsigned long long *out, const float *x, size_t n) {
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    unsigned long long c = 0;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+        c += x[i] == 0.0f;
+    for (int o = 16; o > 0; o >>= 1) c += __shfl_down_sync(0xffffffffu, c, o);
+    if ((threadIdx.x & 31) == 0 && c) atomicAdd(out, c);
+}
+
+extern "C" mg_status mg_cuda_count_zeros_f32(mg_backend *be, int64_t *out, const float *x,
+                                             size_t n) {
+    // out (1), accumulated; x (n)
+    if (n == 0) return MG_OK;
+    size_t nb = (n + (size_t)SUM_THREADS * SUM_ITEMS_PER_THREAD - 1) /
+                ((size_t)SUM_THREADS * SUM_ITEMS_PER_THREAD);
+    int nblocks = (int)(nb > SUM_MAX_BLOCKS ? SUM_MAX_BLOCKS : nb);
+    count_zeros_kernel<<<nblocks, SUM_THREADS, 0, mg_cuda_stream(be)>>>((unsigned long long *)out,
+                                                                        x, n);
+    MG_CUDA_CHECK_LAUNCH();
+    return MG_OK;
+}
+
 /* ---- clip_coef: one thread, so the optimizer never waits on a host read of the norm ---- */
 
 static __global__ void clip_coef_kernel(float *coef_out, float *norm_out, const float *sumsq,

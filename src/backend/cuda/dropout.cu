@@ -1,0 +1,104 @@
+/* Hidden dropout (Megatron's bias-dropout-add) and its backward with core/dropout.h's
+ * counter-based mask: the same factors as the CPU's (cpu/cpu_dropout.c), bit for bit, so a CUDA
+ * run drops what a CPU run of the same layout or any other drops. bf16 in and out, fp32
+ * arithmetic in the CPU's order, one rounding.
+ *
+ * A thread takes 4 consecutive elements of a row and draws a Philox block when the element index
+ * s H + h enters a new block of 4: with H a multiple of 4 (every real model) that is one block per
+ * thread. Each element is read and written by one thread, so out may alias x and dx dout. */
+#include "backend/cuda/cuda_common.cuh"
+
+#include "core/dropout.h"
+
+/* The factors (0 or scale) of elements [j0, j0 + 4) of op row i (those < H). */
+static __device__ __forceinline__ void factors4(const mg_dropout &d, int i, int j0, int S, int H,
+                                                float f[4]) {
+    const int row = d.first + i, b = row / S, s = row % S;
+    const uint32_t sample = (uint32_t)(d.sample0 + b);
+    const uint64_t e0 = (uint64_t)s * (uint64_t)H;
+    uint32_t r[4] = {0, 0, 0, 0}, cur = 0;
+    bool have = false;
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        f[k] = 0.0f;
+        if (j0 + k >= H) continue;
+        const uint64_t e = e0 + (uint64_t)(j0 + k);
+        const uint32_t blk = (uint32_t)(e >> 2), l = (uint32_t)e & 3u;
+        if (!have || blk != cur) {
+            mg_dropout_block(&d, sample, 0u, blk, r);
+            cur = blk;
+            have = true;
+        }
+        const uint32_t v = l == 0 ? r[0] : l == 1 ? r[1] : l == 2 ? r[2] : r[3];
+        f[k] = v >= d.threshold ? d.scale : 0.0f;
+    }
+}
+
+/* out = residual + f * (x + bias) */
+static __global__ void dropout_add_kernel(bf16 *out, const bf16 *x, const bf16 *bias,
+                                          const bf16 *residual, int N, int H, int S, mg_dropout d) {
+    // out, x, residual (N, H); bias (H) or NULL
+    const size_t per_row = ((size_t)H + 3) / 4, items = (size_t)N * per_row;
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t u = (size_t)blockIdx.x * blockDim.x + threadIdx.x; u < items; u += stride) {
+        const int i = (int)(u / per_row), j0 = (int)(u % per_row) * 4;
+        float f[4];
+        factors4(d, i, j0, S, H, f);
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const int j = j0 + k;
+            if (j >= H) break;
+            const size_t at = (size_t)i * H + j;
+            float v = __bfloat162float(x[at]) + (bias ? __bfloat162float(bias[j]) : 0.0f);
+            out[at] = __float2bfloat16_rn(__bfloat162float(residual[at]) + f[k] * v);
+        }
+    }
+}
+
+/* dx = f * dout */
+static __global__ void dropout_backward_kernel(bf16 *dx, const bf16 *dout, int N, int H, int S,
+                                               mg_dropout d) {
+    // dx, dout (N, H)
+    const size_t per_row = ((size_t)H + 3) / 4, items = (size_t)N * per_row;
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t u = (size_t)blockIdx.x * blockDim.x + threadIdx.x; u < items; u += stride) {
+        const int i = (int)(u / per_row), j0 = (int)(u % per_row) * 4;
+        float f[4];
+        factors4(d, i, j0, S, H, f);
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const int j = j0 + k;
+            if (j >= H) break;
+            const size_t at = (size_t)i * H + j;
+            dx[at] = __float2bfloat16_rn(f[k] * __bfloat162float(dout[at]));
+        }
+    }
+}
+
+extern "C" mg_status mg_cuda_dropout_add(mg_backend *be, void *out, const void *x, const void *bias,
+                                         const void *residual, int N, int H, int S,
+                                         const mg_dropout *drop) {
+    // out, x (N, H), out may be x; bias (H) or NULL; residual (N, H)
+    if (N <= 0 || H <= 0) return MG_OK;
+    if (S <= 0 || !drop) return MG_FAIL(MG_ERR_INTERNAL, "dropout_add: S %d, drop %p", S, drop);
+    const size_t items = (size_t)N * (((size_t)H + 3) / 4);
+    dropout_add_kernel<<<mg_cuda_blocks(items, MG_CUDA_THREADS), MG_CUDA_THREADS, 0,
+                         mg_cuda_stream(be)>>>((bf16 *)out, (const bf16 *)x, (const bf16 *)bias,
+                                               (const bf16 *)residual, N, H, S, *drop);
+    MG_CUDA_CHECK_LAUNCH();
+    return MG_OK;
+}
+
+extern "C" mg_status mg_cuda_dropout_backward(mg_backend *be, void *dx, const void *dout, int N,
+                                              int H, int S, const mg_dropout *drop) {
+    // dx, dout (N, H), dx may be dout
+    if (N <= 0 || H <= 0) return MG_OK;
+    if (S <= 0 || !drop)
+        return MG_FAIL(MG_ERR_INTERNAL, "dropout_backward: S %d, drop %p", S, drop);
+    const size_t items = (size_t)N * (((size_t)H + 3) / 4);
+    dropout_backward_kernel<<<mg_cuda_blocks(items, MG_CUDA_THREADS), MG_CUDA_THREADS, 0,
+                              mg_cuda_stream(be)>>>((bf16 *)dx, (const bf16 *)dout, N, H, S,
+                                                    *drop);
+    MG_CUDA_CHECK_LAUNCH();
+    return MG_OK;
+}

@@ -1,0 +1,150 @@
+/* CUDA dropout against the CPU backend (core/dropout.h: one counter-based mask for both):
+ *  - hidden dropout (dropout_add, dropout_backward): on inputs of ones the outputs ARE the mask,
+ *    0 or 1/(1-p); the CUDA zero pattern must equal the CPU's element for element (rows of 64
+ *    and rows of 6, whose Philox blocks straddle rows; a sequence-parallel row offset and a
+ *    sequence offset), and on random inputs the values agree to bf16 rounding;
+ *  - attention dropout: with q = k = 0 and v_t the unit vector e_t (hd = 128 >= S) the output is
+ *    out[s, t] = f(s, t) / (s + 1), so again the zero pattern is the mask and must equal the
+ *    CPU's exactly, for our kernels and for the backend's table entry (cuDNN by default, which
+ *    hands dropout to our kernels), at S = 128 (two query and key tiles) and S = 67 (a ragged
+ *    tile; rows whose keys straddle Philox blocks); on random inputs forward and backward agree
+ *    with the CPU's to the attention tolerances, and a rerun gives the same bits.
+ * Method and tolerances: cuda_test_util.h. */
+#include "cuda_test_util.h"
+
+#include "backend/cuda/cuda_ops.h"
+#include "core/dropout.h"
+
+#include <math.h>
+#include <stdio.h>
+
+/* Elements where exactly one of got, ref is zero, and where both are non-zero but differ by more
+ * than bf16 rounding (2^-8 relative). */
+static void zero_pattern(const float *got, const float *ref, size_t n, size_t *pattern,
+                         size_t *value, size_t *zeros) {
+    *pattern = *value = *zeros = 0;
+    for (size_t i = 0; i < n; i++) {
+        bool gz = got[i] == 0.0f, rz = ref[i] == 0.0f;
+        *zeros += rz;
+        if (gz != rz)
+            (*pattern)++;
+        else if (!gz && !(fabsf(got[i] - ref[i]) <= 4e-3f * fabsf(ref[i])))
+            (*value)++;
+    }
+}
+
+MG_TEST(cuda_dropout_hidden_mask_matches_cpu) {
+    CT_BACKENDS(cpu, gpu);
+    const struct {
+        int N, H, S, first, sample0;
+        double p;
+    } cases[] = {{96, 64, 32, 0, 0, 0.1}, {20, 6, 8, 5, 7, 0.5}, {33, 40, 11, 11, 2, 0.3}};
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        const int N = cases[k].N, H = cases[k].H, S = cases[k].S;
+        const size_t n = (size_t)N * H;
+        mg_dropout d = mg_dropout_init(cases[k].p, 1234, 9, 3, MG_DROPOUT_MLP_OUT, cases[k].sample0,
+                                       cases[k].first);
+        ct_pool P = ct_pool_of(t, gpu);
+        float *ones = ct_host(&P, n * 4), *zeros = ct_host(&P, n * 4);
+        for (size_t i = 0; i < n; i++) ones[i] = 1.0f, zeros[i] = 0.0f;
+        float *x = ct_rand_bf16(&P, 500, n, 1.0f), *bias = ct_rand_bf16(&P, 501, (size_t)H, 1.0f);
+        float *res = ct_rand_bf16(&P, 502, n, 1.0f), *dout = ct_rand_bf16(&P, 503, n, 1.0f);
+        float *ref_mask = ct_host(&P, n * 4), *ref_add = ct_host(&P, n * 4);
+        float *ref_back = ct_host(&P, n * 4);
+        MG_EXPECT_OK(cpu->dropout_add(cpu, ref_mask, ones, NULL, zeros, N, H, S, &d));
+        MG_EXPECT_OK(cpu->dropout_add(cpu, ref_add, x, bias, res, N, H, S, &d));
+        MG_EXPECT_OK(cpu->dropout_backward(cpu, ref_back, dout, N, H, S, &d));
+        void *d_ones = ct_up_act(&P, ones, n), *d_zeros = ct_up_act(&P, zeros, n);
+        void *d_x = ct_up_act(&P, x, n), *d_bias = ct_up_act(&P, bias, (size_t)H);
+        void *d_res = ct_up_act(&P, res, n), *d_dout = ct_up_act(&P, dout, n);
+        void *d_out = ct_poison_act(&P, n), *d_dx = ct_poison_act(&P, n);
+        if (P.failed) goto next;
+        /* the mask itself */
+        MG_EXPECT_OK(gpu->dropout_add(gpu, d_out, d_ones, NULL, d_zeros, N, H, S, &d));
+        size_t pat, val, nz;
+        zero_pattern(ct_down_act(&P, d_out, n), ref_mask, n, &pat, &val, &nz);
+        MG_EXPECT(pat == 0 && val == 0 && nz > 0 && nz < n,
+                  "N %d H %d first %d: %zu mask elements differ from the CPU's, %zu values off "
+                  "(%zu of %zu dropped)",
+                  N, H, d.first, pat, val, nz, n);
+        /* random inputs, in place (out aliases x) */
+        MG_EXPECT_OK(gpu->dropout_add(gpu, d_x, d_x, d_bias, d_res, N, H, S, &d));
+        CT_EXPECT_CLOSE(ct_down_act(&P, d_x, n), ref_add, n, CT_TOL_BF16, "dropout_add N %d H %d",
+                        N, H);
+        MG_EXPECT_OK(gpu->dropout_backward(gpu, d_dx, d_dout, N, H, S, &d));
+        float *got_back = ct_down_act(&P, d_dx, n);
+        zero_pattern(got_back, ref_back, n, &pat, &val, &nz);
+        MG_EXPECT(pat == 0 && val == 0, "dropout_backward N %d H %d: %zu pattern, %zu values", N, H,
+                  pat, val);
+    next:
+        ct_pool_free(&P);
+    }
+}
+
+typedef mg_status (*att_fwd)(mg_backend *, void *, void *, const void *, int, int, int, int, int,
+                             const mg_dropout *);
+typedef mg_status (*att_bwd)(mg_backend *, void *, const void *, const void *, const void *,
+                             const void *, int, int, int, int, int, const mg_dropout *);
+
+static void check_attention(mg_test_ctx *t, mg_backend *cpu, mg_backend *gpu, const char *name,
+                            att_fwd fwd, att_bwd bwd, int S) {
+    enum { B = 2, NQ = 4, NG = 2, HD = 128, R = NQ / NG, C = NG * (R + 2) * HD };
+    const size_t nqkv = (size_t)B * S * C, nout = (size_t)B * S * NQ * HD;
+    /* sequence 3 of the global batch, and the heads of tensor-parallel rank 1 of 2 */
+    mg_dropout d = mg_dropout_init(0.2, 4321, 17, 5, MG_DROPOUT_ATTENTION, 3, NQ);
+    ct_pool P = ct_pool_of(t, gpu);
+    float *reveal = ct_host(&P, nqkv * 4);
+    memset(reveal, 0, nqkv * 4);
+    for (int b = 0; b < B; b++)
+        for (int s = 0; s < S; s++)
+            for (int g = 0; g < NG; g++)
+                reveal[((size_t)b * S + s) * C + (size_t)(g * (R + 2) + R + 1) * HD + s] = 1.0f;
+    float *qkv = ct_rand_bf16(&P, 510, nqkv, 1.0f), *dout = ct_rand_bf16(&P, 511, nout, 1.0f);
+    float *ref_mask = ct_host(&P, nout * 4), *ref_out = ct_host(&P, nout * 4);
+    float *ref_dqkv = ct_host(&P, nqkv * 4);
+    float *saved = ct_host(&P, cpu->attention_saved_bytes(cpu, B, S, NQ, HD));
+    MG_EXPECT_OK(cpu->attention_forward(cpu, ref_mask, saved, reveal, B, S, NQ, NG, HD, &d));
+    MG_EXPECT_OK(cpu->attention_forward(cpu, ref_out, saved, qkv, B, S, NQ, NG, HD, &d));
+    MG_EXPECT_OK(
+        cpu->attention_backward(cpu, ref_dqkv, dout, qkv, ref_out, saved, B, S, NQ, NG, HD, &d));
+    void *d_reveal = ct_up_act(&P, reveal, nqkv), *d_qkv = ct_up_act(&P, qkv, nqkv);
+    void *d_dout = ct_up_act(&P, dout, nout), *d_out = ct_poison_act(&P, nout);
+    void *d_saved = ct_poison(&P, gpu->attention_saved_bytes(gpu, B, S, NQ, HD));
+    void *d_dqkv = ct_poison_act(&P, nqkv);
+    if (P.failed) goto done;
+    MG_EXPECT_OK(fwd(gpu, d_out, d_saved, d_reveal, B, S, NQ, NG, HD, &d));
+    size_t pat, val, nz;
+    zero_pattern(ct_down_act(&P, d_out, nout), ref_mask, nout, &pat, &val, &nz);
+    /* the causal triangle's upper part is zero on both: the dropped ones are the rest */
+    MG_EXPECT(pat == 0 && val == 0 && nz > (size_t)B * NQ * (S * (S - 1) / 2 + S * (HD - S)),
+              "%s S %d: %zu attention mask elements differ from the CPU's, %zu values off (%zu "
+              "zeros)",
+              name, S, pat, val, nz);
+    float *got_out[2], *got_d[2];
+    for (int run = 0; run < 2; run++) {
+        MG_EXPECT_OK(fwd(gpu, d_out, d_saved, d_qkv, B, S, NQ, NG, HD, &d));
+        MG_EXPECT_OK(bwd(gpu, d_dqkv, d_dout, d_qkv, d_out, d_saved, B, S, NQ, NG, HD, &d));
+        got_out[run] = ct_down_act(&P, d_out, nout);
+        got_d[run] = ct_down_act(&P, d_dqkv, nqkv);
+    }
+    CT_EXPECT_CLOSE(got_out[0], ref_out, nout, CT_TOL_GEMM, "%s attention_forward S %d, dropout",
+                    name, S);
+    CT_EXPECT_CLOSE(got_d[0], ref_dqkv, nqkv, CT_TOL_ATTN_BWD,
+                    "%s attention_backward S %d, dropout", name, S);
+    CT_EXPECT_SAME_BITS(got_out[0], got_out[1], nout * 4, "%s attention_forward S %d rerun", name,
+                        S);
+    CT_EXPECT_SAME_BITS(got_d[0], got_d[1], nqkv * 4, "%s attention_backward S %d rerun", name, S);
+done:
+    ct_pool_free(&P);
+}
+
+MG_TEST(cuda_dropout_attention_mask_matches_cpu) {
+    CT_BACKENDS(cpu, gpu);
+    for (int S = 128; S > 0; S = S == 128 ? 67 : 0) {
+        /* the backend's entry: cuDNN by default, which runs ours under dropout */
+        check_attention(t, cpu, gpu, "table", gpu->attention_forward, gpu->attention_backward, S);
+        if (gpu->device == MG_DEVICE_CUDA)
+            check_attention(t, cpu, gpu, "ours", mg_cuda_attention_forward,
+                            mg_cuda_attention_backward, S);
+    }
+}
