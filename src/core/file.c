@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 mg_status mg_file_read(const char *path, char **buf, size_t *size) {
@@ -68,4 +69,26 @@ void mg_file_remove_dir(const char *path) {
         closedir(d);
     }
     rmdir(path);
+}
+
+mg_status mg_file_make_dirs(const char *dir, const char *what, const char *fix) {
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path)
+        return MG_FAIL(MG_ERR_USAGE, "%s path is longer than %zu bytes: %.80s...; %s", what,
+                       sizeof path - 1, dir, fix);
+    for (char *p = path + 1;; p++) {
+        if (*p != '/' && *p != '\0') continue;
+        char c = *p;
+        *p = '\0';
+        struct stat st;
+        if (mkdir(path, 0777) != 0 && errno != EEXIST)
+            return MG_FAIL(MG_ERR_IO, "cannot create %s %s: %s; %s", what, path, strerror(errno),
+                           fix);
+        if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
+            return MG_FAIL(MG_ERR_IO, "cannot create %s %s: a file is in the way; %s", what, path,
+                           fix);
+        if (c == '\0') break;
+        *p = c;
+    }
+    return MG_OK;
 }

@@ -229,28 +229,8 @@ void mg_py_float_repr(double v, char *buf) {
 /* ---- files ---- */
 
 mg_status mg_cache_mkdirs(const char *dir) {
-    char path[4096];
-    if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path)
-        return MG_FAIL(MG_ERR_IO, "cache directory path is too long: %s", dir);
-    for (char *p = path + 1;; p++) {
-        if (*p != '/' && *p != '\0') continue;
-        char c = *p;
-        *p = '\0';
-        struct stat st;
-        if (mkdir(path, 0777) != 0 && errno != EEXIST)
-            return MG_FAIL(MG_ERR_IO,
-                           "cannot create the index cache directory %s: %s; pass "
-                           "--data-cache-path DIR with write access",
-                           path, strerror(errno));
-        if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
-            return MG_FAIL(MG_ERR_IO,
-                           "cannot create the index cache directory %s: a file is in the way; "
-                           "pass --data-cache-path DIR",
-                           path);
-        if (c == '\0') break;
-        *p = c;
-    }
-    return MG_OK;
+    return mg_file_make_dirs(dir, "the index cache directory",
+                             "pass --data-cache-path DIR with write access");
 }
 
 bool mg_cache_is_file(const char *path) {

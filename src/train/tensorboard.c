@@ -1,5 +1,7 @@
 #include "train/tensorboard.h"
 
+#include "core/file.h"
+
 #include <errno.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -222,29 +224,8 @@ static double wall_time_now(void) {
 
 /* mkdir -p, as Megatron's SummaryWriter (os.makedirs) does */
 static mg_status make_dirs(const char *dir) {
-    char path[1024];
-    if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path)
-        return MG_FAIL(MG_ERR_USAGE, "--tensorboard-dir is longer than %zu bytes", sizeof path - 1);
-    for (char *p = path + 1;; p++) {
-        if (*p != '/' && *p != '\0') continue;
-        char c = *p;
-        *p = '\0';
-        struct stat st;
-        if (mkdir(path, 0777) != 0 && errno != EEXIST)
-            return MG_FAIL(MG_ERR_IO,
-                           "cannot create the --tensorboard-dir directory %s: %s; pass a "
-                           "directory this rank can write to",
-                           path, strerror(errno));
-        if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
-            return MG_FAIL(
-                MG_ERR_IO,
-                "cannot create the --tensorboard-dir directory %s: a file is in the way; "
-                "remove it or pass another directory",
-                path);
-        if (c == '\0') break;
-        *p = c;
-    }
-    return MG_OK;
+    return mg_file_make_dirs(dir, "the --tensorboard-dir directory",
+                             "pass a directory this rank can write to");
 }
 
 static mg_status write_event(mg_tb_writer *w, size_t n) {
