@@ -1,114 +1,93 @@
 /* `megatron preprocess`: Megatron-LM's tools/preprocess_data.py flags in front of
- * data/preprocess.c. Flag errors are one line, exit 2; a Megatron flag or value this build
- * recognises but cannot run (--split-sentences, another tokenizer) exits 1. The tokenizers are
+ * data/preprocess.c, parsed through the flag table (core/flags_command.h: --help, closest-flag
+ * suggestions). Flag errors are one line, exit 2; a Megatron flag or value this build recognises
+ * but cannot run (--split-sentences, another tokenizer) exits 1. The tokenizers are
  * data/tokenizer.h's. */
 #include "cli/cli.h"
 
+#include "core/flags_command.h"
 #include "core/status.h"
 #include "data/preprocess.h"
 #include "data/tokenizer.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const k_flags[] = {"--input",
-                                      "--output-prefix",
-                                      "--json-keys",
-                                      "--tokenizer-type",
-                                      "--vocab-file",
-                                      "--merge-file",
-                                      "--tokenizer-model",
-                                      "--tokenizer-hf-no-include-special-tokens",
-                                      "--append-eod",
-                                      "--workers",
-                                      "--log-interval",
-                                      "--strict",
-                                      "--help",
-                                      "--split-sentences",
-                                      "--keep-newlines",
-                                      "--lang",
-                                      "--partitions",
-                                      "--keep-sequential-samples",
-                                      "--find-optimal-num-workers",
-                                      "--workers-to-check",
-                                      "--max-documents",
-                                      "--tokenizer-special-tokens",
-                                      "--tokenizer-sentencepiece-legacy",
-                                      "--vocab-extra-ids"};
+typedef struct {
+    const char *input, *output_prefix, *tokenizer_type, *vocab_file, *merge_file, *model;
+    char json_keys[1024]; /* --json-keys K [K...], space-joined */
+    int workers, partitions;
+    int64_t log_interval;
+    bool append_eod, strict, no_special_tokens;
+} pre_args;
 
-static void usage(FILE *f) {
-    fprintf(
-        f,
-        "usage: megatron preprocess --input FILE.jsonl --output-prefix P --tokenizer-type T\n"
-        "                           (--vocab-file encoder.json --merge-file vocab.bpe | "
-        "--tokenizer-model PATH) [flags]\n\n"
-        "Turns JSON lines into Megatron indexed datasets P_<key>_document.bin/.idx,\n"
-        "byte-identical to Megatron-LM's tools/preprocess_data.py.\n\n"
-        "  --input FILE          JSONL, one JSON object per line\n"
-        "  --json-keys K [K...]  keys to extract, one output per key (default: text)\n"
-        "  --output-prefix P     output path prefix\n"
-        "  --tokenizer-type T    GPT2BPETokenizer, HuggingFaceTokenizer, SentencePieceTokenizer,\n"
-        "                        GPTSentencePieceTokenizer or Llama2Tokenizer\n"
-        "  --vocab-file F        GPT-2 encoder.json (GPT2BPETokenizer)\n"
-        "  --merge-file F        GPT-2 vocab.bpe (GPT2BPETokenizer)\n"
-        "  --tokenizer-model P   tokenizer.json or its directory (HuggingFaceTokenizer), a\n"
-        "                        SentencePiece .model (the SentencePiece types)\n"
-        "  --tokenizer-hf-no-include-special-tokens\n"
-        "                        HuggingFaceTokenizer: no BOS/EOS from the post-processor\n"
-        "  --append-eod          end every non-empty document with the tokenizer's EOD\n"
-        "  --workers N           tokenizing threads (default 1)\n"
-        "  --log-interval N      progress line every N documents (default 1000)\n"
-        "  --strict              stop at the first invalid line (default: skip and count)\n");
-}
+static const char usage[] =
+    "usage: megatron preprocess --input FILE.jsonl --output-prefix P --tokenizer-type T\n"
+    "                           (--vocab-file encoder.json --merge-file vocab.bpe | "
+    "--tokenizer-model PATH) [flags]\n\n"
+    "Turns JSON lines into Megatron indexed datasets P_<key>_document.bin/.idx,\n"
+    "byte-identical to Megatron-LM's tools/preprocess_data.py.\n";
 
-static size_t edit_distance(const char *a, const char *b) {
-    size_t la = strlen(a), lb = strlen(b), row[64];
-    if (lb >= 64) return (size_t)-1;
-    for (size_t j = 0; j <= lb; j++) row[j] = j;
-    for (size_t i = 1; i <= la; i++) {
-        size_t diag = row[0];
-        row[0] = i;
-        for (size_t j = 1; j <= lb; j++) {
-            size_t up = row[j], best = diag + (a[i - 1] != b[j - 1]);
-            if (up + 1 < best) best = up + 1;
-            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
-            diag = up, row[j] = best;
-        }
-    }
-    return row[lb];
-}
-
-static mg_status unknown_flag(const char *arg) {
-    const char *best = NULL;
-    size_t bd = (size_t)-1;
-    for (size_t i = 0; i < sizeof k_flags / sizeof *k_flags; i++) {
-        size_t d = edit_distance(arg, k_flags[i]);
-        if (d < bd) bd = d, best = k_flags[i];
-    }
-    size_t limit = strlen(arg) / 3 > 2 ? strlen(arg) / 3 : 2;
-    if (best && bd <= limit)
-        return MG_FAIL(MG_ERR_USAGE, "preprocess: unknown flag '%s'; did you mean '%s'?", arg,
-                       best);
-    return MG_FAIL(MG_ERR_USAGE, "preprocess: unknown flag '%s'; see `megatron preprocess --help`",
-                   arg);
-}
-
-static mg_status parse_int(const char *flag, const char *v, long lo, long hi, long *out) {
-    char *end;
-    errno = 0;
-    long x = strtol(v, &end, 10);
-    if (errno || end == v || *end || x < lo || x > hi)
-        return MG_FAIL(MG_ERR_USAGE, "preprocess: %s expects an integer in [%ld, %ld], got '%s'",
-                       flag, lo, hi, v);
-    *out = x;
-    return MG_OK;
-}
-
-static int is_flag(const char *s) {
-    return s[0] == '-' && s[1] == '-';
-}
+enum { G_IO, G_TOKENIZER, G_RUN, G_NOT_HERE };
+static const char *const groups[] = {"input and output", "tokenizer", "run",
+                                     "Megatron's flags not supported here"};
+#define ARG(f)         MG_FLAG_FIELD(pre_args, f)
+#define NOT_HERE(why_) MG_FLAG_GROUP(G_NOT_HERE), .status = MG_FLAG_NOT_YET, .why = why_
+#define SPLITTING      "(no NLTK sentence splitting or worker search here); drop it"
+static const mg_flag_spec flags[] = {
+    {"--input", MG_FLAG_GROUP(G_IO), .kind = MG_FLAG_STRING_REF, ARG(input), .arg = "FILE",
+     .def = "required", .help = "JSONL, one JSON object per line"},
+    {"--json-keys", MG_FLAG_GROUP(G_IO), .kind = MG_FLAG_STRING_LIST, ARG(json_keys),
+     .arg = "K [K...]", .help = "keys to extract, one output per key"},
+    {"--output-prefix", MG_FLAG_GROUP(G_IO), .kind = MG_FLAG_STRING_REF, ARG(output_prefix),
+     .arg = "P", .def = "required", .help = "output path prefix"},
+    {"--tokenizer-type", MG_FLAG_GROUP(G_TOKENIZER), .kind = MG_FLAG_STRING_REF,
+     ARG(tokenizer_type), .arg = "T", .def = "required", .help = MG_TOKENIZER_TYPES},
+    {"--vocab-file", MG_FLAG_GROUP(G_TOKENIZER), .kind = MG_FLAG_STRING_REF, ARG(vocab_file),
+     .arg = "F", .help = "GPT-2 encoder.json (GPT2BPETokenizer)"},
+    {"--merge-file", MG_FLAG_GROUP(G_TOKENIZER), .kind = MG_FLAG_STRING_REF, ARG(merge_file),
+     .arg = "F", .help = "GPT-2 vocab.bpe (GPT2BPETokenizer)"},
+    {"--tokenizer-model", MG_FLAG_GROUP(G_TOKENIZER), .kind = MG_FLAG_STRING_REF, ARG(model),
+     .arg = "P",
+     .help = "tokenizer.json or its directory (HuggingFaceTokenizer), a SentencePiece .model"},
+    {"--tokenizer-hf-no-include-special-tokens", MG_FLAG_GROUP(G_TOKENIZER), .kind = MG_FLAG_BOOL,
+     ARG(no_special_tokens), .help = "HuggingFaceTokenizer: no BOS/EOS from the post-processor"},
+    {"--append-eod", MG_FLAG_GROUP(G_RUN), .kind = MG_FLAG_BOOL, ARG(append_eod),
+     .help = "end every non-empty document with the tokenizer's EOD"},
+    {"--workers", MG_FLAG_GROUP(G_RUN), .kind = MG_FLAG_INT, ARG(workers), .arg = "N",
+     .help = "tokenizing threads, in [1, 1024]"},
+    {"--log-interval", MG_FLAG_GROUP(G_RUN), .kind = MG_FLAG_INT64, ARG(log_interval), .arg = "N",
+     .help = "progress line every N documents"},
+    {"--strict", MG_FLAG_GROUP(G_RUN), .kind = MG_FLAG_BOOL, ARG(strict),
+     .help = "stop at the first invalid line (default: skip and count)"},
+    {"--partitions", MG_FLAG_GROUP(G_RUN), .kind = MG_FLAG_INT, ARG(partitions), .arg = "N",
+     .help = "1 only: use --workers for parallelism"},
+    {"--split-sentences", .kind = MG_FLAG_BOOL, NOT_HERE(SPLITTING), .help = "NLTK splitting"},
+    {"--keep-newlines", .kind = MG_FLAG_BOOL, MG_FLAG_GROUP(G_NOT_HERE), .status = MG_FLAG_IGNORED,
+     .help = "matters only with --split-sentences"},
+    {"--lang", .kind = MG_FLAG_STRING, MG_FLAG_GROUP(G_NOT_HERE), .status = MG_FLAG_IGNORED,
+     .arg = "L", .help = "matters only with --split-sentences"},
+    {"--keep-sequential-samples", .kind = MG_FLAG_BOOL, MG_FLAG_GROUP(G_NOT_HERE),
+     .status = MG_FLAG_IGNORED, .help = "matters only with --partitions > 1"},
+    {"--find-optimal-num-workers", .kind = MG_FLAG_BOOL, NOT_HERE(SPLITTING),
+     .help = "worker search"},
+    {"--workers-to-check", .kind = MG_FLAG_STRING, .arg = "N...", NOT_HERE(SPLITTING),
+     .help = "worker search"},
+    {"--max-documents", .kind = MG_FLAG_STRING, .arg = "N", NOT_HERE(SPLITTING),
+     .help = "worker search"},
+    {"--tokenizer-special-tokens", .kind = MG_FLAG_STRING, .arg = "T",
+     NOT_HERE("(the tokenizer's own special tokens are used); drop it"),
+     .help = "extra special tokens"},
+    {"--tokenizer-sentencepiece-legacy", .kind = MG_FLAG_BOOL,
+     NOT_HERE("(the tokenizer's own special tokens are used); drop it"),
+     .help = "SentencePiece legacy mode"},
+    {"--vocab-extra-ids", .kind = MG_FLAG_STRING, .arg = "N",
+     NOT_HERE("(the tokenizer's own special tokens are used); drop it"), .help = "T5 extra ids"},
+};
+#undef ARG
+#undef NOT_HERE
+#undef SPLITTING
 
 static mg_status check_tokenizer(const char *type) {
     static const char *const megatron_types[] = {
@@ -128,100 +107,33 @@ static mg_status check_tokenizer(const char *type) {
                    type, MG_TOKENIZER_TYPES);
 }
 
-/* Parses argv into c. `--flag value` and `--flag=value`; a flag given twice keeps the last. */
-static mg_status parse(int argc, char **argv, mg_preprocess_config *c, int *help) {
-    for (int i = 0; i < argc; i++) {
-        char name[64];
-        const char *arg = argv[i], *inline_val = NULL, *eq = strchr(arg, '=');
-        if (!strcmp(arg, "-h") || !strcmp(arg, "--help")) return *help = 1, MG_OK;
-        if (!is_flag(arg))
-            return MG_FAIL(MG_ERR_USAGE,
-                           "preprocess: unexpected argument '%s' (flags start "
-                           "with --)",
-                           arg);
-        size_t nl = eq ? (size_t)(eq - arg) : strlen(arg);
-        if (nl >= sizeof name) return unknown_flag(arg);
-        memcpy(name, arg, nl), name[nl] = 0;
-        if (eq) inline_val = eq + 1;
-        int boolean = !strcmp(name, "--append-eod") || !strcmp(name, "--strict") ||
-                      !strcmp(name, "--tokenizer-hf-no-include-special-tokens") ||
-                      !strcmp(name, "--tokenizer-sentencepiece-legacy") ||
-                      !strcmp(name, "--split-sentences") || !strcmp(name, "--keep-newlines") ||
-                      !strcmp(name, "--keep-sequential-samples") ||
-                      !strcmp(name, "--find-optimal-num-workers");
-        int known = 0;
-        for (size_t k = 0; k < sizeof k_flags / sizeof *k_flags; k++)
-            known |= !strcmp(name, k_flags[k]);
-        if (!known) return unknown_flag(name);
-        if (boolean && inline_val)
-            return MG_FAIL(MG_ERR_USAGE, "preprocess: %s takes no value", name);
-        if (!strcmp(name, "--json-keys")) { /* nargs='+' */
-            c->num_keys = 0;
-            if (inline_val) c->json_keys[c->num_keys++] = inline_val;
-            while (i + 1 < argc && !is_flag(argv[i + 1])) {
-                if (c->num_keys == MG_JSONL_MAX_KEYS)
-                    return MG_FAIL(MG_ERR_USAGE, "preprocess: at most %d --json-keys",
-                                   MG_JSONL_MAX_KEYS);
-                c->json_keys[c->num_keys++] = argv[++i];
-            }
-            if (c->num_keys == 0)
-                return MG_FAIL(MG_ERR_USAGE, "preprocess: --json-keys expects at least one key");
-            continue;
-        }
-        const char *v = inline_val;
-        if (!boolean && !v) {
-            if (i + 1 >= argc || is_flag(argv[i + 1]))
-                return MG_FAIL(MG_ERR_USAGE, "preprocess: %s expects a value", name);
-            v = argv[++i];
-        }
-        long x;
-        if (!strcmp(name, "--input"))
-            c->input = v;
-        else if (!strcmp(name, "--output-prefix"))
-            c->output_prefix = v;
-        else if (!strcmp(name, "--tokenizer-type"))
-            c->tokenizer.type = v;
-        else if (!strcmp(name, "--vocab-file"))
-            c->tokenizer.vocab_file = v;
-        else if (!strcmp(name, "--merge-file"))
-            c->tokenizer.merge_file = v;
-        else if (!strcmp(name, "--tokenizer-model"))
-            c->tokenizer.model = v;
-        else if (!strcmp(name, "--tokenizer-hf-no-include-special-tokens"))
-            c->tokenizer.no_special_tokens = true;
-        else if (!strcmp(name, "--tokenizer-special-tokens") ||
-                 !strcmp(name, "--tokenizer-sentencepiece-legacy") ||
-                 !strcmp(name, "--vocab-extra-ids"))
-            return MG_FAIL(MG_ERR_UNSUPPORTED,
-                           "preprocess: %s is not supported (the tokenizer's own special tokens "
-                           "are used)",
-                           name);
-        else if (!strcmp(name, "--append-eod"))
-            c->append_eod = true;
-        else if (!strcmp(name, "--strict"))
-            c->strict = true;
-        else if (!strcmp(name, "--workers")) {
-            MG_CHECK(parse_int(name, v, 1, 1024, &x));
-            c->workers = (int)x;
-        } else if (!strcmp(name, "--log-interval")) {
-            MG_CHECK(parse_int(name, v, 1, 1L << 40, &x));
-            c->log_interval = x;
-        } else if (!strcmp(name, "--partitions")) {
-            MG_CHECK(parse_int(name, v, 1, 1 << 20, &x));
-            if (x != 1)
-                return MG_FAIL(MG_ERR_UNSUPPORTED,
-                               "preprocess: --partitions %ld is not supported "
-                               "(use --workers for parallelism)",
-                               x);
-        } else if (!strcmp(name, "--split-sentences") ||
-                   !strcmp(name, "--find-optimal-num-workers") ||
-                   !strcmp(name, "--workers-to-check") || !strcmp(name, "--max-documents"))
-            return MG_FAIL(MG_ERR_UNSUPPORTED,
-                           "preprocess: %s is not supported (no NLTK "
-                           "sentence splitting or worker search here)",
-                           name);
-        /* --keep-newlines, --lang, --keep-sequential-samples: only matter with options above */
+/* The parsed flags into c (the keys point into a->json_keys, split in place). */
+static mg_status to_config(pre_args *a, mg_preprocess_config *c) {
+    if (a->workers < 1 || a->workers > 1024)
+        return MG_FAIL(MG_ERR_USAGE, "--workers expects an integer in [1, 1024], got '%d'",
+                       a->workers);
+    if (a->log_interval < 1)
+        return MG_FAIL(MG_ERR_USAGE, "--log-interval expects a positive integer, got %lld",
+                       (long long)a->log_interval);
+    if (a->partitions != 1)
+        return MG_FAIL(MG_ERR_UNSUPPORTED,
+                       "preprocess: --partitions %d is not supported (use --workers for "
+                       "parallelism)",
+                       a->partitions);
+    c->input = a->input, c->output_prefix = a->output_prefix;
+    c->tokenizer.type = a->tokenizer_type, c->tokenizer.vocab_file = a->vocab_file;
+    c->tokenizer.merge_file = a->merge_file, c->tokenizer.model = a->model;
+    c->tokenizer.no_special_tokens = a->no_special_tokens;
+    c->append_eod = a->append_eod, c->strict = a->strict;
+    c->workers = a->workers, c->log_interval = a->log_interval;
+    c->num_keys = 0;
+    for (char *k = strtok(a->json_keys, " "); k; k = strtok(NULL, " ")) {
+        if (c->num_keys == MG_JSONL_MAX_KEYS)
+            return MG_FAIL(MG_ERR_USAGE, "preprocess: at most %d --json-keys", MG_JSONL_MAX_KEYS);
+        c->json_keys[c->num_keys++] = k;
     }
+    if (c->num_keys == 0)
+        return MG_FAIL(MG_ERR_USAGE, "preprocess: --json-keys expects at least one key");
     if (!c->input) return MG_FAIL(MG_ERR_USAGE, "preprocess: --input is required");
     if (!c->output_prefix) return MG_FAIL(MG_ERR_USAGE, "preprocess: --output-prefix is required");
     const char *tokenizer = c->tokenizer.type;
@@ -237,25 +149,28 @@ static mg_status parse(int argc, char **argv, mg_preprocess_config *c, int *help
             MG_ERR_USAGE, "preprocess: --tokenizer-type %s needs --tokenizer-model %s", tokenizer,
             strcmp(tokenizer, "HuggingFaceTokenizer") ? "FILE.model" : "DIR or DIR/tokenizer.json");
     }
-    for (int a = 0; a < c->num_keys; a++)
-        for (int b = a + 1; b < c->num_keys; b++)
-            if (!strcmp(c->json_keys[a], c->json_keys[b]))
+    for (int x = 0; x < c->num_keys; x++)
+        for (int y = x + 1; y < c->num_keys; y++)
+            if (!strcmp(c->json_keys[x], c->json_keys[y]))
                 return MG_FAIL(MG_ERR_USAGE, "preprocess: --json-keys names '%s' twice",
-                               c->json_keys[a]);
+                               c->json_keys[x]);
     return MG_OK;
 }
 
 int mg_cli_preprocess(int argc, char **argv) {
-    mg_preprocess_config c;
-    memset(&c, 0, sizeof c);
-    c.json_keys[0] = "text", c.num_keys = 1, c.workers = 1, c.log_interval = 1000;
-    int help = 0;
-    mg_status st = parse(argc, argv, &c, &help);
+    pre_args a = {.json_keys = "text", .workers = 1, .partitions = 1, .log_interval = 1000};
+    mg_flag_command cmd = MG_FLAG_COMMAND("preprocess", usage, flags, groups, &a);
+    bool help = false;
+    mg_status st = mg_flags_parse_command(&cmd, argc, argv, &help);
     if (st != MG_OK) return mg_cli_report(st);
     if (help) {
-        usage(stdout);
+        mg_flags_command_print_help(&cmd, stdout);
         return 0;
     }
+    mg_preprocess_config c;
+    memset(&c, 0, sizeof c);
+    st = to_config(&a, &c);
+    if (st != MG_OK) return mg_cli_report(st);
     mg_preprocess_stats s;
     st = mg_preprocess_run(&c, &s, stderr);
     if (st != MG_OK) return mg_cli_report(st);

@@ -83,7 +83,7 @@ expect_error preprocess_missing_input 1 "no/such.jsonl: cannot open: No such fil
 expect_error preprocess_input_required 2 "--input is required" preprocess "${TOK[@]}" "${OUT[@]}"
 expect_error preprocess_output_required 2 "--output-prefix is required" \
     preprocess "${TOK[@]}" --input $G/keys.jsonl
-expect_error preprocess_unknown_flag_suggests 2 "unknown flag '--json-key'; did you mean '--json-keys'" \
+expect_error preprocess_unknown_flag_suggests 2 "unknown flag '--json-key' for \`megatron preprocess\`; did you mean '--json-keys'" \
     preprocess "${TOK[@]}" --input $G/keys.jsonl "${OUT[@]}" --json-key text
 expect_error preprocess_workers_zero 2 "--workers expects an integer in \[1, 1024\], got '0'" \
     preprocess "${TOK[@]}" --input $G/keys.jsonl "${OUT[@]}" --workers 0

@@ -34,6 +34,8 @@ expect_help plan '--world-size N' '--num-microbatches M' '--param-sizes A,B,C' \
     '--shared-embedding-param I[,J..]' '`megatron train --help`'
 expect_help bench '--model NAME' 'gpt2-124m' '--iters N' '--warmup N' '--peak-size N' \
     '`megatron train --help`'
+expect_help preprocess '--input FILE' '--json-keys K [K...]' '--tokenizer-type T' '--workers N' \
+    '--split-sentences' 'tokenizer:'
 
 # Unknown flags: one line, exit 2, the closest flag of that subcommand (plan and bench take
 # Megatron's train flags too: suggestions come from both tables).
@@ -49,6 +51,10 @@ expect_error bench_suggests_own 2 "unknown flag '--iter' for .megatron bench.; d
     bench --iter 3
 expect_error bench_suggests_megatron 2 "unknown flag '--num-layer' for .megatron bench.; did you mean '--num-layers'\?" \
     bench --num-layer 2
+expect_error preprocess_suggests 2 "unknown flag '--worker' for .megatron preprocess.; did you mean '--workers'\?" \
+    preprocess --input x --worker 2
+expect_error preprocess_bad_integer 2 "--workers expects an integer, got 'two'" \
+    preprocess --input x --workers=two
 # generate does not take train flags
 expect_error generate_no_train_flags 2 "unknown flag '--num-layers' for .megatron generate." \
     generate --load x --prompt-ids 1 --num-layers 2

@@ -135,7 +135,7 @@ expect_error tokenizers_hf_dir_without_json 1 "empty/tokenizer.json: cannot open
     preprocess --tokenizer-type HuggingFaceTokenizer --tokenizer-model "$TMP/empty" "${OUT[@]}"
 expect_error tokenizers_append_eod_needs_eos 2 "--append-eod: HuggingFaceTokenizer .*noeos/tokenizer.json has no end-of-document token" \
     preprocess --tokenizer-type HuggingFaceTokenizer --tokenizer-model "$TMP/noeos" "${OUT[@]}" --append-eod
-expect_error tokenizers_special_tokens_flag 1 "--tokenizer-special-tokens is not supported" \
+expect_error tokenizers_special_tokens_flag 1 "--tokenizer-special-tokens .*is not supported" \
     preprocess $(tok_args llama3) "${OUT[@]}" --tokenizer-special-tokens "<x>"
 expect_error tokenizers_tiktoken_unsupported 1 "--tokenizer-type TikTokenizer is not supported yet" \
     preprocess --tokenizer-type TikTokenizer --tokenizer-model x "${OUT[@]}"
