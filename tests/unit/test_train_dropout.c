@@ -12,6 +12,8 @@
  *    losses and weights, bit for bit. */
 #include "test.h"
 
+#include "config_test_util.h"
+
 #include "core/file.h"
 #include "core/flags.h"
 #include "train/trainer.h"
@@ -25,69 +27,23 @@ enum { MODEL_GPT2, MODEL_LLAMA, MODEL_MOE };
 
 /* A tiny model with dropout p (both kinds); extra: more flags (NULL-terminated). */
 static mg_status drop_config(mg_config *c, int kind, const char *p, const char *const *extra) {
-    char *argv[96];
-    int argc = 0;
-    char *base[] = {"--num-layers",
-                    "2",
-                    "--hidden-size",
-                    "32",
-                    "--num-attention-heads",
-                    "4",
-                    "--seq-length",
-                    "16",
-                    "--vocab-size",
-                    "64",
-                    "--mock-data",
-                    "--micro-batch-size",
-                    "2",
-                    "--global-batch-size",
-                    "4",
-                    "--train-iters",
-                    "4",
-                    "--lr",
-                    "3e-3",
-                    "--eval-iters",
-                    "1",
-                    "--num-threads",
-                    "2",
-                    "--device",
-                    "cpu",
-                    "--attention-dropout",
-                    (char *)p,
-                    "--hidden-dropout",
-                    (char *)p};
-    char *llama[] = {"--normalization",
-                     "RMSNorm",
-                     "--swiglu",
-                     "--position-embedding-type",
-                     "rope",
-                     "--group-query-attention",
-                     "--num-query-groups",
-                     "2",
-                     "--disable-bias-linear",
-                     "--untie-embeddings-and-output-weights"};
-    /* every token to all 4 experts: the top-k choice, a step function, never changes, so the
-     * loss stays smooth for the finite differences */
-    char *moe[] = {"--num-experts",
-                   "4",
-                   "--moe-router-topk",
-                   "4",
-                   "--moe-ffn-hidden-size",
-                   "24",
-                   "--moe-layer-freq",
-                   "[0,1]",
-                   "--moe-shared-expert-intermediate-size",
-                   "16"};
-    for (size_t i = 0; i < sizeof base / sizeof *base; i++) argv[argc++] = base[i];
-    if (kind == MODEL_LLAMA)
-        for (size_t i = 0; i < sizeof llama / sizeof *llama; i++) argv[argc++] = llama[i];
-    if (kind == MODEL_MOE)
-        for (size_t i = 0; i < sizeof moe / sizeof *moe; i++) argv[argc++] = moe[i];
-    for (int i = 0; extra && extra[i] && argc < 95; i++) argv[argc++] = (char *)extra[i];
-    bool help = false;
-    mg_config_defaults(c);
-    MG_CHECK(mg_flags_parse(c, argc, argv, &help));
-    return mg_config_validate(c);
+    /* MoE: every token to all 4 experts: the top-k choice, a step function, never changes, so
+     * the loss stays smooth for the finite differences */
+    const char *model =
+        kind == MODEL_LLAMA ? "--normalization RMSNorm --swiglu --position-embedding-type rope "
+                              "--group-query-attention --num-query-groups 2 --disable-bias-linear "
+                              "--untie-embeddings-and-output-weights"
+        : kind == MODEL_MOE ? "--num-experts 4 --moe-router-topk 4 --moe-ffn-hidden-size 24 "
+                              "--moe-layer-freq [0,1] --moe-shared-expert-intermediate-size 16"
+                            : "";
+    char flags[1024];
+    snprintf(flags, sizeof flags,
+             "--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16 "
+             "--vocab-size 64 --mock-data --micro-batch-size 2 --global-batch-size 4 "
+             "--train-iters 4 --lr 3e-3 --eval-iters 1 --num-threads 2 --device cpu "
+             "--attention-dropout %s --hidden-dropout %s %s",
+             p, p, model);
+    return mg_test_config(c, flags, extra);
 }
 
 /* The training loss of the first global batch at weights w (the masks of iteration 0), and the

@@ -18,6 +18,8 @@
  *  - the end-of-document id of each data source. */
 #include "test.h"
 
+#include "config_test_util.h"
+
 #include "core/flags.h"
 #include "data/mock.h"
 #include "train/trainer.h"
@@ -31,42 +33,13 @@ enum { S = 16, V = 64, MBS = 2, GBS = 6, M = GBS / MBS, N = MBS * S, EOD = V - 1
 
 /* A tiny untied GPT on mock data without dropout; extra: more flags (NULL-terminated). */
 static mg_status loss_config(mg_config *c, const char *const *extra) {
-    char *argv[64] = {"--num-layers",
-                      "2",
-                      "--hidden-size",
-                      "32",
-                      "--num-attention-heads",
-                      "4",
-                      "--seq-length",
-                      "16",
-                      "--vocab-size",
-                      "64",
-                      "--mock-data",
-                      "--micro-batch-size",
-                      "2",
-                      "--global-batch-size",
-                      "6",
-                      "--train-iters",
-                      "3",
-                      "--lr",
-                      "3e-3",
-                      "--eval-iters",
-                      "2",
-                      "--num-threads",
-                      "1",
-                      "--device",
-                      "cpu",
-                      "--attention-dropout",
-                      "0",
-                      "--hidden-dropout",
-                      "0",
-                      "--untie-embeddings-and-output-weights"};
-    int argc = 30;
-    for (int i = 0; extra && extra[i] && argc < 63; i++) argv[argc++] = (char *)extra[i];
-    bool help = false;
-    mg_config_defaults(c);
-    MG_CHECK(mg_flags_parse(c, argc, argv, &help));
-    return mg_config_validate(c);
+    return mg_test_config(c,
+                          "--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16 "
+                          "--vocab-size 64 --mock-data --micro-batch-size 2 --global-batch-size 6 "
+                          "--train-iters 3 --lr 3e-3 --eval-iters 2 --num-threads 1 --device cpu "
+                          "--attention-dropout 0 --hidden-dropout 0 "
+                          "--untie-embeddings-and-output-weights",
+                          extra);
 }
 
 static mg_trainer *make_trainer(mg_test_ctx *t, const char *const *extra) {

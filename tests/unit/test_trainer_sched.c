@@ -6,6 +6,8 @@
  * run's over the same samples; evaluation in between runs the full global batch). */
 #include "test.h"
 
+#include "config_test_util.h"
+
 #include "core/flags.h"
 #include "core/status.h"
 #include "train/trainer.h"
@@ -13,45 +15,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const BASE[] = {"--num-layers",
-                                   "1",
-                                   "--hidden-size",
-                                   "32",
-                                   "--num-attention-heads",
-                                   "2",
-                                   "--seq-length",
-                                   "16",
-                                   "--vocab-size",
-                                   "64",
-                                   "--mock-data",
-                                   "--micro-batch-size",
-                                   "2",
-                                   "--eval-iters",
-                                   "0",
-                                   "--num-threads",
-                                   "2",
-                                   "--device",
-                                   "cpu",
-                                   "--untie-embeddings-and-output-weights",
-                                   "--hidden-dropout",
-                                   "0",
-                                   "--attention-dropout",
-                                   "0",
-                                   "--seed",
-                                   "11"};
-#define N_BASE ((int)(sizeof BASE / sizeof *BASE))
+static const char BASE[] =
+    "--num-layers 1 --hidden-size 32 --num-attention-heads 2 --seq-length 16 --vocab-size 64 "
+    "--mock-data --micro-batch-size 2 --eval-iters 0 --num-threads 2 --device cpu "
+    "--untie-embeddings-and-output-weights --hidden-dropout 0 --attention-dropout 0 --seed 11";
 
 /* A trainer of the base model with the extra flags (NULL-terminated). */
 static mg_trainer *make(mg_test_ctx *t, const char *const *extra) {
-    char *argv[64];
-    int argc = 0;
-    for (int i = 0; i < N_BASE; i++) argv[argc++] = (char *)BASE[i];
-    for (int i = 0; extra[i]; i++) argv[argc++] = (char *)extra[i];
     mg_config c;
-    mg_config_defaults(&c);
-    bool help;
-    MG_EXPECT_OK(mg_flags_parse(&c, argc, argv, &help));
-    MG_EXPECT_OK(mg_config_validate(&c));
+    MG_EXPECT_OK(mg_test_config(&c, BASE, extra));
     mg_trainer *tr = calloc(1, sizeof *tr);
     MG_EXPECT_OK(mg_trainer_init(tr, &c));
     return tr;
