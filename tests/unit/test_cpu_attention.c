@@ -1,6 +1,7 @@
 /* CPU backend tests, part 2: rotary embedding, causal attention (GQA) and fused cross-entropy,
  * against naive references in double and central finite differences (cpu_test_util.h). */
 #include "cpu_test_util.h"
+#include "attention_test_util.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -9,10 +10,6 @@
 /* Shapes with GQA: nq = 4 query heads in ng = 2 groups (r = 2), hd = 6, S = 5 (not a power of
  * two). The fused row is ng*(r+2)*hd = 48 wide. */
 enum { AB = 2, AS = 5, ANQ = 4, ANG = 2, AHD = 6 };
-
-static size_t qkv_width(int nq, int ng, int hd) {
-    return (size_t)ng * (nq / ng + 2) * hd;
-}
 
 /* Real rotary tables: angle = s * 10000^(-2i/hd), so cos^2 + sin^2 = 1. */
 static void rope_tables(float *cos_tab, float *sin_tab, int S, int hd) {
@@ -38,7 +35,7 @@ typedef struct {
 
 static double rope_obj(void *c_) {
     rope_ctx *c = c_;
-    size_t n = (size_t)c->N * qkv_width(ANQ, ANG, AHD);
+    size_t n = (size_t)c->N * mg_test_qkv_width(ANQ, ANG, AHD);
     memcpy(c->work, c->qkv, n * sizeof(float));
     c->be->rope_forward(c->be, c->work, c->cs, c->sn, c->N, c->S, ANQ, ANG, AHD);
     return t_dotd(c->work, c->R, n);
@@ -47,7 +44,7 @@ static double rope_obj(void *c_) {
 MG_TEST(cpu_rope_forward_inverse_and_grad) {
     mg_backend *be = t_cpu(t);
     if (!be) return;
-    const int N = AB * AS, C = (int)qkv_width(ANQ, ANG, AHD), half = AHD / 2, r = ANQ / ANG;
+    const int N = AB * AS, C = (int)mg_test_qkv_width(ANQ, ANG, AHD), half = AHD / 2, r = ANQ / ANG;
     size_t n = (size_t)N * C;
     rope_ctx c = {
         be, t_rnd(40, n, 1), t_zeros(n), t_zeros(AS * half), t_zeros(AS * half), t_rnd(41, n, 1), N,
@@ -90,35 +87,6 @@ MG_TEST(cpu_rope_forward_inverse_and_grad) {
     be->destroy(be);
 }
 
-/* Naive causal attention in double: query head h reads the k, v of group h / (nq/ng). */
-static void attention_naive(float *out, const float *qkv, int B, int S, int nq, int ng, int hd) {
-    int r = nq / ng;
-    size_t C = qkv_width(nq, ng, hd);
-    double sc[256]; /* S <= 256 */
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < nq; h++) {
-            int g = h / r;
-            for (int s = 0; s < S; s++) {
-                const float *q = qkv + (b * S + s) * C + (g * (r + 2) + h % r) * hd;
-                double mx = -1e300, sum = 0;
-                for (int u = 0; u <= s; u++) {
-                    const float *k = qkv + (b * S + u) * C + (g * (r + 2) + r) * hd;
-                    double d = 0;
-                    for (int i = 0; i < hd; i++) d += (double)q[i] * k[i];
-                    sc[u] = d / sqrt((double)hd);
-                    mx = fmax(mx, sc[u]);
-                }
-                for (int u = 0; u <= s; u++) sum += (sc[u] = exp(sc[u] - mx));
-                for (int i = 0; i < hd; i++) {
-                    double o = 0;
-                    for (int u = 0; u <= s; u++)
-                        o += sc[u] / sum * qkv[(b * S + u) * C + (g * (r + 2) + r + 1) * hd + i];
-                    out[(b * S + s) * nq * hd + h * hd + i] = (float)o;
-                }
-            }
-        }
-}
-
 MG_TEST(cpu_attention_forward_matches_naive) {
     mg_backend *be = t_cpu(t);
     if (!be) return;
@@ -126,13 +94,13 @@ MG_TEST(cpu_attention_forward_matches_naive) {
     const int cfg[3][2] = {{ANQ, ANG}, {ANQ, ANQ}, {ANQ, 1}};
     for (int c = 0; c < 3; c++) {
         int nq = cfg[c][0], ng = cfg[c][1], N = AB * AS;
-        size_t n = (size_t)N * qkv_width(nq, ng, AHD), no = (size_t)N * nq * AHD;
+        size_t n = (size_t)N * mg_test_qkv_width(nq, ng, AHD), no = (size_t)N * nq * AHD;
         size_t sb = be->attention_saved_bytes(be, AB, AS, nq, AHD);
         MG_EXPECT(sb == (size_t)AB * nq * AS * AS * sizeof(float), "saved bytes %zu", sb);
         float *qkv = t_rnd(50 + c, n, 1.5f), *out = t_zeros(no), *ref = t_zeros(no);
         float *saved = t_zeros(sb / sizeof(float));
         MG_EXPECT_OK(be->attention_forward(be, out, saved, qkv, AB, AS, nq, ng, AHD, NULL));
-        attention_naive(ref, qkv, AB, AS, nq, ng, AHD);
+        mg_test_attention_naive(ref, qkv, AB, AS, nq, ng, AHD, NULL);
         double e = mg_test_rel_err(out, ref, no);
         MG_EXPECT(e < 1e-6, "nq %d ng %d: rel err %g", nq, ng, e);
         /* saved probabilities: rows sum to 1, zero above the diagonal */
@@ -169,7 +137,7 @@ MG_TEST(cpu_attention_grad) {
     const int cfg[2][2] = {{ANQ, ANG}, {3, 1}};
     for (int k = 0; k < 2; k++) {
         int nq = cfg[k][0], ng = cfg[k][1], N = AB * AS;
-        size_t n = (size_t)N * qkv_width(nq, ng, AHD), no = (size_t)N * nq * AHD;
+        size_t n = (size_t)N * mg_test_qkv_width(nq, ng, AHD), no = (size_t)N * nq * AHD;
         att_ctx c = {be,
                      t_rnd(60 + k, n, 1.5f),
                      t_zeros(no),
@@ -211,11 +179,11 @@ MG_TEST(cpu_attention_long_sequences_blocks) {
     const int cfg[2][5] = {{2, 70, 4, 2, 8}, {1, 130, 2, 1, 16}}; /* B, S, nq, ng, hd */
     for (int k = 0; k < 2; k++) {
         int B = cfg[k][0], S = cfg[k][1], nq = cfg[k][2], ng = cfg[k][3], hd = cfg[k][4];
-        size_t n = (size_t)B * S * qkv_width(nq, ng, hd), no = (size_t)B * S * nq * hd;
+        size_t n = (size_t)B * S * mg_test_qkv_width(nq, ng, hd), no = (size_t)B * S * nq * hd;
         float *qkv = t_rnd(80 + k, n, 1.5f), *out = t_zeros(no), *ref = t_zeros(no);
         float *saved = t_zeros(be->attention_saved_bytes(be, B, S, nq, hd) / sizeof(float));
         MG_EXPECT_OK(be->attention_forward(be, out, saved, qkv, B, S, nq, ng, hd, NULL));
-        attention_naive(ref, qkv, B, S, nq, ng, hd);
+        mg_test_attention_naive(ref, qkv, B, S, nq, ng, hd, NULL);
         double e = mg_test_rel_err(out, ref, no);
         MG_EXPECT(e < 1e-6, "S %d: forward rel err %g", S, e);
         free(qkv), free(out), free(ref), free(saved);
@@ -223,7 +191,7 @@ MG_TEST(cpu_attention_long_sequences_blocks) {
     /* gradient, S = 70: one full block of 64 queries and a partial one of 6 */
     {
         int B = 1, S = 70, nq = 2, ng = 1, hd = 4;
-        size_t n = (size_t)B * S * qkv_width(nq, ng, hd), no = (size_t)B * S * nq * hd;
+        size_t n = (size_t)B * S * mg_test_qkv_width(nq, ng, hd), no = (size_t)B * S * nq * hd;
         att_long_ctx c = {be,
                           t_rnd(84, n, 1.5f),
                           t_zeros(no),
@@ -247,7 +215,7 @@ MG_TEST(cpu_attention_long_sequences_blocks) {
     /* 1 vs 3 threads, GQA, S = 130: forward output and every part of dqkv bitwise equal */
     int omp0 = omp_get_max_threads();
     int B = 3, S = 130, nq = 4, ng = 2, hd = 16;
-    size_t n = (size_t)B * S * qkv_width(nq, ng, hd), no = (size_t)B * S * nq * hd;
+    size_t n = (size_t)B * S * mg_test_qkv_width(nq, ng, hd), no = (size_t)B * S * nq * hd;
     float *qkv = t_rnd(87, n, 1.5f), *dout = t_rnd(88, no, 1), *res[2];
     for (int v = 0; v < 2; v++) {
         mg_backend *b2 = NULL;

@@ -10,6 +10,7 @@
  * with probability ~6e-7, and the draws are seeded, so a pass is reproducible), tight enough
  * that a threshold off by 1% of p, a lane used twice or a key field ignored fails. */
 #include "cpu_test_util.h"
+#include "attention_test_util.h"
 
 #include "core/dropout.h"
 
@@ -199,41 +200,6 @@ MG_TEST(cpu_dropout_add_matches_formula) {
 
 /* ---------------------------------------------------------------- attention */
 
-static size_t qkv_width(int nq, int ng, int hd) {
-    return (size_t)ng * (nq / ng + 2) * hd;
-}
-
-/* Naive causal attention in double with the dropout factors of core/dropout.h. */
-static void attention_naive(float *out, const float *qkv, int B, int S, int nq, int ng, int hd,
-                            const mg_dropout *d) {
-    int r = nq / ng;
-    size_t C = qkv_width(nq, ng, hd);
-    double sc[256];
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < nq; h++) {
-            int g = h / r;
-            for (int s = 0; s < S; s++) {
-                const float *q = qkv + (b * S + s) * C + (g * (r + 2) + h % r) * hd;
-                double mx = -1e300, sum = 0;
-                for (int u = 0; u <= s; u++) {
-                    const float *k = qkv + (b * S + u) * C + (g * (r + 2) + r) * hd;
-                    double dot = 0;
-                    for (int i = 0; i < hd; i++) dot += (double)q[i] * k[i];
-                    sc[u] = dot / sqrt((double)hd);
-                    mx = fmax(mx, sc[u]);
-                }
-                for (int u = 0; u <= s; u++) sum += (sc[u] = exp(sc[u] - mx));
-                for (int i = 0; i < hd; i++) {
-                    double o = 0;
-                    for (int u = 0; u <= s; u++)
-                        o += sc[u] / sum * mg_dropout_attention(d, b, h, s, u, S) *
-                             qkv[(b * S + u) * C + (g * (r + 2) + r + 1) * hd + i];
-                    out[(b * S + s) * nq * hd + h * hd + i] = (float)o;
-                }
-            }
-        }
-}
-
 typedef struct {
     mg_backend *be;
     float *qkv, *out, *saved, *R;
@@ -258,12 +224,12 @@ MG_TEST(cpu_attention_dropout_matches_naive_and_grad) {
     for (int c = 0; c < 4; c++) {
         int B = cfg[c][0], S = cfg[c][1], nq = cfg[c][2], ng = cfg[c][3], hd = cfg[c][4];
         mg_dropout d = mg_dropout_init(0.3, 17, 3, 1, MG_DROPOUT_ATTENTION, 2, 4);
-        size_t n = (size_t)B * S * qkv_width(nq, ng, hd), no = (size_t)B * S * nq * hd;
+        size_t n = (size_t)B * S * mg_test_qkv_width(nq, ng, hd), no = (size_t)B * S * nq * hd;
         size_t sb = be->attention_saved_bytes(be, B, S, nq, hd);
         float *qkv = t_rnd(300 + c, n, 1.5f), *out = t_zeros(no), *ref = t_zeros(no);
         float *saved = t_zeros(sb / sizeof(float)), *plain = t_zeros(no);
         MG_EXPECT_OK(be->attention_forward(be, out, saved, qkv, B, S, nq, ng, hd, &d));
-        attention_naive(ref, qkv, B, S, nq, ng, hd, &d);
+        mg_test_attention_naive(ref, qkv, B, S, nq, ng, hd, &d);
         double e = mg_test_rel_err(out, ref, no);
         MG_EXPECT(e < 1e-6, "B %d S %d nq %d ng %d: forward rel err %g", B, S, nq, ng, e);
         /* the saved probabilities are the softmax's: rows sum to 1 */
@@ -283,7 +249,7 @@ MG_TEST(cpu_attention_dropout_matches_naive_and_grad) {
     for (int c = 0; c < 2; c++) {
         int B = gcfg[c][0], S = gcfg[c][1], nq = gcfg[c][2], ng = gcfg[c][3], hd = gcfg[c][4];
         mg_dropout d = mg_dropout_init(0.3, 17, 3, 1, MG_DROPOUT_ATTENTION, 1, 2);
-        size_t n = (size_t)B * S * qkv_width(nq, ng, hd), no = (size_t)B * S * nq * hd;
+        size_t n = (size_t)B * S * mg_test_qkv_width(nq, ng, hd), no = (size_t)B * S * nq * hd;
         att_ctx x = {be,
                      t_rnd(310 + c, n, 1.5f),
                      t_zeros(no),
@@ -308,7 +274,7 @@ MG_TEST(cpu_attention_dropout_matches_naive_and_grad) {
     int omp0 = omp_get_max_threads();
     int B = 3, S = 130, nq = 4, ng = 2, hd = 16;
     mg_dropout d = mg_dropout_init(0.1, 3, 1, 0, MG_DROPOUT_ATTENTION, 0, 0);
-    size_t n = (size_t)B * S * qkv_width(nq, ng, hd), no = (size_t)B * S * nq * hd;
+    size_t n = (size_t)B * S * mg_test_qkv_width(nq, ng, hd), no = (size_t)B * S * nq * hd;
     float *qkv = t_rnd(320, n, 1.5f), *dout = t_rnd(321, no, 1), *res[2];
     for (int v = 0; v < 2; v++) {
         mg_backend *b2 = NULL;
@@ -340,7 +306,7 @@ MG_TEST(cpu_attention_dropout_reveals_the_mask) {
     enum { B = 2, S = 32, NQ = 4, NG = 2, HD = 32 };
     const double p = 0.25;
     mg_dropout d = mg_dropout_init(p, 77, 5, 2, MG_DROPOUT_ATTENTION, 3, 0);
-    size_t C = qkv_width(NQ, NG, HD), n = (size_t)B * S * C, no = (size_t)B * S * NQ * HD;
+    size_t C = mg_test_qkv_width(NQ, NG, HD), n = (size_t)B * S * C, no = (size_t)B * S * NQ * HD;
     float *qkv = t_zeros(n), *out = t_zeros(no);
     int r = NQ / NG;
     for (int b = 0; b < B; b++)
@@ -364,7 +330,7 @@ MG_TEST(cpu_attention_dropout_reveals_the_mask) {
     MG_EXPECT(fabs(k / tri - (1 - p)) <= bound(1 - p, tri), "kept %.4f of the causal triangle",
               k / tri);
     /* the heads in two tensor-parallel halves: each half's fused rows are its query groups */
-    size_t Ch = qkv_width(NQ / 2, NG / 2, HD), noh = (size_t)B * S * NQ / 2 * HD;
+    size_t Ch = mg_test_qkv_width(NQ / 2, NG / 2, HD), noh = (size_t)B * S * NQ / 2 * HD;
     float *half = t_zeros((size_t)B * S * Ch), *oh = t_zeros(noh);
     int mism = 0;
     for (int part = 0; part < 2; part++) {
