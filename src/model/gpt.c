@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define WTE_NAME "embedding.word_embeddings.weight" /* megatron-core's word embedding */
+
 /* ---- parameters ---- */
 
 static mg_status add_norm(mg_gpt *g, const char *prefix, int *w, int *b) {
@@ -174,7 +176,7 @@ mg_status mg_gpt_build_ep(mg_gpt *g, const mg_config *cfg, int tp_rank, int pp_r
     float out_std = (float)(c->init_std / sqrt(2.0 * c->L)); /* Megatron's scaled init */
     g->layers = calloc((size_t)(g->n_layers ? g->n_layers : 1), sizeof *g->layers);
     if (!g->layers) return MG_FAIL(MG_ERR_NOMEM, "cannot allocate the layer table");
-    const char *wte_name = "embedding.word_embeddings.weight";
+    const char *wte_name = WTE_NAME;
     for (int v = 0; v < g->n_chunks; v++) {
         const mg_gpt_chunk *ch = &g->chunks[v];
         if (ch->pre) {
@@ -599,6 +601,10 @@ void mg_gpt_expert_grads_unwritten(mg_gpt *g) {
 
 float *mg_gpt_moe_bias(const mg_gpt *g, int i) {
     return g->cfg.moe.expert_bias ? mg_block_ws_ptr(&g->blk, g->moe_ws.bias[i]) : NULL;
+}
+
+const char *mg_gpt_saved_name(const mg_param_meta *p) {
+    return p->shared ? WTE_NAME : p->name;
 }
 
 void mg_gpt_moe_bias_name(const mg_gpt *g, int i, char *out, size_t cap) {

@@ -184,6 +184,10 @@ float *mg_gpt_moe_bias(const mg_gpt *g, int i);
  * expert_bias for weight (megatron-core's TopKRouter buffer, decoder.layers.L.mlp.router.
  * expert_bias, global layer numbers). */
 void mg_gpt_moe_bias_name(const mg_gpt *g, int i, char *out, size_t cap);
+/* The name parameter p is saved under: its own, but a pipeline stage's copy of the tied
+ * embedding (metadata `shared`) has the embedding's (the first stage saves it; every copy reads
+ * it). */
+const char *mg_gpt_saved_name(const mg_param_meta *p);
 /* The token dispatch's static sizes for N tokens per microbatch (model/moe.h's plan): rows of
  * one rank's permuted pairs, rows its experts may receive, tokens kept per expert (0: dropless).
  * For `megatron plan`; the model need not be planned. */

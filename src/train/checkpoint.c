@@ -89,12 +89,6 @@ static mg_status fault(const char *point, const char *tmp) {
                    tmp);
 }
 
-/* The name a parameter is saved under: a pipeline stage's copy of the tied embedding has the
- * embedding's (the first stage writes it; every copy reads it). */
-static const char *ckpt_name(const mg_param_meta *p) {
-    return p->shared ? "embedding.word_embeddings.weight" : p->name;
-}
-
 /* Whether this rank writes parameter p's weights (moments: false) or moments (true). */
 static bool writes(const mg_checkpoint_tensors *t, const mg_param_meta *p, bool moments) {
     const int k = p->expert ? 1 : 0;
@@ -133,15 +127,15 @@ static mg_status list_pieces(const mg_gpt *g, const mg_checkpoint_tensors *t, co
     for (int i = 0; i < g->params.n; i++) {
         const mg_param_meta *p = &g->params.p[i];
         if (!writing || writes(t, p, false))
-            add(l, "", ckpt_name(p), p, 0, p->numel, (float *)params + p->offset);
+            add(l, "", mg_gpt_saved_name(p), p, 0, p->numel, (float *)params + p->offset);
     }
     for (int i = 0; optimizer && i < t->n_pieces; i++) {
         const mg_optim_piece *pc = &t->pieces[i];
         const mg_param_meta *p = &g->params.p[pc->index];
         if (writing && !writes(t, p, true)) continue;
-        add(l, "optimizer.exp_avg.", ckpt_name(p), p, pc->param_start, pc->param_end,
+        add(l, "optimizer.exp_avg.", mg_gpt_saved_name(p), p, pc->param_start, pc->param_end,
             t->exp_avg + pc->local);
-        add(l, "optimizer.exp_avg_sq.", ckpt_name(p), p, pc->param_start, pc->param_end,
+        add(l, "optimizer.exp_avg_sq.", mg_gpt_saved_name(p), p, pc->param_start, pc->param_end,
             t->exp_avg_sq + pc->local);
     }
     l->bias = (mg_param_meta){.ndim = 1,
@@ -542,11 +536,11 @@ static void vocab_rows(const mg_ckpt_store *store, const mg_gpt *g, float *param
     bool init = false;
     for (int i = 0; i < g->params.n; i++) {
         const mg_param_meta *p = &g->params.p[i];
-        const int64_t rows = p->vocab_rows ? mg_ckpt_store_rows(store, ckpt_name(p)) : -1;
+        const int64_t rows = p->vocab_rows ? mg_ckpt_store_rows(store, mg_gpt_saved_name(p)) : -1;
         if (rows < 0 || rows == p->global_shape[0]) continue;
         mg_log_info("> %s: %s has %" PRId64 " rows (the padded vocabulary), this layout %" PRId64
                     ": %s",
-                    base, ckpt_name(p), rows, p->global_shape[0],
+                    base, mg_gpt_saved_name(p), rows, p->global_shape[0],
                     rows > p->global_shape[0] ? "the extra padding rows are dropped"
                                               : "the new padding rows start from initialisation");
         init |= rows < p->global_shape[0] && seed >= 0;

@@ -22,16 +22,10 @@ static void optim_name(char *out, size_t cap, int stage, int n_stages, int shard
         snprintf(out, cap, "optimizer%s-%05d-of-%05d.safetensors", pp, shard + 1, n_shards);
 }
 
-/* The name a parameter's moments are stored under: a pipeline stage's copy of the tied
- * embedding has the embedding's (the first stage writes them; every copy reads them). */
-static const char *ckpt_name(const mg_param_meta *p) {
-    return p->shared ? "embedding.word_embeddings.weight" : p->name;
-}
-
 /* [a, b) of a shard file's tensor for parameter p: its metadata entry, else the whole tensor. */
 static mg_status piece_range(const cJSON *meta, const char *path, const mg_param_meta *p,
                              const mg_st_entry *e, int64_t *a, int64_t *b) {
-    const cJSON *r = meta ? cJSON_GetObjectItemCaseSensitive(meta, ckpt_name(p)) : NULL;
+    const cJSON *r = meta ? cJSON_GetObjectItemCaseSensitive(meta, mg_gpt_saved_name(p)) : NULL;
     if (!r) {
         *a = 0;
         *b = p->numel;
@@ -70,7 +64,7 @@ static mg_status load_file(const char *path, const mg_gpt *g, mg_checkpoint_tens
         const mg_st_entry *e[2];
         char name[MG_ST_NAME_CAP];
         for (int k = 0; k < 2; k++) {
-            snprintf(name, sizeof name, "%s.%s", MOMENT[k], ckpt_name(p));
+            snprintf(name, sizeof name, "%s.%s", MOMENT[k], mg_gpt_saved_name(p));
             e[k] = mg_safetensors_find(&sf, name);
         }
         if (!e[0] && !e[1]) continue; /* another file's */
