@@ -106,6 +106,8 @@ if "$MEGATRON" train "${MODEL[@]}" --save "$c" --save-interval 4 --async-save \
 else
     fail checkpoint_async_save "$(grep -E 'error|checkpoint' "$TMP/async.log" | tail -n 4)" "$(ls "$c")"
 fi
+expect_error checkpoint_format_unknown 2 "--ckpt-format expects torch_dist .*got 'safetensors'" \
+    train "${MODEL[@]}" --ckpt-format safetensors
 expect_error checkpoint_format_torch 2 "--ckpt-format torch writes PyTorch-specific files, which megatron.c does not read or write" \
     train "${MODEL[@]}" --ckpt-format torch
 

@@ -162,6 +162,15 @@ expect_error plan_grad_sizes_empty 2 "--param-sizes expects comma-separated posi
 expect_error plan_grad_shared_out_of_range 2 \
     "--shared-embedding-param 3 is out of range: --param-sizes lists 3 parameters \(0..2\)" \
     plan --world-size 2 --param-sizes 10,20,30 --shared-embedding-param 3
+# --no-position-embedding with learned positions: no position table (64 positions x 64 = 4096
+# parameters fewer), as Megatron's add_position_embedding = False
+NOPOS=(--world-size 1 --num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 64 --vocab-size 512)
+with=$("$MEGATRON" plan --json "${NOPOS[@]}" | grep -o '"params_total":[0-9]*' | cut -d: -f2)
+without=$("$MEGATRON" plan --json "${NOPOS[@]}" --no-position-embedding | grep -o '"params_total":[0-9]*' | cut -d: -f2)
+if [ -n "$with" ] && [ $((with - without)) -eq 4096 ]; then pass plan_no_position_embedding
+else fail plan_no_position_embedding "params_total $with with the table, $without without"; fi
+expect_error plan_grad_shared_trailing_comma 2 "--shared-embedding-param expects parameter indices" \
+    plan --world-size 2 --param-sizes 10,20,30 --shared-embedding-param 0,
 expect_error plan_grad_shared_garbage 2 "--shared-embedding-param expects parameter indices" \
     plan --world-size 2 --param-sizes 10,20,30 --shared-embedding-param -1
 expect_error plan_grad_shared_needs_sizes 2 "--shared-embedding-param needs --param-sizes" \

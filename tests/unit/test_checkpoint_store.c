@@ -239,6 +239,23 @@ static void rename_file(cJSON *root) {
                               cJSON_CreateString("rank-00042.safetensors"));
 }
 
+static void piece_outside(cJSON *root) {
+    cJSON *off = cJSON_GetObjectItem(first_pieces(root)->child, "offset");
+    cJSON_ReplaceItemInArray(off, 0, cJSON_CreateNumber(1e6));
+}
+
+static void piece_without_hash(cJSON *root) {
+    cJSON_DeleteItemFromObject(first_pieces(root)->child, "xxh3");
+}
+
+static void outside(const char *dir) {
+    edit_index(dir, piece_outside);
+}
+
+static void no_hash(const char *dir) {
+    edit_index(dir, piece_without_hash);
+}
+
 static void drop_piece(const char *dir) {
     edit_index(dir, drop_last_piece);
 }
@@ -257,6 +274,9 @@ MG_TEST(checkpoint_store_damage_is_one_line_naming_file_and_tensor) {
     expect_damage(t, "unknown file", unknown_file, MG_ERR_FORMAT, "which 'files' lacks");
     expect_damage(t, "missing piece", drop_piece, MG_ERR_FORMAT,
                   "a piece is missing from index.json");
+    expect_damage(t, "piece outside", outside, MG_ERR_FORMAT, "lies outside its shape");
+    expect_damage(t, "no checksum", no_hash, MG_ERR_FORMAT,
+                  "lacks file, key, start, offset, block, range or xxh3");
 }
 
 MG_TEST(params_relayout_refuses_overlap) {
