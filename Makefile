@@ -143,7 +143,14 @@ TEST_SRC := $(shell find tests/unit -name '*.c' | sort)
 DIST_SRC := $(shell find tests/dist -name '*.c' | sort)
 CUDA_TEST_SRC := $(shell find tests/cuda -name '*.c' 2>/dev/null | sort)
 
-LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(CU_SRC:%.cu=$(BUILD)/obj/%.cu.o) $(CXX_SRC:%.cc=$(BUILD)/obj/%.cc.o)
+# The CUDA backend's fp16 twin (mg_backend_cuda_create_dtype with MG_F16): every op file and the
+# table that names its launchers (cuda_table.c) built again with -DMG_CUDA_F16, which makes h16
+# fp16 and names the launchers mg_cuda_f16_* (src/backend/cuda/cuda_f16_names.h). CUTLASS's
+# grouped GEMM is bf16 only: fp16 takes the portable kernel.
+CU_F16_SRC := $(filter-out %/grouped_gemm_cutlass.cu,$(CU_SRC))
+CU_F16_OBJ := $(if $(HAVE_CUDA),$(CU_F16_SRC:%.cu=$(BUILD)/obj/%.cu.f16.o) \
+              $(BUILD)/obj/src/backend/cuda/cuda_table.f16.o)
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(CU_SRC:%.cu=$(BUILD)/obj/%.cu.o) $(CU_F16_OBJ) $(CXX_SRC:%.cc=$(BUILD)/obj/%.cc.o)
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/obj/%.o)
 DIST_OBJ := $(DIST_SRC:%.c=$(BUILD)/obj/%.o)
@@ -172,6 +179,15 @@ $(BUILD)/obj/%.cc.o: %.cc
 $(BUILD)/obj/%.cu.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCC_ALL) -MMD -MP -c $< -o $@
+
+# the fp16 objects (CU_F16_OBJ)
+$(BUILD)/obj/%.cu.f16.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCC_ALL) -DMG_CUDA_F16 -MMD -MP -c $< -o $@
+
+$(BUILD)/obj/%.f16.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -DMG_CUDA_F16 $(DEPFLAGS) -c $< -o $@
 
 ifeq ($(HAVE_CUTLASS),yes)
 $(BUILD)/obj/src/backend/cuda/grouped_gemm_cutlass.cu.o: NVCC_ALL := $(filter-out $(CUDA_ARCH),$(NVCC_ALL)) \
@@ -244,14 +260,17 @@ bench-tokenizer: info
 $(BUILD)/tokenize_bench: bench/tokenize_bench.c $(BUILD)/libmegatron.a
 	$(CC) $(CFLAGS) $< $(BUILD)/libmegatron.a $(LDLIBS) -o $@
 
-# GPU machine: every op of the CUDA backend against the CPU backend (tests/cuda), closing with
-# "N passed, N failed"; the runner is the unit tests' (a filter argument: CUDA_TESTS=norm).
+# GPU machine: every op of the CUDA backend against the CPU backend (tests/cuda), once per compute
+# dtype of CUDA_DTYPE (bf16, then fp16; CUDA_DTYPE=fp16 runs one), closing with one
+# "N passed, N failed" (tests/cuda/run.sh); the runner is the unit tests' (a filter argument:
+# CUDA_TESTS=norm).
+CUDA_DTYPE ?= bf16 fp16
 .PHONY: test-cuda
 test-cuda: info
 	@if [ -z "$(HAVE_CUDA)" ]; then echo "make test-cuda needs nvcc, cuBLASLt and cudart" \
 	    "(this build: backends=cpu)" >&2; exit 1; fi
 	@$(MAKE) --no-print-directory $(BUILD)/cuda_tests
-	$(BUILD)/cuda_tests $(CUDA_TESTS)
+	CUDA_DTYPE="$(CUDA_DTYPE)" tests/cuda/run.sh $(BUILD) $(CUDA_TESTS)
 
 $(BUILD)/cuda_tests: $(CUDA_TEST_OBJ) $(BUILD)/obj/tests/unit/main.o $(BUILD)/libmegatron.a
 	$(CC) $(CFLAGS) $(CUDA_TEST_OBJ) $(BUILD)/obj/tests/unit/main.o $(BUILD)/libmegatron.a $(LDLIBS) -o $@

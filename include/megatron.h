@@ -40,6 +40,7 @@ typedef enum {
     MG_WSD_MINUS_SQRT
 } mg_wsd_style;
 typedef enum { MG_WD_CONSTANT = 0, MG_WD_LINEAR, MG_WD_COSINE } mg_wd_style;
+typedef enum { MG_LOADER_SINGLE = 0, MG_LOADER_CYCLIC } mg_dataloader_type;
 typedef enum { MG_MOE_SCORE_SOFTMAX = 0, MG_MOE_SCORE_SIGMOID } mg_moe_score;
 typedef enum { MG_MOE_LB_AUX = 0, MG_MOE_LB_SEQ_AUX, MG_MOE_LB_NONE } mg_moe_balancing;
 typedef enum { MG_MOE_DROP_PROBS = 0, MG_MOE_DROP_POSITION } mg_moe_drop;
@@ -61,8 +62,10 @@ typedef struct {
     mg_pos_kind position_embedding;   /* --position-embedding-type learned_absolute|rope|none */
     bool no_position_embedding;       /* --no-position-embedding: learned_absolute becomes none */
     double rotary_base;               /* --rotary-base (10000) */
+    double rotary_percent;            /* --rotary-percent (1.0): RoPE rotates int(kv * this) */
     mg_norm_kind normalization;       /* --normalization LayerNorm|RMSNorm */
     double norm_epsilon;              /* --norm-epsilon (1e-5) */
+    bool apply_layernorm_1p;          /* --apply-layernorm-1p: norm weights w stored, 1 + w used */
     bool swiglu;                      /* --swiglu */
     bool disable_bias_linear;         /* --disable-bias-linear */
     bool untie_embeddings;            /* --untie-embeddings-and-output-weights */
@@ -117,6 +120,15 @@ typedef struct {
                                       sum over its unmasked tokens / their number
                                       (train/trainer_loss.h), not a mean of microbatch means */
 
+    /* mixed precision and loss scaling (train/grad_scaler.h) */
+    bool fp16;                 /* --fp16: fp16 compute on GPU backends, dynamic loss scaling */
+    bool bf16;                 /* --bf16: bf16 compute on GPU backends (their default here) */
+    double loss_scale;         /* --loss-scale, 0: none (Megatron's None: dynamic with --fp16) */
+    double initial_loss_scale; /* --initial-loss-scale (2^32) */
+    double min_loss_scale;     /* --min-loss-scale (1) */
+    double loss_scale_window;  /* --loss-scale-window (1000): clean iterations before growing */
+    int hysteresis;            /* --hysteresis (2): overflows before the scale backs off */
+
     /* sample-based training, the schedules (train/lr_schedule.h, train/batch_schedule.h) and the
      * run's exits (train/run_control.h) */
     int64_t train_samples;               /* --train-samples, -1: iteration-based (--train-iters) */
@@ -162,7 +174,11 @@ typedef struct {
     bool no_save_optim;   /* --no-save-optim: checkpoints without the Adam moments */
     bool no_load_optim;   /* --no-load-optim: moments, Adam's step and the LR schedule start anew */
     bool finetune;        /* --finetune: the weights alone; iteration and samples from 0 */
-    bool exit_on_missing_checkpoint; /* --exit-on-missing-checkpoint: no checkpoint is an error */
+    bool exit_on_missing_checkpoint;   /* --exit-on-missing-checkpoint: no checkpoint is an error */
+    bool override_opt_param_scheduler; /* --override-opt-param-scheduler: on resume the
+                                          command line's lr schedule (train/lr_schedule.h) */
+    bool use_checkpoint_opt_param_scheduler; /* --use-checkpoint-opt_param-scheduler: the
+                                                checkpoint's */
 
     /* data */
     bool mock_data;             /* --mock-data */
@@ -170,12 +186,20 @@ typedef struct {
     char split[64];             /* --split ("969, 30, 1", Megatron's legacy default) */
     bool eod_mask_loss;         /* --eod-mask-loss: no loss where the input is the tokenizer's
                                    end-of-document token */
+    bool reset_position_ids;    /* --reset-position-ids: positions restart at 0 after every
+                                   end-of-document token (train/trainer_docs.h) */
+    bool reset_attention_mask;  /* --reset-attention-mask: no attention across an
+                                   end-of-document token (block-diagonal causal mask) */
     char data_cache_path[1024]; /* --data-cache-path, "": <prefix>/cache/GPTDataset_indices */
     char tokenizer_type[64];    /* --tokenizer-type (src/data/tokenizer.h) or NullTokenizer, "" */
     char vocab_file[1024];      /* --vocab-file (GPT-2 vocab.json), "": none */
     char merge_file[1024];      /* --merge-file (GPT-2 merges.txt), "": none */
     char tokenizer_model[1024]; /* --tokenizer-model (tokenizer.json or its directory, or a
                                    SentencePiece .model), "": none */
+    mg_dataloader_type dataloader_type; /* --dataloader-type single (Megatron's default) or
+                                           cyclic (data/cyclic_sampler.h) */
+    bool no_data_sharding;              /* --no-data-sharding: cyclic draws one permutation of
+                                           the split for all data-parallel ranks */
 
     /* runtime */
     char device[16];                    /* --device auto, cpu or cuda; the trainer resolves auto */

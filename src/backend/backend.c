@@ -1,5 +1,6 @@
 /* Backend-independent helpers: validation of an op table, the ordering of a collective between
- * compute work; mg_backend_cuda_create's stand-in in builds without the CUDA backend. */
+ * compute work; mg_backend_cuda_create (bf16), and mg_backend_cuda_create_dtype's stand-in in
+ * builds without the CUDA backend. */
 #include "backend/backend.h"
 
 #include <stdio.h>
@@ -98,8 +99,12 @@ mg_status mg_backend_comm_end(mg_backend *be) {
 }
 
 #ifndef MG_HAVE_CUDA
-mg_status mg_backend_cuda_create(mg_backend **out, int device) {
+mg_status mg_backend_cuda_create_dtype(mg_backend **out, int device, mg_dtype compute) {
     *out = NULL;
+    if (compute != MG_BF16 && compute != MG_F16) /* as the real one: before the device */
+        return MG_FAIL(MG_ERR_USAGE,
+                       "the cuda backend computes in bf16 or fp16, not %s (mg_dtype %d)",
+                       mg_dtype_name(compute), (int)compute);
     return MG_FAIL(MG_ERR_UNSUPPORTED,
                    "no CUDA device: this build has no CUDA backend (built without nvcc and "
                    "cuBLASLt, or with CUDA=0; the build line says backends=cpu), so device %d "
@@ -109,9 +114,13 @@ mg_status mg_backend_cuda_create(mg_backend **out, int device) {
 
 mg_status mg_backend_cuda_probe(int device) {
     mg_backend *none;
-    return mg_backend_cuda_create(&none, device);
+    return mg_backend_cuda_create_dtype(&none, device, MG_BF16);
 }
 #endif
+
+mg_status mg_backend_cuda_create(mg_backend **out, int device) {
+    return mg_backend_cuda_create_dtype(out, device, MG_BF16);
+}
 
 size_t mg_backend_attention_saved_bytes(mg_device device, int B, int S, int nq, int hd) {
     (void)hd;

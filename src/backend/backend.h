@@ -2,7 +2,8 @@
  *
  * Buffer contract (the same for every backend):
  *  - activations, activation gradients and weights are in the backend's compute dtype
- *    (`compute_dtype`: fp32 on the CPU backend, bf16 on CUDA) and passed as void pointers;
+ *    (`compute_dtype`: fp32 on the CPU backend, bf16 or fp16 on CUDA) and passed as void
+ *    pointers;
  *  - weight gradients are fp32 "main grads" and are ACCUMULATED (+=), so gradient accumulation over
  *    microbatches and tied weights need no extra code;
  *  - norm statistics, losses and optimizer state are fp32;
@@ -18,8 +19,8 @@
  * split of the rows of the QKV weight gives each rank complete groups.
  *
  * Optional entries may be NULL; mg_backend_validate() lists missing required ones at init.
- * Exports: mg_backend, mg_backend_cpu_create, mg_backend_cuda_create, mg_backend_validate.
- * Needs: core. */
+ * Exports: mg_backend, mg_backend_cpu_create, mg_backend_cuda_create(_dtype),
+ * mg_backend_validate. Needs: core. */
 #ifndef MG_BACKEND_H
 #define MG_BACKEND_H
 
@@ -100,18 +101,22 @@ struct mg_backend {
     mg_status (*stream_wait_mark)(mg_backend *be, mg_stream_id waiter, int slot);
 
     /* ---- embedding (vocab-parallel: this rank owns rows [v0, v0 + Vl) of the vocabulary) ----
-     * out[i,:] = (v0 <= tokens[i] < v0 + Vl ? wte[tokens[i] - v0,:] : 0) + (wpe ? wpe[i % S,:] : 0)
+     * out[i,:] = (v0 <= tokens[i] < v0 + Vl ? wte[tokens[i] - v0,:] : 0) + (wpe ? wpe[p(i),:] : 0)
+     * with the position p(i) = pos ? pos[i] : i % S. pos (backend memory, every value in
+     * [0, S): the caller's guarantee) gives each token its own position (--reset-position-ids).
      * One rank: v0 = 0, Vl = V (every token is in range). */
     mg_status (*embedding_forward)(mg_backend *be, void *out /* (N,H) */,
                                    const int32_t *tokens /* (N) */, const void *wte /* (Vl,H) */,
-                                   const void *wpe /* (P,H) or NULL */, int N, int S, int H, int v0,
-                                   int Vl);
+                                   const void *wpe /* (P,H) or NULL */,
+                                   const int32_t *pos /* (N) or NULL: i % S */, int N, int S, int H,
+                                   int v0, int Vl);
     /* accumulates dwte[tokens[i] - v0,:] += dout[i,:] for the tokens in range (the others are
-     * skipped); dwpe[i % S,:] += dout[i,:] for every row (deterministic) */
+     * skipped); dwpe[p(i),:] += dout[i,:] for every row (deterministic) */
     mg_status (*embedding_backward)(mg_backend *be, float *dwte /* (Vl,H) */,
                                     float *dwpe /* (P,H) or NULL */, const void *dout /* (N,H) */,
-                                    const int32_t *tokens /* (N) */, int N, int S, int H, int v0,
-                                    int Vl);
+                                    const int32_t *tokens /* (N) */,
+                                    const int32_t *pos /* (N) or NULL: i % S */, int N, int S,
+                                    int H, int v0, int Vl);
 
     /* ---- normalisation ----
      * LayerNorm: out = (x - mean) * rstd * w + b, rstd = 1/sqrt(var + eps), biased variance. */
@@ -171,17 +176,25 @@ struct mg_backend {
                                  int F);
 
     /* ---- rotary position embedding, rotate-half form (Megatron default, Hugging Face Llama) ----
-     * For every query and key head of the fused qkv buffer (values untouched), position s = i % S,
-     * i < hd/2:  x'[i] = x[i] cos - x[i+hd/2] sin;  x'[i+hd/2] = x[i+hd/2] cos + x[i] sin,
-     * with cos/sin = table[s, i] precomputed by the model. In place. */
+     * For every query and key head of the fused qkv buffer (values untouched), token n at
+     * position s = pos ? pos[n] : n % S, the first rd channels of the head (rd even,
+     * 0 < rd <= hd; Megatron's --rotary-percent, rd = hd by default), i < rd/2:
+     *   x'[i] = x[i] cos - x[i+rd/2] sin;  x'[i+rd/2] = x[i+rd/2] cos + x[i] sin,
+     * with cos/sin = table[s, i] precomputed by the model; channels [rd, hd) pass unchanged.
+     * pos (backend memory, int32, every value in [0, S): the caller's guarantee) gives each
+     * token its own position (--reset-position-ids); NULL: positions restart every S tokens.
+     * In place. */
     mg_status (*rope_forward)(mg_backend *be, void *qkv /* (N, ng*(r+2)*hd) */,
-                              const float *cos_tab /* (S, hd/2) */,
-                              const float *sin_tab /* (S, hd/2) */, int N, int S, int nq, int ng,
-                              int hd);
+                              const float *cos_tab /* (S, rd/2) */,
+                              const float *sin_tab /* (S, rd/2) */,
+                              const int32_t *pos /* (N) or NULL */, int N, int S, int nq, int ng,
+                              int hd, int rd);
     /* Applies the inverse rotation to the query and key gradients of dqkv, in place. */
     mg_status (*rope_backward)(mg_backend *be, void *dqkv /* (N, ng*(r+2)*hd) */,
-                               const float *cos_tab, const float *sin_tab, int N, int S, int nq,
-                               int ng, int hd);
+                               const float *cos_tab /* (S, rd/2) */,
+                               const float *sin_tab /* (S, rd/2) */,
+                               const int32_t *pos /* (N) or NULL */, int N, int S, int nq, int ng,
+                               int hd, int rd);
 
     /* ---- causal self-attention over the fused qkv buffer, softmax scale 1/sqrt(hd) ----
      * out[b,s, h*hd:(h+1)*hd] = softmax(q_h k_g^T * scale, causal) v_g for query head h, group g.
@@ -189,16 +202,23 @@ struct mg_backend {
      * drop (NULL: none) is the attention dropout: probability P[s,t] of sequence b and head h is
      * multiplied by mg_dropout_attention(drop, b, h, s, t, S) (0 or 1/(1-p)) before the product
      * with v; the softmax's normaliser is the undropped one (torch: dropout(softmax(z)) v). The
-     * backward must get the forward's drop: it recomputes the mask. */
+     * backward must get the forward's drop: it recomputes the mask.
+     * doc_start (NULL: plain causal) is the document mask of packed sequences
+     * (--reset-attention-mask): query s of sequence b sees the keys t with
+     * doc_start[b*S + s] <= t <= s, from the first token of its document up to itself. Backend
+     * memory, int32; each value in [0, s] and non-decreasing along a sequence (documents are
+     * contiguous runs): the caller's guarantee. The backward must get the forward's doc_start. */
     size_t (*attention_saved_bytes)(mg_backend *be, int B, int S, int nq, int hd);
     mg_status (*attention_forward)(mg_backend *be, void *out /* (B*S, nq*hd) */, void *saved,
                                    const void *qkv /* (B*S, ng*(r+2)*hd) */, int B, int S, int nq,
-                                   int ng, int hd, const mg_dropout *drop);
+                                   int ng, int hd, const mg_dropout *drop,
+                                   const int32_t *doc_start /* (B*S) or NULL */);
     /* dqkv overwritten (query, key and value parts) */
     mg_status (*attention_backward)(mg_backend *be, void *dqkv /* (B*S, ng*(r+2)*hd) */,
                                     const void *dout /* (B*S, nq*hd) */, const void *qkv,
                                     const void *out /* (B*S, nq*hd) */, const void *saved, int B,
-                                    int S, int nq, int ng, int hd, const mg_dropout *drop);
+                                    int S, int nq, int ng, int hd, const mg_dropout *drop,
+                                    const int32_t *doc_start /* (B*S) or NULL */);
 
     /* ---- fused softmax cross-entropy ----
      * losses[i] = logsumexp(logits[i,:]) - logits[i, targets[i]]; then, in place,
@@ -256,17 +276,22 @@ struct mg_backend {
     /* *out += scale * sum_i x[i] * (w ? w[i] : 1)  (fp32, deterministic order) */
     mg_status (*sum_f32)(mg_backend *be, float *out /* (1) */, const float *x /* (n) */,
                          const float *w /* (n) or NULL */, size_t n, float scale);
-    /* *out += sum_i x[i]^2 (fp32 input, accumulated in double on CPU) */
-    mg_status (*sumsq_f32)(mg_backend *be, float *out /* (1) */, const float *x /* (n) */,
-                           size_t n);
+    /* *out += scale * sum_i x[i]^2 (fp32 input; the sum in double, so no finite input overflows
+     * it; scaled, then rounded to fp32): scale = 1 / loss scale^2 gives the unscaled gradients'
+     * sum of squares from the scaled ones without a false overflow */
+    mg_status (*sumsq_f32)(mg_backend *be, float *out /* (1) */, const float *x /* (n) */, size_t n,
+                           double scale);
     /* *out += the number of i with x[i] == 0 (-0 counts; NaN does not): Megatron's
      * count_zeros_fp32 behind --log-num-zeros-in-grad, exact in int64 */
     mg_status (*count_zeros_f32)(mg_backend *be, int64_t *out /* (1) */, const float *x /* (n) */,
                                  size_t n);
-    /* Global-norm clipping without a host read: norm = sqrt(*sumsq); *norm_out = norm;
-     * *coef_out = clip > 0 && norm > clip ? clip / (norm + 1e-6) : 1. */
+    /* Global-norm clipping without a host read, of gradients held multiplied by the loss scale
+     * (unscale = 1 / that scale; 1 without loss scaling; *sumsq is the unscaled gradients', see
+     * sumsq_f32): norm = sqrt(*sumsq); *norm_out = norm; *coef_out = (clip > 0 && norm > clip ?
+     * clip / (norm + 1e-6) : 1) * unscale, or NaN when norm is not finite (an overflow: the step
+     * is skipped, see adamw). */
     mg_status (*clip_coef)(mg_backend *be, float *coef_out /* (1) */, float *norm_out /* (1) */,
-                           const float *sumsq /* (1) */, float clip);
+                           const float *sumsq /* (1) */, float clip, float unscale);
 
     /* ---- optimizer ----
      * AdamW (decoupled weight decay, bias correction) on n elements, gradient first multiplied by
@@ -274,7 +299,8 @@ struct mg_backend {
      *   g = grad * s; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
      *   master = master - lr * ( (m/bc1) / (sqrt(v/bc2) + eps) + wd * master )
      * where bc1 = 1 - b1^t, bc2 = 1 - b2^t. `param` (compute dtype) receives the updated master;
-     * when master is NULL the parameter itself is the fp32 master (CPU). */
+     * when master is NULL the parameter itself is the fp32 master (CPU). A non-finite
+     * *grad_scale (clip_coef's mark of an overflow) skips the update: nothing is written. */
     mg_status (*adamw)(mg_backend *be, void *param /* (n) */, float *master /* (n) or NULL */,
                        const float *grad /* (n) */, float *m /* (n) */, float *v /* (n) */,
                        size_t n, float lr, float beta1, float beta2, float eps, float wd, float bc1,
@@ -383,9 +409,13 @@ struct mg_backend {
 /* Creates the CPU reference backend (fp32, OpenMP; OpenBLAS for GEMM). num_threads <= 0 keeps the
  * OpenMP default. */
 mg_status mg_backend_cpu_create(mg_backend **out, int num_threads);
-/* Creates the CUDA backend on GPU `device` (bf16 compute; src/backend/cuda, docs/architecture.md).
+/* Creates the CUDA backend on GPU `device` computing in `compute`: MG_BF16 or MG_F16 (fp16, for
+ * --fp16 with loss scaling: an overflow becomes Inf, nothing clamps); src/backend/cuda,
+ * docs/architecture.md. Another dtype is MG_ERR_USAGE (checked first, in every build).
  * MG_ERR_UNSUPPORTED with a "no CUDA device: ..." line when no usable GPU is present, and in
  * builds without the CUDA backend (built without nvcc, or `make CUDA=0`: no MG_HAVE_CUDA). */
+mg_status mg_backend_cuda_create_dtype(mg_backend **out, int device, mg_dtype compute);
+/* mg_backend_cuda_create_dtype with MG_BF16. */
 mg_status mg_backend_cuda_create(mg_backend **out, int device);
 /* Whether GPU `device` can carry the CUDA backend (present, Hopper or newer) without creating
  * anything: MG_OK, or MG_ERR_UNSUPPORTED with the same "no CUDA device: ..." line. */

@@ -5,8 +5,8 @@
  * The run: the GPT-2 shape (--model, or Megatron's model flags on top of it) as `megatron train`
  * would build it (learned positions, LayerNorm, GELU, biases, tied embeddings, vocabulary 50304,
  * mock data, AdamW lr 6e-4 constant, weight decay 0.1, betas (0.9, 0.95), clipping 1.0; bf16 on
- * CUDA), --warmup untimed steps, then --iters steps each timed by the wall clock around
- * mg_trainer_step (which reads the loss back, so every step ends synchronised).
+ * CUDA, or fp16 with --fp16), --warmup untimed steps, then --iters steps each timed by the wall
+ * clock around mg_trainer_step (which reads the loss back, so every step ends synchronised).
  *
  * Reported: ms/step (mean and median), tokens/s (tokens of the timed steps over their total time),
  * model FLOPs per token 6N + 12·L·H·T (nanoGPT/PaLM: N = parameters without the position
@@ -230,7 +230,7 @@ static mg_status peak_backend(mg_config *c, mg_backend **be) {
     if (is_auto || !strcmp(c->device, "cuda")) {
         mg_launch_info li;
         MG_CHECK(mg_launch_detect(&li));
-        mg_status st = mg_backend_cuda_create(be, li.local_rank);
+        mg_status st = mg_backend_cuda_create_dtype(be, li.local_rank, c->fp16 ? MG_F16 : MG_BF16);
         if (st == MG_OK) {
             snprintf(c->device, sizeof c->device, "cuda");
             return MG_OK;
@@ -318,7 +318,10 @@ static void report(FILE *table, FILE *json, const mg_trainer *t, const bench_opt
     double mfu = tflops / r->peak_tflops;
     double meg_tflops = mg_flops_per_iteration(c, c->global_batch_size) * o->iters / total / 1e12;
     mg_dtype cd = t->be->compute_dtype;
-    const char *dtype = cd == MG_BF16 ? "bf16" : cd == MG_F32 ? "fp32" : mg_dtype_name(cd);
+    const char *dtype = cd == MG_BF16  ? "bf16"
+                        : cd == MG_F16 ? "fp16"
+                        : cd == MG_F32 ? "fp32"
+                                       : mg_dtype_name(cd);
     const char *name = shape_name(m);
     const double gib = 1024.0 * 1024.0 * 1024.0;
 

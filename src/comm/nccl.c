@@ -624,16 +624,18 @@ static mg_status sync_wait(mg_comm *c, nccl_group *g, cudaStream_t stream) {
     double start = mg_comm_now(), deadline = start + c->w->timeout_s;
     for (int iter = 0;; iter++) {
         cudaError_t e = cudaEventQuery(g->done);
-        if (e == cudaSuccess) return MG_OK;
-        if (e != cudaErrorNotReady) {
+        if (e != cudaSuccess && e != cudaErrorNotReady) {
             MG_CHECK(peer_first(c));
             return cuda_fail(c, e, "cudaEventQuery", __func__, __FILE__, __LINE__);
         }
+        /* also once the event has completed: a collective that an abort (a peer gone) ended
+         * completes too, and only the communicator's state tells it from a success */
         ncclResult_t state = ncclSuccess;
         ncclResult_t r = ncclCommGetAsyncError(g->comm, &state);
         if (r != ncclSuccess) state = r;
         if (state != ncclSuccess && state != ncclInProgress)
             return async_error(c, g->comm, state, "ncclCommGetAsyncError");
+        if (e == cudaSuccess) return MG_OK;
         MG_CHECK(pause_step(c, iter, start, deadline));
     }
 }

@@ -6,6 +6,8 @@
 
 #include <inttypes.h>
 #include <limits.h>
+#include <math.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -18,6 +20,39 @@ static mg_status positive(const char *flag, long long v) {
 /* Flags whose -1 means "not given": absent, positive, or an error. */
 static mg_status absent_or_positive(const char *flag, long long v) {
     return v == -1 || v > 0 ? MG_OK : USAGE("%s must be positive, got %lld", flag, v);
+}
+
+int mg_config_rotary_dim(int kv_channels, double rotary_percent) {
+    /* Megatron's RotaryEmbedding: dim = int(kv_channels * rotary_percent) when below 1 */
+    if (!(rotary_percent < 1.0)) return kv_channels;
+    return (int)((double)kv_channels * rotary_percent);
+}
+
+/* --rotary-percent as a fraction, and the rotated channels it gives (even, at least 2). Megatron
+ * checks neither: above 1 it rotates the whole head, at 0 nothing, and for an odd count it
+ * rotates one channel more than asked with frequencies over the odd count; refused here. */
+static mg_status check_rotary_percent(const mg_config *c) {
+    double p = c->rotary_percent;
+    if (!(p > 0 && p <= 1))
+        return USAGE("--rotary-percent must be in (0, 1] (the fraction of each head RoPE "
+                     "rotates), got %g; use 1.0 to rotate whole heads",
+                     p);
+    if (c->position_embedding != MG_POS_ROPE) return MG_OK;
+    int kv = c->kv_channels, rd = mg_config_rotary_dim(kv, p);
+    if (rd >= 2 && rd % 2 == 0) return MG_OK;
+    /* the nearest even count below (2 at least), as the shortest decimal percent giving it */
+    int even = rd >= 2 ? rd - 1 : 2;
+    char sug[40] = "1.0";
+    for (int digits = 1; digits <= 12 && even < kv; digits++) {
+        double scale = pow(10.0, digits);
+        snprintf(sug, sizeof sug, "%.*f", digits, ceil((double)even / kv * scale) / scale);
+        if (mg_config_rotary_dim(kv, strtod(sug, NULL)) == even) break;
+        snprintf(sug, sizeof sug, "%.17g", (double)even / kv); /* if no shorter one works */
+    }
+    return USAGE("--rotary-percent %g rotates int(%d * %g) = %d of the %d channels of a head "
+                 "(--kv-channels); RoPE rotates channel pairs, so the count must be even and "
+                 "positive: use e.g. --rotary-percent %s (%d channels)",
+                 p, kv, p, rd, kv, sug, even < kv ? even : kv);
 }
 
 static mg_status check_model(mg_config *c) {
@@ -94,6 +129,7 @@ static mg_status check_model(mg_config *c) {
         if (!(c->rotary_base > 0))
             return USAGE("--rotary-base must be positive, got %g", c->rotary_base);
     }
+    MG_CHECK(check_rotary_percent(c));
     if (!(c->norm_epsilon > 0))
         return USAGE("--norm-epsilon must be positive, got %g", c->norm_epsilon);
     if (!(c->init_method_std > 0))
@@ -267,6 +303,27 @@ static mg_status check_dropout(const mg_config *c) {
     return MG_OK;
 }
 
+/* Megatron's asserts on the precision flags and its grad scaler's arguments, in words. */
+static mg_status check_precision(const mg_config *c) {
+    if (c->fp16 && c->bf16)
+        return USAGE("--fp16 and --bf16 exclude each other (Megatron: assert not args.bf16); "
+                     "pass one");
+    if (c->loss_scale < 0 || !isfinite(c->loss_scale))
+        return USAGE("--loss-scale must be a positive number, got %g", c->loss_scale);
+    if (!c->fp16 || c->loss_scale > 0) return MG_OK; /* the dynamic scaler's own values */
+    if (!(c->initial_loss_scale > 0) || !isfinite(c->initial_loss_scale))
+        return USAGE("--initial-loss-scale must be positive, got %g", c->initial_loss_scale);
+    if (!(c->min_loss_scale > 0))
+        return USAGE("--min-loss-scale must be positive, got %g", c->min_loss_scale);
+    if (c->min_loss_scale > c->initial_loss_scale)
+        return USAGE("--min-loss-scale %g is above --initial-loss-scale %g; lower it",
+                     c->min_loss_scale, c->initial_loss_scale);
+    if (!(c->loss_scale_window > 0))
+        return USAGE("--loss-scale-window must be positive, got %g", c->loss_scale_window);
+    if (c->hysteresis <= 0) return USAGE("--hysteresis must be positive, got %d", c->hysteresis);
+    return MG_OK;
+}
+
 static mg_status check_optimizer(const mg_config *c) {
     if (!(c->adam_beta1 >= 0 && c->adam_beta1 < 1))
         return USAGE("--adam-beta1 must be in [0, 1), got %g", c->adam_beta1);
@@ -276,6 +333,7 @@ static mg_status check_optimizer(const mg_config *c) {
     if (c->clip_grad < 0)
         return USAGE("--clip-grad must be >= 0 (0 disables), got %g", c->clip_grad);
     if (c->weight_decay < 0) return USAGE("--weight-decay must be >= 0, got %g", c->weight_decay);
+    MG_CHECK(check_precision(c));
     return check_dropout(c);
 }
 

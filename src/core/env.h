@@ -16,6 +16,9 @@
  *   MG_FAULT_EXIT  tests only: "R:I" makes rank R of `megatron train` die (_exit(3), telling
  *                  nobody) in iteration I between backward and the gradient reduction, to prove
  *                  its peers stop with an error instead of waiting
+ *   MG_FAULT_OVERFLOW  tests only: "A:B" puts an Inf into every rank's gradients (the first
+ *                  element of its first shard) in iterations A..B, the overflow a too-large loss
+ *                  scale causes, to prove the loss scaler's skipped steps on any backend
  * Exports: mg_env_int, mg_env_str. Needs: nothing. */
 #ifndef MG_ENV_H
 #define MG_ENV_H

@@ -25,8 +25,9 @@
  *
  * Exports: mg_config_defaults, mg_config_single_process, mg_flags_parse, mg_flags_seen,
  * mg_flags_take_unseen, mg_flags_no_effect_seen, mg_flags_print_help, mg_config_validate,
- * mg_config_resolve_model, mg_config_data_parallel_size, mg_config_padded_vocab, mg_config_to_json,
- * mg_config_from_json, mg_config_from_cjson. Needs: core/status, cJSON (JSON reading). */
+ * mg_config_resolve_model, mg_config_rotary_dim, mg_config_data_parallel_size,
+ * mg_config_padded_vocab, mg_config_to_json, mg_config_from_json, mg_config_from_cjson. Needs:
+ * core/status, cJSON (JSON reading). */
 #ifndef MG_FLAGS_H
 #define MG_FLAGS_H
 
@@ -73,6 +74,10 @@ mg_status mg_config_validate(mg_config *c);
  * kv_channels, num_query_groups, max_position_embeddings), for tools that size a model without
  * training it (`megatron plan`). On error *c is untouched. */
 mg_status mg_config_resolve_model(mg_config *c);
+
+/* RoPE's rotated channels per head: int(kv_channels * rotary_percent) below 1 (Megatron's
+ * RotaryEmbedding), else kv_channels. Validation makes it even and positive. */
+int mg_config_rotary_dim(int kv_channels, double rotary_percent);
 
 /* Megatron's data-parallel size: world_size / (TP x PP x CP), or 1 where those do not divide the
  * world (validation then refuses the layout). */

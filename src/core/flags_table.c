@@ -36,6 +36,7 @@ void mg_config_defaults(mg_config *c) {
     c->max_position_embeddings = -1;
     c->position_embedding = MG_POS_LEARNED;
     c->rotary_base = 10000;
+    c->rotary_percent = 1.0;
     c->normalization = MG_NORM_LAYERNORM;
     c->norm_epsilon = 1e-5;
     c->init_method_std = 0.02;
@@ -69,6 +70,10 @@ void mg_config_defaults(mg_config *c) {
     c->attention_dropout = 0.1;
     c->hidden_dropout = 0.1;
     c->seed = 1234;
+    c->initial_loss_scale = 4294967296.0; /* 2^32 */
+    c->min_loss_scale = 1.0;
+    c->loss_scale_window = 1000;
+    c->hysteresis = 2;
 
     c->log_interval = 100;
     c->tensorboard_log_interval = 1;
@@ -99,6 +104,7 @@ _Static_assert(sizeof(mg_norm_kind) == sizeof(int), "enum size");
 _Static_assert(sizeof(mg_lr_style) == sizeof(int), "enum size");
 _Static_assert(sizeof(mg_wsd_style) == sizeof(int), "enum size");
 _Static_assert(sizeof(mg_wd_style) == sizeof(int), "enum size");
+_Static_assert(sizeof(mg_dataloader_type) == sizeof(int), "enum size");
 _Static_assert(sizeof(mg_moe_score) == sizeof(int), "enum size");
 _Static_assert(sizeof(mg_moe_balancing) == sizeof(int), "enum size");
 _Static_assert(sizeof(mg_moe_drop) == sizeof(int), "enum size");
@@ -110,7 +116,8 @@ static const char *const impl_choices[] = {"local", "transformer_engine", "infer
                                            NULL};
 static const char *const attn_choices[] = {"flash", "fused", "unfused", "local", "auto", NULL};
 static const char *const dist_choices[] = {"nccl", "gloo", NULL};
-static const char *const loader_choices[] = {"single", "cyclic", "external", NULL};
+static const char *const loader_choices[] = {"single", "cyclic", NULL};
+static const char *const loader_later[] = {"external", NULL};
 static const char *const tiktoken_choices[] = {"v1", "v2", NULL};
 static const char *const pos_later[] = {"mrope", "relative", NULL};
 static const char *const norm_choices[] = {"LayerNorm", "RMSNorm", NULL};
@@ -200,9 +207,15 @@ const mg_flag_spec mg_flag_table[] = {
      FIELD(position_embedding), .choices = pos_choices, .later = pos_later,
      .help = "learned_absolute, rope or none"},
     {"--rotary-base", MODEL, DOUBLE, FIELD(rotary_base), .help = "RoPE base period"},
+    {"--rotary-percent", MODEL, DOUBLE, FIELD(rotary_percent),
+     .help = "fraction of each head RoPE rotates: its first int(kv-channels * P) channels, an "
+             "even number; 0 < P <= 1"},
     {"--normalization", MODEL, .kind = MG_FLAG_ENUM, .arg = "KIND", FIELD(normalization),
      .choices = norm_choices, .help = "LayerNorm or RMSNorm"},
     {"--norm-epsilon", MODEL, DOUBLE, FIELD(norm_epsilon), .help = "epsilon of the norms"},
+    {"--apply-layernorm-1p", MODEL, BOOL, FIELD(apply_layernorm_1p),
+     .help = "zero-centred norm weights: w is stored (initialised to 0) and 1 + w scales "
+             "(LayerNorm and RMSNorm)"},
     {"--swiglu", MODEL, BOOL, FIELD(swiglu), .help = "SwiGLU MLP instead of GeLU"},
     {"--disable-bias-linear", MODEL, BOOL, FIELD(disable_bias_linear),
      .help = "no biases in the linear layers"},
@@ -280,12 +293,6 @@ const mg_flag_spec mg_flag_table[] = {
     {"--no-position-embedding", MODEL, BOOL, FIELD(no_position_embedding),
      .help =
          "no learned position table (with learned_absolute: as --position-embedding-type none)"},
-    {"--rotary-percent", MODEL, DOUBLE, NOT_YET, .def = "1.0", .trivial = "1.0",
-     .why = "(RoPE rotates the whole head here); use 1.0",
-     .help = "fraction of a head RoPE rotates"},
-    {"--apply-layernorm-1p", MODEL, BOOL, NOT_YET,
-     .why = "(zero-centred norm weights are not implemented); drop it",
-     .help = "norm weights stored as weight - 1"},
     {"--no-bias-gelu-fusion", MODEL, BOOL, IGNORED, .help = "fusions are the backend's"},
     {"--no-bias-swiglu-fusion", MODEL, BOOL, IGNORED, .help = "fusions are the backend's"},
     {"--no-bias-dropout-fusion", MODEL, BOOL, IGNORED, .help = "fusions are the backend's"},
@@ -365,9 +372,22 @@ const mg_flag_spec mg_flag_table[] = {
      FIELD(rampup_batch_size), .def = "none",
      .help = "global batch from START up by INCR to --global-batch-size over SAMPLES samples "
              "(with --train-samples)"},
-    {"--bf16", TRAIN, BOOL, IGNORED,
-     .help = "bf16 on GPU backends; the CPU backend trains in fp32"},
-    {"--fp16", TRAIN, BOOL, IGNORED, .help = "accepted; the CPU backend trains in fp32"},
+    {"--bf16", TRAIN, BOOL, FIELD(bf16),
+     .help = "bf16 compute on GPU backends (their default here); the CPU backend trains in fp32"},
+    {"--fp16", TRAIN, BOOL, FIELD(fp16),
+     .help = "fp16 compute on GPU backends with dynamic loss scaling (the CPU backend computes "
+             "in fp32 and runs the same loss scaler)"},
+    {"--loss-scale", TRAIN, DOUBLE, FIELD(loss_scale), .def = "none",
+     .help = "a constant loss scale (with --fp16, --bf16 or the distributed optimizer); none: "
+             "dynamic with --fp16"},
+    {"--initial-loss-scale", TRAIN, DOUBLE, FIELD(initial_loss_scale), .def = "2^32",
+     .help = "first scale of dynamic loss scaling"},
+    {"--min-loss-scale", TRAIN, DOUBLE, FIELD(min_loss_scale),
+     .help = "floor of dynamic loss scaling"},
+    {"--loss-scale-window", TRAIN, DOUBLE, FIELD(loss_scale_window),
+     .help = "iterations without overflow before dynamic loss scaling doubles the scale"},
+    {"--hysteresis", TRAIN, INT, FIELD(hysteresis),
+     .help = "overflowing iterations before dynamic loss scaling halves the scale"},
     {"--fp8-format", TRAIN, STRING, NOT_YET, .arg = "FORMAT",
      .why = "(fp8 is not implemented); drop it", .help = "fp8 training"},
     {"--recompute-activations", TRAIN, BOOL, NOT_YET, .why = "(no recomputation); drop it",
@@ -448,6 +468,17 @@ const mg_flag_spec mg_flag_table[] = {
      .help = "load the weights only; iteration, samples, optimizer and schedule start at 0"},
     {"--exit-on-missing-checkpoint", CKPT, BOOL, FIELD(exit_on_missing_checkpoint),
      .help = "with --load, fail when the directory holds no checkpoint"},
+    {"--override-opt-param-scheduler", CKPT, BOOL, FIELD(override_opt_param_scheduler),
+     .help = "on resume, the lr schedule of the command line (--lr, --min-lr, warm-up, decay, "
+             "weight decay) where the checkpoint's differs"},
+    {"--override-opt_param-scheduler", CKPT, BOOL, /* Megatron's other spelling */
+     .offset = offsetof(mg_config, override_opt_param_scheduler), .size = sizeof(bool),
+     .help = "the same as --override-opt-param-scheduler"},
+    {"--use-checkpoint-opt_param-scheduler", CKPT, BOOL, FIELD(use_checkpoint_opt_param_scheduler),
+     .help = "on resume, the lr schedule saved in the checkpoint, whatever the command line says"},
+    {"--use-checkpoint-opt-param-scheduler", CKPT, BOOL, /* Megatron's other spelling */
+     .offset = offsetof(mg_config, use_checkpoint_opt_param_scheduler), .size = sizeof(bool),
+     .help = "the same as --use-checkpoint-opt_param-scheduler"},
     {"--use-checkpoint-args", CKPT, BOOL, IGNORED,
      .help = "always on here: model flags not given come from the --load checkpoint"},
     {"--no-save-rng", CKPT, BOOL, IGNORED,
@@ -461,10 +492,13 @@ const mg_flag_spec mg_flag_table[] = {
     {"--data-path", DATA, .kind = MG_FLAG_STRING_LIST, .arg = "[W] PREFIX ...", FIELD(data_path),
      .def = "none",
      .help = "indexed dataset prefix, or a blend: weight prefix pairs (0.3 A 0.7 B) or prefixes"},
-    {"--dataloader-type", DATA, STRING, NOT_YET, .arg = "TYPE", .choices = loader_choices,
-     .trivial = "single", .def = "single",
-     .why = "(only Megatron's single pass over the shuffled samples is implemented); use single",
-     .help = "sample order: single (cyclic and external not yet)"},
+    {"--dataloader-type", DATA, .kind = MG_FLAG_ENUM, .arg = "TYPE", FIELD(dataloader_type),
+     .choices = loader_choices, .later = loader_later,
+     .help = "sample order: single (one pass in order) or cyclic (Megatron's random sampler: a "
+             "torch.randperm per epoch, repeated; external not yet)"},
+    {"--no-data-sharding", DATA, BOOL, FIELD(no_data_sharding),
+     .help = "cyclic: one permutation of the split for all data-parallel ranks, not one bucket "
+             "per rank"},
     {"--num-workers", DATA, INT, IGNORED,
      .help = "PyTorch's data loader processes; samples are read in process here"},
     {"--no-mmap-bin-files", DATA, BOOL, IGNORED, .help = "the .bin files are always mapped"},
@@ -477,6 +511,10 @@ const mg_flag_spec mg_flag_table[] = {
     {"--eod-mask-loss", DATA, BOOL, FIELD(eod_mask_loss),
      .help = "no loss at positions whose input is the end-of-document token (the tokenizer's; "
              "--mock-data: vocab-size - 1)"},
+    {"--reset-position-ids", DATA, BOOL, FIELD(reset_position_ids),
+     .help = "positions restart at 0 after every end-of-document token (packed documents)"},
+    {"--reset-attention-mask", DATA, BOOL, FIELD(reset_attention_mask),
+     .help = "tokens after an end-of-document token attend only to their own document"},
     {"--data-cache-path", DATA, STRING, .arg = "DIR", FIELD(data_cache_path), .def = "PREFIX/cache",
      .help = "directory for the cached dataset indices (.npy)"},
     {"--tokenizer-type", DATA, STRING, .arg = "TYPE", FIELD(tokenizer_type),

@@ -2,7 +2,8 @@
  * with their key and value heads), RoPE, causal attention over the local heads (GQA through the
  * fused layout of backend.h; --attention-dropout on its probabilities), output projection
  * (row-parallel) with --hidden-dropout and the residual add. Dropout only in training passes; the
- * backward recomputes the masks (core/dropout.h). */
+ * backward recomputes the masks (core/dropout.h). Packed documents (the pass's pos and
+ * doc_start, model/block.h): RoPE at each token's position, attention within its document. */
 #include "model/block.h"
 
 mg_status mg_attention_forward(const mg_block_ctx *x, const mg_layer_params *p,
@@ -17,15 +18,18 @@ mg_status mg_attention_forward(const mg_block_ctx *x, const mg_layer_params *p,
                                    p->ln1_b));
     MG_CHECK(be->linear_forward(be, qkv, ln1, mg_block_param(x, p->qkv_w),
                                 mg_block_param(x, p->qkv_b), NULL, N, c->H, c->qkv_l));
+    /* RoPE's angles come from the place in the sequence, also with --reset-position-ids, as in
+     * megatron-core (its position ids reach the learned table only); with
+     * --reset-attention-mask a document sees only itself, and RoPE depends only on distances */
     if (c->pos == MG_POS_ROPE)
         MG_CHECK(be->rope_forward(be, qkv, mg_block_ws_ptr(x, x->ws->rope_cos),
-                                  mg_block_ws_ptr(x, x->ws->rope_sin), N, c->S, c->nq_l, c->ng_l,
-                                  c->hd));
+                                  mg_block_ws_ptr(x, x->ws->rope_sin), NULL, N, c->S, c->nq_l,
+                                  c->ng_l, c->hd, c->rd));
     mg_dropout ad, hd;
     bool adrop = mg_block_dropout(x, p->layer, MG_DROPOUT_ATTENTION, &ad);
     bool hdrop = mg_block_dropout(x, p->layer, MG_DROPOUT_ATTN_OUT, &hd);
     MG_CHECK(be->attention_forward(be, att, mg_block_act(x, s->att_saved), qkv, x->B, c->S, c->nq_l,
-                                   c->ng_l, c->hd, adrop ? &ad : NULL));
+                                   c->ng_l, c->hd, adrop ? &ad : NULL, x->pass.doc_start));
     /* mid = x + dropout(proj(att)) */
     return mg_block_row_parallel_forward(x, mg_block_act(x, s->mid), att, p->proj_w, p->proj_b,
                                          mg_block_act(x, s->x), c->attn_l, hdrop ? &hd : NULL);
@@ -50,11 +54,12 @@ mg_status mg_attention_backward(const mg_block_ctx *x, const mg_layer_params *p,
                                  N, c->attn_l, c->H));
     MG_CHECK(be->attention_backward(be, dqkv, datt, mg_block_act(x, s->qkv),
                                     mg_block_act(x, s->att), mg_block_act(x, s->att_saved), x->B,
-                                    c->S, c->nq_l, c->ng_l, c->hd, adrop ? &ad : NULL));
+                                    c->S, c->nq_l, c->ng_l, c->hd, adrop ? &ad : NULL,
+                                    x->pass.doc_start));
     if (c->pos == MG_POS_ROPE)
         MG_CHECK(be->rope_backward(be, dqkv, mg_block_ws_ptr(x, x->ws->rope_cos),
-                                   mg_block_ws_ptr(x, x->ws->rope_sin), N, c->S, c->nq_l, c->ng_l,
-                                   c->hd));
+                                   mg_block_ws_ptr(x, x->ws->rope_sin), NULL, N, c->S, c->nq_l,
+                                   c->ng_l, c->hd, c->rd));
     MG_CHECK(be->linear_backward(be, dln, mg_block_grad(x, p->qkv_w), mg_block_grad(x, p->qkv_b),
                                  dqkv, mg_block_act(x, s->ln1), mg_block_param(x, p->qkv_w), NULL,
                                  N, c->H, c->qkv_l));

@@ -51,16 +51,29 @@ static void *own_rows(const mg_block_ctx *x, void *whole) {
     return (char *)whole + first * x->c->H * x->esz;
 }
 
+/* The weight a norm scales by: parameter w, or with --apply-layernorm-1p 1 + w in the
+ * workspace (in the compute dtype, as Megatron's `self.weight + 1`). */
+static mg_status norm_weight(const mg_block_ctx *x, int w, const void **out) {
+    *out = mg_block_param(x, w);
+    if (!x->c->norm_1p) return MG_OK;
+    void *eff = mg_block_ws_ptr(x, x->ws->norm_w);
+    MG_CHECK(x->be->add(x->be, eff, mg_block_ws_ptr(x, x->ws->ones), *out, (size_t)x->c->H));
+    *out = eff;
+    return MG_OK;
+}
+
 mg_status mg_block_norm_forward(const mg_block_ctx *x, void *whole, float *mean, float *rstd,
                                 const void *in, int w, int b) {
     const mg_model_config *c = x->c;
     mg_backend *be = x->be;
     void *out = own_rows(x, whole);
+    const void *wt;
+    MG_CHECK(norm_weight(x, w, &wt));
     if (c->norm == MG_NORM_RMSNORM)
-        MG_CHECK(be->rmsnorm_forward(be, out, rstd, in, mg_block_param(x, w), x->Nl, c->H, c->eps));
+        MG_CHECK(be->rmsnorm_forward(be, out, rstd, in, wt, x->Nl, c->H, c->eps));
     else
-        MG_CHECK(be->layernorm_forward(be, out, mean, rstd, in, mg_block_param(x, w),
-                                       mg_block_param(x, b), x->Nl, c->H, c->eps));
+        MG_CHECK(be->layernorm_forward(be, out, mean, rstd, in, wt, mg_block_param(x, b), x->Nl,
+                                       c->H, c->eps));
     if (!c->sp) return MG_OK;
     return mg_tp_all_gather(x->tp, whole, out, (size_t)x->Nl * c->H, be->compute_dtype);
 }
@@ -76,11 +89,12 @@ mg_status mg_block_norm_backward(const mg_block_ctx *x, void *dx, void *dwhole, 
     else
         MG_CHECK(
             mg_tp_all_reduce(x->tp, dwhole, (size_t)x->N * c->H, be->compute_dtype, MG_REDUCE_SUM));
+    const void *wt;
+    MG_CHECK(norm_weight(x, w, &wt));
     if (c->norm == MG_NORM_RMSNORM)
-        return be->rmsnorm_backward(be, dx, mg_block_grad(x, w), dout, in, mg_block_param(x, w),
-                                    rstd, x->Nl, c->H);
-    return be->layernorm_backward(be, dx, mg_block_grad(x, w), mg_block_grad(x, b), dout, in,
-                                  mg_block_param(x, w), mean, rstd, x->Nl, c->H);
+        return be->rmsnorm_backward(be, dx, mg_block_grad(x, w), dout, in, wt, rstd, x->Nl, c->H);
+    return be->layernorm_backward(be, dx, mg_block_grad(x, w), mg_block_grad(x, b), dout, in, wt,
+                                  mean, rstd, x->Nl, c->H);
 }
 
 bool mg_block_dropout(const mg_block_ctx *x, int layer, int site, mg_dropout *d) {

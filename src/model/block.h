@@ -114,15 +114,22 @@ typedef struct {
                                   mask (mg_block_row_parallel_dout) */
     size_t logits, losses;     /* (N, V_l), (N) fp32 */
     size_t ce;                 /* tp > 1: (3N) fp32 row maxima, then sums (2N) */
-    size_t rope_cos, rope_sin; /* (S, hd/2) fp32 */
+    size_t rope_cos, rope_sin; /* (S, rd/2) fp32 */
+    size_t ones, norm_w;       /* (H) each, --apply-layernorm-1p: ones, and 1 + w of the norm
+                                  running (the stored weight w is zero-centred) */
 } mg_block_ws;
 
-/* The dropout of the pass in progress (core/dropout.h): gpt.c sets it from the slot's before a
- * chunk's forward or backward. Off for evaluation and generation. */
+/* The pass in progress, from the slot's (gpt.c sets it before a chunk's forward or backward):
+ * its dropout (core/dropout.h; off for evaluation and generation) and, for packed documents,
+ * the microbatch's positions and document starts (train/trainer_docs.h). */
 typedef struct {
-    bool on;           /* a training pass: --attention-dropout and --hidden-dropout apply */
-    int64_t iteration; /* the training iteration */
-    int sample0;       /* the microbatch's first sequence: its index in the global batch */
+    bool on;                  /* a training pass: --attention-dropout and --hidden-dropout apply */
+    int64_t iteration;        /* the training iteration */
+    int sample0;              /* the microbatch's first sequence: its index in the global batch */
+    const int32_t *pos;       /* (N) backend: each token's position (--reset-position-ids: the
+                                 learned embedding's row, RoPE's angle); NULL: i % S */
+    const int32_t *doc_start; /* (N) backend: the first token of each token's document in its
+                                 sequence (--reset-attention-mask); NULL: plain causal */
 } mg_block_pass;
 
 /* What every layer shares; gpt.c fills it at bind. */
@@ -162,7 +169,9 @@ mg_status mg_block_plan_slot(const mg_block_ctx *x, mg_layer_slot *s, bool dense
 
 /* LayerNorm or RMSNorm of the Nl local rows of `in` into the rows of `whole` (N,H) this rank
  * owns, then (SP) the all-gather that makes `whole` complete on every rank. mean is unused by
- * RMSNorm. */
+ * RMSNorm. With --apply-layernorm-1p the norm scales by 1 + w (w the stored weight, Megatron's
+ * layernorm_zero_centered_gamma), formed in the workspace before the op; the backward's weight
+ * gradient is w's as it stands, d(1 + w)/dw = 1. */
 mg_status mg_block_norm_forward(const mg_block_ctx *x, void *whole, float *mean, float *rstd,
                                 const void *in, int w, int b);
 /* The mirror: dwhole (N,H) is a column-parallel layer's input gradient (a partial sum over the

@@ -72,6 +72,7 @@ mg_status mg_model_config_from(mg_model_config *m, const mg_config *c, int tp_ra
     int div = c->make_vocab_size_divisible_by > 0 ? c->make_vocab_size_divisible_by : 1;
     m->V = round_up(c->vocab_size, div * m->tp);
     m->norm = c->normalization;
+    m->norm_1p = c->apply_layernorm_1p;
     m->pos = c->position_embedding;
     m->swiglu = c->swiglu;
     m->bias = !c->disable_bias_linear;
@@ -95,6 +96,12 @@ mg_status mg_model_config_from(mg_model_config *m, const mg_config *c, int tp_ra
     if (m->pos == MG_POS_ROPE && m->hd % 2)
         return MG_FAIL(MG_ERR_USAGE, "rotary embeddings need an even head dimension, got %d",
                        m->hd);
+    m->rd = mg_config_rotary_dim(m->hd, c->rotary_percent);
+    if (m->pos == MG_POS_ROPE && (m->rd < 2 || m->rd % 2 || m->rd > m->hd))
+        return MG_FAIL(MG_ERR_USAGE,
+                       "--rotary-percent %g gives %d rotated channels of a head of %d; they must "
+                       "be even and positive",
+                       c->rotary_percent, m->rd, m->hd);
     m->qkv_dim = m->ng * (m->nq / m->ng + 2) * m->hd;
     m->attn_dim = m->nq * m->hd;
     m->fc1_dim = m->swiglu ? 2 * m->F : m->F;

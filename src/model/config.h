@@ -39,6 +39,7 @@ typedef struct {
     int F;        /* ffn hidden size (per gate with SwiGLU) */
     int nq, ng;   /* query heads, query groups (= key/value heads) */
     int hd;       /* head dim (kv channels) */
+    int rd;       /* RoPE's rotated channels per head: int(hd * --rotary-percent), even, <= hd */
     int S;        /* sequence length */
     int P;        /* max position embeddings (rows of the learned position table) */
     int V;        /* padded vocabulary (rows of the embedding and output layer) */
@@ -46,6 +47,7 @@ typedef struct {
     int attn_dim; /* nq * hd */
     int fc1_dim;  /* F, or 2F with SwiGLU */
     mg_norm_kind norm;
+    bool norm_1p; /* --apply-layernorm-1p: norm weights stored as w, applied as 1 + w */
     mg_pos_kind pos;
     bool swiglu, bias, tied;
     float eps;

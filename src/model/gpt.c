@@ -18,7 +18,9 @@
 static mg_status add_norm(mg_gpt *g, const char *prefix, int *w, int *b) {
     char name[96];
     snprintf(name, sizeof name, "%s.weight", prefix);
-    MG_CHECK(mg_params_add(&g->params, name, 1, g->cfg.H, 0, -1, 1, false, MG_INIT_ONES, 0, w));
+    /* --apply-layernorm-1p: the weight is zero-centred (the norm scales by 1 + w) */
+    mg_init_kind init = g->cfg.norm_1p ? MG_INIT_ZEROS : MG_INIT_ONES;
+    MG_CHECK(mg_params_add(&g->params, name, 1, g->cfg.H, 0, -1, 1, false, init, 0, w));
     g->params.p[*w].sequence_parallel = g->cfg.sp;
     *b = -1;
     if (g->cfg.norm == MG_NORM_LAYERNORM) {
@@ -304,10 +306,35 @@ mg_status mg_gpt_plan(mg_gpt *g, mg_backend *be, int B, int n_slots, mg_arena *a
     MG_CHECK(reserve(work, head ? N * c->V_l * e : 0, &w->logits));
     MG_CHECK(reserve(work, head ? N * f : 0, &w->losses));
     MG_CHECK(reserve(work, head && split ? 3 * N * f : 0, &w->ce));
-    size_t rope = c->pos == MG_POS_ROPE ? (size_t)c->S * (c->hd / 2) * f : 0;
+    size_t rope = c->pos == MG_POS_ROPE ? (size_t)c->S * (c->rd / 2) * f : 0;
     MG_CHECK(reserve(work, rope, &w->rope_cos));
     MG_CHECK(reserve(work, rope, &w->rope_sin));
+    MG_CHECK(reserve(work, c->norm_1p ? H * e : 0, &w->ones));
+    MG_CHECK(reserve(work, c->norm_1p ? H * e : 0, &w->norm_w));
     return MG_OK;
+}
+
+void mg_gpt_rope_tables(float *cos_tab, float *sin_tab, int S, int rd, double base) {
+    /* inv_freq in fp32, angle = pos * inv_freq in fp32; the first rd channels of a head rotate
+     * (--rotary-percent), so the frequencies are base^(-2i/rd) */
+    int half = rd / 2;
+    for (int s = 0; s < S; s++)
+        for (int i = 0; i < half; i++) {
+            float inv = (float)(1.0 / pow(base, (double)(2 * i) / rd));
+            float ang = (float)s * inv;
+            cos_tab[(size_t)s * half + i] = cosf(ang);
+            sin_tab[(size_t)s * half + i] = sinf(ang);
+        }
+}
+
+/* The ones that --apply-layernorm-1p adds to the stored norm weights (block.c). */
+static mg_status bind_ones(mg_gpt *g, mg_backend *be) {
+    float *one = malloc((size_t)g->cfg.H * sizeof *one);
+    if (!one) return MG_FAIL(MG_ERR_NOMEM, "cannot allocate the norms' ones");
+    for (int i = 0; i < g->cfg.H; i++) one[i] = 1.0f;
+    mg_status st = be->upload_f32(be, mg_block_ws_ptr(&g->blk, g->ws.ones), one, (size_t)g->cfg.H);
+    free(one);
+    return st;
 }
 
 mg_status mg_gpt_bind(mg_gpt *g, mg_backend *be, void *params, float *grads, mg_comm *tp_group) {
@@ -324,20 +351,12 @@ mg_status mg_gpt_bind(mg_gpt *g, mg_backend *be, void *params, float *grads, mg_
     if (g->n_moe > 0) MG_CHECK(check_moe_backend(g, be));
     for (int l = 0; l < g->n_layers; l++)
         if (g->layers[l].moe) MG_CHECK(mg_moe_bind_pointers(&g->blk, g->layers[l].moe));
+    if (c->norm_1p) MG_CHECK(bind_ones(g, be));
     if (c->pos != MG_POS_ROPE) return MG_OK;
-    /* RoPE tables as Hugging Face computes them: inv_freq in fp32, angle = pos * inv_freq in fp32
-     */
-    int half = c->hd / 2;
-    size_t n = (size_t)c->S * half;
+    size_t n = (size_t)c->S * (c->rd / 2);
     float *tab = malloc(2 * n * sizeof *tab);
     if (!tab) return MG_FAIL(MG_ERR_NOMEM, "cannot allocate the RoPE table");
-    for (int s = 0; s < c->S; s++)
-        for (int i = 0; i < half; i++) {
-            float inv = (float)(1.0 / pow(c->rope_base, (double)(2 * i) / c->hd));
-            float ang = (float)s * inv;
-            tab[(size_t)s * half + i] = cosf(ang);
-            tab[n + (size_t)s * half + i] = sinf(ang);
-        }
+    mg_gpt_rope_tables(tab, tab + n, c->S, c->rd, c->rope_base);
     mg_status st = be->copy_h2d(be, mg_block_ws_ptr(&g->blk, g->ws.rope_cos), tab, n * sizeof *tab);
     if (st == MG_OK)
         st = be->copy_h2d(be, mg_block_ws_ptr(&g->blk, g->ws.rope_sin), tab + n, n * sizeof *tab);
@@ -429,8 +448,8 @@ static mg_status embed(mg_gpt *g, mg_backend *be, const int32_t *tokens, void *x
     const mg_model_config *c = &g->cfg;
     const void *wpe = g->wpe >= 0 && g->tp.rank == 0 ? mg_gpt_param(g, g->wpe) : NULL;
     void *whole = c->sp ? ws(g, g->ws.part) : x0;
-    MG_CHECK(be->embedding_forward(be, whole, tokens, mg_gpt_param(g, g->wte), wpe, g->blk.N, c->S,
-                                   c->H, c->v0, c->V_l));
+    MG_CHECK(be->embedding_forward(be, whole, tokens, mg_gpt_param(g, g->wte), wpe, g->blk.pass.pos,
+                                   g->blk.N, c->S, c->H, c->v0, c->V_l));
     if (c->sp)
         return mg_tp_reduce_scatter(&g->tp, x0, whole, (size_t)g->blk.Nl * c->H, be->compute_dtype);
     return mg_tp_all_reduce(&g->tp, x0, (size_t)g->blk.N * c->H, be->compute_dtype, MG_REDUCE_SUM);
@@ -445,7 +464,16 @@ static mg_status check_chunk(const mg_gpt *g, int c, int s) {
 
 void mg_gpt_set_dropout(mg_gpt *g, int s, bool train, int64_t iteration, int sample0) {
     if (s < 0 || s >= g->n_slots) return;
-    g->slot_pass[s] = (mg_block_pass){.on = train, .iteration = iteration, .sample0 = sample0};
+    mg_block_pass *p = &g->slot_pass[s]; /* the documents stay */
+    p->on = train;
+    p->iteration = iteration;
+    p->sample0 = sample0;
+}
+
+void mg_gpt_set_documents(mg_gpt *g, int s, const int32_t *pos, const int32_t *doc_start) {
+    if (s < 0 || s >= g->n_slots) return;
+    g->slot_pass[s].pos = pos;
+    g->slot_pass[s].doc_start = doc_start;
 }
 
 mg_status mg_gpt_chunk_forward(mg_gpt *g, mg_backend *be, int c, int s, const int32_t *tokens) {
@@ -523,7 +551,7 @@ mg_status mg_gpt_chunk_backward(mg_gpt *g, mg_backend *be, int c, int s, const i
     MG_CHECK(mg_block_row_parallel_dout(x, dres, NULL, &dx0));
     MG_CHECK(be->embedding_backward(be, mg_gpt_grad(g, g->wte),
                                     g->wpe >= 0 ? mg_gpt_grad(g, g->wpe) : NULL, dx0, tokens,
-                                    g->blk.N, cf->S, cf->H, cf->v0, cf->V_l));
+                                    x->pass.pos, g->blk.N, cf->S, cf->H, cf->v0, cf->V_l));
     return call_hook(g, true, (const int[]){g->wte, g->wpe}, 2);
 }
 

@@ -128,14 +128,27 @@ mg_status mg_gpt_build_ep(mg_gpt *g, const mg_config *c, int tp_rank, int pp_ran
 mg_status mg_gpt_plan(mg_gpt *g, mg_backend *be, int micro_batch, int n_slots, mg_arena *acts,
                       mg_arena *work);
 /* Binds committed buffers and the tensor-parallel group (NULL with one rank; else its size must
- * be the configuration's and its rank tp_rank); also fills the RoPE tables. */
+ * be the configuration's and its rank tp_rank); also fills the RoPE tables (and the ones that
+ * --apply-layernorm-1p adds to the norm weights). */
 mg_status mg_gpt_bind(mg_gpt *g, mg_backend *be, void *params, float *grads, mg_comm *tp_group);
+/* RoPE's tables, as Hugging Face and megatron-core compute them in fp32: for position s < S and
+ * i < rd/2, angle = s * inv_freq[i], inv_freq[i] = 1 / base^(2i / rd) (rd: the rotated channels
+ * per head, model/config.h), cos_tab[s, i] = cos(angle), sin_tab[s, i] = sin(angle). */
+void mg_gpt_rope_tables(float *cos_tab /* (S, rd/2) */, float *sin_tab /* (S, rd/2) */, int S,
+                        int rd, double base);
 /* ---- chunks (train/pipeline.c) ---- */
 /* The dropout of the microbatch that slot s takes next (core/dropout.h): with train, the
  * training iteration and the index in the global batch of the microbatch's first sequence key
  * the masks of --attention-dropout and --hidden-dropout; the slot's backward recomputes its
  * forward's. Slots start without dropout (evaluation, generation: train false). */
 void mg_gpt_set_dropout(mg_gpt *g, int s, bool train, int64_t iteration, int sample0);
+/* The packed documents of the microbatch in slot s (backend int32 (N) each, or NULL; they stay
+ * set until changed, and must hold the slot's values from its forward through its backward):
+ * pos, each token's position for the learned position embedding and RoPE (NULL: i % S);
+ * doc_start, the first token of each token's document in its sequence, for the attention mask
+ * (NULL: plain causal). train/trainer_docs.h computes them (--reset-position-ids,
+ * --reset-attention-mask). Slots start with neither. */
+void mg_gpt_set_documents(mg_gpt *g, int s, const int32_t *pos, const int32_t *doc_start);
 /* Chunk c's forward into slot s: tokens (backend int32 (N)) for a pre chunk, else the hidden
  * state already in mg_gpt_chunk_input(g, c, s). The output lands in mg_gpt_chunk_output. */
 mg_status mg_gpt_chunk_forward(mg_gpt *g, mg_backend *be, int c, int s, const int32_t *tokens);

@@ -27,6 +27,9 @@ static const char *llama_mismatch(const mg_model_config *c) {
     if (c->pos != MG_POS_ROPE)
         return "Llama uses rotary embeddings (--position-embedding-type rope)";
     if (!c->swiglu) return "Llama's MLP is SwiGLU (--swiglu)";
+    if (c->rd != c->hd)
+        return "Llama's RoPE rotates whole heads; this model was trained with --rotary-percent "
+               "below 1";
     return NULL;
 }
 
@@ -247,14 +250,15 @@ static mg_status parse_gpt2(const hf_reader *r, mg_config *c) {
     return MG_OK;
 }
 
-/* RoPE here rotates the whole head: a partial_rotary_factor (in j) other than 1 is refused. */
+/* Llama-family attention in transformers rotates whole heads: a partial_rotary_factor (in j)
+ * other than 1 is refused (partial RoPE, --rotary-percent here, is GPT-NeoX's or Phi's). */
 static mg_status whole_head_rotary(const cJSON *j, const char *path) {
     double f;
     MG_CHECK(read_double(j, path, "partial_rotary_factor", 1.0, &f));
     if (f != 1.0)
         return MG_FAIL(MG_ERR_UNSUPPORTED,
-                       "%s: partial_rotary_factor %g is not implemented (RoPE here rotates the "
-                       "whole head)",
+                       "%s: partial_rotary_factor %g is not supported: Llama-family models "
+                       "rotate whole heads",
                        path, f);
     return MG_OK;
 }

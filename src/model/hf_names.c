@@ -21,6 +21,7 @@ typedef struct {
     hf_src src[3];
     int nsrc;
     row_perm perm;
+    float offset; /* HF value = ours + offset: 1 for a norm weight under --apply-layernorm-1p */
 } hf_map;
 
 static bool gpt2_family(const mg_model_config *c) {
@@ -124,6 +125,8 @@ static mg_status describe(const mg_gpt *g, int i, hf_map *m) {
                 0);
         return MG_OK;
     }
+    /* zero-centred norm weights (--apply-layernorm-1p): Hugging Face's are 1 + w */
+    if (c->norm_1p && i == g->lnf_w) m->offset = 1.0f;
     if (i == g->lnf_w || i == g->lnf_b) {
         snprintf(buf, sizeof buf, "%s.%s", gpt2 ? "transformer.ln_f" : "model.norm", suffix);
         add_src(m, buf, rows, 1, 1, 0);
@@ -142,6 +145,7 @@ static mg_status describe(const mg_gpt *g, int i, hf_map *m) {
         char pre[64];
         snprintf(pre, sizeof pre, gpt2 ? "transformer.h.%d" : "model.layers.%d", l);
         const char *mod = NULL;
+        if (c->norm_1p && (i == lp->ln1_w || i == lp->ln2_w)) m->offset = 1.0f;
         if (i == lp->ln1_w || i == lp->ln1_b)
             mod = gpt2 ? "ln_1" : "input_layernorm";
         else if (i == lp->ln2_w || i == lp->ln2_b)
@@ -278,7 +282,7 @@ mg_status mg_hf_import_files(const mg_gpt *g, const mg_safetensors *files, const
             int64_t j;
             row_source(g, &m, r, &k, &j);
             for (int64_t col = 0; col < cols; col++)
-                dst[r * cols + col] = load_elem(e[k], file_index(&m.src[k], j, col));
+                dst[r * cols + col] = load_elem(e[k], file_index(&m.src[k], j, col)) - m.offset;
         }
     }
     return MG_OK;
@@ -326,7 +330,7 @@ mg_status mg_hf_export_parts(const mg_gpt *g, const float *params, bool dense, b
             int64_t j;
             row_source(g, &m, r, &k, &j);
             for (int64_t col = 0; col < cols; col++)
-                base[k][file_index(&m.src[k], j, col)] = src[r * cols + col];
+                base[k][file_index(&m.src[k], j, col)] = src[r * cols + col] + m.offset;
         }
     }
     /* names live in srcs; copy them next to the tensors so the set owns them */

@@ -4,7 +4,9 @@
  * GPT-2 shaped (LayerNorm, learned positions, GELU, biases); Llama names (model.layers.N.self_attn.
  * q_proj/k_proj/v_proj, mlp.gate_proj/up_proj/down_proj) otherwise.
  * Our fused tensors are assembled from several HF tensors: QKV from [Q | K | V] rows regrouped into
- * Megatron's per-group layout (backend.h), SwiGLU's fc1 from [gate; up].
+ * Megatron's per-group layout (backend.h), SwiGLU's fc1 from [gate; up]. Norm weights of a
+ * model with --apply-layernorm-1p are stored zero-centred (w); Hugging Face's are 1 + w (export
+ * adds 1, import subtracts it).
  * Exports: mg_hf_import, mg_hf_import_files, mg_hf_export, mg_hf_export_free,
  * mg_hf_weights_file. Needs: model/gpt,
  * core/safetensors. */

@@ -50,7 +50,17 @@ static mg_status write_state(const char *path, const mg_train_state *s, const mg
                              const mg_checkpoint_tensors *t) {
     char *config_json = NULL;
     MG_CHECK(mg_config_to_json(cfg, &config_json));
-    size_t cap = strlen(config_json) + 1024;
+    /* the lr schedule's values (train/lr_schedule.h), when the saver has a schedule */
+    char sched[768] = "", obj[700];
+    if (s->sched.present) {
+        mg_status st = mg_lr_saved_to_json(&s->sched, obj, sizeof obj);
+        if (st != MG_OK) {
+            free(config_json);
+            return st;
+        }
+        snprintf(sched, sizeof sched, "  \"opt_param_scheduler\": %s,\n", obj);
+    }
+    size_t cap = strlen(config_json) + strlen(sched) + 1024;
     char *text = malloc(cap);
     if (!text) {
         free(config_json);
@@ -61,12 +71,16 @@ static mg_status write_state(const char *path, const mg_train_state *s, const mg
              "  \"iteration\": %" PRId64 ",\n  \"consumed_train_samples\": %" PRId64 ",\n"
              "  \"consumed_valid_samples\": %" PRId64 ",\n  \"lr_num_steps\": %" PRId64 ",\n"
              "  \"optimizer_step\": %" PRId64 ",\n  \"optimizer\": %s,\n"
+             "  \"grad_scaler\": {\"scale\": %.9g, \"growth_tracker\": %" PRId64
+             ", \"hysteresis_tracker\": %" PRId64 "},\n"
+             "%s" /* "opt_param_scheduler" */
              "  \"layout\": {\"tensor\": %d, \"pipeline\": %d, \"data\": %d},\n"
              "  \"rng\": {\"generator\": \"philox4x32-10\", \"seed\": %" PRId64 "},\n"
              "  \"config\": %s\n}\n",
              s->iteration, s->consumed_train_samples, s->consumed_valid_samples, s->lr_num_steps,
-             s->optimizer_step, t->optimizer ? "true" : "false", t->tp_size, t->n_stages,
-             t->dp_size, cfg->seed, config_json);
+             s->optimizer_step, t->optimizer ? "true" : "false", s->loss_scale, s->growth_tracker,
+             s->hysteresis_tracker, sched, t->tp_size, t->n_stages, t->dp_size, cfg->seed,
+             config_json);
     free(config_json);
     mg_status st = write_text_atomic(path, text);
     free(text);
@@ -430,6 +444,7 @@ static mg_status check_same_model(const mg_config *saved, const mg_config *now, 
     SAME(make_vocab_size_divisible_by, "--make-vocab-size-divisible-by")
     SAME(position_embedding, "--position-embedding-type (enum)")
     SAME(normalization, "--normalization (enum)")
+    SAME(apply_layernorm_1p, "--apply-layernorm-1p") /* the stored norm weights' meaning */
     SAME(swiglu, "--swiglu")
     SAME(disable_bias_linear, "--disable-bias-linear")
     SAME(untie_embeddings, "--untie-embeddings-and-output-weights")
@@ -498,6 +513,23 @@ static mg_status load_state(const char *path, mg_train_state *s, const mg_config
         st = json_i64(root, "consumed_valid_samples", path, &s->consumed_valid_samples);
     if (st == MG_OK) st = json_i64(root, "lr_num_steps", path, &s->lr_num_steps);
     if (st == MG_OK) st = json_i64(root, "optimizer_step", path, &s->optimizer_step);
+    /* the loss scaler's state: absent before it existed (then no scale: loss_scale 0) */
+    const cJSON *gs = cJSON_GetObjectItemCaseSensitive(root, "grad_scaler");
+    s->loss_scale = 0;
+    s->growth_tracker = s->hysteresis_tracker = 0;
+    if (st == MG_OK && gs) {
+        const cJSON *sc = cJSON_GetObjectItemCaseSensitive(gs, "scale");
+        if (!cJSON_IsNumber(sc) || !(sc->valuedouble >= 0))
+            st = MG_FAIL(MG_ERR_FORMAT, "%s: grad_scaler.scale is missing or negative", path);
+        else
+            s->loss_scale = sc->valuedouble;
+        if (st == MG_OK) st = json_i64(gs, "growth_tracker", path, &s->growth_tracker);
+        if (st == MG_OK) st = json_i64(gs, "hysteresis_tracker", path, &s->hysteresis_tracker);
+    }
+    /* the lr schedule's values: absent before they were saved (then not checked) */
+    if (st == MG_OK)
+        st = mg_lr_saved_from_json(cJSON_GetObjectItemCaseSensitive(root, "opt_param_scheduler"),
+                                   path, &s->sched);
     f->version = (int)version;
     f->optimizer =
         version == 1 || cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(root, "optimizer"));

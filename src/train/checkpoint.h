@@ -31,6 +31,7 @@
 #include "backend/backend.h"
 #include "comm/comm.h"
 #include "model/gpt.h"
+#include "train/lr_schedule.h"
 #include "train/optimizer.h"
 
 typedef struct {
@@ -39,6 +40,14 @@ typedef struct {
     int64_t consumed_valid_samples;
     int64_t lr_num_steps;   /* the scheduler's position, in samples */
     int64_t optimizer_step; /* Adam's step count */
+    /* the loss scaler's state (train/grad_scaler.h; Megatron keeps it with the optimizer's):
+     * loss_scale 0 when the run had no scaler or the checkpoint holds none */
+    double loss_scale;
+    int64_t growth_tracker, hysteresis_tracker;
+    /* the lr schedule's values (Megatron's opt_param_scheduler state; train/lr_schedule.h),
+     * checked against the command line's on resume; present: false for older checkpoints and
+     * saves without a schedule */
+    mg_lr_saved sched;
 } mg_train_state;
 
 /* Host fp32 copies: the weights (g->params.numel, the parameter buffer's layout) and the Adam

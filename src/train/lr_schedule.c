@@ -53,6 +53,11 @@ mg_status mg_lr_schedule_init(mg_lr_schedule *s, const mg_config *c) {
     s->num_steps = 0;
 
     /* The same conditions OptimizerParamScheduler asserts in its constructor. */
+    if (c->override_opt_param_scheduler && c->use_checkpoint_opt_param_scheduler)
+        return MG_FAIL(MG_ERR_USAGE,
+                       "--override-opt-param-scheduler and --use-checkpoint-opt_param-scheduler "
+                       "are both set (Megatron: 'both override and use-checkpoint are set.'); "
+                       "pass one of them");
     if (!(s->min_lr >= 0.0))
         return MG_FAIL(MG_ERR_USAGE, "--min-lr must be >= 0 (got %g)", s->min_lr);
     if (!(s->max_lr >= s->min_lr))

@@ -14,13 +14,16 @@
  * and end at --decoupled-min-lr (default --min-lr). Weight decay: parameters with decay (not
  * biases and norm weights, wd_mult 0) get mg_lr_schedule_wd.
  * Exports: mg_lr_schedule, mg_lr_schedule_init, mg_lr_schedule_lr_of, mg_lr_schedule_lr,
- * mg_lr_schedule_decoupled_lr, mg_lr_schedule_wd, mg_lr_schedule_step. Needs: core/status. */
+ * mg_lr_schedule_decoupled_lr, mg_lr_schedule_wd, mg_lr_schedule_step; mg_lr_saved,
+ * mg_lr_schedule_saved, mg_lr_schedule_restore, mg_lr_saved_to_json, mg_lr_saved_from_json
+ * (lr_schedule_state.c). Needs: core/status, cJSON. */
 #ifndef MG_LR_SCHEDULE_H
 #define MG_LR_SCHEDULE_H
 
 #include "megatron.h"
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 typedef struct {
@@ -76,5 +79,43 @@ double mg_lr_schedule_wd(const mg_lr_schedule *s);
 
 /* num_steps += increment (the iteration's global batch size). */
 void mg_lr_schedule_step(mg_lr_schedule *s, int64_t increment);
+
+/* ---- the schedule in checkpoints (train/lr_schedule_state.c) ---- */
+
+/* What a checkpoint keeps of the schedule: Megatron's OptimizerParamScheduler.state_dict (its
+ * num_steps is the checkpoint's lr_num_steps) and the bounds of the decoupled group, which
+ * Megatron keeps in the optimizer's param groups. present: false for checkpoints from before. */
+typedef struct {
+    bool present;
+    double max_lr, min_lr, warmup_steps;
+    int64_t decay_steps;
+    mg_lr_style style;
+    double start_wd, end_wd;
+    int64_t wd_incr_steps;
+    mg_wd_style wd_style;
+    bool decoupled;
+    double decoupled_max_lr, decoupled_min_lr;
+} mg_lr_saved;
+
+mg_lr_saved mg_lr_schedule_saved(const mg_lr_schedule *s);
+/* Megatron's load_state_dict on resume: each value (learning rate, minimum learning rate, warmup
+ * iterations, total number of iterations, learning rate decay style, start and end weight decay,
+ * total number of weight decay iterations, weight decay incr style, in that order) goes through
+ * _check_and_set: with override the schedule's own (the command line's) stays; with
+ * use_checkpoint the checkpoint's is taken; otherwise a difference is an error (MG_ERR_FORMAT,
+ * exit status 1 as Megatron's assertion) naming the value and both flags. The decoupled group's
+ * bounds follow the optimizer's param groups: the checkpoint's unless override (when both runs
+ * have the group). Nothing happens for a checkpoint without the values (saved->present false).
+ * Logs Megatron's " > overriding ..." / " > using checkpoint value ..." lines. */
+mg_status mg_lr_schedule_restore(mg_lr_schedule *s, const mg_lr_saved *saved, bool override,
+                                 bool use_checkpoint);
+/* The "opt_param_scheduler" object of a checkpoint's state.json: Megatron's state_dict keys
+ * (max_lr, min_lr, lr_warmup_steps, lr_decay_steps, lr_decay_style, start_wd, end_wd,
+ * wd_incr_steps, wd_incr_style) and, with the decoupled group, decoupled_max_lr and
+ * decoupled_min_lr; doubles as %.17g. Fails (MG_ERR_INTERNAL) when cap is too small. */
+mg_status mg_lr_saved_to_json(const mg_lr_saved *s, char *buf, size_t cap);
+/* Reads that object (NULL: absent, present = false); path names the file in errors. */
+struct cJSON;
+mg_status mg_lr_saved_from_json(const struct cJSON *obj, const char *path, mg_lr_saved *out);
 
 #endif

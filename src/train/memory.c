@@ -39,8 +39,9 @@ mg_status mg_memory_stage_estimate(const mg_config *c, int pp_rank, int dp_size,
     mg_arena_init(&work, "workspace");
     int ep = c->expert_model_parallel_size > 1 ? c->expert_model_parallel_size : 1;
     mg_status st = mg_gpt_build_ep(&g, c, 0, pp_rank, 0);
-    if (st == MG_OK) st = mg_train_buffers_build(&g.params, c, dp_size, dp_size >= ep ? dp_size / ep : 1,
-                                                 pp_rank, &l);
+    if (st == MG_OK)
+        st = mg_train_buffers_build(&g.params, c, dp_size, dp_size >= ep ? dp_size / ep : 1,
+                                    pp_rank, &l);
     if (st == MG_OK) st = mg_optimizer_init(&o, c, &g.params, &l, &(mg_optim_groups){0});
     if (st == MG_OK) st = mg_optimizer_plan(&o, &optim);
     mg_schedule_params s = {
@@ -77,13 +78,16 @@ mg_status mg_memory_stage_estimate(const mg_config *c, int pp_rank, int dp_size,
         st = reserve(&work, (size_t)bufs * mg_gpt_hidden_numel(&g) * esz);
         /* every part as the trainer's arena commits it (train/trainer.c plan_memory) */
         size_t master = compute != MG_F32 ? o.numel * sizeof(float) : 0;
-        size_t io_parts[4] = {(size_t)out->slots * N * sizeof(int32_t),
-                              (size_t)out->slots * N * sizeof(int32_t),
+        size_t ids = (size_t)out->slots * N * sizeof(int32_t);
+        size_t io_parts[6] = {ids,
+                              ids, /* input ids, labels; positions, document starts */
+                              c->reset_position_ids ? ids : 0,
+                              c->reset_attention_mask ? ids : 0,
                               (c->eod_mask_loss ? (size_t)out->slots : 1) * N * sizeof(float),
                               MG_MEMORY_STATS * sizeof(float)};
         mg_arena io;
         mg_arena_init(&io, "batch");
-        for (int k = 0; st == MG_OK && k < 4; k++) st = reserve(&io, io_parts[k]);
+        for (int k = 0; st == MG_OK && k < 6; k++) st = reserve(&io, io_parts[k]);
         out->params = mg_params_count(&g.params);
         out->weights = committed(numel * esz);
         out->grads = committed(numel * sizeof(float));

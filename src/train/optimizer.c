@@ -175,8 +175,8 @@ static mg_status all_reduce_sums(mg_backend *be, mg_comm *const *groups, float *
     for (int i = 0; i < n; i++) {
         if (!groups[i]) continue;
         if (!stream) MG_CHECK(mg_backend_comm_begin(be, &stream));
-        MG_CHECK(mg_comm_all_reduce(groups[i], which[i], which[i], 1, MG_F32, MG_REDUCE_SUM,
-                                    stream));
+        MG_CHECK(
+            mg_comm_all_reduce(groups[i], which[i], which[i], 1, MG_F32, MG_REDUCE_SUM, stream));
     }
     return stream ? mg_backend_comm_end(be) : MG_OK;
 }
@@ -187,17 +187,19 @@ mg_status mg_optimizer_step(mg_optimizer *o, mg_backend *be, void *params, float
     float *sumsq = &o->scalars[0], *norm = &o->scalars[1], *coef = &o->scalars[2];
     float *sums[MG_TRAIN_BUFFERS_MAX] = {&o->scalars[0], &o->scalars[3]};
     MG_CHECK(be->memset_zero(be, o->scalars, 4 * sizeof(float)));
+    /* the unscaled gradients' squares (train/grad_scaler.h): scaled in double, no false overflow */
+    const double unscale2 = (double)r->unscale * r->unscale; /* 2^-252 at a scale of 2^126 */
     /* padding inside a shard is zero in the gradient buffer, so one pass per shard covers all;
      * TP ranks > 0 leave out the replicated parameters TP rank 0 counts, and the embedding's
      * pipeline copy is left out */
     if (o->norm_filtered)
         for (int s = 0; s < o->n_norm_spans; s++)
             MG_CHECK(be->sumsq_f32(be, sums[o->norm_spans[s].buf], grads + o->norm_spans[s].world,
-                                   o->norm_spans[s].n));
+                                   o->norm_spans[s].n, unscale2));
     else
         for (int s = 0; s < o->n_shards; s++)
             MG_CHECK(be->sumsq_f32(be, sums[o->shards[s].buf], grads + o->shards[s].world,
-                                   o->shards[s].n));
+                                   o->shards[s].n, unscale2));
     /* the experts' sum over their shards (expert-data-parallel) and the experts of the other
      * expert-parallel ranks; the dense sum over its shards; then both over the model-parallel
      * ranks, which hold other parameters */
@@ -207,7 +209,7 @@ mg_status mg_optimizer_step(mg_optimizer *o, mg_backend *be, void *params, float
     MG_CHECK(all_reduce_sums(be, groups, which, 3));
     if (o->n_bufs > 1) MG_CHECK(be->sum_f32(be, sumsq, sums[1], NULL, 1, 1.0f));
     MG_CHECK(all_reduce_sums(be, groups + 3, which + 3, 2));
-    MG_CHECK(be->clip_coef(be, coef, norm, sumsq, (float)o->clip_grad));
+    MG_CHECK(be->clip_coef(be, coef, norm, sumsq, (float)o->clip_grad, r->unscale));
     o->step++;
     float bc1 = (float)(1.0 - pow(o->beta1, (double)o->step));
     float bc2 = (float)(1.0 - pow(o->beta2, (double)o->step));
@@ -221,4 +223,8 @@ mg_status mg_optimizer_step(mg_optimizer *o, mg_backend *be, void *params, float
                            (float)o->beta1, (float)o->beta2, (float)o->eps, wd, bc1, bc2, coef));
     }
     return MG_OK;
+}
+
+void mg_optimizer_unstep(mg_optimizer *o) {
+    o->step--;
 }

@@ -54,9 +54,12 @@ typedef struct {
 } mg_optim_span;
 
 /* One step's rates (train/lr_schedule.h): the default group's lr, the embedding and output
- * layer's (= lr without --decoupled-lr) and the weight decay of parameters that decay. */
+ * layer's (= lr without --decoupled-lr) and the weight decay of parameters that decay; and
+ * unscale, the inverse of the loss scale the gradients were computed with (1 without loss
+ * scaling, train/grad_scaler.h). */
 typedef struct {
     double lr, decoupled_lr, weight_decay;
+    float unscale;
 } mg_optim_rates;
 
 typedef struct {
@@ -80,7 +83,7 @@ typedef struct {
     size_t numel; /* local elements: moments and masters */
     bool sharded; /* the distributed optimizer over more than one rank, in some buffer */
     int n_bufs;
-    bool buf_sharded[MG_TRAIN_BUFFERS_MAX];                /* per buffer */
+    bool buf_sharded[MG_TRAIN_BUFFERS_MAX];                                  /* per buffer */
     size_t buf_local[MG_TRAIN_BUFFERS_MAX], buf_numel[MG_TRAIN_BUFFERS_MAX]; /* local range */
     int n_shards, n_spans, n_pieces;
     mg_optim_shard *shards; /* (n_shards) bucket order */
@@ -88,8 +91,8 @@ typedef struct {
     bool norm_filtered;     /* the norm counts norm_spans, not the whole shards */
     int n_norm_spans;       /* the runs the gradient norm counts (see above) */
     mg_optim_span *norm_spans;
-    mg_comm *tp, *pp, *ep;  /* not owned; NULL: one rank */
-    mg_optim_piece *pieces; /* (n_pieces) buffer order */
+    mg_comm *tp, *pp, *ep;                     /* not owned; NULL: one rank */
+    mg_optim_piece *pieces;                    /* (n_pieces) buffer order */
     mg_comm *norm_group[MG_TRAIN_BUFFERS_MAX]; /* see above; not owned */
     size_t off_m, off_v, off_scalars;
     float *m, *v;   /* (numel) fp32 moments, local coordinates */
@@ -104,8 +107,12 @@ void mg_optimizer_free(mg_optimizer *o);
 /* Reserves the moments and scalars in the optimizer arena. */
 mg_status mg_optimizer_plan(mg_optimizer *o, mg_arena *arena);
 void mg_optimizer_bind(mg_optimizer *o, mg_arena *arena);
-/* Computes the global gradient norm (into scalars[1], backend memory) and clips + updates this
- * rank's elements with the rates r (per span: its lr group, and r->weight_decay or none).
+/* Computes the global gradient norm (into scalars[1], backend memory; of the unscaled
+ * gradients) and clips + updates this rank's elements with the rates r (per span: its lr group,
+ * and r->weight_decay or none). A norm that is not finite (an overflow on some rank: every rank
+ * computes the same norm) skips the update on the device: the moments, masters and parameters
+ * keep their values; the caller reads the norm and undoes the step count
+ * (mg_optimizer_unstep) when it wants the skip known on the host.
  * `params` (world numel) compute dtype, `grads` (world numel) fp32, of which only this rank's
  * shards are read. `master` (o->numel) fp32 holds the master weights of the local elements when
  * the compute dtype is not fp32 (CUDA: bf16 params receive the updated masters rounded); NULL
@@ -116,5 +123,7 @@ mg_status mg_optimizer_step(mg_optimizer *o, mg_backend *be, void *params, float
  * pipeline copy; a replicated parameter only on TP rank 0): Megatron's filters, which its params
  * norm and zero count apply too (train/trainer_stats.c). */
 bool mg_optimizer_counts(const mg_param_meta *m, int tp_rank);
+/* Takes back the step count of a step the device skipped (an overflow, see above). */
+void mg_optimizer_unstep(mg_optimizer *o);
 
 #endif

@@ -124,11 +124,16 @@ static void print_banner(const mg_trainer *t) {
                                                       "does not overlap on the cpu backend)"
                                                     : "");
     }
-    if (t->be->device == MG_DEVICE_CPU && (mg_flags_seen("--bf16") || mg_flags_seen("--fp16")))
-        mg_log_info("> note: the CPU backend trains in fp32; --bf16/--fp16 apply to GPU backends");
-    if (t->be->device != MG_DEVICE_CPU && mg_flags_seen("--fp16"))
-        mg_log_info("> note: the %s backend computes in %s; --fp16 is not used", t->be->name,
-                    mg_dtype_name(t->be->compute_dtype));
+    if (t->be->device == MG_DEVICE_CPU && (c->bf16 || c->fp16))
+        mg_log_info("> note: the CPU backend computes in fp32; --%s sets the compute dtype of GPU "
+                    "backends%s",
+                    c->fp16 ? "fp16" : "bf16",
+                    t->scaler.on ? " (the loss scaler below runs here as there)" : "");
+    if (t->scaler.on) {
+        char what[192];
+        mg_grad_scaler_describe(&t->scaler, what, sizeof what);
+        mg_log_info("> %s; a step whose gradients overflow is skipped", what);
+    }
     /* Megatron's dropout defaults apply to scripts that omit the flags: say so once */
     const bool att = !mg_flags_seen("--attention-dropout") && c->attention_dropout == 0.1,
                hid = !mg_flags_seen("--hidden-dropout") && c->hidden_dropout == 0.1;
@@ -163,8 +168,8 @@ static mg_status tensorboard_iteration(mg_trainer *t, mg_tb_log *tb) {
         .lr = mg_lr_schedule_lr(&t->lr),
         .global_batch_size = (int)t->step_global_batch, /* grows with --rampup-batch-size */
         .lm_loss = s.loss,
-        .loss_scale = 1.0,
-        .grad_norm = s.grad_norm,
+        .loss_scale = t->scaler.scale,
+        .grad_norm = t->last_skipped ? -1 : s.grad_norm,
     };
     if (t->model.cfg.moe.E > 0) moe_record(t, &s, false, &r);
     return mg_tb_log_train(tb, &r);
@@ -219,7 +224,8 @@ static mg_status train_loop(mg_trainer *t, mg_tb_log *tb, mg_run_control *rc) {
     const mg_config *c = &t->cfg;
     double t_last = now_s();
     int64_t logged_iters = 0;
-    const int nan_iters = 0; /* a non-finite loss or grad norm stops the run */
+    /* a non-finite loss or grad norm stops the run, except in the steps the loss scaler skips
+     * (counted in the log line, as Megatron's skipped and nan iterations) */
     bool saved_last = false;
     int64_t start_iteration = t->state.iteration, checked = t->state.iteration;
     mg_step_stats s;
@@ -256,12 +262,16 @@ static mg_status train_loop(mg_trainer *t, mg_tb_log *tb, mg_run_control *rc) {
                 .tokens_per_s = (double)gbs * c->seq_length / sec,
                 .lr = mg_lr_schedule_lr(&t->lr), /* Megatron logs the lr after the step */
                 .global_batch_size = (int)gbs,
-                .lm_loss = s.loss_sum / (double)logged_iters,
-                .loss_scale = 1.0,
-                .grad_norm = s.grad_norm,
-                .skipped_iters = 0,
-                .nan_iters = nan_iters,
+                /* Megatron averages over the iterations that advanced (at least 1) */
+                .lm_loss = s.loss_sum / (double)(logged_iters - t->skipped_iters > 0
+                                                     ? logged_iters - t->skipped_iters
+                                                     : 1),
+                .loss_scale = t->scaler.scale,
+                .grad_norm = t->last_skipped ? -1 : s.grad_norm,
+                .skipped_iters = (int)t->skipped_iters,
+                .nan_iters = (int)t->nan_iters,
             };
+            t->skipped_iters = t->nan_iters = 0;
             if (t->model.cfg.moe.E > 0) moe_record(t, &s, true, &r);
             MG_CHECK(grad_and_params_stats(t, &r));
             MG_CHECK(mg_trainer_save_poll(t)); /* a background save, committed once written */

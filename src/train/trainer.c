@@ -9,6 +9,8 @@
 #include "train/memory.h"
 #include "train/trainer_batch.h"
 #include "train/trainer_ckpt.h"
+#include "train/trainer_docs.h"
+#include "train/trainer_loader.h"
 #include "train/trainer_loss.h"
 #include "train/trainer_moe.h"
 
@@ -46,7 +48,9 @@ static mg_status create_backend(mg_trainer *t) {
     if (want_cuda || is_auto) {
         mg_launch_info li;
         MG_CHECK(mg_launch_detect(&li));
-        mg_status st = mg_backend_cuda_create(&t->be, li.local_rank);
+        /* --fp16 computes in fp16 (loss scaling: train/grad_scaler.h), else bf16 */
+        mg_status st =
+            mg_backend_cuda_create_dtype(&t->be, li.local_rank, c->fp16 ? MG_F16 : MG_BF16);
         if (st == MG_OK) {
             t->gpu = li.local_rank;
             snprintf(c->device, sizeof c->device, "cuda");
@@ -105,6 +109,11 @@ static mg_status plan_memory(mg_trainer *t) {
     MG_CHECK(mg_arena_reserve(&t->a_work, mg_pipeline_buffer_bytes(&t->pipe), 0, &off_pipe));
     MG_CHECK(mg_arena_reserve(&t->a_io, slots * N * sizeof(int32_t), 0, &t->off_tokens));
     MG_CHECK(mg_arena_reserve(&t->a_io, slots * N * sizeof(int32_t), 0, &t->off_targets));
+    /* packed documents: each slot's positions and document starts (train/trainer_docs.h) */
+    MG_CHECK(mg_arena_reserve(&t->a_io, c->reset_position_ids ? slots * N * sizeof(int32_t) : 0, 0,
+                              &t->off_positions));
+    MG_CHECK(mg_arena_reserve(&t->a_io, c->reset_attention_mask ? slots * N * sizeof(int32_t) : 0,
+                              0, &t->off_doc_starts));
     /* the loss weights: one array, or each slot's with a loss mask (train/trainer_loss.h) */
     size_t dloss_n = (c->eod_mask_loss ? slots : 1) * N;
     MG_CHECK(mg_arena_reserve(&t->a_io, dloss_n * sizeof(float), 0, &t->off_dloss));
@@ -171,6 +180,8 @@ static mg_status plan_memory(mg_trainer *t) {
     mg_pipeline_bind(&t->pipe, t->pipe_buffers);
     t->tokens = mg_arena_ptr(&t->a_io, t->off_tokens);
     t->targets = mg_arena_ptr(&t->a_io, t->off_targets);
+    t->positions = c->reset_position_ids ? mg_arena_ptr(&t->a_io, t->off_positions) : NULL;
+    t->doc_starts = c->reset_attention_mask ? mg_arena_ptr(&t->a_io, t->off_doc_starts) : NULL;
     t->dloss = mg_arena_ptr(&t->a_io, t->off_dloss);
     t->stats = mg_arena_ptr(&t->a_io, t->off_stats);
     t->loss = &t->stats[MG_STAT_LOSS];
@@ -341,11 +352,6 @@ static mg_status set_batch_shape(mg_trainer *t) {
     return mg_trainer_batch_init(t); /* --rampup-batch-size, --train-samples */
 }
 
-/* Each token's share of the global batch's mean: 1 / (tokens x microbatches x D). */
-static float token_weight(const mg_trainer *t) {
-    return mg_trainer_token_weight(t);
-}
-
 /* The model's hooks (model/gpt.h) drive the data-parallel overlap (parallel/ddp.h) and, in the
  * step's last backward, the sequence-parallel gradient sync: a norm weight's gradient holds only
  * this rank's tokens and is all-reduced over tp as soon as it is complete (Megatron's
@@ -470,6 +476,7 @@ mg_status mg_trainer_init_groups(mg_trainer *t, const mg_config *cfg, const mg_t
     MG_CHECK(
         mg_train_buffers_build(&t->model.params, c, t->dp_size, t->edp_size, t->pp_rank, &t->bufs));
     MG_CHECK(mg_lr_schedule_init(&t->lr, c));
+    mg_grad_scaler_init(&t->scaler, c);
     MG_CHECK(set_batch_shape(t));
     MG_CHECK(plan_schedule(t));
     MG_CHECK(plan_memory(t));
@@ -487,20 +494,17 @@ mg_status mg_trainer_init_groups(mg_trainer *t, const mg_config *cfg, const mg_t
     if (t->model.n_moe > 0) MG_CHECK(mg_trainer_moe_bind(t));
     MG_CHECK(open_data(t));
     MG_CHECK(mg_trainer_loss_init(t));
+    MG_CHECK(mg_trainer_docs_init(t));
     MG_CHECK(mg_trainer_load_or_init(t));
+    MG_CHECK(mg_trainer_loaders_init(t)); /* from the consumed samples: after a load */
     /* Megatron averages the loss over every token of the global batch: 1/(tokens x microbatches)
      * per token, and the gradients are scaled by 1/D before they are summed over the group
      * (gradient_scaling_factor). Both factors are folded into one weight here; with D a power of
      * two that is bit for bit Megatron's product, and every microbatch's gradient equals the one
-     * a single rank computes for the same samples. */
-    size_t N = (size_t)t->model.blk.N;
-    float w = token_weight(t);
-    float *ones = malloc(N * sizeof *ones);
-    if (!ones) return MG_FAIL(MG_ERR_NOMEM, "out of memory");
-    for (size_t i = 0; i < N; i++) ones[i] = w;
-    mg_status st = t->be->copy_h2d(t->be, t->dloss, ones, N * sizeof *ones);
-    free(ones);
-    return st;
+     * a single rank computes for the same samples. The loss scale multiplies it (Megatron scales
+     * the loss before backward); with a power-of-two scale that too is exact. */
+    t->dloss_scale = t->scaler.scale;
+    return mg_trainer_upload_loss_weights(t);
 }
 
 /* ---- one iteration ---- */
@@ -533,6 +537,18 @@ static void maybe_fault_exit(const mg_trainer *t) {
     }
 }
 
+/* MG_FAULT_OVERFLOW=A:B (tests): the gradients of iterations A..B hold an Inf, on every rank (the
+ * first element of its first shard, which its gradient norm counts unless it is a replicated or
+ * a pipeline copy that another rank counts). */
+static mg_status maybe_fault_overflow(mg_trainer *t) {
+    const char *v = mg_env_str("MG_FAULT_OVERFLOW", "");
+    long long a, b, it = (long long)t->state.iteration + 1;
+    if (!*v || sscanf(v, "%lld:%lld", &a, &b) != 2 || it < a || it > b || t->opt.n_shards < 1)
+        return MG_OK;
+    const float inf = INFINITY;
+    return t->be->copy_h2d(t->be, t->grads + t->opt.shards[0].world, &inf, sizeof inf);
+}
+
 /* ---- the schedule's ops (parallel/pipeline/run.h) on this rank's model chunks ---- */
 
 static int32_t *slot_tokens(const mg_trainer *t, int slot) {
@@ -556,9 +572,11 @@ static mg_status stage_forward(void *ctx, int mb, int chunk, int slot) {
     const mg_gpt_chunk *ch = &t->model.chunks[chunk];
     int32_t *tokens = slot_tokens(t, slot), *targets = slot_targets(t, slot);
     if (!t->forward_only && mb == t->num_microbatches / 2 && chunk == 0) maybe_fault_exit(t);
-    if (ch->pre || ch->post)
+    /* packed documents: every stage reads the ids (on the host) for its positions and masks */
+    if (ch->pre || ch->post || mg_trainer_docs_on(t))
         MG_CHECK(load_microbatch(t, t->pass_src, t->pass_first, mb, ch->pre ? tokens : NULL,
                                  ch->post ? targets : NULL));
+    MG_CHECK(mg_trainer_docs_microbatch(t, slot));
     /* dropout masks (training only) keyed by the iteration and the microbatch's place in the
      * global batch (load_microbatch's samples): the same for every layout (core/dropout.h) */
     mg_gpt_set_dropout(&t->model, slot, !t->forward_only, t->state.iteration,
@@ -639,6 +657,28 @@ static mg_status sync_embedding_grads(mg_trainer *t) {
     return MG_OK;
 }
 
+/* After an update with loss scaling (train/grad_scaler.h): reads the step's loss and gradient
+ * norm (one host sync, as Megatron's found_inf.item()), and when the norm is not finite (the
+ * device skipped the update: train/optimizer.h) takes back Adam's step and counts the skip.
+ * Every rank computed the same norm, so every rank decides alike. */
+static mg_status scaler_step(mg_trainer *t, bool *skipped) {
+    float v[2]; /* MG_STAT_LOSS, MG_STAT_GRAD_NORM */
+    _Static_assert(MG_STAT_GRAD_NORM == MG_STAT_LOSS + 1, "loss and norm are adjacent");
+    MG_CHECK(t->be->copy_d2h(t->be, v, &t->stats[MG_STAT_LOSS], sizeof v));
+    *skipped = !isfinite(v[1]);
+    if (*skipped) {
+        mg_optimizer_unstep(&t->opt);
+        t->skipped_iters++;
+        if (!isfinite(v[0])) t->nan_iters++;
+    }
+    t->last_skipped = *skipped;
+    mg_grad_scaler_update(&t->scaler, *skipped);
+    t->state.loss_scale = t->scaler.scale;
+    t->state.growth_tracker = t->scaler.growth_tracker;
+    t->state.hysteresis_tracker = t->scaler.hysteresis_tracker;
+    return MG_OK;
+}
+
 mg_status mg_trainer_step_async(mg_trainer *t) {
     mg_backend *be = t->be;
     int64_t gbs; /* this iteration's global batch (it grows with --rampup-batch-size) */
@@ -656,22 +696,30 @@ mg_status mg_trainer_step_async(mg_trainer *t) {
      * during backward */
     for (int b = 0; b < t->bufs.n; b++)
         if (buf_group(t, b)) MG_CHECK(mg_ddp_finish_grad_sync(&t->ddp[b]));
+    MG_CHECK(maybe_fault_overflow(t));
     /* Megatron: the update uses the lr and weight decay before this iteration's scheduler step */
     const mg_optim_rates rates = {mg_lr_schedule_lr(&t->lr), mg_lr_schedule_decoupled_lr(&t->lr),
-                                  mg_lr_schedule_wd(&t->lr)};
+                                  mg_lr_schedule_wd(&t->lr),
+                                  /* Megatron's inv_scale: the reciprocal in double, then fp32 */
+                                  (float)(1.0 / (double)t->dloss_scale)};
     MG_CHECK(mg_optimizer_step(&t->opt, be, t->params, t->master, t->grads, &rates));
     /* each rank updated its shards: gather the buckets' parameters (now, or during the next
      * forward with --overlap-param-gather) */
     for (int b = 0; b < t->bufs.n; b++)
         if (t->opt.buf_sharded[b]) MG_CHECK(mg_ddp_start_param_sync(&t->ddp[b]));
-    mg_lr_schedule_step(&t->lr, gbs);
+    /* statistics, in stream order on the backend: nothing waits for the device here (unless the
+     * loss scaler must know whether the step was skipped) */
+    float *s = t->stats;
+    MG_CHECK(be->copy_d2d(be, &s[MG_STAT_GRAD_NORM], &t->opt.scalars[1], sizeof(float)));
+    bool skipped = false;
+    if (t->scaler.on) MG_CHECK(scaler_step(t, &skipped));
+    /* Megatron: a skipped step does not move the scheduler; the iteration and samples advance */
+    if (!skipped) mg_lr_schedule_step(&t->lr, gbs);
     t->state.iteration++;
     t->state.consumed_train_samples += gbs;
     t->state.lr_num_steps = t->lr.num_steps;
     t->state.optimizer_step = t->opt.step;
-    /* statistics, in stream order on the backend: nothing waits for the device here */
-    float *s = t->stats;
-    MG_CHECK(be->copy_d2d(be, &s[MG_STAT_GRAD_NORM], &t->opt.scalars[1], sizeof(float)));
+    if (skipped) return MG_OK; /* its loss and norm join no average (Megatron's training_log) */
     MG_CHECK(be->sum_f32(be, &s[MG_STAT_LOSS_SUM], &s[MG_STAT_LOSS], NULL, 1, 1.0f));
     MG_CHECK(be->sum_f32(be, &s[MG_STAT_GRAD_NORM_SUM], &s[MG_STAT_GRAD_NORM], NULL, 1, 1.0f));
     return MG_OK;
@@ -740,6 +788,7 @@ mg_status mg_trainer_evaluate_test(mg_trainer *t, double *loss) {
 /* Commits the pending save (collective) and reports it. */
 void mg_trainer_free(mg_trainer *t) {
     mg_trainer_ckpt_free(t); /* before the backend: its staging and scratch are the backend's */
+    mg_trainer_loaders_free(t);
     mg_metrics_close(&t->metrics);
     mg_mock_free(&t->train_data);
     mg_mock_free(&t->valid_data);
@@ -758,6 +807,7 @@ void mg_trainer_free(mg_trainer *t) {
     free(t->host_tokens);
     free(t->host_targets);
     free(t->host_dloss);
+    free(t->host_docs);
     free(t->zero_spans);
     if (t->be) t->be->destroy(t->be);
     memset(t, 0, sizeof *t);

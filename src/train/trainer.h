@@ -45,6 +45,7 @@
 #include "train/batch_schedule.h"
 #include "train/buffers.h"
 #include "train/checkpoint.h"
+#include "train/grad_scaler.h"
 #include "train/lr_schedule.h"
 #include "train/metrics.h"
 #include "train/optimizer.h"
@@ -118,6 +119,12 @@ typedef struct {
     mg_gpt model;
     mg_optimizer opt;
     mg_lr_schedule lr;
+    mg_grad_scaler scaler; /* loss scaling (train/grad_scaler.h); off: scale 1, no skips */
+    /* since the last mg_trainer_take_skips: steps the scaler skipped, of which those whose loss
+     * was not finite (Megatron's "number of skipped/nan iterations"); whether the last step was
+     * skipped (its grad norm is then None) */
+    int64_t skipped_iters, nan_iters;
+    bool last_skipped;
     mg_arena a_params, a_master, a_grads, a_optim, a_acts, a_work, a_io;
     mg_allocator be_alloc;           /* the arenas' memory on a device backend: be->alloc */
     const mg_allocator *arena_alloc; /* &be_alloc, or NULL (host memory) on the CPU backend */
@@ -137,11 +144,17 @@ typedef struct {
     int n_zero_spans;
     int32_t *tokens;  /* (n_slots, N) backend: each activation slot's input ids */
     int32_t *targets; /* (n_slots, N) backend: each slot's labels */
-    float *dloss;     /* (N) backend: d(loss)/d(token loss) = 1 / (N * microbatches * D); with
-                         --eod-mask-loss (n_slots, N): each slot's masked weights
-                         (train/trainer_loss.h) */
-    float *stats;     /* (MG_MEMORY_STATS) backend fp32 (two int64 at MG_STAT_ZEROS) */
-    float *loss;      /* (1) backend accumulator: &stats[MG_STAT_LOSS] */
+    /* packed documents (train/trainer_docs.h), NULL without their flag: each slot's positions
+     * (--reset-position-ids) and document starts (--reset-attention-mask) */
+    int32_t *positions, *doc_starts; /* (n_slots, N) backend */
+    size_t off_positions, off_doc_starts;
+    int32_t docs_eod;   /* the end-of-document id they split at; -1: off */
+    int32_t *host_docs; /* (2N) host staging: positions, then document starts */
+    float *dloss;       /* (N) backend: d(loss)/d(token loss) = 1 / (N * microbatches * D); with
+                           --eod-mask-loss (n_slots, N): each slot's masked weights
+                           (train/trainer_loss.h) */
+    float *stats;       /* (MG_MEMORY_STATS) backend fp32 (two int64 at MG_STAT_ZEROS) */
+    float *loss;        /* (1) backend accumulator: &stats[MG_STAT_LOSS] */
     int32_t *host_tokens, *host_targets;            /* (N) */
     mg_mock_data train_data, valid_data, test_data; /* --mock-data */
     mg_gpt_data *gpt_data;                          /* --data-path: Megatron's GPT datasets */
@@ -151,6 +164,9 @@ typedef struct {
     } train_split, valid_split, test_split;
     /* one of the two above; tests may plug in others */
     mg_sample_source train_src, valid_src, test_src;
+    /* --dataloader-type cyclic: Megatron's random sampler over each split, wrapping the sources
+     * above (train/trainer_loader.h); NULL: single */
+    struct mg_cyclic_loaders *cyclic;
     bool have_valid;     /* false when the validation split is empty */
     bool have_test;      /* the test split exists and --eval-iters > 0: evaluated after training */
     int32_t eod_id;      /* --eod-mask-loss: inputs with this id carry no loss; -1: no mask */
@@ -168,6 +184,8 @@ typedef struct {
     void *pipe_buffers;        /* the pipeline's buffers (a_work), for a rebuild */
     size_t pipe_bytes;
     float *host_dloss; /* (N) staging of the per-token loss weight */
+    float dloss_scale; /* the loss scale the gradient weights in dloss (and the MoE loss weights)
+                          carry: the scaler's at the last upload (train/trainer_batch.h) */
     mg_metrics_file metrics;
     /* --async-save: the checkpoint being written in the background, and its host copy */
     mg_checkpoint_pending *pending_save;

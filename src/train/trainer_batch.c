@@ -11,6 +11,15 @@ float mg_trainer_token_weight(const mg_trainer *t) {
            (float)((size_t)t->model.blk.N * (size_t)t->num_microbatches * (size_t)t->dp_size);
 }
 
+mg_status mg_trainer_upload_loss_weights(mg_trainer *t) {
+    size_t n = (size_t)t->model.blk.N;
+    float w = mg_trainer_token_weight(t) * t->dloss_scale;
+    for (size_t i = 0; i < n; i++) t->host_dloss[i] = w;
+    MG_CHECK(t->be->copy_h2d(t->be, t->dloss, t->host_dloss, n * sizeof(float)));
+    if (t->model.n_moe > 0) mg_trainer_moe_set_weights(t);
+    return MG_OK;
+}
+
 /* The schedule of m microbatches on this rank's pipeline (the walker's parameters otherwise). */
 static mg_schedule_params schedule_of(const mg_trainer *t, int m) {
     const mg_config *c = &t->cfg;
@@ -94,12 +103,7 @@ mg_status mg_trainer_set_microbatches(mg_trainer *t, int m) {
                        t->eval_microbatches);
     MG_CHECK(rebuild_pipeline(t, m));
     t->num_microbatches = m;
-    size_t n = (size_t)t->model.blk.N;
-    float w = mg_trainer_token_weight(t);
-    for (size_t i = 0; i < n; i++) t->host_dloss[i] = w;
-    MG_CHECK(t->be->copy_h2d(t->be, t->dloss, t->host_dloss, n * sizeof(float)));
-    if (t->model.n_moe > 0) mg_trainer_moe_set_weights(t);
-    return MG_OK;
+    return mg_trainer_upload_loss_weights(t);
 }
 
 mg_status mg_trainer_batch_begin(mg_trainer *t, int64_t *global_batch) {
@@ -109,6 +113,10 @@ mg_status mg_trainer_batch_begin(mg_trainer *t, int64_t *global_batch) {
         return MG_FAIL(MG_ERR_INTERNAL, "global batch %" PRId64 " is not a multiple of %" PRId64, g,
                        per);
     MG_CHECK(mg_trainer_set_microbatches(t, (int)(g / per)));
+    if (t->dloss_scale != t->scaler.scale) { /* the loss scaler moved (train/grad_scaler.h) */
+        t->dloss_scale = t->scaler.scale;
+        MG_CHECK(mg_trainer_upload_loss_weights(t));
+    }
     t->step_global_batch = g;
     *global_batch = g;
     return MG_OK;

@@ -6,7 +6,8 @@
  * (parallel/pipeline/run.h: its plans are per count; a few small host allocations, at each
  * change only) on the same buffers, and rewrites the per-token loss weight 1 / (tokens x M x D)
  * and the MoE loss weights.
- * Exports: mg_trainer_batch_init, mg_trainer_token_weight, mg_trainer_set_microbatches,
+ * Exports: mg_trainer_batch_init, mg_trainer_token_weight, mg_trainer_upload_loss_weights,
+ * mg_trainer_set_microbatches,
  * mg_trainer_batch_begin. Needs: train/trainer, train/batch_schedule. */
 #ifndef MG_TRAIN_TRAINER_BATCH_H
 #define MG_TRAIN_TRAINER_BATCH_H
@@ -20,10 +21,14 @@
 mg_status mg_trainer_batch_init(mg_trainer *t);
 /* d(loss)/d(token loss) of one token: 1 / (tokens per microbatch x microbatches x D). */
 float mg_trainer_token_weight(const mg_trainer *t);
+/* Uploads the gradient weights of the current microbatch count: every token's
+ * token weight x t->dloss_scale (the loss scale baked into the backward, train/grad_scaler.h)
+ * into t->dloss, and the MoE losses' weights (train/trainer_moe.h). */
+mg_status mg_trainer_upload_loss_weights(mg_trainer *t);
 /* Makes the next passes run m microbatches per rank (nothing when it already does). */
 mg_status mg_trainer_set_microbatches(mg_trainer *t, int m);
 /* Before a training step: the iteration's global batch (*global_batch) from the consumed
- * samples, and its microbatches set. */
+ * samples, its microbatches set, and the loss weights carrying the loss scaler's scale. */
 mg_status mg_trainer_batch_begin(mg_trainer *t, int64_t *global_batch);
 
 #endif

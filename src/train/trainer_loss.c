@@ -9,13 +9,18 @@
 #include <string.h>
 
 mg_status mg_trainer_loss_eod(const mg_config *c, int32_t *eod) {
+    return mg_trainer_eod_for(c, "--eod-mask-loss", eod);
+}
+
+mg_status mg_trainer_eod_for(const mg_config *c, const char *flag, int32_t *eod) {
     *eod = -1;
     const char *type = c->tokenizer_type;
     /* the mock documents end with vocab - 1 (data/mock.h), NullTokenizer's eod is vocab - 1 */
     if (!c->data_path[0] || !type[0] || !strcmp(type, "NullTokenizer")) {
         if (c->vocab_size < 2)
-            return MG_FAIL(MG_ERR_USAGE, "--eod-mask-loss needs --vocab-size (its end-of-document "
-                                         "id is vocab-size - 1)");
+            return MG_FAIL(MG_ERR_USAGE,
+                           "%s needs --vocab-size (its end-of-document id is vocab-size - 1)",
+                           flag);
         *eod = c->vocab_size - 1;
         return MG_OK;
     }
@@ -29,9 +34,9 @@ mg_status mg_trainer_loss_eod(const mg_config *c, int32_t *eod) {
     mg_tokenizer_free(tok);
     if (*eod < 0)
         return MG_FAIL(MG_ERR_USAGE,
-                       "--eod-mask-loss: the %s tokenizer has no end-of-document token; drop the "
-                       "flag or use a tokenizer with one",
-                       type);
+                       "%s: the %s tokenizer has no end-of-document token; drop the flag or use "
+                       "a tokenizer with one",
+                       flag, type);
     return MG_OK;
 }
 
@@ -82,7 +87,8 @@ mg_status mg_trainer_loss_microbatch(mg_trainer *t, int slot) {
     double denom = t->cfg.calculate_per_token_loss
                        ? (double)(t->pass_tokens > 1 ? t->pass_tokens : 1)
                        : (double)(n > 1 ? n : 1) * t->num_microbatches * t->dp_size;
-    float w = (float)(1.0 / denom);
+    /* training: with the loss scale, as the uniform weights (train/trainer_batch.h) */
+    float w = (float)((t->forward_only ? 1.0 : (double)t->dloss_scale) / denom);
     for (size_t i = 0; i < N; i++) t->host_dloss[i] = t->host_tokens[i] != t->eod_id ? w : 0.0f;
     t->slot_denom[slot] = denom;
     return t->be->copy_h2d(t->be, t->dloss + (size_t)slot * N, t->host_dloss, N * sizeof(float));
@@ -102,4 +108,5 @@ void mg_trainer_loss_args(const mg_trainer *t, int slot, const float **dloss, co
     *dloss = d;
     *loss_w = d;
     *scale = t->cfg.calculate_per_token_loss ? 1.0f : (float)(t->slot_denom[slot] / T);
+    if (!t->forward_only) *scale /= t->dloss_scale; /* the weights carry the loss scale */
 }

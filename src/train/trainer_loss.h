@@ -27,7 +27,8 @@
  *  - MoE aux losses under --calculate-per-token-loss weigh 1 / max(T, 1): Megatron sets the
  *    MoEAuxLossAutoScaler scale to 1 and finalize_model_grads divides every gradient by T.
  * Exports: mg_trainer_loss_init, mg_trainer_loss_pass, mg_trainer_loss_microbatch,
- * mg_trainer_loss_args, mg_trainer_loss_eod. Needs: train/trainer, data/tokenizer. */
+ * mg_trainer_loss_args, mg_trainer_loss_eod, mg_trainer_eod_for. Needs: train/trainer,
+ * data/tokenizer. */
 #ifndef MG_TRAIN_TRAINER_LOSS_H
 #define MG_TRAIN_TRAINER_LOSS_H
 
@@ -36,6 +37,9 @@
 /* The end-of-document id --eod-mask-loss masks for configuration c (a tokenizer with none is
  * MG_ERR_USAGE). */
 mg_status mg_trainer_loss_eod(const mg_config *c, int32_t *eod);
+/* The same end-of-document id for another flag that needs it (--reset-position-ids,
+ * --reset-attention-mask), named in the errors. */
+mg_status mg_trainer_eod_for(const mg_config *c, const char *flag, int32_t *eod);
 /* After the data is open: t->eod_id (-1 without --eod-mask-loss) and the slots' weights. */
 mg_status mg_trainer_loss_init(mg_trainer *t);
 /* Before a pass over the global batch of samples [first, first + gbs) of src: its unmasked

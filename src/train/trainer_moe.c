@@ -46,7 +46,7 @@ static mg_status plan_zero_spans(mg_trainer *t) {
 void mg_trainer_moe_set_weights(mg_trainer *t) {
     mg_moe_ws *w = &t->model.moe_ws;
     double mb_d = (double)t->num_microbatches * t->dp_size;
-    w->loss_weight = (float)(1.0 / mb_d);
+    w->loss_weight = (float)(t->dloss_scale / mb_d); /* with the loss scale, as dloss */
     w->stat_weight = (float)(1.0 / (mb_d * t->model.cfg.moe.n_layers));
 }
 
@@ -100,8 +100,8 @@ mg_status mg_trainer_moe_step_end(mg_trainer *t) {
      * global batch's (E values per layer, all layers in one call) */
     if (t->dp && w->n_layers > 0) {
         float *load = mg_gpt_moe_load(&t->model, 0);
-        MG_CHECK(mg_comm_all_reduce(t->dp, load, load, load_values(t), MG_F32, MG_REDUCE_SUM,
-                                    stream));
+        MG_CHECK(
+            mg_comm_all_reduce(t->dp, load, load, load_values(t), MG_F32, MG_REDUCE_SUM, stream));
     }
     MG_CHECK(mg_backend_comm_end(be));
     for (int i = 0; m->expert_bias && i < w->n_layers; i++)

@@ -48,8 +48,8 @@ mg_status mg_trainer_params_norm(mg_trainer *t, double *norm) {
         if (!mg_optimizer_counts(m, t->tp_rank)) continue;
         /* the fp32 values: the masters (local coordinates), or the parameters themselves */
         const float *x = t->master ? t->master + p->local : (const float *)t->params + p->world;
-        MG_CHECK(
-            be->sumsq_f32(be, &sums[pair_index(t, m)], x, (size_t)(p->param_end - p->param_start)));
+        MG_CHECK(be->sumsq_f32(be, &sums[pair_index(t, m)], x,
+                               (size_t)(p->param_end - p->param_start), 1.0f));
     }
     MG_CHECK(reduce_pair(t, sums, MG_F32));
     float h[2];

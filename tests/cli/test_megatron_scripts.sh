@@ -275,9 +275,7 @@ EXTRA_ARGS="$EXTRA_ARGS --use-mcore-models"
 # shellcheck disable=SC2086
 LLAMA2=($GPT_ARGS $TRAIN_ARGS $DATA_ARGS $OUTPUT_ARGS $EXTRA_ARGS --data-path "$TMP/many_text_document"
         --save "$TMP/llama2_ckpt" --num-threads 2)
-# --dataloader-type cyclic (Megatron's random sampler: torch.randperm per epoch) is not
-# implemented: one line; the same run with Megatron's default single sampler trains
-expect_error scripts_llama2_cyclic_loader 1 "--dataloader-type cyclic is not supported yet" train "${LLAMA2[@]}"
-trains scripts_llama2 3 "${LLAMA2[@]/cyclic/single}"
+# verbatim, --dataloader-type cyclic included (Megatron's random sampler: data/cyclic_sampler.h)
+trains scripts_llama2 3 "${LLAMA2[@]}"
 
 finish

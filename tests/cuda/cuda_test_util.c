@@ -11,7 +11,7 @@
 static mg_backend *g_cpu, *g_gpu;
 static int g_cpu_tried, g_gpu_tried;
 static char g_gpu_error[512];
-static int g_round_outputs; /* MG_TEST_CUDA_AS_CPU=bf16 */
+static int g_round_outputs; /* MG_TEST_CUDA_AS_CPU=bf16 or f16 */
 
 static void destroy_backends(void) {
     if (g_gpu) g_gpu->destroy(g_gpu);
@@ -32,17 +32,43 @@ mg_backend *ct_cpu(mg_test_ctx *t) {
 int ct_as_cpu(void) {
     const char *as_cpu = getenv("MG_TEST_CUDA_AS_CPU");
     if (!as_cpu) return 0;
-    return strcmp(as_cpu, "1") == 0 ? 1 : strcmp(as_cpu, "bf16") == 0 ? 2 : 0;
+    return strcmp(as_cpu, "1") == 0      ? 1
+           : strcmp(as_cpu, "bf16") == 0 ? 2
+           : strcmp(as_cpu, "f16") == 0  ? 3
+                                         : 0;
+}
+
+/* MG_TEST_CUDA_DTYPE: NULL (unset), "bf16" or "fp16"; anything else is reported by ct_gpu. */
+static const char *dtype_env(void) {
+    return getenv("MG_TEST_CUDA_DTYPE");
+}
+
+mg_dtype ct_dtype(void) {
+    int as_cpu = ct_as_cpu();
+    if (as_cpu >= 2) return as_cpu == 3 ? MG_F16 : MG_BF16;
+    const char *d = dtype_env();
+    return d && strcmp(d, "fp16") == 0 ? MG_F16 : MG_BF16;
 }
 
 mg_backend *ct_gpu(mg_test_ctx *t) {
     if (!g_gpu_tried) {
         g_gpu_tried = 1;
         int as_cpu = ct_as_cpu();
-        g_round_outputs = as_cpu == 2;
-        mg_status st =
-            as_cpu ? mg_backend_cpu_create(&g_gpu, 0) : mg_backend_cuda_create(&g_gpu, 0);
+        const char *d = dtype_env();
+        g_round_outputs = as_cpu >= 2;
+        mg_status st = MG_OK;
+        if (d && strcmp(d, "bf16") != 0 && strcmp(d, "fp16") != 0)
+            snprintf(g_gpu_error, sizeof g_gpu_error,
+                     "MG_TEST_CUDA_DTYPE=%s: expected bf16 or fp16", d);
+        else if (as_cpu)
+            st = mg_backend_cpu_create(&g_gpu, 0);
+        else
+            st = mg_backend_cuda_create_dtype(&g_gpu, 0, ct_dtype());
         if (st != MG_OK) snprintf(g_gpu_error, sizeof g_gpu_error, "%s", mg_error_message());
+        if (g_gpu) /* once: which dtype this run checks */
+            printf("  backend under test: %s, compute %s, inputs rounded to %s%s\n", g_gpu->name,
+                   mg_dtype_name(g_gpu->compute_dtype), mg_dtype_name(ct_dtype()),
+                   g_round_outputs ? " (outputs too)" : "");
     }
     MG_EXPECT(g_gpu != NULL, "no cuda backend: %s", g_gpu_error);
     return g_gpu;
@@ -78,14 +104,22 @@ void *ct_host(ct_pool *P, size_t bytes) {
     return p;
 }
 
-void ct_round_bf16(float *x, size_t n) {
-    for (size_t i = 0; i < n; i++) x[i] = mg_bf16_to_f32(mg_f32_to_bf16(x[i]));
+uint16_t ct_act_bits(float x) {
+    return ct_dtype() == MG_F16 ? mg_f32_to_f16(x) : mg_f32_to_bf16(x);
 }
 
-float *ct_rand_bf16(ct_pool *P, uint32_t id, size_t n, float scale) {
+float ct_act_value(uint16_t bits) {
+    return ct_dtype() == MG_F16 ? mg_f16_to_f32(bits) : mg_bf16_to_f32(bits);
+}
+
+void ct_round_act(float *x, size_t n) {
+    for (size_t i = 0; i < n; i++) x[i] = ct_act_value(ct_act_bits(x[i]));
+}
+
+float *ct_rand_act(ct_pool *P, uint32_t id, size_t n, float scale) {
     float *p = ct_host(P, n * sizeof(float));
     for (size_t i = 0; i < n; i++) p[i] = scale * mg_rng_normal(CT_SEED, id, i);
-    ct_round_bf16(p, n);
+    ct_round_act(p, n);
     return p;
 }
 
@@ -95,9 +129,9 @@ float *ct_uniform_f32(ct_pool *P, uint32_t id, size_t n, float lo, float hi) {
     return p;
 }
 
-float *ct_uniform_bf16(ct_pool *P, uint32_t id, size_t n, float lo, float hi) {
+float *ct_uniform_act(ct_pool *P, uint32_t id, size_t n, float lo, float hi) {
     float *p = ct_uniform_f32(P, id, n, lo, hi);
-    ct_round_bf16(p, n);
+    ct_round_act(p, n);
     return p;
 }
 
@@ -132,7 +166,7 @@ static void *dev_alloc(ct_pool *P, size_t bytes) {
 }
 
 void ct_put_act(ct_pool *P, void *d, const float *x, size_t n) {
-    if (d && P->g->upload_f32(P->g, d, x, n) != MG_OK) pool_fail(P, "bf16 upload", n);
+    if (d && P->g->upload_f32(P->g, d, x, n) != MG_OK) pool_fail(P, "compute-dtype upload", n);
 }
 
 void ct_put_f32(ct_pool *P, float *d, const float *x, size_t n) {
@@ -174,10 +208,10 @@ void *ct_poison_act(ct_pool *P, size_t n) {
 float *ct_down_act(ct_pool *P, const void *d, size_t n) {
     float *h = ct_host(P, n * sizeof(float));
     if (!d || P->g->download_f32(P->g, h, d, n) != MG_OK) {
-        pool_fail(P, "bf16 download", n);
+        pool_fail(P, "compute-dtype download", n);
         for (size_t i = 0; i < n; i++) h[i] = NAN;
     }
-    if (g_round_outputs) ct_round_bf16(h, n);
+    if (g_round_outputs) ct_round_act(h, n);
     return h;
 }
 

@@ -12,7 +12,7 @@ MG_TEST(cuda_gelu_matches_cpu) {
     for (size_t k = 0; k < NSIZES; k++) {
         size_t n = k_sizes[k];
         ct_pool P = ct_pool_of(t, gpu);
-        float *x = ct_uniform_bf16(&P, 10, n, -6.0f, 6.0f), *dy = ct_rand_bf16(&P, 11, n, 1.0f);
+        float *x = ct_uniform_act(&P, 10, n, -6.0f, 6.0f), *dy = ct_rand_act(&P, 11, n, 1.0f);
         float *ref_y = ct_host(&P, n * 4), *ref_dx = ct_host(&P, n * 4);
         MG_EXPECT_OK(cpu->gelu_forward(cpu, ref_y, x, n));
         MG_EXPECT_OK(cpu->gelu_backward(cpu, ref_dx, x, dy, n));
@@ -21,9 +21,8 @@ MG_TEST(cuda_gelu_matches_cpu) {
         if (!P.failed) {
             MG_EXPECT_OK(gpu->gelu_forward(gpu, d_y, d_x, n));
             MG_EXPECT_OK(gpu->gelu_backward(gpu, d_dx, d_x, d_dy, n));
-            CT_EXPECT_CLOSE(ct_down_act(&P, d_y, n), ref_y, n, CT_TOL_BF16, "gelu_forward n=%zu",
-                            n);
-            CT_EXPECT_CLOSE(ct_down_act(&P, d_dx, n), ref_dx, n, CT_TOL_BF16, "gelu_backward n=%zu",
+            CT_EXPECT_CLOSE(ct_down_act(&P, d_y, n), ref_y, n, CT_TOL_ACT, "gelu_forward n=%zu", n);
+            CT_EXPECT_CLOSE(ct_down_act(&P, d_dx, n), ref_dx, n, CT_TOL_ACT, "gelu_backward n=%zu",
                             n);
         }
         ct_pool_free(&P);
@@ -37,7 +36,7 @@ MG_TEST(cuda_gelu_nonfinite_parity) {
     CT_BACKENDS(cpu, gpu);
     enum { N = 515 };
     ct_pool P = ct_pool_of(t, gpu);
-    float *x = ct_uniform_bf16(&P, 12, N, -4.0f, 4.0f), *dy = ct_rand_bf16(&P, 13, N, 1.0f);
+    float *x = ct_uniform_act(&P, 12, N, -4.0f, 4.0f), *dy = ct_rand_act(&P, 13, N, 1.0f);
     x[3] = NAN, x[100] = NAN;
     dy[200] = NAN;
     float *xi = ct_dup(&P, x, N);
@@ -64,7 +63,7 @@ MG_TEST(cuda_swiglu_matches_cpu) {
             int N = Ns[a], F = Fs[b];
             size_t ni = (size_t)N * 2 * F, no = (size_t)N * F;
             ct_pool P = ct_pool_of(t, gpu);
-            float *x = ct_uniform_bf16(&P, 14, ni, -6.0f, 6.0f), *dy = ct_rand_bf16(&P, 15, no, 1);
+            float *x = ct_uniform_act(&P, 14, ni, -6.0f, 6.0f), *dy = ct_rand_act(&P, 15, no, 1);
             float *ref_y = ct_host(&P, no * 4), *ref_dx = ct_host(&P, ni * 4);
             MG_EXPECT_OK(cpu->swiglu_forward(cpu, ref_y, x, N, F));
             MG_EXPECT_OK(cpu->swiglu_backward(cpu, ref_dx, x, dy, N, F));
@@ -73,9 +72,9 @@ MG_TEST(cuda_swiglu_matches_cpu) {
             if (!P.failed) {
                 MG_EXPECT_OK(gpu->swiglu_forward(gpu, d_y, d_x, N, F));
                 MG_EXPECT_OK(gpu->swiglu_backward(gpu, d_dx, d_x, d_dy, N, F));
-                CT_EXPECT_CLOSE(ct_down_act(&P, d_y, no), ref_y, no, CT_TOL_BF16,
+                CT_EXPECT_CLOSE(ct_down_act(&P, d_y, no), ref_y, no, CT_TOL_ACT,
                                 "swiglu_forward N=%d F=%d", N, F);
-                CT_EXPECT_CLOSE(ct_down_act(&P, d_dx, ni), ref_dx, ni, CT_TOL_BF16,
+                CT_EXPECT_CLOSE(ct_down_act(&P, d_dx, ni), ref_dx, ni, CT_TOL_ACT,
                                 "swiglu_backward N=%d F=%d", N, F);
             }
             ct_pool_free(&P);
@@ -86,7 +85,7 @@ MG_TEST(cuda_swiglu_nonfinite_parity) {
     CT_BACKENDS(cpu, gpu);
     enum { N = 3, F = 96 };
     ct_pool P = ct_pool_of(t, gpu);
-    float *x = ct_uniform_bf16(&P, 16, N * 2 * F, -4.0f, 4.0f);
+    float *x = ct_uniform_act(&P, 16, N * 2 * F, -4.0f, 4.0f);
     x[5] = NAN;                      /* gate of row 0 */
     x[2 * F + F + 7] = NAN;          /* up of row 1 */
     x[2 * 2 * F + F + 9] = INFINITY; /* up of row 2: silu(gate) * Inf */

@@ -1,6 +1,7 @@
-/* CUDA backend against the CPU backend: AdamW with an fp32 master and a bf16 parameter (method and
- * tolerances: cuda_test_util.h). The master's change (lr-sized) is compared, not the master itself,
- * whose leading digits do not move; the bf16 parameter must be exactly the rounded new master. */
+/* CUDA backend against the CPU backend: AdamW with an fp32 master and a bf16 or fp16 parameter
+ * (method and tolerances: cuda_test_util.h). The master's change (lr-sized) is compared, not the
+ * master itself, whose leading digits do not move; the parameter must be exactly the new master
+ * rounded to the compute dtype. */
 #include "cuda_test_util.h"
 
 #include <math.h>
@@ -19,11 +20,11 @@ typedef struct {
 static adam_in adam_inputs(ct_pool *P, size_t n) {
     adam_in a;
     a.master = ct_uniform_f32(P, 70, n, -1.0f, 1.0f);
-    a.grad = ct_rand_bf16(P, 71, n, 0.5f); /* any fp32 works; bf16 values keep it simple */
+    a.grad = ct_rand_act(P, 71, n, 0.5f); /* any fp32 works; compute-dtype values keep it simple */
     a.m = ct_uniform_f32(P, 72, n, -0.05f, 0.05f);
     a.v = ct_uniform_f32(P, 73, n, 0.0f, 1e-2f);
     a.param = ct_dup(P, a.master, n);
-    ct_round_bf16(a.param, n);
+    ct_round_act(a.param, n);
     a.scale = 0.7f; /* a clipping coefficient */
     return a;
 }
@@ -69,7 +70,7 @@ MG_TEST(cuda_adamw_matches_cpu) {
         CT_EXPECT_CLOSE(got[2], ref[2], n, CT_TOL_F32_ELEM, "adamw v n=%zu", n);
         size_t bad = 0, first = 0;
         for (size_t i = 0; i < n; i++)
-            if (mg_f32_to_bf16(got[3][i]) != mg_f32_to_bf16(got[0][i]) && bad++ == 0) first = i;
+            if (ct_act_bits(got[3][i]) != ct_act_bits(got[0][i]) && bad++ == 0) first = i;
         MG_EXPECT(bad == 0,
                   "adamw: %zu params are not the rounded master (first [%zu]: %.9g vs "
                   "master %.9g)",

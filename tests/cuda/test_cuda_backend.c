@@ -1,5 +1,6 @@
 /* CUDA backend, part 1: creation, the op table and the memory entries (alloc, copies, memset,
- * fp32 <-> bf16 upload and download, synchronize), and the counters the other tests rely on. */
+ * fp32 <-> compute-dtype upload and download, synchronize), and the counters the other tests
+ * rely on. */
 #include "cuda_test_util.h"
 
 #include <float.h>
@@ -9,7 +10,8 @@ MG_TEST(cuda_backend_create_and_table) {
     mg_backend *g = ct_cuda(t);
     if (!g) return;
     MG_EXPECT(strcmp(g->name, "cuda") == 0, "name %s", g->name);
-    MG_EXPECT(g->compute_dtype == MG_BF16 && g->device == MG_DEVICE_CUDA, "dtype/device");
+    MG_EXPECT(g->compute_dtype == ct_dtype() && g->device == MG_DEVICE_CUDA, "dtype %s/device",
+              mg_dtype_name(g->compute_dtype));
     MG_EXPECT_OK(mg_backend_validate(g));
     mg_cuda_ctx *c = mg_cuda_ctx_of(g);
     MG_EXPECT(c->stream != NULL && c->lt != NULL, "no stream or cuBLASLt handle");
@@ -25,6 +27,12 @@ MG_TEST(cuda_backend_create_rejects_missing_device) {
     MG_EXPECT_ERROR(mg_backend_cuda_create(&be, 4096), MG_ERR_UNSUPPORTED, "no CUDA device 4096");
     MG_EXPECT(be == NULL, "out not cleared on failure");
     MG_EXPECT_ERROR(mg_backend_cuda_create(&be, -1), MG_ERR_UNSUPPORTED, "no CUDA device -1");
+    MG_EXPECT_ERROR(mg_backend_cuda_create_dtype(&be, 4096, MG_F16), MG_ERR_UNSUPPORTED,
+                    "no CUDA device 4096");
+    /* a compute dtype the backend has not: refused before the device is looked at */
+    be = (mg_backend *)&be;
+    MG_EXPECT_ERROR(mg_backend_cuda_create_dtype(&be, 0, MG_F32), MG_ERR_USAGE, "bf16 or fp16");
+    MG_EXPECT(be == NULL, "out not cleared on failure");
 }
 
 MG_TEST(cuda_memory_entries) {
@@ -71,27 +79,34 @@ MG_TEST(cuda_memory_entries) {
               (unsigned long long)(mg_cuda_ctx_of(g)->n_device_frees - f0));
 }
 
-/* upload_f32 must round exactly as core/tensor.c (ties to even, NaN kept, overflow to Inf), and
- * download_f32 must widen exactly. */
+/* upload_f32 must round exactly as core/tensor.c (ties to even, NaN kept, overflow to Inf, fp16's
+ * subnormals), and download_f32 must widen exactly. The special values hold the cases of both
+ * dtypes; the random ones span 2^-30 .. 2^30, beyond fp16's range at both ends. */
 MG_TEST(cuda_upload_rounds_like_the_host) {
     mg_backend *g = ct_cuda(t);
     if (!g) return;
     ct_pool P = ct_pool_of(t, g);
-    enum { NSPECIAL = 16, NRAND = 100003 };
+    enum { NSPECIAL = 28, NRAND = 100003 };
     size_t n = NSPECIAL + NRAND;
     float *x = ct_host(&P, n * sizeof(float));
     uint32_t nan_payload = 0x7fc12345u, neg_nan = 0xff800001u;
     float special[NSPECIAL] = {
-        1.0f,           1.0f + 0x1p-8f, /* halfway, even below: rounds down */
-        1.0f + 0x3p-8f,                 /* halfway, odd below: rounds up */
-        1.0f + 0x1p-9f,                 /* below halfway */
-        -0.0f,          1e-40f,         /* fp32 subnormal */
-        -3e-39f,        FLT_MAX,        /* rounds up to Inf */
-        -FLT_MAX,       INFINITY,       -INFINITY, 0.0f, 3.14159265f, -65504.5f, 0.0f, 0.0f};
+        1.0f, 1.0f + 0x1p-8f, /* halfway, even below: rounds down */
+        1.0f + 0x3p-8f,       /* halfway, odd below: rounds up */
+        1.0f + 0x1p-9f,       /* below halfway */
+        -0.0f, 1e-40f,        /* fp32 subnormal */
+        -3e-39f, FLT_MAX,     /* rounds up to Inf */
+        -FLT_MAX, INFINITY, -INFINITY, 0.0f, 3.14159265f, -65504.5f, 0.0f, 0.0f,
+        /* fp16: ties at 2^-11 (even below: down; odd below: up); the largest finite value, the
+         * last value below the overflow threshold and the threshold itself (ties to Inf);
+         * subnormals: the smallest, half of it (a tie: to 0), just above half of it, the largest
+         * subnormal and the smallest normal */
+        1.0f + 0x1p-11f, 1.0f + 0x3p-11f, 65504.0f, 65519.996f, 65520.0f, -65520.0f, 0x1p-24f,
+        0x1p-25f, 0x1.000002p-25f, -0x1.ff8p-15f, 0x1p-14f, 0x1.ffcp-15f};
     memcpy(&special[14], &nan_payload, 4);
     memcpy(&special[15], &neg_nan, 4);
     memcpy(x, special, sizeof special);
-    float *r = ct_rand_bf16(&P, 1, NRAND, 1.0f);
+    float *r = ct_rand_act(&P, 1, NRAND, 1.0f);
     for (size_t i = 0; i < NRAND; i++) /* un-round: spread values over many exponents */
         x[NSPECIAL + i] =
             r[i] * (1.0f + 0x1p-12f * (float)(i % 97)) * ldexpf(1.0f, (int)(i % 61) - 30);
@@ -101,15 +116,15 @@ MG_TEST(cuda_upload_rounds_like_the_host) {
     float *back = ct_down_act(&P, d, n);
     size_t bad = 0, first = 0, badw = 0, firstw = 0;
     for (size_t i = 0; i < n; i++) {
-        uint16_t want = mg_f32_to_bf16(x[i]);
+        uint16_t want = ct_act_bits(x[i]);
         if (bits[i] != want && bad++ == 0) first = i;
-        float w = mg_bf16_to_f32(bits[i]);
+        float w = ct_act_value(bits[i]);
         if (memcmp(&w, &back[i], 4) != 0 && badw++ == 0) firstw = i;
     }
     MG_EXPECT(bad == 0,
               "%zu of %zu values rounded differently (first [%zu] %a: got 0x%04x, want "
               "0x%04x)",
-              bad, n, first, (double)x[first], bits[first], mg_f32_to_bf16(x[first]));
+              bad, n, first, (double)x[first], bits[first], ct_act_bits(x[first]));
     MG_EXPECT(badw == 0, "%zu of %zu values widened wrongly (first [%zu])", badw, n, firstw);
 done:
     ct_pool_free(&P);
@@ -122,9 +137,10 @@ MG_TEST(cuda_upload_download_span_workspace_chunks) {
     ct_pool P = ct_pool_of(t, g);
     size_t n = mg_cuda_ctx_of(g)->workspace_bytes / sizeof(float) + 1001;
     float *x = ct_host(&P, n * sizeof(float));
-    /* a cheap pattern (n is ~64M), rounded to bf16 values so the round trip must be exact */
+    /* a cheap pattern (n is ~64M), rounded to compute-dtype values so the round trip must be
+     * exact */
     for (size_t i = 0; i < n; i++) x[i] = (float)(i % 4093) - 2000.5f;
-    ct_round_bf16(x, n);
+    ct_round_act(x, n);
     void *d = ct_up_act(&P, x, n);
     if (P.failed) goto done;
     float *back = ct_down_act(&P, d, n);
@@ -147,7 +163,7 @@ MG_TEST(cuda_small_copies_are_staged_and_do_not_wait) {
     ct_pool P = ct_pool_of(t, g);
     enum { K = 100, M = 4096, G = 4096 };
     int32_t *d = ct_up_i32(&P, ct_host(&P, (size_t)K * M * 4), (size_t)K * M);
-    float *a = ct_uniform_bf16(&P, 7, (size_t)G * G, -1, 1);
+    float *a = ct_uniform_act(&P, 7, (size_t)G * G, -1, 1);
     void *da = ct_up_act(&P, a, (size_t)G * G), *dout = ct_poison_act(&P, (size_t)G * G);
     int32_t *host = ct_host(&P, M * 4);
     if (P.failed) goto done;
@@ -199,7 +215,7 @@ static void check_ordered_copy(mg_test_ctx *t, bool marks) {
     ct_pool P = ct_pool_of(t, g);
     enum { G = 4096 };
     size_t n = (size_t)G * G;
-    float *a = ct_uniform_bf16(&P, marks ? 9 : 8, n, -1, 1);
+    float *a = ct_uniform_act(&P, marks ? 9 : 8, n, -1, 1);
     void *da = ct_up_act(&P, a, n), *dout = ct_poison_act(&P, n), *dcopy = ct_poison_act(&P, n);
     void *dcopy2 = ct_poison_act(&P, n);
     if (P.failed) goto done;

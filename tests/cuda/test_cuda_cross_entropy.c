@@ -32,7 +32,7 @@ MG_TEST(cuda_cross_entropy_matches_cpu_and_repeats) {
         int N = k_cases[k].N, V = k_cases[k].V;
         size_t n = (size_t)N * V;
         ct_pool P = ct_pool_of(t, gpu);
-        float *logits = ct_rand_bf16(&P, 60, n, 2.0f);
+        float *logits = ct_rand_act(&P, 60, n, 2.0f);
         int32_t *tgt = ct_tokens(&P, 61, N, V);
         float *dloss = ct_uniform_f32(&P, 62, N, 0.5f / N, 1.5f / N);
         float *ref_g = ct_dup(&P, logits, n), *ref_loss = ct_host(&P, (size_t)N * 4);
@@ -53,8 +53,8 @@ MG_TEST(cuda_cross_entropy_matches_cpu_and_repeats) {
         float *gt, *gr, *rt, *rr;
         split_targets(&P, got_g[0], tgt, N, V, &gt, &gr);
         split_targets(&P, ref_g, tgt, N, V, &rt, &rr);
-        CT_EXPECT_CLOSE(gt, rt, N, CT_TOL_BF16, "cross_entropy dlogits at targets N=%d V=%d", N, V);
-        CT_EXPECT_CLOSE(gr, rr, n, CT_TOL_BF16, "cross_entropy dlogits elsewhere N=%d V=%d", N, V);
+        CT_EXPECT_CLOSE(gt, rt, N, CT_TOL_ACT, "cross_entropy dlogits at targets N=%d V=%d", N, V);
+        CT_EXPECT_CLOSE(gr, rr, n, CT_TOL_ACT, "cross_entropy dlogits elsewhere N=%d V=%d", N, V);
         CT_EXPECT_SAME_BITS(got_loss[0], got_loss[1], (size_t)N * 4, "cross_entropy losses N=%d",
                             N);
         CT_EXPECT_SAME_BITS(got_g[0], got_g[1], n * 4, "cross_entropy dlogits N=%d", N);
@@ -70,7 +70,7 @@ MG_TEST(cuda_cross_entropy_nonfinite_parity) {
     enum { N = 5, V = 50304 };
     size_t n = (size_t)N * V;
     ct_pool P = ct_pool_of(t, gpu);
-    float *logits = ct_rand_bf16(&P, 63, n, 2.0f);
+    float *logits = ct_rand_act(&P, 63, n, 2.0f);
     int32_t *tgt = ct_tokens(&P, 64, N, V);
     float *dloss = ct_uniform_f32(&P, 65, N, 0.1f, 0.3f);
     logits[(size_t)1 * V + 777] = NAN;
@@ -160,7 +160,7 @@ MG_TEST(cuda_cross_entropy_vocab_parallel_matches_cpu_and_repeats) {
         size_t n = (size_t)N * V;
         ct_pool P = ct_pool_of(t, gpu), PC = ct_pool_of(t, cpu);
         ct_pool G[2] = {ct_pool_of(t, gpu), ct_pool_of(t, gpu)};
-        float *logits = ct_rand_bf16(&P, 66, n, 2.0f);
+        float *logits = ct_rand_act(&P, 66, n, 2.0f);
         int32_t *tgt = ct_tokens(&P, 67, N, V); /* the first is 0, the last V-1: every range */
         float *dloss = ct_uniform_f32(&P, 68, N, 0.5f / N, 1.5f / N);
         float *ref_g = ct_host(&P, n * 4), *ref_loss = ct_host(&P, N * 4);
@@ -173,7 +173,7 @@ MG_TEST(cuda_cross_entropy_vocab_parallel_matches_cpu_and_repeats) {
             vp_run(&G[run], c, logits, tgt, dloss, got_g[run], got_loss[run], got_max, got_sums);
         }
         if (P.failed || PC.failed || G[0].failed || G[1].failed) goto next;
-        /* the maxima of the same bf16 values and the target logits are exact */
+        /* the maxima of the same compute-dtype values and the target logits are exact */
         CT_EXPECT_SAME_BITS(got_max, ref_max, N * 4, "cross_entropy_max N=%d V=%d", N, V);
         CT_EXPECT_SAME_BITS(got_sums + N, ref_sums + N, N * 4,
                             "cross_entropy_sums target logits N=%d V=%d", N, V);
@@ -183,9 +183,9 @@ MG_TEST(cuda_cross_entropy_vocab_parallel_matches_cpu_and_repeats) {
         float *gt, *gr, *rt, *rr;
         split_targets(&P, got_g[0], tgt, N, V, &gt, &gr);
         split_targets(&P, ref_g, tgt, N, V, &rt, &rr);
-        CT_EXPECT_CLOSE(gt, rt, N, CT_TOL_BF16, "cross_entropy_finish dlogits at targets N=%d V=%d",
+        CT_EXPECT_CLOSE(gt, rt, N, CT_TOL_ACT, "cross_entropy_finish dlogits at targets N=%d V=%d",
                         N, V);
-        CT_EXPECT_CLOSE(gr, rr, n, CT_TOL_BF16, "cross_entropy_finish dlogits elsewhere N=%d V=%d",
+        CT_EXPECT_CLOSE(gr, rr, n, CT_TOL_ACT, "cross_entropy_finish dlogits elsewhere N=%d V=%d",
                         N, V);
         CT_EXPECT_SAME_BITS(got_loss[0], got_loss[1], N * 4, "vocab-parallel losses N=%d", N);
         CT_EXPECT_SAME_BITS(got_g[0], got_g[1], n * 4, "vocab-parallel dlogits N=%d", N);

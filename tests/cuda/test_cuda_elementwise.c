@@ -12,13 +12,13 @@ MG_TEST(cuda_add_matches_cpu) {
     for (size_t k = 0; k < NSIZES; k++) {
         size_t n = k_sizes[k];
         ct_pool P = ct_pool_of(t, gpu);
-        float *a = ct_rand_bf16(&P, 1, n, 1.0f), *b = ct_rand_bf16(&P, 2, n, 3.0f);
+        float *a = ct_rand_act(&P, 1, n, 1.0f), *b = ct_rand_act(&P, 2, n, 3.0f);
         float *ref = ct_host(&P, n * sizeof(float));
         MG_EXPECT_OK(cpu->add(cpu, ref, a, b, n));
         void *da = ct_up_act(&P, a, n), *db = ct_up_act(&P, b, n), *dout = ct_poison_act(&P, n);
         if (!P.failed) {
             MG_EXPECT_OK(gpu->add(gpu, dout, da, db, n));
-            CT_EXPECT_CLOSE(ct_down_act(&P, dout, n), ref, n, CT_TOL_BF16, "add n=%zu", n);
+            CT_EXPECT_CLOSE(ct_down_act(&P, dout, n), ref, n, CT_TOL_ACT, "add n=%zu", n);
         }
         ct_pool_free(&P);
     }
@@ -28,7 +28,7 @@ MG_TEST(cuda_add_nonfinite_parity) {
     CT_BACKENDS(cpu, gpu);
     enum { N = 1031 };
     ct_pool P = ct_pool_of(t, gpu);
-    float *a = ct_rand_bf16(&P, 3, N, 1.0f), *b = ct_rand_bf16(&P, 4, N, 1.0f);
+    float *a = ct_rand_act(&P, 3, N, 1.0f), *b = ct_rand_act(&P, 4, N, 1.0f);
     a[0] = NAN, a[17] = INFINITY, a[18] = -INFINITY, a[500] = INFINITY, b[500] = -INFINITY;
     b[1030] = NAN, b[99] = INFINITY;
     float *ref = ct_host(&P, N * sizeof(float));
@@ -78,7 +78,7 @@ static float gpu_reduce(mg_test_ctx *t, ct_pool *P, int square, const float *dx,
     float *dout = ct_up_f32(P, &init, 1);
     if (P->failed) return NAN;
     if (square)
-        MG_EXPECT_OK(g->sumsq_f32(g, dout, dx, n));
+        MG_EXPECT_OK(g->sumsq_f32(g, dout, dx, n, scale));
     else
         MG_EXPECT_OK(g->sum_f32(g, dout, dx, dw, n, scale));
     return *ct_down_f32(P, dout, 1);
@@ -96,7 +96,7 @@ MG_TEST(cuda_sum_and_sumsq_match_cpu_and_repeat) {
         float ref_sum = init, ref_wsum = init, ref_sq = init;
         MG_EXPECT_OK(cpu->sum_f32(cpu, &ref_sum, x, NULL, n, scale));
         MG_EXPECT_OK(cpu->sum_f32(cpu, &ref_wsum, x, w, n, scale));
-        MG_EXPECT_OK(cpu->sumsq_f32(cpu, &ref_sq, y, n));
+        MG_EXPECT_OK(cpu->sumsq_f32(cpu, &ref_sq, y, n, 1.0f));
         float *dx = ct_up_f32(&P, x, n), *dw = ct_up_f32(&P, w, n), *dy = ct_up_f32(&P, y, n);
         if (!P.failed) {
             float s1 = gpu_reduce(t, &P, 0, dx, NULL, n, scale, init);
@@ -123,8 +123,8 @@ MG_TEST(cuda_sum_and_sumsq_nonfinite_parity) {
     y[69999] = NAN;
     float ref[3] = {0.5f, 0.5f, 0.5f};
     MG_EXPECT_OK(cpu->sum_f32(cpu, &ref[0], x, NULL, N, 1.0f));
-    MG_EXPECT_OK(cpu->sumsq_f32(cpu, &ref[1], x, N));
-    MG_EXPECT_OK(cpu->sumsq_f32(cpu, &ref[2], y, N));
+    MG_EXPECT_OK(cpu->sumsq_f32(cpu, &ref[1], x, N, 1.0f));
+    MG_EXPECT_OK(cpu->sumsq_f32(cpu, &ref[2], y, N, 1.0f));
     float *dx = ct_up_f32(&P, x, N), *dy = ct_up_f32(&P, y, N);
     if (!P.failed) {
         float got[3] = {gpu_reduce(t, &P, 0, dx, NULL, N, 1.0f, 0.5f),
@@ -137,17 +137,26 @@ MG_TEST(cuda_sum_and_sumsq_nonfinite_parity) {
 
 MG_TEST(cuda_clip_coef_matches_cpu) {
     CT_BACKENDS(cpu, gpu);
-    /* (sumsq, clip): clipping active, inactive, disabled (clip 0), exactly at the threshold */
-    const float cases[][2] = {
-        {16.0f, 1.0f}, {16.0f, 10.0f}, {16.0f, 0.0f}, {16.0f, 4.0f}, {2.5e-3f, 1e-3f}};
+    /* (sumsq, clip, unscale): clipping active, inactive, disabled (clip 0), exactly at the
+     * threshold; gradients held x 2^10 (a loss scale); an overflow (the coefficient is NaN) */
+    const float cases[][3] = {{16.0f, 1.0f, 1.0f},      {16.0f, 10.0f, 1.0f},
+                              {16.0f, 0.0f, 1.0f},      {16.0f, 4.0f, 1.0f},
+                              {2.5e-3f, 1e-3f, 1.0f},   {16.0f, 1.0f, 0x1p-10f},
+                              {16.0f, 10.0f, 0x1p-10f}, {INFINITY, 1.0f, 1.0f}};
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         ct_pool P = ct_pool_of(t, gpu);
         float ref[2];
-        MG_EXPECT_OK(cpu->clip_coef(cpu, &ref[0], &ref[1], &cases[k][0], cases[k][1]));
+        MG_EXPECT_OK(cpu->clip_coef(cpu, &ref[0], &ref[1], &cases[k][0], cases[k][1], cases[k][2]));
         float *dsq = ct_up_f32(&P, &cases[k][0], 1), *dout = ct_poison(&P, 2 * sizeof(float));
         if (!P.failed) {
-            MG_EXPECT_OK(gpu->clip_coef(gpu, dout, dout + 1, dsq, cases[k][1]));
+            MG_EXPECT_OK(gpu->clip_coef(gpu, dout, dout + 1, dsq, cases[k][1], cases[k][2]));
             float *got = ct_down_f32(&P, dout, 2);
+            if (isnan(ref[0])) { /* an overflow: the step is marked skipped, on both */
+                MG_EXPECT(got && isnan(got[0]) && isinf(got[1]), "overflow: coef %g norm %g",
+                          got ? got[0] : 0.0, got ? got[1] : 0.0);
+                ct_pool_free(&P);
+                continue;
+            }
             CT_EXPECT_CLOSE(got, ref, 1, CT_TOL_F32_ELEM, "clip_coef coef, sumsq %g clip %g",
                             cases[k][0], cases[k][1]);
             CT_EXPECT_CLOSE(got + 1, ref + 1, 1, CT_TOL_F32_ELEM, "clip_coef norm, sumsq %g",
@@ -158,10 +167,11 @@ MG_TEST(cuda_clip_coef_matches_cpu) {
     }
 }
 
-/* bias_residual_add: the two adds in fp32 in the CPU's order, one rounding to bf16, so the result
- * is the CPU's fp32 result rounded to bf16, bitwise (with MG_TEST_CUDA_AS_CPU=1 the "GPU" is the
- * CPU and returns it unrounded). Every combination of bias and residual, into a separate buffer
- * (poisoned) and in place (out = x), on the 16-byte path (H % 8 == 0) and the element one. */
+/* bias_residual_add: the two adds in fp32 in the CPU's order, one rounding to the compute dtype,
+ * so the result is the CPU's fp32 result rounded to it, bitwise (with MG_TEST_CUDA_AS_CPU=1 the
+ * "GPU" is the CPU and returns it unrounded). Every combination of bias and residual, into a
+ * separate buffer (poisoned) and in place (out = x), on the 16-byte path (H % 8 == 0) and the
+ * element one. */
 MG_TEST(cuda_bias_residual_add_matches_cpu) {
     CT_BACKENDS(cpu, gpu);
     static const int shapes[][2] = {{7, 96}, {5, 77}, {257, 1024}};
@@ -169,15 +179,15 @@ MG_TEST(cuda_bias_residual_add_matches_cpu) {
         int N = shapes[k][0], H = shapes[k][1];
         size_t n = (size_t)N * H;
         ct_pool P = ct_pool_of(t, gpu);
-        float *x = ct_rand_bf16(&P, 9, n, 1.0f), *bias = ct_rand_bf16(&P, 10, H, 0.5f);
-        float *res = ct_rand_bf16(&P, 11, n, 2.0f), *ref = ct_host(&P, n * 4);
+        float *x = ct_rand_act(&P, 9, n, 1.0f), *bias = ct_rand_act(&P, 10, H, 0.5f);
+        float *res = ct_rand_act(&P, 11, n, 2.0f), *ref = ct_host(&P, n * 4);
         void *dx = ct_up_act(&P, x, n), *db = ct_up_act(&P, bias, H), *dr = ct_up_act(&P, res, n);
         void *dout = ct_poison_act(&P, n), *dio = ct_up_act(&P, x, n);
         for (int mode = 0; mode < 4 && !P.failed; mode++) {
             int wb = mode & 1, wr = mode >> 1;
             MG_EXPECT_OK(
                 cpu->bias_residual_add(cpu, ref, x, wb ? bias : NULL, wr ? res : NULL, N, H));
-            if (ct_as_cpu() != 1) ct_round_bf16(ref, n);
+            if (ct_as_cpu() != 1) ct_round_act(ref, n);
             MG_EXPECT_OK(
                 gpu->bias_residual_add(gpu, dout, dx, wb ? db : NULL, wr ? dr : NULL, N, H));
             ct_put_act(&P, dio, x, n);

@@ -61,13 +61,15 @@ typedef struct {
 } gg_impl;
 
 /* The implementations to run on `g`: the table entry, and on the CUDA backend also the CUTLASS
- * entry and the portable kernel. */
+ * entry (the portable kernel with fp16, whose grouped GEMM has no CUTLASS kernel) and the
+ * portable kernel, in the backend's dtype. */
 static int impls_of(mg_backend *g, gg_impl out[3]) {
     out[0] = (gg_impl){"table", NULL, NULL};
     if (g->device != MG_DEVICE_CUDA) return 1;
-    out[1] = (gg_impl){"cutlass", mg_cuda_grouped_linear_forward, mg_cuda_grouped_linear_backward};
-    out[2] = (gg_impl){"portable", mg_cuda_grouped_linear_forward_portable,
-                       mg_cuda_grouped_linear_backward_portable};
+    out[1] = (gg_impl){"cutlass", CT_CUDA_OP(g, grouped_linear_forward),
+                       CT_CUDA_OP(g, grouped_linear_backward)};
+    out[2] = (gg_impl){"portable", CT_CUDA_OP(g, grouped_linear_forward_portable),
+                       CT_CUDA_OP(g, grouped_linear_backward_portable)};
     return 3;
 }
 
@@ -108,7 +110,10 @@ MG_TEST(cuda_grouped_linear_matches_cpu) {
     CT_BACKENDS(cpu, gpu);
     gg_impl impls[3];
     int nimpl = impls_of(gpu, impls);
-    if (gpu->device == MG_DEVICE_CUDA) {
+    if (gpu->device == MG_DEVICE_CUDA && gpu->compute_dtype == MG_F16) {
+        printf("  grouped GEMM: the 'cutlass' entries run the portable kernel (CUTLASS's is bf16 "
+               "only)\n");
+    } else if (gpu->device == MG_DEVICE_CUDA) {
         mg_status st = mg_cuda_grouped_cutlass_init(mg_cuda_ctx_of(gpu)->device);
         printf("  grouped GEMM: the 'cutlass' entries run %s\n",
                st == MG_OK ? "CUTLASS (sm_90a)" : mg_error_message());
@@ -119,10 +124,10 @@ MG_TEST(cuda_grouped_linear_matches_cpu) {
         const int G = c.n_src * c.n_w, rows = total_rows(&c), R = rows + GG_TAIL;
         const size_t ni = (size_t)R * c.IC, no = (size_t)R * c.OC, nw = (size_t)c.OC * c.IC;
         ct_pool P = ct_pool_of(t, gpu);
-        float *inp = ct_rand_bf16(&P, 300, ni, 1.0f), *dout = ct_rand_bf16(&P, 301, no, 1.0f);
-        float *pre = ct_rand_bf16(&P, 302, ni, 2.0f); /* GELU input: both signs, the bend */
-        float *w = ct_rand_bf16(&P, 303, nw * c.n_w, 1.0f / sqrtf((float)(c.IC + 1)));
-        float *b = ct_rand_bf16(&P, 304, (size_t)c.OC * c.n_w, 0.5f);
+        float *inp = ct_rand_act(&P, 300, ni, 1.0f), *dout = ct_rand_act(&P, 301, no, 1.0f);
+        float *pre = ct_rand_act(&P, 302, ni, 2.0f); /* GELU input: both signs, the bend */
+        float *w = ct_rand_act(&P, 303, nw * c.n_w, 1.0f / sqrtf((float)(c.IC + 1)));
+        float *b = ct_rand_act(&P, 304, (size_t)c.OC * c.n_w, 0.5f);
         float *dw0 = ct_uniform_f32(&P, 305, nw * c.n_w, -1.0f, 1.0f);
         float *db0 = ct_uniform_f32(&P, 306, (size_t)c.OC * c.n_w, -1.0f, 1.0f);
         /* CPU: host memory is its backend memory, so the pointer arrays are plain arrays */
@@ -245,9 +250,9 @@ MG_TEST(cuda_grouped_linear_rejects_bad_shapes) {
     if (!g) return;
     MG_EXPECT_ERROR(g->grouped_linear_forward(g, NULL, NULL, NULL, NULL, NULL, 0, 4, 64, 64),
                     MG_ERR_INTERNAL, "n_src=0");
-    MG_EXPECT_ERROR(
-        g->grouped_linear_backward(g, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 1, 2, -8, 64, true),
-        MG_ERR_INTERNAL, "IC=-8");
+    MG_EXPECT_ERROR(g->grouped_linear_backward(g, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 1,
+                                               2, -8, 64, true),
+                    MG_ERR_INTERNAL, "IC=-8");
 }
 
 /* One eager forward + backward (dw reset to dw0 first) into out, dinp, dw. */
@@ -270,9 +275,9 @@ MG_TEST(cuda_grouped_linear_graph_replay_reads_device_counts) {
     const int G = 8, rows = total_rows(&c), R = rows + GG_TAIL;
     const size_t ni = (size_t)R * c.IC, no = (size_t)R * c.OC, nw = (size_t)c.OC * c.IC;
     ct_pool P = ct_pool_of(t, g);
-    float *inp = ct_rand_bf16(&P, 310, ni, 1.0f), *dout = ct_rand_bf16(&P, 311, no, 1.0f);
-    float *pre = ct_rand_bf16(&P, 312, ni, 2.0f);
-    float *w = ct_rand_bf16(&P, 313, nw * c.n_w, 0.0625f);
+    float *inp = ct_rand_act(&P, 310, ni, 1.0f), *dout = ct_rand_act(&P, 311, no, 1.0f);
+    float *pre = ct_rand_act(&P, 312, ni, 2.0f);
+    float *w = ct_rand_act(&P, 313, nw * c.n_w, 0.0625f);
     float *dw0 = ct_uniform_f32(&P, 314, nw * c.n_w, -1.0f, 1.0f);
     void *wb[GG_MAX_W], *dwb[GG_MAX_W];
     int32_t *d_counts = ct_up_i32(&P, c.counts, G);

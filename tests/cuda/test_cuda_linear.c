@@ -3,7 +3,7 @@
  * and tolerances: cuda_test_util.h). The shapes with a width not a multiple of 8 take the
  * unfused fallback (cuBLASLt's aux buffer needs ld % 8 == 0), so both paths are checked. Weight and
  * bias gradients are fp32 and accumulate, so they are pre-filled and compared at the fp32
- * tolerance: a GEMM that rounded them through bf16 would fail. */
+ * tolerance: a GEMM that rounded them through bf16 or fp16 would fail. */
 #include "cuda_test_util.h"
 
 #include <math.h>
@@ -28,10 +28,10 @@ MG_TEST(cuda_linear_forward_matches_cpu) {
             int with_bias = variant & 1, with_res = variant >> 1;
             size_t ni = (size_t)c.N * c.IC, nw = (size_t)c.OC * c.IC, no = (size_t)c.N * c.OC;
             ct_pool P = ct_pool_of(t, gpu);
-            float *inp = ct_rand_bf16(&P, 80, ni, 1.0f);
-            float *w = ct_rand_bf16(&P, 81, nw, 1.0f / sqrtf((float)c.IC));
-            float *bias = ct_rand_bf16(&P, 82, c.OC, 0.5f), *ref = ct_host(&P, no * 4);
-            float *res = ct_rand_bf16(&P, 79, no, 1.0f);
+            float *inp = ct_rand_act(&P, 80, ni, 1.0f);
+            float *w = ct_rand_act(&P, 81, nw, 1.0f / sqrtf((float)c.IC));
+            float *bias = ct_rand_act(&P, 82, c.OC, 0.5f), *ref = ct_host(&P, no * 4);
+            float *res = ct_rand_act(&P, 79, no, 1.0f);
             MG_EXPECT_OK(cpu->linear_forward(cpu, ref, inp, w, with_bias ? bias : NULL,
                                              with_res ? res : NULL, c.N, c.IC, c.OC));
             void *d_inp = ct_up_act(&P, inp, ni), *d_w = ct_up_act(&P, w, nw);
@@ -57,9 +57,9 @@ MG_TEST(cuda_linear_gelu_forward_matches_cpu) {
             lin_case c = k_cases[k];
             size_t ni = (size_t)c.N * c.IC, nw = (size_t)c.OC * c.IC, no = (size_t)c.N * c.OC;
             ct_pool P = ct_pool_of(t, gpu);
-            float *inp = ct_rand_bf16(&P, 90, ni, 1.0f);
-            float *w = ct_rand_bf16(&P, 91, nw, 2.0f / sqrtf((float)c.IC));
-            float *bias = ct_rand_bf16(&P, 92, c.OC, 0.5f);
+            float *inp = ct_rand_act(&P, 90, ni, 1.0f);
+            float *w = ct_rand_act(&P, 91, nw, 2.0f / sqrtf((float)c.IC));
+            float *bias = ct_rand_act(&P, 92, c.OC, 0.5f);
             float *ref = ct_host(&P, no * 4), *ref_pre = ct_host(&P, no * 4);
             MG_EXPECT_OK(cpu->linear_gelu_forward(cpu, ref, ref_pre, inp, w,
                                                   with_bias ? bias : NULL, c.N, c.IC, c.OC));
@@ -90,12 +90,12 @@ MG_TEST(cuda_linear_backward_matches_cpu_and_repeats) {
             int want_dinp = variant != 2, want_db = variant != 1, want_gelu = variant == 3;
             size_t ni = (size_t)c.N * c.IC, nw = (size_t)c.OC * c.IC, no = (size_t)c.N * c.OC;
             ct_pool P = ct_pool_of(t, gpu);
-            float *inp = ct_rand_bf16(&P, 83, ni, 1.0f);
-            float *w = ct_rand_bf16(&P, 84, nw, 1.0f / sqrtf((float)c.IC));
-            float *dout = ct_rand_bf16(&P, 85, no, 1.0f);
+            float *inp = ct_rand_act(&P, 83, ni, 1.0f);
+            float *w = ct_rand_act(&P, 84, nw, 1.0f / sqrtf((float)c.IC));
+            float *dout = ct_rand_act(&P, 85, no, 1.0f);
             float *dw0 = ct_uniform_f32(&P, 86, nw, -1.0f, 1.0f);
             float *db0 = ct_uniform_f32(&P, 87, c.OC, -1.0f, 1.0f);
-            float *pre = ct_rand_bf16(&P, 78, ni, 2.0f); /* GELU input: both signs, the bend */
+            float *pre = ct_rand_act(&P, 78, ni, 2.0f); /* GELU input: both signs, the bend */
             float *ref_dinp = ct_host(&P, ni * 4), *ref_dw = ct_dup(&P, dw0, nw);
             float *ref_db = ct_dup(&P, db0, c.OC);
             MG_EXPECT_OK(cpu->linear_backward(cpu, want_dinp ? ref_dinp : NULL, ref_dw,
@@ -146,7 +146,7 @@ MG_TEST(cuda_linear_nonfinite_parity) {
     CT_BACKENDS(cpu, gpu);
     enum { N = 5, IC = 64, OC = 96 };
     ct_pool P = ct_pool_of(t, gpu);
-    float *inp = ct_rand_bf16(&P, 88, N * IC, 1.0f), *w = ct_rand_bf16(&P, 89, OC * IC, 0.125f);
+    float *inp = ct_rand_act(&P, 88, N * IC, 1.0f), *w = ct_rand_act(&P, 89, OC * IC, 0.125f);
     inp[1 * IC + 3] = NAN;
     inp[3 * IC + 60] = INFINITY;
     float *ref = ct_host(&P, N * OC * 4);

@@ -1,15 +1,15 @@
 /* CUDA backend against the CPU backend: the mixture-of-experts ops (method and tolerances:
  * cuda_test_util.h). Integer outputs (idx, pos, counts, aux_counts) must be EQUAL; they are
  * poisoned with 0x7f7f7f7f first (0xFF would read as -1, a legal "dropped" value).
- *  - router products: logits fp32 and dw fp32 (accumulated) at CT_TOL_F32, dx bf16 (accumulated)
- *    at CT_TOL_BF16 (one output rounding);
- *  - routing: the SAME fp32 logits on both sides (routing takes fp32, so no bf16 rounding can
+ *  - router products: logits fp32 and dw fp32 (accumulated) at CT_TOL_F32, dx in the compute
+ *    dtype (accumulated) at CT_TOL_ACT (one output rounding);
+ *  - routing: the SAME fp32 logits on both sides (routing takes fp32, so no rounding can
  *    reorder experts; random logits make ties measure zero). Routing weights are a few fp32
  *    operations from the logits (expf, a softmax over k or E): CT_TOL_F32_ELEM; the loss
  *    statistics and dlogits are double sums in another order rounded to fp32: CT_TOL_F32;
  *  - token movement: copies are exact (tolerance 0); weighted sums and products are fp32 with
- *    one bf16 output rounding: CT_TOL_BF16; dprobs is a dot product over H: CT_TOL_F32;
- *  - activations: CT_TOL_BF16, as test_cuda_activation.c.
+ *    one output rounding: CT_TOL_ACT; dprobs is a dot product over H: CT_TOL_F32;
+ *  - activations: CT_TOL_ACT, as test_cuda_activation.c.
  * The cases cover softmax top-2, pre-softmax, sigmoid with expert bias and groups, scaling,
  * capacity by weight and by position (with drops), the padded permute, seq-aux and z-loss
  * statistics, skewed routing (one hot expert, experts that receive nothing), E > 32 (several
@@ -55,9 +55,9 @@ MG_TEST(cuda_moe_router_matches_cpu) {
         int T = cases[c][0], H = cases[c][1], E = cases[c][2];
         size_t nx = (size_t)T * H, nw = (size_t)E * H, nl = (size_t)T * E;
         ct_pool P = ct_pool_of(t, gpu);
-        float *x = ct_rand_bf16(&P, 300, nx, 1.0f), *w = ct_rand_bf16(&P, 301, nw, 0.05f);
+        float *x = ct_rand_act(&P, 300, nx, 1.0f), *w = ct_rand_act(&P, 301, nw, 0.05f);
         float *dl = ct_uniform_f32(&P, 302, nl, -1.0f, 1.0f);
-        float *dx0 = ct_rand_bf16(&P, 303, nx, 0.5f), *dw0 = ct_uniform_f32(&P, 304, nw, -1, 1);
+        float *dx0 = ct_rand_act(&P, 303, nx, 0.5f), *dw0 = ct_uniform_f32(&P, 304, nw, -1, 1);
         float *ref_l = ct_host(&P, nl * 4), *ref_dx = ct_dup(&P, dx0, nx);
         float *ref_dw = ct_dup(&P, dw0, nw);
         MG_EXPECT_OK(cpu->router_forward(cpu, ref_l, x, w, T, H, E));
@@ -71,7 +71,7 @@ MG_TEST(cuda_moe_router_matches_cpu) {
             MG_EXPECT_OK(gpu->router_backward(gpu, d_dx, d_dw, d_dl, d_x, d_w, T, H, E));
             CT_EXPECT_CLOSE(ct_down_f32(&P, d_l, nl), ref_l, nl, CT_TOL_F32,
                             "router_forward logits T=%d H=%d E=%d", T, H, E);
-            CT_EXPECT_CLOSE(ct_down_act(&P, d_dx, nx), ref_dx, nx, CT_TOL_BF16,
+            CT_EXPECT_CLOSE(ct_down_act(&P, d_dx, nx), ref_dx, nx, CT_TOL_ACT,
                             "router_backward dx (accumulated) T=%d H=%d E=%d", T, H, E);
             CT_EXPECT_CLOSE(ct_down_f32(&P, d_dw, nw), ref_dw, nw, CT_TOL_F32,
                             "router_backward dw (accumulated) T=%d H=%d E=%d", T, H, E);
@@ -233,11 +233,11 @@ static void check_movement(mg_test_ctx *t, mg_backend *cpu, mg_backend *gpu, mov
     }
     int R = pad > 0 ? E * pad : n;
     size_t nx = (size_t)T * H, nr = (size_t)R * H;
-    float *x = ct_rand_bf16(&P, 321, nx, 1.0f), *load0 = ct_uniform_f32(&P, 322, E, 0, 5);
-    float *dxp = ct_rand_bf16(&P, 323, nr, 1.0f), *dx0 = ct_rand_bf16(&P, 324, nx, 1.0f);
-    float *y = ct_rand_bf16(&P, 325, nr, 1.0f), *base = ct_rand_bf16(&P, 326, nx, 1.0f);
+    float *x = ct_rand_act(&P, 321, nx, 1.0f), *load0 = ct_uniform_f32(&P, 322, E, 0, 5);
+    float *dxp = ct_rand_act(&P, 323, nr, 1.0f), *dx0 = ct_rand_act(&P, 324, nx, 1.0f);
+    float *y = ct_rand_act(&P, 325, nr, 1.0f), *base = ct_rand_act(&P, 326, nx, 1.0f);
     float *probs = ct_uniform_f32(&P, 327, (size_t)n, 0.0f, 1.0f);
-    float *dout = ct_rand_bf16(&P, 328, nx, 1.0f);
+    float *dout = ct_rand_act(&P, 328, nx, 1.0f);
     float *xp = ct_host(&P, nr * 4), *load = ct_dup(&P, load0, E), *dx = ct_dup(&P, dx0, nx);
     float *out = ct_host(&P, nx * 4), *dy = ct_host(&P, nr * 4), *dprobs = ct_host(&P, n * 4);
     int32_t *pos = ct_host(&P, (size_t)n * 4), *counts = ct_host(&P, (size_t)E * 4);
@@ -270,13 +270,13 @@ static void check_movement(mg_test_ctx *t, mg_backend *cpu, mg_backend *gpu, mov
         CT_EXPECT_CLOSE(ct_down_act(&P, d_xp, nr), xp, nr, 0.0,
                         "moe_permute rows T=%d k=%d E=%d H=%d pad=%d", T, k, E, H, pad);
         CT_EXPECT_CLOSE(ct_down_f32(&P, d_load, E), load, E, 0.0, "moe_permute load E=%d", E);
-        CT_EXPECT_CLOSE(ct_down_act(&P, d_dx, nx), dx, nx, CT_TOL_BF16,
+        CT_EXPECT_CLOSE(ct_down_act(&P, d_dx, nx), dx, nx, CT_TOL_ACT,
                         "moe_permute_backward dx (accumulated) T=%d k=%d H=%d", T, k, H);
-        CT_EXPECT_CLOSE(ct_down_act(&P, d_out, nx), out, nx, CT_TOL_BF16,
+        CT_EXPECT_CLOSE(ct_down_act(&P, d_out, nx), out, nx, CT_TOL_ACT,
                         "moe_unpermute T=%d k=%d H=%d", T, k, H);
-        CT_EXPECT_CLOSE(ct_down_act(&P, d_inplace, nx), out, nx, CT_TOL_BF16,
+        CT_EXPECT_CLOSE(ct_down_act(&P, d_inplace, nx), out, nx, CT_TOL_ACT,
                         "moe_unpermute in place T=%d k=%d H=%d", T, k, H);
-        CT_EXPECT_CLOSE(ct_down_act(&P, d_dy, nr), dy, nr, CT_TOL_BF16,
+        CT_EXPECT_CLOSE(ct_down_act(&P, d_dy, nr), dy, nr, CT_TOL_ACT,
                         "moe_unpermute_backward dy T=%d k=%d H=%d R=%d", T, k, H, R);
         CT_EXPECT_CLOSE(ct_down_f32(&P, d_dprobs, (size_t)n), dprobs, (size_t)n, CT_TOL_F32,
                         "moe_unpermute_backward dprobs T=%d k=%d H=%d", T, k, H);
@@ -309,7 +309,7 @@ MG_TEST(cuda_moe_grouped_activations_match_cpu) {
         int F = widths[w];
         size_t n1 = (size_t)R * F, n2 = 2 * n1, m1 = (size_t)rows * F, m2 = 2 * m1;
         ct_pool P = ct_pool_of(t, gpu);
-        float *pre = ct_rand_bf16(&P, 330, n2, 2.0f), *dout = ct_rand_bf16(&P, 331, n1, 1.0f);
+        float *pre = ct_rand_act(&P, 330, n2, 2.0f), *dout = ct_rand_act(&P, 331, n1, 1.0f);
         float *gelu = ct_host(&P, m1 * 4), *sw = ct_host(&P, m1 * 4), *dpre = ct_host(&P, m2 * 4);
         MG_EXPECT_OK(cpu->grouped_activation_forward(cpu, gelu, pre, counts, G, F, false));
         MG_EXPECT_OK(cpu->grouped_activation_forward(cpu, sw, pre, counts, G, F, true));
@@ -323,11 +323,11 @@ MG_TEST(cuda_moe_grouped_activations_match_cpu) {
                 gpu->grouped_activation_forward(gpu, d_gelu, d_pre, d_counts, G, F, false));
             MG_EXPECT_OK(gpu->grouped_activation_forward(gpu, d_sw, d_pre, d_counts, G, F, true));
             MG_EXPECT_OK(gpu->grouped_swiglu_backward(gpu, d_dpre, d_pre, d_dout, d_counts, G, F));
-            CT_EXPECT_CLOSE(ct_down_act(&P, d_gelu, m1), gelu, m1, CT_TOL_BF16,
+            CT_EXPECT_CLOSE(ct_down_act(&P, d_gelu, m1), gelu, m1, CT_TOL_ACT,
                             "grouped gelu rows=%d F=%d", rows, F);
-            CT_EXPECT_CLOSE(ct_down_act(&P, d_sw, m1), sw, m1, CT_TOL_BF16,
+            CT_EXPECT_CLOSE(ct_down_act(&P, d_sw, m1), sw, m1, CT_TOL_ACT,
                             "grouped swiglu rows=%d F=%d", rows, F);
-            CT_EXPECT_CLOSE(ct_down_act(&P, d_dpre, m2), dpre, m2, CT_TOL_BF16,
+            CT_EXPECT_CLOSE(ct_down_act(&P, d_dpre, m2), dpre, m2, CT_TOL_ACT,
                             "grouped swiglu backward rows=%d F=%d", rows, F);
         }
         ct_pool_free(&P);
@@ -380,9 +380,9 @@ MG_TEST(cuda_moe_ops_repeat_bitwise) {
     enum { T = 8192, H = 1024, E = 8, K = 2, N = T * K, OUTS = 8 };
     mg_moe_routing r = layer_routing(T, E, K);
     ct_pool P = ct_pool_of(t, g);
-    float *x = ct_rand_bf16(&P, 360, (size_t)T * H, 1.0f), *w = ct_rand_bf16(&P, 361, E * H, 0.05f);
-    float *dout = ct_rand_bf16(&P, 362, (size_t)T * H, 1.0f);
-    float *dx0 = ct_rand_bf16(&P, 363, (size_t)T * H, 0.5f), *zero = ct_host(&P, E * H * 4);
+    float *x = ct_rand_act(&P, 360, (size_t)T * H, 1.0f), *w = ct_rand_act(&P, 361, E * H, 0.05f);
+    float *dout = ct_rand_act(&P, 362, (size_t)T * H, 1.0f);
+    float *dx0 = ct_rand_act(&P, 363, (size_t)T * H, 0.5f), *zero = ct_host(&P, E * H * 4);
     if (zero) memset(zero, 0, E * H * 4);
     void *d_x = ct_up_act(&P, x, (size_t)T * H), *d_w = ct_up_act(&P, w, E * H);
     void *d_dout = ct_up_act(&P, dout, (size_t)T * H), *d_dx = ct_up_act(&P, dx0, (size_t)T * H);
@@ -457,8 +457,8 @@ MG_TEST(cuda_moe_ops_neither_allocate_nor_synchronise) {
     enum { T = 8192, H = 1024, E = 8, K = 2, F = 512, N = T * K };
     mg_moe_routing r = layer_routing(T, E, K);
     ct_pool P = ct_pool_of(t, g);
-    float *x = ct_rand_bf16(&P, 350, (size_t)T * H, 1.0f), *w = ct_rand_bf16(&P, 351, E * H, 0.05f);
-    float *pre = ct_rand_bf16(&P, 352, (size_t)N * 2 * F, 1.0f);
+    float *x = ct_rand_act(&P, 350, (size_t)T * H, 1.0f), *w = ct_rand_act(&P, 351, E * H, 0.05f);
+    float *pre = ct_rand_act(&P, 352, (size_t)N * 2 * F, 1.0f);
     void *d_x = ct_up_act(&P, x, (size_t)T * H), *d_w = ct_up_act(&P, w, E * H);
     void *d_xp = ct_poison_act(&P, (size_t)N * H), *d_out = ct_poison_act(&P, (size_t)T * H);
     void *d_pre = ct_up_act(&P, pre, (size_t)N * 2 * F), *d_act = ct_poison_act(&P, (size_t)N * F);
@@ -569,8 +569,8 @@ MG_TEST(cuda_moe_regroup_matches_cpu) {
             int rows = p == 0 ? slab : p == 1 ? 0 : slab / 3 + p;
             for (int j = 0; j < El; j++) counts[p * El + j] = rows / El + (j < rows % El);
         }
-        float *src = ct_rand_bf16(&P_, 400 + (uint32_t)c, n, 1.0f);
-        float *fill = ct_rand_bf16(&P_, 410 + (uint32_t)c, n, 1.0f);
+        float *src = ct_rand_act(&P_, 400 + (uint32_t)c, n, 1.0f);
+        float *fill = ct_rand_act(&P_, 410 + (uint32_t)c, n, 1.0f);
         int32_t *d_counts = ct_up_i32(&P_, counts, (size_t)P * El);
         for (int to_slabs = 0; to_slabs < 2; to_slabs++) {
             float *ref = ct_dup(&P_, fill, n);

@@ -19,13 +19,13 @@ MG_TEST(cuda_layernorm_matches_cpu_and_repeats) {
                 size_t n = (size_t)N * H;
                 ct_pool P = ct_pool_of(t, gpu);
                 /* an offset mean, so a missing mean subtraction shows */
-                float *x = ct_rand_bf16(&P, 30, n, 1.5f);
+                float *x = ct_rand_act(&P, 30, n, 1.5f);
                 for (size_t i = 0; i < n; i++) x[i] += 0.75f;
-                ct_round_bf16(x, n);
-                float *w = ct_rand_bf16(&P, 31, H, 0.1f), *bias = ct_rand_bf16(&P, 32, H, 0.1f);
+                ct_round_act(x, n);
+                float *w = ct_rand_act(&P, 31, H, 0.1f), *bias = ct_rand_act(&P, 32, H, 0.1f);
                 for (int j = 0; j < H; j++) w[j] += 1.0f;
-                ct_round_bf16(w, H);
-                float *dout = ct_rand_bf16(&P, 33, n, 1.0f), *dx0 = ct_rand_bf16(&P, 34, n, 0.5f);
+                ct_round_act(w, H);
+                float *dout = ct_rand_act(&P, 33, n, 1.0f), *dx0 = ct_rand_act(&P, 34, n, 0.5f);
                 float *dw0 = ct_uniform_f32(&P, 35, H, -1, 1),
                       *db0 = ct_uniform_f32(&P, 36, H, -1, 1);
                 const float *bb = with_b ? bias : NULL;
@@ -46,7 +46,7 @@ MG_TEST(cuda_layernorm_matches_cpu_and_repeats) {
                 if (P.failed) goto next;
                 MG_EXPECT_OK(gpu->layernorm_forward(gpu, d_out, d_mean, d_rstd, d_x, d_w,
                                                     with_b ? d_b : NULL, N, H, EPS));
-                CT_EXPECT_CLOSE(ct_down_act(&P, d_out, n), ref, n, CT_TOL_BF16,
+                CT_EXPECT_CLOSE(ct_down_act(&P, d_out, n), ref, n, CT_TOL_ACT,
                                 "layernorm_forward out N=%d H=%d bias=%d", N, H, with_b);
                 CT_EXPECT_CLOSE(ct_down_f32(&P, d_mean, N), mean, N, CT_TOL_F32,
                                 "layernorm_forward mean N=%d H=%d", N, H);
@@ -64,7 +64,7 @@ MG_TEST(cuda_layernorm_matches_cpu_and_repeats) {
                     got[run][1] = ct_down_f32(&P, d_dw, H);
                     got[run][2] = ct_down_f32(&P, d_db, H);
                 }
-                CT_EXPECT_CLOSE(got[0][0], ref_dx, n, CT_TOL_BF16,
+                CT_EXPECT_CLOSE(got[0][0], ref_dx, n, CT_TOL_ACT,
                                 "layernorm_backward dx (accumulated) N=%d H=%d", N, H);
                 CT_EXPECT_CLOSE(got[0][1], ref_dw, H, CT_TOL_F32, "layernorm_backward dw N=%d H=%d",
                                 N, H);
@@ -87,10 +87,10 @@ MG_TEST(cuda_rmsnorm_matches_cpu_and_repeats) {
             int N = k_N[a], H = k_H[b];
             size_t n = (size_t)N * H;
             ct_pool P = ct_pool_of(t, gpu);
-            float *x = ct_rand_bf16(&P, 40, n, 1.5f), *w = ct_rand_bf16(&P, 41, H, 0.1f);
+            float *x = ct_rand_act(&P, 40, n, 1.5f), *w = ct_rand_act(&P, 41, H, 0.1f);
             for (int j = 0; j < H; j++) w[j] += 1.0f;
-            ct_round_bf16(w, H);
-            float *dout = ct_rand_bf16(&P, 42, n, 1.0f), *dx0 = ct_rand_bf16(&P, 43, n, 0.5f);
+            ct_round_act(w, H);
+            float *dout = ct_rand_act(&P, 42, n, 1.0f), *dx0 = ct_rand_act(&P, 43, n, 0.5f);
             float *dw0 = ct_uniform_f32(&P, 44, H, -1, 1);
             float *ref = ct_host(&P, n * 4), *rstd = ct_host(&P, N * 4);
             float *ref_dx = ct_dup(&P, dx0, n), *ref_dw = ct_dup(&P, dw0, H);
@@ -104,7 +104,7 @@ MG_TEST(cuda_rmsnorm_matches_cpu_and_repeats) {
             float *d_dw = ct_up_f32(&P, dw0, H);
             if (P.failed) goto next;
             MG_EXPECT_OK(gpu->rmsnorm_forward(gpu, d_out, d_rstd, d_x, d_w, N, H, EPS));
-            CT_EXPECT_CLOSE(ct_down_act(&P, d_out, n), ref, n, CT_TOL_BF16,
+            CT_EXPECT_CLOSE(ct_down_act(&P, d_out, n), ref, n, CT_TOL_ACT,
                             "rmsnorm_forward out N=%d H=%d", N, H);
             CT_EXPECT_CLOSE(ct_down_f32(&P, d_rstd, N), rstd, N, CT_TOL_F32,
                             "rmsnorm_forward rstd N=%d H=%d", N, H);
@@ -117,7 +117,7 @@ MG_TEST(cuda_rmsnorm_matches_cpu_and_repeats) {
                 got[run][0] = ct_down_act(&P, d_dx, n);
                 got[run][1] = ct_down_f32(&P, d_dw, H);
             }
-            CT_EXPECT_CLOSE(got[0][0], ref_dx, n, CT_TOL_BF16,
+            CT_EXPECT_CLOSE(got[0][0], ref_dx, n, CT_TOL_ACT,
                             "rmsnorm_backward dx (accumulated) N=%d H=%d", N, H);
             CT_EXPECT_CLOSE(got[0][1], ref_dw, H, CT_TOL_F32, "rmsnorm_backward dw N=%d H=%d", N,
                             H);
@@ -134,7 +134,7 @@ MG_TEST(cuda_norms_nonfinite_parity) {
     CT_BACKENDS(cpu, gpu);
     enum { N = 6, H = 96 };
     ct_pool P = ct_pool_of(t, gpu);
-    float *x = ct_rand_bf16(&P, 45, N * H, 1.0f), *w = ct_rand_bf16(&P, 46, H, 1.0f);
+    float *x = ct_rand_act(&P, 45, N * H, 1.0f), *w = ct_rand_act(&P, 46, H, 1.0f);
     x[2 * H + 17] = NAN;
     x[4 * H + 5] = INFINITY;
     float *ln = ct_host(&P, N * H * 4), *mean = ct_host(&P, N * 4), *rstd = ct_host(&P, N * 4);

@@ -32,14 +32,14 @@ MG_TEST(cuda_op_sequence_allocates_and_syncs_nothing) {
     int32_t *d_tok = ct_up_i32(&P, tok, N), *d_tgt = ct_up_i32(&P, tgt, N);
     float *d_cs = ct_up_f32(&P, cs, S * HD / 2), *d_sn = ct_up_f32(&P, sn, S * HD / 2);
     float *d_dl = ct_up_f32(&P, dl, N);
-    void *wte = ct_up_act(&P, ct_rand_bf16(&P, 105, V * H, 0.5f), V * H);
-    void *wpe = ct_up_act(&P, ct_rand_bf16(&P, 106, S * H, 0.5f), S * H);
-    void *ln_w = ct_up_act(&P, ct_uniform_bf16(&P, 107, H, 0.9f, 1.1f), H);
-    void *w_qkv = ct_up_act(&P, ct_rand_bf16(&P, 108, QKVW * H, 0.09f), QKVW * H);
-    void *w_proj = ct_up_act(&P, ct_rand_bf16(&P, 109, H * AW, 0.09f), H * AW);
-    void *w_fc = ct_up_act(&P, ct_rand_bf16(&P, 110, 2 * F * H, 0.09f), 2 * F * H);
-    void *w_head = ct_up_act(&P, ct_rand_bf16(&P, 111, V * F, 0.06f), V * F);
-    float *master = ct_up_f32(&P, ct_rand_bf16(&P, 112, V * F, 0.06f), V * F);
+    void *wte = ct_up_act(&P, ct_rand_act(&P, 105, V * H, 0.5f), V * H);
+    void *wpe = ct_up_act(&P, ct_rand_act(&P, 106, S * H, 0.5f), S * H);
+    void *ln_w = ct_up_act(&P, ct_uniform_act(&P, 107, H, 0.9f, 1.1f), H);
+    void *w_qkv = ct_up_act(&P, ct_rand_act(&P, 108, QKVW * H, 0.09f), QKVW * H);
+    void *w_proj = ct_up_act(&P, ct_rand_act(&P, 109, H * AW, 0.09f), H * AW);
+    void *w_fc = ct_up_act(&P, ct_rand_act(&P, 110, 2 * F * H, 0.09f), 2 * F * H);
+    void *w_head = ct_up_act(&P, ct_rand_act(&P, 111, V * F, 0.06f), V * F);
+    float *master = ct_up_f32(&P, ct_rand_act(&P, 112, V * F, 0.06f), V * F);
     float *grads = ct_poison(&P, (size_t)V * F * 4), *m = ct_poison(&P, (size_t)V * F * 4);
     float *v = ct_poison(&P, (size_t)V * F * 4), *g_wte = ct_poison(&P, (size_t)V * H * 4);
     float *g_wpe = ct_poison(&P, (size_t)S * H * 4), *g_ln = ct_poison(&P, H * 4);
@@ -74,11 +74,11 @@ MG_TEST(cuda_op_sequence_allocates_and_syncs_nothing) {
     MG_EXPECT_OK(g->memset_zero(g, g_fc, (size_t)2 * F * H * 4));
     MG_EXPECT_OK(g->memset_zero(g, g_proj, (size_t)H * AW * 4));
     MG_EXPECT_OK(g->memset_zero(g, scal, 8 * 4));
-    MG_EXPECT_OK(g->embedding_forward(g, x, d_tok, wte, wpe, N, S, H, 0, V));
+    MG_EXPECT_OK(g->embedding_forward(g, x, d_tok, wte, wpe, NULL, N, S, H, 0, V));
     MG_EXPECT_OK(g->layernorm_forward(g, xn, mean, rstd, x, ln_w, NULL, N, H, 1e-5f));
     MG_EXPECT_OK(g->linear_forward(g, qkv, xn, w_qkv, NULL, NULL, N, H, QKVW));
-    MG_EXPECT_OK(g->rope_forward(g, qkv, d_cs, d_sn, N, S, NQ, NG, HD));
-    MG_EXPECT_OK(g->attention_forward(g, att, saved, qkv, B, S, NQ, NG, HD, NULL));
+    MG_EXPECT_OK(g->rope_forward(g, qkv, d_cs, d_sn, NULL, N, S, NQ, NG, HD, HD));
+    MG_EXPECT_OK(g->attention_forward(g, att, saved, qkv, B, S, NQ, NG, HD, NULL, NULL));
     MG_EXPECT_OK(g->linear_forward(g, proj, att, w_proj, NULL, NULL, N, AW, H));
     MG_EXPECT_OK(g->add(g, res, x, proj, (size_t)N * H));
     MG_EXPECT_OK(g->linear_forward(g, res, att, w_proj, NULL, x, N, AW, H)); /* fused residual */
@@ -102,14 +102,15 @@ MG_TEST(cuda_op_sequence_allocates_and_syncs_nothing) {
     MG_EXPECT_OK(g->rmsnorm_backward(g, d_res, g_ln, d_resn, res, ln_w, rstd2, N, H));
     MG_EXPECT_OK(g->copy_d2d(g, d_x, d_res, (size_t)N * H * 2));
     MG_EXPECT_OK(g->linear_backward(g, d_att, g_proj, NULL, d_res, att, w_proj, NULL, N, AW, H));
-    MG_EXPECT_OK(g->attention_backward(g, d_qkv, d_att, qkv, att, saved, B, S, NQ, NG, HD, NULL));
-    MG_EXPECT_OK(g->rope_backward(g, d_qkv, d_cs, d_sn, N, S, NQ, NG, HD));
+    MG_EXPECT_OK(
+        g->attention_backward(g, d_qkv, d_att, qkv, att, saved, B, S, NQ, NG, HD, NULL, NULL));
+    MG_EXPECT_OK(g->rope_backward(g, d_qkv, d_cs, d_sn, NULL, N, S, NQ, NG, HD, HD));
     MG_EXPECT_OK(g->linear_backward(g, d_xn, g_qkv, NULL, d_qkv, xn, w_qkv, NULL, N, H, QKVW));
     MG_EXPECT_OK(g->layernorm_backward(g, d_x, g_ln, NULL, d_xn, x, ln_w, mean, rstd, N, H));
-    MG_EXPECT_OK(g->embedding_backward(g, g_wte, g_wpe, d_x, d_tok, N, S, H, 0, V));
+    MG_EXPECT_OK(g->embedding_backward(g, g_wte, g_wpe, d_x, d_tok, NULL, N, S, H, 0, V));
     /* ---- optimizer ---- */
-    MG_EXPECT_OK(g->sumsq_f32(g, scal + 1, grads, (size_t)V * F));
-    MG_EXPECT_OK(g->clip_coef(g, scal + 2, scal + 3, scal + 1, 1.0f));
+    MG_EXPECT_OK(g->sumsq_f32(g, scal + 1, grads, (size_t)V * F, 1.0f));
+    MG_EXPECT_OK(g->clip_coef(g, scal + 2, scal + 3, scal + 1, 1.0f, 1.0f));
     MG_EXPECT_OK(g->adamw(g, w_head, master, grads, m, v, (size_t)V * F, 1e-3f, 0.9f, 0.95f, 1e-8f,
                           0.1f, 0.1f, 0.0975f, scal + 2));
     MG_EXPECT(ct_allocs(g) == a0 && mg_cuda_ctx_of(g)->n_device_frees == f0,

@@ -50,19 +50,30 @@ static const char *gpu_device(void) {
     return ct_as_cpu() ? "cpu" : "cuda";
 }
 
-/* The tiny models: GPT-2 shaped, Llama shaped, and the Llama shape with Mixture-of-Experts
- * layers (Mixtral's routing: softmax top-2 of 4 SwiGLU experts, aux loss and z-loss). */
-typedef enum { TINY_GPT2, TINY_LLAMA, TINY_MOE } tiny_kind;
+/* The tiny models: GPT-2 shaped, Llama shaped, the Llama shape with Mixture-of-Experts layers
+ * (Mixtral's routing: softmax top-2 of 4 SwiGLU experts, aux loss and z-loss), and the Llama
+ * shape with partial RoPE and zero-centred norm weights (--rotary-percent 0.5
+ * --apply-layernorm-1p). */
+typedef enum { TINY_GPT2, TINY_LLAMA, TINY_MOE, TINY_LLAMA_1P } tiny_kind;
 
 static mg_status tiny_config(mg_config *c, const char *device, tiny_kind kind) {
     const char *extra[] = {"--num-layers", "2", "--global-batch-size", "4", "--lr", "3e-3",
                            "--min-lr", "3e-4", "--lr-decay-style", "cosine", "--lr-warmup-iters",
                            "1", "--train-iters", "5", "--seed", "7", "--num-threads", "2",
                            /* TINY_MOE from here */
-                           "--num-experts", "4", "--moe-router-topk", "2",
-                           "--moe-ffn-hidden-size", "48", "--moe-aux-loss-coeff", "1e-2",
-                           "--moe-z-loss-coeff", "1e-3", NULL};
-    if (kind != TINY_MOE) extra[18] = NULL;
+                           "--num-experts", "4", "--moe-router-topk", "2", "--moe-ffn-hidden-size",
+                           "48", "--moe-aux-loss-coeff", "1e-2", "--moe-z-loss-coeff", "1e-3", NULL,
+                           NULL, NULL, NULL};
+    int n = kind == TINY_MOE ? 28 : 18;
+    if (kind == TINY_LLAMA_1P) {
+        extra[18] = "--rotary-percent", extra[19] = "0.5", extra[20] = "--apply-layernorm-1p";
+        n = 21;
+    }
+    /* the fp16 run (MG_TEST_CUDA_DTYPE=fp16): the trainer in fp16 with its dynamic loss scaler, at
+     * a scale these small gradients never overflow (the cpu side runs the same scaler in fp32:
+     * a power-of-two scale changes none of its values) */
+    if (CT_F16) extra[n++] = "--fp16", extra[n++] = "--initial-loss-scale", extra[n++] = "1024";
+    extra[n] = NULL;
     return ct_tiny_config(c, device, kind != TINY_GPT2, extra);
 }
 
@@ -93,7 +104,10 @@ static double rel(double got, double ref) {
 }
 
 static void compare_with_cpu(mg_test_ctx *t, tiny_kind kind) {
-    const char *name = kind == TINY_MOE ? "moe" : kind == TINY_LLAMA ? "llama" : "gpt2";
+    const char *name = kind == TINY_MOE        ? "moe"
+                       : kind == TINY_LLAMA    ? "llama"
+                       : kind == TINY_LLAMA_1P ? "llama rotary 0.5 + layernorm 1p"
+                                               : "gpt2";
     train_result cpu, gpu;
     if (train(t, "cpu", kind, &cpu) || train(t, gpu_device(), kind, &gpu)) goto done;
     for (int s = 0; s < STEPS; s++) {
@@ -136,10 +150,13 @@ MG_TEST(cuda_train_moe_matches_cpu) {
     compare_with_cpu(t, TINY_MOE);
 }
 
+MG_TEST(cuda_train_llama_rotary_percent_layernorm_1p_matches_cpu) {
+    compare_with_cpu(t, TINY_LLAMA_1P);
+}
+
 MG_TEST(cuda_train_is_deterministic) {
     train_result a, b;
-    if (train(t, gpu_device(), TINY_LLAMA, &a) || train(t, gpu_device(), TINY_LLAMA, &b))
-        goto done;
+    if (train(t, gpu_device(), TINY_LLAMA, &a) || train(t, gpu_device(), TINY_LLAMA, &b)) goto done;
     for (int s = 0; s < STEPS; s++)
         MG_EXPECT(!memcmp(&a.loss[s], &b.loss[s], sizeof a.loss[s]) &&
                       !memcmp(&a.norm[s], &b.norm[s], sizeof a.norm[s]),
@@ -174,23 +191,27 @@ static void steady_state(mg_test_ctx *t, tiny_kind kind) {
     size_t free0 = 0, free1 = 0, total = 0;
     MG_EXPECT_OK(g->memory_info(g, &free0, &total));
     uint64_t a0 = x->n_device_allocs, f0 = x->n_device_frees;
-    /* steps 3 and 4: one host sync each (the stats read) */
+    /* steps 3 and 4: one host sync each (the stats read), and one more with a loss scaler (its
+     * overflow check, as Megatron's found_inf.item(): the fp16 run) */
+    const uint64_t scaler = tr->scaler.on ? 1 : 0;
     for (int s = 3; s <= 4; s++) {
         uint64_t s0 = x->n_host_syncs;
         MG_EXPECT_OK(mg_trainer_step(tr, &loss, &norm));
-        MG_EXPECT(x->n_host_syncs - s0 == 1, "step %d (mg_trainer_step) synchronised %llu times", s,
+        MG_EXPECT(x->n_host_syncs - s0 == 1 + scaler,
+                  "step %d (mg_trainer_step) synchronised %llu times", s,
                   (unsigned long long)(x->n_host_syncs - s0));
         MG_EXPECT(isfinite(loss) && isfinite(norm), "step %d: loss %g, grad norm %g", s, loss,
                   norm);
     }
-    /* step 5: none until the stats are read */
+    /* step 5: none until the stats are read (but the scaler's) */
     uint64_t s0 = x->n_host_syncs;
     MG_EXPECT_OK(mg_trainer_step_async(tr));
-    MG_EXPECT(x->n_host_syncs == s0, "step 5 (mg_trainer_step_async) synchronised %llu times",
+    MG_EXPECT(x->n_host_syncs == s0 + scaler,
+              "step 5 (mg_trainer_step_async) synchronised %llu times",
               (unsigned long long)(x->n_host_syncs - s0));
     mg_step_stats st;
     MG_EXPECT_OK(mg_trainer_read_stats(tr, &st, true));
-    MG_EXPECT(x->n_host_syncs == s0 + 1, "reading the stats synchronised %llu times",
+    MG_EXPECT(x->n_host_syncs == s0 + scaler + 1, "reading the stats synchronised %llu times",
               (unsigned long long)(x->n_host_syncs - s0));
     MG_EXPECT(isfinite(st.loss) && st.loss > 0 && isfinite(st.grad_norm) && st.grad_norm > 0 &&
                   st.loss_sum > 4 * st.loss,

@@ -17,6 +17,9 @@
 #     one-rank run's lm losses, load_balancing_loss and z_loss.
 #   - dropout (0.1) under TP 2 with SP and under D 2 with the distributed optimizer logs the
 #     one-rank run's losses, which differ from the dropout-free run's.
+#   - packed documents (--reset-position-ids --reset-attention-mask) under TP 2 with SP, PP 2 and
+#     PP 2 x V 2, learned positions and RoPE, log the one-rank run's losses (not the flag-free
+#     run's).
 # Prints PASS/FAIL lines and "N passed, N failed"; skipped (with a line) without MPI.
 #   tests/dist/test_train.sh [BUILD]
 set -u
@@ -102,8 +105,8 @@ expect_killed "train killed rank np=4" 3 all_reduce dp "${MODEL[@]}"
 # straight 2-rank run (to the log's precision: the two halves reduce in different orders).
 DIST=(--use-distributed-optimizer --overlap-grad-reduce --ddp-bucket-size 5000 --lr-decay-iters 4)
 straight=$(timeout 60 "${MPIRUN[@]}" -np 2 "$BIN" train "${MODEL[@]}" "${DIST[@]}" --train-iters 4 2>&1); rc1=$?
-first=$(timeout 60 "${MPIRUN[@]}" -np 4 "$BIN" train "${MODEL[@]}" "${DIST[@]}" --train-iters 2 \
-    --save "$TMP/ckpt" 2>&1); rc2=$?
+first=$(timeout 60 "${MPIRUN[@]}" -np 4 "$BIN" train "${MODEL[@]}" "${DIST[@]}" --train-iters 4 \
+    --exit-interval 2 --save "$TMP/ckpt" 2>&1); rc2=$?
 second=$(timeout 60 "${MPIRUN[@]}" -np 2 "$BIN" train "${MODEL[@]}" "${DIST[@]}" --train-iters 4 \
     --load "$TMP/ckpt" 2>&1); rc3=$?
 shards=$(ls "$TMP/ckpt/iter_0000002" 2>/dev/null | grep -c '^rank-0000[0-3].safetensors$')
@@ -197,7 +200,7 @@ expect_killed "train killed pipeline rank np=4, messages in order" 2 batch_p2p p
 CK=(--lr-decay-iters 4 --train-iters 4)
 straight=$(timeout 60 "${MPIRUN[@]}" -np 2 "$BIN" train "${PPM[@]}" "${CK[@]}" --pipeline-model-parallel-size 2 2>&1)
 first=$(timeout 60 "${MPIRUN[@]}" -np 2 "$BIN" train "${PPM[@]}" "${CK[@]}" --pipeline-model-parallel-size 2 \
-    --train-iters 2 --save "$TMP/ppck" 2>&1); rc=$?
+    --exit-interval 2 --save "$TMP/ppck" 2>&1); rc=$?
 files=$(ls "$TMP/ppck/iter_0000002" 2>/dev/null | tr '\n' ' ')
 if [ "$rc" -ne 0 ] || [ "$files" != "index.json rank-00000.safetensors rank-00001.safetensors state.json " ]; then
     fail "train pp2 save (exit status $rc, files: $files)" "$(tail -n 5 <<<"$first")"
@@ -395,6 +398,54 @@ for layout in "2:--tensor-model-parallel-size 2 --sequence-parallel" "2:--use-di
         fail "$name (the losses are the dropout-free run's: no dropout applied)" "$(losses "$out" | tr '\n' ' ')"
     else
         pass "$name: losses $(losses "$out" | tr '\n' ' ')match one rank's (without dropout: $(losses "$plain" | tr '\n' ' '))"
+    fi
+done
+# packed documents (--reset-position-ids --reset-attention-mask, train/trainer_docs.h; the mock
+# documents end with vocab-size - 1): TP 2 with SP, PP 2 (the second stage reads the ids for its
+# masks) and PP 2 x V 2 log the one-rank run's losses, for learned positions and for RoPE, and
+# those are not the flag-free run's
+for pe in learned_absolute rope; do
+    DOC=("${MODEL[@]}" --num-layers 4 --make-vocab-size-divisible-by 64 --train-iters 4
+        --position-embedding-type "$pe" --reset-position-ids --reset-attention-mask)
+    base=$(timeout 60 "$BIN" train "${DOC[@]}" 2>&1); rc0=$?
+    plain=$(timeout 60 "$BIN" train "${DOC[@]/--reset-*/--seed=1234}" 2>&1)
+    for layout in "2:--tensor-model-parallel-size 2 --sequence-parallel" \
+        "2:--pipeline-model-parallel-size 2" \
+        "2:--pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1"; do
+        np=${layout%%:*}; read -r -a extra <<<"${layout#*:}"
+        out=$(timeout 60 "${MPIRUN[@]}" -np "$np" "$BIN" train "${DOC[@]}" "${extra[@]}" 2>&1); rc=$?
+        name="train packed documents $pe np=$np ${layout#*:}"
+        if [ "$rc0" -ne 0 ] || [ "$rc" -ne 0 ]; then
+            fail "$name (exit status one rank $rc0, $np ranks $rc)" "$(tail -n 5 <<<"$base")" "$(tail -n 5 <<<"$out")"
+        elif ! paste <(losses "$base") <(losses "$out") | awk 'NF != 2 || ($1 - $2) > 1e-5 * $1 || ($2 - $1) > 1e-5 * $1 { bad = 1 } END { exit bad || NR != 4 }'; then
+            fail "$name (losses differ from one rank's)" "one rank: $(losses "$base" | tr '\n' ' ')" "$np ranks: $(losses "$out" | tr '\n' ' ')"
+        elif paste <(losses "$plain") <(losses "$out") | awk '($1 - $2) > 1e-4 * $1 || ($2 - $1) > 1e-4 * $1 { differ = 1 } END { exit differ }'; then
+            fail "$name (the losses are the flag-free run's: no documents)" "$(losses "$out" | tr '\n' ' ')"
+        else
+            pass "$name: losses $(losses "$out" | tr '\n' ' ')match one rank's (without the flags: $(losses "$plain" | tr '\n' ' '))"
+        fi
+    done
+done
+# --fp16's loss scaler (train/grad_scaler.h) with overflows in iterations 2..3 (MG_FAULT_OVERFLOW):
+# TP 2 x DP 2 with the distributed optimizer and PP 2 skip the same steps as one rank and log its
+# losses and loss scales (every rank decides from the same all-reduced gradient norm)
+FP16=("${MODEL[@]}" --make-vocab-size-divisible-by 64 --train-iters 6 --fp16 --initial-loss-scale 65536 --loss-scale-window 2)
+scal() { grep -oE '(loss scale|skipped iterations): +[0-9.E+-]+' <<<"$1" | awk '{print $NF}'; }
+base=$(MG_FAULT_OVERFLOW=2:3 timeout 60 "$BIN" train "${FP16[@]}" 2>&1); rc0=$?
+for layout in "4:--tensor-model-parallel-size 2 --use-distributed-optimizer" \
+    "2:--pipeline-model-parallel-size 2"; do
+    np=${layout%%:*}; read -r -a extra <<<"${layout#*:}"
+    out=$(MG_FAULT_OVERFLOW=2:3 timeout 60 "${MPIRUN[@]}" -x MG_FAULT_OVERFLOW -np "$np" "$BIN" train "${FP16[@]}" "${extra[@]}" 2>&1); rc=$?
+    name="train fp16 loss scaler np=$np ${layout#*:}"
+    if [ "$rc0" -ne 0 ] || [ "$rc" -ne 0 ]; then
+        fail "$name (exit status one rank $rc0, $np ranks $rc)" "$(tail -n 5 <<<"$base")" "$(tail -n 5 <<<"$out")"
+    elif [ "$(scal "$base" | paste -sd' ')" != "$(scal "$out" | paste -sd' ')" ] ||
+        [ "$(grep -oE 'skipped iterations: +[0-9]+' <<<"$out" | awk '{s += $NF} END {print s}')" != 2 ]; then
+        fail "$name (scales or skips differ from one rank's)" "one rank: $(scal "$base" | paste -sd' ')" "$np ranks: $(scal "$out" | paste -sd' ')"
+    elif ! paste <(losses "$base") <(losses "$out") | awk 'NF != 2 || ($1 - $2) > 1e-5 * $1 || ($2 - $1) > 1e-5 * $1 { bad = 1 } END { exit bad || NR != 6 }'; then
+        fail "$name (losses differ from one rank's)" "one rank: $(losses "$base" | tr '\n' ' ')" "$np ranks: $(losses "$out" | tr '\n' ' ')"
+    else
+        pass "$name: 2 skipped steps, losses and scales match one rank's"
     fi
 done
 finish

@@ -37,7 +37,7 @@ static double rope_obj(void *c_) {
     rope_ctx *c = c_;
     size_t n = (size_t)c->N * mg_test_qkv_width(ANQ, ANG, AHD);
     memcpy(c->work, c->qkv, n * sizeof(float));
-    c->be->rope_forward(c->be, c->work, c->cs, c->sn, c->N, c->S, ANQ, ANG, AHD);
+    c->be->rope_forward(c->be, c->work, c->cs, c->sn, NULL, c->N, c->S, ANQ, ANG, AHD, AHD);
     return t_dotd(c->work, c->R, n);
 }
 
@@ -72,16 +72,17 @@ MG_TEST(cpu_rope_forward_inverse_and_grad) {
     MG_EXPECT(v_changed == 0, "%d value entries changed", v_changed);
     /* backward(forward(x)) = x: the rotation is orthogonal */
     float *back = t_dup(c.work, n);
-    MG_EXPECT_OK(be->rope_backward(be, back, c.cs, c.sn, N, AS, ANQ, ANG, AHD));
+    MG_EXPECT_OK(be->rope_backward(be, back, c.cs, c.sn, NULL, N, AS, ANQ, ANG, AHD, AHD));
     double e_inv = mg_test_rel_err(back, c.qkv, n);
     MG_EXPECT(e_inv < 1e-6, "rope backward(forward(x)) differs from x: %g", e_inv);
     /* gradient: backward(R), value part passes through unchanged */
     float *g = t_dup(c.R, n);
-    MG_EXPECT_OK(be->rope_backward(be, g, c.cs, c.sn, N, AS, ANQ, ANG, AHD));
+    MG_EXPECT_OK(be->rope_backward(be, g, c.cs, c.sn, NULL, N, AS, ANQ, ANG, AHD, AHD));
     double e = t_fd_err(c.qkv, n, g, rope_obj, &c);
     MG_EXPECT(e < T_FD_TOL, "fd err %g", e);
     MG_EXPECT(g[(r + 1) * AHD + 2] == c.R[(r + 1) * AHD + 2], "value gradient changed");
-    MG_EXPECT(be->rope_forward(be, c.work, c.cs, c.sn, N, AS, 4, 3, AHD) == MG_ERR_INTERNAL,
+    MG_EXPECT(be->rope_forward(be, c.work, c.cs, c.sn, NULL, N, AS, 4, 3, AHD, AHD) ==
+                  MG_ERR_INTERNAL,
               "nq %% ng != 0 accepted");
     free(c.qkv), free(c.work), free(c.cs), free(c.sn), free(c.R), free(back), free(g);
     be->destroy(be);
@@ -99,7 +100,7 @@ MG_TEST(cpu_attention_forward_matches_naive) {
         MG_EXPECT(sb == (size_t)AB * nq * AS * AS * sizeof(float), "saved bytes %zu", sb);
         float *qkv = t_rnd(50 + c, n, 1.5f), *out = t_zeros(no), *ref = t_zeros(no);
         float *saved = t_zeros(sb / sizeof(float));
-        MG_EXPECT_OK(be->attention_forward(be, out, saved, qkv, AB, AS, nq, ng, AHD, NULL));
+        MG_EXPECT_OK(be->attention_forward(be, out, saved, qkv, AB, AS, nq, ng, AHD, NULL, NULL));
         mg_test_attention_naive(ref, qkv, AB, AS, nq, ng, AHD, NULL);
         double e = mg_test_rel_err(out, ref, no);
         MG_EXPECT(e < 1e-6, "nq %d ng %d: rel err %g", nq, ng, e);
@@ -127,7 +128,8 @@ typedef struct {
 
 static double att_obj(void *c_) {
     att_ctx *c = c_;
-    c->be->attention_forward(c->be, c->out, c->saved, c->qkv, AB, AS, c->nq, c->ng, AHD, NULL);
+    c->be->attention_forward(c->be, c->out, c->saved, c->qkv, AB, AS, c->nq, c->ng, AHD, NULL,
+                             NULL);
     return t_dotd(c->out, c->R, (size_t)AB * AS * c->nq * AHD);
 }
 
@@ -148,7 +150,7 @@ MG_TEST(cpu_attention_grad) {
         att_obj(&c);
         float *dqkv = t_rnd(64, n, 1); /* garbage: dqkv is overwritten */
         MG_EXPECT_OK(be->attention_backward(be, dqkv, c.R, c.qkv, c.out, c.saved, AB, AS, nq, ng,
-                                            AHD, NULL));
+                                            AHD, NULL, NULL));
         double e = t_fd_err(c.qkv, n, dqkv, att_obj, &c);
         MG_EXPECT(e < T_FD_TOL, "nq %d ng %d: fd err %g", nq, ng, e);
         free(c.qkv), free(c.out), free(c.saved), free(c.R), free(dqkv);
@@ -168,7 +170,7 @@ typedef struct {
 
 static double att_long_obj(void *c_) {
     att_long_ctx *c = c_;
-    c->be->attention_forward(c->be, c->out, c->saved, c->qkv, c->B, c->S, c->nq, c->ng, c->hd,
+    c->be->attention_forward(c->be, c->out, c->saved, c->qkv, c->B, c->S, c->nq, c->ng, c->hd, NULL,
                              NULL);
     return t_dotd(c->out, c->R, (size_t)c->B * c->S * c->nq * c->hd);
 }
@@ -182,7 +184,7 @@ MG_TEST(cpu_attention_long_sequences_blocks) {
         size_t n = (size_t)B * S * mg_test_qkv_width(nq, ng, hd), no = (size_t)B * S * nq * hd;
         float *qkv = t_rnd(80 + k, n, 1.5f), *out = t_zeros(no), *ref = t_zeros(no);
         float *saved = t_zeros(be->attention_saved_bytes(be, B, S, nq, hd) / sizeof(float));
-        MG_EXPECT_OK(be->attention_forward(be, out, saved, qkv, B, S, nq, ng, hd, NULL));
+        MG_EXPECT_OK(be->attention_forward(be, out, saved, qkv, B, S, nq, ng, hd, NULL, NULL));
         mg_test_attention_naive(ref, qkv, B, S, nq, ng, hd, NULL);
         double e = mg_test_rel_err(out, ref, no);
         MG_EXPECT(e < 1e-6, "S %d: forward rel err %g", S, e);
@@ -204,8 +206,8 @@ MG_TEST(cpu_attention_long_sequences_blocks) {
                           hd};
         att_long_obj(&c);
         float *dqkv = t_rnd(86, n, 1); /* garbage: dqkv is overwritten */
-        MG_EXPECT_OK(
-            be->attention_backward(be, dqkv, c.R, c.qkv, c.out, c.saved, B, S, nq, ng, hd, NULL));
+        MG_EXPECT_OK(be->attention_backward(be, dqkv, c.R, c.qkv, c.out, c.saved, B, S, nq, ng, hd,
+                                            NULL, NULL));
         double e = t_fd_err(c.qkv, n, dqkv, att_long_obj, &c);
         MG_EXPECT(e < T_FD_TOL, "S %d: fd err %g", S, e);
         free(c.qkv), free(c.out), free(c.saved), free(c.R), free(dqkv);
@@ -223,9 +225,9 @@ MG_TEST(cpu_attention_long_sequences_blocks) {
         MG_EXPECT_OK(mg_backend_cpu_create(&b2, v == 0 ? 1 : 3));
         if (!b2) continue;
         float *saved = t_zeros(b2->attention_saved_bytes(b2, B, S, nq, hd) / sizeof(float));
-        MG_EXPECT_OK(b2->attention_forward(b2, res[v], saved, qkv, B, S, nq, ng, hd, NULL));
+        MG_EXPECT_OK(b2->attention_forward(b2, res[v], saved, qkv, B, S, nq, ng, hd, NULL, NULL));
         MG_EXPECT_OK(b2->attention_backward(b2, res[v] + no, dout, qkv, res[v], saved, B, S, nq, ng,
-                                            hd, NULL));
+                                            hd, NULL, NULL));
         free(saved);
         b2->destroy(b2);
     }

@@ -50,6 +50,18 @@ MG_TEST(cpu_backend_validate_names_missing_ops) {
     be->destroy(be);
 }
 
+/* The CUDA backend computes in bf16 or fp16: another dtype is refused before any device is
+ * looked at, in every build (with or without the CUDA backend, with or without a GPU). */
+MG_TEST(cuda_backend_create_refuses_other_dtypes) {
+    const mg_dtype bad[] = {MG_F32, MG_I32, MG_I64};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        mg_backend *be = (mg_backend *)&be;
+        MG_EXPECT_ERROR(mg_backend_cuda_create_dtype(&be, 0, bad[i]), MG_ERR_USAGE,
+                        "computes in bf16 or fp16, not");
+        MG_EXPECT(be == NULL, "out not cleared on failure (%s)", mg_dtype_name(bad[i]));
+    }
+}
+
 /* ---------------------------------------------------------------- embedding */
 
 typedef struct {
@@ -61,7 +73,8 @@ typedef struct {
 
 static double emb_obj(void *c_) {
     emb_ctx *c = c_;
-    c->be->embedding_forward(c->be, c->out, c->tok, c->wte, c->wpe, c->N, c->S, c->H, 0, c->V);
+    c->be->embedding_forward(c->be, c->out, c->tok, c->wte, c->wpe, NULL, c->N, c->S, c->H, 0,
+                             c->V);
     return t_dotd(c->out, c->R, (size_t)c->N * c->H);
 }
 
@@ -88,12 +101,12 @@ MG_TEST(cpu_embedding_forward_and_grad) {
             maxd = fmax(maxd,
                         fabs(c.out[i * H + j] - (c.wte[tok[i] * H + j] + c.wpe[(i % S) * H + j])));
     MG_EXPECT(maxd == 0, "forward differs from wte[tok] + wpe[pos] by %g", maxd);
-    MG_EXPECT_OK(be->embedding_backward(be, dwte, dwpe, c.R, tok, N, S, H, 0, V));
+    MG_EXPECT_OK(be->embedding_backward(be, dwte, dwpe, c.R, tok, NULL, N, S, H, 0, V));
     double e1 = t_fd_err(c.wte, V * H, dwte, emb_obj, &c),
            e2 = t_fd_err(c.wpe, P * H, dwpe, emb_obj, &c);
     MG_EXPECT(e1 < T_FD_TOL && e2 < T_FD_TOL, "fd err dwte %g dwpe %g", e1, e2);
     /* without position embedding */
-    MG_EXPECT_OK(be->embedding_forward(be, c.out, tok, c.wte, NULL, N, S, H, 0, V));
+    MG_EXPECT_OK(be->embedding_forward(be, c.out, tok, c.wte, NULL, NULL, N, S, H, 0, V));
     MG_EXPECT(c.out[5 * H + 3] == c.wte[4 * H + 3], "wpe = NULL forward");
     free(c.out), free(c.wte), free(c.wpe), free(c.R), free(dwte), free(dwpe);
     be->destroy(be);
@@ -112,8 +125,8 @@ MG_TEST(cpu_embedding_vocab_ranges_match_full) {
     float *wte = t_rnd(50, V * H, 1), *wpe = t_rnd(51, S * H, 1), *dout = t_rnd(52, N * H, 1);
     float *dwte0 = t_rnd(53, V * H, 1), *dwpe0 = t_rnd(54, S * H, 1); /* accumulated into */
     float *full = t_zeros(N * H), *dwte = t_dup(dwte0, V * H), *dwpe = t_dup(dwpe0, S * H);
-    MG_EXPECT_OK(be->embedding_forward(be, full, tok, wte, wpe, N, S, H, 0, V));
-    MG_EXPECT_OK(be->embedding_backward(be, dwte, dwpe, dout, tok, N, S, H, 0, V));
+    MG_EXPECT_OK(be->embedding_forward(be, full, tok, wte, wpe, NULL, N, S, H, 0, V));
+    MG_EXPECT_OK(be->embedding_backward(be, dwte, dwpe, dout, tok, NULL, N, S, H, 0, V));
     const int splits[][4] = {{0, 6, V, -1}, {0, 4, 9, V}}; /* range starts, then V */
     for (int sp = 0; sp < 2; sp++) {
         int nr = splits[sp][3] < 0 ? 2 : 3, wpe_rank = nr - 1;
@@ -121,8 +134,8 @@ MG_TEST(cpu_embedding_vocab_ranges_match_full) {
         for (int r = 0; r < nr; r++) {
             int v0 = splits[sp][r], Vl = splits[sp][r + 1] - v0;
             const float *pe = r == wpe_rank ? wpe : NULL;
-            MG_EXPECT_OK(
-                be->embedding_forward(be, out, tok, wte + (size_t)v0 * H, pe, N, S, H, v0, Vl));
+            MG_EXPECT_OK(be->embedding_forward(be, out, tok, wte + (size_t)v0 * H, pe, NULL, N, S,
+                                               H, v0, Vl));
             for (int i = 0; i < N * H; i++) sum[i] += out[i];
             int nz = 0; /* without wpe, a token of another range gives an exact zero row */
             for (int i = 0; i < N && !pe; i++)
@@ -134,7 +147,7 @@ MG_TEST(cpu_embedding_vocab_ranges_match_full) {
             float *g = t_rnd(55, (size_t)(Vl + 2) * H, 1), *guard = t_dup(g, (size_t)(Vl + 2) * H);
             memcpy(g + H, dwte0 + (size_t)v0 * H, sizeof(float) * Vl * H);
             float *gp = pe ? t_dup(dwpe0, S * H) : NULL;
-            MG_EXPECT_OK(be->embedding_backward(be, g + H, gp, dout, tok, N, S, H, v0, Vl));
+            MG_EXPECT_OK(be->embedding_backward(be, g + H, gp, dout, tok, NULL, N, S, H, v0, Vl));
             MG_EXPECT(!memcmp(g + H, dwte + (size_t)v0 * H, sizeof(float) * Vl * H),
                       "split %d range %d [%d, %d): dwte differs from the full backward's rows", sp,
                       r, v0, v0 + Vl);

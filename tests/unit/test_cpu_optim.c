@@ -24,7 +24,7 @@ MG_TEST(cpu_add_sum_sumsq_clip) {
     float acc = 2.5f, accw = -1, accsq = 3;
     MG_EXPECT_OK(be->sum_f32(be, &acc, x, NULL, n, 0.25f));
     MG_EXPECT_OK(be->sum_f32(be, &accw, x, w, n, 1.0f / 3));
-    MG_EXPECT_OK(be->sumsq_f32(be, &accsq, x, n));
+    MG_EXPECT_OK(be->sumsq_f32(be, &accsq, x, n, 1.0f));
     /* double accumulation: only the final fp32 rounding remains */
     MG_EXPECT(fabs(acc - (2.5 + 0.25 * s)) <= 1e-6 * fabs(2.5 + 0.25 * s), "sum %g vs %g", acc,
               2.5 + 0.25 * s);
@@ -32,13 +32,29 @@ MG_TEST(cpu_add_sum_sumsq_clip) {
               "weighted sum %g vs %g", accw, -1 + sw / 3);
     MG_EXPECT(fabs(accsq - (3 + ss)) <= 1e-6 * (3 + ss), "sumsq %g vs %g", accsq, 3 + ss);
     float coef, norm, sq = 25;
-    MG_EXPECT_OK(be->clip_coef(be, &coef, &norm, &sq, 1.0f));
+    MG_EXPECT_OK(be->clip_coef(be, &coef, &norm, &sq, 1.0f, 1.0f));
     MG_EXPECT(norm == 5 && fabs(coef - 1 / (5 + 1e-6)) < 1e-7, "clip 1: norm %g coef %g", norm,
               coef);
-    MG_EXPECT_OK(be->clip_coef(be, &coef, &norm, &sq, 10.0f));
+    MG_EXPECT_OK(be->clip_coef(be, &coef, &norm, &sq, 10.0f, 1.0f));
     MG_EXPECT(coef == 1, "clip above the norm: coef %g", coef);
-    MG_EXPECT_OK(be->clip_coef(be, &coef, &norm, &sq, 0.0f));
+    MG_EXPECT_OK(be->clip_coef(be, &coef, &norm, &sq, 0.0f, 1.0f));
     MG_EXPECT(coef == 1, "clip disabled: coef %g", coef);
+    /* gradients held x 1024 (a loss scale): sumsq_f32 scaled by 2^-20 gives the unscaled sum of
+     * squares even where the scaled one passes fp32's range (in double); the coefficient carries
+     * the unscaling; an overflow marks the step skipped (NaN) */
+    float big[2] = {3e18f * 1024, 4e18f * 1024}, sq_scaled = 0; /* squares beyond fp32's range */
+    MG_EXPECT_OK(be->sumsq_f32(be, &sq_scaled, big, 2, 1.0 / (1024.0 * 1024.0)));
+    MG_EXPECT(fabs(sq_scaled - 25e36) <= 1e-6 * 25e36, "unscaled squares %g, want 2.5e37",
+              sq_scaled);
+    sq_scaled = 25.0f;
+    MG_EXPECT_OK(be->clip_coef(be, &coef, &norm, &sq_scaled, 1.0f, 1.0f / 1024));
+    MG_EXPECT(norm == 5 && fabs(coef * 1024 - 1 / (5 + 1e-6)) < 1e-7, "scaled: norm %g coef %g",
+              norm, coef);
+    MG_EXPECT_OK(be->clip_coef(be, &coef, &norm, &sq_scaled, 10.0f, 1.0f / 1024));
+    MG_EXPECT(coef == 1.0f / 1024, "scaled, clip above the norm: coef %g", coef);
+    float sq_inf = INFINITY;
+    MG_EXPECT_OK(be->clip_coef(be, &coef, &norm, &sq_inf, 1.0f, 1.0f));
+    MG_EXPECT(isinf(norm) && isnan(coef), "overflow: norm %g coef %g", norm, coef);
     free(x), free(w), free(o);
     be->destroy(be);
 }
@@ -79,6 +95,28 @@ MG_TEST(cpu_adamw_two_steps_match_formula) {
               "master path differs from the in-place path");
     free(p0), free(g1), free(g2), free(pa), free(ma), free(va), free(pb), free(mast), free(mb),
         free(vb);
+    be->destroy(be);
+}
+
+/* The loss scaler's skipped step: a NaN coefficient (clip_coef's overflow mark) writes
+ * nothing, with or without a master. */
+MG_TEST(cpu_adamw_skips_on_overflow_mark) {
+    mg_backend *be = t_cpu(t);
+    if (!be) return;
+    enum { n = 7 };
+    const float nan_coef = NAN;
+    float *p = t_rnd(93, n, 1), *g = t_rnd(94, n, 1), *m = t_rnd(95, n, 1), *v = t_rnd(96, n, 1);
+    float *mast = t_rnd(97, n, 1);
+    float *p0 = t_dup(p, n), *m0 = t_dup(m, n), *v0 = t_dup(v, n), *mast0 = t_dup(mast, n);
+    for (int i = 0; i < n; i++) v[i] = v0[i] = fabsf(v[i]);
+    MG_EXPECT_OK(be->adamw(be, p, NULL, g, m, v, n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.1f, 0.05f,
+                           &nan_coef));
+    MG_EXPECT_OK(be->adamw(be, p, mast, g, m, v, n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.1f, 0.05f,
+                           &nan_coef));
+    MG_EXPECT(!memcmp(p, p0, sizeof(float) * n) && !memcmp(m, m0, sizeof(float) * n) &&
+                  !memcmp(v, v0, sizeof(float) * n) && !memcmp(mast, mast0, sizeof(float) * n),
+              "a skipped step changed the parameters or the moments");
+    free(p), free(g), free(m), free(v), free(mast), free(p0), free(m0), free(v0), free(mast0);
     be->destroy(be);
 }
 
@@ -132,9 +170,9 @@ MG_TEST(cpu_backward_accumulates) {
     /* embedding: dwte, dwpe doubled */
     int32_t tok[N] = {1, 3, 1, 0, 2};
     float *e1 = t_zeros(V * H), *e2 = t_zeros(V * H), *p1 = t_zeros(N * H), *p2 = t_zeros(N * H);
-    MG_EXPECT_OK(be->embedding_backward(be, e1, p1, dout, tok, N, N, H, 0, V));
+    MG_EXPECT_OK(be->embedding_backward(be, e1, p1, dout, tok, NULL, N, N, H, 0, V));
     for (int k = 0; k < 2; k++)
-        MG_EXPECT_OK(be->embedding_backward(be, e2, p2, dout, tok, N, N, H, 0, V));
+        MG_EXPECT_OK(be->embedding_backward(be, e2, p2, dout, tok, NULL, N, N, H, 0, V));
     MG_EXPECT(doubled(e2, e1, V * H) && doubled(p2, p1, N * H), "embedding grads not doubled");
     free(x), free(w), free(b), free(dout), free(out), free(lw), free(ldout), free(di1), free(di2),
         free(dw1), free(dw2), free(e1), free(e2), free(p1), free(p2);
@@ -169,7 +207,7 @@ static void run_parallel_ops(mg_test_ctx *t, mg_backend *be, float *res) {
     MG_EXPECT_OK(be->layernorm_backward(be, r, r + TN * TH, r + TN * TH + TH, dout, x, w, mean,
                                         rstd, TN, TH));
     r += TN * TH + 2 * TH;
-    MG_EXPECT_OK(be->embedding_backward(be, r, NULL, dout, tok, TN, TS, TH, 0, TV));
+    MG_EXPECT_OK(be->embedding_backward(be, r, NULL, dout, tok, NULL, TN, TS, TH, 0, TV));
     r += TV * TH;
     MG_EXPECT_OK(be->linear_backward(be, out, r, r + TOC * TH, ldout, x, lw, NULL, TN, TH, TOC));
     r += TOC * TH + TOC;
@@ -177,15 +215,15 @@ static void run_parallel_ops(mg_test_ctx *t, mg_backend *be, float *res) {
     r += TN * TH;
     MG_EXPECT_OK(be->linear_forward(be, r, x, lw, b, ldout, TN, TH, TOC));
     r += TN * TOC;
-    MG_EXPECT_OK(be->attention_forward(be, aout, saved, qkv, TB, TS, TNQ, TNG, THD, NULL));
+    MG_EXPECT_OK(be->attention_forward(be, aout, saved, qkv, TB, TS, TNQ, TNG, THD, NULL, NULL));
     MG_EXPECT_OK(
-        be->attention_backward(be, r, aout, qkv, aout, saved, TB, TS, TNQ, TNG, THD, NULL));
+        be->attention_backward(be, r, aout, qkv, aout, saved, TB, TS, TNQ, TNG, THD, NULL, NULL));
     r += TB * TS * TC;
     MG_EXPECT_OK(be->cross_entropy_fused(be, logits, r + TN * TV, tok, dloss, TN, TV));
     memcpy(r, logits, sizeof(float) * TN * TV);
     r += TN * TV + TN;
     MG_EXPECT_OK(be->sum_f32(be, r, logits, NULL, (size_t)TN * TV, 1.0f));
-    MG_EXPECT_OK(be->sumsq_f32(be, r + 1, x, (size_t)TN * TH));
+    MG_EXPECT_OK(be->sumsq_f32(be, r + 1, x, (size_t)TN * TH, 1.0f));
     r += 2;
     /* vocab-parallel cross-entropy on one range: rowmax, sums, losses, gradient */
     float *vl = t_rnd(119, (size_t)TN * TVL, 3);

@@ -209,8 +209,8 @@ typedef struct {
 
 static double att_obj(void *c_) {
     att_ctx *c = c_;
-    c->be->attention_forward(c->be, c->out, c->saved, c->qkv, c->B, c->S, c->nq, c->ng, c->hd,
-                             c->d);
+    c->be->attention_forward(c->be, c->out, c->saved, c->qkv, c->B, c->S, c->nq, c->ng, c->hd, c->d,
+                             NULL);
     return t_dotd(c->out, c->R, (size_t)c->B * c->S * c->nq * c->hd);
 }
 
@@ -228,7 +228,7 @@ MG_TEST(cpu_attention_dropout_matches_naive_and_grad) {
         size_t sb = be->attention_saved_bytes(be, B, S, nq, hd);
         float *qkv = t_rnd(300 + c, n, 1.5f), *out = t_zeros(no), *ref = t_zeros(no);
         float *saved = t_zeros(sb / sizeof(float)), *plain = t_zeros(no);
-        MG_EXPECT_OK(be->attention_forward(be, out, saved, qkv, B, S, nq, ng, hd, &d));
+        MG_EXPECT_OK(be->attention_forward(be, out, saved, qkv, B, S, nq, ng, hd, &d, NULL));
         mg_test_attention_naive(ref, qkv, B, S, nq, ng, hd, &d);
         double e = mg_test_rel_err(out, ref, no);
         MG_EXPECT(e < 1e-6, "B %d S %d nq %d ng %d: forward rel err %g", B, S, nq, ng, e);
@@ -240,7 +240,7 @@ MG_TEST(cpu_attention_dropout_matches_naive_and_grad) {
             worst = fmax(worst, fabs(s - 1));
         }
         MG_EXPECT(worst < 1e-5, "saved probabilities off by %g", worst);
-        MG_EXPECT_OK(be->attention_forward(be, plain, saved, qkv, B, S, nq, ng, hd, NULL));
+        MG_EXPECT_OK(be->attention_forward(be, plain, saved, qkv, B, S, nq, ng, hd, NULL, NULL));
         MG_EXPECT(mg_test_rel_err(out, plain, no) > 1e-2, "S %d: dropout changed nothing", S);
         free(qkv), free(out), free(ref), free(saved), free(plain);
     }
@@ -263,8 +263,8 @@ MG_TEST(cpu_attention_dropout_matches_naive_and_grad) {
                      &d};
         att_obj(&x);
         float *dqkv = t_rnd(314, n, 1); /* garbage: overwritten */
-        MG_EXPECT_OK(
-            be->attention_backward(be, dqkv, x.R, x.qkv, x.out, x.saved, B, S, nq, ng, hd, &d));
+        MG_EXPECT_OK(be->attention_backward(be, dqkv, x.R, x.qkv, x.out, x.saved, B, S, nq, ng, hd,
+                                            &d, NULL));
         double e = t_fd_err(x.qkv, n, dqkv, att_obj, &x);
         MG_EXPECT(e < T_FD_TOL, "S %d nq %d ng %d: fd err %g", S, nq, ng, e);
         free(x.qkv), free(x.out), free(x.saved), free(x.R), free(dqkv);
@@ -282,9 +282,9 @@ MG_TEST(cpu_attention_dropout_matches_naive_and_grad) {
         MG_EXPECT_OK(mg_backend_cpu_create(&b2, v == 0 ? 1 : 3));
         if (!b2) continue;
         float *saved = t_zeros(b2->attention_saved_bytes(b2, B, S, nq, hd) / sizeof(float));
-        MG_EXPECT_OK(b2->attention_forward(b2, res[v], saved, qkv, B, S, nq, ng, hd, &d));
+        MG_EXPECT_OK(b2->attention_forward(b2, res[v], saved, qkv, B, S, nq, ng, hd, &d, NULL));
         MG_EXPECT_OK(b2->attention_backward(b2, res[v] + no, dout, qkv, res[v], saved, B, S, nq, ng,
-                                            hd, &d));
+                                            hd, &d, NULL));
         free(saved);
         b2->destroy(b2);
     }
@@ -314,7 +314,7 @@ MG_TEST(cpu_attention_dropout_reveals_the_mask) {
             for (int g = 0; g < NG; g++)
                 qkv[(b * S + t2) * C + (g * (r + 2) + r + 1) * HD + t2] = 1;
     float *saved = t_zeros(be->attention_saved_bytes(be, B, S, NQ, HD) / sizeof(float));
-    MG_EXPECT_OK(be->attention_forward(be, out, saved, qkv, B, S, NQ, NG, HD, &d));
+    MG_EXPECT_OK(be->attention_forward(be, out, saved, qkv, B, S, NQ, NG, HD, &d, NULL));
     double k = 0, tri = 0;
     int bad = 0;
     for (int b = 0; b < B; b++)
@@ -338,7 +338,8 @@ MG_TEST(cpu_attention_dropout_reveals_the_mask) {
             memcpy(half + row * Ch, qkv + row * C + part * Ch, Ch * sizeof(float));
         mg_dropout dp = d;
         dp.first = part * NQ / 2;
-        MG_EXPECT_OK(be->attention_forward(be, oh, saved, half, B, S, NQ / 2, NG / 2, HD, &dp));
+        MG_EXPECT_OK(
+            be->attention_forward(be, oh, saved, half, B, S, NQ / 2, NG / 2, HD, &dp, NULL));
         for (int row = 0; row < B * S; row++)
             mism += memcmp(oh + (size_t)row * NQ / 2 * HD,
                            out + (size_t)row * NQ * HD + (size_t)part * NQ / 2 * HD,

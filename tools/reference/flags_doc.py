@@ -25,7 +25,7 @@ def megatron_flags(path):
         m = re.search(r"add_argument_group\(title=['\"]([^'\"]+)['\"]", line)
         if m:
             group = m.group(1)
-        for f in re.findall(r"add_argument\(\s*['\"](--[a-z0-9][a-z0-9-]*)['\"]", line):
+        for f in re.findall(r"add_argument\(\s*['\"](--[a-z0-9][a-z0-9_-]*)['\"]", line):
             flags.setdefault(f, group)
     return flags
 
@@ -39,7 +39,7 @@ def our_flags(binary):
             group = line[:-1]
             continue
         # "  --flag ARG WORDS   default   help": metavariables are upper case ("[W] PREFIX ...")
-        m = re.match(r"^  (--[a-z0-9-]+)((?: [A-Z0-9_.,|\[\]]+)*)\s{2,}(.*)$", line)
+        m = re.match(r"^  (--[a-z0-9_-]+)((?: [A-Z0-9_.,|\[\]]+)*)\s{2,}(.*)$", line)
         if not m or group is None:
             continue
         flag, rest = m.group(1), m.group(3)

@@ -10,6 +10,7 @@ mg_status mg_cpu_adamw(mg_backend *be, void *param_, float *master, const float 
                        float bc1, float bc2, const float *grad_scale) {
     float *param = param_; // (n); master, grad, m, v (n); grad_scale (1)
     float s = grad_scale ? *grad_scale : 1.0f;
+    if (!isfinite(s)) return MG_OK; /* a skipped step (backend.h) */
     /* On the CPU the compute dtype is fp32: with no separate master the parameter is the master. */
     float *w = master ? master : param;
     /* One branch-free loop (with -fno-math-errno sqrtf is one instruction and it vectorises);

@@ -79,9 +79,9 @@ mg_status mg_cpu_sum_f32(mg_backend *be, float *out, const float *x, const float
     return MG_OK;
 }
 
-mg_status mg_cpu_sumsq_f32(mg_backend *be, float *out, const float *x, size_t n) {
+mg_status mg_cpu_sumsq_f32(mg_backend *be, float *out, const float *x, size_t n, double scale) {
     // out (1), accumulated; x (n)
-    *out = (float)((double)*out + reduce(x, NULL, n, 1));
+    *out = (float)((double)*out + scale * reduce(x, NULL, n, 1));
     return MG_OK;
 }
 
@@ -95,10 +95,12 @@ mg_status mg_cpu_count_zeros_f32(mg_backend *be, int64_t *out, const float *x, s
 }
 
 mg_status mg_cpu_clip_coef(mg_backend *be, float *coef_out, float *norm_out, const float *sumsq,
-                           float clip) {
+                           float clip, float unscale) {
     // coef_out, norm_out, sumsq (1)
     float norm = sqrtf(*sumsq);
     *norm_out = norm;
-    *coef_out = clip > 0.0f && norm > clip ? clip / (norm + 1e-6f) : 1.0f;
+    *coef_out = !isfinite(norm)
+                    ? NAN
+                    : (clip > 0.0f && norm > clip ? clip / (norm + 1e-6f) : 1.0f) * unscale;
     return MG_OK;
 }

@@ -117,10 +117,11 @@ static inline int mg_cpu_vocab_row(int32_t id, int v0, int Vl) {
 
 /* cpu_embedding.c */
 mg_status mg_cpu_embedding_forward(mg_backend *be, void *out, const int32_t *tokens,
-                                   const void *wte, const void *wpe, int N, int S, int H, int v0,
-                                   int Vl);
+                                   const void *wte, const void *wpe, const int32_t *pos, int N,
+                                   int S, int H, int v0, int Vl);
 mg_status mg_cpu_embedding_backward(mg_backend *be, float *dwte, float *dwpe, const void *dout,
-                                    const int32_t *tokens, int N, int S, int H, int v0, int Vl);
+                                    const int32_t *tokens, const int32_t *pos, int N, int S, int H,
+                                    int v0, int Vl);
 
 /* cpu_norm.c */
 mg_status mg_cpu_layernorm_forward(mg_backend *be, void *out, float *mean, float *rstd,
@@ -153,17 +154,20 @@ mg_status mg_cpu_swiglu_backward(mg_backend *be, void *dinp, const void *inp, co
 
 /* cpu_rope.c */
 mg_status mg_cpu_rope_forward(mg_backend *be, void *qkv, const float *cos_tab, const float *sin_tab,
-                              int N, int S, int nq, int ng, int hd);
+                              const int32_t *pos, int N, int S, int nq, int ng, int hd, int rd);
 mg_status mg_cpu_rope_backward(mg_backend *be, void *dqkv, const float *cos_tab,
-                               const float *sin_tab, int N, int S, int nq, int ng, int hd);
+                               const float *sin_tab, const int32_t *pos, int N, int S, int nq,
+                               int ng, int hd, int rd);
 
 /* cpu_attention.c */
 size_t mg_cpu_attention_saved_bytes(mg_backend *be, int B, int S, int nq, int hd);
 mg_status mg_cpu_attention_forward(mg_backend *be, void *out, void *saved, const void *qkv, int B,
-                                   int S, int nq, int ng, int hd, const mg_dropout *drop);
+                                   int S, int nq, int ng, int hd, const mg_dropout *drop,
+                                   const int32_t *doc_start);
 mg_status mg_cpu_attention_backward(mg_backend *be, void *dqkv, const void *dout, const void *qkv,
                                     const void *out, const void *saved, int B, int S, int nq,
-                                    int ng, int hd, const mg_dropout *drop);
+                                    int ng, int hd, const mg_dropout *drop,
+                                    const int32_t *doc_start);
 
 /* cpu_cross_entropy.c */
 mg_status mg_cpu_cross_entropy_fused(mg_backend *be, void *logits, float *losses,
@@ -184,10 +188,10 @@ mg_status mg_cpu_bias_residual_add(mg_backend *be, void *out, const void *x, con
                                    const void *residual, int N, int H);
 mg_status mg_cpu_sum_f32(mg_backend *be, float *out, const float *x, const float *w, size_t n,
                          float scale);
-mg_status mg_cpu_sumsq_f32(mg_backend *be, float *out, const float *x, size_t n);
+mg_status mg_cpu_sumsq_f32(mg_backend *be, float *out, const float *x, size_t n, double scale);
 mg_status mg_cpu_count_zeros_f32(mg_backend *be, int64_t *out, const float *x, size_t n);
 mg_status mg_cpu_clip_coef(mg_backend *be, float *coef_out, float *norm_out, const float *sumsq,
-                           float clip);
+                           float clip, float unscale);
 
 /* cpu_dropout.c */
 mg_status mg_cpu_dropout_add(mg_backend *be, void *out, const void *x, const void *bias,
@@ -214,8 +218,8 @@ mg_status mg_cpu_moe_expert_bias_update(mg_backend *be, float *bias, const float
 mg_status mg_cpu_moe_permute(mg_backend *be, void *xp, int32_t *pos, int32_t *counts, float *load,
                              const void *x, const int32_t *idx, int T, int k, int E, int H,
                              int pad);
-mg_status mg_cpu_moe_permute_backward(mg_backend *be, void *dx, const void *dxp,
-                                      const int32_t *pos, int T, int k, int H);
+mg_status mg_cpu_moe_permute_backward(mg_backend *be, void *dx, const void *dxp, const int32_t *pos,
+                                      int T, int k, int H);
 mg_status mg_cpu_moe_regroup(mg_backend *be, void *dst, const void *src, const int32_t *counts,
                              int P, int El, int slab, int H, bool to_slabs);
 mg_status mg_cpu_moe_unpermute(mg_backend *be, void *out, const void *base, const void *y,
@@ -229,8 +233,8 @@ mg_status mg_cpu_grouped_linear_forward(mg_backend *be, void *out, const void *i
 mg_status mg_cpu_grouped_linear_backward(mg_backend *be, void *dinp, float *const *dw,
                                          float *const *dbias, const void *dout, const void *inp,
                                          void *const *w, const void *gelu_pre,
-                                         const int32_t *counts, int n_src, int n_w, int IC,
-                                         int OC, bool accumulate);
+                                         const int32_t *counts, int n_src, int n_w, int IC, int OC,
+                                         bool accumulate);
 mg_status mg_cpu_grouped_activation_forward(mg_backend *be, void *out, const void *pre,
                                             const int32_t *counts, int G, int F, bool swiglu);
 mg_status mg_cpu_grouped_swiglu_backward(mg_backend *be, void *dpre, const void *pre,

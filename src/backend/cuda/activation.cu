@@ -1,16 +1,16 @@
 /* Elementwise activations (CPU reference: cpu/cpu_activation.c): GELU, tanh form, and SwiGLU in
- * Megatron's [gate | up] row layout. bf16 in and out, fp32 math with the same formulas as the CPU
+ * Megatron's [gate | up] row layout. h16 in and out, fp32 math with the same formulas as the CPU
  * (the logistic form of tanh-GELU: one exp, no cancellation). Gradients are overwritten.
- * Each kernel takes a 16-byte (8 x bf16) path when every pointer is aligned and the row width
+ * Each kernel takes a 16-byte (8 x h16) path when every pointer is aligned and the row width
  * allows, and an element-by-element path for the rest. */
 #include "backend/cuda/activation_math.cuh"
 #include "backend/cuda/cuda_common.cuh"
 
-static __global__ void gelu_forward_kernel(bf16 *out, const bf16 *inp, size_t n, int vec) {
+static __global__ void gelu_forward_kernel(h16 *out, const h16 *inp, size_t n, int vec) {
     mg_gelu_forward_range(out, inp, n, vec); // out, inp (n)
 }
 
-static __global__ void gelu_backward_kernel(bf16 *dinp, const bf16 *inp, const bf16 *dout, size_t n,
+static __global__ void gelu_backward_kernel(h16 *dinp, const h16 *inp, const h16 *dout, size_t n,
                                             int vec) {
     mg_gelu_backward_range(dinp, inp, dout, n, vec); // dinp, inp, dout (n)
 }
@@ -19,8 +19,8 @@ extern "C" mg_status mg_cuda_gelu_forward(mg_backend *be, void *out, const void 
     if (n == 0) return MG_OK;
     int vec = mg_cuda_aligned16(out) && mg_cuda_aligned16(inp);
     unsigned grid = mg_cuda_blocks(vec ? (n + 7) / 8 : n, MG_CUDA_THREADS);
-    gelu_forward_kernel<<<grid, MG_CUDA_THREADS, 0, mg_cuda_stream(be)>>>(
-        (bf16 *)out, (const bf16 *)inp, n, vec);
+    gelu_forward_kernel<<<grid, MG_CUDA_THREADS, 0, mg_cuda_stream(be)>>>((h16 *)out,
+                                                                          (const h16 *)inp, n, vec);
     MG_CUDA_CHECK_LAUNCH();
     return MG_OK;
 }
@@ -31,7 +31,7 @@ extern "C" mg_status mg_cuda_gelu_backward(mg_backend *be, void *dinp, const voi
     int vec = mg_cuda_aligned16(dinp) && mg_cuda_aligned16(inp) && mg_cuda_aligned16(dout);
     unsigned grid = mg_cuda_blocks(vec ? (n + 7) / 8 : n, MG_CUDA_THREADS);
     gelu_backward_kernel<<<grid, MG_CUDA_THREADS, 0, mg_cuda_stream(be)>>>(
-        (bf16 *)dinp, (const bf16 *)inp, (const bf16 *)dout, n, vec);
+        (h16 *)dinp, (const h16 *)inp, (const h16 *)dout, n, vec);
     MG_CUDA_CHECK_LAUNCH();
     return MG_OK;
 }
@@ -40,12 +40,12 @@ extern "C" mg_status mg_cuda_gelu_backward(mg_backend *be, void *dinp, const voi
 
 /* SwiGLU (activation_math.cuh has the bodies and the row layout). */
 template <int VEC>
-static __global__ void swiglu_forward_kernel(bf16 *out, const bf16 *inp, int N, int F) {
+static __global__ void swiglu_forward_kernel(h16 *out, const h16 *inp, int N, int F) {
     mg_swiglu_forward_rows<VEC>(out, inp, (size_t)N, F); // out (N, F); inp (N, 2F) = [gate | up]
 }
 
 template <int VEC>
-static __global__ void swiglu_backward_kernel(bf16 *dinp, const bf16 *inp, const bf16 *dout, int N,
+static __global__ void swiglu_backward_kernel(h16 *dinp, const h16 *inp, const h16 *dout, int N,
                                               int F) {
     mg_swiglu_backward_rows<VEC>(dinp, inp, dout, (size_t)N, F); // dinp, inp (N, 2F); dout (N, F)
 }
@@ -58,11 +58,11 @@ extern "C" mg_status mg_cuda_swiglu_forward(mg_backend *be, void *out, const voi
     if (F % 8 == 0 && mg_cuda_aligned16(out) && mg_cuda_aligned16(inp)) {
         unsigned grid = mg_cuda_blocks((size_t)N * (F / 8), MG_CUDA_THREADS);
         swiglu_forward_kernel<8>
-            <<<grid, MG_CUDA_THREADS, 0, st>>>((bf16 *)out, (const bf16 *)inp, N, F);
+            <<<grid, MG_CUDA_THREADS, 0, st>>>((h16 *)out, (const h16 *)inp, N, F);
     } else {
         unsigned grid = mg_cuda_blocks((size_t)N * F, MG_CUDA_THREADS);
         swiglu_forward_kernel<1>
-            <<<grid, MG_CUDA_THREADS, 0, st>>>((bf16 *)out, (const bf16 *)inp, N, F);
+            <<<grid, MG_CUDA_THREADS, 0, st>>>((h16 *)out, (const h16 *)inp, N, F);
     }
     MG_CUDA_CHECK_LAUNCH();
     return MG_OK;
@@ -76,12 +76,12 @@ extern "C" mg_status mg_cuda_swiglu_backward(mg_backend *be, void *dinp, const v
     if (F % 8 == 0 && mg_cuda_aligned16(dinp) && mg_cuda_aligned16(inp) &&
         mg_cuda_aligned16(dout)) {
         unsigned grid = mg_cuda_blocks((size_t)N * (F / 8), MG_CUDA_THREADS);
-        swiglu_backward_kernel<8><<<grid, MG_CUDA_THREADS, 0, st>>>((bf16 *)dinp, (const bf16 *)inp,
-                                                                    (const bf16 *)dout, N, F);
+        swiglu_backward_kernel<8><<<grid, MG_CUDA_THREADS, 0, st>>>((h16 *)dinp, (const h16 *)inp,
+                                                                    (const h16 *)dout, N, F);
     } else {
         unsigned grid = mg_cuda_blocks((size_t)N * F, MG_CUDA_THREADS);
-        swiglu_backward_kernel<1><<<grid, MG_CUDA_THREADS, 0, st>>>((bf16 *)dinp, (const bf16 *)inp,
-                                                                    (const bf16 *)dout, N, F);
+        swiglu_backward_kernel<1><<<grid, MG_CUDA_THREADS, 0, st>>>((h16 *)dinp, (const h16 *)inp,
+                                                                    (const h16 *)dout, N, F);
     }
     MG_CUDA_CHECK_LAUNCH();
     return MG_OK;

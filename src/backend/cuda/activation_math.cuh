@@ -39,7 +39,7 @@ static __device__ __forceinline__ float mg_sigmoid(float g) {
 }
 
 /* out[0..n) = gelu(inp), this thread's share of the grid; vec: 16-byte vectors for n / 8 x 8. */
-static __device__ __forceinline__ void mg_gelu_forward_range(bf16 *out, const bf16 *inp, size_t n,
+static __device__ __forceinline__ void mg_gelu_forward_range(h16 *out, const h16 *inp, size_t n,
                                                              int vec) {
     size_t stride = (size_t)gridDim.x * blockDim.x;
     size_t t0 = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -52,13 +52,12 @@ static __device__ __forceinline__ void mg_gelu_forward_range(bf16 *out, const bf
         mg_store8(out + 8 * u, f);
     }
     for (size_t i = nv * 8 + t0; i < n; i += stride)
-        out[i] = __float2bfloat16_rn(mg_gelu_fwd(__bfloat162float(inp[i])));
+        out[i] = f_to_h16(mg_gelu_fwd(h16_to_f(inp[i])));
 }
 
 /* dinp[0..n) = gelu'(inp) dout (dinp may be dout: each element is read before it is written). */
-static __device__ __forceinline__ void mg_gelu_backward_range(bf16 *dinp, const bf16 *inp,
-                                                              const bf16 *dout, size_t n,
-                                                              int vec) {
+static __device__ __forceinline__ void mg_gelu_backward_range(h16 *dinp, const h16 *inp,
+                                                              const h16 *dout, size_t n, int vec) {
     size_t stride = (size_t)gridDim.x * blockDim.x;
     size_t t0 = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     size_t nv = vec ? n / 8 : 0;
@@ -71,8 +70,7 @@ static __device__ __forceinline__ void mg_gelu_backward_range(bf16 *dinp, const 
         mg_store8(dinp + 8 * u, x);
     }
     for (size_t i = nv * 8 + t0; i < n; i += stride)
-        dinp[i] =
-            __float2bfloat16_rn(mg_gelu_bwd(__bfloat162float(inp[i]), __bfloat162float(dout[i])));
+        dinp[i] = f_to_h16(mg_gelu_bwd(h16_to_f(inp[i]), h16_to_f(dout[i])));
 }
 
 /* SwiGLU over rows of Megatron's [gate | up] layout: work item u is VEC consecutive columns of
@@ -80,12 +78,12 @@ static __device__ __forceinline__ void mg_gelu_backward_range(bf16 *dinp, const 
  * 32-bit when the items fit (the row division is several times cheaper than a 64-bit one, a
  * visible share of these memory-bound kernels), else 64-bit. */
 template <int VEC, class I>
-static __device__ __forceinline__ void mg_swiglu_fwd_items(bf16 *out, const bf16 *inp, I items,
+static __device__ __forceinline__ void mg_swiglu_fwd_items(h16 *out, const h16 *inp, I items,
                                                            I per_row, int F) {
     const I stride = (I)gridDim.x * blockDim.x;
     for (I u = (I)blockIdx.x * blockDim.x + threadIdx.x; u < items; u += stride) {
         I i = u / per_row, j = (u - i * per_row) * VEC;
-        const bf16 *g = inp + (size_t)i * 2 * F + j;
+        const h16 *g = inp + (size_t)i * 2 * F + j;
         float fg[VEC], fu[VEC];
         mg_loadv<VEC>(g, fg);
         mg_loadv<VEC>(g + F, fu);
@@ -96,14 +94,13 @@ static __device__ __forceinline__ void mg_swiglu_fwd_items(bf16 *out, const bf16
 }
 
 template <int VEC, class I>
-static __device__ __forceinline__ void mg_swiglu_bwd_items(bf16 *dinp, const bf16 *inp,
-                                                           const bf16 *dout, I items, I per_row,
-                                                           int F) {
+static __device__ __forceinline__ void
+mg_swiglu_bwd_items(h16 *dinp, const h16 *inp, const h16 *dout, I items, I per_row, int F) {
     const I stride = (I)gridDim.x * blockDim.x;
     for (I u = (I)blockIdx.x * blockDim.x + threadIdx.x; u < items; u += stride) {
         I i = u / per_row, j = (u - i * per_row) * VEC;
-        const bf16 *g = inp + (size_t)i * 2 * F + j;
-        bf16 *dg = dinp + (size_t)i * 2 * F + j;
+        const h16 *g = inp + (size_t)i * 2 * F + j;
+        h16 *dg = dinp + (size_t)i * 2 * F + j;
         float fg[VEC], fu[VEC], fd[VEC], og[VEC], ou[VEC];
         mg_loadv<VEC>(g, fg);
         mg_loadv<VEC>(g + F, fu);
@@ -122,8 +119,8 @@ static __device__ __forceinline__ void mg_swiglu_bwd_items(bf16 *dinp, const bf1
 
 /* out (rows, F) = silu(gate) * up from inp (rows, 2F); this thread's share of the grid. */
 template <int VEC>
-static __device__ __forceinline__ void mg_swiglu_forward_rows(bf16 *out, const bf16 *inp,
-                                                              size_t rows, int F) {
+static __device__ __forceinline__ void mg_swiglu_forward_rows(h16 *out, const h16 *inp, size_t rows,
+                                                              int F) {
     size_t per_row = (size_t)F / VEC, items = rows * per_row;
     if (items < (1u << 31))
         mg_swiglu_fwd_items<VEC, uint32_t>(out, inp, (uint32_t)items, (uint32_t)per_row, F);
@@ -133,13 +130,11 @@ static __device__ __forceinline__ void mg_swiglu_forward_rows(bf16 *out, const b
 
 /* dinp (rows, 2F) = d[gate | up] from inp (rows, 2F) and dout (rows, F). */
 template <int VEC>
-static __device__ __forceinline__ void mg_swiglu_backward_rows(bf16 *dinp, const bf16 *inp,
-                                                               const bf16 *dout, size_t rows,
-                                                               int F) {
+static __device__ __forceinline__ void
+mg_swiglu_backward_rows(h16 *dinp, const h16 *inp, const h16 *dout, size_t rows, int F) {
     size_t per_row = (size_t)F / VEC, items = rows * per_row;
     if (items < (1u << 31))
-        mg_swiglu_bwd_items<VEC, uint32_t>(dinp, inp, dout, (uint32_t)items, (uint32_t)per_row,
-                                           F);
+        mg_swiglu_bwd_items<VEC, uint32_t>(dinp, inp, dout, (uint32_t)items, (uint32_t)per_row, F);
     else
         mg_swiglu_bwd_items<VEC, size_t>(dinp, inp, dout, items, per_row, F);
 }

@@ -1,11 +1,11 @@
 /* AdamW (decoupled weight decay, bias correction passed in as bc1 = 1 - b1^t, bc2 = 1 - b2^t),
  * elementwise in fp32 in the formula order of backend.h (CPU reference: cpu/cpu_adamw.c).
- * The fp32 master is updated and the bf16 parameter receives it rounded to nearest even. With no
- * master (pure-bf16 training) the bf16 parameter itself is read, updated and rounded back.
+ * The fp32 master is updated and the h16 parameter receives it rounded to nearest even. With no
+ * master (pure-h16 training) the h16 parameter itself is read, updated and rounded back.
  * The clipping coefficient is read from device memory (grad_scale), so no host sync is needed
  * between the norm reduction and the update.
  * Memory-bound: 4 elements per thread per iteration (float4 for master, grad, m and v, 8 bytes of
- * bf16 parameter), grid-stride; a scalar loop covers the tail and unaligned buffers.
+ * h16 parameter), grid-stride; a scalar loop covers the tail and unaligned buffers.
  * Multi-tensor fusion (one launch for all parameters) is left for later. */
 #include "backend/cuda/cuda_common.cuh"
 
@@ -26,11 +26,12 @@ static __device__ __forceinline__ float adamw_one(float w, float grad, float s, 
 }
 
 template <bool HAS_MASTER>
-static __global__ void adamw_kernel(bf16 *param, float *master, const float *grad, float *m,
+static __global__ void adamw_kernel(h16 *param, float *master, const float *grad, float *m,
                                     float *v, size_t n, adamw_hp hp, const float *grad_scale,
                                     int vec) {
-    // param (n) bf16; master, grad, m, v (n) fp32; grad_scale (1) or NULL
+    // param (n) h16; master, grad, m, v (n) fp32; grad_scale (1) or NULL
     float s = grad_scale ? *grad_scale : 1.0f;
+    if (!isfinite(s)) return; /* a skipped step (backend.h) */
     size_t stride = (size_t)gridDim.x * blockDim.x;
     size_t t0 = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     size_t nv = vec ? n / 4 : 0;
@@ -39,12 +40,12 @@ static __global__ void adamw_kernel(bf16 *param, float *master, const float *gra
         float4 m4 = reinterpret_cast<float4 *>(m)[u];
         float4 v4 = reinterpret_cast<float4 *>(v)[u];
         uint2 p2 = reinterpret_cast<const uint2 *>(param)[u];
-        __nv_bfloat162 *ph = reinterpret_cast<__nv_bfloat162 *>(&p2);
+        h16x2 *ph = reinterpret_cast<h16x2 *>(&p2);
         float4 w4;
         if (HAS_MASTER) {
             w4 = reinterpret_cast<float4 *>(master)[u];
         } else {
-            float2 a = __bfloat1622float2(ph[0]), b = __bfloat1622float2(ph[1]);
+            float2 a = h16x2_to_f2(ph[0]), b = h16x2_to_f2(ph[1]);
             w4 = make_float4(a.x, a.y, b.x, b.y);
         }
         w4.x = adamw_one(w4.x, g4.x, s, &m4.x, &v4.x, hp);
@@ -54,18 +55,18 @@ static __global__ void adamw_kernel(bf16 *param, float *master, const float *gra
         reinterpret_cast<float4 *>(m)[u] = m4;
         reinterpret_cast<float4 *>(v)[u] = v4;
         if (HAS_MASTER) reinterpret_cast<float4 *>(master)[u] = w4;
-        ph[0] = __floats2bfloat162_rn(w4.x, w4.y);
-        ph[1] = __floats2bfloat162_rn(w4.z, w4.w);
+        ph[0] = f2_to_h16x2(w4.x, w4.y);
+        ph[1] = f2_to_h16x2(w4.z, w4.w);
         reinterpret_cast<uint2 *>(param)[u] = p2;
     }
     for (size_t i = nv * 4 + t0; i < n; i += stride) {
-        float w = HAS_MASTER ? master[i] : __bfloat162float(param[i]);
+        float w = HAS_MASTER ? master[i] : h16_to_f(param[i]);
         float mi = m[i], vi = v[i];
         w = adamw_one(w, grad[i], s, &mi, &vi, hp);
         m[i] = mi;
         v[i] = vi;
         if (HAS_MASTER) master[i] = w;
-        param[i] = __float2bfloat16_rn(w);
+        param[i] = f_to_h16(w);
     }
 }
 
@@ -73,7 +74,7 @@ extern "C" mg_status mg_cuda_adamw(mg_backend *be, void *param, float *master, c
                                    float *m, float *v, size_t n, float lr, float beta1, float beta2,
                                    float eps, float wd, float bc1, float bc2,
                                    const float *grad_scale) {
-    // param (n) bf16; master (n) or NULL, grad, m, v (n) fp32; grad_scale (1) device or NULL
+    // param (n) h16; master (n) or NULL, grad, m, v (n) fp32; grad_scale (1) device or NULL
     if (n == 0) return MG_OK;
     adamw_hp hp = {lr, beta1, beta2, eps, wd, bc1, bc2};
     int vec = mg_cuda_aligned16(grad) && mg_cuda_aligned16(m) && mg_cuda_aligned16(v) &&
@@ -81,10 +82,10 @@ extern "C" mg_status mg_cuda_adamw(mg_backend *be, void *param, float *master, c
     unsigned grid = mg_cuda_blocks(vec ? (n + 3) / 4 : n, MG_CUDA_THREADS);
     cudaStream_t st = mg_cuda_stream(be);
     if (master)
-        adamw_kernel<true><<<grid, MG_CUDA_THREADS, 0, st>>>((bf16 *)param, master, grad, m, v, n,
+        adamw_kernel<true><<<grid, MG_CUDA_THREADS, 0, st>>>((h16 *)param, master, grad, m, v, n,
                                                              hp, grad_scale, vec);
     else
-        adamw_kernel<false><<<grid, MG_CUDA_THREADS, 0, st>>>((bf16 *)param, master, grad, m, v, n,
+        adamw_kernel<false><<<grid, MG_CUDA_THREADS, 0, st>>>((h16 *)param, master, grad, m, v, n,
                                                               hp, grad_scale, vec);
     MG_CUDA_CHECK_LAUNCH();
     return MG_OK;

@@ -1,13 +1,13 @@
 /* Causal self-attention over the fused qkv buffer (layout in backend.h), flash-attention style:
  * tiles of 64 queries x 64 keys, online softmax, fp32 accumulators, the (S, S) probabilities
- * never stored. Matrix products use the tensor cores through WMMA (bf16 16x16x16, fp32
+ * never stored. Matrix products use the tensor cores through WMMA (h16 16x16x16, fp32
  * accumulate); WMMA fragments have an unspecified element layout, so anything row-wise (softmax,
  * rescaling) goes through shared memory.
  *
  * Forward, one block of 4 warps per (query tile, head, batch); warp w owns query rows 16w..16w+15
  * of the tile, so its softmax needs only __syncwarp. Per key tile: S = Q K^T (fp32 in shared
  * memory), row max / sum updated online in base 2 (scores pre-multiplied by scale*log2(e)),
- * P = exp2(S - m) as bf16, O (fp32, shared memory) rescaled and O += P V. At the end O /= l and
+ * P = exp2(S - m) as h16, O (fp32, shared memory) rescaled and O += P V. At the end O /= l and
  * the row's base-2 logsumexp, lse2 = m + log2(l), goes to `saved` (B, nq, S) fp32 for backward.
  *
  * Backward (deterministic, no atomics), three kernels:
@@ -29,6 +29,14 @@
  * forward lane owns two adjacent keys (2 lanes share a block) and a backward thread 4 (one block,
  * two where S % 4 leaves a row's keys straddling blocks).
  *
+ * Document mask (doc_start != NULL, --reset-attention-mask; backend.h): query qi also masks the
+ * keys before doc_start[qi], the first token of its document. doc_start is non-decreasing along
+ * a sequence, so a query tile's visible keys are [doc_start[q0], q0 + 63]: the forward and dQ
+ * kernels start at that key tile and the dK/dV kernel stops at the first query tile whose first
+ * row's document starts past its keys; the rest is masked per element (a row whose keys in a
+ * tile are all masked keeps m = -inf there, see the guard). The backward keeps the rows'
+ * doc_start in shared memory next to lse2 and D (0 without the mask: nothing masked).
+ *
  * Rows past S (ragged last tile) are loaded as zeros and masked (P = 0); keys past the query or
  * past S are masked. Later query tiles have more work, so the forward and dQ grids start from the
  * last tile (and dK/dV from the first key tile), letting the long blocks start first.
@@ -45,7 +53,6 @@
 
 #include "core/dropout.h"
 
-#include <cuda_bf16.h>
 #include <math.h>
 #include <mma.h>
 #include <stdint.h>
@@ -57,29 +64,29 @@ using namespace nvcuda;
 #define ATT_FWD_THREADS 128
 #define ATT_BWD_THREADS 256
 
-typedef wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> frag_a_row;
-typedef wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::col_major> frag_a_col;
-typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major> frag_b_row;
-typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> frag_b_col;
+typedef wmma::fragment<wmma::matrix_a, 16, 16, 16, h16, wmma::row_major> frag_a_row;
+typedef wmma::fragment<wmma::matrix_a, 16, 16, 16, h16, wmma::col_major> frag_a_col;
+typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, h16, wmma::row_major> frag_b_row;
+typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, h16, wmma::col_major> frag_b_col;
 typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> frag_c;
 
-/* Shared-memory geometry for head dim HD. Row pitches are padded by 16 bytes (bf16) or 16 bytes
+/* Shared-memory geometry for head dim HD. Row pitches are padded by 16 bytes (h16) or 16 bytes
  * (fp32) so that the 16 rows a WMMA load touches fall in different banks; every region size is a
  * multiple of 128 bytes so regions stay 32-byte aligned as WMMA requires. */
 template <int HD> struct att_geom {
-    static constexpr int LD = HD + 8;     /* bf16 (64, HD) tiles: Q, K, V, dO */
+    static constexpr int LD = HD + 8;     /* h16 (64, HD) tiles: Q, K, V, dO */
     static constexpr int LDS = ATT_T + 4; /* fp32 (64, 64) tiles: S, dP */
-    static constexpr int LDP = ATT_T + 8; /* bf16 (64, 64) tiles: P, dS */
+    static constexpr int LDP = ATT_T + 8; /* h16 (64, 64) tiles: P, dS */
     static constexpr int LDO = HD + 4;    /* fp32 (64, HD) tiles: O, staging */
-    static constexpr size_t TILE = (size_t)ATT_T * LD * sizeof(bf16);
+    static constexpr size_t TILE = (size_t)ATT_T * LD * sizeof(h16);
     static constexpr size_t SCORE = (size_t)ATT_T * LDS * sizeof(float);
-    static constexpr size_t PROB = (size_t)ATT_T * LDP * sizeof(bf16);
+    static constexpr size_t PROB = (size_t)ATT_T * LDP * sizeof(h16);
     static constexpr size_t OUT = (size_t)ATT_T * LDO * sizeof(float);
     static constexpr size_t ROWS = ATT_T * sizeof(float);
     /* forward: Q K V | S | P | O */
     static constexpr size_t FWD = 3 * TILE + SCORE + PROB + OUT;
-    /* backward: Q dO K V | S dP (also the fp32 staging of the final tile) | P dS | lse D */
-    static constexpr size_t BWD = 4 * TILE + 2 * SCORE + 2 * PROB + 2 * ROWS;
+    /* backward: Q dO K V | S dP (also the fp32 staging of the final tile) | P dS | lse D doc */
+    static constexpr size_t BWD = 4 * TILE + 2 * SCORE + 2 * PROB + 3 * ROWS;
     static_assert(2 * SCORE >= OUT, "staging must fit in the S and dP regions");
     static_assert(TILE % 128 == 0 && SCORE % 128 == 0 && PROB % 128 == 0 && OUT % 128 == 0,
                   "regions keep 128-byte alignment");
@@ -88,7 +95,7 @@ template <int HD> struct att_geom {
 /* dst (64, HD) pitch LD <- rows [r0, r0+64) of a (rows, HD) matrix at src with row stride
  * `stride` elements; rows >= nrows are zero. 16-byte vectors. */
 template <int HD>
-static __device__ __forceinline__ void load_tile(bf16 *dst, const bf16 *src, size_t stride, int r0,
+static __device__ __forceinline__ void load_tile(h16 *dst, const h16 *src, size_t stride, int r0,
                                                  int nrows) {
     constexpr int VPR = HD / 8; /* 16-byte vectors per row */
     for (int i = threadIdx.x; i < ATT_T * VPR; i += blockDim.x) {
@@ -99,18 +106,18 @@ static __device__ __forceinline__ void load_tile(bf16 *dst, const bf16 *src, siz
     }
 }
 
-/* dst rows [r0, r0+64) (< nrows) <- scale * stage (64, HD) fp32 pitch LDO, as bf16. */
+/* dst rows [r0, r0+64) (< nrows) <- scale * stage (64, HD) fp32 pitch LDO, as h16. */
 template <int HD>
-static __device__ __forceinline__ void store_tile(bf16 *dst, size_t stride, int r0, int nrows,
+static __device__ __forceinline__ void store_tile(h16 *dst, size_t stride, int r0, int nrows,
                                                   const float *stage, float scale) {
     constexpr int VPR = HD / 8;
     for (int i = threadIdx.x; i < ATT_T * VPR; i += blockDim.x) {
         int r = i / VPR, c = (i % VPR) * 8;
         if (r0 + r >= nrows) continue;
         const float *s = stage + r * att_geom<HD>::LDO + c;
-        __align__(16) bf16 v[8];
+        __align__(16) h16 v[8];
 #pragma unroll
-        for (int e = 0; e < 8; e++) v[e] = __float2bfloat16(s[e] * scale);
+        for (int e = 0; e < 8; e++) v[e] = f_to_h16(s[e] * scale);
         *(uint4 *)(dst + (size_t)(r0 + r) * stride + c) = *(const uint4 *)v;
     }
 }
@@ -146,25 +153,26 @@ static __device__ __forceinline__ float warp_max(float v) {
 /* Grid (ceil(S/64), nq, B), 128 threads. C = ng*(r+2)*HD is the qkv row width. */
 template <int HD>
 static __global__ void __launch_bounds__(ATT_FWD_THREADS)
-    attention_forward_kernel(bf16 *out /* (B*S, nq*HD) */, float *lse /* (B, nq, S) */,
-                             const bf16 *qkv /* (B*S, C) */, int S, int nq, int r,
-                             float scale_log2, mg_dropout drop, int dropping) {
+    attention_forward_kernel(h16 *out /* (B*S, nq*HD) */, float *lse /* (B, nq, S) */,
+                             const h16 *qkv /* (B*S, C) */, int S, int nq, int r, float scale_log2,
+                             mg_dropout drop, int dropping,
+                             const int32_t *doc /* (B*S) or NULL */) {
     typedef att_geom<HD> G;
     extern __shared__ __align__(128) unsigned char smem[];
-    bf16 *q_s = (bf16 *)smem;                               // (64, HD) pitch LD
-    bf16 *k_s = (bf16 *)(smem + G::TILE);                   // (64, HD)
-    bf16 *v_s = (bf16 *)(smem + 2 * G::TILE);               // (64, HD)
+    h16 *q_s = (h16 *)smem;                                 // (64, HD) pitch LD
+    h16 *k_s = (h16 *)(smem + G::TILE);                     // (64, HD)
+    h16 *v_s = (h16 *)(smem + 2 * G::TILE);                 // (64, HD)
     float *s_s = (float *)(smem + 3 * G::TILE);             // (64, 64) pitch LDS
-    bf16 *p_s = (bf16 *)((unsigned char *)s_s + G::SCORE);  // (64, 64) pitch LDP
+    h16 *p_s = (h16 *)((unsigned char *)s_s + G::SCORE);    // (64, 64) pitch LDP
     float *o_s = (float *)((unsigned char *)p_s + G::PROB); // (64, HD) pitch LDO
 
     const int qt = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int g = h / r, C = (nq / r) * (r + 2) * HD, q0 = qt * ATT_T;
-    const bf16 *base = qkv + (size_t)b * S * C;
-    const bf16 *q = base + (size_t)(g * (r + 2) + h % r) * HD; // (S, HD) stride C
-    const bf16 *k = base + (size_t)(g * (r + 2) + r) * HD;     // (S, HD) stride C
-    const bf16 *v = k + HD;                                    // (S, HD) stride C
+    const h16 *base = qkv + (size_t)b * S * C;
+    const h16 *q = base + (size_t)(g * (r + 2) + h % r) * HD; // (S, HD) stride C
+    const h16 *k = base + (size_t)(g * (r + 2) + r) * HD;     // (S, HD) stride C
+    const h16 *v = k + HD;                                    // (S, HD) stride C
 
     load_tile<HD>(q_s, q, C, q0, S);
     for (int i = threadIdx.x; i < ATT_T * G::LDO; i += blockDim.x) o_s[i] = 0.0f;
@@ -175,13 +183,20 @@ static __global__ void __launch_bounds__(ATT_FWD_THREADS)
         wmma::load_matrix_sync(qf[kk], q_s + warp * 16 * G::LD + kk * 16, G::LD);
 
     float m_i[16], l_i[16]; /* running max (base 2) and sum per row, identical in every lane */
+    int ds_i[16];           /* the rows' first visible key (document mask; 0: none) */
 #pragma unroll
-    for (int i = 0; i < 16; i++) m_i[i] = -INFINITY, l_i[i] = 0.0f;
+    for (int i = 0; i < 16; i++) {
+        const int qi = q0 + warp * 16 + i;
+        m_i[i] = -INFINITY, l_i[i] = 0.0f;
+        ds_i[i] = doc && qi < S ? doc[(size_t)b * S + qi] : 0;
+    }
     float *s_w = s_s + warp * 16 * G::LDS;
-    bf16 *p_w = p_s + warp * 16 * G::LDP;
+    h16 *p_w = p_s + warp * 16 * G::LDP;
     float *o_w = o_s + warp * 16 * G::LDO;
 
-    for (int kt = 0; kt <= qt; kt++) { /* causal: keys up to the tile's last query */
+    /* causal: keys up to the tile's last query, from its first row's document start */
+    const int kt0 = doc ? doc[(size_t)b * S + q0] / ATT_T : 0;
+    for (int kt = kt0; kt <= qt; kt++) {
         const int k0 = kt * ATT_T;
         __syncthreads(); /* every warp is done with the previous K, V */
         load_tile<HD>(k_s, k, C, k0, S);
@@ -207,11 +222,14 @@ static __global__ void __launch_bounds__(ATT_FWD_THREADS)
         for (int i = 0; i < 16; i++) {
             const int qi = q0 + warp * 16 + i;
             const int c0 = dropping ? 2 * lane : lane, c1 = dropping ? c0 + 1 : lane + 32;
-            float x0 = k0 + c0 <= qi && k0 + c0 < S ? s_w[i * G::LDS + c0] * scale_log2 : -INFINITY;
-            float x1 = k0 + c1 <= qi && k0 + c1 < S ? s_w[i * G::LDS + c1] * scale_log2 : -INFINITY;
+            const int kj0 = k0 + c0, kj1 = k0 + c1;
+            float x0 = kj0 <= qi && kj0 < S && kj0 >= ds_i[i] ? s_w[i * G::LDS + c0] * scale_log2
+                                                              : -INFINITY;
+            float x1 = kj1 <= qi && kj1 < S && kj1 >= ds_i[i] ? s_w[i * G::LDS + c1] * scale_log2
+                                                              : -INFINITY;
             float m_new = fmaxf(m_i[i], warp_max(fmaxf(x0, x1)));
-            /* m_new = -inf would mean a row with no visible key (never for a row < S: key 0 is in
-             * the first tile); the guard keeps NaN out of such a row regardless */
+            /* m_new = -inf: no visible key so far (a row past S; or, under the document mask, a
+             * row whose document starts after this tile); the guard keeps NaN out of it */
             float alpha = m_new == -INFINITY ? 1.0f : exp2f(m_i[i] - m_new);
             float p0 = m_new == -INFINITY ? 0.0f : exp2f(x0 - m_new);
             float p1 = m_new == -INFINITY ? 0.0f : exp2f(x1 - m_new);
@@ -224,9 +242,9 @@ static __global__ void __launch_bounds__(ATT_FWD_THREADS)
                 p0 *= f[0];
                 p1 *= f[1];
             }
-            p_w[i * G::LDP + c0] = __float2bfloat16(p0);
-            p_w[i * G::LDP + c1] = __float2bfloat16(p1);
-            if (kt > 0)
+            p_w[i * G::LDP + c0] = f_to_h16(p0);
+            p_w[i * G::LDP + c1] = f_to_h16(p1);
+            if (kt > kt0)
                 for (int d = lane; d < HD; d += 32) o_w[i * G::LDO + d] *= alpha;
         }
         __syncwarp();
@@ -256,23 +274,23 @@ static __global__ void __launch_bounds__(ATT_FWD_THREADS)
         const int qi = q0 + warp * 16 + i;
         if (qi >= S) continue; /* uniform across the warp */
         const float inv = 1.0f / l_i[i];
-        bf16 *o = out + ((size_t)b * S + qi) * OW + (size_t)h * HD;
-        for (int d = lane; d < HD; d += 32) o[d] = __float2bfloat16(o_w[i * G::LDO + d] * inv);
+        h16 *o = out + ((size_t)b * S + qi) * OW + (size_t)h * HD;
+        for (int d = lane; d < HD; d += 32) o[d] = f_to_h16(o_w[i * G::LDO + d] * inv);
         if (lane == 0) lse[((size_t)b * nq + h) * S + qi] = m_i[i] + log2f(l_i[i]);
     }
 }
 
 /* D[b,h,s] = sum_d dO[b,s,h,d] O[b,s,h,d]: one warp per (token, head). */
 static __global__ void attention_bwd_dot_kernel(float *D /* (B, nq, S) */,
-                                                const bf16 *dout /* (B*S, nq*hd) */,
-                                                const bf16 *out /* (B*S, nq*hd) */, int B, int S,
+                                                const h16 *dout /* (B*S, nq*hd) */,
+                                                const h16 *out /* (B*S, nq*hd) */, int B, int S,
                                                 int nq, int hd) {
     const size_t row = (size_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     const int lane = threadIdx.x % 32;
     if (row >= (size_t)B * S * nq) return;
-    const bf16 *a = dout + row * hd, *o = out + row * hd; /* row = token * nq + h */
+    const h16 *a = dout + row * hd, *o = out + row * hd; /* row = token * nq + h */
     float acc = 0.0f;
-    for (int d = lane; d < hd; d += 32) acc += __bfloat162float(a[d]) * __bfloat162float(o[d]);
+    for (int d = lane; d < hd; d += 32) acc += h16_to_f(a[d]) * h16_to_f(o[d]);
     acc = mg_warp_sum(acc);
     if (lane == 0) {
         size_t token = row / nq;
@@ -282,17 +300,17 @@ static __global__ void attention_bwd_dot_kernel(float *D /* (B, nq, S) */,
 }
 
 /* Shared by the two backward kernels: with Q, dO (query tile at q0) and K, V (key tile at k0) in
- * shared memory and the rows' lse2 and D in lse_s, d_s, computes
- *   p_s  = P  = exp2(scale_log2 * Q K^T - lse2)          (bf16, masked entries 0)
- *   ds_s = dS = P (dO V^T - D)                            (bf16)
+ * shared memory and the rows' lse2, D and first visible key in lse_s, d_s, doc_s, computes
+ *   p_s  = P  = exp2(scale_log2 * Q K^T - lse2)          (h16, masked entries 0)
+ *   ds_s = dS = P (dO V^T - D)                            (h16)
  * With dropout (drop non-NULL: sequence b, local head h), p_s = P f and dS = P (f dP - D).
  * Warp w computes the 16x32 piece (rows 16 (w%4), keys 32 (w/4)) of S and dP; then all threads
  * do the elementwise part. Ends with __syncthreads. */
 template <int HD>
 static __device__ __forceinline__ void
-bwd_probs(const bf16 *q_s, const bf16 *do_s, const bf16 *k_s, const bf16 *v_s, float *s_s,
-          float *dp_s, bf16 *p_s, bf16 *ds_s, const float *lse_s, const float *d_s, int q0, int k0,
-          int S, float scale_log2, const mg_dropout *drop, int b, int h) {
+bwd_probs(const h16 *q_s, const h16 *do_s, const h16 *k_s, const h16 *v_s, float *s_s, float *dp_s,
+          h16 *p_s, h16 *ds_s, const float *lse_s, const float *d_s, const int *doc_s, int q0,
+          int k0, int S, float scale_log2, const mg_dropout *drop, int b, int h) {
     typedef att_geom<HD> G;
     const int warp = threadIdx.x / 32, rb = warp % 4, cb = warp / 4;
 #pragma unroll
@@ -322,43 +340,47 @@ bwd_probs(const bf16 *q_s, const bf16 *do_s, const bf16 *k_s, const bf16 *v_s, f
         for (int idx = threadIdx.x; idx < ATT_T * ATT_T; idx += blockDim.x) {
             const int i = idx / ATT_T, c = idx % ATT_T, qi = q0 + i, kj = k0 + c;
             float p = 0.0f, ds = 0.0f;
-            if (qi < S && kj <= qi) {
+            if (qi < S && kj <= qi && kj >= doc_s[i]) {
                 p = exp2f(s_s[i * G::LDS + c] * scale_log2 - lse_s[i]);
                 ds = p * (dp_s[i * G::LDS + c] - d_s[i]);
             }
-            if (p_s) p_s[i * G::LDP + c] = __float2bfloat16(p);
-            ds_s[i * G::LDP + c] = __float2bfloat16(ds);
+            if (p_s) p_s[i * G::LDP + c] = f_to_h16(p);
+            ds_s[i * G::LDP + c] = f_to_h16(ds);
         }
     } else { /* a thread takes 4 adjacent keys: their draws share a Philox block */
         for (int idx = threadIdx.x; idx < ATT_T * ATT_T / 4; idx += blockDim.x) {
             const int i = idx / (ATT_T / 4), c0 = idx % (ATT_T / 4) * 4, qi = q0 + i;
             float f[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-            if (qi < S && k0 + c0 <= qi) drop_run(drop, b, h, qi, k0 + c0, S, 4, f);
+            if (qi < S && k0 + c0 <= qi && k0 + c0 + 3 >= doc_s[i])
+                drop_run(drop, b, h, qi, k0 + c0, S, 4, f);
 #pragma unroll
             for (int k = 0; k < 4; k++) {
                 const int c = c0 + k, kj = k0 + c;
                 float pf = 0.0f, ds = 0.0f;
-                if (qi < S && kj <= qi) {
+                if (qi < S && kj <= qi && kj >= doc_s[i]) {
                     const float p = exp2f(s_s[i * G::LDS + c] * scale_log2 - lse_s[i]);
                     pf = p * f[k];
                     ds = p * (f[k] * dp_s[i * G::LDS + c] - d_s[i]);
                 }
-                if (p_s) p_s[i * G::LDP + c] = __float2bfloat16(pf);
-                ds_s[i * G::LDP + c] = __float2bfloat16(ds);
+                if (p_s) p_s[i * G::LDP + c] = f_to_h16(pf);
+                ds_s[i * G::LDP + c] = f_to_h16(ds);
             }
         }
     }
     __syncthreads();
 }
 
-/* Loads the per-row lse2 and D of query rows [q0, q0+64) of head (b, h); rows past S get 0 (they
- * are masked anyway). */
-static __device__ __forceinline__ void load_rows(float *lse_s, float *d_s, const float *lse,
-                                                 const float *D, size_t off, int q0, int S) {
+/* Loads the per-row lse2 and D of query rows [q0, q0+64) of head (b, h), and the rows' first
+ * visible key from doc (the sequence's doc_start, or NULL: 0); rows past S get 0 (they are masked
+ * anyway). */
+static __device__ __forceinline__ void load_rows(float *lse_s, float *d_s, int *doc_s,
+                                                 const float *lse, const float *D,
+                                                 const int32_t *doc, size_t off, int q0, int S) {
     for (int i = threadIdx.x; i < ATT_T; i += blockDim.x) {
         bool in = q0 + i < S;
         lse_s[i] = in ? lse[off + q0 + i] : 0.0f;
         d_s[i] = in ? D[off + q0 + i] : 0.0f;
+        doc_s[i] = in && doc ? doc[q0 + i] : 0;
     }
 }
 
@@ -366,32 +388,35 @@ static __device__ __forceinline__ void load_rows(float *lse_s, float *d_s, const
 #define ATT_BWD_SMEM(HD)                                                                           \
     typedef att_geom<HD> G;                                                                        \
     extern __shared__ __align__(128) unsigned char smem[];                                         \
-    bf16 *q_s = (bf16 *)smem;                                  /* (64, HD) pitch LD */             \
-    bf16 *do_s = (bf16 *)(smem + G::TILE);                     /* (64, HD) */                      \
-    bf16 *k_s = (bf16 *)(smem + 2 * G::TILE);                  /* (64, HD) */                      \
-    bf16 *v_s = (bf16 *)(smem + 3 * G::TILE);                  /* (64, HD) */                      \
+    h16 *q_s = (h16 *)smem;                                    /* (64, HD) pitch LD */             \
+    h16 *do_s = (h16 *)(smem + G::TILE);                       /* (64, HD) */                      \
+    h16 *k_s = (h16 *)(smem + 2 * G::TILE);                    /* (64, HD) */                      \
+    h16 *v_s = (h16 *)(smem + 3 * G::TILE);                    /* (64, HD) */                      \
     float *s_s = (float *)(smem + 4 * G::TILE);                /* (64, 64) pitch LDS; staging */   \
     float *dp_s = (float *)((unsigned char *)s_s + G::SCORE);  /* (64, 64) pitch LDS */            \
-    bf16 *p_s = (bf16 *)((unsigned char *)dp_s + G::SCORE);    /* (64, 64) pitch LDP */            \
-    bf16 *ds_s = (bf16 *)((unsigned char *)p_s + G::PROB);     /* (64, 64) pitch LDP */            \
+    h16 *p_s = (h16 *)((unsigned char *)dp_s + G::SCORE);      /* (64, 64) pitch LDP */            \
+    h16 *ds_s = (h16 *)((unsigned char *)p_s + G::PROB);       /* (64, 64) pitch LDP */            \
     float *lse_s = (float *)((unsigned char *)ds_s + G::PROB); /* (64) */                          \
-    float *d_s = lse_s + ATT_T;                                /* (64) */
+    float *d_s = lse_s + ATT_T;                                /* (64) */                          \
+    int *doc_s = (int *)(d_s + ATT_T);                         /* (64) */
 
 /* Grid (ceil(S/64), ng, B), 256 threads. Warp w owns key rows 16 (w%4) of the tile and the
  * 16-wide column blocks n = w/4, w/4 + 2, ... of HD for dK and dV. */
 template <int HD>
 static __global__ void __launch_bounds__(ATT_BWD_THREADS)
-    attention_bwd_dkdv_kernel(bf16 *dqkv /* (B*S, C) */, const bf16 *qkv /* (B*S, C) */,
-                              const bf16 *dout /* (B*S, nq*HD) */, const float *lse /* (B,nq,S) */,
+    attention_bwd_dkdv_kernel(h16 *dqkv /* (B*S, C) */, const h16 *qkv /* (B*S, C) */,
+                              const h16 *dout /* (B*S, nq*HD) */, const float *lse /* (B,nq,S) */,
                               const float *D /* (B,nq,S) */, int S, int nq, int r, float scale_log2,
-                              float scale, mg_dropout drop, int dropping) {
+                              float scale, mg_dropout drop, int dropping,
+                              const int32_t *doc /* (B*S) or NULL */) {
     ATT_BWD_SMEM(HD)
     constexpr int NF = HD / 16, NH = (NF + 1) / 2;
     const int kt = blockIdx.x, g = blockIdx.y, b = blockIdx.z, k0 = kt * ATT_T;
+    const int32_t *sdoc = doc ? doc + (size_t)b * S : NULL; /* this sequence's doc_start */
     const int warp = threadIdx.x / 32, kb = warp % 4, half = warp / 4;
     const int C = (nq / r) * (r + 2) * HD, OW = nq * HD, nqt = (S + ATT_T - 1) / ATT_T;
     const size_t tok0 = (size_t)b * S;
-    const bf16 *kp = qkv + tok0 * C + (size_t)(g * (r + 2) + r) * HD; // (S, HD) stride C
+    const h16 *kp = qkv + tok0 * C + (size_t)(g * (r + 2) + r) * HD; // (S, HD) stride C
     load_tile<HD>(k_s, kp, C, k0, S);
     load_tile<HD>(v_s, kp + HD, C, k0, S);
 
@@ -401,16 +426,18 @@ static __global__ void __launch_bounds__(ATT_BWD_THREADS)
 
     for (int j = 0; j < r; j++) {
         const int h = g * r + j;
-        const bf16 *qp = qkv + tok0 * C + (size_t)(g * (r + 2) + j) * HD; // (S, HD) stride C
-        const bf16 *dop = dout + tok0 * OW + (size_t)h * HD;              // (S, HD) stride OW
+        const h16 *qp = qkv + tok0 * C + (size_t)(g * (r + 2) + j) * HD; // (S, HD) stride C
+        const h16 *dop = dout + tok0 * OW + (size_t)h * HD;              // (S, HD) stride OW
         for (int qt = kt; qt < nqt; qt++) { /* causal: query tiles at or after the key tile */
             const int q0 = qt * ATT_T;
+            /* documents: this and every later query tile start past the key tile (uniform) */
+            if (sdoc && sdoc[q0] >= k0 + ATT_T) break;
             __syncthreads(); /* the previous iteration's readers of Q, dO, P, dS are done */
             load_tile<HD>(q_s, qp, C, q0, S);
             load_tile<HD>(do_s, dop, OW, q0, S);
-            load_rows(lse_s, d_s, lse, D, ((size_t)b * nq + h) * S, q0, S);
+            load_rows(lse_s, d_s, doc_s, lse, D, sdoc, ((size_t)b * nq + h) * S, q0, S);
             __syncthreads();
-            bwd_probs<HD>(q_s, do_s, k_s, v_s, s_s, dp_s, p_s, ds_s, lse_s, d_s, q0, k0, S,
+            bwd_probs<HD>(q_s, do_s, k_s, v_s, s_s, dp_s, p_s, ds_s, lse_s, d_s, doc_s, q0, k0, S,
                           scale_log2, dropping ? &drop : NULL, b, h);
             /* dV (64 keys, HD) += P^T dO;  dK += dS^T Q  (contraction over the 64 queries) */
             frag_a_col pt[ATT_T / 16],
@@ -435,9 +462,9 @@ static __global__ void __launch_bounds__(ATT_BWD_THREADS)
             }
         }
     }
-    /* stage through shared memory (the S/dP regions) and write bf16: dk = scale dS^T Q */
-    bf16 *dkp = dqkv + tok0 * C + (size_t)(g * (r + 2) + r) * HD; // (S, HD) stride C
-    float *stage = s_s;                                           // (64, HD) pitch LDO
+    /* stage through shared memory (the S/dP regions) and write h16: dk = scale dS^T Q */
+    h16 *dkp = dqkv + tok0 * C + (size_t)(g * (r + 2) + r) * HD; // (S, HD) stride C
+    float *stage = s_s;                                          // (64, HD) pitch LDO
     for (int pass = 0; pass < 2; pass++) {
         __syncthreads();
 #pragma unroll
@@ -456,10 +483,11 @@ static __global__ void __launch_bounds__(ATT_BWD_THREADS)
  * blocks n = w/4, w/4 + 2, ... of dQ. */
 template <int HD>
 static __global__ void __launch_bounds__(ATT_BWD_THREADS)
-    attention_bwd_dq_kernel(bf16 *dqkv /* (B*S, C) */, const bf16 *qkv /* (B*S, C) */,
-                            const bf16 *dout /* (B*S, nq*HD) */, const float *lse /* (B,nq,S) */,
+    attention_bwd_dq_kernel(h16 *dqkv /* (B*S, C) */, const h16 *qkv /* (B*S, C) */,
+                            const h16 *dout /* (B*S, nq*HD) */, const float *lse /* (B,nq,S) */,
                             const float *D /* (B,nq,S) */, int S, int nq, int r, float scale_log2,
-                            float scale, mg_dropout drop, int dropping) {
+                            float scale, mg_dropout drop, int dropping,
+                            const int32_t *doc /* (B*S) or NULL */) {
     ATT_BWD_SMEM(HD)
     constexpr int NF = HD / 16, NH = (NF + 1) / 2;
     const int qt = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z, q0 = qt * ATT_T;
@@ -467,21 +495,23 @@ static __global__ void __launch_bounds__(ATT_BWD_THREADS)
     const int g = h / r, C = (nq / r) * (r + 2) * HD, OW = nq * HD;
     const size_t tok0 = (size_t)b * S;
     const size_t qoff = (size_t)(g * (r + 2) + h % r) * HD;
-    const bf16 *kp = qkv + tok0 * C + (size_t)(g * (r + 2) + r) * HD; // (S, HD) stride C
+    const h16 *kp = qkv + tok0 * C + (size_t)(g * (r + 2) + r) * HD; // (S, HD) stride C
     load_tile<HD>(q_s, qkv + tok0 * C + qoff, C, q0, S);
     load_tile<HD>(do_s, dout + tok0 * OW + (size_t)h * HD, OW, q0, S);
-    load_rows(lse_s, d_s, lse, D, ((size_t)b * nq + h) * S, q0, S);
+    const int32_t *sdoc = doc ? doc + (size_t)b * S : NULL; /* this sequence's doc_start */
+    load_rows(lse_s, d_s, doc_s, lse, D, sdoc, ((size_t)b * nq + h) * S, q0, S);
 
     frag_c dq[NH];
 #pragma unroll
     for (int t = 0; t < NH; t++) wmma::fill_fragment(dq[t], 0.0f);
-    for (int kt = 0; kt <= qt; kt++) {
+    /* keys up to the tile's last query, from its first row's document start */
+    for (int kt = sdoc ? sdoc[q0] / ATT_T : 0; kt <= qt; kt++) {
         const int k0 = kt * ATT_T;
         __syncthreads(); /* the previous iteration's readers of K, V, dS are done */
         load_tile<HD>(k_s, kp, C, k0, S);
         load_tile<HD>(v_s, kp + HD, C, k0, S);
         __syncthreads();
-        bwd_probs<HD>(q_s, do_s, k_s, v_s, s_s, dp_s, NULL, ds_s, lse_s, d_s, q0, k0, S,
+        bwd_probs<HD>(q_s, do_s, k_s, v_s, s_s, dp_s, NULL, ds_s, lse_s, d_s, doc_s, q0, k0, S,
                       scale_log2, dropping ? &drop : NULL, b, h);
         /* dQ (64, HD) += dS (64, 64 keys) K (64 keys, HD) */
         frag_a_row af[ATT_T / 16];
@@ -549,31 +579,31 @@ static mg_dropout drop_arg(const mg_dropout *drop) {
 }
 
 template <int HD>
-static mg_status forward_launch(mg_backend *be, bf16 *out, float *lse, const bf16 *qkv, int B,
-                                int S, int nq, int r, const mg_dropout *drop) {
+static mg_status forward_launch(mg_backend *be, h16 *out, float *lse, const h16 *qkv, int B, int S,
+                                int nq, int r, const mg_dropout *drop, const int32_t *doc_start) {
     const size_t smem = att_geom<HD>::FWD;
     const float scale_log2 = 1.4426950408889634f / sqrtf((float)HD);
     dim3 grid((S + ATT_T - 1) / ATT_T, nq, B);
     attention_forward_kernel<HD><<<grid, ATT_FWD_THREADS, smem, mg_cuda_stream(be)>>>(
-        out, lse, qkv, S, nq, r, scale_log2, drop_arg(drop), drop != NULL);
+        out, lse, qkv, S, nq, r, scale_log2, drop_arg(drop), drop != NULL, doc_start);
     MG_CUDA_CHECK_LAUNCH();
     return MG_OK;
 }
 
 template <int HD>
-static mg_status backward_launch(mg_backend *be, bf16 *dqkv, const bf16 *dout, const bf16 *qkv,
+static mg_status backward_launch(mg_backend *be, h16 *dqkv, const h16 *dout, const h16 *qkv,
                                  const float *lse, const float *D, int B, int S, int nq, int ng,
-                                 const mg_dropout *drop) {
+                                 const mg_dropout *drop, const int32_t *doc_start) {
     const size_t smem = att_geom<HD>::BWD;
     const int r = nq / ng, nt = (S + ATT_T - 1) / ATT_T;
     const float scale = 1.0f / sqrtf((float)HD), scale_log2 = 1.4426950408889634f * scale;
     cudaStream_t stream = mg_cuda_stream(be);
     const mg_dropout d = drop_arg(drop);
     attention_bwd_dkdv_kernel<HD><<<dim3(nt, ng, B), ATT_BWD_THREADS, smem, stream>>>(
-        dqkv, qkv, dout, lse, D, S, nq, r, scale_log2, scale, d, drop != NULL);
+        dqkv, qkv, dout, lse, D, S, nq, r, scale_log2, scale, d, drop != NULL, doc_start);
     MG_CUDA_CHECK_LAUNCH();
     attention_bwd_dq_kernel<HD><<<dim3(nt, nq, B), ATT_BWD_THREADS, smem, stream>>>(
-        dqkv, qkv, dout, lse, D, S, nq, r, scale_log2, scale, d, drop != NULL);
+        dqkv, qkv, dout, lse, D, S, nq, r, scale_log2, scale, d, drop != NULL, doc_start);
     MG_CUDA_CHECK_LAUNCH();
     return MG_OK;
 }
@@ -622,23 +652,22 @@ extern "C" mg_status mg_cuda_attention_forward(mg_backend *be, void *out /* (B*S
                                                void *saved /* (B, nq, S) fp32 lse2 */,
                                                const void *qkv /* (B*S, ng*(r+2)*hd) */, int B,
                                                int S, int nq, int ng, int hd,
-                                               const mg_dropout *drop) {
+                                               const mg_dropout *drop,
+                                               const int32_t *doc_start /* (B*S) or NULL */) {
     const void *ptrs[] = {out, qkv};
     MG_CHECK(attention_check(B, S, nq, ng, hd, ptrs, 2));
     const int r = nq / ng;
     return with_head_dim(hd, [&](auto HD) {
-        return forward_launch<decltype(HD)::value>(be, (bf16 *)out, (float *)saved,
-                                                   (const bf16 *)qkv, B, S, nq, r, drop);
+        return forward_launch<decltype(HD)::value>(be, (h16 *)out, (float *)saved, (const h16 *)qkv,
+                                                   B, S, nq, r, drop, doc_start);
     });
 }
 
-extern "C" mg_status mg_cuda_attention_backward(mg_backend *be, void *dqkv /* (B*S, ng*(r+2)*hd) */,
-                                                const void *dout /* (B*S, nq*hd) */,
-                                                const void *qkv /* (B*S, ng*(r+2)*hd) */,
-                                                const void *out /* (B*S, nq*hd) */,
-                                                const void *saved /* (B, nq, S) fp32 lse2 */, int B,
-                                                int S, int nq, int ng, int hd,
-                                                const mg_dropout *drop) {
+extern "C" mg_status mg_cuda_attention_backward(
+    mg_backend *be, void *dqkv /* (B*S, ng*(r+2)*hd) */, const void *dout /* (B*S, nq*hd) */,
+    const void *qkv /* (B*S, ng*(r+2)*hd) */, const void *out /* (B*S, nq*hd) */,
+    const void *saved /* (B, nq, S) fp32 lse2 */, int B, int S, int nq, int ng, int hd,
+    const mg_dropout *drop, const int32_t *doc_start /* (B*S) or NULL */) {
     const void *ptrs[] = {dqkv, dout, qkv, out};
     MG_CHECK(attention_check(B, S, nq, ng, hd, ptrs, 4));
     const size_t rows = (size_t)B * nq * S;
@@ -646,12 +675,12 @@ extern "C" mg_status mg_cuda_attention_backward(mg_backend *be, void *dqkv /* (B
     MG_CHECK(mg_cuda_scratch(be, rows * sizeof(float), (void **)&D, "attention backward (dO.O)"));
     const int warps = 8;
     attention_bwd_dot_kernel<<<(unsigned)((rows + warps - 1) / warps), 32 * warps, 0,
-                               mg_cuda_stream(be)>>>(D, (const bf16 *)dout, (const bf16 *)out, B, S,
+                               mg_cuda_stream(be)>>>(D, (const h16 *)dout, (const h16 *)out, B, S,
                                                      nq, hd);
     MG_CUDA_CHECK_LAUNCH();
     return with_head_dim(hd, [&](auto HD) {
-        return backward_launch<decltype(HD)::value>(be, (bf16 *)dqkv, (const bf16 *)dout,
-                                                    (const bf16 *)qkv, (const float *)saved, D, B,
-                                                    S, nq, ng, drop);
+        return backward_launch<decltype(HD)::value>(be, (h16 *)dqkv, (const h16 *)dout,
+                                                    (const h16 *)qkv, (const float *)saved, D, B, S,
+                                                    nq, ng, drop, doc_start);
     });
 }

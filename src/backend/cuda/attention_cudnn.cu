@@ -1,11 +1,11 @@
 /* Causal self-attention through cuDNN's fused flash attention (the "SDPA" runtime-fusion engines),
  * reached with the C backend (graph) API only: no cudnn_frontend. Same contract as attention.cu
- * (backend.h): bf16, causal, GQA over the fused qkv layout, scale 1/sqrt(hd).
+ * (backend.h): h16, causal, GQA over the fused qkv layout, scale 1/sqrt(hd).
  *
  * The engines are found by pattern: the operation graph must be the one cuDNN's frontend builds
  * for SDPA (composite node, cuDNN 9.x):
  *   forward   S = Q K^T; S *= scale; causal mask (row >= col, else -inf); M = rowmax S;
- *             E = exp(S - M); Z = rowsum E; stats = M + log Z; P = E / Z (bf16); O = P V
+ *             E = exp(S - M); Z = rowsum E; stats = M + log Z; P = E / Z (h16); O = P V
  *   backward  Dsum = rowsum(dO * O) (fp32, in our workspace); S = Q K^T * scale, masked;
  *             P = exp(S - stats); dV = P^T dO; dS = P (dO V^T - Dsum) * scale;
  *             dK = dS^T Q; dQ = dS K
@@ -31,7 +31,10 @@
  * Attention dropout (drop != NULL) runs attention.cu's kernels: their mask is core/dropout.h's,
  * keyed by global positions and identical to the CPU's, which cuDNN's dropout (its own Philox
  * stream, seed and offset) cannot reproduce; one log line says so at the first such call. A
- * forward and its backward get the same drop, so they agree on what `saved` holds.
+ * forward and its backward get the same drop, so they agree on what `saved` holds. The document
+ * mask of packed sequences (doc_start != NULL, --reset-attention-mask) also runs attention.cu's
+ * kernels: this graph is plain causal (cuDNN's padding/ragged masks are not our per-token
+ * doc_start); both directions get the same doc_start, so they agree on `saved` too.
  *
  * Plans: both graphs for a shape are built together at the first call with that shape, executed
  * plan kept in a small per-backend table (never evicted). If either graph has no working engine
@@ -41,7 +44,7 @@
  *
  * Workspace (mg_cuda_ctx.workspace): backward [Dsum (B*nq*S fp32) | dQ_accum (nondet only) |
  * cuDNN's]; forward [cuDNN's]. The deterministic backward's own part is about B*nq*S*S*2 bytes
- * (cuDNN 9.14 on H200: 806 MB at B=32, nq=12, S=1024; it keeps dP in bf16), the non-deterministic
+ * (cuDNN 9.14 on H200: 806 MB at B=32, nq=12, S=1024; it keeps dP in h16), the non-deterministic
  * one's B*nq*S*hd*4 (dQ_accum, 101 MB there). The workspace grows to what a shape's plan needs
  * (mg_cuda_workspace_reserve, one log line), unless MG_CUDA_WORKSPACE_MB fixed its size: then a
  * shape needing more fails with MG_ERR_NOMEM naming it and the size. Exports:
@@ -169,11 +172,11 @@ static void cd_build_forward(cd_graph *g, const cd_views *w) {
     cd_dims(d, w->nb, w->hq, w->S, w->D);
     cd_dims(kd, w->nb, w->hk, w->D, w->S);
     cd_swap23(ks, w->k);
-    cudnnBackendDescriptor_t q = cd_tensor(g, CD_UID_Q, CUDNN_DATA_BFLOAT16, d, w->q);
-    cudnnBackendDescriptor_t kt = cd_tensor(g, CD_UID_K, CUDNN_DATA_BFLOAT16, kd, ks);
+    cudnnBackendDescriptor_t q = cd_tensor(g, CD_UID_Q, MG_CUDNN_DATA_H16, d, w->q);
+    cudnnBackendDescriptor_t kt = cd_tensor(g, CD_UID_K, MG_CUDNN_DATA_H16, kd, ks);
     cd_dims(s, w->nb, w->hk, w->S, w->D);
-    cudnnBackendDescriptor_t v = cd_tensor(g, CD_UID_V, CUDNN_DATA_BFLOAT16, s, w->v);
-    cudnnBackendDescriptor_t o = cd_tensor(g, CD_UID_O, CUDNN_DATA_BFLOAT16, d, w->o);
+    cudnnBackendDescriptor_t v = cd_tensor(g, CD_UID_V, MG_CUDNN_DATA_H16, s, w->v);
+    cudnnBackendDescriptor_t o = cd_tensor(g, CD_UID_O, MG_CUDNN_DATA_H16, d, w->o);
     cudnnBackendDescriptor_t x = cd_masked_scores(g, w, q, kt);
 
     cd_dims(rd, w->nb, w->hq, w->S, 1); /* per-row statistics */
@@ -186,7 +189,7 @@ static void cd_build_forward(cd_graph *g, const cd_views *w) {
     cudnnBackendDescriptor_t z = cd_tensor(g, 0, CUDNN_DATA_FLOAT, rd, rs);
     cudnnBackendDescriptor_t lz = cd_tensor(g, 0, CUDNN_DATA_FLOAT, rd, rs);
     cudnnBackendDescriptor_t stats = cd_tensor(g, CD_UID_STATS, CUDNN_DATA_FLOAT, rd, rs);
-    cudnnBackendDescriptor_t p = cd_tensor(g, 0, CUDNN_DATA_BFLOAT16, sd, ss);
+    cudnnBackendDescriptor_t p = cd_tensor(g, 0, MG_CUDNN_DATA_H16, sd, ss);
     cd_reduce(g, CUDNN_REDUCE_TENSOR_MAX, x, m);
     cd_pointwise(g, CUDNN_POINTWISE_SUB, CUDNN_DATA_FLOAT, x, m, NULL, xm, -1);
     cd_pointwise(g, CUDNN_POINTWISE_EXP, CUDNN_DATA_FLOAT, xm, NULL, NULL, e, -1);
@@ -198,7 +201,7 @@ static void cd_build_forward(cd_graph *g, const cd_views *w) {
 }
 
 /* dX (nb, hk, rows, D) = a (nb, hq, rows, S) b: directly when hq == hk, else per query head
- * (virtual, bf16 as in the frontend) and summed over the group. */
+ * (virtual, h16 as in the frontend) and summed over the group. */
 static void cd_grouped_matmul(cd_graph *g, const cd_views *w, cudnnBackendDescriptor_t a,
                               cudnnBackendDescriptor_t b, cudnnBackendDescriptor_t out) {
     if (w->hq == w->hk) {
@@ -208,7 +211,7 @@ static void cd_grouped_matmul(cd_graph *g, const cd_views *w, cudnnBackendDescri
     int64_t fd[4], fs[4];
     cd_dims(fd, w->nb, w->hq, w->S, w->D);
     cd_dims(fs, w->hq * w->S * w->D, w->S * w->D, w->D, 1);
-    cudnnBackendDescriptor_t full = cd_tensor(g, 0, CUDNN_DATA_BFLOAT16, fd, fs);
+    cudnnBackendDescriptor_t full = cd_tensor(g, 0, MG_CUDNN_DATA_H16, fd, fs);
     cd_matmul(g, a, b, full);
     cd_reduce(g, CUDNN_REDUCE_TENSOR_ADD, full, out);
 }
@@ -230,15 +233,15 @@ static void cd_build_backward(cd_graph *g, const cd_views *w, int det) {
     cd_dims(pd, w->nb, w->hq, w->S, w->D); /* packed fp32 (nb, hq, S, D) */
     cd_dims(ps, w->hq * w->S * w->D, w->S * w->D, w->D, 1);
 
-    cudnnBackendDescriptor_t q = cd_tensor(g, CD_UID_Q, CUDNN_DATA_BFLOAT16, d, w->q);
-    cudnnBackendDescriptor_t kt = cd_tensor(g, CD_UID_K, CUDNN_DATA_BFLOAT16, td, ks);
-    cudnnBackendDescriptor_t vt = cd_tensor(g, CD_UID_V, CUDNN_DATA_BFLOAT16, td, vs);
-    cudnnBackendDescriptor_t o = cd_tensor(g, CD_UID_O, CUDNN_DATA_BFLOAT16, d, w->o);
-    cudnnBackendDescriptor_t dout = cd_tensor(g, CD_UID_DO, CUDNN_DATA_BFLOAT16, d, w->o);
+    cudnnBackendDescriptor_t q = cd_tensor(g, CD_UID_Q, MG_CUDNN_DATA_H16, d, w->q);
+    cudnnBackendDescriptor_t kt = cd_tensor(g, CD_UID_K, MG_CUDNN_DATA_H16, td, ks);
+    cudnnBackendDescriptor_t vt = cd_tensor(g, CD_UID_V, MG_CUDNN_DATA_H16, td, vs);
+    cudnnBackendDescriptor_t o = cd_tensor(g, CD_UID_O, MG_CUDNN_DATA_H16, d, w->o);
+    cudnnBackendDescriptor_t dout = cd_tensor(g, CD_UID_DO, MG_CUDNN_DATA_H16, d, w->o);
     cudnnBackendDescriptor_t stats = cd_tensor(g, CD_UID_STATS, CUDNN_DATA_FLOAT, rd, rs);
-    cudnnBackendDescriptor_t dq = cd_tensor(g, CD_UID_DQ, CUDNN_DATA_BFLOAT16, d, w->dq);
-    cudnnBackendDescriptor_t dk = cd_tensor(g, CD_UID_DK, CUDNN_DATA_BFLOAT16, kvd, w->dk);
-    cudnnBackendDescriptor_t dv = cd_tensor(g, CD_UID_DV, CUDNN_DATA_BFLOAT16, kvd, w->dv);
+    cudnnBackendDescriptor_t dq = cd_tensor(g, CD_UID_DQ, MG_CUDNN_DATA_H16, d, w->dq);
+    cudnnBackendDescriptor_t dk = cd_tensor(g, CD_UID_DK, MG_CUDNN_DATA_H16, kvd, w->dk);
+    cudnnBackendDescriptor_t dv = cd_tensor(g, CD_UID_DV, MG_CUDNN_DATA_H16, kvd, w->dv);
 
     /* Dsum = rowsum(dO * O) * 1, materialised in our workspace (the frontend's softmax_sum) */
     cudnnBackendDescriptor_t doo = cd_tensor(g, 0, CUDNN_DATA_FLOAT, pd, ps);
@@ -257,7 +260,7 @@ static void cd_build_backward(cd_graph *g, const cd_views *w, int det) {
     cd_pointwise(g, CUDNN_POINTWISE_EXP, CUDNN_DATA_FLOAT, xs, NULL, NULL, p, -1);
 
     /* dV = P^T dO */
-    cudnnBackendDescriptor_t pt = cd_tensor(g, 0, CUDNN_DATA_BFLOAT16, tsd, tss);
+    cudnnBackendDescriptor_t pt = cd_tensor(g, 0, MG_CUDNN_DATA_H16, tsd, tss);
     cd_reshape(g, p, pt);
     cd_grouped_matmul(g, w, pt, dout, dv);
 
@@ -273,12 +276,12 @@ static void cd_build_backward(cd_graph *g, const cd_views *w, int det) {
                  ds, -1);
 
     /* dK = dS^T Q */
-    cudnnBackendDescriptor_t dst = cd_tensor(g, 0, CUDNN_DATA_BFLOAT16, tsd, tss);
+    cudnnBackendDescriptor_t dst = cd_tensor(g, 0, MG_CUDNN_DATA_H16, tsd, tss);
     cd_reshape(g, ds, dst);
     cd_grouped_matmul(g, w, dst, q, dk);
 
     /* dQ = dS K (K back from K^T by a reshape, as the frontend does) */
-    cudnnBackendDescriptor_t k = cd_tensor(g, 0, CUDNN_DATA_BFLOAT16, kvd, w->k);
+    cudnnBackendDescriptor_t k = cd_tensor(g, 0, MG_CUDNN_DATA_H16, kvd, w->k);
     cd_reshape(g, kt, k);
     if (det) {
         cd_matmul(g, ds, k, dq);
@@ -544,18 +547,31 @@ static bool cd_dropout(const mg_dropout *drop) {
     return true;
 }
 
+/* The document mask goes to attention.cu too (see the top); said once per process. */
+static bool cd_documents(const int32_t *doc_start) {
+    static bool said = false;
+    if (!doc_start) return false;
+    if (!said)
+        mg_log_info("attention: --reset-attention-mask runs our attention kernels (cuDNN's graph "
+                    "here has no per-token document mask)");
+    said = true;
+    return true;
+}
+
 extern "C" mg_status mg_cuda_attention_cudnn_forward(mg_backend *be, void *out /* (B*S, nq*hd) */,
                                                      void *saved /* (B, nq, S) fp32 */,
                                                      const void *qkv /* (B*S, ng*(r+2)*hd) */,
                                                      int B, int S, int nq, int ng, int hd,
-                                                     const mg_dropout *drop) {
-    if (cd_dropout(drop))
-        return mg_cuda_attention_forward(be, out, saved, qkv, B, S, nq, ng, hd, drop);
+                                                     const mg_dropout *drop,
+                                                     const int32_t *doc_start /* (B*S) or NULL */) {
+    if (cd_dropout(drop) || cd_documents(doc_start)) /* our kernels: see the top */
+        return mg_cuda_attention_forward(be, out, saved, qkv, B, S, nq, ng, hd, drop, doc_start);
     const void *ptrs[] = {out, qkv, saved};
     cd_plan *p = NULL;
     if (cd_shape_ok(B, S, nq, ng) && cd_aligned(ptrs, 3))
         MG_CHECK(cd_plan_for(be, B, S, nq, ng, hd, &p));
-    if (!p || !p->ok) return mg_cuda_attention_forward(be, out, saved, qkv, B, S, nq, ng, hd, NULL);
+    if (!p || !p->ok)
+        return mg_cuda_attention_forward(be, out, saved, qkv, B, S, nq, ng, hd, NULL, NULL);
     mg_cuda_ctx *ctx = mg_cuda_ctx_of(be);
     cd_state *st = (cd_state *)ctx->cudnn_attn;
     MG_CHECK(cd_workspace_check(be, (size_t)p->fwd_ws, "forward", B, S, nq, hd));
@@ -564,11 +580,11 @@ extern "C" mg_status mg_cuda_attention_cudnn_forward(mg_backend *be, void *out /
     const int calls = r == 1 ? 1 : B; /* see the top comment: GQA runs per sequence */
     float scale = 1.0f / sqrtf((float)hd), neginf = -INFINITY;
     for (int b = 0; b < calls; b++) {
-        const bf16 *x = (const bf16 *)qkv + (size_t)b * S * C;
+        const h16 *x = (const h16 *)qkv + (size_t)b * S * C;
         void *vp[] = {(void *)x,
                       (void *)(x + (size_t)r * hd),
                       (void *)(x + (size_t)(r + 1) * hd),
-                      (bf16 *)out + (size_t)b * S * OW,
+                      (h16 *)out + (size_t)b * S * OW,
                       (float *)saved + (size_t)b * nq * S,
                       &scale,
                       &neginf};
@@ -583,15 +599,17 @@ extern "C" mg_status mg_cuda_attention_cudnn_backward(
     mg_backend *be, void *dqkv /* (B*S, ng*(r+2)*hd) */, const void *dout /* (B*S, nq*hd) */,
     const void *qkv /* (B*S, ng*(r+2)*hd) */, const void *out /* (B*S, nq*hd) */,
     const void *saved /* (B, nq, S) fp32 */, int B, int S, int nq, int ng, int hd,
-    const mg_dropout *drop) {
-    if (cd_dropout(drop))
-        return mg_cuda_attention_backward(be, dqkv, dout, qkv, out, saved, B, S, nq, ng, hd, drop);
+    const mg_dropout *drop, const int32_t *doc_start /* (B*S) or NULL */) {
+    if (cd_dropout(drop) || cd_documents(doc_start)) /* our kernels: see the top */
+        return mg_cuda_attention_backward(be, dqkv, dout, qkv, out, saved, B, S, nq, ng, hd, drop,
+                                          doc_start);
     const void *ptrs[] = {dqkv, dout, qkv, out, saved};
     cd_plan *p = NULL;
     if (cd_shape_ok(B, S, nq, ng) && cd_aligned(ptrs, 5))
         MG_CHECK(cd_plan_for(be, B, S, nq, ng, hd, &p));
     if (!p || !p->ok)
-        return mg_cuda_attention_backward(be, dqkv, dout, qkv, out, saved, B, S, nq, ng, hd, NULL);
+        return mg_cuda_attention_backward(be, dqkv, dout, qkv, out, saved, B, S, nq, ng, hd, NULL,
+                                          NULL);
     mg_cuda_ctx *ctx = mg_cuda_ctx_of(be);
     cd_state *st = (cd_state *)ctx->cudnn_attn;
     const int r = nq / ng, calls = r == 1 ? 1 : B, bq = r == 1 ? B : 1; /* sequences per call */
@@ -605,8 +623,8 @@ extern "C" mg_status mg_cuda_attention_cudnn_backward(
     char *ws = (char *)ctx->workspace;
     float scale = 1.0f / sqrtf((float)hd), neginf = -INFINITY, one = 1.0f;
     for (int b = 0; b < calls; b++) {
-        const bf16 *x = (const bf16 *)qkv + (size_t)b * S * C;
-        bf16 *dx = (bf16 *)dqkv + (size_t)b * S * C;
+        const h16 *x = (const h16 *)qkv + (size_t)b * S * C;
+        h16 *dx = (h16 *)dqkv + (size_t)b * S * C;
         const size_t ob = (size_t)b * S * OW;
         /* cuDNN < 9.6 expects the fp32 dQ accumulator zeroed by the caller (frontend) */
         if (!p->det && st->version < 90600)
@@ -614,8 +632,8 @@ extern "C" mg_status mg_cuda_attention_cudnn_backward(
         void *vp[] = {(void *)x,
                       (void *)(x + (size_t)r * hd),
                       (void *)(x + (size_t)(r + 1) * hd),
-                      (void *)((const bf16 *)out + ob),
-                      (void *)((const bf16 *)dout + ob),
+                      (void *)((const h16 *)out + ob),
+                      (void *)((const h16 *)dout + ob),
                       (void *)((const float *)saved + (size_t)b * nq * S),
                       dx,
                       dx + (size_t)r * hd,
@@ -664,14 +682,16 @@ extern "C" size_t mg_cuda_attention_cudnn_saved_bytes(mg_backend *be, int B, int
 
 extern "C" mg_status mg_cuda_attention_cudnn_forward(mg_backend *be, void *out, void *saved,
                                                      const void *qkv, int B, int S, int nq, int ng,
-                                                     int hd, const mg_dropout *drop) {
+                                                     int hd, const mg_dropout *drop,
+                                                     const int32_t *doc_start) {
     return cd_absent();
 }
 
 extern "C" mg_status mg_cuda_attention_cudnn_backward(mg_backend *be, void *dqkv, const void *dout,
                                                       const void *qkv, const void *out,
                                                       const void *saved, int B, int S, int nq,
-                                                      int ng, int hd, const mg_dropout *drop) {
+                                                      int ng, int hd, const mg_dropout *drop,
+                                                      const int32_t *doc_start) {
     return cd_absent();
 }
 #endif

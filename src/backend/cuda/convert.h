@@ -1,11 +1,15 @@
-/* Internal to src/backend/cuda: fp32 <-> bf16 conversion kernels, used by upload_f32 and
- * download_f32 (cuda_backend.c). The rounding is core/tensor.c's mg_f32_to_bf16, bit for bit:
- * round to nearest, ties to even; a NaN stays a NaN (quietened, sign and high payload kept);
- * +-Inf stays +-Inf; a finite value beyond the bf16 range rounds to +-Inf.
- * Exports: mg_cuda_f32_to_bf16, mg_cuda_bf16_to_f32. Needs: CUDA runtime. */
+/* Internal to src/backend/cuda: fp32 <-> h16 (the compute type: bf16, or fp16 in the objects
+ * built with MG_CUDA_F16) conversion kernels, used by upload_f32 and download_f32
+ * (cuda_backend.c). The rounding is core/tensor.c's mg_f32_to_bf16 / mg_f32_to_f16, bit for bit:
+ * round to nearest, ties to even; a NaN stays a NaN (bf16: quietened, sign and high payload kept;
+ * fp16: the quiet NaN 0x7e00 with the sign); +-Inf stays +-Inf; a finite value beyond the range
+ * rounds to +-Inf (fp16: from 65520 up); fp16 keeps subnormals (down to 2^-24).
+ * Exports: mg_cuda_f32_to_h16, mg_cuda_h16_to_f32 (mg_cuda_f16_* in the fp16 object). Needs:
+ * CUDA runtime. */
 #ifndef MG_BACKEND_CUDA_CONVERT_H
 #define MG_BACKEND_CUDA_CONVERT_H
 
+#include "backend/cuda/cuda_f16_names.h"
 #include "core/status.h"
 
 #include <cuda_runtime_api.h>
@@ -16,10 +20,10 @@
 extern "C" {
 #endif
 
-/* dst[i] = bf16(src[i]) for i < n, on `stream`. dst (n) bf16, src (n) fp32, device memory. */
-mg_status mg_cuda_f32_to_bf16(uint16_t *dst, const float *src, size_t n, cudaStream_t stream);
-/* dst[i] = float(src[i]) (exact) for i < n, on `stream`. dst (n) fp32, src (n) bf16. */
-mg_status mg_cuda_bf16_to_f32(float *dst, const uint16_t *src, size_t n, cudaStream_t stream);
+/* dst[i] = h16(src[i]) for i < n, on `stream`. dst (n) h16 bits, src (n) fp32, device memory. */
+mg_status mg_cuda_f32_to_h16(uint16_t *dst, const float *src, size_t n, cudaStream_t stream);
+/* dst[i] = float(src[i]) (exact) for i < n, on `stream`. dst (n) fp32, src (n) h16 bits. */
+mg_status mg_cuda_h16_to_f32(float *dst, const uint16_t *src, size_t n, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

@@ -1,5 +1,5 @@
 /* Softmax cross-entropy, in place (CPU reference: cpu/cpu_cross_entropy.c): losses[i] =
- * logsumexp(logits[i,:]) - logits[i, t_i], then the bf16 logits row becomes
+ * logsumexp(logits[i,:]) - logits[i, t_i], then the h16 logits row becomes
  * dlogits = (softmax - onehot(t_i)) * dloss[i]. Two forms: fused over the whole vocabulary, and the
  * vocab-parallel three steps over one rank's columns (at the end of this file).
  *
@@ -46,15 +46,15 @@ static __device__ __forceinline__ void ce_accumulate(float &m, float &s, const f
 
 template <int VEC>
 static __global__ void __launch_bounds__(CE_THREADS)
-    cross_entropy_kernel(bf16 *logits, float *losses, const int32_t *targets, const float *dloss,
+    cross_entropy_kernel(h16 *logits, float *losses, const int32_t *targets, const float *dloss,
                          int V) {
-    // logits (N, V) bf16 in place; losses, targets, dloss (N); one block per row
+    // logits (N, V) h16 in place; losses, targets, dloss (N); one block per row
     __shared__ float sh_m[CE_THREADS / 32], sh_s[CE_THREADS / 32];
     size_t row = blockIdx.x;
-    bf16 *x = logits + row * (size_t)V;
+    h16 *x = logits + row * (size_t)V;
     int tgt = targets[row];
     bool tgt_ok = tgt >= 0 && tgt < V;
-    float xt = tgt_ok ? __bfloat162float(x[tgt]) : 0.0f; /* read before pass 2 overwrites it */
+    float xt = tgt_ok ? h16_to_f(x[tgt]) : 0.0f; /* read before pass 2 overwrites it */
 
     /* pass 1: online max and sum */
     float m = -INFINITY, s = 0.0f;
@@ -64,7 +64,7 @@ static __global__ void __launch_bounds__(CE_THREADS)
         if (VEC == 8)
             mg_load8(x + (size_t)u * 8, f);
         else
-            f[0] = __bfloat162float(x[u]);
+            f[0] = h16_to_f(x[u]);
         ce_accumulate<VEC>(m, s, f);
     }
 #pragma unroll
@@ -87,7 +87,7 @@ static __global__ void __launch_bounds__(CE_THREADS)
         if (VEC == 8)
             mg_load8(x + (size_t)u * 8, f);
         else
-            f[0] = __bfloat162float(x[u]);
+            f[0] = h16_to_f(x[u]);
 #pragma unroll
         for (int k = 0; k < VEC; k++) {
             float p = exp2f(fmaf(f[k], CE_LOG2E, -ms)) * inv;
@@ -96,7 +96,7 @@ static __global__ void __launch_bounds__(CE_THREADS)
         if (VEC == 8)
             mg_store8(x + (size_t)u * 8, f);
         else
-            x[u] = __float2bfloat16_rn(f[0]);
+            x[u] = f_to_h16(f[0]);
     }
 }
 
@@ -109,11 +109,9 @@ extern "C" mg_status mg_cuda_cross_entropy_fused(mg_backend *be, void *logits, f
     if (V <= 0) return MG_FAIL(MG_ERR_INTERNAL, "cross_entropy_fused: vocabulary size %d", V);
     cudaStream_t st = mg_cuda_stream(be);
     if (V % 8 == 0 && mg_cuda_aligned16(logits))
-        cross_entropy_kernel<8>
-            <<<N, CE_THREADS, 0, st>>>((bf16 *)logits, losses, targets, dloss, V);
+        cross_entropy_kernel<8><<<N, CE_THREADS, 0, st>>>((h16 *)logits, losses, targets, dloss, V);
     else
-        cross_entropy_kernel<1>
-            <<<N, CE_THREADS, 0, st>>>((bf16 *)logits, losses, targets, dloss, V);
+        cross_entropy_kernel<1><<<N, CE_THREADS, 0, st>>>((h16 *)logits, losses, targets, dloss, V);
     MG_CUDA_CHECK_LAUNCH();
     return MG_OK;
 }
@@ -147,10 +145,10 @@ template <bool MAX> static __device__ __forceinline__ float ce_block_reduce(floa
 
 template <int VEC>
 static __global__ void __launch_bounds__(CE_THREADS)
-    ce_max_kernel(float *rowmax, const bf16 *logits, int Vl) {
+    ce_max_kernel(float *rowmax, const h16 *logits, int Vl) {
     // rowmax (N); logits (N, Vl); one block per row
     size_t row = blockIdx.x;
-    const bf16 *x = logits + row * (size_t)Vl;
+    const h16 *x = logits + row * (size_t)Vl;
     float m = -INFINITY; /* fmaxf drops NaN, as the CPU's compare does */
     for (int u = threadIdx.x; u < Vl / VEC; u += CE_THREADS) {
         float f[VEC];
@@ -164,11 +162,11 @@ static __global__ void __launch_bounds__(CE_THREADS)
 
 template <int VEC>
 static __global__ void __launch_bounds__(CE_THREADS)
-    ce_sums_kernel(float *sums, const bf16 *logits, const float *rowmax, const int32_t *targets,
+    ce_sums_kernel(float *sums, const h16 *logits, const float *rowmax, const int32_t *targets,
                    int v0, int N, int Vl) {
     // sums (2N): sum of exponentials, then the target logit; logits (N, Vl); rowmax, targets (N)
     size_t row = blockIdx.x;
-    const bf16 *x = logits + row * (size_t)Vl;
+    const h16 *x = logits + row * (size_t)Vl;
     float ms = rowmax[row] * CE_LOG2E, s = 0.0f;
     for (int u = threadIdx.x; u < Vl / VEC; u += CE_THREADS) {
         float f[VEC];
@@ -181,17 +179,17 @@ static __global__ void __launch_bounds__(CE_THREADS)
         int32_t t = targets[row];
         int c = mg_cuda_vocab_row(t, v0, Vl);
         sums[row] = s;
-        sums[N + row] = t < 0 ? NAN : c >= 0 ? __bfloat162float(x[c]) : 0.0f;
+        sums[N + row] = t < 0 ? NAN : c >= 0 ? h16_to_f(x[c]) : 0.0f;
     }
 }
 
 template <int VEC>
 static __global__ void __launch_bounds__(CE_THREADS)
-    ce_finish_kernel(bf16 *logits, float *losses, const float *rowmax, const float *sums,
+    ce_finish_kernel(h16 *logits, float *losses, const float *rowmax, const float *sums,
                      const int32_t *targets, const float *dloss, int v0, int N, int Vl) {
     // logits (N, Vl) in place; losses, rowmax, targets, dloss (N); sums (2N)
     size_t row = blockIdx.x;
-    bf16 *x = logits + row * (size_t)Vl;
+    h16 *x = logits + row * (size_t)Vl;
     float m = rowmax[row], s = sums[row], inv = 1.0f / s, dl = dloss[row], ms = m * CE_LOG2E;
     int c = mg_cuda_vocab_row(targets[row], v0, Vl);
     if (threadIdx.x == 0) losses[row] = logf(s) + m - sums[N + row];
@@ -225,9 +223,9 @@ extern "C" mg_status mg_cuda_cross_entropy_max(mg_backend *be, float *rowmax, co
     if (N <= 0) return MG_OK;
     cudaStream_t st = mg_cuda_stream(be);
     if (ce_vec(logits, Vl))
-        ce_max_kernel<8><<<N, CE_THREADS, 0, st>>>(rowmax, (const bf16 *)logits, Vl);
+        ce_max_kernel<8><<<N, CE_THREADS, 0, st>>>(rowmax, (const h16 *)logits, Vl);
     else
-        ce_max_kernel<1><<<N, CE_THREADS, 0, st>>>(rowmax, (const bf16 *)logits, Vl);
+        ce_max_kernel<1><<<N, CE_THREADS, 0, st>>>(rowmax, (const h16 *)logits, Vl);
     MG_CUDA_CHECK_LAUNCH();
     return MG_OK;
 }
@@ -239,7 +237,7 @@ extern "C" mg_status mg_cuda_cross_entropy_sums(mg_backend *be, float *sums, con
     MG_CHECK(ce_check("cross_entropy_sums", N, v0, Vl));
     if (N <= 0) return MG_OK;
     cudaStream_t st = mg_cuda_stream(be);
-    const bf16 *x = (const bf16 *)logits;
+    const h16 *x = (const h16 *)logits;
     if (ce_vec(logits, Vl))
         ce_sums_kernel<8><<<N, CE_THREADS, 0, st>>>(sums, x, rowmax, targets, v0, N, Vl);
     else
@@ -257,7 +255,7 @@ extern "C" mg_status mg_cuda_cross_entropy_finish(mg_backend *be, void *logits, 
     MG_CHECK(ce_check("cross_entropy_finish", N, v0, Vl));
     if (N <= 0) return MG_OK;
     cudaStream_t st = mg_cuda_stream(be);
-    bf16 *x = (bf16 *)logits;
+    h16 *x = (h16 *)logits;
     if (ce_vec(logits, Vl))
         ce_finish_kernel<8>
             <<<N, CE_THREADS, 0, st>>>(x, losses, rowmax, sums, targets, dloss, v0, N, Vl);

@@ -1,6 +1,8 @@
-/* The CUDA backend: bf16 compute on one GPU. This file owns the backend's state (stream, cuBLASLt
- * handle, workspace), the memory entries and the op table; the ops themselves live in one .cu
- * file per family (cuda_ops.h lists them) and are reached only through the table.
+/* The CUDA backend: bf16 or fp16 compute on one GPU, chosen at creation. This file owns the
+ * backend's state (stream, cuBLASLt handle, workspace) and the memory and stream entries, which do
+ * not depend on the compute dtype; the ops live in one .cu file per family (cuda_ops.h lists
+ * them), each built once per dtype, and cuda_table.c fills the table with the set of the
+ * backend's dtype. They are reached only through the table.
  *
  * Ordering: every op runs on the one compute stream (collectives on the communication stream,
  * ordered against it by stream_wait's events), so the entries are ordered among
@@ -15,6 +17,13 @@
 
 #include <stdlib.h>
 #include <string.h>
+
+/* This file is built once and serves both compute dtypes: what depends on the dtype comes from
+ * the objects built per dtype, the fp16 one's names declared here (MG_CUDA_BY_DTYPE picks). */
+MG_CUDA_F16_DECLARE(ops_init);                /* cuda_table.c: the op entries and their set-up */
+MG_CUDA_F16_DECLARE(f32_to_h16);              /* convert.cu: upload_f32 */
+MG_CUDA_F16_DECLARE(h16_to_f32);              /* convert.cu: download_f32 */
+MG_CUDA_F16_DECLARE(attention_cudnn_destroy); /* attention_cudnn.cu: its state, at destroy */
 
 /* Every allocation is at least this large, so 0 bytes still gives a distinct pointer (as on the
  * CPU backend); cudaMalloc's own alignment (256 bytes) is the arena's. */
@@ -156,34 +165,34 @@ mg_status mg_cuda_memset_zero(mg_backend *be, void *dst, size_t bytes) {
     return MG_OK;
 }
 
-/* fp32 values staged through the workspace, a chunk at a time, and rounded to bf16 on the device.
- * Stream order keeps a chunk's copy from overwriting the staging area before the previous
- * chunk's conversion has read it. */
+/* fp32 values staged through the workspace, a chunk at a time, and rounded to the compute dtype
+ * on the device. Stream order keeps a chunk's copy from overwriting the staging area before the
+ * previous chunk's conversion has read it. */
 mg_status mg_cuda_upload_f32(mg_backend *be, void *dst_, const float *src, size_t n) {
     mg_cuda_ctx *c = mg_cuda_ctx_of(be);
-    uint16_t *dst = dst_; // (n) bf16
+    uint16_t *dst = dst_; // (n) bf16 or fp16
     float *stage = c->workspace;
     size_t chunk = c->workspace_bytes / sizeof(float);
     for (size_t i = 0; i < n; i += chunk) {
         size_t m = n - i < chunk ? n - i : chunk;
         MG_CUDA_CHECK(
             cudaMemcpyAsync(stage, src + i, m * sizeof(float), cudaMemcpyHostToDevice, c->stream));
-        MG_CHECK(mg_cuda_f32_to_bf16(dst + i, stage, m, c->stream));
+        MG_CHECK(MG_CUDA_BY_DTYPE(be, f32_to_h16)(dst + i, stage, m, c->stream));
     }
     return MG_OK;
 }
 
-/* bf16 widened to fp32 on the device (exact), then copied to the host; waits for the stream
- * once at the end (one counted host sync). */
+/* The compute dtype widened to fp32 on the device (exact), then copied to the host; waits for
+ * the stream once at the end (one counted host sync). */
 mg_status mg_cuda_download_f32(mg_backend *be, float *dst, const void *src_, size_t n) {
     mg_cuda_ctx *c = mg_cuda_ctx_of(be);
-    const uint16_t *src = src_; // (n) bf16
+    const uint16_t *src = src_; // (n) bf16 or fp16
     float *stage = c->workspace;
     size_t chunk = c->workspace_bytes / sizeof(float);
     if (!n) return MG_OK;
     for (size_t i = 0; i < n; i += chunk) {
         size_t m = n - i < chunk ? n - i : chunk;
-        MG_CHECK(mg_cuda_bf16_to_f32(stage, src + i, m, c->stream));
+        MG_CHECK(MG_CUDA_BY_DTYPE(be, h16_to_f32)(stage, src + i, m, c->stream));
         MG_CUDA_CHECK(
             cudaMemcpyAsync(dst + i, stage, m * sizeof(float), cudaMemcpyDeviceToHost, c->stream));
     }
@@ -273,7 +282,7 @@ void mg_cuda_destroy(mg_backend *be) {
     if (c) {
         if (c->stream) (void)cudaStreamSynchronize(c->stream);
         if (c->comm_stream) (void)cudaStreamSynchronize(c->comm_stream);
-        mg_cuda_attention_cudnn_destroy(be);
+        MG_CUDA_BY_DTYPE(be, attention_cudnn_destroy)(be);
         mg_cuda_staging_destroy(c);
         if (c->workspace) (void)cudaFree(c->workspace);
         if (c->lt) (void)cublasLtDestroy(c->lt);
@@ -321,28 +330,6 @@ mg_status mg_backend_cuda_probe(int device) {
     return MG_OK;
 }
 
-/* MG_ATTENTION: "cudnn" (default in builds with cuDNN: cuDNN fused attention, deterministic
- * backward; 6x faster than ours on H200, bench/NOTES.md 2026-11-21), "ours" (attention.cu, the
- * default without cuDNN) or "cudnn-nondet" (cuDNN's fp32-atomic dQ). The cuDNN entries fall back
- * to ours per shape when cuDNN has no engine, so choosing cuDNN never makes a model unrunnable. */
-static mg_status attention_select(mg_backend *be) {
-    const char *impl =
-        mg_env_str("MG_ATTENTION", mg_cuda_attention_cudnn_available() ? "cudnn" : "ours");
-    int det = strcmp(impl, "cudnn") == 0;
-    if (strcmp(impl, "ours") == 0) return MG_OK;
-    if (!det && strcmp(impl, "cudnn-nondet") != 0)
-        return MG_FAIL(MG_ERR_USAGE, "MG_ATTENTION=%s: expected ours, cudnn or cudnn-nondet", impl);
-    if (!mg_cuda_attention_cudnn_available()) {
-        mg_log_warn("MG_ATTENTION=%s: this build has no cuDNN; using our attention kernels", impl);
-        return MG_OK;
-    }
-    MG_CHECK(mg_cuda_attention_cudnn_init(be, det));
-    be->attention_saved_bytes = mg_cuda_attention_cudnn_saved_bytes;
-    be->attention_forward = mg_cuda_attention_cudnn_forward;
-    be->attention_backward = mg_cuda_attention_cudnn_backward;
-    return MG_OK;
-}
-
 static mg_status cuda_setup(mg_backend *be, int device) {
     mg_cuda_ctx *c = be->ctx;
     int mb = mg_env_int("MG_CUDA_WORKSPACE_MB", MG_CUDA_WORKSPACE_DEFAULT_MB);
@@ -374,13 +361,15 @@ static mg_status cuda_setup(mg_backend *be, int device) {
     c->workspace_bytes = (size_t)mb << 20;
     MG_CHECK(mg_cuda_alloc(be, c->workspace_bytes, &c->workspace));
     MG_CHECK(mg_cuda_staging_init(c));
-    MG_CHECK(mg_cuda_attention_init()); /* also under cuDNN: a shape it lacks falls back to ours */
-    MG_CHECK(mg_cuda_grouped_gemm_init(be)); /* MG_GROUPED_GEMM */
-    return attention_select(be);
+    return MG_CUDA_BY_DTYPE(be, ops_init)(be); /* the ops of the dtype, and their set-up */
 }
 
-mg_status mg_backend_cuda_create(mg_backend **out, int device) {
+mg_status mg_backend_cuda_create_dtype(mg_backend **out, int device, mg_dtype compute) {
     *out = NULL;
+    if (compute != MG_BF16 && compute != MG_F16)
+        return MG_FAIL(MG_ERR_USAGE,
+                       "the cuda backend computes in bf16 or fp16, not %s (mg_dtype %d)",
+                       mg_dtype_name(compute), (int)compute);
     MG_CHECK(mg_backend_cuda_probe(device));
     mg_backend *be = calloc(1, sizeof *be);
     if (!be) return MG_FAIL(MG_ERR_NOMEM, "cannot allocate the cuda backend table");
@@ -390,9 +379,10 @@ mg_status mg_backend_cuda_create(mg_backend **out, int device) {
         return MG_FAIL(MG_ERR_NOMEM, "cannot allocate the cuda backend state");
     }
     be->name = "cuda";
-    be->compute_dtype = MG_BF16;
+    be->compute_dtype = compute;
     be->device = MG_DEVICE_CUDA;
 
+    /* memory and streams: the same for both dtypes; cuda_setup adds the ops of the dtype */
     be->alloc = mg_cuda_alloc;
     be->free = mg_cuda_free;
     be->copy_h2d = mg_cuda_copy_h2d;
@@ -410,55 +400,6 @@ mg_status mg_backend_cuda_create(mg_backend **out, int device) {
     be->stream_wait = mg_cuda_stream_wait;
     be->stream_mark = mg_cuda_stream_mark;
     be->stream_wait_mark = mg_cuda_stream_wait_mark;
-
-    be->embedding_forward = mg_cuda_embedding_forward;
-    be->embedding_backward = mg_cuda_embedding_backward;
-    be->layernorm_forward = mg_cuda_layernorm_forward;
-    be->layernorm_backward = mg_cuda_layernorm_backward;
-    be->rmsnorm_forward = mg_cuda_rmsnorm_forward;
-    be->rmsnorm_backward = mg_cuda_rmsnorm_backward;
-    be->linear_forward = mg_cuda_linear_forward;
-    be->linear_gelu_forward = mg_cuda_linear_gelu_forward;
-    be->linear_backward = mg_cuda_linear_backward;
-    be->gelu_forward = mg_cuda_gelu_forward;
-    be->gelu_backward = mg_cuda_gelu_backward;
-    be->swiglu_forward = mg_cuda_swiglu_forward;
-    be->swiglu_backward = mg_cuda_swiglu_backward;
-    be->rope_forward = mg_cuda_rope_forward;
-    be->rope_backward = mg_cuda_rope_backward;
-    be->attention_saved_bytes = mg_cuda_attention_saved_bytes;
-    be->attention_forward = mg_cuda_attention_forward;
-    be->attention_backward = mg_cuda_attention_backward;
-    be->cross_entropy_fused = mg_cuda_cross_entropy_fused;
-    be->cross_entropy_max = mg_cuda_cross_entropy_max;
-    be->cross_entropy_sums = mg_cuda_cross_entropy_sums;
-    be->cross_entropy_finish = mg_cuda_cross_entropy_finish;
-    be->add = mg_cuda_add;
-    be->bias_residual_add = mg_cuda_bias_residual_add;
-    be->dropout_add = mg_cuda_dropout_add;
-    be->dropout_backward = mg_cuda_dropout_backward;
-    be->sum_f32 = mg_cuda_sum_f32;
-    be->sumsq_f32 = mg_cuda_sumsq_f32;
-    be->count_zeros_f32 = mg_cuda_count_zeros_f32;
-    be->clip_coef = mg_cuda_clip_coef;
-    be->adamw = mg_cuda_adamw;
-    be->router_forward = mg_cuda_router_forward;
-    be->router_backward = mg_cuda_router_backward;
-    be->moe_route = mg_cuda_moe_route;
-    be->moe_route_backward = mg_cuda_moe_route_backward;
-    be->moe_permute = mg_cuda_moe_permute;
-    be->moe_regroup = mg_cuda_moe_regroup;
-    be->moe_permute_backward = mg_cuda_moe_permute_backward;
-    be->moe_unpermute = mg_cuda_moe_unpermute;
-    be->moe_unpermute_backward = mg_cuda_moe_unpermute_backward;
-    be->grouped_activation_forward = mg_cuda_grouped_activation_forward;
-    be->grouped_swiglu_backward = mg_cuda_grouped_swiglu_backward;
-    be->moe_expert_bias_update = mg_cuda_moe_expert_bias_update;
-    /* the grouped linear: CUTLASS's Hopper kernel where it applies; cuda_setup may switch both
-     * to the portable kernel (MG_GROUPED_GEMM=fallback, or no CUTLASS) */
-    be->grouped_linear_forward = mg_cuda_grouped_linear_forward;
-    be->grouped_linear_backward = mg_cuda_grouped_linear_backward;
-    be->matmul_peak_tflops = mg_cuda_matmul_peak_tflops;
 
     mg_status st = cuda_setup(be, device);
     if (st == MG_OK) st = mg_backend_validate(be);

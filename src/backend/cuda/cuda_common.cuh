@@ -1,6 +1,7 @@
-/* Internal to the .cu files of src/backend/cuda: device helpers shared by the memory-bound op
- * kernels (bf16 vector loads and stores, warp reductions) and the workspace accessor. Needs:
- * cuda_internal.h, <cuda_bf16.h>. CUDA C++ only. */
+/* Internal to the .cu files of src/backend/cuda: the 16-bit compute type h16 and its conversions,
+ * device helpers shared by the memory-bound op kernels (h16 vector loads and stores, warp
+ * reductions) and the workspace accessor. Needs: cuda_internal.h, <cuda_bf16.h> or <cuda_fp16.h>.
+ * CUDA C++ only. */
 #ifndef MG_BACKEND_CUDA_COMMON_CUH
 #define MG_BACKEND_CUDA_COMMON_CUH
 
@@ -12,11 +13,55 @@ extern "C" {
 }
 #include "backend/cuda/cuda_internal.h"
 
-#include <cuda_bf16.h>
 #include <stddef.h>
 #include <stdint.h>
 
-typedef __nv_bfloat16 bf16;
+/* The compute type. Every op file is compiled twice (Makefile): as is, h16 = bf16, and with
+ * -DMG_CUDA_F16, h16 = fp16 (IEEE half), its launchers then named mg_cuda_f16_* (cuda_f16_names.h).
+ * The kernels are written once against the names below: h16 and its pair h16x2, the conversions
+ * (to h16 always round to nearest, ties to even; an fp16 overflow becomes +-Inf, which the loss
+ * scaler detects, so nothing clamps), and the type's code for cuBLASLt, cuDNN and PTX's mma. */
+#ifdef MG_CUDA_F16
+#include <cuda_fp16.h>
+typedef __half h16;
+typedef __half2 h16x2;
+#define MG_CUDA_R_H16     CUDA_R_16F
+#define MG_CUDNN_DATA_H16 CUDNN_DATA_HALF
+#define MG_PTX_H16        "f16"
+#define MG_H16_NAME       "fp16"
+static __host__ __device__ __forceinline__ float h16_to_f(h16 x) {
+    return __half2float(x);
+}
+static __host__ __device__ __forceinline__ h16 f_to_h16(float x) {
+    return __float2half_rn(x);
+}
+static __host__ __device__ __forceinline__ float2 h16x2_to_f2(h16x2 x) {
+    return __half22float2(x);
+}
+static __host__ __device__ __forceinline__ h16x2 f2_to_h16x2(float lo, float hi) {
+    return __floats2half2_rn(lo, hi);
+}
+#else
+#include <cuda_bf16.h>
+typedef __nv_bfloat16 h16;
+typedef __nv_bfloat162 h16x2;
+#define MG_CUDA_R_H16     CUDA_R_16BF
+#define MG_CUDNN_DATA_H16 CUDNN_DATA_BFLOAT16
+#define MG_PTX_H16        "bf16"
+#define MG_H16_NAME       "bf16"
+static __host__ __device__ __forceinline__ float h16_to_f(h16 x) {
+    return __bfloat162float(x);
+}
+static __host__ __device__ __forceinline__ h16 f_to_h16(float x) {
+    return __float2bfloat16_rn(x);
+}
+static __host__ __device__ __forceinline__ float2 h16x2_to_f2(h16x2 x) {
+    return __bfloat1622float2(x);
+}
+static __host__ __device__ __forceinline__ h16x2 f2_to_h16x2(float lo, float hi) {
+    return __floats2bfloat162_rn(lo, hi);
+}
+#endif
 
 /* Threads per block for the elementwise kernels, and the cap on their grid-stride grids. */
 #define MG_CUDA_THREADS    256
@@ -56,43 +101,43 @@ static inline mg_status mg_cuda_scratch(mg_backend *be, size_t bytes, void **out
     return MG_OK;
 }
 
-/* 8 bf16 held in 16 bytes, as fp32. */
+/* 8 h16 held in 16 bytes, as fp32. */
 static __device__ __forceinline__ void mg_unpack8(uint4 u, float f[8]) {
-    const __nv_bfloat162 *h = reinterpret_cast<const __nv_bfloat162 *>(&u);
+    const h16x2 *h = reinterpret_cast<const h16x2 *>(&u);
 #pragma unroll
     for (int k = 0; k < 4; k++) {
-        float2 t = __bfloat1622float2(h[k]);
+        float2 t = h16x2_to_f2(h[k]);
         f[2 * k] = t.x;
         f[2 * k + 1] = t.y;
     }
 }
 
-/* 8 bf16 = 16 bytes: one vector load or store. p must be 16-byte aligned. */
-static __device__ __forceinline__ void mg_load8(const bf16 *p, float f[8]) {
+/* 8 h16 = 16 bytes: one vector load or store. p must be 16-byte aligned. */
+static __device__ __forceinline__ void mg_load8(const h16 *p, float f[8]) {
     mg_unpack8(*reinterpret_cast<const uint4 *>(p), f);
 }
 
-static __device__ __forceinline__ void mg_store8(bf16 *p, const float f[8]) {
+static __device__ __forceinline__ void mg_store8(h16 *p, const float f[8]) {
     uint4 u;
-    __nv_bfloat162 *h = reinterpret_cast<__nv_bfloat162 *>(&u);
+    h16x2 *h = reinterpret_cast<h16x2 *>(&u);
 #pragma unroll
-    for (int k = 0; k < 4; k++) h[k] = __floats2bfloat162_rn(f[2 * k], f[2 * k + 1]);
+    for (int k = 0; k < 4; k++) h[k] = f2_to_h16x2(f[2 * k], f[2 * k + 1]);
     *reinterpret_cast<uint4 *>(p) = u;
 }
 
 /* VEC = 8: one 16-byte vector; VEC = 1: one element (the scalar fallback of a templated kernel). */
-template <int VEC> static __device__ __forceinline__ void mg_loadv(const bf16 *p, float *f) {
+template <int VEC> static __device__ __forceinline__ void mg_loadv(const h16 *p, float *f) {
     if (VEC == 8)
         mg_load8(p, f);
     else
-        f[0] = __bfloat162float(*p);
+        f[0] = h16_to_f(*p);
 }
 
-template <int VEC> static __device__ __forceinline__ void mg_storev(bf16 *p, const float *f) {
+template <int VEC> static __device__ __forceinline__ void mg_storev(h16 *p, const float *f) {
     if (VEC == 8)
         mg_store8(p, f);
     else
-        *p = __float2bfloat16_rn(f[0]);
+        *p = f_to_h16(f[0]);
 }
 
 /* Butterfly reductions: every lane ends with the same value, combined in a fixed order. */

@@ -18,7 +18,7 @@ extern "C" {
 
 typedef struct mg_cuda_staging mg_cuda_staging; /* staging.c */
 
-/* be->ctx of the CUDA backend. Created once by mg_backend_cuda_create; nothing in it changes
+/* be->ctx of the CUDA backend. Created once by mg_backend_cuda_create_dtype; nothing in it changes
  * size after creation, so a step allocates nothing. */
 typedef struct {
     int device;
@@ -50,6 +50,19 @@ static inline mg_cuda_ctx *mg_cuda_ctx_of(mg_backend *be) {
 static inline cudaStream_t mg_cuda_stream(mg_backend *be) {
     return mg_cuda_ctx_of(be)->stream;
 }
+
+/* cuda_table.c, built once per compute dtype like the op files: fills be's op entries with that
+ * dtype's launchers and runs their one-time set-up (attention kernels' shared memory, the
+ * grouped GEMM's choice, MG_ATTENTION). mg_cuda_f16_ops_init in the fp16 object. */
+mg_status mg_cuda_ops_init(mg_backend *be);
+
+#ifndef MG_CUDA_F16
+/* For code built once (cuda_backend.c, tests/cuda): MG_CUDA_F16_DECLARE(op) declares the fp16
+ * object's launcher mg_cuda_f16_<op> (cuda_f16_names.h) with the type of mg_cuda_<op>, and
+ * MG_CUDA_BY_DTYPE(be, op) is the one of the two that serves be's compute dtype. */
+#define MG_CUDA_F16_DECLARE(op)  extern __typeof__(mg_cuda_##op) mg_cuda_f16_##op
+#define MG_CUDA_BY_DTYPE(be, op) ((be)->compute_dtype == MG_F16 ? mg_cuda_f16_##op : mg_cuda_##op)
+#endif
 
 /* Turns a CUDA error into an mg_status with the call's text, the CUDA error name and string. */
 mg_status mg_cuda_error(cudaError_t e, const char *expr, const char *func, const char *file,

@@ -1,18 +1,21 @@
 /* Internal to src/backend/cuda: the CUDA implementation of every entry of the backend table
- * (backend/backend.h documents each op's contract; the CUDA versions keep it exactly, with bf16
- * as the compute dtype: activations, activation gradients and weights bf16; weight gradients,
- * norm statistics, losses and optimizer state fp32; token ids int32; all pointers device memory).
+ * (backend/backend.h documents each op's contract; the CUDA versions keep it exactly, with a
+ * 16-bit compute dtype, bf16 or fp16: activations, activation gradients and weights in it; weight
+ * gradients, norm statistics, losses and optimizer state fp32; token ids int32; all pointers
+ * device memory).
  *
  * Each op family lives in one .cu file with its kernels (static __global__) and exports the
- * entries below with C linkage; cuda_backend.c fills the table with them. Every launcher runs on
- * the backend's compute stream (mg_cuda_stream(be)), checks cudaGetLastError() after each launch
- * (MG_CUDA_CHECK) and never allocates or synchronises with the host: scratch space comes from
- * the workspace reserved at creation (mg_cuda_scratch). Generated from backend.h's table;
- * keep the two in step. */
+ * entries below with C linkage; cuda_table.c fills the table with them. Each file is built twice:
+ * the bf16 object exports the names below, the fp16 one (-DMG_CUDA_F16) mg_cuda_f16_<op>
+ * (cuda_f16_names.h, included first). Every launcher runs on the backend's compute stream
+ * (mg_cuda_stream(be)), checks cudaGetLastError() after each launch (MG_CUDA_CHECK) and never
+ * allocates or synchronises with the host: scratch space comes from the workspace reserved at
+ * creation (mg_cuda_scratch). Generated from backend.h's table; keep the two in step. */
 #ifndef MG_BACKEND_CUDA_OPS_H
 #define MG_BACKEND_CUDA_OPS_H
 
 #include "backend/backend.h"
+#include "backend/cuda/cuda_f16_names.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -40,12 +43,14 @@ mg_status mg_cuda_stream_mark(mg_backend *be, mg_stream_id s, int slot);
 mg_status mg_cuda_stream_wait_mark(mg_backend *be, mg_stream_id waiter, int slot);
 mg_status mg_cuda_embedding_forward(mg_backend *be, void *out /* (N,H) */,
                                     const int32_t *tokens /* (N) */, const void *wte /* (Vl,H) */,
-                                    const void *wpe /* (P,H) or NULL */, int N, int S, int H,
+                                    const void *wpe /* (P,H) or NULL */,
+                                    const int32_t *pos /* (N) or NULL */, int N, int S, int H,
                                     int v0, int Vl);
 mg_status mg_cuda_embedding_backward(mg_backend *be, float *dwte /* (Vl,H) */,
                                      float *dwpe /* (P,H) or NULL */, const void *dout /* (N,H) */,
-                                     const int32_t *tokens /* (N) */, int N, int S, int H, int v0,
-                                     int Vl);
+                                     const int32_t *tokens /* (N) */,
+                                     const int32_t *pos /* (N) or NULL */, int N, int S, int H,
+                                     int v0, int Vl);
 mg_status mg_cuda_layernorm_forward(mg_backend *be, void *out /* (N,H) */, float *mean /* (N) */,
                                     float *rstd /* (N) */, const void *x /* (N,H) */,
                                     const void *w /* (H) */, const void *b /* (H) or NULL */, int N,
@@ -84,27 +89,30 @@ mg_status mg_cuda_swiglu_backward(mg_backend *be, void *dinp /* (N,2F) */,
                                   const void *inp /* (N,2F) */, const void *dout /* (N,F) */, int N,
                                   int F);
 mg_status mg_cuda_rope_forward(mg_backend *be, void *qkv /* (N, ng*(r+2)*hd) */,
-                               const float *cos_tab /* (S, hd/2) */,
-                               const float *sin_tab /* (S, hd/2) */, int N, int S, int nq, int ng,
-                               int hd);
+                               const float *cos_tab /* (S, rd/2) */,
+                               const float *sin_tab /* (S, rd/2) */,
+                               const int32_t *pos /* (N) or NULL */, int N, int S, int nq, int ng,
+                               int hd, int rd);
 mg_status mg_cuda_rope_backward(mg_backend *be, void *dqkv /* (N, ng*(r+2)*hd) */,
-                                const float *cos_tab, const float *sin_tab, int N, int S, int nq,
-                                int ng, int hd);
+                                const float *cos_tab, const float *sin_tab, const int32_t *pos,
+                                int N, int S, int nq, int ng, int hd, int rd);
 /* Raises the attention kernels' shared-memory limit on the current device; once, at creation. */
 mg_status mg_cuda_attention_init(void);
 size_t mg_cuda_attention_saved_bytes(mg_backend *be, int B, int S, int nq, int hd);
 mg_status mg_cuda_attention_forward(mg_backend *be, void *out /* (B*S, nq*hd) */, void *saved,
                                     const void *qkv /* (B*S, ng*(r+2)*hd) */, int B, int S, int nq,
-                                    int ng, int hd, const mg_dropout *drop);
+                                    int ng, int hd, const mg_dropout *drop,
+                                    const int32_t *doc_start /* (B*S) or NULL */);
 mg_status mg_cuda_attention_backward(mg_backend *be, void *dqkv /* (B*S, ng*(r+2)*hd) */,
                                      const void *dout /* (B*S, nq*hd) */, const void *qkv,
                                      const void *out /* (B*S, nq*hd) */, const void *saved, int B,
-                                     int S, int nq, int ng, int hd, const mg_dropout *drop);
+                                     int S, int nq, int ng, int hd, const mg_dropout *drop,
+                                     const int32_t *doc_start /* (B*S) or NULL */);
 /* The same three entries through cuDNN's fused attention (attention_cudnn.cu), selected with
- * MG_ATTENTION=cudnn; a shape cuDNN cannot run, and attention dropout (drop != NULL: the
- * counter-based mask of core/dropout.h, which cuDNN's own RNG cannot reproduce), go to the
- * entries above. Without cuDNN in the build, available() is 0 and forward/backward return
- * MG_ERR_UNSUPPORTED. */
+ * MG_ATTENTION=cudnn; a shape cuDNN cannot run, attention dropout (drop != NULL: the
+ * counter-based mask of core/dropout.h, which cuDNN's own RNG cannot reproduce) and the document
+ * mask (doc_start != NULL, --reset-attention-mask) go to the entries above. Without cuDNN in the
+ * build, available() is 0 and forward/backward return MG_ERR_UNSUPPORTED. */
 int mg_cuda_attention_cudnn_available(void);
 mg_status mg_cuda_attention_cudnn_init(mg_backend *be, int deterministic);
 void mg_cuda_attention_cudnn_destroy(mg_backend *be);
@@ -114,12 +122,14 @@ mg_status mg_cuda_attention_cudnn_supported(mg_backend *be, int B, int S, int nq
 size_t mg_cuda_attention_cudnn_saved_bytes(mg_backend *be, int B, int S, int nq, int hd);
 mg_status mg_cuda_attention_cudnn_forward(mg_backend *be, void *out /* (B*S, nq*hd) */, void *saved,
                                           const void *qkv /* (B*S, ng*(r+2)*hd) */, int B, int S,
-                                          int nq, int ng, int hd, const mg_dropout *drop);
+                                          int nq, int ng, int hd, const mg_dropout *drop,
+                                          const int32_t *doc_start /* (B*S) or NULL */);
 mg_status mg_cuda_attention_cudnn_backward(mg_backend *be, void *dqkv /* (B*S, ng*(r+2)*hd) */,
                                            const void *dout /* (B*S, nq*hd) */, const void *qkv,
                                            const void *out /* (B*S, nq*hd) */, const void *saved,
                                            int B, int S, int nq, int ng, int hd,
-                                           const mg_dropout *drop);
+                                           const mg_dropout *drop,
+                                           const int32_t *doc_start /* (B*S) or NULL */);
 mg_status mg_cuda_cross_entropy_fused(mg_backend *be,
                                       void *logits /* (N,V) in: logits, out: grads */,
                                       float *losses /* (N) */, const int32_t *targets /* (N) */,
@@ -148,11 +158,11 @@ mg_status mg_cuda_dropout_backward(mg_backend *be, void *dx /* (N,H) */,
 mg_status mg_cuda_sum_f32(mg_backend *be, float *out /* (1) */, const float *x /* (n) */,
                           const float *w /* (n) or NULL */, size_t n, float scale);
 mg_status mg_cuda_sumsq_f32(mg_backend *be, float *out /* (1) */, const float *x /* (n) */,
-                            size_t n);
+                            size_t n, double scale);
 mg_status mg_cuda_count_zeros_f32(mg_backend *be, int64_t *out /* (1) */, const float *x /* (n) */,
                                   size_t n);
 mg_status mg_cuda_clip_coef(mg_backend *be, float *coef_out /* (1) */, float *norm_out /* (1) */,
-                            const float *sumsq /* (1) */, float clip);
+                            const float *sumsq /* (1) */, float clip, float unscale);
 mg_status mg_cuda_adamw(mg_backend *be, void *param /* (n) */, float *master /* (n) or NULL */,
                         const float *grad /* (n) */, float *m /* (n) */, float *v /* (n) */,
                         size_t n, float lr, float beta1, float beta2, float eps, float wd,
@@ -220,8 +230,9 @@ mg_status mg_cuda_grouped_linear_backward_portable(mg_backend *be, void *dinp /*
                                                    const void *gelu_pre /* (R,IC) or NULL */,
                                                    const int32_t *counts, int n_src, int n_w,
                                                    int IC, int OC, bool accumulate);
-/* grouped_gemm_cutlass.cu: available() is 1 once init() succeeded on `device` (a build with
- * CUTLASS on an sm 9.0 device); init() is idempotent and fails (MG_ERR_UNSUPPORTED) otherwise.
+/* grouped_gemm_cutlass.cu, built once with bf16 operands (no fp16 twin: cuda_f16_names.h):
+ * available() is 1 once init() succeeded on `device` (a build with CUTLASS on an sm 9.0
+ * device); init() is idempotent and fails (MG_ERR_UNSUPPORTED) otherwise.
  * run() enqueues one product (op 0 forward, 1 dinp, 2 dw; its header has the table) over the
  * groups, writing their row offsets to row_off (G+1) and its arrays to scratch; dw with
  * !accumulate writes the first source's products over dW (the caller zeroes the dW_j whose

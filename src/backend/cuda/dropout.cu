@@ -1,6 +1,6 @@
 /* Hidden dropout (Megatron's bias-dropout-add) and its backward with core/dropout.h's
  * counter-based mask: the same factors as the CPU's (cpu/cpu_dropout.c), bit for bit, so a CUDA
- * run drops what a CPU run of the same layout or any other drops. bf16 in and out, fp32
+ * run drops what a CPU run of the same layout or any other drops. h16 in and out, fp32
  * arithmetic in the CPU's order, one rounding.
  *
  * A thread takes 4 consecutive elements of a row and draws a Philox block when the element index
@@ -55,22 +55,21 @@ static __device__ __forceinline__ void for_each_factor(int N, int H, int S, cons
 }
 
 /* out = residual + f * (x + bias) */
-static __global__ void dropout_add_kernel(bf16 *out, const bf16 *x, const bf16 *bias,
-                                          const bf16 *residual, int N, int H, int S, mg_dropout d) {
+static __global__ void dropout_add_kernel(h16 *out, const h16 *x, const h16 *bias,
+                                          const h16 *residual, int N, int H, int S, mg_dropout d) {
     // out, x, residual (N, H); bias (H) or NULL
     for_each_factor(N, H, S, d, [=](size_t at, int j, float f) {
-        float v = __bfloat162float(x[at]) + (bias ? __bfloat162float(bias[j]) : 0.0f);
-        out[at] = __float2bfloat16_rn(__bfloat162float(residual[at]) + f * v);
+        float v = h16_to_f(x[at]) + (bias ? h16_to_f(bias[j]) : 0.0f);
+        out[at] = f_to_h16(h16_to_f(residual[at]) + f * v);
     });
 }
 
 /* dx = f * dout */
-static __global__ void dropout_backward_kernel(bf16 *dx, const bf16 *dout, int N, int H, int S,
+static __global__ void dropout_backward_kernel(h16 *dx, const h16 *dout, int N, int H, int S,
                                                mg_dropout d) {
     // dx, dout (N, H)
-    for_each_factor(N, H, S, d, [=](size_t at, int, float f) {
-        dx[at] = __float2bfloat16_rn(f * __bfloat162float(dout[at]));
-    });
+    for_each_factor(N, H, S, d,
+                    [=](size_t at, int, float f) { dx[at] = f_to_h16(f * h16_to_f(dout[at])); });
 }
 
 extern "C" mg_status mg_cuda_dropout_add(mg_backend *be, void *out, const void *x, const void *bias,
@@ -81,8 +80,8 @@ extern "C" mg_status mg_cuda_dropout_add(mg_backend *be, void *out, const void *
     if (S <= 0 || !drop) return MG_FAIL(MG_ERR_INTERNAL, "dropout_add: S %d, drop %p", S, drop);
     const size_t items = (size_t)N * (((size_t)H + 3) / 4);
     dropout_add_kernel<<<mg_cuda_blocks(items, MG_CUDA_THREADS), MG_CUDA_THREADS, 0,
-                         mg_cuda_stream(be)>>>((bf16 *)out, (const bf16 *)x, (const bf16 *)bias,
-                                               (const bf16 *)residual, N, H, S, *drop);
+                         mg_cuda_stream(be)>>>((h16 *)out, (const h16 *)x, (const h16 *)bias,
+                                               (const h16 *)residual, N, H, S, *drop);
     MG_CUDA_CHECK_LAUNCH();
     return MG_OK;
 }
@@ -95,8 +94,7 @@ extern "C" mg_status mg_cuda_dropout_backward(mg_backend *be, void *dx, const vo
         return MG_FAIL(MG_ERR_INTERNAL, "dropout_backward: S %d, drop %p", S, drop);
     const size_t items = (size_t)N * (((size_t)H + 3) / 4);
     dropout_backward_kernel<<<mg_cuda_blocks(items, MG_CUDA_THREADS), MG_CUDA_THREADS, 0,
-                              mg_cuda_stream(be)>>>((bf16 *)dx, (const bf16 *)dout, N, H, S,
-                                                    *drop);
+                              mg_cuda_stream(be)>>>((h16 *)dx, (const h16 *)dout, N, H, S, *drop);
     MG_CUDA_CHECK_LAUNCH();
     return MG_OK;
 }

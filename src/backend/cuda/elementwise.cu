@@ -14,9 +14,9 @@
 #define SUM_MAX_BLOCKS       1024 /* = threads of the final block */
 #define SUM_ITEMS_PER_THREAD 16
 
-/* ---- add: out = a + b (bf16 in and out, fp32 add) ---- */
+/* ---- add: out = a + b (h16 in and out, fp32 add) ---- */
 
-static __global__ void add_kernel(bf16 *out, const bf16 *a, const bf16 *b, size_t n, int vec) {
+static __global__ void add_kernel(h16 *out, const h16 *a, const h16 *b, size_t n, int vec) {
     size_t stride = (size_t)gridDim.x * blockDim.x;
     size_t t0 = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     size_t nv = vec ? n / 8 : 0; /* 16-byte vectors; the rest goes element by element */
@@ -29,7 +29,7 @@ static __global__ void add_kernel(bf16 *out, const bf16 *a, const bf16 *b, size_
         mg_store8(out + 8 * u, fa);
     }
     for (size_t i = nv * 8 + t0; i < n; i += stride)
-        out[i] = __float2bfloat16_rn(__bfloat162float(a[i]) + __bfloat162float(b[i]));
+        out[i] = f_to_h16(h16_to_f(a[i]) + h16_to_f(b[i]));
 }
 
 extern "C" mg_status mg_cuda_add(mg_backend *be, void *out, const void *a, const void *b,
@@ -38,19 +38,19 @@ extern "C" mg_status mg_cuda_add(mg_backend *be, void *out, const void *a, const
     if (n == 0) return MG_OK;
     int vec = mg_cuda_aligned16(out) && mg_cuda_aligned16(a) && mg_cuda_aligned16(b);
     unsigned grid = mg_cuda_blocks(vec ? (n + 7) / 8 : n, MG_CUDA_THREADS);
-    add_kernel<<<grid, MG_CUDA_THREADS, 0, mg_cuda_stream(be)>>>((bf16 *)out, (const bf16 *)a,
-                                                                 (const bf16 *)b, n, vec);
+    add_kernel<<<grid, MG_CUDA_THREADS, 0, mg_cuda_stream(be)>>>((h16 *)out, (const h16 *)a,
+                                                                 (const h16 *)b, n, vec);
     MG_CUDA_CHECK_LAUNCH();
     return MG_OK;
 }
 
 /* ---- bias_residual_add: out = (x + bias) + residual per row (bias, residual may be NULL) ----
- * bf16 in and out; the two adds in fp32 in the CPU's order, then one rounding, so the result is
- * the CPU's fp32 result rounded to bf16. Each element is read and written by the same thread, so
+ * h16 in and out; the two adds in fp32 in the CPU's order, then one rounding, so the result is
+ * the CPU's fp32 result rounded to h16. Each element is read and written by the same thread, so
  * out may alias x. */
 template <int VEC>
-static __global__ void bias_residual_add_kernel(bf16 *out, const bf16 *x, const bf16 *bias,
-                                                const bf16 *residual, int N, int H) {
+static __global__ void bias_residual_add_kernel(h16 *out, const h16 *x, const h16 *bias,
+                                                const h16 *residual, int N, int H) {
     // out, x, residual (N, H); bias (H)
     size_t per_row = (size_t)H / VEC, items = (size_t)N * per_row;
     size_t stride = (size_t)gridDim.x * blockDim.x;
@@ -80,15 +80,15 @@ extern "C" mg_status mg_cuda_bias_residual_add(mg_backend *be, void *out, const 
     cudaStream_t st = mg_cuda_stream(be);
     bool vec = H % 8 == 0 && mg_cuda_aligned16(out) && mg_cuda_aligned16(x) &&
                (!bias || mg_cuda_aligned16(bias)) && (!residual || mg_cuda_aligned16(residual));
-    const bf16 *xb = (const bf16 *)x, *bb = (const bf16 *)bias, *rb = (const bf16 *)residual;
+    const h16 *xb = (const h16 *)x, *bb = (const h16 *)bias, *rb = (const h16 *)residual;
     if (vec)
         bias_residual_add_kernel<8>
             <<<mg_cuda_blocks((size_t)N * (H / 8), MG_CUDA_THREADS), MG_CUDA_THREADS, 0, st>>>(
-                (bf16 *)out, xb, bb, rb, N, H);
+                (h16 *)out, xb, bb, rb, N, H);
     else
         bias_residual_add_kernel<1>
             <<<mg_cuda_blocks((size_t)N * H, MG_CUDA_THREADS), MG_CUDA_THREADS, 0, st>>>(
-                (bf16 *)out, xb, bb, rb, N, H);
+                (h16 *)out, xb, bb, rb, N, H);
     MG_CUDA_CHECK_LAUNCH();
     return MG_OK;
 }
@@ -139,15 +139,15 @@ static __global__ void sum_partial_kernel(double *partial, const float *x, const
 
 /* One block of SUM_MAX_BLOCKS threads: *out = (float)(*out + scale * sum(partial)). */
 static __global__ void sum_final_kernel(float *out, const double *partial, int nblocks,
-                                        float scale) {
+                                        double scale) {
     double s = threadIdx.x < (unsigned)nblocks ? partial[threadIdx.x] : 0.0;
     s = block_sum_d(s);
-    if (threadIdx.x == 0) *out = (float)((double)*out + (double)scale * s);
+    if (threadIdx.x == 0) *out = (float)((double)*out + scale * s);
 }
 
 /* Workspace: one double per block, at most SUM_MAX_BLOCKS * 8 = 8 KiB. */
 static mg_status reduce_launch(mg_backend *be, int mode, float *out, const float *x, const float *w,
-                               size_t n, float scale) {
+                               size_t n, double scale) {
     if (n == 0) return MG_OK; /* *out += 0 */
     size_t nb = (n + (size_t)SUM_THREADS * SUM_ITEMS_PER_THREAD - 1) /
                 ((size_t)SUM_THREADS * SUM_ITEMS_PER_THREAD);
@@ -174,9 +174,10 @@ extern "C" mg_status mg_cuda_sum_f32(mg_backend *be, float *out, const float *x,
     return reduce_launch(be, w ? 1 : 0, out, x, w, n, scale);
 }
 
-extern "C" mg_status mg_cuda_sumsq_f32(mg_backend *be, float *out, const float *x, size_t n) {
+extern "C" mg_status mg_cuda_sumsq_f32(mg_backend *be, float *out, const float *x, size_t n,
+                                       double scale) {
     // out (1), accumulated; x (n)
-    return reduce_launch(be, 2, out, x, NULL, n, 1.0f);
+    return reduce_launch(be, 2, out, x, NULL, n, scale);
 }
 
 /* ---- count_zeros_f32: *out += #{i : x[i] == 0}; integer sums, so any order is exact ---- */
@@ -206,16 +207,18 @@ extern "C" mg_status mg_cuda_count_zeros_f32(mg_backend *be, int64_t *out, const
 /* ---- clip_coef: one thread, so the optimizer never waits on a host read of the norm ---- */
 
 static __global__ void clip_coef_kernel(float *coef_out, float *norm_out, const float *sumsq,
-                                        float clip) {
+                                        float clip, float unscale) {
     float norm = sqrtf(*sumsq);
     *norm_out = norm;
-    *coef_out = clip > 0.0f && norm > clip ? clip / (norm + 1e-6f) : 1.0f;
+    *coef_out = !isfinite(norm)
+                    ? __int_as_float(0x7fc00000) /* NaN */
+                    : (clip > 0.0f && norm > clip ? clip / (norm + 1e-6f) : 1.0f) * unscale;
 }
 
 extern "C" mg_status mg_cuda_clip_coef(mg_backend *be, float *coef_out, float *norm_out,
-                                       const float *sumsq, float clip) {
+                                       const float *sumsq, float clip, float unscale) {
     // coef_out, norm_out, sumsq (1)
-    clip_coef_kernel<<<1, 1, 0, mg_cuda_stream(be)>>>(coef_out, norm_out, sumsq, clip);
+    clip_coef_kernel<<<1, 1, 0, mg_cuda_stream(be)>>>(coef_out, norm_out, sumsq, clip, unscale);
     MG_CUDA_CHECK_LAUNCH();
     return MG_OK;
 }

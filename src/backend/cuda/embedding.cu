@@ -2,7 +2,7 @@
  * rank holds the rows [v0, v0 + Vl) of the word embedding; other tokens get a zero word row in
  * forward (the position row is still added) and are skipped in backward.
  *
- * Forward: one work item per (token, 8 columns), fp32 add of the two bf16 rows, one rounding.
+ * Forward: one work item per (token, 8 columns), fp32 add of the two h16 rows, one rounding.
  *
  * Backward, deterministic and atomic-free:
  *  1. stable radix sort of (local row, position) pairs with CUB (ships with CUDA), so the
@@ -19,7 +19,10 @@
  *     warp sums are added to the row in warp order: deterministic, another association than the
  *     CPU's. Both kernels find segment bounds from the sorted keys alone (no extra scan).
  *  3. dwpe: one thread per (position, VEC columns) walks the rows i = s, s + S, ... in order,
- *     starting from the old dwpe value: bitwise the CPU order.
+ *     starting from the old dwpe value: bitwise the CPU order. With per-token positions (pos,
+ *     --reset-position-ids) a position's rows are no longer one stride apart: dwpe is then
+ *     steps 1-2 again with the positions as the keys (sentinel S), i.e. the dwte kernel's
+ *     segments over rows of dwpe (the workspace reused after dwte, in stream order).
  * A segment's positions and its long/short kind do not depend on the range, so the dwte rows of
  * a range are bitwise those of the full vocabulary's backward.
  * Workspace: 4 * N int32 (keys in, sorted keys, positions in, positions out) + CUB's temporary
@@ -33,10 +36,10 @@
 #define DW_UNROLL 4  /* rows in flight per warp for long segments */
 
 template <int VEC>
-static __global__ void embedding_forward_kernel(bf16 *out, const int32_t *tokens, const bf16 *wte,
-                                                const bf16 *wpe, int N, int S, int H, int v0,
-                                                int Vl) {
-    // out (N, H); tokens (N); wte (Vl, H); wpe (P, H) or NULL
+static __global__ void embedding_forward_kernel(h16 *out, const int32_t *tokens, const h16 *wte,
+                                                const h16 *wpe, const int32_t *pos, int N, int S,
+                                                int H, int v0, int Vl) {
+    // out (N, H); tokens (N); wte (Vl, H); wpe (P, H) or NULL; pos (N) or NULL: i % S
     size_t per_row = (size_t)H / VEC, items = (size_t)N * per_row;
     size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t u = (size_t)blockIdx.x * blockDim.x + threadIdx.x; u < items; u += stride) {
@@ -49,7 +52,7 @@ static __global__ void embedding_forward_kernel(bf16 *out, const int32_t *tokens
 #pragma unroll
             for (int k = 0; k < VEC; k++) e[k] = 0.0f;
         if (wpe) {
-            mg_loadv<VEC>(wpe + (i % S) * H + j, p);
+            mg_loadv<VEC>(wpe + (pos ? (size_t)pos[i] : i % S) * H + j, p);
 #pragma unroll
             for (int k = 0; k < VEC; k++) e[k] += p[k];
         }
@@ -58,9 +61,9 @@ static __global__ void embedding_forward_kernel(bf16 *out, const int32_t *tokens
 }
 
 extern "C" mg_status mg_cuda_embedding_forward(mg_backend *be, void *out, const int32_t *tokens,
-                                               const void *wte, const void *wpe, int N, int S,
-                                               int H, int v0, int Vl) {
-    // out (N, H); tokens (N); wte (Vl, H); wpe (P, H) or NULL
+                                               const void *wte, const void *wpe, const int32_t *pos,
+                                               int N, int S, int H, int v0, int Vl) {
+    // out (N, H); tokens (N); wte (Vl, H); wpe (P, H) or NULL; pos (N) or NULL
     if (N <= 0 || H <= 0) return MG_OK;
     if (wpe && S <= 0) return MG_FAIL(MG_ERR_INTERNAL, "embedding_forward: sequence length %d", S);
     if (v0 < 0 || Vl <= 0)
@@ -72,11 +75,11 @@ extern "C" mg_status mg_cuda_embedding_forward(mg_backend *be, void *out, const 
     if (vec)
         embedding_forward_kernel<8>
             <<<mg_cuda_blocks((size_t)N * (H / 8), MG_CUDA_THREADS), MG_CUDA_THREADS, 0, st>>>(
-                (bf16 *)out, tokens, (const bf16 *)wte, (const bf16 *)wpe, N, S, H, v0, Vl);
+                (h16 *)out, tokens, (const h16 *)wte, (const h16 *)wpe, pos, N, S, H, v0, Vl);
     else
         embedding_forward_kernel<1>
             <<<mg_cuda_blocks((size_t)N * H, MG_CUDA_THREADS), MG_CUDA_THREADS, 0, st>>>(
-                (bf16 *)out, tokens, (const bf16 *)wte, (const bf16 *)wpe, N, S, H, v0, Vl);
+                (h16 *)out, tokens, (const h16 *)wte, (const h16 *)wpe, pos, N, S, H, v0, Vl);
     MG_CUDA_CHECK_LAUNCH();
     return MG_OK;
 }
@@ -114,7 +117,7 @@ static __device__ int segment_end(const int32_t *keys, int k, int key, int N) {
 /* Short segment starting at sorted index k (at most DW_LONG entries), by one warp over all
  * columns: acc = dwte row; acc += dout rows in position order (the CPU's order, bitwise). */
 template <int VEC>
-static __device__ void dwte_short(float *__restrict__ dwte, const bf16 *__restrict__ dout,
+static __device__ void dwte_short(float *__restrict__ dwte, const h16 *__restrict__ dout,
                                   const int32_t *__restrict__ keys, const int32_t *__restrict__ pos,
                                   int k, int N, int H, int Vl) {
     int lane = threadIdx.x;
@@ -156,7 +159,7 @@ static __device__ void dwte_short(float *__restrict__ dwte, const bf16 *__restri
  * time (lane l holds the position of the l-th, shuffled out), DW_UNROLL rows in flight; then warp
  * 0 adds the warp sums to the dwte row in warp order. Deterministic; not the CPU's association. */
 template <int VEC>
-static __device__ void dwte_long(float *__restrict__ dwte, const bf16 *__restrict__ dout,
+static __device__ void dwte_long(float *__restrict__ dwte, const h16 *__restrict__ dout,
                                  const int32_t *__restrict__ keys, const int32_t *__restrict__ pos,
                                  int kb, int tile, int N, int H, int Vl) {
     __shared__ float part[DW_W][32 * VEC];
@@ -211,7 +214,7 @@ static __device__ void dwte_long(float *__restrict__ dwte, const bf16 *__restric
  * disjoint dwte rows. */
 template <int VEC>
 static __global__ void __launch_bounds__(32 * DW_W, 4)
-    embedding_dwte_kernel(float *__restrict__ dwte, const bf16 *__restrict__ dout,
+    embedding_dwte_kernel(float *__restrict__ dwte, const h16 *__restrict__ dout,
                           const int32_t *__restrict__ keys, const int32_t *__restrict__ pos, int N,
                           int H, int Vl, int tiles, int n_long) {
     // dwte (Vl, H) accumulated; dout (N, H); keys, pos (N) sorted local rows (or the sentinel Vl)
@@ -224,7 +227,7 @@ static __global__ void __launch_bounds__(32 * DW_W, 4)
 }
 
 /* dwpe[s, j] += dout[s, j] + dout[s + S, j] + ... in row order, one thread per (s, j). */
-static __global__ void embedding_dwpe_kernel(float *dwpe, const bf16 *dout, int N, int S, int H) {
+static __global__ void embedding_dwpe_kernel(float *dwpe, const h16 *dout, int N, int S, int H) {
     // dwpe (P, H) accumulated; dout (N, H)
     int rows = S < N ? S : N;
     size_t items = (size_t)rows * H, stride = (size_t)gridDim.x * blockDim.x;
@@ -232,7 +235,7 @@ static __global__ void embedding_dwpe_kernel(float *dwpe, const bf16 *dout, int 
         size_t s = u / H, j = u % H;
         float o = dwpe[s * H + j];
 #pragma unroll 4
-        for (size_t i = s; i < (size_t)N; i += S) o += __bfloat162float(dout[i * H + j]);
+        for (size_t i = s; i < (size_t)N; i += S) o += h16_to_f(dout[i * H + j]);
         dwpe[s * H + j] = o;
     }
 }
@@ -241,10 +244,58 @@ static size_t align256(size_t b) {
     return (b + 255) & ~(size_t)255;
 }
 
+/* The bits that hold every key in [0, bound] (the sort looks at no more). */
+static int key_bits(int bound) {
+    int end_bit = 1;
+    while (end_bit < 31 && (bound >> end_bit) != 0) end_bit++;
+    return end_bit;
+}
+
+/* CUB's temporary storage for sorting N pairs on end_bit bits (a size query: no allocation, no
+ * synchronisation). */
+static mg_status sort_bytes(int N, int end_bit, cudaStream_t st, size_t *bytes) {
+    *bytes = 0;
+    MG_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(NULL, *bytes, (const int32_t *)NULL,
+                                                  (int32_t *)NULL, (const int32_t *)NULL,
+                                                  (int32_t *)NULL, N, 0, end_bit, st));
+    return MG_OK;
+}
+
+/* dst[ids[i] - v0, :] += dout[i, :] for the ids in [v0, v0 + rows), deterministically: steps 1
+ * and 2 of the top comment over the workspace ws (4 int arrays `ints` bytes apart, then CUB's
+ * cub_bytes). dwte: ids the tokens; dwpe with per-token positions: ids the positions. */
+static mg_status segment_sum(cudaStream_t st, char *ws, size_t ints, size_t cub_bytes, float *dst,
+                             const h16 *dout, const int32_t *ids, int N, int H, int v0, int rows) {
+    int32_t *keys_in = (int32_t *)ws;             // (N) local rows, or the sentinel `rows`
+    int32_t *keys = (int32_t *)(ws + ints);       // (N) sorted
+    int32_t *idx_in = (int32_t *)(ws + 2 * ints); // (N) 0..N-1
+    int32_t *idx = (int32_t *)(ws + 3 * ints);    // (N) dout rows in sorted order
+    sort_input_kernel<<<mg_cuda_blocks((size_t)N, MG_CUDA_THREADS), MG_CUDA_THREADS, 0, st>>>(
+        keys_in, idx_in, ids, N, v0, rows);
+    MG_CUDA_CHECK_LAUNCH();
+    MG_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(ws + 4 * ints, cub_bytes, keys_in, keys, idx_in,
+                                                  idx, N, 0, key_bits(rows), st));
+    bool vec = H % 8 == 0 && mg_cuda_aligned16(dout) && mg_cuda_aligned16(dst);
+    int vw = vec ? 8 : 1;
+    int tiles = (H + 32 * vw - 1) / (32 * vw);
+    int n_long = (N + DW_LONG - 1) / DW_LONG * tiles;
+    unsigned grid = (unsigned)(n_long + (N + DW_W - 1) / DW_W);
+    if (vec)
+        embedding_dwte_kernel<8>
+            <<<grid, dim3(32, DW_W), 0, st>>>(dst, dout, keys, idx, N, H, rows, tiles, n_long);
+    else
+        embedding_dwte_kernel<1>
+            <<<grid, dim3(32, DW_W), 0, st>>>(dst, dout, keys, idx, N, H, rows, tiles, n_long);
+    MG_CUDA_CHECK_LAUNCH();
+    return MG_OK;
+}
+
 extern "C" mg_status mg_cuda_embedding_backward(mg_backend *be, float *dwte, float *dwpe,
-                                                const void *dout, const int32_t *tokens, int N,
-                                                int S, int H, int v0, int Vl) {
-    // dwte (Vl, H), dwpe (P, H) or NULL, both accumulated; dout (N, H); tokens (N)
+                                                const void *dout, const int32_t *tokens,
+                                                const int32_t *pos, int N, int S, int H, int v0,
+                                                int Vl) {
+    // dwte (Vl, H), dwpe (P, H) or NULL, both accumulated; dout (N, H); tokens (N); pos (N) or
+    // NULL: i % S
     if (N <= 0 || H <= 0) return MG_OK;
     if (dwpe && S <= 0)
         return MG_FAIL(MG_ERR_INTERNAL, "embedding_backward: sequence length %d", S);
@@ -252,41 +303,21 @@ extern "C" mg_status mg_cuda_embedding_backward(mg_backend *be, float *dwte, flo
         return MG_FAIL(MG_ERR_INTERNAL, "embedding_backward: vocabulary range [%d, %d + %d)", v0,
                        v0, Vl);
     cudaStream_t st = mg_cuda_stream(be);
-    int end_bit = 1; /* keys are in [0, Vl]: the sort looks at the bits that can hold Vl */
-    while (end_bit < 31 && (Vl >> end_bit) != 0) end_bit++;
-    size_t ints = align256((size_t)N * sizeof(int32_t)), cub_bytes = 0;
-    /* size query only: no allocation, no synchronisation */
-    MG_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(NULL, cub_bytes, (const int32_t *)NULL,
-                                                  (int32_t *)NULL, (const int32_t *)NULL,
-                                                  (int32_t *)NULL, N, 0, end_bit, st));
+    const bool pos_sort = dwpe && pos; /* dwpe by segments of equal positions */
+    size_t ints = align256((size_t)N * sizeof(int32_t)), cub_bytes = 0, cub_pos = 0;
+    MG_CHECK(sort_bytes(N, key_bits(Vl), st, &cub_bytes));
+    if (pos_sort) MG_CHECK(sort_bytes(N, key_bits(S), st, &cub_pos));
+    if (cub_pos > cub_bytes) cub_bytes = cub_pos;
     char *ws = NULL;
     MG_CHECK(mg_cuda_scratch(be, 4 * ints + cub_bytes, (void **)&ws, "embedding_backward"));
-    int32_t *keys_in = (int32_t *)ws;             // (N) local rows, or the sentinel Vl
-    int32_t *keys = (int32_t *)(ws + ints);       // (N) sorted
-    int32_t *pos_in = (int32_t *)(ws + 2 * ints); // (N) 0..N-1
-    int32_t *pos = (int32_t *)(ws + 3 * ints);    // (N) positions in sorted order
-    sort_input_kernel<<<mg_cuda_blocks((size_t)N, MG_CUDA_THREADS), MG_CUDA_THREADS, 0, st>>>(
-        keys_in, pos_in, tokens, N, v0, Vl);
-    MG_CUDA_CHECK_LAUNCH();
-    MG_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(ws + 4 * ints, cub_bytes, keys_in, keys, pos_in,
-                                                  pos, N, 0, end_bit, st));
-    bool vec = H % 8 == 0 && mg_cuda_aligned16(dout) && mg_cuda_aligned16(dwte);
-    int vw = vec ? 8 : 1;
-    int tiles = (H + 32 * vw - 1) / (32 * vw);
-    int n_long = (N + DW_LONG - 1) / DW_LONG * tiles;
-    unsigned grid = (unsigned)(n_long + (N + DW_W - 1) / DW_W);
-    const bf16 *d = (const bf16 *)dout;
-    if (vec)
-        embedding_dwte_kernel<8>
-            <<<grid, dim3(32, DW_W), 0, st>>>(dwte, d, keys, pos, N, H, Vl, tiles, n_long);
-    else
-        embedding_dwte_kernel<1>
-            <<<grid, dim3(32, DW_W), 0, st>>>(dwte, d, keys, pos, N, H, Vl, tiles, n_long);
-    MG_CUDA_CHECK_LAUNCH();
+    const h16 *d = (const h16 *)dout;
+    MG_CHECK(segment_sum(st, ws, ints, cub_bytes, dwte, d, tokens, N, H, v0, Vl));
+    if (pos_sort) /* the same workspace: the dwte kernel before it is done in stream order */
+        return segment_sum(st, ws, ints, cub_bytes, dwpe, d, pos, N, H, 0, S);
     if (dwpe) {
         size_t items = (size_t)(S < N ? S : N) * H;
         embedding_dwpe_kernel<<<mg_cuda_blocks(items, MG_CUDA_THREADS), MG_CUDA_THREADS, 0, st>>>(
-            dwpe, (const bf16 *)dout, N, S, H);
+            dwpe, d, N, S, H);
         MG_CUDA_CHECK_LAUNCH();
     }
     return MG_OK;

@@ -1,6 +1,6 @@
 /* The experts' grouped linear on the GPU (backend.h, "mixture of experts"; CPU reference:
  * cpu/cpu_moe.c): G = n_src x n_w groups of rows one after the other from row 0, group g of
- * counts[g] rows (device memory) against weight w[g % n_w] (OC, IC). bf16 activations and
+ * counts[g] rows (device memory) against weight w[g % n_w] (OC, IC). h16 activations and
  * weights, fp32 accumulation, fp32 weight and bias gradients (accumulated).
  *
  * No host synchronisation, no allocation: the counts stay on the device. A one-block kernel
@@ -14,12 +14,14 @@
  *
  * Two implementations:
  *  - CUTLASS (grouped_gemm_cutlass.cu): Hopper ptr-array grouped GEMM with device-side problem
- *    shapes; the fast path, taken when the build has CUTLASS, the device is sm 9.0, IC and OC are
- *    multiples of 8 and the activation buffers 16-byte aligned. The bias, the GELU derivative and
- *    the bias gradient are small kernels of this file around it (gelu' multiplies the bf16 dinp:
- *    one more rounding than the fused path, as in linear.cu's fallback). H200, 8 experts x 2048
- *    rows: 0.91-0.95 of one dense cuBLASLt GEMM of the same FLOPs forward, 0.82-0.85 backward.
- *  - The portable kernel below (the fallback, and the second opinion in the tests): WMMA bf16
+ *    shapes; the fast path, taken when the build has CUTLASS, the compute dtype is bf16 (its
+ *    kernels are built for bf16 alone: fp16 always takes the portable kernel), the device is
+ *    sm 9.0, IC and OC are multiples of 8 and the activation buffers 16-byte aligned. The bias,
+ *    the GELU derivative and the bias gradient are small kernels of this file around it (gelu'
+ *    multiplies the bf16 dinp: one more rounding than the fused path, as in linear.cu's
+ *    fallback). H200, 8 experts x 2048 rows: 0.91-0.95 of one dense cuBLASLt GEMM of the same
+ *    FLOPs forward, 0.82-0.85 backward.
+ *  - The portable kernel below (the fallback, and the second opinion in the tests): WMMA h16
  *    tensor cores, 128x128x32 tiles, 8 warps of 64x32, two cp.async stages. Forward and dinp run
  *    a persistent grid whose blocks walk the flattened (M-tile, N-tile) list, finding their group
  *    by a binary search of tile_off; the bias and gelu'(gelu_pre) are applied to the fp32
@@ -49,10 +51,10 @@
 #define GG_BN            128 /* columns (N) */
 #define GG_BK            32  /* depth of one stage (K) */
 #define GG_THREADS       256 /* 8 warps: 2 along M x 4 along N, 64x32 each */
-#define GG_PAD           8   /* bf16 per shared row of padding: ld stays a multiple of 8 (WMMA) */
+#define GG_PAD           8   /* h16 per shared row of padding: ld stays a multiple of 8 (WMMA) */
 #define GG_LD_K          (GG_BK + GG_PAD)      /* K-major tile [128][BK]: row stride */
 #define GG_LD_MN         (GG_BM + GG_PAD)      /* MN-major tile [BK][128]: row stride */
-#define GG_TILE          (GG_BM * GG_LD_K)     /* bf16 per operand tile (the larger layout) */
+#define GG_TILE          (GG_BM * GG_LD_K)     /* h16 per operand tile (the larger layout) */
 #define GG_SMEM          (2 * 2 * GG_TILE * 2) /* 2 stages x (A, B) x bytes: 40 KiB */
 #define GG_SCAN_THREADS  1024
 #define GG_BLOCKS_PER_SM 2
@@ -64,7 +66,6 @@ static_assert(8 * 256 * sizeof(float) <= GG_SMEM, "epilogue scratch fits the sta
 enum { GG_FWD = 0, GG_DINP = 1, GG_DW = 2 }; /* also the op codes of grouped_gemm_cutlass.cu */
 
 /* ---------------------------------------------------------------- device helpers */
-
 
 /* The group holding row (or tile) r: the last g < G with off[g] <= r, given off[G] > r. Empty
  * groups share their offset with the next one, so the search lands on the non-empty group. */
@@ -130,19 +131,19 @@ static __global__ void __launch_bounds__(GG_SCAN_THREADS)
  * (zeros elsewhere). vec: 16-byte copies (the contiguous limit a multiple of 8, p and ld
  * aligned), else element by element. */
 typedef struct {
-    const bf16 *p;
+    const h16 *p;
     int64_t ld;
     int o_lim, k_lim;
     bool vec;
 } gg_operand;
 
 typedef struct {
-    const bf16 *x;        /* A's activations: inp (forward) or dout (dinp, dw) */
-    const bf16 *xb;       /* dw: inp */
-    void *const *w;       /* forward, dinp: the n_w weights (bf16); dw: the n_w dW (fp32) */
-    void *const *bias;    /* forward: the n_w biases or NULL */
-    const bf16 *gelu_pre; /* dinp: (rows, IC) or NULL */
-    bf16 *y;              /* forward: out (rows, OC); dinp: dinp (rows, IC) */
+    const h16 *x;        /* A's activations: inp (forward) or dout (dinp, dw) */
+    const h16 *xb;       /* dw: inp */
+    void *const *w;      /* forward, dinp: the n_w weights (h16); dw: the n_w dW (fp32) */
+    void *const *bias;   /* forward: the n_w biases or NULL */
+    const h16 *gelu_pre; /* dinp: (rows, IC) or NULL */
+    h16 *y;              /* forward: out (rows, OC); dinp: dinp (rows, IC) */
     const int32_t *row_off, *tile_off; /* (G+1) each */
     int G, n_src, n_w, IC, OC;
     bool vec; /* IC, OC multiples of 8 and the activation buffers 16-byte aligned */
@@ -163,13 +164,13 @@ template <int N> static __device__ __forceinline__ void gg_cp_wait() {
 
 /* Tile (o0.., k0..) of op into shared s: [128][GG_LD_K] when K-major, [GG_BK][GG_LD_MN] else. */
 template <bool KMAJ>
-static __device__ __forceinline__ void gg_load_tile(bf16 *s, const gg_operand &op, int o0, int k0) {
+static __device__ __forceinline__ void gg_load_tile(h16 *s, const gg_operand &op, int o0, int k0) {
     if (op.vec) {
         for (int c = threadIdx.x; c < GG_BM * GG_BK / 8; c += GG_THREADS) {
             int o = KMAJ ? c / (GG_BK / 8) : (c % (GG_BM / 8)) * 8;
             int k = KMAJ ? (c % (GG_BK / 8)) * 8 : c / (GG_BM / 8);
             bool ok = o0 + o < op.o_lim && k0 + k < op.k_lim;
-            const bf16 *src = op.p;
+            const h16 *src = op.p;
             if (ok)
                 src += KMAJ ? (int64_t)(o0 + o) * op.ld + (k0 + k)
                             : (int64_t)(k0 + k) * op.ld + (o0 + o);
@@ -178,7 +179,7 @@ static __device__ __forceinline__ void gg_load_tile(bf16 *s, const gg_operand &o
     } else {
         for (int e = threadIdx.x; e < GG_BM * GG_BK; e += GG_THREADS) {
             int o = KMAJ ? e / GG_BK : e % GG_BM, k = KMAJ ? e % GG_BK : e / GG_BM;
-            bf16 v = __float2bfloat16(0.0f);
+            h16 v = f_to_h16(0.0f);
             if (o0 + o < op.o_lim && k0 + k < op.k_lim)
                 v = KMAJ ? op.p[(int64_t)(o0 + o) * op.ld + (k0 + k)]
                          : op.p[(int64_t)(k0 + k) * op.ld + (o0 + o)];
@@ -192,7 +193,7 @@ typedef nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> gg_
 /* The 16x16 fragment at (mn, kk) of a staged tile: K-major tiles hold rows of GG_LD_K along K,
  * M/N-major ones rows of GG_LD_MN along M/N. */
 template <bool KMAJOR, class Frag>
-static __device__ __forceinline__ void gg_load_frag(Frag &f, const bf16 *tile, int mn, int kk) {
+static __device__ __forceinline__ void gg_load_frag(Frag &f, const h16 *tile, int mn, int kk) {
     if (KMAJOR)
         nvcuda::wmma::load_matrix_sync(f, tile + mn * GG_LD_K + kk, GG_LD_K);
     else
@@ -202,7 +203,7 @@ static __device__ __forceinline__ void gg_load_frag(Frag &f, const bf16 *tile, i
 /* acc (the warp's 4x2 fragments) += A (m0.., 0..K) . B (n0.., 0..K)^T, two stages deep. Ends
  * with every cp.async complete and a barrier, so the caller may reuse the shared memory. */
 template <bool AK, bool BK>
-static __device__ void gg_mainloop(bf16 *smem, const gg_operand &A, const gg_operand &B, int m0,
+static __device__ void gg_mainloop(h16 *smem, const gg_operand &A, const gg_operand &B, int m0,
                                    int n0, int K, gg_acc (&acc)[4][2]) {
     using namespace nvcuda;
     typedef typename std::conditional<AK, wmma::row_major, wmma::col_major>::type LayoutA;
@@ -214,9 +215,9 @@ static __device__ void gg_mainloop(bf16 *smem, const gg_operand &A, const gg_ope
     gg_load_tile<BK>(smem + GG_TILE, B, n0, 0);
     gg_cp_commit();
     for (int kt = 0; kt < nk; kt++) {
-        bf16 *sa = smem + (kt & 1) * 2 * GG_TILE, *sb = sa + GG_TILE;
+        h16 *sa = smem + (kt & 1) * 2 * GG_TILE, *sb = sa + GG_TILE;
         if (kt + 1 < nk) {
-            bf16 *na = smem + ((kt + 1) & 1) * 2 * GG_TILE;
+            h16 *na = smem + ((kt + 1) & 1) * 2 * GG_TILE;
             gg_load_tile<AK>(na, A, m0, (kt + 1) * GG_BK);
             gg_load_tile<BK>(na + GG_TILE, B, n0, (kt + 1) * GG_BK);
             gg_cp_commit();
@@ -227,8 +228,8 @@ static __device__ void gg_mainloop(bf16 *smem, const gg_operand &A, const gg_ope
         __syncthreads();
 #pragma unroll
         for (int kk = 0; kk < GG_BK; kk += 16) {
-            wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, LayoutA> fa[4];
-            wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, LayoutB> fb[2];
+            wmma::fragment<wmma::matrix_a, 16, 16, 16, h16, LayoutA> fa[4];
+            wmma::fragment<wmma::matrix_b, 16, 16, 16, h16, LayoutB> fb[2];
 #pragma unroll
             for (int i = 0; i < 4; i++) gg_load_frag<AK>(fa[i], sa, wm * 64 + i * 16, kk);
 #pragma unroll
@@ -266,23 +267,22 @@ static __device__ __forceinline__ void gg_epilogue(float *smem_f, gg_acc (&acc)[
 /* out rows of one group: y[row, n..n+8) = f(v) for n < N (bias / gelu' applied in fp32). */
 template <int MODE>
 static __device__ __forceinline__ void gg_store_rows(const gg_args &a, int64_t row, int n, int N,
-                                                     const bf16 *bias, float v[8]) {
-    bf16 *y = a.y + row * N + n;
+                                                     const h16 *bias, float v[8]) {
+    h16 *y = a.y + row * N + n;
     if (MODE == GG_FWD && bias)
 #pragma unroll
-        for (int q = 0; q < 8; q++) v[q] += n + q < N ? __bfloat162float(bias[n + q]) : 0.0f;
+        for (int q = 0; q < 8; q++) v[q] += n + q < N ? h16_to_f(bias[n + q]) : 0.0f;
     if (MODE == GG_DINP && a.gelu_pre) {
-        const bf16 *pre = a.gelu_pre + row * N + n;
+        const h16 *pre = a.gelu_pre + row * N + n;
 #pragma unroll
-        for (int q = 0; q < 8; q++)
-            v[q] = n + q < N ? mg_gelu_bwd(__bfloat162float(pre[q]), v[q]) : 0.0f;
+        for (int q = 0; q < 8; q++) v[q] = n + q < N ? mg_gelu_bwd(h16_to_f(pre[q]), v[q]) : 0.0f;
     }
     if (a.vec && n + 8 <= N) {
         mg_store8(y, v);
     } else {
 #pragma unroll
         for (int q = 0; q < 8; q++)
-            if (n + q < N) y[q] = __float2bfloat16_rn(v[q]);
+            if (n + q < N) y[q] = f_to_h16(v[q]);
     }
 }
 
@@ -290,7 +290,7 @@ template <int MODE>
 static __global__ void __launch_bounds__(GG_THREADS, GG_BLOCKS_PER_SM)
     grouped_gemm_kernel(gg_args a) {
     __shared__ __align__(128) unsigned char smem_raw[GG_SMEM];
-    bf16 *smem = reinterpret_cast<bf16 *>(smem_raw);
+    h16 *smem = reinterpret_cast<h16 *>(smem_raw);
     float *smem_f = reinterpret_cast<float *>(smem_raw);
     constexpr bool AK = MODE != GG_DW;  /* A K-major: forward, dinp (rows of dout / inp) */
     constexpr bool BK = MODE == GG_FWD; /* B K-major: forward (W rows); dinp, dw: MN-major */
@@ -318,7 +318,8 @@ static __global__ void __launch_bounds__(GG_THREADS, GG_BLOCKS_PER_SM)
             float *d = dw + (int64_t)m * a.IC + n;
             if (v4 && n + 8 <= a.IC) {
                 float4 x0 = make_float4(0.f, 0.f, 0.f, 0.f), x1 = x0;
-                if (a.acc) x0 = reinterpret_cast<float4 *>(d)[0], x1 = reinterpret_cast<float4 *>(d)[1];
+                if (a.acc)
+                    x0 = reinterpret_cast<float4 *>(d)[0], x1 = reinterpret_cast<float4 *>(d)[1];
                 x0.x += v[0], x0.y += v[1], x0.z += v[2], x0.w += v[3];
                 x1.x += v[4], x1.y += v[5], x1.z += v[6], x1.w += v[7];
                 reinterpret_cast<float4 *>(d)[0] = x0;
@@ -342,9 +343,9 @@ static __global__ void __launch_bounds__(GG_THREADS, GG_BLOCKS_PER_SM)
         const int g = gg_find_group(a.tile_off, a.G, mt), j = g % a.n_w;
         const int32_t r0 = a.row_off[g], rows = a.row_off[g + 1] - r0;
         const int m0 = (mt - a.tile_off[g]) * GG_BM;
-        const bf16 *w = reinterpret_cast<const bf16 *>(a.w[j]);
-        const bf16 *bias =
-            MODE == GG_FWD && a.bias ? reinterpret_cast<const bf16 *>(a.bias[j]) : NULL;
+        const h16 *w = reinterpret_cast<const h16 *>(a.w[j]);
+        const h16 *bias =
+            MODE == GG_FWD && a.bias ? reinterpret_cast<const h16 *>(a.bias[j]) : NULL;
         const bool wvec = a.vec && ((uintptr_t)w & 15u) == 0;
         gg_operand A = {a.x + (int64_t)r0 * K, K, rows, K, a.vec};
         gg_operand B = MODE == GG_FWD ? gg_operand{w, a.IC, a.OC, a.IC, wvec}
@@ -367,7 +368,7 @@ static __global__ void __launch_bounds__(GG_THREADS, GG_BLOCKS_PER_SM)
 /* dbias_j[c] += sum of dout[r, c] over the rows r of every group of weight j: block (32 columns,
  * weight j), warp w sums rows w, w+8, ... of each source in order; then the 8 warp sums in warp
  * order. Deterministic for given counts. */
-static __global__ void grouped_dbias_kernel(float *const *dbias, const bf16 *dout /* (R,OC) */,
+static __global__ void grouped_dbias_kernel(float *const *dbias, const h16 *dout /* (R,OC) */,
                                             const int32_t *row_off, int n_src, int n_w, int OC,
                                             bool accumulate) {
     __shared__ float sums[8][32];
@@ -378,7 +379,7 @@ static __global__ void grouped_dbias_kernel(float *const *dbias, const bf16 *dou
         for (int s = 0; s < n_src; s++) {
             int g = s * n_w + j;
             for (int32_t r = row_off[g] + warp; r < row_off[g + 1]; r += 8)
-                acc += __bfloat162float(dout[(int64_t)r * OC + c]);
+                acc += h16_to_f(dout[(int64_t)r * OC + c]);
         }
     sums[warp][lane] = acc;
     __syncthreads();
@@ -402,12 +403,12 @@ static __global__ void grouped_zero_empty_kernel(float *const *dw, const int32_t
 }
 
 /* out[r, :] += bias_j for every row r of the groups (after the CUTLASS forward); OC % 8 == 0. */
-static __global__ void grouped_bias_kernel(bf16 *out /* (R,OC) */, void *const *bias,
+static __global__ void grouped_bias_kernel(h16 *out /* (R,OC) */, void *const *bias,
                                            const int32_t *row_off, int G, int n_w, int OC) {
     const int32_t total = row_off[G];
     for (int32_t r = blockIdx.x; r < total; r += gridDim.x) {
-        const bf16 *b = reinterpret_cast<const bf16 *>(bias[gg_find_group(row_off, G, r) % n_w]);
-        bf16 *o = out + (int64_t)r * OC;
+        const h16 *b = reinterpret_cast<const h16 *>(bias[gg_find_group(row_off, G, r) % n_w]);
+        h16 *o = out + (int64_t)r * OC;
         if (((uintptr_t)b & 15u) == 0) {
             for (int c = threadIdx.x * 8; c < OC; c += blockDim.x * 8) {
                 float x[8], y[8];
@@ -419,14 +420,13 @@ static __global__ void grouped_bias_kernel(bf16 *out /* (R,OC) */, void *const *
             }
         } else {
             for (int c = threadIdx.x; c < OC; c += blockDim.x)
-                o[c] = __float2bfloat16_rn(__bfloat162float(o[c]) + __bfloat162float(b[c]));
+                o[c] = f_to_h16(h16_to_f(o[c]) + h16_to_f(b[c]));
         }
     }
 }
 
 /* dinp = gelu'(pre) * dinp over the groups' rows (after the CUTLASS dinp); IC % 8 == 0. */
-static __global__ void grouped_gelu_grad_kernel(bf16 *dinp /* (R,IC) */,
-                                                const bf16 *pre /* (R,IC) */,
+static __global__ void grouped_gelu_grad_kernel(h16 *dinp /* (R,IC) */, const h16 *pre /* (R,IC) */,
                                                 const int32_t *row_off, int G, int IC) {
     mg_gelu_backward_range(dinp, pre, dinp, (size_t)row_off[G] * (size_t)IC, 1);
 }
@@ -467,12 +467,18 @@ static bool aligned16(const void *p) {
     return p == NULL || mg_cuda_aligned16(p);
 }
 
-/* Whether the CUTLASS path takes this call (see the header). */
+/* Whether the CUTLASS path takes this call (see the header). Its kernels are instantiated for
+ * bf16 operands only (grouped_gemm_cutlass.cu is built once), so the fp16 object of this file
+ * (MG_CUDA_F16) always takes the portable kernel. */
 static bool use_cutlass(mg_backend *be, int IC, int OC, const void *a, const void *b, const void *c,
                         const void *d) {
+#ifdef MG_CUDA_F16
+    return false;
+#else
     return mg_cuda_grouped_cutlass_available(mg_cuda_ctx_of(be)->device) && IC > 0 && OC > 0 &&
            IC % 8 == 0 && OC % 8 == 0 && aligned16(a) && aligned16(b) && aligned16(c) &&
            aligned16(d);
+#endif
 }
 
 static unsigned persistent_blocks(mg_backend *be, int per_sm) {
@@ -488,11 +494,10 @@ static mg_status launch_offsets(mg_backend *be, const gg_ws *w, const int32_t *c
 }
 
 static mg_status launch_dbias(mg_backend *be, float *const *dbias, const void *dout,
-                              const int32_t *row_off, int n_src, int n_w, int OC,
-                              bool accumulate) {
+                              const int32_t *row_off, int n_src, int n_w, int OC, bool accumulate) {
     if (OC == 0) return MG_OK;
     dim3 grid((OC + 31) / 32, n_w);
-    grouped_dbias_kernel<<<grid, 256, 0, mg_cuda_stream(be)>>>(dbias, (const bf16 *)dout, row_off,
+    grouped_dbias_kernel<<<grid, 256, 0, mg_cuda_stream(be)>>>(dbias, (const h16 *)dout, row_off,
                                                                n_src, n_w, OC, accumulate);
     MG_CUDA_CHECK_LAUNCH();
     return MG_OK;
@@ -509,12 +514,12 @@ extern "C" mg_status mg_cuda_grouped_linear_forward_portable(mg_backend *be, voi
     MG_CHECK(workspace(be, G, "grouped_linear_forward", &ws));
     MG_CHECK(launch_offsets(be, &ws, counts, G));
     if (OC == 0) return MG_OK;
-    gg_args a = {(const bf16 *)inp,
+    gg_args a = {(const h16 *)inp,
                  NULL,
                  w,
                  bias,
                  NULL,
-                 (bf16 *)out,
+                 (h16 *)out,
                  ws.row_off,
                  ws.tile_off,
                  G,
@@ -544,8 +549,8 @@ extern "C" mg_status mg_cuda_grouped_linear_backward_portable(
     bool vec = IC % 8 == 0 && OC % 8 == 0 && aligned16(dout) && aligned16(inp) && aligned16(dinp) &&
                aligned16(gelu_pre);
     if (IC > 0 && OC > 0) {
-        gg_args a = {(const bf16 *)dout,
-                     (const bf16 *)inp,
+        gg_args a = {(const h16 *)dout,
+                     (const h16 *)inp,
                      (void *const *)dw,
                      NULL,
                      NULL,
@@ -564,12 +569,12 @@ extern "C" mg_status mg_cuda_grouped_linear_backward_portable(
         MG_CUDA_CHECK_LAUNCH();
     }
     if (dinp && IC > 0) { /* OC == 0: K = 0, dinp = 0 */
-        gg_args a = {(const bf16 *)dout,
+        gg_args a = {(const h16 *)dout,
                      NULL,
                      w,
                      NULL,
-                     (const bf16 *)gelu_pre,
-                     (bf16 *)dinp,
+                     (const h16 *)gelu_pre,
+                     (h16 *)dinp,
                      ws.row_off,
                      ws.tile_off,
                      G,
@@ -602,7 +607,7 @@ extern "C" mg_status mg_cuda_grouped_linear_forward(mg_backend *be, void *out /*
                                          n_w, IC, OC, true, ws.rest, ws.rest_bytes));
     if (bias) {
         grouped_bias_kernel<<<persistent_blocks(be, 8), 256, 0, mg_cuda_stream(be)>>>(
-            (bf16 *)out, bias, ws.row_off, G, n_w, OC);
+            (h16 *)out, bias, ws.row_off, G, n_w, OC);
         MG_CUDA_CHECK_LAUNCH();
     }
     return MG_OK;
@@ -624,7 +629,7 @@ mg_cuda_grouped_linear_backward(mg_backend *be, void *dinp /* (R,IC) or NULL */,
     if (!accumulate && n_w > 0) { /* the weights the first source's product gives no tiles */
         dim3 grid(64, n_w);
         grouped_zero_empty_kernel<<<grid, 256, 0, mg_cuda_stream(be)>>>(dw, counts,
-                                                                         (size_t)OC * IC);
+                                                                        (size_t)OC * IC);
         MG_CUDA_CHECK_LAUNCH();
     }
     MG_CHECK(mg_cuda_grouped_cutlass_run(be, GG_DW, NULL, dout, inp, (void *const *)dw, ws.row_off,
@@ -635,7 +640,7 @@ mg_cuda_grouped_linear_backward(mg_backend *be, void *dinp /* (R,IC) or NULL */,
                                              n_src, n_w, IC, OC, true, ws.rest, ws.rest_bytes));
         if (gelu_pre) {
             grouped_gelu_grad_kernel<<<persistent_blocks(be, 8), 256, 0, mg_cuda_stream(be)>>>(
-                (bf16 *)dinp, (const bf16 *)gelu_pre, ws.row_off, G, IC);
+                (h16 *)dinp, (const h16 *)gelu_pre, ws.row_off, G, IC);
             MG_CUDA_CHECK_LAUNCH();
         }
     }
@@ -644,12 +649,19 @@ mg_cuda_grouped_linear_backward(mg_backend *be, void *dinp /* (R,IC) or NULL */,
 }
 
 /* MG_GROUPED_GEMM (docs/environment.md): "cutlass" (the default: CUTLASS where the build and the
- * device have it, the portable kernel for the rest) or "fallback" (the portable kernel only). */
+ * device have it, the portable kernel for the rest) or "fallback" (the portable kernel only).
+ * fp16 compute has the portable kernel alone (use_cutlass). */
 extern "C" mg_status mg_cuda_grouped_gemm_init(mg_backend *be) {
     const char *impl = mg_env_str("MG_GROUPED_GEMM", NULL);
     if (impl && strcmp(impl, "cutlass") != 0 && strcmp(impl, "fallback") != 0)
         return MG_FAIL(MG_ERR_USAGE, "MG_GROUPED_GEMM=%s: expected cutlass or fallback", impl);
     bool cutlass = !impl || strcmp(impl, "cutlass") == 0;
+#ifdef MG_CUDA_F16
+    if (impl && cutlass)
+        mg_log_warn("MG_GROUPED_GEMM=cutlass: the CUTLASS grouped GEMM is bf16 only; fp16 uses "
+                    "the portable grouped GEMM");
+    cutlass = false;
+#endif
     if (cutlass && mg_cuda_grouped_cutlass_init(mg_cuda_ctx_of(be)->device) != MG_OK) {
         if (impl)
             mg_log_warn("MG_GROUPED_GEMM=cutlass: %s; using the portable grouped GEMM",

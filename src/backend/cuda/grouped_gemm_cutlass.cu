@@ -62,6 +62,7 @@ using namespace cute;
 using ProblemShape = cutlass::gemm::GroupProblemShape<Shape<int, int, int>>; /* (M,N,K) per group */
 using Shape3 = ProblemShape::UnderlyingProblemShape;
 using ct_bf16 = cutlass::bfloat16_t;
+typedef __nv_bfloat16 bf16; /* built once, for the bf16 backend (h16 is bf16 here) */
 
 /* The two tile configurations (tile (M,N,K), cluster, kernel and epilogue schedules); the
  * header says which product takes which. */
@@ -323,8 +324,8 @@ static mg_status run_op(mg_backend *be, int op, void *y, const void *x, const vo
         size_t o = (size_t)s * n_w;
         As.shape += o, As.a += o, As.b += o, As.c += o, As.d += o;
         As.sa += o, As.sb += o, As.sc += o, As.sd += o;
-        MG_CHECK(launch<GG>(ctx, As, n_w, s == 0 && !accumulate ? 0.0f : 1.0f, clusters, ws,
-                            ws_bytes));
+        MG_CHECK(
+            launch<GG>(ctx, As, n_w, s == 0 && !accumulate ? 0.0f : 1.0f, clusters, ws, ws_bytes));
     }
     return MG_OK;
 }
@@ -366,7 +367,7 @@ extern "C" mg_status mg_cuda_grouped_cutlass_run(mg_backend *be, int op, void *y
     if (!mg_cuda_grouped_cutlass_available(mg_cuda_ctx_of(be)->device))
         return MG_FAIL(MG_ERR_UNSUPPORTED, "grouped GEMM (CUTLASS): not initialised on device %d",
                        mg_cuda_ctx_of(be)->device);
-    /* the depth of the product picks the schedule (the header's measurements) */
+        /* the depth of the product picks the schedule (the header's measurements) */
 #define GG_RUN(GG)                                                                                 \
     run_op<GG>(be, op, y, x, xb, wp, row_off, counts, n_src, n_w, IC, OC, accumulate, scratch,     \
                scratch_bytes)

@@ -1,5 +1,5 @@
 /* Linear layer on the GPU: out = inp @ w^T + bias (+ residual), w stored (OC, IC) as
- * torch.nn.Linear, bf16 activations and weights, fp32 main grads. The three products go to
+ * torch.nn.Linear, h16 activations and weights, fp32 main grads. The three products go to
  * cuBLASLt with fp32 compute (CUBLAS_COMPUTE_32F, fp32 alpha/beta); the bias gradient is a
  * deterministic two-pass reduction of our own (below).
  *
@@ -16,7 +16,7 @@
  * cuBLASLt's GELU is the tanh form, as backend.h specifies. An epilogue the heuristic has no
  * algorithm for (or an aux leading dimension not a multiple of 8, which cuBLASLt requires) falls
  * back to the plain product and our kernels (activation.cu, elementwise.cu); the result is the
- * same up to bf16 rounding of the intermediate.
+ * same up to h16 rounding of the intermediate.
  *
  * cuBLASLt is column-major; a row-major (R, C) matrix is the column-major (C, R) matrix with
  * ld = C, i.e. its transpose. So every product is written for the transposes:
@@ -25,9 +25,10 @@
  *   dw       dw (IC,OC) += inp (IC,N) . T(dout (OC,N))         m=IC n=OC k=N
  * (all shapes here column-major, as cuBLASLt sees the row-major buffers; T = CUBLAS_OP_T)
  * The forward bias has length m = OC = rows of D, which is exactly what CUBLASLT_EPILOGUE_BIAS
- * broadcasts. dw uses bf16 A/B with fp32 C = D and beta = 1: a combination cuBLASLt supports for
- * CUBLAS_COMPUTE_32F (A/B CUDA_R_16BF, C/D CUDA_R_32F), and it gives the ACCUMULATE contract
- * without a temporary.
+ * broadcasts. dw uses h16 A/B with fp32 C = D and beta = 1: a combination cuBLASLt supports for
+ * CUBLAS_COMPUTE_32F (A/B CUDA_R_16BF or CUDA_R_16F, C/D CUDA_R_32F), and it gives the
+ * ACCUMULATE contract without a temporary. The plan cache is per object, so the bf16 and fp16
+ * builds of this file never share a plan.
  *
  * The bias gradient's fallback (no BGRADB algorithm for the shape) is a deterministic two-pass
  * reduction of our own, which costs one more read of dout: ~2% of a GPT-2 step when it was the
@@ -57,7 +58,6 @@
 #include "core/env.h"
 #include "core/log.h"
 
-#include <cuda_bf16.h>
 #include <mutex>
 #include <stdint.h>
 #include <string.h>
@@ -81,9 +81,9 @@ typedef struct {
     const void *A, *B, *C; /* C NULL: beta = 0 */
     void *D;
     float beta;
-    const void *bias; /* forward: (m) bf16 added; GEMM_DW: (n) fp32 bias gradient written */
+    const void *bias; /* forward: (m) h16 added; GEMM_DW: (n) fp32 bias gradient written */
     gemm_aux aux_kind;
-    const void *aux; /* (n, m) row-major = (m, n) column-major bf16, ld m */
+    const void *aux; /* (n, m) row-major = (m, n) column-major h16, ld m */
 } gemm_call;
 
 /* Everything that selects a plan. Alignments are in bytes (power of two, capped at 256). */
@@ -139,7 +139,8 @@ static gemm_key key_of(const mg_cuda_ctx *ctx, const gemm_call *c) {
 }
 
 static cublasLtEpilogue_t epilogue_of(const gemm_key *key) {
-    if (key->op == GEMM_DW) return key->has_bias ? CUBLASLT_EPILOGUE_BGRADB : CUBLASLT_EPILOGUE_DEFAULT;
+    if (key->op == GEMM_DW)
+        return key->has_bias ? CUBLASLT_EPILOGUE_BGRADB : CUBLASLT_EPILOGUE_DEFAULT;
     if (key->aux_kind == AUX_GELU_OUT)
         return key->has_bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
     if (key->aux_kind == AUX_DGELU_IN) return CUBLASLT_EPILOGUE_DGELU;
@@ -217,7 +218,7 @@ static mg_status plan_build(mg_cuda_ctx *ctx, gemm_plan *p, const gemm_key *key,
                             const gemm_call *c) {
     const int m = key->m, n = key->n, k = key->k;
     cublasOperation_t ta = CUBLAS_OP_N, tb = CUBLAS_OP_N;
-    cudaDataType_t cd_type = CUDA_R_16BF;
+    cudaDataType_t cd_type = MG_CUDA_R_H16;
     /* stored (rows, cols, ld) of A, B and C = D, column-major */
     uint64_t ar, ac, br, bc;
     int64_t lda, ldb;
@@ -251,7 +252,7 @@ static mg_status plan_build(mg_cuda_ctx *ctx, gemm_plan *p, const gemm_key *key,
     MG_CUBLAS_CHECK(
         cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
     if (key->has_bias) {
-        int32_t bias_type = key->op == GEMM_DW ? CUDA_R_32F : CUDA_R_16BF;
+        int32_t bias_type = key->op == GEMM_DW ? CUDA_R_32F : MG_CUDA_R_H16;
         MG_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
                                                        &bias_type, sizeof bias_type));
     }
@@ -261,8 +262,8 @@ static mg_status plan_build(mg_cuda_ctx *ctx, gemm_plan *p, const gemm_key *key,
                                                        &ld, sizeof ld));
     }
     MG_CHECK(set_pointers(p, c));
-    MG_CUBLAS_CHECK(cublasLtMatrixLayoutInit(&p->a, CUDA_R_16BF, ar, ac, lda));
-    MG_CUBLAS_CHECK(cublasLtMatrixLayoutInit(&p->b, CUDA_R_16BF, br, bc, ldb));
+    MG_CUBLAS_CHECK(cublasLtMatrixLayoutInit(&p->a, MG_CUDA_R_H16, ar, ac, lda));
+    MG_CUBLAS_CHECK(cublasLtMatrixLayoutInit(&p->b, MG_CUDA_R_H16, br, bc, ldb));
     MG_CUBLAS_CHECK(cublasLtMatrixLayoutInit(&p->c, cd_type, (uint64_t)m, (uint64_t)n, m));
     MG_CUBLAS_CHECK(cublasLtMatrixLayoutInit(&p->d, cd_type, (uint64_t)m, (uint64_t)n, m));
 
@@ -280,8 +281,8 @@ static mg_status plan_build(mg_cuda_ctx *ctx, gemm_plan *p, const gemm_key *key,
                   {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key->align_c},
                   {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key->align_d}};
     for (size_t i = 0; i < sizeof aligns / sizeof *aligns; i++)
-        MG_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, aligns[i].attr,
-                                                             &aligns[i].align, sizeof(uint32_t)));
+        MG_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, aligns[i].attr, &aligns[i].align,
+                                                             sizeof(uint32_t)));
 
     cublasLtMatmulHeuristicResult_t res[MG_LT_HEURISTICS];
     int found = 0;
@@ -343,12 +344,12 @@ static mg_status gemm_run(mg_backend *be, const gemm_call *c) {
 }
 
 /* out[i, j] = bias[j] or 0: the forward when IC = 0 (an empty product). */
-static __global__ void linear_fill_bias_kernel(bf16 *out /* (N,OC) */, const bf16 *bias /* (OC) */,
+static __global__ void linear_fill_bias_kernel(h16 *out /* (N,OC) */, const h16 *bias /* (OC) */,
                                                int N, int OC) {
     size_t total = (size_t)N * OC;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
          i += (size_t)gridDim.x * blockDim.x)
-        out[i] = bias ? bias[i % OC] : __float2bfloat16(0.0f);
+        out[i] = bias ? bias[i % OC] : f_to_h16(0.0f);
 }
 
 /* Pass 1 of dbias: partial[c, j] = sum of dout[rows of chunk c, j] (fp32). Block = 32 columns x
@@ -356,7 +357,7 @@ static __global__ void linear_fill_bias_kernel(bf16 *out /* (N,OC) */, const bf1
  * bytes of a row); the 8 warp sums are then added in warp order. Every partial's order of
  * additions depends on (N, OC) alone. */
 static __global__ void linear_dbias_partial_kernel(float *partial /* (nchunks, OC) */,
-                                                   const bf16 *dout /* (N,OC) */, int N, int OC,
+                                                   const h16 *dout /* (N,OC) */, int N, int OC,
                                                    int rows_per_chunk) {
     __shared__ float sums[MG_DBIAS_WARPS][MG_DBIAS_COLS];
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -365,7 +366,7 @@ static __global__ void linear_dbias_partial_kernel(float *partial /* (nchunks, O
     float acc = 0.0f;
     if (j < OC)
         for (int i = r0 + warp; i < r1; i += MG_DBIAS_WARPS)
-            acc += __bfloat162float(dout[(size_t)i * OC + j]);
+            acc += h16_to_f(dout[(size_t)i * OC + j]);
     sums[warp][lane] = acc;
     __syncthreads();
     if (warp == 0 && j < OC) {
@@ -413,7 +414,7 @@ static mg_status dbias_reduce(mg_backend *be, float *dbias, const void *dout, in
     MG_CHECK(dbias_scratch(be, (size_t)nchunks * OC * sizeof(float), &partial));
     dim3 grid((OC + MG_DBIAS_COLS - 1) / MG_DBIAS_COLS, nchunks);
     linear_dbias_partial_kernel<<<grid, 32 * MG_DBIAS_WARPS, 0, stream>>>(
-        partial, (const bf16 *)dout, N, OC, rows);
+        partial, (const h16 *)dout, N, OC, rows);
     MG_CUDA_CHECK_LAUNCH();
     linear_dbias_finish_kernel<<<(OC + 255) / 256, 256, 0, stream>>>(dbias, partial, nchunks, OC);
     MG_CUDA_CHECK_LAUNCH();
@@ -426,22 +427,20 @@ static mg_status check_dims(int N, int IC, int OC) {
     return MG_OK;
 }
 
-extern "C" mg_status mg_cuda_linear_forward(mg_backend *be, void *out /* (N,OC) */,
-                                            const void *inp /* (N,IC) */,
-                                            const void *w /* (OC,IC) */,
-                                            const void *bias /* (OC) or NULL */,
-                                            const void *residual /* (N,OC) or NULL */, int N,
-                                            int IC, int OC) {
+extern "C" mg_status
+mg_cuda_linear_forward(mg_backend *be, void *out /* (N,OC) */, const void *inp /* (N,IC) */,
+                       const void *w /* (OC,IC) */, const void *bias /* (OC) or NULL */,
+                       const void *residual /* (N,OC) or NULL */, int N, int IC, int OC) {
     MG_CHECK(check_dims(N, IC, OC));
     if (N == 0 || OC == 0) return MG_OK;
     if (IC == 0) {
         linear_fill_bias_kernel<<<mg_cuda_blocks((size_t)N * OC, MG_CUDA_THREADS), MG_CUDA_THREADS,
-                                  0, mg_cuda_stream(be)>>>((bf16 *)out, (const bf16 *)bias, N, OC);
+                                  0, mg_cuda_stream(be)>>>((h16 *)out, (const h16 *)bias, N, OC);
         MG_CUDA_CHECK_LAUNCH();
         return residual ? mg_cuda_add(be, out, out, residual, (size_t)N * OC) : MG_OK;
     }
-    gemm_call c = {GEMM_FWD, OC, N, IC, w, inp, residual, out, residual ? 1.0f : 0.0f, bias,
-                   AUX_NONE, NULL};
+    gemm_call c = {GEMM_FWD, OC,       N,   IC, w, inp, residual, out, residual ? 1.0f : 0.0f,
+                   bias,     AUX_NONE, NULL};
     bool done = false;
     MG_CHECK(gemm_try(be, &c, &done));
     if (done) return MG_OK;
@@ -452,12 +451,10 @@ extern "C" mg_status mg_cuda_linear_forward(mg_backend *be, void *out /* (N,OC) 
     return mg_cuda_add(be, out, out, residual, (size_t)N * OC);
 }
 
-extern "C" mg_status mg_cuda_linear_gelu_forward(mg_backend *be, void *out /* (N,OC) */,
-                                                 void *pre /* (N,OC) */,
-                                                 const void *inp /* (N,IC) */,
-                                                 const void *w /* (OC,IC) */,
-                                                 const void *bias /* (OC) or NULL */, int N,
-                                                 int IC, int OC) {
+extern "C" mg_status
+mg_cuda_linear_gelu_forward(mg_backend *be, void *out /* (N,OC) */, void *pre /* (N,OC) */,
+                            const void *inp /* (N,IC) */, const void *w /* (OC,IC) */,
+                            const void *bias /* (OC) or NULL */, int N, int IC, int OC) {
     MG_CHECK(check_dims(N, IC, OC));
     if (N == 0 || OC == 0) return MG_OK;
     bool done = false;
@@ -470,20 +467,17 @@ extern "C" mg_status mg_cuda_linear_gelu_forward(mg_backend *be, void *out /* (N
     return mg_cuda_gelu_forward(be, out, pre, (size_t)N * OC);
 }
 
-extern "C" mg_status mg_cuda_linear_backward(mg_backend *be, void *dinp /* (N,IC) or NULL */,
-                                             float *dw /* (OC,IC) */,
-                                             float *dbias /* (OC) or NULL */,
-                                             const void *dout /* (N,OC) */,
-                                             const void *inp /* (N,IC) */,
-                                             const void *w /* (OC,IC) */,
-                                             const void *gelu_pre /* (N,IC) or NULL */, int N,
-                                             int IC, int OC) {
+extern "C" mg_status
+mg_cuda_linear_backward(mg_backend *be, void *dinp /* (N,IC) or NULL */, float *dw /* (OC,IC) */,
+                        float *dbias /* (OC) or NULL */, const void *dout /* (N,OC) */,
+                        const void *inp /* (N,IC) */, const void *w /* (OC,IC) */,
+                        const void *gelu_pre /* (N,IC) or NULL */, int N, int IC, int OC) {
     MG_CHECK(check_dims(N, IC, OC));
     cudaStream_t stream = mg_cuda_stream(be);
     if (N == 0) return MG_OK;
     if (OC == 0) { /* empty product: dinp = 0, nothing accumulates */
         if (dinp && IC > 0)
-            MG_CUDA_CHECK(cudaMemsetAsync(dinp, 0, (size_t)N * IC * sizeof(bf16), stream));
+            MG_CUDA_CHECK(cudaMemsetAsync(dinp, 0, (size_t)N * IC * sizeof(h16), stream));
         return MG_OK;
     }
     if (IC == 0) return dbias ? dbias_reduce(be, dbias, dout, N, OC) : MG_OK;
@@ -505,8 +499,9 @@ extern "C" mg_status mg_cuda_linear_backward(mg_backend *be, void *dinp /* (N,IC
     }
     if (!done) MG_CHECK(gemm_run(be, &cw));
     if (!dinp) return MG_OK;
-    gemm_call ci = {GEMM_DINP, IC, N, OC, w, dout, NULL, dinp, 0.0f, NULL,
-                    gelu_pre ? AUX_DGELU_IN : AUX_NONE, gelu_pre};
+    gemm_call ci = {
+        GEMM_DINP, IC, N, OC, w, dout, NULL, dinp, 0.0f, NULL, gelu_pre ? AUX_DGELU_IN : AUX_NONE,
+        gelu_pre};
     done = false;
     if (gelu_pre) MG_CHECK(gemm_try(be, &ci, &done));
     if (done) return MG_OK;

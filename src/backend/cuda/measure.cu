@@ -1,11 +1,12 @@
-/* The bf16 matrix-multiply peak of the CUDA backend, measured in the running process: an optional
- * entry of the table (matmul_peak_tflops), used by `megatron bench`.
+/* The matrix-multiply peak of the CUDA backend in its compute dtype h16 (bf16 or fp16), measured in
+ * the running process: an optional entry of the table (matmul_peak_tflops), used by `megatron
+ * bench`.
  *
- * The product is D = A B with A, B, D (n, n) bf16 and fp32 accumulation (CUBLAS_COMPUTE_32F, fp32
- * alpha and beta = 0): the product torch.matmul does on two bf16 tensors, so the PyTorch
+ * The product is D = A B with A, B, D (n, n) h16 and fp32 accumulation (CUBLAS_COMPUTE_32F, fp32
+ * alpha and beta = 0): the product torch.matmul does on two bf16 (fp16) tensors, so the PyTorch
  * baseline (bench/baselines/torch_gpt2.py) measures the same thing. The inputs are uniform in
  * [-1, 1), never zeros (a bf16 product on zeros ran 13% faster on an H200 of this workplace);
- * each (n, n) bf16 matrix of the default n = 8192 is 128 MiB, far larger than L2, so one set of
+ * each (n, n) h16 matrix of the default n = 8192 is 128 MiB, far larger than L2, so one set of
  * inputs is not a cache measurement. cuBLASLt's first usable heuristic choice, the backend's
  * workspace (up to 32 MiB); PEAK_WARMUP untimed products, then PEAK_REPS products each between
  * two CUDA events on the compute stream; the median of their times gives 2 n^3 / t.
@@ -23,7 +24,7 @@
 #define PEAK_HEURISTICS 8
 
 /* p[i] = uniform in [-1, 1) from a hash of (i, seed). */
-static __global__ void peak_fill_kernel(bf16 *p, size_t n, uint32_t seed) {
+static __global__ void peak_fill_kernel(h16 *p, size_t n, uint32_t seed) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
         uint32_t h = (uint32_t)i * 0x9E3779B9u ^ (uint32_t)(i >> 32) ^ seed;
@@ -32,7 +33,7 @@ static __global__ void peak_fill_kernel(bf16 *p, size_t n, uint32_t seed) {
         h ^= h >> 15;
         h *= 0x846ca68bu;
         h ^= h >> 16;
-        p[i] = __float2bfloat16((float)(h >> 8) * (2.0f / 16777216.0f) - 1.0f);
+        p[i] = f_to_h16((float)(h >> 8) * (2.0f / 16777216.0f) - 1.0f);
     }
 }
 
@@ -53,14 +54,14 @@ static void peak_release(mg_backend *be, peak_res *r) {
 static mg_status peak_run(mg_backend *be, peak_res *r, int n, double *tflops) {
     mg_cuda_ctx *ctx = mg_cuda_ctx_of(be);
     cudaStream_t stream = ctx->stream;
-    size_t elems = (size_t)n * (size_t)n, bytes = elems * sizeof(bf16);
+    size_t elems = (size_t)n * (size_t)n, bytes = elems * sizeof(h16);
     MG_CHECK(mg_cuda_alloc(be, bytes, &r->a));
     MG_CHECK(mg_cuda_alloc(be, bytes, &r->b));
     MG_CHECK(mg_cuda_alloc(be, bytes, &r->d));
     unsigned blocks = (unsigned)std::min<size_t>((size_t)ctx->num_sms * 8, MG_CUDA_MAX_BLOCKS);
-    peak_fill_kernel<<<blocks, MG_CUDA_THREADS, 0, stream>>>((bf16 *)r->a, elems, 0x1234u);
+    peak_fill_kernel<<<blocks, MG_CUDA_THREADS, 0, stream>>>((h16 *)r->a, elems, 0x1234u);
     MG_CUDA_CHECK_LAUNCH();
-    peak_fill_kernel<<<blocks, MG_CUDA_THREADS, 0, stream>>>((bf16 *)r->b, elems, 0xabcdu);
+    peak_fill_kernel<<<blocks, MG_CUDA_THREADS, 0, stream>>>((h16 *)r->b, elems, 0xabcdu);
     MG_CUDA_CHECK_LAUNCH();
     for (; r->n_events < 2 * PEAK_REPS; r->n_events++)
         MG_CUDA_CHECK(cudaEventCreate(&r->ev[r->n_events]));
@@ -70,9 +71,9 @@ static mg_status peak_run(mg_backend *be, peak_res *r, int n, double *tflops) {
     cublasLtMatmulDesc_t desc = &desc_mem;
     cublasLtMatrixLayoutOpaque_t la, lb, ld;
     MG_CUBLAS_CHECK(cublasLtMatmulDescInit(desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    MG_CUBLAS_CHECK(cublasLtMatrixLayoutInit(&la, CUDA_R_16BF, (uint64_t)n, (uint64_t)n, n));
-    MG_CUBLAS_CHECK(cublasLtMatrixLayoutInit(&lb, CUDA_R_16BF, (uint64_t)n, (uint64_t)n, n));
-    MG_CUBLAS_CHECK(cublasLtMatrixLayoutInit(&ld, CUDA_R_16BF, (uint64_t)n, (uint64_t)n, n));
+    MG_CUBLAS_CHECK(cublasLtMatrixLayoutInit(&la, MG_CUDA_R_H16, (uint64_t)n, (uint64_t)n, n));
+    MG_CUBLAS_CHECK(cublasLtMatrixLayoutInit(&lb, MG_CUDA_R_H16, (uint64_t)n, (uint64_t)n, n));
+    MG_CUBLAS_CHECK(cublasLtMatrixLayoutInit(&ld, MG_CUDA_R_H16, (uint64_t)n, (uint64_t)n, n));
     uint64_t ws = std::min(ctx->workspace_bytes, PEAK_WS_MAX);
     cublasLtMatmulPreferenceOpaque_t pref_mem;
     cublasLtMatmulPreference_t pref = &pref_mem;
@@ -88,8 +89,8 @@ static mg_status peak_run(mg_backend *be, peak_res *r, int n, double *tflops) {
         if (res[i].state == CUBLAS_STATUS_SUCCESS && res[i].workspaceSize <= ws) pick = i;
     if (pick < 0)
         return MG_FAIL(MG_ERR_UNSUPPORTED,
-                       "cuBLASLt has no algorithm for the bf16 peak product %d x %d x %d "
-                       "(%d candidates)",
+                       "cuBLASLt has no algorithm for the " MG_H16_NAME
+                       " peak product %d x %d x %d (%d candidates)",
                        n, n, n, found);
     const float alpha = 1.0f, beta = 0.0f;
 #define PEAK_MATMUL()                                                                              \
@@ -110,7 +111,8 @@ static mg_status peak_run(mg_backend *be, peak_res *r, int n, double *tflops) {
     std::sort(ms, ms + PEAK_REPS);
     double median_s = 0.5e-3 * ((double)ms[(PEAK_REPS - 1) / 2] + (double)ms[PEAK_REPS / 2]);
     if (!(median_s > 0))
-        return MG_FAIL(MG_ERR_INTERNAL, "bf16 peak product: median time %g ms is not positive",
+        return MG_FAIL(MG_ERR_INTERNAL,
+                       MG_H16_NAME " peak product: median time %g ms is not positive",
                        median_s * 1e3);
     *tflops = 2.0 * (double)n * (double)n * (double)n / median_s / 1e12;
     return MG_OK;

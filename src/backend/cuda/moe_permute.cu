@@ -49,8 +49,8 @@ static size_t align256(size_t b) {
     return (b + 255) & ~(size_t)255;
 }
 
-/* A whole row of H: bf16 copies and zero fills, one warp, 16-byte vectors when vec. */
-static __device__ __forceinline__ void row_copy(bf16 *dst, const bf16 *src, int H, int vec) {
+/* A whole row of H: h16 copies and zero fills, one warp, 16-byte vectors when vec. */
+static __device__ __forceinline__ void row_copy(h16 *dst, const h16 *src, int H, int vec) {
     int lane = threadIdx.x & 31;
     int nv = vec ? H / 8 : 0;
     for (int u = lane; u < nv; u += 32) {
@@ -58,7 +58,7 @@ static __device__ __forceinline__ void row_copy(bf16 *dst, const bf16 *src, int 
         if (src) z = *reinterpret_cast<const uint4 *>(src + 8 * u);
         *reinterpret_cast<uint4 *>(dst + 8 * u) = z;
     }
-    for (int h = nv * 8 + lane; h < H; h += 32) dst[h] = src ? src[h] : __float2bfloat16_rn(0.0f);
+    for (int h = nv * 8 + lane; h < H; h += 32) dst[h] = src ? src[h] : f_to_h16(0.0f);
 }
 
 /* ---------------------------------------------------------------- permute: counting sort */
@@ -80,7 +80,7 @@ static __global__ void __launch_bounds__(PERM_THREADS)
 }
 
 /* Copies x's row to the rows pos[0..k) that are >= 0 (one warp, 16-byte vectors when vec). */
-static __device__ __forceinline__ void scatter_row(bf16 *xp, const bf16 *xr, const int32_t *pos,
+static __device__ __forceinline__ void scatter_row(h16 *xp, const h16 *xr, const int32_t *pos,
                                                    int k, int H, int vec) {
     int lane = threadIdx.x & 31;
     if (vec) {
@@ -95,7 +95,7 @@ static __device__ __forceinline__ void scatter_row(bf16 *xp, const bf16 *xr, con
             for (int j = 0; j < k; j++) {
                 int32_t p = pos[j];
                 if (p < 0) continue;
-                bf16 *o = xp + (size_t)p * H;
+                h16 *o = xp + (size_t)p * H;
 #pragma unroll
                 for (int i = 0; i < 4; i++) {
                     int h = hc + 256 * i + 8 * lane;
@@ -121,7 +121,7 @@ static __device__ __forceinline__ void scatter_row(bf16 *xp, const bf16 *xr, con
  * CPU's order). (2) Its tokens' rows copied to their pairs' rows, x read once per token. (3) Its
  * share of the rows no pair fills, zeroed. Every row of xp is written exactly once. */
 static __global__ void __launch_bounds__(PERM_THREADS)
-    permute_place_kernel(bf16 *xp, int32_t *pos, int32_t *counts, float *load, const bf16 *x,
+    permute_place_kernel(h16 *xp, int32_t *pos, int32_t *counts, float *load, const h16 *x,
                          const int32_t *idx, const int32_t *hist, int T, int k, int E, int H,
                          int pad, int nb, int R, int vec) {
     /* run (E) | wc (PERM_WARPS, E) | total (E) | start (E) | first (E) */
@@ -231,7 +231,7 @@ static mg_status permute_counting(mg_backend *be, void *xp, int32_t *pos, int32_
     MG_CUDA_CHECK_LAUNCH();
     int vec = H % 8 == 0 && mg_cuda_aligned16(xp) && mg_cuda_aligned16(x);
     permute_place_kernel<<<(unsigned)nb, PERM_THREADS, (size_t)(4 + PERM_WARPS) * E * 4, st>>>(
-        (bf16 *)xp, pos, counts, load, (const bf16 *)x, idx, hist, T, k, E, H, pad, nb, R, vec);
+        (h16 *)xp, pos, counts, load, (const h16 *)x, idx, hist, T, k, E, H, pad, nb, R, vec);
     MG_CUDA_CHECK_LAUNCH();
     return MG_OK;
 }
@@ -281,7 +281,7 @@ static __global__ void permute_pos_kernel(int32_t *pos, const uint32_t *ks, cons
 }
 
 /* Row r of xp: the token of the pair placed there, or zeros. */
-static __global__ void permute_rows_kernel(bf16 *xp, const bf16 *x, const int32_t *vs,
+static __global__ void permute_rows_kernel(h16 *xp, const h16 *x, const int32_t *vs,
                                            const int32_t *start, const int32_t *kept, int R, int k,
                                            int E, int H, int pad, int vec) {
     int warps = gridDim.x * ROW_WARPS;
@@ -345,7 +345,7 @@ static mg_status permute_sorted(mg_backend *be, void *xp, int32_t *pos, int32_t 
     if (R > 0 && H > 0) {
         int vec = H % 8 == 0 && mg_cuda_aligned16(xp) && mg_cuda_aligned16(x);
         permute_rows_kernel<<<row_blocks(be, R), ROW_WARPS * 32, 0, st>>>(
-            (bf16 *)xp, (const bf16 *)x, vals_s, start, kept, R, k, E, H, pad, vec);
+            (h16 *)xp, (const h16 *)x, vals_s, start, kept, R, k, E, H, pad, vec);
         MG_CUDA_CHECK_LAUNCH();
     }
     return MG_OK;
@@ -366,26 +366,25 @@ extern "C" mg_status mg_cuda_moe_permute(mg_backend *be, void *xp, int32_t *pos,
 /* out[t] = base[t] + sum_j w_j src[pos[t,j]] over the pairs with pos >= 0, in pair order in fp32
  * with one rounding (w_j = probs[t,j], or 1 when probs is NULL: fmaf(1, s, a) = a + s). Each
  * element is read and written by one thread, so base may be out. One element per item. */
-static __global__ void combine_kernel(bf16 *out, const bf16 *base, const bf16 *src,
-                                      const int32_t *pos, const float *probs, int T, int k, int H) {
+static __global__ void combine_kernel(h16 *out, const h16 *base, const h16 *src, const int32_t *pos,
+                                      const float *probs, int T, int k, int H) {
     size_t items = (size_t)T * H, stride = (size_t)gridDim.x * blockDim.x;
     for (size_t u = (size_t)blockIdx.x * blockDim.x + threadIdx.x; u < items; u += stride) {
         size_t t = u / H, h = u % H;
-        float acc = __bfloat162float(base[u]);
+        float acc = h16_to_f(base[u]);
         for (int j = 0; j < k; j++) {
             int32_t p = pos[t * k + j];
             if (p < 0) continue;
-            acc = fmaf(probs ? probs[t * k + j] : 1.0f, __bfloat162float(src[(size_t)p * H + h]),
-                       acc);
+            acc = fmaf(probs ? probs[t * k + j] : 1.0f, h16_to_f(src[(size_t)p * H + h]), acc);
         }
-        out[u] = __float2bfloat16_rn(acc);
+        out[u] = f_to_h16(acc);
     }
 }
 
 /* The same sums with 16-byte vectors, one warp per token: a 1024-column chunk of base and of two
  * pairs' rows at a time all loaded before the sums, which run in pair order as above. */
 static __global__ void __launch_bounds__(ROW_WARPS * 32)
-    combine_rows_kernel(bf16 *out, const bf16 *base, const bf16 *src, const int32_t *pos,
+    combine_rows_kernel(h16 *out, const h16 *base, const h16 *src, const int32_t *pos,
                         const float *probs, int T, int k, int H) {
     int lane = threadIdx.x & 31, warps = gridDim.x * ROW_WARPS;
     for (int t = blockIdx.x * ROW_WARPS + threadIdx.x / 32; t < T; t += warps) {
@@ -438,7 +437,7 @@ static __global__ void __launch_bounds__(ROW_WARPS * 32)
 }
 
 /* vec (H % 8 == 0, 16-byte aligned rows): a warp per token; else a thread per element. */
-static void launch_combine(mg_backend *be, bf16 *out, const bf16 *base, const bf16 *src,
+static void launch_combine(mg_backend *be, h16 *out, const h16 *base, const h16 *src,
                            const int32_t *pos, const float *probs, int T, int k, int H, bool vec,
                            cudaStream_t st) {
     if (vec)
@@ -454,7 +453,7 @@ extern "C" mg_status mg_cuda_moe_permute_backward(mg_backend *be, void *dx, cons
     // dx (T,H) accumulates; dxp (R,H); pos (T,k)
     if (T <= 0 || H <= 0 || k <= 0) return MG_OK;
     bool vec = H % 8 == 0 && mg_cuda_aligned16(dx) && mg_cuda_aligned16(dxp);
-    launch_combine(be, (bf16 *)dx, (const bf16 *)dx, (const bf16 *)dxp, pos, NULL, T, k, H, vec,
+    launch_combine(be, (h16 *)dx, (const h16 *)dx, (const h16 *)dxp, pos, NULL, T, k, H, vec,
                    mg_cuda_stream(be));
     MG_CUDA_CHECK_LAUNCH();
     return MG_OK;
@@ -464,7 +463,7 @@ extern "C" mg_status mg_cuda_moe_permute_backward(mg_backend *be, void *dx, cons
 
 /* Block p of the exchange (blockIdx.y): its packed offset and rows from counts (P x El, small),
  * then one warp per row, grid-stride over the slab. */
-static __global__ void regroup_kernel(bf16 *dst, const bf16 *src, const int32_t *counts, int P,
+static __global__ void regroup_kernel(h16 *dst, const h16 *src, const int32_t *counts, int P,
                                       int El, int slab, int H, int to_slabs, int vec) {
     int p = blockIdx.y;
     long long packed = 0, n = 0;
@@ -495,7 +494,7 @@ extern "C" mg_status mg_cuda_moe_regroup(mg_backend *be, void *dst, const void *
     int vec = H % 8 == 0 && mg_cuda_aligned16(dst) && mg_cuda_aligned16(src);
     dim3 grid(row_blocks(be, slab), (unsigned)P);
     regroup_kernel<<<grid, ROW_WARPS * 32, 0, mg_cuda_stream(be)>>>(
-        (bf16 *)dst, (const bf16 *)src, counts, P, El, slab, H, to_slabs, vec);
+        (h16 *)dst, (const h16 *)src, counts, P, El, slab, H, to_slabs, vec);
     MG_CUDA_CHECK_LAUNCH();
     return MG_OK;
 }
@@ -509,7 +508,7 @@ extern "C" mg_status mg_cuda_moe_unpermute(mg_backend *be, void *out, const void
     if (T <= 0 || H <= 0) return MG_OK;
     bool vec =
         H % 8 == 0 && mg_cuda_aligned16(out) && mg_cuda_aligned16(base) && mg_cuda_aligned16(y);
-    launch_combine(be, (bf16 *)out, (const bf16 *)base, (const bf16 *)y, pos, probs, T, k, H, vec,
+    launch_combine(be, (h16 *)out, (const h16 *)base, (const h16 *)y, pos, probs, T, k, H, vec,
                    mg_cuda_stream(be));
     MG_CUDA_CHECK_LAUNCH();
     return MG_OK;
@@ -528,14 +527,14 @@ static __global__ void unpermute_mark_kernel(int32_t *mark, const int32_t *pos, 
  * t k + j with a row p, dy[p] = probs[q] dout[t] and dprobs[q] = dout[t] . y[p] (fp32 lane sums
  * in column order, a fixed butterfly); dprobs of the other pairs 0. Then, warp per row, the
  * rows no pair reaches (mark 0) are zeroed. */
-static __global__ void unpermute_backward_tokens_kernel(bf16 *dy, float *dprobs, const bf16 *dout,
-                                                        const bf16 *y, const int32_t *pos,
+static __global__ void unpermute_backward_tokens_kernel(h16 *dy, float *dprobs, const h16 *dout,
+                                                        const h16 *y, const int32_t *pos,
                                                         const float *probs, const int32_t *mark,
                                                         int T, int k, int H, int R, int vec) {
     int lane = threadIdx.x & 31, warps = gridDim.x * ROW_WARPS;
     int w0 = blockIdx.x * ROW_WARPS + threadIdx.x / 32;
     for (int t = w0; t < T; t += warps) {
-        const bf16 *d = dout + (size_t)t * H;
+        const h16 *d = dout + (size_t)t * H;
         for (int j = 0; j < k; j++) {
             size_t q = (size_t)t * k + j;
             int32_t p = pos[q];
@@ -543,8 +542,8 @@ static __global__ void unpermute_backward_tokens_kernel(bf16 *dy, float *dprobs,
                 if (lane == 0) dprobs[q] = 0.0f;
                 continue;
             }
-            const bf16 *s = y + (size_t)p * H;
-            bf16 *o = dy + (size_t)p * H;
+            const h16 *s = y + (size_t)p * H;
+            h16 *o = dy + (size_t)p * H;
             float w = probs[q], dot = 0.0f;
             if (vec) {
                 for (int hc = 0; hc < H; hc += 1024) {
@@ -563,11 +562,11 @@ static __global__ void unpermute_backward_tokens_kernel(bf16 *dy, float *dprobs,
                         int h = hc + 256 * i + 8 * lane;
                         if (h >= H) break;
                         float fd[8], fs[8];
-                        const __nv_bfloat162 *a = reinterpret_cast<const __nv_bfloat162 *>(&dv[i]);
-                        const __nv_bfloat162 *b = reinterpret_cast<const __nv_bfloat162 *>(&sv[i]);
+                        const h16x2 *a = reinterpret_cast<const h16x2 *>(&dv[i]);
+                        const h16x2 *b = reinterpret_cast<const h16x2 *>(&sv[i]);
 #pragma unroll
                         for (int c = 0; c < 4; c++) {
-                            float2 x2 = __bfloat1622float2(a[c]), y2 = __bfloat1622float2(b[c]);
+                            float2 x2 = h16x2_to_f2(a[c]), y2 = h16x2_to_f2(b[c]);
                             fd[2 * c] = x2.x, fd[2 * c + 1] = x2.y;
                             fs[2 * c] = y2.x, fs[2 * c + 1] = y2.y;
                         }
@@ -581,9 +580,9 @@ static __global__ void unpermute_backward_tokens_kernel(bf16 *dy, float *dprobs,
                 }
             } else {
                 for (int h = lane; h < H; h += 32) {
-                    float fd = __bfloat162float(d[h]);
-                    dot += fd * __bfloat162float(s[h]);
-                    o[h] = __float2bfloat16_rn(w * fd);
+                    float fd = h16_to_f(d[h]);
+                    dot += fd * h16_to_f(s[h]);
+                    o[h] = f_to_h16(w * fd);
                 }
             }
             dot = mg_warp_sum(dot);
@@ -615,7 +614,7 @@ extern "C" mg_status mg_cuda_moe_unpermute_backward(mg_backend *be, void *dy, fl
         H % 8 == 0 && mg_cuda_aligned16(dy) && mg_cuda_aligned16(dout) && mg_cuda_aligned16(y);
     int items = T > R ? T : R;
     unpermute_backward_tokens_kernel<<<row_blocks(be, items), ROW_WARPS * 32, 0, st>>>(
-        (bf16 *)dy, dprobs, (const bf16 *)dout, (const bf16 *)y, pos, probs, mark, T, k, H, R, vec);
+        (h16 *)dy, dprobs, (const h16 *)dout, (const h16 *)y, pos, probs, mark, T, k, H, R, vec);
     MG_CUDA_CHECK_LAUNCH();
     return MG_OK;
 }
@@ -636,20 +635,20 @@ static __device__ size_t group_rows(const int32_t *counts, int G) {
     return (size_t)rows;
 }
 
-static __global__ void grouped_gelu_kernel(bf16 *out, const bf16 *pre, const int32_t *counts, int G,
+static __global__ void grouped_gelu_kernel(h16 *out, const h16 *pre, const int32_t *counts, int G,
                                            int F, int vec) {
     mg_gelu_forward_range(out, pre, group_rows(counts, G) * (size_t)F, vec);
 }
 
 /* out (rows,F) = silu(gate) * up, pre (rows,2F) = [gate | up]; VEC columns per item. */
 template <int VEC>
-static __global__ void grouped_swiglu_kernel(bf16 *out, const bf16 *pre, const int32_t *counts,
-                                             int G, int F) {
+static __global__ void grouped_swiglu_kernel(h16 *out, const h16 *pre, const int32_t *counts, int G,
+                                             int F) {
     mg_swiglu_forward_rows<VEC>(out, pre, group_rows(counts, G), F);
 }
 
 template <int VEC>
-static __global__ void grouped_swiglu_backward_kernel(bf16 *dpre, const bf16 *pre, const bf16 *dout,
+static __global__ void grouped_swiglu_backward_kernel(h16 *dpre, const h16 *pre, const h16 *dout,
                                                       const int32_t *counts, int G, int F) {
     mg_swiglu_backward_rows<VEC>(dpre, pre, dout, group_rows(counts, G), F);
 }
@@ -668,14 +667,14 @@ extern "C" mg_status mg_cuda_grouped_activation_forward(mg_backend *be, void *ou
     unsigned grid = activation_blocks(be);
     bool al = mg_cuda_aligned16(out) && mg_cuda_aligned16(pre);
     if (!swiglu)
-        grouped_gelu_kernel<<<grid, MG_CUDA_THREADS, 0, st>>>((bf16 *)out, (const bf16 *)pre,
-                                                              counts, G, F, al);
+        grouped_gelu_kernel<<<grid, MG_CUDA_THREADS, 0, st>>>((h16 *)out, (const h16 *)pre, counts,
+                                                              G, F, al);
     else if (al && F % 8 == 0)
         grouped_swiglu_kernel<8>
-            <<<grid, MG_CUDA_THREADS, 0, st>>>((bf16 *)out, (const bf16 *)pre, counts, G, F);
+            <<<grid, MG_CUDA_THREADS, 0, st>>>((h16 *)out, (const h16 *)pre, counts, G, F);
     else
         grouped_swiglu_kernel<1>
-            <<<grid, MG_CUDA_THREADS, 0, st>>>((bf16 *)out, (const bf16 *)pre, counts, G, F);
+            <<<grid, MG_CUDA_THREADS, 0, st>>>((h16 *)out, (const h16 *)pre, counts, G, F);
     MG_CUDA_CHECK_LAUNCH();
     return MG_OK;
 }
@@ -689,10 +688,10 @@ extern "C" mg_status mg_cuda_grouped_swiglu_backward(mg_backend *be, void *dpre,
     unsigned grid = activation_blocks(be);
     if (F % 8 == 0 && mg_cuda_aligned16(dpre) && mg_cuda_aligned16(pre) && mg_cuda_aligned16(dout))
         grouped_swiglu_backward_kernel<8><<<grid, MG_CUDA_THREADS, 0, st>>>(
-            (bf16 *)dpre, (const bf16 *)pre, (const bf16 *)dout, counts, G, F);
+            (h16 *)dpre, (const h16 *)pre, (const h16 *)dout, counts, G, F);
     else
         grouped_swiglu_backward_kernel<1><<<grid, MG_CUDA_THREADS, 0, st>>>(
-            (bf16 *)dpre, (const bf16 *)pre, (const bf16 *)dout, counts, G, F);
+            (h16 *)dpre, (const h16 *)pre, (const h16 *)dout, counts, G, F);
     MG_CUDA_CHECK_LAUNCH();
     return MG_OK;
 }

@@ -1,20 +1,22 @@
 /* The MoE router's products on the GPU (CPU reference: cpu/cpu_router.c; contract: backend.h,
- * "mixture of experts"): logits (T,E) fp32 = x (T,H) @ w (E,H)^T, and its backward, dx (T,H) bf16
- * += dlogits @ w, dw (E,H) fp32 += dlogits^T @ x. cuBLASLt cannot take the fp32 dlogits with bf16
+ * "mixture of experts"): logits (T,E) fp32 = x (T,H) @ w (E,H)^T, and its backward, dx (T,H) h16
+ * += dlogits @ w, dw (E,H) fp32 += dlogits^T @ x. cuBLASLt cannot take the fp32 dlogits with h16
  * x or w in one product, and E is small (4..256), so all three are reads of x by kernels of our
  * own:
  *  - E <= 8 (Mixtral's), H a multiple of 8, 16-byte aligned: tensor cores (mma.sync m16n8k16,
- *    bf16 in, fp32 accumulate), the experts one n8 tile: the FMA kernels below spend ~E fp32
+ *    h16 in, fp32 accumulate), the experts one n8 tile: the FMA kernels below spend ~E fp32
  *    instructions per element of x (logits: 27 us against 12 us on an H200 at T 8192, H 1024,
- *    E 8, where reading x takes ~5 us). The fp32 dlogits enter the products as bf16 parts
- *    hi = bf16(dl) and lo = bf16(dl - hi) in the two halves of k (dx) or of the rows (dw), which
- *    carries them to about 16 bits.
+ *    E 8, where reading x takes ~5 us). The fp32 dlogits enter the products as h16 parts
+ *    hi = h16(dl) and lo = h16(dl - hi) in the two halves of k (dx) or of the rows (dw), which
+ *    carries them to about 16 bits with bf16; with fp16 to 22 bits or an absolute 2^-25,
+ *    whichever is coarser (lo may be subnormal), and a |dl| beyond 65504 becomes Inf (as the
+ *    fp16 gradient of Megatron's fp16 router would; the loss scaler backs off).
  *  - E <= 32, H a multiple of 8, 16-byte aligned: row kernels with fp32 FMA. For the logits and
  *    dx a warp takes two tokens, all of a 1024-column chunk of their rows loaded in 16-byte
  *    vectors before the products, each vector of w (E x H x 2 bytes, resident in L1/L2) serving
  *    both; dw has each warp accumulate 8 experts x 8 columns per lane over a contiguous range of
  *    tokens with 4 tokens' vectors in flight, two warps' ranges added in shared memory.
- *  - otherwise: a tiled product (64 x 64 tiles) of bf16 or fp32 operands read as fp32.
+ *  - otherwise: a tiled product (64 x 64 tiles) of h16 or fp32 operands read as fp32.
  * Sums over tokens (dw, and the tiled product when it splits K to fill the GPU) go through
  * partials in the workspace, summed in a fixed order: every output repeats bitwise. Nothing
  * here synchronises or allocates.
@@ -27,7 +29,7 @@
 #define RG_BN      64
 #define RG_BK      16
 #define RG_THREADS 256
-enum { RG_STORE_F32 = 0, RG_ADD_F32, RG_ADD_BF16 };
+enum { RG_STORE_F32 = 0, RG_ADD_F32, RG_ADD_H16 };
 
 /* C (M,N) row-major = sum_k A(m,k) B(k,n), A(m,k) = a[m sam + k sak], B(k,n) = b[k sbk + n sbn];
  * mode says how C meets `out` (M,N); with splits > 1 blocks write their part to part (z,M,N). */
@@ -42,8 +44,8 @@ typedef struct {
 static __device__ __forceinline__ float to_f(float v) {
     return v;
 }
-static __device__ __forceinline__ float to_f(bf16 v) {
-    return __bfloat162float(v);
+static __device__ __forceinline__ float to_f(h16 v) {
+    return h16_to_f(v);
 }
 
 static __device__ __forceinline__ void rg_store(int mode, void *out, size_t i, float v) {
@@ -52,8 +54,8 @@ static __device__ __forceinline__ void rg_store(int mode, void *out, size_t i, f
     } else if (mode == RG_ADD_F32) {
         ((float *)out)[i] += v;
     } else {
-        bf16 *o = (bf16 *)out + i;
-        *o = __float2bfloat16_rn(__bfloat162float(*o) + v);
+        h16 *o = (h16 *)out + i;
+        *o = f_to_h16(h16_to_f(*o) + v);
     }
 }
 
@@ -171,7 +173,7 @@ template <typename TA, typename TB> static mg_status router_gemm(mg_backend *be,
 #define DW_SUBS   2 /* dw: token halves per block, summed in shared memory */
 #define DW_U      4 /* dw: tokens a warp has in flight */
 
-static __device__ __forceinline__ uint4 ld_ro(const bf16 *p) { /* read-only data (x, w) */
+static __device__ __forceinline__ uint4 ld_ro(const h16 *p) { /* read-only data (x, w) */
     return __ldg(reinterpret_cast<const uint4 *>(p));
 }
 
@@ -179,7 +181,7 @@ static __device__ __forceinline__ uint4 ld_ro(const bf16 *p) { /* read-only data
  * hc + 256 i + 8 lane of each (zeros past H); RO: through the read-only path (rows the kernel
  * does not write). */
 template <bool RO>
-static __device__ __forceinline__ void load_chunk(uint4 (&v)[RW_TPW][4], const bf16 *const *rows,
+static __device__ __forceinline__ void load_chunk(uint4 (&v)[RW_TPW][4], const h16 *const *rows,
                                                   int hc, int H, int lane) {
 #pragma unroll
     for (int i = 0; i < 4; i++) {
@@ -196,11 +198,11 @@ static __device__ __forceinline__ void load_chunk(uint4 (&v)[RW_TPW][4], const b
  * chunk's x vectors loaded before the products; each w vector serves both tokens (w stays in
  * L1). Per lane the columns in ascending order, then the warp's butterfly. */
 static __global__ void __launch_bounds__(RW_WARPS * 32)
-    router_logits_rows_kernel(float *logits, const bf16 *x, const bf16 *w, int T, int H, int E) {
+    router_logits_rows_kernel(float *logits, const h16 *x, const h16 *w, int T, int H, int E) {
     int lane = threadIdx.x & 31, t0 = (blockIdx.x * RW_WARPS + threadIdx.x / 32) * RW_TPW;
     if (t0 >= T) return; /* the whole warp */
     int nt = min(RW_TPW, T - t0);
-    const bf16 *xr[RW_TPW];
+    const h16 *xr[RW_TPW];
 #pragma unroll
     for (int u = 0; u < RW_TPW; u++) xr[u] = x + (size_t)(t0 + min(u, nt - 1)) * H;
     for (int e0 = 0; e0 < E; e0 += RW_EC) {
@@ -241,11 +243,11 @@ static __global__ void __launch_bounds__(RW_WARPS * 32)
 /* dx[t] += sum_e dlogits[t, e] w[e], the sum in fp32 (experts in order) before the add, one
  * rounding; a warp takes RW_TPW tokens with all of a chunk's dx vectors loaded first. */
 static __global__ void __launch_bounds__(RW_WARPS * 32)
-    router_dx_rows_kernel(bf16 *dx, const float *dl, const bf16 *w, int T, int H, int E) {
+    router_dx_rows_kernel(h16 *dx, const float *dl, const h16 *w, int T, int H, int E) {
     int lane = threadIdx.x & 31, t0 = (blockIdx.x * RW_WARPS + threadIdx.x / 32) * RW_TPW;
     if (t0 >= T) return;
     int nt = min(RW_TPW, T - t0);
-    bf16 *o[RW_TPW];
+    h16 *o[RW_TPW];
     const float *g[RW_TPW]; /* one address per warp: broadcasts */
 #pragma unroll
     for (int u = 0; u < RW_TPW; u++) {
@@ -296,7 +298,7 @@ static __global__ void __launch_bounds__(RW_WARPS * 32)
  * tokens' x vectors in flight; the second half's sums are added to the first's in shared
  * memory, and the block writes part (ranges, E, H). */
 static __global__ void __launch_bounds__(DW_SLICES *DW_SUBS * 32, 2)
-    router_dw_rows_kernel(float *part, const float *dl, const bf16 *x, int T, int H, int E,
+    router_dw_rows_kernel(float *part, const float *dl, const h16 *x, int T, int H, int E,
                           int per_block) {
     static_assert(DW_SUBS == 2, "the shared-memory sum adds one half to the other");
     __shared__ float red[DW_SLICES * RW_EC * 8 * 32]; /* 32 KB */
@@ -387,20 +389,21 @@ static __global__ void __launch_bounds__(256)
 #define MX_TILES  8    /* dx: 8-column tiles a warp has in flight */
 #define MW_WARPS  4    /* dw: warps per block, 64 columns each */
 
-/* c (16 x 8, fp32) += a (16 x 16, bf16) b (16 x 8, bf16): mma.sync m16n8k16. Lane (g, q) = (lane
+/* c (16 x 8, fp32) += a (16 x 16, h16) b (16 x 8, h16): mma.sync m16n8k16 (.bf16 or .f16 operands:
+ * MG_PTX_H16). Lane (g, q) = (lane
  * / 4, lane % 4) holds a0 = A[g][2q..2q+1], a1 = A[g+8][2q..], a2 = A[g][2q+8..], a3 =
  * A[g+8][2q+8..], b0 = B[2q..2q+1][g], b1 = B[2q+8..][g] (the lower k in the lower half), and
  * c = C[g][2q], C[g][2q+1], C[g+8][2q], C[g+8][2q+1]. */
-static __device__ __forceinline__ void mma_bf16(float c[4], uint32_t a0, uint32_t a1, uint32_t a2,
-                                                uint32_t a3, uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
-                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+static __device__ __forceinline__ void mma_h16(float c[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                               uint32_t a3, uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." MG_PTX_H16 "." MG_PTX_H16 ".f32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-static __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+static __device__ __forceinline__ uint32_t pack_h16(float lo, float hi) {
+    h16x2 v = f2_to_h16x2(lo, hi);
     return *reinterpret_cast<uint32_t *>(&v);
 }
 
@@ -411,13 +414,13 @@ static __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
  * columns [8q, 8q + 8) of rows g and g + 8 of x and of row g of w (16-byte vectors), the first
  * four as the k pairs of one product and the last four of a second. */
 static __global__ void __launch_bounds__(MF_WARPS * 32)
-    router_logits_mma_kernel(float *logits, const bf16 *x, const bf16 *w, int T, int H, int E) {
+    router_logits_mma_kernel(float *logits, const h16 *x, const h16 *w, int T, int H, int E) {
     __shared__ float4 red[MF_WARPS][32];
     int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3, warp = threadIdx.x >> 5;
     int t0 = blockIdx.x * 16;
-    const bf16 *xa = x + (size_t)min(t0 + g, T - 1) * H; /* rows past T: not written */
-    const bf16 *xb = x + (size_t)min(t0 + g + 8, T - 1) * H;
-    const bf16 *wr = w + (size_t)min(g, E - 1) * H;
+    const h16 *xa = x + (size_t)min(t0 + g, T - 1) * H; /* rows past T: not written */
+    const h16 *xb = x + (size_t)min(t0 + g + 8, T - 1) * H;
+    const h16 *wr = w + (size_t)min(g, E - 1) * H;
     bool wlive = g < E;
     int ns = (H + 31) / 32, per = (ns + MF_WARPS - 1) / MF_WARPS;
     int s0 = warp * per, s1 = min(ns, s0 + per);
@@ -436,8 +439,8 @@ static __global__ void __launch_bounds__(MF_WARPS * 32)
 #pragma unroll
         for (int s = 0; s < MF_SLABS; s++) {
             if (sb + s >= s1) break; /* the same for the whole warp */
-            mma_bf16(c, va[s].x, vb[s].x, va[s].y, vb[s].y, vw[s].x, vw[s].y);
-            mma_bf16(c, va[s].z, vb[s].z, va[s].w, vb[s].w, vw[s].z, vw[s].w);
+            mma_h16(c, va[s].x, vb[s].x, va[s].y, vb[s].y, vw[s].x, vw[s].y);
+            mma_h16(c, va[s].z, vb[s].z, va[s].w, vb[s].w, vw[s].z, vw[s].w);
         }
     }
     red[warp][lane] = make_float4(c[0], c[1], c[2], c[3]);
@@ -458,11 +461,11 @@ static __global__ void __launch_bounds__(MF_WARPS * 32)
 
 /* dx[t] += sum_e dlogits[t, e] w[e] (E <= 8) on tensor cores: a block takes 16 tokens (the rows
  * of A) and MX_COLS columns, 8-column tiles (B) split over its warps. A = dlogits with k 0..7 the
- * experts' bf16 parts hi = bf16(dl) and k 8..15 their remainders bf16(dl - hi), so the product
- * carries dl to about 16 bits; B = the same expert pair of w for both halves, packed per column
- * in shared memory. Each element: bf16(dx + the fp32 product), one rounding. */
+ * experts' h16 parts hi = h16(dl) and k 8..15 their remainders h16(dl - hi), so the product
+ * carries dl to about 16 (bf16) or 22 (fp16) bits; B = the same expert pair of w for both halves,
+ * packed per column in shared memory. Each element: h16(dx + the fp32 product), one rounding. */
 static __global__ void __launch_bounds__(MX_WARPS * 32)
-    router_dx_mma_kernel(bf16 *dx, const float *dl, const bf16 *w, int T, int H, int E) {
+    router_dx_mma_kernel(h16 *dx, const float *dl, const h16 *w, int T, int H, int E) {
     __shared__ uint32_t wpk[MX_COLS * 4]; /* [tile][column g][pair q] = (w[2q][c], w[2q+1][c]) */
     int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3, warp = threadIdx.x >> 5;
     int t0 = blockIdx.x * 16, c0 = blockIdx.y * MX_COLS, nc = min(MX_COLS, H - c0);
@@ -482,15 +485,15 @@ static __global__ void __launch_bounds__(MX_WARPS * 32)
         int t = t0 + g + 8 * r, e = 2 * q;
         float d0 = t < T && e < E ? dl[(size_t)t * E + e] : 0.0f;
         float d1 = t < T && e + 1 < E ? dl[(size_t)t * E + e + 1] : 0.0f;
-        float h0 = __bfloat162float(__float2bfloat16_rn(d0));
-        float h1 = __bfloat162float(__float2bfloat16_rn(d1));
-        a[r] = pack_bf16(h0, h1);
-        a[2 + r] = pack_bf16(d0 - h0, d1 - h1);
+        float h0 = h16_to_f(f_to_h16(d0));
+        float h1 = h16_to_f(f_to_h16(d1));
+        a[r] = pack_h16(h0, h1);
+        a[2 + r] = pack_h16(d0 - h0, d1 - h1);
     }
     __syncthreads();
     int nt = nc / 8, per = (nt + MX_WARPS - 1) / MX_WARPS, j0 = warp * per, j1 = min(nt, j0 + per);
     bool ra = t0 + g < T, rb = t0 + g + 8 < T;
-    bf16 *xa = dx + (size_t)(t0 + g) * H + c0 + 2 * q, *xb = xa + (size_t)8 * H;
+    h16 *xa = dx + (size_t)(t0 + g) * H + c0 + 2 * q, *xb = xa + (size_t)8 * H;
     for (int jb = j0; jb < j1; jb += MX_TILES) {
         uint32_t da[MX_TILES], db[MX_TILES];
 #pragma unroll
@@ -505,24 +508,23 @@ static __global__ void __launch_bounds__(MX_WARPS * 32)
             if (j >= j1) break; /* the same for the whole warp */
             uint32_t b = wpk[j * 32 + lane];
             float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-            mma_bf16(c, a[0], a[1], a[2], a[3], b, b);
-            float2 fa = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&da[u]));
-            float2 fb = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&db[u]));
-            if (ra) *reinterpret_cast<uint32_t *>(xa + 8 * j) = pack_bf16(fa.x + c[0], fa.y + c[1]);
-            if (rb) *reinterpret_cast<uint32_t *>(xb + 8 * j) = pack_bf16(fb.x + c[2], fb.y + c[3]);
+            mma_h16(c, a[0], a[1], a[2], a[3], b, b);
+            float2 fa = h16x2_to_f2(*reinterpret_cast<const h16x2 *>(&da[u]));
+            float2 fb = h16x2_to_f2(*reinterpret_cast<const h16x2 *>(&db[u]));
+            if (ra) *reinterpret_cast<uint32_t *>(xa + 8 * j) = pack_h16(fa.x + c[0], fa.y + c[1]);
+            if (rb) *reinterpret_cast<uint32_t *>(xb + 8 * j) = pack_h16(fb.x + c[2], fb.y + c[3]);
         }
     }
 }
 
 /* dw partials (E <= 8) on tensor cores: dw = dl^T x with the experts as the rows of A (rows 0..7
- * the bf16 parts hi of dl, rows 8..15 the remainders, added at the end) and the tokens as k.
+ * the h16 parts hi of dl, rows 8..15 the remainders, added at the end) and the tokens as k.
  * Warp (64 columns, token range y) keeps 8 tiles of 8 columns; its lane (g, q) loads 16-byte
  * vectors of columns [8g, 8g + 8) at tokens 2q, 2q + 1, 2q + 8, 2q + 9 of each 16, and tile j's
  * logical column n is the physical column 8n + j, so B's pairs of tokens at one column come
  * from two vectors by a byte permutation. The tokens in order, part (ranges, E, H). */
 static __global__ void __launch_bounds__(MW_WARPS * 32)
-    router_dw_mma_kernel(float *part, const float *dl, const bf16 *x, int T, int H, int E,
-                         int per) {
+    router_dw_mma_kernel(float *part, const float *dl, const h16 *x, int T, int H, int E, int per) {
     int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3, warp = threadIdx.x >> 5;
     int c0 = (blockIdx.x * MW_WARPS + warp) * 64, cx = c0 + 8 * g;
     if (c0 >= H) return; /* the whole warp */
@@ -546,9 +548,9 @@ static __global__ void __launch_bounds__(MW_WARPS * 32)
         for (int kb = 0; kb < 2; kb++) {
             float h[4];
 #pragma unroll
-            for (int i = 0; i < 4; i++) h[i] = __bfloat162float(__float2bfloat16_rn(d[kb][i]));
-            uint32_t a0 = pack_bf16(h[0], h[1]), a1 = pack_bf16(d[kb][0] - h[0], d[kb][1] - h[1]);
-            uint32_t a2 = pack_bf16(h[2], h[3]), a3 = pack_bf16(d[kb][2] - h[2], d[kb][3] - h[3]);
+            for (int i = 0; i < 4; i++) h[i] = h16_to_f(f_to_h16(d[kb][i]));
+            uint32_t a0 = pack_h16(h[0], h[1]), a1 = pack_h16(d[kb][0] - h[0], d[kb][1] - h[1]);
+            uint32_t a2 = pack_h16(h[2], h[3]), a3 = pack_h16(d[kb][2] - h[2], d[kb][3] - h[3]);
             const uint32_t *u0 = reinterpret_cast<const uint32_t *>(&xv[kb][0]);
             const uint32_t *u1 = reinterpret_cast<const uint32_t *>(&xv[kb][1]);
             const uint32_t *u2 = reinterpret_cast<const uint32_t *>(&xv[kb][2]);
@@ -558,7 +560,7 @@ static __global__ void __launch_bounds__(MW_WARPS * 32)
                 unsigned sel = j & 1 ? 0x7632u : 0x5410u; /* column j of both tokens */
                 uint32_t b0 = __byte_perm(u0[j / 2], u1[j / 2], sel);
                 uint32_t b1 = __byte_perm(u2[j / 2], u3[j / 2], sel);
-                mma_bf16(c[j], a0, a1, a2, a3, b0, b1);
+                mma_h16(c[j], a0, a1, a2, a3, b0, b1);
             }
         }
     }
@@ -592,7 +594,7 @@ static unsigned rows_blocks(int T) {
  * partials within the workspace. */
 /* dw on tensor cores (E <= 8): token ranges of a multiple of 32 tokens, about 16 warps per
  * multiprocessor, at least 64 tokens each. */
-static mg_status router_dw_mma(mg_backend *be, float *dw, const float *dl, const bf16 *x, int T,
+static mg_status router_dw_mma(mg_backend *be, float *dw, const float *dl, const h16 *x, int T,
                                int H, int E) {
     mg_cuda_ctx *c = mg_cuda_ctx_of(be);
     long long groups = (H + 63) / 64, gx = (groups + MW_WARPS - 1) / MW_WARPS;
@@ -618,7 +620,7 @@ static mg_status router_dw_mma(mg_backend *be, float *dw, const float *dl, const
     return MG_OK;
 }
 
-static mg_status router_dw_rows(mg_backend *be, float *dw, const float *dl, const bf16 *x, int T,
+static mg_status router_dw_rows(mg_backend *be, float *dw, const float *dl, const h16 *x, int T,
                                 int H, int E) {
     mg_cuda_ctx *c = mg_cuda_ctx_of(be);
     unsigned gx = (unsigned)((H + DW_SLICES * 256 - 1) / (DW_SLICES * 256));
@@ -652,41 +654,41 @@ extern "C" mg_status mg_cuda_router_forward(mg_backend *be, float *logits, const
     if (T <= 0 || E <= 0) return MG_OK;
     if (mma_ok(x, w, H, E)) {
         router_logits_mma_kernel<<<(unsigned)((T + 15) / 16), MF_WARPS * 32, 0,
-                                   mg_cuda_stream(be)>>>(logits, (const bf16 *)x, (const bf16 *)w,
-                                                         T, H, E);
+                                   mg_cuda_stream(be)>>>(logits, (const h16 *)x, (const h16 *)w, T,
+                                                         H, E);
         MG_CUDA_CHECK_LAUNCH();
         return MG_OK;
     }
     if (rows_ok(x, w, H, E)) {
         router_logits_rows_kernel<<<rows_blocks(T), RW_WARPS * 32, 0, mg_cuda_stream(be)>>>(
-            logits, (const bf16 *)x, (const bf16 *)w, T, H, E);
+            logits, (const h16 *)x, (const h16 *)w, T, H, E);
         MG_CUDA_CHECK_LAUNCH();
         return MG_OK;
     }
     rg_args g = {x, w, H, 1, 1, H, T, E, H, 0, RG_STORE_F32, logits, NULL};
-    return router_gemm<bf16, bf16>(be, g);
+    return router_gemm<h16, h16>(be, g);
 }
 
 extern "C" mg_status mg_cuda_router_backward(mg_backend *be, void *dx, float *dw,
                                              const float *dlogits, const void *x, const void *w,
                                              int T, int H, int E) {
-    // dx (T,H) bf16 += dlogits (T,E) @ w (E,H); dw (E,H) fp32 += dlogits^T @ x (T,H)
+    // dx (T,H) h16 += dlogits (T,E) @ w (E,H); dw (E,H) fp32 += dlogits^T @ x (T,H)
     if (T <= 0 || H <= 0 || E <= 0) return MG_OK;
     if (mma_ok(dx, w, H, E) && (H + MX_COLS - 1) / MX_COLS <= 65535) {
         dim3 grid((unsigned)((T + 15) / 16), (unsigned)((H + MX_COLS - 1) / MX_COLS));
         router_dx_mma_kernel<<<grid, MX_WARPS * 32, 0, mg_cuda_stream(be)>>>(
-            (bf16 *)dx, dlogits, (const bf16 *)w, T, H, E);
+            (h16 *)dx, dlogits, (const h16 *)w, T, H, E);
         MG_CUDA_CHECK_LAUNCH();
     } else if (rows_ok(dx, w, H, E)) {
         router_dx_rows_kernel<<<rows_blocks(T), RW_WARPS * 32, 0, mg_cuda_stream(be)>>>(
-            (bf16 *)dx, dlogits, (const bf16 *)w, T, H, E);
+            (h16 *)dx, dlogits, (const h16 *)w, T, H, E);
         MG_CUDA_CHECK_LAUNCH();
     } else {
-        rg_args gx = {dlogits, w, E, 1, H, 1, T, H, E, 0, RG_ADD_BF16, dx, NULL};
-        MG_CHECK((router_gemm<float, bf16>(be, gx)));
+        rg_args gx = {dlogits, w, E, 1, H, 1, T, H, E, 0, RG_ADD_H16, dx, NULL};
+        MG_CHECK((router_gemm<float, h16>(be, gx)));
     }
-    if (mma_ok(x, x, H, E)) return router_dw_mma(be, dw, dlogits, (const bf16 *)x, T, H, E);
-    if (rows_ok(x, x, H, E)) return router_dw_rows(be, dw, dlogits, (const bf16 *)x, T, H, E);
+    if (mma_ok(x, x, H, E)) return router_dw_mma(be, dw, dlogits, (const h16 *)x, T, H, E);
+    if (rows_ok(x, x, H, E)) return router_dw_rows(be, dw, dlogits, (const h16 *)x, T, H, E);
     rg_args gw = {dlogits, x, 1, E, H, 1, E, H, T, 0, RG_ADD_F32, dw, NULL};
-    return router_gemm<float, bf16>(be, gw);
+    return router_gemm<float, h16>(be, gw);
 }

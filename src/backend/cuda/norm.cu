@@ -1,11 +1,11 @@
-/* LayerNorm and RMSNorm over the last dimension (CPU reference: cpu/cpu_norm.c). bf16 activations
+/* LayerNorm and RMSNorm over the last dimension (CPU reference: cpu/cpu_norm.c). h16 activations
  * and weights, fp32 math and statistics. One template serves both norms (LN = false: RMSNorm, mean
  * taken as 0, no bias).
  *
  * Forward and the dx half of backward: one warp per row; the row is walked 8 columns per lane at a
  * time (16-byte loads) when H % 8 == 0 and the buffers are aligned, else one column per lane. The
  * two or three passes over a row re-read it from L1/L2 (a row is 1.5-3 KB). Row sums use a fixed
- * per-lane order and a fixed butterfly, so they are deterministic. dx ACCUMULATES into the bf16
+ * per-lane order and a fixed butterfly, so they are deterministic. dx ACCUMULATES into the h16
  * residual gradient (read, add in fp32, round once).
  *
  * dw/db: deterministic two-stage column sums, no atomics. Rows are cut into `nchunks` chunks of R
@@ -24,12 +24,12 @@
 #define DW_FINAL_WARPS      8
 
 template <bool LN, int VEC>
-static __global__ void norm_forward_kernel(bf16 *out, float *mean, float *rstd, const bf16 *x,
-                                           const bf16 *w, const bf16 *b, int N, int H, float eps) {
+static __global__ void norm_forward_kernel(h16 *out, float *mean, float *rstd, const h16 *x,
+                                           const h16 *w, const h16 *b, int N, int H, float eps) {
     // out, x (N, H); mean (N) (LN only), rstd (N); w (H); b (H) or NULL
     int row = blockIdx.x * NORM_ROWS_PER_BLOCK + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     if (row >= N) return;
-    const bf16 *xr = x + (size_t)row * H;
+    const h16 *xr = x + (size_t)row * H;
     float m = 0.0f;
     if (LN) {
         float s = 0.0f;
@@ -49,7 +49,7 @@ static __global__ void norm_forward_kernel(bf16 *out, float *mean, float *rstd, 
         for (int k = 0; k < VEC; k++) v += (f[k] - m) * (f[k] - m);
     }
     float r = 1.0f / sqrtf(mg_warp_sum(v) / H + eps);
-    bf16 *orow = out + (size_t)row * H;
+    h16 *orow = out + (size_t)row * H;
     for (int c = lane * VEC; c < H; c += 32 * VEC) {
         float f[VEC], fw[VEC], fb[VEC];
         mg_loadv<VEC>(xr + c, f);
@@ -67,9 +67,8 @@ static __global__ void norm_forward_kernel(bf16 *out, float *mean, float *rstd, 
 
 /* dx += rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dout * w (RMS: no mean(g) term). */
 template <bool LN, int VEC>
-static __global__ void norm_backward_dx_kernel(bf16 *dx, const bf16 *dout, const bf16 *x,
-                                               const bf16 *w, const float *mean, const float *rstd,
-                                               int N, int H) {
+static __global__ void norm_backward_dx_kernel(h16 *dx, const h16 *dout, const h16 *x, const h16 *w,
+                                               const float *mean, const float *rstd, int N, int H) {
     // dx, dout, x (N, H); w (H); mean (N) (LN only), rstd (N)
     int row = blockIdx.x * NORM_ROWS_PER_BLOCK + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     if (row >= N) return;
@@ -106,8 +105,8 @@ static __global__ void norm_backward_dx_kernel(bf16 *dx, const bf16 *dout, const
 
 /* Stage 1: block (column tile of 32*VEC, chunk of R rows) -> part_w/part_b[chunk, tile cols]. */
 template <bool LN, int VEC>
-static __global__ void norm_dw_partial_kernel(float *part_w, float *part_b, const bf16 *dout,
-                                              const bf16 *x, const float *mean, const float *rstd,
+static __global__ void norm_dw_partial_kernel(float *part_w, float *part_b, const h16 *dout,
+                                              const h16 *x, const float *mean, const float *rstd,
                                               int N, int H, int R) {
     // part_w, part_b (nchunks, H) (part_b NULL: no bias); dout, x (N, H); mean, rstd (N)
     __shared__ float sw[DW_WARPS][32 * VEC], sb[DW_WARPS][32 * VEC];
@@ -180,7 +179,7 @@ static mg_status norm_backward(mg_backend *be, void *dx, float *dw, float *db, c
                              LN ? "layernorm_backward" : "rmsnorm_backward"));
     float *part_w = ws, *part_b = db ? ws + part : NULL;
     cudaStream_t st = mg_cuda_stream(be);
-    const bf16 *d = (const bf16 *)dout, *xx = (const bf16 *)x, *ww = (const bf16 *)w;
+    const h16 *d = (const h16 *)dout, *xx = (const h16 *)x, *ww = (const h16 *)w;
     bool vec = H % 8 == 0 && mg_cuda_aligned16(dx) && mg_cuda_aligned16(dout) &&
                mg_cuda_aligned16(x) && mg_cuda_aligned16(w);
     unsigned row_blocks = (unsigned)((N + NORM_ROWS_PER_BLOCK - 1) / NORM_ROWS_PER_BLOCK);
@@ -188,13 +187,13 @@ static mg_status norm_backward(mg_backend *be, void *dx, float *dw, float *db, c
     dim3 dw_grid((unsigned)((H + 32 * vw - 1) / (32 * vw)), (unsigned)nchunks);
     if (vec) {
         norm_backward_dx_kernel<LN, 8><<<row_blocks, 32 * NORM_ROWS_PER_BLOCK, 0, st>>>(
-            (bf16 *)dx, d, xx, ww, mean, rstd, N, H);
+            (h16 *)dx, d, xx, ww, mean, rstd, N, H);
         MG_CUDA_CHECK_LAUNCH();
         norm_dw_partial_kernel<LN, 8>
             <<<dw_grid, dim3(32, DW_WARPS), 0, st>>>(part_w, part_b, d, xx, mean, rstd, N, H, R);
     } else {
         norm_backward_dx_kernel<LN, 1><<<row_blocks, 32 * NORM_ROWS_PER_BLOCK, 0, st>>>(
-            (bf16 *)dx, d, xx, ww, mean, rstd, N, H);
+            (h16 *)dx, d, xx, ww, mean, rstd, N, H);
         MG_CUDA_CHECK_LAUNCH();
         norm_dw_partial_kernel<LN, 1>
             <<<dw_grid, dim3(32, DW_WARPS), 0, st>>>(part_w, part_b, d, xx, mean, rstd, N, H, R);
@@ -216,10 +215,10 @@ static mg_status norm_forward(mg_backend *be, void *out, float *mean, float *rst
     cudaStream_t st = mg_cuda_stream(be);
     if (vec)
         norm_forward_kernel<LN, 8><<<blocks, 32 * NORM_ROWS_PER_BLOCK, 0, st>>>(
-            (bf16 *)out, mean, rstd, (const bf16 *)x, (const bf16 *)w, (const bf16 *)b, N, H, eps);
+            (h16 *)out, mean, rstd, (const h16 *)x, (const h16 *)w, (const h16 *)b, N, H, eps);
     else
         norm_forward_kernel<LN, 1><<<blocks, 32 * NORM_ROWS_PER_BLOCK, 0, st>>>(
-            (bf16 *)out, mean, rstd, (const bf16 *)x, (const bf16 *)w, (const bf16 *)b, N, H, eps);
+            (h16 *)out, mean, rstd, (const h16 *)x, (const h16 *)w, (const h16 *)b, N, H, eps);
     MG_CUDA_CHECK_LAUNCH();
     return MG_OK;
 }
