@@ -18,3 +18,24 @@ mg_status mg_test_config(mg_config *c, const char *flags, const char *const *ext
     free(copy);
     return st;
 }
+
+mg_trainer *mg_test_trainer(mg_test_ctx *t, const char *flags, const char *const *extra) {
+    mg_config c;
+    MG_EXPECT_OK(mg_test_config(&c, flags, extra));
+    if (t->failures) return NULL;
+    mg_trainer *tr = calloc(1, sizeof *tr);
+    MG_EXPECT(tr != NULL, "out of memory");
+    if (!tr) return NULL;
+    MG_EXPECT_OK(mg_trainer_init(tr, &c));
+    if (t->failures) {
+        mg_test_trainer_free(tr);
+        return NULL;
+    }
+    return tr;
+}
+
+void mg_test_trainer_free(mg_trainer *tr) {
+    if (!tr) return;
+    mg_trainer_free(tr);
+    free(tr);
+}

@@ -234,23 +234,11 @@ static const char *k_tiny =
     "--attention-dropout 0 --hidden-dropout 0";
 
 static mg_trainer *docs_trainer(mg_test_ctx *t, const char *const *extra) {
-    mg_config c;
-    MG_EXPECT_OK(mg_test_config(&c, k_tiny, extra));
-    if (t->failures) return NULL;
-    mg_trainer *tr = calloc(1, sizeof *tr);
-    MG_EXPECT_OK(mg_trainer_init(tr, &c));
-    if (t->failures) {
-        mg_trainer_free(tr);
-        free(tr);
-        return NULL;
-    }
-    return tr;
+    return mg_test_trainer(t, k_tiny, extra);
 }
 
 static void release(mg_trainer *tr) {
-    if (!tr) return;
-    mg_trainer_free(tr);
-    free(tr);
+    mg_test_trainer_free(tr);
 }
 
 /* A document: sequence `seq` of the packed microbatch, tokens [start, start + len). */

@@ -72,6 +72,14 @@ MG_TEST(grad_scaler_matches_megatron_dynamic) {
     cJSON_Delete(root);
 }
 
+/* The tiny model the flag cases are added to. */
+/* clang-format off */
+static const char *const MODEL[] = {"--num-layers", "1", "--hidden-size", "8",
+                                    "--num-attention-heads", "1", "--seq-length", "8",
+                                    "--vocab-size", "16", "--mock-data", "--train-iters", "1",
+                                    "--lr", "1e-3", NULL};
+/* clang-format on */
+
 /* Megatron's choice of scaler (optimizer/__init__.py): --loss-scale gives a constant one with
  * --fp16, --bf16 or the distributed optimizer; --fp16 alone a dynamic one; else none. */
 MG_TEST(grad_scaler_kind_follows_megatron) {
@@ -89,25 +97,9 @@ MG_TEST(grad_scaler_kind_follows_megatron) {
         {"--loss-scale 128", false, false, 1.0f},
         {"--loss-scale 128 --use-distributed-optimizer", true, false, 128.0f},
     };
-    static const char *const model[] = {"--num-layers",
-                                        "1",
-                                        "--hidden-size",
-                                        "8",
-                                        "--num-attention-heads",
-                                        "1",
-                                        "--seq-length",
-                                        "8",
-                                        "--vocab-size",
-                                        "16",
-                                        "--mock-data",
-                                        "--train-iters",
-                                        "1",
-                                        "--lr",
-                                        "1e-3",
-                                        NULL};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         mg_config c;
-        mg_status st = mg_test_config(&c, cases[i].flags, model);
+        mg_status st = mg_test_config(&c, cases[i].flags, MODEL);
         MG_EXPECT(st == MG_OK, "'%s': %s", cases[i].flags, mg_error_message());
         if (st != MG_OK) continue;
         mg_grad_scaler s;
@@ -120,22 +112,6 @@ MG_TEST(grad_scaler_kind_follows_megatron) {
 
 /* Megatron's asserts on the flags, as one-line usage errors naming the flag. */
 MG_TEST(grad_scaler_flag_refusals) {
-    static const char *const model[] = {"--num-layers",
-                                        "1",
-                                        "--hidden-size",
-                                        "8",
-                                        "--num-attention-heads",
-                                        "1",
-                                        "--seq-length",
-                                        "8",
-                                        "--vocab-size",
-                                        "16",
-                                        "--mock-data",
-                                        "--train-iters",
-                                        "1",
-                                        "--lr",
-                                        "1e-3",
-                                        NULL};
     static const struct {
         const char *flags, *says;
     } cases[] = {
@@ -149,7 +125,7 @@ MG_TEST(grad_scaler_flag_refusals) {
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         mg_config c;
-        mg_status st = mg_test_config(&c, cases[i].flags, model);
+        mg_status st = mg_test_config(&c, cases[i].flags, MODEL);
         MG_EXPECT(st == MG_ERR_USAGE && strstr(mg_error_message(), cases[i].says),
                   "'%s': status %d, '%s'", cases[i].flags, (int)st, mg_error_message());
         mg_error_clear();

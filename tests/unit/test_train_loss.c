@@ -31,34 +31,23 @@
 
 enum { S = 16, V = 64, MBS = 2, GBS = 6, M = GBS / MBS, N = MBS * S, EOD = V - 1 };
 
-/* A tiny untied GPT on mock data without dropout; extra: more flags (NULL-terminated). */
+/* A tiny untied GPT on mock data without dropout (extra flags: NULL-terminated lists). */
+#define LOSS_FLAGS                                                                                 \
+    "--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --vocab-size 64 "     \
+    "--mock-data --micro-batch-size 2 --global-batch-size 6 --train-iters 3 --lr 3e-3 "            \
+    "--eval-iters 2 --num-threads 1 --device cpu --attention-dropout 0 --hidden-dropout 0 "        \
+    "--untie-embeddings-and-output-weights"
+
 static mg_status loss_config(mg_config *c, const char *const *extra) {
-    return mg_test_config(c,
-                          "--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16 "
-                          "--vocab-size 64 --mock-data --micro-batch-size 2 --global-batch-size 6 "
-                          "--train-iters 3 --lr 3e-3 --eval-iters 2 --num-threads 1 --device cpu "
-                          "--attention-dropout 0 --hidden-dropout 0 "
-                          "--untie-embeddings-and-output-weights",
-                          extra);
+    return mg_test_config(c, LOSS_FLAGS, extra);
 }
 
 static mg_trainer *make_trainer(mg_test_ctx *t, const char *const *extra) {
-    mg_config c;
-    MG_EXPECT_OK(loss_config(&c, extra));
-    mg_trainer *tr = calloc(1, sizeof *tr);
-    MG_EXPECT_OK(mg_trainer_init(tr, &c));
-    if (t->failures) {
-        mg_trainer_free(tr);
-        free(tr);
-        return NULL;
-    }
-    return tr;
+    return mg_test_trainer(t, LOSS_FLAGS, extra);
 }
 
 static void release(mg_trainer *tr) {
-    if (!tr) return;
-    mg_trainer_free(tr);
-    free(tr);
+    mg_test_trainer_free(tr);
 }
 
 /* Microbatch `mb` (MBS samples from `first`) of mock stream `stream` (the trainer's seed). */

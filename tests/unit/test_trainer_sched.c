@@ -22,16 +22,11 @@ static const char BASE[] =
 
 /* A trainer of the base model with the extra flags (NULL-terminated). */
 static mg_trainer *make(mg_test_ctx *t, const char *const *extra) {
-    mg_config c;
-    MG_EXPECT_OK(mg_test_config(&c, BASE, extra));
-    mg_trainer *tr = calloc(1, sizeof *tr);
-    MG_EXPECT_OK(mg_trainer_init(tr, &c));
-    return tr;
+    return mg_test_trainer(t, BASE, extra);
 }
 
 static void drop(mg_trainer *tr) {
-    mg_trainer_free(tr);
-    free(tr);
+    mg_test_trainer_free(tr);
 }
 
 static float *weights(mg_test_ctx *t, mg_trainer *tr) {
