@@ -13,6 +13,7 @@
 #include "train/trainer_loader.h"
 #include "train/trainer_loss.h"
 #include "train/trainer_moe.h"
+#include "train/trainer_scaler.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -537,18 +538,6 @@ static void maybe_fault_exit(const mg_trainer *t) {
     }
 }
 
-/* MG_FAULT_OVERFLOW=A:B (tests): the gradients of iterations A..B hold an Inf, on every rank (the
- * first element of its first shard, which its gradient norm counts unless it is a replicated or
- * a pipeline copy that another rank counts). */
-static mg_status maybe_fault_overflow(mg_trainer *t) {
-    const char *v = mg_env_str("MG_FAULT_OVERFLOW", "");
-    long long a, b, it = (long long)t->state.iteration + 1;
-    if (!*v || sscanf(v, "%lld:%lld", &a, &b) != 2 || it < a || it > b || t->opt.n_shards < 1)
-        return MG_OK;
-    const float inf = INFINITY;
-    return t->be->copy_h2d(t->be, t->grads + t->opt.shards[0].world, &inf, sizeof inf);
-}
-
 /* ---- the schedule's ops (parallel/pipeline/run.h) on this rank's model chunks ---- */
 
 static int32_t *slot_tokens(const mg_trainer *t, int slot) {
@@ -657,28 +646,6 @@ static mg_status sync_embedding_grads(mg_trainer *t) {
     return MG_OK;
 }
 
-/* After an update with loss scaling (train/grad_scaler.h): reads the step's loss and gradient
- * norm (one host sync, as Megatron's found_inf.item()), and when the norm is not finite (the
- * device skipped the update: train/optimizer.h) takes back Adam's step and counts the skip.
- * Every rank computed the same norm, so every rank decides alike. */
-static mg_status scaler_step(mg_trainer *t, bool *skipped) {
-    float v[2]; /* MG_STAT_LOSS, MG_STAT_GRAD_NORM */
-    _Static_assert(MG_STAT_GRAD_NORM == MG_STAT_LOSS + 1, "loss and norm are adjacent");
-    MG_CHECK(t->be->copy_d2h(t->be, v, &t->stats[MG_STAT_LOSS], sizeof v));
-    *skipped = !isfinite(v[1]);
-    if (*skipped) {
-        mg_optimizer_unstep(&t->opt);
-        t->skipped_iters++;
-        if (!isfinite(v[0])) t->nan_iters++;
-    }
-    t->last_skipped = *skipped;
-    mg_grad_scaler_update(&t->scaler, *skipped);
-    t->state.loss_scale = t->scaler.scale;
-    t->state.growth_tracker = t->scaler.growth_tracker;
-    t->state.hysteresis_tracker = t->scaler.hysteresis_tracker;
-    return MG_OK;
-}
-
 mg_status mg_trainer_step_async(mg_trainer *t) {
     mg_backend *be = t->be;
     int64_t gbs; /* this iteration's global batch (it grows with --rampup-batch-size) */
@@ -696,7 +663,7 @@ mg_status mg_trainer_step_async(mg_trainer *t) {
      * during backward */
     for (int b = 0; b < t->bufs.n; b++)
         if (buf_group(t, b)) MG_CHECK(mg_ddp_finish_grad_sync(&t->ddp[b]));
-    MG_CHECK(maybe_fault_overflow(t));
+    MG_CHECK(mg_trainer_fault_overflow(t));
     /* Megatron: the update uses the lr and weight decay before this iteration's scheduler step */
     const mg_optim_rates rates = {mg_lr_schedule_lr(&t->lr), mg_lr_schedule_decoupled_lr(&t->lr),
                                   mg_lr_schedule_wd(&t->lr),
@@ -712,7 +679,7 @@ mg_status mg_trainer_step_async(mg_trainer *t) {
     float *s = t->stats;
     MG_CHECK(be->copy_d2d(be, &s[MG_STAT_GRAD_NORM], &t->opt.scalars[1], sizeof(float)));
     bool skipped = false;
-    if (t->scaler.on) MG_CHECK(scaler_step(t, &skipped));
+    if (t->scaler.on) MG_CHECK(mg_trainer_scaler_step(t, &skipped));
     /* Megatron: a skipped step does not move the scheduler; the iteration and samples advance */
     if (!skipped) mg_lr_schedule_step(&t->lr, gbs);
     t->state.iteration++;

@@ -2,6 +2,7 @@
 #include "train/trainer_ckpt.h"
 
 #include "core/log.h"
+#include "train/trainer_scaler.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -108,26 +109,6 @@ static void release_stage(mg_trainer *t) {
     t->stage = NULL;
 }
 
-/* The loss scaler after a load (`loaded`: the checkpoint's optimizer state was loaded): Megatron
- * restores the dynamic scaler's scale and trackers with the optimizer state, and warns when the
- * checkpoint has none; a constant scaler has no state. Then the state to save is the scaler's. */
-static void restore_scaler(mg_trainer *t, bool loaded) {
-    mg_grad_scaler *g = &t->scaler;
-    if (loaded && g->dynamic && t->state.loss_scale > 0) {
-        g->scale = (float)t->state.loss_scale;
-        g->growth_tracker = (int)t->state.growth_tracker;
-        g->hysteresis_tracker = (int)t->state.hysteresis_tracker;
-        mg_log_info("> loss scaler from the checkpoint: scale %g", (double)g->scale);
-    } else if (loaded && g->dynamic) {
-        mg_log_warn("the checkpoint holds no loss scaler state; dynamic loss scaling starts at "
-                    "--initial-loss-scale %g",
-                    (double)g->scale);
-    }
-    t->state.loss_scale = g->on ? g->scale : 0;
-    t->state.growth_tracker = g->growth_tracker;
-    t->state.hysteresis_tracker = g->hysteresis_tracker;
-}
-
 mg_status mg_trainer_load_or_init(mg_trainer *t) {
     const mg_config *c = &t->cfg;
     mg_backend *be = t->be;
@@ -180,7 +161,7 @@ mg_status mg_trainer_load_or_init(mg_trainer *t) {
     } else if (st == MG_OK) {
         mg_params_init(&t->model.params, (uint64_t)c->seed, h.params);
     }
-    if (st == MG_OK) restore_scaler(t, it >= 0 && h.optimizer);
+    if (st == MG_OK) mg_trainer_scaler_restore(t, it >= 0 && h.optimizer);
     /* Megatron loads the schedule with the optimizer state: its values against the command
      * line's (--override-opt-param-scheduler, --use-checkpoint-opt_param-scheduler) */
     if (st == MG_OK && it >= 0 && h.optimizer)
