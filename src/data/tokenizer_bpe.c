@@ -1,6 +1,7 @@
 /* Byte-level BPE: the tables the loaders fill (token bytes, merges, patterns, whole words), the
  * ops table, decoding. Contract in tokenizer_bpe.h. */
 #include "data/tokenizer_bpe.h"
+#include "data/tokenizer_split.h"
 
 #include <cjson/cJSON.h>
 
@@ -245,34 +246,15 @@ int32_t mg_bpe_word_find(const mg_bpe *t, const unsigned char *s, size_t n) {
 static size_t utf8_replace(const unsigned char *s, size_t n, char *out) {
     size_t o = 0, i = 0;
     while (i < n) {
-        unsigned c = s[i];
-        if (c < 0x80) {
-            out[o++] = (char)c;
-            i++;
-            continue;
-        }
-        int need = 0;
-        unsigned lo = 0x80, hi = 0xbf;
-        if (c >= 0xc2 && c <= 0xdf)
-            need = 1;
-        else if (c >= 0xe0 && c <= 0xef)
-            need = 2, lo = c == 0xe0 ? 0xa0 : 0x80, hi = c == 0xed ? 0x9f : 0xbf;
-        else if (c >= 0xf0 && c <= 0xf4)
-            need = 3, lo = c == 0xf0 ? 0x90 : 0x80, hi = c == 0xf4 ? 0x8f : 0xbf;
-        size_t j = i + 1;
-        int got = 0;
-        if (need && j < n && s[j] >= lo && s[j] <= hi) {
-            j++, got++;
-            while (got < need && j < n && (s[j] & 0xc0) == 0x80) j++, got++;
-        }
-        if (need && got == need) {
-            memcpy(out + o, s + i, j - i);
-            o += j - i;
+        int k = mg_utf8_seq(s + i, n - i);
+        if (k > 0) {
+            memcpy(out + o, s + i, (size_t)k);
+            o += (size_t)k;
         } else {
             memcpy(out + o, "\xef\xbf\xbd", 3);
             o += 3;
         }
-        i = j;
+        i += (size_t)(k > 0 ? k : -k);
     }
     return o;
 }
