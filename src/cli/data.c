@@ -6,6 +6,7 @@
  * Flag errors are one line on stderr, exit 2. */
 #include "cli/cli.h"
 
+#include "core/flags.h"
 #include "core/flags_command.h"
 #include "core/status.h"
 #include "data/gpt_dataset.h"
@@ -28,13 +29,6 @@ typedef struct {
 } data_args;
 
 static const char *const k_splits[4] = {"train", "valid", "test", NULL};
-static const char *const k_tokenizers[] = {"GPT2BPETokenizer",
-                                           "HuggingFaceTokenizer",
-                                           "SentencePieceTokenizer",
-                                           "GPTSentencePieceTokenizer",
-                                           "Llama2Tokenizer",
-                                           "NullTokenizer",
-                                           NULL};
 
 static const char usage[] =
     "usage: megatron data --data-path [W] PREFIX ... --seq-length L [flags]\n\n"
@@ -69,7 +63,7 @@ static const mg_flag_spec flags[] = {
     {"--merge-file", MG_FLAG_GROUP(G_TOKENIZER), .kind = MG_FLAG_STRING_REF, ARG(merges),
      .arg = "PATH", .help = "GPT-2 merges.txt (with --vocab-file)"},
     {"--tokenizer-type", MG_FLAG_GROUP(G_TOKENIZER), .kind = MG_FLAG_STRING_REF, ARG(tokenizer),
-     .arg = "T", .choices = k_tokenizers, .def = "GPT2BPETokenizer",
+     .arg = "T", .choices = mg_tokenizer_type_choices, .def = "GPT2BPETokenizer",
      .help = "decode with GPT2BPETokenizer (--vocab-file, --merge-file), HuggingFaceTokenizer, "
              "SentencePieceTokenizer, GPTSentencePieceTokenizer, Llama2Tokenizer "
              "(--tokenizer-model); NullTokenizer: ids only"},

@@ -23,9 +23,9 @@
  * of fraction × decay iterations and keeps lr_warmup_fraction; Megatron's scheduler uses the
  * unrounded product (in samples), so schedules must prefer the fraction when it is >= 0.
  *
- * Exports: mg_config_defaults, mg_config_single_process, mg_flags_parse, mg_flags_seen,
- * mg_flags_take_unseen, mg_flags_no_effect_seen, mg_flags_print_help, mg_config_validate,
- * mg_config_resolve_model, mg_config_rotary_dim, mg_config_data_parallel_size,
+ * Exports: mg_config_defaults, mg_tokenizer_type_choices, mg_config_single_process, mg_flags_parse,
+ * mg_flags_seen, mg_flags_take_unseen, mg_flags_no_effect_seen, mg_flags_print_help,
+ * mg_config_validate, mg_config_resolve_model, mg_config_rotary_dim, mg_config_data_parallel_size,
  * mg_config_padded_vocab, mg_config_to_json, mg_config_from_json, mg_config_from_cjson. Needs:
  * core/status, cJSON (JSON reading). */
 #ifndef MG_FLAGS_H
@@ -38,6 +38,8 @@
 
 /* Megatron's defaults, as commented in megatron.h; -1 marks "absent" (resolved by validate). */
 void mg_config_defaults(mg_config *c);
+/* The --tokenizer-type values implemented (NULL-terminated), for every command that takes it. */
+extern const char *const mg_tokenizer_type_choices[];
 /* The parallel layout's flags at their defaults: one process holding the whole model (tools that
  * read a checkpoint of any layout). */
 void mg_config_single_process(mg_config *c);

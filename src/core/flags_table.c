@@ -136,13 +136,13 @@ static const char *const moe_dispatcher_later[] = {"flex", NULL};
 static const char *const moe_router_dtype_choices[] = {"fp32", NULL};
 static const char *const moe_router_dtype_later[] = {"fp64", NULL};
 static const char *const device_choices[] = {"auto", "cpu", "cuda", NULL};
-static const char *const tokenizer_choices[] = {"GPT2BPETokenizer",
-                                                "HuggingFaceTokenizer",
-                                                "SentencePieceTokenizer",
-                                                "GPTSentencePieceTokenizer",
-                                                "Llama2Tokenizer",
-                                                "NullTokenizer",
-                                                NULL};
+const char *const mg_tokenizer_type_choices[] = {"GPT2BPETokenizer",
+                                                 "HuggingFaceTokenizer",
+                                                 "SentencePieceTokenizer",
+                                                 "GPTSentencePieceTokenizer",
+                                                 "Llama2Tokenizer",
+                                                 "NullTokenizer",
+                                                 NULL};
 static const char *const tokenizer_later[] = {"BertWordPieceLowerCase",
                                               "BertWordPieceCase",
                                               "TikTokenizer",
@@ -518,7 +518,7 @@ const mg_flag_spec mg_flag_table[] = {
     {"--data-cache-path", DATA, STRING, .arg = "DIR", FIELD(data_cache_path), .def = "PREFIX/cache",
      .help = "directory for the cached dataset indices (.npy)"},
     {"--tokenizer-type", DATA, STRING, .arg = "TYPE", FIELD(tokenizer_type),
-     .choices = tokenizer_choices, .later = tokenizer_later,
+     .choices = mg_tokenizer_type_choices, .later = tokenizer_later,
      .help = "GPT2BPETokenizer (with --vocab-file, --merge-file), HuggingFaceTokenizer, "
              "SentencePieceTokenizer, GPTSentencePieceTokenizer, Llama2Tokenizer (with "
              "--tokenizer-model) or NullTokenizer (with --vocab-size)"},
