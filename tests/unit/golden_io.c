@@ -157,3 +157,12 @@ void mg_golden_free(mg_golden *g) {
     g->records = NULL;
     g->n = 0;
 }
+
+cJSON *mg_golden_json(mg_test_ctx *t, const char *path) {
+    char *buf = NULL;
+    MG_EXPECT_OK(mg_file_read(path, &buf, NULL));
+    cJSON *root = buf ? cJSON_Parse(buf) : NULL;
+    free(buf);
+    MG_EXPECT(root != NULL, "%s does not parse", path);
+    return root;
+}

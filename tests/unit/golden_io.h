@@ -2,11 +2,14 @@
  * described in tests/golden/README.md). Test-only code: the library never reads these files.
  * Each record's data is its own allocation, so it is aligned for float/int32 access.
  * Exports: mg_golden_record, mg_golden, mg_golden_load, mg_golden_find, mg_golden_free,
- * MG_GOLDEN_DIR. Needs: core/status. */
+ * MG_GOLDEN_DIR, mg_golden_json. Needs: core/status, cJSON, tests/test.h. */
 #ifndef MG_GOLDEN_IO_H
 #define MG_GOLDEN_IO_H
 
 #include "core/status.h"
+#include "test.h"
+
+#include <cjson/cJSON.h>
 
 #include <stdint.h>
 
@@ -35,5 +38,9 @@ mg_status mg_golden_load(mg_golden *g, const char *path);
 /* The record called name, or NULL. */
 const mg_golden_record *mg_golden_find(const mg_golden *g, const char *name);
 void mg_golden_free(mg_golden *g);
+
+/* A JSON golden file (the tools/reference scripts' .json), parsed; NULL with the failure recorded
+ * in t when it cannot be read or does not parse. Free with cJSON_Delete. */
+cJSON *mg_golden_json(mg_test_ctx *t, const char *path);
 
 #endif

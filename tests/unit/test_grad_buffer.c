@@ -5,6 +5,8 @@
  * rejection. */
 #include "test.h"
 
+#include "golden_io.h"
+
 #include "core/file.h"
 #include "core/status.h"
 #include "parallel/grad_buffer.h"
@@ -358,12 +360,7 @@ static bool check_case(mg_test_ctx *t, const cJSON *o) {
 
 MG_TEST(grad_buffer_matches_megatron_core) {
     const char *path = "tests/golden/grad_buffer/megatron_grad_buffer.json";
-    char *buf = NULL;
-    size_t size = 0;
-    MG_EXPECT_OK(mg_file_read(path, &buf, &size));
-    cJSON *root = buf ? cJSON_Parse(buf) : NULL;
-    free(buf);
-    MG_EXPECT(root != NULL, "%s does not parse", path);
+    cJSON *root = mg_golden_json(t, path);
     if (!root) return;
     const cJSON *cases = cJSON_GetObjectItemCaseSensitive(root, "cases");
     int n = cJSON_GetArraySize(cases), passed = 0, distopt = 0, shared = 0, multi = 0;

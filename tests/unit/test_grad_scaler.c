@@ -5,6 +5,8 @@
  * after every update. Also which scaler a configuration gets. */
 #include "test.h"
 
+#include "golden_io.h"
+
 #include "config_test_util.h"
 #include "core/file.h"
 #include "train/grad_scaler.h"
@@ -54,11 +56,7 @@ static int replay(mg_test_ctx *t, const cJSON *o) {
 
 MG_TEST(grad_scaler_matches_megatron_dynamic) {
     const char *path = "tests/golden/grad_scaler/megatron_grad_scaler.json";
-    char *buf = NULL;
-    MG_EXPECT_OK(mg_file_read(path, &buf, NULL));
-    cJSON *root = buf ? cJSON_Parse(buf) : NULL;
-    free(buf);
-    MG_EXPECT(root != NULL, "%s does not parse", path);
+    cJSON *root = mg_golden_json(t, path);
     if (!root) return;
     int cases = 0, steps = 0, failed = 0;
     const cJSON *o;

@@ -5,6 +5,8 @@
  * rejection. */
 #include "test.h"
 
+#include "golden_io.h"
+
 #include "core/file.h"
 #include "core/status.h"
 #include "parallel/pipeline/layers.h"
@@ -121,12 +123,7 @@ static const struct {
 };
 
 MG_TEST(layers_golden_megatron_core) {
-    char *buf = NULL;
-    size_t size = 0;
-    MG_EXPECT_OK(mg_file_read("tests/golden/schedule/layers.json", &buf, &size));
-    cJSON *root = buf ? cJSON_Parse(buf) : NULL;
-    free(buf);
-    MG_EXPECT(root != NULL, "layers.json does not parse");
+    cJSON *root = mg_golden_json(t, "tests/golden/schedule/layers.json");
     if (!root) return;
     const cJSON *cases = cJSON_GetObjectItemCaseSensitive(root, "cases"), *row;
     int n_ok = 0, n_err = 0, n_div0 = 0;

@@ -8,6 +8,8 @@
  * 1e-12 relative (the same operations in the same order as Python; only libm may differ). */
 #include "test.h"
 
+#include "golden_io.h"
+
 #include "core/file.h"
 #include "core/flags.h"
 #include "core/status.h"
@@ -108,11 +110,7 @@ static int check_case(mg_test_ctx *t, const cJSON *o, case_stats *st) {
 
 MG_TEST(sched_golden_megatron_lr_wd_and_batch) {
     const char *path = "tests/golden/schedule/megatron_sched.json";
-    char *buf = NULL;
-    MG_EXPECT_OK(mg_file_read(path, &buf, NULL));
-    cJSON *root = buf ? cJSON_Parse(buf) : NULL;
-    free(buf);
-    MG_EXPECT(root != NULL, "%s does not parse", path);
+    cJSON *root = mg_golden_json(t, path);
     if (!root) return;
     const cJSON *cases = cJSON_GetObjectItemCaseSensitive(root, "cases"), *o;
     int n = 0, failed = 0;
@@ -131,10 +129,7 @@ MG_TEST(sched_golden_megatron_lr_wd_and_batch) {
  * (one iteration late) is caught in every case whose lr moves. */
 MG_TEST(sched_golden_detects_an_off_by_one_step) {
     const char *path = "tests/golden/schedule/megatron_sched.json";
-    char *buf = NULL;
-    MG_EXPECT_OK(mg_file_read(path, &buf, NULL));
-    cJSON *root = buf ? cJSON_Parse(buf) : NULL;
-    free(buf);
+    cJSON *root = mg_golden_json(t, path);
     if (!root) return;
     int caught = 0, moving = 0;
     const cJSON *o;

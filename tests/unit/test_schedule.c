@@ -4,6 +4,8 @@
  * over every valid configuration up to P 8, V 4, M 32, and every rejection. */
 #include "test.h"
 
+#include "golden_io.h"
+
 #include "core/file.h"
 #include "core/status.h"
 #include "parallel/pipeline/p2p.h"
@@ -132,16 +134,6 @@ static const char *json_str(const cJSON *o, const char *key) {
     return cJSON_IsString(x) ? x->valuestring : "";
 }
 
-static cJSON *load_json(mg_test_ctx *t, const char *path) {
-    char *buf = NULL;
-    size_t size = 0;
-    MG_EXPECT_OK(mg_file_read(path, &buf, &size));
-    cJSON *root = buf ? cJSON_Parse(buf) : NULL;
-    free(buf);
-    MG_EXPECT(root != NULL, "%s does not parse", path);
-    return root;
-}
-
 /* The golden's order string: "1234" forward of chunk 0..3, "abcd" backward. */
 static int decode_op(char ch) {
     return ch >= '1' && ch <= '4' ? ch - '0' : -(ch - 'a' + 1);
@@ -158,7 +150,7 @@ static const char *find_order(const cJSON *orders, int m, int v, int g, int w) {
 }
 
 MG_TEST(schedule_golden_megatron_core) {
-    cJSON *root = load_json(t, "tests/golden/schedule/schedule.json");
+    cJSON *root = mg_golden_json(t, "tests/golden/schedule/schedule.json");
     if (!root) return;
     const cJSON *tables = cJSON_GetObjectItemCaseSensitive(root, "tables");
     const cJSON *cases = cJSON_GetObjectItemCaseSensitive(root, "cases");
