@@ -13,10 +13,10 @@
 
 #include <string.h>
 
-#define STEPS     10
-#define TOL       1e-5
-#define BF16_TOL  2e-2
-#define NORM_TOL  5e-2
+#define STEPS    10
+#define TOL      1e-5
+#define BF16_TOL 2e-2
+#define NORM_TOL 5e-2
 
 typedef struct {
     const char *label;
@@ -27,14 +27,46 @@ typedef struct {
 static void make_config(dist_ctx *t, mg_config *c, const variant *v, int ep, int world) {
     char gbs[16];
     snprintf(gbs, sizeof gbs, "%d", 4 * t->size);
-    const char *model[] = {"--num-layers", "2", "--hidden-size", "32", "--num-attention-heads",
-                           "4", "--seq-length", "16", "--vocab-size", "96", "--mock-data",
-                           "--micro-batch-size", "1", "--global-batch-size", gbs, "--lr", "3e-3", "--train-iters", "10",
-                           "--eval-iters", "0", "--num-threads", "1", "--disable-bias-linear",
-                           "--normalization", "RMSNorm", "--swiglu", "--num-experts", "4",
-                           "--moe-router-topk", "2", "--moe-ffn-hidden-size", "48",
-                           "--moe-aux-loss-coeff", "1e-2", "--moe-z-loss-coeff", "1e-3",
-                           "--device", dist_on_device(t) ? "cuda" : "cpu", NULL};
+    const char *model[] = {"--num-layers",
+                           "2",
+                           "--hidden-size",
+                           "32",
+                           "--num-attention-heads",
+                           "4",
+                           "--seq-length",
+                           "16",
+                           "--vocab-size",
+                           "96",
+                           "--mock-data",
+                           "--micro-batch-size",
+                           "1",
+                           "--global-batch-size",
+                           gbs,
+                           "--lr",
+                           "3e-3",
+                           "--train-iters",
+                           "10",
+                           "--eval-iters",
+                           "0",
+                           "--num-threads",
+                           "1",
+                           "--disable-bias-linear",
+                           "--normalization",
+                           "RMSNorm",
+                           "--swiglu",
+                           "--num-experts",
+                           "4",
+                           "--moe-router-topk",
+                           "2",
+                           "--moe-ffn-hidden-size",
+                           "48",
+                           "--moe-aux-loss-coeff",
+                           "1e-2",
+                           "--moe-z-loss-coeff",
+                           "1e-3",
+                           "--device",
+                           dist_on_device(t) ? "cuda" : "cpu",
+                           NULL};
     const char *cap[] = {"--moe-expert-capacity-factor", "1.0",
                          "--moe-pad-expert-input-to-capacity", NULL};
     tc_config(t, c, model, v->capacity ? cap : NULL, world);
@@ -47,14 +79,12 @@ static void check_variant(dist_ctx *t, const variant *v) {
     mg_parallel_sizes s = {
         .world_size = t->size, .tp = 1, .pp = 1, .cp = 1, .ep = v->ep, .etp = -1};
     mg_train_groups gr = {0};
-    tc_groups(t, s, &gr);
     mg_config c1, cE;
     make_config(t, &c1, v, 1, 1);
     make_config(t, &cE, v, v->ep, t->size);
     int steps = STEPS;
     tc_run ref = {0}, got = {0};
-    tc_train(t, &c1, NULL, steps, &ref);
-    tc_train(t, &cE, &gr, steps, &got);
+    tc_train_both(t, &c1, &cE, s, steps, &gr, &ref, &got);
     DEXPECT(got.tr->ep_size == v->ep && got.tr->edp_size == t->size / v->ep &&
                 got.tr->model.cfg.moe.E_l == 4 / v->ep,
             "%s: ep %d, edp %d, %d experts here", v->label, got.tr->ep_size, got.tr->edp_size,

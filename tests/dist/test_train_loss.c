@@ -89,13 +89,11 @@ static void check_variant(dist_ctx *t, const variant *v) {
     tc_config(t, &c1, model, NULL, 1);
     tc_config(t, &cL, model, lay, t->size);
     mg_train_groups g = {0};
-    tc_groups(t,
-              (mg_parallel_sizes){
-                  .world_size = t->size, .tp = v->tp, .pp = v->pp, .cp = 1, .ep = 1, .etp = -1},
-              &g);
     tc_run ref = {0}, got = {0};
-    tc_train(t, &c1, NULL, STEPS, &ref);
-    tc_train(t, &cL, &g, STEPS, &got);
+    tc_train_both(t, &c1, &cL,
+                  (mg_parallel_sizes){
+                      .world_size = t->size, .tp = v->tp, .pp = v->pp, .cp = 1, .ep = 1, .etp = -1},
+                  STEPS, &g, &ref, &got);
     tc_expect_steps(t, v->label, &got, &ref, STEPS, TOL, TOL);
     double n1, nL;
     int64_t z1, zL;

@@ -106,13 +106,11 @@ static void check_variant(dist_ctx *t, const variant *v) {
     tc_config(t, &c1, model, one, 1);
     tc_config(t, &cP, model, lay, t->size);
     mg_train_groups g = {0};
-    tc_groups(t,
-              (mg_parallel_sizes){
-                  .world_size = t->size, .tp = v->tp, .pp = v->pp, .cp = 1, .ep = 1, .etp = -1},
-              &g);
     tc_run ref = {0}, got = {0};
-    tc_train(t, &c1, NULL, STEPS, &ref);
-    tc_train(t, &cP, &g, STEPS, &got);
+    tc_train_both(t, &c1, &cP,
+                  (mg_parallel_sizes){
+                      .world_size = t->size, .tp = v->tp, .pp = v->pp, .cp = 1, .ep = 1, .etp = -1},
+                  STEPS, &g, &ref, &got);
     DEXPECT(got.tr->pp_size == v->pp && got.tr->dp_size == D && got.tr->num_microbatches == 8,
             "%s: pp %d, dp %d, %d microbatches", v->label, got.tr->pp_size, got.tr->dp_size,
             got.tr->num_microbatches);

@@ -137,13 +137,11 @@ static void check_variant(dist_ctx *t, const variant *v) {
     mg_parallel_sizes s = {
         .world_size = t->size, .tp = v->tp, .pp = 1, .cp = 1, .ep = 1, .etp = -1};
     mg_train_groups gr = {0};
-    tc_groups(t, s, &gr);
     mg_config c1, cT;
     make_config(t, &c1, v, 1, 1);
     make_config(t, &cT, v, v->tp, t->size);
     tc_run ref = {0}, got = {0};
-    tc_train(t, &c1, NULL, steps(t), &ref);
-    tc_train(t, &cT, &gr, steps(t), &got);
+    tc_train_both(t, &c1, &cT, s, steps(t), &gr, &ref, &got);
     DEXPECT(got.tr->model.cfg.V == ref.tr->model.cfg.V && got.tr->tp_size == v->tp &&
                 got.tr->dp_size == t->size / v->tp,
             "%s: vocabulary %d vs %d, tp %d, dp %d", v->label, got.tr->model.cfg.V,

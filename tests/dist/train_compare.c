@@ -137,3 +137,10 @@ double tc_model_error(const tc_run *got, const tc_run *ref, const char **which,
     }
     return nsum > 0 ? sqrt(dsum) / sqrt(nsum) : 0;
 }
+
+void tc_train_both(dist_ctx *t, const mg_config *c1, const mg_config *cL, mg_parallel_sizes s,
+                   int steps, mg_train_groups *g, tc_run *ref, tc_run *got) {
+    tc_groups(t, s, g);
+    tc_train(t, c1, NULL, steps, ref);
+    tc_train(t, cL, g, steps, got);
+}

@@ -33,6 +33,10 @@ mg_comm *tc_group(dist_ctx *t, const mg_parallel_layout *l, mg_group_kind k);
  * expert-parallel and expert-data-parallel groups; tc_free_groups frees. */
 void tc_groups(dist_ctx *t, mg_parallel_sizes s, mg_train_groups *g);
 void tc_free_groups(mg_train_groups *g);
+/* The comparison of the layout tests: `steps` steps of c1 on one rank into *ref, then of cL on
+ * the groups of sizes s (left in *g for the caller's checks: tc_free_groups) into *got. */
+void tc_train_both(dist_ctx *t, const mg_config *c1, const mg_config *cL, mg_parallel_sizes s,
+                   int steps, mg_train_groups *g, tc_run *ref, tc_run *got);
 double tc_rel(double a, double b);
 /* On a device backend: one more step of tr (step_async) neither synchronises with the host nor
  * allocates (the backend's counters), then the parameters are synchronised. Nothing elsewhere. */
