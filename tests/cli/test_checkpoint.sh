@@ -56,6 +56,10 @@ EOF
 damage checkpoint_index_lacks_a_piece "the pieces of tensor '[^']+' hold 0 of the [0-9]+ elements" drop_piece
 damage checkpoint_newer_version "state.json: checkpoint format version 3 is newer than this megatron.c reads" \
     'sed -i "s/\"version\": 2/\"version\": 3/" "$c/iter_0000005/state.json"'
+damage checkpoint_negative_loss_scale "state.json: grad_scaler.scale is missing or negative" \
+    'sed -i "s/\"scale\": [0-9.e+-]*/\"scale\": -1/" "$c/iter_0000005/state.json"'
+damage checkpoint_scaler_lacks_a_tracker "state.json: missing integer 'hysteresis_tracker'" \
+    'sed -i "s/\"hysteresis_tracker\"/\"hysteresis\"/" "$c/iter_0000005/state.json"'
 
 # kill -9 at each point of the save at iteration 10: 5 stays the latest and resumes exactly
 for point in after-model before-rename before-tracker; do
