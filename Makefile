@@ -13,7 +13,7 @@ WARN    := -Wall -Wextra -Werror -Wno-unused-parameter
 # stops math functions from setting errno (nothing reads it after them), which lets sqrtf in
 # AdamW vectorise; every result stays bit-identical. Never -ffast-math.
 OPT     ?= -O2 -march=x86-64-v3 -fno-fast-math -ffp-contract=off -fno-math-errno
-INCS    := -Iinclude -Isrc -Itests
+INCS    := -Iinclude -Isrc
 DEPFLAGS = -MMD -MP
 
 # ---- detection (everything optional except OpenBLAS and cJSON) ----
@@ -172,6 +172,9 @@ $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(DEPFLAGS) -c $< -o $@
 
+# tests/test.h and the test helpers are visible to the tests alone, never to the library
+$(BUILD)/obj/tests/%.o: CFLAGS += -Itests
+
 $(BUILD)/obj/%.cc.o: %.cc
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS) $(DEPFLAGS) -c $< -o $@
@@ -206,7 +209,7 @@ $(ISAL_STAMP):
 	@mkdir -p $(dir $@)
 	@rm -f $(BUILD)/obj/isal-*.stamp
 	@touch $@
-$(BUILD)/obj/src/train/tensorboard.o $(BUILD)/obj/src/core/config_check.o \
+$(BUILD)/obj/src/train/tensorboard.o $(BUILD)/obj/src/config/config_check.o \
     $(BUILD)/obj/tests/unit/test_tensorboard.o: $(ISAL_STAMP)
 # and for those that test MG_HAVE_SENTENCEPIECE or MG_HAVE_UTF8PROC
 TOK_STAMP := $(BUILD)/obj/tokenizer-spm-$(call yn,$(HAVE_SENTENCEPIECE))-utf8proc-$(call yn,$(HAVE_UTF8PROC)).stamp
@@ -215,7 +218,7 @@ $(TOK_STAMP):
 	@rm -f $(BUILD)/obj/tokenizer-*.stamp
 	@touch $@
 $(BUILD)/obj/src/data/tokenizer_spm.o $(BUILD)/obj/src/data/tokenizer_split.o \
-    $(BUILD)/obj/tests/unit/test_tokenizers.o: $(TOK_STAMP)
+    $(BUILD)/obj/tests/unit/test_tokenizer_hf_spm.o: $(TOK_STAMP)
 
 $(BUILD)/libmegatron.a: $(LIB_OBJ)
 	@rm -f $@
@@ -332,7 +335,7 @@ bench-gpu bench-dp bench-tp bench-pp: info
 	bench/$(@:bench-%=%)_bench.sh $(BUILD)
 
 format:
-	clang-format -i $$(git ls-files '*.c' '*.h')
+	clang-format -i $$(git ls-files '*.c' '*.h' '*.cu' '*.cuh' '*.cc')
 
 clean:
 	rm -rf build build-asan

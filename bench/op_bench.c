@@ -11,6 +11,7 @@
  * cudnn-nondet) times cuDNN's fused attention instead of our kernels (docs/environment.md); the
  * header and JSON say which. */
 #include "backend/backend.h"
+#include "core/clock.h"
 #include "core/env.h"
 #include "core/rng.h"
 
@@ -24,12 +25,6 @@ typedef struct {
     const char *device;
 } shape;
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 #define OP(name, family, count, call)                                                              \
     do {                                                                                           \
         if ((call) != MG_OK) {                                                                     \
@@ -37,10 +32,10 @@ static double now_s(void) {
             return 1;                                                                              \
         }                                                                                          \
         be->synchronize(be);                                                                       \
-        double t0_ = now_s();                                                                      \
+        double t0_ = mg_clock_seconds();                                                           \
         for (int r_ = 0; r_ < s.reps; r_++) (void)(call);                                          \
         be->synchronize(be);                                                                       \
-        double ms_ = (now_s() - t0_) * 1e3 / s.reps;                                               \
+        double ms_ = (mg_clock_seconds() - t0_) * 1e3 / s.reps;                                    \
         printf("  %-28s %9.3f ms x %4d = %9.2f ms\n", name, ms_, (count), ms_ *(count));           \
         fam[family] += ms_ * (count);                                                              \
     } while (0)

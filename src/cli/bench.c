@@ -19,10 +19,11 @@
  * trainer's arenas. --json prints exactly one JSON line on stdout (logs and the table go to
  * stderr). */
 #include "cli/cli.h"
+#include "core/clock.h"
 
 #include "comm/comm.h"
-#include "core/flags.h"
-#include "core/flags_command.h"
+#include "config/flags.h"
+#include "config/flags_command.h"
 #include "core/log.h"
 #include "core/rng.h"
 #include "train/metrics.h"
@@ -176,12 +177,6 @@ static mg_status parse_opts(bench_opts *o, mg_config *cfg, mg_flag_command *cmd,
     return mg_flags_take_unseen(cfg, &shape, shape_flags, 3);
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
@@ -206,10 +201,10 @@ static mg_status peak_by_linear(mg_backend *be, int n, double *tflops) {
     for (int i = 0; st == MG_OK && i < 7; i++) {
         double t0 = 0;
         st = be->synchronize(be);
-        if (st == MG_OK) t0 = now_s();
+        if (st == MG_OK) t0 = mg_clock_seconds();
         if (st == MG_OK) st = be->linear_forward(be, out, a, w, NULL, NULL, n, n, n);
         if (st == MG_OK) st = be->synchronize(be);
-        if (st == MG_OK && i >= 2) t[i - 2] = now_s() - t0;
+        if (st == MG_OK && i >= 2) t[i - 2] = mg_clock_seconds() - t0;
     }
     if (st == MG_OK) {
         qsort(t, 5, sizeof *t, cmp_double);
@@ -264,12 +259,12 @@ static mg_status measure_peak(mg_config *c, int n, bench_result *r) {
  * step (data, launches) and the wait for the device (the loss read back). */
 static mg_status run_steps(mg_trainer *t, const bench_opts *o, bench_result *r) {
     for (int i = 0; i < o->warmup + o->iters; i++) {
-        double t0 = now_s();
+        double t0 = mg_clock_seconds();
         MG_CHECK(mg_trainer_step_async(t));
-        double t_enq = now_s() - t0;
+        double t_enq = mg_clock_seconds() - t0;
         mg_step_stats s;
         MG_CHECK(mg_trainer_read_stats(t, &s, false));
-        double dt = now_s() - t0, loss = s.loss;
+        double dt = mg_clock_seconds() - t0, loss = s.loss;
         if (!isfinite(loss))
             return MG_FAIL(MG_ERR_NUMERIC, "bench: the loss of step %d is %g", i + 1, loss);
         if (i == 0) r->loss_first = loss;

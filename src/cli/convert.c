@@ -4,8 +4,8 @@
  *                    [--saver-dtype fp32|bf16] [--max-shard-size BYTES]
  *                    [--vocab-file F --merge-file F]
  * writes a directory that transformers' AutoModelForCausalLM.from_pretrained and (with the GPT-2
- * tokenizer) AutoTokenizer.from_pretrained open: config.json (model/hf_config.h: GPT-2, Llama or
- * Mixtral), generation_config.json, the weights under Hugging Face names (model/hf_names.h) as
+ * tokenizer) AutoTokenizer.from_pretrained open: config.json (convert/hf_config.h: GPT-2, Llama or
+ * Mixtral), generation_config.json, the weights under Hugging Face names (convert/hf_names.h) as
  * model.safetensors, or above --max-shard-size (5 GB, as save_pretrained) as
  * model-0000i-of-0000n.safetensors with model.safetensors.index.json, and the tokenizer: the
  * run's vocab.json and merges.txt (or the flags'), tokenizer_config.json and
@@ -23,11 +23,11 @@
 #include "cli/convert.h"
 
 #include "core/file.h"
-#include "core/flags_command.h"
+#include "config/flags_command.h"
 #include "core/safetensors.h"
 #include "core/tensor.h"
-#include "model/hf_config.h"
-#include "model/hf_names.h"
+#include "convert/hf_config.h"
+#include "convert/hf_names.h"
 #include "train/checkpoint.h"
 
 #include <cjson/cJSON.h>

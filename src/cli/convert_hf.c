@@ -1,8 +1,8 @@
 /* `megatron convert --loader hf --saver megatron`: a Hugging Face model directory (what
  * save_pretrained writes) becomes iteration 0 of a Megatron checkpoint.
- *   config.json                        -> the model flags (model/hf_config.h: gpt2, llama,
+ *   config.json                        -> the model flags (convert/hf_config.h: gpt2, llama,
  *                                         mistral, mixtral; anything else refused)
- *   model.safetensors, or the shards   -> the weights (model/hf_names.h), F32, BF16 or F16, read
+ *   model.safetensors, or the shards   -> the weights (convert/hf_names.h), F32, BF16 or F16, read
  *   model.safetensors.index.json names    into the fp32 parameters of the whole model
  *   vocab.json + merges.txt (if any)   -> copied next to the checkpoint and recorded as
  *                                         --tokenizer-type GPT2BPETokenizer; else
@@ -17,12 +17,12 @@
 #include "cli/convert.h"
 
 #include "core/file.h"
-#include "core/flags.h"
+#include "config/flags.h"
 #include "core/safetensors.h"
 #include "data/tokenizer.h"
 #include "data/tokenizer_gpt2.h"
-#include "model/hf_config.h"
-#include "model/hf_names.h"
+#include "convert/hf_config.h"
+#include "convert/hf_names.h"
 #include "parallel/pipeline/layers.h"
 #include "train/checkpoint.h"
 

@@ -6,8 +6,8 @@
  * Flag errors are one line on stderr, exit 2. */
 #include "cli/cli.h"
 
-#include "core/flags.h"
-#include "core/flags_command.h"
+#include "config/flags.h"
+#include "config/flags_command.h"
 #include "core/status.h"
 #include "data/gpt_dataset.h"
 #include "data/tokenizer.h"

@@ -12,7 +12,7 @@
 #include "cli/cli.h"
 
 #include "backend/backend.h"
-#include "core/flags_command.h"
+#include "config/flags_command.h"
 #include "data/npy.h"
 #include "data/tokenizer.h"
 #include "model/generate.h"

@@ -13,8 +13,8 @@
 #include "cli/cli.h"
 #include "cli/plan.h"
 
-#include "core/flags.h"
-#include "core/flags_command.h"
+#include "config/flags.h"
+#include "config/flags_command.h"
 
 #include <stdlib.h>
 #include <string.h>

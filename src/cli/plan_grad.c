@@ -17,7 +17,7 @@
  * embedding and the last stage's copy of it, output_layer.weight, are the shared embedding. */
 #include "cli/plan.h"
 
-#include "core/flags.h"
+#include "config/flags.h"
 #include "model/gpt.h"
 
 #include <errno.h>

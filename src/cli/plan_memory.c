@@ -3,7 +3,7 @@
  * fp32 parameters; cuda or auto: bf16 parameters with fp32 masters, as the cuda backend trains). */
 #include "cli/plan.h"
 
-#include "core/flags.h"
+#include "config/flags.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,11 +1,11 @@
 /* `megatron preprocess`: Megatron-LM's tools/preprocess_data.py flags in front of
- * data/preprocess.c, parsed through the flag table (core/flags_command.h: --help, closest-flag
+ * data/preprocess.c, parsed through the flag table (config/flags_command.h: --help, closest-flag
  * suggestions). Flag errors are one line, exit 2; a Megatron flag or value this build recognises
  * but cannot run (--split-sentences, another tokenizer) exits 1. The tokenizers are
  * data/tokenizer.h's. */
 #include "cli/cli.h"
 
-#include "core/flags_command.h"
+#include "config/flags_command.h"
 #include "core/status.h"
 #include "data/preprocess.h"
 #include "data/tokenizer.h"

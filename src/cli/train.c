@@ -17,7 +17,7 @@
 
 #include "backend/backend.h"
 #include "comm/comm.h"
-#include "core/flags.h"
+#include "config/flags.h"
 #include "core/log.h"
 #include "core/status.h"
 #include "parallel/parallel_state.h"

@@ -7,6 +7,7 @@
  * network shows up on the *other* ranks as a hang or garbage). What one rank cannot see (its
  * peers' counts) is left to the backend and, in the worst case, to the timeout. */
 #include "comm/comm_backend.h"
+#include "core/clock.h"
 #include "comm/health.h"
 #include "core/status.h"
 
@@ -16,12 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-double mg_comm_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 const char *mg_reduce_op_name(mg_reduce_op op) {
     switch (op) {
@@ -131,7 +126,7 @@ static mg_status who_is_missing(mg_comm *c, const char *where, char *missing, si
                                 char *elsewhere, size_t cap_elsewhere) {
     mg_comm_world *w = c->w;
     double window = w->timeout_s / 4 < 1.0 ? w->timeout_s / 4 : 1.0;
-    double until = mg_comm_now() + window;
+    double until = mg_clock_seconds() + window;
     mg_comm_health_ask(w->health, where);
     do {
         int rank;
@@ -140,7 +135,7 @@ static mg_status who_is_missing(mg_comm *c, const char *where, char *missing, si
             return peer_failure(c, rank, message);
         if (mg_comm_health_asked(w->health)) mg_comm_health_answer(w->health, where);
         sleep_s(1e-3);
-    } while (mg_comm_now() < until);
+    } while (mg_clock_seconds() < until);
 
     int *miss = malloc((size_t)c->size * sizeof *miss), n_miss = 0, n_else = 0;
     size_t used = 0;
@@ -189,7 +184,7 @@ static mg_status timed_out(mg_comm *c) {
 
 mg_status mg_comm_wait_step(mg_comm *c, double deadline) {
     mg_comm_world *w = c->w;
-    double now = mg_comm_now();
+    double now = mg_clock_seconds();
     int rank;
     const char *message;
     if (mg_comm_health_poll(w->health, false, &rank, &message))

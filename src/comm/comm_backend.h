@@ -16,6 +16,7 @@
 #define MG_COMM_BACKEND_H
 
 #include "comm/comm.h"
+#include "core/clock.h" /* mg_clock_seconds: the backends' deadlines */
 
 #include <stdint.h>
 
@@ -83,8 +84,6 @@ extern const mg_comm_ops mg_comm_self_ops; /* self.c: MPI backend, world of 1, h
 struct mg_rendezvous *mg_comm_world_rendezvous(mg_comm_world *w);
 
 /* Common helpers for the backends (comm.c). */
-/* Seconds since an arbitrary epoch (CLOCK_MONOTONIC). */
-double mg_comm_now(void);
 /* Between two tests of an unfinished operation: polls the health channel and the deadline.
  * Returns MG_OK to keep waiting, or MG_ERR_COMM with the message of comm.h (marks w failed). */
 mg_status mg_comm_wait_step(mg_comm *c, double deadline);

@@ -30,7 +30,7 @@ struct mg_comm_health {
      * thread-safe, so every use of it from a live world holds this lock. */
     pthread_mutex_t lock;
     mg_rendezvous *rv;
-    double next_poll; /* mg_comm_now() before which poll does not look at the socket */
+    double next_poll; /* mg_clock_seconds() before which poll does not look at the socket */
     bool latched;
     int rank;
     char message[1024]; /* the latched failure (rendezvous texts are cut to RV_TEXT_MAX = 1024) */
@@ -95,7 +95,7 @@ static void take_info(mg_comm_health *h, int rank, const char *msg) {
 
 static bool poll_locked(mg_comm_health *h, bool now_or_never, int *rank, const char **message) {
     if (!h->latched) {
-        double now = mg_comm_now();
+        double now = mg_clock_seconds();
         if (now < h->next_poll && !now_or_never) return false;
         h->next_poll = now + 2e-4;
         /* Bounded: the rendezvous holds at most 1024 notices; the rest waits for the next poll. */

@@ -93,7 +93,7 @@ static void backoff(int iter, double waited) {
 }
 
 static mg_status test_all(mg_comm *c, int n, MPI_Request *reqs) {
-    double start = mg_comm_now(), deadline = start + c->w->timeout_s;
+    double start = mg_clock_seconds(), deadline = start + c->w->timeout_s;
     for (int iter = 0;; iter++) {
         int done = 0;
         int rc = MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE);
@@ -102,7 +102,7 @@ static mg_status test_all(mg_comm *c, int n, MPI_Request *reqs) {
         /* On an error the requests stay posted: collectives cannot be cancelled, and after
          * MG_ERR_COMM only fail/finalize remain, neither of which touches MPI again. */
         MG_CHECK(mg_comm_wait_step(c, deadline));
-        backoff(iter, mg_comm_now() - start);
+        backoff(iter, mg_clock_seconds() - start);
     }
 }
 
@@ -454,19 +454,19 @@ static mg_status bcast_bounded(void *buf, int n, double timeout_s, int rank) {
     MPI_Request req;
     if (MPI_Ibcast(buf, n, MPI_CHAR, 0, MPI_COMM_WORLD, &req) != MPI_SUCCESS)
         return MG_FAIL(MG_ERR_COMM, "rank %d: MPI_Ibcast of the rendezvous address failed", rank);
-    double start = mg_comm_now(), deadline = start + timeout_s;
+    double start = mg_clock_seconds(), deadline = start + timeout_s;
     for (int iter = 0;; iter++) {
         int done = 0;
         if (MPI_Test(&req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS)
             return MG_FAIL(MG_ERR_COMM, "rank %d: MPI_Ibcast of the rendezvous address failed",
                            rank);
         if (done) return MG_OK;
-        if (mg_comm_now() > deadline)
+        if (mg_clock_seconds() > deadline)
             return MG_FAIL(MG_ERR_COMM,
                            "rank %d: rank 0 did not send the rendezvous address within %g s "
                            "(did it start? is it stuck before MPI_Init?)",
                            rank, timeout_s);
-        backoff(iter, mg_comm_now() - start);
+        backoff(iter, mg_clock_seconds() - start);
     }
 }
 

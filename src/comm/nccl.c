@@ -130,7 +130,7 @@ static mg_status pause_step(mg_comm *c, int iter, double start, double deadline)
         mg_nccl_abort_all(c->w);
         return st;
     }
-    double waited = mg_comm_now() - start;
+    double waited = mg_clock_seconds() - start;
     if (waited < 2e-4) {
         sched_yield();
         return MG_OK;
@@ -146,9 +146,9 @@ static mg_status pause_step(mg_comm *c, int iter, double start, double deadline)
  * The side channel names the rank, usually within milliseconds, so it gets up to 0.5 s to speak
  * first: MG_OK when it stayed silent, else its MG_ERR_COMM (every communicator aborted). */
 static mg_status peer_first(mg_comm *c) {
-    double now = mg_comm_now(), until = now + 0.5, deadline = now + c->w->timeout_s;
+    double now = mg_clock_seconds(), until = now + 0.5, deadline = now + c->w->timeout_s;
     struct timespec ts = {0, 5000000L};
-    while (mg_comm_now() < until) {
+    while (mg_clock_seconds() < until) {
         mg_status st = mg_comm_wait_step(c, deadline);
         if (st != MG_OK) {
             mg_nccl_abort_all(c->w);
@@ -169,7 +169,7 @@ static mg_status async_error(mg_comm *c, ncclComm_t comm, ncclResult_t state, co
  * ncclInProgress. NCCL refuses any call on a communicator still in progress, so every
  * ncclInProgress answer is followed by this before the next call. */
 static mg_status wait_ready(mg_comm *c, ncclComm_t comm, const char *what) {
-    double start = mg_comm_now(), deadline = start + c->w->timeout_s;
+    double start = mg_clock_seconds(), deadline = start + c->w->timeout_s;
     for (int iter = 0;; iter++) {
         ncclResult_t state = ncclInProgress;
         ncclResult_t r = ncclCommGetAsyncError(comm, &state);
@@ -621,7 +621,7 @@ static mg_status nccl_batch_p2p(mg_comm *c, const mg_p2p_op *ops, int n_ops, voi
  * stands aside: this wait is bounded by itself). */
 static mg_status sync_wait(mg_comm *c, nccl_group *g, cudaStream_t stream) {
     CUDA_TRY(c, cudaEventRecord(g->done, stream));
-    double start = mg_comm_now(), deadline = start + c->w->timeout_s;
+    double start = mg_clock_seconds(), deadline = start + c->w->timeout_s;
     for (int iter = 0;; iter++) {
         cudaError_t e = cudaEventQuery(g->done);
         if (e != cudaSuccess && e != cudaErrorNotReady) {

@@ -82,7 +82,7 @@ static void wd_timeout_msg(nccl_world *nw, const mg_comm *c, const char *call, u
 /* One look, under mu. */
 static void wd_check(nccl_world *nw, mg_comm_world *w) {
     if (nw->aborted) return;
-    double now = mg_comm_now();
+    double now = mg_clock_seconds();
     bool forced = nw->in_call && now - nw->in_since > nw->timeout_s + WD_GRACE_S;
     if (nw->in_call && !forced) return; /* the main thread's own waits are bounded */
     if (!nw->wd_failed && forced && nw->in_c)
@@ -154,7 +154,7 @@ bool mg_nccl_wd_enter(nccl_world *nw, const mg_comm *c) {
     bool ok = !nw->wd_failed;
     if (ok) {
         nw->in_call = true;
-        nw->in_since = mg_comm_now();
+        nw->in_since = mg_clock_seconds();
         nw->in_c = c;
     }
     pthread_mutex_unlock(&nw->mu);
@@ -168,7 +168,7 @@ void mg_nccl_wd_leave(nccl_world *nw, nccl_group *g, const mg_comm *c, cudaStrea
     if (enqueued && g && g->comm && !nw->aborted &&
         cudaEventRecord(g->last, stream) == cudaSuccess) {
         g->pending = true;
-        g->last_t = mg_comm_now();
+        g->last_t = mg_clock_seconds();
         g->last_seq = c->seq;
         g->last_call = c->call;
     }

@@ -143,7 +143,7 @@ static void pump(mg_rendezvous *r) {
 static void ask_missing(mg_rendezvous *r, char *buf, size_t cap) {
     buf[0] = '\0';
     if (r->gone || !rv_conn_queue(&r->c, RV_WHO, 0, NULL, 0, NULL, 0)) return;
-    double deadline = rv_now() + (r->timeout_s < 1 ? r->timeout_s : 1);
+    double deadline = mg_clock_seconds() + (r->timeout_s < 1 ? r->timeout_s : 1);
     for (;;) {
         rv_frame f;
         rv_io io = rv_conn_wait(&r->c, deadline, &f);
@@ -221,7 +221,7 @@ static mg_status connect_retry(mg_rendezvous *r, double deadline) {
             close(fd);
         }
         if (res) freeaddrinfo(res);
-        double left = deadline - rv_now();
+        double left = deadline - mg_clock_seconds();
         if (left <= 0) break;
         /* Rank 0 may simply not be listening yet: back off, up to half a second between tries. */
         rv_sleep(backoff < left ? backoff : left);
@@ -338,7 +338,7 @@ mg_status mg_rendezvous_open(const char *addr, int port, int rank, int world_siz
     r->port = port;
     r->timeout_s = timeout_s;
     snprintf(r->addr, sizeof r->addr, "%s", addr);
-    const double deadline = rv_now() + timeout_s;
+    const double deadline = mg_clock_seconds() + timeout_s;
     uint64_t nonce = 0;
     mg_status st;
     if (rank == 0) {
@@ -392,7 +392,7 @@ static mg_status call(mg_rendezvous *r, uint32_t kind, const char *name, const v
     rv_put64(nb, n);
     if (!rv_conn_queue(&r->c, RV_OP, kind, nb, 8, data, nd))
         return MG_FAIL(MG_ERR_NOMEM, "rendezvous %s: out of memory", name);
-    const double deadline = rv_now() + r->timeout_s;
+    const double deadline = mg_clock_seconds() + r->timeout_s;
     for (;;) {
         rv_frame f;
         rv_io io = rv_conn_wait(&r->c, deadline, &f);
@@ -452,7 +452,7 @@ void mg_rendezvous_post_failure(mg_rendezvous *r, const char *message) {
     size_t n = strlen(m);
     if (!rv_conn_queue(&r->c, RV_FAIL, 0, m, n < RV_TEXT_MAX - 1 ? n : RV_TEXT_MAX - 1, NULL, 0))
         return;
-    const double deadline = rv_now() + (r->timeout_s < 5 ? r->timeout_s : 5);
+    const double deadline = mg_clock_seconds() + (r->timeout_s < 5 ? r->timeout_s : 5);
     if (m[0] == '\x01') { /* informational: sent, not acknowledged */
         if (!rv_conn_drain(&r->c, deadline)) lost(r, RV_IO_ERROR);
         return;
@@ -494,7 +494,7 @@ void mg_rendezvous_close(mg_rendezvous *r) {
     if (!r->gone && rv_conn_queue(&r->c, RV_BYE, 0, NULL, 0, NULL, 0)) {
         /* The server closes the connection on BYE; reading until then means our goodbye was
          * read before we close (closing with unread input would send a reset instead). */
-        const double deadline = rv_now() + (r->timeout_s < 5 ? r->timeout_s : 5);
+        const double deadline = mg_clock_seconds() + (r->timeout_s < 5 ? r->timeout_s : 5);
         for (;;) {
             rv_frame f;
             if (rv_conn_wait(&r->c, deadline, &f) != RV_IO_FRAME) break;

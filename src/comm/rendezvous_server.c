@@ -359,7 +359,7 @@ static void accept_all(rv_server *s) {
         rv_socket_tune(fd);
         rv_conn_init(&p->c, fd);
         p->rank = -1;
-        p->since = rv_now();
+        p->since = mg_clock_seconds();
         s->peers[s->n_peers++] = p;
     }
 }
@@ -385,12 +385,12 @@ static short poll_events(const peer *p) {
 
 static void *serve(void *arg) {
     rv_server *s = arg;
-    const double start = rv_now();
+    const double start = mg_clock_seconds();
     double stop_deadline = 0;
     struct pollfd *pf = calloc((size_t)s->cap_peers + 2, sizeof *pf);
     if (!pf) abort_all(s, RV_NO_RANK, "rendezvous server out of memory");
     for (;;) {
-        double now = rv_now();
+        double now = mg_clock_seconds();
         if (!stop_deadline && atomic_load(&s->stop)) {
             if (s->stop_abort[0]) abort_all(s, RV_NO_RANK, s->stop_abort);
             stop_deadline =

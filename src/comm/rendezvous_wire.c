@@ -1,5 +1,6 @@
 /* Frames over non-blocking TCP sockets for the rendezvous (see rendezvous_wire.h). */
 #include "comm/rendezvous_wire.h"
+#include "core/clock.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -28,14 +29,8 @@ uint64_t rv_get64(const uint8_t *p) {
     return (uint64_t)rv_get32(p) << 32 | rv_get32(p + 4);
 }
 
-double rv_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 int rv_ms_until(double deadline) {
-    double ms = ceil((deadline - rv_now()) * 1e3);
+    double ms = ceil((deadline - mg_clock_seconds()) * 1e3);
     return ms <= 0 ? 0 : ms > 1e9 ? 1000000000 : (int)ms;
 }
 

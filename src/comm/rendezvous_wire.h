@@ -21,6 +21,7 @@
 #ifndef MG_RENDEZVOUS_WIRE_H
 #define MG_RENDEZVOUS_WIRE_H
 
+#include "core/clock.h" /* deadlines are mg_clock_seconds values */
 #include "core/status.h"
 
 #include <stdbool.h>
@@ -93,12 +94,11 @@ int rv_conn_flush(rv_conn *c);
 static inline bool rv_conn_pending(const rv_conn *c) {
     return c->out_off < c->out_len;
 }
-/* Flushes and receives until a frame arrives or the deadline (rv_now seconds) passes. */
+/* Flushes and receives until a frame arrives or the deadline (mg_clock_seconds) passes. */
 rv_io rv_conn_wait(rv_conn *c, double deadline, rv_frame *f);
 /* Flushes the whole output queue or gives up at the deadline; true when all was sent. */
 bool rv_conn_drain(rv_conn *c, double deadline);
 
-double rv_now(void);              /* CLOCK_MONOTONIC seconds */
 int rv_ms_until(double deadline); /* for poll(): >= 0, rounded up */
 void rv_sleep(double seconds);
 /* TCP_NODELAY (small frames must not wait for Nagle), keep-alive (a peer host that vanishes

@@ -6,6 +6,7 @@
  * the calling thread waits for the oldest batch, appends it to the writers and refills the slot.
  * Output order is input order whatever the number of workers. */
 #include "data/preprocess.h"
+#include "core/clock.h"
 
 #include "data/indexed_dataset.h"
 
@@ -54,12 +55,6 @@ typedef struct {
     int64_t next_take, next_fill;
     int stop;
 } pipeline;
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static int grow(void **p, size_t *cap, size_t need, size_t elem) {
     if (need <= *cap) return 1;
@@ -244,7 +239,7 @@ static mg_status write_batch(pipeline *pl, sink *s, batch *b) {
             st->tokens += (int64_t)(t1 - t0);
         }
         st->documents++;
-        double t = now();
+        double t = mg_clock_seconds();
         if ((c->log_interval > 0 && st->documents % c->log_interval == 0) ||
             t - s->last_print >= 1.0) {
             if (s->progress) {
@@ -349,7 +344,7 @@ mg_status mg_preprocess_run(const mg_preprocess_config *c, mg_preprocess_stats *
     if (c->num_keys < 1 || c->num_keys > MG_JSONL_MAX_KEYS || c->workers < 1)
         return MG_FAIL(MG_ERR_USAGE, "preprocess: need 1-%d json keys and at least one worker",
                        MG_JSONL_MAX_KEYS);
-    double t0 = now();
+    double t0 = mg_clock_seconds();
     const char *in = NULL;
     size_t len = 0;
     MG_CHECK(map_input(c->input, &in, &len));
@@ -390,7 +385,7 @@ mg_status mg_preprocess_run(const mg_preprocess_config *c, mg_preprocess_stats *
     pthread_mutex_init(&pl.mu, NULL);
     pthread_cond_init(&pl.work, NULL);
     pthread_cond_init(&pl.done, NULL);
-    s.start = s.last_print = now();
+    s.start = s.last_print = mg_clock_seconds();
     st = run_with(c, &pl, &s, in, len);
     pthread_cond_destroy(&pl.done);
     pthread_cond_destroy(&pl.work);
@@ -403,6 +398,6 @@ done:
     for (int k = 0; k < c->num_keys; k++) mg_indexed_writer_free(s.w[k]);
     mg_tokenizer_free(tok);
     if (in) munmap((void *)in, len);
-    stats->seconds = now() - t0;
+    stats->seconds = mg_clock_seconds() - t0;
     return st;
 }

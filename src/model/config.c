@@ -1,6 +1,6 @@
 #include "model/config.h"
 
-#include "core/flags.h"
+#include "config/flags.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -2,7 +2,7 @@
  * the vocab-parallel embedding, blocks (model/block.h) and the vocab-parallel head. */
 #include "model/gpt.h"
 
-#include "core/flags.h"
+#include "config/flags.h"
 #include "core/rng.h"
 #include "model/moe.h"
 

@@ -1,6 +1,6 @@
 #include "train/batch_schedule.h"
 
-#include "core/flags.h"
+#include "config/flags.h"
 #include "core/status.h"
 
 #include <inttypes.h>

@@ -15,7 +15,7 @@
  * (train_samples - consumed) / G (the partial last batch dropped). Iteration-based training has
  * no rampup (config validation refuses one, in Megatron's words).
  * Exports: mg_batch_schedule, mg_batch_schedule_init, mg_batch_schedule_global,
- * mg_batch_schedule_train_iters, mg_batch_schedule_walk. Needs: core/flags. */
+ * mg_batch_schedule_train_iters, mg_batch_schedule_walk. Needs: config/flags. */
 #ifndef MG_TRAIN_BATCH_SCHEDULE_H
 #define MG_TRAIN_BATCH_SCHEDULE_H
 

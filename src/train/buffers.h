@@ -14,7 +14,7 @@
 #ifndef MG_TRAIN_BUFFERS_H
 #define MG_TRAIN_BUFFERS_H
 
-#include "core/flags.h"
+#include "config/flags.h"
 #include "model/params.h"
 #include "parallel/grad_buffer.h"
 
@@ -37,8 +37,8 @@ typedef struct {
 /* Lays out the parameters of pt (dense over dp_size ranks, experts over edp_size ranks) with
  * cfg's data-parallel options and moves pt's offsets there (mg_params_relayout). pp_rank > 0
  * disables bucketing (Megatron's rule for the later stages). On failure *out is empty. */
-mg_status mg_train_buffers_build(mg_param_table *pt, const mg_config *c, int dp_size,
-                                 int edp_size, int pp_rank, mg_train_buffers *out);
+mg_status mg_train_buffers_build(mg_param_table *pt, const mg_config *c, int dp_size, int edp_size,
+                                 int pp_rank, mg_train_buffers *out);
 void mg_train_buffers_free(mg_train_buffers *b);
 
 #endif

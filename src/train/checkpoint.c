@@ -1,8 +1,9 @@
 #include "train/checkpoint.h"
+#include "core/clock.h"
 
 #include "core/env.h"
 #include "core/file.h"
-#include "core/flags.h"
+#include "config/flags.h"
 #include "core/log.h"
 #include "core/safetensors.h"
 #include "train/checkpoint_store.h"
@@ -256,18 +257,12 @@ struct mg_checkpoint_pending {
     double seconds, bytes; /* this rank's writing */
 };
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static void *writer(void *arg) {
     mg_checkpoint_pending *p = arg;
-    double t0 = now_s();
+    double t0 = mg_clock_seconds();
     p->st = write_parts(p->tmp, p->id, &p->s, p->cfg, p->g, p->t, &p->bytes);
     if (p->st != MG_OK) snprintf(p->message, sizeof p->message, "%s", mg_error_message());
-    p->seconds = now_s() - t0;
+    p->seconds = mg_clock_seconds() - t0;
     atomic_store(&p->written, true);
     return NULL;
 }

@@ -24,7 +24,7 @@
  * returning. A reader checks each file's size and each piece's XXH3 checksum, so a truncated,
  * corrupted or missing file is a one-line error naming the file and the tensor.
  * Exports: mg_train_state, mg_checkpoint_tensors, mg_checkpoint_groups, mg_checkpoint_*.
- * Needs: model, train/optimizer (pieces), train/checkpoint_store, comm, core/flags. */
+ * Needs: model, train/optimizer (pieces), train/checkpoint_store, comm, config/flags. */
 #ifndef MG_TRAIN_CHECKPOINT_H
 #define MG_TRAIN_CHECKPOINT_H
 

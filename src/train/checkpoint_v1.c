@@ -2,7 +2,7 @@
 #include "train/checkpoint_v1.h"
 
 #include "core/safetensors.h"
-#include "model/hf_names.h"
+#include "convert/hf_names.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>

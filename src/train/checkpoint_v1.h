@@ -1,13 +1,13 @@
 /* Checkpoints of format version 1 (written before 2026-11-26), read so that they still resume:
  *   model.safetensors, or model-0000i-of-0000n.safetensors per pipeline stage (x expert-parallel
- *       rank): the weights under Hugging Face names (model/hf_names.h), whole (tensor
+ *       rank): the weights under Hugging Face names (convert/hf_names.h), whole (tensor
  *       parallelism 1), the expert biases under megatron-core's buffer names;
  *   optimizer[-ppSSS].safetensors: exp_avg.<name>, exp_avg_sq.<name> whole, or, with the
  *       distributed optimizer, optimizer[-ppSSS]-0000k-of-0000D.safetensors: one per data-parallel
  *       rank, each tensor the 1-D run [a, b) of the flattened moments, "<name>": "a:b" in the
  *       file's __metadata__.
  * They load under any pipeline, data- and expert-parallel layout with tensor parallelism 1.
- * Exports: mg_checkpoint_v1_load. Needs: train/checkpoint, model/hf_names, core/safetensors. */
+ * Exports: mg_checkpoint_v1_load. Needs: train/checkpoint, convert/hf_names, core/safetensors. */
 #ifndef MG_TRAIN_CHECKPOINT_V1_H
 #define MG_TRAIN_CHECKPOINT_V1_H
 

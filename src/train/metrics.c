@@ -1,6 +1,6 @@
 #include "train/metrics.h"
 
-#include "core/flags.h"
+#include "config/flags.h"
 
 #include "core/status.h"
 

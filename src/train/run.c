@@ -6,7 +6,8 @@
  * backend and are read (one sync) only where they are needed: the log line, and before a
  * checkpoint or an exit, so a non-finite loss or grad norm is caught at the next of those points
  * (at the latest every --log-interval iterations) and never saved. */
-#include "core/flags.h"
+#include "config/flags.h"
+#include "core/clock.h"
 #include "core/log.h"
 #include "train/run_control.h"
 #include "train/tensorboard_log.h"
@@ -18,12 +19,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static void print_validation(const char *where, double loss) {
     char line[256];
@@ -222,7 +217,7 @@ static mg_status read_checked(mg_trainer *t, int64_t since, mg_step_stats *s, bo
 
 static mg_status train_loop(mg_trainer *t, mg_tb_log *tb, mg_run_control *rc) {
     const mg_config *c = &t->cfg;
-    double t_last = now_s();
+    double t_last = mg_clock_seconds();
     int64_t logged_iters = 0;
     /* a non-finite loss or grad norm stops the run, except in the steps the loss scaler skips
      * (counted in the log line, as Megatron's skipped and nan iterations) */
@@ -248,7 +243,7 @@ static mg_status train_loop(mg_trainer *t, mg_tb_log *tb, mg_run_control *rc) {
         if (it % c->log_interval == 0 || it == t->train_iters) {
             MG_CHECK(read_checked(t, checked, &s, true));
             checked = it;
-            double t_now = now_s();
+            double t_now = mg_clock_seconds();
             double sec = (t_now - t_last) / (double)logged_iters;
             const int64_t gbs = t->step_global_batch; /* Megatron: the last iteration's */
             double flops = mg_flops_per_iteration(c, gbs);
@@ -281,7 +276,7 @@ static mg_status train_loop(mg_trainer *t, mg_tb_log *tb, mg_run_control *rc) {
             if (mg_log_is_logging_rank()) MG_CHECK(mg_metrics_write(&t->metrics, &r));
             MG_CHECK(mg_tb_log_timing(tb, &r));
             logged_iters = 0;
-            t_last = now_s();
+            t_last = mg_clock_seconds();
         }
         if (t->have_valid && c->eval_interval > 0 && it % c->eval_interval == 0 &&
             it < t->train_iters) {
@@ -290,9 +285,9 @@ static mg_status train_loop(mg_trainer *t, mg_tb_log *tb, mg_run_control *rc) {
             /* evaluation time does not count as iteration time; the steps still queued on the
              * device do, so they are drained first */
             MG_CHECK(t->be->synchronize(t->be));
-            double t0 = now_s();
+            double t0 = mg_clock_seconds();
             MG_CHECK(evaluate_and_print(t, where, tb, false));
-            t_last += now_s() - t0;
+            t_last += mg_clock_seconds() - t0;
         }
         mg_stop_reason stop; /* --exit-signal-handler, --exit-duration-in-mins: all ranks agree */
         MG_CHECK(mg_run_control_stop(rc, t, &stop));
@@ -303,10 +298,10 @@ static mg_status train_loop(mg_trainer *t, mg_tb_log *tb, mg_run_control *rc) {
                                            (exiting && !saved_last));
         if (saving || exiting) MG_CHECK(read_checked(t, checked, &s, false)); /* never save NaN */
         if (saving) { /* the read above drained the device: the time is the save's own */
-            double t0 = now_s();
+            double t0 = mg_clock_seconds();
             MG_CHECK(mg_trainer_save(t));
             saved_last = true;
-            t_last += now_s() - t0;
+            t_last += mg_clock_seconds() - t0;
         }
         if (exiting) {
             MG_CHECK(mg_trainer_save_wait(t));

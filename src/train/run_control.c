@@ -1,4 +1,5 @@
 #include "train/run_control.h"
+#include "core/clock.h"
 
 #include "core/log.h"
 
@@ -13,15 +14,9 @@ static void on_signal(int sig) {
     g_signal_received = 1;
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 mg_status mg_run_control_init(mg_run_control *rc, const mg_config *c) {
     memset(rc, 0, sizeof *rc);
-    rc->start_s = now_s();
+    rc->start_s = mg_clock_seconds();
     rc->minutes = c->exit_duration_in_mins;
     rc->last_global = -1;
     if (!c->exit_signal_handler) return MG_OK;
@@ -70,7 +65,7 @@ static mg_status max_over(mg_run_control *rc, mg_comm *c, int64_t *v) {
 mg_status mg_run_control_stop(mg_run_control *rc, mg_trainer *t, mg_stop_reason *why) {
     *why = MG_STOP_NONE;
     if (!rc->signals && !(rc->minutes > 0)) return MG_OK;
-    rc->elapsed_min = (now_s() - rc->start_s) / 60.0;
+    rc->elapsed_min = (mg_clock_seconds() - rc->start_s) / 60.0;
     int64_t v[2] = {rc->signals && g_signal_received,
                     rc->minutes > 0 && rc->elapsed_min > rc->minutes};
     /* dp, tp and pp together span every rank (context parallelism is 1) */

@@ -1,6 +1,6 @@
 #include "train/tensorboard_log.h"
 
-#include "core/flags.h"
+#include "config/flags.h"
 #include "core/log.h"
 
 #include <cjson/cJSON.h>

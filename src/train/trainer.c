@@ -2,7 +2,7 @@
 
 #include "comm/comm.h"
 #include "core/env.h"
-#include "core/flags.h"
+#include "config/flags.h"
 #include "core/log.h"
 #include "data/tokenizer.h"
 #include "parallel/ddp.h"

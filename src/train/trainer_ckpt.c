@@ -1,5 +1,6 @@
 /* The trainer's checkpoint side (train/trainer_ckpt.h). */
 #include "train/trainer_ckpt.h"
+#include "core/clock.h"
 
 #include "core/log.h"
 #include "train/trainer_scaler.h"
@@ -68,12 +69,6 @@ static void free_host_state(const mg_trainer *t, mg_checkpoint_tensors *h) {
     free(h->exp_avg_sq);
 }
 
-static double seconds_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* The checkpoint staging: one block for the weights and the moments, page-locked where the
  * backend can (the copy out of the device then runs at the link's speed, which is what
  * --async-save stalls training for), else mapped with its pages populated at once (zeroed in
@@ -131,14 +126,14 @@ mg_status mg_trainer_load_or_init(mg_trainer *t) {
                     "starting from random initialisation",
                     c->load);
     if (st == MG_OK && it >= 0) {
-        const double t0 = seconds_now();
+        const double t0 = mg_clock_seconds();
         h.optimizer = !c->no_load_optim && !c->finetune; /* in: whether to load the moments */
         st = mg_checkpoint_load(c->load, it, &t->state, c, &t->model, &h);
         /* Megatron: without the optimizer state the scheduler is not loaded either (it starts
          * anew); --finetune also starts the iteration and the samples at 0 */
         if (!h.optimizer) t->state.optimizer_step = t->state.lr_num_steps = 0;
         if (c->finetune) t->state = (mg_train_state){0};
-        const double sec = seconds_now() - t0,
+        const double sec = mg_clock_seconds() - t0,
                      gb = 4e-9 *
                           (double)(mg_params_count(&t->model.params) + (h.optimizer ? 2 * m : 0));
         if (st == MG_OK) {
@@ -199,7 +194,7 @@ mg_status mg_trainer_save(mg_trainer *t) {
     if (t->pending_save) MG_CHECK(finish_save(t)); /* one save in flight at a time */
     mg_backend *be = t->be;
     size_t m = t->opt.numel;
-    const double t0 = seconds_now();
+    const double t0 = mg_clock_seconds();
     mg_checkpoint_tensors *h = calloc(1, sizeof *h);
     if (!h) return MG_FAIL(MG_ERR_NOMEM, "out of memory saving a checkpoint");
     float *block = NULL;
@@ -224,7 +219,7 @@ mg_status mg_trainer_save(mg_trainer *t) {
     if (!t->cfg.async_save) return finish_save(t);
     mg_log_info("> saving checkpoint from iteration %" PRId64 " in the background; training "
                 "stalled %.2f s for the copy",
-                t->state.iteration, seconds_now() - t0);
+                t->state.iteration, mg_clock_seconds() - t0);
     return MG_OK;
 }
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Every subcommand parses its flags through the one flag table (core/flags_command.h): --help
+# Every subcommand parses its flags through the one flag table (config/flags_command.h): --help
 # exits 0 with its usage and its flags (metavariable, default, help), an unknown flag is one line
 # naming the closest flag of that subcommand, a bad integer is one line, --flag=value is taken.
 # The runs stop at flag errors or a missing checkpoint, except plan, data and one tiny bench step.

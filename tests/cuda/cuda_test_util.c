@@ -1,7 +1,7 @@
 /* Shared helpers of the CUDA backend tests (method and tolerances: cuda_test_util.h). */
 #include "cuda_test_util.h"
 
-#include "core/flags.h"
+#include "config/flags.h"
 #include "core/rng.h"
 
 #include <math.h>

@@ -14,7 +14,7 @@
  *    element exactly zero on one backend and bf16 noise on the other is possible, rare). */
 #include "cuda_test_util.h"
 
-#include "core/flags.h"
+#include "config/flags.h"
 #include "train/trainer.h"
 
 #include <math.h>

@@ -29,7 +29,7 @@
  * (backend counters, and cudaMemGetInfo's free memory unchanged, which also covers libraries). */
 #include "cuda_test_util.h"
 
-#include "core/flags.h"
+#include "config/flags.h"
 #include "train/trainer.h"
 
 #include <math.h>

@@ -17,6 +17,7 @@
  * Every other rank must then exit 1 with one line naming the failure and the call; the script
  * checks the lines, the exit status and the time it took. */
 #include "dist.h"
+#include "core/clock.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -74,12 +75,6 @@ _Noreturn void dist_fatal(dist_ctx *t, const char *file, int line, const char *e
     exit(1);
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static void sleep_s(double s) {
     struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
     while (nanosleep(&ts, &ts) != 0) {
@@ -113,7 +108,7 @@ static int run_scenario(mg_comm_world *w, const dist_buf_ops *B, const char *sce
     int32_t host[4] = {rank, 1, 2, 3};
     void *buf = dist_alloc(t, 4, MG_I32);
     dist_put(t, buf, host, 4, MG_I32);
-    double t0 = now_s();
+    double t0 = mg_clock_seconds();
     mg_status st = mg_comm_all_reduce(world, buf, buf, 4, MG_I32, MG_REDUCE_SUM, B->stream());
     /* Its status is not the point: after the watchdog's abort the stream may report an error,
      * and mg_comm_sync must word the failure either way. */
@@ -128,7 +123,8 @@ static int run_scenario(mg_comm_world *w, const dist_buf_ops *B, const char *sce
     }
     char msg[1024];
     snprintf(msg, sizeof msg, "%s", mg_error_message());
-    fprintf(stderr, "dist_tests: rank %d: error after %.2f s: %s\n", rank, now_s() - t0, msg);
+    fprintf(stderr, "dist_tests: rank %d: error after %.2f s: %s\n", rank, mg_clock_seconds() - t0,
+            msg);
     fflush(stderr);
     mg_comm_world_fail(w, msg);
     /* buf stays allocated: after a failure the backend may still own it. */

@@ -25,7 +25,7 @@
  * optimizer, within 5% (a model of ~100M parameters, where allocation granularity is noise). */
 #include "dist.h"
 
-#include "core/flags.h"
+#include "config/flags.h"
 #include "core/log.h"
 #include "train/trainer.h"
 
@@ -197,18 +197,20 @@ static void check_variant(dist_ctx *t, const variant *v, const char *label) {
     DEXPECT(!memcmp(w0, mine, n * sizeof *w0), "%s: rank %d's parameters differ from rank 0's",
             label, t->rank);
     /* ZeRO-1: the moments hold this rank's shard only */
-    size_t want = v->distopt ? (size_t)b->bufs.b[0].layout.numel / (size_t)D : (size_t)b->bufs.b[0].layout.numel;
+    size_t want = v->distopt ? (size_t)b->bufs.b[0].layout.numel / (size_t)D
+                             : (size_t)b->bufs.b[0].layout.numel;
     DEXPECT(b->opt.numel == want, "%s: optimizer state of %zu elements, want %zu", label,
             b->opt.numel, want);
-    DEXPECT(!v->overlap || !v->bucket || b->bufs.b[0].layout.n_buckets > 1, "%s: %d bucket(s)", label,
-            b->bufs.b[0].layout.n_buckets);
+    DEXPECT(!v->overlap || !v->bucket || b->bufs.b[0].layout.n_buckets > 1, "%s: %d bucket(s)",
+            label, b->bufs.b[0].layout.n_buckets);
     /* the overlap happened where it should: every reduction started inside backward, every
      * bucket but forward's first gathered inside the next forward (over more than one rank:
      * alone, the optimizer updates the whole buffer and nothing is gathered) */
     int nb = b->bufs.b[0].layout.n_buckets;
     int want_reduces = v->overlap ? STEPS * nb : 0;
     int want_gathers = v->overlap_param && D > 1 ? (STEPS - 1) * (nb - 1) : 0; /* 1: unsharded */
-    DEXPECT(b->ddp[0].overlapped_reduces == want_reduces && b->ddp[0].overlapped_gathers == want_gathers,
+    DEXPECT(b->ddp[0].overlapped_reduces == want_reduces &&
+                b->ddp[0].overlapped_gathers == want_gathers,
             "%s: %d reductions started in backward (want %d), %d gathers in forward (want %d)",
             label, b->ddp[0].overlapped_reduces, want_reduces, b->ddp[0].overlapped_gathers,
             want_gathers);
@@ -217,8 +219,8 @@ static void check_variant(dist_ctx *t, const variant *v, const char *label) {
          * element of this rank's shard (plus the optimizer's scalars and arena alignment) */
         mg_memory_per_param mp = mg_trainer_memory_per_param(b);
         double P = (double)mp.params, opt_bytes = mp.optimizer * P;
-        DEXPECT(mp.weights * P == 4.0 * (double)b->bufs.b[0].layout.numel && mp.grads == mp.weights &&
-                    mp.master == 0 && opt_bytes >= 8.0 * (double)want &&
+        DEXPECT(mp.weights * P == 4.0 * (double)b->bufs.b[0].layout.numel &&
+                    mp.grads == mp.weights && mp.master == 0 && opt_bytes >= 8.0 * (double)want &&
                     opt_bytes <= 8.0 * (double)want + 1024,
                 "%s: per parameter: weights %.3f grads %.3f master %.3f optimizer %.3f B", label,
                 mp.weights, mp.grads, mp.master, mp.optimizer);

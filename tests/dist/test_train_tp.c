@@ -30,7 +30,7 @@
 #include "dist.h"
 #include "train_compare.h"
 
-#include "core/flags.h"
+#include "config/flags.h"
 #include "core/log.h"
 #include "parallel/parallel_state.h"
 #include "train/trainer.h"

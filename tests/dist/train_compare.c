@@ -4,7 +4,7 @@
 #include "backend/cuda/cuda_internal.h"
 #endif
 
-#include "core/flags.h"
+#include "config/flags.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -1,10 +1,10 @@
 /* A run configuration for tests, from flags written as one string: the tiny models of the trainer
  * tests without one argv array each; and a trainer of it. Exports: mg_test_config,
- * mg_test_trainer, mg_test_trainer_free. Needs: core/flags, train/trainer, tests/test.h. */
+ * mg_test_trainer, mg_test_trainer_free. Needs: config/flags, train/trainer, tests/test.h. */
 #ifndef MG_TESTS_CONFIG_TEST_UTIL_H
 #define MG_TESTS_CONFIG_TEST_UTIL_H
 
-#include "core/flags.h"
+#include "config/flags.h"
 #include "test.h"
 #include "train/trainer.h"
 

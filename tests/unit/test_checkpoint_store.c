@@ -6,7 +6,7 @@
 #include "test.h"
 
 #include "core/file.h"
-#include "core/flags.h"
+#include "config/flags.h"
 #include "model/gpt.h"
 #include "train/checkpoint_store.h"
 

@@ -4,8 +4,8 @@
 #include "test.h"
 
 #include "core/file.h"
-#include "core/flags.h"
-#include "core/flags_table.h"
+#include "config/flags.h"
+#include "config/flags_table.h"
 
 #include <cjson/cJSON.h>
 #include <stddef.h>

@@ -1,10 +1,10 @@
-/* A subcommand's own flag table (core/flags_command.h): typed values into the subcommand's
+/* A subcommand's own flag table (config/flags_command.h): typed values into the subcommand's
  * struct, --flag=value, the one-line errors, suggestions from its table (and Megatron's when it
  * takes train flags too), --help from the table, and nothing changed by a failed parse. */
 #include "test.h"
 
-#include "core/flags.h"
-#include "core/flags_command.h"
+#include "config/flags.h"
+#include "config/flags_command.h"
 
 #include <stdlib.h>
 #include <string.h>

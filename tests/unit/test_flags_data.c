@@ -3,8 +3,8 @@
  * tokenizer's files). */
 #include "test.h"
 
-#include "core/flags.h"
-#include "core/flags_table.h"
+#include "config/flags.h"
+#include "config/flags_table.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -72,14 +72,14 @@ MG_TEST(flags_data_path_takes_values_up_to_the_next_flag) {
     mg_config before = c;
     const char *n0[] = {"--data-path", "--split", "1", NULL};
     MG_EXPECT_ERROR(parse_args(&c, n0), MG_ERR_USAGE,
-                 "--data-path expects at least one value; write --data-path [W] PREFIX ...");
+                    "--data-path expects at least one value; write --data-path [W] PREFIX ...");
     const char *n1[] = {"--data-path", NULL};
     MG_EXPECT_ERROR(parse_args(&c, n1), MG_ERR_USAGE, "--data-path expects at least one value");
     const char *n2[] = {"--data-path=", NULL};
     MG_EXPECT_ERROR(parse_args(&c, n2), MG_ERR_USAGE, "is empty or contains whitespace");
     const char *n3[] = {"--data-path", "a b", NULL};
     MG_EXPECT_ERROR(parse_args(&c, n3), MG_ERR_USAGE,
-                 "--data-path value 'a b' is empty or contains whitespace");
+                    "--data-path value 'a b' is empty or contains whitespace");
     static char longv[5000];
     memset(longv, 'p', sizeof longv - 1);
     const char *n4[] = {"--data-path", longv, NULL};

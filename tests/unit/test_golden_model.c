@@ -7,9 +7,9 @@
 #include "test.h"
 
 #include "core/file.h"
-#include "core/flags.h"
+#include "config/flags.h"
 #include "golden_io.h"
-#include "model/hf_names.h"
+#include "convert/hf_names.h"
 #include "train/trainer.h"
 
 #include <cjson/cJSON.h>
@@ -145,8 +145,8 @@ static void poison_expert_grads(mg_test_ctx *t, mg_trainer *tr) {
         for (size_t j = 0; nan_buf && j < n; j++) nan_buf[j] = NAN;
         MG_EXPECT(nan_buf != NULL, "out of memory");
         if (nan_buf)
-            MG_EXPECT_OK(tr->be->copy_h2d(tr->be, mg_gpt_grad(&tr->model, i), nan_buf,
-                                          n * sizeof *nan_buf));
+            MG_EXPECT_OK(
+                tr->be->copy_h2d(tr->be, mg_gpt_grad(&tr->model, i), nan_buf, n * sizeof *nan_buf));
         free(nan_buf);
     }
 }

@@ -16,7 +16,7 @@
 #include "config_test_util.h"
 
 #include "core/rng.h"
-#include "model/hf_names.h"
+#include "convert/hf_names.h"
 #include "train/trainer.h"
 
 #include <math.h>

@@ -1,7 +1,7 @@
 /* Layer placement over pipeline ranks and virtual stages (src/parallel/pipeline/layers.c) against
  * Megatron: the seeds' worked examples, megatron-core 0.16.1's get_transformer_layer_offset /
- * get_num_layers_to_build / TransformerConfig checks (tests/golden/schedule/layers.json, from
- * tools/reference/megatron_schedule.py), the tiling invariant over a large grid, and every
+ * get_num_layers_to_build / TransformerConfig checks (tests/golden/pp_schedule/layers.json, from
+ * tools/reference/megatron_pp_schedule.py), the tiling invariant over a large grid, and every
  * rejection. */
 #include "test.h"
 
@@ -123,7 +123,7 @@ static const struct {
 };
 
 MG_TEST(layers_golden_megatron_core) {
-    cJSON *root = mg_golden_json(t, "tests/golden/schedule/layers.json");
+    cJSON *root = mg_golden_json(t, "tests/golden/pp_schedule/layers.json");
     if (!root) return;
     const cJSON *cases = cJSON_GetObjectItemCaseSensitive(root, "cases"), *row;
     int n_ok = 0, n_err = 0, n_div0 = 0;

@@ -1,22 +1,46 @@
 /* model/: parameter metadata, initialisation, the Hugging Face name mapping, and the mock data. */
 #include "test.h"
 
-#include "core/flags.h"
+#include "config/flags.h"
 #include "core/rng.h"
 #include "data/mock.h"
-#include "model/hf_names.h"
+#include "convert/hf_names.h"
 
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 static mg_status make_config(mg_config *c, bool llama) {
-    char *base[] = {"--num-layers", "3", "--hidden-size", "40", "--num-attention-heads", "4",
-                    "--seq-length", "12", "--vocab-size", "100", "--make-vocab-size-divisible-by",
-                    "16", "--train-iters", "1", "--lr", "1e-3", "--mock-data"};
-    char *ll[] = {"--normalization", "RMSNorm", "--swiglu", "--position-embedding-type", "rope",
-                  "--group-query-attention", "--num-query-groups", "2", "--kv-channels", "6",
-                  "--ffn-hidden-size", "24", "--disable-bias-linear",
+    char *base[] = {"--num-layers",
+                    "3",
+                    "--hidden-size",
+                    "40",
+                    "--num-attention-heads",
+                    "4",
+                    "--seq-length",
+                    "12",
+                    "--vocab-size",
+                    "100",
+                    "--make-vocab-size-divisible-by",
+                    "16",
+                    "--train-iters",
+                    "1",
+                    "--lr",
+                    "1e-3",
+                    "--mock-data"};
+    char *ll[] = {"--normalization",
+                  "RMSNorm",
+                  "--swiglu",
+                  "--position-embedding-type",
+                  "rope",
+                  "--group-query-attention",
+                  "--num-query-groups",
+                  "2",
+                  "--kv-channels",
+                  "6",
+                  "--ffn-hidden-size",
+                  "24",
+                  "--disable-bias-linear",
                   "--untie-embeddings-and-output-weights"};
     char *argv[64];
     int argc = 0;
@@ -41,8 +65,9 @@ MG_TEST(model_param_table_metadata) {
             total += p->numel;
             MG_EXPECT(p->offset % MG_PARAM_ALIGN == 0, "%s offset %zu not aligned", p->name,
                       p->offset);
-            if (i) MG_EXPECT(p->offset >= g.params.p[i - 1].offset + (size_t)g.params.p[i - 1].numel,
-                             "%s overlaps its predecessor", p->name);
+            if (i)
+                MG_EXPECT(p->offset >= g.params.p[i - 1].offset + (size_t)g.params.p[i - 1].numel,
+                          "%s overlaps its predecessor", p->name);
             /* Megatron: no weight decay on biases and norm weights (the 1-D parameters) */
             MG_EXPECT(p->weight_decay == (p->ndim == 2), "%s weight decay flag", p->name);
             MG_EXPECT(p->id == mg_param_id(p->name), "%s rng id", p->name);
@@ -56,7 +81,8 @@ MG_TEST(model_param_table_metadata) {
         MG_EXPECT(qkv->tp_split_dim == 0 && proj->tp_split_dim == 1, "TP split dims");
         MG_EXPECT(fc1->tp_split_chunks == (llama ? 2 : 1), "SwiGLU fc1 is two stacked blocks");
         if (llama) {
-            MG_EXPECT(qkv->shape[0] == 2 * (2 + 2) * 6, "GQA qkv rows %lld", (long long)qkv->shape[0]);
+            MG_EXPECT(qkv->shape[0] == 2 * (2 + 2) * 6, "GQA qkv rows %lld",
+                      (long long)qkv->shape[0]);
             MG_EXPECT(g.wpe < 0 && g.out_w != g.wte && g.layers[0].qkv_b < 0, "llama shape");
         } else {
             MG_EXPECT(g.out_w == g.wte && g.wpe >= 0, "GPT-2 ties the output layer");
@@ -109,11 +135,13 @@ MG_TEST(model_hf_mapping_round_trip_and_qkv_layout) {
         MG_EXPECT(memcmp(a, b, n * sizeof *a) == 0, "export then import is not the identity");
         if (llama) {
             /* HF k_proj row (group 1, dim 2) sits in Megatron's group 1 after its 2 query heads */
-            const mg_st_entry *k = mg_safetensors_find(&st, "model.layers.0.self_attn.k_proj.weight");
+            const mg_st_entry *k =
+                mg_safetensors_find(&st, "model.layers.0.self_attn.k_proj.weight");
             const mg_param_meta *qkv = &g.params.p[g.layers[0].qkv_w];
             int hd = 6, r = 2, H = 40;
             int64_t our_row = (1 * (r + 2) + r) * hd + 2, hf_row = 1 * hd + 2;
-            MG_EXPECT(k && ((const float *)k->data)[hf_row * H + 5] == a[qkv->offset + our_row * H + 5],
+            MG_EXPECT(k && ((const float *)k->data)[hf_row * H + 5] ==
+                               a[qkv->offset + our_row * H + 5],
                       "k_proj row mapping");
         } else {
             /* GPT-2 Conv1D: c_attn.weight is stored (in, out) */

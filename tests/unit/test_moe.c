@@ -5,7 +5,7 @@
  * numbers are checked against PyTorch in test_golden_model.c. */
 #include "cpu_test_util.h"
 
-#include "core/flags.h"
+#include "config/flags.h"
 
 #include <math.h>
 
@@ -174,8 +174,8 @@ MG_TEST(moe_grouped_linear_matches_naive_products) {
                 }
             }
         MG_EXPECT(ey < 1e-5 && ex < 1e-5 && ew < 1e-5 && eb < 1e-5,
-                  "accumulate %d: errors: out %.3g, dinp %.3g, dw %.3g, dbias %.3g", accumulate,
-                  ey, ex, ew, eb);
+                  "accumulate %d: errors: out %.3g, dinp %.3g, dw %.3g, dbias %.3g", accumulate, ey,
+                  ex, ew, eb);
     }
     for (int j = 0; j < NW; j++)
         free(w[j]), free(b[j]), free(dw[j]), free(db[j]), free(dw0[j]), free(db0[j]);
@@ -238,7 +238,8 @@ MG_TEST(moe_regroup_round_trip) {
     const int32_t counts[P * EL] = {2, 1, 0, 0, 4, 1}; /* blocks of 3, 0 and 5 rows */
     const int rows[P] = {3, 0, 5};
     float *packed = t_rnd(50, (size_t)P * SLAB * H, 1.0f);
-    float *slabs = t_rnd(51, (size_t)P * SLAB * H, 1.0f), *back = t_rnd(52, (size_t)P * SLAB * H, 1.0f);
+    float *slabs = t_rnd(51, (size_t)P * SLAB * H, 1.0f),
+          *back = t_rnd(52, (size_t)P * SLAB * H, 1.0f);
     float *slabs0 = malloc((size_t)P * SLAB * H * sizeof *slabs0);
     float *back0 = malloc((size_t)P * SLAB * H * sizeof *back0);
     memcpy(slabs0, slabs, (size_t)P * SLAB * H * sizeof *slabs0);

@@ -4,7 +4,7 @@
 #include "test.h"
 
 #include "comm/rendezvous.h"
-#include "comm/rendezvous_wire.h" /* rv_now, rv_sleep: the rendezvous's own clock */
+#include "comm/rendezvous_wire.h" /* rv_sleep */
 #include "core/status.h"
 
 #include <errno.h>
@@ -96,7 +96,7 @@ static void run_ranks(mg_test_ctx *t, const char *what, int n, const int *ranks,
     }
     int code[MAX_CHILDREN];
     bool done[MAX_CHILDREN] = {false};
-    const double deadline = rv_now() + 8.0;
+    const double deadline = mg_clock_seconds() + 8.0;
     for (int left = n; left > 0;) {
         for (int i = 0; i < n; i++) {
             if (done[i]) continue;
@@ -105,7 +105,7 @@ static void run_ranks(mg_test_ctx *t, const char *what, int n, const int *ranks,
                 code[i] = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
                 done[i] = true;
                 left--;
-            } else if (rv_now() > deadline) {
+            } else if (mg_clock_seconds() > deadline) {
                 kill(pid[i], SIGKILL);
                 waitpid(pid[i], &st, 0);
                 code[i] = -1;
@@ -214,11 +214,11 @@ MG_TEST(rendezvous_single_rank_picks_a_port) {
 
 static int never_complete(int rank, int world, int port, const void *arg, char *err, size_t cap) {
     mg_rendezvous *r = NULL;
-    double t0 = rv_now();
+    double t0 = mg_clock_seconds();
     CHILD_FAILS(mg_rendezvous_open("127.0.0.1", port, rank, world, 1.0, &r),
                 "rank 3 of 4 did not arrive within 1 s; check that every rank was launched with "
                 "WORLD_SIZE=4 and the same MASTER_ADDR/MASTER_PORT");
-    double dt = rv_now() - t0;
+    double dt = mg_clock_seconds() - t0;
     CHILD_CHECK(dt < 2.5, "gave up after %.2f s, timeout 1 s", dt);
     CHILD_CHECK(r == NULL, "handle set on failure");
     return 0;
@@ -242,13 +242,13 @@ MG_TEST(rendezvous_port_in_use_and_unreachable_master) {
 
     /* Nothing listens: connection refused until the timeout. */
     fd = bound_socket(false, &port);
-    double t0 = rv_now();
+    double t0 = mg_clock_seconds();
     snprintf(want, sizeof want,
              "could not reach MASTER_ADDR:MASTER_PORT=127.0.0.1:%d within 0.5 s: Connection "
              "refused",
              port);
     MG_EXPECT_ERROR(mg_rendezvous_open("127.0.0.1", port, 1, 2, 0.5, &r), MG_ERR_COMM, want);
-    double dt = rv_now() - t0;
+    double dt = mg_clock_seconds() - t0;
     MG_EXPECT(dt >= 0.45 && dt < 1.5, "retried for %.2f s, timeout 0.5 s", dt);
     close(fd);
     MG_EXPECT(r == NULL, "handle set on failure");
@@ -261,7 +261,7 @@ MG_TEST(rendezvous_port_in_use_and_unreachable_master) {
 
 /* Waits (at most 3 s) for the first notice. */
 static bool wait_notice(mg_rendezvous *r, int *who, char *msg, size_t cap) {
-    for (double end = rv_now() + 3.0; rv_now() < end; rv_sleep(0.001))
+    for (double end = mg_clock_seconds() + 3.0; mg_clock_seconds() < end; rv_sleep(0.001))
         if (mg_rendezvous_poll_failure(r, who, msg, cap)) return true;
     return false;
 }
@@ -293,9 +293,9 @@ static int one_dies(int rank, int world, int port, const void *arg, char *err, s
     }
     int who = -9;
     char msg[512], want[512];
-    double t0 = rv_now();
+    double t0 = mg_clock_seconds();
     CHILD_CHECK(wait_notice(r, &who, msg, sizeof msg), "no notice within 3 s");
-    CHILD_CHECK(rv_now() - t0 < 1.0, "the notice took %.2f s", rv_now() - t0);
+    CHILD_CHECK(mg_clock_seconds() - t0 < 1.0, "the notice took %.2f s", mg_clock_seconds() - t0);
     if (d->posts)
         snprintf(want, sizeof want, "%s", d->posts);
     else
@@ -313,10 +313,11 @@ static int one_dies(int rank, int world, int port, const void *arg, char *err, s
                  "rank %d disconnected without a goodbye (it exited or was killed) (this rank, %d, "
                  "was in rendezvous barrier #2)",
                  d->victim, rank);
-    t0 = rv_now();
+    t0 = mg_clock_seconds();
     CHILD_FAILS(mg_rendezvous_barrier(r), want);
     mg_rendezvous_close(r);
-    CHILD_CHECK(rv_now() - t0 < 1.5, "barrier + close took %.2f s after a failure", rv_now() - t0);
+    CHILD_CHECK(mg_clock_seconds() - t0 < 1.5, "barrier + close took %.2f s after a failure",
+                mg_clock_seconds() - t0);
     return 0;
 }
 
@@ -362,9 +363,9 @@ static int orderly(int rank, int world, int port, const void *arg, char *err, si
 }
 
 MG_TEST(rendezvous_orderly_close_reports_nothing) {
-    double t0 = rv_now();
+    double t0 = mg_clock_seconds();
     run_world(t, "orderly", 4, free_port(), orderly, NULL);
-    MG_EXPECT(rv_now() - t0 < 1.5, "took %.2f s", rv_now() - t0);
+    MG_EXPECT(mg_clock_seconds() - t0 < 1.5, "took %.2f s", mg_clock_seconds() - t0);
 }
 
 /* Rank 1 believes in another world size, or two processes claim the same rank: every process
@@ -377,13 +378,13 @@ typedef struct {
 static int misconfigured(int rank, int world, int port, const void *arg, char *err, size_t cap) {
     const misconfig *m = arg;
     mg_rendezvous *r = NULL;
-    double t0 = rv_now();
+    double t0 = mg_clock_seconds();
     CHILD_FAILS(
         mg_rendezvous_open("127.0.0.1", port, rank, m->world_3 && rank == 1 ? 3 : world, 3.0, &r),
         m->want[0]);
     CHILD_CHECK(strstr(mg_error_message(), m->want[1]), "'%s' lacks '%s'", mg_error_message(),
                 m->want[1]);
-    CHILD_CHECK(rv_now() - t0 < 1.0, "failed only after %.2f s", rv_now() - t0);
+    CHILD_CHECK(mg_clock_seconds() - t0 < 1.0, "failed only after %.2f s", mg_clock_seconds() - t0);
     return 0;
 }
 
@@ -433,7 +434,7 @@ MG_TEST(rendezvous_call_mismatch_and_timeout_are_named) {
 /* A stranger connects to rank 0's server and sends HTTP: it is dropped, the job goes on. */
 static int with_stranger(int rank, int world, int port, const void *arg, char *err, size_t cap) {
     if (rank == world) { /* the stranger */
-        for (double end = rv_now() + 2; rv_now() < end; rv_sleep(0.01)) {
+        for (double end = mg_clock_seconds() + 2; mg_clock_seconds() < end; rv_sleep(0.01)) {
             int fd = socket(AF_INET, SOCK_STREAM, 0);
             struct sockaddr_in a = {.sin_family = AF_INET,
                                     .sin_port = htons((uint16_t)port),
@@ -475,9 +476,9 @@ MG_TEST(rendezvous_foreign_peers_are_told_apart) {
              "MASTER_ADDR:MASTER_PORT=127.0.0.1:%d is not a megatron.c rendezvous (it answered "
              "with other bytes",
              port);
-    double t0 = rv_now();
+    double t0 = mg_clock_seconds();
     MG_EXPECT_ERROR(mg_rendezvous_open("127.0.0.1", port, 1, 2, 2.0, &r), MG_ERR_COMM, want);
-    MG_EXPECT(rv_now() - t0 < 1.0, "took %.2f s", rv_now() - t0);
+    MG_EXPECT(mg_clock_seconds() - t0 < 1.0, "took %.2f s", mg_clock_seconds() - t0);
     kill(pid, SIGKILL);
     waitpid(pid, NULL, 0);
     close(fd);

@@ -7,7 +7,7 @@
 #include "cpu_test_util.h"
 #include "golden_io.h"
 
-#include "core/flags.h"
+#include "config/flags.h"
 #include "model/gpt.h"
 
 static const char *const k_cases[] = {"gqa_half", "mqa_quarter", "mha_third", "whole"};

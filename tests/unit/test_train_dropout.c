@@ -15,7 +15,7 @@
 #include "config_test_util.h"
 
 #include "core/file.h"
-#include "core/flags.h"
+#include "config/flags.h"
 #include "train/trainer.h"
 
 #include <math.h>

@@ -20,7 +20,7 @@
 
 #include "config_test_util.h"
 
-#include "core/flags.h"
+#include "config/flags.h"
 #include "data/mock.h"
 #include "train/trainer.h"
 #include "train/trainer_loss.h"

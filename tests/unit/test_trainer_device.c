@@ -5,7 +5,7 @@
  * bit. */
 #include "test.h"
 
-#include "core/flags.h"
+#include "config/flags.h"
 #include "train/trainer.h"
 
 #include <stdio.h>

@@ -22,7 +22,7 @@
  * steps are a subsequence of one global order, so the replay cannot deadlock (the earliest
  * unfinished rendezvous always has both ranks waiting at it) and a message always lands in the
  * op it belongs to. A receive comes before the op that needs it with no op between (other
- * messages of the same boundary may). Cost in the model (tests/unit/test_schedule.c): none for
+ * messages of the same boundary may). Cost in the model (tests/unit/test_pp_schedule.c): none for
  * 1F1B (the makespan is the schedule's (M + P - 1) x 3); at most 1.25x for interleaved schedules,
  * where a message can be due while its sender is inside an op (the overlapped executor of
  * run.h does not wait for that).
@@ -31,8 +31,8 @@
  * forward's backward, which cannot run before the next stage received it; an evaluation frees
  * the slot once it is sent) and received into the slot of the forward that needs it. An input
  * gradient waits in one of n_grad_bufs buffers from its backward until it is sent; an output
- * gradient is received at the boundary before its backward. n_slots: the most slots held at once, which
- * equals mg_schedule_activation_slots for training (a forward takes its slot right before it
+ * gradient is received at the boundary before its backward. n_slots: the most slots held at once,
+ * which equals mg_schedule_activation_slots for training (a forward takes its slot right before it
  * runs); an evaluation's forwards wait for a free slot among as many.
  * Exports: mg_p2p_step_kind, mg_p2p_step, mg_p2p_plan, mg_p2p_plan_build, mg_p2p_plan_free,
  * mg_p2p_rank_ops. Needs: parallel/pipeline/schedule, core/status. */
@@ -70,7 +70,7 @@ mg_status mg_p2p_rank_ops(const mg_schedule_params *s, int rank, bool forward_on
 
 /* The plan of rank `rank` (simulating every rank). s must pass mg_schedule_check. Fails with
  * MG_ERR_INTERNAL, naming the schedule, if the simulation cannot finish (it always does for a
- * valid schedule: tests/unit/test_schedule.c checks the grid). Free with mg_p2p_plan_free. */
+ * valid schedule: tests/unit/test_pp_schedule.c checks the grid). Free with mg_p2p_plan_free. */
 mg_status mg_p2p_plan_build(const mg_schedule_params *s, bool forward_only, int rank,
                             mg_p2p_plan *out);
 void mg_p2p_plan_free(mg_p2p_plan *p);

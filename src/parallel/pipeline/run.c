@@ -1,4 +1,5 @@
 #include "parallel/pipeline/run.h"
+#include "core/clock.h"
 
 #include "core/status.h"
 
@@ -78,12 +79,6 @@ void mg_pipeline_free(mg_pipeline *p) {
     memset(p, 0, sizeof *p);
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* ---- slots ---- */
 
 static int *slot_entry(mg_pipeline *p, const mg_schedule_op *op) {
@@ -134,7 +129,7 @@ static mg_status run_op(mg_pipeline *p, const mg_pipeline_stage *st, const mg_sc
     double t0 = 0;
     if (timing) {
         if (p->be->stream_handle) MG_CHECK(p->be->synchronize(p->be));
-        t0 = now_s();
+        t0 = mg_clock_seconds();
     }
     if (op->forward) {
         MG_CHECK(take_slot(p, op));
@@ -158,7 +153,7 @@ static mg_status run_op(mg_pipeline *p, const mg_pipeline_stage *st, const mg_sc
     }
     if (timing) {
         if (p->be->stream_handle) MG_CHECK(p->be->synchronize(p->be));
-        p->busy_s += now_s() - t0;
+        p->busy_s += mg_clock_seconds() - t0;
     }
     return MG_OK;
 }
@@ -337,13 +332,13 @@ mg_status mg_pipeline_run(mg_pipeline *p, const mg_pipeline_stage *st, bool forw
     double t0 = 0;
     if (timing) {
         if (p->be->stream_handle) MG_CHECK(p->be->synchronize(p->be));
-        t0 = now_s();
+        t0 = mg_clock_seconds();
     }
     MG_CHECK(p->overlap ? run_overlapped(p, st, plan, forward_only)
                         : run_in_order(p, st, plan, forward_only));
     if (timing) {
         if (p->be->stream_handle) MG_CHECK(p->be->synchronize(p->be));
-        p->total_s += now_s() - t0;
+        p->total_s += mg_clock_seconds() - t0;
         p->runs++;
     }
     return MG_OK;

@@ -1,4 +1,4 @@
-/* A subcommand's flags through the same parser as `megatron train`'s (core/flags.c): the
+/* A subcommand's flags through the same parser as `megatron train`'s (config/flags.c): the
  * subcommand declares a small table of mg_flag_spec rows whose offsets point into its own
  * argument struct, and gets --help/-h (its usage, then its flags grouped with metavariables,
  * defaults and help), `--flag value` and `--flag=value`, typed values (int, int64, double, bool,
@@ -17,11 +17,11 @@
  * Required flags and domain ranges stay the subcommand's checks after the parse.
  *
  * Exports: mg_flag_command, MG_FLAG_FIELD, MG_FLAG_GROUP, MG_FLAG_COMMAND, mg_flags_parse_command,
- * mg_flags_command_seen, mg_flags_command_print_help. Needs: core/flags_table.h. */
+ * mg_flags_command_seen, mg_flags_command_print_help. Needs: config/flags_table.h. */
 #ifndef MG_FLAGS_COMMAND_H
 #define MG_FLAGS_COMMAND_H
 
-#include "core/flags_table.h"
+#include "config/flags_table.h"
 #include "core/status.h"
 
 #include <stdbool.h>

@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
-"""Writes tests/golden/schedule/megatron_sched.json: Megatron's per-iteration learning rates, weight
+"""Writes tests/golden/lr_schedule/megatron_lr_scheduler.json: Megatron's per-iteration learning rates, weight
 decay, global batch sizes and microbatch counts for a set of schedule configurations, from
 Megatron-LM's own scheduler and microbatch-calculator source.
 
 Run from the repository root (torch must be importable: the scheduler module imports it):
 
-    python3 tools/reference/megatron_sched.py [--megatron-git DIR]
+    python3 tools/reference/megatron_lr_scheduler.py [--megatron-git DIR]
 
 DIR is a Megatron-LM git repository (bare is fine; default /work/.mirror/NVIDIA+Megatron-LM/repo).
 It takes about two seconds and writes identical bytes on every run. CI never runs it.
@@ -53,7 +53,7 @@ import types
 
 MEGATRON_COMMIT = "d98e8a64ddf34856e74b24714e3bedb2f5a39553"
 RAMPUP_COMMIT = "532ad926b4f2e50770841c120efcf70f686f74d9^"
-OUT = os.path.join("tests", "golden", "schedule", "megatron_sched.json")
+OUT = os.path.join("tests", "golden", "lr_schedule", "megatron_lr_scheduler.json")
 
 
 def git_show(repo, rev, path):

@@ -1,7 +1,7 @@
 /* mg_config_validate: Megatron's derived defaults (arguments.py validate_args and
  * core_transformer_config_from_args) and the checks that turn a bad combination into one line
  * that names the flags and the fix. Works on a copy: on error the caller's config is untouched. */
-#include "core/flags.h"
+#include "config/flags.h"
 #include "core/log.h"
 
 #include <inttypes.h>
@@ -257,7 +257,7 @@ static mg_status check_lr(mg_config *c) {
         return USAGE("--min-lr %g is larger than --lr %g; lower --min-lr", c->min_lr, c->lr);
     if (c->lr_warmup_init < 0 || c->lr_warmup_init > c->lr)
         return USAGE("--lr-warmup-init %g must be in [0, --lr %g]", c->lr_warmup_init, c->lr);
-    if (c->train_iters == -1) return MG_OK; /* sample-based: core/config_sched.c */
+    if (c->train_iters == -1) return MG_OK; /* sample-based: config/config_lr.c */
     if (c->lr_decay_iters == -1) c->lr_decay_iters = c->train_iters;
     MG_CHECK(positive("--lr-decay-iters", c->lr_decay_iters));
     if (c->lr_warmup_iters < 0)

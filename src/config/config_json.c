@@ -1,8 +1,8 @@
 /* mg_config <-> JSON, keyed by field name (the flag table's `key`). Written by hand so doubles get
  * %.17g and integers their exact decimal text; read with cJSON. Integers are limited to ±2^53
  * (the parser enforces it for int64 flags), so cJSON's double holds every value exactly. */
-#include "core/flags.h"
-#include "core/flags_table.h"
+#include "config/flags.h"
+#include "config/flags_table.h"
 
 #include <cjson/cJSON.h>
 #include <inttypes.h>

@@ -1,6 +1,6 @@
 /* config.json for Hugging Face transformers, both ways (hf_config.h has the families and their
  * conditions). */
-#include "model/hf_config.h"
+#include "convert/hf_config.h"
 
 #include <cjson/cJSON.h>
 #include <limits.h>

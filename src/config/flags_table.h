@@ -1,7 +1,7 @@
-/* Internal to core/flags*.c and core/config_*.c: the flag table's types. One row per flag:
+/* Internal to config/flags*.c and core/config_*.c: the flag table's types. One row per flag:
  * what it is called, where its value goes in mg_config (key == NULL: nowhere) and whether this
  * build implements it. Subcommands declare rows of the same type pointing into their own
- * argument structs (core/flags_command.h). Exports: mg_flag_spec, mg_flag_table, mg_flag_count,
+ * argument structs (config/flags_command.h). Exports: mg_flag_spec, mg_flag_table, mg_flag_count,
  * mg_flag_find, mg_flag_field. Needs: megatron.h. */
 #ifndef MG_FLAGS_TABLE_H
 #define MG_FLAGS_TABLE_H
@@ -36,7 +36,7 @@ typedef enum {
                           * stored joined by single spaces (a value may not contain whitespace) */
     MG_FLAG_STRING_REF,  /* const char *: the argument itself (argv outlives the parse), NULL when
                           * absent; `choices` restricts it. Subcommand tables only, never in
-                          * mg_config (core/flags_command.h) */
+                          * mg_config (config/flags_command.h) */
 } mg_flag_kind;
 
 typedef enum {

@@ -1,6 +1,6 @@
 /* The Mixture-of-Experts flags: Megatron's defaults and checks (transformer_config.py,
  * arguments.py) and --moe-layer-freq's pattern language (arguments.py: moe_freq_type). */
-#include "core/flags.h"
+#include "config/flags.h"
 #include "core/log.h"
 
 #include <ctype.h>

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Megatron's schedules end to end (the real binary, mock data, a tiny model): sample-based training
-# logs Megatron's lr and consumed samples at every iteration (tests/golden/schedule/
-# megatron_sched.json, from Megatron's own scheduler); a batch-size rampup logs the growing global
+# logs Megatron's lr and consumed samples at every iteration (tests/golden/lr_schedule/
+# megatron_lr_scheduler.json, from Megatron's own scheduler); a batch-size rampup logs the growing global
 # batch, trains, saves when the microbatch count changes, and resumes bitwise; the GPT-3 175B
 # script's --rampup-batch-size with --train-iters is refused in Megatron's words; SIGTERM with
 # --exit-signal-handler saves, exits 0 and the checkpoint resumes bitwise; --exit-duration-in-mins
 # saves and exits.
 source "$(dirname "$0")/lib.sh"
 
-GOLDEN=tests/golden/schedule/megatron_sched.json
+GOLDEN=tests/golden/lr_schedule/megatron_lr_scheduler.json
 MODEL=(--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16
        --max-position-embeddings 16 --vocab-size 128 --make-vocab-size-divisible-by 64
        --mock-data --seed 5 --log-interval 1 --eval-iters 0 --num-threads 1

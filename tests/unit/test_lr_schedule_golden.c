@@ -1,5 +1,5 @@
-/* Megatron's schedules against its own code: tests/golden/schedule/megatron_sched.json, written by
- * tools/reference/megatron_sched.py from Megatron-LM's OptimizerParamScheduler (get_lr, get_wd,
+/* Megatron's schedules against its own code: tests/golden/lr_schedule/megatron_lr_scheduler.json, written by
+ * tools/reference/megatron_lr_scheduler.py from Megatron-LM's OptimizerParamScheduler (get_lr, get_wd,
  * step) and RampupBatchsizeNumMicroBatchesCalculator, imported unchanged. Each case's flags go
  * through the real parser and mg_config_validate; then train/lr_schedule and
  * train/batch_schedule walk the run as the trainer does (the update uses the rates before the
@@ -11,7 +11,7 @@
 #include "golden_io.h"
 
 #include "core/file.h"
-#include "core/flags.h"
+#include "config/flags.h"
 #include "core/status.h"
 #include "train/batch_schedule.h"
 #include "train/lr_schedule.h"
@@ -109,7 +109,7 @@ static int check_case(mg_test_ctx *t, const cJSON *o, case_stats *st) {
 }
 
 MG_TEST(sched_golden_megatron_lr_wd_and_batch) {
-    const char *path = "tests/golden/schedule/megatron_sched.json";
+    const char *path = "tests/golden/lr_schedule/megatron_lr_scheduler.json";
     cJSON *root = mg_golden_json(t, path);
     if (!root) return;
     const cJSON *cases = cJSON_GetObjectItemCaseSensitive(root, "cases"), *o;
@@ -128,7 +128,7 @@ MG_TEST(sched_golden_megatron_lr_wd_and_batch) {
 /* The comparison can fail: the classic slip of updating with the lr after the scheduler's step
  * (one iteration late) is caught in every case whose lr moves. */
 MG_TEST(sched_golden_detects_an_off_by_one_step) {
-    const char *path = "tests/golden/schedule/megatron_sched.json";
+    const char *path = "tests/golden/lr_schedule/megatron_lr_scheduler.json";
     cJSON *root = mg_golden_json(t, path);
     if (!root) return;
     int caught = 0, moving = 0;

@@ -1,4 +1,4 @@
-#include "model/hf_names.h"
+#include "convert/hf_names.h"
 
 #include "core/tensor.h"
 

@@ -1,11 +1,11 @@
 /* Command-line parsing against the flag table, the "did you mean" suggestion, the seen-flags
  * record and --help. Semantics follow argparse as Megatron configures it (allow_abbrev=False):
  * no abbreviations, a repeated flag keeps its last value, store_true flags take no value.
- * Subcommands parse their own tables (core/flags_command.h) through the same loop: each table is
+ * Subcommands parse their own tables (config/flags_command.h) through the same loop: each table is
  * a scope (rows, the struct they point into, what was seen), looked up in order. */
-#include "core/flags.h"
-#include "core/flags_command.h"
-#include "core/flags_table.h"
+#include "config/flags.h"
+#include "config/flags_command.h"
+#include "config/flags_table.h"
 
 #include <ctype.h>
 #include <errno.h>

@@ -6,7 +6,7 @@
  * Megatron's words where it has any, then the fix. Runs after check_training (the global batch
  * is resolved) and check_lr (iteration-based decay resolved). Idempotent: only
  * --lr-decay-samples is resolved in place. */
-#include "core/flags.h"
+#include "config/flags.h"
 
 #include <inttypes.h>
 #include <stdlib.h>

@@ -8,7 +8,7 @@
 
 #include "config_test_util.h"
 
-#include "core/flags.h"
+#include "config/flags.h"
 #include "core/status.h"
 #include "train/trainer.h"
 

@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
-"""Regenerates tests/golden/schedule/ by calling megatron-core's own pipeline-schedule and
+"""Regenerates tests/golden/pp_schedule/ by calling megatron-core's own pipeline-schedule and
 layer-placement functions.
 
 Run from the repository root with megatron-core 0.16.1 importable (torch is needed by it):
 
     python3 -m venv /tmp/mcore-sched-venv --system-site-packages
     /tmp/mcore-sched-venv/bin/pip install megatron-core==0.16.1
-    /tmp/mcore-sched-venv/bin/python tools/reference/megatron_schedule.py
+    /tmp/mcore-sched-venv/bin/python tools/reference/megatron_pp_schedule.py
 
 It takes a few seconds and writes identical bytes on every run. CI never runs it.
 
@@ -52,7 +52,7 @@ from megatron.core.transformer.transformer_block import get_num_layers_to_build 
 from megatron.core.transformer.transformer_config import TransformerConfig  # noqa: E402
 from megatron.core.transformer.transformer_layer import get_transformer_layer_offset  # noqa: E402
 
-OUT = os.path.join("tests", "golden", "schedule")
+OUT = os.path.join("tests", "golden", "pp_schedule")
 
 # ---------------------------------------------------------------------------------------------
 # Encoding of an order: one character per op. Forward of chunk c is "1234"[c] (Megatron's c + 1),

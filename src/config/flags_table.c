@@ -1,7 +1,7 @@
 /* The flag table and Megatron's defaults. A flag that a later feature implements flips its row
  * from MG_FLAG_NOT_YET to MG_FLAG_IMPLEMENTED and gains a field; the parser needs no change. */
-#include "core/flags.h"
-#include "core/flags_table.h"
+#include "config/flags.h"
+#include "config/flags_table.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -1,6 +1,6 @@
 /* Pipeline schedules (src/parallel/pipeline/schedule.c) against Megatron-LM: the worked examples of
  * seed 003/000 and of Megatron's own docstrings spelled out, megatron-core 0.16.1's functions'
- * outputs (tests/golden/schedule/schedule.json, tools/reference/megatron_schedule.py), invariants
+ * outputs (tests/golden/pp_schedule/schedule.json, tools/reference/megatron_pp_schedule.py), invariants
  * over every valid configuration up to P 8, V 4, M 32, and every rejection. */
 #include "test.h"
 
@@ -150,7 +150,7 @@ static const char *find_order(const cJSON *orders, int m, int v, int g, int w) {
 }
 
 MG_TEST(schedule_golden_megatron_core) {
-    cJSON *root = mg_golden_json(t, "tests/golden/schedule/schedule.json");
+    cJSON *root = mg_golden_json(t, "tests/golden/pp_schedule/schedule.json");
     if (!root) return;
     const cJSON *tables = cJSON_GetObjectItemCaseSensitive(root, "tables");
     const cJSON *cases = cJSON_GetObjectItemCaseSensitive(root, "cases");

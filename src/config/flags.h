@@ -1,5 +1,5 @@
 /* Megatron-LM's command-line flags: defaults, parsing, help, validation and JSON round trip of
- * mg_config. The flags are described by one static table (core/flags_table.c): name, group, value
+ * mg_config. The flags are described by one static table (config/flags_table.c): name, group, value
  * kind, field, help text and a status (implemented, accepted and ignored, or recognised but not
  * supported yet), so a later feature flips one entry instead of adding parser code.
  *
@@ -97,7 +97,7 @@ int mg_config_padded_vocab(const mg_config *c);
  * --moe-ffn-hidden-size, a negative capacity factor). Dense models: only that the expert
  * flags need --num-experts. */
 mg_status mg_config_check_moe(mg_config *c);
-/* The training-length and schedule checks of mg_config_validate (core/config_sched.c):
+/* The training-length and schedule checks of mg_config_validate (config/config_lr.c):
  * iteration- or sample-based training (--train-samples resolves --lr-decay-samples), WSD, the
  * weight-decay schedule, --decoupled-lr and --rampup-batch-size, each in Megatron's words. */
 mg_status mg_config_check_schedule(mg_config *c);
