@@ -161,14 +161,14 @@ static mg_status resolve_microbatches(const mg_plan *p, int given, int *m) {
 static mg_status build_pipeline(mg_plan *p, int m) {
     const mg_config *c = &p->cfg;
     int pp = c->pipeline_model_parallel_size, v = p->vpp;
-    p->sched = (mg_schedule_params){.pp = pp,
-                                    .vpp = v,
-                                    .microbatches = m,
-                                    .group = c->microbatch_group_size_per_vp_stage > 0
-                                                 ? c->microbatch_group_size_per_vp_stage
-                                                 : 0,
-                                    .no_overlap_p2p = c->no_overlap_p2p_communication};
-    MG_CHECK(mg_schedule_check(&p->sched));
+    p->schedule = (mg_pp_schedule_params){.pp = pp,
+                                          .vpp = v,
+                                          .microbatches = m,
+                                          .group = c->microbatch_group_size_per_vp_stage > 0
+                                                       ? c->microbatch_group_size_per_vp_stage
+                                                       : 0,
+                                          .no_overlap_p2p = c->no_overlap_p2p_communication};
+    MG_CHECK(mg_pp_schedule_check(&p->schedule));
     size_t len = 2 * (size_t)m * (size_t)v;
     p->orders = malloc((size_t)pp * len * sizeof *p->orders);
     p->warmup = malloc((size_t)pp * sizeof *p->warmup);
@@ -177,20 +177,20 @@ static mg_status build_pipeline(mg_plan *p, int m) {
     if (!p->orders || !p->warmup || !p->slots || !p->table)
         return MG_FAIL(MG_ERR_NOMEM, "out of memory for the schedule of %d microbatches", m);
     p->has_pipeline = true;
-    MG_CHECK(mg_schedule_table(&p->sched, p->table));
+    MG_CHECK(mg_pp_schedule_table(&p->schedule, p->table));
     /* Megatron's usual cost model: a backward costs twice a forward. */
-    MG_CHECK(mg_schedule_timeline_build(&p->sched, 1.0, 2.0, &p->timeline));
+    MG_CHECK(mg_pp_schedule_timeline_build(&p->schedule, 1.0, 2.0, &p->timeline));
     /* Each rank's order and slot count come from the ops the timeline already built. */
-    mg_schedule_op *ops = malloc(len * sizeof *ops); /* (2*M*V) one rank's ops */
+    mg_pp_schedule_op *ops = malloc(len * sizeof *ops); /* (2*M*V) one rank's ops */
     if (!ops) return MG_FAIL(MG_ERR_NOMEM, "out of memory for the schedule of %d microbatches", m);
     mg_status st = MG_OK;
     for (int r = 0; r < pp; r++) {
-        mg_schedule_counts counts;
-        MG_CHECK_GOTO(mg_schedule_rank_counts(&p->sched, r, &counts), st, done);
+        mg_pp_schedule_counts counts;
+        MG_CHECK_GOTO(mg_pp_schedule_rank_counts(&p->schedule, r, &counts), st, done);
         p->warmup[r] = counts.warmup;
         for (size_t i = 0; i < len; i++) ops[i] = p->timeline.ops[(size_t)r * len + i].op;
-        mg_schedule_ops_encode(ops, (int)len, p->orders + (size_t)r * len);
-        p->slots[r] = mg_schedule_ops_slots(ops, (int)len);
+        mg_pp_schedule_ops_encode(ops, (int)len, p->orders + (size_t)r * len);
+        p->slots[r] = mg_pp_schedule_ops_slots(ops, (int)len);
     }
 done:
     free(ops);
@@ -199,7 +199,7 @@ done:
 
 static void plan_free(mg_plan *p) {
     mg_parallel_layout_free(&p->layout);
-    if (p->has_pipeline) mg_schedule_timeline_free(&p->timeline);
+    if (p->has_pipeline) mg_pp_schedule_timeline_free(&p->timeline);
     free(p->orders);
     free(p->warmup);
     free(p->slots);

@@ -45,12 +45,12 @@ typedef struct {
     int vpp; /* model chunks per pipeline rank (1: no virtual stages) */
 
     bool has_pipeline; /* --num-microbatches (or a global batch) given */
-    mg_schedule_params sched;
-    int *orders;              /* (P, 2*M*V) each rank's order in Megatron's encoding */
-    int *warmup;              /* (P) */
-    int *slots;               /* (P) activation slots */
-    mg_schedule_entry *table; /* (M*V) */
-    mg_schedule_timeline timeline;
+    mg_pp_schedule_params schedule;
+    int *orders;                 /* (P, 2*M*V) each rank's order in Megatron's encoding */
+    int *warmup;                 /* (P) */
+    int *slots;                  /* (P) activation slots */
+    mg_pp_schedule_entry *table; /* (M*V) */
+    mg_pp_schedule_timeline timeline;
 
     bool has_layers;         /* --num-layers given */
     mg_layers_chunk *chunks; /* (P, V) rank-major */

@@ -60,12 +60,12 @@ static cJSON *ranks_json(const mg_parallel_layout *l, int world) {
 }
 
 static cJSON *pipeline_json(const mg_plan *p) {
-    const mg_schedule_params *s = &p->sched;
+    const mg_pp_schedule_params *s = &p->schedule;
     int mv = s->microbatches * s->vpp;
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "num_microbatches", s->microbatches);
     cJSON_AddNumberToObject(o, "num_model_chunks", s->vpp);
-    cJSON_AddNumberToObject(o, "microbatch_group_size", mg_schedule_group(s));
+    cJSON_AddNumberToObject(o, "microbatch_group_size", mg_pp_schedule_group(s));
     cJSON *table = cJSON_AddArrayToObject(o, "schedule_table");
     for (int k = 0; table && k < mv; k++) {
         int e[2] = {p->table[k].microbatch, p->table[k].chunk};

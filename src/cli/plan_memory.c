@@ -16,7 +16,7 @@ mg_status mg_plan_build_memory(mg_plan *p) {
     m.tensor_model_parallel_size = l->sizes.tp;
     if (m.micro_batch_size < 1) m.micro_batch_size = 1;
     /* the batch of the schedule: M microbatches per data-parallel rank */
-    m.global_batch_size = p->sched.microbatches * m.micro_batch_size * l->dp;
+    m.global_batch_size = p->schedule.microbatches * m.micro_batch_size * l->dp;
     p->memory_dtype = strcmp(m.device, "cpu") ? MG_BF16 : MG_F32;
     int pp = l->sizes.pp;
     p->memory = calloc((size_t)pp, sizeof *p->memory);

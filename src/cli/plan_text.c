@@ -58,7 +58,7 @@ static void print_layers(const mg_plan *p, FILE *f) {
 }
 
 /* "F12b": direction, microbatch, chunk letter when there are several chunks. */
-static int op_label(const mg_schedule_op *op, int vpp, char *buf, size_t cap) {
+static int op_label(const mg_pp_schedule_op *op, int vpp, char *buf, size_t cap) {
     if (vpp > 1 && vpp <= 26)
         return snprintf(buf, cap, "%c%d%c", op->forward ? 'F' : 'B', op->microbatch,
                         'a' + op->chunk);
@@ -68,8 +68,8 @@ static int op_label(const mg_schedule_op *op, int vpp, char *buf, size_t cap) {
 }
 
 static void print_timeline(const mg_plan *p, FILE *f) {
-    const mg_schedule_timeline *t = &p->timeline;
-    const mg_schedule_params *s = &p->sched;
+    const mg_pp_schedule_timeline *t = &p->timeline;
+    const mg_pp_schedule_params *s = &p->schedule;
     char label[32];
     int w = 1;
     for (int i = 0; i < t->pp * t->ops_per_rank; i++) {
@@ -89,7 +89,7 @@ static void print_timeline(const mg_plan *p, FILE *f) {
         memset(line, '.', (size_t)(units * w));
         line[units * w] = '\0';
         for (int i = 0; i < t->ops_per_rank; i++) {
-            const mg_schedule_timed_op *o = &t->ops[(size_t)r * t->ops_per_rank + i];
+            const mg_pp_schedule_timed_op *o = &t->ops[(size_t)r * t->ops_per_rank + i];
             long a = lround(o->start) * w, b = lround(o->end) * w;
             int n = op_label(&o->op, s->vpp, label, sizeof label);
             for (long x = a; x < b; x++)
@@ -102,14 +102,14 @@ static void print_timeline(const mg_plan *p, FILE *f) {
 }
 
 static void print_pipeline(const mg_plan *p, FILE *f) {
-    const mg_schedule_params *s = &p->sched;
+    const mg_pp_schedule_params *s = &p->schedule;
     int mv = s->microbatches * s->vpp;
     fprintf(f, "\npipeline: %s, %d microbatches, %d model chunk%s per rank",
             s->pp == 1   ? "no pipelining"
             : s->vpp > 1 ? "interleaved 1F1B"
                          : "1F1B",
             s->microbatches, s->vpp, s->vpp == 1 ? "" : "s");
-    if (s->vpp > 1) fprintf(f, ", microbatch group %d", mg_schedule_group(s));
+    if (s->vpp > 1) fprintf(f, ", microbatch group %d", mg_pp_schedule_group(s));
     fprintf(f, "\n  schedule table (microbatch, chunk):");
     for (int k = 0; k < mv && k < 64; k++)
         fprintf(f, " (%d,%d)", p->table[k].microbatch, p->table[k].chunk);
@@ -231,11 +231,12 @@ static void print_weights(const mg_plan *p, FILE *f) {
             tp, p->cfg.sequence_parallel && tp > 1 ? " with sequence parallelism" : "",
             (long long)p->params_total, (long long)p->params_tp);
     if (p->params_expert > 0) {
-        fprintf(f,
-                "  mixture of experts: %lld expert parameters on each expert-parallel rank (of %d), "
-                "%lld dense\n",
-                (long long)p->params_expert, p->layout.sizes.ep,
-                (long long)(p->params_tp - p->params_expert));
+        fprintf(
+            f,
+            "  mixture of experts: %lld expert parameters on each expert-parallel rank (of %d), "
+            "%lld dense\n",
+            (long long)p->params_expert, p->layout.sizes.ep,
+            (long long)(p->params_tp - p->params_expert));
         if (p->moe_rows_sent > 0)
             fprintf(f,
                     "  token dispatch buffers per microbatch and MoE layer: %d rows of permuted "

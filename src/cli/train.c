@@ -60,7 +60,7 @@ static mg_status check_pipeline(const mg_config *c) {
     int vpp;
     MG_CHECK(mg_layers_check(&lp, &vpp));
     int dp = mg_config_data_parallel_size(c);
-    mg_schedule_params s = {
+    mg_pp_schedule_params s = {
         .pp = lp.pp,
         .vpp = vpp,
         .microbatches = c->global_batch_size / (c->micro_batch_size * dp),
@@ -68,7 +68,7 @@ static mg_status check_pipeline(const mg_config *c) {
             c->microbatch_group_size_per_vp_stage > 0 ? c->microbatch_group_size_per_vp_stage : 0,
         .no_overlap_p2p = c->no_overlap_p2p_communication,
     };
-    return mg_schedule_check(&s);
+    return mg_pp_schedule_check(&s);
 }
 
 /* The groups a training rank uses, among Megatron's groups of the layout (the last two, the

@@ -52,16 +52,16 @@ static mg_status write_state(const char *path, const mg_train_state *s, const mg
     char *config_json = NULL;
     MG_CHECK(mg_config_to_json(cfg, &config_json));
     /* the lr schedule's values (train/lr_schedule.h), when the saver has a schedule */
-    char sched[768] = "", obj[700];
-    if (s->sched.present) {
-        mg_status st = mg_lr_saved_to_json(&s->sched, obj, sizeof obj);
+    char scheduler_json[768] = "", obj[700];
+    if (s->lr_scheduler.present) {
+        mg_status st = mg_lr_saved_to_json(&s->lr_scheduler, obj, sizeof obj);
         if (st != MG_OK) {
             free(config_json);
             return st;
         }
-        snprintf(sched, sizeof sched, "  \"opt_param_scheduler\": %s,\n", obj);
+        snprintf(scheduler_json, sizeof scheduler_json, "  \"opt_param_scheduler\": %s,\n", obj);
     }
-    size_t cap = strlen(config_json) + strlen(sched) + 1024;
+    size_t cap = strlen(config_json) + strlen(scheduler_json) + 1024;
     char *text = malloc(cap);
     if (!text) {
         free(config_json);
@@ -80,7 +80,7 @@ static mg_status write_state(const char *path, const mg_train_state *s, const mg
              "  \"config\": %s\n}\n",
              s->iteration, s->consumed_train_samples, s->consumed_valid_samples, s->lr_num_steps,
              s->optimizer_step, t->optimizer ? "true" : "false", s->loss_scale, s->growth_tracker,
-             s->hysteresis_tracker, sched, t->tp_size, t->n_stages, t->dp_size, cfg->seed,
+             s->hysteresis_tracker, scheduler_json, t->tp_size, t->n_stages, t->dp_size, cfg->seed,
              config_json);
     free(config_json);
     mg_status st = write_text_atomic(path, text);
@@ -524,7 +524,7 @@ static mg_status load_state(const char *path, mg_train_state *s, const mg_config
     /* the lr schedule's values: absent before they were saved (then not checked) */
     if (st == MG_OK)
         st = mg_lr_saved_from_json(cJSON_GetObjectItemCaseSensitive(root, "opt_param_scheduler"),
-                                   path, &s->sched);
+                                   path, &s->lr_scheduler);
     f->version = (int)version;
     f->optimizer =
         version == 1 || cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(root, "optimizer"));

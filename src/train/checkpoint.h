@@ -47,7 +47,7 @@ typedef struct {
     /* the lr schedule's values (Megatron's opt_param_scheduler state; train/lr_schedule.h),
      * checked against the command line's on resume; present: false for older checkpoints and
      * saves without a schedule */
-    mg_lr_saved sched;
+    mg_lr_saved lr_scheduler;
 } mg_train_state;
 
 /* Host fp32 copies: the weights (g->params.numel, the parameter buffer's layout) and the Adam

@@ -44,7 +44,7 @@ mg_status mg_memory_stage_estimate(const mg_config *c, int pp_rank, int dp_size,
                                     pp_rank, &l);
     if (st == MG_OK) st = mg_optimizer_init(&o, c, &g.params, &l, &(mg_optim_groups){0});
     if (st == MG_OK) st = mg_optimizer_plan(&o, &optim);
-    mg_schedule_params s = {
+    mg_pp_schedule_params s = {
         .pp = g.pp,
         .vpp = g.n_chunks,
         .microbatches = c->global_batch_size / (c->micro_batch_size * dp_size),
@@ -52,7 +52,7 @@ mg_status mg_memory_stage_estimate(const mg_config *c, int pp_rank, int dp_size,
             c->microbatch_group_size_per_vp_stage > 0 ? c->microbatch_group_size_per_vp_stage : 0,
         .no_overlap_p2p = c->no_overlap_p2p_communication,
     };
-    if (st == MG_OK) st = mg_schedule_activation_slots(&s, pp_rank, &out->slots);
+    if (st == MG_OK) st = mg_pp_schedule_activation_slots(&s, pp_rank, &out->slots);
     /* the model reads only the compute dtype and the attention's saved bytes of its backend
      * while planning: fp32 is the cpu backend's, bf16 the cuda backend's */
     mg_backend stub;

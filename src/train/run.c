@@ -177,13 +177,14 @@ static void print_bubble(const mg_trainer *t) {
     const mg_pipeline *p = &t->pipe;
     if (!p->timed || p->runs == 0 || p->busy_s <= 0) return;
     double wait = p->total_s > p->busy_s ? p->total_s - p->busy_s : 0;
-    double theory = (double)(p->sched.pp - 1) / ((double)p->sched.microbatches * p->sched.vpp);
+    double theory =
+        (double)(p->schedule.pp - 1) / ((double)p->schedule.microbatches * p->schedule.vpp);
     mg_log_self(t->tp_rank == 0 && t->dp_rank == 0,
                 "> pipeline rank %d of %d: %" PRId64 " steps after the first, busy %.3f s, "
                 "waiting %.3f s per step: bubble (waiting / busy) %.2f%%, the schedule's "
                 "(P-1)/(m V) %.2f%%",
-                p->rank, p->sched.pp, p->runs, p->busy_s / (double)p->runs, wait / (double)p->runs,
-                100.0 * wait / p->busy_s, 100.0 * theory);
+                p->rank, p->schedule.pp, p->runs, p->busy_s / (double)p->runs,
+                wait / (double)p->runs, 100.0 * wait / p->busy_s, 100.0 * theory);
 }
 
 /* --log-num-zeros-in-grad and --log-params-norm: the step's values, as Megatron computes them

@@ -410,7 +410,7 @@ static mg_status check_group_size(const char *flag, int want, int have, int mp) 
 static mg_status plan_schedule(mg_trainer *t) {
     const mg_config *c = &t->cfg;
     const mg_model_config *m = &t->model.cfg;
-    mg_schedule_params s = {
+    mg_pp_schedule_params s = {
         .pp = t->pp_size,
         .vpp = t->model.n_chunks,
         .microbatches = t->num_microbatches,

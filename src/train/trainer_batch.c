@@ -21,9 +21,9 @@ mg_status mg_trainer_upload_loss_weights(mg_trainer *t) {
 }
 
 /* The schedule of m microbatches on this rank's pipeline (the walker's parameters otherwise). */
-static mg_schedule_params schedule_of(const mg_trainer *t, int m) {
+static mg_pp_schedule_params schedule_of(const mg_trainer *t, int m) {
     const mg_config *c = &t->cfg;
-    return (mg_schedule_params){
+    return (mg_pp_schedule_params){
         .pp = t->pp_size,
         .vpp = t->model.n_chunks,
         .microbatches = m,
@@ -39,8 +39,8 @@ static mg_status check_reached(void *ctx, int64_t global_batch) {
     const mg_trainer *t = ctx;
     if (!t->batch.rampup || t->pp_size == 1) return MG_OK;
     int m = (int)(global_batch / (t->cfg.micro_batch_size * (int64_t)t->dp_size));
-    const mg_schedule_params s = schedule_of(t, m);
-    mg_status st = mg_schedule_check(&s);
+    const mg_pp_schedule_params s = schedule_of(t, m);
+    mg_status st = mg_pp_schedule_check(&s);
     if (st == MG_OK) return MG_OK;
     char why[400];
     snprintf(why, sizeof why, "%s", mg_error_message());
@@ -74,7 +74,7 @@ mg_status mg_trainer_batch_init(mg_trainer *t) {
 /* The walker for m microbatches, on the buffers planned for the largest count. */
 static mg_status rebuild_pipeline(mg_trainer *t, int m) {
     mg_pipeline *p = &t->pipe, np;
-    const mg_schedule_params s = schedule_of(t, m);
+    const mg_pp_schedule_params s = schedule_of(t, m);
     MG_CHECK(mg_pipeline_init(&np, &s, p->rank, t->pp, t->be, p->numel, p->dt,
                               !t->cfg.no_overlap_p2p_communication));
     if (np.n_slots > t->model.n_slots || mg_pipeline_buffer_bytes(&np) > t->pipe_bytes) {
@@ -83,7 +83,7 @@ static mg_status rebuild_pipeline(mg_trainer *t, int m) {
         return MG_FAIL(MG_ERR_INTERNAL,
                        "pipeline of %d microbatches needs %d activation slots or more buffers than "
                        "the %d planned for %d",
-                       m, slots, t->model.n_slots, p->sched.microbatches);
+                       m, slots, t->model.n_slots, p->schedule.microbatches);
     }
     np.timed = p->timed;
     np.busy_s = p->busy_s;

@@ -160,9 +160,9 @@ mg_status mg_trainer_load_or_init(mg_trainer *t) {
     /* Megatron loads the schedule with the optimizer state: its values against the command
      * line's (--override-opt-param-scheduler, --use-checkpoint-opt_param-scheduler) */
     if (st == MG_OK && it >= 0 && h.optimizer)
-        st = mg_lr_schedule_restore(&t->lr, &t->state.sched, c->override_opt_param_scheduler,
+        st = mg_lr_schedule_restore(&t->lr, &t->state.lr_scheduler, c->override_opt_param_scheduler,
                                     c->use_checkpoint_opt_param_scheduler);
-    if (st == MG_OK) t->state.sched = mg_lr_schedule_saved(&t->lr); /* what saves record */
+    if (st == MG_OK) t->state.lr_scheduler = mg_lr_schedule_saved(&t->lr); /* what saves record */
     /* the checkpoint's weights are the fp32 masters: resume continues exactly */
     if (st == MG_OK) st = mg_trainer_set_weights(t, h.params);
     free_host_state(t, &h);

@@ -126,7 +126,7 @@ static void check_variant(dist_ctx *t, const variant *v) {
             v->label, got.tr->pp_rank, STEPS, e, which);
     /* activation memory: the schedule's slots, each one chunk's saved activations */
     int want;
-    DOK(mg_schedule_activation_slots(&got.tr->pipe.sched, got.tr->pp_rank, &want));
+    DOK(mg_pp_schedule_activation_slots(&got.tr->pipe.schedule, got.tr->pp_rank, &want));
     DEXPECT(got.tr->model.n_slots == want &&
                 got.tr->a_acts.size >= (size_t)want * got.tr->model.slot_bytes,
             "%s: %d slots of %zu B in %zu B, the schedule's %d", v->label, got.tr->model.n_slots,

@@ -1,7 +1,7 @@
 /* Pipeline schedules (src/parallel/pipeline/schedule.c) against Megatron-LM: the worked examples of
  * seed 003/000 and of Megatron's own docstrings spelled out, megatron-core 0.16.1's functions'
- * outputs (tests/golden/pp_schedule/schedule.json, tools/reference/megatron_pp_schedule.py), invariants
- * over every valid configuration up to P 8, V 4, M 32, and every rejection. */
+ * outputs (tests/golden/pp_schedule/schedule.json, tools/reference/megatron_pp_schedule.py),
+ * invariants over every valid configuration up to P 8, V 4, M 32, and every rejection. */
 #include "test.h"
 
 #include "golden_io.h"
@@ -15,16 +15,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-static mg_schedule_params params(int p, int v, int m, int g) {
-    mg_schedule_params s = {p, v, m, g, false};
+static mg_pp_schedule_params params(int p, int v, int m, int g) {
+    mg_pp_schedule_params s = {p, v, m, g, false};
     return s;
 }
 
 /* Expects rank r's order to equal want (n entries). */
-static void expect_order(mg_test_ctx *t, mg_schedule_params s, int rank, const int *want, int n) {
+static void expect_order(mg_test_ctx *t, mg_pp_schedule_params s, int rank, const int *want,
+                         int n) {
     int got[256];
     MG_EXPECT(n == 2 * s.microbatches * s.vpp, "test bug: %d entries for rank %d", n, rank);
-    MG_EXPECT_OK(mg_schedule_order(&s, rank, got));
+    MG_EXPECT_OK(mg_pp_schedule_order(&s, rank, got));
     for (int i = 0; i < n; i++)
         if (got[i] != want[i]) {
             MG_EXPECT(0, "P %d V %d M %d rank %d: order[%d] = %d, want %d", s.pp, s.vpp,
@@ -36,19 +37,19 @@ static void expect_order(mg_test_ctx *t, mg_schedule_params s, int rank, const i
 /* Seed 003 / 000: PP 4, VPP 2, 8 microbatches (G defaults to P = 4). Warm-up (P-r-1)*2 + (V-1)*G:
  * 10, 8, 6, 4. Rank 0's order is the one seed 000 derives step by step. */
 MG_TEST(schedule_seed_interleaved_example) {
-    mg_schedule_params s = params(4, 2, 8, 0);
-    MG_EXPECT_OK(mg_schedule_check(&s));
+    mg_pp_schedule_params s = params(4, 2, 8, 0);
+    MG_EXPECT_OK(mg_pp_schedule_check(&s));
     static const int want_warmup[4] = {10, 8, 6, 4};
     for (int r = 0; r < 4; r++) {
-        mg_schedule_counts c;
-        MG_EXPECT_OK(mg_schedule_rank_counts(&s, r, &c));
+        mg_pp_schedule_counts c;
+        MG_EXPECT_OK(mg_pp_schedule_rank_counts(&s, r, &c));
         MG_EXPECT(c.total == 16 && c.warmup == want_warmup[r] && c.remaining == 16 - c.warmup &&
                       !c.all_warmup,
                   "rank %d: total %d warmup %d remaining %d", r, c.total, c.warmup, c.remaining);
     }
     /* table: chunk 0 for microbatches 0-3, chunk 1 for 0-3, then the same for 4-7 */
-    mg_schedule_entry table[16];
-    MG_EXPECT_OK(mg_schedule_table(&s, table));
+    mg_pp_schedule_entry table[16];
+    MG_EXPECT_OK(mg_pp_schedule_table(&s, table));
     static const int tmb[16] = {0, 1, 2, 3, 0, 1, 2, 3, 4, 5, 6, 7, 4, 5, 6, 7};
     static const int tch[16] = {0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1};
     for (int k = 0; k < 16; k++)
@@ -72,8 +73,8 @@ MG_TEST(schedule_seed_interleaved_example) {
 
     /* Rank 0 decoded (microbatch, chunk): steady state F(6,0) B(0,1) F(7,0) B(1,1) F(4,1) B(2,1)
      * F(5,1) B(3,1) F(6,1) B(0,0) F(7,1) B(1,0); cool-down B (2,0) (3,0) (4..7,1) (4..7,0). */
-    mg_schedule_op ops[32];
-    MG_EXPECT_OK(mg_schedule_ops(&s, 0, ops));
+    mg_pp_schedule_op ops[32];
+    MG_EXPECT_OK(mg_pp_schedule_ops(&s, 0, ops));
     static const int mb[32] = {0, 1, 2, 3, 0, 1, 2, 3, 4, 5, 6, 0, 7, 1, 4, 2,
                                5, 3, 6, 0, 7, 1, 2, 3, 4, 5, 6, 7, 4, 5, 6, 7};
     for (int i = 0; i < 32; i++) {
@@ -83,7 +84,7 @@ MG_TEST(schedule_seed_interleaved_example) {
                   ops[i].microbatch, ops[i].chunk, r0[i] > 0 ? 'F' : 'B', mb[i], ch);
     }
     int slots;
-    MG_EXPECT_OK(mg_schedule_activation_slots(&s, 0, &slots));
+    MG_EXPECT_OK(mg_pp_schedule_activation_slots(&s, 0, &slots));
     MG_EXPECT(slots == 11, "rank 0 holds %d activations at most, want warm-up 10 + 1", slots);
 }
 
@@ -92,20 +93,20 @@ MG_TEST(schedule_seed_interleaved_example) {
  * microbatch_group_size_per_vp_stage's (PP 2, VP 2, group 2, M 4: forwards run microbatches 0 1 0 1
  * 2 3 2 3). */
 MG_TEST(schedule_megatron_docstring_examples) {
-    mg_schedule_params s = params(2, 2, 5, 3);
-    MG_EXPECT_OK(mg_schedule_check(&s));
+    mg_pp_schedule_params s = params(2, 2, 5, 3);
+    MG_EXPECT_OK(mg_pp_schedule_check(&s));
     static const int want[20] = {1,  1, 1,  2, 2,  2,  -2, 1,  -2, 1,
                                  -2, 2, -1, 2, -1, -1, -2, -2, -1, -1};
     expect_order(t, s, 0, want, 20);
-    mg_schedule_entry table[10];
-    MG_EXPECT_OK(mg_schedule_table(&s, table));
+    mg_pp_schedule_entry table[10];
+    MG_EXPECT_OK(mg_pp_schedule_table(&s, table));
     static const int mb5[10] = {0, 1, 2, 0, 1, 2, 3, 4, 3, 4},
                      ch5[10] = {0, 0, 0, 1, 1, 1, 0, 0, 1, 1};
     for (int k = 0; k < 10; k++)
         MG_EXPECT(table[k].microbatch == mb5[k] && table[k].chunk == ch5[k], "N3M5 table[%d]", k);
 
     s = params(2, 2, 4, 2);
-    MG_EXPECT_OK(mg_schedule_table(&s, table));
+    MG_EXPECT_OK(mg_pp_schedule_table(&s, table));
     static const int mb4[8] = {0, 1, 0, 1, 2, 3, 2, 3};
     for (int k = 0; k < 8; k++)
         MG_EXPECT(table[k].microbatch == mb4[k], "N2M4 table[%d].microbatch %d, want %d", k,
@@ -162,14 +163,14 @@ MG_TEST(schedule_golden_megatron_core) {
               cJSON_GetArraySize(cases), cJSON_GetArraySize(orders), cJSON_GetArraySize(checks));
 
     static const char digits[] = "0123456789abcdefghijklmnopqrstuvwxyz";
-    static mg_schedule_entry table[128];
+    static mg_pp_schedule_entry table[128];
     const cJSON *o;
     int n_tables = 0, n_ranks = 0, n_checks = 0;
     cJSON_ArrayForEach(o, tables) {
         int m = json_int(o, "M"), v = json_int(o, "V"), g = json_int(o, "G");
-        mg_schedule_params s = params(1, v, m, g > 0 ? g : 1);
+        mg_pp_schedule_params s = params(1, v, m, g > 0 ? g : 1);
         const char *mb = json_str(o, "microbatch"), *ch = json_str(o, "chunk");
-        MG_EXPECT_OK(mg_schedule_table(&s, table));
+        MG_EXPECT_OK(mg_pp_schedule_table(&s, table));
         for (int k = 0; k < m * v; k++)
             if (table[k].microbatch >= 36 || mb[k] != digits[table[k].microbatch] ||
                 ch[k] != '0' + table[k].chunk) {
@@ -182,13 +183,13 @@ MG_TEST(schedule_golden_megatron_core) {
     static int order[256];
     cJSON_ArrayForEach(o, cases) {
         int p = json_int(o, "P"), v = json_int(o, "V"), m = json_int(o, "M"), g = json_int(o, "G");
-        mg_schedule_params s = params(p, v, m, g);
+        mg_pp_schedule_params s = params(p, v, m, g);
         const cJSON *warm = cJSON_GetObjectItemCaseSensitive(o, "warmup");
         const cJSON *rem = cJSON_GetObjectItemCaseSensitive(o, "remaining");
         const char *all = json_str(o, "all_warmup");
         for (int r = 0; r < p; r++) {
-            mg_schedule_counts c;
-            MG_EXPECT_OK(mg_schedule_rank_counts(&s, r, &c));
+            mg_pp_schedule_counts c;
+            MG_EXPECT_OK(mg_pp_schedule_rank_counts(&s, r, &c));
             int w = cJSON_GetArrayItem(warm, r)->valueint;
             MG_EXPECT(c.warmup == w && c.remaining == cJSON_GetArrayItem(rem, r)->valueint &&
                           c.all_warmup == (all[r] == '1') && c.total == m * v,
@@ -198,7 +199,7 @@ MG_TEST(schedule_golden_megatron_core) {
             MG_EXPECT(want && (int)strlen(want) == 2 * m * v, "no golden order for M %d V %d W %d",
                       m, v, w);
             if (!want) continue;
-            MG_EXPECT_OK(mg_schedule_order(&s, r, order));
+            MG_EXPECT_OK(mg_pp_schedule_order(&s, r, order));
             for (int i = 0; i < 2 * m * v; i++)
                 if (order[i] != decode_op(want[i])) {
                     MG_EXPECT(0, "P %d V %d M %d G %d rank %d: order[%d] = %d, megatron %d", p, v,
@@ -211,15 +212,15 @@ MG_TEST(schedule_golden_megatron_core) {
     /* forward_backward_pipelining_with_interleaving's checks, G = 1..25 per (P, M): '.' accepted,
      * 'R' G outside [P, M], 'B' a last group shorter than P. With P = 1 megatron-core's function
      * accepts, but Megatron-LM's arguments.py refuses a virtual pipeline without pipelining
-     * first, and so does mg_schedule_check. */
+     * first, and so does mg_pp_schedule_check. */
     cJSON_ArrayForEach(o, checks) {
         int p = json_int(o, "P"), m = json_int(o, "M");
         const char *res = json_str(o, "G");
         for (int g = 1; g <= 25 && res[g - 1]; g++) {
-            mg_schedule_params s = params(p, 2, m, g);
+            mg_pp_schedule_params s = params(p, 2, m, g);
             char want = res[g - 1];
             mg_error_clear();
-            mg_status st = mg_schedule_check(&s);
+            mg_status st = mg_pp_schedule_check(&s);
             const char *msg = mg_error_message();
             if (p == 1) {
                 MG_EXPECT(st == MG_ERR_USAGE && strstr(msg, "needs --pipeline-model-parallel-size"),
@@ -243,53 +244,53 @@ MG_TEST(schedule_golden_megatron_core) {
 
 /* ---- invariants over every valid configuration ---- */
 
-/* Calls fn for every (P, V, M, G) with P 1..8, V 1..4, M 1..32 that mg_schedule_check accepts;
+/* Calls fn for every (P, V, M, G) with P 1..8, V 1..4, M 1..32 that mg_pp_schedule_check accepts;
  * G = 0 (default) and, with interleaving, every valid explicit G. */
-typedef void (*config_fn)(mg_test_ctx *t, mg_schedule_params s);
+typedef void (*config_fn)(mg_test_ctx *t, mg_pp_schedule_params s);
 static int for_each_config(mg_test_ctx *t, config_fn fn) {
     int n = 0;
     for (int p = 1; p <= 8; p++)
         for (int v = 1; v <= 4; v++)
             for (int m = 1; m <= 32; m++)
                 for (int g = 0; g <= (v > 1 ? m : 0); g++) {
-                    mg_schedule_params s = params(p, v, m, g);
-                    if (mg_schedule_check(&s) != MG_OK) continue;
+                    mg_pp_schedule_params s = params(p, v, m, g);
+                    if (mg_pp_schedule_check(&s) != MG_OK) continue;
                     fn(t, s);
                     n++;
                 }
     return n;
 }
 
-static void check_rank_orders(mg_test_ctx *t, mg_schedule_params s) {
-    int p = s.pp, v = s.vpp, m = s.microbatches, total = m * v, g = mg_schedule_group(&s);
-    static mg_schedule_op ops[256];
+static void check_rank_orders(mg_test_ctx *t, mg_pp_schedule_params s) {
+    int p = s.pp, v = s.vpp, m = s.microbatches, total = m * v, g = mg_pp_schedule_group(&s);
+    static mg_pp_schedule_op ops[256];
     static int order[256], f_at[32 * 4], b_at[32 * 4], last_mb_f[4], last_mb_b[4];
-    static mg_schedule_entry table[128];
-    MG_EXPECT_OK(mg_schedule_table(&s, table));
+    static mg_pp_schedule_entry table[128];
+    MG_EXPECT_OK(mg_pp_schedule_table(&s, table));
     for (int k = 0; k < total; k++) {
-        mg_schedule_entry e, eb;
-        MG_EXPECT_OK(mg_schedule_lookup(&s, k, true, &e));
-        MG_EXPECT_OK(mg_schedule_lookup(&s, k, false, &eb));
+        mg_pp_schedule_entry e, eb;
+        MG_EXPECT_OK(mg_pp_schedule_lookup(&s, k, true, &e));
+        MG_EXPECT_OK(mg_pp_schedule_lookup(&s, k, false, &eb));
         MG_EXPECT(e.microbatch == table[k].microbatch && e.chunk == table[k].chunk &&
                       eb.microbatch == e.microbatch && eb.chunk == v - 1 - e.chunk,
                   "P %d V %d M %d G %d: lookup(%d) disagrees with the table", p, v, m, g, k);
     }
     for (int r = 0; r < p; r++) {
-        mg_schedule_counts c;
-        MG_EXPECT_OK(mg_schedule_rank_counts(&s, r, &c));
+        mg_pp_schedule_counts c;
+        MG_EXPECT_OK(mg_pp_schedule_rank_counts(&s, r, &c));
         /* the warm-up formula, restated */
         int w = p == 1 ? 0 : v == 1 ? p - r - 1 : 2 * (p - r - 1) + (v - 1) * g;
         if (w > total) w = total;
         MG_EXPECT(c.total == total && c.warmup == w && c.remaining == total - w &&
                       c.all_warmup == (w == total),
                   "P %d V %d M %d G %d rank %d: warmup %d, want %d", p, v, m, g, r, c.warmup, w);
-        MG_EXPECT_OK(mg_schedule_ops(&s, r, ops));
-        MG_EXPECT_OK(mg_schedule_order(&s, r, order));
+        MG_EXPECT_OK(mg_pp_schedule_ops(&s, r, ops));
+        MG_EXPECT_OK(mg_pp_schedule_order(&s, r, order));
         for (int i = 0; i < total; i++) f_at[i] = b_at[i] = -1;
         for (int i = 0; i < v; i++) last_mb_f[i] = last_mb_b[i] = -1;
         int nf = 0, nb = 0, live = 0, most = 0, first_b = -1;
         for (int i = 0; i < 2 * total; i++) {
-            mg_schedule_op op = ops[i];
+            mg_pp_schedule_op op = ops[i];
             int key = op.microbatch * v + op.chunk;
             MG_EXPECT(order[i] == (op.forward ? op.chunk + 1 : -(op.chunk + 1)),
                       "order and ops disagree at %d", i);
@@ -324,7 +325,7 @@ static void check_rank_orders(mg_test_ctx *t, mg_schedule_params s) {
         MG_EXPECT(first_b == c.warmup + (c.remaining > 0 ? 1 : 0),
                   "rank %d: first backward at %d, warm-up %d", r, first_b, c.warmup);
         int slots;
-        MG_EXPECT_OK(mg_schedule_activation_slots(&s, r, &slots));
+        MG_EXPECT_OK(mg_pp_schedule_activation_slots(&s, r, &slots));
         MG_EXPECT(slots == most && slots <= c.warmup + 1 &&
                       slots == (c.remaining > 0 ? c.warmup + 1 : c.total),
                   "P %d V %d M %d G %d rank %d: %d slots, simulated %d, warm-up %d", p, v, m, g, r,
@@ -344,28 +345,28 @@ MG_TEST(schedule_invariants_every_config) {
  * (P-1)/(M*V + P-1). Integer durations keep all times exact in double. */
 static const double durations[3][2] = {{1, 2}, {1, 1}, {2, 3}};
 
-static void check_timeline(mg_test_ctx *t, mg_schedule_params s) {
+static void check_timeline(mg_test_ctx *t, mg_pp_schedule_params s) {
     int p = s.pp, v = s.vpp, m = s.microbatches;
     for (int d = 0; d < 3; d++) {
         double tf = durations[d][0], tb = durations[d][1];
-        mg_schedule_timeline tl;
-        MG_EXPECT_OK(mg_schedule_timeline_build(&s, tf, tb, &tl));
+        mg_pp_schedule_timeline tl;
+        MG_EXPECT_OK(mg_pp_schedule_timeline_build(&s, tf, tb, &tl));
         if (!tl.ops) return;
         MG_EXPECT(tl.pp == p && tl.ops_per_rank == 2 * m * v, "timeline shape");
         static double f_end[8 * 32 * 4], b_end[8 * 32 * 4];
 #define END(a, r, mb, c) (a)[((r)*m + (mb)) * v + (c)]
         for (int r = 0; r < p; r++)
             for (int i = 0; i < tl.ops_per_rank; i++) {
-                const mg_schedule_timed_op *o = &tl.ops[r * tl.ops_per_rank + i];
+                const mg_pp_schedule_timed_op *o = &tl.ops[r * tl.ops_per_rank + i];
                 END(o->op.forward ? f_end : b_end, r, o->op.microbatch, o->op.chunk) = o->end;
             }
         int bad = 0;
         for (int r = 0; r < p && !bad; r++) {
-            static mg_schedule_op ops[256];
-            MG_EXPECT_OK(mg_schedule_ops(&s, r, ops));
+            static mg_pp_schedule_op ops[256];
+            MG_EXPECT_OK(mg_pp_schedule_ops(&s, r, ops));
             double prev_end = 0;
             for (int i = 0; i < tl.ops_per_rank && !bad; i++) {
-                const mg_schedule_timed_op *o = &tl.ops[r * tl.ops_per_rank + i];
+                const mg_pp_schedule_timed_op *o = &tl.ops[r * tl.ops_per_rank + i];
                 int mb = o->op.microbatch, c = o->op.chunk;
                 double dep = 0;
                 if (o->op.forward)
@@ -396,7 +397,7 @@ static void check_timeline(mg_test_ctx *t, mg_schedule_params s) {
                       fabs(tl.bubble_fraction - (double)(p - 1) / (m * v + p - 1)) < 1e-12,
                   "P %d V %d M %d: bubble %g ratio %g analytic %g", p, v, m, tl.bubble_fraction,
                   tl.bubble_ratio, tl.analytic_ratio);
-        mg_schedule_timeline_free(&tl);
+        mg_pp_schedule_timeline_free(&tl);
         MG_EXPECT(tl.ops == NULL, "free leaves ops");
     }
 }
@@ -409,98 +410,100 @@ MG_TEST(schedule_timeline_every_config) {
 /* ---- rejections ---- */
 
 MG_TEST(schedule_rejections) {
-    mg_schedule_params s;
+    mg_pp_schedule_params s;
     int order[64], slots;
-    mg_schedule_counts c;
-    mg_schedule_entry e;
-    mg_schedule_timeline tl;
+    mg_pp_schedule_counts c;
+    mg_pp_schedule_entry e;
+    mg_pp_schedule_timeline tl;
 
     s = params(0, 1, 4, 0);
-    MG_EXPECT_ERROR(mg_schedule_check(&s), MG_ERR_USAGE,
+    MG_EXPECT_ERROR(mg_pp_schedule_check(&s), MG_ERR_USAGE,
                     "--pipeline-model-parallel-size must be >= 1 (got 0)");
     s = params(2, 0, 4, 0);
-    MG_EXPECT_ERROR(mg_schedule_order(&s, 0, order), MG_ERR_USAGE,
+    MG_EXPECT_ERROR(mg_pp_schedule_order(&s, 0, order), MG_ERR_USAGE,
                     "virtual pipeline stages per rank must be >= 1 (got 0)");
     s = params(2, 1, 0, 0);
-    MG_EXPECT_ERROR(mg_schedule_rank_counts(&s, 0, &c), MG_ERR_USAGE,
+    MG_EXPECT_ERROR(mg_pp_schedule_rank_counts(&s, 0, &c), MG_ERR_USAGE,
                     "number of microbatches (global batch / (micro batch * data-parallel size)) "
                     "must be >= 1 (got 0)");
     s = params(2, 2, 4, -3);
-    MG_EXPECT_ERROR(mg_schedule_table(&s, NULL), MG_ERR_USAGE,
+    MG_EXPECT_ERROR(mg_pp_schedule_table(&s, NULL), MG_ERR_USAGE,
                     "--microbatch-group-size-per-virtual-pipeline-stage must be >= 1 (got -3)");
     s = params(64, 64, 1 << 20, 0);
-    MG_EXPECT_ERROR(mg_schedule_check(&s), MG_ERR_USAGE, "pipeline schedule too large");
+    MG_EXPECT_ERROR(mg_pp_schedule_check(&s), MG_ERR_USAGE, "pipeline schedule too large");
 
     /* caller bugs */
     s = params(4, 1, 8, 0);
-    MG_EXPECT_ERROR(mg_schedule_order(&s, 4, order), MG_ERR_INTERNAL,
+    MG_EXPECT_ERROR(mg_pp_schedule_order(&s, 4, order), MG_ERR_INTERNAL,
                     "pipeline rank 4 out of range [0, 4)");
-    MG_EXPECT_ERROR(mg_schedule_activation_slots(&s, -1, &slots), MG_ERR_INTERNAL,
+    MG_EXPECT_ERROR(mg_pp_schedule_activation_slots(&s, -1, &slots), MG_ERR_INTERNAL,
                     "pipeline rank -1 out of range");
-    MG_EXPECT_ERROR(mg_schedule_lookup(&s, -1, true, &e), MG_ERR_INTERNAL,
+    MG_EXPECT_ERROR(mg_pp_schedule_lookup(&s, -1, true, &e), MG_ERR_INTERNAL,
                     "virtual microbatch id -1 is negative");
-    MG_EXPECT_OK(mg_schedule_lookup(&s, 8, true, &e)); /* Megatron's lookahead: id M*V wraps */
+    MG_EXPECT_OK(mg_pp_schedule_lookup(&s, 8, true, &e)); /* Megatron's lookahead: id M*V wraps */
     MG_EXPECT(e.microbatch == 0 && e.chunk == 0, "lookup(M*V) = (%d, %d)", e.microbatch, e.chunk);
 
     /* interleaving rules */
     s = params(1, 2, 8, 0);
-    MG_EXPECT_ERROR(mg_schedule_check(&s), MG_ERR_USAGE,
+    MG_EXPECT_ERROR(mg_pp_schedule_check(&s), MG_ERR_USAGE,
                     "interleaving (2 virtual stages per rank) needs --pipeline-model-parallel-size "
                     "> 1 (got 1); or use one model chunk per rank");
     s = params(2, 2, 9, 0);
     s.no_overlap_p2p = true;
-    MG_EXPECT_ERROR(mg_schedule_check(&s), MG_ERR_USAGE,
+    MG_EXPECT_ERROR(mg_pp_schedule_check(&s), MG_ERR_USAGE,
                     "needs --pipeline-model-parallel-size > 2 with --no-overlap-p2p-communication "
                     "(got 2)");
     s.pp = 3;
-    MG_EXPECT_OK(mg_schedule_check(&s));
+    MG_EXPECT_OK(mg_pp_schedule_check(&s));
     s = params(4, 2, 3, 0);
-    MG_EXPECT_ERROR(mg_schedule_check(&s), MG_ERR_USAGE,
+    MG_EXPECT_ERROR(mg_pp_schedule_check(&s), MG_ERR_USAGE,
                     "interleaving needs at least --pipeline-model-parallel-size 4 microbatches per "
                     "iteration, got 3; valid microbatch counts: 4, 8, 12");
     s = params(4, 2, 8, 2);
-    MG_EXPECT_ERROR(mg_schedule_check(&s), MG_ERR_USAGE,
+    MG_EXPECT_ERROR(mg_pp_schedule_check(&s), MG_ERR_USAGE,
                     "--microbatch-group-size-per-virtual-pipeline-stage 2 must lie in "
                     "[--pipeline-model-parallel-size 4, microbatches 8]; valid for 8 microbatches: "
                     "4, 8");
     s = params(4, 2, 6, 8);
-    MG_EXPECT_ERROR(mg_schedule_check(&s), MG_ERR_USAGE,
+    MG_EXPECT_ERROR(mg_pp_schedule_check(&s), MG_ERR_USAGE,
                     "--microbatch-group-size-per-virtual-pipeline-stage 8 must lie in "
                     "[--pipeline-model-parallel-size 4, microbatches 6]; valid for 6 microbatches: "
                     "6");
     /* the brief's example: 6 microbatches on 4 ranks in groups of 4 leave 2 */
     s = params(4, 2, 6, 0);
-    MG_EXPECT_ERROR(mg_schedule_check(&s), MG_ERR_USAGE,
+    MG_EXPECT_ERROR(mg_pp_schedule_check(&s), MG_ERR_USAGE,
                     "6 microbatches in groups of 4 (--microbatch-group-size-per-virtual-pipeline-"
                     "stage) leave a last group of 2, fewer than --pipeline-model-parallel-size 4 "
                     "(a dependency bubble); valid microbatch counts: 4, 8, 12; or group sizes: 6");
     s = params(4, 3, 7, 5);
-    MG_EXPECT_ERROR(mg_schedule_check(&s), MG_ERR_USAGE,
+    MG_EXPECT_ERROR(mg_pp_schedule_check(&s), MG_ERR_USAGE,
                     "valid microbatch counts: 5, 9, 10; or group sizes: 7");
     /* a huge G: the message stays quick, and the table is M's (one group) */
     s = params(4, 2, 6, 1 << 30);
-    MG_EXPECT_ERROR(mg_schedule_check(&s), MG_ERR_USAGE,
+    MG_EXPECT_ERROR(mg_pp_schedule_check(&s), MG_ERR_USAGE,
                     "--microbatch-group-size-per-virtual-pipeline-stage 1073741824 must lie in "
                     "[--pipeline-model-parallel-size 4, microbatches 6]; valid for 6 microbatches: "
                     "6");
-    mg_schedule_entry big[12], one_group[12];
-    MG_EXPECT_OK(mg_schedule_table(&s, big));
+    mg_pp_schedule_entry big[12], one_group[12];
+    MG_EXPECT_OK(mg_pp_schedule_table(&s, big));
     s.group = 6;
-    MG_EXPECT_OK(mg_schedule_table(&s, one_group));
+    MG_EXPECT_OK(mg_pp_schedule_table(&s, one_group));
     MG_EXPECT(!memcmp(big, one_group, sizeof big), "G > M is one group of M");
     /* V = 1 takes any M and ignores G */
     s = params(4, 1, 3, 2);
-    MG_EXPECT_OK(mg_schedule_check(&s));
+    MG_EXPECT_OK(mg_pp_schedule_check(&s));
 
     /* the timeline checks first, then the durations */
     s = params(4, 2, 6, 0);
-    MG_EXPECT_ERROR(mg_schedule_timeline_build(&s, 1, 2, &tl), MG_ERR_USAGE, "leave a last group");
+    MG_EXPECT_ERROR(mg_pp_schedule_timeline_build(&s, 1, 2, &tl), MG_ERR_USAGE,
+                    "leave a last group");
     MG_EXPECT(tl.ops == NULL && tl.pp == 0, "a failed build leaves an empty timeline");
     s = params(4, 2, 8, 0);
-    MG_EXPECT_ERROR(mg_schedule_timeline_build(&s, 0, 2, &tl), MG_ERR_USAGE,
+    MG_EXPECT_ERROR(mg_pp_schedule_timeline_build(&s, 0, 2, &tl), MG_ERR_USAGE,
                     "op durations must be positive and finite (forward 0, backward 2)");
-    MG_EXPECT_ERROR(mg_schedule_timeline_build(&s, 1, INFINITY, &tl), MG_ERR_USAGE, "backward inf");
-    MG_EXPECT_ERROR(mg_schedule_timeline_build(&s, NAN, 1, &tl), MG_ERR_USAGE, "forward nan");
+    MG_EXPECT_ERROR(mg_pp_schedule_timeline_build(&s, 1, INFINITY, &tl), MG_ERR_USAGE,
+                    "backward inf");
+    MG_EXPECT_ERROR(mg_pp_schedule_timeline_build(&s, NAN, 1, &tl), MG_ERR_USAGE, "forward nan");
 }
 
 /* The p2p plan (src/parallel/pipeline/p2p.c), for every valid schedule of the grid, training
@@ -509,14 +512,14 @@ MG_TEST(schedule_rejections) {
  * the neighbour's matching op made (hidden state of the same microbatch, next virtual stage; or the
  * gradient, previous virtual stage); sends and receives pair up in order per pair of ranks; and
  * replaying all ranks' steps with blocking rendezvous (NCCL's rule: a rank's steps in order, a
- * send waits for its receive) finishes. Training holds exactly mg_schedule_activation_slots
+ * send waits for its receive) finishes. Training holds exactly mg_pp_schedule_activation_slots
  * slots. And the messages' placement costs no time in the simulation's model (forward 1,
  * backward 2, blocking rendezvous) for 1F1B: the makespan is the schedule's own
- * ((M + P - 1) x 3, mg_schedule_timeline); interleaved schedules, where a message can be due
+ * ((M + P - 1) x 3, mg_pp_schedule_timeline); interleaved schedules, where a message can be due
  * while its sender is inside an op, stay within 1.25x of it (measured worst over the grid 1.246;
  * the plan before sending at the first boundary where the receiver waits: 2.7x, and 1.6x for
  * 1F1B). */
-static void check_p2p(mg_test_ctx *t, mg_schedule_params s) {
+static void check_p2p(mg_test_ctx *t, mg_pp_schedule_params s) {
     int P = s.pp, V = s.vpp;
     for (int fo = 0; fo < 2; fo++) {
         mg_p2p_plan plan[8];
@@ -525,7 +528,7 @@ static void check_p2p(mg_test_ctx *t, mg_schedule_params s) {
             MG_EXPECT_OK(mg_p2p_plan_build(&s, fo, r, &plan[r]));
             if (!plan[r].steps) return;
             int want;
-            MG_EXPECT_OK(mg_schedule_activation_slots(&s, r, &want));
+            MG_EXPECT_OK(mg_pp_schedule_activation_slots(&s, r, &want));
             MG_EXPECT(fo ? plan[r].n_slots <= want : plan[r].n_slots == want,
                       "P %d V %d M %d rank %d: %d slots, schedule %d", P, V, s.microbatches, r,
                       plan[r].n_slots, want);
@@ -544,13 +547,13 @@ static void check_p2p(mg_test_ctx *t, mg_schedule_params s) {
                       plan[r].n_ops);
         }
         if (!fo) { /* what the placement of messages costs in the simulation's model */
-            mg_schedule_timeline tl;
-            MG_EXPECT_OK(mg_schedule_timeline_build(&s, 1, 2, &tl));
+            mg_pp_schedule_timeline tl;
+            MG_EXPECT_OK(mg_pp_schedule_timeline_build(&s, 1, 2, &tl));
             double e = plan[0].makespan / tl.makespan;
             MG_EXPECT(V == 1 ? e <= 1 + 1e-12 : e <= 1.25,
                       "P %d V %d M %d G %d: the plan's makespan %.1f, the schedule's %.1f", P, V,
                       s.microbatches, s.group, plan[0].makespan, tl.makespan);
-            mg_schedule_timeline_free(&tl);
+            mg_pp_schedule_timeline_free(&tl);
         }
         /* the blocking replay */
         for (bool progress = true; progress;) {
@@ -571,7 +574,7 @@ static void check_p2p(mg_test_ctx *t, mg_schedule_params s) {
                 const mg_p2p_step *snd = a->kind == MG_P2P_SEND ? a : b;
                 const mg_p2p_step *rcv = a->kind == MG_P2P_SEND ? b : a;
                 int sr = a->kind == MG_P2P_SEND ? r : q, rr = a->kind == MG_P2P_SEND ? q : r;
-                const mg_schedule_op *so = &plan[sr].ops[snd->op], *ro = &plan[rr].ops[rcv->op];
+                const mg_pp_schedule_op *so = &plan[sr].ops[snd->op], *ro = &plan[rr].ops[rcv->op];
                 int dc = so->forward ? (sr == P - 1) : -(sr == 0);
                 MG_EXPECT(snd->grad == rcv->grad && so->forward == !snd->grad &&
                               ro->forward == so->forward && ro->microbatch == so->microbatch &&

@@ -111,25 +111,25 @@ MG_TEST(trainer_decoupled_lr_reaches_embedding_and_output_only) {
 MG_TEST(trainer_weight_decay_schedule_reaches_adamw) {
     /* linear from 0 to 0.5 over 4 iterations x 4 samples: the first update decays by 0, the
      * second by get_wd(4 samples) = 0.5 * 4/16 = 0.125; constant lr 3e-3 */
-    const char *sched[] = {"--train-iters",
-                           "4",
-                           "--global-batch-size",
-                           "4",
-                           "--lr",
-                           "3e-3",
-                           "--lr-decay-style",
-                           "constant",
-                           "--weight-decay-incr-style",
-                           "linear",
-                           "--start-weight-decay",
-                           "0",
-                           "--end-weight-decay",
-                           "0.5",
-                           NULL};
+    const char *lr_schedule[] = {"--train-iters",
+                                 "4",
+                                 "--global-batch-size",
+                                 "4",
+                                 "--lr",
+                                 "3e-3",
+                                 "--lr-decay-style",
+                                 "constant",
+                                 "--weight-decay-incr-style",
+                                 "linear",
+                                 "--start-weight-decay",
+                                 "0",
+                                 "--end-weight-decay",
+                                 "0.5",
+                                 NULL};
     const char *none[] = {
         "--train-iters",    "4",        "--global-batch-size", "4", "--lr", "3e-3",
         "--lr-decay-style", "constant", "--weight-decay",      "0", NULL};
-    mg_trainer *a = make(t, sched), *b = make(t, none);
+    mg_trainer *a = make(t, lr_schedule), *b = make(t, none);
     if (t->failures) {
         drop(a);
         drop(b);

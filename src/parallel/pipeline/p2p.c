@@ -5,9 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-mg_status mg_p2p_rank_ops(const mg_schedule_params *s, int rank, bool forward_only,
-                          mg_schedule_op *ops, int *n) {
-    MG_CHECK(mg_schedule_ops(s, rank, ops));
+mg_status mg_p2p_rank_ops(const mg_pp_schedule_params *s, int rank, bool forward_only,
+                          mg_pp_schedule_op *ops, int *n) {
+    MG_CHECK(mg_pp_schedule_ops(s, rank, ops));
     int total = 2 * s->microbatches * s->vpp;
     *n = total;
     if (!forward_only) return MG_OK;
@@ -28,7 +28,7 @@ typedef struct {
 } pending;
 
 typedef struct {
-    mg_schedule_op *ops;
+    mg_pp_schedule_op *ops;
     int n, pc;
     double clock;
     mg_p2p_step *steps;
@@ -42,7 +42,7 @@ typedef struct {
 } sim_rank;
 
 typedef struct {
-    const mg_schedule_params *s;
+    const mg_pp_schedule_params *s;
     bool fwd_only;
     int slot_cap; /* forward-only: the slots a rank may hold (its training count) */
     sim_rank *r;
@@ -71,7 +71,7 @@ static int find_pending(const sim_rank *from, int to, bool grad, int mb, int chu
 /* Whether rank r's next op needs a message it does not have yet. */
 static bool needs_message(const sim *S, int r) {
     const sim_rank *R = &S->r[r];
-    const mg_schedule_op *op = &R->ops[R->pc];
+    const mg_pp_schedule_op *op = &R->ops[R->pc];
     if (R->have_input) return false;
     return op->forward ? !first_virtual(S, r, op->chunk) : !last_virtual(S, r, op->chunk);
 }
@@ -114,7 +114,7 @@ static void rendezvous(sim *S, int r, int src, int k) {
 static void run(sim *S, int r) {
     sim_rank *R = &S->r[r];
     int P = S->s->pp;
-    const mg_schedule_op *op = &R->ops[R->pc];
+    const mg_pp_schedule_op *op = &R->ops[R->pc];
     int grad_buf = -1;
     bool sends = op->forward ? !last_virtual(S, r, op->chunk) : !first_virtual(S, r, op->chunk);
     if (op->forward) {
@@ -147,7 +147,7 @@ static void sim_free(sim *S) {
 }
 
 static mg_status sim_run(sim *S) {
-    const mg_schedule_params *s = S->s;
+    const mg_pp_schedule_params *s = S->s;
     int P = s->pp;
     size_t total = 2 * (size_t)s->microbatches * (size_t)s->vpp;
     S->r = calloc((size_t)P, sizeof *S->r);
@@ -166,7 +166,7 @@ static mg_status sim_run(sim *S) {
         S->slot_cap = 1 << 30;
         for (int r = 0; r < P; r++) {
             int n;
-            MG_CHECK(mg_schedule_activation_slots(s, r, &n));
+            MG_CHECK(mg_pp_schedule_activation_slots(s, r, &n));
             if (n < S->slot_cap) S->slot_cap = n;
         }
     }
@@ -184,7 +184,7 @@ static mg_status sim_run(sim *S) {
             if (R->pc >= R->n) continue;
             left++;
             if (slot_blocked(S, r)) continue;
-            const mg_schedule_op *op = &R->ops[R->pc];
+            const mg_pp_schedule_op *op = &R->ops[R->pc];
             int src = -1, k = -1;
             double t = R->clock;
             bool msg = needs_message(S, r);
@@ -207,7 +207,7 @@ static mg_status sim_run(sim *S) {
             return MG_FAIL(MG_ERR_INTERNAL,
                            "pipeline p2p plan (P %d, V %d, M %d, G %d): the ranks wait for each "
                            "other",
-                           s->pp, s->vpp, s->microbatches, mg_schedule_group(s));
+                           s->pp, s->vpp, s->microbatches, mg_pp_schedule_group(s));
         if (best_msg)
             rendezvous(S, best, best_src, best_k);
         else
@@ -220,10 +220,10 @@ static mg_status sim_run(sim *S) {
     return MG_OK;
 }
 
-mg_status mg_p2p_plan_build(const mg_schedule_params *s, bool forward_only, int rank,
+mg_status mg_p2p_plan_build(const mg_pp_schedule_params *s, bool forward_only, int rank,
                             mg_p2p_plan *out) {
     memset(out, 0, sizeof *out);
-    MG_CHECK(mg_schedule_check(s));
+    MG_CHECK(mg_pp_schedule_check(s));
     if (rank < 0 || rank >= s->pp)
         return MG_FAIL(MG_ERR_INTERNAL, "pipeline rank %d of %d", rank, s->pp);
     sim S = {.s = s, .fwd_only = forward_only};

@@ -32,10 +32,10 @@
  * the slot once it is sent) and received into the slot of the forward that needs it. An input
  * gradient waits in one of n_grad_bufs buffers from its backward until it is sent; an output
  * gradient is received at the boundary before its backward. n_slots: the most slots held at once,
- * which equals mg_schedule_activation_slots for training (a forward takes its slot right before it
- * runs); an evaluation's forwards wait for a free slot among as many.
- * Exports: mg_p2p_step_kind, mg_p2p_step, mg_p2p_plan, mg_p2p_plan_build, mg_p2p_plan_free,
- * mg_p2p_rank_ops. Needs: parallel/pipeline/schedule, core/status. */
+ * which equals mg_pp_schedule_activation_slots for training (a forward takes its slot right before
+ * it runs); an evaluation's forwards wait for a free slot among as many. Exports: mg_p2p_step_kind,
+ * mg_p2p_step, mg_p2p_plan, mg_p2p_plan_build, mg_p2p_plan_free, mg_p2p_rank_ops. Needs:
+ * parallel/pipeline/schedule, core/status. */
 #ifndef MG_PIPELINE_P2P_H
 #define MG_PIPELINE_P2P_H
 
@@ -55,23 +55,23 @@ typedef struct {
 
 typedef struct {
     int rank, n_ops;
-    mg_schedule_op *ops; /* (n_ops) the rank's order: training, or the forwards alone */
-    mg_p2p_step *steps;  /* (n_steps) */
+    mg_pp_schedule_op *ops; /* (n_ops) the rank's order: training, or the forwards alone */
+    mg_p2p_step *steps;     /* (n_steps) */
     int n_steps;
     int n_slots;     /* activation slots the plan holds at most (see above) */
     int n_grad_bufs; /* input-gradient buffers */
     double makespan; /* simulated, forward 1, backward 2 (all ranks) */
 } mg_p2p_plan;
 
-/* Rank r's ops: the training order (mg_schedule_ops, 2*M*V), or with forward_only its M*V
+/* Rank r's ops: the training order (mg_pp_schedule_ops, 2*M*V), or with forward_only its M*V
  * forwards in order. ops must hold 2*M*V; *n receives the count. */
-mg_status mg_p2p_rank_ops(const mg_schedule_params *s, int rank, bool forward_only,
-                          mg_schedule_op *ops, int *n);
+mg_status mg_p2p_rank_ops(const mg_pp_schedule_params *s, int rank, bool forward_only,
+                          mg_pp_schedule_op *ops, int *n);
 
-/* The plan of rank `rank` (simulating every rank). s must pass mg_schedule_check. Fails with
+/* The plan of rank `rank` (simulating every rank). s must pass mg_pp_schedule_check. Fails with
  * MG_ERR_INTERNAL, naming the schedule, if the simulation cannot finish (it always does for a
  * valid schedule: tests/unit/test_pp_schedule.c checks the grid). Free with mg_p2p_plan_free. */
-mg_status mg_p2p_plan_build(const mg_schedule_params *s, bool forward_only, int rank,
+mg_status mg_p2p_plan_build(const mg_pp_schedule_params *s, bool forward_only, int rank,
                             mg_p2p_plan *out);
 void mg_p2p_plan_free(mg_p2p_plan *p);
 

@@ -7,15 +7,15 @@
 #include <string.h>
 #include <time.h>
 
-mg_status mg_pipeline_init(mg_pipeline *p, const mg_schedule_params *s, int rank, mg_comm *group,
+mg_status mg_pipeline_init(mg_pipeline *p, const mg_pp_schedule_params *s, int rank, mg_comm *group,
                            mg_backend *be, size_t numel, mg_dtype dt, bool overlap) {
     memset(p, 0, sizeof *p);
-    MG_CHECK(mg_schedule_check(s));
+    MG_CHECK(mg_pp_schedule_check(s));
     if (s->pp > 1 ? !group || mg_comm_size(group) != s->pp || mg_comm_rank(group) != rank
                   : rank != 0)
         return MG_FAIL(MG_ERR_INTERNAL, "pipeline rank %d of %d with a group of %d", rank, s->pp,
                        group ? mg_comm_size(group) : 1);
-    p->sched = *s;
+    p->schedule = *s;
     p->rank = rank;
     p->group = s->pp > 1 ? group : NULL;
     p->be = be;
@@ -24,7 +24,7 @@ mg_status mg_pipeline_init(mg_pipeline *p, const mg_schedule_params *s, int rank
     p->overlap = overlap && p->group && mg_comm_p2p_async(p->group);
     mg_status st = mg_p2p_plan_build(s, false, rank, &p->train);
     if (st == MG_OK) st = mg_p2p_plan_build(s, true, rank, &p->eval);
-    if (st == MG_OK) st = mg_schedule_activation_slots(s, rank, &p->n_slots);
+    if (st == MG_OK) st = mg_pp_schedule_activation_slots(s, rank, &p->n_slots);
     if (st == MG_OK && (p->train.n_slots > p->n_slots || p->eval.n_slots > p->n_slots))
         st = MG_FAIL(MG_ERR_INTERNAL, "pipeline plan holds %d slots, the schedule %d",
                      p->train.n_slots, p->n_slots);
@@ -81,8 +81,8 @@ void mg_pipeline_free(mg_pipeline *p) {
 
 /* ---- slots ---- */
 
-static int *slot_entry(mg_pipeline *p, const mg_schedule_op *op) {
-    return &p->slot_of[(size_t)op->microbatch * p->sched.vpp + op->chunk];
+static int *slot_entry(mg_pipeline *p, const mg_pp_schedule_op *op) {
+    return &p->slot_of[(size_t)op->microbatch * p->schedule.vpp + op->chunk];
 }
 
 /* A send from a buffer in flight completes before the buffer is written again. */
@@ -93,7 +93,7 @@ static mg_status settle(mg_pipeline *p, mg_p2p_ticket *t) {
     return mg_comm_p2p_wait(p->group, k);
 }
 
-static mg_status take_slot(mg_pipeline *p, const mg_schedule_op *op) {
+static mg_status take_slot(mg_pipeline *p, const mg_pp_schedule_op *op) {
     int *e = slot_entry(p, op);
     if (*e < 0) { /* else taken by its receive */
         if (p->n_free == 0)
@@ -106,7 +106,7 @@ static mg_status take_slot(mg_pipeline *p, const mg_schedule_op *op) {
     return settle(p, &p->slot_send[*e]);
 }
 
-static void give_slot(mg_pipeline *p, const mg_schedule_op *op) {
+static void give_slot(mg_pipeline *p, const mg_pp_schedule_op *op) {
     int *e = slot_entry(p, op);
     if (*e >= 0) p->free_slots[p->n_free++] = *e;
     *e = -1;
@@ -114,16 +114,16 @@ static void give_slot(mg_pipeline *p, const mg_schedule_op *op) {
 
 /* ---- one op ---- */
 
-static bool is_last_stage(const mg_pipeline *p, const mg_schedule_op *op) {
-    return p->rank == p->sched.pp - 1 && op->chunk == p->sched.vpp - 1;
+static bool is_last_stage(const mg_pipeline *p, const mg_pp_schedule_op *op) {
+    return p->rank == p->schedule.pp - 1 && op->chunk == p->schedule.vpp - 1;
 }
-static bool is_first_stage(const mg_pipeline *p, const mg_schedule_op *op) {
+static bool is_first_stage(const mg_pipeline *p, const mg_pp_schedule_op *op) {
     return p->rank == 0 && op->chunk == 0;
 }
 
 /* Runs the op in its slot (a forward takes one, a backward frees its forward's); a backward
  * whose input gradient is sent leaves it in gradient buffer grad_buf. */
-static mg_status run_op(mg_pipeline *p, const mg_pipeline_stage *st, const mg_schedule_op *op,
+static mg_status run_op(mg_pipeline *p, const mg_pipeline_stage *st, const mg_pp_schedule_op *op,
                         int grad_buf_k, bool forward_only) {
     bool timing = p->timed && !forward_only; /* the bubble is the training step's */
     double t0 = 0;
@@ -172,7 +172,7 @@ static mg_status flush(mg_pipeline *p, const mg_pipeline_stage *st, const mg_p2p
     mg_p2p_op m[MAX_BATCH];
     for (int i = 0; i < n; i++) {
         const mg_p2p_step *step = &plan->steps[idx[i]];
-        const mg_schedule_op *op = &plan->ops[step->op];
+        const mg_pp_schedule_op *op = &plan->ops[step->op];
         void *buf;
         if (step->kind == MG_P2P_SEND) {
             buf = step->grad ? grad_buf(p, step->grad_buf)
@@ -227,19 +227,19 @@ static mg_status run_in_order(mg_pipeline *p, const mg_pipeline_stage *st, const
  * is a gradient; both ends compute it. Wraps at MG_P2P_TAGS: equal tags are then thousands of
  * messages apart, and those match in order. */
 static int message_tag(const mg_pipeline *p, int mb, int chunk, bool grad) {
-    return (int)((((int64_t)mb * p->sched.vpp + chunk) * 2 + grad) % MG_P2P_TAGS);
+    return (int)((((int64_t)mb * p->schedule.vpp + chunk) * 2 + grad) % MG_P2P_TAGS);
 }
 
 /* The message op receives before it runs, if any: *peer and *grad. */
-static bool op_receives(const mg_pipeline *p, const mg_schedule_op *op, int *peer, bool *grad) {
-    int P = p->sched.pp;
+static bool op_receives(const mg_pipeline *p, const mg_pp_schedule_op *op, int *peer, bool *grad) {
+    int P = p->schedule.pp;
     *grad = !op->forward;
     *peer = op->forward ? (p->rank - 1 + P) % P : (p->rank + 1) % P;
     return op->forward ? !is_first_stage(p, op) : !is_last_stage(p, op);
 }
 
 /* Posts the receive of op's input into the landing buffer. */
-static mg_status post_receive(mg_pipeline *p, const mg_schedule_op *op, mg_p2p_ticket *t) {
+static mg_status post_receive(mg_pipeline *p, const mg_pp_schedule_op *op, mg_p2p_ticket *t) {
     int peer;
     bool grad;
     *t = -1;
@@ -251,7 +251,7 @@ static mg_status post_receive(mg_pipeline *p, const mg_schedule_op *op, mg_p2p_t
 
 /* Completes op's receive and moves the message where the op reads it. */
 static mg_status finish_receive(mg_pipeline *p, const mg_pipeline_stage *st,
-                                const mg_schedule_op *op, mg_p2p_ticket t) {
+                                const mg_pp_schedule_op *op, mg_p2p_ticket t) {
     if (t < 0) return MG_OK;
     MG_CHECK(mg_comm_p2p_wait(p->group, t));
     void *dst;
@@ -266,9 +266,9 @@ static mg_status finish_receive(mg_pipeline *p, const mg_pipeline_stage *st,
 
 /* Posts the send of what op just made: a hidden state from its slot, or its input gradient
  * from gradient buffer k; the ticket stays with that buffer. */
-static mg_status post_send(mg_pipeline *p, const mg_pipeline_stage *st, const mg_schedule_op *op,
+static mg_status post_send(mg_pipeline *p, const mg_pipeline_stage *st, const mg_pp_schedule_op *op,
                            int k) {
-    int P = p->sched.pp;
+    int P = p->schedule.pp;
     mg_p2p_op m = {true, 0, NULL, p->numel, p->dt};
     mg_p2p_ticket *t;
     int tag;
@@ -297,7 +297,7 @@ static mg_status run_overlapped(mg_pipeline *p, const mg_pipeline_stage *st,
     if (plan->n_ops > 0) MG_CHECK(post_receive(p, &plan->ops[0], &pending));
     for (int i = 0; i < plan->n_steps; i++) {
         const mg_p2p_step *step = &plan->steps[i];
-        const mg_schedule_op *op = &plan->ops[step->op];
+        const mg_pp_schedule_op *op = &plan->ops[step->op];
         if (step->kind == MG_P2P_SEND) {
             /* posted when made; complete by the plan's rendezvous at the latest (see run.h); an
              * evaluation's slot is free now */
@@ -321,7 +321,8 @@ static mg_status run_overlapped(mg_pipeline *p, const mg_pipeline_stage *st,
 
 mg_status mg_pipeline_run(mg_pipeline *p, const mg_pipeline_stage *st, bool forward_only) {
     const mg_p2p_plan *plan = forward_only ? &p->eval : &p->train;
-    for (size_t k = 0; k < (size_t)p->sched.microbatches * p->sched.vpp; k++) p->slot_of[k] = -1;
+    for (size_t k = 0; k < (size_t)p->schedule.microbatches * p->schedule.vpp; k++)
+        p->slot_of[k] = -1;
     p->n_free = p->n_slots;
     for (int k = 0; k < p->n_slots; k++) {
         p->free_slots[k] = p->n_slots - 1 - k;

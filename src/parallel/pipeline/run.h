@@ -6,7 +6,7 @@
  *
  * Slots: a forward takes a free slot and the backward of the same (microbatch, chunk) frees it
  * (an evaluation's forward frees its slot once its output is sent), so at most
- * mg_schedule_activation_slots slots are held: activation memory set by the pipeline depth, not
+ * mg_pp_schedule_activation_slots slots are held: activation memory set by the pipeline depth, not
  * by the number of microbatches (seed 000). A received hidden state lands directly in the slot of
  * the forward that needs it; an input gradient waits in a buffer of its own until its
  * receiver asks (the plan says how many such buffers there are).
@@ -58,7 +58,7 @@ typedef struct {
 } mg_pipeline_stage;
 
 typedef struct {
-    mg_schedule_params sched;
+    mg_pp_schedule_params schedule;
     int rank;       /* pipeline rank */
     mg_comm *group; /* the pipeline group; NULL with one stage */
     mg_backend *be; /* its compute stream carries the messages */
@@ -83,11 +83,11 @@ typedef struct {
     int64_t runs;
 } mg_pipeline;
 
-/* Checks the schedule (mg_schedule_check), plans its communication (parallel/pipeline/p2p.h)
+/* Checks the schedule (mg_pp_schedule_check), plans its communication (parallel/pipeline/p2p.h)
  * and sizes the slots and gradient buffers. group: the pipeline group (its size must be s->pp;
  * NULL only for s->pp == 1). numel: elements of one hidden state. overlap: post receives early
  * and never wait on a send where the group allows it (--overlap-p2p-communication). */
-mg_status mg_pipeline_init(mg_pipeline *p, const mg_schedule_params *s, int rank, mg_comm *group,
+mg_status mg_pipeline_init(mg_pipeline *p, const mg_pp_schedule_params *s, int rank, mg_comm *group,
                            mg_backend *be, size_t numel, mg_dtype dt, bool overlap);
 /* Message buffers a pipeline rank holds: its gradient buffers, then the landing buffer when its
  * messages overlap (shared with the memory prediction, train/memory.c). */

@@ -11,12 +11,12 @@
  * bound keeps far away from INT_MAX (a real run has M*V in the hundreds). */
 #define MAX_VIRTUAL_MICROBATCHES (1 << 24)
 
-int mg_schedule_group(const mg_schedule_params *s) {
+int mg_pp_schedule_group(const mg_pp_schedule_params *s) {
     return s->group > 0 ? s->group : s->pp;
 }
 
 /* What every function needs: sizes that make sense. */
-static mg_status check_sizes(const mg_schedule_params *s) {
+static mg_status check_sizes(const mg_pp_schedule_params *s) {
     if (s->pp < 1)
         return MG_FAIL(MG_ERR_USAGE, "--pipeline-model-parallel-size must be >= 1 (got %d)", s->pp);
     if (s->vpp < 1)
@@ -40,7 +40,7 @@ static mg_status check_sizes(const mg_schedule_params *s) {
     return MG_OK;
 }
 
-static mg_status check_rank(const mg_schedule_params *s, int rank) {
+static mg_status check_rank(const mg_pp_schedule_params *s, int rank) {
     MG_CHECK(check_sizes(s));
     if (rank < 0 || rank >= s->pp)
         return MG_FAIL(MG_ERR_INTERNAL, "pipeline rank %d out of range [0, %d)", rank, s->pp);
@@ -73,10 +73,10 @@ static void nearest_valid(char *buf, size_t n, int around, int lo, int hi, int p
     }
 }
 
-mg_status mg_schedule_check(const mg_schedule_params *s) {
+mg_status mg_pp_schedule_check(const mg_pp_schedule_params *s) {
     MG_CHECK(check_sizes(s));
     if (s->vpp == 1) return MG_OK; /* the non-interleaved schedule takes any M and ignores G */
-    int p = s->pp, m = s->microbatches, g = mg_schedule_group(s), v = s->vpp;
+    int p = s->pp, m = s->microbatches, g = mg_pp_schedule_group(s), v = s->vpp;
     if (p < 2 || (s->no_overlap_p2p && p < 3))
         return MG_FAIL(MG_ERR_USAGE,
                        "interleaving (%d virtual stages per rank) needs --pipeline-model-parallel-"
@@ -119,7 +119,8 @@ mg_status mg_schedule_check(const mg_schedule_params *s) {
 
 /* ---- counts, table, order ---- */
 
-mg_status mg_schedule_rank_counts(const mg_schedule_params *s, int rank, mg_schedule_counts *out) {
+mg_status mg_pp_schedule_rank_counts(const mg_pp_schedule_params *s, int rank,
+                                     mg_pp_schedule_counts *out) {
     MG_CHECK(check_rank(s, rank));
     int total = s->microbatches * s->vpp;
     long warmup;
@@ -128,7 +129,7 @@ mg_status mg_schedule_rank_counts(const mg_schedule_params *s, int rank, mg_sche
     else if (s->vpp == 1)
         warmup = s->pp - rank - 1;
     else /* every rank first fills V-1 chunks for one group, later stages start 1F1B sooner */
-        warmup = 2L * (s->pp - rank - 1) + (long)(s->vpp - 1) * mg_schedule_group(s);
+        warmup = 2L * (s->pp - rank - 1) + (long)(s->vpp - 1) * mg_pp_schedule_group(s);
     out->all_warmup = warmup >= total;
     out->total = total;
     out->warmup = out->all_warmup ? total : (int)warmup;
@@ -139,18 +140,18 @@ mg_status mg_schedule_rank_counts(const mg_schedule_params *s, int rank, mg_sche
 /* Entry k of the table, in closed form: groups before the last are full (G microbatches, so
  * G*V entries), hence group k / (G*V) starts at microbatch (k / (G*V)) * G; within a group the
  * chunk is the slow index. Any G >= M is one group, so G is clamped to M (no overflow in G*V). */
-static mg_schedule_entry table_entry(int m, int v, int g, int k) {
+static mg_pp_schedule_entry table_entry(int m, int v, int g, int k) {
     if (g > m) g = m;
     int start = (k / (g * v)) * g;
     int size = start + g >= m ? m - start : g; /* Megatron: the group with start + G >= M is last */
     int idx = k - start * v;
-    mg_schedule_entry e = {start + idx % size, idx / size};
+    mg_pp_schedule_entry e = {start + idx % size, idx / size};
     return e;
 }
 
-mg_status mg_schedule_table(const mg_schedule_params *s, mg_schedule_entry *table) {
+mg_status mg_pp_schedule_table(const mg_pp_schedule_params *s, mg_pp_schedule_entry *table) {
     MG_CHECK(check_sizes(s));
-    int total = s->microbatches * s->vpp, g = mg_schedule_group(s);
+    int total = s->microbatches * s->vpp, g = mg_pp_schedule_group(s);
     for (int k = 0; k < total; k++) table[k] = table_entry(s->microbatches, s->vpp, g, k);
     return MG_OK;
 }
@@ -158,29 +159,29 @@ mg_status mg_schedule_table(const mg_schedule_params *s, mg_schedule_entry *tabl
 /* Forward or backward vid (taken modulo M*V) as (microbatch, chunk). Backward k pops the oldest
  * saved forward of chunk V-1-c, c = table[k].chunk; forwards of one chunk run in microbatch
  * order, so that is microbatch table[k].microbatch. */
-static mg_schedule_entry lookup(const mg_schedule_params *s, int vid, bool forward) {
-    mg_schedule_entry e = table_entry(s->microbatches, s->vpp, mg_schedule_group(s),
-                                      vid % (s->microbatches * s->vpp));
+static mg_pp_schedule_entry lookup(const mg_pp_schedule_params *s, int vid, bool forward) {
+    mg_pp_schedule_entry e = table_entry(s->microbatches, s->vpp, mg_pp_schedule_group(s),
+                                         vid % (s->microbatches * s->vpp));
     if (!forward) e.chunk = s->vpp - 1 - e.chunk;
     return e;
 }
 
-mg_status mg_schedule_lookup(const mg_schedule_params *s, int vid, bool forward,
-                             mg_schedule_entry *out) {
+mg_status mg_pp_schedule_lookup(const mg_pp_schedule_params *s, int vid, bool forward,
+                                mg_pp_schedule_entry *out) {
     MG_CHECK(check_sizes(s));
     if (vid < 0) return MG_FAIL(MG_ERR_INTERNAL, "virtual microbatch id %d is negative", vid);
     *out = lookup(s, vid, forward);
     return MG_OK;
 }
 
-static mg_schedule_op make_op(const mg_schedule_params *s, int vid, bool forward) {
-    mg_schedule_entry e = lookup(s, vid, forward);
-    return (mg_schedule_op){e.microbatch, e.chunk, forward, vid};
+static mg_pp_schedule_op make_op(const mg_pp_schedule_params *s, int vid, bool forward) {
+    mg_pp_schedule_entry e = lookup(s, vid, forward);
+    return (mg_pp_schedule_op){e.microbatch, e.chunk, forward, vid};
 }
 
-mg_status mg_schedule_ops(const mg_schedule_params *s, int rank, mg_schedule_op *ops) {
-    mg_schedule_counts c;
-    MG_CHECK(mg_schedule_rank_counts(s, rank, &c));
+mg_status mg_pp_schedule_ops(const mg_pp_schedule_params *s, int rank, mg_pp_schedule_op *ops) {
+    mg_pp_schedule_counts c;
+    MG_CHECK(mg_pp_schedule_rank_counts(s, rank, &c));
     int n = 0;
     for (int f = 0; f < c.warmup; f++) ops[n++] = make_op(s, f, true);
     for (int i = 0; i < c.remaining; i++) {
@@ -191,11 +192,11 @@ mg_status mg_schedule_ops(const mg_schedule_params *s, int rank, mg_schedule_op 
     return MG_OK;
 }
 
-void mg_schedule_ops_encode(const mg_schedule_op *ops, int n, int *order) {
+void mg_pp_schedule_ops_encode(const mg_pp_schedule_op *ops, int n, int *order) {
     for (int i = 0; i < n; i++) order[i] = ops[i].forward ? ops[i].chunk + 1 : -(ops[i].chunk + 1);
 }
 
-int mg_schedule_ops_slots(const mg_schedule_op *ops, int n) {
+int mg_pp_schedule_ops_slots(const mg_pp_schedule_op *ops, int n) {
     /* Each backward frees the slot of its own forward, which the order always ran earlier
      * (tested), so a counter is the whole simulation. */
     int live = 0, most = 0;
@@ -207,12 +208,13 @@ int mg_schedule_ops_slots(const mg_schedule_op *ops, int n) {
 }
 
 /* Rank r's ops in a malloc'd (2*M*V) array, for the functions that only need them briefly. */
-static mg_status rank_ops(const mg_schedule_params *s, int rank, mg_schedule_op **out, int *n) {
+static mg_status rank_ops(const mg_pp_schedule_params *s, int rank, mg_pp_schedule_op **out,
+                          int *n) {
     MG_CHECK(check_rank(s, rank));
     *n = 2 * s->microbatches * s->vpp;
-    mg_schedule_op *ops = malloc((size_t)*n * sizeof *ops);
+    mg_pp_schedule_op *ops = malloc((size_t)*n * sizeof *ops);
     if (!ops) return MG_FAIL(MG_ERR_NOMEM, "out of memory for a pipeline order of %d ops", *n);
-    mg_status st = mg_schedule_ops(s, rank, ops);
+    mg_status st = mg_pp_schedule_ops(s, rank, ops);
     if (st != MG_OK) {
         free(ops);
         return st;
@@ -221,35 +223,35 @@ static mg_status rank_ops(const mg_schedule_params *s, int rank, mg_schedule_op 
     return MG_OK;
 }
 
-mg_status mg_schedule_order(const mg_schedule_params *s, int rank, int *order) {
-    mg_schedule_op *ops;
+mg_status mg_pp_schedule_order(const mg_pp_schedule_params *s, int rank, int *order) {
+    mg_pp_schedule_op *ops;
     int n;
     MG_CHECK(rank_ops(s, rank, &ops, &n));
-    mg_schedule_ops_encode(ops, n, order);
+    mg_pp_schedule_ops_encode(ops, n, order);
     free(ops);
     return MG_OK;
 }
 
-mg_status mg_schedule_activation_slots(const mg_schedule_params *s, int rank, int *slots) {
-    mg_schedule_op *ops;
+mg_status mg_pp_schedule_activation_slots(const mg_pp_schedule_params *s, int rank, int *slots) {
+    mg_pp_schedule_op *ops;
     int n;
     MG_CHECK(rank_ops(s, rank, &ops, &n));
-    *slots = mg_schedule_ops_slots(ops, n);
+    *slots = mg_pp_schedule_ops_slots(ops, n);
     free(ops);
     return MG_OK;
 }
 
 /* ---- timeline ---- */
 
-void mg_schedule_timeline_free(mg_schedule_timeline *t) {
+void mg_pp_schedule_timeline_free(mg_pp_schedule_timeline *t) {
     free(t->ops);
     memset(t, 0, sizeof *t);
 }
 
-mg_status mg_schedule_timeline_build(const mg_schedule_params *s, double t_fwd, double t_bwd,
-                                     mg_schedule_timeline *out) {
+mg_status mg_pp_schedule_timeline_build(const mg_pp_schedule_params *s, double t_fwd, double t_bwd,
+                                        mg_pp_schedule_timeline *out) {
     memset(out, 0, sizeof *out);
-    MG_CHECK(mg_schedule_check(s));
+    MG_CHECK(mg_pp_schedule_check(s));
     if (!(t_fwd > 0 && t_bwd > 0 && isfinite(t_fwd) && isfinite(t_bwd)))
         return MG_FAIL(MG_ERR_USAGE,
                        "op durations must be positive and finite (forward %g, "
@@ -261,7 +263,7 @@ mg_status mg_schedule_timeline_build(const mg_schedule_params *s, double t_fwd, 
     double *f_end = malloc(slots * sizeof *f_end), *b_end = malloc(slots * sizeof *b_end);
     int *next = calloc((size_t)p, sizeof *next);
     double *clock = calloc((size_t)p, sizeof *clock);
-    mg_schedule_op *ops = malloc((size_t)per * sizeof *ops); /* (2*M*V) one rank's order */
+    mg_pp_schedule_op *ops = malloc((size_t)per * sizeof *ops); /* (2*M*V) one rank's order */
     out->ops = malloc((size_t)p * per * sizeof *out->ops);
     mg_status st = MG_OK;
     if (!f_end || !b_end || !next || !clock || !ops || !out->ops) {
@@ -272,7 +274,7 @@ mg_status mg_schedule_timeline_build(const mg_schedule_params *s, double t_fwd, 
     out->pp = p;
     out->ops_per_rank = per;
     for (int r = 0; r < p; r++) {
-        MG_CHECK_GOTO(mg_schedule_ops(s, r, ops), st, done);
+        MG_CHECK_GOTO(mg_pp_schedule_ops(s, r, ops), st, done);
         for (int i = 0; i < per; i++) out->ops[(size_t)r * per + i].op = ops[i];
     }
 #define AT(arr, r, mb, c) (arr)[((size_t)(r)*m + (mb)) * v + (c)]
@@ -284,7 +286,7 @@ mg_status mg_schedule_timeline_build(const mg_schedule_params *s, double t_fwd, 
         int progressed = 0;
         for (int r = 0; r < p; r++) {
             while (next[r] < per) {
-                mg_schedule_timed_op *t = &out->ops[(size_t)r * per + next[r]];
+                mg_pp_schedule_timed_op *t = &out->ops[(size_t)r * per + next[r]];
                 int mb = t->op.microbatch, c = t->op.chunk;
                 double ready;
                 if (t->op.forward) {
@@ -309,7 +311,7 @@ mg_status mg_schedule_timeline_build(const mg_schedule_params *s, double t_fwd, 
         if (!progressed) {
             st = MG_FAIL(MG_ERR_INTERNAL,
                          "pipeline orders deadlock (P %d, V %d, M %d, G %d) after %d of %d ops", p,
-                         v, m, mg_schedule_group(s), done, total);
+                         v, m, mg_pp_schedule_group(s), done, total);
             goto done;
         }
     }
@@ -325,6 +327,6 @@ done:
     free(next);
     free(clock);
     free(ops);
-    if (st != MG_OK) mg_schedule_timeline_free(out);
+    if (st != MG_OK) mg_pp_schedule_timeline_free(out);
     return st;
 }
