@@ -11,7 +11,7 @@
 # op between synchronisations; the cpu backend always does): waiting / busy, against the
 # schedule's (P-1)/(m V); on GPUs each stage's device memory after the first step against the
 # peak it predicted before training. The table gives tokens/s, the ratio to DP, and the ratio to the
-# issue's bound (1 - b) x P x one-GPU tokens/s, with b = (P-1)/(m V + P-1) the idle fraction the
+# ideal bound (1 - b) x P x one-GPU tokens/s, with b = (P-1)/(m V + P-1) the idle fraction the
 # schedule implies. Tokens/s: the median over the log intervals after the first (the warm-up).
 #   bench/pp_bench.sh [BUILD]          BUILD/megatron built with MPI (and the CUDA backend on GPUs)
 # Environment (and bench/lib.sh's):

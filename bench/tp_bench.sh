@@ -6,7 +6,7 @@
 # command on the same GPUs (bench/NOTES.md). With tensor parallelism all T GPUs train ONE replica:
 # each step is one micro-batch of MBS sequences of 1024 (vocabulary 50304) whatever T, so the
 # global batch is MBS; scaling = tokens/s at T / (T x tokens/s on 1 GPU), each framework against
-# its own one-GPU run from the same call (the mark: TP 2 at >= 85%).
+# its own one-GPU run from the same call (the target: TP 2 at >= 85%).
 #   bench/tp_bench.sh [BUILD]          BUILD/megatron must be built with the CUDA backend and MPI
 # megatron.c: `megatron train --mock-data` with Megatron's model flags (the shapes of `megatron
 # bench --model gpt2-...`), AdamW lr 6e-4 constant, weight decay 0.1, betas (0.9, 0.95), bf16; 1

@@ -153,7 +153,8 @@ def run_case(name, sizes, dp, distopt, overlap, bucket_flag=None, busbw=False, s
 
 def cases():
     c = []
-    # The issue's example and seed 002's four parameters (16 elements over 4 ranks).
+    # Sizes 10, 20, 30 over 2 ranks, and a hand-worked example of four parameters (16 elements
+    # over 4 ranks; the case names are kept: the committed golden file carries them).
     c.append(("example_10_20_30", [10, 20, 30], 2, True, False))
     c.append(("seed002_plain", [4, 4, 5, 3], 4, False, False))
     c.append(("seed002_distopt", [4, 4, 5, 3], 4, True, False))

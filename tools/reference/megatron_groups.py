@@ -191,7 +191,8 @@ def L(name, world, tp=1, pp=1, cp=1, ep=1, etp=-1, order=DEFAULT):
 
 
 LAYOUTS = [
-    # seed 004 / initialize_model_parallel's docstring: 16 GPUs, TP 2, PP 4
+    # initialize_model_parallel's docstring example: 16 GPUs, TP 2, PP 4 (the name is kept: the
+    # committed golden file carries it)
     L("seed004_w16_tp2_pp4", 16, tp=2, pp=4),
     L("w1", 1),
     L("w8_dp8", 8),
