@@ -149,16 +149,17 @@ static void bench_config(mg_config *c, const bench_shape *s) {
     c->log_interval = 1000000;
 }
 
-/* The bench's own flags into *o, Megatron's into *cfg (on top of the GPT-2 run of --model), in
- * one pass. */
-static mg_status parse_opts(bench_opts *o, mg_config *cfg, mg_flag_command *cmd, int argc,
-                            char **argv, bool *help) {
+/* The bench's own flags go into its options, Megatron's into cx->cfg on top of the GPT-2 run
+ * of the first shape (then of --model's, below), in one pass. */
+static void bench_prepare(mg_cli_context *cx) {
+    bench_opts *o = cx->args;
     *o = (bench_opts){.model = g_shapes[0].name, .iters = 20, .warmup = 5, .peak_n = 0};
-    bench_config(cfg, &g_shapes[0]);
-    *cmd = MG_FLAG_COMMAND("bench", usage, flags, groups, o);
-    cmd->megatron = cfg;
-    MG_CHECK(mg_flags_parse_command(cmd, argc, argv, help));
-    if (*help) return MG_OK;
+    bench_config(&cx->cfg, &g_shapes[0]);
+    cx->flags = MG_FLAG_COMMAND("bench", usage, flags, groups, o);
+}
+
+/* The options' checks, and --model's shape where the command line does not give one. */
+static mg_status check_opts(bench_opts *o, mg_config *cfg, const mg_flag_command *cmd) {
     o->shape = find_shape(o->model);
     if (!o->shape)
         return MG_FAIL(MG_ERR_USAGE,
@@ -394,35 +395,28 @@ static mg_status bench_run(mg_config *cfg, const bench_opts *o, FILE *table, FIL
     return st;
 }
 
-int mg_cli_bench(int argc, char **argv) {
-    bench_opts o;
-    mg_config cfg;
-    mg_flag_command cmd;
-    bool help;
-    mg_status st = parse_opts(&o, &cfg, &cmd, argc, argv, &help);
-    if (st != MG_OK) return mg_cli_report(st);
-    if (help) {
-        mg_flags_command_print_help(&cmd, stdout);
-        return 0;
-    }
+static mg_status bench_main(mg_cli_context *cx) {
+    bench_opts *o = cx->args;
+    mg_config *cfg = &cx->cfg;
+    MG_CHECK(check_opts(o, cfg, &cx->flags));
     /* one global batch per step, and exactly the steps the bench runs */
-    cfg.global_batch_size = -1;
-    cfg.train_iters = o.warmup + o.iters;
-    cfg.lr_decay_iters = -1;
-    st = mg_config_validate(&cfg);
-    if (st != MG_OK) return mg_cli_report(st);
+    cfg->global_batch_size = -1;
+    cfg->train_iters = o->warmup + o->iters;
+    cfg->lr_decay_iters = -1;
+    MG_CHECK(mg_config_validate(cfg));
 
     /* --json: stdout carries the JSON line alone; everything else printed to stdout (the
      * trainer's log lines, the table) goes to stderr */
     FILE *json = NULL, *table = stdout;
-    if (o.json) {
+    if (o->json) {
         fflush(stdout);
         int fd = dup(STDOUT_FILENO);
         if (fd < 0 || !(json = fdopen(fd, "w")) || dup2(STDERR_FILENO, STDOUT_FILENO) < 0)
-            return mg_cli_report(
-                MG_FAIL(MG_ERR_IO, "--json: cannot redirect stdout: %s", strerror(errno)));
+            return MG_FAIL(MG_ERR_IO, "--json: cannot redirect stdout: %s", strerror(errno));
     }
-    st = bench_run(&cfg, &o, table, json);
+    mg_status st = bench_run(cfg, o, table, json);
     if (json) fclose(json);
-    return mg_cli_report(st);
+    return st;
 }
+
+const mg_cli_command mg_cli_bench = {sizeof(bench_opts), bench_prepare, bench_main};

@@ -86,8 +86,8 @@ static mg_status check_range(const char *flag, long long v, long long lo, long l
     return MG_OK;
 }
 
-/* *help: --help or -h was given (nothing else is parsed). */
-static mg_status parse(data_args *a, mg_flag_command *cmd, int argc, char **argv, bool *help) {
+static void data_prepare(mg_cli_context *cx) {
+    data_args *a = cx->args;
     *a = (data_args){.split = "969, 30, 1",
                      .seq_length = -1,
                      .seed = 1234,
@@ -95,9 +95,11 @@ static mg_status parse(data_args *a, mg_flag_command *cmd, int argc, char **argv
                      .train_samples = -1,
                      .valid_samples = -1,
                      .test_samples = -1};
-    *cmd = MG_FLAG_COMMAND("data", usage, flags, groups, a);
-    MG_CHECK(mg_flags_parse_command(cmd, argc, argv, help));
-    if (*help) return MG_OK;
+    cx->flags = MG_FLAG_COMMAND("data", usage, flags, groups, a);
+}
+
+/* What the parser cannot say: required flags and the values' ranges. */
+static mg_status check_args(const data_args *a, const mg_flag_command *cmd) {
     if (!a->data_path[0]) return USAGE("data: missing --data-path PREFIX");
     if (!mg_flags_command_seen(cmd, "--seq-length")) return USAGE("data: missing --seq-length L");
     MG_CHECK(check_range("--seq-length", a->seq_length, 2, INT32_MAX));
@@ -141,7 +143,7 @@ static void print_text(const mg_tokenizer *tok, const int32_t *ids, size_t n) {
     free(text);
 }
 
-static mg_status run(const data_args *a) {
+static mg_status show(const data_args *a) {
     mg_gpt_data_config c = {.data_path = a->data_path,
                             .split = a->split,
                             .seq_length = (int)a->seq_length,
@@ -193,15 +195,9 @@ static mg_status run(const data_args *a) {
     return st;
 }
 
-int mg_cli_data(int argc, char **argv) {
-    data_args a;
-    mg_flag_command cmd;
-    bool help = false;
-    mg_status st = parse(&a, &cmd, argc, argv, &help);
-    if (st != MG_OK) return mg_cli_report(st);
-    if (help) {
-        mg_flags_command_print_help(&cmd, stdout);
-        return 0;
-    }
-    return mg_cli_report(run(&a));
+static mg_status data_run(mg_cli_context *cx) {
+    MG_CHECK(check_args(cx->args, &cx->flags));
+    return show(cx->args);
 }
+
+const mg_cli_command mg_cli_data = {sizeof(data_args), data_prepare, data_run};

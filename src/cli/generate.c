@@ -85,13 +85,15 @@ static mg_status check_range(const char *flag, long long v, long long lo, long l
     return MG_OK;
 }
 
-/* *help: --help or -h was given (nothing else is parsed). */
-static mg_status parse_args(int argc, char **argv, gen_args *a, mg_flag_command *cmd, bool *help) {
+static void gen_prepare(mg_cli_context *cx) {
+    gen_args *a = cx->args;
     *a = (gen_args){
         .max_new_tokens = 32, .top_k = 1, .temperature = 1.0, .seed = 1234, .threads = -1};
-    *cmd = MG_FLAG_COMMAND("generate", usage, flags, groups, a);
-    MG_CHECK(mg_flags_parse_command(cmd, argc, argv, help));
-    if (*help) return MG_OK;
+    cx->flags = MG_FLAG_COMMAND("generate", usage, flags, groups, a);
+}
+
+/* What the parser cannot say: required flags and the values' ranges; then a->opt. */
+static mg_status check_args(gen_args *a, const mg_flag_command *cmd) {
     MG_CHECK(check_range("--max-new-tokens", a->max_new_tokens, 0, 1 << 20));
     MG_CHECK(check_range("--top-k", a->top_k, 1, 1 << 20));
     MG_CHECK(check_range("--seed", a->seed, 0, 0x7fffffff));
@@ -190,7 +192,7 @@ done:
     return st;
 }
 
-static mg_status run(const gen_args *a, gen_state *s) {
+static mg_status generate(const gen_args *a, gen_state *s) {
     int64_t it;
     MG_CHECK(mg_checkpoint_latest(a->load, &it));
     if (it < 0)
@@ -257,19 +259,12 @@ static mg_status run(const gen_args *a, gen_state *s) {
     return MG_OK;
 }
 
-int mg_cli_generate(int argc, char **argv) {
-    gen_args a;
-    mg_flag_command cmd;
-    bool help;
-    mg_status st = parse_args(argc, argv, &a, &cmd, &help);
-    if (st != MG_OK) return mg_cli_report(st);
-    if (help) {
-        mg_flags_command_print_help(&cmd, stdout);
-        return 0;
-    }
+static mg_status gen_run(mg_cli_context *cx) {
+    gen_args *a = cx->args;
+    MG_CHECK(check_args(a, &cx->flags));
     gen_state s;
     memset(&s, 0, sizeof s);
-    st = run(&a, &s);
+    mg_status st = generate(a, &s);
     free(s.ids);
     free(s.host);
     if (s.tok) mg_tokenizer_free(s.tok);
@@ -279,5 +274,7 @@ int mg_cli_generate(int argc, char **argv) {
     mg_arena_free(&s.work);
     mg_arena_free(&s.io);
     if (s.be) s.be->destroy(s.be);
-    return mg_cli_report(st);
+    return st;
 }
+
+const mg_cli_command mg_cli_generate = {sizeof(gen_args), gen_prepare, gen_run};

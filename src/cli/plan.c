@@ -13,8 +13,8 @@
 #include "cli/cli.h"
 #include "cli/plan.h"
 
-#include "config/flags.h"
 #include "config/flags_command.h"
+#include "parallel/layout.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -71,14 +71,14 @@ static mg_status check_count(const char *flag, int v) {
     return MG_OK;
 }
 
-/* The plan's own flags (into *a, then p) and Megatron's (into p->cfg) in one pass. */
-static mg_status parse_args(mg_plan *p, plan_args *a, mg_flag_command *cmd, int argc, char **argv,
-                            bool *help) {
+static void plan_prepare(mg_cli_context *cx) {
+    plan_args *a = cx->args;
     *a = (plan_args){.world_size = -1, .microbatches = -1};
-    *cmd = MG_FLAG_COMMAND("plan", usage, flags, groups, a);
-    cmd->megatron = &p->cfg;
-    MG_CHECK(mg_flags_parse_command(cmd, argc, argv, help));
-    if (*help) return MG_OK;
+    cx->flags = MG_FLAG_COMMAND("plan", usage, flags, groups, a);
+}
+
+/* The plan's own flags, checked, into p (Megatron's are in p->cfg). */
+static mg_status take_args(mg_plan *p, const plan_args *a, const mg_flag_command *cmd) {
     if (mg_flags_command_seen(cmd, "--world-size"))
         MG_CHECK(check_count("--world-size", a->world_size));
     if (mg_flags_command_seen(cmd, "--num-microbatches"))
@@ -99,22 +99,8 @@ static mg_status build_layout(mg_plan *p) {
                        "`megatron plan` needs --world-size N; the smallest for these flags is %lld "
                        "(tensor %d x pipeline %d x context %d)",
                        (long long)tp * pp * cp, tp, pp, cp);
-    mg_parallel_sizes s = {.world_size = p->world_size,
-                           .tp = tp,
-                           .pp = pp,
-                           .cp = cp,
-                           .ep = c->expert_model_parallel_size,
-                           .etp = c->expert_tensor_parallel_size};
-    const char *order = c->parallel_order[0]      ? c->parallel_order
-                        : c->use_tp_pp_dp_mapping ? MG_PARALLEL_ORDER_TP_PP_DP
-                                                  : MG_PARALLEL_ORDER_DEFAULT;
-    if (c->parallel_order[0] && c->use_tp_pp_dp_mapping &&
-        strcmp(c->parallel_order, MG_PARALLEL_ORDER_TP_PP_DP))
-        return MG_FAIL(MG_ERR_USAGE,
-                       "--use-tp-pp-dp-mapping means --parallel-order %s, but --parallel-order "
-                       "is %s; give one of them",
-                       MG_PARALLEL_ORDER_TP_PP_DP, c->parallel_order);
-    snprintf(s.order, sizeof s.order, "%s", order);
+    mg_parallel_sizes s;
+    MG_CHECK(mg_layout_sizes(c, p->world_size, &s));
     return mg_parallel_layout_build(&s, &p->layout);
 }
 
@@ -161,13 +147,7 @@ static mg_status resolve_microbatches(const mg_plan *p, int given, int *m) {
 static mg_status build_pipeline(mg_plan *p, int m) {
     const mg_config *c = &p->cfg;
     int pp = c->pipeline_model_parallel_size, v = p->vpp;
-    p->schedule = (mg_pp_schedule_params){.pp = pp,
-                                          .vpp = v,
-                                          .microbatches = m,
-                                          .group = c->microbatch_group_size_per_vp_stage > 0
-                                                       ? c->microbatch_group_size_per_vp_stage
-                                                       : 0,
-                                          .no_overlap_p2p = c->no_overlap_p2p_communication};
+    p->schedule = mg_layout_schedule(c, v, m);
     MG_CHECK(mg_pp_schedule_check(&p->schedule));
     size_t len = 2 * (size_t)m * (size_t)v;
     p->orders = malloc((size_t)pp * len * sizeof *p->orders);
@@ -209,19 +189,12 @@ static void plan_free(mg_plan *p) {
     mg_plan_free_memory(p);
 }
 
-static mg_status plan_run(mg_plan *p, int argc, char **argv) {
-    plan_args a;
-    mg_flag_command cmd;
-    bool help;
-    MG_CHECK(parse_args(p, &a, &cmd, argc, argv, &help));
-    if (help) {
-        mg_flags_command_print_help(&cmd, stdout);
-        return MG_OK;
-    }
+static mg_status plan_build(mg_plan *p, const plan_args *a, const mg_flag_command *cmd) {
+    MG_CHECK(take_args(p, a, cmd));
     MG_CHECK(build_layout(p));
     MG_CHECK(build_layers(p));
     int m;
-    MG_CHECK(resolve_microbatches(p, a.microbatches, &m));
+    MG_CHECK(resolve_microbatches(p, a->microbatches, &m));
     if (m > 0) MG_CHECK(build_pipeline(p, m));
     MG_CHECK(mg_plan_build_grad(p));
     MG_CHECK(mg_plan_build_memory(p));
@@ -230,11 +203,13 @@ static mg_status plan_run(mg_plan *p, int argc, char **argv) {
     return MG_OK;
 }
 
-int mg_cli_plan(int argc, char **argv) {
+static mg_status plan_run(mg_cli_context *cx) {
     mg_plan p;
     memset(&p, 0, sizeof p);
-    mg_config_defaults(&p.cfg);
-    mg_status st = plan_run(&p, argc, argv);
+    p.cfg = cx->cfg;
+    mg_status st = plan_build(&p, cx->args, &cx->flags);
     plan_free(&p);
-    return mg_cli_report(st);
+    return st;
 }
+
+const mg_cli_command mg_cli_plan = {sizeof(plan_args), plan_prepare, plan_run};

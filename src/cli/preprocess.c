@@ -157,23 +157,18 @@ static mg_status to_config(pre_args *a, mg_preprocess_config *c) {
     return MG_OK;
 }
 
-int mg_cli_preprocess(int argc, char **argv) {
-    pre_args a = {.json_keys = "text", .workers = 1, .partitions = 1, .log_interval = 1000};
-    mg_flag_command cmd = MG_FLAG_COMMAND("preprocess", usage, flags, groups, &a);
-    bool help = false;
-    mg_status st = mg_flags_parse_command(&cmd, argc, argv, &help);
-    if (st != MG_OK) return mg_cli_report(st);
-    if (help) {
-        mg_flags_command_print_help(&cmd, stdout);
-        return 0;
-    }
+static void pre_prepare(mg_cli_context *cx) {
+    pre_args *a = cx->args;
+    *a = (pre_args){.json_keys = "text", .workers = 1, .partitions = 1, .log_interval = 1000};
+    cx->flags = MG_FLAG_COMMAND("preprocess", usage, flags, groups, a);
+}
+
+static mg_status pre_run(mg_cli_context *cx) {
     mg_preprocess_config c;
     memset(&c, 0, sizeof c);
-    st = to_config(&a, &c);
-    if (st != MG_OK) return mg_cli_report(st);
+    MG_CHECK(to_config(cx->args, &c));
     mg_preprocess_stats s;
-    st = mg_preprocess_run(&c, &s, stderr);
-    if (st != MG_OK) return mg_cli_report(st);
+    MG_CHECK(mg_preprocess_run(&c, &s, stderr));
     double el = s.seconds > 1e-9 ? s.seconds : 1e-9;
     fprintf(stderr,
             "megatron preprocess: %lld documents, %lld tokens, %.2f MB in %.2f s (%.2f MB/s, "
@@ -190,5 +185,7 @@ int mg_cli_preprocess(int argc, char **argv) {
     if (s.documents == 0)
         fprintf(stderr, "megatron preprocess: warning: no documents: the dataset is empty and "
                         "training will refuse it\n");
-    return 0;
+    return MG_OK;
 }
+
+const mg_cli_command mg_cli_preprocess = {sizeof(pre_args), pre_prepare, pre_run};

@@ -20,56 +20,14 @@
 #include "config/flags.h"
 #include "core/log.h"
 #include "core/status.h"
+#include "parallel/layout.h"
 #include "parallel/parallel_state.h"
-#include "parallel/pipeline/layers.h"
-#include "parallel/pipeline/schedule.h"
 #include "train/checkpoint.h"
 #include "train/trainer.h"
 
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
-
-int mg_cli_report(int status) {
-    if (status == MG_OK) return 0;
-    if (mg_log_world() > 1)
-        fprintf(stderr, "[rank %d] megatron: error: %s\n", mg_log_rank(), mg_error_message());
-    else
-        fprintf(stderr, "megatron: error: %s\n", mg_error_message());
-    return status == MG_ERR_USAGE ? 2 : 1;
-}
-
-static mg_parallel_sizes layout_sizes(const mg_config *c, int world_size) {
-    mg_parallel_sizes s = {.world_size = world_size,
-                           .tp = c->tensor_model_parallel_size,
-                           .pp = c->pipeline_model_parallel_size,
-                           .cp = c->context_parallel_size,
-                           .ep = c->expert_model_parallel_size,
-                           .etp = c->expert_tensor_parallel_size};
-    snprintf(s.order, sizeof s.order, "%s",
-             c->parallel_order[0]      ? c->parallel_order
-             : c->use_tp_pp_dp_mapping ? MG_PARALLEL_ORDER_TP_PP_DP
-                                       : "");
-    return s;
-}
-
-/* The pipeline's layer placement and schedule (Megatron's checks), on every rank before the
- * ranks meet: the same flags give every rank the same one-line refusal. */
-static mg_status check_pipeline(const mg_config *c) {
-    mg_layers_params lp = mg_layers_params_of(c);
-    int vpp;
-    MG_CHECK(mg_layers_check(&lp, &vpp));
-    int dp = mg_config_data_parallel_size(c);
-    mg_pp_schedule_params s = {
-        .pp = lp.pp,
-        .vpp = vpp,
-        .microbatches = c->global_batch_size / (c->micro_batch_size * dp),
-        .group =
-            c->microbatch_group_size_per_vp_stage > 0 ? c->microbatch_group_size_per_vp_stage : 0,
-        .no_overlap_p2p = c->no_overlap_p2p_communication,
-    };
-    return mg_pp_schedule_check(&s);
-}
 
 /* The groups a training rank uses, among Megatron's groups of the layout (the last two, the
  * expert-parallel and expert-data-parallel groups, only for MoE models) */
@@ -98,7 +56,8 @@ static void free_groups(mg_train_groups *g) {
  * the expert groups (every rank creates every list, in the same order). A group of one rank is
  * left NULL. */
 static mg_status make_groups(mg_comm_world *w, const mg_config *c, mg_train_groups *out) {
-    mg_parallel_sizes s = layout_sizes(c, mg_comm_world_size(w));
+    mg_parallel_sizes s;
+    MG_CHECK(mg_layout_sizes(c, mg_comm_world_size(w), &s));
     mg_parallel_layout l;
     MG_CHECK(mg_parallel_layout_build(&s, &l));
     mg_status st = MG_OK;
@@ -142,25 +101,29 @@ static mg_status pick_device(const mg_launch_info *li, mg_config *cfg, mg_comm_b
     return MG_OK;
 }
 
-static int train_ranks(const mg_launch_info *li, mg_config *cfg) {
+/* A failure after the ranks met is printed here, before this rank tells its peers (which then
+ * stop the job): the prologue prints no second line. */
+static mg_status train_ranks(mg_cli_context *cx) {
+    const mg_launch_info *li = &cx->launch;
+    mg_config *cfg = &cx->cfg;
     mg_comm_world *w = NULL;
     mg_train_groups groups = {0};
     mg_comm_backend backend;
-    mg_status st = pick_device(li, cfg, &backend);
-    if (st != MG_OK) return mg_cli_report(st);
-    st = mg_comm_world_init(li, backend, cfg->distributed_timeout_minutes * 60.0, &w);
-    if (st != MG_OK) return mg_cli_report(st); /* the world told the peers already */
-    st = make_groups(w, cfg, &groups);
+    MG_CHECK(pick_device(li, cfg, &backend));
+    /* on failure the world told the peers already */
+    MG_CHECK(mg_comm_world_init(li, backend, cfg->distributed_timeout_minutes * 60.0, &w));
+    mg_status st = make_groups(w, cfg, &groups);
     if (st == MG_OK) st = mg_train_run(cfg, &groups);
-    int rc = mg_cli_report(st);
     if (st != MG_OK) {
         char msg[1024];
         snprintf(msg, sizeof msg, "%s", mg_error_message());
+        mg_cli_print_error();
+        cx->error_printed = true;
         mg_comm_world_fail(w, msg);
     }
     free_groups(&groups);
     mg_comm_world_finalize(w);
-    return rc;
+    return st;
 }
 
 /* The flags that describe the model's function and shape (what the checkpoint's weights mean),
@@ -217,34 +180,23 @@ static mg_status take_checkpoint_model(mg_config *cfg) {
     return MG_OK;
 }
 
-int mg_cli_train(int argc, char **argv) {
-    mg_config cfg;
-    mg_config_defaults(&cfg);
-    bool help = false;
-    mg_status st = mg_flags_parse(&cfg, argc, argv, &help);
-    if (st != MG_OK) return mg_cli_report(st);
-    if (help) {
-        mg_flags_print_help(stdout);
-        return 0;
-    }
-    mg_launch_info li;
-    st = mg_launch_detect(&li);
-    if (st != MG_OK) return mg_cli_report(st);
-    mg_log_init(li.rank, li.world_size);
+/* After the prologue (the flags, the launcher's ranks, the log lines of this rank). */
+static mg_status train_run(mg_cli_context *cx) {
+    mg_config *cfg = &cx->cfg;
     char ignored[2048];
     if (mg_flags_no_effect_seen(ignored, sizeof ignored) > 0)
         mg_log_info("> no effect here (they tune Megatron's Python internals or select what this "
                     "build always does; train --help says why): %s",
                     ignored);
-    cfg.world_size = li.world_size;
-    st = cfg.load[0] ? take_checkpoint_model(&cfg) : MG_OK;
-    if (st == MG_OK) st = mg_config_validate(&cfg);
-    if (st != MG_OK) return mg_cli_report(st);
-    /* the layout's own checks (Megatron's initialize_model_parallel) before the ranks meet */
-    mg_parallel_sizes sizes = layout_sizes(&cfg, li.world_size);
-    st = mg_parallel_sizes_check(&sizes, NULL, NULL);
-    if (st == MG_OK) st = check_pipeline(&cfg);
-    if (st != MG_OK) return mg_cli_report(st);
-    if (li.world_size == 1) return mg_cli_report(mg_train_run(&cfg, NULL));
-    return train_ranks(&li, &cfg);
+    cfg->world_size = cx->launch.world_size;
+    if (cfg->load[0]) MG_CHECK(take_checkpoint_model(cfg));
+    MG_CHECK(mg_config_validate(cfg));
+    /* the layout's own checks (Megatron's initialize_model_parallel), the layer placement and
+     * the pipeline schedule, before the ranks meet: the same flags give every rank the same
+     * one-line refusal, so nobody waits for a peer */
+    MG_CHECK(mg_layout_check(cfg, cx->launch.world_size));
+    if (cx->launch.world_size == 1) return mg_train_run(cfg, NULL);
+    return train_ranks(cx);
 }
+
+const mg_cli_command mg_cli_train = {.run = train_run};

@@ -6,6 +6,7 @@
 #include "config/flags.h"
 #include "config/flags_command.h"
 #include "config/flags_table.h"
+#include "core/text.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -208,25 +209,6 @@ static mg_status apply_flag(void *base, const mg_flag_spec *f, const char *s) {
 
 /* ---- unknown flags ---- */
 
-static size_t levenshtein(const char *a, const char *b) {
-    size_t n = strlen(b), row[128];
-    if (n >= 128) return SIZE_MAX;
-    for (size_t j = 0; j <= n; j++) row[j] = j;
-    for (size_t i = 1; a[i - 1]; i++) {
-        size_t diag = row[0];
-        row[0] = i;
-        for (size_t j = 1; j <= n; j++) {
-            size_t up = row[j];
-            size_t best = diag + (a[i - 1] != b[j - 1]);
-            if (up + 1 < best) best = up + 1;
-            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
-            row[j] = best;
-            diag = up;
-        }
-    }
-    return row[n];
-}
-
 /* One table being parsed: its rows, the copy of the struct its values go into, the rows seen. */
 typedef struct {
     const mg_flag_spec *flags;
@@ -250,7 +232,7 @@ static const char *suggest(const char *name, const flag_scope *scopes, int n_sco
     for (int s = 0; s < n_scopes; s++)
         for (int i = s == 0 ? -1 : 0; i < scopes[s].n; i++) {
             const char *cand = i < 0 ? "--help" : scopes[s].flags[i].name;
-            size_t cl = strlen(cand), d = levenshtein(name, cand);
+            size_t cl = strlen(cand), d = mg_text_edit_distance(name, cand);
             size_t limit = cl / 4 > 2 ? cl / 4 : 2;
             if (d <= limit && d < best_d) best = cand, best_d = d;
             if (len >= 5 && !strncmp(cand, name, len) && (!prefix || cl < strlen(prefix)))
