@@ -1,14 +1,18 @@
 /* The common layer of src/comm (see comm_backend.h): argument checks, per-group call numbers,
- * groups from Megatron-style lists, the wait step every backend calls between two tests of an
- * unfinished operation, the one-line MG_ERR_COMM messages, and the world's life cycle.
+ * groups from Megatron-style lists, dispatch to the backend's table, and the world's life cycle
+ * (the failure channel, the MPI bootstrap, the SIGTERM line). The wait step and the one-line
+ * MG_ERR_COMM messages that the backends share are comm_wait.c's.
  *
  * Why validation lives here: a bad argument on one rank must fail on that rank with MG_ERR_USAGE
  * before anything is posted, identically for both backends (a mismatched call that reaches the
  * network shows up on the *other* ranks as a hang or garbage). What one rank cannot see (its
  * peers' counts) is left to the backend and, in the worst case, to the timeout. */
 #include "comm/comm_backend.h"
-#include "core/clock.h"
+#include "comm/comm_wait.h"
 #include "comm/health.h"
+#include "comm/mpi_bootstrap.h"
+#include "comm/rendezvous.h"
+#include "comm/signals.h"
 #include "core/status.h"
 
 #include <math.h>
@@ -16,7 +20,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 const char *mg_reduce_op_name(mg_reduce_op op) {
     switch (op) {
@@ -55,148 +58,6 @@ const char *mg_comm_name(const mg_comm *c) {
 int mg_comm_global_rank(const mg_comm *c, int group_rank) {
     return c && group_rank >= 0 && group_rank < c->size ? c->global_ranks[group_rank] : -1;
 }
-struct mg_rendezvous *mg_comm_world_rendezvous(mg_comm_world *w) {
-    return w && w->health ? mg_comm_health_rendezvous(w->health) : NULL;
-}
-
-/* ---- messages ---- */
-
-/* "all_reduce #17 on group 'dp'" */
-static void describe(const mg_comm *c, char *buf, size_t cap) {
-    snprintf(buf, cap, "%s #%llu on group '%s'", c->call ? c->call : "no call",
-             (unsigned long long)c->seq, c->name);
-}
-
-/* "0,2,4,6", shortened to "0,2,4,...,62" when it does not fit. */
-static void format_ranks(const int *ranks, int n, char *buf, size_t cap) {
-    size_t used = 0;
-    buf[0] = '\0';
-    for (int i = 0; i < n; i++) {
-        char one[16];
-        int k = snprintf(one, sizeof one, "%s%d", i ? "," : "", ranks[i]);
-        if (used + (size_t)k + 16 >= cap && i + 1 < n) {
-            snprintf(buf + used, cap - used, ",...,%d", ranks[n - 1]);
-            return;
-        }
-        memcpy(buf + used, one, (size_t)k + 1);
-        used += (size_t)k;
-    }
-}
-
-void mg_comm_rank_list(const mg_comm *c, char *buf, size_t cap) {
-    format_ranks(c->global_ranks, c->size, buf, cap);
-}
-
-static mg_status peer_failure(mg_comm *c, int rank, const char *message) {
-    c->w->failed = true;
-    char where[128];
-    describe(c, where, sizeof where);
-    if (rank < 0)
-        return MG_FAIL(MG_ERR_COMM, "the rendezvous stopped the job: %s (this rank, %d, was in %s)",
-                       message, c->w->rank, where);
-    /* The rendezvous words an abrupt death itself: "rank K disconnected without a goodbye". */
-    char head[32];
-    snprintf(head, sizeof head, "rank %d ", rank);
-    if (strncmp(message, head, strlen(head)) == 0)
-        return MG_FAIL(MG_ERR_COMM, "%s (this rank, %d, was in %s)", message, c->w->rank, where);
-    return MG_FAIL(MG_ERR_COMM, "rank %d failed: %s (this rank, %d, was in %s)", rank, message,
-                   c->w->rank, where);
-}
-
-mg_status mg_comm_fail_call(mg_comm *c, const char *what) {
-    c->w->failed = true;
-    char where[128], copy[512];
-    describe(c, where, sizeof where);
-    snprintf(copy, sizeof copy, "%s", what); /* `what` may be mg_error_message() itself */
-    return MG_FAIL(MG_ERR_COMM, "%s failed on rank %d: %s", where, c->w->rank, copy);
-}
-
-static void sleep_s(double s) {
-    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-    while (nanosleep(&ts, &ts) != 0) {
-    }
-}
-
-/* Which members of c did not reach the call `where` (health.c has the protocol): asks every rank
- * where it waits and listens for a window of min(1 s, timeout/4), answering peers that time out
- * alongside. Fills missing ("2,5", "none (...)") and elsewhere (" (rank 5 is in ...)" for the
- * members that wait in another call). MG_OK, or a peer's failure notice that arrived meanwhile
- * (its line already names the ranks: this rank reports that one instead). */
-static mg_status who_is_missing(mg_comm *c, const char *where, char *missing, size_t cap_missing,
-                                char *elsewhere, size_t cap_elsewhere) {
-    mg_comm_world *w = c->w;
-    double window = w->timeout_s / 4 < 1.0 ? w->timeout_s / 4 : 1.0;
-    double until = mg_clock_seconds() + window;
-    mg_comm_health_ask(w->health, where);
-    do {
-        int rank;
-        const char *message;
-        if (mg_comm_health_poll(w->health, true, &rank, &message))
-            return peer_failure(c, rank, message);
-        if (mg_comm_health_asked(w->health)) mg_comm_health_answer(w->health, where);
-        sleep_s(1e-3);
-    } while (mg_clock_seconds() < until);
-
-    int *miss = malloc((size_t)c->size * sizeof *miss), n_miss = 0, n_else = 0;
-    size_t used = 0;
-    elsewhere[0] = '\0';
-    for (int i = 0; i < c->size; i++) {
-        int r = c->global_ranks[i];
-        char at[MG_COMM_HEALTH_WHERE_MAX];
-        if (r == w->rank) continue;
-        bool answered = mg_comm_health_answer_of(w->health, r, at, sizeof at);
-        if (answered && !strcmp(at, where)) continue;
-        if (miss) miss[n_miss] = r;
-        n_miss++;
-        if (!answered) continue;
-        /* At most three, so the line (and the notice carrying it) stays readable. */
-        if (n_else++ < 3 && used < cap_elsewhere)
-            used += (size_t)snprintf(elsewhere + used, cap_elsewhere - used, "%srank %d is in %s",
-                                     used ? "; " : " (", r, at);
-    }
-    if (used && used < cap_elsewhere)
-        snprintf(elsewhere + used, cap_elsewhere - used, "%s)", n_else > 3 ? "; ..." : "");
-    if (!miss)
-        snprintf(missing, cap_missing, "unknown (out of memory)");
-    else if (!n_miss)
-        snprintf(missing, cap_missing,
-                 "none (every rank of the group is waiting in it: the data path is stuck)");
-    else
-        format_ranks(miss, n_miss, missing, cap_missing);
-    free(miss);
-    return MG_OK;
-}
-
-/* Timeout: this rank gave up on the call, naming the members that did not reach it. */
-static mg_status timed_out(mg_comm *c) {
-    mg_comm_world *w = c->w;
-    w->failed = true;
-    char where[MG_COMM_HEALTH_WHERE_MAX], ranks[256], missing[256] = "unknown", elsewhere[384] = "";
-    describe(c, where, sizeof where);
-    mg_comm_rank_list(c, ranks, sizeof ranks);
-    if (w->health && c->size > 1)
-        MG_CHECK(who_is_missing(c, where, missing, sizeof missing, elsewhere, sizeof elsewhere));
-    return MG_FAIL(MG_ERR_COMM,
-                   "%s (ranks %s) timed out after %g s on rank %d; ranks that did not reach it: "
-                   "%s%s",
-                   where, ranks, w->timeout_s, w->rank, missing, elsewhere);
-}
-
-mg_status mg_comm_wait_step(mg_comm *c, double deadline) {
-    mg_comm_world *w = c->w;
-    double now = mg_clock_seconds();
-    int rank;
-    const char *message;
-    if (mg_comm_health_poll(w->health, false, &rank, &message))
-        return peer_failure(c, rank, message);
-    if (now >= deadline) return timed_out(c);
-    if (mg_comm_health_asked(w->health)) { /* a peer timed out and asks who waits where */
-        char where[MG_COMM_HEALTH_WHERE_MAX];
-        describe(c, where, sizeof where);
-        mg_comm_health_answer(w->health, where);
-    }
-    return MG_OK;
-}
 
 /* ---- calls: numbering and argument checks ---- */
 
@@ -219,10 +80,7 @@ static mg_status call_begin(mg_comm *c, const char *call) {
                        "%s #%llu on group '%s' on rank %d: refused after an earlier communication "
                        "error (only mg_comm_world_fail and mg_comm_world_finalize remain)",
                        call, (unsigned long long)c->seq, c->name, w->rank);
-    int rank;
-    const char *message;
-    if (mg_comm_health_poll(w->health, false, &rank, &message))
-        return peer_failure(c, rank, message);
+    MG_CHECK(mg_comm_peer_check(c));
     mg_comm_signals_note(c, true);
     return MG_OK;
 }
@@ -468,7 +326,7 @@ static void comm_free(mg_comm *c) {
 static mg_status check_same_list(mg_comm_world *w, const char *name, uint64_t h) {
     if (!w->health) return MG_OK;
     uint64_t *all = calloc((size_t)w->size, sizeof *all);
-    if (!all) return MG_FAIL(MG_ERR_IO, "out of memory creating group '%s'", name);
+    if (!all) return MG_FAIL(MG_ERR_NOMEM, "out of memory creating group '%s'", name);
     mg_comm_health_lock(w->health); /* the NCCL watchdog polls the same socket */
     mg_status st =
         mg_rendezvous_all_gather(mg_comm_health_rendezvous(w->health), &h, sizeof h, all);
@@ -497,7 +355,7 @@ static mg_status add_group(mg_comm_world *w, mg_comm *c) {
     if (w->n_groups == w->cap_groups) {
         int cap = w->cap_groups ? 2 * w->cap_groups : 16;
         mg_comm **g = realloc(w->groups, (size_t)cap * sizeof *g);
-        if (!g) return MG_FAIL(MG_ERR_IO, "out of memory creating group '%s'", c->name);
+        if (!g) return MG_FAIL(MG_ERR_NOMEM, "out of memory creating group '%s'", c->name);
         w->groups = g;
         w->cap_groups = cap;
     }
@@ -524,7 +382,7 @@ mg_status mg_comm_group_create(mg_comm_world *w, const char *name, int n_groups,
                        "group, offsets with n_groups + 1 entries and the ranks",
                        name, n_groups, (const void *)offsets, (const void *)ranks);
     unsigned char *seen = calloc((size_t)w->size, 1);
-    if (!seen) return MG_FAIL(MG_ERR_IO, "out of memory creating group '%s'", name);
+    if (!seen) return MG_FAIL(MG_ERR_NOMEM, "out of memory creating group '%s'", name);
     int color = -1, key = -1;
     uint64_t h = fnv(14695981039346656037ull, name, strlen(name) + 1);
     h = fnv(h, &n_groups, sizeof n_groups);
@@ -564,7 +422,7 @@ mg_status mg_comm_group_create(mg_comm_world *w, const char *name, int n_groups,
     MG_CHECK(check_same_list(w, name, h));
 
     mg_comm *c = calloc(1, sizeof *c);
-    if (!c) return MG_FAIL(MG_ERR_IO, "out of memory creating group '%s'", name);
+    if (!c) return MG_FAIL(MG_ERR_NOMEM, "out of memory creating group '%s'", name);
     c->w = w;
     snprintf(c->name, sizeof c->name, "%s", name);
     c->call = "group_create";
@@ -574,7 +432,7 @@ mg_status mg_comm_group_create(mg_comm_world *w, const char *name, int n_groups,
         c->global_ranks = malloc((size_t)c->size * sizeof *c->global_ranks);
         if (!c->global_ranks) {
             comm_free(c);
-            return MG_FAIL(MG_ERR_IO, "out of memory creating group '%s'", name);
+            return MG_FAIL(MG_ERR_NOMEM, "out of memory creating group '%s'", name);
         }
         memcpy(c->global_ranks, ranks + offsets[color], (size_t)c->size * sizeof *ranks);
     }
@@ -699,7 +557,7 @@ mg_status mg_comm_world_init(const mg_launch_info *li, mg_comm_backend backend, 
     const mg_comm_ops *ops = NULL;
     MG_CHECK(pick_ops(li, backend, &ops));
     mg_comm_world *w = calloc(1, sizeof *w);
-    if (!w) return MG_FAIL(MG_ERR_IO, "out of memory initialising the world");
+    if (!w) return MG_FAIL(MG_ERR_NOMEM, "out of memory initialising the world");
     w->ops = ops;
     w->launch = *li;
     w->rank = li->rank;
@@ -716,7 +574,7 @@ mg_status mg_comm_world_init(const mg_launch_info *li, mg_comm_backend backend, 
     backend_up = true;
     int *ranks = malloc((size_t)w->size * sizeof *ranks);
     if (!ranks) {
-        st = MG_FAIL(MG_ERR_IO, "out of memory initialising the world");
+        st = MG_FAIL(MG_ERR_NOMEM, "out of memory initialising the world");
         goto fail;
     }
     for (int r = 0; r < w->size; r++) ranks[r] = r;
@@ -761,7 +619,7 @@ void mg_comm_world_fail(mg_comm_world *w, const char *message) {
      * so linger (bounded) to let the others print first: the failing rank 2 s, a rank that only
      * relays a peer's failure 0.5 s (its peers heard the same notice at the same time). */
     double linger = from_peer ? 0.5 : 2.0;
-    sleep_s(w->timeout_s < linger ? w->timeout_s : linger);
+    mg_comm_sleep(w->timeout_s < linger ? w->timeout_s : linger);
     w->ops->world_abort(w);
 }
 

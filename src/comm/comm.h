@@ -40,37 +40,20 @@
  * After MG_ERR_COMM the communicators are aborted (NCCL: ncclCommAbort); the only valid calls
  * are mg_comm_world_fail and mg_comm_world_finalize.
  *
- * Exports: mg_launch_*, mg_comm_world_*, mg_comm_group_*, the collectives below.
- * Needs: core/status, core/tensor; Open MPI and NCCL when the build found them (MG_HAVE_MPI,
- * MG_HAVE_NCCL); without them the backend's init returns MG_ERR_UNSUPPORTED naming the fix. */
+ * Exports: mg_comm_world_*, mg_comm_group_*, the collectives below; mg_launch_* through
+ * comm/launch.h (launch.c), which this header includes.
+ * Needs: comm/launch, core/status, core/tensor; Open MPI and NCCL when the build found them
+ * (MG_HAVE_MPI, MG_HAVE_NCCL); without them the backend's init returns MG_ERR_UNSUPPORTED naming
+ * the fix. */
 #ifndef MG_COMM_H
 #define MG_COMM_H
 
+#include "comm/launch.h" /* mg_launch_info, mg_launch_detect (launch.c) */
 #include "core/status.h"
 #include "core/tensor.h"
 
 #include <stdbool.h>
 #include <stddef.h>
-
-/* ---- launch detection (environment only; nothing is initialised) ---- */
-typedef enum {
-    MG_LAUNCH_SINGLE = 0, /* plain `megatron ...`: one rank, no MPI_Init */
-    MG_LAUNCH_MPI, /* mpirun/mpiexec (OMPI_COMM_WORLD_*, PMIX_RANK, PMI_RANK) or srun (SLURM_*) */
-    MG_LAUNCH_ENV, /* torchrun-style RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT */
-} mg_launch_kind;
-
-typedef struct {
-    mg_launch_kind kind;
-    char launcher[16]; /* "single", "mpirun", "srun", "torchrun" */
-    int rank, world_size;
-    int local_rank, local_world_size; /* selects the GPU: device = local_rank */
-    char master_addr[256];            /* MG_LAUNCH_ENV */
-    int master_port;                  /* MG_LAUNCH_ENV */
-} mg_launch_info;
-
-/* Reads the launcher's variables; rejects inconsistent ones (RANK >= WORLD_SIZE, a missing
- * MASTER_ADDR with WORLD_SIZE > 1, ...) with MG_ERR_USAGE naming the variable. */
-mg_status mg_launch_detect(mg_launch_info *out);
 
 /* ---- the world and its groups ---- */
 typedef enum { MG_COMM_MPI = 0, MG_COMM_NCCL } mg_comm_backend;

@@ -1,26 +1,30 @@
-/* Internal to src/comm: what a backend (mpi.c, nccl.c) implements and what the common layer
- * (comm.c) does for all of them. comm.c validates arguments (counts, dtypes, roots, peers),
- * numbers every call per group (for error messages), checks for a peer's failure notice before
- * each call, and turns a backend's failure into the one-line MG_ERR_COMM message of comm.h.
+/* Internal to src/comm: what a backend (mpi.c, nccl.c, self.c) implements, and the world and group
+ * structs that the common layer (comm.c) and the backends share. comm.c validates arguments
+ * (counts, dtypes, roots, peers), numbers every call per group (for error messages), checks for a
+ * peer's failure notice before each call, and dispatches to the backend's table; what a waiting
+ * backend needs (the wait step, the one-line MG_ERR_COMM messages) is comm_wait.h, so no backend
+ * calls back into comm.c. This header declares types and the backends' tables only.
  *
  * Failure notices travel over a side channel that does not depend on the data path:
  *   mg_comm_health (health.c) — post(rank, message) to every rank; poll() -> a notice or none.
  *   Always over the TCP rendezvous (rendezvous.c), for every world of more than one rank. comm.c
  *   opens it before the backend's world_init: at MASTER_ADDR:MASTER_PORT for torchrun-style
- *   launches; for MPI launches rank 0 listens on a free port and MPI_Bcasts "host port" (mpi.c,
- *   which also owns MPI_Init/MPI_Finalize for both backends). A backend may use the rendezvous
- *   for its own set-up data (NCCL's unique id): mg_comm_world_rendezvous(w).
+ *   launches; for MPI launches rank 0 listens on a free port and MPI_Bcasts "host port"
+ *   (mpi_bootstrap.c, which also owns MPI_Init/MPI_Finalize for both backends). A backend may use
+ *   the rendezvous for its own set-up data (NCCL's unique id): mg_comm_health_rendezvous.
  * Backends wait by polling (MPI_Test / cudaEventQuery) with a deadline and poll the health
- * channel between tests, so a waiting rank learns of a peer's failure within milliseconds. */
+ * channel between tests (mg_comm_wait_step), so a waiting rank learns of a peer's failure within
+ * milliseconds.
+ * Exports: mg_comm_ops, struct mg_comm_world, struct mg_comm, the backends' tables.
+ * Needs: comm/comm, comm/health, core/clock. */
 #ifndef MG_COMM_BACKEND_H
 #define MG_COMM_BACKEND_H
 
 #include "comm/comm.h"
+#include "comm/health.h"
 #include "core/clock.h" /* mg_clock_seconds: the backends' deadlines */
 
 #include <stdint.h>
-
-typedef struct mg_comm_health mg_comm_health;
 
 typedef struct {
     const char *name; /* "mpi", "nccl" */
@@ -78,19 +82,5 @@ struct mg_comm {
 extern const mg_comm_ops mg_comm_mpi_ops;  /* mpi.c */
 extern const mg_comm_ops mg_comm_nccl_ops; /* nccl.c */
 extern const mg_comm_ops mg_comm_self_ops; /* self.c: MPI backend, world of 1, host copies */
-
-/* The world's TCP rendezvous: open before the backend's world_init for every world of more than
- * one rank, NULL for a world of one (see "Failure notices" above). */
-struct mg_rendezvous *mg_comm_world_rendezvous(mg_comm_world *w);
-
-/* Common helpers for the backends (comm.c). */
-/* Between two tests of an unfinished operation: polls the health channel and the deadline.
- * Returns MG_OK to keep waiting, or MG_ERR_COMM with the message of comm.h (marks w failed). */
-mg_status mg_comm_wait_step(mg_comm *c, double deadline);
-/* The group's world ranks, "0,2,4,6", shortened to "0,2,4,...,62" when they do not fit in cap. */
-void mg_comm_rank_list(const mg_comm *c, char *buf, size_t cap);
-/* A backend call failed with the library's text: MG_ERR_COMM "<call> #<seq> on group '<name>'
- * failed on rank <r>: <what>" (marks w failed). */
-mg_status mg_comm_fail_call(mg_comm *c, const char *what);
 
 #endif

@@ -1,9 +1,10 @@
-/* The failure side channel over the TCP rendezvous, and the SIGTERM line (health.h).
+/* The failure side channel over the TCP rendezvous (health.h). A leaf of src/comm: it calls the
+ * rendezvous only, and knows nothing of worlds, groups or backends.
  *
  * Notices come in two kinds (rendezvous.h): failures, of which the first is latched and returned
  * by every poll from then on, and informational ones (a leading \x01), which health.c consumes
- * itself and never returns from a poll, so no caller (comm.c, the NCCL watchdog's try_poll) can
- * mistake one for a failure. The informational ones carry "who waits where", for the timeout
+ * itself and never returns from a poll, so no caller (comm_wait.c, the NCCL watchdog's try_poll)
+ * can mistake one for a failure. The informational ones carry "who waits where", for the timeout
  * line's "ranks that did not reach it":
  *   "\x01who? <call>"  a rank's wait timed out (mg_comm_health_ask); every other rank that polls
  *                      sets `asked`.
@@ -15,15 +16,13 @@
  * reads here, under the lock, so no answer or question is lost to the other thread. */
 #include "comm/health.h"
 
+#include "core/clock.h"
 #include "core/status.h"
 
 #include <pthread.h>
-#include <signal.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 struct mg_comm_health {
     /* The NCCL backend's watchdog thread polls too (try_poll); the rendezvous is not
@@ -33,7 +32,8 @@ struct mg_comm_health {
     double next_poll; /* mg_clock_seconds() before which poll does not look at the socket */
     bool latched;
     int rank;
-    char message[1024]; /* the latched failure (rendezvous texts are cut to RV_TEXT_MAX = 1024) */
+    char
+        message[1024]; /* the latched failure (rendezvous texts are cut to MG_RV_TEXT_MAX = 1024) */
     char scratch[1024]; /* the notice being read */
     int world;
     bool asked;      /* a peer asked who waits where since this rank last answered */
@@ -51,7 +51,7 @@ mg_status mg_comm_health_open(const char *addr, int port, int rank, int world_si
     if (h) h->answers = calloc((size_t)(world_size > 0 ? world_size : 1), sizeof *h->answers);
     if (!h || !h->answers) {
         free(h);
-        return MG_FAIL(MG_ERR_IO, "out of memory opening the rendezvous");
+        return MG_FAIL(MG_ERR_NOMEM, "out of memory opening the rendezvous");
     }
     h->world = world_size;
     mg_status st = mg_rendezvous_open(addr, port, rank, world_size, timeout_s, &h->rv);
@@ -180,85 +180,4 @@ void mg_comm_health_close(mg_comm_health *h) {
     pthread_mutex_destroy(&h->lock);
     free(h->answers);
     free(h);
-}
-
-/* ---- the SIGTERM line ---- */
-
-static volatile sig_atomic_t g_sig_rank = -1, g_sig_active;
-static const mg_comm *volatile g_sig_comm;
-static struct sigaction g_sig_old;
-static bool g_sig_installed;
-
-typedef struct {
-    char buf[400];
-    size_t n;
-} sig_line;
-
-static void put_str(sig_line *l, const char *s) {
-    while (s && *s && l->n + 1 < sizeof l->buf) l->buf[l->n++] = *s++;
-}
-
-static void put_u64(sig_line *l, uint64_t v) {
-    char d[24];
-    int k = 0;
-    do d[k++] = (char)('0' + v % 10), v /= 10;
-    while (v);
-    while (k && l->n + 1 < sizeof l->buf) l->buf[l->n++] = d[--k];
-}
-
-/* Only async-signal-safe calls: write, signal, raise. The handler runs once (SA_RESETHAND) and
- * re-raises, so the process still dies of SIGTERM as the launcher expects. */
-static void on_sigterm(int sig) {
-    sig_line l = {.n = 0};
-    const mg_comm *c = g_sig_comm;
-    put_str(&l, "megatron: rank ");
-    put_u64(&l, (uint64_t)(g_sig_rank < 0 ? 0 : g_sig_rank));
-    put_str(&l, ": terminated by SIGTERM ");
-    if (c) {
-        put_str(&l, g_sig_active ? "while in " : "after ");
-        put_str(&l, c->call);
-        put_str(&l, " #");
-        put_u64(&l, c->seq);
-        put_str(&l, " on group '");
-        put_str(&l, c->name);
-        put_str(&l, "'");
-    } else {
-        put_str(&l, "before its first communication call");
-    }
-    put_str(&l, " (the launcher stops every rank once one exits early: see that rank's error)\n");
-    ssize_t rc = write(STDERR_FILENO, l.buf, l.n);
-    (void)rc;
-    signal(sig, SIG_DFL);
-    raise(sig);
-}
-
-void mg_comm_signals_install(int rank) {
-    g_sig_rank = rank;
-    if (g_sig_installed) return;
-    struct sigaction old;
-    if (sigaction(SIGTERM, NULL, &old) != 0) return;
-    if ((old.sa_flags & SA_SIGINFO) || old.sa_handler != SIG_DFL) return; /* the program's own */
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_sigterm;
-    sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESETHAND;
-    if (sigaction(SIGTERM, &sa, &g_sig_old) == 0) g_sig_installed = true;
-}
-
-void mg_comm_signals_remove(void) {
-    if (!g_sig_installed) return;
-    sigaction(SIGTERM, &g_sig_old, NULL);
-    g_sig_installed = false;
-    g_sig_comm = NULL;
-}
-
-void mg_comm_signals_note(const mg_comm *c, bool active) {
-    g_sig_active = 0; /* never "while in" a call of another group */
-    g_sig_comm = c;
-    g_sig_active = active;
-}
-
-void mg_comm_signals_forget(const mg_comm *c) {
-    if (g_sig_comm == c) g_sig_comm = NULL;
 }

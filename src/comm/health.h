@@ -1,15 +1,17 @@
-/* Internal to src/comm: the failure side channel of a multi-rank world (health.c), the MPI
- * bootstrap that opens it under mpirun/srun (mpi.c), and the line printed on SIGTERM.
- * See comm_backend.h, "Failure notices".
- * Exports: mg_comm_health_*, mg_comm_signals_*, mg_comm_mpi_bootstrap, mg_comm_mpi_shutdown.
- * Needs: comm/rendezvous. */
+/* Internal to src/comm: the failure side channel of a multi-rank world (health.c). See
+ * comm_backend.h, "Failure notices". A leaf: it takes ranks, messages and call descriptions as
+ * plain arguments and calls nothing of comm.c or of a backend.
+ * Exports: mg_comm_health_*. Needs: comm/rendezvous, core/status. */
 #ifndef MG_COMM_HEALTH_H
 #define MG_COMM_HEALTH_H
 
-#include "comm/comm_backend.h"
 #include "comm/rendezvous.h"
+#include "core/status.h"
 
 #include <stdbool.h>
+#include <stddef.h>
+
+typedef struct mg_comm_health mg_comm_health;
 
 /* Rank 0 serves on port (which must be free; the call returns once every rank arrived), the
  * others connect to addr:port; bounded by timeout_s. */
@@ -31,11 +33,12 @@ bool mg_comm_health_try_poll(mg_comm_health *h, int *rank, const char **message)
  * watchdog thread may poll it. */
 void mg_comm_health_lock(mg_comm_health *h);
 void mg_comm_health_unlock(mg_comm_health *h);
-/* Who waits where (comm.c's timeout line; health.c's top comment has the protocol). Informational
- * notices only: they fail nothing, and no poll returns them. `where` is a call as comm.c words it,
- * "all_reduce #17 on group 'dp'", at most MG_COMM_HEALTH_WHERE_MAX - 1 characters.
- * ask: forgets the answers kept so far, asks every other rank where it waits (the question names
- * `what`, this rank's call) and keeps the answers that arrive from now on (polls file them). */
+/* Who waits where (comm_wait.c's timeout line; health.c's top comment has the protocol).
+ * Informational notices only: they fail nothing, and no poll returns them. `where` is a call as
+ * comm_wait.c words it, "all_reduce #17 on group 'dp'", at most MG_COMM_HEALTH_WHERE_MAX - 1
+ * characters. ask: forgets the answers kept so far, asks every other rank where it waits (the
+ * question names `what`, this rank's call) and keeps the answers that arrive from now on (polls
+ * file them). */
 #define MG_COMM_HEALTH_WHERE_MAX 128
 void mg_comm_health_ask(mg_comm_health *h, const char *what);
 /* Where rank said it waits since the last ask (copied into where): false when it did not answer. */
@@ -47,26 +50,5 @@ void mg_comm_health_answer(mg_comm_health *h, const char *where);
 /* Says goodbye (so no peer reports this rank as dead) and frees h. Also right after a failure:
  * the notice was posted (or received) already, and the rendezvous stops at once after one. */
 void mg_comm_health_close(mg_comm_health *h);
-
-/* One async-signal-safe line on SIGTERM naming the rank and the call in progress (mpirun sends
- * SIGTERM to every rank once one exits without finishing). Installed for worlds of more than one
- * rank unless the program has its own handler; removed at finalize and by mg_comm_world_fail
- * (whose rank has said everything already). */
-void mg_comm_signals_install(int rank);
-void mg_comm_signals_remove(void);
-/* The call c is in (active) or made last (!active), for that line. */
-void mg_comm_signals_note(const mg_comm *c, bool active);
-/* c is being freed: the line must not read it any more. */
-void mg_comm_signals_forget(const mg_comm *c);
-
-#ifdef MG_HAVE_MPI
-/* MPI_Init_thread unless MPI is initialised, checks MPI's rank and size against the launch, then
- * rank 0 reserves a free port and MPI_Bcasts "host port"; every rank opens the channel there.
- * Bounded by timeout_s. */
-mg_status mg_comm_mpi_bootstrap(const mg_launch_info *li, double timeout_s, mg_comm_health **out);
-/* MPI_Finalize when bootstrap initialised MPI and clean; after a failure it is skipped, since
- * Open MPI's MPI_Finalize synchronises with peers that may be gone. */
-void mg_comm_mpi_shutdown(bool clean);
-#endif
 
 #endif

@@ -29,10 +29,12 @@
  * selection instead of silently stacking ranks on GPU 0.
  * Values that are present but wrong are MG_ERR_USAGE naming the variable and the fix. Empty
  * strings count as present (an unset shell variable expanded into RANK= is a broken script). */
-#include "comm/comm.h"
+#include "comm/launch.h"
 
 #include <errno.h>
 #include <limits.h>
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

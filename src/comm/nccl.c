@@ -38,12 +38,15 @@
  * ncclGroupStart/End (zero-count segments are skipped on both sides, as the counts agree).
  *
  * Needs: CUDA runtime, NCCL >= 2.19 (ncclCommSplit, nonblocking communicators, ncclAvg,
- * ncclBfloat16), pthreads, comm/comm_backend, comm/rendezvous, comm/nccl_internal.h (the
- * watchdog and the abort: nccl_watchdog.c). Compiled only with MG_HAVE_NCCL. */
+ * ncclBfloat16), pthreads, comm/comm_backend, comm/comm_wait, comm/health, comm/rendezvous,
+ * comm/nccl_internal.h (the watchdog and the abort: nccl_watchdog.c). Compiled only with
+ * MG_HAVE_NCCL. */
 #ifdef MG_HAVE_NCCL
 
 #include "comm/nccl_internal.h"
 
+#include "comm/comm_wait.h"
+#include "comm/health.h"
 #include "comm/rendezvous.h"
 
 #include <sched.h>
@@ -258,7 +261,7 @@ static mg_status nccl_world_init(mg_comm_world *w, const mg_launch_info *li) {
     if (!nw || !ranks) {
         free(nw);
         free(ranks);
-        return MG_FAIL(MG_ERR_IO, "out of memory initialising NCCL");
+        return MG_FAIL(MG_ERR_NOMEM, "out of memory initialising NCCL");
     }
     pthread_mutex_init(&nw->mu, NULL);
     nw->timeout_s = w->timeout_s;
@@ -281,7 +284,7 @@ static mg_status nccl_world_init(mg_comm_world *w, const mg_launch_info *li) {
     /* A rank that failed above returns at once: comm.c posts its failure, which ends the
      * others' wait in the broadcast. */
     if (st == MG_OK && w->size > 1) {
-        mg_rendezvous *rv = mg_comm_world_rendezvous(w);
+        mg_rendezvous *rv = mg_comm_health_rendezvous(w->health);
         if (!rv)
             st = MG_FAIL(MG_ERR_INTERNAL, "NCCL init on rank %d: the world has no rendezvous",
                          w->rank);
@@ -367,7 +370,7 @@ static mg_status group_resources(mg_comm *c, nccl_group *g) {
 static mg_status split_child(mg_comm_world *w, mg_comm *c, int color, int key) {
     nccl_world *nw = w->impl;
     nccl_group *g = calloc(1, sizeof *g);
-    if (!g) return MG_FAIL(MG_ERR_IO, "out of memory creating group '%s'", c->name);
+    if (!g) return MG_FAIL(MG_ERR_NOMEM, "out of memory creating group '%s'", c->name);
     ncclConfig_t cfg = comm_config(c->name, 1);
     nw->split_out = NULL;
     ncclResult_t r =

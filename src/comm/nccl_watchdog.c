@@ -18,11 +18,13 @@
  * returns with an error, but it ran on a communicator freed under it, a risk taken only on a
  * path that would otherwise hang forever (nccl.c keeps it rare: NCCL_RUNTIME_CONNECT=0).
  *
- * Needs: CUDA runtime, NCCL, pthreads, comm/comm_backend, comm/health. Only with MG_HAVE_NCCL. */
+ * Needs: CUDA runtime, NCCL, pthreads, comm/comm_backend, comm/comm_wait, comm/health. Only with
+ * MG_HAVE_NCCL. */
 #ifdef MG_HAVE_NCCL
 
 #include "comm/nccl_internal.h"
 
+#include "comm/comm_wait.h"
 #include "comm/health.h"
 
 #include <math.h>
@@ -67,7 +69,8 @@ void mg_nccl_abort_all(mg_comm_world *w) {
 
 /* ---- the watchdog ---- */
 
-/* The timeout line of comm.c's mg_comm_wait_step, for a call the main thread is not waiting on. */
+/* The timeout line of comm_wait.c's mg_comm_wait_step, for a call the main thread is not waiting
+ * on. */
 static void wd_timeout_msg(nccl_world *nw, const mg_comm *c, const char *call, uint64_t seq,
                            const char *how) {
     char ranks[256];

@@ -11,6 +11,8 @@
  *   `troubled` (a failure notice was relayed, or fatal) makes stopping quick: the ranks already
  * know. Nothing here calls MG_FAIL: errors go to the ranks as frames, and the thread owns no
  * status. */
+#include "comm/rendezvous_server.h"
+
 #include "comm/rendezvous_wire.h"
 
 #include <errno.h>
@@ -30,7 +32,7 @@
 enum { ABSENT = 0, PRESENT, LEFT, DROPPED };
 
 typedef struct {
-    rv_conn c;
+    mg_rv_conn c;
     int rank; /* -1 until HELLO */
     double since;
     bool doomed;      /* close once the output is flushed (rejected, or said BYE) */
@@ -38,19 +40,19 @@ typedef struct {
     bool has_op;
     uint32_t op_kind;
     uint64_t op_n;
-    rv_frame op; /* payload = u64 n followed by the data */
+    mg_rv_frame op; /* payload = u64 n followed by the data */
     char host[64];
 } peer;
 
-struct rv_server {
+struct mg_rv_server {
     int listen_fd, wake_rd, wake_wr;
     int world;
     double timeout_s;
     uint64_t nonce;
     char where[300];
     pthread_t thread;
-    atomic_int stop; /* set by rv_server_stop, then the wake pipe is written */
-    char stop_abort[RV_TEXT_MAX];
+    atomic_int stop; /* set by mg_rv_server_stop, then the wake pipe is written */
+    char stop_abort[MG_RV_TEXT_MAX];
     /* owned by the thread */
     peer **peers;
     int n_peers, cap_peers;
@@ -58,40 +60,40 @@ struct rv_server {
     unsigned char *state;
     int arrived;
     bool ready, troubled;
-    char fatal[RV_TEXT_MAX];
+    char fatal[MG_RV_TEXT_MAX];
     uint64_t round;
 };
 
 static void queue_text(peer *p, uint16_t type, uint32_t aux, const char *text) {
     size_t n = strlen(text);
-    if (!rv_conn_queue(&p->c, type, aux, text, n < RV_TEXT_MAX ? n : RV_TEXT_MAX, NULL, 0))
+    if (!mg_rv_conn_queue(&p->c, type, aux, text, n < MG_RV_TEXT_MAX ? n : MG_RV_TEXT_MAX, NULL, 0))
         p->doomed = true;
 }
 
 /* The job cannot go on: tell every rank why, once. */
-static void abort_all(rv_server *s, uint32_t rank, const char *text) {
+static void abort_all(mg_rv_server *s, uint32_t rank, const char *text) {
     if (s->fatal[0]) return;
     snprintf(s->fatal, sizeof s->fatal, "%s", text);
     s->troubled = true;
     for (int i = 0; i < s->n_peers; i++)
-        if (s->peers[i]->rank >= 0) queue_text(s->peers[i], RV_ABORT, rank, s->fatal);
+        if (s->peers[i]->rank >= 0) queue_text(s->peers[i], MG_RV_ABORT, rank, s->fatal);
 }
 
 /* Relays (rank, text) to every other rank. Informational texts (a leading \x01) are no failure. */
-static void relay_notice(rv_server *s, int rank, const char *text) {
+static void relay_notice(mg_rv_server *s, int rank, const char *text) {
     if (text[0] != '\x01') s->troubled = true;
     for (int i = 0; i < s->n_peers; i++)
         if (s->peers[i]->rank >= 0 && s->peers[i]->rank != rank)
-            queue_text(s->peers[i], RV_NOTICE, (uint32_t)rank, text);
+            queue_text(s->peers[i], MG_RV_NOTICE, (uint32_t)rank, text);
 }
 
 static void reject(peer *p, uint32_t kind, const char *text) {
-    queue_text(p, RV_REJECT, kind, text);
+    queue_text(p, MG_RV_REJECT, kind, text);
     p->doomed = true;
 }
 
 /* Ranks that have not arrived (before READY) or not reached the current round (after). */
-static size_t missing_ranks(const rv_server *s, uint32_t *out) {
+static size_t missing_ranks(const mg_rv_server *s, uint32_t *out) {
     size_t n = 0;
     for (int r = 0; r < s->world; r++) {
         bool there = s->ready ? (s->member[r] && s->member[r]->has_op) : s->state[r] == PRESENT;
@@ -101,51 +103,51 @@ static size_t missing_ranks(const rv_server *s, uint32_t *out) {
 }
 
 static const char *op_name(uint32_t kind) {
-    return kind == RV_OP_BROADCAST    ? "broadcast"
-           : kind == RV_OP_ALL_GATHER ? "all_gather"
-           : kind == RV_OP_BARRIER    ? "barrier"
-                                      : "unknown";
+    return kind == MG_RV_OP_BROADCAST    ? "broadcast"
+           : kind == MG_RV_OP_ALL_GATHER ? "all_gather"
+           : kind == MG_RV_OP_BARRIER    ? "barrier"
+                                         : "unknown";
 }
 
-/* Not every rank arrived in time (by the server's clock, or a rank's own: see RV_WHO): the job
+/* Not every rank arrived in time (by the server's clock, or a rank's own: see MG_RV_WHO): the job
  * cannot start, and every rank, late ones included, is told who was missing. */
-static void gather_timed_out(rv_server *s) {
+static void gather_timed_out(mg_rv_server *s) {
     if (s->fatal[0]) return;
     uint32_t *miss = malloc(sizeof *miss * (size_t)s->world);
-    char list[256], msg[RV_TEXT_MAX];
-    if (miss) rv_format_ranks(miss, missing_ranks(s, miss), s->world, list, sizeof list);
+    char list[256], msg[MG_RV_TEXT_MAX];
+    if (miss) mg_rv_format_ranks(miss, missing_ranks(s, miss), s->world, list, sizeof list);
     snprintf(msg, sizeof msg,
              "rendezvous at %s: %s did not arrive within %g s; check that every rank was "
              "launched with WORLD_SIZE=%d and the same MASTER_ADDR/MASTER_PORT",
              s->where, miss ? list : "some ranks", s->timeout_s, s->world);
     free(miss);
-    abort_all(s, RV_NO_RANK, msg);
+    abort_all(s, MG_RV_NO_RANK, msg);
 }
 
 /* Rank p's rendezvous call timed out waiting for the ranks that have not made it. */
-static void round_timed_out(rv_server *s, const peer *p) {
+static void round_timed_out(mg_rv_server *s, const peer *p) {
     uint32_t *miss = malloc(sizeof *miss * (size_t)s->world);
     size_t n = miss ? missing_ranks(s, miss) : 0;
     if (miss && n && !s->fatal[0]) {
-        char list[256], msg[RV_TEXT_MAX];
-        rv_format_ranks(miss, n, s->world, list, sizeof list);
+        char list[256], msg[MG_RV_TEXT_MAX];
+        mg_rv_format_ranks(miss, n, s->world, list, sizeof list);
         snprintf(msg, sizeof msg,
                  "rendezvous %s #%llu timed out after %g s on rank %d; ranks that did not reach "
                  "it: %s",
                  p->has_op ? op_name(p->op_kind) : "call", (unsigned long long)s->round + 1,
                  s->timeout_s, p->rank, list);
-        abort_all(s, RV_NO_RANK, msg);
+        abort_all(s, MG_RV_NO_RANK, msg);
     }
     free(miss);
 }
 
-static void try_complete_round(rv_server *s) {
+static void try_complete_round(mg_rv_server *s) {
     int pending = 0;
     for (int r = 0; r < s->world; r++) pending += s->member[r] && s->member[r]->has_op;
     if (pending == 0) return;
     for (int r = 0; r < s->world; r++)
         if (s->state[r] == LEFT) {
-            char msg[RV_TEXT_MAX];
+            char msg[MG_RV_TEXT_MAX];
             snprintf(
                 msg, sizeof msg,
                 "rank %d closed the rendezvous while other ranks wait in rendezvous call #%llu; "
@@ -156,13 +158,13 @@ static void try_complete_round(rv_server *s) {
         }
     if (pending < s->world) return;
     const peer *p0 = s->member[0];
-    size_t total = p0->op_kind == RV_OP_ALL_GATHER  ? (size_t)p0->op_n * (size_t)s->world
-                   : p0->op_kind == RV_OP_BROADCAST ? (size_t)p0->op_n
-                                                    : 0;
+    size_t total = p0->op_kind == MG_RV_OP_ALL_GATHER  ? (size_t)p0->op_n * (size_t)s->world
+                   : p0->op_kind == MG_RV_OP_BROADCAST ? (size_t)p0->op_n
+                                                       : 0;
     for (int r = 1; r < s->world; r++) {
         const peer *p = s->member[r];
         if (p->op_kind != p0->op_kind || p->op_n != p0->op_n) {
-            char msg[RV_TEXT_MAX];
+            char msg[MG_RV_TEXT_MAX];
             snprintf(msg, sizeof msg,
                      "rendezvous call #%llu differs between ranks: rank 0 called %s(%llu bytes), "
                      "rank %d called %s(%llu bytes); every rank must make the same calls",
@@ -173,8 +175,8 @@ static void try_complete_round(rv_server *s) {
             return;
         }
     }
-    if (total > RV_MAX_PAYLOAD) {
-        abort_all(s, RV_NO_RANK,
+    if (total > MG_RV_MAX_PAYLOAD) {
+        abort_all(s, MG_RV_NO_RANK,
                   "rendezvous all_gather result exceeds 64 MiB; it carries "
                   "bootstrap data only");
         return;
@@ -182,10 +184,10 @@ static void try_complete_round(rv_server *s) {
     /* Broadcast sends rank 0's bytes; all_gather every rank's, in rank order. */
     uint8_t *gathered = NULL;
     const uint8_t *result = p0->op.payload + 8;
-    if (p0->op_kind == RV_OP_ALL_GATHER && total) {
+    if (p0->op_kind == MG_RV_OP_ALL_GATHER && total) {
         gathered = malloc(total);
         if (!gathered) {
-            abort_all(s, RV_NO_RANK, "rendezvous server out of memory");
+            abort_all(s, MG_RV_NO_RANK, "rendezvous server out of memory");
             return;
         }
         for (int r = 0; r < s->world; r++)
@@ -193,7 +195,7 @@ static void try_complete_round(rv_server *s) {
         result = gathered;
     }
     for (int r = 0; r < s->world; r++)
-        if (!rv_conn_queue(&s->member[r]->c, RV_RESULT, 0, result, total, NULL, 0))
+        if (!mg_rv_conn_queue(&s->member[r]->c, MG_RV_RESULT, 0, result, total, NULL, 0))
             s->member[r]->doomed = true;
     free(gathered);
     for (int r = 0; r < s->world; r++) {
@@ -205,28 +207,28 @@ static void try_complete_round(rv_server *s) {
     s->round++;
 }
 
-static void on_hello(rv_server *s, peer *p, const rv_frame *f) {
-    char msg[RV_TEXT_MAX];
-    if (f->version != RV_VERSION) {
-        snprintf(msg, sizeof msg, "%u", RV_VERSION);
-        reject(p, RV_REJECT_VERSION, msg);
+static void on_hello(mg_rv_server *s, peer *p, const mg_rv_frame *f) {
+    char msg[MG_RV_TEXT_MAX];
+    if (f->version != MG_RV_VERSION) {
+        snprintf(msg, sizeof msg, "%u", MG_RV_VERSION);
+        reject(p, MG_RV_REJECT_VERSION, msg);
         return;
     }
     if (f->len < 12) {
         p->doomed = true; /* not one of ours */
         return;
     }
-    int rank = (int)f->aux, world = (int)rv_get32(f->payload);
-    uint64_t nonce = rv_get64(f->payload + 4);
+    int rank = (int)f->aux, world = (int)mg_rv_get32(f->payload);
+    uint64_t nonce = mg_rv_get64(f->payload + 4);
     snprintf(p->host, sizeof p->host, "%.*s", (int)(f->len - 12), (const char *)f->payload + 12);
     if (s->fatal[0]) {
-        reject(p, RV_REJECT_FATAL, s->fatal);
+        reject(p, MG_RV_REJECT_FATAL, s->fatal);
         return;
     }
     if (rank == 0 && nonce != s->nonce) {
         /* Another job's rank 0 whose MASTER_ADDR/MASTER_PORT lead here: turn it away without
          * harming this job. */
-        reject(p, RV_REJECT_FOREIGN_ROOT, s->where);
+        reject(p, MG_RV_REJECT_FOREIGN_ROOT, s->where);
         return;
     }
     if (world != s->world || rank < 0 || rank >= s->world) {
@@ -234,7 +236,7 @@ static void on_hello(rv_server *s, peer *p, const rv_frame *f) {
                  "rank %d (host %s) was launched with WORLD_SIZE=%d but rank 0 with WORLD_SIZE=%d; "
                  "launch every rank with the same WORLD_SIZE",
                  rank, p->host, world, s->world);
-        reject(p, RV_REJECT_FATAL, msg);
+        reject(p, MG_RV_REJECT_FATAL, msg);
         abort_all(s, (uint32_t)rank, msg);
         return;
     }
@@ -244,14 +246,14 @@ static void on_hello(rv_server *s, peer *p, const rv_frame *f) {
                      "rank %d joined the rendezvous at %s twice (hosts %s and %s); give every "
                      "process its own RANK",
                      rank, s->where, s->member[rank]->host, p->host);
-            reject(p, RV_REJECT_FATAL, msg);
+            reject(p, MG_RV_REJECT_FATAL, msg);
             abort_all(s, (uint32_t)rank, msg);
         } else {
             snprintf(msg, sizeof msg,
                      "rank %d already joined the rendezvous at %s (the job is running or over); "
                      "restart the whole job, or choose another MASTER_PORT for a new one",
                      rank, s->where);
-            reject(p, RV_REJECT_LATE, msg);
+            reject(p, MG_RV_REJECT_LATE, msg);
         }
         return;
     }
@@ -259,25 +261,25 @@ static void on_hello(rv_server *s, peer *p, const rv_frame *f) {
     s->member[rank] = p;
     s->state[rank] = PRESENT;
     uint8_t nb[8];
-    rv_put64(nb, s->nonce);
-    if (!rv_conn_queue(&p->c, RV_WELCOME, 0, nb, 8, NULL, 0)) p->doomed = true;
+    mg_rv_put64(nb, s->nonce);
+    if (!mg_rv_conn_queue(&p->c, MG_RV_WELCOME, 0, nb, 8, NULL, 0)) p->doomed = true;
     if (++s->arrived == s->world) {
         s->ready = true;
         for (int r = 0; r < s->world; r++)
-            if (!rv_conn_queue(&s->member[r]->c, RV_READY, 0, NULL, 0, NULL, 0))
+            if (!mg_rv_conn_queue(&s->member[r]->c, MG_RV_READY, 0, NULL, 0, NULL, 0))
                 s->member[r]->doomed = true;
     }
 }
 
 /* Handles one frame; false when the peer broke the protocol and must be dropped. */
-static bool on_frame(rv_server *s, peer *p, rv_frame *f) {
+static bool on_frame(mg_rv_server *s, peer *p, mg_rv_frame *f) {
     if (p->rank < 0) {
-        if (f->type != RV_HELLO) return false;
+        if (f->type != MG_RV_HELLO) return false;
         on_hello(s, p, f);
         return true;
     }
     switch (f->type) {
-    case RV_WHO: {
+    case MG_RV_WHO: {
         /* A WHO means that rank's own wait ran out and it gives up; the round (or the start) can
          * no longer complete, and the others would only hear of its leaving, so they are all told
          * the cause now, in the same line. */
@@ -288,20 +290,22 @@ static bool on_frame(rv_server *s, peer *p, rv_frame *f) {
         uint32_t *miss = malloc(sizeof *miss * (size_t)s->world);
         uint8_t *wire = malloc(4 * (size_t)s->world + 1);
         size_t n = miss && wire ? missing_ranks(s, miss) : 0;
-        for (size_t i = 0; i < n; i++) rv_put32(wire + 4 * i, miss[i]);
-        if (!miss || !wire || !rv_conn_queue(&p->c, RV_MISSING, 0, wire, 4 * n, NULL, 0))
+        for (size_t i = 0; i < n; i++) mg_rv_put32(wire + 4 * i, miss[i]);
+        if (!miss || !wire || !mg_rv_conn_queue(&p->c, MG_RV_MISSING, 0, wire, 4 * n, NULL, 0))
             p->doomed = true;
         free(miss);
         free(wire);
         return true;
     }
-    case RV_OP: {
+    case MG_RV_OP: {
         if (!s->ready || p->has_op || f->len < 8) return false;
-        uint64_t n = rv_get64(f->payload);
+        uint64_t n = mg_rv_get64(f->payload);
         uint32_t kind = f->aux;
-        size_t want =
-            kind == RV_OP_ALL_GATHER || (kind == RV_OP_BROADCAST && p->rank == 0) ? (size_t)n : 0;
-        if (kind < RV_OP_BROADCAST || kind > RV_OP_BARRIER || f->len - 8 != want) return false;
+        size_t want = kind == MG_RV_OP_ALL_GATHER || (kind == MG_RV_OP_BROADCAST && p->rank == 0)
+                          ? (size_t)n
+                          : 0;
+        if (kind < MG_RV_OP_BROADCAST || kind > MG_RV_OP_BARRIER || f->len - 8 != want)
+            return false;
         p->op = *f;
         f->payload = NULL; /* the peer keeps it until the round completes */
         p->op_kind = kind;
@@ -310,11 +314,11 @@ static bool on_frame(rv_server *s, peer *p, rv_frame *f) {
         try_complete_round(s);
         return true;
     }
-    case RV_FAIL:
+    case MG_RV_FAIL:
         relay_notice(s, p->rank, (const char *)f->payload);
         if (f->payload[0] != '\x01') p->acks_pending++; /* informational ones are not waited on */
         return true;
-    case RV_BYE:
+    case MG_RV_BYE:
         s->state[p->rank] = LEFT;
         s->member[p->rank] = NULL;
         p->rank = -1;
@@ -327,7 +331,7 @@ static bool on_frame(rv_server *s, peer *p, rv_frame *f) {
 }
 
 /* Forgets a connection; a rank that drops without a goodbye is reported to every other rank. */
-static void drop(rv_server *s, int i) {
+static void drop(mg_rv_server *s, int i) {
     peer *p = s->peers[i];
     if (p->rank >= 0) {
         s->member[p->rank] = NULL;
@@ -338,13 +342,13 @@ static void drop(rv_server *s, int i) {
                  "rank %d disconnected without a goodbye (it exited or was killed)", p->rank);
         relay_notice(s, p->rank, msg);
     }
-    rv_conn_close(&p->c);
+    mg_rv_conn_close(&p->c);
     free(p->op.payload);
     free(p);
     s->peers[i] = s->peers[--s->n_peers];
 }
 
-static void accept_all(rv_server *s) {
+static void accept_all(mg_rv_server *s) {
     for (;;) {
         int fd = accept4(s->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
@@ -356,8 +360,8 @@ static void accept_all(rv_server *s) {
             close(fd);
             continue;
         }
-        rv_socket_tune(fd);
-        rv_conn_init(&p->c, fd);
+        mg_rv_socket_tune(fd);
+        mg_rv_conn_init(&p->c, fd);
         p->rank = -1;
         p->since = mg_clock_seconds();
         s->peers[s->n_peers++] = p;
@@ -367,11 +371,11 @@ static void accept_all(rv_server *s) {
 /* Output still queued here, or sent but not yet acknowledged by the peer's kernel (SIOCOUTQ):
  * a FAIL is ACKed only when its notices have reached the other hosts, so a rank 0 that posts a
  * failure and exits at once cannot take the notices down with it. */
-static bool any_output(const rv_server *s, const peer *except, bool unacked) {
+static bool any_output(const mg_rv_server *s, const peer *except, bool unacked) {
     for (int i = 0; i < s->n_peers; i++) {
         const peer *p = s->peers[i];
         if (p == except) continue;
-        if (rv_conn_pending(&p->c)) return true;
+        if (mg_rv_conn_pending(&p->c)) return true;
         int q = 0;
         if (unacked && p->rank >= 0 && ioctl(p->c.fd, SIOCOUTQ, &q) == 0 && q > 0) return true;
     }
@@ -380,19 +384,19 @@ static bool any_output(const rv_server *s, const peer *except, bool unacked) {
 
 /* A doomed peer is only written to: reading it would spin on input nobody wants. */
 static short poll_events(const peer *p) {
-    return (short)((p->doomed ? 0 : POLLIN) | (rv_conn_pending(&p->c) ? POLLOUT : 0));
+    return (short)((p->doomed ? 0 : POLLIN) | (mg_rv_conn_pending(&p->c) ? POLLOUT : 0));
 }
 
 static void *serve(void *arg) {
-    rv_server *s = arg;
+    mg_rv_server *s = arg;
     const double start = mg_clock_seconds();
     double stop_deadline = 0;
     struct pollfd *pf = calloc((size_t)s->cap_peers + 2, sizeof *pf);
-    if (!pf) abort_all(s, RV_NO_RANK, "rendezvous server out of memory");
+    if (!pf) abort_all(s, MG_RV_NO_RANK, "rendezvous server out of memory");
     for (;;) {
         double now = mg_clock_seconds();
         if (!stop_deadline && atomic_load(&s->stop)) {
-            if (s->stop_abort[0]) abort_all(s, RV_NO_RANK, s->stop_abort);
+            if (s->stop_abort[0]) abort_all(s, MG_RV_NO_RANK, s->stop_abort);
             stop_deadline =
                 now + (s->troubled ? (s->timeout_s < 1 ? s->timeout_s : 1) : s->timeout_s);
         }
@@ -400,11 +404,11 @@ static void *serve(void *arg) {
         for (int i = 0; i < s->n_peers; i++) { /* ACK a FAIL once its notices are on the wire */
             peer *p = s->peers[i];
             for (; p->acks_pending > 0 && !any_output(s, p, true); p->acks_pending--)
-                if (!rv_conn_queue(&p->c, RV_ACK, 0, NULL, 0, NULL, 0)) p->doomed = true;
+                if (!mg_rv_conn_queue(&p->c, MG_RV_ACK, 0, NULL, 0, NULL, 0)) p->doomed = true;
         }
         for (int i = s->n_peers - 1; i >= 0; i--) { /* flush, and retire what is finished */
             peer *p = s->peers[i];
-            int fl = rv_conn_flush(&p->c);
+            int fl = mg_rv_conn_flush(&p->c);
             bool idle_stranger = p->rank < 0 && !p->doomed && now - p->since > s->timeout_s;
             if (fl < 0 || (p->doomed && fl == 0) || idle_stranger) drop(s, i);
         }
@@ -425,7 +429,7 @@ static void *serve(void *arg) {
         if (now + 0.25 < next) next = now + 0.25; /* re-check strangers' age and deadlines */
         for (int i = 0; i < s->n_peers; i++) /* an ACK waits on the peers' kernels: look often */
             if (s->peers[i]->acks_pending && now + 0.005 < next) next = now + 0.005;
-        if (poll(pf, (nfds_t)n, rv_ms_until(next)) < 0 && errno != EINTR) break;
+        if (poll(pf, (nfds_t)n, mg_rv_ms_until(next)) < 0 && errno != EINTR) break;
         if (pf[0].revents) {
             char buf[64];
             while (read(s->wake_rd, buf, sizeof buf) > 0) {
@@ -437,24 +441,25 @@ static void *serve(void *arg) {
             if (!pf[k].revents) continue;
             int i = k - 2;
             peer *p = s->peers[i];
-            rv_io r = RV_IO_AGAIN;
-            rv_frame f;
-            while (!p->doomed && (r = rv_conn_recv(&p->c, &f)) == RV_IO_FRAME) {
+            mg_rv_io r = MG_RV_IO_AGAIN;
+            mg_rv_frame f;
+            while (!p->doomed && (r = mg_rv_conn_recv(&p->c, &f)) == MG_RV_IO_FRAME) {
                 bool ok = on_frame(s, p, &f);
                 free(f.payload);
                 if (!ok) {
-                    r = RV_IO_PROTO;
+                    r = MG_RV_IO_PROTO;
                     break;
                 }
             }
-            if (!p->doomed && r != RV_IO_AGAIN) drop(s, i);
+            if (!p->doomed && r != MG_RV_IO_AGAIN) drop(s, i);
         }
         if (pf[1].revents) accept_all(s);
     }
     /* Stopping: ranks still connected learn that the server is gone on purpose. */
     for (int i = 0; i < s->n_peers; i++)
-        if (s->peers[i]->rank >= 0) rv_conn_queue(&s->peers[i]->c, RV_BYE, 0, NULL, 0, NULL, 0);
-    for (int i = 0; i < s->n_peers; i++) rv_conn_flush(&s->peers[i]->c);
+        if (s->peers[i]->rank >= 0)
+            mg_rv_conn_queue(&s->peers[i]->c, MG_RV_BYE, 0, NULL, 0, NULL, 0);
+    for (int i = 0; i < s->n_peers; i++) mg_rv_conn_flush(&s->peers[i]->c);
     while (s->n_peers) {
         s->peers[0]->rank = -1; /* no notices while closing down */
         drop(s, 0);
@@ -497,8 +502,8 @@ static int listen_any(int port, int *err) {
     return -1;
 }
 
-mg_status rv_server_start(const char *addr, int port, int world, double timeout_s, uint64_t nonce,
-                          rv_server **out, int *bound_port) {
+mg_status mg_rv_server_start(const char *addr, int port, int world, double timeout_s,
+                             uint64_t nonce, mg_rv_server **out, int *bound_port) {
     *out = NULL;
     int err = 0, fd = listen_any(port, &err);
     if (fd < 0 && err == EADDRINUSE)
@@ -516,7 +521,7 @@ mg_status rv_server_start(const char *addr, int port, int world, double timeout_
     getsockname(fd, (struct sockaddr *)&ss, &sl);
     *bound_port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
                                                  : ((struct sockaddr_in *)&ss)->sin_port);
-    rv_server *s = calloc(1, sizeof *s);
+    mg_rv_server *s = calloc(1, sizeof *s);
     int pipefd[2] = {-1, -1};
     if (s) {
         s->cap_peers = world + 64;
@@ -548,7 +553,7 @@ mg_status rv_server_start(const char *addr, int port, int world, double timeout_
     return MG_OK;
 }
 
-void rv_server_stop(rv_server *s, const char *abort_message) {
+void mg_rv_server_stop(mg_rv_server *s, const char *abort_message) {
     if (!s) return;
     if (abort_message) snprintf(s->stop_abort, sizeof s->stop_abort, "%s", abort_message);
     atomic_store(&s->stop, 1); /* seq_cst: the thread sees stop_abort once it sees stop */

@@ -4,7 +4,7 @@
 #include "test.h"
 
 #include "comm/rendezvous.h"
-#include "comm/rendezvous_wire.h" /* rv_sleep */
+#include "comm/rendezvous_wire.h" /* mg_rv_sleep */
 #include "core/status.h"
 
 #include <errno.h>
@@ -113,7 +113,7 @@ static void run_ranks(mg_test_ctx *t, const char *what, int n, const int *ranks,
                 left--;
             }
         }
-        if (left) rv_sleep(0.002);
+        if (left) mg_rv_sleep(0.002);
     }
     for (int i = 0; i < n; i++) {
         char msg[2048] = "";
@@ -261,7 +261,7 @@ MG_TEST(rendezvous_port_in_use_and_unreachable_master) {
 
 /* Waits (at most 3 s) for the first notice. */
 static bool wait_notice(mg_rendezvous *r, int *who, char *msg, size_t cap) {
-    for (double end = mg_clock_seconds() + 3.0; mg_clock_seconds() < end; rv_sleep(0.001))
+    for (double end = mg_clock_seconds() + 3.0; mg_clock_seconds() < end; mg_rv_sleep(0.001))
         if (mg_rendezvous_poll_failure(r, who, msg, cap)) return true;
     return false;
 }
@@ -355,7 +355,7 @@ static int orderly(int rank, int world, int port, const void *arg, char *err, si
         mg_rendezvous_close(r);
         return 0;
     }
-    rv_sleep(0.3);
+    mg_rv_sleep(0.3);
     CHILD_CHECK(!mg_rendezvous_poll_failure(r, &who, msg, sizeof msg), "notice (%d, '%s')", who,
                 msg);
     mg_rendezvous_close(r);
@@ -415,7 +415,7 @@ static int late(int rank, int world, int port, const void *arg, char *err, size_
     mg_rendezvous *r;
     CHILD_OK(mg_rendezvous_open("127.0.0.1", port, rank, world, 0.5, &r));
     if (rank == 2) { /* never reaches the barrier */
-        rv_sleep(0.8);
+        mg_rv_sleep(0.8);
         mg_rendezvous_close(r);
         return 0;
     }
@@ -434,7 +434,7 @@ MG_TEST(rendezvous_call_mismatch_and_timeout_are_named) {
 /* A stranger connects to rank 0's server and sends HTTP: it is dropped, the job goes on. */
 static int with_stranger(int rank, int world, int port, const void *arg, char *err, size_t cap) {
     if (rank == world) { /* the stranger */
-        for (double end = mg_clock_seconds() + 2; mg_clock_seconds() < end; rv_sleep(0.01)) {
+        for (double end = mg_clock_seconds() + 2; mg_clock_seconds() < end; mg_rv_sleep(0.01)) {
             int fd = socket(AF_INET, SOCK_STREAM, 0);
             struct sockaddr_in a = {.sin_family = AF_INET,
                                     .sin_port = htons((uint16_t)port),
@@ -452,7 +452,7 @@ static int with_stranger(int rank, int world, int port, const void *arg, char *e
         }
         CHILD_CHECK(0, "the stranger never connected");
     }
-    rv_sleep(0.05 * rank); /* let the stranger in early */
+    mg_rv_sleep(0.05 * rank); /* let the stranger in early */
     return collectives(rank, world, port, arg, err, cap);
 }
 
@@ -467,7 +467,7 @@ MG_TEST(rendezvous_foreign_peers_are_told_apart) {
     if (pid == 0) {
         int c = accept(fd, NULL, NULL);
         const char banner[] = "SSH-2.0-OpenSSH_9.2p1\r\n";
-        if (c >= 0 && send(c, banner, sizeof banner - 1, MSG_NOSIGNAL) > 0) rv_sleep(1.0);
+        if (c >= 0 && send(c, banner, sizeof banner - 1, MSG_NOSIGNAL) > 0) mg_rv_sleep(1.0);
         _exit(0);
     }
     mg_rendezvous *r = NULL;
