@@ -231,6 +231,7 @@ int mg_cli_train(int argc, char **argv) {
     st = mg_launch_detect(&li);
     if (st != MG_OK) return mg_cli_report(st);
     mg_log_init(li.rank, li.world_size);
+    if (cfg.logging_level >= 0) mg_log_set_level(mg_config_log_level(&cfg));
     char ignored[2048];
     if (mg_flags_no_effect_seen(ignored, sizeof ignored) > 0)
         mg_log_info("> no effect here (they tune Megatron's Python internals or select what this "
