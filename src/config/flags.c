@@ -2,7 +2,8 @@
  * record and --help. Semantics follow argparse as Megatron configures it (allow_abbrev=False):
  * no abbreviations, a repeated flag keeps its last value, store_true flags take no value.
  * Subcommands parse their own tables (config/flags_command.h) through the same loop: each table is
- * a scope (rows, the struct they point into, what was seen), looked up in order. */
+ * a scope (rows, the struct they point into, what was seen), looked up in order. The loop goes on
+ * past a refused flag, so that one run reports them all (flag_problems). */
 #include "config/flags.h"
 #include "config/flags_command.h"
 #include "config/flags_table.h"

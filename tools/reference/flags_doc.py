@@ -3,10 +3,10 @@
 
     python3 tools/reference/flags_doc.py MEGATRON_LM_DIR [BUILD/megatron] > docs/flags.md
 
-MEGATRON_LM_DIR is a Megatron-LM checkout (its megatron/ directory is read; for the mirror here:
-mkdir /tmp/mlm && git -C /work/.mirror/NVIDIA+Megatron-LM/repo archive HEAD megatron | tar -x -C
-/tmp/mlm). Megatron's flags are those of megatron/training/arguments.py: its add_argument calls,
-and the groups ArgumentGroupFactory builds from configuration dataclasses (one flag per field:
+MEGATRON_LM_DIR is a Megatron-LM checkout (git clone https://github.com/NVIDIA/Megatron-LM; its
+megatron/ directory is read; from a bare clone: git -C CLONE archive HEAD megatron | tar -x -C
+DIR). Megatron's flags are those of megatron/training/arguments.py: its add_argument calls, and
+the groups ArgumentGroupFactory builds from configuration dataclasses (one flag per field:
 --field-name, or --no-field-name and --disable-field-name for a bool whose default is True, or the
 names the field's argparse_meta gives; excluded and init=False fields have none).
 
