@@ -154,6 +154,10 @@ typedef struct {
     char metrics_file[1024];    /* --metrics-file, "": none */
     bool log_params_norm;       /* --log-params-norm: "params norm" in the log line */
     bool log_num_zeros_in_grad; /* --log-num-zeros-in-grad: "num zeros" in the log line */
+    int logging_level;          /* --logging-level (Python's: 10 DEBUG ... 50), -1: not given */
+    bool
+        no_check_for_nan_in_loss_and_grad; /* --no-check-for-nan-in-loss-and-grad: a
+                                              non-finite loss or grad norm does not stop training */
 
     /* TensorBoard (train/tensorboard_log.h) */
     char tensorboard_dir[1024];             /* --tensorboard-dir, "": none */

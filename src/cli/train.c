@@ -183,6 +183,8 @@ static mg_status take_checkpoint_model(mg_config *cfg) {
 /* After the prologue (the flags, the launcher's ranks, the log lines of this rank). */
 static mg_status train_run(mg_cli_context *cx) {
     mg_config *cfg = &cx->cfg;
+    /* --logging-level: after the prologue's mg_log_init, which sets this rank's default */
+    if (cfg->logging_level >= 0) mg_log_set_level(mg_config_log_level(cfg));
     char ignored[2048];
     if (mg_flags_no_effect_seen(ignored, sizeof ignored) > 0)
         mg_log_info("> no effect here (they tune Megatron's Python internals or select what this "

@@ -193,41 +193,6 @@ static mg_status check_data(mg_config *c) {
     return MG_OK;
 }
 
-mg_status mg_config_check_tp(const mg_config *c) {
-    const int T = c->tensor_model_parallel_size;
-    if (T < 1) return USAGE("--tensor-model-parallel-size must be positive, got %d", T);
-    const int heads = c->num_attention_heads;
-    const int groups = c->num_query_groups > 0 ? c->num_query_groups : heads;
-    /* Megatron's TransformerConfig words */
-    const struct {
-        const char *what;
-        int v;
-    } dims[] = {{"num_attention_heads", heads}, {"num_query_groups", groups}};
-    for (int i = 0; i < 2; i++)
-        if (dims[i].v % T)
-            return USAGE("%s (%d) must be a multiple of tensor_model_parallel_size (%d); choose a "
-                         "--tensor-model-parallel-size that divides it",
-                         dims[i].what, dims[i].v, T);
-    if (c->ffn_hidden_size > 0 && c->ffn_hidden_size % T)
-        return USAGE(
-            "--ffn-hidden-size %d is not divisible by --tensor-model-parallel-size %d (the "
-            "MLP is split over the tensor-parallel ranks)",
-            c->ffn_hidden_size, T);
-    if (c->sequence_parallel && T > 1 && c->seq_length % T)
-        return USAGE("--sequence-parallel splits the sequence over the tensor-parallel ranks: "
-                     "--seq-length %d is not divisible by --tensor-model-parallel-size %d",
-                     c->seq_length, T);
-    return MG_OK;
-}
-
-int mg_config_data_parallel_size(const mg_config *c) {
-    int64_t mp = (int64_t)c->tensor_model_parallel_size * c->pipeline_model_parallel_size *
-                 c->context_parallel_size;
-    /* sizes the layout checks refuse later (check_runtime) count as one rank */
-    if (c->world_size < 1 || mp < 1 || c->world_size % mp) return 1;
-    return (int)(c->world_size / mp);
-}
-
 static mg_status check_training(mg_config *c) {
     if (c->train_iters == -1 && c->train_samples == -1)
         return USAGE("missing --train-iters N (optimizer steps) or --train-samples N (samples): "
@@ -337,7 +302,16 @@ static mg_status check_optimizer(const mg_config *c) {
     return check_dropout(c);
 }
 
+int mg_config_log_level(const mg_config *c) {
+    if (c->logging_level < 0) return -1;
+    return c->logging_level <= 10 ? 2 : c->logging_level >= 40 ? 0 : 1;
+}
+
 static mg_status check_logging(const mg_config *c) {
+    if (c->logging_level < -1)
+        return USAGE("--logging-level must be a Python logging level (10 DEBUG, 20 INFO, 30 "
+                     "WARNING, 40 ERROR, 50 CRITICAL), got %d",
+                     c->logging_level);
     MG_CHECK(positive("--log-interval", c->log_interval));
     MG_CHECK(positive("--eval-interval", c->eval_interval));
     if (c->eval_iters < 0) return USAGE("--eval-iters must be >= 0, got %d", c->eval_iters);

@@ -2,10 +2,12 @@
  * record and --help. Semantics follow argparse as Megatron configures it (allow_abbrev=False):
  * no abbreviations, a repeated flag keeps its last value, store_true flags take no value.
  * Subcommands parse their own tables (config/flags_command.h) through the same loop: each table is
- * a scope (rows, the struct they point into, what was seen), looked up in order. */
+ * a scope (rows, the struct they point into, what was seen), looked up in order. The loop goes on
+ * past a refused flag, so that one run reports them all (flag_problems). */
 #include "config/flags.h"
 #include "config/flags_command.h"
 #include "config/flags_table.h"
+#include "core/log.h"
 #include "core/text.h"
 
 #include <ctype.h>
@@ -192,8 +194,10 @@ static void store_value(void *base, const mg_flag_spec *f, const flag_value *v) 
 static mg_status apply_flag(void *base, const mg_flag_spec *f, const char *s) {
     flag_value v = {0};
     MG_CHECK(parse_value(f, s, &v));
+    const char *sep = f->kind == MG_FLAG_BOOL ? "" : " ", *shown = f->kind == MG_FLAG_BOOL ? "" : s;
     switch (f->status) {
     case MG_FLAG_IMPLEMENTED:
+    case MG_FLAG_PARTIAL: /* stored; validation refuses what `megatron train` cannot run */
         store_value(base, f, &v);
         return MG_OK;
     case MG_FLAG_IGNORED:
@@ -201,8 +205,9 @@ static mg_status apply_flag(void *base, const mg_flag_spec *f, const char *s) {
     case MG_FLAG_NOT_YET:
         if (is_trivial(f, &v)) return MG_OK;
         return MG_FAIL(MG_ERR_UNSUPPORTED, "%s%s%s is not supported yet by this build %s", f->name,
-                       f->kind == MG_FLAG_BOOL ? "" : " ", f->kind == MG_FLAG_BOOL ? "" : s,
-                       f->why);
+                       sep, shown, f->why);
+    case MG_FLAG_RETIRED:
+        return MG_FAIL(MG_ERR_USAGE, "%s %s", f->name, f->why);
     }
     return MG_FAIL(MG_ERR_INTERNAL, "flag %s has an unknown status", f->name);
 }
@@ -258,6 +263,42 @@ static mg_status unknown_flag(const char *command, const char *name, const flag_
                    name, command, command);
 }
 
+/* ---- every problem of a command line ----
+ * A script ported from Megatron-LM often carries several flags this build refuses; each is
+ * reported (its closest flag, or its reason) so that one run lists them all. A single problem
+ * stays the one-line error it always was, with its own status; several are printed one a line
+ * as they come, then end in one MG_ERR_USAGE line naming them. */
+typedef struct {
+    int n;
+    mg_status first;       /* the first problem's status, returned when it is the only one */
+    char first_line[1024]; /* its message, printed once a second problem shows */
+    char names[512];       /* the flags or arguments at fault: "--a, --b" */
+} flag_problems;
+
+/* Records the problem `st` (its message is the current error) of the argument `what`. */
+static void problem_add(flag_problems *p, mg_status st, const char *what) {
+    if (p->n == 0) {
+        p->first = st;
+        snprintf(p->first_line, sizeof p->first_line, "%s", mg_error_message());
+    } else {
+        if (p->n == 1) mg_log_error("%s", p->first_line);
+        mg_log_error("%s", mg_error_message());
+    }
+    size_t used = strlen(p->names);
+    if (used + 1 < sizeof p->names)
+        snprintf(p->names + used, sizeof p->names - used, "%s%s", p->n ? ", " : "", what);
+    p->n++;
+}
+
+static mg_status problems_status(const flag_problems *p, const char *command) {
+    if (p->n == 0) return MG_OK;
+    if (p->n == 1) return MG_FAIL(p->first, "%s", p->first_line);
+    return MG_FAIL(MG_ERR_USAGE,
+                   "%d flags of the command line were refused (%s), each on its own line above "
+                   "with its closest flag or its reason; see `megatron %s --help`",
+                   p->n, p->names, command ? command : "train");
+}
+
 /* argparse takes "-1" or "-.5" as a value, anything else starting with '-' as a flag. */
 static bool looks_like_flag(const char *s) {
     if (s[0] != '-' || s[1] == '\0') return false;
@@ -281,7 +322,7 @@ static mg_status join_list(const mg_flag_spec *f, int argc, char **argv, int *i,
         size_t len = strlen(v);
         if (used + len + 2 > cap)
             return MG_FAIL(MG_ERR_USAGE, "%s values are too long (at most %zu bytes)", f->name,
-                           f->size - 1);
+                           (f->size ? f->size : cap) - 1);
         if (n++) out[used++] = ' ';
         memcpy(out + used, v, len + 1);
         used += len;
@@ -298,65 +339,92 @@ static bool help_given(int argc, char **argv) {
     return false;
 }
 
-/* The parse proper: each argument is looked up in the scopes in order and its value stored into
- * that scope's target. command: NULL for `megatron train`. */
+/* Skips the arguments after argv[*i] up to the next one that looks like a flag: the values of
+ * a flag that could not be taken, so that they are not reported as stray arguments. */
+static void skip_values(int argc, char **argv, int *i) {
+    while (*i + 1 < argc && !looks_like_flag(argv[*i + 1])) ++*i;
+}
+
+/* One argument (argv[*i], and its values: *i ends on the last one consumed), looked up in the
+ * scopes in order and stored into that scope's target. The status of its problem, if any, with
+ * the message as the current error. */
+static mg_status parse_one(const char *command, flag_scope *scopes, int n_scopes, int argc,
+                           char **argv, int *i, char *name, size_t name_cap) {
+    const char *a = argv[*i];
+    snprintf(name, name_cap, "%s", a);
+    if (a[0] != '-')
+        return MG_FAIL(MG_ERR_USAGE,
+                       "unexpected argument '%s'; flags start with -- (see `megatron %s "
+                       "--help`)",
+                       a, command ? command : "train");
+    const char *eq = strchr(a, '=');
+    if (eq && (size_t)(eq - a) < name_cap) name[eq - a] = '\0';
+    int k = -1;
+    flag_scope *sc = NULL;
+    for (int s = 0; s < n_scopes && k < 0; s++) sc = &scopes[s], k = scope_find(sc, name);
+    if (k < 0) {
+        if (!eq) skip_values(argc, argv, i);
+        return unknown_flag(command, name, scopes, n_scopes);
+    }
+    const mg_flag_spec *f = &sc->flags[k];
+    const char *value = "";
+    char list[8192];
+    if (f->kind == MG_FLAG_STRING_LIST && !eq) {
+        mg_status st = join_list(f, argc, argv, i, list, sizeof list);
+        if (st != MG_OK) {
+            skip_values(argc, argv, i);
+            return st;
+        }
+        value = list;
+    } else if (f->kind == MG_FLAG_STRING_LIST && (!eq[1] || strpbrk(eq + 1, " \t\n\r\f\v"))) {
+        return MG_FAIL(MG_ERR_USAGE,
+                       "%s value '%s' is empty or contains whitespace; pass "
+                       "each entry as its own argument",
+                       name, eq + 1);
+    } else if (f->kind == MG_FLAG_BOOL) {
+        if (eq)
+            return MG_FAIL(MG_ERR_USAGE, "%s takes no value, got '%s'; write just %s", name, a,
+                           name);
+    } else if (eq) {
+        value = eq + 1;
+    } else if (*i + 1 >= argc) {
+        return MG_FAIL(MG_ERR_USAGE, "%s expects a value; write %s %s", name, name, f->arg);
+    } else if (looks_like_flag(argv[*i + 1])) {
+        return MG_FAIL(MG_ERR_USAGE, "%s expects a value, got the flag '%s'; write %s %s", name,
+                       argv[*i + 1], name, f->arg);
+    } else {
+        value = argv[++*i];
+    }
+    sc->seen[k] = true;
+    return apply_flag(sc->target, f, value);
+}
+
+/* The parse proper: every argument in turn, each problem recorded, then one status for them
+ * all. command: NULL for `megatron train`. */
 static mg_status parse_argv(const char *command, flag_scope *scopes, int n_scopes, int argc,
                             char **argv) {
+    flag_problems problems = {0};
     for (int i = 0; i < argc; i++) {
-        const char *a = argv[i];
-        if (a[0] != '-')
-            return MG_FAIL(MG_ERR_USAGE,
-                           "unexpected argument '%s'; flags start with -- (see `megatron %s "
-                           "--help`)",
-                           a, command ? command : "train");
         char name[128];
-        const char *eq = strchr(a, '=');
-        size_t len = eq ? (size_t)(eq - a) : strlen(a);
-        if (len >= sizeof name) len = sizeof name - 1;
-        memcpy(name, a, len);
-        name[len] = '\0';
-        int k = -1;
-        flag_scope *sc = NULL;
-        for (int s = 0; s < n_scopes && k < 0; s++) sc = &scopes[s], k = scope_find(sc, name);
-        if (k < 0) return unknown_flag(command, name, scopes, n_scopes);
-        const mg_flag_spec *f = &sc->flags[k];
-        const char *value = "";
-        char list[8192];
-        if (f->kind == MG_FLAG_STRING_LIST && !eq) {
-            MG_CHECK(join_list(f, argc, argv, &i, list, sizeof list));
-            value = list;
-        } else if (f->kind == MG_FLAG_STRING_LIST && (!eq[1] || strpbrk(eq + 1, " \t\n\r\f\v"))) {
-            return MG_FAIL(MG_ERR_USAGE,
-                           "%s value '%s' is empty or contains whitespace; pass "
-                           "each entry as its own argument",
-                           name, eq + 1);
-        } else if (f->kind == MG_FLAG_BOOL) {
-            if (eq)
-                return MG_FAIL(MG_ERR_USAGE, "%s takes no value, got '%s'; write just %s", name, a,
-                               name);
-        } else if (eq) {
-            value = eq + 1;
-        } else if (i + 1 >= argc) {
-            return MG_FAIL(MG_ERR_USAGE, "%s expects a value; write %s %s", name, name, f->arg);
-        } else if (looks_like_flag(argv[i + 1])) {
-            return MG_FAIL(MG_ERR_USAGE, "%s expects a value, got the flag '%s'; write %s %s", name,
-                           argv[i + 1], name, f->arg);
-        } else {
-            value = argv[++i];
-        }
-        sc->seen[k] = true;
-        MG_CHECK(apply_flag(sc->target, f, value));
+        mg_status st = parse_one(command, scopes, n_scopes, argc, argv, &i, name, sizeof name);
+        if (st != MG_OK) problem_add(&problems, st, name);
     }
-    return MG_OK;
+    return problems_status(&problems, command);
 }
 
 /* Checks across Megatron's flags, after the parse. */
-static mg_status check_megatron(const mg_config *c, const bool *seen) {
+static mg_status check_megatron(mg_config *c, bool *seen) {
     /* Megatron asserts lr_warmup_iters == 0 when a fraction is given. */
     int wi = mg_flag_find("--lr-warmup-iters"), wf = mg_flag_find("--lr-warmup-fraction");
     if (seen[wi] && seen[wf] && c->lr_warmup_iters != 0)
         return MG_FAIL(MG_ERR_USAGE, "--lr-warmup-iters and --lr-warmup-fraction are both given; "
                                      "pass only one");
+    /* Megatron's legacy RoPE switch sets the type, whatever --position-embedding-type says; it
+     * counts as given, so a checkpoint's type does not replace it (mg_flags_take_unseen). */
+    if (seen[mg_flag_find("--use-rotary-position-embeddings")]) {
+        c->position_embedding = MG_POS_ROPE;
+        seen[mg_flag_find("--position-embedding-type")] = true;
+    }
     return MG_OK;
 }
 
@@ -452,6 +520,27 @@ static void format_default(const mg_flag_spec *f, const void *d, char *buf, size
     }
 }
 
+void mg_flag_status_tag(const mg_flag_spec *f, char *out, size_t cap) {
+    switch (f->status) {
+    case MG_FLAG_IMPLEMENTED:
+        snprintf(out, cap, "%s", "");
+        return;
+    case MG_FLAG_IGNORED:
+        snprintf(out, cap, "%s", "[no effect here]");
+        return;
+    case MG_FLAG_NOT_YET:
+        snprintf(out, cap, "%s", "[not yet]");
+        return;
+    case MG_FLAG_PARTIAL:
+        snprintf(out, cap, "[only %s]", f->trivial);
+        return;
+    case MG_FLAG_RETIRED:
+        snprintf(out, cap, "%s", "[retired]");
+        return;
+    }
+    snprintf(out, cap, "%s", "");
+}
+
 /* Each group's heading and rows: flag and metavariable, default, tag, help. */
 static void print_rows(FILE *out, const mg_flag_spec *flags, int n, const char *const *groups,
                        int n_groups, const void *defaults) {
@@ -470,10 +559,13 @@ static void print_rows(FILE *out, const mg_flag_spec *flags, int n, const char *
             snprintf(flag, sizeof flag, "%s%s%s", f->name, f->kind == MG_FLAG_BOOL ? "" : " ",
                      f->kind == MG_FLAG_BOOL ? "" : f->arg);
             format_default(f, defaults, def, sizeof def);
-            const char *tag = f->status == MG_FLAG_IGNORED   ? "[no effect here] "
-                              : f->status == MG_FLAG_NOT_YET ? "[not yet] "
-                                                             : "";
-            fprintf(out, "  %-*s  %-16s  %s%s\n", width, flag, def, tag, f->help);
+            char tag[48];
+            mg_flag_status_tag(f, tag, sizeof tag);
+            fprintf(out, "  %-*s  %-16s  %s%s", width, flag, def, tag, tag[0] ? " " : "");
+            if (f->status == MG_FLAG_RETIRED) /* its answer, in Megatron's words where it has any */
+                fprintf(out, "refused: \"%s %s\"\n", f->name, f->why);
+            else
+                fprintf(out, "%s\n", f->help);
         }
     }
     fprintf(out, "\n  --help, -h  show this text\n");
@@ -493,7 +585,9 @@ void mg_flags_print_help(FILE *out) {
             "--flag=value; a flag given twice keeps the last value. [no effect here]: accepted\n"
             "for compatibility (it tunes Megatron's Python internals or selects what this build\n"
             "always does; listed once at start-up). [not yet]: recognised; only the default\n"
-            "shown is accepted until it is implemented. docs/flags.md lists every Megatron\n"
-            "flag.\n");
+            "shown is accepted until it is implemented. [only V]: `megatron plan` takes any\n"
+            "value, train runs only V. [retired]: a spelling Megatron retired, refused with\n"
+            "its answer. Every refused flag of a command line is reported. docs/flags.md lists\n"
+            "every Megatron flag.\n");
     print_rows(out, mg_flag_table, mg_flag_count, mg_flag_group_names, MG_FLAG_GROUP_COUNT, &d);
 }

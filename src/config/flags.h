@@ -9,9 +9,11 @@
  *   MG_CHECK(mg_config_validate(&c));                 // resolves -1 defaults, rejects bad combos
  *
  * Errors are MG_ERR_USAGE (exit 2) with one line naming the problem and the fix; a Megatron flag
- * this build recognises but cannot run yet (e.g. --tensor-model-parallel-size 2, or --device cuda
- * in a build without the CUDA backend)
- * is MG_ERR_UNSUPPORTED (exit 1). On error the config is left untouched.
+ * this build recognises but cannot run yet (e.g. --fp8-format hybrid, or --device cuda in a
+ * build without the CUDA backend) is MG_ERR_UNSUPPORTED (exit 1). A command line with several
+ * refused flags (unknown, not yet, retired, bad values) has each printed on its own line
+ * (mg_log_error), then fails with one MG_ERR_USAGE line naming them all. On error the config is
+ * left untouched.
  *
  * Data flags: --data-path takes several values (argparse nargs='*') stored space-joined;
  * validation requires exactly one of --mock-data / --data-path and, with --tokenizer-type
@@ -26,8 +28,8 @@
  * Exports: mg_config_defaults, mg_tokenizer_type_choices, mg_config_single_process, mg_flags_parse,
  * mg_flags_seen, mg_flags_take_unseen, mg_flags_no_effect_seen, mg_flags_print_help,
  * mg_config_validate, mg_config_resolve_model, mg_config_rotary_dim, mg_config_data_parallel_size,
- * mg_config_padded_vocab, mg_config_to_json, mg_config_from_json, mg_config_from_cjson. Needs:
- * core/status, cJSON (JSON reading). */
+ * mg_config_check_tp, mg_config_log_level, mg_config_padded_vocab, mg_config_to_json,
+ * mg_config_from_json, mg_config_from_cjson. Needs: core/status, cJSON (JSON reading). */
 #ifndef MG_FLAGS_H
 #define MG_FLAGS_H
 
@@ -82,13 +84,17 @@ mg_status mg_config_resolve_model(mg_config *c);
 int mg_config_rotary_dim(int kv_channels, double rotary_percent);
 
 /* Megatron's data-parallel size: world_size / (TP x PP x CP), or 1 where those do not divide the
- * world (validation then refuses the layout). */
+ * world (validation then refuses the layout). config/config_layout.c, with mg_config_check_tp. */
 int mg_config_data_parallel_size(const mg_config *c);
 
 /* Megatron's rules for splitting the model over --tensor-model-parallel-size (heads, query groups,
  * the MLP, and the sequence with --sequence-parallel), each a one-line MG_ERR_USAGE. Needs the
  * model flags resolved (mg_config_validate calls it; so does model/config.c). */
 mg_status mg_config_check_tp(const mg_config *c);
+
+/* --logging-level as this build's log level (core/log.h: 0 errors only, 1 the default lines, 2
+ * debug too): Python's DEBUG (10) or below 2, ERROR (40) or above 0, else 1; -1 when not given. */
+int mg_config_log_level(const mg_config *c);
 
 /* The vocabulary padded up to a multiple of make_vocab_size_divisible_by × TP size, as
  * Megatron's _vocab_size_with_padding. Needs a validated config. */

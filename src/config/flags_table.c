@@ -76,6 +76,7 @@ void mg_config_defaults(mg_config *c) {
     c->hysteresis = 2;
 
     c->log_interval = 100;
+    c->logging_level = -1;
     c->tensorboard_log_interval = 1;
     c->tensorboard_queue_size = 1000;
     c->eval_interval = 1000;
@@ -116,6 +117,8 @@ static const char *const impl_choices[] = {"local", "transformer_engine", "infer
                                            NULL};
 static const char *const attn_choices[] = {"flash", "fused", "unfused", "local", "auto", NULL};
 static const char *const dist_choices[] = {"nccl", "gloo", NULL};
+static const char *const ddp_impl_choices[] = {"local", "torch", NULL};
+static const char *const timing_choices[] = {"max", "minmax", "all", NULL};
 static const char *const loader_choices[] = {"single", "cyclic", NULL};
 static const char *const loader_later[] = {"external", NULL};
 static const char *const tiktoken_choices[] = {"v1", "v2", NULL};
@@ -161,24 +164,31 @@ const char *const mg_flag_group_names[MG_FLAG_GROUP_COUNT] = {"model",
                                                               "data",
                                                               "runtime"};
 
-#define FIELD(f) .offset = offsetof(mg_config, f), .size = sizeof(((mg_config *)0)->f), .key = #f
-#define MODEL    .group = MG_FLAG_GROUP_MODEL
-#define MOE      .group = MG_FLAG_GROUP_MOE
-#define OPTIM    .group = MG_FLAG_GROUP_OPTIMIZER
-#define LR       .group = MG_FLAG_GROUP_LR
-#define TRAIN    .group = MG_FLAG_GROUP_TRAINING
-#define LOGGING  .group = MG_FLAG_GROUP_LOGGING
-#define CKPT     .group = MG_FLAG_GROUP_CHECKPOINT
-#define DATA     .group = MG_FLAG_GROUP_DATA
-#define RUNTIME  .group = MG_FLAG_GROUP_RUNTIME
-#define INT      .kind = MG_FLAG_INT, .arg = "N"
-#define INT64    .kind = MG_FLAG_INT64, .arg = "N"
-#define DOUBLE   .kind = MG_FLAG_DOUBLE, .arg = "X"
-#define BOOL     .kind = MG_FLAG_BOOL
-#define STRING   .kind = MG_FLAG_STRING
-#define IGNORED  .status = MG_FLAG_IGNORED
-#define NOT_YET  .status = MG_FLAG_NOT_YET
-#define SINGLE   .why = "(single process); use 1", .trivial = "1"
+#define FIELD(f)     .offset = offsetof(mg_config, f), .size = sizeof(((mg_config *)0)->f), .key = #f
+#define MODEL        .group = MG_FLAG_GROUP_MODEL
+#define MOE          .group = MG_FLAG_GROUP_MOE
+#define OPTIM        .group = MG_FLAG_GROUP_OPTIMIZER
+#define LR           .group = MG_FLAG_GROUP_LR
+#define TRAIN        .group = MG_FLAG_GROUP_TRAINING
+#define LOGGING      .group = MG_FLAG_GROUP_LOGGING
+#define CKPT         .group = MG_FLAG_GROUP_CHECKPOINT
+#define DATA         .group = MG_FLAG_GROUP_DATA
+#define RUNTIME      .group = MG_FLAG_GROUP_RUNTIME
+#define INT          .kind = MG_FLAG_INT, .arg = "N"
+#define INT64        .kind = MG_FLAG_INT64, .arg = "N"
+#define DOUBLE       .kind = MG_FLAG_DOUBLE, .arg = "X"
+#define BOOL         .kind = MG_FLAG_BOOL
+#define STRING       .kind = MG_FLAG_STRING
+#define IGNORED      .status = MG_FLAG_IGNORED
+#define NOT_YET      .status = MG_FLAG_NOT_YET
+#define RETIRED      .status = MG_FLAG_RETIRED
+#define PARTIAL_1    .status = MG_FLAG_PARTIAL, .trivial = "1"
+#define NO_RECOMPUTE .why = "(no recomputation); drop it"
+#define PROFILE      "; profile here with CUDA_INJECTION64_PATH=build/kernel_profile.so (tools/profile)"
+#define ONLY_NAN_CHECK                                                                             \
+    .why = "(only the NaN check: --no-check-for-nan-in-loss-and-grad turns it off); drop it"
+#define STRAGGLER .why = "(no straggler detection: one rank's slowness shows in the iteration time)"
+#define SINGLE    .why = "(single process); use 1", .trivial = "1"
 #define WANDB                                                                                      \
     .why = "(Weights & Biases logs over the network, which most clusters lack); use "              \
            "--tensorboard-dir DIR and view or sync its event files"
@@ -206,6 +216,9 @@ const mg_flag_spec mg_flag_table[] = {
     {"--position-embedding-type", MODEL, .kind = MG_FLAG_ENUM, .arg = "TYPE",
      FIELD(position_embedding), .choices = pos_choices, .later = pos_later,
      .help = "learned_absolute, rope or none"},
+    {"--use-rotary-position-embeddings", MODEL, BOOL,
+     .help = "Megatron's legacy spelling of --position-embedding-type rope (which it sets, "
+             "whatever that flag says)"},
     {"--rotary-base", MODEL, DOUBLE, FIELD(rotary_base), .help = "RoPE base period"},
     {"--rotary-percent", MODEL, DOUBLE, FIELD(rotary_percent),
      .help = "fraction of each head RoPE rotates: its first int(kv-channels * P) channels, an "
@@ -390,10 +403,64 @@ const mg_flag_spec mg_flag_table[] = {
      .help = "overflowing iterations before dynamic loss scaling halves the scale"},
     {"--fp8-format", TRAIN, STRING, NOT_YET, .arg = "FORMAT",
      .why = "(fp8 is not implemented); drop it", .help = "fp8 training"},
-    {"--recompute-activations", TRAIN, BOOL, NOT_YET, .why = "(no recomputation); drop it",
+    {"--recompute-activations", TRAIN, BOOL, NOT_YET, NO_RECOMPUTE,
      .help = "recompute activations in backward"},
-    {"--recompute-granularity", TRAIN, STRING, NOT_YET, .arg = "KIND",
-     .why = "(no recomputation); drop it", .help = "full or selective recomputation"},
+    {"--recompute-granularity", TRAIN, STRING, NOT_YET, .arg = "KIND", NO_RECOMPUTE,
+     .help = "full or selective recomputation"},
+    {"--recompute-method", TRAIN, STRING, NOT_YET, .arg = "METHOD", NO_RECOMPUTE,
+     .help = "uniform or block: which layers full recomputation covers"},
+    {"--recompute-num-layers", TRAIN, INT, NOT_YET, NO_RECOMPUTE,
+     .help = "layers per recomputed chunk (uniform) or per stage (block)"},
+    {"--recompute-modules", TRAIN, .kind = MG_FLAG_STRING_LIST, .arg = "M [M ...]", NOT_YET,
+     NO_RECOMPUTE, .help = "the submodules selective recomputation covers"},
+    {"--distribute-saved-activations", TRAIN, BOOL, NOT_YET, NO_RECOMPUTE,
+     .help = "split recomputation's saved inputs over the tensor-parallel ranks"},
+    {"--no-check-for-nan-in-loss-and-grad", TRAIN, BOOL, FIELD(no_check_for_nan_in_loss_and_grad),
+     .help = "do not stop on a non-finite loss or grad norm (checked at each log, save and exit "
+             "point); training goes on, as Megatron's"},
+    {"--check-for-spiky-loss", TRAIN, BOOL, NOT_YET, ONLY_NAN_CHECK,
+     .help = "Megatron's rerun engine's check for loss spikes"},
+    {"--check-for-large-grads", TRAIN, BOOL, NOT_YET, ONLY_NAN_CHECK,
+     .help = "Megatron's rerun engine's check for unexpectedly large gradients"},
+
+    /* spellings Megatron-LM retired: its own words (arguments.py's asserts), or the flag that
+     * took the name (renamed in 2022: activation checkpointing became recomputation; removed in
+     * 2023: the DDP implementation choice and its contiguous-buffer switch) */
+    {"--checkpoint-activations", TRAIN, BOOL, RETIRED,
+     .why = "is no longer valid, use --recompute-activations, or, for more control, "
+            "--recompute-granularity and --recompute-method. (Megatron-LM's words; recomputation "
+            "is not yet here: drop it)"},
+    {"--batch-size", TRAIN, INT, RETIRED,
+     .why = "argument is no longer valid, use --micro-batch-size instead"},
+    {"--warmup", LR, INT, RETIRED,
+     .why = "argument is no longer valid, use --lr-warmup-fraction "
+            "instead"},
+    {"--model-parallel-size", RUNTIME, INT, RETIRED,
+     .why = "is no longer valid, use --tensor-model-parallel-size instead"},
+    {"--activations-checkpoint-method", TRAIN, STRING, .arg = "METHOD", RETIRED,
+     .why = "is Megatron-LM's old name of --recompute-method (renamed in 2022); recomputation is "
+            "not yet here: drop it"},
+    {"--activations-checkpoint-num-layers", TRAIN, INT, RETIRED,
+     .why = "is Megatron-LM's old name of --recompute-num-layers (renamed in 2022); "
+            "recomputation is not yet here: drop it"},
+    {"--checkpoint-num-layers", TRAIN, INT, RETIRED,
+     .why = "is Megatron-LM's oldest name of --recompute-num-layers (then "
+            "--activations-checkpoint-num-layers); recomputation is not yet here: drop it"},
+    {"--distribute-checkpointed-activations", TRAIN, BOOL, RETIRED,
+     .why = "is Megatron-LM's old name of --distribute-saved-activations (renamed in 2022); "
+            "recomputation is not yet here: drop it"},
+    {"--DDP-impl", RUNTIME, STRING, .arg = "IMPL", .choices = ddp_impl_choices, RETIRED,
+     .why = "was removed from Megatron-LM in 2023 (torch DDP retired: its own data-parallel "
+            "buffers are the only implementation, as here); drop it"},
+    {"--use-contiguous-buffers-in-ddp", RUNTIME, BOOL, RETIRED,
+     .why = "was removed from Megatron-LM in 2021: contiguous gradient buffers became the default "
+            "(always, here); drop it"},
+    {"--use-contiguous-buffers-in-local-ddp", RUNTIME, BOOL, RETIRED,
+     .why = "is not a Megatron-LM flag: its contiguous gradient buffers are the default since "
+            "2021 (always, here); drop it"},
+    {"--no-contiguous-buffers-in-local-ddp", RUNTIME, BOOL, RETIRED,
+     .why = "was removed from Megatron-LM in 2023 (gradient buffers are always contiguous, as "
+            "here); drop it"},
 
     /* logging */
     {"--log-interval", LOGGING, INT, FIELD(log_interval), .help = "iterations between log lines"},
@@ -416,13 +483,64 @@ const mg_flag_spec mg_flag_table[] = {
     {"--log-num-zeros-in-grad", LOGGING, BOOL, FIELD(log_num_zeros_in_grad),
      .help = "print the number of zero gradient elements of the step in the log line"},
     {"--log-throughput", LOGGING, BOOL, IGNORED, .help = "throughput is always logged"},
+    {"--logging-level", LOGGING, .kind = MG_FLAG_INT, FIELD(logging_level), .arg = "LEVEL",
+     .def = "none",
+     .help = "Python's logging level: 10 (DEBUG) or less adds the debug lines, 40 (ERROR) or more "
+             "prints errors only, between: the default lines (as MG_LOG_LEVEL 2, 0, 1)"},
+    {"--timing-log-level", LOGGING, .kind = MG_FLAG_INT, NOT_YET, .arg = "0|1|2", .def = "0",
+     .trivial = "0", .why = "(only the iteration time is measured here, Megatron's level 0); use 0",
+     .help = "timers of finer operations (levels 1 and 2)"},
+    {"--timing-log-option", LOGGING, STRING, IGNORED, .arg = "OPT", .choices = timing_choices,
+     .help = "how Megatron's timers combine ranks; only the iteration time (level 0) here"},
+    {"--log-progress", LOGGING, BOOL, NOT_YET,
+     .why = "(no progress.txt in the checkpoint directory); drop it",
+     .help = "tokens and FLOPs so far, in progress.txt"},
+    {"--log-memory-interval", LOGGING, INT, NOT_YET,
+     .why = "(memory is logged once, after the first step; `megatron plan` predicts it); drop it",
+     .help = "iterations between memory reports"},
+    {"--log-device-memory-used", LOGGING, BOOL, NOT_YET,
+     .why = "(nvidia-smi's reading is not logged); drop it",
+     .help = "device memory used as nvidia-smi reports it"},
+    {"--log-energy", LOGGING, BOOL, NOT_YET, .why = "(energy is not measured); drop it",
+     .help = "energy consumed, in joules"},
+    {"--log-max-attention-logit", LOGGING, BOOL, NOT_YET,
+     .why = "(the attention kernels do not report their largest logit); drop it",
+     .help = "the largest attention logit, to TensorBoard"},
+    {"--log-straggler", LOGGING, BOOL, NOT_YET, STRAGGLER,
+     .help = "per-GPU throughput of Megatron's straggler detector"},
+    {"--straggler-ctrlr-port", LOGGING, INT, NOT_YET, STRAGGLER, .trivial = "65535", .def = "65535",
+     .help = "see --log-straggler"},
+    {"--straggler-minmax-count", LOGGING, INT, NOT_YET, STRAGGLER, .trivial = "1",
+     .help = "see --log-straggler"},
+    {"--disable-straggler-on-startup", LOGGING, BOOL, NOT_YET, STRAGGLER,
+     .help = "see --log-straggler"},
+    /* Megatron's profiling group: capture ranges and dumps of nsys and PyTorch's profiler; one
+     * status for the whole family */
     {"--profile", LOGGING, BOOL, IGNORED,
-     .help =
-         "PyTorch's profiler; here CUDA_INJECTION64_PATH=build/kernel_profile.so (tools/profile)"},
+     .help = "nsys's capture range (cudaProfilerStart/Stop at --profile-step-start/end)" PROFILE},
     {"--profile-step-start", LOGGING, INT, IGNORED, .help = "see --profile"},
     {"--profile-step-end", LOGGING, INT, IGNORED, .help = "see --profile"},
+    {"--profile-ranks", LOGGING, .kind = MG_FLAG_STRING_LIST, IGNORED, .arg = "R [R ...]",
+     .help = "see --profile"},
+    {"--use-pytorch-profiler", LOGGING, BOOL, IGNORED, .help = "PyTorch's profiler" PROFILE},
+    {"--pytorch-profiler-collect-shapes", LOGGING, BOOL, IGNORED,
+     .help = "see --use-pytorch-profiler"},
+    {"--pytorch-profiler-collect-callstack", LOGGING, BOOL, IGNORED,
+     .help = "see --use-pytorch-profiler"},
+    {"--pytorch-profiler-collect-chakra", LOGGING, BOOL, IGNORED,
+     .help = "see --use-pytorch-profiler"},
+    {"--record-shapes", LOGGING, BOOL, IGNORED, .help = "shapes in PyTorch's NVTX ranges" PROFILE},
+    {"--nvtx-ranges", LOGGING, BOOL, IGNORED,
+     .help = "NVTX ranges around Megatron's Python modules" PROFILE},
+    {"--record-memory-history", LOGGING, BOOL, IGNORED,
+     .help = "PyTorch's allocator history; memory is planned once here (`megatron plan` prints "
+             "it, and the log line after the first step)"},
+    {"--memory-snapshot-path", LOGGING, STRING, IGNORED, .arg = "PATH",
+     .help = "see --record-memory-history"},
     {"--manual-gc", LOGGING, BOOL, IGNORED, .help = "Python's garbage collector; none here"},
     {"--manual-gc-interval", LOGGING, INT, IGNORED, .help = "see --manual-gc"},
+    {"--no-manual-gc-eval", LOGGING, BOOL, IGNORED, .help = "see --manual-gc"},
+    {"--disable-manual-gc-eval", LOGGING, BOOL, IGNORED, .help = "see --manual-gc"},
     {"--empty-unused-memory-level", LOGGING, INT, IGNORED,
      .help = "PyTorch's cache emptying; memory is planned once here"},
     {"--tensorboard-dir", LOGGING, STRING, FIELD(tensorboard_dir), .arg = "DIR", .def = "none",
@@ -435,6 +553,9 @@ const mg_flag_spec mg_flag_table[] = {
      .help = "write iteration-time and throughput (Megatron's timers at --timing-log-level 0)"},
     {"--no-log-loss-scale-to-tensorboard", LOGGING, BOOL, FIELD(no_log_loss_scale_to_tensorboard),
      .help = "do not write loss-scale to TensorBoard"},
+    {"--disable-log-loss-scale-to-tensorboard", LOGGING, BOOL, /* Megatron's other spelling */
+     .offset = offsetof(mg_config, no_log_loss_scale_to_tensorboard), .size = sizeof(bool),
+     .help = "the same as --no-log-loss-scale-to-tensorboard"},
     {"--log-validation-ppl-to-tensorboard", LOGGING, BOOL, FIELD(log_validation_ppl_to_tensorboard),
      .help = "write the validation perplexity to TensorBoard too"},
     {"--log-memory-to-tensorboard", LOGGING, BOOL, FIELD(log_memory_to_tensorboard),
@@ -570,12 +691,17 @@ const mg_flag_spec mg_flag_table[] = {
      .help = "accepted; overlapping is already the default (Megatron has only the --no- form): "
              "receives posted an op ahead and sends as soon as made on MPI groups, NCCL in the "
              "schedule's order"},
-    {"--context-parallel-size", RUNTIME, INT, FIELD(context_parallel_size),
-     .help = "context-parallel ranks"},
+    {"--context-parallel-size", RUNTIME, INT, FIELD(context_parallel_size), PARTIAL_1,
+     .why = "(no context parallelism in training yet)",
+     .help = "context-parallel ranks; `megatron train` runs only 1 (no context parallelism yet), "
+             "`megatron plan` shows any layout"},
     {"--expert-model-parallel-size", MOE, INT, FIELD(expert_model_parallel_size),
      .help = "expert-parallel ranks"},
     {"--expert-tensor-parallel-size", MOE, INT, FIELD(expert_tensor_parallel_size), .def = "TP",
-     .help = "tensor-parallel ranks inside each expert"},
+     PARTIAL_1, .why = "(experts are whole on each rank)",
+     .help = "tensor-parallel ranks inside each expert; `megatron train` runs only 1 (experts are "
+             "whole on each rank, and MoE models take no tensor parallelism yet), `megatron plan` "
+             "shows any layout"},
     {"--use-tp-pp-dp-mapping", RUNTIME, BOOL, FIELD(use_tp_pp_dp_mapping),
      .help = "rank order tp-cp-ep-pp-dp instead of tp-cp-ep-dp-pp"},
     {"--parallel-order", RUNTIME, STRING, FIELD(parallel_order), .arg = "ORDER",

@@ -15,7 +15,9 @@ int mg_log_rank(void) { return g_rank; }
 int mg_log_world(void) { return g_world; }
 bool mg_log_is_logging_rank(void) { return g_rank == g_world - 1; }
 
-static int level(void) { return mg_env_int("MG_LOG_LEVEL", 1); }
+static int g_level = -1; /* mg_log_set_level's; -1: MG_LOG_LEVEL's */
+void mg_log_set_level(int level) { g_level = level; }
+static int level(void) { return g_level >= 0 ? g_level : mg_env_int("MG_LOG_LEVEL", 1); }
 
 static void emit(FILE *f, const char *prefix, const char *fmt, va_list ap) {
     if (g_world > 1) fprintf(f, "[rank %d] ", g_rank);

@@ -207,6 +207,7 @@ static mg_status grad_and_params_stats(mg_trainer *t, mg_log_record *r) {
  * last reset. */
 static mg_status read_checked(mg_trainer *t, int64_t since, mg_step_stats *s, bool reset) {
     MG_CHECK(mg_trainer_read_stats(t, s, reset));
+    if (t->cfg.no_check_for_nan_in_loss_and_grad) return MG_OK; /* Megatron's switch */
     if (!isfinite(s->loss_sum) || !isfinite(s->grad_norm_sum))
         return MG_FAIL(MG_ERR_NUMERIC,
                        "iterations %" PRId64 "..%" PRId64 ": lm loss %g, grad norm %g is not "
