@@ -272,7 +272,7 @@ static mg_status to_hf(const mg_convert_args *a, conv_state *s, const char *tmp)
     MG_CHECK(mg_checkpoint_load_config(a->load_dir, it, &s->cfg));
     mg_config one = s->cfg;
     mg_config_single_process(&one);
-    MG_CHECK(mg_gpt_build(&s->g, &one, 0, 0));
+    MG_CHECK(mg_gpt_build(&s->g, &one, 0, 0, 0));
     s->host = calloc(s->g.params.numel ? s->g.params.numel : 1, sizeof *s->host);
     if (!s->host) return MG_FAIL(MG_ERR_NOMEM, "out of memory loading %s", a->load_dir);
     MG_CHECK(mg_checkpoint_load_weights(a->load_dir, it, &s->g, s->host));

@@ -300,7 +300,7 @@ mg_status mg_convert_from_hf(const mg_convert_args *a, const char *tmp) {
     /* the whole model on one process, whatever layout the checkpoint records */
     one = cfg;
     mg_config_single_process(&one);
-    MG_CHECK_GOTO(mg_gpt_build(&g, &one, 0, 0), st, fail);
+    MG_CHECK_GOTO(mg_gpt_build(&g, &one, 0, 0, 0), st, fail);
     params = calloc(g.params.numel ? g.params.numel : 1, sizeof *params);
     if (!params) {
         st = MG_FAIL(MG_ERR_NOMEM, "out of memory for %zu parameters", g.params.numel);

@@ -18,11 +18,11 @@
  * scores are the same up to rounding (RoPE depends on the distance between two tokens of one
  * document), with --reset-position-ids alone on a RoPE model they differ.)
  * Exports: mg_docs_compute, mg_trainer_docs_init, mg_trainer_docs_on, mg_trainer_docs_microbatch.
- * Needs: train/trainer, train/trainer_loss (the eod id). */
+ * Needs: train/trainer_parts, train/trainer_loss (the eod id). */
 #ifndef MG_TRAIN_TRAINER_DOCS_H
 #define MG_TRAIN_TRAINER_DOCS_H
 
-#include "train/trainer.h"
+#include "train/trainer_parts.h"
 
 /* B sequences of S input ids (host, (B*S)), documents ending with `eod`: pos[j] (or NULL) =
  * j's position in its document, doc_start[j] (or NULL) = the index in its sequence of its

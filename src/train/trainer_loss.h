@@ -27,12 +27,12 @@
  *  - MoE aux losses under --calculate-per-token-loss weigh 1 / max(T, 1): Megatron sets the
  *    MoEAuxLossAutoScaler scale to 1 and finalize_model_grads divides every gradient by T.
  * Exports: mg_trainer_loss_init, mg_trainer_loss_pass, mg_trainer_loss_microbatch,
- * mg_trainer_loss_args, mg_trainer_loss_eod, mg_trainer_eod_for. Needs: train/trainer,
+ * mg_trainer_loss_args, mg_trainer_loss_eod, mg_trainer_eod_for. Needs: train/trainer_parts,
  * data/tokenizer. */
 #ifndef MG_TRAIN_TRAINER_LOSS_H
 #define MG_TRAIN_TRAINER_LOSS_H
 
-#include "train/trainer.h"
+#include "train/trainer_parts.h"
 
 /* The end-of-document id --eod-mask-loss masks for configuration c (a tokenizer with none is
  * MG_ERR_USAGE). */
