@@ -2,7 +2,9 @@
  * clipping, AdamW, the lr schedule), evaluation, logging, checkpointing, exit interval.
  * The trainer owns the memory plan: one arena per lifetime class (parameters, master weights,
  * gradients, optimizer state, activations, workspace, batch), sized before the first step and
- * committed once, in the backend's memory (device memory on CUDA). A step allocates nothing.
+ * committed once, in the backend's memory (device memory on CUDA). A step allocates nothing. The
+ * reservations are train/memory.h's, the ones `megatron plan` predicts from; the trainer commits
+ * them (train/trainer_memory.h).
  *
  * Backends (--device): cpu trains in fp32 (the parameters are the fp32 masters); cuda keeps bf16
  * parameters (the compute dtype) plus fp32 master weights, fp32 gradients and Adam moments, on
@@ -12,7 +14,7 @@
  * checkpoints hold the fp32 masters, so a resumed run continues bitwise on the same backend.
  *
  * Host synchronisation (CUDA): mg_trainer_step_async waits for nothing; the step's loss and
- * gradient norm stay in backend memory (t->stats) until mg_trainer_read_stats reads them all
+ * gradient norm stay in backend memory (t->mem.stats) until mg_trainer_read_stats reads them all
  * with one copy, i.e. one host sync. mg_trainer_step = step_async + read_stats: exactly one host
  * sync per step. `megatron train` (run.c) reads only at log, save and exit points.
  * Data parallelism (mg_trainer_init with a data-parallel group; parallel/ddp.h): every

@@ -23,7 +23,7 @@ mg_status mg_trainer_batch_init(mg_trainer *t);
 float mg_trainer_token_weight(const mg_trainer *t);
 /* Uploads the gradient weights of the current microbatch count: every token's
  * token weight x t->dloss_scale (the loss scale baked into the backward, train/grad_scaler.h)
- * into t->dloss, and the MoE losses' weights (train/trainer_moe.h). */
+ * into t->mem.dloss, and the MoE losses' weights (train/trainer_moe.h). */
 mg_status mg_trainer_upload_loss_weights(mg_trainer *t);
 /* Makes the next passes run m microbatches per rank (nothing when it already does). */
 mg_status mg_trainer_set_microbatches(mg_trainer *t, int m);

@@ -35,7 +35,7 @@ void mg_docs_compute(const int32_t *tokens, int B, int S, int32_t eod, int32_t *
 mg_status mg_trainer_docs_init(mg_trainer *t);
 /* Whether this run packs documents (either flag). */
 bool mg_trainer_docs_on(const mg_trainer *t);
-/* After the microbatch's samples were loaded into t->host_tokens: its positions and document
+/* After the microbatch's samples were loaded into t->mem.host_tokens: its positions and document
  * starts into activation slot `slot`'s arrays (backend memory). */
 mg_status mg_trainer_docs_microbatch(mg_trainer *t, int slot);
 

@@ -145,9 +145,9 @@ typedef struct {
 /* Loss scaling (train/grad_scaler.h; off: scale 1, no skips) and its count of skipped steps. */
 typedef struct {
     mg_grad_scaler scaler;
-    /* since the last mg_trainer_take_skips: steps the scaler skipped, of which those whose loss
-     * was not finite (Megatron's "number of skipped/nan iterations"); whether the last step was
-     * skipped (its grad norm is then None) */
+    /* since the last log line (train/run.c resets them): steps the scaler skipped, of which those
+     * whose loss was not finite (Megatron's "number of skipped/nan iterations"); whether the last
+     * step was skipped (its grad norm is then None) */
     int64_t skipped_iters, nan_iters;
     bool last_skipped;
     float dloss_scale; /* the loss scale the gradient weights in dloss (and the MoE loss weights)

@@ -1,4 +1,4 @@
-/* The trainer's cyclic loader (train/trainer_loader.h) wired to its data: with --mock-data, 4
+/* The trainer's cyclic loader (train/trainer_data.h) wired to its data: with --mock-data, 4
  * iterations of 4 samples make a train split of 16, and the trainer's train source reads, at
  * each position, the mock sample Megatron's sampler names there (tests/golden/sampler/
  * cyclic.json, over several epochs; with and without --no-data-sharding, which one rank draws
