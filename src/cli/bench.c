@@ -26,6 +26,7 @@
 #include "config/flags_command.h"
 #include "core/log.h"
 #include "core/rng.h"
+#include "train/backend_select.h"
 #include "train/metrics.h"
 #include "train/trainer.h"
 
@@ -218,31 +219,13 @@ static mg_status peak_by_linear(mg_backend *be, int n, double *tflops) {
     return st;
 }
 
-/* A backend for the peak, chosen as the trainer chooses (train/trainer.c): cuda on the local
- * rank's GPU, cpu, or auto (cuda when it can be created, else cpu). c->device receives the one
- * used, so the trainer then takes the same. */
-static mg_status peak_backend(mg_config *c, mg_backend **be) {
-    const bool is_auto = !strcmp(c->device, "auto");
-    if (is_auto || !strcmp(c->device, "cuda")) {
-        mg_launch_info li;
-        MG_CHECK(mg_launch_detect(&li));
-        mg_status st = mg_backend_cuda_create_dtype(be, li.local_rank, c->fp16 ? MG_F16 : MG_BF16);
-        if (st == MG_OK) {
-            snprintf(c->device, sizeof c->device, "cuda");
-            return MG_OK;
-        }
-        if (!is_auto || st != MG_ERR_UNSUPPORTED) return st;
-        mg_log_info("> --device auto: %s; benchmarking the cpu backend", mg_error_message());
-        mg_error_clear();
-    }
-    snprintf(c->device, sizeof c->device, "cpu");
-    return mg_backend_cpu_create(be, c->num_threads);
-}
-
-/* Measured on a backend of its own, before the trainer allocates anything. */
+/* Measured on a backend of its own, before the trainer allocates anything; chosen as the trainer
+ * chooses (train/backend_select.h), c->device receiving the one used, so the trainer then takes
+ * the same. */
 static mg_status measure_peak(mg_config *c, int n, bench_result *r) {
     mg_backend *be = NULL;
-    MG_CHECK(peak_backend(c, &be));
+    int gpu;
+    MG_CHECK(mg_train_backend_create(c, "benchmarking", &be, &gpu));
     r->peak_n = n > 0 ? n : be->device == MG_DEVICE_CPU ? 1024 : 8192;
     mg_status st;
     if (be->matmul_peak_tflops) {
@@ -276,7 +259,7 @@ static mg_status run_steps(mg_trainer *t, const bench_opts *o, bench_result *r) 
 }
 
 static mg_status measure_memory(mg_trainer *t, bench_result *r) {
-    r->mem_arenas = (double)t->planned_bytes;
+    r->mem_arenas = (double)t->mem.planned_bytes;
     if (t->be->memory_info) {
         size_t free_b = 0, total_b = 0;
         MG_CHECK(t->be->memory_info(t->be, &free_b, &total_b));
@@ -373,7 +356,7 @@ static mg_status bench_run(mg_config *cfg, const bench_opts *o, FILE *table, FIL
     mg_trainer t;
     bool have_trainer = false;
     if (st == MG_OK) {
-        st = mg_trainer_init(&t, cfg);
+        st = mg_trainer_init(&t, cfg, NULL);
         have_trainer = true;
     }
     if (st == MG_OK) {

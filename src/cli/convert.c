@@ -174,7 +174,7 @@ static mg_status to_hf(const convert_args *a, const char *tmp) {
     mg_gpt g = {0};
     float *host = NULL;
     mg_status st = MG_OK;
-    MG_CHECK_GOTO(mg_gpt_build(&g, &one, 0, 0), st, done);
+    MG_CHECK_GOTO(mg_gpt_build(&g, &one, 0, 0, 0), st, done);
     host = calloc(g.params.numel ? g.params.numel : 1, sizeof *host);
     if (!host) {
         st = MG_FAIL(MG_ERR_NOMEM, "out of memory loading %s", a->load_dir);

@@ -149,7 +149,7 @@ static mg_status setup_model(gen_state *s, const gen_args *a, int64_t it) {
     mg_config_single_process(&cfg);
     cfg.micro_batch_size = 1;
     MG_CHECK(mg_backend_cpu_create(&s->be, a->threads));
-    MG_CHECK(mg_gpt_build(&s->g, &cfg, 0, 0));
+    MG_CHECK(mg_gpt_build(&s->g, &cfg, 0, 0, 0));
     size_t off_p, off_t;
     mg_arena_init(&s->params, "parameters");
     mg_arena_init(&s->acts, "activations");
@@ -158,7 +158,7 @@ static mg_status setup_model(gen_state *s, const gen_args *a, int64_t it) {
     size_t esz = mg_dtype_size(s->be->compute_dtype);
     MG_CHECK(mg_arena_reserve(&s->params, s->g.params.numel * esz, 0, &off_p));
     MG_CHECK(mg_arena_reserve(&s->io, (size_t)cfg.seq_length * sizeof(int32_t), 0, &off_t));
-    MG_CHECK(mg_gpt_plan(&s->g, s->be, 1, 1, &s->acts, &s->work));
+    MG_CHECK(mg_gpt_plan(&s->g, mg_gpt_target_of(&s->g, s->be, 1), 1, 1, &s->acts, &s->work));
     MG_CHECK(mg_arena_commit(&s->params, NULL));
     MG_CHECK(mg_arena_commit(&s->acts, NULL));
     MG_CHECK(mg_arena_commit(&s->work, NULL));

@@ -207,7 +207,7 @@ static mg_status grad_from_model(mg_plan *p) {
     mg_status st;
     bool *shared = NULL; /* (params) a chunk's shared_embedding flags */
     /* clears g first: safe to free */
-    MG_CHECK_GOTO(mg_gpt_build_ep(&g, &m, 0, 0, 0), st, done);
+    MG_CHECK_GOTO(mg_gpt_build(&g, &m, 0, 0, 0), st, done);
     shared = calloc((size_t)g.params.n + 1, sizeof *shared);
     if (!shared) {
         st = MG_FAIL(MG_ERR_NOMEM, "out of memory for the grad buffer plan");

@@ -421,7 +421,7 @@ mg_status mg_hf_dir_read(const mg_hf_dir_read_options *o, mg_hf_model *m) {
     /* the whole model on one process, whatever layout the checkpoint records */
     mg_config one = m->cfg;
     mg_config_single_process(&one);
-    MG_CHECK_GOTO(mg_gpt_build(&m->g, &one, 0, 0), st, done);
+    MG_CHECK_GOTO(mg_gpt_build(&m->g, &one, 0, 0, 0), st, done);
     m->params = calloc(m->g.params.numel ? m->g.params.numel : 1, sizeof *m->params);
     if (!m->params) {
         st = MG_FAIL(MG_ERR_NOMEM, "out of memory for %zu parameters", m->g.params.numel);

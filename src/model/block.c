@@ -16,8 +16,7 @@ mg_status mg_block_plan_slot(const mg_block_ctx *x, mg_layer_slot *s, bool dense
     MG_CHECK(reserve(a, Nl * f, &s->ln1_rstd));
     MG_CHECK(reserve(a, N * c->qkv_l * e, &s->qkv));
     MG_CHECK(reserve(a, N * c->attn_l * e, &s->att));
-    MG_CHECK(
-        reserve(a, x->be->attention_saved_bytes(x->be, x->B, c->S, c->nq_l, c->hd), &s->att_saved));
+    MG_CHECK(reserve(a, x->att_saved, &s->att_saved));
     MG_CHECK(reserve(a, Nl * H * e, &s->mid));
     MG_CHECK(reserve(a, N * H * e, &s->ln2));
     MG_CHECK(reserve(a, Nl * f, &s->ln2_mean));

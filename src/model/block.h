@@ -132,10 +132,12 @@ typedef struct {
                                  sequence (--reset-attention-mask); NULL: plain causal */
 } mg_block_pass;
 
-/* What every layer shares; gpt.c fills it at bind. */
+/* What every layer shares; gpt.c fills it at plan (shapes, arenas) and bind (backend, buffers). */
 typedef struct {
     const mg_model_config *c;
     mg_backend *be;
+    size_t att_saved; /* bytes one layer's attention saves for its backward (model/gpt.h's
+                         mg_gpt_target) */
     const mg_tp *tp;
     int B, N, Nl;
     size_t esz; /* bytes per activation element */

@@ -156,11 +156,7 @@ static mg_status place_chunks(mg_gpt *g, const mg_config *cfg) {
     return MG_OK;
 }
 
-mg_status mg_gpt_build(mg_gpt *g, const mg_config *cfg, int tp_rank, int pp_rank) {
-    return mg_gpt_build_ep(g, cfg, tp_rank, pp_rank, 0);
-}
-
-mg_status mg_gpt_build_ep(mg_gpt *g, const mg_config *cfg, int tp_rank, int pp_rank, int ep_rank) {
+mg_status mg_gpt_build(mg_gpt *g, const mg_config *cfg, int tp_rank, int pp_rank, int ep_rank) {
     memset(g, 0, sizeof *g);
     g->wte = g->wpe = g->lnf_w = g->lnf_b = g->out_w = -1;
     g->pp_rank = pp_rank;
@@ -235,18 +231,30 @@ static mg_status reserve(mg_arena *a, size_t bytes, size_t *off) {
     return mg_arena_reserve(a, bytes, 0, off);
 }
 
-mg_status mg_gpt_plan(mg_gpt *g, mg_backend *be, int B, int n_slots, mg_arena *acts,
+mg_gpt_target mg_gpt_target_of(const mg_gpt *g, mg_backend *be, int B) {
+    const mg_model_config *c = &g->cfg;
+    return (mg_gpt_target){be->compute_dtype,
+                           be->attention_saved_bytes(be, B, c->S, c->nq_l, c->hd)};
+}
+
+mg_gpt_target mg_gpt_target_for(const mg_gpt *g, mg_device device, mg_dtype compute, int B) {
+    const mg_model_config *c = &g->cfg;
+    return (mg_gpt_target){compute,
+                           mg_backend_attention_saved_bytes(device, B, c->S, c->nq_l, c->hd)};
+}
+
+mg_status mg_gpt_plan(mg_gpt *g, mg_gpt_target target, int B, int n_slots, mg_arena *acts,
                       mg_arena *work) {
     const mg_model_config *c = &g->cfg;
     if (n_slots < 1) return MG_FAIL(MG_ERR_INTERNAL, "%d activation slots", n_slots);
-    mg_tp_init(&g->tp, NULL, be);
+    mg_tp_init(&g->tp, NULL, NULL);
     g->blk = (mg_block_ctx){.c = c,
-                            .be = be,
+                            .att_saved = target.attention_saved,
                             .tp = &g->tp,
                             .B = B,
                             .N = B * c->S,
                             .Nl = mg_model_config_rows(c, B * c->S),
-                            .esz = mg_dtype_size(be->compute_dtype),
+                            .esz = mg_dtype_size(target.compute),
                             .params = &g->params,
                             .acts = acts,
                             .work = work,
@@ -345,6 +353,10 @@ mg_status mg_gpt_bind(mg_gpt *g, mg_backend *be, void *params, float *grads, mg_
                        "model built for tensor-parallel rank %d of %d, bound to "
                        "a group of %d",
                        c->tp_rank, c->tp, tp_group ? mg_comm_size(tp_group) : 1);
+    if (mg_dtype_size(be->compute_dtype) != g->blk.esz)
+        return MG_FAIL(MG_ERR_INTERNAL, "model planned for %zu-byte activations, bound to %s's %s",
+                       g->blk.esz, be->name, mg_dtype_name(be->compute_dtype));
+    g->blk.be = be;
     g->blk.param_buf = params;
     g->blk.grad_buf = grads;
     mg_tp_init(&g->tp, tp_group, be);

@@ -43,8 +43,9 @@
  * mg_gpt_loss, mg_gpt_backward work on chunk 0 and slot 0.
  *
  * Lifecycle:
- *   mg_gpt_build(&g, cfg, tp_rank, pp_rank)     metadata only (parameter table, shapes, chunks)
- *   mg_gpt_plan(&g, be, B, n_slots, acts, work) reserves the activation slots and the workspace
+ *   mg_gpt_build(&g, cfg, tp, pp, ep ranks)     metadata only (parameter table, shapes, chunks)
+ *   mg_gpt_plan(&g, target, B, n_slots, acts, work)   reserves the activation slots and the
+ *                                               workspace (target: the backend's values)
  *   ... commit the arenas, allocate parameter and gradient buffers (g.params.numel elements) ...
  *   mg_gpt_bind(&g, be, params, grads, tp_group)
  *   per microbatch (P = 1): mg_gpt_forward -> mg_gpt_loss -> mg_gpt_backward
@@ -118,16 +119,29 @@ typedef struct {
     mg_block_ctx blk;
 } mg_gpt;
 
-/* Tensor-parallel rank tp_rank's and pipeline rank pp_rank's part of the model cfg describes
- * (0, 0 with one rank). A placement the layer rules refuse is MG_ERR_USAGE. */
-mg_status mg_gpt_build(mg_gpt *g, const mg_config *c, int tp_rank, int pp_rank);
-/* The same as expert-parallel rank ep_rank of --expert-model-parallel-size: the MoE layers hold
- * experts [ep_rank E/ep, (ep_rank + 1) E/ep) (global numbers in their names). */
-mg_status mg_gpt_build_ep(mg_gpt *g, const mg_config *c, int tp_rank, int pp_rank, int ep_rank);
-/* Reserves n_slots activation slots (>= 1) and the workspace for micro-batches of micro_batch. */
-mg_status mg_gpt_plan(mg_gpt *g, mg_backend *be, int micro_batch, int n_slots, mg_arena *acts,
+/* Tensor-parallel rank tp_rank's, pipeline rank pp_rank's and expert-parallel rank ep_rank's
+ * part of the model cfg describes (0, 0, 0 with one rank): the MoE layers hold experts
+ * [ep_rank E/ep, (ep_rank + 1) E/ep) of --expert-model-parallel-size ep (global numbers in their
+ * names). A placement the layer rules refuse is MG_ERR_USAGE. */
+mg_status mg_gpt_build(mg_gpt *g, const mg_config *c, int tp_rank, int pp_rank, int ep_rank);
+/* What the plan needs of the backend that will run the model, as values, so that a plan needs no
+ * backend (`megatron plan` plans for a device it may not have): the compute dtype and the bytes
+ * one layer's attention saves for its backward (the backend's attention_saved_bytes for this
+ * model's shape and the micro-batch). _of: backend be's; _for: those of a backend on `device`
+ * computing in `compute` (backend/backend.h's mg_backend_attention_saved_bytes). */
+typedef struct {
+    mg_dtype compute;
+    size_t attention_saved;
+} mg_gpt_target;
+mg_gpt_target mg_gpt_target_of(const mg_gpt *g, mg_backend *be, int micro_batch);
+mg_gpt_target mg_gpt_target_for(const mg_gpt *g, mg_device device, mg_dtype compute,
+                                int micro_batch);
+/* Reserves n_slots activation slots (>= 1) and the workspace for micro-batches of micro_batch,
+ * for a backend with target's values. */
+mg_status mg_gpt_plan(mg_gpt *g, mg_gpt_target target, int micro_batch, int n_slots, mg_arena *acts,
                       mg_arena *work);
-/* Binds committed buffers and the tensor-parallel group (NULL with one rank; else its size must
+/* Binds the backend (whose compute dtype must be the plan's), committed buffers and the
+ * tensor-parallel group (NULL with one rank; else its size must
  * be the configuration's and its rank tp_rank); also fills the RoPE tables (and the ones that
  * --apply-layernorm-1p adds to the norm weights). */
 mg_status mg_gpt_bind(mg_gpt *g, mg_backend *be, void *params, float *grads, mg_comm *tp_group);

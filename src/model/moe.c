@@ -7,6 +7,8 @@
  * memory; the buffers have the plan's worst-case sizes (model/moe.h). */
 #include "model/moe.h"
 
+#include "model/moe_dispatch.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

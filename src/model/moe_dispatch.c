@@ -5,12 +5,12 @@
  * send another), placed into and taken out of the slabs by moe_regroup, which reads the counts
  * where they lie (device memory on CUDA). A slab's rows past its block travel unread: the price
  * of never asking the host how many rows there are. */
-#include "model/moe.h"
+#include "model/moe_dispatch.h"
 
 /* One all-to-all of sizes fixed by the plan (splits: counts then displacements per peer, the
  * same both ways) on the communication stream. */
-static mg_status all_to_all(const mg_block_ctx *x, void *dst, const void *src,
-                            const size_t *splits, mg_dtype dt) {
+static mg_status all_to_all(const mg_block_ctx *x, void *dst, const void *src, const size_t *splits,
+                            mg_dtype dt) {
     int P = x->c->moe.ep;
     void *stream;
     MG_CHECK(mg_backend_comm_begin(x->be, &stream));

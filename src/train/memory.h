@@ -1,15 +1,47 @@
-/* The memory one rank of each pipeline stage needs, computed without a device: the same model
- * build, buffer layout, optimizer shards, activation slots and workspace the trainer reserves, for
- * `megatron plan` ("memory" per pipeline rank) and the trainer's start-up line.
- * Exports: mg_memory_stage, mg_memory_stage_estimate.
- * Needs: model/gpt, train/buffers, parallel/pipeline, train/optimizer. */
+/* One rank's memory plan: every buffer of the trainer, reserved into one arena per lifetime class
+ * (parameters, master weights, gradients, optimizer state, activations, workspace, batch) by one
+ * function, mg_memory_plan_reserve. The trainer calls it and commits the arenas
+ * (train/trainer_memory.h); `megatron plan` calls it through mg_memory_stage_estimate and reads
+ * the sizes without committing anything, so the prediction and the trainer cannot disagree. What
+ * the plan needs of the backend are values (model/gpt.h's mg_gpt_target): a prediction needs no
+ * device.
+ * Exports: mg_memory_plan, mg_memory_plan_reserve, mg_memory_plan_free, mg_memory_stage,
+ * mg_memory_stage_estimate. Needs: model/gpt, train/buffers, train/optimizer, parallel/pipeline. */
 #ifndef MG_TRAIN_MEMORY_H
 #define MG_TRAIN_MEMORY_H
 
+#include "core/arena.h"
 #include "model/gpt.h"
-#include "parallel/grad_buffer.h"
+#include "train/optimizer.h"
 
 #define MG_MEMORY_STATS 16 /* fp32 step statistics the trainer keeps (at least MG_STAT_END) */
+
+typedef struct {
+    mg_arena params, master, grads, optim, acts, work, io;
+    bool masters; /* fp32 master weights: the compute dtype is not fp32 (else master is empty and
+                     never committed: the parameters are the masters) */
+    /* where each buffer lies in its arena */
+    size_t off_params, off_master,
+        off_grads;                        /* (numel) compute dtype, (o.numel) f32, (numel) f32 */
+    size_t off_pipe;                      /* the pipeline's message buffers (workspace) */
+    size_t off_tokens, off_targets;       /* (n_slots, N) int32 each */
+    size_t off_positions, off_doc_starts; /* (n_slots, N) int32 with their flags, else empty */
+    size_t off_dloss;                     /* (N) f32, or (n_slots, N) with --eod-mask-loss */
+    size_t off_stats;                     /* (MG_MEMORY_STATS) f32 */
+} mg_memory_plan;
+
+/* Reserves every part of one rank's plan into p's arenas (initialised here): model g's parameters
+ * in target.compute and fp32 gradients, fp32 masters where target.compute is not fp32, the
+ * optimizer state of o (initialised for this rank's shards), n_slots activation slots and the
+ * workspace (g is planned here, for micro-batches of c->micro_batch_size), pipe_bytes of pipeline
+ * message buffers, and the batch (N = micro batch x sequence tokens): input ids, labels, the
+ * packed documents' arrays, the loss weights and the step statistics. */
+mg_status mg_memory_plan_reserve(mg_memory_plan *p, const mg_config *c, mg_gpt *g, mg_optimizer *o,
+                                 mg_gpt_target target, int n_slots, size_t pipe_bytes);
+/* The arenas in the order they are committed (the master arena's place too, committed or not). */
+#define MG_MEMORY_ARENAS 7
+void mg_memory_plan_arenas(mg_memory_plan *p, mg_arena *out[MG_MEMORY_ARENAS]);
+void mg_memory_plan_free(mg_memory_plan *p);
 
 typedef struct {
     int pp_rank;
@@ -27,8 +59,10 @@ typedef struct {
 } mg_memory_stage;
 
 /* Pipeline rank pp_rank's memory (tensor-parallel rank 0, data-parallel rank 0 of dp_size,
- * expert-parallel rank 0 of --expert-model-parallel-size) for
- * parameters in `compute` (MG_F32: no master weights; MG_BF16: fp32 masters). */
+ * expert-parallel rank 0 of --expert-model-parallel-size) for parameters in `compute` (MG_F32:
+ * the cpu backend, no master weights; else a cuda backend with fp32 masters): the committed sizes
+ * of mg_memory_plan_reserve's arenas for the model, buffers, optimizer shards and schedule the
+ * trainer builds for that rank. */
 mg_status mg_memory_stage_estimate(const mg_config *c, int pp_rank, int dp_size, mg_dtype compute,
                                    mg_memory_stage *out);
 

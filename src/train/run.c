@@ -9,6 +9,7 @@
 #include "config/flags.h"
 #include "core/clock.h"
 #include "core/log.h"
+#include "train/backend_select.h"
 #include "train/run_control.h"
 #include "train/tensorboard_log.h"
 #include "train/trainer.h"
@@ -49,34 +50,35 @@ static void print_banner(const mg_trainer *t) {
     const mg_model_config *m = &t->model.cfg;
     if (t->be->device == MG_DEVICE_CPU)
         mg_log_info("> megatron.c: training on the %s backend (%s), %d threads", t->be->name,
-                    mg_dtype_name(t->be->compute_dtype), c->num_threads);
+                    mg_dtype_name(t->be->compute_dtype), mg_train_backend_threads());
     else
         mg_log_info("> megatron.c: training on the %s backend, GPU %d (%s compute, fp32 master "
                     "weights, gradients and optimizer state)",
                     t->be->name, t->gpu, mg_dtype_name(t->be->compute_dtype));
     /* Megatron's line, from this rank's shards, by every rank of data-parallel rank 0 */
-    mg_log_self(t->dp_rank == 0,
+    mg_log_self(t->layout.dp_rank == 0,
                 " > number of parameters on (tensor, pipeline) model parallel rank (%d, %d): "
                 "%" PRId64,
-                t->tp_rank, t->pp_rank, mg_params_count(&t->model.params));
-    if (t->pp_size > 1) {
+                t->layout.tp_rank, t->layout.pp_rank, mg_params_count(&t->model.params));
+    if (t->layout.pp_size > 1) {
         const mg_gpt *g = &t->model;
         char chunks[160] = "";
         for (int v = 0, n = 0; v < g->n_chunks && n < (int)sizeof chunks; v++)
             n += snprintf(chunks + n, sizeof chunks - (size_t)n, "%s[%d, %d)", v ? " " : "",
                           g->chunks[v].offset, g->chunks[v].offset + g->chunks[v].count);
-        mg_log_self(t->tp_rank == 0 && t->dp_rank == 0,
+        mg_log_self(t->layout.tp_rank == 0 && t->layout.dp_rank == 0,
                     "> pipeline rank %d of %d (%s, %d microbatches): layers %s%s%s; %d "
                     "activation slots",
-                    t->pp_rank, t->pp_size, g->n_chunks > 1 ? "interleaved 1F1B" : "1F1B",
-                    t->num_microbatches, chunks, g->wte >= 0 ? ", the embedding" : "",
+                    t->layout.pp_rank, t->layout.pp_size,
+                    g->n_chunks > 1 ? "interleaved 1F1B" : "1F1B", t->num_microbatches, chunks,
+                    g->wte >= 0 ? ", the embedding" : "",
                     g->lnf_w >= 0 ? ", the output layer and the loss" : "", g->n_slots);
     }
-    if (t->tp_size > 1)
+    if (t->layout.tp_size > 1)
         mg_log_info("> tensor-parallel size %d%s: %" PRId64 " parameters in the whole model; "
                     "heads %d, query groups %d, ffn %d, vocabulary rows %d per rank",
-                    t->tp_size, m->sp ? ", sequence parallel" : "", mg_model_config_num_params(m),
-                    m->nq_l, m->ng_l, m->F_l, m->V_l);
+                    t->layout.tp_size, m->sp ? ", sequence parallel" : "",
+                    mg_model_config_num_params(m), m->nq_l, m->ng_l, m->F_l, m->V_l);
     mg_log_info("> model: %d layers, hidden %d, ffn %d, heads %d (query groups %d, head dim %d), "
                 "seq %d, padded vocab %d, %s, %s, %s",
                 m->L, m->H, m->F, m->nq, m->ng, m->hd, m->S, m->V,
@@ -123,10 +125,10 @@ static void print_banner(const mg_trainer *t) {
         mg_log_info("> note: the CPU backend computes in fp32; --%s sets the compute dtype of GPU "
                     "backends%s",
                     c->fp16 ? "fp16" : "bf16",
-                    t->scaler.on ? " (the loss scaler below runs here as there)" : "");
-    if (t->scaler.on) {
+                    t->scaling.scaler.on ? " (the loss scaler below runs here as there)" : "");
+    if (t->scaling.scaler.on) {
         char what[192];
-        mg_grad_scaler_describe(&t->scaler, what, sizeof what);
+        mg_grad_scaler_describe(&t->scaling.scaler, what, sizeof what);
         mg_log_info("> %s; a step whose gradients overflow is skipped", what);
     }
     /* Megatron's dropout defaults apply to scripts that omit the flags: say so once */
@@ -163,8 +165,8 @@ static mg_status tensorboard_iteration(mg_trainer *t, mg_tb_log *tb) {
         .lr = mg_lr_schedule_lr(&t->lr),
         .global_batch_size = (int)t->step_global_batch, /* grows with --rampup-batch-size */
         .lm_loss = s.loss,
-        .loss_scale = t->scaler.scale,
-        .grad_norm = t->last_skipped ? -1 : s.grad_norm,
+        .loss_scale = t->scaling.scaler.scale,
+        .grad_norm = t->scaling.last_skipped ? -1 : s.grad_norm,
     };
     if (t->model.cfg.moe.E > 0) moe_record(t, &s, false, &r);
     return mg_tb_log_train(tb, &r);
@@ -179,7 +181,7 @@ static void print_bubble(const mg_trainer *t) {
     double wait = p->total_s > p->busy_s ? p->total_s - p->busy_s : 0;
     double theory =
         (double)(p->schedule.pp - 1) / ((double)p->schedule.microbatches * p->schedule.vpp);
-    mg_log_self(t->tp_rank == 0 && t->dp_rank == 0,
+    mg_log_self(t->layout.tp_rank == 0 && t->layout.dp_rank == 0,
                 "> pipeline rank %d of %d: %" PRId64 " steps after the first, busy %.3f s, "
                 "waiting %.3f s per step: bubble (waiting / busy) %.2f%%, the schedule's "
                 "(P-1)/(m V) %.2f%%",
@@ -255,20 +257,21 @@ static mg_status train_loop(mg_trainer *t, mg_tb_log *tb, mg_run_control *rc) {
                 .consumed_samples = t->state.consumed_train_samples,
                 .elapsed_ms_per_iter = sec * 1e3,
                 .tflops_per_gpu =
-                    flops / sec / 1e12 / (t->dp_size * t->tp_size * t->pp_size), /* a rank a GPU */
+                    flops / sec / 1e12 /
+                    (t->layout.dp_size * t->layout.tp_size * t->layout.pp_size), /* a rank a GPU */
                 .tokens_per_s = (double)gbs * c->seq_length / sec,
                 .lr = mg_lr_schedule_lr(&t->lr), /* Megatron logs the lr after the step */
                 .global_batch_size = (int)gbs,
                 /* Megatron averages over the iterations that advanced (at least 1) */
-                .lm_loss = s.loss_sum / (double)(logged_iters - t->skipped_iters > 0
-                                                     ? logged_iters - t->skipped_iters
+                .lm_loss = s.loss_sum / (double)(logged_iters - t->scaling.skipped_iters > 0
+                                                     ? logged_iters - t->scaling.skipped_iters
                                                      : 1),
-                .loss_scale = t->scaler.scale,
-                .grad_norm = t->last_skipped ? -1 : s.grad_norm,
-                .skipped_iters = (int)t->skipped_iters,
-                .nan_iters = (int)t->nan_iters,
+                .loss_scale = t->scaling.scaler.scale,
+                .grad_norm = t->scaling.last_skipped ? -1 : s.grad_norm,
+                .skipped_iters = (int)t->scaling.skipped_iters,
+                .nan_iters = (int)t->scaling.nan_iters,
             };
-            t->skipped_iters = t->nan_iters = 0;
+            t->scaling.skipped_iters = t->scaling.nan_iters = 0;
             if (t->model.cfg.moe.E > 0) moe_record(t, &s, true, &r);
             MG_CHECK(grad_and_params_stats(t, &r));
             MG_CHECK(mg_trainer_save_poll(t)); /* a background save, committed once written */
@@ -280,7 +283,7 @@ static mg_status train_loop(mg_trainer *t, mg_tb_log *tb, mg_run_control *rc) {
             logged_iters = 0;
             t_last = mg_clock_seconds();
         }
-        if (t->have_valid && c->eval_interval > 0 && it % c->eval_interval == 0 &&
+        if (t->data.have_valid && c->eval_interval > 0 && it % c->eval_interval == 0 &&
             it < t->train_iters) {
             char where[64];
             snprintf(where, sizeof where, "iteration %" PRId64, it);
@@ -320,9 +323,9 @@ static mg_status train_loop(mg_trainer *t, mg_tb_log *tb, mg_run_control *rc) {
         MG_CHECK(mg_trainer_save(t));
     char where[80];
     snprintf(where, sizeof where, "iteration %" PRId64 " on validation set", t->state.iteration);
-    if (t->have_valid) MG_CHECK(evaluate_and_print(t, where, tb, false));
+    if (t->data.have_valid) MG_CHECK(evaluate_and_print(t, where, tb, false));
     snprintf(where, sizeof where, "iteration %" PRId64 " on test set", t->state.iteration);
-    if (t->have_test) MG_CHECK(evaluate_and_print(t, where, tb, true));
+    if (t->data.have_test) MG_CHECK(evaluate_and_print(t, where, tb, true));
     return mg_trainer_save_wait(t);
 }
 
@@ -337,7 +340,7 @@ mg_status mg_train_run(const mg_config *cfg, const mg_train_groups *g) {
         mg_run_control_free(&rc);
         return MG_FAIL(MG_ERR_NOMEM, "out of memory");
     }
-    mg_status st = mg_trainer_init_groups(t, cfg, g);
+    mg_status st = mg_trainer_init(t, cfg, g);
     if (st == MG_OK) {
         print_banner(t);
         bool resumed = t->state.iteration > 0;

@@ -35,7 +35,7 @@ mg_status mg_run_control_init(mg_run_control *rc, const mg_config *c) {
 mg_status mg_run_control_bind(mg_run_control *rc, mg_trainer *t) {
     rc->last_global = mg_batch_schedule_global(&t->batch, t->state.consumed_train_samples);
     bool agree = rc->signals || rc->minutes > 0;
-    mg_comm *g = t->dp ? t->dp : t->tp ? t->tp : t->pp;
+    mg_comm *g = t->layout.dp ? t->layout.dp : t->layout.tp ? t->layout.tp : t->layout.pp;
     if (agree && g && mg_comm_device_buffers(g)) {
         rc->be = t->be;
         MG_CHECK(t->be->alloc(t->be, 2 * sizeof(int64_t), &rc->scratch));
@@ -69,7 +69,7 @@ mg_status mg_run_control_stop(mg_run_control *rc, mg_trainer *t, mg_stop_reason 
     int64_t v[2] = {rc->signals && g_signal_received,
                     rc->minutes > 0 && rc->elapsed_min > rc->minutes};
     /* dp, tp and pp together span every rank (context parallelism is 1) */
-    mg_comm *groups[3] = {t->dp, t->tp, t->pp};
+    mg_comm *groups[3] = {t->layout.dp, t->layout.tp, t->layout.pp};
     for (int i = 0; i < 3; i++) MG_CHECK(max_over(rc, groups[i], v));
     *why = v[0] ? MG_STOP_SIGNAL : v[1] ? MG_STOP_DURATION : MG_STOP_NONE;
     return MG_OK;

@@ -39,10 +39,11 @@ mg_status mg_tb_log_open(mg_tb_log *l, const mg_trainer *t) {
     l->timers = c->log_timers_to_tensorboard;
     l->ppl = c->log_validation_ppl_to_tensorboard;
     l->world = c->world_size;
-    const mg_arena *arenas[] = {&t->a_params, &t->a_master, &t->a_grads, &t->a_optim,
-                                &t->a_acts,   &t->a_work,   &t->a_io};
+    const mg_arena *arenas[] = {&t->mem.plan.params, &t->mem.plan.master, &t->mem.plan.grads,
+                                &t->mem.plan.optim,  &t->mem.plan.acts,   &t->mem.plan.work,
+                                &t->mem.plan.io};
     for (size_t i = 0; i < sizeof arenas / sizeof *arenas; i++) l->mem_count += !!arenas[i]->base;
-    l->mem_bytes = (double)t->planned_bytes;
+    l->mem_bytes = (double)t->mem.planned_bytes;
     /* Megatron: the SummaryWriter exists on the last rank only */
     MG_CHECK(mg_tb_open(&l->w, mg_log_is_logging_rank() ? c->tensorboard_dir : "",
                         c->tensorboard_queue_size));

@@ -7,38 +7,30 @@
 #include <stdio.h>
 
 float mg_trainer_token_weight(const mg_trainer *t) {
-    return 1.0f /
-           (float)((size_t)t->model.blk.N * (size_t)t->num_microbatches * (size_t)t->dp_size);
+    return 1.0f / (float)((size_t)t->model.blk.N * (size_t)t->num_microbatches *
+                          (size_t)t->layout.dp_size);
 }
 
 mg_status mg_trainer_upload_loss_weights(mg_trainer *t) {
     size_t n = (size_t)t->model.blk.N;
-    float w = mg_trainer_token_weight(t) * t->dloss_scale;
-    for (size_t i = 0; i < n; i++) t->host_dloss[i] = w;
-    MG_CHECK(t->be->copy_h2d(t->be, t->dloss, t->host_dloss, n * sizeof(float)));
+    float w = mg_trainer_token_weight(t) * t->scaling.dloss_scale;
+    for (size_t i = 0; i < n; i++) t->mem.host_dloss[i] = w;
+    MG_CHECK(t->be->copy_h2d(t->be, t->mem.dloss, t->mem.host_dloss, n * sizeof(float)));
     if (t->model.n_moe > 0) mg_trainer_moe_set_weights(t);
     return MG_OK;
 }
 
 /* The schedule of m microbatches on this rank's pipeline (the walker's parameters otherwise). */
 static mg_pp_schedule_params schedule_of(const mg_trainer *t, int m) {
-    const mg_config *c = &t->cfg;
-    return (mg_pp_schedule_params){
-        .pp = t->pp_size,
-        .vpp = t->model.n_chunks,
-        .microbatches = m,
-        .group =
-            c->microbatch_group_size_per_vp_stage > 0 ? c->microbatch_group_size_per_vp_stage : 0,
-        .no_overlap_p2p = c->no_overlap_p2p_communication,
-    };
+    return mg_pp_schedule_params_of(&t->cfg, t->layout.pp_size, t->model.n_chunks, m);
 }
 
 /* mg_batch_schedule_walk's check of each global batch a rampup reaches: its pipeline schedule is
  * one Megatron runs (the final one is checked by the front end and plan_schedule). */
 static mg_status check_reached(void *ctx, int64_t global_batch) {
     const mg_trainer *t = ctx;
-    if (!t->batch.rampup || t->pp_size == 1) return MG_OK;
-    int m = (int)(global_batch / (t->cfg.micro_batch_size * (int64_t)t->dp_size));
+    if (!t->batch.rampup || t->layout.pp_size == 1) return MG_OK;
+    int m = (int)(global_batch / (t->cfg.micro_batch_size * (int64_t)t->layout.dp_size));
     const mg_pp_schedule_params s = schedule_of(t, m);
     mg_status st = mg_pp_schedule_check(&s);
     if (st == MG_OK) return MG_OK;
@@ -52,7 +44,7 @@ static mg_status check_reached(void *ctx, int64_t global_batch) {
 
 mg_status mg_trainer_batch_init(mg_trainer *t) {
     const mg_config *c = &t->cfg;
-    MG_CHECK(mg_batch_schedule_init(&t->batch, c, t->dp_size));
+    MG_CHECK(mg_batch_schedule_init(&t->batch, c, t->layout.dp_size));
     t->train_iters = mg_batch_schedule_train_iters(&t->batch, c);
     t->eval_microbatches = t->num_microbatches;
     if (c->train_samples > 0 && t->train_iters <= 0)
@@ -75,9 +67,9 @@ mg_status mg_trainer_batch_init(mg_trainer *t) {
 static mg_status rebuild_pipeline(mg_trainer *t, int m) {
     mg_pipeline *p = &t->pipe, np;
     const mg_pp_schedule_params s = schedule_of(t, m);
-    MG_CHECK(mg_pipeline_init(&np, &s, p->rank, t->pp, t->be, p->numel, p->dt,
+    MG_CHECK(mg_pipeline_init(&np, &s, p->rank, t->layout.pp, t->be, p->numel, p->dt,
                               !t->cfg.no_overlap_p2p_communication));
-    if (np.n_slots > t->model.n_slots || mg_pipeline_buffer_bytes(&np) > t->pipe_bytes) {
+    if (np.n_slots > t->model.n_slots || mg_pipeline_buffer_bytes(&np) > t->mem.pipe_bytes) {
         int slots = np.n_slots;
         mg_pipeline_free(&np);
         return MG_FAIL(MG_ERR_INTERNAL,
@@ -90,7 +82,7 @@ static mg_status rebuild_pipeline(mg_trainer *t, int m) {
     np.total_s = p->total_s;
     np.runs = p->runs;
     np.messages = p->messages;
-    mg_pipeline_bind(&np, t->pipe_buffers);
+    mg_pipeline_bind(&np, t->mem.pipe_buffers);
     mg_pipeline_free(p);
     *p = np;
     return MG_OK;
@@ -108,13 +100,14 @@ mg_status mg_trainer_set_microbatches(mg_trainer *t, int m) {
 
 mg_status mg_trainer_batch_begin(mg_trainer *t, int64_t *global_batch) {
     int64_t g = mg_batch_schedule_global(&t->batch, t->state.consumed_train_samples);
-    int64_t per = (int64_t)t->cfg.micro_batch_size * t->dp_size;
+    int64_t per = (int64_t)t->cfg.micro_batch_size * t->layout.dp_size;
     if (g % per) /* mg_trainer_batch_init checked every size the run reaches */
         return MG_FAIL(MG_ERR_INTERNAL, "global batch %" PRId64 " is not a multiple of %" PRId64, g,
                        per);
     MG_CHECK(mg_trainer_set_microbatches(t, (int)(g / per)));
-    if (t->dloss_scale != t->scaler.scale) { /* the loss scaler moved (train/grad_scaler.h) */
-        t->dloss_scale = t->scaler.scale;
+    if (t->scaling.dloss_scale !=
+        t->scaling.scaler.scale) { /* the loss scaler moved (train/grad_scaler.h) */
+        t->scaling.dloss_scale = t->scaling.scaler.scale;
         MG_CHECK(mg_trainer_upload_loss_weights(t));
     }
     t->step_global_batch = g;

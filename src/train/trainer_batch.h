@@ -8,11 +8,11 @@
  * and the MoE loss weights.
  * Exports: mg_trainer_batch_init, mg_trainer_token_weight, mg_trainer_upload_loss_weights,
  * mg_trainer_set_microbatches,
- * mg_trainer_batch_begin. Needs: train/trainer, train/batch_schedule. */
+ * mg_trainer_batch_begin. Needs: train/trainer_parts, train/batch_schedule. */
 #ifndef MG_TRAIN_TRAINER_BATCH_H
 #define MG_TRAIN_TRAINER_BATCH_H
 
-#include "train/trainer.h"
+#include "train/trainer_parts.h"
 
 /* After the model is built and t->num_microbatches holds the final global batch's count: the
  * batch schedule, t->train_iters (Megatron's update_train_iters for --train-samples), and every
@@ -23,7 +23,7 @@ mg_status mg_trainer_batch_init(mg_trainer *t);
 float mg_trainer_token_weight(const mg_trainer *t);
 /* Uploads the gradient weights of the current microbatch count: every token's
  * token weight x t->dloss_scale (the loss scale baked into the backward, train/grad_scaler.h)
- * into t->dloss, and the MoE losses' weights (train/trainer_moe.h). */
+ * into t->mem.dloss, and the MoE losses' weights (train/trainer_moe.h). */
 mg_status mg_trainer_upload_loss_weights(mg_trainer *t);
 /* Makes the next passes run m microbatches per rank (nothing when it already does). */
 mg_status mg_trainer_set_microbatches(mg_trainer *t, int m);

@@ -1,9 +1,10 @@
 /* The trainer's checkpoint side (train/trainer_ckpt.h). */
 #include "train/trainer_ckpt.h"
-#include "core/clock.h"
 
+#include "core/clock.h"
 #include "core/log.h"
 #include "train/trainer_scaler.h"
+#include "train/trainer_weights.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -28,14 +29,14 @@ static mg_status alloc_host_state(const mg_trainer *t, mg_checkpoint_tensors *h,
     h->pieces = t->opt.pieces;
     h->n_pieces = t->opt.n_pieces;
     h->optimizer = !t->cfg.no_save_optim; /* loading: replaced by load_or_init's request */
-    h->stage = t->pp_rank;
-    h->n_stages = t->pp_size;
-    h->tp_rank = t->tp_rank;
-    h->tp_size = t->tp_size;
-    h->dp_rank = t->dp_rank;
-    h->dp_size = t->dp_size;
-    h->owns[0] = t->dp_rank == 0;
-    h->owns[1] = t->edp_rank == 0;
+    h->stage = t->layout.pp_rank;
+    h->n_stages = t->layout.pp_size;
+    h->tp_rank = t->layout.tp_rank;
+    h->tp_size = t->layout.tp_size;
+    h->dp_rank = t->layout.dp_rank;
+    h->dp_size = t->layout.dp_size;
+    h->owns[0] = t->layout.dp_rank == 0;
+    h->owns[1] = t->layout.edp_rank == 0;
     for (int b = 0; b < t->bufs.n; b++) h->sharded[t->bufs.b[b].expert] = t->opt.buf_sharded[b];
     if (t->model.cfg.moe.expert_bias && t->model.moe_ws.n_layers > 0) {
         h->n_bias = t->model.moe_ws.n_layers;
@@ -63,7 +64,7 @@ static mg_status copy_biases(mg_trainer *t, mg_checkpoint_tensors *h, bool to_ho
 
 static void free_host_state(const mg_trainer *t, mg_checkpoint_tensors *h) {
     free(h->expert_bias);
-    if (h->params == t->stage) return; /* the save staging stays for the next save */
+    if (h->params == t->ckpt.stage) return; /* the save staging stays for the next save */
     free(h->params);
     free(h->exp_avg);
     free(h->exp_avg_sq);
@@ -76,7 +77,7 @@ static void free_host_state(const mg_trainer *t, mg_checkpoint_tensors *h) {
  * the first use and kept until mg_trainer_free (or release_stage). */
 static mg_status stage_block(mg_trainer *t, float **out) {
     mg_backend *be = t->be;
-    if (!t->stage) {
+    if (!t->ckpt.stage) {
         size_t bytes = (t->model.params.numel + 2 * t->opt.numel + 1) * sizeof(float);
         void *p = NULL;
         if (be->alloc_pinned) {
@@ -88,20 +89,20 @@ static mg_status stage_block(mg_trainer *t, float **out) {
                 return MG_FAIL(MG_ERR_NOMEM, "cannot allocate %.1f MiB for checkpoint staging",
                                (double)bytes / 1048576.0);
         }
-        t->stage = p;
-        t->stage_bytes = bytes;
+        t->ckpt.stage = p;
+        t->ckpt.stage_bytes = bytes;
     }
-    *out = t->stage;
+    *out = t->ckpt.stage;
     return MG_OK;
 }
 
 static void release_stage(mg_trainer *t) {
-    if (!t->stage) return;
+    if (!t->ckpt.stage) return;
     if (t->be && t->be->free_pinned)
-        t->be->free_pinned(t->be, t->stage);
+        t->be->free_pinned(t->be, t->ckpt.stage);
     else
-        munmap(t->stage, t->stage_bytes);
-    t->stage = NULL;
+        munmap(t->ckpt.stage, t->ckpt.stage_bytes);
+    t->ckpt.stage = NULL;
 }
 
 mg_status mg_trainer_load_or_init(mg_trainer *t) {
@@ -171,16 +172,16 @@ mg_status mg_trainer_load_or_init(mg_trainer *t) {
 }
 
 static mg_status finish_save(mg_trainer *t) {
-    mg_checkpoint_pending *p = t->pending_save;
+    mg_checkpoint_pending *p = t->ckpt.pending_save;
     mg_status st = mg_checkpoint_finish(p);
     int64_t it;
     double sec, bytes;
     mg_checkpoint_pending_stats(p, &it, &sec, &bytes);
     mg_checkpoint_pending_free(p);
-    free_host_state(t, t->pending_host);
-    free(t->pending_host);
-    t->pending_save = NULL;
-    t->pending_host = NULL;
+    free_host_state(t, t->ckpt.pending_host);
+    free(t->ckpt.pending_host);
+    t->ckpt.pending_save = NULL;
+    t->ckpt.pending_host = NULL;
     MG_CHECK(st);
     mg_log_info("  successfully saved checkpoint from iteration %7" PRId64 " to %s", it,
                 t->cfg.save);
@@ -191,7 +192,7 @@ static mg_status finish_save(mg_trainer *t) {
 }
 
 mg_status mg_trainer_save(mg_trainer *t) {
-    if (t->pending_save) MG_CHECK(finish_save(t)); /* one save in flight at a time */
+    if (t->ckpt.pending_save) MG_CHECK(finish_save(t)); /* one save in flight at a time */
     mg_backend *be = t->be;
     size_t m = t->opt.numel;
     const double t0 = mg_clock_seconds();
@@ -205,17 +206,18 @@ mg_status mg_trainer_save(mg_trainer *t) {
     if (st == MG_OK) st = be->copy_d2h(be, h->exp_avg_sq, t->opt.v, m * sizeof(float));
     if (st == MG_OK) st = copy_biases(t, h, true);
     /* every rank calls it: each writes the pieces it holds alone or first */
-    if (!t->ckpt_scratch) MG_CHECK(be->alloc(be, sizeof(int64_t), &t->ckpt_scratch));
-    const mg_checkpoint_groups groups = {t->dp, t->pp, t->tp, be, t->ckpt_scratch};
+    if (!t->ckpt.scratch) MG_CHECK(be->alloc(be, sizeof(int64_t), &t->ckpt.scratch));
+    const mg_checkpoint_groups groups = {t->layout.dp, t->layout.pp, t->layout.tp, be,
+                                         t->ckpt.scratch};
     if (st == MG_OK)
         st = mg_checkpoint_save_async(t->cfg.save, &t->state, &t->cfg, &t->model, h, &groups,
-                                      t->cfg.async_save, &t->pending_save);
+                                      t->cfg.async_save, &t->ckpt.pending_save);
     if (st != MG_OK) {
         free_host_state(t, h);
         free(h);
         return st;
     }
-    t->pending_host = h;
+    t->ckpt.pending_host = h;
     if (!t->cfg.async_save) return finish_save(t);
     mg_log_info("> saving checkpoint from iteration %" PRId64 " in the background; training "
                 "stalled %.2f s for the copy",
@@ -225,18 +227,18 @@ mg_status mg_trainer_save(mg_trainer *t) {
 
 mg_status mg_trainer_save_poll(mg_trainer *t) {
     bool done = false;
-    if (t->pending_save) MG_CHECK(mg_checkpoint_poll(t->pending_save, &done));
+    if (t->ckpt.pending_save) MG_CHECK(mg_checkpoint_poll(t->ckpt.pending_save, &done));
     return done ? finish_save(t) : MG_OK;
 }
 
 mg_status mg_trainer_save_wait(mg_trainer *t) {
-    return t->pending_save ? finish_save(t) : MG_OK;
+    return t->ckpt.pending_save ? finish_save(t) : MG_OK;
 }
 
 void mg_trainer_ckpt_free(mg_trainer *t) {
-    mg_checkpoint_pending_free(t->pending_save);
-    if (t->pending_host) free_host_state(t, t->pending_host);
-    free(t->pending_host);
+    mg_checkpoint_pending_free(t->ckpt.pending_save);
+    if (t->ckpt.pending_host) free_host_state(t, t->ckpt.pending_host);
+    free(t->ckpt.pending_host);
     release_stage(t);
-    if (t->ckpt_scratch && t->be) t->be->free(t->be, t->ckpt_scratch);
+    if (t->ckpt.scratch && t->be) t->be->free(t->be, t->ckpt.scratch);
 }

@@ -31,11 +31,12 @@ mg_status mg_trainer_docs_init(mg_trainer *t) {
     const char *flag = c->reset_position_ids ? "--reset-position-ids" : "--reset-attention-mask";
     MG_CHECK(mg_trainer_eod_for(c, flag, &t->docs_eod));
     size_t N = (size_t)t->model.blk.N;
-    t->host_docs = malloc(2 * N * sizeof *t->host_docs);
-    if (!t->host_docs) return MG_FAIL(MG_ERR_NOMEM, "out of memory (document positions)");
+    t->mem.host_docs = malloc(2 * N * sizeof *t->mem.host_docs);
+    if (!t->mem.host_docs) return MG_FAIL(MG_ERR_NOMEM, "out of memory (document positions)");
     for (int s = 0; s < t->model.n_slots; s++)
-        mg_gpt_set_documents(&t->model, s, t->positions ? t->positions + (size_t)s * N : NULL,
-                             t->doc_starts ? t->doc_starts + (size_t)s * N : NULL);
+        mg_gpt_set_documents(&t->model, s,
+                             t->mem.positions ? t->mem.positions + (size_t)s * N : NULL,
+                             t->mem.doc_starts ? t->mem.doc_starts + (size_t)s * N : NULL);
     const bool pos = c->reset_position_ids, mask = c->reset_attention_mask;
     mg_log_info("> packed documents split at token %d (end of document):%s%s%s", (int)t->docs_eod,
                 pos ? " positions restart at 0 (--reset-position-ids)" : "", pos && mask ? ";" : "",
@@ -47,10 +48,10 @@ mg_status mg_trainer_docs_microbatch(mg_trainer *t, int slot) {
     if (t->docs_eod < 0) return MG_OK;
     mg_backend *be = t->be;
     size_t N = (size_t)t->model.blk.N;
-    int32_t *pos = t->positions ? t->host_docs : NULL,
-            *doc = t->doc_starts ? t->host_docs + N : NULL;
-    mg_docs_compute(t->host_tokens, t->model.blk.B, t->model.cfg.S, t->docs_eod, pos, doc);
-    if (pos) MG_CHECK(be->copy_h2d(be, t->positions + (size_t)slot * N, pos, N * sizeof *pos));
-    if (doc) MG_CHECK(be->copy_h2d(be, t->doc_starts + (size_t)slot * N, doc, N * sizeof *doc));
+    int32_t *pos = t->mem.positions ? t->mem.host_docs : NULL,
+            *doc = t->mem.doc_starts ? t->mem.host_docs + N : NULL;
+    mg_docs_compute(t->mem.host_tokens, t->model.blk.B, t->model.cfg.S, t->docs_eod, pos, doc);
+    if (pos) MG_CHECK(be->copy_h2d(be, t->mem.positions + (size_t)slot * N, pos, N * sizeof *pos));
+    if (doc) MG_CHECK(be->copy_h2d(be, t->mem.doc_starts + (size_t)slot * N, doc, N * sizeof *doc));
     return MG_OK;
 }

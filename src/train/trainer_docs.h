@@ -18,11 +18,11 @@
  * scores are the same up to rounding (RoPE depends on the distance between two tokens of one
  * document), with --reset-position-ids alone on a RoPE model they differ.)
  * Exports: mg_docs_compute, mg_trainer_docs_init, mg_trainer_docs_on, mg_trainer_docs_microbatch.
- * Needs: train/trainer, train/trainer_loss (the eod id). */
+ * Needs: train/trainer_parts, train/trainer_loss (the eod id). */
 #ifndef MG_TRAIN_TRAINER_DOCS_H
 #define MG_TRAIN_TRAINER_DOCS_H
 
-#include "train/trainer.h"
+#include "train/trainer_parts.h"
 
 /* B sequences of S input ids (host, (B*S)), documents ending with `eod`: pos[j] (or NULL) =
  * j's position in its document, doc_start[j] (or NULL) = the index in its sequence of its
@@ -35,7 +35,7 @@ void mg_docs_compute(const int32_t *tokens, int B, int S, int32_t eod, int32_t *
 mg_status mg_trainer_docs_init(mg_trainer *t);
 /* Whether this run packs documents (either flag). */
 bool mg_trainer_docs_on(const mg_trainer *t);
-/* After the microbatch's samples were loaded into t->host_tokens: its positions and document
+/* After the microbatch's samples were loaded into t->mem.host_tokens: its positions and document
  * starts into activation slot `slot`'s arrays (backend memory). */
 mg_status mg_trainer_docs_microbatch(mg_trainer *t, int slot);
 

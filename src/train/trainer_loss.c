@@ -61,15 +61,15 @@ static bool needs_count(const mg_trainer *t) {
 mg_status mg_trainer_loss_pass(mg_trainer *t, const mg_sample_source *src, int64_t first) {
     const mg_config *c = &t->cfg;
     int64_t S = c->seq_length, samples = (int64_t)c->micro_batch_size * t->num_microbatches *
-                                         t->dp_size; /* the global batch */
+                                         t->layout.dp_size; /* the global batch */
     t->pass_tokens = samples * S;
     if (t->eod_id >= 0 && needs_count(t)) {
         /* every sample of the global batch, every rank's: host_tokens is free until the first
          * microbatch loads */
         int64_t n = 0;
         for (int64_t k = 0; k < samples; k++) {
-            MG_CHECK(src->sample(src->ctx, first + k, t->host_tokens, t->host_targets));
-            for (int64_t i = 0; i < S; i++) n += t->host_tokens[i] != t->eod_id;
+            MG_CHECK(src->sample(src->ctx, first + k, t->mem.host_tokens, t->mem.host_targets));
+            for (int64_t i = 0; i < S; i++) n += t->mem.host_tokens[i] != t->eod_id;
         }
         t->pass_tokens = n;
     }
@@ -83,30 +83,32 @@ mg_status mg_trainer_loss_microbatch(mg_trainer *t, int slot) {
     if (t->eod_id < 0) return MG_OK;
     size_t N = (size_t)t->model.blk.N;
     int64_t n = 0;
-    for (size_t i = 0; i < N; i++) n += t->host_tokens[i] != t->eod_id;
+    for (size_t i = 0; i < N; i++) n += t->mem.host_tokens[i] != t->eod_id;
     double denom = t->cfg.calculate_per_token_loss
                        ? (double)(t->pass_tokens > 1 ? t->pass_tokens : 1)
-                       : (double)(n > 1 ? n : 1) * t->num_microbatches * t->dp_size;
+                       : (double)(n > 1 ? n : 1) * t->num_microbatches * t->layout.dp_size;
     /* training: with the loss scale, as the uniform weights (train/trainer_batch.h) */
-    float w = (float)((t->forward_only ? 1.0 : (double)t->dloss_scale) / denom);
-    for (size_t i = 0; i < N; i++) t->host_dloss[i] = t->host_tokens[i] != t->eod_id ? w : 0.0f;
+    float w = (float)((t->forward_only ? 1.0 : (double)t->scaling.dloss_scale) / denom);
+    for (size_t i = 0; i < N; i++)
+        t->mem.host_dloss[i] = t->mem.host_tokens[i] != t->eod_id ? w : 0.0f;
     t->slot_denom[slot] = denom;
-    return t->be->copy_h2d(t->be, t->dloss + (size_t)slot * N, t->host_dloss, N * sizeof(float));
+    return t->be->copy_h2d(t->be, t->mem.dloss + (size_t)slot * N, t->mem.host_dloss,
+                           N * sizeof(float));
 }
 
 void mg_trainer_loss_args(const mg_trainer *t, int slot, const float **dloss, const float **loss_w,
                           float *scale) {
     if (t->eod_id < 0) { /* every token counts: the one weight, as the loss's scale */
-        *dloss = t->dloss;
+        *dloss = t->mem.dloss;
         *loss_w = NULL;
         *scale = mg_trainer_token_weight(t);
         return;
     }
     /* the slot's weights are mask / denominator, rescaled to mask / T (per token: they are) */
-    const float *d = t->dloss + (size_t)slot * (size_t)t->model.blk.N;
+    const float *d = t->mem.dloss + (size_t)slot * (size_t)t->model.blk.N;
     double T = (double)(t->pass_tokens > 1 ? t->pass_tokens : 1);
     *dloss = d;
     *loss_w = d;
     *scale = t->cfg.calculate_per_token_loss ? 1.0f : (float)(t->slot_denom[slot] / T);
-    if (!t->forward_only) *scale /= t->dloss_scale; /* the weights carry the loss scale */
+    if (!t->forward_only) *scale /= t->scaling.dloss_scale; /* the weights carry the loss scale */
 }

@@ -15,7 +15,7 @@
  *      --calculate-per-token-loss  mask[i] / max(T, 1): loss_func's sum; finalize_model_grads
  *                                  divides every gradient by the all-reduced count (no 1 / D)
  *    Without a mask both are 1 / (N M D) for N tokens per microbatch: bit for bit one weight.
- *  - The reported loss (t->loss, the log line's 'lm loss'): sum over the global batch of
+ *  - The reported loss (t->mem.loss, the log line's 'lm loss'): sum over the global batch of
  *    mask[i] loss[i] / max(T, 1) in both modes (Megatron's train_step reports val[0] / val[1] of
  *    the all-reduced (sum, count) pairs whenever loss_func returns them; 0 / 0 would print nan,
  *    here 0); an evaluation's: the sum over its iterations divided by the sum of their counts.
@@ -27,12 +27,12 @@
  *  - MoE aux losses under --calculate-per-token-loss weigh 1 / max(T, 1): Megatron sets the
  *    MoEAuxLossAutoScaler scale to 1 and finalize_model_grads divides every gradient by T.
  * Exports: mg_trainer_loss_init, mg_trainer_loss_pass, mg_trainer_loss_microbatch,
- * mg_trainer_loss_args, mg_trainer_loss_eod, mg_trainer_eod_for. Needs: train/trainer,
+ * mg_trainer_loss_args, mg_trainer_loss_eod, mg_trainer_eod_for. Needs: train/trainer_parts,
  * data/tokenizer. */
 #ifndef MG_TRAIN_TRAINER_LOSS_H
 #define MG_TRAIN_TRAINER_LOSS_H
 
-#include "train/trainer.h"
+#include "train/trainer_parts.h"
 
 /* The end-of-document id --eod-mask-loss masks for configuration c (a tokenizer with none is
  * MG_ERR_USAGE). */
@@ -45,11 +45,11 @@ mg_status mg_trainer_loss_init(mg_trainer *t);
 /* Before a pass over the global batch of samples [first, first + gbs) of src: its unmasked
  * token count t->pass_tokens and, under --calculate-per-token-loss, the MoE loss weight. */
 mg_status mg_trainer_loss_pass(mg_trainer *t, const mg_sample_source *src, int64_t first);
-/* After the microbatch in t->host_tokens was loaded into activation slot `slot` (the loss's
+/* After the microbatch in t->mem.host_tokens was loaded into activation slot `slot` (the loss's
  * stage): with the mask, the slot's gradient weights written to the backend. */
 mg_status mg_trainer_loss_microbatch(mg_trainer *t, int slot);
 /* The arguments of mg_gpt_head_loss for slot `slot`: the gradient weights, the loss weights
- * (NULL: 1) and the scale that make t->loss the reported loss. */
+ * (NULL: 1) and the scale that make t->mem.loss the reported loss. */
 void mg_trainer_loss_args(const mg_trainer *t, int slot, const float **dloss, const float **loss_w,
                           float *scale);
 

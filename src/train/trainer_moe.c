@@ -45,23 +45,23 @@ static mg_status plan_zero_spans(mg_trainer *t) {
 
 void mg_trainer_moe_set_weights(mg_trainer *t) {
     mg_moe_ws *w = &t->model.moe_ws;
-    double mb_d = (double)t->num_microbatches * t->dp_size;
-    w->loss_weight = (float)(t->dloss_scale / mb_d); /* with the loss scale, as dloss */
+    double mb_d = (double)t->num_microbatches * t->layout.dp_size;
+    w->loss_weight = (float)(t->scaling.dloss_scale / mb_d); /* with the loss scale, as dloss */
     w->stat_weight = (float)(1.0 / (mb_d * t->model.cfg.moe.n_layers));
 }
 
 mg_status mg_trainer_moe_bind(mg_trainer *t) {
     mg_moe_ws *w = &t->model.moe_ws;
-    w->stats = &t->stats[MG_STAT_MOE_AUX];
+    w->stats = &t->mem.stats[MG_STAT_MOE_AUX];
     mg_trainer_moe_set_weights(t);
-    w->ep = t->ep;
+    w->ep = t->layout.ep;
     MG_CHECK(plan_zero_spans(t));
-    return t->be->memset_zero(t->be, t->grads, t->model.params.numel * sizeof(float));
+    return t->be->memset_zero(t->be, t->mem.grads, t->model.params.numel * sizeof(float));
 }
 
 mg_status mg_trainer_moe_zero_grads(mg_trainer *t) {
     for (int s = 0; s < t->n_zero_spans; s++)
-        MG_CHECK(t->be->memset_zero(t->be, t->grads + t->zero_spans[2 * s],
+        MG_CHECK(t->be->memset_zero(t->be, t->mem.grads + t->zero_spans[2 * s],
                                     t->zero_spans[2 * s + 1] * sizeof(float)));
     mg_gpt_expert_grads_unwritten(&t->model);
     return MG_OK;
@@ -76,7 +76,7 @@ static size_t load_values(const mg_trainer *t) {
 mg_status mg_trainer_moe_step_begin(mg_trainer *t) {
     const mg_moe_ws *w = &t->model.moe_ws;
     mg_backend *be = t->be;
-    MG_CHECK(be->memset_zero(be, &t->stats[MG_STAT_MOE_AUX], 2 * sizeof(float)));
+    MG_CHECK(be->memset_zero(be, &t->mem.stats[MG_STAT_MOE_AUX], 2 * sizeof(float)));
     if (w->n_layers == 0) return MG_OK; /* a pipeline stage without MoE layers */
     return be->memset_zero(be, mg_gpt_moe_load(&t->model, 0), load_values(t) * sizeof(float));
 }
@@ -90,18 +90,18 @@ mg_status mg_trainer_moe_step_end(mg_trainer *t) {
     mg_backend *be = t->be;
     void *stream;
     MG_CHECK(mg_backend_comm_begin(be, &stream));
-    mg_comm *groups[] = {t->dp, t->pp};
+    mg_comm *groups[] = {t->layout.dp, t->layout.pp};
     for (int g = 0; g < 2; g++)
         if (groups[g])
-            MG_CHECK(mg_comm_all_reduce(groups[g], &t->stats[MG_STAT_MOE_AUX],
-                                        &t->stats[MG_STAT_MOE_AUX], 2, MG_F32, MG_REDUCE_SUM,
+            MG_CHECK(mg_comm_all_reduce(groups[g], &t->mem.stats[MG_STAT_MOE_AUX],
+                                        &t->mem.stats[MG_STAT_MOE_AUX], 2, MG_F32, MG_REDUCE_SUM,
                                         stream));
     /* the step's load over every replica: the expert bias needs it, and the logged load is the
      * global batch's (E values per layer, all layers in one call) */
-    if (t->dp && w->n_layers > 0) {
+    if (t->layout.dp && w->n_layers > 0) {
         float *load = mg_gpt_moe_load(&t->model, 0);
-        MG_CHECK(
-            mg_comm_all_reduce(t->dp, load, load, load_values(t), MG_F32, MG_REDUCE_SUM, stream));
+        MG_CHECK(mg_comm_all_reduce(t->layout.dp, load, load, load_values(t), MG_F32, MG_REDUCE_SUM,
+                                    stream));
     }
     MG_CHECK(mg_backend_comm_end(be));
     for (int i = 0; m->expert_bias && i < w->n_layers; i++)

@@ -1,11 +1,11 @@
 /* Internal to train/: what the trainer does around a Mixture-of-Experts model's steps
  * (trainer_moe.c). mg_trainer_expert_load is public (trainer.h).
  * Exports: mg_trainer_moe_bind, mg_trainer_moe_set_weights, mg_trainer_moe_zero_grads,
- * mg_trainer_moe_step_begin, mg_trainer_moe_step_end. Needs: train/trainer. */
+ * mg_trainer_moe_step_begin, mg_trainer_moe_step_end. Needs: train/trainer_parts. */
 #ifndef MG_TRAIN_TRAINER_MOE_H
 #define MG_TRAIN_TRAINER_MOE_H
 
-#include "train/trainer.h"
+#include "train/trainer_parts.h"
 
 /* After the memory plan: the MoE layers' loss and logging weights, statistics and group, and
  * the gradient runs a step zeroes (every gradient but the experts'); zeroes the whole gradient

@@ -4,11 +4,11 @@
  * (train/trainer_batch.h, t->dloss_scale) and leaves through the optimizer's unscale
  * (train/optimizer.h).
  * Exports: mg_trainer_scaler_step, mg_trainer_scaler_restore, mg_trainer_fault_overflow.
- * Needs: train/trainer. */
+ * Needs: train/trainer_parts. */
 #ifndef MG_TRAIN_TRAINER_SCALER_H
 #define MG_TRAIN_TRAINER_SCALER_H
 
-#include "train/trainer.h"
+#include "train/trainer_parts.h"
 
 /* After an update with a scaler: reads the step's loss and gradient norm (one host sync, as
  * Megatron's found_inf.item()); when the norm is not finite (the device skipped the update:

@@ -39,15 +39,16 @@ static int pair_index(const mg_trainer *t, const mg_param_meta *m) {
 mg_status mg_trainer_params_norm(mg_trainer *t, double *norm) {
     mg_backend *be = t->be;
     const mg_param_table *pt = &t->model.params;
-    float *sums = &t->stats[MG_STAT_PARAMS_SUMSQ]; /* (2) dense, experts */
+    float *sums = &t->mem.stats[MG_STAT_PARAMS_SUMSQ]; /* (2) dense, experts */
     _Static_assert(MG_STAT_PARAMS_SUMSQ_EXPERT == MG_STAT_PARAMS_SUMSQ + 1, "adjacent sums");
     MG_CHECK(be->memset_zero(be, sums, 2 * sizeof(float)));
     for (int k = 0; k < t->opt.n_pieces; k++) {
         const mg_optim_piece *p = &t->opt.pieces[k];
         const mg_param_meta *m = &pt->p[p->index];
-        if (!mg_optimizer_counts(m, t->tp_rank)) continue;
+        if (!mg_optimizer_counts(m, t->layout.tp_rank)) continue;
         /* the fp32 values: the masters (local coordinates), or the parameters themselves */
-        const float *x = t->master ? t->master + p->local : (const float *)t->params + p->world;
+        const float *x =
+            t->mem.master ? t->mem.master + p->local : (const float *)t->mem.params + p->world;
         MG_CHECK(be->sumsq_f32(be, &sums[pair_index(t, m)], x,
                                (size_t)(p->param_end - p->param_start), 1.0f));
     }
@@ -64,13 +65,13 @@ mg_status mg_trainer_num_zeros(mg_trainer *t, int64_t *zeros) {
     _Static_assert(MG_STAT_ZEROS % 2 == 0 && MG_STAT_ZEROS >= MG_STAT_COUNT &&
                        MG_STAT_ZEROS + 4 <= MG_STAT_END,
                    "two 8-byte aligned counts after the fp32 statistics");
-    int64_t *counts = (int64_t *)(void *)&t->stats[MG_STAT_ZEROS]; /* (2) dense, experts */
+    int64_t *counts = (int64_t *)(void *)&t->mem.stats[MG_STAT_ZEROS]; /* (2) dense, experts */
     MG_CHECK(be->memset_zero(be, counts, 2 * sizeof(int64_t)));
     for (int k = 0; k < t->opt.n_pieces; k++) {
         const mg_optim_piece *p = &t->opt.pieces[k];
         const mg_param_meta *m = &pt->p[p->index];
-        if (!mg_optimizer_counts(m, t->tp_rank)) continue;
-        MG_CHECK(be->count_zeros_f32(be, &counts[pair_index(t, m)], t->grads + p->world,
+        if (!mg_optimizer_counts(m, t->layout.tp_rank)) continue;
+        MG_CHECK(be->count_zeros_f32(be, &counts[pair_index(t, m)], t->mem.grads + p->world,
                                      (size_t)(p->param_end - p->param_start)));
     }
     MG_CHECK(reduce_pair(t, counts, MG_I64));

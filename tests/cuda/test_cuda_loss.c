@@ -47,7 +47,7 @@ static int run(mg_test_ctx *t, const char *device, loss_run *r) {
     MG_EXPECT_OK(ct_tiny_config(&c, device, true, extra));
     if (t->failures) return -1;
     mg_trainer *tr = calloc(1, sizeof *tr);
-    MG_EXPECT_OK(mg_trainer_init(tr, &c));
+    MG_EXPECT_OK(mg_trainer_init(tr, &c, NULL));
     for (int s = 0; !t->failures && s < STEPS; s++) {
         MG_EXPECT_OK(mg_trainer_step(tr, &r->loss[s], &r->norm[s]));
         r->masked_tokens += 4 * 32 - tr->pass_tokens;

@@ -64,11 +64,12 @@ static mg_status stage_open(stage *s, mg_backend *be, const mg_config *c, int pp
     const mg_allocator *a = mg_backend_arena_allocator(be, &s->alloc);
     mg_arena_init(&s->acts, "activations");
     mg_arena_init(&s->work, "workspace");
-    MG_CHECK(mg_gpt_build(&s->g, c, 0, pp_rank));
+    MG_CHECK(mg_gpt_build(&s->g, c, 0, pp_rank, 0));
     /* a slot per model chunk: each holds its own forward's activations until its backward */
     int slots =
         c->virtual_pipeline_model_parallel_size > 1 ? c->virtual_pipeline_model_parallel_size : 1;
-    MG_CHECK(mg_gpt_plan(&s->g, be, c->micro_batch_size, slots, &s->acts, &s->work));
+    MG_CHECK(mg_gpt_plan(&s->g, mg_gpt_target_of(&s->g, be, c->micro_batch_size),
+                         c->micro_batch_size, slots, &s->acts, &s->work));
     MG_CHECK(mg_arena_commit(&s->acts, a));
     MG_CHECK(mg_arena_commit(&s->work, a));
     size_t n = s->g.params.numel;

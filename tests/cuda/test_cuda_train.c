@@ -85,7 +85,7 @@ static int train(mg_test_ctx *t, const char *device, tiny_kind kind, train_resul
     if (t->failures) return -1;
     mg_trainer *tr = calloc(1, sizeof *tr);
     int rc = -1;
-    MG_EXPECT_OK(mg_trainer_init(tr, &c));
+    MG_EXPECT_OK(mg_trainer_init(tr, &c, NULL));
     if (t->failures) goto done;
     MG_EXPECT(!strcmp(tr->cfg.device, device), "asked for %s, got %s", device, tr->cfg.device);
     for (int s = 0; s < STEPS; s++) MG_EXPECT_OK(mg_trainer_step(tr, &r->loss[s], &r->norm[s]));
@@ -177,7 +177,7 @@ static void steady_state(mg_test_ctx *t, tiny_kind kind) {
     MG_EXPECT_OK(tiny_config(&c, gpu_device(), kind));
     if (t->failures) return;
     mg_trainer *tr = calloc(1, sizeof *tr);
-    MG_EXPECT_OK(mg_trainer_init(tr, &c));
+    MG_EXPECT_OK(mg_trainer_init(tr, &c, NULL));
     if (t->failures) goto done;
     mg_backend *g = tr->be;
     if (g->device != MG_DEVICE_CUDA) {
@@ -193,7 +193,7 @@ static void steady_state(mg_test_ctx *t, tiny_kind kind) {
     uint64_t a0 = x->n_device_allocs, f0 = x->n_device_frees;
     /* steps 3 and 4: one host sync each (the stats read), and one more with a loss scaler (its
      * overflow check, as Megatron's found_inf.item(): the fp16 run) */
-    const uint64_t scaler = tr->scaler.on ? 1 : 0;
+    const uint64_t scaler = tr->scaling.scaler.on ? 1 : 0;
     for (int s = 3; s <= 4; s++) {
         uint64_t s0 = x->n_host_syncs;
         MG_EXPECT_OK(mg_trainer_step(tr, &loss, &norm));

@@ -110,7 +110,7 @@ static mg_trainer *start(dist_ctx *t, const variant *v, mg_comm *dp, const char 
     if (load) snprintf(c.load, sizeof c.load, "%s", load);
     mg_trainer *tr = calloc(1, sizeof *tr);
     DOK(tr ? MG_OK : MG_ERR_NOMEM);
-    DOK(mg_trainer_init_dp(tr, &c, dp));
+    DOK(mg_trainer_init(tr, &c, &(mg_train_groups){.dp = dp}));
     return tr;
 }
 
@@ -174,8 +174,8 @@ static void check_variant(dist_ctx *t, const variant *v, const char *label) {
     mg_trainer *b = train(t, v, world, &dp);
     int D = t->size;
     const double tol = dist_on_device(t) ? BF16_TOL : TOL;
-    DEXPECT(b->dp_size == D && b->num_microbatches == global_batch(t) / D,
-            "%s: dp %d, %d microbatches", label, b->dp_size, b->num_microbatches);
+    DEXPECT(b->layout.dp_size == D && b->num_microbatches == global_batch(t) / D,
+            "%s: dp %d, %d microbatches", label, b->layout.dp_size, b->num_microbatches);
     for (int s = 0; s < STEPS; s++) {
         DEXPECT(rel(dp.loss[s], ref.loss[s]) <= tol, "%s step %d: loss %.9g, one rank %.9g", label,
                 s + 1, dp.loss[s], ref.loss[s]);
@@ -191,7 +191,7 @@ static void check_variant(dist_ctx *t, const variant *v, const char *label) {
     size_t n = b->model.params.numel;
     float *mine = host_alloc(n, MG_F32), *w0 = host_alloc(n, MG_F32);
     DOK(mg_trainer_sync_params(b));
-    DOK(b->be->download_f32(b->be, mine, b->params, n));
+    DOK(b->be->download_f32(b->be, mine, b->mem.params, n));
     memcpy(w0, mine, n * sizeof *w0);
     broadcast0(t, world, w0, n);
     DEXPECT(!memcmp(w0, mine, n * sizeof *w0), "%s: rank %d's parameters differ from rank 0's",
@@ -272,10 +272,10 @@ void test_train_memory(dist_ctx *t) {
         DOK(mg_config_validate(&c));
         mg_trainer *tr = calloc(1, sizeof *tr);
         DOK(tr ? MG_OK : MG_ERR_NOMEM);
-        DOK(mg_trainer_init_dp(tr, &c, t->size > 1 ? world : NULL));
+        DOK(mg_trainer_init(tr, &c, &(mg_train_groups){.dp = t->size > 1 ? world : NULL}));
         int D = distopt && t->size > 1 ? t->size : 1;
         double got =
-            (double)tr->measured_state_bytes / (double)mg_trainer_memory_per_param(tr).params;
+            (double)tr->mem.measured_state_bytes / (double)mg_trainer_memory_per_param(tr).params;
         double want = 6.0 + 12.0 / D;
         DEXPECT(fabs(got - want) <= 0.05 * want,
                 "%s over %d ranks: the model state took %.3f B per parameter "
@@ -328,8 +328,8 @@ static void check_resume(dist_ctx *t, const variant *v, const char *label) {
                 n2[s], loss[2 + s], norm[2 + s]);
     }
     size_t n = a->model.params.numel;
-    DEXPECT(!memcmp(a->params, c->params, n * sizeof(float)), "%s: resumed parameters differ",
-            label);
+    DEXPECT(!memcmp(a->mem.params, c->mem.params, n * sizeof(float)),
+            "%s: resumed parameters differ", label);
     DEXPECT(!memcmp(a->opt.m, c->opt.m, m * sizeof(float)) &&
                 !memcmp(a->opt.v, c->opt.v, m * sizeof(float)),
             "%s: rank %d's resumed moments differ", label, t->rank);

@@ -85,10 +85,10 @@ static void check_variant(dist_ctx *t, const variant *v) {
     int steps = STEPS;
     tc_run ref = {0}, got = {0};
     tc_train_both(t, &c1, &cE, s, steps, &gr, &ref, &got);
-    DEXPECT(got.tr->ep_size == v->ep && got.tr->edp_size == t->size / v->ep &&
+    DEXPECT(got.tr->layout.ep_size == v->ep && got.tr->layout.edp_size == t->size / v->ep &&
                 got.tr->model.cfg.moe.E_l == 4 / v->ep,
-            "%s: ep %d, edp %d, %d experts here", v->label, got.tr->ep_size, got.tr->edp_size,
-            got.tr->model.cfg.moe.E_l);
+            "%s: ep %d, edp %d, %d experts here", v->label, got.tr->layout.ep_size,
+            got.tr->layout.edp_size, got.tr->model.cfg.moe.E_l);
     bool dev = dist_on_device(t);
     tc_expect_steps(t, v->label, &got, &ref, steps, dev ? BF16_TOL : TOL, dev ? NORM_TOL : TOL);
     if (!dev) {
@@ -97,7 +97,7 @@ static void check_variant(dist_ctx *t, const variant *v) {
         DEXPECT(e <= TOL,
                 "%s: ep rank %d's parameters after %d steps differ from one rank's by %.3g "
                 "(most in %s)",
-                v->label, got.tr->ep_rank, steps, e, which);
+                v->label, got.tr->layout.ep_rank, steps, e, which);
     }
     tc_expect_steady_step(t, v->label, got.tr); /* on GPUs: no host sync, no allocation */
     tc_release(&ref);

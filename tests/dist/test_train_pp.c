@@ -111,9 +111,10 @@ static void check_variant(dist_ctx *t, const variant *v) {
                   (mg_parallel_sizes){
                       .world_size = t->size, .tp = v->tp, .pp = v->pp, .cp = 1, .ep = 1, .etp = -1},
                   STEPS, &g, &ref, &got);
-    DEXPECT(got.tr->pp_size == v->pp && got.tr->dp_size == D && got.tr->num_microbatches == 8,
-            "%s: pp %d, dp %d, %d microbatches", v->label, got.tr->pp_size, got.tr->dp_size,
-            got.tr->num_microbatches);
+    DEXPECT(got.tr->layout.pp_size == v->pp && got.tr->layout.dp_size == D &&
+                got.tr->num_microbatches == 8,
+            "%s: pp %d, dp %d, %d microbatches", v->label, got.tr->layout.pp_size,
+            got.tr->layout.dp_size, got.tr->num_microbatches);
     /* the messages overlap (MPI, Megatron's default) unless the layout says otherwise */
     DEXPECT(got.tr->pipe.overlap == !cP.no_overlap_p2p_communication,
             "%s: overlapped messages %d, --no-overlap-p2p-communication %d", v->label,
@@ -123,28 +124,29 @@ static void check_variant(dist_ctx *t, const variant *v) {
     double e = tc_model_error(&got, &ref, &which, NULL);
     DEXPECT(e <= TOL,
             "%s: pipeline rank %d's parameters after %d steps differ by %.3g (most in %s)",
-            v->label, got.tr->pp_rank, STEPS, e, which);
+            v->label, got.tr->layout.pp_rank, STEPS, e, which);
     /* activation memory: the schedule's slots, each one chunk's saved activations */
     int want;
-    DOK(mg_pp_schedule_activation_slots(&got.tr->pipe.schedule, got.tr->pp_rank, &want));
+    DOK(mg_pp_schedule_activation_slots(&got.tr->pipe.schedule, got.tr->layout.pp_rank, &want));
     DEXPECT(got.tr->model.n_slots == want &&
-                got.tr->a_acts.size >= (size_t)want * got.tr->model.slot_bytes,
+                got.tr->mem.plan.acts.size >= (size_t)want * got.tr->model.slot_bytes,
             "%s: %d slots of %zu B in %zu B, the schedule's %d", v->label, got.tr->model.n_slots,
-            got.tr->model.slot_bytes, got.tr->a_acts.size, want);
+            got.tr->model.slot_bytes, got.tr->mem.plan.acts.size, want);
     /* `megatron plan`'s prediction (train/memory.h) is what the trainer reserved */
     mg_memory_stage m;
-    DOK(mg_memory_stage_estimate(&cP, got.tr->pp_rank, D, MG_F32, &m));
+    DOK(mg_memory_stage_estimate(&cP, got.tr->layout.pp_rank, D, MG_F32, &m));
     const mg_trainer *tr = got.tr;
-    DEXPECT(tr->tp_rank != 0 ||
-                (m.weights == tr->a_params.size && m.grads == tr->a_grads.size &&
-                 m.master_weights == 0 && m.optimizer == tr->a_optim.size &&
-                 m.activations == tr->a_acts.size && m.workspace == tr->a_work.size &&
-                 m.batch == tr->a_io.size && m.total == tr->planned_bytes),
+    DEXPECT(tr->layout.tp_rank != 0 ||
+                (m.weights == tr->mem.plan.params.size && m.grads == tr->mem.plan.grads.size &&
+                 m.master_weights == 0 && m.optimizer == tr->mem.plan.optim.size &&
+                 m.activations == tr->mem.plan.acts.size && m.workspace == tr->mem.plan.work.size &&
+                 m.batch == tr->mem.plan.io.size && m.total == tr->mem.planned_bytes),
             "%s: pipeline rank %d: predicted weights %zu grads %zu optimizer %zu activations %zu "
             "workspace %zu batch %zu; reserved %zu %zu %zu %zu %zu %zu",
-            v->label, tr->pp_rank, m.weights, m.grads, m.optimizer, m.activations, m.workspace,
-            m.batch, tr->a_params.size, tr->a_grads.size, tr->a_optim.size, tr->a_acts.size,
-            tr->a_work.size, tr->a_io.size);
+            v->label, tr->layout.pp_rank, m.weights, m.grads, m.optimizer, m.activations,
+            m.workspace, m.batch, tr->mem.plan.params.size, tr->mem.plan.grads.size,
+            tr->mem.plan.optim.size, tr->mem.plan.acts.size, tr->mem.plan.work.size,
+            tr->mem.plan.io.size);
     tc_release(&ref);
     tc_release(&got);
     tc_free_groups(&g);
@@ -170,8 +172,8 @@ static void check_memory_flat(dist_ctx *t) {
             &g);
         mg_trainer *tr = calloc(1, sizeof *tr);
         DOK(tr ? MG_OK : MG_ERR_NOMEM);
-        DOK(mg_trainer_init_groups(tr, &c, &g));
-        acts[k] = tr->a_acts.size;
+        DOK(mg_trainer_init(tr, &c, &g));
+        acts[k] = tr->mem.plan.acts.size;
         DEXPECT(tr->num_microbatches == (k ? 64 : 8), "%d microbatches", tr->num_microbatches);
         mg_trainer_free(tr);
         free(tr);

@@ -142,10 +142,10 @@ static void check_variant(dist_ctx *t, const variant *v) {
     make_config(t, &cT, v, v->tp, t->size);
     tc_run ref = {0}, got = {0};
     tc_train_both(t, &c1, &cT, s, steps(t), &gr, &ref, &got);
-    DEXPECT(got.tr->model.cfg.V == ref.tr->model.cfg.V && got.tr->tp_size == v->tp &&
-                got.tr->dp_size == t->size / v->tp,
+    DEXPECT(got.tr->model.cfg.V == ref.tr->model.cfg.V && got.tr->layout.tp_size == v->tp &&
+                got.tr->layout.dp_size == t->size / v->tp,
             "%s: vocabulary %d vs %d, tp %d, dp %d", v->label, got.tr->model.cfg.V,
-            ref.tr->model.cfg.V, got.tr->tp_size, got.tr->dp_size);
+            ref.tr->model.cfg.V, got.tr->layout.tp_size, got.tr->layout.dp_size);
     tc_expect_steps(t, v->label, &got, &ref, steps(t), dist_on_device(t) ? BF16_TOL : TOL,
                     dist_on_device(t) ? NORM_TOL : TOL);
     if (dist_on_device(t)) { /* bf16: the losses and norms are the check, and the steady state */
@@ -160,7 +160,7 @@ static void check_variant(dist_ctx *t, const variant *v) {
     DEXPECT(e <= TOL,
             "%s: tp rank %d's parameters after %d steps differ from one rank's by %.3g "
             "(most in %s)",
-            v->label, got.tr->tp_rank, STEPS, e, which);
+            v->label, got.tr->layout.tp_rank, STEPS, e, which);
     /* this rank holds 1/T of every split parameter */
     const mg_param_table *pa = &got.tr->model.params;
     int64_t mine = mg_params_count(pa), whole = 0;

@@ -26,7 +26,7 @@ mg_trainer *mg_test_trainer(mg_test_ctx *t, const char *flags, const char *const
     mg_trainer *tr = calloc(1, sizeof *tr);
     MG_EXPECT(tr != NULL, "out of memory");
     if (!tr) return NULL;
-    MG_EXPECT_OK(mg_trainer_init(tr, &c));
+    MG_EXPECT_OK(mg_trainer_init(tr, &c, NULL));
     if (t->failures) {
         mg_test_trainer_free(tr);
         return NULL;

@@ -55,7 +55,7 @@ static mg_status tiny_model(mg_gpt *g, int tp, int tp_rank) {
     MG_CHECK(mg_flags_parse(&c, (int)(sizeof argv / sizeof *argv), argv, &help));
     c.world_size = tp;
     MG_CHECK(mg_config_validate(&c));
-    return mg_gpt_build(g, &c, tp_rank, 0);
+    return mg_gpt_build(g, &c, tp_rank, 0, 0);
 }
 
 /* Element j of a parameter holds its global index (+ 0.5 for the second tensor kind), so every

@@ -307,10 +307,10 @@ static void check_invariant(mg_test_ctx *t, const char *name, const char *const 
     float *lp = t_zeros(nl), *lr[NREF], lossp[MN], lossr[NREF][MN];
     float *gp = t_zeros(numel);
     for (int r = 0; r < NREF; r++) lr[r] = t_zeros(nl);
-    memset(tr->grads, 0, numel * sizeof(float));
+    memset(tr->mem.grads, 0, numel * sizeof(float));
     model_run(t, tr, tok, tgt, w, pos, doc, lp, lossp);
-    memcpy(gp, tr->grads, numel * sizeof(float));
-    memset(tr->grads, 0, numel * sizeof(float)); /* the references' sum */
+    memcpy(gp, tr->mem.grads, numel * sizeof(float));
+    memset(tr->mem.grads, 0, numel * sizeof(float)); /* the references' sum */
     for (int r = 0; r < NREF; r++)
         model_run(t, tr, rtok[r], rtgt[r], rw[r], NULL, NULL, lr[r], lossr[r]);
     double worst_l = 0, worst_loss = 0;
@@ -325,10 +325,10 @@ static void check_invariant(mg_test_ctx *t, const char *name, const char *const 
                   el);
         worst_loss = fmax(worst_loss, el);
     }
-    double eg = mg_test_rel_err(gp, tr->grads, numel);
+    double eg = mg_test_rel_err(gp, tr->mem.grads, numel);
     MG_EXPECT(eg < 5e-5, "%s: the packed gradients differ from the documents' sum by %g", name, eg);
     /* without the flags B sees A: its logits change */
-    memset(tr->grads, 0, numel * sizeof(float));
+    memset(tr->mem.grads, 0, numel * sizeof(float));
     model_run(t, tr, tok, tgt, w, NULL, NULL, lp, lossp);
     double eb = mg_test_rel_err(lp + 6 * V, lr[1], 10 * V);
     MG_EXPECT(eb > 1e-3, "%s: document B's logits do not depend on the flags (%g)", name, eb);
@@ -368,8 +368,8 @@ MG_TEST(docs_trainer_fills_each_slot) {
     const char *both[] = {"--reset-position-ids", "--reset-attention-mask", NULL};
     mg_trainer *tr = docs_trainer(t, both);
     if (!tr) return;
-    MG_EXPECT(tr->positions && tr->doc_starts, "the slot arrays are missing");
-    MG_EXPECT_OK(mg_trainer_forward_backward(tr, &tr->train_src, 0, true));
+    MG_EXPECT(tr->mem.positions && tr->mem.doc_starts, "the slot arrays are missing");
+    MG_EXPECT_OK(mg_trainer_forward_backward(tr, &tr->data.train_src, 0, true));
     /* the trainer's microbatch: mock samples 0 and 1 */
     int32_t tok[MN], tgt[MN], pos[MN], doc[MN];
     mg_mock_data d;
@@ -380,29 +380,30 @@ MG_TEST(docs_trainer_fills_each_slot) {
     int later = 0;
     for (int i = 0; i < MN; i++) later += doc[i] > 0;
     MG_EXPECT(later > 0, "the mock microbatch holds one document per sequence: vacuous");
-    MG_EXPECT(memcmp(tr->positions, pos, sizeof pos) == 0, "slot positions differ");
-    MG_EXPECT(memcmp(tr->doc_starts, doc, sizeof doc) == 0, "slot document starts differ");
-    MG_EXPECT(tr->model.slot_pass[0].pos == tr->positions &&
-                  tr->model.slot_pass[0].doc_start == tr->doc_starts,
+    MG_EXPECT(memcmp(tr->mem.positions, pos, sizeof pos) == 0, "slot positions differ");
+    MG_EXPECT(memcmp(tr->mem.doc_starts, doc, sizeof doc) == 0, "slot document starts differ");
+    MG_EXPECT(tr->model.slot_pass[0].pos == tr->mem.positions &&
+                  tr->model.slot_pass[0].doc_start == tr->mem.doc_starts,
               "the model's slot does not point at the trainer's arrays");
     /* `megatron plan` predicts the batch arena with the two arrays */
     mg_memory_stage m;
     MG_EXPECT_OK(mg_memory_stage_estimate(&tr->cfg, 0, 1, MG_F32, &m));
-    MG_EXPECT(m.batch == tr->a_io.size && m.total == tr->planned_bytes,
+    MG_EXPECT(m.batch == tr->mem.plan.io.size && m.total == tr->mem.planned_bytes,
               "predicted batch %zu B, total %zu B; the trainer's %zu B, %zu B", m.batch, m.total,
-              tr->a_io.size, tr->planned_bytes);
+              tr->mem.plan.io.size, tr->mem.planned_bytes);
     release(tr);
     /* one flag: only its array; none: nothing */
     const char *one[] = {"--reset-position-ids", NULL};
     tr = docs_trainer(t, one);
     if (tr)
-        MG_EXPECT(tr->positions && !tr->doc_starts && tr->model.slot_pass[0].doc_start == NULL,
-                  "--reset-position-ids alone: positions %p, starts %p", (void *)tr->positions,
-                  (void *)tr->doc_starts);
+        MG_EXPECT(tr->mem.positions && !tr->mem.doc_starts &&
+                      tr->model.slot_pass[0].doc_start == NULL,
+                  "--reset-position-ids alone: positions %p, starts %p", (void *)tr->mem.positions,
+                  (void *)tr->mem.doc_starts);
     release(tr);
     tr = docs_trainer(t, NULL);
     if (tr)
-        MG_EXPECT(!tr->positions && !tr->doc_starts && tr->docs_eod == -1 &&
+        MG_EXPECT(!tr->mem.positions && !tr->mem.doc_starts && tr->docs_eod == -1 &&
                       !tr->model.slot_pass[0].pos,
                   "no flags: document arrays allocated");
     release(tr);

@@ -125,7 +125,7 @@ static void check_moe_stats(mg_test_ctx *t, mg_trainer *tr, const mg_golden *gol
     const char *rec[2] = {"aux_loss", "z_loss"};
     for (int k = 0; k < 2; k++)
         if (mg_golden_find(gold, rec[k]))
-            compare_vector(t, tr, gold, rec[k], &tr->stats[MG_STAT_MOE_AUX + k], 1, 1e-5);
+            compare_vector(t, tr, gold, rec[k], &tr->mem.stats[MG_STAT_MOE_AUX + k], 1, 1e-5);
     for (int i = 0; i < g->n_moe; i++) {
         char name[64];
         snprintf(name, sizeof name, "tokens_per_expert.%d", moe_layer(g, i));
@@ -161,7 +161,7 @@ static void check_golden_model(mg_test_ctx *t, const char *name) {
     MG_EXPECT_OK(mg_golden_load(&gold, path));
     if (t->failures) return;
     mg_trainer *tr = calloc(1, sizeof *tr);
-    MG_EXPECT_OK(mg_trainer_init(tr, &cfg));
+    MG_EXPECT_OK(mg_trainer_init(tr, &cfg, NULL));
     mg_gpt *g = &tr->model;
     mg_backend *be = tr->be;
     size_t numel = g->params.numel;
@@ -186,7 +186,7 @@ static void check_golden_model(mg_test_ctx *t, const char *name) {
     MG_EXPECT(batch.S == cfg.seq_length && batch.nseq == cfg.global_batch_size,
               "golden batch shape (%d, %d) does not match the flags", batch.nseq, batch.S);
     mg_sample_source src = {golden_source, &batch};
-    tr->train_src = src;
+    tr->data.train_src = src;
 
     /* logits, one microbatch at a time */
     int N = g->blk.N, V = g->cfg.V;
@@ -194,8 +194,8 @@ static void check_golden_model(mg_test_ctx *t, const char *name) {
     double worst_logits = 0;
     for (int mb = 0; mb < cfg.global_batch_size / cfg.micro_batch_size; mb++) {
         const int32_t *ids = batch.tokens + (size_t)mb * N;
-        MG_EXPECT_OK(be->copy_h2d(be, tr->tokens, ids, (size_t)N * sizeof *ids));
-        MG_EXPECT_OK(mg_gpt_forward(g, be, tr->tokens));
+        MG_EXPECT_OK(be->copy_h2d(be, tr->mem.tokens, ids, (size_t)N * sizeof *ids));
+        MG_EXPECT_OK(mg_gpt_forward(g, be, tr->mem.tokens));
         MG_EXPECT_OK(be->download_f32(be, lg, mg_gpt_logits(g), (size_t)N * V));
         double err =
             mg_test_rel_err(lg, (const float *)logits->data + (size_t)mb * N * V, (size_t)N * V);
@@ -205,14 +205,14 @@ static void check_golden_model(mg_test_ctx *t, const char *name) {
     MG_EXPECT(worst_logits <= 1e-5, "%s logits: relative error %.3g > 1e-5", name, worst_logits);
 
     /* loss and every gradient of the mean loss over the global batch (2 microbatches) */
-    MG_EXPECT_OK(be->memset_zero(be, tr->grads, numel * sizeof(float)));
+    MG_EXPECT_OK(be->memset_zero(be, tr->mem.grads, numel * sizeof(float)));
     MG_EXPECT_OK(mg_trainer_forward_backward(tr, &src, 0, true));
     float l;
-    MG_EXPECT_OK(be->copy_d2h(be, &l, tr->loss, sizeof l));
+    MG_EXPECT_OK(be->copy_d2h(be, &l, tr->mem.loss, sizeof l));
     double want = ((const float *)loss->data)[0];
     MG_EXPECT(fabs(l - want) <= 1e-5 * fabs(want), "%s loss %.9g, reference %.9g", name, l, want);
     double worst_grad = 0;
-    compare_named(t, g, tr->grads, &gold, "grad.", 1e-4, &worst_grad);
+    compare_named(t, g, tr->mem.grads, &gold, "grad.", 1e-4, &worst_grad);
     check_moe_stats(t, tr, &gold);
 
     /* three training iterations on the same batch */

@@ -50,11 +50,11 @@ static bool norm_weight(const mg_gpt *g, int i) {
 static double loss_and_grads(mg_test_ctx *t, mg_trainer *tr, float *grad) {
     mg_backend *be = tr->be;
     size_t n = tr->model.params.numel;
-    MG_EXPECT_OK(be->memset_zero(be, tr->grads, n * sizeof(float)));
-    MG_EXPECT_OK(mg_trainer_forward_backward(tr, &tr->train_src, 0, true));
+    MG_EXPECT_OK(be->memset_zero(be, tr->mem.grads, n * sizeof(float)));
+    MG_EXPECT_OK(mg_trainer_forward_backward(tr, &tr->data.train_src, 0, true));
     float loss = NAN;
-    MG_EXPECT_OK(be->copy_d2h(be, &loss, tr->loss, sizeof loss));
-    MG_EXPECT_OK(be->copy_d2h(be, grad, tr->grads, n * sizeof(float)));
+    MG_EXPECT_OK(be->copy_d2h(be, &loss, tr->mem.loss, sizeof loss));
+    MG_EXPECT_OK(be->copy_d2h(be, grad, tr->mem.grads, n * sizeof(float)));
     return loss;
 }
 
@@ -65,8 +65,8 @@ static void check_onep(mg_test_ctx *t, bool llama) {
     MG_EXPECT_OK(onep_config(&cb, llama, false));
     if (t->failures) return;
     mg_trainer *a = calloc(1, sizeof *a), *b = calloc(1, sizeof *b);
-    MG_EXPECT_OK(mg_trainer_init(a, &ca));
-    MG_EXPECT_OK(mg_trainer_init(b, &cb));
+    MG_EXPECT_OK(mg_trainer_init(a, &ca, NULL));
+    MG_EXPECT_OK(mg_trainer_init(b, &cb, NULL));
     if (t->failures) goto out;
     const mg_param_table *pa = &a->model.params, *pb = &b->model.params;
     MG_EXPECT(pa->n == pb->n && pa->numel == pb->numel, "%s: the parameter tables differ", kind);
@@ -171,8 +171,8 @@ MG_TEST(layernorm_1p_hf_export_writes_one_plus_w) {
         MG_EXPECT_OK(onep_config(&c1, llama, true));
         MG_EXPECT_OK(onep_config(&c0, llama, false));
         mg_gpt g1, g0;
-        MG_EXPECT_OK(mg_gpt_build(&g1, &c1, 0, 0));
-        MG_EXPECT_OK(mg_gpt_build(&g0, &c0, 0, 0));
+        MG_EXPECT_OK(mg_gpt_build(&g1, &c1, 0, 0, 0));
+        MG_EXPECT_OK(mg_gpt_build(&g0, &c0, 0, 0, 0));
         if (t->failures) return;
         size_t n = g1.params.numel;
         float *a = calloc(n, sizeof *a), *back = calloc(n, sizeof *back);

@@ -58,7 +58,7 @@ MG_TEST(model_param_table_metadata) {
         mg_config c;
         MG_EXPECT_OK(make_config(&c, llama));
         mg_gpt g;
-        MG_EXPECT_OK(mg_gpt_build(&g, &c, 0, 0));
+        MG_EXPECT_OK(mg_gpt_build(&g, &c, 0, 0, 0));
         int64_t total = 0;
         for (int i = 0; i < g.params.n; i++) {
             const mg_param_meta *p = &g.params.p[i];
@@ -95,7 +95,7 @@ MG_TEST(model_init_is_shardable_and_scaled) {
     mg_config c;
     MG_EXPECT_OK(make_config(&c, false));
     mg_gpt g;
-    MG_EXPECT_OK(mg_gpt_build(&g, &c, 0, 0));
+    MG_EXPECT_OK(mg_gpt_build(&g, &c, 0, 0, 0));
     float *buf = calloc(g.params.numel, sizeof *buf);
     mg_params_init(&g.params, 42, buf);
     /* any slice equals what the counter-based RNG gives for those global indices */
@@ -118,7 +118,7 @@ MG_TEST(model_hf_mapping_round_trip_and_qkv_layout) {
         mg_config c;
         MG_EXPECT_OK(make_config(&c, llama));
         mg_gpt g;
-        MG_EXPECT_OK(mg_gpt_build(&g, &c, 0, 0));
+        MG_EXPECT_OK(mg_gpt_build(&g, &c, 0, 0, 0));
         size_t n = g.params.numel;
         float *a = calloc(n, sizeof *a), *b = calloc(n, sizeof *b);
         for (int i = 0; i < g.params.n; i++)
@@ -161,7 +161,7 @@ MG_TEST(model_hf_import_rejects_wrong_shapes) {
     mg_config c;
     MG_EXPECT_OK(make_config(&c, false));
     mg_gpt g;
-    MG_EXPECT_OK(mg_gpt_build(&g, &c, 0, 0));
+    MG_EXPECT_OK(mg_gpt_build(&g, &c, 0, 0, 0));
     float *buf = calloc(g.params.numel, sizeof *buf);
     mg_safetensors st;
     MG_EXPECT_OK(mg_safetensors_open(&st, "tests/golden/gpt2.safetensors")); /* hidden 48, not 40 */
@@ -209,7 +209,7 @@ MG_TEST(model_tp_shards_are_slices_of_the_whole) {
         MG_EXPECT_OK(make_config(&c, llama));
         c.make_vocab_size_divisible_by = 32; /* whole: 128 rows; TP 2 pads to 16 x 2: 128 too */
         mg_gpt whole;
-        MG_EXPECT_OK(mg_gpt_build(&whole, &c, 0, 0));
+        MG_EXPECT_OK(mg_gpt_build(&whole, &c, 0, 0, 0));
         float *w = calloc(whole.params.numel, sizeof *w);
         mg_params_init(&whole.params, 7, w);
         c.make_vocab_size_divisible_by = 16;
@@ -218,7 +218,7 @@ MG_TEST(model_tp_shards_are_slices_of_the_whole) {
         int64_t *covered = calloc((size_t)whole.params.n, sizeof *covered);
         for (int r = 0; r < 2; r++) {
             mg_gpt g;
-            MG_EXPECT_OK(mg_gpt_build(&g, &c, r, 0));
+            MG_EXPECT_OK(mg_gpt_build(&g, &c, r, 0, 0));
             MG_EXPECT(g.cfg.V == whole.cfg.V && g.cfg.V_l == g.cfg.V / 2 && g.cfg.v0 == r * 64,
                       "vocabulary %d, rows [%d, +%d)", g.cfg.V, g.cfg.v0, g.cfg.V_l);
             float *s = calloc(g.params.numel, sizeof *s);

@@ -52,11 +52,11 @@ static double train_loss(mg_test_ctx *t, mg_trainer *tr, const float *w, float *
     mg_backend *be = tr->be;
     size_t n = tr->model.params.numel;
     MG_EXPECT_OK(mg_trainer_set_weights(tr, w));
-    MG_EXPECT_OK(be->memset_zero(be, tr->grads, n * sizeof(float)));
-    MG_EXPECT_OK(mg_trainer_forward_backward(tr, &tr->train_src, 0, true));
+    MG_EXPECT_OK(be->memset_zero(be, tr->mem.grads, n * sizeof(float)));
+    MG_EXPECT_OK(mg_trainer_forward_backward(tr, &tr->data.train_src, 0, true));
     float loss = NAN;
-    MG_EXPECT_OK(be->copy_d2h(be, &loss, tr->loss, sizeof loss));
-    if (grad) MG_EXPECT_OK(be->copy_d2h(be, grad, tr->grads, n * sizeof(float)));
+    MG_EXPECT_OK(be->copy_d2h(be, &loss, tr->mem.loss, sizeof loss));
+    if (grad) MG_EXPECT_OK(be->copy_d2h(be, grad, tr->mem.grads, n * sizeof(float)));
     return loss;
 }
 
@@ -71,7 +71,7 @@ static void check_gradients(mg_test_ctx *t, int kind, const char *label) {
     mg_config c;
     MG_EXPECT_OK(drop_config(&c, kind, "0.2", NULL));
     mg_trainer *tr = calloc(1, sizeof *tr);
-    MG_EXPECT_OK(mg_trainer_init(tr, &c));
+    MG_EXPECT_OK(mg_trainer_init(tr, &c, NULL));
     if (t->failures) goto done;
     size_t n = tr->model.params.numel;
     float *w = calloc(n, sizeof *w), *g = calloc(n, sizeof *g);
@@ -135,7 +135,7 @@ MG_TEST(train_dropout_gradients_match_finite_differences) {
 /* Trains `steps` steps of c (losses into loss), returns the trainer. */
 static mg_trainer *train(mg_test_ctx *t, const mg_config *c, int steps, double *loss) {
     mg_trainer *tr = calloc(1, sizeof *tr);
-    MG_EXPECT_OK(mg_trainer_init(tr, c));
+    MG_EXPECT_OK(mg_trainer_init(tr, c, NULL));
     for (int s = 0; s < steps && !t->failures; s++) {
         double norm;
         MG_EXPECT_OK(mg_trainer_step(tr, &loss[s], &norm));

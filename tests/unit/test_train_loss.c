@@ -137,11 +137,11 @@ static void check_mode(mg_test_ctx *t, bool per_token, float *grads_out, double 
     mg_backend *be = tr->be;
     size_t n = tr->model.params.numel;
     float *want = calloc(n, sizeof *want);
-    MG_EXPECT_OK(be->memset_zero(be, tr->grads, n * sizeof(float)));
-    MG_EXPECT_OK(mg_trainer_forward_backward(tr, &tr->train_src, 0, true));
+    MG_EXPECT_OK(be->memset_zero(be, tr->mem.grads, n * sizeof(float)));
+    MG_EXPECT_OK(mg_trainer_forward_backward(tr, &tr->data.train_src, 0, true));
     float loss = NAN;
-    MG_EXPECT_OK(be->copy_d2h(be, &loss, tr->loss, sizeof loss));
-    MG_EXPECT_OK(be->copy_d2h(be, grads_out, tr->grads, n * sizeof(float)));
+    MG_EXPECT_OK(be->copy_d2h(be, &loss, tr->mem.loss, sizeof loss));
+    MG_EXPECT_OK(be->copy_d2h(be, grads_out, tr->mem.grads, n * sizeof(float)));
     /* the reference: each microbatch's masked weights, accumulated by the model's backward */
     int32_t tok[M][N], tgt[M][N];
     int count[M], T = 0;
@@ -150,7 +150,7 @@ static void check_mode(mg_test_ctx *t, bool per_token, float *grads_out, double 
         count[mb] = unmasked(tok[mb]);
         T += count[mb];
     }
-    MG_EXPECT_OK(be->memset_zero(be, tr->grads, n * sizeof(float)));
+    MG_EXPECT_OK(be->memset_zero(be, tr->mem.grads, n * sizeof(float)));
     double sum = 0;
     for (int mb = 0; mb < M; mb++) {
         float dloss[N], losses[N];
@@ -160,7 +160,7 @@ static void check_mode(mg_test_ctx *t, bool per_token, float *grads_out, double 
         for (int i = 0; i < N; i++)
             if (tok[mb][i] != EOD) sum += losses[i];
     }
-    MG_EXPECT_OK(be->copy_d2h(be, want, tr->grads, n * sizeof(float)));
+    MG_EXPECT_OK(be->copy_d2h(be, want, tr->mem.grads, n * sizeof(float)));
     double err = mg_test_rel_err(grads_out, want, n);
     MG_EXPECT(err < 1e-6, "%s: gradients differ from the definition's by %.3g",
               per_token ? "per-token" : "default", err);
@@ -210,7 +210,7 @@ done:
 MG_TEST(train_test_split_evaluates_from_its_start) {
     mg_trainer *tr = make_trainer(t, NULL);
     if (!tr) return;
-    MG_EXPECT(tr->have_test, "no test split with --mock-data --eval-iters 2");
+    MG_EXPECT(tr->data.have_test, "no test split with --mock-data --eval-iters 2");
     double t1, t2, v;
     MG_EXPECT_OK(mg_trainer_evaluate_test(tr, &t1));
     MG_EXPECT(tr->state.consumed_valid_samples == 0, "the test evaluation consumed %lld samples",
@@ -225,7 +225,7 @@ MG_TEST(train_test_split_evaluates_from_its_start) {
     release(tr);
     const char *none[] = {"--eval-iters", "0", NULL};
     tr = make_trainer(t, none);
-    if (tr) MG_EXPECT(!tr->have_test, "--eval-iters 0 evaluates the test split");
+    if (tr) MG_EXPECT(!tr->data.have_test, "--eval-iters 0 evaluates the test split");
     release(tr);
 }
 
@@ -241,7 +241,7 @@ MG_TEST(train_params_norm_and_num_zeros_match_the_buffers) {
     size_t n = pt->numel;
     float *w = calloc(n, sizeof *w), *g = calloc(n, sizeof *g);
     MG_EXPECT_OK(mg_trainer_get_weights(tr, w));
-    MG_EXPECT_OK(tr->be->copy_d2h(tr->be, g, tr->grads, n * sizeof(float)));
+    MG_EXPECT_OK(tr->be->copy_d2h(tr->be, g, tr->mem.grads, n * sizeof(float)));
     double sq = 0;
     int64_t z = 0, emb_rows_unused = 0;
     for (int i = 0; i < pt->n; i++)

@@ -51,7 +51,7 @@ MG_TEST(trainer_device_auto_resolves_to_the_backend_used) {
     mg_config c;
     MG_EXPECT_OK(tiny_config(&c, "auto"));
     mg_trainer *tr = calloc(1, sizeof *tr);
-    MG_EXPECT_OK(mg_trainer_init(tr, &c));
+    MG_EXPECT_OK(mg_trainer_init(tr, &c, NULL));
     if (!t->failures) {
         MG_EXPECT(!strcmp(tr->cfg.device, tr->be->name), "cfg.device '%s', backend '%s'",
                   tr->cfg.device, tr->be->name);
@@ -59,8 +59,8 @@ MG_TEST(trainer_device_auto_resolves_to_the_backend_used) {
         MG_EXPECT(!strcmp(tr->be->name, "cpu"), "a build without CUDA chose '%s'", tr->be->name);
 #endif
         /* fp32 masters exactly where the parameters are not fp32 */
-        MG_EXPECT((tr->master != NULL) == (tr->be->compute_dtype != MG_F32),
-                  "master weights %p with compute dtype %s", (void *)tr->master,
+        MG_EXPECT((tr->mem.master != NULL) == (tr->be->compute_dtype != MG_F32),
+                  "master weights %p with compute dtype %s", (void *)tr->mem.master,
                   mg_dtype_name(tr->be->compute_dtype));
         MG_EXPECT((tr->gpu >= 0) == (tr->be->device == MG_DEVICE_CUDA), "gpu %d on %s", tr->gpu,
                   tr->be->name);
@@ -92,7 +92,7 @@ MG_TEST(trainer_resume_ignores_the_stored_device) {
     snprintf(c.save, sizeof c.save, "%s", dir);
     mg_trainer *a = calloc(1, sizeof *a), *b = calloc(1, sizeof *b);
     float *wa = NULL, *wb = NULL;
-    MG_EXPECT_OK(mg_trainer_init(a, &c));
+    MG_EXPECT_OK(mg_trainer_init(a, &c, NULL));
     if (t->failures) goto done;
     size_t n = a->model.params.numel;
     wa = calloc(n, sizeof *wa);
@@ -111,7 +111,7 @@ MG_TEST(trainer_resume_ignores_the_stored_device) {
 
     c.save[0] = 0;
     snprintf(c.load, sizeof c.load, "%s", dir);
-    MG_EXPECT_OK(mg_trainer_init(b, &c));
+    MG_EXPECT_OK(mg_trainer_init(b, &c, NULL));
     if (t->failures) goto done;
     MG_EXPECT(b->state.iteration == 2 && b->opt.step == 2, "resumed at iteration %lld, step %lld",
               (long long)b->state.iteration, (long long)b->opt.step);

@@ -1,4 +1,4 @@
-/* The trainer's cyclic loader (train/trainer_loader.h) wired to its data: with --mock-data, 4
+/* The trainer's cyclic loader (train/trainer_data.h) wired to its data: with --mock-data, 4
  * iterations of 4 samples make a train split of 16, and the trainer's train source reads, at
  * each position, the mock sample Megatron's sampler names there (tests/golden/sampler/
  * cyclic.json, over several epochs; with and without --no-data-sharding, which one rank draws
@@ -43,8 +43,8 @@ static void expect_reads(mg_test_ctx *t, mg_trainer *tr, const int64_t *index, i
     int32_t *want = malloc((size_t)(S + 1) * sizeof *want);
     for (int p = 0; p < n; p++) {
         const int64_t i = index ? index[p] : p;
-        MG_EXPECT_OK(tr->train_src.sample(tr->train_src.ctx, p, tok, tgt));
-        MG_EXPECT_OK(mg_mock_sample(&tr->train_data, i, want));
+        MG_EXPECT_OK(tr->data.train_src.sample(tr->data.train_src.ctx, p, tok, tgt));
+        MG_EXPECT_OK(mg_mock_sample(&tr->data.train_data, i, want));
         if (memcmp(tok, want, (size_t)S * sizeof *tok) ||
             memcmp(tgt, want + 1, (size_t)S * sizeof *tgt)) {
             MG_EXPECT(0, "position %d does not read mock sample %lld", p, (long long)i);
@@ -82,7 +82,7 @@ MG_TEST(trainer_cyclic_loader_reads_megatrons_samples) {
         mg_config cfg;
         MG_EXPECT_OK(mg_test_config(&cfg, BASE, flags));
         mg_trainer *tr = calloc(1, sizeof *tr);
-        MG_EXPECT_OK(mg_trainer_init(tr, &cfg));
+        MG_EXPECT_OK(mg_trainer_init(tr, &cfg, NULL));
         if (!t->failures) expect_reads(t, tr, index, n);
         mg_trainer_free(tr);
         free(tr);
@@ -92,9 +92,9 @@ MG_TEST(trainer_cyclic_loader_reads_megatrons_samples) {
     mg_config cfg;
     MG_EXPECT_OK(mg_test_config(&cfg, BASE, NULL));
     mg_trainer *tr = calloc(1, sizeof *tr);
-    MG_EXPECT_OK(mg_trainer_init(tr, &cfg));
+    MG_EXPECT_OK(mg_trainer_init(tr, &cfg, NULL));
     if (!t->failures) {
-        MG_EXPECT(tr->cyclic == NULL, "the single loader has cyclic samplers");
+        MG_EXPECT(tr->data.cyclic == NULL, "the single loader has cyclic samplers");
         expect_reads(t, tr, NULL, 40);
     }
     mg_trainer_free(tr);

@@ -7,6 +7,20 @@
 #include <string.h>
 #include <time.h>
 
+/* The communication plans of a training and of an evaluation pass of rank `rank`, the slots the
+ * schedule holds and the gradient buffers the busier plan needs. */
+static mg_status plan_passes(const mg_pp_schedule_params *s, int rank, mg_p2p_plan *train,
+                             mg_p2p_plan *eval, int *n_slots, int *n_grad_bufs) {
+    MG_CHECK(mg_p2p_plan_build(s, false, rank, train));
+    MG_CHECK(mg_p2p_plan_build(s, true, rank, eval));
+    MG_CHECK(mg_pp_schedule_activation_slots(s, rank, n_slots));
+    if (train->n_slots > *n_slots || eval->n_slots > *n_slots)
+        return MG_FAIL(MG_ERR_INTERNAL, "pipeline plan holds %d slots, the schedule %d",
+                       train->n_slots, *n_slots);
+    *n_grad_bufs = train->n_grad_bufs > eval->n_grad_bufs ? train->n_grad_bufs : eval->n_grad_bufs;
+    return MG_OK;
+}
+
 mg_status mg_pipeline_init(mg_pipeline *p, const mg_pp_schedule_params *s, int rank, mg_comm *group,
                            mg_backend *be, size_t numel, mg_dtype dt, bool overlap) {
     memset(p, 0, sizeof *p);
@@ -22,14 +36,7 @@ mg_status mg_pipeline_init(mg_pipeline *p, const mg_pp_schedule_params *s, int r
     p->numel = numel;
     p->dt = dt;
     p->overlap = overlap && p->group && mg_comm_p2p_async(p->group);
-    mg_status st = mg_p2p_plan_build(s, false, rank, &p->train);
-    if (st == MG_OK) st = mg_p2p_plan_build(s, true, rank, &p->eval);
-    if (st == MG_OK) st = mg_pp_schedule_activation_slots(s, rank, &p->n_slots);
-    if (st == MG_OK && (p->train.n_slots > p->n_slots || p->eval.n_slots > p->n_slots))
-        st = MG_FAIL(MG_ERR_INTERNAL, "pipeline plan holds %d slots, the schedule %d",
-                     p->train.n_slots, p->n_slots);
-    p->n_grad_bufs =
-        p->train.n_grad_bufs > p->eval.n_grad_bufs ? p->train.n_grad_bufs : p->eval.n_grad_bufs;
+    mg_status st = plan_passes(s, rank, &p->train, &p->eval, &p->n_slots, &p->n_grad_bufs);
     size_t total = (size_t)s->microbatches * (size_t)s->vpp;
     if (st == MG_OK) {
         p->slot_of = malloc(total * sizeof *p->slot_of);
@@ -40,6 +47,19 @@ mg_status mg_pipeline_init(mg_pipeline *p, const mg_pp_schedule_params *s, int r
             st = MG_FAIL(MG_ERR_NOMEM, "out of memory for a schedule of %zu forwards", total);
     }
     if (st != MG_OK) mg_pipeline_free(p);
+    return st;
+}
+
+mg_status mg_pipeline_sizes(const mg_pp_schedule_params *s, int rank, size_t numel, mg_dtype dt,
+                            bool overlap, int *n_slots, size_t *buffer_bytes) {
+    MG_CHECK(mg_pp_schedule_check(s));
+    mg_p2p_plan train = {0}, eval = {0};
+    int n_grad_bufs = 0;
+    mg_status st = plan_passes(s, rank, &train, &eval, n_slots, &n_grad_bufs);
+    mg_p2p_plan_free(&train);
+    mg_p2p_plan_free(&eval);
+    *buffer_bytes = (size_t)mg_pipeline_buffer_count(n_grad_bufs, overlap && s->pp > 1) * numel *
+                    mg_dtype_size(dt);
     return st;
 }
 

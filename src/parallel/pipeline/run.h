@@ -89,8 +89,14 @@ typedef struct {
  * and never wait on a send where the group allows it (--overlap-p2p-communication). */
 mg_status mg_pipeline_init(mg_pipeline *p, const mg_pp_schedule_params *s, int rank, mg_comm *group,
                            mg_backend *be, size_t numel, mg_dtype dt, bool overlap);
+/* What mg_pipeline_init gives rank `rank` of schedule s, without a group (a memory plan made
+ * before, or without, the run: train/memory.h): its activation slots and the bytes of its message
+ * buffers, overlap saying whether its messages overlap (--overlap-p2p-communication on a group
+ * with non-blocking messages). */
+mg_status mg_pipeline_sizes(const mg_pp_schedule_params *s, int rank, size_t numel, mg_dtype dt,
+                            bool overlap, int *n_slots, size_t *buffer_bytes);
 /* Message buffers a pipeline rank holds: its gradient buffers, then the landing buffer when its
- * messages overlap (shared with the memory prediction, train/memory.c). */
+ * messages overlap. */
 int mg_pipeline_buffer_count(int n_grad_bufs, bool overlap);
 /* Bytes of backend memory the gradient buffers (and the landing buffer) need (0 with one stage),
  * and their binding. */

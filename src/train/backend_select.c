@@ -1,0 +1,47 @@
+/* The backend --device names (train/backend_select.h). */
+#include "train/backend_select.h"
+
+#include "comm/comm.h"
+#include "core/log.h"
+
+#include <stdio.h>
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+mg_status mg_train_backend_create(mg_config *c, const char *purpose, mg_backend **be, int *gpu) {
+    *gpu = -1;
+#ifdef MG_HAVE_CUDA
+    const bool want_cuda = !strcmp(c->device, "cuda"), is_auto = !strcmp(c->device, "auto");
+    if (want_cuda || is_auto) {
+        mg_launch_info li;
+        MG_CHECK(mg_launch_detect(&li));
+        /* --fp16 computes in fp16 (loss scaling: train/grad_scaler.h), else bf16 */
+        mg_status st = mg_backend_cuda_create_dtype(be, li.local_rank, c->fp16 ? MG_F16 : MG_BF16);
+        if (st == MG_OK) {
+            *gpu = li.local_rank;
+            snprintf(c->device, sizeof c->device, "cuda");
+            return MG_OK;
+        }
+        /* only "no usable GPU" falls back; a GPU that fails otherwise is an error */
+        if (!is_auto || st != MG_ERR_UNSUPPORTED) return st;
+        mg_log_info("> --device auto: %s; %s on the cpu backend", mg_error_message(), purpose);
+        mg_error_clear();
+    }
+#else
+    if (!strcmp(c->device, "cuda")) /* mg_config_validate already refuses it */
+        return MG_FAIL(MG_ERR_UNSUPPORTED, "this build has no CUDA backend (nvcc/cuBLAS were not "
+                                           "found when it was built); use --device cpu");
+#endif
+    snprintf(c->device, sizeof c->device, "cpu");
+    return mg_backend_cpu_create(be, c->num_threads);
+}
+
+int mg_train_backend_threads(void) {
+#ifdef _OPENMP
+    return omp_get_max_threads(); /* the cpu backend set it to --num-threads where given */
+#else
+    return 1;
+#endif
+}

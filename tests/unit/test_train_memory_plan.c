@@ -1,0 +1,100 @@
+/* The trainer and `megatron plan` share one memory plan (train/memory.h): for the same flags and
+ * layout (one rank, cpu backend) the prediction is each arena the trainer committed, byte for
+ * byte, for a dense GPT-2, a Llama with every batch array (packed documents, loss mask) and an
+ * MoE model. The pipeline-parallel layouts are compared the same way under mpirun
+ * (tests/dist/test_train_pp.c). Also the splits --mock-data builds: --split decides which splits
+ * exist as it does for the indexed data. */
+#include "config_test_util.h"
+
+#include "train/memory.h"
+
+#include <string.h>
+
+#define TINY                                                                                       \
+    "--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --vocab-size 64 "     \
+    "--mock-data --micro-batch-size 2 --global-batch-size 4 --train-iters 2 --lr 3e-3 "            \
+    "--num-threads 2 --device cpu "
+
+static void expect_plan_agrees(mg_test_ctx *t, const char *label, const char *flags) {
+    mg_trainer *tr = mg_test_trainer(t, flags, NULL);
+    if (!tr) return;
+    mg_memory_stage m;
+    MG_EXPECT_OK(mg_memory_stage_estimate(&tr->cfg, tr->layout.pp_rank, tr->layout.dp_size,
+                                          tr->be->compute_dtype, &m));
+    const mg_memory_plan *p = &tr->mem.plan;
+    MG_EXPECT(m.weights == p->params.size && m.grads == p->grads.size && m.master_weights == 0 &&
+                  m.optimizer == p->optim.size && m.activations == p->acts.size &&
+                  m.workspace == p->work.size && m.batch == p->io.size &&
+                  m.total == tr->mem.planned_bytes,
+              "%s: predicted weights %zu grads %zu masters %zu optimizer %zu activations %zu "
+              "workspace %zu batch %zu total %zu; committed %zu %zu - %zu %zu %zu %zu total %zu",
+              label, m.weights, m.grads, m.master_weights, m.optimizer, m.activations, m.workspace,
+              m.batch, m.total, p->params.size, p->grads.size, p->optim.size, p->acts.size,
+              p->work.size, p->io.size, tr->mem.planned_bytes);
+    MG_EXPECT(m.slots == tr->model.n_slots && m.slot_bytes == tr->model.slot_bytes &&
+                  m.params == mg_params_count(&tr->model.params),
+              "%s: predicted %d slots of %zu B, %lld parameters; the trainer's %d of %zu B, %lld",
+              label, m.slots, m.slot_bytes, (long long)m.params, tr->model.n_slots,
+              tr->model.slot_bytes, (long long)mg_params_count(&tr->model.params));
+    /* not vacuous: every arena holds something */
+    MG_EXPECT(m.weights > 0 && m.optimizer > 0 && m.activations > 0 && m.workspace > 0 &&
+                  m.batch > 0,
+              "%s: an empty arena", label);
+    mg_test_trainer_free(tr);
+}
+
+MG_TEST(train_memory_plan_is_the_trainers_dense) {
+    expect_plan_agrees(t, "gpt2", TINY "--eval-iters 1");
+}
+
+MG_TEST(train_memory_plan_is_the_trainers_llama_with_batch_arrays) {
+    expect_plan_agrees(t, "llama",
+                       TINY "--eval-iters 1 --normalization RMSNorm --swiglu "
+                            "--position-embedding-type rope --group-query-attention "
+                            "--num-query-groups 2 --disable-bias-linear "
+                            "--untie-embeddings-and-output-weights --reset-position-ids "
+                            "--reset-attention-mask --eod-mask-loss --attention-dropout 0.1 "
+                            "--hidden-dropout 0.1");
+}
+
+MG_TEST(train_memory_plan_is_the_trainers_moe) {
+    expect_plan_agrees(t, "moe",
+                       TINY "--eval-iters 1 --num-experts 4 --moe-router-topk 2 "
+                            "--moe-ffn-hidden-size 24 --moe-layer-freq [0,1] "
+                            "--moe-shared-expert-intermediate-size 16 --use-distributed-optimizer");
+}
+
+/* --mock-data honours --split: a split of weight 0 has no dataset, so it is not evaluated. */
+static void expect_mock_splits(mg_test_ctx *t, const char *split, bool valid, bool test) {
+    const char *extra[] = {"--split", split, NULL};
+    mg_trainer *tr = mg_test_trainer(t, TINY "--eval-iters 2 --eval-interval 1", extra);
+    if (!tr) return;
+    MG_EXPECT(tr->data.have_valid == valid && tr->data.have_test == test,
+              "--split %s: validation %d, test %d; expected %d, %d", split, tr->data.have_valid,
+              tr->data.have_test, valid, test);
+    mg_test_trainer_free(tr);
+}
+
+MG_TEST(train_mock_data_honours_split) {
+    expect_mock_splits(t, "969,30,1", true, true);
+    expect_mock_splits(t, "100,0,0", false, false);
+    expect_mock_splits(t, "98,2,0", true, false);
+    expect_mock_splits(t, "98,0,2", false, true);
+    /* Megatron's arithmetic over its 100000 mock documents: a share under half a document is
+     * empty */
+    expect_mock_splits(t, "1,0.000004,0", false, false);
+}
+
+MG_TEST(train_mock_data_without_training_split_is_an_error) {
+    mg_config c;
+    const char *extra[] = {"--split", "0,50,50", NULL};
+    MG_EXPECT_OK(mg_test_config(&c, TINY "--eval-iters 1", extra));
+    mg_trainer tr;
+    mg_status st = mg_trainer_init(&tr, &c, NULL);
+    MG_EXPECT(st == MG_ERR_USAGE &&
+                  strstr(mg_error_message(), "--split 0,50,50 leaves no training documents in "
+                                             "the mock data"),
+              "status %d: %s", (int)st, mg_error_message());
+    mg_error_clear();
+    mg_trainer_free(&tr);
+}
