@@ -1,5 +1,6 @@
 #include "train/memory.h"
 
+#include "parallel/layout.h"
 #include "parallel/pipeline/run.h"
 #include "parallel/pipeline/schedule.h"
 #include "train/buffers.h"
@@ -88,7 +89,7 @@ mg_status mg_memory_stage_estimate(const mg_config *c, int pp_rank, int dp_size,
                   st, done);
     MG_CHECK_GOTO(mg_optimizer_init(&o, c, &g.params, &l, &(mg_optim_groups){0}), st, done);
     const mg_pp_schedule_params s =
-        mg_pp_schedule_params_of(c, g.pp, g.n_chunks, c->global_batch_size / (mbs * dp_size));
+        mg_layout_schedule(c, g.n_chunks, c->global_batch_size / (mbs * dp_size));
     /* messages overlap on groups with non-blocking point-to-point: MPI, the cpu backend's */
     const size_t hidden = (size_t)mg_model_config_rows(&g.cfg, mbs * g.cfg.S) * (size_t)g.cfg.H;
     MG_CHECK_GOTO(mg_pipeline_sizes(&s, pp_rank, hidden, compute,

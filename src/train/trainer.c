@@ -5,6 +5,7 @@
 #include "config/flags.h"
 #include "core/log.h"
 #include "data/tokenizer.h"
+#include "parallel/layout.h"
 #include "parallel/ddp.h"
 #include "train/backend_select.h"
 #include "train/trainer_batch.h"
@@ -167,8 +168,7 @@ static mg_status plan_schedule(mg_trainer *t) {
     const mg_config *c = &t->cfg;
     const mg_model_config *m = &t->model.cfg;
     const mg_train_layout *l = &t->layout;
-    const mg_pp_schedule_params s =
-        mg_pp_schedule_params_of(c, l->pp_size, t->model.n_chunks, t->num_microbatches);
+    const mg_pp_schedule_params s = mg_layout_schedule(c, t->model.n_chunks, t->num_microbatches);
     size_t hidden = (size_t)mg_model_config_rows(m, c->micro_batch_size * m->S) * (size_t)m->H;
     MG_CHECK(mg_pipeline_init(&t->pipe, &s, l->pp_rank, l->pp, t->be, hidden, t->be->compute_dtype,
                               !c->no_overlap_p2p_communication));

@@ -1,5 +1,7 @@
 #include "train/trainer_batch.h"
 
+#include "parallel/layout.h"
+
 #include "core/log.h"
 #include "train/trainer_moe.h"
 
@@ -22,7 +24,7 @@ mg_status mg_trainer_upload_loss_weights(mg_trainer *t) {
 
 /* The schedule of m microbatches on this rank's pipeline (the walker's parameters otherwise). */
 static mg_pp_schedule_params schedule_of(const mg_trainer *t, int m) {
-    return mg_pp_schedule_params_of(&t->cfg, t->layout.pp_size, t->model.n_chunks, m);
+    return mg_layout_schedule(&t->cfg, t->model.n_chunks, m);
 }
 
 /* mg_batch_schedule_walk's check of each global batch a rampup reaches: its pipeline schedule is

@@ -73,18 +73,6 @@ static void nearest_valid(char *buf, size_t n, int around, int lo, int hi, int p
     }
 }
 
-mg_pp_schedule_params mg_pp_schedule_params_of(const mg_config *c, int pp, int vpp,
-                                               int microbatches) {
-    return (mg_pp_schedule_params){
-        .pp = pp,
-        .vpp = vpp,
-        .microbatches = microbatches,
-        .group =
-            c->microbatch_group_size_per_vp_stage > 0 ? c->microbatch_group_size_per_vp_stage : 0,
-        .no_overlap_p2p = c->no_overlap_p2p_communication,
-    };
-}
-
 mg_status mg_pp_schedule_check(const mg_pp_schedule_params *s) {
     MG_CHECK(check_sizes(s));
     if (s->vpp == 1) return MG_OK; /* the non-interleaved schedule takes any M and ignores G */

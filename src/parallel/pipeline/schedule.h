@@ -34,7 +34,7 @@
  * sizes and MG_ERR_INTERNAL for a rank or id out of range (a caller bug).
  *
  * Exports: mg_pp_schedule_params, mg_pp_schedule_entry, mg_pp_schedule_op, mg_pp_schedule_counts,
- *   mg_pp_schedule_params_of, mg_pp_schedule_check, mg_pp_schedule_group,
+ *   mg_pp_schedule_check, mg_pp_schedule_group,
  * mg_pp_schedule_rank_counts, mg_pp_schedule_table, mg_pp_schedule_lookup, mg_pp_schedule_order,
  * mg_pp_schedule_ops, mg_pp_schedule_activation_slots, mg_pp_schedule_ops_encode,
  * mg_pp_schedule_ops_slots, mg_pp_schedule_timeline, mg_pp_schedule_timeline_build,
@@ -71,11 +71,6 @@ typedef struct {
     int remaining;   /* total - warmup: steady-state forward/backward pairs */
     bool all_warmup; /* the warm-up formula reached total (Megatron's are_all_..._in_warmup) */
 } mg_pp_schedule_counts;
-
-/* The schedule of pp stages of vpp model chunks each running `microbatches` per rank, with c's
- * --microbatch-group-size-per-virtual-pipeline-stage and --no-overlap-p2p-communication. */
-mg_pp_schedule_params mg_pp_schedule_params_of(const mg_config *c, int pp, int vpp,
-                                               int microbatches);
 
 /* Megatron's validity rules for the schedule (above). MG_OK or MG_ERR_USAGE. */
 mg_status mg_pp_schedule_check(const mg_pp_schedule_params *s);
