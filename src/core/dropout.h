@@ -6,7 +6,7 @@
  * hidden index, or head and key) — drawn with Philox-4x32-10 (core/philox.h). Hence:
  *  - tensor, sequence, pipeline and data parallelism and the micro-batch size do not change the
  *    mask: a rank draws exactly the one-rank model's mask for its heads, rows and sequences, and
- *    the layouts still train the same model (DESIGN.md, principle 4);
+ *    the layouts still train the same model (docs/architecture.md, "Principles");
  *  - a backward recomputes its forward's mask instead of keeping it (no memory, no state);
  *  - the mask changes every iteration, and a run resumed from a checkpoint (which restores the
  *    iteration) draws the masks the uninterrupted run drew;

@@ -1,7 +1,8 @@
 /* Model-internal: the Mixture-of-Experts layer (moe.c), what gpt.c needs to plan, bind and run
  * it; its expert-parallel token dispatch is model/moe_dispatch.h.
  *
- * Static sizes (DESIGN.md principle 2, seeds 000/001): every buffer has its worst case, from the
+ * Static sizes (all memory is planned before the first step and no per-step size reaches the host,
+ * so a step can be captured in a CUDA graph): every buffer has its worst case, from the
  * plan. With T tokens per microbatch, k experts per token, E experts, E_l = E / ep per rank:
  *   capacity  Megatron's get_capacity: ceil(T x k / E x factor) tokens per expert (0: dropless)
  *   Rp        rows of this rank's permuted pairs: E x capacity when padded, else T x k

@@ -1,10 +1,10 @@
 /* Expert-parallel token dispatch (Megatron's MoEAlltoAllTokenDispatcher) over the group of
  * model/moe.h: the counts exchange, then all-to-all of the rows there and back.
- * Graph-safe (seeds 000/001): the collectives move fixed sizes from the plan. The counts travel
- * as E_l values per peer; the rows as one slab of R / ep rows per peer (the most one rank can
- * send another), placed into and taken out of the slabs by moe_regroup, which reads the counts
- * where they lie (device memory on CUDA). A slab's rows past its block travel unread: the price
- * of never asking the host how many rows there are. */
+ * Graph-safe (no host sync, no per-step size on the host): the collectives move fixed sizes from
+ * the plan. The counts travel as E_l values per peer; the rows as one slab of R / ep rows per peer
+ * (the most one rank can send another), placed into and taken out of the slabs by moe_regroup,
+ * which reads the counts where they lie (device memory on CUDA). A slab's rows past its block
+ * travel unread: the price of never asking the host how many rows there are. */
 #include "model/moe_dispatch.h"
 
 /* One all-to-all of sizes fixed by the plan (splits: counts then displacements per peer, the

@@ -29,7 +29,7 @@
  *
  * Shards (distributed optimizer): bucket b of size n splits into D shards of n / D elements;
  * dp rank r owns [start + r*n/D, start + (r+1)*n/D). For each parameter overlapping a shard,
- * four ranges (seed 002's world/local/param indices, Megatron's names):
+ * four ranges (the world/local/param indices of Megatron's distributed optimizer, its names):
  *   world            the overlap, in buffer coordinates ("gbuf_world")
  *   world_in_bucket  the same, relative to the bucket's start ("gbuf_world_in_bucket")
  *   local            the same, relative to the shard's start ("gbuf_local")

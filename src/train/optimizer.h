@@ -36,7 +36,7 @@
 
 /* The elements [param_start, param_end) of parameter `index` that this rank updates, at `world`
  * in the buffers and `local` in the optimizer state (Megatron's "param" and "gbuf_local" ranges,
- * seed 002). Checkpoints save and load the state by these. */
+ * as in Megatron's distributed optimizer). Checkpoints save and load the state by these. */
 typedef struct {
     int index;
     int64_t param_start, param_end;

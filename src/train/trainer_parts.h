@@ -28,8 +28,8 @@
 #include "train/optimizer.h"
 
 /* Where samples come from: sample `index` of a split as (S) input ids and (S) target ids.
- * The mock data is one source; the indexed datasets of the data issue are another; tests plug in
- * fixed batches. */
+ * The mock data is one source; a --data-path's GPT datasets (data/gpt_dataset.h) are another; tests
+ * plug in fixed batches. */
 typedef struct {
     mg_status (*sample)(void *ctx, int64_t index, int32_t *tokens, int32_t *targets);
     void *ctx;

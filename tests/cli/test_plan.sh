@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# `megatron plan`: the JSON object on seed 004's 16-GPU example and seed 003's interleaved
-# schedule (values written out in the seeds), the grad buffer (the issue's and seed 002's
-# layouts), the text view, and the one-line usage errors.
+# `megatron plan`: the JSON object on megatron-core's initialize_model_parallel docstring example (16 GPUs,
+# TP 2, PP 4) and an interleaved schedule worked out by hand (PP 4, VPP 2, 8 microbatches), the grad
+# buffer (sizes 10/20/30 over 2 ranks, and four parameters of 3, 5, 4, 4 elements over 4 ranks),
+# the text view, and the one-line usage errors.
 . "$(dirname "$0")/lib.sh"
 
 # expect_json NAME 'fixed string the JSON must contain' ARGS...
@@ -16,16 +17,16 @@ expect_json() {
     else pass "$name"; fi
 }
 
-SEED=(--world-size 16 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 4)
-# Seed 004: "8 data_parallel groups: [g0, g2], [g1, g3], ...; 8 tensor model-parallel groups:
+DOC16=(--world-size 16 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 4)
+# initialize_model_parallel's docstring: "8 data_parallel groups: [g0, g2], [g1, g3], ...; 8 tensor model-parallel groups:
 # [g0, g1], ...; 4 pipeline model-parallel groups: [g0, g4, g8, g12], ..." and the model-parallel
 # groups printed by its script.
-expect_json plan_seed004_tp '"tp":[[0,1],[2,3],[4,5],[6,7],[8,9],[10,11],[12,13],[14,15]]' "${SEED[@]}"
-expect_json plan_seed004_pp '"pp":[[0,4,8,12],[1,5,9,13],[2,6,10,14],[3,7,11,15]]' "${SEED[@]}"
-expect_json plan_seed004_dp '"dp":[[0,2],[1,3],[4,6],[5,7],[8,10],[9,11],[12,14],[13,15]]' "${SEED[@]}"
-expect_json plan_seed004_mp '"mp":[[0,1,4,5,8,9,12,13],[2,3,6,7,10,11,14,15]]' "${SEED[@]}"
-expect_json plan_seed004_embedding '"embedding":[[0,12],[1,13],[2,14],[3,15]]' "${SEED[@]}"
-expect_json plan_seed004_rank5 '{"rank":5,"tp":1,"cp":0,"ep":0,"dp":0,"pp":1' "${SEED[@]}"
+expect_json plan_docstring16_tp '"tp":[[0,1],[2,3],[4,5],[6,7],[8,9],[10,11],[12,13],[14,15]]' "${DOC16[@]}"
+expect_json plan_docstring16_pp '"pp":[[0,4,8,12],[1,5,9,13],[2,6,10,14],[3,7,11,15]]' "${DOC16[@]}"
+expect_json plan_docstring16_dp '"dp":[[0,2],[1,3],[4,6],[5,7],[8,10],[9,11],[12,14],[13,15]]' "${DOC16[@]}"
+expect_json plan_docstring16_mp '"mp":[[0,1,4,5,8,9,12,13],[2,3,6,7,10,11,14,15]]' "${DOC16[@]}"
+expect_json plan_docstring16_embedding '"embedding":[[0,12],[1,13],[2,14],[3,15]]' "${DOC16[@]}"
+expect_json plan_docstring16_rank5 '{"rank":5,"tp":1,"cp":0,"ep":0,"dp":0,"pp":1' "${DOC16[@]}"
 
 # A model's weights under TP 2 (GPT-2 style with SwiGLU: H 64, 2 layers, vocabulary 512, 64
 # positions, F = int(8*64/3/64)*64 = 128). By hand, per layer: norms 2*128, QKV 192*64 + 192, proj
@@ -45,16 +46,16 @@ expect_json plan_tp_norm_sp \
     '{"name":"decoder.final_layernorm.weight","global_shape":[64],"shape":[64],"tp_split_dim":-1,"tp_split_chunks":1,"sequence_parallel":true}' \
     "${TPM[@]}"
 
-# Seed 003: PP=4, VPP=2, 8 microbatches; rank 0 warms up with 10 forwards, rank 3 with 4.
+# Interleaved 1F1B, PP=4, VPP=2, 8 microbatches; rank 0 warms up with 10 forwards, rank 3 with 4.
 INTER=(--world-size 4 --pipeline-model-parallel-size 4 --virtual-pipeline-model-parallel-size 2
        --num-microbatches 8 --num-layers 16)
-expect_json plan_seed003_table \
+expect_json plan_interleaved_table \
     '"schedule_table":[[0,0],[1,0],[2,0],[3,0],[0,1],[1,1],[2,1],[3,1],[4,0],[5,0],[6,0],[7,0],[4,1],[5,1],[6,1],[7,1]]' \
     "${INTER[@]}"
-expect_json plan_seed003_rank0 \
+expect_json plan_interleaved_rank0 \
     '{"pp_rank":0,"num_warmup_microbatches":10,"order":[1,1,1,1,2,2,2,2,1,1,1,-2,1,-2,2,-2,2,-2,2,-1,2,-1,-1,-1,-2,-2,-2,-2,-1,-1,-1,-1],"activation_slots":11}' \
     "${INTER[@]}"
-expect_json plan_seed003_rank3 '{"pp_rank":3,"num_warmup_microbatches":4,' "${INTER[@]}"
+expect_json plan_interleaved_rank3 '{"pp_rank":3,"num_warmup_microbatches":4,' "${INTER[@]}"
 expect_json plan_layers_interleaved \
     '"layers":[{"pp_rank":0,"vp_stage":0,"offset":0,"num_layers":2},{"pp_rank":0,"vp_stage":1,"offset":8,"num_layers":2}' \
     "${INTER[@]}"

@@ -1,5 +1,5 @@
 /* The grad buffer layout and distributed-optimizer shards (src/parallel/grad_buffer.c) against
- * Megatron: seed 002's worked example spelled out, megatron-core 0.16.1's own layouts and
+ * Megatron: a worked example spelled out by hand, megatron-core 0.16.1's own layouts and
  * shard ranges (tests/golden/grad_buffer/megatron_grad_buffer.json, written by
  * tools/reference/megatron_grad_buffer.py), invariants over seeded random layouts, and every
  * rejection. */
@@ -25,12 +25,12 @@ static bool range_is(mg_grad_range r, int64_t start, int64_t end) {
     return r.start == start && r.end == end;
 }
 
-/* Seed 002: four parameters of 3, 5, 4, 4 elements in buffer order (16 in all) over 4 DP ranks,
- * as the pre-alignment Megatron the seed reads laid them out (no distributed-optimizer padding:
- * 16 is already a multiple of 4). "Param1" (yellow, 5 elements at [3, 8)): rank 0 holds one
- * element, world [3,4], local [3,4], param [0,1]; rank 1 holds four, world [4,8], local [0,4],
+/* A worked example: four parameters of 3, 5, 4, 4 elements in buffer order (16 in all) over 4 DP
+ * ranks, as the pre-alignment Megatron the seed reads laid them out (no distributed-optimizer
+ * padding: 16 is already a multiple of 4). "Param1" (yellow, 5 elements at [3, 8)): rank 0 holds
+ * one element, world [3,4], local [3,4], param [0,1]; rank 1 holds four, world [4,8], local [0,4],
  * param [1,5]. Registration order is the reverse of the buffer's: sizes {4, 4, 5, 3}. */
-MG_TEST(grad_buffer_seed002_worked_example) {
+MG_TEST(grad_buffer_worked_example_4_ranks) {
     const int64_t sizes[] = {4, 4, 5, 3};
     mg_grad_buffer_config c = config(4, false);
     mg_grad_buffer_layout l;
@@ -71,7 +71,7 @@ MG_TEST(grad_buffer_seed002_worked_example) {
     mg_grad_buffer_layout_free(&l);
 }
 
-/* The issue's example: sizes 10, 20, 30 over 2 ranks with the distributed optimizer: 64-element
+/* Sizes 10, 20, 30 over 2 ranks with the distributed optimizer: 64-element
  * starts 0, 64, 128; 138 used, padded to lcm(2, 128) = 128 -> 256; shards [0,128), [128,256). */
 MG_TEST(grad_buffer_distopt_alignment_example) {
     const int64_t sizes[] = {10, 20, 30};
@@ -375,7 +375,7 @@ MG_TEST(grad_buffer_matches_megatron_core) {
         int64_t d = jint(o, "dp");
         if (d >= 1 && d <= 16) seen_d[d] = 1;
     }
-    /* The file covers what the issue asks for: D 1, 2, 4, 8; padding; shared embeddings;
+    /* The file covers: D 1, 2, 4, 8; padding; shared embeddings;
      * several buckets. */
     MG_EXPECT(n >= 100 && passed == n && distopt > 50 && shared >= 16 && multi >= 20 && seen_d[1] &&
                   seen_d[2] && seen_d[4] && seen_d[8],

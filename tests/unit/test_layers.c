@@ -1,8 +1,8 @@
 /* Layer placement over pipeline ranks and virtual stages (src/parallel/pipeline/layers.c) against
- * Megatron: the seeds' worked examples, megatron-core 0.16.1's get_transformer_layer_offset /
- * get_num_layers_to_build / TransformerConfig checks (tests/golden/pp_schedule/layers.json, from
- * tools/reference/megatron_pp_schedule.py), the tiling invariant over a large grid, and every
- * rejection. */
+ * Megatron: worked examples spelled out by hand, megatron-core 0.16.1's
+ * get_transformer_layer_offset / get_num_layers_to_build / TransformerConfig checks
+ * (tests/golden/pp_schedule/layers.json, from tools/reference/megatron_pp_schedule.py), the tiling
+ * invariant over a large grid, and every rejection. */
 #include "test.h"
 
 #include "golden_io.h"
@@ -34,8 +34,8 @@ static void expect_plan(mg_test_ctx *t, mg_layers_params p, int want_v, const in
                   v, i / v, i % v, plan[i].offset, plan[i].count, want[i][0], want[i][1]);
 }
 
-MG_TEST(layers_seed_examples) {
-    /* seed 003: 16 layers, PP 4, VPP 2: GPU 0 holds layers [1, 2] and [9, 10] (1-based) */
+MG_TEST(layers_worked_examples) {
+    /* 16 layers, PP 4, VPP 2: GPU 0 holds layers [1, 2] and [9, 10] (1-based) */
     static const int s16[8][2] = {{0, 2}, {8, 2},  {2, 2}, {10, 2},
                                   {4, 2}, {12, 2}, {6, 2}, {14, 2}};
     expect_plan(t, lp(16, 4, 2), 2, s16);
@@ -45,11 +45,11 @@ MG_TEST(layers_seed_examples) {
     /* ... and 2 chunks: stage 0 [0, 1] [4, 5], stage 1 [2, 3] [6, 7] */
     static const int s8v2[4][2] = {{0, 2}, {4, 2}, {2, 2}, {6, 2}};
     expect_plan(t, lp(8, 2, 2), 2, s8v2);
-    /* seed 000: 32 layers, PP 4, VPP 2: rank 0 layers 0-3 and 16-19, rank 3 12-15 and 28-31 */
+    /* 32 layers, PP 4, VPP 2: rank 0 layers 0-3 and 16-19, rank 3 12-15 and 28-31 */
     static const int s32[8][2] = {{0, 4}, {16, 4}, {4, 4},  {20, 4},
                                   {8, 4}, {24, 4}, {12, 4}, {28, 4}};
     expect_plan(t, lp(32, 4, 2), 2, s32);
-    /* seed 003, no interleaving: 8 layers on 2 stages, offset = rank * 4 */
+    /* No interleaving: 8 layers on 2 stages, offset = rank * 4 */
     static const int s8[2][2] = {{0, 4}, {4, 4}};
     expect_plan(t, lp(8, 2, 0), 1, s8);
 

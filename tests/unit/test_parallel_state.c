@@ -175,7 +175,7 @@ MG_TEST(parallel_state_golden_layouts_match_megatron) {
     cJSON_Delete(root);
 }
 
-/* ---- seed 004: initialize_model_parallel's docstring, 16 GPUs, TP 2, PP 4 ---- */
+/* ---- initialize_model_parallel's docstring: 16 GPUs, TP 2, PP 4 ---- */
 
 static void expect_groups(mg_test_ctx *t, const mg_parallel_layout *l, mg_group_kind k,
                           int n_groups, int size, const int *want) {
@@ -191,7 +191,7 @@ static void expect_groups(mg_test_ctx *t, const mg_parallel_layout *l, mg_group_
     }
 }
 
-MG_TEST(parallel_state_seed004_16_gpus_tp2_pp4) {
+MG_TEST(parallel_state_docstring_16_gpus_tp2_pp4) {
     mg_parallel_sizes s = sizes(16, 2, 4, 1, 1, -1, "");
     mg_parallel_layout l;
     MG_EXPECT_OK(mg_parallel_layout_build(&s, &l));
@@ -203,7 +203,7 @@ MG_TEST(parallel_state_seed004_16_gpus_tp2_pp4) {
     static const int tp[] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
     /* "4 pipeline model-parallel groups: [g0, g4, g8, g12], [g1, g5, g9, g13], ..." */
     static const int pp[] = {0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15};
-    /* seed 004's model-parallel groups (tp x pp): [0, 1, 4, 5, 8, 9, 12, 13], [2, 3, ...] */
+    /* the docstring's model-parallel groups (tp x pp): [0, 1, 4, 5, 8, 9, 12, 13], [2, 3, ...] */
     static const int mp[] = {0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15};
     /* embedding: first and last stage of each pipeline */
     static const int emb[] = {0, 12, 1, 13, 2, 14, 3, 15};
@@ -218,7 +218,7 @@ MG_TEST(parallel_state_seed004_16_gpus_tp2_pp4) {
     expect_groups(t, &l, MG_GROUP_EXPERT_TP_EP_PP, 2, 8, mp);
     expect_groups(t, &l, MG_GROUP_EMBEDDING, 4, 2, emb);
     expect_groups(t, &l, MG_GROUP_POSITION_EMBEDDING, 4, 1, pos);
-    /* rank 2 (seed 004): tp group [2, 3], pipeline [2, 6, 10, 14], data [0, 2] */
+    /* rank 2 (the docstring's layout): tp group [2, 3], pipeline [2, 6, 10, 14], data [0, 2] */
     mg_rank_coords c;
     MG_EXPECT_OK(mg_parallel_rank_coords(&l, 2, &c));
     MG_EXPECT(c.tp == 0 && c.dp == 1 && c.pp == 0 && c.cp == 0 && c.ep == 0,

@@ -1,7 +1,8 @@
-/* Pipeline schedules (src/parallel/pipeline/schedule.c) against Megatron-LM: the worked examples of
- * seed 003/000 and of Megatron's own docstrings spelled out, megatron-core 0.16.1's functions'
- * outputs (tests/golden/pp_schedule/schedule.json, tools/reference/megatron_pp_schedule.py),
- * invariants over every valid configuration up to P 8, V 4, M 32, and every rejection. */
+/* Pipeline schedules (src/parallel/pipeline/schedule.c) against Megatron-LM: worked examples (PP 4,
+ * VPP 2, 8 microbatches; no pipelining) and Megatron's own docstrings spelled out, megatron-core
+ * 0.16.1's functions' outputs (tests/golden/pp_schedule/schedule.json,
+ * tools/reference/megatron_pp_schedule.py), invariants over every valid configuration up to P 8, V
+ * 4, M 32, and every rejection. */
 #include "test.h"
 
 #include "golden_io.h"
@@ -34,9 +35,9 @@ static void expect_order(mg_test_ctx *t, mg_pp_schedule_params s, int rank, cons
         }
 }
 
-/* Seed 003 / 000: PP 4, VPP 2, 8 microbatches (G defaults to P = 4). Warm-up (P-r-1)*2 + (V-1)*G:
- * 10, 8, 6, 4. Rank 0's order is the one seed 000 derives step by step. */
-MG_TEST(schedule_seed_interleaved_example) {
+/* PP 4, VPP 2, 8 microbatches (G defaults to P = 4). Warm-up (P-r-1)*2 + (V-1)*G:
+ * 10, 8, 6, 4. Rank 0's order, derived step by step. */
+MG_TEST(schedule_interleaved_worked_example) {
     mg_pp_schedule_params s = params(4, 2, 8, 0);
     MG_EXPECT_OK(mg_pp_schedule_check(&s));
     static const int want_warmup[4] = {10, 8, 6, 4};
@@ -118,7 +119,7 @@ MG_TEST(schedule_megatron_docstring_examples) {
     static const int r3[16] = {1, -1, 1, -1, 1, -1, 1, -1, 1, -1, 1, -1, 1, -1, 1, -1};
     expect_order(t, s, 0, r0, 16);
     expect_order(t, s, 3, r3, 16);
-    /* Without pipelining (seed 000): forward, backward per microbatch. */
+    /* Without pipelining: forward, backward per microbatch. */
     s = params(1, 1, 4, 0);
     static const int p1[8] = {1, -1, 1, -1, 1, -1, 1, -1};
     expect_order(t, s, 0, p1, 8);

@@ -156,8 +156,8 @@ def cases():
     # Sizes 10, 20, 30 over 2 ranks, and a hand-worked example of four parameters (16 elements
     # over 4 ranks; the case names are kept: the committed golden file carries them).
     c.append(("example_10_20_30", [10, 20, 30], 2, True, False))
-    c.append(("seed002_plain", [4, 4, 5, 3], 4, False, False))
-    c.append(("seed002_distopt", [4, 4, 5, 3], 4, True, False))
+    c.append(("worked4_plain", [4, 4, 5, 3], 4, False, False))
+    c.append(("worked4_distopt", [4, 4, 5, 3], 4, True, False))
     # Sizes not divisible by D, for D = 1, 2, 4, 8 (and 3, 6: lcm with 128 is not a power of two).
     odd = [7, 13, 100, 1, 65, 129, 64, 63]
     for d in (1, 2, 3, 4, 6, 8):

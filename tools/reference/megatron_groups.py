@@ -193,7 +193,7 @@ def L(name, world, tp=1, pp=1, cp=1, ep=1, etp=-1, order=DEFAULT):
 LAYOUTS = [
     # initialize_model_parallel's docstring example: 16 GPUs, TP 2, PP 4 (the name is kept: the
     # committed golden file carries it)
-    L("seed004_w16_tp2_pp4", 16, tp=2, pp=4),
+    L("docstring_w16_tp2_pp4", 16, tp=2, pp=4),
     L("w1", 1),
     L("w8_dp8", 8),
     L("w8_tp4_cp2", 8, tp=4, cp=2),  # the docstring's context-parallel example

@@ -7,9 +7,10 @@
  * Slots: a forward takes a free slot and the backward of the same (microbatch, chunk) frees it
  * (an evaluation's forward frees its slot once its output is sent), so at most
  * mg_pp_schedule_activation_slots slots are held: activation memory set by the pipeline depth, not
- * by the number of microbatches (seed 000). A received hidden state lands directly in the slot of
- * the forward that needs it; an input gradient waits in a buffer of its own until its
- * receiver asks (the plan says how many such buffers there are).
+ * by the number of microbatches (the slot count comes from simulating the schedule's order). A
+ * received hidden state lands directly in the slot of the forward that needs it; an input gradient
+ * waits in a buffer of its own until its receiver asks (the plan says how many such buffers there
+ * are).
  *
  * Communication, two ways. In plan order (the plan's steps one by one, each message a
  * rendezvous): on the backend's compute stream, in order with compute (NCCL group calls), or MPI
