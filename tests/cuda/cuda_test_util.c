@@ -29,13 +29,19 @@ mg_backend *ct_cpu(mg_test_ctx *t) {
     return g_cpu;
 }
 
+/* Read once: ct_dtype is asked for every element that the inputs round (ct_round_act), and a
+ * getenv per element was most of the suite's host time. */
 int ct_as_cpu(void) {
-    const char *as_cpu = getenv("MG_TEST_CUDA_AS_CPU");
-    if (!as_cpu) return 0;
-    return strcmp(as_cpu, "1") == 0      ? 1
-           : strcmp(as_cpu, "bf16") == 0 ? 2
-           : strcmp(as_cpu, "f16") == 0  ? 3
-                                         : 0;
+    static int mode = -1;
+    if (mode < 0) {
+        const char *as_cpu = getenv("MG_TEST_CUDA_AS_CPU");
+        mode = !as_cpu                       ? 0
+               : strcmp(as_cpu, "1") == 0    ? 1
+               : strcmp(as_cpu, "bf16") == 0 ? 2
+               : strcmp(as_cpu, "f16") == 0  ? 3
+                                             : 0;
+    }
+    return mode;
 }
 
 /* MG_TEST_CUDA_DTYPE: NULL (unset), "bf16" or "fp16"; anything else is reported by ct_gpu. */
@@ -44,10 +50,15 @@ static const char *dtype_env(void) {
 }
 
 mg_dtype ct_dtype(void) {
-    int as_cpu = ct_as_cpu();
-    if (as_cpu >= 2) return as_cpu == 3 ? MG_F16 : MG_BF16;
-    const char *d = dtype_env();
-    return d && strcmp(d, "fp16") == 0 ? MG_F16 : MG_BF16;
+    static int dtype = -1; /* read once, as ct_as_cpu */
+    if (dtype < 0) {
+        int as_cpu = ct_as_cpu();
+        const char *d = dtype_env();
+        dtype = as_cpu >= 2                   ? (as_cpu == 3 ? MG_F16 : MG_BF16)
+                : d && strcmp(d, "fp16") == 0 ? MG_F16
+                                              : MG_BF16;
+    }
+    return (mg_dtype)dtype;
 }
 
 mg_backend *ct_gpu(mg_test_ctx *t) {
@@ -112,12 +123,18 @@ float ct_act_value(uint16_t bits) {
     return ct_dtype() == MG_F16 ? mg_f16_to_f32(bits) : mg_bf16_to_f32(bits);
 }
 
+/* The input makers below fill large buffers (up to 10^8 elements) on the host while the device
+ * waits: they run on OpenMP threads. Each element depends on its index alone (counter-based
+ * random numbers), so the values are the same for any thread count. */
 void ct_round_act(float *x, size_t n) {
+    (void)ct_dtype(); /* read the environment once, before the threads ask */
+#pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++) x[i] = ct_act_value(ct_act_bits(x[i]));
 }
 
 float *ct_rand_act(ct_pool *P, uint32_t id, size_t n, float scale) {
     float *p = ct_host(P, n * sizeof(float));
+#pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++) p[i] = scale * mg_rng_normal(CT_SEED, id, i);
     ct_round_act(p, n);
     return p;
@@ -125,6 +142,7 @@ float *ct_rand_act(ct_pool *P, uint32_t id, size_t n, float scale) {
 
 float *ct_uniform_f32(ct_pool *P, uint32_t id, size_t n, float lo, float hi) {
     float *p = ct_host(P, n * sizeof(float));
+#pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++) p[i] = lo + (hi - lo) * mg_rng_uniform(CT_SEED, id, i);
     return p;
 }

@@ -19,99 +19,115 @@ static const lin_case k_cases[] = {
 };
 #define NCASES (sizeof k_cases / sizeof k_cases[0])
 
+/* A case's input and weight (scale w_scale / sqrt(IC)) and, with `bias`, bias (scale 0.5), seeded
+ * by ids id, id + 1 and id + 2, and their uploads. A case's inputs serve all its variants; each
+ * variant gets a freshly poisoned output. */
+typedef struct {
+    float *inp, *w, *bias;
+    void *d_inp, *d_w, *d_bias;
+} lin_in;
+
+static lin_in lin_inputs(ct_pool *P, lin_case c, uint32_t id, float w_scale, bool bias) {
+    size_t ni = (size_t)c.N * c.IC, nw = (size_t)c.OC * c.IC;
+    lin_in in = {0};
+    in.inp = ct_rand_act(P, id, ni, 1.0f);
+    in.w = ct_rand_act(P, id + 1, nw, w_scale / sqrtf((float)c.IC));
+    in.d_inp = ct_up_act(P, in.inp, ni);
+    in.d_w = ct_up_act(P, in.w, nw);
+    if (bias) {
+        in.bias = ct_rand_act(P, id + 2, c.OC, 0.5f);
+        in.d_bias = ct_up_act(P, in.bias, c.OC);
+    }
+    return in;
+}
+
 /* variant bit 0: bias, bit 1: residual */
 MG_TEST(cuda_linear_forward_matches_cpu) {
     CT_BACKENDS(cpu, gpu);
-    for (size_t k = 0; k < NCASES; k++)
-        for (int variant = 0; variant < 4; variant++) {
-            lin_case c = k_cases[k];
+    for (size_t k = 0; k < NCASES; k++) {
+        lin_case c = k_cases[k];
+        size_t no = (size_t)c.N * c.OC;
+        ct_pool P = ct_pool_of(t, gpu);
+        lin_in in = lin_inputs(&P, c, 80, 1.0f, true);
+        float *res = ct_rand_act(&P, 79, no, 1.0f), *ref = ct_host(&P, no * 4);
+        void *d_res = ct_up_act(&P, res, no);
+        for (int variant = 0; variant < 4 && !P.failed; variant++) {
             int with_bias = variant & 1, with_res = variant >> 1;
-            size_t ni = (size_t)c.N * c.IC, nw = (size_t)c.OC * c.IC, no = (size_t)c.N * c.OC;
-            ct_pool P = ct_pool_of(t, gpu);
-            float *inp = ct_rand_act(&P, 80, ni, 1.0f);
-            float *w = ct_rand_act(&P, 81, nw, 1.0f / sqrtf((float)c.IC));
-            float *bias = ct_rand_act(&P, 82, c.OC, 0.5f), *ref = ct_host(&P, no * 4);
-            float *res = ct_rand_act(&P, 79, no, 1.0f);
-            MG_EXPECT_OK(cpu->linear_forward(cpu, ref, inp, w, with_bias ? bias : NULL,
+            MG_EXPECT_OK(cpu->linear_forward(cpu, ref, in.inp, in.w, with_bias ? in.bias : NULL,
                                              with_res ? res : NULL, c.N, c.IC, c.OC));
-            void *d_inp = ct_up_act(&P, inp, ni), *d_w = ct_up_act(&P, w, nw);
-            void *d_bias = ct_up_act(&P, bias, c.OC), *d_out = ct_poison_act(&P, no);
-            void *d_res = ct_up_act(&P, res, no);
-            if (!P.failed) {
-                MG_EXPECT_OK(gpu->linear_forward(gpu, d_out, d_inp, d_w, with_bias ? d_bias : NULL,
-                                                 with_res ? d_res : NULL, c.N, c.IC, c.OC));
-                CT_EXPECT_CLOSE(ct_down_act(&P, d_out, no), ref, no, CT_TOL_GEMM,
-                                "linear_forward N=%d IC=%d OC=%d bias=%d residual=%d", c.N, c.IC,
-                                c.OC, with_bias, with_res);
-            }
-            ct_pool_free(&P);
+            void *d_out = ct_poison_act(&P, no);
+            if (P.failed) break;
+            MG_EXPECT_OK(gpu->linear_forward(gpu, d_out, in.d_inp, in.d_w,
+                                             with_bias ? in.d_bias : NULL, with_res ? d_res : NULL,
+                                             c.N, c.IC, c.OC));
+            CT_EXPECT_CLOSE(ct_down_act(&P, d_out, no), ref, no, CT_TOL_GEMM,
+                            "linear_forward N=%d IC=%d OC=%d bias=%d residual=%d", c.N, c.IC, c.OC,
+                            with_bias, with_res);
         }
+        ct_pool_free(&P);
+    }
 }
 
 /* linear_gelu_forward: both outputs (the pre-activation saved for backward and the GELU), poisoned
  * first, against the CPU's linear + GELU. */
 MG_TEST(cuda_linear_gelu_forward_matches_cpu) {
     CT_BACKENDS(cpu, gpu);
-    for (size_t k = 0; k < NCASES; k++)
-        for (int with_bias = 0; with_bias < 2; with_bias++) {
-            lin_case c = k_cases[k];
-            size_t ni = (size_t)c.N * c.IC, nw = (size_t)c.OC * c.IC, no = (size_t)c.N * c.OC;
-            ct_pool P = ct_pool_of(t, gpu);
-            float *inp = ct_rand_act(&P, 90, ni, 1.0f);
-            float *w = ct_rand_act(&P, 91, nw, 2.0f / sqrtf((float)c.IC));
-            float *bias = ct_rand_act(&P, 92, c.OC, 0.5f);
-            float *ref = ct_host(&P, no * 4), *ref_pre = ct_host(&P, no * 4);
-            MG_EXPECT_OK(cpu->linear_gelu_forward(cpu, ref, ref_pre, inp, w,
-                                                  with_bias ? bias : NULL, c.N, c.IC, c.OC));
-            void *d_inp = ct_up_act(&P, inp, ni), *d_w = ct_up_act(&P, w, nw);
-            void *d_bias = ct_up_act(&P, bias, c.OC), *d_out = ct_poison_act(&P, no);
-            void *d_pre = ct_poison_act(&P, no);
-            if (!P.failed) {
-                MG_EXPECT_OK(gpu->linear_gelu_forward(gpu, d_out, d_pre, d_inp, d_w,
-                                                      with_bias ? d_bias : NULL, c.N, c.IC, c.OC));
-                CT_EXPECT_CLOSE(ct_down_act(&P, d_pre, no), ref_pre, no, CT_TOL_GEMM,
-                                "linear_gelu_forward pre N=%d IC=%d OC=%d bias=%d", c.N, c.IC, c.OC,
-                                with_bias);
-                CT_EXPECT_CLOSE(ct_down_act(&P, d_out, no), ref, no, CT_TOL_GEMM,
-                                "linear_gelu_forward out N=%d IC=%d OC=%d bias=%d", c.N, c.IC, c.OC,
-                                with_bias);
-            }
-            ct_pool_free(&P);
+    for (size_t k = 0; k < NCASES; k++) {
+        lin_case c = k_cases[k];
+        size_t no = (size_t)c.N * c.OC;
+        ct_pool P = ct_pool_of(t, gpu);
+        lin_in in = lin_inputs(&P, c, 90, 2.0f, true);
+        float *ref = ct_host(&P, no * 4), *ref_pre = ct_host(&P, no * 4);
+        for (int with_bias = 0; with_bias < 2 && !P.failed; with_bias++) {
+            MG_EXPECT_OK(cpu->linear_gelu_forward(cpu, ref, ref_pre, in.inp, in.w,
+                                                  with_bias ? in.bias : NULL, c.N, c.IC, c.OC));
+            void *d_out = ct_poison_act(&P, no), *d_pre = ct_poison_act(&P, no);
+            if (P.failed) break;
+            MG_EXPECT_OK(gpu->linear_gelu_forward(gpu, d_out, d_pre, in.d_inp, in.d_w,
+                                                  with_bias ? in.d_bias : NULL, c.N, c.IC, c.OC));
+            CT_EXPECT_CLOSE(ct_down_act(&P, d_pre, no), ref_pre, no, CT_TOL_GEMM,
+                            "linear_gelu_forward pre N=%d IC=%d OC=%d bias=%d", c.N, c.IC, c.OC,
+                            with_bias);
+            CT_EXPECT_CLOSE(ct_down_act(&P, d_out, no), ref, no, CT_TOL_GEMM,
+                            "linear_gelu_forward out N=%d IC=%d OC=%d bias=%d", c.N, c.IC, c.OC,
+                            with_bias);
         }
+        ct_pool_free(&P);
+    }
 }
 
 /* variant 0: dinp and dbias; 1: dinp, no dbias; 2: no dinp (first layer), dbias; 3: dinp through
- * a GELU (gelu_pre) and dbias. */
+ * a GELU (gelu_pre) and dbias. Inputs made and uploaded once per case, as above. */
 MG_TEST(cuda_linear_backward_matches_cpu_and_repeats) {
     CT_BACKENDS(cpu, gpu);
-    for (size_t k = 0; k < NCASES; k++)
-        for (int variant = 0; variant < 4; variant++) {
-            lin_case c = k_cases[k];
+    for (size_t k = 0; k < NCASES; k++) {
+        lin_case c = k_cases[k];
+        size_t ni = (size_t)c.N * c.IC, nw = (size_t)c.OC * c.IC, no = (size_t)c.N * c.OC;
+        ct_pool P = ct_pool_of(t, gpu);
+        lin_in in = lin_inputs(&P, c, 83, 1.0f, false);
+        float *dout = ct_rand_act(&P, 85, no, 1.0f);
+        float *dw0 = ct_uniform_f32(&P, 86, nw, -1.0f, 1.0f);
+        float *db0 = ct_uniform_f32(&P, 87, c.OC, -1.0f, 1.0f);
+        float *pre = ct_rand_act(&P, 78, ni, 2.0f); /* GELU input: both signs, the bend */
+        float *ref_dinp = ct_host(&P, ni * 4), *ref_dw = ct_host(&P, nw * 4);
+        float *ref_db = ct_host(&P, (size_t)c.OC * 4);
+        void *d_pre = ct_up_act(&P, pre, ni), *d_dout = ct_up_act(&P, dout, no);
+        float *d_dw = ct_up_f32(&P, dw0, nw), *d_db = ct_up_f32(&P, db0, c.OC);
+        for (int variant = 0; variant < 4 && !P.failed; variant++) {
             int want_dinp = variant != 2, want_db = variant != 1, want_gelu = variant == 3;
-            size_t ni = (size_t)c.N * c.IC, nw = (size_t)c.OC * c.IC, no = (size_t)c.N * c.OC;
-            ct_pool P = ct_pool_of(t, gpu);
-            float *inp = ct_rand_act(&P, 83, ni, 1.0f);
-            float *w = ct_rand_act(&P, 84, nw, 1.0f / sqrtf((float)c.IC));
-            float *dout = ct_rand_act(&P, 85, no, 1.0f);
-            float *dw0 = ct_uniform_f32(&P, 86, nw, -1.0f, 1.0f);
-            float *db0 = ct_uniform_f32(&P, 87, c.OC, -1.0f, 1.0f);
-            float *pre = ct_rand_act(&P, 78, ni, 2.0f); /* GELU input: both signs, the bend */
-            float *ref_dinp = ct_host(&P, ni * 4), *ref_dw = ct_dup(&P, dw0, nw);
-            float *ref_db = ct_dup(&P, db0, c.OC);
+            memcpy(ref_dw, dw0, nw * 4);
+            memcpy(ref_db, db0, (size_t)c.OC * 4);
             MG_EXPECT_OK(cpu->linear_backward(cpu, want_dinp ? ref_dinp : NULL, ref_dw,
-                                              want_db ? ref_db : NULL, dout, inp, w,
+                                              want_db ? ref_db : NULL, dout, in.inp, in.w,
                                               want_gelu ? pre : NULL, c.N, c.IC, c.OC));
-            void *d_inp = ct_up_act(&P, inp, ni), *d_w = ct_up_act(&P, w, nw);
-            void *d_pre = ct_up_act(&P, pre, ni);
-            void *d_dout = ct_up_act(&P, dout, no), *d_dinp = ct_poison_act(&P, ni);
-            float *d_dw = ct_up_f32(&P, dw0, nw), *d_db = ct_up_f32(&P, db0, c.OC);
-            if (P.failed) goto next;
+            void *d_dinp = ct_poison_act(&P, ni);
+            if (P.failed) break;
             float *got[2][3];
             for (int run = 0; run < 2; run++) {
                 ct_put_f32(&P, d_dw, dw0, nw);
                 ct_put_f32(&P, d_db, db0, c.OC);
                 MG_EXPECT_OK(gpu->linear_backward(gpu, want_dinp ? d_dinp : NULL, d_dw,
-                                                  want_db ? d_db : NULL, d_dout, d_inp, d_w,
+                                                  want_db ? d_db : NULL, d_dout, in.d_inp, in.d_w,
                                                   want_gelu ? d_pre : NULL, c.N, c.IC, c.OC));
                 got[run][0] = ct_down_act(&P, d_dinp, ni);
                 got[run][1] = ct_down_f32(&P, d_dw, nw);
@@ -135,9 +151,9 @@ MG_TEST(cuda_linear_backward_matches_cpu_and_repeats) {
                 CT_EXPECT_SAME_BITS(got[0][o], got[1][o], sizes[o] * 4,
                                     "linear_backward output %d N=%d IC=%d OC=%d", o, c.N, c.IC,
                                     c.OC);
-        next:
-            ct_pool_free(&P);
         }
+        ct_pool_free(&P);
+    }
 }
 
 /* A NaN in one input row and an Inf in another: the NaN row comes out all NaN, the Inf row all

@@ -38,8 +38,6 @@ static int run(mg_test_ctx *t, const char *device, loss_run *r) {
                            "3",
                            "--seed",
                            "7",
-                           "--num-threads",
-                           "2",
                            "--eod-mask-loss",
                            "--calculate-per-token-loss",
                            NULL};

@@ -65,7 +65,7 @@ static void make_config(dist_ctx *t, mg_config *c, int world, const variant *v) 
                     "--hidden-size",
                     "32",
                     "--num-attention-heads",
-                    "4",
+                    "2",
                     "--seq-length",
                     "16",
                     "--vocab-size",

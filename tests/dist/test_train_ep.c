@@ -32,7 +32,7 @@ static void make_config(dist_ctx *t, mg_config *c, const variant *v, int ep, int
                            "--hidden-size",
                            "32",
                            "--num-attention-heads",
-                           "4",
+                           "2",
                            "--seq-length",
                            "16",
                            "--vocab-size",

@@ -34,7 +34,7 @@ static void model_flags(bool per_token, bool tied, const char **argv) {
                             "--hidden-size",
                             "32",
                             "--num-attention-heads",
-                            "4",
+                            "2",
                             "--seq-length",
                             "16",
                             "--vocab-size",

@@ -37,14 +37,16 @@ typedef struct {
 
 static void model_flags(const variant *v, const char **argv, char *layers) {
     snprintf(layers, 8, "%d", v->layers);
-    const char *gpt2[] = {"--hidden-size", "32", "--num-attention-heads", "4", NULL};
+    const char *gpt2[] = {"--hidden-size", "32", "--num-attention-heads", "2", NULL};
+    /* two heads of 16 channels (the fewest the CUDA attention kernels take) in one query group,
+     * or under TP 2 in two (one per rank) */
     const char *llama[] = {"--hidden-size",
                            "32",
                            "--num-attention-heads",
-                           "4",
+                           "2",
                            "--group-query-attention",
                            "--num-query-groups",
-                           "2",
+                           v->tp > 1 ? "2" : "1",
                            "--ffn-hidden-size",
                            "64",
                            "--normalization",

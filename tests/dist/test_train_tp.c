@@ -55,18 +55,22 @@ typedef struct {
 } variant;
 
 static void make_config(dist_ctx *t, mg_config *c, const variant *v, int tp, int world) {
-    char groups[8];
-    snprintf(groups, sizeof groups, "%d", v->tp);
-    char *gpt2[] = {"--num-layers", "2", "--hidden-size", "32", "--num-attention-heads", "4"};
+    /* Heads of 16 channels, the fewest the CUDA attention kernels take, in the smallest models
+     * that T splits: GPT-2 style T heads (one per rank); Llama style 4 heads in T query groups
+     * (T = 2: two query heads per group). */
+    char tsize[8], g_hidden[8];
+    snprintf(tsize, sizeof tsize, "%d", v->tp);
+    snprintf(g_hidden, sizeof g_hidden, "%d", 16 * v->tp);
+    char *gpt2[] = {"--num-layers", "2", "--hidden-size", g_hidden, "--num-attention-heads", tsize};
     char *llama[] = {"--num-layers",
                      "2",
                      "--hidden-size",
                      "64",
                      "--num-attention-heads",
-                     "8",
+                     "4",
                      "--group-query-attention",
                      "--num-query-groups",
-                     groups,
+                     tsize,
                      "--ffn-hidden-size",
                      "64",
                      "--normalization",
@@ -196,7 +200,7 @@ void test_train_tp(dist_ctx *t) {
          false},
         {"llama tp2+sp x dp, distributed optimizer, overlap-grad-reduce and param-gather", true,
          true, true, 2, 0, false},
-        /* partial RoPE (4 of 8 channels per head) and zero-centred norm weights (replicated,
+        /* partial RoPE (8 of 16 channels per head) and zero-centred norm weights (replicated,
          * partial gradients under SP) */
         {"llama tp+sp, --rotary-percent 0.5 --apply-layernorm-1p", true, true, false, T, 0.5, true},
         {"gpt2 tp, --apply-layernorm-1p", false, false, false, T, 0, true},
