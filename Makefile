@@ -143,13 +143,12 @@ TEST_SRC := $(shell find tests/unit -name '*.c' | sort)
 DIST_SRC := $(shell find tests/dist -name '*.c' | sort)
 CUDA_TEST_SRC := $(shell find tests/cuda -name '*.c' 2>/dev/null | sort)
 
-# The CUDA backend's fp16 twin (mg_backend_cuda_create_dtype with MG_F16): every op file and the
-# table that names its launchers (cuda_table.c) built again with -DMG_CUDA_F16, which makes h16
-# fp16 and names the launchers mg_cuda_f16_* (src/backend/cuda/cuda_f16_names.h). CUTLASS's
-# grouped GEMM is bf16 only: fp16 takes the portable kernel.
+# The CUDA backend's fp16 twin (mg_backend_cuda_create_dtype with MG_F16): every op file built
+# again with -DMG_CUDA_F16, which makes h16 fp16 and names the launchers mg_cuda_f16_* (MG_CUDA_FN,
+# src/backend/cuda/cuda_ops.h; the table, cuda_table.c, is built once and picks by dtype).
+# CUTLASS's grouped GEMM is bf16 only: fp16 takes the portable kernel.
 CU_F16_SRC := $(filter-out %/grouped_gemm_cutlass.cu,$(CU_SRC))
-CU_F16_OBJ := $(if $(HAVE_CUDA),$(CU_F16_SRC:%.cu=$(BUILD)/obj/%.cu.f16.o) \
-              $(BUILD)/obj/src/backend/cuda/cuda_table.f16.o)
+CU_F16_OBJ := $(if $(HAVE_CUDA),$(CU_F16_SRC:%.cu=$(BUILD)/obj/%.cu.f16.o))
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(CU_SRC:%.cu=$(BUILD)/obj/%.cu.o) $(CU_F16_OBJ) $(CXX_SRC:%.cc=$(BUILD)/obj/%.cc.o)
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/obj/%.o)
@@ -187,10 +186,6 @@ $(BUILD)/obj/%.cu.o: %.cu
 $(BUILD)/obj/%.cu.f16.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCC_ALL) -DMG_CUDA_F16 -MMD -MP -c $< -o $@
-
-$(BUILD)/obj/%.f16.o: %.c
-	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -DMG_CUDA_F16 $(DEPFLAGS) -c $< -o $@
 
 ifeq ($(HAVE_CUTLASS),yes)
 $(BUILD)/obj/src/backend/cuda/grouped_gemm_cutlass.cu.o: NVCC_ALL := $(filter-out $(CUDA_ARCH),$(NVCC_ALL)) \

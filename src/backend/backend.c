@@ -1,71 +1,62 @@
-/* Backend-independent helpers: validation of an op table, the ordering of a collective between
- * compute work; mg_backend_cuda_create (bf16), and mg_backend_cuda_create_dtype's stand-in in
- * builds without the CUDA backend. */
+/* Backend-independent helpers: the op table's entries as data (generated from backend_ops.h) and
+ * its validation, the ordering of a collective between compute work; mg_backend_cuda_create
+ * (bf16), and mg_backend_cuda_create_dtype's stand-in in builds without the CUDA backend. */
 #include "backend/backend.h"
 
 #include <stdio.h>
 #include <string.h>
 
-mg_status mg_backend_validate(const mg_backend *be) {
-    if (!be) return MG_FAIL(MG_ERR_INTERNAL, "no backend given (NULL op table)");
-    char missing[1024] = "";
+const mg_backend_entry mg_backend_entries[MG_BACKEND_N_ENTRIES] = {
+#define MG_OP(name, need, kind, ret, params) {#name, MG_NEED_##need, MG_BACKEND_##kind},
+#define MG_NEED_REQ                          true
+#define MG_NEED_OPT                          false
+#include "backend/backend_ops.h"
+#undef MG_NEED_REQ
+#undef MG_NEED_OPT
+};
+
+bool mg_backend_has(const mg_backend *be, int i) {
+    switch (i) {
+#define MG_OP(name, need, kind, ret, params)                                                       \
+    case MG_BACKEND_ENTRY_##name:                                                                  \
+        return be->name != NULL;
+#include "backend/backend_ops.h"
+    default:
+        return false;
+    }
+}
+
+/* The names of the entries of be that are NULL among the required ones (moe: among the MoE ops),
+ * comma-separated in table order into missing; their count. */
+static int missing_entries(const mg_backend *be, bool moe, char *missing, size_t size) {
     size_t used = 0;
     int count = 0;
-    /* Every entry is required today except the optional ones (memory_info, matmul_peak_tflops);
-     * an entry that becomes optional leaves this list. */
-#define MG_REQUIRE(entry)                                                                          \
-    do {                                                                                           \
-        if (!be->entry) {                                                                          \
-            int n_ = snprintf(missing + used, sizeof missing - used, "%s%s", count ? ", " : "",    \
-                              #entry);                                                             \
-            if (n_ > 0 && used + (size_t)n_ < sizeof missing) used += (size_t)n_;                  \
-            count++;                                                                               \
-        }                                                                                          \
-    } while (0)
-    MG_REQUIRE(alloc);
-    MG_REQUIRE(free);
-    MG_REQUIRE(copy_h2d);
-    MG_REQUIRE(copy_d2h);
-    MG_REQUIRE(copy_d2d);
-    MG_REQUIRE(memset_zero);
-    MG_REQUIRE(upload_f32);
-    MG_REQUIRE(download_f32);
-    MG_REQUIRE(synchronize);
-    MG_REQUIRE(destroy);
-    MG_REQUIRE(embedding_forward);
-    MG_REQUIRE(embedding_backward);
-    MG_REQUIRE(layernorm_forward);
-    MG_REQUIRE(layernorm_backward);
-    MG_REQUIRE(rmsnorm_forward);
-    MG_REQUIRE(rmsnorm_backward);
-    MG_REQUIRE(linear_forward);
-    MG_REQUIRE(linear_gelu_forward);
-    MG_REQUIRE(linear_backward);
-    MG_REQUIRE(gelu_forward);
-    MG_REQUIRE(gelu_backward);
-    MG_REQUIRE(swiglu_forward);
-    MG_REQUIRE(swiglu_backward);
-    MG_REQUIRE(rope_forward);
-    MG_REQUIRE(rope_backward);
-    MG_REQUIRE(attention_saved_bytes);
-    MG_REQUIRE(attention_forward);
-    MG_REQUIRE(attention_backward);
-    MG_REQUIRE(cross_entropy_fused);
-    MG_REQUIRE(cross_entropy_max);
-    MG_REQUIRE(cross_entropy_sums);
-    MG_REQUIRE(cross_entropy_finish);
-    MG_REQUIRE(add);
-    MG_REQUIRE(bias_residual_add);
-    MG_REQUIRE(dropout_add);
-    MG_REQUIRE(dropout_backward);
-    MG_REQUIRE(sum_f32);
-    MG_REQUIRE(sumsq_f32);
-    MG_REQUIRE(count_zeros_f32);
-    MG_REQUIRE(clip_coef);
-    MG_REQUIRE(adamw);
-#undef MG_REQUIRE
-    if (count)
+    missing[0] = '\0';
+    for (int i = 0; i < MG_BACKEND_N_ENTRIES; i++) {
+        const mg_backend_entry *e = &mg_backend_entries[i];
+        if ((moe ? e->kind != MG_BACKEND_MOE : !e->required) || mg_backend_has(be, i)) continue;
+        int n = snprintf(missing + used, size - used, "%s%s", count ? ", " : "", e->name);
+        if (n > 0 && used + (size_t)n < size) used += (size_t)n;
+        count++;
+    }
+    return count;
+}
+
+mg_status mg_backend_validate(const mg_backend *be) {
+    if (!be) return MG_FAIL(MG_ERR_INTERNAL, "no backend given (NULL op table)");
+    char missing[1024];
+    if (missing_entries(be, false, missing, sizeof missing))
         return MG_FAIL(MG_ERR_INTERNAL, "backend '%s' lacks required ops: %s",
+                       be->name ? be->name : "(unnamed)", missing);
+    return MG_OK;
+}
+
+mg_status mg_backend_require_moe(const mg_backend *be) {
+    char missing[1024];
+    if (missing_entries(be, true, missing, sizeof missing))
+        return MG_FAIL(MG_ERR_UNSUPPORTED,
+                       "the %s backend lacks Mixture-of-Experts ops (%s); train --num-experts "
+                       "models with --device cpu",
                        be->name ? be->name : "(unnamed)", missing);
     return MG_OK;
 }

@@ -1,26 +1,11 @@
 /* The backend op table. Model code calls these and never a device API.
  *
- * Buffer contract (the same for every backend):
- *  - activations, activation gradients and weights are in the backend's compute dtype
- *    (`compute_dtype`: fp32 on the CPU backend, bf16 or fp16 on CUDA) and passed as void
- *    pointers;
- *  - weight gradients are fp32 "main grads" and are ACCUMULATED (+=), so gradient accumulation over
- *    microbatches and tied weights need no extra code;
- *  - norm statistics, losses and optimizer state are fp32;
- *  - token ids and targets are int32;
- *  - all pointers are in the backend's memory (host for CPU, device for CUDA).
- * Unless an op says "accumulates", outputs are overwritten. Shapes are in comments; N is the number
- * of tokens in the microbatch (B*S), rows are tokens, the last dimension is contiguous.
- *
- * Fused QKV layout (Megatron's): the QKV projection output per token is ng query groups, each
- * holding r = nq/ng query heads followed by one key and one value head, each hd wide:
- *   qkv[token] = [ g0: q0 .. q(r-1), k, v | g1: ... ]      width ng*(r+2)*hd
- * Query head h belongs to group h / r. This keeps whole groups together so that a tensor-parallel
- * split of the rows of the QKV weight gives each rank complete groups.
- *
- * Optional entries may be NULL; mg_backend_validate() lists missing required ones at init.
+ * The entries, their contracts (shapes, what accumulates, the buffer contract, the fused QKV
+ * layout) and which are optional are listed once, in backend_ops.h; the struct below, the
+ * validation and both backends' tables are generated from that list. Optional entries may be
+ * NULL; mg_backend_validate() lists missing required ones at init.
  * Exports: mg_backend, mg_backend_cpu_create, mg_backend_cuda_create(_dtype),
- * mg_backend_validate. Needs: core. */
+ * mg_backend_validate, mg_backend_require_moe. Needs: core. */
 #ifndef MG_BACKEND_H
 #define MG_BACKEND_H
 
@@ -29,6 +14,7 @@
 #include "core/status.h"
 #include "core/tensor.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -61,350 +47,39 @@ typedef struct {
 typedef enum { MG_STREAM_COMPUTE = 0, MG_STREAM_COMM = 1 } mg_stream_id;
 #define MG_STREAM_MARKS 8 /* slots of stream_mark */
 
+/* The entries' function types, mg_backend_<name>_fn (backend_ops.h): the fields below and the
+ * backends' declarations of their implementations. */
+#define MG_OP(name, need, kind, ret, params) typedef ret mg_backend_##name##_fn params;
+#include "backend/backend_ops.h"
+
 struct mg_backend {
     const char *name; /* "cpu", "cuda" */
     mg_dtype compute_dtype;
     mg_device device;
     void *ctx; /* backend private state */
 
-    /* ---- memory ---- */
-    mg_status (*alloc)(mg_backend *be, size_t bytes, void **out); /* zeroed */
-    void (*free)(mg_backend *be, void *ptr);
-    mg_status (*copy_h2d)(mg_backend *be, void *dst, const void *src, size_t bytes);
-    mg_status (*copy_d2h)(mg_backend *be, void *dst, const void *src, size_t bytes);
-    mg_status (*copy_d2d)(mg_backend *be, void *dst, const void *src, size_t bytes);
-    mg_status (*memset_zero)(mg_backend *be, void *dst, size_t bytes);
-    /* fp32 host values <-> compute dtype backend buffer (parameters in and out of checkpoints) */
-    mg_status (*upload_f32)(mg_backend *be, void *dst, const float *src, size_t n);
-    mg_status (*download_f32)(mg_backend *be, float *dst, const void *src, size_t n);
-    mg_status (*synchronize)(mg_backend *be);
-    void (*destroy)(mg_backend *be);
-    /* Optional (NULL on the CPU backend): the device's free and total memory in bytes, as the
-     * driver reports them (every process's allocations and the context count as used). Does not
-     * wait for the device. */
-    mg_status (*memory_info)(mg_backend *be, size_t *free_bytes, size_t *total_bytes);
-    /* Optional (NULL on the CPU backend: plain host memory serves): zeroed page-locked host
-     * memory, which copy_d2h fills at the link's full speed (checkpoint staging), and its free. */
-    mg_status (*alloc_pinned)(mg_backend *be, size_t bytes, void **out);
-    void (*free_pinned)(mg_backend *be, void *ptr);
-    /* Optional (NULL on the CPU backend, whose ops complete in call order): the stream to hand
-     * to mg_comm calls (a cudaStream_t as void *), and an ordering between the two streams:
-     * work enqueued on `waiter` after the call starts only after everything enqueued on
-     * `signaller` before it. One event recorded and waited on by the device; no host wait. */
-    void *(*stream_handle)(mg_backend *be, mg_stream_id s);
-    mg_status (*stream_wait)(mg_backend *be, mg_stream_id waiter, mg_stream_id signaller);
-    /* Optional, with the two above: MG_STREAM_MARKS numbered points. stream_mark records point
-     * `slot` at the current end of stream s; stream_wait_mark makes work enqueued on `waiter`
-     * afterwards start only once stream s reached the point last recorded in `slot` (a slot
-     * may be recorded again as soon as its waits are enqueued). No host wait. */
-    mg_status (*stream_mark)(mg_backend *be, mg_stream_id s, int slot);
-    mg_status (*stream_wait_mark)(mg_backend *be, mg_stream_id waiter, int slot);
-
-    /* ---- embedding (vocab-parallel: this rank owns rows [v0, v0 + Vl) of the vocabulary) ----
-     * out[i,:] = (v0 <= tokens[i] < v0 + Vl ? wte[tokens[i] - v0,:] : 0) + (wpe ? wpe[p(i),:] : 0)
-     * with the position p(i) = pos ? pos[i] : i % S. pos (backend memory, every value in
-     * [0, S): the caller's guarantee) gives each token its own position (--reset-position-ids).
-     * One rank: v0 = 0, Vl = V (every token is in range). */
-    mg_status (*embedding_forward)(mg_backend *be, void *out /* (N,H) */,
-                                   const int32_t *tokens /* (N) */, const void *wte /* (Vl,H) */,
-                                   const void *wpe /* (P,H) or NULL */,
-                                   const int32_t *pos /* (N) or NULL: i % S */, int N, int S, int H,
-                                   int v0, int Vl);
-    /* accumulates dwte[tokens[i] - v0,:] += dout[i,:] for the tokens in range (the others are
-     * skipped); dwpe[p(i),:] += dout[i,:] for every row (deterministic) */
-    mg_status (*embedding_backward)(mg_backend *be, float *dwte /* (Vl,H) */,
-                                    float *dwpe /* (P,H) or NULL */, const void *dout /* (N,H) */,
-                                    const int32_t *tokens /* (N) */,
-                                    const int32_t *pos /* (N) or NULL: i % S */, int N, int S,
-                                    int H, int v0, int Vl);
-
-    /* ---- normalisation ----
-     * LayerNorm: out = (x - mean) * rstd * w + b, rstd = 1/sqrt(var + eps), biased variance. */
-    mg_status (*layernorm_forward)(mg_backend *be, void *out /* (N,H) */, float *mean /* (N) */,
-                                   float *rstd /* (N) */, const void *x /* (N,H) */,
-                                   const void *w /* (H) */, const void *b /* (H) or NULL */, int N,
-                                   int H, float eps);
-    /* dx ACCUMULATES (+=) so the residual stream gradient flows through; dw, db accumulate. */
-    mg_status (*layernorm_backward)(mg_backend *be, void *dx /* (N,H) */, float *dw /* (H) */,
-                                    float *db /* (H) or NULL */, const void *dout /* (N,H) */,
-                                    const void *x /* (N,H) */, const void *w /* (H) */,
-                                    const float *mean /* (N) */, const float *rstd /* (N) */, int N,
-                                    int H);
-    /* RMSNorm: out = x * rstd * w, rstd = 1/sqrt(mean(x^2) + eps). */
-    mg_status (*rmsnorm_forward)(mg_backend *be, void *out /* (N,H) */, float *rstd /* (N) */,
-                                 const void *x /* (N,H) */, const void *w /* (H) */, int N, int H,
-                                 float eps);
-    /* dx ACCUMULATES (+=); dw accumulates. */
-    mg_status (*rmsnorm_backward)(mg_backend *be, void *dx /* (N,H) */, float *dw /* (H) */,
-                                  const void *dout /* (N,H) */, const void *x /* (N,H) */,
-                                  const void *w /* (H) */, const float *rstd /* (N) */, int N,
-                                  int H);
-
-    /* ---- linear: out = inp @ w^T + bias (+ residual); w stored (OC, IC), as torch.nn.Linear ----
-     * `residual` (N,OC) or NULL is added in the same pass (the transformer's residual stream:
-     * out = x + proj(att) costs no separate add); it must not alias out. */
-    mg_status (*linear_forward)(mg_backend *be, void *out /* (N,OC) */,
-                                const void *inp /* (N,IC) */, const void *w /* (OC,IC) */,
-                                const void *bias /* (OC) or NULL */,
-                                const void *residual /* (N,OC) or NULL */, int N, int IC, int OC);
-    /* The GELU MLP's first layer in one pass: pre = inp @ w^T + bias (saved for backward),
-     * out = gelu(pre) (the tanh form below). */
-    mg_status (*linear_gelu_forward)(mg_backend *be, void *out /* (N,OC) */, void *pre /* (N,OC) */,
-                                     const void *inp /* (N,IC) */, const void *w /* (OC,IC) */,
-                                     const void *bias /* (OC) or NULL */, int N, int IC, int OC);
-    /* dinp = dout @ w (overwritten; skipped when dinp is NULL); dw += dout^T @ inp;
-     * dbias += column sums of dout (skipped when NULL). With `gelu_pre` (N,IC), the input of this
-     * layer was gelu(gelu_pre) and dinp is the gradient with respect to gelu_pre instead:
-     * dinp = gelu'(gelu_pre) * (dout @ w), elementwise. */
-    mg_status (*linear_backward)(mg_backend *be, void *dinp /* (N,IC) or NULL */,
-                                 float *dw /* (OC,IC) */, float *dbias /* (OC) or NULL */,
-                                 const void *dout /* (N,OC) */, const void *inp /* (N,IC) */,
-                                 const void *w /* (OC,IC) */,
-                                 const void *gelu_pre /* (N,IC) or NULL */, int N, int IC, int OC);
-
-    /* ---- activations ----
-     * GELU, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). gelu_backward:
-     * dinp = gelu'(inp) * dout, and dinp may be dout (in place). */
-    mg_status (*gelu_forward)(mg_backend *be, void *out, const void *inp, size_t n);
-    mg_status (*gelu_backward)(mg_backend *be, void *dinp, const void *inp, const void *dout,
-                               size_t n);
-    /* SwiGLU (Megatron): inp row = [gate (F) | up (F)], out = silu(gate) * up */
-    mg_status (*swiglu_forward)(mg_backend *be, void *out /* (N,F) */, const void *inp /* (N,2F) */,
-                                int N, int F);
-    mg_status (*swiglu_backward)(mg_backend *be, void *dinp /* (N,2F) */,
-                                 const void *inp /* (N,2F) */, const void *dout /* (N,F) */, int N,
-                                 int F);
-
-    /* ---- rotary position embedding, rotate-half form (Megatron default, Hugging Face Llama) ----
-     * For every query and key head of the fused qkv buffer (values untouched), token n at
-     * position s = pos ? pos[n] : n % S, the first rd channels of the head (rd even,
-     * 0 < rd <= hd; Megatron's --rotary-percent, rd = hd by default), i < rd/2:
-     *   x'[i] = x[i] cos - x[i+rd/2] sin;  x'[i+rd/2] = x[i+rd/2] cos + x[i] sin,
-     * with cos/sin = table[s, i] precomputed by the model; channels [rd, hd) pass unchanged.
-     * pos (backend memory, int32, every value in [0, S): the caller's guarantee) gives each
-     * token its own position (--reset-position-ids); NULL: positions restart every S tokens.
-     * In place. */
-    mg_status (*rope_forward)(mg_backend *be, void *qkv /* (N, ng*(r+2)*hd) */,
-                              const float *cos_tab /* (S, rd/2) */,
-                              const float *sin_tab /* (S, rd/2) */,
-                              const int32_t *pos /* (N) or NULL */, int N, int S, int nq, int ng,
-                              int hd, int rd);
-    /* Applies the inverse rotation to the query and key gradients of dqkv, in place. */
-    mg_status (*rope_backward)(mg_backend *be, void *dqkv /* (N, ng*(r+2)*hd) */,
-                               const float *cos_tab /* (S, rd/2) */,
-                               const float *sin_tab /* (S, rd/2) */,
-                               const int32_t *pos /* (N) or NULL */, int N, int S, int nq, int ng,
-                               int hd, int rd);
-
-    /* ---- causal self-attention over the fused qkv buffer, softmax scale 1/sqrt(hd) ----
-     * out[b,s, h*hd:(h+1)*hd] = softmax(q_h k_g^T * scale, causal) v_g for query head h, group g.
-     * `saved` is backend-private state for backward, attention_saved_bytes() sized.
-     * drop (NULL: none) is the attention dropout: probability P[s,t] of sequence b and head h is
-     * multiplied by mg_dropout_attention(drop, b, h, s, t, S) (0 or 1/(1-p)) before the product
-     * with v; the softmax's normaliser is the undropped one (torch: dropout(softmax(z)) v). The
-     * backward must get the forward's drop: it recomputes the mask.
-     * doc_start (NULL: plain causal) is the document mask of packed sequences
-     * (--reset-attention-mask): query s of sequence b sees the keys t with
-     * doc_start[b*S + s] <= t <= s, from the first token of its document up to itself. Backend
-     * memory, int32; each value in [0, s] and non-decreasing along a sequence (documents are
-     * contiguous runs): the caller's guarantee. The backward must get the forward's doc_start. */
-    size_t (*attention_saved_bytes)(mg_backend *be, int B, int S, int nq, int hd);
-    mg_status (*attention_forward)(mg_backend *be, void *out /* (B*S, nq*hd) */, void *saved,
-                                   const void *qkv /* (B*S, ng*(r+2)*hd) */, int B, int S, int nq,
-                                   int ng, int hd, const mg_dropout *drop,
-                                   const int32_t *doc_start /* (B*S) or NULL */);
-    /* dqkv overwritten (query, key and value parts) */
-    mg_status (*attention_backward)(mg_backend *be, void *dqkv /* (B*S, ng*(r+2)*hd) */,
-                                    const void *dout /* (B*S, nq*hd) */, const void *qkv,
-                                    const void *out /* (B*S, nq*hd) */, const void *saved, int B,
-                                    int S, int nq, int ng, int hd, const mg_dropout *drop,
-                                    const int32_t *doc_start /* (B*S) or NULL */);
-
-    /* ---- fused softmax cross-entropy ----
-     * losses[i] = logsumexp(logits[i,:]) - logits[i, targets[i]]; then, in place,
-     * logits[i,:] becomes dlogits = (softmax(logits[i,:]) - onehot(targets[i])) * dloss[i].
-     * All V columns take part, padded vocabulary entries included: in Megatron they are ordinary
-     * (trained) logits. */
-    mg_status (*cross_entropy_fused)(mg_backend *be,
-                                     void *logits /* (N,V) in: logits, out: grads */,
-                                     float *losses /* (N) */, const int32_t *targets /* (N) */,
-                                     const float *dloss /* (N) */, int N, int V);
-
-    /* ---- vocab-parallel cross-entropy (Megatron's VocabParallelCrossEntropy) ----
-     * The logits of one rank are the columns [v0, v0 + Vl) of the full (N, V) logits; the caller
-     * combines the partial results over the tensor-parallel group between the three calls:
-     *   cross_entropy_max     rowmax[i] = max_j logits[i,j]                 -> all-reduce max
-     *   cross_entropy_sums    sums[i] = sum_j exp(logits[i,j] - rowmax[i]),
-     *                         sums[N+i] = v0 <= t < v0 + Vl ? logits[i, t - v0] : 0 (t =
-     * targets[i])
-     *                                                                       -> all-reduce sum
-     *   cross_entropy_finish  losses[i] = log(sums[i]) + rowmax[i] - sums[N+i]; in place,
-     *                         logits[i,j] becomes (exp(logits[i,j] - rowmax[i]) / sums[i]
-     *                         - [j == t - v0]) * dloss[i]
-     * With v0 = 0, Vl = V and no communication this is cross_entropy_fused (up to rounding). */
-    mg_status (*cross_entropy_max)(mg_backend *be, float *rowmax /* (N) */,
-                                   const void *logits /* (N,Vl) */, int N, int Vl);
-    mg_status (*cross_entropy_sums)(mg_backend *be, float *sums /* (2N) */,
-                                    const void *logits /* (N,Vl) */, const float *rowmax /* (N) */,
-                                    const int32_t *targets /* (N) */, int v0, int N, int Vl);
-    mg_status (*cross_entropy_finish)(mg_backend *be, void *logits /* (N,Vl) in/out */,
-                                      float *losses /* (N) */, const float *rowmax /* (N) */,
-                                      const float *sums /* (2N) */,
-                                      const int32_t *targets /* (N) */,
-                                      const float *dloss /* (N) */, int v0, int N, int Vl);
-
-    /* ---- elementwise and reductions ---- */
-    mg_status (*add)(mg_backend *be, void *out, const void *a, const void *b,
-                     size_t n); /* out=a+b */
-    /* The end of a row-parallel linear layer, after the reduction of its partial products over
-     * the tensor-parallel group: out[i,:] = x[i,:] + bias + residual[i,:] (bias, residual may be
-     * NULL); out may alias x. */
-    mg_status (*bias_residual_add)(mg_backend *be, void *out /* (N,H) */, const void *x /* (N,H) */,
-                                   const void *bias /* (H) or NULL */,
-                                   const void *residual /* (N,H) or NULL */, int N, int H);
-    /* Hidden dropout closing a row-parallel layer (Megatron's bias-dropout-add), after the
-     * reduction of its partial products: out[i,:] = residual[i,:] + f(i,h) * (x[i,:] + bias),
-     * f(i,h) = mg_dropout_hidden(drop, i, h, S, H) (0 or 1/(1-p)): row i is row drop->first + i
-     * of a microbatch of sequences of S tokens. bias may be NULL; out may alias x. */
-    mg_status (*dropout_add)(mg_backend *be, void *out /* (N,H) */, const void *x /* (N,H) */,
-                             const void *bias /* (H) or NULL */, const void *residual /* (N,H) */,
-                             int N, int H, int S, const mg_dropout *drop);
-    /* Its backward through the mask: dx[i,:] = f(i,h) * dout[i,:]; dx may alias dout. */
-    mg_status (*dropout_backward)(mg_backend *be, void *dx /* (N,H) */,
-                                  const void *dout /* (N,H) */, int N, int H, int S,
-                                  const mg_dropout *drop);
-    /* *out += scale * sum_i x[i] * (w ? w[i] : 1)  (fp32, deterministic order) */
-    mg_status (*sum_f32)(mg_backend *be, float *out /* (1) */, const float *x /* (n) */,
-                         const float *w /* (n) or NULL */, size_t n, float scale);
-    /* *out += scale * sum_i x[i]^2 (fp32 input; the sum in double, so no finite input overflows
-     * it; scaled, then rounded to fp32): scale = 1 / loss scale^2 gives the unscaled gradients'
-     * sum of squares from the scaled ones without a false overflow */
-    mg_status (*sumsq_f32)(mg_backend *be, float *out /* (1) */, const float *x /* (n) */, size_t n,
-                           double scale);
-    /* *out += the number of i with x[i] == 0 (-0 counts; NaN does not): Megatron's
-     * count_zeros_fp32 behind --log-num-zeros-in-grad, exact in int64 */
-    mg_status (*count_zeros_f32)(mg_backend *be, int64_t *out /* (1) */, const float *x /* (n) */,
-                                 size_t n);
-    /* Global-norm clipping without a host read, of gradients held multiplied by the loss scale
-     * (unscale = 1 / that scale; 1 without loss scaling; *sumsq is the unscaled gradients', see
-     * sumsq_f32): norm = sqrt(*sumsq); *norm_out = norm; *coef_out = (clip > 0 && norm > clip ?
-     * clip / (norm + 1e-6) : 1) * unscale, or NaN when norm is not finite (an overflow: the step
-     * is skipped, see adamw). */
-    mg_status (*clip_coef)(mg_backend *be, float *coef_out /* (1) */, float *norm_out /* (1) */,
-                           const float *sumsq /* (1) */, float clip, float unscale);
-
-    /* ---- optimizer ----
-     * AdamW (decoupled weight decay, bias correction) on n elements, gradient first multiplied by
-     * *grad_scale (the clipping coefficient, a backend pointer):
-     *   g = grad * s; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
-     *   master = master - lr * ( (m/bc1) / (sqrt(v/bc2) + eps) + wd * master )
-     * where bc1 = 1 - b1^t, bc2 = 1 - b2^t. `param` (compute dtype) receives the updated master;
-     * when master is NULL the parameter itself is the fp32 master (CPU). A non-finite
-     * *grad_scale (clip_coef's mark of an overflow) skips the update: nothing is written. */
-    mg_status (*adamw)(mg_backend *be, void *param /* (n) */, float *master /* (n) or NULL */,
-                       const float *grad /* (n) */, float *m /* (n) */, float *v /* (n) */,
-                       size_t n, float lr, float beta1, float beta2, float eps, float wd, float bc1,
-                       float bc2, const float *grad_scale /* (1) */);
-
-    /* ---- mixture of experts (model/moe.c) ----
-     * Token counts, positions and group sizes stay in backend memory: ops read them there and no
-     * op hands a size back to the host, so a step with experts needs no host synchronisation.
-     * Routing is encoded per (token, slot) pair, k slots per token: idx[t*k+j] is the expert of
-     * slot j (>= 0), or -1 - e for a pair the capacity dropped (expert e, weight kept for the
-     * backward of the normalisation, contribution zero); pos[t*k+j] is the pair's row in the
-     * permuted buffer, or -1 when dropped.
-     *
-     * Router logits in fp32 from compute-dtype inputs: logits = x @ w^T (no bias). */
-    mg_status (*router_forward)(mg_backend *be, float *logits /* (T,E) */,
-                                const void *x /* (T,H) */, const void *w /* (E,H) */, int T, int H,
-                                int E);
-    /* dx ACCUMULATES dlogits @ w; dw accumulates dlogits^T @ x. */
-    mg_status (*router_backward)(mg_backend *be, void *dx /* (T,H) */, float *dw /* (E,H) */,
-                                 const float *dlogits /* (T,E) */, const void *x, const void *w,
-                                 int T, int H, int E);
-    /* Scores, top-k selection and weights (probs, after scaling), capacity dropping, and the
-     * aux-loss statistics: aux_counts receives the aux loss's token counts (per sequence with
-     * seq_aux_loss: (T/S, E), else (1, E)) for the backward; stats[0] += stat_weight x aux loss /
-     * aux_coeff, stats[1] += stat_weight x z-loss / z_coeff (for the enabled ones). bias (E) is
-     * the expert bias (r->bias) or NULL. */
-    mg_status (*moe_route)(mg_backend *be, const mg_moe_routing *r, int32_t *idx /* (T,k) */,
-                           float *probs /* (T,k) */, int32_t *aux_counts, float *stats /* (2) */,
-                           const float *logits /* (T,E) */, const float *bias);
-    /* dlogits (overwritten) = the gradient of the training objective through the weights
-     * (dprobs, the gradient of the combine), the aux loss and the z-loss at r->loss_weight. */
-    mg_status (*moe_route_backward)(mg_backend *be, const mg_moe_routing *r,
-                                    float *dlogits /* (T,E) */, const float *dprobs /* (T,k) */,
-                                    const float *logits, const int32_t *idx, const float *probs,
-                                    const int32_t *aux_counts, const float *bias);
-    /* Sorts the kept pairs by expert (token order within an expert): counts[e] = rows of expert
-     * e (pad > 0: exactly pad rows each, the rows past its tokens zero), pos as above, and
-     * xp's rows = x's rows of the pairs, expert after expert from row 0 (E x pad rows with pad,
-     * else T x k rows, the rows past the kept pairs zero). load (E) or NULL: += kept pairs. */
-    mg_status (*moe_permute)(mg_backend *be, void *xp /* (R,H) */, int32_t *pos /* (T,k) */,
-                             int32_t *counts /* (E) */, float *load /* (E) or NULL */,
-                             const void *x /* (T,H) */, const int32_t *idx /* (T,k) */, int T,
-                             int k, int E, int H, int pad);
-    /* dx ACCUMULATES the rows of dxp back to their tokens: dx[t] += sum_j dxp[pos[t,j]]. */
-    mg_status (*moe_permute_backward)(mg_backend *be, void *dx /* (T,H) */,
-                                      const void *dxp /* (R,H) */, const int32_t *pos, int T, int k,
-                                      int H);
-    /* The combine: out[t] = base[t] + sum_j probs[t,j] y[pos[t,j]] (kept pairs); base may be
-     * out itself. */
-    mg_status (*moe_unpermute)(mg_backend *be, void *out /* (T,H) */, const void *base /* (T,H) */,
-                               const void *y /* (R,H) */, const int32_t *pos, const float *probs,
-                               int T, int k, int H);
-    /* Its backward: dy[pos[t,j]] = probs[t,j] dout[t] (the R rows no pair reaches are zeroed);
-     * dprobs[t,j] = dout[t] . y[pos[t,j]] (0 for dropped pairs). */
-    mg_status (*moe_unpermute_backward)(mg_backend *be, void *dy /* (R,H) */,
-                                        float *dprobs /* (T,k) */, const void *dout /* (T,H) */,
-                                        const void *y /* (R,H) */, const int32_t *pos,
-                                        const float *probs, int T, int k, int H, int R);
-    /* Grouped linear over G = n_src x n_w groups of rows, one after the other from row 0: group
-     * g has counts[g] rows (backend memory) and uses weight w[g % n_w] (OC, IC) and bias
-     * bias[g % n_w] (OC) (bias NULL: none). w, bias: arrays of n_w pointers in backend memory.
-     * Rows past the groups are not touched. (Expert parallelism: the rows of each source rank
-     * for each local expert, as the all-to-all delivers them.) */
-    mg_status (*grouped_linear_forward)(mg_backend *be, void *out /* (R,OC) */,
-                                        const void *inp /* (R,IC) */, void *const *w,
-                                        void *const *bias, const int32_t *counts, int n_src,
-                                        int n_w, int IC, int OC);
-    /* The mirror of linear_backward per group: dinp rows (of the groups) overwritten, dw[j] and
-     * dbias[j] (arrays of n_w pointers, dbias NULL: none) receive the sum over every group of
-     * weight j: added to what they hold (accumulate), or written over it (!accumulate: a weight
-     * with no rows gets zeros, so the caller need not zero them first); with gelu_pre the input
-     * was gelu(gelu_pre) and dinp is with respect to gelu_pre. */
-    mg_status (*grouped_linear_backward)(mg_backend *be, void *dinp /* (R,IC) */, float *const *dw,
-                                         float *const *dbias, const void *dout /* (R,OC) */,
-                                         const void *inp /* (R,IC) */, void *const *w,
-                                         const void *gelu_pre /* (R,IC) or NULL */,
-                                         const int32_t *counts, int n_src, int n_w, int IC, int OC,
-                                         bool accumulate);
-    /* The experts' activation over the rows of the G groups (sum of counts[0..G)):
-     * swiglu: out (rows,F) = silu(pre[:, :F]) * pre[:, F:], pre (rows,2F); else
-     * out = gelu(pre), pre (rows,F). */
-    mg_status (*grouped_activation_forward)(mg_backend *be, void *out, const void *pre,
-                                            const int32_t *counts, int G, int F, bool swiglu);
-    /* SwiGLU's backward over those rows: dpre (rows,2F) from dout (rows,F). */
-    mg_status (*grouped_swiglu_backward)(mg_backend *be, void *dpre, const void *pre,
-                                         const void *dout, const int32_t *counts, int G, int F);
-    /* Expert parallelism's fixed-size exchange (model/moe_dispatch.c): P blocks of rows, block p
-     * holding the rows of counts[p*El .. (p+1)*El) (summed). to_slabs: from packed (block after
-     * block from row 0) to slabs (block p at row p x slab); else back. Rows of a slab past its
-     * block, and packed rows past the blocks, are not touched. */
-    mg_status (*moe_regroup)(mg_backend *be, void *dst, const void *src, const int32_t *counts,
-                             int P, int El, int slab, int H, bool to_slabs);
-    /* The expert bias update (Megatron's get_updated_expert_bias) from the step's load, already
-     * summed over the data-parallel group: bias[e] += rate * sign(mean(load) - load[e]). */
-    mg_status (*moe_expert_bias_update)(mg_backend *be, float *bias /* (E) */,
-                                        const float *load /* (E) */, int E, float rate);
-
-    /* ---- optional: measurement (NULL where the backend has none; `megatron bench`) ----
-     * The sustained dense matrix-multiply rate of the compute dtype in TFLOP/s, measured now:
-     * an (n, n) x (n, n) product (n <= 0: 8192) with fp32 accumulation on random inputs, timed
-     * on the device after warm-up, median of several. Synchronises; allocates and frees its own
-     * buffers, so it belongs outside the training step. */
-    mg_status (*matmul_peak_tflops)(mg_backend *be, int n, double *tflops);
+    /* the entries, declared in backend_ops.h (their contracts are there) */
+#define MG_OP(name, need, kind, ret, params) mg_backend_##name##_fn *name;
+#include "backend/backend_ops.h"
 };
+
+/* The entries as data, for code that walks the table (validation, the coverage test of
+ * tests/cuda): MG_BACKEND_ENTRY_<name> is the entry's index in mg_backend_entries, in
+ * backend_ops.h's order. */
+enum {
+#define MG_OP(name, need, kind, ret, params) MG_BACKEND_ENTRY_##name,
+#include "backend/backend_ops.h"
+    MG_BACKEND_N_ENTRIES
+};
+typedef enum { MG_BACKEND_RT, MG_BACKEND_OP, MG_BACKEND_MOE } mg_backend_kind; /* `kind` */
+typedef struct {
+    const char *name;     /* the field's name */
+    bool required;        /* need REQ */
+    mg_backend_kind kind; /* RT, OP or MOE */
+} mg_backend_entry;
+extern const mg_backend_entry mg_backend_entries[MG_BACKEND_N_ENTRIES];
+/* Whether entry i (an MG_BACKEND_ENTRY_* index) of be is set. */
+bool mg_backend_has(const mg_backend *be, int i);
 
 /* Creates the CPU reference backend (fp32, OpenMP; OpenBLAS for GEMM). num_threads <= 0 keeps the
  * OpenMP default. */
@@ -431,6 +106,9 @@ mg_status mg_backend_comm_end(mg_backend *be);
 const mg_allocator *mg_backend_arena_allocator(mg_backend *be, mg_allocator *storage);
 /* Checks that every required entry is present; the message names the missing ones. */
 mg_status mg_backend_validate(const mg_backend *be);
+/* Checks that be has every MoE op (kind MOE), for models with experts: MG_ERR_UNSUPPORTED naming
+ * the missing ones otherwise. */
+mg_status mg_backend_require_moe(const mg_backend *be);
 /* What attention saves for its backward on each device, in bytes (the backends'
  * attention_saved_bytes, and memory plans made without a device): the CPU keeps the softmax
  * (B, nq, S, S) fp32, CUDA its log-sum-exp (B, nq, S) fp32. */

@@ -216,17 +216,6 @@ mg_status mg_gpt_build(mg_gpt *g, const mg_config *cfg, int tp_rank, int pp_rank
 
 /* ---- planning ---- */
 
-/* MoE layers need the backend's MoE ops. */
-static mg_status check_moe_backend(const mg_gpt *g, const mg_backend *be) {
-    if (!be->router_forward || !be->moe_route || !be->moe_permute || !be->grouped_linear_forward ||
-        (g->cfg.moe.ep > 1 && !be->moe_regroup))
-        return MG_FAIL(MG_ERR_UNSUPPORTED,
-                       "the %s backend has no Mixture-of-Experts ops yet; train --num-experts "
-                       "models with --device cpu",
-                       be->name);
-    return MG_OK;
-}
-
 static mg_status reserve(mg_arena *a, size_t bytes, size_t *off) {
     return mg_arena_reserve(a, bytes, 0, off);
 }
@@ -360,7 +349,7 @@ mg_status mg_gpt_bind(mg_gpt *g, mg_backend *be, void *params, float *grads, mg_
     g->blk.param_buf = params;
     g->blk.grad_buf = grads;
     mg_tp_init(&g->tp, tp_group, be);
-    if (g->n_moe > 0) MG_CHECK(check_moe_backend(g, be));
+    if (g->n_moe > 0) MG_CHECK(mg_backend_require_moe(be)); /* the MoE ops of backend_ops.h */
     for (int l = 0; l < g->n_layers; l++)
         if (g->layers[l].moe) MG_CHECK(mg_moe_bind_pointers(&g->blk, g->layers[l].moe));
     if (c->norm_1p) MG_CHECK(bind_ones(g, be));

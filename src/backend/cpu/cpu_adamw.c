@@ -1,5 +1,5 @@
 /* AdamW (decoupled weight decay, bias correction passed in as bc1 = 1 - b1^t, bc2 = 1 - b2^t),
- * elementwise in fp32, in the formula order of backend.h. */
+ * elementwise in fp32, in the formula order of backend_ops.h. */
 #include "backend/cpu/cpu_ops.h"
 
 #include <math.h>
@@ -10,7 +10,7 @@ mg_status mg_cpu_adamw(mg_backend *be, void *param_, float *master, const float 
                        float bc1, float bc2, const float *grad_scale) {
     float *param = param_; // (n); master, grad, m, v (n); grad_scale (1)
     float s = grad_scale ? *grad_scale : 1.0f;
-    if (!isfinite(s)) return MG_OK; /* a skipped step (backend.h) */
+    if (!isfinite(s)) return MG_OK; /* a skipped step (backend_ops.h) */
     /* On the CPU the compute dtype is fp32: with no separate master the parameter is the master. */
     float *w = master ? master : param;
     /* One branch-free loop (with -fno-math-errno sqrtf is one instruction and it vectorises);

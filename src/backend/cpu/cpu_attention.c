@@ -1,5 +1,6 @@
-/* Causal self-attention over the fused qkv buffer (layout in backend.h). The softmax probabilities
- * P (B, nq, S, S) are kept in `saved` for backward (entries above the diagonal are zero).
+/* Causal self-attention over the fused qkv buffer (layout in backend_ops.h). The softmax
+ * probabilities P (B, nq, S, S) are kept in `saved` for backward (entries above the diagonal are
+ * zero).
  *
  * The products go to OpenBLAS (cblas_sgemm, single-threaded, see cpu_linear.c), reading q, k, v in
  * place from the fused buffer with the row width as leading dimension. Queries are taken in blocks

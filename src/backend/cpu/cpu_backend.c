@@ -12,7 +12,7 @@
 /* The alignment of every allocation: the arena's offset alignment, enough for any SIMD load. */
 #define MG_CPU_ALIGN 256
 
-static mg_status cpu_alloc(mg_backend *be, size_t bytes, void **out) {
+mg_status mg_cpu_alloc(mg_backend *be, size_t bytes, void **out) {
     *out = NULL;
     /* aligned_alloc needs a size that is a multiple of the alignment; 0 bytes still gives a
      * distinct pointer so callers can treat every successful alloc alike. */
@@ -28,32 +28,45 @@ static mg_status cpu_alloc(mg_backend *be, size_t bytes, void **out) {
     return MG_OK;
 }
 
-static void cpu_free(mg_backend *be, void *ptr) {
+void mg_cpu_free(mg_backend *be, void *ptr) {
     free(ptr);
 }
 
-static mg_status cpu_copy(mg_backend *be, void *dst, const void *src, size_t bytes) {
+/* Host memory on both sides: the three copies are one memcpy. */
+static mg_status cpu_copy(void *dst, const void *src, size_t bytes) {
     if (bytes) memcpy(dst, src, bytes);
     return MG_OK;
 }
 
-static mg_status cpu_memset_zero(mg_backend *be, void *dst, size_t bytes) {
+mg_status mg_cpu_copy_h2d(mg_backend *be, void *dst, const void *src, size_t bytes) {
+    return cpu_copy(dst, src, bytes);
+}
+
+mg_status mg_cpu_copy_d2h(mg_backend *be, void *dst, const void *src, size_t bytes) {
+    return cpu_copy(dst, src, bytes);
+}
+
+mg_status mg_cpu_copy_d2d(mg_backend *be, void *dst, const void *src, size_t bytes) {
+    return cpu_copy(dst, src, bytes);
+}
+
+mg_status mg_cpu_memset_zero(mg_backend *be, void *dst, size_t bytes) {
     if (bytes) memset(dst, 0, bytes);
     return MG_OK;
 }
 
 /* The compute dtype is fp32, so conversion is a copy. */
-static mg_status cpu_upload_f32(mg_backend *be, void *dst, const float *src, size_t n) {
+mg_status mg_cpu_upload_f32(mg_backend *be, void *dst, const float *src, size_t n) {
     if (n) memcpy(dst, src, n * sizeof(float));
     return MG_OK;
 }
 
-static mg_status cpu_download_f32(mg_backend *be, float *dst, const void *src, size_t n) {
+mg_status mg_cpu_download_f32(mg_backend *be, float *dst, const void *src, size_t n) {
     if (n) memcpy(dst, src, n * sizeof(float));
     return MG_OK;
 }
 
-static mg_status cpu_synchronize(mg_backend *be) {
+mg_status mg_cpu_synchronize(mg_backend *be) {
     return MG_OK;
 }
 
@@ -65,7 +78,7 @@ mg_status mg_cpu_scratch(mg_backend *be, size_t bytes, void **out) {
         c->scratch = NULL;
         c->scratch_bytes = 0;
         void *p = NULL;
-        MG_CHECK(cpu_alloc(be, bytes, &p));
+        MG_CHECK(mg_cpu_alloc(be, bytes, &p));
         c->scratch = p;
         c->scratch_bytes = bytes;
     }
@@ -73,7 +86,7 @@ mg_status mg_cpu_scratch(mg_backend *be, size_t bytes, void **out) {
     return MG_OK;
 }
 
-static void cpu_destroy(mg_backend *be) {
+void mg_cpu_destroy(mg_backend *be) {
     mg_cpu_ctx *c = be->ctx;
     if (c) free(c->scratch);
     free(c);
@@ -99,66 +112,17 @@ mg_status mg_backend_cpu_create(mg_backend **out, int num_threads) {
         return MG_FAIL(MG_ERR_NOMEM, "cannot allocate the cpu backend state");
     }
 
-    be->alloc = cpu_alloc;
-    be->free = cpu_free;
-    be->copy_h2d = cpu_copy;
-    be->copy_d2h = cpu_copy;
-    be->copy_d2d = cpu_copy;
-    be->memset_zero = cpu_memset_zero;
-    be->upload_f32 = cpu_upload_f32;
-    be->download_f32 = cpu_download_f32;
-    be->synchronize = cpu_synchronize;
-    be->destroy = cpu_destroy;
-
-    be->embedding_forward = mg_cpu_embedding_forward;
-    be->embedding_backward = mg_cpu_embedding_backward;
-    be->layernorm_forward = mg_cpu_layernorm_forward;
-    be->layernorm_backward = mg_cpu_layernorm_backward;
-    be->rmsnorm_forward = mg_cpu_rmsnorm_forward;
-    be->rmsnorm_backward = mg_cpu_rmsnorm_backward;
-    be->linear_forward = mg_cpu_linear_forward;
-    be->linear_gelu_forward = mg_cpu_linear_gelu_forward;
-    be->linear_backward = mg_cpu_linear_backward;
-    be->gelu_forward = mg_cpu_gelu_forward;
-    be->gelu_backward = mg_cpu_gelu_backward;
-    be->swiglu_forward = mg_cpu_swiglu_forward;
-    be->swiglu_backward = mg_cpu_swiglu_backward;
-    be->rope_forward = mg_cpu_rope_forward;
-    be->rope_backward = mg_cpu_rope_backward;
-    be->attention_saved_bytes = mg_cpu_attention_saved_bytes;
-    be->attention_forward = mg_cpu_attention_forward;
-    be->attention_backward = mg_cpu_attention_backward;
-    be->cross_entropy_fused = mg_cpu_cross_entropy_fused;
-    be->cross_entropy_max = mg_cpu_cross_entropy_max;
-    be->cross_entropy_sums = mg_cpu_cross_entropy_sums;
-    be->cross_entropy_finish = mg_cpu_cross_entropy_finish;
-    be->add = mg_cpu_add;
-    be->bias_residual_add = mg_cpu_bias_residual_add;
-    be->dropout_add = mg_cpu_dropout_add;
-    be->dropout_backward = mg_cpu_dropout_backward;
-    be->sum_f32 = mg_cpu_sum_f32;
-    be->sumsq_f32 = mg_cpu_sumsq_f32;
-    be->count_zeros_f32 = mg_cpu_count_zeros_f32;
-    be->clip_coef = mg_cpu_clip_coef;
-    be->adamw = mg_cpu_adamw;
-    be->router_forward = mg_cpu_router_forward;
-    be->router_backward = mg_cpu_router_backward;
-    be->moe_route = mg_cpu_moe_route;
-    be->moe_route_backward = mg_cpu_moe_route_backward;
-    be->moe_permute = mg_cpu_moe_permute;
-    be->moe_permute_backward = mg_cpu_moe_permute_backward;
-    be->moe_regroup = mg_cpu_moe_regroup;
-    be->moe_unpermute = mg_cpu_moe_unpermute;
-    be->moe_unpermute_backward = mg_cpu_moe_unpermute_backward;
-    be->grouped_linear_forward = mg_cpu_grouped_linear_forward;
-    be->grouped_linear_backward = mg_cpu_grouped_linear_backward;
-    be->grouped_activation_forward = mg_cpu_grouped_activation_forward;
-    be->grouped_swiglu_backward = mg_cpu_grouped_swiglu_backward;
-    be->moe_expert_bias_update = mg_cpu_moe_expert_bias_update;
+    /* every required entry: mg_cpu_<name> (backend_ops.h); the optional ones stay NULL */
+#define MG_OP(name, need, kind, ret, params) MG_CPU_SET_##need(name)
+#define MG_CPU_SET_REQ(name)                 be->name = mg_cpu_##name;
+#define MG_CPU_SET_OPT(name)
+#include "backend/backend_ops.h"
+#undef MG_CPU_SET_REQ
+#undef MG_CPU_SET_OPT
 
     mg_status st = mg_backend_validate(be);
     if (st != MG_OK) {
-        cpu_destroy(be);
+        mg_cpu_destroy(be);
         return st;
     }
     *out = be;

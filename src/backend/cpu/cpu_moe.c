@@ -1,4 +1,4 @@
-/* MoE token movement and the experts' grouped products (backend.h, "mixture of experts"):
+/* MoE token movement and the experts' grouped products (backend_ops.h, "mixture of experts"):
  * permute / unpermute with the weighted combine, and the grouped linear and activations, each a
  * loop over the groups reading their sizes from the counts buffer (host memory here). */
 #include "backend/cpu/cpu_ops.h"
@@ -151,8 +151,8 @@ mg_status mg_cpu_grouped_linear_forward(mg_backend *be, void *out_, const void *
 mg_status mg_cpu_grouped_linear_backward(mg_backend *be, void *dinp_, float *const *dw,
                                          float *const *dbias, const void *dout_, const void *inp_,
                                          void *const *w, const void *gelu_pre_,
-                                         const int32_t *counts, int n_src, int n_w, int IC,
-                                         int OC, bool accumulate) {
+                                         const int32_t *counts, int n_src, int n_w, int IC, int OC,
+                                         bool accumulate) {
     float *dinp = dinp_;
     const float *dout = dout_, *inp = inp_, *gelu_pre = gelu_pre_;
     for (int j = 0; !accumulate && j < n_w; j++) { /* written over: from zero */

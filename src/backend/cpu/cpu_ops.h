@@ -1,6 +1,6 @@
 /* Internal declarations of the CPU reference backend: one function per entry of mg_backend, each
  * defined in the cpu_<family>.c file of its op family and installed by mg_backend_cpu_create.
- * Semantics, shapes and the buffer contract are those of src/backend/backend.h; on the CPU the
+ * Semantics, shapes and the buffer contract are those of src/backend/backend_ops.h; on the CPU the
  * compute dtype is fp32, so every `void *` activation or weight is a float array.
  *
  * Determinism: every op gives bitwise identical results for any OpenMP thread count. Parallel
@@ -115,134 +115,17 @@ static inline int mg_cpu_vocab_row(int32_t id, int v0, int Vl) {
     return Vl > 0 && r < (uint32_t)Vl ? (int)r : -1;
 }
 
-/* cpu_embedding.c */
-mg_status mg_cpu_embedding_forward(mg_backend *be, void *out, const int32_t *tokens,
-                                   const void *wte, const void *wpe, const int32_t *pos, int N,
-                                   int S, int H, int v0, int Vl);
-mg_status mg_cpu_embedding_backward(mg_backend *be, float *dwte, float *dwpe, const void *dout,
-                                    const int32_t *tokens, const int32_t *pos, int N, int S, int H,
-                                    int v0, int Vl);
-
-/* cpu_norm.c */
-mg_status mg_cpu_layernorm_forward(mg_backend *be, void *out, float *mean, float *rstd,
-                                   const void *x, const void *w, const void *b, int N, int H,
-                                   float eps);
-mg_status mg_cpu_layernorm_backward(mg_backend *be, void *dx, float *dw, float *db,
-                                    const void *dout, const void *x, const void *w,
-                                    const float *mean, const float *rstd, int N, int H);
-mg_status mg_cpu_rmsnorm_forward(mg_backend *be, void *out, float *rstd, const void *x,
-                                 const void *w, int N, int H, float eps);
-mg_status mg_cpu_rmsnorm_backward(mg_backend *be, void *dx, float *dw, const void *dout,
-                                  const void *x, const void *w, const float *rstd, int N, int H);
-
-/* cpu_linear.c */
-mg_status mg_cpu_linear_forward(mg_backend *be, void *out, const void *inp, const void *w,
-                                const void *bias, const void *residual, int N, int IC, int OC);
-mg_status mg_cpu_linear_gelu_forward(mg_backend *be, void *out, void *pre, const void *inp,
-                                     const void *w, const void *bias, int N, int IC, int OC);
-mg_status mg_cpu_linear_backward(mg_backend *be, void *dinp, float *dw, float *dbias,
-                                 const void *dout, const void *inp, const void *w,
-                                 const void *gelu_pre, int N, int IC, int OC);
-
-/* cpu_activation.c */
-mg_status mg_cpu_gelu_forward(mg_backend *be, void *out, const void *inp, size_t n);
-mg_status mg_cpu_gelu_backward(mg_backend *be, void *dinp, const void *inp, const void *dout,
-                               size_t n);
-mg_status mg_cpu_swiglu_forward(mg_backend *be, void *out, const void *inp, int N, int F);
-mg_status mg_cpu_swiglu_backward(mg_backend *be, void *dinp, const void *inp, const void *dout,
-                                 int N, int F);
-
-/* cpu_rope.c */
-mg_status mg_cpu_rope_forward(mg_backend *be, void *qkv, const float *cos_tab, const float *sin_tab,
-                              const int32_t *pos, int N, int S, int nq, int ng, int hd, int rd);
-mg_status mg_cpu_rope_backward(mg_backend *be, void *dqkv, const float *cos_tab,
-                               const float *sin_tab, const int32_t *pos, int N, int S, int nq,
-                               int ng, int hd, int rd);
-
-/* cpu_attention.c */
-size_t mg_cpu_attention_saved_bytes(mg_backend *be, int B, int S, int nq, int hd);
-mg_status mg_cpu_attention_forward(mg_backend *be, void *out, void *saved, const void *qkv, int B,
-                                   int S, int nq, int ng, int hd, const mg_dropout *drop,
-                                   const int32_t *doc_start);
-mg_status mg_cpu_attention_backward(mg_backend *be, void *dqkv, const void *dout, const void *qkv,
-                                    const void *out, const void *saved, int B, int S, int nq,
-                                    int ng, int hd, const mg_dropout *drop,
-                                    const int32_t *doc_start);
-
-/* cpu_cross_entropy.c */
-mg_status mg_cpu_cross_entropy_fused(mg_backend *be, void *logits, float *losses,
-                                     const int32_t *targets, const float *dloss, int N, int V);
-mg_status mg_cpu_cross_entropy_max(mg_backend *be, float *rowmax, const void *logits, int N,
-                                   int Vl);
-mg_status mg_cpu_cross_entropy_sums(mg_backend *be, float *sums, const void *logits,
-                                    const float *rowmax, const int32_t *targets, int v0, int N,
-                                    int Vl);
-mg_status mg_cpu_cross_entropy_finish(mg_backend *be, void *logits, float *losses,
-                                      const float *rowmax, const float *sums,
-                                      const int32_t *targets, const float *dloss, int v0, int N,
-                                      int Vl);
-
-/* cpu_elementwise.c */
-mg_status mg_cpu_add(mg_backend *be, void *out, const void *a, const void *b, size_t n);
-mg_status mg_cpu_bias_residual_add(mg_backend *be, void *out, const void *x, const void *bias,
-                                   const void *residual, int N, int H);
-mg_status mg_cpu_sum_f32(mg_backend *be, float *out, const float *x, const float *w, size_t n,
-                         float scale);
-mg_status mg_cpu_sumsq_f32(mg_backend *be, float *out, const float *x, size_t n, double scale);
-mg_status mg_cpu_count_zeros_f32(mg_backend *be, int64_t *out, const float *x, size_t n);
-mg_status mg_cpu_clip_coef(mg_backend *be, float *coef_out, float *norm_out, const float *sumsq,
-                           float clip, float unscale);
-
-/* cpu_dropout.c */
-mg_status mg_cpu_dropout_add(mg_backend *be, void *out, const void *x, const void *bias,
-                             const void *residual, int N, int H, int S, const mg_dropout *drop);
-mg_status mg_cpu_dropout_backward(mg_backend *be, void *dx, const void *dout, int N, int H, int S,
-                                  const mg_dropout *drop);
-
-/* cpu_router.c */
-mg_status mg_cpu_router_forward(mg_backend *be, float *logits, const void *x, const void *w, int T,
-                                int H, int E);
-mg_status mg_cpu_router_backward(mg_backend *be, void *dx, float *dw, const float *dlogits,
-                                 const void *x, const void *w, int T, int H, int E);
-mg_status mg_cpu_moe_route(mg_backend *be, const mg_moe_routing *r, int32_t *idx, float *probs,
-                           int32_t *aux_counts, float *stats, const float *logits,
-                           const float *bias);
-mg_status mg_cpu_moe_route_backward(mg_backend *be, const mg_moe_routing *r, float *dlogits,
-                                    const float *dprobs, const float *logits, const int32_t *idx,
-                                    const float *probs, const int32_t *aux_counts,
-                                    const float *bias);
-mg_status mg_cpu_moe_expert_bias_update(mg_backend *be, float *bias, const float *load, int E,
-                                        float rate);
-
-/* cpu_moe.c */
-mg_status mg_cpu_moe_permute(mg_backend *be, void *xp, int32_t *pos, int32_t *counts, float *load,
-                             const void *x, const int32_t *idx, int T, int k, int E, int H,
-                             int pad);
-mg_status mg_cpu_moe_permute_backward(mg_backend *be, void *dx, const void *dxp, const int32_t *pos,
-                                      int T, int k, int H);
-mg_status mg_cpu_moe_regroup(mg_backend *be, void *dst, const void *src, const int32_t *counts,
-                             int P, int El, int slab, int H, bool to_slabs);
-mg_status mg_cpu_moe_unpermute(mg_backend *be, void *out, const void *base, const void *y,
-                               const int32_t *pos, const float *probs, int T, int k, int H);
-mg_status mg_cpu_moe_unpermute_backward(mg_backend *be, void *dy, float *dprobs, const void *dout,
-                                        const void *y, const int32_t *pos, const float *probs,
-                                        int T, int k, int H, int R);
-mg_status mg_cpu_grouped_linear_forward(mg_backend *be, void *out, const void *inp, void *const *w,
-                                        void *const *bias, const int32_t *counts, int n_src,
-                                        int n_w, int IC, int OC);
-mg_status mg_cpu_grouped_linear_backward(mg_backend *be, void *dinp, float *const *dw,
-                                         float *const *dbias, const void *dout, const void *inp,
-                                         void *const *w, const void *gelu_pre,
-                                         const int32_t *counts, int n_src, int n_w, int IC, int OC,
-                                         bool accumulate);
-mg_status mg_cpu_grouped_activation_forward(mg_backend *be, void *out, const void *pre,
-                                            const int32_t *counts, int G, int F, bool swiglu);
-mg_status mg_cpu_grouped_swiglu_backward(mg_backend *be, void *dpre, const void *pre,
-                                         const void *dout, const int32_t *counts, int G, int F);
-
-/* cpu_adamw.c */
-mg_status mg_cpu_adamw(mg_backend *be, void *param, float *master, const float *grad, float *m,
-                       float *v, size_t n, float lr, float beta1, float beta2, float eps, float wd,
-                       float bc1, float bc2, const float *grad_scale);
+/* mg_cpu_<name> for every required entry of the table (backend_ops.h; the CPU backend has none of
+ * the optional ones), defined in the file of its family: the runtime entries (memory, copies) in
+ * cpu_backend.c, then cpu_embedding.c, cpu_norm.c, cpu_linear.c, cpu_activation.c, cpu_rope.c,
+ * cpu_attention.c, cpu_cross_entropy.c, cpu_elementwise.c (add, sums, clipping), cpu_dropout.c,
+ * cpu_adamw.c, and the MoE ops in cpu_router.c (router, routing, expert bias) and cpu_moe.c
+ * (token movement, grouped linear and activations). */
+#define MG_OP(name, need, kind, ret, params)  MG_CPU_DECLARE_##need(name, ret, params)
+#define MG_CPU_DECLARE_REQ(name, ret, params) mg_backend_##name##_fn mg_cpu_##name;
+#define MG_CPU_DECLARE_OPT(name, ret, params)
+#include "backend/backend_ops.h"
+#undef MG_CPU_DECLARE_REQ
+#undef MG_CPU_DECLARE_OPT
 
 #endif

@@ -1,5 +1,5 @@
 /* Rotary position embedding, rotate-half form, on the query and key heads of the fused qkv buffer
- * (layout in backend.h: per group r query heads, then k, then v). Only the first rd channels of
+ * (layout in backend_ops.h: per group r query heads, then k, then v). Only the first rd channels of
  * a head rotate (Megatron's --rotary-percent: t[..., :rot_dim]); the rest pass through. Backward
  * applies the transposed (= inverse) rotation to the gradient. */
 #include "backend/cpu/cpu_ops.h"

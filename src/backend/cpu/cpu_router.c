@@ -1,4 +1,4 @@
-/* The MoE router (backend.h, "mixture of experts"): logits, top-k routing with Megatron's score
+/* The MoE router (backend_ops.h, "mixture of experts"): logits, top-k routing with Megatron's score
  * functions, group limits, expert bias, capacity dropping, the aux losses and the z-loss, and
  * their gradients. The reference the CUDA kernels are checked against: per-token work in
  * parallel, every sum over tokens in token order in double. */

@@ -15,7 +15,8 @@ static __global__ void gelu_backward_kernel(h16 *dinp, const h16 *inp, const h16
     mg_gelu_backward_range(dinp, inp, dout, n, vec); // dinp, inp, dout (n)
 }
 
-extern "C" mg_status mg_cuda_gelu_forward(mg_backend *be, void *out, const void *inp, size_t n) {
+extern "C" mg_status MG_CUDA_FN(gelu_forward)(mg_backend *be, void *out, const void *inp,
+                                              size_t n) {
     if (n == 0) return MG_OK;
     int vec = mg_cuda_aligned16(out) && mg_cuda_aligned16(inp);
     unsigned grid = mg_cuda_blocks(vec ? (n + 7) / 8 : n, MG_CUDA_THREADS);
@@ -25,8 +26,8 @@ extern "C" mg_status mg_cuda_gelu_forward(mg_backend *be, void *out, const void 
     return MG_OK;
 }
 
-extern "C" mg_status mg_cuda_gelu_backward(mg_backend *be, void *dinp, const void *inp,
-                                           const void *dout, size_t n) {
+extern "C" mg_status MG_CUDA_FN(gelu_backward)(mg_backend *be, void *dinp, const void *inp,
+                                               const void *dout, size_t n) {
     if (n == 0) return MG_OK;
     int vec = mg_cuda_aligned16(dinp) && mg_cuda_aligned16(inp) && mg_cuda_aligned16(dout);
     unsigned grid = mg_cuda_blocks(vec ? (n + 7) / 8 : n, MG_CUDA_THREADS);
@@ -50,8 +51,8 @@ static __global__ void swiglu_backward_kernel(h16 *dinp, const h16 *inp, const h
     mg_swiglu_backward_rows<VEC>(dinp, inp, dout, (size_t)N, F); // dinp, inp (N, 2F); dout (N, F)
 }
 
-extern "C" mg_status mg_cuda_swiglu_forward(mg_backend *be, void *out, const void *inp, int N,
-                                            int F) {
+extern "C" mg_status MG_CUDA_FN(swiglu_forward)(mg_backend *be, void *out, const void *inp, int N,
+                                                int F) {
     // out (N, F); inp (N, 2F)
     if (N <= 0 || F <= 0) return MG_OK;
     cudaStream_t st = mg_cuda_stream(be);
@@ -68,8 +69,8 @@ extern "C" mg_status mg_cuda_swiglu_forward(mg_backend *be, void *out, const voi
     return MG_OK;
 }
 
-extern "C" mg_status mg_cuda_swiglu_backward(mg_backend *be, void *dinp, const void *inp,
-                                             const void *dout, int N, int F) {
+extern "C" mg_status MG_CUDA_FN(swiglu_backward)(mg_backend *be, void *dinp, const void *inp,
+                                                 const void *dout, int N, int F) {
     // dinp, inp (N, 2F); dout (N, F)
     if (N <= 0 || F <= 0) return MG_OK;
     cudaStream_t st = mg_cuda_stream(be);

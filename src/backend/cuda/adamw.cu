@@ -1,5 +1,5 @@
 /* AdamW (decoupled weight decay, bias correction passed in as bc1 = 1 - b1^t, bc2 = 1 - b2^t),
- * elementwise in fp32 in the formula order of backend.h (CPU reference: cpu/cpu_adamw.c).
+ * elementwise in fp32 in the formula order of backend_ops.h (CPU reference: cpu/cpu_adamw.c).
  * The fp32 master is updated and the h16 parameter receives it rounded to nearest even. With no
  * master (pure-h16 training) the h16 parameter itself is read, updated and rounded back.
  * The clipping coefficient is read from device memory (grad_scale), so no host sync is needed
@@ -31,7 +31,7 @@ static __global__ void adamw_kernel(h16 *param, float *master, const float *grad
                                     int vec) {
     // param (n) h16; master, grad, m, v (n) fp32; grad_scale (1) or NULL
     float s = grad_scale ? *grad_scale : 1.0f;
-    if (!isfinite(s)) return; /* a skipped step (backend.h) */
+    if (!isfinite(s)) return; /* a skipped step (backend_ops.h) */
     size_t stride = (size_t)gridDim.x * blockDim.x;
     size_t t0 = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     size_t nv = vec ? n / 4 : 0;
@@ -70,10 +70,10 @@ static __global__ void adamw_kernel(h16 *param, float *master, const float *grad
     }
 }
 
-extern "C" mg_status mg_cuda_adamw(mg_backend *be, void *param, float *master, const float *grad,
-                                   float *m, float *v, size_t n, float lr, float beta1, float beta2,
-                                   float eps, float wd, float bc1, float bc2,
-                                   const float *grad_scale) {
+extern "C" mg_status MG_CUDA_FN(adamw)(mg_backend *be, void *param, float *master,
+                                       const float *grad, float *m, float *v, size_t n, float lr,
+                                       float beta1, float beta2, float eps, float wd, float bc1,
+                                       float bc2, const float *grad_scale) {
     // param (n) h16; master (n) or NULL, grad, m, v (n) fp32; grad_scale (1) device or NULL
     if (n == 0) return MG_OK;
     adamw_hp hp = {lr, beta1, beta2, eps, wd, bc1, bc2};

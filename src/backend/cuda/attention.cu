@@ -1,4 +1,4 @@
-/* Causal self-attention over the fused qkv buffer (layout in backend.h), flash-attention style:
+/* Causal self-attention over the fused qkv buffer (layout in backend_ops.h), flash-attention style:
  * tiles of 64 queries x 64 keys, online softmax, fp32 accumulators, the (S, S) probabilities
  * never stored. Matrix products use the tensor cores through WMMA (h16 16x16x16, fp32
  * accumulate); WMMA fragments have an unspecified element layout, so anything row-wise (softmax,
@@ -29,7 +29,7 @@
  * forward lane owns two adjacent keys (2 lanes share a block) and a backward thread 4 (one block,
  * two where S % 4 leaves a row's keys straddling blocks).
  *
- * Document mask (doc_start != NULL, --reset-attention-mask; backend.h): query qi also masks the
+ * Document mask (doc_start != NULL, --reset-attention-mask; backend_ops.h): query qi also masks the
  * keys before doc_start[qi], the first token of its document. doc_start is non-decreasing along
  * a sequence, so a query tile's visible keys are [doc_start[q0], q0 + 63]: the forward and dQ
  * kernels start at that key tile and the dK/dV kernel stops at the first query tile whose first
@@ -565,7 +565,7 @@ static mg_status attention_check(int B, int S, int nq, int ng, int hd, const voi
     return MG_OK;
 }
 
-extern "C" size_t mg_cuda_attention_saved_bytes(mg_backend *be, int B, int S, int nq, int hd) {
+extern "C" size_t MG_CUDA_FN(attention_saved_bytes)(mg_backend *be, int B, int S, int nq, int hd) {
     (void)be;
     return mg_backend_attention_saved_bytes(MG_DEVICE_CUDA, B, S, nq, hd); /* lse2, (B, nq, S) */
 }
@@ -641,19 +641,19 @@ template <int HD> static mg_status raise_smem_limits() {
     return MG_OK;
 }
 
-extern "C" mg_status mg_cuda_attention_init(void) {
+extern "C" mg_status MG_CUDA_FN(attention_init)(void) {
     for (int hd = 16; hd <= 128; hd += 16) /* every head dim with_head_dim dispatches to */
         MG_CHECK(
             with_head_dim(hd, [](auto HD) { return raise_smem_limits<decltype(HD)::value>(); }));
     return MG_OK;
 }
 
-extern "C" mg_status mg_cuda_attention_forward(mg_backend *be, void *out /* (B*S, nq*hd) */,
-                                               void *saved /* (B, nq, S) fp32 lse2 */,
-                                               const void *qkv /* (B*S, ng*(r+2)*hd) */, int B,
-                                               int S, int nq, int ng, int hd,
-                                               const mg_dropout *drop,
-                                               const int32_t *doc_start /* (B*S) or NULL */) {
+extern "C" mg_status MG_CUDA_FN(attention_forward)(mg_backend *be, void *out /* (B*S, nq*hd) */,
+                                                   void *saved /* (B, nq, S) fp32 lse2 */,
+                                                   const void *qkv /* (B*S, ng*(r+2)*hd) */, int B,
+                                                   int S, int nq, int ng, int hd,
+                                                   const mg_dropout *drop,
+                                                   const int32_t *doc_start /* (B*S) or NULL */) {
     const void *ptrs[] = {out, qkv};
     MG_CHECK(attention_check(B, S, nq, ng, hd, ptrs, 2));
     const int r = nq / ng;
@@ -663,7 +663,7 @@ extern "C" mg_status mg_cuda_attention_forward(mg_backend *be, void *out /* (B*S
     });
 }
 
-extern "C" mg_status mg_cuda_attention_backward(
+extern "C" mg_status MG_CUDA_FN(attention_backward)(
     mg_backend *be, void *dqkv /* (B*S, ng*(r+2)*hd) */, const void *dout /* (B*S, nq*hd) */,
     const void *qkv /* (B*S, ng*(r+2)*hd) */, const void *out /* (B*S, nq*hd) */,
     const void *saved /* (B, nq, S) fp32 lse2 */, int B, int S, int nq, int ng, int hd,

@@ -1,6 +1,6 @@
 /* Causal self-attention through cuDNN's fused flash attention (the "SDPA" runtime-fusion engines),
  * reached with the C backend (graph) API only: no cudnn_frontend. Same contract as attention.cu
- * (backend.h): h16, causal, GQA over the fused qkv layout, scale 1/sqrt(hd).
+ * (backend_ops.h): h16, causal, GQA over the fused qkv layout, scale 1/sqrt(hd).
  *
  * The engines are found by pattern: the operation graph must be the one cuDNN's frontend builds
  * for SDPA (composite node, cuDNN 9.x):
@@ -489,11 +489,11 @@ static mg_status cd_execute(cd_state *st, cudnnBackendDescriptor_t plan, const i
 
 /* ---------------------------------------------------------------- exports */
 
-extern "C" int mg_cuda_attention_cudnn_available(void) {
+extern "C" int MG_CUDA_FN(attention_cudnn_available)(void) {
     return 1;
 }
 
-extern "C" mg_status mg_cuda_attention_cudnn_init(mg_backend *be, int deterministic) {
+extern "C" mg_status MG_CUDA_FN(attention_cudnn_init)(mg_backend *be, int deterministic) {
     cd_state *st;
     MG_CHECK(cd_state_of(be, &st));
     st->det = deterministic != 0; /* plans carry det in their key: old ones just go unused */
@@ -502,7 +502,7 @@ extern "C" mg_status mg_cuda_attention_cudnn_init(mg_backend *be, int determinis
     return MG_OK;
 }
 
-extern "C" void mg_cuda_attention_cudnn_destroy(mg_backend *be) {
+extern "C" void MG_CUDA_FN(attention_cudnn_destroy)(mg_backend *be) {
     mg_cuda_ctx *ctx = mg_cuda_ctx_of(be);
     cd_state *st = (cd_state *)ctx->cudnn_attn;
     if (!st) return;
@@ -513,8 +513,8 @@ extern "C" void mg_cuda_attention_cudnn_destroy(mg_backend *be) {
     ctx->cudnn_attn = NULL;
 }
 
-extern "C" mg_status mg_cuda_attention_cudnn_supported(mg_backend *be, int B, int S, int nq, int ng,
-                                                       int hd, int *supported) {
+extern "C" mg_status MG_CUDA_FN(attention_cudnn_supported)(mg_backend *be, int B, int S, int nq,
+                                                           int ng, int hd, int *supported) {
     cd_plan *p;
     *supported = 0;
     if (!cd_shape_ok(B, S, nq, ng)) return MG_OK;
@@ -523,10 +523,10 @@ extern "C" mg_status mg_cuda_attention_cudnn_supported(mg_backend *be, int B, in
     return MG_OK;
 }
 
-extern "C" size_t mg_cuda_attention_cudnn_saved_bytes(mg_backend *be, int B, int S, int nq,
-                                                      int hd) {
+extern "C" size_t MG_CUDA_FN(attention_cudnn_saved_bytes)(mg_backend *be, int B, int S, int nq,
+                                                          int hd) {
     /* cuDNN's stats (B, nq, S) fp32: the same size as ours, so a shape that falls back fits */
-    return mg_cuda_attention_saved_bytes(be, B, S, nq, hd);
+    return MG_CUDA_FN(attention_saved_bytes)(be, B, S, nq, hd);
 }
 
 static bool cd_aligned(const void *const *ptrs, int n) {
@@ -558,20 +558,19 @@ static bool cd_documents(const int32_t *doc_start) {
     return true;
 }
 
-extern "C" mg_status mg_cuda_attention_cudnn_forward(mg_backend *be, void *out /* (B*S, nq*hd) */,
-                                                     void *saved /* (B, nq, S) fp32 */,
-                                                     const void *qkv /* (B*S, ng*(r+2)*hd) */,
-                                                     int B, int S, int nq, int ng, int hd,
-                                                     const mg_dropout *drop,
-                                                     const int32_t *doc_start /* (B*S) or NULL */) {
+extern "C" mg_status MG_CUDA_FN(attention_cudnn_forward)(
+    mg_backend *be, void *out /* (B*S, nq*hd) */, void *saved /* (B, nq, S) fp32 */,
+    const void *qkv /* (B*S, ng*(r+2)*hd) */, int B, int S, int nq, int ng, int hd,
+    const mg_dropout *drop, const int32_t *doc_start /* (B*S) or NULL */) {
     if (cd_dropout(drop) || cd_documents(doc_start)) /* our kernels: see the top */
-        return mg_cuda_attention_forward(be, out, saved, qkv, B, S, nq, ng, hd, drop, doc_start);
+        return MG_CUDA_FN(attention_forward)(be, out, saved, qkv, B, S, nq, ng, hd, drop,
+                                             doc_start);
     const void *ptrs[] = {out, qkv, saved};
     cd_plan *p = NULL;
     if (cd_shape_ok(B, S, nq, ng) && cd_aligned(ptrs, 3))
         MG_CHECK(cd_plan_for(be, B, S, nq, ng, hd, &p));
     if (!p || !p->ok)
-        return mg_cuda_attention_forward(be, out, saved, qkv, B, S, nq, ng, hd, NULL, NULL);
+        return MG_CUDA_FN(attention_forward)(be, out, saved, qkv, B, S, nq, ng, hd, NULL, NULL);
     mg_cuda_ctx *ctx = mg_cuda_ctx_of(be);
     cd_state *st = (cd_state *)ctx->cudnn_attn;
     MG_CHECK(cd_workspace_check(be, (size_t)p->fwd_ws, "forward", B, S, nq, hd));
@@ -595,21 +594,21 @@ extern "C" mg_status mg_cuda_attention_cudnn_forward(mg_backend *be, void *out /
     return MG_OK;
 }
 
-extern "C" mg_status mg_cuda_attention_cudnn_backward(
+extern "C" mg_status MG_CUDA_FN(attention_cudnn_backward)(
     mg_backend *be, void *dqkv /* (B*S, ng*(r+2)*hd) */, const void *dout /* (B*S, nq*hd) */,
     const void *qkv /* (B*S, ng*(r+2)*hd) */, const void *out /* (B*S, nq*hd) */,
     const void *saved /* (B, nq, S) fp32 */, int B, int S, int nq, int ng, int hd,
     const mg_dropout *drop, const int32_t *doc_start /* (B*S) or NULL */) {
     if (cd_dropout(drop) || cd_documents(doc_start)) /* our kernels: see the top */
-        return mg_cuda_attention_backward(be, dqkv, dout, qkv, out, saved, B, S, nq, ng, hd, drop,
-                                          doc_start);
+        return MG_CUDA_FN(attention_backward)(be, dqkv, dout, qkv, out, saved, B, S, nq, ng, hd,
+                                              drop, doc_start);
     const void *ptrs[] = {dqkv, dout, qkv, out, saved};
     cd_plan *p = NULL;
     if (cd_shape_ok(B, S, nq, ng) && cd_aligned(ptrs, 5))
         MG_CHECK(cd_plan_for(be, B, S, nq, ng, hd, &p));
     if (!p || !p->ok)
-        return mg_cuda_attention_backward(be, dqkv, dout, qkv, out, saved, B, S, nq, ng, hd, NULL,
-                                          NULL);
+        return MG_CUDA_FN(attention_backward)(be, dqkv, dout, qkv, out, saved, B, S, nq, ng, hd,
+                                              NULL, NULL);
     mg_cuda_ctx *ctx = mg_cuda_ctx_of(be);
     cd_state *st = (cd_state *)ctx->cudnn_attn;
     const int r = nq / ng, calls = r == 1 ? 1 : B, bq = r == 1 ? B : 1; /* sequences per call */
@@ -654,7 +653,7 @@ extern "C" mg_status mg_cuda_attention_cudnn_backward(
 
 #else /* !MG_HAVE_CUDNN: the entries exist so the table and tests link; they report absence */
 
-extern "C" int mg_cuda_attention_cudnn_available(void) {
+extern "C" int MG_CUDA_FN(attention_cudnn_available)(void) {
     return 0;
 }
 
@@ -663,35 +662,36 @@ static mg_status cd_absent(void) {
                                        "found no cudnn.h); use MG_ATTENTION=ours");
 }
 
-extern "C" mg_status mg_cuda_attention_cudnn_init(mg_backend *be, int deterministic) {
+extern "C" mg_status MG_CUDA_FN(attention_cudnn_init)(mg_backend *be, int deterministic) {
     return cd_absent();
 }
 
-extern "C" void mg_cuda_attention_cudnn_destroy(mg_backend *be) {}
+extern "C" void MG_CUDA_FN(attention_cudnn_destroy)(mg_backend *be) {}
 
-extern "C" mg_status mg_cuda_attention_cudnn_supported(mg_backend *be, int B, int S, int nq, int ng,
-                                                       int hd, int *supported) {
+extern "C" mg_status MG_CUDA_FN(attention_cudnn_supported)(mg_backend *be, int B, int S, int nq,
+                                                           int ng, int hd, int *supported) {
     *supported = 0;
     return MG_OK;
 }
 
-extern "C" size_t mg_cuda_attention_cudnn_saved_bytes(mg_backend *be, int B, int S, int nq,
-                                                      int hd) {
-    return mg_cuda_attention_saved_bytes(be, B, S, nq, hd);
+extern "C" size_t MG_CUDA_FN(attention_cudnn_saved_bytes)(mg_backend *be, int B, int S, int nq,
+                                                          int hd) {
+    return MG_CUDA_FN(attention_saved_bytes)(be, B, S, nq, hd);
 }
 
-extern "C" mg_status mg_cuda_attention_cudnn_forward(mg_backend *be, void *out, void *saved,
-                                                     const void *qkv, int B, int S, int nq, int ng,
-                                                     int hd, const mg_dropout *drop,
-                                                     const int32_t *doc_start) {
+extern "C" mg_status MG_CUDA_FN(attention_cudnn_forward)(mg_backend *be, void *out, void *saved,
+                                                         const void *qkv, int B, int S, int nq,
+                                                         int ng, int hd, const mg_dropout *drop,
+                                                         const int32_t *doc_start) {
     return cd_absent();
 }
 
-extern "C" mg_status mg_cuda_attention_cudnn_backward(mg_backend *be, void *dqkv, const void *dout,
-                                                      const void *qkv, const void *out,
-                                                      const void *saved, int B, int S, int nq,
-                                                      int ng, int hd, const mg_dropout *drop,
-                                                      const int32_t *doc_start) {
+extern "C" mg_status MG_CUDA_FN(attention_cudnn_backward)(mg_backend *be, void *dqkv,
+                                                          const void *dout, const void *qkv,
+                                                          const void *out, const void *saved, int B,
+                                                          int S, int nq, int ng, int hd,
+                                                          const mg_dropout *drop,
+                                                          const int32_t *doc_start) {
     return cd_absent();
 }
 #endif

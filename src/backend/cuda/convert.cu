@@ -38,8 +38,8 @@ static __global__ void h16_to_f32_kernel(float *dst, const uint16_t *src, size_t
         dst[i] = h16_bits_to_f32(src[i]);
 }
 
-extern "C" mg_status mg_cuda_f32_to_h16(uint16_t *dst, const float *src, size_t n,
-                                        cudaStream_t stream) {
+extern "C" mg_status MG_CUDA_FN(f32_to_h16)(uint16_t *dst, const float *src, size_t n,
+                                            cudaStream_t stream) {
     if (n == 0) return MG_OK;
     unsigned grid = mg_cuda_blocks(n, MG_CUDA_THREADS);
     f32_to_h16_kernel<<<grid, MG_CUDA_THREADS, 0, stream>>>(dst, src, n);
@@ -47,8 +47,8 @@ extern "C" mg_status mg_cuda_f32_to_h16(uint16_t *dst, const float *src, size_t 
     return MG_OK;
 }
 
-extern "C" mg_status mg_cuda_h16_to_f32(float *dst, const uint16_t *src, size_t n,
-                                        cudaStream_t stream) {
+extern "C" mg_status MG_CUDA_FN(h16_to_f32)(float *dst, const uint16_t *src, size_t n,
+                                            cudaStream_t stream) {
     if (n == 0) return MG_OK;
     unsigned grid = mg_cuda_blocks(n, MG_CUDA_THREADS);
     h16_to_f32_kernel<<<grid, MG_CUDA_THREADS, 0, stream>>>(dst, src, n);

@@ -4,12 +4,12 @@
  * round to nearest, ties to even; a NaN stays a NaN (bf16: quietened, sign and high payload kept;
  * fp16: the quiet NaN 0x7e00 with the sign); +-Inf stays +-Inf; a finite value beyond the range
  * rounds to +-Inf (fp16: from 65520 up); fp16 keeps subnormals (down to 2^-24).
- * Exports: mg_cuda_f32_to_h16, mg_cuda_h16_to_f32 (mg_cuda_f16_* in the fp16 object). Needs:
- * CUDA runtime. */
+ * Exports: mg_cuda_f32_to_h16, mg_cuda_h16_to_f32 (mg_cuda_f16_* in the fp16 object, cuda_ops.h's
+ * MG_CUDA_FN). Needs: CUDA runtime. */
 #ifndef MG_BACKEND_CUDA_CONVERT_H
 #define MG_BACKEND_CUDA_CONVERT_H
 
-#include "backend/cuda/cuda_f16_names.h"
+#include "backend/cuda/cuda_ops.h"
 #include "core/status.h"
 
 #include <cuda_runtime_api.h>
@@ -20,10 +20,15 @@
 extern "C" {
 #endif
 
-/* dst[i] = h16(src[i]) for i < n, on `stream`. dst (n) h16 bits, src (n) fp32, device memory. */
-mg_status mg_cuda_f32_to_h16(uint16_t *dst, const float *src, size_t n, cudaStream_t stream);
-/* dst[i] = float(src[i]) (exact) for i < n, on `stream`. dst (n) fp32, src (n) h16 bits. */
-mg_status mg_cuda_h16_to_f32(float *dst, const uint16_t *src, size_t n, cudaStream_t stream);
+/* f32_to_h16: dst[i] = h16(src[i]) for i < n, on `stream`. dst (n) h16 bits, src (n) fp32, device
+ * memory. h16_to_f32: dst[i] = float(src[i]) (exact) for i < n, on `stream`. dst (n) fp32, src (n)
+ * h16 bits. */
+typedef mg_status mg_cuda_f32_to_h16_fn(uint16_t *dst, const float *src, size_t n,
+                                        cudaStream_t stream);
+typedef mg_status mg_cuda_h16_to_f32_fn(float *dst, const uint16_t *src, size_t n,
+                                        cudaStream_t stream);
+MG_CUDA_DTYPE_DECL(mg_cuda_f32_to_h16_fn, f32_to_h16);
+MG_CUDA_DTYPE_DECL(mg_cuda_h16_to_f32_fn, h16_to_f32);
 
 #ifdef __cplusplus
 }

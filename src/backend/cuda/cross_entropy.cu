@@ -100,9 +100,9 @@ static __global__ void __launch_bounds__(CE_THREADS)
     }
 }
 
-extern "C" mg_status mg_cuda_cross_entropy_fused(mg_backend *be, void *logits, float *losses,
-                                                 const int32_t *targets, const float *dloss, int N,
-                                                 int V) {
+extern "C" mg_status MG_CUDA_FN(cross_entropy_fused)(mg_backend *be, void *logits, float *losses,
+                                                     const int32_t *targets, const float *dloss,
+                                                     int N, int V) {
     // logits (N, V) in: logits, out: dlogits; losses, targets, dloss (N)
     if (!dloss) return MG_FAIL(MG_ERR_INTERNAL, "cross_entropy_fused: dloss is NULL");
     if (N <= 0) return MG_OK;
@@ -118,7 +118,7 @@ extern "C" mg_status mg_cuda_cross_entropy_fused(mg_backend *be, void *logits, f
 
 /* ---- vocab-parallel cross-entropy: this rank's columns [v0, v0 + Vl) of the logits ----
  * Three kernels, one block of CE_THREADS per row; between them the caller all-reduces rowmax (max)
- * and sums (sum) over the tensor-parallel group (backend.h). Each row is reduced by per-thread
+ * and sums (sum) over the tensor-parallel group (backend_ops.h). Each row is reduced by per-thread
  * partials over a fixed set of columns, a butterfly inside each warp and the warp partials added
  * in warp order: bitwise the same on every run. The exponentials are the fused kernel's
  * exp2(x log2 e - m log2 e), accumulated in fp32.
@@ -216,8 +216,8 @@ static bool ce_vec(const void *logits, int Vl) {
     return Vl % 8 == 0 && mg_cuda_aligned16(logits);
 }
 
-extern "C" mg_status mg_cuda_cross_entropy_max(mg_backend *be, float *rowmax, const void *logits,
-                                               int N, int Vl) {
+extern "C" mg_status MG_CUDA_FN(cross_entropy_max)(mg_backend *be, float *rowmax,
+                                                   const void *logits, int N, int Vl) {
     // rowmax (N); logits (N, Vl)
     MG_CHECK(ce_check("cross_entropy_max", N, 0, Vl));
     if (N <= 0) return MG_OK;
@@ -230,9 +230,9 @@ extern "C" mg_status mg_cuda_cross_entropy_max(mg_backend *be, float *rowmax, co
     return MG_OK;
 }
 
-extern "C" mg_status mg_cuda_cross_entropy_sums(mg_backend *be, float *sums, const void *logits,
-                                                const float *rowmax, const int32_t *targets, int v0,
-                                                int N, int Vl) {
+extern "C" mg_status MG_CUDA_FN(cross_entropy_sums)(mg_backend *be, float *sums, const void *logits,
+                                                    const float *rowmax, const int32_t *targets,
+                                                    int v0, int N, int Vl) {
     // sums (2N); logits (N, Vl); rowmax, targets (N)
     MG_CHECK(ce_check("cross_entropy_sums", N, v0, Vl));
     if (N <= 0) return MG_OK;
@@ -246,10 +246,10 @@ extern "C" mg_status mg_cuda_cross_entropy_sums(mg_backend *be, float *sums, con
     return MG_OK;
 }
 
-extern "C" mg_status mg_cuda_cross_entropy_finish(mg_backend *be, void *logits, float *losses,
-                                                  const float *rowmax, const float *sums,
-                                                  const int32_t *targets, const float *dloss,
-                                                  int v0, int N, int Vl) {
+extern "C" mg_status MG_CUDA_FN(cross_entropy_finish)(mg_backend *be, void *logits, float *losses,
+                                                      const float *rowmax, const float *sums,
+                                                      const int32_t *targets, const float *dloss,
+                                                      int v0, int N, int Vl) {
     // logits (N, Vl) in: logits, out: dlogits; losses, rowmax, targets, dloss (N); sums (2N)
     if (!dloss) return MG_FAIL(MG_ERR_INTERNAL, "cross_entropy_finish: dloss is NULL");
     MG_CHECK(ce_check("cross_entropy_finish", N, v0, Vl));

@@ -1,8 +1,8 @@
 /* The CUDA backend: bf16 or fp16 compute on one GPU, chosen at creation. This file owns the
  * backend's state (stream, cuBLASLt handle, workspace) and the memory and stream entries, which do
- * not depend on the compute dtype; the ops live in one .cu file per family (cuda_ops.h lists
- * them), each built once per dtype, and cuda_table.c fills the table with the set of the
- * backend's dtype. They are reached only through the table.
+ * not depend on the compute dtype; the ops live in one .cu file per family (cuda_ops.h),
+ * each built once per dtype, and cuda_table.c fills the table with the set of the backend's
+ * dtype. They are reached only through the table.
  *
  * Ordering: every op runs on the one compute stream (collectives on the communication stream,
  * ordered against it by stream_wait's events), so the entries are ordered among
@@ -19,11 +19,8 @@
 #include <string.h>
 
 /* This file is built once and serves both compute dtypes: what depends on the dtype comes from
- * the objects built per dtype, the fp16 one's names declared here (MG_CUDA_BY_DTYPE picks). */
-MG_CUDA_F16_DECLARE(ops_init);                /* cuda_table.c: the op entries and their set-up */
-MG_CUDA_F16_DECLARE(f32_to_h16);              /* convert.cu: upload_f32 */
-MG_CUDA_F16_DECLARE(h16_to_f32);              /* convert.cu: download_f32 */
-MG_CUDA_F16_DECLARE(attention_cudnn_destroy); /* attention_cudnn.cu: its state, at destroy */
+ * the objects built per dtype (convert.cu for upload_f32 and download_f32, attention_cudnn.cu's
+ * state at destroy), MG_CUDA_BY_DTYPE picking the one of the backend's dtype. */
 
 /* Every allocation is at least this large, so 0 bytes still gives a distinct pointer (as on the
  * CPU backend); cudaMalloc's own alignment (256 bytes) is the arena's. */
@@ -215,7 +212,7 @@ mg_status mg_cuda_memory_info(mg_backend *be, size_t *free_bytes, size_t *total_
     return MG_OK;
 }
 
-static mg_status cuda_alloc_pinned(mg_backend *be, size_t bytes, void **out) {
+mg_status mg_cuda_alloc_pinned(mg_backend *be, size_t bytes, void **out) {
     (void)be;
     *out = NULL;
     if (cudaHostAlloc(out, bytes ? bytes : 1, cudaHostAllocDefault) != cudaSuccess) {
@@ -229,7 +226,7 @@ static mg_status cuda_alloc_pinned(mg_backend *be, size_t bytes, void **out) {
     return MG_OK;
 }
 
-static void cuda_free_pinned(mg_backend *be, void *ptr) {
+void mg_cuda_free_pinned(mg_backend *be, void *ptr) {
     (void)be;
     if (ptr) cudaFreeHost(ptr);
 }
@@ -361,7 +358,7 @@ static mg_status cuda_setup(mg_backend *be, int device) {
     c->workspace_bytes = (size_t)mb << 20;
     MG_CHECK(mg_cuda_alloc(be, c->workspace_bytes, &c->workspace));
     MG_CHECK(mg_cuda_staging_init(c));
-    return MG_CUDA_BY_DTYPE(be, ops_init)(be); /* the ops of the dtype, and their set-up */
+    return mg_cuda_ops_init(be); /* the set-up of the ops of the dtype (cuda_table.c) */
 }
 
 mg_status mg_backend_cuda_create_dtype(mg_backend **out, int device, mg_dtype compute) {
@@ -382,24 +379,9 @@ mg_status mg_backend_cuda_create_dtype(mg_backend **out, int device, mg_dtype co
     be->compute_dtype = compute;
     be->device = MG_DEVICE_CUDA;
 
-    /* memory and streams: the same for both dtypes; cuda_setup adds the ops of the dtype */
-    be->alloc = mg_cuda_alloc;
-    be->free = mg_cuda_free;
-    be->copy_h2d = mg_cuda_copy_h2d;
-    be->copy_d2h = mg_cuda_copy_d2h;
-    be->copy_d2d = mg_cuda_copy_d2d;
-    be->memset_zero = mg_cuda_memset_zero;
-    be->upload_f32 = mg_cuda_upload_f32;
-    be->download_f32 = mg_cuda_download_f32;
-    be->synchronize = mg_cuda_synchronize;
-    be->destroy = mg_cuda_destroy;
-    be->memory_info = mg_cuda_memory_info;
-    be->alloc_pinned = cuda_alloc_pinned;
-    be->free_pinned = cuda_free_pinned;
-    be->stream_handle = mg_cuda_stream_handle;
-    be->stream_wait = mg_cuda_stream_wait;
-    be->stream_mark = mg_cuda_stream_mark;
-    be->stream_wait_mark = mg_cuda_stream_wait_mark;
+    /* every entry, the compute ops of the dtype (cuda_table.c); cuda_setup makes the context
+     * they run in and their set-up */
+    mg_cuda_table_fill(be);
 
     mg_status st = cuda_setup(be, device);
     if (st == MG_OK) st = mg_backend_validate(be);

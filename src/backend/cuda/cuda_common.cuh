@@ -17,7 +17,8 @@ extern "C" {
 #include <stdint.h>
 
 /* The compute type. Every op file is compiled twice (Makefile): as is, h16 = bf16, and with
- * -DMG_CUDA_F16, h16 = fp16 (IEEE half), its launchers then named mg_cuda_f16_* (cuda_f16_names.h).
+ * -DMG_CUDA_F16, h16 = fp16 (IEEE half), its launchers then named mg_cuda_f16_* (MG_CUDA_FN,
+ * cuda_ops.h).
  * The kernels are written once against the names below: h16 and its pair h16x2, the conversions
  * (to h16 always round to nearest, ties to even; an fp16 overflow becomes +-Inf, which the loss
  * scaler detects, so nothing clamps), and the type's code for cuBLASLt, cuDNN and PTX's mma. */

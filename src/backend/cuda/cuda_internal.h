@@ -51,15 +51,18 @@ static inline cudaStream_t mg_cuda_stream(mg_backend *be) {
     return mg_cuda_ctx_of(be)->stream;
 }
 
-/* cuda_table.c, built once per compute dtype like the op files: fills be's op entries with that
- * dtype's launchers and runs their one-time set-up (attention kernels' shared memory, the
- * grouped GEMM's choice, MG_ATTENTION). mg_cuda_f16_ops_init in the fp16 object. */
+/* cuda_table.c: mg_cuda_table_fill sets every entry of the table (backend_ops.h) to the
+ * launchers of be's compute dtype (no device work: called first at creation); mg_cuda_ops_init
+ * runs their one-time set-up once the context (stream, cuBLASLt handle, workspace) exists:
+ * attention kernels' shared memory, the grouped GEMM's choice, MG_ATTENTION. */
+void mg_cuda_table_fill(mg_backend *be);
 mg_status mg_cuda_ops_init(mg_backend *be);
 
-#ifndef MG_CUDA_F16
-/* For code built once (cuda_backend.c, tests/cuda): MG_CUDA_F16_DECLARE(op) declares the fp16
- * object's launcher mg_cuda_f16_<op> (cuda_f16_names.h) with the type of mg_cuda_<op>, and
- * MG_CUDA_BY_DTYPE(be, op) is the one of the two that serves be's compute dtype. */
+#ifndef __CUDACC__
+/* For code built once (cuda_backend.c, cuda_table.c, tests/cuda): MG_CUDA_BY_DTYPE(be, op) is
+ * the one of mg_cuda_<op> and mg_cuda_f16_<op> that serves be's compute dtype (both are declared
+ * in C, cuda_ops.h). MG_CUDA_F16_DECLARE(op) only redeclares mg_cuda_f16_<op> with the type of
+ * mg_cuda_<op> (kept for tests/cuda/cuda_test_util.h). */
 #define MG_CUDA_F16_DECLARE(op)  extern __typeof__(mg_cuda_##op) mg_cuda_f16_##op
 #define MG_CUDA_BY_DTYPE(be, op) ((be)->compute_dtype == MG_F16 ? mg_cuda_f16_##op : mg_cuda_##op)
 #endif

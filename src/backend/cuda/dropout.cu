@@ -72,9 +72,9 @@ static __global__ void dropout_backward_kernel(h16 *dx, const h16 *dout, int N, 
                     [=](size_t at, int, float f) { dx[at] = f_to_h16(f * h16_to_f(dout[at])); });
 }
 
-extern "C" mg_status mg_cuda_dropout_add(mg_backend *be, void *out, const void *x, const void *bias,
-                                         const void *residual, int N, int H, int S,
-                                         const mg_dropout *drop) {
+extern "C" mg_status MG_CUDA_FN(dropout_add)(mg_backend *be, void *out, const void *x,
+                                             const void *bias, const void *residual, int N, int H,
+                                             int S, const mg_dropout *drop) {
     // out, x (N, H), out may be x; bias (H) or NULL; residual (N, H)
     if (N <= 0 || H <= 0) return MG_OK;
     if (S <= 0 || !drop) return MG_FAIL(MG_ERR_INTERNAL, "dropout_add: S %d, drop %p", S, drop);
@@ -86,8 +86,8 @@ extern "C" mg_status mg_cuda_dropout_add(mg_backend *be, void *out, const void *
     return MG_OK;
 }
 
-extern "C" mg_status mg_cuda_dropout_backward(mg_backend *be, void *dx, const void *dout, int N,
-                                              int H, int S, const mg_dropout *drop) {
+extern "C" mg_status MG_CUDA_FN(dropout_backward)(mg_backend *be, void *dx, const void *dout, int N,
+                                                  int H, int S, const mg_dropout *drop) {
     // dx, dout (N, H), dx may be dout
     if (N <= 0 || H <= 0) return MG_OK;
     if (S <= 0 || !drop)

@@ -32,8 +32,8 @@ static __global__ void add_kernel(h16 *out, const h16 *a, const h16 *b, size_t n
         out[i] = f_to_h16(h16_to_f(a[i]) + h16_to_f(b[i]));
 }
 
-extern "C" mg_status mg_cuda_add(mg_backend *be, void *out, const void *a, const void *b,
-                                 size_t n) {
+extern "C" mg_status MG_CUDA_FN(add)(mg_backend *be, void *out, const void *a, const void *b,
+                                     size_t n) {
     // out, a, b (n)
     if (n == 0) return MG_OK;
     int vec = mg_cuda_aligned16(out) && mg_cuda_aligned16(a) && mg_cuda_aligned16(b);
@@ -72,9 +72,9 @@ static __global__ void bias_residual_add_kernel(h16 *out, const h16 *x, const h1
     }
 }
 
-extern "C" mg_status mg_cuda_bias_residual_add(mg_backend *be, void *out, const void *x,
-                                               const void *bias, const void *residual, int N,
-                                               int H) {
+extern "C" mg_status MG_CUDA_FN(bias_residual_add)(mg_backend *be, void *out, const void *x,
+                                                   const void *bias, const void *residual, int N,
+                                                   int H) {
     // out, x (N, H), out may be x; bias (H) or NULL; residual (N, H) or NULL
     if (N <= 0 || H <= 0) return MG_OK;
     cudaStream_t st = mg_cuda_stream(be);
@@ -168,14 +168,14 @@ static mg_status reduce_launch(mg_backend *be, int mode, float *out, const float
     return MG_OK;
 }
 
-extern "C" mg_status mg_cuda_sum_f32(mg_backend *be, float *out, const float *x, const float *w,
-                                     size_t n, float scale) {
+extern "C" mg_status MG_CUDA_FN(sum_f32)(mg_backend *be, float *out, const float *x, const float *w,
+                                         size_t n, float scale) {
     // out (1), accumulated; x, w (n), w may be NULL
     return reduce_launch(be, w ? 1 : 0, out, x, w, n, scale);
 }
 
-extern "C" mg_status mg_cuda_sumsq_f32(mg_backend *be, float *out, const float *x, size_t n,
-                                       double scale) {
+extern "C" mg_status MG_CUDA_FN(sumsq_f32)(mg_backend *be, float *out, const float *x, size_t n,
+                                           double scale) {
     // out (1), accumulated; x (n)
     return reduce_launch(be, 2, out, x, NULL, n, scale);
 }
@@ -191,8 +191,8 @@ static __global__ void count_zeros_kernel(unsigned long long *out, const float *
     if ((threadIdx.x & 31) == 0 && c) atomicAdd(out, c);
 }
 
-extern "C" mg_status mg_cuda_count_zeros_f32(mg_backend *be, int64_t *out, const float *x,
-                                             size_t n) {
+extern "C" mg_status MG_CUDA_FN(count_zeros_f32)(mg_backend *be, int64_t *out, const float *x,
+                                                 size_t n) {
     // out (1), accumulated; x (n)
     if (n == 0) return MG_OK;
     size_t nb = (n + (size_t)SUM_THREADS * SUM_ITEMS_PER_THREAD - 1) /
@@ -215,8 +215,8 @@ static __global__ void clip_coef_kernel(float *coef_out, float *norm_out, const 
                     : (clip > 0.0f && norm > clip ? clip / (norm + 1e-6f) : 1.0f) * unscale;
 }
 
-extern "C" mg_status mg_cuda_clip_coef(mg_backend *be, float *coef_out, float *norm_out,
-                                       const float *sumsq, float clip, float unscale) {
+extern "C" mg_status MG_CUDA_FN(clip_coef)(mg_backend *be, float *coef_out, float *norm_out,
+                                           const float *sumsq, float clip, float unscale) {
     // coef_out, norm_out, sumsq (1)
     clip_coef_kernel<<<1, 1, 0, mg_cuda_stream(be)>>>(coef_out, norm_out, sumsq, clip, unscale);
     MG_CUDA_CHECK_LAUNCH();

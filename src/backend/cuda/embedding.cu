@@ -60,9 +60,10 @@ static __global__ void embedding_forward_kernel(h16 *out, const int32_t *tokens,
     }
 }
 
-extern "C" mg_status mg_cuda_embedding_forward(mg_backend *be, void *out, const int32_t *tokens,
-                                               const void *wte, const void *wpe, const int32_t *pos,
-                                               int N, int S, int H, int v0, int Vl) {
+extern "C" mg_status MG_CUDA_FN(embedding_forward)(mg_backend *be, void *out, const int32_t *tokens,
+                                                   const void *wte, const void *wpe,
+                                                   const int32_t *pos, int N, int S, int H, int v0,
+                                                   int Vl) {
     // out (N, H); tokens (N); wte (Vl, H); wpe (P, H) or NULL; pos (N) or NULL
     if (N <= 0 || H <= 0) return MG_OK;
     if (wpe && S <= 0) return MG_FAIL(MG_ERR_INTERNAL, "embedding_forward: sequence length %d", S);
@@ -290,10 +291,10 @@ static mg_status segment_sum(cudaStream_t st, char *ws, size_t ints, size_t cub_
     return MG_OK;
 }
 
-extern "C" mg_status mg_cuda_embedding_backward(mg_backend *be, float *dwte, float *dwpe,
-                                                const void *dout, const int32_t *tokens,
-                                                const int32_t *pos, int N, int S, int H, int v0,
-                                                int Vl) {
+extern "C" mg_status MG_CUDA_FN(embedding_backward)(mg_backend *be, float *dwte, float *dwpe,
+                                                    const void *dout, const int32_t *tokens,
+                                                    const int32_t *pos, int N, int S, int H, int v0,
+                                                    int Vl) {
     // dwte (Vl, H), dwpe (P, H) or NULL, both accumulated; dout (N, H); tokens (N); pos (N) or
     // NULL: i % S
     if (N <= 0 || H <= 0) return MG_OK;

@@ -1,4 +1,4 @@
-/* The experts' grouped linear on the GPU (backend.h, "mixture of experts"; CPU reference:
+/* The experts' grouped linear on the GPU (backend_ops.h, "mixture of experts"; CPU reference:
  * cpu/cpu_moe.c): G = n_src x n_w groups of rows one after the other from row 0, group g of
  * counts[g] rows (device memory) against weight w[g % n_w] (OC, IC). h16 activations and
  * weights, fp32 accumulation, fp32 weight and bias gradients (accumulated).
@@ -503,11 +503,9 @@ static mg_status launch_dbias(mg_backend *be, float *const *dbias, const void *d
     return MG_OK;
 }
 
-extern "C" mg_status mg_cuda_grouped_linear_forward_portable(mg_backend *be, void *out /* (R,OC) */,
-                                                             const void *inp /* (R,IC) */,
-                                                             void *const *w, void *const *bias,
-                                                             const int32_t *counts /* (G) */,
-                                                             int n_src, int n_w, int IC, int OC) {
+extern "C" mg_status MG_CUDA_FN(grouped_linear_forward_portable)(
+    mg_backend *be, void *out /* (R,OC) */, const void *inp /* (R,IC) */, void *const *w,
+    void *const *bias, const int32_t *counts /* (G) */, int n_src, int n_w, int IC, int OC) {
     MG_CHECK(check_shape("grouped_linear_forward", n_src, n_w, IC, OC));
     const int G = n_src * n_w;
     gg_ws ws;
@@ -535,7 +533,7 @@ extern "C" mg_status mg_cuda_grouped_linear_forward_portable(mg_backend *be, voi
     return MG_OK;
 }
 
-extern "C" mg_status mg_cuda_grouped_linear_backward_portable(
+extern "C" mg_status MG_CUDA_FN(grouped_linear_backward_portable)(
     mg_backend *be, void *dinp /* (R,IC) or NULL */, float *const *dw, float *const *dbias,
     const void *dout /* (R,OC) */, const void *inp /* (R,IC) */, void *const *w,
     const void *gelu_pre /* (R,IC) or NULL */, const int32_t *counts, int n_src, int n_w, int IC,
@@ -592,13 +590,14 @@ extern "C" mg_status mg_cuda_grouped_linear_backward_portable(
     return MG_OK;
 }
 
-extern "C" mg_status mg_cuda_grouped_linear_forward(mg_backend *be, void *out /* (R,OC) */,
-                                                    const void *inp /* (R,IC) */, void *const *w,
-                                                    void *const *bias, const int32_t *counts,
-                                                    int n_src, int n_w, int IC, int OC) {
+extern "C" mg_status MG_CUDA_FN(grouped_linear_forward)(mg_backend *be, void *out /* (R,OC) */,
+                                                        const void *inp /* (R,IC) */,
+                                                        void *const *w, void *const *bias,
+                                                        const int32_t *counts, int n_src, int n_w,
+                                                        int IC, int OC) {
     if (!use_cutlass(be, IC, OC, out, inp, NULL, NULL))
-        return mg_cuda_grouped_linear_forward_portable(be, out, inp, w, bias, counts, n_src, n_w,
-                                                       IC, OC);
+        return MG_CUDA_FN(grouped_linear_forward_portable)(be, out, inp, w, bias, counts, n_src,
+                                                           n_w, IC, OC);
     MG_CHECK(check_shape("grouped_linear_forward", n_src, n_w, IC, OC));
     const int G = n_src * n_w;
     gg_ws ws;
@@ -613,15 +612,14 @@ extern "C" mg_status mg_cuda_grouped_linear_forward(mg_backend *be, void *out /*
     return MG_OK;
 }
 
-extern "C" mg_status
-mg_cuda_grouped_linear_backward(mg_backend *be, void *dinp /* (R,IC) or NULL */, float *const *dw,
-                                float *const *dbias, const void *dout /* (R,OC) */,
-                                const void *inp /* (R,IC) */, void *const *w,
-                                const void *gelu_pre /* (R,IC) or NULL */, const int32_t *counts,
-                                int n_src, int n_w, int IC, int OC, bool accumulate) {
+extern "C" mg_status MG_CUDA_FN(grouped_linear_backward)(
+    mg_backend *be, void *dinp /* (R,IC) or NULL */, float *const *dw, float *const *dbias,
+    const void *dout /* (R,OC) */, const void *inp /* (R,IC) */, void *const *w,
+    const void *gelu_pre /* (R,IC) or NULL */, const int32_t *counts, int n_src, int n_w, int IC,
+    int OC, bool accumulate) {
     if (!use_cutlass(be, IC, OC, dinp, dout, inp, gelu_pre))
-        return mg_cuda_grouped_linear_backward_portable(be, dinp, dw, dbias, dout, inp, w, gelu_pre,
-                                                        counts, n_src, n_w, IC, OC, accumulate);
+        return MG_CUDA_FN(grouped_linear_backward_portable)(
+            be, dinp, dw, dbias, dout, inp, w, gelu_pre, counts, n_src, n_w, IC, OC, accumulate);
     MG_CHECK(check_shape("grouped_linear_backward", n_src, n_w, IC, OC));
     const int G = n_src * n_w;
     gg_ws ws;
@@ -651,7 +649,7 @@ mg_cuda_grouped_linear_backward(mg_backend *be, void *dinp /* (R,IC) or NULL */,
 /* MG_GROUPED_GEMM (docs/environment.md): "cutlass" (the default: CUTLASS where the build and the
  * device have it, the portable kernel for the rest) or "fallback" (the portable kernel only).
  * fp16 compute has the portable kernel alone (use_cutlass). */
-extern "C" mg_status mg_cuda_grouped_gemm_init(mg_backend *be) {
+extern "C" mg_status MG_CUDA_FN(grouped_gemm_init)(mg_backend *be) {
     const char *impl = mg_env_str("MG_GROUPED_GEMM", NULL);
     if (impl && strcmp(impl, "cutlass") != 0 && strcmp(impl, "fallback") != 0)
         return MG_FAIL(MG_ERR_USAGE, "MG_GROUPED_GEMM=%s: expected cutlass or fallback", impl);
@@ -672,8 +670,8 @@ extern "C" mg_status mg_cuda_grouped_gemm_init(mg_backend *be) {
         cutlass = false;
     }
     be->grouped_linear_forward =
-        cutlass ? mg_cuda_grouped_linear_forward : mg_cuda_grouped_linear_forward_portable;
-    be->grouped_linear_backward =
-        cutlass ? mg_cuda_grouped_linear_backward : mg_cuda_grouped_linear_backward_portable;
+        cutlass ? MG_CUDA_FN(grouped_linear_forward) : MG_CUDA_FN(grouped_linear_forward_portable);
+    be->grouped_linear_backward = cutlass ? MG_CUDA_FN(grouped_linear_backward)
+                                          : MG_CUDA_FN(grouped_linear_backward_portable);
     return MG_OK;
 }

@@ -1,5 +1,5 @@
 /* The grouped linear's products through CUTLASS's Hopper ptr-array grouped GEMM (the performance
- * path of grouped_gemm.cu; backend.h, "mixture of experts", has the contract). Built only with
+ * path of grouped_gemm.cu; backend_ops.h, "mixture of experts", has the contract). Built only with
  * -DMG_HAVE_CUTLASS (the Makefile passes it when CUTLASS's headers are in CUTLASS_INC); without
  * it the entries below say "not built" and grouped_gemm.cu uses its portable kernel.
  *
@@ -12,7 +12,7 @@
  * allocates nor waits for the device.
  *
  * The three products, in CUTLASS's terms D (M,N) = A (M,K) . B (N,K)^T, for group g of rows
- * [r0, r0 + n) and weight j = g % n_w (all buffers row-major as backend.h stores them):
+ * [r0, r0 + n) and weight j = g % n_w (all buffers row-major as backend_ops.h stores them):
  *   forward  out (n,OC)    = inp (n,IC) . W_j^T      M=n  N=OC K=IC  A K-major, B K-major
  *   dinp     dinp (n,IC)   = dout (n,OC) . W_j       M=n  N=IC K=OC  A K-major, B N-major
  *   dw       dW_j (OC,IC) += dout^T (OC,n) . inp     M=OC N=IC K=n   A M-major, B N-major,

@@ -13,7 +13,7 @@
  *    (fp32, the C type) to scratch, which one small kernel adds to dbias (the contract
  *    accumulates; the epilogue writes). Its order of additions is the library's, fixed for a
  *    given algorithm and shape, so runs repeat bitwise.
- * cuBLASLt's GELU is the tanh form, as backend.h specifies. An epilogue the heuristic has no
+ * cuBLASLt's GELU is the tanh form, as backend_ops.h specifies. An epilogue the heuristic has no
  * algorithm for (or an aux leading dimension not a multiple of 8, which cuBLASLt requires) falls
  * back to the plain product and our kernels (activation.cu, elementwise.cu); the result is the
  * same up to h16 rounding of the intermediate.
@@ -428,16 +428,16 @@ static mg_status check_dims(int N, int IC, int OC) {
 }
 
 extern "C" mg_status
-mg_cuda_linear_forward(mg_backend *be, void *out /* (N,OC) */, const void *inp /* (N,IC) */,
-                       const void *w /* (OC,IC) */, const void *bias /* (OC) or NULL */,
-                       const void *residual /* (N,OC) or NULL */, int N, int IC, int OC) {
+MG_CUDA_FN(linear_forward)(mg_backend *be, void *out /* (N,OC) */, const void *inp /* (N,IC) */,
+                           const void *w /* (OC,IC) */, const void *bias /* (OC) or NULL */,
+                           const void *residual /* (N,OC) or NULL */, int N, int IC, int OC) {
     MG_CHECK(check_dims(N, IC, OC));
     if (N == 0 || OC == 0) return MG_OK;
     if (IC == 0) {
         linear_fill_bias_kernel<<<mg_cuda_blocks((size_t)N * OC, MG_CUDA_THREADS), MG_CUDA_THREADS,
                                   0, mg_cuda_stream(be)>>>((h16 *)out, (const h16 *)bias, N, OC);
         MG_CUDA_CHECK_LAUNCH();
-        return residual ? mg_cuda_add(be, out, out, residual, (size_t)N * OC) : MG_OK;
+        return residual ? MG_CUDA_FN(add)(be, out, out, residual, (size_t)N * OC) : MG_OK;
     }
     gemm_call c = {GEMM_FWD, OC,       N,   IC, w, inp, residual, out, residual ? 1.0f : 0.0f,
                    bias,     AUX_NONE, NULL};
@@ -448,13 +448,13 @@ mg_cuda_linear_forward(mg_backend *be, void *out /* (N,OC) */, const void *inp /
     /* no algorithm takes C here: the product, then the add */
     c.C = NULL, c.beta = 0.0f;
     MG_CHECK(gemm_run(be, &c));
-    return mg_cuda_add(be, out, out, residual, (size_t)N * OC);
+    return MG_CUDA_FN(add)(be, out, out, residual, (size_t)N * OC);
 }
 
 extern "C" mg_status
-mg_cuda_linear_gelu_forward(mg_backend *be, void *out /* (N,OC) */, void *pre /* (N,OC) */,
-                            const void *inp /* (N,IC) */, const void *w /* (OC,IC) */,
-                            const void *bias /* (OC) or NULL */, int N, int IC, int OC) {
+MG_CUDA_FN(linear_gelu_forward)(mg_backend *be, void *out /* (N,OC) */, void *pre /* (N,OC) */,
+                                const void *inp /* (N,IC) */, const void *w /* (OC,IC) */,
+                                const void *bias /* (OC) or NULL */, int N, int IC, int OC) {
     MG_CHECK(check_dims(N, IC, OC));
     if (N == 0 || OC == 0) return MG_OK;
     bool done = false;
@@ -463,15 +463,14 @@ mg_cuda_linear_gelu_forward(mg_backend *be, void *out /* (N,OC) */, void *pre /*
         MG_CHECK(gemm_try(be, &c, &done));
     }
     if (done) return MG_OK;
-    MG_CHECK(mg_cuda_linear_forward(be, pre, inp, w, bias, NULL, N, IC, OC));
-    return mg_cuda_gelu_forward(be, out, pre, (size_t)N * OC);
+    MG_CHECK(MG_CUDA_FN(linear_forward)(be, pre, inp, w, bias, NULL, N, IC, OC));
+    return MG_CUDA_FN(gelu_forward)(be, out, pre, (size_t)N * OC);
 }
 
-extern "C" mg_status
-mg_cuda_linear_backward(mg_backend *be, void *dinp /* (N,IC) or NULL */, float *dw /* (OC,IC) */,
-                        float *dbias /* (OC) or NULL */, const void *dout /* (N,OC) */,
-                        const void *inp /* (N,IC) */, const void *w /* (OC,IC) */,
-                        const void *gelu_pre /* (N,IC) or NULL */, int N, int IC, int OC) {
+extern "C" mg_status MG_CUDA_FN(linear_backward)(
+    mg_backend *be, void *dinp /* (N,IC) or NULL */, float *dw /* (OC,IC) */,
+    float *dbias /* (OC) or NULL */, const void *dout /* (N,OC) */, const void *inp /* (N,IC) */,
+    const void *w /* (OC,IC) */, const void *gelu_pre /* (N,IC) or NULL */, int N, int IC, int OC) {
     MG_CHECK(check_dims(N, IC, OC));
     cudaStream_t stream = mg_cuda_stream(be);
     if (N == 0) return MG_OK;
@@ -507,5 +506,5 @@ mg_cuda_linear_backward(mg_backend *be, void *dinp /* (N,IC) or NULL */, float *
     if (done) return MG_OK;
     ci.aux_kind = AUX_NONE, ci.aux = NULL;
     MG_CHECK(gemm_run(be, &ci));
-    return gelu_pre ? mg_cuda_gelu_backward(be, dinp, gelu_pre, dinp, (size_t)N * IC) : MG_OK;
+    return gelu_pre ? MG_CUDA_FN(gelu_backward)(be, dinp, gelu_pre, dinp, (size_t)N * IC) : MG_OK;
 }

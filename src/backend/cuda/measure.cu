@@ -118,7 +118,7 @@ static mg_status peak_run(mg_backend *be, peak_res *r, int n, double *tflops) {
     return MG_OK;
 }
 
-extern "C" mg_status mg_cuda_matmul_peak_tflops(mg_backend *be, int n, double *tflops) {
+extern "C" mg_status MG_CUDA_FN(matmul_peak_tflops)(mg_backend *be, int n, double *tflops) {
     *tflops = 0;
     if (n <= 0) n = PEAK_DEFAULT_N;
     peak_res r = {};

@@ -1,4 +1,4 @@
-/* MoE token movement on the GPU (CPU reference: cpu/cpu_moe.c; contract: backend.h, "mixture of
+/* MoE token movement on the GPU (CPU reference: cpu/cpu_moe.c; contract: backend_ops.h, "mixture of
  * experts"): permute and its backward, the weighted combine (unpermute) and its backward, and the
  * experts' activations over the rows of their groups. Nothing here reads a count back to the host,
  * synchronises or allocates: counts, offsets and rows are computed and read on the device, and
@@ -351,9 +351,10 @@ static mg_status permute_sorted(mg_backend *be, void *xp, int32_t *pos, int32_t 
     return MG_OK;
 }
 
-extern "C" mg_status mg_cuda_moe_permute(mg_backend *be, void *xp, int32_t *pos, int32_t *counts,
-                                         float *load, const void *x, const int32_t *idx, int T,
-                                         int k, int E, int H, int pad) {
+extern "C" mg_status MG_CUDA_FN(moe_permute)(mg_backend *be, void *xp, int32_t *pos,
+                                             int32_t *counts, float *load, const void *x,
+                                             const int32_t *idx, int T, int k, int E, int H,
+                                             int pad) {
     // xp (R,H), R = pad > 0 ? E x pad : T x k; pos, idx (T,k); counts, load (E); x (T,H)
     if (E <= 0) return MG_OK;
     if (E <= PERM_MAX_E && T >= 0 && k >= 1)
@@ -448,8 +449,8 @@ static void launch_combine(mg_backend *be, h16 *out, const h16 *base, const h16 
             out, base, src, pos, probs, T, k, H);
 }
 
-extern "C" mg_status mg_cuda_moe_permute_backward(mg_backend *be, void *dx, const void *dxp,
-                                                  const int32_t *pos, int T, int k, int H) {
+extern "C" mg_status MG_CUDA_FN(moe_permute_backward)(mg_backend *be, void *dx, const void *dxp,
+                                                      const int32_t *pos, int T, int k, int H) {
     // dx (T,H) accumulates; dxp (R,H); pos (T,k)
     if (T <= 0 || H <= 0 || k <= 0) return MG_OK;
     bool vec = H % 8 == 0 && mg_cuda_aligned16(dx) && mg_cuda_aligned16(dxp);
@@ -485,9 +486,9 @@ static __global__ void regroup_kernel(h16 *dst, const h16 *src, const int32_t *c
     }
 }
 
-extern "C" mg_status mg_cuda_moe_regroup(mg_backend *be, void *dst, const void *src,
-                                         const int32_t *counts, int P, int El, int slab, int H,
-                                         bool to_slabs) {
+extern "C" mg_status MG_CUDA_FN(moe_regroup)(mg_backend *be, void *dst, const void *src,
+                                             const int32_t *counts, int P, int El, int slab, int H,
+                                             bool to_slabs) {
     // dst, src (P x slab, H) on the slab side, packed rows on the other; counts (P x El)
     if (P <= 0 || slab <= 0 || H <= 0) return MG_OK;
     if (P > 65535) return MG_FAIL(MG_ERR_UNSUPPORTED, "regroup over %d ranks (at most 65535)", P);
@@ -501,9 +502,9 @@ extern "C" mg_status mg_cuda_moe_regroup(mg_backend *be, void *dst, const void *
 
 /* ---------------------------------------------------------------- unpermute (the combine) */
 
-extern "C" mg_status mg_cuda_moe_unpermute(mg_backend *be, void *out, const void *base,
-                                           const void *y, const int32_t *pos, const float *probs,
-                                           int T, int k, int H) {
+extern "C" mg_status MG_CUDA_FN(moe_unpermute)(mg_backend *be, void *out, const void *base,
+                                               const void *y, const int32_t *pos,
+                                               const float *probs, int T, int k, int H) {
     // out, base (T,H); y (R,H); pos, probs (T,k)
     if (T <= 0 || H <= 0) return MG_OK;
     bool vec =
@@ -593,10 +594,10 @@ static __global__ void unpermute_backward_tokens_kernel(h16 *dy, float *dprobs, 
         if (mark[r] == 0) row_copy(dy + (size_t)r * H, NULL, H, vec);
 }
 
-extern "C" mg_status mg_cuda_moe_unpermute_backward(mg_backend *be, void *dy, float *dprobs,
-                                                    const void *dout, const void *y,
-                                                    const int32_t *pos, const float *probs, int T,
-                                                    int k, int H, int R) {
+extern "C" mg_status MG_CUDA_FN(moe_unpermute_backward)(mg_backend *be, void *dy, float *dprobs,
+                                                        const void *dout, const void *y,
+                                                        const int32_t *pos, const float *probs,
+                                                        int T, int k, int H, int R) {
     // dy, y (R,H); dprobs, pos, probs (T,k); dout (T,H)
     int n = T * k;
     if (R <= 0 && n <= 0) return MG_OK;
@@ -658,9 +659,9 @@ static unsigned activation_blocks(mg_backend *be) {
     return (unsigned)mg_cuda_ctx_of(be)->num_sms * 8;
 }
 
-extern "C" mg_status mg_cuda_grouped_activation_forward(mg_backend *be, void *out, const void *pre,
-                                                        const int32_t *counts, int G, int F,
-                                                        bool swiglu) {
+extern "C" mg_status MG_CUDA_FN(grouped_activation_forward)(mg_backend *be, void *out,
+                                                            const void *pre, const int32_t *counts,
+                                                            int G, int F, bool swiglu) {
     // swiglu: out (rows,F), pre (rows,2F); else out, pre (rows,F); rows = sum counts[0..G)
     if (G <= 0 || F <= 0) return MG_OK;
     cudaStream_t st = mg_cuda_stream(be);
@@ -679,9 +680,9 @@ extern "C" mg_status mg_cuda_grouped_activation_forward(mg_backend *be, void *ou
     return MG_OK;
 }
 
-extern "C" mg_status mg_cuda_grouped_swiglu_backward(mg_backend *be, void *dpre, const void *pre,
-                                                     const void *dout, const int32_t *counts, int G,
-                                                     int F) {
+extern "C" mg_status MG_CUDA_FN(grouped_swiglu_backward)(mg_backend *be, void *dpre,
+                                                         const void *pre, const void *dout,
+                                                         const int32_t *counts, int G, int F) {
     // dpre, pre (rows,2F); dout (rows,F); rows = sum counts[0..G)
     if (G <= 0 || F <= 0) return MG_OK;
     cudaStream_t st = mg_cuda_stream(be);

@@ -1,4 +1,4 @@
-/* The MoE router's products on the GPU (CPU reference: cpu/cpu_router.c; contract: backend.h,
+/* The MoE router's products on the GPU (CPU reference: cpu/cpu_router.c; contract: backend_ops.h,
  * "mixture of experts"): logits (T,E) fp32 = x (T,H) @ w (E,H)^T, and its backward, dx (T,H) h16
  * += dlogits @ w, dw (E,H) fp32 += dlogits^T @ x. cuBLASLt cannot take the fp32 dlogits with h16
  * x or w in one product, and E is small (4..256), so all three are reads of x by kernels of our
@@ -648,8 +648,8 @@ static mg_status router_dw_rows(mg_backend *be, float *dw, const float *dl, cons
 
 /* ---------------------------------------------------------------- the entries */
 
-extern "C" mg_status mg_cuda_router_forward(mg_backend *be, float *logits, const void *x,
-                                            const void *w, int T, int H, int E) {
+extern "C" mg_status MG_CUDA_FN(router_forward)(mg_backend *be, float *logits, const void *x,
+                                                const void *w, int T, int H, int E) {
     // logits (T,E) fp32 = x (T,H) @ w (E,H)^T
     if (T <= 0 || E <= 0) return MG_OK;
     if (mma_ok(x, w, H, E)) {
@@ -669,9 +669,9 @@ extern "C" mg_status mg_cuda_router_forward(mg_backend *be, float *logits, const
     return router_gemm<h16, h16>(be, g);
 }
 
-extern "C" mg_status mg_cuda_router_backward(mg_backend *be, void *dx, float *dw,
-                                             const float *dlogits, const void *x, const void *w,
-                                             int T, int H, int E) {
+extern "C" mg_status MG_CUDA_FN(router_backward)(mg_backend *be, void *dx, float *dw,
+                                                 const float *dlogits, const void *x, const void *w,
+                                                 int T, int H, int E) {
     // dx (T,H) h16 += dlogits (T,E) @ w (E,H); dw (E,H) fp32 += dlogits^T @ x (T,H)
     if (T <= 0 || H <= 0 || E <= 0) return MG_OK;
     if (mma_ok(dx, w, H, E) && (H + MX_COLS - 1) / MX_COLS <= 65535) {

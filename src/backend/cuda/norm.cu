@@ -223,30 +223,31 @@ static mg_status norm_forward(mg_backend *be, void *out, float *mean, float *rst
     return MG_OK;
 }
 
-extern "C" mg_status mg_cuda_layernorm_forward(mg_backend *be, void *out, float *mean, float *rstd,
-                                               const void *x, const void *w, const void *b, int N,
-                                               int H, float eps) {
+extern "C" mg_status MG_CUDA_FN(layernorm_forward)(mg_backend *be, void *out, float *mean,
+                                                   float *rstd, const void *x, const void *w,
+                                                   const void *b, int N, int H, float eps) {
     // out, x (N, H); mean, rstd (N); w (H); b (H) or NULL
     return norm_forward<true>(be, out, mean, rstd, x, w, b, N, H, eps);
 }
 
-extern "C" mg_status mg_cuda_layernorm_backward(mg_backend *be, void *dx, float *dw, float *db,
-                                                const void *dout, const void *x, const void *w,
-                                                const float *mean, const float *rstd, int N,
-                                                int H) {
+extern "C" mg_status MG_CUDA_FN(layernorm_backward)(mg_backend *be, void *dx, float *dw, float *db,
+                                                    const void *dout, const void *x, const void *w,
+                                                    const float *mean, const float *rstd, int N,
+                                                    int H) {
     // dx (N, H) accumulated; dw, db (H) accumulated (db may be NULL); dout, x (N, H); w (H)
     return norm_backward<true>(be, dx, dw, db, dout, x, w, mean, rstd, N, H);
 }
 
-extern "C" mg_status mg_cuda_rmsnorm_forward(mg_backend *be, void *out, float *rstd, const void *x,
-                                             const void *w, int N, int H, float eps) {
+extern "C" mg_status MG_CUDA_FN(rmsnorm_forward)(mg_backend *be, void *out, float *rstd,
+                                                 const void *x, const void *w, int N, int H,
+                                                 float eps) {
     // out, x (N, H); rstd (N); w (H)
     return norm_forward<false>(be, out, NULL, rstd, x, w, NULL, N, H, eps);
 }
 
-extern "C" mg_status mg_cuda_rmsnorm_backward(mg_backend *be, void *dx, float *dw, const void *dout,
-                                              const void *x, const void *w, const float *rstd,
-                                              int N, int H) {
+extern "C" mg_status MG_CUDA_FN(rmsnorm_backward)(mg_backend *be, void *dx, float *dw,
+                                                  const void *dout, const void *x, const void *w,
+                                                  const float *rstd, int N, int H) {
     // dx (N, H) accumulated; dw (H) accumulated; dout, x (N, H); w (H); rstd (N)
     return norm_backward<false>(be, dx, dw, NULL, dout, x, w, NULL, rstd, N, H);
 }

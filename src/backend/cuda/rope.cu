@@ -1,5 +1,5 @@
 /* Rotary position embedding, rotate-half form, in place on the query and key heads of the fused
- * qkv buffer (layout in backend.h: per group r query heads, then k, then v; v is untouched), on
+ * qkv buffer (layout in backend_ops.h: per group r query heads, then k, then v; v is untouched), on
  * the first rd channels of each head (--rotary-percent; the rest are not touched), at each
  * token's position (pos[i], or i % S without pos).
  * CPU reference: cpu/cpu_rope.c. Backward applies the inverse rotation (sin negated).
@@ -87,16 +87,16 @@ static mg_status rope_launch(mg_backend *be, void *qkv, const float *cos_tab, co
     return MG_OK;
 }
 
-extern "C" mg_status mg_cuda_rope_forward(mg_backend *be, void *qkv, const float *cos_tab,
-                                          const float *sin_tab, const int32_t *pos, int N, int S,
-                                          int nq, int ng, int hd, int rd) {
+extern "C" mg_status MG_CUDA_FN(rope_forward)(mg_backend *be, void *qkv, const float *cos_tab,
+                                              const float *sin_tab, const int32_t *pos, int N,
+                                              int S, int nq, int ng, int hd, int rd) {
     // qkv (N, ng*(r+2)*hd); cos_tab, sin_tab (S, rd/2); pos (N) or NULL
     return rope_launch(be, qkv, cos_tab, sin_tab, pos, N, S, nq, ng, hd, rd, 1.0f);
 }
 
-extern "C" mg_status mg_cuda_rope_backward(mg_backend *be, void *dqkv, const float *cos_tab,
-                                           const float *sin_tab, const int32_t *pos, int N, int S,
-                                           int nq, int ng, int hd, int rd) {
+extern "C" mg_status MG_CUDA_FN(rope_backward)(mg_backend *be, void *dqkv, const float *cos_tab,
+                                               const float *sin_tab, const int32_t *pos, int N,
+                                               int S, int nq, int ng, int hd, int rd) {
     // dqkv (N, ng*(r+2)*hd); cos_tab, sin_tab (S, rd/2); pos (N) or NULL
     return rope_launch(be, dqkv, cos_tab, sin_tab, pos, N, S, nq, ng, hd, rd, -1.0f);
 }
