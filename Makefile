@@ -143,12 +143,19 @@ TEST_SRC := $(shell find tests/unit -name '*.c' | sort)
 DIST_SRC := $(shell find tests/dist -name '*.c' | sort)
 CUDA_TEST_SRC := $(shell find tests/cuda -name '*.c' 2>/dev/null | sort)
 
-# The CUDA backend's fp16 twin (mg_backend_cuda_create_dtype with MG_F16): every op file built
-# again with -DMG_CUDA_F16, which makes h16 fp16 and names the launchers mg_cuda_f16_* (MG_CUDA_FN,
-# src/backend/cuda/cuda_ops.h; the table, cuda_table.c, is built once and picks by dtype).
-# CUTLASS's grouped GEMM is bf16 only: fp16 takes the portable kernel.
-CU_F16_SRC := $(filter-out %/grouped_gemm_cutlass.cu,$(CU_SRC))
-CU_F16_OBJ := $(if $(HAVE_CUDA),$(CU_F16_SRC:%.cu=$(BUILD)/obj/%.cu.f16.o))
+# The CUDA backend's two compute dtypes (mg_backend_cuda_create_dtype: bf16, fp16). An op file
+# templated on the 16-bit type (MG_CUDA_DTYPES, src/backend/cuda/cuda_common.cuh) is built once and
+# holds both dtypes' launchers, mg_cuda_<op> and mg_cuda_f16_<op>. The files of CU_F16_SRC are not
+# converted yet: built twice with -DMG_CUDA_TWICE, as is (bf16) and again with -DMG_CUDA_F16, which
+# makes h16 fp16 and names the launchers mg_cuda_f16_* (MG_CUDA_FN, cuda_ops.h). The table,
+# cuda_table.c, is built once and picks by dtype. CUTLASS's grouped GEMM is bf16 only: fp16 takes
+# the portable kernel.
+CU_F16_SRC := $(if $(HAVE_CUDA),$(addprefix src/backend/cuda/, \
+    activation.cu adamw.cu attention.cu attention_cudnn.cu convert.cu cross_entropy.cu dropout.cu \
+    elementwise.cu embedding.cu grouped_gemm.cu linear.cu measure.cu moe_permute.cu moe_route.cu \
+    moe_router.cu rope.cu))
+CU_F16_OBJ := $(CU_F16_SRC:%.cu=$(BUILD)/obj/%.cu.f16.o)
+$(CU_F16_SRC:%.cu=$(BUILD)/obj/%.cu.o) $(CU_F16_OBJ): NVCC_ALL += -DMG_CUDA_TWICE
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(CU_SRC:%.cu=$(BUILD)/obj/%.cu.o) $(CU_F16_OBJ) $(CXX_SRC:%.cc=$(BUILD)/obj/%.cc.o)
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/obj/%.o)

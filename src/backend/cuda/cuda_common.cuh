@@ -1,6 +1,6 @@
 /* Internal to the .cu files of src/backend/cuda: the 16-bit compute type h16 and its conversions,
  * device helpers shared by the memory-bound op kernels (h16 vector loads and stores, warp
- * reductions) and the workspace accessor. Needs: cuda_internal.h, <cuda_bf16.h> or <cuda_fp16.h>.
+ * reductions) and the workspace accessor. Needs: cuda_internal.h, <cuda_bf16.h>, <cuda_fp16.h>.
  * CUDA C++ only. */
 #ifndef MG_BACKEND_CUDA_COMMON_CUH
 #define MG_BACKEND_CUDA_COMMON_CUH
@@ -16,53 +16,96 @@ extern "C" {
 #include <stddef.h>
 #include <stdint.h>
 
-/* The compute type. Every op file is compiled twice (Makefile): as is, h16 = bf16, and with
- * -DMG_CUDA_F16, h16 = fp16 (IEEE half), its launchers then named mg_cuda_f16_* (MG_CUDA_FN,
- * cuda_ops.h).
- * The kernels are written once against the names below: h16 and its pair h16x2, the conversions
- * (to h16 always round to nearest, ties to even; an fp16 overflow becomes +-Inf, which the loss
- * scaler detects, so nothing clamps), and the type's code for cuBLASLt, cuDNN and PTX's mma. */
-#ifdef MG_CUDA_F16
+/* The compute type. The kernels and launchers of an op file are templates on the 16-bit type, named
+ * h16 in them, instantiated for __nv_bfloat16 and __half (IEEE half) in one nvcc run; the
+ * launchers' two C names come from MG_CUDA_DTYPES below. Files not converted yet are compiled twice
+ * (Makefile, -DMG_CUDA_TWICE): as is, h16 = bf16, and with -DMG_CUDA_F16, h16 = fp16, their
+ * launchers then named mg_cuda_f16_* (MG_CUDA_FN, cuda_ops.h). What depends on the type:
+ * mg_h16<h16> (its pair type, its codes for cuBLASLt and PTX's mma, its name) and the conversions
+ * (to h16 always round to nearest, ties to even; an fp16 overflow becomes
+ * +-Inf, which the loss scaler detects, so nothing clamps): h16_to_f and h16x2_to_f2 by overload,
+ * f_to_h16<h16> and f2_to_h16x2<h16> by the type named. */
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
+
+template <typename T> struct mg_h16;
+
+template <> struct mg_h16<__nv_bfloat16> {
+    typedef __nv_bfloat162 x2;
+    static constexpr cudaDataType_t cuda_r = CUDA_R_16BF;
+    static constexpr const char *ptx = "bf16", *name = "bf16";
+    static __host__ __device__ __forceinline__ __nv_bfloat16 from_f(float x) {
+        return __float2bfloat16_rn(x);
+    }
+    static __host__ __device__ __forceinline__ x2 from_f2(float lo, float hi) {
+        return __floats2bfloat162_rn(lo, hi);
+    }
+};
+
+template <> struct mg_h16<__half> {
+    typedef __half2 x2;
+    static constexpr cudaDataType_t cuda_r = CUDA_R_16F;
+    static constexpr const char *ptx = "f16", *name = "fp16";
+    static __host__ __device__ __forceinline__ __half from_f(float x) { return __float2half_rn(x); }
+    static __host__ __device__ __forceinline__ x2 from_f2(float lo, float hi) {
+        return __floats2half2_rn(lo, hi);
+    }
+};
+
+static __host__ __device__ __forceinline__ float h16_to_f(__nv_bfloat16 x) {
+    return __bfloat162float(x);
+}
+static __host__ __device__ __forceinline__ float h16_to_f(__half x) {
+    return __half2float(x);
+}
+static __host__ __device__ __forceinline__ float2 h16x2_to_f2(__nv_bfloat162 x) {
+    return __bfloat1622float2(x);
+}
+static __host__ __device__ __forceinline__ float2 h16x2_to_f2(__half2 x) {
+    return __half22float2(x);
+}
+
+#ifdef MG_CUDA_TWICE
+#ifdef MG_CUDA_F16
 typedef __half h16;
-typedef __half2 h16x2;
 #define MG_CUDA_R_H16     CUDA_R_16F
 #define MG_CUDNN_DATA_H16 CUDNN_DATA_HALF
 #define MG_PTX_H16        "f16"
 #define MG_H16_NAME       "fp16"
-static __host__ __device__ __forceinline__ float h16_to_f(h16 x) {
-    return __half2float(x);
-}
-static __host__ __device__ __forceinline__ h16 f_to_h16(float x) {
-    return __float2half_rn(x);
-}
-static __host__ __device__ __forceinline__ float2 h16x2_to_f2(h16x2 x) {
-    return __half22float2(x);
-}
-static __host__ __device__ __forceinline__ h16x2 f2_to_h16x2(float lo, float hi) {
-    return __floats2half2_rn(lo, hi);
-}
 #else
-#include <cuda_bf16.h>
 typedef __nv_bfloat16 h16;
-typedef __nv_bfloat162 h16x2;
 #define MG_CUDA_R_H16     CUDA_R_16BF
 #define MG_CUDNN_DATA_H16 CUDNN_DATA_BFLOAT16
 #define MG_PTX_H16        "bf16"
 #define MG_H16_NAME       "bf16"
-static __host__ __device__ __forceinline__ float h16_to_f(h16 x) {
-    return __bfloat162float(x);
-}
-static __host__ __device__ __forceinline__ h16 f_to_h16(float x) {
-    return __float2bfloat16_rn(x);
-}
-static __host__ __device__ __forceinline__ float2 h16x2_to_f2(h16x2 x) {
-    return __bfloat1622float2(x);
-}
-static __host__ __device__ __forceinline__ h16x2 f2_to_h16x2(float lo, float hi) {
-    return __floats2bfloat162_rn(lo, hi);
-}
 #endif
+typedef mg_h16<h16>::x2 h16x2;
+#define MG_H16_DEFAULT = h16 /* the object's one type, where a call does not name it */
+#else
+#define MG_H16_DEFAULT
+#endif
+
+template <typename T MG_H16_DEFAULT>
+static __host__ __device__ __forceinline__ T f_to_h16(float x) {
+    return mg_h16<T>::from_f(x);
+}
+template <typename T MG_H16_DEFAULT>
+static __host__ __device__ __forceinline__ typename mg_h16<T>::x2 f2_to_h16x2(float lo, float hi) {
+    return mg_h16<T>::from_f2(lo, hi);
+}
+
+/* Defines the per-dtype function `op` (ret, the parenthesised parameters and the same names as
+ * arguments) as a template on h16 whose body follows the macro, and its two C names: mg_cuda_<op>
+ * runs it with bf16, mg_cuda_f16_<op> with fp16. */
+#define MG_CUDA_DTYPES(ret, op, params, args)                                                      \
+    template <typename h16> static ret op params;                                                  \
+    extern "C" ret mg_cuda_##op params {                                                           \
+        return op<__nv_bfloat16> args;                                                             \
+    }                                                                                              \
+    extern "C" ret mg_cuda_f16_##op params {                                                       \
+        return op<__half> args;                                                                    \
+    }                                                                                              \
+    template <typename h16> static ret op params
 
 /* Threads per block for the elementwise kernels, and the cap on their grid-stride grids. */
 #define MG_CUDA_THREADS    256
@@ -103,8 +146,9 @@ static inline mg_status mg_cuda_scratch(mg_backend *be, size_t bytes, void **out
 }
 
 /* 8 h16 held in 16 bytes, as fp32. */
+template <typename h16 MG_H16_DEFAULT>
 static __device__ __forceinline__ void mg_unpack8(uint4 u, float f[8]) {
-    const h16x2 *h = reinterpret_cast<const h16x2 *>(&u);
+    const typename mg_h16<h16>::x2 *h = reinterpret_cast<const typename mg_h16<h16>::x2 *>(&u);
 #pragma unroll
     for (int k = 0; k < 4; k++) {
         float2 t = h16x2_to_f2(h[k]);
@@ -114,31 +158,33 @@ static __device__ __forceinline__ void mg_unpack8(uint4 u, float f[8]) {
 }
 
 /* 8 h16 = 16 bytes: one vector load or store. p must be 16-byte aligned. */
-static __device__ __forceinline__ void mg_load8(const h16 *p, float f[8]) {
-    mg_unpack8(*reinterpret_cast<const uint4 *>(p), f);
+template <typename h16> static __device__ __forceinline__ void mg_load8(const h16 *p, float f[8]) {
+    mg_unpack8<h16>(*reinterpret_cast<const uint4 *>(p), f);
 }
 
-static __device__ __forceinline__ void mg_store8(h16 *p, const float f[8]) {
+template <typename h16> static __device__ __forceinline__ void mg_store8(h16 *p, const float f[8]) {
     uint4 u;
-    h16x2 *h = reinterpret_cast<h16x2 *>(&u);
+    typename mg_h16<h16>::x2 *h = reinterpret_cast<typename mg_h16<h16>::x2 *>(&u);
 #pragma unroll
-    for (int k = 0; k < 4; k++) h[k] = f2_to_h16x2(f[2 * k], f[2 * k + 1]);
+    for (int k = 0; k < 4; k++) h[k] = f2_to_h16x2<h16>(f[2 * k], f[2 * k + 1]);
     *reinterpret_cast<uint4 *>(p) = u;
 }
 
 /* VEC = 8: one 16-byte vector; VEC = 1: one element (the scalar fallback of a templated kernel). */
-template <int VEC> static __device__ __forceinline__ void mg_loadv(const h16 *p, float *f) {
+template <int VEC, typename h16>
+static __device__ __forceinline__ void mg_loadv(const h16 *p, float *f) {
     if (VEC == 8)
         mg_load8(p, f);
     else
         f[0] = h16_to_f(*p);
 }
 
-template <int VEC> static __device__ __forceinline__ void mg_storev(h16 *p, const float *f) {
+template <int VEC, typename h16>
+static __device__ __forceinline__ void mg_storev(h16 *p, const float *f) {
     if (VEC == 8)
         mg_store8(p, f);
     else
-        *p = f_to_h16(f[0]);
+        *p = f_to_h16<h16>(f[0]);
 }
 
 /* Butterfly reductions: every lane ends with the same value, combined in a fixed order. */

@@ -6,14 +6,16 @@
  *
  * Names. The runtime entries (kind RT: memory, copies, streams; cuda_backend.c, built once) are
  * mg_cuda_<name>. Each compute op family (kinds OP and MOE) lives in one .cu file with its
- * kernels (static __global__), built twice (Makefile): as is, with bf16 compute, and with
- * -DMG_CUDA_F16, fp16 compute. An op file defines its launchers as MG_CUDA_FN(<name>), which is
- * mg_cuda_<name> in the bf16 object and mg_cuda_f16_<name> in the fp16 one, so the two objects
- * link side by side. The declarations below are generated from the op list (and, for the few
- * per-dtype functions that are not table entries, declared once with MG_CUDA_DTYPE_DECL): an op
- * file sees only its own dtype's names, so a per-dtype function called without MG_CUDA_FN fails to
- * compile in the fp16 object; code built once (C: the table, the backend's creation, the tests)
- * sees both and picks by the backend's compute dtype (cuda_table.c, MG_CUDA_BY_DTYPE).
+ * kernels (static __global__) and launchers templated on the 16-bit type, both instantiated in one
+ * object: mg_cuda_<name> is the bf16 launcher, mg_cuda_f16_<name> the fp16 one (MG_CUDA_DTYPES,
+ * cuda_common.cuh). A file not converted yet is built twice (Makefile, -DMG_CUDA_TWICE): as is,
+ * with bf16 compute, and with -DMG_CUDA_F16, fp16 compute, defining its launchers as
+ * MG_CUDA_FN(<name>), mg_cuda_<name> in the bf16 object and mg_cuda_f16_<name> in the fp16 one; it
+ * sees only its own dtype's names, so a per-dtype function called without MG_CUDA_FN fails to
+ * compile in its fp16 object. The declarations below are generated from the op list (and, for the
+ * few per-dtype functions that are not table entries, declared once with MG_CUDA_DTYPE_DECL); code
+ * built once (C: the table, the backend's creation, the tests) sees both names and picks by the
+ * backend's compute dtype (cuda_table.c, MG_CUDA_BY_DTYPE).
  *
  * Files: embedding.cu, norm.cu, linear.cu (linear_*), activation.cu (gelu_*, swiglu_*), rope.cu,
  * attention.cu (and attention_cudnn.cu), cross_entropy.cu, elementwise.cu (add,
@@ -41,9 +43,9 @@ extern "C" {
 #define MG_CUDA_FN(op) mg_cuda_##op
 #endif
 
-/* Declares per-dtype function `op` of function type `type`: in an op file (CUDA C++) the object's
- * own, in code built once (C) both. */
-#ifdef __CUDACC__
+/* Declares per-dtype function `op` of function type `type`: in an op file built twice the object's
+ * own, elsewhere both. */
+#if defined(__CUDACC__) && defined(MG_CUDA_TWICE)
 #define MG_CUDA_DTYPE_DECL(type, op) type MG_CUDA_FN(op)
 #else
 #define MG_CUDA_DTYPE_DECL(type, op) type mg_cuda_##op, mg_cuda_f16_##op

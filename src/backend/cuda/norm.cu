@@ -23,7 +23,7 @@
 #define DW_MAX_CHUNKS       1024
 #define DW_FINAL_WARPS      8
 
-template <bool LN, int VEC>
+template <typename h16, bool LN, int VEC>
 static __global__ void norm_forward_kernel(h16 *out, float *mean, float *rstd, const h16 *x,
                                            const h16 *w, const h16 *b, int N, int H, float eps) {
     // out, x (N, H); mean (N) (LN only), rstd (N); w (H); b (H) or NULL
@@ -66,7 +66,7 @@ static __global__ void norm_forward_kernel(h16 *out, float *mean, float *rstd, c
 }
 
 /* dx += rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dout * w (RMS: no mean(g) term). */
-template <bool LN, int VEC>
+template <typename h16, bool LN, int VEC>
 static __global__ void norm_backward_dx_kernel(h16 *dx, const h16 *dout, const h16 *x, const h16 *w,
                                                const float *mean, const float *rstd, int N, int H) {
     // dx, dout, x (N, H); w (H); mean (N) (LN only), rstd (N)
@@ -104,7 +104,7 @@ static __global__ void norm_backward_dx_kernel(h16 *dx, const h16 *dout, const h
 }
 
 /* Stage 1: block (column tile of 32*VEC, chunk of R rows) -> part_w/part_b[chunk, tile cols]. */
-template <bool LN, int VEC>
+template <typename h16, bool LN, int VEC>
 static __global__ void norm_dw_partial_kernel(float *part_w, float *part_b, const h16 *dout,
                                               const h16 *x, const float *mean, const float *rstd,
                                               int N, int H, int R) {
@@ -165,7 +165,7 @@ static __global__ void norm_dw_final_kernel(float *dw, float *db, const float *p
     if (db) db[j] += t;
 }
 
-template <bool LN>
+template <typename h16, bool LN>
 static mg_status norm_backward(mg_backend *be, void *dx, float *dw, float *db, const void *dout,
                                const void *x, const void *w, const float *mean, const float *rstd,
                                int N, int H) {
@@ -186,16 +186,16 @@ static mg_status norm_backward(mg_backend *be, void *dx, float *dw, float *db, c
     int vw = vec ? 8 : 1;
     dim3 dw_grid((unsigned)((H + 32 * vw - 1) / (32 * vw)), (unsigned)nchunks);
     if (vec) {
-        norm_backward_dx_kernel<LN, 8><<<row_blocks, 32 * NORM_ROWS_PER_BLOCK, 0, st>>>(
+        norm_backward_dx_kernel<h16, LN, 8><<<row_blocks, 32 * NORM_ROWS_PER_BLOCK, 0, st>>>(
             (h16 *)dx, d, xx, ww, mean, rstd, N, H);
         MG_CUDA_CHECK_LAUNCH();
-        norm_dw_partial_kernel<LN, 8>
+        norm_dw_partial_kernel<h16, LN, 8>
             <<<dw_grid, dim3(32, DW_WARPS), 0, st>>>(part_w, part_b, d, xx, mean, rstd, N, H, R);
     } else {
-        norm_backward_dx_kernel<LN, 1><<<row_blocks, 32 * NORM_ROWS_PER_BLOCK, 0, st>>>(
+        norm_backward_dx_kernel<h16, LN, 1><<<row_blocks, 32 * NORM_ROWS_PER_BLOCK, 0, st>>>(
             (h16 *)dx, d, xx, ww, mean, rstd, N, H);
         MG_CUDA_CHECK_LAUNCH();
-        norm_dw_partial_kernel<LN, 1>
+        norm_dw_partial_kernel<h16, LN, 1>
             <<<dw_grid, dim3(32, DW_WARPS), 0, st>>>(part_w, part_b, d, xx, mean, rstd, N, H, R);
     }
     MG_CUDA_CHECK_LAUNCH();
@@ -205,7 +205,7 @@ static mg_status norm_backward(mg_backend *be, void *dx, float *dw, float *db, c
     return MG_OK;
 }
 
-template <bool LN>
+template <typename h16, bool LN>
 static mg_status norm_forward(mg_backend *be, void *out, float *mean, float *rstd, const void *x,
                               const void *w, const void *b, int N, int H, float eps) {
     if (N <= 0 || H <= 0) return MG_OK;
@@ -214,40 +214,43 @@ static mg_status norm_forward(mg_backend *be, void *out, float *mean, float *rst
     unsigned blocks = (unsigned)((N + NORM_ROWS_PER_BLOCK - 1) / NORM_ROWS_PER_BLOCK);
     cudaStream_t st = mg_cuda_stream(be);
     if (vec)
-        norm_forward_kernel<LN, 8><<<blocks, 32 * NORM_ROWS_PER_BLOCK, 0, st>>>(
+        norm_forward_kernel<h16, LN, 8><<<blocks, 32 * NORM_ROWS_PER_BLOCK, 0, st>>>(
             (h16 *)out, mean, rstd, (const h16 *)x, (const h16 *)w, (const h16 *)b, N, H, eps);
     else
-        norm_forward_kernel<LN, 1><<<blocks, 32 * NORM_ROWS_PER_BLOCK, 0, st>>>(
+        norm_forward_kernel<h16, LN, 1><<<blocks, 32 * NORM_ROWS_PER_BLOCK, 0, st>>>(
             (h16 *)out, mean, rstd, (const h16 *)x, (const h16 *)w, (const h16 *)b, N, H, eps);
     MG_CUDA_CHECK_LAUNCH();
     return MG_OK;
 }
 
-extern "C" mg_status MG_CUDA_FN(layernorm_forward)(mg_backend *be, void *out, float *mean,
-                                                   float *rstd, const void *x, const void *w,
-                                                   const void *b, int N, int H, float eps) {
+MG_CUDA_DTYPES(mg_status, layernorm_forward,
+               (mg_backend * be, void *out, float *mean, float *rstd, const void *x, const void *w,
+                const void *b, int N, int H, float eps),
+               (be, out, mean, rstd, x, w, b, N, H, eps)) {
     // out, x (N, H); mean, rstd (N); w (H); b (H) or NULL
-    return norm_forward<true>(be, out, mean, rstd, x, w, b, N, H, eps);
+    return norm_forward<h16, true>(be, out, mean, rstd, x, w, b, N, H, eps);
 }
 
-extern "C" mg_status MG_CUDA_FN(layernorm_backward)(mg_backend *be, void *dx, float *dw, float *db,
-                                                    const void *dout, const void *x, const void *w,
-                                                    const float *mean, const float *rstd, int N,
-                                                    int H) {
+MG_CUDA_DTYPES(mg_status, layernorm_backward,
+               (mg_backend * be, void *dx, float *dw, float *db, const void *dout, const void *x,
+                const void *w, const float *mean, const float *rstd, int N, int H),
+               (be, dx, dw, db, dout, x, w, mean, rstd, N, H)) {
     // dx (N, H) accumulated; dw, db (H) accumulated (db may be NULL); dout, x (N, H); w (H)
-    return norm_backward<true>(be, dx, dw, db, dout, x, w, mean, rstd, N, H);
+    return norm_backward<h16, true>(be, dx, dw, db, dout, x, w, mean, rstd, N, H);
 }
 
-extern "C" mg_status MG_CUDA_FN(rmsnorm_forward)(mg_backend *be, void *out, float *rstd,
-                                                 const void *x, const void *w, int N, int H,
-                                                 float eps) {
+MG_CUDA_DTYPES(mg_status, rmsnorm_forward,
+               (mg_backend * be, void *out, float *rstd, const void *x, const void *w, int N, int H,
+                float eps),
+               (be, out, rstd, x, w, N, H, eps)) {
     // out, x (N, H); rstd (N); w (H)
-    return norm_forward<false>(be, out, NULL, rstd, x, w, NULL, N, H, eps);
+    return norm_forward<h16, false>(be, out, NULL, rstd, x, w, NULL, N, H, eps);
 }
 
-extern "C" mg_status MG_CUDA_FN(rmsnorm_backward)(mg_backend *be, void *dx, float *dw,
-                                                  const void *dout, const void *x, const void *w,
-                                                  const float *rstd, int N, int H) {
+MG_CUDA_DTYPES(mg_status, rmsnorm_backward,
+               (mg_backend * be, void *dx, float *dw, const void *dout, const void *x,
+                const void *w, const float *rstd, int N, int H),
+               (be, dx, dw, dout, x, w, rstd, N, H)) {
     // dx (N, H) accumulated; dw (H) accumulated; dout, x (N, H); w (H); rstd (N)
-    return norm_backward<false>(be, dx, dw, NULL, dout, x, w, NULL, rstd, N, H);
+    return norm_backward<h16, false>(be, dx, dw, NULL, dout, x, w, NULL, rstd, N, H);
 }
