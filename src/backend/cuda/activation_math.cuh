@@ -39,6 +39,7 @@ static __device__ __forceinline__ float mg_sigmoid(float g) {
 }
 
 /* out[0..n) = gelu(inp), this thread's share of the grid; vec: 16-byte vectors for n / 8 x 8. */
+template <typename h16>
 static __device__ __forceinline__ void mg_gelu_forward_range(h16 *out, const h16 *inp, size_t n,
                                                              int vec) {
     size_t stride = (size_t)gridDim.x * blockDim.x;
@@ -52,10 +53,11 @@ static __device__ __forceinline__ void mg_gelu_forward_range(h16 *out, const h16
         mg_store8(out + 8 * u, f);
     }
     for (size_t i = nv * 8 + t0; i < n; i += stride)
-        out[i] = f_to_h16(mg_gelu_fwd(h16_to_f(inp[i])));
+        out[i] = f_to_h16<h16>(mg_gelu_fwd(h16_to_f(inp[i])));
 }
 
 /* dinp[0..n) = gelu'(inp) dout (dinp may be dout: each element is read before it is written). */
+template <typename h16>
 static __device__ __forceinline__ void mg_gelu_backward_range(h16 *dinp, const h16 *inp,
                                                               const h16 *dout, size_t n, int vec) {
     size_t stride = (size_t)gridDim.x * blockDim.x;
@@ -70,14 +72,14 @@ static __device__ __forceinline__ void mg_gelu_backward_range(h16 *dinp, const h
         mg_store8(dinp + 8 * u, x);
     }
     for (size_t i = nv * 8 + t0; i < n; i += stride)
-        dinp[i] = f_to_h16(mg_gelu_bwd(h16_to_f(inp[i]), h16_to_f(dout[i])));
+        dinp[i] = f_to_h16<h16>(mg_gelu_bwd(h16_to_f(inp[i]), h16_to_f(dout[i])));
 }
 
 /* SwiGLU over rows of Megatron's [gate | up] layout: work item u is VEC consecutive columns of
  * row u / (F / VEC) (VEC = 8 needs F % 8 == 0 and 16-byte aligned buffers). The index type I is
  * 32-bit when the items fit (the row division is several times cheaper than a 64-bit one, a
  * visible share of these memory-bound kernels), else 64-bit. */
-template <int VEC, class I>
+template <int VEC, class I, typename h16>
 static __device__ __forceinline__ void mg_swiglu_fwd_items(h16 *out, const h16 *inp, I items,
                                                            I per_row, int F) {
     const I stride = (I)gridDim.x * blockDim.x;
@@ -93,7 +95,7 @@ static __device__ __forceinline__ void mg_swiglu_fwd_items(h16 *out, const h16 *
     }
 }
 
-template <int VEC, class I>
+template <int VEC, class I, typename h16>
 static __device__ __forceinline__ void
 mg_swiglu_bwd_items(h16 *dinp, const h16 *inp, const h16 *dout, I items, I per_row, int F) {
     const I stride = (I)gridDim.x * blockDim.x;
@@ -118,7 +120,7 @@ mg_swiglu_bwd_items(h16 *dinp, const h16 *inp, const h16 *dout, I items, I per_r
 }
 
 /* out (rows, F) = silu(gate) * up from inp (rows, 2F); this thread's share of the grid. */
-template <int VEC>
+template <int VEC, typename h16>
 static __device__ __forceinline__ void mg_swiglu_forward_rows(h16 *out, const h16 *inp, size_t rows,
                                                               int F) {
     size_t per_row = (size_t)F / VEC, items = rows * per_row;
@@ -129,7 +131,7 @@ static __device__ __forceinline__ void mg_swiglu_forward_rows(h16 *out, const h1
 }
 
 /* dinp (rows, 2F) = d[gate | up] from inp (rows, 2F) and dout (rows, F). */
-template <int VEC>
+template <int VEC, typename h16>
 static __device__ __forceinline__ void
 mg_swiglu_backward_rows(h16 *dinp, const h16 *inp, const h16 *dout, size_t rows, int F) {
     size_t per_row = (size_t)F / VEC, items = rows * per_row;

@@ -25,7 +25,7 @@ static __device__ __forceinline__ float adamw_one(float w, float grad, float s, 
     return w - hp.lr * upd;
 }
 
-template <bool HAS_MASTER>
+template <typename h16, bool HAS_MASTER>
 static __global__ void adamw_kernel(h16 *param, float *master, const float *grad, float *m,
                                     float *v, size_t n, adamw_hp hp, const float *grad_scale,
                                     int vec) {
@@ -40,7 +40,7 @@ static __global__ void adamw_kernel(h16 *param, float *master, const float *grad
         float4 m4 = reinterpret_cast<float4 *>(m)[u];
         float4 v4 = reinterpret_cast<float4 *>(v)[u];
         uint2 p2 = reinterpret_cast<const uint2 *>(param)[u];
-        h16x2 *ph = reinterpret_cast<h16x2 *>(&p2);
+        typename mg_h16<h16>::x2 *ph = reinterpret_cast<typename mg_h16<h16>::x2 *>(&p2);
         float4 w4;
         if (HAS_MASTER) {
             w4 = reinterpret_cast<float4 *>(master)[u];
@@ -55,8 +55,8 @@ static __global__ void adamw_kernel(h16 *param, float *master, const float *grad
         reinterpret_cast<float4 *>(m)[u] = m4;
         reinterpret_cast<float4 *>(v)[u] = v4;
         if (HAS_MASTER) reinterpret_cast<float4 *>(master)[u] = w4;
-        ph[0] = f2_to_h16x2(w4.x, w4.y);
-        ph[1] = f2_to_h16x2(w4.z, w4.w);
+        ph[0] = f2_to_h16x2<h16>(w4.x, w4.y);
+        ph[1] = f2_to_h16x2<h16>(w4.z, w4.w);
         reinterpret_cast<uint2 *>(param)[u] = p2;
     }
     for (size_t i = nv * 4 + t0; i < n; i += stride) {
@@ -66,14 +66,16 @@ static __global__ void adamw_kernel(h16 *param, float *master, const float *grad
         m[i] = mi;
         v[i] = vi;
         if (HAS_MASTER) master[i] = w;
-        param[i] = f_to_h16(w);
+        param[i] = f_to_h16<h16>(w);
     }
 }
 
-extern "C" mg_status MG_CUDA_FN(adamw)(mg_backend *be, void *param, float *master,
-                                       const float *grad, float *m, float *v, size_t n, float lr,
-                                       float beta1, float beta2, float eps, float wd, float bc1,
-                                       float bc2, const float *grad_scale) {
+MG_CUDA_DTYPES(mg_status, adamw,
+               (mg_backend * be, void *param, float *master, const float *grad, float *m, float *v,
+                size_t n, float lr, float beta1, float beta2, float eps, float wd, float bc1,
+                float bc2, const float *grad_scale),
+               (be, param, master, grad, m, v, n, lr, beta1, beta2, eps, wd, bc1, bc2,
+                grad_scale)) {
     // param (n) h16; master (n) or NULL, grad, m, v (n) fp32; grad_scale (1) device or NULL
     if (n == 0) return MG_OK;
     adamw_hp hp = {lr, beta1, beta2, eps, wd, bc1, bc2};
@@ -82,11 +84,11 @@ extern "C" mg_status MG_CUDA_FN(adamw)(mg_backend *be, void *param, float *maste
     unsigned grid = mg_cuda_blocks(vec ? (n + 3) / 4 : n, MG_CUDA_THREADS);
     cudaStream_t st = mg_cuda_stream(be);
     if (master)
-        adamw_kernel<true><<<grid, MG_CUDA_THREADS, 0, st>>>((h16 *)param, master, grad, m, v, n,
-                                                             hp, grad_scale, vec);
+        adamw_kernel<h16, true><<<grid, MG_CUDA_THREADS, 0, st>>>((h16 *)param, master, grad, m, v,
+                                                                  n, hp, grad_scale, vec);
     else
-        adamw_kernel<false><<<grid, MG_CUDA_THREADS, 0, st>>>((h16 *)param, master, grad, m, v, n,
-                                                              hp, grad_scale, vec);
+        adamw_kernel<h16, false><<<grid, MG_CUDA_THREADS, 0, st>>>((h16 *)param, master, grad, m, v,
+                                                                   n, hp, grad_scale, vec);
     MG_CUDA_CHECK_LAUNCH();
     return MG_OK;
 }

@@ -55,46 +55,53 @@ static __device__ __forceinline__ void for_each_factor(int N, int H, int S, cons
 }
 
 /* out = residual + f * (x + bias) */
+template <typename h16>
 static __global__ void dropout_add_kernel(h16 *out, const h16 *x, const h16 *bias,
                                           const h16 *residual, int N, int H, int S, mg_dropout d) {
     // out, x, residual (N, H); bias (H) or NULL
     for_each_factor(N, H, S, d, [=](size_t at, int j, float f) {
         float v = h16_to_f(x[at]) + (bias ? h16_to_f(bias[j]) : 0.0f);
-        out[at] = f_to_h16(h16_to_f(residual[at]) + f * v);
+        out[at] = f_to_h16<h16>(h16_to_f(residual[at]) + f * v);
     });
 }
 
 /* dx = f * dout */
+template <typename h16>
 static __global__ void dropout_backward_kernel(h16 *dx, const h16 *dout, int N, int H, int S,
                                                mg_dropout d) {
     // dx, dout (N, H)
-    for_each_factor(N, H, S, d,
-                    [=](size_t at, int, float f) { dx[at] = f_to_h16(f * h16_to_f(dout[at])); });
+    for_each_factor(N, H, S, d, [=](size_t at, int, float f) {
+        dx[at] = f_to_h16<h16>(f * h16_to_f(dout[at]));
+    });
 }
 
-extern "C" mg_status MG_CUDA_FN(dropout_add)(mg_backend *be, void *out, const void *x,
-                                             const void *bias, const void *residual, int N, int H,
-                                             int S, const mg_dropout *drop) {
+MG_CUDA_DTYPES(mg_status, dropout_add,
+               (mg_backend * be, void *out, const void *x, const void *bias, const void *residual,
+                int N, int H, int S, const mg_dropout *drop),
+               (be, out, x, bias, residual, N, H, S, drop)) {
     // out, x (N, H), out may be x; bias (H) or NULL; residual (N, H)
     if (N <= 0 || H <= 0) return MG_OK;
     if (S <= 0 || !drop) return MG_FAIL(MG_ERR_INTERNAL, "dropout_add: S %d, drop %p", S, drop);
     const size_t items = (size_t)N * (((size_t)H + 3) / 4);
-    dropout_add_kernel<<<mg_cuda_blocks(items, MG_CUDA_THREADS), MG_CUDA_THREADS, 0,
-                         mg_cuda_stream(be)>>>((h16 *)out, (const h16 *)x, (const h16 *)bias,
-                                               (const h16 *)residual, N, H, S, *drop);
+    dropout_add_kernel<h16>
+        <<<mg_cuda_blocks(items, MG_CUDA_THREADS), MG_CUDA_THREADS, 0, mg_cuda_stream(be)>>>(
+            (h16 *)out, (const h16 *)x, (const h16 *)bias, (const h16 *)residual, N, H, S, *drop);
     MG_CUDA_CHECK_LAUNCH();
     return MG_OK;
 }
 
-extern "C" mg_status MG_CUDA_FN(dropout_backward)(mg_backend *be, void *dx, const void *dout, int N,
-                                                  int H, int S, const mg_dropout *drop) {
+MG_CUDA_DTYPES(mg_status, dropout_backward,
+               (mg_backend * be, void *dx, const void *dout, int N, int H, int S,
+                const mg_dropout *drop),
+               (be, dx, dout, N, H, S, drop)) {
     // dx, dout (N, H), dx may be dout
     if (N <= 0 || H <= 0) return MG_OK;
     if (S <= 0 || !drop)
         return MG_FAIL(MG_ERR_INTERNAL, "dropout_backward: S %d, drop %p", S, drop);
     const size_t items = (size_t)N * (((size_t)H + 3) / 4);
-    dropout_backward_kernel<<<mg_cuda_blocks(items, MG_CUDA_THREADS), MG_CUDA_THREADS, 0,
-                              mg_cuda_stream(be)>>>((h16 *)dx, (const h16 *)dout, N, H, S, *drop);
+    dropout_backward_kernel<h16>
+        <<<mg_cuda_blocks(items, MG_CUDA_THREADS), MG_CUDA_THREADS, 0, mg_cuda_stream(be)>>>(
+            (h16 *)dx, (const h16 *)dout, N, H, S, *drop);
     MG_CUDA_CHECK_LAUNCH();
     return MG_OK;
 }

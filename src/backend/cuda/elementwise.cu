@@ -16,6 +16,7 @@
 
 /* ---- add: out = a + b (h16 in and out, fp32 add) ---- */
 
+template <typename h16>
 static __global__ void add_kernel(h16 *out, const h16 *a, const h16 *b, size_t n, int vec) {
     size_t stride = (size_t)gridDim.x * blockDim.x;
     size_t t0 = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -29,17 +30,17 @@ static __global__ void add_kernel(h16 *out, const h16 *a, const h16 *b, size_t n
         mg_store8(out + 8 * u, fa);
     }
     for (size_t i = nv * 8 + t0; i < n; i += stride)
-        out[i] = f_to_h16(h16_to_f(a[i]) + h16_to_f(b[i]));
+        out[i] = f_to_h16<h16>(h16_to_f(a[i]) + h16_to_f(b[i]));
 }
 
-extern "C" mg_status MG_CUDA_FN(add)(mg_backend *be, void *out, const void *a, const void *b,
-                                     size_t n) {
+MG_CUDA_DTYPES(mg_status, add, (mg_backend * be, void *out, const void *a, const void *b, size_t n),
+               (be, out, a, b, n)) {
     // out, a, b (n)
     if (n == 0) return MG_OK;
     int vec = mg_cuda_aligned16(out) && mg_cuda_aligned16(a) && mg_cuda_aligned16(b);
     unsigned grid = mg_cuda_blocks(vec ? (n + 7) / 8 : n, MG_CUDA_THREADS);
-    add_kernel<<<grid, MG_CUDA_THREADS, 0, mg_cuda_stream(be)>>>((h16 *)out, (const h16 *)a,
-                                                                 (const h16 *)b, n, vec);
+    add_kernel<h16><<<grid, MG_CUDA_THREADS, 0, mg_cuda_stream(be)>>>((h16 *)out, (const h16 *)a,
+                                                                      (const h16 *)b, n, vec);
     MG_CUDA_CHECK_LAUNCH();
     return MG_OK;
 }
@@ -48,7 +49,7 @@ extern "C" mg_status MG_CUDA_FN(add)(mg_backend *be, void *out, const void *a, c
  * h16 in and out; the two adds in fp32 in the CPU's order, then one rounding, so the result is
  * the CPU's fp32 result rounded to h16. Each element is read and written by the same thread, so
  * out may alias x. */
-template <int VEC>
+template <typename h16, int VEC>
 static __global__ void bias_residual_add_kernel(h16 *out, const h16 *x, const h16 *bias,
                                                 const h16 *residual, int N, int H) {
     // out, x, residual (N, H); bias (H)
@@ -72,9 +73,10 @@ static __global__ void bias_residual_add_kernel(h16 *out, const h16 *x, const h1
     }
 }
 
-extern "C" mg_status MG_CUDA_FN(bias_residual_add)(mg_backend *be, void *out, const void *x,
-                                                   const void *bias, const void *residual, int N,
-                                                   int H) {
+MG_CUDA_DTYPES(mg_status, bias_residual_add,
+               (mg_backend * be, void *out, const void *x, const void *bias, const void *residual,
+                int N, int H),
+               (be, out, x, bias, residual, N, H)) {
     // out, x (N, H), out may be x; bias (H) or NULL; residual (N, H) or NULL
     if (N <= 0 || H <= 0) return MG_OK;
     cudaStream_t st = mg_cuda_stream(be);
@@ -82,11 +84,11 @@ extern "C" mg_status MG_CUDA_FN(bias_residual_add)(mg_backend *be, void *out, co
                (!bias || mg_cuda_aligned16(bias)) && (!residual || mg_cuda_aligned16(residual));
     const h16 *xb = (const h16 *)x, *bb = (const h16 *)bias, *rb = (const h16 *)residual;
     if (vec)
-        bias_residual_add_kernel<8>
+        bias_residual_add_kernel<h16, 8>
             <<<mg_cuda_blocks((size_t)N * (H / 8), MG_CUDA_THREADS), MG_CUDA_THREADS, 0, st>>>(
                 (h16 *)out, xb, bb, rb, N, H);
     else
-        bias_residual_add_kernel<1>
+        bias_residual_add_kernel<h16, 1>
             <<<mg_cuda_blocks((size_t)N * H, MG_CUDA_THREADS), MG_CUDA_THREADS, 0, st>>>(
                 (h16 *)out, xb, bb, rb, N, H);
     MG_CUDA_CHECK_LAUNCH();
@@ -168,14 +170,16 @@ static mg_status reduce_launch(mg_backend *be, int mode, float *out, const float
     return MG_OK;
 }
 
-extern "C" mg_status MG_CUDA_FN(sum_f32)(mg_backend *be, float *out, const float *x, const float *w,
-                                         size_t n, float scale) {
+MG_CUDA_DTYPES(mg_status, sum_f32,
+               (mg_backend * be, float *out, const float *x, const float *w, size_t n, float scale),
+               (be, out, x, w, n, scale)) {
     // out (1), accumulated; x, w (n), w may be NULL
     return reduce_launch(be, w ? 1 : 0, out, x, w, n, scale);
 }
 
-extern "C" mg_status MG_CUDA_FN(sumsq_f32)(mg_backend *be, float *out, const float *x, size_t n,
-                                           double scale) {
+MG_CUDA_DTYPES(mg_status, sumsq_f32,
+               (mg_backend * be, float *out, const float *x, size_t n, double scale),
+               (be, out, x, n, scale)) {
     // out (1), accumulated; x (n)
     return reduce_launch(be, 2, out, x, NULL, n, scale);
 }
@@ -191,8 +195,8 @@ static __global__ void count_zeros_kernel(unsigned long long *out, const float *
     if ((threadIdx.x & 31) == 0 && c) atomicAdd(out, c);
 }
 
-extern "C" mg_status MG_CUDA_FN(count_zeros_f32)(mg_backend *be, int64_t *out, const float *x,
-                                                 size_t n) {
+MG_CUDA_DTYPES(mg_status, count_zeros_f32,
+               (mg_backend * be, int64_t *out, const float *x, size_t n), (be, out, x, n)) {
     // out (1), accumulated; x (n)
     if (n == 0) return MG_OK;
     size_t nb = (n + (size_t)SUM_THREADS * SUM_ITEMS_PER_THREAD - 1) /
@@ -215,8 +219,10 @@ static __global__ void clip_coef_kernel(float *coef_out, float *norm_out, const 
                     : (clip > 0.0f && norm > clip ? clip / (norm + 1e-6f) : 1.0f) * unscale;
 }
 
-extern "C" mg_status MG_CUDA_FN(clip_coef)(mg_backend *be, float *coef_out, float *norm_out,
-                                           const float *sumsq, float clip, float unscale) {
+MG_CUDA_DTYPES(mg_status, clip_coef,
+               (mg_backend * be, float *coef_out, float *norm_out, const float *sumsq, float clip,
+                float unscale),
+               (be, coef_out, norm_out, sumsq, clip, unscale)) {
     // coef_out, norm_out, sumsq (1)
     clip_coef_kernel<<<1, 1, 0, mg_cuda_stream(be)>>>(coef_out, norm_out, sumsq, clip, unscale);
     MG_CUDA_CHECK_LAUNCH();

@@ -8,7 +8,7 @@
  * table) when rd/2 % 8 == 0, hd % 8 == 0 and the pointers are aligned, else one pair per item. */
 #include "backend/cuda/cuda_common.cuh"
 
-template <int VEC>
+template <typename h16, int VEC>
 static __global__ void rope_kernel(h16 *qkv, const float *cos_tab, const float *sin_tab,
                                    const int32_t *pos, int N, int S, int r, int ng, int hd, int rd,
                                    float sign) {
@@ -55,12 +55,13 @@ static __global__ void rope_kernel(h16 *qkv, const float *cos_tab, const float *
             mg_store8(x, y1);
             mg_store8(x + half, y2);
         } else {
-            x[0] = f_to_h16(y1[0]);
-            x[half] = f_to_h16(y2[0]);
+            x[0] = f_to_h16<h16>(y1[0]);
+            x[half] = f_to_h16<h16>(y2[0]);
         }
     }
 }
 
+template <typename h16>
 static mg_status rope_launch(mg_backend *be, void *qkv, const float *cos_tab, const float *sin_tab,
                              const int32_t *pos, int N, int S, int nq, int ng, int hd, int rd,
                              float sign) {
@@ -77,26 +78,28 @@ static mg_status rope_launch(mg_backend *be, void *qkv, const float *cos_tab, co
     cudaStream_t st = mg_cuda_stream(be);
     if (half % 8 == 0 && hd % 8 == 0 && mg_cuda_aligned16(qkv) && mg_cuda_aligned16(cos_tab) &&
         mg_cuda_aligned16(sin_tab)) {
-        rope_kernel<8><<<mg_cuda_blocks(pairs / 8, MG_CUDA_THREADS), MG_CUDA_THREADS, 0, st>>>(
+        rope_kernel<h16, 8><<<mg_cuda_blocks(pairs / 8, MG_CUDA_THREADS), MG_CUDA_THREADS, 0, st>>>(
             (h16 *)qkv, cos_tab, sin_tab, pos, N, S, r, ng, hd, rd, sign);
     } else {
-        rope_kernel<1><<<mg_cuda_blocks(pairs, MG_CUDA_THREADS), MG_CUDA_THREADS, 0, st>>>(
+        rope_kernel<h16, 1><<<mg_cuda_blocks(pairs, MG_CUDA_THREADS), MG_CUDA_THREADS, 0, st>>>(
             (h16 *)qkv, cos_tab, sin_tab, pos, N, S, r, ng, hd, rd, sign);
     }
     MG_CUDA_CHECK_LAUNCH();
     return MG_OK;
 }
 
-extern "C" mg_status MG_CUDA_FN(rope_forward)(mg_backend *be, void *qkv, const float *cos_tab,
-                                              const float *sin_tab, const int32_t *pos, int N,
-                                              int S, int nq, int ng, int hd, int rd) {
+MG_CUDA_DTYPES(mg_status, rope_forward,
+               (mg_backend * be, void *qkv, const float *cos_tab, const float *sin_tab,
+                const int32_t *pos, int N, int S, int nq, int ng, int hd, int rd),
+               (be, qkv, cos_tab, sin_tab, pos, N, S, nq, ng, hd, rd)) {
     // qkv (N, ng*(r+2)*hd); cos_tab, sin_tab (S, rd/2); pos (N) or NULL
-    return rope_launch(be, qkv, cos_tab, sin_tab, pos, N, S, nq, ng, hd, rd, 1.0f);
+    return rope_launch<h16>(be, qkv, cos_tab, sin_tab, pos, N, S, nq, ng, hd, rd, 1.0f);
 }
 
-extern "C" mg_status MG_CUDA_FN(rope_backward)(mg_backend *be, void *dqkv, const float *cos_tab,
-                                               const float *sin_tab, const int32_t *pos, int N,
-                                               int S, int nq, int ng, int hd, int rd) {
+MG_CUDA_DTYPES(mg_status, rope_backward,
+               (mg_backend * be, void *dqkv, const float *cos_tab, const float *sin_tab,
+                const int32_t *pos, int N, int S, int nq, int ng, int hd, int rd),
+               (be, dqkv, cos_tab, sin_tab, pos, N, S, nq, ng, hd, rd)) {
     // dqkv (N, ng*(r+2)*hd); cos_tab, sin_tab (S, rd/2); pos (N) or NULL
-    return rope_launch(be, dqkv, cos_tab, sin_tab, pos, N, S, nq, ng, hd, rd, -1.0f);
+    return rope_launch<h16>(be, dqkv, cos_tab, sin_tab, pos, N, S, nq, ng, hd, rd, -1.0f);
 }
