@@ -1,11 +1,10 @@
-/* Internal to src/backend/cuda: fp32 <-> h16 (the compute type: bf16, or fp16 in the objects
- * built with MG_CUDA_F16) conversion kernels, used by upload_f32 and download_f32
- * (cuda_backend.c). The rounding is core/tensor.c's mg_f32_to_bf16 / mg_f32_to_f16, bit for bit:
- * round to nearest, ties to even; a NaN stays a NaN (bf16: quietened, sign and high payload kept;
- * fp16: the quiet NaN 0x7e00 with the sign); +-Inf stays +-Inf; a finite value beyond the range
- * rounds to +-Inf (fp16: from 65520 up); fp16 keeps subnormals (down to 2^-24).
- * Exports: mg_cuda_f32_to_h16, mg_cuda_h16_to_f32 (mg_cuda_f16_* in the fp16 object, cuda_ops.h's
- * MG_CUDA_FN). Needs: CUDA runtime. */
+/* Internal to src/backend/cuda: fp32 <-> h16 (the compute type: bf16 or fp16) conversion kernels,
+ * used by upload_f32 and download_f32 (cuda_backend.c). The rounding is core/tensor.c's
+ * mg_f32_to_bf16 / mg_f32_to_f16, bit for bit: round to nearest, ties to even; a NaN stays a NaN
+ * (bf16: quietened, sign and high payload kept; fp16: the quiet NaN 0x7e00 with the sign); +-Inf
+ * stays +-Inf; a finite value beyond the range rounds to +-Inf (fp16: from 65520 up); fp16 keeps
+ * subnormals (down to 2^-24). Exports: mg_cuda_f32_to_h16, mg_cuda_h16_to_f32 (bf16) and
+ * mg_cuda_f16_f32_to_h16, mg_cuda_f16_h16_to_f32 (fp16). Needs: CUDA runtime. */
 #ifndef MG_BACKEND_CUDA_CONVERT_H
 #define MG_BACKEND_CUDA_CONVERT_H
 

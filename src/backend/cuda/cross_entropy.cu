@@ -44,7 +44,7 @@ static __device__ __forceinline__ void ce_accumulate(float &m, float &s, const f
     for (int k = 0; k < VEC; k++) s += exp2f(fmaf(f[k], CE_LOG2E, -ms));
 }
 
-template <int VEC>
+template <typename h16, int VEC>
 static __global__ void __launch_bounds__(CE_THREADS)
     cross_entropy_kernel(h16 *logits, float *losses, const int32_t *targets, const float *dloss,
                          int V) {
@@ -96,22 +96,25 @@ static __global__ void __launch_bounds__(CE_THREADS)
         if (VEC == 8)
             mg_store8(x + (size_t)u * 8, f);
         else
-            x[u] = f_to_h16(f[0]);
+            x[u] = f_to_h16<h16>(f[0]);
     }
 }
 
-extern "C" mg_status MG_CUDA_FN(cross_entropy_fused)(mg_backend *be, void *logits, float *losses,
-                                                     const int32_t *targets, const float *dloss,
-                                                     int N, int V) {
+MG_CUDA_DTYPES(mg_status, cross_entropy_fused,
+               (mg_backend * be, void *logits, float *losses, const int32_t *targets,
+                const float *dloss, int N, int V),
+               (be, logits, losses, targets, dloss, N, V)) {
     // logits (N, V) in: logits, out: dlogits; losses, targets, dloss (N)
     if (!dloss) return MG_FAIL(MG_ERR_INTERNAL, "cross_entropy_fused: dloss is NULL");
     if (N <= 0) return MG_OK;
     if (V <= 0) return MG_FAIL(MG_ERR_INTERNAL, "cross_entropy_fused: vocabulary size %d", V);
     cudaStream_t st = mg_cuda_stream(be);
     if (V % 8 == 0 && mg_cuda_aligned16(logits))
-        cross_entropy_kernel<8><<<N, CE_THREADS, 0, st>>>((h16 *)logits, losses, targets, dloss, V);
+        cross_entropy_kernel<h16, 8>
+            <<<N, CE_THREADS, 0, st>>>((h16 *)logits, losses, targets, dloss, V);
     else
-        cross_entropy_kernel<1><<<N, CE_THREADS, 0, st>>>((h16 *)logits, losses, targets, dloss, V);
+        cross_entropy_kernel<h16, 1>
+            <<<N, CE_THREADS, 0, st>>>((h16 *)logits, losses, targets, dloss, V);
     MG_CUDA_CHECK_LAUNCH();
     return MG_OK;
 }
@@ -143,7 +146,7 @@ template <bool MAX> static __device__ __forceinline__ float ce_block_reduce(floa
     return v;
 }
 
-template <int VEC>
+template <typename h16, int VEC>
 static __global__ void __launch_bounds__(CE_THREADS)
     ce_max_kernel(float *rowmax, const h16 *logits, int Vl) {
     // rowmax (N); logits (N, Vl); one block per row
@@ -160,7 +163,7 @@ static __global__ void __launch_bounds__(CE_THREADS)
     if (threadIdx.x == 0) rowmax[row] = m;
 }
 
-template <int VEC>
+template <typename h16, int VEC>
 static __global__ void __launch_bounds__(CE_THREADS)
     ce_sums_kernel(float *sums, const h16 *logits, const float *rowmax, const int32_t *targets,
                    int v0, int N, int Vl) {
@@ -183,7 +186,7 @@ static __global__ void __launch_bounds__(CE_THREADS)
     }
 }
 
-template <int VEC>
+template <typename h16, int VEC>
 static __global__ void __launch_bounds__(CE_THREADS)
     ce_finish_kernel(h16 *logits, float *losses, const float *rowmax, const float *sums,
                      const int32_t *targets, const float *dloss, int v0, int N, int Vl) {
@@ -216,40 +219,43 @@ static bool ce_vec(const void *logits, int Vl) {
     return Vl % 8 == 0 && mg_cuda_aligned16(logits);
 }
 
-extern "C" mg_status MG_CUDA_FN(cross_entropy_max)(mg_backend *be, float *rowmax,
-                                                   const void *logits, int N, int Vl) {
+MG_CUDA_DTYPES(mg_status, cross_entropy_max,
+               (mg_backend * be, float *rowmax, const void *logits, int N, int Vl),
+               (be, rowmax, logits, N, Vl)) {
     // rowmax (N); logits (N, Vl)
     MG_CHECK(ce_check("cross_entropy_max", N, 0, Vl));
     if (N <= 0) return MG_OK;
     cudaStream_t st = mg_cuda_stream(be);
     if (ce_vec(logits, Vl))
-        ce_max_kernel<8><<<N, CE_THREADS, 0, st>>>(rowmax, (const h16 *)logits, Vl);
+        ce_max_kernel<h16, 8><<<N, CE_THREADS, 0, st>>>(rowmax, (const h16 *)logits, Vl);
     else
-        ce_max_kernel<1><<<N, CE_THREADS, 0, st>>>(rowmax, (const h16 *)logits, Vl);
+        ce_max_kernel<h16, 1><<<N, CE_THREADS, 0, st>>>(rowmax, (const h16 *)logits, Vl);
     MG_CUDA_CHECK_LAUNCH();
     return MG_OK;
 }
 
-extern "C" mg_status MG_CUDA_FN(cross_entropy_sums)(mg_backend *be, float *sums, const void *logits,
-                                                    const float *rowmax, const int32_t *targets,
-                                                    int v0, int N, int Vl) {
+MG_CUDA_DTYPES(mg_status, cross_entropy_sums,
+               (mg_backend * be, float *sums, const void *logits, const float *rowmax,
+                const int32_t *targets, int v0, int N, int Vl),
+               (be, sums, logits, rowmax, targets, v0, N, Vl)) {
     // sums (2N); logits (N, Vl); rowmax, targets (N)
     MG_CHECK(ce_check("cross_entropy_sums", N, v0, Vl));
     if (N <= 0) return MG_OK;
     cudaStream_t st = mg_cuda_stream(be);
     const h16 *x = (const h16 *)logits;
     if (ce_vec(logits, Vl))
-        ce_sums_kernel<8><<<N, CE_THREADS, 0, st>>>(sums, x, rowmax, targets, v0, N, Vl);
+        ce_sums_kernel<h16, 8><<<N, CE_THREADS, 0, st>>>(sums, x, rowmax, targets, v0, N, Vl);
     else
-        ce_sums_kernel<1><<<N, CE_THREADS, 0, st>>>(sums, x, rowmax, targets, v0, N, Vl);
+        ce_sums_kernel<h16, 1><<<N, CE_THREADS, 0, st>>>(sums, x, rowmax, targets, v0, N, Vl);
     MG_CUDA_CHECK_LAUNCH();
     return MG_OK;
 }
 
-extern "C" mg_status MG_CUDA_FN(cross_entropy_finish)(mg_backend *be, void *logits, float *losses,
-                                                      const float *rowmax, const float *sums,
-                                                      const int32_t *targets, const float *dloss,
-                                                      int v0, int N, int Vl) {
+MG_CUDA_DTYPES(mg_status, cross_entropy_finish,
+               (mg_backend * be, void *logits, float *losses, const float *rowmax,
+                const float *sums, const int32_t *targets, const float *dloss, int v0, int N,
+                int Vl),
+               (be, logits, losses, rowmax, sums, targets, dloss, v0, N, Vl)) {
     // logits (N, Vl) in: logits, out: dlogits; losses, rowmax, targets, dloss (N); sums (2N)
     if (!dloss) return MG_FAIL(MG_ERR_INTERNAL, "cross_entropy_finish: dloss is NULL");
     MG_CHECK(ce_check("cross_entropy_finish", N, v0, Vl));
@@ -257,10 +263,10 @@ extern "C" mg_status MG_CUDA_FN(cross_entropy_finish)(mg_backend *be, void *logi
     cudaStream_t st = mg_cuda_stream(be);
     h16 *x = (h16 *)logits;
     if (ce_vec(logits, Vl))
-        ce_finish_kernel<8>
+        ce_finish_kernel<h16, 8>
             <<<N, CE_THREADS, 0, st>>>(x, losses, rowmax, sums, targets, dloss, v0, N, Vl);
     else
-        ce_finish_kernel<1>
+        ce_finish_kernel<h16, 1>
             <<<N, CE_THREADS, 0, st>>>(x, losses, rowmax, sums, targets, dloss, v0, N, Vl);
     MG_CUDA_CHECK_LAUNCH();
     return MG_OK;

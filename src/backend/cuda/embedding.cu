@@ -35,7 +35,7 @@
 #define DW_W      8  /* warps per block of the dwte kernel */
 #define DW_UNROLL 4  /* rows in flight per warp for long segments */
 
-template <int VEC>
+template <typename h16, int VEC>
 static __global__ void embedding_forward_kernel(h16 *out, const int32_t *tokens, const h16 *wte,
                                                 const h16 *wpe, const int32_t *pos, int N, int S,
                                                 int H, int v0, int Vl) {
@@ -60,10 +60,10 @@ static __global__ void embedding_forward_kernel(h16 *out, const int32_t *tokens,
     }
 }
 
-extern "C" mg_status MG_CUDA_FN(embedding_forward)(mg_backend *be, void *out, const int32_t *tokens,
-                                                   const void *wte, const void *wpe,
-                                                   const int32_t *pos, int N, int S, int H, int v0,
-                                                   int Vl) {
+MG_CUDA_DTYPES(mg_status, embedding_forward,
+               (mg_backend * be, void *out, const int32_t *tokens, const void *wte, const void *wpe,
+                const int32_t *pos, int N, int S, int H, int v0, int Vl),
+               (be, out, tokens, wte, wpe, pos, N, S, H, v0, Vl)) {
     // out (N, H); tokens (N); wte (Vl, H); wpe (P, H) or NULL; pos (N) or NULL
     if (N <= 0 || H <= 0) return MG_OK;
     if (wpe && S <= 0) return MG_FAIL(MG_ERR_INTERNAL, "embedding_forward: sequence length %d", S);
@@ -74,11 +74,11 @@ extern "C" mg_status MG_CUDA_FN(embedding_forward)(mg_backend *be, void *out, co
     bool vec = H % 8 == 0 && mg_cuda_aligned16(out) && mg_cuda_aligned16(wte) &&
                (!wpe || mg_cuda_aligned16(wpe));
     if (vec)
-        embedding_forward_kernel<8>
+        embedding_forward_kernel<h16, 8>
             <<<mg_cuda_blocks((size_t)N * (H / 8), MG_CUDA_THREADS), MG_CUDA_THREADS, 0, st>>>(
                 (h16 *)out, tokens, (const h16 *)wte, (const h16 *)wpe, pos, N, S, H, v0, Vl);
     else
-        embedding_forward_kernel<1>
+        embedding_forward_kernel<h16, 1>
             <<<mg_cuda_blocks((size_t)N * H, MG_CUDA_THREADS), MG_CUDA_THREADS, 0, st>>>(
                 (h16 *)out, tokens, (const h16 *)wte, (const h16 *)wpe, pos, N, S, H, v0, Vl);
     MG_CUDA_CHECK_LAUNCH();
@@ -117,7 +117,7 @@ static __device__ int segment_end(const int32_t *keys, int k, int key, int N) {
 
 /* Short segment starting at sorted index k (at most DW_LONG entries), by one warp over all
  * columns: acc = dwte row; acc += dout rows in position order (the CPU's order, bitwise). */
-template <int VEC>
+template <typename h16, int VEC>
 static __device__ void dwte_short(float *__restrict__ dwte, const h16 *__restrict__ dout,
                                   const int32_t *__restrict__ keys, const int32_t *__restrict__ pos,
                                   int k, int N, int H, int Vl) {
@@ -159,7 +159,7 @@ static __device__ void dwte_short(float *__restrict__ dwte, const h16 *__restric
  * block at the first such index owns it. Warp y takes entries y, y + DW_W, ... in order, 32 at a
  * time (lane l holds the position of the l-th, shuffled out), DW_UNROLL rows in flight; then warp
  * 0 adds the warp sums to the dwte row in warp order. Deterministic; not the CPU's association. */
-template <int VEC>
+template <typename h16, int VEC>
 static __device__ void dwte_long(float *__restrict__ dwte, const h16 *__restrict__ dout,
                                  const int32_t *__restrict__ keys, const int32_t *__restrict__ pos,
                                  int kb, int tile, int N, int H, int Vl) {
@@ -213,7 +213,7 @@ static __device__ void dwte_long(float *__restrict__ dwte, const h16 *__restrict
  * the first n_long blocks are (index multiple of DW_LONG, column tile) pairs for long segments,
  * the rest give each of their DW_W warps one sorted index for short segments. The two kinds own
  * disjoint dwte rows. */
-template <int VEC>
+template <typename h16, int VEC>
 static __global__ void __launch_bounds__(32 * DW_W, 4)
     embedding_dwte_kernel(float *__restrict__ dwte, const h16 *__restrict__ dout,
                           const int32_t *__restrict__ keys, const int32_t *__restrict__ pos, int N,
@@ -222,12 +222,13 @@ static __global__ void __launch_bounds__(32 * DW_W, 4)
     // and their positions
     int b = blockIdx.x;
     if (b < n_long)
-        dwte_long<VEC>(dwte, dout, keys, pos, b / tiles, b % tiles, N, H, Vl);
+        dwte_long<h16, VEC>(dwte, dout, keys, pos, b / tiles, b % tiles, N, H, Vl);
     else
-        dwte_short<VEC>(dwte, dout, keys, pos, (b - n_long) * DW_W + threadIdx.y, N, H, Vl);
+        dwte_short<h16, VEC>(dwte, dout, keys, pos, (b - n_long) * DW_W + threadIdx.y, N, H, Vl);
 }
 
 /* dwpe[s, j] += dout[s, j] + dout[s + S, j] + ... in row order, one thread per (s, j). */
+template <typename h16>
 static __global__ void embedding_dwpe_kernel(float *dwpe, const h16 *dout, int N, int S, int H) {
     // dwpe (P, H) accumulated; dout (N, H)
     int rows = S < N ? S : N;
@@ -265,6 +266,7 @@ static mg_status sort_bytes(int N, int end_bit, cudaStream_t st, size_t *bytes) 
 /* dst[ids[i] - v0, :] += dout[i, :] for the ids in [v0, v0 + rows), deterministically: steps 1
  * and 2 of the top comment over the workspace ws (4 int arrays `ints` bytes apart, then CUB's
  * cub_bytes). dwte: ids the tokens; dwpe with per-token positions: ids the positions. */
+template <typename h16>
 static mg_status segment_sum(cudaStream_t st, char *ws, size_t ints, size_t cub_bytes, float *dst,
                              const h16 *dout, const int32_t *ids, int N, int H, int v0, int rows) {
     int32_t *keys_in = (int32_t *)ws;             // (N) local rows, or the sentinel `rows`
@@ -282,19 +284,19 @@ static mg_status segment_sum(cudaStream_t st, char *ws, size_t ints, size_t cub_
     int n_long = (N + DW_LONG - 1) / DW_LONG * tiles;
     unsigned grid = (unsigned)(n_long + (N + DW_W - 1) / DW_W);
     if (vec)
-        embedding_dwte_kernel<8>
+        embedding_dwte_kernel<h16, 8>
             <<<grid, dim3(32, DW_W), 0, st>>>(dst, dout, keys, idx, N, H, rows, tiles, n_long);
     else
-        embedding_dwte_kernel<1>
+        embedding_dwte_kernel<h16, 1>
             <<<grid, dim3(32, DW_W), 0, st>>>(dst, dout, keys, idx, N, H, rows, tiles, n_long);
     MG_CUDA_CHECK_LAUNCH();
     return MG_OK;
 }
 
-extern "C" mg_status MG_CUDA_FN(embedding_backward)(mg_backend *be, float *dwte, float *dwpe,
-                                                    const void *dout, const int32_t *tokens,
-                                                    const int32_t *pos, int N, int S, int H, int v0,
-                                                    int Vl) {
+MG_CUDA_DTYPES(mg_status, embedding_backward,
+               (mg_backend * be, float *dwte, float *dwpe, const void *dout, const int32_t *tokens,
+                const int32_t *pos, int N, int S, int H, int v0, int Vl),
+               (be, dwte, dwpe, dout, tokens, pos, N, S, H, v0, Vl)) {
     // dwte (Vl, H), dwpe (P, H) or NULL, both accumulated; dout (N, H); tokens (N); pos (N) or
     // NULL: i % S
     if (N <= 0 || H <= 0) return MG_OK;
@@ -317,8 +319,8 @@ extern "C" mg_status MG_CUDA_FN(embedding_backward)(mg_backend *be, float *dwte,
         return segment_sum(st, ws, ints, cub_bytes, dwpe, d, pos, N, H, 0, S);
     if (dwpe) {
         size_t items = (size_t)(S < N ? S : N) * H;
-        embedding_dwpe_kernel<<<mg_cuda_blocks(items, MG_CUDA_THREADS), MG_CUDA_THREADS, 0, st>>>(
-            dwpe, d, N, S, H);
+        embedding_dwpe_kernel<h16>
+            <<<mg_cuda_blocks(items, MG_CUDA_THREADS), MG_CUDA_THREADS, 0, st>>>(dwpe, d, N, S, H);
         MG_CUDA_CHECK_LAUNCH();
     }
     return MG_OK;
