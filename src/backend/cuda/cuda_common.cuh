@@ -15,6 +15,7 @@ extern "C" {
 
 #include <stddef.h>
 #include <stdint.h>
+#include <type_traits>
 
 /* The compute type. The kernels and launchers of an op file are templates on the 16-bit type, named
  * h16 in them, instantiated for __nv_bfloat16 and __half (IEEE half) in one nvcc run; the
@@ -106,6 +107,9 @@ static __host__ __device__ __forceinline__ typename mg_h16<T>::x2 f2_to_h16x2(fl
         return op<__half> args;                                                                    \
     }                                                                                              \
     template <typename h16> static ret op params
+
+/* The C name of per-dtype function `op` for type T, where a template calls another file's. */
+#define MG_CUDA_OF(T, op) (std::is_same<T, __half>::value ? mg_cuda_f16_##op : mg_cuda_##op)
 
 /* Threads per block for the elementwise kernels, and the cap on their grid-stride grids. */
 #define MG_CUDA_THREADS    256

@@ -101,12 +101,15 @@ typedef struct {
     cublasLtMatmulAlgo_t algo;
 } gemm_plan;
 
-/* Process-wide: plans depend on the device (in the key), not on the cuBLASLt handle. The mutex
- * also covers the per-call bias/aux-pointer update of a shared descriptor and the enqueue that
- * reads it. */
-static gemm_plan g_plans[MG_LT_CACHE_SIZE];
-static unsigned g_next_evict;
-static std::mutex g_plans_mu;
+/* Process-wide, one cache per compute dtype (g_cache<h16>): plans depend on the device (in the
+ * key), not on the cuBLASLt handle. The mutex also covers the per-call bias/aux-pointer update of
+ * a shared descriptor and the enqueue that reads it. */
+struct plan_cache {
+    gemm_plan plans[MG_LT_CACHE_SIZE];
+    unsigned next_evict;
+    std::mutex mu;
+};
+template <typename h16> static plan_cache g_cache;
 
 /* The part of the workspace cuBLASLt gets: [0, lt_workspace_bytes); the dbias partials follow. */
 static size_t lt_workspace_bytes(const mg_cuda_ctx *ctx) {
@@ -214,11 +217,12 @@ static mg_status tune(mg_cuda_ctx *ctx, gemm_plan *p, const gemm_call *c,
 
 /* Fills descriptors and layouts for key->op (see the table at the top) and asks the heuristic;
  * p->ok = 0 when it has no usable algorithm. */
+template <typename h16>
 static mg_status plan_build(mg_cuda_ctx *ctx, gemm_plan *p, const gemm_key *key,
                             const gemm_call *c) {
     const int m = key->m, n = key->n, k = key->k;
     cublasOperation_t ta = CUBLAS_OP_N, tb = CUBLAS_OP_N;
-    cudaDataType_t cd_type = MG_CUDA_R_H16;
+    cudaDataType_t cd_type = mg_h16<h16>::cuda_r;
     /* stored (rows, cols, ld) of A, B and C = D, column-major */
     uint64_t ar, ac, br, bc;
     int64_t lda, ldb;
@@ -252,7 +256,7 @@ static mg_status plan_build(mg_cuda_ctx *ctx, gemm_plan *p, const gemm_key *key,
     MG_CUBLAS_CHECK(
         cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
     if (key->has_bias) {
-        int32_t bias_type = key->op == GEMM_DW ? CUDA_R_32F : MG_CUDA_R_H16;
+        int32_t bias_type = key->op == GEMM_DW ? CUDA_R_32F : mg_h16<h16>::cuda_r;
         MG_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
                                                        &bias_type, sizeof bias_type));
     }
@@ -262,8 +266,8 @@ static mg_status plan_build(mg_cuda_ctx *ctx, gemm_plan *p, const gemm_key *key,
                                                        &ld, sizeof ld));
     }
     MG_CHECK(set_pointers(p, c));
-    MG_CUBLAS_CHECK(cublasLtMatrixLayoutInit(&p->a, MG_CUDA_R_H16, ar, ac, lda));
-    MG_CUBLAS_CHECK(cublasLtMatrixLayoutInit(&p->b, MG_CUDA_R_H16, br, bc, ldb));
+    MG_CUBLAS_CHECK(cublasLtMatrixLayoutInit(&p->a, mg_h16<h16>::cuda_r, ar, ac, lda));
+    MG_CUBLAS_CHECK(cublasLtMatrixLayoutInit(&p->b, mg_h16<h16>::cuda_r, br, bc, ldb));
     MG_CUBLAS_CHECK(cublasLtMatrixLayoutInit(&p->c, cd_type, (uint64_t)m, (uint64_t)n, m));
     MG_CUBLAS_CHECK(cublasLtMatrixLayoutInit(&p->d, cd_type, (uint64_t)m, (uint64_t)n, m));
 
@@ -307,21 +311,23 @@ static mg_status plan_build(mg_cuda_ctx *ctx, gemm_plan *p, const gemm_key *key,
 
 /* Runs the call with its cached plan (built on first use). *done = false when cuBLASLt has no
  * algorithm for it (nothing was enqueued): the caller falls back or reports. */
-static mg_status gemm_try(mg_backend *be, const gemm_call *c, bool *done) {
+template <typename h16> static mg_status gemm_try(mg_backend *be, const gemm_call *c, bool *done) {
     mg_cuda_ctx *ctx = mg_cuda_ctx_of(be);
     gemm_key key = key_of(ctx, c);
     *done = false;
     if (c->aux_kind != AUX_NONE && c->m % 8) return MG_OK; /* cuBLASLt: aux ld % 8 == 0 */
-    std::lock_guard<std::mutex> lock(g_plans_mu);
+    plan_cache &cache = g_cache<h16>;
+    std::lock_guard<std::mutex> lock(cache.mu);
     gemm_plan *p = NULL;
     for (int i = 0; i < MG_LT_CACHE_SIZE && !p; i++)
-        if (g_plans[i].used && !memcmp(&g_plans[i].key, &key, sizeof key)) p = &g_plans[i];
+        if (cache.plans[i].used && !memcmp(&cache.plans[i].key, &key, sizeof key))
+            p = &cache.plans[i];
     if (!p) {
         for (int i = 0; i < MG_LT_CACHE_SIZE && !p; i++)
-            if (!g_plans[i].used) p = &g_plans[i];
-        if (!p) p = &g_plans[g_next_evict++ % MG_LT_CACHE_SIZE]; /* full: replace round-robin */
+            if (!cache.plans[i].used) p = &cache.plans[i];
+        if (!p) p = &cache.plans[cache.next_evict++ % MG_LT_CACHE_SIZE]; /* full: round-robin */
         p->used = 0;
-        MG_CHECK(plan_build(ctx, p, &key, c));
+        MG_CHECK(plan_build<h16>(ctx, p, &key, c));
     }
     if (!p->ok) return MG_OK;
     MG_CHECK(set_pointers(p, c));
@@ -331,9 +337,9 @@ static mg_status gemm_try(mg_backend *be, const gemm_call *c, bool *done) {
 }
 
 /* A plain product (no aux epilogue), which must have an algorithm. */
-static mg_status gemm_run(mg_backend *be, const gemm_call *c) {
+template <typename h16> static mg_status gemm_run(mg_backend *be, const gemm_call *c) {
     bool done = false;
-    MG_CHECK(gemm_try(be, c, &done));
+    MG_CHECK(gemm_try<h16>(be, c, &done));
     if (done) return MG_OK;
     return MG_FAIL(MG_ERR_UNSUPPORTED,
                    "cuBLASLt has no algorithm for the linear %s product m=%d n=%d k=%d%s%s "
@@ -344,18 +350,20 @@ static mg_status gemm_run(mg_backend *be, const gemm_call *c) {
 }
 
 /* out[i, j] = bias[j] or 0: the forward when IC = 0 (an empty product). */
+template <typename h16>
 static __global__ void linear_fill_bias_kernel(h16 *out /* (N,OC) */, const h16 *bias /* (OC) */,
                                                int N, int OC) {
     size_t total = (size_t)N * OC;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
          i += (size_t)gridDim.x * blockDim.x)
-        out[i] = bias ? bias[i % OC] : f_to_h16(0.0f);
+        out[i] = bias ? bias[i % OC] : f_to_h16<h16>(0.0f);
 }
 
 /* Pass 1 of dbias: partial[c, j] = sum of dout[rows of chunk c, j] (fp32). Block = 32 columns x
  * 8 warps; warp w sums rows w, w+8, ... of the chunk, lane = column (a warp reads 64 contiguous
  * bytes of a row); the 8 warp sums are then added in warp order. Every partial's order of
  * additions depends on (N, OC) alone. */
+template <typename h16>
 static __global__ void linear_dbias_partial_kernel(float *partial /* (nchunks, OC) */,
                                                    const h16 *dout /* (N,OC) */, int N, int OC,
                                                    int rows_per_chunk) {
@@ -404,6 +412,7 @@ static mg_status dbias_scratch(mg_backend *be, size_t bytes, float **out) {
 }
 
 /* The fallback bias gradient: our two-pass reduction into dbias (accumulating). */
+template <typename h16>
 static mg_status dbias_reduce(mg_backend *be, float *dbias, const void *dout, int N, int OC) {
     cudaStream_t stream = mg_cuda_stream(be);
     /* chunking depends on N only (at most 64 chunks of >= 128 rows): reproducible sums */
@@ -413,8 +422,8 @@ static mg_status dbias_reduce(mg_backend *be, float *dbias, const void *dout, in
     float *partial = NULL; // (nchunks, OC)
     MG_CHECK(dbias_scratch(be, (size_t)nchunks * OC * sizeof(float), &partial));
     dim3 grid((OC + MG_DBIAS_COLS - 1) / MG_DBIAS_COLS, nchunks);
-    linear_dbias_partial_kernel<<<grid, 32 * MG_DBIAS_WARPS, 0, stream>>>(
-        partial, (const h16 *)dout, N, OC, rows);
+    linear_dbias_partial_kernel<h16>
+        <<<grid, 32 * MG_DBIAS_WARPS, 0, stream>>>(partial, (const h16 *)dout, N, OC, rows);
     MG_CUDA_CHECK_LAUNCH();
     linear_dbias_finish_kernel<<<(OC + 255) / 256, 256, 0, stream>>>(dbias, partial, nchunks, OC);
     MG_CUDA_CHECK_LAUNCH();
@@ -427,50 +436,55 @@ static mg_status check_dims(int N, int IC, int OC) {
     return MG_OK;
 }
 
-extern "C" mg_status
-MG_CUDA_FN(linear_forward)(mg_backend *be, void *out /* (N,OC) */, const void *inp /* (N,IC) */,
-                           const void *w /* (OC,IC) */, const void *bias /* (OC) or NULL */,
-                           const void *residual /* (N,OC) or NULL */, int N, int IC, int OC) {
+MG_CUDA_DTYPES(mg_status, linear_forward,
+               (mg_backend * be, void *out /* (N,OC) */, const void *inp /* (N,IC) */,
+                const void *w /* (OC,IC) */, const void *bias /* (OC) or NULL */,
+                const void *residual /* (N,OC) or NULL */, int N, int IC, int OC),
+               (be, out, inp, w, bias, residual, N, IC, OC)) {
     MG_CHECK(check_dims(N, IC, OC));
     if (N == 0 || OC == 0) return MG_OK;
     if (IC == 0) {
-        linear_fill_bias_kernel<<<mg_cuda_blocks((size_t)N * OC, MG_CUDA_THREADS), MG_CUDA_THREADS,
-                                  0, mg_cuda_stream(be)>>>((h16 *)out, (const h16 *)bias, N, OC);
+        linear_fill_bias_kernel<h16>
+            <<<mg_cuda_blocks((size_t)N * OC, MG_CUDA_THREADS), MG_CUDA_THREADS, 0,
+               mg_cuda_stream(be)>>>((h16 *)out, (const h16 *)bias, N, OC);
         MG_CUDA_CHECK_LAUNCH();
-        return residual ? MG_CUDA_FN(add)(be, out, out, residual, (size_t)N * OC) : MG_OK;
+        return residual ? MG_CUDA_OF(h16, add)(be, out, out, residual, (size_t)N * OC) : MG_OK;
     }
     gemm_call c = {GEMM_FWD, OC,       N,   IC, w, inp, residual, out, residual ? 1.0f : 0.0f,
                    bias,     AUX_NONE, NULL};
     bool done = false;
-    MG_CHECK(gemm_try(be, &c, &done));
+    MG_CHECK(gemm_try<h16>(be, &c, &done));
     if (done) return MG_OK;
-    if (!residual) return gemm_run(be, &c); /* reports the missing algorithm */
+    if (!residual) return gemm_run<h16>(be, &c); /* reports the missing algorithm */
     /* no algorithm takes C here: the product, then the add */
     c.C = NULL, c.beta = 0.0f;
-    MG_CHECK(gemm_run(be, &c));
-    return MG_CUDA_FN(add)(be, out, out, residual, (size_t)N * OC);
+    MG_CHECK(gemm_run<h16>(be, &c));
+    return MG_CUDA_OF(h16, add)(be, out, out, residual, (size_t)N * OC);
 }
 
-extern "C" mg_status
-MG_CUDA_FN(linear_gelu_forward)(mg_backend *be, void *out /* (N,OC) */, void *pre /* (N,OC) */,
-                                const void *inp /* (N,IC) */, const void *w /* (OC,IC) */,
-                                const void *bias /* (OC) or NULL */, int N, int IC, int OC) {
+MG_CUDA_DTYPES(mg_status, linear_gelu_forward,
+               (mg_backend * be, void *out /* (N,OC) */, void *pre /* (N,OC) */,
+                const void *inp /* (N,IC) */, const void *w /* (OC,IC) */,
+                const void *bias /* (OC) or NULL */, int N, int IC, int OC),
+               (be, out, pre, inp, w, bias, N, IC, OC)) {
     MG_CHECK(check_dims(N, IC, OC));
     if (N == 0 || OC == 0) return MG_OK;
     bool done = false;
     if (IC > 0) {
         gemm_call c = {GEMM_FWD, OC, N, IC, w, inp, NULL, out, 0.0f, bias, AUX_GELU_OUT, pre};
-        MG_CHECK(gemm_try(be, &c, &done));
+        MG_CHECK(gemm_try<h16>(be, &c, &done));
     }
     if (done) return MG_OK;
-    MG_CHECK(MG_CUDA_FN(linear_forward)(be, pre, inp, w, bias, NULL, N, IC, OC));
-    return MG_CUDA_FN(gelu_forward)(be, out, pre, (size_t)N * OC);
+    MG_CHECK(linear_forward<h16>(be, pre, inp, w, bias, NULL, N, IC, OC));
+    return MG_CUDA_OF(h16, gelu_forward)(be, out, pre, (size_t)N * OC);
 }
 
-extern "C" mg_status MG_CUDA_FN(linear_backward)(
-    mg_backend *be, void *dinp /* (N,IC) or NULL */, float *dw /* (OC,IC) */,
-    float *dbias /* (OC) or NULL */, const void *dout /* (N,OC) */, const void *inp /* (N,IC) */,
-    const void *w /* (OC,IC) */, const void *gelu_pre /* (N,IC) or NULL */, int N, int IC, int OC) {
+MG_CUDA_DTYPES(mg_status, linear_backward,
+               (mg_backend * be, void *dinp /* (N,IC) or NULL */, float *dw /* (OC,IC) */,
+                float *dbias /* (OC) or NULL */, const void *dout /* (N,OC) */,
+                const void *inp /* (N,IC) */, const void *w /* (OC,IC) */,
+                const void *gelu_pre /* (N,IC) or NULL */, int N, int IC, int OC),
+               (be, dinp, dw, dbias, dout, inp, w, gelu_pre, N, IC, OC)) {
     MG_CHECK(check_dims(N, IC, OC));
     cudaStream_t stream = mg_cuda_stream(be);
     if (N == 0) return MG_OK;
@@ -479,7 +493,7 @@ extern "C" mg_status MG_CUDA_FN(linear_backward)(
             MG_CUDA_CHECK(cudaMemsetAsync(dinp, 0, (size_t)N * IC * sizeof(h16), stream));
         return MG_OK;
     }
-    if (IC == 0) return dbias ? dbias_reduce(be, dbias, dout, N, OC) : MG_OK;
+    if (IC == 0) return dbias ? dbias_reduce<h16>(be, dbias, dout, N, OC) : MG_OK;
     /* dw^T += inp^T-as-(IC,N) . dout, with dbias from the BGRADB epilogue where it has one */
     gemm_call cw = {GEMM_DW, IC, OC, N, inp, dout, dw, dw, 1.0f, NULL, AUX_NONE, NULL};
     bool done = false;
@@ -487,24 +501,25 @@ extern "C" mg_status MG_CUDA_FN(linear_backward)(
         float *g = NULL; // (OC)
         MG_CHECK(dbias_scratch(be, (size_t)OC * sizeof(float), &g));
         cw.bias = g;
-        MG_CHECK(gemm_try(be, &cw, &done));
+        MG_CHECK(gemm_try<h16>(be, &cw, &done));
         if (done) {
             linear_dbias_add_kernel<<<(OC + 255) / 256, 256, 0, stream>>>(dbias, g, OC);
             MG_CUDA_CHECK_LAUNCH();
         } else {
-            MG_CHECK(dbias_reduce(be, dbias, dout, N, OC));
+            MG_CHECK(dbias_reduce<h16>(be, dbias, dout, N, OC));
             cw.bias = NULL;
         }
     }
-    if (!done) MG_CHECK(gemm_run(be, &cw));
+    if (!done) MG_CHECK(gemm_run<h16>(be, &cw));
     if (!dinp) return MG_OK;
     gemm_call ci = {
         GEMM_DINP, IC, N, OC, w, dout, NULL, dinp, 0.0f, NULL, gelu_pre ? AUX_DGELU_IN : AUX_NONE,
         gelu_pre};
     done = false;
-    if (gelu_pre) MG_CHECK(gemm_try(be, &ci, &done));
+    if (gelu_pre) MG_CHECK(gemm_try<h16>(be, &ci, &done));
     if (done) return MG_OK;
     ci.aux_kind = AUX_NONE, ci.aux = NULL;
-    MG_CHECK(gemm_run(be, &ci));
-    return gelu_pre ? MG_CUDA_FN(gelu_backward)(be, dinp, gelu_pre, dinp, (size_t)N * IC) : MG_OK;
+    MG_CHECK(gemm_run<h16>(be, &ci));
+    return gelu_pre ? MG_CUDA_OF(h16, gelu_backward)(be, dinp, gelu_pre, dinp, (size_t)N * IC)
+                    : MG_OK;
 }
