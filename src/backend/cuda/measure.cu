@@ -24,7 +24,7 @@
 #define PEAK_HEURISTICS 8
 
 /* p[i] = uniform in [-1, 1) from a hash of (i, seed). */
-static __global__ void peak_fill_kernel(h16 *p, size_t n, uint32_t seed) {
+template <typename h16> static __global__ void peak_fill_kernel(h16 *p, size_t n, uint32_t seed) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
         uint32_t h = (uint32_t)i * 0x9E3779B9u ^ (uint32_t)(i >> 32) ^ seed;
@@ -33,7 +33,7 @@ static __global__ void peak_fill_kernel(h16 *p, size_t n, uint32_t seed) {
         h ^= h >> 15;
         h *= 0x846ca68bu;
         h ^= h >> 16;
-        p[i] = f_to_h16((float)(h >> 8) * (2.0f / 16777216.0f) - 1.0f);
+        p[i] = f_to_h16<h16>((float)(h >> 8) * (2.0f / 16777216.0f) - 1.0f);
     }
 }
 
@@ -51,6 +51,7 @@ static void peak_release(mg_backend *be, peak_res *r) {
     mg_cuda_free(be, r->d);
 }
 
+template <typename h16>
 static mg_status peak_run(mg_backend *be, peak_res *r, int n, double *tflops) {
     mg_cuda_ctx *ctx = mg_cuda_ctx_of(be);
     cudaStream_t stream = ctx->stream;
@@ -59,9 +60,9 @@ static mg_status peak_run(mg_backend *be, peak_res *r, int n, double *tflops) {
     MG_CHECK(mg_cuda_alloc(be, bytes, &r->b));
     MG_CHECK(mg_cuda_alloc(be, bytes, &r->d));
     unsigned blocks = (unsigned)std::min<size_t>((size_t)ctx->num_sms * 8, MG_CUDA_MAX_BLOCKS);
-    peak_fill_kernel<<<blocks, MG_CUDA_THREADS, 0, stream>>>((h16 *)r->a, elems, 0x1234u);
+    peak_fill_kernel<h16><<<blocks, MG_CUDA_THREADS, 0, stream>>>((h16 *)r->a, elems, 0x1234u);
     MG_CUDA_CHECK_LAUNCH();
-    peak_fill_kernel<<<blocks, MG_CUDA_THREADS, 0, stream>>>((h16 *)r->b, elems, 0xabcdu);
+    peak_fill_kernel<h16><<<blocks, MG_CUDA_THREADS, 0, stream>>>((h16 *)r->b, elems, 0xabcdu);
     MG_CUDA_CHECK_LAUNCH();
     for (; r->n_events < 2 * PEAK_REPS; r->n_events++)
         MG_CUDA_CHECK(cudaEventCreate(&r->ev[r->n_events]));
@@ -71,9 +72,12 @@ static mg_status peak_run(mg_backend *be, peak_res *r, int n, double *tflops) {
     cublasLtMatmulDesc_t desc = &desc_mem;
     cublasLtMatrixLayoutOpaque_t la, lb, ld;
     MG_CUBLAS_CHECK(cublasLtMatmulDescInit(desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    MG_CUBLAS_CHECK(cublasLtMatrixLayoutInit(&la, MG_CUDA_R_H16, (uint64_t)n, (uint64_t)n, n));
-    MG_CUBLAS_CHECK(cublasLtMatrixLayoutInit(&lb, MG_CUDA_R_H16, (uint64_t)n, (uint64_t)n, n));
-    MG_CUBLAS_CHECK(cublasLtMatrixLayoutInit(&ld, MG_CUDA_R_H16, (uint64_t)n, (uint64_t)n, n));
+    MG_CUBLAS_CHECK(
+        cublasLtMatrixLayoutInit(&la, mg_h16<h16>::cuda_r, (uint64_t)n, (uint64_t)n, n));
+    MG_CUBLAS_CHECK(
+        cublasLtMatrixLayoutInit(&lb, mg_h16<h16>::cuda_r, (uint64_t)n, (uint64_t)n, n));
+    MG_CUBLAS_CHECK(
+        cublasLtMatrixLayoutInit(&ld, mg_h16<h16>::cuda_r, (uint64_t)n, (uint64_t)n, n));
     uint64_t ws = std::min(ctx->workspace_bytes, PEAK_WS_MAX);
     cublasLtMatmulPreferenceOpaque_t pref_mem;
     cublasLtMatmulPreference_t pref = &pref_mem;
@@ -88,10 +92,10 @@ static mg_status peak_run(mg_backend *be, peak_res *r, int n, double *tflops) {
     for (int i = 0; i < found && pick < 0; i++)
         if (res[i].state == CUBLAS_STATUS_SUCCESS && res[i].workspaceSize <= ws) pick = i;
     if (pick < 0)
-        return MG_FAIL(MG_ERR_UNSUPPORTED,
-                       "cuBLASLt has no algorithm for the " MG_H16_NAME
-                       " peak product %d x %d x %d (%d candidates)",
-                       n, n, n, found);
+        return MG_FAIL(
+            MG_ERR_UNSUPPORTED,
+            "cuBLASLt has no algorithm for the %s peak product %d x %d x %d (%d candidates)",
+            mg_h16<h16>::name, n, n, n, found);
     const float alpha = 1.0f, beta = 0.0f;
 #define PEAK_MATMUL()                                                                              \
     MG_CUBLAS_CHECK(cublasLtMatmul(ctx->lt, desc, &alpha, r->a, &la, r->b, &lb, &beta, r->d, &ld,  \
@@ -111,18 +115,18 @@ static mg_status peak_run(mg_backend *be, peak_res *r, int n, double *tflops) {
     std::sort(ms, ms + PEAK_REPS);
     double median_s = 0.5e-3 * ((double)ms[(PEAK_REPS - 1) / 2] + (double)ms[PEAK_REPS / 2]);
     if (!(median_s > 0))
-        return MG_FAIL(MG_ERR_INTERNAL,
-                       MG_H16_NAME " peak product: median time %g ms is not positive",
-                       median_s * 1e3);
+        return MG_FAIL(MG_ERR_INTERNAL, "%s peak product: median time %g ms is not positive",
+                       mg_h16<h16>::name, median_s * 1e3);
     *tflops = 2.0 * (double)n * (double)n * (double)n / median_s / 1e12;
     return MG_OK;
 }
 
-extern "C" mg_status MG_CUDA_FN(matmul_peak_tflops)(mg_backend *be, int n, double *tflops) {
+MG_CUDA_DTYPES(mg_status, matmul_peak_tflops, (mg_backend * be, int n, double *tflops),
+               (be, n, tflops)) {
     *tflops = 0;
     if (n <= 0) n = PEAK_DEFAULT_N;
     peak_res r = {};
-    mg_status st = peak_run(be, &r, n, tflops);
+    mg_status st = peak_run<h16>(be, &r, n, tflops);
     /* after a failure the stream may still hold products that read the buffers */
     (void)cudaStreamSynchronize(mg_cuda_stream(be));
     peak_release(be, &r);
