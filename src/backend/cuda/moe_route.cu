@@ -400,9 +400,10 @@ static mg_status launch_route(const mg_moe_routing *r, route_flags f, int32_t *i
     return MG_OK;
 }
 
-extern "C" mg_status MG_CUDA_FN(moe_route)(mg_backend *be, const mg_moe_routing *r, int32_t *idx,
-                                           float *probs, int32_t *aux_counts, float *stats,
-                                           const float *logits, const float *bias) {
+MG_CUDA_DTYPES(mg_status, moe_route,
+               (mg_backend * be, const mg_moe_routing *r, int32_t *idx, float *probs,
+                int32_t *aux_counts, float *stats, const float *logits, const float *bias),
+               (be, r, idx, probs, aux_counts, stats, logits, bias)) {
     // idx, probs (T,k); aux_counts (T/aux_n, E); stats (2); logits (T,E); bias (E) or NULL
     if (r->T <= 0) return MG_OK;
     MG_CHECK(check_routing(r));
@@ -560,11 +561,11 @@ static mg_status launch_route_backward(const mg_moe_routing *r, float *dlogits, 
     return MG_OK;
 }
 
-extern "C" mg_status MG_CUDA_FN(moe_route_backward)(mg_backend *be, const mg_moe_routing *r,
-                                                    float *dlogits, const float *dprobs,
-                                                    const float *logits, const int32_t *idx,
-                                                    const float *probs, const int32_t *aux_counts,
-                                                    const float *bias) {
+MG_CUDA_DTYPES(mg_status, moe_route_backward,
+               (mg_backend * be, const mg_moe_routing *r, float *dlogits, const float *dprobs,
+                const float *logits, const int32_t *idx, const float *probs,
+                const int32_t *aux_counts, const float *bias),
+               (be, r, dlogits, dprobs, logits, idx, probs, aux_counts, bias)) {
     // dlogits, logits (T,E); dprobs, idx, probs (T,k); aux_counts (T/aux_n, E)
     (void)probs, (void)bias;
     if (r->T <= 0) return MG_OK;
@@ -596,8 +597,9 @@ static __global__ void expert_bias_update_kernel(float *bias, const float *load,
     }
 }
 
-extern "C" mg_status MG_CUDA_FN(moe_expert_bias_update)(mg_backend *be, float *bias,
-                                                        const float *load, int E, float rate) {
+MG_CUDA_DTYPES(mg_status, moe_expert_bias_update,
+               (mg_backend * be, float *bias, const float *load, int E, float rate),
+               (be, bias, load, E, rate)) {
     // bias, load (E)
     if (E <= 0) return MG_OK;
     expert_bias_update_kernel<<<1, 256, 0, mg_cuda_stream(be)>>>(bias, load, E, rate);
