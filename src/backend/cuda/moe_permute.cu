@@ -50,6 +50,7 @@ static size_t align256(size_t b) {
 }
 
 /* A whole row of H: h16 copies and zero fills, one warp, 16-byte vectors when vec. */
+template <typename h16>
 static __device__ __forceinline__ void row_copy(h16 *dst, const h16 *src, int H, int vec) {
     int lane = threadIdx.x & 31;
     int nv = vec ? H / 8 : 0;
@@ -58,7 +59,7 @@ static __device__ __forceinline__ void row_copy(h16 *dst, const h16 *src, int H,
         if (src) z = *reinterpret_cast<const uint4 *>(src + 8 * u);
         *reinterpret_cast<uint4 *>(dst + 8 * u) = z;
     }
-    for (int h = nv * 8 + lane; h < H; h += 32) dst[h] = src ? src[h] : f_to_h16(0.0f);
+    for (int h = nv * 8 + lane; h < H; h += 32) dst[h] = src ? src[h] : f_to_h16<h16>(0.0f);
 }
 
 /* ---------------------------------------------------------------- permute: counting sort */
@@ -80,6 +81,7 @@ static __global__ void __launch_bounds__(PERM_THREADS)
 }
 
 /* Copies x's row to the rows pos[0..k) that are >= 0 (one warp, 16-byte vectors when vec). */
+template <typename h16>
 static __device__ __forceinline__ void scatter_row(h16 *xp, const h16 *xr, const int32_t *pos,
                                                    int k, int H, int vec) {
     int lane = threadIdx.x & 31;
@@ -120,6 +122,7 @@ static __device__ __forceinline__ void scatter_row(h16 *xp, const h16 *xr, const
  * earlier warps in wc, earlier lanes of the warp by __match_any_sync), hence pos (stable: the
  * CPU's order). (2) Its tokens' rows copied to their pairs' rows, x read once per token. (3) Its
  * share of the rows no pair fills, zeroed. Every row of xp is written exactly once. */
+template <typename h16>
 static __global__ void __launch_bounds__(PERM_THREADS)
     permute_place_kernel(h16 *xp, int32_t *pos, int32_t *counts, float *load, const h16 *x,
                          const int32_t *idx, const int32_t *hist, int T, int k, int E, int H,
@@ -214,10 +217,11 @@ static __global__ void __launch_bounds__(PERM_THREADS)
     int rpb = (R + nb - 1) / nb, r0 = b * rpb, r1 = min(R, r0 + rpb);
     for (int r = r0 + warp; r < r1; r += PERM_WARPS) { /* (3) */
         bool placed = pad > 0 ? r % pad < total[r / pad] : r < all;
-        if (!placed) row_copy(xp + (size_t)r * H, NULL, H, vec);
+        if (!placed) row_copy<h16>(xp + (size_t)r * H, NULL, H, vec);
     }
 }
 
+template <typename h16>
 static mg_status permute_counting(mg_backend *be, void *xp, int32_t *pos, int32_t *counts,
                                   float *load, const void *x, const int32_t *idx, int T, int k,
                                   int E, int H, int pad) {
@@ -230,7 +234,7 @@ static mg_status permute_counting(mg_backend *be, void *xp, int32_t *pos, int32_
     permute_hist_kernel<<<(unsigned)nb, PERM_THREADS, (size_t)E * 4, st>>>(hist, idx, n, k, E, nb);
     MG_CUDA_CHECK_LAUNCH();
     int vec = H % 8 == 0 && mg_cuda_aligned16(xp) && mg_cuda_aligned16(x);
-    permute_place_kernel<<<(unsigned)nb, PERM_THREADS, (size_t)(4 + PERM_WARPS) * E * 4, st>>>(
+    permute_place_kernel<h16><<<(unsigned)nb, PERM_THREADS, (size_t)(4 + PERM_WARPS) * E * 4, st>>>(
         (h16 *)xp, pos, counts, load, (const h16 *)x, idx, hist, T, k, E, H, pad, nb, R, vec);
     MG_CUDA_CHECK_LAUNCH();
     return MG_OK;
@@ -281,6 +285,7 @@ static __global__ void permute_pos_kernel(int32_t *pos, const uint32_t *ks, cons
 }
 
 /* Row r of xp: the token of the pair placed there, or zeros. */
+template <typename h16>
 static __global__ void permute_rows_kernel(h16 *xp, const h16 *x, const int32_t *vs,
                                            const int32_t *start, const int32_t *kept, int R, int k,
                                            int E, int H, int pad, int vec) {
@@ -293,7 +298,7 @@ static __global__ void permute_rows_kernel(h16 *xp, const h16 *x, const int32_t 
         } else if (r < start[E]) {
             src = vs[r] / k;
         }
-        row_copy(xp + (size_t)r * H, src >= 0 ? x + (size_t)src * H : NULL, H, vec);
+        row_copy<h16>(xp + (size_t)r * H, src >= 0 ? x + (size_t)src * H : NULL, H, vec);
     }
 }
 
@@ -304,6 +309,7 @@ static unsigned row_blocks(mg_backend *be, int rows) {
     return b < 1 ? 1 : b;
 }
 
+template <typename h16>
 static mg_status permute_sorted(mg_backend *be, void *xp, int32_t *pos, int32_t *counts,
                                 float *load, const void *x, const int32_t *idx, int T, int k, int E,
                                 int H, int pad) {
@@ -344,22 +350,22 @@ static mg_status permute_sorted(mg_backend *be, void *xp, int32_t *pos, int32_t 
     }
     if (R > 0 && H > 0) {
         int vec = H % 8 == 0 && mg_cuda_aligned16(xp) && mg_cuda_aligned16(x);
-        permute_rows_kernel<<<row_blocks(be, R), ROW_WARPS * 32, 0, st>>>(
+        permute_rows_kernel<h16><<<row_blocks(be, R), ROW_WARPS * 32, 0, st>>>(
             (h16 *)xp, (const h16 *)x, vals_s, start, kept, R, k, E, H, pad, vec);
         MG_CUDA_CHECK_LAUNCH();
     }
     return MG_OK;
 }
 
-extern "C" mg_status MG_CUDA_FN(moe_permute)(mg_backend *be, void *xp, int32_t *pos,
-                                             int32_t *counts, float *load, const void *x,
-                                             const int32_t *idx, int T, int k, int E, int H,
-                                             int pad) {
+MG_CUDA_DTYPES(mg_status, moe_permute,
+               (mg_backend * be, void *xp, int32_t *pos, int32_t *counts, float *load,
+                const void *x, const int32_t *idx, int T, int k, int E, int H, int pad),
+               (be, xp, pos, counts, load, x, idx, T, k, E, H, pad)) {
     // xp (R,H), R = pad > 0 ? E x pad : T x k; pos, idx (T,k); counts, load (E); x (T,H)
     if (E <= 0) return MG_OK;
     if (E <= PERM_MAX_E && T >= 0 && k >= 1)
-        return permute_counting(be, xp, pos, counts, load, x, idx, T, k, E, H, pad);
-    return permute_sorted(be, xp, pos, counts, load, x, idx, T, k, E, H, pad);
+        return permute_counting<h16>(be, xp, pos, counts, load, x, idx, T, k, E, H, pad);
+    return permute_sorted<h16>(be, xp, pos, counts, load, x, idx, T, k, E, H, pad);
 }
 
 /* ---------------------------------------------------------------- the combines */
@@ -367,6 +373,7 @@ extern "C" mg_status MG_CUDA_FN(moe_permute)(mg_backend *be, void *xp, int32_t *
 /* out[t] = base[t] + sum_j w_j src[pos[t,j]] over the pairs with pos >= 0, in pair order in fp32
  * with one rounding (w_j = probs[t,j], or 1 when probs is NULL: fmaf(1, s, a) = a + s). Each
  * element is read and written by one thread, so base may be out. One element per item. */
+template <typename h16>
 static __global__ void combine_kernel(h16 *out, const h16 *base, const h16 *src, const int32_t *pos,
                                       const float *probs, int T, int k, int H) {
     size_t items = (size_t)T * H, stride = (size_t)gridDim.x * blockDim.x;
@@ -378,12 +385,13 @@ static __global__ void combine_kernel(h16 *out, const h16 *base, const h16 *src,
             if (p < 0) continue;
             acc = fmaf(probs ? probs[t * k + j] : 1.0f, h16_to_f(src[(size_t)p * H + h]), acc);
         }
-        out[u] = f_to_h16(acc);
+        out[u] = f_to_h16<h16>(acc);
     }
 }
 
 /* The same sums with 16-byte vectors, one warp per token: a 1024-column chunk of base and of two
  * pairs' rows at a time all loaded before the sums, which run in pair order as above. */
+template <typename h16>
 static __global__ void __launch_bounds__(ROW_WARPS * 32)
     combine_rows_kernel(h16 *out, const h16 *base, const h16 *src, const int32_t *pos,
                         const float *probs, int T, int k, int H) {
@@ -398,7 +406,7 @@ static __global__ void __launch_bounds__(ROW_WARPS * 32)
                 int h = hc + 256 * i + 8 * lane;
                 uint4 v = h < H ? *reinterpret_cast<const uint4 *>(base + (size_t)t * H + h)
                                 : make_uint4(0, 0, 0, 0);
-                mg_unpack8(v, acc[i]);
+                mg_unpack8<h16>(v, acc[i]);
             }
             for (int j = 0; j < k; j += 2) {
                 int32_t p0 = pt[j], p1 = j + 1 < k ? pt[j + 1] : -1;
@@ -417,12 +425,12 @@ static __global__ void __launch_bounds__(ROW_WARPS * 32)
                 for (int i = 0; i < 4; i++) {
                     float f[8];
                     if (p0 >= 0) {
-                        mg_unpack8(s0[i], f);
+                        mg_unpack8<h16>(s0[i], f);
 #pragma unroll
                         for (int c = 0; c < 8; c++) acc[i][c] = fmaf(w0, f[c], acc[i][c]);
                     }
                     if (p1 >= 0) {
-                        mg_unpack8(s1[i], f);
+                        mg_unpack8<h16>(s1[i], f);
 #pragma unroll
                         for (int c = 0; c < 8; c++) acc[i][c] = fmaf(w1, f[c], acc[i][c]);
                     }
@@ -438,19 +446,23 @@ static __global__ void __launch_bounds__(ROW_WARPS * 32)
 }
 
 /* vec (H % 8 == 0, 16-byte aligned rows): a warp per token; else a thread per element. */
+template <typename h16>
 static void launch_combine(mg_backend *be, h16 *out, const h16 *base, const h16 *src,
                            const int32_t *pos, const float *probs, int T, int k, int H, bool vec,
                            cudaStream_t st) {
     if (vec)
-        combine_rows_kernel<<<row_blocks(be, T), ROW_WARPS * 32, 0, st>>>(out, base, src, pos,
-                                                                          probs, T, k, H);
+        combine_rows_kernel<h16>
+            <<<row_blocks(be, T), ROW_WARPS * 32, 0, st>>>(out, base, src, pos, probs, T, k, H);
     else
-        combine_kernel<<<mg_cuda_blocks((size_t)T * H, MG_CUDA_THREADS), MG_CUDA_THREADS, 0, st>>>(
-            out, base, src, pos, probs, T, k, H);
+        combine_kernel<h16>
+            <<<mg_cuda_blocks((size_t)T * H, MG_CUDA_THREADS), MG_CUDA_THREADS, 0, st>>>(
+                out, base, src, pos, probs, T, k, H);
 }
 
-extern "C" mg_status MG_CUDA_FN(moe_permute_backward)(mg_backend *be, void *dx, const void *dxp,
-                                                      const int32_t *pos, int T, int k, int H) {
+MG_CUDA_DTYPES(mg_status, moe_permute_backward,
+               (mg_backend * be, void *dx, const void *dxp, const int32_t *pos, int T, int k,
+                int H),
+               (be, dx, dxp, pos, T, k, H)) {
     // dx (T,H) accumulates; dxp (R,H); pos (T,k)
     if (T <= 0 || H <= 0 || k <= 0) return MG_OK;
     bool vec = H % 8 == 0 && mg_cuda_aligned16(dx) && mg_cuda_aligned16(dxp);
@@ -464,6 +476,7 @@ extern "C" mg_status MG_CUDA_FN(moe_permute_backward)(mg_backend *be, void *dx, 
 
 /* Block p of the exchange (blockIdx.y): its packed offset and rows from counts (P x El, small),
  * then one warp per row, grid-stride over the slab. */
+template <typename h16>
 static __global__ void regroup_kernel(h16 *dst, const h16 *src, const int32_t *counts, int P,
                                       int El, int slab, int H, int to_slabs, int vec) {
     int p = blockIdx.y;
@@ -482,19 +495,20 @@ static __global__ void regroup_kernel(h16 *dst, const h16 *src, const int32_t *c
     for (long long r = (long long)blockIdx.x * warps + warp; r < n;
          r += (long long)gridDim.x * warps) {
         long long from = to_slabs ? packed + r : at + r, to = to_slabs ? at + r : packed + r;
-        row_copy(dst + (size_t)to * H, src + (size_t)from * H, H, vec);
+        row_copy<h16>(dst + (size_t)to * H, src + (size_t)from * H, H, vec);
     }
 }
 
-extern "C" mg_status MG_CUDA_FN(moe_regroup)(mg_backend *be, void *dst, const void *src,
-                                             const int32_t *counts, int P, int El, int slab, int H,
-                                             bool to_slabs) {
+MG_CUDA_DTYPES(mg_status, moe_regroup,
+               (mg_backend * be, void *dst, const void *src, const int32_t *counts, int P, int El,
+                int slab, int H, bool to_slabs),
+               (be, dst, src, counts, P, El, slab, H, to_slabs)) {
     // dst, src (P x slab, H) on the slab side, packed rows on the other; counts (P x El)
     if (P <= 0 || slab <= 0 || H <= 0) return MG_OK;
     if (P > 65535) return MG_FAIL(MG_ERR_UNSUPPORTED, "regroup over %d ranks (at most 65535)", P);
     int vec = H % 8 == 0 && mg_cuda_aligned16(dst) && mg_cuda_aligned16(src);
     dim3 grid(row_blocks(be, slab), (unsigned)P);
-    regroup_kernel<<<grid, ROW_WARPS * 32, 0, mg_cuda_stream(be)>>>(
+    regroup_kernel<h16><<<grid, ROW_WARPS * 32, 0, mg_cuda_stream(be)>>>(
         (h16 *)dst, (const h16 *)src, counts, P, El, slab, H, to_slabs, vec);
     MG_CUDA_CHECK_LAUNCH();
     return MG_OK;
@@ -502,9 +516,10 @@ extern "C" mg_status MG_CUDA_FN(moe_regroup)(mg_backend *be, void *dst, const vo
 
 /* ---------------------------------------------------------------- unpermute (the combine) */
 
-extern "C" mg_status MG_CUDA_FN(moe_unpermute)(mg_backend *be, void *out, const void *base,
-                                               const void *y, const int32_t *pos,
-                                               const float *probs, int T, int k, int H) {
+MG_CUDA_DTYPES(mg_status, moe_unpermute,
+               (mg_backend * be, void *out, const void *base, const void *y, const int32_t *pos,
+                const float *probs, int T, int k, int H),
+               (be, out, base, y, pos, probs, T, k, H)) {
     // out, base (T,H); y (R,H); pos, probs (T,k)
     if (T <= 0 || H <= 0) return MG_OK;
     bool vec =
@@ -528,6 +543,7 @@ static __global__ void unpermute_mark_kernel(int32_t *mark, const int32_t *pos, 
  * t k + j with a row p, dy[p] = probs[q] dout[t] and dprobs[q] = dout[t] . y[p] (fp32 lane sums
  * in column order, a fixed butterfly); dprobs of the other pairs 0. Then, warp per row, the
  * rows no pair reaches (mark 0) are zeroed. */
+template <typename h16>
 static __global__ void unpermute_backward_tokens_kernel(h16 *dy, float *dprobs, const h16 *dout,
                                                         const h16 *y, const int32_t *pos,
                                                         const float *probs, const int32_t *mark,
@@ -563,8 +579,10 @@ static __global__ void unpermute_backward_tokens_kernel(h16 *dy, float *dprobs, 
                         int h = hc + 256 * i + 8 * lane;
                         if (h >= H) break;
                         float fd[8], fs[8];
-                        const h16x2 *a = reinterpret_cast<const h16x2 *>(&dv[i]);
-                        const h16x2 *b = reinterpret_cast<const h16x2 *>(&sv[i]);
+                        const typename mg_h16<h16>::x2 *a =
+                            reinterpret_cast<const typename mg_h16<h16>::x2 *>(&dv[i]);
+                        const typename mg_h16<h16>::x2 *b =
+                            reinterpret_cast<const typename mg_h16<h16>::x2 *>(&sv[i]);
 #pragma unroll
                         for (int c = 0; c < 4; c++) {
                             float2 x2 = h16x2_to_f2(a[c]), y2 = h16x2_to_f2(b[c]);
@@ -583,7 +601,7 @@ static __global__ void unpermute_backward_tokens_kernel(h16 *dy, float *dprobs, 
                 for (int h = lane; h < H; h += 32) {
                     float fd = h16_to_f(d[h]);
                     dot += fd * h16_to_f(s[h]);
-                    o[h] = f_to_h16(w * fd);
+                    o[h] = f_to_h16<h16>(w * fd);
                 }
             }
             dot = mg_warp_sum(dot);
@@ -591,13 +609,13 @@ static __global__ void unpermute_backward_tokens_kernel(h16 *dy, float *dprobs, 
         }
     }
     for (int r = w0; r < R; r += warps)
-        if (mark[r] == 0) row_copy(dy + (size_t)r * H, NULL, H, vec);
+        if (mark[r] == 0) row_copy<h16>(dy + (size_t)r * H, NULL, H, vec);
 }
 
-extern "C" mg_status MG_CUDA_FN(moe_unpermute_backward)(mg_backend *be, void *dy, float *dprobs,
-                                                        const void *dout, const void *y,
-                                                        const int32_t *pos, const float *probs,
-                                                        int T, int k, int H, int R) {
+MG_CUDA_DTYPES(mg_status, moe_unpermute_backward,
+               (mg_backend * be, void *dy, float *dprobs, const void *dout, const void *y,
+                const int32_t *pos, const float *probs, int T, int k, int H, int R),
+               (be, dy, dprobs, dout, y, pos, probs, T, k, H, R)) {
     // dy, y (R,H); dprobs, pos, probs (T,k); dout (T,H)
     int n = T * k;
     if (R <= 0 && n <= 0) return MG_OK;
@@ -614,7 +632,7 @@ extern "C" mg_status MG_CUDA_FN(moe_unpermute_backward)(mg_backend *be, void *dy
     int vec =
         H % 8 == 0 && mg_cuda_aligned16(dy) && mg_cuda_aligned16(dout) && mg_cuda_aligned16(y);
     int items = T > R ? T : R;
-    unpermute_backward_tokens_kernel<<<row_blocks(be, items), ROW_WARPS * 32, 0, st>>>(
+    unpermute_backward_tokens_kernel<h16><<<row_blocks(be, items), ROW_WARPS * 32, 0, st>>>(
         (h16 *)dy, dprobs, (const h16 *)dout, (const h16 *)y, pos, probs, mark, T, k, H, R, vec);
     MG_CUDA_CHECK_LAUNCH();
     return MG_OK;
@@ -636,19 +654,20 @@ static __device__ size_t group_rows(const int32_t *counts, int G) {
     return (size_t)rows;
 }
 
+template <typename h16>
 static __global__ void grouped_gelu_kernel(h16 *out, const h16 *pre, const int32_t *counts, int G,
                                            int F, int vec) {
     mg_gelu_forward_range(out, pre, group_rows(counts, G) * (size_t)F, vec);
 }
 
 /* out (rows,F) = silu(gate) * up, pre (rows,2F) = [gate | up]; VEC columns per item. */
-template <int VEC>
+template <typename h16, int VEC>
 static __global__ void grouped_swiglu_kernel(h16 *out, const h16 *pre, const int32_t *counts, int G,
                                              int F) {
     mg_swiglu_forward_rows<VEC>(out, pre, group_rows(counts, G), F);
 }
 
-template <int VEC>
+template <typename h16, int VEC>
 static __global__ void grouped_swiglu_backward_kernel(h16 *dpre, const h16 *pre, const h16 *dout,
                                                       const int32_t *counts, int G, int F) {
     mg_swiglu_backward_rows<VEC>(dpre, pre, dout, group_rows(counts, G), F);
@@ -659,39 +678,41 @@ static unsigned activation_blocks(mg_backend *be) {
     return (unsigned)mg_cuda_ctx_of(be)->num_sms * 8;
 }
 
-extern "C" mg_status MG_CUDA_FN(grouped_activation_forward)(mg_backend *be, void *out,
-                                                            const void *pre, const int32_t *counts,
-                                                            int G, int F, bool swiglu) {
+MG_CUDA_DTYPES(mg_status, grouped_activation_forward,
+               (mg_backend * be, void *out, const void *pre, const int32_t *counts, int G, int F,
+                bool swiglu),
+               (be, out, pre, counts, G, F, swiglu)) {
     // swiglu: out (rows,F), pre (rows,2F); else out, pre (rows,F); rows = sum counts[0..G)
     if (G <= 0 || F <= 0) return MG_OK;
     cudaStream_t st = mg_cuda_stream(be);
     unsigned grid = activation_blocks(be);
     bool al = mg_cuda_aligned16(out) && mg_cuda_aligned16(pre);
     if (!swiglu)
-        grouped_gelu_kernel<<<grid, MG_CUDA_THREADS, 0, st>>>((h16 *)out, (const h16 *)pre, counts,
-                                                              G, F, al);
+        grouped_gelu_kernel<h16>
+            <<<grid, MG_CUDA_THREADS, 0, st>>>((h16 *)out, (const h16 *)pre, counts, G, F, al);
     else if (al && F % 8 == 0)
-        grouped_swiglu_kernel<8>
+        grouped_swiglu_kernel<h16, 8>
             <<<grid, MG_CUDA_THREADS, 0, st>>>((h16 *)out, (const h16 *)pre, counts, G, F);
     else
-        grouped_swiglu_kernel<1>
+        grouped_swiglu_kernel<h16, 1>
             <<<grid, MG_CUDA_THREADS, 0, st>>>((h16 *)out, (const h16 *)pre, counts, G, F);
     MG_CUDA_CHECK_LAUNCH();
     return MG_OK;
 }
 
-extern "C" mg_status MG_CUDA_FN(grouped_swiglu_backward)(mg_backend *be, void *dpre,
-                                                         const void *pre, const void *dout,
-                                                         const int32_t *counts, int G, int F) {
+MG_CUDA_DTYPES(mg_status, grouped_swiglu_backward,
+               (mg_backend * be, void *dpre, const void *pre, const void *dout,
+                const int32_t *counts, int G, int F),
+               (be, dpre, pre, dout, counts, G, F)) {
     // dpre, pre (rows,2F); dout (rows,F); rows = sum counts[0..G)
     if (G <= 0 || F <= 0) return MG_OK;
     cudaStream_t st = mg_cuda_stream(be);
     unsigned grid = activation_blocks(be);
     if (F % 8 == 0 && mg_cuda_aligned16(dpre) && mg_cuda_aligned16(pre) && mg_cuda_aligned16(dout))
-        grouped_swiglu_backward_kernel<8><<<grid, MG_CUDA_THREADS, 0, st>>>(
+        grouped_swiglu_backward_kernel<h16, 8><<<grid, MG_CUDA_THREADS, 0, st>>>(
             (h16 *)dpre, (const h16 *)pre, (const h16 *)dout, counts, G, F);
     else
-        grouped_swiglu_backward_kernel<1><<<grid, MG_CUDA_THREADS, 0, st>>>(
+        grouped_swiglu_backward_kernel<h16, 1><<<grid, MG_CUDA_THREADS, 0, st>>>(
             (h16 *)dpre, (const h16 *)pre, (const h16 *)dout, counts, G, F);
     MG_CUDA_CHECK_LAUNCH();
     return MG_OK;
