@@ -130,14 +130,14 @@ static __global__ void __launch_bounds__(GG_SCAN_THREADS)
  * p[o * ld + k] when K-major and p[k * ld + o] when MN-major; valid for o < o_lim, k < k_lim
  * (zeros elsewhere). vec: 16-byte copies (the contiguous limit a multiple of 8, p and ld
  * aligned), else element by element. */
-typedef struct {
+template <typename h16> struct gg_operand {
     const h16 *p;
     int64_t ld;
     int o_lim, k_lim;
     bool vec;
-} gg_operand;
+};
 
-typedef struct {
+template <typename h16> struct gg_args {
     const h16 *x;        /* A's activations: inp (forward) or dout (dinp, dw) */
     const h16 *xb;       /* dw: inp */
     void *const *w;      /* forward, dinp: the n_w weights (h16); dw: the n_w dW (fp32) */
@@ -148,7 +148,7 @@ typedef struct {
     int G, n_src, n_w, IC, OC;
     bool vec; /* IC, OC multiples of 8 and the activation buffers 16-byte aligned */
     bool acc; /* dw: add to dW (else write over it) */
-} gg_args;
+};
 
 static __device__ __forceinline__ void gg_cp_async16(void *smem, const void *gmem, bool ok) {
     unsigned s = (unsigned)__cvta_generic_to_shared(smem);
@@ -163,8 +163,9 @@ template <int N> static __device__ __forceinline__ void gg_cp_wait() {
 }
 
 /* Tile (o0.., k0..) of op into shared s: [128][GG_LD_K] when K-major, [GG_BK][GG_LD_MN] else. */
-template <bool KMAJ>
-static __device__ __forceinline__ void gg_load_tile(h16 *s, const gg_operand &op, int o0, int k0) {
+template <bool KMAJ, typename h16>
+static __device__ __forceinline__ void gg_load_tile(h16 *s, const gg_operand<h16> &op, int o0,
+                                                    int k0) {
     if (op.vec) {
         for (int c = threadIdx.x; c < GG_BM * GG_BK / 8; c += GG_THREADS) {
             int o = KMAJ ? c / (GG_BK / 8) : (c % (GG_BM / 8)) * 8;
@@ -179,7 +180,7 @@ static __device__ __forceinline__ void gg_load_tile(h16 *s, const gg_operand &op
     } else {
         for (int e = threadIdx.x; e < GG_BM * GG_BK; e += GG_THREADS) {
             int o = KMAJ ? e / GG_BK : e % GG_BM, k = KMAJ ? e % GG_BK : e / GG_BM;
-            h16 v = f_to_h16(0.0f);
+            h16 v = f_to_h16<h16>(0.0f);
             if (o0 + o < op.o_lim && k0 + k < op.k_lim)
                 v = KMAJ ? op.p[(int64_t)(o0 + o) * op.ld + (k0 + k)]
                          : op.p[(int64_t)(k0 + k) * op.ld + (o0 + o)];
@@ -192,7 +193,7 @@ typedef nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> gg_
 
 /* The 16x16 fragment at (mn, kk) of a staged tile: K-major tiles hold rows of GG_LD_K along K,
  * M/N-major ones rows of GG_LD_MN along M/N. */
-template <bool KMAJOR, class Frag>
+template <bool KMAJOR, class Frag, typename h16>
 static __device__ __forceinline__ void gg_load_frag(Frag &f, const h16 *tile, int mn, int kk) {
     if (KMAJOR)
         nvcuda::wmma::load_matrix_sync(f, tile + mn * GG_LD_K + kk, GG_LD_K);
@@ -202,9 +203,9 @@ static __device__ __forceinline__ void gg_load_frag(Frag &f, const h16 *tile, in
 
 /* acc (the warp's 4x2 fragments) += A (m0.., 0..K) . B (n0.., 0..K)^T, two stages deep. Ends
  * with every cp.async complete and a barrier, so the caller may reuse the shared memory. */
-template <bool AK, bool BK>
-static __device__ void gg_mainloop(h16 *smem, const gg_operand &A, const gg_operand &B, int m0,
-                                   int n0, int K, gg_acc (&acc)[4][2]) {
+template <bool AK, bool BK, typename h16>
+static __device__ void gg_mainloop(h16 *smem, const gg_operand<h16> &A, const gg_operand<h16> &B,
+                                   int m0, int n0, int K, gg_acc (&acc)[4][2]) {
     using namespace nvcuda;
     typedef typename std::conditional<AK, wmma::row_major, wmma::col_major>::type LayoutA;
     typedef typename std::conditional<BK, wmma::col_major, wmma::row_major>::type LayoutB;
@@ -265,9 +266,9 @@ static __device__ __forceinline__ void gg_epilogue(float *smem_f, gg_acc (&acc)[
 }
 
 /* out rows of one group: y[row, n..n+8) = f(v) for n < N (bias / gelu' applied in fp32). */
-template <int MODE>
-static __device__ __forceinline__ void gg_store_rows(const gg_args &a, int64_t row, int n, int N,
-                                                     const h16 *bias, float v[8]) {
+template <int MODE, typename h16>
+static __device__ __forceinline__ void gg_store_rows(const gg_args<h16> &a, int64_t row, int n,
+                                                     int N, const h16 *bias, float v[8]) {
     h16 *y = a.y + row * N + n;
     if (MODE == GG_FWD && bias)
 #pragma unroll
@@ -282,13 +283,13 @@ static __device__ __forceinline__ void gg_store_rows(const gg_args &a, int64_t r
     } else {
 #pragma unroll
         for (int q = 0; q < 8; q++)
-            if (n + q < N) y[q] = f_to_h16(v[q]);
+            if (n + q < N) y[q] = f_to_h16<h16>(v[q]);
     }
 }
 
-template <int MODE>
+template <typename h16, int MODE>
 static __global__ void __launch_bounds__(GG_THREADS, GG_BLOCKS_PER_SM)
-    grouped_gemm_kernel(gg_args a) {
+    grouped_gemm_kernel(gg_args<h16> a) {
     __shared__ __align__(128) unsigned char smem_raw[GG_SMEM];
     h16 *smem = reinterpret_cast<h16 *>(smem_raw);
     float *smem_f = reinterpret_cast<float *>(smem_raw);
@@ -307,8 +308,8 @@ static __global__ void __launch_bounds__(GG_THREADS, GG_BLOCKS_PER_SM)
         for (int s = 0; s < a.n_src; s++) {
             int g = s * a.n_w + j, r0 = a.row_off[g], n = a.row_off[g + 1] - r0;
             if (n <= 0) continue;
-            gg_operand A = {a.x + (int64_t)r0 * a.OC, a.OC, a.OC, n, a.vec};
-            gg_operand B = {a.xb + (int64_t)r0 * a.IC, a.IC, a.IC, n, a.vec};
+            gg_operand<h16> A = {a.x + (int64_t)r0 * a.OC, a.OC, a.OC, n, a.vec};
+            gg_operand<h16> B = {a.xb + (int64_t)r0 * a.IC, a.IC, a.IC, n, a.vec};
             gg_mainloop<AK, BK>(smem, A, B, m0, n0, n, acc);
         }
         const bool v4 = a.vec && ((uintptr_t)dw & 15u) == 0;
@@ -347,9 +348,9 @@ static __global__ void __launch_bounds__(GG_THREADS, GG_BLOCKS_PER_SM)
         const h16 *bias =
             MODE == GG_FWD && a.bias ? reinterpret_cast<const h16 *>(a.bias[j]) : NULL;
         const bool wvec = a.vec && ((uintptr_t)w & 15u) == 0;
-        gg_operand A = {a.x + (int64_t)r0 * K, K, rows, K, a.vec};
-        gg_operand B = MODE == GG_FWD ? gg_operand{w, a.IC, a.OC, a.IC, wvec}
-                                      : gg_operand{w, a.IC, a.IC, a.OC, wvec};
+        gg_operand<h16> A = {a.x + (int64_t)r0 * K, K, rows, K, a.vec};
+        gg_operand<h16> B = MODE == GG_FWD ? gg_operand<h16>{w, a.IC, a.OC, a.IC, wvec}
+                                           : gg_operand<h16>{w, a.IC, a.IC, a.OC, wvec};
 #pragma unroll
         for (int i = 0; i < 4; i++)
 #pragma unroll
@@ -368,6 +369,7 @@ static __global__ void __launch_bounds__(GG_THREADS, GG_BLOCKS_PER_SM)
 /* dbias_j[c] += sum of dout[r, c] over the rows r of every group of weight j: block (32 columns,
  * weight j), warp w sums rows w, w+8, ... of each source in order; then the 8 warp sums in warp
  * order. Deterministic for given counts. */
+template <typename h16>
 static __global__ void grouped_dbias_kernel(float *const *dbias, const h16 *dout /* (R,OC) */,
                                             const int32_t *row_off, int n_src, int n_w, int OC,
                                             bool accumulate) {
@@ -403,6 +405,7 @@ static __global__ void grouped_zero_empty_kernel(float *const *dw, const int32_t
 }
 
 /* out[r, :] += bias_j for every row r of the groups (after the CUTLASS forward); OC % 8 == 0. */
+template <typename h16>
 static __global__ void grouped_bias_kernel(h16 *out /* (R,OC) */, void *const *bias,
                                            const int32_t *row_off, int G, int n_w, int OC) {
     const int32_t total = row_off[G];
@@ -420,12 +423,13 @@ static __global__ void grouped_bias_kernel(h16 *out /* (R,OC) */, void *const *b
             }
         } else {
             for (int c = threadIdx.x; c < OC; c += blockDim.x)
-                o[c] = f_to_h16(h16_to_f(o[c]) + h16_to_f(b[c]));
+                o[c] = f_to_h16<h16>(h16_to_f(o[c]) + h16_to_f(b[c]));
         }
     }
 }
 
 /* dinp = gelu'(pre) * dinp over the groups' rows (after the CUTLASS dinp); IC % 8 == 0. */
+template <typename h16>
 static __global__ void grouped_gelu_grad_kernel(h16 *dinp /* (R,IC) */, const h16 *pre /* (R,IC) */,
                                                 const int32_t *row_off, int G, int IC) {
     mg_gelu_backward_range(dinp, pre, dinp, (size_t)row_off[G] * (size_t)IC, 1);
@@ -468,17 +472,14 @@ static bool aligned16(const void *p) {
 }
 
 /* Whether the CUTLASS path takes this call (see the header). Its kernels are instantiated for
- * bf16 operands only (grouped_gemm_cutlass.cu is built once), so the fp16 object of this file
- * (MG_CUDA_F16) always takes the portable kernel. */
+ * bf16 operands only (grouped_gemm_cutlass.cu), so fp16 always takes the portable kernel. */
+template <typename h16>
 static bool use_cutlass(mg_backend *be, int IC, int OC, const void *a, const void *b, const void *c,
                         const void *d) {
-#ifdef MG_CUDA_F16
-    return false;
-#else
+    if (std::is_same<h16, __half>::value) return false;
     return mg_cuda_grouped_cutlass_available(mg_cuda_ctx_of(be)->device) && IC > 0 && OC > 0 &&
            IC % 8 == 0 && OC % 8 == 0 && aligned16(a) && aligned16(b) && aligned16(c) &&
            aligned16(d);
-#endif
 }
 
 static unsigned persistent_blocks(mg_backend *be, int per_sm) {
@@ -493,51 +494,56 @@ static mg_status launch_offsets(mg_backend *be, const gg_ws *w, const int32_t *c
     return MG_OK;
 }
 
+template <typename h16>
 static mg_status launch_dbias(mg_backend *be, float *const *dbias, const void *dout,
                               const int32_t *row_off, int n_src, int n_w, int OC, bool accumulate) {
     if (OC == 0) return MG_OK;
     dim3 grid((OC + 31) / 32, n_w);
-    grouped_dbias_kernel<<<grid, 256, 0, mg_cuda_stream(be)>>>(dbias, (const h16 *)dout, row_off,
-                                                               n_src, n_w, OC, accumulate);
+    grouped_dbias_kernel<h16><<<grid, 256, 0, mg_cuda_stream(be)>>>(
+        dbias, (const h16 *)dout, row_off, n_src, n_w, OC, accumulate);
     MG_CUDA_CHECK_LAUNCH();
     return MG_OK;
 }
 
-extern "C" mg_status MG_CUDA_FN(grouped_linear_forward_portable)(
-    mg_backend *be, void *out /* (R,OC) */, const void *inp /* (R,IC) */, void *const *w,
-    void *const *bias, const int32_t *counts /* (G) */, int n_src, int n_w, int IC, int OC) {
+MG_CUDA_DTYPES(mg_status, grouped_linear_forward_portable,
+               (mg_backend * be, void *out /* (R,OC) */, const void *inp /* (R,IC) */,
+                void *const *w, void *const *bias, const int32_t *counts /* (G) */, int n_src,
+                int n_w, int IC, int OC),
+               (be, out, inp, w, bias, counts, n_src, n_w, IC, OC)) {
     MG_CHECK(check_shape("grouped_linear_forward", n_src, n_w, IC, OC));
     const int G = n_src * n_w;
     gg_ws ws;
     MG_CHECK(workspace(be, G, "grouped_linear_forward", &ws));
     MG_CHECK(launch_offsets(be, &ws, counts, G));
     if (OC == 0) return MG_OK;
-    gg_args a = {(const h16 *)inp,
-                 NULL,
-                 w,
-                 bias,
-                 NULL,
-                 (h16 *)out,
-                 ws.row_off,
-                 ws.tile_off,
-                 G,
-                 n_src,
-                 n_w,
-                 IC,
-                 OC,
-                 IC % 8 == 0 && OC % 8 == 0 && aligned16(inp) && aligned16(out),
-                 false};
-    grouped_gemm_kernel<GG_FWD>
+    gg_args<h16> a = {(const h16 *)inp,
+                      NULL,
+                      w,
+                      bias,
+                      NULL,
+                      (h16 *)out,
+                      ws.row_off,
+                      ws.tile_off,
+                      G,
+                      n_src,
+                      n_w,
+                      IC,
+                      OC,
+                      IC % 8 == 0 && OC % 8 == 0 && aligned16(inp) && aligned16(out),
+                      false};
+    grouped_gemm_kernel<h16, GG_FWD>
         <<<persistent_blocks(be, GG_BLOCKS_PER_SM), GG_THREADS, 0, mg_cuda_stream(be)>>>(a);
     MG_CUDA_CHECK_LAUNCH();
     return MG_OK;
 }
 
-extern "C" mg_status MG_CUDA_FN(grouped_linear_backward_portable)(
-    mg_backend *be, void *dinp /* (R,IC) or NULL */, float *const *dw, float *const *dbias,
-    const void *dout /* (R,OC) */, const void *inp /* (R,IC) */, void *const *w,
-    const void *gelu_pre /* (R,IC) or NULL */, const int32_t *counts, int n_src, int n_w, int IC,
-    int OC, bool accumulate) {
+MG_CUDA_DTYPES(mg_status, grouped_linear_backward_portable,
+               (mg_backend * be, void *dinp /* (R,IC) or NULL */, float *const *dw,
+                float *const *dbias, const void *dout /* (R,OC) */, const void *inp /* (R,IC) */,
+                void *const *w, const void *gelu_pre /* (R,IC) or NULL */, const int32_t *counts,
+                int n_src, int n_w, int IC, int OC, bool accumulate),
+               (be, dinp, dw, dbias, dout, inp, w, gelu_pre, counts, n_src, n_w, IC, OC,
+                accumulate)) {
     MG_CHECK(check_shape("grouped_linear_backward", n_src, n_w, IC, OC));
     const int G = n_src * n_w;
     gg_ws ws;
@@ -547,57 +553,57 @@ extern "C" mg_status MG_CUDA_FN(grouped_linear_backward_portable)(
     bool vec = IC % 8 == 0 && OC % 8 == 0 && aligned16(dout) && aligned16(inp) && aligned16(dinp) &&
                aligned16(gelu_pre);
     if (IC > 0 && OC > 0) {
-        gg_args a = {(const h16 *)dout,
-                     (const h16 *)inp,
-                     (void *const *)dw,
-                     NULL,
-                     NULL,
-                     NULL,
-                     ws.row_off,
-                     ws.tile_off,
-                     G,
-                     n_src,
-                     n_w,
-                     IC,
-                     OC,
-                     vec,
-                     accumulate};
+        gg_args<h16> a = {(const h16 *)dout,
+                          (const h16 *)inp,
+                          (void *const *)dw,
+                          NULL,
+                          NULL,
+                          NULL,
+                          ws.row_off,
+                          ws.tile_off,
+                          G,
+                          n_src,
+                          n_w,
+                          IC,
+                          OC,
+                          vec,
+                          accumulate};
         dim3 grid((IC + GG_BN - 1) / GG_BN, (OC + GG_BM - 1) / GG_BM, n_w);
-        grouped_gemm_kernel<GG_DW><<<grid, GG_THREADS, 0, stream>>>(a);
+        grouped_gemm_kernel<h16, GG_DW><<<grid, GG_THREADS, 0, stream>>>(a);
         MG_CUDA_CHECK_LAUNCH();
     }
     if (dinp && IC > 0) { /* OC == 0: K = 0, dinp = 0 */
-        gg_args a = {(const h16 *)dout,
-                     NULL,
-                     w,
-                     NULL,
-                     (const h16 *)gelu_pre,
-                     (h16 *)dinp,
-                     ws.row_off,
-                     ws.tile_off,
-                     G,
-                     n_src,
-                     n_w,
-                     IC,
-                     OC,
-                     vec,
-                     false};
-        grouped_gemm_kernel<GG_DINP>
+        gg_args<h16> a = {(const h16 *)dout,
+                          NULL,
+                          w,
+                          NULL,
+                          (const h16 *)gelu_pre,
+                          (h16 *)dinp,
+                          ws.row_off,
+                          ws.tile_off,
+                          G,
+                          n_src,
+                          n_w,
+                          IC,
+                          OC,
+                          vec,
+                          false};
+        grouped_gemm_kernel<h16, GG_DINP>
             <<<persistent_blocks(be, GG_BLOCKS_PER_SM), GG_THREADS, 0, stream>>>(a);
         MG_CUDA_CHECK_LAUNCH();
     }
-    if (dbias) MG_CHECK(launch_dbias(be, dbias, dout, ws.row_off, n_src, n_w, OC, accumulate));
+    if (dbias) MG_CHECK(launch_dbias<h16>(be, dbias, dout, ws.row_off, n_src, n_w, OC, accumulate));
     return MG_OK;
 }
 
-extern "C" mg_status MG_CUDA_FN(grouped_linear_forward)(mg_backend *be, void *out /* (R,OC) */,
-                                                        const void *inp /* (R,IC) */,
-                                                        void *const *w, void *const *bias,
-                                                        const int32_t *counts, int n_src, int n_w,
-                                                        int IC, int OC) {
-    if (!use_cutlass(be, IC, OC, out, inp, NULL, NULL))
-        return MG_CUDA_FN(grouped_linear_forward_portable)(be, out, inp, w, bias, counts, n_src,
-                                                           n_w, IC, OC);
+MG_CUDA_DTYPES(mg_status, grouped_linear_forward,
+               (mg_backend * be, void *out /* (R,OC) */, const void *inp /* (R,IC) */,
+                void *const *w, void *const *bias, const int32_t *counts, int n_src, int n_w,
+                int IC, int OC),
+               (be, out, inp, w, bias, counts, n_src, n_w, IC, OC)) {
+    if (!use_cutlass<h16>(be, IC, OC, out, inp, NULL, NULL))
+        return grouped_linear_forward_portable<h16>(be, out, inp, w, bias, counts, n_src, n_w, IC,
+                                                    OC);
     MG_CHECK(check_shape("grouped_linear_forward", n_src, n_w, IC, OC));
     const int G = n_src * n_w;
     gg_ws ws;
@@ -605,21 +611,23 @@ extern "C" mg_status MG_CUDA_FN(grouped_linear_forward)(mg_backend *be, void *ou
     MG_CHECK(mg_cuda_grouped_cutlass_run(be, GG_FWD, out, inp, NULL, w, ws.row_off, counts, n_src,
                                          n_w, IC, OC, true, ws.rest, ws.rest_bytes));
     if (bias) {
-        grouped_bias_kernel<<<persistent_blocks(be, 8), 256, 0, mg_cuda_stream(be)>>>(
+        grouped_bias_kernel<h16><<<persistent_blocks(be, 8), 256, 0, mg_cuda_stream(be)>>>(
             (h16 *)out, bias, ws.row_off, G, n_w, OC);
         MG_CUDA_CHECK_LAUNCH();
     }
     return MG_OK;
 }
 
-extern "C" mg_status MG_CUDA_FN(grouped_linear_backward)(
-    mg_backend *be, void *dinp /* (R,IC) or NULL */, float *const *dw, float *const *dbias,
-    const void *dout /* (R,OC) */, const void *inp /* (R,IC) */, void *const *w,
-    const void *gelu_pre /* (R,IC) or NULL */, const int32_t *counts, int n_src, int n_w, int IC,
-    int OC, bool accumulate) {
-    if (!use_cutlass(be, IC, OC, dinp, dout, inp, gelu_pre))
-        return MG_CUDA_FN(grouped_linear_backward_portable)(
-            be, dinp, dw, dbias, dout, inp, w, gelu_pre, counts, n_src, n_w, IC, OC, accumulate);
+MG_CUDA_DTYPES(mg_status, grouped_linear_backward,
+               (mg_backend * be, void *dinp /* (R,IC) or NULL */, float *const *dw,
+                float *const *dbias, const void *dout /* (R,OC) */, const void *inp /* (R,IC) */,
+                void *const *w, const void *gelu_pre /* (R,IC) or NULL */, const int32_t *counts,
+                int n_src, int n_w, int IC, int OC, bool accumulate),
+               (be, dinp, dw, dbias, dout, inp, w, gelu_pre, counts, n_src, n_w, IC, OC,
+                accumulate)) {
+    if (!use_cutlass<h16>(be, IC, OC, dinp, dout, inp, gelu_pre))
+        return grouped_linear_backward_portable<h16>(be, dinp, dw, dbias, dout, inp, w, gelu_pre,
+                                                     counts, n_src, n_w, IC, OC, accumulate);
     MG_CHECK(check_shape("grouped_linear_backward", n_src, n_w, IC, OC));
     const int G = n_src * n_w;
     gg_ws ws;
@@ -637,29 +645,29 @@ extern "C" mg_status MG_CUDA_FN(grouped_linear_backward)(
         MG_CHECK(mg_cuda_grouped_cutlass_run(be, GG_DINP, dinp, dout, NULL, w, ws.row_off, counts,
                                              n_src, n_w, IC, OC, true, ws.rest, ws.rest_bytes));
         if (gelu_pre) {
-            grouped_gelu_grad_kernel<<<persistent_blocks(be, 8), 256, 0, mg_cuda_stream(be)>>>(
+            grouped_gelu_grad_kernel<h16><<<persistent_blocks(be, 8), 256, 0, mg_cuda_stream(be)>>>(
                 (h16 *)dinp, (const h16 *)gelu_pre, ws.row_off, G, IC);
             MG_CUDA_CHECK_LAUNCH();
         }
     }
-    if (dbias) MG_CHECK(launch_dbias(be, dbias, dout, ws.row_off, n_src, n_w, OC, accumulate));
+    if (dbias) MG_CHECK(launch_dbias<h16>(be, dbias, dout, ws.row_off, n_src, n_w, OC, accumulate));
     return MG_OK;
 }
 
 /* MG_GROUPED_GEMM (docs/environment.md): "cutlass" (the default: CUTLASS where the build and the
  * device have it, the portable kernel for the rest) or "fallback" (the portable kernel only).
  * fp16 compute has the portable kernel alone (use_cutlass). */
-extern "C" mg_status MG_CUDA_FN(grouped_gemm_init)(mg_backend *be) {
+MG_CUDA_DTYPES(mg_status, grouped_gemm_init, (mg_backend * be), (be)) {
     const char *impl = mg_env_str("MG_GROUPED_GEMM", NULL);
     if (impl && strcmp(impl, "cutlass") != 0 && strcmp(impl, "fallback") != 0)
         return MG_FAIL(MG_ERR_USAGE, "MG_GROUPED_GEMM=%s: expected cutlass or fallback", impl);
     bool cutlass = !impl || strcmp(impl, "cutlass") == 0;
-#ifdef MG_CUDA_F16
-    if (impl && cutlass)
-        mg_log_warn("MG_GROUPED_GEMM=cutlass: the CUTLASS grouped GEMM is bf16 only; fp16 uses "
-                    "the portable grouped GEMM");
-    cutlass = false;
-#endif
+    if (std::is_same<h16, __half>::value) {
+        if (impl && cutlass)
+            mg_log_warn("MG_GROUPED_GEMM=cutlass: the CUTLASS grouped GEMM is bf16 only; fp16 uses "
+                        "the portable grouped GEMM");
+        cutlass = false;
+    }
     if (cutlass && mg_cuda_grouped_cutlass_init(mg_cuda_ctx_of(be)->device) != MG_OK) {
         if (impl)
             mg_log_warn("MG_GROUPED_GEMM=cutlass: %s; using the portable grouped GEMM",
@@ -669,9 +677,9 @@ extern "C" mg_status MG_CUDA_FN(grouped_gemm_init)(mg_backend *be) {
         mg_error_clear();
         cutlass = false;
     }
-    be->grouped_linear_forward =
-        cutlass ? MG_CUDA_FN(grouped_linear_forward) : MG_CUDA_FN(grouped_linear_forward_portable);
-    be->grouped_linear_backward = cutlass ? MG_CUDA_FN(grouped_linear_backward)
-                                          : MG_CUDA_FN(grouped_linear_backward_portable);
+    be->grouped_linear_forward = cutlass ? MG_CUDA_OF(h16, grouped_linear_forward)
+                                         : MG_CUDA_OF(h16, grouped_linear_forward_portable);
+    be->grouped_linear_backward = cutlass ? MG_CUDA_OF(h16, grouped_linear_backward)
+                                          : MG_CUDA_OF(h16, grouped_linear_backward_portable);
     return MG_OK;
 }
