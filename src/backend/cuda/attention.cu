@@ -64,16 +64,20 @@ using namespace nvcuda;
 #define ATT_FWD_THREADS 128
 #define ATT_BWD_THREADS 256
 
-typedef wmma::fragment<wmma::matrix_a, 16, 16, 16, h16, wmma::row_major> frag_a_row;
-typedef wmma::fragment<wmma::matrix_a, 16, 16, 16, h16, wmma::col_major> frag_a_col;
-typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, h16, wmma::row_major> frag_b_row;
-typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, h16, wmma::col_major> frag_b_col;
+template <typename h16>
+using frag_a_row = wmma::fragment<wmma::matrix_a, 16, 16, 16, h16, wmma::row_major>;
+template <typename h16>
+using frag_a_col = wmma::fragment<wmma::matrix_a, 16, 16, 16, h16, wmma::col_major>;
+template <typename h16>
+using frag_b_row = wmma::fragment<wmma::matrix_b, 16, 16, 16, h16, wmma::row_major>;
+template <typename h16>
+using frag_b_col = wmma::fragment<wmma::matrix_b, 16, 16, 16, h16, wmma::col_major>;
 typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> frag_c;
 
 /* Shared-memory geometry for head dim HD. Row pitches are padded by 16 bytes (h16) or 16 bytes
  * (fp32) so that the 16 rows a WMMA load touches fall in different banks; every region size is a
  * multiple of 128 bytes so regions stay 32-byte aligned as WMMA requires. */
-template <int HD> struct att_geom {
+template <typename h16, int HD> struct att_geom {
     static constexpr int LD = HD + 8;     /* h16 (64, HD) tiles: Q, K, V, dO */
     static constexpr int LDS = ATT_T + 4; /* fp32 (64, 64) tiles: S, dP */
     static constexpr int LDP = ATT_T + 8; /* h16 (64, 64) tiles: P, dS */
@@ -94,7 +98,7 @@ template <int HD> struct att_geom {
 
 /* dst (64, HD) pitch LD <- rows [r0, r0+64) of a (rows, HD) matrix at src with row stride
  * `stride` elements; rows >= nrows are zero. 16-byte vectors. */
-template <int HD>
+template <int HD, typename h16>
 static __device__ __forceinline__ void load_tile(h16 *dst, const h16 *src, size_t stride, int r0,
                                                  int nrows) {
     constexpr int VPR = HD / 8; /* 16-byte vectors per row */
@@ -102,22 +106,22 @@ static __device__ __forceinline__ void load_tile(h16 *dst, const h16 *src, size_
         int r = i / VPR, c = (i % VPR) * 8;
         uint4 v = make_uint4(0, 0, 0, 0);
         if (r0 + r < nrows) v = *(const uint4 *)(src + (size_t)(r0 + r) * stride + c);
-        *(uint4 *)(dst + r * att_geom<HD>::LD + c) = v;
+        *(uint4 *)(dst + r * att_geom<h16, HD>::LD + c) = v;
     }
 }
 
 /* dst rows [r0, r0+64) (< nrows) <- scale * stage (64, HD) fp32 pitch LDO, as h16. */
-template <int HD>
+template <int HD, typename h16>
 static __device__ __forceinline__ void store_tile(h16 *dst, size_t stride, int r0, int nrows,
                                                   const float *stage, float scale) {
     constexpr int VPR = HD / 8;
     for (int i = threadIdx.x; i < ATT_T * VPR; i += blockDim.x) {
         int r = i / VPR, c = (i % VPR) * 8;
         if (r0 + r >= nrows) continue;
-        const float *s = stage + r * att_geom<HD>::LDO + c;
+        const float *s = stage + r * att_geom<h16, HD>::LDO + c;
         __align__(16) h16 v[8];
 #pragma unroll
-        for (int e = 0; e < 8; e++) v[e] = f_to_h16(s[e] * scale);
+        for (int e = 0; e < 8; e++) v[e] = f_to_h16<h16>(s[e] * scale);
         *(uint4 *)(dst + (size_t)(r0 + r) * stride + c) = *(const uint4 *)v;
     }
 }
@@ -151,13 +155,13 @@ static __device__ __forceinline__ float warp_max(float v) {
 }
 
 /* Grid (ceil(S/64), nq, B), 128 threads. C = ng*(r+2)*HD is the qkv row width. */
-template <int HD>
+template <typename h16, int HD>
 static __global__ void __launch_bounds__(ATT_FWD_THREADS)
     attention_forward_kernel(h16 *out /* (B*S, nq*HD) */, float *lse /* (B, nq, S) */,
                              const h16 *qkv /* (B*S, C) */, int S, int nq, int r, float scale_log2,
                              mg_dropout drop, int dropping,
                              const int32_t *doc /* (B*S) or NULL */) {
-    typedef att_geom<HD> G;
+    typedef att_geom<h16, HD> G;
     extern __shared__ __align__(128) unsigned char smem[];
     h16 *q_s = (h16 *)smem;                                 // (64, HD) pitch LD
     h16 *k_s = (h16 *)(smem + G::TILE);                     // (64, HD)
@@ -177,7 +181,7 @@ static __global__ void __launch_bounds__(ATT_FWD_THREADS)
     load_tile<HD>(q_s, q, C, q0, S);
     for (int i = threadIdx.x; i < ATT_T * G::LDO; i += blockDim.x) o_s[i] = 0.0f;
     __syncthreads();
-    frag_a_row qf[HD / 16]; /* this warp's 16 query rows, reused for every key tile */
+    frag_a_row<h16> qf[HD / 16]; /* this warp's 16 query rows, reused for every key tile */
 #pragma unroll
     for (int kk = 0; kk < HD / 16; kk++)
         wmma::load_matrix_sync(qf[kk], q_s + warp * 16 * G::LD + kk * 16, G::LD);
@@ -209,7 +213,7 @@ static __global__ void __launch_bounds__(ATT_FWD_THREADS)
             wmma::fill_fragment(acc, 0.0f);
 #pragma unroll
             for (int kk = 0; kk < HD / 16; kk++) {
-                frag_b_col kf; /* K^T: element (d, key) at k_s[key*LD + d] */
+                frag_b_col<h16> kf; /* K^T: element (d, key) at k_s[key*LD + d] */
                 wmma::load_matrix_sync(kf, k_s + n * 16 * G::LD + kk * 16, G::LD);
                 wmma::mma_sync(acc, qf[kk], kf, acc);
             }
@@ -242,14 +246,14 @@ static __global__ void __launch_bounds__(ATT_FWD_THREADS)
                 p0 *= f[0];
                 p1 *= f[1];
             }
-            p_w[i * G::LDP + c0] = f_to_h16(p0);
-            p_w[i * G::LDP + c1] = f_to_h16(p1);
+            p_w[i * G::LDP + c0] = f_to_h16<h16>(p0);
+            p_w[i * G::LDP + c1] = f_to_h16<h16>(p1);
             if (kt > kt0)
                 for (int d = lane; d < HD; d += 32) o_w[i * G::LDO + d] *= alpha;
         }
         __syncwarp();
         /* O_w (16, HD) += P_w (16, 64) V (64, HD) */
-        frag_a_row pf[ATT_T / 16];
+        frag_a_row<h16> pf[ATT_T / 16];
 #pragma unroll
         for (int kk = 0; kk < ATT_T / 16; kk++)
             wmma::load_matrix_sync(pf[kk], p_w + kk * 16, G::LDP);
@@ -259,7 +263,7 @@ static __global__ void __launch_bounds__(ATT_FWD_THREADS)
             wmma::load_matrix_sync(acc, o_w + n * 16, G::LDO, wmma::mem_row_major);
 #pragma unroll
             for (int kk = 0; kk < ATT_T / 16; kk++) {
-                frag_b_row vf;
+                frag_b_row<h16> vf;
                 wmma::load_matrix_sync(vf, v_s + kk * 16 * G::LD + n * 16, G::LD);
                 wmma::mma_sync(acc, pf[kk], vf, acc);
             }
@@ -275,16 +279,16 @@ static __global__ void __launch_bounds__(ATT_FWD_THREADS)
         if (qi >= S) continue; /* uniform across the warp */
         const float inv = 1.0f / l_i[i];
         h16 *o = out + ((size_t)b * S + qi) * OW + (size_t)h * HD;
-        for (int d = lane; d < HD; d += 32) o[d] = f_to_h16(o_w[i * G::LDO + d] * inv);
+        for (int d = lane; d < HD; d += 32) o[d] = f_to_h16<h16>(o_w[i * G::LDO + d] * inv);
         if (lane == 0) lse[((size_t)b * nq + h) * S + qi] = m_i[i] + log2f(l_i[i]);
     }
 }
 
 /* D[b,h,s] = sum_d dO[b,s,h,d] O[b,s,h,d]: one warp per (token, head). */
-static __global__ void attention_bwd_dot_kernel(float *D /* (B, nq, S) */,
-                                                const h16 *dout /* (B*S, nq*hd) */,
-                                                const h16 *out /* (B*S, nq*hd) */, int B, int S,
-                                                int nq, int hd) {
+template <typename h16>
+static __global__ void
+attention_bwd_dot_kernel(float *D /* (B, nq, S) */, const h16 *dout /* (B*S, nq*hd) */,
+                         const h16 *out /* (B*S, nq*hd) */, int B, int S, int nq, int hd) {
     const size_t row = (size_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     const int lane = threadIdx.x % 32;
     if (row >= (size_t)B * S * nq) return;
@@ -306,12 +310,12 @@ static __global__ void attention_bwd_dot_kernel(float *D /* (B, nq, S) */,
  * With dropout (drop non-NULL: sequence b, local head h), p_s = P f and dS = P (f dP - D).
  * Warp w computes the 16x32 piece (rows 16 (w%4), keys 32 (w/4)) of S and dP; then all threads
  * do the elementwise part. Ends with __syncthreads. */
-template <int HD>
+template <int HD, typename h16>
 static __device__ __forceinline__ void
 bwd_probs(const h16 *q_s, const h16 *do_s, const h16 *k_s, const h16 *v_s, float *s_s, float *dp_s,
           h16 *p_s, h16 *ds_s, const float *lse_s, const float *d_s, const int *doc_s, int q0,
           int k0, int S, float scale_log2, const mg_dropout *drop, int b, int h) {
-    typedef att_geom<HD> G;
+    typedef att_geom<h16, HD> G;
     const int warp = threadIdx.x / 32, rb = warp % 4, cb = warp / 4;
 #pragma unroll
     for (int j = 0; j < 2; j++) {
@@ -321,8 +325,8 @@ bwd_probs(const h16 *q_s, const h16 *do_s, const h16 *k_s, const h16 *v_s, float
         wmma::fill_fragment(acc_dp, 0.0f);
 #pragma unroll
         for (int kk = 0; kk < HD / 16; kk++) {
-            frag_a_row a;
-            frag_b_col bm;
+            frag_a_row<h16> a;
+            frag_b_col<h16> bm;
             wmma::load_matrix_sync(a, q_s + rb * 16 * G::LD + kk * 16, G::LD);
             wmma::load_matrix_sync(bm, k_s + n * 16 * G::LD + kk * 16, G::LD);
             wmma::mma_sync(acc_s, a, bm, acc_s);
@@ -344,8 +348,8 @@ bwd_probs(const h16 *q_s, const h16 *do_s, const h16 *k_s, const h16 *v_s, float
                 p = exp2f(s_s[i * G::LDS + c] * scale_log2 - lse_s[i]);
                 ds = p * (dp_s[i * G::LDS + c] - d_s[i]);
             }
-            if (p_s) p_s[i * G::LDP + c] = f_to_h16(p);
-            ds_s[i * G::LDP + c] = f_to_h16(ds);
+            if (p_s) p_s[i * G::LDP + c] = f_to_h16<h16>(p);
+            ds_s[i * G::LDP + c] = f_to_h16<h16>(ds);
         }
     } else { /* a thread takes 4 adjacent keys: their draws share a Philox block */
         for (int idx = threadIdx.x; idx < ATT_T * ATT_T / 4; idx += blockDim.x) {
@@ -362,8 +366,8 @@ bwd_probs(const h16 *q_s, const h16 *do_s, const h16 *k_s, const h16 *v_s, float
                     pf = p * f[k];
                     ds = p * (f[k] * dp_s[i * G::LDS + c] - d_s[i]);
                 }
-                if (p_s) p_s[i * G::LDP + c] = f_to_h16(pf);
-                ds_s[i * G::LDP + c] = f_to_h16(ds);
+                if (p_s) p_s[i * G::LDP + c] = f_to_h16<h16>(pf);
+                ds_s[i * G::LDP + c] = f_to_h16<h16>(ds);
             }
         }
     }
@@ -386,7 +390,7 @@ static __device__ __forceinline__ void load_rows(float *lse_s, float *d_s, int *
 
 /* Carves the backward's shared memory (see att_geom::BWD). */
 #define ATT_BWD_SMEM(HD)                                                                           \
-    typedef att_geom<HD> G;                                                                        \
+    typedef att_geom<h16, HD> G;                                                                   \
     extern __shared__ __align__(128) unsigned char smem[];                                         \
     h16 *q_s = (h16 *)smem;                                    /* (64, HD) pitch LD */             \
     h16 *do_s = (h16 *)(smem + G::TILE);                       /* (64, HD) */                      \
@@ -402,7 +406,7 @@ static __device__ __forceinline__ void load_rows(float *lse_s, float *d_s, int *
 
 /* Grid (ceil(S/64), ng, B), 256 threads. Warp w owns key rows 16 (w%4) of the tile and the
  * 16-wide column blocks n = w/4, w/4 + 2, ... of HD for dK and dV. */
-template <int HD>
+template <typename h16, int HD>
 static __global__ void __launch_bounds__(ATT_BWD_THREADS)
     attention_bwd_dkdv_kernel(h16 *dqkv /* (B*S, C) */, const h16 *qkv /* (B*S, C) */,
                               const h16 *dout /* (B*S, nq*HD) */, const float *lse /* (B,nq,S) */,
@@ -437,10 +441,10 @@ static __global__ void __launch_bounds__(ATT_BWD_THREADS)
             load_tile<HD>(do_s, dop, OW, q0, S);
             load_rows(lse_s, d_s, doc_s, lse, D, sdoc, ((size_t)b * nq + h) * S, q0, S);
             __syncthreads();
-            bwd_probs<HD>(q_s, do_s, k_s, v_s, s_s, dp_s, p_s, ds_s, lse_s, d_s, doc_s, q0, k0, S,
-                          scale_log2, dropping ? &drop : NULL, b, h);
+            bwd_probs<HD, h16>(q_s, do_s, k_s, v_s, s_s, dp_s, p_s, ds_s, lse_s, d_s, doc_s, q0, k0,
+                               S, scale_log2, dropping ? &drop : NULL, b, h);
             /* dV (64 keys, HD) += P^T dO;  dK += dS^T Q  (contraction over the 64 queries) */
-            frag_a_col pt[ATT_T / 16],
+            frag_a_col<h16> pt[ATT_T / 16],
                 dst[ATT_T / 16]; /* element (key, query) at x[query*LDP+key] */
 #pragma unroll
             for (int kk = 0; kk < ATT_T / 16; kk++) {
@@ -453,7 +457,7 @@ static __global__ void __launch_bounds__(ATT_BWD_THREADS)
                 if (n >= NF) continue;
 #pragma unroll
                 for (int kk = 0; kk < ATT_T / 16; kk++) {
-                    frag_b_row bm;
+                    frag_b_row<h16> bm;
                     wmma::load_matrix_sync(bm, do_s + kk * 16 * G::LD + n * 16, G::LD);
                     wmma::mma_sync(dv[t], pt[kk], bm, dv[t]);
                     wmma::load_matrix_sync(bm, q_s + kk * 16 * G::LD + n * 16, G::LD);
@@ -481,7 +485,7 @@ static __global__ void __launch_bounds__(ATT_BWD_THREADS)
 
 /* Grid (ceil(S/64), nq, B), 256 threads. Warp w owns query rows 16 (w%4) and the 16-wide column
  * blocks n = w/4, w/4 + 2, ... of dQ. */
-template <int HD>
+template <typename h16, int HD>
 static __global__ void __launch_bounds__(ATT_BWD_THREADS)
     attention_bwd_dq_kernel(h16 *dqkv /* (B*S, C) */, const h16 *qkv /* (B*S, C) */,
                             const h16 *dout /* (B*S, nq*HD) */, const float *lse /* (B,nq,S) */,
@@ -511,10 +515,10 @@ static __global__ void __launch_bounds__(ATT_BWD_THREADS)
         load_tile<HD>(k_s, kp, C, k0, S);
         load_tile<HD>(v_s, kp + HD, C, k0, S);
         __syncthreads();
-        bwd_probs<HD>(q_s, do_s, k_s, v_s, s_s, dp_s, NULL, ds_s, lse_s, d_s, doc_s, q0, k0, S,
-                      scale_log2, dropping ? &drop : NULL, b, h);
+        bwd_probs<HD, h16>(q_s, do_s, k_s, v_s, s_s, dp_s, NULL, ds_s, lse_s, d_s, doc_s, q0, k0, S,
+                           scale_log2, dropping ? &drop : NULL, b, h);
         /* dQ (64, HD) += dS (64, 64 keys) K (64 keys, HD) */
-        frag_a_row af[ATT_T / 16];
+        frag_a_row<h16> af[ATT_T / 16];
 #pragma unroll
         for (int kk = 0; kk < ATT_T / 16; kk++)
             wmma::load_matrix_sync(af[kk], ds_s + rb * 16 * G::LDP + kk * 16, G::LDP);
@@ -524,7 +528,7 @@ static __global__ void __launch_bounds__(ATT_BWD_THREADS)
             if (n >= NF) continue;
 #pragma unroll
             for (int kk = 0; kk < ATT_T / 16; kk++) {
-                frag_b_row bm;
+                frag_b_row<h16> bm;
                 wmma::load_matrix_sync(bm, k_s + kk * 16 * G::LD + n * 16, G::LD);
                 wmma::mma_sync(dq[t], af[kk], bm, dq[t]);
             }
@@ -565,7 +569,8 @@ static mg_status attention_check(int B, int S, int nq, int ng, int hd, const voi
     return MG_OK;
 }
 
-extern "C" size_t MG_CUDA_FN(attention_saved_bytes)(mg_backend *be, int B, int S, int nq, int hd) {
+MG_CUDA_DTYPES(size_t, attention_saved_bytes, (mg_backend * be, int B, int S, int nq, int hd),
+               (be, B, S, nq, hd)) {
     (void)be;
     return mg_backend_attention_saved_bytes(MG_DEVICE_CUDA, B, S, nq, hd); /* lse2, (B, nq, S) */
 }
@@ -578,31 +583,31 @@ static mg_dropout drop_arg(const mg_dropout *drop) {
     return d;
 }
 
-template <int HD>
+template <int HD, typename h16>
 static mg_status forward_launch(mg_backend *be, h16 *out, float *lse, const h16 *qkv, int B, int S,
                                 int nq, int r, const mg_dropout *drop, const int32_t *doc_start) {
-    const size_t smem = att_geom<HD>::FWD;
+    const size_t smem = att_geom<h16, HD>::FWD;
     const float scale_log2 = 1.4426950408889634f / sqrtf((float)HD);
     dim3 grid((S + ATT_T - 1) / ATT_T, nq, B);
-    attention_forward_kernel<HD><<<grid, ATT_FWD_THREADS, smem, mg_cuda_stream(be)>>>(
+    attention_forward_kernel<h16, HD><<<grid, ATT_FWD_THREADS, smem, mg_cuda_stream(be)>>>(
         out, lse, qkv, S, nq, r, scale_log2, drop_arg(drop), drop != NULL, doc_start);
     MG_CUDA_CHECK_LAUNCH();
     return MG_OK;
 }
 
-template <int HD>
+template <int HD, typename h16>
 static mg_status backward_launch(mg_backend *be, h16 *dqkv, const h16 *dout, const h16 *qkv,
                                  const float *lse, const float *D, int B, int S, int nq, int ng,
                                  const mg_dropout *drop, const int32_t *doc_start) {
-    const size_t smem = att_geom<HD>::BWD;
+    const size_t smem = att_geom<h16, HD>::BWD;
     const int r = nq / ng, nt = (S + ATT_T - 1) / ATT_T;
     const float scale = 1.0f / sqrtf((float)HD), scale_log2 = 1.4426950408889634f * scale;
     cudaStream_t stream = mg_cuda_stream(be);
     const mg_dropout d = drop_arg(drop);
-    attention_bwd_dkdv_kernel<HD><<<dim3(nt, ng, B), ATT_BWD_THREADS, smem, stream>>>(
+    attention_bwd_dkdv_kernel<h16, HD><<<dim3(nt, ng, B), ATT_BWD_THREADS, smem, stream>>>(
         dqkv, qkv, dout, lse, D, S, nq, r, scale_log2, scale, d, drop != NULL, doc_start);
     MG_CUDA_CHECK_LAUNCH();
-    attention_bwd_dq_kernel<HD><<<dim3(nt, nq, B), ATT_BWD_THREADS, smem, stream>>>(
+    attention_bwd_dq_kernel<h16, HD><<<dim3(nt, nq, B), ATT_BWD_THREADS, smem, stream>>>(
         dqkv, qkv, dout, lse, D, S, nq, r, scale_log2, scale, d, drop != NULL, doc_start);
     MG_CUDA_CHECK_LAUNCH();
     return MG_OK;
@@ -632,28 +637,30 @@ template <class F> static mg_status with_head_dim(int hd, F f) {
 }
 
 /* The kernels' dynamic shared memory above the 48 KB default, for one head dim. */
-template <int HD> static mg_status raise_smem_limits() {
+template <typename h16, int HD> static mg_status raise_smem_limits() {
     const cudaFuncAttribute attr = cudaFuncAttributeMaxDynamicSharedMemorySize;
-    MG_CUDA_CHECK(cudaFuncSetAttribute(attention_forward_kernel<HD>, attr, (int)att_geom<HD>::FWD));
     MG_CUDA_CHECK(
-        cudaFuncSetAttribute(attention_bwd_dkdv_kernel<HD>, attr, (int)att_geom<HD>::BWD));
-    MG_CUDA_CHECK(cudaFuncSetAttribute(attention_bwd_dq_kernel<HD>, attr, (int)att_geom<HD>::BWD));
+        cudaFuncSetAttribute(attention_forward_kernel<h16, HD>, attr, (int)att_geom<h16, HD>::FWD));
+    MG_CUDA_CHECK(cudaFuncSetAttribute(attention_bwd_dkdv_kernel<h16, HD>, attr,
+                                       (int)att_geom<h16, HD>::BWD));
+    MG_CUDA_CHECK(
+        cudaFuncSetAttribute(attention_bwd_dq_kernel<h16, HD>, attr, (int)att_geom<h16, HD>::BWD));
     return MG_OK;
 }
 
-extern "C" mg_status MG_CUDA_FN(attention_init)(void) {
+MG_CUDA_DTYPES(mg_status, attention_init, (void), ()) {
     for (int hd = 16; hd <= 128; hd += 16) /* every head dim with_head_dim dispatches to */
-        MG_CHECK(
-            with_head_dim(hd, [](auto HD) { return raise_smem_limits<decltype(HD)::value>(); }));
+        MG_CHECK(with_head_dim(
+            hd, [](auto HD) { return raise_smem_limits<h16, decltype(HD)::value>(); }));
     return MG_OK;
 }
 
-extern "C" mg_status MG_CUDA_FN(attention_forward)(mg_backend *be, void *out /* (B*S, nq*hd) */,
-                                                   void *saved /* (B, nq, S) fp32 lse2 */,
-                                                   const void *qkv /* (B*S, ng*(r+2)*hd) */, int B,
-                                                   int S, int nq, int ng, int hd,
-                                                   const mg_dropout *drop,
-                                                   const int32_t *doc_start /* (B*S) or NULL */) {
+MG_CUDA_DTYPES(mg_status, attention_forward,
+               (mg_backend * be, void *out /* (B*S, nq*hd) */,
+                void *saved /* (B, nq, S) fp32 lse2 */, const void *qkv /* (B*S, ng*(r+2)*hd) */,
+                int B, int S, int nq, int ng, int hd, const mg_dropout *drop,
+                const int32_t *doc_start /* (B*S) or NULL */),
+               (be, out, saved, qkv, B, S, nq, ng, hd, drop, doc_start)) {
     const void *ptrs[] = {out, qkv};
     MG_CHECK(attention_check(B, S, nq, ng, hd, ptrs, 2));
     const int r = nq / ng;
@@ -663,20 +670,22 @@ extern "C" mg_status MG_CUDA_FN(attention_forward)(mg_backend *be, void *out /* 
     });
 }
 
-extern "C" mg_status MG_CUDA_FN(attention_backward)(
-    mg_backend *be, void *dqkv /* (B*S, ng*(r+2)*hd) */, const void *dout /* (B*S, nq*hd) */,
-    const void *qkv /* (B*S, ng*(r+2)*hd) */, const void *out /* (B*S, nq*hd) */,
-    const void *saved /* (B, nq, S) fp32 lse2 */, int B, int S, int nq, int ng, int hd,
-    const mg_dropout *drop, const int32_t *doc_start /* (B*S) or NULL */) {
+MG_CUDA_DTYPES(mg_status, attention_backward,
+               (mg_backend * be, void *dqkv /* (B*S, ng*(r+2)*hd) */,
+                const void *dout /* (B*S, nq*hd) */, const void *qkv /* (B*S, ng*(r+2)*hd) */,
+                const void *out /* (B*S, nq*hd) */, const void *saved /* (B, nq, S) fp32 lse2 */,
+                int B, int S, int nq, int ng, int hd, const mg_dropout *drop,
+                const int32_t *doc_start /* (B*S) or NULL */),
+               (be, dqkv, dout, qkv, out, saved, B, S, nq, ng, hd, drop, doc_start)) {
     const void *ptrs[] = {dqkv, dout, qkv, out};
     MG_CHECK(attention_check(B, S, nq, ng, hd, ptrs, 4));
     const size_t rows = (size_t)B * nq * S;
     float *D = NULL; // (B, nq, S)
     MG_CHECK(mg_cuda_scratch(be, rows * sizeof(float), (void **)&D, "attention backward (dO.O)"));
     const int warps = 8;
-    attention_bwd_dot_kernel<<<(unsigned)((rows + warps - 1) / warps), 32 * warps, 0,
-                               mg_cuda_stream(be)>>>(D, (const h16 *)dout, (const h16 *)out, B, S,
-                                                     nq, hd);
+    attention_bwd_dot_kernel<h16>
+        <<<(unsigned)((rows + warps - 1) / warps), 32 * warps, 0, mg_cuda_stream(be)>>>(
+            D, (const h16 *)dout, (const h16 *)out, B, S, nq, hd);
     MG_CUDA_CHECK_LAUNCH();
     return with_head_dim(hd, [&](auto HD) {
         return backward_launch<decltype(HD)::value>(be, (h16 *)dqkv, (const h16 *)dout,
