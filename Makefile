@@ -151,7 +151,7 @@ CUDA_TEST_SRC := $(shell find tests/cuda -name '*.c' 2>/dev/null | sort)
 # cuda_table.c, is built once and picks by dtype. CUTLASS's grouped GEMM is bf16 only: fp16 takes
 # the portable kernel.
 CU_F16_SRC := $(if $(HAVE_CUDA),$(addprefix src/backend/cuda/, \
-    attention_cudnn.cu moe_router.cu))
+    moe_router.cu))
 CU_F16_OBJ := $(CU_F16_SRC:%.cu=$(BUILD)/obj/%.cu.f16.o)
 $(CU_F16_SRC:%.cu=$(BUILD)/obj/%.cu.o) $(CU_F16_OBJ): NVCC_ALL += -DMG_CUDA_TWICE
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(CU_SRC:%.cu=$(BUILD)/obj/%.cu.o) $(CU_F16_OBJ) $(CXX_SRC:%.cc=$(BUILD)/obj/%.cc.o)

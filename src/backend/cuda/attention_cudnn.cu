@@ -63,6 +63,11 @@
 #ifdef MG_HAVE_CUDNN
 #include "backend/cuda/cudnn_graph.cuh"
 
+/* the 16-bit type's cuDNN code */
+template <typename h16>
+static constexpr cudnnDataType_t cd_h16 =
+    std::is_same<h16, __half>::value ? CUDNN_DATA_HALF : CUDNN_DATA_BFLOAT16;
+
 #define CD_PLANS     32  /* shapes per backend: a model has one or two */
 #define CD_MAX_DESCS 320 /* descriptors one shape's two graphs use (about 170) */
 
@@ -167,16 +172,16 @@ static cudnnBackendDescriptor_t cd_masked_scores(cd_graph *g, const cd_views *w,
     return masked;
 }
 
-static void cd_build_forward(cd_graph *g, const cd_views *w) {
+template <typename h16> static void cd_build_forward(cd_graph *g, const cd_views *w) {
     int64_t d[4], s[4], kd[4], ks[4], rd[4], rs[4], sd[4], ss[4];
     cd_dims(d, w->nb, w->hq, w->S, w->D);
     cd_dims(kd, w->nb, w->hk, w->D, w->S);
     cd_swap23(ks, w->k);
-    cudnnBackendDescriptor_t q = cd_tensor(g, CD_UID_Q, MG_CUDNN_DATA_H16, d, w->q);
-    cudnnBackendDescriptor_t kt = cd_tensor(g, CD_UID_K, MG_CUDNN_DATA_H16, kd, ks);
+    cudnnBackendDescriptor_t q = cd_tensor(g, CD_UID_Q, cd_h16<h16>, d, w->q);
+    cudnnBackendDescriptor_t kt = cd_tensor(g, CD_UID_K, cd_h16<h16>, kd, ks);
     cd_dims(s, w->nb, w->hk, w->S, w->D);
-    cudnnBackendDescriptor_t v = cd_tensor(g, CD_UID_V, MG_CUDNN_DATA_H16, s, w->v);
-    cudnnBackendDescriptor_t o = cd_tensor(g, CD_UID_O, MG_CUDNN_DATA_H16, d, w->o);
+    cudnnBackendDescriptor_t v = cd_tensor(g, CD_UID_V, cd_h16<h16>, s, w->v);
+    cudnnBackendDescriptor_t o = cd_tensor(g, CD_UID_O, cd_h16<h16>, d, w->o);
     cudnnBackendDescriptor_t x = cd_masked_scores(g, w, q, kt);
 
     cd_dims(rd, w->nb, w->hq, w->S, 1); /* per-row statistics */
@@ -189,7 +194,7 @@ static void cd_build_forward(cd_graph *g, const cd_views *w) {
     cudnnBackendDescriptor_t z = cd_tensor(g, 0, CUDNN_DATA_FLOAT, rd, rs);
     cudnnBackendDescriptor_t lz = cd_tensor(g, 0, CUDNN_DATA_FLOAT, rd, rs);
     cudnnBackendDescriptor_t stats = cd_tensor(g, CD_UID_STATS, CUDNN_DATA_FLOAT, rd, rs);
-    cudnnBackendDescriptor_t p = cd_tensor(g, 0, MG_CUDNN_DATA_H16, sd, ss);
+    cudnnBackendDescriptor_t p = cd_tensor(g, 0, cd_h16<h16>, sd, ss);
     cd_reduce(g, CUDNN_REDUCE_TENSOR_MAX, x, m);
     cd_pointwise(g, CUDNN_POINTWISE_SUB, CUDNN_DATA_FLOAT, x, m, NULL, xm, -1);
     cd_pointwise(g, CUDNN_POINTWISE_EXP, CUDNN_DATA_FLOAT, xm, NULL, NULL, e, -1);
@@ -202,6 +207,7 @@ static void cd_build_forward(cd_graph *g, const cd_views *w) {
 
 /* dX (nb, hk, rows, D) = a (nb, hq, rows, S) b: directly when hq == hk, else per query head
  * (virtual, h16 as in the frontend) and summed over the group. */
+template <typename h16>
 static void cd_grouped_matmul(cd_graph *g, const cd_views *w, cudnnBackendDescriptor_t a,
                               cudnnBackendDescriptor_t b, cudnnBackendDescriptor_t out) {
     if (w->hq == w->hk) {
@@ -211,12 +217,12 @@ static void cd_grouped_matmul(cd_graph *g, const cd_views *w, cudnnBackendDescri
     int64_t fd[4], fs[4];
     cd_dims(fd, w->nb, w->hq, w->S, w->D);
     cd_dims(fs, w->hq * w->S * w->D, w->S * w->D, w->D, 1);
-    cudnnBackendDescriptor_t full = cd_tensor(g, 0, MG_CUDNN_DATA_H16, fd, fs);
+    cudnnBackendDescriptor_t full = cd_tensor(g, 0, cd_h16<h16>, fd, fs);
     cd_matmul(g, a, b, full);
     cd_reduce(g, CUDNN_REDUCE_TENSOR_ADD, full, out);
 }
 
-static void cd_build_backward(cd_graph *g, const cd_views *w, int det) {
+template <typename h16> static void cd_build_backward(cd_graph *g, const cd_views *w, int det) {
     int64_t d[4], kvd[4], td[4], ks[4], vs[4], rd[4], rs[4], sd[4], ss[4], tsd[4], tss[4], pd[4],
         ps[4];
     cd_dims(d, w->nb, w->hq, w->S, w->D);
@@ -233,15 +239,15 @@ static void cd_build_backward(cd_graph *g, const cd_views *w, int det) {
     cd_dims(pd, w->nb, w->hq, w->S, w->D); /* packed fp32 (nb, hq, S, D) */
     cd_dims(ps, w->hq * w->S * w->D, w->S * w->D, w->D, 1);
 
-    cudnnBackendDescriptor_t q = cd_tensor(g, CD_UID_Q, MG_CUDNN_DATA_H16, d, w->q);
-    cudnnBackendDescriptor_t kt = cd_tensor(g, CD_UID_K, MG_CUDNN_DATA_H16, td, ks);
-    cudnnBackendDescriptor_t vt = cd_tensor(g, CD_UID_V, MG_CUDNN_DATA_H16, td, vs);
-    cudnnBackendDescriptor_t o = cd_tensor(g, CD_UID_O, MG_CUDNN_DATA_H16, d, w->o);
-    cudnnBackendDescriptor_t dout = cd_tensor(g, CD_UID_DO, MG_CUDNN_DATA_H16, d, w->o);
+    cudnnBackendDescriptor_t q = cd_tensor(g, CD_UID_Q, cd_h16<h16>, d, w->q);
+    cudnnBackendDescriptor_t kt = cd_tensor(g, CD_UID_K, cd_h16<h16>, td, ks);
+    cudnnBackendDescriptor_t vt = cd_tensor(g, CD_UID_V, cd_h16<h16>, td, vs);
+    cudnnBackendDescriptor_t o = cd_tensor(g, CD_UID_O, cd_h16<h16>, d, w->o);
+    cudnnBackendDescriptor_t dout = cd_tensor(g, CD_UID_DO, cd_h16<h16>, d, w->o);
     cudnnBackendDescriptor_t stats = cd_tensor(g, CD_UID_STATS, CUDNN_DATA_FLOAT, rd, rs);
-    cudnnBackendDescriptor_t dq = cd_tensor(g, CD_UID_DQ, MG_CUDNN_DATA_H16, d, w->dq);
-    cudnnBackendDescriptor_t dk = cd_tensor(g, CD_UID_DK, MG_CUDNN_DATA_H16, kvd, w->dk);
-    cudnnBackendDescriptor_t dv = cd_tensor(g, CD_UID_DV, MG_CUDNN_DATA_H16, kvd, w->dv);
+    cudnnBackendDescriptor_t dq = cd_tensor(g, CD_UID_DQ, cd_h16<h16>, d, w->dq);
+    cudnnBackendDescriptor_t dk = cd_tensor(g, CD_UID_DK, cd_h16<h16>, kvd, w->dk);
+    cudnnBackendDescriptor_t dv = cd_tensor(g, CD_UID_DV, cd_h16<h16>, kvd, w->dv);
 
     /* Dsum = rowsum(dO * O) * 1, materialised in our workspace (the frontend's softmax_sum) */
     cudnnBackendDescriptor_t doo = cd_tensor(g, 0, CUDNN_DATA_FLOAT, pd, ps);
@@ -260,9 +266,9 @@ static void cd_build_backward(cd_graph *g, const cd_views *w, int det) {
     cd_pointwise(g, CUDNN_POINTWISE_EXP, CUDNN_DATA_FLOAT, xs, NULL, NULL, p, -1);
 
     /* dV = P^T dO */
-    cudnnBackendDescriptor_t pt = cd_tensor(g, 0, MG_CUDNN_DATA_H16, tsd, tss);
+    cudnnBackendDescriptor_t pt = cd_tensor(g, 0, cd_h16<h16>, tsd, tss);
     cd_reshape(g, p, pt);
-    cd_grouped_matmul(g, w, pt, dout, dv);
+    cd_grouped_matmul<h16>(g, w, pt, dout, dv);
 
     /* dS = P (dO V^T - Dsum) * scale */
     cudnnBackendDescriptor_t dp = cd_tensor(g, 0, CUDNN_DATA_FLOAT, sd, ss);
@@ -276,12 +282,12 @@ static void cd_build_backward(cd_graph *g, const cd_views *w, int det) {
                  ds, -1);
 
     /* dK = dS^T Q */
-    cudnnBackendDescriptor_t dst = cd_tensor(g, 0, MG_CUDNN_DATA_H16, tsd, tss);
+    cudnnBackendDescriptor_t dst = cd_tensor(g, 0, cd_h16<h16>, tsd, tss);
     cd_reshape(g, ds, dst);
-    cd_grouped_matmul(g, w, dst, q, dk);
+    cd_grouped_matmul<h16>(g, w, dst, q, dk);
 
     /* dQ = dS K (K back from K^T by a reshape, as the frontend does) */
-    cudnnBackendDescriptor_t k = cd_tensor(g, 0, MG_CUDNN_DATA_H16, kvd, w->k);
+    cudnnBackendDescriptor_t k = cd_tensor(g, 0, cd_h16<h16>, kvd, w->k);
     cd_reshape(g, kt, k);
     if (det) {
         cd_matmul(g, ds, k, dq);
@@ -405,6 +411,7 @@ static bool cd_shape_ok(int B, int S, int nq, int ng) {
 }
 
 /* The plans for a shape, built on first use; NULL in *out only with an error. */
+template <typename h16>
 static mg_status cd_plan_for(mg_backend *be, int B, int S, int nq, int ng, int hd, cd_plan **out) {
     cd_state *st;
     MG_CHECK(cd_state_of(be, &st));
@@ -436,10 +443,10 @@ static mg_status cd_plan_for(mg_backend *be, int B, int S, int nq, int ng, int h
     gf.ndescs = gb.ndescs = &p->ndescs;
     gf.max_descs = gb.max_descs = CD_MAX_DESCS;
     gf.next_uid = gb.next_uid = CD_UID_VIRT;
-    cd_build_forward(&gf, &w);
+    cd_build_forward<h16>(&gf, &w);
     cd_make_plan(&gf, st->handle, 0, &p->fwd, &p->fwd_ws);
     if (gf.st == CUDNN_STATUS_SUCCESS) {
-        cd_build_backward(&gb, &w, st->det);
+        cd_build_backward<h16>(&gb, &w, st->det);
         cd_make_plan(&gb, st->handle, st->det, &p->bwd, &p->bwd_ws);
     }
     p->ok = gf.st == CUDNN_STATUS_SUCCESS && gb.st == CUDNN_STATUS_SUCCESS;
@@ -489,11 +496,12 @@ static mg_status cd_execute(cd_state *st, cudnnBackendDescriptor_t plan, const i
 
 /* ---------------------------------------------------------------- exports */
 
-extern "C" int MG_CUDA_FN(attention_cudnn_available)(void) {
+MG_CUDA_DTYPES(int, attention_cudnn_available, (void), ()) {
     return 1;
 }
 
-extern "C" mg_status MG_CUDA_FN(attention_cudnn_init)(mg_backend *be, int deterministic) {
+MG_CUDA_DTYPES(mg_status, attention_cudnn_init, (mg_backend * be, int deterministic),
+               (be, deterministic)) {
     cd_state *st;
     MG_CHECK(cd_state_of(be, &st));
     st->det = deterministic != 0; /* plans carry det in their key: old ones just go unused */
@@ -502,7 +510,7 @@ extern "C" mg_status MG_CUDA_FN(attention_cudnn_init)(mg_backend *be, int determ
     return MG_OK;
 }
 
-extern "C" void MG_CUDA_FN(attention_cudnn_destroy)(mg_backend *be) {
+MG_CUDA_DTYPES(void, attention_cudnn_destroy, (mg_backend * be), (be)) {
     mg_cuda_ctx *ctx = mg_cuda_ctx_of(be);
     cd_state *st = (cd_state *)ctx->cudnn_attn;
     if (!st) return;
@@ -513,20 +521,21 @@ extern "C" void MG_CUDA_FN(attention_cudnn_destroy)(mg_backend *be) {
     ctx->cudnn_attn = NULL;
 }
 
-extern "C" mg_status MG_CUDA_FN(attention_cudnn_supported)(mg_backend *be, int B, int S, int nq,
-                                                           int ng, int hd, int *supported) {
+MG_CUDA_DTYPES(mg_status, attention_cudnn_supported,
+               (mg_backend * be, int B, int S, int nq, int ng, int hd, int *supported),
+               (be, B, S, nq, ng, hd, supported)) {
     cd_plan *p;
     *supported = 0;
     if (!cd_shape_ok(B, S, nq, ng)) return MG_OK;
-    MG_CHECK(cd_plan_for(be, B, S, nq, ng, hd, &p));
+    MG_CHECK(cd_plan_for<h16>(be, B, S, nq, ng, hd, &p));
     *supported = p->ok;
     return MG_OK;
 }
 
-extern "C" size_t MG_CUDA_FN(attention_cudnn_saved_bytes)(mg_backend *be, int B, int S, int nq,
-                                                          int hd) {
+MG_CUDA_DTYPES(size_t, attention_cudnn_saved_bytes, (mg_backend * be, int B, int S, int nq, int hd),
+               (be, B, S, nq, hd)) {
     /* cuDNN's stats (B, nq, S) fp32: the same size as ours, so a shape that falls back fits */
-    return MG_CUDA_FN(attention_saved_bytes)(be, B, S, nq, hd);
+    return MG_CUDA_OF(h16, attention_saved_bytes)(be, B, S, nq, hd);
 }
 
 static bool cd_aligned(const void *const *ptrs, int n) {
@@ -558,19 +567,21 @@ static bool cd_documents(const int32_t *doc_start) {
     return true;
 }
 
-extern "C" mg_status MG_CUDA_FN(attention_cudnn_forward)(
-    mg_backend *be, void *out /* (B*S, nq*hd) */, void *saved /* (B, nq, S) fp32 */,
-    const void *qkv /* (B*S, ng*(r+2)*hd) */, int B, int S, int nq, int ng, int hd,
-    const mg_dropout *drop, const int32_t *doc_start /* (B*S) or NULL */) {
+MG_CUDA_DTYPES(mg_status, attention_cudnn_forward,
+               (mg_backend * be, void *out /* (B*S, nq*hd) */, void *saved /* (B, nq, S) fp32 */,
+                const void *qkv /* (B*S, ng*(r+2)*hd) */, int B, int S, int nq, int ng, int hd,
+                const mg_dropout *drop, const int32_t *doc_start /* (B*S) or NULL */),
+               (be, out, saved, qkv, B, S, nq, ng, hd, drop, doc_start)) {
     if (cd_dropout(drop) || cd_documents(doc_start)) /* our kernels: see the top */
-        return MG_CUDA_FN(attention_forward)(be, out, saved, qkv, B, S, nq, ng, hd, drop,
-                                             doc_start);
+        return MG_CUDA_OF(h16, attention_forward)(be, out, saved, qkv, B, S, nq, ng, hd, drop,
+                                                  doc_start);
     const void *ptrs[] = {out, qkv, saved};
     cd_plan *p = NULL;
     if (cd_shape_ok(B, S, nq, ng) && cd_aligned(ptrs, 3))
-        MG_CHECK(cd_plan_for(be, B, S, nq, ng, hd, &p));
+        MG_CHECK(cd_plan_for<h16>(be, B, S, nq, ng, hd, &p));
     if (!p || !p->ok)
-        return MG_CUDA_FN(attention_forward)(be, out, saved, qkv, B, S, nq, ng, hd, NULL, NULL);
+        return MG_CUDA_OF(h16, attention_forward)(be, out, saved, qkv, B, S, nq, ng, hd, NULL,
+                                                  NULL);
     mg_cuda_ctx *ctx = mg_cuda_ctx_of(be);
     cd_state *st = (cd_state *)ctx->cudnn_attn;
     MG_CHECK(cd_workspace_check(be, (size_t)p->fwd_ws, "forward", B, S, nq, hd));
@@ -594,21 +605,23 @@ extern "C" mg_status MG_CUDA_FN(attention_cudnn_forward)(
     return MG_OK;
 }
 
-extern "C" mg_status MG_CUDA_FN(attention_cudnn_backward)(
-    mg_backend *be, void *dqkv /* (B*S, ng*(r+2)*hd) */, const void *dout /* (B*S, nq*hd) */,
-    const void *qkv /* (B*S, ng*(r+2)*hd) */, const void *out /* (B*S, nq*hd) */,
-    const void *saved /* (B, nq, S) fp32 */, int B, int S, int nq, int ng, int hd,
-    const mg_dropout *drop, const int32_t *doc_start /* (B*S) or NULL */) {
+MG_CUDA_DTYPES(mg_status, attention_cudnn_backward,
+               (mg_backend * be, void *dqkv /* (B*S, ng*(r+2)*hd) */,
+                const void *dout /* (B*S, nq*hd) */, const void *qkv /* (B*S, ng*(r+2)*hd) */,
+                const void *out /* (B*S, nq*hd) */, const void *saved /* (B, nq, S) fp32 */, int B,
+                int S, int nq, int ng, int hd, const mg_dropout *drop,
+                const int32_t *doc_start /* (B*S) or NULL */),
+               (be, dqkv, dout, qkv, out, saved, B, S, nq, ng, hd, drop, doc_start)) {
     if (cd_dropout(drop) || cd_documents(doc_start)) /* our kernels: see the top */
-        return MG_CUDA_FN(attention_backward)(be, dqkv, dout, qkv, out, saved, B, S, nq, ng, hd,
-                                              drop, doc_start);
+        return MG_CUDA_OF(h16, attention_backward)(be, dqkv, dout, qkv, out, saved, B, S, nq, ng,
+                                                   hd, drop, doc_start);
     const void *ptrs[] = {dqkv, dout, qkv, out, saved};
     cd_plan *p = NULL;
     if (cd_shape_ok(B, S, nq, ng) && cd_aligned(ptrs, 5))
-        MG_CHECK(cd_plan_for(be, B, S, nq, ng, hd, &p));
+        MG_CHECK(cd_plan_for<h16>(be, B, S, nq, ng, hd, &p));
     if (!p || !p->ok)
-        return MG_CUDA_FN(attention_backward)(be, dqkv, dout, qkv, out, saved, B, S, nq, ng, hd,
-                                              NULL, NULL);
+        return MG_CUDA_OF(h16, attention_backward)(be, dqkv, dout, qkv, out, saved, B, S, nq, ng,
+                                                   hd, NULL, NULL);
     mg_cuda_ctx *ctx = mg_cuda_ctx_of(be);
     cd_state *st = (cd_state *)ctx->cudnn_attn;
     const int r = nq / ng, calls = r == 1 ? 1 : B, bq = r == 1 ? B : 1; /* sequences per call */
@@ -653,7 +666,7 @@ extern "C" mg_status MG_CUDA_FN(attention_cudnn_backward)(
 
 #else /* !MG_HAVE_CUDNN: the entries exist so the table and tests link; they report absence */
 
-extern "C" int MG_CUDA_FN(attention_cudnn_available)(void) {
+MG_CUDA_DTYPES(int, attention_cudnn_available, (void), ()) {
     return 0;
 }
 
@@ -662,36 +675,37 @@ static mg_status cd_absent(void) {
                                        "found no cudnn.h); use MG_ATTENTION=ours");
 }
 
-extern "C" mg_status MG_CUDA_FN(attention_cudnn_init)(mg_backend *be, int deterministic) {
+MG_CUDA_DTYPES(mg_status, attention_cudnn_init, (mg_backend * be, int deterministic),
+               (be, deterministic)) {
     return cd_absent();
 }
 
-extern "C" void MG_CUDA_FN(attention_cudnn_destroy)(mg_backend *be) {}
+MG_CUDA_DTYPES(void, attention_cudnn_destroy, (mg_backend * be), (be)) {}
 
-extern "C" mg_status MG_CUDA_FN(attention_cudnn_supported)(mg_backend *be, int B, int S, int nq,
-                                                           int ng, int hd, int *supported) {
+MG_CUDA_DTYPES(mg_status, attention_cudnn_supported,
+               (mg_backend * be, int B, int S, int nq, int ng, int hd, int *supported),
+               (be, B, S, nq, ng, hd, supported)) {
     *supported = 0;
     return MG_OK;
 }
 
-extern "C" size_t MG_CUDA_FN(attention_cudnn_saved_bytes)(mg_backend *be, int B, int S, int nq,
-                                                          int hd) {
-    return MG_CUDA_FN(attention_saved_bytes)(be, B, S, nq, hd);
+MG_CUDA_DTYPES(size_t, attention_cudnn_saved_bytes, (mg_backend * be, int B, int S, int nq, int hd),
+               (be, B, S, nq, hd)) {
+    return MG_CUDA_OF(h16, attention_saved_bytes)(be, B, S, nq, hd);
 }
 
-extern "C" mg_status MG_CUDA_FN(attention_cudnn_forward)(mg_backend *be, void *out, void *saved,
-                                                         const void *qkv, int B, int S, int nq,
-                                                         int ng, int hd, const mg_dropout *drop,
-                                                         const int32_t *doc_start) {
+MG_CUDA_DTYPES(mg_status, attention_cudnn_forward,
+               (mg_backend * be, void *out, void *saved, const void *qkv, int B, int S, int nq,
+                int ng, int hd, const mg_dropout *drop, const int32_t *doc_start),
+               (be, out, saved, qkv, B, S, nq, ng, hd, drop, doc_start)) {
     return cd_absent();
 }
 
-extern "C" mg_status MG_CUDA_FN(attention_cudnn_backward)(mg_backend *be, void *dqkv,
-                                                          const void *dout, const void *qkv,
-                                                          const void *out, const void *saved, int B,
-                                                          int S, int nq, int ng, int hd,
-                                                          const mg_dropout *drop,
-                                                          const int32_t *doc_start) {
+MG_CUDA_DTYPES(mg_status, attention_cudnn_backward,
+               (mg_backend * be, void *dqkv, const void *dout, const void *qkv, const void *out,
+                const void *saved, int B, int S, int nq, int ng, int hd, const mg_dropout *drop,
+                const int32_t *doc_start),
+               (be, dqkv, dout, qkv, out, saved, B, S, nq, ng, hd, drop, doc_start)) {
     return cd_absent();
 }
 #endif
