@@ -145,11 +145,12 @@ CUDA_TEST_SRC := $(shell find tests/cuda -name '*.c' 2>/dev/null | sort)
 
 # The CUDA backend's two compute dtypes (mg_backend_cuda_create_dtype: bf16, fp16). An op file
 # templated on the 16-bit type (MG_CUDA_DTYPES, src/backend/cuda/cuda_common.cuh) is built once and
-# holds both dtypes' launchers, mg_cuda_<op> and mg_cuda_f16_<op>. The files of CU_F16_SRC are not
-# converted yet: built twice with -DMG_CUDA_TWICE, as is (bf16) and again with -DMG_CUDA_F16, which
-# makes h16 fp16 and names the launchers mg_cuda_f16_* (MG_CUDA_FN, cuda_ops.h). The table,
-# cuda_table.c, is built once and picks by dtype. CUTLASS's grouped GEMM is bf16 only: fp16 takes
-# the portable kernel.
+# holds both dtypes' launchers, mg_cuda_<op> and mg_cuda_f16_<op>. CU_F16_SRC lists the files built
+# twice instead, with -DMG_CUDA_TWICE: as is (bf16) and again with -DMG_CUDA_F16, which makes h16
+# fp16 and names the launchers mg_cuda_f16_* (MG_CUDA_FN, cuda_ops.h). moe_router.cu stays there:
+# templated, its GEMM kernels' PTX changes (nvcc's inlining depends on what else the module holds).
+# The table, cuda_table.c, is built once and picks by dtype. CUTLASS's grouped GEMM is bf16 only:
+# fp16 takes the portable kernel.
 CU_F16_SRC := $(if $(HAVE_CUDA),$(addprefix src/backend/cuda/, \
     moe_router.cu))
 CU_F16_OBJ := $(CU_F16_SRC:%.cu=$(BUILD)/obj/%.cu.f16.o)

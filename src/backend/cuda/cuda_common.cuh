@@ -19,13 +19,12 @@ extern "C" {
 
 /* The compute type. The kernels and launchers of an op file are templates on the 16-bit type, named
  * h16 in them, instantiated for __nv_bfloat16 and __half (IEEE half) in one nvcc run; the
- * launchers' two C names come from MG_CUDA_DTYPES below. Files not converted yet are compiled twice
- * (Makefile, -DMG_CUDA_TWICE): as is, h16 = bf16, and with -DMG_CUDA_F16, h16 = fp16, their
- * launchers then named mg_cuda_f16_* (MG_CUDA_FN, cuda_ops.h). What depends on the type:
- * mg_h16<h16> (its pair type, its codes for cuBLASLt and PTX's mma, its name) and the conversions
- * (to h16 always round to nearest, ties to even; an fp16 overflow becomes
- * +-Inf, which the loss scaler detects, so nothing clamps): h16_to_f and h16x2_to_f2 by overload,
- * f_to_h16<h16> and f2_to_h16x2<h16> by the type named. */
+ * launchers' two C names come from MG_CUDA_DTYPES below. moe_router.cu is still compiled twice
+ * (Makefile, -DMG_CUDA_TWICE): as is, h16 = bf16, and with -DMG_CUDA_F16, h16 = fp16, its launchers
+ * then named mg_cuda_f16_* (MG_CUDA_FN, cuda_ops.h). What depends on the type: mg_h16<h16> (its
+ * pair type, its cuBLASLt code, its name) and the conversions (to h16 always round to nearest, ties
+ * to even; an fp16 overflow becomes +-Inf, which the loss scaler detects, so nothing clamps):
+ * h16_to_f and h16x2_to_f2 by overload, f_to_h16<h16> and f2_to_h16x2<h16> by the type named. */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -34,7 +33,7 @@ template <typename T> struct mg_h16;
 template <> struct mg_h16<__nv_bfloat16> {
     typedef __nv_bfloat162 x2;
     static constexpr cudaDataType_t cuda_r = CUDA_R_16BF;
-    static constexpr const char *ptx = "bf16", *name = "bf16";
+    static constexpr const char *name = "bf16";
     static __host__ __device__ __forceinline__ __nv_bfloat16 from_f(float x) {
         return __float2bfloat16_rn(x);
     }
@@ -46,7 +45,7 @@ template <> struct mg_h16<__nv_bfloat16> {
 template <> struct mg_h16<__half> {
     typedef __half2 x2;
     static constexpr cudaDataType_t cuda_r = CUDA_R_16F;
-    static constexpr const char *ptx = "f16", *name = "fp16";
+    static constexpr const char *name = "fp16";
     static __host__ __device__ __forceinline__ __half from_f(float x) { return __float2half_rn(x); }
     static __host__ __device__ __forceinline__ x2 from_f2(float lo, float hi) {
         return __floats2half2_rn(lo, hi);
@@ -69,16 +68,10 @@ static __host__ __device__ __forceinline__ float2 h16x2_to_f2(__half2 x) {
 #ifdef MG_CUDA_TWICE
 #ifdef MG_CUDA_F16
 typedef __half h16;
-#define MG_CUDA_R_H16     CUDA_R_16F
-#define MG_CUDNN_DATA_H16 CUDNN_DATA_HALF
-#define MG_PTX_H16        "f16"
-#define MG_H16_NAME       "fp16"
+#define MG_PTX_H16 "f16"
 #else
 typedef __nv_bfloat16 h16;
-#define MG_CUDA_R_H16     CUDA_R_16BF
-#define MG_CUDNN_DATA_H16 CUDNN_DATA_BFLOAT16
-#define MG_PTX_H16        "bf16"
-#define MG_H16_NAME       "bf16"
+#define MG_PTX_H16 "bf16"
 #endif
 typedef mg_h16<h16>::x2 h16x2;
 #define MG_H16_DEFAULT = h16 /* the object's one type, where a call does not name it */
