@@ -8,8 +8,8 @@
  * mg_cuda_<name>. Each compute op family (kinds OP and MOE) lives in one .cu file with its
  * kernels (static __global__) and launchers templated on the 16-bit type, both instantiated in one
  * object: mg_cuda_<name> is the bf16 launcher, mg_cuda_f16_<name> the fp16 one (MG_CUDA_DTYPES,
- * cuda_common.cuh). A file not converted yet is built twice (Makefile, -DMG_CUDA_TWICE): as is,
- * with bf16 compute, and with -DMG_CUDA_F16, fp16 compute, defining its launchers as
+ * cuda_common.cuh). moe_router.cu, not converted, is built twice (Makefile, -DMG_CUDA_TWICE): as
+ * is, with bf16 compute, and with -DMG_CUDA_F16, fp16 compute, defining its launchers as
  * MG_CUDA_FN(<name>), mg_cuda_<name> in the bf16 object and mg_cuda_f16_<name> in the fp16 one; it
  * sees only its own dtype's names, so a per-dtype function called without MG_CUDA_FN fails to
  * compile in its fp16 object. The declarations below are generated from the op list (and, for the
