@@ -1,7 +1,7 @@
 /* Byte-level BPE: the tables the loaders fill (token bytes, merges, patterns, whole words), the
  * ops table, decoding. Contract in tokenizer_bpe.h. */
 #include "data/tokenizer_bpe.h"
-#include "data/tokenizer_split.h"
+#include "core/utf8.h"
 
 #include <cjson/cJSON.h>
 

@@ -3,21 +3,13 @@
 #ifndef MG_DATA_TOKENIZER_SPLIT_H
 #define MG_DATA_TOKENIZER_SPLIT_H
 
+#include "core/utf8.h"
 #include "data/tokenizer_bpe.h"
 
 /* The first added token of a in s[from..len): 1 with its start, length and id; 0 when none.
  * Leftmost first; the longest at that position. */
 int mg_bpe_added_find(const mg_tok_added *a, const unsigned char *s, size_t len, size_t from,
                       size_t *start, size_t *tlen, int32_t *id);
-
-/* The UTF-8 sequence at s[0] (n >= 1 bytes): its length (1..4) when well-formed (no overlongs,
- * surrogates or code points past U+10FFFF), else minus the length of its maximal ill-formed
- * subpart (Unicode's "maximal subpart", what one U+FFFD replaces). */
-int mg_utf8_seq(const unsigned char *s, size_t n);
-/* Bytes of s[0..n) that form valid UTF-8, from the start; and the bytes before the next valid
- * character. */
-size_t mg_utf8_valid_prefix(const unsigned char *s, size_t n);
-size_t mg_utf8_invalid_prefix(const unsigned char *s, size_t n);
 
 /* A worker's NFC scratch. */
 typedef struct {

@@ -7,11 +7,13 @@
  *       rank, each tensor the 1-D run [a, b) of the flattened moments, "<name>": "a:b" in the
  *       file's __metadata__.
  * They load under any pipeline, data- and expert-parallel layout with tensor parallelism 1.
- * Exports: mg_checkpoint_v1_load. Needs: train/checkpoint, convert/hf_names, core/safetensors. */
+ * Exports: mg_checkpoint_v1_load. Needs: train/checkpoint_tensors, convert/hf_names,
+ * core/safetensors. */
 #ifndef MG_TRAIN_CHECKPOINT_V1_H
 #define MG_TRAIN_CHECKPOINT_V1_H
 
-#include "train/checkpoint.h"
+#include "model/gpt.h"
+#include "train/checkpoint_tensors.h"
 
 /* Fills params (fp32 host, g->params.numel) and, when t is not NULL, t's expert biases and the
  * moments of t's pieces, from version 1 iteration directory iter_dir with n_stages pipeline
