@@ -153,9 +153,9 @@ int main(int argc, char **argv) {
            "attention %s\n",
            be->name, L, H, s.nh, s.B, s.S, V, nparams, attn);
     OP("attention_forward", F_ATTN, L,
-       be->attention_forward(be, y, saved, qkv, s.B, s.S, s.nh, s.nh, hd, NULL));
+       be->attention_forward(be, y, saved, qkv, s.B, s.S, s.nh, s.nh, hd, NULL, NULL));
     OP("attention_backward", F_ATTN, L,
-       be->attention_backward(be, dqkv, x, qkv, y, saved, s.B, s.S, s.nh, s.nh, hd, NULL));
+       be->attention_backward(be, dqkv, x, qkv, y, saved, s.B, s.S, s.nh, s.nh, hd, NULL, NULL));
     OP("linear qkv fwd", F_GEMM, L, be->linear_forward(be, qkv, x, w, bias, NULL, N, H, 3 * H));
     OP("linear qkv bwd", F_GEMM, L,
        be->linear_backward(be, y, dw, db, dqkv, x, w, NULL, N, H, 3 * H));
@@ -179,9 +179,9 @@ int main(int argc, char **argv) {
        be->layernorm_forward(be, y, stats, stats + N, x, bias, bias, N, H, 1e-5f));
     OP("layernorm bwd", F_NORM, 2 * L + 1,
        be->layernorm_backward(be, y, dw, db, x, x, bias, stats, stats + N, N, H));
-    OP("embedding fwd", F_EMB, 1, be->embedding_forward(be, x, tok, wte, wpe, N, s.S, H, 0, V));
-    OP("embedding bwd", F_EMB, 1, be->embedding_backward(be, dwte, dwpe, x, tok, N, s.S, H, 0, V));
-    OP("sumsq (grad norm)", F_OPT, 1, be->sumsq_f32(be, sq, g, nparams));
+    OP("embedding fwd", F_EMB, 1, be->embedding_forward(be, x, tok, wte, wpe, NULL, N, s.S, H, 0, V));
+    OP("embedding bwd", F_EMB, 1, be->embedding_backward(be, dwte, dwpe, x, tok, NULL, N, s.S, H, 0, V));
+    OP("sumsq (grad norm)", F_OPT, 1, be->sumsq_f32(be, sq, g, nparams, 1.0));
     OP("adamw", F_OPT, 1,
        be->adamw(be, pbf, p32, g, m, v, nparams, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, 0.5f, one));
     double total = 0;
