@@ -2,13 +2,15 @@
 """PyTorch baseline for `megatron bench` (bench/gpu_bench.sh): nanoGPT-style GPT-2 training steps,
 timed and reported the way src/cli/bench.c reports megatron.c's.
 
-Model (nanoGPT's GPT with bias=True, dropout 0): learned token and position embeddings, pre-LayerNorm
+Model (nanoGPT's GPT with bias=True; dropout 0 unless asked): learned token and position embeddings, pre-LayerNorm
 blocks (eps 1e-5; fused QKV; causal attention through F.scaled_dot_product_attention(is_causal=True);
 GELU-tanh MLP 4H), final LayerNorm, logits tied to the token embedding; vocabulary 50304. fp32
 parameters (the masters) under bf16 autocast on CUDA; fp32 on the CPU. Step: cross-entropy,
 backward, global-norm clipping at 1.0, AdamW lr 6e-4, betas (0.9, 0.95), eps 1e-8, weight decay 0.1
 on the 2-D weights only (not on biases and norms, as Megatron), fused on CUDA; torch.compile on the
-model unless --no-compile. Tokens: uniform random ids drawn on the device each step (their values
+model unless --no-compile. Dropout as megatron.c places it (--attention-dropout on the attention
+probabilities through SDPA's dropout_p, --hidden-dropout after the attention projection and after the
+MLP, before each residual add; --dropout P sets both), in training steps only. Tokens: uniform random ids drawn on the device each step (their values
 do not change the work).
 
 Timing: --warmup untimed steps (they include torch.compile's compilation, reported as warmup_s),
@@ -83,9 +85,10 @@ SHAPES = {  # name: (layers, hidden, heads); head dim 64
 
 
 class Attention(nn.Module):
-    def __init__(self, h, nh):
+    def __init__(self, h, nh, attn_p=0.0, hidden_p=0.0):
         super().__init__()
         self.hd = h // nh
+        self.attn_p, self.hidden_p = attn_p, hidden_p
         self.c_attn = nn.Linear(h, 3 * h)
         self.c_proj = nn.Linear(h, h)
 
@@ -110,28 +113,30 @@ class Attention(nn.Module):
         q = q.view(B, T, -1, self.hd).transpose(1, 2)
         k = k.view(B, T, -1, self.hd).transpose(1, 2)
         v = v.view(B, T, -1, self.hd).transpose(1, 2)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                           dropout_p=self.attn_p if self.training else 0.0)
         y = y.transpose(1, 2).contiguous().view(B, T, -1)
-        return self.c_proj(y)
+        return F.dropout(self.c_proj(y), self.hidden_p, self.training)
 
 
 class MLP(nn.Module):
-    def __init__(self, h):
+    def __init__(self, h, hidden_p=0.0):
         super().__init__()
+        self.hidden_p = hidden_p
         self.c_fc = nn.Linear(h, 4 * h)
         self.mlp_proj = nn.Linear(4 * h, h)
 
     def forward(self, x):
-        return self.mlp_proj(F.gelu(self.c_fc(x), approximate="tanh"))
+        return F.dropout(self.mlp_proj(F.gelu(self.c_fc(x), approximate="tanh")), self.hidden_p, self.training)
 
 
 class Block(nn.Module):
-    def __init__(self, h, nh):
+    def __init__(self, h, nh, attn_p=0.0, hidden_p=0.0):
         super().__init__()
         self.ln_1 = nn.LayerNorm(h, eps=1e-5)
-        self.attn = Attention(h, nh)
+        self.attn = Attention(h, nh, attn_p, hidden_p)
         self.ln_2 = nn.LayerNorm(h, eps=1e-5)
-        self.mlp = MLP(h)
+        self.mlp = MLP(h, hidden_p)
 
     def forward(self, x):
         x = x + self.attn(self.ln_1(x))
@@ -140,11 +145,11 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    def __init__(self, layers, h, nh, seq, vocab):
+    def __init__(self, layers, h, nh, seq, vocab, attn_p=0.0, hidden_p=0.0):
         super().__init__()
         self.wte = nn.Embedding(vocab, h)
         self.wpe = nn.Embedding(seq, h)
-        self.h = nn.ModuleList([Block(h, nh) for _ in range(layers)])
+        self.h = nn.ModuleList([Block(h, nh, attn_p, hidden_p) for _ in range(layers)])
         self.ln_f = nn.LayerNorm(h, eps=1e-5)
         self.lm_head = nn.Linear(h, vocab, bias=False)
         self.lm_head.weight = self.wte.weight  # tied
@@ -296,8 +301,18 @@ def parse_args():
     p.add_argument("--tiny", action="store_true",
                    help="2 layers, hidden 64, 4 heads, seq 32, vocab 256, micro-batch 2, 2+1 steps: a quick check")
     p.add_argument("--threads", type=int, help="torch.set_num_threads (CPU)")
+    p.add_argument("--attention-dropout", type=float, default=0.0,
+                   help="dropout on the attention probabilities (SDPA dropout_p), as megatron bench's flag")
+    p.add_argument("--hidden-dropout", type=float, default=0.0,
+                   help="dropout after the attention projection and the MLP, as megatron bench's flag")
+    p.add_argument("--dropout", type=float, help="sets --attention-dropout and --hidden-dropout")
     p.add_argument("--json", action="store_true", help="one JSON line on stdout; the table goes to stderr")
     a = p.parse_args()
+    if a.dropout is not None:
+        a.attention_dropout = a.hidden_dropout = a.dropout
+    for what, v in (("--attention-dropout", a.attention_dropout), ("--hidden-dropout", a.hidden_dropout)):
+        if not 0.0 <= v < 1.0:
+            p.error(f"{what} must be in [0, 1) (0 disables), got {v}")
     name = a.model if a.model in SHAPES else "gpt2-" + a.model
     if name not in SHAPES:
         p.error(f"--model {a.model}: unknown; choose one of {', '.join(SHAPES)}")
@@ -335,7 +350,7 @@ def run(a):
 
     torch.manual_seed(1234)
     L, H, NH, T, V, B = a.num_layers, a.hidden_size, a.num_attention_heads, a.seq_length, a.vocab_size, a.micro_batch_size
-    model = GPT(L, H, NH, T, V).to(dev)
+    model = GPT(L, H, NH, T, V, a.attention_dropout, a.hidden_dropout).to(dev)
     params = sum(p.numel() for p in model.parameters())  # the tied weight once
     params_flops = params - model.wpe.weight.numel()
     flops_per_token = 6 * params_flops + 12 * L * H * T
@@ -421,6 +436,7 @@ def run(a):
         "impl": "torch", "model": a.model, "device": dev, "dtype": "bf16" if dev == "cuda" else "fp32",
         "num_layers": L, "hidden_size": H, "num_attention_heads": NH, "seq_length": T, "micro_batch_size": B,
         "vocab_size": V, "params": params, "params_flops": params_flops, "flops_per_token": flops_per_token,
+        "attention_dropout": a.attention_dropout, "hidden_dropout": a.hidden_dropout,
         "iters": a.iters, "warmup": a.warmup, "ms_per_step": 1e3 * total / a.iters,
         "ms_per_step_median": 1e3 * statistics.median(times), "tokens_per_s": tok_s, "tflops": tflops,
         "peak_tflops": peak, "peak_n": a.peak_size, "mfu": tflops / peak, "mem_peak_gib": mem_peak,
@@ -451,7 +467,8 @@ def run(a):
         tokens = (f"  tokens/s           {r['tokens_per_s']:.0f}"
                   + (f" ({world} ranks x {tok_s:.0f}, DDP over {r['dist_backend']})" if world > 1 else ""))
     bench_common.report(
-        r, a.json, [f"  parameters         {params} ({params_flops} without position embeddings)"],
+        r, a.json, [f"  parameters         {params} ({params_flops} without position embeddings)",
+                    f"  dropout            attention {a.attention_dropout:g}, hidden {a.hidden_dropout:g}"],
         [tokens, f"  FLOPs/token        {flops_per_token:.4g} (6N + 12*L*H*T)",
          f"  achieved           {tflops:.2f} TFLOP/s" + (" per GPU" if tp else "")],
         setting=f", tensor parallel {world}" if tp else "")
