@@ -43,7 +43,8 @@ typedef struct {
 } mg_moe_routing;
 
 /* The backend's queues: every op runs on the compute stream; collectives (mg_comm calls) go to
- * the communication stream so they overlap computation (DESIGN.md, step 4). */
+ * the communication stream so they overlap computation (a bucket's reduction runs while backward
+ * goes on: docs/architecture.md). */
 typedef enum { MG_STREAM_COMPUTE = 0, MG_STREAM_COMM = 1 } mg_stream_id;
 #define MG_STREAM_MARKS 8 /* slots of stream_mark */
 
@@ -84,6 +85,9 @@ bool mg_backend_has(const mg_backend *be, int i);
 /* Creates the CPU reference backend (fp32, OpenMP; OpenBLAS for GEMM). num_threads <= 0 keeps the
  * OpenMP default. */
 mg_status mg_backend_cpu_create(mg_backend **out, int num_threads);
+/* The threads the process's OpenMP loops use (the cpu backend's ops, after its --num-threads): 1
+ * without OpenMP. */
+int mg_backend_cpu_threads(void);
 /* Creates the CUDA backend on GPU `device` computing in `compute`: MG_BF16 or MG_F16 (fp16, for
  * --fp16 with loss scaling: an overflow becomes Inf, nothing clamps); src/backend/cuda,
  * docs/architecture.md. Another dtype is MG_ERR_USAGE (checked first, in every build).

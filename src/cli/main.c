@@ -46,16 +46,16 @@ static int find_command(const char *name) {
     return -1;
 }
 
-/* "commands: train, ..., help", and the closest name when one is near (as for flags: an edit
- * distance within max(2, length / 4)). */
+/* "commands: train, ..., help", and the closest name when one is near (mg_text_near, as for
+ * flags). */
 static mg_status unknown_command(const char *name) {
     char list[256] = "", hint[64] = "";
     size_t used = 0, best_d = SIZE_MAX;
     for (int i = 0; i < N_COMMANDS; i++) {
         const char *c = commands[i].name;
         used += (size_t)snprintf(list + used, sizeof list - used, "%s%s", i ? ", " : "", c);
-        size_t d = mg_text_edit_distance(name, c), limit = strlen(c) / 4 > 2 ? strlen(c) / 4 : 2;
-        if (d <= limit && d < best_d) {
+        size_t d = mg_text_near(name, c);
+        if (d < best_d) {
             best_d = d;
             snprintf(hint, sizeof hint, "; did you mean '%s'?", c);
         }

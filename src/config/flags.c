@@ -237,9 +237,8 @@ static const char *suggest(const char *name, const flag_scope *scopes, int n_sco
     for (int s = 0; s < n_scopes; s++)
         for (int i = s == 0 ? -1 : 0; i < scopes[s].n; i++) {
             const char *cand = i < 0 ? "--help" : scopes[s].flags[i].name;
-            size_t cl = strlen(cand), d = mg_text_edit_distance(name, cand);
-            size_t limit = cl / 4 > 2 ? cl / 4 : 2;
-            if (d <= limit && d < best_d) best = cand, best_d = d;
+            size_t cl = strlen(cand), d = mg_text_near(name, cand);
+            if (d < best_d) best = cand, best_d = d;
             if (len >= 5 && !strncmp(cand, name, len) && (!prefix || cl < strlen(prefix)))
                 prefix = cand;
         }

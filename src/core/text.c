@@ -22,3 +22,8 @@ size_t mg_text_edit_distance(const char *a, const char *b) {
     }
     return row[n];
 }
+
+size_t mg_text_near(const char *typed, const char *known) {
+    size_t d = mg_text_edit_distance(typed, known), len = strlen(known);
+    return d <= (len / 4 > 2 ? len / 4 : 2) ? d : SIZE_MAX;
+}

@@ -1,7 +1,7 @@
 /* The edit distance that the "did you mean" suggestions rank names by: a mistyped flag
  * (config/flags.c) and a mistyped subcommand (cli/main.c) are matched to the closest known name
  * by one measure.
- * Exports: mg_text_edit_distance. Needs: nothing. */
+ * Exports: mg_text_edit_distance, mg_text_near. Needs: nothing. */
 #ifndef MG_CORE_TEXT_H
 #define MG_CORE_TEXT_H
 
@@ -12,5 +12,8 @@
 /* Levenshtein distance between a and b: the fewest single-character insertions, deletions and
  * substitutions that turn a into b. */
 size_t mg_text_edit_distance(const char *a, const char *b);
+/* The edit distance from what was typed to a known name when it is near enough to suggest that
+ * name (within max(2, strlen(known) / 4)), else SIZE_MAX. */
+size_t mg_text_near(const char *typed, const char *known);
 
 #endif

@@ -6,9 +6,6 @@
 
 #include <stdio.h>
 #include <string.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 mg_status mg_train_backend_create(mg_config *c, const char *purpose, mg_backend **be, int *gpu) {
     *gpu = -1;
@@ -36,12 +33,4 @@ mg_status mg_train_backend_create(mg_config *c, const char *purpose, mg_backend 
 #endif
     snprintf(c->device, sizeof c->device, "cpu");
     return mg_backend_cpu_create(be, c->num_threads);
-}
-
-int mg_train_backend_threads(void) {
-#ifdef _OPENMP
-    return omp_get_max_threads(); /* the cpu backend set it to --num-threads where given */
-#else
-    return 1;
-#endif
 }

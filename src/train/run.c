@@ -9,7 +9,7 @@
 #include "config/flags.h"
 #include "core/clock.h"
 #include "core/log.h"
-#include "train/backend_select.h"
+#include "backend/backend.h"
 #include "train/run_control.h"
 #include "train/tensorboard_log.h"
 #include "train/trainer.h"
@@ -50,7 +50,7 @@ static void print_banner(const mg_trainer *t) {
     const mg_model_config *m = &t->model.cfg;
     if (t->be->device == MG_DEVICE_CPU)
         mg_log_info("> megatron.c: training on the %s backend (%s), %d threads", t->be->name,
-                    mg_dtype_name(t->be->compute_dtype), mg_train_backend_threads());
+                    mg_dtype_name(t->be->compute_dtype), mg_backend_cpu_threads());
     else
         mg_log_info("> megatron.c: training on the %s backend, GPU %d (%s compute, fp32 master "
                     "weights, gradients and optimizer state)",

@@ -1,7 +1,7 @@
 /* A whole layer's worth of ops (every compute entry of the table) after set-up: none may allocate
- * device memory or wait for the device (principle 5 of DESIGN.md: no host synchronisation in the
- * steady state). Proved with the backend's counters; the results are then read once to check they
- * are finite, i.e. the sequence really ran. */
+ * device memory or wait for the device (no host synchronisation in the steady state:
+ * docs/architecture.md, "Principles"). Proved with the backend's counters; the results are then
+ * read once to check they are finite, i.e. the sequence really ran. */
 #include "cuda_test_util.h"
 
 #include <math.h>

@@ -21,8 +21,9 @@
  * buffers (NCCL, `make test-nccl`) the cuda backend trains in bf16 with fp32 masters, gradients
  * and moments: the losses and the fp32 masters must agree with one GPU's within bf16 tolerance
  * (BF16_TOL), the replicas' bf16 parameters bit for bit, and the memory the model state took
- * (cudaMemGetInfo) must be seed 002's 18 B per parameter, 6 + 12/D with the distributed
- * optimizer, within 5% (a model of ~100M parameters, where allocation granularity is noise). */
+ * (cudaMemGetInfo) must be Megatron's 18 B per parameter (its distributed optimizer's accounting),
+ * 6 + 12/D with the distributed optimizer, within 5% (a model of ~100M parameters, where allocation
+ * granularity is noise). */
 #include "dist.h"
 
 #include "config/flags.h"
@@ -254,7 +255,7 @@ void test_train_distopt(dist_ctx *t) {
                   "distributed optimizer, buckets of 5000, parameter gather in forward");
 }
 
-/* ---- the memory report against seed 002's table (device buffers) ---- */
+/* ---- the memory report against Megatron's bytes-per-parameter table (device buffers) ---- */
 
 void test_train_memory(dist_ctx *t) {
     quiet(t);
@@ -279,7 +280,7 @@ void test_train_memory(dist_ctx *t) {
         double want = 6.0 + 12.0 / D;
         DEXPECT(fabs(got - want) <= 0.05 * want,
                 "%s over %d ranks: the model state took %.3f B per parameter "
-                "(cudaMemGetInfo), seed 002 says %.3f B",
+                "(cudaMemGetInfo), Megatron's accounting says %.3f B",
                 distopt ? "distributed optimizer" : "all-reduce", t->size, got, want);
         stop(tr);
     }

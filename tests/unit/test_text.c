@@ -28,3 +28,12 @@ MG_TEST(text_edit_distance) {
     longer[MG_TEXT_EDIT_MAX] = '\0';
     MG_EXPECT(mg_text_edit_distance("x", longer) == SIZE_MAX, "a name past the cap is not near");
 }
+
+/* Near enough to suggest: within max(2, strlen(known) / 4) edits, else SIZE_MAX. */
+MG_TEST(text_near) {
+    MG_EXPECT(mg_text_near("trian", "train") == 2, "two edits from a short name are near");
+    MG_EXPECT(mg_text_near("tr", "train") == SIZE_MAX, "three edits from a 5-letter name are not");
+    /* 16 letters: up to 4 edits */
+    MG_EXPECT(mg_text_near("--hidden-sise", "--hidden-size-xx") == 4, "four edits of 16 letters");
+    MG_EXPECT(mg_text_near("--hiden-sise", "--hidden-size-xx") == SIZE_MAX, "five are not near");
+}

@@ -2,8 +2,7 @@
  * layout (one rank, cpu backend) the prediction is each arena the trainer committed, byte for
  * byte, for a dense GPT-2, a Llama with every batch array (packed documents, loss mask) and an
  * MoE model. The pipeline-parallel layouts are compared the same way under mpirun
- * (tests/dist/test_train_pp.c). Also the splits --mock-data builds: --split decides which splits
- * exist as it does for the indexed data. */
+ * (tests/dist/test_train_pp.c). */
 #include "config_test_util.h"
 
 #include "train/memory.h"
@@ -62,39 +61,4 @@ MG_TEST(train_memory_plan_is_the_trainers_moe) {
                        TINY "--eval-iters 1 --num-experts 4 --moe-router-topk 2 "
                             "--moe-ffn-hidden-size 24 --moe-layer-freq [0,1] "
                             "--moe-shared-expert-intermediate-size 16 --use-distributed-optimizer");
-}
-
-/* --mock-data honours --split: a split of weight 0 has no dataset, so it is not evaluated. */
-static void expect_mock_splits(mg_test_ctx *t, const char *split, bool valid, bool test) {
-    const char *extra[] = {"--split", split, NULL};
-    mg_trainer *tr = mg_test_trainer(t, TINY "--eval-iters 2 --eval-interval 1", extra);
-    if (!tr) return;
-    MG_EXPECT(tr->data.have_valid == valid && tr->data.have_test == test,
-              "--split %s: validation %d, test %d; expected %d, %d", split, tr->data.have_valid,
-              tr->data.have_test, valid, test);
-    mg_test_trainer_free(tr);
-}
-
-MG_TEST(train_mock_data_honours_split) {
-    expect_mock_splits(t, "969,30,1", true, true);
-    expect_mock_splits(t, "100,0,0", false, false);
-    expect_mock_splits(t, "98,2,0", true, false);
-    expect_mock_splits(t, "98,0,2", false, true);
-    /* Megatron's arithmetic over its 100000 mock documents: a share under half a document is
-     * empty */
-    expect_mock_splits(t, "1,0.000004,0", false, false);
-}
-
-MG_TEST(train_mock_data_without_training_split_is_an_error) {
-    mg_config c;
-    const char *extra[] = {"--split", "0,50,50", NULL};
-    MG_EXPECT_OK(mg_test_config(&c, TINY "--eval-iters 1", extra));
-    mg_trainer tr;
-    mg_status st = mg_trainer_init(&tr, &c, NULL);
-    MG_EXPECT(st == MG_ERR_USAGE &&
-                  strstr(mg_error_message(), "--split 0,50,50 leaves no training documents in "
-                                             "the mock data"),
-              "status %d: %s", (int)st, mg_error_message());
-    mg_error_clear();
-    mg_trainer_free(&tr);
 }

@@ -93,6 +93,10 @@ void mg_cpu_destroy(mg_backend *be) {
     free(be);
 }
 
+int mg_backend_cpu_threads(void) {
+    return mg_cpu_max_threads();
+}
+
 mg_status mg_backend_cpu_create(mg_backend **out, int num_threads) {
     *out = NULL;
     mg_backend *be = calloc(1, sizeof *be);

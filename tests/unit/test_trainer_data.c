@@ -3,7 +3,8 @@
  * each position, the mock sample Megatron's sampler names there (tests/golden/sampler/
  * cyclic.json, over several epochs; with and without --no-data-sharding, which one rank draws
  * alike: tests/cli/test_dataloader.sh tells them apart under data parallelism); the single
- * loader reads the position itself. */
+ * loader reads the position itself. And the splits --mock-data builds: --split decides which
+ * splits exist as it does for the indexed data. */
 #include "test.h"
 
 #include "config_test_util.h"
@@ -16,10 +17,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char BASE[] =
-    "--num-layers 1 --hidden-size 32 --num-attention-heads 2 --seq-length 16 --vocab-size 64 "
-    "--mock-data --micro-batch-size 2 --global-batch-size 4 --train-iters 4 --eval-iters 0 "
-    "--num-threads 1 --device cpu --seed 11 --lr 1e-3";
+#define BASE                                                                                       \
+    "--num-layers 1 --hidden-size 32 --num-attention-heads 2 --seq-length 16 --vocab-size 64 "     \
+    "--mock-data --micro-batch-size 2 --global-batch-size 4 --train-iters 4 --eval-iters 0 "       \
+    "--num-threads 1 --device cpu --seed 11 --lr 1e-3 "
 
 /* The golden case of a 16-sample split, micro batch 2, one rank, from 0 consumed samples. */
 static const cJSON *golden_case(const cJSON *root, bool sharding) {
@@ -99,4 +100,39 @@ MG_TEST(trainer_cyclic_loader_reads_megatrons_samples) {
     }
     mg_trainer_free(tr);
     free(tr);
+}
+
+/* --mock-data honours --split: a split of weight 0 has no dataset, so it is not evaluated. */
+static void expect_mock_splits(mg_test_ctx *t, const char *split, bool valid, bool test) {
+    const char *extra[] = {"--split", split, NULL};
+    mg_trainer *tr = mg_test_trainer(t, BASE "--eval-iters 2 --eval-interval 1", extra);
+    if (!tr) return;
+    MG_EXPECT(tr->data.have_valid == valid && tr->data.have_test == test,
+              "--split %s: validation %d, test %d; expected %d, %d", split, tr->data.have_valid,
+              tr->data.have_test, valid, test);
+    mg_test_trainer_free(tr);
+}
+
+MG_TEST(train_mock_data_honours_split) {
+    expect_mock_splits(t, "969,30,1", true, true);
+    expect_mock_splits(t, "100,0,0", false, false);
+    expect_mock_splits(t, "98,2,0", true, false);
+    expect_mock_splits(t, "98,0,2", false, true);
+    /* Megatron's arithmetic over its 100000 mock documents: a share under half a document is
+     * empty */
+    expect_mock_splits(t, "1,0.000004,0", false, false);
+}
+
+MG_TEST(train_mock_data_without_training_split_is_an_error) {
+    mg_config c;
+    const char *extra[] = {"--split", "0,50,50", NULL};
+    MG_EXPECT_OK(mg_test_config(&c, BASE "--eval-iters 1", extra));
+    mg_trainer tr;
+    mg_status st = mg_trainer_init(&tr, &c, NULL);
+    MG_EXPECT(st == MG_ERR_USAGE &&
+                  strstr(mg_error_message(), "--split 0,50,50 leaves no training documents in "
+                                             "the mock data"),
+              "status %d: %s", (int)st, mg_error_message());
+    mg_error_clear();
+    mg_trainer_free(&tr);
 }
