@@ -56,6 +56,11 @@ MG_OP(copy_d2h, REQ, RT, mg_status,
 MG_OP(copy_d2d, REQ, RT, mg_status,
       (mg_backend *be, void *dst, const void *src, size_t bytes))
 MG_OP(memset_zero, REQ, RT, mg_status, (mg_backend *be, void *dst, size_t bytes))
+/* The end of a training step for the dropout streams (core/dropout.h): state holds n {seed,
+ * offset} pairs; offset += by for each, in order with the ops on the compute stream, so the next
+ * step draws new masks with no host value changed (a step can be replayed as a CUDA graph). */
+MG_OP(rng_advance, REQ, RT, mg_status,
+      (mg_backend *be, uint64_t *state /* (2 n) */, int n, uint64_t by))
 /* fp32 host values <-> compute dtype backend buffer (parameters in and out of checkpoints) */
 MG_OP(upload_f32, REQ, RT, mg_status,
       (mg_backend *be, void *dst, const float *src, size_t n))

@@ -44,11 +44,11 @@ size_t mg_cpu_attention_saved_bytes(mg_backend *be, int B, int S, int nq, int hd
 
 /* The dropout factors of query s of sequence b, local head h: f[t] for keys t0 <= t <= s. */
 static void drop_factors(const mg_dropout *d, int b, int h, int s, int S, int t0, float *f) {
-    uint32_t sample = (uint32_t)(d->sample0 + b), head = (uint32_t)(d->first + h), r[4];
-    uint64_t e0 = (uint64_t)s * (uint64_t)S;
+    const mg_dropout_row row = mg_dropout_attention_row(d, b, h, s, S);
+    uint32_t r[4];
     for (int t = t0; t <= s; t++) {
-        uint64_t e = e0 + (uint64_t)t;
-        if (t == t0 || (e & 3) == 0) mg_dropout_block(d, sample, head, (uint32_t)(e >> 2), r);
+        uint64_t e = row.e0 + (uint64_t)t;
+        if (t == t0 || (e & 3) == 0) mg_dropout_row_block(&row, (uint32_t)(e >> 2), r);
         f[t] = r[e & 3] >= d->threshold ? d->scale : 0.0f;
     }
 }

@@ -55,6 +55,12 @@ mg_status mg_cpu_memset_zero(mg_backend *be, void *dst, size_t bytes) {
     return MG_OK;
 }
 
+mg_status mg_cpu_rng_advance(mg_backend *be, uint64_t *state, int n, uint64_t by) {
+    (void)be;
+    for (int k = 0; k < n; k++) state[2 * k + 1] += by;
+    return MG_OK;
+}
+
 /* The compute dtype is fp32, so conversion is a copy. */
 mg_status mg_cpu_upload_f32(mg_backend *be, void *dst, const float *src, size_t n) {
     if (n) memcpy(dst, src, n * sizeof(float));

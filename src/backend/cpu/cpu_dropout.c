@@ -1,17 +1,16 @@
 /* Hidden dropout (Megatron's bias-dropout-add) and its backward, with the counter-based mask of
- * core/dropout.h. A row's factors come 4 elements per Philox block: the block changes when the
+ * core/dropout.h (stream or positional). A row's factors come 4 elements per Philox block: the block changes when the
  * element index s H + h crosses a multiple of 4, so each block is drawn once per row it touches.
  * Elementwise in fp32; the result does not depend on the thread count. */
 #include "backend/cpu/cpu_ops.h"
 
 /* f[h] = the factor of hidden index h of the op's row i (0 or scale). */
 static void row_factors(const mg_dropout *d, int i, int S, int H, float *f) {
-    int row = d->first + i, b = row / S, s = row % S;
-    uint32_t sample = (uint32_t)(d->sample0 + b), r[4];
-    uint64_t e0 = (uint64_t)s * (uint64_t)H;
+    const mg_dropout_row row = mg_dropout_hidden_row(d, i, S, H);
+    uint32_t r[4];
     for (int h = 0; h < H; h++) {
-        uint64_t e = e0 + (uint64_t)h;
-        if (h == 0 || (e & 3) == 0) mg_dropout_block(d, sample, 0u, (uint32_t)(e >> 2), r);
+        uint64_t e = row.e0 + (uint64_t)h;
+        if (h == 0 || (e & 3) == 0) mg_dropout_row_block(&row, (uint32_t)(e >> 2), r);
         f[h] = r[e & 3] >= d->threshold ? d->scale : 0.0f;
     }
 }

@@ -131,12 +131,12 @@ static __device__ __forceinline__ void store_tile(h16 *dst, size_t stride, int r
  * where the keys straddle a block boundary. */
 static __device__ __forceinline__ void drop_run(const mg_dropout *d, int b, int h, int qi, int kj,
                                                 int S, int n, float *f) {
-    const uint32_t sample = (uint32_t)(d->sample0 + b), head = (uint32_t)(d->first + h);
-    const uint64_t e0 = (uint64_t)qi * (uint64_t)S + (uint64_t)kj;
+    const mg_dropout_row row = mg_dropout_attention_row(d, b, h, qi, S);
+    const uint64_t e0 = row.e0 + (uint64_t)kj;
     const uint32_t l0 = (uint32_t)e0 & 3u;
     uint32_t r[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    mg_dropout_block(d, sample, head, (uint32_t)(e0 >> 2), r);
-    if (l0 + (uint32_t)n > 4u) mg_dropout_block(d, sample, head, (uint32_t)(e0 >> 2) + 1u, r + 4);
+    mg_dropout_row_block(&row, (uint32_t)(e0 >> 2), r);
+    if (l0 + (uint32_t)n > 4u) mg_dropout_row_block(&row, (uint32_t)(e0 >> 2) + 1u, r + 4);
 #pragma unroll
     for (int k = 0; k < 4; k++) {
         if (k >= n) break;

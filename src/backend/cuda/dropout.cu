@@ -1,7 +1,7 @@
 /* Hidden dropout (Megatron's bias-dropout-add) and its backward with core/dropout.h's
- * counter-based mask: the same factors as the CPU's (cpu/cpu_dropout.c), bit for bit, so a CUDA
- * run drops what a CPU run of the same layout or any other drops. h16 in and out, fp32
- * arithmetic in the CPU's order, one rounding.
+ * counter-based masks (stream or positional): the same factors as the CPU's (cpu/cpu_dropout.c),
+ * bit for bit. h16 in and out, fp32 arithmetic in the CPU's order, one rounding. Also the dropout
+ * streams' step advance (rng_advance).
  *
  * A thread takes 4 consecutive elements of a row and draws a Philox block when the element index
  * s H + h enters a new block of 4: with H a multiple of 4 (every real model) that is one block per
@@ -13,19 +13,17 @@
 /* The factors (0 or scale) of elements [j0, j0 + 4) of op row i (those < H). */
 static __device__ __forceinline__ void factors4(const mg_dropout &d, int i, int j0, int S, int H,
                                                 float f[4]) {
-    const int row = d.first + i, b = row / S, s = row % S;
-    const uint32_t sample = (uint32_t)(d.sample0 + b);
-    const uint64_t e0 = (uint64_t)s * (uint64_t)H;
+    const mg_dropout_row row = mg_dropout_hidden_row(&d, i, S, H);
     uint32_t r[4] = {0, 0, 0, 0}, cur = 0;
     bool have = false;
 #pragma unroll
     for (int k = 0; k < 4; k++) {
         f[k] = 0.0f;
         if (j0 + k >= H) continue;
-        const uint64_t e = e0 + (uint64_t)(j0 + k);
+        const uint64_t e = row.e0 + (uint64_t)(j0 + k);
         const uint32_t blk = (uint32_t)(e >> 2), l = (uint32_t)e & 3u;
         if (!have || blk != cur) {
-            mg_dropout_block(&d, sample, 0u, blk, r);
+            mg_dropout_row_block(&row, blk, r);
             cur = blk;
             have = true;
         }
@@ -102,6 +100,18 @@ MG_CUDA_DTYPES(mg_status, dropout_backward,
     dropout_backward_kernel<h16>
         <<<mg_cuda_blocks(items, MG_CUDA_THREADS), MG_CUDA_THREADS, 0, mg_cuda_stream(be)>>>(
             (h16 *)dx, (const h16 *)dout, N, H, S, *drop);
+    MG_CUDA_CHECK_LAUNCH();
+    return MG_OK;
+}
+
+static __global__ void rng_advance_kernel(uint64_t *state, int n, uint64_t by) {
+    const int k = blockIdx.x * blockDim.x + threadIdx.x;
+    if (k < n) state[2 * k + 1] += by;
+}
+
+extern "C" mg_status mg_cuda_rng_advance(mg_backend *be, uint64_t *state, int n, uint64_t by) {
+    if (n <= 0) return MG_OK;
+    rng_advance_kernel<<<(n + 31) / 32, 32, 0, mg_cuda_stream(be)>>>(state, n, by);
     MG_CUDA_CHECK_LAUNCH();
     return MG_OK;
 }
