@@ -87,7 +87,7 @@ static void check_impl(mg_test_ctx *t, mg_backend *gpu, const att_impl *im, att_
     if (strcmp(im->name, "cudnn") == 0) {
         int ok = 0;
         MG_EXPECT_OK(
-            CT_CUDA_OP(gpu, attention_cudnn_supported)(gpu, c.B, c.S, c.nq, c.ng, c.hd, &ok));
+            CT_CUDA_OP(gpu, attention_cudnn_supported)(gpu, c.B, c.S, c.nq, c.ng, c.hd, 0u, &ok));
         if (!ok) {
             printf("SKIP cuda_attention cudnn B=%d S=%d nq=%d ng=%d hd=%d: no cuDNN plan "
                    "(falls back to ours)\n",

@@ -1,4 +1,6 @@
-/* CUDA dropout against the CPU backend (core/dropout.h: one counter-based mask for both):
+/* CUDA dropout against the CPU backend (core/dropout.h: one counter-based mask for both, of each
+ * kind: stream masks keyed by a {seed, offset} pair in each backend's own memory, and positional
+ * ones):
  *  - hidden dropout (dropout_add, dropout_backward): on inputs of ones the outputs ARE the mask,
  *    0 or 1/(1-p); the CUDA zero pattern must equal the CPU's element for element (rows of 64
  *    and rows of 6, whose Philox blocks straddle rows; a sequence-parallel row offset and a
@@ -8,7 +10,9 @@
  *    CPU's exactly, for our kernels and for the backend's table entry (cuDNN by default, which
  *    hands dropout to our kernels), at S = 128 (two query and key tiles) and S = 67 (a ragged
  *    tile; rows whose keys straddle Philox blocks); on random inputs forward and backward agree
- *    with the CPU's to the attention tolerances, and a rerun gives the same bits.
+ *    with the CPU's to the attention tolerances, and a rerun gives the same bits. (The table's
+ *    entry runs stream masks inside cuDNN, whose mask is its own: test_cuda_attention_dropout.c.)
+ *  - rng_advance moves the streams' offsets on the device as the CPU does on the host.
  * Method and tolerances: cuda_test_util.h. */
 #include "cuda_test_util.h"
 
@@ -39,12 +43,25 @@ MG_TEST(cuda_dropout_hidden_mask_matches_cpu) {
         int N, H, S, first, sample0;
         double p;
     } cases[] = {{96, 64, 32, 0, 0, 0.1}, {20, 6, 8, 5, 7, 0.5}, {33, 40, 11, 11, 2, 0.3}};
-    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+    for (size_t kk = 0; kk < 2 * sizeof cases / sizeof *cases; kk++) {
+        const size_t k = kk / 2;
+        const bool stream = kk % 2;
         const int N = cases[k].N, H = cases[k].H, S = cases[k].S;
         const size_t n = (size_t)N * H;
-        mg_dropout d = mg_dropout_init(cases[k].p, 1234, 9, 3, MG_DROPOUT_MLP_OUT, cases[k].sample0,
-                                       cases[k].first);
+        uint64_t cpu_state[2] = {0x123456789abcull, 40 + k};
         ct_pool P = ct_pool_of(t, gpu);
+        uint64_t *gpu_state = ct_poison(&P, sizeof cpu_state);
+        if (P.failed || gpu->copy_h2d(gpu, gpu_state, cpu_state, sizeof cpu_state) != MG_OK) {
+            MG_EXPECT(0, "cannot upload the stream state");
+            ct_pool_free(&P);
+            continue;
+        }
+        /* the CPU's mask struct; the GPU's is the same but for the state's address */
+        mg_dropout d = stream ? mg_dropout_stream_init(cases[k].p, cpu_state, 3 * k + 1)
+                              : mg_dropout_init(cases[k].p, 1234, 9, 3, MG_DROPOUT_MLP_OUT,
+                                                cases[k].sample0, cases[k].first);
+        mg_dropout dg = d;
+        if (stream) dg.state = gpu_state;
         float *ones = ct_host(&P, n * 4), *zeros = ct_host(&P, n * 4);
         for (size_t i = 0; i < n; i++) ones[i] = 1.0f, zeros[i] = 0.0f;
         float *x = ct_rand_act(&P, 500, n, 1.0f), *bias = ct_rand_act(&P, 501, (size_t)H, 1.0f);
@@ -60,22 +77,22 @@ MG_TEST(cuda_dropout_hidden_mask_matches_cpu) {
         void *d_out = ct_poison_act(&P, n), *d_dx = ct_poison_act(&P, n);
         if (P.failed) goto next;
         /* the mask itself */
-        MG_EXPECT_OK(gpu->dropout_add(gpu, d_out, d_ones, NULL, d_zeros, N, H, S, &d));
+        MG_EXPECT_OK(gpu->dropout_add(gpu, d_out, d_ones, NULL, d_zeros, N, H, S, &dg));
         size_t pat, val, nz;
         zero_pattern(ct_down_act(&P, d_out, n), ref_mask, n, &pat, &val, &nz);
         MG_EXPECT(pat == 0 && val == 0 && nz > 0 && nz < n,
-                  "N %d H %d first %d: %zu mask elements differ from the CPU's, %zu values off "
+                  "%s N %d H %d first %d: %zu mask elements differ from the CPU's, %zu values off "
                   "(%zu of %zu dropped)",
-                  N, H, d.first, pat, val, nz, n);
+                  stream ? "stream" : "positional", N, H, d.first, pat, val, nz, n);
         /* random inputs, in place (out aliases x) */
-        MG_EXPECT_OK(gpu->dropout_add(gpu, d_x, d_x, d_bias, d_res, N, H, S, &d));
+        MG_EXPECT_OK(gpu->dropout_add(gpu, d_x, d_x, d_bias, d_res, N, H, S, &dg));
         CT_EXPECT_CLOSE(ct_down_act(&P, d_x, n), ref_add, n, CT_TOL_ACT, "dropout_add N %d H %d", N,
                         H);
-        MG_EXPECT_OK(gpu->dropout_backward(gpu, d_dx, d_dout, N, H, S, &d));
+        MG_EXPECT_OK(gpu->dropout_backward(gpu, d_dx, d_dout, N, H, S, &dg));
         float *got_back = ct_down_act(&P, d_dx, n);
         zero_pattern(got_back, ref_back, n, &pat, &val, &nz);
-        MG_EXPECT(pat == 0 && val == 0, "dropout_backward N %d H %d: %zu pattern, %zu values", N, H,
-                  pat, val);
+        MG_EXPECT(pat == 0 && val == 0, "%s dropout_backward N %d H %d: %zu pattern, %zu values",
+                  stream ? "stream" : "positional", N, H, pat, val);
     next:
         ct_pool_free(&P);
     }
@@ -88,12 +105,23 @@ typedef mg_status (*att_bwd)(mg_backend *, void *, const void *, const void *, c
                              const int32_t *);
 
 static void check_attention(mg_test_ctx *t, mg_backend *cpu, mg_backend *gpu, const char *name,
-                            att_fwd fwd, att_bwd bwd, int S) {
+                            att_fwd fwd, att_bwd bwd, int S, bool stream) {
     enum { B = 2, NQ = 4, NG = 2, HD = 128, R = NQ / NG, C = NG * (R + 2) * HD };
     const size_t nqkv = (size_t)B * S * C, nout = (size_t)B * S * NQ * HD;
-    /* sequence 3 of the global batch, and the heads of tensor-parallel rank 1 of 2 */
-    mg_dropout d = mg_dropout_init(0.2, 4321, 17, 5, MG_DROPOUT_ATTENTION, 3, NQ);
+    uint64_t cpu_state[2] = {0xfeedbeefull, 1000};
     ct_pool P = ct_pool_of(t, gpu);
+    uint64_t *gpu_state = ct_poison(&P, sizeof cpu_state);
+    if (P.failed || gpu->copy_h2d(gpu, gpu_state, cpu_state, sizeof cpu_state) != MG_OK) {
+        MG_EXPECT(0, "cannot upload the stream state");
+        ct_pool_free(&P);
+        return;
+    }
+    /* positional: sequence 3 of the global batch, and the heads of tensor-parallel rank 1 of 2 */
+    mg_dropout d = stream ? mg_dropout_stream_init(0.2, cpu_state, 11)
+                          : mg_dropout_init(0.2, 4321, 17, 5, MG_DROPOUT_ATTENTION, 3, NQ);
+    mg_dropout dg = d;
+    if (stream) dg.state = gpu_state;
+    name = stream ? (strcmp(name, "ours") == 0 ? "ours stream" : name) : name;
     float *reveal = ct_host(&P, nqkv * 4);
     memset(reveal, 0, nqkv * 4);
     for (int b = 0; b < B; b++)
@@ -113,7 +141,7 @@ static void check_attention(mg_test_ctx *t, mg_backend *cpu, mg_backend *gpu, co
     void *d_saved = ct_poison(&P, gpu->attention_saved_bytes(gpu, B, S, NQ, HD));
     void *d_dqkv = ct_poison_act(&P, nqkv);
     if (P.failed) goto done;
-    MG_EXPECT_OK(fwd(gpu, d_out, d_saved, d_reveal, B, S, NQ, NG, HD, &d, NULL));
+    MG_EXPECT_OK(fwd(gpu, d_out, d_saved, d_reveal, B, S, NQ, NG, HD, &dg, NULL));
     size_t pat, val, nz;
     zero_pattern(ct_down_act(&P, d_out, nout), ref_mask, nout, &pat, &val, &nz);
     /* the causal triangle's upper part is zero on both: the dropped ones are the rest */
@@ -123,8 +151,8 @@ static void check_attention(mg_test_ctx *t, mg_backend *cpu, mg_backend *gpu, co
               name, S, pat, val, nz);
     float *got_out[2], *got_d[2];
     for (int run = 0; run < 2; run++) {
-        MG_EXPECT_OK(fwd(gpu, d_out, d_saved, d_qkv, B, S, NQ, NG, HD, &d, NULL));
-        MG_EXPECT_OK(bwd(gpu, d_dqkv, d_dout, d_qkv, d_out, d_saved, B, S, NQ, NG, HD, &d, NULL));
+        MG_EXPECT_OK(fwd(gpu, d_out, d_saved, d_qkv, B, S, NQ, NG, HD, &dg, NULL));
+        MG_EXPECT_OK(bwd(gpu, d_dqkv, d_dout, d_qkv, d_out, d_saved, B, S, NQ, NG, HD, &dg, NULL));
         got_out[run] = ct_down_act(&P, d_out, nout);
         got_d[run] = ct_down_act(&P, d_dqkv, nqkv);
     }
@@ -142,10 +170,37 @@ done:
 MG_TEST(cuda_dropout_attention_mask_matches_cpu) {
     CT_BACKENDS(cpu, gpu);
     for (int S = 128; S > 0; S = S == 128 ? 67 : 0) {
-        /* the backend's entry: cuDNN by default, which runs ours under dropout */
-        check_attention(t, cpu, gpu, "table", gpu->attention_forward, gpu->attention_backward, S);
+        /* the backend's entry: cuDNN by default, which runs ours under positional masks */
+        check_attention(t, cpu, gpu, "table", gpu->attention_forward, gpu->attention_backward, S,
+                        false);
         if (gpu->device == MG_DEVICE_CUDA)
-            check_attention(t, cpu, gpu, "ours", CT_CUDA_OP(gpu, attention_forward),
-                            CT_CUDA_OP(gpu, attention_backward), S);
+            for (int stream = 0; stream < 2; stream++)
+                check_attention(t, cpu, gpu, "ours", CT_CUDA_OP(gpu, attention_forward),
+                                CT_CUDA_OP(gpu, attention_backward), S, stream);
+        else /* the CPU under test: its stream masks too */
+            check_attention(t, cpu, gpu, "table", gpu->attention_forward, gpu->attention_backward,
+                            S, true);
     }
+}
+
+MG_TEST(cuda_rng_advance_matches_cpu) {
+    CT_BACKENDS(cpu, gpu);
+    uint64_t want[6] = {1, 2, 3, UINT64_MAX - 5, 7, 8}, got[6];
+    ct_pool P = ct_pool_of(t, gpu);
+    uint64_t *d = ct_poison(&P, sizeof want);
+    if (!P.failed) {
+        MG_EXPECT_OK(gpu->copy_h2d(gpu, d, want, sizeof want));
+        MG_EXPECT_OK(gpu->rng_advance(gpu, d, 3, 40));
+        MG_EXPECT_OK(gpu->rng_advance(gpu, d, 2, 9)); /* the first two streams only */
+        MG_EXPECT_OK(cpu->rng_advance(cpu, want, 3, 40));
+        MG_EXPECT_OK(cpu->rng_advance(cpu, want, 2, 9));
+        MG_EXPECT_OK(gpu->copy_d2h(gpu, got, d, sizeof got));
+        MG_EXPECT(memcmp(got, want, sizeof got) == 0 && want[1] == 51 && want[5] == 48 &&
+                      want[3] == 43 && want[0] == 1 && want[2] == 3, /* offsets wrap modulo 2^64 */
+                  "rng_advance: cuda {%llu %llu | %llu %llu | %llu %llu}",
+                  (unsigned long long)got[0], (unsigned long long)got[1],
+                  (unsigned long long)got[2], (unsigned long long)got[3],
+                  (unsigned long long)got[4], (unsigned long long)got[5]);
+    }
+    ct_pool_free(&P);
 }

@@ -28,13 +28,21 @@
  * (B, nq, S, hd) in our workspace, atomics inside cuDNN), the frontend's default and probably
  * faster.
  *
- * Attention dropout (drop != NULL) runs attention.cu's kernels: their mask is core/dropout.h's,
- * keyed by global positions and identical to the CPU's, which cuDNN's dropout (its own Philox
- * stream, seed and offset) cannot reproduce; one log line says so at the first such call. A
- * forward and its backward get the same drop, so they agree on what `saved` holds. The document
- * mask of packed sequences (doc_start != NULL, --reset-attention-mask) also runs attention.cu's
- * kernels: this graph is plain causal (cuDNN's padding/ragged masks are not our per-token
- * doc_start); both directions get the same doc_start, so they agree on `saved` too.
+ * Attention dropout with stream masks (drop->mode MG_DROPOUT_STREAM, core/dropout.h) runs inside
+ * the graphs, as the frontend builds it: an RNG operation draws the keep mask (Bernoulli 1 - p)
+ * from the stream's seed (read from device memory) and a per-call Philox offset that a small
+ * kernel writes from the stream's device offset and the op's use number (cd_offsets); the
+ * forward multiplies P by keep / (1 - p) before P V; the backward draws the same mask from the
+ * same seed and offset, and uses (P f)^T dO for dV, P (keep dP - Dsum (1 - p)) / (1 - p) for dS.
+ * No host value changes from step to step, so a step with dropout can be captured in a CUDA
+ * graph. cuDNN's mask is its own (not the CPU's bits): tests/cuda/test_cuda_attention_dropout.c
+ * reads it back through the forward and checks both directions against it. Positional masks
+ * (--layout-invariant-dropout), keyed by global positions and identical to the CPU's, run
+ * attention.cu's kernels; one log line says so at the first such call. The document mask of packed
+ * sequences (doc_start != NULL, --reset-attention-mask) also runs attention.cu's kernels: this
+ * graph is plain causal (cuDNN's padding/ragged masks are not our per-token doc_start). A forward
+ * and its backward get the same drop and doc_start, so they always take the same path and agree
+ * on what `saved` holds.
  *
  * Plans: both graphs for a shape are built together at the first call with that shape, executed
  * plan kept in a small per-backend table (never evicted). If either graph has no working engine
@@ -69,7 +77,7 @@ static constexpr cudnnDataType_t cd_h16 =
     std::is_same<h16, __half>::value ? CUDNN_DATA_HALF : CUDNN_DATA_BFLOAT16;
 
 #define CD_PLANS     32  /* shapes per backend: a model has one or two */
-#define CD_MAX_DESCS 320 /* descriptors one shape's two graphs use (about 170) */
+#define CD_MAX_DESCS 400 /* descriptors one shape's two graphs use (about 170, 200 with dropout) */
 
 /* variant-pack uids of the non-virtual tensors; virtual ones count up from CD_UID_VIRT */
 enum {
@@ -87,11 +95,15 @@ enum {
     CD_UID_DV,
     CD_UID_DSUM,
     CD_UID_DQACC,
+    CD_UID_SEED,   /* dropout: the stream's seed, int64 in device memory */
+    CD_UID_OFFSET, /* dropout: the call's Philox offset, int64 in device memory */
+    CD_UID_DSCALE, /* dropout: 1 / (1 - p), by value */
     CD_UID_VIRT = 100
 };
 
 typedef struct {
     int used, B, S, nq, ng, hd, det;
+    uint32_t drop; /* the dropout's threshold (core/dropout.h): 0 for none; p = drop / 2^32 */
     int ok; /* 1: cuDNN plans below; 0: this shape runs on attention.cu's kernels */
     cudnnBackendDescriptor_t fwd, bwd;
     int64_t fwd_ws, bwd_ws;
@@ -105,6 +117,8 @@ typedef struct {
     int det; /* 1: MG_ATTENTION=cudnn (deterministic), 0: cudnn-nondet */
     size_t version;
     cd_plan plans[CD_PLANS];
+    uint64_t *offsets; /* device: one 16-byte slot per call of a dropout graph (cd_offsets) */
+    int offset_slots;
 } cd_state;
 
 /* ---------------------------------------------------------------- graph building */
@@ -172,7 +186,26 @@ static cudnnBackendDescriptor_t cd_masked_scores(cd_graph *g, const cd_views *w,
     return masked;
 }
 
-template <typename h16> static void cd_build_forward(cd_graph *g, const cd_views *w) {
+/* The dropout's keep mask (nb, hq, S, S) fp32, virtual: Bernoulli(1 - p) draws of cuDNN's Philox
+ * generator from the seed and offset tensors (int64 scalars in device memory). */
+static cudnnBackendDescriptor_t cd_keep_mask(cd_graph *g, const cd_views *w, double p) {
+    static const int64_t one[4] = {1, 1, 1, 1};
+    int64_t sd[4], ss[4];
+    cd_dims(sd, w->nb, w->hq, w->S, w->S);
+    cd_dims(ss, w->hq * w->S * w->S, w->S * w->S, w->S, 1);
+    cudnnBackendDescriptor_t seed = cd_tensor(g, CD_UID_SEED, CUDNN_DATA_INT64, one, one);
+    cudnnBackendDescriptor_t offset = cd_tensor(g, CD_UID_OFFSET, CUDNN_DATA_INT64, one, one);
+    cudnnBackendDescriptor_t mask = cd_tensor(g, 0, CUDNN_DATA_FLOAT, sd, ss);
+    cd_rng_bernoulli(g, 1.0 - p, seed, offset, mask);
+    return mask;
+}
+
+/* p of a plan's threshold (the value mg_dropout_set_p rounded to it, to within 2^-32). */
+static double cd_drop_p(uint32_t threshold) {
+    return (double)threshold / 4294967296.0;
+}
+
+template <typename h16> static void cd_build_forward(cd_graph *g, const cd_views *w, uint32_t drop) {
     int64_t d[4], s[4], kd[4], ks[4], rd[4], rs[4], sd[4], ss[4];
     cd_dims(d, w->nb, w->hq, w->S, w->D);
     cd_dims(kd, w->nb, w->hk, w->D, w->S);
@@ -194,7 +227,7 @@ template <typename h16> static void cd_build_forward(cd_graph *g, const cd_views
     cudnnBackendDescriptor_t z = cd_tensor(g, 0, CUDNN_DATA_FLOAT, rd, rs);
     cudnnBackendDescriptor_t lz = cd_tensor(g, 0, CUDNN_DATA_FLOAT, rd, rs);
     cudnnBackendDescriptor_t stats = cd_tensor(g, CD_UID_STATS, CUDNN_DATA_FLOAT, rd, rs);
-    cudnnBackendDescriptor_t p = cd_tensor(g, 0, cd_h16<h16>, sd, ss);
+    cudnnBackendDescriptor_t p = cd_tensor(g, 0, drop ? CUDNN_DATA_FLOAT : cd_h16<h16>, sd, ss);
     cd_reduce(g, CUDNN_REDUCE_TENSOR_MAX, x, m);
     cd_pointwise(g, CUDNN_POINTWISE_SUB, CUDNN_DATA_FLOAT, x, m, NULL, xm, -1);
     cd_pointwise(g, CUDNN_POINTWISE_EXP, CUDNN_DATA_FLOAT, xm, NULL, NULL, e, -1);
@@ -202,6 +235,15 @@ template <typename h16> static void cd_build_forward(cd_graph *g, const cd_views
     cd_pointwise(g, CUDNN_POINTWISE_LOG, CUDNN_DATA_FLOAT, z, NULL, NULL, lz, -1);
     cd_pointwise(g, CUDNN_POINTWISE_ADD, CUDNN_DATA_FLOAT, m, lz, NULL, stats, -1);
     cd_pointwise(g, CUDNN_POINTWISE_DIV, CUDNN_DATA_FLOAT, e, z, NULL, p, -1);
+    if (drop) { /* P f = (P keep) / (1 - p), h16 into the second product */
+        cudnnBackendDescriptor_t mask = cd_keep_mask(g, w, cd_drop_p(drop));
+        cudnnBackendDescriptor_t pm = cd_tensor(g, 0, CUDNN_DATA_FLOAT, sd, ss);
+        cudnnBackendDescriptor_t pf = cd_tensor(g, 0, cd_h16<h16>, sd, ss);
+        cd_pointwise(g, CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, p, mask, NULL, pm, -1);
+        cd_pointwise(g, CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, pm, cd_scalar(g, CD_UID_DSCALE),
+                     NULL, pf, -1);
+        p = pf;
+    }
     cd_matmul(g, p, v, o);
 }
 
@@ -222,7 +264,8 @@ static void cd_grouped_matmul(cd_graph *g, const cd_views *w, cudnnBackendDescri
     cd_reduce(g, CUDNN_REDUCE_TENSOR_ADD, full, out);
 }
 
-template <typename h16> static void cd_build_backward(cd_graph *g, const cd_views *w, int det) {
+template <typename h16>
+static void cd_build_backward(cd_graph *g, const cd_views *w, int det, uint32_t drop) {
     int64_t d[4], kvd[4], td[4], ks[4], vs[4], rd[4], rs[4], sd[4], ss[4], tsd[4], tss[4], pd[4],
         ps[4];
     cd_dims(d, w->nb, w->hq, w->S, w->D);
@@ -249,7 +292,11 @@ template <typename h16> static void cd_build_backward(cd_graph *g, const cd_view
     cudnnBackendDescriptor_t dk = cd_tensor(g, CD_UID_DK, cd_h16<h16>, kvd, w->dk);
     cudnnBackendDescriptor_t dv = cd_tensor(g, CD_UID_DV, cd_h16<h16>, kvd, w->dv);
 
-    /* Dsum = rowsum(dO * O) * 1, materialised in our workspace (the frontend's softmax_sum) */
+    /* the forward's keep mask, drawn again from the same seed and offset */
+    cudnnBackendDescriptor_t mask = drop ? cd_keep_mask(g, w, cd_drop_p(drop)) : NULL;
+
+    /* Dsum = rowsum(dO * O) * (1 - p) (1 without dropout: the ONE scalar carries it),
+     * materialised in our workspace (the frontend's softmax_sum) */
     cudnnBackendDescriptor_t doo = cd_tensor(g, 0, CUDNN_DATA_FLOAT, pd, ps);
     cudnnBackendDescriptor_t dsum0 = cd_tensor(g, 0, CUDNN_DATA_FLOAT, rd, rs);
     cudnnBackendDescriptor_t dsum = cd_tensor(g, CD_UID_DSUM, CUDNN_DATA_FLOAT, rd, rs);
@@ -265,19 +312,39 @@ template <typename h16> static void cd_build_backward(cd_graph *g, const cd_view
     cd_pointwise(g, CUDNN_POINTWISE_SUB, CUDNN_DATA_FLOAT, x, stats, NULL, xs, -1);
     cd_pointwise(g, CUDNN_POINTWISE_EXP, CUDNN_DATA_FLOAT, xs, NULL, NULL, p, -1);
 
-    /* dV = P^T dO */
+    /* dV = (P f)^T dO */
+    cudnnBackendDescriptor_t pv = p;
+    if (drop) {
+        cudnnBackendDescriptor_t pm = cd_tensor(g, 0, CUDNN_DATA_FLOAT, sd, ss);
+        pv = cd_tensor(g, 0, CUDNN_DATA_FLOAT, sd, ss);
+        cd_pointwise(g, CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, p, mask, NULL, pm, -1);
+        cd_pointwise(g, CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, pm, cd_scalar(g, CD_UID_DSCALE),
+                     NULL, pv, -1);
+    }
     cudnnBackendDescriptor_t pt = cd_tensor(g, 0, cd_h16<h16>, tsd, tss);
-    cd_reshape(g, p, pt);
+    cd_reshape(g, pv, pt);
     cd_grouped_matmul<h16>(g, w, pt, dout, dv);
 
-    /* dS = P (dO V^T - Dsum) * scale */
+    /* dS = P (dO V^T - Dsum) * scale; with dropout P (keep dO V^T - Dsum (1 - p)) / (1 - p)
+     * * scale, which is P (f dP - Dsum) * scale */
     cudnnBackendDescriptor_t dp = cd_tensor(g, 0, CUDNN_DATA_FLOAT, sd, ss);
     cudnnBackendDescriptor_t dpd = cd_tensor(g, 0, CUDNN_DATA_FLOAT, sd, ss);
     cudnnBackendDescriptor_t ds0 = cd_tensor(g, 0, CUDNN_DATA_FLOAT, sd, ss);
     cudnnBackendDescriptor_t ds = cd_tensor(g, 0, CUDNN_DATA_FLOAT, sd, ss);
     cd_matmul(g, dout, vt, dp);
+    if (drop) {
+        cudnnBackendDescriptor_t dpm = cd_tensor(g, 0, CUDNN_DATA_FLOAT, sd, ss);
+        cd_pointwise(g, CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, dp, mask, NULL, dpm, -1);
+        dp = dpm;
+    }
     cd_pointwise(g, CUDNN_POINTWISE_SUB, CUDNN_DATA_FLOAT, dp, dsum, NULL, dpd, -1);
     cd_pointwise(g, CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, dpd, p, NULL, ds0, -1);
+    if (drop) {
+        cudnnBackendDescriptor_t ds1 = cd_tensor(g, 0, CUDNN_DATA_FLOAT, sd, ss);
+        cd_pointwise(g, CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, ds0, cd_scalar(g, CD_UID_DSCALE),
+                     NULL, ds1, -1);
+        ds0 = ds1;
+    }
     cd_pointwise(g, CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, ds0, cd_scalar(g, CD_UID_SCALE), NULL,
                  ds, -1);
 
@@ -401,8 +468,9 @@ static mg_status cd_state_of(mg_backend *be, cd_state **out) {
     return MG_OK;
 }
 
-static void cd_plan_key(cd_plan *p, int B, int S, int nq, int ng, int hd, int det) {
+static void cd_plan_key(cd_plan *p, int B, int S, int nq, int ng, int hd, int det, uint32_t drop) {
     p->used = 1, p->B = B, p->S = S, p->nq = nq, p->ng = ng, p->hd = hd, p->det = det;
+    p->drop = drop;
 }
 
 /* A shape the plans can describe at all (anything else goes to our kernels, which report it). */
@@ -412,7 +480,8 @@ static bool cd_shape_ok(int B, int S, int nq, int ng) {
 
 /* The plans for a shape, built on first use; NULL in *out only with an error. */
 template <typename h16>
-static mg_status cd_plan_for(mg_backend *be, int B, int S, int nq, int ng, int hd, cd_plan **out) {
+static mg_status cd_plan_for(mg_backend *be, int B, int S, int nq, int ng, int hd, uint32_t drop,
+                             cd_plan **out) {
     cd_state *st;
     MG_CHECK(cd_state_of(be, &st));
     *out = NULL;
@@ -424,7 +493,7 @@ static mg_status cd_plan_for(mg_backend *be, int B, int S, int nq, int ng, int h
             continue;
         }
         if (p->B == B && p->S == S && p->nq == nq && p->ng == ng && p->hd == hd &&
-            p->det == st->det) {
+            p->det == st->det && p->drop == drop) {
             *out = p;
             return MG_OK;
         }
@@ -435,7 +504,7 @@ static mg_status cd_plan_for(mg_backend *be, int B, int S, int nq, int ng, int h
                        "MG_ATTENTION=ours",
                        CD_PLANS);
     cd_plan *p = free_slot;
-    cd_plan_key(p, B, S, nq, ng, hd, st->det);
+    cd_plan_key(p, B, S, nq, ng, hd, st->det, drop);
     cd_views w = cd_views_of(B, S, nq, ng, hd);
     cd_graph gf, gb;
     memset(&gf, 0, sizeof gf), memset(&gb, 0, sizeof gb);
@@ -443,10 +512,10 @@ static mg_status cd_plan_for(mg_backend *be, int B, int S, int nq, int ng, int h
     gf.ndescs = gb.ndescs = &p->ndescs;
     gf.max_descs = gb.max_descs = CD_MAX_DESCS;
     gf.next_uid = gb.next_uid = CD_UID_VIRT;
-    cd_build_forward<h16>(&gf, &w);
+    cd_build_forward<h16>(&gf, &w, drop);
     cd_make_plan(&gf, st->handle, 0, &p->fwd, &p->fwd_ws);
     if (gf.st == CUDNN_STATUS_SUCCESS) {
-        cd_build_backward<h16>(&gb, &w, st->det);
+        cd_build_backward<h16>(&gb, &w, st->det, drop);
         cd_make_plan(&gb, st->handle, st->det, &p->bwd, &p->bwd_ws);
     }
     p->ok = gf.st == CUDNN_STATUS_SUCCESS && gb.st == CUDNN_STATUS_SUCCESS;
@@ -454,13 +523,14 @@ static mg_status cd_plan_for(mg_backend *be, int B, int S, int nq, int ng, int h
         const cd_graph *bad = gf.st != CUDNN_STATUS_SUCCESS ? &gf : &gb;
         char detail[256] = "";
         cudnnGetLastErrorString(detail, sizeof detail);
-        mg_log_warn("attention: cuDNN %zu has no fused %s plan for B=%d S=%d nq=%d ng=%d hd=%d "
+        mg_log_warn("attention: cuDNN %zu has no fused %s plan for B=%d S=%d nq=%d ng=%d hd=%d%s "
                     "(%s at %s:%d%s%s); this shape uses our kernels",
                     st->version, bad == &gf ? "forward" : "backward", B, S, nq, ng, hd,
+                    drop ? " with dropout" : "",
                     cudnnGetErrorString(bad->st), bad->file, bad->line, detail[0] ? ": " : "",
                     detail);
         cd_plan_release(p); /* keeps nothing but the verdict (the key; ok stays 0) */
-        cd_plan_key(p, B, S, nq, ng, hd, st->det);
+        cd_plan_key(p, B, S, nq, ng, hd, st->det, drop);
     }
     *out = p;
     return MG_OK;
@@ -516,18 +586,20 @@ MG_CUDA_DTYPES(void, attention_cudnn_destroy, (mg_backend * be), (be)) {
     if (!st) return;
     for (int i = 0; i < CD_PLANS; i++)
         if (st->plans[i].used) cd_plan_release(&st->plans[i]);
+    if (st->offsets) cudaFree(st->offsets);
     cudnnDestroy(st->handle);
     free(st);
     ctx->cudnn_attn = NULL;
 }
 
 MG_CUDA_DTYPES(mg_status, attention_cudnn_supported,
-               (mg_backend * be, int B, int S, int nq, int ng, int hd, int *supported),
-               (be, B, S, nq, ng, hd, supported)) {
+               (mg_backend * be, int B, int S, int nq, int ng, int hd, uint32_t drop,
+                int *supported),
+               (be, B, S, nq, ng, hd, drop, supported)) {
     cd_plan *p;
     *supported = 0;
     if (!cd_shape_ok(B, S, nq, ng)) return MG_OK;
-    MG_CHECK(cd_plan_for<h16>(be, B, S, nq, ng, hd, &p));
+    MG_CHECK(cd_plan_for<h16>(be, B, S, nq, ng, hd, drop, &p));
     *supported = p->ok;
     return MG_OK;
 }
@@ -544,14 +616,14 @@ static bool cd_aligned(const void *const *ptrs, int n) {
     return true;
 }
 
-/* Attention dropout goes to attention.cu (see the top); said once per process. */
-static bool cd_dropout(const mg_dropout *drop) {
+/* Positional (layout-invariant) masks go to attention.cu (see the top); said once per process. */
+static bool cd_positional(const mg_dropout *drop) {
     static bool said = false;
-    if (!drop) return false;
+    if (!drop || drop->mode != MG_DROPOUT_POSITIONAL) return false;
     if (!said)
-        mg_log_info("attention: --attention-dropout runs our attention kernels (their "
-                    "counter-based mask matches the CPU's and every parallel layout's; cuDNN's "
-                    "dropout cannot), cuDNN's where the dropout is 0 (evaluation)");
+        mg_log_info("attention: --layout-invariant-dropout runs our attention kernels (their "
+                    "position-keyed mask matches the CPU's and every parallel layout's; cuDNN's "
+                    "generator cannot)");
     said = true;
     return true;
 }
@@ -567,28 +639,74 @@ static bool cd_documents(const int32_t *doc_start) {
     return true;
 }
 
+/* The Philox offset of call `call` of the op numbered `use` in its stream at stream offset
+ * `base`: calls and uses apart by 64 offset units (cuDNN's attention advances a thread's
+ * generator by at most 16 per call: the stride its integrations reserve), calls of one op by
+ * sequence (GQA runs a plan once per sequence, see the top). */
+static __device__ __forceinline__ uint64_t cd_philox_offset(uint64_t base, uint64_t use, int call) {
+    return (((base + use) << 16) | (uint64_t)call) << 6;
+}
+
+static __global__ void cd_offsets_kernel(uint64_t *slots, const uint64_t *state, uint64_t use,
+                                         int calls) {
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c < calls) slots[2 * c] = cd_philox_offset(state[1], use, c);
+}
+
+/* The offsets of a stream dropout's `calls` plan runs, written on the device from the stream's
+ * state (no host value: the step can be replayed as a CUDA graph). Slots are 16 bytes apart, the
+ * alignment the graph's tensors declare. */
+static mg_status cd_offsets(mg_backend *be, cd_state *st, const mg_dropout *drop, int calls) {
+    if (calls > 65536)
+        return MG_FAIL(MG_ERR_UNSUPPORTED, "cuDNN attention dropout: %d calls over 65536", calls);
+    if (st->offset_slots < calls) {
+        if (st->offsets) MG_CUDA_CHECK(cudaFree(st->offsets));
+        st->offsets = NULL, st->offset_slots = 0;
+        MG_CUDA_CHECK(cudaMalloc((void **)&st->offsets, (size_t)calls * 16));
+        st->offset_slots = calls;
+    }
+    cd_offsets_kernel<<<(calls + 127) / 128, 128, 0, mg_cuda_stream(be)>>>(st->offsets,
+                                                                          drop->state, drop->use,
+                                                                          calls);
+    MG_CUDA_CHECK_LAUNCH();
+    return MG_OK;
+}
+
+/* The plan for this call, or NULL: the call runs on attention.cu's kernels (positional masks,
+ * documents, unaligned buffers, a shape or dropout cuDNN has no plan for). */
+template <typename h16>
+static mg_status cd_route(mg_backend *be, const void *const *ptrs, int nptrs, int B, int S, int nq,
+                          int ng, int hd, const mg_dropout *drop, const int32_t *doc_start,
+                          cd_plan **out) {
+    *out = NULL;
+    if (cd_positional(drop) || cd_documents(doc_start)) return MG_OK;
+    if (!cd_shape_ok(B, S, nq, ng) || !cd_aligned(ptrs, nptrs)) return MG_OK;
+    cd_plan *p = NULL;
+    MG_CHECK(cd_plan_for<h16>(be, B, S, nq, ng, hd, drop ? drop->threshold : 0u, &p));
+    if (p->ok) *out = p;
+    return MG_OK;
+}
+
 MG_CUDA_DTYPES(mg_status, attention_cudnn_forward,
                (mg_backend * be, void *out /* (B*S, nq*hd) */, void *saved /* (B, nq, S) fp32 */,
                 const void *qkv /* (B*S, ng*(r+2)*hd) */, int B, int S, int nq, int ng, int hd,
                 const mg_dropout *drop, const int32_t *doc_start /* (B*S) or NULL */),
                (be, out, saved, qkv, B, S, nq, ng, hd, drop, doc_start)) {
-    if (cd_dropout(drop) || cd_documents(doc_start)) /* our kernels: see the top */
-        return MG_CUDA_OF(h16, attention_forward)(be, out, saved, qkv, B, S, nq, ng, hd, drop,
-                                                  doc_start);
+    if (drop && drop->threshold == 0) drop = NULL; /* p = 0 */
     const void *ptrs[] = {out, qkv, saved};
     cd_plan *p = NULL;
-    if (cd_shape_ok(B, S, nq, ng) && cd_aligned(ptrs, 3))
-        MG_CHECK(cd_plan_for<h16>(be, B, S, nq, ng, hd, &p));
-    if (!p || !p->ok)
-        return MG_CUDA_OF(h16, attention_forward)(be, out, saved, qkv, B, S, nq, ng, hd, NULL,
-                                                  NULL);
+    MG_CHECK(cd_route<h16>(be, ptrs, 3, B, S, nq, ng, hd, drop, doc_start, &p));
+    if (!p)
+        return MG_CUDA_OF(h16, attention_forward)(be, out, saved, qkv, B, S, nq, ng, hd, drop,
+                                                  doc_start);
     mg_cuda_ctx *ctx = mg_cuda_ctx_of(be);
     cd_state *st = (cd_state *)ctx->cudnn_attn;
     MG_CHECK(cd_workspace_check(be, (size_t)p->fwd_ws, "forward", B, S, nq, hd));
     const int r = nq / ng;
     const size_t C = (size_t)ng * (r + 2) * hd, OW = (size_t)nq * hd;
     const int calls = r == 1 ? 1 : B; /* see the top comment: GQA runs per sequence */
-    float scale = 1.0f / sqrtf((float)hd), neginf = -INFINITY;
+    if (drop) MG_CHECK(cd_offsets(be, st, drop, calls));
+    float scale = 1.0f / sqrtf((float)hd), neginf = -INFINITY, dscale = drop ? drop->scale : 1.0f;
     for (int b = 0; b < calls; b++) {
         const h16 *x = (const h16 *)qkv + (size_t)b * S * C;
         void *vp[] = {(void *)x,
@@ -597,10 +715,14 @@ MG_CUDA_DTYPES(mg_status, attention_cudnn_forward,
                       (h16 *)out + (size_t)b * S * OW,
                       (float *)saved + (size_t)b * nq * S,
                       &scale,
-                      &neginf};
-        static const int64_t uids[] = {CD_UID_Q,     CD_UID_K,     CD_UID_V,     CD_UID_O,
-                                       CD_UID_STATS, CD_UID_SCALE, CD_UID_NEGINF};
-        MG_CHECK(cd_execute(st, p->fwd, uids, vp, 7, ctx->workspace));
+                      &neginf,
+                      drop ? (void *)drop->state : NULL,
+                      drop ? (void *)(st->offsets + 2 * b) : NULL,
+                      &dscale};
+        static const int64_t uids[] = {CD_UID_Q,     CD_UID_K,     CD_UID_V,      CD_UID_O,
+                                       CD_UID_STATS, CD_UID_SCALE, CD_UID_NEGINF, CD_UID_SEED,
+                                       CD_UID_OFFSET, CD_UID_DSCALE};
+        MG_CHECK(cd_execute(st, p->fwd, uids, vp, drop ? 10 : 7, ctx->workspace));
     }
     return MG_OK;
 }
@@ -612,16 +734,13 @@ MG_CUDA_DTYPES(mg_status, attention_cudnn_backward,
                 int S, int nq, int ng, int hd, const mg_dropout *drop,
                 const int32_t *doc_start /* (B*S) or NULL */),
                (be, dqkv, dout, qkv, out, saved, B, S, nq, ng, hd, drop, doc_start)) {
-    if (cd_dropout(drop) || cd_documents(doc_start)) /* our kernels: see the top */
-        return MG_CUDA_OF(h16, attention_backward)(be, dqkv, dout, qkv, out, saved, B, S, nq, ng,
-                                                   hd, drop, doc_start);
+    if (drop && drop->threshold == 0) drop = NULL; /* p = 0 */
     const void *ptrs[] = {dqkv, dout, qkv, out, saved};
     cd_plan *p = NULL;
-    if (cd_shape_ok(B, S, nq, ng) && cd_aligned(ptrs, 5))
-        MG_CHECK(cd_plan_for<h16>(be, B, S, nq, ng, hd, &p));
-    if (!p || !p->ok)
+    MG_CHECK(cd_route<h16>(be, ptrs, 5, B, S, nq, ng, hd, drop, doc_start, &p));
+    if (!p)
         return MG_CUDA_OF(h16, attention_backward)(be, dqkv, dout, qkv, out, saved, B, S, nq, ng,
-                                                   hd, NULL, NULL);
+                                                   hd, drop, doc_start);
     mg_cuda_ctx *ctx = mg_cuda_ctx_of(be);
     cd_state *st = (cd_state *)ctx->cudnn_attn;
     const int r = nq / ng, calls = r == 1 ? 1 : B, bq = r == 1 ? B : 1; /* sequences per call */
@@ -632,8 +751,11 @@ MG_CUDA_DTYPES(mg_status, attention_cudnn_backward,
         p->det ? 0 : ((size_t)bq * nq * S * hd * sizeof(float) + 255) & ~(size_t)255;
     MG_CHECK(cd_workspace_check(be, dsum_bytes + acc_bytes + (size_t)p->bwd_ws, "backward", B, S,
                                 nq, hd));
+    if (drop) MG_CHECK(cd_offsets(be, st, drop, calls)); /* the forward's: same state and use */
     char *ws = (char *)ctx->workspace;
-    float scale = 1.0f / sqrtf((float)hd), neginf = -INFINITY, one = 1.0f;
+    /* the ONE scalar scales Dsum: 1 - p with dropout (see cd_build_backward) */
+    float scale = 1.0f / sqrtf((float)hd), neginf = -INFINITY;
+    float one = drop ? 1.0f / drop->scale : 1.0f, dscale = drop ? drop->scale : 1.0f;
     for (int b = 0; b < calls; b++) {
         const h16 *x = (const h16 *)qkv + (size_t)b * S * C;
         h16 *dx = (h16 *)dqkv + (size_t)b * S * C;
@@ -654,12 +776,22 @@ MG_CUDA_DTYPES(mg_status, attention_cudnn_backward,
                       &scale,
                       &neginf,
                       &one,
-                      ws + dsum_bytes};
-        static const int64_t uids[] = {CD_UID_Q,   CD_UID_K,     CD_UID_V,     CD_UID_O,
-                                       CD_UID_DO,  CD_UID_STATS, CD_UID_DQ,    CD_UID_DK,
-                                       CD_UID_DV,  CD_UID_DSUM,  CD_UID_SCALE, CD_UID_NEGINF,
-                                       CD_UID_ONE, CD_UID_DQACC};
-        MG_CHECK(cd_execute(st, p->bwd, uids, vp, p->det ? 13 : 14, ws + dsum_bytes + acc_bytes));
+                      ws + dsum_bytes,
+                      drop ? (void *)drop->state : NULL,
+                      drop ? (void *)(st->offsets + 2 * b) : NULL,
+                      &dscale};
+        int64_t uids[] = {CD_UID_Q,     CD_UID_K,     CD_UID_V,      CD_UID_O,   CD_UID_DO,
+                          CD_UID_STATS, CD_UID_DQ,    CD_UID_DK,     CD_UID_DV,  CD_UID_DSUM,
+                          CD_UID_SCALE, CD_UID_NEGINF, CD_UID_ONE,   CD_UID_DQACC, CD_UID_SEED,
+                          CD_UID_OFFSET, CD_UID_DSCALE};
+        int n = 13;
+        if (!p->det) n++; /* the accumulator */
+        if (drop) { /* the dropout's three after the (maybe absent) accumulator */
+            if (p->det) vp[13] = vp[14], vp[14] = vp[15], vp[15] = vp[16];
+            if (p->det) uids[13] = CD_UID_SEED, uids[14] = CD_UID_OFFSET, uids[15] = CD_UID_DSCALE;
+            n += 3;
+        }
+        MG_CHECK(cd_execute(st, p->bwd, uids, vp, n, ws + dsum_bytes + acc_bytes));
     }
     return MG_OK;
 }
@@ -683,8 +815,9 @@ MG_CUDA_DTYPES(mg_status, attention_cudnn_init, (mg_backend * be, int determinis
 MG_CUDA_DTYPES(void, attention_cudnn_destroy, (mg_backend * be), (be)) {}
 
 MG_CUDA_DTYPES(mg_status, attention_cudnn_supported,
-               (mg_backend * be, int B, int S, int nq, int ng, int hd, int *supported),
-               (be, B, S, nq, ng, hd, supported)) {
+               (mg_backend * be, int B, int S, int nq, int ng, int hd, uint32_t drop,
+                int *supported),
+               (be, B, S, nq, ng, hd, drop, supported)) {
     *supported = 0;
     return MG_OK;
 }

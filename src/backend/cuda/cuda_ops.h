@@ -74,17 +74,18 @@ mg_status mg_cuda_workspace_reserve(mg_backend *be, size_t need, const char *who
 typedef mg_status mg_cuda_attention_init_fn(void);
 MG_CUDA_DTYPE_DECL(mg_cuda_attention_init_fn, attention_init);
 /* attention_cudnn.cu: the three attention entries through cuDNN's fused attention, selected with
- * MG_ATTENTION=cudnn (cuda_table.c); a shape cuDNN cannot run, attention dropout (drop != NULL:
- * the counter-based mask of core/dropout.h, which cuDNN's own RNG cannot reproduce) and the
- * document mask (doc_start != NULL, --reset-attention-mask) go to attention.cu's entries.
- * Without cuDNN in the build, available() is 0 and forward/backward return MG_ERR_UNSUPPORTED.
- * supported() sets *supported = 1 when cuDNN has plans for this shape (builds them on first
- * call). */
+ * MG_ATTENTION=cudnn (cuda_table.c). Attention dropout with stream masks (core/dropout.h) runs
+ * inside cuDNN's graph, drawn by cuDNN's Philox generator from the stream's seed and offset; a
+ * shape cuDNN cannot run, positional masks (--layout-invariant-dropout, which cuDNN's generator
+ * cannot reproduce) and the document mask (doc_start != NULL, --reset-attention-mask) go to
+ * attention.cu's entries. Without cuDNN in the build, available() is 0 and forward/backward
+ * return MG_ERR_UNSUPPORTED. supported() sets *supported = 1 when cuDNN has plans for this shape
+ * with a dropout of threshold `drop` (0: none; core/dropout.h) and builds them on first call. */
 typedef int mg_cuda_attention_cudnn_available_fn(void);
 typedef mg_status mg_cuda_attention_cudnn_init_fn(mg_backend *be, int deterministic);
 typedef void mg_cuda_attention_cudnn_destroy_fn(mg_backend *be);
 typedef mg_status mg_cuda_attention_cudnn_supported_fn(mg_backend *be, int B, int S, int nq, int ng,
-                                                       int hd, int *supported);
+                                                       int hd, uint32_t drop, int *supported);
 MG_CUDA_DTYPE_DECL(mg_cuda_attention_cudnn_available_fn, attention_cudnn_available);
 MG_CUDA_DTYPE_DECL(mg_cuda_attention_cudnn_init_fn, attention_cudnn_init);
 MG_CUDA_DTYPE_DECL(mg_cuda_attention_cudnn_destroy_fn, attention_cudnn_destroy);

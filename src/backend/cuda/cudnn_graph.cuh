@@ -1,17 +1,17 @@
 /* Building cuDNN backend-API graphs (graph descriptors, tensors, pointwise, matmul, reduction,
- * reshape operations) as a straight list of calls: the first failing call records the status and
+ * reshape, random-number operations) as a straight list of calls: the first failing call records the status and
  * where it failed, later ones do nothing, and the graph is checked once. Every descriptor made is
  * kept in the caller's array, to be destroyed with the plans built from it. Used by the fused
  * attention (attention_cudnn.cu). Header-only (static inline): CUDA C++ inside the backend.
  * Exports: cd_graph, CD_TRY, cd_new, cd_set, cd_set_desc, cd_finalize, cd_add_op, cd_tensor,
- * cd_scalar, cd_pointwise, cd_matmul, cd_reduce, cd_reshape. Needs: cudnn.h. */
+ * cd_scalar, cd_pointwise, cd_matmul, cd_reduce, cd_reshape, cd_rng_bernoulli. Needs: cudnn.h. */
 #ifndef MG_BACKEND_CUDA_CUDNN_GRAPH_CUH
 #define MG_BACKEND_CUDA_CUDNN_GRAPH_CUH
 
 #include <cudnn.h>
 #include <stdint.h>
 
-#define CD_MAX_OPS 32 /* operations of one graph */
+#define CD_MAX_OPS 48 /* operations of one graph */
 
 /* A graph under construction. The first failing call records where and why; later calls do
  * nothing, so the build reads as a straight list of operations and is checked once. */
@@ -162,6 +162,23 @@ static inline void cd_reshape(cd_graph *g, cudnnBackendDescriptor_t x, cudnnBack
     cudnnBackendDescriptor_t op = cd_new(g, CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR);
     cd_set_desc(g, op, CUDNN_ATTR_OPERATION_RESHAPE_XDESC, x);
     cd_set_desc(g, op, CUDNN_ATTR_OPERATION_RESHAPE_YDESC, y);
+    cd_add_op(g, op);
+}
+
+/* y = Bernoulli(prob) draws (1 with probability prob, else 0) of cuDNN's Philox generator keyed
+ * by the seed and offset tensors (int64 scalars in device memory, read at execution). */
+static inline void cd_rng_bernoulli(cd_graph *g, double prob, cudnnBackendDescriptor_t seed,
+                                    cudnnBackendDescriptor_t offset, cudnnBackendDescriptor_t y) {
+    cudnnBackendDescriptor_t rd = cd_new(g, CUDNN_BACKEND_RNG_DESCRIPTOR);
+    cudnnRngDistribution_t dist = CUDNN_RNG_DISTRIBUTION_BERNOULLI;
+    cd_set(g, rd, CUDNN_ATTR_RNG_DISTRIBUTION, CUDNN_TYPE_RNG_DISTRIBUTION, 1, &dist);
+    cd_set(g, rd, CUDNN_ATTR_RNG_BERNOULLI_DIST_PROBABILITY, CUDNN_TYPE_DOUBLE, 1, &prob);
+    cd_finalize(g, rd);
+    cudnnBackendDescriptor_t op = cd_new(g, CUDNN_BACKEND_OPERATION_RNG_DESCRIPTOR);
+    cd_set_desc(g, op, CUDNN_ATTR_OPERATION_RNG_YDESC, y);
+    cd_set_desc(g, op, CUDNN_ATTR_OPERATION_RNG_DESC, rd);
+    cd_set_desc(g, op, CUDNN_ATTR_OPERATION_RNG_SEED, seed);
+    cd_set_desc(g, op, CUDNN_ATTR_OPERATION_RNG_OFFSET_DESC, offset);
     cd_add_op(g, op);
 }
 
