@@ -63,6 +63,11 @@ expect_error rotary_percent_not_a_number 2 "--rotary-percent expects a number, g
 if [ ! -e "$TMP/bad" ]; then pass rotary_percent_errors_write_nothing
 else fail rotary_percent_errors_write_nothing "$(ls -R "$TMP/bad")"; fi
 
+# 2b. a head size no CUDA attention takes (above 256): one line before any GPU work, exit 2 (a
+#     build without the CUDA backend refuses --device cuda itself, also in one line)
+expect_error kv_channels_over_cuda_limit 2 '^megatron: error: (--kv-channels 288: attention on CUDA takes head sizes 1 to 256; use more --num-attention-heads for this --hidden-size, or --device cpu|.*no CUDA backend.*)$' \
+    train "${BASE[@]}" --train-iters 4 --kv-channels 288 --device cuda
+
 # 3. the checkpoint's options: a resume without model flags takes them (a run of 24 iterations
 #    stopped at 20 by --exit-interval, resumed to 24)
 "$MEGATRON" train "${BASE[@]}" "${LLAMA[@]}" --rotary-percent 0.5 --apply-layernorm-1p \
