@@ -322,9 +322,9 @@ MG_TEST(cuda_attention_documents_match_cpu) {
  * 128, attention_generic.cu's for the rest. Sizes of both families (odd ones too: their rows sit
  * at odd 2-byte offsets), with grouped queries, each without dropout, with positional and with
  * stream dropout, with documents, and with documents and stream dropout; forward and backward of
- * our implementation against the CPU, twice (bitwise repeatable), with no device allocation or
- * host synchronisation between. Without dropout and documents, also the backend's entry (cuDNN
- * by default, or ours where cuDNN has no plan). The stream's {seed, offset} lives in each
+ * our implementation against the CPU, twice (bitwise repeatable), the second time with no device
+ * allocation or host synchronisation. Without dropout and documents, also the backend's entry
+ * (cuDNN by default, or ours where cuDNN has no plan). The stream's {seed, offset} lives in each
  * backend's own memory: uploaded for the backend under test, a host array for the CPU. */
 typedef struct {
     int hd, B, S, nq, ng;
@@ -367,7 +367,7 @@ static void check_hd_impl(mg_test_ctx *t, mg_backend *gpu, const att_impl *im, c
             im->forward(gpu, d_out, d_saved, d_qkv, c->B, c->S, c->nq, c->ng, c->hd, dp, d_doc));
         MG_EXPECT_OK(im->backward(gpu, d_dqkv, d_dout, d_qkv, d_out, d_saved, c->B, c->S, c->nq,
                                   c->ng, c->hd, dp, d_doc));
-        if (cuda)
+        if (cuda && run == 1) /* the second run: cuDNN builds its plans in the first */
             MG_EXPECT(ct_allocs(gpu) == allocs && ct_syncs(gpu) == syncs,
                       "%s attention hd=%d %s: %llu device allocations, %llu host syncs", im->name,
                       c->hd, variant, (unsigned long long)(ct_allocs(gpu) - allocs),
