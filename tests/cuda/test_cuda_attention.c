@@ -4,7 +4,10 @@
  * query, key and value parts of dqkv are compared separately: they differ in size, and an error
  * confined to one part must not hide behind another. Both CUDA implementations are checked: ours
  * (attention.cu) and cuDNN's fused attention (attention_cudnn.cu, deterministic graph), the latter
- * with a SKIP line when the build has no cuDNN or cuDNN has no plan for a shape. */
+ * with a SKIP line when the build has no cuDNN or cuDNN has no plan for a shape. Head sizes from
+ * 1 to 256 cover both families of ours (attention.cu's tensor-core kernels, attention_generic.cu's
+ * for the other sizes), with either kind of dropout mask and documents; sizes outside are refused.
+ */
 #include "cuda_test_util.h"
 
 #include "backend/cuda/cuda_ops.h"
@@ -313,4 +316,155 @@ MG_TEST(cuda_attention_documents_match_cpu) {
     for (size_t k = 0; k < sizeof k_doc_cases / sizeof *k_doc_cases; k++)
         for (int drop = 0; drop < 2; drop++)
             check_doc(t, cpu, gpu, impls, n_impl, &k_doc_cases[k], drop);
+}
+
+/* Every head size from 1 to 256 runs on CUDA: the tensor-core kernels for multiples of 16 up to
+ * 128, attention_generic.cu's for the rest. Sizes of both families (odd ones too: their rows sit
+ * at odd 2-byte offsets), with grouped queries, each without dropout, with positional and with
+ * stream dropout, with documents, and with documents and stream dropout; forward and backward of
+ * our implementation against the CPU, twice (bitwise repeatable), the second time with no device
+ * allocation or host synchronisation. Without dropout and documents, also the backend's entry
+ * (cuDNN by default, or ours where cuDNN has no plan). The stream's {seed, offset} lives in each
+ * backend's own memory: uploaded for the backend under test, a host array for the CPU. */
+typedef struct {
+    int hd, B, S, nq, ng;
+} hd_case;
+
+static const hd_case k_hd_cases[] = {
+    {1, 2, 67, 4, 2},    /* generic: a single channel */
+    {8, 2, 130, 4, 2},   /* generic */
+    {24, 2, 67, 6, 2},   /* generic, 3 query heads per group */
+    {37, 1, 130, 2, 1},  /* generic, odd: every other row at an odd 2-byte offset */
+    {64, 2, 130, 4, 2},  /* tensor cores */
+    {80, 1, 67, 4, 4},   /* tensor cores, multi-head */
+    {96, 2, 67, 4, 1},   /* tensor cores, multi-query */
+    {128, 1, 130, 4, 2}, /* tensor cores, the largest */
+    {192, 2, 67, 4, 2},  /* generic */
+    {256, 1, 130, 2, 1}, /* generic, the largest */
+};
+
+enum { HD_PLAIN, HD_POSITIONAL, HD_STREAM, HD_DOCS, HD_DOCS_STREAM, HD_VARIANTS };
+static const char *const k_hd_variant[HD_VARIANTS] = {
+    "plain", "positional dropout", "stream dropout", "documents", "documents, stream dropout"};
+
+/* One implementation on one case and variant against the CPU's out and dqkv. */
+static void check_hd_impl(mg_test_ctx *t, mg_backend *gpu, const att_impl *im, const hd_case *c,
+                          const char *variant, const void *d_qkv, const void *d_dout,
+                          const mg_dropout *dp, const int32_t *d_doc, const float *ref_out,
+                          const float *ref_dqkv) {
+    static const char *part_name[3] = {"dq", "dk", "dv"};
+    int N = c->B * c->S, r = c->nq / c->ng;
+    size_t nqkv = (size_t)N * c->ng * (r + 2) * c->hd, nout = (size_t)N * c->nq * c->hd;
+    bool cuda = gpu->device == MG_DEVICE_CUDA;
+    ct_pool Q = ct_pool_of(t, gpu);
+    void *d_out = ct_poison_act(&Q, nout), *d_dqkv = ct_poison_act(&Q, nqkv);
+    void *d_saved = ct_poison(&Q, im->saved_bytes(gpu, c->B, c->S, c->nq, c->hd));
+    if (Q.failed) goto done;
+    float *got_out[2], *got_d[2];
+    for (int run = 0; run < 2; run++) {
+        uint64_t allocs = cuda ? ct_allocs(gpu) : 0, syncs = cuda ? ct_syncs(gpu) : 0;
+        MG_EXPECT_OK(
+            im->forward(gpu, d_out, d_saved, d_qkv, c->B, c->S, c->nq, c->ng, c->hd, dp, d_doc));
+        MG_EXPECT_OK(im->backward(gpu, d_dqkv, d_dout, d_qkv, d_out, d_saved, c->B, c->S, c->nq,
+                                  c->ng, c->hd, dp, d_doc));
+        if (cuda && run == 1) /* the second run: cuDNN builds its plans in the first */
+            MG_EXPECT(ct_allocs(gpu) == allocs && ct_syncs(gpu) == syncs,
+                      "%s attention hd=%d %s: %llu device allocations, %llu host syncs", im->name,
+                      c->hd, variant, (unsigned long long)(ct_allocs(gpu) - allocs),
+                      (unsigned long long)(ct_syncs(gpu) - syncs));
+        got_out[run] = ct_down_act(&Q, d_out, nout);
+        got_d[run] = ct_down_act(&Q, d_dqkv, nqkv);
+    }
+    CT_EXPECT_CLOSE(got_out[0], ref_out, nout, CT_TOL_GEMM,
+                    "%s attention_forward hd=%d B=%d S=%d nq=%d ng=%d, %s", im->name, c->hd, c->B,
+                    c->S, c->nq, c->ng, variant);
+    for (int part = 0; part < 3; part++) {
+        size_t n1, n2;
+        float *g = qkv_part(&Q, got_d[0], N, c->nq, c->ng, c->hd, part, &n1);
+        float *want = qkv_part(&Q, ref_dqkv, N, c->nq, c->ng, c->hd, part, &n2);
+        CT_EXPECT_CLOSE(g, want, n1, CT_TOL_ATTN_BWD,
+                        "%s attention_backward %s hd=%d B=%d S=%d nq=%d ng=%d, %s", im->name,
+                        part_name[part], c->hd, c->B, c->S, c->nq, c->ng, variant);
+    }
+    CT_EXPECT_SAME_BITS(got_out[0], got_out[1], nout * 4, "%s attention_forward hd=%d %s rerun",
+                        im->name, c->hd, variant);
+    CT_EXPECT_SAME_BITS(got_d[0], got_d[1], nqkv * 4, "%s attention_backward hd=%d %s rerun",
+                        im->name, c->hd, variant);
+done:
+    ct_pool_free(&Q);
+}
+
+MG_TEST(cuda_attention_head_sizes_match_cpu) {
+    CT_BACKENDS(cpu, gpu);
+    att_impl ours = {"ours", gpu->attention_saved_bytes, gpu->attention_forward,
+                     gpu->attention_backward};
+    const att_impl table = {"table", gpu->attention_saved_bytes, gpu->attention_forward,
+                            gpu->attention_backward};
+    if (gpu->device == MG_DEVICE_CUDA)
+        ours = (att_impl){"ours", CT_CUDA_OP(gpu, attention_saved_bytes),
+                          CT_CUDA_OP(gpu, attention_forward), CT_CUDA_OP(gpu, attention_backward)};
+    /* a stream's {seed, offset}: an offset past 2^32 puts bits in both of its counter words */
+    const uint64_t stream_host[2] = {0x5eed0123456789abull, (1ull << 32) + 77};
+    for (size_t k = 0; k < sizeof k_hd_cases / sizeof *k_hd_cases; k++) {
+        const hd_case *c = &k_hd_cases[k];
+        int N = c->B * c->S, r = c->nq / c->ng;
+        size_t nqkv = (size_t)N * c->ng * (r + 2) * c->hd, nout = (size_t)N * c->nq * c->hd;
+        ct_pool P = ct_pool_of(t, gpu);
+        float *qkv = ct_rand_act(&P, 97, nqkv, 1.0f), *dout = ct_rand_act(&P, 98, nout, 1.0f);
+        /* documents: sequence 0 ends them after S/3 and 2S/3, sequence 1 after 0 and S/2 + 1 */
+        int32_t *doc = ct_host(&P, (size_t)N * sizeof *doc);
+        for (int b = 0; b < c->B; b++) {
+            int e1 = b % 2 ? 0 : c->S / 3, e2 = b % 2 ? c->S / 2 + 1 : 2 * c->S / 3;
+            for (int s = 0, start = 0; s < c->S; s++) {
+                doc[b * c->S + s] = start;
+                if (s == e1 || s == e2) start = s + 1;
+            }
+        }
+        float *ref_out = ct_host(&P, nout * 4), *ref_dqkv = ct_host(&P, nqkv * 4);
+        float *saved = ct_host(&P, cpu->attention_saved_bytes(cpu, c->B, c->S, c->nq, c->hd));
+        void *d_qkv = ct_up_act(&P, qkv, nqkv), *d_dout = ct_up_act(&P, dout, nout);
+        int32_t *d_doc = ct_up_i32(&P, doc, N);
+        const uint64_t *stream_dev =
+            (const uint64_t *)ct_up_i32(&P, (const int32_t *)stream_host, 4);
+        for (int v = 0; v < HD_VARIANTS && !P.failed; v++) {
+            /* the same mask for both backends: only the stream's state pointer differs */
+            mg_dropout cpu_drop = mg_dropout_init(0.2, 4321, 9, 3, MG_DROPOUT_ATTENTION, 1, 2);
+            mg_dropout gpu_drop = cpu_drop;
+            if (v == HD_STREAM || v == HD_DOCS_STREAM) {
+                cpu_drop = mg_dropout_stream_init(0.2, stream_host, 3);
+                gpu_drop = mg_dropout_stream_init(0.2, stream_dev, 3);
+            }
+            bool dropping = v == HD_POSITIONAL || v == HD_STREAM || v == HD_DOCS_STREAM;
+            bool docs = v == HD_DOCS || v == HD_DOCS_STREAM;
+            const mg_dropout *cdp = dropping ? &cpu_drop : NULL, *gdp = dropping ? &gpu_drop : NULL;
+            MG_EXPECT_OK(cpu->attention_forward(cpu, ref_out, saved, qkv, c->B, c->S, c->nq, c->ng,
+                                                c->hd, cdp, docs ? doc : NULL));
+            MG_EXPECT_OK(cpu->attention_backward(cpu, ref_dqkv, dout, qkv, ref_out, saved, c->B,
+                                                 c->S, c->nq, c->ng, c->hd, cdp,
+                                                 docs ? doc : NULL));
+            check_hd_impl(t, gpu, &ours, c, k_hd_variant[v], d_qkv, d_dout, gdp,
+                          docs ? d_doc : NULL, ref_out, ref_dqkv);
+            if (v == HD_PLAIN)
+                check_hd_impl(t, gpu, &table, c, k_hd_variant[v], d_qkv, d_dout, NULL, NULL,
+                              ref_out, ref_dqkv);
+        }
+        ct_pool_free(&P);
+    }
+}
+
+/* Head dims outside 1..256 are refused by our entries with one line naming the limit, before
+ * anything is read or launched (so no buffers are needed). CUDA only. */
+MG_TEST(cuda_attention_head_dim_limits) {
+    CT_BACKENDS(cpu, gpu);
+    (void)cpu;
+    if (gpu->device != MG_DEVICE_CUDA) return;
+    const int bad[] = {0, -8, 257, 512};
+    for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+        MG_EXPECT_ERROR(CT_CUDA_OP(gpu, attention_forward)(gpu, NULL, NULL, NULL, 1, 8, 2, 1,
+                                                           bad[k], NULL, NULL),
+                        MG_ERR_UNSUPPORTED, "(1 to 256 on CUDA)");
+        MG_EXPECT_ERROR(CT_CUDA_OP(gpu, attention_backward)(gpu, NULL, NULL, NULL, NULL, NULL, 1, 8,
+                                                            2, 1, bad[k], NULL, NULL),
+                        MG_ERR_UNSUPPORTED, "(1 to 256 on CUDA)");
+    }
 }

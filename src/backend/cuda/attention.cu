@@ -41,16 +41,20 @@
  * past S are masked. Later query tiles have more work, so the forward and dQ grids start from the
  * last tile (and dK/dV from the first key tile), letting the long blocks start first.
  *
- * Limits: hd a multiple of 16, 16..128 (templated); qkv, out, dout, dqkv 16-byte aligned (16-byte
- * vector loads); dynamic shared memory up to ~123 KB per block (HD 128), raised for every kernel
- * and head dim once per device at backend creation (mg_cuda_attention_init), not per launch.
- * Workspace: D, B*nq*S fp32 (4 MiB at B=8, nq=32, S=4096).
+ * Limits: these kernels take hd a multiple of 16 from 16 to 128 (templated), with qkv, out, dout
+ * and dqkv 16-byte aligned (16-byte vector loads); any other hd from 1 to 256 goes, forward and
+ * backward alike, to attention_generic.cu's kernels (CUDA cores, element loads, no alignment
+ * beyond the element's), which keep the same lse2 in `saved` and take the same D; a head dim
+ * outside 1..256 is refused. Dynamic shared memory up to ~123 KB per block (HD 128), raised for
+ * every kernel and head dim once per device at backend creation (mg_cuda_attention_init), not per
+ * launch. Workspace: D, B*nq*S fp32 (4 MiB at B=8, nq=32, S=4096), for both families.
  * Exports: mg_cuda_attention_init, mg_cuda_attention_saved_bytes, mg_cuda_attention_forward,
  * mg_cuda_attention_backward. */
 /* first: it declares the core error API with C linkage (core/status.h has no guards) */
 #include <type_traits>
 #include "backend/cuda/cuda_common.cuh"
 
+#include "backend/cuda/attention_generic.cuh"
 #include "core/dropout.h"
 
 #include <math.h>
@@ -547,19 +551,25 @@ static __global__ void __launch_bounds__(ATT_BWD_THREADS)
     store_tile<HD>(dqkv + tok0 * C + qoff, C, q0, S, stage, scale); /* dq = scale dS K */
 }
 
+/* The head dims the tensor-core kernels are built for (with_head_dim); any other from 1 to
+ * MG_ATT_GENERIC_MAX_HD runs attention_generic.cu's kernels, forward and backward alike. */
+static bool fast_head_dim(int hd) {
+    return hd % 16 == 0 && hd >= 16 && hd <= 128;
+}
+
 static mg_status attention_check(int B, int S, int nq, int ng, int hd, const void *const *ptrs,
                                  int nptrs) {
     if (B <= 0 || S <= 0 || nq <= 0 || ng <= 0 || nq % ng != 0)
         return MG_FAIL(MG_ERR_INTERNAL,
                        "attention: bad shape B=%d S=%d, %d query heads in %d groups", B, S, nq, ng);
-    if (hd % 16 != 0 || hd < 16 || hd > 128)
+    if (hd < 1 || hd > MG_ATT_GENERIC_MAX_HD)
         return MG_FAIL(MG_ERR_UNSUPPORTED,
-                       "attention: head dim %d is not supported by the CUDA kernels (a multiple of "
-                       "16 from 16 to 128)",
-                       hd);
+                       "attention: head dim %d is not supported (1 to %d on CUDA)", hd,
+                       MG_ATT_GENERIC_MAX_HD);
     if (B > 65535 || nq > 65535)
         return MG_FAIL(MG_ERR_UNSUPPORTED, "attention: B=%d or nq=%d over the grid limit 65535", B,
                        nq);
+    if (!fast_head_dim(hd)) return MG_OK; /* the generic kernels load element by element */
     for (int i = 0; i < nptrs; i++)
         if ((uintptr_t)ptrs[i] % 16 != 0)
             return MG_FAIL(MG_ERR_UNSUPPORTED,
@@ -614,7 +624,7 @@ static mg_status backward_launch(mg_backend *be, h16 *dqkv, const h16 *dout, con
 }
 
 /* Calls f(std::integral_constant<int, hd>) for the head dims the kernels are built for
- * (attention_check has admitted only these); one switch for forward and backward. */
+ * (fast_head_dim: the launchers send only these here); one switch for forward and backward. */
 template <class F> static mg_status with_head_dim(int hd, F f) {
     switch (hd) {
     case 16:
@@ -663,6 +673,9 @@ MG_CUDA_DTYPES(mg_status, attention_forward,
                (be, out, saved, qkv, B, S, nq, ng, hd, drop, doc_start)) {
     const void *ptrs[] = {out, qkv};
     MG_CHECK(attention_check(B, S, nq, ng, hd, ptrs, 2));
+    if (!fast_head_dim(hd))
+        return mg_cuda_attention_generic_forward<h16>(
+            be, (h16 *)out, (float *)saved, (const h16 *)qkv, B, S, nq, ng, hd, drop, doc_start);
     const int r = nq / ng;
     return with_head_dim(hd, [&](auto HD) {
         return forward_launch<decltype(HD)::value>(be, (h16 *)out, (float *)saved, (const h16 *)qkv,
@@ -687,6 +700,10 @@ MG_CUDA_DTYPES(mg_status, attention_backward,
         <<<(unsigned)((rows + warps - 1) / warps), 32 * warps, 0, mg_cuda_stream(be)>>>(
             D, (const h16 *)dout, (const h16 *)out, B, S, nq, hd);
     MG_CUDA_CHECK_LAUNCH();
+    if (!fast_head_dim(hd))
+        return mg_cuda_attention_generic_backward<h16>(be, (h16 *)dqkv, (const h16 *)dout,
+                                                       (const h16 *)qkv, (const float *)saved, D, B,
+                                                       S, nq, ng, hd, drop, doc_start);
     return with_head_dim(hd, [&](auto HD) {
         return backward_launch<decltype(HD)::value>(be, (h16 *)dqkv, (const h16 *)dout,
                                                     (const h16 *)qkv, (const float *)saved, D, B, S,
