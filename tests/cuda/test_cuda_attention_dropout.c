@@ -31,6 +31,10 @@ static const dcase k_cases[] = {
     {2, 128, 4, 4, 64},  /* multi-head: one plan run for the batch */
     {3, 80, 4, 2, 128},  /* grouped queries: one run per sequence, each its own offset */
     {1, 200, 2, 2, 256}, /* the largest head size, keys past one window */
+    {2, 64, 2, 2, 8},    /* the smallest head size cuDNN takes: eight windows of keys */
+    {1, 96, 3, 1, 24},   /* multi-query, three heads per group */
+    {1, 100, 2, 2, 80},
+    {1, 70, 2, 2, 192},
 };
 #define NCASES (sizeof k_cases / sizeof k_cases[0])
 
