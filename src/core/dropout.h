@@ -47,6 +47,7 @@
 #include "core/philox.h"
 
 #include <stdint.h>
+#include <string.h>
 
 /* Where in a layer a mask applies (the counter's site field). */
 enum {
@@ -92,7 +93,8 @@ static inline void mg_dropout_set_p(mg_dropout *d, double p) {
 /* A stream dropout of probability p in [0, 1): the op numbered `use` in the step draws from the
  * stream whose {seed, offset} is at `state` (backend memory). */
 static inline mg_dropout mg_dropout_stream_init(double p, const uint64_t *state, uint64_t use) {
-    mg_dropout d = {0};
+    mg_dropout d;
+    memset(&d, 0, sizeof d);
     d.mode = MG_DROPOUT_STREAM;
     mg_dropout_set_p(&d, p);
     d.state = state;
@@ -104,7 +106,8 @@ static inline mg_dropout mg_dropout_stream_init(double p, const uint64_t *state,
  * `layer`. */
 static inline mg_dropout mg_dropout_init(double p, uint64_t seed, int64_t iteration, int layer,
                                          int site, int sample0, int first) {
-    mg_dropout d = {0};
+    mg_dropout d;
+    memset(&d, 0, sizeof d);
     d.mode = MG_DROPOUT_POSITIONAL;
     mg_dropout_set_p(&d, p);
     d.seed = (uint32_t)seed;
