@@ -16,8 +16,8 @@
  *    the multi-rank runs are in tests/dist);
  *  - a run saved at iteration 2 and resumed draws the masks the uninterrupted run drew (the
  *    checkpoint keeps the streams' offset; positional masks, the iteration): the same losses and
- *    weights, bit for bit; with --no-load-rng the resumed run draws from fresh streams and its
- *    losses differ. */
+ *    weights, bit for bit; with --no-load-rng, or from a checkpoint saved with --no-save-rng, the
+ *    resumed run draws from fresh streams and its losses differ. */
 #include "test.h"
 
 #include "config_test_util.h"
@@ -267,11 +267,12 @@ MG_TEST(train_dropout_micro_batch_size_invariant) {
     release(b);
 }
 
-/* Trains 4 steps straight, and 2 saved then 2 resumed (with --no-load-rng when no_load_rng),
- * with dropout 0.2 and `extra` flags; same: whether the resumed losses must equal the straight
- * run's bit for bit (else they must differ). The resumed streams end at `offset` uses. */
+/* Trains 4 steps straight, and 2 saved (with --no-save-rng when no_save_rng) then 2 resumed
+ * (with --no-load-rng when no_load_rng), with dropout 0.2 and `extra` flags; same: whether the
+ * resumed losses must equal the straight run's bit for bit (else they must differ). The resumed
+ * streams end at `offset` uses. */
 static void check_resume(mg_test_ctx *t, const char *label, const char *const *extra,
-                         bool no_load_rng, bool same, uint64_t offset) {
+                         bool no_save_rng, bool no_load_rng, bool same, uint64_t offset) {
     char dir[] = "/tmp/mg_dropout_resume_XXXXXX";
     MG_EXPECT(mkdtemp(dir) != NULL, "mkdtemp failed");
     if (t->failures) return;
@@ -281,6 +282,7 @@ static void check_resume(mg_test_ctx *t, const char *label, const char *const *e
     mg_trainer *a = train(t, &c, 4, straight);
     mg_config cs = c;
     snprintf(cs.save, sizeof cs.save, "%s", dir);
+    cs.no_save_rng = no_save_rng;
     mg_trainer *b = train(t, &cs, 2, first);
     if (!t->failures) MG_EXPECT_OK(mg_trainer_save(b));
     mg_config cl = c;
@@ -323,8 +325,10 @@ static void check_resume(mg_test_ctx *t, const char *label, const char *const *e
 
 MG_TEST(train_dropout_resume_draws_the_same_masks) {
     const char *positional[] = {"--layout-invariant-dropout", NULL};
-    check_resume(t, "stream masks", NULL, false, true, 4 * STEP_USES);
-    check_resume(t, "positional masks", positional, false, true, 4 * STEP_USES);
+    check_resume(t, "stream masks", NULL, false, false, true, 4 * STEP_USES);
+    check_resume(t, "positional masks", positional, false, false, true, 4 * STEP_USES);
     /* fresh streams: the resumed steps redraw the first two steps' positions */
-    check_resume(t, "stream masks, --no-load-rng", NULL, true, false, 2 * STEP_USES);
+    check_resume(t, "stream masks, --no-load-rng", NULL, false, true, false, 2 * STEP_USES);
+    check_resume(t, "stream masks, saved with --no-save-rng", NULL, true, false, false,
+                 2 * STEP_USES);
 }
