@@ -115,6 +115,9 @@ typedef struct {
     double attention_dropout;      /* --attention-dropout (0.1): on the attention probabilities */
     double hidden_dropout;         /* --hidden-dropout (0.1): on each block's attention and MLP
                                       outputs before the residual add (core/dropout.h) */
+    bool layout_invariant_dropout; /* --layout-invariant-dropout (a megatron.c extension):
+                                      positional masks, the same under every parallel layout,
+                                      instead of Megatron's random streams (core/dropout.h) */
     int64_t seed;                  /* --seed (1234) */
     bool calculate_per_token_loss; /* --calculate-per-token-loss: the loss is the global batch's
                                       sum over its unmasked tokens / their number
@@ -178,6 +181,8 @@ typedef struct {
     bool no_save_optim;   /* --no-save-optim: checkpoints without the Adam moments */
     bool no_load_optim;   /* --no-load-optim: moments, Adam's step and the LR schedule start anew */
     bool finetune;        /* --finetune: the weights alone; iteration and samples from 0 */
+    bool no_save_rng;     /* --no-save-rng: checkpoints without the dropout streams' position */
+    bool no_load_rng;     /* --no-load-rng: the dropout streams start fresh on resume */
     bool exit_on_missing_checkpoint;   /* --exit-on-missing-checkpoint: no checkpoint is an error */
     bool override_opt_param_scheduler; /* --override-opt-param-scheduler: on resume the
                                           command line's lr schedule (train/lr_schedule.h) */

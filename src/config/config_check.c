@@ -248,7 +248,8 @@ static mg_status check_lr(mg_config *c) {
 }
 
 /* Dropout probabilities in [0, 1) (Megatron's, applied as torch's dropout), and the sizes the
- * masks' counters keep apart (core/dropout.h) while dropout is on. */
+ * masks' counters keep apart (core/dropout.h) while dropout is on: a stream mask numbers the
+ * elements of an op's local tensor, a positional one those of a sequence of the whole model. */
 static mg_status check_dropout(const mg_config *c) {
     const struct {
         const char *flag;
@@ -259,12 +260,29 @@ static mg_status check_dropout(const mg_config *c) {
         if (!(d[i].p >= 0 && d[i].p < 1))
             return USAGE("%s must be in [0, 1) (0 disables), got %g", d[i].flag, d[i].p);
     if (c->attention_dropout == 0 && c->hidden_dropout == 0) return MG_OK;
-    if (c->num_layers >= 4096 || c->seq_length > 65536 || c->num_attention_heads >= 65536 ||
-        (int64_t)c->seq_length * c->hidden_size >= (int64_t)1 << 34)
+    const int64_t big = (int64_t)1 << 34;
+    if (c->layout_invariant_dropout) {
+        if (c->num_layers >= 4096 || c->seq_length > 65536 || c->num_attention_heads >= 65536 ||
+            (int64_t)c->seq_length * c->hidden_size >= big)
+            return MG_FAIL(MG_ERR_UNSUPPORTED,
+                           "--layout-invariant-dropout masks support fewer than 4096 layers and "
+                           "65536 heads, sequences of at most 65536 tokens and seq-length x "
+                           "hidden-size < 2^34; pass --attention-dropout 0 --hidden-dropout 0 for "
+                           "this model");
+        return MG_OK;
+    }
+    /* the rows of one rank's hidden-dropout op: the microbatch's tokens, 1/T of them with SP */
+    int64_t rows = (int64_t)c->micro_batch_size * c->seq_length;
+    if (c->sequence_parallel && c->tensor_model_parallel_size > 1)
+        rows /= c->tensor_model_parallel_size;
+    if (c->seq_length > 65536 || c->micro_batch_size >= 65536 || c->num_attention_heads >= 65536 ||
+        rows * c->hidden_size >= big)
         return MG_FAIL(MG_ERR_UNSUPPORTED,
-                       "dropout masks support fewer than 4096 layers and 65536 heads, sequences of "
-                       "at most 65536 tokens and seq-length x hidden-size < 2^34; pass "
-                       "--attention-dropout 0 --hidden-dropout 0 for this model");
+                       "dropout masks support sequences of at most 65536 tokens, fewer than 65536 "
+                       "heads and sequences per micro-batch, and micro-batch-size x seq-length x "
+                       "hidden-size (per tensor-parallel rank with --sequence-parallel) < 2^34, "
+                       "here %lld; pass --attention-dropout 0 --hidden-dropout 0 for this model",
+                       (long long)(rows * c->hidden_size));
     return MG_OK;
 }
 

@@ -241,6 +241,10 @@ const mg_flag_spec mg_flag_table[] = {
              "add, in [0, 1); training only"},
     {"--attention-dropout", OPTIM, DOUBLE, FIELD(attention_dropout),
      .help = "dropout probability of the attention probabilities, in [0, 1); training only"},
+    {"--layout-invariant-dropout", OPTIM, BOOL, FIELD(layout_invariant_dropout),
+     .help = "a megatron.c extension: each dropout mask is a function of the element's place in "
+             "the unsplit model and the global batch, so every parallel layout and micro-batch "
+             "size trains the same model (default: Megatron's per-rank random streams)"},
     {"--use-distributed-optimizer", OPTIM, BOOL, FIELD(use_distributed_optimizer),
      .help = "ZeRO-1: each data-parallel rank keeps the Adam state of its shard of every "
              "gradient bucket (reduce-scatter, AdamW on the shard, all-gather)"},
@@ -510,10 +514,11 @@ const mg_flag_spec mg_flag_table[] = {
      .help = "the same as --use-checkpoint-opt_param-scheduler"},
     {"--use-checkpoint-args", CKPT, BOOL, IGNORED,
      .help = "always on here: model flags not given come from the --load checkpoint"},
-    {"--no-save-rng", CKPT, BOOL, IGNORED,
-     .help = "the RNG is counter-based (seed, iteration, position): no state to save"},
-    {"--no-load-rng", CKPT, BOOL, IGNORED,
-     .help = "the RNG is counter-based (seed, iteration, position): no state to load"},
+    {"--no-save-rng", CKPT, BOOL, FIELD(no_save_rng),
+     .help = "save checkpoints without the dropout streams' position"},
+    {"--no-load-rng", CKPT, BOOL, FIELD(no_load_rng),
+     .help = "do not load the dropout streams' position: a resumed run draws from fresh streams, "
+             "as at the start"},
 
     /* data */
     {"--mock-data", DATA, BOOL, FIELD(mock_data),

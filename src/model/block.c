@@ -100,6 +100,12 @@ bool mg_block_dropout(const mg_block_ctx *x, int layer, int site, mg_dropout *d)
     const mg_model_config *c = x->c;
     double p = site == MG_DROPOUT_ATTENTION ? c->attn_dropout : c->hidden_dropout;
     if (!x->pass.on || !(p > 0)) return false;
+    if (!c->dropout_positional) {
+        int which = site == MG_DROPOUT_ATTENTION || c->sp ? MG_RNG_MODEL_PARALLEL : MG_RNG_DEFAULT;
+        *d = mg_dropout_stream_init(p, mg_model_rng_stream(x->rng, which),
+                                    mg_model_rng_use(c->L, x->pass.mb, layer, site));
+        return true;
+    }
     /* the first local head's global number; the first residual row's in the microbatch (SP) */
     int first = site == MG_DROPOUT_ATTENTION ? c->tp_rank * c->nq_l
                 : c->sp                      ? x->tp->rank * x->Nl
@@ -131,18 +137,16 @@ mg_status mg_block_row_parallel_forward(const mg_block_ctx *x, void *out, const 
 
 mg_status mg_block_row_parallel_dout(const mg_block_ctx *x, const void *dout,
                                      const mg_dropout *drop, const void **whole) {
+    const mg_model_config *c = x->c;
     *whole = dout;
-    if (x->c->sp) {
-        void *w = mg_block_ws_ptr(x, x->ws->part);
-        *whole = w;
-        MG_CHECK(mg_tp_all_gather(x->tp, w, dout, (size_t)x->Nl * x->c->H, x->be->compute_dtype));
+    if (drop) { /* the forward's mask over this rank's rows (its own seed under SP) */
+        void *dd = mg_block_ws_ptr(x, x->ws->ddrop);
+        MG_CHECK(x->be->dropout_backward(x->be, dd, dout, x->Nl, c->H, c->S, drop));
+        *whole = dd;
     }
-    if (!drop) return MG_OK;
-    /* the whole microbatch's rows now: the mask from row 0 */
-    mg_dropout d = *drop;
-    d.first = 0;
-    void *dd = mg_block_ws_ptr(x, x->ws->ddrop);
-    MG_CHECK(x->be->dropout_backward(x->be, dd, *whole, x->N, x->c->H, x->c->S, &d));
-    *whole = dd;
+    if (!c->sp) return MG_OK;
+    void *w = mg_block_ws_ptr(x, x->ws->part);
+    MG_CHECK(mg_tp_all_gather(x->tp, w, *whole, (size_t)x->Nl * c->H, x->be->compute_dtype));
+    *whole = w;
     return MG_OK;
 }

@@ -14,8 +14,7 @@
  * used unchanged (bias and residual inside the GEMM epilogue).
  * Exports: mg_moe_params, mg_layer_params, mg_layer_slot, mg_block_ws, mg_moe_ws, mg_block_ctx,
  * mg_block_*, mg_attention_*, mg_mlp_*, mg_moe_forward, mg_moe_backward. Needs: model/config,
- * model/params, parallel/tensor_parallel, backend,
- * core/arena. */
+ * model/params, model/rng, parallel/tensor_parallel, backend, core/arena. */
 #ifndef MG_MODEL_BLOCK_H
 #define MG_MODEL_BLOCK_H
 
@@ -23,6 +22,7 @@
 #include "core/arena.h"
 #include "model/config.h"
 #include "model/params.h"
+#include "model/rng.h"
 #include "parallel/tensor_parallel.h"
 
 /* Rows of the parameter table of an MoE layer's MLP (model/moe.c); -1 where it has none. */
@@ -110,7 +110,7 @@ typedef struct {
     size_t dfc1, dact;         /* (N, fc1_l), (N, F_l) (SwiGLU only) */
     size_t part;               /* (N,H) tp > 1: a row-parallel product before its reduction, or a
                                   gathered residual-stream gradient */
-    size_t ddrop;              /* (N,H) hidden dropout: a layer output's gradient through the
+    size_t ddrop;              /* (Nl,H) hidden dropout: a layer output's gradient through the
                                   mask (mg_block_row_parallel_dout) */
     size_t logits, losses;     /* (N, V_l), (N) fp32 */
     size_t ce;                 /* tp > 1: (3N) fp32 row maxima, then sums (2N) */
@@ -124,8 +124,10 @@ typedef struct {
  * the microbatch's positions and document starts (train/trainer_docs.h). */
 typedef struct {
     bool on;                  /* a training pass: --attention-dropout and --hidden-dropout apply */
-    int64_t iteration;        /* the training iteration */
-    int sample0;              /* the microbatch's first sequence: its index in the global batch */
+    int mb;                   /* stream masks: the microbatch's number in this rank's step */
+    int64_t iteration;        /* positional masks: the training iteration */
+    int sample0;              /* positional masks: the microbatch's first sequence, its index in
+                                 the global batch */
     const int32_t *pos;       /* (N) backend: each token's position (--reset-position-ids: the
                                  learned embedding's row, RoPE's angle); NULL: i % S */
     const int32_t *doc_start; /* (N) backend: the first token of each token's document in its
@@ -146,8 +148,9 @@ typedef struct {
     float *grad_buf; /* (params->numel) fp32 */
     mg_arena *acts, *work;
     const mg_block_ws *ws;
-    const mg_moe_ws *moe; /* NULL in a dense model */
-    mg_block_pass pass;   /* the pass's dropout */
+    const mg_moe_ws *moe;    /* NULL in a dense model */
+    const mg_model_rng *rng; /* the dropout streams (set at bind) */
+    mg_block_pass pass;      /* the pass's dropout */
 } mg_block_ctx;
 
 static inline void *mg_block_act(const mg_block_ctx *x, size_t off) {
@@ -183,7 +186,11 @@ mg_status mg_block_norm_backward(const mg_block_ctx *x, void *dx, void *dwhole, 
                                  const float *mean, const float *rstd, int w, int b);
 /* The dropout at `site` (MG_DROPOUT_*) of global layer `layer` in this pass, for an op over this
  * rank's heads (attention) or residual rows (hidden): false when there is none (probability 0,
- * or not a training pass). */
+ * or not a training pass). Stream masks (model/rng.h) draw attention dropout from the
+ * model-parallel stream, as Megatron forks its tracker around core attention, and hidden dropout
+ * from the default stream (the tensor-parallel ranks drop the same elements of the activations
+ * they all hold), or with sequence parallelism from the model-parallel one (each rank holds other
+ * rows; Megatron runs the whole block in the fork then). */
 bool mg_block_dropout(const mg_block_ctx *x, int layer, int site, mg_dropout *d);
 /* out (Nl,H) = residual + bias + inp (N,IC) @ w^T, the product reduced over the group (summed
  * onto this rank's rows, SP); with drop (hidden dropout, NULL: none) Megatron's
@@ -192,8 +199,9 @@ mg_status mg_block_row_parallel_forward(const mg_block_ctx *x, void *out, const 
                                         int b, const void *residual, int IC,
                                         const mg_dropout *drop);
 /* The gradient of a row-parallel layer's output as its backward needs it, whole (N,H): dout
- * itself, or (SP) dout's rows gathered from the group into the workspace; with drop (the
- * forward's) the gradient of the product and bias before the dropout, in the workspace. */
+ * (Nl,H) itself, or (SP) the rows of the group gathered into the workspace; with drop (the
+ * forward's) through the mask first, on this rank's rows (those the forward's dropout_add drew
+ * it over): the gradient of the product and bias before the dropout. */
 mg_status mg_block_row_parallel_dout(const mg_block_ctx *x, const void *dout,
                                      const mg_dropout *drop, const void **whole);
 

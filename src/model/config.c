@@ -83,6 +83,7 @@ mg_status mg_model_config_from(mg_model_config *m, const mg_config *c, int tp_ra
     m->seed = (uint64_t)c->seed;
     m->attn_dropout = c->attention_dropout;
     m->hidden_dropout = c->hidden_dropout;
+    m->dropout_positional = c->layout_invariant_dropout;
     if (m->L <= 0 || m->H <= 0 || m->nq <= 0 || m->hd <= 0 || m->S <= 0 || m->V <= 0 || m->F <= 0)
         return MG_FAIL(MG_ERR_USAGE,
                        "model shape incomplete: layers %d, hidden %d, heads %d, "

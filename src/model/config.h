@@ -55,6 +55,8 @@ typedef struct {
     double init_std;
     uint64_t seed;
     double attn_dropout, hidden_dropout; /* probabilities (training passes only: model/block.h) */
+    bool dropout_positional; /* --layout-invariant-dropout: positional masks, else Megatron's
+                                streams (core/dropout.h, model/rng.h) */
     /* tensor parallelism: this rank (tp_rank of tp), sequence parallelism, local shapes */
     int tp, tp_rank;
     bool sp;

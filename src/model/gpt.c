@@ -247,7 +247,8 @@ mg_status mg_gpt_plan(mg_gpt *g, mg_gpt_target target, int B, int n_slots, mg_ar
                             .params = &g->params,
                             .acts = acts,
                             .work = work,
-                            .ws = &g->ws};
+                            .ws = &g->ws,
+                            .rng = &g->rng};
     const mg_block_ctx *x = &g->blk;
     size_t N = (size_t)x->N, Nl = (size_t)x->Nl, e = x->esz, f = sizeof(float), H = (size_t)c->H;
     const bool split = c->tp > 1;
@@ -294,7 +295,7 @@ mg_status mg_gpt_plan(mg_gpt *g, mg_gpt_target target, int B, int n_slots, mg_ar
     MG_CHECK(reserve(work, N * fc1 * e, &w->dfc1));
     MG_CHECK(reserve(work, c->swiglu ? N * F * e : 0, &w->dact));
     MG_CHECK(reserve(work, split ? N * H * e : 0, &w->part));
-    MG_CHECK(reserve(work, c->hidden_dropout > 0 ? N * H * e : 0, &w->ddrop));
+    MG_CHECK(reserve(work, c->hidden_dropout > 0 ? Nl * H * e : 0, &w->ddrop));
     /* the head (post chunk only): final norm, logits, losses */
     const bool head = g->lnf_w >= 0;
     MG_CHECK(reserve(work, head ? N * H * e : 0, &g->lnf));
@@ -349,6 +350,7 @@ mg_status mg_gpt_bind(mg_gpt *g, mg_backend *be, void *params, float *grads, mg_
     g->blk.param_buf = params;
     g->blk.grad_buf = grads;
     mg_tp_init(&g->tp, tp_group, be);
+    MG_CHECK(mg_model_rng_bind(&g->rng, be, c->seed, g->pp_rank, c->tp_rank));
     if (g->n_moe > 0) MG_CHECK(mg_backend_require_moe(be)); /* the MoE ops of backend_ops.h */
     for (int l = 0; l < g->n_layers; l++)
         if (g->layers[l].moe) MG_CHECK(mg_moe_bind_pointers(&g->blk, g->layers[l].moe));
@@ -463,10 +465,11 @@ static mg_status check_chunk(const mg_gpt *g, int c, int s) {
     return MG_OK;
 }
 
-void mg_gpt_set_dropout(mg_gpt *g, int s, bool train, int64_t iteration, int sample0) {
+void mg_gpt_set_dropout(mg_gpt *g, int s, bool train, int mb, int64_t iteration, int sample0) {
     if (s < 0 || s >= g->n_slots) return;
     mg_block_pass *p = &g->slot_pass[s]; /* the documents stay */
     p->on = train;
+    p->mb = mb;
     p->iteration = iteration;
     p->sample0 = sample0;
 }
@@ -647,6 +650,7 @@ void mg_gpt_moe_bias_name(const mg_gpt *g, int i, char *out, size_t cap) {
 }
 
 void mg_gpt_free(mg_gpt *g) {
+    mg_model_rng_free(&g->rng); /* before the backend goes (model/gpt.h) */
     mg_params_free(&g->params);
     for (int l = 0; g->layers && l < g->n_layers; l++)
         if (g->layers[l].moe) {

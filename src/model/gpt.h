@@ -55,7 +55,7 @@
  *     backward: [post: mg_gpt_head_loss | else: d(output) into mg_gpt_chunk_dout]
  *               mg_gpt_chunk_backward [not pre: send mg_gpt_chunk_dout, now d(input)]
  * Exports: mg_gpt, mg_gpt_chunk, mg_gpt_hooks, mg_gpt_*. Needs: model/block, model/config,
- * model/params, parallel/pipeline/layers, parallel/tensor_parallel, backend. */
+ * model/params, model/rng, parallel/pipeline/layers, parallel/tensor_parallel, backend. */
 #ifndef MG_MODEL_GPT_H
 #define MG_MODEL_GPT_H
 
@@ -103,6 +103,7 @@ typedef struct {
     uint8_t *is_moe;         /* (cfg.L) global layer l is an MoE layer (--moe-layer-freq) */
     int n_moe;               /* MoE layers held by this rank */
     mg_moe_ws moe_ws;        /* their shared workspace and state (model/moe.h) */
+    mg_model_rng rng;        /* the dropout streams (model/rng.h; allocated at bind) */
 
     /* plan (set by mg_gpt_plan) */
     int n_slots, slot_layers;       /* activation slots; layer entries per slot (largest chunk) */
@@ -142,8 +143,9 @@ mg_status mg_gpt_plan(mg_gpt *g, mg_gpt_target target, int micro_batch, int n_sl
                       mg_arena *work);
 /* Binds the backend (whose compute dtype must be the plan's), committed buffers and the
  * tensor-parallel group (NULL with one rank; else its size must
- * be the configuration's and its rank tp_rank); also fills the RoPE tables (and the ones that
- * --apply-layernorm-1p adds to the norm weights). */
+ * be the configuration's and its rank tp_rank); also seeds the dropout streams in be's memory
+ * (model/rng.h) and fills the RoPE tables (and the ones that --apply-layernorm-1p adds to the
+ * norm weights). */
 mg_status mg_gpt_bind(mg_gpt *g, mg_backend *be, void *params, float *grads, mg_comm *tp_group);
 /* RoPE's tables, as Hugging Face and megatron-core compute them in fp32: for position s < S and
  * i < rd/2, angle = s * inv_freq[i], inv_freq[i] = 1 / base^(2i / rd) (rd: the rotated channels
@@ -151,11 +153,13 @@ mg_status mg_gpt_bind(mg_gpt *g, mg_backend *be, void *params, float *grads, mg_
 void mg_gpt_rope_tables(float *cos_tab /* (S, rd/2) */, float *sin_tab /* (S, rd/2) */, int S,
                         int rd, double base);
 /* ---- chunks (train/pipeline.c) ---- */
-/* The dropout of the microbatch that slot s takes next (core/dropout.h): with train, the
- * training iteration and the index in the global batch of the microbatch's first sequence key
- * the masks of --attention-dropout and --hidden-dropout; the slot's backward recomputes its
- * forward's. Slots start without dropout (evaluation, generation: train false). */
-void mg_gpt_set_dropout(mg_gpt *g, int s, bool train, int64_t iteration, int sample0);
+/* The dropout of the microbatch that slot s takes next (core/dropout.h): with train, the masks
+ * of --attention-dropout and --hidden-dropout are keyed by the microbatch's number mb in this
+ * rank's step (stream masks, model/rng.h; the step's end must advance the streams:
+ * mg_model_rng_advance), or with --layout-invariant-dropout by the training iteration and the
+ * index in the global batch of the microbatch's first sequence. The slot's backward recomputes
+ * its forward's masks. Slots start without dropout (evaluation, generation: train false). */
+void mg_gpt_set_dropout(mg_gpt *g, int s, bool train, int mb, int64_t iteration, int sample0);
 /* The packed documents of the microbatch in slot s (backend int32 (N) each, or NULL; they stay
  * set until changed, and must hold the slot's values from its forward through its backward):
  * pos, each token's position for the learned position embedding and RoPE (NULL: i % S);
@@ -224,6 +228,8 @@ mg_status mg_gpt_moe_rows(const mg_gpt *g, int N, int *sent, int *received, int 
  * of the layer, zeros for one without tokens), later ones accumulate again. Saves a pass over
  * the experts' gradients (most of an MoE model's) and the grouped GEMM's read of them. */
 void mg_gpt_expert_grads_unwritten(mg_gpt *g);
+/* Frees the tables and, once bound, the dropout streams in the backend's memory: call it before
+ * the backend is destroyed. */
 void mg_gpt_free(mg_gpt *g);
 
 #endif

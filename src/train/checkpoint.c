@@ -17,6 +17,7 @@
 #include <stdatomic.h>
 #include <time.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,6 +62,10 @@ static mg_status write_state(const char *path, const mg_train_state *s, const mg
         }
         snprintf(scheduler_json, sizeof scheduler_json, "  \"opt_param_scheduler\": %s,\n", obj);
     }
+    /* the dropout streams' offset (model/rng.h), unless --no-save-rng */
+    char offset_json[48] = "";
+    if (!cfg->no_save_rng)
+        snprintf(offset_json, sizeof offset_json, ", \"offset\": %" PRIu64, s->rng_offset);
     size_t cap = strlen(config_json) + strlen(scheduler_json) + 1024;
     char *text = malloc(cap);
     if (!text) {
@@ -76,12 +81,12 @@ static mg_status write_state(const char *path, const mg_train_state *s, const mg
              ", \"hysteresis_tracker\": %" PRId64 "},\n"
              "%s" /* "opt_param_scheduler" */
              "  \"layout\": {\"tensor\": %d, \"pipeline\": %d, \"data\": %d},\n"
-             "  \"rng\": {\"generator\": \"philox4x32-10\", \"seed\": %" PRId64 "},\n"
+             "  \"rng\": {\"generator\": \"philox4x32-10\", \"seed\": %" PRId64 "%s},\n"
              "  \"config\": %s\n}\n",
              s->iteration, s->consumed_train_samples, s->consumed_valid_samples, s->lr_num_steps,
              s->optimizer_step, t->optimizer ? "true" : "false", s->loss_scale, s->growth_tracker,
              s->hysteresis_tracker, scheduler_json, t->tp_size, t->n_stages, t->dp_size, cfg->seed,
-             config_json);
+             offset_json, config_json);
     free(config_json);
     mg_status st = write_text_atomic(path, text);
     free(text);
@@ -521,6 +526,18 @@ static mg_status load_state(const char *path, mg_train_state *s, const mg_config
         if (st == MG_OK) st = json_i64(gs, "growth_tracker", path, &s->growth_tracker);
         if (st == MG_OK) st = json_i64(gs, "hysteresis_tracker", path, &s->hysteresis_tracker);
     }
+    /* the dropout streams' offset: absent before it was kept, or with --no-save-rng */
+    const cJSON *rng = cJSON_GetObjectItemCaseSensitive(root, "rng");
+    const cJSON *off = cJSON_GetObjectItemCaseSensitive(rng, "offset");
+    s->rng_offset = 0;
+    s->rng_saved = off != NULL;
+    if (st == MG_OK && off &&
+        (!cJSON_IsNumber(off) ||
+         !(off->valuedouble >= 0 && off->valuedouble <= 9007199254740992.0) ||
+         off->valuedouble != floor(off->valuedouble)))
+        st = MG_FAIL(MG_ERR_FORMAT, "%s: rng.offset is not an integer in [0, 2^53]", path);
+    else if (off)
+        s->rng_offset = (uint64_t)off->valuedouble;
     /* the lr schedule's values: absent before they were saved (then not checked) */
     if (st == MG_OK)
         st = mg_lr_saved_from_json(cJSON_GetObjectItemCaseSensitive(root, "opt_param_scheduler"),

@@ -1,7 +1,8 @@
 /* Checkpoints, in Megatron's directory shape:
  *   DIR/latest_checkpointed_iteration.txt   the iteration of the newest complete checkpoint
  *   DIR/iter_0000005/state.json             iteration, consumed samples, scheduler and optimizer
- *                                           step counts, RNG, whether the optimizer state is
+ *                                           step counts, the RNG's seed and the dropout streams'
+ *                                           offset, whether the optimizer state is
  *                                           there, the layout that wrote it, the full config
  *   DIR/iter_0000005/index.json             every tensor's global shape and pieces
  *   DIR/iter_0000005/rank-00003.safetensors each writing rank's pieces
@@ -49,6 +50,10 @@ typedef struct {
      * checked against the command line's on resume; present: false for older checkpoints and
      * saves without a schedule */
     mg_lr_saved lr_scheduler;
+    /* the dropout streams' offset (model/rng.h, the same for every rank's streams): rng_saved
+     * false when the checkpoint holds none (--no-save-rng, or saved before it was kept) */
+    uint64_t rng_offset;
+    bool rng_saved;
 } mg_train_state;
 
 /* The groups whose members save together (not owned; NULL: one rank). Groups that move device

@@ -294,9 +294,11 @@ static mg_status stage_forward(void *ctx, int mb, int chunk, int slot) {
         MG_CHECK(load_microbatch(t, t->pass_src, t->pass_first, mb, ch->pre ? tokens : NULL,
                                  ch->post ? targets : NULL));
     MG_CHECK(mg_trainer_docs_microbatch(t, slot));
-    /* dropout masks (training only) keyed by the iteration and the microbatch's place in the
-     * global batch (load_microbatch's samples): the same for every layout (core/dropout.h) */
-    mg_gpt_set_dropout(&t->model, slot, !t->forward_only, t->state.iteration,
+    /* dropout masks (training only): Megatron's streams at the microbatch's uses in this rank's
+     * step (model/rng.h), or with --layout-invariant-dropout keyed by the iteration and the
+     * microbatch's place in the global batch (load_microbatch's samples), the same for every
+     * layout (core/dropout.h) */
+    mg_gpt_set_dropout(&t->model, slot, !t->forward_only, mb, t->state.iteration,
                        (mb * t->layout.dp_size + t->layout.dp_rank) * t->cfg.micro_batch_size);
     MG_CHECK(mg_gpt_chunk_forward(&t->model, t->be, chunk, slot, tokens));
     /* an evaluation's loss; training computes it in the backward (model/gpt.h: the lazy head) */
@@ -386,6 +388,10 @@ mg_status mg_trainer_step_async(mg_trainer *t) {
     if (t->model.n_moe > 0) MG_CHECK(mg_trainer_moe_step_begin(t));
     MG_CHECK(
         mg_trainer_forward_backward(t, &t->data.train_src, t->state.consumed_train_samples, true));
+    /* the step's masks are drawn: the dropout streams move on past its uses, on the device, also
+     * when the update is skipped below (Megatron's generators advance regardless) */
+    MG_CHECK(mg_model_rng_advance(&t->model.rng,
+                                  mg_model_rng_step_uses(t->model.cfg.L, t->num_microbatches)));
     if (t->model.n_moe > 0) MG_CHECK(mg_trainer_moe_step_end(t));
     MG_CHECK(sync_embedding_grads(t));
     /* sum the buckets over the group: every rank gets them whole (all-reduce), or its shard of

@@ -64,11 +64,14 @@
 mg_status mg_trainer_init(mg_trainer *t, const mg_config *cfg, const mg_train_groups *g);
 /* Forward (+ backward) over this rank's part of the global batch of samples [first, first + gbs)
  * from src: the global batch's mean loss lands in t->mem.loss (summed over the data-parallel
- * group); this rank's gradients ACCUMULATE into t->mem.grads (not reduced over the group). */
+ * group); this rank's gradients ACCUMULATE into t->mem.grads (not reduced over the group). A
+ * training pass draws the dropout masks of the current step and does not move the streams on
+ * (mg_trainer_step_async does): called again, it draws the same masks. */
 mg_status mg_trainer_forward_backward(mg_trainer *t, const mg_sample_source *src, int64_t first,
                                       bool backward);
 /* One iteration, nothing read back (no host sync on CUDA): the loss and grad norm land in
- * t->mem.stats and are added to the running sums. */
+ * t->mem.stats and are added to the running sums; the dropout streams move on past the step's
+ * uses (model/rng.h), a skipped update included. */
 mg_status mg_trainer_step_async(mg_trainer *t);
 /* Reads every statistic with one copy (one host sync); reset_sums then zeroes the running sums. */
 mg_status mg_trainer_read_stats(mg_trainer *t, mg_step_stats *out, bool reset_sums);

@@ -105,6 +105,31 @@ static void release_stage(mg_trainer *t) {
     t->ckpt.stage = NULL;
 }
 
+/* The loaded checkpoint's dropout stream offset into the model's streams (model/rng.h), as
+ * Megatron restores its generators' states unless --no-load-rng or --finetune; otherwise the
+ * streams stay as seeded, offset 0. */
+static mg_status restore_rng(mg_trainer *t) {
+    const mg_config *c = &t->cfg;
+    const mg_model_config *m = &t->model.cfg;
+    const bool drops = !m->dropout_positional && (m->attn_dropout > 0 || m->hidden_dropout > 0);
+    if (c->no_load_rng || c->finetune) {
+        if (drops)
+            mg_log_info("> %s: the dropout streams start from their seeds",
+                        c->no_load_rng ? "--no-load-rng" : "--finetune");
+        t->state.rng_offset = 0;
+        return MG_OK;
+    }
+    if (!t->state.rng_saved) {
+        if (drops)
+            mg_log_warn("the checkpoint holds no dropout stream position (saved with "
+                        "--no-save-rng or by an older megatron.c); the streams start from their "
+                        "seeds");
+        t->state.rng_offset = 0;
+        return MG_OK;
+    }
+    return mg_model_rng_set_offset(&t->model.rng, t->state.rng_offset);
+}
+
 mg_status mg_trainer_load_or_init(mg_trainer *t) {
     const mg_config *c = &t->cfg;
     mg_backend *be = t->be;
@@ -157,6 +182,7 @@ mg_status mg_trainer_load_or_init(mg_trainer *t) {
     } else if (st == MG_OK) {
         mg_params_init(&t->model.params, (uint64_t)c->seed, h.params);
     }
+    if (st == MG_OK && it >= 0) st = restore_rng(t);
     if (st == MG_OK) mg_trainer_scaler_restore(t, it >= 0 && h.optimizer);
     /* Megatron loads the schedule with the optimizer state: its values against the command
      * line's (--override-opt-param-scheduler, --use-checkpoint-opt_param-scheduler) */
@@ -205,6 +231,7 @@ mg_status mg_trainer_save(mg_trainer *t) {
     if (st == MG_OK) st = be->copy_d2h(be, h->exp_avg, t->opt.m, m * sizeof(float));
     if (st == MG_OK) st = be->copy_d2h(be, h->exp_avg_sq, t->opt.v, m * sizeof(float));
     if (st == MG_OK) st = copy_biases(t, h, true);
+    if (st == MG_OK) st = mg_model_rng_offset(&t->model.rng, &t->state.rng_offset);
     /* every rank calls it: each writes the pieces it holds alone or first */
     if (!t->ckpt.scratch) MG_CHECK(be->alloc(be, sizeof(int64_t), &t->ckpt.scratch));
     const mg_checkpoint_groups groups = {t->layout.dp, t->layout.pp, t->layout.tp, be,

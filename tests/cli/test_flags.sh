@@ -48,6 +48,15 @@ MEGATRON=env expect_error flags_bad_launch_env 2 "RANK" \
     RANK=3 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 "$REAL" train "${MODEL[@]}" "${RUN[@]}"
 expect_error flags_bad_dropout 2 "--hidden-dropout must be in \[0, 1\) \(0 disables\), got 1" \
     train "${MODEL[@]}" "${RUN[@]}" --hidden-dropout 1
+expect_error flags_negative_attention_dropout 2 \
+    "--attention-dropout must be in \[0, 1\) \(0 disables\), got -0.1" \
+    train "${MODEL[@]}" "${RUN[@]}" --attention-dropout -0.1
+# Megatron's stream masks number an op's elements in 34 bits: 4 x 65536 tokens x 65536 is one
+# too many (refused at validation, before anything is allocated)
+expect_error flags_dropout_tensor_too_large 1 \
+    "micro-batch-size x seq-length x hidden-size .* < 2\^34, here 17179869184; pass --attention-dropout 0 --hidden-dropout 0" \
+    train --num-layers 2 --hidden-size 65536 --num-attention-heads 512 --seq-length 65536 \
+    --micro-batch-size 4 "${RUN[@]}"
 expect_error flags_no_data 2 "no training data: pass --mock-data" \
     train "${MODEL[@]}" --train-iters 10 --lr 1e-3 --vocab-size 100
 expect_error flags_bad_distributed_timeout 2 "--distributed-timeout-minutes must be positive, got 0" \

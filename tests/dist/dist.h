@@ -86,6 +86,9 @@ void test_train_resume(dist_ctx *t);
 void test_train_memory(dist_ctx *t);
 /* test_train_tp.c: tensor- and sequence-parallel training against the one-rank run */
 void test_train_tp(dist_ctx *t);
+/* test_train_rng.c: Megatron's dropout streams under tensor parallelism (what each rank draws,
+ * training, reproducibility) */
+void test_train_rng(dist_ctx *t);
 /* test_train_pp.c: pipeline-parallel training (with tensor and data parallelism) against one rank
  */
 void test_train_pp(dist_ctx *t);

@@ -48,6 +48,7 @@ static const struct {
     {"train_resume", test_train_resume},
     {"train_memory", test_train_memory},
     {"train_tp", test_train_tp},
+    {"train_rng", test_train_rng},
     {"train_pp", test_train_pp},
     {"train_ep", test_train_ep},
     {"train_loss", test_train_loss},

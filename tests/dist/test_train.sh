@@ -15,8 +15,9 @@
 #     of a pipeline step stops the others with a line naming it; bad pipeline layouts exit 2;
 #   - a Mixture-of-Experts model under P 2 and under D 2 with the distributed optimizer logs the
 #     one-rank run's lm losses, load_balancing_loss and z_loss.
-#   - dropout (0.1) under TP 2 with SP and under D 2 with the distributed optimizer logs the
-#     one-rank run's losses, which differ from the dropout-free run's.
+#   - dropout (0.1, --layout-invariant-dropout as in every run here) under TP 2 with SP and under
+#     D 2 with the distributed optimizer logs the one-rank run's losses, which differ from the
+#     dropout-free run's.
 #   - packed documents (--reset-position-ids --reset-attention-mask) under TP 2 with SP, PP 2 and
 #     PP 2 x V 2, learned positions and RoPE, log the one-rank run's losses (not the flag-free
 #     run's).
@@ -33,9 +34,12 @@ TMP=$(mktemp -d); trap 'rm -rf "$TMP"' EXIT
 
 # Heads of 16 channels, the fewest the CUDA attention kernels take (with dropout, Megatron's 0.1
 # default, attention runs on them), so every model here would also train with --device cuda.
+# The runs compare layouts: dropout masks that do not depend on the layout
+# (--layout-invariant-dropout; Megatron's own streams differ from layout to layout).
 MODEL=(--num-layers 2 --hidden-size 32 --num-attention-heads 2 --seq-length 16 --vocab-size 96
     --disable-bias-linear --mock-data --micro-batch-size 1 --global-batch-size 8 --lr 3e-3
-    --lr-warmup-iters 1 --log-interval 1 --eval-iters 0 --device cpu --num-threads 1)
+    --lr-warmup-iters 1 --log-interval 1 --eval-iters 0 --device cpu --num-threads 1
+    --layout-invariant-dropout)
 
 # The "lm loss" values of a run's log, one per line.
 losses() { grep -oE 'lm loss: [0-9.E+-]+' <<<"$1" | awk '{print $3}'; }
@@ -382,9 +386,10 @@ for dir in "2:1" "1:2"; do
         pass "$name: says so and trains iterations 5..8"
     fi
 done
-# dropout (0.1, explicit; core/dropout.h keys its masks by global head, row and the sequence's
-# place in the global batch): TP 2 with SP and DP 2 log the one-rank run's losses, which are not
-# the dropout-free run's (so masks were drawn, the same ones on every layout)
+# dropout (0.1, explicit; with --layout-invariant-dropout core/dropout.h keys its masks by global
+# head, row and the sequence's place in the global batch): TP 2 with SP and DP 2 log the one-rank
+# run's losses, which are not the dropout-free run's (so masks were drawn, the same ones on every
+# layout)
 DRM=("${MODEL[@]}" --make-vocab-size-divisible-by 64 --train-iters 4 --attention-dropout 0.1
     --hidden-dropout 0.1)
 base=$(timeout 60 "$BIN" train "${DRM[@]}" 2>&1); rc0=$?

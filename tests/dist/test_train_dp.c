@@ -8,9 +8,10 @@
  * key bias's true gradient is exactly zero (softmax ignores a constant added to every score), so
  * both runs hold rounding noise of ~1e-10 there, which Adam turns into steps of ~lr * g / eps whose
  * sign follows the summation order; no reduction order can make that parameter agree to 1e-6.
- * Dropout is on (Megatron's 0.1, explicit): its masks are keyed by a sequence's place in the
- * global batch and the iteration (core/dropout.h), so each replica drops exactly what the one
- * rank drops for the same samples, and the tolerance stays the reduction order's.
+ * Dropout is on (Megatron's 0.1, explicit) with --layout-invariant-dropout: its masks are keyed
+ * by a sequence's place in the global batch and the iteration (core/dropout.h), so each replica
+ * drops exactly what the one rank drops for the same samples, and the tolerance stays the
+ * reduction order's.
  * Variants: plain all-reduce, the distributed optimizer (reduce-scatter, sharded AdamW,
  * all-gather), each with one bucket and with several (--overlap-grad-reduce --ddp-bucket-size:
  * every bucket's reduction must start inside backward, from the model's hooks), and the
@@ -90,7 +91,8 @@ static void make_config(dist_ctx *t, mg_config *c, int world, const variant *v) 
                     "--attention-dropout",
                     "0.1",
                     "--hidden-dropout",
-                    "0.1"};
+                    "0.1",
+                    "--layout-invariant-dropout"};
     bool help = false;
     mg_config_defaults(c);
     DOK(mg_flags_parse(c, (int)(sizeof argv / sizeof *argv), argv, &help));

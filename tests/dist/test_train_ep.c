@@ -6,7 +6,8 @@
  * and gradient norms of the same model trained on one rank, and each rank's experts (global
  * numbers in their names) must end equal to the one-rank model's. On the CPU within 1e-5
  * relative (fp32); on GPUs within the bf16 tolerances of test_train_tp.c, and a step neither
- * synchronises with the host nor allocates. */
+ * synchronises with the host nor allocates. Dropout is Megatron's default 0.1 with
+ * --layout-invariant-dropout, whose masks every layout draws alike. */
 #include "train_compare.h"
 
 #include "core/log.h"
@@ -66,6 +67,7 @@ static void make_config(dist_ctx *t, mg_config *c, const variant *v, int ep, int
                            "1e-3",
                            "--device",
                            dist_on_device(t) ? "cuda" : "cpu",
+                           "--layout-invariant-dropout",
                            NULL};
     const char *cap[] = {"--moe-expert-capacity-factor", "1.0",
                          "--moe-pad-expert-input-to-capacity", NULL};

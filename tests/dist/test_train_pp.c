@@ -14,7 +14,8 @@
  *             with the distributed optimizer and --overlap-grad-reduce
  *   8 ranks   T 2 x P 2 x D 2 with sequence parallelism and the distributed optimizer
  * And the activation memory: the slots a pipeline rank plans are the schedule's count, the same
- * for 8 and 64 microbatches per step (the memory plan does not grow with them). */
+ * for 8 and 64 microbatches per step (the memory plan does not grow with them). Dropout is
+ * Megatron's default 0.1 with --layout-invariant-dropout, whose masks every layout draws alike. */
 #include "dist.h"
 #include "train_compare.h"
 
@@ -78,6 +79,7 @@ static void model_flags(const variant *v, const char **argv, char *layers) {
                             "cpu",
                             "--num-threads",
                             "1",
+                            "--layout-invariant-dropout",
                             NULL};
     int n = 0;
     for (const char *const *m = v->llama ? llama : gpt2; *m; m++) argv[n++] = *m;

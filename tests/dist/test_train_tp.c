@@ -11,9 +11,10 @@
  *   Llama style: RMSNorm, SwiGLU, RoPE, GQA with T query groups, no biases, untied output.
  * Each with and without --sequence-parallel; the Llama style also with --rotary-percent 0.5 and
  * --apply-layernorm-1p (SP), the GPT-2 style with --apply-layernorm-1p. Dropout is on (Megatron's
- * 0.1, explicit): the masks are keyed by global head, global row and the sequence's place in the
- * global batch (core/dropout.h), so a rank's heads and (SP) rows draw exactly the one-rank model's
- * masks. On 2 ranks T = 2; on 4 ranks T = 4, and T = 2 x D = 2 with the distributed optimizer and
+ * 0.1, explicit) with --layout-invariant-dropout: the masks are keyed by global head, global row
+ * and the sequence's place in the global batch (core/dropout.h), so a rank's heads and (SP) rows
+ * draw exactly the one-rank model's masks (Megatron's own streams: test_train_rng.c). On 2 ranks
+ * T = 2; on 4 ranks T = 4, and T = 2 x D = 2 with the distributed optimizer and
  * --overlap-grad-reduce; on 8 ranks T = 4 x D = 2.
  * The key bias of the fused QKV has a true gradient of exactly zero (softmax ignores a constant
  * added to every score of a row): both runs hold rounding noise there that Adam turns into
@@ -104,7 +105,8 @@ static void make_config(dist_ctx *t, mg_config *c, const variant *v, int tp, int
                       "--attention-dropout",
                       "0.1",
                       "--hidden-dropout",
-                      "0.1"};
+                      "0.1",
+                      "--layout-invariant-dropout"};
     char *argv[64];
     int argc = 0;
     char **model = v->llama ? llama : gpt2;

@@ -1,15 +1,23 @@
 /* Dropout in training (--attention-dropout, --hidden-dropout; core/dropout.h) through the
- * trainer on the CPU backend:
+ * trainer on the CPU backend, with Megatron's stream masks (the default; model/rng.h) unless
+ * --layout-invariant-dropout is named:
  *  - the backward is the gradient of the forward that ran, masks included: per element against
- *    central differences of the training loss (the masks are fixed within an iteration, so the
- *    loss is a smooth function of the weights), GPT-2 style, Llama style and an MoE model;
+ *    central differences of the training loss (the streams move only at a step's end, so
+ *    repeated forward-backward passes draw the same masks and the loss is a smooth function of
+ *    the weights), GPT-2 style, Llama style and an MoE model;
+ *  - the streams' offset selects the masks: moved on, the same pass draws others; moved back,
+ *    the first ones again;
  *  - evaluation runs without dropout (its loss equals a dropout-free model's bit for bit), and
  *    training with it (the training loss differs);
- *  - the masks are keyed by the sequence's place in the global batch: micro-batches of 1 and of 2
- *    sequences train the same model (the one-process form of the layout equivalence; the
- *    multi-rank runs are in tests/dist);
- *  - a run saved at iteration 2 and resumed draws the masks the uninterrupted run drew: the same
- *    losses and weights, bit for bit. */
+ *  - the same seed twice trains bit-identically, another seed otherwise; every step moves the
+ *    streams on by its uses, a step whose update an fp16 overflow skipped included;
+ *  - positional masks are keyed by the sequence's place in the global batch: micro-batches of 1
+ *    and of 2 sequences train the same model (the one-process form of the layout equivalence;
+ *    the multi-rank runs are in tests/dist);
+ *  - a run saved at iteration 2 and resumed draws the masks the uninterrupted run drew (the
+ *    checkpoint keeps the streams' offset; positional masks, the iteration): the same losses and
+ *    weights, bit for bit; with --no-load-rng, or from a checkpoint saved with --no-save-rng, the
+ *    resumed run draws from fresh streams and its losses differ. */
 #include "test.h"
 
 #include "config_test_util.h"
@@ -46,8 +54,8 @@ static mg_status drop_config(mg_config *c, int kind, const char *p, const char *
     return mg_test_config(c, flags, extra);
 }
 
-/* The training loss of the first global batch at weights w (the masks of iteration 0), and the
- * gradient into grad when given. */
+/* The training loss of the first global batch at weights w (the masks of the streams' current
+ * offset), and the gradient into grad when given. */
 static double train_loss(mg_test_ctx *t, mg_trainer *tr, const float *w, float *grad) {
     mg_backend *be = tr->be;
     size_t n = tr->model.params.numel;
@@ -132,6 +140,37 @@ MG_TEST(train_dropout_gradients_match_finite_differences) {
     check_gradients(t, MODEL_MOE, "moe");
 }
 
+/* Uses of one step of drop_config's model: 2 microbatches of 2 layers, 3 sites each. */
+#define STEP_USES 12u
+
+static uint64_t offset_of(mg_test_ctx *t, mg_trainer *tr) {
+    uint64_t off = 0;
+    MG_EXPECT_OK(mg_model_rng_offset(&tr->model.rng, &off));
+    return off;
+}
+
+MG_TEST(train_dropout_stream_offset_selects_the_masks) {
+    mg_config c;
+    MG_EXPECT_OK(drop_config(&c, MODEL_GPT2, "0.2", NULL));
+    mg_trainer *tr = calloc(1, sizeof *tr);
+    MG_EXPECT_OK(mg_trainer_init(tr, &c, NULL));
+    if (t->failures) goto done;
+    float *w = calloc(tr->model.params.numel, sizeof *w);
+    MG_EXPECT_OK(mg_trainer_get_weights(tr, w));
+    double l0 = train_loss(t, tr, w, NULL), again = train_loss(t, tr, w, NULL);
+    MG_EXPECT(l0 == again, "the same pass twice: %.9g then %.9g", l0, again);
+    MG_EXPECT_OK(mg_model_rng_advance(&tr->model.rng, STEP_USES));
+    double moved = train_loss(t, tr, w, NULL);
+    MG_EXPECT(fabs(moved - l0) > 1e-4 * l0, "streams moved on: loss %.9g, before %.9g", moved, l0);
+    MG_EXPECT_OK(mg_model_rng_set_offset(&tr->model.rng, 0));
+    double back = train_loss(t, tr, w, NULL);
+    MG_EXPECT(back == l0, "streams back at 0: loss %.9g, first %.9g", back, l0);
+    free(w);
+done:
+    mg_trainer_free(tr);
+    free(tr);
+}
+
 /* Trains `steps` steps of c (losses into loss), returns the trainer. */
 static mg_trainer *train(mg_test_ctx *t, const mg_config *c, int steps, double *loss) {
     mg_trainer *tr = calloc(1, sizeof *tr);
@@ -169,11 +208,56 @@ MG_TEST(train_dropout_only_in_training) {
     release(b);
 }
 
+MG_TEST(train_dropout_stream_reproducible) {
+    const char *seed[] = {"--seed", "77", NULL};
+    mg_config c, o;
+    MG_EXPECT_OK(drop_config(&c, MODEL_LLAMA, "0.1", NULL));
+    MG_EXPECT_OK(drop_config(&o, MODEL_LLAMA, "0.1", seed));
+    double l1[4], l2[4], l3[4];
+    mg_trainer *a = train(t, &c, 4, l1), *b = train(t, &c, 4, l2), *d = train(t, &o, 4, l3);
+    if (!t->failures) {
+        for (int s = 0; s < 4; s++)
+            MG_EXPECT(l1[s] == l2[s], "step %d: loss %.9g, then %.9g with the same seed", s + 1,
+                      l1[s], l2[s]);
+        MG_EXPECT(l3[0] != l1[0], "--seed 77 gives the first loss of --seed 1234, %.9g", l1[0]);
+        uint64_t off = offset_of(t, a);
+        MG_EXPECT(off == 4 * STEP_USES, "after 4 steps the streams are at %llu, want %u",
+                  (unsigned long long)off, 4 * STEP_USES);
+    }
+    release(a);
+    release(b);
+    release(d);
+}
+
+/* An fp16 overflow skips the update, not the streams' move (Megatron's generators advance in
+ * every step): a NaN weight makes the gradients NaN, which the loss scaler skips. */
+MG_TEST(train_dropout_skipped_step_moves_the_streams) {
+    const char *fp16[] = {"--fp16", NULL};
+    mg_config c;
+    MG_EXPECT_OK(drop_config(&c, MODEL_GPT2, "0.1", fp16));
+    mg_trainer *a = train(t, &c, 0, NULL);
+    if (!t->failures) {
+        float *w = calloc(a->model.params.numel, sizeof *w);
+        MG_EXPECT_OK(mg_trainer_get_weights(a, w));
+        w[0] = NAN;
+        MG_EXPECT_OK(mg_trainer_set_weights(a, w));
+        free(w);
+        double loss, norm;
+        MG_EXPECT_OK(mg_trainer_step(a, &loss, &norm));
+        MG_EXPECT(a->scaling.last_skipped, "the step with a NaN weight was not skipped");
+        uint64_t off = offset_of(t, a);
+        MG_EXPECT(off == STEP_USES, "after a skipped step the streams are at %llu, want %u",
+                  (unsigned long long)off, STEP_USES);
+    }
+    release(a);
+}
+
 MG_TEST(train_dropout_micro_batch_size_invariant) {
-    const char *mbs1[] = {"--micro-batch-size", "1", NULL};
+    const char *mbs1[] = {"--micro-batch-size", "1", "--layout-invariant-dropout", NULL};
+    const char *mbs2[] = {"--layout-invariant-dropout", NULL};
     mg_config c1, c2;
     MG_EXPECT_OK(drop_config(&c1, MODEL_LLAMA, "0.1", mbs1));
-    MG_EXPECT_OK(drop_config(&c2, MODEL_LLAMA, "0.1", NULL));
+    MG_EXPECT_OK(drop_config(&c2, MODEL_LLAMA, "0.1", mbs2));
     double l1[4], l2[4];
     mg_trainer *a = train(t, &c1, 4, l1), *b = train(t, &c2, 4, l2);
     for (int s = 0; s < 4 && !t->failures; s++)
@@ -183,35 +267,48 @@ MG_TEST(train_dropout_micro_batch_size_invariant) {
     release(b);
 }
 
-MG_TEST(train_dropout_resume_draws_the_same_masks) {
+/* Trains 4 steps straight, and 2 saved (with --no-save-rng when no_save_rng) then 2 resumed
+ * (with --no-load-rng when no_load_rng), with dropout 0.2 and `extra` flags; same: whether the
+ * resumed losses must equal the straight run's bit for bit (else they must differ). The resumed
+ * streams end at `offset` uses. */
+static void check_resume(mg_test_ctx *t, const char *label, const char *const *extra,
+                         bool no_save_rng, bool no_load_rng, bool same, uint64_t offset) {
     char dir[] = "/tmp/mg_dropout_resume_XXXXXX";
     MG_EXPECT(mkdtemp(dir) != NULL, "mkdtemp failed");
     if (t->failures) return;
     mg_config c;
-    MG_EXPECT_OK(drop_config(&c, MODEL_GPT2, "0.2", NULL));
+    MG_EXPECT_OK(drop_config(&c, MODEL_GPT2, "0.2", extra));
     double straight[4], first[2], second[2];
     mg_trainer *a = train(t, &c, 4, straight);
     mg_config cs = c;
     snprintf(cs.save, sizeof cs.save, "%s", dir);
+    cs.no_save_rng = no_save_rng;
     mg_trainer *b = train(t, &cs, 2, first);
     if (!t->failures) MG_EXPECT_OK(mg_trainer_save(b));
     mg_config cl = c;
     snprintf(cl.load, sizeof cl.load, "%s", dir);
+    cl.no_load_rng = no_load_rng;
     mg_trainer *r = t->failures ? NULL : train(t, &cl, 2, second);
     if (r && !t->failures) {
-        MG_EXPECT(r->state.iteration == 4, "resumed run ended at iteration %lld",
+        MG_EXPECT(r->state.iteration == 4, "%s: resumed run ended at iteration %lld", label,
                   (long long)r->state.iteration);
-        for (int s = 0; s < 4; s++) {
-            double got = s < 2 ? first[s] : second[s - 2];
-            MG_EXPECT(got == straight[s], "step %d: loss %.9g, uninterrupted %.9g", s + 1, got,
-                      straight[s]);
-        }
+        for (int s = 0; s < 2; s++)
+            MG_EXPECT(first[s] == straight[s], "%s: step %d: loss %.9g, uninterrupted %.9g", label,
+                      s + 1, first[s], straight[s]);
+        for (int s = 2; s < 4; s++)
+            MG_EXPECT((second[s - 2] == straight[s]) == same,
+                      "%s: step %d: resumed loss %.9g, uninterrupted %.9g (want them %s)", label,
+                      s + 1, second[s - 2], straight[s], same ? "equal" : "different");
+        uint64_t off = offset_of(t, r);
+        MG_EXPECT(off == offset, "%s: the resumed streams ended at %llu, want %llu", label,
+                  (unsigned long long)off, (unsigned long long)offset);
         size_t n = a->model.params.numel;
         float *wa = calloc(n, sizeof *wa), *wr = calloc(n, sizeof *wr);
         MG_EXPECT_OK(mg_trainer_get_weights(a, wa));
         MG_EXPECT_OK(mg_trainer_get_weights(r, wr));
-        MG_EXPECT(!memcmp(wa, wr, n * sizeof *wa),
-                  "resumed weights differ from the straight run's");
+        MG_EXPECT(!memcmp(wa, wr, n * sizeof *wa) == same,
+                  "%s: resumed weights %s the straight run's", label,
+                  same ? "differ from" : "equal");
         free(wa);
         free(wr);
     }
@@ -224,4 +321,14 @@ MG_TEST(train_dropout_resume_draws_the_same_masks) {
     snprintf(sub, sizeof sub, "%s/latest_checkpointed_iteration.txt", dir);
     remove(sub);
     mg_file_remove_dir(dir);
+}
+
+MG_TEST(train_dropout_resume_draws_the_same_masks) {
+    const char *positional[] = {"--layout-invariant-dropout", NULL};
+    check_resume(t, "stream masks", NULL, false, false, true, 4 * STEP_USES);
+    check_resume(t, "positional masks", positional, false, false, true, 4 * STEP_USES);
+    /* fresh streams: the resumed steps redraw the first two steps' positions */
+    check_resume(t, "stream masks, --no-load-rng", NULL, false, true, false, 2 * STEP_USES);
+    check_resume(t, "stream masks, saved with --no-save-rng", NULL, true, false, false,
+                 2 * STEP_USES);
 }
