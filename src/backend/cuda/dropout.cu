@@ -3,9 +3,11 @@
  * bit for bit. h16 in and out, fp32 arithmetic in the CPU's order, one rounding. Also the dropout
  * streams' step advance (rng_advance).
  *
- * A thread takes 4 consecutive elements of a row and draws a Philox block when the element index
- * s H + h enters a new block of 4: with H a multiple of 4 (every real model) that is one block per
- * thread. Each element is read and written by one thread, so out may alias x and dx dout. */
+ * Rows of a multiple of 8 in 16-byte aligned buffers (every real model) take the vector kernels: a
+ * thread loads, masks and stores 8 consecutive elements of a row, two whole Philox blocks, with
+ * 32-bit index arithmetic. Otherwise a thread takes 4 consecutive elements and draws a Philox
+ * block when the element index enters a new block of 4. Each element is read and written by one
+ * thread, so out may alias x and dx dout. */
 #include "backend/cuda/cuda_common.cuh"
 
 #include "core/dropout.h"
@@ -52,6 +54,73 @@ static __device__ __forceinline__ void for_each_factor(int N, int H, int S, cons
     }
 }
 
+/* The factors of elements [j0, j0 + 8) of op row i, with H a multiple of 8 (so the row starts a
+ * Philox block, mg_dropout_*_row's e0 is a multiple of H, and the 8 elements are 2 whole blocks). */
+static __device__ __forceinline__ void factors8(const mg_dropout &d, int i, int j0, int S, int H,
+                                                float f[8]) {
+    const mg_dropout_row row = mg_dropout_hidden_row(&d, i, S, H);
+    const uint32_t blk = (uint32_t)((row.e0 + (uint64_t)j0) >> 2);
+    uint32_t r[8];
+    mg_dropout_row_block(&row, blk, r);
+    mg_dropout_row_block(&row, blk + 1u, r + 4);
+#pragma unroll
+    for (int k = 0; k < 8; k++) f[k] = r[k] >= d.threshold ? d.scale : 0.0f;
+}
+
+/* The vector path: 8 elements of a row per thread (16-byte loads and stores), 32-bit index
+ * arithmetic (items < 2^31). op(at, j, f[8]) for the 8 elements at (i, j .. j + 7). */
+template <class Op>
+static __device__ __forceinline__ void for_each_factor8(int N, int H, int S, const mg_dropout &d,
+                                                        Op op) {
+    const uint32_t per_row = (uint32_t)H / 8u, items = (uint32_t)N * per_row;
+    const uint32_t stride = gridDim.x * blockDim.x;
+    for (uint32_t u = blockIdx.x * blockDim.x + threadIdx.x; u < items; u += stride) {
+        const uint32_t i = u / per_row, j0 = (u - i * per_row) * 8u;
+        float f[8];
+        factors8(d, (int)i, (int)j0, S, H, f);
+        op((size_t)i * H + j0, (int)j0, f);
+    }
+}
+
+template <typename h16>
+static __global__ void dropout_add8_kernel(h16 *out, const h16 *x, const h16 *bias,
+                                           const h16 *residual, int N, int H, int S, mg_dropout d) {
+    // out, x, residual (N, H); bias (H) or NULL; 16-byte aligned, H % 8 == 0
+    for_each_factor8(N, H, S, d, [=](size_t at, int j, const float *f) {
+        float a[8], b[8], r[8];
+        mg_loadv<8>(x + at, a);
+        if (bias) {
+            mg_loadv<8>(bias + j, b);
+#pragma unroll
+            for (int k = 0; k < 8; k++) a[k] += b[k];
+        }
+        mg_loadv<8>(residual + at, r);
+#pragma unroll
+        for (int k = 0; k < 8; k++) a[k] = r[k] + f[k] * a[k];
+        mg_storev<8>(out + at, a);
+    });
+}
+
+template <typename h16>
+static __global__ void dropout_backward8_kernel(h16 *dx, const h16 *dout, int N, int H, int S,
+                                                mg_dropout d) {
+    for_each_factor8(N, H, S, d, [=](size_t at, int, const float *f) {
+        float a[8];
+        mg_loadv<8>(dout + at, a);
+#pragma unroll
+        for (int k = 0; k < 8; k++) a[k] *= f[k];
+        mg_storev<8>(dx + at, a);
+    });
+}
+
+/* The vector kernels apply: H a multiple of 8, every buffer 16-byte aligned, items < 2^31. */
+static bool vec8_ok(int N, int H, const void *const *ptrs, int n) {
+    if (H % 8 != 0 || (uint64_t)N * (uint64_t)(H / 8) >= (1ull << 31)) return false;
+    for (int k = 0; k < n; k++)
+        if (ptrs[k] && !mg_cuda_aligned16(ptrs[k])) return false;
+    return true;
+}
+
 /* out = residual + f * (x + bias) */
 template <typename h16>
 static __global__ void dropout_add_kernel(h16 *out, const h16 *x, const h16 *bias,
@@ -80,6 +149,15 @@ MG_CUDA_DTYPES(mg_status, dropout_add,
     // out, x (N, H), out may be x; bias (H) or NULL; residual (N, H)
     if (N <= 0 || H <= 0) return MG_OK;
     if (S <= 0 || !drop) return MG_FAIL(MG_ERR_INTERNAL, "dropout_add: S %d, drop %p", S, drop);
+    const void *ptrs[] = {out, x, bias, residual};
+    if (vec8_ok(N, H, ptrs, 4)) {
+        dropout_add8_kernel<h16>
+            <<<mg_cuda_blocks((size_t)N * (H / 8), MG_CUDA_THREADS), MG_CUDA_THREADS, 0,
+               mg_cuda_stream(be)>>>((h16 *)out, (const h16 *)x, (const h16 *)bias,
+                                     (const h16 *)residual, N, H, S, *drop);
+        MG_CUDA_CHECK_LAUNCH();
+        return MG_OK;
+    }
     const size_t items = (size_t)N * (((size_t)H + 3) / 4);
     dropout_add_kernel<h16>
         <<<mg_cuda_blocks(items, MG_CUDA_THREADS), MG_CUDA_THREADS, 0, mg_cuda_stream(be)>>>(
@@ -96,6 +174,14 @@ MG_CUDA_DTYPES(mg_status, dropout_backward,
     if (N <= 0 || H <= 0) return MG_OK;
     if (S <= 0 || !drop)
         return MG_FAIL(MG_ERR_INTERNAL, "dropout_backward: S %d, drop %p", S, drop);
+    const void *ptrs[] = {dx, dout};
+    if (vec8_ok(N, H, ptrs, 2)) {
+        dropout_backward8_kernel<h16>
+            <<<mg_cuda_blocks((size_t)N * (H / 8), MG_CUDA_THREADS), MG_CUDA_THREADS, 0,
+               mg_cuda_stream(be)>>>((h16 *)dx, (const h16 *)dout, N, H, S, *drop);
+        MG_CUDA_CHECK_LAUNCH();
+        return MG_OK;
+    }
     const size_t items = (size_t)N * (((size_t)H + 3) / 4);
     dropout_backward_kernel<h16>
         <<<mg_cuda_blocks(items, MG_CUDA_THREADS), MG_CUDA_THREADS, 0, mg_cuda_stream(be)>>>(
