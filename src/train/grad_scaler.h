@@ -10,8 +10,10 @@
  *    overflows have been seen since the last growth, and doubles it after --loss-scale-window
  *    clean iterations in a row (which also restores the hysteresis). The scale is an fp32 value.
  * Its state (scale and both trackers) is part of the checkpoint (train/checkpoint.c).
- * Exports: mg_grad_scaler, mg_grad_scaler_init, mg_grad_scaler_update,
- * mg_grad_scaler_describe. Needs: megatron.h, core/step_rules. */
+ * In training the rule runs on the device, in the step's control (core/step_rules.h,
+ * train/trainer_scaler.h); mg_grad_scaler_update is the same function on the host.
+ * Exports: mg_grad_scaler_init, mg_grad_scaler_update, mg_grad_scaler_describe (mg_grad_scaler
+ * is core/step_rules.h's). Needs: megatron.h, core/step_rules. */
 #ifndef MG_TRAIN_GRAD_SCALER_H
 #define MG_TRAIN_GRAD_SCALER_H
 
