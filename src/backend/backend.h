@@ -12,6 +12,7 @@
 #include "core/arena.h"
 #include "core/dropout.h"
 #include "core/status.h"
+#include "core/step_rules.h"
 #include "core/tensor.h"
 
 #include <stdbool.h>
@@ -39,6 +40,8 @@ typedef struct {
     mg_moe_balancing balancing; /* aux loss over the T tokens, per sequence, or none */
     float aux_coeff, z_coeff;   /* 0: that loss is off */
     float loss_weight;          /* d(training objective) / d(aux loss or z-loss) */
+    const float *loss_scale;    /* backend memory: the loss scale, a factor of loss_weight in the
+                                   backward (the step-control block's); NULL: 1 */
     float stat_weight;          /* the logged values (loss / coeff) accumulate at this weight */
 } mg_moe_routing;
 

@@ -38,8 +38,8 @@
  * Query head h belongs to group h / r. This keeps whole groups together so that a tensor-parallel
  * split of the rows of the QKV weight gives each rank complete groups.
  *
- * Needs (from the includer): mg_backend, mg_status, mg_stream_id, mg_dropout, mg_moe_routing
- * (backend.h, core/dropout.h). */
+ * Needs (from the includer): mg_backend, mg_status, mg_stream_id, mg_dropout, mg_moe_routing,
+ * mg_step_ctl, mg_step_rules (backend.h, core/dropout.h, core/step_rules.h). */
 #ifndef MG_OP
 #error "define MG_OP(name, need, kind, ret, params) before including backend/backend_ops.h"
 #endif
@@ -267,38 +267,55 @@ MG_OP(dropout_backward, REQ, OP, mg_status,
 MG_OP(sum_f32, REQ, OP, mg_status,
       (mg_backend *be, float *out /* (1) */, const float *x /* (n) */,
        const float *w /* (n) or NULL */, size_t n, float scale))
-/* *out += scale * sum_i x[i]^2 (fp32 input; the sum in double, so no finite input overflows
- * it; scaled, then rounded to fp32): scale = 1 / loss scale^2 gives the unscaled gradients'
- * sum of squares from the scaled ones without a false overflow */
+/* *out += u^2 * sum_i x[i]^2 with u = *unscale (fp32 input; the sum and u^2 in double, so no
+ * finite input overflows it; scaled, then rounded to fp32): unscale (backend memory, NULL: 1) = 1
+ * / loss scale gives the unscaled gradients' sum of squares from the scaled ones without a false
+ * overflow */
 MG_OP(sumsq_f32, REQ, OP, mg_status,
       (mg_backend *be, float *out /* (1) */, const float *x /* (n) */, size_t n,
-       double scale))
+       const float *unscale /* (1) or NULL */))
 /* *out += the number of i with x[i] == 0 (-0 counts; NaN does not): Megatron's
  * count_zeros_fp32 behind --log-num-zeros-in-grad, exact in int64 */
 MG_OP(count_zeros_f32, REQ, OP, mg_status,
       (mg_backend *be, int64_t *out /* (1) */, const float *x /* (n) */, size_t n))
 /* Global-norm clipping without a host read, of gradients held multiplied by the loss scale
- * (unscale = 1 / that scale; 1 without loss scaling; *sumsq is the unscaled gradients', see
- * sumsq_f32): norm = sqrt(*sumsq); *norm_out = norm; *coef_out = (clip > 0 && norm > clip ?
- * clip / (norm + 1e-6) : 1) * unscale, or NaN when norm is not finite (an overflow: the step
- * is skipped, see adamw). */
+ * (*unscale = 1 / that scale, backend memory; NULL: 1, no loss scaling; *sumsq is the unscaled
+ * gradients', see sumsq_f32): norm = sqrt(*sumsq); *norm_out = norm; *coef_out = (clip > 0 &&
+ * norm > clip ? clip / (norm + 1e-6) : 1) * *unscale, or NaN when norm is not finite (an
+ * overflow: the step is skipped, see adamw). */
 MG_OP(clip_coef, REQ, OP, mg_status,
       (mg_backend *be, float *coef_out /* (1) */, float *norm_out /* (1) */,
-       const float *sumsq /* (1) */, float clip, float unscale))
+       const float *sumsq /* (1) */, float clip, const float *unscale /* (1) or NULL */))
+/* The control of a training step (core/step_rules.h, mg_step_control_apply), on one thread of
+ * the device, in order with the compute stream: from the step's gradient norm and loss (backend
+ * memory) and the host's rules (read at the call, by value), the skip decision, Adam's step
+ * count, the rates of the update, the schedule's position, the loss scaler, all in *ctl, and
+ * the running sums of the loss and the norm of the steps that advanced (sums, accumulated); all
+ * backend memory. No host read: the step goes on whatever the outcome. */
+MG_OP(step_control, REQ, OP, mg_status,
+      (mg_backend *be, mg_step_ctl *ctl /* (1) */, const float *norm /* (1) */,
+       const float *loss /* (1) */, float *sums /* (2) */, const mg_step_rules *rules /* host */))
+/* out[i] = x[i] * *s (fp32; s backend memory): the loss weights times the device's loss scale.
+ * out may alias x. */
+MG_OP(scale_f32, REQ, OP, mg_status,
+      (mg_backend *be, float *out /* (n) */, const float *x /* (n) */, size_t n,
+       const float *s /* (1) */))
 
 /* ---- optimizer ----
  * AdamW (decoupled weight decay, bias correction) on n elements, gradient first multiplied by
- * *grad_scale (the clipping coefficient, a backend pointer):
+ * *grad_scale (the clipping coefficient, a backend pointer); the rates are read from backend
+ * memory too (the step-control block, core/step_rules.h): lr = *lr, wd = wd ? *wd : 0,
+ * bc1 = bc[0] = 1 - b1^t, bc2 = bc[1] = 1 - b2^t:
  *   g = grad * s; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
  *   master = master - lr * ( (m/bc1) / (sqrt(v/bc2) + eps) + wd * master )
- * where bc1 = 1 - b1^t, bc2 = 1 - b2^t. `param` (compute dtype) receives the updated master;
- * when master is NULL the parameter itself is the fp32 master (CPU). A non-finite
- * *grad_scale (clip_coef's mark of an overflow) skips the update: nothing is written. */
+ * `param` (compute dtype) receives the updated master; when master is NULL the parameter itself
+ * is the fp32 master (CPU). A non-finite *grad_scale (clip_coef's mark of an overflow) skips the
+ * update: nothing is written. */
 MG_OP(adamw, REQ, OP, mg_status,
       (mg_backend *be, void *param /* (n) */, float *master /* (n) or NULL */,
-       const float *grad /* (n) */, float *m /* (n) */, float *v /* (n) */, size_t n, float lr,
-       float beta1, float beta2, float eps, float wd, float bc1, float bc2,
-       const float *grad_scale /* (1) */))
+       const float *grad /* (n) */, float *m /* (n) */, float *v /* (n) */, size_t n,
+       const float *lr /* (1) */, const float *wd /* (1) or NULL */, const float *bc /* (2) */,
+       float beta1, float beta2, float eps, const float *grad_scale /* (1) */))
 
 /* ---- mixture of experts (model/moe.c) ----
  * Token counts, positions and group sizes stay in backend memory: ops read them there and no

@@ -98,6 +98,7 @@ typedef struct {
     bool train;            /* this pass trains: aux losses, load, expert bias */
     float *stats;          /* (2) backend fp32: the logged aux loss and z-loss accumulate */
     float loss_weight, stat_weight; /* mg_moe_routing's, set by the trainer */
+    const float *loss_scale;        /* mg_moe_routing's (backend memory, NULL: 1), the trainer's */
 } mg_moe_ws;
 
 /* Workspace offsets (transient, shared by all layers and the head). */

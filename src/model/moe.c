@@ -56,6 +56,7 @@ static mg_moe_routing routing(const mg_block_ctx *x) {
         r.z_coeff = 0;
     }
     r.loss_weight = w->loss_weight;
+    r.loss_scale = w->loss_scale;
     r.stat_weight = w->stat_weight;
     return r;
 }

@@ -1,7 +1,6 @@
 /* Loss scaling (train/grad_scaler.h). */
 #include "train/grad_scaler.h"
 
-#include <math.h>
 #include <stdio.h>
 
 void mg_grad_scaler_init(mg_grad_scaler *s, const mg_config *c) {
@@ -20,17 +19,7 @@ void mg_grad_scaler_init(mg_grad_scaler *s, const mg_config *c) {
 }
 
 void mg_grad_scaler_update(mg_grad_scaler *s, bool found_inf) {
-    if (!s->dynamic) return;
-    if (found_inf) {
-        s->growth_tracker = 0;
-        if (--s->hysteresis_tracker <= 0) s->scale = fmaxf(s->scale * 0.5f, s->min_scale);
-        return;
-    }
-    if (++s->growth_tracker == s->growth_interval) {
-        s->growth_tracker = 0;
-        s->hysteresis_tracker = s->hysteresis;
-        s->scale = s->scale * 2.0f;
-    }
+    mg_step_scaler_update(s, found_inf);
 }
 
 void mg_grad_scaler_describe(const mg_grad_scaler *s, char *buf, size_t n) {

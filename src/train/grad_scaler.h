@@ -10,25 +10,21 @@
  *    overflows have been seen since the last growth, and doubles it after --loss-scale-window
  *    clean iterations in a row (which also restores the hysteresis). The scale is an fp32 value.
  * Its state (scale and both trackers) is part of the checkpoint (train/checkpoint.c).
- * Exports: mg_grad_scaler, mg_grad_scaler_init, mg_grad_scaler_update,
- * mg_grad_scaler_describe. Needs: megatron.h. */
+ * In training the rule runs on the device, in the step's control (core/step_rules.h,
+ * train/trainer_scaler.h); mg_grad_scaler_update is the same function on the host.
+ * Exports: mg_grad_scaler_init, mg_grad_scaler_update, mg_grad_scaler_describe (mg_grad_scaler
+ * is core/step_rules.h's). Needs: megatron.h, core/step_rules. */
 #ifndef MG_TRAIN_GRAD_SCALER_H
 #define MG_TRAIN_GRAD_SCALER_H
 
+#include "core/step_rules.h"
 #include "megatron.h"
 
 #include <stdbool.h>
 #include <stddef.h>
 
-typedef struct {
-    bool on;      /* a scaler is in use (constant or dynamic) */
-    bool dynamic; /* the scale adapts to overflows */
-    float scale, min_scale;
-    double growth_interval; /* --loss-scale-window (Megatron compares an int with it) */
-    int hysteresis;
-    int growth_tracker;     /* clean iterations since the last growth or overflow */
-    int hysteresis_tracker; /* overflows left before the next back-off */
-} mg_grad_scaler;
+/* mg_grad_scaler, the scaler as plain data, and its update rule are core/step_rules.h's (the
+ * step-control op of a backend runs the rule on the device). */
 
 /* The scaler of config c (off when c asks for none). */
 void mg_grad_scaler_init(mg_grad_scaler *s, const mg_config *c);

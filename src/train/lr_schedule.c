@@ -2,7 +2,6 @@
 
 #include "core/status.h"
 
-#include <math.h>
 
 /* The lengths get_optimizer_param_scheduler computes, in samples. */
 static mg_status set_lengths(mg_lr_schedule *s, const mg_config *c) {
@@ -87,62 +86,20 @@ mg_status mg_lr_schedule_init(mg_lr_schedule *s, const mg_config *c) {
     return MG_OK;
 }
 
-/* Megatron's WSD anneal coefficients of q in [0, 1]. */
-static double wsd_coeff(mg_wsd_style style, double q) {
-    switch (style) {
-    case MG_WSD_LINEAR:
-        return 1.0 - q;
-    case MG_WSD_COSINE:
-        return 0.5 * (cos(M_PI * q) + 1.0);
-    case MG_WSD_MINUS_SQRT:
-        return 1.0 - sqrt(q);
-    case MG_WSD_EXPONENTIAL:
-        break;
-    }
-    return (2.0 * pow(0.5, q)) - 1.0;
-}
-
 double mg_lr_schedule_lr_of(const mg_lr_schedule *s, double max_lr, double min_lr) {
-    /* the operations in get_lr's order, so every rounding is Python's */
-    double n = (double)s->num_steps;
-    if (s->warmup_steps > 0 && n <= s->warmup_steps)
-        return s->init_lr + (max_lr - s->init_lr) * n / s->warmup_steps;
-    if (s->style == MG_LR_CONSTANT) return max_lr;
-    if (s->num_steps > s->decay_steps) return min_lr;
-    if (s->style == MG_LR_INVERSE_SQRT) {
-        double w = s->warmup_steps > 1 ? s->warmup_steps : 1, m = n > 1 ? n : 1;
-        double lr = max_lr * pow(w, 0.5) / pow(m, 0.5); /* Python's ** 0.5 is pow */
-        return lr > min_lr ? lr : min_lr;
-    }
-    double coeff;
-    if (s->style == MG_LR_WSD) {
-        int64_t anneal_start = s->decay_steps - s->wsd_decay_steps;
-        coeff = s->num_steps <= anneal_start
-                    ? 1.0
-                    : wsd_coeff(s->wsd_style,
-                                (double)(s->num_steps - anneal_start) / (double)s->wsd_decay_steps);
-    } else {
-        /* 0 <= ratio <= 1 here: n > warmup (or warmup == 0) and n <= decay. */
-        double ratio = (n - s->warmup_steps) / ((double)s->decay_steps - s->warmup_steps);
-        coeff = s->style == MG_LR_COSINE ? 0.5 * (cos(M_PI * ratio) + 1.0) : 1.0 - ratio;
-    }
-    return min_lr + coeff * (max_lr - min_lr);
+    return mg_step_lr_of(s, max_lr, min_lr);
 }
 
 double mg_lr_schedule_lr(const mg_lr_schedule *s) {
-    return mg_lr_schedule_lr_of(s, s->max_lr, s->min_lr);
+    return mg_step_lr(s);
 }
 
 double mg_lr_schedule_decoupled_lr(const mg_lr_schedule *s) {
-    return s->decoupled ? mg_lr_schedule_lr_of(s, s->decoupled_max_lr, s->decoupled_min_lr)
-                        : mg_lr_schedule_lr(s);
+    return mg_step_decoupled_lr(s);
 }
 
 double mg_lr_schedule_wd(const mg_lr_schedule *s) {
-    if (s->num_steps > s->wd_incr_steps || s->wd_style == MG_WD_CONSTANT) return s->end_wd;
-    double r = (double)s->num_steps / (double)s->wd_incr_steps;
-    double coeff = s->wd_style == MG_WD_COSINE ? 0.5 * (cos(M_PI * (1 - r)) + 1.0) : r;
-    return s->start_wd + coeff * (s->end_wd - s->start_wd);
+    return mg_step_wd(s);
 }
 
 void mg_lr_schedule_step(mg_lr_schedule *s, int64_t increment) {

@@ -16,33 +16,20 @@
  * Exports: mg_lr_schedule, mg_lr_schedule_init, mg_lr_schedule_lr_of, mg_lr_schedule_lr,
  * mg_lr_schedule_decoupled_lr, mg_lr_schedule_wd, mg_lr_schedule_step; mg_lr_saved,
  * mg_lr_schedule_saved, mg_lr_schedule_restore, mg_lr_saved_to_json, mg_lr_saved_from_json
- * (lr_schedule_state.c). Needs: core/status, cJSON. */
+ * (lr_schedule_state.c). The functions of a step are core/step_rules.h's (mg_step_lr_of ...);
+ * these wrap them. Needs: core/status, core/step_rules, cJSON. */
 #ifndef MG_LR_SCHEDULE_H
 #define MG_LR_SCHEDULE_H
 
+#include "core/step_rules.h"
 #include "megatron.h"
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
-typedef struct {
-    double max_lr, min_lr, init_lr;
-    /* double, not an integer: with --lr-warmup-fraction Megatron computes
-     * lr_warmup_steps = fraction * lr_decay_steps as a Python float and never rounds it, so the
-     * warm-up boundary and ramp can fall between two sample counts. */
-    double warmup_steps;
-    int64_t decay_steps;
-    mg_lr_style style;
-    int64_t wsd_decay_steps; /* WSD: the anneal's samples, at the end of the decay */
-    mg_wsd_style wsd_style;
-    double start_wd, end_wd; /* constant style: both --weight-decay */
-    int64_t wd_incr_steps;   /* train_iters * gbs, or train_samples */
-    mg_wd_style wd_style;
-    bool decoupled; /* --decoupled-lr given: the embedding and output layer's own bounds */
-    double decoupled_max_lr, decoupled_min_lr;
-    int64_t num_steps; /* samples consumed so far */
-} mg_lr_schedule;
+/* mg_lr_schedule, the schedule as plain data, is core/step_rules.h's: the step-control op of a
+ * backend computes the same rates from it on the device (backend_ops.h, step_control). */
 
 /* Fills s from the validated config (mg_config_validate). Iteration-based (train_samples <= 0;
  * train_iters > 0, global_batch_size > 0):

@@ -39,9 +39,11 @@ mg_status mg_memory_plan_reserve(mg_memory_plan *p, const mg_config *c, mg_gpt *
                      &p->off_positions));
     MG_CHECK(reserve(&p->io, c->reset_attention_mask ? slots * N * sizeof(int32_t) : 0,
                      &p->off_doc_starts));
-    /* the loss weights: one array, or each slot's with a loss mask (train/trainer_loss.h) */
-    MG_CHECK(reserve(&p->io, (c->eod_mask_loss ? slots : 1) * N * sizeof(float), &p->off_dloss));
-    return reserve(&p->io, MG_MEMORY_STATS * sizeof(float), &p->off_stats);
+    /* the loss weights: one array, or each slot's with a loss mask (train/trainer_loss.h); and
+     * the weights a training head uses, times the loss scale of the step-control block */
+    MG_CHECK(
+        reserve(&p->io, ((c->eod_mask_loss ? slots : 1) + 1) * N * sizeof(float), &p->off_dloss));
+    return reserve(&p->io, sizeof(mg_memory_stats_block), &p->off_stats);
 }
 
 void mg_memory_plan_arenas(mg_memory_plan *p, mg_arena *out[MG_MEMORY_ARENAS]) {

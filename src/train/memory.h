@@ -11,10 +11,17 @@
 #define MG_TRAIN_MEMORY_H
 
 #include "core/arena.h"
+#include "core/step_rules.h"
 #include "model/gpt.h"
 #include "train/optimizer.h"
 
 #define MG_MEMORY_STATS 16 /* fp32 step statistics the trainer keeps (at least MG_STAT_END) */
+
+/* The step statistics and the step-control block side by side, so one copy reads both. */
+typedef struct {
+    float stats[MG_MEMORY_STATS];
+    mg_step_ctl ctl;
+} mg_memory_stats_block;
 
 typedef struct {
     mg_arena params, master, grads, optim, acts, work, io;
@@ -26,8 +33,9 @@ typedef struct {
     size_t off_pipe;                      /* the pipeline's message buffers (workspace) */
     size_t off_tokens, off_targets;       /* (n_slots, N) int32 each */
     size_t off_positions, off_doc_starts; /* (n_slots, N) int32 with their flags, else empty */
-    size_t off_dloss;                     /* (N) f32, or (n_slots, N) with --eod-mask-loss */
-    size_t off_stats;                     /* (MG_MEMORY_STATS) f32 */
+    size_t off_dloss;  /* (N) f32, or (n_slots, N) with --eod-mask-loss; then (N) f32: the
+                          weights of the head running, times the loss scale */
+    size_t off_stats;  /* (1) mg_memory_stats_block: the statistics and the step control */
 } mg_memory_plan;
 
 /* Reserves every part of one rank's plan into p's arenas (initialised here): model g's parameters
@@ -35,7 +43,7 @@ typedef struct {
  * optimizer state of o (initialised for this rank's shards), n_slots activation slots and the
  * workspace (g is planned here, for micro-batches of c->micro_batch_size), pipe_bytes of pipeline
  * message buffers, and the batch (N = micro batch x sequence tokens): input ids, labels, the
- * packed documents' arrays, the loss weights and the step statistics. */
+ * packed documents' arrays, the loss weights and the step statistics and control. */
 mg_status mg_memory_plan_reserve(mg_memory_plan *p, const mg_config *c, mg_gpt *g, mg_optimizer *o,
                                  mg_gpt_target target, int n_slots, size_t pipe_bytes);
 /* The arenas in the order they are committed (the master arena's place too, committed or not). */

@@ -181,25 +181,25 @@ static mg_status all_reduce_sums(mg_backend *be, mg_comm *const *groups, float *
     return stream ? mg_backend_comm_end(be) : MG_OK;
 }
 
-mg_status mg_optimizer_step(mg_optimizer *o, mg_backend *be, void *params, float *master,
-                            const float *grads, const mg_optim_rates *r) {
+mg_status mg_optimizer_norm(mg_optimizer *o, mg_backend *be, const float *grads,
+                            const float *unscale) {
     /* per buffer: [0] dense, [3] expert (optimizer.h) */
     float *sumsq = &o->scalars[0], *norm = &o->scalars[1], *coef = &o->scalars[2];
     float *sums[MG_TRAIN_BUFFERS_MAX] = {&o->scalars[0], &o->scalars[3]};
     MG_CHECK(be->memset_zero(be, o->scalars, 4 * sizeof(float)));
-    /* the unscaled gradients' squares (train/grad_scaler.h): scaled in double, no false overflow */
-    const double unscale2 = (double)r->unscale * r->unscale; /* 2^-252 at a scale of 2^126 */
+    /* the unscaled gradients' squares (train/grad_scaler.h): sumsq_f32 scales by unscale^2 in
+     * double (2^-252 at a scale of 2^126), no false overflow */
     /* padding inside a shard is zero in the gradient buffer, so one pass per shard covers all;
      * TP ranks > 0 leave out the replicated parameters TP rank 0 counts, and the embedding's
      * pipeline copy is left out */
     if (o->norm_filtered)
         for (int s = 0; s < o->n_norm_spans; s++)
             MG_CHECK(be->sumsq_f32(be, sums[o->norm_spans[s].buf], grads + o->norm_spans[s].world,
-                                   o->norm_spans[s].n, unscale2));
+                                   o->norm_spans[s].n, unscale));
     else
         for (int s = 0; s < o->n_shards; s++)
             MG_CHECK(be->sumsq_f32(be, sums[o->shards[s].buf], grads + o->shards[s].world,
-                                   o->shards[s].n, unscale2));
+                                   o->shards[s].n, unscale));
     /* the experts' sum over their shards (expert-data-parallel) and the experts of the other
      * expert-parallel ranks; the dense sum over its shards; then both over the model-parallel
      * ranks, which hold other parameters */
@@ -209,22 +209,21 @@ mg_status mg_optimizer_step(mg_optimizer *o, mg_backend *be, void *params, float
     MG_CHECK(all_reduce_sums(be, groups, which, 3));
     if (o->n_bufs > 1) MG_CHECK(be->sum_f32(be, sumsq, sums[1], NULL, 1, 1.0f));
     MG_CHECK(all_reduce_sums(be, groups + 3, which + 3, 2));
-    MG_CHECK(be->clip_coef(be, coef, norm, sumsq, (float)o->clip_grad, r->unscale));
-    o->step++;
-    float bc1 = (float)(1.0 - pow(o->beta1, (double)o->step));
-    float bc2 = (float)(1.0 - pow(o->beta2, (double)o->step));
+    return be->clip_coef(be, coef, norm, sumsq, (float)o->clip_grad, unscale);
+}
+
+mg_status mg_optimizer_update(mg_optimizer *o, mg_backend *be, void *params, float *master,
+                              const float *grads, const float *rates) {
+    const float *coef = &o->scalars[2];
     size_t esz = mg_dtype_size(be->compute_dtype);
     for (int i = 0; i < o->n_spans; i++) {
         const mg_optim_span *s = &o->spans[i];
-        float wd = s->weight_decay ? (float)r->weight_decay : 0.0f;
-        float lr = (float)(s->decoupled ? r->decoupled_lr : r->lr);
+        const float *lr = &rates[s->decoupled ? MG_RATE_DECOUPLED_LR : MG_RATE_LR];
+        const float *wd = s->weight_decay ? &rates[MG_RATE_WD] : NULL;
         MG_CHECK(be->adamw(be, (char *)params + s->world * esz, master ? master + s->local : NULL,
-                           grads + s->world, o->m + s->local, o->v + s->local, s->n, lr,
-                           (float)o->beta1, (float)o->beta2, (float)o->eps, wd, bc1, bc2, coef));
+                           grads + s->world, o->m + s->local, o->v + s->local, s->n, lr, wd,
+                           &rates[MG_RATE_BC1], (float)o->beta1, (float)o->beta2, (float)o->eps,
+                           coef));
     }
     return MG_OK;
-}
-
-void mg_optimizer_unstep(mg_optimizer *o) {
-    o->step--;
 }

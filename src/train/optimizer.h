@@ -53,15 +53,6 @@ typedef struct {
     int buf;        /* the buffer (train/buffers.h) */
 } mg_optim_span;
 
-/* One step's rates (train/lr_schedule.h): the default group's lr, the embedding and output
- * layer's (= lr without --decoupled-lr) and the weight decay of parameters that decay; and
- * unscale, the inverse of the loss scale the gradients were computed with (1 without loss
- * scaling, train/grad_scaler.h). */
-typedef struct {
-    double lr, decoupled_lr, weight_decay;
-    float unscale;
-} mg_optim_rates;
-
 typedef struct {
     size_t world, local, n; /* a shard: world range [world, world + n), local start */
     int buf;                /* of this buffer (train/buffers.h) */
@@ -79,7 +70,9 @@ typedef struct {
 
 typedef struct {
     double beta1, beta2, eps, weight_decay, clip_grad;
-    int64_t step; /* completed optimizer steps (Adam's t after the last update) */
+    int64_t step; /* completed optimizer steps (Adam's t after the last update): the host's copy
+                     of the step-control block's count (train/trainer_scaler.h), as of its last
+                     read; the update reads the block's */
     size_t numel; /* local elements: moments and masters */
     bool sharded; /* the distributed optimizer over more than one rank, in some buffer */
     int n_bufs;
@@ -107,23 +100,26 @@ void mg_optimizer_free(mg_optimizer *o);
 /* Reserves the moments and scalars in the optimizer arena. */
 mg_status mg_optimizer_plan(mg_optimizer *o, mg_arena *arena);
 void mg_optimizer_bind(mg_optimizer *o, mg_arena *arena);
-/* Computes the global gradient norm (into scalars[1], backend memory; of the unscaled
- * gradients) and clips + updates this rank's elements with the rates r (per span: its lr group,
- * and r->weight_decay or none). A norm that is not finite (an overflow on some rank: every rank
- * computes the same norm) skips the update on the device: the moments, masters and parameters
- * keep their values; the caller reads the norm and undoes the step count
- * (mg_optimizer_unstep) when it wants the skip known on the host.
- * `params` (world numel) compute dtype, `grads` (world numel) fp32, of which only this rank's
- * shards are read. `master` (o->numel) fp32 holds the master weights of the local elements when
- * the compute dtype is not fp32 (CUDA: bf16 params receive the updated masters rounded); NULL
- * when the parameters are themselves fp32 (CPU). Nothing is read back to the host. */
-mg_status mg_optimizer_step(mg_optimizer *o, mg_backend *be, void *params, float *master,
-                            const float *grads, const mg_optim_rates *r);
+/* The first half of a step: the global gradient norm (into scalars[1], backend memory; of the
+ * unscaled gradients) and the clip coefficient (scalars[2], times *unscale, the inverse of the
+ * loss scale the gradients carry: backend memory, the step-control block's; NULL: 1). A norm that
+ * is not finite (an overflow on some rank: every rank computes the same norm) makes the
+ * coefficient NaN, which skips the update below on the device.
+ * `grads` (world numel) fp32, of which only this rank's shards are read. Nothing is read back. */
+mg_status mg_optimizer_norm(mg_optimizer *o, mg_backend *be, const float *grads,
+                            const float *unscale);
+/* The second half: clips and updates this rank's elements with the rates in backend memory
+ * (`rates`, MG_RATE_COUNT fp32: core/step_rules.h's mg_step_ctl.rate, per span its lr group and
+ * the weight decay or none, and the bias corrections), unless the coefficient marks an overflow:
+ * then the moments, masters and parameters keep their values.
+ * `params` (world numel) compute dtype. `master` (o->numel) fp32 holds the master weights of the
+ * local elements when the compute dtype is not fp32 (CUDA: bf16 params receive the updated
+ * masters rounded); NULL when the parameters are themselves fp32 (CPU). No host read. */
+mg_status mg_optimizer_update(mg_optimizer *o, mg_backend *be, void *params, float *master,
+                              const float *grads, const float *rates);
 /* Whether tensor-parallel rank tp_rank's gradient norm counts parameter m (not the embedding's
  * pipeline copy; a replicated parameter only on TP rank 0): Megatron's filters, which its params
  * norm and zero count apply too (train/trainer_stats.c). */
 bool mg_optimizer_counts(const mg_param_meta *m, int tp_rank);
-/* Takes back the step count of a step the device skipped (an overflow, see above). */
-void mg_optimizer_unstep(mg_optimizer *o);
 
 #endif

@@ -165,8 +165,8 @@ static mg_status tensorboard_iteration(mg_trainer *t, mg_tb_log *tb) {
         .lr = mg_lr_schedule_lr(&t->lr),
         .global_batch_size = (int)t->step_global_batch, /* grows with --rampup-batch-size */
         .lm_loss = s.loss,
-        .loss_scale = t->scaling.scaler.scale,
-        .grad_norm = t->scaling.last_skipped ? -1 : s.grad_norm,
+        .loss_scale = s.loss_scale,
+        .grad_norm = s.last_skipped ? -1 : s.grad_norm,
     };
     if (t->model.cfg.moe.E > 0) moe_record(t, &s, false, &r);
     return mg_tb_log_train(tb, &r);
@@ -263,15 +263,14 @@ static mg_status train_loop(mg_trainer *t, mg_tb_log *tb, mg_run_control *rc) {
                 .lr = mg_lr_schedule_lr(&t->lr), /* Megatron logs the lr after the step */
                 .global_batch_size = (int)gbs,
                 /* Megatron averages over the iterations that advanced (at least 1) */
-                .lm_loss = s.loss_sum / (double)(logged_iters - t->scaling.skipped_iters > 0
-                                                     ? logged_iters - t->scaling.skipped_iters
+                .lm_loss = s.loss_sum / (double)(logged_iters - s.skipped_iters > 0
+                                                     ? logged_iters - s.skipped_iters
                                                      : 1),
-                .loss_scale = t->scaling.scaler.scale,
-                .grad_norm = t->scaling.last_skipped ? -1 : s.grad_norm,
-                .skipped_iters = (int)t->scaling.skipped_iters,
-                .nan_iters = (int)t->scaling.nan_iters,
+                .loss_scale = s.loss_scale,
+                .grad_norm = s.last_skipped ? -1 : s.grad_norm,
+                .skipped_iters = (int)s.skipped_iters,
+                .nan_iters = (int)s.nan_iters,
             };
-            t->scaling.skipped_iters = t->scaling.nan_iters = 0;
             if (t->model.cfg.moe.E > 0) moe_record(t, &s, true, &r);
             MG_CHECK(grad_and_params_stats(t, &r));
             MG_CHECK(mg_trainer_save_poll(t)); /* a background save, committed once written */

@@ -17,6 +17,7 @@
 
 #include <inttypes.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -228,10 +229,12 @@ mg_status mg_trainer_init(mg_trainer *t, const mg_config *cfg, const mg_train_gr
      * per token, and the gradients are scaled by 1/D before they are summed over the group
      * (gradient_scaling_factor). Both factors are folded into one weight here; with D a power of
      * two that is bit for bit Megatron's product, and every microbatch's gradient equals the one
-     * a single rank computes for the same samples. The loss scale multiplies it (Megatron scales
-     * the loss before backward); with a power-of-two scale that too is exact. */
-    t->scaling.dloss_scale = t->scaling.scaler.scale;
-    return mg_trainer_upload_loss_weights(t);
+     * a single rank computes for the same samples. The loss scale multiplies it on the device
+     * (Megatron scales the loss before backward; train/trainer_loss.h); with a power-of-two scale
+     * that too is exact. */
+    MG_CHECK(mg_trainer_upload_loss_weights(t));
+    /* the step control from the initial or loaded state (train/trainer_scaler.h) */
+    return mg_trainer_ctl_upload(t);
 }
 
 /* ---- one iteration ---- */
@@ -275,11 +278,17 @@ static int32_t *slot_targets(const mg_trainer *t, int slot) {
     return t->mem.targets + (size_t)slot * (size_t)t->model.blk.N;
 }
 
-/* The final norm, logits and loss of the microbatch in slot s (train/trainer_loss.h's weights). */
+/* The final norm, logits and loss of the microbatch in slot s (train/trainer_loss.h's weights;
+ * training: the gradient weights times the step-control block's loss scale, on the device). */
 static mg_status head_loss(mg_trainer *t, int slot) {
     const float *dloss, *loss_w;
     float scale;
     mg_trainer_loss_args(t, slot, &dloss, &loss_w, &scale);
+    if (!t->forward_only) {
+        MG_CHECK(t->be->scale_f32(t->be, t->mem.dloss_scaled, dloss, (size_t)t->model.blk.N,
+                                  &t->mem.ctl->scale));
+        dloss = t->mem.dloss_scaled;
+    }
     return mg_gpt_head_loss(&t->model, t->be, slot, slot_targets(t, slot), dloss, loss_w,
                             t->mem.loss, scale);
 }
@@ -400,38 +409,39 @@ mg_status mg_trainer_step_async(mg_trainer *t) {
     for (int b = 0; b < t->bufs.n; b++)
         if (mg_trainer_buf_group(t, b)) MG_CHECK(mg_ddp_finish_grad_sync(&t->ddp[b]));
     MG_CHECK(mg_trainer_fault_overflow(t));
-    /* Megatron: the update uses the lr and weight decay before this iteration's scheduler step */
-    const mg_optim_rates rates = {mg_lr_schedule_lr(&t->lr), mg_lr_schedule_decoupled_lr(&t->lr),
-                                  mg_lr_schedule_wd(&t->lr),
-                                  /* Megatron's inv_scale: the reciprocal in double, then fp32 */
-                                  (float)(1.0 / (double)t->scaling.dloss_scale)};
-    MG_CHECK(mg_optimizer_step(&t->opt, be, t->mem.params, t->mem.master, t->mem.grads, &rates));
+    /* the gradient norm of the gradients unscaled by the block's loss scale, then the step's
+     * control on the device (train/trainer_scaler.h): with a scaler a non-finite norm skips the
+     * step (no update, no Adam step, no scheduler step; the iteration and the samples advance,
+     * its loss and norm join no average: Megatron's training_log); the update uses the lr and
+     * weight decay before this iteration's scheduler step. Nothing waits for the device. */
+    MG_CHECK(mg_optimizer_norm(&t->opt, be, t->mem.grads, &t->mem.ctl->inv_scale));
+    MG_CHECK(mg_trainer_step_control(t, gbs));
+    MG_CHECK(mg_optimizer_update(&t->opt, be, t->mem.params, t->mem.master, t->mem.grads,
+                                 t->mem.ctl->rate));
     /* each rank updated its shards: gather the buckets' parameters (now, or during the next
      * forward with --overlap-param-gather) */
     for (int b = 0; b < t->bufs.n; b++)
         if (t->opt.buf_sharded[b]) MG_CHECK(mg_ddp_start_param_sync(&t->ddp[b]));
-    /* statistics, in stream order on the backend: nothing waits for the device here (unless the
-     * loss scaler must know whether the step was skipped) */
     float *s = t->mem.stats;
     MG_CHECK(be->copy_d2d(be, &s[MG_STAT_GRAD_NORM], &t->opt.scalars[1], sizeof(float)));
-    bool skipped = false;
-    if (t->scaling.scaler.on) MG_CHECK(mg_trainer_scaler_step(t, &skipped));
-    /* Megatron: a skipped step does not move the scheduler; the iteration and samples advance */
-    if (!skipped) mg_lr_schedule_step(&t->lr, gbs);
     t->state.iteration++;
     t->state.consumed_train_samples += gbs;
-    t->state.lr_num_steps = t->lr.num_steps;
-    t->state.optimizer_step = t->opt.step;
-    if (skipped) return MG_OK; /* its loss and norm join no average (Megatron's training_log) */
-    MG_CHECK(be->sum_f32(be, &s[MG_STAT_LOSS_SUM], &s[MG_STAT_LOSS], NULL, 1, 1.0f));
-    MG_CHECK(be->sum_f32(be, &s[MG_STAT_GRAD_NORM_SUM], &s[MG_STAT_GRAD_NORM], NULL, 1, 1.0f));
     return MG_OK;
 }
 
 mg_status mg_trainer_read_stats(mg_trainer *t, mg_step_stats *out, bool reset_sums) {
     mg_backend *be = t->be;
-    float v[MG_STAT_COUNT];
-    MG_CHECK(be->copy_d2h(be, v, t->mem.stats, sizeof v)); /* the one host sync */
+    /* the statistics and the step control after them: one copy, the one host sync */
+    mg_memory_stats_block h;
+    _Static_assert(offsetof(mg_memory_stats_block, ctl) == MG_MEMORY_STATS * sizeof(float),
+                   "the control block follows the statistics");
+    MG_CHECK(be->copy_d2h(be, &h, t->mem.stats, sizeof h));
+    const float *v = h.stats;
+    mg_trainer_ctl_take(t, &h.ctl);
+    out->skipped_iters = h.ctl.skipped_iters;
+    out->nan_iters = h.ctl.nan_iters;
+    out->last_skipped = h.ctl.last_skipped != 0;
+    out->loss_scale = h.ctl.scale;
     out->loss = v[MG_STAT_LOSS];
     out->grad_norm = v[MG_STAT_GRAD_NORM];
     out->loss_sum = v[MG_STAT_LOSS_SUM];
@@ -440,8 +450,13 @@ mg_status mg_trainer_read_stats(mg_trainer *t, mg_step_stats *out, bool reset_su
     out->moe_z = v[MG_STAT_MOE_Z];
     _Static_assert(MG_STAT_GRAD_NORM_SUM == MG_STAT_LOSS_SUM + 1, "the sums are adjacent");
     _Static_assert(MG_STAT_END <= MG_MEMORY_STATS, "the batch arena holds the statistics");
-    if (reset_sums)
+    if (reset_sums) { /* the sums, and the counts of skipped and nan iterations */
         MG_CHECK(be->memset_zero(be, &t->mem.stats[MG_STAT_LOSS_SUM], 2 * sizeof(float)));
+        _Static_assert(offsetof(mg_step_ctl, nan_iters) ==
+                           offsetof(mg_step_ctl, skipped_iters) + sizeof(int64_t),
+                       "the counts are adjacent");
+        MG_CHECK(be->memset_zero(be, &t->mem.ctl->skipped_iters, 2 * sizeof(int64_t)));
+    }
     return MG_OK;
 }
 

@@ -13,9 +13,11 @@
  * Both start from the same fp32 initial values (CUDA's parameters are their bf16 rounding), and
  * checkpoints hold the fp32 masters, so a resumed run continues bitwise on the same backend.
  *
- * Host synchronisation (CUDA): mg_trainer_step_async waits for nothing; the step's loss and
- * gradient norm stay in backend memory (t->mem.stats) until mg_trainer_read_stats reads them all
- * with one copy, i.e. one host sync. mg_trainer_step = step_async + read_stats: exactly one host
+ * Host synchronisation (CUDA): mg_trainer_step_async waits for nothing, with a loss scaler too
+ * (the skip decision, Adam's step, the lr and the loss scale are the device's step control,
+ * train/trainer_scaler.h); the step's loss and gradient norm stay in backend memory
+ * (t->mem.stats) until mg_trainer_read_stats reads them all, with the step control, in one copy,
+ * i.e. one host sync. mg_trainer_step = step_async + read_stats: exactly one host
  * sync per step. `megatron train` (run.c) reads only at log, save and exit points.
  * Data parallelism (mg_trainer_init with a data-parallel group; parallel/ddp.h): every
  * rank holds the whole model. The parameter and gradient buffers take the grad buffer's layout
@@ -73,7 +75,10 @@ mg_status mg_trainer_forward_backward(mg_trainer *t, const mg_sample_source *src
  * t->mem.stats and are added to the running sums; the dropout streams move on past the step's
  * uses (model/rng.h), a skipped update included. */
 mg_status mg_trainer_step_async(mg_trainer *t);
-/* Reads every statistic with one copy (one host sync); reset_sums then zeroes the running sums. */
+/* Reads every statistic and the step-control block with one copy (one host sync), and brings
+ * the host's copies of the control (t->opt.step, t->lr.num_steps, the scaler, t->scaling's
+ * counts, t->state's) up to date; reset_sums then zeroes the running sums and the skipped and
+ * nan counts. */
 mg_status mg_trainer_read_stats(mg_trainer *t, mg_step_stats *out, bool reset_sums);
 /* One iteration: returns the mean lm loss and the pre-clipping gradient norm (one host sync). */
 mg_status mg_trainer_step(mg_trainer *t, double *loss, double *grad_norm);

@@ -15,7 +15,7 @@ float mg_trainer_token_weight(const mg_trainer *t) {
 
 mg_status mg_trainer_upload_loss_weights(mg_trainer *t) {
     size_t n = (size_t)t->model.blk.N;
-    float w = mg_trainer_token_weight(t) * t->scaling.dloss_scale;
+    float w = mg_trainer_token_weight(t); /* the loss scale: on the device (trainer_loss.h) */
     for (size_t i = 0; i < n; i++) t->mem.host_dloss[i] = w;
     MG_CHECK(t->be->copy_h2d(t->be, t->mem.dloss, t->mem.host_dloss, n * sizeof(float)));
     if (t->model.n_moe > 0) mg_trainer_moe_set_weights(t);
@@ -107,11 +107,6 @@ mg_status mg_trainer_batch_begin(mg_trainer *t, int64_t *global_batch) {
         return MG_FAIL(MG_ERR_INTERNAL, "global batch %" PRId64 " is not a multiple of %" PRId64, g,
                        per);
     MG_CHECK(mg_trainer_set_microbatches(t, (int)(g / per)));
-    if (t->scaling.dloss_scale !=
-        t->scaling.scaler.scale) { /* the loss scaler moved (train/grad_scaler.h) */
-        t->scaling.dloss_scale = t->scaling.scaler.scale;
-        MG_CHECK(mg_trainer_upload_loss_weights(t));
-    }
     t->step_global_batch = g;
     *global_batch = g;
     return MG_OK;

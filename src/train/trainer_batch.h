@@ -21,14 +21,14 @@
 mg_status mg_trainer_batch_init(mg_trainer *t);
 /* d(loss)/d(token loss) of one token: 1 / (tokens per microbatch x microbatches x D). */
 float mg_trainer_token_weight(const mg_trainer *t);
-/* Uploads the gradient weights of the current microbatch count: every token's
- * token weight x t->dloss_scale (the loss scale baked into the backward, train/grad_scaler.h)
- * into t->mem.dloss, and the MoE losses' weights (train/trainer_moe.h). */
+/* Uploads the gradient weights of the current microbatch count: every token's token weight into
+ * t->mem.dloss (without the loss scale: a training head multiplies in the step-control block's on
+ * the device, train/trainer_loss.h), and the MoE losses' weights (train/trainer_moe.h). */
 mg_status mg_trainer_upload_loss_weights(mg_trainer *t);
 /* Makes the next passes run m microbatches per rank (nothing when it already does). */
 mg_status mg_trainer_set_microbatches(mg_trainer *t, int m);
 /* Before a training step: the iteration's global batch (*global_batch) from the consumed
- * samples, its microbatches set, and the loss weights carrying the loss scaler's scale. */
+ * samples, and its microbatches set. */
 mg_status mg_trainer_batch_begin(mg_trainer *t, int64_t *global_batch);
 
 #endif

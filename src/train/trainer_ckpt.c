@@ -232,6 +232,8 @@ mg_status mg_trainer_save(mg_trainer *t) {
     if (st == MG_OK) st = be->copy_d2h(be, h->exp_avg_sq, t->opt.v, m * sizeof(float));
     if (st == MG_OK) st = copy_biases(t, h, true);
     if (st == MG_OK) st = mg_model_rng_offset(&t->model.rng, &t->state.rng_offset);
+    /* Adam's step, the schedule's position and the loss scaler: the device's step control */
+    if (st == MG_OK) st = mg_trainer_ctl_read(t);
     /* every rank calls it: each writes the pieces it holds alone or first */
     if (!t->ckpt.scratch) MG_CHECK(be->alloc(be, sizeof(int64_t), &t->ckpt.scratch));
     const mg_checkpoint_groups groups = {t->layout.dp, t->layout.pp, t->layout.tp, be,

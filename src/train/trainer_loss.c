@@ -87,8 +87,8 @@ mg_status mg_trainer_loss_microbatch(mg_trainer *t, int slot) {
     double denom = t->cfg.calculate_per_token_loss
                        ? (double)(t->pass_tokens > 1 ? t->pass_tokens : 1)
                        : (double)(n > 1 ? n : 1) * t->num_microbatches * t->layout.dp_size;
-    /* training: with the loss scale, as the uniform weights (train/trainer_batch.h) */
-    float w = (float)((t->forward_only ? 1.0 : (double)t->scaling.dloss_scale) / denom);
+    /* without the loss scale, which the training head multiplies in on the device */
+    float w = (float)(1.0 / denom);
     for (size_t i = 0; i < N; i++)
         t->mem.host_dloss[i] = t->mem.host_tokens[i] != t->eod_id ? w : 0.0f;
     t->slot_denom[slot] = denom;
@@ -110,5 +110,4 @@ void mg_trainer_loss_args(const mg_trainer *t, int slot, const float **dloss, co
     *dloss = d;
     *loss_w = d;
     *scale = t->cfg.calculate_per_token_loss ? 1.0f : (float)(t->slot_denom[slot] / T);
-    if (!t->forward_only) *scale /= t->scaling.dloss_scale; /* the weights carry the loss scale */
 }

@@ -26,6 +26,11 @@
  *    to rounding).
  *  - MoE aux losses under --calculate-per-token-loss weigh 1 / max(T, 1): Megatron sets the
  *    MoEAuxLossAutoScaler scale to 1 and finalize_model_grads divides every gradient by T.
+ *  - The loss scale (train/grad_scaler.h): the weights above are uploaded without it; a training
+ *    pass's head multiplies its weights by the step-control block's scale on the device
+ *    (t->mem.dloss_scaled, train/trainer_scaler.h), and the MoE losses' weights take the same
+ *    scale (model/block.h's loss_scale), so a change of the scale needs no upload. With a
+ *    power-of-two scale the products are exact: the weights of the old host-side scaling.
  * Exports: mg_trainer_loss_init, mg_trainer_loss_pass, mg_trainer_loss_microbatch,
  * mg_trainer_loss_args, mg_trainer_loss_eod, mg_trainer_eod_for. Needs: train/trainer_parts,
  * data/tokenizer. */

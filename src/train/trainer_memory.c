@@ -89,7 +89,11 @@ static void bind(mg_trainer *t) {
     m->positions = c->reset_position_ids ? mg_arena_ptr(&p->io, p->off_positions) : NULL;
     m->doc_starts = c->reset_attention_mask ? mg_arena_ptr(&p->io, p->off_doc_starts) : NULL;
     m->dloss = mg_arena_ptr(&p->io, p->off_dloss);
-    m->stats = mg_arena_ptr(&p->io, p->off_stats);
+    m->dloss_scaled = m->dloss + (c->eod_mask_loss ? (size_t)t->pipe.n_slots : 1) *
+                                     (size_t)c->micro_batch_size * (size_t)c->seq_length;
+    mg_memory_stats_block *sb = mg_arena_ptr(&p->io, p->off_stats);
+    m->stats = sb->stats;
+    m->ctl = &sb->ctl;
     m->loss = &m->stats[MG_STAT_LOSS];
 }
 

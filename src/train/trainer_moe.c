@@ -46,7 +46,8 @@ static mg_status plan_zero_spans(mg_trainer *t) {
 void mg_trainer_moe_set_weights(mg_trainer *t) {
     mg_moe_ws *w = &t->model.moe_ws;
     double mb_d = (double)t->num_microbatches * t->layout.dp_size;
-    w->loss_weight = (float)(t->scaling.dloss_scale / mb_d); /* with the loss scale, as dloss */
+    w->loss_weight = (float)(1.0 / mb_d);
+    w->loss_scale = &t->mem.ctl->scale; /* the loss scale, as the head's weights: on the device */
     w->stat_weight = (float)(1.0 / (mb_d * t->model.cfg.moe.n_layers));
 }
 

@@ -54,8 +54,12 @@ typedef enum {
 
 typedef struct {
     double loss, grad_norm;         /* the last step's */
-    double loss_sum, grad_norm_sum; /* since the last reset */
+    double loss_sum, grad_norm_sum; /* since the last reset, of the steps that were not skipped */
     double moe_aux, moe_z;          /* MoE: the last step's logged aux loss and z-loss */
+    /* from the step-control block (core/step_rules.h), read by the same copy */
+    int64_t skipped_iters, nan_iters; /* since the last reset: skipped steps, non-finite losses */
+    bool last_skipped;                /* the last step was skipped (its grad norm is None) */
+    double loss_scale;                /* the loss scale after the last step */
 } mg_step_stats;
 
 /* The groups of one rank (none owned; NULL: a group of one rank): data-parallel, tensor-parallel,
@@ -123,7 +127,11 @@ typedef struct {
     float *dloss;       /* (N) backend: d(loss)/d(token loss) = 1 / (N * microbatches * D); with
                            --eod-mask-loss (n_slots, N): each slot's masked weights
                            (train/trainer_loss.h) */
+    float *dloss_scaled; /* (N) backend: the weights of the training head running, times the loss
+                            scale (train/trainer_loss.h) */
     float *stats;       /* (MG_MEMORY_STATS) backend fp32 (two int64 at MG_STAT_ZEROS) */
+    mg_step_ctl *ctl;   /* (1) backend, right after stats: the step control (core/step_rules.h:
+                           skip decision, Adam's step, rates, schedule position, loss scale) */
     float *loss;        /* (1) backend accumulator: &stats[MG_STAT_LOSS] */
     void *pipe_buffers; /* the pipeline's buffers (workspace), for a rebuild */
     size_t pipe_bytes;
@@ -142,16 +150,16 @@ typedef struct {
     void *scratch; /* 8 bytes of backend memory: the save's values over NCCL groups */
 } mg_train_ckpt_stage;
 
-/* Loss scaling (train/grad_scaler.h; off: scale 1, no skips) and its count of skipped steps. */
+/* Loss scaling (train/grad_scaler.h; off: scale 1, no skips). The scaler's state of record is
+ * the step-control block in backend memory (t->mem.ctl, train/trainer_scaler.h); the host copies
+ * here are as of its last read (mg_trainer_read_stats, a checkpoint save). */
 typedef struct {
-    mg_grad_scaler scaler;
-    /* since the last log line (train/run.c resets them): steps the scaler skipped, of which those
-     * whose loss was not finite (Megatron's "number of skipped/nan iterations"); whether the last
-     * step was skipped (its grad norm is then None) */
+    mg_grad_scaler scaler; /* the settings; scale and trackers: as of the last read */
+    /* as of the last read, since the last reset of the sums: steps the scaler skipped, of which
+     * those whose loss was not finite (Megatron's "number of skipped/nan iterations"); whether
+     * the last step was skipped (its grad norm is then None) */
     int64_t skipped_iters, nan_iters;
     bool last_skipped;
-    float dloss_scale; /* the loss scale the gradient weights in dloss (and the MoE loss weights)
-                          carry: the scaler's at the last upload (train/trainer_batch.h) */
 } mg_train_scaling;
 
 typedef struct {

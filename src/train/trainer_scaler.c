@@ -14,19 +14,56 @@ static void to_state(mg_trainer *t) {
     t->state.hysteresis_tracker = g->hysteresis_tracker;
 }
 
-mg_status mg_trainer_scaler_step(mg_trainer *t, bool *skipped) {
-    float v[2]; /* MG_STAT_LOSS, MG_STAT_GRAD_NORM */
-    _Static_assert(MG_STAT_GRAD_NORM == MG_STAT_LOSS + 1, "loss and norm are adjacent");
-    MG_CHECK(t->be->copy_d2h(t->be, v, &t->mem.stats[MG_STAT_LOSS], sizeof v));
-    *skipped = !isfinite(v[1]);
-    if (*skipped) {
-        mg_optimizer_unstep(&t->opt);
-        t->scaling.skipped_iters++;
-        if (!isfinite(v[0])) t->scaling.nan_iters++;
-    }
-    t->scaling.last_skipped = *skipped;
-    mg_grad_scaler_update(&t->scaling.scaler, *skipped);
+mg_status mg_trainer_step_control(mg_trainer *t, int64_t samples) {
+    const mg_step_rules rules = {
+        .lr = t->lr,
+        .scaler = t->scaling.scaler,
+        .beta1 = t->opt.beta1,
+        .beta2 = t->opt.beta2,
+        .samples = samples,
+    };
+    float *s = t->mem.stats;
+    _Static_assert(MG_STAT_GRAD_NORM_SUM == MG_STAT_LOSS_SUM + 1, "the sums are adjacent");
+    /* the norm where the optimizer computed it (scalars[1]); the loss of the step */
+    return t->be->step_control(t->be, t->mem.ctl, &t->opt.scalars[1], &s[MG_STAT_LOSS],
+                               &s[MG_STAT_LOSS_SUM], &rules);
+}
+
+mg_status mg_trainer_ctl_upload(mg_trainer *t) {
+    const mg_grad_scaler *g = &t->scaling.scaler;
+    mg_step_ctl c = {
+        .adam_step = t->opt.step,
+        .lr_num_steps = t->lr.num_steps,
+        .scale = g->scale,
+        /* Megatron's inv_scale: the reciprocal in double, then fp32 */
+        .inv_scale = (float)(1.0 / (double)g->scale),
+        .growth_tracker = g->growth_tracker,
+        .hysteresis_tracker = g->hysteresis_tracker,
+    };
+    t->scaling.skipped_iters = t->scaling.nan_iters = 0;
+    t->scaling.last_skipped = false;
+    return t->be->copy_h2d(t->be, t->mem.ctl, &c, sizeof c);
+}
+
+void mg_trainer_ctl_take(mg_trainer *t, const mg_step_ctl *c) {
+    mg_grad_scaler *g = &t->scaling.scaler;
+    t->opt.step = c->adam_step;
+    t->lr.num_steps = c->lr_num_steps;
+    g->scale = c->scale;
+    g->growth_tracker = c->growth_tracker;
+    g->hysteresis_tracker = c->hysteresis_tracker;
+    t->scaling.skipped_iters = c->skipped_iters;
+    t->scaling.nan_iters = c->nan_iters;
+    t->scaling.last_skipped = c->last_skipped != 0;
+    t->state.lr_num_steps = c->lr_num_steps;
+    t->state.optimizer_step = c->adam_step;
     to_state(t);
+}
+
+mg_status mg_trainer_ctl_read(mg_trainer *t) {
+    mg_step_ctl c;
+    MG_CHECK(t->be->copy_d2h(t->be, &c, t->mem.ctl, sizeof c));
+    mg_trainer_ctl_take(t, &c);
     return MG_OK;
 }
 

@@ -50,7 +50,7 @@ mg_status mg_trainer_params_norm(mg_trainer *t, double *norm) {
         const float *x =
             t->mem.master ? t->mem.master + p->local : (const float *)t->mem.params + p->world;
         MG_CHECK(be->sumsq_f32(be, &sums[pair_index(t, m)], x,
-                               (size_t)(p->param_end - p->param_start), 1.0f));
+                               (size_t)(p->param_end - p->param_start), NULL));
     }
     MG_CHECK(reduce_pair(t, sums, MG_F32));
     float h[2];

@@ -34,18 +34,19 @@ static adam_in adam_inputs(ct_pool *P, size_t n) {
 static void adam_run(mg_test_ctx *t, mg_backend *cpu, ct_pool *P, const adam_in *a, size_t n,
                      float *got[4], float *ref[3]) {
     mg_backend *gpu = P->g;
-    float bc1 = 1.0f - powf(B1, STEP), bc2 = 1.0f - powf(B2, STEP);
+    /* the rates as the step-control block holds them: lr, wd, bc1, bc2 */
+    float rates[4] = {LR, WD, 1.0f - powf(B1, STEP), 1.0f - powf(B2, STEP)};
     ref[0] = ct_dup(P, a->master, n), ref[1] = ct_dup(P, a->m, n), ref[2] = ct_dup(P, a->v, n);
     float *cpu_param = ct_dup(P, a->param, n);
-    MG_EXPECT_OK(cpu->adamw(cpu, cpu_param, ref[0], a->grad, ref[1], ref[2], n, LR, B1, B2, ADEPS,
-                            WD, bc1, bc2, &a->scale));
+    MG_EXPECT_OK(cpu->adamw(cpu, cpu_param, ref[0], a->grad, ref[1], ref[2], n, &rates[0],
+                            &rates[1], &rates[2], B1, B2, ADEPS, &a->scale));
     void *d_param = ct_up_act(P, a->param, n);
     float *d_master = ct_up_f32(P, a->master, n), *d_grad = ct_up_f32(P, a->grad, n);
     float *d_m = ct_up_f32(P, a->m, n), *d_v = ct_up_f32(P, a->v, n);
-    float *d_scale = ct_up_f32(P, &a->scale, 1);
+    float *d_scale = ct_up_f32(P, &a->scale, 1), *d_rates = ct_up_f32(P, rates, 4);
     if (!P->failed)
-        MG_EXPECT_OK(gpu->adamw(gpu, d_param, d_master, d_grad, d_m, d_v, n, LR, B1, B2, ADEPS, WD,
-                                bc1, bc2, d_scale));
+        MG_EXPECT_OK(gpu->adamw(gpu, d_param, d_master, d_grad, d_m, d_v, n, &d_rates[0],
+                                &d_rates[1], &d_rates[2], B1, B2, ADEPS, d_scale));
     got[0] = ct_down_f32(P, d_master, n);
     got[1] = ct_down_f32(P, d_m, n);
     got[2] = ct_down_f32(P, d_v, n);

@@ -77,8 +77,8 @@ static float gpu_reduce(mg_test_ctx *t, ct_pool *P, int square, const float *dx,
     mg_backend *g = P->g;
     float *dout = ct_up_f32(P, &init, 1);
     if (P->failed) return NAN;
-    if (square)
-        MG_EXPECT_OK(g->sumsq_f32(g, dout, dx, n, scale));
+    if (square) /* scale 1 (the op's unscale pointer: test_cuda_step_control.c) */
+        MG_EXPECT_OK(g->sumsq_f32(g, dout, dx, n, NULL));
     else
         MG_EXPECT_OK(g->sum_f32(g, dout, dx, dw, n, scale));
     return *ct_down_f32(P, dout, 1);
@@ -96,7 +96,7 @@ MG_TEST(cuda_sum_and_sumsq_match_cpu_and_repeat) {
         float ref_sum = init, ref_wsum = init, ref_sq = init;
         MG_EXPECT_OK(cpu->sum_f32(cpu, &ref_sum, x, NULL, n, scale));
         MG_EXPECT_OK(cpu->sum_f32(cpu, &ref_wsum, x, w, n, scale));
-        MG_EXPECT_OK(cpu->sumsq_f32(cpu, &ref_sq, y, n, 1.0f));
+        MG_EXPECT_OK(cpu->sumsq_f32(cpu, &ref_sq, y, n, NULL));
         float *dx = ct_up_f32(&P, x, n), *dw = ct_up_f32(&P, w, n), *dy = ct_up_f32(&P, y, n);
         if (!P.failed) {
             float s1 = gpu_reduce(t, &P, 0, dx, NULL, n, scale, init);
@@ -123,8 +123,8 @@ MG_TEST(cuda_sum_and_sumsq_nonfinite_parity) {
     y[69999] = NAN;
     float ref[3] = {0.5f, 0.5f, 0.5f};
     MG_EXPECT_OK(cpu->sum_f32(cpu, &ref[0], x, NULL, N, 1.0f));
-    MG_EXPECT_OK(cpu->sumsq_f32(cpu, &ref[1], x, N, 1.0f));
-    MG_EXPECT_OK(cpu->sumsq_f32(cpu, &ref[2], y, N, 1.0f));
+    MG_EXPECT_OK(cpu->sumsq_f32(cpu, &ref[1], x, N, NULL));
+    MG_EXPECT_OK(cpu->sumsq_f32(cpu, &ref[2], y, N, NULL));
     float *dx = ct_up_f32(&P, x, N), *dy = ct_up_f32(&P, y, N);
     if (!P.failed) {
         float got[3] = {gpu_reduce(t, &P, 0, dx, NULL, N, 1.0f, 0.5f),
@@ -146,10 +146,13 @@ MG_TEST(cuda_clip_coef_matches_cpu) {
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         ct_pool P = ct_pool_of(t, gpu);
         float ref[2];
-        MG_EXPECT_OK(cpu->clip_coef(cpu, &ref[0], &ref[1], &cases[k][0], cases[k][1], cases[k][2]));
+        MG_EXPECT_OK(
+            cpu->clip_coef(cpu, &ref[0], &ref[1], &cases[k][0], cases[k][1], &cases[k][2]));
+        /* the unscale from device memory (the step-control block's) */
         float *dsq = ct_up_f32(&P, &cases[k][0], 1), *dout = ct_poison(&P, 2 * sizeof(float));
+        float *dun = ct_up_f32(&P, &cases[k][2], 1);
         if (!P.failed) {
-            MG_EXPECT_OK(gpu->clip_coef(gpu, dout, dout + 1, dsq, cases[k][1], cases[k][2]));
+            MG_EXPECT_OK(gpu->clip_coef(gpu, dout, dout + 1, dsq, cases[k][1], dun));
             float *got = ct_down_f32(&P, dout, 2);
             if (isnan(ref[0])) { /* an overflow: the step is marked skipped, on both */
                 MG_EXPECT(got && isnan(got[0]) && isinf(got[1]), "overflow: coef %g norm %g",

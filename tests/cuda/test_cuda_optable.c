@@ -90,6 +90,8 @@ static const coverage_row coverage[] = {
     {"sumsq_f32", "test_cuda_elementwise.c", "cuda_sum_and_sumsq_match_cpu_and_repeat"},
     {"count_zeros_f32", "test_cuda_elementwise.c", "cuda_count_zeros_matches_cpu"},
     {"clip_coef", "test_cuda_elementwise.c", "cuda_clip_coef_matches_cpu"},
+    {"step_control", "test_cuda_step_control.c", "cuda_step_control_matches_cpu"},
+    {"scale_f32", "test_cuda_step_control.c", "cuda_scale_f32_matches_cpu"},
     {"adamw", "test_cuda_adamw.c", "cuda_adamw_matches_cpu"},
     {"router_forward", "test_cuda_moe.c", "cuda_moe_router_matches_cpu"},
     {"router_backward", "test_cuda_moe.c", "cuda_moe_router_matches_cpu"},

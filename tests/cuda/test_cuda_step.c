@@ -59,7 +59,14 @@ MG_TEST(cuda_op_sequence_allocates_and_syncs_nothing) {
     void *d_resn = ct_poison_act(&P, N * H), *d_xn = ct_poison_act(&P, N * H);
     float *g_proj = ct_poison(&P, (size_t)H * AW * 4);
     void *saved = ct_poison(&P, g->attention_saved_bytes(g, B, S, NQ, HD));
+    /* the step control (core/step_rules.h): no scaler, a constant lr of 1e-3, weight decay 0.1 */
+    mg_step_ctl hctl = {.scale = 1.0f, .inv_scale = 1.0f};
+    mg_step_rules rules = {.beta1 = 0.9, .beta2 = 0.95, .samples = 2};
+    rules.lr.max_lr = 1e-3, rules.lr.style = MG_LR_CONSTANT;
+    rules.lr.start_wd = rules.lr.end_wd = 0.1, rules.lr.wd_style = MG_WD_CONSTANT;
+    mg_step_ctl *ctl = ct_poison(&P, sizeof hctl);
     if (P.failed) goto done;
+    MG_EXPECT_OK(g->copy_h2d(g, ctl, &hctl, sizeof hctl));
     MG_EXPECT_OK(g->synchronize(g));
 
     uint64_t a0 = ct_allocs(g), f0 = mg_cuda_ctx_of(g)->n_device_frees, s0 = ct_syncs(g);
@@ -109,10 +116,12 @@ MG_TEST(cuda_op_sequence_allocates_and_syncs_nothing) {
     MG_EXPECT_OK(g->layernorm_backward(g, d_x, g_ln, NULL, d_xn, x, ln_w, mean, rstd, N, H));
     MG_EXPECT_OK(g->embedding_backward(g, g_wte, g_wpe, d_x, d_tok, NULL, N, S, H, 0, V));
     /* ---- optimizer ---- */
-    MG_EXPECT_OK(g->sumsq_f32(g, scal + 1, grads, (size_t)V * F, 1.0f));
-    MG_EXPECT_OK(g->clip_coef(g, scal + 2, scal + 3, scal + 1, 1.0f, 1.0f));
-    MG_EXPECT_OK(g->adamw(g, w_head, master, grads, m, v, (size_t)V * F, 1e-3f, 0.9f, 0.95f, 1e-8f,
-                          0.1f, 0.1f, 0.0975f, scal + 2));
+    MG_EXPECT_OK(g->sumsq_f32(g, scal + 1, grads, (size_t)V * F, &ctl->inv_scale));
+    MG_EXPECT_OK(g->clip_coef(g, scal + 2, scal + 3, scal + 1, 1.0f, &ctl->inv_scale));
+    MG_EXPECT_OK(g->step_control(g, ctl, scal + 3, scal, scal + 4, &rules));
+    MG_EXPECT_OK(g->adamw(g, w_head, master, grads, m, v, (size_t)V * F, &ctl->rate[MG_RATE_LR],
+                          &ctl->rate[MG_RATE_WD], &ctl->rate[MG_RATE_BC1], 0.9f, 0.95f, 1e-8f,
+                          scal + 2));
     MG_EXPECT(ct_allocs(g) == a0 && mg_cuda_ctx_of(g)->n_device_frees == f0,
               "the op sequence allocated %llu and freed %llu device buffers",
               (unsigned long long)(ct_allocs(g) - a0),
@@ -131,6 +140,14 @@ MG_TEST(cuda_op_sequence_allocates_and_syncs_nothing) {
         int bad = 0;
         for (int i = 0; i < 64; i++) bad += !isfinite(wt[i]);
         MG_EXPECT(bad == 0, "%d updated head weights are not finite", bad);
+        MG_EXPECT_OK(g->copy_d2h(g, &hctl, ctl, sizeof hctl));
+        MG_EXPECT(hctl.adam_step == 1 && hctl.lr_num_steps == 2 && hctl.skipped_iters == 0 &&
+                      hctl.rate[MG_RATE_LR] == 1e-3f && hctl.rate[MG_RATE_WD] == 0.1f &&
+                      hctl.rate[MG_RATE_BC1] == (float)(1.0 - 0.9),
+                  "step control: adam step %lld, samples %lld, lr %g, wd %g, bc1 %g",
+                  (long long)hctl.adam_step, (long long)hctl.lr_num_steps,
+                  (double)hctl.rate[MG_RATE_LR], (double)hctl.rate[MG_RATE_WD],
+                  (double)hctl.rate[MG_RATE_BC1]);
     }
 done:
     ct_pool_free(&P);

@@ -24,36 +24,37 @@ MG_TEST(cpu_add_sum_sumsq_clip) {
     float acc = 2.5f, accw = -1, accsq = 3;
     MG_EXPECT_OK(be->sum_f32(be, &acc, x, NULL, n, 0.25f));
     MG_EXPECT_OK(be->sum_f32(be, &accw, x, w, n, 1.0f / 3));
-    MG_EXPECT_OK(be->sumsq_f32(be, &accsq, x, n, 1.0f));
+    MG_EXPECT_OK(be->sumsq_f32(be, &accsq, x, n, NULL));
     /* double accumulation: only the final fp32 rounding remains */
     MG_EXPECT(fabs(acc - (2.5 + 0.25 * s)) <= 1e-6 * fabs(2.5 + 0.25 * s), "sum %g vs %g", acc,
               2.5 + 0.25 * s);
     MG_EXPECT(fabs(accw - (-1 + sw / 3)) <= 1e-6 * fabs(-1 + sw / 3) + 1e-7,
               "weighted sum %g vs %g", accw, -1 + sw / 3);
     MG_EXPECT(fabs(accsq - (3 + ss)) <= 1e-6 * (3 + ss), "sumsq %g vs %g", accsq, 3 + ss);
+    const float one = 1.0f, unscale = 1.0f / 1024;
     float coef, norm, sq = 25;
-    MG_EXPECT_OK(be->clip_coef(be, &coef, &norm, &sq, 1.0f, 1.0f));
+    MG_EXPECT_OK(be->clip_coef(be, &coef, &norm, &sq, 1.0f, NULL));
     MG_EXPECT(norm == 5 && fabs(coef - 1 / (5 + 1e-6)) < 1e-7, "clip 1: norm %g coef %g", norm,
               coef);
-    MG_EXPECT_OK(be->clip_coef(be, &coef, &norm, &sq, 10.0f, 1.0f));
+    MG_EXPECT_OK(be->clip_coef(be, &coef, &norm, &sq, 10.0f, &one));
     MG_EXPECT(coef == 1, "clip above the norm: coef %g", coef);
-    MG_EXPECT_OK(be->clip_coef(be, &coef, &norm, &sq, 0.0f, 1.0f));
+    MG_EXPECT_OK(be->clip_coef(be, &coef, &norm, &sq, 0.0f, NULL));
     MG_EXPECT(coef == 1, "clip disabled: coef %g", coef);
     /* gradients held x 1024 (a loss scale): sumsq_f32 scaled by 2^-20 gives the unscaled sum of
      * squares even where the scaled one passes fp32's range (in double); the coefficient carries
      * the unscaling; an overflow marks the step skipped (NaN) */
     float big[2] = {3e18f * 1024, 4e18f * 1024}, sq_scaled = 0; /* squares beyond fp32's range */
-    MG_EXPECT_OK(be->sumsq_f32(be, &sq_scaled, big, 2, 1.0 / (1024.0 * 1024.0)));
+    MG_EXPECT_OK(be->sumsq_f32(be, &sq_scaled, big, 2, &unscale));
     MG_EXPECT(fabs(sq_scaled - 25e36) <= 1e-6 * 25e36, "unscaled squares %g, want 2.5e37",
               sq_scaled);
     sq_scaled = 25.0f;
-    MG_EXPECT_OK(be->clip_coef(be, &coef, &norm, &sq_scaled, 1.0f, 1.0f / 1024));
+    MG_EXPECT_OK(be->clip_coef(be, &coef, &norm, &sq_scaled, 1.0f, &unscale));
     MG_EXPECT(norm == 5 && fabs(coef * 1024 - 1 / (5 + 1e-6)) < 1e-7, "scaled: norm %g coef %g",
               norm, coef);
-    MG_EXPECT_OK(be->clip_coef(be, &coef, &norm, &sq_scaled, 10.0f, 1.0f / 1024));
+    MG_EXPECT_OK(be->clip_coef(be, &coef, &norm, &sq_scaled, 10.0f, &unscale));
     MG_EXPECT(coef == 1.0f / 1024, "scaled, clip above the norm: coef %g", coef);
     float sq_inf = INFINITY;
-    MG_EXPECT_OK(be->clip_coef(be, &coef, &norm, &sq_inf, 1.0f, 1.0f));
+    MG_EXPECT_OK(be->clip_coef(be, &coef, &norm, &sq_inf, 1.0f, NULL));
     MG_EXPECT(isinf(norm) && isnan(coef), "overflow: norm %g coef %g", norm, coef);
     free(x), free(w), free(o);
     be->destroy(be);
@@ -72,9 +73,9 @@ MG_TEST(cpu_adamw_two_steps_match_formula) {
     for (int i = 0; i < n; i++) pr[i] = p0[i];
     for (int step = 1; step <= 2; step++) {
         const float *g = step == 1 ? g1 : g2;
-        float bc1 = 1 - powf(b1, (float)step), bc2 = 1 - powf(b2, (float)step);
-        MG_EXPECT_OK(be->adamw(be, pa, NULL, g, ma, va, n, lr, b1, b2, eps, wd, bc1, bc2, &scale));
-        MG_EXPECT_OK(be->adamw(be, pb, mast, g, mb, vb, n, lr, b1, b2, eps, wd, bc1, bc2, &scale));
+        const float bc[2] = {1 - powf(b1, (float)step), 1 - powf(b2, (float)step)};
+        MG_EXPECT_OK(be->adamw(be, pa, NULL, g, ma, va, n, &lr, &wd, bc, b1, b2, eps, &scale));
+        MG_EXPECT_OK(be->adamw(be, pb, mast, g, mb, vb, n, &lr, &wd, bc, b1, b2, eps, &scale));
         for (int i = 0; i < n; i++) {
             double gi = (double)g[i] * scale;
             m[i] = b1 * m[i] + (1 - (double)b1) * gi;
@@ -109,10 +110,9 @@ MG_TEST(cpu_adamw_skips_on_overflow_mark) {
     float *mast = t_rnd(97, n, 1);
     float *p0 = t_dup(p, n), *m0 = t_dup(m, n), *v0 = t_dup(v, n), *mast0 = t_dup(mast, n);
     for (int i = 0; i < n; i++) v[i] = v0[i] = fabsf(v[i]);
-    MG_EXPECT_OK(be->adamw(be, p, NULL, g, m, v, n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.1f, 0.05f,
-                           &nan_coef));
-    MG_EXPECT_OK(be->adamw(be, p, mast, g, m, v, n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.1f, 0.05f,
-                           &nan_coef));
+    const float lr = 1e-2f, wd = 0.1f, bc[2] = {0.1f, 0.05f};
+    MG_EXPECT_OK(be->adamw(be, p, NULL, g, m, v, n, &lr, &wd, bc, 0.9f, 0.95f, 1e-8f, &nan_coef));
+    MG_EXPECT_OK(be->adamw(be, p, mast, g, m, v, n, &lr, &wd, bc, 0.9f, 0.95f, 1e-8f, &nan_coef));
     MG_EXPECT(!memcmp(p, p0, sizeof(float) * n) && !memcmp(m, m0, sizeof(float) * n) &&
                   !memcmp(v, v0, sizeof(float) * n) && !memcmp(mast, mast0, sizeof(float) * n),
               "a skipped step changed the parameters or the moments");
@@ -223,7 +223,7 @@ static void run_parallel_ops(mg_test_ctx *t, mg_backend *be, float *res) {
     memcpy(r, logits, sizeof(float) * TN * TV);
     r += TN * TV + TN;
     MG_EXPECT_OK(be->sum_f32(be, r, logits, NULL, (size_t)TN * TV, 1.0f));
-    MG_EXPECT_OK(be->sumsq_f32(be, r + 1, x, (size_t)TN * TH, 1.0f));
+    MG_EXPECT_OK(be->sumsq_f32(be, r + 1, x, (size_t)TN * TH, NULL));
     r += 2;
     /* vocab-parallel cross-entropy on one range: rowmax, sums, losses, gradient */
     float *vl = t_rnd(119, (size_t)TN * TVL, 3);

@@ -79,8 +79,10 @@ mg_status mg_cpu_sum_f32(mg_backend *be, float *out, const float *x, const float
     return MG_OK;
 }
 
-mg_status mg_cpu_sumsq_f32(mg_backend *be, float *out, const float *x, size_t n, double scale) {
-    // out (1), accumulated; x (n)
+mg_status mg_cpu_sumsq_f32(mg_backend *be, float *out, const float *x, size_t n,
+                           const float *unscale) {
+    // out (1), accumulated; x (n); unscale (1) or NULL
+    const double u = unscale ? (double)*unscale : 1.0, scale = u * u;
     *out = (float)((double)*out + scale * reduce(x, NULL, n, 1));
     return MG_OK;
 }
@@ -95,12 +97,20 @@ mg_status mg_cpu_count_zeros_f32(mg_backend *be, int64_t *out, const float *x, s
 }
 
 mg_status mg_cpu_clip_coef(mg_backend *be, float *coef_out, float *norm_out, const float *sumsq,
-                           float clip, float unscale) {
-    // coef_out, norm_out, sumsq (1)
+                           float clip, const float *unscale_) {
+    // coef_out, norm_out, sumsq (1); unscale (1) or NULL
+    const float unscale = unscale_ ? *unscale_ : 1.0f;
     float norm = sqrtf(*sumsq);
     *norm_out = norm;
     *coef_out = !isfinite(norm)
                     ? NAN
                     : (clip > 0.0f && norm > clip ? clip / (norm + 1e-6f) : 1.0f) * unscale;
+    return MG_OK;
+}
+
+mg_status mg_cpu_scale_f32(mg_backend *be, float *out, const float *x, size_t n, const float *s) {
+    // out, x (n); s (1)
+    const float f = *s;
+    for (size_t i = 0; i < n; i++) out[i] = x[i] * f;
     return MG_OK;
 }

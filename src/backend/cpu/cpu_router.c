@@ -270,13 +270,18 @@ static void route_token_backward(const mg_moe_routing *r, const float *l, const 
     }
 }
 
+/* d(training objective) / d(aux loss or z-loss): the weight times the loss scale. */
+static double loss_weight(const mg_moe_routing *r) {
+    return (double)r->loss_weight * (r->loss_scale ? (double)*r->loss_scale : 1.0);
+}
+
 /* The aux loss's and the z-loss's gradients of token t (in aux group g) into dl. */
 static void loss_backward(const mg_moe_routing *r, const float *l, const int32_t *counts,
                           float *dl) {
     int E = r->E;
     if (aux_on(r)) {
         float p[MG_MOE_MAX_EXPERTS], dp[MG_MOE_MAX_EXPERTS];
-        double w = (double)r->loss_weight * r->aux_coeff * aux_factor(r);
+        double w = loss_weight(r) * r->aux_coeff * aux_factor(r);
         for (int e = 0; e < E; e++) dp[e] = (float)(w * counts[e]);
         if (r->score == MG_MOE_SCORE_SOFTMAX) {
             softmax_row(p, l, E);
@@ -296,7 +301,7 @@ static void loss_backward(const mg_moe_routing *r, const float *l, const int32_t
         for (int e = 1; e < E; e++) m = l[e] > m ? l[e] : m;
         double s = 0;
         for (int e = 0; e < E; e++) s += exp((double)l[e] - m);
-        double lse = m + log(s), w = (double)r->loss_weight * r->z_coeff * 2.0 * lse / r->T;
+        double lse = m + log(s), w = loss_weight(r) * r->z_coeff * 2.0 * lse / r->T;
         for (int e = 0; e < E; e++) dl[e] += (float)(w * exp((double)l[e] - lse));
     }
 }

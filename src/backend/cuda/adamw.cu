@@ -2,8 +2,9 @@
  * elementwise in fp32 in the formula order of backend_ops.h (CPU reference: cpu/cpu_adamw.c).
  * The fp32 master is updated and the h16 parameter receives it rounded to nearest even. With no
  * master (pure-h16 training) the h16 parameter itself is read, updated and rounded back.
- * The clipping coefficient is read from device memory (grad_scale), so no host sync is needed
- * between the norm reduction and the update.
+ * The clipping coefficient and the rates (lr, weight decay, bias corrections: the step-control
+ * block in training) are read from device memory, so no host sync is needed between the norm
+ * reduction and the update, and no host value changes from step to step.
  * Memory-bound: 4 elements per thread per iteration (float4 for master, grad, m and v, 8 bytes of
  * h16 parameter), grid-stride; a scalar loop covers the tail and unaligned buffers.
  * Multi-tensor fusion (one launch for all parameters) is left for later. */
@@ -11,6 +12,11 @@
 
 struct adamw_hp {
     float lr, beta1, beta2, eps, wd, bc1, bc2;
+};
+
+/* The rates a launch reads from device memory (wd NULL: no decay). */
+struct adamw_rates {
+    const float *lr, *wd, *bc;
 };
 
 /* One element: updates m, v and returns the new master value. */
@@ -27,11 +33,15 @@ static __device__ __forceinline__ float adamw_one(float w, float grad, float s, 
 
 template <typename h16, bool HAS_MASTER>
 static __global__ void adamw_kernel(h16 *param, float *master, const float *grad, float *m,
-                                    float *v, size_t n, adamw_hp hp, const float *grad_scale,
-                                    int vec) {
+                                    float *v, size_t n, adamw_hp hp, adamw_rates rates,
+                                    const float *grad_scale, int vec) {
     // param (n) h16; master, grad, m, v (n) fp32; grad_scale (1) or NULL
     float s = grad_scale ? *grad_scale : 1.0f;
     if (!isfinite(s)) return; /* a skipped step (backend_ops.h) */
+    hp.lr = *rates.lr;
+    hp.wd = rates.wd ? *rates.wd : 0.0f;
+    hp.bc1 = rates.bc[0];
+    hp.bc2 = rates.bc[1];
     size_t stride = (size_t)gridDim.x * blockDim.x;
     size_t t0 = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     size_t nv = vec ? n / 4 : 0;
@@ -72,23 +82,24 @@ static __global__ void adamw_kernel(h16 *param, float *master, const float *grad
 
 MG_CUDA_DTYPES(mg_status, adamw,
                (mg_backend * be, void *param, float *master, const float *grad, float *m, float *v,
-                size_t n, float lr, float beta1, float beta2, float eps, float wd, float bc1,
-                float bc2, const float *grad_scale),
-               (be, param, master, grad, m, v, n, lr, beta1, beta2, eps, wd, bc1, bc2,
-                grad_scale)) {
-    // param (n) h16; master (n) or NULL, grad, m, v (n) fp32; grad_scale (1) device or NULL
+                size_t n, const float *lr, const float *wd, const float *bc, float beta1,
+                float beta2, float eps, const float *grad_scale),
+               (be, param, master, grad, m, v, n, lr, wd, bc, beta1, beta2, eps, grad_scale)) {
+    // param (n) h16; master (n) or NULL, grad, m, v (n) fp32; lr (1), wd (1) or NULL, bc (2),
+    // grad_scale (1) device
     if (n == 0) return MG_OK;
-    adamw_hp hp = {lr, beta1, beta2, eps, wd, bc1, bc2};
+    adamw_hp hp = {0.0f, beta1, beta2, eps, 0.0f, 1.0f, 1.0f}; /* the rates: read by the kernel */
+    adamw_rates rates = {lr, wd, bc};
     int vec = mg_cuda_aligned16(grad) && mg_cuda_aligned16(m) && mg_cuda_aligned16(v) &&
               (!master || mg_cuda_aligned16(master)) && ((uintptr_t)param & 7u) == 0;
     unsigned grid = mg_cuda_blocks(vec ? (n + 3) / 4 : n, MG_CUDA_THREADS);
     cudaStream_t st = mg_cuda_stream(be);
     if (master)
         adamw_kernel<h16, true><<<grid, MG_CUDA_THREADS, 0, st>>>((h16 *)param, master, grad, m, v,
-                                                                  n, hp, grad_scale, vec);
+                                                                  n, hp, rates, grad_scale, vec);
     else
         adamw_kernel<h16, false><<<grid, MG_CUDA_THREADS, 0, st>>>((h16 *)param, master, grad, m, v,
-                                                                   n, hp, grad_scale, vec);
+                                                                   n, hp, rates, grad_scale, vec);
     MG_CUDA_CHECK_LAUNCH();
     return MG_OK;
 }

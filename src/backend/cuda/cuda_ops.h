@@ -19,7 +19,8 @@
  *
  * Files: embedding.cu, norm.cu, linear.cu (linear_*), activation.cu (gelu_*, swiglu_*), rope.cu,
  * attention.cu (and attention_generic.cu, attention_cudnn.cu), cross_entropy.cu, elementwise.cu (add,
- * bias_residual_add, the fp32 sums, clip_coef), dropout.cu, adamw.cu, moe_router.cu (router_*),
+ * bias_residual_add, the fp32 sums, clip_coef, scale_f32), dropout.cu, adamw.cu, step.cu
+ * (step_control), moe_router.cu (router_*),
  * moe_route.cu (moe_route*, moe_expert_bias_update), moe_permute.cu (moe_permute*,
  * moe_unpermute*, moe_regroup, grouped_activation_forward, grouped_swiglu_backward),
  * grouped_gemm.cu (grouped_linear_*), measure.cu (matmul_peak_tflops).

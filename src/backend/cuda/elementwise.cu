@@ -139,17 +139,22 @@ static __global__ void sum_partial_kernel(double *partial, const float *x, const
     if (threadIdx.x == 0) partial[blockIdx.x] = s;
 }
 
-/* One block of SUM_MAX_BLOCKS threads: *out = (float)(*out + scale * sum(partial)). */
+/* One block of SUM_MAX_BLOCKS threads: *out = (float)(*out + scale * sum(partial)), where
+ * scale = u^2 in double when unscale (device memory) is given (sumsq_f32), else `scale`. */
 static __global__ void sum_final_kernel(float *out, const double *partial, int nblocks,
-                                        double scale) {
+                                        double scale, const float *unscale) {
     double s = threadIdx.x < (unsigned)nblocks ? partial[threadIdx.x] : 0.0;
     s = block_sum_d(s);
+    if (unscale) {
+        const double u = (double)*unscale;
+        scale = u * u;
+    }
     if (threadIdx.x == 0) *out = (float)((double)*out + scale * s);
 }
 
 /* Workspace: one double per block, at most SUM_MAX_BLOCKS * 8 = 8 KiB. */
 static mg_status reduce_launch(mg_backend *be, int mode, float *out, const float *x, const float *w,
-                               size_t n, double scale) {
+                               size_t n, double scale, const float *unscale) {
     if (n == 0) return MG_OK; /* *out += 0 */
     size_t nb = (n + (size_t)SUM_THREADS * SUM_ITEMS_PER_THREAD - 1) /
                 ((size_t)SUM_THREADS * SUM_ITEMS_PER_THREAD);
@@ -165,7 +170,7 @@ static mg_status reduce_launch(mg_backend *be, int mode, float *out, const float
     else
         sum_partial_kernel<2><<<nblocks, SUM_THREADS, 0, st>>>(partial, x, w, n, vec);
     MG_CUDA_CHECK_LAUNCH();
-    sum_final_kernel<<<1, SUM_MAX_BLOCKS, 0, st>>>(out, partial, nblocks, scale);
+    sum_final_kernel<<<1, SUM_MAX_BLOCKS, 0, st>>>(out, partial, nblocks, scale, unscale);
     MG_CUDA_CHECK_LAUNCH();
     return MG_OK;
 }
@@ -174,14 +179,14 @@ MG_CUDA_DTYPES(mg_status, sum_f32,
                (mg_backend * be, float *out, const float *x, const float *w, size_t n, float scale),
                (be, out, x, w, n, scale)) {
     // out (1), accumulated; x, w (n), w may be NULL
-    return reduce_launch(be, w ? 1 : 0, out, x, w, n, scale);
+    return reduce_launch(be, w ? 1 : 0, out, x, w, n, scale, NULL);
 }
 
 MG_CUDA_DTYPES(mg_status, sumsq_f32,
-               (mg_backend * be, float *out, const float *x, size_t n, double scale),
-               (be, out, x, n, scale)) {
-    // out (1), accumulated; x (n)
-    return reduce_launch(be, 2, out, x, NULL, n, scale);
+               (mg_backend * be, float *out, const float *x, size_t n, const float *unscale),
+               (be, out, x, n, unscale)) {
+    // out (1), accumulated; x (n); unscale (1) device or NULL
+    return reduce_launch(be, 2, out, x, NULL, n, 1.0, unscale);
 }
 
 /* ---- count_zeros_f32: *out += #{i : x[i] == 0}; integer sums, so any order is exact ---- */
@@ -211,7 +216,8 @@ MG_CUDA_DTYPES(mg_status, count_zeros_f32,
 /* ---- clip_coef: one thread, so the optimizer never waits on a host read of the norm ---- */
 
 static __global__ void clip_coef_kernel(float *coef_out, float *norm_out, const float *sumsq,
-                                        float clip, float unscale) {
+                                        float clip, const float *unscale_p) {
+    const float unscale = unscale_p ? *unscale_p : 1.0f;
     float norm = sqrtf(*sumsq);
     *norm_out = norm;
     *coef_out = !isfinite(norm)
@@ -221,10 +227,30 @@ static __global__ void clip_coef_kernel(float *coef_out, float *norm_out, const 
 
 MG_CUDA_DTYPES(mg_status, clip_coef,
                (mg_backend * be, float *coef_out, float *norm_out, const float *sumsq, float clip,
-                float unscale),
+                const float *unscale),
                (be, coef_out, norm_out, sumsq, clip, unscale)) {
-    // coef_out, norm_out, sumsq (1)
+    // coef_out, norm_out, sumsq (1); unscale (1) device or NULL
     clip_coef_kernel<<<1, 1, 0, mg_cuda_stream(be)>>>(coef_out, norm_out, sumsq, clip, unscale);
+    MG_CUDA_CHECK_LAUNCH();
+    return MG_OK;
+}
+
+/* ---- scale_f32: out = x * *s, the factor read on the device ---- */
+
+static __global__ void scale_f32_kernel(float *out, const float *x, size_t n, const float *s) {
+    const float f = *s;
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+        out[i] = x[i] * f;
+}
+
+MG_CUDA_DTYPES(mg_status, scale_f32,
+               (mg_backend * be, float *out, const float *x, size_t n, const float *s),
+               (be, out, x, n, s)) {
+    // out, x (n); s (1) device
+    if (n == 0) return MG_OK;
+    scale_f32_kernel<<<mg_cuda_blocks(n, MG_CUDA_THREADS), MG_CUDA_THREADS, 0,
+                       mg_cuda_stream(be)>>>(out, x, n, s);
     MG_CUDA_CHECK_LAUNCH();
     return MG_OK;
 }

@@ -132,7 +132,8 @@ static __device__ double block_sum_d(double v, double *sh) {
 /* Flags and constants the kernels take by value along with the routing. */
 typedef struct {
     int aux, zloss, aux_n; /* aux loss on, z-loss on, tokens per aux group */
-    double aux_w;          /* backward: loss_weight x aux_coeff x the aux loss's factor */
+    double aux_w; /* backward: loss_weight x aux_coeff x the aux loss's factor (the kernel
+                     multiplies in *loss_scale, which lives on the device) */
 } route_flags;
 
 /* Per token in shared memory: L, SC, SEL (E each), GS and CH (G each); then with the aux loss the
@@ -488,6 +489,8 @@ static __global__ void __launch_bounds__(ROUTE_THREADS)
     if (!live) t = r.T - 1; /* the same work, nothing written */
     float *L = sm + (size_t)sub * 4 * E, *DL = L + E, *X = DL + E, *Y = X + E;
     bool softmax = r.score == MG_MOE_SCORE_SOFTMAX;
+    const double ls = r.loss_scale ? (double)*r.loss_scale : 1.0; /* the loss scale */
+    const double aux_w = f.aux_w * ls;
     for (int e = sl; e < E; e += W) {
         L[e] = logits[(size_t)t * E + e];
         DL[e] = Y[e] = 0.0f;
@@ -530,10 +533,10 @@ static __global__ void __launch_bounds__(ROUTE_THREADS)
         else
             for (int e = sl; e < E; e += W) z += (double)(X[e] = sigmoid_f(L[e]));
         z = sub_sum_d<W>(z) + 1e-20;
-        for (int e = sl; e < E; e += W) dot += (double)(float)(f.aux_w * cnt[e]) * X[e];
+        for (int e = sl; e < E; e += W) dot += (double)(float)(aux_w * cnt[e]) * X[e];
         dot = sub_sum_d<W>(dot);
         for (int e = sl; e < E; e += W) {
-            float dp = (float)(f.aux_w * cnt[e]);
+            float dp = (float)(aux_w * cnt[e]);
             if (softmax)
                 DL[e] += (float)(X[e] * (dp - dot));
             else
@@ -542,7 +545,7 @@ static __global__ void __launch_bounds__(ROUTE_THREADS)
     }
     if (f.zloss) {
         double lse = sub_lse<W>(L, E);
-        double w = (double)r.loss_weight * r.z_coeff * 2.0 * lse / r.T;
+        double w = (double)r.loss_weight * ls * r.z_coeff * 2.0 * lse / r.T;
         for (int e = sl; e < E; e += W) DL[e] += (float)(w * exp((double)L[e] - lse));
     }
     if (live)
