@@ -34,3 +34,7 @@ const char *mg_env_str(const char *name, const char *fallback) {
     const char *v = lookup(name);
     return v ? v : fallback;
 }
+
+void mg_env_forget(void) {
+    g_cached = 0;
+}

@@ -19,7 +19,7 @@
  *   MG_FAULT_OVERFLOW  tests only: "A:B" puts an Inf into every rank's gradients (the first
  *                  element of its first shard) in iterations A..B, the overflow a too-large loss
  *                  scale causes, to prove the loss scaler's skipped steps on any backend
- * Exports: mg_env_int, mg_env_str. Needs: nothing. */
+ * Exports: mg_env_int, mg_env_str, mg_env_forget. Needs: nothing. */
 #ifndef MG_ENV_H
 #define MG_ENV_H
 
@@ -31,6 +31,10 @@ extern "C" {
 int mg_env_int(const char *name, int fallback);
 /* Value of a string variable, or fallback when unset. The pointer stays valid. */
 const char *mg_env_str(const char *name, const char *fallback);
+
+/* Drops the cached values: the next read of each variable sees the environment as it is then
+ * (tests that set a variable in a running process). */
+void mg_env_forget(void);
 
 #ifdef __cplusplus
 }

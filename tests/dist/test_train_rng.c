@@ -2,7 +2,8 @@
  * ranks (T = 2, host buffers): what each rank draws, compared between the ranks, and training.
  *  - the seeds: default --seed on both ranks, model-parallel --seed + 2718 + tensor-parallel rank;
  *  - the masks each rank's layer ops draw (mg_block_dropout: the ops of layer 1, microbatch 0,
- *    the hidden ones through dropout_add on ones): attention dropout differs between the ranks
+ *    the hidden ones through dropout_add on ones): each rank keeps 1 - p of its elements of each
+ *    (within 6 binomial standard deviations); attention dropout differs between the ranks
  *    (each its own model-parallel stream); hidden dropout agrees bit for bit without sequence
  *    parallelism (the default stream over the activations every rank holds) and differs with it
  *    (each rank's rows from its own stream). "Differs" is measured: two independent masks of keep
@@ -118,9 +119,16 @@ static void check_masks(dist_ctx *t, mg_trainer *tr, bool sp) {
         } else {
             DOK(be->dropout_add(be, mine, ones, NULL, zero, Nl, H, S, &d));
         }
-        DOK(mg_tp_all_gather(&g->tp, both, mine, n, MG_F32));
         char what[96];
         snprintf(what, sizeof what, "%s dropout%s", names[k], sp ? " (sequence parallel)" : "");
+        /* this rank keeps 1 - p of its elements (6 binomial standard deviations) */
+        double kept = 0;
+        for (size_t i = 0; i < n; i++) kept += mine[i] != 0.0f;
+        kept /= (double)n;
+        DEXPECT(fabs(kept - 0.5) <= 6.0 * sqrt(0.25 / (double)n),
+                "%s: tp rank %d keeps %.4f of %zu elements, want 0.5 +- %.3f", what, r, kept, n,
+                6.0 * sqrt(0.25 / (double)n));
+        DOK(mg_tp_all_gather(&g->tp, both, mine, n, MG_F32));
         bool same = sites[k] != MG_DROPOUT_ATTENTION && !sp;
         expect_masks(t, what, both, both + n, n, same);
     }
