@@ -6,6 +6,8 @@
  * tolerance: a GEMM that rounded them through bf16 or fp16 would fail. */
 #include "cuda_test_util.h"
 
+#include "core/env.h"
+
 #include <math.h>
 
 typedef struct {
@@ -98,8 +100,7 @@ MG_TEST(cuda_linear_gelu_forward_matches_cpu) {
 
 /* variant 0: dinp and dbias; 1: dinp, no dbias; 2: no dinp (first layer), dbias; 3: dinp through
  * a GELU (gelu_pre) and dbias. Inputs made and uploaded once per case, as above. */
-MG_TEST(cuda_linear_backward_matches_cpu_and_repeats) {
-    CT_BACKENDS(cpu, gpu);
+static void backward_cases(mg_test_ctx *t, mg_backend *cpu, mg_backend *gpu) {
     for (size_t k = 0; k < NCASES; k++) {
         lin_case c = k_cases[k];
         size_t ni = (size_t)c.N * c.IC, nw = (size_t)c.OC * c.IC, no = (size_t)c.N * c.OC;
@@ -154,6 +155,22 @@ MG_TEST(cuda_linear_backward_matches_cpu_and_repeats) {
         }
         ct_pool_free(&P);
     }
+}
+
+MG_TEST(cuda_linear_backward_matches_cpu_and_repeats) {
+    CT_BACKENDS(cpu, gpu);
+    backward_cases(t, cpu, gpu);
+}
+
+/* The same with MG_DBIAS=ours: the bias gradient from our two-pass reduction (its vector form
+ * where OC is a multiple of 8) instead of cuBLASLt's epilogue. */
+MG_TEST(cuda_linear_backward_our_dbias_matches_cpu) {
+    CT_BACKENDS(cpu, gpu);
+    setenv("MG_DBIAS", "ours", 1);
+    mg_env_forget();
+    backward_cases(t, cpu, gpu);
+    unsetenv("MG_DBIAS");
+    mg_env_forget();
 }
 
 /* A NaN in one input row and an Inf in another: the NaN row comes out all NaN, the Inf row all

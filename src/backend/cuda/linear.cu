@@ -384,6 +384,38 @@ static __global__ void linear_dbias_partial_kernel(float *partial /* (nchunks, O
     }
 }
 
+/* Pass 1, vector form (OC a multiple of 8, dout 16-byte aligned): a lane sums 8 consecutive
+ * columns (one 16-byte load per row), so a warp reads 512 contiguous bytes of a row; block = 256
+ * columns x 8 warps, warp w summing rows w, w+8, ... of the chunk, the 8 warp sums then added in
+ * warp order: each partial's order of additions depends on (N, OC) alone, as pass 1's. */
+template <typename h16>
+static __global__ void linear_dbias_partial8_kernel(float *partial /* (nchunks, OC) */,
+                                                    const h16 *dout /* (N,OC) */, int N, int OC,
+                                                    int rows_per_chunk) {
+    __shared__ float sums[MG_DBIAS_WARPS][32 * 8];
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const int j0 = (blockIdx.x * 32 + lane) * 8, c = blockIdx.y;
+    const int r0 = c * rows_per_chunk, r1 = min(N, r0 + rows_per_chunk);
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    if (j0 < OC)
+        for (int i = r0 + warp; i < r1; i += MG_DBIAS_WARPS) {
+            float v[8];
+            mg_loadv<8>(dout + (size_t)i * OC + j0, v);
+#pragma unroll
+            for (int k = 0; k < 8; k++) acc[k] += v[k];
+        }
+#pragma unroll
+    for (int k = 0; k < 8; k++) sums[warp][lane * 8 + k] = acc[k];
+    __syncthreads();
+    /* thread t of the block finishes column blockIdx.x * 256 + t */
+    const int j = blockIdx.x * 256 + threadIdx.x;
+    if (threadIdx.x < 256 && j < OC) {
+        float s = sums[0][threadIdx.x];
+        for (int w = 1; w < MG_DBIAS_WARPS; w++) s += sums[w][threadIdx.x];
+        partial[(size_t)c * OC + j] = s;
+    }
+}
+
 /* Pass 2: dbias[j] += sum over chunks c (in order) of partial[c, j]. */
 static __global__ void linear_dbias_finish_kernel(float *dbias /* (OC) */,
                                                   const float *partial /* (nchunks, OC) */,
@@ -421,13 +453,26 @@ static mg_status dbias_reduce(mg_backend *be, float *dbias, const void *dout, in
     int nchunks = (N + rows - 1) / rows;
     float *partial = NULL; // (nchunks, OC)
     MG_CHECK(dbias_scratch(be, (size_t)nchunks * OC * sizeof(float), &partial));
-    dim3 grid((OC + MG_DBIAS_COLS - 1) / MG_DBIAS_COLS, nchunks);
-    linear_dbias_partial_kernel<h16>
-        <<<grid, 32 * MG_DBIAS_WARPS, 0, stream>>>(partial, (const h16 *)dout, N, OC, rows);
+    if (OC % 8 == 0 && mg_cuda_aligned16(dout)) {
+        dim3 grid8((OC + 255) / 256, nchunks);
+        linear_dbias_partial8_kernel<h16>
+            <<<grid8, 32 * MG_DBIAS_WARPS, 0, stream>>>(partial, (const h16 *)dout, N, OC, rows);
+    } else {
+        dim3 grid((OC + MG_DBIAS_COLS - 1) / MG_DBIAS_COLS, nchunks);
+        linear_dbias_partial_kernel<h16>
+            <<<grid, 32 * MG_DBIAS_WARPS, 0, stream>>>(partial, (const h16 *)dout, N, OC, rows);
+    }
     MG_CUDA_CHECK_LAUNCH();
     linear_dbias_finish_kernel<<<(OC + 255) / 256, 256, 0, stream>>>(dbias, partial, nchunks, OC);
     MG_CUDA_CHECK_LAUNCH();
     return MG_OK;
+}
+
+/* MG_DBIAS (core/env.h): "ours" computes the bias gradient with dbias_reduce instead of
+ * cuBLASLt's BGRADB epilogue (whose separate reduction kernel the profile shows at ~50 us per
+ * weight gradient on an H200). */
+static bool dbias_ours(void) {
+    return strcmp(mg_env_str("MG_DBIAS", "epilogue"), "ours") == 0;
 }
 
 static mg_status check_dims(int N, int IC, int OC) {
@@ -497,6 +542,10 @@ MG_CUDA_DTYPES(mg_status, linear_backward,
     /* dw^T += inp^T-as-(IC,N) . dout, with dbias from the BGRADB epilogue where it has one */
     gemm_call cw = {GEMM_DW, IC, OC, N, inp, dout, dw, dw, 1.0f, NULL, AUX_NONE, NULL};
     bool done = false;
+    if (dbias && dbias_ours()) { /* MG_DBIAS=ours: our reduction, the product without epilogue */
+        MG_CHECK(dbias_reduce<h16>(be, dbias, dout, N, OC));
+        dbias = NULL;
+    }
     if (dbias) {
         float *g = NULL; // (OC)
         MG_CHECK(dbias_scratch(be, (size_t)OC * sizeof(float), &g));
