@@ -21,8 +21,12 @@
  *    be off by the whole drop, ~0.1 .. 1, over these steps); grad norms within 0.25.
  *  - trend: the CPU loss falls over the 5 steps, and the CUDA run takes at least half of that
  *    drop (a broken update, e.g. masters not written back, shows no drop at all).
- * The CUDA runs themselves are deterministic (fixed reduction orders, no atomics in the ops), so
- * two runs give bitwise the same losses, grad norms and final master weights.
+ * Dropout is Megatron's default (0.1 attention and hidden). The comparisons with the CPU use
+ * --layout-invariant-dropout, whose masks are the CPU's bit for bit; the other tests run the
+ * default stream masks, cuDNN's attention dropout included. The CUDA runs themselves are
+ * deterministic (fixed reduction orders, no atomics in the ops, the masks a function of the
+ * stream's seed and offset), so two runs give bitwise the same losses, grad norms and final
+ * master weights.
  *
  * Host syncs (trainer.h): mg_trainer_step reads the loss and grad norm with one copy, so one host
  * sync per step; mg_trainer_step_async none. After step 1 no step allocates device memory
@@ -60,8 +64,8 @@ typedef enum { TINY_GPT2, TINY_LLAMA, TINY_MOE, TINY_LLAMA_1P } tiny_kind;
 
 /* No --num-threads: the CPU backend sets OpenMP's thread count for the whole process, so every
  * CPU reference of a later test would run on that many threads (OpenMP's default: every core). */
-static mg_status tiny_config(mg_config *c, const char *device, tiny_kind kind) {
-    const char *extra[] = {
+static mg_status tiny_config(mg_config *c, const char *device, tiny_kind kind, bool positional) {
+    const char *extra[40] = {
         "--num-layers", "2", "--global-batch-size", "4", "--lr", "3e-3", "--min-lr", "3e-4",
         "--lr-decay-style", "cosine", "--lr-warmup-iters", "1", "--train-iters", "5", "--seed", "7",
         /* TINY_MOE from here */
@@ -76,15 +80,19 @@ static mg_status tiny_config(mg_config *c, const char *device, tiny_kind kind) {
      * a scale these small gradients never overflow (the cpu side runs the same scaler in fp32:
      * a power-of-two scale changes none of its values) */
     if (CT_F16) extra[n++] = "--fp16", extra[n++] = "--initial-loss-scale", extra[n++] = "1024";
+    /* Megatron's default dropout (0.1) is on: positional masks are the CPU's bit for bit (on CUDA
+     * they run our attention kernels), stream masks draw cuDNN's own in the attention */
+    if (positional) extra[n++] = "--layout-invariant-dropout";
     extra[n] = NULL;
     return ct_tiny_config(c, device, kind != TINY_GPT2, extra);
 }
 
 /* Trains STEPS steps with mg_trainer_step; 0 on success (failures are recorded in t). */
-static int train(mg_test_ctx *t, const char *device, tiny_kind kind, train_result *r) {
+static int train(mg_test_ctx *t, const char *device, tiny_kind kind, bool positional,
+                 train_result *r) {
     memset(r, 0, sizeof *r);
     mg_config c;
-    MG_EXPECT_OK(tiny_config(&c, device, kind));
+    MG_EXPECT_OK(tiny_config(&c, device, kind, positional));
     if (t->failures) return -1;
     mg_trainer *tr = calloc(1, sizeof *tr);
     int rc = -1;
@@ -112,7 +120,7 @@ static void compare_with_cpu(mg_test_ctx *t, tiny_kind kind) {
                        : kind == TINY_LLAMA_1P ? "llama rotary 0.5 + layernorm 1p"
                                                : "gpt2";
     train_result cpu, gpu;
-    if (train(t, "cpu", kind, &cpu) || train(t, gpu_device(), kind, &gpu)) goto done;
+    if (train(t, "cpu", kind, true, &cpu) || train(t, gpu_device(), kind, true, &gpu)) goto done;
     for (int s = 0; s < STEPS; s++) {
         double el = rel(gpu.loss[s], cpu.loss[s]), en = rel(gpu.norm[s], cpu.norm[s]);
         double tl = s == 0 ? 1e-2 : 2e-2, tn = s == 0 ? 5e-2 : 0.25;
@@ -159,7 +167,10 @@ MG_TEST(cuda_train_llama_rotary_percent_layernorm_1p_matches_cpu) {
 
 MG_TEST(cuda_train_is_deterministic) {
     train_result a, b;
-    if (train(t, gpu_device(), TINY_LLAMA, &a) || train(t, gpu_device(), TINY_LLAMA, &b)) goto done;
+    /* stream masks: cuDNN's attention dropout included */
+    if (train(t, gpu_device(), TINY_LLAMA, false, &a) ||
+        train(t, gpu_device(), TINY_LLAMA, false, &b))
+        goto done;
     for (int s = 0; s < STEPS; s++)
         MG_EXPECT(!memcmp(&a.loss[s], &b.loss[s], sizeof a.loss[s]) &&
                       !memcmp(&a.norm[s], &b.norm[s], sizeof a.norm[s]),
@@ -177,7 +188,7 @@ done:
  * and grouped products stay on the device (backend.h, "mixture of experts"). */
 static void steady_state(mg_test_ctx *t, tiny_kind kind) {
     mg_config c;
-    MG_EXPECT_OK(tiny_config(&c, gpu_device(), kind));
+    MG_EXPECT_OK(tiny_config(&c, gpu_device(), kind, false));
     if (t->failures) return;
     mg_trainer *tr = calloc(1, sizeof *tr);
     MG_EXPECT_OK(mg_trainer_init(tr, &c, NULL));
