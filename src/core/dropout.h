@@ -38,7 +38,7 @@
  * key words that stay fixed along a row (reading the stream's state once), and
  * mg_dropout_row_block / mg_dropout_row_factor the draws of its elements.
  * Exports: mg_dropout, mg_dropout_row, MG_DROPOUT_*, mg_dropout_init, mg_dropout_stream_init,
- * mg_dropout_block, mg_dropout_factor, mg_dropout_hidden, mg_dropout_attention,
+ * mg_dropout_factor, mg_dropout_hidden, mg_dropout_attention, mg_dropout_positional_row,
  * mg_dropout_hidden_row, mg_dropout_attention_row, mg_dropout_row_block, mg_dropout_row_factor.
  * Needs: core/philox.h. */
 #ifndef MG_DROPOUT_H
@@ -118,23 +118,6 @@ static inline mg_dropout mg_dropout_init(double p, uint64_t seed, int64_t iterat
     return d;
 }
 
-/* Positional masks: the draws of elements 4 block .. 4 block + 3 of (sample, head). */
-MG_PHILOX_FN void mg_dropout_block(const mg_dropout *d, uint32_t sample, uint32_t head,
-                                   uint32_t block, uint32_t out[4]) {
-    const uint32_t ctr[4] = {block, sample, d->iteration, d->site | head};
-    const uint32_t key[2] = {d->seed, MG_DROPOUT_SALT};
-    mg_philox4x32_10(ctr, key, out);
-}
-
-/* Positional masks: the factor of element e of (sample, head): scale if kept, 0 if dropped. */
-MG_PHILOX_FN float mg_dropout_factor(const mg_dropout *d, uint32_t sample, uint32_t head,
-                                     uint64_t e) {
-    uint32_t r[4];
-    mg_dropout_block(d, sample, head, (uint32_t)(e >> 2), r);
-    uint32_t l = (uint32_t)e & 3u, v = l == 0 ? r[0] : l == 1 ? r[1] : l == 2 ? r[2] : r[3];
-    return v >= d->threshold ? d->scale : 0.0f;
-}
-
 /* A stream row: the stream's key and offset (read from backend memory once per row). */
 MG_PHILOX_FN mg_dropout_row mg_dropout_stream_row(const mg_dropout *d, uint32_t c1, uint64_t e0) {
     mg_dropout_row r;
@@ -145,15 +128,21 @@ MG_PHILOX_FN mg_dropout_row mg_dropout_stream_row(const mg_dropout *d, uint32_t 
     return r;
 }
 
+/* A positional row of (global sample, global head) from element e0 (head 0 for hidden dropout). */
+MG_PHILOX_FN mg_dropout_row mg_dropout_positional_row(const mg_dropout *d, uint32_t sample,
+                                                      uint32_t head, uint64_t e0) {
+    mg_dropout_row r;
+    r.c1 = sample, r.c2 = d->iteration, r.c3 = d->site | head;
+    r.k0 = d->seed, r.k1 = MG_DROPOUT_SALT;
+    r.e0 = e0;
+    return r;
+}
+
 /* Row i of an op's hidden-dropout mask over (N, H): microbatch rows of S tokens. */
 MG_PHILOX_FN mg_dropout_row mg_dropout_hidden_row(const mg_dropout *d, int i, int S, int H) {
     if (d->mode == MG_DROPOUT_STREAM) return mg_dropout_stream_row(d, 0u, (uint64_t)i * H);
     const int row = d->first + i, b = row / S, s = row % S;
-    mg_dropout_row r;
-    r.c1 = (uint32_t)(d->sample0 + b), r.c2 = d->iteration, r.c3 = d->site;
-    r.k0 = d->seed, r.k1 = MG_DROPOUT_SALT;
-    r.e0 = (uint64_t)s * (uint64_t)H;
-    return r;
+    return mg_dropout_positional_row(d, (uint32_t)(d->sample0 + b), 0u, (uint64_t)s * (uint64_t)H);
 }
 
 /* Query s's row of the attention-dropout mask of the op's sequence b, local head h. */
@@ -162,11 +151,7 @@ MG_PHILOX_FN mg_dropout_row mg_dropout_attention_row(const mg_dropout *d, int b,
     const uint64_t e0 = (uint64_t)s * (uint64_t)S;
     if (d->mode == MG_DROPOUT_STREAM)
         return mg_dropout_stream_row(d, (uint32_t)b << 16 | (uint32_t)h, e0);
-    mg_dropout_row r;
-    r.c1 = (uint32_t)(d->sample0 + b), r.c2 = d->iteration, r.c3 = d->site | (uint32_t)(d->first + h);
-    r.k0 = d->seed, r.k1 = MG_DROPOUT_SALT;
-    r.e0 = e0;
-    return r;
+    return mg_dropout_positional_row(d, (uint32_t)(d->sample0 + b), (uint32_t)(d->first + h), e0);
 }
 
 /* The draws of the row's elements e = 4 blk .. 4 blk + 3 (blk = e / 4, e counted from the
@@ -184,6 +169,13 @@ MG_PHILOX_FN float mg_dropout_row_factor(const mg_dropout *d, const mg_dropout_r
     mg_dropout_row_block(r, (uint32_t)(e >> 2), v);
     const uint32_t l = (uint32_t)e & 3u, x = l == 0 ? v[0] : l == 1 ? v[1] : l == 2 ? v[2] : v[3];
     return x >= d->threshold ? d->scale : 0.0f;
+}
+
+/* Positional masks: the factor of element e of (global sample, global head). */
+MG_PHILOX_FN float mg_dropout_factor(const mg_dropout *d, uint32_t sample, uint32_t head,
+                                     uint64_t e) {
+    const mg_dropout_row r = mg_dropout_positional_row(d, sample, head, e);
+    return mg_dropout_row_factor(d, &r, 0u);
 }
 
 /* Hidden dropout: the factor of hidden index h of the op's row i (N, H), sequences of S tokens. */
