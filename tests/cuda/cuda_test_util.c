@@ -291,6 +291,41 @@ void ct_expect_close(mg_test_ctx *t, const char *file, int line, const float *go
                      what, e, tol, worst, n ? got[worst] : 0.0, n ? ref[worst] : 0.0);
 }
 
+float *ct_qkv_part(ct_pool *P, const float *x, int N, int nq, int ng, int hd, int part,
+                   size_t *n_out) {
+    int r = nq / ng, per = part == 0 ? r : 1;
+    size_t C = (size_t)ng * (r + 2) * hd, n = (size_t)N * ng * per * hd;
+    float *out = ct_host(P, n * 4), *o = out;
+    if (!out) return NULL;
+    for (int i = 0; i < N; i++)
+        for (int g = 0; g < ng; g++) {
+            int h0 = part == 0 ? 0 : part == 1 ? r : r + 1;
+            const float *src = x + (size_t)i * C + ((size_t)g * (r + 2) + h0) * hd;
+            memcpy(o, src, (size_t)per * hd * 4);
+            o += (size_t)per * hd;
+        }
+    *n_out = n;
+    return out;
+}
+
+void ct_expect_qkv_close(mg_test_ctx *t, const char *file, int line, ct_pool *P, const float *got,
+                         const float *ref, int N, int nq, int ng, int hd, double tol,
+                         const char *fmt, ...) {
+    static const char *names[3] = {"dq", "dk", "dv"};
+    char what[224];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    for (int part = 0; part < 3; part++) {
+        size_t n1, n2;
+        float *g = ct_qkv_part(P, got, N, nq, ng, hd, part, &n1);
+        float *w = ct_qkv_part(P, ref, N, nq, ng, hd, part, &n2);
+        if (!g || !w) return;
+        ct_expect_close(t, file, line, g, w, n1, tol, "%s %s", what, names[part]);
+    }
+}
+
 void ct_expect_nonfinite_parity(mg_test_ctx *t, const char *file, int line, const float *got,
                                 const float *ref, size_t n, const char *fmt, ...) {
     char what[256];

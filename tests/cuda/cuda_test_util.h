@@ -157,6 +157,16 @@ mg_status ct_tiny_config(mg_config *c, const char *device, bool llama, const cha
 void ct_expect_close(mg_test_ctx *t, const char *file, int line, const float *got, const float *ref,
                      size_t n, double tol, const char *fmt, ...)
     __attribute__((format(printf, 8, 9)));
+/* Part `part` (0 q, 1 k, 2 v) of a fused (N, ng*(r+2)*hd) qkv buffer, packed to (N, heads*hd)
+ * in host memory of P; its length in *n_out. */
+float *ct_qkv_part(ct_pool *P, const float *x, int N, int nq, int ng, int hd, int part,
+                   size_t *n_out);
+/* ct_expect_close on the query, key and value parts of a fused qkv gradient, each on its own
+ * (they differ in size, and an error confined to one must not hide behind another); the
+ * message names the part after the formatted label. */
+void ct_expect_qkv_close(mg_test_ctx *t, const char *file, int line, ct_pool *P, const float *got,
+                         const float *ref, int N, int nq, int ng, int hd, double tol,
+                         const char *fmt, ...) __attribute__((format(printf, 12, 13)));
 /* NaN where ref is NaN, the same infinity where ref is infinite, finite elsewhere. */
 void ct_expect_nonfinite_parity(mg_test_ctx *t, const char *file, int line, const float *got,
                                 const float *ref, size_t n, const char *fmt, ...)
@@ -166,6 +176,9 @@ void ct_expect_same_bits(mg_test_ctx *t, const char *file, int line, const void 
 
 #define CT_EXPECT_CLOSE(got, ref, n, tol, ...)                                                     \
     ct_expect_close(t, __FILE__, __LINE__, (got), (ref), (n), (tol), __VA_ARGS__)
+#define CT_EXPECT_QKV_CLOSE(P, got, ref, N, nq, ng, hd, tol, ...)                                  \
+    ct_expect_qkv_close(t, __FILE__, __LINE__, (P), (got), (ref), (N), (nq), (ng), (hd), (tol),      \
+                        __VA_ARGS__)
 #define CT_EXPECT_PARITY(got, ref, n, ...)                                                         \
     ct_expect_nonfinite_parity(t, __FILE__, __LINE__, (got), (ref), (n), __VA_ARGS__)
 #define CT_EXPECT_SAME_BITS(a, b, bytes, ...)                                                      \

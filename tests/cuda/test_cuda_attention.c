@@ -29,23 +29,6 @@ static const att_case k_cases[] = {
 };
 #define NCASES (sizeof k_cases / sizeof k_cases[0])
 
-/* Part `part` (0 q, 1 k, 2 v) of a (N, ng*(r+2)*hd) buffer, packed to (N, heads*hd). */
-static float *qkv_part(ct_pool *P, const float *x, int N, int nq, int ng, int hd, int part,
-                       size_t *n_out) {
-    int r = nq / ng, per = part == 0 ? r : 1;
-    size_t C = (size_t)ng * (r + 2) * hd, n = (size_t)N * ng * per * hd;
-    float *out = ct_host(P, n * 4), *o = out;
-    for (int i = 0; i < N; i++)
-        for (int g = 0; g < ng; g++) {
-            int h0 = part == 0 ? 0 : part == 1 ? r : r + 1;
-            const float *src = x + (size_t)i * C + ((size_t)g * (r + 2) + h0) * hd;
-            memcpy(o, src, (size_t)per * hd * 4);
-            o += (size_t)per * hd;
-        }
-    *n_out = n;
-    return out;
-}
-
 /* The attention entries of one implementation under test. */
 typedef struct {
     const char *name;
@@ -120,8 +103,8 @@ static void check_impl(mg_test_ctx *t, mg_backend *gpu, const att_impl *im, att_
                     c.ng, c.hd);
     for (int part = 0; part < 3; part++) {
         size_t n1, n2;
-        float *g = qkv_part(&P, got_d[0], N, c.nq, c.ng, c.hd, part, &n1);
-        float *want = qkv_part(&P, ref_dqkv, N, c.nq, c.ng, c.hd, part, &n2);
+        float *g = ct_qkv_part(&P, got_d[0], N, c.nq, c.ng, c.hd, part, &n1);
+        float *want = ct_qkv_part(&P, ref_dqkv, N, c.nq, c.ng, c.hd, part, &n2);
         /* With S = 1 the query and key gradients are zero in exact arithmetic (a softmax
          * over one key has no slope), so the reference is 0 or fp32 rounding noise (~1e-7 of
          * the gradient's scale: it depends on the inputs, e.g. rounded to fp16 or bf16), and
@@ -242,7 +225,6 @@ static const doc_case k_doc_cases[] = {
  * implementation under test. */
 static void check_doc(mg_test_ctx *t, mg_backend *cpu, mg_backend *gpu, const att_impl *impls,
                       int n_impl, const doc_case *c, bool dropping) {
-    static const char *part_name[3] = {"dq", "dk", "dv"};
     int N = c->B * c->S, r = c->nq / c->ng;
     size_t nqkv = (size_t)N * c->ng * (r + 2) * c->hd, nout = (size_t)N * c->nq * c->hd;
     mg_dropout d = mg_dropout_init(0.2, 4321, 9, 3, MG_DROPOUT_ATTENTION, 1, 0);
@@ -284,14 +266,9 @@ static void check_doc(mg_test_ctx *t, mg_backend *cpu, mg_backend *gpu, const at
         CT_EXPECT_CLOSE(got_out[0], ref_out, nout, CT_TOL_GEMM,
                         "%s attention_forward documents S=%d hd=%d dropout %d", im->name, c->S,
                         c->hd, dropping);
-        for (int part = 0; part < 3; part++) {
-            size_t n1, n2;
-            float *g = qkv_part(&Q, got_d[0], N, c->nq, c->ng, c->hd, part, &n1);
-            float *want = qkv_part(&Q, ref_dqkv, N, c->nq, c->ng, c->hd, part, &n2);
-            CT_EXPECT_CLOSE(g, want, n1, CT_TOL_ATTN_BWD,
-                            "%s attention_backward %s documents S=%d hd=%d dropout %d", im->name,
-                            part_name[part], c->S, c->hd, dropping);
-        }
+        CT_EXPECT_QKV_CLOSE(&Q, got_d[0], ref_dqkv, N, c->nq, c->ng, c->hd, CT_TOL_ATTN_BWD,
+                            "%s attention_backward documents S=%d hd=%d dropout %d", im->name,
+                            c->S, c->hd, dropping);
         CT_EXPECT_SAME_BITS(got_out[0], got_out[1], nout * 4,
                             "%s attention_forward documents rerun", im->name);
         CT_EXPECT_SAME_BITS(got_d[0], got_d[1], nqkv * 4, "%s attention_backward documents rerun",
@@ -352,7 +329,6 @@ static void check_hd_impl(mg_test_ctx *t, mg_backend *gpu, const att_impl *im, c
                           const char *variant, const void *d_qkv, const void *d_dout,
                           const mg_dropout *dp, const int32_t *d_doc, const float *ref_out,
                           const float *ref_dqkv) {
-    static const char *part_name[3] = {"dq", "dk", "dv"};
     int N = c->B * c->S, r = c->nq / c->ng;
     size_t nqkv = (size_t)N * c->ng * (r + 2) * c->hd, nout = (size_t)N * c->nq * c->hd;
     bool cuda = gpu->device == MG_DEVICE_CUDA;
@@ -378,14 +354,9 @@ static void check_hd_impl(mg_test_ctx *t, mg_backend *gpu, const att_impl *im, c
     CT_EXPECT_CLOSE(got_out[0], ref_out, nout, CT_TOL_GEMM,
                     "%s attention_forward hd=%d B=%d S=%d nq=%d ng=%d, %s", im->name, c->hd, c->B,
                     c->S, c->nq, c->ng, variant);
-    for (int part = 0; part < 3; part++) {
-        size_t n1, n2;
-        float *g = qkv_part(&Q, got_d[0], N, c->nq, c->ng, c->hd, part, &n1);
-        float *want = qkv_part(&Q, ref_dqkv, N, c->nq, c->ng, c->hd, part, &n2);
-        CT_EXPECT_CLOSE(g, want, n1, CT_TOL_ATTN_BWD,
-                        "%s attention_backward %s hd=%d B=%d S=%d nq=%d ng=%d, %s", im->name,
-                        part_name[part], c->hd, c->B, c->S, c->nq, c->ng, variant);
-    }
+    CT_EXPECT_QKV_CLOSE(&Q, got_d[0], ref_dqkv, N, c->nq, c->ng, c->hd, CT_TOL_ATTN_BWD,
+                        "%s attention_backward hd=%d B=%d S=%d nq=%d ng=%d, %s", im->name, c->hd,
+                        c->B, c->S, c->nq, c->ng, variant);
     CT_EXPECT_SAME_BITS(got_out[0], got_out[1], nout * 4, "%s attention_forward hd=%d %s rerun",
                         im->name, c->hd, variant);
     CT_EXPECT_SAME_BITS(got_d[0], got_d[1], nqkv * 4, "%s attention_backward hd=%d %s rerun",

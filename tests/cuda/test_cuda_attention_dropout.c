@@ -166,20 +166,6 @@ static void reference(dcase c, const int8_t *keep, double dscale, const float *q
     free(dp);
 }
 
-/* The elements of part `part` (0 q, 1 k, 2 v) of a fused (N, C) buffer, packed. */
-static float *part_of(ct_pool *P, dcase c, const float *x, int part, size_t *n) {
-    const int N = c.B * c.S, r = c.nq / c.ng, per = part == 0 ? r : 1;
-    float *out = ct_host(P, sizeof(float) * (size_t)N * c.ng * per * c.hd), *o = out;
-    for (int i = 0; i < N; i++)
-        for (int g = 0; g < c.ng; g++) {
-            memcpy(o, x + (size_t)i * width(c) + col_of(c, g * r, part),
-                   sizeof(float) * (size_t)per * c.hd);
-            o += (size_t)per * c.hd;
-        }
-    *n = (size_t)(o - out);
-    return out;
-}
-
 static void check_case(mg_test_ctx *t, mg_backend *gpu, dcase c, double p_drop) {
     const uint32_t thr = mg_dropout_init(p_drop, 0, 0, 0, MG_DROPOUT_ATTENTION, 0, 0).threshold;
     int ok = 0;
@@ -252,14 +238,9 @@ static void check_case(mg_test_ctx *t, mg_backend *gpu, dcase c, double p_drop) 
         CT_EXPECT_CLOSE(got_out, ref_out, (size_t)N * OW, CT_TOL_GEMM,
                         "cudnn dropout forward B=%d S=%d nq=%d ng=%d hd=%d", c.B, c.S, c.nq, c.ng,
                         c.hd);
-        static const char *names[3] = {"dq", "dk", "dv"};
-        for (int part = 0; part < 3; part++) {
-            size_t n1, n2;
-            float *g = part_of(&P, c, got_d, part, &n1), *w = part_of(&P, c, ref_d, part, &n2);
-            CT_EXPECT_CLOSE(g, w, n1, CT_TOL_ATTN_BWD,
-                            "cudnn dropout backward %s B=%d S=%d nq=%d ng=%d hd=%d", names[part],
-                            c.B, c.S, c.nq, c.ng, c.hd);
-        }
+        CT_EXPECT_QKV_CLOSE(&P, got_d, ref_d, N, c.nq, c.ng, c.hd, CT_TOL_ATTN_BWD,
+                            "cudnn dropout backward B=%d S=%d nq=%d ng=%d hd=%d", c.B, c.S, c.nq,
+                            c.ng, c.hd);
     }
     if (ct_verbose())
         printf("  cudnn dropout B=%d S=%d nq=%d ng=%d hd=%d p=%g: kept %.5f; agree use+1 %.5f, "
