@@ -184,24 +184,39 @@ done:
     free(b.weights);
 }
 
+static void warmed_free(mg_trainer *tr) {
+    mg_trainer_free(tr);
+    free(tr);
+}
+
+/* A trainer of config c on the CUDA backend past its first two steps (which may load kernels and
+ * build plans), or NULL with the failure recorded (also when the backend under test is not
+ * CUDA: MG_TEST_CUDA_AS_CPU). Free with warmed_free. */
+static mg_trainer *warmed_trainer(mg_test_ctx *t, const mg_config *c) {
+    mg_trainer *tr = calloc(1, sizeof *tr);
+    MG_EXPECT(tr != NULL, "out of memory");
+    if (!tr) return NULL;
+    MG_EXPECT_OK(mg_trainer_init(tr, c, NULL));
+    if (!t->failures && tr->be->device != MG_DEVICE_CUDA)
+        MG_EXPECT(0, "the trainer runs on '%s', not cuda (MG_TEST_CUDA_AS_CPU)", tr->be->name);
+    double loss, norm;
+    for (int s = 0; s < 2 && !t->failures; s++) MG_EXPECT_OK(mg_trainer_step(tr, &loss, &norm));
+    if (!t->failures) return tr;
+    warmed_free(tr);
+    return NULL;
+}
+
 /* The steady state of a dense model, and of an MoE model: its per-expert token counts, routing
  * and grouped products stay on the device (backend.h, "mixture of experts"). */
 static void steady_state(mg_test_ctx *t, tiny_kind kind) {
     mg_config c;
     MG_EXPECT_OK(tiny_config(&c, gpu_device(), kind, false));
     if (t->failures) return;
-    mg_trainer *tr = calloc(1, sizeof *tr);
-    MG_EXPECT_OK(mg_trainer_init(tr, &c, NULL));
-    if (t->failures) goto done;
+    mg_trainer *tr = warmed_trainer(t, &c);
+    if (!tr) return;
     mg_backend *g = tr->be;
-    if (g->device != MG_DEVICE_CUDA) {
-        MG_EXPECT(0, "the trainer runs on '%s', not cuda (MG_TEST_CUDA_AS_CPU)", g->name);
-        goto done;
-    }
     mg_cuda_ctx *x = mg_cuda_ctx_of(g);
     double loss, norm;
-    MG_EXPECT_OK(mg_trainer_step(tr, &loss, &norm)); /* step 1: may load kernels, build plans */
-    MG_EXPECT_OK(mg_trainer_step(tr, &loss, &norm));
     size_t free0 = 0, free1 = 0, total = 0;
     MG_EXPECT_OK(g->memory_info(g, &free0, &total));
     uint64_t a0 = x->n_device_allocs, f0 = x->n_device_frees;
@@ -236,9 +251,7 @@ static void steady_state(mg_test_ctx *t, tiny_kind kind) {
     MG_EXPECT_OK(g->memory_info(g, &free1, &total));
     MG_EXPECT(free1 == free0, "free device memory went from %zu to %zu bytes during steps 3..5",
               free0, free1);
-done:
-    mg_trainer_free(tr);
-    free(tr);
+    warmed_free(tr);
 }
 
 MG_TEST(cuda_train_steady_state_allocates_nothing_and_syncs_once) {
@@ -263,18 +276,9 @@ MG_TEST(cuda_train_fp16_steps_and_skips_without_host_sync) {
     mg_config c;
     MG_EXPECT_OK(ct_tiny_config(&c, gpu_device(), false, extra));
     if (t->failures) return;
-    mg_trainer *tr = calloc(1, sizeof *tr);
-    MG_EXPECT_OK(mg_trainer_init(tr, &c, NULL));
-    if (t->failures) goto done;
-    mg_backend *g = tr->be;
-    if (g->device != MG_DEVICE_CUDA) {
-        MG_EXPECT(0, "the trainer runs on '%s', not cuda (MG_TEST_CUDA_AS_CPU)", g->name);
-        goto done;
-    }
-    mg_cuda_ctx *x = mg_cuda_ctx_of(g);
-    double loss, norm;
-    MG_EXPECT_OK(mg_trainer_step(tr, &loss, &norm)); /* step 1: may load kernels, build plans */
-    MG_EXPECT_OK(mg_trainer_step(tr, &loss, &norm));
+    mg_trainer *tr = warmed_trainer(t, &c);
+    if (!tr) return;
+    mg_cuda_ctx *x = mg_cuda_ctx_of(tr->be);
     mg_step_stats st;
     MG_EXPECT_OK(mg_trainer_read_stats(tr, &st, true)); /* zero the sums and the counts */
     setenv("MG_FAULT_OVERFLOW", "4:5", 1);
@@ -304,7 +308,5 @@ MG_TEST(cuda_train_fp16_steps_and_skips_without_host_sync) {
               "Adam step %lld (want 4), schedule at %lld samples (want 16), iteration %lld",
               (long long)tr->opt.step, (long long)tr->lr.num_steps,
               (long long)tr->state.iteration);
-done:
-    mg_trainer_free(tr);
-    free(tr);
+    warmed_free(tr);
 }
