@@ -104,6 +104,28 @@ static __device__ __forceinline__ float gen_dot(const h16 *a, const h16 *b, int 
     return acc;
 }
 
+/* acc += w * row over the lane's channels (lane, lane + 32, ...; fp32 fused multiply-add). */
+template <typename h16>
+static __device__ __forceinline__ void gen_axpy(float acc[GEN_NV], float w, const h16 *row, int hd,
+                                                int lane) {
+#pragma unroll
+    for (int i = 0; i < GEN_NV; i++) {
+        const int d = lane + 32 * i;
+        if (d < hd) acc[i] = fmaf(w, h16_to_f(row[d]), acc[i]);
+    }
+}
+
+/* dst = acc * mul, rounded to h16, over the lane's channels. */
+template <typename h16>
+static __device__ __forceinline__ void gen_store(h16 *dst, const float acc[GEN_NV], float mul,
+                                                 int hd, int lane) {
+#pragma unroll
+    for (int i = 0; i < GEN_NV; i++) {
+        const int d = lane + 32 * i;
+        if (d < hd) dst[d] = f_to_h16<h16>(acc[i] * mul);
+    }
+}
+
 static __device__ __forceinline__ float gen_warp_max(float v) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
@@ -167,23 +189,14 @@ static __global__ void __launch_bounds__(GEN_THREADS)
         for (unsigned vis = __ballot_sync(0xffffffffu, visible); vis; vis &= vis - 1) {
             const int j = __ffs(vis) - 1; /* the same j in every lane */
             const float w = __shfl_sync(0xffffffffu, pf, j);
-            const h16 *vr = v_s + j * pitch;
-#pragma unroll
-            for (int i = 0; i < GEN_NV; i++) {
-                const int d = lane + 32 * i;
-                if (d < hd) acc[i] = fmaf(w, h16_to_f(vr[d]), acc[i]);
-            }
+            gen_axpy(acc, w, v_s + j * pitch, hd, lane);
         }
         m = mn;
     }
     if (!live) return;
     const float inv = 1.0f / l; /* l >= 1: the row's largest score contributes exp2(0) */
     h16 *o = out + ((size_t)b * S + s) * ((size_t)nq * hd) + (size_t)h * hd;
-#pragma unroll
-    for (int i = 0; i < GEN_NV; i++) {
-        const int d = lane + 32 * i;
-        if (d < hd) o[d] = f_to_h16<h16>(acc[i] * inv);
-    }
+    gen_store(o, acc, inv, hd, lane);
     if (lane == 0) lse[((size_t)b * nq + h) * S + s] = m + log2f(l);
 }
 
@@ -246,21 +259,12 @@ static __global__ void __launch_bounds__(GEN_THREADS)
         for (unsigned vis = __ballot_sync(0xffffffffu, visible); vis; vis &= vis - 1) {
             const int j = __ffs(vis) - 1;
             const float w = __shfl_sync(0xffffffffu, ds, j);
-            const h16 *kr = k_s + j * pitch;
-#pragma unroll
-            for (int i = 0; i < GEN_NV; i++) {
-                const int d = lane + 32 * i;
-                if (d < hd) acc[i] = fmaf(w, h16_to_f(kr[d]), acc[i]);
-            }
+            gen_axpy(acc, w, k_s + j * pitch, hd, lane);
         }
     }
     if (!live) return;
     h16 *dq = dqkv + (tok0 + s) * C + qoff;
-#pragma unroll
-    for (int i = 0; i < GEN_NV; i++) {
-        const int d = lane + 32 * i;
-        if (d < hd) dq[d] = f_to_h16<h16>(acc[i] * scale); /* dq = scale dS K */
-    }
+    gen_store(dq, acc, scale, hd, lane); /* dq = scale dS K */
 }
 
 /* Grid (ceil(S/8), ng, B), GEN_THREADS threads. Writes the key and value parts of dqkv. */
@@ -336,28 +340,15 @@ static __global__ void __launch_bounds__(GEN_THREADS)
                 const int jj = __ffs(vis) - 1;
                 const float wv = __shfl_sync(0xffffffffu, pf, jj);
                 const float wk = __shfl_sync(0xffffffffu, ds, jj);
-                const h16 *dor = do_s + jj * pitch, *qr = q_s + jj * pitch;
-#pragma unroll
-                for (int i = 0; i < GEN_NV; i++) {
-                    const int d = lane + 32 * i;
-                    if (d < hd) {
-                        dv[i] = fmaf(wv, h16_to_f(dor[d]), dv[i]);
-                        dk[i] = fmaf(wk, h16_to_f(qr[d]), dk[i]);
-                    }
-                }
+                gen_axpy(dv, wv, do_s + jj * pitch, hd, lane);
+                gen_axpy(dk, wk, q_s + jj * pitch, hd, lane);
             }
         }
     }
     if (!live) return;
     h16 *dkp = dqkv + (tok0 + t) * C + koff, *dvp = dkp + hd;
-#pragma unroll
-    for (int i = 0; i < GEN_NV; i++) {
-        const int d = lane + 32 * i;
-        if (d < hd) {
-            dkp[d] = f_to_h16<h16>(dk[i] * scale); /* dk = scale dS^T Q */
-            dvp[d] = f_to_h16<h16>(dv[i]);
-        }
-    }
+    gen_store(dkp, dk, scale, hd, lane); /* dk = scale dS^T Q */
+    gen_store(dvp, dv, 1.0f, hd, lane);
 }
 
 /* A kernel argument for drop (NULL: a zeroed one and the flag off). */
