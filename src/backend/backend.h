@@ -97,6 +97,9 @@ int mg_backend_cpu_threads(void);
  * MG_ERR_UNSUPPORTED with a "no CUDA device: ..." line when no usable GPU is present, and in
  * builds without the CUDA backend (built without nvcc, or `make CUDA=0`: no MG_HAVE_CUDA). */
 mg_status mg_backend_cuda_create_dtype(mg_backend **out, int device, mg_dtype compute);
+/* The largest attention head size the CUDA backend runs (cuDNN's fused attention and our
+ * kernels, attention_generic.cu, both stop here); the trainer refuses a larger one up front. */
+#define MG_CUDA_ATTENTION_MAX_HD 256
 /* mg_backend_cuda_create_dtype with MG_BF16. */
 mg_status mg_backend_cuda_create(mg_backend **out, int device);
 /* Whether GPU `device` can carry the CUDA backend (present, Hopper or newer) without creating

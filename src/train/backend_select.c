@@ -11,11 +11,11 @@
 /* What the CUDA backend cannot run, said before any GPU work: attention's head size (cuDNN's
  * fused attention and our kernels both stop at 256). */
 static mg_status cuda_limits(const mg_config *c) {
-    if (c->kv_channels > 256)
+    if (c->kv_channels > MG_CUDA_ATTENTION_MAX_HD)
         return MG_FAIL(MG_ERR_USAGE,
-                       "--kv-channels %d: attention on CUDA takes head sizes 1 to 256; use more "
+                       "--kv-channels %d: attention on CUDA takes head sizes 1 to %d; use more "
                        "--num-attention-heads for this --hidden-size, or --device cpu",
-                       c->kv_channels);
+                       c->kv_channels, MG_CUDA_ATTENTION_MAX_HD);
     return MG_OK;
 }
 #endif

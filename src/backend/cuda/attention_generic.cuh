@@ -12,11 +12,12 @@
 
 #include "backend/cuda/cuda_common.cuh"
 
+#include "backend/backend.h"
 #include "core/dropout.h"
 
 #include <stdint.h>
 
-#define MG_ATT_GENERIC_MAX_HD 256
+#define MG_ATT_GENERIC_MAX_HD MG_CUDA_ATTENTION_MAX_HD /* backend/backend.h */
 
 /* out (B*S, nq*hd) and lse (B, nq, S) from qkv (B*S, ng*(r+2)*hd); 1 <= hd <= 256. */
 template <typename h16>
