@@ -210,6 +210,13 @@ int32_t *ct_up_i32(ct_pool *P, const int32_t *x, size_t n) {
     return d;
 }
 
+uint64_t *ct_up_u64(ct_pool *P, const uint64_t *x, size_t n) {
+    uint64_t *d = dev_alloc(P, n * sizeof(uint64_t));
+    if (d && P->g->copy_h2d(P->g, d, x, n * sizeof(uint64_t)) != MG_OK)
+        pool_fail(P, "uint64 upload", n);
+    return d;
+}
+
 void *ct_poison(ct_pool *P, size_t bytes) {
     void *d = dev_alloc(P, bytes), *h = malloc(bytes ? bytes : 1);
     if (!h) abort();

@@ -132,6 +132,7 @@ float ct_act_value(uint16_t bits);
 void *ct_up_act(ct_pool *P, const float *x, size_t n);
 float *ct_up_f32(ct_pool *P, const float *x, size_t n);
 int32_t *ct_up_i32(ct_pool *P, const int32_t *x, size_t n);
+uint64_t *ct_up_u64(ct_pool *P, const uint64_t *x, size_t n); /* e.g. dropout streams */
 /* `bytes` of 0xFF: NaN read as bf16, fp16 or fp32. */
 void *ct_poison(ct_pool *P, size_t bytes);
 /* n poisoned elements of the compute dtype. */

@@ -395,8 +395,7 @@ MG_TEST(cuda_attention_head_sizes_match_cpu) {
         float *saved = ct_host(&P, cpu->attention_saved_bytes(cpu, c->B, c->S, c->nq, c->hd));
         void *d_qkv = ct_up_act(&P, qkv, nqkv), *d_dout = ct_up_act(&P, dout, nout);
         int32_t *d_doc = ct_up_i32(&P, doc, N);
-        const uint64_t *stream_dev =
-            (const uint64_t *)ct_up_i32(&P, (const int32_t *)stream_host, 4);
+        const uint64_t *stream_dev = ct_up_u64(&P, stream_host, 2);
         for (int v = 0; v < HD_VARIANTS && !P.failed; v++) {
             /* the same mask for both backends: only the stream's state pointer differs */
             mg_dropout cpu_drop = mg_dropout_init(0.2, 4321, 9, 3, MG_DROPOUT_ATTENTION, 1, 2);

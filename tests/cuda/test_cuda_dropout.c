@@ -50,8 +50,8 @@ MG_TEST(cuda_dropout_hidden_mask_matches_cpu) {
         const size_t n = (size_t)N * H;
         uint64_t cpu_state[2] = {0x123456789abcull, 40 + k};
         ct_pool P = ct_pool_of(t, gpu);
-        uint64_t *gpu_state = ct_poison(&P, sizeof cpu_state);
-        if (P.failed || gpu->copy_h2d(gpu, gpu_state, cpu_state, sizeof cpu_state) != MG_OK) {
+        uint64_t *gpu_state = ct_up_u64(&P, cpu_state, 2);
+        if (P.failed) {
             MG_EXPECT(0, "cannot upload the stream state");
             ct_pool_free(&P);
             continue;
@@ -110,8 +110,8 @@ static void check_attention(mg_test_ctx *t, mg_backend *cpu, mg_backend *gpu, co
     const size_t nqkv = (size_t)B * S * C, nout = (size_t)B * S * NQ * HD;
     uint64_t cpu_state[2] = {0xfeedbeefull, 1000};
     ct_pool P = ct_pool_of(t, gpu);
-    uint64_t *gpu_state = ct_poison(&P, sizeof cpu_state);
-    if (P.failed || gpu->copy_h2d(gpu, gpu_state, cpu_state, sizeof cpu_state) != MG_OK) {
+    uint64_t *gpu_state = ct_up_u64(&P, cpu_state, 2);
+    if (P.failed) {
         MG_EXPECT(0, "cannot upload the stream state");
         ct_pool_free(&P);
         return;
