@@ -1,6 +1,7 @@
 /* A run configuration for tests, from flags written as one string: the tiny models of the trainer
- * tests without one argv array each; and a trainer of it. Exports: mg_test_config,
- * mg_test_trainer, mg_test_trainer_free. Needs: config/flags, train/trainer, tests/test.h. */
+ * tests without one argv array each; and a trainer of it; flag lists parsed without validation,
+ * alone or on a tiny base config. Exports: mg_test_config, mg_test_trainer, mg_test_trainer_free,
+ * mg_test_parse, mg_test_parse_base. Needs: config/flags, train/trainer, tests/test.h. */
 #ifndef MG_TESTS_CONFIG_TEST_UTIL_H
 #define MG_TESTS_CONFIG_TEST_UTIL_H
 
@@ -15,5 +16,10 @@ mg_status mg_test_config(mg_config *c, const char *flags, const char *const *ext
 mg_trainer *mg_test_trainer(mg_test_ctx *t, const char *flags, const char *const *extra);
 /* Frees a trainer of mg_test_trainer (NULL: nothing). */
 void mg_test_trainer_free(mg_trainer *tr);
+/* Parses a NULL-terminated argument list into c (no defaults set, no validation). */
+mg_status mg_test_parse(mg_config *c, const char *const *args);
+/* Megatron's defaults, then a complete, valid tiny configuration without flag `drop` (and its
+ * value; NULL: none), then extra (NULL-terminated, may be NULL), parsed, not validated. */
+mg_status mg_test_parse_base(mg_config *c, const char *drop, const char *const *extra);
 
 #endif
