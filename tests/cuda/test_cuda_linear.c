@@ -169,6 +169,23 @@ MG_TEST(cuda_linear_backward_our_dbias_matches_cpu) {
     setenv("MG_DBIAS", "ours", 1);
     mg_env_forget();
     backward_cases(t, cpu, gpu);
+    if (gpu->device == MG_DEVICE_CUDA) { /* any other value is refused in one line */
+        setenv("MG_DBIAS", "fast", 1);
+        mg_env_forget();
+        enum { N = 4, IC = 8, OC = 8 };
+        ct_pool P = ct_pool_of(t, gpu);
+        void *d_dout = ct_poison_act(&P, N * OC), *d_inp = ct_poison_act(&P, N * IC);
+        void *d_w = ct_poison_act(&P, OC * IC);
+        float *d_dw = ct_poison(&P, OC * IC * 4), *d_db = ct_poison(&P, OC * 4);
+        if (!P.failed) {
+            mg_status st = gpu->linear_backward(gpu, NULL, d_dw, d_db, d_dout, d_inp, d_w, NULL, N,
+                                                IC, OC);
+            MG_EXPECT(st == MG_ERR_USAGE && strstr(mg_error_message(), "MG_DBIAS=fast"),
+                      "MG_DBIAS=fast: status %d, '%s'", (int)st, mg_error_message());
+            mg_error_clear();
+        }
+        ct_pool_free(&P);
+    }
     unsetenv("MG_DBIAS");
     mg_env_forget();
 }

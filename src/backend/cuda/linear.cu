@@ -470,9 +470,14 @@ static mg_status dbias_reduce(mg_backend *be, float *dbias, const void *dout, in
 
 /* MG_DBIAS (core/env.h): "ours" computes the bias gradient with dbias_reduce instead of
  * cuBLASLt's BGRADB epilogue (whose separate reduction kernel the profile shows at ~50 us per
- * weight gradient on an H200). */
-static bool dbias_ours(void) {
-    return strcmp(mg_env_str("MG_DBIAS", "epilogue"), "ours") == 0;
+ * weight gradient on an H200), "epilogue" (the default) keeps the epilogue; anything else is a
+ * usage error. */
+static mg_status dbias_ours(bool *ours) {
+    const char *v = mg_env_str("MG_DBIAS", "epilogue");
+    *ours = strcmp(v, "ours") == 0;
+    if (!*ours && strcmp(v, "epilogue") != 0)
+        return MG_FAIL(MG_ERR_USAGE, "MG_DBIAS=%s: expected epilogue or ours", v);
+    return MG_OK;
 }
 
 static mg_status check_dims(int N, int IC, int OC) {
@@ -542,7 +547,9 @@ MG_CUDA_DTYPES(mg_status, linear_backward,
     /* dw^T += inp^T-as-(IC,N) . dout, with dbias from the BGRADB epilogue where it has one */
     gemm_call cw = {GEMM_DW, IC, OC, N, inp, dout, dw, dw, 1.0f, NULL, AUX_NONE, NULL};
     bool done = false;
-    if (dbias && dbias_ours()) { /* MG_DBIAS=ours: our reduction, the product without epilogue */
+    bool ours = false;
+    if (dbias) MG_CHECK(dbias_ours(&ours));
+    if (ours) { /* MG_DBIAS=ours: our reduction, the product without epilogue */
         MG_CHECK(dbias_reduce<h16>(be, dbias, dout, N, OC));
         dbias = NULL;
     }
