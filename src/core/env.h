@@ -9,8 +9,8 @@
  *                  use and keeps the fastest (results may then differ in the last bits between
  *                  runs); 0 (default) takes the heuristic's first, which repeats bitwise
  *   MG_GROUPED_GEMM  the CUDA MoE grouped GEMM: cutlass (default where built) or fallback
- *   MG_DBIAS       CUDA backend: a linear layer's bias gradient from cuBLASLt's BGRADB epilogue
- *                  ("epilogue", the default) or our deterministic reduction ("ours")
+ *   MG_DBIAS       CUDA backend: a linear layer's bias gradient from our deterministic column
+ *                  sums ("ours", the default) or cuBLASLt's BGRADB epilogue ("epilogue")
  *   MG_PP_TIMING   pipeline runs on a device: 1 times every op (a synchronisation around each)
  *                  to measure the bubble; the cpu backend always does
  *   MG_FAULT_CHECKPOINT  tests only: "after-model" makes a checkpoint save fail after writing the

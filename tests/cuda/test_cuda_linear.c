@@ -162,11 +162,11 @@ MG_TEST(cuda_linear_backward_matches_cpu_and_repeats) {
     backward_cases(t, cpu, gpu);
 }
 
-/* The same with MG_DBIAS=ours: the bias gradient from our two-pass reduction (its vector form
- * where OC is a multiple of 8) instead of cuBLASLt's epilogue. */
-MG_TEST(cuda_linear_backward_our_dbias_matches_cpu) {
+/* The same with MG_DBIAS=epilogue: the bias gradient from cuBLASLt's BGRADB epilogue on the
+ * weight-gradient product instead of our column sums (the default). */
+MG_TEST(cuda_linear_backward_epilogue_dbias_matches_cpu) {
     CT_BACKENDS(cpu, gpu);
-    setenv("MG_DBIAS", "ours", 1);
+    setenv("MG_DBIAS", "epilogue", 1);
     mg_env_forget();
     backward_cases(t, cpu, gpu);
     if (gpu->device == MG_DEVICE_CUDA) { /* any other value is refused in one line */
@@ -178,8 +178,8 @@ MG_TEST(cuda_linear_backward_our_dbias_matches_cpu) {
         void *d_w = ct_poison_act(&P, OC * IC);
         float *d_dw = ct_poison(&P, OC * IC * 4), *d_db = ct_poison(&P, OC * 4);
         if (!P.failed) {
-            mg_status st = gpu->linear_backward(gpu, NULL, d_dw, d_db, d_dout, d_inp, d_w, NULL, N,
-                                                IC, OC);
+            mg_status st =
+                gpu->linear_backward(gpu, NULL, d_dw, d_db, d_dout, d_inp, d_w, NULL, N, IC, OC);
             MG_EXPECT(st == MG_ERR_USAGE && strstr(mg_error_message(), "MG_DBIAS=fast"),
                       "MG_DBIAS=fast: status %d, '%s'", (int)st, mg_error_message());
             mg_error_clear();

@@ -6,14 +6,19 @@
 
 #include <math.h>
 
+/* N = 257: several chunks of the dw/db column sums, the last one short. H: 64 and 96 fill part of a
+ * warp's 256-column stride; 1000 takes the scalar kernels (not a multiple of 8); 1600 ends in a
+ * partial stride; 4096 is above the fused kernel's shared memory with a LayerNorm bias (its dw/db
+ * run as a kernel of their own), below it for RMSNorm. */
 static const int k_N[] = {1, 7, 257};
-static const int k_H[] = {64, 96, 1000, 4096};
+static const int k_H[] = {64, 96, 1000, 1600, 4096};
+#define N_H ((int)(sizeof k_H / sizeof k_H[0]))
 #define EPS 1e-5f
 
 MG_TEST(cuda_layernorm_matches_cpu_and_repeats) {
     CT_BACKENDS(cpu, gpu);
     for (int a = 0; a < 3; a++)
-        for (int b = 0; b < 4; b++)
+        for (int b = 0; b < N_H; b++)
             for (int with_b = 0; with_b < 2; with_b++) {
                 int N = k_N[a], H = k_H[b];
                 size_t n = (size_t)N * H;
@@ -83,7 +88,7 @@ MG_TEST(cuda_layernorm_matches_cpu_and_repeats) {
 MG_TEST(cuda_rmsnorm_matches_cpu_and_repeats) {
     CT_BACKENDS(cpu, gpu);
     for (int a = 0; a < 3; a++)
-        for (int b = 0; b < 4; b++) {
+        for (int b = 0; b < N_H; b++) {
             int N = k_N[a], H = k_H[b];
             size_t n = (size_t)N * H;
             ct_pool P = ct_pool_of(t, gpu);

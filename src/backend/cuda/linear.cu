@@ -1,7 +1,7 @@
 /* Linear layer on the GPU: out = inp @ w^T + bias (+ residual), w stored (OC, IC) as
  * torch.nn.Linear, h16 activations and weights, fp32 main grads. The three products go to
  * cuBLASLt with fp32 compute (CUBLAS_COMPUTE_32F, fp32 alpha/beta); the bias gradient is a
- * deterministic two-pass reduction of our own (below).
+ * deterministic two-pass column sum of our own (colsum.cuh) unless MG_DBIAS=epilogue.
  *
  * Fusions, all in cuBLASLt's epilogue (no extra pass over the output):
  *  - bias: CUBLASLT_EPILOGUE_BIAS;
@@ -9,10 +9,10 @@
  *  - GELU forward: CUBLASLT_EPILOGUE_GELU_AUX(_BIAS) writes gelu(x) to D and x (the
  *    pre-activation, saved for backward) to the aux buffer, ld = OC;
  *  - GELU backward: CUBLASLT_EPILOGUE_DGELU on the dinp product multiplies it by gelu'(aux);
- *  - bias gradient: CUBLASLT_EPILOGUE_BGRADB on the dw product writes the column sums of dout
- *    (fp32, the C type) to scratch, which one small kernel adds to dbias (the contract
- *    accumulates; the epilogue writes). Its order of additions is the library's, fixed for a
- *    given algorithm and shape, so runs repeat bitwise.
+ *  - bias gradient with MG_DBIAS=epilogue: CUBLASLT_EPILOGUE_BGRADB on the dw product writes the
+ *    column sums of dout (fp32, the C type) to scratch, which one small kernel adds to dbias (the
+ *    contract accumulates; the epilogue writes). Its order of additions is the library's, fixed
+ *    for a given algorithm and shape, so runs repeat bitwise.
  * cuBLASLt's GELU is the tanh form, as backend_ops.h specifies. An epilogue the heuristic has no
  * algorithm for (or an aux leading dimension not a multiple of 8, which cuBLASLt requires) falls
  * back to the plain product and our kernels (activation.cu, elementwise.cu); the result is the
@@ -30,9 +30,11 @@
  * ACCUMULATE contract without a temporary. The plan cache is per object, so the bf16 and fp16
  * builds of this file never share a plan.
  *
- * The bias gradient's fallback (no BGRADB algorithm for the shape) is a deterministic two-pass
- * reduction of our own, which costs one more read of dout: ~2% of a GPT-2 step when it was the
- * only path (bench/NOTES.md, 2026-11-21).
+ * The bias gradient by default is our column sum of dout (colsum.cuh), run before the two
+ * products, right after the op that wrote dout, so much of dout is still in L2: on an H200 it
+ * costs less than the epilogue, whose separate reduction kernel (~50 us per GPT-2 124M weight
+ * gradient) reads dout again (bench/NOTES.md, 2026-11-29). It is also the fallback where BGRADB
+ * has no algorithm for the shape.
  *
  * Plans (descriptors, layouts, heuristic's algo) are cached per (op, shape, epilogue, pointer
  * alignments, device, workspace size) in a static fixed-size table; a shape with no algorithm is
@@ -44,9 +46,8 @@
  *
  * Workspace (mg_cuda_ctx.workspace, all stream-ordered on the compute stream):
  *   [0, MG_LT_WS_MAX)                      cuBLASLt workspace (or all of it if smaller)
- *   then OC fp32 (BGRADB's output) or ceil(N / rows_per_chunk) * OC fp32 (the fallback's
- *   partial sums), at most 64 * OC floats
- *   (64 * 50304 * 4 B = 12.9 MB for the largest vocabulary-sized OC).
+ *   then OC fp32 (BGRADB's output) or the column sums' partials (colsum.cuh: at most 512 * OC
+ *   fp32, 6.3 MB for OC = 3072).
  * Choice of algorithm: the heuristic's first usable candidate, which depends only on the shapes,
  * so the same run repeats bitwise. MG_CUBLASLT_TUNE=1 instead times up to 16 candidates on the
  * first use of each plan (events on the compute stream, one host wait per plan) and keeps the
@@ -55,6 +56,7 @@
  * Exports: mg_cuda_linear_forward, mg_cuda_linear_gelu_forward, mg_cuda_linear_backward. */
 /* first: it declares the core error API with C linkage (core/status.h has no guards) */
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/colsum.cuh"
 #include "core/env.h"
 #include "core/log.h"
 
@@ -62,13 +64,11 @@
 #include <stdint.h>
 #include <string.h>
 
-#define MG_LT_WS_MAX        ((size_t)32 << 20) /* cuBLAS's recommended workspace on Hopper */
-#define MG_LT_CACHE_SIZE    96                 /* a model uses ~4 linear shapes x 3 products */
-#define MG_LT_HEURISTICS    16                 /* candidates asked from the heuristic */
-#define MG_LT_TUNE_REPS     3
-#define MG_DBIAS_COLS       32 /* columns per block: one warp-wide row segment */
-#define MG_DBIAS_WARPS      8
-#define MG_DBIAS_MAX_CHUNKS 64
+#define MG_LT_WS_MAX      ((size_t)32 << 20) /* cuBLAS's recommended workspace on Hopper */
+#define MG_LT_CACHE_SIZE  96                 /* a model uses ~4 linear shapes x 3 products */
+#define MG_LT_HEURISTICS  16                 /* candidates asked from the heuristic */
+#define MG_LT_TUNE_REPS   3
+#define MG_DBIAS_MIN_ROWS 64 /* rows per chunk of the bias gradient's column sums, at least */
 
 typedef enum { GEMM_FWD = 0, GEMM_DINP, GEMM_DW } gemm_op;
 static const char *const k_gemm_op_names[] = {"forward", "dinp", "dw"};
@@ -359,74 +359,6 @@ static __global__ void linear_fill_bias_kernel(h16 *out /* (N,OC) */, const h16 
         out[i] = bias ? bias[i % OC] : f_to_h16<h16>(0.0f);
 }
 
-/* Pass 1 of dbias: partial[c, j] = sum of dout[rows of chunk c, j] (fp32). Block = 32 columns x
- * 8 warps; warp w sums rows w, w+8, ... of the chunk, lane = column (a warp reads 64 contiguous
- * bytes of a row); the 8 warp sums are then added in warp order. Every partial's order of
- * additions depends on (N, OC) alone. */
-template <typename h16>
-static __global__ void linear_dbias_partial_kernel(float *partial /* (nchunks, OC) */,
-                                                   const h16 *dout /* (N,OC) */, int N, int OC,
-                                                   int rows_per_chunk) {
-    __shared__ float sums[MG_DBIAS_WARPS][MG_DBIAS_COLS];
-    int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    int j = blockIdx.x * MG_DBIAS_COLS + lane, c = blockIdx.y;
-    int r0 = c * rows_per_chunk, r1 = min(N, r0 + rows_per_chunk);
-    float acc = 0.0f;
-    if (j < OC)
-        for (int i = r0 + warp; i < r1; i += MG_DBIAS_WARPS)
-            acc += h16_to_f(dout[(size_t)i * OC + j]);
-    sums[warp][lane] = acc;
-    __syncthreads();
-    if (warp == 0 && j < OC) {
-        float s = sums[0][lane];
-        for (int w = 1; w < MG_DBIAS_WARPS; w++) s += sums[w][lane];
-        partial[(size_t)c * OC + j] = s;
-    }
-}
-
-/* Pass 1, vector form (OC a multiple of 8, dout 16-byte aligned): a lane sums 8 consecutive
- * columns (one 16-byte load per row), so a warp reads 512 contiguous bytes of a row; block = 256
- * columns x 8 warps, warp w summing rows w, w+8, ... of the chunk, the 8 warp sums then added in
- * warp order: each partial's order of additions depends on (N, OC) alone, as pass 1's. */
-template <typename h16>
-static __global__ void linear_dbias_partial8_kernel(float *partial /* (nchunks, OC) */,
-                                                    const h16 *dout /* (N,OC) */, int N, int OC,
-                                                    int rows_per_chunk) {
-    __shared__ float sums[MG_DBIAS_WARPS][32 * 8];
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    const int j0 = (blockIdx.x * 32 + lane) * 8, c = blockIdx.y;
-    const int r0 = c * rows_per_chunk, r1 = min(N, r0 + rows_per_chunk);
-    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    if (j0 < OC)
-        for (int i = r0 + warp; i < r1; i += MG_DBIAS_WARPS) {
-            float v[8];
-            mg_loadv<8>(dout + (size_t)i * OC + j0, v);
-#pragma unroll
-            for (int k = 0; k < 8; k++) acc[k] += v[k];
-        }
-#pragma unroll
-    for (int k = 0; k < 8; k++) sums[warp][lane * 8 + k] = acc[k];
-    __syncthreads();
-    /* thread t of the block finishes column blockIdx.x * 256 + t */
-    const int j = blockIdx.x * 256 + threadIdx.x;
-    if (threadIdx.x < 256 && j < OC) {
-        float s = sums[0][threadIdx.x];
-        for (int w = 1; w < MG_DBIAS_WARPS; w++) s += sums[w][threadIdx.x];
-        partial[(size_t)c * OC + j] = s;
-    }
-}
-
-/* Pass 2: dbias[j] += sum over chunks c (in order) of partial[c, j]. */
-static __global__ void linear_dbias_finish_kernel(float *dbias /* (OC) */,
-                                                  const float *partial /* (nchunks, OC) */,
-                                                  int nchunks, int OC) {
-    int j = blockIdx.x * blockDim.x + threadIdx.x;
-    if (j >= OC) return;
-    float s = 0.0f;
-    for (int c = 0; c < nchunks; c++) s += partial[(size_t)c * OC + j];
-    dbias[j] += s;
-}
-
 /* dbias[j] += g[j]: the epilogue's bias gradient into the accumulating main grad. */
 static __global__ void linear_dbias_add_kernel(float *dbias, const float *g, int OC) {
     int j = blockIdx.x * blockDim.x + threadIdx.x;
@@ -443,37 +375,21 @@ static mg_status dbias_scratch(mg_backend *be, size_t bytes, float **out) {
     return MG_OK;
 }
 
-/* The fallback bias gradient: our two-pass reduction into dbias (accumulating). */
+/* Our bias gradient: the deterministic column sums of dout (colsum.cuh), accumulated into dbias. */
 template <typename h16>
 static mg_status dbias_reduce(mg_backend *be, float *dbias, const void *dout, int N, int OC) {
-    cudaStream_t stream = mg_cuda_stream(be);
-    /* chunking depends on N only (at most 64 chunks of >= 128 rows): reproducible sums */
-    int rows = (N + MG_DBIAS_MAX_CHUNKS - 1) / MG_DBIAS_MAX_CHUNKS;
-    rows = rows < 128 ? 128 : rows;
-    int nchunks = (N + rows - 1) / rows;
+    int rows = mg_colsum_rows(N, MG_DBIAS_MIN_ROWS);
     float *partial = NULL; // (nchunks, OC)
-    MG_CHECK(dbias_scratch(be, (size_t)nchunks * OC * sizeof(float), &partial));
-    if (OC % 8 == 0 && mg_cuda_aligned16(dout)) {
-        dim3 grid8((OC + 255) / 256, nchunks);
-        linear_dbias_partial8_kernel<h16>
-            <<<grid8, 32 * MG_DBIAS_WARPS, 0, stream>>>(partial, (const h16 *)dout, N, OC, rows);
-    } else {
-        dim3 grid((OC + MG_DBIAS_COLS - 1) / MG_DBIAS_COLS, nchunks);
-        linear_dbias_partial_kernel<h16>
-            <<<grid, 32 * MG_DBIAS_WARPS, 0, stream>>>(partial, (const h16 *)dout, N, OC, rows);
-    }
-    MG_CUDA_CHECK_LAUNCH();
-    linear_dbias_finish_kernel<<<(OC + 255) / 256, 256, 0, stream>>>(dbias, partial, nchunks, OC);
+    MG_CHECK(dbias_scratch(be, (size_t)mg_colsum_chunks(N, rows) * OC * sizeof(float), &partial));
+    mg_colsum<h16>(mg_cuda_stream(be), dbias, partial, (const h16 *)dout, N, OC, rows);
     MG_CUDA_CHECK_LAUNCH();
     return MG_OK;
 }
 
-/* MG_DBIAS (core/env.h): "ours" computes the bias gradient with dbias_reduce instead of
- * cuBLASLt's BGRADB epilogue (whose separate reduction kernel the profile shows at ~50 us per
- * weight gradient on an H200), "epilogue" (the default) keeps the epilogue; anything else is a
- * usage error. */
+/* MG_DBIAS (core/env.h): "ours" (the default) computes the bias gradient with dbias_reduce,
+ * "epilogue" with cuBLASLt's BGRADB epilogue; anything else is a usage error. */
 static mg_status dbias_ours(bool *ours) {
-    const char *v = mg_env_str("MG_DBIAS", "epilogue");
+    const char *v = mg_env_str("MG_DBIAS", "ours");
     *ours = strcmp(v, "ours") == 0;
     if (!*ours && strcmp(v, "epilogue") != 0)
         return MG_FAIL(MG_ERR_USAGE, "MG_DBIAS=%s: expected epilogue or ours", v);

@@ -8,20 +8,23 @@
  * per-lane order and a fixed butterfly, so they are deterministic. dx ACCUMULATES into the h16
  * residual gradient (read, add in fp32, round once).
  *
- * dw/db: deterministic two-stage column sums, no atomics. Rows are cut into `nchunks` chunks of R
- * rows (R depends only on N); stage 1 gives each (column tile, chunk) block a fixed order over its
- * rows (4 warps interleave rows, then their sums are added in warp order) and writes one partial
- * per chunk and column to the workspace; stage 2 adds the partials of a column in a fixed order and
- * accumulates (+=) into the fp32 dw/db. Stage 1 reads x and dout again; fusing it into the dx
- * kernel is a possible later gain (it would need per-warp column accumulators in shared memory).
- * Workspace: (1 + has_bias) * nchunks * H * 4 bytes, nchunks <= 1024 (6 MB at N = 32k, H = 768). */
-#include "backend/cuda/cuda_common.cuh"
+ * dw/db: deterministic column sums, no atomics (colsum.cuh's two stages). Stage 1 is fused into
+ * the dx kernel: a block takes a chunk of R rows (R depends only on N), each warp adds its rows'
+ * dout * xhat (and dout) into its own shared-memory row of H floats (a lane touches only its own
+ * columns, so no synchronisation until the chunk is done), then the warp rows are added in warp
+ * order into one partial per (chunk, column). Stage 2 adds a column's partials in a fixed order and
+ * accumulates (+=) into the fp32 dw/db. So backward reads x and dout once. Where the per-warp rows
+ * would not fit in shared memory (H above MG_NORM_FUSED_MAX_SMEM / (8 warps * 4 or 8 bytes)), the
+ * dw/db stage 1 is a kernel of its own that reads x and dout again.
+ * Workspace: (1 + has_bias) * nchunks * H * 4 bytes, nchunks <= 512 (3 MB at N = 32k, H = 768). */
+#include "backend/cuda/colsum.cuh"
 
-#define NORM_ROWS_PER_BLOCK 8   /* warps per block in the row kernels */
-#define DW_WARPS            4   /* row-interleaved warps of a stage-1 block */
-#define DW_MIN_ROWS         128 /* rows per chunk, at least */
-#define DW_MAX_CHUNKS       1024
-#define DW_FINAL_WARPS      8
+#define NORM_ROWS_PER_BLOCK 8  /* warps per block in the row kernels */
+#define DW_WARPS            4  /* row-interleaved warps of an unfused stage-1 block */
+#define DW_MIN_ROWS         64 /* rows per chunk, at least */
+/* shared memory of a fused backward block at most (8 warps x H floats, twice with a bias): up to
+ * H = 2560 for LayerNorm with a bias, 5120 for RMSNorm */
+#define MG_NORM_FUSED_MAX_SMEM (160u << 10)
 
 template <typename h16, bool LN, int VEC>
 static __global__ void norm_forward_kernel(h16 *out, float *mean, float *rstd, const h16 *x,
@@ -65,41 +68,129 @@ static __global__ void norm_forward_kernel(h16 *out, float *mean, float *rstd, c
     }
 }
 
-/* dx += rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dout * w (RMS: no mean(g) term). */
+/* acc[k] += v[k] for VEC consecutive floats of shared memory (16-byte aligned when VEC = 8). */
+template <int VEC> static __device__ __forceinline__ void norm_acc(float *acc, const float *v) {
+    if (VEC == 8) {
+        float4 *a4 = reinterpret_cast<float4 *>(acc);
+        float4 p = a4[0], q = a4[1];
+        a4[0] = make_float4(p.x + v[0], p.y + v[1], p.z + v[2], p.w + v[3]);
+        a4[1] = make_float4(q.x + v[4], q.y + v[5], q.z + v[6], q.w + v[7]);
+    } else {
+        acc[0] += v[0];
+    }
+}
+
+/* NR rows of a warp: dx, and the rows' dout * xhat
+ * and dout added, in row order, to the warp's accumulators aw/ab (NULL: none). NR = 2 keeps two
+ * rows' loads in flight per lane. dx += rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dout * w
+ * (RMS: no mean(g) term). */
+template <typename h16, bool LN, int VEC, int NR>
+static __device__ __forceinline__ void
+norm_backward_rows(h16 *dx, float *aw, float *ab, const h16 *dout, const h16 *x, const h16 *w,
+                   const float *mean, const float *rstd, const int *rows, int H) {
+    const int lane = threadIdx.x & 31;
+    size_t off[NR];
+    float m[NR], r[NR], sg[NR], sgx[NR];
+#pragma unroll
+    for (int i = 0; i < NR; i++) {
+        off[i] = (size_t)rows[i] * H;
+        m[i] = LN ? mean[rows[i]] : 0.0f, r[i] = rstd[rows[i]];
+        sg[i] = sgx[i] = 0.0f;
+    }
+    for (int c = lane * VEC; c < H; c += 32 * VEC) {
+        float fx[NR][VEC], fd[NR][VEC], fw[VEC];
+        mg_loadv<VEC>(w + c, fw);
+#pragma unroll
+        for (int i = 0; i < NR; i++) {
+            mg_loadv<VEC>(x + off[i] + c, fx[i]);
+            mg_loadv<VEC>(dout + off[i] + c, fd[i]);
+        }
+#pragma unroll
+        for (int i = 0; i < NR; i++)
+#pragma unroll
+            for (int k = 0; k < VEC; k++) {
+                float g = fd[i][k] * fw[k];
+                sg[i] += g;
+                sgx[i] += g * ((fx[i][k] - m[i]) * r[i]);
+            }
+    }
+    float mg[NR], mgx[NR];
+#pragma unroll
+    for (int i = 0; i < NR; i++) {
+        mg[i] = LN ? mg_warp_sum(sg[i]) / H : 0.0f;
+        mgx[i] = mg_warp_sum(sgx[i]) / H;
+    }
+    for (int c = lane * VEC; c < H; c += 32 * VEC) {
+        float fx[NR][VEC], fd[NR][VEC], o[NR][VEC], fw[VEC];
+        mg_loadv<VEC>(w + c, fw);
+#pragma unroll
+        for (int i = 0; i < NR; i++) {
+            mg_loadv<VEC>(x + off[i] + c, fx[i]);
+            mg_loadv<VEC>(dout + off[i] + c, fd[i]);
+            mg_loadv<VEC>(dx + off[i] + c, o[i]);
+        }
+#pragma unroll
+        for (int i = 0; i < NR; i++) {
+            float pw[VEC];
+#pragma unroll
+            for (int k = 0; k < VEC; k++) {
+                float g = fd[i][k] * fw[k], xh = (fx[i][k] - m[i]) * r[i];
+                o[i][k] += r[i] * (g - mg[i] - xh * mgx[i]);
+                pw[k] = fd[i][k] * xh;
+            }
+            mg_storev<VEC>(dx + off[i] + c, o[i]);
+            if (aw) norm_acc<VEC>(aw + c, pw);
+            if (ab) norm_acc<VEC>(ab + c, fd[i]);
+        }
+    }
+}
+
+/* dx alone, one warp per row (the unfused path: dw/db then come from norm_dw_partial_kernel). */
 template <typename h16, bool LN, int VEC>
 static __global__ void norm_backward_dx_kernel(h16 *dx, const h16 *dout, const h16 *x, const h16 *w,
                                                const float *mean, const float *rstd, int N, int H) {
     // dx, dout, x (N, H); w (H); mean (N) (LN only), rstd (N)
-    int row = blockIdx.x * NORM_ROWS_PER_BLOCK + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    int row = blockIdx.x * NORM_ROWS_PER_BLOCK + (threadIdx.x >> 5);
     if (row >= N) return;
-    size_t off = (size_t)row * H;
-    float m = LN ? mean[row] : 0.0f, r = rstd[row];
-    float sg = 0.0f, sgx = 0.0f;
-    for (int c = lane * VEC; c < H; c += 32 * VEC) {
-        float fx[VEC], fd[VEC], fw[VEC];
-        mg_loadv<VEC>(x + off + c, fx);
-        mg_loadv<VEC>(dout + off + c, fd);
-        mg_loadv<VEC>(w + c, fw);
+    norm_backward_rows<h16, LN, VEC, 1>(dx, NULL, NULL, dout, x, w, mean, rstd, &row, H);
+}
+
+/* dx and stage 1 of dw/db: block = chunk blockIdx.x of R rows, warp w
+ * takes rows r0 + w, r0 + w + 8, ... in order, two at a time (header comment). Dynamic shared
+ * memory: NORM_ROWS_PER_BLOCK * H floats for dw, as many again for db when part_b is not NULL. */
+template <typename h16, bool LN, int VEC>
+static __global__ void norm_backward_fused_kernel(h16 *dx, float *part_w, float *part_b,
+                                                  const h16 *dout, const h16 *x, const h16 *w,
+                                                  const float *mean, const float *rstd, int N,
+                                                  int H, int R) {
+    // dx, dout, x (N, H); w (H); mean (N) (LN only), rstd (N); part_w, part_b (nchunks, H)
+    extern __shared__ float4 smem4[];
+    float *acc = reinterpret_cast<float *>(smem4);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, chunk = blockIdx.x;
+    float *aw = acc + (size_t)warp * H;
+    float *ab = part_b ? acc + (size_t)(NORM_ROWS_PER_BLOCK + warp) * H : NULL;
+    for (int c = lane * VEC; c < H; c += 32 * VEC)
 #pragma unroll
         for (int k = 0; k < VEC; k++) {
-            float g = fd[k] * fw[k];
-            sg += g;
-            sgx += g * ((fx[k] - m) * r);
+            aw[c + k] = 0.0f;
+            if (ab) ab[c + k] = 0.0f;
         }
+    const int r0 = chunk * R, r1 = min(N, r0 + R);
+    int row = r0 + warp;
+    for (; row + NORM_ROWS_PER_BLOCK < r1; row += 2 * NORM_ROWS_PER_BLOCK) {
+        const int rows[2] = {row, row + NORM_ROWS_PER_BLOCK};
+        norm_backward_rows<h16, LN, VEC, 2>(dx, aw, ab, dout, x, w, mean, rstd, rows, H);
     }
-    float mg = LN ? mg_warp_sum(sg) / H : 0.0f, mgx = mg_warp_sum(sgx) / H;
-    for (int c = lane * VEC; c < H; c += 32 * VEC) {
-        float fx[VEC], fd[VEC], fw[VEC], o[VEC];
-        mg_loadv<VEC>(x + off + c, fx);
-        mg_loadv<VEC>(dout + off + c, fd);
-        mg_loadv<VEC>(w + c, fw);
-        mg_loadv<VEC>(dx + off + c, o);
-#pragma unroll
-        for (int k = 0; k < VEC; k++) {
-            float g = fd[k] * fw[k], xh = (fx[k] - m) * r;
-            o[k] += r * (g - mg - xh * mgx);
+    if (row < r1) norm_backward_rows<h16, LN, VEC, 1>(dx, aw, ab, dout, x, w, mean, rstd, &row, H);
+    __syncthreads();
+    for (int c = threadIdx.x; c < H; c += blockDim.x) {
+        float s = acc[c], t = ab ? acc[(size_t)NORM_ROWS_PER_BLOCK * H + c] : 0.0f;
+        for (int q = 1; q < NORM_ROWS_PER_BLOCK; q++) {
+            s += acc[(size_t)q * H + c];
+            if (ab) t += acc[(size_t)(NORM_ROWS_PER_BLOCK + q) * H + c];
         }
-        mg_storev<VEC>(dx + off + c, o);
+        part_w[(size_t)chunk * H + c] = s;
+        if (part_b) part_b[(size_t)chunk * H + c] = t;
     }
 }
 
@@ -142,27 +233,31 @@ static __global__ void norm_dw_partial_kernel(float *part_w, float *part_b, cons
     }
 }
 
-/* Stage 2: block of 32 columns x DW_FINAL_WARPS warps; warp y sums chunks y, y + 8, ... in order,
- * then the warp sums are added in warp order and accumulated into dw (and db). */
-static __global__ void norm_dw_final_kernel(float *dw, float *db, const float *part_w,
-                                            const float *part_b, int nchunks, int H) {
-    // dw, db (H) accumulated (db NULL: none); part_w, part_b (nchunks, H)
-    __shared__ float sw[DW_FINAL_WARPS][32], sb[DW_FINAL_WARPS][32];
-    int lane = threadIdx.x, y = threadIdx.y, j = blockIdx.x * 32 + lane;
-    float s = 0.0f, t = 0.0f;
-    if (j < H) {
-#pragma unroll 4
-        for (int c = y; c < nchunks; c += DW_FINAL_WARPS) {
-            s += part_w[(size_t)c * H + j];
-            if (db) t += part_b[(size_t)c * H + j];
-        }
+/* dx and the dw/db partials (fused, or dx then the stage-1 kernel), for one vector width. */
+template <typename h16, bool LN, int VEC>
+static mg_status norm_backward_launch(cudaStream_t st, h16 *dx, float *part_w, float *part_b,
+                                      const h16 *dout, const h16 *x, const h16 *w,
+                                      const float *mean, const float *rstd, int N, int H, int R) {
+    int nchunks = mg_colsum_chunks(N, R);
+    size_t smem = (size_t)NORM_ROWS_PER_BLOCK * H * sizeof(float) * (part_b ? 2 : 1);
+    if (smem <= MG_NORM_FUSED_MAX_SMEM) {
+        auto *k = norm_backward_fused_kernel<h16, LN, VEC>;
+        MG_CUDA_CHECK(
+            cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        k<<<(unsigned)nchunks, 32 * NORM_ROWS_PER_BLOCK, smem, st>>>(dx, part_w, part_b, dout, x, w,
+                                                                     mean, rstd, N, H, R);
+        MG_CUDA_CHECK_LAUNCH();
+        return MG_OK;
     }
-    sw[y][lane] = s, sb[y][lane] = t;
-    __syncthreads();
-    if (y != 0 || j >= H) return;
-    for (int q = 1; q < DW_FINAL_WARPS; q++) s += sw[q][lane], t += sb[q][lane];
-    dw[j] += s;
-    if (db) db[j] += t;
+    unsigned row_blocks = (unsigned)((N + NORM_ROWS_PER_BLOCK - 1) / NORM_ROWS_PER_BLOCK);
+    norm_backward_dx_kernel<h16, LN, VEC>
+        <<<row_blocks, 32 * NORM_ROWS_PER_BLOCK, 0, st>>>(dx, dout, x, w, mean, rstd, N, H);
+    MG_CUDA_CHECK_LAUNCH();
+    dim3 grid((unsigned)((H + 32 * VEC - 1) / (32 * VEC)), (unsigned)nchunks);
+    norm_dw_partial_kernel<h16, LN, VEC>
+        <<<grid, dim3(32, DW_WARPS), 0, st>>>(part_w, part_b, dout, x, mean, rstd, N, H, R);
+    MG_CUDA_CHECK_LAUNCH();
+    return MG_OK;
 }
 
 template <typename h16, bool LN>
@@ -170,37 +265,24 @@ static mg_status norm_backward(mg_backend *be, void *dx, float *dw, float *db, c
                                const void *x, const void *w, const float *mean, const float *rstd,
                                int N, int H) {
     if (N <= 0 || H <= 0) return MG_OK;
-    int R = (N + DW_MAX_CHUNKS - 1) / DW_MAX_CHUNKS;
-    if (R < DW_MIN_ROWS) R = DW_MIN_ROWS;
-    int nchunks = (N + R - 1) / R;
+    int R = mg_colsum_rows(N, DW_MIN_ROWS), nchunks = mg_colsum_chunks(N, R);
     size_t part = (size_t)nchunks * H; /* floats per partial array */
     float *ws = NULL;
     MG_CHECK(mg_cuda_scratch(be, (db ? 2 : 1) * part * sizeof(float), (void **)&ws,
                              LN ? "layernorm_backward" : "rmsnorm_backward"));
     float *part_w = ws, *part_b = db ? ws + part : NULL;
     cudaStream_t st = mg_cuda_stream(be);
+    h16 *ddx = (h16 *)dx;
     const h16 *d = (const h16 *)dout, *xx = (const h16 *)x, *ww = (const h16 *)w;
     bool vec = H % 8 == 0 && mg_cuda_aligned16(dx) && mg_cuda_aligned16(dout) &&
                mg_cuda_aligned16(x) && mg_cuda_aligned16(w);
-    unsigned row_blocks = (unsigned)((N + NORM_ROWS_PER_BLOCK - 1) / NORM_ROWS_PER_BLOCK);
-    int vw = vec ? 8 : 1;
-    dim3 dw_grid((unsigned)((H + 32 * vw - 1) / (32 * vw)), (unsigned)nchunks);
-    if (vec) {
-        norm_backward_dx_kernel<h16, LN, 8><<<row_blocks, 32 * NORM_ROWS_PER_BLOCK, 0, st>>>(
-            (h16 *)dx, d, xx, ww, mean, rstd, N, H);
-        MG_CUDA_CHECK_LAUNCH();
-        norm_dw_partial_kernel<h16, LN, 8>
-            <<<dw_grid, dim3(32, DW_WARPS), 0, st>>>(part_w, part_b, d, xx, mean, rstd, N, H, R);
-    } else {
-        norm_backward_dx_kernel<h16, LN, 1><<<row_blocks, 32 * NORM_ROWS_PER_BLOCK, 0, st>>>(
-            (h16 *)dx, d, xx, ww, mean, rstd, N, H);
-        MG_CUDA_CHECK_LAUNCH();
-        norm_dw_partial_kernel<h16, LN, 1>
-            <<<dw_grid, dim3(32, DW_WARPS), 0, st>>>(part_w, part_b, d, xx, mean, rstd, N, H, R);
-    }
-    MG_CUDA_CHECK_LAUNCH();
-    norm_dw_final_kernel<<<(unsigned)((H + 31) / 32), dim3(32, DW_FINAL_WARPS), 0, st>>>(
-        dw, db, part_w, part_b, nchunks, H);
+    if (vec)
+        MG_CHECK((norm_backward_launch<h16, LN, 8>(st, ddx, part_w, part_b, d, xx, ww, mean, rstd,
+                                                   N, H, R)));
+    else
+        MG_CHECK((norm_backward_launch<h16, LN, 1>(st, ddx, part_w, part_b, d, xx, ww, mean, rstd,
+                                                   N, H, R)));
+    mg_colsum_final(st, dw, db, part_w, part_b, nchunks, H);
     MG_CUDA_CHECK_LAUNCH();
     return MG_OK;
 }

@@ -1,9 +1,0 @@
-set -u
-tar xJf deps/carry/deps.tar.xz -C deps && tar xJf deps/carry/cupti.tar.xz -C deps && make -j16 BUILD=build-gpu DEPS_PREFIX=$PWD/deps/gpu/usr CUTLASS_INC=$PWD/deps/cutlass/include build-gpu/megatron build-gpu/cuda_tests > $OUT/build.log 2>&1 || { grep -m5 "error" $OUT/build.log; tail -5 $OUT/build.log; exit 1; }
-export NCCL_NVLS_ENABLE=0
-MG_TEST_TIME=1 tests/cuda/run.sh build-gpu > $OUT/cuda_tests.log 2>&1; grep -E "^FAIL|passed" $OUT/cuda_tests.log | tail -8
-for a in "" "--fp16" "" "--fp16"; do build-gpu/megatron bench --model gpt2-124m --micro-batch-size 32 --iters 20 --warmup 5 $a --json 2>/dev/null | tail -1 | python3 -c "import json,sys; d=json.loads(sys.stdin.read()); print('124m ${a:-bf16}', round(d['ms_per_step'],2), round(d['tokens_per_s']), d.get('ms_host_enqueue'))"; done
-make BUILD=build-gpu CUPTI_DIR=$PWD/deps/nvidia/cu13 kernel-profile > $OUT/kp.log 2>&1 || tail -3 $OUT/kp.log
-CUDA_INJECTION64_PATH=$PWD/build-gpu/kernel_profile.so KPROF_MARK=clip_coef_kernel KPROF_STEPS=10 KPROF_TOP=40 KPROF_OUT=$OUT/mg124.txt build-gpu/megatron bench --model gpt2-124m --micro-batch-size 32 --iters 12 --warmup 3 > $OUT/mg124.log 2>&1
-CUDA_INJECTION64_PATH=$PWD/build-gpu/kernel_profile.so KPROF_LAST_MS=650 KPROF_STEPS=10 KPROF_TOP=40 KPROF_OUT=$OUT/torch124.txt python3 bench/baselines/torch_gpt2.py --model gpt2-124m --micro-batch-size 32 --iters 12 --warmup 5 > $OUT/torch124.log 2>&1
-head -3 $OUT/mg124.txt; head -3 $OUT/torch124.txt
