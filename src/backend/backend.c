@@ -2,14 +2,15 @@
  * its validation, the ordering of a collective between compute work; mg_backend_cuda_create
  * (bf16), and mg_backend_cuda_create_dtype's stand-in in builds without the CUDA backend. */
 #include "backend/backend.h"
+#include "backend/graph_record.h"
 
 #include <stdio.h>
 #include <string.h>
 
 const mg_backend_entry mg_backend_entries[MG_BACKEND_N_ENTRIES] = {
-#define MG_OP(name, need, kind, ret, params) {#name, MG_NEED_##need, MG_BACKEND_##kind},
-#define MG_NEED_REQ                          true
-#define MG_NEED_OPT                          false
+#define MG_OP(name, need, kind, ret, params, args) {#name, MG_NEED_##need, MG_BACKEND_##kind},
+#define MG_NEED_REQ                                true
+#define MG_NEED_OPT                                false
 #include "backend/backend_ops.h"
 #undef MG_NEED_REQ
 #undef MG_NEED_OPT
@@ -17,7 +18,7 @@ const mg_backend_entry mg_backend_entries[MG_BACKEND_N_ENTRIES] = {
 
 bool mg_backend_has(const mg_backend *be, int i) {
     switch (i) {
-#define MG_OP(name, need, kind, ret, params)                                                       \
+#define MG_OP(name, need, kind, ret, params, args)                                                 \
     case MG_BACKEND_ENTRY_##name:                                                                  \
         return be->name != NULL;
 #include "backend/backend_ops.h"
@@ -79,6 +80,8 @@ const mg_allocator *mg_backend_arena_allocator(mg_backend *be, mg_allocator *sto
 
 mg_status mg_backend_comm_begin(mg_backend *be, void **stream) {
     *stream = NULL;
+    if (be->recording) /* a recording backend cannot hold a collective in its graph yet */
+        return mg_graph_rec_refuse(be, "a collective (a backend without streams)");
     if (!be->stream_handle) return MG_OK;
     MG_CHECK(be->stream_wait(be, MG_STREAM_COMM, MG_STREAM_COMPUTE));
     *stream = be->stream_handle(be, MG_STREAM_COMM);

@@ -51,9 +51,19 @@ typedef struct {
 typedef enum { MG_STREAM_COMPUTE = 0, MG_STREAM_COMM = 1 } mg_stream_id;
 #define MG_STREAM_MARKS 8 /* slots of stream_mark */
 
+/* A captured sequence of ops, replayed by graph_launch (backend_ops.h's graph entries): a CUDA
+ * graph on the CUDA backend, the recorded calls on the CPU backend (backend/graph_record.h). */
+typedef struct mg_graph mg_graph;
+typedef struct {
+    size_t nodes; /* the graph's operations (CUDA: its nodes; CPU: the recorded calls) */
+    size_t bytes; /* memory the graph itself holds (CUDA: device memory taken by instantiating
+                     it, as the driver's free memory shows; CPU: the recorded arguments) */
+} mg_graph_info;
+struct mg_graph_rec; /* a capture under way on a backend that records (backend/graph_record.h) */
+
 /* The entries' function types, mg_backend_<name>_fn (backend_ops.h): the fields below and the
  * backends' declarations of their implementations. */
-#define MG_OP(name, need, kind, ret, params) typedef ret mg_backend_##name##_fn params;
+#define MG_OP(name, need, kind, ret, params, args) typedef ret mg_backend_##name##_fn params;
 #include "backend/backend_ops.h"
 
 struct mg_backend {
@@ -61,9 +71,11 @@ struct mg_backend {
     mg_dtype compute_dtype;
     mg_device device;
     void *ctx; /* backend private state */
+    /* the capture under way on a recording backend (graph_begin .. graph_end), else NULL */
+    struct mg_graph_rec *recording;
 
     /* the entries, declared in backend_ops.h (their contracts are there) */
-#define MG_OP(name, need, kind, ret, params) mg_backend_##name##_fn *name;
+#define MG_OP(name, need, kind, ret, params, args) mg_backend_##name##_fn *name;
 #include "backend/backend_ops.h"
 };
 
@@ -71,7 +83,7 @@ struct mg_backend {
  * tests/cuda): MG_BACKEND_ENTRY_<name> is the entry's index in mg_backend_entries, in
  * backend_ops.h's order. */
 enum {
-#define MG_OP(name, need, kind, ret, params) MG_BACKEND_ENTRY_##name,
+#define MG_OP(name, need, kind, ret, params, args) MG_BACKEND_ENTRY_##name,
 #include "backend/backend_ops.h"
     MG_BACKEND_N_ENTRIES
 };

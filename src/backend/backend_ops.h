@@ -8,7 +8,7 @@
  * there is one).
  *
  * Not a normal header: no include guard. The includer defines
- *   MG_OP(name, need, kind, ret, params)
+ *   MG_OP(name, need, kind, ret, params, args)
  * includes this file, and gets one expansion per entry (the file #undefs MG_OP at its end):
  *   name    the field of mg_backend; the CPU backend's function is mg_cpu_<name>, the CUDA one's
  *           mg_cuda_<name> (and mg_cuda_f16_<name>, see kind)
@@ -18,7 +18,9 @@
  *           compute op; MOE: a compute op of Mixture-of-Experts layers (model/moe.c). The CUDA
  *           backend builds OP and MOE once per compute dtype: mg_cuda_<name> is bf16,
  *           mg_cuda_f16_<name> fp16
- *   ret     return type; params: the parenthesised parameter list, buffers with their shapes
+ *   ret     return type; params: the parenthesised parameter list, buffers with their shapes;
+ *           args: the parenthesised list of the parameters' names (a call forwarding them, e.g.
+ *           the graph recorder's, backend/graph_record.c)
  *
  * Buffer contract (the same for every backend):
  *  - activations, activation gradients and weights are in the backend's compute dtype
@@ -38,58 +40,80 @@
  * Query head h belongs to group h / r. This keeps whole groups together so that a tensor-parallel
  * split of the rows of the QKV weight gives each rank complete groups.
  *
- * Needs (from the includer): mg_backend, mg_status, mg_stream_id, mg_dropout, mg_moe_routing,
- * mg_step_ctl, mg_step_rules (backend.h, core/dropout.h, core/step_rules.h). */
+ * Needs (from the includer): mg_backend, mg_status, mg_stream_id, mg_graph, mg_graph_info,
+ * mg_dropout, mg_moe_routing, mg_step_ctl, mg_step_rules (backend.h, core/dropout.h,
+ * core/step_rules.h). */
 #ifndef MG_OP
-#error "define MG_OP(name, need, kind, ret, params) before including backend/backend_ops.h"
+#error "define MG_OP(name, need, kind, ret, params, args) before including backend/backend_ops.h"
 #endif
 
 /* Formatted by hand: clang-format reads the first parameter as a product (mg_backend * be). */
 // clang-format off
 /* ---- memory ---- */
-MG_OP(alloc, REQ, RT, mg_status, (mg_backend *be, size_t bytes, void **out)) /* zeroed */
-MG_OP(free, REQ, RT, void, (mg_backend *be, void *ptr))
+MG_OP(alloc, REQ, RT, mg_status, (mg_backend *be, size_t bytes, void **out),
+      (be, bytes, out)) /* zeroed */
+MG_OP(free, REQ, RT, void, (mg_backend *be, void *ptr), (be, ptr))
 MG_OP(copy_h2d, REQ, RT, mg_status,
-      (mg_backend *be, void *dst, const void *src, size_t bytes))
+      (mg_backend *be, void *dst, const void *src, size_t bytes), (be, dst, src, bytes))
 MG_OP(copy_d2h, REQ, RT, mg_status,
-      (mg_backend *be, void *dst, const void *src, size_t bytes))
+      (mg_backend *be, void *dst, const void *src, size_t bytes), (be, dst, src, bytes))
 MG_OP(copy_d2d, REQ, RT, mg_status,
-      (mg_backend *be, void *dst, const void *src, size_t bytes))
-MG_OP(memset_zero, REQ, RT, mg_status, (mg_backend *be, void *dst, size_t bytes))
+      (mg_backend *be, void *dst, const void *src, size_t bytes), (be, dst, src, bytes))
+MG_OP(memset_zero, REQ, RT, mg_status, (mg_backend *be, void *dst, size_t bytes), (be, dst, bytes))
 /* The end of a training step for the dropout streams (core/dropout.h): state holds n {seed,
  * offset} pairs; offset += by for each, in order with the ops on the compute stream, so the next
  * step draws new masks with no host value changed (a step can be replayed as a CUDA graph). */
 MG_OP(rng_advance, REQ, RT, mg_status,
-      (mg_backend *be, uint64_t *state /* (2 n) */, int n, uint64_t by))
+      (mg_backend *be, uint64_t *state /* (2 n) */, int n, uint64_t by), (be, state, n, by))
 /* fp32 host values <-> compute dtype backend buffer (parameters in and out of checkpoints) */
 MG_OP(upload_f32, REQ, RT, mg_status,
-      (mg_backend *be, void *dst, const float *src, size_t n))
+      (mg_backend *be, void *dst, const float *src, size_t n), (be, dst, src, n))
 MG_OP(download_f32, REQ, RT, mg_status,
-      (mg_backend *be, float *dst, const void *src, size_t n))
-MG_OP(synchronize, REQ, RT, mg_status, (mg_backend *be))
-MG_OP(destroy, REQ, RT, void, (mg_backend *be))
+      (mg_backend *be, float *dst, const void *src, size_t n), (be, dst, src, n))
+MG_OP(synchronize, REQ, RT, mg_status, (mg_backend *be), (be))
+MG_OP(destroy, REQ, RT, void, (mg_backend *be), (be))
 /* Optional (NULL on the CPU backend, whose host memory has no such figure; callers then skip the
  * memory check): the device's free and total memory in bytes, as the driver reports them (every
  * process's allocations and the context count as used). Does not wait for the device. */
 MG_OP(memory_info, OPT, RT, mg_status,
-      (mg_backend *be, size_t *free_bytes, size_t *total_bytes))
+      (mg_backend *be, size_t *free_bytes, size_t *total_bytes), (be, free_bytes, total_bytes))
 /* Optional (NULL on the CPU backend: plain host memory serves): zeroed page-locked host
  * memory, which copy_d2h fills at the link's full speed (checkpoint staging), and its free. */
-MG_OP(alloc_pinned, OPT, RT, mg_status, (mg_backend *be, size_t bytes, void **out))
-MG_OP(free_pinned, OPT, RT, void, (mg_backend *be, void *ptr))
+MG_OP(alloc_pinned, OPT, RT, mg_status, (mg_backend *be, size_t bytes, void **out),
+      (be, bytes, out))
+MG_OP(free_pinned, OPT, RT, void, (mg_backend *be, void *ptr), (be, ptr))
 /* Optional (NULL on the CPU backend, whose ops complete in call order): the stream to hand
  * to mg_comm calls (a cudaStream_t as void *), and an ordering between the two streams:
  * work enqueued on `waiter` after the call starts only after everything enqueued on
  * `signaller` before it. One event recorded and waited on by the device; no host wait. */
-MG_OP(stream_handle, OPT, RT, void *, (mg_backend *be, mg_stream_id s))
+MG_OP(stream_handle, OPT, RT, void *, (mg_backend *be, mg_stream_id s), (be, s))
 MG_OP(stream_wait, OPT, RT, mg_status,
-      (mg_backend *be, mg_stream_id waiter, mg_stream_id signaller))
+      (mg_backend *be, mg_stream_id waiter, mg_stream_id signaller), (be, waiter, signaller))
 /* Optional, with the two above: MG_STREAM_MARKS numbered points. stream_mark records point
  * `slot` at the current end of stream s; stream_wait_mark makes work enqueued on `waiter`
  * afterwards start only once stream s reached the point last recorded in `slot` (a slot
  * may be recorded again as soon as its waits are enqueued). No host wait. */
-MG_OP(stream_mark, OPT, RT, mg_status, (mg_backend *be, mg_stream_id s, int slot))
-MG_OP(stream_wait_mark, OPT, RT, mg_status, (mg_backend *be, mg_stream_id waiter, int slot))
+MG_OP(stream_mark, OPT, RT, mg_status, (mg_backend *be, mg_stream_id s, int slot), (be, s, slot))
+MG_OP(stream_wait_mark, OPT, RT, mg_status, (mg_backend *be, mg_stream_id waiter, int slot),
+      (be, waiter, slot))
+
+/* ---- graphs ----
+ * graph_begin starts a capture: the ops called on this backend afterwards, on both streams, are
+ * recorded and not run, until graph_end ends the capture and returns the graph (and its size);
+ * graph_launch runs the recorded ops again, in order, on the compute stream, as often as asked.
+ * Every argument is the one given at capture (pointers, sizes, scalars, the contents of the
+ * dropout, routing and step-rule structures): what changes from one launch to the next must be
+ * in backend memory (host data is copied in before the launch). Refused inside a capture
+ * (MG_ERR_UNSUPPORTED naming the op; the capture is then spoilt and graph_end returns that
+ * error, *out NULL): alloc, alloc_pinned, copy_h2d, copy_d2h, upload_f32, download_f32,
+ * synchronize, matmul_peak_tflops, graph_begin, graph_launch, and collectives on a backend
+ * without streams (mg_backend_comm_begin); free, free_pinned and destroy must not be called.
+ * graph_end always ends the capture and restores eager execution, also after an error. */
+MG_OP(graph_begin, REQ, RT, mg_status, (mg_backend *be), (be))
+MG_OP(graph_end, REQ, RT, mg_status, (mg_backend *be, mg_graph **out, mg_graph_info *info),
+      (be, out, info))
+MG_OP(graph_launch, REQ, RT, mg_status, (mg_backend *be, mg_graph *g), (be, g))
+MG_OP(graph_free, REQ, RT, void, (mg_backend *be, mg_graph *g), (be, g)) /* NULL: nothing */
 
 /* ---- embedding (vocab-parallel: this rank owns rows [v0, v0 + Vl) of the vocabulary) ----
  * out[i,:] = (v0 <= tokens[i] < v0 + Vl ? wte[tokens[i] - v0,:] : 0) + (wpe ? wpe[p(i),:] : 0)
@@ -99,35 +123,38 @@ MG_OP(stream_wait_mark, OPT, RT, mg_status, (mg_backend *be, mg_stream_id waiter
 MG_OP(embedding_forward, REQ, OP, mg_status,
       (mg_backend *be, void *out /* (N,H) */, const int32_t *tokens /* (N) */,
        const void *wte /* (Vl,H) */, const void *wpe /* (P,H) or NULL */,
-       const int32_t *pos /* (N) or NULL: i % S */, int N, int S, int H, int v0, int Vl))
+       const int32_t *pos /* (N) or NULL: i % S */, int N, int S, int H, int v0, int Vl),
+      (be, out, tokens, wte, wpe, pos, N, S, H, v0, Vl))
 /* accumulates dwte[tokens[i] - v0,:] += dout[i,:] for the tokens in range (the others are
  * skipped); dwpe[p(i),:] += dout[i,:] for every row (deterministic) */
 MG_OP(embedding_backward, REQ, OP, mg_status,
       (mg_backend *be, float *dwte /* (Vl,H) */, float *dwpe /* (P,H) or NULL */,
        const void *dout /* (N,H) */, const int32_t *tokens /* (N) */,
-       const int32_t *pos /* (N) or NULL: i % S */, int N, int S, int H, int v0, int Vl))
+       const int32_t *pos /* (N) or NULL: i % S */, int N, int S, int H, int v0, int Vl),
+      (be, dwte, dwpe, dout, tokens, pos, N, S, H, v0, Vl))
 
 /* ---- normalisation ----
  * LayerNorm: out = (x - mean) * rstd * w + b, rstd = 1/sqrt(var + eps), biased variance. */
 MG_OP(layernorm_forward, REQ, OP, mg_status,
       (mg_backend *be, void *out /* (N,H) */, float *mean /* (N) */, float *rstd /* (N) */,
        const void *x /* (N,H) */, const void *w /* (H) */, const void *b /* (H) or NULL */, int N,
-       int H, float eps))
+       int H, float eps), (be, out, mean, rstd, x, w, b, N, H, eps))
 /* dx ACCUMULATES (+=) so the residual stream gradient flows through; dw, db accumulate. */
 MG_OP(layernorm_backward, REQ, OP, mg_status,
       (mg_backend *be, void *dx /* (N,H) */, float *dw /* (H) */,
        float *db /* (H) or NULL */, const void *dout /* (N,H) */, const void *x /* (N,H) */,
        const void *w /* (H) */, const float *mean /* (N) */, const float *rstd /* (N) */, int N,
-       int H))
+       int H), (be, dx, dw, db, dout, x, w, mean, rstd, N, H))
 /* RMSNorm: out = x * rstd * w, rstd = 1/sqrt(mean(x^2) + eps). */
 MG_OP(rmsnorm_forward, REQ, OP, mg_status,
       (mg_backend *be, void *out /* (N,H) */, float *rstd /* (N) */,
-       const void *x /* (N,H) */, const void *w /* (H) */, int N, int H, float eps))
+       const void *x /* (N,H) */, const void *w /* (H) */, int N, int H, float eps),
+      (be, out, rstd, x, w, N, H, eps))
 /* dx ACCUMULATES (+=); dw accumulates. */
 MG_OP(rmsnorm_backward, REQ, OP, mg_status,
       (mg_backend *be, void *dx /* (N,H) */, float *dw /* (H) */,
        const void *dout /* (N,H) */, const void *x /* (N,H) */, const void *w /* (H) */,
-       const float *rstd /* (N) */, int N, int H))
+       const float *rstd /* (N) */, int N, int H), (be, dx, dw, dout, x, w, rstd, N, H))
 
 /* ---- linear: out = inp @ w^T + bias (+ residual); w stored (OC, IC), as torch.nn.Linear ----
  * `residual` (N,OC) or NULL is added in the same pass (the transformer's residual stream:
@@ -135,13 +162,15 @@ MG_OP(rmsnorm_backward, REQ, OP, mg_status,
 MG_OP(linear_forward, REQ, OP, mg_status,
       (mg_backend *be, void *out /* (N,OC) */, const void *inp /* (N,IC) */,
        const void *w /* (OC,IC) */, const void *bias /* (OC) or NULL */,
-       const void *residual /* (N,OC) or NULL */, int N, int IC, int OC))
+       const void *residual /* (N,OC) or NULL */, int N, int IC, int OC),
+      (be, out, inp, w, bias, residual, N, IC, OC))
 /* The GELU MLP's first layer in one pass: pre = inp @ w^T + bias (saved for backward),
  * out = gelu(pre) (the tanh form below). */
 MG_OP(linear_gelu_forward, REQ, OP, mg_status,
       (mg_backend *be, void *out /* (N,OC) */, void *pre /* (N,OC) */,
        const void *inp /* (N,IC) */, const void *w /* (OC,IC) */,
-       const void *bias /* (OC) or NULL */, int N, int IC, int OC))
+       const void *bias /* (OC) or NULL */, int N, int IC, int OC),
+      (be, out, pre, inp, w, bias, N, IC, OC))
 /* dinp = dout @ w (overwritten; skipped when dinp is NULL); dw += dout^T @ inp;
  * dbias += column sums of dout (skipped when NULL). With `gelu_pre` (N,IC), the input of this
  * layer was gelu(gelu_pre) and dinp is the gradient with respect to gelu_pre instead:
@@ -150,21 +179,23 @@ MG_OP(linear_backward, REQ, OP, mg_status,
       (mg_backend *be, void *dinp /* (N,IC) or NULL */, float *dw /* (OC,IC) */,
        float *dbias /* (OC) or NULL */, const void *dout /* (N,OC) */, const void *inp /* (N,IC) */,
        const void *w /* (OC,IC) */, const void *gelu_pre /* (N,IC) or NULL */, int N, int IC,
-       int OC))
+       int OC), (be, dinp, dw, dbias, dout, inp, w, gelu_pre, N, IC, OC))
 
 /* ---- activations ----
  * GELU, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). gelu_backward:
  * dinp = gelu'(inp) * dout, and dinp may be dout (in place). */
 MG_OP(gelu_forward, REQ, OP, mg_status,
-      (mg_backend *be, void *out, const void *inp, size_t n))
+      (mg_backend *be, void *out, const void *inp, size_t n), (be, out, inp, n))
 MG_OP(gelu_backward, REQ, OP, mg_status,
-      (mg_backend *be, void *dinp, const void *inp, const void *dout, size_t n))
+      (mg_backend *be, void *dinp, const void *inp, const void *dout, size_t n),
+      (be, dinp, inp, dout, n))
 /* SwiGLU (Megatron): inp row = [gate (F) | up (F)], out = silu(gate) * up */
 MG_OP(swiglu_forward, REQ, OP, mg_status,
-      (mg_backend *be, void *out /* (N,F) */, const void *inp /* (N,2F) */, int N, int F))
+      (mg_backend *be, void *out /* (N,F) */, const void *inp /* (N,2F) */, int N, int F),
+      (be, out, inp, N, F))
 MG_OP(swiglu_backward, REQ, OP, mg_status,
       (mg_backend *be, void *dinp /* (N,2F) */, const void *inp /* (N,2F) */,
-       const void *dout /* (N,F) */, int N, int F))
+       const void *dout /* (N,F) */, int N, int F), (be, dinp, inp, dout, N, F))
 
 /* ---- rotary position embedding, rotate-half form (Megatron default, Hugging Face Llama) ----
  * For every query and key head of the fused qkv buffer (values untouched), token n at
@@ -178,12 +209,14 @@ MG_OP(swiglu_backward, REQ, OP, mg_status,
 MG_OP(rope_forward, REQ, OP, mg_status,
       (mg_backend *be, void *qkv /* (N, ng*(r+2)*hd) */,
        const float *cos_tab /* (S, rd/2) */, const float *sin_tab /* (S, rd/2) */,
-       const int32_t *pos /* (N) or NULL */, int N, int S, int nq, int ng, int hd, int rd))
+       const int32_t *pos /* (N) or NULL */, int N, int S, int nq, int ng, int hd, int rd),
+      (be, qkv, cos_tab, sin_tab, pos, N, S, nq, ng, hd, rd))
 /* Applies the inverse rotation to the query and key gradients of dqkv, in place. */
 MG_OP(rope_backward, REQ, OP, mg_status,
       (mg_backend *be, void *dqkv /* (N, ng*(r+2)*hd) */,
        const float *cos_tab /* (S, rd/2) */, const float *sin_tab /* (S, rd/2) */,
-       const int32_t *pos /* (N) or NULL */, int N, int S, int nq, int ng, int hd, int rd))
+       const int32_t *pos /* (N) or NULL */, int N, int S, int nq, int ng, int hd, int rd),
+      (be, dqkv, cos_tab, sin_tab, pos, N, S, nq, ng, hd, rd))
 
 /* ---- causal self-attention over the fused qkv buffer, softmax scale 1/sqrt(hd) ----
  * out[b,s, h*hd:(h+1)*hd] = softmax(q_h k_g^T * scale, causal) v_g for query head h, group g.
@@ -198,17 +231,19 @@ MG_OP(rope_backward, REQ, OP, mg_status,
  * memory, int32; each value in [0, s] and non-decreasing along a sequence (documents are
  * contiguous runs): the caller's guarantee. The backward must get the forward's doc_start. */
 MG_OP(attention_saved_bytes, REQ, OP, size_t,
-      (mg_backend *be, int B, int S, int nq, int hd))
+      (mg_backend *be, int B, int S, int nq, int hd), (be, B, S, nq, hd))
 MG_OP(attention_forward, REQ, OP, mg_status,
       (mg_backend *be, void *out /* (B*S, nq*hd) */, void *saved,
        const void *qkv /* (B*S, ng*(r+2)*hd) */, int B, int S, int nq, int ng, int hd,
-       const mg_dropout *drop, const int32_t *doc_start /* (B*S) or NULL */))
+       const mg_dropout *drop, const int32_t *doc_start /* (B*S) or NULL */),
+      (be, out, saved, qkv, B, S, nq, ng, hd, drop, doc_start))
 /* dqkv overwritten (query, key and value parts) */
 MG_OP(attention_backward, REQ, OP, mg_status,
       (mg_backend *be, void *dqkv /* (B*S, ng*(r+2)*hd) */,
        const void *dout /* (B*S, nq*hd) */, const void *qkv, const void *out /* (B*S, nq*hd) */,
        const void *saved, int B, int S, int nq, int ng, int hd, const mg_dropout *drop,
-       const int32_t *doc_start /* (B*S) or NULL */))
+       const int32_t *doc_start /* (B*S) or NULL */),
+      (be, dqkv, dout, qkv, out, saved, B, S, nq, ng, hd, drop, doc_start))
 
 /* ---- fused softmax cross-entropy ----
  * losses[i] = logsumexp(logits[i,:]) - logits[i, targets[i]]; then, in place,
@@ -218,7 +253,7 @@ MG_OP(attention_backward, REQ, OP, mg_status,
 MG_OP(cross_entropy_fused, REQ, OP, mg_status,
       (mg_backend *be, void *logits /* (N,V) in: logits, out: grads */,
        float *losses /* (N) */, const int32_t *targets /* (N) */, const float *dloss /* (N) */,
-       int N, int V))
+       int N, int V), (be, logits, losses, targets, dloss, N, V))
 
 /* ---- vocab-parallel cross-entropy (Megatron's VocabParallelCrossEntropy) ----
  * The logits of one rank are the columns [v0, v0 + Vl) of the full (N, V) logits; the caller
@@ -233,24 +268,28 @@ MG_OP(cross_entropy_fused, REQ, OP, mg_status,
  * With v0 = 0, Vl = V and no communication this is cross_entropy_fused (up to rounding). */
 MG_OP(cross_entropy_max, REQ, OP, mg_status,
       (mg_backend *be, float *rowmax /* (N) */, const void *logits /* (N,Vl) */, int N,
-       int Vl))
+       int Vl), (be, rowmax, logits, N, Vl))
 MG_OP(cross_entropy_sums, REQ, OP, mg_status,
       (mg_backend *be, float *sums /* (2N) */, const void *logits /* (N,Vl) */,
-       const float *rowmax /* (N) */, const int32_t *targets /* (N) */, int v0, int N, int Vl))
+       const float *rowmax /* (N) */, const int32_t *targets /* (N) */, int v0, int N, int Vl),
+      (be, sums, logits, rowmax, targets, v0, N, Vl))
 MG_OP(cross_entropy_finish, REQ, OP, mg_status,
       (mg_backend *be, void *logits /* (N,Vl) in/out */, float *losses /* (N) */,
        const float *rowmax /* (N) */, const float *sums /* (2N) */,
-       const int32_t *targets /* (N) */, const float *dloss /* (N) */, int v0, int N, int Vl))
+       const int32_t *targets /* (N) */, const float *dloss /* (N) */, int v0, int N, int Vl),
+      (be, logits, losses, rowmax, sums, targets, dloss, v0, N, Vl))
 
 /* ---- elementwise and reductions ---- */
 MG_OP(add, REQ, OP, mg_status,
-      (mg_backend *be, void *out, const void *a, const void *b, size_t n)) /* out=a+b */
+      (mg_backend *be, void *out, const void *a, const void *b, size_t n),
+      (be, out, a, b, n)) /* out=a+b */
 /* The end of a row-parallel linear layer, after the reduction of its partial products over
  * the tensor-parallel group: out[i,:] = x[i,:] + bias + residual[i,:] (bias, residual may be
  * NULL); out may alias x. */
 MG_OP(bias_residual_add, REQ, OP, mg_status,
       (mg_backend *be, void *out /* (N,H) */, const void *x /* (N,H) */,
-       const void *bias /* (H) or NULL */, const void *residual /* (N,H) or NULL */, int N, int H))
+       const void *bias /* (H) or NULL */, const void *residual /* (N,H) or NULL */, int N, int H),
+      (be, out, x, bias, residual, N, H))
 /* Hidden dropout closing a row-parallel layer (Megatron's bias-dropout-add), after the
  * reduction of its partial products: out[i,:] = residual[i,:] + f(i,h) * (x[i,:] + bias),
  * f(i,h) = mg_dropout_hidden(drop, i, h, S, H) (0 or 1/(1-p)): row i is row drop->first + i
@@ -258,26 +297,27 @@ MG_OP(bias_residual_add, REQ, OP, mg_status,
 MG_OP(dropout_add, REQ, OP, mg_status,
       (mg_backend *be, void *out /* (N,H) */, const void *x /* (N,H) */,
        const void *bias /* (H) or NULL */, const void *residual /* (N,H) */, int N, int H, int S,
-       const mg_dropout *drop))
+       const mg_dropout *drop), (be, out, x, bias, residual, N, H, S, drop))
 /* Its backward through the mask: dx[i,:] = f(i,h) * dout[i,:]; dx may alias dout. */
 MG_OP(dropout_backward, REQ, OP, mg_status,
       (mg_backend *be, void *dx /* (N,H) */, const void *dout /* (N,H) */, int N, int H,
-       int S, const mg_dropout *drop))
+       int S, const mg_dropout *drop), (be, dx, dout, N, H, S, drop))
 /* *out += scale * sum_i x[i] * (w ? w[i] : 1)  (fp32, deterministic order) */
 MG_OP(sum_f32, REQ, OP, mg_status,
       (mg_backend *be, float *out /* (1) */, const float *x /* (n) */,
-       const float *w /* (n) or NULL */, size_t n, float scale))
+       const float *w /* (n) or NULL */, size_t n, float scale), (be, out, x, w, n, scale))
 /* *out += u^2 * sum_i x[i]^2 with u = *unscale (fp32 input; the sum and u^2 in double, so no
  * finite input overflows it; scaled, then rounded to fp32): unscale (backend memory, NULL: 1) = 1
  * / loss scale gives the unscaled gradients' sum of squares from the scaled ones without a false
  * overflow */
 MG_OP(sumsq_f32, REQ, OP, mg_status,
       (mg_backend *be, float *out /* (1) */, const float *x /* (n) */, size_t n,
-       const float *unscale /* (1) or NULL */))
+       const float *unscale /* (1) or NULL */), (be, out, x, n, unscale))
 /* *out += the number of i with x[i] == 0 (-0 counts; NaN does not): Megatron's
  * count_zeros_fp32 behind --log-num-zeros-in-grad, exact in int64 */
 MG_OP(count_zeros_f32, REQ, OP, mg_status,
-      (mg_backend *be, int64_t *out /* (1) */, const float *x /* (n) */, size_t n))
+      (mg_backend *be, int64_t *out /* (1) */, const float *x /* (n) */, size_t n),
+      (be, out, x, n))
 /* Global-norm clipping without a host read, of gradients held multiplied by the loss scale
  * (*unscale = 1 / that scale, backend memory; NULL: 1, no loss scaling; *sumsq is the unscaled
  * gradients', see sumsq_f32): norm = sqrt(*sumsq); *norm_out = norm; *coef_out = (clip > 0 &&
@@ -285,7 +325,8 @@ MG_OP(count_zeros_f32, REQ, OP, mg_status,
  * overflow: the step is skipped, see adamw). */
 MG_OP(clip_coef, REQ, OP, mg_status,
       (mg_backend *be, float *coef_out /* (1) */, float *norm_out /* (1) */,
-       const float *sumsq /* (1) */, float clip, const float *unscale /* (1) or NULL */))
+       const float *sumsq /* (1) */, float clip, const float *unscale /* (1) or NULL */),
+      (be, coef_out, norm_out, sumsq, clip, unscale))
 /* The control of a training step (core/step_rules.h, mg_step_control_apply), on one thread of
  * the device, in order with the compute stream: from the step's gradient norm and loss (backend
  * memory) and the host's rules (read at the call, by value), the skip decision, Adam's step
@@ -294,12 +335,13 @@ MG_OP(clip_coef, REQ, OP, mg_status,
  * backend memory. No host read: the step goes on whatever the outcome. */
 MG_OP(step_control, REQ, OP, mg_status,
       (mg_backend *be, mg_step_ctl *ctl /* (1) */, const float *norm /* (1) */,
-       const float *loss /* (1) */, float *sums /* (2) */, const mg_step_rules *rules /* host */))
+       const float *loss /* (1) */, float *sums /* (2) */, const mg_step_rules *rules /* host */),
+      (be, ctl, norm, loss, sums, rules))
 /* out[i] = x[i] * *s (fp32; s backend memory): the loss weights times the device's loss scale.
  * out may alias x. */
 MG_OP(scale_f32, REQ, OP, mg_status,
       (mg_backend *be, float *out /* (n) */, const float *x /* (n) */, size_t n,
-       const float *s /* (1) */))
+       const float *s /* (1) */), (be, out, x, n, s))
 
 /* ---- optimizer ----
  * AdamW (decoupled weight decay, bias correction) on n elements, gradient first multiplied by
@@ -315,7 +357,8 @@ MG_OP(adamw, REQ, OP, mg_status,
       (mg_backend *be, void *param /* (n) */, float *master /* (n) or NULL */,
        const float *grad /* (n) */, float *m /* (n) */, float *v /* (n) */, size_t n,
        const float *lr /* (1) */, const float *wd /* (1) or NULL */, const float *bc /* (2) */,
-       float beta1, float beta2, float eps, const float *grad_scale /* (1) */))
+       float beta1, float beta2, float eps, const float *grad_scale /* (1) */),
+      (be, param, master, grad, m, v, n, lr, wd, bc, beta1, beta2, eps, grad_scale))
 
 /* ---- mixture of experts (model/moe.c) ----
  * Token counts, positions and group sizes stay in backend memory: ops read them there and no
@@ -328,11 +371,12 @@ MG_OP(adamw, REQ, OP, mg_status,
  * Router logits in fp32 from compute-dtype inputs: logits = x @ w^T (no bias). */
 MG_OP(router_forward, REQ, MOE, mg_status,
       (mg_backend *be, float *logits /* (T,E) */, const void *x /* (T,H) */,
-       const void *w /* (E,H) */, int T, int H, int E))
+       const void *w /* (E,H) */, int T, int H, int E), (be, logits, x, w, T, H, E))
 /* dx ACCUMULATES dlogits @ w; dw accumulates dlogits^T @ x. */
 MG_OP(router_backward, REQ, MOE, mg_status,
       (mg_backend *be, void *dx /* (T,H) */, float *dw /* (E,H) */,
-       const float *dlogits /* (T,E) */, const void *x, const void *w, int T, int H, int E))
+       const float *dlogits /* (T,E) */, const void *x, const void *w, int T, int H, int E),
+      (be, dx, dw, dlogits, x, w, T, H, E))
 /* Scores, top-k selection and weights (probs, after scaling), capacity dropping, and the
  * aux-loss statistics: aux_counts receives the aux loss's token counts (per sequence with
  * seq_aux_loss: (T/S, E), else (1, E)) for the backward; stats[0] += stat_weight x aux loss /
@@ -341,13 +385,15 @@ MG_OP(router_backward, REQ, MOE, mg_status,
 MG_OP(moe_route, REQ, MOE, mg_status,
       (mg_backend *be, const mg_moe_routing *r, int32_t *idx /* (T,k) */,
        float *probs /* (T,k) */, int32_t *aux_counts, float *stats /* (2) */,
-       const float *logits /* (T,E) */, const float *bias))
+       const float *logits /* (T,E) */, const float *bias),
+      (be, r, idx, probs, aux_counts, stats, logits, bias))
 /* dlogits (overwritten) = the gradient of the training objective through the weights
  * (dprobs, the gradient of the combine), the aux loss and the z-loss at r->loss_weight. */
 MG_OP(moe_route_backward, REQ, MOE, mg_status,
       (mg_backend *be, const mg_moe_routing *r, float *dlogits /* (T,E) */,
        const float *dprobs /* (T,k) */, const float *logits, const int32_t *idx, const float *probs,
-       const int32_t *aux_counts, const float *bias))
+       const int32_t *aux_counts, const float *bias),
+      (be, r, dlogits, dprobs, logits, idx, probs, aux_counts, bias))
 /* Sorts the kept pairs by expert (token order within an expert): counts[e] = rows of expert
  * e (pad > 0: exactly pad rows each, the rows past its tokens zero), pos as above, and
  * xp's rows = x's rows of the pairs, expert after expert from row 0 (E x pad rows with pad,
@@ -355,22 +401,25 @@ MG_OP(moe_route_backward, REQ, MOE, mg_status,
 MG_OP(moe_permute, REQ, MOE, mg_status,
       (mg_backend *be, void *xp /* (R,H) */, int32_t *pos /* (T,k) */,
        int32_t *counts /* (E) */, float *load /* (E) or NULL */, const void *x /* (T,H) */,
-       const int32_t *idx /* (T,k) */, int T, int k, int E, int H, int pad))
+       const int32_t *idx /* (T,k) */, int T, int k, int E, int H, int pad),
+      (be, xp, pos, counts, load, x, idx, T, k, E, H, pad))
 /* dx ACCUMULATES the rows of dxp back to their tokens: dx[t] += sum_j dxp[pos[t,j]]. */
 MG_OP(moe_permute_backward, REQ, MOE, mg_status,
       (mg_backend *be, void *dx /* (T,H) */, const void *dxp /* (R,H) */,
-       const int32_t *pos, int T, int k, int H))
+       const int32_t *pos, int T, int k, int H), (be, dx, dxp, pos, T, k, H))
 /* The combine: out[t] = base[t] + sum_j probs[t,j] y[pos[t,j]] (kept pairs); base may be
  * out itself. */
 MG_OP(moe_unpermute, REQ, MOE, mg_status,
       (mg_backend *be, void *out /* (T,H) */, const void *base /* (T,H) */,
-       const void *y /* (R,H) */, const int32_t *pos, const float *probs, int T, int k, int H))
+       const void *y /* (R,H) */, const int32_t *pos, const float *probs, int T, int k, int H),
+      (be, out, base, y, pos, probs, T, k, H))
 /* Its backward: dy[pos[t,j]] = probs[t,j] dout[t] (the R rows no pair reaches are zeroed);
  * dprobs[t,j] = dout[t] . y[pos[t,j]] (0 for dropped pairs). */
 MG_OP(moe_unpermute_backward, REQ, MOE, mg_status,
       (mg_backend *be, void *dy /* (R,H) */, float *dprobs /* (T,k) */,
        const void *dout /* (T,H) */, const void *y /* (R,H) */, const int32_t *pos,
-       const float *probs, int T, int k, int H, int R))
+       const float *probs, int T, int k, int H, int R),
+      (be, dy, dprobs, dout, y, pos, probs, T, k, H, R))
 /* Grouped linear over G = n_src x n_w groups of rows, one after the other from row 0: group
  * g has counts[g] rows (backend memory) and uses weight w[g % n_w] (OC, IC) and bias
  * bias[g % n_w] (OC) (bias NULL: none). w, bias: arrays of n_w pointers in backend memory.
@@ -378,7 +427,8 @@ MG_OP(moe_unpermute_backward, REQ, MOE, mg_status,
  * for each local expert, as the all-to-all delivers them.) */
 MG_OP(grouped_linear_forward, REQ, MOE, mg_status,
       (mg_backend *be, void *out /* (R,OC) */, const void *inp /* (R,IC) */, void *const *w,
-       void *const *bias, const int32_t *counts, int n_src, int n_w, int IC, int OC))
+       void *const *bias, const int32_t *counts, int n_src, int n_w, int IC, int OC),
+      (be, out, inp, w, bias, counts, n_src, n_w, IC, OC))
 /* The mirror of linear_backward per group: dinp rows (of the groups) overwritten, dw[j] and
  * dbias[j] (arrays of n_w pointers, dbias NULL: none) receive the sum over every group of
  * weight j: added to what they hold (accumulate), or written over it (!accumulate: a weight
@@ -388,36 +438,38 @@ MG_OP(grouped_linear_backward, REQ, MOE, mg_status,
       (mg_backend *be, void *dinp /* (R,IC) */, float *const *dw, float *const *dbias,
        const void *dout /* (R,OC) */, const void *inp /* (R,IC) */, void *const *w,
        const void *gelu_pre /* (R,IC) or NULL */, const int32_t *counts, int n_src, int n_w, int IC,
-       int OC, bool accumulate))
+       int OC, bool accumulate),
+      (be, dinp, dw, dbias, dout, inp, w, gelu_pre, counts, n_src, n_w, IC, OC, accumulate))
 /* The experts' activation over the rows of the G groups (sum of counts[0..G)):
  * swiglu: out (rows,F) = silu(pre[:, :F]) * pre[:, F:], pre (rows,2F); else
  * out = gelu(pre), pre (rows,F). */
 MG_OP(grouped_activation_forward, REQ, MOE, mg_status,
       (mg_backend *be, void *out, const void *pre, const int32_t *counts, int G, int F,
-       bool swiglu))
+       bool swiglu), (be, out, pre, counts, G, F, swiglu))
 /* SwiGLU's backward over those rows: dpre (rows,2F) from dout (rows,F). */
 MG_OP(grouped_swiglu_backward, REQ, MOE, mg_status,
       (mg_backend *be, void *dpre, const void *pre, const void *dout, const int32_t *counts,
-       int G, int F))
+       int G, int F), (be, dpre, pre, dout, counts, G, F))
 /* Expert parallelism's fixed-size exchange (model/moe_dispatch.c): P blocks of rows, block p
  * holding the rows of counts[p*El .. (p+1)*El) (summed). to_slabs: from packed (block after
  * block from row 0) to slabs (block p at row p x slab); else back. Rows of a slab past its
  * block, and packed rows past the blocks, are not touched. */
 MG_OP(moe_regroup, REQ, MOE, mg_status,
       (mg_backend *be, void *dst, const void *src, const int32_t *counts, int P, int El,
-       int slab, int H, bool to_slabs))
+       int slab, int H, bool to_slabs), (be, dst, src, counts, P, El, slab, H, to_slabs))
 /* The expert bias update (Megatron's get_updated_expert_bias) from the step's load, already
  * summed over the data-parallel group: bias[e] += rate * sign(mean(load) - load[e]). */
 MG_OP(moe_expert_bias_update, REQ, MOE, mg_status,
       (mg_backend *be, float *bias /* (E) */, const float *load /* (E) */, int E,
-       float rate))
+       float rate), (be, bias, load, E, rate))
 
 /* ---- optional: measurement (NULL where the backend has none; `megatron bench`) ----
  * The sustained dense matrix-multiply rate of the compute dtype in TFLOP/s, measured now:
  * an (n, n) x (n, n) product (n <= 0: 8192) with fp32 accumulation on random inputs, timed
  * on the device after warm-up, median of several. Synchronises; allocates and frees its own
  * buffers, so it belongs outside the training step. */
-MG_OP(matmul_peak_tflops, OPT, OP, mg_status, (mg_backend *be, int n, double *tflops))
+MG_OP(matmul_peak_tflops, OPT, OP, mg_status, (mg_backend *be, int n, double *tflops),
+      (be, n, tflops))
 
 // clang-format on
 

@@ -1,6 +1,7 @@
 /* The CPU reference backend: plain fp32 C with OpenMP threads and OpenBLAS for matrix products.
  * Memory is ordinary host memory (aligned, zeroed), so the copy entries are memcpy. */
 #include "backend/cpu/cpu_ops.h"
+#include "backend/graph_record.h"
 
 #include <cblas.h>
 #include <stdlib.h>
@@ -99,6 +100,24 @@ void mg_cpu_destroy(mg_backend *be) {
     free(be);
 }
 
+/* Graphs: the recorded calls (backend/graph_record.h). */
+mg_status mg_cpu_graph_begin(mg_backend *be) {
+    return mg_graph_rec_begin(be);
+}
+
+mg_status mg_cpu_graph_end(mg_backend *be, mg_graph **out, mg_graph_info *info) {
+    return mg_graph_rec_end(be, out, info);
+}
+
+mg_status mg_cpu_graph_launch(mg_backend *be, mg_graph *g) {
+    return mg_graph_rec_launch(be, g);
+}
+
+void mg_cpu_graph_free(mg_backend *be, mg_graph *g) {
+    (void)be;
+    mg_graph_rec_free(g);
+}
+
 int mg_backend_cpu_threads(void) {
     return mg_cpu_max_threads();
 }
@@ -123,7 +142,7 @@ mg_status mg_backend_cpu_create(mg_backend **out, int num_threads) {
     }
 
     /* every required entry: mg_cpu_<name> (backend_ops.h); the optional ones stay NULL */
-#define MG_OP(name, need, kind, ret, params) MG_CPU_SET_##need(name)
+#define MG_OP(name, need, kind, ret, params, args) MG_CPU_SET_##need(name)
 #define MG_CPU_SET_REQ(name)                 be->name = mg_cpu_##name;
 #define MG_CPU_SET_OPT(name)
 #include "backend/backend_ops.h"

@@ -121,7 +121,7 @@ static inline int mg_cpu_vocab_row(int32_t id, int v0, int Vl) {
  * cpu_attention.c, cpu_cross_entropy.c, cpu_elementwise.c (add, sums, clipping), cpu_dropout.c,
  * cpu_adamw.c, and the MoE ops in cpu_router.c (router, routing, expert bias) and cpu_moe.c
  * (token movement, grouped linear and activations). */
-#define MG_OP(name, need, kind, ret, params)  MG_CPU_DECLARE_##need(name, ret, params)
+#define MG_OP(name, need, kind, ret, params, args)  MG_CPU_DECLARE_##need(name, ret, params)
 #define MG_CPU_DECLARE_REQ(name, ret, params) mg_backend_##name##_fn mg_cpu_##name;
 #define MG_CPU_DECLARE_OPT(name, ret, params)
 #include "backend/backend_ops.h"

@@ -68,6 +68,7 @@ mg_status mg_cublas_error(cublasStatus_t s, const char *expr, const char *func, 
 mg_status mg_cuda_alloc(mg_backend *be, size_t bytes, void **out) {
     mg_cuda_ctx *c = mg_cuda_ctx_of(be);
     *out = NULL;
+    if (mg_cuda_capturing(be)) return mg_cuda_refuse_in_capture(be, "alloc");
     size_t n = bytes < MG_CUDA_MIN_ALLOC ? MG_CUDA_MIN_ALLOC : bytes;
     void *p = NULL;
     cudaError_t e = cudaMalloc(&p, n);
@@ -132,6 +133,7 @@ mg_status mg_cuda_workspace_reserve(mg_backend *be, size_t need, const char *who
  * with no stream synchronisation; larger ones (set-up) through the driver's staging of pageable
  * memory, which synchronises the stream first. */
 mg_status mg_cuda_copy_h2d(mg_backend *be, void *dst, const void *src, size_t bytes) {
+    if (mg_cuda_capturing(be)) return mg_cuda_refuse_in_capture(be, "copy_h2d");
     if (!bytes) return MG_OK;
     bool done = false;
     MG_CHECK(mg_cuda_staging_copy_h2d(mg_cuda_ctx_of(be), dst, src, bytes, &done));
@@ -142,6 +144,7 @@ mg_status mg_cuda_copy_h2d(mg_backend *be, void *dst, const void *src, size_t by
 
 /* The caller reads dst on return, so this waits for the stream (one counted host sync). */
 mg_status mg_cuda_copy_d2h(mg_backend *be, void *dst, const void *src, size_t bytes) {
+    if (mg_cuda_capturing(be)) return mg_cuda_refuse_in_capture(be, "copy_d2h");
     if (!bytes) return MG_OK;
     mg_cuda_ctx *c = mg_cuda_ctx_of(be);
     MG_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, c->stream));
@@ -166,6 +169,7 @@ mg_status mg_cuda_memset_zero(mg_backend *be, void *dst, size_t bytes) {
  * on the device. Stream order keeps a chunk's copy from overwriting the staging area before the
  * previous chunk's conversion has read it. */
 mg_status mg_cuda_upload_f32(mg_backend *be, void *dst_, const float *src, size_t n) {
+    if (mg_cuda_capturing(be)) return mg_cuda_refuse_in_capture(be, "upload_f32");
     mg_cuda_ctx *c = mg_cuda_ctx_of(be);
     uint16_t *dst = dst_; // (n) bf16 or fp16
     float *stage = c->workspace;
@@ -182,6 +186,7 @@ mg_status mg_cuda_upload_f32(mg_backend *be, void *dst_, const float *src, size_
 /* The compute dtype widened to fp32 on the device (exact), then copied to the host; waits for
  * the stream once at the end (one counted host sync). */
 mg_status mg_cuda_download_f32(mg_backend *be, float *dst, const void *src_, size_t n) {
+    if (mg_cuda_capturing(be)) return mg_cuda_refuse_in_capture(be, "download_f32");
     mg_cuda_ctx *c = mg_cuda_ctx_of(be);
     const uint16_t *src = src_; // (n) bf16 or fp16
     float *stage = c->workspace;
@@ -199,6 +204,7 @@ mg_status mg_cuda_download_f32(mg_backend *be, float *dst, const void *src_, siz
 }
 
 mg_status mg_cuda_synchronize(mg_backend *be) {
+    if (mg_cuda_capturing(be)) return mg_cuda_refuse_in_capture(be, "synchronize");
     mg_cuda_ctx *c = mg_cuda_ctx_of(be);
     c->n_host_syncs++;
     MG_CUDA_CHECK(cudaStreamSynchronize(c->stream));
@@ -213,8 +219,8 @@ mg_status mg_cuda_memory_info(mg_backend *be, size_t *free_bytes, size_t *total_
 }
 
 mg_status mg_cuda_alloc_pinned(mg_backend *be, size_t bytes, void **out) {
-    (void)be;
     *out = NULL;
+    if (mg_cuda_capturing(be)) return mg_cuda_refuse_in_capture(be, "alloc_pinned");
     if (cudaHostAlloc(out, bytes ? bytes : 1, cudaHostAllocDefault) != cudaSuccess) {
         cudaGetLastError(); /* not sticky: clear it */
         return MG_FAIL(MG_ERR_NOMEM,

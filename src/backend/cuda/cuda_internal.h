@@ -35,7 +35,16 @@ typedef struct {
     /* Debug counters, read by the tests to prove a step allocates and synchronises nothing:
      * every cudaMalloc/cudaFree and every host synchronisation done through the backend. */
     uint64_t n_device_allocs, n_device_frees, n_host_syncs;
+    /* graph.c: the first refusal inside the capture under way (MG_OK: none), and its message */
+    mg_status capture_err;
+    char capture_msg[256];
 } mg_cuda_ctx;
+
+/* graph.c: whether the compute stream is being captured into a graph; the refusal of an entry
+ * that a graph cannot hold (backend_ops.h's list): MG_ERR_UNSUPPORTED naming it, remembered so
+ * that graph_end fails with it. */
+bool mg_cuda_capturing(mg_backend *be);
+mg_status mg_cuda_refuse_in_capture(mg_backend *be, const char *op);
 
 /* staging.c: small copies through pinned memory, no stream synchronisation; *done = false
  * (nothing enqueued) for copies larger than a slot. */

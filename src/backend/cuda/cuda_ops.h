@@ -53,7 +53,7 @@ extern "C" {
 #endif
 
 /* The table's entries (backend_ops.h): mg_cuda_<name>, and per dtype for the compute ops. */
-#define MG_OP(name, need, kind, ret, params) MG_CUDA_DECLARE_##kind(name)
+#define MG_OP(name, need, kind, ret, params, args) MG_CUDA_DECLARE_##kind(name)
 #define MG_CUDA_DECLARE_RT(name)             mg_backend_##name##_fn mg_cuda_##name;
 #define MG_CUDA_DECLARE_OP(name)             MG_CUDA_DTYPE_DECL(mg_backend_##name##_fn, name);
 #define MG_CUDA_DECLARE_MOE(name)            MG_CUDA_DECLARE_OP(name)

@@ -32,7 +32,7 @@ static mg_status attention_select(mg_backend *be) {
 }
 
 void mg_cuda_table_fill(mg_backend *be) {
-#define MG_OP(name, need, kind, ret, params) MG_CUDA_SET_##kind(name)
+#define MG_OP(name, need, kind, ret, params, args) MG_CUDA_SET_##kind(name)
 #define MG_CUDA_SET_RT(name)                 be->name = mg_cuda_##name;
 #define MG_CUDA_SET_OP(name)                 be->name = MG_CUDA_BY_DTYPE(be, name);
 #define MG_CUDA_SET_MOE(name)                MG_CUDA_SET_OP(name)

@@ -124,6 +124,7 @@ static mg_status peak_run(mg_backend *be, peak_res *r, int n, double *tflops) {
 MG_CUDA_DTYPES(mg_status, matmul_peak_tflops, (mg_backend * be, int n, double *tflops),
                (be, n, tflops)) {
     *tflops = 0;
+    if (mg_cuda_capturing(be)) return mg_cuda_refuse_in_capture(be, "matmul_peak_tflops");
     if (n <= 0) n = PEAK_DEFAULT_N;
     peak_res r = {};
     mg_status st = peak_run<h16>(be, &r, n, tflops);
