@@ -80,68 +80,47 @@ template <int VEC> static __device__ __forceinline__ void norm_acc(float *acc, c
     }
 }
 
-/* NR rows of a warp: dx, and the rows' dout * xhat
- * and dout added, in row order, to the warp's accumulators aw/ab (NULL: none). NR = 2 keeps two
- * rows' loads in flight per lane. dx += rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dout * w
- * (RMS: no mean(g) term). */
-template <typename h16, bool LN, int VEC, int NR>
+/* One row of a warp: dx, and the row's dout * xhat and dout added to the warp's accumulators
+ * aw/ab (NULL: none). dx += rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dout * w (RMS: no
+ * mean(g) term). (Two rows in flight per lane measured slower on an H200: 76 against 69 us per
+ * GPT-2 124M call, bench/NOTES.md 2026-11-29; the shared-memory accumulators already limit the
+ * warps per multiprocessor.) */
+template <typename h16, bool LN, int VEC>
 static __device__ __forceinline__ void
-norm_backward_rows(h16 *dx, float *aw, float *ab, const h16 *dout, const h16 *x, const h16 *w,
-                   const float *mean, const float *rstd, const int *rows, int H) {
+norm_backward_row(h16 *dx, float *aw, float *ab, const h16 *dout, const h16 *x, const h16 *w,
+                  const float *mean, const float *rstd, int row, int H) {
     const int lane = threadIdx.x & 31;
-    size_t off[NR];
-    float m[NR], r[NR], sg[NR], sgx[NR];
-#pragma unroll
-    for (int i = 0; i < NR; i++) {
-        off[i] = (size_t)rows[i] * H;
-        m[i] = LN ? mean[rows[i]] : 0.0f, r[i] = rstd[rows[i]];
-        sg[i] = sgx[i] = 0.0f;
-    }
+    const size_t off = (size_t)row * H;
+    const float m = LN ? mean[row] : 0.0f, r = rstd[row];
+    float sg = 0.0f, sgx = 0.0f;
     for (int c = lane * VEC; c < H; c += 32 * VEC) {
-        float fx[NR][VEC], fd[NR][VEC], fw[VEC];
+        float fx[VEC], fd[VEC], fw[VEC];
+        mg_loadv<VEC>(x + off + c, fx);
+        mg_loadv<VEC>(dout + off + c, fd);
         mg_loadv<VEC>(w + c, fw);
 #pragma unroll
-        for (int i = 0; i < NR; i++) {
-            mg_loadv<VEC>(x + off[i] + c, fx[i]);
-            mg_loadv<VEC>(dout + off[i] + c, fd[i]);
+        for (int k = 0; k < VEC; k++) {
+            float g = fd[k] * fw[k];
+            sg += g;
+            sgx += g * ((fx[k] - m) * r);
         }
-#pragma unroll
-        for (int i = 0; i < NR; i++)
-#pragma unroll
-            for (int k = 0; k < VEC; k++) {
-                float g = fd[i][k] * fw[k];
-                sg[i] += g;
-                sgx[i] += g * ((fx[i][k] - m[i]) * r[i]);
-            }
     }
-    float mg[NR], mgx[NR];
-#pragma unroll
-    for (int i = 0; i < NR; i++) {
-        mg[i] = LN ? mg_warp_sum(sg[i]) / H : 0.0f;
-        mgx[i] = mg_warp_sum(sgx[i]) / H;
-    }
+    const float mg = LN ? mg_warp_sum(sg) / H : 0.0f, mgx = mg_warp_sum(sgx) / H;
     for (int c = lane * VEC; c < H; c += 32 * VEC) {
-        float fx[NR][VEC], fd[NR][VEC], o[NR][VEC], fw[VEC];
+        float fx[VEC], fd[VEC], fw[VEC], o[VEC], pw[VEC];
+        mg_loadv<VEC>(x + off + c, fx);
+        mg_loadv<VEC>(dout + off + c, fd);
         mg_loadv<VEC>(w + c, fw);
+        mg_loadv<VEC>(dx + off + c, o);
 #pragma unroll
-        for (int i = 0; i < NR; i++) {
-            mg_loadv<VEC>(x + off[i] + c, fx[i]);
-            mg_loadv<VEC>(dout + off[i] + c, fd[i]);
-            mg_loadv<VEC>(dx + off[i] + c, o[i]);
+        for (int k = 0; k < VEC; k++) {
+            float g = fd[k] * fw[k], xh = (fx[k] - m) * r;
+            o[k] += r * (g - mg - xh * mgx);
+            pw[k] = fd[k] * xh;
         }
-#pragma unroll
-        for (int i = 0; i < NR; i++) {
-            float pw[VEC];
-#pragma unroll
-            for (int k = 0; k < VEC; k++) {
-                float g = fd[i][k] * fw[k], xh = (fx[i][k] - m[i]) * r[i];
-                o[i][k] += r[i] * (g - mg[i] - xh * mgx[i]);
-                pw[k] = fd[i][k] * xh;
-            }
-            mg_storev<VEC>(dx + off[i] + c, o[i]);
-            if (aw) norm_acc<VEC>(aw + c, pw);
-            if (ab) norm_acc<VEC>(ab + c, fd[i]);
-        }
+        mg_storev<VEC>(dx + off + c, o);
+        if (aw) norm_acc<VEC>(aw + c, pw);
+        if (ab) norm_acc<VEC>(ab + c, fd);
     }
 }
 
@@ -152,11 +131,11 @@ static __global__ void norm_backward_dx_kernel(h16 *dx, const h16 *dout, const h
     // dx, dout, x (N, H); w (H); mean (N) (LN only), rstd (N)
     int row = blockIdx.x * NORM_ROWS_PER_BLOCK + (threadIdx.x >> 5);
     if (row >= N) return;
-    norm_backward_rows<h16, LN, VEC, 1>(dx, NULL, NULL, dout, x, w, mean, rstd, &row, H);
+    norm_backward_row<h16, LN, VEC>(dx, NULL, NULL, dout, x, w, mean, rstd, row, H);
 }
 
 /* dx and stage 1 of dw/db: block = chunk blockIdx.x of R rows, warp w
- * takes rows r0 + w, r0 + w + 8, ... in order, two at a time (header comment). Dynamic shared
+ * takes rows r0 + w, r0 + w + 8, ... in order (header comment). Dynamic shared
  * memory: NORM_ROWS_PER_BLOCK * H floats for dw, as many again for db when part_b is not NULL. */
 template <typename h16, bool LN, int VEC>
 static __global__ void norm_backward_fused_kernel(h16 *dx, float *part_w, float *part_b,
@@ -176,12 +155,8 @@ static __global__ void norm_backward_fused_kernel(h16 *dx, float *part_w, float 
             if (ab) ab[c + k] = 0.0f;
         }
     const int r0 = chunk * R, r1 = min(N, r0 + R);
-    int row = r0 + warp;
-    for (; row + NORM_ROWS_PER_BLOCK < r1; row += 2 * NORM_ROWS_PER_BLOCK) {
-        const int rows[2] = {row, row + NORM_ROWS_PER_BLOCK};
-        norm_backward_rows<h16, LN, VEC, 2>(dx, aw, ab, dout, x, w, mean, rstd, rows, H);
-    }
-    if (row < r1) norm_backward_rows<h16, LN, VEC, 1>(dx, aw, ab, dout, x, w, mean, rstd, &row, H);
+    for (int row = r0 + warp; row < r1; row += NORM_ROWS_PER_BLOCK)
+        norm_backward_row<h16, LN, VEC>(dx, aw, ab, dout, x, w, mean, rstd, row, H);
     __syncthreads();
     for (int c = threadIdx.x; c < H; c += blockDim.x) {
         float s = acc[c], t = ab ? acc[(size_t)NORM_ROWS_PER_BLOCK * H + c] : 0.0f;
