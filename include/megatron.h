@@ -45,6 +45,14 @@ typedef enum { MG_MOE_SCORE_SOFTMAX = 0, MG_MOE_SCORE_SIGMOID } mg_moe_score;
 typedef enum { MG_MOE_LB_AUX = 0, MG_MOE_LB_SEQ_AUX, MG_MOE_LB_NONE } mg_moe_balancing;
 typedef enum { MG_MOE_DROP_PROBS = 0, MG_MOE_DROP_POSITION } mg_moe_drop;
 typedef enum { MG_MOE_DISPATCH_ALLGATHER = 0, MG_MOE_DISPATCH_ALLTOALL } mg_moe_dispatcher;
+/* --cuda-graph-impl: none, per-layer graphs (local and transformer_engine: the same ones here),
+ * or the whole iteration in one graph */
+typedef enum {
+    MG_GRAPH_NONE = 0,
+    MG_GRAPH_LOCAL,
+    MG_GRAPH_TRANSFORMER_ENGINE,
+    MG_GRAPH_FULL_ITERATION
+} mg_cuda_graph_impl;
 
 /* The whole run configuration. Field names follow Megatron's flags (dashes become underscores).
  * Integers that Megatron treats as "None when absent" use -1 (or 0 where noted). */
@@ -242,6 +250,16 @@ typedef struct {
     bool overlap_param_gather;                /* --overlap-param-gather */
     int64_t ddp_bucket_size;                  /* --ddp-bucket-size, -1: Megatron's default */
     bool ddp_pad_buckets_for_high_nccl_busbw; /* --ddp-pad-buckets-for-high-nccl-busbw */
+
+    /* CUDA graphs (train/trainer_graph.h); validation resolves the deprecated spellings and the
+     * scope list into cuda_graph_impl */
+    mg_cuda_graph_impl cuda_graph_impl; /* --cuda-graph-impl (none) */
+    char cuda_graph_modules[128];       /* --cuda-graph-modules: scopes, space-separated */
+    char cuda_graph_scope[128];         /* --cuda-graph-scope: its older spelling */
+    int cuda_graph_warmup_steps;        /* --cuda-graph-warmup-steps (3): eager steps first */
+    bool enable_cuda_graph;             /* --enable-cuda-graph (deprecated: local) */
+    bool external_cuda_graph;           /* --external-cuda-graph (deprecated: transformer_engine) */
+    bool optimizer_cuda_graph;          /* --optimizer-cuda-graph */
 } mg_config;
 
 #ifdef __cplusplus

@@ -19,10 +19,11 @@
 enum { GS_N = 48, GS_IC = 32, GS_OC = 32 };
 
 typedef struct {
-    void *x, *w, *bias, *res, *out, *dx;  /* compute dtype: (N,IC) (OC,IC) (OC) (N,OC) (N,OC) (N,IC) */
-    float *dw, *db, *master, *m, *v;       /* fp32: (OC,IC) (OC) (OC,IC) (OC,IC) (OC,IC) */
-    float *ctl; /* fp32: lr, wd, bc1, bc2, grad scale, sum of squares */
-    uint64_t *rng; /* {seed, offset} */
+    void *x, *w, *bias, *res, *out,
+        *dx;                         /* compute dtype: (N,IC) (OC,IC) (OC) (N,OC) (N,OC) (N,IC) */
+    float *dw, *db, *master, *m, *v; /* fp32: (OC,IC) (OC) (OC,IC) (OC,IC) (OC,IC) */
+    float *ctl;                      /* fp32: lr, wd, bc1, bc2, grad scale, sum of squares */
+    uint64_t *rng;                   /* {seed, offset} */
 } graph_bufs;
 
 static inline size_t gs_act_bytes(const mg_backend *be, size_t n) {
@@ -79,7 +80,7 @@ static inline mg_status graph_bufs_init(mg_backend *be, graph_bufs *g) {
 }
 
 static inline void graph_bufs_free(mg_backend *be, graph_bufs *g) {
-    void *p[] = {g->x,  g->w, g->bias,   g->res, g->out, g->dx,  g->dw,
+    void *p[] = {g->x,  g->w, g->bias,   g->res, g->out, g->dx, g->dw,
                  g->db, g->m, g->master, g->v,   g->ctl, g->rng};
     for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) be->free(be, p[i]);
 }
@@ -93,8 +94,8 @@ static inline mg_status graph_step(mg_backend *be, graph_bufs *g) {
     MG_CHECK(be->linear_forward(be, g->out, g->x, g->w, g->bias, NULL, GS_N, GS_IC, GS_OC));
     mg_dropout drop = mg_dropout_stream_init(0.25, g->rng, 3);
     MG_CHECK(be->dropout_add(be, g->out, g->out, NULL, g->res, GS_N, GS_OC, GS_N, &drop));
-    MG_CHECK(be->linear_backward(be, g->dx, g->dw, g->db, g->out, g->x, g->w, NULL, GS_N, GS_IC,
-                                 GS_OC));
+    MG_CHECK(
+        be->linear_backward(be, g->dx, g->dw, g->db, g->out, g->x, g->w, NULL, GS_N, GS_IC, GS_OC));
     MG_CHECK(be->sumsq_f32(be, &g->ctl[5], g->dw, nw, NULL));
     MG_CHECK(be->adamw(be, g->w, g->master, g->dw, g->m, g->v, nw, &g->ctl[0], &g->ctl[1],
                        &g->ctl[2], 0.9f, 0.95f, 1e-8f, &g->ctl[4]));
@@ -104,7 +105,8 @@ static inline mg_status graph_step(mg_backend *be, graph_bufs *g) {
 
 /* The state a step leaves, as host fp32 values (master, m, v, x, sum of squares), for
  * comparison. */
-static inline mg_status graph_state(mg_backend *be, graph_bufs *g, float *out /* (3 nw + nx + 1) */) {
+static inline mg_status graph_state(mg_backend *be, graph_bufs *g,
+                                    float *out /* (3 nw + nx + 1) */) {
     const size_t nx = (size_t)GS_N * GS_IC, nw = (size_t)GS_OC * GS_IC;
     MG_CHECK(be->copy_d2h(be, out, g->master, nw * sizeof(float)));
     MG_CHECK(be->copy_d2h(be, out + nw, g->m, nw * sizeof(float)));

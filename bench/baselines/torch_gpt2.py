@@ -295,6 +295,9 @@ def parse_args():
     bench_common.add_device_args(p)
     p.add_argument("--tp", action="store_true",
                    help="tensor parallel over the WORLD_SIZE ranks of torchrun (one replica), instead of DDP")
+    p.add_argument("--compile-mode", choices=["default", "reduce-overhead", "max-autotune"], default="default",
+                   help="one process: torch.compile's mode (reduce-overhead replays the compiled forward and "
+                        "backward as CUDA graphs)")
     p.add_argument("--compile-scope", choices=["model", "blocks"], default="model",
                    help="--tp: torch.compile the whole model (the default; the loss stays outside) or each "
                         "transformer block (torchtitan's way)")
@@ -382,7 +385,7 @@ def run(a):
                 m.compile()
         fwd = model
     elif world == 1:
-        fwd = model if a.no_compile else torch.compile(model)
+        fwd = model if a.no_compile else torch.compile(model, mode=a.compile_mode)
     else:
         torch.manual_seed(1234 + rank)  # each rank its own tokens
         if not a.no_compile:
@@ -442,6 +445,7 @@ def run(a):
         "peak_tflops": peak, "peak_n": a.peak_size, "mfu": tflops / peak, "mem_peak_gib": mem_peak,
         "mem_alloc_gib": mem_alloc, "mem_reserved_gib": mem_reserved, "loss_first": losses[0],
         "loss_last": losses[-1], "warmup_s": warmup_s, "compile": compiled,
+        "compile_mode": a.compile_mode,
         "torch": torch.__version__,
     }
     if compile_error:

@@ -8,15 +8,16 @@
 #include <string.h>
 
 /* ---- preprocessor helpers: a map over up to 16 list elements, and a test for a name ---- */
-#define REC_CAT_(a, b)    a##b
-#define REC_CAT(a, b)     REC_CAT_(a, b)
-#define REC_UNPAREN(...)  __VA_ARGS__
-#define REC_DROP1_(x, ...) __VA_ARGS__
-#define REC_DROP1(...)    REC_DROP1_(__VA_ARGS__)
+#define REC_CAT_(a, b)                                                                            a##b
+#define REC_CAT(a, b)                                                                             REC_CAT_(a, b)
+#define REC_UNPAREN(...)                                                                          __VA_ARGS__
+#define REC_DROP1_(x, ...)                                                                        __VA_ARGS__
+#define REC_DROP1(...)                                                                            REC_DROP1_(__VA_ARGS__)
 #define REC_COUNT_(_1, _2, _3, _4, _5, _6, _7, _8, _9, _10, _11, _12, _13, _14, _15, _16, n, ...) n
-#define REC_COUNT(...)    REC_COUNT_(__VA_ARGS__, 16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0)
+#define REC_COUNT(...)                                                                             \
+    REC_COUNT_(__VA_ARGS__, 16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0)
 /* REC_MAP(f, c, x1, ..., xn) = f(c, x1) f(c, x2) ... f(c, xn) */
-#define REC_MAP(f, c, ...) REC_CAT(REC_MAP_, REC_COUNT(__VA_ARGS__))(f, c, __VA_ARGS__)
+#define REC_MAP(f, c, ...)       REC_CAT(REC_MAP_, REC_COUNT(__VA_ARGS__))(f, c, __VA_ARGS__)
 #define REC_MAP_1(f, c, x)       f(c, x)
 #define REC_MAP_2(f, c, x, ...)  f(c, x) REC_MAP_1(f, c, __VA_ARGS__)
 #define REC_MAP_3(f, c, x, ...)  f(c, x) REC_MAP_2(f, c, __VA_ARGS__)
@@ -170,17 +171,17 @@ static mg_status rec_take(mg_backend *be, int entry, const void *args, size_t si
         default: (size_t)0)
 
 /* ---- per entry: the argument structure, the recorder, the replayer ---- */
-#define REC_FIELD(c, decl)   decl;
-#define REC_KEEP(a, x)       rec_keep(be, (void *)&(a).x, REC_SIZE((a).x));
-#define REC_ARG(a, x)        , (a)->x
-#define REC_CALL_ARGS(a, args) REC_DROP1(~ REC_MAP(REC_ARG, a, REC_UNPAREN args))
+#define REC_FIELD(c, decl)     decl;
+#define REC_KEEP(a, x)         rec_keep(be, (void *)&(a).x, REC_SIZE((a).x));
+#define REC_ARG(a, x)          , (a)->x
+#define REC_CALL_ARGS(a, args) REC_DROP1(~REC_MAP(REC_ARG, a, REC_UNPAREN args))
 
 #define REC_WRAP(name, params, args)                                                               \
     typedef struct {                                                                               \
         REC_MAP(REC_FIELD, ~, REC_UNPAREN params)                                                  \
     } rec_args_##name;                                                                             \
     static mg_status rec_##name params {                                                           \
-        if (rec_refused(MG_BACKEND_ENTRY_##name)) return mg_graph_rec_refuse(be, #name);                    \
+        if (rec_refused(MG_BACKEND_ENTRY_##name)) return mg_graph_rec_refuse(be, #name);           \
         rec_args_##name rec_v = {REC_UNPAREN args};                                                \
         REC_MAP(REC_KEEP, rec_v, REC_UNPAREN args)                                                 \
         return rec_take(be, MG_BACKEND_ENTRY_##name, &rec_v, sizeof rec_v);                        \
@@ -198,7 +199,8 @@ typedef mg_status (*rec_replay_fn)(const void *args);
 static const rec_replay_fn k_replay[MG_BACKEND_N_ENTRIES] = {
 #define REC_REP(name) [MG_BACKEND_ENTRY_##name] = rep_##name,
 #define REC_NOREP(name)
-#define MG_OP(name, need, kind, ret, params, args) REC_IF(REC_IS_PASS(name))(REC_NOREP, REC_REP)(name)
+#define MG_OP(name, need, kind, ret, params, args)                                                 \
+    REC_IF(REC_IS_PASS(name))(REC_NOREP, REC_REP)(name)
 #include "backend/backend_ops.h"
 };
 
@@ -218,7 +220,8 @@ mg_status mg_graph_rec_begin(mg_backend *be) {
 #define REC_SWAP(name)                                                                             \
     if (be->name) be->name = rec_##name;
 #define REC_NOSWAP(name)
-#define MG_OP(name, need, kind, ret, params, args) REC_IF(REC_IS_PASS(name))(REC_NOSWAP, REC_SWAP)(name)
+#define MG_OP(name, need, kind, ret, params, args)                                                 \
+    REC_IF(REC_IS_PASS(name))(REC_NOSWAP, REC_SWAP)(name)
 #include "backend/backend_ops.h"
     return MG_OK;
 }

@@ -439,6 +439,7 @@ mg_status mg_config_validate(mg_config *out) {
     MG_CHECK(check_tp(&c));
     MG_CHECK(check_checkpoint(&c));
     MG_CHECK(mg_config_check_moe(&c));
+    MG_CHECK(mg_config_check_graphs(&c));
     *out = c;
     return MG_OK;
 }

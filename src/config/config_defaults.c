@@ -69,6 +69,7 @@ void mg_config_defaults(mg_config *c) {
     c->attention_dropout = 0.1;
     c->hidden_dropout = 0.1;
     c->seed = 1234;
+    c->cuda_graph_warmup_steps = 3;
     c->initial_loss_scale = 4294967296.0; /* 2^32 */
     c->min_loss_scale = 1.0;
     c->loss_scale_window = 1000;

@@ -103,6 +103,10 @@ int mg_config_padded_vocab(const mg_config *c);
  * --moe-ffn-hidden-size, a negative capacity factor). Dense models: only that the expert
  * flags need --num-experts. */
 mg_status mg_config_check_moe(mg_config *c);
+/* The CUDA-graph checks of mg_config_validate (config/config_graphs.c): --enable-cuda-graph,
+ * --external-cuda-graph and a full_iteration scope resolved into cuda_graph_impl; the scopes
+ * known; at least one warm-up step; what the graphs do not hold yet refused. */
+mg_status mg_config_check_graphs(mg_config *c);
 /* The training-length and schedule checks of mg_config_validate (config/config_lr.c):
  * iteration- or sample-based training (--train-samples resolves --lr-decay-samples), WSD, the
  * weight-decay schedule, --decoupled-lr and --rampup-batch-size, each in Megatron's words. */

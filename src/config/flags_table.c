@@ -18,6 +18,7 @@ _Static_assert(sizeof(mg_moe_score) == sizeof(int), "enum size");
 _Static_assert(sizeof(mg_moe_balancing) == sizeof(int), "enum size");
 _Static_assert(sizeof(mg_moe_drop) == sizeof(int), "enum size");
 _Static_assert(sizeof(mg_moe_dispatcher) == sizeof(int), "enum size");
+_Static_assert(sizeof(mg_cuda_graph_impl) == sizeof(int), "enum size");
 
 static const char *const pos_choices[] = {"learned_absolute", "rope", "none", NULL};
 /* Megatron's choices for flags that select what this build always does */
@@ -47,6 +48,8 @@ static const char *const moe_dispatcher_later[] = {"flex", NULL};
 static const char *const moe_router_dtype_choices[] = {"fp32", NULL};
 static const char *const moe_router_dtype_later[] = {"fp64", NULL};
 static const char *const device_choices[] = {"auto", "cpu", "cuda", NULL};
+static const char *const graph_impl_choices[] = {"none", "local", "transformer_engine",
+                                                 "full_iteration", NULL};
 const char *const mg_tokenizer_type_choices[] = {"GPT2BPETokenizer",
                                                  "HuggingFaceTokenizer",
                                                  "SentencePieceTokenizer",
@@ -70,7 +73,8 @@ const char *const mg_flag_group_names[MG_FLAG_GROUP_COUNT] = {"model",
                                                               "logging",
                                                               "checkpointing",
                                                               "data",
-                                                              "runtime"};
+                                                              "runtime",
+                                                              "CUDA graphs"};
 
 #define FIELD(f)     .offset = offsetof(mg_config, f), .size = sizeof(((mg_config *)0)->f), .key = #f
 #define MODEL        .group = MG_FLAG_GROUP_MODEL
@@ -82,6 +86,7 @@ const char *const mg_flag_group_names[MG_FLAG_GROUP_COUNT] = {"model",
 #define CKPT         .group = MG_FLAG_GROUP_CHECKPOINT
 #define DATA         .group = MG_FLAG_GROUP_DATA
 #define RUNTIME      .group = MG_FLAG_GROUP_RUNTIME
+#define GRAPHS       .group = MG_FLAG_GROUP_GRAPHS
 #define INT          .kind = MG_FLAG_INT, .arg = "N"
 #define INT64        .kind = MG_FLAG_INT64, .arg = "N"
 #define DOUBLE       .kind = MG_FLAG_DOUBLE, .arg = "X"
@@ -565,6 +570,27 @@ const mg_flag_spec mg_flag_table[] = {
              "(SentencePieceTokenizer, GPTSentencePieceTokenizer, Llama2Tokenizer)"},
 
     /* runtime */
+    {"--cuda-graph-impl", GRAPHS, .kind = MG_FLAG_ENUM, .arg = "IMPL", FIELD(cuda_graph_impl),
+     .choices = graph_impl_choices,
+     .help = "none; full_iteration: each training step's forward, backward and optimizer captured "
+             "once (after the warm-up steps) and replayed as one graph; local and "
+             "transformer_engine (the same here): per-layer graphs, not yet"},
+    {"--cuda-graph-modules", GRAPHS, .kind = MG_FLAG_STRING_LIST, .arg = "SCOPE [SCOPE ...]",
+     FIELD(cuda_graph_modules),
+     .help = "what the graphs hold: attn, mlp, moe, moe_router, moe_preprocess (per layer; none: "
+             "the whole layer) or full_iteration (with local: the whole step)"},
+    {"--cuda-graph-scope", GRAPHS, .kind = MG_FLAG_STRING_LIST, .arg = "SCOPE [SCOPE ...]",
+     FIELD(cuda_graph_scope), .help = "the older spelling of --cuda-graph-modules"},
+    {"--cuda-graph-warmup-steps", GRAPHS, INT, FIELD(cuda_graph_warmup_steps),
+     .help = "eager training steps before the capture (at least 1: the first builds the GEMM "
+             "and attention plans and sizes the workspace)"},
+    {"--enable-cuda-graph", GRAPHS, BOOL, FIELD(enable_cuda_graph),
+     .help = "deprecated: --cuda-graph-impl local"},
+    {"--external-cuda-graph", GRAPHS, BOOL, FIELD(external_cuda_graph),
+     .help = "deprecated: --cuda-graph-impl transformer_engine"},
+    {"--optimizer-cuda-graph", GRAPHS, BOOL, FIELD(optimizer_cuda_graph),
+     .help = "graph the optimizer step: full_iteration always holds it (clipping, AdamW, the "
+             "parameter all-gather)"},
     {"--device", RUNTIME, STRING, FIELD(device), .arg = "DEV", .choices = device_choices,
      .help = "auto (cuda if built with it and a GPU is present, else cpu), cpu or cuda "
              "(bf16, GPU = local rank)"},

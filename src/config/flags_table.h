@@ -22,6 +22,7 @@ typedef enum {
     MG_FLAG_GROUP_CHECKPOINT,
     MG_FLAG_GROUP_DATA,
     MG_FLAG_GROUP_RUNTIME,
+    MG_FLAG_GROUP_GRAPHS, /* CUDA graphs */
     MG_FLAG_GROUP_COUNT
 } mg_flag_group;
 

@@ -12,7 +12,8 @@ static mg_status reserve(mg_arena *a, size_t bytes, size_t *off) {
 }
 
 mg_status mg_memory_plan_reserve(mg_memory_plan *p, const mg_config *c, mg_gpt *g, mg_optimizer *o,
-                                 mg_gpt_target target, int n_slots, size_t pipe_bytes) {
+                                 mg_gpt_target target, int n_slots, size_t pipe_bytes,
+                                 int staged_microbatches) {
     memset(p, 0, sizeof *p);
     mg_arena_init(&p->params, "parameters");
     mg_arena_init(&p->master, "master weights");
@@ -43,6 +44,11 @@ mg_status mg_memory_plan_reserve(mg_memory_plan *p, const mg_config *c, mg_gpt *
      * the weights a training head uses, times the loss scale of the step-control block */
     MG_CHECK(
         reserve(&p->io, ((c->eod_mask_loss ? slots : 1) + 1) * N * sizeof(float), &p->off_dloss));
+    /* a graphed step's inputs: every microbatch's ids, labels and packed-document arrays, copied
+     * in before the graph runs (train/trainer_graph.h) */
+    const size_t per_mb = 2 + (c->reset_position_ids ? 1 : 0) + (c->reset_attention_mask ? 1 : 0);
+    MG_CHECK(reserve(&p->io, (size_t)staged_microbatches * per_mb * N * sizeof(int32_t),
+                     &p->off_staged));
     return reserve(&p->io, sizeof(mg_memory_stats_block), &p->off_stats);
 }
 
@@ -98,8 +104,11 @@ mg_status mg_memory_stage_estimate(const mg_config *c, int pp_rank, int dp_size,
                                     !c->no_overlap_p2p_communication && device == MG_DEVICE_CPU,
                                     &out->slots, &pipe_bytes),
                   st, done);
+    const int staged = c->cuda_graph_impl == MG_GRAPH_FULL_ITERATION
+                           ? (int)(c->global_batch_size / (mbs * dp_size))
+                           : 0;
     MG_CHECK_GOTO(mg_memory_plan_reserve(&p, c, &g, &o, mg_gpt_target_for(&g, device, compute, mbs),
-                                         out->slots, pipe_bytes),
+                                         out->slots, pipe_bytes, staged),
                   st, done);
     out->params = mg_params_count(&g.params);
     out->slot_bytes = g.slot_bytes;

@@ -35,6 +35,7 @@ typedef struct {
     size_t off_positions, off_doc_starts; /* (n_slots, N) int32 with their flags, else empty */
     size_t off_dloss;  /* (N) f32, or (n_slots, N) with --eod-mask-loss; then (N) f32: the
                           weights of the head running, times the loss scale */
+    size_t off_staged; /* (staged microbatches, 2 to 4, N) int32: a graphed step's inputs */
     size_t off_stats;  /* (1) mg_memory_stats_block: the statistics and the step control */
 } mg_memory_plan;
 
@@ -43,9 +44,12 @@ typedef struct {
  * optimizer state of o (initialised for this rank's shards), n_slots activation slots and the
  * workspace (g is planned here, for micro-batches of c->micro_batch_size), pipe_bytes of pipeline
  * message buffers, and the batch (N = micro batch x sequence tokens): input ids, labels, the
- * packed documents' arrays, the loss weights and the step statistics and control. */
+ * packed documents' arrays, the loss weights and the step statistics and control; with
+ * staged_microbatches > 0 (a full-iteration graph) also that many microbatches' ids, labels and
+ * document arrays. */
 mg_status mg_memory_plan_reserve(mg_memory_plan *p, const mg_config *c, mg_gpt *g, mg_optimizer *o,
-                                 mg_gpt_target target, int n_slots, size_t pipe_bytes);
+                                 mg_gpt_target target, int n_slots, size_t pipe_bytes,
+                                 int staged_microbatches);
 /* The arenas in the order they are committed (the master arena's place too, committed or not). */
 #define MG_MEMORY_ARENAS 7
 void mg_memory_plan_arenas(mg_memory_plan *p, mg_arena *out[MG_MEMORY_ARENAS]);

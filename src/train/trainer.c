@@ -11,6 +11,7 @@
 #include "train/trainer_batch.h"
 #include "train/trainer_data.h"
 #include "train/trainer_docs.h"
+#include "train/trainer_graph.h"
 #include "train/trainer_loss.h"
 #include "train/trainer_moe.h"
 #include "train/trainer_scaler.h"
@@ -222,6 +223,7 @@ mg_status mg_trainer_init(mg_trainer *t, const mg_config *cfg, const mg_train_gr
     MG_CHECK(mg_train_data_open(&t->data, c, t->train_iters));
     MG_CHECK(mg_trainer_loss_init(t));
     MG_CHECK(mg_trainer_docs_init(t));
+    MG_CHECK(mg_trainer_graph_init(t));
     MG_CHECK(mg_trainer_load_or_init(t));
     /* from the consumed samples: after a load */
     MG_CHECK(mg_train_data_loaders_init(&t->data, c, t->train_iters, l->dp_size, &t->state));
@@ -238,24 +240,6 @@ mg_status mg_trainer_init(mg_trainer *t, const mg_config *cfg, const mg_train_gr
 }
 
 /* ---- one iteration ---- */
-
-/* Loads this rank's microbatch mb of the global batch starting at sample `first`: Megatron's
- * MegatronPretrainingSampler gives dp rank r the samples [first + (mb*D + r)*mbs, +mbs). Only
- * what the stage uses is copied: input ids (tokens, first stage) and labels (targets, last). */
-static mg_status load_microbatch(mg_trainer *t, const mg_sample_source *src, int64_t first, int mb,
-                                 int32_t *tokens, int32_t *targets) {
-    const mg_config *c = &t->cfg;
-    size_t S = (size_t)c->seq_length;
-    int64_t start =
-        first + ((int64_t)mb * t->layout.dp_size + t->layout.dp_rank) * c->micro_batch_size;
-    for (int b = 0; b < c->micro_batch_size; b++)
-        MG_CHECK(src->sample(src->ctx, start + b, t->mem.host_tokens + b * S,
-                             t->mem.host_targets + b * S));
-    size_t bytes = (size_t)t->model.blk.N * sizeof(int32_t);
-    if (tokens) MG_CHECK(t->be->copy_h2d(t->be, tokens, t->mem.host_tokens, bytes));
-    if (targets) MG_CHECK(t->be->copy_h2d(t->be, targets, t->mem.host_targets, bytes));
-    return MG_OK;
-}
 
 /* MG_FAULT_EXIT=R:I (tests): rank R dies in iteration I, in the middle of
  * the pipeline step (its first chunk's forward of the middle microbatch), telling nobody. */
@@ -299,10 +283,15 @@ static mg_status stage_forward(void *ctx, int mb, int chunk, int slot) {
     int32_t *tokens = slot_tokens(t, slot), *targets = slot_targets(t, slot);
     if (!t->forward_only && mb == t->num_microbatches / 2 && chunk == 0) maybe_fault_exit(t);
     /* packed documents: every stage reads the ids (on the host) for its positions and masks */
-    if (ch->pre || ch->post || mg_trainer_docs_on(t))
-        MG_CHECK(load_microbatch(t, t->pass_src, t->pass_first, mb, ch->pre ? tokens : NULL,
-                                 ch->post ? targets : NULL));
-    MG_CHECK(mg_trainer_docs_microbatch(t, slot));
+    if (t->graph.staged) { /* a graphed step: the inputs were staged before it (trainer_graph.h) */
+        MG_CHECK(mg_trainer_graph_inputs(t, mb, slot));
+    } else {
+        if (ch->pre || ch->post || mg_trainer_docs_on(t))
+            MG_CHECK(mg_trainer_load_microbatch(t, t->pass_src, t->pass_first, mb,
+                                                ch->pre ? tokens : NULL,
+                                                ch->post ? targets : NULL));
+        MG_CHECK(mg_trainer_docs_microbatch(t, slot));
+    }
     /* dropout masks (training only): Megatron's streams at the microbatch's uses in this rank's
      * step (model/rng.h), or with --layout-invariant-dropout keyed by the iteration and the
      * microbatch's place in the global batch (load_microbatch's samples), the same for every
@@ -386,10 +375,11 @@ static mg_status sync_embedding_grads(mg_trainer *t) {
     return MG_OK;
 }
 
-mg_status mg_trainer_step_async(mg_trainer *t) {
+/* A training step's device work, from zeroing the gradients to the statistics' copy: what a
+ * full-iteration graph holds (train/trainer_graph.h). */
+static mg_status step_body(mg_trainer *t) {
     mg_backend *be = t->be;
-    int64_t gbs; /* this iteration's global batch (it grows with --rampup-batch-size) */
-    MG_CHECK(mg_trainer_batch_begin(t, &gbs));
+    const int64_t gbs = t->step_global_batch;
     if (t->zero_spans)
         MG_CHECK(mg_trainer_moe_zero_grads(t));
     else
@@ -423,7 +413,16 @@ mg_status mg_trainer_step_async(mg_trainer *t) {
     for (int b = 0; b < t->bufs.n; b++)
         if (t->opt.buf_sharded[b]) MG_CHECK(mg_ddp_start_param_sync(&t->ddp[b]));
     float *s = t->mem.stats;
-    MG_CHECK(be->copy_d2d(be, &s[MG_STAT_GRAD_NORM], &t->opt.scalars[1], sizeof(float)));
+    return be->copy_d2d(be, &s[MG_STAT_GRAD_NORM], &t->opt.scalars[1], sizeof(float));
+}
+
+mg_status mg_trainer_step_async(mg_trainer *t) {
+    int64_t gbs; /* this iteration's global batch (it grows with --rampup-batch-size) */
+    MG_CHECK(mg_trainer_batch_begin(t, &gbs));
+    if (mg_trainer_graph_on(t))
+        MG_CHECK(mg_trainer_graph_step(t, step_body));
+    else
+        MG_CHECK(step_body(t));
     t->state.iteration++;
     t->state.consumed_train_samples += gbs;
     return MG_OK;
@@ -505,7 +504,8 @@ mg_status mg_trainer_evaluate_test(mg_trainer *t, double *loss) {
 }
 
 void mg_trainer_free(mg_trainer *t) {
-    mg_trainer_ckpt_free(t); /* before the backend: its staging and scratch are the backend's */
+    mg_trainer_graph_free(t); /* before the backend and the buffers it points into */
+    mg_trainer_ckpt_free(t);  /* before the backend: its staging and scratch are the backend's */
     mg_metrics_close(&t->metrics);
     mg_train_data_free(&t->data);
     free(t->slot_denom);

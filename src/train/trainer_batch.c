@@ -111,3 +111,18 @@ mg_status mg_trainer_batch_begin(mg_trainer *t, int64_t *global_batch) {
     *global_batch = g;
     return MG_OK;
 }
+
+mg_status mg_trainer_load_microbatch(mg_trainer *t, const mg_sample_source *src, int64_t first,
+                                     int mb, int32_t *tokens, int32_t *targets) {
+    const mg_config *c = &t->cfg;
+    size_t S = (size_t)c->seq_length;
+    int64_t start =
+        first + ((int64_t)mb * t->layout.dp_size + t->layout.dp_rank) * c->micro_batch_size;
+    for (int b = 0; b < c->micro_batch_size; b++)
+        MG_CHECK(src->sample(src->ctx, start + b, t->mem.host_tokens + b * S,
+                             t->mem.host_targets + b * S));
+    size_t bytes = (size_t)t->model.blk.N * sizeof(int32_t);
+    if (tokens) MG_CHECK(t->be->copy_h2d(t->be, tokens, t->mem.host_tokens, bytes));
+    if (targets) MG_CHECK(t->be->copy_h2d(t->be, targets, t->mem.host_targets, bytes));
+    return MG_OK;
+}

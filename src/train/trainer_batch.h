@@ -6,9 +6,9 @@
  * (parallel/pipeline/run.h: its plans are per count; a few small host allocations, at each
  * change only) on the same buffers, and rewrites the per-token loss weight 1 / (tokens x M x D)
  * and the MoE loss weights.
+ * Also the loading of a microbatch's samples (mg_trainer_load_microbatch).
  * Exports: mg_trainer_batch_init, mg_trainer_token_weight, mg_trainer_upload_loss_weights,
- * mg_trainer_set_microbatches,
- * mg_trainer_batch_begin. Needs: train/trainer_parts, train/batch_schedule. */
+ * mg_trainer_set_microbatches, mg_trainer_batch_begin, mg_trainer_load_microbatch. Needs: train/trainer_parts, train/batch_schedule. */
 #ifndef MG_TRAIN_TRAINER_BATCH_H
 #define MG_TRAIN_TRAINER_BATCH_H
 
@@ -30,5 +30,11 @@ mg_status mg_trainer_set_microbatches(mg_trainer *t, int m);
 /* Before a training step: the iteration's global batch (*global_batch) from the consumed
  * samples, and its microbatches set. */
 mg_status mg_trainer_batch_begin(mg_trainer *t, int64_t *global_batch);
+/* Loads this rank's microbatch mb of the global batch starting at sample `first` into
+ * t->mem.host_tokens/host_targets and copies what is asked (tokens, targets: backend memory, NULL:
+ * not copied): Megatron's MegatronPretrainingSampler gives dp rank r the samples
+ * [first + (mb*D + r)*mbs, +mbs). */
+mg_status mg_trainer_load_microbatch(mg_trainer *t, const mg_sample_source *src, int64_t first,
+                                     int mb, int32_t *tokens, int32_t *targets);
 
 #endif

@@ -1,5 +1,6 @@
 /* The trainer's memory (train/trainer_memory.h). */
 #include "train/trainer_memory.h"
+#include "train/trainer_graph.h"
 
 #include "core/log.h"
 
@@ -110,7 +111,8 @@ mg_status mg_trainer_memory_init(mg_trainer *t) {
     MG_CHECK(mg_optimizer_init(&t->opt, c, &t->model.params, &t->bufs, &og));
     MG_CHECK(mg_memory_plan_reserve(&m->plan, c, &t->model, &t->opt,
                                     mg_gpt_target_of(&t->model, be, c->micro_batch_size),
-                                    t->pipe.n_slots, mg_pipeline_buffer_bytes(&t->pipe)));
+                                    t->pipe.n_slots, mg_pipeline_buffer_bytes(&t->pipe),
+                                    mg_trainer_graph_on(t) ? t->eval_microbatches : 0));
     MG_CHECK(commit(t));
     log_plan(t);
     bind(t);

@@ -162,6 +162,18 @@ typedef struct {
     bool last_skipped;
 } mg_train_scaling;
 
+/* The full-iteration graph of a training step (--cuda-graph-impl full_iteration,
+ * train/trainer_graph.h). */
+typedef struct {
+    struct mg_graph *g; /* the captured step; NULL before the capture */
+    int m;              /* the microbatches per rank it was captured with */
+    int eager;          /* eager steps run since there was no graph (the warm-up) */
+    bool staged;        /* the pass running reads its microbatches' inputs from the staged copies */
+    /* every microbatch's inputs, copied in before the step (backend, (staged microbatches, N)
+     * each; positions and doc_starts NULL without their flags) */
+    int32_t *tokens, *targets, *positions, *doc_starts;
+} mg_train_graph;
+
 typedef struct {
     mg_config cfg; /* cfg.device: the backend in use ("cpu" or "cuda"), never "auto" */
     mg_backend *be;
@@ -201,6 +213,7 @@ typedef struct {
     int64_t step_global_batch; /* the global batch of the last training step */
     int eval_microbatches;     /* per rank, of the final --global-batch-size: the most, planned */
     mg_metrics_file metrics;
+    mg_train_graph graph;
 } mg_trainer;
 
 /* Buffer b's reduction group (train/buffers.h): data-parallel for the dense buffer,

@@ -143,7 +143,7 @@ mg_status mg_backend_cpu_create(mg_backend **out, int num_threads) {
 
     /* every required entry: mg_cpu_<name> (backend_ops.h); the optional ones stay NULL */
 #define MG_OP(name, need, kind, ret, params, args) MG_CPU_SET_##need(name)
-#define MG_CPU_SET_REQ(name)                 be->name = mg_cpu_##name;
+#define MG_CPU_SET_REQ(name)                       be->name = mg_cpu_##name;
 #define MG_CPU_SET_OPT(name)
 #include "backend/backend_ops.h"
 #undef MG_CPU_SET_REQ

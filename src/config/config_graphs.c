@@ -1,0 +1,95 @@
+/* The CUDA-graph checks of mg_config_validate (config/flags.h): Megatron's deprecated spellings
+ * and its scope list resolved into cfg->cuda_graph_impl, and the combinations this build's graphs
+ * do not hold yet refused in one line each. */
+#include "config/flags.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define USAGE(...) MG_FAIL(MG_ERR_USAGE, __VA_ARGS__)
+
+/* Whether the space-separated list holds `word`. */
+static bool list_has(const char *list, const char *word) {
+    size_t n = strlen(word);
+    for (const char *p = list; (p = strstr(p, word)) != NULL; p += n)
+        if ((p == list || p[-1] == ' ') && (p[n] == 0 || p[n] == ' ')) return true;
+    return false;
+}
+
+static const char *const k_scopes[] = {"attn",           "mlp",           "moe", "moe_router",
+                                       "moe_preprocess", "full_iteration"};
+
+static mg_status check_scopes(const char *flag, const char *list) {
+    char buf[128];
+    snprintf(buf, sizeof buf, "%s", list);
+    for (char *save = NULL, *w = strtok_r(buf, " ", &save); w; w = strtok_r(NULL, " ", &save)) {
+        bool known = false;
+        for (size_t i = 0; i < sizeof k_scopes / sizeof k_scopes[0]; i++)
+            known = known || strcmp(w, k_scopes[i]) == 0;
+        if (!known)
+            return USAGE("%s: unknown scope '%s' (choose from attn, mlp, moe, moe_router, "
+                         "moe_preprocess, full_iteration)",
+                         flag, w);
+    }
+    return MG_OK;
+}
+
+mg_status mg_config_check_graphs(mg_config *c) {
+    if (c->enable_cuda_graph) {
+        if (c->cuda_graph_impl != MG_GRAPH_NONE && c->cuda_graph_impl != MG_GRAPH_LOCAL)
+            return USAGE("--enable-cuda-graph is deprecated, use --cuda-graph-impl=local instead "
+                         "(not together with another --cuda-graph-impl)");
+        c->cuda_graph_impl = MG_GRAPH_LOCAL;
+    }
+    if (c->external_cuda_graph) {
+        if (c->cuda_graph_impl != MG_GRAPH_NONE &&
+            c->cuda_graph_impl != MG_GRAPH_TRANSFORMER_ENGINE)
+            return USAGE("--external-cuda-graph is deprecated, use "
+                         "--cuda-graph-impl=transformer_engine instead (not together with another "
+                         "--cuda-graph-impl)");
+        c->cuda_graph_impl = MG_GRAPH_TRANSFORMER_ENGINE;
+    }
+    if (c->cuda_graph_modules[0] && c->cuda_graph_scope[0])
+        return USAGE("--cuda-graph-scope is the older spelling of --cuda-graph-modules: give one "
+                     "of them");
+    const char *flag = c->cuda_graph_scope[0] ? "--cuda-graph-scope" : "--cuda-graph-modules";
+    const char *scopes = c->cuda_graph_scope[0] ? c->cuda_graph_scope : c->cuda_graph_modules;
+    MG_CHECK(check_scopes(flag, scopes));
+    if (scopes[0] && c->cuda_graph_impl == MG_GRAPH_NONE)
+        return USAGE("%s needs --cuda-graph-impl (local or transformer_engine)", flag);
+    if (list_has(scopes, "full_iteration")) {
+        if (strcmp(scopes, "full_iteration") != 0)
+            return USAGE("%s full_iteration captures the whole iteration: it cannot be combined "
+                         "with other scopes",
+                         flag);
+        if (c->cuda_graph_impl == MG_GRAPH_TRANSFORMER_ENGINE)
+            return USAGE("%s full_iteration is only supported with --cuda-graph-impl local", flag);
+        c->cuda_graph_impl = MG_GRAPH_FULL_ITERATION;
+    }
+    if (c->cuda_graph_impl == MG_GRAPH_NONE) return MG_OK;
+    if (c->cuda_graph_warmup_steps < 1)
+        return USAGE("--cuda-graph-warmup-steps must be at least 1 here, got %d: the first eager "
+                     "step builds the GEMM and attention plans and sizes the workspace, which a "
+                     "capture cannot",
+                     c->cuda_graph_warmup_steps);
+    if (c->cuda_graph_impl != MG_GRAPH_FULL_ITERATION)
+        return MG_FAIL(MG_ERR_UNSUPPORTED,
+                       "--cuda-graph-impl %s: per-layer CUDA graphs are not implemented yet; use "
+                       "--cuda-graph-impl full_iteration (the whole step in one graph)",
+                       c->cuda_graph_impl == MG_GRAPH_LOCAL ? "local" : "transformer_engine");
+    /* what the full-iteration graph cannot hold yet: a per-step value the host computes */
+    if (c->layout_invariant_dropout && (c->attention_dropout > 0 || c->hidden_dropout > 0))
+        return MG_FAIL(MG_ERR_UNSUPPORTED,
+                       "--cuda-graph-impl full_iteration with --layout-invariant-dropout: those "
+                       "masks are keyed by the iteration on the host; use Megatron's dropout "
+                       "streams (drop --layout-invariant-dropout) or no graphs");
+    if (c->eod_mask_loss)
+        return MG_FAIL(MG_ERR_UNSUPPORTED,
+                       "--cuda-graph-impl full_iteration with --eod-mask-loss: the loss weights "
+                       "of a masked batch are not in the graph's inputs yet; drop one of them");
+    if (c->num_experts > 0)
+        return MG_FAIL(MG_ERR_UNSUPPORTED,
+                       "--cuda-graph-impl full_iteration with --num-experts: MoE layers are not "
+                       "captured yet; drop one of them");
+    return MG_OK;
+}

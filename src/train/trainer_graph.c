@@ -1,0 +1,115 @@
+/* The full-iteration graph of a training step (train/trainer_graph.h). */
+#include "train/trainer_graph.h"
+
+#include "core/log.h"
+#include "train/trainer_batch.h"
+#include "train/trainer_docs.h"
+
+#include <inttypes.h>
+
+bool mg_trainer_graph_on(const mg_trainer *t) {
+    return t->cfg.cuda_graph_impl == MG_GRAPH_FULL_ITERATION;
+}
+
+mg_status mg_trainer_graph_init(mg_trainer *t) {
+    if (!mg_trainer_graph_on(t)) return MG_OK;
+    const mg_train_layout *l = &t->layout;
+    if (t->be->device == MG_DEVICE_CPU &&
+        (l->tp_size > 1 || l->pp_size > 1 || l->dp_size > 1 || l->ep_size > 1))
+        return MG_FAIL(MG_ERR_UNSUPPORTED,
+                       "--cuda-graph-impl full_iteration on the cpu backend runs on one rank: its "
+                       "recorded graphs cannot hold MPI collectives (here tp %d, pp %d, dp %d, ep "
+                       "%d); use the cuda backend for a parallel layout",
+                       l->tp_size, l->pp_size, l->dp_size, l->ep_size);
+    const mg_memory_plan *p = &t->mem.plan;
+    const size_t slice = (size_t)t->eval_microbatches * (size_t)t->model.blk.N;
+    int32_t *base = mg_arena_ptr(&p->io, p->off_staged), *next = base;
+    t->graph.tokens = next, next += slice;
+    t->graph.targets = next, next += slice;
+    if (t->mem.positions) t->graph.positions = next, next += slice;
+    if (t->mem.doc_starts) t->graph.doc_starts = next, next += slice;
+    mg_log_info("> CUDA graphs: the full iteration, captured after %d eager step%s",
+                t->cfg.cuda_graph_warmup_steps, t->cfg.cuda_graph_warmup_steps == 1 ? "" : "s");
+    return MG_OK;
+}
+
+/* Every microbatch of the step's global batch (from the consumed samples) into the staged
+ * buffers: what stage_forward would load, one microbatch after another. */
+static mg_status stage_inputs(mg_trainer *t) {
+    mg_backend *be = t->be;
+    const size_t N = (size_t)t->model.blk.N, bytes = N * sizeof(int32_t);
+    for (int mb = 0; mb < t->num_microbatches; mb++) {
+        size_t at = (size_t)mb * N;
+        MG_CHECK(mg_trainer_load_microbatch(t, &t->data.train_src, t->state.consumed_train_samples,
+                                            mb, t->graph.tokens + at, t->graph.targets + at));
+        if (t->docs_eod < 0) continue;
+        int32_t *pos = t->mem.host_docs, *doc = t->mem.host_docs + N;
+        mg_docs_compute(t->mem.host_tokens, t->model.blk.B, t->model.cfg.S, t->docs_eod, pos, doc);
+        if (t->graph.positions) MG_CHECK(be->copy_h2d(be, t->graph.positions + at, pos, bytes));
+        if (t->graph.doc_starts) MG_CHECK(be->copy_h2d(be, t->graph.doc_starts + at, doc, bytes));
+    }
+    return MG_OK;
+}
+
+mg_status mg_trainer_graph_inputs(mg_trainer *t, int mb, int slot) {
+    mg_backend *be = t->be;
+    const size_t N = (size_t)t->model.blk.N, bytes = N * sizeof(int32_t);
+    const size_t at = (size_t)mb * N, to = (size_t)slot * N;
+    MG_CHECK(be->copy_d2d(be, t->mem.tokens + to, t->graph.tokens + at, bytes));
+    MG_CHECK(be->copy_d2d(be, t->mem.targets + to, t->graph.targets + at, bytes));
+    if (t->graph.positions)
+        MG_CHECK(be->copy_d2d(be, t->mem.positions + to, t->graph.positions + at, bytes));
+    if (t->graph.doc_starts)
+        MG_CHECK(be->copy_d2d(be, t->mem.doc_starts + to, t->graph.doc_starts + at, bytes));
+    return MG_OK;
+}
+
+static void drop_graph(mg_trainer *t) {
+    if (t->graph.g) t->be->graph_free(t->be, t->graph.g);
+    t->graph.g = NULL;
+    t->graph.eager = 0;
+}
+
+/* Captures body as the graph; the capture runs nothing. */
+static mg_status capture(mg_trainer *t, mg_status (*body)(mg_trainer *t)) {
+    mg_backend *be = t->be;
+    MG_CHECK(be->graph_begin(be));
+    mg_status st = body(t);
+    mg_graph_info info = {0, 0};
+    mg_status end = be->graph_end(be, &t->graph.g, &info); /* ends the capture in every case */
+    MG_CHECK(st);
+    MG_CHECK(end);
+    t->graph.m = t->num_microbatches;
+    const bool mib = info.bytes >= ((size_t)1 << 20);
+    mg_log_info("> captured the full iteration at iteration %" PRId64 ": %zu nodes, %.1f %s",
+                t->state.iteration + 1, info.nodes, (double)info.bytes / (mib ? 1048576.0 : 1024.0),
+                mib ? "MiB" : "KiB");
+    return MG_OK;
+}
+
+mg_status mg_trainer_graph_step(mg_trainer *t, mg_status (*body)(mg_trainer *t)) {
+    mg_train_graph *G = &t->graph;
+    if (G->g && G->m != t->num_microbatches) {
+        mg_log_info("> %d microbatches per rank from iteration %" PRId64 " (the graph has %d): "
+                    "eager for %d steps, then captured again",
+                    t->num_microbatches, t->state.iteration + 1, G->m,
+                    t->cfg.cuda_graph_warmup_steps);
+        drop_graph(t);
+    }
+    MG_CHECK(stage_inputs(t));
+    G->staged = true;
+    mg_status st = MG_OK;
+    if (!G->g && G->eager < t->cfg.cuda_graph_warmup_steps) {
+        st = body(t);
+        G->eager++;
+    } else {
+        if (!G->g) st = capture(t, body);
+        if (st == MG_OK) st = t->be->graph_launch(t->be, G->g);
+    }
+    G->staged = false;
+    return st;
+}
+
+void mg_trainer_graph_free(mg_trainer *t) {
+    if (t->be) drop_graph(t);
+}

@@ -1,0 +1,90 @@
+/* The full-iteration graph (--cuda-graph-impl full_iteration, train/trainer_graph.h) on the CPU
+ * backend, whose graphs replay the recorded calls with the arguments given at capture: a value
+ * the step took by argument instead of from a buffer would be frozen and the replayed losses
+ * would drift from the eager ones. So a run with graphs equals the same run without, bit for bit
+ * (losses, gradient norms, the weights at the end), with dropout on (the streams advance on the
+ * device), for GPT-2 and Llama shapes, with an evaluation between replayed steps, and across a
+ * --rampup-batch-size change of the microbatch count (the graph is dropped and captured again). */
+#include "test.h"
+
+#include "config_test_util.h"
+
+#include "train/trainer.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define STEPS 7
+
+typedef struct {
+    double loss[STEPS], norm[STEPS], eval;
+    float *w;
+    int captured; /* the graph exists at the end */
+} run_out;
+
+/* Trains STEPS steps (evaluating after step 4), keeps the losses, norms and final weights. */
+static void run(mg_test_ctx *t, const char *flags, const char *graph, run_out *o) {
+    char all[1400];
+    snprintf(all, sizeof all, "%s %s", flags, graph);
+    mg_trainer *tr = mg_test_trainer(t, all, NULL);
+    if (!tr) return;
+    for (int s = 0; s < STEPS && !t->failures; s++) {
+        MG_EXPECT_OK(mg_trainer_step(tr, &o->loss[s], &o->norm[s]));
+        if (s == 3) MG_EXPECT_OK(mg_trainer_evaluate(tr, &o->eval));
+    }
+    o->w = malloc(tr->model.params.numel * sizeof(float));
+    MG_EXPECT_OK(mg_trainer_get_weights(tr, o->w));
+    o->captured = tr->graph.g != NULL;
+    mg_test_trainer_free(tr);
+}
+
+static void same_as_eager(mg_test_ctx *t, const char *flags, const char *label) {
+    run_out e = {0}, g = {0};
+    run(t, flags, "", &e);
+    run(t, flags, "--cuda-graph-impl full_iteration --cuda-graph-warmup-steps 2", &g);
+    if (!e.w || !g.w) goto done;
+    MG_EXPECT(g.captured, "%s: no graph was captured", label);
+    for (int s = 0; s < STEPS; s++)
+        MG_EXPECT(e.loss[s] == g.loss[s] && e.norm[s] == g.norm[s],
+                  "%s step %d: graph loss %.9g norm %.9g, eager %.9g %.9g", label, s + 1, g.loss[s],
+                  g.norm[s], e.loss[s], e.norm[s]);
+    MG_EXPECT(e.eval == g.eval, "%s: evaluation %.9g with graphs, %.9g without", label, g.eval,
+              e.eval);
+    mg_config c;
+    MG_EXPECT_OK(mg_test_config(&c, flags, NULL));
+    mg_trainer *tr = mg_test_trainer(t, flags, NULL); /* the parameter count */
+    if (tr) {
+        MG_EXPECT(memcmp(e.w, g.w, tr->model.params.numel * sizeof(float)) == 0,
+                  "%s: the weights after %d steps differ", label, STEPS);
+        mg_test_trainer_free(tr);
+    }
+done:
+    free(e.w);
+    free(g.w);
+}
+
+#define BASE                                                                                       \
+    "--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --vocab-size 64 "     \
+    "--mock-data --micro-batch-size 2 --lr 3e-3 --eval-iters 1 --num-threads 2 --device cpu "      \
+    "--attention-dropout 0.1 --hidden-dropout 0.1 "
+
+MG_TEST(train_graph_replay_equals_eager_gpt2) {
+    same_as_eager(t, BASE "--train-iters 8 --global-batch-size 4", "gpt2");
+}
+
+MG_TEST(train_graph_replay_equals_eager_llama) {
+    same_as_eager(t,
+                  BASE "--train-iters 8 --global-batch-size 4 --normalization RMSNorm --swiglu "
+                       "--position-embedding-type rope --group-query-attention --num-query-groups "
+                       "2 --disable-bias-linear --untie-embeddings-and-output-weights",
+                  "llama");
+}
+
+/* Global batches 2, 2, 4, 6, 8, 8, 8 (1 to 4 microbatches): two eager steps, the graph of 2
+ * microbatches captured at step 3, dropped at the change to 3, eager steps, the graph of 4
+ * captured at step 6 and replayed at step 7; every step equals the eager run's. */
+MG_TEST(train_graph_recaptured_when_the_microbatches_change) {
+    same_as_eager(t, BASE "--train-samples 80 --global-batch-size 8 --rampup-batch-size 2 2 12",
+                  "rampup");
+}
