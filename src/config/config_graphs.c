@@ -73,23 +73,19 @@ mg_status mg_config_check_graphs(mg_config *c) {
                      "capture cannot",
                      c->cuda_graph_warmup_steps);
     if (c->cuda_graph_impl != MG_GRAPH_FULL_ITERATION)
-        return MG_FAIL(MG_ERR_UNSUPPORTED,
+        return MG_FAIL(MG_ERR_USAGE,
                        "--cuda-graph-impl %s: per-layer CUDA graphs are not implemented yet; use "
                        "--cuda-graph-impl full_iteration (the whole step in one graph)",
                        c->cuda_graph_impl == MG_GRAPH_LOCAL ? "local" : "transformer_engine");
     /* what the full-iteration graph cannot hold yet: a per-step value the host computes */
     if (c->layout_invariant_dropout && (c->attention_dropout > 0 || c->hidden_dropout > 0))
-        return MG_FAIL(MG_ERR_UNSUPPORTED,
+        return MG_FAIL(MG_ERR_USAGE,
                        "--cuda-graph-impl full_iteration with --layout-invariant-dropout: those "
                        "masks are keyed by the iteration on the host; use Megatron's dropout "
                        "streams (drop --layout-invariant-dropout) or no graphs");
     if (c->eod_mask_loss)
-        return MG_FAIL(MG_ERR_UNSUPPORTED,
+        return MG_FAIL(MG_ERR_USAGE,
                        "--cuda-graph-impl full_iteration with --eod-mask-loss: the loss weights "
                        "of a masked batch are not in the graph's inputs yet; drop one of them");
-    if (c->num_experts > 0)
-        return MG_FAIL(MG_ERR_UNSUPPORTED,
-                       "--cuda-graph-impl full_iteration with --num-experts: MoE layers are not "
-                       "captured yet; drop one of them");
     return MG_OK;
 }

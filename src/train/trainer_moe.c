@@ -82,16 +82,12 @@ mg_status mg_trainer_moe_step_begin(mg_trainer *t) {
     return be->memset_zero(be, mg_gpt_moe_load(&t->model, 0), load_values(t) * sizeof(float));
 }
 
-/* After backward: the logged losses summed over the replicas and the stages, the loads summed
- * over the replicas; with expert bias each bias updated (Megatron's finalize_model_grads:
- * _update_router_expert_bias, before the optimizer). */
-mg_status mg_trainer_moe_step_end(mg_trainer *t) {
+/* The logged losses summed over the replicas and the stages, the loads over the replicas. */
+static mg_status sum_over_ranks(mg_trainer *t, mg_comm *const groups[2]) {
     const mg_moe_ws *w = &t->model.moe_ws;
-    const mg_moe_config *m = &t->model.cfg.moe;
     mg_backend *be = t->be;
     void *stream;
     MG_CHECK(mg_backend_comm_begin(be, &stream));
-    mg_comm *groups[] = {t->layout.dp, t->layout.pp};
     for (int g = 0; g < 2; g++)
         if (groups[g])
             MG_CHECK(mg_comm_all_reduce(groups[g], &t->mem.stats[MG_STAT_MOE_AUX],
@@ -104,7 +100,18 @@ mg_status mg_trainer_moe_step_end(mg_trainer *t) {
         MG_CHECK(mg_comm_all_reduce(t->layout.dp, load, load, load_values(t), MG_F32, MG_REDUCE_SUM,
                                     stream));
     }
-    MG_CHECK(mg_backend_comm_end(be));
+    return mg_backend_comm_end(be);
+}
+
+/* After backward: the logged losses summed over the replicas and the stages, the loads summed
+ * over the replicas; with expert bias each bias updated (Megatron's finalize_model_grads:
+ * _update_router_expert_bias, before the optimizer). */
+mg_status mg_trainer_moe_step_end(mg_trainer *t) {
+    const mg_moe_ws *w = &t->model.moe_ws;
+    const mg_moe_config *m = &t->model.cfg.moe;
+    mg_backend *be = t->be;
+    mg_comm *groups[] = {t->layout.dp, t->layout.pp};
+    if (groups[0] || groups[1]) MG_CHECK(sum_over_ranks(t, groups));
     for (int i = 0; m->expert_bias && i < w->n_layers; i++)
         MG_CHECK(be->moe_expert_bias_update(be, mg_gpt_moe_bias(&t->model, i),
                                             mg_gpt_moe_load(&t->model, i), m->E, m->bias_rate));

@@ -84,3 +84,29 @@ MG_TEST(cuda_train_graph_replay_equals_eager_gpt2) {
 MG_TEST(cuda_train_graph_replay_equals_eager_llama) {
     replay_equals_eager(t, true);
 }
+
+/* MoE layers replay exactly on the CPU backend (tests/unit/test_train_graph.c); on CUDA they are
+ * refused in one line until a GPU run has verified them. */
+MG_TEST(cuda_train_graph_refuses_moe_until_verified) {
+    if (!ct_cuda(t)) return;
+    const char *extra[] = {"--num-layers",
+                           "2",
+                           "--global-batch-size",
+                           "4",
+                           "--train-iters",
+                           "4",
+                           "--num-experts",
+                           "4",
+                           "--moe-router-topk",
+                           "2",
+                           "--cuda-graph-impl",
+                           "full_iteration",
+                           NULL};
+    mg_config c;
+    MG_EXPECT_OK(ct_tiny_config(&c, "cuda", true, extra));
+    if (t->failures) return;
+    mg_trainer *tr = calloc(1, sizeof *tr);
+    MG_EXPECT_ERROR(mg_trainer_init(tr, &c, NULL), MG_ERR_UNSUPPORTED, "not yet verified on a GPU");
+    mg_trainer_free(tr);
+    free(tr);
+}

@@ -3,8 +3,9 @@
  * the step took by argument instead of from a buffer would be frozen and the replayed losses
  * would drift from the eager ones. So a run with graphs equals the same run without, bit for bit
  * (losses, gradient norms, the weights at the end), with dropout on (the streams advance on the
- * device), for GPT-2 and Llama shapes, with an evaluation between replayed steps, and across a
- * --rampup-batch-size change of the microbatch count (the graph is dropped and captured again). */
+ * device), for GPT-2, Llama and MoE shapes, with an evaluation between replayed steps, and across
+ * a --rampup-batch-size change of the microbatch count (the graph is dropped and captured
+ * again). */
 #include "test.h"
 
 #include "config_test_util.h"
@@ -87,4 +88,13 @@ MG_TEST(train_graph_replay_equals_eager_llama) {
 MG_TEST(train_graph_recaptured_when_the_microbatches_change) {
     same_as_eager(t, BASE "--train-samples 80 --global-batch-size 8 --rampup-batch-size 2 2 12",
                   "rampup");
+}
+
+/* Mixtral-style MoE layers (softmax top-2 of 4 experts, aux loss and z-loss): the routing, the
+ * per-expert counts and the grouped products stay in backend memory, so they replay. */
+MG_TEST(train_graph_replay_equals_eager_moe) {
+    same_as_eager(t,
+                  BASE "--train-iters 8 --global-batch-size 4 --num-experts 4 --moe-router-topk 2 "
+                       "--moe-ffn-hidden-size 24 --moe-aux-loss-coeff 1e-2 --moe-z-loss-coeff 1e-3",
+                  "moe");
 }
