@@ -419,6 +419,7 @@ static mg_status step_body(mg_trainer *t) {
 mg_status mg_trainer_step_async(mg_trainer *t) {
     int64_t gbs; /* this iteration's global batch (it grows with --rampup-batch-size) */
     MG_CHECK(mg_trainer_batch_begin(t, &gbs));
+    MG_CHECK(mg_trainer_fault_arm(t)); /* tests: the step's injected overflow, before any graph */
     if (mg_trainer_graph_on(t))
         MG_CHECK(mg_trainer_graph_step(t, step_body));
     else

@@ -49,7 +49,8 @@ typedef enum {
     MG_STAT_COUNT,               /* the statistics mg_trainer_read_stats reads */
     MG_STAT_ZEROS = 10, /* int64 (2), 8-byte aligned: mg_trainer_num_zeros's dense and expert
                            counts, over 4 fp32 slots */
-    MG_STAT_END = 14    /* <= MG_MEMORY_STATS (train/memory.h) */
+    MG_STAT_FAULT = 14, /* MG_FAULT_OVERFLOW: Inf or 0, added to a gradient (trainer_scaler.h) */
+    MG_STAT_END = 15    /* <= MG_MEMORY_STATS (train/memory.h) */
 } mg_stat;
 
 typedef struct {

@@ -82,11 +82,22 @@ void mg_trainer_scaler_restore(mg_trainer *t, bool loaded) {
     to_state(t);
 }
 
-mg_status mg_trainer_fault_overflow(mg_trainer *t) {
+/* MG_FAULT_OVERFLOW=A:B, parsed: false when unset or malformed (the fault is then off). */
+static bool fault_window(long long *a, long long *b) {
     const char *v = mg_env_str("MG_FAULT_OVERFLOW", "");
+    return *v && sscanf(v, "%lld:%lld", a, b) == 2;
+}
+
+mg_status mg_trainer_fault_arm(mg_trainer *t) {
     long long a, b, it = (long long)t->state.iteration + 1;
-    if (!*v || sscanf(v, "%lld:%lld", &a, &b) != 2 || it < a || it > b || t->opt.n_shards < 1)
-        return MG_OK;
-    const float inf = INFINITY;
-    return t->be->copy_h2d(t->be, t->mem.grads + t->opt.shards[0].world, &inf, sizeof inf);
+    if (!fault_window(&a, &b)) return MG_OK;
+    const float v = it >= a && it <= b ? INFINITY : 0.0f;
+    return t->be->copy_h2d(t->be, &t->mem.stats[MG_STAT_FAULT], &v, sizeof v);
+}
+
+mg_status mg_trainer_fault_overflow(mg_trainer *t) {
+    long long a, b;
+    if (!fault_window(&a, &b) || t->opt.n_shards < 1) return MG_OK;
+    float *g = t->mem.grads + t->opt.shards[0].world;
+    return t->be->sum_f32(t->be, g, &t->mem.stats[MG_STAT_FAULT], NULL, 1, 1.0f);
 }

@@ -8,7 +8,8 @@
  * the backward through the loss weights (train/trainer_loss.h: scaled on the device) and leaves
  * through the optimizer's unscale (train/optimizer.h), both read from the block.
  * Exports: mg_trainer_step_control, mg_trainer_ctl_upload, mg_trainer_ctl_take,
- * mg_trainer_ctl_read, mg_trainer_scaler_restore, mg_trainer_fault_overflow.
+ * mg_trainer_ctl_read, mg_trainer_scaler_restore, mg_trainer_fault_arm,
+ * mg_trainer_fault_overflow.
  * Needs: train/trainer_parts. */
 #ifndef MG_TRAIN_TRAINER_SCALER_H
 #define MG_TRAIN_TRAINER_SCALER_H
@@ -36,7 +37,11 @@ mg_status mg_trainer_ctl_read(mg_trainer *t);
 void mg_trainer_scaler_restore(mg_trainer *t, bool loaded);
 /* MG_FAULT_OVERFLOW=A:B (tests, core/env.h): the gradients of iterations A..B hold an Inf, on
  * every rank (the first element of its first shard, which its gradient norm counts unless it is a
- * replicated or a pipeline copy that another rank counts). */
+ * replicated or a pipeline copy that another rank counts). The host decides before the step
+ * (mg_trainer_fault_arm: Inf or 0 into the statistics block's fault slot); the step adds that
+ * slot to the element on the device (mg_trainer_fault_overflow), so a graphed step carries each
+ * replayed iteration's fault. Both do nothing without the variable. */
+mg_status mg_trainer_fault_arm(mg_trainer *t);
 mg_status mg_trainer_fault_overflow(mg_trainer *t);
 
 #endif

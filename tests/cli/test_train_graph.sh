@@ -3,6 +3,8 @@
 # recorded backend calls; train/trainer_graph.h):
 #   - the log says when the step is captured, and every iteration's loss and grad norm equals the
 #     eager run's, digit for digit (dropout at Megatron's default, on);
+#   - fp16 with overflows injected into replayed steps (MG_FAULT_OVERFLOW): the same skips, loss
+#     scales and losses as the eager run;
 #   - on the cpu backend a parallel layout is refused in one line (its graphs hold no MPI
 #     collective), as is a per-layer implementation (not yet) and no warm-up step.
 source "$(dirname "$0")/lib.sh"
@@ -24,6 +26,21 @@ elif [ "$(field 'lm loss' "$(iters "$eager")")" != "$(field 'lm loss' "$(iters "
      [ "$(field 'lm loss' "$(iters "$graph")" | wc -l)" -ne 6 ]; then
     fail graph_equals_eager "the logs differ" "$(iters "$eager")" "$(iters "$graph")"
 else pass graph_equals_eager; fi
+
+# fp16 with an overflow injected in iterations 4 and 5 (replayed steps): skipped the same way
+FP16=(--fp16 --initial-loss-scale 1024 --train-iters 7)
+eager=$(MG_FAULT_OVERFLOW=4:5 "$MEGATRON" "${RUN[@]}" "${FP16[@]}" 2>&1)
+graph=$(MG_FAULT_OVERFLOW=4:5 "$MEGATRON" "${RUN[@]}" "${FP16[@]}" --cuda-graph-impl full_iteration \
+    --cuda-graph-warmup-steps 2 2>&1); rc=$?
+same=1
+for f in 'lm loss' 'grad norm' 'loss scale' 'number of skipped iterations'; do
+    [ "$(field "$f" "$(iters "$eager")")" == "$(field "$f" "$(iters "$graph")")" ] || same=0
+done
+if [ $rc -ne 0 ]; then fail graph_fp16_skips_like_eager "exit $rc" "$(tail -n 3 <<<"$graph")"
+elif [ $same -ne 1 ]; then fail graph_fp16_skips_like_eager "the logs differ" "$(iters "$eager")" "$(iters "$graph")"
+elif [ "$(field 'number of skipped iterations' "$(iters "$graph")" | tr '\n' ' ')" != "0 0 0 1 1 0 0 " ]; then
+    fail graph_fp16_skips_like_eager "iterations 4 and 5 not skipped" "$(iters "$graph")"
+else pass graph_fp16_skips_like_eager; fi
 
 expect_error graph_per_layer_not_yet 2 "--cuda-graph-impl local: per-layer CUDA graphs are not implemented yet" \
     "${RUN[@]}" --cuda-graph-impl local
