@@ -377,7 +377,8 @@ static mg_status sync_embedding_grads(mg_trainer *t) {
 
 /* A training step's device work, from zeroing the gradients to the statistics' copy: what a
  * full-iteration graph holds (train/trainer_graph.h). */
-static mg_status step_body(mg_trainer *t) {
+static mg_status step_body(mg_trainer *t, void *ctx) {
+    (void)ctx;
     mg_backend *be = t->be;
     const int64_t gbs = t->step_global_batch;
     if (t->zero_spans)
@@ -421,9 +422,10 @@ mg_status mg_trainer_step_async(mg_trainer *t) {
     MG_CHECK(mg_trainer_batch_begin(t, &gbs));
     MG_CHECK(mg_trainer_fault_arm(t)); /* tests: the step's injected overflow, before any graph */
     if (mg_trainer_graph_on(t))
-        MG_CHECK(mg_trainer_graph_step(t, step_body));
+        MG_CHECK(mg_trainer_graph_run(t, MG_GRAPH_TRAIN, &t->data.train_src,
+                                      t->state.consumed_train_samples, step_body, NULL));
     else
-        MG_CHECK(step_body(t));
+        MG_CHECK(step_body(t, NULL));
     t->state.iteration++;
     t->state.consumed_train_samples += gbs;
     return MG_OK;
@@ -469,9 +471,30 @@ mg_status mg_trainer_step(mg_trainer *t, double *loss, double *grad_norm) {
     return MG_OK;
 }
 
+/* One evaluation batch: the forward of the global batch from sample ctx->first of ctx->src, its
+ * mean loss added to the sum at the weight of its unmasked tokens (a graph of MG_GRAPH_EVAL holds
+ * it). */
+typedef struct {
+    const mg_sample_source *src;
+    int64_t first;
+} eval_batch;
+
+static float eval_weight(const mg_trainer *t) {
+    const double full = (double)t->cfg.global_batch_size * t->cfg.seq_length;
+    return (float)((double)t->pass_tokens / full);
+}
+
+static mg_status eval_body(mg_trainer *t, void *ctx) {
+    const eval_batch *e = ctx;
+    MG_CHECK(mg_trainer_forward_backward(t, e->src, e->first, false));
+    return t->be->sum_f32(t->be, &t->mem.stats[MG_STAT_EVAL_SUM], t->mem.loss, NULL, 1,
+                          eval_weight(t));
+}
+
 /* Mean loss over eval_iters global batches of src from sample *next (advanced past them).
  * Megatron sums every batch's (loss sum, token count) and divides at the end: each batch's mean
- * weighs its unmasked tokens over a whole batch's (1 without a loss mask). */
+ * weighs its unmasked tokens over a whole batch's (1 without a loss mask; with graphs, which
+ * refuse a loss mask, always 1). */
 static mg_status evaluate_stream(mg_trainer *t, const mg_sample_source *src, int64_t *next,
                                  double *loss) {
     mg_backend *be = t->be;
@@ -479,14 +502,15 @@ static mg_status evaluate_stream(mg_trainer *t, const mg_sample_source *src, int
     MG_CHECK(be->memset_zero(be, sum, sizeof(float)));
     /* Megatron evaluates whole --global-batch-size batches, whatever a rampup trains with */
     MG_CHECK(mg_trainer_set_microbatches(t, t->eval_microbatches));
-    const double full = (double)t->cfg.global_batch_size * t->cfg.seq_length;
     double weights = 0;
     for (int i = 0; i < t->cfg.eval_iters; i++) {
-        MG_CHECK(mg_trainer_forward_backward(t, src, *next, false));
+        eval_batch e = {src, *next};
+        if (mg_trainer_graph_on(t))
+            MG_CHECK(mg_trainer_graph_run(t, MG_GRAPH_EVAL, src, *next, eval_body, &e));
+        else
+            MG_CHECK(eval_body(t, &e));
         *next += t->cfg.global_batch_size;
-        float w = (float)((double)t->pass_tokens / full);
-        weights += w;
-        MG_CHECK(be->sum_f32(be, sum, t->mem.loss, NULL, 1, w));
+        weights += eval_weight(t); /* pass_tokens: this batch's, or the captured one's (the same) */
     }
     float v = 0;
     if (t->cfg.eval_iters > 0) MG_CHECK(be->copy_d2h(be, &v, sum, sizeof v));

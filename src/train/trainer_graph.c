@@ -37,15 +37,15 @@ mg_status mg_trainer_graph_init(mg_trainer *t) {
     return MG_OK;
 }
 
-/* Every microbatch of the step's global batch (from the consumed samples) into the staged
+/* Every microbatch of the pass's global batch (from sample `first` of src) into the staged
  * buffers: what stage_forward would load, one microbatch after another. */
-static mg_status stage_inputs(mg_trainer *t) {
+static mg_status stage_inputs(mg_trainer *t, const mg_sample_source *src, int64_t first) {
     mg_backend *be = t->be;
     const size_t N = (size_t)t->model.blk.N, bytes = N * sizeof(int32_t);
     for (int mb = 0; mb < t->num_microbatches; mb++) {
         size_t at = (size_t)mb * N;
-        MG_CHECK(mg_trainer_load_microbatch(t, &t->data.train_src, t->state.consumed_train_samples,
-                                            mb, t->graph.tokens + at, t->graph.targets + at));
+        MG_CHECK(mg_trainer_load_microbatch(t, src, first, mb, t->graph.tokens + at,
+                                            t->graph.targets + at));
         if (t->docs_eod < 0) continue;
         int32_t *pos = t->mem.host_docs, *doc = t->mem.host_docs + N;
         mg_docs_compute(t->mem.host_tokens, t->model.blk.B, t->model.cfg.S, t->docs_eod, pos, doc);
@@ -68,52 +68,57 @@ mg_status mg_trainer_graph_inputs(mg_trainer *t, int mb, int slot) {
     return MG_OK;
 }
 
-static void drop_graph(mg_trainer *t) {
-    if (t->graph.g) t->be->graph_free(t->be, t->graph.g);
-    t->graph.g = NULL;
-    t->graph.eager = 0;
+static const char *const k_kind_names[MG_GRAPH_KINDS] = {"full iteration", "evaluation batch"};
+
+static void drop_graph(mg_trainer *t, mg_graph_kind kind) {
+    mg_train_graph_one *G = &t->graph.k[kind];
+    if (G->g) t->be->graph_free(t->be, G->g);
+    G->g = NULL;
+    G->eager = 0;
 }
 
-/* Captures body as the graph; the capture runs nothing. */
-static mg_status capture(mg_trainer *t, mg_status (*body)(mg_trainer *t)) {
+/* Captures body as kind's graph; the capture runs nothing. */
+static mg_status capture(mg_trainer *t, mg_graph_kind kind, mg_trainer_graph_body body, void *ctx) {
     mg_backend *be = t->be;
+    mg_train_graph_one *G = &t->graph.k[kind];
     MG_CHECK(be->graph_begin(be));
-    mg_status st = body(t);
+    mg_status st = body(t, ctx);
     mg_graph_info info = {0, 0};
-    mg_status end = be->graph_end(be, &t->graph.g, &info); /* ends the capture in every case */
+    mg_status end = be->graph_end(be, &G->g, &info); /* ends the capture in every case */
     MG_CHECK(st);
     MG_CHECK(end);
-    t->graph.m = t->num_microbatches;
+    G->m = t->num_microbatches;
     const bool mib = info.bytes >= ((size_t)1 << 20);
-    mg_log_info("> captured the full iteration at iteration %" PRId64 ": %zu nodes, %.1f %s",
-                t->state.iteration + 1, info.nodes, (double)info.bytes / (mib ? 1048576.0 : 1024.0),
-                mib ? "MiB" : "KiB");
+    mg_log_info("> captured the %s at iteration %" PRId64 ": %zu nodes, %.1f %s",
+                k_kind_names[kind], t->state.iteration + (kind == MG_GRAPH_TRAIN), info.nodes,
+                (double)info.bytes / (mib ? 1048576.0 : 1024.0), mib ? "MiB" : "KiB");
     return MG_OK;
 }
 
-mg_status mg_trainer_graph_step(mg_trainer *t, mg_status (*body)(mg_trainer *t)) {
-    mg_train_graph *G = &t->graph;
+mg_status mg_trainer_graph_run(mg_trainer *t, mg_graph_kind kind, const mg_sample_source *src,
+                               int64_t first, mg_trainer_graph_body body, void *ctx) {
+    mg_train_graph_one *G = &t->graph.k[kind];
     if (G->g && G->m != t->num_microbatches) {
-        mg_log_info("> %d microbatches per rank from iteration %" PRId64 " (the graph has %d): "
-                    "eager for %d steps, then captured again",
-                    t->num_microbatches, t->state.iteration + 1, G->m,
+        mg_log_info("> %d microbatches per rank from iteration %" PRId64 " (the %s graph has %d): "
+                    "eager for %d runs, then captured again",
+                    t->num_microbatches, t->state.iteration + 1, k_kind_names[kind], G->m,
                     t->cfg.cuda_graph_warmup_steps);
-        drop_graph(t);
+        drop_graph(t, kind);
     }
-    MG_CHECK(stage_inputs(t));
-    G->staged = true;
+    MG_CHECK(stage_inputs(t, src, first));
+    t->graph.staged = true;
     mg_status st = MG_OK;
     if (!G->g && G->eager < t->cfg.cuda_graph_warmup_steps) {
-        st = body(t);
+        st = body(t, ctx);
         G->eager++;
     } else {
-        if (!G->g) st = capture(t, body);
+        if (!G->g) st = capture(t, kind, body, ctx);
         if (st == MG_OK) st = t->be->graph_launch(t->be, G->g);
     }
-    G->staged = false;
+    t->graph.staged = false;
     return st;
 }
 
 void mg_trainer_graph_free(mg_trainer *t) {
-    if (t->be) drop_graph(t);
+    for (int k = 0; t->be && k < MG_GRAPH_KINDS; k++) drop_graph(t, (mg_graph_kind)k);
 }

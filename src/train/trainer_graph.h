@@ -10,8 +10,9 @@
  * learning rate, weight decay, Adam's step, the loss scale and the dropout offsets are the
  * step-control block's and the streams' (backend memory, advanced by kernels). A change of the
  * microbatch count (--rampup-batch-size) drops the graph: the step runs eagerly again for the
- * warm-up steps and is captured anew (the log says so). Evaluation runs eagerly.
- * Exports: mg_trainer_graph_on, mg_trainer_graph_init, mg_trainer_graph_step,
+ * warm-up steps and is captured anew (the log says so). An evaluation batch (the forward of every
+ * microbatch and the loss sum) has its own graph, captured after as many eager batches.
+ * Exports: mg_trainer_graph_on, mg_trainer_graph_init, mg_trainer_graph_run,
  * mg_trainer_graph_inputs, mg_trainer_graph_free.
  * Needs: train/trainer_parts, backend. */
 #ifndef MG_TRAIN_TRAINER_GRAPH_H
@@ -23,10 +24,13 @@ bool mg_trainer_graph_on(const mg_trainer *t);
 /* After the memory plan: the staged buffers bound (memory.h's off_staged); a layout whose graph
  * the backend cannot hold refused (the CPU backend's records hold no collective: one rank). */
 mg_status mg_trainer_graph_init(mg_trainer *t);
-/* One training step's device work (body: everything from zeroing the gradients to the
- * statistics' copy) with graphs: the inputs staged, then body run eagerly, or captured and
- * launched, or the graph launched. */
-mg_status mg_trainer_graph_step(mg_trainer *t, mg_status (*body)(mg_trainer *t));
+/* The device work of a pass, which a graph of `kind` holds: a training step's (from zeroing the
+ * gradients to the statistics' copy) or an evaluation batch's. */
+typedef mg_status (*mg_trainer_graph_body)(mg_trainer *t, void *ctx);
+/* A pass over the global batch from sample `first` of src with graphs: its inputs staged, then
+ * body run eagerly (the warm-up), or captured and launched, or kind's graph launched. */
+mg_status mg_trainer_graph_run(mg_trainer *t, mg_graph_kind kind, const mg_sample_source *src,
+                               int64_t first, mg_trainer_graph_body body, void *ctx);
 /* In a staged pass: microbatch mb's inputs copied into activation slot `slot` on the device
  * (tokens, targets and the packed-document arrays, those the trainer has). */
 mg_status mg_trainer_graph_inputs(mg_trainer *t, int mb, int slot);

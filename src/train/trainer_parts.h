@@ -125,16 +125,16 @@ typedef struct {
     /* packed documents (train/trainer_docs.h), NULL without their flag: each slot's positions
      * (--reset-position-ids) and document starts (--reset-attention-mask) */
     int32_t *positions, *doc_starts; /* (n_slots, N) backend */
-    float *dloss;       /* (N) backend: d(loss)/d(token loss) = 1 / (N * microbatches * D); with
-                           --eod-mask-loss (n_slots, N): each slot's masked weights
-                           (train/trainer_loss.h) */
+    float *dloss;        /* (N) backend: d(loss)/d(token loss) = 1 / (N * microbatches * D); with
+                            --eod-mask-loss (n_slots, N): each slot's masked weights
+                            (train/trainer_loss.h) */
     float *dloss_scaled; /* (N) backend: the weights of the training head running, times the loss
                             scale (train/trainer_loss.h) */
-    float *stats;       /* (MG_MEMORY_STATS) backend fp32 (two int64 at MG_STAT_ZEROS) */
-    mg_step_ctl *ctl;   /* (1) backend, right after stats: the step control (core/step_rules.h:
-                           skip decision, Adam's step, rates, schedule position, loss scale) */
-    float *loss;        /* (1) backend accumulator: &stats[MG_STAT_LOSS] */
-    void *pipe_buffers; /* the pipeline's buffers (workspace), for a rebuild */
+    float *stats;        /* (MG_MEMORY_STATS) backend fp32 (two int64 at MG_STAT_ZEROS) */
+    mg_step_ctl *ctl;    /* (1) backend, right after stats: the step control (core/step_rules.h:
+                            skip decision, Adam's step, rates, schedule position, loss scale) */
+    float *loss;         /* (1) backend accumulator: &stats[MG_STAT_LOSS] */
+    void *pipe_buffers;  /* the pipeline's buffers (workspace), for a rebuild */
     size_t pipe_bytes;
     int32_t *host_tokens, *host_targets; /* (N) host staging of a microbatch */
     float *host_dloss;                   /* (N) staging of the per-token loss weight */
@@ -163,14 +163,18 @@ typedef struct {
     bool last_skipped;
 } mg_train_scaling;
 
-/* The full-iteration graph of a training step (--cuda-graph-impl full_iteration,
- * train/trainer_graph.h). */
+/* The full-iteration graphs (--cuda-graph-impl full_iteration, train/trainer_graph.h): one of a
+ * training step, one of an evaluation batch. */
+typedef enum { MG_GRAPH_TRAIN = 0, MG_GRAPH_EVAL, MG_GRAPH_KINDS } mg_graph_kind;
 typedef struct {
-    struct mg_graph *g; /* the captured step; NULL before the capture */
+    struct mg_graph *g; /* the captured pass; NULL before the capture */
     int m;              /* the microbatches per rank it was captured with */
-    int eager;          /* eager steps run since there was no graph (the warm-up) */
-    bool staged;        /* the pass running reads its microbatches' inputs from the staged copies */
-    /* every microbatch's inputs, copied in before the step (backend, (staged microbatches, N)
+    int eager;          /* eager runs since there was no graph (the warm-up) */
+} mg_train_graph_one;
+typedef struct {
+    mg_train_graph_one k[MG_GRAPH_KINDS];
+    bool staged; /* the pass running reads its microbatches' inputs from the staged copies */
+    /* every microbatch's inputs, copied in before the pass (backend, (staged microbatches, N)
      * each; positions and doc_starts NULL without their flags) */
     int32_t *tokens, *targets, *positions, *doc_starts;
 } mg_train_graph;

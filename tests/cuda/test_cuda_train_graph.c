@@ -53,7 +53,7 @@ static void run(mg_test_ctx *t, mg_backend *gpu, bool llama, bool graph, graph_r
     o->numel = tr->model.params.numel;
     o->w = malloc(o->numel * sizeof(float));
     if (o->w) MG_EXPECT_OK(mg_trainer_get_weights(tr, o->w));
-    o->captured = tr->graph.g != NULL;
+    o->captured = tr->graph.k[MG_GRAPH_TRAIN].g != NULL;
     mg_trainer_free(tr);
     free(tr);
 }
