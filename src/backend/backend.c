@@ -80,7 +80,8 @@ const mg_allocator *mg_backend_arena_allocator(mg_backend *be, mg_allocator *sto
 
 mg_status mg_backend_comm_begin(mg_backend *be, void **stream) {
     *stream = NULL;
-    if (be->recording) /* a recording backend cannot hold a collective in its graph yet */
+    /* a recording backend holds a collective only as a host call (comm.h's mg_comm_record) */
+    if (be->recording && !mg_graph_rec_takes_host_calls(be))
         return mg_graph_rec_refuse(be, "a collective (a backend without streams)");
     if (!be->stream_handle) return MG_OK;
     MG_CHECK(be->stream_wait(be, MG_STREAM_COMM, MG_STREAM_COMPUTE));

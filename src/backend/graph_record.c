@@ -93,7 +93,8 @@ struct mg_graph {
 struct mg_graph_rec {
     mg_backend saved; /* the table before the capture */
     mg_graph *g;
-    mg_status err; /* the first failure in the capture, MG_OK while none */
+    bool host_calls; /* mg_graph_rec_accept_host_calls: collectives come as host calls */
+    mg_status err;   /* the first failure in the capture, MG_OK while none */
     char msg[256];
 };
 
@@ -159,6 +160,36 @@ static mg_status rec_take(mg_backend *be, int entry, const void *args, size_t si
     g->len = need;
     g->calls++;
     return MG_OK;
+}
+
+/* A host call's record: the function, then its arguments (entry REC_HOST_CALL). */
+#define REC_HOST_CALL MG_BACKEND_N_ENTRIES
+typedef mg_status (*rec_host_fn)(const void *args);
+typedef struct {
+    rec_host_fn fn;
+} rec_host_head;
+#define REC_HOST_HEAD ((sizeof(rec_host_head) + REC_ALIGN - 1) / REC_ALIGN * REC_ALIGN)
+
+void mg_graph_rec_accept_host_calls(mg_backend *be) {
+    if (be->recording) be->recording->host_calls = true;
+}
+
+bool mg_graph_rec_takes_host_calls(const mg_backend *be) {
+    return be->recording && be->recording->host_calls;
+}
+
+mg_status mg_graph_rec_host_call(mg_backend *be, mg_status (*fn)(const void *args),
+                                 const void *args, size_t size) {
+    if (!mg_graph_rec_takes_host_calls(be))
+        return MG_FAIL(MG_ERR_INTERNAL, "a host call recorded outside an accepting capture");
+    unsigned char *buf = malloc(REC_HOST_HEAD + size);
+    if (!buf) return mg_graph_rec_refuse(be, "a host call (out of host memory)");
+    rec_host_head h = {fn};
+    memcpy(buf, &h, sizeof h);
+    memcpy(buf + REC_HOST_HEAD, args, size);
+    mg_status st = rec_take(be, REC_HOST_CALL, buf, REC_HOST_HEAD + size);
+    free(buf);
+    return st;
 }
 
 /* The size to copy behind an argument: the structures a pointer argument designates (host memory,
@@ -251,7 +282,14 @@ mg_status mg_graph_rec_launch(mg_backend *be, mg_graph *g) {
     for (size_t off = 0; off < g->len;) {
         rec_head h;
         memcpy(&h, g->buf + off, sizeof h);
-        MG_CHECK(k_replay[h.entry](g->buf + off + REC_HEAD));
+        const unsigned char *args = g->buf + off + REC_HEAD;
+        if (h.entry == REC_HOST_CALL) {
+            rec_host_head hh;
+            memcpy(&hh, args, sizeof hh);
+            MG_CHECK(hh.fn(args + REC_HOST_HEAD));
+        } else {
+            MG_CHECK(k_replay[h.entry](args));
+        }
         off += REC_HEAD + h.size;
     }
     return MG_OK;

@@ -13,7 +13,8 @@
  * the op and spoil the capture (mg_graph_rec_end returns the same error). The queries (memory
  * info, attention's saved bytes, the stream handles) and the frees pass through.
  * Exports: mg_graph_rec_begin, mg_graph_rec_end, mg_graph_rec_launch, mg_graph_rec_free,
- * mg_graph_rec_refuse.
+ * mg_graph_rec_refuse, mg_graph_rec_accept_host_calls, mg_graph_rec_takes_host_calls,
+ * mg_graph_rec_host_call.
  * Needs: backend/backend.h. */
 #ifndef MG_BACKEND_GRAPH_RECORD_H
 #define MG_BACKEND_GRAPH_RECORD_H
@@ -29,5 +30,13 @@ void mg_graph_rec_free(mg_graph *g);
 /* Refuses `what` inside the capture under way on be (MG_ERR_UNSUPPORTED naming it) and spoils
  * the capture; for callers outside the table (a collective, backend.c). */
 mg_status mg_graph_rec_refuse(mg_backend *be, const char *what);
+/* Host calls in the capture under way: once accepted (mg_graph_rec_accept_host_calls, by whoever
+ * also routes the collectives there: comm.h's mg_comm_record), mg_graph_rec_host_call appends
+ * fn(args) (args copied, size bytes) to the graph in order with the recorded ops, and
+ * mg_backend_comm_begin no longer refuses a collective. */
+void mg_graph_rec_accept_host_calls(mg_backend *be);
+bool mg_graph_rec_takes_host_calls(const mg_backend *be);
+mg_status mg_graph_rec_host_call(mg_backend *be, mg_status (*fn)(const void *args),
+                                 const void *args, size_t size);
 
 #endif

@@ -8,6 +8,7 @@
  * network shows up on the *other* ranks as a hang or garbage). What one rank cannot see (its
  * peers' counts) is left to the backend and, in the worst case, to the timeout. */
 #include "comm/comm_backend.h"
+#include "comm/comm_record.h"
 #include "comm/comm_wait.h"
 #include "comm/health.h"
 #include "comm/mpi_bootstrap.h"
@@ -137,7 +138,10 @@ mg_status mg_comm_all_reduce(mg_comm *c, const void *send, void *recv, size_t co
     if (!st && send != recv && overlap(send, bytes, recv, bytes))
         st = USAGE(c, "send and recv overlap without being equal (in place means send == recv)%s",
                    "");
-    if (!st) st = c->w->ops->all_reduce(c, send, recv, count, dt, op, stream);
+    if (!st)
+        st = mg_comm_rec_on(c)
+                 ? mg_comm_rec_reduce(MG_COMM_REC_ALL_REDUCE, c, send, recv, count, dt, op)
+                 : c->w->ops->all_reduce(c, send, recv, count, dt, op, stream);
     return call_end(c, st);
 }
 
@@ -157,7 +161,10 @@ mg_status mg_comm_reduce_scatter(mg_comm *c, const void *send, void *recv, size_
                    "recv overlaps send; in place means recv == send + rank*count (rank %d, "
                    "count %zu)",
                    c->rank, count);
-    if (!st) st = c->w->ops->reduce_scatter(c, send, recv, count, dt, op, stream);
+    if (!st)
+        st = mg_comm_rec_on(c)
+                 ? mg_comm_rec_reduce(MG_COMM_REC_REDUCE_SCATTER, c, send, recv, count, dt, op)
+                 : c->w->ops->reduce_scatter(c, send, recv, count, dt, op, stream);
     return call_end(c, st);
 }
 
@@ -176,7 +183,10 @@ mg_status mg_comm_all_gather(mg_comm *c, const void *send, void *recv, size_t co
                    "send overlaps recv; in place means send == recv + rank*count (rank %d, "
                    "count %zu)",
                    c->rank, count);
-    if (!st) st = c->w->ops->all_gather(c, send, recv, count, dt, stream);
+    if (!st)
+        st = mg_comm_rec_on(c) ? mg_comm_rec_reduce(MG_COMM_REC_ALL_GATHER, c, send, recv, count,
+                                                    dt, MG_REDUCE_SUM)
+                               : c->w->ops->all_gather(c, send, recv, count, dt, stream);
     return call_end(c, st);
 }
 
@@ -219,8 +229,10 @@ mg_status mg_comm_all_to_all(mg_comm *c, const void *send, const size_t *send_co
     if (!st && overlap(send, send_bytes, recv, recv_bytes))
         st = USAGE(c, "send and recv overlap (all_to_all has no in-place form)%s", "");
     if (!st)
-        st = c->w->ops->all_to_all(c, send, send_counts, send_displs, recv, recv_counts,
-                                   recv_displs, dt, stream);
+        st = mg_comm_rec_on(c) ? mg_comm_rec_all_to_all(c, send, send_counts, send_displs, recv,
+                                                        recv_counts, recv_displs, dt)
+                               : c->w->ops->all_to_all(c, send, send_counts, send_displs, recv,
+                                                       recv_counts, recv_displs, dt, stream);
     return call_end(c, st);
 }
 
@@ -234,7 +246,9 @@ mg_status mg_comm_broadcast(mg_comm *c, void *buf, size_t count, mg_dtype dt, in
                    c->size);
     if (!st) st = check_count(c, count, 1, dt, &bytes);
     if (!st) st = check_buf(c, buf, bytes, "the");
-    if (!st) st = c->w->ops->broadcast(c, buf, count, dt, root, stream);
+    if (!st)
+        st = mg_comm_rec_on(c) ? mg_comm_rec_broadcast(c, buf, count, dt, root)
+                               : c->w->ops->broadcast(c, buf, count, dt, root, stream);
     return call_end(c, st);
 }
 
@@ -254,7 +268,9 @@ mg_status mg_comm_batch_p2p(mg_comm *c, const mg_p2p_op *ops, int n_ops, void *s
         if (!st) st = check_count(c, o->count, 1, o->dt, &bytes);
         if (!st) st = check_buf(c, o->buf, bytes, o->is_send ? "a send" : "a recv");
     }
-    if (!st) st = c->w->ops->batch_p2p(c, ops, n_ops, stream);
+    if (!st)
+        st = mg_comm_rec_on(c) ? mg_comm_rec_batch_p2p(c, ops, n_ops)
+                               : c->w->ops->batch_p2p(c, ops, n_ops, stream);
     return call_end(c, st);
 }
 
@@ -276,20 +292,25 @@ mg_status mg_comm_p2p_post(mg_comm *c, const mg_p2p_op *op, int tag, mg_p2p_tick
     if (!st) st = check_dtype(c, op->dt);
     if (!st) st = check_count(c, op->count, 1, op->dt, &bytes);
     if (!st) st = check_buf(c, op->buf, bytes, op->is_send ? "a send" : "a recv");
-    if (!st) st = c->w->ops->p2p_post(c, op, tag, ticket);
+    if (!st)
+        st = mg_comm_rec_on(c) ? mg_comm_rec_p2p_post(c, op, tag, ticket)
+                               : c->w->ops->p2p_post(c, op, tag, ticket);
     return call_end(c, st);
 }
 
 mg_status mg_comm_p2p_wait(mg_comm *c, mg_p2p_ticket ticket) {
     MG_CHECK(call_begin(c, "p2p_wait"));
-    mg_status st = mg_comm_p2p_async(c) ? c->w->ops->p2p_wait(c, ticket)
-                                        : USAGE(c, "%s", "no non-blocking point-to-point here");
+    mg_p2p_ticket real = ticket;
+    mg_status st = !mg_comm_p2p_async(c) ? USAGE(c, "%s", "no non-blocking point-to-point here")
+                   : mg_comm_rec_on(c)   ? mg_comm_rec_p2p_wait(c, ticket)
+                                         : mg_comm_rec_ticket(c, ticket, &real);
+    if (!st && !mg_comm_rec_on(c)) st = c->w->ops->p2p_wait(c, real);
     return call_end(c, st);
 }
 
 mg_status mg_comm_barrier(mg_comm *c, void *stream) {
     MG_CHECK(call_begin(c, "barrier"));
-    return call_end(c, c->w->ops->barrier(c, stream));
+    return call_end(c, mg_comm_rec_on(c) ? mg_comm_rec_barrier(c) : c->w->ops->barrier(c, stream));
 }
 
 /* Not numbered: a sync is no call of its own but the wait for the ones enqueued before it, and

@@ -141,4 +141,18 @@ mg_status mg_comm_sync(mg_comm *c, void *stream);
 
 const char *mg_reduce_op_name(mg_reduce_op op); /* "sum", "avg", "max" */
 
+/* Recording into a graph capture (a backend that records its ops, backend/graph_record.h): while
+ * r is set on this thread, every call on a group that moves host buffers (MPI) is checked as
+ * always and then handed to r->record as a closure, call(args) with its arguments copied, instead
+ * of running; replaying the closure makes the same call. NULL stops recording. Groups with device
+ * buffers (NCCL) are never recorded: their calls go to a stream a CUDA graph capture holds. A
+ * recorded non-blocking post gives a virtual ticket, which only a wait recorded in the same
+ * capture may name. */
+typedef struct {
+    mg_status (*record)(void *ctx, mg_status (*call)(const void *args), const void *args,
+                        size_t size);
+    void *ctx;
+} mg_comm_recorder;
+void mg_comm_record(const mg_comm_recorder *r);
+
 #endif

@@ -1,6 +1,8 @@
 /* The full-iteration graph of a training step (train/trainer_graph.h). */
 #include "train/trainer_graph.h"
 
+#include "backend/graph_record.h"
+#include "comm/comm.h"
 #include "core/log.h"
 #include "train/trainer_batch.h"
 #include "train/trainer_docs.h"
@@ -13,14 +15,6 @@ bool mg_trainer_graph_on(const mg_trainer *t) {
 
 mg_status mg_trainer_graph_init(mg_trainer *t) {
     if (!mg_trainer_graph_on(t)) return MG_OK;
-    const mg_train_layout *l = &t->layout;
-    if (t->be->device == MG_DEVICE_CPU &&
-        (l->tp_size > 1 || l->pp_size > 1 || l->dp_size > 1 || l->ep_size > 1))
-        return MG_FAIL(MG_ERR_UNSUPPORTED,
-                       "--cuda-graph-impl full_iteration on the cpu backend runs on one rank: its "
-                       "recorded graphs cannot hold MPI collectives (here tp %d, pp %d, dp %d, ep "
-                       "%d); use the cuda backend for a parallel layout",
-                       l->tp_size, l->pp_size, l->dp_size, l->ep_size);
     if (t->be->device != MG_DEVICE_CPU && t->model.n_moe > 0)
         return MG_FAIL(MG_ERR_UNSUPPORTED,
                        "--cuda-graph-impl full_iteration with MoE layers: proven on the cpu "
@@ -77,12 +71,25 @@ static void drop_graph(mg_trainer *t, mg_graph_kind kind) {
     G->eager = 0;
 }
 
-/* Captures body as kind's graph; the capture runs nothing. */
+/* mg_comm_record's recorder on a recording backend: each collective a host call of its graph. */
+static mg_status record_collective(void *ctx, mg_status (*call)(const void *args), const void *args,
+                                   size_t size) {
+    return mg_graph_rec_host_call(ctx, call, args, size);
+}
+
+/* Captures body as kind's graph; the capture runs nothing. On a backend that records its ops
+ * (the CPU's), the collectives of the host-buffer groups are recorded with them, in order. */
 static mg_status capture(mg_trainer *t, mg_graph_kind kind, mg_trainer_graph_body body, void *ctx) {
     mg_backend *be = t->be;
     mg_train_graph_one *G = &t->graph.k[kind];
     MG_CHECK(be->graph_begin(be));
+    const mg_comm_recorder rec = {record_collective, be};
+    if (be->recording) {
+        mg_graph_rec_accept_host_calls(be);
+        mg_comm_record(&rec);
+    }
     mg_status st = body(t, ctx);
+    mg_comm_record(NULL);
     mg_graph_info info = {0, 0};
     mg_status end = be->graph_end(be, &G->g, &info); /* ends the capture in every case */
     MG_CHECK(st);

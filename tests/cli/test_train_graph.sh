@@ -5,8 +5,11 @@
 #     eager run's, digit for digit (dropout at Megatron's default, on);
 #   - fp16 with overflows injected into replayed steps (MG_FAULT_OVERFLOW): the same skips, loss
 #     scales and losses as the eager run;
-#   - on the cpu backend a parallel layout is refused in one line (its graphs hold no MPI
-#     collective), as is a per-layer implementation (not yet) and no warm-up step.
+#   - parallel layouts under mpirun (TP 2 x PP 2 with SP and the distributed optimizer, interleaved
+#     PP 2, EP 2 MoE with the distributed optimizer, DP 2 with overlapped reductions): the MPI
+#     collectives and point-to-point messages are recorded into the graphs in order with the ops,
+#     and every loss, grad norm and validation loss equals the eager run's;
+#   - a per-layer implementation (not yet) and no warm-up step are refused in one line.
 source "$(dirname "$0")/lib.sh"
 
 RUN=(train --num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --vocab-size 96
@@ -49,16 +52,35 @@ expect_error graph_needs_a_warmup_step 2 "--cuda-graph-warmup-steps must be at l
 
 BIN_DIR=$(dirname "$MEGATRON")
 if ! command -v mpirun >/dev/null || ! "$BIN_DIR/dist_tests" --features 2>&1 | grep -q 'mpi=yes'; then
-    echo "SKIP graph_cpu_one_rank: no mpirun or $BIN_DIR/dist_tests without MPI"
+    echo "SKIP graph_layouts: no mpirun or $BIN_DIR/dist_tests without MPI"
 else
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
     export OMPI_MCA_btl_vader_single_copy_mechanism=none
-    out=$(timeout 120 mpirun --oversubscribe -np 2 "$MEGATRON" "${RUN[@]}" \
-        --tensor-model-parallel-size 2 --cuda-graph-impl full_iteration 2>&1); rc=$?
-    if [ $rc -eq 0 ]; then fail graph_cpu_one_rank "a TP 2 graph run on the cpu backend exited 0"
-    elif ! grep -q "full_iteration on the cpu backend runs on one rank" <<<"$out"; then
-        fail graph_cpu_one_rank "exit $rc without the one-rank line" "$(tail -n 4 <<<"$out")"
-    else pass graph_cpu_one_rank; fi
+    PAR=(train --num-layers 4 --hidden-size 32 --num-attention-heads 4 --seq-length 16
+         --vocab-size 96 --mock-data --micro-batch-size 1 --global-batch-size 8 --lr 3e-3
+         --log-interval 1 --device cpu --num-threads 1 --eval-iters 2 --eval-interval 3
+         --train-iters 7)
+    values() { grep -oE 'lm loss: [^|]+|grad norm: [^|]+|lm loss value: [^|]+' <<<"$1"; }
+    # name, ranks, layout: the collectives (MPI) are recorded into the graphs with the ops; 7
+    # losses and norms, validation at 3, 6 and 7 and the test split at 7: 18 values
+    while read -r name n layout; do
+        # shellcheck disable=SC2086
+        eager=$(timeout 200 mpirun --oversubscribe -np "$n" "$MEGATRON" "${PAR[@]}" $layout 2>&1 </dev/null)
+        # shellcheck disable=SC2086
+        graph=$(timeout 200 mpirun --oversubscribe -np "$n" "$MEGATRON" "${PAR[@]}" $layout \
+            --cuda-graph-impl full_iteration --cuda-graph-warmup-steps 2 2>&1 </dev/null); rc=$?
+        if [ $rc -ne 0 ]; then fail "graph_$name" "exit $rc" "$(tail -n 3 <<<"$graph")"
+        elif ! grep -q 'captured the evaluation batch' <<<"$graph"; then
+            fail "graph_$name" "no evaluation graph" "$(grep '> ' <<<"$graph" | tail -n 4)"
+        elif [ "$(values "$eager")" != "$(values "$graph")" ] || [ "$(values "$graph" | wc -l)" -ne 18 ]; then
+            fail "graph_$name" "the logs differ" "$(values "$eager" | tr '\n' ' ')" "$(values "$graph" | tr '\n' ' ')"
+        else pass "graph_$name"; fi
+    done <<'EOF2'
+tp2_pp2_sp_distopt 4 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --sequence-parallel --use-distributed-optimizer
+pp2_interleaved 2 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1
+ep2_moe_distopt 2 --expert-model-parallel-size 2 --num-experts 4 --moe-router-topk 2 --use-distributed-optimizer
+dp2_overlapped 2 --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather
+EOF2
 fi
 
 finish
