@@ -164,6 +164,7 @@ static cJSON *memory_json(const mg_plan *p) {
         cJSON_AddNumberToObject(o, "slot_bytes", (double)m->slot_bytes);
         cJSON_AddNumberToObject(o, "workspace", (double)m->workspace);
         cJSON_AddNumberToObject(o, "batch", (double)m->batch);
+        cJSON_AddNumberToObject(o, "graph_inputs", (double)m->graph_inputs);
         cJSON_AddNumberToObject(o, "total", (double)m->total);
         cJSON_AddItemToArray(arr, o);
     }

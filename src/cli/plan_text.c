@@ -282,6 +282,12 @@ static void print_memory(const mg_plan *p, FILE *f) {
                 m->activations / MiB, m->slots, m->slot_bytes / MiB, m->workspace / MiB,
                 m->batch / MiB, m->total / MiB);
     }
+    if (p->n_memory && p->memory[0].graph_inputs)
+        fprintf(f,
+                "  CUDA graphs (full iteration): batch holds every microbatch's inputs, %.2f MiB "
+                "per rank; the graphs' own memory is measured when they are captured (the "
+                "training log)\n",
+                p->memory[0].graph_inputs / MiB);
 }
 
 void mg_plan_print_text(const mg_plan *p, FILE *f) {

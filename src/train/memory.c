@@ -47,8 +47,8 @@ mg_status mg_memory_plan_reserve(mg_memory_plan *p, const mg_config *c, mg_gpt *
     /* a graphed step's inputs: every microbatch's ids, labels and packed-document arrays, copied
      * in before the graph runs (train/trainer_graph.h) */
     const size_t per_mb = 2 + (c->reset_position_ids ? 1 : 0) + (c->reset_attention_mask ? 1 : 0);
-    MG_CHECK(reserve(&p->io, (size_t)staged_microbatches * per_mb * N * sizeof(int32_t),
-                     &p->off_staged));
+    p->staged_bytes = (size_t)staged_microbatches * per_mb * N * sizeof(int32_t);
+    MG_CHECK(reserve(&p->io, p->staged_bytes, &p->off_staged));
     return reserve(&p->io, sizeof(mg_memory_stats_block), &p->off_stats);
 }
 
@@ -73,6 +73,7 @@ static void stage_sizes(mg_memory_plan *p, mg_memory_stage *out) {
     out->activations = mg_arena_committed_size(&p->acts);
     out->workspace = mg_arena_committed_size(&p->work);
     out->batch = mg_arena_committed_size(&p->io);
+    out->graph_inputs = p->staged_bytes;
     out->total = out->weights + out->grads + out->master_weights + out->optimizer +
                  out->activations + out->workspace + out->batch;
 }

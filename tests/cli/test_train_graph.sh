@@ -9,6 +9,7 @@
 #     PP 2, EP 2 MoE with the distributed optimizer, DP 2 with overlapped reductions): the MPI
 #     collectives and point-to-point messages are recorded into the graphs in order with the ops,
 #     and every loss, grad norm and validation loss equals the eager run's;
+#   - `megatron plan` counts the staged inputs in the batch arena;
 #   - a per-layer implementation (not yet) and no warm-up step are refused in one line.
 source "$(dirname "$0")/lib.sh"
 
@@ -44,6 +45,19 @@ elif [ $same -ne 1 ]; then fail graph_fp16_skips_like_eager "the logs differ" "$
 elif [ "$(field 'number of skipped iterations' "$(iters "$graph")" | tr '\n' ' ')" != "0 0 0 1 1 0 0 " ]; then
     fail graph_fp16_skips_like_eager "iterations 4 and 5 not skipped" "$(iters "$graph")"
 else pass graph_fp16_skips_like_eager; fi
+
+# `megatron plan` counts the staged inputs: 16 microbatches x (ids, labels) x 4096 tokens x 4 bytes
+PLAN=(plan --world-size 1 --num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 1024
+      --vocab-size 96 --micro-batch-size 4 --global-batch-size 64 --device cpu)
+batch_mib() { grep -oE 'pipeline rank 0: [^t]*' <<<"$1" | awk -F', ' '{print $(NF-1)}'; }
+with=$("$MEGATRON" "${PLAN[@]}" --cuda-graph-impl full_iteration 2>&1)
+without=$("$MEGATRON" "${PLAN[@]}" 2>&1)
+if ! grep -q "CUDA graphs (full iteration): batch holds every microbatch's inputs, 0.50 MiB" <<<"$with" ||
+   grep -q 'CUDA graphs' <<<"$without" ||
+   [ "$(batch_mib "$with")" != 0.6 ] || [ "$(batch_mib "$without")" != 0.1 ]; then
+    fail graph_plan_counts_inputs "batch $(batch_mib "$with") / $(batch_mib "$without") MiB" \
+        "$(grep -A2 'memory per rank' <<<"$with")"
+else pass graph_plan_counts_inputs; fi
 
 expect_error graph_per_layer_not_yet 2 "--cuda-graph-impl local: per-layer CUDA graphs are not implemented yet" \
     "${RUN[@]}" --cuda-graph-impl local
