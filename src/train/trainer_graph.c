@@ -1,8 +1,7 @@
 /* The full-iteration graph of a training step (train/trainer_graph.h). */
 #include "train/trainer_graph.h"
 
-#include "backend/graph_record.h"
-#include "comm/comm.h"
+#include "parallel/graph_capture.h"
 #include "core/log.h"
 #include "train/trainer_batch.h"
 #include "train/trainer_docs.h"
@@ -71,29 +70,24 @@ static void drop_graph(mg_trainer *t, mg_graph_kind kind) {
     G->eager = 0;
 }
 
-/* mg_comm_record's recorder on a recording backend: each collective a host call of its graph. */
-static mg_status record_collective(void *ctx, mg_status (*call)(const void *args), const void *args,
-                                   size_t size) {
-    return mg_graph_rec_host_call(ctx, call, args, size);
+typedef struct {
+    mg_trainer *t;
+    mg_trainer_graph_body body;
+    void *ctx;
+} capture_ctx;
+
+static mg_status run_body(void *c) {
+    const capture_ctx *x = c;
+    return x->body(x->t, x->ctx);
 }
 
-/* Captures body as kind's graph; the capture runs nothing. On a backend that records its ops
- * (the CPU's), the collectives of the host-buffer groups are recorded with them, in order. */
-static mg_status capture(mg_trainer *t, mg_graph_kind kind, mg_trainer_graph_body body, void *ctx) {
-    mg_backend *be = t->be;
+/* Captures body as kind's graph; the capture runs nothing. */
+static mg_status capture(mg_trainer *t, mg_graph_kind kind, mg_trainer_graph_body body,
+                         void *ctx) {
     mg_train_graph_one *G = &t->graph.k[kind];
-    MG_CHECK(be->graph_begin(be));
-    const mg_comm_recorder rec = {record_collective, be};
-    if (be->recording) {
-        mg_graph_rec_accept_host_calls(be);
-        mg_comm_record(&rec);
-    }
-    mg_status st = body(t, ctx);
-    mg_comm_record(NULL);
+    capture_ctx c = {t, body, ctx};
     mg_graph_info info = {0, 0};
-    mg_status end = be->graph_end(be, &G->g, &info); /* ends the capture in every case */
-    MG_CHECK(st);
-    MG_CHECK(end);
+    MG_CHECK(mg_graph_capture(t->be, run_body, &c, &G->g, &info));
     G->m = t->num_microbatches;
     const bool mib = info.bytes >= ((size_t)1 << 20);
     mg_log_info("> captured the %s at iteration %" PRId64 ": %zu nodes, %.1f %s",
