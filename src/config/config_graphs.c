@@ -34,6 +34,14 @@ static mg_status check_scopes(const char *flag, const char *list) {
     return MG_OK;
 }
 
+unsigned mg_config_graph_parts(const mg_config *c) {
+    const char *scopes = c->cuda_graph_scope[0] ? c->cuda_graph_scope : c->cuda_graph_modules;
+    if (!scopes[0]) return MG_GRAPH_SCOPE_ATTN | MG_GRAPH_SCOPE_MLP | MG_GRAPH_SCOPE_MOE;
+    return (list_has(scopes, "attn") ? MG_GRAPH_SCOPE_ATTN : 0u) |
+           (list_has(scopes, "mlp") ? MG_GRAPH_SCOPE_MLP : 0u) |
+           (list_has(scopes, "moe") ? MG_GRAPH_SCOPE_MOE : 0u);
+}
+
 mg_status mg_config_check_graphs(mg_config *c) {
     if (c->enable_cuda_graph) {
         if (c->cuda_graph_impl != MG_GRAPH_NONE && c->cuda_graph_impl != MG_GRAPH_LOCAL)
@@ -72,18 +80,17 @@ mg_status mg_config_check_graphs(mg_config *c) {
                      "step builds the GEMM and attention plans and sizes the workspace, which a "
                      "capture cannot",
                      c->cuda_graph_warmup_steps);
-    if (c->cuda_graph_impl != MG_GRAPH_FULL_ITERATION)
-        return MG_FAIL(MG_ERR_USAGE,
-                       "--cuda-graph-impl %s: per-layer CUDA graphs are not implemented yet; use "
-                       "--cuda-graph-impl full_iteration (the whole step in one graph)",
-                       c->cuda_graph_impl == MG_GRAPH_LOCAL ? "local" : "transformer_engine");
-    /* what the full-iteration graph cannot hold yet: a per-step value the host computes */
+    if (list_has(scopes, "moe_router") || list_has(scopes, "moe_preprocess"))
+        return USAGE("%s %s: per-layer graphs here hold whole sublayers (attn, mlp, moe); the "
+                     "router and the token preprocessing alone are not captured yet",
+                     flag, list_has(scopes, "moe_router") ? "moe_router" : "moe_preprocess");
+    /* what the graphs cannot hold yet: a per-step value the host computes */
     if (c->layout_invariant_dropout && (c->attention_dropout > 0 || c->hidden_dropout > 0))
         return MG_FAIL(MG_ERR_USAGE,
-                       "--cuda-graph-impl full_iteration with --layout-invariant-dropout: those "
-                       "masks are keyed by the iteration on the host; use Megatron's dropout "
-                       "streams (drop --layout-invariant-dropout) or no graphs");
-    if (c->eod_mask_loss)
+                       "CUDA graphs with --layout-invariant-dropout: those masks are keyed by the "
+                       "iteration on the host; use Megatron's dropout streams (drop "
+                       "--layout-invariant-dropout) or no graphs");
+    if (c->eod_mask_loss && c->cuda_graph_impl == MG_GRAPH_FULL_ITERATION)
         return MG_FAIL(MG_ERR_USAGE,
                        "--cuda-graph-impl full_iteration with --eod-mask-loss: the loss weights "
                        "of a masked batch are not in the graph's inputs yet; drop one of them");

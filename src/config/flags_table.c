@@ -574,11 +574,11 @@ const mg_flag_spec mg_flag_table[] = {
      .choices = graph_impl_choices,
      .help = "none; full_iteration: each training step's forward, backward and optimizer captured "
              "once (after the warm-up steps) and replayed as one graph; local and "
-             "transformer_engine (the same here): per-layer graphs, not yet"},
+             "transformer_engine (the same here): a graph per layer part and microbatch"},
     {"--cuda-graph-modules", GRAPHS, .kind = MG_FLAG_STRING_LIST, .arg = "SCOPE [SCOPE ...]",
      FIELD(cuda_graph_modules),
-     .help = "what the graphs hold: attn, mlp, moe, moe_router, moe_preprocess (per layer; none: "
-             "the whole layer) or full_iteration (with local: the whole step)"},
+     .help = "what per-layer graphs hold: attn, mlp, moe (none: the whole layer; moe_router and "
+             "moe_preprocess alone not yet) or full_iteration (with local: the whole step)"},
     {"--cuda-graph-scope", GRAPHS, .kind = MG_FLAG_STRING_LIST, .arg = "SCOPE [SCOPE ...]",
      FIELD(cuda_graph_scope), .help = "the older spelling of --cuda-graph-modules"},
     {"--cuda-graph-warmup-steps", GRAPHS, INT, FIELD(cuda_graph_warmup_steps),

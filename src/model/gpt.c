@@ -1,6 +1,7 @@
 /* GPT model: parameter registration, activation planning, and the forward/backward walk over
  * the vocab-parallel embedding, blocks (model/block.h) and the vocab-parallel head. */
 #include "model/gpt.h"
+#include "model/layer_graphs.h"
 
 #include "config/flags.h"
 #include "core/rng.h"
@@ -480,11 +481,42 @@ void mg_gpt_set_documents(mg_gpt *g, int s, const int32_t *pos, const int32_t *d
     g->slot_pass[s].doc_start = doc_start;
 }
 
+/* A layer's sublayer call (attention, dense MLP or MoE; forward or backward), as a closure for
+ * its per-layer graph (model/layer_graphs.h). */
+typedef struct {
+    const mg_block_ctx *x;
+    const mg_layer_params *p;
+    const mg_layer_slot *s;
+    void *buf; /* forward: the sublayer's output (MLP, MoE); backward: dres */
+    mg_layer_part part;
+    bool backward;
+} sublayer_call;
+
+static mg_status sublayer_body(void *ctx) {
+    const sublayer_call *c = ctx;
+    if (c->part == MG_LAYER_PART_ATTN)
+        return c->backward ? mg_attention_backward(c->x, c->p, c->s, c->buf)
+                           : mg_attention_forward(c->x, c->p, c->s);
+    if (c->part == MG_LAYER_PART_MOE)
+        return c->backward ? mg_moe_backward(c->x, c->p, c->s, c->buf)
+                           : mg_moe_forward(c->x, c->p, c->s, c->buf);
+    return c->backward ? mg_mlp_backward(c->x, c->p, c->s, c->buf)
+                       : mg_mlp_forward(c->x, c->p, c->s, c->buf);
+}
+
+/* Local layer l's sublayer: through its graph in a training pass with per-layer graphs. */
+static mg_status sublayer(mg_gpt *g, int l, mg_layer_part part, bool backward, int slot, int i,
+                          void *buf) {
+    sublayer_call c = {&g->blk, &g->layers[l], slot_of(g, slot, i), buf, part, backward};
+    if (!g->graphs || !g->blk.pass.on) return sublayer_body(&c);
+    return mg_layer_graphs_run(g->graphs, g->blk.be, l, part, backward, g->blk.pass.mb,
+                               sublayer_body, &c);
+}
+
 mg_status mg_gpt_chunk_forward(mg_gpt *g, mg_backend *be, int c, int s, const int32_t *tokens) {
     MG_CHECK(check_chunk(g, c, s));
     const mg_gpt_chunk *ch = &g->chunks[c];
     g->blk.pass = g->slot_pass[s];
-    const mg_block_ctx *x = &g->blk;
     if (ch->pre) {
         MG_CHECK(call_hook(g, false, (const int[]){g->wte, g->wpe}, 2));
         MG_CHECK(embed(g, be, tokens, mg_gpt_chunk_input(g, c, s)));
@@ -492,9 +524,9 @@ mg_status mg_gpt_chunk_forward(mg_gpt *g, mg_backend *be, int c, int s, const in
     for (int i = 0; i < ch->count; i++) {
         int l = ch->first + i;
         MG_CHECK(layer_hook(g, false, l));
-        MG_CHECK(mg_attention_forward(x, &g->layers[l], slot_of(g, s, i)));
-        MG_CHECK((g->layers[l].moe ? mg_moe_forward : mg_mlp_forward)(
-            x, &g->layers[l], slot_of(g, s, i), chunk_x(g, c, s, i + 1)));
+        MG_CHECK(sublayer(g, l, MG_LAYER_PART_ATTN, false, s, i, NULL));
+        MG_CHECK(sublayer(g, l, g->layers[l].moe ? MG_LAYER_PART_MOE : MG_LAYER_PART_MLP, false, s,
+                          i, chunk_x(g, c, s, i + 1)));
     }
     return MG_OK;
 }
@@ -544,9 +576,9 @@ mg_status mg_gpt_chunk_backward(mg_gpt *g, mg_backend *be, int c, int s, const i
     void *dres = ws(g, g->ws.dres);
     for (int i = ch->count - 1; i >= 0; i--) {
         int l = ch->first + i;
-        MG_CHECK((g->layers[l].moe ? mg_moe_backward : mg_mlp_backward)(x, &g->layers[l],
-                                                                        slot_of(g, s, i), dres));
-        MG_CHECK(mg_attention_backward(x, &g->layers[l], slot_of(g, s, i), dres));
+        MG_CHECK(sublayer(g, l, g->layers[l].moe ? MG_LAYER_PART_MOE : MG_LAYER_PART_MLP, true, s,
+                          i, dres));
+        MG_CHECK(sublayer(g, l, MG_LAYER_PART_ATTN, true, s, i, dres));
         MG_CHECK(layer_hook(g, true, l));
     }
     if (!ch->pre) return MG_OK; /* d(input) stays in dres: mg_gpt_chunk_dinput */

@@ -5,8 +5,8 @@
 #include "comm/comm.h"
 
 /* mg_comm_record's recorder on a recording backend: each collective a host call of its graph. */
-static mg_status record_collective(void *ctx, mg_status (*call)(const void *args),
-                                   const void *args, size_t size) {
+static mg_status record_collective(void *ctx, mg_status (*call)(const void *args), const void *args,
+                                   size_t size) {
     return mg_graph_rec_host_call(ctx, call, args, size);
 }
 

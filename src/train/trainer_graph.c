@@ -2,7 +2,9 @@
 #include "train/trainer_graph.h"
 
 #include "parallel/graph_capture.h"
+#include "config/flags.h"
 #include "core/log.h"
+#include "model/layer_graphs.h"
 #include "train/trainer_batch.h"
 #include "train/trainer_docs.h"
 
@@ -12,7 +14,40 @@ bool mg_trainer_graph_on(const mg_trainer *t) {
     return t->cfg.cuda_graph_impl == MG_GRAPH_FULL_ITERATION;
 }
 
+/* Per-layer graphs (model/layer_graphs.h) of the scopes named. */
+static mg_status layer_graphs_init(mg_trainer *t) {
+    const mg_config *c = &t->cfg;
+    if (t->be->device != MG_DEVICE_CPU)
+        return MG_FAIL(MG_ERR_UNSUPPORTED,
+                       "--cuda-graph-impl %s: per-layer graphs are proven on the cpu backend, not "
+                       "yet verified on a GPU; use --cuda-graph-impl full_iteration there",
+                       c->cuda_graph_impl == MG_GRAPH_LOCAL ? "local" : "transformer_engine");
+    const unsigned scope = mg_config_graph_parts(c);
+    const unsigned parts = (scope & MG_GRAPH_SCOPE_ATTN ? 1u << MG_LAYER_PART_ATTN : 0u) |
+                           (scope & MG_GRAPH_SCOPE_MLP ? 1u << MG_LAYER_PART_MLP : 0u) |
+                           (scope & MG_GRAPH_SCOPE_MOE ? 1u << MG_LAYER_PART_MOE : 0u);
+    MG_CHECK(mg_layer_graphs_create(&t->model.graphs, t->model.n_layers, t->eval_microbatches,
+                                    parts, c->cuda_graph_warmup_steps));
+    mg_log_info("> CUDA graphs: per layer (%s%s%s), each part of each microbatch captured after %d "
+                "eager run%s",
+                scope & MG_GRAPH_SCOPE_ATTN ? "attn " : "",
+                scope & MG_GRAPH_SCOPE_MLP ? "mlp " : "", scope & MG_GRAPH_SCOPE_MOE ? "moe" : "",
+                c->cuda_graph_warmup_steps, c->cuda_graph_warmup_steps == 1 ? "" : "s");
+    return MG_OK;
+}
+
+void mg_trainer_graph_note(mg_trainer *t) {
+    size_t nodes = 0, bytes = 0;
+    int n = mg_layer_graphs_captured(t->model.graphs, &nodes, &bytes);
+    if (n == t->graph.layer_captured) return;
+    t->graph.layer_captured = n;
+    mg_log_info("> per-layer graphs: %d captured by iteration %" PRId64 ": %zu nodes, %.1f KiB", n,
+                t->state.iteration, nodes, (double)bytes / 1024.0);
+}
+
 mg_status mg_trainer_graph_init(mg_trainer *t) {
+    const mg_cuda_graph_impl impl = t->cfg.cuda_graph_impl;
+    if (impl == MG_GRAPH_LOCAL || impl == MG_GRAPH_TRANSFORMER_ENGINE) return layer_graphs_init(t);
     if (!mg_trainer_graph_on(t)) return MG_OK;
     if (t->be->device != MG_DEVICE_CPU && t->model.n_moe > 0)
         return MG_FAIL(MG_ERR_UNSUPPORTED,
@@ -82,8 +117,7 @@ static mg_status run_body(void *c) {
 }
 
 /* Captures body as kind's graph; the capture runs nothing. */
-static mg_status capture(mg_trainer *t, mg_graph_kind kind, mg_trainer_graph_body body,
-                         void *ctx) {
+static mg_status capture(mg_trainer *t, mg_graph_kind kind, mg_trainer_graph_body body, void *ctx) {
     mg_train_graph_one *G = &t->graph.k[kind];
     capture_ctx c = {t, body, ctx};
     mg_graph_info info = {0, 0};
@@ -122,4 +156,6 @@ mg_status mg_trainer_graph_run(mg_trainer *t, mg_graph_kind kind, const mg_sampl
 
 void mg_trainer_graph_free(mg_trainer *t) {
     for (int k = 0; t->be && k < MG_GRAPH_KINDS; k++) drop_graph(t, (mg_graph_kind)k);
+    if (t->be) mg_layer_graphs_free(t->model.graphs, t->be);
+    t->model.graphs = NULL;
 }

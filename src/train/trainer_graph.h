@@ -12,8 +12,10 @@
  * microbatch count (--rampup-batch-size) drops the graph: the step runs eagerly again for the
  * warm-up steps and is captured anew (the log says so). An evaluation batch (the forward of every
  * microbatch and the loss sum) has its own graph, captured after as many eager batches.
+ * With --cuda-graph-impl local or transformer_engine the graphs are per layer instead
+ * (model/layer_graphs.h; the trainer makes them and logs their captures).
  * Exports: mg_trainer_graph_on, mg_trainer_graph_init, mg_trainer_graph_run,
- * mg_trainer_graph_inputs, mg_trainer_graph_free.
+ * mg_trainer_graph_inputs, mg_trainer_graph_note, mg_trainer_graph_free.
  * Needs: train/trainer_parts, backend. */
 #ifndef MG_TRAIN_TRAINER_GRAPH_H
 #define MG_TRAIN_TRAINER_GRAPH_H
@@ -34,6 +36,8 @@ mg_status mg_trainer_graph_run(mg_trainer *t, mg_graph_kind kind, const mg_sampl
 /* In a staged pass: microbatch mb's inputs copied into activation slot `slot` on the device
  * (tokens, targets and the packed-document arrays, those the trainer has). */
 mg_status mg_trainer_graph_inputs(mg_trainer *t, int mb, int slot);
+/* After a training step with per-layer graphs: logs the graphs captured in it, if any. */
+void mg_trainer_graph_note(mg_trainer *t);
 void mg_trainer_graph_free(mg_trainer *t);
 
 #endif

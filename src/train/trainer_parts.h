@@ -173,6 +173,7 @@ typedef struct {
 } mg_train_graph_one;
 typedef struct {
     mg_train_graph_one k[MG_GRAPH_KINDS];
+    int layer_captured; /* per-layer graphs captured as of the last log line about them */
     bool staged; /* the pass running reads its microbatches' inputs from the staged copies */
     /* every microbatch's inputs, copied in before the pass (backend, (staged microbatches, N)
      * each; positions and doc_starts NULL without their flags) */

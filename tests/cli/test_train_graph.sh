@@ -6,11 +6,13 @@
 #   - fp16 with overflows injected into replayed steps (MG_FAULT_OVERFLOW): the same skips, loss
 #     scales and losses as the eager run;
 #   - parallel layouts under mpirun (TP 2 x PP 2 with SP and the distributed optimizer, interleaved
-#     PP 2, EP 2 MoE with the distributed optimizer, DP 2 with overlapped reductions): the MPI
-#     collectives and point-to-point messages are recorded into the graphs in order with the ops,
-#     and every loss, grad norm and validation loss equals the eager run's;
+#     PP 2, EP 2 MoE with the distributed optimizer, DP 2 with overlapped reductions), with the
+#     full-iteration graphs and with per-layer graphs (local and transformer_engine, whole layers
+#     and single scopes): the MPI collectives and point-to-point messages are recorded into the
+#     graphs in order with the ops, and every loss, grad norm and validation loss equals the eager
+#     run's;
 #   - `megatron plan` counts the staged inputs in the batch arena;
-#   - a per-layer implementation (not yet) and no warm-up step are refused in one line.
+#   - the MoE router alone as a scope (not yet) and no warm-up step are refused in one line.
 source "$(dirname "$0")/lib.sh"
 
 RUN=(train --num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --vocab-size 96
@@ -59,8 +61,8 @@ if ! grep -q "CUDA graphs (full iteration): batch holds every microbatch's input
         "$(grep -A2 'memory per rank' <<<"$with")"
 else pass graph_plan_counts_inputs; fi
 
-expect_error graph_per_layer_not_yet 2 "--cuda-graph-impl local: per-layer CUDA graphs are not implemented yet" \
-    "${RUN[@]}" --cuda-graph-impl local
+expect_error graph_moe_router_not_yet 2 "--cuda-graph-modules moe_router: per-layer graphs here hold whole sublayers" \
+    "${RUN[@]}" --cuda-graph-impl local --cuda-graph-modules moe_router
 expect_error graph_needs_a_warmup_step 2 "--cuda-graph-warmup-steps must be at least 1 here, got 0" \
     "${RUN[@]}" --cuda-graph-impl full_iteration --cuda-graph-warmup-steps 0
 
@@ -75,25 +77,33 @@ else
          --log-interval 1 --device cpu --num-threads 1 --eval-iters 2 --eval-interval 3
          --train-iters 7)
     values() { grep -oE 'lm loss: [^|]+|grad norm: [^|]+|lm loss value: [^|]+' <<<"$1"; }
-    # name, ranks, layout: the collectives (MPI) are recorded into the graphs with the ops; 7
-    # losses and norms, validation at 3, 6 and 7 and the test split at 7: 18 values
-    while read -r name n layout; do
+    # name, ranks, graphs (IMPL or IMPL:SCOPE), layout: the collectives (MPI) are recorded into
+    # the graphs with the ops; 7 losses and norms, validation at 3, 6 and 7 and the test split at
+    # 7: 18 values
+    while read -r name n graphs layout; do
+        scope=()
+        [ "$graphs" != "${graphs#*:}" ] && scope=(--cuda-graph-modules "${graphs#*:}")
         # shellcheck disable=SC2086
         eager=$(timeout 200 mpirun --oversubscribe -np "$n" "$MEGATRON" "${PAR[@]}" $layout 2>&1 </dev/null)
         # shellcheck disable=SC2086
         graph=$(timeout 200 mpirun --oversubscribe -np "$n" "$MEGATRON" "${PAR[@]}" $layout \
-            --cuda-graph-impl full_iteration --cuda-graph-warmup-steps 2 2>&1 </dev/null); rc=$?
+            --cuda-graph-impl "${graphs%%:*}" "${scope[@]}" --cuda-graph-warmup-steps 2 \
+            2>&1 </dev/null); rc=$?
         if [ $rc -ne 0 ]; then fail "graph_$name" "exit $rc" "$(tail -n 3 <<<"$graph")"
-        elif ! grep -q 'captured the evaluation batch' <<<"$graph"; then
-            fail "graph_$name" "no evaluation graph" "$(grep '> ' <<<"$graph" | tail -n 4)"
+        elif ! grep -qE 'captured the evaluation batch|per-layer graphs: [0-9]+ captured' <<<"$graph"; then
+            fail "graph_$name" "no graph captured" "$(grep '> ' <<<"$graph" | tail -n 4)"
         elif [ "$(values "$eager")" != "$(values "$graph")" ] || [ "$(values "$graph" | wc -l)" -ne 18 ]; then
             fail "graph_$name" "the logs differ" "$(values "$eager" | tr '\n' ' ')" "$(values "$graph" | tr '\n' ' ')"
         else pass "graph_$name"; fi
     done <<'EOF2'
-tp2_pp2_sp_distopt 4 --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --sequence-parallel --use-distributed-optimizer
-pp2_interleaved 2 --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1
-ep2_moe_distopt 2 --expert-model-parallel-size 2 --num-experts 4 --moe-router-topk 2 --use-distributed-optimizer
-dp2_overlapped 2 --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather
+tp2_pp2_sp_distopt 4 full_iteration --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --sequence-parallel --use-distributed-optimizer
+pp2_interleaved 2 full_iteration --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1
+ep2_moe_distopt 2 full_iteration --expert-model-parallel-size 2 --num-experts 4 --moe-router-topk 2 --use-distributed-optimizer
+dp2_overlapped 2 full_iteration --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather
+layer_tp2_pp2_sp_distopt 4 local --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --sequence-parallel --use-distributed-optimizer
+layer_attn_pp2_interleaved 2 local:attn --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1
+layer_moe_ep2_distopt 2 transformer_engine:moe --expert-model-parallel-size 2 --num-experts 4 --moe-router-topk 2 --use-distributed-optimizer
+layer_dp2_overlapped_eod 2 local --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather --eod-mask-loss
 EOF2
 fi
 

@@ -85,28 +85,26 @@ MG_TEST(cuda_train_graph_replay_equals_eager_llama) {
     replay_equals_eager(t, true);
 }
 
-/* MoE layers replay exactly on the CPU backend (tests/unit/test_train_graph.c); on CUDA they are
- * refused in one line until a GPU run has verified them. */
-MG_TEST(cuda_train_graph_refuses_moe_until_verified) {
+/* What replays exactly on the CPU backend (tests/unit/test_train_graph.c, tests/cli/
+ * test_train_graph.sh) but has not run on a GPU yet is refused on CUDA in one line: MoE layers
+ * in the full-iteration graph, and per-layer graphs. */
+MG_TEST(cuda_train_graph_refuses_what_is_not_verified) {
     if (!ct_cuda(t)) return;
-    const char *extra[] = {"--num-layers",
-                           "2",
-                           "--global-batch-size",
-                           "4",
-                           "--train-iters",
-                           "4",
-                           "--num-experts",
-                           "4",
-                           "--moe-router-topk",
-                           "2",
-                           "--cuda-graph-impl",
-                           "full_iteration",
-                           NULL};
-    mg_config c;
-    MG_EXPECT_OK(ct_tiny_config(&c, "cuda", true, extra));
-    if (t->failures) return;
-    mg_trainer *tr = calloc(1, sizeof *tr);
-    MG_EXPECT_ERROR(mg_trainer_init(tr, &c, NULL), MG_ERR_UNSUPPORTED, "not yet verified on a GPU");
-    mg_trainer_free(tr);
-    free(tr);
+    static const char *const cases[][14] = {
+        {"--num-layers", "2", "--global-batch-size", "4", "--train-iters", "4", "--num-experts",
+         "4", "--moe-router-topk", "2", "--cuda-graph-impl", "full_iteration", NULL},
+        {"--num-layers", "2", "--global-batch-size", "4", "--train-iters", "4", "--cuda-graph-impl",
+         "local", NULL},
+    };
+    const char *msg[] = {"not yet verified on a GPU", "per-layer graphs are proven on the cpu "
+                                                      "backend, not yet verified on a GPU"};
+    for (int k = 0; k < 2; k++) {
+        mg_config c;
+        MG_EXPECT_OK(ct_tiny_config(&c, "cuda", true, cases[k]));
+        if (t->failures) return;
+        mg_trainer *tr = calloc(1, sizeof *tr);
+        MG_EXPECT_ERROR(mg_trainer_init(tr, &c, NULL), MG_ERR_UNSUPPORTED, msg[k]);
+        mg_trainer_free(tr);
+        free(tr);
+    }
 }

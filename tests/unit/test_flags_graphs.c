@@ -30,6 +30,34 @@ MG_TEST(flags_graphs_resolve_to_full_iteration) {
     MG_EXPECT(c.cuda_graph_impl == MG_GRAPH_NONE, "graphs on by default");
 }
 
+MG_TEST(flags_graphs_per_layer_scopes) {
+    static const struct {
+        const char *extra[6];
+        mg_cuda_graph_impl impl;
+        unsigned parts;
+    } cases[] = {
+        {{"--cuda-graph-impl", "local", NULL}, MG_GRAPH_LOCAL, 7u},
+        {{"--enable-cuda-graph", NULL}, MG_GRAPH_LOCAL, 7u},
+        {{"--external-cuda-graph", "--cuda-graph-scope", "attn", "moe", NULL},
+         MG_GRAPH_TRANSFORMER_ENGINE,
+         MG_GRAPH_SCOPE_ATTN | MG_GRAPH_SCOPE_MOE},
+        {{"--cuda-graph-impl", "transformer_engine", "--cuda-graph-modules", "mlp", NULL},
+         MG_GRAPH_TRANSFORMER_ENGINE,
+         MG_GRAPH_SCOPE_MLP},
+        {{"--cuda-graph-impl", "local", "--eod-mask-loss", "--vocab-size", "64", NULL},
+         MG_GRAPH_LOCAL,
+         7u},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        mg_config c;
+        MG_EXPECT_OK(mg_test_parse_base(&c, NULL, cases[i].extra));
+        MG_EXPECT_OK(mg_config_validate(&c));
+        MG_EXPECT(c.cuda_graph_impl == cases[i].impl && mg_config_graph_parts(&c) == cases[i].parts,
+                  "case %zu: impl %d parts %u, want %d %u", i, (int)c.cuda_graph_impl,
+                  mg_config_graph_parts(&c), (int)cases[i].impl, cases[i].parts);
+    }
+}
+
 MG_TEST(flags_graphs_refuse_bad_combinations) {
     static const struct {
         const char *extra[10];
@@ -39,12 +67,13 @@ MG_TEST(flags_graphs_refuse_bad_combinations) {
         {{"--cuda-graph-impl", "full_iteration", "--cuda-graph-warmup-steps", "0"},
          MG_ERR_USAGE,
          "--cuda-graph-warmup-steps must be at least 1 here, got 0"},
-        {{"--cuda-graph-impl", "local"},
+        {{"--cuda-graph-impl", "local", "--cuda-graph-modules", "attn", "moe_router"},
          MG_ERR_USAGE,
-         "--cuda-graph-impl local: per-layer CUDA graphs are not implemented yet"},
-        {{"--external-cuda-graph"},
+         "--cuda-graph-modules moe_router: per-layer graphs here hold whole sublayers (attn, mlp, "
+         "moe)"},
+        {{"--external-cuda-graph", "--cuda-graph-scope", "moe_preprocess"},
          MG_ERR_USAGE,
-         "--cuda-graph-impl transformer_engine: per-layer CUDA graphs are not implemented yet"},
+         "--cuda-graph-scope moe_preprocess: per-layer graphs here hold whole sublayers"},
         {{"--enable-cuda-graph", "--cuda-graph-impl", "full_iteration"},
          MG_ERR_USAGE,
          "--enable-cuda-graph is deprecated, use --cuda-graph-impl=local instead"},
@@ -70,7 +99,8 @@ MG_TEST(flags_graphs_refuse_bad_combinations) {
         {{"--cuda-graph-impl", "full_iteration", "--layout-invariant-dropout",
           "--attention-dropout", "0.1"},
          MG_ERR_USAGE,
-         "with --layout-invariant-dropout: those masks are keyed by the iteration on the host"},
+         "CUDA graphs with --layout-invariant-dropout: those masks are keyed by the iteration on "
+         "the host"},
         {{"--cuda-graph-impl", "full_iteration", "--eod-mask-loss", "--vocab-size", "64"},
          MG_ERR_USAGE,
          "full_iteration with --eod-mask-loss"},

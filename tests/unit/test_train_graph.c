@@ -11,6 +11,7 @@
 
 #include "config_test_util.h"
 
+#include "model/layer_graphs.h"
 #include "train/trainer.h"
 
 #include <stdio.h>
@@ -39,16 +40,20 @@ static void run(mg_test_ctx *t, const char *flags, const char *graph, run_out *o
     }
     o->w = malloc(tr->model.params.numel * sizeof(float));
     MG_EXPECT_OK(mg_trainer_get_weights(tr, o->w));
-    o->captured = tr->graph.k[MG_GRAPH_TRAIN].g != NULL && tr->graph.k[MG_GRAPH_EVAL].g != NULL;
+    o->captured = tr->model.graphs ? mg_layer_graphs_captured(tr->model.graphs, NULL, NULL) > 0
+                                   : tr->graph.k[MG_GRAPH_TRAIN].g != NULL &&
+                                         tr->graph.k[MG_GRAPH_EVAL].g != NULL;
     mg_test_trainer_free(tr);
 }
 
-static void same_as_eager(mg_test_ctx *t, const char *flags, const char *label) {
+#define FULL "--cuda-graph-impl full_iteration --cuda-graph-warmup-steps 2"
+
+static void same_as(mg_test_ctx *t, const char *flags, const char *graphs, const char *label) {
     run_out e = {0}, g = {0};
     run(t, flags, "", &e);
-    run(t, flags, "--cuda-graph-impl full_iteration --cuda-graph-warmup-steps 2", &g);
+    run(t, flags, graphs, &g);
     if (!e.w || !g.w) goto done;
-    MG_EXPECT(g.captured, "%s: the training or the evaluation graph was not captured", label);
+    MG_EXPECT(g.captured, "%s: the graphs were not captured", label);
     for (int s = 0; s < STEPS; s++)
         MG_EXPECT(e.loss[s] == g.loss[s] && e.norm[s] == g.norm[s],
                   "%s step %d: graph loss %.9g norm %.9g, eager %.9g %.9g", label, s + 1, g.loss[s],
@@ -67,6 +72,10 @@ static void same_as_eager(mg_test_ctx *t, const char *flags, const char *label) 
 done:
     free(e.w);
     free(g.w);
+}
+
+static void same_as_eager(mg_test_ctx *t, const char *flags, const char *label) {
+    same_as(t, flags, FULL, label);
 }
 
 #define BASE                                                                                       \
@@ -101,4 +110,22 @@ MG_TEST(train_graph_replay_equals_eager_moe) {
                   BASE "--train-iters 8 --global-batch-size 4 --num-experts 4 --moe-router-topk 2 "
                        "--moe-ffn-hidden-size 24 --moe-aux-loss-coeff 1e-2 --moe-z-loss-coeff 1e-3",
                   "moe");
+}
+
+/* Per-layer graphs (model/layer_graphs.h): each sublayer of each microbatch, forward and
+ * backward, its own graph; the rest of the step eager between them. */
+MG_TEST(train_graph_per_layer_equals_eager) {
+    same_as(t, BASE "--train-iters 8 --global-batch-size 4",
+            "--cuda-graph-impl local --cuda-graph-warmup-steps 2", "gpt2 per layer");
+    same_as(t,
+            BASE "--train-iters 8 --global-batch-size 4 --normalization RMSNorm --swiglu "
+                 "--position-embedding-type rope --disable-bias-linear",
+            "--cuda-graph-impl transformer_engine --cuda-graph-modules attn "
+            "--cuda-graph-warmup-steps 1",
+            "llama attn");
+    same_as(t,
+            BASE "--train-iters 8 --global-batch-size 4 --num-experts 4 --moe-router-topk 2 "
+                 "--moe-ffn-hidden-size 24 --moe-aux-loss-coeff 1e-2 --moe-layer-freq [0,1]",
+            "--enable-cuda-graph --cuda-graph-scope attn moe --cuda-graph-warmup-steps 2",
+            "moe per layer");
 }
