@@ -39,7 +39,9 @@ unsigned mg_config_graph_parts(const mg_config *c) {
     if (!scopes[0]) return MG_GRAPH_SCOPE_ATTN | MG_GRAPH_SCOPE_MLP | MG_GRAPH_SCOPE_MOE;
     return (list_has(scopes, "attn") ? MG_GRAPH_SCOPE_ATTN : 0u) |
            (list_has(scopes, "mlp") ? MG_GRAPH_SCOPE_MLP : 0u) |
-           (list_has(scopes, "moe") ? MG_GRAPH_SCOPE_MOE : 0u);
+           (list_has(scopes, "moe") ? MG_GRAPH_SCOPE_MOE : 0u) |
+           (list_has(scopes, "moe_router") ? MG_GRAPH_SCOPE_MOE_ROUTER : 0u) |
+           (list_has(scopes, "moe_preprocess") ? MG_GRAPH_SCOPE_MOE_PREPROCESS : 0u);
 }
 
 mg_status mg_config_check_graphs(mg_config *c) {
@@ -80,10 +82,11 @@ mg_status mg_config_check_graphs(mg_config *c) {
                      "step builds the GEMM and attention plans and sizes the workspace, which a "
                      "capture cannot",
                      c->cuda_graph_warmup_steps);
-    if (list_has(scopes, "moe_router") || list_has(scopes, "moe_preprocess"))
-        return USAGE("%s %s: per-layer graphs here hold whole sublayers (attn, mlp, moe); the "
-                     "router and the token preprocessing alone are not captured yet",
-                     flag, list_has(scopes, "moe_router") ? "moe_router" : "moe_preprocess");
+    if (list_has(scopes, "moe") &&
+        (list_has(scopes, "moe_router") || list_has(scopes, "moe_preprocess")))
+        return USAGE("%s: moe captures the whole MoE sublayer, its router and preprocessing "
+                     "included; name moe, or moe_router and moe_preprocess",
+                     flag);
     /* what the graphs cannot hold yet: a per-step value the host computes */
     if (c->layout_invariant_dropout && (c->attention_dropout > 0 || c->hidden_dropout > 0))
         return MG_FAIL(MG_ERR_USAGE,

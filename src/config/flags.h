@@ -107,11 +107,13 @@ mg_status mg_config_check_moe(mg_config *c);
  * --external-cuda-graph and a full_iteration scope resolved into cuda_graph_impl; the scopes
  * known; at least one warm-up step; what the graphs do not hold yet refused. */
 mg_status mg_config_check_graphs(mg_config *c);
-/* The sublayers per-layer graphs hold (--cuda-graph-impl local or transformer_engine): the
- * scopes of --cuda-graph-modules (or --cuda-graph-scope), all three when none is named. */
-#define MG_GRAPH_SCOPE_ATTN 1u
-#define MG_GRAPH_SCOPE_MLP  2u
-#define MG_GRAPH_SCOPE_MOE  4u
+/* The parts per-layer graphs hold (--cuda-graph-impl local or transformer_engine): the scopes
+ * of --cuda-graph-modules (or --cuda-graph-scope); attn, mlp and moe when none is named. */
+#define MG_GRAPH_SCOPE_ATTN           1u
+#define MG_GRAPH_SCOPE_MLP            2u
+#define MG_GRAPH_SCOPE_MOE            4u
+#define MG_GRAPH_SCOPE_MOE_ROUTER     8u
+#define MG_GRAPH_SCOPE_MOE_PREPROCESS 16u
 unsigned mg_config_graph_parts(const mg_config *c);
 /* The training-length and schedule checks of mg_config_validate (config/config_lr.c):
  * iteration- or sample-based training (--train-samples resolves --lr-decay-samples), WSD, the

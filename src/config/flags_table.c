@@ -577,8 +577,8 @@ const mg_flag_spec mg_flag_table[] = {
              "transformer_engine (the same here): a graph per layer part and microbatch"},
     {"--cuda-graph-modules", GRAPHS, .kind = MG_FLAG_STRING_LIST, .arg = "SCOPE [SCOPE ...]",
      FIELD(cuda_graph_modules),
-     .help = "what per-layer graphs hold: attn, mlp, moe (none: the whole layer; moe_router and "
-             "moe_preprocess alone not yet) or full_iteration (with local: the whole step)"},
+     .help = "what per-layer graphs hold: attn, mlp, moe, moe_router, moe_preprocess (none: attn, "
+             "mlp and moe) or full_iteration (with local: the whole step)"},
     {"--cuda-graph-scope", GRAPHS, .kind = MG_FLAG_STRING_LIST, .arg = "SCOPE [SCOPE ...]",
      FIELD(cuda_graph_scope), .help = "the older spelling of --cuda-graph-modules"},
     {"--cuda-graph-warmup-steps", GRAPHS, INT, FIELD(cuda_graph_warmup_steps),

@@ -1,6 +1,7 @@
 /* The block context's shared pieces: the activation slot, the norms with their sequence-parallel
  * gather, and the row-parallel linear's reduction (model/block.h). */
 #include "model/block.h"
+#include "model/layer_graphs.h"
 
 static mg_status reserve(mg_arena *a, size_t bytes, size_t *off) {
     return mg_arena_reserve(a, bytes, 0, off);
@@ -149,4 +150,11 @@ mg_status mg_block_row_parallel_dout(const mg_block_ctx *x, const void *dout,
     MG_CHECK(mg_tp_all_gather(x->tp, w, *whole, (size_t)x->Nl * c->H, x->be->compute_dtype));
     *whole = w;
     return MG_OK;
+}
+
+mg_status mg_block_graph(const mg_block_ctx *x, int layer, int part, bool backward,
+                         mg_status (*fn)(void *ctx), void *ctx) {
+    if (!x->graphs || !x->pass.on) return fn(ctx);
+    return mg_layer_graphs_run(x->graphs, x->be, layer, (mg_layer_part)part, backward, x->pass.mb,
+                               fn, ctx);
 }

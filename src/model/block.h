@@ -149,9 +149,11 @@ typedef struct {
     float *grad_buf; /* (params->numel) fp32 */
     mg_arena *acts, *work;
     const mg_block_ws *ws;
-    const mg_moe_ws *moe;    /* NULL in a dense model */
-    const mg_model_rng *rng; /* the dropout streams (set at bind) */
-    mg_block_pass pass;      /* the pass's dropout */
+    const mg_moe_ws *moe;           /* NULL in a dense model */
+    const mg_model_rng *rng;        /* the dropout streams (set at bind) */
+    mg_block_pass pass;             /* the pass's dropout */
+    struct mg_layer_graphs *graphs; /* per-layer graphs (model/layer_graphs.h; the trainer's),
+                                       NULL: none */
 } mg_block_ctx;
 
 static inline void *mg_block_act(const mg_block_ctx *x, size_t off) {
@@ -185,6 +187,11 @@ mg_status mg_block_norm_forward(const mg_block_ctx *x, void *whole, float *mean,
  * ACCUMULATES into dx (Nl,H) and the weight gradients. dwhole is clobbered. */
 mg_status mg_block_norm_backward(const mg_block_ctx *x, void *dx, void *dwhole, const void *in,
                                  const float *mean, const float *rstd, int w, int b);
+/* fn(ctx), part `part` (model/layer_graphs.h's mg_layer_part) of global layer `layer` in
+ * direction `backward`: through its per-layer graph in a training pass that has them, else
+ * directly. */
+mg_status mg_block_graph(const mg_block_ctx *x, int layer, int part, bool backward,
+                         mg_status (*fn)(void *ctx), void *ctx);
 /* The dropout at `site` (MG_DROPOUT_*) of global layer `layer` in this pass, for an op over this
  * rank's heads (attention) or residual rows (hidden): false when there is none (probability 0,
  * or not a training pass). Stream masks (model/rng.h) draw attention dropout from the

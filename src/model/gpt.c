@@ -508,9 +508,7 @@ static mg_status sublayer_body(void *ctx) {
 static mg_status sublayer(mg_gpt *g, int l, mg_layer_part part, bool backward, int slot, int i,
                           void *buf) {
     sublayer_call c = {&g->blk, &g->layers[l], slot_of(g, slot, i), buf, part, backward};
-    if (!g->graphs || !g->blk.pass.on) return sublayer_body(&c);
-    return mg_layer_graphs_run(g->graphs, g->blk.be, l, part, backward, g->blk.pass.mb,
-                               sublayer_body, &c);
+    return mg_block_graph(&g->blk, g->layers[l].layer, part, backward, sublayer_body, &c);
 }
 
 mg_status mg_gpt_chunk_forward(mg_gpt *g, mg_backend *be, int c, int s, const int32_t *tokens) {

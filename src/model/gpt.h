@@ -104,8 +104,6 @@ typedef struct {
     int n_moe;               /* MoE layers held by this rank */
     mg_moe_ws moe_ws;        /* their shared workspace and state (model/moe.h) */
     mg_model_rng rng;        /* the dropout streams (model/rng.h; allocated at bind) */
-    struct mg_layer_graphs *graphs; /* per-layer graphs of training passes (model/layer_graphs.h;
-                                       the trainer's), NULL: none */
 
     /* plan (set by mg_gpt_plan) */
     int n_slots, slot_layers;       /* activation slots; layer entries per slot (largest chunk) */

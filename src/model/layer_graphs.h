@@ -2,7 +2,10 @@
  * Megatron's): for each layer this rank holds, the parts the scopes name (attn: the attention
  * sublayer, its norm, QKV, attention, projection, dropout and residual; mlp: a dense layer's MLP
  * sublayer likewise; moe: an MoE layer's whole MoE sublayer, router, dispatch, experts and
- * combine; none named: all three), forward and backward, for each microbatch of a training step.
+ * combine; none named: those three; or, instead of moe, moe_router: the MoE sublayer's norm,
+ * router and top-k routing, and moe_preprocess: its token permutation and, with expert
+ * parallelism, the exchange of the per-expert counts), forward and backward, for each microbatch
+ * of a training step.
  * A part runs eagerly its first `warmup` times, is then captured once (parallel/graph_capture.h:
  * its tensor-parallel and expert-parallel collectives included) and replayed after; the rest of
  * the layer (the hooks that gather parameters and hand gradients to the data-parallel reduction)
@@ -23,18 +26,21 @@ typedef enum {
     MG_LAYER_PART_ATTN = 0,
     MG_LAYER_PART_MLP,
     MG_LAYER_PART_MOE,
+    MG_LAYER_PART_MOE_ROUTER,
+    MG_LAYER_PART_MOE_PREPROCESS,
     MG_LAYER_PARTS
 } mg_layer_part;
 
 typedef struct mg_layer_graphs mg_layer_graphs;
 
-/* Graphs for n_layers layers and up to max_microbatches microbatches per step; parts: bit p set
- * for each part p that is graphed; warmup >= 1 eager runs first. */
+/* Graphs for the model's n_layers layers (global numbers) and up to max_microbatches
+ * microbatches per step; parts: bit p set for each part p that is graphed; warmup >= 1 eager
+ * runs first. */
 mg_status mg_layer_graphs_create(mg_layer_graphs **out, int n_layers, int max_microbatches,
                                  unsigned parts, int warmup);
 bool mg_layer_graphs_covers(const mg_layer_graphs *lg, mg_layer_part part);
-/* Runs fn(ctx), part `part` of local layer `layer` (0 .. n_layers - 1) in direction `backward`
- * for microbatch mb: eagerly, captured then launched, or launched. */
+/* Runs fn(ctx), part `part` of global layer `layer` in direction `backward` for microbatch mb:
+ * eagerly, captured then launched, or launched. */
 mg_status mg_layer_graphs_run(mg_layer_graphs *lg, mg_backend *be, int layer, mg_layer_part part,
                               bool backward, int mb, mg_status (*fn)(void *ctx), void *ctx);
 /* The graphs captured so far, and their nodes and bytes in all. */

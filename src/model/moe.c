@@ -6,6 +6,7 @@
  * Every size that depends on the routing (rows per expert, per source rank) stays in backend
  * memory; the buffers have the plan's worst-case sizes (model/moe.h). */
 #include "model/moe.h"
+#include "model/layer_graphs.h"
 
 #include "model/moe_dispatch.h"
 
@@ -147,6 +148,56 @@ static mg_status experts_backward(const mg_block_ctx *x, const mg_moe_params *mp
                                        m->E_l, H, m->fc1, acc);
 }
 
+/* The parts per-layer graphs may hold alone (model/layer_graphs.h): moe_router and
+ * moe_preprocess, each direction. */
+typedef struct {
+    const mg_block_ctx *x;
+    const mg_layer_params *p;
+    const mg_layer_slot *s;
+    void *dres;      /* backward: the residual stream's gradient */
+    const void *dxp; /* backward: d(the permuted rows) */
+} moe_part;
+
+/* moe_router, forward: the pre-MLP norm, the router's logits, the top-k routing. */
+static mg_status router_forward_part(void *ctx) {
+    const moe_part *q = ctx;
+    const mg_block_ctx *x = q->x;
+    const mg_layer_params *p = q->p;
+    const mg_layer_slot *s = q->s;
+    const mg_moe_config *m = &x->c->moe;
+    mg_backend *be = x->be;
+    void *ln2 = mg_block_act(x, s->ln2);
+    float *logits = mg_block_act(x, s->logits);
+    MG_CHECK(mg_block_norm_forward(x, ln2, mg_block_act(x, s->ln2_mean),
+                                   mg_block_act(x, s->ln2_rstd), mg_block_act(x, s->mid), p->ln2_w,
+                                   p->ln2_b));
+    MG_CHECK(be->router_forward(be, logits, ln2, mg_block_param(x, p->moe->router_w), x->N, x->c->H,
+                                m->E));
+    mg_moe_routing r = routing(x);
+    return be->moe_route(be, &r, mg_block_act(x, s->idx), mg_block_act(x, s->probs),
+                         mg_block_act(x, s->aux_counts), x->moe->stats, logits,
+                         expert_bias(x, p->moe));
+}
+
+/* moe_preprocess, forward: the routed rows permuted into expert order (with expert parallelism
+ * into the send buffer, and the per-expert counts exchanged). */
+static mg_status preprocess_forward_part(void *ctx) {
+    const moe_part *q = ctx;
+    const mg_block_ctx *x = q->x;
+    const mg_layer_slot *s = q->s;
+    const mg_moe_config *m = &x->c->moe;
+    const mg_moe_ws *w = x->moe;
+    mg_backend *be = x->be;
+    float *load =
+        w->train ? (float *)mg_block_ws_ptr(x, w->load) + (size_t)q->p->moe->index * m->E : NULL;
+    const bool local = m->ep == 1;
+    MG_CHECK(be->moe_permute(
+        be, local ? mg_block_act(x, s->xe) : mg_block_ws_ptr(x, w->xp), mg_block_act(x, s->pos),
+        mg_block_act(x, local ? s->counts : s->lcounts), load, mg_block_act(x, s->ln2),
+        mg_block_act(x, s->idx), x->N, m->k, m->E, x->c->H, m->pad ? w->capacity : 0));
+    return local ? MG_OK : mg_moe_exchange_counts(x, s);
+}
+
 mg_status mg_moe_forward(const mg_block_ctx *x, const mg_layer_params *p, const mg_layer_slot *s,
                          void *out) {
     const mg_model_config *c = x->c;
@@ -156,25 +207,17 @@ mg_status mg_moe_forward(const mg_block_ctx *x, const mg_layer_params *p, const 
     mg_backend *be = x->be;
     int N = x->N, H = c->H;
     void *mid = mg_block_act(x, s->mid), *ln2 = mg_block_act(x, s->ln2);
-    float *logits = mg_block_act(x, s->logits), *probs = mg_block_act(x, s->probs);
-    int32_t *idx = mg_block_act(x, s->idx), *pos = mg_block_act(x, s->pos);
-    MG_CHECK(mg_block_norm_forward(x, ln2, mg_block_act(x, s->ln2_mean),
-                                   mg_block_act(x, s->ln2_rstd), mid, p->ln2_w, p->ln2_b));
-    MG_CHECK(be->router_forward(be, logits, ln2, mg_block_param(x, mp->router_w), N, H, m->E));
-    mg_moe_routing r = routing(x);
-    MG_CHECK(be->moe_route(be, &r, idx, probs, mg_block_act(x, s->aux_counts), w->stats, logits,
-                           expert_bias(x, mp)));
-    float *load = w->train ? (float *)mg_block_ws_ptr(x, w->load) + (size_t)mp->index * m->E : NULL;
+    int32_t *pos = mg_block_act(x, s->pos);
+    const float *probs = mg_block_act(x, s->probs);
+    moe_part q = {x, p, s, NULL, NULL};
+    MG_CHECK(mg_block_graph(x, p->layer, MG_LAYER_PART_MOE_ROUTER, false, router_forward_part, &q));
+    MG_CHECK(mg_block_graph(x, p->layer, MG_LAYER_PART_MOE_PREPROCESS, false,
+                            preprocess_forward_part, &q));
     void *y = mg_block_act(x, s->y);
     if (m->ep == 1) { /* the permuted rows are the experts' input, their output the combine's */
-        MG_CHECK(be->moe_permute(be, mg_block_act(x, s->xe), pos, mg_block_act(x, s->counts), load,
-                                 ln2, idx, N, m->k, m->E, H, m->pad ? w->capacity : 0));
         MG_CHECK(experts_forward(x, mp, s, y));
     } else { /* expert parallelism: to the experts' ranks and back (model/moe_dispatch.c) */
         void *xp = mg_block_ws_ptr(x, w->xp), *ye = mg_block_ws_ptr(x, w->ye);
-        MG_CHECK(be->moe_permute(be, xp, pos, mg_block_act(x, s->lcounts), load, ln2, idx, N, m->k,
-                                 m->E, H, m->pad ? w->capacity : 0));
-        MG_CHECK(mg_moe_exchange_counts(x, s));
         MG_CHECK(mg_moe_dispatch(x, s, mg_block_act(x, s->xe), xp));
         MG_CHECK(experts_forward(x, mp, s, ye));
         MG_CHECK(mg_moe_combine(x, s, y, ye));
@@ -191,6 +234,39 @@ mg_status mg_moe_forward(const mg_block_ctx *x, const mg_layer_params *p, const 
     return hdrop ? be->dropout_add(be, out, out, NULL, mid, N, H, c->S, &hd) : MG_OK;
 }
 
+/* moe_preprocess, backward: d(ln2) += the permuted rows' gradients, back in token order. */
+static mg_status preprocess_backward_part(void *ctx) {
+    const moe_part *q = ctx;
+    const mg_block_ctx *x = q->x;
+    mg_backend *be = x->be;
+    return be->moe_permute_backward(be, mg_block_ws_ptr(x, x->ws->dln), q->dxp,
+                                    mg_block_act(x, q->s->pos), x->N, x->c->moe.k, x->c->H);
+}
+
+/* moe_router, backward: the routing's and the router's gradients into d(ln2), then the norm's
+ * into the residual stream's. */
+static mg_status router_backward_part(void *ctx) {
+    const moe_part *q = ctx;
+    const mg_block_ctx *x = q->x;
+    const mg_layer_params *p = q->p;
+    const mg_layer_slot *s = q->s;
+    const mg_moe_config *m = &x->c->moe;
+    const mg_moe_ws *w = x->moe;
+    mg_backend *be = x->be;
+    void *dln = mg_block_ws_ptr(x, x->ws->dln);
+    float *dprobs = mg_block_ws_ptr(x, w->dprobs), *dlogits = mg_block_ws_ptr(x, w->dlogits);
+    mg_moe_routing r = routing(x);
+    MG_CHECK(be->moe_route_backward(be, &r, dlogits, dprobs, mg_block_act(x, s->logits),
+                                    mg_block_act(x, s->idx), mg_block_act(x, s->probs),
+                                    mg_block_act(x, s->aux_counts), expert_bias(x, p->moe)));
+    MG_CHECK(be->router_backward(be, dln, mg_block_grad(x, p->moe->router_w), dlogits,
+                                 mg_block_act(x, s->ln2), mg_block_param(x, p->moe->router_w), x->N,
+                                 x->c->H, m->E));
+    return mg_block_norm_backward(x, q->dres, dln, mg_block_act(x, s->mid),
+                                  mg_block_act(x, s->ln2_mean), mg_block_act(x, s->ln2_rstd),
+                                  p->ln2_w, p->ln2_b);
+}
+
 mg_status mg_moe_backward(const mg_block_ctx *x, const mg_layer_params *p, const mg_layer_slot *s,
                           void *dres) {
     const mg_model_config *c = x->c;
@@ -200,9 +276,9 @@ mg_status mg_moe_backward(const mg_block_ctx *x, const mg_layer_params *p, const
     mg_backend *be = x->be;
     int N = x->N, H = c->H;
     size_t esz = x->esz;
-    void *dln = mg_block_ws_ptr(x, x->ws->dln), *ln2 = mg_block_act(x, s->ln2);
+    void *dln = mg_block_ws_ptr(x, x->ws->dln);
     void *dy = mg_block_ws_ptr(x, w->dy), *dxe = mg_block_ws_ptr(x, w->dxe);
-    float *dprobs = mg_block_ws_ptr(x, w->dprobs), *dlogits = mg_block_ws_ptr(x, w->dlogits);
+    float *dprobs = mg_block_ws_ptr(x, w->dprobs);
     const int32_t *pos = mg_block_act(x, s->pos);
     const float *probs = mg_block_act(x, s->probs);
     /* d(shared experts + combine): d(out) itself, or through the dropout mask */
@@ -228,16 +304,10 @@ mg_status mg_moe_backward(const mg_block_ctx *x, const mg_layer_params *p, const
         MG_CHECK(shared_backward(x, mp, s, dmoe, dln));
     else
         MG_CHECK(be->memset_zero(be, dln, (size_t)N * H * esz));
-    MG_CHECK(be->moe_permute_backward(be, dln, dxp, pos, N, m->k, H));
-    mg_moe_routing r = routing(x);
-    MG_CHECK(be->moe_route_backward(be, &r, dlogits, dprobs, mg_block_act(x, s->logits),
-                                    mg_block_act(x, s->idx), probs, mg_block_act(x, s->aux_counts),
-                                    expert_bias(x, mp)));
-    MG_CHECK(be->router_backward(be, dln, mg_block_grad(x, mp->router_w), dlogits, ln2,
-                                 mg_block_param(x, mp->router_w), N, H, m->E));
-    return mg_block_norm_backward(x, dres, dln, mg_block_act(x, s->mid),
-                                  mg_block_act(x, s->ln2_mean), mg_block_act(x, s->ln2_rstd),
-                                  p->ln2_w, p->ln2_b);
+    moe_part q = {x, p, s, dres, dxp};
+    MG_CHECK(mg_block_graph(x, p->layer, MG_LAYER_PART_MOE_PREPROCESS, true,
+                            preprocess_backward_part, &q));
+    return mg_block_graph(x, p->layer, MG_LAYER_PART_MOE_ROUTER, true, router_backward_part, &q);
 }
 
 /* ---- the plan ---- */

@@ -427,7 +427,7 @@ mg_status mg_trainer_step_async(mg_trainer *t) {
     else
         MG_CHECK(step_body(t, NULL));
     t->state.iteration++;
-    if (t->model.graphs) mg_trainer_graph_note(t);
+    if (t->model.blk.graphs) mg_trainer_graph_note(t);
     t->state.consumed_train_samples += gbs;
     return MG_OK;
 }

@@ -9,6 +9,8 @@
 #include "train/trainer_docs.h"
 
 #include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
 
 bool mg_trainer_graph_on(const mg_trainer *t) {
     return t->cfg.cuda_graph_impl == MG_GRAPH_FULL_ITERATION;
@@ -23,22 +25,34 @@ static mg_status layer_graphs_init(mg_trainer *t) {
                        "yet verified on a GPU; use --cuda-graph-impl full_iteration there",
                        c->cuda_graph_impl == MG_GRAPH_LOCAL ? "local" : "transformer_engine");
     const unsigned scope = mg_config_graph_parts(c);
-    const unsigned parts = (scope & MG_GRAPH_SCOPE_ATTN ? 1u << MG_LAYER_PART_ATTN : 0u) |
-                           (scope & MG_GRAPH_SCOPE_MLP ? 1u << MG_LAYER_PART_MLP : 0u) |
-                           (scope & MG_GRAPH_SCOPE_MOE ? 1u << MG_LAYER_PART_MOE : 0u);
-    MG_CHECK(mg_layer_graphs_create(&t->model.graphs, t->model.n_layers, t->eval_microbatches,
+    static const struct {
+        unsigned scope;
+        mg_layer_part part;
+        const char *name;
+    } k[] = {{MG_GRAPH_SCOPE_ATTN, MG_LAYER_PART_ATTN, "attn"},
+             {MG_GRAPH_SCOPE_MLP, MG_LAYER_PART_MLP, "mlp"},
+             {MG_GRAPH_SCOPE_MOE, MG_LAYER_PART_MOE, "moe"},
+             {MG_GRAPH_SCOPE_MOE_ROUTER, MG_LAYER_PART_MOE_ROUTER, "moe_router"},
+             {MG_GRAPH_SCOPE_MOE_PREPROCESS, MG_LAYER_PART_MOE_PREPROCESS, "moe_preprocess"}};
+    unsigned parts = 0;
+    char names[96] = "";
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
+        if (scope & k[i].scope) {
+            parts |= 1u << k[i].part;
+            size_t at = strlen(names);
+            snprintf(names + at, sizeof names - at, "%s%s", at ? " " : "", k[i].name);
+        }
+    MG_CHECK(mg_layer_graphs_create(&t->model.blk.graphs, c->num_layers, t->eval_microbatches,
                                     parts, c->cuda_graph_warmup_steps));
-    mg_log_info("> CUDA graphs: per layer (%s%s%s), each part of each microbatch captured after %d "
+    mg_log_info("> CUDA graphs: per layer (%s), each part of each microbatch captured after %d "
                 "eager run%s",
-                scope & MG_GRAPH_SCOPE_ATTN ? "attn " : "",
-                scope & MG_GRAPH_SCOPE_MLP ? "mlp " : "", scope & MG_GRAPH_SCOPE_MOE ? "moe" : "",
-                c->cuda_graph_warmup_steps, c->cuda_graph_warmup_steps == 1 ? "" : "s");
+                names, c->cuda_graph_warmup_steps, c->cuda_graph_warmup_steps == 1 ? "" : "s");
     return MG_OK;
 }
 
 void mg_trainer_graph_note(mg_trainer *t) {
     size_t nodes = 0, bytes = 0;
-    int n = mg_layer_graphs_captured(t->model.graphs, &nodes, &bytes);
+    int n = mg_layer_graphs_captured(t->model.blk.graphs, &nodes, &bytes);
     if (n == t->graph.layer_captured) return;
     t->graph.layer_captured = n;
     mg_log_info("> per-layer graphs: %d captured by iteration %" PRId64 ": %zu nodes, %.1f KiB", n,
@@ -156,6 +170,6 @@ mg_status mg_trainer_graph_run(mg_trainer *t, mg_graph_kind kind, const mg_sampl
 
 void mg_trainer_graph_free(mg_trainer *t) {
     for (int k = 0; t->be && k < MG_GRAPH_KINDS; k++) drop_graph(t, (mg_graph_kind)k);
-    if (t->be) mg_layer_graphs_free(t->model.graphs, t->be);
-    t->model.graphs = NULL;
+    if (t->be) mg_layer_graphs_free(t->model.blk.graphs, t->be);
+    t->model.blk.graphs = NULL;
 }

@@ -12,7 +12,7 @@
 #     graphs in order with the ops, and every loss, grad norm and validation loss equals the eager
 #     run's;
 #   - `megatron plan` counts the staged inputs in the batch arena;
-#   - the MoE router alone as a scope (not yet) and no warm-up step are refused in one line.
+#   - overlapping MoE scopes and no warm-up step are refused in one line.
 source "$(dirname "$0")/lib.sh"
 
 RUN=(train --num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --vocab-size 96
@@ -61,8 +61,8 @@ if ! grep -q "CUDA graphs (full iteration): batch holds every microbatch's input
         "$(grep -A2 'memory per rank' <<<"$with")"
 else pass graph_plan_counts_inputs; fi
 
-expect_error graph_moe_router_not_yet 2 "--cuda-graph-modules moe_router: per-layer graphs here hold whole sublayers" \
-    "${RUN[@]}" --cuda-graph-impl local --cuda-graph-modules moe_router
+expect_error graph_moe_scopes_overlap 2 "--cuda-graph-modules: moe captures the whole MoE sublayer" \
+    "${RUN[@]}" --cuda-graph-impl local --cuda-graph-modules moe moe_router
 expect_error graph_needs_a_warmup_step 2 "--cuda-graph-warmup-steps must be at least 1 here, got 0" \
     "${RUN[@]}" --cuda-graph-impl full_iteration --cuda-graph-warmup-steps 0
 
@@ -77,12 +77,14 @@ else
          --log-interval 1 --device cpu --num-threads 1 --eval-iters 2 --eval-interval 3
          --train-iters 7)
     values() { grep -oE 'lm loss: [^|]+|grad norm: [^|]+|lm loss value: [^|]+' <<<"$1"; }
-    # name, ranks, graphs (IMPL or IMPL:SCOPE), layout: the collectives (MPI) are recorded into
+    # name, ranks, graphs (IMPL or IMPL:SCOPE,SCOPE), layout: the collectives (MPI) are recorded into
     # the graphs with the ops; 7 losses and norms, validation at 3, 6 and 7 and the test split at
     # 7: 18 values
     while read -r name n graphs layout; do
         scope=()
-        [ "$graphs" != "${graphs#*:}" ] && scope=(--cuda-graph-modules "${graphs#*:}")
+        graphs=${graphs//,/ }
+        # shellcheck disable=SC2206
+        [ "$graphs" != "${graphs#*:}" ] && scope=(--cuda-graph-modules ${graphs#*:})
         # shellcheck disable=SC2086
         eager=$(timeout 200 mpirun --oversubscribe -np "$n" "$MEGATRON" "${PAR[@]}" $layout 2>&1 </dev/null)
         # shellcheck disable=SC2086
@@ -103,6 +105,7 @@ dp2_overlapped 2 full_iteration --use-distributed-optimizer --overlap-grad-reduc
 layer_tp2_pp2_sp_distopt 4 local --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --sequence-parallel --use-distributed-optimizer
 layer_attn_pp2_interleaved 2 local:attn --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1
 layer_moe_ep2_distopt 2 transformer_engine:moe --expert-model-parallel-size 2 --num-experts 4 --moe-router-topk 2 --use-distributed-optimizer
+layer_router_ep2 2 transformer_engine:attn,moe_router,moe_preprocess --expert-model-parallel-size 2 --num-experts 4 --moe-router-topk 2
 layer_dp2_overlapped_eod 2 local --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather --eod-mask-loss
 EOF2
 fi

@@ -47,6 +47,9 @@ MG_TEST(flags_graphs_per_layer_scopes) {
         {{"--cuda-graph-impl", "local", "--eod-mask-loss", "--vocab-size", "64", NULL},
          MG_GRAPH_LOCAL,
          7u},
+        {{"--external-cuda-graph", "--cuda-graph-scope", "moe_router", "moe_preprocess", NULL},
+         MG_GRAPH_TRANSFORMER_ENGINE,
+         MG_GRAPH_SCOPE_MOE_ROUTER | MG_GRAPH_SCOPE_MOE_PREPROCESS},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         mg_config c;
@@ -67,13 +70,10 @@ MG_TEST(flags_graphs_refuse_bad_combinations) {
         {{"--cuda-graph-impl", "full_iteration", "--cuda-graph-warmup-steps", "0"},
          MG_ERR_USAGE,
          "--cuda-graph-warmup-steps must be at least 1 here, got 0"},
-        {{"--cuda-graph-impl", "local", "--cuda-graph-modules", "attn", "moe_router"},
+        {{"--cuda-graph-impl", "local", "--cuda-graph-modules", "moe", "moe_router"},
          MG_ERR_USAGE,
-         "--cuda-graph-modules moe_router: per-layer graphs here hold whole sublayers (attn, mlp, "
-         "moe)"},
-        {{"--external-cuda-graph", "--cuda-graph-scope", "moe_preprocess"},
-         MG_ERR_USAGE,
-         "--cuda-graph-scope moe_preprocess: per-layer graphs here hold whole sublayers"},
+         "--cuda-graph-modules: moe captures the whole MoE sublayer, its router and preprocessing "
+         "included"},
         {{"--enable-cuda-graph", "--cuda-graph-impl", "full_iteration"},
          MG_ERR_USAGE,
          "--enable-cuda-graph is deprecated, use --cuda-graph-impl=local instead"},

@@ -40,9 +40,10 @@ static void run(mg_test_ctx *t, const char *flags, const char *graph, run_out *o
     }
     o->w = malloc(tr->model.params.numel * sizeof(float));
     MG_EXPECT_OK(mg_trainer_get_weights(tr, o->w));
-    o->captured = tr->model.graphs ? mg_layer_graphs_captured(tr->model.graphs, NULL, NULL) > 0
-                                   : tr->graph.k[MG_GRAPH_TRAIN].g != NULL &&
-                                         tr->graph.k[MG_GRAPH_EVAL].g != NULL;
+    o->captured =
+        tr->model.blk.graphs
+            ? mg_layer_graphs_captured(tr->model.blk.graphs, NULL, NULL) > 0
+            : tr->graph.k[MG_GRAPH_TRAIN].g != NULL && tr->graph.k[MG_GRAPH_EVAL].g != NULL;
     mg_test_trainer_free(tr);
 }
 
@@ -128,4 +129,10 @@ MG_TEST(train_graph_per_layer_equals_eager) {
                  "--moe-ffn-hidden-size 24 --moe-aux-loss-coeff 1e-2 --moe-layer-freq [0,1]",
             "--enable-cuda-graph --cuda-graph-scope attn moe --cuda-graph-warmup-steps 2",
             "moe per layer");
+    same_as(t,
+            BASE "--train-iters 8 --global-batch-size 4 --num-experts 4 --moe-router-topk 2 "
+                 "--moe-ffn-hidden-size 24 --moe-z-loss-coeff 1e-3",
+            "--cuda-graph-impl local --cuda-graph-modules moe_router moe_preprocess "
+            "--cuda-graph-warmup-steps 2",
+            "moe router and preprocessing");
 }
