@@ -2,8 +2,8 @@
  * backend under test: GPT-2 and Llama shapes with Megatron's default dropout (streams advanced on
  * the device, drawn inside cuDNN's attention), in the test's compute dtype (fp16 with its dynamic
  * loss scaler): the losses, gradient norms and final weights of a run with graphs equal those of
- * the same run without, bit for bit; a replayed step makes no host synchronisation and no device
- * allocation (on CUDA: the step is one graph launch plus the input copies). */
+ * the same run without, bit for bit; a replayed step makes no host synchronisation, no device
+ * allocation and exactly one graph launch (besides the input copies). */
 #include "cuda_test_util.h"
 
 #include "train/trainer.h"
@@ -40,12 +40,16 @@ static void run(mg_test_ctx *t, mg_backend *gpu, bool llama, bool graph, graph_r
         bool cuda = tr->be->device == MG_DEVICE_CUDA, steady = graph && s >= 3;
         mg_cuda_ctx *x = cuda ? mg_cuda_ctx_of(tr->be) : NULL;
         uint64_t s0 = x ? x->n_host_syncs : 0, a0 = x ? x->n_device_allocs : 0;
+        uint64_t l0 = x ? x->n_graph_launches : 0;
         MG_EXPECT_OK(mg_trainer_step_async(tr));
         if (x && steady)
-            MG_EXPECT(x->n_host_syncs == s0 && x->n_device_allocs == a0,
-                      "replayed step %d: %llu host syncs, %llu device allocations", s + 1,
-                      (unsigned long long)(x->n_host_syncs - s0),
-                      (unsigned long long)(x->n_device_allocs - a0));
+            MG_EXPECT(x->n_host_syncs == s0 && x->n_device_allocs == a0 &&
+                          x->n_graph_launches == l0 + 1,
+                      "replayed step %d: %llu host syncs, %llu device allocations, %llu graph "
+                      "launches (want 0, 0, 1)",
+                      s + 1, (unsigned long long)(x->n_host_syncs - s0),
+                      (unsigned long long)(x->n_device_allocs - a0),
+                      (unsigned long long)(x->n_graph_launches - l0));
         mg_step_stats st;
         MG_EXPECT_OK(mg_trainer_read_stats(tr, &st, false));
         o->loss[s] = st.loss, o->norm[s] = st.grad_norm;

@@ -35,6 +35,7 @@ typedef struct {
     /* Debug counters, read by the tests to prove a step allocates and synchronises nothing:
      * every cudaMalloc/cudaFree and every host synchronisation done through the backend. */
     uint64_t n_device_allocs, n_device_frees, n_host_syncs;
+    uint64_t n_graph_launches; /* graph.c: the graphs launched */
     /* graph.c: the first refusal inside the capture under way (MG_OK: none), and its message */
     mg_status capture_err;
     char capture_msg[256];

@@ -104,6 +104,7 @@ mg_status mg_cuda_graph_end(mg_backend *be, mg_graph **out, mg_graph_info *info)
 mg_status mg_cuda_graph_launch(mg_backend *be, mg_graph *g) {
     if (mg_cuda_capturing(be)) return mg_cuda_refuse_in_capture(be, "graph_launch");
     MG_CUDA_CHECK(cudaGraphLaunch(g->exec, mg_cuda_stream(be)));
+    mg_cuda_ctx_of(be)->n_graph_launches++;
     return MG_OK;
 }
 
