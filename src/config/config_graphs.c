@@ -93,9 +93,10 @@ mg_status mg_config_check_graphs(mg_config *c) {
                        "CUDA graphs with --layout-invariant-dropout: those masks are keyed by the "
                        "iteration on the host; use Megatron's dropout streams (drop "
                        "--layout-invariant-dropout) or no graphs");
-    if (c->eod_mask_loss && c->cuda_graph_impl == MG_GRAPH_FULL_ITERATION)
+    if (c->eod_mask_loss && c->calculate_per_token_loss && c->num_experts > 0)
         return MG_FAIL(MG_ERR_USAGE,
-                       "--cuda-graph-impl full_iteration with --eod-mask-loss: the loss weights "
-                       "of a masked batch are not in the graph's inputs yet; drop one of them");
+                       "CUDA graphs with --eod-mask-loss, --calculate-per-token-loss and MoE "
+                       "layers: the aux losses' weight 1 / (unmasked tokens) is a per-step host "
+                       "value; drop one of them");
     return MG_OK;
 }

@@ -2,7 +2,6 @@
 
 #include "core/status.h"
 
-
 /* The lengths get_optimizer_param_scheduler computes, in samples. */
 static mg_status set_lengths(mg_lr_schedule *s, const mg_config *c) {
     const bool samples = c->train_samples > 0;

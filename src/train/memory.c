@@ -42,11 +42,12 @@ mg_status mg_memory_plan_reserve(mg_memory_plan *p, const mg_config *c, mg_gpt *
                      &p->off_doc_starts));
     /* the loss weights: one array, or each slot's with a loss mask (train/trainer_loss.h); and
      * the weights a training head uses, times the loss scale of the step-control block */
-    MG_CHECK(
-        reserve(&p->io, ((c->eod_mask_loss ? slots : 1) + 1) * N * sizeof(float), &p->off_dloss));
+    MG_CHECK(reserve(&p->io, ((c->eod_mask_loss ? 2 * slots : 1) + 1) * N * sizeof(float),
+                     &p->off_dloss));
     /* a graphed step's inputs: every microbatch's ids, labels and packed-document arrays, copied
      * in before the graph runs (train/trainer_graph.h) */
-    const size_t per_mb = 2 + (c->reset_position_ids ? 1 : 0) + (c->reset_attention_mask ? 1 : 0);
+    const size_t per_mb = 2 + (c->reset_position_ids ? 1 : 0) + (c->reset_attention_mask ? 1 : 0) +
+                          (c->eod_mask_loss ? 2 : 0); /* 4-byte arrays: ids, labels, ... */
     p->staged_bytes = (size_t)staged_microbatches * per_mb * N * sizeof(int32_t);
     MG_CHECK(reserve(&p->io, p->staged_bytes, &p->off_staged));
     return reserve(&p->io, sizeof(mg_memory_stats_block), &p->off_stats);

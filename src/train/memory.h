@@ -33,9 +33,10 @@ typedef struct {
     size_t off_pipe;                      /* the pipeline's message buffers (workspace) */
     size_t off_tokens, off_targets;       /* (n_slots, N) int32 each */
     size_t off_positions, off_doc_starts; /* (n_slots, N) int32 with their flags, else empty */
-    size_t off_dloss;    /* (N) f32, or (n_slots, N) with --eod-mask-loss; then (N) f32: the
-                            weights of the head running, times the loss scale */
-    size_t off_staged;   /* (staged microbatches, 2 to 4, N) int32: a graphed step's inputs */
+    size_t off_dloss;    /* (N) f32, or (n_slots, N) with --eod-mask-loss and then each slot's
+                            reported-loss weights (n_slots, N); then (N) f32: the weights of the
+                            head running, times the loss scale */
+    size_t off_staged;   /* (staged microbatches, 2 to 6, N) 4-byte: a graphed step's inputs */
     size_t staged_bytes; /* ... their size (0 without a full-iteration graph) */
     size_t off_stats;    /* (1) mg_memory_stats_block: the statistics and the step control */
 } mg_memory_plan;

@@ -300,7 +300,7 @@ static mg_status stage_forward(void *ctx, int mb, int chunk, int slot) {
                        (mb * t->layout.dp_size + t->layout.dp_rank) * t->cfg.micro_batch_size);
     MG_CHECK(mg_gpt_chunk_forward(&t->model, t->be, chunk, slot, tokens));
     /* an evaluation's loss; training computes it in the backward (model/gpt.h: the lazy head) */
-    if (ch->post) MG_CHECK(mg_trainer_loss_microbatch(t, slot));
+    if (ch->post && !t->graph.staged) MG_CHECK(mg_trainer_loss_microbatch(t, slot));
     if (ch->post && t->forward_only) MG_CHECK(head_loss(t, slot));
     return MG_OK;
 }
@@ -494,8 +494,8 @@ static mg_status eval_body(mg_trainer *t, void *ctx) {
 
 /* Mean loss over eval_iters global batches of src from sample *next (advanced past them).
  * Megatron sums every batch's (loss sum, token count) and divides at the end: each batch's mean
- * weighs its unmasked tokens over a whole batch's (1 without a loss mask; with graphs, which
- * refuse a loss mask, always 1). */
+ * weighs its unmasked tokens over a whole batch's (1 without a loss mask, which is what lets a
+ * graph hold an evaluation batch). */
 static mg_status evaluate_stream(mg_trainer *t, const mg_sample_source *src, int64_t *next,
                                  double *loss) {
     mg_backend *be = t->be;
@@ -506,7 +506,8 @@ static mg_status evaluate_stream(mg_trainer *t, const mg_sample_source *src, int
     double weights = 0;
     for (int i = 0; i < t->cfg.eval_iters; i++) {
         eval_batch e = {src, *next};
-        if (mg_trainer_graph_on(t))
+        /* with a loss mask a batch weighs its unmasked tokens, a host value: eager */
+        if (mg_trainer_graph_on(t) && t->eod_id < 0)
             MG_CHECK(mg_trainer_graph_run(t, MG_GRAPH_EVAL, src, *next, eval_body, &e));
         else
             MG_CHECK(eval_body(t, &e));
@@ -534,7 +535,6 @@ void mg_trainer_free(mg_trainer *t) {
     mg_trainer_ckpt_free(t);  /* before the backend: its staging and scratch are the backend's */
     mg_metrics_close(&t->metrics);
     mg_train_data_free(&t->data);
-    free(t->slot_denom);
     mg_gpt_free(&t->model);
     mg_pipeline_free(&t->pipe);
     mg_optimizer_free(&t->opt);

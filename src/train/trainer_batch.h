@@ -8,7 +8,8 @@
  * and the MoE loss weights.
  * Also the loading of a microbatch's samples (mg_trainer_load_microbatch).
  * Exports: mg_trainer_batch_init, mg_trainer_token_weight, mg_trainer_upload_loss_weights,
- * mg_trainer_set_microbatches, mg_trainer_batch_begin, mg_trainer_load_microbatch. Needs: train/trainer_parts, train/batch_schedule. */
+ * mg_trainer_set_microbatches, mg_trainer_batch_begin, mg_trainer_load_microbatch. Needs:
+ * train/trainer_parts, train/batch_schedule. */
 #ifndef MG_TRAIN_TRAINER_BATCH_H
 #define MG_TRAIN_TRAINER_BATCH_H
 

@@ -7,6 +7,7 @@
 #include "model/layer_graphs.h"
 #include "train/trainer_batch.h"
 #include "train/trainer_docs.h"
+#include "train/trainer_loss.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -74,6 +75,10 @@ mg_status mg_trainer_graph_init(mg_trainer *t) {
     t->graph.targets = next, next += slice;
     if (t->mem.positions) t->graph.positions = next, next += slice;
     if (t->mem.doc_starts) t->graph.doc_starts = next, next += slice;
+    if (t->eod_id >= 0) { /* 4-byte floats in the same staging */
+        t->graph.dloss = (float *)next, next += slice;
+        t->graph.loss_w = (float *)next, next += slice;
+    }
     mg_log_info("> CUDA graphs: the full iteration, captured after %d eager step%s",
                 t->cfg.cuda_graph_warmup_steps, t->cfg.cuda_graph_warmup_steps == 1 ? "" : "s");
     return MG_OK;
@@ -84,10 +89,14 @@ mg_status mg_trainer_graph_init(mg_trainer *t) {
 static mg_status stage_inputs(mg_trainer *t, const mg_sample_source *src, int64_t first) {
     mg_backend *be = t->be;
     const size_t N = (size_t)t->model.blk.N, bytes = N * sizeof(int32_t);
+    /* with a loss mask: the pass's unmasked tokens first, which every microbatch's weights use */
+    if (t->eod_id >= 0) MG_CHECK(mg_trainer_loss_pass(t, src, first));
     for (int mb = 0; mb < t->num_microbatches; mb++) {
         size_t at = (size_t)mb * N;
         MG_CHECK(mg_trainer_load_microbatch(t, src, first, mb, t->graph.tokens + at,
                                             t->graph.targets + at));
+        if (t->eod_id >= 0)
+            MG_CHECK(mg_trainer_loss_weights(t, t->graph.dloss + at, t->graph.loss_w + at));
         if (t->docs_eod < 0) continue;
         int32_t *pos = t->mem.host_docs, *doc = t->mem.host_docs + N;
         mg_docs_compute(t->mem.host_tokens, t->model.blk.B, t->model.cfg.S, t->docs_eod, pos, doc);
@@ -107,6 +116,10 @@ mg_status mg_trainer_graph_inputs(mg_trainer *t, int mb, int slot) {
         MG_CHECK(be->copy_d2d(be, t->mem.positions + to, t->graph.positions + at, bytes));
     if (t->graph.doc_starts)
         MG_CHECK(be->copy_d2d(be, t->mem.doc_starts + to, t->graph.doc_starts + at, bytes));
+    if (t->graph.dloss) {
+        MG_CHECK(be->copy_d2d(be, t->mem.dloss + to, t->graph.dloss + at, bytes));
+        MG_CHECK(be->copy_d2d(be, t->mem.loss_w + to, t->graph.loss_w + at, bytes));
+    }
     return MG_OK;
 }
 

@@ -44,8 +44,6 @@ mg_status mg_trainer_loss_init(mg_trainer *t) {
     t->eod_id = -1;
     if (!t->cfg.eod_mask_loss) return MG_OK;
     MG_CHECK(mg_trainer_loss_eod(&t->cfg, &t->eod_id));
-    t->slot_denom = calloc((size_t)t->model.n_slots, sizeof *t->slot_denom);
-    if (!t->slot_denom) return MG_FAIL(MG_ERR_NOMEM, "out of memory (loss weights)");
     mg_log_info("> --eod-mask-loss: no loss where the input is token %d (end of document)%s",
                 (int)t->eod_id,
                 t->cfg.calculate_per_token_loss ? "; --calculate-per-token-loss" : "");
@@ -79,21 +77,29 @@ mg_status mg_trainer_loss_pass(mg_trainer *t, const mg_sample_source *src, int64
     return MG_OK;
 }
 
-mg_status mg_trainer_loss_microbatch(mg_trainer *t, int slot) {
-    if (t->eod_id < 0) return MG_OK;
+mg_status mg_trainer_loss_weights(mg_trainer *t, float *dloss, float *loss_w) {
     size_t N = (size_t)t->model.blk.N;
     int64_t n = 0;
     for (size_t i = 0; i < N; i++) n += t->mem.host_tokens[i] != t->eod_id;
-    double denom = t->cfg.calculate_per_token_loss
-                       ? (double)(t->pass_tokens > 1 ? t->pass_tokens : 1)
-                       : (double)(n > 1 ? n : 1) * t->num_microbatches * t->layout.dp_size;
-    /* without the loss scale, which the training head multiplies in on the device */
-    float w = (float)(1.0 / denom);
-    for (size_t i = 0; i < N; i++)
-        t->mem.host_dloss[i] = t->mem.host_tokens[i] != t->eod_id ? w : 0.0f;
-    t->slot_denom[slot] = denom;
-    return t->be->copy_h2d(t->be, t->mem.dloss + (size_t)slot * N, t->mem.host_dloss,
-                           N * sizeof(float));
+    const double T = (double)(t->pass_tokens > 1 ? t->pass_tokens : 1);
+    const double denom = t->cfg.calculate_per_token_loss
+                             ? T
+                             : (double)(n > 1 ? n : 1) * t->num_microbatches * t->layout.dp_size;
+    /* the gradient weights, without the loss scale, which the training head multiplies in on the
+     * device; then the reported loss's, mask / T (the same array under
+     * --calculate-per-token-loss). The host array is reused at once: copy_h2d allows it. */
+    float *h = t->mem.host_dloss;
+    const float w = (float)(1.0 / denom), l = (float)(1.0 / T);
+    for (size_t i = 0; i < N; i++) h[i] = t->mem.host_tokens[i] != t->eod_id ? w : 0.0f;
+    MG_CHECK(t->be->copy_h2d(t->be, dloss, h, N * sizeof(float)));
+    for (size_t i = 0; i < N; i++) h[i] = t->mem.host_tokens[i] != t->eod_id ? l : 0.0f;
+    return t->be->copy_h2d(t->be, loss_w, h, N * sizeof(float));
+}
+
+mg_status mg_trainer_loss_microbatch(mg_trainer *t, int slot) {
+    if (t->eod_id < 0) return MG_OK;
+    size_t at = (size_t)slot * (size_t)t->model.blk.N;
+    return mg_trainer_loss_weights(t, t->mem.dloss + at, t->mem.loss_w + at);
 }
 
 void mg_trainer_loss_args(const mg_trainer *t, int slot, const float **dloss, const float **loss_w,
@@ -104,10 +110,9 @@ void mg_trainer_loss_args(const mg_trainer *t, int slot, const float **dloss, co
         *scale = mg_trainer_token_weight(t);
         return;
     }
-    /* the slot's weights are mask / denominator, rescaled to mask / T (per token: they are) */
-    const float *d = t->mem.dloss + (size_t)slot * (size_t)t->model.blk.N;
-    double T = (double)(t->pass_tokens > 1 ? t->pass_tokens : 1);
-    *dloss = d;
-    *loss_w = d;
-    *scale = t->cfg.calculate_per_token_loss ? 1.0f : (float)(t->slot_denom[slot] / T);
+    /* the slot's gradient weights, mask / denominator, and its reported-loss weights, mask / T */
+    size_t at = (size_t)slot * (size_t)t->model.blk.N;
+    *dloss = t->mem.dloss + at;
+    *loss_w = t->mem.loss_w + at;
+    *scale = 1.0f;
 }

@@ -16,7 +16,9 @@
  *                                  divides every gradient by the all-reduced count (no 1 / D)
  *    Without a mask both are 1 / (N M D) for N tokens per microbatch: bit for bit one weight.
  *  - The reported loss (t->mem.loss, the log line's 'lm loss'): sum over the global batch of
- *    mask[i] loss[i] / max(T, 1) in both modes (Megatron's train_step reports val[0] / val[1] of
+ *    mask[i] loss[i] / max(T, 1) in both modes, through each slot's weights mask[i] / max(T, 1)
+ *    (t->mem.loss_w, uploaded with the gradient weights; a graphed step stages both per
+ *    microbatch, train/trainer_graph.h) (Megatron's train_step reports val[0] / val[1] of
  *    the all-reduced (sum, count) pairs whenever loss_func returns them; 0 / 0 would print nan,
  *    here 0); an evaluation's: the sum over its iterations divided by the sum of their counts.
  *  - T is counted on the host before the pass: the mask is a function of the data, so every rank
@@ -32,8 +34,8 @@
  *    scale (model/block.h's loss_scale), so a change of the scale needs no upload. With a
  *    power-of-two scale the products are exact: the weights of the old host-side scaling.
  * Exports: mg_trainer_loss_init, mg_trainer_loss_pass, mg_trainer_loss_microbatch,
- * mg_trainer_loss_args, mg_trainer_loss_eod, mg_trainer_eod_for. Needs: train/trainer_parts,
- * data/tokenizer. */
+ * mg_trainer_loss_weights, mg_trainer_loss_args, mg_trainer_loss_eod, mg_trainer_eod_for. Needs:
+ * train/trainer_parts, data/tokenizer. */
 #ifndef MG_TRAIN_TRAINER_LOSS_H
 #define MG_TRAIN_TRAINER_LOSS_H
 
@@ -51,8 +53,13 @@ mg_status mg_trainer_loss_init(mg_trainer *t);
  * token count t->pass_tokens and, under --calculate-per-token-loss, the MoE loss weight. */
 mg_status mg_trainer_loss_pass(mg_trainer *t, const mg_sample_source *src, int64_t first);
 /* After the microbatch in t->mem.host_tokens was loaded into activation slot `slot` (the loss's
- * stage): with the mask, the slot's gradient weights written to the backend. */
+ * stage): with the mask, the slot's gradient weights and reported-loss weights written to the
+ * backend. */
 mg_status mg_trainer_loss_microbatch(mg_trainer *t, int slot);
+/* With the mask, for the microbatch in t->mem.host_tokens of the pass (t->pass_tokens known): its
+ * gradient weights mask / denominator into dloss and its reported-loss weights mask / T into
+ * loss_w (backend, N each). */
+mg_status mg_trainer_loss_weights(mg_trainer *t, float *dloss, float *loss_w);
 /* The arguments of mg_gpt_head_loss for slot `slot`: the gradient weights, the loss weights
  * (NULL: 1) and the scale that make t->mem.loss the reported loss. */
 void mg_trainer_loss_args(const mg_trainer *t, int slot, const float **dloss, const float **loss_w,

@@ -90,8 +90,10 @@ static void bind(mg_trainer *t) {
     m->positions = c->reset_position_ids ? mg_arena_ptr(&p->io, p->off_positions) : NULL;
     m->doc_starts = c->reset_attention_mask ? mg_arena_ptr(&p->io, p->off_doc_starts) : NULL;
     m->dloss = mg_arena_ptr(&p->io, p->off_dloss);
-    m->dloss_scaled = m->dloss + (c->eod_mask_loss ? (size_t)t->pipe.n_slots : 1) *
-                                     (size_t)c->micro_batch_size * (size_t)c->seq_length;
+    const size_t N = (size_t)c->micro_batch_size * (size_t)c->seq_length,
+                 slots = (size_t)t->pipe.n_slots;
+    m->loss_w = c->eod_mask_loss ? m->dloss + slots * N : NULL;
+    m->dloss_scaled = m->dloss + (c->eod_mask_loss ? 2 * slots : 1) * N;
     mg_memory_stats_block *sb = mg_arena_ptr(&p->io, p->off_stats);
     m->stats = sb->stats;
     m->ctl = &sb->ctl;

@@ -128,6 +128,8 @@ typedef struct {
     float *dloss;        /* (N) backend: d(loss)/d(token loss) = 1 / (N * microbatches * D); with
                             --eod-mask-loss (n_slots, N): each slot's masked weights
                             (train/trainer_loss.h) */
+    float *loss_w;       /* --eod-mask-loss: (n_slots, N) backend: each slot's reported-loss
+                            weights, mask / T (train/trainer_loss.h); NULL without the mask */
     float *dloss_scaled; /* (N) backend: the weights of the training head running, times the loss
                             scale (train/trainer_loss.h) */
     float *stats;        /* (MG_MEMORY_STATS) backend fp32 (two int64 at MG_STAT_ZEROS) */
@@ -174,10 +176,12 @@ typedef struct {
 typedef struct {
     mg_train_graph_one k[MG_GRAPH_KINDS];
     int layer_captured; /* per-layer graphs captured as of the last log line about them */
-    bool staged; /* the pass running reads its microbatches' inputs from the staged copies */
+    bool staged;        /* the pass running reads its microbatches' inputs from the staged copies */
     /* every microbatch's inputs, copied in before the pass (backend, (staged microbatches, N)
-     * each; positions and doc_starts NULL without their flags) */
+     * each; positions and doc_starts NULL without their flags, the loss weights without
+     * --eod-mask-loss) */
     int32_t *tokens, *targets, *positions, *doc_starts;
+    float *dloss, *loss_w;
 } mg_train_graph;
 
 typedef struct {
@@ -208,8 +212,6 @@ typedef struct {
     int32_t docs_eod;    /* the end-of-document id packed documents split at; -1: off */
     int32_t eod_id;      /* --eod-mask-loss: inputs with this id carry no loss; -1: no mask */
     int64_t pass_tokens; /* unmasked tokens of the global batch of the last pass (T) */
-    double *slot_denom;  /* (n_slots) host: each slot's gradient weight is mask / slot_denom
-                            (train/trainer_loss.h) */
     mg_train_state state;
     int num_microbatches; /* per rank, of the pass running: global batch / (micro batch x D) */
     /* the global batch of each iteration (--rampup-batch-size) and the run's length

@@ -6,7 +6,8 @@
 #   - fp16 with overflows injected into replayed steps (MG_FAULT_OVERFLOW): the same skips, loss
 #     scales and losses as the eager run;
 #   - parallel layouts under mpirun (TP 2 x PP 2 with SP and the distributed optimizer, interleaved
-#     PP 2, EP 2 MoE with the distributed optimizer, DP 2 with overlapped reductions), with the
+#     PP 2, EP 2 MoE with the distributed optimizer, DP 2 with overlapped reductions, PP 2 with a
+#     loss mask), with the
 #     full-iteration graphs and with per-layer graphs (local and transformer_engine, whole layers
 #     and single scopes): the MPI collectives and point-to-point messages are recorded into the
 #     graphs in order with the ops, and every loss, grad norm and validation loss equals the eager
@@ -92,7 +93,7 @@ else
             --cuda-graph-impl "${graphs%%:*}" "${scope[@]}" --cuda-graph-warmup-steps 2 \
             2>&1 </dev/null); rc=$?
         if [ $rc -ne 0 ]; then fail "graph_$name" "exit $rc" "$(tail -n 3 <<<"$graph")"
-        elif ! grep -qE 'captured the evaluation batch|per-layer graphs: [0-9]+ captured' <<<"$graph"; then
+        elif ! grep -qE 'captured the full iteration|per-layer graphs: [0-9]+ captured' <<<"$graph"; then
             fail "graph_$name" "no graph captured" "$(grep '> ' <<<"$graph" | tail -n 4)"
         elif [ "$(values "$eager")" != "$(values "$graph")" ] || [ "$(values "$graph" | wc -l)" -ne 18 ]; then
             fail "graph_$name" "the logs differ" "$(values "$eager" | tr '\n' ' ')" "$(values "$graph" | tr '\n' ' ')"
@@ -102,6 +103,7 @@ tp2_pp2_sp_distopt 4 full_iteration --tensor-model-parallel-size 2 --pipeline-mo
 pp2_interleaved 2 full_iteration --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1
 ep2_moe_distopt 2 full_iteration --expert-model-parallel-size 2 --num-experts 4 --moe-router-topk 2 --use-distributed-optimizer
 dp2_overlapped 2 full_iteration --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather
+pp2_eod_mask 2 full_iteration --pipeline-model-parallel-size 2 --eod-mask-loss --calculate-per-token-loss
 layer_tp2_pp2_sp_distopt 4 local --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --sequence-parallel --use-distributed-optimizer
 layer_attn_pp2_interleaved 2 local:attn --pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1
 layer_moe_ep2_distopt 2 transformer_engine:moe --expert-model-parallel-size 2 --num-experts 4 --moe-router-topk 2 --use-distributed-optimizer

@@ -101,9 +101,10 @@ MG_TEST(flags_graphs_refuse_bad_combinations) {
          MG_ERR_USAGE,
          "CUDA graphs with --layout-invariant-dropout: those masks are keyed by the iteration on "
          "the host"},
-        {{"--cuda-graph-impl", "full_iteration", "--eod-mask-loss", "--vocab-size", "64"},
+        {{"--cuda-graph-impl", "full_iteration", "--eod-mask-loss", "--vocab-size", "64",
+          "--calculate-per-token-loss", "--num-experts", "4"},
          MG_ERR_USAGE,
-         "full_iteration with --eod-mask-loss"},
+         "CUDA graphs with --eod-mask-loss, --calculate-per-token-loss and MoE layers"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         mg_config c;

@@ -43,7 +43,8 @@ static void run(mg_test_ctx *t, const char *flags, const char *graph, run_out *o
     o->captured =
         tr->model.blk.graphs
             ? mg_layer_graphs_captured(tr->model.blk.graphs, NULL, NULL) > 0
-            : tr->graph.k[MG_GRAPH_TRAIN].g != NULL && tr->graph.k[MG_GRAPH_EVAL].g != NULL;
+            : tr->graph.k[MG_GRAPH_TRAIN].g != NULL &&
+                  (tr->graph.k[MG_GRAPH_EVAL].g != NULL || tr->eod_id >= 0); /* eager eval */
     mg_test_trainer_free(tr);
 }
 
@@ -106,6 +107,16 @@ MG_TEST(train_graph_recaptured_when_the_microbatches_change) {
 
 /* Mixtral-style MoE layers (softmax top-2 of 4 experts, aux loss and z-loss): the routing, the
  * per-expert counts and the grouped products stay in backend memory, so they replay. */
+/* A loss mask: each microbatch's gradient and reported-loss weights are staged with its ids (the
+ * pass's unmasked tokens counted first); evaluation stays eager. */
+MG_TEST(train_graph_replay_equals_eager_eod_mask) {
+    same_as_eager(t, BASE "--train-iters 8 --global-batch-size 4 --eod-mask-loss", "eod mask");
+    same_as_eager(t,
+                  BASE "--train-iters 8 --global-batch-size 4 --eod-mask-loss "
+                       "--calculate-per-token-loss",
+                  "eod mask, per-token loss");
+}
+
 MG_TEST(train_graph_replay_equals_eager_moe) {
     same_as_eager(t,
                   BASE "--train-iters 8 --global-batch-size 4 --num-experts 4 --moe-router-topk 2 "
