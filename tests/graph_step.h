@@ -6,15 +6,18 @@
  * descriptor lives on graph_step's stack, so a replay after the capture's return also checks that
  * the graph kept its own copy. Everything a step changes is in the buffers (twin() makes a second,
  * equal set), and the learning rate is set between steps with graph_set_lr, outside any graph.
- * Header-only (static functions); needs tests/test.h's MG_CHECK users. */
+ * Header-only (static functions), with the check both tests make (graph_replay_check). */
 #ifndef MG_TESTS_GRAPH_STEP_H
 #define MG_TESTS_GRAPH_STEP_H
+
+#include "test.h"
 
 #include "backend/backend.h"
 #include "core/dropout.h"
 #include "core/rng.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 enum { GS_N = 48, GS_IC = 32, GS_OC = 32 };
 
@@ -30,21 +33,27 @@ static inline size_t gs_act_bytes(const mg_backend *be, size_t n) {
     return n * mg_dtype_size(be->compute_dtype);
 }
 
-/* fills *dst (compute dtype, n values) with seeded normal values */
-static inline mg_status gs_fill(mg_backend *be, void *dst, uint32_t id, size_t n, float scale) {
+/* n seeded normal values times scale in host memory (malloc'd; NULL: out of memory) */
+static inline float *gs_normal(uint64_t seed, uint32_t id, size_t n, float scale) {
     float *h = malloc(n * sizeof *h);
+    for (size_t i = 0; h && i < n; i++) h[i] = scale * mg_rng_normal(seed, id, i);
+    return h;
+}
+
+/* fills dst (compute dtype, n values) with seeded normal values */
+static inline mg_status gs_fill(mg_backend *be, void *dst, uint32_t id, size_t n, float scale) {
+    float *h = gs_normal(77, id, n, scale);
     if (!h) return MG_FAIL(MG_ERR_NOMEM, "graph test: host memory");
-    for (size_t i = 0; i < n; i++) h[i] = scale * mg_rng_normal(77, id, i);
     mg_status st = be->upload_f32(be, dst, h, n);
     free(h);
     return st;
 }
 
+/* the same for an fp32 buffer */
 static inline mg_status gs_fill_f32(mg_backend *be, float *dst, uint32_t id, size_t n,
                                     float scale) {
-    float *h = malloc(n * sizeof *h);
+    float *h = gs_normal(78, id, n, scale);
     if (!h) return MG_FAIL(MG_ERR_NOMEM, "graph test: host memory");
-    for (size_t i = 0; i < n; i++) h[i] = scale * mg_rng_normal(78, id, i);
     mg_status st = be->copy_h2d(be, dst, h, n * sizeof *h);
     free(h);
     return st;
@@ -115,5 +124,45 @@ static inline mg_status graph_state(mg_backend *be, graph_bufs *g,
     return be->copy_d2h(be, out + 3 * nw + nx, &g->ctl[5], sizeof(float));
 }
 #define GS_STATE_FLOATS (3 * GS_OC * GS_IC + GS_N * GS_IC + 1)
+
+/* The test both backends run: one step captured into a second set of buffers (the capture runs
+ * nothing), then `steps` times the step run eagerly on the first set and the graph launched on
+ * the second, with lrs[i] set in both first: the states equal bitwise and move on every time.
+ * *info: the graph's size. host_syncs (NULL: not counted): the backend's host-synchronisation
+ * counter, which a launch must leave alone. */
+static inline void graph_replay_check(mg_test_ctx *t, mg_backend *be, const float *lrs, int steps,
+                                      mg_graph_info *info, const uint64_t *host_syncs) {
+    graph_bufs a, b;
+    memset(&a, 0, sizeof a), memset(&b, 0, sizeof b);
+    static float sa[GS_STATE_FLOATS], sb[GS_STATE_FLOATS], s0[GS_STATE_FLOATS];
+    MG_EXPECT_OK(graph_bufs_init(be, &a));
+    MG_EXPECT_OK(graph_bufs_init(be, &b));
+    MG_EXPECT_OK(graph_state(be, &b, s0));
+    mg_graph *g = NULL;
+    *info = (mg_graph_info){0, 0};
+    MG_EXPECT_OK(be->graph_begin(be));
+    MG_EXPECT_OK(graph_step(be, &b));
+    MG_EXPECT_OK(be->graph_end(be, &g, info));
+    if (g) {
+        MG_EXPECT_OK(graph_state(be, &b, sb));
+        MG_EXPECT(memcmp(s0, sb, sizeof sb) == 0, "the capture ran the step");
+    }
+    for (int step = 0; g && step < steps; step++) {
+        MG_EXPECT_OK(graph_set_lr(be, &a, lrs[step]));
+        MG_EXPECT_OK(graph_set_lr(be, &b, lrs[step]));
+        MG_EXPECT_OK(graph_step(be, &a));
+        uint64_t syncs = host_syncs ? *host_syncs : 0;
+        MG_EXPECT_OK(be->graph_launch(be, g));
+        MG_EXPECT(!host_syncs || *host_syncs == syncs, "a launch synchronised the host");
+        MG_EXPECT_OK(graph_state(be, &a, sa));
+        MG_EXPECT_OK(graph_state(be, &b, sb));
+        MG_EXPECT(memcmp(sa, sb, sizeof sa) == 0, "step %d: replay differs from eager", step);
+        MG_EXPECT(memcmp(sa, s0, sizeof sa) != 0, "step %d: the step changed nothing", step);
+        memcpy(s0, sa, sizeof sa);
+    }
+    be->graph_free(be, g);
+    graph_bufs_free(be, &a);
+    graph_bufs_free(be, &b);
+}
 
 #endif

@@ -338,7 +338,8 @@ mg_status mg_trainer_forward_backward(mg_trainer *t, const mg_sample_source *src
                                       bool backward) {
     mg_backend *be = t->be;
     MG_CHECK(be->memset_zero(be, t->mem.loss, sizeof(float)));
-    MG_CHECK(mg_trainer_loss_pass(t, src, first)); /* the global batch's unmasked tokens */
+    /* the global batch's unmasked tokens; a staged pass counted them with its inputs */
+    if (!t->graph.staged) MG_CHECK(mg_trainer_loss_pass(t, src, first));
     t->pass_src = src;
     t->pass_first = first;
     t->forward_only = !backward;

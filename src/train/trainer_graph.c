@@ -89,8 +89,9 @@ mg_status mg_trainer_graph_init(mg_trainer *t) {
 static mg_status stage_inputs(mg_trainer *t, const mg_sample_source *src, int64_t first) {
     mg_backend *be = t->be;
     const size_t N = (size_t)t->model.blk.N, bytes = N * sizeof(int32_t);
-    /* with a loss mask: the pass's unmasked tokens first, which every microbatch's weights use */
-    if (t->eod_id >= 0) MG_CHECK(mg_trainer_loss_pass(t, src, first));
+    /* the pass's unmasked tokens first (with a loss mask every microbatch's weights use them);
+     * the pass itself does not count them again */
+    MG_CHECK(mg_trainer_loss_pass(t, src, first));
     for (int mb = 0; mb < t->num_microbatches; mb++) {
         size_t at = (size_t)mb * N;
         MG_CHECK(mg_trainer_load_microbatch(t, src, first, mb, t->graph.tokens + at,

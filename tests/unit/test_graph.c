@@ -20,39 +20,12 @@ static mg_backend *cpu_backend(mg_test_ctx *t) {
 MG_TEST(graph_cpu_replay_equals_eager_step_after_step) {
     mg_backend *be = cpu_backend(t);
     if (!be) return;
-    graph_bufs a, b;
-    memset(&a, 0, sizeof a), memset(&b, 0, sizeof b);
-    static float sa[GS_STATE_FLOATS], sb[GS_STATE_FLOATS], s0[GS_STATE_FLOATS];
-    MG_EXPECT_OK(graph_bufs_init(be, &a));
-    MG_EXPECT_OK(graph_bufs_init(be, &b));
-    MG_EXPECT_OK(graph_state(be, &b, s0));
-    mg_graph *g = NULL;
+    const float lrs[4] = {1e-3f, 3e-3f, 5e-4f, 2e-3f};
     mg_graph_info info;
-    MG_EXPECT_OK(be->graph_begin(be));
-    MG_EXPECT_OK(graph_step(be, &b));
-    MG_EXPECT_OK(be->graph_end(be, &g, &info));
-    if (!g) goto out;
+    graph_replay_check(t, be, lrs, 4, &info, NULL);
     /* 10 ops: 3 zeroings, forward, dropout, backward, sumsq, adamw, advance, add */
     MG_EXPECT(info.nodes == 10 && info.bytes > 0, "graph info: %zu calls, %zu bytes", info.nodes,
               info.bytes);
-    MG_EXPECT_OK(graph_state(be, &b, sb));
-    MG_EXPECT(memcmp(s0, sb, sizeof sb) == 0, "the capture ran ops: the state changed");
-    const float lrs[4] = {1e-3f, 3e-3f, 5e-4f, 2e-3f};
-    for (int step = 0; step < 4; step++) {
-        MG_EXPECT_OK(graph_set_lr(be, &a, lrs[step]));
-        MG_EXPECT_OK(graph_set_lr(be, &b, lrs[step]));
-        MG_EXPECT_OK(graph_step(be, &a));
-        MG_EXPECT_OK(be->graph_launch(be, g));
-        MG_EXPECT_OK(graph_state(be, &a, sa));
-        MG_EXPECT_OK(graph_state(be, &b, sb));
-        MG_EXPECT(memcmp(sa, sb, sizeof sa) == 0, "step %d: replay differs from eager", step);
-        MG_EXPECT(memcmp(sa, s0, sizeof sa) != 0, "step %d: nothing changed", step);
-        memcpy(s0, sa, sizeof sa);
-    }
-    be->graph_free(be, g);
-out:
-    graph_bufs_free(be, &a);
-    graph_bufs_free(be, &b);
     be->destroy(be);
 }
 
