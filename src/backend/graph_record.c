@@ -8,14 +8,16 @@
 #include <string.h>
 
 /* ---- preprocessor helpers: a map over up to 16 list elements, and a test for a name ---- */
-#define REC_CAT_(a, b)                                                                            a##b
-#define REC_CAT(a, b)                                                                             REC_CAT_(a, b)
-#define REC_UNPAREN(...)                                                                          __VA_ARGS__
-#define REC_DROP1_(x, ...)                                                                        __VA_ARGS__
-#define REC_DROP1(...)                                                                            REC_DROP1_(__VA_ARGS__)
+// clang-format off
+#define REC_CAT_(a, b)     a##b
+#define REC_CAT(a, b)      REC_CAT_(a, b)
+#define REC_UNPAREN(...)   __VA_ARGS__
+#define REC_DROP1_(x, ...) __VA_ARGS__
+#define REC_DROP1(...)     REC_DROP1_(__VA_ARGS__)
 #define REC_COUNT_(_1, _2, _3, _4, _5, _6, _7, _8, _9, _10, _11, _12, _13, _14, _15, _16, n, ...) n
 #define REC_COUNT(...)                                                                             \
     REC_COUNT_(__VA_ARGS__, 16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0)
+// clang-format on
 /* REC_MAP(f, c, x1, ..., xn) = f(c, x1) f(c, x2) ... f(c, xn) */
 #define REC_MAP(f, c, ...)       REC_CAT(REC_MAP_, REC_COUNT(__VA_ARGS__))(f, c, __VA_ARGS__)
 #define REC_MAP_1(f, c, x)       f(c, x)
@@ -140,8 +142,10 @@ static void rec_keep(mg_backend *be, void *slot, size_t size) {
     *p = copy;
 }
 
-/* Appends a call of `entry` with its argument structure. */
-static mg_status rec_take(mg_backend *be, int entry, const void *args, size_t size) {
+/* Appends a call of `entry` with its arguments: `pre` (pre_size bytes, may be 0) then args. */
+static mg_status rec_take(mg_backend *be, int entry, const void *pre, size_t pre_size,
+                          const void *args, size_t args_size) {
+    const size_t size = pre_size + args_size;
     struct mg_graph_rec *r = be->recording;
     if (r->err != MG_OK) return r->err; /* spoilt: nothing more is recorded */
     mg_graph *g = r->g;
@@ -156,7 +160,8 @@ static mg_status rec_take(mg_backend *be, int entry, const void *args, size_t si
     }
     rec_head h = {entry, padded};
     memcpy(g->buf + g->len, &h, sizeof h);
-    memcpy(g->buf + g->len + REC_HEAD, args, size);
+    if (pre_size) memcpy(g->buf + g->len + REC_HEAD, pre, pre_size);
+    memcpy(g->buf + g->len + REC_HEAD + pre_size, args, args_size);
     g->len = need;
     g->calls++;
     return MG_OK;
@@ -182,14 +187,10 @@ mg_status mg_graph_rec_host_call(mg_backend *be, mg_status (*fn)(const void *arg
                                  const void *args, size_t size) {
     if (!mg_graph_rec_takes_host_calls(be))
         return MG_FAIL(MG_ERR_INTERNAL, "a host call recorded outside an accepting capture");
-    unsigned char *buf = malloc(REC_HOST_HEAD + size);
-    if (!buf) return mg_graph_rec_refuse(be, "a host call (out of host memory)");
-    rec_host_head h = {fn};
-    memcpy(buf, &h, sizeof h);
-    memcpy(buf + REC_HOST_HEAD, args, size);
-    mg_status st = rec_take(be, REC_HOST_CALL, buf, REC_HOST_HEAD + size);
-    free(buf);
-    return st;
+    unsigned char head[REC_HOST_HEAD] = {0};
+    const rec_host_head h = {fn};
+    memcpy(head, &h, sizeof h);
+    return rec_take(be, REC_HOST_CALL, head, sizeof head, args, size);
 }
 
 /* The size to copy behind an argument: the structures a pointer argument designates (host memory,
@@ -215,7 +216,7 @@ mg_status mg_graph_rec_host_call(mg_backend *be, mg_status (*fn)(const void *arg
         if (rec_refused(MG_BACKEND_ENTRY_##name)) return mg_graph_rec_refuse(be, #name);           \
         rec_args_##name rec_v = {REC_UNPAREN args};                                                \
         REC_MAP(REC_KEEP, rec_v, REC_UNPAREN args)                                                 \
-        return rec_take(be, MG_BACKEND_ENTRY_##name, &rec_v, sizeof rec_v);                        \
+        return rec_take(be, MG_BACKEND_ENTRY_##name, NULL, 0, &rec_v, sizeof rec_v);               \
     }                                                                                              \
     static mg_status rep_##name(const void *rec_in) {                                              \
         const rec_args_##name *rec_p = rec_in;                                                     \

@@ -100,6 +100,21 @@ mg_status mg_comm_rec_reduce(mg_comm_rec_kind kind, mg_comm *c, const void *send
     return mg_comm_rec_call(fn[kind], &a, sizeof a);
 }
 
+/* A call whose arguments are a header followed by n variable parts (copied after it in order). */
+static mg_status rec_call_parts(mg_comm_rec_fn fn, const void *head, size_t head_size, int n,
+                                const void *const *parts, const size_t *part_sizes) {
+    size_t size = head_size;
+    for (int i = 0; i < n; i++) size += part_sizes[i];
+    unsigned char *a = malloc(size);
+    if (!a) return MG_FAIL(MG_ERR_NOMEM, "recording a communication call: out of memory");
+    memcpy(a, head, head_size);
+    for (size_t at = head_size, i = 0; i < (size_t)n; at += part_sizes[i++])
+        if (part_sizes[i]) memcpy(a + at, parts[i], part_sizes[i]);
+    mg_status st = mg_comm_rec_call(fn, a, size);
+    free(a);
+    return st;
+}
+
 /* all_to_all: the header, then send_counts, send_displs, recv_counts, recv_displs (P each) */
 typedef struct {
     mg_comm *c;
@@ -118,16 +133,10 @@ static mg_status replay_all_to_all(const void *args) {
 mg_status mg_comm_rec_all_to_all(mg_comm *c, const void *send, const size_t *send_counts,
                                  const size_t *send_displs, void *recv, const size_t *recv_counts,
                                  const size_t *recv_displs, mg_dtype dt) {
-    const size_t P = (size_t)c->size, size = sizeof(rec_a2a) + 4 * P * sizeof(size_t);
-    rec_a2a *a = malloc(size);
-    if (!a) return MG_FAIL(MG_ERR_NOMEM, "recording all_to_all: out of memory");
-    *a = (rec_a2a){c, send, recv, dt, c->size};
-    size_t *n = (size_t *)(a + 1);
-    const size_t *parts[4] = {send_counts, send_displs, recv_counts, recv_displs};
-    for (int i = 0; i < 4; i++) memcpy(n + (size_t)i * P, parts[i], P * sizeof *n);
-    mg_status st = mg_comm_rec_call(replay_all_to_all, a, size);
-    free(a);
-    return st;
+    const rec_a2a a = {c, send, recv, dt, c->size};
+    const void *parts[4] = {send_counts, send_displs, recv_counts, recv_displs};
+    const size_t n = (size_t)c->size * sizeof(size_t), sizes[4] = {n, n, n, n};
+    return rec_call_parts(replay_all_to_all, &a, sizeof a, 4, parts, sizes);
 }
 
 typedef struct {
@@ -160,14 +169,10 @@ static mg_status replay_batch_p2p(const void *args) {
 }
 
 mg_status mg_comm_rec_batch_p2p(mg_comm *c, const mg_p2p_op *ops, int n_ops) {
-    const size_t size = sizeof(rec_batch) + (size_t)n_ops * sizeof *ops;
-    rec_batch *a = malloc(size);
-    if (!a) return MG_FAIL(MG_ERR_NOMEM, "recording batch_p2p: out of memory");
-    *a = (rec_batch){c, n_ops};
-    if (n_ops > 0) memcpy(a + 1, ops, (size_t)n_ops * sizeof *ops);
-    mg_status st = mg_comm_rec_call(replay_batch_p2p, a, size);
-    free(a);
-    return st;
+    const rec_batch a = {c, n_ops};
+    const void *parts[1] = {ops};
+    const size_t sizes[1] = {n_ops > 0 ? (size_t)n_ops * sizeof *ops : 0};
+    return rec_call_parts(replay_batch_p2p, &a, sizeof a, 1, parts, sizes);
 }
 
 typedef struct {
