@@ -46,10 +46,18 @@ mg_status mg_memory_plan_reserve(mg_memory_plan *p, const mg_config *c, mg_gpt *
                      &p->off_dloss));
     /* a graphed step's inputs: every microbatch's ids, labels and packed-document arrays, copied
      * in before the graph runs (train/trainer_graph.h) */
-    const size_t per_mb = 2 + (c->reset_position_ids ? 1 : 0) + (c->reset_attention_mask ? 1 : 0) +
-                          (c->eod_mask_loss ? 2 : 0); /* 4-byte arrays: ids, labels, ... */
-    p->staged_bytes = (size_t)staged_microbatches * per_mb * N * sizeof(int32_t);
-    MG_CHECK(reserve(&p->io, p->staged_bytes, &p->off_staged));
+    const bool present[MG_STAGED_ARRAYS] = {true,
+                                            true,
+                                            c->reset_position_ids,
+                                            c->reset_attention_mask,
+                                            c->eod_mask_loss,
+                                            c->eod_mask_loss};
+    for (int k = 0; k < MG_STAGED_ARRAYS; k++) {
+        size_t bytes = present[k] ? (size_t)staged_microbatches * N * sizeof(int32_t) : 0;
+        p->staged_array_bytes[k] = bytes;
+        p->staged_bytes += bytes;
+        MG_CHECK(reserve(&p->io, bytes, &p->off_staged[k]));
+    }
     return reserve(&p->io, sizeof(mg_memory_stats_block), &p->off_stats);
 }
 

@@ -23,6 +23,17 @@ typedef struct {
     mg_step_ctl ctl;
 } mg_memory_stats_block;
 
+/* The arrays of a full-iteration graph's staged inputs (train/trainer_graph.h). */
+typedef enum {
+    MG_STAGED_TOKENS = 0,
+    MG_STAGED_TARGETS,
+    MG_STAGED_POSITIONS,
+    MG_STAGED_DOC_STARTS,
+    MG_STAGED_DLOSS,
+    MG_STAGED_LOSS_W,
+    MG_STAGED_ARRAYS
+} mg_staged_array;
+
 typedef struct {
     mg_arena params, master, grads, optim, acts, work, io;
     bool masters; /* fp32 master weights: the compute dtype is not fp32 (else master is empty and
@@ -33,11 +44,14 @@ typedef struct {
     size_t off_pipe;                      /* the pipeline's message buffers (workspace) */
     size_t off_tokens, off_targets;       /* (n_slots, N) int32 each */
     size_t off_positions, off_doc_starts; /* (n_slots, N) int32 with their flags, else empty */
-    size_t off_dloss;    /* (N) f32, or (n_slots, N) with --eod-mask-loss and then each slot's
-                            reported-loss weights (n_slots, N); then (N) f32: the weights of the
-                            head running, times the loss scale */
-    size_t off_staged;   /* (staged microbatches, 2 to 6, N) 4-byte: a graphed step's inputs */
-    size_t staged_bytes; /* ... their size (0 without a full-iteration graph) */
+    size_t off_dloss; /* (N) f32, or (n_slots, N) with --eod-mask-loss and then each slot's
+                         reported-loss weights (n_slots, N); then (N) f32: the weights of the
+                         head running, times the loss scale */
+    /* a graphed step's inputs, (staged microbatches, N) 4-byte values each: ids, labels, positions
+     * and document starts with their flags, gradient and loss weights with --eod-mask-loss; an
+     * array's bytes are 0 where it is absent */
+    size_t off_staged[MG_STAGED_ARRAYS], staged_array_bytes[MG_STAGED_ARRAYS];
+    size_t staged_bytes; /* all of them (0 without a full-iteration graph) */
     size_t off_stats;    /* (1) mg_memory_stats_block: the statistics and the step control */
 } mg_memory_plan;
 

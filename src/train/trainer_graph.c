@@ -69,16 +69,12 @@ mg_status mg_trainer_graph_init(mg_trainer *t) {
                        "--cuda-graph-impl full_iteration with MoE layers: proven on the cpu "
                        "backend, not yet verified on a GPU; drop --cuda-graph-impl for this model");
     const mg_memory_plan *p = &t->mem.plan;
-    const size_t slice = (size_t)t->eval_microbatches * (size_t)t->model.blk.N;
-    int32_t *base = mg_arena_ptr(&p->io, p->off_staged), *next = base;
-    t->graph.tokens = next, next += slice;
-    t->graph.targets = next, next += slice;
-    if (t->mem.positions) t->graph.positions = next, next += slice;
-    if (t->mem.doc_starts) t->graph.doc_starts = next, next += slice;
-    if (t->eod_id >= 0) { /* 4-byte floats in the same staging */
-        t->graph.dloss = (float *)next, next += slice;
-        t->graph.loss_w = (float *)next, next += slice;
-    }
+    void *a[MG_STAGED_ARRAYS];
+    for (int k = 0; k < MG_STAGED_ARRAYS; k++)
+        a[k] = p->staged_array_bytes[k] ? mg_arena_ptr(&p->io, p->off_staged[k]) : NULL;
+    t->graph.tokens = a[MG_STAGED_TOKENS], t->graph.targets = a[MG_STAGED_TARGETS];
+    t->graph.positions = a[MG_STAGED_POSITIONS], t->graph.doc_starts = a[MG_STAGED_DOC_STARTS];
+    t->graph.dloss = a[MG_STAGED_DLOSS], t->graph.loss_w = a[MG_STAGED_LOSS_W];
     mg_log_info("> CUDA graphs: the full iteration, captured after %d eager step%s",
                 t->cfg.cuda_graph_warmup_steps, t->cfg.cuda_graph_warmup_steps == 1 ? "" : "s");
     return MG_OK;
