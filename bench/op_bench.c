@@ -119,10 +119,12 @@ int main(int argc, char **argv) {
           *dloss = dev(be, (size_t)N * 4);
     int32_t *tok = dev(be, (size_t)N * 4);
     float *p32 = dev(be, nparams * 4), *m = dev(be, nparams * 4), *v = dev(be, nparams * 4),
-          *g = dev(be, nparams * 4), *one = dev(be, 4), *sq = dev(be, 4);
+          *g = dev(be, nparams * 4), *one = dev(be, 4), *sq = dev(be, 4), *rates = dev(be, 16);
     void *pbf = dev(be, nparams * e);
-    float hostone = 1.0f;
+    const float hostone = 1.0f, hostrates[4] = {1e-4f, 0.1f, 0.5f, 0.5f}; /* lr, wd, bc1, bc2 */
     be->copy_h2d(be, one, &hostone, 4);
+    be->copy_h2d(be, rates, hostrates, 16);
+    const mg_adamw_span all = {0, 0, nparams, 0, 1};
     /* activations and weights ~ unit scale, gradients and moments small, v >= 0 */
     void *acts[] = {x, y, x2, qkv, dqkv, h4, dh4, logits};
     size_t act_n[] = {(size_t)N * H,     (size_t)N * H,     (size_t)N * H,     (size_t)N * 3 * H,
@@ -181,9 +183,9 @@ int main(int argc, char **argv) {
        be->layernorm_backward(be, y, dw, db, x, x, bias, stats, stats + N, N, H));
     OP("embedding fwd", F_EMB, 1, be->embedding_forward(be, x, tok, wte, wpe, NULL, N, s.S, H, 0, V));
     OP("embedding bwd", F_EMB, 1, be->embedding_backward(be, dwte, dwpe, x, tok, NULL, N, s.S, H, 0, V));
-    OP("sumsq (grad norm)", F_OPT, 1, be->sumsq_f32(be, sq, g, nparams, 1.0));
+    OP("sumsq (grad norm)", F_OPT, 1, be->sumsq_f32(be, sq, g, nparams, NULL));
     OP("adamw", F_OPT, 1,
-       be->adamw(be, pbf, p32, g, m, v, nparams, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, 0.5f, one));
+       be->adamw(be, pbf, p32, g, m, v, &all, 1, rates, rates + 2, 0.9f, 0.95f, 1e-8f, one));
     double total = 0;
     for (int f = 0; f < F_N; f++) total += fam[f];
     printf("\nper step, op by op (no launch gaps): %.1f ms\n", total);

@@ -45,6 +45,14 @@ typedef struct {
     float stat_weight;          /* the logged values (loss / coeff) accumulate at this weight */
 } mg_moe_routing;
 
+/* One run of elements of an AdamW call (backend_ops.h, adamw) with one learning rate and weight
+ * decay: rates[lr] and rates[wd] (wd < 0: no decay) of the call's rate array. */
+typedef struct {
+    size_t param_off, state_off, n; /* the parameter's and gradient's offset; the master's and
+                                       moments'; elements */
+    int lr, wd;
+} mg_adamw_span;
+
 /* The backend's queues: every op runs on the compute stream; collectives (mg_comm calls) go to
  * the communication stream so they overlap computation (a bucket's reduction runs while backward
  * goes on: docs/architecture.md). */

@@ -344,21 +344,25 @@ MG_OP(scale_f32, REQ, OP, mg_status,
        const float *s /* (1) */), (be, out, x, n, s))
 
 /* ---- optimizer ----
- * AdamW (decoupled weight decay, bias correction) on n elements, gradient first multiplied by
- * *grad_scale (the clipping coefficient, a backend pointer); the rates are read from backend
- * memory too (the step-control block, core/step_rules.h): lr = *lr, wd = wd ? *wd : 0,
- * bc1 = bc[0] = 1 - b1^t, bc2 = bc[1] = 1 - b2^t:
+ * AdamW (decoupled weight decay, bias correction) over runs of elements, the spans (mg_adamw_span:
+ * host memory, read at the call; a graph holding the call keeps the caller's array, which must
+ * outlive it unchanged), gradient first multiplied by *grad_scale (the clipping coefficient, a
+ * backend pointer); the rates are read from backend memory too (the step-control block,
+ * core/step_rules.h): for a span, lr = rates[span.lr], wd = span.wd < 0 ? 0 : rates[span.wd],
+ * and bc1 = bc[0] = 1 - b1^t, bc2 = bc[1] = 1 - b2^t for all:
  *   g = grad * s; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
  *   master = master - lr * ( (m/bc1) / (sqrt(v/bc2) + eps) + wd * master )
  * `param` (compute dtype) receives the updated master; when master is NULL the parameter itself
- * is the fp32 master (CPU). A non-finite *grad_scale (clip_coef's mark of an overflow) skips the
- * update: nothing is written. */
+ * is the fp32 master (CPU). A span's elements are [param_off, param_off + n) of param and grad
+ * and [state_off, state_off + n) of master, m and v; spans do not overlap. A non-finite
+ * *grad_scale (clip_coef's mark of an overflow) skips the update: nothing is written. One call
+ * covers a whole optimizer step (CUDA: a few launches, not one per parameter). */
 MG_OP(adamw, REQ, OP, mg_status,
-      (mg_backend *be, void *param /* (n) */, float *master /* (n) or NULL */,
-       const float *grad /* (n) */, float *m /* (n) */, float *v /* (n) */, size_t n,
-       const float *lr /* (1) */, const float *wd /* (1) or NULL */, const float *bc /* (2) */,
-       float beta1, float beta2, float eps, const float *grad_scale /* (1) */),
-      (be, param, master, grad, m, v, n, lr, wd, bc, beta1, beta2, eps, grad_scale))
+      (mg_backend *be, void *param, float *master /* or NULL */, const float *grad, float *m,
+       float *v, const mg_adamw_span *spans /* (n_spans) host */, int n_spans,
+       const float *rates, const float *bc /* (2) */, float beta1, float beta2, float eps,
+       const float *grad_scale /* (1) */),
+      (be, param, master, grad, m, v, spans, n_spans, rates, bc, beta1, beta2, eps, grad_scale))
 
 /* ---- mixture of experts (model/moe.c) ----
  * Token counts, positions and group sizes stay in backend memory: ops read them there and no

@@ -88,11 +88,6 @@ mg_status mg_config_check_graphs(mg_config *c) {
                      "included; name moe, or moe_router and moe_preprocess",
                      flag);
     /* what the graphs cannot hold yet: a per-step value the host computes */
-    if (c->layout_invariant_dropout && (c->attention_dropout > 0 || c->hidden_dropout > 0))
-        return MG_FAIL(MG_ERR_USAGE,
-                       "CUDA graphs with --layout-invariant-dropout: those masks are keyed by the "
-                       "iteration on the host; use Megatron's dropout streams (drop "
-                       "--layout-invariant-dropout) or no graphs");
     if (c->eod_mask_loss && c->calculate_per_token_loss && c->num_experts > 0)
         return MG_FAIL(MG_ERR_USAGE,
                        "CUDA graphs with --eod-mask-loss, --calculate-per-token-loss and MoE "

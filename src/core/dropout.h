@@ -21,7 +21,9 @@
  * (seed, iteration, layer, site, sequence of the global batch, position, hidden index, or head
  * and key). Hence tensor, sequence, pipeline and data parallelism and the micro-batch size do
  * not change the mask (every layout trains the same model), and a resumed run draws the masks
- * the uninterrupted run drew (the checkpoint restores the iteration). Element draws:
+ * the uninterrupted run drew (the checkpoint restores the iteration). In training the iteration
+ * is read from backend memory (iteration_at, advanced on the device), so a CUDA graph replays
+ * with each step's own masks. Element draws:
  *   counter = (e / 4, sample, iteration, layer << 20 | site << 16 | head), key = (seed, salt)
  *   hidden:    e = s H + h   (position s of the sequence, hidden index h; head 0)
  *   attention: e = s S + t   (query s, key t <= s, of global head `head`)
@@ -71,6 +73,9 @@ typedef struct {
     /* MG_DROPOUT_POSITIONAL */
     uint32_t seed;      /* --seed */
     uint32_t iteration; /* the training iteration (completed steps before this one) */
+    const int64_t *iteration_at; /* backend memory holding the iteration instead (NULL: the
+                                    field above): in training the step-control block's count,
+                                    which the step advances on the device, so a graph replays */
     uint32_t site;      /* layer << 20 | site << 16 */
     int32_t sample0;    /* the microbatch's first sequence: its index in the global batch */
     int32_t first;      /* hidden: the microbatch row (b S + s) of the op's row 0 (sequence
@@ -132,7 +137,8 @@ MG_PHILOX_FN mg_dropout_row mg_dropout_stream_row(const mg_dropout *d, uint32_t 
 MG_PHILOX_FN mg_dropout_row mg_dropout_positional_row(const mg_dropout *d, uint32_t sample,
                                                       uint32_t head, uint64_t e0) {
     mg_dropout_row r;
-    r.c1 = sample, r.c2 = d->iteration, r.c3 = d->site | head;
+    r.c1 = sample, r.c3 = d->site | head;
+    r.c2 = d->iteration_at ? (uint32_t)*d->iteration_at : d->iteration;
     r.k0 = d->seed, r.k1 = MG_DROPOUT_SALT;
     r.e0 = e0;
     return r;

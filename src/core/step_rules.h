@@ -155,6 +155,8 @@ typedef enum {
  * (initialisation, checkpoint load, the log's counter reset). */
 typedef struct {
     int64_t adam_step;      /* completed optimizer steps (Adam's t) */
+    int64_t iteration;      /* completed training iterations, skipped ones included (the
+                               positional dropout masks' key, core/dropout.h) */
     int64_t lr_num_steps;   /* the schedule's position, in samples */
     int64_t skipped_iters;  /* steps skipped since the last reset */
     int64_t nan_iters;      /* of which those whose loss was not finite */
@@ -176,6 +178,7 @@ typedef struct {
 } mg_step_rules;
 
 /* One step's control, after the gradient norm of the step is known and before the update:
+ *  - the iteration count moves on, skipped or not;
  *  - with a scaler, a norm that is not finite skips the step: skipped_iters++, and nan_iters++
  *    when the loss is not finite too; last_skipped says so (without a scaler nothing is skipped);
  *  - not skipped: adam_step++;
@@ -190,6 +193,7 @@ typedef struct {
 MG_STEP_FN void mg_step_control_apply(mg_step_ctl *c, float norm, float loss, float sums[2],
                                       const mg_step_rules *r) {
     const bool skipped = r->scaler.on && !isfinite(norm);
+    c->iteration++;
     if (skipped) {
         c->skipped_iters++;
         if (!isfinite(loss)) c->nan_iters++;

@@ -111,7 +111,8 @@ bool mg_block_dropout(const mg_block_ctx *x, int layer, int site, mg_dropout *d)
     int first = site == MG_DROPOUT_ATTENTION ? c->tp_rank * c->nq_l
                 : c->sp                      ? x->tp->rank * x->Nl
                                              : 0;
-    *d = mg_dropout_init(p, c->seed, x->pass.iteration, layer, site, x->pass.sample0, first);
+    *d = mg_dropout_init(p, c->seed, 0, layer, site, x->pass.sample0, first);
+    d->iteration_at = x->pass.iteration;
     return true;
 }
 

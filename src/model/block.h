@@ -126,7 +126,7 @@ typedef struct {
 typedef struct {
     bool on;                  /* a training pass: --attention-dropout and --hidden-dropout apply */
     int mb;                   /* stream masks: the microbatch's number in this rank's step */
-    int64_t iteration;        /* positional masks: the training iteration */
+    const int64_t *iteration; /* positional masks: the training iteration (backend memory) */
     int sample0;              /* positional masks: the microbatch's first sequence, its index in
                                  the global batch */
     const int32_t *pos;       /* (N) backend: each token's position (--reset-position-ids: the

@@ -466,7 +466,8 @@ static mg_status check_chunk(const mg_gpt *g, int c, int s) {
     return MG_OK;
 }
 
-void mg_gpt_set_dropout(mg_gpt *g, int s, bool train, int mb, int64_t iteration, int sample0) {
+void mg_gpt_set_dropout(mg_gpt *g, int s, bool train, int mb, const int64_t *iteration,
+                        int sample0) {
     if (s < 0 || s >= g->n_slots) return;
     mg_block_pass *p = &g->slot_pass[s]; /* the documents stay */
     p->on = train;

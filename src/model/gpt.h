@@ -156,10 +156,12 @@ void mg_gpt_rope_tables(float *cos_tab /* (S, rd/2) */, float *sin_tab /* (S, rd
 /* The dropout of the microbatch that slot s takes next (core/dropout.h): with train, the masks
  * of --attention-dropout and --hidden-dropout are keyed by the microbatch's number mb in this
  * rank's step (stream masks, model/rng.h; the step's end must advance the streams:
- * mg_model_rng_advance), or with --layout-invariant-dropout by the training iteration and the
- * index in the global batch of the microbatch's first sequence. The slot's backward recomputes
- * its forward's masks. Slots start without dropout (evaluation, generation: train false). */
-void mg_gpt_set_dropout(mg_gpt *g, int s, bool train, int mb, int64_t iteration, int sample0);
+ * mg_model_rng_advance), or with --layout-invariant-dropout by the training iteration (backend
+ * memory, read by the ops: the step-control block's count) and the index in the global batch of
+ * the microbatch's first sequence. The slot's backward recomputes its forward's masks. Slots
+ * start without dropout (evaluation, generation: train false). */
+void mg_gpt_set_dropout(mg_gpt *g, int s, bool train, int mb, const int64_t *iteration,
+                        int sample0);
 /* The packed documents of the microbatch in slot s (backend int32 (N) each, or NULL; they stay
  * set until changed, and must hold the slot's values from its forward through its backward):
  * pos, each token's position for the learned position embedding and RoPE (NULL: i % S);

@@ -81,6 +81,7 @@ typedef struct {
     int n_shards, n_spans, n_pieces;
     mg_optim_shard *shards; /* (n_shards) bucket order */
     mg_optim_span *spans;   /* (n_spans) */
+    mg_adamw_span *updates; /* (n_spans) the spans as the update's adamw call takes them */
     bool norm_filtered;     /* the norm counts norm_spans, not the whole shards */
     int n_norm_spans;       /* the runs the gradient norm counts (see above) */
     mg_optim_span *norm_spans;

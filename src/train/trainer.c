@@ -296,7 +296,7 @@ static mg_status stage_forward(void *ctx, int mb, int chunk, int slot) {
      * step (model/rng.h), or with --layout-invariant-dropout keyed by the iteration and the
      * microbatch's place in the global batch (load_microbatch's samples), the same for every
      * layout (core/dropout.h) */
-    mg_gpt_set_dropout(&t->model, slot, !t->forward_only, mb, t->state.iteration,
+    mg_gpt_set_dropout(&t->model, slot, !t->forward_only, mb, &t->mem.ctl->iteration,
                        (mb * t->layout.dp_size + t->layout.dp_rank) * t->cfg.micro_batch_size);
     MG_CHECK(mg_gpt_chunk_forward(&t->model, t->be, chunk, slot, tokens));
     /* an evaluation's loss; training computes it in the backward (model/gpt.h: the lazy head) */

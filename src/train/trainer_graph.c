@@ -20,11 +20,6 @@ bool mg_trainer_graph_on(const mg_trainer *t) {
 /* Per-layer graphs (model/layer_graphs.h) of the scopes named. */
 static mg_status layer_graphs_init(mg_trainer *t) {
     const mg_config *c = &t->cfg;
-    if (t->be->device != MG_DEVICE_CPU)
-        return MG_FAIL(MG_ERR_UNSUPPORTED,
-                       "--cuda-graph-impl %s: per-layer graphs are proven on the cpu backend, not "
-                       "yet verified on a GPU; use --cuda-graph-impl full_iteration there",
-                       c->cuda_graph_impl == MG_GRAPH_LOCAL ? "local" : "transformer_engine");
     const unsigned scope = mg_config_graph_parts(c);
     static const struct {
         unsigned scope;
@@ -64,10 +59,6 @@ mg_status mg_trainer_graph_init(mg_trainer *t) {
     const mg_cuda_graph_impl impl = t->cfg.cuda_graph_impl;
     if (impl == MG_GRAPH_LOCAL || impl == MG_GRAPH_TRANSFORMER_ENGINE) return layer_graphs_init(t);
     if (!mg_trainer_graph_on(t)) return MG_OK;
-    if (t->be->device != MG_DEVICE_CPU && t->model.n_moe > 0)
-        return MG_FAIL(MG_ERR_UNSUPPORTED,
-                       "--cuda-graph-impl full_iteration with MoE layers: proven on the cpu "
-                       "backend, not yet verified on a GPU; drop --cuda-graph-impl for this model");
     const mg_memory_plan *p = &t->mem.plan;
     void *a[MG_STAGED_ARRAYS];
     for (int k = 0; k < MG_STAGED_ARRAYS; k++)

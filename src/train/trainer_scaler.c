@@ -33,6 +33,7 @@ mg_status mg_trainer_ctl_upload(mg_trainer *t) {
     const mg_grad_scaler *g = &t->scaling.scaler;
     mg_step_ctl c = {
         .adam_step = t->opt.step,
+        .iteration = t->state.iteration,
         .lr_num_steps = t->lr.num_steps,
         .scale = g->scale,
         /* Megatron's inv_scale: the reciprocal in double, then fp32 */

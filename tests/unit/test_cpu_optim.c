@@ -65,6 +65,8 @@ MG_TEST(cpu_adamw_two_steps_match_formula) {
     if (!be) return;
     enum { n = 9 };
     const float lr = 1e-2f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f, scale = 0.5f;
+    const float rates[2] = {lr, wd};
+    const mg_adamw_span span = {0, 0, n, 0, 1};
     float *p0 = t_rnd(90, n, 1), *g1 = t_rnd(91, n, 1), *g2 = t_rnd(92, n, 1);
     /* (a) parameter is its own master; (b) separate master, param receives a copy */
     float *pa = t_dup(p0, n), *ma = t_zeros(n), *va = t_zeros(n);
@@ -74,8 +76,8 @@ MG_TEST(cpu_adamw_two_steps_match_formula) {
     for (int step = 1; step <= 2; step++) {
         const float *g = step == 1 ? g1 : g2;
         const float bc[2] = {1 - powf(b1, (float)step), 1 - powf(b2, (float)step)};
-        MG_EXPECT_OK(be->adamw(be, pa, NULL, g, ma, va, n, &lr, &wd, bc, b1, b2, eps, &scale));
-        MG_EXPECT_OK(be->adamw(be, pb, mast, g, mb, vb, n, &lr, &wd, bc, b1, b2, eps, &scale));
+        MG_EXPECT_OK(be->adamw(be, pa, NULL, g, ma, va, &span, 1, rates, bc, b1, b2, eps, &scale));
+        MG_EXPECT_OK(be->adamw(be, pb, mast, g, mb, vb, &span, 1, rates, bc, b1, b2, eps, &scale));
         for (int i = 0; i < n; i++) {
             double gi = (double)g[i] * scale;
             m[i] = b1 * m[i] + (1 - (double)b1) * gi;
@@ -99,6 +101,38 @@ MG_TEST(cpu_adamw_two_steps_match_formula) {
     be->destroy(be);
 }
 
+/* One call over spans equals a call per span on the span's own pointers, each with its span's
+ * rates (two lr groups, decay or none); the elements between spans are not touched. */
+MG_TEST(cpu_adamw_spans_equal_a_call_each) {
+    mg_backend *be = t_cpu(t);
+    if (!be) return;
+    enum { n = 40 };
+    const float rates[3] = {1e-2f, 3e-3f, 0.1f}, bc[2] = {0.1f, 0.05f}, scale = 0.5f;
+    const mg_adamw_span spans[3] = {{1, 0, 9, 0, 2}, {12, 11, 20, 1, -1}, {35, 33, 4, 0, 2}};
+    float *g = t_rnd(98, n, 1), *p = t_rnd(99, n, 1), *mast = t_rnd(100, n, 1);
+    float *m = t_rnd(101, n, 0.1f), *v = t_rnd(102, n, 0.1f);
+    for (int i = 0; i < n; i++) v[i] = fabsf(v[i]);
+    float *p2 = t_dup(p, n), *mast2 = t_dup(mast, n), *m2 = t_dup(m, n), *v2 = t_dup(v, n);
+    MG_EXPECT_OK(be->adamw(be, p, mast, g, m, v, spans, 3, rates, bc, 0.9f, 0.95f, 1e-8f, &scale));
+    for (int k = 0; k < 3; k++) {
+        const size_t a = spans[k].param_off, b = spans[k].state_off;
+        const mg_adamw_span one = {0, 0, spans[k].n, 0, 1};
+        const float r[2] = {rates[spans[k].lr], spans[k].wd < 0 ? 0.0f : rates[spans[k].wd]};
+        MG_EXPECT_OK(be->adamw(be, p2 + a, mast2 + b, g + a, m2 + b, v2 + b, &one, 1, r, bc, 0.9f,
+                               0.95f, 1e-8f, &scale));
+    }
+    MG_EXPECT(!memcmp(p, p2, sizeof(float) * n) && !memcmp(mast, mast2, sizeof(float) * n) &&
+                  !memcmp(m, m2, sizeof(float) * n) && !memcmp(v, v2, sizeof(float) * n),
+              "the spans in one call differ from a call per span");
+    float *p0 = t_rnd(99, n, 1);
+    MG_EXPECT(p[0] == p0[0] && p[10] == p0[10] && p[34] == p0[34] && p[39] == p0[39] &&
+                  p[1] != p0[1] && p[31] != p0[31],
+              "adamw wrote between the spans or skipped a span's element");
+    free(g), free(p), free(mast), free(m), free(v), free(p2), free(mast2), free(m2), free(v2);
+    free(p0);
+    be->destroy(be);
+}
+
 /* The loss scaler's skipped step: a NaN coefficient (clip_coef's overflow mark) writes
  * nothing, with or without a master. */
 MG_TEST(cpu_adamw_skips_on_overflow_mark) {
@@ -110,9 +144,10 @@ MG_TEST(cpu_adamw_skips_on_overflow_mark) {
     float *mast = t_rnd(97, n, 1);
     float *p0 = t_dup(p, n), *m0 = t_dup(m, n), *v0 = t_dup(v, n), *mast0 = t_dup(mast, n);
     for (int i = 0; i < n; i++) v[i] = v0[i] = fabsf(v[i]);
-    const float lr = 1e-2f, wd = 0.1f, bc[2] = {0.1f, 0.05f};
-    MG_EXPECT_OK(be->adamw(be, p, NULL, g, m, v, n, &lr, &wd, bc, 0.9f, 0.95f, 1e-8f, &nan_coef));
-    MG_EXPECT_OK(be->adamw(be, p, mast, g, m, v, n, &lr, &wd, bc, 0.9f, 0.95f, 1e-8f, &nan_coef));
+    const float rates[2] = {1e-2f, 0.1f}, bc[2] = {0.1f, 0.05f};
+    const mg_adamw_span span = {0, 0, n, 0, 1};
+    MG_EXPECT_OK(be->adamw(be, p, NULL, g, m, v, &span, 1, rates, bc, 0.9f, 0.95f, 1e-8f, &nan_coef));
+    MG_EXPECT_OK(be->adamw(be, p, mast, g, m, v, &span, 1, rates, bc, 0.9f, 0.95f, 1e-8f, &nan_coef));
     MG_EXPECT(!memcmp(p, p0, sizeof(float) * n) && !memcmp(m, m0, sizeof(float) * n) &&
                   !memcmp(v, v0, sizeof(float) * n) && !memcmp(mast, mast0, sizeof(float) * n),
               "a skipped step changed the parameters or the moments");

@@ -96,11 +96,6 @@ MG_TEST(flags_graphs_refuse_bad_combinations) {
         {{"--cuda-graph-impl", "transformer_engine", "--cuda-graph-modules", "full_iteration"},
          MG_ERR_USAGE,
          "full_iteration is only supported with --cuda-graph-impl local"},
-        {{"--cuda-graph-impl", "full_iteration", "--layout-invariant-dropout",
-          "--attention-dropout", "0.1"},
-         MG_ERR_USAGE,
-         "CUDA graphs with --layout-invariant-dropout: those masks are keyed by the iteration on "
-         "the host"},
         {{"--cuda-graph-impl", "full_iteration", "--eod-mask-loss", "--vocab-size", "64",
           "--calculate-per-token-loss", "--num-experts", "4"},
          MG_ERR_USAGE,

@@ -113,6 +113,17 @@ MG_TEST(train_graph_replay_equals_eager_eod_mask) {
                   "eod mask, per-token loss");
 }
 
+/* Positional (layout-invariant) masks are keyed by the iteration, which the graph reads from the
+ * step-control block the step advances on the device: each replayed step draws its own masks, as
+ * the eager steps do (a frozen iteration would repeat one step's masks and drift). */
+MG_TEST(train_graph_replay_equals_eager_layout_invariant_dropout) {
+    same_as_eager(t, BASE "--train-iters 8 --global-batch-size 4 --layout-invariant-dropout",
+                  "layout-invariant dropout");
+    same_as(t, BASE "--train-iters 8 --global-batch-size 4 --layout-invariant-dropout",
+            "--cuda-graph-impl local --cuda-graph-warmup-steps 2",
+            "layout-invariant dropout per layer");
+}
+
 MG_TEST(train_graph_replay_equals_eager_moe) {
     same_as_eager(t,
                   BASE "--train-iters 8 --global-batch-size 4 --num-experts 4 --moe-router-topk 2 "

@@ -5,101 +5,152 @@
  * The clipping coefficient and the rates (lr, weight decay, bias corrections: the step-control
  * block in training) are read from device memory, so no host sync is needed between the norm
  * reduction and the update, and no host value changes from step to step.
- * Memory-bound: 4 elements per thread per iteration (float4 for master, grad, m and v, 8 bytes of
- * h16 parameter), grid-stride; a scalar loop covers the tail and unaligned buffers.
- * Multi-tensor fusion (one launch for all parameters) is left for later. */
+ * Multi-tensor: one launch updates up to ADAMW_LAUNCH_SPANS spans (a GPT-2 step's ~100 parameter
+ * runs in two launches, not ~100), the span table passed by value in the kernel's parameters (so
+ * a captured graph holds it). The spans are cut into tiles of ADAMW_TILE elements; a block takes
+ * tiles grid-stride and finds a tile's span by binary search over the table's tile offsets.
+ * Memory-bound: 4 elements per thread per step (float4 for master, grad, m and v, 8 bytes of h16
+ * parameter) where the span's buffers are 16-byte aligned, else one element per thread. */
 #include "backend/cuda/cuda_common.cuh"
 
+#define ADAMW_LAUNCH_SPANS 48
+#define ADAMW_TILE         4096 /* elements: 256 threads x 4 x 4 */
+
 struct adamw_hp {
-    float lr, beta1, beta2, eps, wd, bc1, bc2;
+    float beta1, beta2, eps;
 };
 
-/* The rates a launch reads from device memory (wd NULL: no decay). */
-struct adamw_rates {
-    const float *lr, *wd, *bc;
+/* A launch's spans: span i holds the tiles [tile0[i], tile0[i + 1]). */
+struct adamw_span_dev {
+    unsigned long long param_off, state_off, n;
+    int lr, wd, vec;
+};
+struct adamw_table {
+    int n;
+    unsigned tile0[ADAMW_LAUNCH_SPANS + 1];
+    adamw_span_dev span[ADAMW_LAUNCH_SPANS];
 };
 
 /* One element: updates m, v and returns the new master value. */
 static __device__ __forceinline__ float adamw_one(float w, float grad, float s, float *m, float *v,
-                                                  const adamw_hp &hp) {
+                                                  const adamw_hp &hp, float lr, float wd,
+                                                  float bc1, float bc2) {
     float g = grad * s;
     float mi = hp.beta1 * *m + (1.0f - hp.beta1) * g;
     float vi = hp.beta2 * *v + (1.0f - hp.beta2) * g * g;
     *m = mi;
     *v = vi;
-    float upd = (mi / hp.bc1) / (sqrtf(vi / hp.bc2) + hp.eps) + hp.wd * w;
-    return w - hp.lr * upd;
+    float upd = (mi / bc1) / (sqrtf(vi / bc2) + hp.eps) + wd * w;
+    return w - lr * upd;
 }
 
 template <typename h16, bool HAS_MASTER>
-static __global__ void adamw_kernel(h16 *param, float *master, const float *grad, float *m,
-                                    float *v, size_t n, adamw_hp hp, adamw_rates rates,
-                                    const float *grad_scale, int vec) {
-    // param (n) h16; master, grad, m, v (n) fp32; grad_scale (1) or NULL
-    float s = grad_scale ? *grad_scale : 1.0f;
+static __global__ void __launch_bounds__(MG_CUDA_THREADS)
+    adamw_kernel(h16 *param_base, float *master_base, const float *grad_base, float *m_base,
+                 float *v_base, const adamw_table tab, adamw_hp hp, const float *rates,
+                 const float *bc, const float *grad_scale) {
+    // param, grad at span.param_off; master, m, v at span.state_off; rates, bc (2), grad_scale
+    // (1) device
+    const float s = grad_scale ? *grad_scale : 1.0f;
     if (!isfinite(s)) return; /* a skipped step (backend_ops.h) */
-    hp.lr = *rates.lr;
-    hp.wd = rates.wd ? *rates.wd : 0.0f;
-    hp.bc1 = rates.bc[0];
-    hp.bc2 = rates.bc[1];
-    size_t stride = (size_t)gridDim.x * blockDim.x;
-    size_t t0 = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    size_t nv = vec ? n / 4 : 0;
-    for (size_t u = t0; u < nv; u += stride) {
-        float4 g4 = reinterpret_cast<const float4 *>(grad)[u];
-        float4 m4 = reinterpret_cast<float4 *>(m)[u];
-        float4 v4 = reinterpret_cast<float4 *>(v)[u];
-        uint2 p2 = reinterpret_cast<const uint2 *>(param)[u];
-        typename mg_h16<h16>::x2 *ph = reinterpret_cast<typename mg_h16<h16>::x2 *>(&p2);
-        float4 w4;
-        if (HAS_MASTER) {
-            w4 = reinterpret_cast<float4 *>(master)[u];
-        } else {
-            float2 a = h16x2_to_f2(ph[0]), b = h16x2_to_f2(ph[1]);
-            w4 = make_float4(a.x, a.y, b.x, b.y);
+    const float bc1 = bc[0], bc2 = bc[1];
+    const unsigned tiles = tab.tile0[tab.n];
+    for (unsigned t = blockIdx.x; t < tiles; t += gridDim.x) {
+        int lo = 0, hi = tab.n - 1; /* the span holding tile t: tile0[lo] <= t < tile0[lo + 1] */
+        while (lo < hi) {
+            int mid = (lo + hi + 1) >> 1;
+            if (tab.tile0[mid] <= t) lo = mid;
+            else hi = mid - 1;
         }
-        w4.x = adamw_one(w4.x, g4.x, s, &m4.x, &v4.x, hp);
-        w4.y = adamw_one(w4.y, g4.y, s, &m4.y, &v4.y, hp);
-        w4.z = adamw_one(w4.z, g4.z, s, &m4.z, &v4.z, hp);
-        w4.w = adamw_one(w4.w, g4.w, s, &m4.w, &v4.w, hp);
-        reinterpret_cast<float4 *>(m)[u] = m4;
-        reinterpret_cast<float4 *>(v)[u] = v4;
-        if (HAS_MASTER) reinterpret_cast<float4 *>(master)[u] = w4;
-        ph[0] = f2_to_h16x2<h16>(w4.x, w4.y);
-        ph[1] = f2_to_h16x2<h16>(w4.z, w4.w);
-        reinterpret_cast<uint2 *>(param)[u] = p2;
-    }
-    for (size_t i = nv * 4 + t0; i < n; i += stride) {
-        float w = HAS_MASTER ? master[i] : h16_to_f(param[i]);
-        float mi = m[i], vi = v[i];
-        w = adamw_one(w, grad[i], s, &mi, &vi, hp);
-        m[i] = mi;
-        v[i] = vi;
-        if (HAS_MASTER) master[i] = w;
-        param[i] = f_to_h16<h16>(w);
+        const adamw_span_dev &sp = tab.span[lo];
+        const float lr = rates[sp.lr], wd = sp.wd < 0 ? 0.0f : rates[sp.wd];
+        const size_t e0 = (size_t)(t - tab.tile0[lo]) * ADAMW_TILE;
+        const size_t e1 = min((size_t)sp.n, e0 + ADAMW_TILE);
+        h16 *param = param_base + sp.param_off;
+        const float *grad = grad_base + sp.param_off;
+        float *master = HAS_MASTER ? master_base + sp.state_off : NULL;
+        float *m = m_base + sp.state_off, *v = v_base + sp.state_off;
+        if (sp.vec) {
+            for (size_t i = e0 + 4 * (size_t)threadIdx.x; i + 4 <= e1; i += 4 * blockDim.x) {
+                const size_t u = i / 4;
+                float4 g4 = reinterpret_cast<const float4 *>(grad)[u];
+                float4 m4 = reinterpret_cast<float4 *>(m)[u];
+                float4 v4 = reinterpret_cast<float4 *>(v)[u];
+                uint2 p2 = reinterpret_cast<const uint2 *>(param)[u];
+                typename mg_h16<h16>::x2 *ph = reinterpret_cast<typename mg_h16<h16>::x2 *>(&p2);
+                float4 w4;
+                if (HAS_MASTER) {
+                    w4 = reinterpret_cast<float4 *>(master)[u];
+                } else {
+                    float2 a = h16x2_to_f2(ph[0]), b = h16x2_to_f2(ph[1]);
+                    w4 = make_float4(a.x, a.y, b.x, b.y);
+                }
+                w4.x = adamw_one(w4.x, g4.x, s, &m4.x, &v4.x, hp, lr, wd, bc1, bc2);
+                w4.y = adamw_one(w4.y, g4.y, s, &m4.y, &v4.y, hp, lr, wd, bc1, bc2);
+                w4.z = adamw_one(w4.z, g4.z, s, &m4.z, &v4.z, hp, lr, wd, bc1, bc2);
+                w4.w = adamw_one(w4.w, g4.w, s, &m4.w, &v4.w, hp, lr, wd, bc1, bc2);
+                reinterpret_cast<float4 *>(m)[u] = m4;
+                reinterpret_cast<float4 *>(v)[u] = v4;
+                if (HAS_MASTER) reinterpret_cast<float4 *>(master)[u] = w4;
+                ph[0] = f2_to_h16x2<h16>(w4.x, w4.y);
+                ph[1] = f2_to_h16x2<h16>(w4.z, w4.w);
+                reinterpret_cast<uint2 *>(param)[u] = p2;
+            }
+        }
+        /* the scalar walk: all of an unaligned span's tile, or the last tile's tail (< 4) */
+        const size_t first = sp.vec ? e0 + (e1 - e0) / 4 * 4 : e0;
+        for (size_t i = first + threadIdx.x; i < e1; i += blockDim.x) {
+            float w = HAS_MASTER ? master[i] : h16_to_f(param[i]);
+            float mi = m[i], vi = v[i];
+            w = adamw_one(w, grad[i], s, &mi, &vi, hp, lr, wd, bc1, bc2);
+            m[i] = mi;
+            v[i] = vi;
+            if (HAS_MASTER) master[i] = w;
+            param[i] = f_to_h16<h16>(w);
+        }
     }
 }
 
 MG_CUDA_DTYPES(mg_status, adamw,
                (mg_backend * be, void *param, float *master, const float *grad, float *m, float *v,
-                size_t n, const float *lr, const float *wd, const float *bc, float beta1,
-                float beta2, float eps, const float *grad_scale),
-               (be, param, master, grad, m, v, n, lr, wd, bc, beta1, beta2, eps, grad_scale)) {
-    // param (n) h16; master (n) or NULL, grad, m, v (n) fp32; lr (1), wd (1) or NULL, bc (2),
-    // grad_scale (1) device
-    if (n == 0) return MG_OK;
-    adamw_hp hp = {0.0f, beta1, beta2, eps, 0.0f, 1.0f, 1.0f}; /* the rates: read by the kernel */
-    adamw_rates rates = {lr, wd, bc};
-    int vec = mg_cuda_aligned16(grad) && mg_cuda_aligned16(m) && mg_cuda_aligned16(v) &&
-              (!master || mg_cuda_aligned16(master)) && ((uintptr_t)param & 7u) == 0;
-    unsigned grid = mg_cuda_blocks(vec ? (n + 3) / 4 : n, MG_CUDA_THREADS);
+                const mg_adamw_span *spans, int n_spans, const float *rates, const float *bc,
+                float beta1, float beta2, float eps, const float *grad_scale),
+               (be, param, master, grad, m, v, spans, n_spans, rates, bc, beta1, beta2, eps,
+                grad_scale)) {
+    // param, grad: elements at spans[i].param_off; master (or NULL), m, v: at .state_off; rates,
+    // bc (2), grad_scale (1) device; spans (n_spans) host
+    const adamw_hp hp = {beta1, beta2, eps};
     cudaStream_t st = mg_cuda_stream(be);
-    if (master)
-        adamw_kernel<h16, true><<<grid, MG_CUDA_THREADS, 0, st>>>((h16 *)param, master, grad, m, v,
-                                                                  n, hp, rates, grad_scale, vec);
-    else
-        adamw_kernel<h16, false><<<grid, MG_CUDA_THREADS, 0, st>>>((h16 *)param, master, grad, m, v,
-                                                                   n, hp, rates, grad_scale, vec);
-    MG_CUDA_CHECK_LAUNCH();
+    h16 *p16 = (h16 *)param;
+    for (int i = 0; i < n_spans;) {
+        adamw_table tab;
+        memset(&tab, 0, sizeof tab);
+        size_t tiles = 0;
+        for (; i < n_spans && tab.n < ADAMW_LAUNCH_SPANS; i++) {
+            const mg_adamw_span *sp = &spans[i];
+            if (sp->n == 0) continue;
+            const size_t a = sp->param_off, b = sp->state_off;
+            const bool vec = mg_cuda_aligned16(grad + a) && mg_cuda_aligned16(m + b) &&
+                             mg_cuda_aligned16(v + b) && (!master || mg_cuda_aligned16(master + b)) &&
+                             ((uintptr_t)(p16 + a) & 7u) == 0;
+            tab.tile0[tab.n] = (unsigned)tiles;
+            tab.span[tab.n] = {a, b, sp->n, sp->lr, sp->wd, vec ? 1 : 0};
+            tab.n++;
+            tiles += (sp->n + ADAMW_TILE - 1) / ADAMW_TILE;
+        }
+        if (tab.n == 0) continue;
+        if (tiles > 0xffffffffu)
+            return MG_FAIL(MG_ERR_UNSUPPORTED, "adamw: %zu tiles of %d elements in one launch",
+                           tiles, ADAMW_TILE);
+        tab.tile0[tab.n] = (unsigned)tiles;
+        const unsigned grid = tiles < MG_CUDA_MAX_BLOCKS ? (unsigned)tiles : MG_CUDA_MAX_BLOCKS;
+        if (master)
+            adamw_kernel<h16, true><<<grid, MG_CUDA_THREADS, 0, st>>>(p16, master, grad, m, v, tab,
+                                                                      hp, rates, bc, grad_scale);
+        else
+            adamw_kernel<h16, false><<<grid, MG_CUDA_THREADS, 0, st>>>(p16, master, grad, m, v, tab,
+                                                                       hp, rates, bc, grad_scale);
+        MG_CUDA_CHECK_LAUNCH();
+    }
     return MG_OK;
 }

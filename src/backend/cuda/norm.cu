@@ -9,10 +9,11 @@
  * residual gradient (read, add in fp32, round once).
  *
  * dw/db: deterministic column sums, no atomics (colsum.cuh's two stages). Stage 1 is fused into
- * the dx kernel: a block takes a chunk of R rows (R depends only on N), each warp adds its rows'
- * dout * xhat (and dout) into its own shared-memory row of H floats (a lane touches only its own
- * columns, so no synchronisation until the chunk is done), then the warp rows are added in warp
- * order into one partial per (chunk, column). Stage 2 adds a column's partials in a fixed order and
+ * the dx kernel: a block takes a chunk of R rows (R depends only on N: one row per warp up to
+ * 4096 rows, then as many chunks as stage 2 takes, so a small batch still fills the GPU), each
+ * warp adds its rows' dout * xhat (and dout) into its own shared-memory row of H floats (a lane
+ * touches only its own columns, so no synchronisation until the chunk is done), then the warp
+ * rows are added in warp order into one partial per (chunk, column). Stage 2 adds a column's partials in a fixed order and
  * accumulates (+=) into the fp32 dw/db. So backward reads x and dout once. Where the per-warp rows
  * would not fit in shared memory (H above MG_NORM_FUSED_MAX_SMEM / (8 warps * 4 or 8 bytes)), the
  * dw/db stage 1 is a kernel of its own that reads x and dout again.
@@ -21,7 +22,7 @@
 
 #define NORM_ROWS_PER_BLOCK 8  /* warps per block in the row kernels */
 #define DW_WARPS            4  /* row-interleaved warps of an unfused stage-1 block */
-#define DW_MIN_ROWS         64 /* rows per chunk, at least */
+#define DW_MIN_ROWS         64 /* rows per chunk of the unfused stage 1, at least */
 /* shared memory of a fused backward block at most (8 warps x H floats, twice with a bias): up to
  * H = 2560 for LayerNorm with a bias, 5120 for RMSNorm */
 #define MG_NORM_FUSED_MAX_SMEM (160u << 10)
@@ -169,6 +170,12 @@ static __global__ void norm_backward_fused_kernel(h16 *dx, float *part_w, float 
     }
 }
 
+/* Dynamic shared memory of a fused backward block: a row of H floats per warp for dw, as many
+ * for db. */
+static inline size_t norm_fused_smem(int H, bool bias) {
+    return (size_t)NORM_ROWS_PER_BLOCK * (size_t)H * sizeof(float) * (bias ? 2 : 1);
+}
+
 /* Stage 1: block (column tile of 32*VEC, chunk of R rows) -> part_w/part_b[chunk, tile cols]. */
 template <typename h16, bool LN, int VEC>
 static __global__ void norm_dw_partial_kernel(float *part_w, float *part_b, const h16 *dout,
@@ -214,7 +221,7 @@ static mg_status norm_backward_launch(cudaStream_t st, h16 *dx, float *part_w, f
                                       const h16 *dout, const h16 *x, const h16 *w,
                                       const float *mean, const float *rstd, int N, int H, int R) {
     int nchunks = mg_colsum_chunks(N, R);
-    size_t smem = (size_t)NORM_ROWS_PER_BLOCK * H * sizeof(float) * (part_b ? 2 : 1);
+    size_t smem = norm_fused_smem(H, part_b != NULL);
     if (smem <= MG_NORM_FUSED_MAX_SMEM) {
         auto *k = norm_backward_fused_kernel<h16, LN, VEC>;
         MG_CUDA_CHECK(
@@ -240,7 +247,9 @@ static mg_status norm_backward(mg_backend *be, void *dx, float *dw, float *db, c
                                const void *x, const void *w, const float *mean, const float *rstd,
                                int N, int H) {
     if (N <= 0 || H <= 0) return MG_OK;
-    int R = mg_colsum_rows(N, DW_MIN_ROWS), nchunks = mg_colsum_chunks(N, R);
+    const bool fused = norm_fused_smem(H, db != NULL) <= MG_NORM_FUSED_MAX_SMEM;
+    int R = mg_colsum_rows(N, fused ? NORM_ROWS_PER_BLOCK : DW_MIN_ROWS);
+    int nchunks = mg_colsum_chunks(N, R);
     size_t part = (size_t)nchunks * H; /* floats per partial array */
     float *ws = NULL;
     MG_CHECK(mg_cuda_scratch(be, (db ? 2 : 1) * part * sizeof(float), (void **)&ws,
