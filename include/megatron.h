@@ -44,7 +44,11 @@ typedef enum { MG_LOADER_SINGLE = 0, MG_LOADER_CYCLIC } mg_dataloader_type;
 typedef enum { MG_MOE_SCORE_SOFTMAX = 0, MG_MOE_SCORE_SIGMOID } mg_moe_score;
 typedef enum { MG_MOE_LB_AUX = 0, MG_MOE_LB_SEQ_AUX, MG_MOE_LB_NONE } mg_moe_balancing;
 typedef enum { MG_MOE_DROP_PROBS = 0, MG_MOE_DROP_POSITION } mg_moe_drop;
-typedef enum { MG_MOE_DISPATCH_ALLGATHER = 0, MG_MOE_DISPATCH_ALLTOALL } mg_moe_dispatcher;
+typedef enum {
+    MG_MOE_DISPATCH_ALLGATHER = 0,
+    MG_MOE_DISPATCH_ALLTOALL,
+    MG_MOE_DISPATCH_FLEX
+} mg_moe_dispatcher;
 /* --cuda-graph-impl: none, per-layer graphs (local and transformer_engine: the same ones here),
  * or the whole iteration in one graph */
 typedef enum {
@@ -103,6 +107,8 @@ typedef struct {
     int moe_shared_expert_intermediate_size;     /* --moe-shared-expert-intermediate-size, 0 */
     bool moe_shared_expert_overlap;              /* --moe-shared-expert-overlap */
     mg_moe_dispatcher moe_token_dispatcher_type; /* --moe-token-dispatcher-type (allgather) */
+    bool moe_router_force_load_balancing;        /* --moe-router-force-load-balancing: random
+                                                    router logits (benchmarks; model/moe.c) */
 
     /* training */
     int micro_batch_size;          /* --micro-batch-size (1) */

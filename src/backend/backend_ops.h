@@ -65,6 +65,14 @@ MG_OP(memset_zero, REQ, RT, mg_status, (mg_backend *be, void *dst, size_t bytes)
  * step draws new masks with no host value changed (a step can be replayed as a CUDA graph). */
 MG_OP(rng_advance, REQ, RT, mg_status,
       (mg_backend *be, uint64_t *state /* (2 n) */, int n, uint64_t by), (be, state, n, by))
+/* out[i] (fp32, n) = standard normal draws from the stream whose {seed, offset} is at state
+ * (backend memory), at offset state[1] + use (core/normal.h: which draw element i takes), in
+ * order with the compute stream: Megatron's --moe-router-force-load-balancing logits. CPU and
+ * CUDA draw the same uniforms; the normals agree to a few ulp (each libm's logf, cosf, sinf). */
+MG_OP(normal_f32, REQ, RT, mg_status,
+      (mg_backend *be, float *out /* (n) */, size_t n, const uint64_t *state /* (2) */,
+       uint64_t use),
+      (be, out, n, state, use))
 /* fp32 host values <-> compute dtype backend buffer (parameters in and out of checkpoints) */
 MG_OP(upload_f32, REQ, RT, mg_status,
       (mg_backend *be, void *dst, const float *src, size_t n), (be, dst, src, n))

@@ -149,6 +149,9 @@ static mg_status check_dense(const mg_config *c) {
     if (c->num_experts < 0)
         return USAGE("--num-experts must be positive, got %d (omit it for a dense model)",
                      c->num_experts);
+    if (c->moe_router_force_load_balancing)
+        return USAGE("--moe-router-force-load-balancing needs --num-experts (a dense model has no "
+                     "router)");
     if (c->expert_model_parallel_size > 1)
         return USAGE("--expert-model-parallel-size %d needs --num-experts (a dense model has no "
                      "experts to split)",

@@ -43,8 +43,8 @@ static const char *const moe_lb_choices[] = {"aux_loss", "seq_aux_loss", "none",
 static const char *const moe_lb_later[] = {"global_aux_loss", "sinkhorn", "quantile_balancing",
                                            NULL};
 static const char *const moe_drop_choices[] = {"probs", "position", NULL};
-static const char *const moe_dispatcher_choices[] = {"allgather", "alltoall", NULL};
-static const char *const moe_dispatcher_later[] = {"flex", NULL};
+static const char *const moe_dispatcher_choices[] = {"allgather", "alltoall", "flex", NULL};
+static const char *const moe_flex_backend_choices[] = {"deepep", "hybridep", NULL};
 static const char *const moe_router_dtype_choices[] = {"fp32", NULL};
 static const char *const moe_router_dtype_later[] = {"fp64", NULL};
 static const char *const device_choices[] = {"auto", "cpu", "cuda", NULL};
@@ -197,9 +197,25 @@ const mg_flag_spec mg_flag_table[] = {
              "the token dispatch"},
     {"--moe-token-dispatcher-type", MOE, .kind = MG_FLAG_ENUM, .arg = "KIND",
      FIELD(moe_token_dispatcher_type), .choices = moe_dispatcher_choices,
-     .later = moe_dispatcher_later,
-     .help = "alltoall over the expert-parallel group; allgather is accepted and runs the same "
-             "all-to-all dispatch (identical results)"},
+     .help = "alltoall over the expert-parallel group; allgather and flex are accepted and run "
+             "the same all-to-all dispatch (identical results)"},
+    {"--moe-flex-dispatcher-backend", MOE, STRING, IGNORED, .arg = "BACKEND",
+     .choices = moe_flex_backend_choices,
+     .help = "the flex dispatcher's library (DeepEP, HybridEP); here the flex dispatcher is our "
+             "all-to-all"},
+    {"--moe-router-force-load-balancing", MOE, BOOL, FIELD(moe_router_force_load_balancing),
+     .help = "benchmarks: the router's logits replaced by standard normal draws (a new draw each "
+             "step, layer and microbatch; gradients pass straight through), so experts get "
+             "near-equal loads"},
+    {"--moe-paged-stash", MOE, BOOL, IGNORED,
+     .help = "activations live in buffers planned before the first step (static sizes); there "
+             "is no stash to page"},
+    {"--moe-paged-stash-page-size", MOE, INT, IGNORED,
+     .help = "no paged stash here (--moe-paged-stash)"},
+    {"--moe-paged-stash-buffer-size-factor-cuda", MOE, DOUBLE, IGNORED,
+     .help = "no paged stash here (--moe-paged-stash)"},
+    {"--moe-paged-stash-buffer-size-factor-cpu", MOE, DOUBLE, IGNORED,
+     .help = "no paged stash here (--moe-paged-stash)"},
     {"--moe-grouped-gemm", MOE, BOOL, IGNORED,
      .help = "experts always run as one grouped GEMM here"},
     {"--moe-permute-fusion", MOE, BOOL, IGNORED, .help = "permutation is always fused here"},

@@ -30,6 +30,7 @@ typedef struct {
     bool expert_bias;         /* aux-loss-free balancing */
     float bias_rate;          /* --moe-router-bias-update-rate */
     mg_moe_dispatcher dispatcher;
+    bool force_balance; /* --moe-router-force-load-balancing: random logits (model/moe.c) */
     mg_moe_routing route;
 } mg_moe_config;
 

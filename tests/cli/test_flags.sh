@@ -117,6 +117,8 @@ expect_error moe_experts_over_ep 2 "--num-experts 4 is not divisible by --expert
     train "${MODEL[@]}" "${RUN[@]}" "${MOE[@]}" --expert-model-parallel-size 3
 expect_error moe_ep_without_experts 2 "--expert-model-parallel-size 2 needs --num-experts" \
     train "${MODEL[@]}" "${RUN[@]}" --expert-model-parallel-size 2
+expect_error moe_force_balance_without_experts 2 "--moe-router-force-load-balancing needs --num-experts" \
+    train "${MODEL[@]}" "${RUN[@]}" --moe-router-force-load-balancing
 expect_error moe_ep_over_world 2 "--expert-model-parallel-size 2 does not divide the data-parallel size 1" \
     train "${MODEL[@]}" "${RUN[@]}" "${MOE[@]}" --expert-model-parallel-size 2
 expect_error moe_top1_softmax 2 "--moe-router-topk 1 with softmax scores needs --moe-router-pre-softmax" \

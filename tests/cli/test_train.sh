@@ -64,6 +64,12 @@ check_resume train_resume_bitwise_moe "${LLAMA[@]}" "${MOE[@]}"
 check_resume train_resume_bitwise_moe_expert_bias "${LLAMA[@]}" "${MOE[@]}" \
     --moe-router-score-function sigmoid --moe-router-enable-expert-bias \
     --moe-router-bias-update-rate 0.01
+# forced balance draws its logits from the checkpointed stream: a resume draws the same; Megatron's
+# sync-free flags are accepted (flex runs our all-to-all, no paged stash here)
+check_resume train_resume_bitwise_moe_force_balance "${LLAMA[@]}" "${MOE[@]}" \
+    --moe-router-force-load-balancing --moe-token-dispatcher-type flex \
+    --moe-flex-dispatcher-backend hybridep --moe-paged-stash --moe-paged-stash-page-size 64 \
+    --moe-paged-stash-buffer-size-factor-cuda 1.2 --moe-paged-stash-buffer-size-factor-cpu 0
 
 # dropout (Megatron's defaults, 0.1, apply to every run above that omits the flags); explicitly,
 # at 0.2: the resumed half draws the masks the uninterrupted run drew (keyed by the iteration)

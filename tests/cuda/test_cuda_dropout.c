@@ -12,7 +12,8 @@
  *    tile; rows whose keys straddle Philox blocks); on random inputs forward and backward agree
  *    with the CPU's to the attention tolerances, and a rerun gives the same bits. (The table's
  *    entry runs stream masks inside cuDNN, whose mask is its own: test_cuda_attention_dropout.c.)
- *  - rng_advance moves the streams' offsets on the device as the CPU does on the host.
+ *  - rng_advance moves the streams' offsets on the device as the CPU does on the host, and
+ *    normal_f32 draws the CPU's normals from a stream.
  * Method and tolerances: cuda_test_util.h. */
 #include "cuda_test_util.h"
 
@@ -201,6 +202,26 @@ MG_TEST(cuda_rng_advance_matches_cpu) {
                   (unsigned long long)got[0], (unsigned long long)got[1],
                   (unsigned long long)got[2], (unsigned long long)got[3],
                   (unsigned long long)got[4], (unsigned long long)got[5]);
+    }
+    ct_pool_free(&P);
+}
+
+/* normal_f32 (core/normal.h): the same uniforms on both backends, so the normals agree to the
+ * last bits of each libm (CT_TOL_F32_ELEM, element by element); n not a multiple of 4 and an
+ * unaligned start take the scalar tail; the stream's state is read on the device. */
+MG_TEST(cuda_normal_f32_matches_cpu) {
+    CT_BACKENDS(cpu, gpu);
+    enum { n = 100003 };
+    const uint64_t state[2] = {0x123456789ull, 77};
+    ct_pool P = ct_pool_of(t, gpu);
+    uint64_t *d_state = ct_poison(&P, sizeof state);
+    float *d_out = ct_poison(&P, (n + 1) * sizeof(float)), *want = ct_host(&P, n * sizeof(float));
+    if (!P.failed) {
+        MG_EXPECT_OK(gpu->copy_h2d(gpu, d_state, state, sizeof state));
+        MG_EXPECT_OK(gpu->normal_f32(gpu, d_out + 1, n, d_state, 5));
+        MG_EXPECT_OK(cpu->normal_f32(cpu, want, n, state, 5));
+        float *got = ct_down_f32(&P, d_out + 1, n);
+        if (got) CT_EXPECT_CLOSE(got, want, n, CT_TOL_F32_ELEM, "normal_f32 (n %d)", n);
     }
     ct_pool_free(&P);
 }

@@ -4,6 +4,8 @@
  * Elementwise in fp32; the result does not depend on the thread count. */
 #include "backend/cpu/cpu_ops.h"
 
+#include "core/normal.h"
+
 /* f[h] = the factor of hidden index h of the op's row i (0 or scale). */
 static void row_factors(const mg_dropout *d, int i, int S, int H, float *f) {
     const mg_dropout_row row = mg_dropout_hidden_row(d, i, S, H);
@@ -55,6 +57,19 @@ mg_status mg_cpu_dropout_backward(mg_backend *be, void *dx_, const void *dout_, 
         row_factors(d, i, S, H, f);
 #pragma omp simd
         for (int j = 0; j < H; j++) dx[(size_t)i * H + j] = f[j] * dout[(size_t)i * H + j];
+    }
+    return MG_OK;
+}
+
+mg_status mg_cpu_normal_f32(mg_backend *be, float *out, size_t n, const uint64_t *state,
+                            uint64_t use) {
+    (void)be;
+    const uint64_t seed = state[0], off = state[1] + use;
+#pragma omp parallel for schedule(static)
+    for (size_t b = 0; b < (n + 3) / 4; b++) {
+        float z[4];
+        mg_normal_block(seed, off, b, z);
+        for (size_t k = 0; k < 4 && 4 * b + k < n; k++) out[4 * b + k] = z[k];
     }
     return MG_OK;
 }

@@ -11,6 +11,7 @@
 #include "backend/cuda/cuda_common.cuh"
 
 #include "core/dropout.h"
+#include "core/normal.h"
 
 /* The factors (0 or scale) of elements [j0, j0 + 4) of op row i (those < H). */
 static __device__ __forceinline__ void factors4(const mg_dropout &d, int i, int j0, int S, int H,
@@ -198,6 +199,29 @@ static __global__ void rng_advance_kernel(uint64_t *state, int n, uint64_t by) {
 extern "C" mg_status mg_cuda_rng_advance(mg_backend *be, uint64_t *state, int n, uint64_t by) {
     if (n <= 0) return MG_OK;
     rng_advance_kernel<<<(n + 31) / 32, 32, 0, mg_cuda_stream(be)>>>(state, n, by);
+    MG_CUDA_CHECK_LAUNCH();
+    return MG_OK;
+}
+
+/* One Philox block (four normals) per thread; the stream's state read on the device. */
+static __global__ void normal_kernel(float *out, size_t n, const uint64_t *state, uint64_t use) {
+    const size_t b = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (4 * b >= n) return;
+    float z[4];
+    mg_normal_block(state[0], state[1] + use, b, z);
+    if (4 * b + 4 <= n && ((uintptr_t)(out + 4 * b) & 15u) == 0) {
+        reinterpret_cast<float4 *>(out + 4 * b)[0] = make_float4(z[0], z[1], z[2], z[3]);
+        return;
+    }
+    for (size_t k = 0; k < 4 && 4 * b + k < n; k++) out[4 * b + k] = z[k];
+}
+
+extern "C" mg_status mg_cuda_normal_f32(mg_backend *be, float *out, size_t n,
+                                        const uint64_t *state, uint64_t use) {
+    if (n == 0) return MG_OK;
+    const size_t blocks = ((n + 3) / 4 + MG_CUDA_THREADS - 1) / MG_CUDA_THREADS;
+    normal_kernel<<<(unsigned)blocks, MG_CUDA_THREADS, 0, mg_cuda_stream(be)>>>(out, n, state,
+                                                                                 use);
     MG_CUDA_CHECK_LAUNCH();
     return MG_OK;
 }
