@@ -109,6 +109,17 @@ typedef struct {
     mg_moe_dispatcher moe_token_dispatcher_type; /* --moe-token-dispatcher-type (allgather) */
     bool moe_router_force_load_balancing;        /* --moe-router-force-load-balancing: random
                                                     router logits (benchmarks; model/moe.c) */
+    /* the expert-parallel receive budget and ECHO's spare expert slots (model/echo_plan.h):
+     * `megatron plan` shows them; training does not run them yet */
+    double moe_expert_rank_capacity_factor; /* --moe-expert-rank-capacity-factor, -1: none */
+    double moe_received_token_capacity;     /* --moe-received-token-capacity (ECHO's name for
+                                               the same budget), -1: none */
+    bool moe_enable_echo;                   /* --moe-enable-echo */
+    int moe_num_echo_experts;               /* --moe-num-echo-experts, -1: = --num-experts */
+    int moe_echo_assignment;                /* --moe-echo-assignment (our extension): 0 auto
+                                               (Megatron's rule), 1 one-shot greedy, 2
+                                               approximate bin packing */
+    double moe_echo_threshold_multiplier;   /* --moe-echo-threshold-multiplier (ours; 0) */
 
     /* training */
     int micro_batch_size;          /* --micro-batch-size (1) */

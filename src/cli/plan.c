@@ -22,6 +22,7 @@
 typedef struct {
     int world_size, microbatches; /* -1: not given */
     const char *param_sizes, *shared_embedding_param;
+    const char *echo_counts; /* --moe-echo-token-counts */
     bool json;
 } plan_args;
 
@@ -45,8 +46,9 @@ static const char usage[] =
     "masters); launches nothing. Any other training flag is accepted and ignored\n"
     "(`megatron train --help` lists them). The flags of plan itself:\n";
 
-enum { G_LAYOUT, G_GRAD, G_OUTPUT };
-static const char *const groups[] = {"layout and schedule", "grad buffer", "output"};
+enum { G_LAYOUT, G_GRAD, G_MOE, G_OUTPUT };
+static const char *const groups[] = {"layout and schedule", "grad buffer", "mixture of experts",
+                                     "output"};
 #define ARG(f) MG_FLAG_FIELD(plan_args, f)
 static const mg_flag_spec flags[] = {
     {"--world-size", MG_FLAG_GROUP(G_LAYOUT), .kind = MG_FLAG_INT, ARG(world_size), .arg = "N",
@@ -60,6 +62,10 @@ static const mg_flag_spec flags[] = {
     {"--shared-embedding-param", MG_FLAG_GROUP(G_GRAD), .kind = MG_FLAG_STRING_REF,
      ARG(shared_embedding_param), .arg = "I[,J..]",
      .help = "indices into --param-sizes of shared embeddings (a bucket each)"},
+    {"--moe-echo-token-counts", MG_FLAG_GROUP(G_MOE), .kind = MG_FLAG_STRING_REF,
+     ARG(echo_counts), .arg = "FILE",
+     .help = "with --moe-enable-echo: a JSON [EP][E] matrix of the tokens each expert-parallel "
+             "rank routes to each expert; prints ECHO's plan for them"},
     {"--json", MG_FLAG_GROUP(G_OUTPUT), .kind = MG_FLAG_BOOL, ARG(json),
      .help = "one JSON object on stdout instead of the text"},
 };
@@ -187,10 +193,12 @@ static void plan_free(mg_plan *p) {
     free(p->chunks);
     mg_plan_free_grad(p);
     mg_plan_free_memory(p);
+    mg_plan_free_echo(p);
 }
 
 static mg_status plan_build(mg_plan *p, const plan_args *a, const mg_flag_command *cmd) {
     MG_CHECK(take_args(p, a, cmd));
+    p->memory_dtype = mg_plan_dtype(&p->cfg);
     MG_CHECK(build_layout(p));
     MG_CHECK(build_layers(p));
     int m;
@@ -198,6 +206,7 @@ static mg_status plan_build(mg_plan *p, const plan_args *a, const mg_flag_comman
     if (m > 0) MG_CHECK(build_pipeline(p, m));
     MG_CHECK(mg_plan_build_grad(p));
     MG_CHECK(mg_plan_build_memory(p));
+    MG_CHECK(mg_plan_build_echo(p, a->echo_counts));
     if (p->json) return mg_plan_print_json(p, stdout);
     mg_plan_print_text(p, stdout);
     return MG_OK;

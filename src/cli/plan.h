@@ -73,7 +73,10 @@ typedef struct {
      * dispatch's static buffers per microbatch (model/moe.h): rows of one rank's permuted
      * pairs, rows its experts may receive, tokens kept per expert (0: dropless) */
     int64_t params_expert;
-    int moe_rows_sent, moe_rows_received, moe_capacity;
+    mg_gpt_moe_dispatch moe; /* sent 0: no MoE dispatch planned */
+
+    /* ECHO's plan for the token counts of --moe-echo-token-counts (cli/plan_echo.c); NULL: none */
+    struct mg_plan_echo *echo;
 
     /* memory of one rank per pipeline stage (a model's flags and a schedule given) */
     int n_memory;
@@ -86,9 +89,18 @@ typedef struct {
 mg_status mg_plan_build_grad(mg_plan *p);
 void mg_plan_free_grad(mg_plan *p);
 
+/* The parameters' and activations' dtype the plan assumes: fp32 with --device cpu, else bf16. */
+mg_dtype mg_plan_dtype(const mg_config *c);
 /* Memory per pipeline rank (cli/plan_memory.c); nothing without a model and a schedule. */
 mg_status mg_plan_build_memory(mg_plan *p);
 void mg_plan_free_memory(mg_plan *p);
+
+/* ECHO's plan (--moe-enable-echo with --moe-echo-token-counts FILE; nothing without either; one
+ * without the other is a usage error), and its sections of the text and the JSON. */
+mg_status mg_plan_build_echo(mg_plan *p, const char *counts_path);
+void mg_plan_free_echo(mg_plan *p);
+void mg_plan_echo_text(const mg_plan *p, FILE *f);
+void mg_plan_echo_json(const mg_plan *p, struct cJSON *root);
 
 void mg_plan_print_text(const mg_plan *p, FILE *f);
 mg_status mg_plan_print_json(const mg_plan *p, FILE *f);

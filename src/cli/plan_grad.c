@@ -178,8 +178,7 @@ static mg_status weights_from_model(mg_plan *p, const mg_gpt *g) {
 static mg_status moe_dispatch_plan(mg_plan *p, const mg_gpt *g) {
     int mbs = p->cfg.micro_batch_size > 0 ? p->cfg.micro_batch_size : 1;
     if (g->n_moe == 0 || p->cfg.seq_length < 1) return MG_OK;
-    return mg_gpt_moe_rows(g, mbs * p->cfg.seq_length, &p->moe_rows_sent, &p->moe_rows_received,
-                           &p->moe_capacity);
+    return mg_gpt_moe_rows(g, mbs * p->cfg.seq_length, &p->moe);
 }
 
 static mg_status grad_from_model(mg_plan *p) {

@@ -180,9 +180,23 @@ static cJSON *weights_json(const mg_plan *p) {
     cJSON_AddNumberToObject(o, "params_per_tp_rank", (double)p->params_tp);
     if (p->params_expert > 0) {
         cJSON_AddNumberToObject(o, "params_expert_per_ep_rank", (double)p->params_expert);
-        cJSON_AddNumberToObject(o, "moe_rows_sent", p->moe_rows_sent);
-        cJSON_AddNumberToObject(o, "moe_rows_received", p->moe_rows_received);
-        cJSON_AddNumberToObject(o, "moe_capacity", p->moe_capacity);
+        const mg_gpt_moe_dispatch *d = &p->moe;
+        cJSON_AddNumberToObject(o, "moe_rows_sent", d->sent);
+        cJSON_AddNumberToObject(o, "moe_rows_received", d->received);
+        cJSON_AddNumberToObject(o, "moe_capacity", d->capacity);
+        if (d->sent > 0) { /* bytes per rank for one MoE layer: a microbatch's activations and
+                              the workspace, with the budget (if any) and in the worst case */
+            const double e = (double)mg_dtype_size(p->memory_dtype);
+            cJSON *b = cJSON_AddObjectToObject(o, "moe_dispatch_bytes");
+            cJSON_AddNumberToObject(b, "rows_received_worst_case", d->received_worst);
+            cJSON_AddNumberToObject(b, "activations_per_layer_microbatch",
+                                    (double)d->received * d->act_elems_per_row * e);
+            cJSON_AddNumberToObject(b, "workspace", (double)d->received * d->work_elems_per_row * e);
+            cJSON_AddNumberToObject(b, "activations_per_layer_microbatch_worst_case",
+                                    (double)d->received_worst * d->act_elems_per_row * e);
+            cJSON_AddNumberToObject(b, "workspace_worst_case",
+                                    (double)d->received_worst * d->work_elems_per_row * e);
+        }
     }
     cJSON *arr = cJSON_AddArrayToObject(o, "tensors");
     for (int i = 0; arr && i < p->n_weights; i++) {
@@ -282,6 +296,7 @@ mg_status mg_plan_print_json(const mg_plan *p, FILE *f) {
         cJSON *gb = cJSON_AddObjectToObject(root, "grad_buffer");
         if (gb) grad_buffer_json(&p->grad[0], gb);
     }
+    mg_plan_echo_json(p, root);
     char *text = cJSON_PrintUnformatted(root);
     cJSON_Delete(root);
     if (!text) return MG_FAIL(MG_ERR_NOMEM, "out of memory printing the plan JSON");

@@ -8,6 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+mg_dtype mg_plan_dtype(const mg_config *c) {
+    return strcmp(c->device, "cpu") ? MG_BF16 : MG_F32;
+}
+
 mg_status mg_plan_build_memory(mg_plan *p) {
     if (!p->grad_from_model || !p->has_pipeline) return MG_OK;
     mg_config m = p->cfg;
@@ -17,7 +21,6 @@ mg_status mg_plan_build_memory(mg_plan *p) {
     if (m.micro_batch_size < 1) m.micro_batch_size = 1;
     /* the batch of the schedule: M microbatches per data-parallel rank */
     m.global_batch_size = p->schedule.microbatches * m.micro_batch_size * l->dp;
-    p->memory_dtype = strcmp(m.device, "cpu") ? MG_BF16 : MG_F32;
     int pp = l->sizes.pp;
     p->memory = calloc((size_t)pp, sizeof *p->memory);
     if (!p->memory) return MG_FAIL(MG_ERR_NOMEM, "out of memory for the memory plan");

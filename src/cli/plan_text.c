@@ -215,6 +215,29 @@ static void print_grad_buffer(const mg_plan *p, const mg_plan_grad_buffer *gb, F
     if (l->cfg.use_distributed_optimizer) print_shards(l, f);
 }
 
+/* The token dispatch's rows and the bytes of one MoE layer's buffers that scale with them, under
+ * the receive budget (--moe-expert-rank-capacity-factor) and in the worst case. */
+static void print_moe_dispatch(const mg_plan *p, FILE *f) {
+    const mg_gpt_moe_dispatch *d = &p->moe;
+    const double e = (double)mg_dtype_size(p->memory_dtype), mib = 1048576.0;
+    fprintf(f,
+            "  token dispatch buffers per microbatch and MoE layer: %d rows of permuted pairs, up "
+            "to %d rows for this rank's experts (%s)\n",
+            d->sent, d->received,
+            d->capacity               ? "capacity-limited"
+            : d->received < d->received_worst ? "dropless under the receive budget"
+                                              : "dropless: sized for the worst case");
+    fprintf(f, "    per MoE layer: %.1f MiB of activations per microbatch in flight, %.1f MiB of "
+               "workspace",
+            d->received * d->act_elems_per_row * e / mib,
+            d->received * d->work_elems_per_row * e / mib);
+    if (d->received < d->received_worst)
+        fprintf(f, "; without the budget %d rows: %.1f and %.1f MiB", d->received_worst,
+                d->received_worst * d->act_elems_per_row * e / mib,
+                d->received_worst * d->work_elems_per_row * e / mib);
+    fprintf(f, "\n");
+}
+
 static void shape_text(char *buf, size_t cap, const int64_t *s, int ndim) {
     if (ndim == 1)
         snprintf(buf, cap, "(%lld)", (long long)s[0]);
@@ -237,12 +260,7 @@ static void print_weights(const mg_plan *p, FILE *f) {
             "%lld dense\n",
             (long long)p->params_expert, p->layout.sizes.ep,
             (long long)(p->params_tp - p->params_expert));
-        if (p->moe_rows_sent > 0)
-            fprintf(f,
-                    "  token dispatch buffers per microbatch and MoE layer: %d rows of permuted "
-                    "pairs, up to %d rows for this rank's experts (%s)\n",
-                    p->moe_rows_sent, p->moe_rows_received,
-                    p->moe_capacity ? "capacity-limited" : "dropless: sized for the worst case");
+        if (p->moe.sent > 0) print_moe_dispatch(p, f);
     }
     fprintf(f, "  %-24s %-24s %s\n", "global shape", "per rank", "split  name");
     for (int i = 0; i < p->n_weights; i++) {
@@ -303,5 +321,6 @@ void mg_plan_print_text(const mg_plan *p, FILE *f) {
     if (p->has_pipeline) print_pipeline(p, f);
     if (p->n_weights) print_weights(p, f);
     if (p->n_memory) print_memory(p, f);
+    mg_plan_echo_text(p, f);
     for (int i = 0; i < p->n_grad; i++) print_grad_buffer(p, &p->grad[i], f);
 }

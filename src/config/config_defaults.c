@@ -97,4 +97,7 @@ void mg_config_defaults(mg_config *c) {
     c->moe_router_topk = 2;
     c->moe_router_bias_update_rate = 1e-3;
     c->moe_expert_capacity_factor = -1;
+    c->moe_expert_rank_capacity_factor = -1;
+    c->moe_received_token_capacity = -1;
+    c->moe_num_echo_experts = -1;
 }

@@ -103,6 +103,20 @@ int mg_config_padded_vocab(const mg_config *c);
  * --moe-ffn-hidden-size, a negative capacity factor). Dense models: only that the expert
  * flags need --num-experts. */
 mg_status mg_config_check_moe(mg_config *c);
+/* The receive budget's and ECHO's flags (config/config_echo.c): a positive factor; echo with
+ * experts, at least two expert-parallel ranks, spare slots a multiple of them, no token dropping,
+ * approximate bin packing with one slot per rank. `megatron plan` shows both; training refuses
+ * them (mg_config_refuse_echo, after these checks) until it runs them. */
+mg_status mg_config_check_echo(const mg_config *c);
+mg_status mg_config_refuse_echo(const mg_config *c);
+/* The receive budget's factor: --moe-expert-rank-capacity-factor or its ECHO name
+ * --moe-received-token-capacity (mg_config_check_echo refuses two different values); -1: none. */
+double mg_config_rank_capacity(const mg_config *c);
+/* ECHO's spare slots in all: --moe-num-echo-experts, else --num-experts (Megatron's default). */
+int mg_config_echo_slots(const mg_config *c);
+/* Whether ECHO assigns spillover by approximate bin packing: --moe-echo-assignment, or auto:
+ * Megatron's rule, bin packing with one spare slot per rank, else one-shot greedy. */
+bool mg_config_echo_bin_packing(const mg_config *c);
 /* The CUDA-graph checks of mg_config_validate (config/config_graphs.c): --enable-cuda-graph,
  * --external-cuda-graph and a full_iteration scope resolved into cuda_graph_impl; the scopes
  * known; at least one warm-up step; what the graphs do not hold yet refused. */

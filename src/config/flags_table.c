@@ -45,6 +45,9 @@ static const char *const moe_lb_later[] = {"global_aux_loss", "sinkhorn", "quant
 static const char *const moe_drop_choices[] = {"probs", "position", NULL};
 static const char *const moe_dispatcher_choices[] = {"allgather", "alltoall", "flex", NULL};
 static const char *const moe_flex_backend_choices[] = {"deepep", "hybridep", NULL};
+static const char *const echo_assignment_choices[] = {"auto", "one_shot_greedy",
+                                                      "approx_bin_packing", NULL};
+static const char *const echo_dispatcher_choices[] = {"hybridep", "alltoall", NULL};
 static const char *const moe_router_dtype_choices[] = {"fp32", NULL};
 static const char *const moe_router_dtype_later[] = {"fp64", NULL};
 static const char *const device_choices[] = {"auto", "cpu", "cuda", NULL};
@@ -96,6 +99,7 @@ const char *const mg_flag_group_names[MG_FLAG_GROUP_COUNT] = {"model",
 #define NOT_YET      .status = MG_FLAG_NOT_YET
 #define RETIRED      .status = MG_FLAG_RETIRED
 #define PARTIAL_1    .status = MG_FLAG_PARTIAL, .trivial = "1"
+#define PARTIAL_OFF  .status = MG_FLAG_PARTIAL, .trivial = "off"
 #define NO_RECOMPUTE .why = "(no recomputation); drop it"
 #define PROFILE      "; profile here with CUDA_INJECTION64_PATH=build/kernel_profile.so (tools/profile)"
 #define ONLY_NAN_CHECK                                                                             \
@@ -207,6 +211,40 @@ const mg_flag_spec mg_flag_table[] = {
      .help = "benchmarks: the router's logits replaced by standard normal draws (a new draw each "
              "step, layer and microbatch; gradients pass straight through), so experts get "
              "near-equal loads"},
+    {"--moe-expert-rank-capacity-factor", MOE, DOUBLE, FIELD(moe_expert_rank_capacity_factor),
+     .def = "none", PARTIAL_OFF, .why = "(the receive budget)",
+     .help = "receive budget of each expert-parallel rank, as a multiple of the balanced share "
+             "of routed tokens; `megatron plan` shows its buffers, `megatron train` does not "
+             "take it yet"},
+    {"--moe-received-token-capacity", MOE, DOUBLE, FIELD(moe_received_token_capacity),
+     .def = "none", PARTIAL_OFF, .why = "(the receive budget)",
+     .help = "ECHO's name for --moe-expert-rank-capacity-factor"},
+    {"--moe-enable-echo", MOE, BOOL, FIELD(moe_enable_echo), PARTIAL_OFF,
+     .why = "(ECHO's spare expert slots)",
+     .help = "ECHO: clone hot experts into spare slots on other expert-parallel ranks; `megatron "
+             "plan --moe-echo-token-counts FILE` shows the plan, `megatron train` does not run "
+             "it yet"},
+    {"--moe-num-echo-experts", MOE, INT, FIELD(moe_num_echo_experts), .def = "num-experts",
+     .help = "ECHO's spare expert slots in all (a multiple of --expert-model-parallel-size)"},
+    {"--moe-echo-assignment", MOE, .kind = MG_FLAG_ENUM, .arg = "METHOD",
+     FIELD(moe_echo_assignment), .choices = echo_assignment_choices,
+     .help = "a megatron.c extension for exploring the ECHO planner: how spillover is assigned to "
+             "spare slots; auto is Megatron's choice: approx_bin_packing with one spare slot per "
+             "rank, else one_shot_greedy"},
+    {"--moe-echo-threshold-multiplier", MOE, DOUBLE, FIELD(moe_echo_threshold_multiplier),
+     .help = "a megatron.c extension: with one_shot_greedy, ECHO frees spare slots a rank does "
+             "not need to stay under the average load x (1 + X); 0: keep every slot (Megatron's "
+             "choice)"},
+    {"--moe-echo-expert-dispatcher-type", MOE, STRING, IGNORED, .arg = "KIND",
+     .choices = echo_dispatcher_choices,
+     .help = "one dispatcher here (our all-to-all) for home and spare experts alike"},
+    {"--moe-echo-expert-dispatch-overlap", MOE, BOOL, IGNORED,
+     .help = "accepted with ECHO; the spare experts' dispatch is not overlapped yet"},
+    {"--moe-echo-recompute-expert-dispatch", MOE, BOOL, IGNORED,
+     .help = "accepted with ECHO; nothing is recomputed yet"},
+    {"--moe-use-device-initiated-grouped-gemm", MOE, BOOL, IGNORED,
+     .help = "the grouped GEMM here always reads its per-expert sizes from device memory (no "
+             "host synchronisation)"},
     {"--moe-paged-stash", MOE, BOOL, IGNORED,
      .help = "activations live in buffers planned before the first step (static sizes); there "
              "is no stash to page"},

@@ -10,7 +10,7 @@
 
 #include <stddef.h>
 
-#define MG_FLAG_MAX 256 /* capacity of per-flag arrays; flags_table.c asserts the table fits */
+#define MG_FLAG_MAX 320 /* capacity of per-flag arrays; flags_table.c asserts the table fits */
 
 typedef enum {
     MG_FLAG_GROUP_MODEL = 0,

@@ -31,6 +31,8 @@ typedef struct {
     float bias_rate;          /* --moe-router-bias-update-rate */
     mg_moe_dispatcher dispatcher;
     bool force_balance; /* --moe-router-force-load-balancing: random logits (model/moe.c) */
+    double budget;      /* --moe-expert-rank-capacity-factor: receive rows for budget x the
+                           balanced share; 0: the worst case (`megatron plan` only, model/moe.h) */
     mg_moe_routing route;
 } mg_moe_config;
 

@@ -644,17 +644,30 @@ mg_status mg_gpt_backward(mg_gpt *g, mg_backend *be, const int32_t *tokens) {
 float *mg_gpt_moe_load(const mg_gpt *g, int i) {
     return (float *)mg_block_ws_ptr(&g->blk, g->moe_ws.load) + (size_t)i * g->cfg.moe.E;
 }
-mg_status mg_gpt_moe_rows(const mg_gpt *g, int N, int *sent, int *received, int *capacity) {
+/* The dispatch's rows for N tokens under c (its receive budget or none). */
+static mg_status moe_rows(const mg_model_config *c, int N, int *sent, int *received,
+                          int *capacity) {
     mg_moe_ws w = {0};
     mg_arena a;
     mg_arena_init(&a, "moe rows");
-    mg_status st = mg_moe_plan(&w, &g->cfg, N, 2, g->cfg.moe.n_layers, &a);
+    mg_status st = mg_moe_plan(&w, c, N, 2, c->moe.n_layers, &a);
     *sent = w.Rp;
     *received = w.R;
     *capacity = w.capacity;
     mg_moe_free(&w);
     mg_arena_free(&a);
     return st;
+}
+
+mg_status mg_gpt_moe_rows(const mg_gpt *g, int N, mg_gpt_moe_dispatch *out) {
+    mg_model_config worst = g->cfg;
+    worst.moe.budget = 0;
+    MG_CHECK(moe_rows(&g->cfg, N, &out->sent, &out->received, &out->capacity));
+    int sent, cap;
+    MG_CHECK(moe_rows(&worst, N, &sent, &out->received_worst, &cap));
+    out->act_elems_per_row = mg_moe_row_act_elems(&g->cfg);
+    out->work_elems_per_row = mg_moe_row_work_elems(&g->cfg);
+    return MG_OK;
 }
 
 void mg_gpt_expert_grads_unwritten(mg_gpt *g) {

@@ -222,9 +222,15 @@ void mg_gpt_moe_bias_name(const mg_gpt *g, int i, char *out, size_t cap);
  * it). */
 const char *mg_gpt_saved_name(const mg_param_meta *p);
 /* The token dispatch's static sizes for N tokens per microbatch (model/moe.h's plan): rows of
- * one rank's permuted pairs, rows its experts may receive, tokens kept per expert (0: dropless).
- * For `megatron plan`; the model need not be planned. */
-mg_status mg_gpt_moe_rows(const mg_gpt *g, int N, int *sent, int *received, int *capacity);
+ * one rank's permuted pairs, rows its experts may receive (under the receive budget, if any, and
+ * in the worst case), tokens kept per expert (0: dropless), and the elements per received row of
+ * an MoE layer's saved activations (per microbatch in flight) and of its workspace. For `megatron
+ * plan`; the model need not be planned. */
+typedef struct {
+    int sent, received, received_worst, capacity;
+    size_t act_elems_per_row, work_elems_per_row;
+} mg_gpt_moe_dispatch;
+mg_status mg_gpt_moe_rows(const mg_gpt *g, int N, mg_gpt_moe_dispatch *out);
 /* The caller did not zero the gradients of the expert parameters (mg_param_meta.expert) for this
  * step: each MoE layer's next backward writes them over instead of adding to them (every expert
  * of the layer, zeros for one without tokens), later ones accumulate again. Saves a pass over

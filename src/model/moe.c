@@ -339,6 +339,11 @@ mg_status mg_moe_plan(mg_moe_ws *w, const mg_model_config *c, int N, size_t esz,
     int per_src = N * (m->k < m->E_l ? m->k : m->E_l);
     if (w->capacity > 0 && (m->pad || m->E_l * w->capacity < per_src))
         per_src = m->E_l * w->capacity;
+    if (m->budget > 0 && m->ep > 1) { /* the receive budget: budget x N k rows, whole slabs */
+        double b = ceil(m->budget * (double)N * m->k);
+        int slab = (int)ceil(b / m->ep);
+        if (slab < per_src) per_src = slab;
+    }
     w->R = m->ep == 1 ? w->Rp : m->ep * per_src;
     size_t H = (size_t)c->H, f = sizeof(float);
     size_t R = (size_t)w->R, Rp = (size_t)w->Rp, E = (size_t)m->E;

@@ -7,7 +7,9 @@
  *   capacity  Megatron's get_capacity: ceil(T x k / E x factor) tokens per expert (0: dropless)
  *   Rp        rows of this rank's permuted pairs: E x capacity when padded, else T x k
  *   R         rows the experts may receive: Rp with one rank; with ep ranks each source sends
- *             at most T x min(k, E_l) rows (dropless) or E_l x capacity, so ep times that
+ *             at most T x min(k, E_l) rows (dropless) or E_l x capacity, so ep times that;
+ *             under a receive budget F (--moe-expert-rank-capacity-factor, `megatron plan`
+ *             only: training does not take it yet) F x T x k rows in whole slabs of one per peer
  * The rows actually used are counted on the device (backend.h: counts) and read there.
  * Exports: mg_moe_plan, mg_moe_free, mg_moe_bind_pointers. Needs: model/block (moe.c: model/
  * moe_dispatch). */
@@ -22,6 +24,16 @@
 mg_status mg_moe_plan(mg_moe_ws *w, const mg_model_config *c, int N, size_t esz, int n_layers,
                       mg_arena *work);
 void mg_moe_free(mg_moe_ws *w);
+/* Elements per received row (R) of one MoE layer's buffers: the saved activations of one
+ * microbatch (xe, e_fc1, e_act: H + fc1 + F) and the layer-shared workspace (dxe, de_fc1, de_act
+ * with SwiGLU; with expert parallelism ye and the two dispatch slabs); what the plans reserve. */
+static inline size_t mg_moe_row_act_elems(const mg_model_config *c) {
+    return (size_t)c->H + (size_t)c->moe.fc1 + (size_t)c->moe.F;
+}
+static inline size_t mg_moe_row_work_elems(const mg_model_config *c) {
+    return (size_t)c->H + (size_t)c->moe.fc1 + (c->swiglu ? (size_t)c->moe.F : 0) +
+           (c->moe.ep > 1 ? 3 * (size_t)c->H : 0);
+}
 /* Writes the experts' weight, bias and gradient pointers of one MoE layer (after bind). */
 mg_status mg_moe_bind_pointers(const mg_block_ctx *x, const mg_moe_params *mp);
 

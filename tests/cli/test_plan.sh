@@ -239,4 +239,67 @@ else
     fail "plan moe --json: no expert buffer or dispatch rows" "$(grep -oE '"(expert|moe_rows_received)":[^,]*' <<<"$j" | head -4)"
 fi
 
+# The receive budget (--moe-expert-rank-capacity-factor; `megatron plan` only): EP 8, 64 experts,
+# top-8, 4096 tokens per microbatch. Worst case: each of 8 sources may send 4096 x min(8, 8 local
+# experts) = 32768 rows, 262144 in all; under F = 1.5, 1.5 x 4096 x 8 = 49152 rows (slabs of
+# 6144). Per received row an MoE layer saves H + fc1 + F = 1024 + 2816 + 1408 = 5248 bf16
+# elements: 49152 x 5248 x 2 = 515899392 bytes per microbatch (2751463424 without the budget).
+BUDGET=(--world-size 8 --expert-model-parallel-size 8 --num-layers 2 --hidden-size 1024
+        --num-attention-heads 16 --seq-length 4096 --vocab-size 50304 --num-experts 64
+        --moe-router-topk 8 --moe-ffn-hidden-size 1408 --swiglu --normalization RMSNorm
+        --disable-bias-linear --micro-batch-size 1 --global-batch-size 8)
+expect_json plan_moe_budget_rows '"moe_rows_received":49152,' "${BUDGET[@]}" --moe-expert-rank-capacity-factor 1.5
+expect_json plan_moe_budget_bytes '"rows_received_worst_case":262144,"activations_per_layer_microbatch":515899392,' \
+    "${BUDGET[@]}" --moe-received-token-capacity 1.5
+expect_json plan_moe_no_budget '"moe_rows_received":262144,' "${BUDGET[@]}"
+expect_error plan_moe_budget_zero 2 "--moe-expert-rank-capacity-factor must be positive" \
+    train --num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --vocab-size 64 \
+    --mock-data --train-iters 1 --lr 1e-3 --device cpu --num-experts 4 --moe-expert-rank-capacity-factor 0
+expect_error train_moe_budget_not_yet 1 "--moe-expert-rank-capacity-factor is not supported yet by .megatron train." \
+    train --num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --vocab-size 64 \
+    --mock-data --train-iters 1 --lr 1e-3 --device cpu --num-experts 4 --moe-expert-rank-capacity-factor 1.5
+
+# ECHO's plan for given token counts (model/echo_plan.h; the planner's own goldens from Megatron's
+# functions are tests/unit/test_echo_plan.c). One hot expert on EP 4, one spare slot per rank, by
+# hand: expert totals 3000, 340, 230, 130, one home expert per rank; average 3700 / 4 = 925;
+# expert 0 spills 2075, the spare capacities 0, 585, 695, 795 take it all; every rank ends at 925.
+# Slot 1's 585 tokens split over the sources as their 900 : 800 : 700 : 600 tokens of expert 0,
+# floored (175, 156, 136, 117), the one left over to the first source.
+ECHO_DIR=$(mktemp -d)
+printf '[[900,100,50,50],[800,100,60,40],[700,90,80,30],[600,50,40,10]]\n' >"$ECHO_DIR/hot.json"
+ECHO=(--world-size 4 --num-experts 4 --expert-model-parallel-size 4 --moe-enable-echo
+      --moe-num-echo-experts 4 --moe-echo-token-counts "$ECHO_DIR/hot.json")
+expect_json plan_echo_loads '"avg_tokens_per_ep_rank":925,"spillover_per_home_expert":[2075,0,0,0],"spare_capacity_per_ep_rank":[0,585,695,795]' "${ECHO[@]}"
+expect_json plan_echo_after '"tokens_per_ep_rank_before":[3000,340,230,130],"tokens_per_ep_rank_after":[925,925,925,925]' "${ECHO[@]}"
+expect_json plan_echo_home_to_spare '"tokens_from_home_expert_to_spare":[[0,585,695,795],[0,0,0,0],[0,0,0,0],[0,0,0,0]]' "${ECHO[@]}"
+expect_json plan_echo_sources '"tokens_offloaded_from_ep_rank_to_spare":[[0,176,209,239],[0,156,185,212],[0,136,162,185],[0,117,139,159]]' "${ECHO[@]}"
+out=$("$MEGATRON" plan "${ECHO[@]}" 2>&1)
+if grep -q "average 925 tokens per rank, 2075 moved to spare slots" <<<"$out" &&
+    grep -qE "ep rank 0 +before +3000 \|#{30}\| +after +925 \|#{9}\.{21}\|" <<<"$out" &&
+    grep -q "spare slot 3 (ep rank 3): 795 tokens of expert 0" <<<"$out"; then pass plan_echo_text
+else fail plan_echo_text "the text lacks the loads before and after" "$(tail -n 8 <<<"$out")"; fi
+# auto picks Megatron's method: approximate bin packing with one spare slot per rank
+expect_json plan_echo_auto '"assignment":"approx_bin_packing"' "${ECHO[@]}"
+expect_json plan_echo_greedy '"assignment":"one_shot_greedy","threshold_multiplier":0.25' \
+    "${ECHO[@]}" --moe-echo-assignment one_shot_greedy --moe-echo-threshold-multiplier 0.25
+expect_error plan_echo_threshold_bin_packing 2 "--moe-echo-threshold-multiplier applies to one_shot_greedy" \
+    plan "${ECHO[@]}" --moe-echo-threshold-multiplier 0.25
+printf '[[1,2,3,4],[5,6,7,8]]\n' >"$ECHO_DIR/short.json"
+expect_error plan_echo_counts_shape 2 "expected a JSON array of 4 rows" \
+    plan --world-size 4 --num-experts 4 --expert-model-parallel-size 4 --moe-enable-echo \
+    --moe-echo-token-counts "$ECHO_DIR/short.json"
+expect_error plan_echo_slots_not_divisible 2 "--moe-num-echo-experts 6 must be a positive multiple of --expert-model-parallel-size 4" \
+    plan "${ECHO[@]}" --moe-num-echo-experts 6
+expect_error plan_echo_ep1 2 "--moe-enable-echo needs --expert-model-parallel-size of at least 2" \
+    plan --world-size 1 --num-experts 4 --moe-enable-echo --moe-echo-token-counts "$ECHO_DIR/hot.json"
+expect_error plan_echo_dropping 2 "--moe-enable-echo with --moe-expert-capacity-factor" \
+    plan "${ECHO[@]}" --moe-expert-capacity-factor 1.0
+expect_error plan_echo_no_counts 2 "needs --moe-echo-token-counts FILE" \
+    plan --world-size 4 --num-experts 4 --expert-model-parallel-size 4 --moe-enable-echo
+expect_error train_echo_not_yet 1 "--moe-enable-echo is not supported yet by .megatron train." \
+    train --num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --vocab-size 64 \
+    --mock-data --train-iters 1 --lr 1e-3 --device cpu --num-experts 4 --moe-enable-echo \
+    --expert-model-parallel-size 2
+rm -rf "$ECHO_DIR"
+
 finish
