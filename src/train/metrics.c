@@ -121,7 +121,8 @@ int mg_metrics_format_line_at(char *buf, size_t cap, const char *timestamp,
         bool on;
     } moe[] = {{r->aux_name, r->aux_loss, r->moe && r->aux_name},
                {"z_loss", r->z_loss, r->moe && !(r->z_loss < 0)},
-               {"expert load (max/mean)", r->expert_load, r->moe}};
+               {"expert load (max/mean)", r->expert_load, r->moe},
+               {"moe_ep_load_imbalance", r->ep_imbalance, r->moe && !(r->ep_imbalance < 0)}};
     for (size_t i = 0; i < sizeof moe / sizeof *moe; i++)
         if (moe[i].on) {
             sb_printf(&b, " %s: ", moe[i].name);
@@ -174,6 +175,10 @@ int mg_metrics_format_json(char *buf, size_t cap, const mg_log_record *r) {
     if (r->moe) {
         sb_printf(&b, ", ");
         sb_json_num(&b, "expert_load", r->expert_load, false);
+    }
+    if (r->moe && !(r->ep_imbalance < 0)) {
+        sb_printf(&b, ", ");
+        sb_json_num(&b, "moe_ep_load_imbalance", r->ep_imbalance, false);
     }
     if (r->log_num_zeros) {
         sb_printf(&b, ", ");

@@ -28,10 +28,11 @@ typedef struct {
      * and the microbatches of the aux loss (aux_name "load_balancing_loss" or
      * "seq_load_balancing_loss"; NULL: none) and of the z-loss (negative: none), without their
      * coefficients; and ours: the expert load, max over mean tokens per expert of the busiest
-     * MoE layer in the last step */
+     * MoE layer in the last step; and ECHO's moe_ep_load_imbalance, max over mean tokens per
+     * expert-parallel rank averaged over the MoE layers (negative: none, one rank) */
     bool moe;
     const char *aux_name;
-    double aux_loss, z_loss, expert_load;
+    double aux_loss, z_loss, expert_load, ep_imbalance;
     /* --log-num-zeros-in-grad, --log-params-norm: printed only where the flag (log_*) is set */
     bool log_num_zeros, log_params_norm;
     double num_zeros, params_norm;
@@ -48,8 +49,9 @@ void mg_metrics_timestamp(char *buf, size_t cap);
  *  [params norm: {:.3f} |] number of skipped iterations: {:3d} | number of nan iterations:
  *  {:3d} |" (num zeros: megatron-core 0.16.1's fp32 count, printed as Python prints a float:
  *  1234.0)
- * then, for MoE models, Megatron's " {name}: {:.2f} |" per tracked loss, and ours
- * " expert load (max/mean): {:.2f} |".
+ * then, for MoE models, Megatron's " {name}: {:.2f} |" per tracked loss, ours
+ * " expert load (max/mean): {:.2f} |" and with expert parallelism ECHO's
+ * " moe_ep_load_imbalance: {:.2f} |".
  * Non-finite values print as Python prints them (nan, inf, NAN, INF). tokens_per_s is not part of
  * Megatron's line; it goes to the metrics file. Returns what snprintf returns: the length the
  * line needs (truncated to cap - 1 when longer), or a negative value on an encoding error. */

@@ -141,7 +141,7 @@ static void print_banner(const mg_trainer *t) {
 }
 
 /* The MoE values of the log line: the losses Megatron tracks (those enabled) and, with `load`,
- * the expert load (else -1). */
+ * the expert load and, with expert parallelism, the expert-parallel imbalance (else -1). */
 static void moe_record(mg_trainer *t, const mg_step_stats *s, bool load, mg_log_record *r) {
     const mg_moe_routing *q = &t->model.cfg.moe.route;
     r->moe = true;
@@ -150,7 +150,9 @@ static void moe_record(mg_trainer *t, const mg_step_stats *s, bool load, mg_log_
                                                                         : "load_balancing_loss";
     r->aux_loss = s->moe_aux;
     r->z_loss = q->z_coeff > 0 ? s->moe_z : -1;
-    r->expert_load = load ? mg_trainer_expert_load(t) : -1;
+    r->expert_load = r->ep_imbalance = -1;
+    if (load) mg_trainer_moe_loads(t, &r->expert_load, &r->ep_imbalance);
+    if (t->model.cfg.moe.ep < 2) r->ep_imbalance = -1; /* one rank: nothing to balance */
 }
 
 /* TensorBoard's scalars of this iteration, as Megatron's training_log writes them every
@@ -168,7 +170,7 @@ static mg_status tensorboard_iteration(mg_trainer *t, mg_tb_log *tb) {
         .loss_scale = s.loss_scale,
         .grad_norm = s.last_skipped ? -1 : s.grad_norm,
     };
-    if (t->model.cfg.moe.E > 0) moe_record(t, &s, false, &r);
+    if (t->model.cfg.moe.E > 0) moe_record(t, &s, true, &r); /* the loads: a second read */
     return mg_tb_log_train(tb, &r);
 }
 

@@ -85,6 +85,8 @@ mg_status mg_tb_log_train(mg_tb_log *l, const mg_log_record *r) {
         MG_CHECK(mg_tb_add_scalar(&l->w, r->aux_name, r->aux_loss, r->iteration));
     if (r->moe && !(r->z_loss < 0))
         MG_CHECK(mg_tb_add_scalar(&l->w, "z_loss", r->z_loss, r->iteration));
+    if (r->moe && !(r->ep_imbalance < 0))
+        MG_CHECK(mg_tb_add_scalar(&l->w, "moe_ep_load_imbalance", r->ep_imbalance, r->iteration));
     return MG_OK;
 }
 

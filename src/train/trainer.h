@@ -95,10 +95,12 @@ mg_status mg_trainer_params_norm(mg_trainer *t, double *norm);
 /* Megatron's count_zeros_fp32 of the last step's gradients: the zero elements of the gradients
  * the gradient norm counts, over the same ranks. Collective; one host read. */
 mg_status mg_trainer_num_zeros(mg_trainer *t, int64_t *zeros);
-/* MoE models: the last step's expert load, max over mean tokens per expert of the busiest MoE
- * layer of this rank's pipeline stage, over the whole global batch (every replica's tokens; a
- * host read; 0 for a dense model or on a read error). */
-double mg_trainer_expert_load(mg_trainer *t);
+/* MoE models, the last step over the whole global batch (every replica's tokens; a host read;
+ * 0 for a dense model or on a read error): the expert load, max over mean tokens per expert of
+ * the busiest MoE layer of this rank's pipeline stage; and the expert-parallel load imbalance,
+ * max over mean tokens the expert-parallel ranks' experts receive, averaged over those layers
+ * (1 with one rank; mg_moe_load_stats). */
+void mg_trainer_moe_loads(mg_trainer *t, double *expert_load, double *ep_imbalance);
 void mg_trainer_free(mg_trainer *t);
 
 /* The whole `megatron train` run, as tensor-parallel rank mg_comm_rank(tp) of one replica in

@@ -118,24 +118,41 @@ mg_status mg_trainer_moe_step_end(mg_trainer *t) {
     return MG_OK;
 }
 
-double mg_trainer_expert_load(mg_trainer *t) {
-    int E = t->model.cfg.moe.E;
-    double worst = 0;
-    size_t n = load_values(t);
-    float *h = n ? malloc(n * sizeof *h) : NULL;
-    if (h && t->be->copy_d2h(t->be, h, mg_gpt_moe_load(&t->model, 0), n * sizeof *h) != MG_OK) {
-        mg_error_clear();
-        n = 0;
-    }
-    for (size_t at = 0; h && at < n; at += (size_t)E) { /* layer after layer */
-        const float *row = h + at;
-        double sum = 0, max = 0;
+void mg_moe_load_stats(const float *loads, int layers, int E, int ep, double *expert_load,
+                       double *ep_imbalance) {
+    double worst = 0, imb = 0;
+    int counted = 0;
+    const int per = ep > 0 ? E / ep : E;
+    for (int l = 0; l < layers; l++) { /* layer after layer */
+        const float *row = loads + (size_t)l * E;
+        double sum = 0, max = 0, rank_max = 0;
         for (int e = 0; e < E; e++) {
             sum += row[e];
             max = row[e] > max ? row[e] : max;
         }
-        if (sum > 0 && max * E / sum > worst) worst = max * E / sum;
+        for (int r = 0; r < ep && per > 0; r++) { /* rank r's experts [r per, (r + 1) per) */
+            double s = 0;
+            for (int e = r * per; e < (r + 1) * per; e++) s += row[e];
+            rank_max = s > rank_max ? s : rank_max;
+        }
+        if (!(sum > 0)) continue;
+        if (max * E / sum > worst) worst = max * E / sum;
+        imb += rank_max * ep / sum;
+        counted++;
     }
+    *expert_load = worst;
+    *ep_imbalance = counted ? imb / counted : 0;
+}
+
+void mg_trainer_moe_loads(mg_trainer *t, double *expert_load, double *ep_imbalance) {
+    const int E = t->model.cfg.moe.E, layers = t->model.moe_ws.n_layers;
+    size_t n = load_values(t);
+    float *h = n ? malloc(n * sizeof *h) : NULL;
+    *expert_load = *ep_imbalance = 0;
+    if (!h) return;
+    if (t->be->copy_d2h(t->be, h, mg_gpt_moe_load(&t->model, 0), n * sizeof *h) != MG_OK)
+        mg_error_clear();
+    else
+        mg_moe_load_stats(h, layers, E, t->model.cfg.moe.ep, expert_load, ep_imbalance);
     free(h);
-    return worst;
 }

@@ -1,7 +1,8 @@
 /* Internal to train/: what the trainer does around a Mixture-of-Experts model's steps
- * (trainer_moe.c). mg_trainer_expert_load is public (trainer.h).
+ * (trainer_moe.c). mg_trainer_moe_loads is public (trainer.h).
  * Exports: mg_trainer_moe_bind, mg_trainer_moe_set_weights, mg_trainer_moe_zero_grads,
- * mg_trainer_moe_step_begin, mg_trainer_moe_step_end. Needs: train/trainer_parts. */
+ * mg_trainer_moe_step_begin, mg_trainer_moe_step_end, mg_moe_load_stats. Needs:
+ * train/trainer_parts. */
 #ifndef MG_TRAIN_TRAINER_MOE_H
 #define MG_TRAIN_TRAINER_MOE_H
 
@@ -22,5 +23,11 @@ mg_status mg_trainer_moe_step_begin(mg_trainer *t);
 /* After its backward: the logged losses summed over replicas and stages; the expert bias
  * updated from the step's load. */
 mg_status mg_trainer_moe_step_end(mg_trainer *t);
+/* From a step's loads (layers x E tokens per expert, host memory; experts [r E/ep, (r+1) E/ep)
+ * on expert-parallel rank r): the expert load, max over mean tokens per expert of the busiest
+ * layer, and the expert-parallel imbalance, each layer's max over mean tokens per rank, averaged
+ * over the layers that routed tokens (Megatron's ECHO metric moe_ep_load_imbalance). */
+void mg_moe_load_stats(const float *loads, int layers, int E, int ep, double *expert_load,
+                       double *ep_imbalance);
 
 #endif

@@ -290,6 +290,20 @@ for layout in "2:--expert-model-parallel-size 2" "4:--expert-model-parallel-size
         pass "$name: 10 iterations of ${KEYS//|/, } match one rank's"
     fi
 done
+# ECHO's moe_ep_load_imbalance (max over mean tokens per expert-parallel rank, averaged over the
+# MoE layers): present with EP 2, absent with one rank, and between 1 and the expert load (a
+# rank's share is at most its experts' number times the busiest expert's)
+rm -f "$TMP/epi.jsonl"
+out=$(timeout 60 "${MPIRUN[@]}" -np 2 "$BIN" train "${MOEP[@]}" --expert-model-parallel-size 2 \
+    --metrics-file "$TMP/epi.jsonl" 2>&1); rc=$?
+bounds=$(awk -F'[:,}]' '{ imb = ""; load = ""; for (i = 1; i < NF; i++) {
+    if ($i ~ /"moe_ep_load_imbalance"/) imb = $(i + 1) + 0; if ($i ~ /"expert_load"/) load = $(i + 1) + 0 }
+    if (imb == "" || imb < 1 || imb > load + 1e-9) bad++ } END { print NR, bad + 0 }' "$TMP/epi.jsonl" 2>/dev/null)
+if [ "$rc" -ne 0 ]; then fail "train moe ep imbalance np=2 (exit status $rc)" "$(tail -n 3 <<<"$out")"
+elif [ "$bounds" != "10 0" ]; then fail "train moe ep imbalance np=2: lines, out of bounds: $bounds" "$(head -n 2 "$TMP/epi.jsonl")"
+elif grep -q moe_ep_load_imbalance "$TMP/ep1.jsonl"; then fail "train moe ep imbalance: logged with one rank"
+elif ! grep -q "moe_ep_load_imbalance: [0-9.]* |" <<<"$out"; then fail "train moe ep imbalance: not on the log line" "$(grep iteration <<<"$out" | tail -n 1)"
+else pass "train moe ep imbalance np=2: on the log line and in the metrics file, within [1, expert load]"; fi
 KEYS='lm_loss|grad_norm|load_balancing_loss|z_loss|expert_load'
 # capacity-limited and padded routing under EP 2 (each rank drops over its own tokens, as one
 # rank does over the same microbatch): the one-rank run's values

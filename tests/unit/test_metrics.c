@@ -3,6 +3,8 @@
  * num_floating_point_operations. */
 #include "test.h"
 
+#include "train/trainer_moe.h"
+
 #include "core/status.h"
 #include "train/metrics.h"
 
@@ -328,4 +330,36 @@ MG_TEST(metrics_flops_gqa_swiglu_large) {
     c.swiglu = true;
     f = mg_flops_per_iteration(&c, 2048);
     MG_EXPECT(f == 4.234495475886273e+19, "405B flops %.17g", f);
+}
+
+/* The MoE fields: ours after Megatron's, ECHO's imbalance only when set (expert parallelism). */
+MG_TEST(metrics_moe_fields) {
+    mg_log_record r = sample_record();
+    r.moe = true, r.aux_name = "load_balancing_loss", r.aux_loss = 1.25, r.z_loss = -1;
+    r.expert_load = 1.5, r.ep_imbalance = 1.125;
+    char line[1024], json[1024];
+    MG_EXPECT(mg_metrics_format_line_at(line, sizeof line, "ts", &r) > 0, "line");
+    MG_EXPECT(strstr(line, " load_balancing_loss: 1.25 | expert load (max/mean): 1.50 | "
+                           "moe_ep_load_imbalance: 1.12 |") != NULL,
+              "MoE fields of the line: %s", line);
+    MG_EXPECT(mg_metrics_format_json(json, sizeof json, &r) > 0 &&
+                  strstr(json, "\"expert_load\": 1.5, \"moe_ep_load_imbalance\": 1.125") != NULL,
+              "MoE fields of the JSON: %s", json);
+    r.ep_imbalance = -1; /* one expert-parallel rank */
+    MG_EXPECT(mg_metrics_format_line_at(line, sizeof line, "ts", &r) > 0 &&
+                  mg_metrics_format_json(json, sizeof json, &r) > 0 &&
+                  !strstr(line, "imbalance") && !strstr(json, "imbalance"),
+              "an imbalance without expert parallelism: %s / %s", line, json);
+}
+
+/* By hand, E 4 over 2 ranks: layer 0 loads 10 30 | 20 40: experts 40 / 25 = 1.6, ranks 60 / 50
+ * = 1.2; layer 1 even: 1, 1; layer 2 routed nothing and does not count. */
+MG_TEST(metrics_moe_load_stats) {
+    const float loads[12] = {10, 30, 20, 40, 5, 5, 5, 5, 0, 0, 0, 0};
+    double load, imb;
+    mg_moe_load_stats(loads, 3, 4, 2, &load, &imb);
+    MG_EXPECT(fabs(load - 1.6) < 1e-12 && fabs(imb - 1.1) < 1e-12,
+              "expert load %.17g (want 1.6), imbalance %.17g (want 1.1)", load, imb);
+    mg_moe_load_stats(loads, 3, 4, 1, &load, &imb);
+    MG_EXPECT(fabs(imb - 1.0) < 1e-12, "one rank: imbalance %.17g (want 1)", imb);
 }
