@@ -181,8 +181,10 @@ int main(int argc, char **argv) {
        be->layernorm_forward(be, y, stats, stats + N, x, bias, bias, N, H, 1e-5f));
     OP("layernorm bwd", F_NORM, 2 * L + 1,
        be->layernorm_backward(be, y, dw, db, x, x, bias, stats, stats + N, N, H));
-    OP("embedding fwd", F_EMB, 1, be->embedding_forward(be, x, tok, wte, wpe, NULL, N, s.S, H, 0, V));
-    OP("embedding bwd", F_EMB, 1, be->embedding_backward(be, dwte, dwpe, x, tok, NULL, N, s.S, H, 0, V));
+    OP("embedding fwd", F_EMB, 1,
+       be->embedding_forward(be, x, tok, wte, wpe, NULL, N, s.S, H, 0, V));
+    OP("embedding bwd", F_EMB, 1,
+       be->embedding_backward(be, dwte, dwpe, x, tok, NULL, N, s.S, H, 0, V));
     OP("sumsq (grad norm)", F_OPT, 1, be->sumsq_f32(be, sq, g, nparams, NULL));
     OP("adamw", F_OPT, 1,
        be->adamw(be, pbf, p32, g, m, v, &all, 1, rates, rates + 2, 0.9f, 0.95f, 1e-8f, one));

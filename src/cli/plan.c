@@ -62,8 +62,8 @@ static const mg_flag_spec flags[] = {
     {"--shared-embedding-param", MG_FLAG_GROUP(G_GRAD), .kind = MG_FLAG_STRING_REF,
      ARG(shared_embedding_param), .arg = "I[,J..]",
      .help = "indices into --param-sizes of shared embeddings (a bucket each)"},
-    {"--moe-echo-token-counts", MG_FLAG_GROUP(G_MOE), .kind = MG_FLAG_STRING_REF,
-     ARG(echo_counts), .arg = "FILE",
+    {"--moe-echo-token-counts", MG_FLAG_GROUP(G_MOE), .kind = MG_FLAG_STRING_REF, ARG(echo_counts),
+     .arg = "FILE",
      .help = "with --moe-enable-echo: a JSON [EP][E] matrix of the tokens each expert-parallel "
              "rank routes to each expert; prints ECHO's plan for them"},
     {"--json", MG_FLAG_GROUP(G_OUTPUT), .kind = MG_FLAG_BOOL, ARG(json),

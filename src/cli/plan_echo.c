@@ -135,9 +135,9 @@ void mg_plan_echo_json(const mg_plan *p, cJSON *root) {
     cJSON *o = cJSON_AddObjectToObject(root, "echo");
     if (!o) return;
     cJSON_AddNumberToObject(o, "num_echo_experts", (double)S);
-    cJSON_AddStringToObject(o, "assignment", x->par.method == MG_ECHO_APPROX_BIN_PACKING
-                                                 ? "approx_bin_packing"
-                                                 : "one_shot_greedy");
+    cJSON_AddStringToObject(o, "assignment",
+                            x->par.method == MG_ECHO_APPROX_BIN_PACKING ? "approx_bin_packing"
+                                                                        : "one_shot_greedy");
     cJSON_AddNumberToObject(o, "threshold_multiplier", x->par.threshold);
     cJSON_AddNumberToObject(o, "avg_tokens_per_ep_rank", (double)x->plan.avg);
     cJSON_AddItemToObject(o, "spillover_per_home_expert", ints(x->plan.spillover, E));

@@ -191,7 +191,8 @@ static cJSON *weights_json(const mg_plan *p) {
             cJSON_AddNumberToObject(b, "rows_received_worst_case", d->received_worst);
             cJSON_AddNumberToObject(b, "activations_per_layer_microbatch",
                                     (double)d->received * d->act_elems_per_row * e);
-            cJSON_AddNumberToObject(b, "workspace", (double)d->received * d->work_elems_per_row * e);
+            cJSON_AddNumberToObject(b, "workspace",
+                                    (double)d->received * d->work_elems_per_row * e);
             cJSON_AddNumberToObject(b, "activations_per_layer_microbatch_worst_case",
                                     (double)d->received_worst * d->act_elems_per_row * e);
             cJSON_AddNumberToObject(b, "workspace_worst_case",

@@ -224,11 +224,12 @@ static void print_moe_dispatch(const mg_plan *p, FILE *f) {
             "  token dispatch buffers per microbatch and MoE layer: %d rows of permuted pairs, up "
             "to %d rows for this rank's experts (%s)\n",
             d->sent, d->received,
-            d->capacity               ? "capacity-limited"
+            d->capacity                       ? "capacity-limited"
             : d->received < d->received_worst ? "dropless under the receive budget"
                                               : "dropless: sized for the worst case");
-    fprintf(f, "    per MoE layer: %.1f MiB of activations per microbatch in flight, %.1f MiB of "
-               "workspace",
+    fprintf(f,
+            "    per MoE layer: %.1f MiB of activations per microbatch in flight, %.1f MiB of "
+            "workspace",
             d->received * d->act_elems_per_row * e / mib,
             d->received * d->work_elems_per_row * e / mib);
     if (d->received < d->received_worst)

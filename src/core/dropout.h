@@ -71,16 +71,16 @@ typedef struct {
     const uint64_t *state; /* backend memory: {seed, offset} of the op's stream */
     uint64_t use;          /* the op's number in the step: it draws at offset state[1] + use */
     /* MG_DROPOUT_POSITIONAL */
-    uint32_t seed;      /* --seed */
-    uint32_t iteration; /* the training iteration (completed steps before this one) */
+    uint32_t seed;               /* --seed */
+    uint32_t iteration;          /* the training iteration (completed steps before this one) */
     const int64_t *iteration_at; /* backend memory holding the iteration instead (NULL: the
                                     field above): in training the step-control block's count,
                                     which the step advances on the device, so a graph replays */
-    uint32_t site;      /* layer << 20 | site << 16 */
-    int32_t sample0;    /* the microbatch's first sequence: its index in the global batch */
-    int32_t first;      /* hidden: the microbatch row (b S + s) of the op's row 0 (sequence
-                           parallelism); attention: the global number of the op's head 0 (tensor
-                           parallelism) */
+    uint32_t site;               /* layer << 20 | site << 16 */
+    int32_t sample0; /* the microbatch's first sequence: its index in the global batch */
+    int32_t first;   /* hidden: the microbatch row (b S + s) of the op's row 0 (sequence
+                        parallelism); attention: the global number of the op's head 0 (tensor
+                        parallelism) */
 } mg_dropout;
 
 /* The Philox words fixed along one row of an op's mask, and the row's first element number. */

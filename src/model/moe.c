@@ -179,10 +179,9 @@ static mg_status router_forward_part(void *ctx) {
      * (microbatch, layer) of a step draws at its own offset of the default stream (the offset of
      * the layer's attention dropout, apart from the masks by the draws' key), new every step. */
     if (m->force_balance)
-        MG_CHECK(be->normal_f32(be, logits, (size_t)x->N * m->E,
-                                mg_model_rng_stream(x->rng, MG_RNG_DEFAULT),
-                                mg_model_rng_use(x->c->L, x->pass.mb, p->layer,
-                                                 MG_DROPOUT_ATTENTION)));
+        MG_CHECK(be->normal_f32(
+            be, logits, (size_t)x->N * m->E, mg_model_rng_stream(x->rng, MG_RNG_DEFAULT),
+            mg_model_rng_use(x->c->L, x->pass.mb, p->layer, MG_DROPOUT_ATTENTION)));
     mg_moe_routing r = routing(x);
     return be->moe_route(be, &r, mg_block_act(x, s->idx), mg_block_act(x, s->probs),
                          mg_block_act(x, s->aux_counts), x->moe->stats, logits,

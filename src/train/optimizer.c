@@ -54,8 +54,8 @@ bool mg_optimizer_counts(const mg_param_meta *m, int tp_rank) {
 
 /* Spans: neighbouring pieces of one shard with the same weight decay and lr group, gaps included
  * (they hold zeros in every buffer, which AdamW keeps at zero): ~100 at GPT-2 124M, all updated
- * by one adamw call. With `for_norm`, only the pieces the gradient norm counts (norm_counts), merged whatever
- * their weight decay and group. */
+ * by one adamw call. With `for_norm`, only the pieces the gradient norm counts (norm_counts),
+ * merged whatever their weight decay and group. */
 static int build_spans(const mg_optimizer *o, const mg_param_table *t, bool for_norm, int tp_rank,
                        mg_optim_span *spans) {
     int shard = 0, n = 0;

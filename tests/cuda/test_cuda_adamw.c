@@ -61,7 +61,8 @@ static void adam_check(mg_test_ctx *t, ct_pool *P, const adam_in *a, size_t n,
                        const char *label) {
     float *dg = ct_host(P, n * 4), *dr = ct_host(P, n * 4), *want = ct_dup(P, a->param, n);
     if (P->failed) return;
-    for (size_t i = 0; i < n; i++) dg[i] = got[0][i] - a->master[i], dr[i] = ref[0][i] - a->master[i];
+    for (size_t i = 0; i < n; i++)
+        dg[i] = got[0][i] - a->master[i], dr[i] = ref[0][i] - a->master[i];
     CT_EXPECT_CLOSE(dg, dr, n, CT_TOL_F32, "adamw master change, %s", label);
     CT_EXPECT_CLOSE(got[1], ref[1], n, CT_TOL_F32_ELEM, "adamw m, %s", label);
     CT_EXPECT_CLOSE(got[2], ref[2], n, CT_TOL_F32_ELEM, "adamw v, %s", label);

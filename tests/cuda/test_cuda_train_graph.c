@@ -117,26 +117,40 @@ MG_TEST(cuda_train_graph_replay_equals_eager_layout_invariant_dropout) {
 }
 
 MG_TEST(cuda_train_graph_replay_equals_eager_moe) {
-    static const char *const moe[] = {MOE, "--moe-aux-loss-coeff", "1e-2", "--moe-z-loss-coeff",
-                                      "1e-3", NULL};
+    static const char *const moe[] = {
+        MOE, "--moe-aux-loss-coeff", "1e-2", "--moe-z-loss-coeff", "1e-3", NULL};
     replay_equals_eager(t, true, moe, k_full, "moe");
 }
 
 /* Per-layer graphs: each scope of each layer and microbatch, forward and backward, its own
  * graph; the rest of the layer eager between them. */
 MG_TEST(cuda_train_graph_per_layer_equals_eager) {
-    static const char *const whole[] = {"--cuda-graph-impl", "local",
-                                        "--cuda-graph-warmup-steps", "2", NULL};
-    static const char *const attn[] = {"--cuda-graph-impl", "transformer_engine",
-                                       "--cuda-graph-modules", "attn",
-                                       "--cuda-graph-warmup-steps", "1", NULL};
-    static const char *const attn_moe[] = {"--enable-cuda-graph", "--cuda-graph-scope", "attn",
-                                           "moe", "--cuda-graph-warmup-steps", "2", NULL};
-    static const char *const router[] = {"--cuda-graph-impl", "local", "--cuda-graph-modules",
-                                         "moe_router", "moe_preprocess",
-                                         "--cuda-graph-warmup-steps", "2", NULL};
-    static const char *const moe_mixed[] = {MOE, "--moe-aux-loss-coeff", "1e-2",
-                                            "--moe-layer-freq", "[0,1]", NULL};
+    static const char *const whole[] = {"--cuda-graph-impl", "local", "--cuda-graph-warmup-steps",
+                                        "2", NULL};
+    static const char *const attn[] = {"--cuda-graph-impl",
+                                       "transformer_engine",
+                                       "--cuda-graph-modules",
+                                       "attn",
+                                       "--cuda-graph-warmup-steps",
+                                       "1",
+                                       NULL};
+    static const char *const attn_moe[] = {"--enable-cuda-graph",
+                                           "--cuda-graph-scope",
+                                           "attn",
+                                           "moe",
+                                           "--cuda-graph-warmup-steps",
+                                           "2",
+                                           NULL};
+    static const char *const router[] = {"--cuda-graph-impl",
+                                         "local",
+                                         "--cuda-graph-modules",
+                                         "moe_router",
+                                         "moe_preprocess",
+                                         "--cuda-graph-warmup-steps",
+                                         "2",
+                                         NULL};
+    static const char *const moe_mixed[] = {
+        MOE, "--moe-aux-loss-coeff", "1e-2", "--moe-layer-freq", "[0,1]", NULL};
     static const char *const moe_z[] = {MOE, "--moe-z-loss-coeff", "1e-3", NULL};
     replay_equals_eager(t, false, NULL, whole, "gpt2 per layer");
     replay_equals_eager(t, true, NULL, attn, "llama attn");

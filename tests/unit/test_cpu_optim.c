@@ -146,8 +146,10 @@ MG_TEST(cpu_adamw_skips_on_overflow_mark) {
     for (int i = 0; i < n; i++) v[i] = v0[i] = fabsf(v[i]);
     const float rates[2] = {1e-2f, 0.1f}, bc[2] = {0.1f, 0.05f};
     const mg_adamw_span span = {0, 0, n, 0, 1};
-    MG_EXPECT_OK(be->adamw(be, p, NULL, g, m, v, &span, 1, rates, bc, 0.9f, 0.95f, 1e-8f, &nan_coef));
-    MG_EXPECT_OK(be->adamw(be, p, mast, g, m, v, &span, 1, rates, bc, 0.9f, 0.95f, 1e-8f, &nan_coef));
+    MG_EXPECT_OK(
+        be->adamw(be, p, NULL, g, m, v, &span, 1, rates, bc, 0.9f, 0.95f, 1e-8f, &nan_coef));
+    MG_EXPECT_OK(
+        be->adamw(be, p, mast, g, m, v, &span, 1, rates, bc, 0.9f, 0.95f, 1e-8f, &nan_coef));
     MG_EXPECT(!memcmp(p, p0, sizeof(float) * n) && !memcmp(m, m0, sizeof(float) * n) &&
                   !memcmp(v, v0, sizeof(float) * n) && !memcmp(mast, mast0, sizeof(float) * n),
               "a skipped step changed the parameters or the moments");

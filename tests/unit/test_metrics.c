@@ -347,8 +347,8 @@ MG_TEST(metrics_moe_fields) {
               "MoE fields of the JSON: %s", json);
     r.ep_imbalance = -1; /* one expert-parallel rank */
     MG_EXPECT(mg_metrics_format_line_at(line, sizeof line, "ts", &r) > 0 &&
-                  mg_metrics_format_json(json, sizeof json, &r) > 0 &&
-                  !strstr(line, "imbalance") && !strstr(json, "imbalance"),
+                  mg_metrics_format_json(json, sizeof json, &r) > 0 && !strstr(line, "imbalance") &&
+                  !strstr(json, "imbalance"),
               "an imbalance without expert parallelism: %s / %s", line, json);
 }
 

@@ -48,8 +48,8 @@ MG_TEST(normal_f32_draws_standard_normals_keyed_by_the_stream) {
 
 #define BASE                                                                                       \
     "--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 64 --vocab-size 64 "     \
-    "--mock-data --micro-batch-size 4 --global-batch-size 4 --lr 3e-3 --train-iters 4 "          \
-    "--eval-iters 0 --num-threads 2 --device cpu --num-experts 4 --moe-router-topk 2 "           \
+    "--mock-data --micro-batch-size 4 --global-batch-size 4 --lr 3e-3 --train-iters 4 "            \
+    "--eval-iters 0 --num-threads 2 --device cpu --num-experts 4 --moe-router-topk 2 "             \
     "--moe-ffn-hidden-size 24 --moe-aux-loss-coeff 1e-2 --moe-layer-freq [0,1] "
 
 /* The tokens per expert of the MoE layer after each of two steps. */
@@ -59,8 +59,8 @@ static void loads(mg_test_ctx *t, const char *flags, float out[2][4]) {
     for (int s = 0; s < 2 && !t->failures; s++) {
         double loss, norm;
         MG_EXPECT_OK(mg_trainer_step(tr, &loss, &norm));
-        MG_EXPECT_OK(tr->be->copy_d2h(tr->be, out[s], mg_gpt_moe_load(&tr->model, 0),
-                                      4 * sizeof(float)));
+        MG_EXPECT_OK(
+            tr->be->copy_d2h(tr->be, out[s], mg_gpt_moe_load(&tr->model, 0), 4 * sizeof(float)));
     }
     mg_test_trainer_free(tr);
 }

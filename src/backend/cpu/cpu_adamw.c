@@ -7,9 +7,9 @@
 #include <string.h>
 
 /* One span: param, grad (n); master or NULL, m, v (n). */
-static void adamw_span(float *param, float *master, const float *grad, float *m, float *v,
-                       size_t n, float lr, float wd, float bc1, float bc2, float beta1,
-                       float beta2, float eps, float s) {
+static void adamw_span(float *param, float *master, const float *grad, float *m, float *v, size_t n,
+                       float lr, float wd, float bc1, float bc2, float beta1, float beta2,
+                       float eps, float s) {
     /* On the CPU the compute dtype is fp32: with no separate master the parameter is the master. */
     float *w = master ? master : param;
     /* One branch-free loop (with -fno-math-errno sqrtf is one instruction and it vectorises);
@@ -39,8 +39,8 @@ mg_status mg_cpu_adamw(mg_backend *be, void *param_, float *master, const float 
         const mg_adamw_span *p = &spans[i];
         const size_t a = p->param_off, b = p->state_off;
         adamw_span(param + a, master ? master + b : NULL, grad + a, m + b, v + b, p->n,
-                   rates[p->lr], p->wd < 0 ? 0.0f : rates[p->wd], bc[0], bc[1], beta1, beta2,
-                   eps, s);
+                   rates[p->lr], p->wd < 0 ? 0.0f : rates[p->wd], bc[0], bc[1], beta1, beta2, eps,
+                   s);
     }
     return MG_OK;
 }

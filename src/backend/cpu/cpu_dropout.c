@@ -1,7 +1,7 @@
 /* Hidden dropout (Megatron's bias-dropout-add) and its backward, with the counter-based mask of
- * core/dropout.h (stream or positional). A row's factors come 4 elements per Philox block: the block changes when the
- * element index s H + h crosses a multiple of 4, so each block is drawn once per row it touches.
- * Elementwise in fp32; the result does not depend on the thread count. */
+ * core/dropout.h (stream or positional). A row's factors come 4 elements per Philox block: the
+ * block changes when the element index s H + h crosses a multiple of 4, so each block is drawn once
+ * per row it touches. Elementwise in fp32; the result does not depend on the thread count. */
 #include "backend/cpu/cpu_ops.h"
 
 #include "core/normal.h"

@@ -33,8 +33,8 @@ struct adamw_table {
 
 /* One element: updates m, v and returns the new master value. */
 static __device__ __forceinline__ float adamw_one(float w, float grad, float s, float *m, float *v,
-                                                  const adamw_hp &hp, float lr, float wd,
-                                                  float bc1, float bc2) {
+                                                  const adamw_hp &hp, float lr, float wd, float bc1,
+                                                  float bc2) {
     float g = grad * s;
     float mi = hp.beta1 * *m + (1.0f - hp.beta1) * g;
     float vi = hp.beta2 * *v + (1.0f - hp.beta2) * g * g;
@@ -59,8 +59,10 @@ static __global__ void __launch_bounds__(MG_CUDA_THREADS)
         int lo = 0, hi = tab.n - 1; /* the span holding tile t: tile0[lo] <= t < tile0[lo + 1] */
         while (lo < hi) {
             int mid = (lo + hi + 1) >> 1;
-            if (tab.tile0[mid] <= t) lo = mid;
-            else hi = mid - 1;
+            if (tab.tile0[mid] <= t)
+                lo = mid;
+            else
+                hi = mid - 1;
         }
         const adamw_span_dev &sp = tab.span[lo];
         const float lr = rates[sp.lr], wd = sp.wd < 0 ? 0.0f : rates[sp.wd];
@@ -131,7 +133,8 @@ MG_CUDA_DTYPES(mg_status, adamw,
             if (sp->n == 0) continue;
             const size_t a = sp->param_off, b = sp->state_off;
             const bool vec = mg_cuda_aligned16(grad + a) && mg_cuda_aligned16(m + b) &&
-                             mg_cuda_aligned16(v + b) && (!master || mg_cuda_aligned16(master + b)) &&
+                             mg_cuda_aligned16(v + b) &&
+                             (!master || mg_cuda_aligned16(master + b)) &&
                              ((uintptr_t)(p16 + a) & 7u) == 0;
             tab.tile0[tab.n] = (unsigned)tiles;
             tab.span[tab.n] = {a, b, sp->n, sp->lr, sp->wd, vec ? 1 : 0};

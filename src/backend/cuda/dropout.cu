@@ -56,7 +56,8 @@ static __device__ __forceinline__ void for_each_factor(int N, int H, int S, cons
 }
 
 /* The factors of elements [j0, j0 + 8) of op row i, with H a multiple of 8 (so the row starts a
- * Philox block, mg_dropout_*_row's e0 is a multiple of H, and the 8 elements are 2 whole blocks). */
+ * Philox block, mg_dropout_*_row's e0 is a multiple of H, and the 8 elements are 2 whole blocks).
+ */
 static __device__ __forceinline__ void factors8(const mg_dropout &d, int i, int j0, int S, int H,
                                                 float f[8]) {
     const mg_dropout_row row = mg_dropout_hidden_row(&d, i, S, H);
@@ -152,10 +153,9 @@ MG_CUDA_DTYPES(mg_status, dropout_add,
     if (S <= 0 || !drop) return MG_FAIL(MG_ERR_INTERNAL, "dropout_add: S %d, drop %p", S, drop);
     const void *ptrs[] = {out, x, bias, residual};
     if (vec8_ok(N, H, ptrs, 4)) {
-        dropout_add8_kernel<h16>
-            <<<mg_cuda_blocks((size_t)N * (H / 8), MG_CUDA_THREADS), MG_CUDA_THREADS, 0,
-               mg_cuda_stream(be)>>>((h16 *)out, (const h16 *)x, (const h16 *)bias,
-                                     (const h16 *)residual, N, H, S, *drop);
+        dropout_add8_kernel<h16><<<mg_cuda_blocks((size_t)N * (H / 8), MG_CUDA_THREADS),
+                                   MG_CUDA_THREADS, 0, mg_cuda_stream(be)>>>(
+            (h16 *)out, (const h16 *)x, (const h16 *)bias, (const h16 *)residual, N, H, S, *drop);
         MG_CUDA_CHECK_LAUNCH();
         return MG_OK;
     }
@@ -216,12 +216,11 @@ static __global__ void normal_kernel(float *out, size_t n, const uint64_t *state
     for (size_t k = 0; k < 4 && 4 * b + k < n; k++) out[4 * b + k] = z[k];
 }
 
-extern "C" mg_status mg_cuda_normal_f32(mg_backend *be, float *out, size_t n,
-                                        const uint64_t *state, uint64_t use) {
+extern "C" mg_status mg_cuda_normal_f32(mg_backend *be, float *out, size_t n, const uint64_t *state,
+                                        uint64_t use) {
     if (n == 0) return MG_OK;
     const size_t blocks = ((n + 3) / 4 + MG_CUDA_THREADS - 1) / MG_CUDA_THREADS;
-    normal_kernel<<<(unsigned)blocks, MG_CUDA_THREADS, 0, mg_cuda_stream(be)>>>(out, n, state,
-                                                                                 use);
+    normal_kernel<<<(unsigned)blocks, MG_CUDA_THREADS, 0, mg_cuda_stream(be)>>>(out, n, state, use);
     MG_CUDA_CHECK_LAUNCH();
     return MG_OK;
 }

@@ -13,10 +13,10 @@
  * 4096 rows, then as many chunks as stage 2 takes, so a small batch still fills the GPU), each
  * warp adds its rows' dout * xhat (and dout) into its own shared-memory row of H floats (a lane
  * touches only its own columns, so no synchronisation until the chunk is done), then the warp
- * rows are added in warp order into one partial per (chunk, column). Stage 2 adds a column's partials in a fixed order and
- * accumulates (+=) into the fp32 dw/db. So backward reads x and dout once. Where the per-warp rows
- * would not fit in shared memory (H above MG_NORM_FUSED_MAX_SMEM / (8 warps * 4 or 8 bytes)), the
- * dw/db stage 1 is a kernel of its own that reads x and dout again.
+ * rows are added in warp order into one partial per (chunk, column). Stage 2 adds a column's
+ * partials in a fixed order and accumulates (+=) into the fp32 dw/db. So backward reads x and dout
+ * once. Where the per-warp rows would not fit in shared memory (H above MG_NORM_FUSED_MAX_SMEM / (8
+ * warps * 4 or 8 bytes)), the dw/db stage 1 is a kernel of its own that reads x and dout again.
  * Workspace: (1 + has_bias) * nchunks * H * 4 bytes, nchunks <= 512 (3 MB at N = 32k, H = 768). */
 #include "backend/cuda/colsum.cuh"
 
