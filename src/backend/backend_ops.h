@@ -474,6 +474,16 @@ MG_OP(moe_regroup, REQ, MOE, mg_status,
 MG_OP(moe_expert_bias_update, REQ, MOE, mg_status,
       (mg_backend *be, float *bias /* (E) */, const float *load /* (E) */, int E,
        float rate), (be, bias, load, E, rate))
+/* ECHO's plan (core/echo_plan.h) from counts (EP, E): the tokens each expert-parallel rank
+ * routes to each expert, backend memory, the same on every rank, so every rank computes the same
+ * plan without a host read. plan (mg_echo_plan_ints(p) int32, backend memory) receives the
+ * layout of mg_echo_plan_carve: the average load (int32: the counts must sum below 2^31), the
+ * spillovers, spare capacities, offloads and loads after, then the planner's scratch. p: host,
+ * read at the call, checked beforehand (mg_echo_params_check). CUDA: one thread (E, EP small). */
+MG_OP(moe_echo_plan, REQ, RT, mg_status,
+      (mg_backend *be, int32_t *plan, const int32_t *counts /* (EP, E) */,
+       const mg_echo_params *p /* host */),
+      (be, plan, counts, p))
 
 /* ---- optional: measurement (NULL where the backend has none; `megatron bench`) ----
  * The sustained dense matrix-multiply rate of the compute dtype in TFLOP/s, measured now:

@@ -1,4 +1,4 @@
-/* `megatron plan --moe-enable-echo --moe-echo-token-counts FILE`: ECHO's plan (model/echo_plan.h)
+/* `megatron plan --moe-enable-echo --moe-echo-token-counts FILE`: ECHO's plan (core/echo_plan.h)
  * for given token counts, FILE a JSON [EP][E] integer matrix (the tokens each expert-parallel
  * rank routes to each expert), as every rank would compute it in a step with those counts: the
  * average load, each home expert's spillover, each rank's spare capacity, the tokens each home
@@ -8,7 +8,7 @@
 
 #include "config/flags.h"
 #include "core/file.h"
-#include "model/echo_plan.h"
+#include "core/echo_plan.h"
 
 #include <cjson/cJSON.h>
 #include <stdlib.h>

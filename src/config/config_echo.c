@@ -1,4 +1,4 @@
-/* The expert-parallel receive budget and ECHO's spare expert slots (model/echo_plan.h): the
+/* The expert-parallel receive budget and ECHO's spare expert slots (core/echo_plan.h): the
  * checks of their flags, shared by `megatron plan`, which shows both, and `megatron train`,
  * which does not run them yet (config/flags.h). */
 #include "config/flags.h"

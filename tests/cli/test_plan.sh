@@ -259,7 +259,7 @@ expect_error train_moe_budget_not_yet 1 "--moe-expert-rank-capacity-factor is no
     train --num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --vocab-size 64 \
     --mock-data --train-iters 1 --lr 1e-3 --device cpu --num-experts 4 --moe-expert-rank-capacity-factor 1.5
 
-# ECHO's plan for given token counts (model/echo_plan.h; the planner's own goldens from Megatron's
+# ECHO's plan for given token counts (core/echo_plan.h; the planner's own goldens from Megatron's
 # functions are tests/unit/test_echo_plan.c). One hot expert on EP 4, one spare slot per rank, by
 # hand: expert totals 3000, 340, 230, 130, one home expert per rank; average 3700 / 4 = 925;
 # expert 0 spills 2075, the spare capacities 0, 585, 695, 795 take it all; every rank ends at 925.

@@ -22,6 +22,7 @@
 #include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <string.h>
 #include <time.h>
 
 #define POISON_I32 0x7f7f7f7f
@@ -354,6 +355,48 @@ MG_TEST(cuda_moe_expert_bias_update_matches_cpu) {
         if (!P.failed) {
             MG_EXPECT_OK(gpu->moe_expert_bias_update(gpu, d_bias, d_load, E, 1e-3f));
             CT_EXPECT_CLOSE(ct_down_f32(&P, d_bias, E), ref, E, 0.0, "expert bias update E=%d", E);
+        }
+        ct_pool_free(&P);
+    }
+}
+
+/* ECHO's plan on one device thread (core/echo_plan.h's code) equals the CPU backend's bit for bit
+ * (the float32 proportional split included), whole buffer but the scratch: uniform, hot and
+ * zero counts, one-shot greedy with and without reclaim, approximate bin packing. */
+MG_TEST(cuda_moe_echo_plan_matches_cpu) {
+    CT_BACKENDS(cpu, gpu);
+    static const struct {
+        int ep, experts, spares;
+        mg_echo_method method;
+        double threshold;
+    } cases[] = {{2, 8, 2, MG_ECHO_ONE_SHOT_GREEDY, 0},
+                 {4, 16, 8, MG_ECHO_ONE_SHOT_GREEDY, 0.1},
+                 {8, 64, 8, MG_ECHO_APPROX_BIN_PACKING, 0},
+                 {8, 64, 32, MG_ECHO_ONE_SHOT_GREEDY, 0},
+                 {4, 4, 4, MG_ECHO_APPROX_BIN_PACKING, 0}};
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        const mg_echo_params p = {cases[c].ep, cases[c].experts, cases[c].spares, cases[c].method,
+                                  cases[c].threshold};
+        MG_EXPECT_OK(mg_echo_params_check(&p));
+        const size_t nc = (size_t)p.ep * p.experts, n = mg_echo_plan_ints(&p);
+        const size_t head = n - mg_echo_plan_scratch_ints(&p);
+        ct_pool P = ct_pool_of(t, gpu);
+        int32_t *counts = ct_host(&P, nc * 4), *want = ct_host(&P, n * 4),
+                *got = ct_host(&P, n * 4);
+        for (size_t i = 0; !P.failed && i < nc; i++) { /* expert 1 hot, rank 0's row empty */
+            float u = mg_rng_uniform(CT_SEED, 350 + (uint32_t)c, i);
+            counts[i] =
+                i < (size_t)p.experts ? 0 : (int32_t)(u * 3000) * (i % p.experts == 1 ? 8 : 1);
+        }
+        int32_t *d_counts = ct_up_i32(&P, counts, nc), *d_plan = ct_poison(&P, n * 4);
+        if (!P.failed) {
+            MG_EXPECT_OK(cpu->moe_echo_plan(cpu, want, counts, &p));
+            MG_EXPECT_OK(gpu->moe_echo_plan(gpu, d_plan, d_counts, &p));
+            MG_EXPECT_OK(gpu->copy_d2h(gpu, got, d_plan, n * 4));
+            MG_EXPECT(!memcmp(got, want, head * 4),
+                      "echo plan (ep %d, E %d, S %d, method %d): the device's differs from the "
+                      "cpu's",
+                      p.ep, p.experts, p.spares, (int)p.method);
         }
         ct_pool_free(&P);
     }

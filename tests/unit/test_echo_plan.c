@@ -1,16 +1,19 @@
-/* The ECHO offloading planner (src/model/echo_plan.h) against Megatron-LM's own planner: every
+/* The ECHO offloading planner (src/core/echo_plan.h) against Megatron-LM's own planner: every
  * output of 200 plans and 50 reroutes in tests/golden/echo_plan/cases.json
- * (tools/reference/echo_plan_golden.py) must match exactly. Also a worked example, invariants
+ * (tools/reference/echo_plan_golden.py) must match exactly, from the host functions and from the
+ * CPU backend's moe_echo_plan op. Also a worked example, invariants
  * (tokens conserved, no slot or rank over its capacity, the reroute moves exactly the planned
  * tokens) over the goldens and over seeded random cases, and every rejection. */
 #include "test.h"
 
 #include "golden_io.h"
 
+#include "backend/backend.h"
+#include "core/echo_plan.h"
 #include "core/status.h"
-#include "model/echo_plan.h"
 
 #include <cjson/cJSON.h>
+#include <stdlib.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -145,6 +148,33 @@ static int expect_field(mg_test_ctx *t, const cJSON *plan, const char *key, cons
 }
 
 /* One golden case: its plan field by field, invariants, and its reroute when it has one. */
+static mg_backend *g_cpu; /* the golden test's CPU backend */
+
+/* The backend op (the CPU backend's moe_echo_plan, one buffer in mg_echo_plan_carve's layout)
+ * gives the plan the host functions give. */
+static int expect_op_plan(mg_test_ctx *t, mg_backend *be, const mg_echo_params *p,
+                          const int32_t *counts, const mg_echo_plan *want, int idx) {
+    size_t n = mg_echo_plan_ints(p), head = n - mg_echo_plan_scratch_ints(p);
+    int32_t *buf = malloc(n * sizeof *buf), *scratch;
+    int ok = buf != NULL;
+    if (ok) MG_EXPECT_OK(be->moe_echo_plan(be, buf, counts, p));
+    if (ok) {
+        mg_echo_plan got = mg_echo_plan_carve(p, buf, &scratch);
+        ok = got.avg == want->avg && (size_t)(scratch - buf) == head &&
+             !memcmp(got.spillover, want->spillover, sizeof(int32_t) * p->experts) &&
+             !memcmp(got.spare_capacity, want->spare_capacity, sizeof(int32_t) * p->ep) &&
+             !memcmp(got.home_to_spare, want->home_to_spare,
+                     sizeof(int32_t) * p->experts * p->spares) &&
+             !memcmp(got.rank_to_spare, want->rank_to_spare, sizeof(int32_t) * p->ep * p->spares) &&
+             !memcmp(got.rank_from_home, want->rank_from_home,
+                     sizeof(int32_t) * p->ep * p->experts) &&
+             !memcmp(got.rank_load, want->rank_load, sizeof(int32_t) * p->ep);
+    }
+    MG_EXPECT(ok, "case %d: the backend's moe_echo_plan differs from the planner's", idx);
+    free(buf);
+    return ok;
+}
+
 static int check_case(mg_test_ctx *t, const cJSON *c, int idx, int *reroutes) {
     const char *method = cJSON_GetObjectItemCaseSensitive(c, "method")->valuestring;
     mg_echo_params p = {cJSON_GetObjectItemCaseSensitive(c, "ep")->valueint,
@@ -174,6 +204,8 @@ static int check_case(mg_test_ctx *t, const cJSON *c, int idx, int *reroutes) {
     ok &= expect_field(t, want, "rank_to_spare", pl->rank_to_spare, ep * ns, idx);
     ok &= expect_field(t, want, "rank_from_home", pl->rank_from_home, ep * ne, idx);
     ok &= expect_field(t, want, "rank_load", pl->rank_load, ep, idx);
+    if (!g_cpu) MG_EXPECT_OK(mg_backend_cpu_create(&g_cpu, 1)); /* one for every case */
+    if (g_cpu) ok &= expect_op_plan(t, g_cpu, &p, counts, pl, idx);
     char label[32];
     snprintf(label, sizeof label, "case %d", idx);
     expect_invariants(t, &p, counts, pl, label);
@@ -211,6 +243,8 @@ MG_TEST(echo_plan_golden_megatron) {
     const cJSON *cases = cJSON_GetObjectItemCaseSensitive(root, "cases"), *c;
     int n = 0, passed = 0, reroutes = 0;
     cJSON_ArrayForEach(c, cases) passed += check_case(t, c, n++, &reroutes);
+    if (g_cpu) g_cpu->destroy(g_cpu);
+    g_cpu = NULL;
     MG_EXPECT(n == 208 && passed == n && reroutes == 50, "%d of %d cases, %d of 50 reroutes",
               passed, n, reroutes);
     cJSON_Delete(root);

@@ -32,7 +32,7 @@ Stable sorts: torch's sort, argsort and topk do not define the order of equal ke
 std::sort and nth_element), and the planner's result depends on it (which of two equal experts
 spills, which offload fills which slot, which tokens move). While the planner runs,
 torch.sort/argsort/topk and Tensor.sort/argsort/topk are replaced by stable versions (equal keys
-in index order), the order megatron.c defines (src/model/echo_plan.h). The script also runs each
+in index order), the order megatron.c defines (src/core/echo_plan.h). The script also runs each
 case with torch's own sorts and prints how many cases come out differently.
 
 Cases: 200, from a seeded generator: EP in {2, 4, 8}, experts per rank {1, 2, 4, 8}, spare slots

@@ -1,6 +1,7 @@
 /* MoE token movement and the experts' grouped products (backend_ops.h, "mixture of experts"):
  * permute / unpermute with the weighted combine, and the grouped linear and activations, each a
- * loop over the groups reading their sizes from the counts buffer (host memory here). */
+ * loop over the groups reading their sizes from the counts buffer (host memory here); and ECHO's
+ * plan (core/echo_plan.h, run on the host). */
 #include "backend/cpu/cpu_ops.h"
 
 #include <stdlib.h>
@@ -186,4 +187,14 @@ mg_status mg_cpu_grouped_activation_forward(mg_backend *be, void *out, const voi
 mg_status mg_cpu_grouped_swiglu_backward(mg_backend *be, void *dpre, const void *pre,
                                          const void *dout, const int32_t *counts, int G, int F) {
     return mg_cpu_swiglu_backward(be, dpre, pre, dout, total_rows(counts, G), F);
+}
+
+mg_status mg_cpu_moe_echo_plan(mg_backend *be, int32_t *plan, const int32_t *counts,
+                               const mg_echo_params *p) {
+    (void)be;
+    int32_t *scratch;
+    mg_echo_plan q = mg_echo_plan_carve(p, plan, &scratch);
+    mg_echo_plan_run(p, counts, &q, scratch);
+    plan[0] = (int32_t)q.avg;
+    return MG_OK;
 }

@@ -1,6 +1,6 @@
 /* Host entry points of the ECHO planner (echo_plan.h holds the algorithm): shape checks and
  * error reporting around mg_echo_plan_run and mg_echo_reroute_run. */
-#include "model/echo_plan.h"
+#include "core/echo_plan.h"
 
 #include "core/status.h"
 

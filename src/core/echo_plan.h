@@ -46,8 +46,8 @@
  * mg_echo_spare_slot, mg_echo_plan_scratch_ints, mg_echo_reroute_scratch_ints, mg_echo_plan_run,
  * mg_echo_reroute_run, and (echo_plan.c) mg_echo_params_check, mg_echo_plan_compute,
  * mg_echo_reroute. Needs: megatron.h (mg_status). */
-#ifndef MG_MODEL_ECHO_PLAN_H
-#define MG_MODEL_ECHO_PLAN_H
+#ifndef MG_CORE_ECHO_PLAN_H
+#define MG_CORE_ECHO_PLAN_H
 
 #include "megatron.h"
 
@@ -109,6 +109,30 @@ MG_ECHO_FN size_t mg_echo_plan_scratch_ints(const mg_echo_params *p) {
 /* int32 elements of scratch mg_echo_reroute_run needs. */
 MG_ECHO_FN size_t mg_echo_reroute_scratch_ints(const mg_echo_params *p) {
     return (size_t)p->experts + 2 * (size_t)p->spares;
+}
+
+/* A plan in one int32 buffer (the backend's moe_echo_plan): avg, then spillover (E),
+ * spare_capacity (EP), home_to_spare (E, S), rank_to_spare (EP, S), rank_from_home (EP, E),
+ * rank_load (EP), then the planner's scratch. mg_echo_plan_ints: its length. */
+MG_ECHO_FN size_t mg_echo_plan_ints(const mg_echo_params *p) {
+    size_t e = (size_t)p->experts, r = (size_t)p->ep, s = (size_t)p->spares;
+    return 1 + e + r + e * s + r * s + r * e + r + mg_echo_plan_scratch_ints(p);
+}
+/* The plan's arrays in such a buffer (avg is base[0]); *scratch: where the scratch starts. */
+MG_ECHO_FN mg_echo_plan mg_echo_plan_carve(const mg_echo_params *p, int32_t *base,
+                                           int32_t **scratch) {
+    size_t e = (size_t)p->experts, r = (size_t)p->ep, s = (size_t)p->spares;
+    mg_echo_plan q;
+    int32_t *w = base + 1;
+    q.avg = base[0];
+    q.spillover = w, w += e;
+    q.spare_capacity = w, w += r;
+    q.home_to_spare = w, w += e * s;
+    q.rank_to_spare = w, w += r * s;
+    q.rank_from_home = w, w += r * e;
+    q.rank_load = w, w += r;
+    *scratch = w;
+    return q;
 }
 
 typedef struct {
