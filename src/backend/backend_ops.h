@@ -484,6 +484,17 @@ MG_OP(moe_echo_plan, REQ, RT, mg_status,
       (mg_backend *be, int32_t *plan, const int32_t *counts /* (EP, E) */,
        const mg_echo_params *p /* host */),
       (be, plan, counts, p))
+/* ECHO's reroute of this expert-parallel rank's n routed pairs (mg_echo_reroute_pair, one pair
+ * per thread): out[i] = pair i's expert among the E + S of the plan's numbering (its home expert
+ * or the spare slot its share falls in), -1 for a dropped pair (idx -1). idx (n): the pairs'
+ * home experts; pos (n) and counts (E): moe_permute's rows and per-expert pairs over the E home
+ * experts, unpadded (a pair's rank among its expert's pairs, in token order, is pos minus the
+ * rows of the experts before); plan: moe_echo_plan's buffer from counts that include these. */
+MG_OP(moe_echo_reroute, REQ, RT, mg_status,
+      (mg_backend *be, int32_t *out /* (n) */, const int32_t *idx /* (n) */,
+       const int32_t *pos /* (n) */, const int32_t *counts /* (E) */, const int32_t *plan,
+       const mg_echo_params *p /* host */, int rank, int n),
+      (be, out, idx, pos, counts, plan, p, rank, n))
 
 /* ---- optional: measurement (NULL where the backend has none; `megatron bench`) ----
  * The sustained dense matrix-multiply rate of the compute dtype in TFLOP/s, measured now:

@@ -424,6 +424,24 @@ MG_ECHO_FN void mg_echo_plan_run(const mg_echo_params *p, const int32_t *counts,
     mg_echo_depth(p, counts, plan, &w);
 }
 
+/* Step 6 for one pair, in parallel form: the new expert (numbered as at the top) of a pair this
+ * EP rank routes to home expert e, the n-th such pair in token order (n from 0). The plan's
+ * spare slots of e take consecutive shares of e's pairs, slot after slot in slot order, each
+ * rank_to_spare[rank][j] pairs long: the pair moves to the slot whose share holds n, else stays
+ * home. What mg_echo_reroute_run gives for the same pair. */
+MG_ECHO_FN int32_t mg_echo_reroute_pair(const mg_echo_params *p, const mg_echo_plan *plan, int rank,
+                                        int32_t e, int32_t n) {
+    const int ns = p->spares;
+    const int32_t *moves = plan->rank_to_spare + (size_t)rank * ns;
+    int32_t start = 0;
+    for (int j = 0; j < ns; j++) {
+        if (plan->home_to_spare[(size_t)e * ns + j] <= 0) continue; /* slot j serves another */
+        if (n >= start && n < start + moves[j]) return mg_echo_spare_slot(p, j);
+        start += moves[j];
+    }
+    return mg_echo_home_slot(p, e);
+}
+
 enum { MG_ECHO_REROUTE_OK = 0, MG_ECHO_REROUTE_BAD_ID = 1, MG_ECHO_REROUTE_SHORT = 2 };
 
 /* Step 6 for EP rank `rank`: ids (T, K) are each token's K distinct home experts (top-k order);

@@ -402,6 +402,54 @@ MG_TEST(cuda_moe_echo_plan_matches_cpu) {
     }
 }
 
+/* ECHO's reroute, one device thread per pair, equals the CPU backend's: rank 1 of EP 4 routes
+ * 2000 tokens top-2 over 16 experts, experts 0 and 5 hot, every other rank's counts seeded; the
+ * plan from the CPU backend; pos and counts as moe_permute makes them (token order within an
+ * expert); a dropped pair stays dropped. */
+MG_TEST(cuda_moe_echo_reroute_matches_cpu) {
+    CT_BACKENDS(cpu, gpu);
+    enum { EP = 4, E = 16, S = 8, T = 2000, K = 2, RANK = 1 };
+    const mg_echo_params p = {EP, E, S, MG_ECHO_ONE_SHOT_GREEDY, 0};
+    const size_t n = mg_echo_plan_ints(&p);
+    ct_pool P = ct_pool_of(t, gpu);
+    int32_t *counts = ct_host(&P, EP * E * 4), *plan = ct_host(&P, n * 4);
+    int32_t *ids = ct_host(&P, T * K * 4), *pos = ct_host(&P, T * K * 4);
+    int32_t *want = ct_host(&P, T * K * 4), *got = ct_host(&P, T * K * 4);
+    if (P.failed) goto done;
+    for (int i = 0; i < EP * E; i++)
+        counts[i] = (int32_t)(mg_rng_uniform(CT_SEED, 360, (uint64_t)i) * 400);
+    for (int e = 0; e < E; e++) counts[RANK * E + e] = 0;
+    for (int tok = 0; tok < T; tok++) { /* two distinct experts, 0 and 5 often */
+        float u = mg_rng_uniform(CT_SEED, 361, (uint64_t)tok);
+        int a = u < 0.4f ? 0 : u < 0.6f ? 5 : (int)(u * 1000) % E;
+        int b = (a + 1 + (int)(mg_rng_uniform(CT_SEED, 362, (uint64_t)tok) * (E - 1))) % E;
+        ids[tok * K] = a, ids[tok * K + 1] = b;
+    }
+    ids[7] = -1; /* a dropped pair */
+    int32_t first[E];
+    for (int i = 0; i < T * K; i++)
+        if (ids[i] >= 0) counts[RANK * E + ids[i]]++;
+    for (int e = 0, row = 0; e < E; row += counts[RANK * E + e++]) first[e] = row;
+    for (int i = 0; i < T * K; i++) pos[i] = ids[i] < 0 ? -1 : first[ids[i]]++;
+    MG_EXPECT_OK(cpu->moe_echo_plan(cpu, plan, counts, &p));
+    MG_EXPECT_OK(
+        cpu->moe_echo_reroute(cpu, want, ids, pos, counts + RANK * E, plan, &p, RANK, T * K));
+    int32_t *d_plan = ct_up_i32(&P, plan, n), *d_ids = ct_up_i32(&P, ids, T * K);
+    int32_t *d_pos = ct_up_i32(&P, pos, T * K), *d_counts = ct_up_i32(&P, counts + RANK * E, E);
+    int32_t *d_out = ct_poison(&P, T * K * 4);
+    if (P.failed) goto done;
+    MG_EXPECT_OK(
+        gpu->moe_echo_reroute(gpu, d_out, d_ids, d_pos, d_counts, d_plan, &p, RANK, T * K));
+    MG_EXPECT_OK(gpu->copy_d2h(gpu, got, d_out, T * K * 4));
+    int moved = 0;
+    for (int i = 0; i < T * K; i++) moved += want[i] >= 0 && want[i] % (E / EP + S / EP) >= E / EP;
+    MG_EXPECT(moved > 0 && !memcmp(got, want, T * K * 4) && want[7] == -1,
+              "echo reroute: the device's differs from the cpu's (%d pairs moved on the cpu)",
+              moved);
+done:
+    ct_pool_free(&P);
+}
+
 /* ---------------------------------------------------------------- determinism */
 
 /* The routing of the layer tests at the benchmark shape: softmax top-k, aux loss over sequences

@@ -151,9 +151,9 @@ static int expect_field(mg_test_ctx *t, const cJSON *plan, const char *key, cons
 static mg_backend *g_cpu; /* the golden test's CPU backend */
 
 /* The backend op (the CPU backend's moe_echo_plan, one buffer in mg_echo_plan_carve's layout)
- * gives the plan the host functions give. */
+ * gives the plan the host functions give; *out: the buffer (the caller frees it). */
 static int expect_op_plan(mg_test_ctx *t, mg_backend *be, const mg_echo_params *p,
-                          const int32_t *counts, const mg_echo_plan *want, int idx) {
+                          const int32_t *counts, const mg_echo_plan *want, int idx, int32_t **out) {
     size_t n = mg_echo_plan_ints(p), head = n - mg_echo_plan_scratch_ints(p);
     int32_t *buf = malloc(n * sizeof *buf), *scratch;
     int ok = buf != NULL;
@@ -171,8 +171,24 @@ static int expect_op_plan(mg_test_ctx *t, mg_backend *be, const mg_echo_params *
              !memcmp(got.rank_load, want->rank_load, sizeof(int32_t) * p->ep);
     }
     MG_EXPECT(ok, "case %d: the backend's moe_echo_plan differs from the planner's", idx);
-    free(buf);
+    *out = buf;
     return ok;
+}
+
+/* The backend's parallel reroute (moe_echo_reroute, from moe_permute's rows and counts, made
+ * here as moe_permute makes them: experts in order, token order within one) gives the pairs the
+ * sequential reroute gives. */
+static void expect_op_reroute(mg_test_ctx *t, mg_backend *be, const mg_echo_params *p,
+                              const int32_t *plan, int rank, int tokens, int k, const int32_t *ids,
+                              const int32_t *want, int idx) {
+    int32_t counts[MAX_E] = {0}, first[MAX_E], pos[MAX_T * MAX_K], got[MAX_T * MAX_K];
+    const int n = tokens * k;
+    for (int i = 0; i < n; i++) counts[ids[i]]++;
+    for (int e = 0, row = 0; e < p->experts; row += counts[e++]) first[e] = row;
+    for (int i = 0; i < n; i++) pos[i] = first[ids[i]]++;
+    MG_EXPECT_OK(be->moe_echo_reroute(be, got, ids, pos, counts, plan, p, rank, n));
+    MG_EXPECT(!memcmp(got, want, sizeof(int32_t) * n),
+              "case %d: the backend's moe_echo_reroute differs from the sequential reroute", idx);
 }
 
 static int check_case(mg_test_ctx *t, const cJSON *c, int idx, int *reroutes) {
@@ -205,12 +221,16 @@ static int check_case(mg_test_ctx *t, const cJSON *c, int idx, int *reroutes) {
     ok &= expect_field(t, want, "rank_from_home", pl->rank_from_home, ep * ne, idx);
     ok &= expect_field(t, want, "rank_load", pl->rank_load, ep, idx);
     if (!g_cpu) MG_EXPECT_OK(mg_backend_cpu_create(&g_cpu, 1)); /* one for every case */
-    if (g_cpu) ok &= expect_op_plan(t, g_cpu, &p, counts, pl, idx);
+    int32_t *op_plan = NULL;
+    if (g_cpu) ok &= expect_op_plan(t, g_cpu, &p, counts, pl, idx, &op_plan);
     char label[32];
     snprintf(label, sizeof label, "case %d", idx);
     expect_invariants(t, &p, counts, pl, label);
     const cJSON *ids_j = cJSON_GetObjectItemCaseSensitive(c, "ids");
-    if (!ids_j) return ok;
+    if (!ids_j) {
+        free(op_plan);
+        return ok;
+    }
     int rank = cJSON_GetObjectItemCaseSensitive(c, "rank")->valueint;
     int k = cJSON_GetObjectItemCaseSensitive(c, "topk")->valueint,
         tokens = cJSON_GetArraySize(ids_j);
@@ -219,9 +239,12 @@ static int check_case(mg_test_ctx *t, const cJSON *c, int idx, int *reroutes) {
         flatten(cJSON_GetObjectItemCaseSensitive(c, "rerouted"), rows, MAX_T * MAX_K) !=
             tokens * k) {
         MG_EXPECT(0, "case %d: bad routing", idx);
+        free(op_plan);
         return 0;
     }
     MG_EXPECT_OK(mg_echo_reroute(&p, pl, rank, tokens, k, ids, out, b.scratch, SCRATCH));
+    if (op_plan) expect_op_reroute(t, g_cpu, &p, op_plan, rank, tokens, k, ids, out, idx);
+    free(op_plan);
     expect_reroute(t, &p, pl, rank, tokens, k, ids, out, label);
     for (int i = 0; i < tokens; i++) { /* Megatron's rows are ascending column lists */
         int32_t *o = out + i * k;

@@ -198,3 +198,20 @@ mg_status mg_cpu_moe_echo_plan(mg_backend *be, int32_t *plan, const int32_t *cou
     plan[0] = (int32_t)q.avg;
     return MG_OK;
 }
+
+mg_status mg_cpu_moe_echo_reroute(mg_backend *be, int32_t *out, const int32_t *idx,
+                                  const int32_t *pos, const int32_t *counts, const int32_t *plan,
+                                  const mg_echo_params *p, int rank, int n) {
+    (void)be;
+    int32_t *scratch, *first = malloc((size_t)p->experts * sizeof *first);
+    if (!first) return MG_FAIL(MG_ERR_NOMEM, "out of memory (echo reroute)");
+    const mg_echo_plan q = mg_echo_plan_carve(p, (int32_t *)plan, &scratch);
+    for (int e = 0, row = 0; e < p->experts; row += counts[e++]) first[e] = row;
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < n; i++) {
+        const int32_t e = idx[i];
+        out[i] = e < 0 ? -1 : mg_echo_reroute_pair(p, &q, rank, e, pos[i] - first[e]);
+    }
+    free(first);
+    return MG_OK;
+}

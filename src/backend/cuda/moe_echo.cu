@@ -1,8 +1,9 @@
-/* ECHO's plan on the device (backend_ops.h, moe_echo_plan): core/echo_plan.h's host/device
- * functions on one thread (E and EP are small: the planner is a few sorts and passes over E x
- * EP values), in order with the compute stream, so a step plans without a host read and a graph
- * replays the plan of each step's counts. The same code as the CPU backend's, so the same plan,
- * bit for bit (the float32 split rounds each product on its own: MG_ECHO_FMUL). */
+/* ECHO on the device (backend_ops.h, moe_echo_plan and moe_echo_reroute), with core/echo_plan.h's
+ * host/device functions, the CPU backend's code: the plan on one thread (E and EP are small: a
+ * few sorts and passes over E x EP values), in order with the compute stream, so a step plans
+ * without a host read and a graph replays the plan of each step's counts; the same plan bit for
+ * bit (the float32 split rounds each product on its own: MG_ECHO_FMUL). The reroute: one thread
+ * per routed pair, each expert's first row summed from the counts in shared memory. */
 #include "backend/cuda/cuda_common.cuh"
 
 #include "core/echo_plan.h"
@@ -17,6 +18,33 @@ static __global__ void echo_plan_kernel(int32_t *plan, const int32_t *counts, mg
 extern "C" mg_status mg_cuda_moe_echo_plan(mg_backend *be, int32_t *plan, const int32_t *counts,
                                            const mg_echo_params *p) {
     echo_plan_kernel<<<1, 1, 0, mg_cuda_stream(be)>>>(plan, counts, *p);
+    MG_CUDA_CHECK_LAUNCH();
+    return MG_OK;
+}
+
+static __global__ void echo_reroute_kernel(int32_t *out, const int32_t *idx, const int32_t *pos,
+                                           const int32_t *counts, const int32_t *plan,
+                                           mg_echo_params p, int rank, int n) {
+    extern __shared__ int32_t first[]; /* (E) each home expert's first row */
+    if (threadIdx.x == 0)
+        for (int e = 0, row = 0; e < p.experts; row += counts[e++]) first[e] = row;
+    __syncthreads();
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    int32_t *scratch;
+    const mg_echo_plan q = mg_echo_plan_carve(&p, (int32_t *)plan, &scratch);
+    const int32_t e = idx[i];
+    out[i] = e < 0 ? -1 : mg_echo_reroute_pair(&p, &q, rank, e, pos[i] - first[e]);
+}
+
+extern "C" mg_status mg_cuda_moe_echo_reroute(mg_backend *be, int32_t *out, const int32_t *idx,
+                                              const int32_t *pos, const int32_t *counts,
+                                              const int32_t *plan, const mg_echo_params *p,
+                                              int rank, int n) {
+    if (n <= 0) return MG_OK;
+    const unsigned blocks = (unsigned)((n + MG_CUDA_THREADS - 1) / MG_CUDA_THREADS);
+    echo_reroute_kernel<<<blocks, MG_CUDA_THREADS, (size_t)p->experts * sizeof(int32_t),
+                          mg_cuda_stream(be)>>>(out, idx, pos, counts, plan, *p, rank, n);
     MG_CUDA_CHECK_LAUNCH();
     return MG_OK;
 }
