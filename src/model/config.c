@@ -36,7 +36,8 @@ static mg_status moe_from(mg_moe_config *m, const mg_config *c, bool swiglu) {
     m->bias_rate = (float)c->moe_router_bias_update_rate;
     m->dispatcher = c->moe_token_dispatcher_type;
     m->force_balance = c->moe_router_force_load_balancing;
-    m->budget = mg_config_rank_capacity(c) > 0 ? mg_config_rank_capacity(c) : 0;
+    const double budget = mg_config_rank_capacity(c);
+    m->budget = budget > 0 ? budget : 0;
     m->route = (mg_moe_routing){
         .E = m->E,
         .k = m->k,

@@ -108,12 +108,12 @@ mg_status mg_optimizer_init(mg_optimizer *o, const mg_config *c, const mg_param_
     o->shards = calloc((size_t)n_buckets, sizeof *o->shards);
     /* a parameter lies in one bucket and meets a shard in one run: at most one piece each */
     o->pieces = calloc((size_t)t->n, sizeof *o->pieces);
-    o->spans = calloc((size_t)t->n, sizeof *o->spans);
     o->updates = calloc((size_t)t->n, sizeof *o->updates);
     o->norm_spans = calloc((size_t)t->n, sizeof *o->norm_spans);
     mg_grad_shard_param *scratch = calloc((size_t)t->n, sizeof *scratch);
+    mg_optim_span *spans = calloc((size_t)t->n, sizeof *spans); /* the update's, as built */
     mg_status st = MG_OK;
-    if (!o->shards || !o->pieces || !o->spans || !o->updates || !o->norm_spans || !scratch)
+    if (!o->shards || !o->pieces || !o->updates || !o->norm_spans || !scratch || !spans)
         st = MG_FAIL(MG_ERR_NOMEM, "out of memory for the optimizer's %d parameters", t->n);
     size_t local = 0;
     for (int bf = 0; st == MG_OK && bf < bufs->n; bf++) {
@@ -136,13 +136,14 @@ mg_status mg_optimizer_init(mg_optimizer *o, const mg_config *c, const mg_param_
     int tp_rank = o->tp ? mg_comm_rank(o->tp) : 0;
     for (int i = 0; i < t->n; i++)
         if (!norm_counts(&t->p[i], tp_rank)) o->norm_filtered = true;
-    if (st == MG_OK) o->n_spans = build_spans(o, t, false, tp_rank, o->spans);
-    for (int i = 0; st == MG_OK && i < o->n_spans; i++) { /* the update's: rates by group */
-        const mg_optim_span *sp = &o->spans[i];
+    if (st == MG_OK) o->n_spans = build_spans(o, t, false, tp_rank, spans);
+    for (int i = 0; st == MG_OK && i < o->n_spans; i++) { /* as adamw takes them: rates by group */
+        const mg_optim_span *sp = &spans[i];
         o->updates[i] = (mg_adamw_span){sp->world, sp->local, sp->n,
                                         sp->decoupled ? MG_RATE_DECOUPLED_LR : MG_RATE_LR,
                                         sp->weight_decay ? MG_RATE_WD : -1};
     }
+    free(spans);
     if (st == MG_OK && o->norm_filtered)
         o->n_norm_spans = build_spans(o, t, true, tp_rank, o->norm_spans);
     if (st != MG_OK) mg_optimizer_free(o);
@@ -152,12 +153,10 @@ mg_status mg_optimizer_init(mg_optimizer *o, const mg_config *c, const mg_param_
 void mg_optimizer_free(mg_optimizer *o) {
     free(o->shards);
     free(o->pieces);
-    free(o->spans);
     free(o->updates);
     free(o->norm_spans);
     o->shards = NULL;
     o->pieces = NULL;
-    o->spans = NULL;
     o->updates = NULL;
     o->norm_spans = NULL;
     o->n_shards = o->n_pieces = o->n_spans = o->n_norm_spans = 0;

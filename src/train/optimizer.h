@@ -80,8 +80,7 @@ typedef struct {
     size_t buf_local[MG_TRAIN_BUFFERS_MAX], buf_numel[MG_TRAIN_BUFFERS_MAX]; /* local range */
     int n_shards, n_spans, n_pieces;
     mg_optim_shard *shards; /* (n_shards) bucket order */
-    mg_optim_span *spans;   /* (n_spans) */
-    mg_adamw_span *updates; /* (n_spans) the spans as the update's adamw call takes them */
+    mg_adamw_span *updates; /* (n_spans) the update's runs, one adamw call for all */
     bool norm_filtered;     /* the norm counts norm_spans, not the whole shards */
     int n_norm_spans;       /* the runs the gradient norm counts (see above) */
     mg_optim_span *norm_spans;

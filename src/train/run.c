@@ -170,7 +170,8 @@ static mg_status tensorboard_iteration(mg_trainer *t, mg_tb_log *tb) {
         .loss_scale = s.loss_scale,
         .grad_norm = s.last_skipped ? -1 : s.grad_norm,
     };
-    if (t->model.cfg.moe.E > 0) moe_record(t, &s, true, &r); /* the loads: a second read */
+    /* the loads (a second read) only for the one load value TensorBoard gets, with EP > 1 */
+    if (t->model.cfg.moe.E > 0) moe_record(t, &s, t->model.cfg.moe.ep > 1, &r);
     return mg_tb_log_train(tb, &r);
 }
 

@@ -217,12 +217,12 @@ static __global__ void norm_dw_partial_kernel(float *part_w, float *part_b, cons
 
 /* dx and the dw/db partials (fused, or dx then the stage-1 kernel), for one vector width. */
 template <typename h16, bool LN, int VEC>
-static mg_status norm_backward_launch(cudaStream_t st, h16 *dx, float *part_w, float *part_b,
-                                      const h16 *dout, const h16 *x, const h16 *w,
+static mg_status norm_backward_launch(cudaStream_t st, bool fused, h16 *dx, float *part_w,
+                                      float *part_b, const h16 *dout, const h16 *x, const h16 *w,
                                       const float *mean, const float *rstd, int N, int H, int R) {
     int nchunks = mg_colsum_chunks(N, R);
-    size_t smem = norm_fused_smem(H, part_b != NULL);
-    if (smem <= MG_NORM_FUSED_MAX_SMEM) {
+    if (fused) {
+        const size_t smem = norm_fused_smem(H, part_b != NULL);
         auto *k = norm_backward_fused_kernel<h16, LN, VEC>;
         MG_CUDA_CHECK(
             cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
@@ -261,11 +261,11 @@ static mg_status norm_backward(mg_backend *be, void *dx, float *dw, float *db, c
     bool vec = H % 8 == 0 && mg_cuda_aligned16(dx) && mg_cuda_aligned16(dout) &&
                mg_cuda_aligned16(x) && mg_cuda_aligned16(w);
     if (vec)
-        MG_CHECK((norm_backward_launch<h16, LN, 8>(st, ddx, part_w, part_b, d, xx, ww, mean, rstd,
-                                                   N, H, R)));
+        MG_CHECK((norm_backward_launch<h16, LN, 8>(st, fused, ddx, part_w, part_b, d, xx, ww, mean,
+                                                   rstd, N, H, R)));
     else
-        MG_CHECK((norm_backward_launch<h16, LN, 1>(st, ddx, part_w, part_b, d, xx, ww, mean, rstd,
-                                                   N, H, R)));
+        MG_CHECK((norm_backward_launch<h16, LN, 1>(st, fused, ddx, part_w, part_b, d, xx, ww, mean,
+                                                   rstd, N, H, R)));
     mg_colsum_final(st, dw, db, part_w, part_b, nchunks, H);
     MG_CUDA_CHECK_LAUNCH();
     return MG_OK;
