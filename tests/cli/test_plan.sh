@@ -300,6 +300,24 @@ expect_error train_echo_not_yet 1 "--moe-enable-echo is not supported yet by .me
     train --num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --vocab-size 64 \
     --mock-data --train-iters 1 --lr 1e-3 --device cpu --num-experts 4 --moe-enable-echo \
     --expert-model-parallel-size 2
+# every other check of the budget's and ECHO's flags: one line, exit 2
+printf '[[1,2,3,4],[5,6,7,8],[1,2,3,4],[1,2,3,"x"]]\n' >"$ECHO_DIR/text.json"
+expect_error plan_echo_counts_not_integer 2 "\\[3\\]\\[3\\] is not a token count" \
+    plan --world-size 4 --num-experts 4 --expert-model-parallel-size 4 --moe-enable-echo \
+    --moe-echo-token-counts "$ECHO_DIR/text.json"
+expect_error plan_echo_counts_without_echo 2 "--moe-echo-token-counts needs --moe-enable-echo" \
+    plan --world-size 4 --num-experts 4 --expert-model-parallel-size 4 \
+    --moe-echo-token-counts "$ECHO_DIR/hot.json"
+expect_error plan_echo_without_experts 2 "--moe-enable-echo needs --num-experts" \
+    plan --world-size 2 --moe-enable-echo --moe-echo-token-counts "$ECHO_DIR/hot.json"
+expect_error plan_echo_threshold_negative 2 "--moe-echo-threshold-multiplier must not be negative" \
+    plan "${ECHO[@]}" --moe-echo-assignment one_shot_greedy --moe-echo-threshold-multiplier -1
+expect_error plan_echo_bin_packing_slots 2 "approx_bin_packing assigns one spare slot per expert-parallel rank" \
+    plan "${ECHO[@]}" --moe-num-echo-experts 8 --moe-echo-assignment approx_bin_packing
+expect_error plan_budget_two_names 2 "name the same receive budget; pass one" \
+    plan "${ECHO[@]}" --moe-expert-rank-capacity-factor 1.5 --moe-received-token-capacity 2
+expect_error plan_budget_without_experts 2 "--moe-expert-rank-capacity-factor needs --num-experts" \
+    plan --world-size 2 --moe-received-token-capacity 1.5
 rm -rf "$ECHO_DIR"
 
 finish
