@@ -464,11 +464,22 @@ MG_OP(grouped_swiglu_backward, REQ, MOE, mg_status,
        int G, int F), (be, dpre, pre, dout, counts, G, F))
 /* Expert parallelism's fixed-size exchange (model/moe_dispatch.c): P blocks of rows, block p
  * holding the rows of counts[p*El .. (p+1)*El) (summed). to_slabs: from packed (block after
- * block from row 0) to slabs (block p at row p x slab); else back. Rows of a slab past its
- * block, and packed rows past the blocks, are not touched. */
+ * block from row 0) to slabs (block p at row p x slab); else back. Only a window of each block
+ * moves: its rows [first, first + slab), clamped to the block (first 0 and blocks no larger than
+ * a slab: all of them; a receive budget's later rounds move the next windows). Rows of a slab
+ * past its window, and packed rows outside the windows, are not touched. */
 MG_OP(moe_regroup, REQ, MOE, mg_status,
       (mg_backend *be, void *dst, const void *src, const int32_t *counts, int P, int El,
-       int slab, int H, bool to_slabs), (be, dst, src, counts, P, El, slab, H, to_slabs))
+       int slab, int first, int H, bool to_slabs),
+      (be, dst, src, counts, P, El, slab, first, H, to_slabs))
+/* The receive budget's rounds (model/moe_dispatch.c): counts (P x El) split into windows of slab
+ * rows per block p (the rows of counts[p*El .. (p+1)*El), expert after expert). out (P x El):
+ * each expert's rows inside the window [first, first + slab) of its block. rounds (1, or NULL):
+ * the windows the largest block needs, at least 1. Backend memory; a few values (one thread). */
+MG_OP(moe_round_counts, REQ, RT, mg_status,
+      (mg_backend *be, int32_t *out, int32_t *rounds, const int32_t *counts, int P, int El,
+       int slab, int first),
+      (be, out, rounds, counts, P, El, slab, first))
 /* The expert bias update (Megatron's get_updated_expert_bias) from the step's load, already
  * summed over the data-parallel group: bias[e] += rate * sign(mean(load) - load[e]). */
 MG_OP(moe_expert_bias_update, REQ, MOE, mg_status,

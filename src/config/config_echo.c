@@ -67,10 +67,5 @@ mg_status mg_config_refuse_echo(const mg_config *c) {
                        "--moe-enable-echo is not supported yet by `megatron train`; `megatron "
                        "plan --moe-enable-echo --moe-echo-token-counts FILE` shows the plan for "
                        "given token counts");
-    if (mg_config_rank_capacity(c) > 0)
-        return MG_FAIL(MG_ERR_UNSUPPORTED,
-                       "--moe-expert-rank-capacity-factor is not supported yet by `megatron "
-                       "train` (dispatch buffers are sized for the worst case); `megatron plan` "
-                       "shows the buffers with and without it");
     return MG_OK;
 }

@@ -93,5 +93,11 @@ mg_status mg_config_check_graphs(mg_config *c) {
                        "CUDA graphs with --eod-mask-loss, --calculate-per-token-loss and MoE "
                        "layers: the aux losses' weight 1 / (unmasked tokens) is a per-step host "
                        "value; drop one of them");
+    if (mg_config_rank_capacity(c) > 0 && c->expert_model_parallel_size > 1 &&
+        (c->cuda_graph_impl == MG_GRAPH_FULL_ITERATION ||
+         (mg_config_graph_parts(c) & MG_GRAPH_SCOPE_MOE)))
+        return USAGE("--moe-expert-rank-capacity-factor with CUDA graphs of whole MoE layers: a "
+                     "step over the receive budget takes extra dispatch rounds that the host "
+                     "counts; graph attn, moe_router and moe_preprocess only, or drop the budget");
     return MG_OK;
 }

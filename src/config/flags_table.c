@@ -212,13 +212,12 @@ const mg_flag_spec mg_flag_table[] = {
              "step, layer and microbatch; gradients pass straight through), so experts get "
              "near-equal loads"},
     {"--moe-expert-rank-capacity-factor", MOE, DOUBLE, FIELD(moe_expert_rank_capacity_factor),
-     .def = "none", PARTIAL_OFF, .why = "(the receive budget)",
+     .def = "none",
      .help = "receive budget of each expert-parallel rank, as a multiple of the balanced share "
-             "of routed tokens; `megatron plan` shows its buffers, `megatron train` does not "
-             "take it yet"},
+             "of routed tokens: the dispatch buffers hold that many rows; a step over it stays "
+             "dropless in extra dispatch rounds (counted: moe_overflow_steps)"},
     {"--moe-received-token-capacity", MOE, DOUBLE, FIELD(moe_received_token_capacity),
-     .def = "none", PARTIAL_OFF, .why = "(the receive budget)",
-     .help = "ECHO's name for --moe-expert-rank-capacity-factor"},
+     .def = "none", .help = "ECHO's name for --moe-expert-rank-capacity-factor"},
     {"--moe-enable-echo", MOE, BOOL, FIELD(moe_enable_echo), PARTIAL_OFF,
      .why = "(ECHO's spare expert slots)",
      .help = "ECHO: clone hot experts into spare slots on other expert-parallel ranks; `megatron "

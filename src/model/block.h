@@ -59,6 +59,8 @@ typedef struct {
     size_t aux_counts;      /* (N/S,E) int32 */
     size_t counts;          /* (ep x E_l) int32: rows per source rank and local expert */
     size_t lcounts;         /* (E) int32 expert parallelism: this rank's rows per expert */
+    size_t rounds;          /* (1) int32 under a receive budget: the exchange's rounds
+                               (model/moe_dispatch.h) */
     size_t xe;              /* (R,H) the experts' input rows */
     size_t e_fc1, e_act;    /* (R, moe fc1), (R, moe F) */
     size_t y;               /* (Rp,H) the expert outputs of this rank's pairs */
@@ -82,6 +84,12 @@ typedef struct {
                                           counts; slabs of R / ep rows x H), set by the plan */
     size_t ye;             /* (R,H) expert parallelism: the experts' output rows before the
                               all-to-all back; in the backward their gradient */
+    size_t rcounts;        /* (ep x E_l) int32 under a receive budget: a round's rows per source
+                              rank and local expert (model/moe_dispatch.h) */
+    bool budget;           /* a receive budget makes the slabs smaller than the worst case: an
+                              exchange may take several rounds */
+    int *overflows;        /* host (1): training forwards of this step's MoE layers that took
+                              more than one round (the trainer reads and zeroes it) */
     size_t *bias;          /* (n_layers) offsets of (E) fp32 each */
     size_t load;           /* (n_layers, E) fp32, one block: layer i's tokens per expert at
                               row i (the trainer zeroes, sums and reads them in one call each) */

@@ -4,7 +4,8 @@
  * grouped fc1 -> activation -> grouped fc2 -> [all-to-all back] -> combine weighted by the
  * routing weights, + the shared experts, --hidden-dropout (training passes), + the residual.
  * Every size that depends on the routing (rows per expert, per source rank) stays in backend
- * memory; the buffers have the plan's worst-case sizes (model/moe.h). */
+ * memory; the buffers have the plan's worst-case sizes (model/moe.h), or under a receive budget
+ * its sizes, the dispatch then going in as many rounds as the step needs. */
 #include "model/moe.h"
 #include "model/layer_graphs.h"
 
@@ -106,31 +107,38 @@ static mg_status shared_backward(const mg_block_ctx *x, const mg_moe_params *mp,
                                c->swiglu ? 2 * Fs : Fs);
 }
 
-/* The experts on their rows: xe (R,H) in groups of counts -> ye (R,H). */
-static mg_status experts_forward(const mg_block_ctx *x, const mg_moe_params *mp,
-                                 const mg_layer_slot *s, void *ye) {
+/* The experts' first half on their rows: xe (R,H) in groups of counts -> e_fc1, e_act. */
+static mg_status experts_in(const mg_block_ctx *x, const mg_moe_params *mp, const mg_layer_slot *s,
+                            const int32_t *counts) {
     const mg_moe_config *m = &x->c->moe;
     mg_backend *be = x->be;
-    const int32_t *counts = mg_block_act(x, s->counts);
     int H = x->c->H, G = m->ep * m->E_l;
-    void *fc1 = mg_block_act(x, s->e_fc1), *act = mg_block_act(x, s->e_act);
+    void *fc1 = mg_block_act(x, s->e_fc1);
     MG_CHECK(be->grouped_linear_forward(be, fc1, mg_block_act(x, s->xe), ptrs(x, mp, W1),
                                         mp->fc1_b ? ptrs(x, mp, B1) : NULL, counts, m->ep, m->E_l,
                                         H, m->fc1));
-    MG_CHECK(be->grouped_activation_forward(be, act, fc1, counts, G, m->F, x->c->swiglu));
-    return be->grouped_linear_forward(be, ye, act, ptrs(x, mp, W2),
-                                      mp->fc2_b ? ptrs(x, mp, B2) : NULL, counts, m->ep, m->E_l,
-                                      m->F, H);
+    return be->grouped_activation_forward(be, mg_block_act(x, s->e_act), fc1, counts, G, m->F,
+                                          x->c->swiglu);
+}
+
+/* The experts on their rows: xe (R,H) in groups of counts -> ye (R,H). */
+static mg_status experts_forward(const mg_block_ctx *x, const mg_moe_params *mp,
+                                 const mg_layer_slot *s, const int32_t *counts, void *ye) {
+    const mg_moe_config *m = &x->c->moe;
+    MG_CHECK(experts_in(x, mp, s, counts));
+    return x->be->grouped_linear_forward(x->be, ye, mg_block_act(x, s->e_act), ptrs(x, mp, W2),
+                                         mp->fc2_b ? ptrs(x, mp, B2) : NULL, counts, m->ep, m->E_l,
+                                         m->F, x->c->H);
 }
 
 /* Their backward: dye (R,H) -> dxe (R,H), the weight gradients accumulated (written over by the
  * layer's first backward of a step whose caller left them unzeroed: grads_unwritten). */
 static mg_status experts_backward(const mg_block_ctx *x, const mg_moe_params *mp,
-                                  const mg_layer_slot *s, const void *dye, void *dxe) {
+                                  const mg_layer_slot *s, const int32_t *counts, const void *dye,
+                                  void *dxe) {
     const mg_moe_config *m = &x->c->moe;
     const mg_moe_ws *w = x->moe;
     mg_backend *be = x->be;
-    const int32_t *counts = mg_block_act(x, s->counts);
     int H = x->c->H, G = m->ep * m->E_l;
     bool swiglu = x->c->swiglu, acc = !w->grads_unwritten[mp->index];
     w->grads_unwritten[mp->index] = false;
@@ -224,12 +232,21 @@ mg_status mg_moe_forward(const mg_block_ctx *x, const mg_layer_params *p, const 
                             preprocess_forward_part, &q));
     void *y = mg_block_act(x, s->y);
     if (m->ep == 1) { /* the permuted rows are the experts' input, their output the combine's */
-        MG_CHECK(experts_forward(x, mp, s, y));
-    } else { /* expert parallelism: to the experts' ranks and back (model/moe_dispatch.c) */
+        MG_CHECK(experts_forward(x, mp, s, mg_block_act(x, s->counts), y));
+    } else { /* expert parallelism: to the experts' ranks and back (model/moe_dispatch.c), in
+              * rounds under a receive budget; round 0 last, so its rows stay in the slot for the
+              * backward (which recomputes the others) */
         void *xp = mg_block_ws_ptr(x, w->xp), *ye = mg_block_ws_ptr(x, w->ye);
-        MG_CHECK(mg_moe_dispatch(x, s, mg_block_act(x, s->xe), xp));
-        MG_CHECK(experts_forward(x, mp, s, ye));
-        MG_CHECK(mg_moe_combine(x, s, y, ye));
+        int rounds;
+        MG_CHECK(mg_moe_rounds(x, s, &rounds));
+        if (rounds > 1 && w->train) ++*w->overflows;
+        for (int r = rounds - 1; r >= 0; r--) {
+            const int32_t *rc;
+            MG_CHECK(mg_moe_round(x, s, r, &rc));
+            MG_CHECK(mg_moe_dispatch(x, s, r, rc, mg_block_act(x, s->xe), xp));
+            MG_CHECK(experts_forward(x, mp, s, rc, ye));
+            MG_CHECK(mg_moe_combine(x, s, r, rc, y, ye));
+        }
     }
     /* out = mid + dropout(shared experts + combine); without dropout the residual rides in */
     mg_dropout hd;
@@ -300,13 +317,30 @@ mg_status mg_moe_backward(const mg_block_ctx *x, const mg_layer_params *p, const
                                         m->k, H, w->Rp));
     void *dxp = dxe; /* (Rp,H) d(the permuted rows) */
     if (m->ep == 1) {
-        MG_CHECK(experts_backward(x, mp, s, dy, dxe));
-    } else { /* the same round trip as the forward's, on the gradients */
-        void *dye = mg_block_ws_ptr(x, w->ye);
-        dxp = mg_block_ws_ptr(x, w->xp);
-        MG_CHECK(mg_moe_dispatch(x, s, dye, dy));
-        MG_CHECK(experts_backward(x, mp, s, dye, dxe));
-        MG_CHECK(mg_moe_combine(x, s, dxp, dxe));
+        MG_CHECK(experts_backward(x, mp, s, mg_block_act(x, s->counts), dy, dxe));
+    } else { /* the forward's round trips on the gradients; each round's d(rows) come back into
+              * dy's rows of the round, which its dispatch has read: dy becomes d(the permuted
+              * rows) in place */
+        void *dye = mg_block_ws_ptr(x, w->ye), *xp = mg_block_ws_ptr(x, w->xp);
+        int rounds;
+        MG_CHECK(mg_moe_rounds(x, s, &rounds));
+        for (int r = 0; r < rounds; r++) {
+            const int32_t *rc;
+            MG_CHECK(mg_moe_round(x, s, r, &rc));
+            if (r > 0) {    /* the slot holds round 0's rows: round r's again, as the forward had */
+                if (r == 1) /* the permuted rows again (the same pos and counts are written) */
+                    MG_CHECK(be->moe_permute(be, xp, mg_block_act(x, s->pos),
+                                             mg_block_act(x, s->lcounts), NULL,
+                                             mg_block_act(x, s->ln2), mg_block_act(x, s->idx), N,
+                                             m->k, m->E, H, m->pad ? w->capacity : 0));
+                MG_CHECK(mg_moe_dispatch(x, s, r, rc, mg_block_act(x, s->xe), xp));
+                MG_CHECK(experts_in(x, mp, s, rc));
+            }
+            MG_CHECK(mg_moe_dispatch(x, s, r, rc, dye, dy));
+            MG_CHECK(experts_backward(x, mp, s, rc, dye, dxe));
+            MG_CHECK(mg_moe_combine(x, s, r, rc, dy, dxe));
+        }
+        dxp = dy;
     }
     /* d(ln2): the shared experts' (or zero), the routed copies', the router's */
     if (m->shared_F > 0)
@@ -338,10 +372,12 @@ mg_status mg_moe_plan(mg_moe_ws *w, const mg_model_config *c, int N, size_t esz,
     int per_src = N * (m->k < m->E_l ? m->k : m->E_l);
     if (w->capacity > 0 && (m->pad || m->E_l * w->capacity < per_src))
         per_src = m->E_l * w->capacity;
+    w->budget = false;
     if (m->budget > 0 && m->ep > 1) { /* the receive budget: budget x N k rows, whole slabs */
         double b = ceil(m->budget * (double)N * m->k);
         int slab = (int)ceil(b / m->ep);
-        if (slab < per_src) per_src = slab;
+        if (slab < 1) slab = 1;
+        if (slab < per_src) per_src = slab, w->budget = true;
     }
     w->R = m->ep == 1 ? w->Rp : m->ep * per_src;
     size_t H = (size_t)c->H, f = sizeof(float);
@@ -356,6 +392,7 @@ mg_status mg_moe_plan(mg_moe_ws *w, const mg_model_config *c, int N, size_t esz,
     MG_CHECK(reserve(work, m->ep > 1 ? R * H * esz : 0, &w->ye));
     MG_CHECK(reserve(work, m->ep > 1 ? R * H * esz : 0, &w->slab_send));
     MG_CHECK(reserve(work, m->ep > 1 ? R * H * esz : 0, &w->slab_recv));
+    MG_CHECK(reserve(work, w->budget ? (size_t)m->ep * m->E_l * sizeof(int32_t) : 0, &w->rcounts));
     if (m->ep > 1) { /* the dispatch's fixed all-to-all sizes (model/moe_dispatch.c) */
         w->count_splits = malloc((size_t)4 * m->ep * sizeof *w->count_splits);
         if (!w->count_splits) return MG_FAIL(MG_ERR_NOMEM, "out of memory (MoE plan)");
@@ -371,7 +408,8 @@ mg_status mg_moe_plan(mg_moe_ws *w, const mg_model_config *c, int N, size_t esz,
     w->bias = calloc((size_t)(n_layers ? n_layers : 1), sizeof *w->bias);
     w->ptrs = calloc((size_t)(n_layers ? n_layers : 1), sizeof *w->ptrs);
     w->grads_unwritten = calloc((size_t)(n_layers ? n_layers : 1), sizeof *w->grads_unwritten);
-    if (!w->bias || !w->ptrs || !w->grads_unwritten)
+    w->overflows = calloc(1, sizeof *w->overflows);
+    if (!w->bias || !w->ptrs || !w->grads_unwritten || !w->overflows)
         return MG_FAIL(MG_ERR_NOMEM, "out of memory (MoE plan)");
     MG_CHECK(reserve(work, (size_t)n_layers * E * f, &w->load));
     for (int i = 0; i < n_layers; i++) {
@@ -385,6 +423,7 @@ void mg_moe_free(mg_moe_ws *w) {
     free(w->bias);
     free(w->ptrs);
     free(w->grads_unwritten);
+    free(w->overflows);
     free(w->count_splits); /* row_splits lives in the same allocation */
     memset(w, 0, sizeof *w);
 }

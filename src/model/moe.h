@@ -8,8 +8,9 @@
  *   Rp        rows of this rank's permuted pairs: E x capacity when padded, else T x k
  *   R         rows the experts may receive: Rp with one rank; with ep ranks each source sends
  *             at most T x min(k, E_l) rows (dropless) or E_l x capacity, so ep times that;
- *             under a receive budget F (--moe-expert-rank-capacity-factor, `megatron plan`
- *             only: training does not take it yet) F x T x k rows in whole slabs of one per peer
+ *             under a receive budget F (--moe-expert-rank-capacity-factor) F x T x k rows in
+ *             whole slabs of one per peer; a step over it takes extra dispatch rounds through
+ *             the same slabs (model/moe_dispatch.h), the one per-step count the host reads
  * The rows actually used are counted on the device (backend.h: counts) and read there.
  * Exports: mg_moe_plan, mg_moe_free, mg_moe_bind_pointers. Needs: model/block (moe.c: model/
  * moe_dispatch). */

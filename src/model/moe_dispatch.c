@@ -1,10 +1,17 @@
 /* Expert-parallel token dispatch (Megatron's MoEAlltoAllTokenDispatcher) over the group of
  * model/moe.h: the counts exchange, then all-to-all of the rows there and back.
- * Graph-safe (no host sync, no per-step size on the host): the collectives move fixed sizes from
- * the plan. The counts travel as E_l values per peer; the rows as one slab of R / ep rows per peer
- * (the most one rank can send another), placed into and taken out of the slabs by moe_regroup,
- * which reads the counts where they lie (device memory on CUDA). A slab's rows past its block
- * travel unread: the price of never asking the host how many rows there are. */
+ * Graph-safe without a budget (no host sync, no per-step size on the host): the collectives move
+ * fixed sizes from the plan. The counts travel as E_l values per peer; the rows as one slab of
+ * R / ep rows per peer (the most one rank may send another), placed into and taken out of the
+ * slabs by moe_regroup, which reads the counts where they lie (device memory on CUDA). A slab's
+ * rows past its block travel unread: the price of never asking the host how many rows there are.
+ *
+ * The receive budget (--moe-expert-rank-capacity-factor) makes the slabs smaller than the worst
+ * case. A block larger than its slab then travels in rounds through the same slabs: round r moves
+ * rows [r slab, (r + 1) slab) of every block (moe_round_counts gives each expert's share of the
+ * window), so nothing is dropped and each row meets the same expert as without a budget. The
+ * number of rounds is the largest block's, agreed by a maximum over the group and read by the
+ * host, which loops (model/moe.c). */
 #include "model/moe_dispatch.h"
 
 /* One all-to-all of sizes fixed by the plan (splits: counts then displacements per peer, the
@@ -20,31 +27,69 @@ static mg_status all_to_all(const mg_block_ctx *x, void *dst, const void *src, c
 }
 
 mg_status mg_moe_exchange_counts(const mg_block_ctx *x, const mg_layer_slot *s) {
-    return all_to_all(x, mg_block_act(x, s->counts), mg_block_act(x, s->lcounts),
-                      x->moe->count_splits, MG_I32);
+    const mg_moe_ws *w = x->moe;
+    int32_t *counts = mg_block_act(x, s->counts);
+    MG_CHECK(all_to_all(x, counts, mg_block_act(x, s->lcounts), w->count_splits, MG_I32));
+    if (!w->budget) return MG_OK;
+    /* the rounds the largest block received here needs, then the most over the group: every
+     * block is some rank's received block */
+    mg_backend *be = x->be;
+    int32_t *rounds = mg_block_act(x, s->rounds);
+    MG_CHECK(be->moe_round_counts(be, NULL, rounds, counts, x->c->moe.ep, x->c->moe.E_l,
+                                  w->R / x->c->moe.ep, 0));
+    void *stream;
+    MG_CHECK(mg_backend_comm_begin(be, &stream));
+    MG_CHECK(mg_comm_all_reduce(w->ep, rounds, rounds, 1, MG_I32, MG_REDUCE_MAX, stream));
+    return mg_backend_comm_end(be);
 }
 
-/* Rows between this rank's packed blocks (src, `from` counts) and the peers' (dst, `to` counts),
- * P blocks of El experts each: packed -> slabs (moe_regroup), the all-to-all of whole slabs,
- * slabs -> packed. Every size the collective sees is the plan's slab: nothing is read back. */
-static mg_status exchange(const mg_block_ctx *x, void *dst, const int32_t *to, const void *src,
-                          const int32_t *from) {
+mg_status mg_moe_rounds(const mg_block_ctx *x, const mg_layer_slot *s, int *rounds) {
+    *rounds = 1;
+    if (!x->moe->budget) return MG_OK;
+    int32_t n;
+    MG_CHECK(x->be->copy_d2h(x->be, &n, mg_block_act(x, s->rounds), sizeof n));
+    if (n < 1) return MG_FAIL(MG_ERR_INTERNAL, "MoE dispatch: %d rounds", (int)n);
+    *rounds = n;
+    return MG_OK;
+}
+
+mg_status mg_moe_round(const mg_block_ctx *x, const mg_layer_slot *s, int r,
+                       const int32_t **counts) {
+    const mg_moe_ws *w = x->moe;
+    *counts = mg_block_act(x, s->counts);
+    if (!w->budget) return MG_OK;
+    int32_t *rc = mg_block_ws_ptr(x, w->rcounts);
+    int slab = w->R / x->c->moe.ep;
+    MG_CHECK(x->be->moe_round_counts(x->be, rc, NULL, *counts, x->c->moe.ep, x->c->moe.E_l, slab,
+                                     r * slab));
+    *counts = rc;
+    return MG_OK;
+}
+
+/* Rows between this rank's packed blocks (src, `from` counts, window `from_first` of each block)
+ * and the peers' (dst, `to` counts, window `to_first`), P blocks of El experts each: packed ->
+ * slabs (moe_regroup), the all-to-all of whole slabs, slabs -> packed. Every size the collective
+ * sees is the plan's slab: nothing is read back. */
+static mg_status exchange(const mg_block_ctx *x, void *dst, const int32_t *to, int to_first,
+                          const void *src, const int32_t *from, int from_first) {
     const mg_moe_config *m = &x->c->moe;
     const mg_moe_ws *w = x->moe;
     mg_backend *be = x->be;
     int P = m->ep, El = m->E_l, H = x->c->H, slab = w->R / P;
     void *a = mg_block_ws_ptr(x, w->slab_send), *b = mg_block_ws_ptr(x, w->slab_recv);
-    MG_CHECK(be->moe_regroup(be, a, src, from, P, El, slab, H, true));
+    MG_CHECK(be->moe_regroup(be, a, src, from, P, El, slab, from_first, H, true));
     MG_CHECK(all_to_all(x, b, a, w->row_splits, be->compute_dtype));
-    return be->moe_regroup(be, dst, b, to, P, El, slab, H, false);
+    return be->moe_regroup(be, dst, b, to, P, El, slab, to_first, H, false);
 }
 
-mg_status mg_moe_dispatch(const mg_block_ctx *x, const mg_layer_slot *s, void *dst,
-                          const void *src) {
-    return exchange(x, dst, mg_block_act(x, s->counts), src, mg_block_act(x, s->lcounts));
+mg_status mg_moe_dispatch(const mg_block_ctx *x, const mg_layer_slot *s, int r, const int32_t *rc,
+                          void *dst, const void *src) {
+    int slab = x->moe->R / x->c->moe.ep;
+    return exchange(x, dst, rc, 0, src, mg_block_act(x, s->lcounts), r * slab);
 }
 
-mg_status mg_moe_combine(const mg_block_ctx *x, const mg_layer_slot *s, void *dst,
-                         const void *src) {
-    return exchange(x, dst, mg_block_act(x, s->lcounts), src, mg_block_act(x, s->counts));
+mg_status mg_moe_combine(const mg_block_ctx *x, const mg_layer_slot *s, int r, const int32_t *rc,
+                         void *dst, const void *src) {
+    int slab = x->moe->R / x->c->moe.ep;
+    return exchange(x, dst, mg_block_act(x, s->lcounts), r * slab, src, rc, 0);
 }

@@ -1,20 +1,33 @@
 /* Model-internal: the expert-parallel token dispatch of an MoE layer (moe_dispatch.c, for moe.c;
  * Megatron's MoEAlltoAllTokenDispatcher) over the block context's expert-parallel group, with the
- * fixed sizes of the MoE plan (model/moe.h).
- * Exports: mg_moe_exchange_counts, mg_moe_dispatch, mg_moe_combine. Needs: model/block, comm. */
+ * fixed sizes of the MoE plan (model/moe.h), in rounds under a receive budget.
+ * Exports: mg_moe_exchange_counts, mg_moe_rounds, mg_moe_round, mg_moe_dispatch, mg_moe_combine.
+ * Needs: model/block, comm. */
 #ifndef MG_MODEL_MOE_DISPATCH_H
 #define MG_MODEL_MOE_DISPATCH_H
 
 #include "model/block.h"
 
 /* The slot's lcounts (E: this rank's rows per expert) are exchanged: counts receives, per
- * source rank, its rows for each of this rank's experts (ep x E_l, source-major). */
+ * source rank, its rows for each of this rank's experts (ep x E_l, source-major). Under a
+ * receive budget also the slot's rounds: the most any layer's block needs, the same on every
+ * rank of the group (a maximum over it). */
 mg_status mg_moe_exchange_counts(const mg_block_ctx *x, const mg_layer_slot *s);
-/* Rows of src (this rank's permuted rows, lcounts) to their experts' ranks: dst (R rows) gets
- * each source rank's rows for this rank's experts, source after source (counts). */
-mg_status mg_moe_dispatch(const mg_block_ctx *x, const mg_layer_slot *s, void *dst,
-                          const void *src);
-/* The way back: src (the experts' rows, counts) to dst (this rank's permuted rows, lcounts). */
-mg_status mg_moe_combine(const mg_block_ctx *x, const mg_layer_slot *s, void *dst, const void *src);
+/* The rounds the slot's exchange takes (1 without a receive budget): read from the slot, on the
+ * host (a wait for the device). */
+mg_status mg_moe_rounds(const mg_block_ctx *x, const mg_layer_slot *s, int *rounds);
+/* The rows of round r that reach this rank's experts: per source rank and local expert (ep x E_l,
+ * backend memory): the slot's counts without a budget, else the workspace's window of them. */
+mg_status mg_moe_round(const mg_block_ctx *x, const mg_layer_slot *s, int r,
+                       const int32_t **counts);
+/* Round r's rows of src (this rank's permuted rows, lcounts) to their experts' ranks: dst (R
+ * rows) gets each source rank's rows of the round for this rank's experts, source after source
+ * (rc, mg_moe_round's). */
+mg_status mg_moe_dispatch(const mg_block_ctx *x, const mg_layer_slot *s, int r, const int32_t *rc,
+                          void *dst, const void *src);
+/* The way back: src (the experts' rows of round r, rc) to their places among dst (this rank's
+ * permuted rows, lcounts); the rows of other rounds are not touched. */
+mg_status mg_moe_combine(const mg_block_ctx *x, const mg_layer_slot *s, int r, const int32_t *rc,
+                         void *dst, const void *src);
 
 #endif

@@ -129,6 +129,7 @@ int mg_metrics_format_line_at(char *buf, size_t cap, const char *timestamp,
             sb_float(&b, "%.2f", false, moe[i].v);
             sb_printf(&b, " |");
         }
+    if (r->moe && r->budget) sb_printf(&b, " moe_overflow_steps: %d |", r->overflow_steps);
     return sb_result(&b);
 }
 
@@ -180,6 +181,7 @@ int mg_metrics_format_json(char *buf, size_t cap, const mg_log_record *r) {
         sb_printf(&b, ", ");
         sb_json_num(&b, "moe_ep_load_imbalance", r->ep_imbalance, false);
     }
+    if (r->moe && r->budget) sb_printf(&b, ", \"moe_overflow_steps\": %d", r->overflow_steps);
     if (r->log_num_zeros) {
         sb_printf(&b, ", ");
         sb_json_num(&b, "num_zeros", r->num_zeros, false);

@@ -33,6 +33,9 @@ typedef struct {
     bool moe;
     const char *aux_name;
     double aux_loss, z_loss, expert_load, ep_imbalance;
+    bool budget;        /* a receive budget is set: overflow_steps is printed */
+    int overflow_steps; /* the steps of the interval whose dispatch went over the receive
+                           budget (extra rounds) */
     /* --log-num-zeros-in-grad, --log-params-norm: printed only where the flag (log_*) is set */
     bool log_num_zeros, log_params_norm;
     double num_zeros, params_norm;
@@ -51,7 +54,7 @@ void mg_metrics_timestamp(char *buf, size_t cap);
  *  1234.0)
  * then, for MoE models, Megatron's " {name}: {:.2f} |" per tracked loss, ours
  * " expert load (max/mean): {:.2f} |" and with expert parallelism ECHO's
- * " moe_ep_load_imbalance: {:.2f} |".
+ * " moe_ep_load_imbalance: {:.2f} |" and under a receive budget " moe_overflow_steps: {:d} |".
  * Non-finite values print as Python prints them (nan, inf, NAN, INF). tokens_per_s is not part of
  * Megatron's line; it goes to the metrics file. Returns what snprintf returns: the length the
  * line needs (truncated to cap - 1 when longer), or a negative value on an encoding error. */

@@ -153,6 +153,8 @@ static void moe_record(mg_trainer *t, const mg_step_stats *s, bool load, mg_log_
     r->expert_load = r->ep_imbalance = -1;
     if (load) mg_trainer_moe_loads(t, &r->expert_load, &r->ep_imbalance);
     if (t->model.cfg.moe.ep < 2) r->ep_imbalance = -1; /* one rank: nothing to balance */
+    r->budget = t->model.moe_ws.budget;
+    r->overflow_steps = (int)s->moe_overflow_steps;
 }
 
 /* TensorBoard's scalars of this iteration, as Megatron's training_log writes them every

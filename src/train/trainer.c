@@ -452,9 +452,11 @@ mg_status mg_trainer_read_stats(mg_trainer *t, mg_step_stats *out, bool reset_su
     out->grad_norm_sum = v[MG_STAT_GRAD_NORM_SUM];
     out->moe_aux = v[MG_STAT_MOE_AUX];
     out->moe_z = v[MG_STAT_MOE_Z];
+    out->moe_overflow_steps = t->moe_overflow_steps;
     _Static_assert(MG_STAT_GRAD_NORM_SUM == MG_STAT_LOSS_SUM + 1, "the sums are adjacent");
     _Static_assert(MG_STAT_END <= MG_MEMORY_STATS, "the batch arena holds the statistics");
-    if (reset_sums) { /* the sums, and the counts of skipped and nan iterations */
+    if (reset_sums) { /* the sums, and the counts of skipped, nan and over-budget iterations */
+        t->moe_overflow_steps = 0;
         MG_CHECK(be->memset_zero(be, &t->mem.stats[MG_STAT_LOSS_SUM], 2 * sizeof(float)));
         _Static_assert(offsetof(mg_step_ctl, nan_iters) ==
                            offsetof(mg_step_ctl, skipped_iters) + sizeof(int64_t),

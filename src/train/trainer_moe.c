@@ -77,7 +77,9 @@ static size_t load_values(const mg_trainer *t) {
 mg_status mg_trainer_moe_step_begin(mg_trainer *t) {
     const mg_moe_ws *w = &t->model.moe_ws;
     mg_backend *be = t->be;
-    MG_CHECK(be->memset_zero(be, &t->mem.stats[MG_STAT_MOE_AUX], 2 * sizeof(float)));
+    _Static_assert(MG_STAT_MOE_OVER == MG_STAT_MOE_AUX + 2, "the MoE sums are adjacent");
+    MG_CHECK(be->memset_zero(be, &t->mem.stats[MG_STAT_MOE_AUX], 3 * sizeof(float)));
+    *t->model.moe_ws.overflows = 0;
     if (w->n_layers == 0) return MG_OK; /* a pipeline stage without MoE layers */
     return be->memset_zero(be, mg_gpt_moe_load(&t->model, 0), load_values(t) * sizeof(float));
 }
@@ -91,7 +93,7 @@ static mg_status sum_over_ranks(mg_trainer *t, mg_comm *const groups[2]) {
     for (int g = 0; g < 2; g++)
         if (groups[g])
             MG_CHECK(mg_comm_all_reduce(groups[g], &t->mem.stats[MG_STAT_MOE_AUX],
-                                        &t->mem.stats[MG_STAT_MOE_AUX], 2, MG_F32, MG_REDUCE_SUM,
+                                        &t->mem.stats[MG_STAT_MOE_AUX], 3, MG_F32, MG_REDUCE_SUM,
                                         stream));
     /* the step's load over every replica: the expert bias needs it, and the logged load is the
      * global batch's (E values per layer, all layers in one call) */
@@ -104,14 +106,22 @@ static mg_status sum_over_ranks(mg_trainer *t, mg_comm *const groups[2]) {
 }
 
 /* After backward: the logged losses summed over the replicas and the stages, the loads summed
- * over the replicas; with expert bias each bias updated (Megatron's finalize_model_grads:
- * _update_router_expert_bias, before the optimizer). */
+ * over the replicas; under a receive budget the step counted if any rank's dispatch took extra
+ * rounds (a host read: the rounds are read on the host anyway); with expert bias each bias updated
+ * (Megatron's finalize_model_grads: _update_router_expert_bias, before the optimizer). */
 mg_status mg_trainer_moe_step_end(mg_trainer *t) {
     const mg_moe_ws *w = &t->model.moe_ws;
     const mg_moe_config *m = &t->model.cfg.moe;
     mg_backend *be = t->be;
     mg_comm *groups[] = {t->layout.dp, t->layout.pp};
+    float over = (float)*w->overflows; /* this rank's layer passes over the receive budget */
+    if (w->budget) MG_CHECK(be->copy_h2d(be, &t->mem.stats[MG_STAT_MOE_OVER], &over, sizeof over));
     if (groups[0] || groups[1]) MG_CHECK(sum_over_ranks(t, groups));
+    if (w->budget) { /* every rank counts the step if any rank's dispatch took extra rounds (the
+                        expert-parallel ranks of a layer agree on its rounds) */
+        MG_CHECK(be->copy_d2h(be, &over, &t->mem.stats[MG_STAT_MOE_OVER], sizeof over));
+        if (over > 0) t->moe_overflow_steps++;
+    }
     for (int i = 0; m->expert_bias && i < w->n_layers; i++)
         MG_CHECK(be->moe_expert_bias_update(be, mg_gpt_moe_bias(&t->model, i),
                                             mg_gpt_moe_load(&t->model, i), m->E, m->bias_rate));

@@ -44,6 +44,8 @@ typedef enum {
     MG_STAT_EVAL_SUM,      /* sum of the eval batch losses of the last mg_trainer_evaluate */
     MG_STAT_MOE_AUX,       /* MoE: the last step's logged aux loss (model/moe.h) */
     MG_STAT_MOE_Z,         /* MoE: the last step's logged z-loss */
+    MG_STAT_MOE_OVER,      /* MoE under a receive budget: the last step's MoE layer passes that
+                              took extra dispatch rounds (summed like the two before) */
     MG_STAT_PARAMS_SUMSQ,  /* mg_trainer_params_norm: the dense parameters' sum of squares */
     MG_STAT_PARAMS_SUMSQ_EXPERT, /* and the experts' */
     MG_STAT_COUNT,               /* the statistics mg_trainer_read_stats reads */
@@ -61,6 +63,7 @@ typedef struct {
     int64_t skipped_iters, nan_iters; /* since the last reset: skipped steps, non-finite losses */
     bool last_skipped;                /* the last step was skipped (its grad norm is None) */
     double loss_scale;                /* the loss scale after the last step */
+    int64_t moe_overflow_steps;       /* since the last reset: steps over the receive budget */
 } mg_step_stats;
 
 /* The groups of one rank (none owned; NULL: a group of one rank): data-parallel, tensor-parallel,
@@ -209,7 +212,9 @@ typedef struct {
     size_t *zero_spans; /* (2 n_zero_spans) MoE: the runs of grads a step zeroes (element offset,
                            count), train/trainer_moe.c; NULL: all of them */
     int n_zero_spans;
-    int32_t docs_eod;    /* the end-of-document id packed documents split at; -1: off */
+    int64_t moe_overflow_steps; /* receive budget: steps since the last reset of the sums whose
+                                   dispatch took extra rounds somewhere (trainer_moe.c) */
+    int32_t docs_eod;           /* the end-of-document id packed documents split at; -1: off */
     int32_t eod_id;      /* --eod-mask-loss: inputs with this id carry no loss; -1: no mask */
     int64_t pass_tokens; /* unmasked tokens of the global batch of the last pass (T) */
     mg_train_state state;

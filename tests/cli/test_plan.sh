@@ -255,9 +255,6 @@ expect_json plan_moe_no_budget '"moe_rows_received":262144,' "${BUDGET[@]}"
 expect_error plan_moe_budget_zero 2 "--moe-expert-rank-capacity-factor must be positive" \
     train --num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --vocab-size 64 \
     --mock-data --train-iters 1 --lr 1e-3 --device cpu --num-experts 4 --moe-expert-rank-capacity-factor 0
-expect_error train_moe_budget_not_yet 1 "--moe-expert-rank-capacity-factor is not supported yet by .megatron train." \
-    train --num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --vocab-size 64 \
-    --mock-data --train-iters 1 --lr 1e-3 --device cpu --num-experts 4 --moe-expert-rank-capacity-factor 1.5
 
 # ECHO's plan for given token counts (core/echo_plan.h; the planner's own goldens from Megatron's
 # functions are tests/unit/test_echo_plan.c). One hot expert on EP 4, one spare slot per rank, by

@@ -653,32 +653,51 @@ done:
 /* ---------------------------------------------------------------- regroup */
 
 /* Expert parallelism's regroup both ways, against the CPU's on the same pre-filled buffers (the
- * rows no block covers must be left as they were): blocks of skewed sizes (one empty, one filling
- * its slab), row widths with and without 16-byte vectors. Copies: exact. */
+ * rows no window covers must be left as they were): blocks of skewed sizes (one empty, one
+ * filling its slab, one of 2.5 slabs), each window of the receive budget's rounds, row widths with
+ * and without 16-byte vectors; and the round counts of each window. Copies: exact. */
 MG_TEST(cuda_moe_regroup_matches_cpu) {
     CT_BACKENDS(cpu, gpu);
     static const int cases[][4] = {{2, 4, 300, 1024}, {4, 2, 33, 72}, {3, 1, 17, 36}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         int P = cases[c][0], El = cases[c][1], slab = cases[c][2], H = cases[c][3];
-        size_t n = (size_t)P * slab * H;
         ct_pool P_ = ct_pool_of(t, gpu);
         int32_t *counts = (int32_t *)ct_host(&P_, (size_t)P * El * sizeof(int32_t));
-        for (int p = 0; p < P; p++) { /* block 0 fills its slab, block 1 is empty, others some */
-            int rows = p == 0 ? slab : p == 1 ? 0 : slab / 3 + p;
+        int total = 0;
+        for (int p = 0; p < P; p++) { /* block 0 fills its slab, 1 is empty, the last 2.5 slabs */
+            int rows = p == P - 1 ? 5 * slab / 2 : p == 0 ? slab : p == 1 ? 0 : slab / 3 + p;
             for (int j = 0; j < El; j++) counts[p * El + j] = rows / El + (j < rows % El);
+            total += rows;
         }
+        size_t n = (size_t)(total > P * slab ? total : P * slab) * H;
         float *src = ct_rand_act(&P_, 400 + (uint32_t)c, n, 1.0f);
         float *fill = ct_rand_act(&P_, 410 + (uint32_t)c, n, 1.0f);
         int32_t *d_counts = ct_up_i32(&P_, counts, (size_t)P * El);
-        for (int to_slabs = 0; to_slabs < 2; to_slabs++) {
-            float *ref = ct_dup(&P_, fill, n);
-            void *d_src = ct_up_act(&P_, src, n), *d_dst = ct_up_act(&P_, fill, n);
-            MG_EXPECT_OK(cpu->moe_regroup(cpu, ref, src, counts, P, El, slab, H, to_slabs));
-            if (P_.failed) break;
-            MG_EXPECT_OK(gpu->moe_regroup(gpu, d_dst, d_src, d_counts, P, El, slab, H, to_slabs));
-            CT_EXPECT_CLOSE(ct_down_act(&P_, d_dst, n), ref, n, 0.0,
-                            "moe_regroup P=%d El=%d slab=%d H=%d to_slabs=%d", P, El, slab, H,
-                            to_slabs);
+        int32_t *rc = (int32_t *)ct_host(&P_, (size_t)P * El * sizeof(int32_t)), rounds = 0;
+        int32_t *d_rc = ct_up_i32(&P_, counts, (size_t)P * El),
+                *d_rounds = ct_up_i32(&P_, counts, 1);
+        for (int first = 0; first < 3 * slab && !P_.failed; first += slab) {
+            MG_EXPECT_OK(cpu->moe_round_counts(cpu, rc, &rounds, counts, P, El, slab, first));
+            MG_EXPECT_OK(gpu->moe_round_counts(gpu, d_rc, d_rounds, d_counts, P, El, slab, first));
+            int32_t got[64], got_rounds = 0;
+            MG_EXPECT_OK(gpu->copy_d2h(gpu, got, d_rc, (size_t)P * El * sizeof(int32_t)));
+            MG_EXPECT_OK(gpu->copy_d2h(gpu, &got_rounds, d_rounds, sizeof got_rounds));
+            MG_EXPECT(rounds == 3 && got_rounds == rounds, "rounds: cpu %d, cuda %d (want 3)",
+                      (int)rounds, (int)got_rounds);
+            MG_EXPECT(memcmp(got, rc, (size_t)P * El * sizeof(int32_t)) == 0,
+                      "moe_round_counts P=%d El=%d slab=%d first=%d", P, El, slab, first);
+            for (int to_slabs = 0; to_slabs < 2; to_slabs++) {
+                float *ref = ct_dup(&P_, fill, n);
+                void *d_src = ct_up_act(&P_, src, n), *d_dst = ct_up_act(&P_, fill, n);
+                MG_EXPECT_OK(
+                    cpu->moe_regroup(cpu, ref, src, counts, P, El, slab, first, H, to_slabs));
+                if (P_.failed) break;
+                MG_EXPECT_OK(
+                    gpu->moe_regroup(gpu, d_dst, d_src, d_counts, P, El, slab, first, H, to_slabs));
+                CT_EXPECT_CLOSE(ct_down_act(&P_, d_dst, n), ref, n, 0.0,
+                                "moe_regroup P=%d El=%d slab=%d first=%d H=%d to_slabs=%d", P, El,
+                                slab, first, H, to_slabs);
+            }
         }
         ct_pool_free(&P_);
     }

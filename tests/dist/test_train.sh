@@ -318,6 +318,44 @@ if [ "$rc" -ne 0 ] || ! same "$TMP/cap1.jsonl" "$TMP/capn.jsonl" 1 50; then
 else
     pass "train moe capacity 1.0, padded, np=2 --expert-model-parallel-size 2: 10 iterations match one rank's"
 fi
+# The receive budget (--moe-expert-rank-capacity-factor, or ECHO's --moe-received-token-capacity)
+# small enough that every step goes over it: the exchange takes extra rounds through the same
+# slabs and the backward recomputes them, so the metrics equal the one-rank run's (no budget)
+# within 1e-5, and every line counts its step (moe_overflow_steps 1, log line and metrics file)
+for layout in "2:--expert-model-parallel-size 2 --moe-expert-rank-capacity-factor 0.25" \
+    "4:--expert-model-parallel-size 4 --moe-received-token-capacity 0.5" \
+    "4:--expert-model-parallel-size 2 --use-distributed-optimizer --moe-expert-rank-capacity-factor 0.25" \
+    "4:--expert-model-parallel-size 2 --pipeline-model-parallel-size 2 --moe-expert-rank-capacity-factor 0.25"; do
+    np=${layout%%:*}; read -r -a extra <<<"${layout#*:}"
+    rm -f "$TMP/epb.jsonl"
+    n=50 KEYS='lm_loss|grad_norm|load_balancing_loss|z_loss|expert_load'
+    [[ $layout == *pipeline* ]] && n=40 KEYS='lm_loss|grad_norm|load_balancing_loss|z_loss'
+    out=$(timeout 60 "${MPIRUN[@]}" -np "$np" "$BIN" train "${MOEP[@]}" "${extra[@]}" \
+        --metrics-file "$TMP/epb.jsonl" 2>&1); rc=$?
+    name="train moe budget np=$np ${layout#*:}"
+    overs=$(grep -o '"moe_overflow_steps": [0-9]*' "$TMP/epb.jsonl" 2>/dev/null | awk '$2 == 1 { n++ } END { print n + 0 }')
+    lines=$(grep -c "moe_overflow_steps: *1 |" <<<"$out")
+    if [ "$rc" -ne 0 ]; then
+        fail "$name (exit status $rc)" "$(tail -n 5 <<<"$out")"
+    elif ! same "$TMP/ep1.jsonl" "$TMP/epb.jsonl" 1 "$n"; then
+        fail "$name (metrics differ from one rank's without a budget)" \
+            "one rank: $(metv "$TMP/ep1.jsonl" 1 | tr '\n' ' ')" "$np ranks: $(metv "$TMP/epb.jsonl" 1 | tr '\n' ' ')"
+    elif [ "$overs" != 10 ] || [ "$lines" -lt 10 ]; then
+        fail "$name: steps over the budget: $overs in the metrics file, $lines log lines (10 each)" \
+            "$(head -n 1 "$TMP/epb.jsonl")"
+    else
+        pass "$name: 10 iterations over the budget (moe_overflow_steps 1 each) match one rank's"
+    fi
+done
+KEYS='lm_loss|grad_norm|load_balancing_loss|z_loss|expert_load'
+# a budget with graphs of whole MoE layers: the extra rounds are the host's, refused in one line
+out=$(timeout 60 "${MPIRUN[@]}" -np 2 "$BIN" train "${MOEP[@]}" --expert-model-parallel-size 2 \
+    --moe-expert-rank-capacity-factor 1.5 --cuda-graph-impl local --cuda-graph-scope full_iteration 2>&1); rc=$?
+if [ "$rc" -ne 2 ] || ! grep -q "moe-expert-rank-capacity-factor with CUDA graphs of whole MoE layers" <<<"$out"; then
+    fail "train moe budget with a full-iteration graph: exit $rc (want 2 and one line)" "$(tail -n 3 <<<"$out")"
+else
+    pass "train moe budget with a full-iteration graph: refused, exit 2"
+fi
 # megatron on NP ranks (one: without mpirun), 60 s at most
 on_ranks() { # NP ARGS...
     local np=$1; shift

@@ -1,8 +1,11 @@
 /* MoE token movement and the experts' grouped products (backend_ops.h, "mixture of experts"):
  * permute / unpermute with the weighted combine, and the grouped linear and activations, each a
  * loop over the groups reading their sizes from the counts buffer (host memory here); and ECHO's
- * plan (core/echo_plan.h, run on the host). */
+ * plan (core/echo_plan.h, run on the host); the receive budget's round counts
+ * (core/slab_rounds.h). */
 #include "backend/cpu/cpu_ops.h"
+
+#include "core/slab_rounds.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -68,7 +71,7 @@ mg_status mg_cpu_moe_permute_backward(mg_backend *be, void *dx_, const void *dxp
 }
 
 mg_status mg_cpu_moe_regroup(mg_backend *be, void *dst_, const void *src_, const int32_t *counts,
-                             int P, int El, int slab, int H, bool to_slabs) {
+                             int P, int El, int slab, int first, int H, bool to_slabs) {
     (void)be;
     float *dst = dst_;
     const float *src = src_;
@@ -76,14 +79,22 @@ mg_status mg_cpu_moe_regroup(mg_backend *be, void *dst_, const void *src_, const
     for (int p = 0; p < P; p++) {
         size_t n = 0;
         for (int j = 0; j < El; j++) n += (size_t)counts[p * El + j];
-        if (n > (size_t)slab)
-            return MG_FAIL(MG_ERR_INTERNAL, "regroup: block %d has %zu rows, a slab %d", p, n,
-                           slab);
-        size_t at = (size_t)p * (size_t)slab;
-        size_t from = to_slabs ? packed : at, to = to_slabs ? at : packed;
-        memcpy(dst + to * H, src + from * H, n * (size_t)H * sizeof *dst);
+        /* the block's window [first, first + slab) */
+        size_t w = n > (size_t)first ? n - (size_t)first : 0;
+        if (w > (size_t)slab) w = (size_t)slab;
+        size_t at = (size_t)p * (size_t)slab, in = packed + (size_t)first;
+        size_t from = to_slabs ? in : at, to = to_slabs ? at : in;
+        memcpy(dst + to * H, src + from * H, w * (size_t)H * sizeof *dst);
         packed += n;
     }
+    return MG_OK;
+}
+
+mg_status mg_cpu_moe_round_counts(mg_backend *be, int32_t *out, int32_t *rounds,
+                                  const int32_t *counts, int P, int El, int slab, int first) {
+    (void)be;
+    int32_t n = mg_slab_round_counts(out, counts, P, El, slab, first);
+    if (rounds) *rounds = n;
     return MG_OK;
 }
 

@@ -3,10 +3,12 @@
  * few sorts and passes over E x EP values), in order with the compute stream, so a step plans
  * without a host read and a graph replays the plan of each step's counts; the same plan bit for
  * bit (the float32 split rounds each product on its own: MG_ECHO_FMUL). The reroute: one thread
- * per routed pair, each expert's first row summed from the counts in shared memory. */
+ * per routed pair, each expert's first row summed from the counts in shared memory. And the
+ * receive budget's round counts (core/slab_rounds.h), one thread as well. */
 #include "backend/cuda/cuda_common.cuh"
 
 #include "core/echo_plan.h"
+#include "core/slab_rounds.h"
 
 static __global__ void echo_plan_kernel(int32_t *plan, const int32_t *counts, mg_echo_params p) {
     int32_t *scratch;
@@ -45,6 +47,20 @@ extern "C" mg_status mg_cuda_moe_echo_reroute(mg_backend *be, int32_t *out, cons
     const unsigned blocks = (unsigned)((n + MG_CUDA_THREADS - 1) / MG_CUDA_THREADS);
     echo_reroute_kernel<<<blocks, MG_CUDA_THREADS, (size_t)p->experts * sizeof(int32_t),
                           mg_cuda_stream(be)>>>(out, idx, pos, counts, plan, *p, rank, n);
+    MG_CUDA_CHECK_LAUNCH();
+    return MG_OK;
+}
+
+static __global__ void round_counts_kernel(int32_t *out, int32_t *rounds, const int32_t *counts,
+                                           int P, int El, int slab, int first) {
+    const int32_t n = mg_slab_round_counts(out, counts, P, El, slab, first);
+    if (rounds) rounds[0] = n;
+}
+
+extern "C" mg_status mg_cuda_moe_round_counts(mg_backend *be, int32_t *out, int32_t *rounds,
+                                              const int32_t *counts, int P, int El, int slab,
+                                              int first) {
+    round_counts_kernel<<<1, 1, 0, mg_cuda_stream(be)>>>(out, rounds, counts, P, El, slab, first);
     MG_CUDA_CHECK_LAUNCH();
     return MG_OK;
 }

@@ -475,10 +475,10 @@ MG_CUDA_DTYPES(mg_status, moe_permute_backward,
 /* ---------------------------------------------------------------- regroup (expert parallelism) */
 
 /* Block p of the exchange (blockIdx.y): its packed offset and rows from counts (P x El, small),
- * then one warp per row, grid-stride over the slab. */
+ * its window [first, first + slab), then one warp per row, grid-stride over the slab. */
 template <typename h16>
 static __global__ void regroup_kernel(h16 *dst, const h16 *src, const int32_t *counts, int P,
-                                      int El, int slab, int H, int to_slabs, int vec) {
+                                      int El, int slab, int first, int H, int to_slabs, int vec) {
     int p = blockIdx.y;
     long long packed = 0, n = 0;
     for (int q = 0; q <= p; q++) {
@@ -487,29 +487,29 @@ static __global__ void regroup_kernel(h16 *dst, const h16 *src, const int32_t *c
         if (q < p)
             packed += m;
         else
-            n = m < slab ? m : slab;
+            n = m > first ? (m - first < slab ? m - first : slab) : 0;
     }
     (void)P;
-    long long at = (long long)p * slab;
+    long long at = (long long)p * slab, in = packed + first;
     int warp = (int)(threadIdx.x >> 5), warps = (int)(blockDim.x >> 5);
     for (long long r = (long long)blockIdx.x * warps + warp; r < n;
          r += (long long)gridDim.x * warps) {
-        long long from = to_slabs ? packed + r : at + r, to = to_slabs ? at + r : packed + r;
+        long long from = to_slabs ? in + r : at + r, to = to_slabs ? at + r : in + r;
         row_copy<h16>(dst + (size_t)to * H, src + (size_t)from * H, H, vec);
     }
 }
 
 MG_CUDA_DTYPES(mg_status, moe_regroup,
                (mg_backend * be, void *dst, const void *src, const int32_t *counts, int P, int El,
-                int slab, int H, bool to_slabs),
-               (be, dst, src, counts, P, El, slab, H, to_slabs)) {
+                int slab, int first, int H, bool to_slabs),
+               (be, dst, src, counts, P, El, slab, first, H, to_slabs)) {
     // dst, src (P x slab, H) on the slab side, packed rows on the other; counts (P x El)
     if (P <= 0 || slab <= 0 || H <= 0) return MG_OK;
     if (P > 65535) return MG_FAIL(MG_ERR_UNSUPPORTED, "regroup over %d ranks (at most 65535)", P);
     int vec = H % 8 == 0 && mg_cuda_aligned16(dst) && mg_cuda_aligned16(src);
     dim3 grid(row_blocks(be, slab), (unsigned)P);
     regroup_kernel<h16><<<grid, ROW_WARPS * 32, 0, mg_cuda_stream(be)>>>(
-        (h16 *)dst, (const h16 *)src, counts, P, El, slab, H, to_slabs, vec);
+        (h16 *)dst, (const h16 *)src, counts, P, El, slab, first, H, to_slabs, vec);
     MG_CUDA_CHECK_LAUNCH();
     return MG_OK;
 }
