@@ -490,11 +490,12 @@ MG_OP(moe_expert_bias_update, REQ, MOE, mg_status,
  * plan without a host read. plan (mg_echo_plan_ints(p) int32, backend memory) receives the
  * layout of mg_echo_plan_carve: the average load (int32: the counts must sum below 2^31), the
  * spillovers, spare capacities, offloads and loads after, then the planner's scratch. p: host,
- * read at the call, checked beforehand (mg_echo_params_check). CUDA: one thread (E, EP small). */
+ * read at the call, checked beforehand (mg_echo_params_check). after (NULL: none) accumulates
+ * the plan's loads after (+= rank_load). CUDA: one thread (E, EP small). */
 MG_OP(moe_echo_plan, REQ, RT, mg_status,
-      (mg_backend *be, int32_t *plan, const int32_t *counts /* (EP, E) */,
-       const mg_echo_params *p /* host */),
-      (be, plan, counts, p))
+      (mg_backend *be, int32_t *plan, float *after /* (EP) or NULL */,
+       const int32_t *counts /* (EP, E) */, const mg_echo_params *p /* host */),
+      (be, plan, after, counts, p))
 /* ECHO's reroute of this expert-parallel rank's n routed pairs (mg_echo_reroute_pair, one pair
  * per thread): out[i] = pair i's expert among the E + S of the plan's numbering (its home expert
  * or the spare slot its share falls in), -1 for a dropped pair (idx -1). idx (n): the pairs'
@@ -506,6 +507,19 @@ MG_OP(moe_echo_reroute, REQ, RT, mg_status,
        const int32_t *pos /* (n) */, const int32_t *counts /* (E) */, const int32_t *plan,
        const mg_echo_params *p /* host */, int rank, int n),
       (be, out, idx, pos, counts, plan, p, rank, n))
+
+/* ECHO's expert copies (core/echo_plan.h's MG_ECHO_SEND_WEIGHTS .. MG_ECHO_ADD_GRADS, mode) by
+ * the plan (moe_echo_plan's buffer): between the slab (EP x S/EP rows, one expert per row: its
+ * fc1 weight, fc1 bias, fc2 weight, fc2 bias, n1w + n1b + n2w + n2b elements; the compute dtype
+ * for weights, fp32 for gradients) and the experts of table (backend memory: 8 arrays of
+ * E/EP + S/EP pointers, the home experts then the spare slots: weights W1 B1 W2 B2, then their
+ * fp32 gradients; a bias array unused when n1b, n2b are 0). Rows and experts a mode does not
+ * name are not touched. */
+MG_OP(moe_echo_move, REQ, MOE, mg_status,
+      (mg_backend *be, void *slab, void *const *table, const int32_t *plan,
+       const mg_echo_params *p /* host */, int rank, size_t n1w, size_t n1b, size_t n2w,
+       size_t n2b, int mode),
+      (be, slab, table, plan, p, rank, n1w, n1b, n2w, n2b, mode))
 
 /* ---- optional: measurement (NULL where the backend has none; `megatron bench`) ----
  * The sustained dense matrix-multiply rate of the compute dtype in TFLOP/s, measured now:

@@ -78,12 +78,7 @@ mg_status mg_plan_build_echo(mg_plan *p, const char *path) {
     struct mg_plan_echo *x = calloc(1, sizeof *x);
     if (!x) return MG_FAIL(MG_ERR_NOMEM, "out of memory for the echo plan");
     p->echo = x;
-    x->par = (mg_echo_params){.ep = c->expert_model_parallel_size,
-                              .experts = c->num_experts,
-                              .spares = mg_config_echo_slots(c),
-                              .method = mg_config_echo_bin_packing(c) ? MG_ECHO_APPROX_BIN_PACKING
-                                                                      : MG_ECHO_ONE_SHOT_GREEDY,
-                              .threshold = c->moe_echo_threshold_multiplier};
+    x->par = mg_config_echo_params(c);
     MG_CHECK(mg_echo_params_check(&x->par));
     const size_t R = (size_t)x->par.ep, E = (size_t)x->par.experts, S = (size_t)x->par.spares;
     const size_t scratch = mg_echo_plan_scratch_ints(&x->par);

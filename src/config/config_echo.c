@@ -1,6 +1,6 @@
 /* The expert-parallel receive budget and ECHO's spare expert slots (core/echo_plan.h): the
- * checks of their flags, shared by `megatron plan`, which shows both, and `megatron train`,
- * which does not run them yet (config/flags.h). */
+ * checks of their flags, shared by `megatron plan`, which shows both, and `megatron train`
+ * (config/flags.h). */
 #include "config/flags.h"
 
 #define USAGE(...) MG_FAIL(MG_ERR_USAGE, __VA_ARGS__)
@@ -13,6 +13,15 @@ int mg_config_echo_slots(const mg_config *c) {
 bool mg_config_echo_bin_packing(const mg_config *c) {
     const int a = c->moe_echo_assignment;
     return a == 2 || (a == 0 && mg_config_echo_slots(c) == c->expert_model_parallel_size);
+}
+
+mg_echo_params mg_config_echo_params(const mg_config *c) {
+    return (mg_echo_params){.ep = c->expert_model_parallel_size,
+                            .experts = c->num_experts,
+                            .spares = mg_config_echo_slots(c),
+                            .method = mg_config_echo_bin_packing(c) ? MG_ECHO_APPROX_BIN_PACKING
+                                                                    : MG_ECHO_ONE_SHOT_GREEDY,
+                            .threshold = c->moe_echo_threshold_multiplier};
 }
 
 double mg_config_rank_capacity(const mg_config *c) {
@@ -57,15 +66,5 @@ mg_status mg_config_check_echo(const mg_config *c) {
     if (c->moe_echo_threshold_multiplier > 0 && mg_config_echo_bin_packing(c))
         return USAGE("--moe-echo-threshold-multiplier applies to one_shot_greedy assignment; "
                      "approx_bin_packing (one spare slot per rank) frees no slots");
-    return MG_OK;
-}
-
-mg_status mg_config_refuse_echo(const mg_config *c) {
-    MG_CHECK(mg_config_check_echo(c));
-    if (c->moe_enable_echo)
-        return MG_FAIL(MG_ERR_UNSUPPORTED,
-                       "--moe-enable-echo is not supported yet by `megatron train`; `megatron "
-                       "plan --moe-enable-echo --moe-echo-token-counts FILE` shows the plan for "
-                       "given token counts");
     return MG_OK;
 }

@@ -160,7 +160,7 @@ static mg_status check_dense(const mg_config *c) {
 }
 
 mg_status mg_config_check_moe(mg_config *c) {
-    MG_CHECK(mg_config_refuse_echo(c));
+    MG_CHECK(mg_config_check_echo(c));
     if (c->num_experts <= 0) return check_dense(c);
     const int E = c->num_experts, k = c->moe_router_topk;
     if (c->moe_ffn_hidden_size == -1) {

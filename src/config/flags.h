@@ -33,6 +33,7 @@
 #ifndef MG_FLAGS_H
 #define MG_FLAGS_H
 
+#include "core/echo_plan.h"
 #include "core/status.h"
 
 #include <stdbool.h>
@@ -105,10 +106,9 @@ int mg_config_padded_vocab(const mg_config *c);
 mg_status mg_config_check_moe(mg_config *c);
 /* The receive budget's and ECHO's flags (config/config_echo.c): a positive factor; echo with
  * experts, at least two expert-parallel ranks, spare slots a multiple of them, no token dropping,
- * approximate bin packing with one slot per rank. `megatron plan` shows both; training refuses
- * them (mg_config_refuse_echo, after these checks) until it runs them. */
+ * approximate bin packing with one slot per rank. `megatron plan` shows both; training runs
+ * both (model/moe.c). */
 mg_status mg_config_check_echo(const mg_config *c);
-mg_status mg_config_refuse_echo(const mg_config *c);
 /* The receive budget's factor: --moe-expert-rank-capacity-factor or its ECHO name
  * --moe-received-token-capacity (mg_config_check_echo refuses two different values); -1: none. */
 double mg_config_rank_capacity(const mg_config *c);
@@ -117,6 +117,9 @@ int mg_config_echo_slots(const mg_config *c);
 /* Whether ECHO assigns spillover by approximate bin packing: --moe-echo-assignment, or auto:
  * Megatron's rule, bin packing with one spare slot per rank, else one-shot greedy. */
 bool mg_config_echo_bin_packing(const mg_config *c);
+/* ECHO's planner settings from the flags (core/echo_plan.h): EP, experts, spare slots, method,
+ * threshold. */
+mg_echo_params mg_config_echo_params(const mg_config *c);
 /* The CUDA-graph checks of mg_config_validate (config/config_graphs.c): --enable-cuda-graph,
  * --external-cuda-graph and a full_iteration scope resolved into cuda_graph_impl; the scopes
  * known; at least one warm-up step; what the graphs do not hold yet refused. */

@@ -218,11 +218,10 @@ const mg_flag_spec mg_flag_table[] = {
              "dropless in extra dispatch rounds (counted: moe_overflow_steps)"},
     {"--moe-received-token-capacity", MOE, DOUBLE, FIELD(moe_received_token_capacity),
      .def = "none", .help = "ECHO's name for --moe-expert-rank-capacity-factor"},
-    {"--moe-enable-echo", MOE, BOOL, FIELD(moe_enable_echo), PARTIAL_OFF,
-     .why = "(ECHO's spare expert slots)",
-     .help = "ECHO: clone hot experts into spare slots on other expert-parallel ranks; `megatron "
-             "plan --moe-echo-token-counts FILE` shows the plan, `megatron train` does not run "
-             "it yet"},
+    {"--moe-enable-echo", MOE, BOOL, FIELD(moe_enable_echo),
+     .help = "ECHO: clone hot experts into spare slots on other expert-parallel ranks, planned "
+             "per layer and microbatch on the device; `megatron plan --moe-echo-token-counts "
+             "FILE` shows the plan for given counts"},
     {"--moe-num-echo-experts", MOE, INT, FIELD(moe_num_echo_experts), .def = "num-experts",
      .help = "ECHO's spare expert slots in all (a multiple of --expert-model-parallel-size)"},
     {"--moe-echo-assignment", MOE, .kind = MG_FLAG_ENUM, .arg = "METHOD",

@@ -444,6 +444,48 @@ MG_ECHO_FN int32_t mg_echo_reroute_pair(const mg_echo_params *p, const mg_echo_p
 
 enum { MG_ECHO_REROUTE_OK = 0, MG_ECHO_REROUTE_BAD_ID = 1, MG_ECHO_REROUTE_SHORT = 2 };
 
+/* The home expert spare slot j serves under the plan (the one nonzero of its home_to_spare
+ * column), -1 when it serves none. */
+MG_ECHO_FN int mg_echo_slot_home(const mg_echo_params *p, const mg_echo_plan *plan, int j) {
+    for (int e = 0; e < p->experts; e++)
+        if (plan->home_to_spare[(size_t)e * p->spares + j] > 0) return e;
+    return -1;
+}
+
+/* The copies that put home experts' weights into the spare slots and bring the slots' gradients
+ * back (the backend's moe_echo_move), over slabs of EP x S/EP rows, one expert per row:
+ *  SEND_WEIGHTS  row q P + i (spare slot j = q P + i of rank q) = the weights of j's home expert,
+ *                written by the rank that holds it;
+ *  TAKE_WEIGHTS  this rank's spare slot i (j = rank P + i) takes row (home / L) P + i, what the
+ *                home's rank sent it;
+ *  SEND_GRADS    row (home / L) P + i = this rank's spare slot i's gradients, to the home's rank;
+ *  ADD_GRADS     each home expert here += row q P + i for every slot j = q P + i it served.
+ * (L = E/EP, P = S/EP; the rows travel by an all-to-all of P rows per peer between SEND and
+ * TAKE / ADD.) */
+enum { MG_ECHO_SEND_WEIGHTS = 0, MG_ECHO_TAKE_WEIGHTS, MG_ECHO_SEND_GRADS, MG_ECHO_ADD_GRADS };
+
+/* The slab row and the local expert of one copy: for slab row `row` (SEND_WEIGHTS, ADD_GRADS:
+ * any of EP x P; TAKE_WEIGHTS, SEND_GRADS: this rank's slot i = row < P), whether this rank takes
+ * part, the row of the slab and the expert's local index in the table (home: h % L; spare slot
+ * i: L + i). */
+MG_ECHO_FN int mg_echo_move_row(const mg_echo_params *p, const mg_echo_plan *plan, int rank,
+                                int mode, int row, int *slab_row, int *local) {
+    const int L = p->experts / p->ep, P = p->spares / p->ep;
+    const bool mine = mode == MG_ECHO_TAKE_WEIGHTS || mode == MG_ECHO_SEND_GRADS;
+    const int j = mine ? rank * P + row : row;
+    const int h = mg_echo_slot_home(p, plan, j);
+    if (h < 0) return 0;
+    if (mine) {
+        *slab_row = (h / L) * P + row;
+        *local = L + row;
+        return 1;
+    }
+    if (h / L != rank) return 0;
+    *slab_row = row;
+    *local = h % L;
+    return 1;
+}
+
 /* Step 6 for EP rank `rank`: ids (T, K) are each token's K distinct home experts (top-k order);
  * out (T, K) gets the same slots renumbered as described at the top, a moved token's entry
  * pointing at its spare slot (so a probability kept per (token, k) moves with it). Returns

@@ -34,9 +34,11 @@ mg_status mg_block_plan_slot(const mg_block_ctx *x, mg_layer_slot *s, bool dense
     MG_CHECK(reserve(a, N * k * f, &s->probs));
     MG_CHECK(reserve(a, N * k * sizeof(int32_t), &s->pos));
     MG_CHECK(reserve(a, seqs * E * sizeof(int32_t), &s->aux_counts));
-    MG_CHECK(reserve(a, (size_t)m->ep * m->E_l * sizeof(int32_t), &s->counts));
-    MG_CHECK(reserve(a, m->ep > 1 ? E * sizeof(int32_t) : 0, &s->lcounts));
-    MG_CHECK(reserve(a, x->moe->budget ? sizeof(int32_t) : 0, &s->rounds));
+    MG_CHECK(reserve(a, (size_t)m->ep * w->El * sizeof(int32_t), &s->counts));
+    MG_CHECK(reserve(a, m->ep > 1 ? (size_t)w->Ed * sizeof(int32_t) : 0, &s->lcounts));
+    MG_CHECK(reserve(a, m->echo ? mg_echo_plan_ints(&m->echo_p) * sizeof(int32_t) : 0, &s->plan));
+    MG_CHECK(reserve(a, m->echo ? N * k * sizeof(int32_t) : 0, &s->idx2));
+    MG_CHECK(reserve(a, w->budget ? sizeof(int32_t) : 0, &s->rounds));
     MG_CHECK(reserve(a, R * H * e, &s->xe));
     MG_CHECK(reserve(a, R * m->fc1 * e, &s->e_fc1));
     MG_CHECK(reserve(a, R * m->F * e, &s->e_act));

@@ -57,8 +57,11 @@ typedef struct {
     size_t logits;          /* (N,E) fp32 router logits */
     size_t idx, probs, pos; /* (N,k) int32, fp32, int32 */
     size_t aux_counts;      /* (N/S,E) int32 */
-    size_t counts;          /* (ep x E_l) int32: rows per source rank and local expert */
-    size_t lcounts;         /* (E) int32 expert parallelism: this rank's rows per expert */
+    size_t counts;          /* (ep x El) int32: rows per source rank and local expert (El: the
+                               moe workspace's, E_l and with ECHO the spare slots) */
+    size_t lcounts;         /* (Ed) int32 expert parallelism: this rank's rows per expert */
+    size_t plan, idx2;      /* ECHO: the plan (moe_echo_plan's ints), (N,k) int32 each pair's
+                               expert or spare slot (the rank-major numbering of Ed) */
     size_t rounds;          /* (1) int32 under a receive budget: the exchange's rounds
                                (model/moe_dispatch.h) */
     size_t xe;              /* (R,H) the experts' input rows */
@@ -82,17 +85,28 @@ typedef struct {
     size_t *count_splits, *row_splits; /* (2 ep) host, expert parallelism: the all-to-alls'
                                           fixed counts then displacements per peer (E_l
                                           counts; slabs of R / ep rows x H), set by the plan */
-    size_t ye;             /* (R,H) expert parallelism: the experts' output rows before the
-                              all-to-all back; in the backward their gradient */
-    size_t rcounts;        /* (ep x E_l) int32 under a receive budget: a round's rows per source
-                              rank and local expert (model/moe_dispatch.h) */
-    bool budget;           /* a receive budget makes the slabs smaller than the worst case: an
-                              exchange may take several rounds */
+    size_t ye;      /* (R,H) expert parallelism: the experts' output rows before the
+                       all-to-all back; in the backward their gradient */
+    size_t rcounts; /* (ep x E_l) int32 under a receive budget: a round's rows per source
+                       rank and local expert (model/moe_dispatch.h) */
+    bool budget;    /* a receive budget makes the slabs smaller than the worst case: an
+                       exchange may take several rounds */
+    int El, Ed;     /* experts the dispatch sees per rank and in all: E_l and E, with
+                       ECHO E_l + S/ep and E + S (each rank's home experts, then its
+                       spare slots) */
+    /* ECHO (model/moe.c): the counting pass's (E) rows per home expert and (N,k) rows, the
+     * all-gathered (ep, E) counts, the slabs of the weight and gradient exchange (ep x S/ep
+     * experts' weights, fp32 size each), the spare slots' weights (compute dtype) and fp32
+     * gradients (S/ep experts), the exchange's fixed splits (host, 2 ep) */
+    size_t hcounts, hpos, gcounts, echo_send, echo_recv, spare_w, spare_g;
+    size_t *echo_splits;
+    size_t echo_width;     /* elements of one expert's weights: fc1 w, fc1 b, fc2 w, fc2 b */
     int *overflows;        /* host (1): training forwards of this step's MoE layers that took
                               more than one round (the trainer reads and zeroes it) */
     size_t *bias;          /* (n_layers) offsets of (E) fp32 each */
     size_t load;           /* (n_layers, E) fp32, one block: layer i's tokens per expert at
-                              row i (the trainer zeroes, sums and reads them in one call each) */
+                              row i (the trainer zeroes, sums and reads them in one call each);
+                              with ECHO then (n_layers, ep): each rank's tokens after it */
     size_t *ptrs;          /* (n_layers) offsets of 8 arrays of E_l pointers */
     bool *grads_unwritten; /* (n_layers) host: the layer's expert gradients hold nothing yet
                               this step (the caller did not zero them, mg_gpt_expert_grads_

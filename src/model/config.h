@@ -11,6 +11,7 @@
 #define MG_MODEL_CONFIG_H
 
 #include "backend/backend.h"
+#include "core/echo_plan.h"
 #include "core/status.h"
 
 #include <stdbool.h>
@@ -32,7 +33,9 @@ typedef struct {
     mg_moe_dispatcher dispatcher;
     bool force_balance; /* --moe-router-force-load-balancing: random logits (model/moe.c) */
     double budget;      /* --moe-expert-rank-capacity-factor: receive rows for budget x the
-                           balanced share; 0: the worst case (`megatron plan` only, model/moe.h) */
+                           balanced share; 0: the worst case (model/moe.h) */
+    bool echo;          /* --moe-enable-echo: hot experts cloned into spare slots (model/moe.c) */
+    mg_echo_params echo_p; /* its planner's settings (core/echo_plan.h) */
     mg_moe_routing route;
 } mg_moe_config;
 

@@ -22,15 +22,16 @@ enum { W1, B1, W2, B2, DW1, DB1, DW2, DB2, N_PTRS };
 static void *const *ptrs(const mg_block_ctx *x, const mg_moe_params *mp, int which) {
     const mg_moe_ws *w = x->moe;
     char *base = mg_block_ws_ptr(x, w->ptrs[mp->index]);
-    return (void *const *)(base + (size_t)which * x->c->moe.E_l * sizeof(void *));
+    return (void *const *)(base + (size_t)which * w->El * sizeof(void *));
 }
 
 mg_status mg_moe_bind_pointers(const mg_block_ctx *x, const mg_moe_params *mp) {
     const mg_moe_config *m = &x->c->moe;
-    int El = m->E_l;
-    void **h = malloc((size_t)N_PTRS * El * sizeof *h);
+    const mg_moe_ws *w = x->moe;
+    int El = w->El;
+    void **h = calloc((size_t)N_PTRS * El, sizeof *h);
     if (!h) return MG_FAIL(MG_ERR_NOMEM, "out of memory (expert pointers)");
-    for (int j = 0; j < El; j++) {
+    for (int j = 0; j < m->E_l; j++) {
         h[W1 * El + j] = mg_block_param(x, mp->fc1_w[j]);
         h[W2 * El + j] = mg_block_param(x, mp->fc2_w[j]);
         h[DW1 * El + j] = mg_block_grad(x, mp->fc1_w[j]);
@@ -40,7 +41,23 @@ mg_status mg_moe_bind_pointers(const mg_block_ctx *x, const mg_moe_params *mp) {
         h[DB1 * El + j] = mp->fc1_b ? mg_block_grad(x, mp->fc1_b[j]) : NULL;
         h[DB2 * El + j] = mp->fc2_b ? mg_block_grad(x, mp->fc2_b[j]) : NULL;
     }
-    mg_status st = x->be->copy_h2d(x->be, mg_block_ws_ptr(x, x->moe->ptrs[mp->index]), h,
+    /* ECHO's spare slots: one expert's weights (fc1 w, fc1 b, fc2 w, fc2 b) per row of the
+     * workspace's spare_w, their gradients in spare_g (shared by the layers) */
+    const size_t H = (size_t)x->c->H, seg[4] = {(size_t)m->fc1 * H, x->c->bias ? (size_t)m->fc1 : 0,
+                                                (size_t)m->F * H, x->c->bias ? H : 0};
+    for (int j = m->E_l; j < El; j++) {
+        char *wr =
+            (char *)mg_block_ws_ptr(x, w->spare_w) + (size_t)(j - m->E_l) * w->echo_width * x->esz;
+        char *gr = (char *)mg_block_ws_ptr(x, w->spare_g) +
+                   (size_t)(j - m->E_l) * w->echo_width * sizeof(float);
+        for (int q = 0; q < 4; q++) {
+            h[(size_t)q * El + j] = seg[q] ? wr : NULL;
+            h[(size_t)(4 + q) * El + j] = seg[q] ? gr : NULL;
+            wr += seg[q] * x->esz;
+            gr += seg[q] * sizeof(float);
+        }
+    }
+    mg_status st = x->be->copy_h2d(x->be, mg_block_ws_ptr(x, w->ptrs[mp->index]), h,
                                    (size_t)N_PTRS * El * sizeof *h);
     free(h);
     return st;
@@ -112,11 +129,11 @@ static mg_status experts_in(const mg_block_ctx *x, const mg_moe_params *mp, cons
                             const int32_t *counts) {
     const mg_moe_config *m = &x->c->moe;
     mg_backend *be = x->be;
-    int H = x->c->H, G = m->ep * m->E_l;
+    int H = x->c->H, G = m->ep * x->moe->El;
     void *fc1 = mg_block_act(x, s->e_fc1);
     MG_CHECK(be->grouped_linear_forward(be, fc1, mg_block_act(x, s->xe), ptrs(x, mp, W1),
-                                        mp->fc1_b ? ptrs(x, mp, B1) : NULL, counts, m->ep, m->E_l,
-                                        H, m->fc1));
+                                        mp->fc1_b ? ptrs(x, mp, B1) : NULL, counts, m->ep,
+                                        x->moe->El, H, m->fc1));
     return be->grouped_activation_forward(be, mg_block_act(x, s->e_act), fc1, counts, G, m->F,
                                           x->c->swiglu);
 }
@@ -127,8 +144,8 @@ static mg_status experts_forward(const mg_block_ctx *x, const mg_moe_params *mp,
     const mg_moe_config *m = &x->c->moe;
     MG_CHECK(experts_in(x, mp, s, counts));
     return x->be->grouped_linear_forward(x->be, ye, mg_block_act(x, s->e_act), ptrs(x, mp, W2),
-                                         mp->fc2_b ? ptrs(x, mp, B2) : NULL, counts, m->ep, m->E_l,
-                                         m->F, x->c->H);
+                                         mp->fc2_b ? ptrs(x, mp, B2) : NULL, counts, m->ep,
+                                         x->moe->El, m->F, x->c->H);
 }
 
 /* Their backward: dye (R,H) -> dxe (R,H), the weight gradients accumulated (written over by the
@@ -139,7 +156,7 @@ static mg_status experts_backward(const mg_block_ctx *x, const mg_moe_params *mp
     const mg_moe_config *m = &x->c->moe;
     const mg_moe_ws *w = x->moe;
     mg_backend *be = x->be;
-    int H = x->c->H, G = m->ep * m->E_l;
+    int H = x->c->H, G = m->ep * x->moe->El;
     bool swiglu = x->c->swiglu, acc = !w->grads_unwritten[mp->index];
     w->grads_unwritten[mp->index] = false;
     void *fc1 = mg_block_act(x, s->e_fc1);
@@ -148,12 +165,12 @@ static mg_status experts_backward(const mg_block_ctx *x, const mg_moe_params *mp
     MG_CHECK(be->grouped_linear_backward(be, swiglu ? dact : dfc1, (float *const *)ptrs(x, mp, DW2),
                                          mp->fc2_b ? (float *const *)ptrs(x, mp, DB2) : NULL, dye,
                                          mg_block_act(x, s->e_act), ptrs(x, mp, W2),
-                                         swiglu ? NULL : fc1, counts, m->ep, m->E_l, m->F, H, acc));
+                                         swiglu ? NULL : fc1, counts, m->ep, w->El, m->F, H, acc));
     if (swiglu) MG_CHECK(be->grouped_swiglu_backward(be, dfc1, fc1, dact, counts, G, m->F));
     return be->grouped_linear_backward(be, dxe, (float *const *)ptrs(x, mp, DW1),
                                        mp->fc1_b ? (float *const *)ptrs(x, mp, DB1) : NULL, dfc1,
                                        mg_block_act(x, s->xe), ptrs(x, mp, W1), NULL, counts, m->ep,
-                                       m->E_l, H, m->fc1, acc);
+                                       w->El, H, m->fc1, acc);
 }
 
 /* The parts per-layer graphs may hold alone (model/layer_graphs.h): moe_router and
@@ -208,6 +225,14 @@ static mg_status preprocess_forward_part(void *ctx) {
     float *load =
         w->train ? (float *)mg_block_ws_ptr(x, w->load) + (size_t)q->p->moe->index * m->E : NULL;
     const bool local = m->ep == 1;
+    if (m->echo) { /* the home experts' counts, ECHO's plan, the pairs rerouted, permuted */
+        float *after = load ? (float *)mg_block_ws_ptr(x, w->load) + (size_t)w->n_layers * m->E +
+                                  (size_t)q->p->moe->index * m->ep
+                            : NULL;
+        MG_CHECK(mg_moe_echo_route(x, s, mg_block_act(x, s->idx), mg_block_ws_ptr(x, w->xp), load,
+                                   after));
+        return mg_moe_exchange_counts(x, s);
+    }
     MG_CHECK(be->moe_permute(
         be, local ? mg_block_act(x, s->xe) : mg_block_ws_ptr(x, w->xp), mg_block_act(x, s->pos),
         mg_block_act(x, local ? s->counts : s->lcounts), load, mg_block_act(x, s->ln2),
@@ -240,6 +265,7 @@ mg_status mg_moe_forward(const mg_block_ctx *x, const mg_layer_params *p, const 
         int rounds;
         MG_CHECK(mg_moe_rounds(x, s, &rounds));
         if (rounds > 1 && w->train) ++*w->overflows;
+        if (m->echo) MG_CHECK(mg_moe_echo_weights(x, s, ptrs(x, mp, 0)));
         for (int r = rounds - 1; r >= 0; r--) {
             const int32_t *rc;
             MG_CHECK(mg_moe_round(x, s, r, &rc));
@@ -324,15 +350,21 @@ mg_status mg_moe_backward(const mg_block_ctx *x, const mg_layer_params *p, const
         void *dye = mg_block_ws_ptr(x, w->ye), *xp = mg_block_ws_ptr(x, w->xp);
         int rounds;
         MG_CHECK(mg_moe_rounds(x, s, &rounds));
+        if (m->echo) { /* the spare slots' weights again (other layers used the workspace), their
+                          gradients from zero */
+            MG_CHECK(mg_moe_echo_weights(x, s, ptrs(x, mp, 0)));
+            MG_CHECK(be->memset_zero(be, mg_block_ws_ptr(x, w->spare_g),
+                                     (size_t)(w->El - m->E_l) * w->echo_width * sizeof(float)));
+        }
         for (int r = 0; r < rounds; r++) {
             const int32_t *rc;
             MG_CHECK(mg_moe_round(x, s, r, &rc));
             if (r > 0) {    /* the slot holds round 0's rows: round r's again, as the forward had */
                 if (r == 1) /* the permuted rows again (the same pos and counts are written) */
-                    MG_CHECK(be->moe_permute(be, xp, mg_block_act(x, s->pos),
-                                             mg_block_act(x, s->lcounts), NULL,
-                                             mg_block_act(x, s->ln2), mg_block_act(x, s->idx), N,
-                                             m->k, m->E, H, m->pad ? w->capacity : 0));
+                    MG_CHECK(be->moe_permute(
+                        be, xp, mg_block_act(x, s->pos), mg_block_act(x, s->lcounts), NULL,
+                        mg_block_act(x, s->ln2), mg_block_act(x, m->echo ? s->idx2 : s->idx), N,
+                        m->k, w->Ed, H, m->pad ? w->capacity : 0));
                 MG_CHECK(mg_moe_dispatch(x, s, r, rc, mg_block_act(x, s->xe), xp));
                 MG_CHECK(experts_in(x, mp, s, rc));
             }
@@ -340,6 +372,7 @@ mg_status mg_moe_backward(const mg_block_ctx *x, const mg_layer_params *p, const
             MG_CHECK(experts_backward(x, mp, s, rc, dye, dxe));
             MG_CHECK(mg_moe_combine(x, s, r, rc, dy, dxe));
         }
+        if (m->echo) MG_CHECK(mg_moe_echo_grads(x, s, ptrs(x, mp, 0)));
         dxp = dy;
     }
     /* d(ln2): the shared experts' (or zero), the routed copies', the router's */
@@ -367,9 +400,12 @@ mg_status mg_moe_plan(mg_moe_ws *w, const mg_model_config *c, int N, size_t esz,
     if (m->capacity_factor > 0) /* Megatron's get_capacity over the T x k routed pairs */
         w->capacity = (int)ceil((double)N * m->k / m->E * m->capacity_factor);
     w->Rp = m->pad ? m->E * w->capacity : N * m->k;
-    /* what one source rank may send to this one: each token at most min(k, E_l) copies, and
-     * with a capacity at most E_l x capacity (exactly that when padded) */
-    int per_src = N * (m->k < m->E_l ? m->k : m->E_l);
+    const int spares_l = m->echo ? m->echo_p.spares / m->ep : 0;
+    w->El = m->E_l + spares_l; /* what the dispatch sees: ECHO adds each rank's spare slots */
+    w->Ed = m->ep * w->El;
+    /* what one source rank may send to this one: each token at most min(k, El) copies, and
+     * with a capacity at most E_l x capacity (exactly that when padded; ECHO is dropless) */
+    int per_src = N * (m->k < w->El ? m->k : w->El);
     if (w->capacity > 0 && (m->pad || m->E_l * w->capacity < per_src))
         per_src = m->E_l * w->capacity;
     w->budget = false;
@@ -392,17 +428,30 @@ mg_status mg_moe_plan(mg_moe_ws *w, const mg_model_config *c, int N, size_t esz,
     MG_CHECK(reserve(work, m->ep > 1 ? R * H * esz : 0, &w->ye));
     MG_CHECK(reserve(work, m->ep > 1 ? R * H * esz : 0, &w->slab_send));
     MG_CHECK(reserve(work, m->ep > 1 ? R * H * esz : 0, &w->slab_recv));
-    MG_CHECK(reserve(work, w->budget ? (size_t)m->ep * m->E_l * sizeof(int32_t) : 0, &w->rcounts));
+    MG_CHECK(reserve(work, w->budget ? (size_t)m->ep * w->El * sizeof(int32_t) : 0, &w->rcounts));
+    /* ECHO: the counting pass, the gathered counts, the weight and gradient exchange */
+    w->echo_width = (size_t)m->fc1 * H + (size_t)m->F * H + (c->bias ? (size_t)m->fc1 + H : 0);
+    const size_t spare_rows = (size_t)spares_l, slab_rows = (size_t)m->ep * spare_rows;
+    MG_CHECK(reserve(work, m->echo ? E * sizeof(int32_t) : 0, &w->hcounts));
+    MG_CHECK(reserve(work, m->echo ? (size_t)N * m->k * sizeof(int32_t) : 0, &w->hpos));
+    MG_CHECK(reserve(work, m->echo ? (size_t)m->ep * E * sizeof(int32_t) : 0, &w->gcounts));
+    MG_CHECK(reserve(work, slab_rows * w->echo_width * f, &w->echo_send));
+    MG_CHECK(reserve(work, slab_rows * w->echo_width * f, &w->echo_recv));
+    MG_CHECK(reserve(work, spare_rows * w->echo_width * esz, &w->spare_w));
+    MG_CHECK(reserve(work, spare_rows * w->echo_width * f, &w->spare_g));
     if (m->ep > 1) { /* the dispatch's fixed all-to-all sizes (model/moe_dispatch.c) */
-        w->count_splits = malloc((size_t)4 * m->ep * sizeof *w->count_splits);
+        w->count_splits = malloc((size_t)6 * m->ep * sizeof *w->count_splits);
         if (!w->count_splits) return MG_FAIL(MG_ERR_NOMEM, "out of memory (MoE plan)");
         w->row_splits = w->count_splits + 2 * m->ep;
+        w->echo_splits = w->count_splits + 4 * m->ep;
         size_t slab = (size_t)(w->R / m->ep) * H;
         for (int r = 0; r < m->ep; r++) {
-            w->count_splits[r] = (size_t)m->E_l;
-            w->count_splits[m->ep + r] = (size_t)r * (size_t)m->E_l;
+            w->count_splits[r] = (size_t)w->El;
+            w->count_splits[m->ep + r] = (size_t)r * (size_t)w->El;
             w->row_splits[r] = slab;
             w->row_splits[m->ep + r] = (size_t)r * slab;
+            w->echo_splits[r] = spare_rows * w->echo_width;
+            w->echo_splits[m->ep + r] = (size_t)r * spare_rows * w->echo_width;
         }
     }
     w->bias = calloc((size_t)(n_layers ? n_layers : 1), sizeof *w->bias);
@@ -411,10 +460,11 @@ mg_status mg_moe_plan(mg_moe_ws *w, const mg_model_config *c, int N, size_t esz,
     w->overflows = calloc(1, sizeof *w->overflows);
     if (!w->bias || !w->ptrs || !w->grads_unwritten || !w->overflows)
         return MG_FAIL(MG_ERR_NOMEM, "out of memory (MoE plan)");
-    MG_CHECK(reserve(work, (size_t)n_layers * E * f, &w->load));
+    /* the loads, then with ECHO each layer's tokens per rank after it (n_layers x ep) */
+    MG_CHECK(reserve(work, (size_t)n_layers * (E + (m->echo ? (size_t)m->ep : 0)) * f, &w->load));
     for (int i = 0; i < n_layers; i++) {
         MG_CHECK(reserve(work, m->expert_bias ? E * f : 0, &w->bias[i]));
-        MG_CHECK(reserve(work, (size_t)N_PTRS * m->E_l * sizeof(void *), &w->ptrs[i]));
+        MG_CHECK(reserve(work, (size_t)N_PTRS * w->El * sizeof(void *), &w->ptrs[i]));
     }
     return MG_OK;
 }
@@ -424,6 +474,6 @@ void mg_moe_free(mg_moe_ws *w) {
     free(w->ptrs);
     free(w->grads_unwritten);
     free(w->overflows);
-    free(w->count_splits); /* row_splits lives in the same allocation */
+    free(w->count_splits); /* row_splits and echo_splits live in the same allocation */
     memset(w, 0, sizeof *w);
 }

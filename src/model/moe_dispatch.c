@@ -35,7 +35,7 @@ mg_status mg_moe_exchange_counts(const mg_block_ctx *x, const mg_layer_slot *s) 
      * block is some rank's received block */
     mg_backend *be = x->be;
     int32_t *rounds = mg_block_act(x, s->rounds);
-    MG_CHECK(be->moe_round_counts(be, NULL, rounds, counts, x->c->moe.ep, x->c->moe.E_l,
+    MG_CHECK(be->moe_round_counts(be, NULL, rounds, counts, x->c->moe.ep, x->moe->El,
                                   w->R / x->c->moe.ep, 0));
     void *stream;
     MG_CHECK(mg_backend_comm_begin(be, &stream));
@@ -60,7 +60,7 @@ mg_status mg_moe_round(const mg_block_ctx *x, const mg_layer_slot *s, int r,
     if (!w->budget) return MG_OK;
     int32_t *rc = mg_block_ws_ptr(x, w->rcounts);
     int slab = w->R / x->c->moe.ep;
-    MG_CHECK(x->be->moe_round_counts(x->be, rc, NULL, *counts, x->c->moe.ep, x->c->moe.E_l, slab,
+    MG_CHECK(x->be->moe_round_counts(x->be, rc, NULL, *counts, x->c->moe.ep, x->moe->El, slab,
                                      r * slab));
     *counts = rc;
     return MG_OK;
@@ -75,7 +75,7 @@ static mg_status exchange(const mg_block_ctx *x, void *dst, const int32_t *to, i
     const mg_moe_config *m = &x->c->moe;
     const mg_moe_ws *w = x->moe;
     mg_backend *be = x->be;
-    int P = m->ep, El = m->E_l, H = x->c->H, slab = w->R / P;
+    int P = m->ep, El = w->El, H = x->c->H, slab = w->R / P;
     void *a = mg_block_ws_ptr(x, w->slab_send), *b = mg_block_ws_ptr(x, w->slab_recv);
     MG_CHECK(be->moe_regroup(be, a, src, from, P, El, slab, from_first, H, true));
     MG_CHECK(all_to_all(x, b, a, w->row_splits, be->compute_dtype));
@@ -92,4 +92,54 @@ mg_status mg_moe_combine(const mg_block_ctx *x, const mg_layer_slot *s, int r, c
                          void *dst, const void *src) {
     int slab = x->moe->R / x->c->moe.ep;
     return exchange(x, dst, mg_block_act(x, s->lcounts), r * slab, src, rc, 0);
+}
+
+/* ---- ECHO ---- */
+
+mg_status mg_moe_echo_route(const mg_block_ctx *x, const mg_layer_slot *s, const int32_t *idx,
+                            void *xp, float *load, float *after) {
+    const mg_moe_config *m = &x->c->moe;
+    const mg_moe_ws *w = x->moe;
+    mg_backend *be = x->be;
+    int N = x->N, k = m->k, H = x->c->H;
+    int32_t *hcounts = mg_block_ws_ptr(x, w->hcounts), *hpos = mg_block_ws_ptr(x, w->hpos);
+    int32_t *gcounts = mg_block_ws_ptr(x, w->gcounts), *plan = mg_block_act(x, s->plan);
+    int32_t *idx2 = mg_block_act(x, s->idx2);
+    const void *ln2 = mg_block_act(x, s->ln2);
+    MG_CHECK(be->moe_permute(be, xp, hpos, hcounts, load, ln2, idx, N, k, m->E, H, 0));
+    void *stream;
+    MG_CHECK(mg_backend_comm_begin(be, &stream));
+    MG_CHECK(mg_comm_all_gather(w->ep, hcounts, gcounts, (size_t)m->E, MG_I32, stream));
+    MG_CHECK(mg_backend_comm_end(be));
+    MG_CHECK(be->moe_echo_plan(be, plan, after, gcounts, &m->echo_p));
+    MG_CHECK(
+        be->moe_echo_reroute(be, idx2, idx, hpos, hcounts, plan, &m->echo_p, m->ep_rank, N * k));
+    return be->moe_permute(be, xp, mg_block_act(x, s->pos), mg_block_act(x, s->lcounts), NULL, ln2,
+                           idx2, N, k, w->Ed, H, 0);
+}
+
+/* One ECHO exchange: SEND into the send slab, the all-to-all of fixed size, then the receive
+ * mode from the receive slab. */
+static mg_status echo_exchange(const mg_block_ctx *x, const mg_layer_slot *s, void *const *table,
+                               int send, int take, mg_dtype dt) {
+    const mg_moe_config *m = &x->c->moe;
+    const mg_moe_ws *w = x->moe;
+    mg_backend *be = x->be;
+    const size_t H = (size_t)x->c->H, b1 = x->c->bias ? (size_t)m->fc1 : 0, b2 = x->c->bias ? H : 0;
+    const int32_t *plan = mg_block_act(x, s->plan);
+    void *a = mg_block_ws_ptr(x, w->echo_send), *b = mg_block_ws_ptr(x, w->echo_recv);
+    MG_CHECK(be->moe_echo_move(be, a, table, plan, &m->echo_p, m->ep_rank, (size_t)m->fc1 * H, b1,
+                               (size_t)m->F * H, b2, send));
+    MG_CHECK(all_to_all(x, b, a, w->echo_splits, dt));
+    return be->moe_echo_move(be, b, table, plan, &m->echo_p, m->ep_rank, (size_t)m->fc1 * H, b1,
+                             (size_t)m->F * H, b2, take);
+}
+
+mg_status mg_moe_echo_weights(const mg_block_ctx *x, const mg_layer_slot *s, void *const *table) {
+    return echo_exchange(x, s, table, MG_ECHO_SEND_WEIGHTS, MG_ECHO_TAKE_WEIGHTS,
+                         x->be->compute_dtype);
+}
+
+mg_status mg_moe_echo_grads(const mg_block_ctx *x, const mg_layer_slot *s, void *const *table) {
+    return echo_exchange(x, s, table, MG_ECHO_SEND_GRADS, MG_ECHO_ADD_GRADS, MG_F32);
 }

@@ -1,8 +1,8 @@
 /* Model-internal: the expert-parallel token dispatch of an MoE layer (moe_dispatch.c, for moe.c;
  * Megatron's MoEAlltoAllTokenDispatcher) over the block context's expert-parallel group, with the
  * fixed sizes of the MoE plan (model/moe.h), in rounds under a receive budget.
- * Exports: mg_moe_exchange_counts, mg_moe_rounds, mg_moe_round, mg_moe_dispatch, mg_moe_combine.
- * Needs: model/block, comm. */
+ * Exports: mg_moe_exchange_counts, mg_moe_rounds, mg_moe_round, mg_moe_dispatch, mg_moe_combine,
+ * mg_moe_echo_route, mg_moe_echo_weights, mg_moe_echo_grads. Needs: model/block, comm. */
 #ifndef MG_MODEL_MOE_DISPATCH_H
 #define MG_MODEL_MOE_DISPATCH_H
 
@@ -29,5 +29,18 @@ mg_status mg_moe_dispatch(const mg_block_ctx *x, const mg_layer_slot *s, int r, 
  * permuted rows, lcounts); the rows of other rounds are not touched. */
 mg_status mg_moe_combine(const mg_block_ctx *x, const mg_layer_slot *s, int r, const int32_t *rc,
                          void *dst, const void *src);
+
+/* ECHO (model/moe.c): this rank's routed pairs (idx, home experts) counted per home expert (the
+ * permute's counting pass, which adds the pairs to load if not NULL), the counts gathered over
+ * the group, the slot's plan computed from them (the same on every rank) and the slot's idx2
+ * rerouted by it; then the permute into xp over the Ed experts, lcounts and pos, as without
+ * ECHO. after (ep, or NULL) accumulates the plan's tokens per rank after offloading. */
+mg_status mg_moe_echo_route(const mg_block_ctx *x, const mg_layer_slot *s, const int32_t *idx,
+                            void *xp, float *load, float *after);
+/* The home experts' weights into this rank's spare slots by the slot's plan (table: the layer's
+ * 8 pointer arrays). */
+mg_status mg_moe_echo_weights(const mg_block_ctx *x, const mg_layer_slot *s, void *const *table);
+/* The spare slots' gradients back to their home experts' ranks, added to the home experts'. */
+mg_status mg_moe_echo_grads(const mg_block_ctx *x, const mg_layer_slot *s, void *const *table);
 
 #endif

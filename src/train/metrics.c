@@ -122,7 +122,8 @@ int mg_metrics_format_line_at(char *buf, size_t cap, const char *timestamp,
     } moe[] = {{r->aux_name, r->aux_loss, r->moe && r->aux_name},
                {"z_loss", r->z_loss, r->moe && !(r->z_loss < 0)},
                {"expert load (max/mean)", r->expert_load, r->moe},
-               {"moe_ep_load_imbalance", r->ep_imbalance, r->moe && !(r->ep_imbalance < 0)}};
+               {"moe_ep_load_imbalance", r->ep_imbalance, r->moe && !(r->ep_imbalance < 0)},
+               {"moe_ep_load_imbalance_after_echo", r->ep_imbalance_after, r->moe && r->echo}};
     for (size_t i = 0; i < sizeof moe / sizeof *moe; i++)
         if (moe[i].on) {
             sb_printf(&b, " %s: ", moe[i].name);
@@ -180,6 +181,10 @@ int mg_metrics_format_json(char *buf, size_t cap, const mg_log_record *r) {
     if (r->moe && !(r->ep_imbalance < 0)) {
         sb_printf(&b, ", ");
         sb_json_num(&b, "moe_ep_load_imbalance", r->ep_imbalance, false);
+    }
+    if (r->moe && r->echo) {
+        sb_printf(&b, ", ");
+        sb_json_num(&b, "moe_ep_load_imbalance_after_echo", r->ep_imbalance_after, false);
     }
     if (r->moe && r->budget) sb_printf(&b, ", \"moe_overflow_steps\": %d", r->overflow_steps);
     if (r->log_num_zeros) {

@@ -33,9 +33,11 @@ typedef struct {
     bool moe;
     const char *aux_name;
     double aux_loss, z_loss, expert_load, ep_imbalance;
-    bool budget;        /* a receive budget is set: overflow_steps is printed */
-    int overflow_steps; /* the steps of the interval whose dispatch went over the receive
-                           budget (extra rounds) */
+    bool echo;                 /* ECHO runs: ep_imbalance_after is printed */
+    double ep_imbalance_after; /* moe_ep_load_imbalance after ECHO's offloading */
+    bool budget;               /* a receive budget is set: overflow_steps is printed */
+    int overflow_steps;        /* the steps of the interval whose dispatch went over the receive
+                                  budget (extra rounds) */
     /* --log-num-zeros-in-grad, --log-params-norm: printed only where the flag (log_*) is set */
     bool log_num_zeros, log_params_norm;
     double num_zeros, params_norm;

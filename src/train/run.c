@@ -151,7 +151,8 @@ static void moe_record(mg_trainer *t, const mg_step_stats *s, bool load, mg_log_
     r->aux_loss = s->moe_aux;
     r->z_loss = q->z_coeff > 0 ? s->moe_z : -1;
     r->expert_load = r->ep_imbalance = -1;
-    if (load) mg_trainer_moe_loads(t, &r->expert_load, &r->ep_imbalance);
+    r->echo = t->model.cfg.moe.echo && load;
+    if (load) mg_trainer_moe_loads(t, &r->expert_load, &r->ep_imbalance, &r->ep_imbalance_after);
     if (t->model.cfg.moe.ep < 2) r->ep_imbalance = -1; /* one rank: nothing to balance */
     r->budget = t->model.moe_ws.budget;
     r->overflow_steps = (int)s->moe_overflow_steps;

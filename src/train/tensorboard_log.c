@@ -87,6 +87,9 @@ mg_status mg_tb_log_train(mg_tb_log *l, const mg_log_record *r) {
         MG_CHECK(mg_tb_add_scalar(&l->w, "z_loss", r->z_loss, r->iteration));
     if (r->moe && !(r->ep_imbalance < 0))
         MG_CHECK(mg_tb_add_scalar(&l->w, "moe_ep_load_imbalance", r->ep_imbalance, r->iteration));
+    if (r->moe && r->echo)
+        MG_CHECK(mg_tb_add_scalar(&l->w, "moe_ep_load_imbalance_after_echo", r->ep_imbalance_after,
+                                  r->iteration));
     if (r->moe && r->budget)
         MG_CHECK(mg_tb_add_scalar(&l->w, "moe_overflow_steps", r->overflow_steps, r->iteration));
     return MG_OK;

@@ -100,7 +100,10 @@ mg_status mg_trainer_num_zeros(mg_trainer *t, int64_t *zeros);
  * the busiest MoE layer of this rank's pipeline stage; and the expert-parallel load imbalance,
  * max over mean tokens the expert-parallel ranks' experts receive, averaged over those layers
  * (1 with one rank; mg_moe_load_stats). */
-void mg_trainer_moe_loads(mg_trainer *t, double *expert_load, double *ep_imbalance);
+/* after_echo: with ECHO, the same imbalance of the tokens each rank computes after its
+ * offloading (the plans' loads; -1 without ECHO). */
+void mg_trainer_moe_loads(mg_trainer *t, double *expert_load, double *ep_imbalance,
+                          double *after_echo);
 void mg_trainer_free(mg_trainer *t);
 
 /* The whole `megatron train` run, as tensor-parallel rank mg_comm_rank(tp) of one replica in

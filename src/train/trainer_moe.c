@@ -2,6 +2,8 @@
  * aux losses, the step's load and logged losses, the expert bias update, the expert load. */
 #include "train/trainer_moe.h"
 
+#include "core/env.h"
+
 #include <stdlib.h>
 
 /* The MoE layers' share of the objective and of the logged values: an aux loss counts as much
@@ -51,12 +53,35 @@ void mg_trainer_moe_set_weights(mg_trainer *t) {
     w->stat_weight = (float)(1.0 / (mb_d * t->model.cfg.moe.n_layers));
 }
 
+/* MG_TEST_EXPERT_BIAS="b0,b1,...": a skewed router for tests (a stated test hook, as
+ * MG_FAULT_*): with --moe-router-enable-expert-bias every MoE layer's expert bias starts at these E
+ * values (--moe-router-bias-update-rate 0 keeps them), so the experts with the largest values
+ * get most tokens. Unset: nothing. */
+static mg_status test_expert_bias(mg_trainer *t) {
+    const char *v = mg_env_str("MG_TEST_EXPERT_BIAS", "");
+    const mg_moe_config *m = &t->model.cfg.moe;
+    if (!v[0] || !m->expert_bias) return MG_OK;
+    float *b = calloc((size_t)m->E, sizeof *b);
+    if (!b) return MG_FAIL(MG_ERR_NOMEM, "out of memory (expert bias)");
+    char *end = (char *)v;
+    for (int e = 0; e < m->E && *end; e++) {
+        b[e] = strtof(end, &end);
+        if (*end == ',') end++;
+    }
+    mg_status st = MG_OK;
+    for (int i = 0; st == MG_OK && i < t->model.moe_ws.n_layers; i++)
+        st = t->be->copy_h2d(t->be, mg_gpt_moe_bias(&t->model, i), b, (size_t)m->E * sizeof *b);
+    free(b);
+    return st;
+}
+
 mg_status mg_trainer_moe_bind(mg_trainer *t) {
     mg_moe_ws *w = &t->model.moe_ws;
     w->stats = &t->mem.stats[MG_STAT_MOE_AUX];
     mg_trainer_moe_set_weights(t);
     w->ep = t->layout.ep;
     MG_CHECK(plan_zero_spans(t));
+    MG_CHECK(test_expert_bias(t));
     return t->be->memset_zero(t->be, t->mem.grads, t->model.params.numel * sizeof(float));
 }
 
@@ -70,7 +95,8 @@ mg_status mg_trainer_moe_zero_grads(mg_trainer *t) {
 
 /* The loads of this rank's MoE layers: one block of n_layers x E values (model/gpt.h). */
 static size_t load_values(const mg_trainer *t) {
-    return (size_t)t->model.moe_ws.n_layers * (size_t)t->model.cfg.moe.E;
+    const mg_moe_config *m = &t->model.cfg.moe;
+    return (size_t)t->model.moe_ws.n_layers * (size_t)(m->E + (m->echo ? m->ep : 0));
 }
 
 /* Before a step: the load counts and the logged losses start from zero. */
@@ -154,15 +180,23 @@ void mg_moe_load_stats(const float *loads, int layers, int E, int ep, double *ex
     *ep_imbalance = counted ? imb / counted : 0;
 }
 
-void mg_trainer_moe_loads(mg_trainer *t, double *expert_load, double *ep_imbalance) {
-    const int E = t->model.cfg.moe.E, layers = t->model.moe_ws.n_layers;
+void mg_trainer_moe_loads(mg_trainer *t, double *expert_load, double *ep_imbalance,
+                          double *after_echo) {
+    const mg_moe_config *m = &t->model.cfg.moe;
+    const int E = m->E, layers = t->model.moe_ws.n_layers;
     size_t n = load_values(t);
     float *h = n ? malloc(n * sizeof *h) : NULL;
     *expert_load = *ep_imbalance = 0;
+    *after_echo = -1;
     if (!h) return;
-    if (t->be->copy_d2h(t->be, h, mg_gpt_moe_load(&t->model, 0), n * sizeof *h) != MG_OK)
+    if (t->be->copy_d2h(t->be, h, mg_gpt_moe_load(&t->model, 0), n * sizeof *h) != MG_OK) {
         mg_error_clear();
-    else
-        mg_moe_load_stats(h, layers, E, t->model.cfg.moe.ep, expert_load, ep_imbalance);
+    } else {
+        mg_moe_load_stats(h, layers, E, m->ep, expert_load, ep_imbalance);
+        /* after ECHO: each layer's tokens per rank (one expert per rank for the statistic) */
+        double unused;
+        if (m->echo)
+            mg_moe_load_stats(h + (size_t)layers * E, layers, m->ep, m->ep, &unused, after_echo);
+    }
     free(h);
 }

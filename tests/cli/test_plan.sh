@@ -293,10 +293,6 @@ expect_error plan_echo_dropping 2 "--moe-enable-echo with --moe-expert-capacity-
     plan "${ECHO[@]}" --moe-expert-capacity-factor 1.0
 expect_error plan_echo_no_counts 2 "needs --moe-echo-token-counts FILE" \
     plan --world-size 4 --num-experts 4 --expert-model-parallel-size 4 --moe-enable-echo
-expect_error train_echo_not_yet 1 "--moe-enable-echo is not supported yet by .megatron train." \
-    train --num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --vocab-size 64 \
-    --mock-data --train-iters 1 --lr 1e-3 --device cpu --num-experts 4 --moe-enable-echo \
-    --expert-model-parallel-size 2
 # every other check of the budget's and ECHO's flags: one line, exit 2
 printf '[[1,2,3,4],[5,6,7,8],[1,2,3,4],[1,2,3,"x"]]\n' >"$ECHO_DIR/text.json"
 expect_error plan_echo_counts_not_integer 2 "\\[3\\]\\[3\\] is not a token count" \

@@ -390,8 +390,8 @@ MG_TEST(cuda_moe_echo_plan_matches_cpu) {
         }
         int32_t *d_counts = ct_up_i32(&P, counts, nc), *d_plan = ct_poison(&P, n * 4);
         if (!P.failed) {
-            MG_EXPECT_OK(cpu->moe_echo_plan(cpu, want, counts, &p));
-            MG_EXPECT_OK(gpu->moe_echo_plan(gpu, d_plan, d_counts, &p));
+            MG_EXPECT_OK(cpu->moe_echo_plan(cpu, want, NULL, counts, &p));
+            MG_EXPECT_OK(gpu->moe_echo_plan(gpu, d_plan, NULL, d_counts, &p));
             MG_EXPECT_OK(gpu->copy_d2h(gpu, got, d_plan, n * 4));
             MG_EXPECT(!memcmp(got, want, head * 4),
                       "echo plan (ep %d, E %d, S %d, method %d): the device's differs from the "
@@ -431,7 +431,7 @@ MG_TEST(cuda_moe_echo_reroute_matches_cpu) {
         if (ids[i] >= 0) counts[RANK * E + ids[i]]++;
     for (int e = 0, row = 0; e < E; row += counts[RANK * E + e++]) first[e] = row;
     for (int i = 0; i < T * K; i++) pos[i] = ids[i] < 0 ? -1 : first[ids[i]]++;
-    MG_EXPECT_OK(cpu->moe_echo_plan(cpu, plan, counts, &p));
+    MG_EXPECT_OK(cpu->moe_echo_plan(cpu, plan, NULL, counts, &p));
     MG_EXPECT_OK(
         cpu->moe_echo_reroute(cpu, want, ids, pos, counts + RANK * E, plan, &p, RANK, T * K));
     int32_t *d_plan = ct_up_i32(&P, plan, n), *d_ids = ct_up_i32(&P, ids, T * K);
@@ -446,6 +446,65 @@ MG_TEST(cuda_moe_echo_reroute_matches_cpu) {
     MG_EXPECT(moved > 0 && !memcmp(got, want, T * K * 4) && want[7] == -1,
               "echo reroute: the device's differs from the cpu's (%d pairs moved on the cpu)",
               moved);
+done:
+    ct_pool_free(&P);
+}
+
+/* ECHO's expert copies, every mode, equal the CPU backend's on the same tables: EP 4, 8 experts,
+ * 4 spare slots (one per rank), expert 0 hot (its rank sends its weights to the slots that clone
+ * it), ranks 0 (a home) and 2 (a clone's rank); experts of 4 segments of odd sizes; the slab
+ * and every weight and gradient after each mode. Copies and fp32 sums: exact. */
+MG_TEST(cuda_moe_echo_move_matches_cpu) {
+    CT_BACKENDS(cpu, gpu);
+    enum { EP = 4, E = 8, S = 4, EL = E / EP + S / EP, NSEG = 4 };
+    const mg_echo_params p = {EP, E, S, MG_ECHO_ONE_SHOT_GREEDY, 0};
+    const size_t seg[NSEG] = {37, 5, 29, 3}, width = 37 + 5 + 29 + 3, rows = EP * (S / EP);
+    const size_t n = mg_echo_plan_ints(&p);
+    ct_pool P = ct_pool_of(t, gpu);
+    int32_t *counts = ct_host(&P, EP * E * 4), *plan = ct_host(&P, n * 4);
+    if (P.failed) goto done;
+    for (int i = 0; i < EP * E; i++)
+        counts[i] = (i % E == 0 ? 900 : 40) + (int32_t)(mg_rng_uniform(CT_SEED, 370, i) * 30);
+    MG_EXPECT_OK(cpu->moe_echo_plan(cpu, plan, NULL, counts, &p));
+    int32_t *d_plan = ct_up_i32(&P, plan, n);
+    for (int rank = 0; rank < EP && !P.failed; rank += 2)
+        for (int mode = MG_ECHO_SEND_WEIGHTS; mode <= MG_ECHO_ADD_GRADS && !P.failed; mode++) {
+            ct_pool Q = ct_pool_of(t, gpu); /* per case: the pool holds 64 buffers */
+            const bool grads = mode >= MG_ECHO_SEND_GRADS;
+            void *h_tab[8 * EL], *d_tab[8 * EL];
+            float *h_buf[8 * EL];
+            for (int q = 0; q < 8 * EL; q++) { /* weights (act dtype) then gradients (fp32) */
+                size_t m = seg[(q / EL) % NSEG];
+                h_buf[q] = ct_rand_act(&Q, 380 + (uint32_t)q, m, 1.0f);
+                h_tab[q] = h_buf[q];
+                d_tab[q] =
+                    q < 4 * EL ? ct_up_act(&Q, h_buf[q], m) : (void *)ct_up_f32(&Q, h_buf[q], m);
+            }
+            float *slab = ct_rand_act(&Q, 390 + (uint32_t)mode, rows * width, 1.0f);
+            void *d_slab = grads ? (void *)ct_up_f32(&Q, slab, rows * width)
+                                 : ct_up_act(&Q, slab, rows * width);
+            void **d_table = ct_poison(&Q, sizeof d_tab);
+            if (Q.failed) {
+                ct_pool_free(&Q);
+                break;
+            }
+            MG_EXPECT_OK(gpu->copy_h2d(gpu, d_table, d_tab, sizeof d_tab));
+            MG_EXPECT_OK(cpu->moe_echo_move(cpu, slab, h_tab, plan, &p, rank, seg[0], seg[1],
+                                            seg[2], seg[3], mode));
+            MG_EXPECT_OK(gpu->moe_echo_move(gpu, d_slab, d_table, d_plan, &p, rank, seg[0], seg[1],
+                                            seg[2], seg[3], mode));
+            float *got = grads ? ct_down_f32(&Q, d_slab, rows * width)
+                               : ct_down_act(&Q, d_slab, rows * width);
+            CT_EXPECT_CLOSE(got, slab, rows * width, 0.0, "echo move slab, rank %d mode %d", rank,
+                            mode);
+            for (int q = 0; q < 8 * EL && !Q.failed; q++) {
+                size_t m = seg[(q / EL) % NSEG];
+                float *d = q < 4 * EL ? ct_down_act(&Q, d_tab[q], m)
+                                      : ct_down_f32(&Q, (const float *)d_tab[q], m);
+                CT_EXPECT_CLOSE(d, h_buf[q], m, 0.0, "echo move table entry %d, rank %d mode %d", q,
+                                rank, mode);
+            }
+        }
 done:
     ct_pool_free(&P);
 }

@@ -115,6 +115,7 @@ static const coverage_row coverage[] = {
     {"moe_expert_bias_update", "test_cuda_moe.c", "cuda_moe_expert_bias_update_matches_cpu"},
     {"moe_echo_plan", "test_cuda_moe.c", "cuda_moe_echo_plan_matches_cpu"},
     {"moe_echo_reroute", "test_cuda_moe.c", "cuda_moe_echo_reroute_matches_cpu"},
+    {"moe_echo_move", "test_cuda_moe.c", "cuda_moe_echo_move_matches_cpu"},
     {"matmul_peak_tflops", "test_cuda_optable.c", "cuda_optable_entries_without_a_comparison"},
 };
 #define N_COVERAGE ((int)(sizeof coverage / sizeof *coverage))

@@ -347,6 +347,56 @@ for layout in "2:--expert-model-parallel-size 2 --moe-expert-rank-capacity-facto
         pass "$name: 10 iterations over the budget (moe_overflow_steps 1 each) match one rank's"
     fi
 done
+# ECHO (--moe-enable-echo): each layer and microbatch plans on the device from the gathered
+# counts, reroutes the pairs into spare slots, copies the home experts' weights there and brings
+# the slots' gradients home: the function is the model's, so the metrics equal one rank's without
+# echo within 1e-5 (EP 2 with one spare slot per rank: bin packing; EP 4 with 8 slots: greedy;
+# EP 2 x DP 2 with the distributed optimizer; with a receive budget as well)
+for layout in "2:--expert-model-parallel-size 2 --moe-enable-echo --moe-num-echo-experts 2" \
+    "4:--expert-model-parallel-size 4 --moe-enable-echo --moe-num-echo-experts 8" \
+    "4:--expert-model-parallel-size 2 --use-distributed-optimizer --moe-enable-echo" \
+    "2:--expert-model-parallel-size 2 --moe-enable-echo --moe-expert-rank-capacity-factor 0.5"; do
+    np=${layout%%:*}; read -r -a extra <<<"${layout#*:}"
+    KEYS='lm_loss|grad_norm|load_balancing_loss|z_loss|expert_load'
+    rm -f "$TMP/epe.jsonl"
+    out=$(timeout 60 "${MPIRUN[@]}" -np "$np" "$BIN" train "${MOEP[@]}" "${extra[@]}" \
+        --metrics-file "$TMP/epe.jsonl" 2>&1); rc=$?
+    name="train moe echo np=$np ${layout#*:}"
+    if [ "$rc" -ne 0 ]; then
+        fail "$name (exit status $rc)" "$(tail -n 5 <<<"$out")"
+    elif ! same "$TMP/ep1.jsonl" "$TMP/epe.jsonl" 1 50; then
+        fail "$name (metrics differ from one rank's without echo)" \
+            "one rank: $(metv "$TMP/ep1.jsonl" 1 | tr '\n' ' ')" "$np ranks: $(metv "$TMP/epe.jsonl" 1 | tr '\n' ' ')"
+    else
+        pass "$name: 10 iterations match one rank's without echo"
+    fi
+done
+# ECHO on a skewed router (the test hook MG_TEST_EXPERT_BIAS fixes the expert bias so experts 0
+# and 1 take nearly every token: EP 2's rank 0 gets everything): echo moves many tokens, the
+# metrics still equal one rank's without echo, and moe_ep_load_imbalance_after_echo is below
+# moe_ep_load_imbalance on every line
+SKEW=(--moe-router-enable-expert-bias --moe-router-bias-update-rate 0 --moe-router-score-function sigmoid)
+MG_TEST_EXPERT_BIAS=1,1,0,0 timeout 60 "$BIN" train "${MOEP[@]}" "${SKEW[@]}" --metrics-file "$TMP/sk1.jsonl" >/dev/null 2>&1
+for layout in "2:--expert-model-parallel-size 2 --moe-num-echo-experts 2" "4:--expert-model-parallel-size 4 --moe-num-echo-experts 8"; do
+    np=${layout%%:*}; read -r -a extra <<<"${layout#*:}"
+    rm -f "$TMP/ske.jsonl"
+    out=$(MG_TEST_EXPERT_BIAS=1,1,0,0 timeout 60 "${MPIRUN[@]}" -x MG_TEST_EXPERT_BIAS -np "$np" "$BIN" train "${MOEP[@]}" \
+        "${SKEW[@]}" "${extra[@]}" --moe-enable-echo --metrics-file "$TMP/ske.jsonl" 2>&1); rc=$?
+    name="train moe echo skewed router np=$np ${layout#*:}"
+    imb=$(awk -F'[:,}]' '{ b = ""; a = ""; for (i = 1; i < NF; i++) {
+        if ($i ~ /"moe_ep_load_imbalance"/) b = $(i + 1) + 0; if ($i ~ /"moe_ep_load_imbalance_after_echo"/) a = $(i + 1) + 0 }
+        if (b == "" || a == "" || !(a < b) || b < 1.5) bad++; last = b " -> " a } END { print NR, bad + 0, last }' "$TMP/ske.jsonl" 2>/dev/null)
+    if [ "$rc" -ne 0 ]; then
+        fail "$name (exit status $rc)" "$(tail -n 5 <<<"$out")"
+    elif ! same "$TMP/sk1.jsonl" "$TMP/ske.jsonl" 1 50; then
+        fail "$name (metrics differ from one rank's)" \
+            "one rank: $(metv "$TMP/sk1.jsonl" 1 | tr '\n' ' ')" "$np ranks: $(metv "$TMP/ske.jsonl" 1 | tr '\n' ' ')"
+    elif [ "$(cut -d' ' -f1-2 <<<"$imb")" != "10 0" ]; then
+        fail "$name: imbalance before -> after echo not lower on every line (lines, bad, last: $imb)" "$(head -n 1 "$TMP/ske.jsonl")"
+    else
+        pass "$name: 10 iterations match one rank's; imbalance $(cut -d' ' -f3- <<<"$imb")"
+    fi
+done
 KEYS='lm_loss|grad_norm|load_balancing_loss|z_loss|expert_load'
 # a budget with graphs of whole MoE layers: the extra rounds are the host's, refused in one line
 out=$(timeout 60 "${MPIRUN[@]}" -np 2 "$BIN" train "${MOEP[@]}" --expert-model-parallel-size 2 \

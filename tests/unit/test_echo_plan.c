@@ -157,7 +157,11 @@ static int expect_op_plan(mg_test_ctx *t, mg_backend *be, const mg_echo_params *
     size_t n = mg_echo_plan_ints(p), head = n - mg_echo_plan_scratch_ints(p);
     int32_t *buf = malloc(n * sizeof *buf), *scratch;
     int ok = buf != NULL;
-    if (ok) MG_EXPECT_OK(be->moe_echo_plan(be, buf, counts, p));
+    float *after = calloc((size_t)p->ep, sizeof *after);
+    ok = ok && after;
+    if (ok) MG_EXPECT_OK(be->moe_echo_plan(be, buf, after, counts, p));
+    for (int r = 0; ok && r < p->ep; r++) ok = after[r] == (float)want->rank_load[r];
+    free(after);
     if (ok) {
         mg_echo_plan got = mg_echo_plan_carve(p, buf, &scratch);
         ok = got.avg == want->avg && (size_t)(scratch - buf) == head &&

@@ -200,13 +200,14 @@ mg_status mg_cpu_grouped_swiglu_backward(mg_backend *be, void *dpre, const void 
     return mg_cpu_swiglu_backward(be, dpre, pre, dout, total_rows(counts, G), F);
 }
 
-mg_status mg_cpu_moe_echo_plan(mg_backend *be, int32_t *plan, const int32_t *counts,
+mg_status mg_cpu_moe_echo_plan(mg_backend *be, int32_t *plan, float *after, const int32_t *counts,
                                const mg_echo_params *p) {
     (void)be;
     int32_t *scratch;
     mg_echo_plan q = mg_echo_plan_carve(p, plan, &scratch);
     mg_echo_plan_run(p, counts, &q, scratch);
     plan[0] = (int32_t)q.avg;
+    for (int r = 0; after && r < p->ep; r++) after[r] += (float)q.rank_load[r];
     return MG_OK;
 }
 
@@ -224,5 +225,35 @@ mg_status mg_cpu_moe_echo_reroute(mg_backend *be, int32_t *out, const int32_t *i
         out[i] = e < 0 ? -1 : mg_echo_reroute_pair(p, &q, rank, e, pos[i] - first[e]);
     }
     free(first);
+    return MG_OK;
+}
+
+mg_status mg_cpu_moe_echo_move(mg_backend *be, void *slab_, void *const *table, const int32_t *plan,
+                               const mg_echo_params *p, int rank, size_t n1w, size_t n1b,
+                               size_t n2w, size_t n2b, int mode) {
+    (void)be;
+    int32_t *scratch;
+    const mg_echo_plan q = mg_echo_plan_carve(p, (int32_t *)plan, &scratch);
+    const int El = p->experts / p->ep + p->spares / p->ep, P = p->spares / p->ep;
+    const size_t seg[4] = {n1w, n1b, n2w, n2b}, width = n1w + n1b + n2w + n2b;
+    const bool grads = mode == MG_ECHO_SEND_GRADS || mode == MG_ECHO_ADD_GRADS;
+    const bool to_slab = mode == MG_ECHO_SEND_WEIGHTS || mode == MG_ECHO_SEND_GRADS;
+    const int rows = mode == MG_ECHO_SEND_WEIGHTS || mode == MG_ECHO_ADD_GRADS ? p->ep * P : P;
+    float *slab = slab_;
+    for (int r = 0; r < rows; r++) {
+        int at, local;
+        if (!mg_echo_move_row(p, &q, rank, mode, r, &at, &local)) continue;
+        float *row = slab + (size_t)at * width;
+        for (int s = 0; s < 4; row += seg[s], s++) {
+            if (!seg[s]) continue;
+            float *x = table[(size_t)((grads ? 4 : 0) + s) * El + local];
+            if (to_slab)
+                memcpy(row, x, seg[s] * sizeof *row);
+            else if (mode == MG_ECHO_ADD_GRADS)
+                for (size_t i = 0; i < seg[s]; i++) x[i] += row[i];
+            else
+                memcpy(x, row, seg[s] * sizeof *row);
+        }
+    }
     return MG_OK;
 }
