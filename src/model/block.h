@@ -100,7 +100,9 @@ typedef struct {
      * gradients (S/ep experts), the exchange's fixed splits (host, 2 ep) */
     size_t hcounts, hpos, gcounts, echo_send, echo_recv, spare_w, spare_g;
     size_t *echo_splits;
-    size_t echo_width;     /* elements of one expert's weights: fc1 w, fc1 b, fc2 w, fc2 b */
+    size_t echo_seg[4];    /* elements of one expert's fc1 weight, fc1 bias, fc2 weight, fc2 bias
+                              (the biases 0 without them), one after the other in a row */
+    size_t echo_width;     /* their sum: one expert's row */
     int *overflows;        /* host (1): training forwards of this step's MoE layers that took
                               more than one round (the trainer reads and zeroes it) */
     size_t *bias;          /* (n_layers) offsets of (E) fp32 each */

@@ -43,8 +43,7 @@ mg_status mg_moe_bind_pointers(const mg_block_ctx *x, const mg_moe_params *mp) {
     }
     /* ECHO's spare slots: one expert's weights (fc1 w, fc1 b, fc2 w, fc2 b) per row of the
      * workspace's spare_w, their gradients in spare_g (shared by the layers) */
-    const size_t H = (size_t)x->c->H, seg[4] = {(size_t)m->fc1 * H, x->c->bias ? (size_t)m->fc1 : 0,
-                                                (size_t)m->F * H, x->c->bias ? H : 0};
+    const size_t *seg = w->echo_seg;
     for (int j = m->E_l; j < El; j++) {
         char *wr =
             (char *)mg_block_ws_ptr(x, w->spare_w) + (size_t)(j - m->E_l) * w->echo_width * x->esz;
@@ -430,7 +429,10 @@ mg_status mg_moe_plan(mg_moe_ws *w, const mg_model_config *c, int N, size_t esz,
     MG_CHECK(reserve(work, m->ep > 1 ? R * H * esz : 0, &w->slab_recv));
     MG_CHECK(reserve(work, w->budget ? (size_t)m->ep * w->El * sizeof(int32_t) : 0, &w->rcounts));
     /* ECHO: the counting pass, the gathered counts, the weight and gradient exchange */
-    w->echo_width = (size_t)m->fc1 * H + (size_t)m->F * H + (c->bias ? (size_t)m->fc1 + H : 0);
+    const size_t seg[4] = {(size_t)m->fc1 * H, c->bias ? (size_t)m->fc1 : 0, (size_t)m->F * H,
+                           c->bias ? H : 0};
+    memcpy(w->echo_seg, seg, sizeof seg);
+    w->echo_width = seg[0] + seg[1] + seg[2] + seg[3];
     const size_t spare_rows = (size_t)spares_l, slab_rows = (size_t)m->ep * spare_rows;
     MG_CHECK(reserve(work, m->echo ? E * sizeof(int32_t) : 0, &w->hcounts));
     MG_CHECK(reserve(work, m->echo ? (size_t)N * m->k * sizeof(int32_t) : 0, &w->hpos));

@@ -26,6 +26,11 @@ static mg_status all_to_all(const mg_block_ctx *x, void *dst, const void *src, c
     return mg_backend_comm_end(x->be);
 }
 
+/* Rows of one peer's slab: the plan's R over the group. */
+static int slab_rows(const mg_block_ctx *x) {
+    return x->moe->R / x->c->moe.ep;
+}
+
 mg_status mg_moe_exchange_counts(const mg_block_ctx *x, const mg_layer_slot *s) {
     const mg_moe_ws *w = x->moe;
     int32_t *counts = mg_block_act(x, s->counts);
@@ -35,8 +40,8 @@ mg_status mg_moe_exchange_counts(const mg_block_ctx *x, const mg_layer_slot *s) 
      * block is some rank's received block */
     mg_backend *be = x->be;
     int32_t *rounds = mg_block_act(x, s->rounds);
-    MG_CHECK(be->moe_round_counts(be, NULL, rounds, counts, x->c->moe.ep, x->moe->El,
-                                  w->R / x->c->moe.ep, 0));
+    MG_CHECK(
+        be->moe_round_counts(be, NULL, rounds, counts, x->c->moe.ep, x->moe->El, slab_rows(x), 0));
     void *stream;
     MG_CHECK(mg_backend_comm_begin(be, &stream));
     MG_CHECK(mg_comm_all_reduce(w->ep, rounds, rounds, 1, MG_I32, MG_REDUCE_MAX, stream));
@@ -59,7 +64,7 @@ mg_status mg_moe_round(const mg_block_ctx *x, const mg_layer_slot *s, int r,
     *counts = mg_block_act(x, s->counts);
     if (!w->budget) return MG_OK;
     int32_t *rc = mg_block_ws_ptr(x, w->rcounts);
-    int slab = w->R / x->c->moe.ep;
+    int slab = slab_rows(x);
     MG_CHECK(x->be->moe_round_counts(x->be, rc, NULL, *counts, x->c->moe.ep, x->moe->El, slab,
                                      r * slab));
     *counts = rc;
@@ -75,7 +80,7 @@ static mg_status exchange(const mg_block_ctx *x, void *dst, const int32_t *to, i
     const mg_moe_config *m = &x->c->moe;
     const mg_moe_ws *w = x->moe;
     mg_backend *be = x->be;
-    int P = m->ep, El = w->El, H = x->c->H, slab = w->R / P;
+    int P = m->ep, El = w->El, H = x->c->H, slab = slab_rows(x);
     void *a = mg_block_ws_ptr(x, w->slab_send), *b = mg_block_ws_ptr(x, w->slab_recv);
     MG_CHECK(be->moe_regroup(be, a, src, from, P, El, slab, from_first, H, true));
     MG_CHECK(all_to_all(x, b, a, w->row_splits, be->compute_dtype));
@@ -84,13 +89,13 @@ static mg_status exchange(const mg_block_ctx *x, void *dst, const int32_t *to, i
 
 mg_status mg_moe_dispatch(const mg_block_ctx *x, const mg_layer_slot *s, int r, const int32_t *rc,
                           void *dst, const void *src) {
-    int slab = x->moe->R / x->c->moe.ep;
+    int slab = slab_rows(x);
     return exchange(x, dst, rc, 0, src, mg_block_act(x, s->lcounts), r * slab);
 }
 
 mg_status mg_moe_combine(const mg_block_ctx *x, const mg_layer_slot *s, int r, const int32_t *rc,
                          void *dst, const void *src) {
-    int slab = x->moe->R / x->c->moe.ep;
+    int slab = slab_rows(x);
     return exchange(x, dst, mg_block_act(x, s->lcounts), r * slab, src, rc, 0);
 }
 
@@ -125,14 +130,14 @@ static mg_status echo_exchange(const mg_block_ctx *x, const mg_layer_slot *s, vo
     const mg_moe_config *m = &x->c->moe;
     const mg_moe_ws *w = x->moe;
     mg_backend *be = x->be;
-    const size_t H = (size_t)x->c->H, b1 = x->c->bias ? (size_t)m->fc1 : 0, b2 = x->c->bias ? H : 0;
+    const size_t *seg = w->echo_seg;
     const int32_t *plan = mg_block_act(x, s->plan);
     void *a = mg_block_ws_ptr(x, w->echo_send), *b = mg_block_ws_ptr(x, w->echo_recv);
-    MG_CHECK(be->moe_echo_move(be, a, table, plan, &m->echo_p, m->ep_rank, (size_t)m->fc1 * H, b1,
-                               (size_t)m->F * H, b2, send));
+    MG_CHECK(be->moe_echo_move(be, a, table, plan, &m->echo_p, m->ep_rank, seg[0], seg[1], seg[2],
+                               seg[3], send));
     MG_CHECK(all_to_all(x, b, a, w->echo_splits, dt));
-    return be->moe_echo_move(be, b, table, plan, &m->echo_p, m->ep_rank, (size_t)m->fc1 * H, b1,
-                             (size_t)m->F * H, b2, take);
+    return be->moe_echo_move(be, b, table, plan, &m->echo_p, m->ep_rank, seg[0], seg[1], seg[2],
+                             seg[3], take);
 }
 
 mg_status mg_moe_echo_weights(const mg_block_ctx *x, const mg_layer_slot *s, void *const *table) {

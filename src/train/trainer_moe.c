@@ -140,12 +140,14 @@ mg_status mg_trainer_moe_step_end(mg_trainer *t) {
     const mg_moe_config *m = &t->model.cfg.moe;
     mg_backend *be = t->be;
     mg_comm *groups[] = {t->layout.dp, t->layout.pp};
+    const bool summed = groups[0] || groups[1];
     float over = (float)*w->overflows; /* this rank's layer passes over the receive budget */
-    if (w->budget) MG_CHECK(be->copy_h2d(be, &t->mem.stats[MG_STAT_MOE_OVER], &over, sizeof over));
-    if (groups[0] || groups[1]) MG_CHECK(sum_over_ranks(t, groups));
+    if (w->budget && summed)           /* through the device, summed with the logged losses */
+        MG_CHECK(be->copy_h2d(be, &t->mem.stats[MG_STAT_MOE_OVER], &over, sizeof over));
+    if (summed) MG_CHECK(sum_over_ranks(t, groups));
     if (w->budget) { /* every rank counts the step if any rank's dispatch took extra rounds (the
                         expert-parallel ranks of a layer agree on its rounds) */
-        MG_CHECK(be->copy_d2h(be, &over, &t->mem.stats[MG_STAT_MOE_OVER], sizeof over));
+        if (summed) MG_CHECK(be->copy_d2h(be, &over, &t->mem.stats[MG_STAT_MOE_OVER], sizeof over));
         if (over > 0) t->moe_overflow_steps++;
     }
     for (int i = 0; m->expert_bias && i < w->n_layers; i++)
