@@ -109,8 +109,8 @@ typedef struct {
     mg_moe_dispatcher moe_token_dispatcher_type; /* --moe-token-dispatcher-type (allgather) */
     bool moe_router_force_load_balancing;        /* --moe-router-force-load-balancing: random
                                                     router logits (benchmarks; model/moe.c) */
-    /* the expert-parallel receive budget and ECHO's spare expert slots (model/echo_plan.h):
-     * `megatron plan` shows them; training does not run them yet */
+    /* the expert-parallel receive budget and ECHO's spare expert slots (core/echo_plan.h,
+     * model/moe.c) */
     double moe_expert_rank_capacity_factor; /* --moe-expert-rank-capacity-factor, -1: none */
     double moe_received_token_capacity;     /* --moe-received-token-capacity (ECHO's name for
                                                the same budget), -1: none */
@@ -120,6 +120,15 @@ typedef struct {
                                                (Megatron's rule), 1 one-shot greedy, 2
                                                approximate bin packing */
     double moe_echo_threshold_multiplier;   /* --moe-echo-threshold-multiplier (ours; 0) */
+
+    /* activation recomputation (config/config_recompute.c, model/gpt.h) */
+    bool recompute_activations;        /* --recompute-activations: = --recompute-granularity
+                                          selective */
+    char recompute_granularity[16];    /* --recompute-granularity full|selective, "": none */
+    char recompute_method[16];         /* --recompute-method uniform|block, "": none */
+    int recompute_num_layers;          /* --recompute-num-layers, -1: none */
+    char recompute_modules[128];       /* --recompute-modules, space-separated, "": core_attn */
+    bool distribute_saved_activations; /* --distribute-saved-activations */
 
     /* training */
     int micro_batch_size;          /* --micro-batch-size (1) */

@@ -71,6 +71,7 @@ import statistics
 
 import torch
 import torch.distributed as dist
+import torch.utils.checkpoint
 import torch.nn as nn
 import torch.nn.functional as F
 
@@ -153,6 +154,7 @@ class GPT(nn.Module):
         self.ln_f = nn.LayerNorm(h, eps=1e-5)
         self.lm_head = nn.Linear(h, vocab, bias=False)
         self.lm_head.weight = self.wte.weight  # tied
+        self.recompute = False
         for name, p in self.named_parameters():
             if p.dim() == 2:
                 std = 0.02 / math.sqrt(2 * layers) if name.endswith(("c_proj.weight", "mlp_proj.weight")) else 0.02
@@ -166,7 +168,11 @@ class GPT(nn.Module):
         pos = torch.arange(T, device=idx.device).unsqueeze(0)
         x = self.wte(idx) + self.wpe(pos)
         for block in self.h:
-            x = block(x)
+            if self.recompute and self.training:
+                # --recompute: each block keeps its input and runs again in the backward
+                x = torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False)
+            else:
+                x = block(x)
         logits = self.lm_head(self.ln_f(x))
         if targets is None:
             return logits
@@ -309,6 +315,8 @@ def parse_args():
     p.add_argument("--hidden-dropout", type=float, default=0.0,
                    help="dropout after the attention projection and the MLP, as megatron bench's flag")
     p.add_argument("--dropout", type=float, help="sets --attention-dropout and --hidden-dropout")
+    p.add_argument("--recompute", action="store_true",
+                   help="torch.utils.checkpoint per block: each keeps its input, its forward runs again in the backward")
     p.add_argument("--json", action="store_true", help="one JSON line on stdout; the table goes to stderr")
     a = p.parse_args()
     if a.dropout is not None:
@@ -354,6 +362,7 @@ def run(a):
     torch.manual_seed(1234)
     L, H, NH, T, V, B = a.num_layers, a.hidden_size, a.num_attention_heads, a.seq_length, a.vocab_size, a.micro_batch_size
     model = GPT(L, H, NH, T, V, a.attention_dropout, a.hidden_dropout).to(dev)
+    model.recompute = a.recompute
     params = sum(p.numel() for p in model.parameters())  # the tied weight once
     params_flops = params - model.wpe.weight.numel()
     flops_per_token = 6 * params_flops + 12 * L * H * T
@@ -439,7 +448,7 @@ def run(a):
         "impl": "torch", "model": a.model, "device": dev, "dtype": "bf16" if dev == "cuda" else "fp32",
         "num_layers": L, "hidden_size": H, "num_attention_heads": NH, "seq_length": T, "micro_batch_size": B,
         "vocab_size": V, "params": params, "params_flops": params_flops, "flops_per_token": flops_per_token,
-        "attention_dropout": a.attention_dropout, "hidden_dropout": a.hidden_dropout,
+        "attention_dropout": a.attention_dropout, "hidden_dropout": a.hidden_dropout, "recompute": a.recompute,
         "iters": a.iters, "warmup": a.warmup, "ms_per_step": 1e3 * total / a.iters,
         "ms_per_step_median": 1e3 * statistics.median(times), "tokens_per_s": tok_s, "tflops": tflops,
         "peak_tflops": peak, "peak_n": a.peak_size, "mfu": tflops / peak, "mem_peak_gib": mem_peak,

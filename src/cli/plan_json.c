@@ -162,6 +162,7 @@ static cJSON *memory_json(const mg_plan *p) {
         cJSON_AddNumberToObject(o, "activations", (double)m->activations);
         cJSON_AddNumberToObject(o, "activation_slots", m->slots);
         cJSON_AddNumberToObject(o, "slot_bytes", (double)m->slot_bytes);
+        cJSON_AddNumberToObject(o, "recompute_bytes", (double)m->recompute_bytes);
         cJSON_AddNumberToObject(o, "workspace", (double)m->workspace);
         cJSON_AddNumberToObject(o, "batch", (double)m->batch);
         cJSON_AddNumberToObject(o, "graph_inputs", (double)m->graph_inputs);

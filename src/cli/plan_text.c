@@ -290,16 +290,16 @@ static void print_memory(const mg_plan *p, FILE *f) {
     const double MiB = 1048576.0;
     fprintf(f,
             "\nmemory per rank (%s parameters%s; MiB): weights, gradients, master weights, "
-            "optimizer, activations (slots x MiB), workspace, batch, total\n",
+            "optimizer, activations (slots x MiB + recomputation's MiB), workspace, batch, total\n",
             mg_dtype_name(p->memory_dtype), p->memory_dtype == MG_F32 ? "" : ", fp32 masters");
     for (int r = 0; r < p->n_memory; r++) {
         const mg_memory_stage *m = &p->memory[r];
         fprintf(f,
-                "  pipeline rank %d: %.1f, %.1f, %.1f, %.1f, %.1f (%d x %.2f), %.1f, %.1f, "
+                "  pipeline rank %d: %.1f, %.1f, %.1f, %.1f, %.1f (%d x %.2f + %.2f), %.1f, %.1f, "
                 "total %.1f MiB\n",
                 r, m->weights / MiB, m->grads / MiB, m->master_weights / MiB, m->optimizer / MiB,
-                m->activations / MiB, m->slots, m->slot_bytes / MiB, m->workspace / MiB,
-                m->batch / MiB, m->total / MiB);
+                m->activations / MiB, m->slots, m->slot_bytes / MiB, m->recompute_bytes / MiB,
+                m->workspace / MiB, m->batch / MiB, m->total / MiB);
     }
     if (p->n_memory && p->memory[0].graph_inputs)
         fprintf(f,

@@ -11,6 +11,9 @@
  * marks the world failed, keeps the one-line message, and ncclCommAborts every communicator,
  * which makes the kernels waiting for a dead peer return. It prints nothing; the main thread's
  * next call or sync returns MG_ERR_COMM with that message.
+ * Inside a CUDA-graph capture no event is recorded: it would belong to the graph, and the
+ * thread's query of it would break the capture. A captured collective is watched through the
+ * graph's launch, by the waits that follow it.
  *
  * Ownership: see nccl_internal.h. One exception, the last resort: an entry of the main thread
  * that lasts longer than the timeout plus WD_GRACE_S (a blocking NCCL call stuck in connection
@@ -164,11 +167,19 @@ bool mg_nccl_wd_enter(nccl_world *nw, const mg_comm *c) {
     return ok;
 }
 
-/* ... and hands them back; enqueued: record `last` behind the call just enqueued on stream. */
+/* Whether `stream` is being captured into a CUDA graph: an event recorded there belongs to the
+ * graph, and the watchdog thread's query of it would break the capture. */
+static bool capturing(cudaStream_t stream) {
+    enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    return cudaStreamIsCapturing(stream, &cs) == cudaSuccess && cs != cudaStreamCaptureStatusNone;
+}
+
+/* ... and hands them back; enqueued: record `last` behind the call just enqueued on stream
+ * (not inside a capture: the graph's launch is watched as a whole by the waits after it). */
 void mg_nccl_wd_leave(nccl_world *nw, nccl_group *g, const mg_comm *c, cudaStream_t stream,
                       bool enqueued) {
     pthread_mutex_lock(&nw->mu);
-    if (enqueued && g && g->comm && !nw->aborted &&
+    if (enqueued && g && g->comm && !nw->aborted && !capturing(stream) &&
         cudaEventRecord(g->last, stream) == cudaSuccess) {
         g->pending = true;
         g->last_t = mg_clock_seconds();

@@ -440,6 +440,7 @@ mg_status mg_config_validate(mg_config *out) {
     MG_CHECK(check_checkpoint(&c));
     MG_CHECK(mg_config_check_moe(&c));
     MG_CHECK(mg_config_check_graphs(&c));
+    MG_CHECK(mg_config_check_recompute(&c));
     *out = c;
     return MG_OK;
 }
@@ -447,6 +448,7 @@ mg_status mg_config_validate(mg_config *out) {
 mg_status mg_config_resolve_model(mg_config *out) {
     mg_config c = *out;
     MG_CHECK(check_model(&c));
+    MG_CHECK(mg_config_check_recompute(&c)); /* what the activation plan recomputes */
     *out = c;
     return MG_OK;
 }

@@ -14,6 +14,7 @@ void mg_config_single_process(mg_config *c) {
     c->num_layers_per_virtual_pipeline_stage = -1;
     c->microbatch_group_size_per_vp_stage = -1;
     c->decoder_first_pipeline_num_layers = -1;
+    c->recompute_num_layers = -1;
     c->decoder_last_pipeline_num_layers = -1;
     c->account_for_embedding_in_pipeline_split = false;
     c->account_for_loss_in_pipeline_split = false;

@@ -76,8 +76,8 @@ void mg_flags_print_help(FILE *f);
 mg_status mg_config_validate(mg_config *c);
 
 /* Only the model part of mg_config_validate (required shape flags, derived ffn_hidden_size,
- * kv_channels, num_query_groups, max_position_embeddings), for tools that size a model without
- * training it (`megatron plan`). On error *c is untouched. */
+ * kv_channels, num_query_groups, max_position_embeddings; activation recomputation), for tools
+ * that size a model without training it (`megatron plan`). On error *c is untouched. */
 mg_status mg_config_resolve_model(mg_config *c);
 
 /* RoPE's rotated channels per head: int(kv_channels * rotary_percent) below 1 (Megatron's
@@ -132,6 +132,22 @@ mg_status mg_config_check_graphs(mg_config *c);
 #define MG_GRAPH_SCOPE_MOE_ROUTER     8u
 #define MG_GRAPH_SCOPE_MOE_PREPROCESS 16u
 unsigned mg_config_graph_parts(const mg_config *c);
+/* Activation recomputation (config/config_recompute.c): --recompute-activations resolved into
+ * --recompute-granularity selective, and Megatron's checks of the granularity, method, layer
+ * count, modules and --distribute-saved-activations. */
+mg_status mg_config_check_recompute(mg_config *c);
+/* --recompute-granularity full: each recomputed layer (or uniform group) keeps only its input. */
+bool mg_config_recompute_full(const mg_config *c);
+/* The modules selective recomputation frees (--recompute-modules; core_attn when none is
+ * named); 0 without the selective granularity. */
+#define MG_RECOMPUTE_CORE_ATTN      1u  /* the attention's output */
+#define MG_RECOMPUTE_LAYERNORM      2u  /* both norms' outputs */
+#define MG_RECOMPUTE_MLP            4u  /* a dense MLP's, but its input */
+#define MG_RECOMPUTE_MLP_ACT        8u  /* a dense MLP's activation output */
+#define MG_RECOMPUTE_MOE            16u /* an MoE MLP's, but its input and the routing */
+#define MG_RECOMPUTE_MOE_ACT        32u /* the experts' activation output */
+#define MG_RECOMPUTE_SHARED_EXPERTS 64u /* the shared experts' fc1 and activation outputs */
+unsigned mg_config_recompute_modules(const mg_config *c);
 /* The training-length and schedule checks of mg_config_validate (config/config_lr.c):
  * iteration- or sample-based training (--train-samples resolves --lr-decay-samples), WSD, the
  * weight-decay schedule, --decoupled-lr and --rampup-batch-size, each in Megatron's words. */

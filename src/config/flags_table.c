@@ -47,6 +47,8 @@ static const char *const moe_dispatcher_choices[] = {"allgather", "alltoall", "f
 static const char *const moe_flex_backend_choices[] = {"deepep", "hybridep", NULL};
 static const char *const echo_assignment_choices[] = {"auto", "one_shot_greedy",
                                                       "approx_bin_packing", NULL};
+static const char *const recompute_granularity_choices[] = {"full", "selective", NULL};
+static const char *const recompute_method_choices[] = {"uniform", "block", NULL};
 static const char *const echo_dispatcher_choices[] = {"hybridep", "alltoall", NULL};
 static const char *const moe_router_dtype_choices[] = {"fp32", NULL};
 static const char *const moe_router_dtype_later[] = {"fp64", NULL};
@@ -79,29 +81,28 @@ const char *const mg_flag_group_names[MG_FLAG_GROUP_COUNT] = {"model",
                                                               "runtime",
                                                               "CUDA graphs"};
 
-#define FIELD(f)     .offset = offsetof(mg_config, f), .size = sizeof(((mg_config *)0)->f), .key = #f
-#define MODEL        .group = MG_FLAG_GROUP_MODEL
-#define MOE          .group = MG_FLAG_GROUP_MOE
-#define OPTIM        .group = MG_FLAG_GROUP_OPTIMIZER
-#define LR           .group = MG_FLAG_GROUP_LR
-#define TRAIN        .group = MG_FLAG_GROUP_TRAINING
-#define LOGGING      .group = MG_FLAG_GROUP_LOGGING
-#define CKPT         .group = MG_FLAG_GROUP_CHECKPOINT
-#define DATA         .group = MG_FLAG_GROUP_DATA
-#define RUNTIME      .group = MG_FLAG_GROUP_RUNTIME
-#define GRAPHS       .group = MG_FLAG_GROUP_GRAPHS
-#define INT          .kind = MG_FLAG_INT, .arg = "N"
-#define INT64        .kind = MG_FLAG_INT64, .arg = "N"
-#define DOUBLE       .kind = MG_FLAG_DOUBLE, .arg = "X"
-#define BOOL         .kind = MG_FLAG_BOOL
-#define STRING       .kind = MG_FLAG_STRING
-#define IGNORED      .status = MG_FLAG_IGNORED
-#define NOT_YET      .status = MG_FLAG_NOT_YET
-#define RETIRED      .status = MG_FLAG_RETIRED
-#define PARTIAL_1    .status = MG_FLAG_PARTIAL, .trivial = "1"
-#define PARTIAL_OFF  .status = MG_FLAG_PARTIAL, .trivial = "off"
-#define NO_RECOMPUTE .why = "(no recomputation); drop it"
-#define PROFILE      "; profile here with CUDA_INJECTION64_PATH=build/kernel_profile.so (tools/profile)"
+#define FIELD(f)    .offset = offsetof(mg_config, f), .size = sizeof(((mg_config *)0)->f), .key = #f
+#define MODEL       .group = MG_FLAG_GROUP_MODEL
+#define MOE         .group = MG_FLAG_GROUP_MOE
+#define OPTIM       .group = MG_FLAG_GROUP_OPTIMIZER
+#define LR          .group = MG_FLAG_GROUP_LR
+#define TRAIN       .group = MG_FLAG_GROUP_TRAINING
+#define LOGGING     .group = MG_FLAG_GROUP_LOGGING
+#define CKPT        .group = MG_FLAG_GROUP_CHECKPOINT
+#define DATA        .group = MG_FLAG_GROUP_DATA
+#define RUNTIME     .group = MG_FLAG_GROUP_RUNTIME
+#define GRAPHS      .group = MG_FLAG_GROUP_GRAPHS
+#define INT         .kind = MG_FLAG_INT, .arg = "N"
+#define INT64       .kind = MG_FLAG_INT64, .arg = "N"
+#define DOUBLE      .kind = MG_FLAG_DOUBLE, .arg = "X"
+#define BOOL        .kind = MG_FLAG_BOOL
+#define STRING      .kind = MG_FLAG_STRING
+#define IGNORED     .status = MG_FLAG_IGNORED
+#define NOT_YET     .status = MG_FLAG_NOT_YET
+#define RETIRED     .status = MG_FLAG_RETIRED
+#define PARTIAL_1   .status = MG_FLAG_PARTIAL, .trivial = "1"
+#define PARTIAL_OFF .status = MG_FLAG_PARTIAL, .trivial = "off"
+#define PROFILE     "; profile here with CUDA_INJECTION64_PATH=build/kernel_profile.so (tools/profile)"
 #define ONLY_NAN_CHECK                                                                             \
     .why = "(only the NaN check: --no-check-for-nan-in-loss-and-grad turns it off); drop it"
 #define STRAGGLER .why = "(no straggler detection: one rank's slowness shows in the iteration time)"
@@ -372,18 +373,25 @@ const mg_flag_spec mg_flag_table[] = {
      .help = "overflowing iterations before dynamic loss scaling halves the scale"},
     {"--fp8-format", TRAIN, STRING, NOT_YET, .arg = "FORMAT",
      .why = "(fp8 is not implemented); drop it", .help = "fp8 training"},
-    {"--recompute-activations", TRAIN, BOOL, NOT_YET, NO_RECOMPUTE,
-     .help = "recompute activations in backward"},
-    {"--recompute-granularity", TRAIN, STRING, NOT_YET, .arg = "KIND", NO_RECOMPUTE,
-     .help = "full or selective recomputation"},
-    {"--recompute-method", TRAIN, STRING, NOT_YET, .arg = "METHOD", NO_RECOMPUTE,
-     .help = "uniform or block: which layers full recomputation covers"},
-    {"--recompute-num-layers", TRAIN, INT, NOT_YET, NO_RECOMPUTE,
-     .help = "layers per recomputed chunk (uniform) or per stage (block)"},
-    {"--recompute-modules", TRAIN, .kind = MG_FLAG_STRING_LIST, .arg = "M [M ...]", NOT_YET,
-     NO_RECOMPUTE, .help = "the submodules selective recomputation covers"},
-    {"--distribute-saved-activations", TRAIN, BOOL, NOT_YET, NO_RECOMPUTE,
-     .help = "split recomputation's saved inputs over the tensor-parallel ranks"},
+    {"--recompute-activations", TRAIN, BOOL, FIELD(recompute_activations),
+     .help = "selective recomputation (= --recompute-granularity selective)"},
+    {"--recompute-granularity", TRAIN, STRING, .arg = "KIND", FIELD(recompute_granularity),
+     .choices = recompute_granularity_choices,
+     .help = "full: a recomputed layer keeps only its input and runs its forward again in the "
+             "backward; selective: the modules of --recompute-modules"},
+    {"--recompute-method", TRAIN, STRING, .arg = "METHOD", FIELD(recompute_method),
+     .choices = recompute_method_choices,
+     .help = "full recomputation: uniform (groups of --recompute-num-layers layers, each keeping "
+             "its input) or block (the first --recompute-num-layers layers of each model chunk)"},
+    {"--recompute-num-layers", TRAIN, INT, FIELD(recompute_num_layers), .def = "none",
+     .help = "layers per recomputed group (uniform) or recomputed layers per model chunk (block)"},
+    {"--recompute-modules", TRAIN, .kind = MG_FLAG_STRING_LIST, .arg = "M [M ...]",
+     FIELD(recompute_modules),
+     .help = "what selective recomputation frees and recomputes: core_attn (default), layernorm, "
+             "mlp, mlp_act, moe, moe_act, shared_experts (docs/recompute.md)"},
+    {"--distribute-saved-activations", TRAIN, BOOL, FIELD(distribute_saved_activations),
+     .help = "full recomputation under tensor parallelism: the saved layer inputs split over the "
+             "tensor-parallel ranks, gathered again for the recomputation"},
     {"--no-check-for-nan-in-loss-and-grad", TRAIN, BOOL, FIELD(no_check_for_nan_in_loss_and_grad),
      .help = "do not stop on a non-finite loss or grad norm (checked at each log, save and exit "
              "point); training goes on, as Megatron's"},
@@ -397,8 +405,7 @@ const mg_flag_spec mg_flag_table[] = {
      * 2023: the DDP implementation choice and its contiguous-buffer switch) */
     {"--checkpoint-activations", TRAIN, BOOL, RETIRED,
      .why = "is no longer valid, use --recompute-activations, or, for more control, "
-            "--recompute-granularity and --recompute-method. (Megatron-LM's words; recomputation "
-            "is not yet here: drop it)"},
+            "--recompute-granularity and --recompute-method. (Megatron-LM's words)"},
     {"--batch-size", TRAIN, INT, RETIRED,
      .why = "argument is no longer valid, use --micro-batch-size instead"},
     {"--warmup", LR, INT, RETIRED,
@@ -407,17 +414,17 @@ const mg_flag_spec mg_flag_table[] = {
     {"--model-parallel-size", RUNTIME, INT, RETIRED,
      .why = "is no longer valid, use --tensor-model-parallel-size instead"},
     {"--activations-checkpoint-method", TRAIN, STRING, .arg = "METHOD", RETIRED,
-     .why = "is Megatron-LM's old name of --recompute-method (renamed in 2022); recomputation is "
-            "not yet here: drop it"},
+     .why = "is Megatron-LM's old name of --recompute-method (renamed in 2022): use "
+            "--recompute-method"},
     {"--activations-checkpoint-num-layers", TRAIN, INT, RETIRED,
-     .why = "is Megatron-LM's old name of --recompute-num-layers (renamed in 2022); "
-            "recomputation is not yet here: drop it"},
+     .why = "is Megatron-LM's old name of --recompute-num-layers (renamed in 2022): use "
+            "--recompute-num-layers"},
     {"--checkpoint-num-layers", TRAIN, INT, RETIRED,
      .why = "is Megatron-LM's oldest name of --recompute-num-layers (then "
-            "--activations-checkpoint-num-layers); recomputation is not yet here: drop it"},
+            "--activations-checkpoint-num-layers): use --recompute-num-layers"},
     {"--distribute-checkpointed-activations", TRAIN, BOOL, RETIRED,
-     .why = "is Megatron-LM's old name of --distribute-saved-activations (renamed in 2022); "
-            "recomputation is not yet here: drop it"},
+     .why = "is Megatron-LM's old name of --distribute-saved-activations (renamed in 2022): use "
+            "--distribute-saved-activations"},
     {"--DDP-impl", RUNTIME, STRING, .arg = "IMPL", .choices = ddp_impl_choices, RETIRED,
      .why = "was removed from Megatron-LM in 2023 (torch DDP retired: its own data-parallel "
             "buffers are the only implementation, as here); drop it"},

@@ -3,8 +3,28 @@
  * fused layout of backend.h; --attention-dropout on its probabilities), output projection
  * (row-parallel) with --hidden-dropout and the residual add. Dropout only in training passes; the
  * backward recomputes the masks (core/dropout.h). Packed documents (the pass's pos and
- * doc_start, model/block.h): RoPE at each token's position, attention within its document. */
+ * doc_start, model/block.h): RoPE at each token's position, attention within its document.
+ * Selective recomputation (the slot entry's rc): core_attn runs the attention again from the
+ * kept qkv before the backward, layernorm the norm from the kept input. */
 #include "model/block.h"
+
+/* The pre-attention norm of the layer input into the slot's ln1 (gathered under SP). */
+static mg_status norm1(const mg_block_ctx *x, const mg_layer_params *p, const mg_layer_slot *s) {
+    return mg_block_norm_forward(x, mg_block_act(x, s->ln1), mg_block_act(x, s->ln1_mean),
+                                 mg_block_act(x, s->ln1_rstd), mg_block_act(x, s->x), p->ln1_w,
+                                 p->ln1_b);
+}
+
+/* Core attention: the slot's qkv (after RoPE) -> att and what its backward keeps. */
+static mg_status core_attention(const mg_block_ctx *x, const mg_layer_params *p,
+                                const mg_layer_slot *s) {
+    const mg_model_config *c = x->c;
+    mg_dropout ad;
+    bool adrop = mg_block_dropout(x, p->layer, MG_DROPOUT_ATTENTION, &ad);
+    return x->be->attention_forward(x->be, mg_block_act(x, s->att), mg_block_act(x, s->att_saved),
+                                    mg_block_act(x, s->qkv), x->B, c->S, c->nq_l, c->ng_l, c->hd,
+                                    adrop ? &ad : NULL, x->pass.doc_start);
+}
 
 mg_status mg_attention_forward(const mg_block_ctx *x, const mg_layer_params *p,
                                const mg_layer_slot *s) {
@@ -12,10 +32,7 @@ mg_status mg_attention_forward(const mg_block_ctx *x, const mg_layer_params *p,
     mg_backend *be = x->be;
     int N = x->N;
     void *ln1 = mg_block_act(x, s->ln1), *qkv = mg_block_act(x, s->qkv);
-    void *att = mg_block_act(x, s->att);
-    MG_CHECK(mg_block_norm_forward(x, ln1, mg_block_act(x, s->ln1_mean),
-                                   mg_block_act(x, s->ln1_rstd), mg_block_act(x, s->x), p->ln1_w,
-                                   p->ln1_b));
+    MG_CHECK(norm1(x, p, s));
     MG_CHECK(be->linear_forward(be, qkv, ln1, mg_block_param(x, p->qkv_w),
                                 mg_block_param(x, p->qkv_b), NULL, N, c->H, c->qkv_l));
     /* RoPE's angles come from the place in the sequence, also with --reset-position-ids, as in
@@ -25,14 +42,13 @@ mg_status mg_attention_forward(const mg_block_ctx *x, const mg_layer_params *p,
         MG_CHECK(be->rope_forward(be, qkv, mg_block_ws_ptr(x, x->ws->rope_cos),
                                   mg_block_ws_ptr(x, x->ws->rope_sin), NULL, N, c->S, c->nq_l,
                                   c->ng_l, c->hd, c->rd));
-    mg_dropout ad, hd;
-    bool adrop = mg_block_dropout(x, p->layer, MG_DROPOUT_ATTENTION, &ad);
-    bool hdrop = mg_block_dropout(x, p->layer, MG_DROPOUT_ATTN_OUT, &hd);
-    MG_CHECK(be->attention_forward(be, att, mg_block_act(x, s->att_saved), qkv, x->B, c->S, c->nq_l,
-                                   c->ng_l, c->hd, adrop ? &ad : NULL, x->pass.doc_start));
+    MG_CHECK(core_attention(x, p, s));
     /* mid = x + dropout(proj(att)) */
-    return mg_block_row_parallel_forward(x, mg_block_act(x, s->mid), att, p->proj_w, p->proj_b,
-                                         mg_block_act(x, s->x), c->attn_l, hdrop ? &hd : NULL);
+    mg_dropout hd;
+    bool hdrop = mg_block_dropout(x, p->layer, MG_DROPOUT_ATTN_OUT, &hd);
+    return mg_block_row_parallel_forward(x, mg_block_act(x, s->mid), mg_block_act(x, s->att),
+                                         p->proj_w, p->proj_b, mg_block_act(x, s->x), c->attn_l,
+                                         hdrop ? &hd : NULL);
 }
 
 mg_status mg_attention_backward(const mg_block_ctx *x, const mg_layer_params *p,
@@ -45,6 +61,9 @@ mg_status mg_attention_backward(const mg_block_ctx *x, const mg_layer_params *p,
     mg_dropout ad, hd;
     bool adrop = mg_block_dropout(x, p->layer, MG_DROPOUT_ATTENTION, &ad);
     bool hdrop = mg_block_dropout(x, p->layer, MG_DROPOUT_ATTN_OUT, &hd);
+    /* selective recomputation: what the slot did not keep, again (the same masks) */
+    if (s->rc & MG_RECOMPUTE_CORE_ATTN) MG_CHECK(core_attention(x, p, s));
+    if (s->rc & MG_RECOMPUTE_LAYERNORM) MG_CHECK(norm1(x, p, s));
     /* mid = x + dropout(proj(att)): d(att) from d(mid); d(x) keeps d(mid) (identity through the
      * add) */
     const void *dmid;

@@ -3,48 +3,100 @@
 #include "model/block.h"
 #include "model/layer_graphs.h"
 
+#include <stddef.h>
+
 static mg_status reserve(mg_arena *a, size_t bytes, size_t *off) {
     return mg_arena_reserve(a, bytes, 0, off);
 }
 
-mg_status mg_block_plan_slot(const mg_block_ctx *x, mg_layer_slot *s, bool dense, bool moe) {
+/* One saved activation of a slot entry: its member of mg_layer_slot, its bytes, and the
+ * recomputation that frees it (MG_RECOMPUTE_* modules, MG_SLOT_RC_*; 0: always kept). */
+typedef struct {
+    size_t member, bytes;
+    unsigned freed_by;
+} slot_field;
+
+#define F_(m, b, r)                                                                                \
+    (slot_field) {                                                                                 \
+        offsetof(mg_layer_slot, m), (b), (r)                                                       \
+    }
+#define FULL_           MG_SLOT_RC_FULL
+#define SLOT_FIELDS_MAX 40
+
+/* The entry's fields for the layers it serves (dense MLP, MoE MLP); returns their count. The
+ * routing (logits through rounds) is always kept: a recomputed MoE layer reuses its decision. */
+static int slot_fields(const mg_block_ctx *x, bool dense, bool moe, slot_field *f) {
     const mg_model_config *c = x->c;
-    mg_arena *a = x->acts;
-    size_t N = (size_t)x->N, Nl = (size_t)x->Nl, e = x->esz, f = sizeof(float), H = (size_t)c->H;
-    MG_CHECK(reserve(a, Nl * H * e, &s->x));
-    MG_CHECK(reserve(a, N * H * e, &s->ln1));
-    MG_CHECK(reserve(a, Nl * f, &s->ln1_mean));
-    MG_CHECK(reserve(a, Nl * f, &s->ln1_rstd));
-    MG_CHECK(reserve(a, N * c->qkv_l * e, &s->qkv));
-    MG_CHECK(reserve(a, N * c->attn_l * e, &s->att));
-    MG_CHECK(reserve(a, x->att_saved, &s->att_saved));
-    MG_CHECK(reserve(a, Nl * H * e, &s->mid));
-    MG_CHECK(reserve(a, N * H * e, &s->ln2));
-    MG_CHECK(reserve(a, Nl * f, &s->ln2_mean));
-    MG_CHECK(reserve(a, Nl * f, &s->ln2_rstd));
-    MG_CHECK(reserve(a, dense ? N * c->fc1_l * e : 0, &s->fc1));
-    MG_CHECK(reserve(a, dense ? N * c->F_l * e : 0, &s->act));
-    if (!moe) return MG_OK;
+    size_t N = (size_t)x->N, Nl = (size_t)x->Nl, e = x->esz, fl = sizeof(float);
+    size_t H = (size_t)c->H, i32 = sizeof(int32_t);
+    const unsigned LN = MG_RECOMPUTE_LAYERNORM, ATT = MG_RECOMPUTE_CORE_ATTN;
+    const unsigned MLP = MG_RECOMPUTE_MLP, MOE = MG_RECOMPUTE_MOE;
+    int n = 0;
+    f[n++] = F_(x, Nl * H * e, MG_SLOT_RC_INNER | MG_SLOT_RC_DIST);
+    f[n++] = F_(ln1, N * H * e, FULL_ | LN);
+    f[n++] = F_(ln1_mean, Nl * fl, FULL_);
+    f[n++] = F_(ln1_rstd, Nl * fl, FULL_);
+    f[n++] = F_(qkv, N * c->qkv_l * e, FULL_);
+    f[n++] = F_(att, N * c->attn_l * e, FULL_ | ATT);
+    f[n++] = F_(att_saved, x->att_saved, FULL_ | ATT);
+    f[n++] = F_(mid, Nl * H * e, FULL_);
+    f[n++] = F_(ln2, N * H * e, FULL_ | LN | MLP | MOE);
+    f[n++] = F_(ln2_mean, Nl * fl, FULL_);
+    f[n++] = F_(ln2_rstd, Nl * fl, FULL_);
+    f[n++] = F_(fc1, dense ? N * c->fc1_l * e : 0, FULL_ | MLP);
+    f[n++] = F_(act, dense ? N * c->F_l * e : 0, FULL_ | MLP | MG_RECOMPUTE_MLP_ACT);
+    if (!moe) return n;
     const mg_moe_config *m = &c->moe;
     const mg_moe_ws *w = x->moe;
     size_t E = (size_t)m->E, k = (size_t)m->k, R = (size_t)w->R, Rp = (size_t)w->Rp;
     size_t seqs = c->moe.route.balancing == MG_MOE_LB_SEQ_AUX ? N / (size_t)c->S : 1;
-    MG_CHECK(reserve(a, N * E * f, &s->logits));
-    MG_CHECK(reserve(a, N * k * sizeof(int32_t), &s->idx));
-    MG_CHECK(reserve(a, N * k * f, &s->probs));
-    MG_CHECK(reserve(a, N * k * sizeof(int32_t), &s->pos));
-    MG_CHECK(reserve(a, seqs * E * sizeof(int32_t), &s->aux_counts));
-    MG_CHECK(reserve(a, (size_t)m->ep * w->El * sizeof(int32_t), &s->counts));
-    MG_CHECK(reserve(a, m->ep > 1 ? (size_t)w->Ed * sizeof(int32_t) : 0, &s->lcounts));
-    MG_CHECK(reserve(a, m->echo ? mg_echo_plan_ints(&m->echo_p) * sizeof(int32_t) : 0, &s->plan));
-    MG_CHECK(reserve(a, m->echo ? N * k * sizeof(int32_t) : 0, &s->idx2));
-    MG_CHECK(reserve(a, w->budget ? sizeof(int32_t) : 0, &s->rounds));
-    MG_CHECK(reserve(a, R * H * e, &s->xe));
-    MG_CHECK(reserve(a, R * m->fc1 * e, &s->e_fc1));
-    MG_CHECK(reserve(a, R * m->F * e, &s->e_act));
-    MG_CHECK(reserve(a, Rp * H * e, &s->y));
-    MG_CHECK(reserve(a, N * m->shared_fc1 * e, &s->sh_fc1));
-    MG_CHECK(reserve(a, N * m->shared_F * e, &s->sh_act));
+    f[n++] = F_(logits, N * E * fl, 0);
+    f[n++] = F_(idx, N * k * i32, 0);
+    f[n++] = F_(probs, N * k * fl, 0);
+    f[n++] = F_(pos, N * k * i32, 0);
+    f[n++] = F_(aux_counts, seqs * E * i32, 0);
+    f[n++] = F_(counts, (size_t)m->ep * w->El * i32, 0);
+    f[n++] = F_(lcounts, m->ep > 1 ? (size_t)w->Ed * i32 : 0, 0);
+    f[n++] = F_(plan, m->echo ? mg_echo_plan_ints(&m->echo_p) * i32 : 0, 0);
+    f[n++] = F_(idx2, m->echo ? N * k * i32 : 0, 0);
+    f[n++] = F_(rounds, w->budget ? i32 : 0, 0);
+    f[n++] = F_(xe, R * H * e, FULL_ | MOE);
+    f[n++] = F_(e_fc1, R * m->fc1 * e, FULL_ | MOE);
+    f[n++] = F_(e_act, R * m->F * e, FULL_ | MOE | MG_RECOMPUTE_MOE_ACT);
+    f[n++] = F_(y, Rp * H * e, FULL_ | MOE);
+    f[n++] = F_(sh_fc1, N * m->shared_fc1 * e, FULL_ | MOE | MG_RECOMPUTE_SHARED_EXPERTS);
+    f[n++] = F_(sh_act, N * m->shared_F * e, FULL_ | MOE | MG_RECOMPUTE_SHARED_EXPERTS);
+    return n;
+}
+
+static size_t *member(mg_layer_slot *s, const slot_field *f) {
+    return (size_t *)((char *)s + f->member);
+}
+
+mg_status mg_block_plan_slot(const mg_block_ctx *x, mg_layer_slot *s, bool dense, bool moe,
+                             unsigned rc, const mg_layer_slot *scratch) {
+    slot_field f[SLOT_FIELDS_MAX];
+    int n = slot_fields(x, dense, moe, f);
+    s->rc = rc;
+    for (int i = 0; i < n; i++) {
+        if (f[i].freed_by & rc) {
+            if (!scratch)
+                return MG_FAIL(MG_ERR_INTERNAL, "a recomputed slot entry without buffers");
+            *member(s, &f[i]) = *member((mg_layer_slot *)scratch, &f[i]);
+        } else {
+            MG_CHECK(reserve(x->acts, f[i].bytes, member(s, &f[i])));
+        }
+    }
+    return MG_OK;
+}
+
+mg_status mg_block_plan_scratch(const mg_block_ctx *x, mg_layer_slot *s, bool dense, bool moe,
+                                unsigned rc) {
+    slot_field f[SLOT_FIELDS_MAX];
+    int n = slot_fields(x, dense, moe, f);
+    s->rc = 0;
+    for (int i = 0; i < n; i++)
+        if (f[i].freed_by & rc) MG_CHECK(reserve(x->acts, f[i].bytes, member(s, &f[i])));
     return MG_OK;
 }
 
@@ -158,7 +210,7 @@ mg_status mg_block_row_parallel_dout(const mg_block_ctx *x, const void *dout,
 
 mg_status mg_block_graph(const mg_block_ctx *x, int layer, int part, bool backward,
                          mg_status (*fn)(void *ctx), void *ctx) {
-    if (!x->graphs || !x->pass.on) return fn(ctx);
+    if (!x->graphs || !x->pass.on || x->recompute) return fn(ctx);
     return mg_layer_graphs_run(x->graphs, x->be, layer, (mg_layer_part)part, backward, x->pass.mb,
                                fn, ctx);
 }

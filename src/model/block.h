@@ -19,6 +19,7 @@
 #define MG_MODEL_BLOCK_H
 
 #include "backend/backend.h"
+#include "config/flags.h"
 #include "core/arena.h"
 #include "model/config.h"
 #include "model/params.h"
@@ -68,7 +69,19 @@ typedef struct {
     size_t e_fc1, e_act;    /* (R, moe fc1), (R, moe F) */
     size_t y;               /* (Rp,H) the expert outputs of this rank's pairs */
     size_t sh_fc1, sh_act;  /* (N, shared fc1), (N, shared F) */
+    unsigned rc;            /* what the entry does not keep (MG_SLOT_RC_*, MG_RECOMPUTE_*): those
+                               fields share the recomputation buffers, written again in the
+                               backward */
 } mg_layer_slot;
+
+/* Activation recomputation in a slot entry: the selective modules (config/flags.h's
+ * MG_RECOMPUTE_*: their outputs rebuilt inside the sublayers' backward), or full recomputation
+ * (model/gpt.c runs the layers' forward again before their backward): */
+#define MG_SLOT_RC_FULL  (1u << 8) /* everything but the layer input and the MoE routing */
+#define MG_SLOT_RC_INNER (1u << 9) /* a uniform group's later layer: its input too */
+#define MG_SLOT_RC_DIST                                                                            \
+    (1u << 10) /* a group's first layer whose input is kept split over the                         \
+                  tensor-parallel ranks (--distribute-saved-activations) */
 
 /* What MoE layers share (model/moe.c): workspace offsets for the backward, per MoE layer the
  * expert bias, the step's load and the experts' pointer arrays, and the pass's settings. */
@@ -142,6 +155,8 @@ typedef struct {
     size_t rope_cos, rope_sin; /* (S, rd/2) fp32 */
     size_t ones, norm_w;       /* (H) each, --apply-layernorm-1p: ones, and 1 + w of the norm
                                   running (the stored weight w is zero-centred) */
+    size_t rc_out;             /* (Nl,H) recomputation: where a layer's forward run again puts
+                                  the output nobody reads */
 } mg_block_ws;
 
 /* The pass in progress, from the slot's (gpt.c sets it before a chunk's forward or backward):
@@ -178,6 +193,8 @@ typedef struct {
     mg_block_pass pass;             /* the pass's dropout */
     struct mg_layer_graphs *graphs; /* per-layer graphs (model/layer_graphs.h; the trainer's),
                                        NULL: none */
+    bool recompute; /* the forward runs again in the backward (full recomputation, or the moe
+                       module): no per-layer graphs, no statistics, the MoE routing reused */
 } mg_block_ctx;
 
 static inline void *mg_block_act(const mg_block_ctx *x, size_t off) {
@@ -196,8 +213,13 @@ static inline float *mg_block_grad(const mg_block_ctx *x, int i) {
 
 /* Reserves one layer's slot in acts (sizes from the context's shapes): the dense MLP's
  * activations if `dense`, an MoE layer's if `moe` (a slot entry serves the layer at one position
- * of every chunk: it may need both). */
-mg_status mg_block_plan_slot(const mg_block_ctx *x, mg_layer_slot *s, bool dense, bool moe);
+ * of every chunk: it may need both). The fields recomputation `rc` frees take scratch's offsets
+ * instead (the buffers every slot shares, mg_block_plan_scratch). */
+mg_status mg_block_plan_slot(const mg_block_ctx *x, mg_layer_slot *s, bool dense, bool moe,
+                             unsigned rc, const mg_layer_slot *scratch);
+/* Reserves only the fields `rc` frees: the recomputation buffers of one layer. */
+mg_status mg_block_plan_scratch(const mg_block_ctx *x, mg_layer_slot *s, bool dense, bool moe,
+                                unsigned rc);
 
 /* LayerNorm or RMSNorm of the Nl local rows of `in` into the rows of `whole` (N,H) this rank
  * owns, then (SP) the all-gather that makes `whole` complete on every rank. mean is unused by
@@ -243,14 +265,17 @@ mg_status mg_attention_forward(const mg_block_ctx *x, const mg_layer_params *p,
 /* dres (Nl,H) holds d(mid) on entry and d(x) on exit. */
 mg_status mg_attention_backward(const mg_block_ctx *x, const mg_layer_params *p,
                                 const mg_layer_slot *s, void *dres);
-/* mid -> out = mid + fc2(act(fc1(norm2(mid)))) */
+/* mid -> out = mid + fc2(act(fc1(norm2(mid)))); out NULL: up to the activation (what the
+ * backward reads, recomputed) */
 mg_status mg_mlp_forward(const mg_block_ctx *x, const mg_layer_params *p, const mg_layer_slot *s,
                          void *out);
 /* dres holds d(out) on entry and d(mid) on exit. */
 mg_status mg_mlp_backward(const mg_block_ctx *x, const mg_layer_params *p, const mg_layer_slot *s,
                           void *dres);
 /* An MoE layer's MLP: mid -> out = mid + sum of the routed experts' outputs weighted by the
- * router (+ the shared experts) (model/moe.c). The backward as mg_mlp_backward's. */
+ * router (+ the shared experts) (model/moe.c). The backward as mg_mlp_backward's. With
+ * x->recompute (the forward again, in the backward) the slot's routing is reused: no router,
+ * no statistics, no exchange of counts or ECHO plan. */
 mg_status mg_moe_forward(const mg_block_ctx *x, const mg_layer_params *p, const mg_layer_slot *s,
                          void *out);
 mg_status mg_moe_backward(const mg_block_ctx *x, const mg_layer_params *p, const mg_layer_slot *s,

@@ -89,6 +89,12 @@ mg_status mg_model_config_from(mg_model_config *m, const mg_config *c, int tp_ra
     m->attn_dropout = c->attention_dropout;
     m->hidden_dropout = c->hidden_dropout;
     m->dropout_positional = c->layout_invariant_dropout;
+    m->rc_modules = mg_config_recompute_modules(c);
+    m->rc_full = !mg_config_recompute_full(c)                  ? MG_RC_NONE
+                 : strcmp(c->recompute_method, "uniform") == 0 ? MG_RC_UNIFORM
+                                                               : MG_RC_BLOCK;
+    m->rc_layers = c->recompute_num_layers;
+    m->rc_distribute = c->distribute_saved_activations && m->tp > 1 && !m->sp;
     if (m->L <= 0 || m->H <= 0 || m->nq <= 0 || m->hd <= 0 || m->S <= 0 || m->V <= 0 || m->F <= 0)
         return MG_FAIL(MG_ERR_USAGE,
                        "model shape incomplete: layers %d, hidden %d, heads %d, "

@@ -39,6 +39,10 @@ typedef struct {
     mg_moe_routing route;
 } mg_moe_config;
 
+/* Full recomputation's method (--recompute-method): none, uniform groups of rc_layers layers
+ * each keeping its input, or block: the first rc_layers layers of each model chunk. */
+typedef enum { MG_RC_NONE, MG_RC_UNIFORM, MG_RC_BLOCK } mg_rc_method;
+
 typedef struct {
     int L;        /* layers */
     int H;        /* hidden size */
@@ -71,6 +75,12 @@ typedef struct {
     int attn_l;     /* attn_dim / tp */
     int F_l, fc1_l; /* F / tp, fc1_dim / tp */
     int V_l, v0;    /* vocabulary rows [v0, v0 + V_l) */
+    /* activation recomputation (model/gpt.h): the selective modules (config/flags.h's
+     * MG_RECOMPUTE_*), or full recomputation of the layers the method picks */
+    unsigned rc_modules;
+    mg_rc_method rc_full;
+    int rc_layers;      /* --recompute-num-layers */
+    bool rc_distribute; /* --distribute-saved-activations (tp > 1, no SP) */
     mg_moe_config moe;
 } mg_model_config;
 

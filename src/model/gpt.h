@@ -106,11 +106,21 @@ typedef struct {
     mg_model_rng rng;        /* the dropout streams (model/rng.h; allocated at bind) */
 
     /* plan (set by mg_gpt_plan) */
-    int n_slots, slot_layers;       /* activation slots; layer entries per slot (largest chunk) */
-    size_t slot_bytes;              /* one slot's share of the activation arena */
-    mg_layer_slot *slot;            /* (n_slots * slot_layers) */
-    size_t *x_out;                  /* (n_slots) a chunk's output (Nl,H): the final residual */
-    mg_block_pass *slot_pass;       /* (n_slots) the dropout of each slot's microbatch */
+    int n_slots, slot_layers; /* activation slots; layer entries per slot (largest chunk) */
+    size_t slot_bytes;        /* one slot's share of the activation arena */
+    mg_layer_slot *slot;      /* (n_slots * slot_layers) */
+    size_t *x_out;            /* (n_slots) a chunk's output (Nl,H): the final residual */
+    /* activation recomputation (model/block.h's MG_SLOT_RC_*): what each position of a chunk
+     * recomputes, the buffers the slots share for it (rc_groups: one per layer of a uniform
+     * group, else one) and their bytes, and with --distribute-saved-activations each entry's
+     * share of its input */
+    unsigned *rc_pos;          /* (slot_layers) */
+    mg_layer_slot *rc_scratch; /* (rc_groups) */
+    int rc_groups;
+    bool rc_any;              /* something is recomputed */
+    size_t rc_bytes;          /* the shared buffers' part of the activation arena */
+    size_t *x_part;           /* (n_slots * slot_layers) offsets, 0 bytes where not distributed */
+    mg_block_pass *slot_pass; /* (n_slots) the dropout of each slot's microbatch */
     size_t lnf, lnf_mean, lnf_rstd; /* workspace: final norm (N,H) whole, (Nl), (Nl) */
     mg_block_ws ws;                 /* workspace offsets */
     mg_tp tp;                       /* the tensor-parallel group (set at bind) */

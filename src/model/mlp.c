@@ -5,28 +5,45 @@
  * (linear_backward's gelu_pre): on CUDA these are cuBLASLt epilogues. */
 #include "model/block.h"
 
+/* The pre-MLP norm of mid into the slot's ln2 (gathered under SP). */
+static mg_status norm2(const mg_block_ctx *x, const mg_layer_params *p, const mg_layer_slot *s) {
+    return mg_block_norm_forward(x, mg_block_act(x, s->ln2), mg_block_act(x, s->ln2_mean),
+                                 mg_block_act(x, s->ln2_rstd), mg_block_act(x, s->mid), p->ln2_w,
+                                 p->ln2_b);
+}
+
+/* The activation of the slot's fc1 into act. */
+static mg_status activation(const mg_block_ctx *x, const mg_layer_slot *s) {
+    const mg_model_config *c = x->c;
+    void *fc1 = mg_block_act(x, s->fc1), *act = mg_block_act(x, s->act);
+    if (c->swiglu) return x->be->swiglu_forward(x->be, act, fc1, x->N, c->F_l);
+    return x->be->gelu_forward(x->be, act, fc1, (size_t)x->N * c->F_l);
+}
+
 mg_status mg_mlp_forward(const mg_block_ctx *x, const mg_layer_params *p, const mg_layer_slot *s,
                          void *out) {
     const mg_model_config *c = x->c;
     mg_backend *be = x->be;
     int N = x->N;
-    void *mid = mg_block_act(x, s->mid), *ln2 = mg_block_act(x, s->ln2);
-    void *fc1 = mg_block_act(x, s->fc1), *act = mg_block_act(x, s->act);
-    MG_CHECK(mg_block_norm_forward(x, ln2, mg_block_act(x, s->ln2_mean),
-                                   mg_block_act(x, s->ln2_rstd), mid, p->ln2_w, p->ln2_b));
-    if (c->swiglu) {
+    void *ln2 = mg_block_act(x, s->ln2), *fc1 = mg_block_act(x, s->fc1);
+    MG_CHECK(norm2(x, p, s));
+    /* GELU fused into fc1's GEMM, unless the backward recomputes the activation alone (then both
+     * passes run the same GELU) */
+    if (c->swiglu || (s->rc & MG_RECOMPUTE_MLP_ACT)) {
         MG_CHECK(be->linear_forward(be, fc1, ln2, mg_block_param(x, p->fc1_w),
                                     mg_block_param(x, p->fc1_b), NULL, N, c->H, c->fc1_l));
-        MG_CHECK(be->swiglu_forward(be, act, fc1, N, c->F_l));
+        MG_CHECK(activation(x, s));
     } else {
-        MG_CHECK(be->linear_gelu_forward(be, act, fc1, ln2, mg_block_param(x, p->fc1_w),
-                                         mg_block_param(x, p->fc1_b), N, c->H, c->fc1_l));
+        MG_CHECK(be->linear_gelu_forward(be, mg_block_act(x, s->act), fc1, ln2,
+                                         mg_block_param(x, p->fc1_w), mg_block_param(x, p->fc1_b),
+                                         N, c->H, c->fc1_l));
     }
+    if (!out) return MG_OK; /* recomputation: fc2's output is not needed */
     /* out = mid + dropout(fc2(act)) */
     mg_dropout hd;
     bool hdrop = mg_block_dropout(x, p->layer, MG_DROPOUT_MLP_OUT, &hd);
-    return mg_block_row_parallel_forward(x, out, act, p->fc2_w, p->fc2_b, mid, c->F_l,
-                                         hdrop ? &hd : NULL);
+    return mg_block_row_parallel_forward(x, out, mg_block_act(x, s->act), p->fc2_w, p->fc2_b,
+                                         mg_block_act(x, s->mid), c->F_l, hdrop ? &hd : NULL);
 }
 
 mg_status mg_mlp_backward(const mg_block_ctx *x, const mg_layer_params *p, const mg_layer_slot *s,
@@ -39,6 +56,13 @@ mg_status mg_mlp_backward(const mg_block_ctx *x, const mg_layer_params *p, const
     const void *dout;
     mg_dropout hd;
     bool hdrop = mg_block_dropout(x, p->layer, MG_DROPOUT_MLP_OUT, &hd);
+    /* selective recomputation: what the slot did not keep, again */
+    if (s->rc & MG_RECOMPUTE_MLP) {
+        MG_CHECK(mg_mlp_forward(x, p, s, NULL));
+    } else {
+        if (s->rc & MG_RECOMPUTE_LAYERNORM) MG_CHECK(norm2(x, p, s));
+        if (s->rc & MG_RECOMPUTE_MLP_ACT) MG_CHECK(activation(x, s));
+    }
     MG_CHECK(mg_block_row_parallel_dout(x, dres, hdrop ? &hd : NULL, &dout));
     /* GELU: fc2's input gradient goes straight through the GELU into dfc1 */
     MG_CHECK(be->linear_backward(be, c->swiglu ? dact : dfc1, mg_block_grad(x, p->fc2_w),

@@ -83,11 +83,9 @@ static const float *expert_bias(const mg_block_ctx *x, const mg_moe_params *mp) 
     return x->c->moe.expert_bias ? mg_block_ws_ptr(x, x->moe->bias[mp->index]) : NULL;
 }
 
-/* The shared experts: a dense MLP of the normed input (no tensor parallelism inside an MoE
- * model yet), out = mid + its output (mid NULL: its output alone). */
-static mg_status shared_forward(const mg_block_ctx *x, const mg_moe_params *mp,
-                                const mg_layer_slot *s, const void *ln2, const void *mid,
-                                void *out) {
+/* The shared experts' first half: ln2 -> their fc1 and activation in the slot. */
+static mg_status shared_in(const mg_block_ctx *x, const mg_moe_params *mp, const mg_layer_slot *s,
+                           const void *ln2) {
     const mg_model_config *c = x->c;
     mg_backend *be = x->be;
     int N = x->N, Fs = c->moe.shared_F;
@@ -95,13 +93,22 @@ static mg_status shared_forward(const mg_block_ctx *x, const mg_moe_params *mp,
     if (c->swiglu) {
         MG_CHECK(be->linear_forward(be, fc1, ln2, mg_block_param(x, mp->sh_fc1_w),
                                     mg_block_param(x, mp->sh_fc1_b), NULL, N, c->H, 2 * Fs));
-        MG_CHECK(be->swiglu_forward(be, act, fc1, N, Fs));
-    } else {
-        MG_CHECK(be->linear_gelu_forward(be, act, fc1, ln2, mg_block_param(x, mp->sh_fc1_w),
-                                         mg_block_param(x, mp->sh_fc1_b), N, c->H, Fs));
+        return be->swiglu_forward(be, act, fc1, N, Fs);
     }
-    return be->linear_forward(be, out, act, mg_block_param(x, mp->sh_fc2_w),
-                              mg_block_param(x, mp->sh_fc2_b), mid, N, Fs, c->H);
+    return be->linear_gelu_forward(be, act, fc1, ln2, mg_block_param(x, mp->sh_fc1_w),
+                                   mg_block_param(x, mp->sh_fc1_b), N, c->H, Fs);
+}
+
+/* The shared experts: a dense MLP of the normed input (no tensor parallelism inside an MoE
+ * model yet), out = mid + its output (mid NULL: its output alone). */
+static mg_status shared_forward(const mg_block_ctx *x, const mg_moe_params *mp,
+                                const mg_layer_slot *s, const void *ln2, const void *mid,
+                                void *out) {
+    const mg_model_config *c = x->c;
+    MG_CHECK(shared_in(x, mp, s, ln2));
+    return x->be->linear_forward(x->be, out, mg_block_act(x, s->sh_act),
+                                 mg_block_param(x, mp->sh_fc2_w), mg_block_param(x, mp->sh_fc2_b),
+                                 mid, x->N, c->moe.shared_F, c->H);
 }
 
 /* Its backward: dln (N,H) is overwritten with d(ln2) through the shared experts. */
@@ -123,18 +130,22 @@ static mg_status shared_backward(const mg_block_ctx *x, const mg_moe_params *mp,
                                c->swiglu ? 2 * Fs : Fs);
 }
 
+/* The experts' activation on their rows: e_fc1 -> e_act. */
+static mg_status experts_act(const mg_block_ctx *x, const mg_layer_slot *s, const int32_t *counts) {
+    const mg_moe_config *m = &x->c->moe;
+    return x->be->grouped_activation_forward(x->be, mg_block_act(x, s->e_act),
+                                             mg_block_act(x, s->e_fc1), counts, m->ep * x->moe->El,
+                                             m->F, x->c->swiglu);
+}
+
 /* The experts' first half on their rows: xe (R,H) in groups of counts -> e_fc1, e_act. */
 static mg_status experts_in(const mg_block_ctx *x, const mg_moe_params *mp, const mg_layer_slot *s,
                             const int32_t *counts) {
     const mg_moe_config *m = &x->c->moe;
-    mg_backend *be = x->be;
-    int H = x->c->H, G = m->ep * x->moe->El;
-    void *fc1 = mg_block_act(x, s->e_fc1);
-    MG_CHECK(be->grouped_linear_forward(be, fc1, mg_block_act(x, s->xe), ptrs(x, mp, W1),
-                                        mp->fc1_b ? ptrs(x, mp, B1) : NULL, counts, m->ep,
-                                        x->moe->El, H, m->fc1));
-    return be->grouped_activation_forward(be, mg_block_act(x, s->e_act), fc1, counts, G, m->F,
-                                          x->c->swiglu);
+    MG_CHECK(x->be->grouped_linear_forward(x->be, mg_block_act(x, s->e_fc1), mg_block_act(x, s->xe),
+                                           ptrs(x, mp, W1), mp->fc1_b ? ptrs(x, mp, B1) : NULL,
+                                           counts, m->ep, x->moe->El, x->c->H, m->fc1));
+    return experts_act(x, s, counts);
 }
 
 /* The experts on their rows: xe (R,H) in groups of counts -> ye (R,H). */
@@ -182,7 +193,28 @@ typedef struct {
     const void *dxp; /* backward: d(the permuted rows) */
 } moe_part;
 
-/* moe_router, forward: the pre-MLP norm, the router's logits, the top-k routing. */
+/* The pre-MLP norm of mid into the slot's ln2. */
+static mg_status norm2(const mg_block_ctx *x, const mg_layer_params *p, const mg_layer_slot *s) {
+    return mg_block_norm_forward(x, mg_block_act(x, s->ln2), mg_block_act(x, s->ln2_mean),
+                                 mg_block_act(x, s->ln2_rstd), mg_block_act(x, s->mid), p->ln2_w,
+                                 p->ln2_b);
+}
+
+/* The routed rows permuted again by the slot's routing (ECHO's rerouted pairs): into the
+ * experts' input with one rank, else into xp (the same pos and counts are written). */
+static mg_status permute_again(const mg_block_ctx *x, const mg_layer_slot *s) {
+    const mg_moe_config *m = &x->c->moe;
+    const mg_moe_ws *w = x->moe;
+    const bool local = m->ep == 1;
+    return x->be->moe_permute(x->be, local ? mg_block_act(x, s->xe) : mg_block_ws_ptr(x, w->xp),
+                              mg_block_act(x, s->pos),
+                              mg_block_act(x, local ? s->counts : s->lcounts), NULL,
+                              mg_block_act(x, s->ln2), mg_block_act(x, m->echo ? s->idx2 : s->idx),
+                              x->N, m->k, w->Ed, x->c->H, m->pad ? w->capacity : 0);
+}
+
+/* moe_router, forward: the pre-MLP norm, the router's logits, the top-k routing (recomputing:
+ * the norm alone). */
 static mg_status router_forward_part(void *ctx) {
     const moe_part *q = ctx;
     const mg_block_ctx *x = q->x;
@@ -192,9 +224,8 @@ static mg_status router_forward_part(void *ctx) {
     mg_backend *be = x->be;
     void *ln2 = mg_block_act(x, s->ln2);
     float *logits = mg_block_act(x, s->logits);
-    MG_CHECK(mg_block_norm_forward(x, ln2, mg_block_act(x, s->ln2_mean),
-                                   mg_block_act(x, s->ln2_rstd), mg_block_act(x, s->mid), p->ln2_w,
-                                   p->ln2_b));
+    MG_CHECK(norm2(x, p, s));
+    if (x->recompute) return MG_OK; /* the routing is the forward's, kept in the slot */
     MG_CHECK(be->router_forward(be, logits, ln2, mg_block_param(x, p->moe->router_w), x->N, x->c->H,
                                 m->E));
     /* --moe-router-force-load-balancing (benchmarks): the logits replaced by standard normal
@@ -221,6 +252,7 @@ static mg_status preprocess_forward_part(void *ctx) {
     const mg_moe_config *m = &x->c->moe;
     const mg_moe_ws *w = x->moe;
     mg_backend *be = x->be;
+    if (x->recompute) return permute_again(x, s); /* the counts are the slot's */
     float *load =
         w->train ? (float *)mg_block_ws_ptr(x, w->load) + (size_t)q->p->moe->index * m->E : NULL;
     const bool local = m->ep == 1;
@@ -263,7 +295,7 @@ mg_status mg_moe_forward(const mg_block_ctx *x, const mg_layer_params *p, const 
         void *xp = mg_block_ws_ptr(x, w->xp), *ye = mg_block_ws_ptr(x, w->ye);
         int rounds;
         MG_CHECK(mg_moe_rounds(x, s, &rounds));
-        if (rounds > 1 && w->train) ++*w->overflows;
+        if (rounds > 1 && w->train && !x->recompute) ++*w->overflows;
         if (m->echo) MG_CHECK(mg_moe_echo_weights(x, s, ptrs(x, mp, 0)));
         for (int r = rounds - 1; r >= 0; r--) {
             const int32_t *rc;
@@ -335,6 +367,17 @@ mg_status mg_moe_backward(const mg_block_ctx *x, const mg_layer_params *p, const
     /* d(shared experts + combine): d(out) itself, or through the dropout mask */
     mg_dropout hd;
     bool hdrop = mg_block_dropout(x, p->layer, MG_DROPOUT_MLP_OUT, &hd);
+    /* selective recomputation: what the slot did not keep, again (the routing is the slot's) */
+    if (s->rc & MG_RECOMPUTE_MOE) {
+        mg_block_ctx rx = *x;
+        rx.recompute = true;
+        MG_CHECK(mg_moe_forward(&rx, p, s, mg_block_ws_ptr(x, x->ws->rc_out)));
+    } else {
+        if (s->rc & MG_RECOMPUTE_LAYERNORM) MG_CHECK(norm2(x, p, s));
+        if (s->rc & MG_RECOMPUTE_SHARED_EXPERTS)
+            MG_CHECK(shared_in(x, mp, s, mg_block_act(x, s->ln2)));
+    }
+    const bool act_again = (s->rc & MG_RECOMPUTE_MOE_ACT) && !(s->rc & MG_RECOMPUTE_MOE);
     const void *dmoe;
     MG_CHECK(mg_block_row_parallel_dout(x, dres, hdrop ? &hd : NULL, &dmoe));
     /* the combine: d(expert outputs) and d(routing weights) */
@@ -342,6 +385,7 @@ mg_status mg_moe_backward(const mg_block_ctx *x, const mg_layer_params *p, const
                                         m->k, H, w->Rp));
     void *dxp = dxe; /* (Rp,H) d(the permuted rows) */
     if (m->ep == 1) {
+        if (act_again) MG_CHECK(experts_act(x, s, mg_block_act(x, s->counts)));
         MG_CHECK(experts_backward(x, mp, s, mg_block_act(x, s->counts), dy, dxe));
     } else { /* the forward's round trips on the gradients; each round's d(rows) come back into
               * dy's rows of the round, which its dispatch has read: dy becomes d(the permuted
@@ -358,14 +402,12 @@ mg_status mg_moe_backward(const mg_block_ctx *x, const mg_layer_params *p, const
         for (int r = 0; r < rounds; r++) {
             const int32_t *rc;
             MG_CHECK(mg_moe_round(x, s, r, &rc));
-            if (r > 0) {    /* the slot holds round 0's rows: round r's again, as the forward had */
-                if (r == 1) /* the permuted rows again (the same pos and counts are written) */
-                    MG_CHECK(be->moe_permute(
-                        be, xp, mg_block_act(x, s->pos), mg_block_act(x, s->lcounts), NULL,
-                        mg_block_act(x, s->ln2), mg_block_act(x, m->echo ? s->idx2 : s->idx), N,
-                        m->k, w->Ed, H, m->pad ? w->capacity : 0));
+            if (r > 0) { /* the slot holds round 0's rows: round r's again, as the forward had */
+                if (r == 1) MG_CHECK(permute_again(x, s)); /* the permuted rows again */
                 MG_CHECK(mg_moe_dispatch(x, s, r, rc, mg_block_act(x, s->xe), xp));
                 MG_CHECK(experts_in(x, mp, s, rc));
+            } else if (act_again) {
+                MG_CHECK(experts_act(x, s, rc));
             }
             MG_CHECK(mg_moe_dispatch(x, s, r, rc, dye, dy));
             MG_CHECK(experts_backward(x, mp, s, rc, dye, dxe));

@@ -122,6 +122,7 @@ mg_status mg_memory_stage_estimate(const mg_config *c, int pp_rank, int dp_size,
                   st, done);
     out->params = mg_params_count(&g.params);
     out->slot_bytes = g.slot_bytes;
+    out->recompute_bytes = g.rc_bytes;
     stage_sizes(&p, out);
 done:
     mg_memory_plan_free(&p);

@@ -78,12 +78,13 @@ typedef struct {
     size_t grads;          /* fp32 gradients */
     size_t master_weights; /* fp32 masters (0 where the parameters are fp32) */
     size_t optimizer;      /* Adam's moments (this data-parallel rank's shard) and scalars */
-    size_t activations;    /* slots x slot_bytes */
+    size_t activations;    /* slots x slot_bytes + recompute_bytes */
     int slots;
     size_t slot_bytes;
-    size_t workspace;    /* transient buffers, the pipeline's gradient buffers included */
-    size_t batch;        /* input ids, labels, loss weights, statistics */
-    size_t graph_inputs; /* of batch: every microbatch's inputs a full-iteration graph reads */
+    size_t recompute_bytes; /* the buffers activation recomputation shares over the slots */
+    size_t workspace;       /* transient buffers, the pipeline's gradient buffers included */
+    size_t batch;           /* input ids, labels, loss weights, statistics */
+    size_t graph_inputs;    /* of batch: every microbatch's inputs a full-iteration graph reads */
     size_t total;
 } mg_memory_stage;
 

@@ -45,12 +45,12 @@ static void log_plan(const mg_trainer *t) {
     mg_log_self(l->tp_rank == 0 && l->dp_rank == 0,
                 "> memory plan (%s, %s%s): parameters %.1f MiB, master weights %.1f MiB, "
                 "gradients %.1f MiB, optimizer %.1f MiB, activations %.1f MiB (%d slots x %.2f "
-                "MiB), workspace %.1f MiB, batch %.1f MiB, total %.1f MiB",
+                "MiB + %.2f MiB recomputation), workspace %.1f MiB, batch %.1f MiB, total %.1f MiB",
                 be->name, be->device == MG_DEVICE_CPU ? "host memory" : "device memory", stage,
                 p->params.size / MiB, p->masters ? p->master.size / MiB : 0.0, p->grads.size / MiB,
                 p->optim.size / MiB, p->acts.size / MiB, t->model.n_slots,
-                t->model.slot_bytes / MiB, p->work.size / MiB, p->io.size / MiB,
-                m->planned_bytes / MiB);
+                t->model.slot_bytes / MiB, t->model.rc_bytes / MiB, p->work.size / MiB,
+                p->io.size / MiB, m->planned_bytes / MiB);
     if (be->memory_info) /* nothing is allocated after this point: the peak is known now */
         mg_log_self(l->tp_rank == 0 && l->dp_rank == 0,
                     "> predicted peak device memory%s: %.1f MiB (arenas %.1f MiB + %.1f MiB in use "

@@ -31,15 +31,15 @@ expect_lines() {
 
 # A line of a DeepSeek-V3 style script with flags this build refuses for different reasons.
 expect_lines report_train_lists_all \
-    "^megatron: error: 6 flags of the command line were refused \(--multi-latent-attention, --fp8-format, --checkpoint-activations, --moe-router-score-functon, --DDP-impl, --recompute-granularity\)" \
+    "^megatron: error: 6 flags of the command line were refused \(--multi-latent-attention, --fp8-format, --checkpoint-activations, --moe-router-score-functon, --DDP-impl, --optimizer\)" \
     "^error: unknown flag '--multi-latent-attention'; see .megatron train --help." \
     "^error: --fp8-format hybrid is not supported yet by this build \(fp8 is not implemented\)" \
     "^error: --checkpoint-activations is no longer valid, use --recompute-activations" \
     "^error: unknown flag '--moe-router-score-functon'; did you mean '--moe-router-score-function'\?" \
     "^error: --DDP-impl was removed from Megatron-LM in 2023" \
-    "^error: --recompute-granularity full is not supported yet by this build \(no recomputation\)" \
+    "^error: --optimizer sgd is not supported yet by this build \(AdamW only\)" \
     -- train "${TINY[@]}" --multi-latent-attention --fp8-format hybrid --checkpoint-activations \
-    --moe-router-score-functon sigmoid --DDP-impl local --recompute-granularity full
+    --moe-router-score-functon sigmoid --DDP-impl local --optimizer sgd
 # every subcommand parses through the same table
 expect_lines report_generate_lists_all \
     "^megatron: error: 2 flags of the command line were refused \(--max-tokens, --topk\).*megatron generate --help" \

@@ -5,7 +5,8 @@
  * (the routing, the per-expert counts and the grouped products in device memory; CUTLASS's
  * grouped GEMM in bf16), and positional (--layout-invariant-dropout) masks. A run with the
  * full-iteration graph, or with per-layer graphs of each scope, equals the same run without
- * graphs bit for bit: losses, gradient norms, final weights.
+ * graphs bit for bit: losses, gradient norms, final weights. So does a run with activation
+ * recomputation, with graphs or without.
  * A replayed full-iteration step makes no host synchronisation, no device allocation and exactly
  * one graph launch (besides the input copies). */
 #include "cuda_test_util.h"
@@ -77,8 +78,10 @@ static void run(mg_test_ctx *t, const char *dev, bool llama, const char *const *
     mg_env_forget();
 }
 
-static void replay_equals_eager(mg_test_ctx *t, bool llama, const char *const *model,
-                                const char *const *graph, const char *label) {
+/* The run with `extra` (graph or recomputation flags) equals the run without, bit for bit; with
+ * `graphs` a graph must have been captured. */
+static void equal_runs(mg_test_ctx *t, bool llama, const char *const *model,
+                       const char *const *graph, const char *label, bool graphs) {
     mg_backend *gpu = ct_gpu(t);
     if (!gpu) return;
     const char *dev = gpu->device == MG_DEVICE_CUDA ? "cuda" : "cpu";
@@ -86,7 +89,7 @@ static void replay_equals_eager(mg_test_ctx *t, bool llama, const char *const *m
     run(t, dev, llama, model, NULL, &e);
     run(t, dev, llama, model, graph, &g);
     if (e.w && g.w) {
-        MG_EXPECT(g.captured, "%s: no graph was captured", label);
+        MG_EXPECT(!graphs || g.captured, "%s: no graph was captured", label);
         for (int s = 0; s < STEPS; s++)
             MG_EXPECT(e.loss[s] == g.loss[s] && e.norm[s] == g.norm[s],
                       "%s step %d: graph loss %.9g norm %.9g, eager %.9g %.9g", label, s + 1,
@@ -96,6 +99,11 @@ static void replay_equals_eager(mg_test_ctx *t, bool llama, const char *const *m
     }
     free(e.w);
     free(g.w);
+}
+
+static void replay_equals_eager(mg_test_ctx *t, bool llama, const char *const *model,
+                                const char *const *graph, const char *label) {
+    equal_runs(t, llama, model, graph, label, true);
 }
 
 static const char *const k_full[] = {"--cuda-graph-impl", "full_iteration",
@@ -156,4 +164,68 @@ MG_TEST(cuda_train_graph_per_layer_equals_eager) {
     replay_equals_eager(t, true, NULL, attn, "llama attn");
     replay_equals_eager(t, true, moe_mixed, attn_moe, "moe per layer");
     replay_equals_eager(t, true, moe_z, router, "moe router and preprocessing");
+}
+
+/* Activation recomputation (model/gpt.h) on the device: the recomputed forward runs the same
+ * deterministic kernels (cuDNN's attention with its dropout, the GEMMs, the MoE dispatch with the
+ * routing reused), so losses, norms and weights equal the run without, bit for bit; also inside
+ * the full-iteration graph. */
+MG_TEST(cuda_train_recompute_equals_plain) {
+    static const char *const full1[] = {"--recompute-granularity",
+                                        "full",
+                                        "--recompute-method",
+                                        "uniform",
+                                        "--recompute-num-layers",
+                                        "1",
+                                        NULL};
+    static const char *const full2[] = {"--recompute-granularity",
+                                        "full",
+                                        "--recompute-method",
+                                        "uniform",
+                                        "--recompute-num-layers",
+                                        "2",
+                                        NULL};
+    static const char *const sel[] = {"--recompute-granularity",
+                                      "selective",
+                                      "--recompute-modules",
+                                      "core_attn",
+                                      "layernorm",
+                                      "mlp_act",
+                                      NULL};
+    static const char *const sel_mlp[] = {"--recompute-granularity",
+                                          "selective",
+                                          "--recompute-modules",
+                                          "core_attn",
+                                          "layernorm",
+                                          "mlp",
+                                          NULL};
+    static const char *const sel_moe[] = {"--recompute-granularity",
+                                          "selective",
+                                          "--recompute-modules",
+                                          "moe",
+                                          "moe_act",
+                                          "layernorm",
+                                          NULL};
+    static const char *const full_graph[] = {"--cuda-graph-impl",
+                                             "full_iteration",
+                                             "--cuda-graph-warmup-steps",
+                                             "2",
+                                             "--recompute-granularity",
+                                             "full",
+                                             "--recompute-method",
+                                             "block",
+                                             "--recompute-num-layers",
+                                             "1",
+                                             NULL};
+    static const char *const moe[] = {
+        MOE, "--moe-aux-loss-coeff", "1e-2", "--moe-layer-freq", "[1,1]", NULL};
+    equal_runs(t, false, NULL, full1, "gpt2 full uniform 1", false);
+    /* GPT-2's mlp_act is left out: it moves GELU out of fc1's GEMM epilogue, which applies it
+     * to the fp32 accumulator, so the activations round differently (docs/recompute.md) */
+    equal_runs(t, false, NULL, sel_mlp, "gpt2 selective core_attn layernorm mlp", false);
+    equal_runs(t, true, NULL, full2, "llama full uniform 2", false);
+    equal_runs(t, true, NULL, sel, "llama selective", false);
+    equal_runs(t, true, moe, full1, "moe full uniform 1", false);
+    equal_runs(t, true, moe, sel_moe, "moe selective moe moe_act layernorm", false);
+    equal_runs(t, false, NULL, full_graph, "gpt2 full block 1 in the full-iteration graph", true);
 }

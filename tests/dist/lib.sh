@@ -1,4 +1,4 @@
-# Shared helpers of the multi-rank scripts (sourced by test_dist.sh, test_train.sh and
+# Shared helpers of the multi-rank scripts (sourced by test_dist.sh, test_train*.sh and
 # run_nccl.sh): PASS/FAIL counting, the closing line, timing, Open MPI's environment, the prologue
 # of the CPU suites, and folding one run's PASS/FAIL lines into the script's own.
 PASSED=0 FAILED=0
@@ -52,4 +52,12 @@ mpi_cpu_prologue() { # DIST_TESTS
     command -v mpirun >/dev/null || skip "mpirun not found (apt-get install -y openmpi-bin)"
     mpi_env
     MPIRUN=(mpirun --oversubscribe)
+}
+# The set-up of the scripts that run `megatron train` under mpirun (test_train*.sh): skipped
+# without the binary or MPI, MPIRUN set, TMP a fresh folder removed at exit.
+train_script_prologue() { # BUILD
+    [ -x "$1/megatron" ] || skip "$1/megatron is not built"
+    mpi_cpu_prologue "$1/dist_tests"
+    TMP=$(mktemp -d)
+    trap 'rm -rf "$TMP"' EXIT
 }

@@ -28,9 +28,7 @@ BUILD=${1:-build}
 BIN=$BUILD/megatron
 SUITE="dist train"
 . "$(dirname "$0")/lib.sh"
-[ -x "$BIN" ] || skip "$BIN is not built"
-mpi_cpu_prologue "$BUILD/dist_tests"
-TMP=$(mktemp -d); trap 'rm -rf "$TMP"' EXIT
+train_script_prologue "$BUILD"
 
 # Heads of 16 channels, the fewest the CUDA attention kernels take (with dropout, Megatron's 0.1
 # default, attention runs on them), so every model here would also train with --device cuda.

@@ -331,9 +331,9 @@ MG_TEST(flags_not_yet_flags_fail_unless_trivial) {
                     "GPT2BPETokenizer, HuggingFaceTokenizer");
     const char *a11[] = {"--fp8-format", "hybrid", NULL};
     MG_EXPECT_ERROR(mg_test_parse(&c, a11), MG_ERR_UNSUPPORTED, "--fp8-format hybrid is not supported yet");
-    const char *a12[] = {"--recompute-granularity", "full", NULL};
-    MG_EXPECT_ERROR(mg_test_parse(&c, a12), MG_ERR_UNSUPPORTED, "--recompute-granularity full");
-    const char *names[] = {"--recompute-activations"};
+    const char *a12[] = {"--optimizer", "sgd", NULL};
+    MG_EXPECT_ERROR(mg_test_parse(&c, a12), MG_ERR_UNSUPPORTED, "--optimizer sgd");
+    const char *names[] = {"--check-for-spiky-loss"};
     for (int i = 0; i < 1; i++)
         MG_EXPECT(mg_flag_find(names[i]) >= 0 &&
                       mg_flag_table[mg_flag_find(names[i])].status == MG_FLAG_NOT_YET,

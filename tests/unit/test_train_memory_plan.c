@@ -31,6 +31,7 @@ static void expect_plan_agrees(mg_test_ctx *t, const char *label, const char *fl
               m.batch, m.total, p->params.size, p->grads.size, p->optim.size, p->acts.size,
               p->work.size, p->io.size, tr->mem.planned_bytes);
     MG_EXPECT(m.slots == tr->model.n_slots && m.slot_bytes == tr->model.slot_bytes &&
+                  m.recompute_bytes == tr->model.rc_bytes &&
                   m.params == mg_params_count(&tr->model.params),
               "%s: predicted %d slots of %zu B, %lld parameters; the trainer's %d of %zu B, %lld",
               label, m.slots, m.slot_bytes, (long long)m.params, tr->model.n_slots,
@@ -61,4 +62,15 @@ MG_TEST(train_memory_plan_is_the_trainers_moe) {
                        TINY "--eval-iters 1 --num-experts 4 --moe-router-topk 2 "
                             "--moe-ffn-hidden-size 24 --moe-layer-freq [0,1] "
                             "--moe-shared-expert-intermediate-size 16 --use-distributed-optimizer");
+}
+
+/* With activation recomputation the slots keep less and the shared recomputation buffers are
+ * part of the activation arena: predicted as committed. */
+MG_TEST(train_memory_plan_is_the_trainers_recompute) {
+    expect_plan_agrees(t, "full recomputation, uniform groups of 2",
+                       TINY "--num-layers 4 --recompute-granularity full --recompute-method "
+                            "uniform --recompute-num-layers 2");
+    expect_plan_agrees(t, "selective recomputation",
+                       TINY "--recompute-granularity selective --recompute-modules core_attn "
+                            "layernorm mlp_act");
 }
