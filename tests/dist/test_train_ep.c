@@ -4,7 +4,9 @@
  * the token dispatch's fixed-size all-to-alls (model/moe_dispatch.c), the experts' gradient
  * buffer over the expert-data-parallel group, the gradient norm over both — must log the losses
  * and gradient norms of the same model trained on one rank, and each rank's experts (global
- * numbers in their names) must end equal to the one-rank model's. On the CPU within 1e-5
+ * numbers in their names) must end equal to the one-rank model's; so must the same run under a
+ * receive budget small enough for extra dispatch rounds, with ECHO's spare slots, with full
+ * recomputation and replayed from a full-iteration graph. On the CPU within 1e-5
  * relative (fp32); on GPUs within the bf16 tolerances of test_train_tp.c, and a step neither
  * synchronises with the host nor allocates. Dropout is Megatron's default 0.1 with
  * --layout-invariant-dropout, whose masks every layout draws alike. */
@@ -23,9 +25,12 @@ typedef struct {
     const char *label;
     int ep;
     bool distopt, capacity;
+    const char *const *extra; /* flags of the EP run only (the reference is plain), NULL-ended */
+    bool host_reads;          /* a step reads a count on the host (the receive budget's rounds) */
 } variant;
 
-static void make_config(dist_ctx *t, mg_config *c, const variant *v, int ep, int world) {
+static void make_config(dist_ctx *t, mg_config *c, const variant *v, int ep, int world,
+                        const char *const *extra) {
     char gbs[16];
     snprintf(gbs, sizeof gbs, "%d", 4 * t->size);
     const char *model[] = {"--num-layers",
@@ -69,9 +74,17 @@ static void make_config(dist_ctx *t, mg_config *c, const variant *v, int ep, int
                            dist_on_device(t) ? "cuda" : "cpu",
                            "--layout-invariant-dropout",
                            NULL};
-    const char *cap[] = {"--moe-expert-capacity-factor", "1.0",
-                         "--moe-pad-expert-input-to-capacity", NULL};
-    tc_config(t, c, model, v->capacity ? cap : NULL, world);
+    char eps[16];
+    snprintf(eps, sizeof eps, "%d", ep);
+    const char *layout[16] = {"--expert-model-parallel-size", eps, NULL};
+    int n = 2;
+    if (v->capacity) {
+        layout[n++] = "--moe-expert-capacity-factor";
+        layout[n++] = "1.0";
+        layout[n++] = "--moe-pad-expert-input-to-capacity";
+    }
+    for (int i = 0; extra && extra[i] && n < 15; i++) layout[n++] = extra[i];
+    tc_config(t, c, model, layout, world);
     c->expert_model_parallel_size = ep;
     c->use_distributed_optimizer = v->distopt;
     DOK(mg_config_validate(c));
@@ -82,8 +95,8 @@ static void check_variant(dist_ctx *t, const variant *v) {
         .world_size = t->size, .tp = 1, .pp = 1, .cp = 1, .ep = v->ep, .etp = -1};
     mg_train_groups gr = {0};
     mg_config c1, cE;
-    make_config(t, &c1, v, 1, 1);
-    make_config(t, &cE, v, v->ep, t->size);
+    make_config(t, &c1, v, 1, 1, NULL);
+    make_config(t, &cE, v, v->ep, t->size, v->extra);
     int steps = STEPS;
     tc_run ref = {0}, got = {0};
     tc_train_both(t, &c1, &cE, s, steps, &gr, &ref, &got);
@@ -101,7 +114,8 @@ static void check_variant(dist_ctx *t, const variant *v) {
                 "(most in %s)",
                 v->label, got.tr->layout.ep_rank, steps, e, which);
     }
-    tc_expect_steady_step(t, v->label, got.tr); /* on GPUs: no host sync, no allocation */
+    if (!v->host_reads) /* on GPUs: no host sync, no allocation */
+        tc_expect_steady_step(t, v->label, got.tr);
     tc_release(&ref);
     tc_release(&got);
     tc_free_groups(&gr);
@@ -110,10 +124,25 @@ static void check_variant(dist_ctx *t, const variant *v) {
 void test_train_ep(dist_ctx *t) {
     mg_log_init(t->rank, t->size);
     if (t->size != 2 && t->size != 4) return;
+    static const char *const budget[] = {"--moe-expert-rank-capacity-factor", "0.5", NULL};
+    static const char *const echo[] = {"--moe-enable-echo", NULL};
+    static const char *const recompute[] = {"--recompute-granularity",
+                                            "full",
+                                            "--recompute-method",
+                                            "uniform",
+                                            "--recompute-num-layers",
+                                            "1",
+                                            NULL};
+    static const char *const graph[] = {"--cuda-graph-impl", "full_iteration",
+                                        "--cuda-graph-warmup-steps", "2", NULL};
     const variant all[] = {
-        {"moe ep=world", t->size, false, false},
-        {"moe ep=world, capacity 1.0 padded", t->size, false, true},
-        {"moe ep2 x edp, distributed optimizer", 2, true, false},
+        {"moe ep=world", t->size, false, false, NULL, false},
+        {"moe ep=world, capacity 1.0 padded", t->size, false, true, NULL, false},
+        {"moe ep2 x edp, distributed optimizer", 2, true, false, NULL, false},
+        {"moe ep=world, receive budget 0.5 (extra rounds)", t->size, false, false, budget, true},
+        {"moe ep=world, ECHO", t->size, false, false, echo, false},
+        {"moe ep2 x edp, full recomputation", 2, true, false, recompute, false},
+        {"moe ep=world, full-iteration graph", t->size, false, false, graph, false},
     };
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) check_variant(t, &all[i]);
 }
