@@ -29,7 +29,8 @@ for s in tests/cli/test_*.sh; do
 done
 # Multi-rank tests under mpirun (skipped, with a line saying why, in builds without MPI): the
 # comm and trainer tests of dist_tests, then `megatron train` itself on several ranks.
-for s in tests/dist/test_dist.sh tests/dist/test_train.sh tests/dist/test_train_recompute.sh; do
+for s in tests/dist/test_dist.sh tests/dist/test_train.sh tests/dist/test_train_recompute.sh \
+    tests/dist/test_train_fp8.sh; do
     out=$(bash "$s" "$BUILD" 2>&1); echo "$out" | grep -v -E '^[0-9]+ passed, [0-9]+ failed$'
     tally "$out" "$s"
 done

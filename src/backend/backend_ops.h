@@ -521,6 +521,26 @@ MG_OP(moe_echo_move, REQ, MOE, mg_status,
        size_t n2b, int mode),
       (be, slab, table, plan, p, rank, n1w, n1b, n2w, n2b, mode))
 
+/* ---- fp8 (model/fp8.h; core/fp8.h's casts, core/fp8_scaling.h's recipe) ----
+ * out (n, compute dtype) = the fp8 value of in x scale, cast saturating to `format`
+ * (mg_fp8_format), divided by scale again, in fp32: what an fp8 GEMM computes with (the CPU
+ * backend's emulation of one, and the CUDA backend's until its GEMMs take fp8); out may be in.
+ * With amax (fp32 (1), backend memory) not NULL, *amax = max(*amax, max |in|) (NaN wins). */
+MG_OP(fp8_quantize, REQ, OP, mg_status,
+      (mg_backend *be, void *out /* (n) */, const void *in /* (n) */, size_t n,
+       const float *scale /* (1) */, float *amax /* (1) or NULL */, int format),
+      (be, out, in, n, scale, amax, format))
+/* The delayed-scaling update of n fp8 tensors at a step's end (mg_fp8_delayed_update), state
+ * (fp32, backend memory) = [amax (n) | scale (n) | history (n, len)]: tensor t's amax of the
+ * step goes into its history's first entry and is zeroed, and its scale is updated from the
+ * history with `margin` and `algo` (mg_fp8_amax_algo). Tensors come in threes (a linear layer's
+ * input, weight and output gradient): the first two with the largest value max_fwd, the third
+ * max_bwd (e4m3 448, e5m2 57344). In order with the compute stream; capturable. */
+MG_OP(fp8_update, REQ, OP, mg_status,
+      (mg_backend *be, float *state, int n, int len, int margin, int algo, float max_fwd,
+       float max_bwd),
+      (be, state, n, len, margin, algo, max_fwd, max_bwd))
+
 /* ---- optional: measurement (NULL where the backend has none; `megatron bench`) ----
  * The sustained dense matrix-multiply rate of the compute dtype in TFLOP/s, measured now:
  * an (n, n) x (n, n) product (n <= 0: 8192) with fp32 accumulation on random inputs, timed

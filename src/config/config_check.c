@@ -441,6 +441,7 @@ mg_status mg_config_validate(mg_config *out) {
     MG_CHECK(mg_config_check_moe(&c));
     MG_CHECK(mg_config_check_graphs(&c));
     MG_CHECK(mg_config_check_recompute(&c));
+    MG_CHECK(mg_config_check_fp8(&c));
     *out = c;
     return MG_OK;
 }

@@ -15,6 +15,12 @@ void mg_config_single_process(mg_config *c) {
     c->microbatch_group_size_per_vp_stage = -1;
     c->decoder_first_pipeline_num_layers = -1;
     c->recompute_num_layers = -1;
+    snprintf(c->fp8_recipe, sizeof c->fp8_recipe, "delayed");
+    snprintf(c->fp8_amax_compute_algo, sizeof c->fp8_amax_compute_algo, "most_recent");
+    c->fp8_interval = 1;
+    c->fp8_amax_history_len = 1;
+    c->num_layers_at_start_in_bf16 = 1;
+    c->num_layers_at_end_in_bf16 = 1;
     c->decoder_last_pipeline_num_layers = -1;
     c->account_for_embedding_in_pipeline_split = false;
     c->account_for_loss_in_pipeline_split = false;

@@ -200,7 +200,8 @@ static mg_status apply_flag(void *base, const mg_flag_spec *f, const char *s) {
     case MG_FLAG_PARTIAL: /* stored; validation refuses what `megatron train` cannot run */
         store_value(base, f, &v);
         return MG_OK;
-    case MG_FLAG_IGNORED:
+    case MG_FLAG_IGNORED: /* stored where it has a field (a check reads it), with no effect */
+        if (f->key) store_value(base, f, &v);
         return MG_OK;
     case MG_FLAG_NOT_YET:
         if (is_trivial(f, &v)) return MG_OK;

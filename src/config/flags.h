@@ -132,6 +132,13 @@ mg_status mg_config_check_graphs(mg_config *c);
 #define MG_GRAPH_SCOPE_MOE_ROUTER     8u
 #define MG_GRAPH_SCOPE_MOE_PREPROCESS 16u
 unsigned mg_config_graph_parts(const mg_config *c);
+/* fp8 training (config/config_fp8.c): Megatron's checks of the --fp8-* flags; the recipes this
+ * build lacks refused with the reason. */
+mg_status mg_config_check_fp8(const mg_config *c);
+/* --fp8-format given. */
+bool mg_config_fp8(const mg_config *c);
+/* Whether global layer `layer`'s linears compute in fp8 (not one of --first-last-layers-bf16's). */
+bool mg_config_fp8_layer(const mg_config *c, int layer);
 /* Activation recomputation (config/config_recompute.c): --recompute-activations resolved into
  * --recompute-granularity selective, and Megatron's checks of the granularity, method, layer
  * count, modules and --distribute-saved-activations. */

@@ -47,6 +47,10 @@ static const char *const moe_dispatcher_choices[] = {"allgather", "alltoall", "f
 static const char *const moe_flex_backend_choices[] = {"deepep", "hybridep", NULL};
 static const char *const echo_assignment_choices[] = {"auto", "one_shot_greedy",
                                                       "approx_bin_packing", NULL};
+static const char *const fp8_format_choices[] = {"e4m3", "hybrid", NULL};
+static const char *const fp8_recipe_choices[] = {"delayed", "tensorwise", "mxfp8", "blockwise",
+                                                 NULL};
+static const char *const fp8_algo_choices[] = {"most_recent", "max", NULL};
 static const char *const recompute_granularity_choices[] = {"full", "selective", NULL};
 static const char *const recompute_method_choices[] = {"uniform", "block", NULL};
 static const char *const echo_dispatcher_choices[] = {"hybridep", "alltoall", NULL};
@@ -371,8 +375,36 @@ const mg_flag_spec mg_flag_table[] = {
      .help = "iterations without overflow before dynamic loss scaling doubles the scale"},
     {"--hysteresis", TRAIN, INT, FIELD(hysteresis),
      .help = "overflowing iterations before dynamic loss scaling halves the scale"},
-    {"--fp8-format", TRAIN, STRING, NOT_YET, .arg = "FORMAT",
-     .why = "(fp8 is not implemented); drop it", .help = "fp8 training"},
+    {"--fp8-format", TRAIN, STRING, .arg = "FORMAT", FIELD(fp8_format),
+     .choices = fp8_format_choices,
+     .help = "fp8 GEMMs in the transformer layers' linears: e4m3 for every tensor, or hybrid "
+             "(e4m3 forward, e5m2 gradients); fp32 accumulation, fp32 master weights"},
+    {"--fp8-recipe", TRAIN, STRING, .arg = "RECIPE", FIELD(fp8_recipe), .def = "delayed",
+     .choices = fp8_recipe_choices,
+     .help = "how each fp8 tensor is scaled: delayed (from the amax history of earlier steps); "
+             "tensorwise and blockwise are not here yet, mxfp8 needs Blackwell"},
+    {"--fp8-margin", TRAIN, INT, FIELD(fp8_margin),
+     .help = "delayed scaling: the scale is divided by 2^margin"},
+    {"--fp8-interval", TRAIN, INT, FIELD(fp8_interval), IGNORED,
+     .help = "deprecated in Megatron-LM and ignored there too: the scales update every step"},
+    {"--fp8-amax-history-len", TRAIN, INT, FIELD(fp8_amax_history_len),
+     .help = "delayed scaling: steps of amax each fp8 tensor remembers"},
+    {"--fp8-amax-compute-algo", TRAIN, STRING, .arg = "ALGO", FIELD(fp8_amax_compute_algo),
+     .def = "most_recent", .choices = fp8_algo_choices,
+     .help = "delayed scaling: the amax a scale comes from, the history's latest or its maximum"},
+    {"--no-fp8-wgrad", TRAIN, BOOL, NOT_YET,
+     .why = "(the weight gradients of fp8 layers come from the fp8 tensors, Megatron's default); "
+            "drop it",
+     .help = "weight gradients from the compute-dtype tensors instead of the fp8 ones"},
+    {"--fp8-param-gather", TRAIN, BOOL, FIELD(fp8_param_gather), IGNORED,
+     .help = "needs --use-distributed-optimizer (Megatron's check); the gather moves the compute "
+             "dtype's weights here, which the fp8 linears cast (the same numbers on the CPU)"},
+    {"--first-last-layers-bf16", TRAIN, BOOL, FIELD(first_last_layers_bf16),
+     .help = "fp8 training: the first and last layers stay in the compute dtype"},
+    {"--num-layers-at-start-in-bf16", TRAIN, INT, FIELD(num_layers_at_start_in_bf16),
+     .help = "with --first-last-layers-bf16: the layers at the start left in the compute dtype"},
+    {"--num-layers-at-end-in-bf16", TRAIN, INT, FIELD(num_layers_at_end_in_bf16),
+     .help = "with --first-last-layers-bf16: the layers at the end left in the compute dtype"},
     {"--recompute-activations", TRAIN, BOOL, FIELD(recompute_activations),
      .help = "selective recomputation (= --recompute-granularity selective)"},
     {"--recompute-granularity", TRAIN, STRING, .arg = "KIND", FIELD(recompute_granularity),

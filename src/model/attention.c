@@ -7,6 +7,7 @@
  * Selective recomputation (the slot entry's rc): core_attn runs the attention again from the
  * kept qkv before the backward, layernorm the norm from the kept input. */
 #include "model/block.h"
+#include "model/fp8.h"
 
 /* The pre-attention norm of the layer input into the slot's ln1 (gathered under SP). */
 static mg_status norm1(const mg_block_ctx *x, const mg_layer_params *p, const mg_layer_slot *s) {
@@ -31,10 +32,13 @@ mg_status mg_attention_forward(const mg_block_ctx *x, const mg_layer_params *p,
     const mg_model_config *c = x->c;
     mg_backend *be = x->be;
     int N = x->N;
-    void *ln1 = mg_block_act(x, s->ln1), *qkv = mg_block_act(x, s->qkv);
+    void *qkv = mg_block_act(x, s->qkv);
+    const void *ln1 = mg_block_act(x, s->ln1), *wq = mg_block_param(x, p->qkv_w);
     MG_CHECK(norm1(x, p, s));
-    MG_CHECK(be->linear_forward(be, qkv, ln1, mg_block_param(x, p->qkv_w),
-                                mg_block_param(x, p->qkv_b), NULL, N, c->H, c->qkv_l));
+    MG_CHECK(
+        mg_fp8_forward(x, p, MG_FP8_QKV, &ln1, (size_t)N * c->H, &wq, (size_t)c->qkv_l * c->H));
+    MG_CHECK(
+        be->linear_forward(be, qkv, ln1, wq, mg_block_param(x, p->qkv_b), NULL, N, c->H, c->qkv_l));
     /* RoPE's angles come from the place in the sequence, also with --reset-position-ids, as in
      * megatron-core (its position ids reach the learned table only); with
      * --reset-attention-mask a document sees only itself, and RoPE depends only on distances */
@@ -46,9 +50,11 @@ mg_status mg_attention_forward(const mg_block_ctx *x, const mg_layer_params *p,
     /* mid = x + dropout(proj(att)) */
     mg_dropout hd;
     bool hdrop = mg_block_dropout(x, p->layer, MG_DROPOUT_ATTN_OUT, &hd);
-    return mg_block_row_parallel_forward(x, mg_block_act(x, s->mid), mg_block_act(x, s->att),
-                                         p->proj_w, p->proj_b, mg_block_act(x, s->x), c->attn_l,
-                                         hdrop ? &hd : NULL);
+    const void *att = mg_block_act(x, s->att), *wp = mg_block_param(x, p->proj_w);
+    MG_CHECK(mg_fp8_forward(x, p, MG_FP8_PROJ, &att, (size_t)N * c->attn_l, &wp,
+                            (size_t)c->H * c->attn_l));
+    return mg_block_row_parallel_forward(x, mg_block_act(x, s->mid), att, wp, p->proj_b,
+                                         mg_block_act(x, s->x), c->attn_l, hdrop ? &hd : NULL);
 }
 
 mg_status mg_attention_backward(const mg_block_ctx *x, const mg_layer_params *p,
@@ -68,9 +74,11 @@ mg_status mg_attention_backward(const mg_block_ctx *x, const mg_layer_params *p,
      * add) */
     const void *dmid;
     MG_CHECK(mg_block_row_parallel_dout(x, dres, hdrop ? &hd : NULL, &dmid));
+    const void *att = mg_block_act(x, s->att), *wp = mg_block_param(x, p->proj_w);
+    MG_CHECK(mg_fp8_backward(x, p, MG_FP8_PROJ, &dmid, (size_t)N * c->H, &att,
+                             (size_t)N * c->attn_l, &wp, (size_t)c->H * c->attn_l));
     MG_CHECK(be->linear_backward(be, datt, mg_block_grad(x, p->proj_w), mg_block_grad(x, p->proj_b),
-                                 dmid, mg_block_act(x, s->att), mg_block_param(x, p->proj_w), NULL,
-                                 N, c->attn_l, c->H));
+                                 dmid, att, wp, NULL, N, c->attn_l, c->H));
     MG_CHECK(be->attention_backward(be, dqkv, datt, mg_block_act(x, s->qkv),
                                     mg_block_act(x, s->att), mg_block_act(x, s->att_saved), x->B,
                                     c->S, c->nq_l, c->ng_l, c->hd, adrop ? &ad : NULL,
@@ -79,9 +87,11 @@ mg_status mg_attention_backward(const mg_block_ctx *x, const mg_layer_params *p,
         MG_CHECK(be->rope_backward(be, dqkv, mg_block_ws_ptr(x, x->ws->rope_cos),
                                    mg_block_ws_ptr(x, x->ws->rope_sin), NULL, N, c->S, c->nq_l,
                                    c->ng_l, c->hd, c->rd));
+    const void *dq = dqkv, *ln1 = mg_block_act(x, s->ln1), *wq = mg_block_param(x, p->qkv_w);
+    MG_CHECK(mg_fp8_backward(x, p, MG_FP8_QKV, &dq, (size_t)N * c->qkv_l, &ln1, (size_t)N * c->H,
+                             &wq, (size_t)c->qkv_l * c->H));
     MG_CHECK(be->linear_backward(be, dln, mg_block_grad(x, p->qkv_w), mg_block_grad(x, p->qkv_b),
-                                 dqkv, mg_block_act(x, s->ln1), mg_block_param(x, p->qkv_w), NULL,
-                                 N, c->H, c->qkv_l));
+                                 dq, ln1, wq, NULL, N, c->H, c->qkv_l));
     return mg_block_norm_backward(x, dres, dln, mg_block_act(x, s->x), mg_block_act(x, s->ln1_mean),
                                   mg_block_act(x, s->ln1_rstd), p->ln1_w, p->ln1_b);
 }

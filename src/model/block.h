@@ -41,6 +41,7 @@ typedef struct {
     int ln2_w, ln2_b, fc1_w, fc1_b, fc2_w, fc2_b;
     mg_moe_params *moe;
     int layer; /* the global layer number (dropout masks are keyed by it) */
+    int fp8;   /* its first fp8 linear (model/fp8.h), -1: the layer computes in the compute dtype */
 } mg_layer_params;
 
 /* Offsets (bytes) of one layer's saved activations in the activation arena. N tokens of the
@@ -157,6 +158,11 @@ typedef struct {
                                   running (the stored weight w is zero-centred) */
     size_t rc_out;             /* (Nl,H) recomputation: where a layer's forward run again puts
                                   the output nobody reads */
+    /* fp8 linears (model/fp8.h): their state (fp32 [amax | scale | history] of fp8_tensors
+       tensors; model state, not transient) and the casts' copies of an input, a weight and an
+       output gradient */
+    size_t fp8_state, fp8_x, fp8_w, fp8_dy;
+    int fp8_tensors;
 } mg_block_ws;
 
 /* The pass in progress, from the slot's (gpt.c sets it before a chunk's forward or backward):
@@ -246,11 +252,12 @@ mg_status mg_block_graph(const mg_block_ctx *x, int layer, int part, bool backwa
  * they all hold), or with sequence parallelism from the model-parallel one (each rank holds other
  * rows; Megatron runs the whole block in the fork then). */
 bool mg_block_dropout(const mg_block_ctx *x, int layer, int site, mg_dropout *d);
-/* out (Nl,H) = residual + bias + inp (N,IC) @ w^T, the product reduced over the group (summed
- * onto this rank's rows, SP); with drop (hidden dropout, NULL: none) Megatron's
- * bias-dropout-add: out = residual + dropout(bias + product). residual must not alias out. */
-mg_status mg_block_row_parallel_forward(const mg_block_ctx *x, void *out, const void *inp, int w,
-                                        int b, const void *residual, int IC,
+/* out (Nl,H) = residual + bias + inp (N,IC) @ w^T (w: the weight's values, (H,IC)), the product
+ * reduced over the group (summed onto this rank's rows, SP); with drop (hidden dropout, NULL:
+ * none) Megatron's bias-dropout-add: out = residual + dropout(bias + product). residual must not
+ * alias out. */
+mg_status mg_block_row_parallel_forward(const mg_block_ctx *x, void *out, const void *inp,
+                                        const void *w, int b, const void *residual, int IC,
                                         const mg_dropout *drop);
 /* The gradient of a row-parallel layer's output as its backward needs it, whole (N,H): dout
  * (Nl,H) itself, or (SP) the rows of the group gathered into the workspace; with drop (the

@@ -77,6 +77,11 @@ typedef struct {
     int V_l, v0;    /* vocabulary rows [v0, v0 + V_l) */
     /* activation recomputation (model/gpt.h): the selective modules (config/flags.h's
      * MG_RECOMPUTE_*), or full recomputation of the layers the method picks */
+    /* fp8 linears (model/fp8.h): the layers config/flags.h's mg_config_fp8_layer picks; the
+     * formats (core/fp8.h's mg_fp8_format) of the forward's tensors and of the gradients, and
+     * delayed scaling's settings (core/fp8_scaling.h) */
+    int fp8_fwd, fp8_bwd;
+    int fp8_len, fp8_margin, fp8_algo;
     unsigned rc_modules;
     mg_rc_method rc_full;
     int rc_layers;      /* --recompute-num-layers */

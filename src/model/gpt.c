@@ -1,6 +1,7 @@
 /* GPT model: parameter registration, activation planning, and the forward/backward walk over
  * the vocab-parallel embedding, blocks (model/block.h) and the vocab-parallel head. */
 #include "model/gpt.h"
+#include "model/fp8.h"
 #include "model/layer_graphs.h"
 
 #include "config/flags.h"
@@ -187,8 +188,12 @@ mg_status mg_gpt_build(mg_gpt *g, const mg_config *cfg, int tp_rank, int pp_rank
                 MG_CHECK(mg_params_add(&g->params, "embedding.position_embeddings.weight", 2, c->P,
                                        c->H, -1, 1, true, MG_INIT_NORMAL, std, &g->wpe));
         }
-        for (int i = 0; i < ch->count; i++)
-            MG_CHECK(add_layer(g, ch->offset + i, std, out_std, &g->layers[ch->first + i]));
+        for (int i = 0; i < ch->count; i++) {
+            mg_layer_params *lp = &g->layers[ch->first + i];
+            MG_CHECK(add_layer(g, ch->offset + i, std, out_std, lp));
+            /* fp8 linears (model/fp8.h): 4 per fp8 layer, numbered over this rank's layers */
+            lp->fp8 = mg_config_fp8_layer(cfg, ch->offset + i) ? MG_FP8_LINEARS * g->n_fp8++ : -1;
+        }
         if (!ch->post) continue;
         MG_CHECK(add_norm(g, "decoder.final_layernorm", &g->lnf_w, &g->lnf_b));
         if (c->tied && g->wte >= 0) {
@@ -386,6 +391,7 @@ mg_status mg_gpt_plan(mg_gpt *g, mg_gpt_target target, int B, int n_slots, mg_ar
     MG_CHECK(reserve(work, c->norm_1p ? H * e : 0, &w->ones));
     MG_CHECK(reserve(work, c->norm_1p ? H * e : 0, &w->norm_w));
     MG_CHECK(reserve(work, g->rc_any ? Nl * H * e : 0, &w->rc_out));
+    MG_CHECK(mg_fp8_plan(&g->blk, w, MG_FP8_LINEARS * g->n_fp8));
     return MG_OK;
 }
 
@@ -432,6 +438,7 @@ mg_status mg_gpt_bind(mg_gpt *g, mg_backend *be, void *params, float *grads, mg_
     for (int l = 0; l < g->n_layers; l++)
         if (g->layers[l].moe) MG_CHECK(mg_moe_bind_pointers(&g->blk, g->layers[l].moe));
     if (c->norm_1p) MG_CHECK(bind_ones(g, be));
+    MG_CHECK(mg_fp8_reset(&g->blk));
     if (c->pos != MG_POS_ROPE) return MG_OK;
     size_t n = (size_t)c->S * (c->rd / 2);
     float *tab = malloc(2 * n * sizeof *tab);

@@ -102,6 +102,7 @@ typedef struct {
     mg_layer_params *layers; /* (n_layers) chunk after chunk */
     uint8_t *is_moe;         /* (cfg.L) global layer l is an MoE layer (--moe-layer-freq) */
     int n_moe;               /* MoE layers held by this rank */
+    int n_fp8;               /* fp8 layers held by this rank (model/fp8.h) */
     mg_moe_ws moe_ws;        /* their shared workspace and state (model/moe.h) */
     mg_model_rng rng;        /* the dropout streams (model/rng.h; allocated at bind) */
 

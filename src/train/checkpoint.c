@@ -121,6 +121,7 @@ typedef struct {
     mg_ckpt_piece *p;
     char (*names)[MG_ST_NAME_CAP];
     mg_param_meta bias; /* an expert bias: E values, whole on every rank */
+    mg_param_meta fp8;  /* an fp8 layer's scaling state, whole on every rank */
     int n;
 } piece_list;
 
@@ -139,7 +140,7 @@ static void add(piece_list *l, const char *prefix, const char *name, const mg_pa
 /* Every piece of this rank's state (t), or those it writes (writing). */
 static mg_status list_pieces(const mg_gpt *g, const mg_checkpoint_tensors *t, const float *params,
                              bool optimizer, bool writing, piece_list *l) {
-    const int cap = g->params.n + 2 * (optimizer ? t->n_pieces : 0) + t->n_bias + 1;
+    const int cap = g->params.n + 2 * (optimizer ? t->n_pieces : 0) + t->n_bias + t->n_fp8 + 1;
     memset(l, 0, sizeof *l);
     l->p = calloc((size_t)cap, sizeof *l->p);
     l->names = calloc((size_t)cap, sizeof *l->names);
@@ -169,7 +170,42 @@ static mg_status list_pieces(const mg_gpt *g, const mg_checkpoint_tensors *t, co
         mg_gpt_moe_bias_name(g, k, name, sizeof name);
         add(l, "", name, &l->bias, 0, t->n_experts, t->expert_bias + (size_t)k * t->n_experts);
     }
+    /* fp8 scaling state: the same on every rank holding the layer (the amaxes are reduced) */
+    l->fp8 = (mg_param_meta){.ndim = 1,
+                             .shape = {t->fp8_width},
+                             .global_shape = {t->fp8_width},
+                             .numel = t->fp8_width,
+                             .tp_split_dim = -1};
+    const bool fp8 = t->fp8 && (!writing || (t->owns[0] && t->tp_rank == 0));
+    for (int k = 0; fp8 && k < t->n_fp8; k++) {
+        char name[MG_ST_NAME_CAP];
+        snprintf(name, sizeof name, "decoder.layers.%d.fp8_scaling", t->fp8_layers[k]);
+        add(l, "", name, &l->fp8, 0, t->fp8_width, t->fp8 + (size_t)k * t->fp8_width);
+    }
     return MG_OK;
+}
+
+/* The fp8 scaling states a checkpoint saved without fp8 lacks: dropped from the pieces to read
+ * (the scales stay at 1), with one line. */
+static void drop_absent_fp8(const mg_ckpt_store *store, piece_list *l, const char *base) {
+    int k = 0, dropped = 0;
+    for (int i = 0; i < l->n; i++) {
+        if (l->p[i].meta == &l->fp8 && mg_ckpt_store_rows(store, l->p[i].name) < 0) {
+            dropped++;
+            continue;
+        }
+        if (k != i) {
+            memcpy(l->names[k], l->names[i], sizeof l->names[k]);
+            l->p[k] = l->p[i];
+            l->p[k].name = l->names[k];
+        }
+        k++;
+    }
+    l->n = k;
+    if (dropped)
+        mg_log_info("> %s: no fp8 scaling state for %d fp8 layers (saved without fp8): their "
+                    "scales start at 1",
+                    base, dropped);
 }
 
 /* This rank's file of the checkpoint (and, from rank 0, the state), into tmp. */
@@ -602,6 +638,7 @@ static mg_status load_store(const char *base, const mg_gpt *g, float *params, bo
     MG_CHECK_GOTO(mg_ckpt_store_open(base, &store), st, done);
     vocab_rows(store, g, params, seed, base);
     MG_CHECK_GOTO(list_pieces(g, t ? t : &none, params, optimizer, false, &l), st, done);
+    drop_absent_fp8(store, &l, base);
     MG_CHECK_GOTO(mg_ckpt_store_read_all(store, l.p, l.n), st, done);
 done:
     piece_list_free(&l);

@@ -27,6 +27,13 @@ typedef struct {
      * after layer in the model's order); NULL: none */
     float *expert_bias;
     int n_bias, n_experts;
+    /* fp8 linears (model/fp8.h): this stage's fp8 layers' scaling state (host fp32, n_fp8 x
+     * fp8_width: each layer's 12 tensors' scales, then their amax histories), saved as
+     * decoder.layers.L.fp8_scaling (L: fp8_layers[i]); NULL: none. A checkpoint without it
+     * (saved without fp8) leaves the scales at 1. */
+    float *fp8;
+    int n_fp8, fp8_width;
+    const int *fp8_layers;
 } mg_checkpoint_tensors;
 
 #endif

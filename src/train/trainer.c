@@ -11,6 +11,7 @@
 #include "train/trainer_batch.h"
 #include "train/trainer_data.h"
 #include "train/trainer_docs.h"
+#include "train/trainer_fp8.h"
 #include "train/trainer_graph.h"
 #include "train/trainer_loss.h"
 #include "train/trainer_moe.h"
@@ -394,6 +395,7 @@ static mg_status step_body(mg_trainer *t, void *ctx) {
     MG_CHECK(mg_model_rng_advance(&t->model.rng,
                                   mg_model_rng_step_uses(t->model.cfg.L, t->num_microbatches)));
     if (t->model.n_moe > 0) MG_CHECK(mg_trainer_moe_step_end(t));
+    MG_CHECK(mg_trainer_fp8_step_end(t)); /* the scales of the next step */
     MG_CHECK(sync_embedding_grads(t));
     /* sum the buckets over the group: every rank gets them whole (all-reduce), or its shard of
      * each (reduce-scatter, distributed optimizer); with --overlap-grad-reduce most started

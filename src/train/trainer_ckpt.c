@@ -3,6 +3,7 @@
 
 #include "core/clock.h"
 #include "core/log.h"
+#include "model/fp8.h"
 #include "train/trainer_scaler.h"
 #include "train/trainer_weights.h"
 
@@ -44,6 +45,18 @@ static mg_status alloc_host_state(const mg_trainer *t, mg_checkpoint_tensors *h,
         h->expert_bias = calloc((size_t)h->n_bias * (size_t)h->n_experts, sizeof(float));
         if (!h->expert_bias) return MG_FAIL(MG_ERR_NOMEM, "out of memory (expert bias)");
     }
+    if (t->model.ws.fp8_tensors > 0) { /* model/fp8.h: 12 tensors per fp8 layer */
+        const mg_gpt *g = &t->model;
+        h->n_fp8 = g->n_fp8;
+        h->fp8_width = 3 * MG_FP8_LINEARS * (1 + g->cfg.fp8_len);
+        h->fp8 = calloc((size_t)h->n_fp8 * (size_t)h->fp8_width, sizeof(float));
+        int *layers = calloc((size_t)h->n_fp8, sizeof *layers);
+        h->fp8_layers = layers;
+        if (!h->fp8 || !layers) return MG_FAIL(MG_ERR_NOMEM, "out of memory (fp8 scaling state)");
+        for (int l = 0; l < g->n_layers; l++)
+            if (g->layers[l].fp8 >= 0)
+                layers[g->layers[l].fp8 / MG_FP8_LINEARS] = g->layers[l].layer;
+    }
     if (!h->params || !h->exp_avg || !h->exp_avg_sq)
         return MG_FAIL(MG_ERR_NOMEM, "cannot allocate %.1f MiB for checkpoint staging",
                        (double)(n + 2 * m) * 4 / 1048576.0);
@@ -62,8 +75,37 @@ static mg_status copy_biases(mg_trainer *t, mg_checkpoint_tensors *h, bool to_ho
     return MG_OK;
 }
 
+/* The fp8 scaling state between the model (backend: [amax | scale | history] of every tensor)
+ * and the checkpoint staging (host: per fp8 layer its tensors' scales, then their histories). */
+static mg_status copy_fp8(mg_trainer *t, mg_checkpoint_tensors *h, bool to_host) {
+    if (!h->fp8) return MG_OK;
+    mg_backend *be = t->be;
+    const size_t nt = (size_t)t->model.ws.fp8_tensors, len = (size_t)t->model.cfg.fp8_len;
+    const size_t per = 3 * MG_FP8_LINEARS, n = (2 + len) * nt;
+    float *dev = mg_block_ws_ptr(&t->model.blk, t->model.ws.fp8_state);
+    float *all = malloc(n * sizeof *all);
+    if (!all) return MG_FAIL(MG_ERR_NOMEM, "out of memory (fp8 scaling state)");
+    mg_status st = be->copy_d2h(be, all, dev, n * sizeof *all); /* the amaxes kept on a load */
+    for (int k = 0; st == MG_OK && k < h->n_fp8; k++) {
+        float *row = h->fp8 + (size_t)k * h->fp8_width, *scale = all + nt + k * per;
+        float *hist = all + 2 * nt + k * per * len;
+        if (to_host) {
+            memcpy(row, scale, per * sizeof *row);
+            memcpy(row + per, hist, per * len * sizeof *row);
+        } else {
+            memcpy(scale, row, per * sizeof *row);
+            memcpy(hist, row + per, per * len * sizeof *row);
+        }
+    }
+    if (st == MG_OK && !to_host) st = be->copy_h2d(be, dev, all, n * sizeof *all);
+    free(all);
+    return st;
+}
+
 static void free_host_state(const mg_trainer *t, mg_checkpoint_tensors *h) {
     free(h->expert_bias);
+    free(h->fp8);
+    free((int *)h->fp8_layers);
     if (h->params == t->ckpt.stage) return; /* the save staging stays for the next save */
     free(h->params);
     free(h->exp_avg);
@@ -154,7 +196,9 @@ mg_status mg_trainer_load_or_init(mg_trainer *t) {
     if (st == MG_OK && it >= 0) {
         const double t0 = mg_clock_seconds();
         h.optimizer = !c->no_load_optim && !c->finetune; /* in: whether to load the moments */
-        st = mg_checkpoint_load(c->load, it, &t->state, c, &t->model, &h);
+        /* fp8 scaling the checkpoint lacks keeps the model's (scales at 1) */
+        st = copy_fp8(t, &h, true);
+        if (st == MG_OK) st = mg_checkpoint_load(c->load, it, &t->state, c, &t->model, &h);
         /* Megatron: without the optimizer state the scheduler is not loaded either (it starts
          * anew); --finetune also starts the iteration and the samples at 0 */
         if (!h.optimizer) t->state.optimizer_step = t->state.lr_num_steps = 0;
@@ -166,6 +210,7 @@ mg_status mg_trainer_load_or_init(mg_trainer *t) {
             st = be->copy_h2d(be, t->opt.m, h.exp_avg, m * sizeof(float));
             if (st == MG_OK) st = be->copy_h2d(be, t->opt.v, h.exp_avg_sq, m * sizeof(float));
             if (st == MG_OK) st = copy_biases(t, &h, false);
+            if (st == MG_OK) st = copy_fp8(t, &h, false);
             t->opt.step = t->state.optimizer_step;
             t->lr.num_steps = t->state.lr_num_steps;
             mg_log_info("> loaded checkpoint from %s at iteration %" PRId64, c->load, it);
@@ -231,6 +276,7 @@ mg_status mg_trainer_save(mg_trainer *t) {
     if (st == MG_OK) st = be->copy_d2h(be, h->exp_avg, t->opt.m, m * sizeof(float));
     if (st == MG_OK) st = be->copy_d2h(be, h->exp_avg_sq, t->opt.v, m * sizeof(float));
     if (st == MG_OK) st = copy_biases(t, h, true);
+    if (st == MG_OK) st = copy_fp8(t, h, true);
     if (st == MG_OK) st = mg_model_rng_offset(&t->model.rng, &t->state.rng_offset);
     /* Adam's step, the schedule's position and the loss scaler: the device's step control */
     if (st == MG_OK) st = mg_trainer_ctl_read(t);

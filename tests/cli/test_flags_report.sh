@@ -31,14 +31,14 @@ expect_lines() {
 
 # A line of a DeepSeek-V3 style script with flags this build refuses for different reasons.
 expect_lines report_train_lists_all \
-    "^megatron: error: 6 flags of the command line were refused \(--multi-latent-attention, --fp8-format, --checkpoint-activations, --moe-router-score-functon, --DDP-impl, --optimizer\)" \
+    "^megatron: error: 6 flags of the command line were refused \(--multi-latent-attention, --wandb-project, --checkpoint-activations, --moe-router-score-functon, --DDP-impl, --optimizer\)" \
     "^error: unknown flag '--multi-latent-attention'; see .megatron train --help." \
-    "^error: --fp8-format hybrid is not supported yet by this build \(fp8 is not implemented\)" \
+    "^error: --wandb-project proj is not supported yet by this build \(Weights & Biases" \
     "^error: --checkpoint-activations is no longer valid, use --recompute-activations" \
     "^error: unknown flag '--moe-router-score-functon'; did you mean '--moe-router-score-function'\?" \
     "^error: --DDP-impl was removed from Megatron-LM in 2023" \
     "^error: --optimizer sgd is not supported yet by this build \(AdamW only\)" \
-    -- train "${TINY[@]}" --multi-latent-attention --fp8-format hybrid --checkpoint-activations \
+    -- train "${TINY[@]}" --multi-latent-attention --wandb-project proj --checkpoint-activations \
     --moe-router-score-functon sigmoid --DDP-impl local --optimizer sgd
 # every subcommand parses through the same table
 expect_lines report_generate_lists_all \

@@ -8,7 +8,7 @@
 #     prefixes;
 #   - examples/llama/train_llama2.sh (the ROCm fork's, as mirrored: HuggingFaceTokenizer);
 #   - examples/llama/train_llama3_8b_h100_fp8.sh, its MOCK data branch (NullTokenizer), with its
-#     own DTYPE switch at bf16 (fp8 is not implemented here).
+#     own DTYPE switch at bf16 and at fp8 (its four --fp8-* flags; the CPU emulates fp8).
 # Every flag of those sets is either implemented with Megatron's meaning or accepted with "no
 # effect here" (listed once at start-up); see docs/flags.md.
 source "$(dirname "$0")/lib.sh"
@@ -100,7 +100,7 @@ done
 trains scripts_gpt3_175b_blend 8 "${BLEND[@]}"
 
 # ---- Llama 3 8B FP8 (the MOCK branch; shrunk: 2 layers of 64, 4 heads in 2 groups, sequence 64,
-# vocabulary 256, a 16-sample run; DTYPE=bf16: the script's own switch, fp8 is not implemented) ----
+# vocabulary 256, a 16-sample run; DTYPE=bf16, then DTYPE=fp8: the script's own switch) ----
 CHECKPOINT_PATH=$TMP/llama3_ckpt TENSORBOARD_LOGS_PATH=$TMP/llama3_tb DATA_CACHE_PATH=$TMP/llama3_cache
 NUM_LAYERS=2 SEQ_LENGTH=64 MAX_POSITION_EMBEDDINGS=64 MICRO_BATCH_SIZE=1 GLOBAL_BATCH_SIZE=4
 TP_SIZE=1 CP_SIZE=1 DTYPE=bf16
@@ -189,6 +189,13 @@ EVAL_AND_LOGGING_ARGS=(
 )
 trains scripts_llama3_8b_mock 4 "${MODEL_ARGS[@]}" "${TRAINING_ARGS[@]}" "${MODEL_PARALLEL_ARGS[@]}" \
     "${DATA_ARGS_LIST[@]}" "${EVAL_AND_LOGGING_ARGS[@]}" --num-threads 2
+# the script's fp8 branch (DTYPE=fp8 adds its four flags), into its own checkpoint directory
+DTYPE_ARGS=(--fp8-format hybrid --fp8-amax-history-len 1024 --fp8-amax-compute-algo max
+    --fp8-param-gather)
+FP8_LOGGING_ARGS=()
+for a in "${EVAL_AND_LOGGING_ARGS[@]}"; do FP8_LOGGING_ARGS+=("${a/llama3_ckpt/llama3_fp8_ckpt}"); done
+trains scripts_llama3_8b_mock_fp8 4 "${MODEL_ARGS[@]}" "${TRAINING_ARGS[@]}" "${DTYPE_ARGS[@]}" \
+    "${MODEL_PARALLEL_ARGS[@]}" "${DATA_ARGS_LIST[@]}" "${FP8_LOGGING_ARGS[@]}" --num-threads 2
 
 # ---- Llama 2 (the ROCm fork's examples/llama/train_llama2.sh; shrunk: 2 layers of 64, 4 heads in
 # 2 groups, sequence 64; TOKENIZER_MODEL: a byte-level BPE tokenizer.json of tests/golden; the data:

@@ -91,6 +91,8 @@ static const coverage_row coverage[] = {
     {"dropout_backward", "test_cuda_dropout.c", "cuda_dropout_hidden_mask_matches_cpu"},
     {"rng_advance", "test_cuda_dropout.c", "cuda_rng_advance_matches_cpu"},
     {"normal_f32", "test_cuda_dropout.c", "cuda_normal_f32_matches_cpu"},
+    {"fp8_quantize", "test_cuda_fp8.c", "cuda_fp8_quantize_matches_cpu"},
+    {"fp8_update", "test_cuda_fp8.c", "cuda_fp8_update_matches_cpu"},
     {"sum_f32", "test_cuda_elementwise.c", "cuda_sum_and_sumsq_match_cpu_and_repeat"},
     {"sumsq_f32", "test_cuda_elementwise.c", "cuda_sum_and_sumsq_match_cpu_and_repeat"},
     {"count_zeros_f32", "test_cuda_elementwise.c", "cuda_count_zeros_matches_cpu"},

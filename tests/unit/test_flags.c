@@ -329,8 +329,9 @@ MG_TEST(flags_not_yet_flags_fail_unless_trivial) {
     MG_EXPECT_ERROR(mg_test_parse(&c, a8), MG_ERR_UNSUPPORTED,
                     "--tokenizer-type TikTokenizer is not supported yet by this build; use "
                     "GPT2BPETokenizer, HuggingFaceTokenizer");
-    const char *a11[] = {"--fp8-format", "hybrid", NULL};
-    MG_EXPECT_ERROR(mg_test_parse(&c, a11), MG_ERR_UNSUPPORTED, "--fp8-format hybrid is not supported yet");
+    const char *a11[] = {"--wandb-project", "proj", NULL};
+    MG_EXPECT_ERROR(mg_test_parse(&c, a11), MG_ERR_UNSUPPORTED,
+                    "--wandb-project proj is not supported yet");
     const char *a12[] = {"--optimizer", "sgd", NULL};
     MG_EXPECT_ERROR(mg_test_parse(&c, a12), MG_ERR_UNSUPPORTED, "--optimizer sgd");
     const char *names[] = {"--check-for-spiky-loss"};

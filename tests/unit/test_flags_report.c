@@ -60,7 +60,7 @@ MG_TEST(flags_report_lists_every_refused_flag) {
     before = c;
     /* an unknown flag with values, a not-yet value, a retired spelling, an unknown flag with no
      * close match, a bad integer: five problems, each on its own line */
-    const char *args = "--num-layers 2 --hiden-size 8 --fp8-format hybrid --DDP-impl local "
+    const char *args = "--num-layers 2 --hiden-size 8 --wandb-project proj --DDP-impl local "
                        "--xyzzy 1 2 --seq-length x --swiglu";
     char *err = NULL;
     mg_error_clear();
@@ -71,13 +71,14 @@ MG_TEST(flags_report_lists_every_refused_flag) {
     }
     MG_EXPECT(st == MG_ERR_USAGE, "status %s, want usage error", mg_status_name(st));
     const char *msg = mg_error_message();
-    MG_EXPECT(strstr(msg, "5 flags of the command line were refused (--hiden-size, --fp8-format, "
-                          "--DDP-impl, --xyzzy, --seq-length)"),
+    MG_EXPECT(strstr(msg,
+                     "5 flags of the command line were refused (--hiden-size, --wandb-project, "
+                     "--DDP-impl, --xyzzy, --seq-length)"),
               "final line: %s", msg);
     MG_EXPECT(!strchr(msg, '\n'), "the final error is one line: %s", msg);
     const char *lines[] = {
         "error: unknown flag '--hiden-size'; did you mean '--hidden-size'?\n",
-        "error: --fp8-format hybrid is not supported yet by this build (fp8 is not implemented)",
+        "error: --wandb-project proj is not supported yet by this build (Weights & Biases",
         "error: --DDP-impl was removed from Megatron-LM in 2023",
         "error: unknown flag '--xyzzy'; see `megatron train --help` for the flags\n",
         "error: --seq-length expects an integer, got 'x'\n",
@@ -92,9 +93,9 @@ MG_TEST(flags_report_lists_every_refused_flag) {
     free(err);
 
     /* one problem stays the one-line error it was, with its own status, and prints nothing */
-    st = parse_capturing(&c, "--num-layers 2 --fp8-format hybrid", &err);
+    st = parse_capturing(&c, "--num-layers 2 --wandb-project proj", &err);
     MG_EXPECT(st == MG_ERR_UNSUPPORTED, "status %s", mg_status_name(st));
-    MG_EXPECT(strstr(mg_error_message(), "--fp8-format hybrid is not supported yet"), "%s",
+    MG_EXPECT(strstr(mg_error_message(), "--wandb-project proj is not supported yet"), "%s",
               mg_error_message());
     MG_EXPECT(err && !err[0], "a single problem printed '%s'", err);
     free(err);

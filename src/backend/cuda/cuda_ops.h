@@ -23,7 +23,7 @@
  * (step_control), moe_router.cu (router_*),
  * moe_route.cu (moe_route*, moe_expert_bias_update), moe_permute.cu (moe_permute*,
  * moe_unpermute*, moe_regroup, grouped_activation_forward, grouped_swiglu_backward),
- * grouped_gemm.cu (grouped_linear_*), measure.cu (matmul_peak_tflops).
+ * grouped_gemm.cu (grouped_linear_*), fp8.cu (fp8_*), measure.cu (matmul_peak_tflops).
  *
  * Every launcher runs on the backend's compute stream (mg_cuda_stream(be)), checks
  * cudaGetLastError() after each launch (MG_CUDA_CHECK) and never allocates or synchronises with
