@@ -27,10 +27,9 @@ mg_status mg_config_check_fp8(const mg_config *c) {
     if (strcmp(r, "mxfp8") == 0)
         return USAGE("--fp8-recipe mxfp8 needs Blackwell's tensor cores (block-scaled MXFP8 "
                      "GEMMs); Hopper has none: use --fp8-recipe delayed");
-    if (strcmp(r, "delayed") != 0)
-        return USAGE("--fp8-recipe %s is not supported yet by this build (per-tensor scaling from "
-                     "the current amax, and 128-element blocks, come later); use delayed",
-                     r);
+    if (strcmp(r, "blockwise") == 0)
+        return USAGE("--fp8-recipe blockwise is not supported yet by this build (scales per "
+                     "128-element block); use delayed or tensorwise");
     if (c->fp8_amax_history_len < 1)
         return USAGE("--fp8-amax-history-len must be at least 1, got %d", c->fp8_amax_history_len);
     if (c->fp8_margin < 0)

@@ -381,8 +381,8 @@ const mg_flag_spec mg_flag_table[] = {
              "(e4m3 forward, e5m2 gradients); fp32 accumulation, fp32 master weights"},
     {"--fp8-recipe", TRAIN, STRING, .arg = "RECIPE", FIELD(fp8_recipe), .def = "delayed",
      .choices = fp8_recipe_choices,
-     .help = "how each fp8 tensor is scaled: delayed (from the amax history of earlier steps); "
-             "tensorwise and blockwise are not here yet, mxfp8 needs Blackwell"},
+     .help = "how each fp8 tensor is scaled: delayed (from the amax history of earlier steps) or "
+             "tensorwise (from its amax now); blockwise is not here yet, mxfp8 needs Blackwell"},
     {"--fp8-margin", TRAIN, INT, FIELD(fp8_margin),
      .help = "delayed scaling: the scale is divided by 2^margin"},
     {"--fp8-interval", TRAIN, INT, FIELD(fp8_interval), IGNORED,

@@ -162,6 +162,8 @@ typedef struct {
        tensors; model state, not transient) and the casts' copies of an input, a weight and an
        output gradient */
     size_t fp8_state, fp8_x, fp8_w, fp8_dy;
+    size_t fp8_now; /* --fp8-recipe tensorwise: (3) fp32 [amax | scale | history] of the cast
+                       in progress */
     int fp8_tensors;
 } mg_block_ws;
 

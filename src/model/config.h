@@ -82,6 +82,7 @@ typedef struct {
      * delayed scaling's settings (core/fp8_scaling.h) */
     int fp8_fwd, fp8_bwd;
     int fp8_len, fp8_margin, fp8_algo;
+    bool fp8_current; /* --fp8-recipe tensorwise: each cast scales by its tensor's amax now */
     unsigned rc_modules;
     mg_rc_method rc_full;
     int rc_layers;      /* --recompute-num-layers */

@@ -2,6 +2,7 @@
 #include "model/fp8.h"
 
 #include "core/fp8.h"
+#include "core/fp8_scaling.h"
 
 #include <stdlib.h>
 
@@ -31,6 +32,7 @@ mg_status mg_fp8_plan(const mg_block_ctx *x, mg_block_ws *w, int n_linears) {
     MG_CHECK(reserve(x->work, on ? N * in * e : 0, &w->fp8_x));
     MG_CHECK(reserve(x->work, on ? wt * e : 0, &w->fp8_w));
     MG_CHECK(reserve(x->work, on ? N * out * e : 0, &w->fp8_dy));
+    MG_CHECK(reserve(x->work, on && c->fp8_current ? 3 * sizeof(float) : 0, &w->fp8_now));
     return MG_OK;
 }
 
@@ -43,14 +45,41 @@ mg_status mg_fp8_reset(const mg_block_ctx *x) {
     if (!h) return MG_FAIL(MG_ERR_NOMEM, "cannot allocate the fp8 state");
     for (size_t t = 0; t < nt; t++) h[nt + t] = 1.0f;
     mg_status st = x->be->copy_h2d(x->be, mg_block_ws_ptr(x, w->fp8_state), h, n * sizeof *h);
+    if (st == MG_OK && x->c->fp8_current) /* [amax 0 | scale 1 | history 0] */
+        st = x->be->copy_h2d(x->be, mg_block_ws_ptr(x, w->fp8_now), (const float[]){0, 1, 0},
+                             3 * sizeof(float));
     free(h);
     return st;
+}
+
+/* --fp8-recipe tensorwise: the scale of a tensor from its amax now, reduced over the
+ * tensor-parallel group (a shard's amax is the whole tensor's there), as Transformer Engine's
+ * current scaling: fp8_max / amax, the largest fp32 value where that overflows (an all-zero
+ * tensor keeps the previous scale: it casts to zeros whatever the scale). The scale lands in
+ * fp8_now[1]; `out` is written and then cast again by the caller. */
+static mg_status current_scale(const mg_block_ctx *x, void *out, const void *in, size_t n,
+                               int format) {
+    mg_backend *be = x->be;
+    float *now = mg_block_ws_ptr(x, x->ws->fp8_now);
+    MG_CHECK(be->memset_zero(be, now, sizeof(float)));
+    MG_CHECK(be->fp8_quantize(be, out, in, n, now + 1, now, format)); /* the amax */
+    MG_CHECK(mg_tp_all_reduce(x->tp, now, 1, MG_F32, MG_REDUCE_MAX));
+    const float top = mg_fp8_max((mg_fp8_format)format);
+    return be->fp8_update(be, now, 1, 1, 0, MG_FP8_AMAX_MOST_RECENT, top, top);
 }
 
 /* Tensor t's fp8 values of *p (n elements) into the workspace at `to`; *p points there after. */
 static mg_status cast(const mg_block_ctx *x, size_t t, size_t to, const void **p, size_t n,
                       int format) {
     const mg_block_ws *w = x->ws;
+    if (x->c->fp8_current) {
+        void *out = mg_block_ws_ptr(x, to);
+        float *now = mg_block_ws_ptr(x, w->fp8_now);
+        MG_CHECK(current_scale(x, out, *p, n, format));
+        MG_CHECK(x->be->fp8_quantize(x->be, out, *p, n, now + 1, NULL, format));
+        *p = out;
+        return MG_OK;
+    }
     size_t nt = (size_t)w->fp8_tensors;
     float *state = mg_block_ws_ptr(x, w->fp8_state);
     void *out = mg_block_ws_ptr(x, to);

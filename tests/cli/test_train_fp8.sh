@@ -3,7 +3,8 @@
 # core/fp8.h, fp32 products of the fp8 values):
 #   - --fp8-format hybrid trains: 30 iterations' losses fall and end within 2% of the run
 #     without fp8, not equal to it; e4m3 with a 16-step max history differs from hybrid;
-#     --first-last-layers-bf16 differs from every layer in fp8;
+#     --first-last-layers-bf16 differs from every layer in fp8; --fp8-recipe tensorwise (each cast
+#     scaled by its tensor's amax now) trains within 2% of fp32 too;
 #   - resume is exact: a run saved at iteration 4 and resumed logs the straight run's losses
 #     (the scales and amax histories are in the checkpoint); a checkpoint saved without fp8 loads
 #     with a line saying its scales start at 1;
@@ -23,6 +24,8 @@ last() { losses "$1" | awk '{print $NF}'; }
     --fp8-amax-compute-algo max >"$TMP/e4m3.log" 2>&1
 "$MEGATRON" train "${BASE[@]}" --train-iters 30 --fp8-format hybrid --first-last-layers-bf16 \
     >"$TMP/bf16ends.log" 2>&1
+"$MEGATRON" train "${BASE[@]}" --train-iters 30 --fp8-format hybrid --fp8-recipe tensorwise \
+    >"$TMP/tensorwise.log" 2>&1
 p=$(last "$TMP/plain.log") h=$(last "$TMP/hybrid.log")
 if [ -n "$p" ] && [ -n "$h" ] && awk -v p="$p" -v h="$h" -v f="$(losses "$TMP/hybrid.log" | awk '{print $1}')" \
     'BEGIN { d = (h - p) / p; if (d < 0) d = -d; exit !(d < 0.02 && h < 0.9 * f && h != p) }'; then
@@ -32,6 +35,11 @@ if [ -n "$(losses "$TMP/e4m3.log")" ] && [ "$(losses "$TMP/e4m3.log")" != "$(los
     [ -n "$(losses "$TMP/bf16ends.log")" ] && [ "$(losses "$TMP/bf16ends.log")" != "$(losses "$TMP/hybrid.log")" ]; then
     pass train_fp8_settings_change_the_numbers
 else fail train_fp8_settings_change_the_numbers "e4m3: $(losses "$TMP/e4m3.log")" "bf16 ends: $(losses "$TMP/bf16ends.log")"; fi
+t=$(last "$TMP/tensorwise.log")
+if [ -n "$t" ] && [ "$(losses "$TMP/tensorwise.log")" != "$(losses "$TMP/hybrid.log")" ] &&
+    awk -v p="$p" -v t="$t" 'BEGIN { d = (t - p) / p; if (d < 0) d = -d; exit !(d < 0.02) }'; then
+    pass "train_fp8_tensorwise_tracks_fp32 (last loss $t)"
+else fail train_fp8_tensorwise_tracks_fp32 "tensorwise: $(losses "$TMP/tensorwise.log")" "$(tail -n 2 "$TMP/tensorwise.log")"; fi
 
 FP8=(--fp8-format hybrid --fp8-amax-history-len 4 --fp8-amax-compute-algo max --train-iters 8)
 "$MEGATRON" train "${BASE[@]}" "${FP8[@]}" >"$TMP/straight.log" 2>&1
@@ -48,7 +56,7 @@ else fail train_fp8_loads_a_checkpoint_without_fp8 "$(tail -n 3 "$TMP/mixed.log"
 
 T1=(train "${BASE[@]}" --train-iters 1 --fp8-format hybrid)
 expect_error fp8_mxfp8_needs_blackwell 2 "^megatron: error: --fp8-recipe mxfp8 needs Blackwell's tensor cores" "${T1[@]}" --fp8-recipe mxfp8
-expect_error fp8_blockwise_not_yet 2 "^megatron: error: --fp8-recipe blockwise is not supported yet by this build .*use delayed$" "${T1[@]}" --fp8-recipe blockwise
+expect_error fp8_blockwise_not_yet 2 "^megatron: error: --fp8-recipe blockwise is not supported yet by this build .*use delayed or tensorwise$" "${T1[@]}" --fp8-recipe blockwise
 expect_error fp8_history_zero 2 "^megatron: error: --fp8-amax-history-len must be at least 1, got 0$" "${T1[@]}" --fp8-amax-history-len 0
 expect_error fp8_negative_margin 2 "^megatron: error: --fp8-margin must be 0 or more" "${T1[@]}" --fp8-margin -1
 expect_error fp8_param_gather_needs_distopt 2 "^megatron: error: --fp8-param-gather only supported with distributed optimizer or torch fsdp2" "${T1[@]}" --fp8-param-gather

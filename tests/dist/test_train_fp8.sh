@@ -4,6 +4,10 @@
 # reduced by a maximum over the tensor- and data-parallel groups before each scale update, so
 #   - DP 2 with the distributed optimizer and --fp8-param-gather, PP 2, and PP 2 x DP 2 log the
 #     one-rank fp8 run's lm loss and grad norm within 1e-5 relative over 6 iterations;
+#   - with --fp8-recipe tensorwise (each cast scaled by its tensor's amax now, reduced over the
+#     tensor-parallel group) DP 2 and TP 2 log the one-rank tensorwise run's lm loss within 2e-3:
+#     a weight's scale follows the weight of this step, whose reduced gradients round
+#     differently, so the flips below reach DP too;
 #   - TP 2 and TP 2 with sequence parallelism log its lm loss within 2e-3: their partial sums
 #     round differently (1e-7 relative), and a cast to fp8 turns a value that lands on the other
 #     side of a rounding boundary into a difference of one fp8 step (up to 25% of the element in
@@ -26,25 +30,32 @@ MODEL=(--num-layers 4 --hidden-size 64 --num-attention-heads 4 --seq-length 32 -
 vals() { grep -oE "\"($KEYS)\": [^,}]+" "$1" 2>/dev/null | awk '{print $2}'; }
 timeout 120 "$BIN" train "${MODEL[@]}" --metrics-file "$TMP/one.jsonl" >"$TMP/one.log" 2>&1 ||
     fail "fp8 one rank" "$(tail -n 3 "$TMP/one.log")"
+timeout 120 "$BIN" train "${MODEL[@]}" --fp8-recipe tensorwise --metrics-file "$TMP/one_tw.jsonl" \
+    >"$TMP/one_tw.log" 2>&1 || fail "fp8 tensorwise one rank" "$(tail -n 3 "$TMP/one_tw.log")"
 KEYS='lm_loss|grad_norm'
 for layout in "2:1e-5:--use-distributed-optimizer --fp8-param-gather" \
     "2:1e-5:--pipeline-model-parallel-size 2" \
     "4:1e-5:--pipeline-model-parallel-size 2 --use-distributed-optimizer" \
     "2:2e-3:--tensor-model-parallel-size 2" \
-    "2:2e-3:--tensor-model-parallel-size 2 --sequence-parallel"; do
+    "2:2e-3:--tensor-model-parallel-size 2 --sequence-parallel" \
+    "2:2e-3:--fp8-recipe tensorwise --use-distributed-optimizer" \
+    "2:2e-3:--fp8-recipe tensorwise --tensor-model-parallel-size 2"; do
     np=${layout%%:*} rest=${layout#*:} tol=${rest%%:*}
     read -r -a extra <<<"${rest#*:}"
     KEYS='lm_loss|grad_norm' n=12
-    [[ $rest == *tensor* ]] && KEYS=lm_loss n=6
+    [[ $rest == *tensor-model* || $rest == *tensorwise* ]] && KEYS=lm_loss n=6
+    # tensorwise: against the one-rank tensorwise run
+    base=$TMP/one.jsonl
+    [[ $rest == *tensorwise* ]] && base=$TMP/one_tw.jsonl
     name="train fp8 np=$np ${rest#*:}"
     rm -f "$TMP/got.jsonl"
     if ! timeout 120 "${MPIRUN[@]}" -np "$np" "$BIN" train "${MODEL[@]}" "${extra[@]}" \
         --metrics-file "$TMP/got.jsonl" >"$TMP/got.log" 2>&1; then
         fail "$name (exit status)" "$(tail -n 3 "$TMP/got.log")"
-    elif ! paste <(vals "$TMP/one.jsonl") <(vals "$TMP/got.jsonl") | awk -v tol="$tol" \
+    elif ! paste <(vals "$base") <(vals "$TMP/got.jsonl") | awk -v tol="$tol" \
         'NF != 2 || ($1 - $2) > tol * $1 || ($2 - $1) > tol * $1 { bad = 1 } END { exit bad || NR != n }' n="$n"; then
         fail "$name (metrics differ from one rank's beyond $tol)" \
-            "one rank: $(vals "$TMP/one.jsonl" | tr '\n' ' ')" "$np ranks: $(vals "$TMP/got.jsonl" | tr '\n' ' ')"
+            "one rank: $(vals "$base" | tr '\n' ' ')" "$np ranks: $(vals "$TMP/got.jsonl" | tr '\n' ' ')"
     else
         pass "$name: 6 iterations' ${KEYS//|/ and } within $tol of one rank's"
     fi
