@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# The runs that need several GPUs (issue "every parallel path proven on 2-4 H200s"), each part one
+# call of this script on a lent multi-GPU machine, writing its logs and one summary per run to
+# OUTDIR (default $OUT, else a new temporary directory):
+#   bench/multigpu_runs.sh BUILD PART
+# PART:
+#   nccl    tests/dist/run_nccl.sh (`make test-nccl`: 2 GPUs, and 4 where there are)
+#   graphs  124M GPT-2 (MoE: 8 experts top-2 for EP) under DP 2 + distributed optimizer, TP 2,
+#           PP 2 (micro-batch 4, 8 microbatches) and EP 2, each eager and with the full-iteration
+#           graph (--cuda-graph-impl full_iteration): tokens/s of the last log interval, and
+#           whether the graph's lm losses equal eager's at every logged iteration (they should:
+#           the same kernels in the same order)
+#   ep      the 124M-shape MoE under EP 2 + distributed optimizer: worst-case buffers, a receive
+#           budget of 1.25, the budget with ECHO, --moe-router-force-load-balancing, and a skewed
+#           router (MG_TEST_EXPERT_BIAS sends every token to experts 0 and 1) without and with
+#           ECHO: tokens/s, moe_ep_load_imbalance (after echo), moe_overflow_steps
+#   tp|dp|pp  bench/tp_bench.sh, dp_bench.sh, pp_bench.sh (against PyTorch / the bubble bound)
+# BUILD/megatron and BUILD/dist_tests must be built with CUDA, NCCL and MPI. NCCL_NVLS_ENABLE=0
+# always. Summary lines: OUTDIR/multigpu_PART.txt.
+set -u
+BUILD=${1:-build}
+PART=${2:-}
+BIN=$BUILD/megatron
+OUTDIR=${OUTDIR:-${OUT:-$(mktemp -d)}}
+mkdir -p "$OUTDIR"
+export NCCL_NVLS_ENABLE=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+HERE=$(cd "$(dirname "$0")" && pwd)
+SUM=$OUTDIR/multigpu_$PART.txt
+: >"$SUM"
+say() { echo "$*" | tee -a "$SUM"; }
+[ -x "$BIN" ] || { echo "multigpu_runs: $BIN is not built" >&2; exit 1; }
+
+GPT=(--num-layers 12 --hidden-size 768 --num-attention-heads 12 --seq-length 1024
+    --max-position-embeddings 1024 --vocab-size 50257 --mock-data --bf16 --lr 3e-4
+    --log-interval 10 --eval-iters 0 --attention-dropout 0 --hidden-dropout 0 --device cuda)
+MOE=(--num-experts 8 --moe-router-topk 2 --moe-ffn-hidden-size 3072 --moe-aux-loss-coeff 1e-2)
+# run NAME NP FLAG...: `megatron train` under mpirun; the log in OUTDIR/NAME.log
+run() {
+    local name=$1 np=$2
+    shift 2
+    timeout 300 mpirun --bind-to none -np "$np" -x NCCL_NVLS_ENABLE -x MG_TEST_EXPERT_BIAS "$BIN" \
+        train "$@" >"$OUTDIR/$name.log" 2>&1
+}
+field() { grep -oE "$2: [0-9.E+-]+" "$OUTDIR/$1.log" | tail -1 | awk '{print $NF}'; }
+losses() { grep -oE 'lm loss: [0-9.E+-]+' "$OUTDIR/$1.log" | awk '{print $3}' | paste -sd' '; }
+
+case $PART in
+nccl) "$HERE/../tests/dist/run_nccl.sh" "$BUILD" 2>&1 | tee "$OUTDIR/nccl.log" | tail -n 3 | tee -a "$SUM" ;;
+graphs)
+    for layout in "dp:--use-distributed-optimizer --micro-batch-size 8 --global-batch-size 16" \
+        "tp:--tensor-model-parallel-size 2 --micro-batch-size 8 --global-batch-size 8" \
+        "pp:--pipeline-model-parallel-size 2 --micro-batch-size 4 --global-batch-size 32" \
+        "ep:--expert-model-parallel-size 2 --use-distributed-optimizer --micro-batch-size 8 --global-batch-size 16 ${MOE[*]}"; do
+        name=${layout%%:*}
+        read -r -a extra <<<"${layout#*:}"
+        run "${name}_eager" 2 "${GPT[@]}" --train-iters 30 "${extra[@]}"; rc1=$?
+        run "${name}_graph" 2 "${GPT[@]}" --train-iters 30 "${extra[@]}" --cuda-graph-impl full_iteration; rc2=$?
+        same=no
+        [ -n "$(losses "${name}_eager")" ] && [ "$(losses "${name}_eager")" = "$(losses "${name}_graph")" ] && same=yes
+        say "$name: eager rc $rc1 $(field "${name}_eager" 'tokens per second') tok/s; graph rc $rc2" \
+            "$(field "${name}_graph" 'tokens per second') tok/s; lm losses equal: $same"
+    done ;;
+ep)
+    EP=("${GPT[@]}" "${MOE[@]}" --expert-model-parallel-size 2 --use-distributed-optimizer
+        --micro-batch-size 8 --global-batch-size 16 --train-iters 40)
+    SKEW=(--moe-router-enable-expert-bias --moe-router-bias-update-rate 0 --moe-router-score-function sigmoid)
+    for r in "none:" "budget:--moe-expert-rank-capacity-factor 1.25" \
+        "budget_echo:--moe-expert-rank-capacity-factor 1.25 --moe-enable-echo" \
+        "force:--moe-router-force-load-balancing --moe-expert-rank-capacity-factor 1.25" \
+        "skew:${SKEW[*]}" "skew_echo:${SKEW[*]} --moe-enable-echo"; do
+        name=${r%%:*}
+        read -r -a extra <<<"${r#*:}"
+        export MG_TEST_EXPERT_BIAS=
+        [[ $name == skew* ]] && export MG_TEST_EXPERT_BIAS=1,1,0,0,0,0,0,0
+        run "ep_$name" 2 "${EP[@]}" "${extra[@]}"; rc=$?
+        say "ep $name: rc $rc $(field "ep_$name" 'tokens per second') tok/s, imbalance" \
+            "$(field "ep_$name" moe_ep_load_imbalance) after echo" \
+            "$(field "ep_$name" moe_ep_load_imbalance_after_echo) overflow steps" \
+            "$(field "ep_$name" moe_overflow_steps)"
+    done ;;
+tp | dp | pp) OUTDIR=$OUTDIR "$HERE/${PART}_bench.sh" "$BUILD" 2>&1 | tee "$OUTDIR/$PART.log" | tail -n 12 | tee -a "$SUM" ;;
+*)
+    echo "usage: bench/multigpu_runs.sh BUILD nccl|graphs|ep|tp|dp|pp" >&2
+    exit 2 ;;
+esac
