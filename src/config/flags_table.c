@@ -244,7 +244,9 @@ const mg_flag_spec mg_flag_table[] = {
     {"--moe-echo-expert-dispatch-overlap", MOE, BOOL, IGNORED,
      .help = "accepted with ECHO; the spare experts' dispatch is not overlapped yet"},
     {"--moe-echo-recompute-expert-dispatch", MOE, BOOL, IGNORED,
-     .help = "accepted with ECHO; nothing is recomputed yet"},
+     .help =
+         "accepted with ECHO; the dispatch is not recomputed on its own here (--recompute-modules "
+         "moe recomputes the whole MoE layer, its dispatch included)"},
     {"--moe-use-device-initiated-grouped-gemm", MOE, BOOL, IGNORED,
      .help = "the grouped GEMM here always reads its per-expert sizes from device memory (no "
              "host synchronisation)"},

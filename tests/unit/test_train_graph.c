@@ -124,6 +124,18 @@ MG_TEST(train_graph_replay_equals_eager_layout_invariant_dropout) {
             "layout-invariant dropout per layer");
 }
 
+/* fp8 linears: the casts read their scales from backend memory and the step's end updates them
+ * there, so replayed steps scale as the eager ones (a scale frozen at capture would drift) */
+MG_TEST(train_graph_replay_equals_eager_fp8) {
+    same_as_eager(t,
+                  BASE "--train-iters 8 --global-batch-size 4 --fp8-format hybrid "
+                       "--fp8-amax-history-len 4 --fp8-amax-compute-algo max",
+                  "fp8 delayed");
+    same_as_eager(
+        t, BASE "--train-iters 8 --global-batch-size 4 --fp8-format e4m3 --fp8-recipe tensorwise",
+        "fp8 tensorwise");
+}
+
 MG_TEST(train_graph_replay_equals_eager_moe) {
     same_as_eager(t,
                   BASE "--train-iters 8 --global-batch-size 4 --num-experts 4 --moe-router-topk 2 "

@@ -102,6 +102,16 @@ MG_TEST(train_recompute_selective_is_bitwise_gpt2) {
     same_as_without(t, BASE, SELECTIVE("core_attn layernorm mlp"), "gpt2 core_attn layernorm mlp");
 }
 
+/* fp8 linears (model/fp8.h): the recomputed forward casts with the step's scales again, and its
+ * amaxes are the forward's (a maximum takes them twice alike) */
+MG_TEST(train_recompute_is_bitwise_fp8) {
+    same_as_without(
+        t, BASE "--fp8-format hybrid --fp8-amax-history-len 4 --fp8-amax-compute-algo max ",
+        FULL("uniform", 1), "gpt2 fp8 full uniform 1");
+    same_as_without(t, LLAMA "--fp8-format e4m3 --fp8-recipe tensorwise ",
+                    SELECTIVE("core_attn layernorm mlp"), "llama fp8 tensorwise selective");
+}
+
 MG_TEST(train_recompute_is_bitwise_llama) {
     same_as_without(t, LLAMA, FULL("uniform", 2), "llama uniform 2");
     same_as_without(t, LLAMA, SELECTIVE("core_attn layernorm mlp_act"), "llama selective");
