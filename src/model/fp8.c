@@ -24,11 +24,13 @@ mg_status mg_fp8_plan(const mg_block_ctx *x, mg_block_ws *w, int n_linears) {
     MG_CHECK(
         reserve(x->work, on ? (2 + (size_t)c->fp8_len) * nt * sizeof(float) : 0, &w->fp8_state));
     /* the largest input, weight and output gradient of the four linears */
-    size_t in = max3(H, (size_t)c->attn_l, (size_t)c->F_l);
+    /* (an MoE layer's shared experts take its MLP's fp8 linears) */
+    size_t F = max3((size_t)c->F_l, (size_t)c->moe.shared_F, 0);
+    size_t fc1 = max3((size_t)c->fc1_l, (size_t)c->moe.shared_fc1, 0);
+    size_t in = max3(H, (size_t)c->attn_l, F);
     size_t wt =
-        max3((size_t)c->qkv_l * H, H * (size_t)c->attn_l,
-             (size_t)c->fc1_l * H > H * (size_t)c->F_l ? (size_t)c->fc1_l * H : H * (size_t)c->F_l);
-    size_t out = max3((size_t)c->qkv_l, H, (size_t)c->fc1_l);
+        max3((size_t)c->qkv_l * H, H * (size_t)c->attn_l, fc1 * H > H * F ? fc1 * H : H * F);
+    size_t out = max3((size_t)c->qkv_l, H, fc1);
     MG_CHECK(reserve(x->work, on ? N * in * e : 0, &w->fp8_x));
     MG_CHECK(reserve(x->work, on ? wt * e : 0, &w->fp8_w));
     MG_CHECK(reserve(x->work, on ? N * out * e : 0, &w->fp8_dy));

@@ -1,5 +1,6 @@
 /* fp8 linears (Megatron's --fp8-format with Transformer Engine's delayed scaling): the four
- * linears of an fp8 layer (QKV, attention output; fc1 and fc2 of a dense MLP) compute with fp8
+ * linears of an fp8 layer (QKV, attention output; fc1 and fc2 of a dense MLP, or of an MoE
+ * layer's shared experts) compute with fp8
  * values of their inputs: in the forward the input and the weight (e4m3), in the backward also
  * the output's gradient (e4m3, or e5m2 with hybrid), for both the input's and the weight's
  * gradient. Each of these tensors has its own scale and amax history (model state, kept in the

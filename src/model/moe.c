@@ -7,6 +7,7 @@
  * memory; the buffers have the plan's worst-case sizes (model/moe.h), or under a receive budget
  * its sizes, the dispatch then going in as many rounds as the step needs. */
 #include "model/moe.h"
+#include "model/fp8.h"
 #include "model/layer_graphs.h"
 
 #include "model/moe_dispatch.h"
@@ -84,50 +85,60 @@ static const float *expert_bias(const mg_block_ctx *x, const mg_moe_params *mp) 
 }
 
 /* The shared experts' first half: ln2 -> their fc1 and activation in the slot. */
-static mg_status shared_in(const mg_block_ctx *x, const mg_moe_params *mp, const mg_layer_slot *s,
+static mg_status shared_in(const mg_block_ctx *x, const mg_layer_params *p, const mg_layer_slot *s,
                            const void *ln2) {
     const mg_model_config *c = x->c;
+    const mg_moe_params *mp = p->moe;
     mg_backend *be = x->be;
-    int N = x->N, Fs = c->moe.shared_F;
+    int N = x->N, Fs = c->moe.shared_F, rows = c->swiglu ? 2 * Fs : Fs;
     void *fc1 = mg_block_act(x, s->sh_fc1), *act = mg_block_act(x, s->sh_act);
+    const void *w1 = mg_block_param(x, mp->sh_fc1_w);
+    /* an fp8 layer's shared experts take its MLP's fp8 linears (model/fp8.h) */
+    MG_CHECK(mg_fp8_forward(x, p, MG_FP8_FC1, &ln2, (size_t)N * c->H, &w1, (size_t)rows * c->H));
     if (c->swiglu) {
-        MG_CHECK(be->linear_forward(be, fc1, ln2, mg_block_param(x, mp->sh_fc1_w),
-                                    mg_block_param(x, mp->sh_fc1_b), NULL, N, c->H, 2 * Fs));
+        MG_CHECK(be->linear_forward(be, fc1, ln2, w1, mg_block_param(x, mp->sh_fc1_b), NULL, N,
+                                    c->H, rows));
         return be->swiglu_forward(be, act, fc1, N, Fs);
     }
-    return be->linear_gelu_forward(be, act, fc1, ln2, mg_block_param(x, mp->sh_fc1_w),
-                                   mg_block_param(x, mp->sh_fc1_b), N, c->H, Fs);
+    return be->linear_gelu_forward(be, act, fc1, ln2, w1, mg_block_param(x, mp->sh_fc1_b), N, c->H,
+                                   Fs);
 }
 
 /* The shared experts: a dense MLP of the normed input (no tensor parallelism inside an MoE
  * model yet), out = mid + its output (mid NULL: its output alone). */
-static mg_status shared_forward(const mg_block_ctx *x, const mg_moe_params *mp,
+static mg_status shared_forward(const mg_block_ctx *x, const mg_layer_params *p,
                                 const mg_layer_slot *s, const void *ln2, const void *mid,
                                 void *out) {
     const mg_model_config *c = x->c;
-    MG_CHECK(shared_in(x, mp, s, ln2));
-    return x->be->linear_forward(x->be, out, mg_block_act(x, s->sh_act),
-                                 mg_block_param(x, mp->sh_fc2_w), mg_block_param(x, mp->sh_fc2_b),
-                                 mid, x->N, c->moe.shared_F, c->H);
+    MG_CHECK(shared_in(x, p, s, ln2));
+    const void *act = mg_block_act(x, s->sh_act), *w2 = mg_block_param(x, p->moe->sh_fc2_w);
+    MG_CHECK(mg_fp8_forward(x, p, MG_FP8_FC2, &act, (size_t)x->N * c->moe.shared_F, &w2,
+                            (size_t)c->H * c->moe.shared_F));
+    return x->be->linear_forward(x->be, out, act, w2, mg_block_param(x, p->moe->sh_fc2_b), mid,
+                                 x->N, c->moe.shared_F, c->H);
 }
 
 /* Its backward: dln (N,H) is overwritten with d(ln2) through the shared experts. */
-static mg_status shared_backward(const mg_block_ctx *x, const mg_moe_params *mp,
+static mg_status shared_backward(const mg_block_ctx *x, const mg_layer_params *p,
                                  const mg_layer_slot *s, const void *dout, void *dln) {
     const mg_model_config *c = x->c;
+    const mg_moe_params *mp = p->moe;
     mg_backend *be = x->be;
-    int N = x->N, Fs = c->moe.shared_F;
+    int N = x->N, Fs = c->moe.shared_F, rows = c->swiglu ? 2 * Fs : Fs;
     void *dact = mg_block_ws_ptr(x, x->ws->dact), *dfc1 = mg_block_ws_ptr(x, x->ws->dfc1);
     void *fc1 = mg_block_act(x, s->sh_fc1);
+    const void *act = mg_block_act(x, s->sh_act), *w2 = mg_block_param(x, mp->sh_fc2_w);
+    MG_CHECK(mg_fp8_backward(x, p, MG_FP8_FC2, &dout, (size_t)N * c->H, &act, (size_t)N * Fs, &w2,
+                             (size_t)c->H * Fs));
     MG_CHECK(be->linear_backward(be, c->swiglu ? dact : dfc1, mg_block_grad(x, mp->sh_fc2_w),
-                                 mg_block_grad(x, mp->sh_fc2_b), dout, mg_block_act(x, s->sh_act),
-                                 mg_block_param(x, mp->sh_fc2_w), c->swiglu ? NULL : fc1, N, Fs,
-                                 c->H));
+                                 mg_block_grad(x, mp->sh_fc2_b), dout, act, w2,
+                                 c->swiglu ? NULL : fc1, N, Fs, c->H));
     if (c->swiglu) MG_CHECK(be->swiglu_backward(be, dfc1, fc1, dact, N, Fs));
+    const void *d1 = dfc1, *ln2 = mg_block_act(x, s->ln2), *w1 = mg_block_param(x, mp->sh_fc1_w);
+    MG_CHECK(mg_fp8_backward(x, p, MG_FP8_FC1, &d1, (size_t)N * rows, &ln2, (size_t)N * c->H, &w1,
+                             (size_t)rows * c->H));
     return be->linear_backward(be, dln, mg_block_grad(x, mp->sh_fc1_w),
-                               mg_block_grad(x, mp->sh_fc1_b), dfc1, mg_block_act(x, s->ln2),
-                               mg_block_param(x, mp->sh_fc1_w), NULL, N, c->H,
-                               c->swiglu ? 2 * Fs : Fs);
+                               mg_block_grad(x, mp->sh_fc1_b), d1, ln2, w1, NULL, N, c->H, rows);
 }
 
 /* The experts' activation on their rows: e_fc1 -> e_act. */
@@ -309,7 +320,7 @@ mg_status mg_moe_forward(const mg_block_ctx *x, const mg_layer_params *p, const 
     mg_dropout hd;
     bool hdrop = mg_block_dropout(x, p->layer, MG_DROPOUT_MLP_OUT, &hd);
     if (m->shared_F > 0)
-        MG_CHECK(shared_forward(x, mp, s, ln2, hdrop ? NULL : mid, out));
+        MG_CHECK(shared_forward(x, p, s, ln2, hdrop ? NULL : mid, out));
     else if (hdrop)
         MG_CHECK(be->memset_zero(be, out, (size_t)N * H * x->esz));
     MG_CHECK(be->moe_unpermute(be, out, m->shared_F > 0 || hdrop ? out : mid, y, pos, probs, N,
@@ -375,7 +386,7 @@ mg_status mg_moe_backward(const mg_block_ctx *x, const mg_layer_params *p, const
     } else {
         if (s->rc & MG_RECOMPUTE_LAYERNORM) MG_CHECK(norm2(x, p, s));
         if (s->rc & MG_RECOMPUTE_SHARED_EXPERTS)
-            MG_CHECK(shared_in(x, mp, s, mg_block_act(x, s->ln2)));
+            MG_CHECK(shared_in(x, p, s, mg_block_act(x, s->ln2)));
     }
     const bool act_again = (s->rc & MG_RECOMPUTE_MOE_ACT) && !(s->rc & MG_RECOMPUTE_MOE);
     const void *dmoe;
@@ -418,7 +429,7 @@ mg_status mg_moe_backward(const mg_block_ctx *x, const mg_layer_params *p, const
     }
     /* d(ln2): the shared experts' (or zero), the routed copies', the router's */
     if (m->shared_F > 0)
-        MG_CHECK(shared_backward(x, mp, s, dmoe, dln));
+        MG_CHECK(shared_backward(x, p, s, dmoe, dln));
     else
         MG_CHECK(be->memset_zero(be, dln, (size_t)N * H * esz));
     moe_part q = {x, p, s, dres, dxp};

@@ -110,6 +110,8 @@ MG_TEST(train_recompute_is_bitwise_fp8) {
         FULL("uniform", 1), "gpt2 fp8 full uniform 1");
     same_as_without(t, LLAMA "--fp8-format e4m3 --fp8-recipe tensorwise ",
                     SELECTIVE("core_attn layernorm mlp"), "llama fp8 tensorwise selective");
+    same_as_without(t, MOE "--fp8-format hybrid ", SELECTIVE("shared_experts moe_act layernorm"),
+                    "moe fp8 (shared experts in fp8) selective");
 }
 
 MG_TEST(train_recompute_is_bitwise_llama) {
