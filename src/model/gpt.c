@@ -2,7 +2,9 @@
  * the vocab-parallel embedding, blocks (model/block.h) and the vocab-parallel head. */
 #include "model/gpt.h"
 #include "model/fp8.h"
+#include "model/gpt_slots.h"
 #include "model/layer_graphs.h"
+#include "model/recompute.h"
 
 #include "config/flags.h"
 #include "core/rng.h"
@@ -238,79 +240,6 @@ mg_gpt_target mg_gpt_target_for(const mg_gpt *g, mg_device device, mg_dtype comp
                            mg_backend_attention_saved_bytes(device, B, c->S, c->nq_l, c->hd)};
 }
 
-/* What the layers at position i of this rank's chunks need: a dense MLP's activations, an MoE
- * layer's (a slot entry serves the layer at one position of every chunk). */
-static void position_kinds(const mg_gpt *g, int i, bool *dense, bool *moe) {
-    *dense = *moe = false;
-    for (int v = 0; v < g->n_chunks; v++)
-        if (i < g->chunks[v].count) {
-            bool m = g->layers[g->chunks[v].first + i].moe != NULL;
-            *moe |= m;
-            *dense |= !m;
-        }
-}
-
-/* What position i of a chunk recomputes (MG_SLOT_RC_*, MG_RECOMPUTE_*). Full recomputation:
- * uniform, every layer, groups of rc_layers from each chunk's first layer (a later layer of a
- * group keeps not even its input); block, the first rc_layers layers of each chunk (Megatron
- * decides per model chunk). --distribute-saved-activations splits the kept input of a group's
- * first layer over the tensor-parallel ranks, but a chunk's input, which the pipeline receives
- * into. Selective: the modules, where "mlp" and "moe" take effect together at a position that
- * holds both kinds of layer (its entry serves both). */
-static unsigned position_rc(const mg_gpt *g, int i, bool dense, bool moe) {
-    const mg_model_config *c = &g->cfg;
-    if (c->rc_full == MG_RC_UNIFORM || (c->rc_full == MG_RC_BLOCK && i < c->rc_layers)) {
-        bool inner = c->rc_full == MG_RC_UNIFORM && i % c->rc_layers != 0;
-        return MG_SLOT_RC_FULL | (inner ? MG_SLOT_RC_INNER : 0u) |
-               (c->rc_distribute && !inner && i > 0 ? MG_SLOT_RC_DIST : 0u);
-    }
-    unsigned m = c->rc_modules;
-    const unsigned both = MG_RECOMPUTE_MLP | MG_RECOMPUTE_MOE;
-    if (dense && moe && (m & both) != both) m &= ~both;
-    if (!dense) m &= ~(MG_RECOMPUTE_MLP | MG_RECOMPUTE_MLP_ACT);
-    if (!moe) m &= ~(MG_RECOMPUTE_MOE | MG_RECOMPUTE_MOE_ACT | MG_RECOMPUTE_SHARED_EXPERTS);
-    return m;
-}
-
-/* Each position's recomputation and the buffers the slots share for it: one layer's (the fields
- * recomputation frees), or for uniform groups one per layer of a group. */
-static mg_status plan_recompute(mg_gpt *g) {
-    const mg_model_config *c = &g->cfg;
-    int n = g->slot_layers ? g->slot_layers : 1;
-    g->rc_pos = calloc((size_t)n, sizeof *g->rc_pos);
-    g->rc_groups = c->rc_full == MG_RC_UNIFORM && c->rc_layers < n ? c->rc_layers : 1;
-    if (c->rc_full == MG_RC_UNIFORM && c->rc_layers >= n) g->rc_groups = n;
-    g->rc_scratch = calloc((size_t)g->rc_groups, sizeof *g->rc_scratch);
-    if (!g->rc_pos || !g->rc_scratch)
-        return MG_FAIL(MG_ERR_NOMEM, "cannot allocate the recomputation plan");
-    for (int i = 0; i < g->slot_layers; i++) {
-        bool dense, moe;
-        position_kinds(g, i, &dense, &moe);
-        g->rc_pos[i] = position_rc(g, i, dense, moe);
-        g->rc_any |= g->rc_pos[i] != 0;
-    }
-    if (c->rc_distribute && ((size_t)g->blk.Nl * c->H) % (size_t)c->tp != 0)
-        return MG_FAIL(MG_ERR_USAGE,
-                       "--distribute-saved-activations: a layer input of %d x %d elements does not "
-                       "split over %d tensor-parallel ranks",
-                       g->blk.Nl, c->H, c->tp);
-    size_t before = g->blk.acts->size;
-    for (int j = 0; j < g->rc_groups; j++) { /* for the positions that use buffer j */
-        unsigned u = 0;
-        bool any_dense = false, any_moe = false;
-        for (int i = j; i < g->slot_layers; i += g->rc_groups) {
-            bool dense, moe;
-            position_kinds(g, i, &dense, &moe);
-            any_dense |= dense;
-            any_moe |= moe;
-            u |= g->rc_pos[i];
-        }
-        if (u) MG_CHECK(mg_block_plan_scratch(&g->blk, &g->rc_scratch[j], any_dense, any_moe, u));
-    }
-    g->rc_bytes = g->blk.acts->size - before;
-    return MG_OK;
-}
-
 mg_status mg_gpt_plan(mg_gpt *g, mg_gpt_target target, int B, int n_slots, mg_arena *acts,
                       mg_arena *work) {
     const mg_model_config *c = &g->cfg;
@@ -346,12 +275,12 @@ mg_status mg_gpt_plan(mg_gpt *g, mg_gpt_target target, int B, int n_slots, mg_ar
         MG_CHECK(mg_moe_plan(&g->moe_ws, c, x->N, x->esz, g->n_moe, work));
         g->blk.moe = &g->moe_ws;
     }
-    MG_CHECK(plan_recompute(g));
+    MG_CHECK(mg_recompute_plan(g));
     size_t before = acts->size;
     for (int k = 0; k < n_slots; k++) {
         for (int i = 0; i < g->slot_layers; i++) {
             bool dense, moe;
-            position_kinds(g, i, &dense, &moe);
+            mg_gpt_position_kinds(g, i, &dense, &moe);
             mg_layer_slot *ent = &g->slot[(size_t)k * g->slot_layers + i];
             unsigned rc = g->rc_pos[i];
             MG_CHECK(mg_block_plan_slot(x, ent, dense, moe, rc, &g->rc_scratch[i % g->rc_groups]));
@@ -470,20 +399,11 @@ static void *ws(const mg_gpt *g, size_t off) {
     return mg_block_ws_ptr(&g->blk, off);
 }
 
-static const mg_layer_slot *slot_of(const mg_gpt *g, int s, int i) {
-    return &g->slot[(size_t)s * g->slot_layers + i];
-}
-
-/* The input of chunk c's local layer i in slot s; i == count: the chunk's output. */
-static void *chunk_x(const mg_gpt *g, int c, int s, int i) {
-    return act(g, i < g->chunks[c].count ? slot_of(g, s, i)->x : g->x_out[s]);
-}
-
 void *mg_gpt_chunk_input(const mg_gpt *g, int c, int s) {
-    return chunk_x(g, c, s, 0);
+    return mg_gpt_layer_input(g, c, s, 0);
 }
 void *mg_gpt_chunk_output(const mg_gpt *g, int c, int s) {
-    return chunk_x(g, c, s, g->chunks[c].count);
+    return mg_gpt_layer_input(g, c, s, g->chunks[c].count);
 }
 void *mg_gpt_chunk_dout(const mg_gpt *g) {
     return ws(g, g->pp > 1 ? g->ws.dio : g->ws.dres);
@@ -591,51 +511,8 @@ static mg_status sublayer_body(void *ctx) {
 /* Local layer l's sublayer: through its graph in a training pass with per-layer graphs. */
 static mg_status sublayer(mg_gpt *g, int l, mg_layer_part part, bool backward, int slot, int i,
                           void *buf) {
-    sublayer_call c = {&g->blk, &g->layers[l], slot_of(g, slot, i), buf, part, backward};
+    sublayer_call c = {&g->blk, &g->layers[l], mg_gpt_slot(g, slot, i), buf, part, backward};
     return mg_block_graph(&g->blk, g->layers[l].layer, part, backward, sublayer_body, &c);
-}
-
-/* --distribute-saved-activations: before local layer i's forward in slot s, this rank's share
- * of its input (the whole input lives in the shared recomputation buffers). */
-static mg_status keep_share(mg_gpt *g, int c, int s, int i) {
-    if (!(slot_of(g, s, i)->rc & MG_SLOT_RC_DIST)) return MG_OK;
-    size_t part = mg_gpt_hidden_numel(g) / (size_t)g->cfg.tp * g->blk.esz;
-    const char *x = chunk_x(g, c, s, i);
-    return g->blk.be->copy_d2d(g->blk.be, act(g, g->x_part[(size_t)s * g->slot_layers + i]),
-                               x + (size_t)g->tp.rank * part, part);
-}
-
-/* Full recomputation, before local layer i's backward in slot s: when i is the last layer of a
- * recomputed group, the group's forward again from its kept input (gathered over the
- * tensor-parallel ranks where it was distributed), with the forward's dropout masks and MoE
- * routing; the group's last output is not needed (an MLP stops at its activation). */
-static mg_status recompute_group(mg_gpt *g, int c, int s, int i) {
-    const mg_gpt_chunk *ch = &g->chunks[c];
-    const mg_layer_slot *e = slot_of(g, s, i);
-    if (!(e->rc & MG_SLOT_RC_FULL)) return MG_OK;
-    if (i + 1 < ch->count && (slot_of(g, s, i + 1)->rc & MG_SLOT_RC_INNER)) return MG_OK;
-    int first = i;
-    while (first > 0 && (slot_of(g, s, first)->rc & MG_SLOT_RC_INNER)) first--;
-    if (slot_of(g, s, first)->rc & MG_SLOT_RC_DIST)
-        MG_CHECK(mg_tp_all_gather(
-            &g->tp, chunk_x(g, c, s, first), act(g, g->x_part[(size_t)s * g->slot_layers + first]),
-            mg_gpt_hidden_numel(g) / (size_t)g->cfg.tp, g->blk.be->compute_dtype));
-    g->blk.recompute = true;
-    mg_status st = MG_OK;
-    for (int j = first; j <= i && st == MG_OK; j++) {
-        int l = ch->first + j;
-        const mg_layer_params *p = &g->layers[l];
-        const mg_layer_slot *sj = slot_of(g, s, j);
-        void *out = j < i ? chunk_x(g, c, s, j + 1) : NULL;
-        st = mg_attention_forward(&g->blk, p, sj);
-        if (st != MG_OK) break;
-        if (p->moe)
-            st = mg_moe_forward(&g->blk, p, sj, out ? out : ws(g, g->ws.rc_out));
-        else
-            st = mg_mlp_forward(&g->blk, p, sj, out);
-    }
-    g->blk.recompute = false;
-    return st;
 }
 
 mg_status mg_gpt_chunk_forward(mg_gpt *g, mg_backend *be, int c, int s, const int32_t *tokens) {
@@ -649,10 +526,10 @@ mg_status mg_gpt_chunk_forward(mg_gpt *g, mg_backend *be, int c, int s, const in
     for (int i = 0; i < ch->count; i++) {
         int l = ch->first + i;
         MG_CHECK(layer_hook(g, false, l));
-        MG_CHECK(keep_share(g, c, s, i));
+        MG_CHECK(mg_recompute_keep_share(g, c, s, i));
         MG_CHECK(sublayer(g, l, MG_LAYER_PART_ATTN, false, s, i, NULL));
         MG_CHECK(sublayer(g, l, g->layers[l].moe ? MG_LAYER_PART_MOE : MG_LAYER_PART_MLP, false, s,
-                          i, chunk_x(g, c, s, i + 1)));
+                          i, mg_gpt_layer_input(g, c, s, i + 1)));
     }
     return MG_OK;
 }
@@ -702,7 +579,7 @@ mg_status mg_gpt_chunk_backward(mg_gpt *g, mg_backend *be, int c, int s, const i
     void *dres = ws(g, g->ws.dres);
     for (int i = ch->count - 1; i >= 0; i--) {
         int l = ch->first + i;
-        MG_CHECK(recompute_group(g, c, s, i));
+        MG_CHECK(mg_recompute_group(g, c, s, i));
         MG_CHECK(sublayer(g, l, g->layers[l].moe ? MG_LAYER_PART_MOE : MG_LAYER_PART_MLP, true, s,
                           i, dres));
         MG_CHECK(sublayer(g, l, MG_LAYER_PART_ATTN, true, s, i, dres));
