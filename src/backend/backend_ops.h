@@ -524,10 +524,11 @@ MG_OP(moe_echo_move, REQ, MOE, mg_status,
 /* ---- fp8 (model/fp8.h; core/fp8.h's casts, core/fp8_scaling.h's recipe) ----
  * out (n, compute dtype) = the fp8 value of in x scale, cast saturating to `format`
  * (mg_fp8_format), divided by scale again, in fp32: what an fp8 GEMM computes with (the CPU
- * backend's emulation of one, and the CUDA backend's until its GEMMs take fp8); out may be in.
- * With amax (fp32 (1), backend memory) not NULL, *amax = max(*amax, max |in|) (NaN wins). */
+ * backend's emulation of one, and the CUDA backend's until its GEMMs take fp8); out may be in,
+ * or NULL: only the amax. With amax (fp32 (1), backend memory) not NULL,
+ * *amax = max(*amax, max |in|) (NaN wins). */
 MG_OP(fp8_quantize, REQ, OP, mg_status,
-      (mg_backend *be, void *out /* (n) */, const void *in /* (n) */, size_t n,
+      (mg_backend *be, void *out /* (n) or NULL */, const void *in /* (n) */, size_t n,
        const float *scale /* (1) */, float *amax /* (1) or NULL */, int format),
       (be, out, in, n, scale, amax, format))
 /* The delayed-scaling update of n fp8 tensors at a step's end (mg_fp8_delayed_update), state

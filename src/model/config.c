@@ -89,7 +89,6 @@ mg_status mg_model_config_from(mg_model_config *m, const mg_config *c, int tp_ra
     m->attn_dropout = c->attention_dropout;
     m->hidden_dropout = c->hidden_dropout;
     m->dropout_positional = c->layout_invariant_dropout;
-    m->fp8_fwd = 0;                                    /* e4m3 */
     m->fp8_bwd = strcmp(c->fp8_format, "hybrid") == 0; /* e5m2 */
     m->fp8_len = c->fp8_amax_history_len;
     m->fp8_margin = c->fp8_margin;

@@ -75,14 +75,14 @@ typedef struct {
     int attn_l;     /* attn_dim / tp */
     int F_l, fc1_l; /* F / tp, fc1_dim / tp */
     int V_l, v0;    /* vocabulary rows [v0, v0 + V_l) */
-    /* activation recomputation (model/gpt.h): the selective modules (config/flags.h's
-     * MG_RECOMPUTE_*), or full recomputation of the layers the method picks */
     /* fp8 linears (model/fp8.h): the layers config/flags.h's mg_config_fp8_layer picks; the
-     * formats (core/fp8.h's mg_fp8_format) of the forward's tensors and of the gradients, and
-     * delayed scaling's settings (core/fp8_scaling.h) */
-    int fp8_fwd, fp8_bwd;
+     * gradients' format (core/fp8.h's mg_fp8_format: e5m2 with hybrid; the forward's tensors are
+     * always e4m3), and delayed scaling's settings (core/fp8_scaling.h) */
+    int fp8_bwd;
     int fp8_len, fp8_margin, fp8_algo;
     bool fp8_current; /* --fp8-recipe tensorwise: each cast scales by its tensor's amax now */
+    /* activation recomputation (model/recompute.h): the selective modules (config/flags.h's
+     * MG_RECOMPUTE_*), or full recomputation of the layers the method picks */
     unsigned rc_modules;
     mg_rc_method rc_full;
     int rc_layers;      /* --recompute-num-layers */

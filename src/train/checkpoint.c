@@ -137,6 +137,12 @@ static void add(piece_list *l, const char *prefix, const char *name, const mg_pa
     l->p[l->n++] = (mg_ckpt_piece){nm, m, a, b, data};
 }
 
+/* The metadata of a vector of n values that every rank holds whole. */
+static mg_param_meta whole_vector(int64_t n) {
+    return (mg_param_meta){
+        .ndim = 1, .shape = {n}, .global_shape = {n}, .numel = n, .tp_split_dim = -1};
+}
+
 /* Every piece of this rank's state (t), or those it writes (writing). */
 static mg_status list_pieces(const mg_gpt *g, const mg_checkpoint_tensors *t, const float *params,
                              bool optimizer, bool writing, piece_list *l) {
@@ -159,24 +165,18 @@ static mg_status list_pieces(const mg_gpt *g, const mg_checkpoint_tensors *t, co
         add(l, "optimizer.exp_avg_sq.", mg_gpt_saved_name(p), p, pc->param_start, pc->param_end,
             t->exp_avg_sq + pc->local);
     }
-    l->bias = (mg_param_meta){.ndim = 1,
-                              .shape = {t->n_experts},
-                              .global_shape = {t->n_experts},
-                              .numel = t->n_experts,
-                              .tp_split_dim = -1};
-    const bool biases = t->expert_bias && (!writing || (t->owns[0] && t->tp_rank == 0));
+    /* model state that every rank holding the layer has alike (the expert bias, fp8 scaling):
+     * whole vectors, written by one of them */
+    const bool state = !writing || (t->owns[0] && t->tp_rank == 0);
+    l->bias = whole_vector(t->n_experts);
+    const bool biases = t->expert_bias && state;
     for (int k = 0; biases && k < t->n_bias; k++) {
         char name[MG_ST_NAME_CAP];
         mg_gpt_moe_bias_name(g, k, name, sizeof name);
         add(l, "", name, &l->bias, 0, t->n_experts, t->expert_bias + (size_t)k * t->n_experts);
     }
-    /* fp8 scaling state: the same on every rank holding the layer (the amaxes are reduced) */
-    l->fp8 = (mg_param_meta){.ndim = 1,
-                             .shape = {t->fp8_width},
-                             .global_shape = {t->fp8_width},
-                             .numel = t->fp8_width,
-                             .tp_split_dim = -1};
-    const bool fp8 = t->fp8 && (!writing || (t->owns[0] && t->tp_rank == 0));
+    l->fp8 = whole_vector(t->fp8_width); /* alike: the amaxes are reduced */
+    const bool fp8 = t->fp8 && state;
     for (int k = 0; fp8 && k < t->n_fp8; k++) {
         char name[MG_ST_NAME_CAP];
         snprintf(name, sizeof name, "decoder.layers.%d.fp8_scaling", t->fp8_layers[k]);

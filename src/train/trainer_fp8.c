@@ -21,6 +21,5 @@ mg_status mg_trainer_fp8_step_end(mg_trainer *t) {
         MG_CHECK(mg_backend_comm_end(be));
     }
     return be->fp8_update(be, state, n, c->fp8_len, c->fp8_margin, c->fp8_algo,
-                          mg_fp8_max((mg_fp8_format)c->fp8_fwd),
-                          mg_fp8_max((mg_fp8_format)c->fp8_bwd));
+                          mg_fp8_max(MG_FP8_E4M3), mg_fp8_max((mg_fp8_format)c->fp8_bwd));
 }

@@ -1,8 +1,9 @@
 /* The fp8 ops (backend_ops.h: fp8_quantize, fp8_update) against the CPU backend's: the same
  * casts of core/fp8.h and the same recipe of core/fp8_scaling.h on both, so
  *   - fp8_quantize of the same compute-dtype inputs gives the CPU's fp32 result rounded once to
- *     the compute dtype, bit for bit, and the same amax, bit for bit (spread magnitudes over
- *     the whole e4m3 and e5m2 ranges, saturating ones included; an odd n and an unaligned start);
+ *     the compute dtype, bit for bit, and the same amax, bit for bit, also without an output
+ * (spread magnitudes over the whole e4m3 and e5m2 ranges, saturating ones included; an odd n and an
+ * unaligned start);
  *   - fp8_update of the same state (amaxes with a zero, an infinity and a NaN among them) gives
  *     the CPU's scales and histories bit for bit, for both formats' largest values. */
 #include "cuda_test_util.h"
@@ -36,6 +37,13 @@ MG_TEST(cuda_fp8_quantize_matches_cpu) {
             MG_EXPECT(memcmp(amax_g, &amax_c, 4) == 0, "fp8_quantize %s: amax %.9g, cpu %.9g",
                       f ? "e5m2" : "e4m3", (double)*amax_g, (double)amax_c);
         }
+        /* out NULL: the amax alone, the same */
+        MG_EXPECT_OK(gpu->copy_h2d(gpu, d_amax, &zero, sizeof zero));
+        MG_EXPECT_OK(gpu->fp8_quantize(gpu, NULL, d_in, n, d_scale, d_amax, f));
+        float *amax_only = ct_down_f32(&P, d_amax, 1);
+        if (amax_only)
+            MG_EXPECT(memcmp(amax_only, &amax_c, 4) == 0, "fp8_quantize %s, amax only: %.9g",
+                      f ? "e5m2" : "e4m3", (double)*amax_only);
     }
     ct_pool_free(&P);
 }

@@ -15,9 +15,10 @@ mg_status mg_cpu_fp8_quantize(mg_backend *be, void *out, const void *in, size_t 
     for (size_t i = 0; i < n; i++) {
         float v = x[i], a = fabsf(v);
         if (isnan(a) || a > m || isnan(m)) m = isnan(m) ? m : a;
-        y[i] = mg_fp8_to_f32(mg_fp8_from_f32(v * s, (mg_fp8_format)format, true),
-                             (mg_fp8_format)format) /
-               s;
+        if (y)
+            y[i] = mg_fp8_to_f32(mg_fp8_from_f32(v * s, (mg_fp8_format)format, true),
+                                 (mg_fp8_format)format) /
+                   s;
     }
     if (amax && (isnan(m) || m > *amax || isnan(*amax))) *amax = isnan(*amax) ? *amax : m;
     return MG_OK;
