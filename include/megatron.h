@@ -125,7 +125,6 @@ typedef struct {
     char fp8_format[16];             /* --fp8-format e4m3|hybrid, "": bf16 (Megatron's dest fp8) */
     char fp8_recipe[16];             /* --fp8-recipe ("delayed") */
     int fp8_margin;                  /* --fp8-margin (0) */
-    int fp8_interval;                /* --fp8-interval (1; deprecated, no effect) */
     int fp8_amax_history_len;        /* --fp8-amax-history-len (1) */
     char fp8_amax_compute_algo[16];  /* --fp8-amax-compute-algo ("most_recent") */
     bool fp8_param_gather;           /* --fp8-param-gather (accepted: docs/flags.md) */

@@ -17,7 +17,6 @@ void mg_config_single_process(mg_config *c) {
     c->recompute_num_layers = -1;
     snprintf(c->fp8_recipe, sizeof c->fp8_recipe, "delayed");
     snprintf(c->fp8_amax_compute_algo, sizeof c->fp8_amax_compute_algo, "most_recent");
-    c->fp8_interval = 1;
     c->fp8_amax_history_len = 1;
     c->num_layers_at_start_in_bf16 = 1;
     c->num_layers_at_end_in_bf16 = 1;

@@ -387,7 +387,7 @@ const mg_flag_spec mg_flag_table[] = {
              "tensorwise (from its amax now); blockwise is not here yet, mxfp8 needs Blackwell"},
     {"--fp8-margin", TRAIN, INT, FIELD(fp8_margin),
      .help = "delayed scaling: the scale is divided by 2^margin"},
-    {"--fp8-interval", TRAIN, INT, FIELD(fp8_interval), IGNORED,
+    {"--fp8-interval", TRAIN, INT, IGNORED,
      .help = "deprecated in Megatron-LM and ignored there too: the scales update every step"},
     {"--fp8-amax-history-len", TRAIN, INT, FIELD(fp8_amax_history_len),
      .help = "delayed scaling: steps of amax each fp8 tensor remembers"},
