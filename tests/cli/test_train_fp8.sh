@@ -9,7 +9,8 @@
 #     (the scales and amax histories are in the checkpoint); a checkpoint saved without fp8 loads
 #     with a line saying its scales start at 1;
 #   - bad flags stop with one line and exit status 2: mxfp8 (Blackwell), a recipe not here yet,
-#     a history of 0, a negative margin, --fp8-param-gather without the distributed optimizer.
+#     a history of 0, a negative margin, a negative count of bf16 layers, --fp8-param-gather
+#     without the distributed optimizer.
 source "$(dirname "$0")/lib.sh"
 
 BASE=(--num-layers 4 --hidden-size 64 --num-attention-heads 4 --seq-length 32 --vocab-size 128
@@ -59,6 +60,7 @@ expect_error fp8_mxfp8_needs_blackwell 2 "^megatron: error: --fp8-recipe mxfp8 n
 expect_error fp8_blockwise_not_yet 2 "^megatron: error: --fp8-recipe blockwise is not supported yet by this build .*use delayed or tensorwise$" "${T1[@]}" --fp8-recipe blockwise
 expect_error fp8_history_zero 2 "^megatron: error: --fp8-amax-history-len must be at least 1, got 0$" "${T1[@]}" --fp8-amax-history-len 0
 expect_error fp8_negative_margin 2 "^megatron: error: --fp8-margin must be 0 or more" "${T1[@]}" --fp8-margin -1
+expect_error fp8_negative_bf16_layers 2 "^megatron: error: --num-layers-at-start-in-bf16 and --num-layers-at-end-in-bf16 must be 0 or more, got -1 and 1$" "${T1[@]}" --first-last-layers-bf16 --num-layers-at-start-in-bf16 -1
 expect_error fp8_param_gather_needs_distopt 2 "^megatron: error: --fp8-param-gather only supported with distributed optimizer or torch fsdp2" "${T1[@]}" --fp8-param-gather
 expect_error fp8_unknown_format 2 "^megatron: error: --fp8-format expects one of e4m3 or hybrid, got 'e5m2'$" "${T1[@]}" --fp8-format e5m2
 finish
