@@ -54,6 +54,17 @@ typedef struct {
     int lr, wd;
 } mg_adamw_span;
 
+/* An fp8 operand of a linear (backend_ops.h's fp8 ops; core/fp8.h's formats): the bytes of a
+ * compute-dtype tensor (rows, cols) times its scale, cast saturating to `format`
+ * (mg_fp8_format), row-major as the tensor (`data`) and/or transposed, (cols, rows)
+ * (`data_t`); NULL where the op does not read that form. scale_inv (backend memory, (1)):
+ * 1 / the scale, what a product of fp8 values is multiplied by to undo it. */
+typedef struct {
+    const uint8_t *data, *data_t;
+    const float *scale_inv;
+    int format;
+} mg_fp8_tensor;
+
 /* The backend's queues: every op runs on the compute stream; collectives (mg_comm calls) go to
  * the communication stream so they overlap computation (a bucket's reduction runs while backward
  * goes on: docs/architecture.md). */

@@ -522,15 +522,38 @@ MG_OP(moe_echo_move, REQ, MOE, mg_status,
       (be, slab, table, plan, p, rank, n1w, n1b, n2w, n2b, mode))
 
 /* ---- fp8 (model/fp8.h; core/fp8.h's casts, core/fp8_scaling.h's recipe) ----
- * out (n, compute dtype) = the fp8 value of in x scale, cast saturating to `format`
- * (mg_fp8_format), divided by scale again, in fp32: what an fp8 GEMM computes with (the CPU
- * backend's emulation of one, and the CUDA backend's until its GEMMs take fp8); out may be in,
- * or NULL: only the amax. With amax (fp32 (1), backend memory) not NULL,
- * *amax = max(*amax, max |in|) (NaN wins). */
-MG_OP(fp8_quantize, REQ, OP, mg_status,
-      (mg_backend *be, void *out /* (n) or NULL */, const void *in /* (n) */, size_t n,
-       const float *scale /* (1) */, float *amax /* (1) or NULL */, int format),
-      (be, out, in, n, scale, amax, format))
+ * The bytes of in (rows, cols, compute dtype) x scale, cast saturating to `format`
+ * (mg_fp8_format), in fp32: row-major into out, transposed ((cols, rows)) into out_t; either or
+ * both may be NULL (both: only the amax). scale_inv (1) not NULL: = 1 / scale. amax (1) not
+ * NULL: *amax = max(*amax, max |in|) (NaN wins). scale, scale_inv and amax: fp32, backend
+ * memory. */
+MG_OP(fp8_cast, REQ, OP, mg_status,
+      (mg_backend *be, uint8_t *out /* (rows,cols) or NULL */,
+       uint8_t *out_t /* (cols,rows) or NULL */, const void *in /* (rows,cols) */, int rows,
+       int cols, const float *scale /* (1) */, float *scale_inv /* (1) or NULL */,
+       float *amax /* (1) or NULL */, int format),
+      (be, out, out_t, in, rows, cols, scale, scale_inv, amax, format))
+/* linear_forward (gelu_pre NULL) or linear_gelu_forward (gelu_pre (N,OC) the pre-activation;
+ * residual NULL) on fp8 operands: the product of inp->data (N,IC) and w->data (OC,IC) in fp32,
+ * times inp->scale_inv x w->scale_inv, then bias and residual (compute dtype) and the GELU, the
+ * result rounded to the compute dtype. Both fp8 linear ops on CUDA: N, IC and OC multiples of 16
+ * (cuBLASLt's fp8 kernels), else MG_ERR_UNSUPPORTED naming the sizes. */
+MG_OP(fp8_linear_forward, REQ, OP, mg_status,
+      (mg_backend *be, void *out /* (N,OC) */, void *gelu_pre /* (N,OC) or NULL */,
+       const mg_fp8_tensor *inp, const mg_fp8_tensor *w, const void *bias /* (OC) or NULL */,
+       const void *residual /* (N,OC) or NULL */, int N, int IC, int OC),
+      (be, out, gelu_pre, inp, w, bias, residual, N, IC, OC))
+/* linear_backward on fp8 operands: dinp (overwritten, skipped when NULL) from dout8->data (N,OC)
+ * and w->data_t (IC,OC); dw (accumulates) from dout8->data_t (OC,N) and inp->data_t (IC,N); each
+ * product in fp32 times its operands' scale_inv; gelu_pre as linear_backward's. dbias (accumulates,
+ * skipped when NULL) = column sums of dout (N,OC), the compute-dtype gradient the bytes came
+ * from. */
+MG_OP(fp8_linear_backward, REQ, OP, mg_status,
+      (mg_backend *be, void *dinp /* (N,IC) or NULL */, float *dw /* (OC,IC) */,
+       float *dbias /* (OC) or NULL */, const void *dout /* (N,OC) */, const mg_fp8_tensor *dout8,
+       const mg_fp8_tensor *inp, const mg_fp8_tensor *w, const void *gelu_pre /* (N,IC) or NULL */,
+       int N, int IC, int OC),
+      (be, dinp, dw, dbias, dout, dout8, inp, w, gelu_pre, N, IC, OC))
 /* The delayed-scaling update of n fp8 tensors at a step's end (mg_fp8_delayed_update), state
  * (fp32, backend memory) = [amax (n) | scale (n) | history (n, len)]: tensor t's amax of the
  * step goes into its history's first entry and is zeroed, and its scale is updated from the

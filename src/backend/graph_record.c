@@ -201,6 +201,7 @@ mg_status mg_graph_rec_host_call(mg_backend *be, mg_status (*fn)(const void *arg
         const mg_moe_routing *: sizeof(mg_moe_routing),                                            \
         const mg_step_rules *: sizeof(mg_step_rules),                                              \
         const mg_echo_params *: sizeof(mg_echo_params),                                            \
+        const mg_fp8_tensor *: sizeof(mg_fp8_tensor),                                              \
         default: (size_t)0)
 
 /* ---- per entry: the argument structure, the recorder, the replayer ---- */

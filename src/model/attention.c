@@ -35,10 +35,8 @@ mg_status mg_attention_forward(const mg_block_ctx *x, const mg_layer_params *p,
     void *qkv = mg_block_act(x, s->qkv);
     const void *ln1 = mg_block_act(x, s->ln1), *wq = mg_block_param(x, p->qkv_w);
     MG_CHECK(norm1(x, p, s));
-    MG_CHECK(
-        mg_fp8_forward(x, p, MG_FP8_QKV, &ln1, (size_t)N * c->H, &wq, (size_t)c->qkv_l * c->H));
-    MG_CHECK(
-        be->linear_forward(be, qkv, ln1, wq, mg_block_param(x, p->qkv_b), NULL, N, c->H, c->qkv_l));
+    MG_CHECK(mg_fp8_linear_forward(x, p, MG_FP8_QKV, qkv, NULL, ln1, wq,
+                                   mg_block_param(x, p->qkv_b), NULL, c->H, c->qkv_l));
     /* RoPE's angles come from the place in the sequence, also with --reset-position-ids, as in
      * megatron-core (its position ids reach the learned table only); with
      * --reset-attention-mask a document sees only itself, and RoPE depends only on distances */
@@ -51,10 +49,9 @@ mg_status mg_attention_forward(const mg_block_ctx *x, const mg_layer_params *p,
     mg_dropout hd;
     bool hdrop = mg_block_dropout(x, p->layer, MG_DROPOUT_ATTN_OUT, &hd);
     const void *att = mg_block_act(x, s->att), *wp = mg_block_param(x, p->proj_w);
-    MG_CHECK(mg_fp8_forward(x, p, MG_FP8_PROJ, &att, (size_t)N * c->attn_l, &wp,
-                            (size_t)c->H * c->attn_l));
-    return mg_block_row_parallel_forward(x, mg_block_act(x, s->mid), att, wp, p->proj_b,
-                                         mg_block_act(x, s->x), c->attn_l, hdrop ? &hd : NULL);
+    return mg_block_row_parallel_forward(x, p, MG_FP8_PROJ, mg_block_act(x, s->mid), att, wp,
+                                         p->proj_b, mg_block_act(x, s->x), c->attn_l,
+                                         hdrop ? &hd : NULL);
 }
 
 mg_status mg_attention_backward(const mg_block_ctx *x, const mg_layer_params *p,
@@ -75,10 +72,9 @@ mg_status mg_attention_backward(const mg_block_ctx *x, const mg_layer_params *p,
     const void *dmid;
     MG_CHECK(mg_block_row_parallel_dout(x, dres, hdrop ? &hd : NULL, &dmid));
     const void *att = mg_block_act(x, s->att), *wp = mg_block_param(x, p->proj_w);
-    MG_CHECK(mg_fp8_backward(x, p, MG_FP8_PROJ, &dmid, (size_t)N * c->H, &att,
-                             (size_t)N * c->attn_l, &wp, (size_t)c->H * c->attn_l));
-    MG_CHECK(be->linear_backward(be, datt, mg_block_grad(x, p->proj_w), mg_block_grad(x, p->proj_b),
-                                 dmid, att, wp, NULL, N, c->attn_l, c->H));
+    MG_CHECK(mg_fp8_linear_backward(x, p, MG_FP8_PROJ, datt, mg_block_grad(x, p->proj_w),
+                                    mg_block_grad(x, p->proj_b), dmid, att, wp, NULL, c->attn_l,
+                                    c->H));
     MG_CHECK(be->attention_backward(be, dqkv, datt, mg_block_act(x, s->qkv),
                                     mg_block_act(x, s->att), mg_block_act(x, s->att_saved), x->B,
                                     c->S, c->nq_l, c->ng_l, c->hd, adrop ? &ad : NULL,
@@ -88,10 +84,8 @@ mg_status mg_attention_backward(const mg_block_ctx *x, const mg_layer_params *p,
                                    mg_block_ws_ptr(x, x->ws->rope_sin), NULL, N, c->S, c->nq_l,
                                    c->ng_l, c->hd, c->rd));
     const void *dq = dqkv, *ln1 = mg_block_act(x, s->ln1), *wq = mg_block_param(x, p->qkv_w);
-    MG_CHECK(mg_fp8_backward(x, p, MG_FP8_QKV, &dq, (size_t)N * c->qkv_l, &ln1, (size_t)N * c->H,
-                             &wq, (size_t)c->qkv_l * c->H));
-    MG_CHECK(be->linear_backward(be, dln, mg_block_grad(x, p->qkv_w), mg_block_grad(x, p->qkv_b),
-                                 dq, ln1, wq, NULL, N, c->H, c->qkv_l));
+    MG_CHECK(mg_fp8_linear_backward(x, p, MG_FP8_QKV, dln, mg_block_grad(x, p->qkv_w),
+                                    mg_block_grad(x, p->qkv_b), dq, ln1, wq, NULL, c->H, c->qkv_l));
     return mg_block_norm_backward(x, dres, dln, mg_block_act(x, s->x), mg_block_act(x, s->ln1_mean),
                                   mg_block_act(x, s->ln1_rstd), p->ln1_w, p->ln1_b);
 }

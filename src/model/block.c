@@ -1,6 +1,7 @@
 /* The block context's shared pieces: the activation slot, the norms with their sequence-parallel
  * gather, and the row-parallel linear's reduction (model/block.h). */
 #include "model/block.h"
+#include "model/fp8.h"
 #include "model/layer_graphs.h"
 
 #include <stddef.h>
@@ -171,17 +172,19 @@ bool mg_block_dropout(const mg_block_ctx *x, int layer, int site, mg_dropout *d)
     return true;
 }
 
-mg_status mg_block_row_parallel_forward(const mg_block_ctx *x, void *out, const void *inp,
-                                        const void *w, int b, const void *residual, int IC,
-                                        const mg_dropout *drop) {
+mg_status mg_block_row_parallel_forward(const mg_block_ctx *x, const mg_layer_params *p, int j,
+                                        void *out, const void *inp, const void *w, int b,
+                                        const void *residual, int IC, const mg_dropout *drop) {
     const mg_model_config *c = x->c;
     mg_backend *be = x->be;
     const void *bias = mg_block_param(x, b);
     if (x->tp->size == 1 && !drop) /* bias and residual ride in the GEMM */
-        return be->linear_forward(be, out, inp, w, bias, residual, x->N, IC, c->H);
+        return mg_fp8_linear_forward(x, p, (mg_fp8_linear)j, out, NULL, inp, w, bias, residual, IC,
+                                     c->H);
     /* the (partial) product, reduced; bias, dropout and residual once, after the reduction */
     void *part = c->sp ? mg_block_ws_ptr(x, x->ws->part) : out;
-    MG_CHECK(be->linear_forward(be, part, inp, w, NULL, NULL, x->N, IC, c->H));
+    MG_CHECK(
+        mg_fp8_linear_forward(x, p, (mg_fp8_linear)j, part, NULL, inp, w, NULL, NULL, IC, c->H));
     if (c->sp)
         MG_CHECK(mg_tp_reduce_scatter(x->tp, out, part, (size_t)x->Nl * c->H, be->compute_dtype));
     else

@@ -159,9 +159,10 @@ typedef struct {
     size_t rc_out;             /* (Nl,H) recomputation: where a layer's forward run again puts
                                   the output nobody reads */
     /* fp8 linears (model/fp8.h): their state (fp32 [amax | scale | history] of fp8_tensors
-       tensors; model state, not transient) and the casts' copies of an input, a weight and an
-       output gradient */
-    size_t fp8_state, fp8_x, fp8_w, fp8_dy;
+       tensors; model state, not transient), the inverses of the scales the casts used (fp32,
+       one per tensor, 16 bytes apart) and the casts' bytes of an input, a weight and an output
+       gradient (each row-major, then transposed) */
+    size_t fp8_state, fp8_sinv, fp8_x, fp8_w, fp8_dy;
     size_t fp8_now; /* --fp8-recipe tensorwise: (3) fp32 [amax | scale | history] of the cast
                        in progress */
     int fp8_tensors;
@@ -255,12 +256,12 @@ mg_status mg_block_graph(const mg_block_ctx *x, int layer, int part, bool backwa
  * rows; Megatron runs the whole block in the fork then). */
 bool mg_block_dropout(const mg_block_ctx *x, int layer, int site, mg_dropout *d);
 /* out (Nl,H) = residual + bias + inp (N,IC) @ w^T (w: the weight's values, (H,IC)), the product
- * reduced over the group (summed onto this rank's rows, SP); with drop (hidden dropout, NULL:
- * none) Megatron's bias-dropout-add: out = residual + dropout(bias + product). residual must not
- * alias out. */
-mg_status mg_block_row_parallel_forward(const mg_block_ctx *x, void *out, const void *inp,
-                                        const void *w, int b, const void *residual, int IC,
-                                        const mg_dropout *drop);
+ * (layer p's linear j, model/fp8.h's mg_fp8_linear: in fp8 where the layer is) reduced over the
+ * group (summed onto this rank's rows, SP); with drop (hidden dropout, NULL: none) Megatron's
+ * bias-dropout-add: out = residual + dropout(bias + product). residual must not alias out. */
+mg_status mg_block_row_parallel_forward(const mg_block_ctx *x, const mg_layer_params *p, int j,
+                                        void *out, const void *inp, const void *w, int b,
+                                        const void *residual, int IC, const mg_dropout *drop);
 /* The gradient of a row-parallel layer's output as its backward needs it, whole (N,H): dout
  * (Nl,H) itself, or (SP) the rows of the group gathered into the workspace; with drop (the
  * forward's) through the mask first, on this rank's rows (those the forward's dropout_add drew

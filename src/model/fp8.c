@@ -1,10 +1,19 @@
-/* fp8 linears (model/fp8.h): their state, and the casts of a linear's tensors. */
+/* A layer's linears and fp8 (model/fp8.h): the fp8 state, and the casts of a linear's operands. */
 #include "model/fp8.h"
 
 #include "core/fp8.h"
 #include "core/fp8_scaling.h"
 
 #include <stdlib.h>
+
+#define FP8_ALIGN 256 /* where a transposed copy starts after the row-major one */
+#define SINV_STRIDE                                                                                \
+    4 /* floats between two tensors' scale inverses: cuBLASLt refuses a scale                      \
+         pointer that is not 16-byte aligned */
+
+static size_t align_up(size_t n) {
+    return (n + FP8_ALIGN - 1) & ~(size_t)(FP8_ALIGN - 1);
+}
 
 static mg_status reserve(mg_arena *a, size_t bytes, size_t *off) {
     return mg_arena_reserve(a, bytes, 0, off);
@@ -16,22 +25,23 @@ static size_t max2(size_t a, size_t b) {
 
 mg_status mg_fp8_plan(const mg_block_ctx *x, mg_block_ws *w, int n_linears) {
     const mg_model_config *c = x->c;
-    size_t N = (size_t)x->N, H = (size_t)c->H, e = x->esz, nt = 3 * (size_t)n_linears;
+    size_t N = (size_t)x->N, H = (size_t)c->H, nt = 3 * (size_t)n_linears;
     bool on = n_linears > 0;
     w->fp8_tensors = (int)nt;
     /* [amax (nt) | scale (nt) | history (nt, len)] */
     MG_CHECK(
         reserve(x->work, on ? (2 + (size_t)c->fp8_len) * nt * sizeof(float) : 0, &w->fp8_state));
+    MG_CHECK(reserve(x->work, on ? nt * SINV_STRIDE * sizeof(float) : 0, &w->fp8_sinv));
     /* the largest input, weight and output gradient of the four linears (an MoE layer's
-     * shared experts take its MLP's) */
+     * shared experts take its MLP's), as bytes and their transposes */
     size_t F = max2((size_t)c->F_l, (size_t)c->moe.shared_F);
     size_t fc1 = max2((size_t)c->fc1_l, (size_t)c->moe.shared_fc1);
     size_t in = max2(max2(H, (size_t)c->attn_l), F);
     size_t wt = max2(max2((size_t)c->qkv_l, fc1) * H, H * max2((size_t)c->attn_l, F));
     size_t out = max2(max2((size_t)c->qkv_l, H), fc1);
-    MG_CHECK(reserve(x->work, on ? N * in * e : 0, &w->fp8_x));
-    MG_CHECK(reserve(x->work, on ? wt * e : 0, &w->fp8_w));
-    MG_CHECK(reserve(x->work, on ? N * out * e : 0, &w->fp8_dy));
+    MG_CHECK(reserve(x->work, on ? 2 * align_up(N * in) : 0, &w->fp8_x));
+    MG_CHECK(reserve(x->work, on ? 2 * align_up(wt) : 0, &w->fp8_w));
+    MG_CHECK(reserve(x->work, on ? 2 * align_up(N * out) : 0, &w->fp8_dy));
     MG_CHECK(reserve(x->work, on && c->fp8_current ? 3 * sizeof(float) : 0, &w->fp8_now));
     return MG_OK;
 }
@@ -57,51 +67,76 @@ mg_status mg_fp8_reset(const mg_block_ctx *x) {
  * current scaling: fp8_max / amax, the largest fp32 value where that overflows (an all-zero
  * tensor keeps the previous scale: it casts to zeros whatever the scale). The scale lands in
  * fp8_now[1]. */
-static mg_status current_scale(const mg_block_ctx *x, const void *in, size_t n, int format) {
+static mg_status current_scale(const mg_block_ctx *x, const void *in, int rows, int cols,
+                               int format) {
     mg_backend *be = x->be;
     float *now = mg_block_ws_ptr(x, x->ws->fp8_now);
     MG_CHECK(be->memset_zero(be, now, sizeof(float)));
-    MG_CHECK(be->fp8_quantize(be, NULL, in, n, now + 1, now, format)); /* the amax alone */
+    MG_CHECK(be->fp8_cast(be, NULL, NULL, in, rows, cols, now + 1, NULL, now, format));
     MG_CHECK(mg_tp_all_reduce(x->tp, now, 1, MG_F32, MG_REDUCE_MAX));
     const float top = mg_fp8_max((mg_fp8_format)format);
     return be->fp8_update(be, now, 1, 1, 0, MG_FP8_AMAX_MOST_RECENT, top, top);
 }
 
-/* Tensor t's fp8 values of *p (n elements) into the workspace at `to`; *p points there after. */
-static mg_status cast(const mg_block_ctx *x, size_t t, size_t to, const void **p, size_t n,
-                      int format) {
+/* What a cast writes: the row-major bytes, the transposed ones, or both. */
+enum { ROWS = 1, COLS = 2 };
+
+/* Tensor t's bytes of in (rows, cols) into the workspace copy at `to`: row-major at its start,
+ * transposed after (the forms `forms` names); *o describes them. */
+static mg_status cast(const mg_block_ctx *x, size_t t, size_t to, const void *in, int rows,
+                      int cols, int forms, int format, mg_fp8_tensor *o) {
     const mg_block_ws *w = x->ws;
-    if (x->c->fp8_current) {
-        void *out = mg_block_ws_ptr(x, to);
-        float *now = mg_block_ws_ptr(x, w->fp8_now);
-        MG_CHECK(current_scale(x, *p, n, format));
-        MG_CHECK(x->be->fp8_quantize(x->be, out, *p, n, now + 1, NULL, format));
-        *p = out;
-        return MG_OK;
-    }
+    mg_backend *be = x->be;
     size_t nt = (size_t)w->fp8_tensors;
-    float *state = mg_block_ws_ptr(x, w->fp8_state);
-    void *out = mg_block_ws_ptr(x, to);
-    /* the amax of the step: training passes only (an evaluation keeps the scales as they are) */
-    MG_CHECK(x->be->fp8_quantize(x->be, out, *p, n, state + nt + t, x->pass.on ? state + t : NULL,
-                                 format));
-    *p = out;
+    uint8_t *base = mg_block_ws_ptr(x, to);
+    uint8_t *data = forms & ROWS ? base : NULL;
+    uint8_t *data_t = forms & COLS ? base + align_up((size_t)rows * cols) : NULL;
+    float *sinv = (float *)mg_block_ws_ptr(x, w->fp8_sinv) + SINV_STRIDE * t;
+    const float *scale;
+    float *amax = NULL;
+    if (x->c->fp8_current) {
+        MG_CHECK(current_scale(x, in, rows, cols, format));
+        scale = (const float *)mg_block_ws_ptr(x, w->fp8_now) + 1;
+    } else {
+        float *state = mg_block_ws_ptr(x, w->fp8_state);
+        scale = state + nt + t;
+        /* the amax of the step: training passes only (an evaluation keeps the scales) */
+        if (x->pass.on) amax = state + t;
+    }
+    MG_CHECK(be->fp8_cast(be, data, data_t, in, rows, cols, scale, sinv, amax, format));
+    *o = (mg_fp8_tensor){data, data_t, sinv, format};
     return MG_OK;
 }
 
-mg_status mg_fp8_forward(const mg_block_ctx *x, const mg_layer_params *p, mg_fp8_linear j,
-                         const void **inp, size_t n_inp, const void **w, size_t n_w) {
-    if (p->fp8 < 0) return MG_OK;
+mg_status mg_fp8_linear_forward(const mg_block_ctx *x, const mg_layer_params *p, mg_fp8_linear j,
+                                void *out, void *gelu_pre, const void *inp, const void *w,
+                                const void *bias, const void *residual, int IC, int OC) {
+    mg_backend *be = x->be;
+    if (p->fp8 < 0) {
+        if (gelu_pre) return be->linear_gelu_forward(be, out, gelu_pre, inp, w, bias, x->N, IC, OC);
+        return be->linear_forward(be, out, inp, w, bias, residual, x->N, IC, OC);
+    }
     size_t t = 3 * (size_t)(p->fp8 + (int)j);
-    MG_CHECK(cast(x, t, x->ws->fp8_x, inp, n_inp, MG_FP8_E4M3));
-    return cast(x, t + 1, x->ws->fp8_w, w, n_w, MG_FP8_E4M3);
+    mg_fp8_tensor fi, fw;
+    MG_CHECK(cast(x, t, x->ws->fp8_x, inp, x->N, IC, ROWS, MG_FP8_E4M3, &fi));
+    MG_CHECK(cast(x, t + 1, x->ws->fp8_w, w, OC, IC, ROWS, MG_FP8_E4M3, &fw));
+    return be->fp8_linear_forward(be, out, gelu_pre, &fi, &fw, bias, residual, x->N, IC, OC);
 }
 
-mg_status mg_fp8_backward(const mg_block_ctx *x, const mg_layer_params *p, mg_fp8_linear j,
-                          const void **dout, size_t n_dout, const void **inp, size_t n_inp,
-                          const void **w, size_t n_w) {
-    if (p->fp8 < 0) return MG_OK;
+mg_status mg_fp8_linear_backward(const mg_block_ctx *x, const mg_layer_params *p, mg_fp8_linear j,
+                                 void *dinp, float *dw, float *dbias, const void *dout,
+                                 const void *inp, const void *w, const void *gelu_pre, int IC,
+                                 int OC) {
+    mg_backend *be = x->be;
+    if (p->fp8 < 0)
+        return be->linear_backward(be, dinp, dw, dbias, dout, inp, w, gelu_pre, x->N, IC, OC);
     size_t t = 3 * (size_t)(p->fp8 + (int)j);
-    MG_CHECK(cast(x, t + 2, x->ws->fp8_dy, dout, n_dout, x->c->fp8_bwd));
-    return mg_fp8_forward(x, p, j, inp, n_inp, w, n_w);
+    mg_fp8_tensor fd, fi, fw;
+    /* the gradient's rows feed dinp, its transpose dw; the input's and the weight's transposes */
+    MG_CHECK(cast(x, t + 2, x->ws->fp8_dy, dout, x->N, OC, dinp ? ROWS | COLS : COLS, x->c->fp8_bwd,
+                  &fd));
+    MG_CHECK(cast(x, t, x->ws->fp8_x, inp, x->N, IC, COLS, MG_FP8_E4M3, &fi));
+    MG_CHECK(cast(x, t + 1, x->ws->fp8_w, w, OC, IC, dinp ? COLS : 0, MG_FP8_E4M3, &fw));
+    return be->fp8_linear_backward(be, dinp, dw, dbias, dout, &fd, &fi, &fw, gelu_pre, x->N, IC,
+                                   OC);
 }

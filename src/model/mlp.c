@@ -24,32 +24,23 @@ static mg_status activation(const mg_block_ctx *x, const mg_layer_slot *s) {
 mg_status mg_mlp_forward(const mg_block_ctx *x, const mg_layer_params *p, const mg_layer_slot *s,
                          void *out) {
     const mg_model_config *c = x->c;
-    mg_backend *be = x->be;
-    int N = x->N;
     void *fc1 = mg_block_act(x, s->fc1);
     const void *ln2 = mg_block_act(x, s->ln2), *w1 = mg_block_param(x, p->fc1_w);
     MG_CHECK(norm2(x, p, s));
-    MG_CHECK(
-        mg_fp8_forward(x, p, MG_FP8_FC1, &ln2, (size_t)N * c->H, &w1, (size_t)c->fc1_l * c->H));
     /* GELU fused into fc1's GEMM, unless the backward recomputes the activation alone (then both
      * passes run the same GELU) */
-    if (c->swiglu || (s->rc & MG_RECOMPUTE_MLP_ACT)) {
-        MG_CHECK(be->linear_forward(be, fc1, ln2, w1, mg_block_param(x, p->fc1_b), NULL, N, c->H,
-                                    c->fc1_l));
-        MG_CHECK(activation(x, s));
-    } else {
-        MG_CHECK(be->linear_gelu_forward(be, mg_block_act(x, s->act), fc1, ln2, w1,
-                                         mg_block_param(x, p->fc1_b), N, c->H, c->fc1_l));
-    }
+    bool fused = !c->swiglu && !(s->rc & MG_RECOMPUTE_MLP_ACT);
+    MG_CHECK(mg_fp8_linear_forward(x, p, MG_FP8_FC1, fused ? mg_block_act(x, s->act) : fc1,
+                                   fused ? fc1 : NULL, ln2, w1, mg_block_param(x, p->fc1_b), NULL,
+                                   c->H, c->fc1_l));
+    if (!fused) MG_CHECK(activation(x, s));
     if (!out) return MG_OK; /* recomputation: fc2's output is not needed */
     /* out = mid + dropout(fc2(act)) */
     mg_dropout hd;
     bool hdrop = mg_block_dropout(x, p->layer, MG_DROPOUT_MLP_OUT, &hd);
     const void *act = mg_block_act(x, s->act), *w2 = mg_block_param(x, p->fc2_w);
-    MG_CHECK(
-        mg_fp8_forward(x, p, MG_FP8_FC2, &act, (size_t)N * c->F_l, &w2, (size_t)c->H * c->F_l));
-    return mg_block_row_parallel_forward(x, out, act, w2, p->fc2_b, mg_block_act(x, s->mid), c->F_l,
-                                         hdrop ? &hd : NULL);
+    return mg_block_row_parallel_forward(x, p, MG_FP8_FC2, out, act, w2, p->fc2_b,
+                                         mg_block_act(x, s->mid), c->F_l, hdrop ? &hd : NULL);
 }
 
 mg_status mg_mlp_backward(const mg_block_ctx *x, const mg_layer_params *p, const mg_layer_slot *s,
@@ -71,18 +62,14 @@ mg_status mg_mlp_backward(const mg_block_ctx *x, const mg_layer_params *p, const
     }
     MG_CHECK(mg_block_row_parallel_dout(x, dres, hdrop ? &hd : NULL, &dout));
     const void *act = mg_block_act(x, s->act), *w2 = mg_block_param(x, p->fc2_w);
-    MG_CHECK(mg_fp8_backward(x, p, MG_FP8_FC2, &dout, (size_t)N * c->H, &act, (size_t)N * c->F_l,
-                             &w2, (size_t)c->H * c->F_l));
     /* GELU: fc2's input gradient goes straight through the GELU into dfc1 */
-    MG_CHECK(be->linear_backward(be, c->swiglu ? dact : dfc1, mg_block_grad(x, p->fc2_w),
-                                 mg_block_grad(x, p->fc2_b), dout, act, w2, c->swiglu ? NULL : fc1,
-                                 N, c->F_l, c->H));
+    MG_CHECK(mg_fp8_linear_backward(x, p, MG_FP8_FC2, c->swiglu ? dact : dfc1,
+                                    mg_block_grad(x, p->fc2_w), mg_block_grad(x, p->fc2_b), dout,
+                                    act, w2, c->swiglu ? NULL : fc1, c->F_l, c->H));
     if (c->swiglu) MG_CHECK(be->swiglu_backward(be, dfc1, fc1, dact, N, c->F_l));
-    const void *d1 = dfc1, *ln2 = mg_block_act(x, s->ln2), *w1 = mg_block_param(x, p->fc1_w);
-    MG_CHECK(mg_fp8_backward(x, p, MG_FP8_FC1, &d1, (size_t)N * c->fc1_l, &ln2, (size_t)N * c->H,
-                             &w1, (size_t)c->fc1_l * c->H));
-    MG_CHECK(be->linear_backward(be, dln, mg_block_grad(x, p->fc1_w), mg_block_grad(x, p->fc1_b),
-                                 d1, ln2, w1, NULL, N, c->H, c->fc1_l));
+    MG_CHECK(mg_fp8_linear_backward(x, p, MG_FP8_FC1, dln, mg_block_grad(x, p->fc1_w),
+                                    mg_block_grad(x, p->fc1_b), dfc1, mg_block_act(x, s->ln2),
+                                    mg_block_param(x, p->fc1_w), NULL, c->H, c->fc1_l));
     return mg_block_norm_backward(x, dres, dln, mg_block_act(x, s->mid),
                                   mg_block_act(x, s->ln2_mean), mg_block_act(x, s->ln2_rstd),
                                   p->ln2_w, p->ln2_b);

@@ -94,14 +94,9 @@ static mg_status shared_in(const mg_block_ctx *x, const mg_layer_params *p, cons
     void *fc1 = mg_block_act(x, s->sh_fc1), *act = mg_block_act(x, s->sh_act);
     const void *w1 = mg_block_param(x, mp->sh_fc1_w);
     /* an fp8 layer's shared experts take its MLP's fp8 linears (model/fp8.h) */
-    MG_CHECK(mg_fp8_forward(x, p, MG_FP8_FC1, &ln2, (size_t)N * c->H, &w1, (size_t)rows * c->H));
-    if (c->swiglu) {
-        MG_CHECK(be->linear_forward(be, fc1, ln2, w1, mg_block_param(x, mp->sh_fc1_b), NULL, N,
-                                    c->H, rows));
-        return be->swiglu_forward(be, act, fc1, N, Fs);
-    }
-    return be->linear_gelu_forward(be, act, fc1, ln2, w1, mg_block_param(x, mp->sh_fc1_b), N, c->H,
-                                   Fs);
+    MG_CHECK(mg_fp8_linear_forward(x, p, MG_FP8_FC1, c->swiglu ? fc1 : act, c->swiglu ? NULL : fc1,
+                                   ln2, w1, mg_block_param(x, mp->sh_fc1_b), NULL, c->H, rows));
+    return c->swiglu ? be->swiglu_forward(be, act, fc1, N, Fs) : MG_OK;
 }
 
 /* The shared experts: a dense MLP of the normed input (no tensor parallelism inside an MoE
@@ -112,10 +107,8 @@ static mg_status shared_forward(const mg_block_ctx *x, const mg_layer_params *p,
     const mg_model_config *c = x->c;
     MG_CHECK(shared_in(x, p, s, ln2));
     const void *act = mg_block_act(x, s->sh_act), *w2 = mg_block_param(x, p->moe->sh_fc2_w);
-    MG_CHECK(mg_fp8_forward(x, p, MG_FP8_FC2, &act, (size_t)x->N * c->moe.shared_F, &w2,
-                            (size_t)c->H * c->moe.shared_F));
-    return x->be->linear_forward(x->be, out, act, w2, mg_block_param(x, p->moe->sh_fc2_b), mid,
-                                 x->N, c->moe.shared_F, c->H);
+    return mg_fp8_linear_forward(x, p, MG_FP8_FC2, out, NULL, act, w2,
+                                 mg_block_param(x, p->moe->sh_fc2_b), mid, c->moe.shared_F, c->H);
 }
 
 /* Its backward: dln (N,H) is overwritten with d(ln2) through the shared experts. */
@@ -128,17 +121,13 @@ static mg_status shared_backward(const mg_block_ctx *x, const mg_layer_params *p
     void *dact = mg_block_ws_ptr(x, x->ws->dact), *dfc1 = mg_block_ws_ptr(x, x->ws->dfc1);
     void *fc1 = mg_block_act(x, s->sh_fc1);
     const void *act = mg_block_act(x, s->sh_act), *w2 = mg_block_param(x, mp->sh_fc2_w);
-    MG_CHECK(mg_fp8_backward(x, p, MG_FP8_FC2, &dout, (size_t)N * c->H, &act, (size_t)N * Fs, &w2,
-                             (size_t)c->H * Fs));
-    MG_CHECK(be->linear_backward(be, c->swiglu ? dact : dfc1, mg_block_grad(x, mp->sh_fc2_w),
-                                 mg_block_grad(x, mp->sh_fc2_b), dout, act, w2,
-                                 c->swiglu ? NULL : fc1, N, Fs, c->H));
+    MG_CHECK(mg_fp8_linear_backward(x, p, MG_FP8_FC2, c->swiglu ? dact : dfc1,
+                                    mg_block_grad(x, mp->sh_fc2_w), mg_block_grad(x, mp->sh_fc2_b),
+                                    dout, act, w2, c->swiglu ? NULL : fc1, Fs, c->H));
     if (c->swiglu) MG_CHECK(be->swiglu_backward(be, dfc1, fc1, dact, N, Fs));
-    const void *d1 = dfc1, *ln2 = mg_block_act(x, s->ln2), *w1 = mg_block_param(x, mp->sh_fc1_w);
-    MG_CHECK(mg_fp8_backward(x, p, MG_FP8_FC1, &d1, (size_t)N * rows, &ln2, (size_t)N * c->H, &w1,
-                             (size_t)rows * c->H));
-    return be->linear_backward(be, dln, mg_block_grad(x, mp->sh_fc1_w),
-                               mg_block_grad(x, mp->sh_fc1_b), d1, ln2, w1, NULL, N, c->H, rows);
+    return mg_fp8_linear_backward(x, p, MG_FP8_FC1, dln, mg_block_grad(x, mp->sh_fc1_w),
+                                  mg_block_grad(x, mp->sh_fc1_b), dfc1, mg_block_act(x, s->ln2),
+                                  mg_block_param(x, mp->sh_fc1_w), NULL, c->H, rows);
 }
 
 /* The experts' activation on their rows: e_fc1 -> e_act. */

@@ -1,9 +1,15 @@
-/* The fp8 ops (backend_ops.h: fp8_quantize, fp8_update) against the CPU backend's: the same
- * casts of core/fp8.h and the same recipe of core/fp8_scaling.h on both, so
- *   - fp8_quantize of the same compute-dtype inputs gives the CPU's fp32 result rounded once to
- *     the compute dtype, bit for bit, and the same amax, bit for bit, also without an output
- * (spread magnitudes over the whole e4m3 and e5m2 ranges, saturating ones included; an odd n and an
- * unaligned start);
+/* The fp8 ops (backend_ops.h: fp8_cast, fp8_linear_forward, fp8_linear_backward, fp8_update)
+ * against the CPU backend's:
+ *   - fp8_cast of the same compute-dtype inputs gives the CPU's bytes, row-major and transposed,
+ *     bit for bit, the same amax and the same scale inverse, also with only the amax asked (spread
+ *     magnitudes over the whole e4m3 and e5m2 ranges, saturating ones included, a NaN and the
+ *     infinities; shapes that are not multiples of the transposing tile or of its vectors);
+ *   - fp8_linear_forward and fp8_linear_backward on the same bytes and scales (cuBLASLt's fp8
+ *     GEMMs against the CPU's fp32 GEMM on the decoded values) within the GEMM tolerance: the
+ *     plain forward with bias and residual, the GELU-fused one, the backward with the bias
+ *     gradient and with the GELU's gradient, e4m3 and e5m2 gradients (hybrid); weight and bias
+ *     gradients accumulate into pre-filled fp32 and are compared at the fp32 tolerance of their
+ *     growth;
  *   - fp8_update of the same state (amaxes with a zero, an infinity and a NaN among them) gives
  *     the CPU's scales and histories bit for bit, for both formats' largest values. */
 #include "cuda_test_util.h"
@@ -13,39 +19,171 @@
 #include <math.h>
 #include <string.h>
 
-MG_TEST(cuda_fp8_quantize_matches_cpu) {
+/* A product cuBLASLt's fp8 kernels cannot take (a dimension not a multiple of 16): a clear
+ * refusal, before anything runs. */
+MG_TEST(cuda_fp8_linear_refuses_unaligned_sizes) {
     CT_BACKENDS(cpu, gpu);
-    enum { n = 70001 };
-    ct_pool P = ct_pool_of(t, gpu);
-    float *x = ct_uniform_act(&P, 31, n, -1.0f, 1.0f), *want = ct_host(&P, n * sizeof(float));
-    for (int f = 0; f < 2 && !P.failed; f++) {
-        /* magnitudes from 2^-20 to 2^20 times the scale's inverse: subnormals to saturation */
-        for (int i = 0; i < n; i++) x[i] = ldexpf(x[i], (i % 41) - 20);
-        ct_round_act(x, n);
-        const float scale = f == 0 ? 3.5f : 0.75f;
-        float amax_c = 0.0f, zero = 0.0f;
-        void *d_in = ct_up_act(&P, x, n), *d_out = ct_poison_act(&P, n + 1);
-        float *d_scale = ct_up_f32(&P, &scale, 1), *d_amax = ct_up_f32(&P, &zero, 1);
-        if (P.failed) break;
-        char *out1 = (char *)d_out + mg_dtype_size(gpu->compute_dtype); /* unaligned start */
-        MG_EXPECT_OK(gpu->fp8_quantize(gpu, out1, d_in, n, d_scale, d_amax, f));
-        MG_EXPECT_OK(cpu->fp8_quantize(cpu, want, x, n, &scale, &amax_c, f));
-        ct_round_act(want, n);
-        float *got = ct_down_act(&P, out1, n), *amax_g = ct_down_f32(&P, d_amax, 1);
-        if (got && amax_g) {
-            CT_EXPECT_CLOSE(got, want, n, 0.0f, "fp8_quantize %s", f ? "e5m2" : "e4m3");
-            MG_EXPECT(memcmp(amax_g, &amax_c, 4) == 0, "fp8_quantize %s: amax %.9g, cpu %.9g",
-                      f ? "e5m2" : "e4m3", (double)*amax_g, (double)amax_c);
+    (void)cpu;
+    mg_fp8_tensor none = {NULL, NULL, NULL, MG_FP8_E4M3};
+    MG_EXPECT(gpu->fp8_linear_forward(gpu, NULL, NULL, &none, &none, NULL, NULL, 24, 64, 64) ==
+                  MG_ERR_UNSUPPORTED,
+              "fp8_linear_forward with 24 tokens: expected MG_ERR_UNSUPPORTED");
+    MG_EXPECT(strstr(mg_error_message(), "multiple of 16") != NULL, "the message: %s",
+              mg_error_message());
+    mg_error_clear();
+    MG_EXPECT(gpu->fp8_linear_backward(gpu, NULL, NULL, NULL, NULL, &none, &none, &none, NULL, 64,
+                                       64, 40) == MG_ERR_UNSUPPORTED,
+              "fp8_linear_backward with 40 outputs: expected MG_ERR_UNSUPPORTED");
+    mg_error_clear();
+}
+
+/* The same amax bit for bit, or both NaN (the upload's NaN payload is the conversion's). */
+static void same_amax(mg_test_ctx *t, const float *got, float want, int rows, int cols,
+                      const char *what) {
+    if (isnan(want))
+        MG_EXPECT(isnan(*got), "fp8_cast %dx%d%s: amax %.9g, cpu NaN", rows, cols, what,
+                  (double)*got);
+    else
+        CT_EXPECT_SAME_BITS(got, &want, 4, "fp8_cast %dx%d%s: amax", rows, cols, what);
+}
+
+MG_TEST(cuda_fp8_cast_matches_cpu) {
+    CT_BACKENDS(cpu, gpu);
+    static const int shapes[][2] = {{97, 131}, {64, 256}, {1, 70001}};
+    for (int sh = 0; sh < 3; sh++) {
+        ct_pool P = ct_pool_of(t, gpu); /* one per shape: the pool holds CT_POOL_MAX buffers */
+        const int rows = shapes[sh][0], cols = shapes[sh][1];
+        const size_t n = (size_t)rows * cols;
+        float *x = ct_uniform_act(&P, 31 + sh, n, -1.0f, 1.0f);
+        uint8_t *want = ct_host(&P, n), *want_t = ct_host(&P, n);
+        uint8_t *d_out = ct_poison(&P, n), *d_out_t = ct_poison(&P, n);
+        for (int f = 0; f < 2 && !P.failed; f++) {
+            /* magnitudes from 2^-20 to 2^20 times the scale's inverse: subnormals to saturation */
+            for (size_t i = 0; i < n; i++) x[i] = ldexpf(x[i], (int)(i % 41) - 20);
+            ct_round_act(x, n);
+            if (sh == 0 && f == 1) /* the non-finite: a NaN (the amax too) and both infinities */
+                x[5] = NAN, x[7] = INFINITY, x[9] = -INFINITY;
+            void *d_in = ct_up_act(&P, x, n);
+            const float scale = f == 0 ? 3.5f : 0.75f;
+            float amax_c = 0.0f, zero = 0.0f, sinv_c = 0.0f;
+            float *d_scale = ct_up_f32(&P, &scale, 1), *d_amax = ct_up_f32(&P, &zero, 1);
+            float *d_sinv = ct_up_f32(&P, &zero, 1);
+            if (P.failed) break;
+            MG_EXPECT_OK(gpu->fp8_cast(gpu, d_out, rows > 1 ? d_out_t : NULL, d_in, rows, cols,
+                                       d_scale, d_sinv, d_amax, f));
+            MG_EXPECT_OK(
+                cpu->fp8_cast(cpu, want, want_t, x, rows, cols, &scale, &sinv_c, &amax_c, f));
+            uint8_t *got = ct_down_raw(&P, d_out, n), *got_t = ct_down_raw(&P, d_out_t, n);
+            float *amax_g = ct_down_f32(&P, d_amax, 1), *sinv_g = ct_down_f32(&P, d_sinv, 1);
+            if (!got || !got_t || !amax_g || !sinv_g) break;
+            CT_EXPECT_SAME_BITS(got, want, n, "fp8_cast %dx%d %s", rows, cols, f ? "e5m2" : "e4m3");
+            if (rows > 1)
+                CT_EXPECT_SAME_BITS(got_t, want_t, n, "fp8_cast %dx%d %s, transposed", rows, cols,
+                                    f ? "e5m2" : "e4m3");
+            same_amax(t, amax_g, amax_c, rows, cols, "");
+            CT_EXPECT_SAME_BITS(sinv_g, &sinv_c, 4, "fp8_cast %dx%d scale_inv", rows, cols);
+            /* no output: the amax alone, the same */
+            MG_EXPECT_OK(gpu->copy_h2d(gpu, d_amax, &zero, sizeof zero));
+            MG_EXPECT_OK(
+                gpu->fp8_cast(gpu, NULL, NULL, d_in, rows, cols, d_scale, NULL, d_amax, f));
+            float *amax_only = ct_down_f32(&P, d_amax, 1);
+            if (amax_only) same_amax(t, amax_only, amax_c, rows, cols, ", amax only");
         }
-        /* out NULL: the amax alone, the same */
-        MG_EXPECT_OK(gpu->copy_h2d(gpu, d_amax, &zero, sizeof zero));
-        MG_EXPECT_OK(gpu->fp8_quantize(gpu, NULL, d_in, n, d_scale, d_amax, f));
-        float *amax_only = ct_down_f32(&P, d_amax, 1);
-        if (amax_only)
-            MG_EXPECT(memcmp(amax_only, &amax_c, 4) == 0, "fp8_quantize %s, amax only: %.9g",
-                      f ? "e5m2" : "e4m3", (double)*amax_only);
+        ct_pool_free(&P);
     }
-    ct_pool_free(&P);
+}
+
+/* An operand's bytes (rows, cols) from x with scale s, both forms, on both backends. */
+typedef struct {
+    mg_fp8_tensor cpu, gpu;
+} fp8_pair;
+
+static fp8_pair fp8_operand(ct_pool *P, mg_backend *cpu, const float *x, int rows, int cols,
+                            float s, int format) {
+    fp8_pair o;
+    memset(&o, 0, sizeof o);
+    size_t n = (size_t)rows * cols;
+    uint8_t *b = ct_host(P, n), *bt = ct_host(P, n);
+    float *sinv = ct_host(P, sizeof(float));
+    if (P->failed) return o;
+    (void)cpu->fp8_cast(cpu, b, bt, x, rows, cols, &s, sinv, NULL, format);
+    uint8_t *db = ct_poison(P, n), *dbt = ct_poison(P, n);
+    float *dsinv = ct_up_f32(P, sinv, 1);
+    if (P->failed) return o;
+    (void)P->g->copy_h2d(P->g, db, b, n);
+    (void)P->g->copy_h2d(P->g, dbt, bt, n);
+    o.cpu = (mg_fp8_tensor){b, bt, sinv, format};
+    o.gpu = (mg_fp8_tensor){db, dbt, dsinv, format};
+    return o;
+}
+
+/* The forward runs with Hopper's fast fp8 accumulation (as Transformer Engine's): a little more
+ * than the GEMM tolerance at fp16's. */
+#define FP8_TOL (CT_TOL_GEMM > 5e-3 ? CT_TOL_GEMM : 5e-3)
+
+MG_TEST(cuda_fp8_linear_matches_cpu) {
+    CT_BACKENDS(cpu, gpu);
+    static const int cases[][3] = {{64, 96, 160}, {256, 768, 3072}, {128, 3072, 768}};
+    for (int k = 0; k < 3; k++) {
+        ct_pool P = ct_pool_of(t, gpu); /* one per shape: the pool holds CT_POOL_MAX buffers */
+        const int N = cases[k][0], IC = cases[k][1], OC = cases[k][2];
+        const size_t ni = (size_t)N * IC, nw = (size_t)OC * IC, no = (size_t)N * OC;
+        uint32_t id = 100 + 10 * (uint32_t)k;
+        float *x = ct_rand_act(&P, id, ni, 1.0f), *w = ct_rand_act(&P, id + 1, nw, 0.05f);
+        float *bias = ct_rand_act(&P, id + 2, OC, 0.5f), *res = ct_rand_act(&P, id + 3, no, 1.0f);
+        float *dy = ct_rand_act(&P, id + 4, no, 1e-3f), *pre = ct_rand_act(&P, id + 5, ni, 1.0f);
+        float *dw0 = ct_uniform_f32(&P, id + 6, nw, -1.0f, 1.0f);
+        float *db0 = ct_uniform_f32(&P, id + 7, OC, -1.0f, 1.0f);
+        /* scales as delayed scaling would set them: the format's largest value over the amax */
+        fp8_pair fx = fp8_operand(&P, cpu, x, N, IC, 448.0f / 4.5f, MG_FP8_E4M3);
+        fp8_pair fw = fp8_operand(&P, cpu, w, OC, IC, 448.0f / 0.25f, MG_FP8_E4M3);
+        void *d_bias = ct_up_act(&P, bias, OC), *d_res = ct_up_act(&P, res, no);
+        void *d_out = ct_poison_act(&P, no), *d_pre = ct_poison_act(&P, no);
+        float *want = ct_host(&P, no * sizeof(float)), *want_pre = ct_host(&P, no * sizeof(float));
+        if (P.failed) {
+            ct_pool_free(&P);
+            break;
+        }
+        /* forward with bias and residual */
+        MG_EXPECT_OK(
+            gpu->fp8_linear_forward(gpu, d_out, NULL, &fx.gpu, &fw.gpu, d_bias, d_res, N, IC, OC));
+        MG_EXPECT_OK(
+            cpu->fp8_linear_forward(cpu, want, NULL, &fx.cpu, &fw.cpu, bias, res, N, IC, OC));
+        CT_EXPECT_CLOSE(ct_down_act(&P, d_out, no), want, no, FP8_TOL, "fp8 forward %dx%dx%d", N,
+                        IC, OC);
+        /* GELU-fused forward */
+        MG_EXPECT_OK(
+            gpu->fp8_linear_forward(gpu, d_out, d_pre, &fx.gpu, &fw.gpu, d_bias, NULL, N, IC, OC));
+        MG_EXPECT_OK(
+            cpu->fp8_linear_forward(cpu, want, want_pre, &fx.cpu, &fw.cpu, bias, NULL, N, IC, OC));
+        CT_EXPECT_CLOSE(ct_down_act(&P, d_pre, no), want_pre, no, FP8_TOL,
+                        "fp8 forward, GELU's input %dx%dx%d", N, IC, OC);
+        CT_EXPECT_CLOSE(ct_down_act(&P, d_out, no), want, no, FP8_TOL, "fp8 forward, GELU %dx%dx%d",
+                        N, IC, OC);
+        /* backward, e4m3 and e5m2 gradients, plain and through a GELU */
+        for (int f = 0; f < 2 && !P.failed; f++) {
+            bool gelu = f == 1;
+            fp8_pair fd = fp8_operand(&P, cpu, dy, N, OC, (f ? 57344.0f : 448.0f) / 5e-3f, f);
+            void *d_dy = ct_up_act(&P, dy, no), *d_gp = ct_up_act(&P, pre, ni);
+            void *d_dx = ct_poison_act(&P, ni);
+            float *d_dw = ct_up_f32(&P, dw0, nw), *d_db = ct_up_f32(&P, db0, OC);
+            float *dx = ct_host(&P, ni * sizeof(float)), *dw = ct_dup(&P, dw0, nw);
+            float *db = ct_dup(&P, db0, OC);
+            if (P.failed) break;
+            MG_EXPECT_OK(gpu->fp8_linear_backward(gpu, d_dx, d_dw, d_db, d_dy, &fd.gpu, &fx.gpu,
+                                                  &fw.gpu, gelu ? d_gp : NULL, N, IC, OC));
+            MG_EXPECT_OK(cpu->fp8_linear_backward(cpu, dx, dw, db, dy, &fd.cpu, &fx.cpu, &fw.cpu,
+                                                  gelu ? pre : NULL, N, IC, OC));
+            CT_EXPECT_CLOSE(ct_down_act(&P, d_dx, ni), dx, ni, CT_TOL_GEMM,
+                            "fp8 dinp %s%s %dx%dx%d", f ? "e5m2" : "e4m3", gelu ? " GELU" : "", N,
+                            IC, OC);
+            CT_EXPECT_CLOSE(ct_down_f32(&P, d_dw, nw), dw, nw, CT_TOL_F32, "fp8 dw %s %dx%dx%d",
+                            f ? "e5m2" : "e4m3", N, IC, OC);
+            CT_EXPECT_CLOSE(ct_down_f32(&P, d_db, OC), db, OC, CT_TOL_F32, "fp8 dbias %dx%dx%d", N,
+                            IC, OC);
+        }
+        ct_pool_free(&P);
+    }
 }
 
 MG_TEST(cuda_fp8_update_matches_cpu) {

@@ -123,7 +123,8 @@ mg_status mg_cpu_linear_backward(mg_backend *be, void *dinp_, float *dw, float *
     float *dinp = dinp_;       // (N, IC) or NULL, overwritten
     const float *dout = dout_; // (N, OC)
     const float *inp = inp_;   // (N, IC)
-    const float *w = w_;       // (OC, IC); dw (OC, IC) and dbias (OC) accumulate
+    const float *w = w_;       // (OC, IC); dw (OC, IC) and dbias (OC) accumulate (dw NULL:
+                               // skipped, for cpu_fp8.c, which runs each product alone)
     if (N <= 0) return MG_OK;
     if (dinp && IC > 0 && OC <= 0) memset(dinp, 0, (size_t)N * IC * sizeof(float));
     if (OC <= 0) return MG_OK;
@@ -136,7 +137,7 @@ mg_status mg_cpu_linear_backward(mg_backend *be, void *dinp_, float *dw, float *
         gemm_make(MG_GEMM_TILE_M_DW, 1, 0, OC, IC, N, dout, OC, inp, IC, 1.0f, dw, IC, NULL, NULL);
     gemm_plan gi =
         gemm_make(MG_GEMM_TILE_M, 0, 0, N, IC, OC, dout, OC, w, IC, 0.0f, dinp, IC, NULL, NULL);
-    int nw = IC > 0 ? gemm_tiles(&gw) : 0, ni = dinp && IC > 0 ? gemm_tiles(&gi) : 0;
+    int nw = IC > 0 && dw ? gemm_tiles(&gw) : 0, ni = dinp && IC > 0 ? gemm_tiles(&gi) : 0;
     int nb = dbias ? (OC + MG_CPU_COL_BLOCK - 1) / MG_CPU_COL_BLOCK : 0;
 #pragma omp parallel for schedule(dynamic)
     for (int item = 0; item < nw + ni + nb; item++) {

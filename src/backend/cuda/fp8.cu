@@ -1,43 +1,173 @@
 /* fp8 on the CUDA backend (backend_ops.h; CPU reference: cpu/cpu_fp8.c): the casts of core/fp8.h
- * and the recipe of core/fp8_scaling.h, on the device. The quantization is elementwise in fp32
- * with the CPU's operations in the CPU's order, then one rounding to the compute dtype; the amax
- * is a maximum (order-free), taken over the fp32 bit patterns of the magnitudes, whose integer
- * order is their order (a NaN's pattern is above infinity's, so NaN wins as on the CPU). */
+ * and the recipe of core/fp8_scaling.h, on the device. A cast is elementwise in fp32 with the
+ * CPU's operations in the CPU's order, so the bytes are the CPU's; the amax is a maximum
+ * (order-free), taken over the fp32 bit patterns of the magnitudes, whose integer order is their
+ * order (a NaN's pattern is above infinity's, so NaN wins as on the CPU); scale_inv is the
+ * correctly rounded 1 / scale, as the CPU's division.
+ * The conversion is Hopper's instruction (cvt ... satfinite), 8 elements per thread with 16-byte
+ * loads. The transposed cast (the operands of the backward's products, which cuBLASLt's fp8
+ * kernels take only with the reduced dimension contiguous) goes through a tile in shared memory:
+ * a block reads a (CAST_TILE, CAST_TILE) tile of rows, writes its bytes row-major and, after the
+ * tile is complete, the tile's columns as rows of the transpose, both coalesced. The linears'
+ * products on fp8 operands are in linear.cu. */
 #include "backend/cuda/cuda_common.cuh"
 
 #include "core/fp8.h"
 #include "core/fp8_scaling.h"
 
+#include <cuda_fp8.h>
+
+#define CAST_VEC     8  /* elements a thread converts at a time (16 bytes of bf16/fp16 in) */
+#define CAST_TILE    64 /* the transposing tile: (CAST_TILE, CAST_TILE) elements per block */
+#define CAST_THREADS 256
+#define CAST_UNROLL  2 /* chunks a thread of the flat cast has in flight */
+
+/* One element's byte: Hopper's conversion instruction (round to nearest even, saturating to the
+ * largest finite value), which is core/fp8.h's mg_fp8_from_f32(v, f, true) for every number; a
+ * NaN takes core/fp8.h's pattern (the instruction's has no sign). */
+static __device__ __forceinline__ uint8_t to_fp8(float v, int format) {
+    if (isnan(v)) return mg_fp8_from_f32(v, (mg_fp8_format)format, true);
+    return (uint8_t)__nv_cvt_float_to_fp8(v, __NV_SATFINITE,
+                                          format == MG_FP8_E5M2 ? __NV_E5M2 : __NV_E4M3);
+}
+
+/* The block's amax into *amax: a warp maximum, one shared atomic per warp, one global atomic per
+ * block. Every thread of the block calls it. */
+static __device__ void amax_publish(unsigned int *block_max, unsigned int m, float *amax) {
+    m = __reduce_max_sync(0xffffffffu, m);
+    if ((threadIdx.x & 31) == 0) atomicMax(block_max, m);
+    __syncthreads();
+    if (threadIdx.x == 0) atomicMax((unsigned int *)amax, *block_max);
+}
+
+/* Converts v[0..k) (k <= CAST_VEC) scaled by s into q; the magnitudes' maximum into *m. */
+static __device__ __forceinline__ void convert(uint8_t *q, const float *v, int k, float s,
+                                               int format, unsigned int *m) {
+    for (int e = 0; e < k; e++) {
+        *m = max(*m, __float_as_uint(fabsf(v[e])));
+        q[e] = to_fp8(v[e] * s, format);
+    }
+}
+
+/* k (<= CAST_VEC) elements from p, with one 16-byte load when vec (a whole, aligned chunk). */
 template <typename h16>
-static __global__ void fp8_quantize_kernel(h16 *out, const h16 *in, size_t n, const float *scale,
-                                           float *amax, int format) {
+static __device__ __forceinline__ void load_chunk(float *v, const h16 *p, int k, bool vec) {
+    if (vec) {
+        uint4 raw = *(const uint4 *)p;
+        const h16 *h = (const h16 *)&raw;
+        for (int e = 0; e < CAST_VEC; e++) v[e] = h16_to_f(h[e]);
+    } else {
+        for (int e = 0; e < k; e++) v[e] = h16_to_f(p[e]);
+    }
+}
+
+static __device__ __forceinline__ void store_chunk(uint8_t *p, const uint8_t *q, int k, bool vec) {
+    if (vec)
+        *(uint2 *)p = *(const uint2 *)q;
+    else
+        for (int e = 0; e < k; e++) p[e] = q[e];
+}
+
+template <typename h16>
+static __global__ void fp8_cast_flat_kernel(uint8_t *out, const h16 *in, size_t n,
+                                            const float *scale, float *scale_inv, float *amax,
+                                            int format, bool aligned) {
     __shared__ unsigned int block_max;
     if (threadIdx.x == 0) block_max = 0u;
     __syncthreads();
     const float s = scale[0];
+    if (scale_inv && blockIdx.x == 0 && threadIdx.x == 0) scale_inv[0] = __fdiv_rn(1.0f, s);
     unsigned int m = 0u;
-    size_t stride = (size_t)gridDim.x * blockDim.x;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
-        float v = h16_to_f(in[i]);
-        m = max(m, __float_as_uint(fabsf(v)));
-        if (!out) continue;
-        uint8_t q = mg_fp8_from_f32(v * s, (mg_fp8_format)format, true);
-        out[i] = f_to_h16<h16>(mg_fp8_to_f32(q, (mg_fp8_format)format) / s);
+    /* CAST_UNROLL chunks per thread and pass, their loads issued before any conversion */
+    size_t chunks = (n + CAST_VEC - 1) / CAST_VEC, stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t c0 = (size_t)blockIdx.x * blockDim.x + threadIdx.x; c0 < chunks;
+         c0 += CAST_UNROLL * stride) {
+        float v[CAST_UNROLL][CAST_VEC];
+        int k[CAST_UNROLL];
+#pragma unroll
+        for (int u = 0; u < CAST_UNROLL; u++) {
+            size_t i = (c0 + u * stride) * CAST_VEC;
+            k[u] = i >= n ? 0 : n - i < CAST_VEC ? (int)(n - i) : CAST_VEC;
+            if (k[u]) load_chunk<h16>(v[u], in + i, k[u], aligned && k[u] == CAST_VEC);
+        }
+#pragma unroll
+        for (int u = 0; u < CAST_UNROLL; u++) {
+            if (!k[u]) continue;
+            size_t i = (c0 + u * stride) * CAST_VEC;
+            __align__(8) uint8_t q[CAST_VEC];
+            convert(q, v[u], k[u], s, format, &m);
+            if (out) store_chunk(out + i, q, k[u], aligned && k[u] == CAST_VEC);
+        }
     }
-    if (!amax) return;
-    atomicMax(&block_max, m);
-    __syncthreads();
-    if (threadIdx.x == 0) atomicMax((unsigned int *)amax, block_max);
+    if (amax) amax_publish(&block_max, m, amax);
 }
 
-MG_CUDA_DTYPES(mg_status, fp8_quantize,
-               (mg_backend * be, void *out, const void *in, size_t n, const float *scale,
-                float *amax, int format),
-               (be, out, in, n, scale, amax, format)) {
-    if (n == 0) return MG_OK;
-    unsigned grid = mg_cuda_blocks(n, MG_CUDA_THREADS);
-    fp8_quantize_kernel<h16><<<grid, MG_CUDA_THREADS, 0, mg_cuda_stream(be)>>>(
-        (h16 *)out, (const h16 *)in, n, scale, amax, format);
+/* A (CAST_TILE, CAST_TILE) tile: its rows read in chunks of CAST_VEC, cast, written row-major
+ * and into shared memory; then the tile's columns written as rows of the transpose, CAST_VEC
+ * bytes per thread, CAST_TILE / CAST_VEC threads per row. */
+template <typename h16>
+static __global__ void fp8_cast_transpose_kernel(uint8_t *out, uint8_t *out_t, const h16 *in,
+                                                 int rows, int cols, const float *scale,
+                                                 float *scale_inv, float *amax, int format,
+                                                 bool aligned) {
+    __shared__ __align__(16) uint8_t tile[CAST_TILE][CAST_TILE + CAST_VEC]; /* rows 8-aligned */
+    __shared__ unsigned int block_max;
+    const int tid = threadIdx.x, per_row = CAST_TILE / CAST_VEC;
+    if (tid == 0) block_max = 0u;
+    const int r0 = blockIdx.y * CAST_TILE, c0 = blockIdx.x * CAST_TILE;
+    const float s = scale[0];
+    if (scale_inv && blockIdx.x == 0 && blockIdx.y == 0 && tid == 0)
+        scale_inv[0] = __fdiv_rn(1.0f, s);
+    unsigned int m = 0u;
+    for (int item = tid; item < CAST_TILE * per_row; item += CAST_THREADS) {
+        int r = item / per_row, c = (item % per_row) * CAST_VEC, i = r0 + r, j = c0 + c;
+        if (i >= rows || j >= cols) continue;
+        int k = cols - j < CAST_VEC ? cols - j : CAST_VEC;
+        bool vec = aligned && k == CAST_VEC;
+        float v[CAST_VEC];
+        __align__(8) uint8_t q[CAST_VEC];
+        size_t at = (size_t)i * cols + j;
+        load_chunk<h16>(v, in + at, k, vec);
+        convert(q, v, k, s, format, &m);
+        if (out) store_chunk(out + at, q, k, vec);
+        store_chunk(&tile[r][c], q, k, k == CAST_VEC);
+    }
+    __syncthreads();
+    for (int item = tid; item < CAST_TILE * per_row; item += CAST_THREADS) {
+        int c = item / per_row, r = (item % per_row) * CAST_VEC, i = r0 + r, j = c0 + c;
+        if (i >= rows || j >= cols) continue;
+        int k = rows - i < CAST_VEC ? rows - i : CAST_VEC;
+        __align__(8) uint8_t q[CAST_VEC];
+        for (int e = 0; e < k; e++) q[e] = tile[r + e][c];
+        store_chunk(out_t + (size_t)j * rows + i, q, k, aligned && k == CAST_VEC && rows % 8 == 0);
+    }
+    if (amax) amax_publish(&block_max, m, amax);
+}
+
+MG_CUDA_DTYPES(mg_status, fp8_cast,
+               (mg_backend * be, uint8_t *out, uint8_t *out_t, const void *in, int rows, int cols,
+                const float *scale, float *scale_inv, float *amax, int format),
+               (be, out, out_t, in, rows, cols, scale, scale_inv, amax, format)) {
+    if (rows < 0 || cols < 0)
+        return MG_FAIL(MG_ERR_INTERNAL, "fp8_cast: negative shape %d x %d", rows, cols);
+    size_t n = (size_t)rows * cols;
+    cudaStream_t stream = mg_cuda_stream(be);
+    if (n == 0 && !scale_inv) return MG_OK;
+    /* whole chunks load and store as vectors where the rows and the buffers allow it */
+    bool aligned = (uintptr_t)in % 16 == 0 && (uintptr_t)out % 8 == 0 &&
+                   (uintptr_t)out_t % 8 == 0 && (!out_t || cols % CAST_VEC == 0);
+    if (!out_t || n == 0) { /* (n = 0 still writes scale_inv, the contract) */
+        size_t chunks = (n + CAST_VEC - 1) / CAST_VEC;
+        fp8_cast_flat_kernel<h16>
+            <<<mg_cuda_blocks(chunks ? (chunks + CAST_UNROLL - 1) / CAST_UNROLL : 1, CAST_THREADS),
+               CAST_THREADS, 0, stream>>>(out, (const h16 *)in, n, scale, scale_inv, amax, format,
+                                          aligned);
+    } else {
+        dim3 grid((unsigned)((cols + CAST_TILE - 1) / CAST_TILE),
+                  (unsigned)((rows + CAST_TILE - 1) / CAST_TILE));
+        fp8_cast_transpose_kernel<h16><<<grid, CAST_THREADS, 0, stream>>>(
+            out, out_t, (const h16 *)in, rows, cols, scale, scale_inv, amax, format, aligned);
+    }
     MG_CUDA_CHECK_LAUNCH();
     return MG_OK;
 }

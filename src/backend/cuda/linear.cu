@@ -57,6 +57,7 @@
 /* first: it declares the core error API with C linkage (core/status.h has no guards) */
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/colsum.cuh"
+#include "core/fp8.h"
 #include "core/env.h"
 #include "core/log.h"
 
@@ -84,11 +85,27 @@ typedef struct {
     const void *bias; /* forward: (m) h16 added; GEMM_DW: (n) fp32 bias gradient written */
     gemm_aux aux_kind;
     const void *aux; /* (n, m) row-major = (m, n) column-major h16, ld m */
+    /* fp8 operands (linear_fp8): A's and B's format + 1 (0: the compute dtype), their scales'
+     * inverses (device, (1)), and cuBLASLt's fast accumulation (fp8 only) */
+    int a8, b8;
+    const float *a_scale, *b_scale;
+    int fast_accum;
 } gemm_call;
+
+/* A call in the compute dtype (the fp8 fields zero: linear_fp8 sets them). */
+static gemm_call call_of(gemm_op op, int m, int n, int k, const void *A, const void *B,
+                         const void *C, void *D, float beta, const void *bias, gemm_aux aux_kind,
+                         const void *aux) {
+    gemm_call c;
+    memset(&c, 0, sizeof c);
+    c.op = op, c.m = m, c.n = n, c.k = k, c.A = A, c.B = B, c.C = C, c.D = D, c.beta = beta;
+    c.bias = bias, c.aux_kind = aux_kind, c.aux = aux;
+    return c;
+}
 
 /* Everything that selects a plan. Alignments are in bytes (power of two, capped at 256). */
 typedef struct {
-    int device, op, m, n, k, has_bias, has_c, aux_kind;
+    int device, op, m, n, k, has_bias, has_c, aux_kind, a8, b8, fast_accum;
     uint32_t align_a, align_b, align_c, align_d, align_bias, align_aux;
     size_t ws_bytes;
 } gemm_key;
@@ -131,6 +148,7 @@ static gemm_key key_of(const mg_cuda_ctx *ctx, const gemm_call *c) {
     key.has_bias = c->bias != NULL;
     key.has_c = c->C != NULL && c->C != c->D;
     key.aux_kind = c->aux_kind;
+    key.a8 = c->a8, key.b8 = c->b8, key.fast_accum = c->fast_accum;
     key.align_a = ptr_align(c->A);
     key.align_b = ptr_align(c->B);
     key.align_c = c->C ? ptr_align(c->C) : 256;
@@ -159,15 +177,26 @@ static mg_status set_pointers(gemm_plan *p, const gemm_call *c) {
     if (c->aux)
         MG_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
             &p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &c->aux, sizeof c->aux));
+    if (c->a_scale)
+        MG_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+            &p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &c->a_scale, sizeof c->a_scale));
+    if (c->b_scale)
+        MG_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+            &p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &c->b_scale, sizeof c->b_scale));
     return MG_OK;
+}
+
+static cublasStatus_t matmul_status(mg_cuda_ctx *ctx, gemm_plan *p,
+                                    const cublasLtMatmulAlgo_t *algo, const gemm_call *c, void *D,
+                                    const void *C, float beta) {
+    const float alpha = 1.0f;
+    return cublasLtMatmul(ctx->lt, &p->desc, &alpha, c->A, &p->a, c->B, &p->b, &beta, C ? C : D,
+                          &p->c, D, &p->d, algo, ctx->workspace, p->key.ws_bytes, ctx->stream);
 }
 
 static mg_status matmul(mg_cuda_ctx *ctx, gemm_plan *p, const cublasLtMatmulAlgo_t *algo,
                         const gemm_call *c, void *D, const void *C, float beta) {
-    const float alpha = 1.0f;
-    MG_CUBLAS_CHECK(cublasLtMatmul(ctx->lt, &p->desc, &alpha, c->A, &p->a, c->B, &p->b, &beta,
-                                   C ? C : D, &p->c, D, &p->d, algo, ctx->workspace,
-                                   p->key.ws_bytes, ctx->stream));
+    MG_CUBLAS_CHECK(matmul_status(ctx, p, algo, c, D, C, beta));
     return MG_OK;
 }
 
@@ -215,6 +244,12 @@ static mg_status tune(mg_cuda_ctx *ctx, gemm_plan *p, const gemm_call *c,
     return MG_OK;
 }
 
+/* cuBLASLt's type of an operand: fp8 format + 1, or 0 for the compute dtype. */
+template <typename h16> static cudaDataType_t operand_type(int f8) {
+    if (f8 == 0) return mg_h16<h16>::cuda_r;
+    return f8 - 1 == MG_FP8_E5M2 ? CUDA_R_8F_E5M2 : CUDA_R_8F_E4M3;
+}
+
 /* Fills descriptors and layouts for key->op (see the table at the top) and asks the heuristic;
  * p->ok = 0 when it has no usable algorithm. */
 template <typename h16>
@@ -226,7 +261,13 @@ static mg_status plan_build(mg_cuda_ctx *ctx, gemm_plan *p, const gemm_key *key,
     /* stored (rows, cols, ld) of A, B and C = D, column-major */
     uint64_t ar, ac, br, bc;
     int64_t lda, ldb;
-    switch (key->op) {
+    switch (key->a8 ? -1 : key->op) {
+    case -1: /* fp8: every product in the forward's form, A transposed (linear_fp8's operands) */
+        ta = CUBLAS_OP_T;
+        ar = k, ac = m, lda = k;
+        br = k, bc = n, ldb = k;
+        if (key->op == GEMM_DW) cd_type = CUDA_R_32F;
+        break;
     case GEMM_FWD: /* A = w (IC,OC) transposed, B = inp (IC,N), D = out (OC,N) */
         ta = CUBLAS_OP_T;
         ar = k, ac = m, lda = k;
@@ -255,6 +296,11 @@ static mg_status plan_build(mg_cuda_ctx *ctx, gemm_plan *p, const gemm_key *key,
     cublasLtEpilogue_t epi = epilogue_of(key);
     MG_CUBLAS_CHECK(
         cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+    if (key->a8) {
+        int8_t fast = (int8_t)key->fast_accum;
+        MG_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast,
+                                                       sizeof fast));
+    }
     if (key->has_bias) {
         int32_t bias_type = key->op == GEMM_DW ? CUDA_R_32F : mg_h16<h16>::cuda_r;
         MG_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
@@ -266,8 +312,8 @@ static mg_status plan_build(mg_cuda_ctx *ctx, gemm_plan *p, const gemm_key *key,
                                                        &ld, sizeof ld));
     }
     MG_CHECK(set_pointers(p, c));
-    MG_CUBLAS_CHECK(cublasLtMatrixLayoutInit(&p->a, mg_h16<h16>::cuda_r, ar, ac, lda));
-    MG_CUBLAS_CHECK(cublasLtMatrixLayoutInit(&p->b, mg_h16<h16>::cuda_r, br, bc, ldb));
+    MG_CUBLAS_CHECK(cublasLtMatrixLayoutInit(&p->a, operand_type<h16>(key->a8), ar, ac, lda));
+    MG_CUBLAS_CHECK(cublasLtMatrixLayoutInit(&p->b, operand_type<h16>(key->b8), br, bc, ldb));
     MG_CUBLAS_CHECK(cublasLtMatrixLayoutInit(&p->c, cd_type, (uint64_t)m, (uint64_t)n, m));
     MG_CUBLAS_CHECK(cublasLtMatrixLayoutInit(&p->d, cd_type, (uint64_t)m, (uint64_t)n, m));
 
@@ -303,9 +349,10 @@ static mg_status plan_build(mg_cuda_ctx *ctx, gemm_plan *p, const gemm_key *key,
         p->algo = res[best].algo;
         p->ok = 1;
     }
-    mg_log_debug("cuBLASLt linear %s m=%d n=%d k=%d epilogue %d%s: %s (candidate %d of %d)",
-                 k_gemm_op_names[key->op], m, n, k, (int)epi, key->has_c ? " +C" : "",
-                 p->ok ? "planned" : "no algorithm, falling back", best, found);
+    mg_log_debug("cuBLASLt linear %s%s m=%d n=%d k=%d epilogue %d%s: %s (candidate %d of %d)",
+                 k_gemm_op_names[key->op], key->a8 ? " fp8" : "", m, n, k, (int)epi,
+                 key->has_c ? " +C" : "", p->ok ? "planned" : "no algorithm, falling back", best,
+                 found);
     return MG_OK;
 }
 
@@ -331,7 +378,16 @@ template <typename h16> static mg_status gemm_try(mg_backend *be, const gemm_cal
     }
     if (!p->ok) return MG_OK;
     MG_CHECK(set_pointers(p, c));
-    MG_CHECK(matmul(ctx, p, &p->algo, c, c->D, c->C, c->beta));
+    cublasStatus_t st = matmul_status(ctx, p, &p->algo, c, c->D, c->C, c->beta);
+    if (st == CUBLAS_STATUS_NOT_SUPPORTED && c->a8) {
+        /* an fp8 combination (epilogue, C, output type) the heuristic offered and the library then
+         * refuses: treated as having no algorithm, once (nothing was enqueued) */
+        p->ok = 0;
+        mg_log_debug("cuBLASLt linear %s fp8 m=%d n=%d k=%d: not supported, falling back",
+                     k_gemm_op_names[c->op], c->m, c->n, c->k);
+        return MG_OK;
+    }
+    MG_CUBLAS_CHECK(st);
     *done = true;
     return MG_OK;
 }
@@ -416,8 +472,8 @@ MG_CUDA_DTYPES(mg_status, linear_forward,
         MG_CUDA_CHECK_LAUNCH();
         return residual ? MG_CUDA_OF(h16, add)(be, out, out, residual, (size_t)N * OC) : MG_OK;
     }
-    gemm_call c = {GEMM_FWD, OC,       N,   IC, w, inp, residual, out, residual ? 1.0f : 0.0f,
-                   bias,     AUX_NONE, NULL};
+    gemm_call c = call_of(GEMM_FWD, OC, N, IC, w, inp, residual, out, residual ? 1.0f : 0.0f, bias,
+                          AUX_NONE, NULL);
     bool done = false;
     MG_CHECK(gemm_try<h16>(be, &c, &done));
     if (done) return MG_OK;
@@ -437,7 +493,8 @@ MG_CUDA_DTYPES(mg_status, linear_gelu_forward,
     if (N == 0 || OC == 0) return MG_OK;
     bool done = false;
     if (IC > 0) {
-        gemm_call c = {GEMM_FWD, OC, N, IC, w, inp, NULL, out, 0.0f, bias, AUX_GELU_OUT, pre};
+        gemm_call c =
+            call_of(GEMM_FWD, OC, N, IC, w, inp, NULL, out, 0.0f, bias, AUX_GELU_OUT, pre);
         MG_CHECK(gemm_try<h16>(be, &c, &done));
     }
     if (done) return MG_OK;
@@ -461,7 +518,7 @@ MG_CUDA_DTYPES(mg_status, linear_backward,
     }
     if (IC == 0) return dbias ? dbias_reduce<h16>(be, dbias, dout, N, OC) : MG_OK;
     /* dw^T += inp^T-as-(IC,N) . dout, with dbias from the BGRADB epilogue where it has one */
-    gemm_call cw = {GEMM_DW, IC, OC, N, inp, dout, dw, dw, 1.0f, NULL, AUX_NONE, NULL};
+    gemm_call cw = call_of(GEMM_DW, IC, OC, N, inp, dout, dw, dw, 1.0f, NULL, AUX_NONE, NULL);
     bool done = false;
     bool ours = false;
     if (dbias) MG_CHECK(dbias_ours(&ours));
@@ -484,13 +541,92 @@ MG_CUDA_DTYPES(mg_status, linear_backward,
     }
     if (!done) MG_CHECK(gemm_run<h16>(be, &cw));
     if (!dinp) return MG_OK;
-    gemm_call ci = {
-        GEMM_DINP, IC, N, OC, w, dout, NULL, dinp, 0.0f, NULL, gelu_pre ? AUX_DGELU_IN : AUX_NONE,
-        gelu_pre};
+    gemm_call ci = call_of(GEMM_DINP, IC, N, OC, w, dout, NULL, dinp, 0.0f, NULL,
+                           gelu_pre ? AUX_DGELU_IN : AUX_NONE, gelu_pre);
     done = false;
     if (gelu_pre) MG_CHECK(gemm_try<h16>(be, &ci, &done));
     if (done) return MG_OK;
     ci.aux_kind = AUX_NONE, ci.aux = NULL;
+    MG_CHECK(gemm_run<h16>(be, &ci));
+    return gelu_pre ? MG_CUDA_OF(h16, gelu_backward)(be, dinp, gelu_pre, dinp, (size_t)N * IC)
+                    : MG_OK;
+}
+
+/* ---- fp8 operands (backend_ops.h's fp8_linear_forward and fp8_linear_backward) ----
+ * cuBLASLt's fp8 kernels on Hopper take only the "TN" form: A transposed, both operands with the
+ * reduced dimension contiguous. The forward already has it (w (OC,IC) and inp (N,IC) are rows of
+ * IC); the input's gradient reads the weight's transpose (IC,OC) and the gradient's rows, the
+ * weight's gradient the transposes of the input (IC,N) and of the gradient (OC,N): the casts
+ * write those (fp8.cu). Each product is multiplied by its operands' scale_inv in the epilogue
+ * (A/B scale pointers), with bf16 (fp16) output, or fp32 accumulating into the weight's main
+ * gradient (C = D fp32, beta 1). The forward uses the fast accumulation of Hopper's fp8 MMA, the
+ * two gradients the precise one, as Transformer Engine does. The bias gradient is our column sum
+ * of the compute-dtype gradient. An epilogue without an algorithm falls back to the plain product
+ * and our kernels, as above; cuBLASLt's fp8 kernels also need every dimension a multiple of 16,
+ * which is checked first. */
+static mg_status check_fp8_dims(int N, int IC, int OC) {
+    MG_CHECK(check_dims(N, IC, OC));
+    if (N % 16 || IC % 16 || OC % 16)
+        return MG_FAIL(MG_ERR_UNSUPPORTED,
+                       "fp8 linear with %d tokens, %d inputs and %d outputs: cuBLASLt's fp8 "
+                       "products need each a multiple of 16 (choose the micro-batch size, sequence "
+                       "length and hidden sizes so, or leave this layer in bf16)",
+                       N, IC, OC);
+    return MG_OK;
+}
+
+static void fp8_operands(gemm_call *c, const mg_fp8_tensor *a, const mg_fp8_tensor *b, bool fast) {
+    c->a8 = 1 + a->format, c->b8 = 1 + b->format;
+    c->a_scale = a->scale_inv, c->b_scale = b->scale_inv;
+    c->fast_accum = fast;
+}
+
+MG_CUDA_DTYPES(mg_status, fp8_linear_forward,
+               (mg_backend * be, void *out, void *gelu_pre, const mg_fp8_tensor *inp,
+                const mg_fp8_tensor *w, const void *bias, const void *residual, int N, int IC,
+                int OC),
+               (be, out, gelu_pre, inp, w, bias, residual, N, IC, OC)) {
+    MG_CHECK(check_fp8_dims(N, IC, OC));
+    if (N == 0 || OC == 0 || IC == 0) {
+        MG_CHECK(linear_forward<h16>(be, gelu_pre ? gelu_pre : out, NULL, NULL, bias, residual, N,
+                                     0, OC));
+        return gelu_pre ? MG_CUDA_OF(h16, gelu_forward)(be, out, gelu_pre, (size_t)N * OC) : MG_OK;
+    }
+    gemm_call c =
+        call_of(GEMM_FWD, OC, N, IC, w->data, inp->data, residual, out, residual ? 1.0f : 0.0f,
+                bias, gelu_pre ? AUX_GELU_OUT : AUX_NONE, gelu_pre);
+    fp8_operands(&c, w, inp, true);
+    bool done = false;
+    MG_CHECK(gemm_try<h16>(be, &c, &done));
+    if (done) return MG_OK;
+    /* the plain product, then bias, residual and GELU by our kernels */
+    void *prod = gelu_pre ? gelu_pre : out;
+    c.C = NULL, c.beta = 0.0f, c.bias = NULL, c.aux_kind = AUX_NONE, c.aux = NULL, c.D = prod;
+    MG_CHECK(gemm_run<h16>(be, &c));
+    if (bias || residual)
+        MG_CHECK(MG_CUDA_OF(h16, bias_residual_add)(be, prod, prod, bias, residual, N, OC));
+    return gelu_pre ? MG_CUDA_OF(h16, gelu_forward)(be, out, gelu_pre, (size_t)N * OC) : MG_OK;
+}
+
+MG_CUDA_DTYPES(mg_status, fp8_linear_backward,
+               (mg_backend * be, void *dinp, float *dw, float *dbias, const void *dout,
+                const mg_fp8_tensor *dout8, const mg_fp8_tensor *inp, const mg_fp8_tensor *w,
+                const void *gelu_pre, int N, int IC, int OC),
+               (be, dinp, dw, dbias, dout, dout8, inp, w, gelu_pre, N, IC, OC)) {
+    MG_CHECK(check_fp8_dims(N, IC, OC));
+    if (N == 0 || OC == 0 || IC == 0)
+        return linear_backward<h16>(be, dinp, dw, dbias, dout, NULL, NULL, gelu_pre, N, IC, OC);
+    if (dbias) MG_CHECK(dbias_reduce<h16>(be, dbias, dout, N, OC));
+    gemm_call cw =
+        call_of(GEMM_DW, IC, OC, N, inp->data_t, dout8->data_t, dw, dw, 1.0f, NULL, AUX_NONE, NULL);
+    fp8_operands(&cw, inp, dout8, false);
+    MG_CHECK(gemm_run<h16>(be, &cw));
+    if (!dinp) return MG_OK;
+    /* the GELU's gradient by our kernel: cuBLASLt runs its fp8 DGELU epilogue as a separate,
+     * slow pass (2.5x our elementwise kernel on an H200, 2026-11-29) */
+    gemm_call ci = call_of(GEMM_DINP, IC, N, OC, w->data_t, dout8->data, NULL, dinp, 0.0f, NULL,
+                           AUX_NONE, NULL);
+    fp8_operands(&ci, w, dout8, false);
     MG_CHECK(gemm_run<h16>(be, &ci));
     return gelu_pre ? MG_CUDA_OF(h16, gelu_backward)(be, dinp, gelu_pre, dinp, (size_t)N * IC)
                     : MG_OK;
