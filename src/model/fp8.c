@@ -131,12 +131,13 @@ mg_status mg_fp8_linear_backward(const mg_block_ctx *x, const mg_layer_params *p
     if (p->fp8 < 0)
         return be->linear_backward(be, dinp, dw, dbias, dout, inp, w, gelu_pre, x->N, IC, OC);
     size_t t = 3 * (size_t)(p->fp8 + (int)j);
-    mg_fp8_tensor fd, fi, fw;
+    mg_fp8_tensor fd, fi, fw = {NULL, NULL, NULL, MG_FP8_E4M3};
     /* the gradient's rows feed dinp, its transpose dw; the input's and the weight's transposes */
     MG_CHECK(cast(x, t + 2, x->ws->fp8_dy, dout, x->N, OC, dinp ? ROWS | COLS : COLS, x->c->fp8_bwd,
                   &fd));
     MG_CHECK(cast(x, t, x->ws->fp8_x, inp, x->N, IC, COLS, MG_FP8_E4M3, &fi));
-    MG_CHECK(cast(x, t + 1, x->ws->fp8_w, w, OC, IC, dinp ? COLS : 0, MG_FP8_E4M3, &fw));
+    /* the weight's transpose for dinp (its amax the forward recorded) */
+    if (dinp) MG_CHECK(cast(x, t + 1, x->ws->fp8_w, w, OC, IC, COLS, MG_FP8_E4M3, &fw));
     return be->fp8_linear_backward(be, dinp, dw, dbias, dout, &fd, &fi, &fw, gelu_pre, x->N, IC,
                                    OC);
 }
