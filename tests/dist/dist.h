@@ -94,6 +94,8 @@ void test_train_rng(dist_ctx *t);
 void test_train_pp(dist_ctx *t);
 /* test_train_ep.c: expert parallelism (an MoE model's experts over EP ranks) against one rank */
 void test_train_ep(dist_ctx *t);
+/* test_train_graph.c: full-iteration graphs on parallel layouts against eager steps */
+void test_train_graph(dist_ctx *t);
 /* test_train_loss.c: --eod-mask-loss, --calculate-per-token-loss, the params norm and zero count
  * across layouts against one rank */
 void test_train_loss(dist_ctx *t);

@@ -52,6 +52,7 @@ static const struct {
     {"train_pp", test_train_pp},
     {"train_ep", test_train_ep},
     {"train_loss", test_train_loss},
+    {"train_graph", test_train_graph},
 };
 
 void dist_fail(dist_ctx *t, const char *file, int line, const char *fmt, ...) {

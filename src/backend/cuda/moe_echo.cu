@@ -67,35 +67,61 @@ extern "C" mg_status mg_cuda_moe_round_counts(mg_backend *be, int32_t *out, int3
     return MG_OK;
 }
 
-/* ECHO's expert copies: block (row, segment), its threads over the segment's elements; the
- * plan's home of each slot read by the block (E values). ADD_GRADS: several slots may clone one
- * home expert, so one block per segment takes the rows in order (each element's sum by one
- * thread, in the CPU's order). */
+/* ECHO's expert copies. Block (chunk, segment, row): ECHO_CHUNK elements of one segment of one
+ * slab row, so a copy of a few experts' weights spreads over the whole GPU. ADD_GRADS: several
+ * slots may clone one home expert, so the rows are not split over blocks: each thread adds every
+ * row into its element in row order (the CPU's order, no race). Thread 0 finds the rows' places
+ * (the plan's home of each slot: E x S values) once per block, in shared memory. */
+#define ECHO_THREADS 256
+#define ECHO_CHUNK   (ECHO_THREADS * 16)
+
 template <typename T>
 static __global__ void echo_move_kernel(T *slab, void *const *table, const int32_t *plan,
                                         mg_echo_params p, int rank, size_t n1w, size_t n1b,
                                         size_t n2w, size_t n2b, int mode, int rows) {
-    int32_t *scratch;
-    const mg_echo_plan q = mg_echo_plan_carve(&p, (int32_t *)plan, &scratch);
+    extern __shared__ int32_t place[]; /* (rows of this block) slab row, local expert; -1: none */
     const int s = (int)blockIdx.y, El = p.experts / p.ep + p.spares / p.ep;
     const size_t seg[4] = {n1w, n1b, n2w, n2b}, width = n1w + n1b + n2w + n2b;
+    const size_t first = (size_t)blockIdx.x * ECHO_CHUNK;
+    if (first >= seg[s]) return;
+    const bool add = mode == MG_ECHO_ADD_GRADS;
+    const int r0 = add ? 0 : (int)blockIdx.z, nr = add ? rows : 1;
+    if (threadIdx.x == 0) {
+        int32_t *scratch;
+        const mg_echo_plan q = mg_echo_plan_carve(&p, (int32_t *)plan, &scratch);
+        for (int r = 0; r < nr; r++) {
+            int at, local;
+            const bool on = mg_echo_move_row(&p, &q, rank, mode, r0 + r, &at, &local);
+            place[2 * r] = on ? at : -1;
+            place[2 * r + 1] = local;
+        }
+    }
+    __syncthreads();
     size_t in_row = 0;
     for (int i = 0; i < s; i++) in_row += seg[i];
-    const bool grads = mode == MG_ECHO_SEND_GRADS || mode == MG_ECHO_ADD_GRADS;
-    const bool add = mode == MG_ECHO_ADD_GRADS;
-    for (int r = add ? 0 : (int)blockIdx.x; r < (add ? rows : (int)blockIdx.x + 1); r++) {
-        int at, local;
-        if (!mg_echo_move_row(&p, &q, rank, mode, r, &at, &local)) continue;
-        T *x = (T *)table[(size_t)((grads ? 4 : 0) + s) * El + local];
-        T *row = slab + (size_t)at * width + in_row;
-        for (size_t i = threadIdx.x; i < seg[s]; i += blockDim.x) {
-            if (mode == MG_ECHO_SEND_WEIGHTS || mode == MG_ECHO_SEND_GRADS)
-                row[i] = x[i];
-            else if (add)
-                x[i] = x[i] + row[i];
-            else
-                x[i] = row[i];
+    const bool grads = mode == MG_ECHO_SEND_GRADS || add;
+    const size_t end = first + ECHO_CHUNK < seg[s] ? first + ECHO_CHUNK : seg[s];
+    void *const *col = table + (size_t)((grads ? 4 : 0) + s) * El;
+    if (add) {
+        for (size_t i = first + threadIdx.x; i < end; i += ECHO_THREADS) {
+            for (int r = 0; r < nr; r++) {
+                if (place[2 * r] < 0) continue;
+                float *x = (float *)col[place[2 * r + 1]];
+                const float v = ((const float *)slab)[(size_t)place[2 * r] * width + in_row + i];
+                x[i] = x[i] + v;
+            }
         }
+        return;
+    }
+    if (place[0] < 0) return;
+    T *x = (T *)col[place[1]];
+    T *row = slab + (size_t)place[0] * width + in_row;
+    const bool to_slab = mode == MG_ECHO_SEND_WEIGHTS || mode == MG_ECHO_SEND_GRADS;
+    for (size_t i = first + threadIdx.x; i < end; i += ECHO_THREADS) {
+        if (to_slab)
+            row[i] = x[i];
+        else
+            x[i] = row[i];
     }
 }
 
@@ -107,14 +133,19 @@ MG_CUDA_DTYPES(mg_status, moe_echo_move,
     const int P = p->spares / p->ep;
     const int rows = mode == MG_ECHO_SEND_WEIGHTS || mode == MG_ECHO_ADD_GRADS ? p->ep * P : P;
     if (rows <= 0) return MG_OK;
-    dim3 grid(mode == MG_ECHO_ADD_GRADS ? 1u : (unsigned)rows, 4);
+    size_t widest = n1w > n2w ? n1w : n2w;
+    widest = widest > n1b ? widest : n1b;
+    widest = widest > n2b ? widest : n2b;
+    const bool add = mode == MG_ECHO_ADD_GRADS;
+    dim3 grid((unsigned)((widest + ECHO_CHUNK - 1) / ECHO_CHUNK), 4, add ? 1u : (unsigned)rows);
+    const size_t shm = (size_t)(add ? rows : 1) * 2 * sizeof(int32_t);
     cudaStream_t st = mg_cuda_stream(be);
-    if (mode == MG_ECHO_SEND_GRADS || mode == MG_ECHO_ADD_GRADS)
-        echo_move_kernel<float><<<grid, 512, 0, st>>>((float *)slab, table, plan, *p, rank, n1w,
-                                                      n1b, n2w, n2b, mode, rows);
+    if (mode == MG_ECHO_SEND_GRADS || add)
+        echo_move_kernel<float><<<grid, ECHO_THREADS, shm, st>>>(
+            (float *)slab, table, plan, *p, rank, n1w, n1b, n2w, n2b, mode, rows);
     else
-        echo_move_kernel<h16><<<grid, 512, 0, st>>>((h16 *)slab, table, plan, *p, rank, n1w, n1b,
-                                                    n2w, n2b, mode, rows);
+        echo_move_kernel<h16><<<grid, ECHO_THREADS, shm, st>>>((h16 *)slab, table, plan, *p, rank,
+                                                               n1w, n1b, n2w, n2b, mode, rows);
     MG_CUDA_CHECK_LAUNCH();
     return MG_OK;
 }
