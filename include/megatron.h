@@ -263,9 +263,11 @@ typedef struct {
                        the front end before validation; 1 by default */
 
     /* parallel layout (src/parallel/parallel_state.h, src/parallel/pipeline/schedule.h) */
-    int tensor_model_parallel_size;           /* --tensor-model-parallel-size (1) */
-    bool sequence_parallel;                   /* --sequence-parallel (off with TP = 1) */
-    int pipeline_model_parallel_size;         /* --pipeline-model-parallel-size (1) */
+    int tensor_model_parallel_size;   /* --tensor-model-parallel-size (1) */
+    bool sequence_parallel;           /* --sequence-parallel (off with TP = 1) */
+    bool no_tp_comm_bulk_wgrad;       /* --no-tp-comm-bulk-wgrad: the backward's tensor-parallel
+                                         reduction in the compute stream, after both gradients */
+    int pipeline_model_parallel_size; /* --pipeline-model-parallel-size (1) */
     int virtual_pipeline_model_parallel_size; /* --virtual-pipeline-model-parallel-size, -1: none */
     int num_layers_per_virtual_pipeline_stage; /* --num-layers-per-virtual-pipeline-stage, -1 */
     int microbatch_group_size_per_vp_stage; /* --microbatch-group-size-per-virtual-pipeline-stage,

@@ -67,8 +67,11 @@ typedef struct {
 
 /* The backend's queues: every op runs on the compute stream; collectives (mg_comm calls) go to
  * the communication stream so they overlap computation (a bucket's reduction runs while backward
- * goes on: docs/architecture.md). */
-typedef enum { MG_STREAM_COMPUTE = 0, MG_STREAM_COMM = 1 } mg_stream_id;
+ * goes on: docs/architecture.md); the tensor-parallel reductions that overlap a weight
+ * gradient's GEMM (parallel/tensor_parallel.h) have a stream of their own, so they never queue
+ * behind a data-parallel bucket. */
+typedef enum { MG_STREAM_COMPUTE = 0, MG_STREAM_COMM = 1, MG_STREAM_TP = 2 } mg_stream_id;
+#define MG_STREAMS      3
 #define MG_STREAM_MARKS 8 /* slots of stream_mark */
 
 /* A captured sequence of ops, replayed by graph_launch (backend_ops.h's graph entries): a CUDA

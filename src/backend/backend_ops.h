@@ -179,8 +179,9 @@ MG_OP(linear_gelu_forward, REQ, OP, mg_status,
        const void *inp /* (N,IC) */, const void *w /* (OC,IC) */,
        const void *bias /* (OC) or NULL */, int N, int IC, int OC),
       (be, out, pre, inp, w, bias, N, IC, OC))
-/* dinp = dout @ w (overwritten; skipped when dinp is NULL); dw += dout^T @ inp;
- * dbias += column sums of dout (skipped when NULL). With `gelu_pre` (N,IC), the input of this
+/* dinp = dout @ w (overwritten; skipped when dinp is NULL); dw += dout^T @ inp (skipped when dw
+ * is NULL: a caller may take the two products apart); dbias += column sums of dout (skipped when
+ * NULL). With `gelu_pre` (N,IC), the input of this
  * layer was gelu(gelu_pre) and dinp is the gradient with respect to gelu_pre instead:
  * dinp = gelu'(gelu_pre) * (dout @ w), elementwise. */
 MG_OP(linear_backward, REQ, OP, mg_status,

@@ -742,6 +742,14 @@ const mg_flag_spec mg_flag_table[] = {
     {"--sequence-parallel", RUNTIME, BOOL, FIELD(sequence_parallel),
      .help = "split norms and the residual stream along the sequence over the tensor-parallel "
              "ranks (all-gather / reduce-scatter instead of all-reduce); off when TP = 1"},
+    {"--tp-comm-overlap", RUNTIME, BOOL, IGNORED,
+     .help = "accepted; what it turns on here is on by default with TP > 1: the reduction of the "
+             "input gradient of QKV and fc1 (reduce-scatter under SP, else all-reduce) runs on a "
+             "stream of its own beside their weight-gradient GEMM (Megatron's bulk wgrad "
+             "overlap; no userbuffers needed)"},
+    {"--no-tp-comm-bulk-wgrad", RUNTIME, BOOL, FIELD(no_tp_comm_bulk_wgrad),
+     .help = "the input gradient's tensor-parallel reduction waits for the weight gradient, in "
+             "the compute stream (no overlap)"},
     {"--overlap-grad-reduce", RUNTIME, BOOL, FIELD(overlap_grad_reduce),
      .help = "reduce each gradient bucket (--ddp-bucket-size) as soon as backward completes it, "
              "on the communication stream"},

@@ -134,23 +134,57 @@ mg_status mg_block_norm_forward(const mg_block_ctx *x, void *whole, float *mean,
     return mg_tp_all_gather(x->tp, whole, out, (size_t)x->Nl * c->H, be->compute_dtype);
 }
 
-mg_status mg_block_norm_backward(const mg_block_ctx *x, void *dx, void *dwhole, const void *in,
-                                 const float *mean, const float *rstd, int w, int b) {
+/* The norm's backward once dwhole is reduced (its rows from own_rows under SP). */
+static mg_status norm_backward_reduced(const mg_block_ctx *x, void *dx, void *dwhole,
+                                       const void *in, const float *mean, const float *rstd, int w,
+                                       int b) {
     const mg_model_config *c = x->c;
     mg_backend *be = x->be;
     void *dout = own_rows(x, dwhole);
-    if (c->sp)
-        MG_CHECK(
-            mg_tp_reduce_scatter(x->tp, dout, dwhole, (size_t)x->Nl * c->H, be->compute_dtype));
-    else
-        MG_CHECK(
-            mg_tp_all_reduce(x->tp, dwhole, (size_t)x->N * c->H, be->compute_dtype, MG_REDUCE_SUM));
     const void *wt;
     MG_CHECK(norm_weight(x, w, &wt));
     if (c->norm == MG_NORM_RMSNORM)
         return be->rmsnorm_backward(be, dx, mg_block_grad(x, w), dout, in, wt, rstd, x->Nl, c->H);
     return be->layernorm_backward(be, dx, mg_block_grad(x, w), mg_block_grad(x, b), dout, in, wt,
                                   mean, rstd, x->Nl, c->H);
+}
+
+/* dwhole's reduction over the group started (reduce-scatter to this rank's rows under SP, else
+ * all-reduce); mg_tp_reduce_end waits for it. */
+static mg_status reduce_begin(const mg_block_ctx *x, void *dwhole) {
+    const mg_model_config *c = x->c;
+    size_t n = (size_t)(c->sp ? x->Nl : x->N) * c->H;
+    return mg_tp_reduce_begin(x->tp, own_rows(x, dwhole), dwhole, n, x->be->compute_dtype, c->sp);
+}
+
+mg_status mg_block_norm_backward(const mg_block_ctx *x, void *dx, void *dwhole, const void *in,
+                                 const float *mean, const float *rstd, int w, int b) {
+    const mg_model_config *c = x->c;
+    mg_dtype dt = x->be->compute_dtype;
+    if (c->sp)
+        MG_CHECK(
+            mg_tp_reduce_scatter(x->tp, own_rows(x, dwhole), dwhole, (size_t)x->Nl * c->H, dt));
+    else
+        MG_CHECK(mg_tp_all_reduce(x->tp, dwhole, (size_t)x->N * c->H, dt, MG_REDUCE_SUM));
+    return norm_backward_reduced(x, dx, dwhole, in, mean, rstd, w, b);
+}
+
+mg_status mg_block_norm_linear_backward(const mg_block_ctx *x, const mg_layer_params *p,
+                                        const mg_block_norm_linear *l, void *dx, void *dwhole,
+                                        const void *in, const float *mean, const float *rstd, int w,
+                                        int b) {
+    /* apart only where there is a reduction to hide and the layer's linear is not fp8 (whose
+     * casts serve both gradients) */
+    const bool apart = x->c->tp_overlap && x->tp->size > 1 && p->fp8 < 0;
+    const mg_fp8_linear j = (mg_fp8_linear)l->j;
+    MG_CHECK(mg_fp8_linear_backward(x, p, j, dwhole, apart ? NULL : l->dw, apart ? NULL : l->dbias,
+                                    l->dout, l->inp, l->w, NULL, l->IC, l->OC));
+    MG_CHECK(reduce_begin(x, dwhole));
+    if (apart)
+        MG_CHECK(mg_fp8_linear_backward(x, p, j, NULL, l->dw, l->dbias, l->dout, l->inp, l->w, NULL,
+                                        l->IC, l->OC));
+    MG_CHECK(mg_tp_reduce_end(x->tp));
+    return norm_backward_reduced(x, dx, dwhole, in, mean, rstd, w, b);
 }
 
 bool mg_block_dropout(const mg_block_ctx *x, int layer, int site, mg_dropout *d) {

@@ -242,6 +242,22 @@ mg_status mg_block_norm_forward(const mg_block_ctx *x, void *whole, float *mean,
  * ACCUMULATES into dx (Nl,H) and the weight gradients. dwhole is clobbered. */
 mg_status mg_block_norm_backward(const mg_block_ctx *x, void *dx, void *dwhole, const void *in,
                                  const float *mean, const float *rstd, int w, int b);
+/* A column-parallel linear that reads a norm's (gathered) output: out (N,OC) = inp w^T + bias. */
+typedef struct {
+    int j;                  /* the layer's linear (model/fp8.h's mg_fp8_linear) */
+    float *dw, *dbias;      /* its gradients (accumulate; dbias may be NULL) */
+    const void *dout, *inp; /* (N,OC), the norm's output (N,IC) */
+    const void *w;          /* (OC,IC) */
+    int IC, OC;
+} mg_block_norm_linear;
+/* The backward of that linear and then of the norm (mg_block_norm_backward's arguments): the
+ * linear's input gradient into dwhole, whose reduction over the tensor-parallel group runs beside
+ * the weight gradient's GEMM (parallel/tensor_parallel.h's mg_tp_reduce_begin; an fp8 layer
+ * computes both gradients in one call before the reduction), then the norm's backward. */
+mg_status mg_block_norm_linear_backward(const mg_block_ctx *x, const mg_layer_params *p,
+                                        const mg_block_norm_linear *l, void *dx, void *dwhole,
+                                        const void *in, const float *mean, const float *rstd, int w,
+                                        int b);
 /* fn(ctx), part `part` (model/layer_graphs.h's mg_layer_part) of global layer `layer` in
  * direction `backward`: through its per-layer graph in a training pass that has them, else
  * directly. */

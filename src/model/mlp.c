@@ -67,10 +67,15 @@ mg_status mg_mlp_backward(const mg_block_ctx *x, const mg_layer_params *p, const
                                     mg_block_grad(x, p->fc2_w), mg_block_grad(x, p->fc2_b), dout,
                                     act, w2, c->swiglu ? NULL : fc1, c->F_l, c->H));
     if (c->swiglu) MG_CHECK(be->swiglu_backward(be, dfc1, fc1, dact, N, c->F_l));
-    MG_CHECK(mg_fp8_linear_backward(x, p, MG_FP8_FC1, dln, mg_block_grad(x, p->fc1_w),
-                                    mg_block_grad(x, p->fc1_b), dfc1, mg_block_act(x, s->ln2),
-                                    mg_block_param(x, p->fc1_w), NULL, c->H, c->fc1_l));
-    return mg_block_norm_backward(x, dres, dln, mg_block_act(x, s->mid),
-                                  mg_block_act(x, s->ln2_mean), mg_block_act(x, s->ln2_rstd),
-                                  p->ln2_w, p->ln2_b);
+    const mg_block_norm_linear lin = {MG_FP8_FC1,
+                                      mg_block_grad(x, p->fc1_w),
+                                      mg_block_grad(x, p->fc1_b),
+                                      dfc1,
+                                      mg_block_act(x, s->ln2),
+                                      mg_block_param(x, p->fc1_w),
+                                      c->H,
+                                      c->fc1_l};
+    return mg_block_norm_linear_backward(x, p, &lin, dres, dln, mg_block_act(x, s->mid),
+                                         mg_block_act(x, s->ln2_mean), mg_block_act(x, s->ln2_rstd),
+                                         p->ln2_w, p->ln2_b);
 }

@@ -31,3 +31,29 @@ mg_status mg_tp_reduce_scatter(const mg_tp *tp, void *part, const void *whole, s
     if (tp->size == 1) return copy_if_apart(tp, part, whole, n, dt);
     return mg_comm_reduce_scatter(tp->group, whole, part, n, dt, MG_REDUCE_SUM, compute_stream(tp));
 }
+
+/* The tensor-parallel stream, ordered after the compute stream's work so far (NULL: no streams,
+ * the collective completes before returning). */
+static mg_status side_stream(const mg_tp *tp, void **stream) {
+    mg_backend *be = tp->be;
+    *stream = NULL;
+    if (!be->stream_handle) return MG_OK;
+    MG_CHECK(be->stream_wait(be, MG_STREAM_TP, MG_STREAM_COMPUTE));
+    *stream = be->stream_handle(be, MG_STREAM_TP);
+    return MG_OK;
+}
+
+mg_status mg_tp_reduce_begin(const mg_tp *tp, void *part, void *whole, size_t n, mg_dtype dt,
+                             bool sp) {
+    if (tp->size == 1) return sp ? copy_if_apart(tp, part, whole, n, dt) : MG_OK;
+    void *stream;
+    MG_CHECK(side_stream(tp, &stream));
+    if (sp) return mg_comm_reduce_scatter(tp->group, whole, part, n, dt, MG_REDUCE_SUM, stream);
+    return mg_comm_all_reduce(tp->group, whole, whole, n, dt, MG_REDUCE_SUM, stream);
+}
+
+mg_status mg_tp_reduce_end(const mg_tp *tp) {
+    mg_backend *be = tp->be;
+    if (tp->size == 1 || !be->stream_handle) return MG_OK;
+    return be->stream_wait(be, MG_STREAM_COMPUTE, MG_STREAM_TP);
+}

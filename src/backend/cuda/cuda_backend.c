@@ -240,7 +240,7 @@ void mg_cuda_free_pinned(mg_backend *be, void *ptr) {
 /* ---------------------------------------------------------------- streams */
 
 static cudaStream_t stream_of(mg_cuda_ctx *c, mg_stream_id s) {
-    return s == MG_STREAM_COMM ? c->comm_stream : c->stream;
+    return s == MG_STREAM_COMM ? c->comm_stream : s == MG_STREAM_TP ? c->tp_stream : c->stream;
 }
 
 void *mg_cuda_stream_handle(mg_backend *be, mg_stream_id s) {
@@ -252,7 +252,7 @@ void *mg_cuda_stream_handle(mg_backend *be, mg_stream_id s) {
 mg_status mg_cuda_stream_wait(mg_backend *be, mg_stream_id waiter, mg_stream_id signaller) {
     mg_cuda_ctx *c = mg_cuda_ctx_of(be);
     if (waiter == signaller) return MG_OK;
-    cudaEvent_t ev = c->order_event[signaller == MG_STREAM_COMM];
+    cudaEvent_t ev = c->order_event[signaller];
     MG_CUDA_CHECK(cudaEventRecord(ev, stream_of(c, signaller)));
     MG_CUDA_CHECK(cudaStreamWaitEvent(stream_of(c, waiter), ev, 0));
     return MG_OK;
@@ -285,13 +285,15 @@ void mg_cuda_destroy(mg_backend *be) {
     if (c) {
         if (c->stream) (void)cudaStreamSynchronize(c->stream);
         if (c->comm_stream) (void)cudaStreamSynchronize(c->comm_stream);
+        if (c->tp_stream) (void)cudaStreamSynchronize(c->tp_stream);
         MG_CUDA_BY_DTYPE(be, attention_cudnn_destroy)(be);
         mg_cuda_staging_destroy(c);
         if (c->workspace) (void)cudaFree(c->workspace);
         if (c->lt) (void)cublasLtDestroy(c->lt);
         if (c->stream) (void)cudaStreamDestroy(c->stream);
         if (c->comm_stream) (void)cudaStreamDestroy(c->comm_stream);
-        for (int i = 0; i < 2; i++)
+        if (c->tp_stream) (void)cudaStreamDestroy(c->tp_stream);
+        for (int i = 0; i < MG_STREAMS; i++)
             if (c->order_event[i]) (void)cudaEventDestroy(c->order_event[i]);
         for (int i = 0; i < MG_STREAM_MARKS; i++)
             if (c->marks[i]) (void)cudaEventDestroy(c->marks[i]);
@@ -356,7 +358,8 @@ static mg_status cuda_setup(mg_backend *be, int device) {
     int least = 0, greatest = 0;
     MG_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
     MG_CUDA_CHECK(cudaStreamCreateWithPriority(&c->comm_stream, cudaStreamNonBlocking, greatest));
-    for (int i = 0; i < 2; i++)
+    MG_CUDA_CHECK(cudaStreamCreateWithPriority(&c->tp_stream, cudaStreamNonBlocking, greatest));
+    for (int i = 0; i < MG_STREAMS; i++)
         MG_CUDA_CHECK(cudaEventCreateWithFlags(&c->order_event[i], cudaEventDisableTiming));
     for (int i = 0; i < MG_STREAM_MARKS; i++)
         MG_CUDA_CHECK(cudaEventCreateWithFlags(&c->marks[i], cudaEventDisableTiming));

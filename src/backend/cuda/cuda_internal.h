@@ -22,12 +22,13 @@ typedef struct mg_cuda_staging mg_cuda_staging; /* staging.c */
  * size after creation, so a step allocates nothing. */
 typedef struct {
     int device;
-    cudaStream_t stream;                /* compute stream: every op runs here */
-    cudaStream_t comm_stream;           /* communication stream (stream_handle(MG_STREAM_COMM)) */
-    cudaEvent_t order_event[2];         /* stream_wait\'s, one per signalling stream */
-    cudaEvent_t marks[MG_STREAM_MARKS]; /* stream_mark's slots */
-    cublasLtHandle_t lt;                /* cuBLASLt handle (GEMMs) */
-    void *workspace;                    /* device scratch: cuBLASLt workspace and op temporaries */
+    cudaStream_t stream;                 /* compute stream: every op runs here */
+    cudaStream_t comm_stream;            /* communication stream (stream_handle(MG_STREAM_COMM)) */
+    cudaStream_t tp_stream;              /* tensor-parallel overlap stream (MG_STREAM_TP) */
+    cudaEvent_t order_event[MG_STREAMS]; /* stream_wait\'s, one per signalling stream */
+    cudaEvent_t marks[MG_STREAM_MARKS];  /* stream_mark's slots */
+    cublasLtHandle_t lt;                 /* cuBLASLt handle (GEMMs) */
+    void *workspace;                     /* device scratch: cuBLASLt workspace and op temporaries */
     size_t workspace_bytes;   /* reserved at creation (MG_CUDA_WORKSPACE_MB, default 2048 MiB) */
     int num_sms;              /* multiprocessors, for grid sizing */
     void *cudnn_attn;         /* attention_cudnn.cu's state (cuDNN handle, plans), or NULL */

@@ -48,9 +48,12 @@ mg_status mg_cuda_graph_begin(mg_backend *be) {
     c->capture_err = MG_OK;
     c->capture_msg[0] = 0;
     MG_CUDA_CHECK(cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal));
-    /* the communication stream joins the capture: it waits for the capture's start */
-    cudaError_t e = cudaEventRecord(c->order_event[0], c->stream);
-    if (e == cudaSuccess) e = cudaStreamWaitEvent(c->comm_stream, c->order_event[0], 0);
+    /* the side streams join the capture: they wait for the capture's start */
+    cudaError_t e = cudaEventRecord(c->order_event[MG_STREAM_COMPUTE], c->stream);
+    if (e == cudaSuccess)
+        e = cudaStreamWaitEvent(c->comm_stream, c->order_event[MG_STREAM_COMPUTE], 0);
+    if (e == cudaSuccess)
+        e = cudaStreamWaitEvent(c->tp_stream, c->order_event[MG_STREAM_COMPUTE], 0);
     if (e != cudaSuccess) {
         cudaGraph_t g = NULL;
         (void)cudaStreamEndCapture(c->stream, &g);
@@ -66,9 +69,12 @@ mg_status mg_cuda_graph_end(mg_backend *be, mg_graph **out, mg_graph_info *info)
     *out = NULL;
     if (info) *info = (mg_graph_info){0, 0};
     if (!mg_cuda_capturing(be)) return MG_FAIL(MG_ERR_UNSUPPORTED, "graph_end without graph_begin");
-    /* the communication stream's captured work joins the compute stream's before the end */
-    cudaError_t join = cudaEventRecord(c->order_event[1], c->comm_stream);
-    if (join == cudaSuccess) join = cudaStreamWaitEvent(c->stream, c->order_event[1], 0);
+    /* the side streams' captured work joins the compute stream's before the end */
+    cudaError_t join = cudaEventRecord(c->order_event[MG_STREAM_COMM], c->comm_stream);
+    if (join == cudaSuccess)
+        join = cudaStreamWaitEvent(c->stream, c->order_event[MG_STREAM_COMM], 0);
+    if (join == cudaSuccess) join = cudaEventRecord(c->order_event[MG_STREAM_TP], c->tp_stream);
+    if (join == cudaSuccess) join = cudaStreamWaitEvent(c->stream, c->order_event[MG_STREAM_TP], 0);
     cudaGraph_t graph = NULL;
     cudaError_t e = cudaStreamEndCapture(c->stream, &graph);
     mg_status spoilt = c->capture_err;

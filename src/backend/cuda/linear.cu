@@ -502,6 +502,50 @@ MG_CUDA_DTYPES(mg_status, linear_gelu_forward,
     return MG_CUDA_OF(h16, gelu_forward)(be, out, pre, (size_t)N * OC);
 }
 
+/* dw^T += inp^T-as-(IC,N) . dout, with dbias from the BGRADB epilogue where it has one */
+template <typename T>
+static mg_status weight_grad(mg_backend *be, float *dw, float *dbias, const void *dout,
+                             const void *inp, int N, int IC, int OC) {
+    gemm_call cw = call_of(GEMM_DW, IC, OC, N, inp, dout, dw, dw, 1.0f, NULL, AUX_NONE, NULL);
+    bool done = false;
+    bool ours = false;
+    if (dbias) MG_CHECK(dbias_ours(&ours));
+    if (ours) { /* MG_DBIAS=ours: our reduction, the product without epilogue */
+        MG_CHECK(dbias_reduce<T>(be, dbias, dout, N, OC));
+        dbias = NULL;
+    }
+    if (dbias) {
+        float *g = NULL; // (OC)
+        MG_CHECK(dbias_scratch(be, (size_t)OC * sizeof(float), &g));
+        cw.bias = g;
+        MG_CHECK(gemm_try<T>(be, &cw, &done));
+        if (done) {
+            linear_dbias_add_kernel<<<(OC + 255) / 256, 256, 0, mg_cuda_stream(be)>>>(dbias, g, OC);
+            MG_CUDA_CHECK_LAUNCH();
+        } else {
+            MG_CHECK(dbias_reduce<T>(be, dbias, dout, N, OC));
+            cw.bias = NULL;
+        }
+    }
+    return done ? MG_OK : gemm_run<T>(be, &cw);
+}
+
+/* dinp = dout . w (through the GELU of gelu_pre where given); nothing when dinp is NULL */
+template <typename T>
+static mg_status input_grad(mg_backend *be, void *dinp, const void *dout, const void *w,
+                            const void *gelu_pre, int N, int IC, int OC) {
+    if (!dinp) return MG_OK;
+    gemm_call ci = call_of(GEMM_DINP, IC, N, OC, w, dout, NULL, dinp, 0.0f, NULL,
+                           gelu_pre ? AUX_DGELU_IN : AUX_NONE, gelu_pre);
+    bool done = false;
+    if (gelu_pre) MG_CHECK(gemm_try<T>(be, &ci, &done));
+    if (done) return MG_OK;
+    ci.aux_kind = AUX_NONE, ci.aux = NULL;
+    MG_CHECK(gemm_run<T>(be, &ci));
+    return gelu_pre ? MG_CUDA_OF(T, gelu_backward)(be, dinp, gelu_pre, dinp, (size_t)N * IC)
+                    : MG_OK;
+}
+
 MG_CUDA_DTYPES(mg_status, linear_backward,
                (mg_backend * be, void *dinp /* (N,IC) or NULL */, float *dw /* (OC,IC) */,
                 float *dbias /* (OC) or NULL */, const void *dout /* (N,OC) */,
@@ -516,40 +560,12 @@ MG_CUDA_DTYPES(mg_status, linear_backward,
             MG_CUDA_CHECK(cudaMemsetAsync(dinp, 0, (size_t)N * IC * sizeof(h16), stream));
         return MG_OK;
     }
-    if (IC == 0) return dbias ? dbias_reduce<h16>(be, dbias, dout, N, OC) : MG_OK;
-    /* dw^T += inp^T-as-(IC,N) . dout, with dbias from the BGRADB epilogue where it has one */
-    gemm_call cw = call_of(GEMM_DW, IC, OC, N, inp, dout, dw, dw, 1.0f, NULL, AUX_NONE, NULL);
-    bool done = false;
-    bool ours = false;
-    if (dbias) MG_CHECK(dbias_ours(&ours));
-    if (ours) { /* MG_DBIAS=ours: our reduction, the product without epilogue */
-        MG_CHECK(dbias_reduce<h16>(be, dbias, dout, N, OC));
-        dbias = NULL;
-    }
-    if (dbias) {
-        float *g = NULL; // (OC)
-        MG_CHECK(dbias_scratch(be, (size_t)OC * sizeof(float), &g));
-        cw.bias = g;
-        MG_CHECK(gemm_try<h16>(be, &cw, &done));
-        if (done) {
-            linear_dbias_add_kernel<<<(OC + 255) / 256, 256, 0, stream>>>(dbias, g, OC);
-            MG_CUDA_CHECK_LAUNCH();
-        } else {
-            MG_CHECK(dbias_reduce<h16>(be, dbias, dout, N, OC));
-            cw.bias = NULL;
-        }
-    }
-    if (!done) MG_CHECK(gemm_run<h16>(be, &cw));
-    if (!dinp) return MG_OK;
-    gemm_call ci = call_of(GEMM_DINP, IC, N, OC, w, dout, NULL, dinp, 0.0f, NULL,
-                           gelu_pre ? AUX_DGELU_IN : AUX_NONE, gelu_pre);
-    done = false;
-    if (gelu_pre) MG_CHECK(gemm_try<h16>(be, &ci, &done));
-    if (done) return MG_OK;
-    ci.aux_kind = AUX_NONE, ci.aux = NULL;
-    MG_CHECK(gemm_run<h16>(be, &ci));
-    return gelu_pre ? MG_CUDA_OF(h16, gelu_backward)(be, dinp, gelu_pre, dinp, (size_t)N * IC)
-                    : MG_OK;
+    if (IC == 0 || !dw) { /* no weight gradient (dw NULL: the caller takes it apart) */
+        if (dbias) MG_CHECK(dbias_reduce<h16>(be, dbias, dout, N, OC));
+        if (IC == 0) return MG_OK;
+    } else
+        MG_CHECK(weight_grad<h16>(be, dw, dbias, dout, inp, N, IC, OC));
+    return input_grad<h16>(be, dinp, dout, w, gelu_pre, N, IC, OC);
 }
 
 /* ---- fp8 operands (backend_ops.h's fp8_linear_forward and fp8_linear_backward) ----
