@@ -40,10 +40,14 @@ static __device__ void amax_publish(unsigned int *block_max, unsigned int m, flo
     if (threadIdx.x == 0) atomicMax((unsigned int *)amax, *block_max);
 }
 
-/* Converts v[0..k) (k <= CAST_VEC) scaled by s into q; the magnitudes' maximum into *m. */
+/* Converts v[0..k) (k <= CAST_VEC) scaled by s into q; the magnitudes' maximum into *m. The
+ * loops of these helpers run to CAST_VEC with the count as a predicate: constant indices keep
+ * the arrays in registers (a loop to a run-time count puts them in local memory). */
 static __device__ __forceinline__ void convert(uint8_t *q, const float *v, int k, float s,
                                                int format, unsigned int *m) {
-    for (int e = 0; e < k; e++) {
+#pragma unroll
+    for (int e = 0; e < CAST_VEC; e++) {
+        if (e >= k) continue;
         *m = max(*m, __float_as_uint(fabsf(v[e])));
         q[e] = to_fp8(v[e] * s, format);
     }
@@ -57,7 +61,9 @@ static __device__ __forceinline__ void load_chunk(float *v, const h16 *p, int k,
         const h16 *h = (const h16 *)&raw;
         for (int e = 0; e < CAST_VEC; e++) v[e] = h16_to_f(h[e]);
     } else {
-        for (int e = 0; e < k; e++) v[e] = h16_to_f(p[e]);
+#pragma unroll
+        for (int e = 0; e < CAST_VEC; e++)
+            if (e < k) v[e] = h16_to_f(p[e]);
     }
 }
 
@@ -65,7 +71,9 @@ static __device__ __forceinline__ void store_chunk(uint8_t *p, const uint8_t *q,
     if (vec)
         *(uint2 *)p = *(const uint2 *)q;
     else
-        for (int e = 0; e < k; e++) p[e] = q[e];
+#pragma unroll
+        for (int e = 0; e < CAST_VEC; e++)
+            if (e < k) p[e] = q[e];
 }
 
 template <typename h16>
@@ -138,7 +146,9 @@ static __global__ void fp8_cast_transpose_kernel(uint8_t *out, uint8_t *out_t, c
         if (i >= rows || j >= cols) continue;
         int k = rows - i < CAST_VEC ? rows - i : CAST_VEC;
         __align__(8) uint8_t q[CAST_VEC];
-        for (int e = 0; e < k; e++) q[e] = tile[r + e][c];
+#pragma unroll
+        for (int e = 0; e < CAST_VEC; e++)
+            if (e < k) q[e] = tile[r + e][c];
         store_chunk(out_t + (size_t)j * rows + i, q, k, aligned && k == CAST_VEC && rows % 8 == 0);
     }
     if (amax) amax_publish(&block_max, m, amax);
