@@ -84,7 +84,8 @@ static const char usage[] =
     "measured in the same process, and peak memory. Megatron's training flags\n"
     "(`megatron train --help`) override the shape and the run, e.g. --device cuda\n"
     "--micro-batch-size 32 (default 32) --seq-length 1024 --num-layers 2 --hidden-size 64\n"
-    "--num-attention-heads 4 --vocab-size 512 --num-threads 2.\n";
+    "--num-attention-heads 4 --vocab-size 512 --num-threads 2. A step is one micro-batch\n"
+    "unless --global-batch-size asks for gradient accumulation over several.\n";
 
 enum { G_RUN, G_OUTPUT };
 static const char *const groups[] = {"benchmark", "output"};
@@ -334,17 +335,19 @@ static void report(FILE *table, FILE *json, const mg_trainer *t, const bench_opt
     fprintf(json,
             "{\"impl\": \"megatron.c\", \"model\": \"%s\", \"device\": \"%s\", \"dtype\": \"%s\", "
             "\"num_layers\": %d, \"hidden_size\": %d, \"num_attention_heads\": %d, "
-            "\"seq_length\": %d, \"micro_batch_size\": %d, \"vocab_size\": %d, "
+            "\"seq_length\": %d, \"micro_batch_size\": %d, \"global_batch_size\": %d, "
+            "\"vocab_size\": %d, "
             "\"params\": %" PRId64 ", \"params_flops\": %" PRId64 ", \"flops_per_token\": %.0f, "
             "\"iters\": %d, \"warmup\": %d, \"ms_per_step\": %.6g, \"ms_per_step_median\": %.6g, "
             "\"ms_host_enqueue\": %.6g, "
             "\"tokens_per_s\": %.6g, \"tflops\": %.6g, \"megatron_tflops\": %.6g, "
             "\"peak_tflops\": %.6g, \"peak_n\": %d, \"mfu\": %.6g, \"mem_peak_gib\": %.6g, "
             "\"mem_alloc_gib\": %.6g, \"loss_first\": %.6g, \"loss_last\": %.6g}\n",
-            name, t->be->name, dtype, m->L, m->H, m->nq, m->S, c->micro_batch_size, m->V, r->params,
-            r->params_flops, r->flops_per_token, o->iters, o->warmup, 1e3 * total / o->iters,
-            1e3 * median, 1e3 * r->enqueue_s / o->iters, tok_s, tflops, meg_tflops, r->peak_tflops,
-            r->peak_n, mfu, r->mem_peak / gib, r->mem_arenas / gib, r->loss_first, r->loss_last);
+            name, t->be->name, dtype, m->L, m->H, m->nq, m->S, c->micro_batch_size,
+            c->global_batch_size, m->V, r->params, r->params_flops, r->flops_per_token, o->iters,
+            o->warmup, 1e3 * total / o->iters, 1e3 * median, 1e3 * r->enqueue_s / o->iters, tok_s,
+            tflops, meg_tflops, r->peak_tflops, r->peak_n, mfu, r->mem_peak / gib,
+            r->mem_arenas / gib, r->loss_first, r->loss_last);
     fflush(json);
 }
 
@@ -382,8 +385,9 @@ static mg_status bench_main(mg_cli_context *cx) {
     bench_opts *o = cx->args;
     mg_config *cfg = &cx->cfg;
     MG_CHECK(check_opts(o, cfg, &cx->flags));
-    /* one global batch per step, and exactly the steps the bench runs */
-    cfg->global_batch_size = -1;
+    /* one micro-batch per step unless --global-batch-size asks for gradient accumulation, and
+     * exactly the steps the bench runs */
+    if (!mg_flags_seen("--global-batch-size")) cfg->global_batch_size = -1;
     cfg->train_iters = o->warmup + o->iters;
     cfg->lr_decay_iters = -1;
     MG_CHECK(mg_config_validate(cfg));

@@ -160,9 +160,10 @@ typedef struct {
                                   the output nobody reads */
     /* fp8 linears (model/fp8.h): their state (fp32 [amax | scale | history] of fp8_tensors
        tensors; model state, not transient), the inverses of the scales the casts used (fp32,
-       one per tensor, 16 bytes apart) and the casts' bytes of an input, a weight and an output
-       gradient (each row-major, then transposed) */
-    size_t fp8_state, fp8_sinv, fp8_x, fp8_w, fp8_dy;
+       one per tensor, 16 bytes apart), the casts' bytes of an input and an output gradient
+       (each row-major, then transposed), and every fp8 layer's weight copies (the bytes and
+       the transpose of each linear's weight, cast once per pass) */
+    size_t fp8_state, fp8_sinv, fp8_x, fp8_dy, fp8_wcopy;
     size_t fp8_now; /* --fp8-recipe tensorwise: (3) fp32 [amax | scale | history] of the cast
                        in progress */
     int fp8_tensors;

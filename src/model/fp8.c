@@ -23,6 +23,30 @@ static size_t max2(size_t a, size_t b) {
     return a > b ? a : b;
 }
 
+/* The elements of linear j's weight (the larger of a dense MLP's and an MoE layer's shared
+ * experts'). */
+static size_t weight_elems(const mg_model_config *c, int j) {
+    size_t H = (size_t)c->H;
+    switch (j) {
+    case MG_FP8_QKV:
+        return (size_t)c->qkv_l * H;
+    case MG_FP8_PROJ:
+        return H * (size_t)c->attn_l;
+    case MG_FP8_FC1:
+        return max2((size_t)c->fc1_l, (size_t)c->moe.shared_fc1) * H;
+    default:
+        return H * max2((size_t)c->F_l, (size_t)c->moe.shared_F);
+    }
+}
+
+/* Bytes of one fp8 layer's weight copies, and where linear j's starts among them: each the
+ * row-major bytes, then the transpose at the next FP8_ALIGN boundary. */
+static size_t weight_copies(const mg_model_config *c, int j) {
+    size_t at = 0;
+    for (int i = 0; i < j; i++) at += 2 * align_up(weight_elems(c, i));
+    return at;
+}
+
 mg_status mg_fp8_plan(const mg_block_ctx *x, mg_block_ws *w, int n_linears) {
     const mg_model_config *c = x->c;
     size_t N = (size_t)x->N, H = (size_t)c->H, nt = 3 * (size_t)n_linears;
@@ -32,15 +56,16 @@ mg_status mg_fp8_plan(const mg_block_ctx *x, mg_block_ws *w, int n_linears) {
     MG_CHECK(
         reserve(x->work, on ? (2 + (size_t)c->fp8_len) * nt * sizeof(float) : 0, &w->fp8_state));
     MG_CHECK(reserve(x->work, on ? nt * SINV_STRIDE * sizeof(float) : 0, &w->fp8_sinv));
-    /* the largest input, weight and output gradient of the four linears (an MoE layer's
+    /* the largest input and output gradient of the four linears (an MoE layer's
      * shared experts take its MLP's), as bytes and their transposes */
     size_t F = max2((size_t)c->F_l, (size_t)c->moe.shared_F);
     size_t fc1 = max2((size_t)c->fc1_l, (size_t)c->moe.shared_fc1);
     size_t in = max2(max2(H, (size_t)c->attn_l), F);
-    size_t wt = max2(max2((size_t)c->qkv_l, fc1) * H, H * max2((size_t)c->attn_l, F));
     size_t out = max2(max2((size_t)c->qkv_l, H), fc1);
     MG_CHECK(reserve(x->work, on ? 2 * align_up(N * in) : 0, &w->fp8_x));
-    MG_CHECK(reserve(x->work, on ? 2 * align_up(wt) : 0, &w->fp8_w));
+    /* every fp8 layer's weight copies, which the pass's first microbatch writes */
+    size_t layers = (size_t)n_linears / MG_FP8_LINEARS;
+    MG_CHECK(reserve(x->work, layers * weight_copies(c, MG_FP8_LINEARS), &w->fp8_wcopy));
     MG_CHECK(reserve(x->work, on ? 2 * align_up(N * out) : 0, &w->fp8_dy));
     MG_CHECK(reserve(x->work, on && c->fp8_current ? 3 * sizeof(float) : 0, &w->fp8_now));
     return MG_OK;
@@ -108,6 +133,25 @@ static mg_status cast(const mg_block_ctx *x, size_t t, size_t to, const void *in
     return MG_OK;
 }
 
+/* Linear j's weight copy in layer p (workspace offset), checked against its shape. */
+static mg_status weight_copy(const mg_block_ctx *x, const mg_layer_params *p, mg_fp8_linear j,
+                             int OC, int IC, size_t *at) {
+    const mg_model_config *c = x->c;
+    if ((size_t)OC * (size_t)IC > weight_elems(c, (int)j))
+        return MG_FAIL(MG_ERR_INTERNAL, "fp8 weight copy of linear %d: %d x %d exceeds its %zu",
+                       (int)j, OC, IC, weight_elems(c, (int)j));
+    size_t layer = (size_t)(p->fp8 / MG_FP8_LINEARS);
+    *at = x->ws->fp8_wcopy + layer * weight_copies(c, MG_FP8_LINEARS) + weight_copies(c, (int)j);
+    return MG_OK;
+}
+
+/* The weight's bytes and transpose as the pass's first microbatch cast them. */
+static mg_fp8_tensor weight_cached(const mg_block_ctx *x, size_t t, size_t at, int OC, int IC) {
+    uint8_t *base = mg_block_ws_ptr(x, at);
+    float *sinv = (float *)mg_block_ws_ptr(x, x->ws->fp8_sinv) + SINV_STRIDE * t;
+    return (mg_fp8_tensor){base, base + align_up((size_t)OC * IC), sinv, MG_FP8_E4M3};
+}
+
 mg_status mg_fp8_linear_forward(const mg_block_ctx *x, const mg_layer_params *p, mg_fp8_linear j,
                                 void *out, void *gelu_pre, const void *inp, const void *w,
                                 const void *bias, const void *residual, int IC, int OC) {
@@ -119,7 +163,15 @@ mg_status mg_fp8_linear_forward(const mg_block_ctx *x, const mg_layer_params *p,
     size_t t = 3 * (size_t)(p->fp8 + (int)j);
     mg_fp8_tensor fi, fw;
     MG_CHECK(cast(x, t, x->ws->fp8_x, inp, x->N, IC, ROWS, MG_FP8_E4M3, &fi));
-    MG_CHECK(cast(x, t + 1, x->ws->fp8_w, w, OC, IC, ROWS, MG_FP8_E4M3, &fw));
+    /* the weight once per pass: its first microbatch's forward writes the bytes and the
+     * transpose, which the other microbatches and every backward of the pass read (the weights
+     * and the scales change only between passes) */
+    size_t at;
+    MG_CHECK(weight_copy(x, p, j, OC, IC, &at));
+    if (x->pass.mb == 0)
+        MG_CHECK(cast(x, t + 1, at, w, OC, IC, ROWS | COLS, MG_FP8_E4M3, &fw));
+    else
+        fw = weight_cached(x, t + 1, at, OC, IC);
     return be->fp8_linear_forward(be, out, gelu_pre, &fi, &fw, bias, residual, x->N, IC, OC);
 }
 
@@ -136,8 +188,10 @@ mg_status mg_fp8_linear_backward(const mg_block_ctx *x, const mg_layer_params *p
     MG_CHECK(cast(x, t + 2, x->ws->fp8_dy, dout, x->N, OC, dinp ? ROWS | COLS : COLS, x->c->fp8_bwd,
                   &fd));
     MG_CHECK(cast(x, t, x->ws->fp8_x, inp, x->N, IC, COLS, MG_FP8_E4M3, &fi));
-    /* the weight's transpose for dinp (its amax the forward recorded) */
-    if (dinp) MG_CHECK(cast(x, t + 1, x->ws->fp8_w, w, OC, IC, COLS, MG_FP8_E4M3, &fw));
+    /* the weight's transpose for dinp, as the pass's first forward cast it */
+    size_t at;
+    MG_CHECK(weight_copy(x, p, j, OC, IC, &at));
+    if (dinp) fw = weight_cached(x, t + 1, at, OC, IC);
     return be->fp8_linear_backward(be, dinp, dw, dbias, dout, &fd, &fi, &fw, gelu_pre, x->N, IC,
                                    OC);
 }

@@ -7,6 +7,10 @@
  * output's gradient (e4m3, or e5m2 with hybrid), with the transposes the gradients' products read,
  * and the backend's fp8_linear ops multiply the bytes (on CUDA cuBLASLt's fp8 GEMMs; on the CPU
  * their exact emulation).
+ * A weight is cast once per pass: the pass's first microbatch (mg_block_pass.mb 0, which every
+ * schedule runs first) writes its bytes and transpose into the layer's weight copy, which the
+ * other microbatches' forwards and every backward of the pass read (weights and scales change
+ * only between passes, so the bytes are those a cast at each use would write).
  * Each of these tensors has its own scale and amax history (model state, kept in the workspace
  * arena like the expert bias, saved in checkpoints). A cast records the tensor's amax of the step
  * in training passes; at the step's end the trainer reduces the amaxes over the ranks that hold
@@ -25,8 +29,8 @@
 typedef enum { MG_FP8_QKV, MG_FP8_PROJ, MG_FP8_FC1, MG_FP8_FC2, MG_FP8_LINEARS } mg_fp8_linear;
 
 /* Reserves the state of n_linears fp8 linears ([amax | scale | history], block.h's fp8_state),
- * the inverses of the scales and the workspace copies the casts write (nothing when n_linears is
- * 0). */
+ * the inverses of the scales, the workspace copies the casts of inputs and gradients write and
+ * every fp8 layer's weight copies (nothing when n_linears is 0). */
 mg_status mg_fp8_plan(const mg_block_ctx *x, mg_block_ws *w, int n_linears);
 /* The scales start at 1, the amaxes and histories at 0 (at bind). */
 mg_status mg_fp8_reset(const mg_block_ctx *x);

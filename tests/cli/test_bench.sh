@@ -46,6 +46,15 @@ else
     else fail bench_numbers_consistent "$out"; fi
 fi
 
+# --global-batch-size 6 (micro-batch 2): a step accumulates 3 micro-batches, 6 x 32 tokens
+out=$("$MEGATRON" bench "${TINY[@]}" --global-batch-size 6 --json 2>"$TMP/bench.err"); rc=$?
+if [ "$rc" -ne 0 ]; then fail bench_global_batch "exit code $rc" "$(tail -n 3 "$TMP/bench.err")"
+elif awk -v tps="$(field tokens_per_s "$out")" -v ms="$(field ms_per_step "$out")" \
+    'BEGIN { d = tps - 192 / (ms / 1000); if (d < 0) d = -d; exit !(d <= 0.02 * tps) }' &&
+    grep -qF '"global_batch_size": 6' <<<"$out"; then
+    pass bench_global_batch
+else fail bench_global_batch "tokens/s not 192 tokens per step" "$out"; fi
+
 out=$("$MEGATRON" bench "${TINY[@]}" 2>&1); rc=$?
 if [ "$rc" -ne 0 ]; then fail bench_table "exit code $rc" "$out"
 elif ! grep -q '^  MFU  ' <<<"$out" || ! grep -q '^  tokens/s  ' <<<"$out"; then
