@@ -5,6 +5,10 @@
 #      gpt2-1.5b (4) and llama-3b, a Llama-style ~3B shape (26 x 3072, SwiGLU 8192, 24 heads in 8
 #      groups, RoPE, RMSNorm, no biases, untied output, sequence 2048, vocabulary 32000;
 #      micro-batch 2);
+#      The GPT-2 shapes also run the PyTorch baseline in fp8 (bench/baselines/torch_gpt2.py --fp8:
+#      the blocks' linears through torch._scaled_mm with tensorwise scales, compiled) on the same
+#      GPU in the same call: "torch fp8" and "ours / torch" in the table (TORCH=0 skips it;
+#      PYTHON names the Python with PyTorch);
 #   2. convergence: the GPT-2 124M shape trained for ITERS (300) steps on the demo corpus (Moby
 #      Dick, real text; sequence 512, micro-batch 8, global batch 32, cosine from 6e-4), bf16 and
 #      fp8 from the same seed; the last logged lm loss of both and their ratio (the issue's goal:
@@ -38,7 +42,7 @@ shape_args() { # SHAPE -> the bench flags
     esac
 }
 
-printf '\n| shape | bf16 tokens/s | fp8 tokens/s | fp8 / bf16 | bf16 MFU | fp8 loss, last step |\n|---|---|---|---|---|---|\n' >"$OUTDIR/table.md"
+printf '\n| shape | bf16 tokens/s | fp8 tokens/s | fp8 / bf16 | bf16 MFU | fp8 loss, last step | torch fp8 tokens/s | fp8 / torch fp8 |\n|---|---|---|---|---|---|---|---|\n' >"$OUTDIR/table.md"
 for shape in $SHAPES; do
     read -r -a args <<<"$(shape_args "$shape")" || continue
     declare -A tps=() mfu=() loss=()
@@ -58,9 +62,24 @@ for shape in $SHAPES; do
             tail -n 3 "$log" >&2
         fi
     done
+    # the PyTorch fp8 baseline of the GPT-2 shapes (torch_gpt2.py knows no Llama shape)
+    if [ "${TORCH:-1}" != 0 ] && [[ $shape != llama-* ]]; then
+        log=$OUTDIR/torch-$shape-fp8.log
+        if "${PYTHON:-python3}" bench/baselines/torch_gpt2.py --device cuda --model "gpt2-$shape" \
+            --micro-batch-size "${args[3]}" --iters 20 --warmup 5 --fp8 --json \
+            >"$OUTDIR/torch-$shape-fp8.json" 2>"$log"; then
+            line=$(tail -n 1 "$OUTDIR/torch-$shape-fp8.json")
+            echo "{\"shape\": \"$shape\", \"mode\": \"torch-fp8\", \"bench\": $line}" >>"$RESULTS"
+            tps[torch]=$(echo "$line" | grep -oE '"tokens_per_s": [0-9.]+' | awk '{print $2}')
+        else
+            echo "fp8_bench: torch $shape fp8 failed:" >&2
+            tail -n 3 "$log" >&2
+        fi
+    fi
     ratio=$(awk -v a="${tps[fp8]:-0}" -v b="${tps[bf16]:-0}" 'BEGIN { if (b > 0) printf "%.2fx", a / b; else print "-" }')
-    printf '| %s | %.0f | %.0f | %s | %s | %s |\n' "$shape" "${tps[bf16]:-0}" "${tps[fp8]:-0}" "$ratio" \
-        "${mfu[bf16]:--}" "${loss[fp8]:--}" >>"$OUTDIR/table.md"
+    vs=$(awk -v a="${tps[fp8]:-0}" -v b="${tps[torch]:-0}" 'BEGIN { if (b > 0) printf "%.2fx", a / b; else print "-" }')
+    printf '| %s | %.0f | %.0f | %s | %s | %s | %.0f | %s |\n' "$shape" "${tps[bf16]:-0}" "${tps[fp8]:-0}" \
+        "$ratio" "${mfu[bf16]:--}" "${loss[fp8]:--}" "${tps[torch]:-0}" "$vs" >>"$OUTDIR/table.md"
     unset tps mfu loss
 done
 cat "$OUTDIR/table.md"

@@ -11,7 +11,7 @@ on the 2-D weights only (not on biases and norms, as Megatron), fused on CUDA; t
 model unless --no-compile. Dropout as megatron.c places it (--attention-dropout on the attention
 probabilities through SDPA's dropout_p, --hidden-dropout after the attention projection and after the
 MLP, before each residual add; --dropout P sets both), in training steps only. Tokens: uniform random ids drawn on the device each step (their values
-do not change the work).
+do not change the work). --fp8: the blocks' four linears multiply fp8 operands (torch_fp8.py).
 
 Timing: --warmup untimed steps (they include torch.compile's compilation, reported as warmup_s),
 then --iters steps each timed by the host clock around the whole step, which ends with
@@ -76,6 +76,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import bench_common  # this folder's (Python puts a script's folder first on sys.path)
+import torch_fp8  # this folder's
 
 SHAPES = {  # name: (layers, hidden, heads); head dim 64
     "gpt2-124m": (12, 768, 12),
@@ -317,6 +318,9 @@ def parse_args():
     p.add_argument("--dropout", type=float, help="sets --attention-dropout and --hidden-dropout")
     p.add_argument("--recompute", action="store_true",
                    help="torch.utils.checkpoint per block: each keeps its input, its forward runs again in the backward")
+    p.add_argument("--fp8", action="store_true",
+                   help="the blocks' linears in fp8 through torch._scaled_mm (torch_fp8.py: tensorwise scales, "
+                        "e4m3 forward, e5m2 gradients); the output layer stays bf16")
     p.add_argument("--json", action="store_true", help="one JSON line on stdout; the table goes to stderr")
     a = p.parse_args()
     if a.dropout is not None:
@@ -363,6 +367,8 @@ def run(a):
     L, H, NH, T, V, B = a.num_layers, a.hidden_size, a.num_attention_heads, a.seq_length, a.vocab_size, a.micro_batch_size
     model = GPT(L, H, NH, T, V, a.attention_dropout, a.hidden_dropout).to(dev)
     model.recompute = a.recompute
+    if a.fp8:
+        torch_fp8.swap_linears(model.h)
     params = sum(p.numel() for p in model.parameters())  # the tied weight once
     params_flops = params - model.wpe.weight.numel()
     flops_per_token = 6 * params_flops + 12 * L * H * T
@@ -454,7 +460,7 @@ def run(a):
         "peak_tflops": peak, "peak_n": a.peak_size, "mfu": tflops / peak, "mem_peak_gib": mem_peak,
         "mem_alloc_gib": mem_alloc, "mem_reserved_gib": mem_reserved, "loss_first": losses[0],
         "loss_last": losses[-1], "warmup_s": warmup_s, "compile": compiled,
-        "compile_mode": a.compile_mode,
+        "compile_mode": a.compile_mode, "fp8": a.fp8,
         "torch": torch.__version__,
     }
     if compile_error:
