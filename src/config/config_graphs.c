@@ -99,9 +99,5 @@ mg_status mg_config_check_graphs(mg_config *c) {
         return USAGE("--moe-expert-rank-capacity-factor with CUDA graphs of whole MoE layers: a "
                      "step over the receive budget takes extra dispatch rounds that the host "
                      "counts; graph attn, moe_router and moe_preprocess only, or drop the budget");
-    if (c->moe_enable_echo)
-        return USAGE("--moe-enable-echo with CUDA graphs is not supported yet (its plan and "
-                     "expert copies are not verified inside a graph); drop --cuda-graph-impl or "
-                     "echo");
     return MG_OK;
 }

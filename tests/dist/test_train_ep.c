@@ -6,9 +6,9 @@
  * and gradient norms of the same model trained on one rank, and each rank's experts (global
  * numbers in their names) must end equal to the one-rank model's; so must the same run under a
  * receive budget small enough for extra dispatch rounds, with ECHO's spare slots, with full
- * recomputation and replayed from a full-iteration graph. On the CPU within 1e-5
- * relative (fp32); on GPUs within the bf16 tolerances of test_train_tp.c, and a step neither
- * synchronises with the host nor allocates. Dropout is Megatron's default 0.1 with
+ * recomputation, replayed from a full-iteration graph, and with ECHO inside that graph. On the CPU
+ * within 1e-5 relative (fp32); on GPUs within the bf16 tolerances of test_train_tp.c, and a step
+ * neither synchronises with the host nor allocates. Dropout is Megatron's default 0.1 with
  * --layout-invariant-dropout, whose masks every layout draws alike. */
 #include "train_compare.h"
 
@@ -135,6 +135,12 @@ void test_train_ep(dist_ctx *t) {
                                             NULL};
     static const char *const graph[] = {"--cuda-graph-impl", "full_iteration",
                                         "--cuda-graph-warmup-steps", "2", NULL};
+    static const char *const echo_graph[] = {"--moe-enable-echo",
+                                             "--cuda-graph-impl",
+                                             "full_iteration",
+                                             "--cuda-graph-warmup-steps",
+                                             "2",
+                                             NULL};
     const variant all[] = {
         {"moe ep=world", t->size, false, false, NULL, false},
         {"moe ep=world, capacity 1.0 padded", t->size, false, true, NULL, false},
@@ -143,6 +149,7 @@ void test_train_ep(dist_ctx *t) {
         {"moe ep=world, ECHO", t->size, false, false, echo, false},
         {"moe ep2 x edp, full recomputation", 2, true, false, recompute, false},
         {"moe ep=world, full-iteration graph", t->size, false, false, graph, false},
+        {"moe ep=world, ECHO in a full-iteration graph", t->size, false, false, echo_graph, false},
     };
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) check_variant(t, &all[i]);
 }
