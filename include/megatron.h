@@ -267,6 +267,9 @@ typedef struct {
     bool sequence_parallel;           /* --sequence-parallel (off with TP = 1) */
     bool no_tp_comm_bulk_wgrad;       /* --no-tp-comm-bulk-wgrad: the backward's tensor-parallel
                                          reduction in the compute stream, after both gradients */
+    bool tp_comm_overlap;             /* --tp-comm-overlap: SP's all-gathers beside the GEMMs of
+                                         this rank's own rows */
+    bool no_tp_comm_overlap_ag;       /* --no-tp-comm-overlap-ag: not those all-gathers */
     int pipeline_model_parallel_size; /* --pipeline-model-parallel-size (1) */
     int virtual_pipeline_model_parallel_size; /* --virtual-pipeline-model-parallel-size, -1: none */
     int num_layers_per_virtual_pipeline_stage; /* --num-layers-per-virtual-pipeline-stage, -1 */

@@ -742,14 +742,18 @@ const mg_flag_spec mg_flag_table[] = {
     {"--sequence-parallel", RUNTIME, BOOL, FIELD(sequence_parallel),
      .help = "split norms and the residual stream along the sequence over the tensor-parallel "
              "ranks (all-gather / reduce-scatter instead of all-reduce); off when TP = 1"},
-    {"--tp-comm-overlap", RUNTIME, BOOL, IGNORED,
-     .help = "accepted; what it turns on here is on by default with TP > 1: the reduction of the "
-             "input gradient of QKV and fc1 (reduce-scatter under SP, else all-reduce) runs on a "
-             "stream of its own beside their weight-gradient GEMM (Megatron's bulk wgrad "
-             "overlap; no userbuffers needed)"},
+    {"--tp-comm-overlap", RUNTIME, BOOL, FIELD(tp_comm_overlap),
+     .help = "under --sequence-parallel each all-gather runs on a stream of its own beside the "
+             "GEMM of this rank's own rows (the norms' outputs before QKV and fc1; the output "
+             "gradient before the input gradient of the attention projection and fc2), no "
+             "userbuffers needed; the reduction of QKV's and fc1's input gradient beside their "
+             "weight gradient (Megatron's bulk wgrad overlap) is on with TP > 1 even without it"},
     {"--no-tp-comm-bulk-wgrad", RUNTIME, BOOL, FIELD(no_tp_comm_bulk_wgrad),
      .help = "the input gradient's tensor-parallel reduction waits for the weight gradient, in "
              "the compute stream (no overlap)"},
+    {"--no-tp-comm-overlap-ag", RUNTIME, BOOL, FIELD(no_tp_comm_overlap_ag),
+     .help = "with --tp-comm-overlap: sequence parallelism's all-gathers complete before the "
+             "GEMMs that read them start (no overlap with this rank's rows)"},
     {"--overlap-grad-reduce", RUNTIME, BOOL, FIELD(overlap_grad_reduce),
      .help = "reduce each gradient bucket (--ddp-bucket-size) as soon as backward completes it, "
              "on the communication stream"},

@@ -33,10 +33,10 @@ mg_status mg_attention_forward(const mg_block_ctx *x, const mg_layer_params *p,
     mg_backend *be = x->be;
     int N = x->N;
     void *qkv = mg_block_act(x, s->qkv);
-    const void *ln1 = mg_block_act(x, s->ln1), *wq = mg_block_param(x, p->qkv_w);
-    MG_CHECK(norm1(x, p, s));
-    MG_CHECK(mg_fp8_linear_forward(x, p, MG_FP8_QKV, qkv, NULL, ln1, wq,
-                                   mg_block_param(x, p->qkv_b), NULL, c->H, c->qkv_l));
+    MG_CHECK(mg_block_norm_linear_forward(
+        x, p, MG_FP8_QKV, mg_block_act(x, s->ln1), mg_block_act(x, s->ln1_mean),
+        mg_block_act(x, s->ln1_rstd), mg_block_act(x, s->x), p->ln1_w, p->ln1_b, qkv, NULL,
+        mg_block_param(x, p->qkv_w), mg_block_param(x, p->qkv_b), c->qkv_l));
     /* RoPE's angles come from the place in the sequence, also with --reset-position-ids, as in
      * megatron-core (its position ids reach the learned table only); with
      * --reset-attention-mask a document sees only itself, and RoPE depends only on distances */
@@ -69,12 +69,10 @@ mg_status mg_attention_backward(const mg_block_ctx *x, const mg_layer_params *p,
     if (s->rc & MG_RECOMPUTE_LAYERNORM) MG_CHECK(norm1(x, p, s));
     /* mid = x + dropout(proj(att)): d(att) from d(mid); d(x) keeps d(mid) (identity through the
      * add) */
-    const void *dmid;
-    MG_CHECK(mg_block_row_parallel_dout(x, dres, hdrop ? &hd : NULL, &dmid));
     const void *att = mg_block_act(x, s->att), *wp = mg_block_param(x, p->proj_w);
-    MG_CHECK(mg_fp8_linear_backward(x, p, MG_FP8_PROJ, datt, mg_block_grad(x, p->proj_w),
-                                    mg_block_grad(x, p->proj_b), dmid, att, wp, NULL, c->attn_l,
-                                    c->H));
+    MG_CHECK(mg_block_row_parallel_backward(x, p, MG_FP8_PROJ, dres, hdrop ? &hd : NULL, datt,
+                                            mg_block_grad(x, p->proj_w),
+                                            mg_block_grad(x, p->proj_b), att, wp, NULL, c->attn_l));
     MG_CHECK(be->attention_backward(be, dqkv, datt, mg_block_act(x, s->qkv),
                                     mg_block_act(x, s->att), mg_block_act(x, s->att_saved), x->B,
                                     c->S, c->nq_l, c->ng_l, c->hd, adrop ? &ad : NULL,

@@ -118,20 +118,70 @@ static mg_status norm_weight(const mg_block_ctx *x, int w, const void **out) {
     return MG_OK;
 }
 
-mg_status mg_block_norm_forward(const mg_block_ctx *x, void *whole, float *mean, float *rstd,
-                                const void *in, int w, int b) {
+/* The norm of in's Nl rows into this rank's rows of whole. */
+static mg_status norm_rows(const mg_block_ctx *x, void *whole, float *mean, float *rstd,
+                           const void *in, int w, int b) {
     const mg_model_config *c = x->c;
     mg_backend *be = x->be;
     void *out = own_rows(x, whole);
     const void *wt;
     MG_CHECK(norm_weight(x, w, &wt));
     if (c->norm == MG_NORM_RMSNORM)
-        MG_CHECK(be->rmsnorm_forward(be, out, rstd, in, wt, x->Nl, c->H, c->eps));
-    else
-        MG_CHECK(be->layernorm_forward(be, out, mean, rstd, in, wt, mg_block_param(x, b), x->Nl,
-                                       c->H, c->eps));
+        return be->rmsnorm_forward(be, out, rstd, in, wt, x->Nl, c->H, c->eps);
+    return be->layernorm_forward(be, out, mean, rstd, in, wt, mg_block_param(x, b), x->Nl, c->H,
+                                 c->eps);
+}
+
+mg_status mg_block_norm_forward(const mg_block_ctx *x, void *whole, float *mean, float *rstd,
+                                const void *in, int w, int b) {
+    const mg_model_config *c = x->c;
+    MG_CHECK(norm_rows(x, whole, mean, rstd, in, w, b));
     if (!c->sp) return MG_OK;
-    return mg_tp_all_gather(x->tp, whole, out, (size_t)x->Nl * c->H, be->compute_dtype);
+    return mg_tp_all_gather(x->tp, whole, own_rows(x, whole), (size_t)x->Nl * c->H,
+                            x->be->compute_dtype);
+}
+
+/* Row r0 of a (rows, width) activation at p (NULL stays NULL). */
+static void *rows_at(const mg_block_ctx *x, const void *p, int r0, int width) {
+    return p ? (char *)p + (size_t)r0 * width * x->esz : NULL;
+}
+
+/* Rows [r0, r0 + n) of a bf16 linear: out = inp w^T + bias, or with gelu_pre out = gelu(pre). */
+static mg_status linear_rows(const mg_block_ctx *x, void *out, void *gelu_pre, const void *inp,
+                             const void *w, const void *bias, int r0, int n, int IC, int OC) {
+    mg_backend *be = x->be;
+    if (n <= 0) return MG_OK;
+    const void *in = rows_at(x, inp, r0, IC);
+    if (gelu_pre)
+        return be->linear_gelu_forward(be, rows_at(x, out, r0, OC), rows_at(x, gelu_pre, r0, OC),
+                                       in, w, bias, n, IC, OC);
+    return be->linear_forward(be, rows_at(x, out, r0, OC), in, w, bias, NULL, n, IC, OC);
+}
+
+/* Whether a layer's SP all-gathers overlap its GEMMs (a bf16 layer: fp8 casts whole tensors). */
+static bool sp_overlap(const mg_block_ctx *x, const mg_layer_params *p) {
+    return x->c->tp_overlap_ag && x->tp->size > 1 && p->fp8 < 0;
+}
+
+mg_status mg_block_norm_linear_forward(const mg_block_ctx *x, const mg_layer_params *p, int j,
+                                       void *whole, float *mean, float *rstd, const void *in,
+                                       int nw, int nb, void *out, void *gelu_pre, const void *w,
+                                       const void *bias, int OC) {
+    const mg_model_config *c = x->c;
+    if (!sp_overlap(x, p)) {
+        MG_CHECK(mg_block_norm_forward(x, whole, mean, rstd, in, nw, nb));
+        return mg_fp8_linear_forward(x, p, (mg_fp8_linear)j, out, gelu_pre, whole, w, bias, NULL,
+                                     c->H, OC);
+    }
+    /* this rank's rows while the others arrive, then the others (before and after them) */
+    const int r = x->tp->rank, T = x->tp->size, Nl = x->Nl;
+    MG_CHECK(norm_rows(x, whole, mean, rstd, in, nw, nb));
+    MG_CHECK(mg_tp_gather_begin(x->tp, whole, own_rows(x, whole), (size_t)Nl * c->H,
+                                x->be->compute_dtype));
+    MG_CHECK(linear_rows(x, out, gelu_pre, whole, w, bias, r * Nl, Nl, c->H, OC));
+    MG_CHECK(mg_tp_join(x->tp));
+    MG_CHECK(linear_rows(x, out, gelu_pre, whole, w, bias, 0, r * Nl, c->H, OC));
+    return linear_rows(x, out, gelu_pre, whole, w, bias, (r + 1) * Nl, (T - 1 - r) * Nl, c->H, OC);
 }
 
 /* The norm's backward once dwhole is reduced (its rows from own_rows under SP). */
@@ -150,7 +200,7 @@ static mg_status norm_backward_reduced(const mg_block_ctx *x, void *dx, void *dw
 }
 
 /* dwhole's reduction over the group started (reduce-scatter to this rank's rows under SP, else
- * all-reduce); mg_tp_reduce_end waits for it. */
+ * all-reduce); mg_tp_join waits for it. */
 static mg_status reduce_begin(const mg_block_ctx *x, void *dwhole) {
     const mg_model_config *c = x->c;
     size_t n = (size_t)(c->sp ? x->Nl : x->N) * c->H;
@@ -183,7 +233,7 @@ mg_status mg_block_norm_linear_backward(const mg_block_ctx *x, const mg_layer_pa
     if (apart)
         MG_CHECK(mg_fp8_linear_backward(x, p, j, NULL, l->dw, l->dbias, l->dout, l->inp, l->w, NULL,
                                         l->IC, l->OC));
-    MG_CHECK(mg_tp_reduce_end(x->tp));
+    MG_CHECK(mg_tp_join(x->tp));
     return norm_backward_reduced(x, dx, dwhole, in, mean, rstd, w, b);
 }
 
@@ -228,15 +278,22 @@ mg_status mg_block_row_parallel_forward(const mg_block_ctx *x, const mg_layer_pa
     return be->bias_residual_add(be, out, out, bias, residual, x->Nl, c->H);
 }
 
+/* dout through the hidden dropout's mask on this rank's rows (the ddrop workspace), or dout. */
+static mg_status dropout_dout(const mg_block_ctx *x, const void *dout, const mg_dropout *drop,
+                              const void **out) {
+    *out = dout;
+    if (!drop) return MG_OK;
+    void *dd = mg_block_ws_ptr(x, x->ws->ddrop);
+    MG_CHECK(x->be->dropout_backward(x->be, dd, dout, x->Nl, x->c->H, x->c->S, drop));
+    *out = dd;
+    return MG_OK;
+}
+
 mg_status mg_block_row_parallel_dout(const mg_block_ctx *x, const void *dout,
                                      const mg_dropout *drop, const void **whole) {
     const mg_model_config *c = x->c;
-    *whole = dout;
-    if (drop) { /* the forward's mask over this rank's rows (its own seed under SP) */
-        void *dd = mg_block_ws_ptr(x, x->ws->ddrop);
-        MG_CHECK(x->be->dropout_backward(x->be, dd, dout, x->Nl, c->H, c->S, drop));
-        *whole = dd;
-    }
+    /* the forward's mask over this rank's rows (its own seed under SP) */
+    MG_CHECK(dropout_dout(x, dout, drop, whole));
     if (!c->sp) return MG_OK;
     void *w = mg_block_ws_ptr(x, x->ws->part);
     MG_CHECK(mg_tp_all_gather(x->tp, w, *whole, (size_t)x->Nl * c->H, x->be->compute_dtype));
@@ -249,4 +306,37 @@ mg_status mg_block_graph(const mg_block_ctx *x, int layer, int part, bool backwa
     if (!x->graphs || !x->pass.on || x->recompute) return fn(ctx);
     return mg_layer_graphs_run(x->graphs, x->be, layer, (mg_layer_part)part, backward, x->pass.mb,
                                fn, ctx);
+}
+
+mg_status mg_block_row_parallel_backward(const mg_block_ctx *x, const mg_layer_params *p, int j,
+                                         const void *dout, const mg_dropout *drop, void *dinp,
+                                         float *dw, float *dbias, const void *inp, const void *w,
+                                         const void *gelu_pre, int IC) {
+    const mg_model_config *c = x->c;
+    const mg_fp8_linear lin = (mg_fp8_linear)j;
+    if (!sp_overlap(x, p)) {
+        const void *whole;
+        MG_CHECK(mg_block_row_parallel_dout(x, dout, drop, &whole));
+        return mg_fp8_linear_backward(x, p, lin, dinp, dw, dbias, whole, inp, w, gelu_pre, IC,
+                                      c->H);
+    }
+    /* this rank's rows of dinp from its own rows of the gradient while the others arrive; then
+     * the other rows, and the weight's and bias's gradients over all of them */
+    mg_backend *be = x->be;
+    const int r = x->tp->rank, T = x->tp->size, Nl = x->Nl;
+    const void *mine;
+    MG_CHECK(dropout_dout(x, dout, drop, &mine));
+    void *whole = mg_block_ws_ptr(x, x->ws->part);
+    MG_CHECK(mg_tp_gather_begin(x->tp, whole, mine, (size_t)Nl * c->H, be->compute_dtype));
+    MG_CHECK(be->linear_backward(be, rows_at(x, dinp, r * Nl, IC), NULL, NULL, mine, NULL, w,
+                                 rows_at(x, gelu_pre, r * Nl, IC), Nl, IC, c->H));
+    MG_CHECK(mg_tp_join(x->tp));
+    const int rest[2][2] = {{0, r * Nl}, {(r + 1) * Nl, (T - 1 - r) * Nl}}; /* first row, rows */
+    for (int k = 0; k < 2; k++)
+        if (rest[k][1] > 0)
+            MG_CHECK(be->linear_backward(be, rows_at(x, dinp, rest[k][0], IC), NULL, NULL,
+                                         rows_at(x, whole, rest[k][0], c->H), NULL, w,
+                                         rows_at(x, gelu_pre, rest[k][0], IC), rest[k][1], IC,
+                                         c->H));
+    return be->linear_backward(be, NULL, dw, dbias, whole, inp, w, NULL, x->N, IC, c->H);
 }

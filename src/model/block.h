@@ -238,6 +238,15 @@ mg_status mg_block_plan_scratch(const mg_block_ctx *x, mg_layer_slot *s, bool de
  * gradient is w's as it stands, d(1 + w)/dw = 1. */
 mg_status mg_block_norm_forward(const mg_block_ctx *x, void *whole, float *mean, float *rstd,
                                 const void *in, int w, int b);
+/* The norm (as mg_block_norm_forward: whole, mean, rstd, in, weight nw, bias nb) and the
+ * column-parallel linear j of layer p that reads its output: out (N,OC) = whole w^T + bias, or
+ * with gelu_pre (N,OC) the product there and out = gelu(gelu_pre). Under SP in a bf16 layer (with
+ * --tp-comm-overlap) the gather runs on the tensor-parallel stream while the linear
+ * computes the rows of this rank's own tokens, then the rest (parallel/tensor_parallel.h). */
+mg_status mg_block_norm_linear_forward(const mg_block_ctx *x, const mg_layer_params *p, int j,
+                                       void *whole, float *mean, float *rstd, const void *in,
+                                       int nw, int nb, void *out, void *gelu_pre, const void *w,
+                                       const void *bias, int OC);
 /* The mirror: dwhole (N,H) is a column-parallel layer's input gradient (a partial sum over the
  * group); it is all-reduced (reduce-scattered to this rank's rows, SP), then the norm's backward
  * ACCUMULATES into dx (Nl,H) and the weight gradients. dwhole is clobbered. */
@@ -285,6 +294,17 @@ mg_status mg_block_row_parallel_forward(const mg_block_ctx *x, const mg_layer_pa
  * it over): the gradient of the product and bias before the dropout. */
 mg_status mg_block_row_parallel_dout(const mg_block_ctx *x, const void *dout,
                                      const mg_dropout *drop, const void **whole);
+
+/* The backward of row-parallel linear j of layer p (out = inp w^T, IC inputs, H outputs) from
+ * its output's gradient dout (Nl,H) through drop (as mg_block_row_parallel_dout): dinp (N,IC;
+ * with gelu_pre through the GELU, as linear_backward), dw and dbias (accumulate). Under SP in a
+ * bf16 layer (with --tp-comm-overlap) the gradient's gather runs on the
+ * tensor-parallel stream while dinp's rows of this rank's own tokens are computed from its own
+ * rows; then the other rows, and the weight's and bias's gradients over all of them. */
+mg_status mg_block_row_parallel_backward(const mg_block_ctx *x, const mg_layer_params *p, int j,
+                                         const void *dout, const mg_dropout *drop, void *dinp,
+                                         float *dw, float *dbias, const void *inp, const void *w,
+                                         const void *gelu_pre, int IC);
 
 /* x -> mid = x + proj(attention(norm1(x))) */
 mg_status mg_attention_forward(const mg_block_ctx *x, const mg_layer_params *p,

@@ -70,12 +70,13 @@ typedef struct {
     /* tensor parallelism: this rank (tp_rank of tp), sequence parallelism, local shapes */
     int tp, tp_rank;
     bool sp;
-    bool tp_overlap; /* TP > 1 without --no-tp-comm-bulk-wgrad (model/block.h) */
-    int nq_l, ng_l;  /* nq / tp, ng / tp */
-    int qkv_l;       /* qkv_dim / tp: this rank's query groups, whole */
-    int attn_l;      /* attn_dim / tp */
-    int F_l, fc1_l;  /* F / tp, fc1_dim / tp */
-    int V_l, v0;     /* vocabulary rows [v0, v0 + V_l) */
+    bool tp_overlap;    /* TP > 1 without --no-tp-comm-bulk-wgrad (model/block.h) */
+    bool tp_overlap_ag; /* SP with --tp-comm-overlap, without --no-tp-comm-overlap-ag */
+    int nq_l, ng_l;     /* nq / tp, ng / tp */
+    int qkv_l;          /* qkv_dim / tp: this rank's query groups, whole */
+    int attn_l;         /* attn_dim / tp */
+    int F_l, fc1_l;     /* F / tp, fc1_dim / tp */
+    int V_l, v0;        /* vocabulary rows [v0, v0 + V_l) */
     /* fp8 linears (model/fp8.h): the layers config/flags.h's mg_config_fp8_layer picks; the
      * gradients' format (core/fp8.h's mg_fp8_format: e5m2 with hybrid; the forward's tensors are
      * always e4m3), and delayed scaling's settings (core/fp8_scaling.h) */

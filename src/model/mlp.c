@@ -25,14 +25,14 @@ mg_status mg_mlp_forward(const mg_block_ctx *x, const mg_layer_params *p, const 
                          void *out) {
     const mg_model_config *c = x->c;
     void *fc1 = mg_block_act(x, s->fc1);
-    const void *ln2 = mg_block_act(x, s->ln2), *w1 = mg_block_param(x, p->fc1_w);
-    MG_CHECK(norm2(x, p, s));
     /* GELU fused into fc1's GEMM, unless the backward recomputes the activation alone (then both
      * passes run the same GELU) */
     bool fused = !c->swiglu && !(s->rc & MG_RECOMPUTE_MLP_ACT);
-    MG_CHECK(mg_fp8_linear_forward(x, p, MG_FP8_FC1, fused ? mg_block_act(x, s->act) : fc1,
-                                   fused ? fc1 : NULL, ln2, w1, mg_block_param(x, p->fc1_b), NULL,
-                                   c->H, c->fc1_l));
+    MG_CHECK(mg_block_norm_linear_forward(
+        x, p, MG_FP8_FC1, mg_block_act(x, s->ln2), mg_block_act(x, s->ln2_mean),
+        mg_block_act(x, s->ln2_rstd), mg_block_act(x, s->mid), p->ln2_w, p->ln2_b,
+        fused ? mg_block_act(x, s->act) : fc1, fused ? fc1 : NULL, mg_block_param(x, p->fc1_w),
+        mg_block_param(x, p->fc1_b), c->fc1_l));
     if (!fused) MG_CHECK(activation(x, s));
     if (!out) return MG_OK; /* recomputation: fc2's output is not needed */
     /* out = mid + dropout(fc2(act)) */
@@ -50,7 +50,6 @@ mg_status mg_mlp_backward(const mg_block_ctx *x, const mg_layer_params *p, const
     int N = x->N;
     void *dact = mg_block_ws_ptr(x, x->ws->dact), *dfc1 = mg_block_ws_ptr(x, x->ws->dfc1);
     void *dln = mg_block_ws_ptr(x, x->ws->dln), *fc1 = mg_block_act(x, s->fc1);
-    const void *dout;
     mg_dropout hd;
     bool hdrop = mg_block_dropout(x, p->layer, MG_DROPOUT_MLP_OUT, &hd);
     /* selective recomputation: what the slot did not keep, again */
@@ -60,12 +59,12 @@ mg_status mg_mlp_backward(const mg_block_ctx *x, const mg_layer_params *p, const
         if (s->rc & MG_RECOMPUTE_LAYERNORM) MG_CHECK(norm2(x, p, s));
         if (s->rc & MG_RECOMPUTE_MLP_ACT) MG_CHECK(activation(x, s));
     }
-    MG_CHECK(mg_block_row_parallel_dout(x, dres, hdrop ? &hd : NULL, &dout));
     const void *act = mg_block_act(x, s->act), *w2 = mg_block_param(x, p->fc2_w);
     /* GELU: fc2's input gradient goes straight through the GELU into dfc1 */
-    MG_CHECK(mg_fp8_linear_backward(x, p, MG_FP8_FC2, c->swiglu ? dact : dfc1,
-                                    mg_block_grad(x, p->fc2_w), mg_block_grad(x, p->fc2_b), dout,
-                                    act, w2, c->swiglu ? NULL : fc1, c->F_l, c->H));
+    MG_CHECK(mg_block_row_parallel_backward(x, p, MG_FP8_FC2, dres, hdrop ? &hd : NULL,
+                                            c->swiglu ? dact : dfc1, mg_block_grad(x, p->fc2_w),
+                                            mg_block_grad(x, p->fc2_b), act, w2,
+                                            c->swiglu ? NULL : fc1, c->F_l));
     if (c->swiglu) MG_CHECK(be->swiglu_backward(be, dfc1, fc1, dact, N, c->F_l));
     const mg_block_norm_linear lin = {MG_FP8_FC1,
                                       mg_block_grad(x, p->fc1_w),

@@ -52,7 +52,15 @@ mg_status mg_tp_reduce_begin(const mg_tp *tp, void *part, void *whole, size_t n,
     return mg_comm_all_reduce(tp->group, whole, whole, n, dt, MG_REDUCE_SUM, stream);
 }
 
-mg_status mg_tp_reduce_end(const mg_tp *tp) {
+mg_status mg_tp_gather_begin(const mg_tp *tp, void *whole, const void *part, size_t n,
+                             mg_dtype dt) {
+    if (tp->size == 1) return copy_if_apart(tp, whole, part, n, dt);
+    void *stream;
+    MG_CHECK(side_stream(tp, &stream));
+    return mg_comm_all_gather(tp->group, part, whole, n, dt, stream);
+}
+
+mg_status mg_tp_join(const mg_tp *tp) {
     mg_backend *be = tp->be;
     if (tp->size == 1 || !be->stream_handle) return MG_OK;
     return be->stream_wait(be, MG_STREAM_COMPUTE, MG_STREAM_TP);

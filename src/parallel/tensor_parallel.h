@@ -12,16 +12,18 @@
  * Streams: every call goes to the backend's compute stream (NULL on the CPU backend, whose MPI
  * calls complete before returning): most tensor-parallel collectives sit between two GEMMs that
  * need their result, so there is nothing to overlap them with there and no event pair to pay.
- * The exception is the backward of a column-parallel linear (QKV, fc1): its input gradient's
- * reduction is not needed by its weight gradient, so mg_tp_reduce_begin starts it on the
- * tensor-parallel stream (MG_STREAM_TP) while the weight gradient's GEMM runs on the compute
- * stream, and mg_tp_reduce_end makes the compute stream wait for it (Megatron's bulk overlap
- * under --tp-comm-overlap).
+ * The exceptions run on the tensor-parallel stream (MG_STREAM_TP) beside a GEMM that does not
+ * need their result, and mg_tp_join makes the compute stream wait for them (Megatron's
+ * --tp-comm-overlap): the backward of a column-parallel linear (QKV, fc1) reduces its input
+ * gradient (mg_tp_reduce_begin) while its weight gradient's GEMM runs; under SP the forward
+ * gathers the norm's rows (mg_tp_gather_begin) while the linear computes the rows of this rank's
+ * own tokens, and the row-parallel backward gathers its output gradient while the input gradient
+ * of this rank's rows is computed.
  * The data-parallel reductions run on the communication stream (parallel/ddp.h) and order
  * themselves after the compute stream's work. With one rank (size 1, or no group) every call is
  * a copy where source and destination differ, else nothing.
  * Exports: mg_tp, mg_tp_init, mg_tp_all_reduce, mg_tp_all_gather, mg_tp_reduce_scatter,
- * mg_tp_reduce_begin, mg_tp_reduce_end.
+ * mg_tp_reduce_begin, mg_tp_gather_begin, mg_tp_join.
  * Needs: comm, backend. */
 #ifndef MG_PARALLEL_TENSOR_PARALLEL_H
 #define MG_PARALLEL_TENSOR_PARALLEL_H
@@ -48,11 +50,15 @@ mg_status mg_tp_reduce_scatter(const mg_tp *tp, void *part, const void *whole, s
 /* The sum of whole over the group, started behind the compute stream's work so far and running
  * beside what the compute stream does next: with sp, part (n) = this rank's rows of it (whole:
  * size*n; mg_tp_reduce_scatter, part may be whole + rank*n), else whole (n) summed in place
- * (mg_tp_all_reduce; part unused). Until mg_tp_reduce_end, the compute stream must neither read
- * part or whole nor write whole. */
+ * (mg_tp_all_reduce; part unused). Until mg_tp_join, the compute stream must neither read part
+ * or whole nor write whole. */
 mg_status mg_tp_reduce_begin(const mg_tp *tp, void *part, void *whole, size_t n, mg_dtype dt,
                              bool sp);
-/* The compute stream's later work waits for the reduction mg_tp_reduce_begin started. */
-mg_status mg_tp_reduce_end(const mg_tp *tp);
+/* mg_tp_all_gather started the same way: until mg_tp_join the compute stream may read part but
+ * must not touch the rest of whole, nor write part. */
+mg_status mg_tp_gather_begin(const mg_tp *tp, void *whole, const void *part, size_t n, mg_dtype dt);
+/* The compute stream's later work waits for what mg_tp_reduce_begin or mg_tp_gather_begin
+ * started. */
+mg_status mg_tp_join(const mg_tp *tp);
 
 #endif

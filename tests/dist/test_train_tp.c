@@ -10,11 +10,12 @@
  *   GPT-2 style: LayerNorm, GELU, learned positions, linear biases, tied embeddings.
  *   Llama style: RMSNorm, SwiGLU, RoPE, GQA with T query groups, no biases, untied output.
  * Each with and without --sequence-parallel; the Llama style also with --rotary-percent 0.5 and
- * --apply-layernorm-1p (SP), the GPT-2 style with --apply-layernorm-1p. Dropout is on (Megatron's
- * 0.1, explicit) with --layout-invariant-dropout: the masks are keyed by global head, global row
- * and the sequence's place in the global batch (core/dropout.h), so a rank's heads and (SP) rows
- * draw exactly the one-rank model's masks (Megatron's own streams: test_train_rng.c). On 2 ranks
- * T = 2; on 4 ranks T = 4, and T = 2 x D = 2 with the distributed optimizer and
+ * --apply-layernorm-1p (SP), the GPT-2 style with --apply-layernorm-1p; both with SP and
+ * --tp-comm-overlap (the all-gathers beside the GEMMs of a rank's own rows). Dropout is on
+ * (Megatron's 0.1, explicit) with --layout-invariant-dropout: the masks are keyed by global head,
+ * global row and the sequence's place in the global batch (core/dropout.h), so a rank's heads and
+ * (SP) rows draw exactly the one-rank model's masks (Megatron's own streams: test_train_rng.c). On
+ * 2 ranks T = 2; on 4 ranks T = 4, and T = 2 x D = 2 with the distributed optimizer and
  * --overlap-grad-reduce; on 8 ranks T = 4 x D = 2.
  * The key bias of the fused QKV has a true gradient of exactly zero (softmax ignores a constant
  * added to every score of a row): both runs hold rounding noise there that Adam turns into
@@ -53,6 +54,7 @@ typedef struct {
     int tp;        /* D = world / tp */
     double rotary; /* --rotary-percent (0: the default, 1) */
     bool onep;     /* --apply-layernorm-1p */
+    bool overlap;  /* --tp-comm-overlap: SP's all-gathers beside the GEMMs of a rank's own rows */
 } variant;
 
 static void make_config(dist_ctx *t, mg_config *c, const variant *v, int tp, int world) {
@@ -125,6 +127,7 @@ static void make_config(dist_ctx *t, mg_config *c, const variant *v, int tp, int
     c->overlap_param_gather = v->distopt && v->llama; /* the parameters gathered in forward */
     if (v->rotary > 0) c->rotary_percent = v->rotary;
     c->apply_layernorm_1p = v->onep;
+    c->tp_comm_overlap = v->overlap;
     DOK(mg_config_validate(c));
 }
 
@@ -183,10 +186,12 @@ void test_train_tp(dist_ctx *t) {
     if (dist_on_device(t)) {
         if (t->size != 2 && t->size != 4) return;
         const variant gpu[] = {
-            {"gpu gpt2 tp2", false, false, false, 2, 0, false},
-            {"gpu gpt2 tp2+sp", false, true, false, 2, 0, false},
-            {"gpu llama tp2+sp", true, true, false, 2, 0, false},
-            {"gpu llama tp2+sp, rotary 0.5, layernorm 1p", true, true, false, 2, 0.5, true},
+            {"gpu gpt2 tp2", false, false, false, 2, 0, false, false},
+            {"gpu gpt2 tp2+sp", false, true, false, 2, 0, false, false},
+            {"gpu llama tp2+sp", true, true, false, 2, 0, false, false},
+            {"gpu llama tp2+sp, rotary 0.5, layernorm 1p", true, true, false, 2, 0.5, true, false},
+            {"gpu gpt2 tp2+sp, --tp-comm-overlap", false, true, false, 2, 0, false, true},
+            {"gpu llama tp2+sp, --tp-comm-overlap", true, true, false, 2, 0, false, true},
         };
         for (size_t i = 0; i < sizeof gpu / sizeof *gpu; i++) check_variant(t, &gpu[i]);
         return;
@@ -194,18 +199,22 @@ void test_train_tp(dist_ctx *t) {
     if (t->size != 2 && t->size != 4 && t->size != 8) return;
     const int T = t->size == 8 ? 4 : t->size;
     const variant all[] = {
-        {"gpt2 tp", false, false, false, T, 0, false},
-        {"gpt2 tp+sp", false, true, false, T, 0, false},
-        {"llama tp", true, false, false, T, 0, false},
-        {"llama tp+sp", true, true, false, T, 0, false},
+        {"gpt2 tp", false, false, false, T, 0, false, false},
+        {"gpt2 tp+sp", false, true, false, T, 0, false, false},
+        {"llama tp", true, false, false, T, 0, false, false},
+        {"llama tp+sp", true, true, false, T, 0, false, false},
         {"gpt2 tp2 x dp, distributed optimizer, overlap-grad-reduce", false, false, true, 2, 0,
-         false},
+         false, false},
         {"llama tp2+sp x dp, distributed optimizer, overlap-grad-reduce and param-gather", true,
-         true, true, 2, 0, false},
+         true, true, 2, 0, false, false},
         /* partial RoPE (8 of 16 channels per head) and zero-centred norm weights (replicated,
          * partial gradients under SP) */
-        {"llama tp+sp, --rotary-percent 0.5 --apply-layernorm-1p", true, true, false, T, 0.5, true},
-        {"gpt2 tp, --apply-layernorm-1p", false, false, false, T, 0, true},
+        {"llama tp+sp, --rotary-percent 0.5 --apply-layernorm-1p", true, true, false, T, 0.5, true,
+         false},
+        {"gpt2 tp, --apply-layernorm-1p", false, false, false, T, 0, true, false},
+        /* SP's all-gathers beside the GEMMs of this rank's rows (the rows split per rank) */
+        {"gpt2 tp+sp, --tp-comm-overlap", false, true, false, T, 0, false, true},
+        {"llama tp+sp, --tp-comm-overlap", true, true, false, T, 0, false, true},
     };
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) {
         /* T x D layouts only where there are data-parallel replicas; 8 ranks: the T = 4 ones */
