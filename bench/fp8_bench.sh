@@ -8,7 +8,8 @@
 #      The GPT-2 shapes also run the PyTorch baseline in fp8 (bench/baselines/torch_gpt2.py --fp8:
 #      the blocks' linears through torch._scaled_mm with tensorwise scales, compiled) on the same
 #      GPU in the same call: "torch fp8" and "ours / torch" in the table (TORCH=0 skips it;
-#      PYTHON names the Python with PyTorch);
+#      PYTHON names the Python with PyTorch; TORCH_TIMEOUT, default 900 s, bounds each run: its
+#      compilation of 1.5B took over 200 s);
 #   2. convergence: the GPT-2 124M shape trained for ITERS (300) steps on the demo corpus (Moby
 #      Dick, real text; sequence 512, micro-batch 8, global batch 32, cosine from 6e-4), bf16 and
 #      fp8 from the same seed; the last logged lm loss of both and their ratio (the issue's goal:
@@ -65,7 +66,8 @@ for shape in $SHAPES; do
     # the PyTorch fp8 baseline of the GPT-2 shapes (torch_gpt2.py knows no Llama shape)
     if [ "${TORCH:-1}" != 0 ] && [[ $shape != llama-* ]]; then
         log=$OUTDIR/torch-$shape-fp8.log
-        if "${PYTHON:-python3}" bench/baselines/torch_gpt2.py --device cuda --model "gpt2-$shape" \
+        if timeout "${TORCH_TIMEOUT:-900}" "${PYTHON:-python3}" bench/baselines/torch_gpt2.py \
+            --device cuda --model "gpt2-$shape" \
             --micro-batch-size "${args[3]}" --iters 20 --warmup 5 --fp8 --json \
             >"$OUTDIR/torch-$shape-fp8.json" 2>"$log"; then
             line=$(tail -n 1 "$OUTDIR/torch-$shape-fp8.json")

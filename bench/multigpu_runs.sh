@@ -4,7 +4,8 @@
 # OUTDIR (default $OUT, else a new temporary directory):
 #   bench/multigpu_runs.sh BUILD PART
 # PART:
-#   nccl    tests/dist/run_nccl.sh (`make test-nccl`: 2 GPUs, and 4 where there are)
+#   nccl    tests/dist/run_nccl.sh (`make test-nccl`: 2 GPUs, and 4 where there are, with the
+#           exit-blocking scenario 20 times in a row there)
 #   graphs  124M GPT-2 (MoE: 8 experts top-2 for EP) under DP 2 + distributed optimizer, TP 2,
 #           PP 2 (micro-batch 4, 8 microbatches) and EP 2, each eager and with the full-iteration
 #           graph (--cuda-graph-impl full_iteration): tokens/s of the last log interval, and
@@ -45,7 +46,12 @@ field() { grep -oE "$2: [0-9.E+-]+" "$OUTDIR/$1.log" | tail -1 | awk '{print $NF
 losses() { grep -oE 'lm loss: [0-9.E+-]+' "$OUTDIR/$1.log" | awk '{print $3}' | paste -sd' '; }
 
 case $PART in
-nccl) "$HERE/../tests/dist/run_nccl.sh" "$BUILD" 2>&1 | tee "$OUTDIR/nccl.log" | tail -n 3 | tee -a "$SUM" ;;
+nccl) # on 4 GPUs the exit-blocking scenario 20 times in a row (the issue's bar)
+    reps=1
+    [ "$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')" -ge 4 ] && reps=20
+    EXIT_BLOCKING_REPEATS=$reps "$HERE/../tests/dist/run_nccl.sh" "$BUILD" 2>&1 |
+        tee "$OUTDIR/nccl.log" | tail -n 3 | tee -a "$SUM"
+    say "exit-blocking: $(grep -c '^PASS nccl scenario exit-blocking' "$OUTDIR/nccl.log") of $reps passed" ;;
 graphs)
     for layout in "dp:--use-distributed-optimizer --micro-batch-size 8 --global-batch-size 16" \
         "tp:--tensor-model-parallel-size 2 --micro-batch-size 8 --global-batch-size 8" \
