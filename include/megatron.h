@@ -270,6 +270,8 @@ typedef struct {
     bool tp_comm_overlap;             /* --tp-comm-overlap: SP's all-gathers beside the GEMMs of
                                          this rank's own rows */
     bool no_tp_comm_overlap_ag;       /* --no-tp-comm-overlap-ag: not those all-gathers */
+    bool no_tp_comm_overlap_rs;       /* --no-tp-comm-overlap-rs: each row-parallel product reduced
+                                         whole, after its GEMM */
     int pipeline_model_parallel_size; /* --pipeline-model-parallel-size (1) */
     int virtual_pipeline_model_parallel_size; /* --virtual-pipeline-model-parallel-size, -1: none */
     int num_layers_per_virtual_pipeline_stage; /* --num-layers-per-virtual-pipeline-stage, -1 */

@@ -743,14 +743,20 @@ const mg_flag_spec mg_flag_table[] = {
      .help = "split norms and the residual stream along the sequence over the tensor-parallel "
              "ranks (all-gather / reduce-scatter instead of all-reduce); off when TP = 1"},
     {"--tp-comm-overlap", RUNTIME, BOOL, FIELD(tp_comm_overlap),
-     .help = "under --sequence-parallel each all-gather runs on a stream of its own beside the "
-             "GEMM of this rank's own rows (the norms' outputs before QKV and fc1; the output "
-             "gradient before the input gradient of the attention projection and fc2), no "
-             "userbuffers needed; the reduction of QKV's and fc1's input gradient beside their "
-             "weight gradient (Megatron's bulk wgrad overlap) is on with TP > 1 even without it"},
+     .help = "tensor-parallel collectives on a stream of their own beside GEMMs, no userbuffers "
+             "needed: the attention projection's and fc2's products in 4 chunks, each reduced "
+             "(reduce-scatter under SP, else all-reduce) while the next computes; under "
+             "--sequence-parallel each all-gather beside the GEMM of this rank's own rows (the "
+             "norms' outputs before QKV and fc1, the output gradient before the attention "
+             "projection's and fc2's input gradient). The reduction of QKV's and fc1's input "
+             "gradient beside their weight gradient (bulk wgrad overlap) is on with TP > 1 "
+             "even without it"},
     {"--no-tp-comm-bulk-wgrad", RUNTIME, BOOL, FIELD(no_tp_comm_bulk_wgrad),
      .help = "the input gradient's tensor-parallel reduction waits for the weight gradient, in "
              "the compute stream (no overlap)"},
+    {"--no-tp-comm-overlap-rs", RUNTIME, BOOL, FIELD(no_tp_comm_overlap_rs),
+     .help = "with --tp-comm-overlap: the attention projection's and fc2's products are reduced "
+             "whole after their GEMM, not in chunks beside the next chunk's GEMM"},
     {"--no-tp-comm-overlap-ag", RUNTIME, BOOL, FIELD(no_tp_comm_overlap_ag),
      .help = "with --tp-comm-overlap: sequence parallelism's all-gathers complete before the "
              "GEMMs that read them start (no overlap with this rank's rows)"},

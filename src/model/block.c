@@ -256,6 +256,44 @@ bool mg_block_dropout(const mg_block_ctx *x, int layer, int site, mg_dropout *d)
     return true;
 }
 
+/* How many chunks a row-parallel product and its reduction go in (--tp-comm-overlap, a bf16
+ * layer): 4, or 2, or 1 (no overlap) as this rank's rows divide. */
+static int reduce_chunks(const mg_block_ctx *x, const mg_layer_params *p) {
+    if (!x->c->tp_overlap_rs || x->tp->size == 1 || p->fp8 >= 0) return 1;
+    return x->Nl % 4 == 0 ? 4 : x->Nl % 2 == 0 ? 2 : 1;
+}
+
+/* The row-parallel product inp (N,IC) w^T in K chunks of this rank's rows, each chunk's
+ * reduction (to out, (Nl,H)) started on the tensor-parallel stream while the next chunk
+ * computes. Under SP chunk k is the k-th sub-block of every rank's rows (T GEMMs into part's k-th
+ * slab, contiguous as the reduce-scatter takes it); without, rows [k N/K, (k+1) N/K) of out,
+ * all-reduced in place. */
+static mg_status chunked_product(const mg_block_ctx *x, void *out, void *part, const void *inp,
+                                 const void *w, int IC, int K) {
+    const mg_model_config *c = x->c;
+    mg_backend *be = x->be;
+    const int T = x->tp->size, H = c->H;
+    const int rows = (c->sp ? x->Nl : x->N) / K; /* a chunk's rows per rank block (SP) or all */
+    for (int k = 0; k < K; k++) {
+        if (c->sp) {
+            void *slab = rows_at(x, part, k * T * rows, H);
+            for (int t = 0; t < T; t++)
+                MG_CHECK(be->linear_forward(be, rows_at(x, slab, t * rows, H),
+                                            rows_at(x, inp, t * x->Nl + k * rows, IC), w, NULL,
+                                            NULL, rows, IC, H));
+            MG_CHECK(mg_tp_reduce_begin(x->tp, rows_at(x, out, k * rows, H), slab, (size_t)rows * H,
+                                        be->compute_dtype, true));
+        } else {
+            void *chunk = rows_at(x, out, k * rows, H);
+            MG_CHECK(be->linear_forward(be, chunk, rows_at(x, inp, k * rows, IC), w, NULL, NULL,
+                                        rows, IC, H));
+            MG_CHECK(
+                mg_tp_reduce_begin(x->tp, NULL, chunk, (size_t)rows * H, be->compute_dtype, false));
+        }
+    }
+    return mg_tp_join(x->tp);
+}
+
 mg_status mg_block_row_parallel_forward(const mg_block_ctx *x, const mg_layer_params *p, int j,
                                         void *out, const void *inp, const void *w, int b,
                                         const void *residual, int IC, const mg_dropout *drop) {
@@ -267,13 +305,19 @@ mg_status mg_block_row_parallel_forward(const mg_block_ctx *x, const mg_layer_pa
                                      c->H);
     /* the (partial) product, reduced; bias, dropout and residual once, after the reduction */
     void *part = c->sp ? mg_block_ws_ptr(x, x->ws->part) : out;
-    MG_CHECK(
-        mg_fp8_linear_forward(x, p, (mg_fp8_linear)j, part, NULL, inp, w, NULL, NULL, IC, c->H));
-    if (c->sp)
-        MG_CHECK(mg_tp_reduce_scatter(x->tp, out, part, (size_t)x->Nl * c->H, be->compute_dtype));
-    else
-        MG_CHECK(
-            mg_tp_all_reduce(x->tp, out, (size_t)x->N * c->H, be->compute_dtype, MG_REDUCE_SUM));
+    int K = reduce_chunks(x, p);
+    if (K > 1) {
+        MG_CHECK(chunked_product(x, out, part, inp, w, IC, K));
+    } else {
+        MG_CHECK(mg_fp8_linear_forward(x, p, (mg_fp8_linear)j, part, NULL, inp, w, NULL, NULL, IC,
+                                       c->H));
+        if (c->sp)
+            MG_CHECK(
+                mg_tp_reduce_scatter(x->tp, out, part, (size_t)x->Nl * c->H, be->compute_dtype));
+        else
+            MG_CHECK(mg_tp_all_reduce(x->tp, out, (size_t)x->N * c->H, be->compute_dtype,
+                                      MG_REDUCE_SUM));
+    }
     if (drop) return be->dropout_add(be, out, out, bias, residual, x->Nl, c->H, c->S, drop);
     return be->bias_residual_add(be, out, out, bias, residual, x->Nl, c->H);
 }

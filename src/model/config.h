@@ -72,6 +72,7 @@ typedef struct {
     bool sp;
     bool tp_overlap;    /* TP > 1 without --no-tp-comm-bulk-wgrad (model/block.h) */
     bool tp_overlap_ag; /* SP with --tp-comm-overlap, without --no-tp-comm-overlap-ag */
+    bool tp_overlap_rs; /* TP > 1 with --tp-comm-overlap, without --no-tp-comm-overlap-rs */
     int nq_l, ng_l;     /* nq / tp, ng / tp */
     int qkv_l;          /* qkv_dim / tp: this rank's query groups, whole */
     int attn_l;         /* attn_dim / tp */

@@ -9,7 +9,7 @@
 #     it, within the bound, instead of a hang;
 #   - tensor parallelism as the README shows it (TP 2 with --sequence-parallel, and TP 2 x DP 2
 #     with the distributed optimizer; TP 2 without SP, with and without --no-tp-comm-bulk-wgrad;
-#     TP 2 with SP and --tp-comm-overlap)
+#     TP 2 with and without SP with --tp-comm-overlap)
 #     logs the one-rank run's losses; bad tensor-parallel layouts
 #     stop every rank with one line and exit status 2;
 #   - pipeline parallelism as the README shows it (P 4 x V 2, and P 2 x D 2 with the distributed
@@ -130,14 +130,15 @@ fi
 # (5) tensor parallelism from the command line: the same losses as one rank (the padded vocabulary
 # is the same: 128 rows for TP 1 and 2 with --make-vocab-size-divisible-by 64); without SP (the
 # backward's all-reduce) both with the reduction beside the weight gradient (the default) and
-# without (--no-tp-comm-bulk-wgrad); with SP also with the all-gathers beside the GEMMs of a
-# rank's own rows (--tp-comm-overlap).
+# without (--no-tp-comm-bulk-wgrad); with --tp-comm-overlap (the row-parallel products reduced in
+# chunks; with SP also the all-gathers beside the GEMMs of a rank's own rows).
 TPM=("${MODEL[@]}" --make-vocab-size-divisible-by 64 --train-iters 4)
 base=$(timeout 60 "$BIN" train "${TPM[@]}" 2>&1); rc0=$?
 for layout in "2:--tensor-model-parallel-size 2 --sequence-parallel" \
     "4:--tensor-model-parallel-size 2 --sequence-parallel --use-distributed-optimizer --overlap-grad-reduce" \
     "2:--tensor-model-parallel-size 2" "2:--tensor-model-parallel-size 2 --no-tp-comm-bulk-wgrad" \
-    "2:--tensor-model-parallel-size 2 --sequence-parallel --tp-comm-overlap"; do
+    "2:--tensor-model-parallel-size 2 --sequence-parallel --tp-comm-overlap" \
+    "2:--tensor-model-parallel-size 2 --tp-comm-overlap"; do
     np=${layout%%:*}; read -r -a extra <<<"${layout#*:}"
     out=$(timeout 60 "${MPIRUN[@]}" -np "$np" "$BIN" train "${TPM[@]}" "${extra[@]}" 2>&1); rc=$?
     name="train np=$np ${layout#*:}"

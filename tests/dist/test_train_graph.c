@@ -7,7 +7,8 @@
  * are equal bit for bit; on device buffers (`make test-nccl`) within a bf16 ulp (BF16_TOL; a
  * kernel's choice of algorithm is the same, but an atomic sum may land in another order), and a
  * further replayed step neither synchronises with the host nor allocates.
- * Layouts: 2 ranks TP 2 with sequence parallelism; PP 2 (1F1B); PP 2 x V 2 (interleaved); DP 2
+ * Layouts: 2 ranks TP 2 with sequence parallelism, also with --tp-comm-overlap (collectives on
+ * a second stream inside the graph); PP 2 (1F1B); PP 2 x V 2 (interleaved); DP 2
  * with the distributed optimizer and overlapped gradient reduction in several buckets. 4 ranks:
  * TP 2 x PP 2 with SP, TP 2 x DP 2 with the distributed optimizer. Dropout at Megatron's 0.1: a
  * replay draws each step's masks from the step's own offsets. */
@@ -116,6 +117,12 @@ void test_train_graph(dist_ctx *t) {
     mg_log_init(t->rank, t->size);
     const variant all[] = {
         {"graph tp2+sp", 2, 2, 1, 2, {"--sequence-parallel", NULL}},
+        {"graph tp2+sp, --tp-comm-overlap",
+         2,
+         2,
+         1,
+         2,
+         {"--sequence-parallel", "--tp-comm-overlap", NULL}},
         {"graph pp2 1f1b", 2, 1, 2, 2, {NULL}},
         {"graph pp2 x vp2 interleaved",
          2,

@@ -11,7 +11,8 @@
  *   Llama style: RMSNorm, SwiGLU, RoPE, GQA with T query groups, no biases, untied output.
  * Each with and without --sequence-parallel; the Llama style also with --rotary-percent 0.5 and
  * --apply-layernorm-1p (SP), the GPT-2 style with --apply-layernorm-1p; both with SP and
- * --tp-comm-overlap (the all-gathers beside the GEMMs of a rank's own rows). Dropout is on
+ * --tp-comm-overlap (the all-gathers beside the GEMMs of a rank's own rows, the row-parallel
+ * products reduce-scattered in chunks), the GPT-2 style also without SP (all-reduced in chunks). Dropout is on
  * (Megatron's 0.1, explicit) with --layout-invariant-dropout: the masks are keyed by global head,
  * global row and the sequence's place in the global batch (core/dropout.h), so a rank's heads and
  * (SP) rows draw exactly the one-rank model's masks (Megatron's own streams: test_train_rng.c). On
@@ -192,6 +193,7 @@ void test_train_tp(dist_ctx *t) {
             {"gpu llama tp2+sp, rotary 0.5, layernorm 1p", true, true, false, 2, 0.5, true, false},
             {"gpu gpt2 tp2+sp, --tp-comm-overlap", false, true, false, 2, 0, false, true},
             {"gpu llama tp2+sp, --tp-comm-overlap", true, true, false, 2, 0, false, true},
+            {"gpu gpt2 tp2, --tp-comm-overlap", false, false, false, 2, 0, false, true},
         };
         for (size_t i = 0; i < sizeof gpu / sizeof *gpu; i++) check_variant(t, &gpu[i]);
         return;
@@ -215,6 +217,7 @@ void test_train_tp(dist_ctx *t) {
         /* SP's all-gathers beside the GEMMs of this rank's rows (the rows split per rank) */
         {"gpt2 tp+sp, --tp-comm-overlap", false, true, false, T, 0, false, true},
         {"llama tp+sp, --tp-comm-overlap", true, true, false, T, 0, false, true},
+        {"gpt2 tp, --tp-comm-overlap", false, false, false, T, 0, false, true},
     };
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) {
         /* T x D layouts only where there are data-parallel replicas; 8 ranks: the T = 4 ones */
