@@ -122,12 +122,13 @@ typedef struct {
     double moe_echo_threshold_multiplier;   /* --moe-echo-threshold-multiplier (ours; 0) */
 
     /* fp8 training (config/config_fp8.c, model/fp8.h) */
-    char fp8_format[16];             /* --fp8-format e4m3|hybrid, "": bf16 (Megatron's dest fp8) */
-    char fp8_recipe[16];             /* --fp8-recipe ("delayed") */
-    int fp8_margin;                  /* --fp8-margin (0) */
-    int fp8_amax_history_len;        /* --fp8-amax-history-len (1) */
-    char fp8_amax_compute_algo[16];  /* --fp8-amax-compute-algo ("most_recent") */
-    bool fp8_param_gather;           /* --fp8-param-gather (accepted: docs/flags.md) */
+    char fp8_format[16];            /* --fp8-format e4m3|hybrid, "": bf16 (Megatron's dest fp8) */
+    char fp8_recipe[16];            /* --fp8-recipe ("delayed") */
+    int fp8_margin;                 /* --fp8-margin (0) */
+    int fp8_amax_history_len;       /* --fp8-amax-history-len (1) */
+    char fp8_amax_compute_algo[16]; /* --fp8-amax-compute-algo ("most_recent") */
+    bool fp8_param_gather;          /* --fp8-param-gather (accepted: docs/flags.md) */
+    bool no_fp8_wgrad; /* --no-fp8-wgrad: weight gradients of fp8 layers in the compute dtype */
     bool first_last_layers_bf16;     /* --first-last-layers-bf16 */
     int num_layers_at_start_in_bf16; /* --num-layers-at-start-in-bf16 (1) */
     int num_layers_at_end_in_bf16;   /* --num-layers-at-end-in-bf16 (1) */

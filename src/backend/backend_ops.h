@@ -545,7 +545,8 @@ MG_OP(fp8_linear_forward, REQ, OP, mg_status,
        const void *residual /* (N,OC) or NULL */, int N, int IC, int OC),
       (be, out, gelu_pre, inp, w, bias, residual, N, IC, OC))
 /* linear_backward on fp8 operands: dinp (overwritten, skipped when NULL) from dout8->data (N,OC)
- * and w->data_t (IC,OC); dw (accumulates) from dout8->data_t (OC,N) and inp->data_t (IC,N); each
+ * and w->data_t (IC,OC); dw (accumulates; skipped when NULL, and then dout8->data_t and inp are
+ * not read) from dout8->data_t (OC,N) and inp->data_t (IC,N); each
  * product in fp32 times its operands' scale_inv; gelu_pre as linear_backward's. dbias (accumulates,
  * skipped when NULL) = column sums of dout (N,OC), the compute-dtype gradient the bytes came
  * from. */

@@ -394,10 +394,9 @@ const mg_flag_spec mg_flag_table[] = {
     {"--fp8-amax-compute-algo", TRAIN, STRING, .arg = "ALGO", FIELD(fp8_amax_compute_algo),
      .def = "most_recent", .choices = fp8_algo_choices,
      .help = "delayed scaling: the amax a scale comes from, the history's latest or its maximum"},
-    {"--no-fp8-wgrad", TRAIN, BOOL, NOT_YET,
-     .why = "(the weight gradients of fp8 layers come from the fp8 tensors, Megatron's default); "
-            "drop it",
-     .help = "weight gradients from the compute-dtype tensors instead of the fp8 ones"},
+    {"--no-fp8-wgrad", TRAIN, BOOL, FIELD(no_fp8_wgrad),
+     .help = "fp8 layers: the weight gradients from the compute-dtype gradient and input (a "
+             "compute-dtype GEMM) instead of their fp8 bytes; the input gradients stay fp8"},
     {"--fp8-param-gather", TRAIN, BOOL, FIELD(fp8_param_gather), IGNORED,
      .help = "needs --use-distributed-optimizer (Megatron's check); the gather moves the compute "
              "dtype's weights here, which the fp8 linears cast (the same numbers on the CPU)"},

@@ -84,6 +84,7 @@ typedef struct {
     int fp8_bwd;
     int fp8_len, fp8_margin, fp8_algo;
     bool fp8_current; /* --fp8-recipe tensorwise: each cast scales by its tensor's amax now */
+    bool fp8_wgrad;   /* the weight gradients from fp8 bytes (not under --no-fp8-wgrad) */
     /* activation recomputation (model/recompute.h): the selective modules (config/flags.h's
      * MG_RECOMPUTE_*), or full recomputation of the layers the method picks */
     unsigned rc_modules;

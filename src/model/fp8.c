@@ -183,15 +183,20 @@ mg_status mg_fp8_linear_backward(const mg_block_ctx *x, const mg_layer_params *p
     if (p->fp8 < 0)
         return be->linear_backward(be, dinp, dw, dbias, dout, inp, w, gelu_pre, x->N, IC, OC);
     size_t t = 3 * (size_t)(p->fp8 + (int)j);
-    mg_fp8_tensor fd, fi, fw = {NULL, NULL, NULL, MG_FP8_E4M3};
-    /* the gradient's rows feed dinp, its transpose dw; the input's and the weight's transposes */
-    MG_CHECK(cast(x, t + 2, x->ws->fp8_dy, dout, x->N, OC, dinp ? ROWS | COLS : COLS, x->c->fp8_bwd,
-                  &fd));
-    MG_CHECK(cast(x, t, x->ws->fp8_x, inp, x->N, IC, COLS, MG_FP8_E4M3, &fi));
+    const bool wgrad8 = x->c->fp8_wgrad;
+    mg_fp8_tensor fd, fi = {NULL, NULL, NULL, MG_FP8_E4M3}, fw = fi;
+    /* the gradient's rows feed dinp, its transpose dw; the input's and the weight's transposes
+     * (--no-fp8-wgrad: dw from the compute dtype's gradient and input, after the fp8 call) */
+    int dforms = (dinp ? ROWS : 0) | (wgrad8 ? COLS : 0);
+    if (!dforms) dforms = ROWS; /* the gradient's amax is recorded all the same */
+    MG_CHECK(cast(x, t + 2, x->ws->fp8_dy, dout, x->N, OC, dforms, x->c->fp8_bwd, &fd));
+    if (wgrad8) MG_CHECK(cast(x, t, x->ws->fp8_x, inp, x->N, IC, COLS, MG_FP8_E4M3, &fi));
     /* the weight's transpose for dinp, as the pass's first forward cast it */
     size_t at;
     MG_CHECK(weight_copy(x, p, j, OC, IC, &at));
     if (dinp) fw = weight_cached(x, t + 1, at, OC, IC);
-    return be->fp8_linear_backward(be, dinp, dw, dbias, dout, &fd, &fi, &fw, gelu_pre, x->N, IC,
-                                   OC);
+    MG_CHECK(be->fp8_linear_backward(be, dinp, wgrad8 ? dw : NULL, dbias, dout, &fd, &fi, &fw,
+                                     gelu_pre, x->N, IC, OC));
+    return wgrad8 ? MG_OK
+                  : be->linear_backward(be, NULL, dw, NULL, dout, inp, w, NULL, x->N, IC, OC);
 }

@@ -4,7 +4,9 @@
 #   - --fp8-format hybrid trains: 30 iterations' losses fall and end within 2% of the run
 #     without fp8, not equal to it; e4m3 with a 16-step max history differs from hybrid;
 #     --first-last-layers-bf16 differs from every layer in fp8; --fp8-recipe tensorwise (each cast
-#     scaled by its tensor's amax now) trains within 2% of fp32 too;
+#     scaled by its tensor's amax now) trains within 2% of fp32 too; --no-fp8-wgrad (weight
+#     gradients in the compute dtype) keeps iteration 1's loss, changes its gradient norm and
+#     the later losses, and tracks fp32;
 #   - resume is exact: a run saved at iteration 4 and resumed logs the straight run's losses
 #     (the scales and amax histories are in the checkpoint); a checkpoint saved without fp8 loads
 #     with a line saying its scales start at 1;
@@ -27,6 +29,8 @@ last() { losses "$1" | awk '{print $NF}'; }
     >"$TMP/bf16ends.log" 2>&1
 "$MEGATRON" train "${BASE[@]}" --train-iters 30 --fp8-format hybrid --fp8-recipe tensorwise \
     >"$TMP/tensorwise.log" 2>&1
+"$MEGATRON" train "${BASE[@]}" --train-iters 30 --fp8-format hybrid --no-fp8-wgrad \
+    >"$TMP/nowgrad.log" 2>&1
 p=$(last "$TMP/plain.log") h=$(last "$TMP/hybrid.log")
 if [ -n "$p" ] && [ -n "$h" ] && awk -v p="$p" -v h="$h" -v f="$(losses "$TMP/hybrid.log" | awk '{print $1}')" \
     'BEGIN { d = (h - p) / p; if (d < 0) d = -d; exit !(d < 0.02 && h < 0.9 * f && h != p) }'; then
@@ -41,6 +45,18 @@ if [ -n "$t" ] && [ "$(losses "$TMP/tensorwise.log")" != "$(losses "$TMP/hybrid.
     awk -v p="$p" -v t="$t" 'BEGIN { d = (t - p) / p; if (d < 0) d = -d; exit !(d < 0.02) }'; then
     pass "train_fp8_tensorwise_tracks_fp32 (last loss $t)"
 else fail train_fp8_tensorwise_tracks_fp32 "tensorwise: $(losses "$TMP/tensorwise.log")" "$(tail -n 2 "$TMP/tensorwise.log")"; fi
+
+# --no-fp8-wgrad: the first forward is the same (the loss of iteration 1 equals hybrid's), the
+# weight gradients are not (its grad norm and the later losses differ), and it tracks fp32
+norms() { grep -oE 'grad norm: [0-9.E+-]+' "$1" | awk '{printf "%s ", $3}'; }
+w=$(last "$TMP/nowgrad.log")
+if [ -n "$w" ] && [ "$(losses "$TMP/nowgrad.log" | cut -d' ' -f1)" = "$(losses "$TMP/hybrid.log" | cut -d' ' -f1)" ] &&
+    [ "$(norms "$TMP/nowgrad.log" | cut -d' ' -f1)" != "$(norms "$TMP/hybrid.log" | cut -d' ' -f1)" ] &&
+    [ "$(losses "$TMP/nowgrad.log")" != "$(losses "$TMP/hybrid.log")" ] &&
+    awk -v p="$p" -v w="$w" 'BEGIN { d = (w - p) / p; if (d < 0) d = -d; exit !(d < 0.02) }'; then
+    pass "train_fp8_no_wgrad (last loss $w)"
+else fail train_fp8_no_wgrad "no fp8 wgrad: $(losses "$TMP/nowgrad.log") / $(norms "$TMP/nowgrad.log")" \
+    "hybrid: $(losses "$TMP/hybrid.log") / $(norms "$TMP/hybrid.log")"; fi
 
 FP8=(--fp8-format hybrid --fp8-amax-history-len 4 --fp8-amax-compute-algo max --train-iters 8)
 "$MEGATRON" train "${BASE[@]}" "${FP8[@]}" >"$TMP/straight.log" 2>&1

@@ -9,7 +9,8 @@
  *     plain forward with bias and residual, the GELU-fused one, the backward with the bias
  *     gradient and with the GELU's gradient, e4m3 and e5m2 gradients (hybrid); weight and bias
  *     gradients accumulate into pre-filled fp32 and are compared at the fp32 tolerance of their
- *     growth;
+ *     growth; and the backward without a weight gradient (--no-fp8-wgrad), the input's bytes
+ *     absent;
  *   - fp8_update of the same state (amaxes with a zero, an infinity and a NaN among them) gives
  *     the CPU's scales and histories bit for bit, for both formats' largest values. */
 #include "cuda_test_util.h"
@@ -181,6 +182,15 @@ MG_TEST(cuda_fp8_linear_matches_cpu) {
                             f ? "e5m2" : "e4m3", N, IC, OC);
             CT_EXPECT_CLOSE(ct_down_f32(&P, d_db, OC), db, OC, CT_TOL_F32, "fp8 dbias %dx%dx%d", N,
                             IC, OC);
+            /* dw NULL (--no-fp8-wgrad): the input gradient alone, the input's bytes unread */
+            const mg_fp8_tensor none = {NULL, NULL, NULL, MG_FP8_E4M3};
+            void *d_dx2 = ct_poison_act(&P, ni);
+            if (P.failed) break;
+            MG_EXPECT_OK(gpu->fp8_linear_backward(gpu, d_dx2, NULL, NULL, d_dy, &fd.gpu, &none,
+                                                  &fw.gpu, gelu ? d_gp : NULL, N, IC, OC));
+            CT_EXPECT_CLOSE(ct_down_act(&P, d_dx2, ni), dx, ni, CT_TOL_GEMM,
+                            "fp8 dinp without dw %s%s %dx%dx%d", f ? "e5m2" : "e4m3",
+                            gelu ? " GELU" : "", N, IC, OC);
         }
         ct_pool_free(&P);
     }

@@ -633,10 +633,12 @@ MG_CUDA_DTYPES(mg_status, fp8_linear_backward,
     if (N == 0 || OC == 0 || IC == 0)
         return linear_backward<h16>(be, dinp, dw, dbias, dout, NULL, NULL, gelu_pre, N, IC, OC);
     if (dbias) MG_CHECK(dbias_reduce<h16>(be, dbias, dout, N, OC));
-    gemm_call cw =
-        call_of(GEMM_DW, IC, OC, N, inp->data_t, dout8->data_t, dw, dw, 1.0f, NULL, AUX_NONE, NULL);
-    fp8_operands(&cw, inp, dout8, false);
-    MG_CHECK(gemm_run<h16>(be, &cw));
+    if (dw) { /* NULL: the caller takes the weight's gradient elsewhere (--no-fp8-wgrad) */
+        gemm_call cw = call_of(GEMM_DW, IC, OC, N, inp->data_t, dout8->data_t, dw, dw, 1.0f, NULL,
+                               AUX_NONE, NULL);
+        fp8_operands(&cw, inp, dout8, false);
+        MG_CHECK(gemm_run<h16>(be, &cw));
+    }
     if (!dinp) return MG_OK;
     /* the GELU's gradient by our kernel: cuBLASLt runs its fp8 DGELU epilogue as a separate,
      * slow pass (2.5x our elementwise kernel on an H200, 2026-11-29) */
