@@ -15,8 +15,13 @@
 #           budget of 1.25, the budget with ECHO, --moe-router-force-load-balancing, and a skewed
 #           router (MG_TEST_EXPERT_BIAS sends every token to experts 0 and 1) without and with
 #           ECHO: tokens/s, moe_ep_load_imbalance (after echo), moe_overflow_steps
+#   tpov    350M GPT-2 (sequence 1024, micro-batch 32, bf16, dropout off): one GPU, then TP 2 with
+#           and without SP, each without and with --tp-comm-overlap, and with
+#           --no-tp-comm-bulk-wgrad: tokens/s of the last interval, and the share of two GPUs
 #   tp|dp|pp  bench/tp_bench.sh, dp_bench.sh, pp_bench.sh (against PyTorch / the bubble bound)
-# BUILD/megatron and BUILD/dist_tests must be built with CUDA, NCCL and MPI. NCCL_NVLS_ENABLE=0
+# BUILD/megatron and BUILD/dist_tests must be built with CUDA, NCCL and MPI. KPROF=1: every
+# `megatron train` under the kernel profiler (BUILD/kernel_profile.so), its per-kernel table in
+# the run's log. NCCL_NVLS_ENABLE=0
 # always. Summary lines: OUTDIR/multigpu_PART.txt.
 set -u
 BUILD=${1:-build}
@@ -35,12 +40,16 @@ GPT=(--num-layers 12 --hidden-size 768 --num-attention-heads 12 --seq-length 102
     --max-position-embeddings 1024 --vocab-size 50257 --mock-data --bf16 --lr 3e-4
     --log-interval 10 --eval-iters 0 --attention-dropout 0 --hidden-dropout 0 --device cuda)
 MOE=(--num-experts 8 --moe-router-topk 2 --moe-ffn-hidden-size 3072 --moe-aux-loss-coeff 1e-2)
-# run NAME NP FLAG...: `megatron train` under mpirun; the log in OUTDIR/NAME.log
+# run NAME NP FLAG...: `megatron train` under mpirun; the log in OUTDIR/NAME.log. With KPROF=1
+# every rank runs under the kernel profiler (BUILD/kernel_profile.so: `make kernel-profile`),
+# its table of the last 5 steps in the log.
 run() {
-    local name=$1 np=$2
+    local name=$1 np=$2 prof=()
     shift 2
-    timeout 300 mpirun --bind-to none -np "$np" -x NCCL_NVLS_ENABLE -x MG_TEST_EXPERT_BIAS "$BIN" \
-        train "$@" >"$OUTDIR/$name.log" 2>&1
+    [ -n "${KPROF:-}" ] && prof=(-x "CUDA_INJECTION64_PATH=$(cd "$BUILD" && pwd)/kernel_profile.so"
+        -x KPROF_MARK=clip_coef_kernel -x KPROF_STEPS=5)
+    timeout 300 mpirun --bind-to none -np "$np" -x NCCL_NVLS_ENABLE -x MG_TEST_EXPERT_BIAS \
+        "${prof[@]}" "$BIN" train "$@" >"$OUTDIR/$name.log" 2>&1
 }
 field() { grep -oE "$2: [0-9.E+-]+" "$OUTDIR/$1.log" | tail -1 | awk '{print $NF}'; }
 losses() { grep -oE 'lm loss: [0-9.E+-]+' "$OUTDIR/$1.log" | awk '{print $3}' | paste -sd' '; }
@@ -84,8 +93,28 @@ ep)
             "$(field "ep_$name" moe_ep_load_imbalance_after_echo) overflow steps" \
             "$(field "ep_$name" moe_overflow_steps)"
     done ;;
+tpov)
+    M=(--num-layers 24 --hidden-size 1024 --num-attention-heads 16 --seq-length 1024
+        --max-position-embeddings 1024 --vocab-size 50304 --mock-data --bf16 --lr 6e-4
+        --lr-warmup-iters 0 --lr-decay-style constant --weight-decay 0.1 --adam-beta2 0.95
+        --log-interval 5 --eval-iters 0 --attention-dropout 0 --hidden-dropout 0 --device cuda
+        --train-iters 30 --micro-batch-size 32 --global-batch-size 32)
+    timeout 300 "$BIN" train "${M[@]}" >"$OUTDIR/tpov_one.log" 2>&1
+    one=$(field tpov_one 'tokens per second')
+    say "350m one GPU: $one tok/s"
+    for v in "sp:--sequence-parallel" "sp_overlap:--sequence-parallel --tp-comm-overlap" \
+        "sp_no_wgrad:--sequence-parallel --no-tp-comm-bulk-wgrad" "nosp:" \
+        "nosp_overlap:--tp-comm-overlap" "nosp_no_wgrad:--no-tp-comm-bulk-wgrad"; do
+        name=tpov_${v%%:*}
+        read -r -a extra <<<"${v#*:}"
+        run "$name" 2 "${M[@]}" --tensor-model-parallel-size 2 "${extra[@]}"; rc=$?
+        tps=$(field "$name" 'tokens per second')
+        say "350m TP 2 ${v#*:}: rc $rc $tps tok/s, $(awk -v a="${tps:-0}" -v b="${one:-0}" \
+            'BEGIN { if (b > 0) printf "%.1f%%", 100 * a / (2 * b); else print "-" }') of two GPUs," \
+            "$(awk -v a="${tps:-0}" 'BEGIN { printf "%.2fx", a / 213500 }') Megatron-LM's 213.5K"
+    done ;;
 tp | dp | pp) OUTDIR=$OUTDIR "$HERE/${PART}_bench.sh" "$BUILD" 2>&1 | tee "$OUTDIR/$PART.log" | tail -n 12 | tee -a "$SUM" ;;
 *)
-    echo "usage: bench/multigpu_runs.sh BUILD nccl|graphs|ep|tp|dp|pp" >&2
+    echo "usage: bench/multigpu_runs.sh BUILD nccl|graphs|ep|tpov|tp|dp|pp" >&2
     exit 2 ;;
 esac
