@@ -753,6 +753,28 @@ const mg_flag_spec mg_flag_table[] = {
     {"--no-tp-comm-bulk-wgrad", RUNTIME, BOOL, FIELD(no_tp_comm_bulk_wgrad),
      .help = "the input gradient's tensor-parallel reduction waits for the weight gradient, in "
              "the compute stream (no overlap)"},
+    {"--no-tp-comm-bulk-dgrad", RUNTIME, BOOL, IGNORED,
+     .help = "no effect: the column-parallel backward reads the input its forward gathered, so "
+             "there is no gather to hide behind the input gradient"},
+    {"--disable-tp-comm-bulk-dgrad", RUNTIME, BOOL, IGNORED,
+     .help = "as --no-tp-comm-bulk-dgrad: no effect"},
+    {"--no-tp-comm-split-ag", RUNTIME, BOOL, IGNORED,
+     .help = "no effect: the overlap here is always the split form (chunks of rows beside a "
+             "GEMM); Megatron's ring exchange needs userbuffers"},
+    {"--disable-tp-comm-split-ag", RUNTIME, BOOL, IGNORED, .help = "as --no-tp-comm-split-ag"},
+    {"--no-tp-comm-split-rs", RUNTIME, BOOL, IGNORED,
+     .help = "no effect: the overlap here is always the split form (chunks of rows beside a "
+             "GEMM); Megatron's ring exchange needs userbuffers"},
+    {"--disable-tp-comm-split-rs", RUNTIME, BOOL, IGNORED, .help = "as --no-tp-comm-split-rs"},
+    {"--tp-comm-overlap-rs-dgrad", RUNTIME, BOOL, IGNORED,
+     .help = "accepted: the input gradient's reduce-scatter already runs beside the weight "
+             "gradient (the bulk wgrad overlap, on by default)"},
+    {"--tp-comm-overlap-cfg", RUNTIME, STRING, IGNORED, .arg = "FILE",
+     .help = "Transformer Engine's userbuffers configuration: no userbuffers here, the overlap "
+             "needs none"},
+    {"--tp-comm-bootstrap-backend", RUNTIME, STRING, IGNORED, .arg = "BACKEND",
+     .help = "userbuffers' bootstrap: no userbuffers here; the tensor-parallel collectives use "
+             "the run's communicator (NCCL or MPI)"},
     {"--no-tp-comm-overlap-rs", RUNTIME, BOOL, FIELD(no_tp_comm_overlap_rs),
      .help = "with --tp-comm-overlap: the attention projection's and fc2's products are reduced "
              "whole after their GEMM, not in chunks beside the next chunk's GEMM"},

@@ -131,14 +131,15 @@ fi
 # is the same: 128 rows for TP 1 and 2 with --make-vocab-size-divisible-by 64); without SP (the
 # backward's all-reduce) both with the reduction beside the weight gradient (the default) and
 # without (--no-tp-comm-bulk-wgrad); with --tp-comm-overlap (the row-parallel products reduced in
-# chunks; with SP also the all-gathers beside the GEMMs of a rank's own rows).
+# chunks; with SP also the all-gathers beside the GEMMs of a rank's own rows), where Megatron's
+# userbuffers flags (--tp-comm-overlap-cfg, ...) are accepted with no effect.
 TPM=("${MODEL[@]}" --make-vocab-size-divisible-by 64 --train-iters 4)
 base=$(timeout 60 "$BIN" train "${TPM[@]}" 2>&1); rc0=$?
 for layout in "2:--tensor-model-parallel-size 2 --sequence-parallel" \
     "4:--tensor-model-parallel-size 2 --sequence-parallel --use-distributed-optimizer --overlap-grad-reduce" \
     "2:--tensor-model-parallel-size 2" "2:--tensor-model-parallel-size 2 --no-tp-comm-bulk-wgrad" \
     "2:--tensor-model-parallel-size 2 --sequence-parallel --tp-comm-overlap" \
-    "2:--tensor-model-parallel-size 2 --tp-comm-overlap"; do
+    "2:--tensor-model-parallel-size 2 --tp-comm-overlap --tp-comm-overlap-cfg tp.yaml --no-tp-comm-bulk-dgrad"; do
     np=${layout%%:*}; read -r -a extra <<<"${layout#*:}"
     out=$(timeout 60 "${MPIRUN[@]}" -np "$np" "$BIN" train "${TPM[@]}" "${extra[@]}" 2>&1); rc=$?
     name="train np=$np ${layout#*:}"
