@@ -223,9 +223,9 @@ mg_status mg_block_norm_linear_backward(const mg_block_ctx *x, const mg_layer_pa
                                         const mg_block_norm_linear *l, void *dx, void *dwhole,
                                         const void *in, const float *mean, const float *rstd, int w,
                                         int b) {
-    /* apart only where there is a reduction to hide and the layer's linear is not fp8 (whose
-     * casts serve both gradients) */
-    const bool apart = x->c->tp_overlap && x->tp->size > 1 && p->fp8 < 0;
+    /* apart where there is a reduction to hide (an fp8 layer then casts the gradient's rows
+     * for the first call and its transpose for the second) */
+    const bool apart = x->c->tp_overlap && x->tp->size > 1;
     const mg_fp8_linear j = (mg_fp8_linear)l->j;
     MG_CHECK(mg_fp8_linear_backward(x, p, j, dwhole, apart ? NULL : l->dw, apart ? NULL : l->dbias,
                                     l->dout, l->inp, l->w, NULL, l->IC, l->OC));

@@ -263,7 +263,8 @@ typedef struct {
 /* The backward of that linear and then of the norm (mg_block_norm_backward's arguments): the
  * linear's input gradient into dwhole, whose reduction over the tensor-parallel group runs beside
  * the weight gradient's GEMM (parallel/tensor_parallel.h's mg_tp_reduce_begin; an fp8 layer
- * computes both gradients in one call before the reduction), then the norm's backward. */
+ * casts the gradient's rows before the reduction and its transpose after), then the norm's
+ * backward. */
 mg_status mg_block_norm_linear_backward(const mg_block_ctx *x, const mg_layer_params *p,
                                         const mg_block_norm_linear *l, void *dx, void *dwhole,
                                         const void *in, const float *mean, const float *rstd, int w,

@@ -185,18 +185,21 @@ mg_status mg_fp8_linear_backward(const mg_block_ctx *x, const mg_layer_params *p
     size_t t = 3 * (size_t)(p->fp8 + (int)j);
     const bool wgrad8 = x->c->fp8_wgrad;
     mg_fp8_tensor fd, fi = {NULL, NULL, NULL, MG_FP8_E4M3}, fw = fi;
-    /* the gradient's rows feed dinp, its transpose dw; the input's and the weight's transposes
-     * (--no-fp8-wgrad: dw from the compute dtype's gradient and input, after the fp8 call) */
-    int dforms = (dinp ? ROWS : 0) | (wgrad8 ? COLS : 0);
-    if (!dforms) dforms = ROWS; /* the gradient's amax is recorded all the same */
+    /* the gradient's rows feed dinp, its transpose dw, with the input's transpose (a call may
+     * ask for one gradient: the tensor-parallel overlap takes them apart, model/block.h);
+     * --no-fp8-wgrad: dw from the compute dtype's gradient and input instead */
+    const bool dw8 = dw && wgrad8;
+    const int dforms = (dinp ? ROWS : 0) | (dw8 ? COLS : 0);
+    if (!dforms) /* nothing in fp8: the compute dtype's weight (and bias) gradient alone */
+        return be->linear_backward(be, NULL, dw, dbias, dout, inp, w, NULL, x->N, IC, OC);
     MG_CHECK(cast(x, t + 2, x->ws->fp8_dy, dout, x->N, OC, dforms, x->c->fp8_bwd, &fd));
-    if (wgrad8) MG_CHECK(cast(x, t, x->ws->fp8_x, inp, x->N, IC, COLS, MG_FP8_E4M3, &fi));
+    if (dw8) MG_CHECK(cast(x, t, x->ws->fp8_x, inp, x->N, IC, COLS, MG_FP8_E4M3, &fi));
     /* the weight's transpose for dinp, as the pass's first forward cast it */
     size_t at;
     MG_CHECK(weight_copy(x, p, j, OC, IC, &at));
     if (dinp) fw = weight_cached(x, t + 1, at, OC, IC);
-    MG_CHECK(be->fp8_linear_backward(be, dinp, wgrad8 ? dw : NULL, dbias, dout, &fd, &fi, &fw,
+    MG_CHECK(be->fp8_linear_backward(be, dinp, dw8 ? dw : NULL, dbias, dout, &fd, &fi, &fw,
                                      gelu_pre, x->N, IC, OC));
-    return wgrad8 ? MG_OK
-                  : be->linear_backward(be, NULL, dw, NULL, dout, inp, w, NULL, x->N, IC, OC);
+    return dw && !dw8 ? be->linear_backward(be, NULL, dw, NULL, dout, inp, w, NULL, x->N, IC, OC)
+                      : MG_OK;
 }
