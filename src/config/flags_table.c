@@ -202,8 +202,9 @@ const mg_flag_spec mg_flag_table[] = {
     {"--moe-shared-expert-intermediate-size", MOE, INT, FIELD(moe_shared_expert_intermediate_size),
      .def = "none", .help = "hidden size of the shared experts every token passes through"},
     {"--moe-shared-expert-overlap", MOE, BOOL, FIELD(moe_shared_expert_overlap),
-     .help = "accepted; the shared experts run on the compute stream, not yet overlapped with "
-             "the token dispatch"},
+     .help = "under expert parallelism the shared experts' forward and backward run on the "
+             "compute stream while the first token exchange's all-to-all runs (without it, "
+             "after the routed experts)"},
     {"--moe-token-dispatcher-type", MOE, .kind = MG_FLAG_ENUM, .arg = "KIND",
      FIELD(moe_token_dispatcher_type), .choices = moe_dispatcher_choices,
      .help = "alltoall over the expert-parallel group; allgather and flex are accepted and run "

@@ -39,6 +39,7 @@ static mg_status moe_from(mg_moe_config *m, const mg_config *c, bool swiglu) {
     const double budget = mg_config_rank_capacity(c);
     m->budget = budget > 0 ? budget : 0;
     m->echo = c->moe_enable_echo;
+    m->shared_overlap = c->moe_shared_expert_overlap;
     if (m->echo) m->echo_p = mg_config_echo_params(c);
     m->route = (mg_moe_routing){
         .E = m->E,

@@ -31,10 +31,12 @@ typedef struct {
     bool expert_bias;         /* aux-loss-free balancing */
     float bias_rate;          /* --moe-router-bias-update-rate */
     mg_moe_dispatcher dispatcher;
-    bool force_balance; /* --moe-router-force-load-balancing: random logits (model/moe.c) */
-    double budget;      /* --moe-expert-rank-capacity-factor: receive rows for budget x the
-                           balanced share; 0: the worst case (model/moe.h) */
-    bool echo;          /* --moe-enable-echo: hot experts cloned into spare slots (model/moe.c) */
+    bool force_balance;  /* --moe-router-force-load-balancing: random logits (model/moe.c) */
+    double budget;       /* --moe-expert-rank-capacity-factor: receive rows for budget x the
+                            balanced share; 0: the worst case (model/moe.h) */
+    bool echo;           /* --moe-enable-echo: hot experts cloned into spare slots (model/moe.c) */
+    bool shared_overlap; /* --moe-shared-expert-overlap: the shared experts beside the first
+                            token exchange (model/moe.c) */
     mg_echo_params echo_p; /* its planner's settings (core/echo_plan.h) */
     mg_moe_routing route;
 } mg_moe_config;

@@ -287,6 +287,10 @@ mg_status mg_moe_forward(const mg_block_ctx *x, const mg_layer_params *p, const 
     MG_CHECK(mg_block_graph(x, p->layer, MG_LAYER_PART_MOE_PREPROCESS, false,
                             preprocess_forward_part, &q));
     void *y = mg_block_act(x, s->y);
+    /* out = mid + dropout(shared experts + combine); without dropout the residual rides in */
+    mg_dropout hd;
+    bool hdrop = mg_block_dropout(x, p->layer, MG_DROPOUT_MLP_OUT, &hd);
+    bool shared_done = false;
     if (m->ep == 1) { /* the permuted rows are the experts' input, their output the combine's */
         MG_CHECK(experts_forward(x, mp, s, mg_block_act(x, s->counts), y));
     } else { /* expert parallelism: to the experts' ranks and back (model/moe_dispatch.c), in
@@ -300,17 +304,20 @@ mg_status mg_moe_forward(const mg_block_ctx *x, const mg_layer_params *p, const 
         for (int r = rounds - 1; r >= 0; r--) {
             const int32_t *rc;
             MG_CHECK(mg_moe_round(x, s, r, &rc));
-            MG_CHECK(mg_moe_dispatch(x, s, r, rc, mg_block_act(x, s->xe), xp));
+            MG_CHECK(mg_moe_dispatch_begin(x, s, r, xp));
+            /* --moe-shared-expert-overlap: the shared experts while the first exchange runs */
+            if (m->shared_overlap && m->shared_F > 0 && !shared_done) {
+                MG_CHECK(shared_forward(x, p, s, ln2, hdrop ? NULL : mid, out));
+                shared_done = true;
+            }
+            MG_CHECK(mg_moe_dispatch_end(x, rc, mg_block_act(x, s->xe)));
             MG_CHECK(experts_forward(x, mp, s, rc, ye));
             MG_CHECK(mg_moe_combine(x, s, r, rc, y, ye));
         }
     }
-    /* out = mid + dropout(shared experts + combine); without dropout the residual rides in */
-    mg_dropout hd;
-    bool hdrop = mg_block_dropout(x, p->layer, MG_DROPOUT_MLP_OUT, &hd);
-    if (m->shared_F > 0)
+    if (m->shared_F > 0 && !shared_done)
         MG_CHECK(shared_forward(x, p, s, ln2, hdrop ? NULL : mid, out));
-    else if (hdrop)
+    else if (m->shared_F == 0 && hdrop)
         MG_CHECK(be->memset_zero(be, out, (size_t)N * H * x->esz));
     MG_CHECK(be->moe_unpermute(be, out, m->shared_F > 0 || hdrop ? out : mid, y, pos, probs, N,
                                m->k, H));
@@ -378,6 +385,7 @@ mg_status mg_moe_backward(const mg_block_ctx *x, const mg_layer_params *p, const
             MG_CHECK(shared_in(x, p, s, mg_block_act(x, s->ln2)));
     }
     const bool act_again = (s->rc & MG_RECOMPUTE_MOE_ACT) && !(s->rc & MG_RECOMPUTE_MOE);
+    bool shared_done = false;
     const void *dmoe;
     MG_CHECK(mg_block_row_parallel_dout(x, dres, hdrop ? &hd : NULL, &dmoe));
     /* the combine: d(expert outputs) and d(routing weights) */
@@ -409,7 +417,14 @@ mg_status mg_moe_backward(const mg_block_ctx *x, const mg_layer_params *p, const
             } else if (act_again) {
                 MG_CHECK(experts_act(x, s, rc));
             }
-            MG_CHECK(mg_moe_dispatch(x, s, r, rc, dye, dy));
+            MG_CHECK(mg_moe_dispatch_begin(x, s, r, dy));
+            /* --moe-shared-expert-overlap: the shared experts' backward (into dln, which only
+             * the preprocess's backward below adds to) while the first exchange runs */
+            if (m->shared_overlap && m->shared_F > 0 && !shared_done) {
+                MG_CHECK(shared_backward(x, p, s, dmoe, dln));
+                shared_done = true;
+            }
+            MG_CHECK(mg_moe_dispatch_end(x, rc, dye));
             MG_CHECK(experts_backward(x, mp, s, rc, dye, dxe));
             MG_CHECK(mg_moe_combine(x, s, r, rc, dy, dxe));
         }
@@ -417,9 +432,9 @@ mg_status mg_moe_backward(const mg_block_ctx *x, const mg_layer_params *p, const
         dxp = dy;
     }
     /* d(ln2): the shared experts' (or zero), the routed copies', the router's */
-    if (m->shared_F > 0)
+    if (m->shared_F > 0 && !shared_done)
         MG_CHECK(shared_backward(x, p, s, dmoe, dln));
-    else
+    else if (m->shared_F == 0)
         MG_CHECK(be->memset_zero(be, dln, (size_t)N * H * esz));
     moe_part q = {x, p, s, dres, dxp};
     MG_CHECK(mg_block_graph(x, p->layer, MG_LAYER_PART_MOE_PREPROCESS, true,

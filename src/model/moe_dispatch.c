@@ -15,14 +15,19 @@
 #include "model/moe_dispatch.h"
 
 /* One all-to-all of sizes fixed by the plan (splits: counts then displacements per peer, the
- * same both ways) on the communication stream. */
-static mg_status all_to_all(const mg_block_ctx *x, void *dst, const void *src, const size_t *splits,
-                            mg_dtype dt) {
+ * same both ways) started on the communication stream; mg_backend_comm_end waits for it. */
+static mg_status all_to_all_begin(const mg_block_ctx *x, void *dst, const void *src,
+                                  const size_t *splits, mg_dtype dt) {
     int P = x->c->moe.ep;
     void *stream;
     MG_CHECK(mg_backend_comm_begin(x->be, &stream));
-    MG_CHECK(mg_comm_all_to_all(x->moe->ep, src, splits, splits + P, dst, splits, splits + P, dt,
-                                stream));
+    return mg_comm_all_to_all(x->moe->ep, src, splits, splits + P, dst, splits, splits + P, dt,
+                              stream);
+}
+
+static mg_status all_to_all(const mg_block_ctx *x, void *dst, const void *src, const size_t *splits,
+                            mg_dtype dt) {
+    MG_CHECK(all_to_all_begin(x, dst, src, splits, dt));
     return mg_backend_comm_end(x->be);
 }
 
@@ -75,22 +80,43 @@ mg_status mg_moe_round(const mg_block_ctx *x, const mg_layer_slot *s, int r,
  * and the peers' (dst, `to` counts, window `to_first`), P blocks of El experts each: packed ->
  * slabs (moe_regroup), the all-to-all of whole slabs, slabs -> packed. Every size the collective
  * sees is the plan's slab: nothing is read back. */
-static mg_status exchange(const mg_block_ctx *x, void *dst, const int32_t *to, int to_first,
-                          const void *src, const int32_t *from, int from_first) {
-    const mg_moe_config *m = &x->c->moe;
+static mg_status exchange_begin(const mg_block_ctx *x, const void *src, const int32_t *from,
+                                int from_first) {
     const mg_moe_ws *w = x->moe;
     mg_backend *be = x->be;
-    int P = m->ep, El = w->El, H = x->c->H, slab = slab_rows(x);
     void *a = mg_block_ws_ptr(x, w->slab_send), *b = mg_block_ws_ptr(x, w->slab_recv);
-    MG_CHECK(be->moe_regroup(be, a, src, from, P, El, slab, from_first, H, true));
-    MG_CHECK(all_to_all(x, b, a, w->row_splits, be->compute_dtype));
-    return be->moe_regroup(be, dst, b, to, P, El, slab, to_first, H, false);
+    MG_CHECK(be->moe_regroup(be, a, src, from, x->c->moe.ep, w->El, slab_rows(x), from_first,
+                             x->c->H, true));
+    return all_to_all_begin(x, b, a, w->row_splits, be->compute_dtype);
+}
+
+static mg_status exchange_end(const mg_block_ctx *x, void *dst, const int32_t *to, int to_first) {
+    const mg_moe_ws *w = x->moe;
+    mg_backend *be = x->be;
+    MG_CHECK(mg_backend_comm_end(be));
+    return be->moe_regroup(be, dst, mg_block_ws_ptr(x, w->slab_recv), to, x->c->moe.ep, w->El,
+                           slab_rows(x), to_first, x->c->H, false);
+}
+
+static mg_status exchange(const mg_block_ctx *x, void *dst, const int32_t *to, int to_first,
+                          const void *src, const int32_t *from, int from_first) {
+    MG_CHECK(exchange_begin(x, src, from, from_first));
+    return exchange_end(x, dst, to, to_first);
+}
+
+mg_status mg_moe_dispatch_begin(const mg_block_ctx *x, const mg_layer_slot *s, int r,
+                                const void *src) {
+    return exchange_begin(x, src, mg_block_act(x, s->lcounts), r * slab_rows(x));
+}
+
+mg_status mg_moe_dispatch_end(const mg_block_ctx *x, const int32_t *rc, void *dst) {
+    return exchange_end(x, dst, rc, 0);
 }
 
 mg_status mg_moe_dispatch(const mg_block_ctx *x, const mg_layer_slot *s, int r, const int32_t *rc,
                           void *dst, const void *src) {
-    int slab = slab_rows(x);
-    return exchange(x, dst, rc, 0, src, mg_block_act(x, s->lcounts), r * slab);
+    MG_CHECK(mg_moe_dispatch_begin(x, s, r, src));
+    return mg_moe_dispatch_end(x, rc, dst);
 }
 
 mg_status mg_moe_combine(const mg_block_ctx *x, const mg_layer_slot *s, int r, const int32_t *rc,

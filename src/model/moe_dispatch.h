@@ -1,7 +1,8 @@
 /* Model-internal: the expert-parallel token dispatch of an MoE layer (moe_dispatch.c, for moe.c;
  * Megatron's MoEAlltoAllTokenDispatcher) over the block context's expert-parallel group, with the
  * fixed sizes of the MoE plan (model/moe.h), in rounds under a receive budget.
- * Exports: mg_moe_exchange_counts, mg_moe_rounds, mg_moe_round, mg_moe_dispatch, mg_moe_combine,
+ * Exports: mg_moe_exchange_counts, mg_moe_rounds, mg_moe_round, mg_moe_dispatch,
+ * mg_moe_dispatch_begin, mg_moe_dispatch_end, mg_moe_combine,
  * mg_moe_echo_route, mg_moe_echo_weights, mg_moe_echo_grads. Needs: model/block, comm. */
 #ifndef MG_MODEL_MOE_DISPATCH_H
 #define MG_MODEL_MOE_DISPATCH_H
@@ -25,6 +26,13 @@ mg_status mg_moe_round(const mg_block_ctx *x, const mg_layer_slot *s, int r,
  * (rc, mg_moe_round's). */
 mg_status mg_moe_dispatch(const mg_block_ctx *x, const mg_layer_slot *s, int r, const int32_t *rc,
                           void *dst, const void *src);
+/* mg_moe_dispatch in two halves, so that work touching none of the exchange's buffers (the
+ * slot's routed rows, the workspace's slabs) can run on the compute stream in between: the rows
+ * of round r of src packed and their all-to-all started on the communication stream; then the
+ * compute stream waits for it and dst takes the rows (rc: mg_moe_round's). */
+mg_status mg_moe_dispatch_begin(const mg_block_ctx *x, const mg_layer_slot *s, int r,
+                                const void *src);
+mg_status mg_moe_dispatch_end(const mg_block_ctx *x, const int32_t *rc, void *dst);
 /* The way back: src (the experts' rows of round r, rc) to their places among dst (this rank's
  * permuted rows, lcounts); the rows of other rounds are not touched. */
 mg_status mg_moe_combine(const mg_block_ctx *x, const mg_layer_slot *s, int r, const int32_t *rc,

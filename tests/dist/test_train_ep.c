@@ -27,6 +27,7 @@ typedef struct {
     bool distopt, capacity;
     const char *const *extra; /* flags of the EP run only (the reference is plain), NULL-ended */
     bool host_reads;          /* a step reads a count on the host (the receive budget's rounds) */
+    const char *const *both;  /* flags of both runs (the model), NULL-ended; NULL: none */
 } variant;
 
 static void make_config(dist_ctx *t, mg_config *c, const variant *v, int ep, int world,
@@ -84,6 +85,7 @@ static void make_config(dist_ctx *t, mg_config *c, const variant *v, int ep, int
         layout[n++] = "--moe-pad-expert-input-to-capacity";
     }
     for (int i = 0; extra && extra[i] && n < 15; i++) layout[n++] = extra[i];
+    for (int i = 0; v->both && v->both[i] && n < 15; i++) layout[n++] = v->both[i];
     tc_config(t, c, model, layout, world);
     c->expert_model_parallel_size = ep;
     c->use_distributed_optimizer = v->distopt;
@@ -135,6 +137,9 @@ void test_train_ep(dist_ctx *t) {
                                             NULL};
     static const char *const graph[] = {"--cuda-graph-impl", "full_iteration",
                                         "--cuda-graph-warmup-steps", "2", NULL};
+    static const char *const shared[] = {"--moe-shared-expert-intermediate-size", "32", NULL};
+    static const char *const overlap[] = {"--moe-shared-expert-overlap",
+                                          "--moe-token-dispatcher-type", "alltoall", NULL};
     static const char *const echo_graph[] = {"--moe-enable-echo",
                                              "--cuda-graph-impl",
                                              "full_iteration",
@@ -142,14 +147,19 @@ void test_train_ep(dist_ctx *t) {
                                              "2",
                                              NULL};
     const variant all[] = {
-        {"moe ep=world", t->size, false, false, NULL, false},
-        {"moe ep=world, capacity 1.0 padded", t->size, false, true, NULL, false},
-        {"moe ep2 x edp, distributed optimizer", 2, true, false, NULL, false},
-        {"moe ep=world, receive budget 0.5 (extra rounds)", t->size, false, false, budget, true},
-        {"moe ep=world, ECHO", t->size, false, false, echo, false},
-        {"moe ep2 x edp, full recomputation", 2, true, false, recompute, false},
-        {"moe ep=world, full-iteration graph", t->size, false, false, graph, false},
-        {"moe ep=world, ECHO in a full-iteration graph", t->size, false, false, echo_graph, false},
+        {"moe ep=world", t->size, false, false, NULL, false, NULL},
+        {"moe ep=world, capacity 1.0 padded", t->size, false, true, NULL, false, NULL},
+        {"moe ep2 x edp, distributed optimizer", 2, true, false, NULL, false, NULL},
+        {"moe ep=world, receive budget 0.5 (extra rounds)", t->size, false, false, budget, true,
+         NULL},
+        {"moe ep=world, ECHO", t->size, false, false, echo, false, NULL},
+        {"moe ep2 x edp, full recomputation", 2, true, false, recompute, false, NULL},
+        {"moe ep=world, full-iteration graph", t->size, false, false, graph, false, NULL},
+        {"moe ep=world, ECHO in a full-iteration graph", t->size, false, false, echo_graph, false,
+         NULL},
+        {"moe ep=world, shared experts", t->size, false, false, NULL, false, shared},
+        {"moe ep=world, shared experts beside the exchange", t->size, false, false, overlap, false,
+         shared},
     };
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) check_variant(t, &all[i]);
 }
