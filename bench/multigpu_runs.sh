@@ -19,10 +19,11 @@
 #           and without SP, each without and with --tp-comm-overlap, and with
 #           --no-tp-comm-bulk-wgrad: tokens/s of the last interval, and the share of two GPUs
 #   tp|dp|pp  bench/tp_bench.sh, dp_bench.sh, pp_bench.sh (against PyTorch / the bubble bound)
-# BUILD/megatron and BUILD/dist_tests must be built with CUDA, NCCL and MPI. KPROF=1: every
-# `megatron train` under the kernel profiler (BUILD/kernel_profile.so), its per-kernel table in
-# the run's log. NCCL_NVLS_ENABLE=0
-# always. Summary lines: OUTDIR/multigpu_PART.txt.
+# BUILD/megatron and BUILD/dist_tests must be built with CUDA, NCCL and MPI. NCCL_NVLS_ENABLE=0
+# always. NCCL_MAX_CTAS and NCCL_MIN_CTAS, when set, reach every rank (e.g. tpov with fewer
+# blocks per collective). KPROF=1: every `megatron train` under the kernel profiler
+# (BUILD/kernel_profile.so), its per-kernel table in the run's log. Summary lines:
+# OUTDIR/multigpu_PART.txt.
 set -u
 BUILD=${1:-build}
 PART=${2:-}
@@ -48,6 +49,9 @@ run() {
     shift 2
     [ -n "${KPROF:-}" ] && prof=(-x "CUDA_INJECTION64_PATH=$(cd "$BUILD" && pwd)/kernel_profile.so"
         -x KPROF_MARK=clip_coef_kernel -x KPROF_STEPS=5)
+    # NCCL's limits on the blocks a collective takes (fewer leave more to the GEMMs it overlaps)
+    local v
+    for v in NCCL_MAX_CTAS NCCL_MIN_CTAS; do [ -n "${!v:-}" ] && prof+=(-x "$v"); done
     timeout 300 mpirun --bind-to none -np "$np" -x NCCL_NVLS_ENABLE -x MG_TEST_EXPERT_BIAS \
         "${prof[@]}" "$BIN" train "$@" >"$OUTDIR/$name.log" 2>&1
 }
