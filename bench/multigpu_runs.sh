@@ -15,9 +15,9 @@
 #           budget of 1.25, the budget with ECHO, --moe-router-force-load-balancing, and a skewed
 #           router (MG_TEST_EXPERT_BIAS sends every token to experts 0 and 1) without and with
 #           ECHO: tokens/s, moe_ep_load_imbalance (after echo), moe_overflow_steps
-#   tpov    350M GPT-2 (sequence 1024, micro-batch 32, bf16, dropout off): one GPU, then TP 2 with
-#           and without SP, each without and with --tp-comm-overlap, and with
-#           --no-tp-comm-bulk-wgrad: tokens/s of the last interval, and the share of two GPUs
+#   tpov    350M GPT-2 (sequence 1024, micro-batch MBS, default 32; bf16, dropout off): one GPU,
+#           then TP 2 with and without SP, each without --tp-comm-overlap, with it, and with its
+#           bulk wgrad part alone: tokens/s of the last interval, and the share of two GPUs
 #   tp|dp|pp  bench/tp_bench.sh, dp_bench.sh, pp_bench.sh (against PyTorch / the bubble bound)
 # BUILD/megatron and BUILD/dist_tests must be built with CUDA, NCCL and MPI. NCCL_NVLS_ENABLE=0
 # always. NCCL_MAX_CTAS and NCCL_MIN_CTAS, when set, reach every rank (e.g. tpov with fewer
@@ -102,13 +102,14 @@ tpov)
         --max-position-embeddings 1024 --vocab-size 50304 --mock-data --bf16 --lr 6e-4
         --lr-warmup-iters 0 --lr-decay-style constant --weight-decay 0.1 --adam-beta2 0.95
         --log-interval 5 --eval-iters 0 --attention-dropout 0 --hidden-dropout 0 --device cuda
-        --train-iters 30 --micro-batch-size 32 --global-batch-size 32)
+        --train-iters 30 --micro-batch-size "${MBS:-32}" --global-batch-size "${MBS:-32}")
     timeout 300 "$BIN" train "${M[@]}" >"$OUTDIR/tpov_one.log" 2>&1
     one=$(field tpov_one 'tokens per second')
     say "350m one GPU: $one tok/s"
     for v in "sp:--sequence-parallel" "sp_overlap:--sequence-parallel --tp-comm-overlap" \
-        "sp_no_wgrad:--sequence-parallel --no-tp-comm-bulk-wgrad" "nosp:" \
-        "nosp_overlap:--tp-comm-overlap" "nosp_no_wgrad:--no-tp-comm-bulk-wgrad"; do
+        "sp_wgrad_only:--sequence-parallel --tp-comm-overlap --no-tp-comm-overlap-rs --no-tp-comm-overlap-ag" \
+        "nosp:" "nosp_overlap:--tp-comm-overlap" \
+        "nosp_wgrad_only:--tp-comm-overlap --no-tp-comm-overlap-rs"; do
         name=tpov_${v%%:*}
         read -r -a extra <<<"${v#*:}"
         run "$name" 2 "${M[@]}" --tensor-model-parallel-size 2 "${extra[@]}"; rc=$?

@@ -266,8 +266,8 @@ typedef struct {
     /* parallel layout (src/parallel/parallel_state.h, src/parallel/pipeline/schedule.h) */
     int tensor_model_parallel_size;   /* --tensor-model-parallel-size (1) */
     bool sequence_parallel;           /* --sequence-parallel (off with TP = 1) */
-    bool no_tp_comm_bulk_wgrad;       /* --no-tp-comm-bulk-wgrad: the backward's tensor-parallel
-                                         reduction in the compute stream, after both gradients */
+    bool no_tp_comm_bulk_wgrad;       /* --no-tp-comm-bulk-wgrad: with --tp-comm-overlap, the
+                                         input gradient's reduction after both gradients */
     bool tp_comm_overlap;             /* --tp-comm-overlap: SP's all-gathers beside the GEMMs of
                                          this rank's own rows */
     bool no_tp_comm_overlap_ag;       /* --no-tp-comm-overlap-ag: not those all-gathers */

@@ -744,16 +744,15 @@ const mg_flag_spec mg_flag_table[] = {
              "ranks (all-gather / reduce-scatter instead of all-reduce); off when TP = 1"},
     {"--tp-comm-overlap", RUNTIME, BOOL, FIELD(tp_comm_overlap),
      .help = "tensor-parallel collectives on a stream of their own beside GEMMs, no userbuffers "
-             "needed: the attention projection's and fc2's products in 4 chunks, each reduced "
-             "(reduce-scatter under SP, else all-reduce) while the next computes; under "
-             "--sequence-parallel each all-gather beside the GEMM of this rank's own rows (the "
-             "norms' outputs before QKV and fc1, the output gradient before the attention "
-             "projection's and fc2's input gradient). The reduction of QKV's and fc1's input "
-             "gradient beside their weight gradient (bulk wgrad overlap) is on with TP > 1 "
-             "even without it"},
+             "needed: QKV's and fc1's input gradient reduced while their weight gradient is "
+             "computed (bulk wgrad); the attention projection's and fc2's products in 4 chunks, "
+             "each reduced (reduce-scatter under SP, else all-reduce) while the next computes; "
+             "under --sequence-parallel each all-gather beside the GEMM of this rank's own rows "
+             "(the norms' outputs before QKV and fc1, the output gradient before the attention "
+             "projection's and fc2's input gradient)"},
     {"--no-tp-comm-bulk-wgrad", RUNTIME, BOOL, FIELD(no_tp_comm_bulk_wgrad),
-     .help = "the input gradient's tensor-parallel reduction waits for the weight gradient, in "
-             "the compute stream (no overlap)"},
+     .help = "with --tp-comm-overlap: QKV's and fc1's input-gradient reduction waits for their "
+             "weight gradient, in the compute stream"},
     {"--no-tp-comm-bulk-dgrad", RUNTIME, BOOL, IGNORED,
      .help = "no effect: the column-parallel backward reads the input its forward gathered, so "
              "there is no gather to hide behind the input gradient"},
@@ -768,8 +767,8 @@ const mg_flag_spec mg_flag_table[] = {
              "GEMM); Megatron's ring exchange needs userbuffers"},
     {"--disable-tp-comm-split-rs", RUNTIME, BOOL, IGNORED, .help = "as --no-tp-comm-split-rs"},
     {"--tp-comm-overlap-rs-dgrad", RUNTIME, BOOL, IGNORED,
-     .help = "accepted: the input gradient's reduce-scatter already runs beside the weight "
-             "gradient (the bulk wgrad overlap, on by default)"},
+     .help = "accepted: with --tp-comm-overlap the input gradient's reduce-scatter already runs "
+             "beside the weight gradient (the bulk wgrad overlap)"},
     {"--tp-comm-overlap-cfg", RUNTIME, STRING, IGNORED, .arg = "FILE",
      .help = "Transformer Engine's userbuffers configuration: no userbuffers here, the overlap "
              "needs none"},

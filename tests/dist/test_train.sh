@@ -8,8 +8,8 @@
 #   - a rank that dies mid-step (MG_FAULT_EXIT) stops every other rank with an error line naming
 #     it, within the bound, instead of a hang;
 #   - tensor parallelism as the README shows it (TP 2 with --sequence-parallel, and TP 2 x DP 2
-#     with the distributed optimizer; TP 2 without SP, with and without --no-tp-comm-bulk-wgrad;
-#     TP 2 with and without SP with --tp-comm-overlap)
+#     with the distributed optimizer; TP 2 with and without SP, with --tp-comm-overlap and its
+#     sub-flags)
 #     logs the one-rank run's losses; bad tensor-parallel layouts
 #     stop every rank with one line and exit status 2;
 #   - pipeline parallelism as the README shows it (P 4 x V 2, and P 2 x D 2 with the distributed
@@ -128,16 +128,17 @@ else
 fi
 
 # (5) tensor parallelism from the command line: the same losses as one rank (the padded vocabulary
-# is the same: 128 rows for TP 1 and 2 with --make-vocab-size-divisible-by 64); without SP (the
-# backward's all-reduce) both with the reduction beside the weight gradient (the default) and
-# without (--no-tp-comm-bulk-wgrad); with --tp-comm-overlap (the row-parallel products reduced in
-# chunks; with SP also the all-gathers beside the GEMMs of a rank's own rows), where Megatron's
-# userbuffers flags (--tp-comm-overlap-cfg, ...) are accepted with no effect.
+# is the same: 128 rows for TP 1 and 2 with --make-vocab-size-divisible-by 64); with
+# --tp-comm-overlap (the input gradient's reduction beside the weight gradient, the row-parallel
+# products reduced in chunks; with SP also the all-gathers beside the GEMMs of a rank's own rows),
+# with and without SP, also without the first part (--no-tp-comm-bulk-wgrad) and with Megatron's
+# userbuffers flags (--tp-comm-overlap-cfg, ...), which have no effect here.
 TPM=("${MODEL[@]}" --make-vocab-size-divisible-by 64 --train-iters 4)
 base=$(timeout 60 "$BIN" train "${TPM[@]}" 2>&1); rc0=$?
 for layout in "2:--tensor-model-parallel-size 2 --sequence-parallel" \
     "4:--tensor-model-parallel-size 2 --sequence-parallel --use-distributed-optimizer --overlap-grad-reduce" \
-    "2:--tensor-model-parallel-size 2" "2:--tensor-model-parallel-size 2 --no-tp-comm-bulk-wgrad" \
+    "2:--tensor-model-parallel-size 2" \
+    "2:--tensor-model-parallel-size 2 --tp-comm-overlap --no-tp-comm-bulk-wgrad" \
     "2:--tensor-model-parallel-size 2 --sequence-parallel --tp-comm-overlap" \
     "2:--tensor-model-parallel-size 2 --tp-comm-overlap --tp-comm-overlap-cfg tp.yaml --no-tp-comm-bulk-dgrad"; do
     np=${layout%%:*}; read -r -a extra <<<"${layout#*:}"

@@ -5,7 +5,8 @@
 # every layout trains with one rank's scales, and
 #   - DP 2 with the distributed optimizer and --fp8-param-gather, PP 2, and PP 2 x DP 2 log the
 #     one-rank fp8 run's lm loss and grad norm within 2e-3 relative over 6 iterations;
-#   - TP 2, TP 2 with sequence parallelism, and --fp8-recipe tensorwise (each cast scaled by its
+#   - TP 2, TP 2 with sequence parallelism (also with --tp-comm-overlap: the input gradient's
+#     reduction beside the weight gradient), and --fp8-recipe tensorwise (each cast scaled by its
 #     tensor's amax now, reduced over the tensor-parallel group) with DP 2 and TP 2 log the
 #     one-rank (tensorwise) run's lm loss within 2e-3.
 # Not exactly: every layout sums something in another order than one rank (the gradients of
@@ -39,6 +40,7 @@ for layout in "2:2e-3:--use-distributed-optimizer --fp8-param-gather" \
     "4:2e-3:--pipeline-model-parallel-size 2 --use-distributed-optimizer" \
     "2:2e-3:--tensor-model-parallel-size 2" \
     "2:2e-3:--tensor-model-parallel-size 2 --sequence-parallel" \
+    "2:2e-3:--tensor-model-parallel-size 2 --sequence-parallel --tp-comm-overlap" \
     "2:2e-3:--fp8-recipe tensorwise --use-distributed-optimizer" \
     "2:2e-3:--fp8-recipe tensorwise --tensor-model-parallel-size 2"; do
     np=${layout%%:*} rest=${layout#*:} tol=${rest%%:*}
