@@ -227,12 +227,16 @@ mg_status mg_block_norm_linear_backward(const mg_block_ctx *x, const mg_layer_pa
      * for the first call and its transpose for the second) */
     const bool apart = x->c->tp_overlap && x->tp->size > 1;
     const mg_fp8_linear j = (mg_fp8_linear)l->j;
-    MG_CHECK(mg_fp8_linear_backward(x, p, j, dwhole, apart ? NULL : l->dw, apart ? NULL : l->dbias,
-                                    l->dout, l->inp, l->w, NULL, l->IC, l->OC));
+    if (!apart) { /* both gradients, then the reduction in the compute stream */
+        MG_CHECK(mg_fp8_linear_backward(x, p, j, dwhole, l->dw, l->dbias, l->dout, l->inp, l->w,
+                                        NULL, l->IC, l->OC));
+        return mg_block_norm_backward(x, dx, dwhole, in, mean, rstd, w, b);
+    }
+    MG_CHECK(mg_fp8_linear_backward(x, p, j, dwhole, NULL, NULL, l->dout, l->inp, l->w, NULL, l->IC,
+                                    l->OC));
     MG_CHECK(reduce_begin(x, dwhole));
-    if (apart)
-        MG_CHECK(mg_fp8_linear_backward(x, p, j, NULL, l->dw, l->dbias, l->dout, l->inp, l->w, NULL,
-                                        l->IC, l->OC));
+    MG_CHECK(mg_fp8_linear_backward(x, p, j, NULL, l->dw, l->dbias, l->dout, l->inp, l->w, NULL,
+                                    l->IC, l->OC));
     MG_CHECK(mg_tp_join(x->tp));
     return norm_backward_reduced(x, dx, dwhole, in, mean, rstd, w, b);
 }
