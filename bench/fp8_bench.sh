@@ -9,7 +9,8 @@
 #      the blocks' linears through torch._scaled_mm with tensorwise scales, compiled) on the same
 #      GPU in the same call: "torch fp8" and "ours / torch" in the table (TORCH=0 skips it;
 #      PYTHON names the Python with PyTorch; TORCH_TIMEOUT, default 900 s, bounds each run: its
-#      compilation of 1.5B took over 200 s);
+#      compilation of 1.5B took over 200 s; TORCH_ARGS, e.g. "--compile-scope blocks", goes to
+#      the baseline);
 #   2. convergence: the GPT-2 124M shape trained for ITERS (300) steps on the demo corpus (Moby
 #      Dick, real text; sequence 512, micro-batch 8, global batch 32, cosine from 6e-4), bf16 and
 #      fp8 from the same seed; the last logged lm loss of both and their ratio (the issue's goal:
@@ -71,7 +72,7 @@ for shape in $SHAPES; do
         log=$OUTDIR/torch-$shape-fp8.log
         if timeout "${TORCH_TIMEOUT:-900}" "${PYTHON:-python3}" bench/baselines/torch_gpt2.py \
             --device cuda --model "gpt2-$shape" \
-            --micro-batch-size "${args[3]}" --iters 20 --warmup 5 --fp8 --json \
+            --micro-batch-size "${args[3]}" --iters 20 --warmup 5 --fp8 ${TORCH_ARGS:-} --json \
             >"$OUTDIR/torch-$shape-fp8.json" 2>"$log"; then
             line=$(tail -n 1 "$OUTDIR/torch-$shape-fp8.json")
             echo "{\"shape\": \"$shape\", \"mode\": \"torch-fp8\", \"bench\": $line}" >>"$RESULTS"
