@@ -158,6 +158,14 @@ static mg_status linear_rows(const mg_block_ctx *x, void *out, void *gelu_pre, c
     return be->linear_forward(be, rows_at(x, out, r0, OC), in, w, bias, NULL, n, IC, OC);
 }
 
+/* Under SP the rows of the other ranks' tokens, as (first row, rows): those before this rank's
+ * and those after them. */
+static void other_rows(const mg_block_ctx *x, int rest[2][2]) {
+    const int r = x->tp->rank, T = x->tp->size, Nl = x->Nl;
+    rest[0][0] = 0, rest[0][1] = r * Nl;
+    rest[1][0] = (r + 1) * Nl, rest[1][1] = (T - 1 - r) * Nl;
+}
+
 /* Whether a layer's SP all-gathers overlap its GEMMs (a bf16 layer: fp8 casts whole tensors). */
 static bool sp_overlap(const mg_block_ctx *x, const mg_layer_params *p) {
     return x->c->tp_overlap_ag && x->tp->size > 1 && p->fp8 < 0;
@@ -173,15 +181,18 @@ mg_status mg_block_norm_linear_forward(const mg_block_ctx *x, const mg_layer_par
         return mg_fp8_linear_forward(x, p, (mg_fp8_linear)j, out, gelu_pre, whole, w, bias, NULL,
                                      c->H, OC);
     }
-    /* this rank's rows while the others arrive, then the others (before and after them) */
-    const int r = x->tp->rank, T = x->tp->size, Nl = x->Nl;
+    /* this rank's rows while the others arrive, then the others */
+    const int Nl = x->Nl;
+    int rest[2][2];
+    other_rows(x, rest);
     MG_CHECK(norm_rows(x, whole, mean, rstd, in, nw, nb));
     MG_CHECK(mg_tp_gather_begin(x->tp, whole, own_rows(x, whole), (size_t)Nl * c->H,
                                 x->be->compute_dtype));
-    MG_CHECK(linear_rows(x, out, gelu_pre, whole, w, bias, r * Nl, Nl, c->H, OC));
+    MG_CHECK(linear_rows(x, out, gelu_pre, whole, w, bias, x->tp->rank * Nl, Nl, c->H, OC));
     MG_CHECK(mg_tp_join(x->tp));
-    MG_CHECK(linear_rows(x, out, gelu_pre, whole, w, bias, 0, r * Nl, c->H, OC));
-    return linear_rows(x, out, gelu_pre, whole, w, bias, (r + 1) * Nl, (T - 1 - r) * Nl, c->H, OC);
+    for (int k = 0; k < 2; k++)
+        MG_CHECK(linear_rows(x, out, gelu_pre, whole, w, bias, rest[k][0], rest[k][1], c->H, OC));
+    return MG_OK;
 }
 
 /* The norm's backward once dwhole is reduced (its rows from own_rows under SP). */
@@ -199,23 +210,20 @@ static mg_status norm_backward_reduced(const mg_block_ctx *x, void *dx, void *dw
                                   mean, rstd, x->Nl, c->H);
 }
 
-/* dwhole's reduction over the group started (reduce-scatter to this rank's rows under SP, else
- * all-reduce); mg_tp_join waits for it. */
-static mg_status reduce_begin(const mg_block_ctx *x, void *dwhole) {
+/* whole (N,H) summed over the group: reduce-scattered into part (this rank's Nl rows) under SP,
+ * else all-reduced in place (part unused); begin: on the tensor-parallel stream, mg_tp_join
+ * waits for it. */
+static mg_status reduce_whole(const mg_block_ctx *x, void *part, void *whole, bool begin) {
     const mg_model_config *c = x->c;
     size_t n = (size_t)(c->sp ? x->Nl : x->N) * c->H;
-    return mg_tp_reduce_begin(x->tp, own_rows(x, dwhole), dwhole, n, x->be->compute_dtype, c->sp);
+    mg_dtype dt = x->be->compute_dtype;
+    return begin ? mg_tp_reduce_begin(x->tp, part, whole, n, dt, c->sp)
+                 : mg_tp_reduce(x->tp, part, whole, n, dt, c->sp);
 }
 
 mg_status mg_block_norm_backward(const mg_block_ctx *x, void *dx, void *dwhole, const void *in,
                                  const float *mean, const float *rstd, int w, int b) {
-    const mg_model_config *c = x->c;
-    mg_dtype dt = x->be->compute_dtype;
-    if (c->sp)
-        MG_CHECK(
-            mg_tp_reduce_scatter(x->tp, own_rows(x, dwhole), dwhole, (size_t)x->Nl * c->H, dt));
-    else
-        MG_CHECK(mg_tp_all_reduce(x->tp, dwhole, (size_t)x->N * c->H, dt, MG_REDUCE_SUM));
+    MG_CHECK(reduce_whole(x, own_rows(x, dwhole), dwhole, false));
     return norm_backward_reduced(x, dx, dwhole, in, mean, rstd, w, b);
 }
 
@@ -234,7 +242,7 @@ mg_status mg_block_norm_linear_backward(const mg_block_ctx *x, const mg_layer_pa
     }
     MG_CHECK(mg_fp8_linear_backward(x, p, j, dwhole, NULL, NULL, l->dout, l->inp, l->w, NULL, l->IC,
                                     l->OC));
-    MG_CHECK(reduce_begin(x, dwhole));
+    MG_CHECK(reduce_whole(x, own_rows(x, dwhole), dwhole, true));
     MG_CHECK(mg_fp8_linear_backward(x, p, j, NULL, l->dw, l->dbias, l->dout, l->inp, l->w, NULL,
                                     l->IC, l->OC));
     MG_CHECK(mg_tp_join(x->tp));
@@ -315,12 +323,7 @@ mg_status mg_block_row_parallel_forward(const mg_block_ctx *x, const mg_layer_pa
     } else {
         MG_CHECK(mg_fp8_linear_forward(x, p, (mg_fp8_linear)j, part, NULL, inp, w, NULL, NULL, IC,
                                        c->H));
-        if (c->sp)
-            MG_CHECK(
-                mg_tp_reduce_scatter(x->tp, out, part, (size_t)x->Nl * c->H, be->compute_dtype));
-        else
-            MG_CHECK(mg_tp_all_reduce(x->tp, out, (size_t)x->N * c->H, be->compute_dtype,
-                                      MG_REDUCE_SUM));
+        MG_CHECK(reduce_whole(x, out, part, false));
     }
     if (drop) return be->dropout_add(be, out, out, bias, residual, x->Nl, c->H, c->S, drop);
     return be->bias_residual_add(be, out, out, bias, residual, x->Nl, c->H);
@@ -371,7 +374,7 @@ mg_status mg_block_row_parallel_backward(const mg_block_ctx *x, const mg_layer_p
     /* this rank's rows of dinp from its own rows of the gradient while the others arrive; then
      * the other rows, and the weight's and bias's gradients over all of them */
     mg_backend *be = x->be;
-    const int r = x->tp->rank, T = x->tp->size, Nl = x->Nl;
+    const int r = x->tp->rank, Nl = x->Nl;
     const void *mine;
     MG_CHECK(dropout_dout(x, dout, drop, &mine));
     void *whole = mg_block_ws_ptr(x, x->ws->part);
@@ -379,7 +382,8 @@ mg_status mg_block_row_parallel_backward(const mg_block_ctx *x, const mg_layer_p
     MG_CHECK(be->linear_backward(be, rows_at(x, dinp, r * Nl, IC), NULL, NULL, mine, NULL, w,
                                  rows_at(x, gelu_pre, r * Nl, IC), Nl, IC, c->H));
     MG_CHECK(mg_tp_join(x->tp));
-    const int rest[2][2] = {{0, r * Nl}, {(r + 1) * Nl, (T - 1 - r) * Nl}}; /* first row, rows */
+    int rest[2][2];
+    other_rows(x, rest);
     for (int k = 0; k < 2; k++)
         if (rest[k][1] > 0)
             MG_CHECK(be->linear_backward(be, rows_at(x, dinp, rest[k][0], IC), NULL, NULL,

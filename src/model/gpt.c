@@ -457,9 +457,8 @@ static mg_status embed(mg_gpt *g, mg_backend *be, const int32_t *tokens, void *x
     void *whole = c->sp ? ws(g, g->ws.part) : x0;
     MG_CHECK(be->embedding_forward(be, whole, tokens, mg_gpt_param(g, g->wte), wpe, g->blk.pass.pos,
                                    g->blk.N, c->S, c->H, c->v0, c->V_l));
-    if (c->sp)
-        return mg_tp_reduce_scatter(&g->tp, x0, whole, (size_t)g->blk.Nl * c->H, be->compute_dtype);
-    return mg_tp_all_reduce(&g->tp, x0, (size_t)g->blk.N * c->H, be->compute_dtype, MG_REDUCE_SUM);
+    return mg_tp_reduce(&g->tp, x0, whole, (size_t)(c->sp ? g->blk.Nl : g->blk.N) * c->H,
+                        be->compute_dtype, c->sp);
 }
 
 static mg_status check_chunk(const mg_gpt *g, int c, int s) {

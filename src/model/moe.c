@@ -99,6 +99,13 @@ static mg_status shared_in(const mg_block_ctx *x, const mg_layer_params *p, cons
     return c->swiglu ? be->swiglu_forward(be, act, fc1, N, Fs) : MG_OK;
 }
 
+/* --moe-shared-expert-overlap under EP: the shared experts run on the compute stream while the
+ * first token exchange's all-to-all runs (forward: the last round, which goes first; backward:
+ * round 0). */
+static bool shared_early(const mg_moe_config *m) {
+    return m->shared_overlap && m->shared_F > 0 && m->ep > 1;
+}
+
 /* The shared experts: a dense MLP of the normed input (no tensor parallelism inside an MoE
  * model yet), out = mid + its output (mid NULL: its output alone). */
 static mg_status shared_forward(const mg_block_ctx *x, const mg_layer_params *p,
@@ -290,7 +297,7 @@ mg_status mg_moe_forward(const mg_block_ctx *x, const mg_layer_params *p, const 
     /* out = mid + dropout(shared experts + combine); without dropout the residual rides in */
     mg_dropout hd;
     bool hdrop = mg_block_dropout(x, p->layer, MG_DROPOUT_MLP_OUT, &hd);
-    bool shared_done = false;
+    const bool early = shared_early(m); /* the shared experts beside the first exchange */
     if (m->ep == 1) { /* the permuted rows are the experts' input, their output the combine's */
         MG_CHECK(experts_forward(x, mp, s, mg_block_act(x, s->counts), y));
     } else { /* expert parallelism: to the experts' ranks and back (model/moe_dispatch.c), in
@@ -305,17 +312,14 @@ mg_status mg_moe_forward(const mg_block_ctx *x, const mg_layer_params *p, const 
             const int32_t *rc;
             MG_CHECK(mg_moe_round(x, s, r, &rc));
             MG_CHECK(mg_moe_dispatch_begin(x, s, r, xp));
-            /* --moe-shared-expert-overlap: the shared experts while the first exchange runs */
-            if (m->shared_overlap && m->shared_F > 0 && !shared_done) {
+            if (early && r == rounds - 1)
                 MG_CHECK(shared_forward(x, p, s, ln2, hdrop ? NULL : mid, out));
-                shared_done = true;
-            }
             MG_CHECK(mg_moe_dispatch_end(x, rc, mg_block_act(x, s->xe)));
             MG_CHECK(experts_forward(x, mp, s, rc, ye));
             MG_CHECK(mg_moe_combine(x, s, r, rc, y, ye));
         }
     }
-    if (m->shared_F > 0 && !shared_done)
+    if (m->shared_F > 0 && !early)
         MG_CHECK(shared_forward(x, p, s, ln2, hdrop ? NULL : mid, out));
     else if (m->shared_F == 0 && hdrop)
         MG_CHECK(be->memset_zero(be, out, (size_t)N * H * x->esz));
@@ -385,7 +389,7 @@ mg_status mg_moe_backward(const mg_block_ctx *x, const mg_layer_params *p, const
             MG_CHECK(shared_in(x, p, s, mg_block_act(x, s->ln2)));
     }
     const bool act_again = (s->rc & MG_RECOMPUTE_MOE_ACT) && !(s->rc & MG_RECOMPUTE_MOE);
-    bool shared_done = false;
+    const bool early = shared_early(m); /* the shared experts beside the first exchange */
     const void *dmoe;
     MG_CHECK(mg_block_row_parallel_dout(x, dres, hdrop ? &hd : NULL, &dmoe));
     /* the combine: d(expert outputs) and d(routing weights) */
@@ -418,12 +422,9 @@ mg_status mg_moe_backward(const mg_block_ctx *x, const mg_layer_params *p, const
                 MG_CHECK(experts_act(x, s, rc));
             }
             MG_CHECK(mg_moe_dispatch_begin(x, s, r, dy));
-            /* --moe-shared-expert-overlap: the shared experts' backward (into dln, which only
-             * the preprocess's backward below adds to) while the first exchange runs */
-            if (m->shared_overlap && m->shared_F > 0 && !shared_done) {
-                MG_CHECK(shared_backward(x, p, s, dmoe, dln));
-                shared_done = true;
-            }
+            /* (dln, which the shared experts' backward writes, only the preprocess's backward
+             * below adds to) */
+            if (early && r == 0) MG_CHECK(shared_backward(x, p, s, dmoe, dln));
             MG_CHECK(mg_moe_dispatch_end(x, rc, dye));
             MG_CHECK(experts_backward(x, mp, s, rc, dye, dxe));
             MG_CHECK(mg_moe_combine(x, s, r, rc, dy, dxe));
@@ -432,7 +433,7 @@ mg_status mg_moe_backward(const mg_block_ctx *x, const mg_layer_params *p, const
         dxp = dy;
     }
     /* d(ln2): the shared experts' (or zero), the routed copies', the router's */
-    if (m->shared_F > 0 && !shared_done)
+    if (m->shared_F > 0 && !early)
         MG_CHECK(shared_backward(x, p, s, dmoe, dln));
     else if (m->shared_F == 0)
         MG_CHECK(be->memset_zero(be, dln, (size_t)N * H * esz));

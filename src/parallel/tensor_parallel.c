@@ -21,15 +21,31 @@ mg_status mg_tp_all_reduce(const mg_tp *tp, void *buf, size_t n, mg_dtype dt, mg
     return mg_comm_all_reduce(tp->group, buf, buf, n, dt, op, compute_stream(tp));
 }
 
-mg_status mg_tp_all_gather(const mg_tp *tp, void *whole, const void *part, size_t n, mg_dtype dt) {
+/* The gather and the sum of the calls below, on `stream`. */
+static mg_status gather_on(const mg_tp *tp, void *whole, const void *part, size_t n, mg_dtype dt,
+                           void *stream) {
     if (tp->size == 1) return copy_if_apart(tp, whole, part, n, dt);
-    return mg_comm_all_gather(tp->group, part, whole, n, dt, compute_stream(tp));
+    return mg_comm_all_gather(tp->group, part, whole, n, dt, stream);
+}
+
+static mg_status reduce_on(const mg_tp *tp, void *part, void *whole, size_t n, mg_dtype dt, bool sp,
+                           void *stream) {
+    if (tp->size == 1) return sp ? copy_if_apart(tp, part, whole, n, dt) : MG_OK;
+    if (sp) return mg_comm_reduce_scatter(tp->group, whole, part, n, dt, MG_REDUCE_SUM, stream);
+    return mg_comm_all_reduce(tp->group, whole, whole, n, dt, MG_REDUCE_SUM, stream);
+}
+
+mg_status mg_tp_all_gather(const mg_tp *tp, void *whole, const void *part, size_t n, mg_dtype dt) {
+    return gather_on(tp, whole, part, n, dt, compute_stream(tp));
 }
 
 mg_status mg_tp_reduce_scatter(const mg_tp *tp, void *part, const void *whole, size_t n,
                                mg_dtype dt) {
-    if (tp->size == 1) return copy_if_apart(tp, part, whole, n, dt);
-    return mg_comm_reduce_scatter(tp->group, whole, part, n, dt, MG_REDUCE_SUM, compute_stream(tp));
+    return reduce_on(tp, part, (void *)whole, n, dt, true, compute_stream(tp));
+}
+
+mg_status mg_tp_reduce(const mg_tp *tp, void *part, void *whole, size_t n, mg_dtype dt, bool sp) {
+    return reduce_on(tp, part, whole, n, dt, sp, compute_stream(tp));
 }
 
 /* The tensor-parallel stream, ordered after the compute stream's work so far (NULL: no streams,
@@ -37,7 +53,7 @@ mg_status mg_tp_reduce_scatter(const mg_tp *tp, void *part, const void *whole, s
 static mg_status side_stream(const mg_tp *tp, void **stream) {
     mg_backend *be = tp->be;
     *stream = NULL;
-    if (!be->stream_handle) return MG_OK;
+    if (tp->size == 1 || !be->stream_handle) return MG_OK;
     MG_CHECK(be->stream_wait(be, MG_STREAM_TP, MG_STREAM_COMPUTE));
     *stream = be->stream_handle(be, MG_STREAM_TP);
     return MG_OK;
@@ -45,19 +61,16 @@ static mg_status side_stream(const mg_tp *tp, void **stream) {
 
 mg_status mg_tp_reduce_begin(const mg_tp *tp, void *part, void *whole, size_t n, mg_dtype dt,
                              bool sp) {
-    if (tp->size == 1) return sp ? copy_if_apart(tp, part, whole, n, dt) : MG_OK;
     void *stream;
     MG_CHECK(side_stream(tp, &stream));
-    if (sp) return mg_comm_reduce_scatter(tp->group, whole, part, n, dt, MG_REDUCE_SUM, stream);
-    return mg_comm_all_reduce(tp->group, whole, whole, n, dt, MG_REDUCE_SUM, stream);
+    return reduce_on(tp, part, whole, n, dt, sp, stream);
 }
 
 mg_status mg_tp_gather_begin(const mg_tp *tp, void *whole, const void *part, size_t n,
                              mg_dtype dt) {
-    if (tp->size == 1) return copy_if_apart(tp, whole, part, n, dt);
     void *stream;
     MG_CHECK(side_stream(tp, &stream));
-    return mg_comm_all_gather(tp->group, part, whole, n, dt, stream);
+    return gather_on(tp, whole, part, n, dt, stream);
 }
 
 mg_status mg_tp_join(const mg_tp *tp) {

@@ -23,7 +23,7 @@
  * themselves after the compute stream's work. With one rank (size 1, or no group) every call is
  * a copy where source and destination differ, else nothing.
  * Exports: mg_tp, mg_tp_init, mg_tp_all_reduce, mg_tp_all_gather, mg_tp_reduce_scatter,
- * mg_tp_reduce_begin, mg_tp_gather_begin, mg_tp_join.
+ * mg_tp_reduce, mg_tp_reduce_begin, mg_tp_gather_begin, mg_tp_join.
  * Needs: comm, backend. */
 #ifndef MG_PARALLEL_TENSOR_PARALLEL_H
 #define MG_PARALLEL_TENSOR_PARALLEL_H
@@ -47,11 +47,12 @@ mg_status mg_tp_all_gather(const mg_tp *tp, void *whole, const void *part, size_
  * part may be whole + rank*n (in place). */
 mg_status mg_tp_reduce_scatter(const mg_tp *tp, void *part, const void *whole, size_t n,
                                mg_dtype dt);
-/* The sum of whole over the group, started behind the compute stream's work so far and running
- * beside what the compute stream does next: with sp, part (n) = this rank's rows of it (whole:
- * size*n; mg_tp_reduce_scatter, part may be whole + rank*n), else whole (n) summed in place
- * (mg_tp_all_reduce; part unused). Until mg_tp_join, the compute stream must neither read part
- * or whole nor write whole. */
+/* The sum of whole over the group: with sp, part (n) = this rank's rows of it (whole: size*n;
+ * mg_tp_reduce_scatter), else whole (n) summed in place (mg_tp_all_reduce; part unused). */
+mg_status mg_tp_reduce(const mg_tp *tp, void *part, void *whole, size_t n, mg_dtype dt, bool sp);
+/* mg_tp_reduce started behind the compute stream's work so far and running beside what the
+ * compute stream does next (part may be whole + rank*n). Until mg_tp_join, the compute stream must
+ * neither read part or whole nor write whole. */
 mg_status mg_tp_reduce_begin(const mg_tp *tp, void *part, void *whole, size_t n, mg_dtype dt,
                              bool sp);
 /* mg_tp_all_gather started the same way: until mg_tp_join the compute stream may read part but

@@ -49,11 +49,10 @@ mg_status mg_cuda_graph_begin(mg_backend *be) {
     c->capture_msg[0] = 0;
     MG_CUDA_CHECK(cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal));
     /* the side streams join the capture: they wait for the capture's start */
+    const cudaStream_t side[] = {c->comm_stream, c->tp_stream};
     cudaError_t e = cudaEventRecord(c->order_event[MG_STREAM_COMPUTE], c->stream);
-    if (e == cudaSuccess)
-        e = cudaStreamWaitEvent(c->comm_stream, c->order_event[MG_STREAM_COMPUTE], 0);
-    if (e == cudaSuccess)
-        e = cudaStreamWaitEvent(c->tp_stream, c->order_event[MG_STREAM_COMPUTE], 0);
+    for (int i = 0; i < 2 && e == cudaSuccess; i++)
+        e = cudaStreamWaitEvent(side[i], c->order_event[MG_STREAM_COMPUTE], 0);
     if (e != cudaSuccess) {
         cudaGraph_t g = NULL;
         (void)cudaStreamEndCapture(c->stream, &g);
@@ -70,11 +69,13 @@ mg_status mg_cuda_graph_end(mg_backend *be, mg_graph **out, mg_graph_info *info)
     if (info) *info = (mg_graph_info){0, 0};
     if (!mg_cuda_capturing(be)) return MG_FAIL(MG_ERR_UNSUPPORTED, "graph_end without graph_begin");
     /* the side streams' captured work joins the compute stream's before the end */
-    cudaError_t join = cudaEventRecord(c->order_event[MG_STREAM_COMM], c->comm_stream);
-    if (join == cudaSuccess)
-        join = cudaStreamWaitEvent(c->stream, c->order_event[MG_STREAM_COMM], 0);
-    if (join == cudaSuccess) join = cudaEventRecord(c->order_event[MG_STREAM_TP], c->tp_stream);
-    if (join == cudaSuccess) join = cudaStreamWaitEvent(c->stream, c->order_event[MG_STREAM_TP], 0);
+    const cudaStream_t side[] = {c->comm_stream, c->tp_stream};
+    const mg_stream_id ids[] = {MG_STREAM_COMM, MG_STREAM_TP};
+    cudaError_t join = cudaSuccess;
+    for (int i = 0; i < 2 && join == cudaSuccess; i++) {
+        join = cudaEventRecord(c->order_event[ids[i]], side[i]);
+        if (join == cudaSuccess) join = cudaStreamWaitEvent(c->stream, c->order_event[ids[i]], 0);
+    }
     cudaGraph_t graph = NULL;
     cudaError_t e = cudaStreamEndCapture(c->stream, &graph);
     mg_status spoilt = c->capture_err;
