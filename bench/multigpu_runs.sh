@@ -16,8 +16,9 @@
 #           router (MG_TEST_EXPERT_BIAS sends every token to experts 0 and 1) without and with
 #           ECHO: tokens/s, moe_ep_load_imbalance (after echo), moe_overflow_steps
 #   tpov    350M GPT-2 (sequence 1024, micro-batch MBS, default 32; bf16, dropout off): one GPU,
-#           then TP 2 with and without SP, each without --tp-comm-overlap, with it, and with its
-#           bulk wgrad part alone: tokens/s of the last interval, and the share of two GPUs
+#           then TP 2 with and without SP, each with every collective in order
+#           (--no-tp-comm-bulk-wgrad), by default (the bulk wgrad overlap) and with
+#           --tp-comm-overlap: tokens/s of the last interval, and the share of two GPUs
 #   tp|dp|pp  bench/tp_bench.sh, dp_bench.sh, pp_bench.sh (against PyTorch / the bubble bound)
 # BUILD/megatron and BUILD/dist_tests must be built with CUDA, NCCL and MPI. NCCL_NVLS_ENABLE=0
 # always. NCCL_MAX_CTAS and NCCL_MIN_CTAS, when set, reach every rank (e.g. tpov with fewer
@@ -106,10 +107,9 @@ tpov)
     timeout 300 "$BIN" train "${M[@]}" >"$OUTDIR/tpov_one.log" 2>&1
     one=$(field tpov_one 'tokens per second')
     say "350m one GPU: $one tok/s"
-    for v in "sp:--sequence-parallel" "sp_overlap:--sequence-parallel --tp-comm-overlap" \
-        "sp_wgrad_only:--sequence-parallel --tp-comm-overlap --no-tp-comm-overlap-rs --no-tp-comm-overlap-ag" \
-        "nosp:" "nosp_overlap:--tp-comm-overlap" \
-        "nosp_wgrad_only:--tp-comm-overlap --no-tp-comm-overlap-rs"; do
+    for v in "sp_inorder:--sequence-parallel --no-tp-comm-bulk-wgrad" "sp:--sequence-parallel" \
+        "sp_overlap:--sequence-parallel --tp-comm-overlap" \
+        "nosp_inorder:--no-tp-comm-bulk-wgrad" "nosp:" "nosp_overlap:--tp-comm-overlap"; do
         name=tpov_${v%%:*}
         read -r -a extra <<<"${v#*:}"
         run "$name" 2 "${M[@]}" --tensor-model-parallel-size 2 "${extra[@]}"; rc=$?

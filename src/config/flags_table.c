@@ -27,7 +27,9 @@ const char *const mg_flag_group_names[MG_FLAG_GROUP_COUNT] = {"model",
                                                               "runtime",
                                                               "CUDA graphs"};
 
-#define FIELD(f)    .offset = offsetof(mg_config, f), .size = sizeof(((mg_config *)0)->f), .key = #f
+#define FIELD(f) .offset = offsetof(mg_config, f), .size = sizeof(((mg_config *)0)->f), .key = #f
+/* another spelling of a FIELD(f) flag: the same bytes, no key of its own (not saved twice) */
+#define ALIAS(f)    .offset = offsetof(mg_config, f), .size = sizeof(((mg_config *)0)->f)
 #define MODEL       .group = MG_FLAG_GROUP_MODEL
 #define MOE         .group = MG_FLAG_GROUP_MOE
 #define OPTIM       .group = MG_FLAG_GROUP_OPTIMIZER
@@ -506,7 +508,7 @@ const mg_flag_spec mg_flag_table[] = {
     {"--no-log-loss-scale-to-tensorboard", LOGGING, BOOL, FIELD(no_log_loss_scale_to_tensorboard),
      .help = "do not write loss-scale to TensorBoard"},
     {"--disable-log-loss-scale-to-tensorboard", LOGGING, BOOL, /* Megatron's other spelling */
-     .offset = offsetof(mg_config, no_log_loss_scale_to_tensorboard), .size = sizeof(bool),
+     ALIAS(no_log_loss_scale_to_tensorboard),
      .help = "the same as --no-log-loss-scale-to-tensorboard"},
     {"--log-validation-ppl-to-tensorboard", LOGGING, BOOL, FIELD(log_validation_ppl_to_tensorboard),
      .help = "write the validation perplexity to TensorBoard too"},
@@ -545,12 +547,11 @@ const mg_flag_spec mg_flag_table[] = {
      .help = "on resume, the lr schedule of the command line (--lr, --min-lr, warm-up, decay, "
              "weight decay) where the checkpoint's differs"},
     {"--override-opt_param-scheduler", CKPT, BOOL, /* Megatron's other spelling */
-     .offset = offsetof(mg_config, override_opt_param_scheduler), .size = sizeof(bool),
-     .help = "the same as --override-opt-param-scheduler"},
+     ALIAS(override_opt_param_scheduler), .help = "the same as --override-opt-param-scheduler"},
     {"--use-checkpoint-opt_param-scheduler", CKPT, BOOL, FIELD(use_checkpoint_opt_param_scheduler),
      .help = "on resume, the lr schedule saved in the checkpoint, whatever the command line says"},
     {"--use-checkpoint-opt-param-scheduler", CKPT, BOOL, /* Megatron's other spelling */
-     .offset = offsetof(mg_config, use_checkpoint_opt_param_scheduler), .size = sizeof(bool),
+     ALIAS(use_checkpoint_opt_param_scheduler),
      .help = "the same as --use-checkpoint-opt_param-scheduler"},
     {"--use-checkpoint-args", CKPT, BOOL, IGNORED,
      .help = "always on here: model flags not given come from the --load checkpoint"},
@@ -685,16 +686,20 @@ const mg_flag_spec mg_flag_table[] = {
      .help = "split norms and the residual stream along the sequence over the tensor-parallel "
              "ranks (all-gather / reduce-scatter instead of all-reduce); off when TP = 1"},
     {"--tp-comm-overlap", RUNTIME, BOOL, FIELD(tp_comm_overlap),
-     .help = "tensor-parallel collectives on a stream of their own beside GEMMs, no userbuffers "
-             "needed: QKV's and fc1's input gradient reduced while their weight gradient is "
-             "computed (bulk wgrad); the attention projection's and fc2's products in 4 chunks, "
+     .help = "more tensor-parallel collectives on a stream of their own beside GEMMs, no "
+             "userbuffers needed (the input gradient's reduction beside the weight gradient, "
+             "Megatron's bulk wgrad, is on without it): the attention projection's and fc2's "
+             "products in 4 chunks, "
              "each reduced (reduce-scatter under SP, else all-reduce) while the next computes; "
              "under --sequence-parallel each all-gather beside the GEMM of this rank's own rows "
              "(the norms' outputs before QKV and fc1, the output gradient before the attention "
              "projection's and fc2's input gradient)"},
     {"--no-tp-comm-bulk-wgrad", RUNTIME, BOOL, FIELD(no_tp_comm_bulk_wgrad),
-     .help = "with --tp-comm-overlap: QKV's and fc1's input-gradient reduction waits for their "
-             "weight gradient, in the compute stream"},
+     .help = "QKV's and fc1's input-gradient reduction waits for their weight gradient, in the "
+             "compute stream (by default under TP it runs on a stream of its own beside that "
+             "GEMM, with or without --tp-comm-overlap)"},
+    {"--disable-tp-comm-bulk-wgrad", RUNTIME, BOOL, ALIAS(no_tp_comm_bulk_wgrad),
+     .help = "as --no-tp-comm-bulk-wgrad"},
     {"--no-tp-comm-bulk-dgrad", RUNTIME, BOOL, IGNORED,
      .help = "no effect: the column-parallel backward reads the input its forward gathered, so "
              "there is no gather to hide behind the input gradient"},
@@ -709,8 +714,8 @@ const mg_flag_spec mg_flag_table[] = {
              "GEMM); Megatron's ring exchange needs userbuffers"},
     {"--disable-tp-comm-split-rs", RUNTIME, BOOL, IGNORED, .help = "as --no-tp-comm-split-rs"},
     {"--tp-comm-overlap-rs-dgrad", RUNTIME, BOOL, IGNORED,
-     .help = "accepted: with --tp-comm-overlap the input gradient's reduce-scatter already runs "
-             "beside the weight gradient (the bulk wgrad overlap)"},
+     .help = "accepted: the input gradient's reduction already runs beside the weight gradient "
+             "(the bulk wgrad overlap, on under TP)"},
     {"--tp-comm-overlap-cfg", RUNTIME, STRING, IGNORED, .arg = "FILE",
      .help = "Transformer Engine's userbuffers configuration: no userbuffers here, the overlap "
              "needs none"},
@@ -723,6 +728,10 @@ const mg_flag_spec mg_flag_table[] = {
     {"--no-tp-comm-overlap-ag", RUNTIME, BOOL, FIELD(no_tp_comm_overlap_ag),
      .help = "with --tp-comm-overlap: sequence parallelism's all-gathers complete before the "
              "GEMMs that read them start (no overlap with this rank's rows)"},
+    {"--disable-tp-comm-overlap-rs", RUNTIME, BOOL, ALIAS(no_tp_comm_overlap_rs),
+     .help = "as --no-tp-comm-overlap-rs"},
+    {"--disable-tp-comm-overlap-ag", RUNTIME, BOOL, ALIAS(no_tp_comm_overlap_ag),
+     .help = "as --no-tp-comm-overlap-ag"},
     {"--overlap-grad-reduce", RUNTIME, BOOL, FIELD(overlap_grad_reduce),
      .help = "reduce each gradient bucket (--ddp-bucket-size) as soon as backward completes it, "
              "on the communication stream"},

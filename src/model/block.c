@@ -233,7 +233,7 @@ mg_status mg_block_norm_linear_backward(const mg_block_ctx *x, const mg_layer_pa
                                         int b) {
     /* apart where there is a reduction to hide (an fp8 layer then casts the gradient's rows
      * for the first call and its transpose for the second) */
-    const bool apart = x->c->tp_overlap && x->tp->size > 1;
+    const bool apart = x->c->tp_bulk_wgrad && x->tp->size > 1;
     const mg_fp8_linear j = (mg_fp8_linear)l->j;
     if (!apart) { /* both gradients, then the reduction in the compute stream */
         MG_CHECK(mg_fp8_linear_backward(x, p, j, dwhole, l->dw, l->dbias, l->dout, l->inp, l->w,

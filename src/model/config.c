@@ -72,7 +72,8 @@ mg_status mg_model_config_from(mg_model_config *m, const mg_config *c, int tp_ra
     m->tp = c->tensor_model_parallel_size;
     m->tp_rank = tp_rank;
     m->sp = c->sequence_parallel && m->tp > 1;
-    m->tp_overlap = c->tp_comm_overlap && !c->no_tp_comm_bulk_wgrad && m->tp > 1;
+    /* the bulk wgrad overlap is a reordering with the same sums: on under TP unless refused */
+    m->tp_bulk_wgrad = !c->no_tp_comm_bulk_wgrad && m->tp > 1;
     m->tp_overlap_ag = c->tp_comm_overlap && !c->no_tp_comm_overlap_ag && m->sp;
     m->tp_overlap_rs = c->tp_comm_overlap && !c->no_tp_comm_overlap_rs && m->tp > 1;
     if (tp_rank < 0 || tp_rank >= m->tp)

@@ -72,7 +72,7 @@ typedef struct {
     /* tensor parallelism: this rank (tp_rank of tp), sequence parallelism, local shapes */
     int tp, tp_rank;
     bool sp;
-    bool tp_overlap;    /* TP > 1 with --tp-comm-overlap, without --no-tp-comm-bulk-wgrad */
+    bool tp_bulk_wgrad; /* TP > 1 without --no-tp-comm-bulk-wgrad */
     bool tp_overlap_ag; /* SP with --tp-comm-overlap, without --no-tp-comm-overlap-ag */
     bool tp_overlap_rs; /* TP > 1 with --tp-comm-overlap, without --no-tp-comm-overlap-rs */
     int nq_l, ng_l;     /* nq / tp, ng / tp */

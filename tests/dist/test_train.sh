@@ -128,19 +128,21 @@ else
 fi
 
 # (5) tensor parallelism from the command line: the same losses as one rank (the padded vocabulary
-# is the same: 128 rows for TP 1 and 2 with --make-vocab-size-divisible-by 64); with
-# --tp-comm-overlap (the input gradient's reduction beside the weight gradient, the row-parallel
-# products reduced in chunks; with SP also the all-gathers beside the GEMMs of a rank's own rows),
-# with and without SP, also without the first part (--no-tp-comm-bulk-wgrad) and with Megatron's
-# userbuffers flags (--tp-comm-overlap-cfg, ...), which have no effect here.
+# is the same: 128 rows for TP 1 and 2 with --make-vocab-size-divisible-by 64); by default the
+# input gradient's reduction runs beside the weight gradient, --no-tp-comm-bulk-wgrad keeps it in
+# order; with --tp-comm-overlap (the row-parallel products reduced in chunks; with SP also the
+# all-gathers beside the GEMMs of a rank's own rows), with and without SP, with Megatron's
+# spellings of the parts' switches (--disable-tp-comm-*) and with its userbuffers flags
+# (--tp-comm-overlap-cfg, ...), which have no effect here.
 TPM=("${MODEL[@]}" --make-vocab-size-divisible-by 64 --train-iters 4)
 base=$(timeout 60 "$BIN" train "${TPM[@]}" 2>&1); rc0=$?
 for layout in "2:--tensor-model-parallel-size 2 --sequence-parallel" \
     "4:--tensor-model-parallel-size 2 --sequence-parallel --use-distributed-optimizer --overlap-grad-reduce" \
     "2:--tensor-model-parallel-size 2" \
-    "2:--tensor-model-parallel-size 2 --tp-comm-overlap --no-tp-comm-bulk-wgrad" \
+    "2:--tensor-model-parallel-size 2 --no-tp-comm-bulk-wgrad" \
+    "2:--tensor-model-parallel-size 2 --sequence-parallel --tp-comm-overlap --disable-tp-comm-bulk-wgrad --disable-tp-comm-overlap-ag" \
     "2:--tensor-model-parallel-size 2 --sequence-parallel --tp-comm-overlap" \
-    "2:--tensor-model-parallel-size 2 --tp-comm-overlap --tp-comm-overlap-cfg tp.yaml --no-tp-comm-bulk-dgrad"; do
+    "2:--tensor-model-parallel-size 2 --tp-comm-overlap --disable-tp-comm-overlap-rs --tp-comm-overlap-cfg tp.yaml --no-tp-comm-bulk-dgrad"; do
     np=${layout%%:*}; read -r -a extra <<<"${layout#*:}"
     out=$(timeout 60 "${MPIRUN[@]}" -np "$np" "$BIN" train "${TPM[@]}" "${extra[@]}" 2>&1); rc=$?
     name="train np=$np ${layout#*:}"

@@ -12,11 +12,13 @@
  * Each with and without --sequence-parallel; the Llama style also with --rotary-percent 0.5 and
  * --apply-layernorm-1p (SP), the GPT-2 style with --apply-layernorm-1p; both with SP and
  * --tp-comm-overlap (the all-gathers beside the GEMMs of a rank's own rows, the row-parallel
- * products reduce-scattered in chunks), the GPT-2 style also without SP (all-reduced in chunks). Dropout is on
- * (Megatron's 0.1, explicit) with --layout-invariant-dropout: the masks are keyed by global head,
- * global row and the sequence's place in the global batch (core/dropout.h), so a rank's heads and
- * (SP) rows draw exactly the one-rank model's masks (Megatron's own streams: test_train_rng.c). On
- * 2 ranks T = 2; on 4 ranks T = 4, and T = 2 x D = 2 with the distributed optimizer and
+ * products reduce-scattered in chunks), the GPT-2 style also without SP (all-reduced in chunks).
+ * Every variant reduces QKV's and fc1's input gradient beside their weight gradient (the
+ * default) except the --no-tp-comm-bulk-wgrad ones (everything in the compute stream). Dropout is
+ * on (Megatron's 0.1, explicit) with --layout-invariant-dropout: the masks are keyed by global
+ * head, global row and the sequence's place in the global batch (core/dropout.h), so a rank's heads
+ * and (SP) rows draw exactly the one-rank model's masks (Megatron's own streams: test_train_rng.c).
+ * On 2 ranks T = 2; on 4 ranks T = 4, and T = 2 x D = 2 with the distributed optimizer and
  * --overlap-grad-reduce; on 8 ranks T = 4 x D = 2.
  * The key bias of the fused QKV has a true gradient of exactly zero (softmax ignores a constant
  * added to every score of a row): both runs hold rounding noise there that Adam turns into
@@ -55,7 +57,9 @@ typedef struct {
     int tp;        /* D = world / tp */
     double rotary; /* --rotary-percent (0: the default, 1) */
     bool onep;     /* --apply-layernorm-1p */
-    bool overlap;  /* --tp-comm-overlap: SP's all-gathers beside the GEMMs of a rank's own rows */
+    int overlap;   /* 1: --tp-comm-overlap (chunked reductions, SP's all-gathers beside the GEMMs
+                    * of a rank's own rows); -1: --no-tp-comm-bulk-wgrad (every collective in the
+                    * compute stream); 0: the default (the bulk wgrad overlap alone) */
 } variant;
 
 static void make_config(dist_ctx *t, mg_config *c, const variant *v, int tp, int world) {
@@ -128,7 +132,8 @@ static void make_config(dist_ctx *t, mg_config *c, const variant *v, int tp, int
     c->overlap_param_gather = v->distopt && v->llama; /* the parameters gathered in forward */
     if (v->rotary > 0) c->rotary_percent = v->rotary;
     c->apply_layernorm_1p = v->onep;
-    c->tp_comm_overlap = v->overlap;
+    c->tp_comm_overlap = v->overlap > 0;
+    c->no_tp_comm_bulk_wgrad = v->overlap < 0;
     DOK(mg_config_validate(c));
 }
 
@@ -187,13 +192,14 @@ void test_train_tp(dist_ctx *t) {
     if (dist_on_device(t)) {
         if (t->size != 2 && t->size != 4) return;
         const variant gpu[] = {
-            {"gpu gpt2 tp2", false, false, false, 2, 0, false, false},
-            {"gpu gpt2 tp2+sp", false, true, false, 2, 0, false, false},
-            {"gpu llama tp2+sp", true, true, false, 2, 0, false, false},
-            {"gpu llama tp2+sp, rotary 0.5, layernorm 1p", true, true, false, 2, 0.5, true, false},
-            {"gpu gpt2 tp2+sp, --tp-comm-overlap", false, true, false, 2, 0, false, true},
-            {"gpu llama tp2+sp, --tp-comm-overlap", true, true, false, 2, 0, false, true},
-            {"gpu gpt2 tp2, --tp-comm-overlap", false, false, false, 2, 0, false, true},
+            {"gpu gpt2 tp2", false, false, false, 2, 0, false, 0},
+            {"gpu gpt2 tp2+sp", false, true, false, 2, 0, false, 0},
+            {"gpu llama tp2+sp", true, true, false, 2, 0, false, 0},
+            {"gpu llama tp2+sp, rotary 0.5, layernorm 1p", true, true, false, 2, 0.5, true, 0},
+            {"gpu gpt2 tp2+sp, --tp-comm-overlap", false, true, false, 2, 0, false, 1},
+            {"gpu llama tp2+sp, --tp-comm-overlap", true, true, false, 2, 0, false, 1},
+            {"gpu gpt2 tp2, --tp-comm-overlap", false, false, false, 2, 0, false, 1},
+            {"gpu llama tp2+sp, --no-tp-comm-bulk-wgrad", true, true, false, 2, 0, false, -1},
         };
         for (size_t i = 0; i < sizeof gpu / sizeof *gpu; i++) check_variant(t, &gpu[i]);
         return;
@@ -201,23 +207,25 @@ void test_train_tp(dist_ctx *t) {
     if (t->size != 2 && t->size != 4 && t->size != 8) return;
     const int T = t->size == 8 ? 4 : t->size;
     const variant all[] = {
-        {"gpt2 tp", false, false, false, T, 0, false, false},
-        {"gpt2 tp+sp", false, true, false, T, 0, false, false},
-        {"llama tp", true, false, false, T, 0, false, false},
-        {"llama tp+sp", true, true, false, T, 0, false, false},
+        {"gpt2 tp", false, false, false, T, 0, false, 0},
+        {"gpt2 tp+sp", false, true, false, T, 0, false, 0},
+        {"llama tp", true, false, false, T, 0, false, 0},
+        {"llama tp+sp", true, true, false, T, 0, false, 0},
         {"gpt2 tp2 x dp, distributed optimizer, overlap-grad-reduce", false, false, true, 2, 0,
-         false, false},
+         false, 0},
         {"llama tp2+sp x dp, distributed optimizer, overlap-grad-reduce and param-gather", true,
-         true, true, 2, 0, false, false},
+         true, true, 2, 0, false, 0},
         /* partial RoPE (8 of 16 channels per head) and zero-centred norm weights (replicated,
          * partial gradients under SP) */
         {"llama tp+sp, --rotary-percent 0.5 --apply-layernorm-1p", true, true, false, T, 0.5, true,
-         false},
-        {"gpt2 tp, --apply-layernorm-1p", false, false, false, T, 0, true, false},
+         0},
+        {"gpt2 tp, --apply-layernorm-1p", false, false, false, T, 0, true, 0},
         /* SP's all-gathers beside the GEMMs of this rank's rows (the rows split per rank) */
-        {"gpt2 tp+sp, --tp-comm-overlap", false, true, false, T, 0, false, true},
-        {"llama tp+sp, --tp-comm-overlap", true, true, false, T, 0, false, true},
-        {"gpt2 tp, --tp-comm-overlap", false, false, false, T, 0, false, true},
+        {"gpt2 tp+sp, --tp-comm-overlap", false, true, false, T, 0, false, 1},
+        {"llama tp+sp, --tp-comm-overlap", true, true, false, T, 0, false, 1},
+        {"gpt2 tp, --tp-comm-overlap", false, false, false, T, 0, false, 1},
+        {"gpt2 tp, --no-tp-comm-bulk-wgrad", false, false, false, T, 0, false, -1},
+        {"llama tp+sp, --no-tp-comm-bulk-wgrad", true, true, false, T, 0, false, -1},
     };
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) {
         /* T x D layouts only where there are data-parallel replicas; 8 ranks: the T = 4 ones */
