@@ -27,6 +27,7 @@ SHAPES=${SHAPES:-124m 1.5b llama-3b}
 ITERS=${ITERS:-300}
 OUTDIR=${OUTDIR:-${OUT:-$(mktemp -d)}}
 RESULTS=$OUTDIR/fp8_bench.jsonl
+mkdir -p "$OUTDIR"
 FP8=(--fp8-format hybrid --fp8-amax-history-len 1024 --fp8-amax-compute-algo max)
 [ -x "$BIN" ] || { echo "fp8_bench: $BIN is not built" >&2; exit 1; }
 : >"$RESULTS"

@@ -21,6 +21,9 @@
  *   MG_FAULT_OVERFLOW  tests only: "A:B" puts an Inf into every rank's gradients (the first
  *                  element of its first shard) in iterations A..B, the overflow a too-large loss
  *                  scale causes, to prove the loss scaler's skipped steps on any backend
+ *   MG_TEST_FP8_RECAST  tests only: 1 makes the fp8 linears cast their inputs again,
+ *                  transposed, in the backward instead of keeping the forward's transpose, to
+ *                  prove the kept bytes are the same
  * Exports: mg_env_int, mg_env_str, mg_env_forget. Needs: nothing. */
 #ifndef MG_ENV_H
 #define MG_ENV_H

@@ -164,9 +164,12 @@ typedef struct {
        (each row-major, then transposed), and every fp8 layer's weight copies (the bytes and
        the transpose of each linear's weight, cast once per pass) */
     size_t fp8_state, fp8_sinv, fp8_x, fp8_dy, fp8_wcopy;
+    size_t fp8_xt;  /* with one microbatch in flight: every fp8 layer's linears' inputs,
+                       transposed, as the training forward cast them, for the weight gradients */
     size_t fp8_now; /* --fp8-recipe tensorwise: (3) fp32 [amax | scale | history] of the cast
                        in progress */
     int fp8_tensors;
+    bool fp8_keep_inputs; /* fp8_xt is there */
 } mg_block_ws;
 
 /* The pass in progress, from the slot's (gpt.c sets it before a chunk's forward or backward):

@@ -39,6 +39,19 @@ static size_t weight_elems(const mg_model_config *c, int j) {
     }
 }
 
+/* The columns of linear j's input (the larger of a dense MLP's and an MoE layer's shared
+ * experts'). */
+static size_t input_cols(const mg_model_config *c, int j) {
+    switch (j) {
+    case MG_FP8_PROJ:
+        return (size_t)c->attn_l;
+    case MG_FP8_FC2:
+        return max2((size_t)c->F_l, (size_t)c->moe.shared_F);
+    default: /* QKV and fc1 read a norm's output */
+        return (size_t)c->H;
+    }
+}
+
 /* Bytes of one fp8 layer's weight copies, and where linear j's starts among them: each the
  * row-major bytes, then the transpose at the next FP8_ALIGN boundary. */
 static size_t weight_copies(const mg_model_config *c, int j) {
@@ -47,7 +60,14 @@ static size_t weight_copies(const mg_model_config *c, int j) {
     return at;
 }
 
-mg_status mg_fp8_plan(const mg_block_ctx *x, mg_block_ws *w, int n_linears) {
+/* Bytes of one fp8 layer's input transposes (N rows each), and where linear j's starts. */
+static size_t input_copies(const mg_model_config *c, size_t N, int j) {
+    size_t at = 0;
+    for (int i = 0; i < j; i++) at += align_up(N * input_cols(c, i));
+    return at;
+}
+
+mg_status mg_fp8_plan(const mg_block_ctx *x, mg_block_ws *w, int n_linears, bool keep_inputs) {
     const mg_model_config *c = x->c;
     size_t N = (size_t)x->N, H = (size_t)c->H, nt = 3 * (size_t)n_linears;
     bool on = n_linears > 0;
@@ -66,6 +86,9 @@ mg_status mg_fp8_plan(const mg_block_ctx *x, mg_block_ws *w, int n_linears) {
     /* every fp8 layer's weight copies, which the pass's first microbatch writes */
     size_t layers = (size_t)n_linears / MG_FP8_LINEARS;
     MG_CHECK(reserve(x->work, layers * weight_copies(c, MG_FP8_LINEARS), &w->fp8_wcopy));
+    w->fp8_keep_inputs = on && keep_inputs && c->fp8_wgrad;
+    MG_CHECK(reserve(x->work, w->fp8_keep_inputs ? layers * input_copies(c, N, MG_FP8_LINEARS) : 0,
+                     &w->fp8_xt));
     MG_CHECK(reserve(x->work, on ? 2 * align_up(N * out) : 0, &w->fp8_dy));
     MG_CHECK(reserve(x->work, on && c->fp8_current ? 3 * sizeof(float) : 0, &w->fp8_now));
     return MG_OK;
@@ -106,17 +129,28 @@ static mg_status current_scale(const mg_block_ctx *x, const void *in, int rows, 
 /* What a cast writes: the row-major bytes, the transposed ones, or both. */
 enum { ROWS = 1, COLS = 2 };
 
-/* Tensor t's bytes of in (rows, cols) into the workspace copy at `to`: row-major at its start,
- * transposed after (the forms `forms` names); *o describes them. */
-static mg_status cast(const mg_block_ctx *x, size_t t, size_t to, const void *in, int rows,
-                      int cols, int forms, int format, mg_fp8_tensor *o) {
+/* Where tensor t's cast leaves the inverse of its scale. */
+static float *sinv_of(const mg_block_ctx *x, size_t t) {
+    return (float *)mg_block_ws_ptr(x, x->ws->fp8_sinv) + SINV_STRIDE * t;
+}
+
+/* The row-major bytes (forms & ROWS) and the transposed ones (forms & COLS) of a (rows, cols)
+ * tensor in the workspace copy at `to`: the transpose at the next FP8_ALIGN boundary. */
+static uint8_t *copy_rows(const mg_block_ctx *x, size_t to, int forms) {
+    return forms & ROWS ? (uint8_t *)mg_block_ws_ptr(x, to) : NULL;
+}
+static uint8_t *copy_cols(const mg_block_ctx *x, size_t to, int rows, int cols, int forms) {
+    return forms & COLS ? (uint8_t *)mg_block_ws_ptr(x, to) + align_up((size_t)rows * cols) : NULL;
+}
+
+/* Tensor t's bytes of in (rows, cols): row-major into data, transposed into data_t (either may
+ * be NULL); *o describes them. */
+static mg_status cast(const mg_block_ctx *x, size_t t, uint8_t *data, uint8_t *data_t,
+                      const void *in, int rows, int cols, int format, mg_fp8_tensor *o) {
     const mg_block_ws *w = x->ws;
     mg_backend *be = x->be;
     size_t nt = (size_t)w->fp8_tensors;
-    uint8_t *base = mg_block_ws_ptr(x, to);
-    uint8_t *data = forms & ROWS ? base : NULL;
-    uint8_t *data_t = forms & COLS ? base + align_up((size_t)rows * cols) : NULL;
-    float *sinv = (float *)mg_block_ws_ptr(x, w->fp8_sinv) + SINV_STRIDE * t;
+    float *sinv = sinv_of(x, t);
     const float *scale;
     float *amax = NULL;
     if (x->c->fp8_current) {
@@ -145,11 +179,21 @@ static mg_status weight_copy(const mg_block_ctx *x, const mg_layer_params *p, mg
     return MG_OK;
 }
 
+/* Where linear j of layer p keeps its input's transpose from the training forward for the
+ * backward; NULL where it does not (a pipeline, --no-fp8-wgrad, an evaluation). */
+static uint8_t *input_kept(const mg_block_ctx *x, const mg_layer_params *p, mg_fp8_linear j,
+                           int IC) {
+    const mg_model_config *c = x->c;
+    size_t N = (size_t)x->N, each = input_copies(c, N, MG_FP8_LINEARS);
+    if (!x->ws->fp8_keep_inputs || !x->pass.on || (size_t)IC > input_cols(c, (int)j)) return NULL;
+    size_t layer = (size_t)(p->fp8 / MG_FP8_LINEARS);
+    return (uint8_t *)mg_block_ws_ptr(x, x->ws->fp8_xt) + layer * each + input_copies(c, N, (int)j);
+}
+
 /* The weight's bytes and transpose as the pass's first microbatch cast them. */
 static mg_fp8_tensor weight_cached(const mg_block_ctx *x, size_t t, size_t at, int OC, int IC) {
     uint8_t *base = mg_block_ws_ptr(x, at);
-    float *sinv = (float *)mg_block_ws_ptr(x, x->ws->fp8_sinv) + SINV_STRIDE * t;
-    return (mg_fp8_tensor){base, base + align_up((size_t)OC * IC), sinv, MG_FP8_E4M3};
+    return (mg_fp8_tensor){base, base + align_up((size_t)OC * IC), sinv_of(x, t), MG_FP8_E4M3};
 }
 
 mg_status mg_fp8_linear_forward(const mg_block_ctx *x, const mg_layer_params *p, mg_fp8_linear j,
@@ -162,14 +206,17 @@ mg_status mg_fp8_linear_forward(const mg_block_ctx *x, const mg_layer_params *p,
     }
     size_t t = 3 * (size_t)(p->fp8 + (int)j);
     mg_fp8_tensor fi, fw;
-    MG_CHECK(cast(x, t, x->ws->fp8_x, inp, x->N, IC, ROWS, MG_FP8_E4M3, &fi));
+    /* the input's transpose too where the backward will read it */
+    MG_CHECK(cast(x, t, copy_rows(x, x->ws->fp8_x, ROWS), input_kept(x, p, j, IC), inp, x->N, IC,
+                  MG_FP8_E4M3, &fi));
     /* the weight once per pass: its first microbatch's forward writes the bytes and the
      * transpose, which the other microbatches and every backward of the pass read (the weights
      * and the scales change only between passes) */
     size_t at;
     MG_CHECK(weight_copy(x, p, j, OC, IC, &at));
     if (x->pass.mb == 0)
-        MG_CHECK(cast(x, t + 1, at, w, OC, IC, ROWS | COLS, MG_FP8_E4M3, &fw));
+        MG_CHECK(cast(x, t + 1, copy_rows(x, at, ROWS), copy_cols(x, at, OC, IC, COLS), w, OC, IC,
+                      MG_FP8_E4M3, &fw));
     else
         fw = weight_cached(x, t + 1, at, OC, IC);
     return be->fp8_linear_forward(be, out, gelu_pre, &fi, &fw, bias, residual, x->N, IC, OC);
@@ -192,8 +239,16 @@ mg_status mg_fp8_linear_backward(const mg_block_ctx *x, const mg_layer_params *p
     const int dforms = (dinp ? ROWS : 0) | (dw8 ? COLS : 0);
     if (!dforms) /* nothing in fp8: the compute dtype's weight (and bias) gradient alone */
         return be->linear_backward(be, NULL, dw, dbias, dout, inp, w, NULL, x->N, IC, OC);
-    MG_CHECK(cast(x, t + 2, x->ws->fp8_dy, dout, x->N, OC, dforms, x->c->fp8_bwd, &fd));
-    if (dw8) MG_CHECK(cast(x, t, x->ws->fp8_x, inp, x->N, IC, COLS, MG_FP8_E4M3, &fi));
+    size_t dy = x->ws->fp8_dy;
+    MG_CHECK(cast(x, t + 2, copy_rows(x, dy, dforms), copy_cols(x, dy, x->N, OC, dforms), dout,
+                  x->N, OC, x->c->fp8_bwd, &fd));
+    /* the input's transpose as the forward kept it, else cast again */
+    uint8_t *kept = dw8 ? input_kept(x, p, j, IC) : NULL;
+    if (kept)
+        fi = (mg_fp8_tensor){NULL, kept, sinv_of(x, t), MG_FP8_E4M3};
+    else if (dw8)
+        MG_CHECK(cast(x, t, NULL, copy_cols(x, x->ws->fp8_x, x->N, IC, COLS), inp, x->N, IC,
+                      MG_FP8_E4M3, &fi));
     /* the weight's transpose for dinp, as the pass's first forward cast it */
     size_t at;
     MG_CHECK(weight_copy(x, p, j, OC, IC, &at));

@@ -1,12 +1,14 @@
 /* GPT model: parameter registration, activation planning, and the forward/backward walk over
  * the vocab-parallel embedding, blocks (model/block.h) and the vocab-parallel head. */
 #include "model/gpt.h"
+
 #include "model/fp8.h"
 #include "model/gpt_slots.h"
 #include "model/layer_graphs.h"
 #include "model/recompute.h"
 
 #include "config/flags.h"
+#include "core/env.h"
 #include "core/rng.h"
 #include "model/moe.h"
 
@@ -320,7 +322,10 @@ mg_status mg_gpt_plan(mg_gpt *g, mg_gpt_target target, int B, int n_slots, mg_ar
     MG_CHECK(reserve(work, c->norm_1p ? H * e : 0, &w->ones));
     MG_CHECK(reserve(work, c->norm_1p ? H * e : 0, &w->norm_w));
     MG_CHECK(reserve(work, g->rc_any ? Nl * H * e : 0, &w->rc_out));
-    MG_CHECK(mg_fp8_plan(&g->blk, w, MG_FP8_LINEARS * g->n_fp8));
+    /* one microbatch in flight (no pipeline): a layer's backward follows its forward with no
+     * other microbatch's forward between, so the forward's input bytes can wait for it */
+    bool keep = n_slots == 1 && !mg_env_int("MG_TEST_FP8_RECAST", 0);
+    MG_CHECK(mg_fp8_plan(&g->blk, w, MG_FP8_LINEARS * g->n_fp8, keep));
     return MG_OK;
 }
 

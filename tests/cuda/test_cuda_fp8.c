@@ -50,14 +50,17 @@ static void same_amax(mg_test_ctx *t, const float *got, float want, int rows, in
 
 MG_TEST(cuda_fp8_cast_matches_cpu) {
     CT_BACKENDS(cpu, gpu);
-    static const int shapes[][2] = {{97, 131}, {64, 256}, {1, 70001}};
-    for (int sh = 0; sh < 3; sh++) {
+    /* partial tiles and chunks (97 x 131), half a tile (64 x 256), the flat cast (1 x 70001),
+     * whole vectors with a partial last row group (203 x 136), whole tiles (256 x 192) */
+    static const int shapes[][2] = {{97, 131}, {64, 256}, {1, 70001}, {203, 136}, {256, 192}};
+    for (int sh = 0; sh < 5; sh++) {
         ct_pool P = ct_pool_of(t, gpu); /* one per shape: the pool holds CT_POOL_MAX buffers */
         const int rows = shapes[sh][0], cols = shapes[sh][1];
         const size_t n = (size_t)rows * cols;
         float *x = ct_uniform_act(&P, 31 + sh, n, -1.0f, 1.0f);
         uint8_t *want = ct_host(&P, n), *want_t = ct_host(&P, n);
-        uint8_t *d_out = ct_poison(&P, n), *d_out_t = ct_poison(&P, n);
+        uint8_t *d_out = ct_poison(&P, n), *d_out_t = ct_poison(&P, n),
+                *d_only_t = ct_poison(&P, n);
         for (int f = 0; f < 2 && !P.failed; f++) {
             /* magnitudes from 2^-20 to 2^20 times the scale's inverse: subnormals to saturation */
             for (size_t i = 0; i < n; i++) x[i] = ldexpf(x[i], (int)(i % 41) - 20);
@@ -83,6 +86,14 @@ MG_TEST(cuda_fp8_cast_matches_cpu) {
                                     f ? "e5m2" : "e4m3");
             same_amax(t, amax_g, amax_c, rows, cols, "");
             CT_EXPECT_SAME_BITS(sinv_g, &sinv_c, 4, "fp8_cast %dx%d scale_inv", rows, cols);
+            if (rows > 1) { /* the transpose alone (the backward's input), the same bytes */
+                MG_EXPECT_OK(
+                    gpu->fp8_cast(gpu, NULL, d_only_t, d_in, rows, cols, d_scale, NULL, NULL, f));
+                uint8_t *only_t = ct_down_raw(&P, d_only_t, n);
+                if (only_t)
+                    CT_EXPECT_SAME_BITS(only_t, want_t, n, "fp8_cast %dx%d %s, transpose alone",
+                                        rows, cols, f ? "e5m2" : "e4m3");
+            }
             /* no output: the amax alone, the same */
             MG_EXPECT_OK(gpu->copy_h2d(gpu, d_amax, &zero, sizeof zero));
             MG_EXPECT_OK(

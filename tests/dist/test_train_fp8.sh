@@ -5,6 +5,10 @@
 # every layout trains with one rank's scales, and
 #   - DP 2 with the distributed optimizer and --fp8-param-gather, PP 2, and PP 2 x DP 2 log the
 #     one-rank fp8 run's lm loss and grad norm within 2e-3 relative over 6 iterations;
+#   - one rank that casts each linear's input again, transposed, in the backward
+#     (MG_TEST_FP8_RECAST=1) logs exactly the lm losses and grad norms of one rank that keeps the
+#     forward's transpose (model/fp8.h), with delayed and tensorwise scaling: the kept bytes are
+#     the cast's;
 #   - TP 2, TP 2 with sequence parallelism (also with --tp-comm-overlap: the input gradient's
 #     reduction beside the weight gradient), and --fp8-recipe tensorwise (each cast scaled by its
 #     tensor's amax now, reduced over the tensor-parallel group) with DP 2 and TP 2 log the
@@ -35,6 +39,20 @@ timeout 120 "$BIN" train "${MODEL[@]}" --metrics-file "$TMP/one.jsonl" >"$TMP/on
 timeout 120 "$BIN" train "${MODEL[@]}" --fp8-recipe tensorwise --metrics-file "$TMP/one_tw.jsonl" \
     >"$TMP/one_tw.log" 2>&1 || fail "fp8 tensorwise one rank" "$(tail -n 3 "$TMP/one_tw.log")"
 KEYS='lm_loss|grad_norm'
+for recipe in delayed tensorwise; do
+    base=$TMP/one.jsonl
+    [ $recipe = tensorwise ] && base=$TMP/one_tw.jsonl
+    name="train fp8 one rank, --fp8-recipe $recipe, inputs cast again in the backward"
+    if ! MG_TEST_FP8_RECAST=1 timeout 120 "$BIN" train "${MODEL[@]}" --fp8-recipe $recipe \
+        --metrics-file "$TMP/recast.jsonl" >"$TMP/recast.log" 2>&1; then
+        fail "$name (exit status)" "$(tail -n 3 "$TMP/recast.log")"
+    elif [ "$(vals "$base" | wc -l)" -ne 12 ] || [ "$(vals "$base")" != "$(vals "$TMP/recast.jsonl")" ]; then
+        fail "$name (metrics differ from the kept transposes')" "kept: $(vals "$base" | paste -sd' ')" \
+            "cast again: $(vals "$TMP/recast.jsonl" | paste -sd' ')"
+    else
+        pass "$name: 6 iterations' lm_loss and grad_norm equal the kept transposes' exactly"
+    fi
+done
 for layout in "2:2e-3:--use-distributed-optimizer --fp8-param-gather" \
     "2:2e-3:--pipeline-model-parallel-size 2" \
     "4:2e-3:--pipeline-model-parallel-size 2 --use-distributed-optimizer" \
