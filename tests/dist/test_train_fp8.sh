@@ -7,8 +7,8 @@
 #     one-rank fp8 run's lm loss and grad norm within 2e-3 relative over 6 iterations;
 #   - one rank that casts each linear's input again, transposed, in the backward
 #     (MG_TEST_FP8_RECAST=1) logs exactly the lm losses and grad norms of one rank that keeps the
-#     forward's transpose (model/fp8.h), with delayed and tensorwise scaling: the kept bytes are
-#     the cast's;
+#     forward's transpose (model/fp8.h), with delayed and tensorwise scaling, and with full and
+#     selective recomputation (whose numbers are the plain run's): the kept bytes are the cast's;
 #   - TP 2, TP 2 with sequence parallelism (also with --tp-comm-overlap: the input gradient's
 #     reduction beside the weight gradient), and --fp8-recipe tensorwise (each cast scaled by its
 #     tensor's amax now, reduced over the tensor-parallel group) with DP 2 and TP 2 log the
@@ -39,12 +39,16 @@ timeout 120 "$BIN" train "${MODEL[@]}" --metrics-file "$TMP/one.jsonl" >"$TMP/on
 timeout 120 "$BIN" train "${MODEL[@]}" --fp8-recipe tensorwise --metrics-file "$TMP/one_tw.jsonl" \
     >"$TMP/one_tw.log" 2>&1 || fail "fp8 tensorwise one rank" "$(tail -n 3 "$TMP/one_tw.log")"
 KEYS='lm_loss|grad_norm'
-for recipe in delayed tensorwise; do
+for v in "delayed:" "tensorwise:" \
+    "delayed:--recompute-granularity full --recompute-method uniform --recompute-num-layers 2" \
+    "delayed:--recompute-granularity selective --recompute-modules mlp layernorm"; do
+    recipe=${v%%:*}
+    read -r -a rc <<<"${v#*:}"
     base=$TMP/one.jsonl
     [ $recipe = tensorwise ] && base=$TMP/one_tw.jsonl
-    name="train fp8 one rank, --fp8-recipe $recipe, inputs cast again in the backward"
+    name="train fp8 one rank, --fp8-recipe $recipe${rc[*]:+ ${rc[*]}}, inputs cast again in the backward"
     if ! MG_TEST_FP8_RECAST=1 timeout 120 "$BIN" train "${MODEL[@]}" --fp8-recipe $recipe \
-        --metrics-file "$TMP/recast.jsonl" >"$TMP/recast.log" 2>&1; then
+        "${rc[@]}" --metrics-file "$TMP/recast.jsonl" >"$TMP/recast.log" 2>&1; then
         fail "$name (exit status)" "$(tail -n 3 "$TMP/recast.log")"
     elif [ "$(vals "$base" | wc -l)" -ne 12 ] || [ "$(vals "$base")" != "$(vals "$TMP/recast.jsonl")" ]; then
         fail "$name (metrics differ from the kept transposes')" "kept: $(vals "$base" | paste -sd' ')" \
