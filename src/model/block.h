@@ -83,6 +83,10 @@ typedef struct {
 #define MG_SLOT_RC_DIST                                                                            \
     (1u << 10) /* a group's first layer whose input is kept split over the                         \
                   tensor-parallel ranks (--distribute-saved-activations) */
+/* and not recomputation: a dense fp8 layer that keeps its linears' input transposes (model/fp8.h)
+ * reads its norms' outputs and its activation only in the forward (the weight gradients take the
+ * kept bytes), so those share the buffers of every slot */
+#define MG_SLOT_RC_FP8 (1u << 11)
 
 /* What MoE layers share (model/moe.c): workspace offsets for the backward, per MoE layer the
  * expert bias, the step's load and the experts' pointer arrays, and the pass's settings. */

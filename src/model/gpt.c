@@ -263,6 +263,10 @@ mg_status mg_gpt_plan(mg_gpt *g, mg_gpt_target target, int B, int n_slots, mg_ar
     size_t N = (size_t)x->N, Nl = (size_t)x->Nl, e = x->esz, f = sizeof(float), H = (size_t)c->H;
     const bool split = c->tp > 1;
     g->n_slots = n_slots;
+    /* one microbatch in flight (no pipeline): a layer's backward follows its forward with no
+     * other microbatch's forward between, so the forward's input bytes can wait for it */
+    g->fp8_keep =
+        g->n_fp8 > 0 && c->fp8_wgrad && n_slots == 1 && !mg_env_int("MG_TEST_FP8_RECAST", 0);
     g->slot_layers = 0;
     for (int v = 0; v < g->n_chunks; v++)
         if (g->chunks[v].count > g->slot_layers) g->slot_layers = g->chunks[v].count;
@@ -322,10 +326,7 @@ mg_status mg_gpt_plan(mg_gpt *g, mg_gpt_target target, int B, int n_slots, mg_ar
     MG_CHECK(reserve(work, c->norm_1p ? H * e : 0, &w->ones));
     MG_CHECK(reserve(work, c->norm_1p ? H * e : 0, &w->norm_w));
     MG_CHECK(reserve(work, g->rc_any ? Nl * H * e : 0, &w->rc_out));
-    /* one microbatch in flight (no pipeline): a layer's backward follows its forward with no
-     * other microbatch's forward between, so the forward's input bytes can wait for it */
-    bool keep = n_slots == 1 && !mg_env_int("MG_TEST_FP8_RECAST", 0);
-    MG_CHECK(mg_fp8_plan(&g->blk, w, MG_FP8_LINEARS * g->n_fp8, keep));
+    MG_CHECK(mg_fp8_plan(&g->blk, w, MG_FP8_LINEARS * g->n_fp8, g->fp8_keep));
     return MG_OK;
 }
 

@@ -119,7 +119,11 @@ typedef struct {
     mg_layer_slot *rc_scratch; /* (rc_groups) */
     int rc_groups;
     bool rc_any;              /* something is recomputed */
-    size_t rc_bytes;          /* the shared buffers' part of the activation arena */
+    bool fp8_keep;            /* fp8 layers keep their inputs' transposes (model/fp8.h), and
+                                 their norms' outputs and activation share buffers
+                                 (MG_SLOT_RC_FP8) */
+    size_t rc_bytes;          /* the shared buffers' part of the activation arena (recomputation's
+                                 and the fp8 layers') */
     size_t *x_part;           /* (n_slots * slot_layers) offsets, 0 bytes where not distributed */
     mg_block_pass *slot_pass; /* (n_slots) the dropout of each slot's microbatch */
     size_t lnf, lnf_mean, lnf_rstd; /* workspace: final norm (N,H) whole, (Nl), (Nl) */

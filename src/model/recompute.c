@@ -27,8 +27,17 @@ static unsigned position_rc(const mg_gpt *g, int i, bool dense, bool moe) {
     return m;
 }
 
+/* Whether the layers at position i are dense fp8 layers that keep their inputs' transposes: a
+ * pipeline has several chunks of layers but never keeps them, so one chunk's layer decides. */
+static bool fp8_dense(const mg_gpt *g, int i, bool dense, bool moe) {
+    if (!g->fp8_keep || !dense || moe || g->n_chunks != 1) return false;
+    return g->layers[g->chunks[0].first + i].fp8 >= 0;
+}
+
 /* Each position's recomputation and the buffers the slots share for it: one layer's (the fields
- * recomputation frees), or for uniform groups one per layer of a group. */
+ * recomputation frees), or for uniform groups one per layer of a group. Dense fp8 layers that
+ * keep their inputs' transposes share the same buffers for their forward-only activations
+ * (MG_SLOT_RC_FP8). */
 mg_status mg_recompute_plan(mg_gpt *g) {
     const mg_model_config *c = &g->cfg;
     int n = g->slot_layers ? g->slot_layers : 1;
@@ -42,6 +51,7 @@ mg_status mg_recompute_plan(mg_gpt *g) {
         mg_gpt_position_kinds(g, i, &dense, &moe);
         g->rc_pos[i] = position_rc(g, i, dense, moe);
         g->rc_any |= g->rc_pos[i] != 0;
+        if (fp8_dense(g, i, dense, moe)) g->rc_pos[i] |= MG_SLOT_RC_FP8;
     }
     if (c->rc_distribute && ((size_t)g->blk.Nl * c->H) % (size_t)c->tp != 0)
         return MG_FAIL(MG_ERR_USAGE,

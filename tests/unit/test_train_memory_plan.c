@@ -74,3 +74,27 @@ MG_TEST(train_memory_plan_is_the_trainers_recompute) {
                        TINY "--recompute-granularity selective --recompute-modules core_attn "
                             "layernorm mlp_act");
 }
+
+/* fp8 layers that keep their inputs' transposes (model/fp8.h) read their norms' outputs and their
+ * activation only in the forward: every layer's slot entry goes without them (one shared set in
+ * the activation arena instead), predicted as committed. TINY: N = 2 x 16 tokens, H = 32,
+ * F = 4H, 2 layers, fp32 on the cpu backend. */
+MG_TEST(train_memory_plan_is_the_trainers_fp8) {
+    expect_plan_agrees(t, "fp8", TINY "--fp8-format hybrid");
+    expect_plan_agrees(t, "fp8, selective recomputation",
+                       TINY "--fp8-format hybrid --recompute-granularity selective "
+                            "--recompute-modules layernorm mlp_act");
+    mg_trainer *bf = mg_test_trainer(t, TINY, NULL);
+    mg_trainer *f8 = mg_test_trainer(t, TINY "--fp8-format hybrid", NULL);
+    if (bf && f8) {
+        const size_t N = 32, H = 32, F = 128, L = 2, each = N * (2 * H + F) * sizeof(float);
+        MG_EXPECT(bf->model.slot_bytes - f8->model.slot_bytes == L * each &&
+                      f8->model.rc_bytes == each && bf->model.rc_bytes == 0,
+                  "fp8 slot %zu B + %zu B shared; without fp8 %zu B + %zu B; expected %zu B less "
+                  "per slot and %zu B shared",
+                  f8->model.slot_bytes, f8->model.rc_bytes, bf->model.slot_bytes,
+                  bf->model.rc_bytes, L * each, each);
+    }
+    mg_test_trainer_free(bf);
+    mg_test_trainer_free(f8);
+}
