@@ -168,18 +168,20 @@ typedef struct {
        (each row-major, then transposed), and every fp8 layer's weight copies (the bytes and
        the transpose of each linear's weight, cast once per pass) */
     size_t fp8_state, fp8_sinv, fp8_x, fp8_dy, fp8_wcopy;
-    size_t fp8_xt;  /* with one microbatch in flight: every fp8 layer's linears' inputs,
-                       transposed, as the training forward cast them, for the weight gradients */
+    size_t fp8_xt;  /* every slot's fp8 layers' linears' inputs, transposed, as the training
+                       forward cast them, for the weight gradients (model/fp8.h) */
     size_t fp8_now; /* --fp8-recipe tensorwise: (3) fp32 [amax | scale | history] of the cast
                        in progress */
     int fp8_tensors;
     bool fp8_keep_inputs; /* fp8_xt is there */
+    int fp8_layers;       /* the fp8 layers (of every chunk) */
 } mg_block_ws;
 
 /* The pass in progress, from the slot's (gpt.c sets it before a chunk's forward or backward):
  * its dropout (core/dropout.h; off for evaluation and generation) and, for packed documents,
  * the microbatch's positions and document starts (train/trainer_docs.h). */
 typedef struct {
+    int slot;                 /* the slot whose activations it uses (a microbatch in flight) */
     bool on;                  /* a training pass: --attention-dropout and --hidden-dropout apply */
     int mb;                   /* stream masks: the microbatch's number in this rank's step */
     const int64_t *iteration; /* positional masks: the training iteration (backend memory) */

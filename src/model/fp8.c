@@ -67,7 +67,7 @@ static size_t input_copies(const mg_model_config *c, size_t N, int j) {
     return at;
 }
 
-mg_status mg_fp8_plan(const mg_block_ctx *x, mg_block_ws *w, int n_linears, bool keep_inputs) {
+mg_status mg_fp8_plan(const mg_block_ctx *x, mg_block_ws *w, int n_linears, int keep_slots) {
     const mg_model_config *c = x->c;
     size_t N = (size_t)x->N, H = (size_t)c->H, nt = 3 * (size_t)n_linears;
     bool on = n_linears > 0;
@@ -86,9 +86,10 @@ mg_status mg_fp8_plan(const mg_block_ctx *x, mg_block_ws *w, int n_linears, bool
     /* every fp8 layer's weight copies, which the pass's first microbatch writes */
     size_t layers = (size_t)n_linears / MG_FP8_LINEARS;
     MG_CHECK(reserve(x->work, layers * weight_copies(c, MG_FP8_LINEARS), &w->fp8_wcopy));
-    w->fp8_keep_inputs = on && keep_inputs && c->fp8_wgrad;
-    MG_CHECK(reserve(x->work, w->fp8_keep_inputs ? layers * input_copies(c, N, MG_FP8_LINEARS) : 0,
-                     &w->fp8_xt));
+    w->fp8_keep_inputs = on && keep_slots > 0 && c->fp8_wgrad;
+    w->fp8_layers = (int)layers;
+    size_t kept = w->fp8_keep_inputs ? (size_t)keep_slots * layers : 0;
+    MG_CHECK(reserve(x->work, kept * input_copies(c, N, MG_FP8_LINEARS), &w->fp8_xt));
     MG_CHECK(reserve(x->work, on ? 2 * align_up(N * out) : 0, &w->fp8_dy));
     MG_CHECK(reserve(x->work, on && c->fp8_current ? 3 * sizeof(float) : 0, &w->fp8_now));
     return MG_OK;
@@ -186,7 +187,8 @@ static uint8_t *input_kept(const mg_block_ctx *x, const mg_layer_params *p, mg_f
     const mg_model_config *c = x->c;
     size_t N = (size_t)x->N, each = input_copies(c, N, MG_FP8_LINEARS);
     if (!x->ws->fp8_keep_inputs || !x->pass.on || (size_t)IC > input_cols(c, (int)j)) return NULL;
-    size_t layer = (size_t)(p->fp8 / MG_FP8_LINEARS);
+    size_t layer =
+        (size_t)x->pass.slot * (size_t)x->ws->fp8_layers + (size_t)(p->fp8 / MG_FP8_LINEARS);
     return (uint8_t *)mg_block_ws_ptr(x, x->ws->fp8_xt) + layer * each + input_copies(c, N, (int)j);
 }
 

@@ -11,11 +11,12 @@
  * schedule runs first) writes its bytes and transpose into the layer's weight copy, which the
  * other microbatches' forwards and every backward of the pass read (weights and scales change
  * only between passes, so the bytes are those a cast at each use would write).
- * An input is cast once per microbatch where one microbatch is in flight (no pipeline): the
- * training forward writes its bytes and, into the layer's input copy, its transpose, which the
+ * An input is cast once per microbatch: the training forward writes its bytes and, into the
+ * layer's input copy in the microbatch's slot (mg_block_pass.slot), its transpose, which the
  * weight gradient's product reads in the backward; the input and its scale are unchanged in
- * between (a recomputed forward writes the same bytes again). With a pipeline the backward
- * casts the transpose again from the saved input.
+ * between (a recomputed forward writes the same bytes again). Under a pipeline with tensorwise
+ * scaling (each microbatch's cast has its own scale, and the next one's replaces it) the backward
+ * casts the transpose again from the saved input instead.
  * Each of these tensors has its own scale and amax history (model state, kept in the workspace
  * arena like the expert bias, saved in checkpoints). A cast records the tensor's amax of the step
  * in training passes; at the step's end the trainer reduces the amaxes over the ranks that hold
@@ -35,9 +36,9 @@ typedef enum { MG_FP8_QKV, MG_FP8_PROJ, MG_FP8_FC1, MG_FP8_FC2, MG_FP8_LINEARS }
 
 /* Reserves the state of n_linears fp8 linears ([amax | scale | history], block.h's fp8_state),
  * the inverses of the scales, the workspace copies the casts of inputs and gradients write,
- * every fp8 layer's weight copies and, with keep_inputs (one microbatch in flight) and fp8
- * weight gradients, every fp8 layer's input transposes (nothing when n_linears is 0). */
-mg_status mg_fp8_plan(const mg_block_ctx *x, mg_block_ws *w, int n_linears, bool keep_inputs);
+ * every fp8 layer's weight copies and, for keep_slots slots (0: none) with fp8 weight
+ * gradients, every fp8 layer's input transposes (nothing when n_linears is 0). */
+mg_status mg_fp8_plan(const mg_block_ctx *x, mg_block_ws *w, int n_linears, int keep_slots);
 /* The scales start at 1, the amaxes and histories at 0 (at bind). */
 mg_status mg_fp8_reset(const mg_block_ctx *x);
 /* Linear j of layer p on the block's N rows: out = inp @ w^T + bias (+ residual), as the

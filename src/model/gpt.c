@@ -263,10 +263,11 @@ mg_status mg_gpt_plan(mg_gpt *g, mg_gpt_target target, int B, int n_slots, mg_ar
     size_t N = (size_t)x->N, Nl = (size_t)x->Nl, e = x->esz, f = sizeof(float), H = (size_t)c->H;
     const bool split = c->tp > 1;
     g->n_slots = n_slots;
-    /* one microbatch in flight (no pipeline): a layer's backward follows its forward with no
-     * other microbatch's forward between, so the forward's input bytes can wait for it */
-    g->fp8_keep =
-        g->n_fp8 > 0 && c->fp8_wgrad && n_slots == 1 && !mg_env_int("MG_TEST_FP8_RECAST", 0);
+    /* the forward's input bytes wait for the backward in the microbatch's slot; with several
+     * slots (a pipeline) only where their scales hold for the whole step (delayed scaling: a
+     * tensorwise cast's scale is its microbatch's, and the next microbatch's cast replaces it) */
+    g->fp8_keep = g->n_fp8 > 0 && c->fp8_wgrad && (n_slots == 1 || !c->fp8_current) &&
+                  !mg_env_int("MG_TEST_FP8_RECAST", 0);
     g->slot_layers = 0;
     for (int v = 0; v < g->n_chunks; v++)
         if (g->chunks[v].count > g->slot_layers) g->slot_layers = g->chunks[v].count;
@@ -275,6 +276,7 @@ mg_status mg_gpt_plan(mg_gpt *g, mg_gpt_target target, int B, int n_slots, mg_ar
     g->x_part = calloc(n_entries, sizeof *g->x_part);
     g->x_out = calloc((size_t)n_slots, sizeof *g->x_out);
     g->slot_pass = calloc((size_t)n_slots, sizeof *g->slot_pass); /* no dropout until set */
+    for (int k = 0; g->slot_pass && k < n_slots; k++) g->slot_pass[k].slot = k;
     if (!g->slot || !g->x_part || !g->x_out || !g->slot_pass)
         return MG_FAIL(MG_ERR_NOMEM, "cannot allocate the activation plan");
     if (g->n_moe > 0) { /* before the slots, which take the MoE plan's row counts */
@@ -326,7 +328,7 @@ mg_status mg_gpt_plan(mg_gpt *g, mg_gpt_target target, int B, int n_slots, mg_ar
     MG_CHECK(reserve(work, c->norm_1p ? H * e : 0, &w->ones));
     MG_CHECK(reserve(work, c->norm_1p ? H * e : 0, &w->norm_w));
     MG_CHECK(reserve(work, g->rc_any ? Nl * H * e : 0, &w->rc_out));
-    MG_CHECK(mg_fp8_plan(&g->blk, w, MG_FP8_LINEARS * g->n_fp8, g->fp8_keep));
+    MG_CHECK(mg_fp8_plan(&g->blk, w, MG_FP8_LINEARS * g->n_fp8, g->fp8_keep ? n_slots : 0));
     return MG_OK;
 }
 

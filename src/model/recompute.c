@@ -27,11 +27,13 @@ static unsigned position_rc(const mg_gpt *g, int i, bool dense, bool moe) {
     return m;
 }
 
-/* Whether the layers at position i are dense fp8 layers that keep their inputs' transposes: a
- * pipeline has several chunks of layers but never keeps them, so one chunk's layer decides. */
+/* Whether the layers at position i (of every chunk that has one) are dense fp8 layers that keep
+ * their inputs' transposes. */
 static bool fp8_dense(const mg_gpt *g, int i, bool dense, bool moe) {
-    if (!g->fp8_keep || !dense || moe || g->n_chunks != 1) return false;
-    return g->layers[g->chunks[0].first + i].fp8 >= 0;
+    if (!g->fp8_keep || !dense || moe) return false;
+    for (int v = 0; v < g->n_chunks; v++)
+        if (i < g->chunks[v].count && g->layers[g->chunks[v].first + i].fp8 < 0) return false;
+    return true;
 }
 
 /* Each position's recomputation and the buffers the slots share for it: one layer's (the fields

@@ -8,7 +8,8 @@
 #   - one rank that casts each linear's input again, transposed, in the backward
 #     (MG_TEST_FP8_RECAST=1) logs exactly the lm losses and grad norms of one rank that keeps the
 #     forward's transpose (model/fp8.h), with delayed and tensorwise scaling, and with full and
-#     selective recomputation (whose numbers are the plain run's): the kept bytes are the cast's;
+#     selective recomputation (whose numbers are the plain run's), and PP 2 (also interleaved)
+#     against its own run that casts again: the kept bytes are the cast's;
 #   - TP 2, TP 2 with sequence parallelism (also with --tp-comm-overlap: the input gradient's
 #     reduction beside the weight gradient), and --fp8-recipe tensorwise (each cast scaled by its
 #     tensor's amax now, reduced over the tensor-parallel group) with DP 2 and TP 2 log the
@@ -53,6 +54,27 @@ for v in "delayed:" "tensorwise:" \
     elif [ "$(vals "$base" | wc -l)" -ne 12 ] || [ "$(vals "$base")" != "$(vals "$TMP/recast.jsonl")" ]; then
         fail "$name (metrics differ from the kept transposes')" "kept: $(vals "$base" | paste -sd' ')" \
             "cast again: $(vals "$TMP/recast.jsonl" | paste -sd' ')"
+    else
+        pass "$name: 6 iterations' lm_loss and grad_norm equal the kept transposes' exactly"
+    fi
+done
+# pipelines keep the transposes per slot (delayed scaling; tensorwise casts again): the same
+# numbers as their own run that casts again
+for layout in "--pipeline-model-parallel-size 2" \
+    "--pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1" \
+    "--pipeline-model-parallel-size 2 --fp8-recipe tensorwise"; do
+    read -r -a extra <<<"$layout"
+    name="train fp8 np=2 $layout, inputs cast again in the backward"
+    for how in kept recast; do
+        rm -f "$TMP/pp_$how.jsonl"
+        env $([ $how = recast ] && echo MG_TEST_FP8_RECAST=1) timeout 120 "${MPIRUN[@]}" -np 2 \
+            -x MG_TEST_FP8_RECAST "$BIN" train "${MODEL[@]}" "${extra[@]}" \
+            --metrics-file "$TMP/pp_$how.jsonl" >"$TMP/pp_$how.log" 2>&1
+    done
+    if [ "$(vals "$TMP/pp_kept.jsonl" | wc -l)" -ne 12 ] ||
+        [ "$(vals "$TMP/pp_kept.jsonl")" != "$(vals "$TMP/pp_recast.jsonl")" ]; then
+        fail "$name (metrics differ, or a run failed)" "kept: $(vals "$TMP/pp_kept.jsonl" | paste -sd' ')" \
+            "cast again: $(vals "$TMP/pp_recast.jsonl" | paste -sd' ')" "$(tail -n 2 "$TMP/pp_kept.log")"
     else
         pass "$name: 6 iterations' lm_loss and grad_norm equal the kept transposes' exactly"
     fi
