@@ -290,7 +290,8 @@ static void print_memory(const mg_plan *p, FILE *f) {
     const double MiB = 1048576.0;
     fprintf(f,
             "\nmemory per rank (%s parameters%s; MiB): weights, gradients, master weights, "
-            "optimizer, activations (slots x MiB + recomputation's MiB), workspace, batch, total\n",
+            "optimizer, activations (slots x MiB + MiB the slots share: recomputation's, fp8 layers' "
+            "forward-only), workspace, batch, total\n",
             mg_dtype_name(p->memory_dtype), p->memory_dtype == MG_F32 ? "" : ", fp32 masters");
     for (int r = 0; r < p->n_memory; r++) {
         const mg_memory_stage *m = &p->memory[r];

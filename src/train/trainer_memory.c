@@ -45,7 +45,7 @@ static void log_plan(const mg_trainer *t) {
     mg_log_self(l->tp_rank == 0 && l->dp_rank == 0,
                 "> memory plan (%s, %s%s): parameters %.1f MiB, master weights %.1f MiB, "
                 "gradients %.1f MiB, optimizer %.1f MiB, activations %.1f MiB (%d slots x %.2f "
-                "MiB + %.2f MiB recomputation), workspace %.1f MiB, batch %.1f MiB, total %.1f MiB",
+                "MiB + %.2f MiB shared), workspace %.1f MiB, batch %.1f MiB, total %.1f MiB",
                 be->name, be->device == MG_DEVICE_CPU ? "host memory" : "device memory", stage,
                 p->params.size / MiB, p->masters ? p->master.size / MiB : 0.0, p->grads.size / MiB,
                 p->optim.size / MiB, p->acts.size / MiB, t->model.n_slots,
