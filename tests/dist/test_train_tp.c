@@ -25,7 +25,8 @@
  * steps of arbitrary sign, so those elements (and only those) are not compared; nothing else
  * depends on them.
  * On device buffers (NCCL, `make test-nccl`, 2 or 4 GPUs): TP = 2 (GPT-2 style, with and without
- * SP; Llama style with SP) in bf16 against one GPU, 20 steps: losses within bf16 tolerance
+ * SP; Llama style with SP; also in fp8, and with full recomputation) in bf16 against one GPU with
+ * the same flags, 20 steps: losses within bf16 tolerance
  * (BF16_TOL), grad norms within NORM_TOL, the tensor-parallel collectives running on the compute
  * stream; and a further step of the tensor-parallel trainer (mg_trainer_step_async) makes no
  * host synchronisation and no device allocation (the cuda backend's counters), as one GPU's. The
@@ -45,11 +46,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define STEPS     10
-#define GPU_STEPS TC_MAX_STEPS
-#define TOL       1e-5
-#define BF16_TOL  2e-2 /* a few bf16 ulps (2^-8) of relative difference, as test_train_dp.c */
-#define NORM_TOL  6e-2 /* bf16 grad norms (see the top) */
+#define STEPS        10
+#define GPU_STEPS    TC_MAX_STEPS
+#define TOL          1e-5
+#define BF16_TOL     2e-2 /* a few bf16 ulps (2^-8) of relative difference, as test_train_dp.c */
+#define NORM_TOL     6e-2 /* bf16 grad norms (see the top) */
+#define FP8_NORM_TOL 0.2  /* fp8 grad norms: a cast's rounding flip moves them most */
 
 typedef struct {
     const char *label;
@@ -62,7 +64,9 @@ typedef struct {
                     * compute stream); 0: the default (the bulk wgrad overlap alone) */
 } variant;
 
-static void make_config(dist_ctx *t, mg_config *c, const variant *v, int tp, int world) {
+/* flags: NULL, or more flags (NULL-terminated) for both runs */
+static void make_config(dist_ctx *t, mg_config *c, const variant *v, int tp, int world,
+                        const char *const *flags) {
     /* Heads of 16 channels, the fewest the CUDA attention kernels take, in the smallest models
      * that T splits: GPT-2 style T heads (one per rank); Llama style 4 heads in T query groups
      * (T = 2: two query heads per group). */
@@ -120,6 +124,7 @@ static void make_config(dist_ctx *t, mg_config *c, const variant *v, int tp, int
     int nm = v->llama ? (int)(sizeof llama / sizeof *llama) : (int)(sizeof gpt2 / sizeof *gpt2);
     for (int i = 0; i < nm; i++) argv[argc++] = model[i];
     for (size_t i = 0; i < sizeof common / sizeof *common; i++) argv[argc++] = common[i];
+    for (int i = 0; flags && flags[i] && argc < 64; i++) argv[argc++] = (char *)flags[i];
     bool help = false;
     mg_config_defaults(c);
     DOK(mg_flags_parse(c, argc, argv, &help));
@@ -148,13 +153,16 @@ static bool key_bias(const mg_param_meta *m, const mg_model_config *c, int64_t g
     return pos >= r * c->hd && pos < (r + 1) * c->hd;
 }
 
-static void check_variant(dist_ctx *t, const variant *v) {
+/* flags: more flags for both runs (NULL: none); norm_tol: the grad norms' tolerance on devices
+ * (0: NORM_TOL) */
+static void check_variant(dist_ctx *t, const variant *v, const char *const *flags,
+                          double norm_tol) {
     mg_parallel_sizes s = {
         .world_size = t->size, .tp = v->tp, .pp = 1, .cp = 1, .ep = 1, .etp = -1};
     mg_train_groups gr = {0};
     mg_config c1, cT;
-    make_config(t, &c1, v, 1, 1);
-    make_config(t, &cT, v, v->tp, t->size);
+    make_config(t, &c1, v, 1, 1, flags);
+    make_config(t, &cT, v, v->tp, t->size, flags);
     tc_run ref = {0}, got = {0};
     tc_train_both(t, &c1, &cT, s, steps(t), &gr, &ref, &got);
     DEXPECT(got.tr->model.cfg.V == ref.tr->model.cfg.V && got.tr->layout.tp_size == v->tp &&
@@ -162,7 +170,7 @@ static void check_variant(dist_ctx *t, const variant *v) {
             "%s: vocabulary %d vs %d, tp %d, dp %d", v->label, got.tr->model.cfg.V,
             ref.tr->model.cfg.V, got.tr->layout.tp_size, got.tr->layout.dp_size);
     tc_expect_steps(t, v->label, &got, &ref, steps(t), dist_on_device(t) ? BF16_TOL : TOL,
-                    dist_on_device(t) ? NORM_TOL : TOL);
+                    dist_on_device(t) ? (norm_tol > 0 ? norm_tol : NORM_TOL) : TOL);
     if (dist_on_device(t)) { /* bf16: the losses and norms are the check, and the steady state */
         tc_expect_steady_step(t, v->label, got.tr);
         tc_release(&ref);
@@ -201,7 +209,28 @@ void test_train_tp(dist_ctx *t) {
             {"gpu gpt2 tp2, --tp-comm-overlap", false, false, false, 2, 0, false, 1},
             {"gpu llama tp2+sp, --no-tp-comm-bulk-wgrad", true, true, false, 2, 0, false, -1},
         };
-        for (size_t i = 0; i < sizeof gpu / sizeof *gpu; i++) check_variant(t, &gpu[i]);
+        for (size_t i = 0; i < sizeof gpu / sizeof *gpu; i++) check_variant(t, &gpu[i], NULL, 0);
+        /* fp8 (hybrid, delayed scaling: the casts and fp8 GEMMs of TP's splits, the kept input
+         * transposes) and full recomputation (the recomputed layers' collectives), each against
+         * one GPU with the same flags; an fp8 cast turns a bf16 rounding difference into a
+         * whole fp8 step now and then, which moves the grad norm most (FP8_NORM_TOL) */
+        static const char *const fp8[] = {
+            "--fp8-format", "hybrid", "--fp8-amax-history-len", "4", "--fp8-amax-compute-algo",
+            "max",          NULL};
+        static const char *const rc[] = {"--recompute-granularity",
+                                         "full",
+                                         "--recompute-method",
+                                         "uniform",
+                                         "--recompute-num-layers",
+                                         "1",
+                                         NULL};
+        const variant gpt_sp = {"gpu gpt2 tp2+sp, fp8", false, true, false, 2, 0, false, 0};
+        const variant llama_sp = {"gpu llama tp2+sp, fp8", true, true, false, 2, 0, false, 0};
+        const variant gpt_rc = {
+            "gpu gpt2 tp2+sp, full recomputation", false, true, false, 2, 0, false, 0};
+        check_variant(t, &gpt_sp, fp8, FP8_NORM_TOL);
+        check_variant(t, &llama_sp, fp8, FP8_NORM_TOL);
+        check_variant(t, &gpt_rc, rc, 0);
         return;
     }
     if (t->size != 2 && t->size != 4 && t->size != 8) return;
@@ -231,6 +260,6 @@ void test_train_tp(dist_ctx *t) {
         /* T x D layouts only where there are data-parallel replicas; 8 ranks: the T = 4 ones */
         if (all[i].distopt && t->size != 4) continue;
         if (t->size == 8 && !all[i].sp) continue;
-        check_variant(t, &all[i]);
+        check_variant(t, &all[i], NULL, 0);
     }
 }
