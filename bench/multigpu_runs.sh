@@ -19,6 +19,9 @@
 #           then TP 2 with and without SP, each with every collective in order
 #           (--no-tp-comm-bulk-wgrad), by default (the bulk wgrad overlap) and with
 #           --tp-comm-overlap: tokens/s of the last interval, and the share of two GPUs
+#   fp8     the Llama-style 3B shape of bench/fp8_bench.sh (26 x 3072, SwiGLU 8192, GQA 24/8,
+#           sequence 2048; micro-batch 2, global batch 16) under TP 2 + SP and under PP 2, each
+#           in bf16 and in fp8 (hybrid, delayed, history 1024, max): tokens/s and the ratio
 #   tp|dp|pp  bench/tp_bench.sh, dp_bench.sh, pp_bench.sh (against PyTorch / the bubble bound)
 # BUILD/megatron and BUILD/dist_tests must be built with CUDA, NCCL and MPI. NCCL_NVLS_ENABLE=0
 # always. NCCL_MAX_CTAS and NCCL_MIN_CTAS, when set, reach every rank (e.g. tpov with fewer
@@ -118,8 +121,26 @@ tpov)
             'BEGIN { if (b > 0) printf "%.1f%%", 100 * a / (2 * b); else print "-" }') of two GPUs," \
             "$(awk -v a="${tps:-0}" 'BEGIN { printf "%.2fx", a / 213500 }') Megatron-LM's 213.5K"
     done ;;
+fp8)
+    L=(--num-layers 26 --hidden-size 3072 --ffn-hidden-size 8192 --num-attention-heads 24
+        --group-query-attention --num-query-groups 8 --swiglu --normalization RMSNorm
+        --position-embedding-type rope --disable-bias-linear --untie-embeddings-and-output-weights
+        --seq-length 2048 --max-position-embeddings 2048 --vocab-size 32000 --mock-data --bf16
+        --lr 3e-4 --log-interval 5 --eval-iters 0 --attention-dropout 0 --hidden-dropout 0
+        --device cuda --train-iters 20 --micro-batch-size 2 --global-batch-size 16)
+    F8=(--fp8-format hybrid --fp8-amax-history-len 1024 --fp8-amax-compute-algo max)
+    for lay in "tp:--tensor-model-parallel-size 2 --sequence-parallel" \
+        "pp:--pipeline-model-parallel-size 2"; do
+        name=${lay%%:*}
+        read -r -a extra <<<"${lay#*:}"
+        run "fp8_${name}_bf16" 2 "${L[@]}" "${extra[@]}"; rc1=$?
+        run "fp8_${name}_fp8" 2 "${L[@]}" "${extra[@]}" "${F8[@]}"; rc2=$?
+        a=$(field "fp8_${name}_bf16" 'tokens per second') b=$(field "fp8_${name}_fp8" 'tokens per second')
+        say "llama-3b $name: bf16 rc $rc1 $a tok/s, fp8 rc $rc2 $b tok/s," \
+            "$(awk -v a="${a:-0}" -v b="${b:-0}" 'BEGIN { if (a > 0) printf "%.2fx", b / a; else print "-" }')"
+    done ;;
 tp | dp | pp) OUTDIR=$OUTDIR "$HERE/${PART}_bench.sh" "$BUILD" 2>&1 | tee "$OUTDIR/$PART.log" | tail -n 12 | tee -a "$SUM" ;;
 *)
-    echo "usage: bench/multigpu_runs.sh BUILD nccl|graphs|ep|tpov|tp|dp|pp" >&2
+    echo "usage: bench/multigpu_runs.sh BUILD nccl|graphs|ep|tpov|fp8|tp|dp|pp" >&2
     exit 2 ;;
 esac
