@@ -10,6 +10,8 @@
 #     forward's transpose (model/fp8.h), with delayed and tensorwise scaling, and with full and
 #     selective recomputation (whose numbers are the plain run's), and PP 2 (also interleaved)
 #     against its own run that casts again: the kept bytes are the cast's;
+#   - TP 2, with and without SP, with the backward taken apart for the reduction's overlap (the
+#     default) logs exactly the in-order backward's numbers (--no-tp-comm-bulk-wgrad);
 #   - TP 2, TP 2 with sequence parallelism (also with --tp-comm-overlap: the input gradient's
 #     reduction beside the weight gradient), and --fp8-recipe tensorwise (each cast scaled by its
 #     tensor's amax now, reduced over the tensor-parallel group) with DP 2 and TP 2 log the
@@ -77,6 +79,25 @@ for layout in "--pipeline-model-parallel-size 2" \
             "cast again: $(vals "$TMP/pp_recast.jsonl" | paste -sd' ')" "$(tail -n 2 "$TMP/pp_kept.log")"
     else
         pass "$name: 6 iterations' lm_loss and grad_norm equal the kept transposes' exactly"
+    fi
+done
+# TP 2: the backward taken apart (the input gradient's rows cast and reduced first, the weight
+# gradient after) gives exactly the in-order backward's numbers
+for sp in "" "--sequence-parallel"; do
+    name="train fp8 np=2 --tensor-model-parallel-size 2${sp:+ $sp}, bulk wgrad overlap against in order"
+    for how in apart inorder; do
+        rm -f "$TMP/tp_$how.jsonl"
+        # shellcheck disable=SC2046
+        timeout 120 "${MPIRUN[@]}" -np 2 "$BIN" train "${MODEL[@]}" --tensor-model-parallel-size 2 \
+            $sp $([ $how = inorder ] && echo --no-tp-comm-bulk-wgrad) \
+            --metrics-file "$TMP/tp_$how.jsonl" >"$TMP/tp_$how.log" 2>&1
+    done
+    if [ "$(vals "$TMP/tp_apart.jsonl" | wc -l)" -ne 12 ] ||
+        [ "$(vals "$TMP/tp_apart.jsonl")" != "$(vals "$TMP/tp_inorder.jsonl")" ]; then
+        fail "$name (metrics differ, or a run failed)" "apart: $(vals "$TMP/tp_apart.jsonl" | paste -sd' ')" \
+            "in order: $(vals "$TMP/tp_inorder.jsonl" | paste -sd' ')" "$(tail -n 2 "$TMP/tp_apart.log")"
+    else
+        pass "$name: 6 iterations' lm_loss and grad_norm equal exactly"
     fi
 done
 for layout in "2:2e-3:--use-distributed-optimizer --fp8-param-gather" \
