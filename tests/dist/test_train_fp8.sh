@@ -42,6 +42,26 @@ timeout 120 "$BIN" train "${MODEL[@]}" --metrics-file "$TMP/one.jsonl" >"$TMP/on
 timeout 120 "$BIN" train "${MODEL[@]}" --fp8-recipe tensorwise --metrics-file "$TMP/one_tw.jsonl" \
     >"$TMP/one_tw.log" 2>&1 || fail "fp8 tensorwise one rank" "$(tail -n 3 "$TMP/one_tw.log")"
 KEYS='lm_loss|grad_norm'
+# same NAME LABEL_A A LABEL_B B LOG: runs A and B (metrics files) both logged the 6 iterations'
+# lm loss and grad norm, and the same numbers (LOG: A's log, shown when they did not)
+same() {
+    local name=$1 la=$2 a=$3 lb=$4 b=$5 log=$6
+    if [ "$(vals "$a" | wc -l)" -ne 12 ] || [ "$(vals "$a")" != "$(vals "$b")" ]; then
+        fail "$name (metrics differ, or a run failed)" "$la: $(vals "$a" | paste -sd' ')" \
+            "$lb: $(vals "$b" | paste -sd' ')" "$(tail -n 2 "$log")"
+    else
+        pass "$name: 6 iterations' lm_loss and grad_norm equal exactly"
+    fi
+}
+# on2 FILE FLAG...: `megatron train` of MODEL with FLAGs on 2 ranks (MG_TEST_FP8_RECAST passed
+# on), metrics in FILE.jsonl, log in FILE.log
+on2() {
+    local f=$1
+    shift
+    rm -f "$f.jsonl"
+    timeout 120 "${MPIRUN[@]}" -np 2 -x MG_TEST_FP8_RECAST "$BIN" train "${MODEL[@]}" "$@" \
+        --metrics-file "$f.jsonl" >"$f.log" 2>&1
+}
 for v in "delayed:" "tensorwise:" \
     "delayed:--recompute-granularity full --recompute-method uniform --recompute-num-layers 2" \
     "delayed:--recompute-granularity selective --recompute-modules mlp layernorm"; do
@@ -49,16 +69,11 @@ for v in "delayed:" "tensorwise:" \
     read -r -a rc <<<"${v#*:}"
     base=$TMP/one.jsonl
     [ $recipe = tensorwise ] && base=$TMP/one_tw.jsonl
-    name="train fp8 one rank, --fp8-recipe $recipe${rc[*]:+ ${rc[*]}}, inputs cast again in the backward"
-    if ! MG_TEST_FP8_RECAST=1 timeout 120 "$BIN" train "${MODEL[@]}" --fp8-recipe $recipe \
-        "${rc[@]}" --metrics-file "$TMP/recast.jsonl" >"$TMP/recast.log" 2>&1; then
-        fail "$name (exit status)" "$(tail -n 3 "$TMP/recast.log")"
-    elif [ "$(vals "$base" | wc -l)" -ne 12 ] || [ "$(vals "$base")" != "$(vals "$TMP/recast.jsonl")" ]; then
-        fail "$name (metrics differ from the kept transposes')" "kept: $(vals "$base" | paste -sd' ')" \
-            "cast again: $(vals "$TMP/recast.jsonl" | paste -sd' ')"
-    else
-        pass "$name: 6 iterations' lm_loss and grad_norm equal the kept transposes' exactly"
-    fi
+    rm -f "$TMP/recast.jsonl"
+    MG_TEST_FP8_RECAST=1 timeout 120 "$BIN" train "${MODEL[@]}" --fp8-recipe $recipe "${rc[@]}" \
+        --metrics-file "$TMP/recast.jsonl" >"$TMP/recast.log" 2>&1
+    same "train fp8 one rank, --fp8-recipe $recipe${rc[*]:+ ${rc[*]}}, inputs cast again in the backward" \
+        kept "$base" "cast again" "$TMP/recast.jsonl" "$TMP/recast.log"
 done
 # pipelines keep the transposes per slot (delayed scaling; tensorwise casts again): the same
 # numbers as their own run that casts again
@@ -66,39 +81,20 @@ for layout in "--pipeline-model-parallel-size 2" \
     "--pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1" \
     "--pipeline-model-parallel-size 2 --fp8-recipe tensorwise"; do
     read -r -a extra <<<"$layout"
-    name="train fp8 np=2 $layout, inputs cast again in the backward"
-    for how in kept recast; do
-        rm -f "$TMP/pp_$how.jsonl"
-        env $([ $how = recast ] && echo MG_TEST_FP8_RECAST=1) timeout 120 "${MPIRUN[@]}" -np 2 \
-            -x MG_TEST_FP8_RECAST "$BIN" train "${MODEL[@]}" "${extra[@]}" \
-            --metrics-file "$TMP/pp_$how.jsonl" >"$TMP/pp_$how.log" 2>&1
-    done
-    if [ "$(vals "$TMP/pp_kept.jsonl" | wc -l)" -ne 12 ] ||
-        [ "$(vals "$TMP/pp_kept.jsonl")" != "$(vals "$TMP/pp_recast.jsonl")" ]; then
-        fail "$name (metrics differ, or a run failed)" "kept: $(vals "$TMP/pp_kept.jsonl" | paste -sd' ')" \
-            "cast again: $(vals "$TMP/pp_recast.jsonl" | paste -sd' ')" "$(tail -n 2 "$TMP/pp_kept.log")"
-    else
-        pass "$name: 6 iterations' lm_loss and grad_norm equal the kept transposes' exactly"
-    fi
+    on2 "$TMP/pp_kept" "${extra[@]}"
+    MG_TEST_FP8_RECAST=1 on2 "$TMP/pp_recast" "${extra[@]}"
+    same "train fp8 np=2 $layout, inputs cast again in the backward" \
+        kept "$TMP/pp_kept.jsonl" "cast again" "$TMP/pp_recast.jsonl" "$TMP/pp_kept.log"
 done
 # TP 2: the backward taken apart (the input gradient's rows cast and reduced first, the weight
 # gradient after) gives exactly the in-order backward's numbers
 for sp in "" "--sequence-parallel"; do
-    name="train fp8 np=2 --tensor-model-parallel-size 2${sp:+ $sp}, bulk wgrad overlap against in order"
-    for how in apart inorder; do
-        rm -f "$TMP/tp_$how.jsonl"
-        # shellcheck disable=SC2046
-        timeout 120 "${MPIRUN[@]}" -np 2 "$BIN" train "${MODEL[@]}" --tensor-model-parallel-size 2 \
-            $sp $([ $how = inorder ] && echo --no-tp-comm-bulk-wgrad) \
-            --metrics-file "$TMP/tp_$how.jsonl" >"$TMP/tp_$how.log" 2>&1
-    done
-    if [ "$(vals "$TMP/tp_apart.jsonl" | wc -l)" -ne 12 ] ||
-        [ "$(vals "$TMP/tp_apart.jsonl")" != "$(vals "$TMP/tp_inorder.jsonl")" ]; then
-        fail "$name (metrics differ, or a run failed)" "apart: $(vals "$TMP/tp_apart.jsonl" | paste -sd' ')" \
-            "in order: $(vals "$TMP/tp_inorder.jsonl" | paste -sd' ')" "$(tail -n 2 "$TMP/tp_apart.log")"
-    else
-        pass "$name: 6 iterations' lm_loss and grad_norm equal exactly"
-    fi
+    # shellcheck disable=SC2086
+    on2 "$TMP/tp_apart" --tensor-model-parallel-size 2 $sp
+    # shellcheck disable=SC2086
+    on2 "$TMP/tp_inorder" --tensor-model-parallel-size 2 $sp --no-tp-comm-bulk-wgrad
+    same "train fp8 np=2 --tensor-model-parallel-size 2${sp:+ $sp}, bulk wgrad overlap against in order" \
+        apart "$TMP/tp_apart.jsonl" "in order" "$TMP/tp_inorder.jsonl" "$TMP/tp_apart.log"
 done
 for layout in "2:2e-3:--use-distributed-optimizer --fp8-param-gather" \
     "2:2e-3:--pipeline-model-parallel-size 2" \
