@@ -128,13 +128,6 @@ void test_train_ep(dist_ctx *t) {
     if (t->size != 2 && t->size != 4) return;
     static const char *const budget[] = {"--moe-expert-rank-capacity-factor", "0.5", NULL};
     static const char *const echo[] = {"--moe-enable-echo", NULL};
-    static const char *const recompute[] = {"--recompute-granularity",
-                                            "full",
-                                            "--recompute-method",
-                                            "uniform",
-                                            "--recompute-num-layers",
-                                            "1",
-                                            NULL};
     static const char *const graph[] = {"--cuda-graph-impl", "full_iteration",
                                         "--cuda-graph-warmup-steps", "2", NULL};
     static const char *const shared[] = {"--moe-shared-expert-intermediate-size", "32", NULL};
@@ -153,7 +146,7 @@ void test_train_ep(dist_ctx *t) {
         {"moe ep=world, receive budget 0.5 (extra rounds)", t->size, false, false, budget, true,
          NULL},
         {"moe ep=world, ECHO", t->size, false, false, echo, false, NULL},
-        {"moe ep2 x edp, full recomputation", 2, true, false, recompute, false, NULL},
+        {"moe ep2 x edp, full recomputation", 2, true, false, tc_recompute_full, false, NULL},
         {"moe ep=world, full-iteration graph", t->size, false, false, graph, false, NULL},
         {"moe ep=world, ECHO in a full-iteration graph", t->size, false, false, echo_graph, false,
          NULL},

@@ -217,20 +217,13 @@ void test_train_tp(dist_ctx *t) {
         static const char *const fp8[] = {
             "--fp8-format", "hybrid", "--fp8-amax-history-len", "4", "--fp8-amax-compute-algo",
             "max",          NULL};
-        static const char *const rc[] = {"--recompute-granularity",
-                                         "full",
-                                         "--recompute-method",
-                                         "uniform",
-                                         "--recompute-num-layers",
-                                         "1",
-                                         NULL};
         const variant gpt_sp = {"gpu gpt2 tp2+sp, fp8", false, true, false, 2, 0, false, 0};
         const variant llama_sp = {"gpu llama tp2+sp, fp8", true, true, false, 2, 0, false, 0};
         const variant gpt_rc = {
             "gpu gpt2 tp2+sp, full recomputation", false, true, false, 2, 0, false, 0};
         check_variant(t, &gpt_sp, fp8, FP8_NORM_TOL);
         check_variant(t, &llama_sp, fp8, FP8_NORM_TOL);
-        check_variant(t, &gpt_rc, rc, 0);
+        check_variant(t, &gpt_rc, tc_recompute_full, 0);
         return;
     }
     if (t->size != 2 && t->size != 4 && t->size != 8) return;

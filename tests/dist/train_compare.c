@@ -9,6 +9,14 @@
 #include <math.h>
 #include <stdlib.h>
 
+const char *const tc_recompute_full[] = {"--recompute-granularity",
+                                         "full",
+                                         "--recompute-method",
+                                         "uniform",
+                                         "--recompute-num-layers",
+                                         "1",
+                                         NULL};
+
 void tc_config(dist_ctx *t, mg_config *c, const char *const *model, const char *const *layout,
                int world) {
     char *argv[128];

@@ -14,6 +14,9 @@
 
 #define TC_MAX_STEPS 20
 
+/* Flags (NULL-terminated) for full recomputation of every layer, each alone. */
+extern const char *const tc_recompute_full[];
+
 typedef struct {
     double loss[TC_MAX_STEPS], norm[TC_MAX_STEPS];
     float *w; /* this rank's fp32 weights after the steps (parameter layout) */
