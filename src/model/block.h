@@ -174,7 +174,6 @@ typedef struct {
                        in progress */
     int fp8_tensors;
     bool fp8_keep_inputs; /* fp8_xt is there */
-    int fp8_layers;       /* the fp8 layers (of every chunk) */
 } mg_block_ws;
 
 /* The pass in progress, from the slot's (gpt.c sets it before a chunk's forward or backward):

@@ -86,8 +86,7 @@ mg_status mg_fp8_plan(const mg_block_ctx *x, mg_block_ws *w, int n_linears, int 
     /* every fp8 layer's weight copies, which the pass's first microbatch writes */
     size_t layers = (size_t)n_linears / MG_FP8_LINEARS;
     MG_CHECK(reserve(x->work, layers * weight_copies(c, MG_FP8_LINEARS), &w->fp8_wcopy));
-    w->fp8_keep_inputs = on && keep_slots > 0 && c->fp8_wgrad;
-    w->fp8_layers = (int)layers;
+    w->fp8_keep_inputs = on && keep_slots > 0;
     size_t kept = w->fp8_keep_inputs ? (size_t)keep_slots * layers : 0;
     MG_CHECK(reserve(x->work, kept * input_copies(c, N, MG_FP8_LINEARS), &w->fp8_xt));
     MG_CHECK(reserve(x->work, on ? 2 * align_up(N * out) : 0, &w->fp8_dy));
@@ -181,14 +180,15 @@ static mg_status weight_copy(const mg_block_ctx *x, const mg_layer_params *p, mg
 }
 
 /* Where linear j of layer p keeps its input's transpose from the training forward for the
- * backward; NULL where it does not (a pipeline, --no-fp8-wgrad, an evaluation). */
+ * backward, in the pass's slot; NULL where it does not (model/gpt.c decides: not with
+ * --no-fp8-wgrad, nor with tensorwise scaling under a pipeline; never in an evaluation). */
 static uint8_t *input_kept(const mg_block_ctx *x, const mg_layer_params *p, mg_fp8_linear j,
                            int IC) {
     const mg_model_config *c = x->c;
     size_t N = (size_t)x->N, each = input_copies(c, N, MG_FP8_LINEARS);
     if (!x->ws->fp8_keep_inputs || !x->pass.on || (size_t)IC > input_cols(c, (int)j)) return NULL;
-    size_t layer =
-        (size_t)x->pass.slot * (size_t)x->ws->fp8_layers + (size_t)(p->fp8 / MG_FP8_LINEARS);
+    size_t layers = (size_t)x->ws->fp8_tensors / (3 * MG_FP8_LINEARS);
+    size_t layer = (size_t)x->pass.slot * layers + (size_t)(p->fp8 / MG_FP8_LINEARS);
     return (uint8_t *)mg_block_ws_ptr(x, x->ws->fp8_xt) + layer * each + input_copies(c, N, (int)j);
 }
 
@@ -232,12 +232,11 @@ mg_status mg_fp8_linear_backward(const mg_block_ctx *x, const mg_layer_params *p
     if (p->fp8 < 0)
         return be->linear_backward(be, dinp, dw, dbias, dout, inp, w, gelu_pre, x->N, IC, OC);
     size_t t = 3 * (size_t)(p->fp8 + (int)j);
-    const bool wgrad8 = x->c->fp8_wgrad;
     mg_fp8_tensor fd, fi = {NULL, NULL, NULL, MG_FP8_E4M3}, fw = fi;
     /* the gradient's rows feed dinp, its transpose dw, with the input's transpose (a call may
      * ask for one gradient: the tensor-parallel overlap takes them apart, model/block.h);
      * --no-fp8-wgrad: dw from the compute dtype's gradient and input instead */
-    const bool dw8 = dw && wgrad8;
+    const bool dw8 = dw && x->c->fp8_wgrad;
     const int dforms = (dinp ? ROWS : 0) | (dw8 ? COLS : 0);
     if (!dforms) /* nothing in fp8: the compute dtype's weight (and bias) gradient alone */
         return be->linear_backward(be, NULL, dw, dbias, dout, inp, w, NULL, x->N, IC, OC);

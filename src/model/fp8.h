@@ -36,8 +36,8 @@ typedef enum { MG_FP8_QKV, MG_FP8_PROJ, MG_FP8_FC1, MG_FP8_FC2, MG_FP8_LINEARS }
 
 /* Reserves the state of n_linears fp8 linears ([amax | scale | history], block.h's fp8_state),
  * the inverses of the scales, the workspace copies the casts of inputs and gradients write,
- * every fp8 layer's weight copies and, for keep_slots slots (0: none) with fp8 weight
- * gradients, every fp8 layer's input transposes (nothing when n_linears is 0). */
+ * every fp8 layer's weight copies and, for keep_slots slots (0: none; only with fp8 weight
+ * gradients), every fp8 layer's input transposes (nothing when n_linears is 0). */
 mg_status mg_fp8_plan(const mg_block_ctx *x, mg_block_ws *w, int n_linears, int keep_slots);
 /* The scales start at 1, the amaxes and histories at 0 (at bind). */
 mg_status mg_fp8_reset(const mg_block_ctx *x);
