@@ -193,8 +193,10 @@ $(BUILD)/obj/%.cu.f16.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCC_ALL) -DMG_CUDA_F16 -MMD -MP -c $< -o $@
 
+CUTLASS_OBJ := $(addprefix $(BUILD)/obj/src/backend/cuda/,grouped_gemm_cutlass.cu.o \
+    grouped_gemm_cutlass_fp8.cu.o)
 ifeq ($(HAVE_CUTLASS),yes)
-$(BUILD)/obj/src/backend/cuda/grouped_gemm_cutlass.cu.o: NVCC_ALL := $(filter-out $(CUDA_ARCH),$(NVCC_ALL)) \
+$(CUTLASS_OBJ): NVCC_ALL := $(filter-out $(CUDA_ARCH),$(NVCC_ALL)) \
     -gencode=arch=compute_90a,code=sm_90a -DNDEBUG -DMG_HAVE_CUTLASS -isystem $(CUTLASS_INC)
 endif
 # the file is the stub or the CUTLASS kernel: rebuilt when the headers appear or go
@@ -203,7 +205,7 @@ $(CUTLASS_STAMP):
 	@mkdir -p $(dir $@)
 	@rm -f $(BUILD)/obj/cutlass-*.stamp
 	@touch $@
-$(BUILD)/obj/src/backend/cuda/grouped_gemm_cutlass.cu.o: $(CUTLASS_STAMP)
+$(CUTLASS_OBJ): $(CUTLASS_STAMP)
 # the same for the files that test MG_HAVE_ISAL
 ISAL_STAMP := $(BUILD)/obj/isal-$(call yn,$(HAVE_ISAL)).stamp
 $(ISAL_STAMP):

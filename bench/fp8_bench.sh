@@ -4,7 +4,9 @@
 #      history 1024, max), back to back, for each shape of SHAPES: gpt2-124m (micro-batch 16),
 #      gpt2-1.5b (4) and llama-3b, a Llama-style ~3B shape (26 x 3072, SwiGLU 8192, 24 heads in 8
 #      groups, RoPE, RMSNorm, no biases, untied output, sequence 2048, vocabulary 32000;
-#      micro-batch 2);
+#      micro-batch 2) and moe, a Mixtral-style MoE (8 x 2048, 8 experts of FFN 5632, top-2,
+#      SwiGLU, RMSNorm, RoPE, sequence 2048, micro-batch 2; its routed experts in fp8 through
+#      CUTLASS's fp8 grouped GEMM);
 #      The GPT-2 shapes also run the PyTorch baseline in fp8 (bench/baselines/torch_gpt2.py --fp8:
 #      the blocks' linears through torch._scaled_mm with tensorwise scales, compiled) on the same
 #      GPU in the same call: "torch fp8" and "ours / torch" in the table (TORCH=0 skips it;
@@ -43,6 +45,12 @@ shape_args() { # SHAPE -> the bench flags
             --position-embedding-type rope --disable-bias-linear \
             --untie-embeddings-and-output-weights --seq-length 2048 --max-position-embeddings 2048 \
             --vocab-size 32000 --micro-batch-size 2 ;;
+    moe)
+        echo --num-layers 8 --hidden-size 2048 --num-attention-heads 16 --group-query-attention \
+            --num-query-groups 8 --swiglu --normalization RMSNorm --position-embedding-type rope \
+            --disable-bias-linear --untie-embeddings-and-output-weights --seq-length 2048 \
+            --max-position-embeddings 2048 --vocab-size 32000 --num-experts 8 --moe-router-topk 2 \
+            --ffn-hidden-size 5632 --moe-router-load-balancing-type aux_loss --micro-batch-size 2 ;;
     *) echo "fp8_bench: unknown shape $1" >&2; return 1 ;;
     esac
 }

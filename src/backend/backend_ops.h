@@ -556,6 +556,38 @@ MG_OP(fp8_linear_backward, REQ, OP, mg_status,
        const mg_fp8_tensor *inp, const mg_fp8_tensor *w, const void *gelu_pre /* (N,IC) or NULL */,
        int N, int IC, int OC),
       (be, dinp, dw, dbias, dout, dout8, inp, w, gelu_pre, N, IC, OC))
+/* The experts' fp8 operands (model/fp8_experts.c). fp8_cast over the rows of the G groups of in
+ * (R, cols): counts (G, backend memory) rows each from row 0, R' = their sum <= R; rows past R'
+ * are neither read nor written, nor in the amax. out (R, cols) or NULL: the rows' bytes as
+ * fp8_cast writes them; out_t (cols, ld) or NULL: transposed, the groups at core/fp8.h's aligned
+ * columns (ld = mg_fp8_group_ld(R, G); the columns between groups are not written). */
+MG_OP(fp8_cast_grouped, REQ, MOE, mg_status,
+      (mg_backend *be, uint8_t *out /* (R,cols) or NULL */, uint8_t *out_t /* (cols,ld) or NULL */,
+       const void *in /* (R,cols) */, const int32_t *counts, int G, int R, int cols,
+       const float *scale, float *scale_inv, float *amax, int format),
+      (be, out, out_t, in, counts, G, R, cols, scale, scale_inv, amax, format))
+/* grouped_linear_forward on fp8 operands: group g's rows of inp->data (R,IC) times weight
+ * j = g % n_w, the bytes (OC,IC) at w->data + j x wstride, in fp32, times inp->scale_inv x
+ * w->scale_inv, plus bias[j], rounded to the compute dtype. On CUDA IC and OC multiples of 16
+ * and wstride of 16 bytes (Hopper's fp8 GEMMs), else MG_ERR_UNSUPPORTED naming them. */
+MG_OP(fp8_grouped_linear_forward, REQ, MOE, mg_status,
+      (mg_backend *be, void *out /* (R,OC) */, const mg_fp8_tensor *inp, const mg_fp8_tensor *w,
+       size_t wstride, void *const *bias, const int32_t *counts, int n_src, int n_w, int IC,
+       int OC),
+      (be, out, inp, w, wstride, bias, counts, n_src, n_w, IC, OC))
+/* grouped_linear_backward on fp8 operands (R rows in all, ld = mg_fp8_group_ld(R, G)): dinp
+ * (skipped when NULL) from dout8->data (R,OC) and weight j's transpose (IC,OC) at
+ * w->data_t + j x wstride; dw (skipped when NULL; accumulate as grouped_linear_backward's) from
+ * the grouped transposes dout8->data_t (OC,ld) and inp->data_t (IC,ld) (fp8_cast_grouped's); each
+ * product times its operands' scale_inv; gelu_pre as grouped_linear_backward's. dbias (NULL:
+ * none) from dout (R,OC), the compute-dtype gradient the bytes came from. */
+MG_OP(fp8_grouped_linear_backward, REQ, MOE, mg_status,
+      (mg_backend *be, void *dinp /* (R,IC) or NULL */, float *const *dw, float *const *dbias,
+       const void *dout /* (R,OC) */, const mg_fp8_tensor *dout8, const mg_fp8_tensor *inp,
+       const mg_fp8_tensor *w, size_t wstride, const void *gelu_pre /* (R,IC) or NULL */,
+       const int32_t *counts, int n_src, int n_w, int R, int IC, int OC, bool accumulate),
+      (be, dinp, dw, dbias, dout, dout8, inp, w, wstride, gelu_pre, counts, n_src, n_w, R, IC, OC,
+       accumulate))
 /* The delayed-scaling update of n fp8 tensors at a step's end (mg_fp8_delayed_update), state
  * (fp32, backend memory) = [amax (n) | scale (n) | history (n, len)]: tensor t's amax of the
  * step goes into its history's first entry and is zeroed, and its scale is updated from the

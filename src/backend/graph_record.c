@@ -7,16 +7,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- preprocessor helpers: a map over up to 16 list elements, and a test for a name ---- */
+/* ---- preprocessor helpers: a map over up to 20 list elements, and a test for a name ---- */
 // clang-format off
 #define REC_CAT_(a, b)     a##b
 #define REC_CAT(a, b)      REC_CAT_(a, b)
 #define REC_UNPAREN(...)   __VA_ARGS__
 #define REC_DROP1_(x, ...) __VA_ARGS__
 #define REC_DROP1(...)     REC_DROP1_(__VA_ARGS__)
-#define REC_COUNT_(_1, _2, _3, _4, _5, _6, _7, _8, _9, _10, _11, _12, _13, _14, _15, _16, n, ...) n
+#define REC_COUNT_(_1, _2, _3, _4, _5, _6, _7, _8, _9, _10, _11, _12, _13, _14, _15, _16, _17,   \
+                   _18, _19, _20, n, ...) n
 #define REC_COUNT(...)                                                                             \
-    REC_COUNT_(__VA_ARGS__, 16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0)
+    REC_COUNT_(__VA_ARGS__, 20, 19, 18, 17, 16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2,  \
+               1, 0)
 // clang-format on
 /* REC_MAP(f, c, x1, ..., xn) = f(c, x1) f(c, x2) ... f(c, xn) */
 #define REC_MAP(f, c, ...)       REC_CAT(REC_MAP_, REC_COUNT(__VA_ARGS__))(f, c, __VA_ARGS__)
@@ -36,6 +38,10 @@
 #define REC_MAP_14(f, c, x, ...) f(c, x) REC_MAP_13(f, c, __VA_ARGS__)
 #define REC_MAP_15(f, c, x, ...) f(c, x) REC_MAP_14(f, c, __VA_ARGS__)
 #define REC_MAP_16(f, c, x, ...) f(c, x) REC_MAP_15(f, c, __VA_ARGS__)
+#define REC_MAP_17(f, c, x, ...) f(c, x) REC_MAP_16(f, c, __VA_ARGS__)
+#define REC_MAP_18(f, c, x, ...) f(c, x) REC_MAP_17(f, c, __VA_ARGS__)
+#define REC_MAP_19(f, c, x, ...) f(c, x) REC_MAP_18(f, c, __VA_ARGS__)
+#define REC_MAP_20(f, c, x, ...) f(c, x) REC_MAP_19(f, c, __VA_ARGS__)
 /* REC_IF(REC_IS_<list>(name))(then, else): a name on one of the lists below picks `then` */
 #define REC_SECOND_(a, b, ...) b
 #define REC_SECOND(...)        REC_SECOND_(__VA_ARGS__)

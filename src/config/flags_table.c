@@ -332,6 +332,9 @@ const mg_flag_spec mg_flag_table[] = {
              "tensorwise (from its amax now); blockwise is not here yet, mxfp8 needs Blackwell"},
     {"--fp8-margin", TRAIN, INT, FIELD(fp8_margin),
      .help = "delayed scaling: the scale is divided by 2^margin"},
+    {"--moe-router-padding-for-fp8", MOE, BOOL, IGNORED,
+     .help = "accepted and not needed: the routed experts' fp8 casts start each expert's rows on "
+             "a 16-byte column themselves, so the token counts need no padding"},
     {"--fp8-interval", TRAIN, INT, IGNORED,
      .help = "deprecated in Megatron-LM and ignored there too: the scales update every step"},
     {"--fp8-amax-history-len", TRAIN, INT, FIELD(fp8_amax_history_len),

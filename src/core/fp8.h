@@ -11,7 +11,14 @@
  * without, NaN in e4m3 and infinity in e5m2 (PyTorch's and ml_dtypes' casts). NaN stays NaN
  * (0x7f in e4m3, 0x7e in e5m2, with the input's sign).
  * Inline for host C and CUDA device code alike, so both round exactly the same way.
- * Exports: mg_fp8_format, mg_fp8_max, mg_fp8_from_f32, mg_fp8_to_f32. Needs: core/half_bits.h. */
+ * Grouped transposes (the experts' rows, backend_ops.h's fp8_cast_grouped): a (rows, cols) tensor
+ * whose rows come in groups is stored transposed as (cols, ld) with each group's rows starting at
+ * a column that is a multiple of MG_FP8_GROUP_ALIGN (16 bytes: where Hopper's fp8 GEMMs can start
+ * reading a group's columns as a matrix): group g at the sum of the earlier groups' rows, each
+ * rounded up to MG_FP8_GROUP_ALIGN. mg_fp8_group_ld gives ld for G groups of at most rows rows in
+ * all, a multiple of MG_FP8_GROUP_ALIGN too.
+ * Exports: mg_fp8_format, mg_fp8_max, mg_fp8_from_f32, mg_fp8_to_f32, MG_FP8_GROUP_ALIGN,
+ * mg_fp8_group_ld. Needs: core/half_bits.h. */
 #ifndef MG_CORE_FP8_H
 #define MG_CORE_FP8_H
 
@@ -22,6 +29,14 @@
 #include <stdint.h>
 
 typedef enum { MG_FP8_E4M3 = 0, MG_FP8_E5M2 = 1 } mg_fp8_format;
+
+#define MG_FP8_GROUP_ALIGN 16
+
+/* The columns of a grouped transpose of G groups and at most rows rows (see the header). */
+MG_HB_FN int64_t mg_fp8_group_ld(int64_t rows, int64_t G) {
+    const int64_t a = MG_FP8_GROUP_ALIGN;
+    return (rows + (a - 1) * G + a - 1) / a * a;
+}
 
 /* The largest finite value: 448 (e4m3) or 57344 (e5m2). */
 MG_HB_FN float mg_fp8_max(mg_fp8_format f) {

@@ -172,6 +172,8 @@ typedef struct {
                        forward cast them, for the weight gradients (model/fp8.h) */
     size_t fp8_now; /* --fp8-recipe tensorwise: (3) fp32 [amax | scale | history] of the cast
                        in progress */
+    size_t fp8_ex, fp8_edy; /* the routed experts' input and output gradient bytes (R rows),
+                               each row-major, then the grouped transpose (model/fp8.h) */
     int fp8_tensors;
     bool fp8_keep_inputs; /* fp8_xt is there */
 } mg_block_ws;

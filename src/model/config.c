@@ -136,7 +136,11 @@ mg_status mg_model_config_from(mg_model_config *m, const mg_config *c, int tp_ra
     m->fc1_l = m->fc1_dim / m->tp;
     m->V_l = m->V / m->tp;
     m->v0 = tp_rank * m->V_l;
-    return moe_from(&m->moe, c, m->swiglu);
+    MG_CHECK(moe_from(&m->moe, c, m->swiglu));
+    /* the routed experts compute in fp8 with the rest of an fp8 layer, but not with ECHO (its
+     * spare slots' weights arrive during the layer) */
+    m->fp8_experts = mg_config_fp8(c) && m->moe.E > 0 && !m->moe.echo;
+    return MG_OK;
 }
 
 void mg_model_config_set_ep(mg_model_config *m, int ep_rank) {

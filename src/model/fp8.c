@@ -24,7 +24,7 @@ static size_t max2(size_t a, size_t b) {
 }
 
 /* The elements of linear j's weight (the larger of a dense MLP's and an MoE layer's shared
- * experts'). */
+ * experts'; a routed expert's for the experts' linears). */
 static size_t weight_elems(const mg_model_config *c, int j) {
     size_t H = (size_t)c->H;
     switch (j) {
@@ -34,29 +34,42 @@ static size_t weight_elems(const mg_model_config *c, int j) {
         return H * (size_t)c->attn_l;
     case MG_FP8_FC1:
         return max2((size_t)c->fc1_l, (size_t)c->moe.shared_fc1) * H;
-    default:
+    case MG_FP8_FC2:
         return H * max2((size_t)c->F_l, (size_t)c->moe.shared_F);
+    case MG_FP8_EXP_FC1:
+        return (size_t)c->moe.fc1 * H;
+    default:
+        return H * (size_t)c->moe.F;
     }
 }
 
+/* The weights of linear j in an fp8 layer: this rank's experts for the experts' linears. */
+static size_t weight_count(const mg_model_config *c, int j) {
+    if (j < MG_FP8_EXP_FC1) return 1;
+    return c->fp8_experts ? (size_t)c->moe.E_l : 0;
+}
+
 /* The columns of linear j's input (the larger of a dense MLP's and an MoE layer's shared
- * experts'). */
+ * experts'); 0 for the experts' linears, whose inputs are not kept. */
 static size_t input_cols(const mg_model_config *c, int j) {
     switch (j) {
     case MG_FP8_PROJ:
         return (size_t)c->attn_l;
     case MG_FP8_FC2:
         return max2((size_t)c->F_l, (size_t)c->moe.shared_F);
-    default: /* QKV and fc1 read a norm's output */
+    case MG_FP8_QKV:
+    case MG_FP8_FC1: /* QKV and fc1 read a norm's output */
         return (size_t)c->H;
+    default:
+        return 0;
     }
 }
 
-/* Bytes of one fp8 layer's weight copies, and where linear j's starts among them: each the
- * row-major bytes, then the transpose at the next FP8_ALIGN boundary. */
+/* Bytes of one fp8 layer's weight copies, and where linear j's starts among them: for each of
+ * its weights the row-major bytes (each at an FP8_ALIGN boundary), then as many transposes. */
 static size_t weight_copies(const mg_model_config *c, int j) {
     size_t at = 0;
-    for (int i = 0; i < j; i++) at += 2 * align_up(weight_elems(c, i));
+    for (int i = 0; i < j; i++) at += 2 * weight_count(c, i) * align_up(weight_elems(c, i));
     return at;
 }
 
@@ -65,6 +78,14 @@ static size_t input_copies(const mg_model_config *c, size_t N, int j) {
     size_t at = 0;
     for (int i = 0; i < j; i++) at += align_up(N * input_cols(c, i));
     return at;
+}
+
+/* The bytes of a grouped cast of the experts' R rows of `cols` columns: the rows, then the
+ * grouped transpose (core/fp8.h) at the next FP8_ALIGN boundary. */
+static size_t grouped_bytes(const mg_block_ctx *x, size_t cols) {
+    const mg_moe_ws *m = x->moe;
+    size_t R = (size_t)m->R, ld = (size_t)mg_fp8_group_ld(m->R, (int64_t)x->c->moe.ep * m->El);
+    return align_up(R * cols) + align_up(cols * ld);
 }
 
 mg_status mg_fp8_plan(const mg_block_ctx *x, mg_block_ws *w, int n_linears, int keep_slots) {
@@ -84,13 +105,18 @@ mg_status mg_fp8_plan(const mg_block_ctx *x, mg_block_ws *w, int n_linears, int 
     size_t out = max2(max2((size_t)c->qkv_l, H), fc1);
     MG_CHECK(reserve(x->work, on ? 2 * align_up(N * in) : 0, &w->fp8_x));
     /* every fp8 layer's weight copies, which the pass's first microbatch writes */
-    size_t layers = (size_t)n_linears / MG_FP8_LINEARS;
+    size_t layers = (size_t)n_linears / (size_t)mg_fp8_layer_linears(c);
     MG_CHECK(reserve(x->work, layers * weight_copies(c, MG_FP8_LINEARS), &w->fp8_wcopy));
     w->fp8_keep_inputs = on && keep_slots > 0;
     size_t kept = w->fp8_keep_inputs ? (size_t)keep_slots * layers : 0;
     MG_CHECK(reserve(x->work, kept * input_copies(c, N, MG_FP8_LINEARS), &w->fp8_xt));
     MG_CHECK(reserve(x->work, on ? 2 * align_up(N * out) : 0, &w->fp8_dy));
     MG_CHECK(reserve(x->work, on && c->fp8_current ? 3 * sizeof(float) : 0, &w->fp8_now));
+    /* the routed experts' casts: inputs of H or F columns, gradients of fc1 or H */
+    const bool ex = on && c->fp8_experts && x->moe && x->moe->R > 0;
+    const size_t e_in = max2(H, (size_t)c->moe.F), e_out = max2((size_t)c->moe.fc1, H);
+    MG_CHECK(reserve(x->work, ex ? grouped_bytes(x, e_in) : 0, &w->fp8_ex));
+    MG_CHECK(reserve(x->work, ex ? grouped_bytes(x, e_out) : 0, &w->fp8_edy));
     return MG_OK;
 }
 
@@ -110,20 +136,44 @@ mg_status mg_fp8_reset(const mg_block_ctx *x) {
     return st;
 }
 
-/* --fp8-recipe tensorwise: the scale of a tensor from its amax now, reduced over the
- * tensor-parallel group (a shard's amax is the whole tensor's there), as Transformer Engine's
- * current scaling: fp8_max / amax, the largest fp32 value where that overflows (an all-zero
- * tensor keeps the previous scale: it casts to zeros whatever the scale). The scale lands in
- * fp8_now[1]. */
-static mg_status current_scale(const mg_block_ctx *x, const void *in, int rows, int cols,
-                               int format) {
+/* The rows of a cast that come in groups (the routed experts'): counts (G, backend memory); a
+ * cast without them takes every row. */
+typedef struct {
+    const int32_t *counts;
+    int G;
+} groups;
+
+/* The magnitudes' maximum of in (rows, cols; the groups' rows where grp) into *amax (backend
+ * memory), which accumulates. */
+static mg_status amax_of(const mg_block_ctx *x, const void *in, int rows, int cols, int format,
+                         const groups *grp, float *amax) {
+    mg_backend *be = x->be;
+    const float *one = (const float *)mg_block_ws_ptr(x, x->ws->fp8_now) + 1; /* any scale */
+    if (grp)
+        return be->fp8_cast_grouped(be, NULL, NULL, in, grp->counts, grp->G, rows, cols, one, NULL,
+                                    amax, format);
+    return be->fp8_cast(be, NULL, NULL, in, rows, cols, one, NULL, amax, format);
+}
+
+/* --fp8-recipe tensorwise: the scale from the amax in fp8_now[0] (what amax_of gathered since it
+ * was zeroed), reduced over the tensor-parallel group (a shard's amax is the whole tensor's
+ * there), as Transformer Engine's current scaling: fp8_max / amax, the largest fp32 value where
+ * that overflows (an all-zero tensor keeps the previous scale: it casts to zeros whatever the
+ * scale). The scale lands in fp8_now[1]. */
+static mg_status current_scale_done(const mg_block_ctx *x, int format) {
     mg_backend *be = x->be;
     float *now = mg_block_ws_ptr(x, x->ws->fp8_now);
-    MG_CHECK(be->memset_zero(be, now, sizeof(float)));
-    MG_CHECK(be->fp8_cast(be, NULL, NULL, in, rows, cols, now + 1, NULL, now, format));
     MG_CHECK(mg_tp_all_reduce(x->tp, now, 1, MG_F32, MG_REDUCE_MAX));
     const float top = mg_fp8_max((mg_fp8_format)format);
     return be->fp8_update(be, now, 1, 1, 0, MG_FP8_AMAX_MOST_RECENT, top, top);
+}
+
+static mg_status current_scale(const mg_block_ctx *x, const void *in, int rows, int cols,
+                               int format, const groups *grp) {
+    float *now = mg_block_ws_ptr(x, x->ws->fp8_now);
+    MG_CHECK(x->be->memset_zero(x->be, now, sizeof(float)));
+    MG_CHECK(amax_of(x, in, rows, cols, format, grp, now));
+    return current_scale_done(x, format);
 }
 
 /* What a cast writes: the row-major bytes, the transposed ones, or both. */
@@ -143,28 +193,48 @@ static uint8_t *copy_cols(const mg_block_ctx *x, size_t to, int rows, int cols, 
     return forms & COLS ? (uint8_t *)mg_block_ws_ptr(x, to) + align_up((size_t)rows * cols) : NULL;
 }
 
-/* Tensor t's bytes of in (rows, cols): row-major into data, transposed into data_t (either may
- * be NULL); *o describes them. */
-static mg_status cast(const mg_block_ctx *x, size_t t, uint8_t *data, uint8_t *data_t,
-                      const void *in, int rows, int cols, int format, mg_fp8_tensor *o) {
+/* Tensor t's scale for a cast of in (rows, cols; grp: its groups' rows), and where the cast's
+ * amax goes (NULL: nowhere). With known_scale (tensorwise: the caller took the amax of several
+ * tensors) the scale in fp8_now as it stands. */
+static mg_status scale_of(const mg_block_ctx *x, size_t t, const void *in, int rows, int cols,
+                          int format, const groups *grp, bool known_scale, const float **scale,
+                          float **amax) {
     const mg_block_ws *w = x->ws;
-    mg_backend *be = x->be;
-    size_t nt = (size_t)w->fp8_tensors;
-    float *sinv = sinv_of(x, t);
-    const float *scale;
-    float *amax = NULL;
+    *amax = NULL;
     if (x->c->fp8_current) {
-        MG_CHECK(current_scale(x, in, rows, cols, format));
-        scale = (const float *)mg_block_ws_ptr(x, w->fp8_now) + 1;
-    } else {
-        float *state = mg_block_ws_ptr(x, w->fp8_state);
-        scale = state + nt + t;
-        /* the amax of the step: training passes only (an evaluation keeps the scales) */
-        if (x->pass.on) amax = state + t;
+        if (!known_scale) MG_CHECK(current_scale(x, in, rows, cols, format, grp));
+        *scale = (const float *)mg_block_ws_ptr(x, w->fp8_now) + 1;
+        return MG_OK;
     }
-    MG_CHECK(be->fp8_cast(be, data, data_t, in, rows, cols, scale, sinv, amax, format));
+    float *state = mg_block_ws_ptr(x, w->fp8_state);
+    size_t nt = (size_t)w->fp8_tensors;
+    *scale = state + nt + t;
+    /* the amax of the step: training passes only (an evaluation keeps the scales) */
+    if (x->pass.on) *amax = state + t;
+    return MG_OK;
+}
+
+/* Tensor t's bytes of in (rows, cols): row-major into data, transposed into data_t (either may
+ * be NULL; grp: the groups' rows, data_t their grouped transpose); *o describes them. */
+static mg_status cast_rows(const mg_block_ctx *x, size_t t, uint8_t *data, uint8_t *data_t,
+                           const void *in, int rows, int cols, int format, const groups *grp,
+                           bool known_scale, mg_fp8_tensor *o) {
+    mg_backend *be = x->be;
+    float *sinv = sinv_of(x, t), *amax;
+    const float *scale;
+    MG_CHECK(scale_of(x, t, in, rows, cols, format, grp, known_scale, &scale, &amax));
+    if (grp)
+        MG_CHECK(be->fp8_cast_grouped(be, data, data_t, in, grp->counts, grp->G, rows, cols, scale,
+                                      sinv, amax, format));
+    else
+        MG_CHECK(be->fp8_cast(be, data, data_t, in, rows, cols, scale, sinv, amax, format));
     *o = (mg_fp8_tensor){data, data_t, sinv, format};
     return MG_OK;
+}
+
+static mg_status cast(const mg_block_ctx *x, size_t t, uint8_t *data, uint8_t *data_t,
+                      const void *in, int rows, int cols, int format, mg_fp8_tensor *o) {
+    return cast_rows(x, t, data, data_t, in, rows, cols, format, NULL, false, o);
 }
 
 /* Linear j's weight copy in layer p (workspace offset), checked against its shape. */
@@ -174,7 +244,7 @@ static mg_status weight_copy(const mg_block_ctx *x, const mg_layer_params *p, mg
     if ((size_t)OC * (size_t)IC > weight_elems(c, (int)j))
         return MG_FAIL(MG_ERR_INTERNAL, "fp8 weight copy of linear %d: %d x %d exceeds its %zu",
                        (int)j, OC, IC, weight_elems(c, (int)j));
-    size_t layer = (size_t)(p->fp8 / MG_FP8_LINEARS);
+    size_t layer = (size_t)(p->fp8 / mg_fp8_layer_linears(c));
     *at = x->ws->fp8_wcopy + layer * weight_copies(c, MG_FP8_LINEARS) + weight_copies(c, (int)j);
     return MG_OK;
 }
@@ -187,8 +257,8 @@ static uint8_t *input_kept(const mg_block_ctx *x, const mg_layer_params *p, mg_f
     const mg_model_config *c = x->c;
     size_t N = (size_t)x->N, each = input_copies(c, N, MG_FP8_LINEARS);
     if (!x->ws->fp8_keep_inputs || !x->pass.on || (size_t)IC > input_cols(c, (int)j)) return NULL;
-    size_t layers = (size_t)x->ws->fp8_tensors / (3 * MG_FP8_LINEARS);
-    size_t layer = (size_t)x->pass.slot * layers + (size_t)(p->fp8 / MG_FP8_LINEARS);
+    size_t per = (size_t)mg_fp8_layer_linears(c), layers = (size_t)x->ws->fp8_tensors / (3 * per);
+    size_t layer = (size_t)x->pass.slot * layers + (size_t)p->fp8 / per;
     return (uint8_t *)mg_block_ws_ptr(x, x->ws->fp8_xt) + layer * each + input_copies(c, N, (int)j);
 }
 
@@ -258,4 +328,96 @@ mg_status mg_fp8_linear_backward(const mg_block_ctx *x, const mg_layer_params *p
                                      gelu_pre, x->N, IC, OC));
     return dw && !dw8 ? be->linear_backward(be, NULL, dw, NULL, dout, inp, w, NULL, x->N, IC, OC)
                       : MG_OK;
+}
+
+/* ---- the routed experts ---- */
+
+/* Bytes between two experts' weight bytes (and transposes) in a weight copy. */
+static size_t expert_stride(int OC, int IC) {
+    return align_up((size_t)OC * IC);
+}
+
+/* The local experts' weights of linear j in layer p as fp8 bytes: every expert's bytes, then
+ * every expert's transpose, expert_stride apart, with tensor t + 1's one scale. The pass's first
+ * microbatch's forward (cast) writes them; the rest read them. Tensorwise: the scale from the
+ * amax over every expert's weight. */
+static mg_status expert_weights(const mg_block_ctx *x, const mg_layer_params *p, mg_fp8_linear j,
+                                int OC, int IC, bool cast, mg_fp8_tensor *o) {
+    const int n = x->c->moe.E_l;
+    const int *rows = j == MG_FP8_EXP_FC1 ? p->moe->fc1_w : p->moe->fc2_w;
+    const size_t t = 3 * (size_t)(p->fp8 + (int)j), stride = expert_stride(OC, IC);
+    size_t at;
+    MG_CHECK(weight_copy(x, p, j, OC, IC, &at));
+    uint8_t *base = mg_block_ws_ptr(x, at), *base_t = base + (size_t)n * stride;
+    *o = (mg_fp8_tensor){base, base_t, sinv_of(x, t + 1), MG_FP8_E4M3};
+    if (!cast || x->pass.mb != 0) return MG_OK;
+    if (x->c->fp8_current) {
+        float *now = mg_block_ws_ptr(x, x->ws->fp8_now);
+        MG_CHECK(x->be->memset_zero(x->be, now, sizeof(float)));
+        for (int e = 0; e < n; e++)
+            MG_CHECK(amax_of(x, mg_block_param(x, rows[e]), OC, IC, MG_FP8_E4M3, NULL, now));
+        MG_CHECK(current_scale_done(x, MG_FP8_E4M3));
+    }
+    for (int e = 0; e < n; e++) {
+        mg_fp8_tensor each;
+        MG_CHECK(cast_rows(x, t + 1, base + (size_t)e * stride, base_t + (size_t)e * stride,
+                           mg_block_param(x, rows[e]), OC, IC, MG_FP8_E4M3, NULL, true, &each));
+    }
+    return MG_OK;
+}
+
+/* Whether layer p's routed experts compute in fp8. */
+static bool experts_fp8(const mg_block_ctx *x, const mg_layer_params *p) {
+    return p->fp8 >= 0 && x->c->fp8_experts && p->moe;
+}
+
+mg_status mg_fp8_experts_forward(const mg_block_ctx *x, const mg_layer_params *p, mg_fp8_linear j,
+                                 void *out, const void *inp, void *const *w, void *const *bias,
+                                 const int32_t *counts, int IC, int OC) {
+    const mg_moe_ws *m = x->moe;
+    const int ep = x->c->moe.ep;
+    mg_backend *be = x->be;
+    if (!experts_fp8(x, p))
+        return be->grouped_linear_forward(be, out, inp, w, bias, counts, ep, m->El, IC, OC);
+    const size_t t = 3 * (size_t)(p->fp8 + (int)j);
+    const groups grp = {counts, ep * m->El};
+    mg_fp8_tensor fi, fw;
+    MG_CHECK(cast_rows(x, t, mg_block_ws_ptr(x, x->ws->fp8_ex), NULL, inp, m->R, IC, MG_FP8_E4M3,
+                       &grp, false, &fi));
+    MG_CHECK(expert_weights(x, p, j, OC, IC, true, &fw));
+    return be->fp8_grouped_linear_forward(be, out, &fi, &fw, expert_stride(OC, IC), bias, counts,
+                                          ep, m->El, IC, OC);
+}
+
+mg_status mg_fp8_experts_backward(const mg_block_ctx *x, const mg_layer_params *p, mg_fp8_linear j,
+                                  void *dinp, float *const *dw, float *const *dbias,
+                                  const void *dout, const void *inp, void *const *w,
+                                  const void *gelu_pre, const int32_t *counts, int IC, int OC,
+                                  bool accumulate) {
+    const mg_moe_ws *m = x->moe;
+    const int ep = x->c->moe.ep, R = m->R;
+    mg_backend *be = x->be;
+    /* as the dense linears: --no-fp8-wgrad takes the weight gradients from the compute dtype */
+    const bool dw8 = dw && x->c->fp8_wgrad;
+    if (!experts_fp8(x, p) || (!dinp && !dw8))
+        return be->grouped_linear_backward(be, dinp, dw, dbias, dout, inp, w, gelu_pre, counts, ep,
+                                           m->El, IC, OC, accumulate);
+    const size_t t = 3 * (size_t)(p->fp8 + (int)j);
+    const groups grp = {counts, ep * m->El};
+    mg_fp8_tensor fd, fi = {NULL, NULL, NULL, MG_FP8_E4M3}, fw = fi;
+    uint8_t *dy = mg_block_ws_ptr(x, x->ws->fp8_edy), *xb = mg_block_ws_ptr(x, x->ws->fp8_ex);
+    /* the gradient's rows feed dinp, its grouped transpose dw, with the input's */
+    MG_CHECK(cast_rows(x, t + 2, dinp ? dy : NULL, dw8 ? dy + align_up((size_t)R * OC) : NULL, dout,
+                       R, OC, x->c->fp8_bwd, &grp, false, &fd));
+    if (dw8)
+        MG_CHECK(cast_rows(x, t, NULL, xb + align_up((size_t)R * IC), inp, R, IC, MG_FP8_E4M3, &grp,
+                           false, &fi));
+    if (dinp) MG_CHECK(expert_weights(x, p, j, OC, IC, false, &fw));
+    MG_CHECK(be->fp8_grouped_linear_backward(be, dinp, dw8 ? dw : NULL, dw8 ? dbias : NULL, dout,
+                                             &fd, &fi, &fw, expert_stride(OC, IC), gelu_pre, counts,
+                                             ep, m->El, R, IC, OC, accumulate));
+    if (dw && !dw8)
+        return be->grouped_linear_backward(be, NULL, dw, dbias, dout, inp, w, NULL, counts, ep,
+                                           m->El, IC, OC, accumulate);
+    return MG_OK;
 }

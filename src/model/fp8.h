@@ -23,16 +23,36 @@
  * the same layers (a maximum over the tensor- and data-parallel groups, so every layout gets one
  * rank's scales) and updates scales and histories (backend fp8_update). With --fp8-recipe
  * tensorwise the scale of a cast comes from the tensor's amax now instead.
+ * The routed experts of an MoE layer (mg_fp8_experts_*) are two more linears of the layer where
+ * mg_model_config.fp8_experts says: their rows cast in groups (fp8_cast_grouped: the transposes
+ * the weight gradients read start each group on a 16-byte column), every local expert's weight in
+ * one tensor (one scale, one amax over them all), multiplied by the backend's
+ * fp8_grouped_linear ops (on CUDA CUTLASS's fp8 grouped GEMM). Their inputs' transposes are cast
+ * again in the backward, not kept.
  * Tensors: linear j (mg_fp8_linear) of a layer whose mg_layer_params.fp8 is k >= 0 owns tensors
- * 3 (k + j) + {0: input, 1: weight, 2: output gradient}.
- * Exports: mg_fp8_linear, mg_fp8_plan, mg_fp8_reset, mg_fp8_linear_forward,
- * mg_fp8_linear_backward. Needs: model/block. */
+ * 3 (k + j) + {0: input, 1: weight, 2: output gradient}; k counts mg_fp8_layer_linears per
+ * layer.
+ * Exports: mg_fp8_linear, mg_fp8_layer_linears, mg_fp8_plan, mg_fp8_reset, mg_fp8_linear_forward,
+ * mg_fp8_linear_backward, mg_fp8_experts_forward, mg_fp8_experts_backward. Needs: model/block. */
 #ifndef MG_MODEL_FP8_H
 #define MG_MODEL_FP8_H
 
 #include "model/block.h"
 
-typedef enum { MG_FP8_QKV, MG_FP8_PROJ, MG_FP8_FC1, MG_FP8_FC2, MG_FP8_LINEARS } mg_fp8_linear;
+typedef enum {
+    MG_FP8_QKV,
+    MG_FP8_PROJ,
+    MG_FP8_FC1,
+    MG_FP8_FC2,
+    MG_FP8_EXP_FC1, /* an MoE layer's routed experts (mg_model_config.fp8_experts) */
+    MG_FP8_EXP_FC2,
+    MG_FP8_LINEARS
+} mg_fp8_linear;
+
+/* The fp8 linears of each fp8 layer: with the routed experts' two where they are in fp8. */
+static inline int mg_fp8_layer_linears(const mg_model_config *c) {
+    return c->fp8_experts ? MG_FP8_LINEARS : MG_FP8_EXP_FC1;
+}
 
 /* Reserves the state of n_linears fp8 linears ([amax | scale | history], block.h's fp8_state),
  * the inverses of the scales, the workspace copies the casts of inputs and gradients write,
@@ -52,5 +72,20 @@ mg_status mg_fp8_linear_backward(const mg_block_ctx *x, const mg_layer_params *p
                                  void *dinp, float *dw, float *dbias, const void *dout,
                                  const void *inp, const void *w, const void *gelu_pre, int IC,
                                  int OC);
+
+/* The routed experts' linear j (MG_FP8_EXP_FC1 or _FC2) of MoE layer p on their rows (the
+ * layer's x->moe->R, in groups of counts: sources x local experts): grouped_linear_forward's
+ * contract, w and bias the tables of pointers it takes; in an fp8 layer on fp8 bytes
+ * (fp8_cast_grouped, fp8_grouped_linear_forward), the weights cast once per pass as above, all
+ * local experts' with one scale (one tensor). */
+mg_status mg_fp8_experts_forward(const mg_block_ctx *x, const mg_layer_params *p, mg_fp8_linear j,
+                                 void *out, const void *inp, void *const *w, void *const *bias,
+                                 const int32_t *counts, int IC, int OC);
+/* Its backward, as grouped_linear_backward. */
+mg_status mg_fp8_experts_backward(const mg_block_ctx *x, const mg_layer_params *p, mg_fp8_linear j,
+                                  void *dinp, float *const *dw, float *const *dbias,
+                                  const void *dout, const void *inp, void *const *w,
+                                  const void *gelu_pre, const int32_t *counts, int IC, int OC,
+                                  bool accumulate);
 
 #endif

@@ -195,8 +195,11 @@ mg_status mg_gpt_build(mg_gpt *g, const mg_config *cfg, int tp_rank, int pp_rank
         for (int i = 0; i < ch->count; i++) {
             mg_layer_params *lp = &g->layers[ch->first + i];
             MG_CHECK(add_layer(g, ch->offset + i, std, out_std, lp));
-            /* fp8 linears (model/fp8.h): 4 per fp8 layer, numbered over this rank's layers */
-            lp->fp8 = mg_config_fp8_layer(cfg, ch->offset + i) ? MG_FP8_LINEARS * g->n_fp8++ : -1;
+            /* fp8 linears (model/fp8.h): mg_fp8_layer_linears per fp8 layer, numbered over this
+             * rank's layers */
+            lp->fp8 = mg_config_fp8_layer(cfg, ch->offset + i)
+                          ? mg_fp8_layer_linears(&g->cfg) * g->n_fp8++
+                          : -1;
         }
         if (!ch->post) continue;
         MG_CHECK(add_norm(g, "decoder.final_layernorm", &g->lnf_w, &g->lnf_b));
@@ -328,7 +331,8 @@ mg_status mg_gpt_plan(mg_gpt *g, mg_gpt_target target, int B, int n_slots, mg_ar
     MG_CHECK(reserve(work, c->norm_1p ? H * e : 0, &w->ones));
     MG_CHECK(reserve(work, c->norm_1p ? H * e : 0, &w->norm_w));
     MG_CHECK(reserve(work, g->rc_any ? Nl * H * e : 0, &w->rc_out));
-    MG_CHECK(mg_fp8_plan(&g->blk, w, MG_FP8_LINEARS * g->n_fp8, g->fp8_keep ? n_slots : 0));
+    MG_CHECK(
+        mg_fp8_plan(&g->blk, w, mg_fp8_layer_linears(c) * g->n_fp8, g->fp8_keep ? n_slots : 0));
     return MG_OK;
 }
 

@@ -146,31 +146,34 @@ static mg_status experts_act(const mg_block_ctx *x, const mg_layer_slot *s, cons
 }
 
 /* The experts' first half on their rows: xe (R,H) in groups of counts -> e_fc1, e_act. */
-static mg_status experts_in(const mg_block_ctx *x, const mg_moe_params *mp, const mg_layer_slot *s,
+static mg_status experts_in(const mg_block_ctx *x, const mg_layer_params *p, const mg_layer_slot *s,
                             const int32_t *counts) {
     const mg_moe_config *m = &x->c->moe;
-    MG_CHECK(x->be->grouped_linear_forward(x->be, mg_block_act(x, s->e_fc1), mg_block_act(x, s->xe),
-                                           ptrs(x, mp, W1), mp->fc1_b ? ptrs(x, mp, B1) : NULL,
-                                           counts, m->ep, x->moe->El, x->c->H, m->fc1));
+    const mg_moe_params *mp = p->moe;
+    MG_CHECK(mg_fp8_experts_forward(x, p, MG_FP8_EXP_FC1, mg_block_act(x, s->e_fc1),
+                                    mg_block_act(x, s->xe), ptrs(x, mp, W1),
+                                    mp->fc1_b ? ptrs(x, mp, B1) : NULL, counts, x->c->H, m->fc1));
     return experts_act(x, s, counts);
 }
 
 /* The experts on their rows: xe (R,H) in groups of counts -> ye (R,H). */
-static mg_status experts_forward(const mg_block_ctx *x, const mg_moe_params *mp,
+static mg_status experts_forward(const mg_block_ctx *x, const mg_layer_params *p,
                                  const mg_layer_slot *s, const int32_t *counts, void *ye) {
     const mg_moe_config *m = &x->c->moe;
-    MG_CHECK(experts_in(x, mp, s, counts));
-    return x->be->grouped_linear_forward(x->be, ye, mg_block_act(x, s->e_act), ptrs(x, mp, W2),
-                                         mp->fc2_b ? ptrs(x, mp, B2) : NULL, counts, m->ep,
-                                         x->moe->El, m->F, x->c->H);
+    const mg_moe_params *mp = p->moe;
+    MG_CHECK(experts_in(x, p, s, counts));
+    return mg_fp8_experts_forward(x, p, MG_FP8_EXP_FC2, ye, mg_block_act(x, s->e_act),
+                                  ptrs(x, mp, W2), mp->fc2_b ? ptrs(x, mp, B2) : NULL, counts, m->F,
+                                  x->c->H);
 }
 
 /* Their backward: dye (R,H) -> dxe (R,H), the weight gradients accumulated (written over by the
  * layer's first backward of a step whose caller left them unzeroed: grads_unwritten). */
-static mg_status experts_backward(const mg_block_ctx *x, const mg_moe_params *mp,
+static mg_status experts_backward(const mg_block_ctx *x, const mg_layer_params *p,
                                   const mg_layer_slot *s, const int32_t *counts, const void *dye,
                                   void *dxe) {
     const mg_moe_config *m = &x->c->moe;
+    const mg_moe_params *mp = p->moe;
     const mg_moe_ws *w = x->moe;
     mg_backend *be = x->be;
     int H = x->c->H, G = m->ep * x->moe->El;
@@ -179,15 +182,15 @@ static mg_status experts_backward(const mg_block_ctx *x, const mg_moe_params *mp
     void *fc1 = mg_block_act(x, s->e_fc1);
     void *dact = mg_block_ws_ptr(x, w->de_act), *dfc1 = mg_block_ws_ptr(x, w->de_fc1);
     /* GELU: fc2's input gradient goes through the GELU into dfc1 */
-    MG_CHECK(be->grouped_linear_backward(be, swiglu ? dact : dfc1, (float *const *)ptrs(x, mp, DW2),
-                                         mp->fc2_b ? (float *const *)ptrs(x, mp, DB2) : NULL, dye,
-                                         mg_block_act(x, s->e_act), ptrs(x, mp, W2),
-                                         swiglu ? NULL : fc1, counts, m->ep, w->El, m->F, H, acc));
+    MG_CHECK(mg_fp8_experts_backward(
+        x, p, MG_FP8_EXP_FC2, swiglu ? dact : dfc1, (float *const *)ptrs(x, mp, DW2),
+        mp->fc2_b ? (float *const *)ptrs(x, mp, DB2) : NULL, dye, mg_block_act(x, s->e_act),
+        ptrs(x, mp, W2), swiglu ? NULL : fc1, counts, m->F, H, acc));
     if (swiglu) MG_CHECK(be->grouped_swiglu_backward(be, dfc1, fc1, dact, counts, G, m->F));
-    return be->grouped_linear_backward(be, dxe, (float *const *)ptrs(x, mp, DW1),
-                                       mp->fc1_b ? (float *const *)ptrs(x, mp, DB1) : NULL, dfc1,
-                                       mg_block_act(x, s->xe), ptrs(x, mp, W1), NULL, counts, m->ep,
-                                       w->El, H, m->fc1, acc);
+    return mg_fp8_experts_backward(x, p, MG_FP8_EXP_FC1, dxe, (float *const *)ptrs(x, mp, DW1),
+                                   mp->fc1_b ? (float *const *)ptrs(x, mp, DB1) : NULL, dfc1,
+                                   mg_block_act(x, s->xe), ptrs(x, mp, W1), NULL, counts, H, m->fc1,
+                                   acc);
 }
 
 /* The parts per-layer graphs may hold alone (model/layer_graphs.h): moe_router and
@@ -299,7 +302,7 @@ mg_status mg_moe_forward(const mg_block_ctx *x, const mg_layer_params *p, const 
     bool hdrop = mg_block_dropout(x, p->layer, MG_DROPOUT_MLP_OUT, &hd);
     const bool early = shared_early(m); /* the shared experts beside the first exchange */
     if (m->ep == 1) { /* the permuted rows are the experts' input, their output the combine's */
-        MG_CHECK(experts_forward(x, mp, s, mg_block_act(x, s->counts), y));
+        MG_CHECK(experts_forward(x, p, s, mg_block_act(x, s->counts), y));
     } else { /* expert parallelism: to the experts' ranks and back (model/moe_dispatch.c), in
               * rounds under a receive budget; round 0 last, so its rows stay in the slot for the
               * backward (which recomputes the others) */
@@ -315,7 +318,7 @@ mg_status mg_moe_forward(const mg_block_ctx *x, const mg_layer_params *p, const 
             if (early && r == rounds - 1)
                 MG_CHECK(shared_forward(x, p, s, ln2, hdrop ? NULL : mid, out));
             MG_CHECK(mg_moe_dispatch_end(x, rc, mg_block_act(x, s->xe)));
-            MG_CHECK(experts_forward(x, mp, s, rc, ye));
+            MG_CHECK(experts_forward(x, p, s, rc, ye));
             MG_CHECK(mg_moe_combine(x, s, r, rc, y, ye));
         }
     }
@@ -398,7 +401,7 @@ mg_status mg_moe_backward(const mg_block_ctx *x, const mg_layer_params *p, const
     void *dxp = dxe; /* (Rp,H) d(the permuted rows) */
     if (m->ep == 1) {
         if (act_again) MG_CHECK(experts_act(x, s, mg_block_act(x, s->counts)));
-        MG_CHECK(experts_backward(x, mp, s, mg_block_act(x, s->counts), dy, dxe));
+        MG_CHECK(experts_backward(x, p, s, mg_block_act(x, s->counts), dy, dxe));
     } else { /* the forward's round trips on the gradients; each round's d(rows) come back into
               * dy's rows of the round, which its dispatch has read: dy becomes d(the permuted
               * rows) in place */
@@ -417,7 +420,7 @@ mg_status mg_moe_backward(const mg_block_ctx *x, const mg_layer_params *p, const
             if (r > 0) { /* the slot holds round 0's rows: round r's again, as the forward had */
                 if (r == 1) MG_CHECK(permute_again(x, s)); /* the permuted rows again */
                 MG_CHECK(mg_moe_dispatch(x, s, r, rc, mg_block_act(x, s->xe), xp));
-                MG_CHECK(experts_in(x, mp, s, rc));
+                MG_CHECK(experts_in(x, p, s, rc));
             } else if (act_again) {
                 MG_CHECK(experts_act(x, s, rc));
             }
@@ -426,7 +429,7 @@ mg_status mg_moe_backward(const mg_block_ctx *x, const mg_layer_params *p, const
              * below adds to) */
             if (early && r == 0) MG_CHECK(shared_backward(x, p, s, dmoe, dln));
             MG_CHECK(mg_moe_dispatch_end(x, rc, dye));
-            MG_CHECK(experts_backward(x, mp, s, rc, dye, dxe));
+            MG_CHECK(experts_backward(x, p, s, rc, dye, dxe));
             MG_CHECK(mg_moe_combine(x, s, r, rc, dy, dxe));
         }
         if (m->echo) MG_CHECK(mg_moe_echo_grads(x, s, ptrs(x, mp, 0)));

@@ -45,17 +45,17 @@ static mg_status alloc_host_state(const mg_trainer *t, mg_checkpoint_tensors *h,
         h->expert_bias = calloc((size_t)h->n_bias * (size_t)h->n_experts, sizeof(float));
         if (!h->expert_bias) return MG_FAIL(MG_ERR_NOMEM, "out of memory (expert bias)");
     }
-    if (t->model.ws.fp8_tensors > 0) { /* model/fp8.h: 12 tensors per fp8 layer */
+    if (t->model.ws.fp8_tensors > 0) { /* model/fp8.h: 3 tensors per fp8 linear */
         const mg_gpt *g = &t->model;
+        const int per = mg_fp8_layer_linears(&g->cfg);
         h->n_fp8 = g->n_fp8;
-        h->fp8_width = 3 * MG_FP8_LINEARS * (1 + g->cfg.fp8_len);
+        h->fp8_width = 3 * per * (1 + g->cfg.fp8_len);
         h->fp8 = calloc((size_t)h->n_fp8 * (size_t)h->fp8_width, sizeof(float));
         int *layers = calloc((size_t)h->n_fp8, sizeof *layers);
         h->fp8_layers = layers;
         if (!h->fp8 || !layers) return MG_FAIL(MG_ERR_NOMEM, "out of memory (fp8 scaling state)");
         for (int l = 0; l < g->n_layers; l++)
-            if (g->layers[l].fp8 >= 0)
-                layers[g->layers[l].fp8 / MG_FP8_LINEARS] = g->layers[l].layer;
+            if (g->layers[l].fp8 >= 0) layers[g->layers[l].fp8 / per] = g->layers[l].layer;
     }
     if (!h->params || !h->exp_avg || !h->exp_avg_sq)
         return MG_FAIL(MG_ERR_NOMEM, "cannot allocate %.1f MiB for checkpoint staging",
@@ -81,7 +81,7 @@ static mg_status copy_fp8(mg_trainer *t, mg_checkpoint_tensors *h, bool to_host)
     if (!h->fp8) return MG_OK;
     mg_backend *be = t->be;
     const size_t nt = (size_t)t->model.ws.fp8_tensors, len = (size_t)t->model.cfg.fp8_len;
-    const size_t per = 3 * MG_FP8_LINEARS, n = (2 + len) * nt;
+    const size_t per = 3 * (size_t)mg_fp8_layer_linears(&t->model.cfg), n = (2 + len) * nt;
     float *dev = mg_block_ws_ptr(&t->model.blk, t->model.ws.fp8_state);
     float *all = malloc(n * sizeof *all);
     if (!all) return MG_FAIL(MG_ERR_NOMEM, "out of memory (fp8 scaling state)");

@@ -8,7 +8,8 @@
 #     gradients in the compute dtype) keeps iteration 1's loss, changes its gradient norm and
 #     the later losses, and tracks fp32;
 #   - resume is exact: a run saved at iteration 4 and resumed logs the straight run's losses
-#     (the scales and amax histories are in the checkpoint); a checkpoint saved without fp8 loads
+#     (the scales and amax histories are in the checkpoint), also with MoE layers (their routed
+#     experts in fp8); a checkpoint saved without fp8 loads
 #     with a line saying its scales start at 1;
 #   - bad flags stop with one line and exit status 2: mxfp8 (Blackwell), a recipe not here yet,
 #     a history of 0, a negative margin, a negative count of bf16 layers, --fp8-param-gather
@@ -65,6 +66,16 @@ FP8=(--fp8-format hybrid --fp8-amax-history-len 4 --fp8-amax-compute-algo max --
 s=$(losses "$TMP/straight.log" | cut -d' ' -f5-8) r=$(losses "$TMP/resumed.log" | xargs)
 if [ -n "$r" ] && [ "$s" = "$r" ]; then pass "train_fp8_resume_is_exact ($r)"
 else fail train_fp8_resume_is_exact "straight 5..8: $s" "resumed: $r" "$(tail -n 2 "$TMP/resumed.log")"; fi
+# the same with MoE layers, whose routed experts are two more fp8 linears per layer (their scales
+# and histories in the checkpoint too)
+MOE=(--num-experts 4 --moe-router-topk 2)
+"$MEGATRON" train "${BASE[@]}" "${FP8[@]}" "${MOE[@]}" >"$TMP/moe_straight.log" 2>&1
+"$MEGATRON" train "${BASE[@]}" "${FP8[@]}" "${MOE[@]}" --save "$TMP/moe_ck" --save-interval 4 \
+    --exit-interval 4 >/dev/null 2>&1
+"$MEGATRON" train "${BASE[@]}" "${FP8[@]}" "${MOE[@]}" --load "$TMP/moe_ck" >"$TMP/moe_resumed.log" 2>&1
+s=$(losses "$TMP/moe_straight.log" | cut -d' ' -f5-8) r=$(losses "$TMP/moe_resumed.log" | xargs)
+if [ -n "$r" ] && [ "$s" = "$r" ]; then pass "train_fp8_moe_resume_is_exact ($r)"
+else fail train_fp8_moe_resume_is_exact "straight 5..8: $s" "resumed: $r" "$(tail -n 2 "$TMP/moe_resumed.log")"; fi
 "$MEGATRON" train "${BASE[@]}" --train-iters 8 --save "$TMP/plain_ck" --save-interval 4 --exit-interval 4 >/dev/null 2>&1
 "$MEGATRON" train "${BASE[@]}" "${FP8[@]}" --load "$TMP/plain_ck" >"$TMP/mixed.log" 2>&1
 if grep -q "no fp8 scaling state for 4 fp8 layers (saved without fp8): their scales start at 1" "$TMP/mixed.log" &&

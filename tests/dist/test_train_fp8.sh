@@ -15,13 +15,15 @@
 #   - TP 2, TP 2 with sequence parallelism (also with --tp-comm-overlap: the input gradient's
 #     reduction beside the weight gradient), and --fp8-recipe tensorwise (each cast scaled by its
 #     tensor's amax now, reduced over the tensor-parallel group) with DP 2 and TP 2 log the
-#     one-rank (tensorwise) run's lm loss within 2e-3.
+#     one-rank (tensorwise) run's lm loss within 2e-3;
+#   - an MoE model (4 experts, top-2; its routed experts in fp8 too) under EP 2, GELU with biases
+#     and SwiGLU without, delayed and tensorwise, logs one rank's numbers within 2e-3.
 # Not exactly: every layout sums something in another order than one rank (the gradients of
 # microbatches or of data-parallel ranks, the tied embedding's two parts under PP, TP's partial
 # products), a 1e-7 relative difference in bf16/fp32 training. A cast to fp8 turns a value that
 # lands on the other side of a rounding boundary into a difference of one fp8 step (up to 25% of
 # the element in e5m2), which the next steps carry on; the gradient norm, which such a flip moves
-# most, is left out for TP and tensorwise (it stays within 1%).
+# most, is left out for TP, tensorwise and EP (it stays within 1%).
 # Prints PASS/FAIL lines and "N passed, N failed"; skipped (with a line) without MPI.
 #   tests/dist/test_train_fp8.sh [BUILD]
 set -u
@@ -31,6 +33,7 @@ SUITE="dist train fp8"
 . "$(dirname "$0")/lib.sh"
 train_script_prologue "$BUILD"
 
+MOE=(--num-experts 4 --moe-router-topk 2)
 MODEL=(--num-layers 4 --hidden-size 64 --num-attention-heads 4 --seq-length 32 --vocab-size 128
     --make-vocab-size-divisible-by 64 --mock-data --micro-batch-size 1 --global-batch-size 4
     --lr 3e-3 --log-interval 1 --eval-iters 0 --device cpu --num-threads 1 --train-iters 6
@@ -103,14 +106,27 @@ for layout in "2:2e-3:--use-distributed-optimizer --fp8-param-gather" \
     "2:2e-3:--tensor-model-parallel-size 2 --sequence-parallel" \
     "2:2e-3:--tensor-model-parallel-size 2 --sequence-parallel --tp-comm-overlap" \
     "2:2e-3:--fp8-recipe tensorwise --use-distributed-optimizer" \
-    "2:2e-3:--fp8-recipe tensorwise --tensor-model-parallel-size 2"; do
+    "2:2e-3:--fp8-recipe tensorwise --tensor-model-parallel-size 2" \
+    "2:2e-3:--expert-model-parallel-size 2 MOE" \
+    "2:2e-3:--expert-model-parallel-size 2 --swiglu --disable-bias-linear MOE" \
+    "2:2e-3:--expert-model-parallel-size 2 --fp8-recipe tensorwise MOE"; do
     np=${layout%%:*} rest=${layout#*:} tol=${rest%%:*}
     read -r -a extra <<<"${rest#*:}"
     KEYS='lm_loss|grad_norm' n=12
-    [[ $rest == *tensor-model* || $rest == *tensorwise* ]] && KEYS=lm_loss n=6
-    # tensorwise: against the one-rank tensorwise run
+    [[ $rest == *tensor-model* || $rest == *tensorwise* || $rest == *MOE ]] && KEYS=lm_loss n=6
+    # tensorwise: against the one-rank tensorwise run; MOE: against one rank of the MoE model
+    # with the same flags (its routed experts in fp8: model/fp8.h)
     base=$TMP/one.jsonl
     [[ $rest == *tensorwise* ]] && base=$TMP/one_tw.jsonl
+    if [[ $rest == *MOE ]]; then
+        unset 'extra[${#extra[@]}-1]'
+        base=$TMP/moe_one.jsonl
+        moe1=("${MOE[@]}" "${extra[@]:2}")
+        rm -f "$base"
+        timeout 120 "$BIN" train "${MODEL[@]}" "${moe1[@]}" --metrics-file "$base" \
+            >"$TMP/moe_one.log" 2>&1 || fail "fp8 MoE one rank ${moe1[*]}" "$(tail -n 3 "$TMP/moe_one.log")"
+        extra+=("${MOE[@]}")
+    fi
     name="train fp8 np=$np ${rest#*:}"
     rm -f "$TMP/got.jsonl"
     if ! timeout 120 "${MPIRUN[@]}" -np "$np" "$BIN" train "${MODEL[@]}" "${extra[@]}" \

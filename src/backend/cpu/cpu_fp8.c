@@ -9,24 +9,70 @@
 #include "core/fp8_scaling.h"
 
 #include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+/* Rows [0, rows) of in (cols wide) times s, cast: row-major into out (NULL: not written), and
+ * transposed into out_t (NULL: not written) at column col0 of rows ld wide; the magnitudes'
+ * maximum into *m (NaN wins). */
+static void cast_rows(uint8_t *out, uint8_t *out_t, size_t ld, size_t col0, const float *in,
+                      int rows, int cols, float s, mg_fp8_format f, float *m) {
+    for (int i = 0; i < rows; i++)
+        for (int j = 0; j < cols; j++) {
+            size_t at = (size_t)i * cols + j;
+            float v = in[at], a = fabsf(v);
+            if (isnan(a) || a > *m || isnan(*m)) *m = isnan(*m) ? *m : a;
+            if (!out && !out_t) continue;
+            uint8_t q = mg_fp8_from_f32(v * s, f, true);
+            if (out) out[at] = q;
+            if (out_t) out_t[(size_t)j * ld + col0 + i] = q;
+        }
+}
+
+/* scale_inv and the amax of a cast whose magnitudes' maximum was m. */
+static void cast_done(const float *scale, float *scale_inv, float *amax, float m) {
+    if (scale_inv) *scale_inv = 1.0f / scale[0];
+    if (amax && (isnan(m) || m > *amax || isnan(*amax))) *amax = isnan(*amax) ? *amax : m;
+}
 
 mg_status mg_cpu_fp8_cast(mg_backend *be, uint8_t *out, uint8_t *out_t, const void *in, int rows,
                           int cols, const float *scale, float *scale_inv, float *amax, int format) {
     (void)be;
+    float m = 0.0f;
+    cast_rows(out, out_t, (size_t)rows, 0, in, rows, cols, scale[0], (mg_fp8_format)format, &m);
+    cast_done(scale, scale_inv, amax, m);
+    return MG_OK;
+}
+
+/* The rows of the groups in all; MG_ERR_INTERNAL past R. */
+static mg_status group_rows(const int32_t *counts, int G, int R, const char *op, int *rows) {
+    int64_t n = 0;
+    for (int g = 0; g < G; g++) n += counts[g] > 0 ? counts[g] : 0;
+    if (n > R)
+        return MG_FAIL(MG_ERR_INTERNAL, "%s: the groups hold %lld rows, the buffer %d", op,
+                       (long long)n, R);
+    *rows = (int)n;
+    return MG_OK;
+}
+
+mg_status mg_cpu_fp8_cast_grouped(mg_backend *be, uint8_t *out, uint8_t *out_t, const void *in,
+                                  const int32_t *counts, int G, int R, int cols, const float *scale,
+                                  float *scale_inv, float *amax, int format) {
+    (void)be;
+    int rows = 0;
+    MG_CHECK(group_rows(counts, G, R, "fp8_cast_grouped", &rows));
+    const size_t ld = (size_t)mg_fp8_group_ld(R, G);
     const float *x = in;
-    float s = scale[0], m = 0.0f;
-    for (int i = 0; i < rows; i++)
-        for (int j = 0; j < cols; j++) {
-            size_t at = (size_t)i * cols + j;
-            float v = x[at], a = fabsf(v);
-            if (isnan(a) || a > m || isnan(m)) m = isnan(m) ? m : a;
-            if (!out && !out_t) continue;
-            uint8_t q = mg_fp8_from_f32(v * s, (mg_fp8_format)format, true);
-            if (out) out[at] = q;
-            if (out_t) out_t[(size_t)j * rows + i] = q;
-        }
-    if (scale_inv) *scale_inv = 1.0f / s;
-    if (amax && (isnan(m) || m > *amax || isnan(*amax))) *amax = isnan(*amax) ? *amax : m;
+    float m = 0.0f;
+    size_t row = 0, col = 0;
+    for (int g = 0; g < G; g++) {
+        int n = counts[g] > 0 ? counts[g] : 0;
+        cast_rows(out ? out + row * cols : NULL, out_t, ld, col, x + row * cols, n, cols, scale[0],
+                  (mg_fp8_format)format, &m);
+        row += (size_t)n;
+        col += ((size_t)n + MG_FP8_GROUP_ALIGN - 1) / MG_FP8_GROUP_ALIGN * MG_FP8_GROUP_ALIGN;
+    }
+    cast_done(scale, scale_inv, amax, m);
     return MG_OK;
 }
 
@@ -44,13 +90,17 @@ static void decode(float *to, const mg_fp8_tensor *t, int rows, int cols, bool t
         }
 }
 
-/* Scratch for two operands' values: (a) and (b) floats. */
-static mg_status two_buffers(mg_backend *be, size_t a, size_t b, float **pa, float **pb) {
-    size_t a_pad = (a + 63) & ~(size_t)63;
+/* Scratch for two operands' values, (a) and (b) floats, and (table not NULL) a table of n_ptr
+ * pointers after them. */
+static mg_status buffers(mg_backend *be, size_t a, size_t b, int n_ptr, float **pa, float **pb,
+                         void ***table) {
+    size_t a_pad = (a + 63) & ~(size_t)63, b_pad = (b + 63) & ~(size_t)63;
+    size_t ptr_floats = ((size_t)n_ptr * sizeof(void *) + sizeof(float) - 1) / sizeof(float);
     void *s = NULL;
-    MG_CHECK(mg_cpu_scratch(be, (a_pad + b) * sizeof(float), &s));
+    MG_CHECK(mg_cpu_scratch(be, (a_pad + b_pad + ptr_floats) * sizeof(float), &s));
     *pa = s;
     *pb = (float *)s + a_pad;
+    if (table) *table = (void **)((float *)s + a_pad + b_pad); /* 256-byte aligned */
     return MG_OK;
 }
 
@@ -60,7 +110,7 @@ mg_status mg_cpu_fp8_linear_forward(mg_backend *be, void *out, void *gelu_pre,
     if (N <= 0 || OC <= 0) return MG_OK;
     size_t ni = (size_t)N * (IC > 0 ? IC : 0), nw = (size_t)OC * (IC > 0 ? IC : 0);
     float *xi = NULL, *xw = NULL;
-    MG_CHECK(two_buffers(be, ni, nw, &xi, &xw));
+    MG_CHECK(buffers(be, ni, nw, 0, &xi, &xw, NULL));
     decode(xi, inp, N, IC, false);
     decode(xw, w, OC, IC, false);
     if (gelu_pre) return mg_cpu_linear_gelu_forward(be, out, gelu_pre, xi, xw, bias, N, IC, OC);
@@ -78,7 +128,7 @@ mg_status mg_cpu_fp8_linear_backward(mg_backend *be, void *dinp, float *dw, floa
         return mg_cpu_linear_backward(be, dinp, dw, NULL, dout, NULL, NULL, NULL, N, IC, OC);
     size_t nd = (size_t)N * OC, ni = (size_t)N * IC, nw = (size_t)OC * IC;
     float *xd = NULL, *rest = NULL;
-    MG_CHECK(two_buffers(be, nd, ni + nw, &xd, &rest));
+    MG_CHECK(buffers(be, nd, ni + nw, 0, &xd, &rest, NULL));
     float *xi = rest, *xw = rest + ni;
     /* the gradient's values once (its row-major and transposed bytes are the same values; the
      * CUDA test holds the transposes to the CPU's bytes), the weight's and input's from the
@@ -91,6 +141,108 @@ mg_status mg_cpu_fp8_linear_backward(mg_backend *be, void *dinp, float *dw, floa
     if (!dw) return MG_OK;
     decode(xi, inp, N, IC, true);
     return mg_cpu_linear_backward(be, NULL, dw, NULL, xd, xi, NULL, NULL, N, IC, OC);
+}
+
+/* The values of a grouped transpose t->data_t (cols, ld; fp8_cast_grouped's) into to (rows of
+ * the groups, cols). */
+static void decode_grouped(float *to, const mg_fp8_tensor *t, const int32_t *counts, int G,
+                           size_t ld, int cols) {
+    const float si = t->scale_inv[0];
+    const mg_fp8_format f = (mg_fp8_format)t->format;
+    size_t row = 0, col = 0;
+    for (int g = 0; g < G; g++) {
+        size_t n = counts[g] > 0 ? (size_t)counts[g] : 0;
+        for (size_t i = 0; i < n; i++)
+            for (int j = 0; j < cols; j++)
+                to[(row + i) * cols + j] =
+                    mg_fp8_to_f32(t->data_t[(size_t)j * ld + col + i], f) * si;
+        row += n;
+        col += (n + MG_FP8_GROUP_ALIGN - 1) / MG_FP8_GROUP_ALIGN * MG_FP8_GROUP_ALIGN;
+    }
+}
+
+/* The values of the n_w weights' bytes (OC, IC), wstride apart: from their row-major bytes, or
+ * (transposed) from their transposes; to[j] = the floats of weight j (OC, IC), in xw. */
+static void decode_weights(float *xw, void **to, const mg_fp8_tensor *w, size_t wstride, int n_w,
+                           int OC, int IC, bool transposed) {
+    for (int j = 0; j < n_w; j++) {
+        mg_fp8_tensor wj = *w;
+        if (transposed)
+            wj.data_t += (size_t)j * wstride;
+        else
+            wj.data += (size_t)j * wstride;
+        to[j] = xw + (size_t)j * OC * IC;
+        decode(to[j], &wj, OC, IC, transposed);
+    }
+}
+
+mg_status mg_cpu_fp8_grouped_linear_forward(mg_backend *be, void *out, const mg_fp8_tensor *inp,
+                                            const mg_fp8_tensor *w, size_t wstride,
+                                            void *const *bias, const int32_t *counts, int n_src,
+                                            int n_w, int IC, int OC) {
+    int rows = 0;
+    MG_CHECK(group_rows(counts, n_src * n_w, INT32_MAX, "fp8_grouped_linear_forward", &rows));
+    if (rows == 0 || OC <= 0 || IC <= 0)
+        return mg_cpu_grouped_linear_forward(be, out, NULL, NULL, bias, counts, n_src, n_w, 0, OC);
+    size_t ni = (size_t)rows * IC, nw = (size_t)n_w * OC * IC;
+    float *xi = NULL, *xw = NULL;
+    void **wp = NULL;
+    MG_CHECK(buffers(be, ni, nw, n_w, &xi, &xw, &wp));
+    decode(xi, inp, rows, IC, false);
+    decode_weights(xw, wp, w, wstride, n_w, OC, IC, false);
+    return mg_cpu_grouped_linear_forward(be, out, xi, wp, bias, counts, n_src, n_w, IC, OC);
+}
+
+mg_status mg_cpu_fp8_grouped_linear_backward(mg_backend *be, void *dinp_, float *const *dw,
+                                             float *const *dbias, const void *dout_,
+                                             const mg_fp8_tensor *dout8, const mg_fp8_tensor *inp,
+                                             const mg_fp8_tensor *w, size_t wstride,
+                                             const void *gelu_pre_, const int32_t *counts,
+                                             int n_src, int n_w, int R, int IC, int OC,
+                                             bool accumulate) {
+    const int G = n_src * n_w;
+    float *dinp = dinp_;
+    const float *dout = dout_, *gelu_pre = gelu_pre_;
+    int rows = 0;
+    MG_CHECK(group_rows(counts, G, R, "fp8_grouped_linear_backward", &rows));
+    for (int j = 0; !accumulate && j < n_w; j++) { /* written over: from zero */
+        if (dw) memset(dw[j], 0, (size_t)OC * (size_t)IC * sizeof(float));
+        if (dbias) memset(dbias[j], 0, (size_t)OC * sizeof(float));
+    }
+    /* the bias gradient from the gradient itself, not its fp8 bytes */
+    for (int g = 0, row = 0; dbias && OC > 0 && g < G; row += counts[g++])
+        MG_CHECK(mg_cpu_linear_backward(be, NULL, NULL, dbias[g % n_w], dout + (size_t)row * OC,
+                                        NULL, NULL, NULL, counts[g], 0, OC));
+    if (rows == 0 || (!dinp && !dw)) return MG_OK;
+    if (IC <= 0 || OC <= 0) { /* no depth: dinp = 0 */
+        if (dinp) memset(dinp, 0, (size_t)rows * (IC > 0 ? IC : 0) * sizeof(float));
+        return MG_OK;
+    }
+    const size_t ld = (size_t)mg_fp8_group_ld(R, G);
+    size_t nd = (size_t)rows * OC, ni = (size_t)rows * IC, nw = (size_t)n_w * OC * IC;
+    float *xd = NULL, *rest = NULL;
+    void **wp = NULL;
+    MG_CHECK(buffers(be, nd, ni + nw, n_w, &xd, &rest, &wp));
+    float *xi = rest, *xw = rest + ni;
+    /* the gradient's values once: its rows' bytes where there are, else its grouped transpose's
+     * (the same bytes: the CUDA test holds them to these) */
+    if (dout8->data)
+        decode(xd, dout8, rows, OC, false);
+    else
+        decode_grouped(xd, dout8, counts, G, ld, OC);
+    if (dinp) {
+        decode_weights(xw, wp, w, wstride, n_w, OC, IC, true);
+        for (int g = 0, row = 0; g < G; row += counts[g++])
+            MG_CHECK(mg_cpu_linear_backward(
+                be, dinp + (size_t)row * IC, NULL, NULL, xd + (size_t)row * OC, NULL, wp[g % n_w],
+                gelu_pre ? gelu_pre + (size_t)row * IC : NULL, counts[g], IC, OC));
+    }
+    if (!dw) return MG_OK;
+    decode_grouped(xi, inp, counts, G, ld, IC);
+    for (int g = 0, row = 0; g < G; row += counts[g++])
+        MG_CHECK(mg_cpu_linear_backward(be, NULL, dw[g % n_w], NULL, xd + (size_t)row * OC,
+                                        xi + (size_t)row * IC, NULL, NULL, counts[g], IC, OC));
+    return MG_OK;
 }
 
 mg_status mg_cpu_fp8_update(mg_backend *be, float *state, int n, int len, int margin, int algo,

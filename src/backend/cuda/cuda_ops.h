@@ -18,8 +18,8 @@
  * backend's compute dtype (cuda_table.c, MG_CUDA_BY_DTYPE).
  *
  * Files: embedding.cu, norm.cu, linear.cu (linear_*), activation.cu (gelu_*, swiglu_*), rope.cu,
- * attention.cu (and attention_generic.cu, attention_cudnn.cu), cross_entropy.cu, elementwise.cu (add,
- * bias_residual_add, the fp32 sums, clip_coef, scale_f32), dropout.cu, adamw.cu, step.cu
+ * attention.cu (and attention_generic.cu, attention_cudnn.cu), cross_entropy.cu, elementwise.cu
+ * (add, bias_residual_add, the fp32 sums, clip_coef, scale_f32), dropout.cu, adamw.cu, step.cu
  * (step_control), moe_router.cu (router_*),
  * moe_route.cu (moe_route*, moe_expert_bias_update), moe_permute.cu (moe_permute*,
  * moe_unpermute*, moe_regroup, grouped_activation_forward, grouped_swiglu_backward),
@@ -54,9 +54,9 @@ extern "C" {
 
 /* The table's entries (backend_ops.h): mg_cuda_<name>, and per dtype for the compute ops. */
 #define MG_OP(name, need, kind, ret, params, args) MG_CUDA_DECLARE_##kind(name)
-#define MG_CUDA_DECLARE_RT(name)             mg_backend_##name##_fn mg_cuda_##name;
-#define MG_CUDA_DECLARE_OP(name)             MG_CUDA_DTYPE_DECL(mg_backend_##name##_fn, name);
-#define MG_CUDA_DECLARE_MOE(name)            MG_CUDA_DECLARE_OP(name)
+#define MG_CUDA_DECLARE_RT(name)                   mg_backend_##name##_fn mg_cuda_##name;
+#define MG_CUDA_DECLARE_OP(name)                   MG_CUDA_DTYPE_DECL(mg_backend_##name##_fn, name);
+#define MG_CUDA_DECLARE_MOE(name)                  MG_CUDA_DECLARE_OP(name)
 #include "backend/backend_ops.h"
 #undef MG_CUDA_DECLARE_RT
 #undef MG_CUDA_DECLARE_OP
@@ -116,6 +116,27 @@ mg_status mg_cuda_grouped_cutlass_run(mg_backend *be, int op, void *y, const voi
                                       const void *xb, void *const *wp, int32_t *row_off,
                                       const int32_t *counts, int n_src, int n_w, int IC, int OC,
                                       bool accumulate, void *scratch, size_t scratch_bytes);
+
+/* grouped_gemm_cutlass_fp8.cu: one product of the experts on fp8 operands (grouped_gemm.cu's
+ * fp8_grouped_linear ops; that file's header has the table). Set up by
+ * mg_cuda_grouped_cutlass_init with the bf16 kernels; MG_ERR_UNSUPPORTED without CUTLASS. */
+typedef struct {
+    int op;              /* 0 forward, 1 dinp, 2 dw */
+    int format_a;        /* A's mg_fp8_format (inp8: e4m3; dout8: the gradients'); B is e4m3 */
+    void *y;             /* forward: out (R,OC); dinp: dinp (R,IC); compute dtype (bf16) */
+    const uint8_t *a;    /* forward: inp8 (R,IC); dinp: dout8 (R,OC); dw: dout8^T (OC,ld) */
+    const uint8_t *b;    /* forward: weight bytes; dinp: their transposes; dw: inp8^T (IC,ld) */
+    size_t wstride;      /* forward, dinp: bytes between two experts' weights in b */
+    float *const *dw;    /* dw: the n_w weight gradients (fp32, backend memory) */
+    const float *sinv_a; /* the operands' scale inverses (device, (1)) */
+    const float *sinv_b;
+    int64_t ld; /* dw: the grouped transposes' rows (core/fp8.h's mg_fp8_group_ld) */
+    int n_src, n_w, IC, OC;
+    bool accumulate; /* dw: as grouped_linear_backward's */
+} mg_gg8_args;
+mg_status mg_cuda_grouped_cutlass_fp8_run(mg_backend *be, const mg_gg8_args *a, int32_t *row_off,
+                                          const int32_t *counts, void *scratch,
+                                          size_t scratch_bytes);
 
 #ifdef __cplusplus
 }

@@ -10,6 +10,7 @@
  * a block reads a (CAST_TILE, CAST_TILE) tile of rows, writes its bytes row-major and, after the
  * tile is complete, the tile's columns as rows of the transpose, both coalesced. The linears'
  * products on fp8 operands are in linear.cu. */
+#include "backend/cuda/block_scan.cuh"
 #include "backend/cuda/cuda_common.cuh"
 
 #include "core/fp8.h"
@@ -110,6 +111,30 @@ static __global__ void fp8_cast_flat_kernel(uint8_t *out, const h16 *in, size_t 
     if (amax) amax_publish(&block_max, m, amax);
 }
 
+/* A transposing tile's first half: the tile's rows [r0, r0 + CAST_TILE) of in (rows, cols; the
+ * part inside), from column c0, read in chunks of CAST_VEC, cast, written row-major into out
+ * (NULL: not written) and into the shared tile; the magnitudes' maximum into *m. Every thread of
+ * the block calls it. */
+template <typename h16>
+static __device__ __forceinline__ void
+cast_tile_rows(uint8_t (*tile)[CAST_TILE + CAST_VEC], uint8_t *out, const h16 *in, int r0, int c0,
+               int rows, int cols, float s, int format, bool aligned, unsigned int *m) {
+    const int per_row = CAST_TILE / CAST_VEC;
+    for (int item = threadIdx.x; item < CAST_TILE * per_row; item += CAST_THREADS) {
+        int r = item / per_row, c = (item % per_row) * CAST_VEC, i = r0 + r, j = c0 + c;
+        if (i >= rows || j >= cols) continue;
+        int k = cols - j < CAST_VEC ? cols - j : CAST_VEC;
+        bool vec = aligned && k == CAST_VEC;
+        float v[CAST_VEC];
+        __align__(8) uint8_t q[CAST_VEC];
+        size_t at = (size_t)i * cols + j;
+        load_chunk<h16>(v, in + at, k, vec);
+        convert(q, v, k, s, format, m);
+        if (out) store_chunk(out + at, q, k, vec);
+        store_chunk(&tile[r][c], q, k, k == CAST_VEC);
+    }
+}
+
 /* A (CAST_TILE, CAST_TILE) tile: its rows read in chunks of CAST_VEC, cast, written row-major
  * and into shared memory; then the tile's columns written as rows of the transpose, CAST_VEC
  * bytes per thread, CAST_TILE / CAST_VEC threads per row. */
@@ -127,19 +152,7 @@ static __global__ void fp8_cast_transpose_kernel(uint8_t *out, uint8_t *out_t, c
     if (scale_inv && blockIdx.x == 0 && blockIdx.y == 0 && tid == 0)
         scale_inv[0] = __fdiv_rn(1.0f, s);
     unsigned int m = 0u;
-    for (int item = tid; item < CAST_TILE * per_row; item += CAST_THREADS) {
-        int r = item / per_row, c = (item % per_row) * CAST_VEC, i = r0 + r, j = c0 + c;
-        if (i >= rows || j >= cols) continue;
-        int k = cols - j < CAST_VEC ? cols - j : CAST_VEC;
-        bool vec = aligned && k == CAST_VEC;
-        float v[CAST_VEC];
-        __align__(8) uint8_t q[CAST_VEC];
-        size_t at = (size_t)i * cols + j;
-        load_chunk<h16>(v, in + at, k, vec);
-        convert(q, v, k, s, format, &m);
-        if (out) store_chunk(out + at, q, k, vec);
-        store_chunk(&tile[r][c], q, k, k == CAST_VEC);
-    }
+    cast_tile_rows<h16>(tile, out, in, r0, c0, rows, cols, s, format, aligned, &m);
     __syncthreads();
     for (int item = tid; item < CAST_TILE * per_row; item += CAST_THREADS) {
         int c = item / per_row, r = (item % per_row) * CAST_VEC, i = r0 + r, j = c0 + c;
@@ -178,6 +191,104 @@ MG_CUDA_DTYPES(mg_status, fp8_cast,
         fp8_cast_transpose_kernel<h16><<<grid, CAST_THREADS, 0, stream>>>(
             out, out_t, (const h16 *)in, rows, cols, scale, scale_inv, amax, format, aligned);
     }
+    MG_CUDA_CHECK_LAUNCH();
+    return MG_OK;
+}
+
+/* ---- the experts' rows (fp8_cast_grouped; core/fp8.h's grouped transpose) ---- */
+
+#define GROUP_SCAN_THREADS 1024
+
+/* One block: row_off (G+1) each group's first row, then the rows in all; col_off (G) each group's
+ * first column of the grouped transpose. */
+static __global__ void __launch_bounds__(GROUP_SCAN_THREADS)
+    group_offsets_kernel(int32_t *row_off, int32_t *col_off, const int32_t *counts, int G) {
+    __shared__ int32_t warp_sums[GROUP_SCAN_THREADS / 32];
+    int32_t rows = 0, cols = 0;
+    for (int base = 0; base < G; base += blockDim.x) {
+        int g = base + threadIdx.x;
+        int32_t r0, c0;
+        block_group_scan(g < G ? max(counts[g], 0) : 0, warp_sums, &rows, &cols, &r0, &c0);
+        if (g < G) row_off[g] = r0, col_off[g] = c0;
+    }
+    if (threadIdx.x == 0) row_off[G] = rows;
+}
+
+/* The transposing tile of fp8_cast_transpose_kernel over the rows of the groups: row i's bytes
+ * go to column col_of[i - r0] of the grouped transpose (-1: a row past the groups, not read). */
+template <typename h16>
+static __global__ void
+fp8_cast_grouped_kernel(uint8_t *out, uint8_t *out_t, const h16 *in, const int32_t *row_off,
+                        const int32_t *col_off, int G, int cols, int64_t ld, const float *scale,
+                        float *scale_inv, float *amax, int format, bool aligned) {
+    __shared__ __align__(16) uint8_t tile[CAST_TILE][CAST_TILE + CAST_VEC];
+    __shared__ int64_t col_of[CAST_TILE];
+    __shared__ unsigned int block_max;
+    const int tid = threadIdx.x, per_row = CAST_TILE / CAST_VEC;
+    const int r0 = blockIdx.y * CAST_TILE, c0 = blockIdx.x * CAST_TILE, rows = row_off[G];
+    const float s = scale[0];
+    if (scale_inv && blockIdx.x == 0 && blockIdx.y == 0 && tid == 0)
+        scale_inv[0] = __fdiv_rn(1.0f, s);
+    if (r0 >= rows) return; /* the whole block: past the groups */
+    if (tid == 0) block_max = 0u;
+    if (tid < CAST_TILE) { /* the row's group: the last g with row_off[g] <= i */
+        int i = r0 + tid, lo = 0, hi = G - 1;
+        while (lo < hi) {
+            int mid = (lo + hi + 1) / 2;
+            if (row_off[mid] <= i)
+                lo = mid;
+            else
+                hi = mid - 1;
+        }
+        col_of[tid] = i < rows ? (int64_t)col_off[lo] + (i - row_off[lo]) : -1;
+    }
+    unsigned int m = 0u;
+    cast_tile_rows<h16>(tile, out, in, r0, c0, rows, cols, s, format, aligned, &m);
+    __syncthreads();
+    for (int item = tid; out_t && item < CAST_TILE * per_row; item += CAST_THREADS) {
+        int c = item / per_row, r = (item % per_row) * CAST_VEC, i = r0 + r, j = c0 + c;
+        if (i >= rows || j >= cols) continue;
+        int k = rows - i < CAST_VEC ? rows - i : CAST_VEC;
+        /* one 8-byte store where the chunk's rows are consecutive columns, 8-aligned */
+        const int64_t d0 = col_of[r];
+        bool vec = k == CAST_VEC && d0 % CAST_VEC == 0 && ld % CAST_VEC == 0 &&
+                   col_of[r + CAST_VEC - 1] == d0 + CAST_VEC - 1;
+        __align__(8) uint8_t q[CAST_VEC];
+#pragma unroll
+        for (int e = 0; e < CAST_VEC; e++)
+            if (e < k) q[e] = tile[r + e][c];
+        uint8_t *row_t = out_t + (size_t)j * ld;
+        if (vec)
+            *(uint2 *)(row_t + d0) = *(const uint2 *)q;
+        else
+#pragma unroll
+            for (int e = 0; e < CAST_VEC; e++)
+                if (e < k) row_t[col_of[r + e]] = q[e];
+    }
+    if (amax) amax_publish(&block_max, m, amax);
+}
+
+MG_CUDA_DTYPES(mg_status, fp8_cast_grouped,
+               (mg_backend * be, uint8_t *out, uint8_t *out_t, const void *in,
+                const int32_t *counts, int G, int R, int cols, const float *scale, float *scale_inv,
+                float *amax, int format),
+               (be, out, out_t, in, counts, G, R, cols, scale, scale_inv, amax, format)) {
+    if (R < 0 || cols < 0 || G < 1)
+        return MG_FAIL(MG_ERR_INTERNAL, "fp8_cast_grouped: bad shape %d x %d, %d groups", R, cols,
+                       G);
+    cudaStream_t stream = mg_cuda_stream(be);
+    size_t half = ((size_t)(G + 1) * sizeof(int32_t) + 255) & ~(size_t)255;
+    void *ws = NULL;
+    MG_CHECK(mg_cuda_scratch(be, 2 * half, &ws, "fp8_cast_grouped"));
+    int32_t *row_off = (int32_t *)ws, *col_off = (int32_t *)((char *)ws + half);
+    group_offsets_kernel<<<1, GROUP_SCAN_THREADS, 0, stream>>>(row_off, col_off, counts, G);
+    MG_CUDA_CHECK_LAUNCH();
+    bool aligned = (uintptr_t)in % 16 == 0 && (uintptr_t)out % 8 == 0 && cols % CAST_VEC == 0;
+    dim3 grid((unsigned)(cols > 0 ? (cols + CAST_TILE - 1) / CAST_TILE : 1),
+              (unsigned)(R > 0 ? (R + CAST_TILE - 1) / CAST_TILE : 1));
+    fp8_cast_grouped_kernel<h16><<<grid, CAST_THREADS, 0, stream>>>(
+        out, out_t, (const h16 *)in, row_off, col_off, G, cols, mg_fp8_group_ld(R, G), scale,
+        scale_inv, amax, format, aligned);
     MG_CUDA_CHECK_LAUNCH();
     return MG_OK;
 }
