@@ -18,9 +18,12 @@
  * Accumulation: the forward takes Hopper's fast fp8 accumulation, the gradients CUTLASS's
  * promoted one (partial sums moved to fp32 registers every few MMAs), as the dense fp8 linears do
  * with cuBLASLt (linear.cu).
- * Tiles (fp8: 128 bytes deep): 128x128x128 ping-pong; a forward deeper than GG8_PING_MAX_K takes
- * 128x256x128 cooperative, as the bf16 products choose. Six instantiations: the forward's two,
- * and dinp and dw once per format of the gradient (e4m3, e5m2).
+ * Tiles (fp8: 128 bytes deep), measured on H200 (bench/NOTES.md, the Mixtral-style shape): the
+ * forward 128x128x128 ping-pong, or 128x256x128 cooperative deeper than GG8_PING_MAX_K, as the
+ * bf16 products choose; the gradients 128x128x128 cooperative: the ping-pong kernel of that tile
+ * spills registers under the promoted accumulation and ran at a third of the cooperative's rate.
+ * Six instantiations: the forward's two, and dinp and dw once per format of the gradient (e4m3,
+ * e5m2).
  * Preconditions (grouped_gemm.cu checks them): IC and OC multiples of 16, the buffers and wstride
  * 16-byte aligned; the fill kernel traps on a weight (gradient) pointer that is not. */
 #include "backend/cuda/cuda_common.cuh"
@@ -44,14 +47,17 @@ using Cfg8PingFast = Cfg<Tile8, cutlass::gemm::KernelPtrArrayTmaWarpSpecializedP
 using Cfg8CoopFast = Cfg<Shape<_128, _256, _128>,
                          cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperativeFP8FastAccum,
                          cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative>;
-using Cfg8Ping = Cfg<Tile8, cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpong,
-                     cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong>;
+/* the gradients' promoted accumulation keeps a second fp32 accumulator: with one warpgroup per
+ * 128x128 tile (ping-pong) that spills registers (ptxas: ~950 bytes), with two (cooperative, 64
+ * rows each) it does not */
+using Cfg8Coop = Cfg<Tile8, cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative,
+                     cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative>;
 
 template <class C> using Fwd8 = GroupedGemm<C, ct_e4m3, RowMajor, ct_e4m3, ColMajor, void, ct_bf16>;
 template <class EA>
-using Dinp8 = GroupedGemm<Cfg8Ping, EA, RowMajor, ct_e4m3, ColMajor, void, ct_bf16>;
+using Dinp8 = GroupedGemm<Cfg8Coop, EA, RowMajor, ct_e4m3, ColMajor, void, ct_bf16>;
 template <class EA>
-using Dw8 = GroupedGemm<Cfg8Ping, EA, RowMajor, ct_e4m3, ColMajor, float, float>;
+using Dw8 = GroupedGemm<Cfg8Coop, EA, RowMajor, ct_e4m3, ColMajor, float, float>;
 
 /* One block: the scans of the counts (row_off (G+1): each group's first row, then the total; and
  * each group's first column in the grouped transposes), alpha, and each group's shape, pointers
