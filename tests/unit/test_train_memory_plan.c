@@ -81,6 +81,10 @@ MG_TEST(train_memory_plan_is_the_trainers_recompute) {
  * F = 4H, 2 layers, fp32 on the cpu backend. */
 MG_TEST(train_memory_plan_is_the_trainers_fp8) {
     expect_plan_agrees(t, "fp8", TINY "--fp8-format hybrid");
+    /* the routed experts in fp8: their grouped casts' workspace and weight copies */
+    expect_plan_agrees(t, "fp8 MoE",
+                       TINY "--fp8-format hybrid --num-experts 4 --moe-router-topk 2 "
+                            "--moe-ffn-hidden-size 24 --moe-layer-freq [0,1]");
     expect_plan_agrees(t, "fp8, selective recomputation",
                        TINY "--fp8-format hybrid --recompute-granularity selective "
                             "--recompute-modules layernorm mlp_act");
