@@ -185,14 +185,18 @@ static mg_status list_pieces(const mg_gpt *g, const mg_checkpoint_tensors *t, co
     return MG_OK;
 }
 
-/* The fp8 scaling states a checkpoint saved without fp8 lacks: dropped from the pieces to read
- * (the scales stay at 1), with one line. */
+/* The fp8 scaling states a checkpoint saved without fp8 lacks, or holds for another number of
+ * fp8 linears per layer (saved before the routed experts computed in fp8, or the other way):
+ * dropped from the pieces to read (the scales stay at 1), with one line each. */
 static void drop_absent_fp8(const mg_ckpt_store *store, piece_list *l, const char *base) {
-    int k = 0, dropped = 0;
+    int k = 0, absent = 0, other = 0;
     for (int i = 0; i < l->n; i++) {
-        if (l->p[i].meta == &l->fp8 && mg_ckpt_store_rows(store, l->p[i].name) < 0) {
-            dropped++;
-            continue;
+        if (l->p[i].meta == &l->fp8) {
+            const int64_t rows = mg_ckpt_store_rows(store, l->p[i].name);
+            if (rows < 0 || rows != l->p[i].b - l->p[i].a) {
+                rows < 0 ? absent++ : other++;
+                continue;
+            }
         }
         if (k != i) {
             memcpy(l->names[k], l->names[i], sizeof l->names[k]);
@@ -202,10 +206,15 @@ static void drop_absent_fp8(const mg_ckpt_store *store, piece_list *l, const cha
         k++;
     }
     l->n = k;
-    if (dropped)
+    if (absent)
         mg_log_info("> %s: no fp8 scaling state for %d fp8 layers (saved without fp8): their "
                     "scales start at 1",
-                    base, dropped);
+                    base, absent);
+    if (other)
+        mg_log_warn("%s: the fp8 scaling state of %d fp8 layers has another number of fp8 linears "
+                    "per layer (saved by a build whose MoE experts were not in fp8, or the other "
+                    "way): their scales start at 1, so the resume is not exact",
+                    base, other);
 }
 
 /* This rank's file of the checkpoint (and, from rank 0, the state), into tmp. */

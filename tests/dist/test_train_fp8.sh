@@ -17,7 +17,8 @@
 #     tensor's amax now, reduced over the tensor-parallel group) with DP 2 and TP 2 log the
 #     one-rank (tensorwise) run's lm loss within 2e-3;
 #   - an MoE model (4 experts, top-2; its routed experts in fp8 too) under EP 2, GELU with biases
-#     and SwiGLU without, delayed and tensorwise, logs one rank's numbers within 2e-3.
+#     and SwiGLU without, delayed and tensorwise, logs one rank's numbers within 2e-3; a
+#     checkpoint saved with its experts in the compute dtype (ECHO) loads with a warning.
 # Not exactly: every layout sums something in another order than one rank (the gradients of
 # microbatches or of data-parallel ranks, the tied embedding's two parts under PP, TP's partial
 # products), a 1e-7 relative difference in bf16/fp32 training. A cast to fp8 turns a value that
@@ -140,4 +141,20 @@ for layout in "2:2e-3:--use-distributed-optimizer --fp8-param-gather" \
         pass "$name: 6 iterations' ${KEYS//|/ and } within $tol of one rank's"
     fi
 done
+# a checkpoint whose layers hold another number of fp8 linears (ECHO keeps the routed experts in
+# the compute dtype: 4 per layer; without it they are fp8: 6) loads with one warning per rank,
+# the scales from 1, and trains on
+rm -rf "$TMP/echo_ck"
+EP=(--expert-model-parallel-size 2 "${MOE[@]}" --train-iters 8)
+timeout 120 "${MPIRUN[@]}" -np 2 "$BIN" train "${MODEL[@]}" "${EP[@]}" --moe-enable-echo \
+    --save "$TMP/echo_ck" --save-interval 4 --exit-interval 4 >"$TMP/echo_save.log" 2>&1
+timeout 120 "${MPIRUN[@]}" -np 2 "$BIN" train "${MODEL[@]}" "${EP[@]}" --load "$TMP/echo_ck" \
+    >"$TMP/echo_load.log" 2>&1
+if [ "$(grep -c 'has another number of fp8 linears per layer' "$TMP/echo_load.log")" -eq 2 ] &&
+    grep -q 'iteration        8/       8' "$TMP/echo_load.log"; then
+    pass "train fp8 np=2 EP 2: a checkpoint with another number of fp8 linears per layer loads with a warning"
+else
+    fail "train fp8 np=2 EP 2: checkpoint with another number of fp8 linears per layer" \
+        "$(tail -n 3 "$TMP/echo_save.log")" "$(tail -n 3 "$TMP/echo_load.log")"
+fi
 finish
