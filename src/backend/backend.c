@@ -11,9 +11,11 @@ const mg_backend_entry mg_backend_entries[MG_BACKEND_N_ENTRIES] = {
 #define MG_OP(name, need, kind, ret, params, args) {#name, MG_NEED_##need, MG_BACKEND_##kind},
 #define MG_NEED_REQ                                true
 #define MG_NEED_OPT                                false
+#define MG_NEED_CAP                                false
 #include "backend/backend_ops.h"
 #undef MG_NEED_REQ
 #undef MG_NEED_OPT
+#undef MG_NEED_CAP
 };
 
 bool mg_backend_has(const mg_backend *be, int i) {

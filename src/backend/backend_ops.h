@@ -13,7 +13,8 @@
  *   name    the field of mg_backend; the CPU backend's function is mg_cpu_<name>, the CUDA one's
  *           mg_cuda_<name> (and mg_cuda_f16_<name>, see kind)
  *   need    REQ: every backend has it (mg_backend_validate fails without it); OPT: may be NULL,
- *           the entry's comment says why and what callers do then
+ *           the entry's comment says why and what callers do then; CAP: as OPT (a capability
+ *           a device may lack), but the CPU backend, the reference, always has it
  *   kind    RT: runtime (memory, copies, streams), independent of the compute dtype; OP: a
  *           compute op; MOE: a compute op of Mixture-of-Experts layers (model/moe.c). The CUDA
  *           backend builds OP and MOE once per compute dtype: mg_cuda_<name> is bf16,
@@ -569,8 +570,11 @@ MG_OP(fp8_cast_grouped, REQ, MOE, mg_status,
 /* grouped_linear_forward on fp8 operands: group g's rows of inp->data (R,IC) times weight
  * j = g % n_w, the bytes (OC,IC) at w->data + j x wstride, in fp32, times inp->scale_inv x
  * w->scale_inv, plus bias[j], rounded to the compute dtype. On CUDA IC and OC multiples of 16
- * and wstride of 16 bytes (Hopper's fp8 GEMMs), else MG_ERR_UNSUPPORTED naming them. */
-MG_OP(fp8_grouped_linear_forward, REQ, MOE, mg_status,
+ * and wstride of 16 bytes (Hopper's fp8 GEMMs), else MG_ERR_UNSUPPORTED naming them.
+ * Optional, with its backward: NULL where the backend has no fp8 grouped GEMM (CUDA: a build
+ * without CUTLASS, fp16 compute, a GPU other than sm 9.0); model/fp8.c then keeps the routed
+ * experts in the compute dtype. */
+MG_OP(fp8_grouped_linear_forward, CAP, OP, mg_status,
       (mg_backend *be, void *out /* (R,OC) */, const mg_fp8_tensor *inp, const mg_fp8_tensor *w,
        size_t wstride, void *const *bias, const int32_t *counts, int n_src, int n_w, int IC,
        int OC),
@@ -581,7 +585,7 @@ MG_OP(fp8_grouped_linear_forward, REQ, MOE, mg_status,
  * the grouped transposes dout8->data_t (OC,ld) and inp->data_t (IC,ld) (fp8_cast_grouped's); each
  * product times its operands' scale_inv; gelu_pre as grouped_linear_backward's. dbias (NULL:
  * none) from dout (R,OC), the compute-dtype gradient the bytes came from. */
-MG_OP(fp8_grouped_linear_backward, REQ, MOE, mg_status,
+MG_OP(fp8_grouped_linear_backward, CAP, OP, mg_status,
       (mg_backend *be, void *dinp /* (R,IC) or NULL */, float *const *dw, float *const *dbias,
        const void *dout /* (R,OC) */, const mg_fp8_tensor *dout8, const mg_fp8_tensor *inp,
        const mg_fp8_tensor *w, size_t wstride, const void *gelu_pre /* (R,IC) or NULL */,

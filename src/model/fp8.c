@@ -3,6 +3,7 @@
 
 #include "core/fp8.h"
 #include "core/fp8_scaling.h"
+#include "core/log.h"
 
 #include <stdlib.h>
 
@@ -43,10 +44,21 @@ static size_t weight_elems(const mg_model_config *c, int j) {
     }
 }
 
-/* The weights of linear j in an fp8 layer: this rank's experts for the experts' linears. */
-static size_t weight_count(const mg_model_config *c, int j) {
+/* Whether the routed experts compute in fp8: the model's layout has their linears
+ * (mg_model_config.fp8_experts) and the backend has the fp8 grouped GEMM (an optional op); else
+ * their tensors' state stays unused (scales at 1), so the checkpoint layout does not depend on
+ * the machine. A plan without a backend counts them in fp8. */
+static bool experts_on(const mg_block_ctx *x) {
+    if (!x->c->fp8_experts) return false;
+    if (!x->be) return true; /* a plan without a backend (megatron plan): as where they are */
+    return x->be->fp8_grouped_linear_forward && x->be->fp8_grouped_linear_backward;
+}
+
+/* The weights of linear j in an fp8 layer: this rank's experts for the experts' linears (none
+ * where they do not compute in fp8). */
+static size_t weight_count(const mg_block_ctx *x, int j) {
     if (j < MG_FP8_EXP_FC1) return 1;
-    return c->fp8_experts ? (size_t)c->moe.E_l : 0;
+    return experts_on(x) ? (size_t)x->c->moe.E_l : 0;
 }
 
 /* The columns of linear j's input (the larger of a dense MLP's and an MoE layer's shared
@@ -67,9 +79,9 @@ static size_t input_cols(const mg_model_config *c, int j) {
 
 /* Bytes of one fp8 layer's weight copies, and where linear j's starts among them: for each of
  * its weights the row-major bytes (each at an FP8_ALIGN boundary), then as many transposes. */
-static size_t weight_copies(const mg_model_config *c, int j) {
+static size_t weight_copies(const mg_block_ctx *x, int j) {
     size_t at = 0;
-    for (int i = 0; i < j; i++) at += 2 * weight_count(c, i) * align_up(weight_elems(c, i));
+    for (int i = 0; i < j; i++) at += 2 * weight_count(x, i) * align_up(weight_elems(x->c, i));
     return at;
 }
 
@@ -106,14 +118,18 @@ mg_status mg_fp8_plan(const mg_block_ctx *x, mg_block_ws *w, int n_linears, int 
     MG_CHECK(reserve(x->work, on ? 2 * align_up(N * in) : 0, &w->fp8_x));
     /* every fp8 layer's weight copies, which the pass's first microbatch writes */
     size_t layers = (size_t)n_linears / (size_t)mg_fp8_layer_linears(c);
-    MG_CHECK(reserve(x->work, layers * weight_copies(c, MG_FP8_LINEARS), &w->fp8_wcopy));
+    MG_CHECK(reserve(x->work, layers * weight_copies(x, MG_FP8_LINEARS), &w->fp8_wcopy));
     w->fp8_keep_inputs = on && keep_slots > 0;
     size_t kept = w->fp8_keep_inputs ? (size_t)keep_slots * layers : 0;
     MG_CHECK(reserve(x->work, kept * input_copies(c, N, MG_FP8_LINEARS), &w->fp8_xt));
     MG_CHECK(reserve(x->work, on ? 2 * align_up(N * out) : 0, &w->fp8_dy));
     MG_CHECK(reserve(x->work, on && c->fp8_current ? 3 * sizeof(float) : 0, &w->fp8_now));
     /* the routed experts' casts: inputs of H or F columns, gradients of fc1 or H */
-    const bool ex = on && c->fp8_experts && x->moe && x->moe->R > 0;
+    const bool ex = on && experts_on(x) && x->moe && x->moe->R > 0;
+    if (on && c->fp8_experts && !experts_on(x) && x->moe)
+        mg_log_info("> fp8: the routed experts compute in the compute dtype: this backend has no "
+                    "fp8 grouped GEMM (on CUDA: CUTLASS's, a build with CUTLASS_INC, bf16 compute, "
+                    "an sm 9.0 GPU)");
     const size_t e_in = max2(H, (size_t)c->moe.F), e_out = max2((size_t)c->moe.fc1, H);
     MG_CHECK(reserve(x->work, ex ? grouped_bytes(x, e_in) : 0, &w->fp8_ex));
     MG_CHECK(reserve(x->work, ex ? grouped_bytes(x, e_out) : 0, &w->fp8_edy));
@@ -245,7 +261,7 @@ static mg_status weight_copy(const mg_block_ctx *x, const mg_layer_params *p, mg
         return MG_FAIL(MG_ERR_INTERNAL, "fp8 weight copy of linear %d: %d x %d exceeds its %zu",
                        (int)j, OC, IC, weight_elems(c, (int)j));
     size_t layer = (size_t)(p->fp8 / mg_fp8_layer_linears(c));
-    *at = x->ws->fp8_wcopy + layer * weight_copies(c, MG_FP8_LINEARS) + weight_copies(c, (int)j);
+    *at = x->ws->fp8_wcopy + layer * weight_copies(x, MG_FP8_LINEARS) + weight_copies(x, (int)j);
     return MG_OK;
 }
 
@@ -368,7 +384,7 @@ static mg_status expert_weights(const mg_block_ctx *x, const mg_layer_params *p,
 
 /* Whether layer p's routed experts compute in fp8. */
 static bool experts_fp8(const mg_block_ctx *x, const mg_layer_params *p) {
-    return p->fp8 >= 0 && x->c->fp8_experts && p->moe;
+    return p->fp8 >= 0 && p->moe && experts_on(x);
 }
 
 mg_status mg_fp8_experts_forward(const mg_block_ctx *x, const mg_layer_params *p, mg_fp8_linear j,

@@ -141,13 +141,15 @@ mg_status mg_backend_cpu_create(mg_backend **out, int num_threads) {
         return MG_FAIL(MG_ERR_NOMEM, "cannot allocate the cpu backend state");
     }
 
-    /* every required entry: mg_cpu_<name> (backend_ops.h); the optional ones stay NULL */
+    /* every required and CAP entry: mg_cpu_<name> (backend_ops.h); the optional ones stay NULL */
 #define MG_OP(name, need, kind, ret, params, args) MG_CPU_SET_##need(name)
 #define MG_CPU_SET_REQ(name)                       be->name = mg_cpu_##name;
 #define MG_CPU_SET_OPT(name)
+#define MG_CPU_SET_CAP(name) be->name = mg_cpu_##name;
 #include "backend/backend_ops.h"
 #undef MG_CPU_SET_REQ
 #undef MG_CPU_SET_OPT
+#undef MG_CPU_SET_CAP
 
     mg_status st = mg_backend_validate(be);
     if (st != MG_OK) {

@@ -115,17 +115,20 @@ static inline int mg_cpu_vocab_row(int32_t id, int v0, int Vl) {
     return Vl > 0 && r < (uint32_t)Vl ? (int)r : -1;
 }
 
-/* mg_cpu_<name> for every required entry of the table (backend_ops.h; the CPU backend has none of
- * the optional ones), defined in the file of its family: the runtime entries (memory, copies) in
- * cpu_backend.c, then cpu_embedding.c, cpu_norm.c, cpu_linear.c, cpu_activation.c, cpu_rope.c,
- * cpu_attention.c, cpu_cross_entropy.c, cpu_elementwise.c (add, sums, clipping), cpu_dropout.c,
- * cpu_adamw.c, cpu_fp8.c (the fp8 casts and scaling), and the MoE ops in cpu_router.c (router,
- * routing, expert bias) and cpu_moe.c (token movement, grouped linear and activations). */
-#define MG_OP(name, need, kind, ret, params, args)  MG_CPU_DECLARE_##need(name, ret, params)
-#define MG_CPU_DECLARE_REQ(name, ret, params) mg_backend_##name##_fn mg_cpu_##name;
+/* mg_cpu_<name> for every required entry of the table and every CAP one (backend_ops.h; the CPU
+ * backend has none of the optional ones), defined in the file of its family: the runtime entries
+ * (memory, copies) in cpu_backend.c, then cpu_embedding.c, cpu_norm.c, cpu_linear.c,
+ * cpu_activation.c, cpu_rope.c, cpu_attention.c, cpu_cross_entropy.c, cpu_elementwise.c (add, sums,
+ * clipping), cpu_dropout.c, cpu_adamw.c, cpu_fp8.c (the fp8 casts and scaling), and the MoE ops in
+ * cpu_router.c (router, routing, expert bias) and cpu_moe.c (token movement, grouped linear and
+ * activations). */
+#define MG_OP(name, need, kind, ret, params, args) MG_CPU_DECLARE_##need(name, ret, params)
+#define MG_CPU_DECLARE_REQ(name, ret, params)      mg_backend_##name##_fn mg_cpu_##name;
 #define MG_CPU_DECLARE_OPT(name, ret, params)
+#define MG_CPU_DECLARE_CAP(name, ret, params) mg_backend_##name##_fn mg_cpu_##name;
 #include "backend/backend_ops.h"
 #undef MG_CPU_DECLARE_REQ
 #undef MG_CPU_DECLARE_OPT
+#undef MG_CPU_DECLARE_CAP
 
 #endif

@@ -806,5 +806,8 @@ MG_CUDA_DTYPES(mg_status, grouped_gemm_init, (mg_backend * be), (be)) {
                                          : MG_CUDA_OF(h16, grouped_linear_forward_portable);
     be->grouped_linear_backward = cutlass ? MG_CUDA_OF(h16, grouped_linear_backward)
                                           : MG_CUDA_OF(h16, grouped_linear_backward_portable);
+    /* the fp8 products have CUTLASS's kernel alone (bf16 compute): absent without it */
+    be->fp8_grouped_linear_forward = cutlass ? MG_CUDA_OF(h16, fp8_grouped_linear_forward) : NULL;
+    be->fp8_grouped_linear_backward = cutlass ? MG_CUDA_OF(h16, fp8_grouped_linear_backward) : NULL;
     return MG_OK;
 }
