@@ -25,6 +25,7 @@
 static const int32_t k_skew[8] = {0, 1, 37, 0, 300, 129, 0, 7};
 static const int32_t k_two_src[8] = {5, 0, 0, 194, 0, 0, 257, 1};
 static const int32_t k_one[4] = {0, 333, 0, 0};
+static const int32_t k_none[4] = {0, 0, 0, 0};
 
 typedef struct {
     int IC, OC, n_src, n_w;
@@ -157,8 +158,9 @@ MG_TEST(cuda_fp8_grouped_linear_matches_cpu) {
     static const fg_case cases[] = {{64, 96, 1, 8, k_skew},
                                     {256, 384, 2, 4, k_two_src},
                                     {2304, 128, 1, 8, k_skew},
-                                    {128, 2112, 2, 4, k_two_src}};
-    for (int k = 0; k < 4; k++) {
+                                    {128, 2112, 2, 4, k_two_src},
+                                    {64, 96, 2, 2, k_none}};
+    for (int k = 0; k < 5; k++) {
         ct_pool P = ct_pool_of(t, gpu);
         const fg_case c = cases[k];
         const int G = c.n_src * c.n_w, rows = rows_of(c.counts, G), R = rows + FG_TAIL;
