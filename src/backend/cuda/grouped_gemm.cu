@@ -32,27 +32,22 @@
  *    are multiples of 8 and the pointers aligned, element copies otherwise. About 140 TFLOP/s
  *    on H200 (a fifth of CUTLASS's rate): a fallback, not a fast path.
  * dinp may be NULL (weight and bias gradients only), as linear_backward allows.
- * The fp8 ops (fp8_grouped_linear_forward/_backward) are CUTLASS's fp8 grouped GEMM
- * (grouped_gemm_cutlass_fp8.cu) with this file's bias, GELU-derivative and bias-gradient kernels;
- * they have no portable kernel.
+ * The fp8 ops (fp8_grouped_linear_forward/_backward) are grouped_gemm_fp8.cu's; the scan, the
+ * small kernels and the host helpers both files use are grouped_gemm_common.cuh's.
  * MG_GROUPED_GEMM=cutlass|fallback (read once, at backend creation) picks the table's entries;
  * the default is CUTLASS where it is available.
  *
  * The GELU derivative is activation.cu's (tanh form), from activation_math.cuh.
  * Exports: mg_cuda_grouped_gemm_init, mg_cuda_grouped_linear_forward/_backward (CUTLASS where it
- * applies), mg_cuda_grouped_linear_forward/_backward_portable,
- * mg_cuda_fp8_grouped_linear_forward/_backward. */
-#include "backend/cuda/activation_math.cuh"
-#include "backend/cuda/cuda_common.cuh"
+ * applies), mg_cuda_grouped_linear_forward/_backward_portable. */
+#include "backend/cuda/grouped_gemm_common.cuh"
 #include "core/env.h"
-#include "core/fp8.h"
 #include "core/log.h"
 
 #include <mma.h>
 #include <string.h>
 #include <type_traits>
 
-#define GG_BM            128 /* rows of an output tile (M) */
 #define GG_BN            128 /* columns (N) */
 #define GG_BK            32  /* depth of one stage (K) */
 #define GG_THREADS       256 /* 8 warps: 2 along M x 4 along N, 64x32 each */
@@ -61,73 +56,11 @@
 #define GG_LD_MN         (GG_BM + GG_PAD)      /* MN-major tile [BK][128]: row stride */
 #define GG_TILE          (GG_BM * GG_LD_K)     /* h16 per operand tile (the larger layout) */
 #define GG_SMEM          (2 * 2 * GG_TILE * 2) /* 2 stages x (A, B) x bytes: 40 KiB */
-#define GG_SCAN_THREADS  1024
 #define GG_BLOCKS_PER_SM 2
 
 static_assert(GG_BM * GG_LD_K >= GG_BK * GG_LD_MN, "tile size");
 static_assert(GG_BM == GG_BN, "one tile shape for both operands");
 static_assert(8 * 256 * sizeof(float) <= GG_SMEM, "epilogue scratch fits the stages");
-
-enum { GG_FWD = 0, GG_DINP = 1, GG_DW = 2 }; /* also the op codes of grouped_gemm_cutlass.cu */
-
-/* ---------------------------------------------------------------- device helpers */
-
-/* The group holding row (or tile) r: the last g < G with off[g] <= r, given off[G] > r. Empty
- * groups share their offset with the next one, so the search lands on the non-empty group. */
-static __device__ __forceinline__ int gg_find_group(const int32_t *off, int G, int32_t r) {
-    int lo = 0, hi = G - 1;
-    while (lo < hi) {
-        int mid = (lo + hi + 1) >> 1;
-        if (off[mid] <= r)
-            lo = mid;
-        else
-            hi = mid - 1;
-    }
-    return lo;
-}
-
-/* One block: row_off[g] = rows of the groups before g (row_off[G] = all rows) and tile_off[g] =
- * their M-tiles of GG_BM rows. Negative counts count as 0. Chunks of blockDim.x groups, each a
- * warp-shuffle scan plus a scan of the warp totals, carried over the chunks. */
-static __global__ void __launch_bounds__(GG_SCAN_THREADS)
-    grouped_offsets_kernel(int32_t *row_off /* (G+1) */, int32_t *tile_off /* (G+1) */,
-                           const int32_t *counts /* (G) */, int G) {
-    __shared__ int32_t sums[2][GG_SCAN_THREADS / 32];
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
-    int32_t carry_r = 0, carry_t = 0;
-    for (int base = 0; base < G; base += blockDim.x) {
-        int g = base + threadIdx.x;
-        int32_t n = g < G ? max(counts[g], 0) : 0, t = (n + GG_BM - 1) / GG_BM;
-        int32_t ir = n, it = t;
-#pragma unroll
-        for (int o = 1; o < 32; o <<= 1) {
-            int32_t vr = __shfl_up_sync(0xffffffffu, ir, o),
-                    vt = __shfl_up_sync(0xffffffffu, it, o);
-            if (lane >= o) ir += vr, it += vt;
-        }
-        if (lane == 31) sums[0][warp] = ir, sums[1][warp] = it;
-        __syncthreads();
-        if (warp == 0) {
-            int32_t sr = lane < nwarps ? sums[0][lane] : 0, st = lane < nwarps ? sums[1][lane] : 0;
-#pragma unroll
-            for (int o = 1; o < 32; o <<= 1) {
-                int32_t vr = __shfl_up_sync(0xffffffffu, sr, o);
-                int32_t vt = __shfl_up_sync(0xffffffffu, st, o);
-                if (lane >= o) sr += vr, st += vt;
-            }
-            if (lane < nwarps) sums[0][lane] = sr, sums[1][lane] = st;
-        }
-        __syncthreads();
-        if (g < G) {
-            row_off[g] = carry_r + (warp ? sums[0][warp - 1] : 0) + ir - n;
-            tile_off[g] = carry_t + (warp ? sums[1][warp - 1] : 0) + it - t;
-        }
-        carry_r += sums[0][nwarps - 1];
-        carry_t += sums[1][nwarps - 1];
-        __syncthreads();
-    }
-    if (threadIdx.x == 0) row_off[G] = carry_r, tile_off[G] = carry_t;
-}
 
 /* ---------------------------------------------------------------- the portable GEMM */
 
@@ -369,113 +302,6 @@ static __global__ void __launch_bounds__(GG_THREADS, GG_BLOCKS_PER_SM)
     }
 }
 
-/* ---------------------------------------------------------------- the small kernels */
-
-/* dbias_j[c] += sum of dout[r, c] over the rows r of every group of weight j: block (32 columns,
- * weight j), warp w sums rows w, w+8, ... of each source in order; then the 8 warp sums in warp
- * order. Deterministic for given counts. */
-template <typename h16>
-static __global__ void grouped_dbias_kernel(float *const *dbias, const h16 *dout /* (R,OC) */,
-                                            const int32_t *row_off, int n_src, int n_w, int OC,
-                                            bool accumulate) {
-    __shared__ float sums[8][32];
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    const int c = blockIdx.x * 32 + lane, j = blockIdx.y;
-    float acc = 0.0f;
-    if (c < OC)
-        for (int s = 0; s < n_src; s++) {
-            int g = s * n_w + j;
-            for (int32_t r = row_off[g] + warp; r < row_off[g + 1]; r += 8)
-                acc += h16_to_f(dout[(int64_t)r * OC + c]);
-        }
-    sums[warp][lane] = acc;
-    __syncthreads();
-    if (warp == 0 && c < OC) {
-        float s = sums[0][lane];
-        for (int w = 1; w < 8; w++) s += sums[w][lane];
-        dbias[j][c] = (accumulate ? dbias[j][c] : 0.0f) + s;
-    }
-}
-
-/* dW_j = 0 for each weight j whose first-source group (counts[j]) has no rows: the CUTLASS dw
- * product, writing over dW from that source, gives such a weight no tiles. Block (x, j). */
-static __global__ void grouped_zero_empty_kernel(float *const *dw, const int32_t *counts,
-                                                 size_t n /* elements of each dW_j */) {
-    const int j = blockIdx.y;
-    if (counts[j] > 0) return;
-    float *d = dw[j];
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x)
-        d[i] = 0.0f;
-}
-
-/* out[r, :] += bias_j for every row r of the groups (after the CUTLASS forward); OC % 8 == 0. */
-template <typename h16>
-static __global__ void grouped_bias_kernel(h16 *out /* (R,OC) */, void *const *bias,
-                                           const int32_t *row_off, int G, int n_w, int OC) {
-    const int32_t total = row_off[G];
-    for (int32_t r = blockIdx.x; r < total; r += gridDim.x) {
-        const h16 *b = reinterpret_cast<const h16 *>(bias[gg_find_group(row_off, G, r) % n_w]);
-        h16 *o = out + (int64_t)r * OC;
-        if (((uintptr_t)b & 15u) == 0) {
-            for (int c = threadIdx.x * 8; c < OC; c += blockDim.x * 8) {
-                float x[8], y[8];
-                mg_load8(o + c, x);
-                mg_load8(b + c, y);
-#pragma unroll
-                for (int q = 0; q < 8; q++) x[q] += y[q];
-                mg_store8(o + c, x);
-            }
-        } else {
-            for (int c = threadIdx.x; c < OC; c += blockDim.x)
-                o[c] = f_to_h16<h16>(h16_to_f(o[c]) + h16_to_f(b[c]));
-        }
-    }
-}
-
-/* dinp = gelu'(pre) * dinp over the groups' rows (after the CUTLASS dinp); IC % 8 == 0. */
-template <typename h16>
-static __global__ void grouped_gelu_grad_kernel(h16 *dinp /* (R,IC) */, const h16 *pre /* (R,IC) */,
-                                                const int32_t *row_off, int G, int IC) {
-    mg_gelu_backward_range(dinp, pre, dinp, (size_t)row_off[G] * (size_t)IC, 1);
-}
-
-/* ---------------------------------------------------------------- host side */
-
-static size_t align256(size_t x) {
-    return (x + 255) & ~(size_t)255;
-}
-
-static mg_status check_shape(const char *op, int n_src, int n_w, int IC, int OC) {
-    if (n_src < 1 || n_w < 1 || IC < 0 || OC < 0 || (int64_t)n_src * n_w > (1 << 24))
-        return MG_FAIL(MG_ERR_INTERNAL,
-                       "%s: bad shape n_src=%d n_w=%d IC=%d OC=%d (groups 1..2^24, widths >= 0)",
-                       op, n_src, n_w, IC, OC);
-    return MG_OK;
-}
-
-/* The workspace: row_off and tile_off (G+1 each), then the rest for CUTLASS. */
-typedef struct {
-    int32_t *row_off, *tile_off;
-    void *rest;
-    size_t rest_bytes;
-} gg_ws;
-
-static mg_status workspace(mg_backend *be, int G, const char *op, gg_ws *w) {
-    size_t head = 2 * align256((size_t)(G + 1) * sizeof(int32_t));
-    void *base = NULL;
-    MG_CHECK(mg_cuda_scratch(be, head, &base, op));
-    w->row_off = (int32_t *)base;
-    w->tile_off = (int32_t *)((char *)base + head / 2);
-    w->rest = (char *)base + head;
-    w->rest_bytes = mg_cuda_ctx_of(be)->workspace_bytes - head;
-    return MG_OK;
-}
-
-static bool aligned16(const void *p) {
-    return p == NULL || mg_cuda_aligned16(p);
-}
-
 /* Whether the CUTLASS path takes this call (see the header). Its kernels are instantiated for
  * bf16 operands only (grouped_gemm_cutlass.cu), so fp16 always takes the portable kernel. */
 template <typename h16>
@@ -485,29 +311,6 @@ static bool use_cutlass(mg_backend *be, int IC, int OC, const void *a, const voi
     return mg_cuda_grouped_cutlass_available(mg_cuda_ctx_of(be)->device) && IC > 0 && OC > 0 &&
            IC % 8 == 0 && OC % 8 == 0 && aligned16(a) && aligned16(b) && aligned16(c) &&
            aligned16(d);
-}
-
-static unsigned persistent_blocks(mg_backend *be, int per_sm) {
-    int sms = mg_cuda_ctx_of(be)->num_sms;
-    return (unsigned)((sms > 0 ? sms : 1) * per_sm);
-}
-
-static mg_status launch_offsets(mg_backend *be, const gg_ws *w, const int32_t *counts, int G) {
-    grouped_offsets_kernel<<<1, GG_SCAN_THREADS, 0, mg_cuda_stream(be)>>>(w->row_off, w->tile_off,
-                                                                          counts, G);
-    MG_CUDA_CHECK_LAUNCH();
-    return MG_OK;
-}
-
-template <typename h16>
-static mg_status launch_dbias(mg_backend *be, float *const *dbias, const void *dout,
-                              const int32_t *row_off, int n_src, int n_w, int OC, bool accumulate) {
-    if (OC == 0) return MG_OK;
-    dim3 grid((OC + 31) / 32, n_w);
-    grouped_dbias_kernel<h16><<<grid, 256, 0, mg_cuda_stream(be)>>>(
-        dbias, (const h16 *)dout, row_off, n_src, n_w, OC, accumulate);
-    MG_CUDA_CHECK_LAUNCH();
-    return MG_OK;
 }
 
 MG_CUDA_DTYPES(mg_status, grouped_linear_forward_portable,
@@ -657,126 +460,6 @@ MG_CUDA_DTYPES(mg_status, grouped_linear_backward,
     }
     if (dbias) MG_CHECK(launch_dbias<h16>(be, dbias, dout, ws.row_off, n_src, n_w, OC, accumulate));
     return MG_OK;
-}
-
-/* ---------------------------------------------------------------- fp8 operands
- * CUTLASS's fp8 grouped GEMM (grouped_gemm_cutlass_fp8.cu) with this file's bias, GELU
- * derivative and bias gradient kernels around it, as the bf16 path. No portable fallback: without
- * CUTLASS, on fp16 compute or another GPU the ops say so (MG_ERR_UNSUPPORTED). */
-
-template <typename h16>
-static mg_status fp8_check(mg_backend *be, const char *op, int n_src, int n_w, int IC, int OC,
-                           size_t wstride, const void *a, const void *b, const void *c) {
-    MG_CHECK(check_shape(op, n_src, n_w, IC, OC));
-    if (std::is_same<h16, __half>::value)
-        return MG_FAIL(MG_ERR_UNSUPPORTED,
-                       "%s: the experts' fp8 products compute in bf16 only (use --bf16)", op);
-    if (!mg_cuda_grouped_cutlass_available(mg_cuda_ctx_of(be)->device))
-        return MG_FAIL(MG_ERR_UNSUPPORTED,
-                       "%s: the experts' fp8 products need CUTLASS's grouped GEMM on an sm 9.0 GPU "
-                       "(build with CUTLASS_INC)",
-                       op);
-    if (IC % 16 || OC % 16 || wstride % 16)
-        return MG_FAIL(MG_ERR_UNSUPPORTED,
-                       "%s: %d inputs and %d outputs per expert: Hopper's fp8 GEMMs need "
-                       "multiples of 16",
-                       op, IC, OC);
-    if (!aligned16(a) || !aligned16(b) || !aligned16(c))
-        return MG_FAIL(MG_ERR_INTERNAL, "%s: an operand is not 16-byte aligned", op);
-    return MG_OK;
-}
-
-MG_CUDA_DTYPES(mg_status, fp8_grouped_linear_forward,
-               (mg_backend * be, void *out /* (R,OC) */, const mg_fp8_tensor *inp,
-                const mg_fp8_tensor *w, size_t wstride, void *const *bias, const int32_t *counts,
-                int n_src, int n_w, int IC, int OC),
-               (be, out, inp, w, wstride, bias, counts, n_src, n_w, IC, OC)) {
-    MG_CHECK(fp8_check<h16>(be, "fp8_grouped_linear_forward", n_src, n_w, IC, OC, wstride, out,
-                            inp->data, w->data));
-    const int G = n_src * n_w;
-    gg_ws ws;
-    MG_CHECK(workspace(be, G, "fp8_grouped_linear_forward", &ws));
-    mg_gg8_args a = {
-        0, MG_FP8_E4M3, out, inp->data, w->data, wstride, NULL, inp->scale_inv, w->scale_inv,
-        0, n_src,       n_w, IC,        OC,      false};
-    MG_CHECK(mg_cuda_grouped_cutlass_fp8_run(be, &a, ws.row_off, counts, ws.rest, ws.rest_bytes));
-    if (bias) {
-        grouped_bias_kernel<h16><<<persistent_blocks(be, 8), 256, 0, mg_cuda_stream(be)>>>(
-            (h16 *)out, bias, ws.row_off, G, n_w, OC);
-        MG_CUDA_CHECK_LAUNCH();
-    }
-    return MG_OK;
-}
-
-MG_CUDA_DTYPES(mg_status, fp8_grouped_linear_backward,
-               (mg_backend * be, void *dinp /* (R,IC) or NULL */, float *const *dw,
-                float *const *dbias, const void *dout /* (R,OC) */, const mg_fp8_tensor *dout8,
-                const mg_fp8_tensor *inp, const mg_fp8_tensor *w, size_t wstride,
-                const void *gelu_pre /* (R,IC) or NULL */, const int32_t *counts, int n_src,
-                int n_w, int R, int IC, int OC, bool accumulate),
-               (be, dinp, dw, dbias, dout, dout8, inp, w, wstride, gelu_pre, counts, n_src, n_w, R,
-                IC, OC, accumulate)) {
-    const char *op = "fp8_grouped_linear_backward";
-    MG_CHECK(fp8_check<h16>(be, op, n_src, n_w, IC, OC, wstride, dinp, gelu_pre, dout));
-    const int G = n_src * n_w;
-    gg_ws ws;
-    MG_CHECK(workspace(be, G, op, &ws));
-    if (dw) {
-        if (!accumulate) { /* the weights the first source's product gives no tiles */
-            dim3 grid(64, n_w);
-            grouped_zero_empty_kernel<<<grid, 256, 0, mg_cuda_stream(be)>>>(dw, counts,
-                                                                            (size_t)OC * IC);
-            MG_CUDA_CHECK_LAUNCH();
-        }
-        if (!aligned16(dout8->data_t) || !aligned16(inp->data_t))
-            return MG_FAIL(MG_ERR_INTERNAL, "%s: a grouped transpose is not 16-byte aligned", op);
-        mg_gg8_args a = {2,
-                         dout8->format,
-                         NULL,
-                         dout8->data_t,
-                         inp->data_t,
-                         0,
-                         dw,
-                         dout8->scale_inv,
-                         inp->scale_inv,
-                         mg_fp8_group_ld(R, G),
-                         n_src,
-                         n_w,
-                         IC,
-                         OC,
-                         accumulate};
-        MG_CHECK(
-            mg_cuda_grouped_cutlass_fp8_run(be, &a, ws.row_off, counts, ws.rest, ws.rest_bytes));
-    }
-    if (dinp) {
-        if (!aligned16(dout8->data) || !aligned16(w->data_t))
-            return MG_FAIL(MG_ERR_INTERNAL, "%s: an operand is not 16-byte aligned", op);
-        mg_gg8_args a = {1,
-                         dout8->format,
-                         dinp,
-                         dout8->data,
-                         w->data_t,
-                         wstride,
-                         NULL,
-                         dout8->scale_inv,
-                         w->scale_inv,
-                         0,
-                         n_src,
-                         n_w,
-                         IC,
-                         OC,
-                         false};
-        MG_CHECK(
-            mg_cuda_grouped_cutlass_fp8_run(be, &a, ws.row_off, counts, ws.rest, ws.rest_bytes));
-        if (gelu_pre) {
-            grouped_gelu_grad_kernel<h16><<<persistent_blocks(be, 8), 256, 0, mg_cuda_stream(be)>>>(
-                (h16 *)dinp, (const h16 *)gelu_pre, ws.row_off, G, IC);
-            MG_CUDA_CHECK_LAUNCH();
-        }
-    }
-    if (!dbias) return MG_OK;
-    if (!dw && !dinp) MG_CHECK(launch_offsets(be, &ws, counts, G)); /* the products wrote them */
-    return launch_dbias<h16>(be, dbias, dout, ws.row_off, n_src, n_w, OC, accumulate);
 }
 
 /* MG_GROUPED_GEMM (docs/environment.md): "cutlass" (the default: CUTLASS where the build and the
