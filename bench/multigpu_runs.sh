@@ -21,7 +21,8 @@
 #           --tp-comm-overlap: tokens/s of the last interval, and the share of two GPUs
 #   fp8     the Llama-style 3B shape of bench/fp8_bench.sh (26 x 3072, SwiGLU 8192, GQA 24/8,
 #           sequence 2048; micro-batch 2, global batch 16) under TP 2 + SP and under PP 2, each
-#           in bf16 and in fp8 (hybrid, delayed, history 1024, max): tokens/s and the ratio
+#           in bf16 and in fp8 (hybrid, delayed, history 1024, max): tokens/s and the ratio; and
+#           the Mixtral-style MoE of bench/fp8_bench.sh under EP 2 (global batch 16) the same way
 #   tp|dp|pp  bench/tp_bench.sh, dp_bench.sh, pp_bench.sh (against PyTorch / the bubble bound)
 # BUILD/megatron and BUILD/dist_tests must be built with CUDA, NCCL and MPI. NCCL_NVLS_ENABLE=0
 # always. NCCL_MAX_CTAS and NCCL_MIN_CTAS, when set, reach every rank (e.g. tpov with fewer
@@ -60,6 +61,8 @@ run() {
         "${prof[@]}" "$BIN" train "$@" >"$OUTDIR/$name.log" 2>&1
 }
 field() { grep -oE "$2: [0-9.E+-]+" "$OUTDIR/$1.log" | tail -1 | awk '{print $NF}'; }
+# ratio A B: B / A as "1.23x" ("-" without A)
+ratio() { awk -v a="${1:-0}" -v b="${2:-0}" 'BEGIN { if (a > 0) printf "%.2fx", b / a; else print "-" }'; }
 losses() { grep -oE 'lm loss: [0-9.E+-]+' "$OUTDIR/$1.log" | awk '{print $3}' | paste -sd' '; }
 
 case $PART in
@@ -137,8 +140,22 @@ fp8)
         run "fp8_${name}_fp8" 2 "${L[@]}" "${extra[@]}" "${F8[@]}"; rc2=$?
         a=$(field "fp8_${name}_bf16" 'tokens per second') b=$(field "fp8_${name}_fp8" 'tokens per second')
         say "llama-3b $name: bf16 rc $rc1 $a tok/s, fp8 rc $rc2 $b tok/s," \
-            "$(awk -v a="${a:-0}" -v b="${b:-0}" 'BEGIN { if (a > 0) printf "%.2fx", b / a; else print "-" }')"
-    done ;;
+            "$(ratio "$a" "$b")"
+    done
+    # the Mixtral-style MoE of bench/fp8_bench.sh under EP 2 (its routed experts in fp8 too)
+    M=(--num-layers 8 --hidden-size 2048 --num-attention-heads 16 --group-query-attention
+        --num-query-groups 8 --swiglu --normalization RMSNorm --position-embedding-type rope
+        --disable-bias-linear --untie-embeddings-and-output-weights --seq-length 2048
+        --max-position-embeddings 2048 --vocab-size 32000 --num-experts 8 --moe-router-topk 2
+        --ffn-hidden-size 5632 --moe-router-load-balancing-type aux_loss --mock-data --bf16
+        --lr 3e-4 --log-interval 5 --eval-iters 0 --attention-dropout 0 --hidden-dropout 0
+        --device cuda --train-iters 20 --micro-batch-size 2 --global-batch-size 16
+        --expert-model-parallel-size 2 --use-distributed-optimizer)
+    run fp8_ep_bf16 2 "${M[@]}"; rc1=$?
+    run fp8_ep_fp8 2 "${M[@]}" "${F8[@]}"; rc2=$?
+    a=$(field fp8_ep_bf16 'tokens per second') b=$(field fp8_ep_fp8 'tokens per second')
+    say "moe ep 2: bf16 rc $rc1 $a tok/s, fp8 rc $rc2 $b tok/s," \
+        "$(ratio "$a" "$b")" ;;
 tp | dp | pp) OUTDIR=$OUTDIR "$HERE/${PART}_bench.sh" "$BUILD" 2>&1 | tee "$OUTDIR/$PART.log" | tail -n 12 | tee -a "$SUM" ;;
 *)
     echo "usage: bench/multigpu_runs.sh BUILD nccl|graphs|ep|tpov|fp8|tp|dp|pp" >&2
