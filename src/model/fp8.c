@@ -3,7 +3,6 @@
 
 #include "core/fp8.h"
 #include "core/fp8_scaling.h"
-#include "core/log.h"
 
 #include <stdlib.h>
 
@@ -126,10 +125,6 @@ mg_status mg_fp8_plan(const mg_block_ctx *x, mg_block_ws *w, int n_linears, int 
     MG_CHECK(reserve(x->work, on && c->fp8_current ? 3 * sizeof(float) : 0, &w->fp8_now));
     /* the routed experts' casts: inputs of H or F columns, gradients of fc1 or H */
     const bool ex = on && experts_on(x) && x->moe && x->moe->R > 0;
-    if (on && c->fp8_experts && !experts_on(x) && x->moe)
-        mg_log_info("> fp8: the routed experts compute in the compute dtype: this backend has no "
-                    "fp8 grouped GEMM (on CUDA: CUTLASS's, a build with CUTLASS_INC, bf16 compute, "
-                    "an sm 9.0 GPU)");
     const size_t e_in = max2(H, (size_t)c->moe.F), e_out = max2((size_t)c->moe.fc1, H);
     MG_CHECK(reserve(x->work, ex ? grouped_bytes(x, e_in) : 0, &w->fp8_ex));
     MG_CHECK(reserve(x->work, ex ? grouped_bytes(x, e_out) : 0, &w->fp8_edy));

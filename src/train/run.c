@@ -97,6 +97,26 @@ static void print_banner(const mg_trainer *t) {
                     e->route.groups ? ", group-limited" : "", e->F, shared, e->ep, e->E_l,
                     e->capacity_factor > 0 ? "capacity-limited" : "dropless");
     }
+    if (t->model.n_fp8 > 0) { /* model/fp8.h */
+        int layers = 0;
+        for (int l = 0; l < m->L; l++) layers += mg_config_fp8_layer(c, l);
+        const char *experts = "";
+        if (e->E > 0)
+            experts = !m->fp8_experts ? ", routed experts in the compute dtype (ECHO)"
+                      : t->be->fp8_grouped_linear_forward
+                          ? ", routed experts included"
+                          : ", routed experts in the compute dtype (no fp8 grouped GEMM here: "
+                            "CUTLASS's, bf16 compute, sm 9.0)";
+        char scaling[96];
+        if (m->fp8_current)
+            snprintf(scaling, sizeof scaling, "tensorwise scaling");
+        else
+            snprintf(scaling, sizeof scaling, "delayed scaling (amax history %d, %s, margin %d)",
+                     m->fp8_len, m->fp8_algo == 0 ? "max" : "most_recent", m->fp8_margin);
+        mg_log_info("> fp8: %s (%s gradients), %s; %d of %d layers%s%s", c->fp8_format,
+                    m->fp8_bwd ? "e5m2" : "e4m3", scaling, layers, m->L, experts,
+                    m->fp8_wgrad ? "" : "; weight gradients from the compute dtype");
+    }
     mg_log_info("> batch: micro %d, global %d (%d microbatches per rank), %" PRId64 " iterations",
                 c->micro_batch_size, c->global_batch_size, t->num_microbatches, t->train_iters);
     for (int b = 0; b < t->bufs.n; b++) {

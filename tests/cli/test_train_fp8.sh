@@ -76,6 +76,10 @@ MOE=(--num-experts 4 --moe-router-topk 2)
 s=$(losses "$TMP/moe_straight.log" | cut -d' ' -f5-8) r=$(losses "$TMP/moe_resumed.log" | xargs)
 if [ -n "$r" ] && [ "$s" = "$r" ]; then pass "train_fp8_moe_resume_is_exact ($r)"
 else fail train_fp8_moe_resume_is_exact "straight 5..8: $s" "resumed: $r" "$(tail -n 2 "$TMP/moe_resumed.log")"; fi
+# the start-up line says what runs in fp8
+if grep -qE '^> fp8: hybrid \(e5m2 gradients\), delayed scaling \(amax history 4, max, margin 0\); [0-9]+ of [0-9]+ layers, routed experts included$' "$TMP/moe_straight.log"; then
+    pass train_fp8_says_what_runs_in_fp8
+else fail train_fp8_says_what_runs_in_fp8 "$(grep '> fp8' "$TMP/moe_straight.log" || echo 'no "> fp8:" line')"; fi
 "$MEGATRON" train "${BASE[@]}" --train-iters 8 --save "$TMP/plain_ck" --save-interval 4 --exit-interval 4 >/dev/null 2>&1
 "$MEGATRON" train "${BASE[@]}" "${FP8[@]}" --load "$TMP/plain_ck" >"$TMP/mixed.log" 2>&1
 if grep -q "no fp8 scaling state for 4 fp8 layers (saved without fp8): their scales start at 1" "$TMP/mixed.log" &&
