@@ -18,7 +18,7 @@
  * rounded up to MG_FP8_GROUP_ALIGN. mg_fp8_group_ld gives ld for G groups of at most rows rows in
  * all, a multiple of MG_FP8_GROUP_ALIGN too.
  * Exports: mg_fp8_format, mg_fp8_max, mg_fp8_from_f32, mg_fp8_to_f32, MG_FP8_GROUP_ALIGN,
- * mg_fp8_group_ld. Needs: core/half_bits.h. */
+ * mg_fp8_group_cols, mg_fp8_group_ld. Needs: core/half_bits.h. */
 #ifndef MG_CORE_FP8_H
 #define MG_CORE_FP8_H
 
@@ -31,6 +31,11 @@
 typedef enum { MG_FP8_E4M3 = 0, MG_FP8_E5M2 = 1 } mg_fp8_format;
 
 #define MG_FP8_GROUP_ALIGN 16
+
+/* The columns a group of n rows takes in a grouped transpose: n rounded up to the alignment. */
+MG_HB_FN int64_t mg_fp8_group_cols(int64_t n) {
+    return (n + MG_FP8_GROUP_ALIGN - 1) / MG_FP8_GROUP_ALIGN * MG_FP8_GROUP_ALIGN;
+}
 
 /* The columns of a grouped transpose of G groups and at most rows rows (see the header). */
 MG_HB_FN int64_t mg_fp8_group_ld(int64_t rows, int64_t G) {

@@ -200,6 +200,7 @@ typedef struct {
     mg_backend *be;
     size_t att_saved; /* bytes one layer's attention saves for its backward (model/gpt.h's
                          mg_gpt_target) */
+    bool fp8_grouped; /* the backend has the fp8 grouped GEMM (model/gpt.h's mg_gpt_target) */
     const mg_tp *tp;
     int B, N, Nl;
     size_t esz; /* bytes per activation element */

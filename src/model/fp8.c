@@ -43,21 +43,15 @@ static size_t weight_elems(const mg_model_config *c, int j) {
     }
 }
 
-/* Whether the routed experts compute in fp8: the model's layout has their linears
- * (mg_model_config.fp8_experts) and the backend has the fp8 grouped GEMM (an optional op); else
- * their tensors' state stays unused (scales at 1), so the checkpoint layout does not depend on
- * the machine. A plan without a backend counts them in fp8. */
-static bool experts_on(const mg_block_ctx *x) {
-    if (!x->c->fp8_experts) return false;
-    if (!x->be) return true; /* a plan without a backend (megatron plan): as where they are */
-    return x->be->fp8_grouped_linear_forward && x->be->fp8_grouped_linear_backward;
+bool mg_fp8_experts_on(const mg_block_ctx *x) {
+    return x->c->fp8_experts && x->fp8_grouped;
 }
 
 /* The weights of linear j in an fp8 layer: this rank's experts for the experts' linears (none
  * where they do not compute in fp8). */
 static size_t weight_count(const mg_block_ctx *x, int j) {
     if (j < MG_FP8_EXP_FC1) return 1;
-    return experts_on(x) ? (size_t)x->c->moe.E_l : 0;
+    return mg_fp8_experts_on(x) ? (size_t)x->c->moe.E_l : 0;
 }
 
 /* The columns of linear j's input (the larger of a dense MLP's and an MoE layer's shared
@@ -124,7 +118,7 @@ mg_status mg_fp8_plan(const mg_block_ctx *x, mg_block_ws *w, int n_linears, int 
     MG_CHECK(reserve(x->work, on ? 2 * align_up(N * out) : 0, &w->fp8_dy));
     MG_CHECK(reserve(x->work, on && c->fp8_current ? 3 * sizeof(float) : 0, &w->fp8_now));
     /* the routed experts' casts: inputs of H or F columns, gradients of fc1 or H */
-    const bool ex = on && experts_on(x) && x->moe && x->moe->R > 0;
+    const bool ex = on && mg_fp8_experts_on(x) && x->moe && x->moe->R > 0;
     const size_t e_in = max2(H, (size_t)c->moe.F), e_out = max2((size_t)c->moe.fc1, H);
     MG_CHECK(reserve(x->work, ex ? grouped_bytes(x, e_in) : 0, &w->fp8_ex));
     MG_CHECK(reserve(x->work, ex ? grouped_bytes(x, e_out) : 0, &w->fp8_edy));
@@ -379,7 +373,7 @@ static mg_status expert_weights(const mg_block_ctx *x, const mg_layer_params *p,
 
 /* Whether layer p's routed experts compute in fp8. */
 static bool experts_fp8(const mg_block_ctx *x, const mg_layer_params *p) {
-    return p->fp8 >= 0 && p->moe && experts_on(x);
+    return p->fp8 >= 0 && p->moe && mg_fp8_experts_on(x);
 }
 
 mg_status mg_fp8_experts_forward(const mg_block_ctx *x, const mg_layer_params *p, mg_fp8_linear j,

@@ -32,8 +32,9 @@
  * Tensors: linear j (mg_fp8_linear) of a layer whose mg_layer_params.fp8 is k >= 0 owns tensors
  * 3 (k + j) + {0: input, 1: weight, 2: output gradient}; k counts mg_fp8_layer_linears per
  * layer.
- * Exports: mg_fp8_linear, mg_fp8_layer_linears, mg_fp8_plan, mg_fp8_reset, mg_fp8_linear_forward,
- * mg_fp8_linear_backward, mg_fp8_experts_forward, mg_fp8_experts_backward. Needs: model/block. */
+ * Exports: mg_fp8_linear, mg_fp8_layer_linears, mg_fp8_experts_on, mg_fp8_plan, mg_fp8_reset,
+ * mg_fp8_linear_forward, mg_fp8_linear_backward, mg_fp8_experts_forward, mg_fp8_experts_backward.
+ * Needs: model/block. */
 #ifndef MG_MODEL_FP8_H
 #define MG_MODEL_FP8_H
 
@@ -54,6 +55,12 @@ static inline int mg_fp8_layer_linears(const mg_model_config *c) {
     return c->fp8_experts ? MG_FP8_LINEARS : MG_FP8_EXP_FC1;
 }
 
+/* Whether the routed experts compute in fp8: the model's layout has their linears
+ * (mg_model_config.fp8_experts) and the plan's backend the fp8 grouped GEMM (an optional op,
+ * mg_block_ctx.fp8_grouped). Else they compute in the compute dtype, nothing is reserved for
+ * their casts, and their tensors' state stays unused (scales at 1), so the checkpoint layout does
+ * not depend on the machine. */
+bool mg_fp8_experts_on(const mg_block_ctx *x);
 /* Reserves the state of n_linears fp8 linears ([amax | scale | history], block.h's fp8_state),
  * the inverses of the scales, the workspace copies the casts of inputs and gradients write,
  * every fp8 layer's weight copies and, for keep_slots slots (0: none; only with fp8 weight

@@ -236,13 +236,15 @@ static mg_status reserve(mg_arena *a, size_t bytes, size_t *off) {
 mg_gpt_target mg_gpt_target_of(const mg_gpt *g, mg_backend *be, int B) {
     const mg_model_config *c = &g->cfg;
     return (mg_gpt_target){be->compute_dtype,
-                           be->attention_saved_bytes(be, B, c->S, c->nq_l, c->hd)};
+                           be->attention_saved_bytes(be, B, c->S, c->nq_l, c->hd),
+                           be->fp8_grouped_linear_forward && be->fp8_grouped_linear_backward};
 }
 
 mg_gpt_target mg_gpt_target_for(const mg_gpt *g, mg_device device, mg_dtype compute, int B) {
     const mg_model_config *c = &g->cfg;
     return (mg_gpt_target){compute,
-                           mg_backend_attention_saved_bytes(device, B, c->S, c->nq_l, c->hd)};
+                           mg_backend_attention_saved_bytes(device, B, c->S, c->nq_l, c->hd),
+                           device == MG_DEVICE_CPU || compute == MG_BF16};
 }
 
 mg_status mg_gpt_plan(mg_gpt *g, mg_gpt_target target, int B, int n_slots, mg_arena *acts,
@@ -252,6 +254,7 @@ mg_status mg_gpt_plan(mg_gpt *g, mg_gpt_target target, int B, int n_slots, mg_ar
     mg_tp_init(&g->tp, NULL, NULL);
     g->blk = (mg_block_ctx){.c = c,
                             .att_saved = target.attention_saved,
+                            .fp8_grouped = target.fp8_grouped,
                             .tp = &g->tp,
                             .B = B,
                             .N = B * c->S,

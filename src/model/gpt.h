@@ -141,13 +141,16 @@ typedef struct {
  * names). A placement the layer rules refuse is MG_ERR_USAGE. */
 mg_status mg_gpt_build(mg_gpt *g, const mg_config *c, int tp_rank, int pp_rank, int ep_rank);
 /* What the plan needs of the backend that will run the model, as values, so that a plan needs no
- * backend (`megatron plan` plans for a device it may not have): the compute dtype and the bytes
+ * backend (`megatron plan` plans for a device it may not have): the compute dtype, the bytes
  * one layer's attention saves for its backward (the backend's attention_saved_bytes for this
- * model's shape and the micro-batch). _of: backend be's; _for: those of a backend on `device`
- * computing in `compute` (backend/backend.h's mg_backend_attention_saved_bytes). */
+ * model's shape and the micro-batch) and whether it has the fp8 grouped GEMM (model/fp8.h's
+ * routed experts). _of: backend be's; _for: those of a backend on `device` computing in
+ * `compute` (backend/backend.h's mg_backend_attention_saved_bytes; the fp8 grouped GEMM on the
+ * CPU, and on CUDA with bf16 compute, as a build with CUTLASS has it). */
 typedef struct {
     mg_dtype compute;
     size_t attention_saved;
+    bool fp8_grouped;
 } mg_gpt_target;
 mg_gpt_target mg_gpt_target_of(const mg_gpt *g, mg_backend *be, int micro_batch);
 mg_gpt_target mg_gpt_target_for(const mg_gpt *g, mg_device device, mg_dtype compute,

@@ -188,7 +188,7 @@ static mg_status list_pieces(const mg_gpt *g, const mg_checkpoint_tensors *t, co
 /* The fp8 scaling states a checkpoint saved without fp8 lacks, or holds for another number of
  * fp8 linears per layer (saved before the routed experts computed in fp8, or the other way):
  * dropped from the pieces to read (the scales stay at 1), with one line each. */
-static void drop_absent_fp8(const mg_ckpt_store *store, piece_list *l, const char *base) {
+static void drop_unmatched_fp8(const mg_ckpt_store *store, piece_list *l, const char *base) {
     int k = 0, absent = 0, other = 0;
     for (int i = 0; i < l->n; i++) {
         if (l->p[i].meta == &l->fp8) {
@@ -647,7 +647,7 @@ static mg_status load_store(const char *base, const mg_gpt *g, float *params, bo
     MG_CHECK_GOTO(mg_ckpt_store_open(base, &store), st, done);
     vocab_rows(store, g, params, seed, base);
     MG_CHECK_GOTO(list_pieces(g, t ? t : &none, params, optimizer, false, &l), st, done);
-    drop_absent_fp8(store, &l, base);
+    drop_unmatched_fp8(store, &l, base);
     MG_CHECK_GOTO(mg_ckpt_store_read_all(store, l.p, l.n), st, done);
 done:
     piece_list_free(&l);

@@ -10,6 +10,7 @@
 #include "core/clock.h"
 #include "core/log.h"
 #include "backend/backend.h"
+#include "model/fp8.h"
 #include "train/run_control.h"
 #include "train/tensorboard_log.h"
 #include "train/trainer.h"
@@ -103,10 +104,10 @@ static void print_banner(const mg_trainer *t) {
         const char *experts = "";
         if (e->E > 0)
             experts = !m->fp8_experts ? ", routed experts in the compute dtype (ECHO)"
-                      : t->be->fp8_grouped_linear_forward
-                          ? ", routed experts included"
-                          : ", routed experts in the compute dtype (no fp8 grouped GEMM here: "
-                            "CUTLASS's, bf16 compute, sm 9.0)";
+                      : mg_fp8_experts_on(&t->model.blk) ? ", routed experts included"
+                                                         : ", routed experts in the compute dtype "
+                                                           "(no fp8 grouped GEMM here: CUTLASS's, "
+                                                           "bf16 compute, sm 9.0)";
         char scaling[96];
         if (m->fp8_current)
             snprintf(scaling, sizeof scaling, "tensorwise scaling");

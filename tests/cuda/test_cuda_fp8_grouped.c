@@ -9,7 +9,8 @@
  *     CPU's fp32 products of the decoded values): the forward with bias (Hopper's fast
  *     accumulation: FP8_TOL), the backward with e4m3 and e5m2 gradients, with and without the
  *     GELU's derivative, dW and dbias accumulated onto non-zero values (CT_TOL_F32) and written
- *     over (NaN before); depths on both sides of the forward's kernel switch (2048). Where the
+ *     over (NaN before); depths on both sides of the forward's kernel switch (2048); widths that
+ *     are not multiples of 16 refused with a line saying so. Where the
  *     backend has no fp8 grouped GEMM (fp16 compute, no CUTLASS) both entries must be absent. */
 #include "cuda_test_util.h"
 
@@ -154,6 +155,14 @@ MG_TEST(cuda_fp8_grouped_linear_matches_cpu) {
                   "the fp8 grouped GEMM is absent, but CUTLASS's kernels are there");
         MG_EXPECT(!gpu->fp8_grouped_linear_backward, "the fp8 grouped backward without forward");
         return;
+    }
+    { /* widths Hopper's fp8 GEMMs cannot take: a clear refusal before anything runs */
+        const mg_fp8_tensor none = {NULL, NULL, NULL, MG_FP8_E4M3};
+        mg_status st =
+            gpu->fp8_grouped_linear_forward(gpu, NULL, &none, &none, 0, NULL, NULL, 1, 1, 24, 32);
+        MG_EXPECT(st == MG_ERR_UNSUPPORTED && strstr(mg_error_message(), "multiples of 16"),
+                  "fp8 grouped forward with 24 inputs: status %d (%s)", st, mg_error_message());
+        mg_error_clear();
     }
     static const fg_case cases[] = {{64, 96, 1, 8, k_skew},
                                     {256, 384, 2, 4, k_two_src},

@@ -70,7 +70,7 @@ mg_status mg_cpu_fp8_cast_grouped(mg_backend *be, uint8_t *out, uint8_t *out_t, 
         cast_rows(out ? out + row * cols : NULL, out_t, ld, col, x + row * cols, n, cols, scale[0],
                   (mg_fp8_format)format, &m);
         row += (size_t)n;
-        col += ((size_t)n + MG_FP8_GROUP_ALIGN - 1) / MG_FP8_GROUP_ALIGN * MG_FP8_GROUP_ALIGN;
+        col += (size_t)mg_fp8_group_cols(n);
     }
     cast_done(scale, scale_inv, amax, m);
     return MG_OK;
@@ -157,7 +157,7 @@ static void decode_grouped(float *to, const mg_fp8_tensor *t, const int32_t *cou
                 to[(row + i) * cols + j] =
                     mg_fp8_to_f32(t->data_t[(size_t)j * ld + col + i], f) * si;
         row += n;
-        col += (n + MG_FP8_GROUP_ALIGN - 1) / MG_FP8_GROUP_ALIGN * MG_FP8_GROUP_ALIGN;
+        col += (size_t)mg_fp8_group_cols((int64_t)n);
     }
 }
 

@@ -1,6 +1,7 @@
 /* A block-wide exclusive scan of int32 values, in chunks of blockDim.x (a multiple of 32, at most
  * 1024): the group offsets of the experts' kernels (grouped_gemm_cutlass*.cu, fp8.cu's grouped
- * cast), and the grouped rows' offsets built on it. Device code only. */
+ * cast), the grouped rows' offsets built on it, and the search of a row's group among such
+ * offsets. Device code only. */
 #ifndef MG_BLOCK_SCAN_CUH
 #define MG_BLOCK_SCAN_CUH
 
@@ -45,11 +46,25 @@ static __device__ __forceinline__ void block_group_scan(int32_t n, int32_t *warp
                                                         int32_t *rows, int32_t *cols, int32_t *r0,
                                                         int32_t *c0) {
     int32_t n_rows, n_cols;
-    const int32_t padded = (n + MG_FP8_GROUP_ALIGN - 1) / MG_FP8_GROUP_ALIGN * MG_FP8_GROUP_ALIGN;
     *r0 = *rows + block_exclusive_scan(n, warp_sums, &n_rows);
-    *c0 = *cols + block_exclusive_scan(padded, warp_sums, &n_cols);
+    *c0 = *cols + block_exclusive_scan((int32_t)mg_fp8_group_cols(n), warp_sums, &n_cols);
     *rows += n_rows;
     *cols += n_cols;
+}
+
+/* The group holding row (or tile) r: the last g < G with off[g] <= r, given off[G] > r (the
+ * offsets such a scan writes). Empty groups share their offset with the next one, so the search
+ * lands on the non-empty group. */
+static __device__ __forceinline__ int find_group(const int32_t *off, int G, int32_t r) {
+    int lo = 0, hi = G - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) >> 1;
+        if (off[mid] <= r)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return lo;
 }
 
 #endif

@@ -231,16 +231,9 @@ fp8_cast_grouped_kernel(uint8_t *out, uint8_t *out_t, const h16 *in, const int32
         scale_inv[0] = __fdiv_rn(1.0f, s);
     if (r0 >= rows) return; /* the whole block: past the groups */
     if (tid == 0) block_max = 0u;
-    if (tid < CAST_TILE) { /* the row's group: the last g with row_off[g] <= i */
-        int i = r0 + tid, lo = 0, hi = G - 1;
-        while (lo < hi) {
-            int mid = (lo + hi + 1) / 2;
-            if (row_off[mid] <= i)
-                lo = mid;
-            else
-                hi = mid - 1;
-        }
-        col_of[tid] = i < rows ? (int64_t)col_off[lo] + (i - row_off[lo]) : -1;
+    if (tid < CAST_TILE) { /* the row's column, through its group */
+        const int i = r0 + tid, g = i < rows ? find_group(row_off, G, i) : 0;
+        col_of[tid] = i < rows ? (int64_t)col_off[g] + (i - row_off[g]) : -1;
     }
     unsigned int m = 0u;
     cast_tile_rows<h16>(tile, out, in, r0, c0, rows, cols, s, format, aligned, &m);

@@ -279,7 +279,7 @@ static __global__ void __launch_bounds__(GG_THREADS, GG_BLOCKS_PER_SM)
     for (int64_t t = blockIdx.x; t < total; t += gridDim.x) {
         int32_t mt = (int32_t)(t / ntn);
         const int n0 = (int)(t % ntn) * GG_BN;
-        const int g = gg_find_group(a.tile_off, a.G, mt), j = g % a.n_w;
+        const int g = find_group(a.tile_off, a.G, mt), j = g % a.n_w;
         const int32_t r0 = a.row_off[g], rows = a.row_off[g + 1] - r0;
         const int m0 = (mt - a.tile_off[g]) * GG_BM;
         const h16 *w = reinterpret_cast<const h16 *>(a.w[j]);

@@ -8,6 +8,7 @@
 #define MG_GROUPED_GEMM_COMMON_CUH
 
 #include "backend/cuda/activation_math.cuh"
+#include "backend/cuda/block_scan.cuh"
 #include "backend/cuda/cuda_common.cuh"
 
 #define GG_BM           128 /* rows of an output tile (M) */
@@ -16,20 +17,6 @@
 enum { GG_FWD = 0, GG_DINP = 1, GG_DW = 2 }; /* also the op codes of grouped_gemm_cutlass.cu */
 
 /* ---------------------------------------------------------------- device helpers */
-
-/* The group holding row (or tile) r: the last g < G with off[g] <= r, given off[G] > r. Empty
- * groups share their offset with the next one, so the search lands on the non-empty group. */
-static __device__ __forceinline__ int gg_find_group(const int32_t *off, int G, int32_t r) {
-    int lo = 0, hi = G - 1;
-    while (lo < hi) {
-        int mid = (lo + hi + 1) >> 1;
-        if (off[mid] <= r)
-            lo = mid;
-        else
-            hi = mid - 1;
-    }
-    return lo;
-}
 
 /* One block: row_off[g] = rows of the groups before g (row_off[G] = all rows) and tile_off[g] =
  * their M-tiles of GG_BM rows. Negative counts count as 0. Chunks of blockDim.x groups, each a
@@ -120,7 +107,7 @@ static __global__ void grouped_bias_kernel(h16 *out /* (R,OC) */, void *const *b
                                            const int32_t *row_off, int G, int n_w, int OC) {
     const int32_t total = row_off[G];
     for (int32_t r = blockIdx.x; r < total; r += gridDim.x) {
-        const h16 *b = reinterpret_cast<const h16 *>(bias[gg_find_group(row_off, G, r) % n_w]);
+        const h16 *b = reinterpret_cast<const h16 *>(bias[find_group(row_off, G, r) % n_w]);
         h16 *o = out + (int64_t)r * OC;
         if (((uintptr_t)b & 15u) == 0) {
             for (int c = threadIdx.x * 8; c < OC; c += blockDim.x * 8) {

@@ -9,28 +9,29 @@
 
 #include "core/fp8.h"
 
-#include <type_traits>
-
-template <typename h16>
-static mg_status fp8_check(mg_backend *be, const char *op, int n_src, int n_w, int IC, int OC,
-                           size_t wstride, const void *a, const void *b, const void *c) {
+/* The shapes Hopper's fp8 GEMMs take (the entries exist only where CUTLASS's kernels do:
+ * grouped_gemm.cu's init). */
+static mg_status fp8_check(const char *op, int n_src, int n_w, int IC, int OC, size_t wstride) {
     MG_CHECK(check_shape(op, n_src, n_w, IC, OC));
-    if (std::is_same<h16, __half>::value)
-        return MG_FAIL(MG_ERR_UNSUPPORTED,
-                       "%s: the experts' fp8 products compute in bf16 only (use --bf16)", op);
-    if (!mg_cuda_grouped_cutlass_available(mg_cuda_ctx_of(be)->device))
-        return MG_FAIL(MG_ERR_UNSUPPORTED,
-                       "%s: the experts' fp8 products need CUTLASS's grouped GEMM on an sm 9.0 GPU "
-                       "(build with CUTLASS_INC)",
-                       op);
     if (IC % 16 || OC % 16 || wstride % 16)
         return MG_FAIL(MG_ERR_UNSUPPORTED,
                        "%s: %d inputs and %d outputs per expert: Hopper's fp8 GEMMs need "
                        "multiples of 16",
                        op, IC, OC);
-    if (!aligned16(a) || !aligned16(b) || !aligned16(c))
-        return MG_FAIL(MG_ERR_INTERNAL, "%s: an operand is not 16-byte aligned", op);
     return MG_OK;
+}
+
+/* One product (grouped_gemm_cutlass_fp8.cu's table): A's bytes a with fa's scale and format, B's
+ * bytes b with fb's scale; its other operands and sizes in g. */
+static mg_status product(mg_backend *be, const char *op, const gg_ws &ws, const int32_t *counts,
+                         mg_gg8_args g, const uint8_t *a, const mg_fp8_tensor *fa, const uint8_t *b,
+                         const mg_fp8_tensor *fb, void *y) {
+    if (!aligned16(a) || !aligned16(b) || !aligned16(y))
+        return MG_FAIL(MG_ERR_INTERNAL, "%s: an operand is not 16-byte aligned", op);
+    g.a = a, g.b = b, g.y = y;
+    g.format_a = fa->format;
+    g.sinv_a = fa->scale_inv, g.sinv_b = fb->scale_inv;
+    return mg_cuda_grouped_cutlass_fp8_run(be, &g, ws.row_off, counts, ws.rest, ws.rest_bytes);
 }
 
 MG_CUDA_DTYPES(mg_status, fp8_grouped_linear_forward,
@@ -38,15 +39,14 @@ MG_CUDA_DTYPES(mg_status, fp8_grouped_linear_forward,
                 const mg_fp8_tensor *w, size_t wstride, void *const *bias, const int32_t *counts,
                 int n_src, int n_w, int IC, int OC),
                (be, out, inp, w, wstride, bias, counts, n_src, n_w, IC, OC)) {
-    MG_CHECK(fp8_check<h16>(be, "fp8_grouped_linear_forward", n_src, n_w, IC, OC, wstride, out,
-                            inp->data, w->data));
+    const char *op = "fp8_grouped_linear_forward";
+    MG_CHECK(fp8_check(op, n_src, n_w, IC, OC, wstride));
     const int G = n_src * n_w;
     gg_ws ws;
-    MG_CHECK(workspace(be, G, "fp8_grouped_linear_forward", &ws));
-    mg_gg8_args a = {
-        0, MG_FP8_E4M3, out, inp->data, w->data, wstride, NULL, inp->scale_inv, w->scale_inv,
-        0, n_src,       n_w, IC,        OC,      false};
-    MG_CHECK(mg_cuda_grouped_cutlass_fp8_run(be, &a, ws.row_off, counts, ws.rest, ws.rest_bytes));
+    MG_CHECK(workspace(be, G, op, &ws));
+    mg_gg8_args g = {};
+    g.op = 0, g.wstride = wstride, g.n_src = n_src, g.n_w = n_w, g.IC = IC, g.OC = OC;
+    MG_CHECK(product(be, op, ws, counts, g, inp->data, inp, w->data, w, out));
     if (bias) {
         grouped_bias_kernel<h16><<<persistent_blocks(be, 8), 256, 0, mg_cuda_stream(be)>>>(
             (h16 *)out, bias, ws.row_off, G, n_w, OC);
@@ -64,10 +64,12 @@ MG_CUDA_DTYPES(mg_status, fp8_grouped_linear_backward,
                (be, dinp, dw, dbias, dout, dout8, inp, w, wstride, gelu_pre, counts, n_src, n_w, R,
                 IC, OC, accumulate)) {
     const char *op = "fp8_grouped_linear_backward";
-    MG_CHECK(fp8_check<h16>(be, op, n_src, n_w, IC, OC, wstride, dinp, gelu_pre, dout));
+    MG_CHECK(fp8_check(op, n_src, n_w, IC, OC, wstride));
     const int G = n_src * n_w;
     gg_ws ws;
     MG_CHECK(workspace(be, G, op, &ws));
+    mg_gg8_args g = {};
+    g.n_src = n_src, g.n_w = n_w, g.IC = IC, g.OC = OC;
     if (dw) {
         if (!accumulate) { /* the weights the first source's product gives no tiles */
             dim3 grid(64, n_w);
@@ -75,47 +77,17 @@ MG_CUDA_DTYPES(mg_status, fp8_grouped_linear_backward,
                                                                             (size_t)OC * IC);
             MG_CUDA_CHECK_LAUNCH();
         }
-        if (!aligned16(dout8->data_t) || !aligned16(inp->data_t))
-            return MG_FAIL(MG_ERR_INTERNAL, "%s: a grouped transpose is not 16-byte aligned", op);
-        mg_gg8_args a = {2,
-                         dout8->format,
-                         NULL,
-                         dout8->data_t,
-                         inp->data_t,
-                         0,
-                         dw,
-                         dout8->scale_inv,
-                         inp->scale_inv,
-                         mg_fp8_group_ld(R, G),
-                         n_src,
-                         n_w,
-                         IC,
-                         OC,
-                         accumulate};
-        MG_CHECK(
-            mg_cuda_grouped_cutlass_fp8_run(be, &a, ws.row_off, counts, ws.rest, ws.rest_bytes));
+        mg_gg8_args gw = g;
+        gw.op = 2, gw.dw = dw, gw.ld = mg_fp8_group_ld(R, G), gw.accumulate = accumulate;
+        MG_CHECK(product(be, op, ws, counts, gw, dout8->data_t, dout8, inp->data_t, inp, NULL));
     }
     if (dinp) {
-        if (!aligned16(dout8->data) || !aligned16(w->data_t))
-            return MG_FAIL(MG_ERR_INTERNAL, "%s: an operand is not 16-byte aligned", op);
-        mg_gg8_args a = {1,
-                         dout8->format,
-                         dinp,
-                         dout8->data,
-                         w->data_t,
-                         wstride,
-                         NULL,
-                         dout8->scale_inv,
-                         w->scale_inv,
-                         0,
-                         n_src,
-                         n_w,
-                         IC,
-                         OC,
-                         false};
-        MG_CHECK(
-            mg_cuda_grouped_cutlass_fp8_run(be, &a, ws.row_off, counts, ws.rest, ws.rest_bytes));
+        mg_gg8_args gi = g;
+        gi.op = 1, gi.wstride = wstride;
+        MG_CHECK(product(be, op, ws, counts, gi, dout8->data, dout8, w->data_t, w, dinp));
         if (gelu_pre) {
+            if (!aligned16(gelu_pre))
+                return MG_FAIL(MG_ERR_INTERNAL, "%s: gelu_pre is not 16-byte aligned", op);
             grouped_gelu_grad_kernel<h16><<<persistent_blocks(be, 8), 256, 0, mg_cuda_stream(be)>>>(
                 (h16 *)dinp, (const h16 *)gelu_pre, ws.row_off, G, IC);
             MG_CUDA_CHECK_LAUNCH();
