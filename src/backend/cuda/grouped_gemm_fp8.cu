@@ -9,16 +9,20 @@
 
 #include "core/fp8.h"
 
-/* The shapes Hopper's fp8 GEMMs take (the entries exist only where CUTLASS's kernels do:
- * grouped_gemm.cu's init). */
-static mg_status fp8_check(const char *op, int n_src, int n_w, int IC, int OC, size_t wstride) {
+/* An op's start: the shapes Hopper's fp8 GEMMs take checked (the entries exist only where
+ * CUTLASS's kernels do: grouped_gemm.cu's init), the workspace, and the arguments every product
+ * of the op shares. */
+static mg_status fp8_begin(mg_backend *be, const char *op, int n_src, int n_w, int IC, int OC,
+                           size_t wstride, gg_ws *ws, mg_gg8_args *g) {
     MG_CHECK(check_shape(op, n_src, n_w, IC, OC));
     if (IC % 16 || OC % 16 || wstride % 16)
         return MG_FAIL(MG_ERR_UNSUPPORTED,
                        "%s: %d inputs and %d outputs per expert: Hopper's fp8 GEMMs need "
                        "multiples of 16",
                        op, IC, OC);
-    return MG_OK;
+    *g = mg_gg8_args{};
+    g->wstride = wstride, g->n_src = n_src, g->n_w = n_w, g->IC = IC, g->OC = OC;
+    return workspace(be, n_src * n_w, op, ws);
 }
 
 /* One product (grouped_gemm_cutlass_fp8.cu's table): A's bytes a with fa's scale and format, B's
@@ -40,12 +44,10 @@ MG_CUDA_DTYPES(mg_status, fp8_grouped_linear_forward,
                 int n_src, int n_w, int IC, int OC),
                (be, out, inp, w, wstride, bias, counts, n_src, n_w, IC, OC)) {
     const char *op = "fp8_grouped_linear_forward";
-    MG_CHECK(fp8_check(op, n_src, n_w, IC, OC, wstride));
     const int G = n_src * n_w;
-    gg_ws ws;
-    MG_CHECK(workspace(be, G, op, &ws));
-    mg_gg8_args g = {};
-    g.op = 0, g.wstride = wstride, g.n_src = n_src, g.n_w = n_w, g.IC = IC, g.OC = OC;
+    gg_ws ws = {};
+    mg_gg8_args g;
+    MG_CHECK(fp8_begin(be, op, n_src, n_w, IC, OC, wstride, &ws, &g));
     MG_CHECK(product(be, op, ws, counts, g, inp->data, inp, w->data, w, out));
     if (bias) {
         grouped_bias_kernel<h16><<<persistent_blocks(be, 8), 256, 0, mg_cuda_stream(be)>>>(
@@ -64,12 +66,10 @@ MG_CUDA_DTYPES(mg_status, fp8_grouped_linear_backward,
                (be, dinp, dw, dbias, dout, dout8, inp, w, wstride, gelu_pre, counts, n_src, n_w, R,
                 IC, OC, accumulate)) {
     const char *op = "fp8_grouped_linear_backward";
-    MG_CHECK(fp8_check(op, n_src, n_w, IC, OC, wstride));
     const int G = n_src * n_w;
-    gg_ws ws;
-    MG_CHECK(workspace(be, G, op, &ws));
-    mg_gg8_args g = {};
-    g.n_src = n_src, g.n_w = n_w, g.IC = IC, g.OC = OC;
+    gg_ws ws = {};
+    mg_gg8_args g;
+    MG_CHECK(fp8_begin(be, op, n_src, n_w, IC, OC, wstride, &ws, &g));
     if (dw) {
         if (!accumulate) { /* the weights the first source's product gives no tiles */
             dim3 grid(64, n_w);
@@ -78,12 +78,13 @@ MG_CUDA_DTYPES(mg_status, fp8_grouped_linear_backward,
             MG_CUDA_CHECK_LAUNCH();
         }
         mg_gg8_args gw = g;
-        gw.op = 2, gw.dw = dw, gw.ld = mg_fp8_group_ld(R, G), gw.accumulate = accumulate;
+        gw.op = 2, gw.wstride = 0, gw.dw = dw, gw.ld = mg_fp8_group_ld(R, G);
+        gw.accumulate = accumulate;
         MG_CHECK(product(be, op, ws, counts, gw, dout8->data_t, dout8, inp->data_t, inp, NULL));
     }
     if (dinp) {
         mg_gg8_args gi = g;
-        gi.op = 1, gi.wstride = wstride;
+        gi.op = 1;
         MG_CHECK(product(be, op, ws, counts, gi, dout8->data, dout8, w->data_t, w, dinp));
         if (gelu_pre) {
             if (!aligned16(gelu_pre))
