@@ -3,7 +3,7 @@
  * mpirun (or any launcher mg_launch_detect knows); bench/comm.sh runs it on 2 and 4 GPUs.
  *   bench_comm [--min-bytes 1M] [--max-bytes 1G] [--factor 2] [--warmup 5] [--iters 20]
  *              [--ops all_reduce,reduce_scatter,all_gather,all_to_all] [--dtypes bf16,f32]
- *              [--no-baseline] [--timeout S]
+ *              [--no-baseline] [--zero-cta] [--timeout S]
  *
  * What is measured: for every (op, dtype, size) `warmup` calls, a barrier, then `iters` calls
  * between two CUDA events on one stream; time = elapsed / iters, the maximum over ranks. The
@@ -21,6 +21,13 @@
  * all-gather send = recv + rank*count. All-to-all has none ("inplace": null). NCCL reads and
  * writes the same amount either way, so in-place and out-of-place should agree within noise; a
  * gap points at a copy our layer added.
+ *
+ * --zero-cta: the baseline communicator is made with NCCL's zero-CTA policy (NCCL_CTA_POLICY_ZERO,
+ * NCCL >= 2.28) and both buffers come from ncclMemAlloc, registered on it as symmetric windows
+ * (ncclCommWindowRegister, NCCL_WIN_COLL_SYMMETRIC); the baseline's all-to-all is then
+ * ncclAlltoAll. On one node NCCL runs all-gather and all-to-all on such windows with the GPU's
+ * copy engines, using no multiprocessors; the "nccl" column then shows those transfers beside
+ * the kernel-driven ones of our path (the same buffers), in and out of place (JSON lines).
  *
  * Output (rank 0): one JSON line per (op, dtype, bytes, path, inplace) and a table. Values in the
  * buffers are a fixed byte pattern; nothing is checked here (tests/dist checks results). */
@@ -49,7 +56,7 @@ typedef struct {
     size_t min_bytes, max_bytes;
     int factor, warmup, iters;
     bool op_on[N_OPS], dt_on[N_DTS];
-    bool baseline;
+    bool baseline, zero_cta;
     double timeout_s;
 } opts;
 
@@ -58,9 +65,10 @@ typedef struct {
     mg_comm *world;
     int rank, n;
     cudaStream_t stream;
-    char *a, *b;             /* (max_bytes) each */
-    size_t *counts, *displs; /* (n) all-to-all parts, in elements */
-    ncclComm_t raw;          /* blocking communicator of the baseline, or NULL */
+    char *a, *b;               /* (max_bytes) each */
+    size_t *counts, *displs;   /* (n) all-to-all parts, in elements */
+    ncclComm_t raw;            /* blocking communicator of the baseline, or NULL */
+    ncclWindow_t win_a, win_b; /* --zero-cta: a and b registered on raw, else NULL */
     cudaEvent_t t0, t1;
     float *dev_time; /* (1,) per-iteration time, reduced with max over ranks */
     char device[256];
@@ -143,7 +151,10 @@ static void enqueue(bench *b, int op, int dt, size_t bytes, bool inplace, bool r
         break;
     }
     case OP_ALL_TO_ALL:
-        if (raw) {
+        if (raw &&
+            b->win_a) { /* equal parts: NCCL's own all-to-all, which has a copy-engine form */
+            BNCCL(b, ncclAlltoAll(b->a, b->b, per, nt, b->raw, b->stream));
+        } else if (raw) {
             BNCCL(b, ncclGroupStart());
             for (int p = 0; p < b->n; p++) {
                 BNCCL(b, ncclSend(b->a + (size_t)p * per * es, per, nt, p, b->raw, b->stream));
@@ -267,16 +278,22 @@ static void usage(void) {
             "usage: bench_comm [--min-bytes 1M] [--max-bytes 1G] [--factor 2] [--warmup 5]\n"
             "                  [--iters 20] [--ops all_reduce,reduce_scatter,all_gather,"
             "all_to_all]\n"
-            "                  [--dtypes bf16,f32] [--no-baseline] [--timeout SECONDS]\n");
+            "                  [--dtypes bf16,f32] [--no-baseline] [--zero-cta] [--timeout "
+            "SECONDS]\n");
     exit(2);
 }
 
 static opts parse(int argc, char **argv) {
-    opts o = {1u << 20, 1u << 30, 2, 5, 20, {true, true, true, true}, {true, true}, true, 300};
+    opts o = {1u << 20,     1u << 30, 2,     5,  20, {true, true, true, true},
+              {true, true}, true,     false, 300};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--no-baseline")) {
             o.baseline = false;
+            continue;
+        }
+        if (!strcmp(a, "--zero-cta")) {
+            o.zero_cta = true;
             continue;
         }
         const char *v = i + 1 < argc ? argv[++i] : NULL;
@@ -300,13 +317,15 @@ static opts parse(int argc, char **argv) {
         } else
             usage();
     }
-    if (!o.min_bytes || o.max_bytes < o.min_bytes || o.factor < 2 || o.warmup < 0 || o.iters < 1)
+    if (!o.min_bytes || o.max_bytes < o.min_bytes || o.factor < 2 || o.warmup < 0 || o.iters < 1 ||
+        (o.zero_cta && !o.baseline))
         usage();
     return o;
 }
 
-/* The baseline's blocking communicator; its unique id travels through our own broadcast. */
-static void raw_init(bench *b) {
+/* The baseline's blocking communicator (with --zero-cta NCCL's zero-CTA policy); its unique id
+ * travels through our own broadcast. */
+static void raw_init(bench *b, bool zero_cta) {
     ncclUniqueId id;
     memset(&id, 0, sizeof id);
     if (b->rank == 0) BNCCL(b, ncclGetUniqueId(&id));
@@ -318,7 +337,49 @@ static void raw_init(bench *b) {
     BCUDA(b, cudaMemcpyAsync(&id, dev, sizeof id, cudaMemcpyDeviceToHost, b->stream));
     BCUDA(b, cudaStreamSynchronize(b->stream));
     BCUDA(b, cudaFree(dev));
-    BNCCL(b, ncclCommInitRank(&b->raw, b->n, id, b->rank));
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = 1;
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0)
+    if (zero_cta) cfg.CTAPolicy = NCCL_CTA_POLICY_ZERO;
+#else
+    if (zero_cta) {
+        MG_FAIL(MG_ERR_UNSUPPORTED, "--zero-cta needs NCCL 2.28 or newer (built with %d)",
+                NCCL_VERSION_CODE);
+        die(b, "raw_init");
+    }
+#endif
+    BNCCL(b, ncclCommInitRankConfig(&b->raw, b->n, id, b->rank, &cfg));
+}
+
+/* Two buffers of `bytes`: ncclMemAlloc'd and registered on the baseline's communicator as
+ * symmetric windows with --zero-cta (the copy engines' path), else cudaMalloc'd. */
+static bool buffers_alloc(bench *b, size_t bytes, bool zero_cta) {
+    if (!zero_cta)
+        return cudaMalloc((void **)&b->a, bytes) == cudaSuccess &&
+               cudaMalloc((void **)&b->b, bytes) == cudaSuccess;
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0)
+    BNCCL(b, ncclMemAlloc((void **)&b->a, bytes));
+    BNCCL(b, ncclMemAlloc((void **)&b->b, bytes));
+    BNCCL(b, ncclCommWindowRegister(b->raw, b->a, bytes, &b->win_a, NCCL_WIN_COLL_SYMMETRIC));
+    BNCCL(b, ncclCommWindowRegister(b->raw, b->b, bytes, &b->win_b, NCCL_WIN_COLL_SYMMETRIC));
+    return true;
+#else
+    return false;
+#endif
+}
+
+static void buffers_free(bench *b) {
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0)
+    if (b->win_a) {
+        ncclCommWindowDeregister(b->raw, b->win_a);
+        ncclCommWindowDeregister(b->raw, b->win_b);
+        ncclMemFree(b->a);
+        ncclMemFree(b->b);
+        return;
+    }
+#endif
+    cudaFree(b->a);
+    cudaFree(b->b);
 }
 
 int main(int argc, char **argv) {
@@ -345,8 +406,8 @@ int main(int argc, char **argv) {
     BCUDA(b, cudaStreamCreateWithFlags(&b->stream, cudaStreamNonBlocking));
     BCUDA(b, cudaEventCreate(&b->t0));
     BCUDA(b, cudaEventCreate(&b->t1));
-    if (cudaMalloc((void **)&b->a, o.max_bytes) != cudaSuccess ||
-        cudaMalloc((void **)&b->b, o.max_bytes) != cudaSuccess) {
+    if (o.baseline) raw_init(b, o.zero_cta);
+    if (!buffers_alloc(b, o.max_bytes, o.zero_cta)) {
         MG_FAIL(MG_ERR_IO, "cannot allocate 2 x %zu bytes on the GPU: lower --max-bytes",
                 o.max_bytes);
         die(b, "cudaMalloc");
@@ -360,13 +421,12 @@ int main(int argc, char **argv) {
         MG_FAIL(MG_ERR_IO, "out of memory");
         die(b, "calloc");
     }
-    if (o.baseline) raw_init(b);
     if (b->rank == 0) {
         const char *nvls = getenv("NCCL_NVLS_ENABLE");
         printf("bench_comm: %d ranks, %s, NCCL %d, sizes %zu..%zu bytes x%d, warmup %d, iters "
-               "%d, NCCL_NVLS_ENABLE=%s\n",
+               "%d, NCCL_NVLS_ENABLE=%s%s\n",
                b->n, b->device, nccl_version, o.min_bytes, o.max_bytes, o.factor, o.warmup, o.iters,
-               nvls);
+               nvls, o.zero_cta ? "; baseline: zero-CTA policy on symmetric windows" : "");
         if (strcmp(nvls, "0") != 0)
             fprintf(stderr,
                     "bench_comm: warning: NCCL_NVLS_ENABLE=%s; these machines must not "
@@ -401,6 +461,10 @@ int main(int argc, char **argv) {
                     if (b->rank == 0)
                         print_json(b, &o, op, dt, nbytes, "nccl", op == OP_ALL_TO_ALL ? -1 : 0,
                                    r.us_raw);
+                    if (o.zero_cta && op == OP_ALL_GATHER) { /* in place on the windows too */
+                        double us = measure(b, &o, op, dt, nbytes, true, true);
+                        if (b->rank == 0) print_json(b, &o, op, dt, nbytes, "nccl", 1, us);
+                    }
                 }
                 if (n_rows == cap) {
                     cap = cap ? 2 * cap : 64;
@@ -417,9 +481,8 @@ int main(int argc, char **argv) {
     }
     if (b->rank == 0) print_table(b, rows, n_rows);
     free(rows);
+    buffers_free(b);
     if (b->raw) ncclCommDestroy(b->raw);
-    cudaFree(b->a);
-    cudaFree(b->b);
     cudaFree(b->dev_time);
     free(b->counts);
     free(b->displs);

@@ -10,7 +10,8 @@
 # pipeline run measures its bubble per stage (MG_PP_TIMING=1 on GPUs: the executor times each
 # op between synchronisations; the cpu backend always does): waiting / busy, against the
 # schedule's (P-1)/(m V); on GPUs each stage's device memory after the first step against the
-# peak it predicted before training. The table gives tokens/s, the ratio to DP, and the ratio to the
+# peak it predicted before training (tokens/s there from a second run without the timing, which
+# holds the host at every op). The table gives tokens/s, the ratio to DP, and the ratio to the
 # ideal bound (1 - b) x P x one-GPU tokens/s, with b = (P-1)/(m V + P-1) the idle fraction the
 # schedule implies. Tokens/s: the median over the log intervals after the first (the warm-up).
 #   bench/pp_bench.sh [BUILD]          BUILD/megatron built with MPI (and the CUDA backend on GPUs)
@@ -54,8 +55,17 @@ run_one() {
     start=$(date +%s)
     megatron_train "$n" "$shape" $((MBS * m)) "$base" 600 "${extra[@]}"
     rc=$?
+    # On GPUs the timed run holds the host at every op, which also holds the sends of the
+    # streamed executor (parallel/pipeline/run.h): its tokens/s come from a second run without
+    # MG_PP_TIMING, the bubble and the memory from the timed one.
+    local speed=$base.jsonl
+    if [ "$rc" -eq 0 ] && [ "$DEVICE" != cpu ] && [ "$n" -gt 1 ] && [ "$layout" != dp ]; then
+        MG_PP_TIMING=0 megatron_train "$n" "$shape" $((MBS * m)) "$base.untimed" 600 "${extra[@]}"
+        rc=$?
+        speed=$base.untimed.jsonl
+    fi
     echo "  $shape $layout P=$n m=$m: exit $rc after $(($(date +%s) - start)) s"
-    if [ "$rc" -eq 0 ] && summarize megatron.c "$shape" "$base.jsonl" micro_batch_size="$MBS" \
+    if [ "$rc" -eq 0 ] && summarize megatron.c "$shape" "$speed" micro_batch_size="$MBS" \
         global_batch_size=$((MBS * m)) world_size="$n" microbatches="$m" vpp="$vpp" >"$base.sum"; then
         "$PYTHON" - "$base.sum" "$base.log" "$layout" >>"$RESULTS" <<'EOF'
 import json, re, sys

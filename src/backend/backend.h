@@ -69,10 +69,22 @@ typedef struct {
  * the communication stream so they overlap computation (a bucket's reduction runs while backward
  * goes on: docs/architecture.md); the tensor-parallel reductions that overlap a weight
  * gradient's GEMM (parallel/tensor_parallel.h) have a stream of their own, so they never queue
- * behind a data-parallel bucket. */
-typedef enum { MG_STREAM_COMPUTE = 0, MG_STREAM_COMM = 1, MG_STREAM_TP = 2 } mg_stream_id;
-#define MG_STREAMS      3
-#define MG_STREAM_MARKS 8 /* slots of stream_mark */
+ * behind a data-parallel bucket; so do the pipeline's messages (parallel/pipeline/run.h), whose
+ * sends wait for a neighbour that may be busy for a whole op. */
+typedef enum {
+    MG_STREAM_COMPUTE = 0,
+    MG_STREAM_COMM = 1,
+    MG_STREAM_TP = 2,
+    MG_STREAM_PP = 3
+} mg_stream_id;
+#define MG_STREAMS 4
+/* stream_mark's slots: the first MG_STREAM_MARKS_DDP for the data-parallel gathers
+ * (parallel/ddp.c), the next MG_STREAM_MARKS_PP for the pipeline's messages and then
+ * MG_STREAM_MARKS_PP_OPS for the ends of its ops (two rings: parallel/pipeline/run.c). */
+#define MG_STREAM_MARKS_DDP    8
+#define MG_STREAM_MARKS_PP     32
+#define MG_STREAM_MARKS_PP_OPS 16
+#define MG_STREAM_MARKS        (MG_STREAM_MARKS_DDP + MG_STREAM_MARKS_PP + MG_STREAM_MARKS_PP_OPS)
 
 /* A captured sequence of ops, replayed by graph_launch (backend_ops.h's graph entries): a CUDA
  * graph on the CUDA backend, the recorded calls on the CPU backend (backend/graph_record.h). */

@@ -144,16 +144,16 @@ mg_status mg_ddp_finish_grad_sync(mg_ddp *d) {
 }
 
 /* Starts bucket next_gather's all-gather and marks its end on the communication stream. At most
- * MG_STREAM_MARKS gathers are started and not waited for: the oldest is waited for first. */
+ * MG_STREAM_MARKS_DDP gathers are started and not waited for: the oldest is waited for first. */
 static mg_status start_gather(mg_ddp *d) {
     int b = d->next_gather;
-    if (streams(d) && d->waited_gather - b > MG_STREAM_MARKS) {
+    if (streams(d) && d->waited_gather - b > MG_STREAM_MARKS_DDP) {
         MG_CHECK(d->be->stream_wait_mark(d->be, MG_STREAM_COMPUTE,
-                                         (d->waited_gather - 1) % MG_STREAM_MARKS));
+                                         (d->waited_gather - 1) % MG_STREAM_MARKS_DDP));
         d->waited_gather--;
     }
     MG_CHECK(mg_ddp_gather_bucket(d->l, b, d->dp, d->params, d->pdt, comm_stream(d)));
-    if (streams(d)) MG_CHECK(d->be->stream_mark(d->be, MG_STREAM_COMM, b % MG_STREAM_MARKS));
+    if (streams(d)) MG_CHECK(d->be->stream_mark(d->be, MG_STREAM_COMM, b % MG_STREAM_MARKS_DDP));
     d->next_gather--;
     return MG_OK;
 }
@@ -162,7 +162,7 @@ static mg_status start_gather(mg_ddp *d) {
 static mg_status wait_gathers(mg_ddp *d, int b) {
     if (b >= d->waited_gather) return MG_OK;
     if (streams(d))
-        MG_CHECK(d->be->stream_wait_mark(d->be, MG_STREAM_COMPUTE, b % MG_STREAM_MARKS));
+        MG_CHECK(d->be->stream_wait_mark(d->be, MG_STREAM_COMPUTE, b % MG_STREAM_MARKS_DDP));
     d->waited_gather = b;
     d->gathering = b > 0;
     return MG_OK;

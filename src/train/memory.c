@@ -108,11 +108,12 @@ mg_status mg_memory_stage_estimate(const mg_config *c, int pp_rank, int dp_size,
     MG_CHECK_GOTO(mg_optimizer_init(&o, c, &g.params, &l, &(mg_optim_groups){0}), st, done);
     const mg_pp_schedule_params s =
         mg_layout_schedule(c, g.n_chunks, c->global_batch_size / (mbs * dp_size));
-    /* messages overlap on groups with non-blocking point-to-point: MPI, the cpu backend's */
+    /* the messages: tagged on the cpu backend's groups (MPI), on the pipeline stream on a
+     * device's (NCCL) */
     const size_t hidden = (size_t)mg_model_config_rows(&g.cfg, mbs * g.cfg.S) * (size_t)g.cfg.H;
-    MG_CHECK_GOTO(mg_pipeline_sizes(&s, pp_rank, hidden, compute,
-                                    !c->no_overlap_p2p_communication && device == MG_DEVICE_CPU,
-                                    &out->slots, &pipe_bytes),
+    const mg_pipe_comm comm = mg_pipeline_comm(&s, !c->no_overlap_p2p_communication,
+                                               device == MG_DEVICE_CPU, device != MG_DEVICE_CPU);
+    MG_CHECK_GOTO(mg_pipeline_sizes(&s, pp_rank, hidden, compute, comm, &out->slots, &pipe_bytes),
                   st, done);
     const int staged = c->cuda_graph_impl == MG_GRAPH_FULL_ITERATION
                            ? (int)(c->global_batch_size / (mbs * dp_size))

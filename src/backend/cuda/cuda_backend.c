@@ -240,7 +240,16 @@ void mg_cuda_free_pinned(mg_backend *be, void *ptr) {
 /* ---------------------------------------------------------------- streams */
 
 static cudaStream_t stream_of(mg_cuda_ctx *c, mg_stream_id s) {
-    return s == MG_STREAM_COMM ? c->comm_stream : s == MG_STREAM_TP ? c->tp_stream : c->stream;
+    switch (s) {
+    case MG_STREAM_COMM:
+        return c->comm_stream;
+    case MG_STREAM_TP:
+        return c->tp_stream;
+    case MG_STREAM_PP:
+        return c->pp_stream;
+    default:
+        return c->stream;
+    }
 }
 
 void *mg_cuda_stream_handle(mg_backend *be, mg_stream_id s) {
@@ -286,6 +295,7 @@ void mg_cuda_destroy(mg_backend *be) {
         if (c->stream) (void)cudaStreamSynchronize(c->stream);
         if (c->comm_stream) (void)cudaStreamSynchronize(c->comm_stream);
         if (c->tp_stream) (void)cudaStreamSynchronize(c->tp_stream);
+        if (c->pp_stream) (void)cudaStreamSynchronize(c->pp_stream);
         MG_CUDA_BY_DTYPE(be, attention_cudnn_destroy)(be);
         mg_cuda_staging_destroy(c);
         if (c->workspace) (void)cudaFree(c->workspace);
@@ -293,6 +303,7 @@ void mg_cuda_destroy(mg_backend *be) {
         if (c->stream) (void)cudaStreamDestroy(c->stream);
         if (c->comm_stream) (void)cudaStreamDestroy(c->comm_stream);
         if (c->tp_stream) (void)cudaStreamDestroy(c->tp_stream);
+        if (c->pp_stream) (void)cudaStreamDestroy(c->pp_stream);
         for (int i = 0; i < MG_STREAMS; i++)
             if (c->order_event[i]) (void)cudaEventDestroy(c->order_event[i]);
         for (int i = 0; i < MG_STREAM_MARKS; i++)
@@ -359,6 +370,7 @@ static mg_status cuda_setup(mg_backend *be, int device) {
     MG_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
     MG_CUDA_CHECK(cudaStreamCreateWithPriority(&c->comm_stream, cudaStreamNonBlocking, greatest));
     MG_CUDA_CHECK(cudaStreamCreateWithPriority(&c->tp_stream, cudaStreamNonBlocking, greatest));
+    MG_CUDA_CHECK(cudaStreamCreateWithPriority(&c->pp_stream, cudaStreamNonBlocking, greatest));
     for (int i = 0; i < MG_STREAMS; i++)
         MG_CUDA_CHECK(cudaEventCreateWithFlags(&c->order_event[i], cudaEventDisableTiming));
     for (int i = 0; i < MG_STREAM_MARKS; i++)

@@ -25,6 +25,7 @@ typedef struct {
     cudaStream_t stream;                 /* compute stream: every op runs here */
     cudaStream_t comm_stream;            /* communication stream (stream_handle(MG_STREAM_COMM)) */
     cudaStream_t tp_stream;              /* tensor-parallel overlap stream (MG_STREAM_TP) */
+    cudaStream_t pp_stream;              /* the pipeline's messages (MG_STREAM_PP) */
     cudaEvent_t order_event[MG_STREAMS]; /* stream_wait\'s, one per signalling stream */
     cudaEvent_t marks[MG_STREAM_MARKS];  /* stream_mark's slots */
     cublasLtHandle_t lt;                 /* cuBLASLt handle (GEMMs) */

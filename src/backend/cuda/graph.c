@@ -49,9 +49,9 @@ mg_status mg_cuda_graph_begin(mg_backend *be) {
     c->capture_msg[0] = 0;
     MG_CUDA_CHECK(cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal));
     /* the side streams join the capture: they wait for the capture's start */
-    const cudaStream_t side[] = {c->comm_stream, c->tp_stream};
+    const cudaStream_t side[] = {c->comm_stream, c->tp_stream, c->pp_stream};
     cudaError_t e = cudaEventRecord(c->order_event[MG_STREAM_COMPUTE], c->stream);
-    for (int i = 0; i < 2 && e == cudaSuccess; i++)
+    for (int i = 0; i < MG_STREAMS - 1 && e == cudaSuccess; i++)
         e = cudaStreamWaitEvent(side[i], c->order_event[MG_STREAM_COMPUTE], 0);
     if (e != cudaSuccess) {
         cudaGraph_t g = NULL;
@@ -69,10 +69,10 @@ mg_status mg_cuda_graph_end(mg_backend *be, mg_graph **out, mg_graph_info *info)
     if (info) *info = (mg_graph_info){0, 0};
     if (!mg_cuda_capturing(be)) return MG_FAIL(MG_ERR_UNSUPPORTED, "graph_end without graph_begin");
     /* the side streams' captured work joins the compute stream's before the end */
-    const cudaStream_t side[] = {c->comm_stream, c->tp_stream};
-    const mg_stream_id ids[] = {MG_STREAM_COMM, MG_STREAM_TP};
+    const cudaStream_t side[] = {c->comm_stream, c->tp_stream, c->pp_stream};
+    const mg_stream_id ids[] = {MG_STREAM_COMM, MG_STREAM_TP, MG_STREAM_PP};
     cudaError_t join = cudaSuccess;
-    for (int i = 0; i < 2 && join == cudaSuccess; i++) {
+    for (int i = 0; i < MG_STREAMS - 1 && join == cudaSuccess; i++) {
         join = cudaEventRecord(c->order_event[ids[i]], side[i]);
         if (join == cudaSuccess) join = cudaStreamWaitEvent(c->stream, c->order_event[ids[i]], 0);
     }

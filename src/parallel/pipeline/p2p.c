@@ -25,12 +25,14 @@ typedef struct {
     int dest, mb, chunk; /* the receiver and its op's (microbatch, chunk) */
     bool grad;
     int op, grad_buf; /* the producing op on the sender; its gradient buffer */
+    double ready;     /* when the producing op ended */
 } pending;
 
 typedef struct {
     mg_pp_schedule_op *ops;
     int n, pc;
-    double clock;
+    double clock;  /* the end of the rank's last op, or of its wait for a message */
+    double sclock; /* async sends: the end of the rank's last message (they go one by one) */
     mg_p2p_step *steps;
     int n_steps;
     pending *out; /* messages made and not yet sent */
@@ -44,7 +46,8 @@ typedef struct {
 typedef struct {
     const mg_pp_schedule_params *s;
     bool fwd_only;
-    int slot_cap; /* forward-only: the slots a rank may hold (its training count) */
+    bool async_sends; /* a send does not hold its sender (mg_p2p_plan_build) */
+    int slot_cap;     /* forward-only: the slots a rank may hold (its training count) */
     sim_rank *r;
 } sim;
 
@@ -94,14 +97,28 @@ static void take_slot(sim_rank *R) {
     if (++R->slots > R->max_slots) R->max_slots = R->slots;
 }
 
-/* The rendezvous of rank r's next op's message, pending at src (index k): both ranks are at a
- * boundary between ops at time max(clocks). A forward's input takes its slot now. */
+static double later(double a, double b) {
+    return a > b ? a : b;
+}
+
+/* When the message pending at src (index k) can meet rank r, which waits for it from r's clock:
+ * with blocking sends, when both ranks are at a boundary between ops (the later clock); with
+ * async sends, once the message exists and both ranks' previous messages are done. */
+static double meet_time(const sim *S, int r, int src, int k) {
+    const sim_rank *R = &S->r[r], *Q = &S->r[src];
+    if (!S->async_sends) return later(R->clock, Q->clock);
+    return later(later(R->clock, Q->out[k].ready), later(R->sclock, Q->sclock));
+}
+
+/* The rendezvous of rank r's next op's message, pending at src (index k), at meet_time (the
+ * sender's clock moves only with blocking sends). A forward's input takes its slot now. */
 static void rendezvous(sim *S, int r, int src, int k) {
     sim_rank *R = &S->r[r], *Q = &S->r[src];
+    double t = meet_time(S, r, src, k);
     pending m = Q->out[k];
     Q->out[k] = Q->out[--Q->n_out];
-    double t = R->clock > Q->clock ? R->clock : Q->clock;
-    R->clock = Q->clock = t;
+    R->clock = R->sclock = Q->sclock = t;
+    if (!S->async_sends) Q->clock = t;
     emit(Q, (mg_p2p_step){MG_P2P_SEND, m.op, r, m.grad, m.grad ? m.grad_buf : -1});
     emit(R, (mg_p2p_step){MG_P2P_RECV, R->pc, src, m.grad, -1});
     if (m.grad) Q->buf_used[m.grad_buf] = 0;
@@ -128,7 +145,8 @@ static void run(sim *S, int r) {
     if (sends) {
         int dest = op->forward ? (r + 1) % P : (r - 1 + P) % P;
         int chunk = op->chunk + (op->forward ? (r == P - 1) : -(r == 0));
-        R->out[R->n_out++] = (pending){dest, op->microbatch, chunk, !op->forward, R->pc, grad_buf};
+        R->out[R->n_out++] =
+            (pending){dest, op->microbatch, chunk, !op->forward, R->pc, grad_buf, R->clock};
     } else if (op->forward && S->fwd_only) {
         R->slots--; /* the loss: nothing to keep */
     }
@@ -192,7 +210,7 @@ static mg_status sim_run(sim *S) {
                 src = op->forward ? (r - 1 + P) % P : (r + 1) % P;
                 k = find_pending(&S->r[src], r, !op->forward, op->microbatch, op->chunk);
                 if (k < 0) continue;
-                if (S->r[src].clock > t) t = S->r[src].clock;
+                t = meet_time(S, r, src, k);
             }
             if (best < 0 || t < best_t || (t == best_t && msg && !best_msg)) {
                 best = r;
@@ -220,13 +238,13 @@ static mg_status sim_run(sim *S) {
     return MG_OK;
 }
 
-mg_status mg_p2p_plan_build(const mg_pp_schedule_params *s, bool forward_only, int rank,
-                            mg_p2p_plan *out) {
+mg_status mg_p2p_plan_build(const mg_pp_schedule_params *s, bool forward_only, bool async_sends,
+                            int rank, mg_p2p_plan *out) {
     memset(out, 0, sizeof *out);
     MG_CHECK(mg_pp_schedule_check(s));
     if (rank < 0 || rank >= s->pp)
         return MG_FAIL(MG_ERR_INTERNAL, "pipeline rank %d of %d", rank, s->pp);
-    sim S = {.s = s, .fwd_only = forward_only};
+    sim S = {.s = s, .fwd_only = forward_only, .async_sends = async_sends};
     mg_status st = sim_run(&S);
     if (st == MG_OK) {
         sim_rank *R = &S.r[rank];

@@ -27,6 +27,15 @@
  * where a message can be due while its sender is inside an op (the overlapped executor of
  * run.h does not wait for that).
  *
+ * Async sends (run.h's streamed executor: the messages on a stream of their own, beside the
+ * compute): a send no longer holds its sender, so a message meets its receiver once it exists
+ * (its op ended), the receiver waits for it, and both ranks' previous messages are done (a rank's
+ * messages still go one by one, in the plan's order: the global order, and with it the freedom
+ * from deadlock, stays). The sender's ops go on meanwhile, so its SEND step may come after ops
+ * that followed the one that made the message (the executor has the send wait for its own op
+ * only), and a gradient may wait in more buffers. In the model every schedule of the grid then
+ * takes exactly the schedule's own time, interleaved ones included (test_pp_schedule.c).
+ *
  * Buffers. A hidden state is sent from the slot of the forward that made it (held until that
  * forward's backward, which cannot run before the next stage received it; an evaluation frees
  * the slot once it is sent) and received into the slot of the forward that needs it. An input
@@ -68,11 +77,12 @@ typedef struct {
 mg_status mg_p2p_rank_ops(const mg_pp_schedule_params *s, int rank, bool forward_only,
                           mg_pp_schedule_op *ops, int *n);
 
-/* The plan of rank `rank` (simulating every rank). s must pass mg_pp_schedule_check. Fails with
- * MG_ERR_INTERNAL, naming the schedule, if the simulation cannot finish (it always does for a
- * valid schedule: tests/unit/test_pp_schedule.c checks the grid). Free with mg_p2p_plan_free. */
-mg_status mg_p2p_plan_build(const mg_pp_schedule_params *s, bool forward_only, int rank,
-                            mg_p2p_plan *out);
+/* The plan of rank `rank` (simulating every rank), with blocking or async sends (above). s must
+ * pass mg_pp_schedule_check. Fails with MG_ERR_INTERNAL, naming the schedule, if the simulation
+ * cannot finish (it always does for a valid schedule: tests/unit/test_pp_schedule.c checks the
+ * grid). Free with mg_p2p_plan_free. */
+mg_status mg_p2p_plan_build(const mg_pp_schedule_params *s, bool forward_only, bool async_sends,
+                            int rank, mg_p2p_plan *out);
 void mg_p2p_plan_free(mg_p2p_plan *p);
 
 #endif

@@ -7,12 +7,23 @@
 #include <string.h>
 #include <time.h>
 
-/* The communication plans of a training and of an evaluation pass of rank `rank`, the slots the
- * schedule holds and the gradient buffers the busier plan needs. */
-static mg_status plan_passes(const mg_pp_schedule_params *s, int rank, mg_p2p_plan *train,
-                             mg_p2p_plan *eval, int *n_slots, int *n_grad_bufs) {
-    MG_CHECK(mg_p2p_plan_build(s, false, rank, train));
-    MG_CHECK(mg_p2p_plan_build(s, true, rank, eval));
+mg_pipe_comm mg_pipeline_comm(const mg_pp_schedule_params *s, bool overlap, bool tagged,
+                              bool streams) {
+    return !overlap || s->pp == 1  ? MG_PIPE_IN_ORDER
+           : tagged                ? MG_PIPE_TAGGED
+           : streams && s->vpp > 1 ? MG_PIPE_STREAMED
+                                   : MG_PIPE_IN_ORDER;
+}
+
+/* The communication plans of a training and of an evaluation pass of rank `rank` (async sends
+ * when STREAMED: p2p.h), the slots the schedule holds and the gradient buffers the busier plan
+ * needs. */
+static mg_status plan_passes(const mg_pp_schedule_params *s, int rank, mg_pipe_comm comm,
+                             mg_p2p_plan *train, mg_p2p_plan *eval, int *n_slots,
+                             int *n_grad_bufs) {
+    bool async = comm == MG_PIPE_STREAMED;
+    MG_CHECK(mg_p2p_plan_build(s, false, async, rank, train));
+    MG_CHECK(mg_p2p_plan_build(s, true, async, rank, eval));
     MG_CHECK(mg_pp_schedule_activation_slots(s, rank, n_slots));
     if (train->n_slots > *n_slots || eval->n_slots > *n_slots)
         return MG_FAIL(MG_ERR_INTERNAL, "pipeline plan holds %d slots, the schedule %d",
@@ -35,8 +46,10 @@ mg_status mg_pipeline_init(mg_pipeline *p, const mg_pp_schedule_params *s, int r
     p->be = be;
     p->numel = numel;
     p->dt = dt;
-    p->overlap = overlap && p->group && mg_comm_p2p_async(p->group);
-    mg_status st = plan_passes(s, rank, &p->train, &p->eval, &p->n_slots, &p->n_grad_bufs);
+    p->comm = mg_pipeline_comm(s, overlap && p->group, p->group && mg_comm_p2p_async(p->group),
+                               be && be->stream_handle && be->stream_wait && be->stream_mark &&
+                                   be->stream_wait_mark);
+    mg_status st = plan_passes(s, rank, p->comm, &p->train, &p->eval, &p->n_slots, &p->n_grad_bufs);
     size_t total = (size_t)s->microbatches * (size_t)s->vpp;
     if (st == MG_OK) {
         p->slot_of = malloc(total * sizeof *p->slot_of);
@@ -51,15 +64,14 @@ mg_status mg_pipeline_init(mg_pipeline *p, const mg_pp_schedule_params *s, int r
 }
 
 mg_status mg_pipeline_sizes(const mg_pp_schedule_params *s, int rank, size_t numel, mg_dtype dt,
-                            bool overlap, int *n_slots, size_t *buffer_bytes) {
+                            mg_pipe_comm comm, int *n_slots, size_t *buffer_bytes) {
     MG_CHECK(mg_pp_schedule_check(s));
     mg_p2p_plan train = {0}, eval = {0};
     int n_grad_bufs = 0;
-    mg_status st = plan_passes(s, rank, &train, &eval, n_slots, &n_grad_bufs);
+    mg_status st = plan_passes(s, rank, comm, &train, &eval, n_slots, &n_grad_bufs);
     mg_p2p_plan_free(&train);
     mg_p2p_plan_free(&eval);
-    *buffer_bytes = (size_t)mg_pipeline_buffer_count(n_grad_bufs, overlap && s->pp > 1) * numel *
-                    mg_dtype_size(dt);
+    *buffer_bytes = (size_t)mg_pipeline_buffer_count(n_grad_bufs, comm) * numel * mg_dtype_size(dt);
     return st;
 }
 
@@ -67,12 +79,12 @@ static size_t message_bytes(const mg_pipeline *p) {
     return p->numel * mg_dtype_size(p->dt);
 }
 
-int mg_pipeline_buffer_count(int n_grad_bufs, bool overlap) {
-    return n_grad_bufs + (overlap ? 1 : 0);
+int mg_pipeline_buffer_count(int n_grad_bufs, mg_pipe_comm comm) {
+    return n_grad_bufs + (comm == MG_PIPE_TAGGED ? 1 : 0);
 }
 
 size_t mg_pipeline_buffer_bytes(const mg_pipeline *p) {
-    return (size_t)mg_pipeline_buffer_count(p->n_grad_bufs, p->overlap) * message_bytes(p);
+    return (size_t)mg_pipeline_buffer_count(p->n_grad_bufs, p->comm) * message_bytes(p);
 }
 
 static void *grad_buf(const mg_pipeline *p, int k) {
@@ -81,7 +93,7 @@ static void *grad_buf(const mg_pipeline *p, int k) {
 
 void mg_pipeline_bind(mg_pipeline *p, void *buffers) {
     p->grad_bufs = buffers;
-    p->landing = p->overlap ? grad_buf(p, p->n_grad_bufs) : NULL;
+    p->landing = p->comm == MG_PIPE_TAGGED ? grad_buf(p, p->n_grad_bufs) : NULL;
 }
 
 void mg_pipeline_timing_reset(mg_pipeline *p) {
@@ -105,12 +117,32 @@ static int *slot_entry(mg_pipeline *p, const mg_pp_schedule_op *op) {
     return &p->slot_of[(size_t)op->microbatch * p->schedule.vpp + op->chunk];
 }
 
-/* A send from a buffer in flight completes before the buffer is written again. */
+/* The stream marks of a streamed run: the end of message `seq` on the pipeline stream, and the
+ * end of op `op` on the compute stream. Rings: a slot recorded again belongs to a later message
+ * (op), and waiting for that one waits for this one too. */
+static int message_mark(int seq) {
+    return MG_STREAM_MARKS_DDP + seq % MG_STREAM_MARKS_PP;
+}
+static int op_mark(int op) {
+    return MG_STREAM_MARKS_DDP + MG_STREAM_MARKS_PP + op % MG_STREAM_MARKS_PP_OPS;
+}
+
+/* Streamed: the compute stream's later work waits until message seq of this run completed (and
+ * every message before it: the pipeline stream runs them in order). */
+static mg_status wait_message(mg_pipeline *p, int seq) {
+    if (seq < 0 || seq <= p->waited) return MG_OK;
+    MG_CHECK(p->be->stream_wait_mark(p->be, MG_STREAM_COMPUTE, message_mark(seq)));
+    p->waited = seq;
+    return MG_OK;
+}
+
+/* A send from a buffer in flight completes before the buffer is written again (streamed: the
+ * compute stream waits for it; t holds the message's number). */
 static mg_status settle(mg_pipeline *p, mg_p2p_ticket *t) {
     if (*t < 0) return MG_OK;
     mg_p2p_ticket k = *t;
     *t = -1;
-    return mg_comm_p2p_wait(p->group, k);
+    return p->comm == MG_PIPE_STREAMED ? wait_message(p, k) : mg_comm_p2p_wait(p->group, k);
 }
 
 static mg_status take_slot(mg_pipeline *p, const mg_pp_schedule_op *op) {
@@ -339,6 +371,65 @@ static mg_status run_overlapped(mg_pipeline *p, const mg_pipeline_stage *st,
     return MG_OK;
 }
 
+/* ---- streamed ---- */
+
+/* Enqueues one message on the pipeline stream and marks its end (*seq: its number): a send after
+ * the op that made its data (the plan may have put later ops before it: p2p.h's async sends), a
+ * receive after the compute stream's work so far (its buffer is no longer read). Were the op's
+ * mark recorded again by a later op, that one is also before this step: the wait is longer, never
+ * a cycle. */
+static mg_status post_streamed(mg_pipeline *p, const mg_p2p_step *step, void *buf, int *seq) {
+    mg_backend *be = p->be;
+    MG_CHECK(step->kind == MG_P2P_SEND ? be->stream_wait_mark(be, MG_STREAM_PP, op_mark(step->op))
+                                       : be->stream_wait(be, MG_STREAM_PP, MG_STREAM_COMPUTE));
+    mg_p2p_op m = {step->kind == MG_P2P_SEND, step->peer, buf, p->numel, p->dt};
+    p->messages++;
+    MG_CHECK(mg_comm_batch_p2p(p->group, &m, 1, be->stream_handle(be, MG_STREAM_PP)));
+    *seq = p->posted++;
+    return be->stream_mark(be, MG_STREAM_PP, message_mark(*seq));
+}
+
+/* The plan's messages (made with async sends) one by one in its order, on the pipeline stream;
+ * the compute stream waits only for the receive of the op it runs next (the plan puts it right
+ * before) and, before a buffer is written again, for the send that reads it. So a send whose
+ * receiver is inside an op holds the pipeline stream, not the sender's next op. */
+static mg_status run_streamed(mg_pipeline *p, const mg_pipeline_stage *st, const mg_p2p_plan *plan,
+                              bool forward_only) {
+    int input = -1; /* the newest receive: the next op's input */
+    p->posted = 0;
+    p->waited = -1;
+    for (int i = 0; i < plan->n_steps; i++) {
+        const mg_p2p_step *step = &plan->steps[i];
+        const mg_pp_schedule_op *op = &plan->ops[step->op];
+        if (step->kind == MG_P2P_OP) {
+            MG_CHECK(wait_message(p, input));
+            MG_CHECK(run_op(p, st, op, step->grad_buf, forward_only));
+            MG_CHECK(p->be->stream_mark(p->be, MG_STREAM_COMPUTE, op_mark(step->op)));
+            continue;
+        }
+        void *buf;
+        int seq;
+        if (step->kind == MG_P2P_SEND) {
+            buf = step->grad ? grad_buf(p, step->grad_buf)
+                             : st->output(st->ctx, op->chunk, *slot_entry(p, op));
+            MG_CHECK(post_streamed(p, step, buf, &seq));
+            if (step->grad) {
+                p->buf_send[step->grad_buf] = seq;
+            } else {
+                p->slot_send[*slot_entry(p, op)] = seq;
+                if (forward_only) give_slot(p, op); /* reused after a wait for this send */
+            }
+        } else {
+            if (!step->grad) MG_CHECK(take_slot(p, op));
+            buf =
+                step->grad ? st->dout(st->ctx) : st->input(st->ctx, op->chunk, *slot_entry(p, op));
+            MG_CHECK(post_streamed(p, step, buf, &input));
+        }
+    }
+    /* every message completes before the compute stream goes on: the buffers are the caller's */
+    return p->be->stream_wait(p->be, MG_STREAM_COMPUTE, MG_STREAM_PP);
+}
+
 mg_status mg_pipeline_run(mg_pipeline *p, const mg_pipeline_stage *st, bool forward_only) {
     const mg_p2p_plan *plan = forward_only ? &p->eval : &p->train;
     for (size_t k = 0; k < (size_t)p->schedule.microbatches * p->schedule.vpp; k++)
@@ -355,8 +446,16 @@ mg_status mg_pipeline_run(mg_pipeline *p, const mg_pipeline_stage *st, bool forw
         if (p->be->stream_handle) MG_CHECK(p->be->synchronize(p->be));
         t0 = mg_clock_seconds();
     }
-    MG_CHECK(p->overlap ? run_overlapped(p, st, plan, forward_only)
-                        : run_in_order(p, st, plan, forward_only));
+    switch (p->comm) {
+    case MG_PIPE_TAGGED:
+        MG_CHECK(run_overlapped(p, st, plan, forward_only));
+        break;
+    case MG_PIPE_STREAMED:
+        MG_CHECK(run_streamed(p, st, plan, forward_only));
+        break;
+    default:
+        MG_CHECK(run_in_order(p, st, plan, forward_only));
+    }
     if (timing) {
         if (p->be->stream_handle) MG_CHECK(p->be->synchronize(p->be));
         p->total_s += mg_clock_seconds() - t0;
