@@ -24,6 +24,8 @@
  *   MG_TEST_FP8_RECAST  tests only: 1 makes the fp8 linears cast their inputs again,
  *                  transposed, in the backward instead of keeping the forward's transpose, to
  *                  prove the kept bytes are the same
+ *   MG_TEST_PP_STREAMED  tests only: 1 runs every overlapped pipeline with the streamed
+ *                  executor (parallel/pipeline/run.h), also on MPI ranks and the cpu backend
  * Exports: mg_env_int, mg_env_str, mg_env_forget. Needs: nothing. */
 #ifndef MG_ENV_H
 #define MG_ENV_H

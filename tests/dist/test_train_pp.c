@@ -9,8 +9,10 @@
  *             schedule's order); interleaved P 2 x V 2; uneven first/last stages
  *             (--decoder-first/last-pipeline-num-layers); the embedding and the loss accounted
  *             as layers (--account-for-*-in-pipeline-split)
+ *             and, under MG_TEST_PP_STREAMED=1, interleaved P 2 x V 2 and Llama P 2 with the
+ *             streamed executor GPUs use (run.h: untagged messages, matched in posting order)
  *   4 ranks   P 4 both styles; interleaved P 4 x V 2 (16 layers, tied and untied; and 8 layers
- *             with --no-overlap-p2p-communication); P 2 x D 2
+ *             with --no-overlap-p2p-communication; Llama 16 layers also streamed); P 2 x D 2
  *             with the distributed optimizer and --overlap-grad-reduce
  *   8 ranks   T 2 x P 2 x D 2 with sequence parallelism and the distributed optimizer
  * And the activation memory: the slots a pipeline rank plans are the schedule's count, the same
@@ -23,6 +25,7 @@
 #include "dist.h"
 #include "train_compare.h"
 
+#include "core/env.h"
 #include "core/log.h"
 #include "train/memory.h"
 
@@ -93,7 +96,8 @@ static void model_flags(const dist_ctx *t, const variant *v, const char **argv, 
     argv[n] = NULL;
 }
 
-static void check_variant(dist_ctx *t, const variant *v) {
+/* streamed: under MG_TEST_PP_STREAMED=1 (run.h's hook, CPU ranks) */
+static void check_variant(dist_ctx *t, const variant *v, bool streamed) {
     const int D = t->size / (v->tp * v->pp);
     char layers[8], gbs1[16], gbsD[16], tp[8], pp[8];
     const char *model[64];
@@ -117,6 +121,10 @@ static void check_variant(dist_ctx *t, const variant *v) {
     tc_config(t, &cP, model, lay, t->size);
     mg_train_groups g = {0};
     tc_run ref = {0}, got = {0};
+    if (streamed) {
+        setenv("MG_TEST_PP_STREAMED", "1", 1);
+        mg_env_forget();
+    }
     tc_train_both(t, &c1, &cP,
                   (mg_parallel_sizes){
                       .world_size = t->size, .tp = v->tp, .pp = v->pp, .cp = 1, .ep = 1, .etp = -1},
@@ -130,6 +138,7 @@ static void check_variant(dist_ctx *t, const variant *v) {
     const bool dev = dist_on_device(t);
     const mg_pipeline *pipe = &got.tr->pipe;
     const mg_pipe_comm comm = cP.no_overlap_p2p_communication ? MG_PIPE_IN_ORDER
+                              : streamed                      ? MG_PIPE_STREAMED
                               : !dev                          ? MG_PIPE_TAGGED
                               : pipe->schedule.vpp > 1        ? MG_PIPE_STREAMED
                                                               : MG_PIPE_IN_ORDER;
@@ -172,6 +181,10 @@ static void check_variant(dist_ctx *t, const variant *v) {
     tc_release(&ref);
     tc_release(&got);
     tc_free_groups(&g);
+    if (streamed) {
+        unsetenv("MG_TEST_PP_STREAMED");
+        mg_env_forget();
+    }
 }
 
 /* The same model and layout with 8 and with 64 microbatches plans the same activation memory. */
@@ -281,6 +294,26 @@ void test_train_pp(dist_ctx *t) {
          {"--virtual-pipeline-model-parallel-size", "2", NULL}},
     };
     for (size_t i = 0; i < sizeof all / sizeof *all; i++)
-        if (all[i].world == t->size) check_variant(t, &all[i]);
+        if (all[i].world == t->size) check_variant(t, &all[i], false);
+    /* the streamed executor (GPUs' for interleaved schedules) on CPU ranks */
+    const variant streamed[] = {
+        {"gpt2 pp2 vpp2, streamed",
+         false,
+         2,
+         4,
+         1,
+         2,
+         {"--virtual-pipeline-model-parallel-size", "2", NULL}},
+        {"llama pp2, streamed", true, 2, 4, 1, 2, {NULL}},
+        {"llama pp4 vpp2 (16 layers), streamed",
+         true,
+         4,
+         16,
+         1,
+         4,
+         {"--virtual-pipeline-model-parallel-size", "2", NULL}},
+    };
+    for (size_t i = 0; i < sizeof streamed / sizeof *streamed && !dist_on_device(t); i++)
+        if (streamed[i].world == t->size) check_variant(t, &streamed[i], true);
     check_memory_flat(t);
 }

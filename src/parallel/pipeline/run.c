@@ -1,5 +1,6 @@
 #include "parallel/pipeline/run.h"
 #include "core/clock.h"
+#include "core/env.h"
 
 #include "core/status.h"
 
@@ -9,10 +10,9 @@
 
 mg_pipe_comm mg_pipeline_comm(const mg_pp_schedule_params *s, bool overlap, bool tagged,
                               bool streams) {
-    return !overlap || s->pp == 1  ? MG_PIPE_IN_ORDER
-           : tagged                ? MG_PIPE_TAGGED
-           : streams && s->vpp > 1 ? MG_PIPE_STREAMED
-                                   : MG_PIPE_IN_ORDER;
+    if (!overlap || s->pp == 1) return MG_PIPE_IN_ORDER;
+    if (mg_env_int("MG_TEST_PP_STREAMED", 0) == 1) return MG_PIPE_STREAMED; /* run.h: a hook */
+    return tagged ? MG_PIPE_TAGGED : streams && s->vpp > 1 ? MG_PIPE_STREAMED : MG_PIPE_IN_ORDER;
 }
 
 /* The communication plans of a training and of an evaluation pass of rank `rank` (async sends
@@ -131,7 +131,8 @@ static int op_mark(int op) {
  * every message before it: the pipeline stream runs them in order). */
 static mg_status wait_message(mg_pipeline *p, int seq) {
     if (seq < 0 || seq <= p->waited) return MG_OK;
-    MG_CHECK(p->be->stream_wait_mark(p->be, MG_STREAM_COMPUTE, message_mark(seq)));
+    if (p->be->stream_wait_mark) /* else the backend's ops complete in call order */
+        MG_CHECK(p->be->stream_wait_mark(p->be, MG_STREAM_COMPUTE, message_mark(seq)));
     p->waited = seq;
     return MG_OK;
 }
@@ -380,13 +381,17 @@ static mg_status run_overlapped(mg_pipeline *p, const mg_pipeline_stage *st,
  * a cycle. */
 static mg_status post_streamed(mg_pipeline *p, const mg_p2p_step *step, void *buf, int *seq) {
     mg_backend *be = p->be;
-    MG_CHECK(step->kind == MG_P2P_SEND ? be->stream_wait_mark(be, MG_STREAM_PP, op_mark(step->op))
-                                       : be->stream_wait(be, MG_STREAM_PP, MG_STREAM_COMPUTE));
+    bool streams = be->stream_handle != NULL; /* else ops complete in call order (a test hook) */
+    if (streams)
+        MG_CHECK(step->kind == MG_P2P_SEND
+                     ? be->stream_wait_mark(be, MG_STREAM_PP, op_mark(step->op))
+                     : be->stream_wait(be, MG_STREAM_PP, MG_STREAM_COMPUTE));
     mg_p2p_op m = {step->kind == MG_P2P_SEND, step->peer, buf, p->numel, p->dt};
     p->messages++;
-    MG_CHECK(mg_comm_batch_p2p(p->group, &m, 1, be->stream_handle(be, MG_STREAM_PP)));
+    MG_CHECK(
+        mg_comm_batch_p2p(p->group, &m, 1, streams ? be->stream_handle(be, MG_STREAM_PP) : NULL));
     *seq = p->posted++;
-    return be->stream_mark(be, MG_STREAM_PP, message_mark(*seq));
+    return streams ? be->stream_mark(be, MG_STREAM_PP, message_mark(*seq)) : MG_OK;
 }
 
 /* The plan's messages (made with async sends) one by one in its order, on the pipeline stream;
@@ -404,7 +409,8 @@ static mg_status run_streamed(mg_pipeline *p, const mg_pipeline_stage *st, const
         if (step->kind == MG_P2P_OP) {
             MG_CHECK(wait_message(p, input));
             MG_CHECK(run_op(p, st, op, step->grad_buf, forward_only));
-            MG_CHECK(p->be->stream_mark(p->be, MG_STREAM_COMPUTE, op_mark(step->op)));
+            if (p->be->stream_mark)
+                MG_CHECK(p->be->stream_mark(p->be, MG_STREAM_COMPUTE, op_mark(step->op)));
             continue;
         }
         void *buf;
@@ -427,7 +433,7 @@ static mg_status run_streamed(mg_pipeline *p, const mg_pipeline_stage *st, const
         }
     }
     /* every message completes before the compute stream goes on: the buffers are the caller's */
-    return p->be->stream_wait(p->be, MG_STREAM_COMPUTE, MG_STREAM_PP);
+    return p->be->stream_wait ? p->be->stream_wait(p->be, MG_STREAM_COMPUTE, MG_STREAM_PP) : MG_OK;
 }
 
 mg_status mg_pipeline_run(mg_pipeline *p, const mg_pipeline_stage *st, bool forward_only) {

@@ -37,7 +37,10 @@
  * sender computes (p2p.h: up to 1.25x for interleaved schedules) goes. The pipeline stream keeps
  * the plan's order, so the plan's freedom from deadlock holds even if NCCL serialises a rank's
  * messages (every compute wait is for a message the plan puts before that point), and the host
- * never waits.
+ * never waits. MG_TEST_PP_STREAMED=1 (a test hook) makes every overlapped pipeline streamed, also
+ * on MPI groups, whose messages then match in posting order as NCCL's do (one tag), and on
+ * backends without streams, whose ops complete in call order: the CPU tests run this executor
+ * and its plan (tests/dist/test_train_pp.c).
  * Shapes are fixed at set-up: every message is `numel` elements of `dt` (the micro-batch's
  * residual rows x hidden). A peer that fails or stalls ends the wait with MG_ERR_COMM naming it
  * (comm/comm.h): nobody hangs on a pending receive.
