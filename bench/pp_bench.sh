@@ -21,6 +21,9 @@
 #   MICROBATCHES="8 16 32"  microbatches per step m
 #   MBS=1 ITERS=12 LOG_INTERVAL=3   micro-batch size, steps, log interval (first one warm-up)
 #   LAYOUTS="dp 1f1b interleaved"   which runs; also 1f1b-in-order (--no-overlap-p2p-communication)
+#                           and 1f1b-balanced (the last stage one layer short,
+#                           --decoder-last-pipeline-num-layers L/P - 1: it also holds the output
+#                           layer and the loss, about 2.6 layers of work at GPT-2 1.5B's shape)
 #   OUTDIR                  JSON lines (OUTDIR/pp_bench.jsonl, one per run) and logs
 # A check on a CPU (MPI, one thread a rank):
 #   DEVICE=cpu SHAPES=tiny8 NGPUS=2 MICROBATCHES="4 8" ITERS=6 LOG_INTERVAL=2 bench/pp_bench.sh
@@ -50,6 +53,10 @@ run_one() {
     dp) extra=(--use-distributed-optimizer) ;;
     1f1b) extra=(--pipeline-model-parallel-size "$n") ;;
     1f1b-in-order) extra=(--pipeline-model-parallel-size "$n" --no-overlap-p2p-communication) ;;
+    1f1b-balanced)
+        local layers
+        read -r layers _ <<<"$(shape_dims "$shape")"
+        extra=(--pipeline-model-parallel-size "$n" --decoder-last-pipeline-num-layers $((layers / n - 1))) ;;
     interleaved) extra=(--pipeline-model-parallel-size "$n" --virtual-pipeline-model-parallel-size 2) vpp=2 ;;
     esac
     start=$(date +%s)

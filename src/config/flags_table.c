@@ -667,7 +667,8 @@ const mg_flag_spec mg_flag_table[] = {
              "schedule's order"},
     {"--overlap-p2p-communication", RUNTIME, BOOL, IGNORED,
      .help = "accepted; overlapping is already the default (Megatron has only the --no- form): "
-             "receives posted an op ahead and sends as soon as made on MPI groups, NCCL in the "
+             "receives posted an op ahead and sends as soon as made on MPI groups; on NCCL an "
+             "interleaved schedule's messages on a stream of their own, 1F1B's in the "
              "schedule's order"},
     {"--context-parallel-size", RUNTIME, INT, FIELD(context_parallel_size), PARTIAL_1,
      .why = "(no context parallelism in training yet)",
