@@ -85,6 +85,7 @@ typedef enum {
 #define MG_STREAM_MARKS_PP     32
 #define MG_STREAM_MARKS_PP_OPS 16
 #define MG_STREAM_MARKS        (MG_STREAM_MARKS_DDP + MG_STREAM_MARKS_PP + MG_STREAM_MARKS_PP_OPS)
+#define MG_TIMER_POINTS        1024 /* timer_mark's points (backend_ops.h) */
 
 /* A captured sequence of ops, replayed by graph_launch (backend_ops.h's graph entries): a CUDA
  * graph on the CUDA backend, the recorded calls on the CPU backend (backend/graph_record.h). */

@@ -105,6 +105,13 @@ MG_OP(stream_wait, OPT, RT, mg_status,
 MG_OP(stream_mark, OPT, RT, mg_status, (mg_backend *be, mg_stream_id s, int slot), (be, s, slot))
 MG_OP(stream_wait_mark, OPT, RT, mg_status, (mg_backend *be, mg_stream_id waiter, int slot),
       (be, waiter, slot))
+/* A measurement (the pipeline's bubble under MG_PP_TIMING) that does not hold the host at every
+ * op: MG_TIMER_POINTS numbered points. timer_mark records point `slot` at the current end of the
+ * compute stream; timer_seconds waits until point b is reached and gives the seconds from point
+ * a to point b. The CPU backend's points are the host clock (its ops complete in call order). */
+MG_OP(timer_mark, CAP, RT, mg_status, (mg_backend *be, int slot), (be, slot))
+MG_OP(timer_seconds, CAP, RT, mg_status, (mg_backend *be, int a, int b, double *seconds),
+      (be, a, b, seconds))
 
 /* ---- graphs ----
  * graph_begin starts a capture: the ops called on this backend afterwards, on both streams, are

@@ -62,6 +62,8 @@ static const coverage_row coverage[] = {
     {"stream_wait", "test_cuda_backend.c", "cuda_comm_stream_ordered_by_events"},
     {"stream_mark", "test_cuda_backend.c", "cuda_stream_marks_order_streams"},
     {"stream_wait_mark", "test_cuda_backend.c", "cuda_stream_marks_order_streams"},
+    {"timer_mark", "test_cuda_backend.c", "cuda_timer_measures_the_compute_stream"},
+    {"timer_seconds", "test_cuda_backend.c", "cuda_timer_measures_the_compute_stream"},
     {"graph_begin", "test_cuda_graph.c", "cuda_graph_replay_equals_eager"},
     {"graph_end", "test_cuda_graph.c", "cuda_graph_replay_equals_eager"},
     {"graph_launch", "test_cuda_graph.c", "cuda_graph_replay_equals_eager"},

@@ -4,6 +4,9 @@
  * against central finite differences (method and tolerance: cpu_test_util.h). */
 #include "cpu_test_util.h"
 
+#include <math.h>
+#include <time.h>
+
 /* ---------------------------------------------------------------- table and memory */
 
 MG_TEST(cpu_backend_create_and_memory) {
@@ -28,6 +31,26 @@ MG_TEST(cpu_backend_create_and_memory) {
     MG_EXPECT(back[0] == 0 && back[4] == 0, "memset_zero");
     MG_EXPECT_OK(be->synchronize(be));
     be->free(be, p);
+    be->destroy(be);
+}
+
+/* timer_mark / timer_seconds on the CPU: the host clock, as its ops complete in call order; the
+ * spans of a 20 ms sleep add up, a point out of range is an error. */
+MG_TEST(cpu_backend_timer_points) {
+    mg_backend *be = t_cpu(t);
+    if (!be) return;
+    MG_EXPECT_OK(be->timer_mark(be, 3));
+    struct timespec ts = {0, 20000000L};
+    nanosleep(&ts, NULL);
+    MG_EXPECT_OK(be->timer_mark(be, 7));
+    MG_EXPECT_OK(be->timer_mark(be, MG_TIMER_POINTS - 1));
+    double ab = 0, bc = 0, ac = 0;
+    MG_EXPECT_OK(be->timer_seconds(be, 3, 7, &ab));
+    MG_EXPECT_OK(be->timer_seconds(be, 7, MG_TIMER_POINTS - 1, &bc));
+    MG_EXPECT_OK(be->timer_seconds(be, 3, MG_TIMER_POINTS - 1, &ac));
+    MG_EXPECT(ab >= 0.019 && ab < 1 && bc >= 0 && bc < ab && fabs(ab + bc - ac) < 1e-9,
+              "spans %.6f + %.6f s, whole %.6f s", ab, bc, ac);
+    MG_EXPECT_ERROR(be->timer_mark(be, -1), MG_ERR_INTERNAL, "timer point -1");
     be->destroy(be);
 }
 

@@ -1,6 +1,7 @@
 /* The CPU reference backend: plain fp32 C with OpenMP threads and OpenBLAS for matrix products.
  * Memory is ordinary host memory (aligned, zeroed), so the copy entries are memcpy. */
 #include "backend/cpu/cpu_ops.h"
+#include "core/clock.h"
 #include "backend/graph_record.h"
 
 #include <cblas.h>
@@ -74,6 +75,26 @@ mg_status mg_cpu_download_f32(mg_backend *be, float *dst, const void *src, size_
 }
 
 mg_status mg_cpu_synchronize(mg_backend *be) {
+    return MG_OK;
+}
+
+static mg_status timer_slot(int slot) {
+    if (slot < 0 || slot >= MG_TIMER_POINTS)
+        return MG_FAIL(MG_ERR_INTERNAL, "timer point %d (points 0..%d)", slot, MG_TIMER_POINTS - 1);
+    return MG_OK;
+}
+
+mg_status mg_cpu_timer_mark(mg_backend *be, int slot) {
+    MG_CHECK(timer_slot(slot));
+    ((mg_cpu_ctx *)be->ctx)->timer[slot] = mg_clock_seconds();
+    return MG_OK;
+}
+
+mg_status mg_cpu_timer_seconds(mg_backend *be, int a, int b, double *seconds) {
+    MG_CHECK(timer_slot(a));
+    MG_CHECK(timer_slot(b));
+    const mg_cpu_ctx *c = be->ctx;
+    *seconds = c->timer[b] - c->timer[a];
     return MG_OK;
 }
 

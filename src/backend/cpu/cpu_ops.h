@@ -34,6 +34,7 @@
 typedef struct {
     void *scratch;
     size_t scratch_bytes;
+    double timer[MG_TIMER_POINTS]; /* timer_mark's points: the host clock, seconds */
 } mg_cpu_ctx;
 
 /* cpu_backend.c: at least `bytes` of 256-byte aligned scratch (contents undefined), or an error. */

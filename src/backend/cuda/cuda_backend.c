@@ -287,6 +287,31 @@ mg_status mg_cuda_stream_wait_mark(mg_backend *be, mg_stream_id waiter, int slot
     return MG_OK;
 }
 
+static mg_status check_point(int slot) {
+    if (slot < 0 || slot >= MG_TIMER_POINTS)
+        return MG_FAIL(MG_ERR_INTERNAL, "timer point %d (points 0..%d)", slot, MG_TIMER_POINTS - 1);
+    return MG_OK;
+}
+
+mg_status mg_cuda_timer_mark(mg_backend *be, int slot) {
+    mg_cuda_ctx *c = mg_cuda_ctx_of(be);
+    MG_CHECK(check_point(slot));
+    MG_CUDA_CHECK(cudaEventRecord(c->timer[slot], c->stream));
+    return MG_OK;
+}
+
+mg_status mg_cuda_timer_seconds(mg_backend *be, int a, int b, double *seconds) {
+    mg_cuda_ctx *c = mg_cuda_ctx_of(be);
+    MG_CHECK(check_point(a));
+    MG_CHECK(check_point(b));
+    if (mg_cuda_capturing(be)) return mg_cuda_refuse_in_capture(be, "timer_seconds");
+    float ms = 0;
+    MG_CUDA_CHECK(cudaEventSynchronize(c->timer[b]));
+    MG_CUDA_CHECK(cudaEventElapsedTime(&ms, c->timer[a], c->timer[b]));
+    *seconds = ms * 1e-3;
+    return MG_OK;
+}
+
 /* Tears down whatever part of the state exists, so it also cleans up a failed creation. */
 void mg_cuda_destroy(mg_backend *be) {
     if (!be) return;
@@ -308,6 +333,8 @@ void mg_cuda_destroy(mg_backend *be) {
             if (c->order_event[i]) (void)cudaEventDestroy(c->order_event[i]);
         for (int i = 0; i < MG_STREAM_MARKS; i++)
             if (c->marks[i]) (void)cudaEventDestroy(c->marks[i]);
+        for (int i = 0; i < MG_TIMER_POINTS; i++)
+            if (c->timer[i]) (void)cudaEventDestroy(c->timer[i]);
         free(c);
     }
     free(be);
@@ -375,6 +402,7 @@ static mg_status cuda_setup(mg_backend *be, int device) {
         MG_CUDA_CHECK(cudaEventCreateWithFlags(&c->order_event[i], cudaEventDisableTiming));
     for (int i = 0; i < MG_STREAM_MARKS; i++)
         MG_CUDA_CHECK(cudaEventCreateWithFlags(&c->marks[i], cudaEventDisableTiming));
+    for (int i = 0; i < MG_TIMER_POINTS; i++) MG_CUDA_CHECK(cudaEventCreate(&c->timer[i]));
     MG_CUBLAS_CHECK(cublasLtCreate(&c->lt));
     c->workspace_bytes = (size_t)mb << 20;
     MG_CHECK(mg_cuda_alloc(be, c->workspace_bytes, &c->workspace));

@@ -28,6 +28,7 @@ typedef struct {
     cudaStream_t pp_stream;              /* the pipeline's messages (MG_STREAM_PP) */
     cudaEvent_t order_event[MG_STREAMS]; /* stream_wait\'s, one per signalling stream */
     cudaEvent_t marks[MG_STREAM_MARKS];  /* stream_mark's slots */
+    cudaEvent_t timer[MG_TIMER_POINTS];  /* timer_mark's points (timing events) */
     cublasLtHandle_t lt;                 /* cuBLASLt handle (GEMMs) */
     void *workspace;                     /* device scratch: cuBLASLt workspace and op temporaries */
     size_t workspace_bytes;   /* reserved at creation (MG_CUDA_WORKSPACE_MB, default 2048 MiB) */

@@ -48,7 +48,10 @@
  * Timing (the bubble): with `timed`, each run adds the seconds spent inside the stage's ops
  * (busy) and the whole run's seconds; the rest is time waiting for neighbours. On a backend with
  * streams the executor then synchronises around every op (a measurement mode: the caller turns
- * it on). bubble = (total - busy) / busy, comparable to Megatron's (P-1)/(m V).
+ * it on), except when streamed: holding the host at every op would also hold the sends, so the
+ * ops are timed by the backend's timer points on the compute stream (timer_mark), read once at
+ * the run's end, and the gaps between them are the waits. bubble = (total - busy) / busy,
+ * comparable to Megatron's (P-1)/(m V).
  * Exports: mg_pipeline_stage, mg_pipeline, mg_pipeline_*. Needs: parallel/pipeline/schedule,
  * parallel/pipeline/p2p, comm, backend. */
 #ifndef MG_PIPELINE_RUN_H
@@ -112,6 +115,7 @@ typedef struct {
     int posted, waited; /* messages of this run enqueued; the newest the compute stream waited */
     /* timing (see above) */
     bool timed;
+    bool on_timer;          /* this run times its ops on the backend's timer points (streamed) */
     double busy_s, total_s; /* summed over the runs since mg_pipeline_timing_reset */
     int64_t runs;
 } mg_pipeline;
