@@ -67,13 +67,17 @@ static void print_banner(const mg_trainer *t) {
         for (int v = 0, n = 0; v < g->n_chunks && n < (int)sizeof chunks; v++)
             n += snprintf(chunks + n, sizeof chunks - (size_t)n, "%s[%d, %d)", v ? " " : "",
                           g->chunks[v].offset, g->chunks[v].offset + g->chunks[v].count);
-        mg_log_self(t->layout.tp_rank == 0 && t->layout.dp_rank == 0,
-                    "> pipeline rank %d of %d (%s, %d microbatches): layers %s%s%s; %d "
-                    "activation slots",
-                    t->layout.pp_rank, t->layout.pp_size,
-                    g->n_chunks > 1 ? "interleaved 1F1B" : "1F1B", t->num_microbatches, chunks,
-                    g->wte >= 0 ? ", the embedding" : "",
-                    g->lnf_w >= 0 ? ", the output layer and the loss" : "", g->n_slots);
+        static const char *const comm[] = {
+            [MG_PIPE_IN_ORDER] = "each a rendezvous in the schedule's order",
+            [MG_PIPE_TAGGED] = "overlapped (tagged, receives posted an op ahead)",
+            [MG_PIPE_STREAMED] = "overlapped (on a stream of their own)"};
+        mg_log_self(
+            t->layout.tp_rank == 0 && t->layout.dp_rank == 0,
+            "> pipeline rank %d of %d (%s, %d microbatches): layers %s%s%s; %d "
+            "activation slots; messages %s",
+            t->layout.pp_rank, t->layout.pp_size, g->n_chunks > 1 ? "interleaved 1F1B" : "1F1B",
+            t->num_microbatches, chunks, g->wte >= 0 ? ", the embedding" : "",
+            g->lnf_w >= 0 ? ", the output layer and the loss" : "", g->n_slots, comm[t->pipe.comm]);
     }
     if (t->layout.tp_size > 1)
         mg_log_info("> tensor-parallel size %d%s: %" PRId64 " parameters in the whole model; "

@@ -182,20 +182,27 @@ bad_layout "sequence" 2 "--sequence-parallel splits the sequence .* --seq-length
 # (7) pipeline parallelism from the command line: the one-rank run's losses, training and
 # validation (the evaluation's forwards-only schedule: at iteration 2, and after training on the
 # validation and the test split), logged by the last rank (it computes them); 8 layers, 8
-# microbatches per step; messages overlapped and in the schedule's order.
+# microbatches per step; messages overlapped (tagged, and as GPUs move an interleaved schedule's:
+# on the executor's own order, matched in posting order, MG_TEST_PP_STREAMED=1) and in the
+# schedule's order. Layouts: ranks:environment:flags; the banner names how messages move.
 vlosses() { grep -oE 'lm loss value: [0-9.E+-]+' <<<"$1" | awk '{print $4}'; }
 PPM=("${MODEL[@]}" --num-layers 8 --train-iters 4)
 base=$(timeout 60 "$BIN" train "${PPM[@]}" --eval-iters 2 --eval-interval 2 2>&1); rc0=$?
-for layout in "4:--pipeline-model-parallel-size 4 --virtual-pipeline-model-parallel-size 2" \
-    "4:--pipeline-model-parallel-size 4 --virtual-pipeline-model-parallel-size 2 --no-overlap-p2p-communication" \
-    "4:--pipeline-model-parallel-size 2 --use-distributed-optimizer --overlap-grad-reduce"; do
-    np=${layout%%:*}; read -r -a extra <<<"${layout#*:}"
-    out=$(timeout 60 "${MPIRUN[@]}" -np "$np" "$BIN" train "${PPM[@]}" --eval-iters 2 --eval-interval 2 "${extra[@]}" 2>&1); rc=$?
-    name="train np=$np ${layout#*:}"
+for layout in "4::--pipeline-model-parallel-size 4 --virtual-pipeline-model-parallel-size 2" \
+    "4:MG_TEST_PP_STREAMED=1:--pipeline-model-parallel-size 4 --virtual-pipeline-model-parallel-size 2" \
+    "4::--pipeline-model-parallel-size 4 --virtual-pipeline-model-parallel-size 2 --no-overlap-p2p-communication" \
+    "4::--pipeline-model-parallel-size 2 --use-distributed-optimizer --overlap-grad-reduce"; do
+    np=${layout%%:*}; rest=${layout#*:}; envv=${rest%%:*}; read -r -a extra <<<"${rest#*:}"
+    xs=(); [ -n "$envv" ] && xs=(-x "${envv%%=*}")
+    banner="messages overlapped (tagged"
+    [ -n "$envv" ] && banner="messages overlapped (on a stream of their own)"
+    [[ " ${extra[*]} " == *" --no-overlap-p2p-communication "* ]] && banner="messages each a rendezvous"
+    out=$(env $envv timeout 60 "${MPIRUN[@]}" "${xs[@]}" -np "$np" "$BIN" train "${PPM[@]}" --eval-iters 2 --eval-interval 2 "${extra[@]}" 2>&1); rc=$?
+    name="train np=$np ${envv:+$envv }${rest#*:}"
     if [ "$rc0" -ne 0 ] || [ "$rc" -ne 0 ]; then
         fail "$name (exit status one rank $rc0, $np ranks $rc)" "$(tail -n 5 <<<"$out")"
-    elif ! grep -q "pipeline rank 0 of" <<<"$out" || grep "lm loss" <<<"$out" | grep -qv "^\[rank $((np - 1))\]"; then
-        fail "$name (no pipeline banner, or a loss logged by another rank than the last)" "$(head -n 12 <<<"$out")"
+    elif ! grep "pipeline rank 0 of" <<<"$out" | grep -qF "$banner" || grep "lm loss" <<<"$out" | grep -qv "^\[rank $((np - 1))\]"; then
+        fail "$name (no pipeline banner with \"$banner\", or a loss logged by another rank than the last)" "$(head -n 12 <<<"$out")"
     elif ! paste <(losses "$base") <(losses "$out") | awk 'NF != 2 || ($1 - $2) > 1e-5 * $1 || ($2 - $1) > 1e-5 * $1 { bad = 1 } END { exit bad || NR != 4 }'; then
         fail "$name (losses differ from one rank's)" "one rank: $(losses "$base" | tr '\n' ' ')" "pp: $(losses "$out" | tr '\n' ' ')"
     elif ! paste <(vlosses "$base") <(vlosses "$out") | awk 'NF != 2 || ($1 - $2) > 1e-5 * $1 || ($2 - $1) > 1e-5 * $1 { bad = 1 } END { exit bad || NR != 3 }'; then
