@@ -12,6 +12,7 @@
  * valid choices. */
 #include "cli/cli.h"
 #include "cli/plan.h"
+#include "parallel/pipeline/p2p.h"
 
 #include "config/flags_command.h"
 #include "parallel/layout.h"
@@ -166,6 +167,13 @@ static mg_status build_pipeline(mg_plan *p, int m) {
     MG_CHECK(mg_pp_schedule_table(&p->schedule, p->table));
     /* Megatron's usual cost model: a backward costs twice a forward. */
     MG_CHECK(mg_pp_schedule_timeline_build(&p->schedule, 1.0, 2.0, &p->timeline));
+    for (int async = 0; async < 2 && pp > 1; async++) {
+        mg_p2p_plan msg;
+        MG_CHECK(mg_p2p_plan_build(&p->schedule, false, async, 0, &msg));
+        double r = msg.makespan / p->timeline.makespan;
+        *(async ? &p->msg_async_ratio : &p->msg_blocking_ratio) = r;
+        mg_p2p_plan_free(&msg);
+    }
     /* Each rank's order and slot count come from the ops the timeline already built. */
     mg_pp_schedule_op *ops = malloc(len * sizeof *ops); /* (2*M*V) one rank's ops */
     if (!ops) return MG_FAIL(MG_ERR_NOMEM, "out of memory for the schedule of %d microbatches", m);

@@ -51,6 +51,11 @@ typedef struct {
     int *slots;                  /* (P) activation slots */
     mg_pp_schedule_entry *table; /* (M*V) */
     mg_pp_schedule_timeline timeline;
+    /* the time the messages' placement gives the step in the same model (forward 1, backward 2),
+     * over the schedule's own: sends that hold their sender (each message a rendezvous: MPI in
+     * the schedule's order, NCCL's 1F1B) and sends beside the compute (NCCL's interleaved
+     * executor: parallel/pipeline/p2p.h) */
+    double msg_blocking_ratio, msg_async_ratio;
 
     bool has_layers;         /* --num-layers given */
     mg_layers_chunk *chunks; /* (P, V) rank-major */

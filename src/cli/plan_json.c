@@ -4,7 +4,9 @@
  *    "pipeline": {"num_microbatches","num_model_chunks","microbatch_group_size",
  *                 "schedule_table": [[microbatch, chunk]...],
  *                 "per_rank": [{"pp_rank","num_warmup_microbatches","order","activation_slots"}],
- *                 "bubble_fraction","bubble_ratio","analytic_bubble_ratio"},   (with microbatches)
+ *                 "bubble_fraction","bubble_ratio","analytic_bubble_ratio",
+ *                 "messages_blocking_time_ratio","messages_async_time_ratio" (P > 1)},
+ *                                                                  (with microbatches)
  *    "layers": [{"pp_rank","vp_stage","offset","num_layers"}...],              (with --num-layers)
  *    "grad_buffer": BUFFER,                                                     (--param-sizes)
  *    "grad_buffers": [{"pp_rank","vp_stage", ...BUFFER's members}...]}          (a model's flags)
@@ -83,6 +85,10 @@ static cJSON *pipeline_json(const mg_plan *p) {
     cJSON_AddNumberToObject(o, "bubble_fraction", p->timeline.bubble_fraction);
     cJSON_AddNumberToObject(o, "bubble_ratio", p->timeline.bubble_ratio);
     cJSON_AddNumberToObject(o, "analytic_bubble_ratio", p->timeline.analytic_ratio);
+    if (s->pp > 1) {
+        cJSON_AddNumberToObject(o, "messages_blocking_time_ratio", p->msg_blocking_ratio);
+        cJSON_AddNumberToObject(o, "messages_async_time_ratio", p->msg_async_ratio);
+    }
     return o;
 }
 

@@ -125,6 +125,12 @@ static void print_pipeline(const mg_plan *p, FILE *f) {
     fprintf(f,
             "  bubble: %.4f of the time idle (idle/compute %.4f; Megatron's (p-1)/(v*m) = %.4f)\n",
             p->timeline.bubble_fraction, p->timeline.bubble_ratio, p->timeline.analytic_ratio);
+    if (s->pp > 1)
+        fprintf(f,
+                "  messages: in the same model the step takes %.4fx the schedule's time when "
+                "each send holds its sender (MPI in the schedule's order; NCCL's 1F1B), %.4fx "
+                "when sends run beside the compute (NCCL's interleaved executor)\n",
+                p->msg_blocking_ratio, p->msg_async_ratio);
 }
 
 #define GRAD_TEXT_MAX_RANKS 64 /* shard rows of more ranks are left to --json */
@@ -288,11 +294,12 @@ static void print_weights(const mg_plan *p, FILE *f) {
 /* Memory of one rank per pipeline stage. */
 static void print_memory(const mg_plan *p, FILE *f) {
     const double MiB = 1048576.0;
-    fprintf(f,
-            "\nmemory per rank (%s parameters%s; MiB): weights, gradients, master weights, "
-            "optimizer, activations (slots x MiB + MiB the slots share: recomputation's, fp8 layers' "
-            "forward-only), workspace, batch, total\n",
-            mg_dtype_name(p->memory_dtype), p->memory_dtype == MG_F32 ? "" : ", fp32 masters");
+    fprintf(
+        f,
+        "\nmemory per rank (%s parameters%s; MiB): weights, gradients, master weights, "
+        "optimizer, activations (slots x MiB + MiB the slots share: recomputation's, fp8 layers' "
+        "forward-only), workspace, batch, total\n",
+        mg_dtype_name(p->memory_dtype), p->memory_dtype == MG_F32 ? "" : ", fp32 masters");
     for (int r = 0; r < p->n_memory; r++) {
         const mg_memory_stage *m = &p->memory[r];
         fprintf(f,

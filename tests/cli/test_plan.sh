@@ -81,6 +81,18 @@ elif ! grep -qF "pp 0  |F0a F1a F2a F3a F0b" <<<"$out"; then fail plan_text "no 
 elif ! grep -qF "Megatron's (p-1)/(v*m) = 0.1875" <<<"$out"; then fail plan_text "no bubble line" "$out"
 else pass plan_text; fi
 
+# The messages' cost in the same model: an interleaved schedule (P 2, V 2, 32 microbatches) takes
+# more than its own time when each send holds its sender, exactly its own time when sends run
+# beside the compute (the plan GPUs use for it; tests/unit/test_pp_schedule.c checks the grid).
+out=$("$MEGATRON" plan --world-size 2 --pipeline-model-parallel-size 2 \
+    --virtual-pipeline-model-parallel-size 2 --num-layers 8 --num-microbatches 32 2>&1)
+ratios=$(grep -oE 'takes [0-9.]+x|, [0-9.]+x when sends run beside' <<<"$out" | grep -oE '[0-9.]+x' | tr -d x | paste -sd' ')
+if awk -v r="$ratios" 'BEGIN { split(r, a, " "); exit !(a[1] > 1.05 && a[2] == 1) }'; then
+    pass "plan_messages_cost: blocking sends ${ratios% *}x, sends beside the compute ${ratios#* }x"
+else
+    fail plan_messages_cost "ratios '$ratios'" "$(grep messages <<<"$out")"
+fi
+
 # The grad buffer (megatron-core's _ParamAndGradBuffer and the distributed optimizer's ranges;
 # tests/unit/test_grad_buffer.c checks the layouts against megatron-core itself). Sizes 10, 20, 30
 # over 2 ranks: reverse order, 64-element starts, 138 used, padded to lcm(2, 128) -> 256.
