@@ -174,8 +174,11 @@ typedef struct {
                        in progress */
     size_t fp8_ex, fp8_edy; /* the routed experts' input and output gradient bytes (R rows),
                                each row-major, then the grouped transpose (model/fp8.h) */
+    size_t fp8_ext;         /* every slot's fp8 layers' routed experts' inputs (fc1's, then fc2's),
+                               transposed in groups, as the training forward cast them (model/fp8.h) */
     int fp8_tensors;
-    bool fp8_keep_inputs; /* fp8_xt is there */
+    bool fp8_keep_inputs;  /* fp8_xt is there */
+    bool fp8_keep_experts; /* fp8_ext is there */
 } mg_block_ws;
 
 /* The pass in progress, from the slot's (gpt.c sets it before a chunk's forward or backward):

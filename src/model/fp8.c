@@ -93,6 +93,17 @@ static size_t grouped_bytes(const mg_block_ctx *x, size_t cols) {
     return align_up(R * cols) + align_up(cols * ld);
 }
 
+/* Bytes of one fp8 layer's kept expert-input transposes and where linear j's starts: fc1's input
+ * (H columns), then fc2's (the experts' F), each `cols x ld` bytes (the grouped transpose). */
+static size_t expert_input_copies(const mg_block_ctx *x, int j) {
+    const mg_model_config *c = x->c;
+    size_t ld = (size_t)mg_fp8_group_ld(x->moe->R, (int64_t)c->moe.ep * x->moe->El);
+    size_t at = 0;
+    if (j > MG_FP8_EXP_FC1) at += align_up((size_t)c->H * ld);
+    if (j > MG_FP8_EXP_FC2) at += align_up((size_t)c->moe.F * ld);
+    return at;
+}
+
 mg_status mg_fp8_plan(const mg_block_ctx *x, mg_block_ws *w, int n_linears, int keep_slots) {
     const mg_model_config *c = x->c;
     size_t N = (size_t)x->N, H = (size_t)c->H, nt = 3 * (size_t)n_linears;
@@ -122,6 +133,12 @@ mg_status mg_fp8_plan(const mg_block_ctx *x, mg_block_ws *w, int n_linears, int 
     const size_t e_in = max2(H, (size_t)c->moe.F), e_out = max2((size_t)c->moe.fc1, H);
     MG_CHECK(reserve(x->work, ex ? grouped_bytes(x, e_in) : 0, &w->fp8_ex));
     MG_CHECK(reserve(x->work, ex ? grouped_bytes(x, e_out) : 0, &w->fp8_edy));
+    /* the routed experts' input transposes, kept as the dense linears' are; not under a receive
+     * budget, whose extra rounds cast through the same rows (their backward casts again) */
+    w->fp8_keep_experts = ex && w->fp8_keep_inputs && !x->moe->budget;
+    MG_CHECK(reserve(x->work,
+                     w->fp8_keep_experts ? kept * expert_input_copies(x, MG_FP8_LINEARS) : 0,
+                     &w->fp8_ext));
     return MG_OK;
 }
 
@@ -376,6 +393,20 @@ static bool experts_fp8(const mg_block_ctx *x, const mg_layer_params *p) {
     return p->fp8 >= 0 && p->moe && mg_fp8_experts_on(x);
 }
 
+/* Where the experts' linear j of layer p keeps its input's grouped transpose from the training
+ * forward for the weight gradients, in the pass's slot; NULL where it does not (as input_kept,
+ * and not under a receive budget: mg_fp8_plan). */
+static uint8_t *expert_input_kept(const mg_block_ctx *x, const mg_layer_params *p, mg_fp8_linear j,
+                                  int IC) {
+    const mg_model_config *c = x->c;
+    int cols = j == MG_FP8_EXP_FC1 ? c->H : c->moe.F;
+    if (!x->ws->fp8_keep_experts || !x->pass.on || IC > cols) return NULL;
+    size_t per = (size_t)mg_fp8_layer_linears(c), layers = (size_t)x->ws->fp8_tensors / (3 * per);
+    size_t layer = (size_t)x->pass.slot * layers + (size_t)p->fp8 / per;
+    return (uint8_t *)mg_block_ws_ptr(x, x->ws->fp8_ext) +
+           layer * expert_input_copies(x, MG_FP8_LINEARS) + expert_input_copies(x, (int)j);
+}
+
 mg_status mg_fp8_experts_forward(const mg_block_ctx *x, const mg_layer_params *p, mg_fp8_linear j,
                                  void *out, const void *inp, void *const *w, void *const *bias,
                                  const int32_t *counts, int IC, int OC) {
@@ -387,8 +418,9 @@ mg_status mg_fp8_experts_forward(const mg_block_ctx *x, const mg_layer_params *p
     const size_t t = 3 * (size_t)(p->fp8 + (int)j);
     const groups grp = {counts, ep * m->El};
     mg_fp8_tensor fi, fw;
-    MG_CHECK(cast_rows(x, t, mg_block_ws_ptr(x, x->ws->fp8_ex), NULL, inp, m->R, IC, MG_FP8_E4M3,
-                       &grp, false, &fi));
+    /* the input's grouped transpose too where the backward will read it */
+    MG_CHECK(cast_rows(x, t, mg_block_ws_ptr(x, x->ws->fp8_ex), expert_input_kept(x, p, j, IC), inp,
+                       m->R, IC, MG_FP8_E4M3, &grp, false, &fi));
     MG_CHECK(expert_weights(x, p, j, OC, IC, true, &fw));
     return be->fp8_grouped_linear_forward(be, out, &fi, &fw, expert_stride(OC, IC), bias, counts,
                                           ep, m->El, IC, OC);
@@ -414,7 +446,10 @@ mg_status mg_fp8_experts_backward(const mg_block_ctx *x, const mg_layer_params *
     /* the gradient's rows feed dinp, its grouped transpose dw, with the input's */
     MG_CHECK(cast_rows(x, t + 2, dinp ? dy : NULL, dw8 ? dy + align_up((size_t)R * OC) : NULL, dout,
                        R, OC, x->c->fp8_bwd, &grp, false, &fd));
-    if (dw8)
+    uint8_t *kept = dw8 ? expert_input_kept(x, p, j, IC) : NULL;
+    if (kept) /* the forward's bytes: the same scale and the same rows in the same groups */
+        fi = (mg_fp8_tensor){NULL, kept, sinv_of(x, t), MG_FP8_E4M3};
+    else if (dw8)
         MG_CHECK(cast_rows(x, t, NULL, xb + align_up((size_t)R * IC), inp, R, IC, MG_FP8_E4M3, &grp,
                            false, &fi));
     if (dinp) MG_CHECK(expert_weights(x, p, j, OC, IC, false, &fw));

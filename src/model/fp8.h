@@ -27,8 +27,10 @@
  * mg_model_config.fp8_experts says: their rows cast in groups (fp8_cast_grouped: the transposes
  * the weight gradients read start each group on a 16-byte column), every local expert's weight in
  * one tensor (one scale, one amax over them all), multiplied by the backend's
- * fp8_grouped_linear ops (on CUDA CUTLASS's fp8 grouped GEMM). Their inputs' transposes are cast
- * again in the backward, not kept.
+ * fp8_grouped_linear ops (on CUDA CUTLASS's fp8 grouped GEMM). Their inputs' grouped transposes
+ * are kept for the backward as the dense inputs' are, per slot (fp8_ext), except under a receive
+ * budget, whose extra dispatch rounds cast through the same rows: there the backward casts them
+ * again.
  * Tensors: linear j (mg_fp8_linear) of a layer whose mg_layer_params.fp8 is k >= 0 owns tensors
  * 3 (k + j) + {0: input, 1: weight, 2: output gradient}; k counts mg_fp8_layer_linears per
  * layer.

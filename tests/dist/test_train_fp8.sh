@@ -80,6 +80,22 @@ for v in "delayed:" "tensorwise:" \
     same "train fp8 one rank, --fp8-recipe $recipe${rc[*]:+ ${rc[*]}}, inputs cast again in the backward" \
         kept "$base" "cast again" "$TMP/recast.jsonl" "$TMP/recast.log"
 done
+# the routed experts keep their inputs' grouped transposes too (model/fp8.h): the same numbers as
+# casting them again in the backward, both recipes, and with the MoE layer recomputed
+for v in "delayed:" "tensorwise:" "delayed:--recompute-granularity selective --recompute-modules moe"; do
+    recipe=${v%%:*}
+    read -r -a rc <<<"${v#*:}"
+    for mode in kept recast; do
+        flag=0
+        [ $mode = recast ] && flag=1
+        rm -f "$TMP/moe_$mode.jsonl"
+        MG_TEST_FP8_RECAST=$flag timeout 120 "$BIN" train "${MODEL[@]}" "${MOE[@]}" \
+            --fp8-recipe $recipe "${rc[@]}" --metrics-file "$TMP/moe_$mode.jsonl" \
+            >"$TMP/moe_$mode.log" 2>&1
+    done
+    same "train fp8 MoE one rank, --fp8-recipe $recipe${rc[*]:+ ${rc[*]}}, the experts' inputs cast again in the backward" \
+        kept "$TMP/moe_kept.jsonl" "cast again" "$TMP/moe_recast.jsonl" "$TMP/moe_kept.log"
+done
 # pipelines keep the transposes per slot (delayed scaling; tensorwise casts again): the same
 # numbers as their own run that casts again
 for layout in "--pipeline-model-parallel-size 2" \
