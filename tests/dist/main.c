@@ -1,10 +1,10 @@
 /* dist_tests: the multi-rank test binary, run under mpirun by tests/dist/test_dist.sh.
- *   dist_tests [--backend mpi|nccl] [--timeout S] [--filter NAME]
+ *   dist_tests [--backend mpi|nccl] [--timeout S] [--filter NAME[,NAME...]]
  *   dist_tests --scenario fail|exit|hang[-blocking] [--victim R] [--timeout S]
  *   dist_tests --features      prints "mpi=yes|no device_buffers=yes|no" (what the build has)
- * Without --scenario every rank runs every test (or those whose name contains NAME) and rank 0
- * prints "PASS name" / "FAIL name" and "N passed, N failed"; the exit status is 1 when anything
- * failed. A scenario injects one failure on rank R (default 1) while the others wait in an
+ * Without --scenario every rank runs every test (or those whose name contains one of the NAMEs) and
+ * rank 0 prints "PASS name" / "FAIL name" and "N passed, N failed"; the exit status is 1 when
+ * anything failed. A scenario injects one failure on rank R (default 1) while the others wait in an
  * all-reduce on the world (its call number is 2: a barrier comes first so every rank is in):
  *   fail  R calls mg_comm_world_fail with a message and exits 1
  *   exit  R dies with _exit(3), telling nobody
@@ -135,9 +135,19 @@ static int run_scenario(mg_comm_world *w, const dist_buf_ops *B, const char *sce
 }
 
 static void usage(void) {
-    fprintf(stderr, "usage: dist_tests [--backend mpi|nccl] [--timeout SECONDS] [--filter NAME]\n"
-                    "                  [--scenario fail|exit|hang[-blocking]] [--victim RANK]\n");
+    fprintf(stderr,
+            "usage: dist_tests [--backend mpi|nccl] [--timeout SECONDS] [--filter NAME[,NAME...]]\n"
+            "                  [--scenario fail|exit|hang[-blocking]] [--victim RANK]\n");
     exit(2);
+}
+
+/* Whether test `name` contains one of the comma-separated NAMEs of --filter. */
+static bool selected(const char *name, const char *filter) {
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s", filter);
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
+        if (strstr(name, tok)) return true;
+    return false;
 }
 
 int main(int argc, char **argv) {
@@ -218,7 +228,7 @@ int main(int argc, char **argv) {
     dist_ctx *t = &ctx;
     int32_t *verdict = dist_alloc(t, 1, MG_I32);
     for (size_t i = 0; i < sizeof g_tests / sizeof g_tests[0]; i++) {
-        if (filter && !strstr(g_tests[i].name, filter)) continue;
+        if (filter && !selected(g_tests[i].name, filter)) continue;
         ctx.failures = 0;
         ctx.name = g_tests[i].name;
         g_tests[i].fn(&ctx);

@@ -3,7 +3,8 @@
 # --backend nccl with one process per GPU (local rank -> device)
 #   1. on 1 GPU without a launcher, then under mpirun on 2 GPUs and on 4 when there are 4;
 #   2. a torchrun-style launch: this script starts the ranks itself with RANK, WORLD_SIZE,
-#      LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT (2 GPUs, and 4 when there are);
+#      LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT (2 GPUs, and 4 when there are),
+#      on the tests the launch touches (collectives, groups, a data-parallel training, a resume);
 #   3. injected failures while the other ranks wait inside an NCCL all-reduce (a kernel spinning
 #      on a peer that never comes): a failure notice, a rank that dies without a word (also rank
 #      0, which hosts the rendezvous), a rank that never makes the call. Every other rank must
@@ -97,9 +98,12 @@ for np in "${SIZES[@]}"; do
     tally "nccl mpirun np=$np" $? "$out"
 done
 
-# ---- 2. the suite with a torchrun-style launch ----
+# ---- 2. a torchrun-style launch: what the launch touches (the rendezvous, the groups, every
+# collective and point-to-point call, a data-parallel training and a checkpoint resumed); the
+# other training tests ran under mpirun above ----
 for np in "${SIZES[@]}"; do
-    spawn "$np" --backend nccl --timeout 60
+    spawn "$np" --backend nccl --timeout 60 --filter \
+        barrier,all_reduce,reduce_scatter,all_gather,all_to_all,broadcast,count_limits,p2p,groups,train_dp,train_resume
     reap 300 -1
     out=$(cat "$RUN_DIR/out.0")
     rc=0
