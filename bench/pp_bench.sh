@@ -10,8 +10,8 @@
 # pipeline run measures its bubble per stage (MG_PP_TIMING=1 on GPUs: the executor times each
 # op between synchronisations; the cpu backend always does): waiting / busy, against the
 # schedule's (P-1)/(m V); on GPUs each stage's device memory after the first step against the
-# peak it predicted before training (tokens/s there from a second run without the timing, which
-# holds the host at every op). The table gives tokens/s, the ratio to DP, and the ratio to the
+# peak it predicted before training (the ops timed by the backend's timer points, read once a
+# step). The table gives tokens/s, the ratio to DP, and the ratio to the
 # ideal bound (1 - b) x P x one-GPU tokens/s, with b = (P-1)/(m V + P-1) the idle fraction the
 # schedule implies. Tokens/s: the median over the log intervals after the first (the warm-up).
 #   bench/pp_bench.sh [BUILD]          BUILD/megatron built with MPI (and the CUDA backend on GPUs)
@@ -25,6 +25,7 @@
 #                           --decoder-last-pipeline-num-layers L/P - 1: it also holds the output
 #                           layer and the loss, about 2.6 layers of work at GPT-2 1.5B's shape)
 #   OUTDIR                  JSON lines (OUTDIR/pp_bench.jsonl, one per run) and logs
+#   UNTIMED=1               tokens/s from a second run of each pipeline layout without the timing
 # A check on a CPU (MPI, one thread a rank):
 #   DEVICE=cpu SHAPES=tiny8 NGPUS=2 MICROBATCHES="4 8" ITERS=6 LOG_INTERVAL=2 bench/pp_bench.sh
 set -uo pipefail
@@ -62,11 +63,10 @@ run_one() {
     start=$(date +%s)
     megatron_train "$n" "$shape" $((MBS * m)) "$base" 600 "${extra[@]}"
     rc=$?
-    # On GPUs the timed run holds the host at every op, which also holds the sends of the
-    # streamed executor (parallel/pipeline/run.h): its tokens/s come from a second run without
-    # MG_PP_TIMING, the bubble and the memory from the timed one.
+    # UNTIMED=1: tokens/s from a second run without MG_PP_TIMING (whose timer points cost one
+    # host synchronisation per step: parallel/pipeline/run.h), the bubble from the timed one
     local speed=$base.jsonl
-    if [ "$rc" -eq 0 ] && [ "$DEVICE" != cpu ] && [ "$n" -gt 1 ] && [ "$layout" != dp ]; then
+    if [ "${UNTIMED:-0}" = 1 ] && [ "$rc" -eq 0 ] && [ "$n" -gt 1 ] && [ "$layout" != dp ]; then
         MG_PP_TIMING=0 megatron_train "$n" "$shape" $((MBS * m)) "$base.untimed" 600 "${extra[@]}"
         rc=$?
         speed=$base.untimed.jsonl

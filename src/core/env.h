@@ -11,8 +11,8 @@
  *   MG_GROUPED_GEMM  the CUDA MoE grouped GEMM: cutlass (default where built) or fallback
  *   MG_DBIAS       CUDA backend: a linear layer's bias gradient from our deterministic column
  *                  sums ("ours", the default) or cuBLASLt's BGRADB epilogue ("epilogue")
- *   MG_PP_TIMING   pipeline runs on a device: 1 times every op (a synchronisation around each)
- *                  to measure the bubble; the cpu backend always does
+ *   MG_PP_TIMING   pipeline runs on a device: 1 times every op (the backend's timer points, read
+ *                  once per step) to measure the bubble; the cpu backend always does
  *   MG_FAULT_CHECKPOINT  tests only: "after-model" makes a checkpoint save fail after writing the
  *                  weights, to prove a failed save never replaces the latest checkpoint
  *   MG_FAULT_EXIT  tests only: "R:I" makes rank R of `megatron train` die (_exit(3), telling

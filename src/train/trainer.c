@@ -175,8 +175,8 @@ static mg_status plan_schedule(mg_trainer *t) {
     size_t hidden = (size_t)mg_model_config_rows(m, c->micro_batch_size * m->S) * (size_t)m->H;
     MG_CHECK(mg_pipeline_init(&t->pipe, &s, l->pp_rank, l->pp, t->be, hidden, t->be->compute_dtype,
                               !c->no_overlap_p2p_communication));
-    /* the bubble is measured by the host clock around each op: free on the cpu backend, whose ops
-     * complete in the call; a measurement mode (a synchronisation per op) on a device */
+    /* the bubble is measured around each op by the backend's timer points: free on the cpu
+     * backend (the host clock), a measurement mode on a device (one host sync per step) */
     const char *timing = mg_env_str("MG_PP_TIMING", "0");
     if (strcmp(timing, "0") != 0 && strcmp(timing, "1") != 0)
         return MG_FAIL(MG_ERR_USAGE, "MG_PP_TIMING=%s: expected 0 or 1 (default 0)", timing);

@@ -174,17 +174,21 @@ static bool is_first_stage(const mg_pipeline *p, const mg_pp_schedule_op *op) {
     return p->rank == 0 && op->chunk == 0;
 }
 
-/* Runs the op in its slot (a forward takes one, a backward frees its forward's); a backward
- * whose input gradient is sent leaves it in gradient buffer grad_buf. */
-static mg_status run_op(mg_pipeline *p, const mg_pipeline_stage *st, const mg_pp_schedule_op *op,
+/* Runs op k of the plan in its slot (a forward takes one, a backward frees its forward's); a
+ * backward whose input gradient is sent leaves it in gradient buffer grad_buf. Timed between
+ * timer points 1 + 2k and 2 + 2k (mg_pipeline_run), or by the host clock around synchronisations
+ * where those do not fit. */
+static mg_status run_op(mg_pipeline *p, const mg_pipeline_stage *st, const mg_p2p_plan *plan, int k,
                         int grad_buf_k, bool forward_only) {
-    /* the bubble is the training step's; on the timer's points (mg_pipeline_run) no host sync */
+    const mg_pp_schedule_op *op = &plan->ops[k];
+    /* the bubble is the training step's */
     bool timing = p->timed && !forward_only && !p->on_timer;
     double t0 = 0;
     if (timing) {
         if (p->be->stream_handle) MG_CHECK(p->be->synchronize(p->be));
         t0 = mg_clock_seconds();
     }
+    if (p->on_timer) MG_CHECK(p->be->timer_mark(p->be, 1 + 2 * k));
     if (op->forward) {
         MG_CHECK(take_slot(p, op));
         MG_CHECK(st->forward(st->ctx, op->microbatch, op->chunk, *slot_entry(p, op)));
@@ -205,6 +209,7 @@ static mg_status run_op(mg_pipeline *p, const mg_pipeline_stage *st, const mg_pp
                                      message_bytes(p)));
         }
     }
+    if (p->on_timer) MG_CHECK(p->be->timer_mark(p->be, 2 + 2 * k));
     if (timing) {
         if (p->be->stream_handle) MG_CHECK(p->be->synchronize(p->be));
         p->busy_s += mg_clock_seconds() - t0;
@@ -270,7 +275,7 @@ static mg_status run_in_order(mg_pipeline *p, const mg_pipeline_stage *st, const
         }
         MG_CHECK(flush(p, st, plan, batch, n, forward_only));
         n = 0;
-        MG_CHECK(run_op(p, st, &plan->ops[step->op], step->grad_buf, forward_only));
+        MG_CHECK(run_op(p, st, plan, step->op, step->grad_buf, forward_only));
     }
     return flush(p, st, plan, batch, n, forward_only);
 }
@@ -364,7 +369,7 @@ static mg_status run_overlapped(mg_pipeline *p, const mg_pipeline_stage *st,
         MG_CHECK(finish_receive(p, st, op, pending));
         pending = -1; /* the next op's input, on its way */
         if (step->op + 1 < plan->n_ops) MG_CHECK(post_receive(p, op + 1, &pending));
-        MG_CHECK(run_op(p, st, op, step->grad_buf, forward_only));
+        MG_CHECK(run_op(p, st, plan, step->op, step->grad_buf, forward_only));
         MG_CHECK(post_send(p, st, op, step->grad_buf));
     }
     /* every send completes before the run returns: the buffers are the caller's again */
@@ -409,9 +414,7 @@ static mg_status run_streamed(mg_pipeline *p, const mg_pipeline_stage *st, const
         const mg_pp_schedule_op *op = &plan->ops[step->op];
         if (step->kind == MG_P2P_OP) {
             MG_CHECK(wait_message(p, input));
-            if (p->on_timer) MG_CHECK(p->be->timer_mark(p->be, 1 + 2 * step->op));
-            MG_CHECK(run_op(p, st, op, step->grad_buf, forward_only));
-            if (p->on_timer) MG_CHECK(p->be->timer_mark(p->be, 2 + 2 * step->op));
+            MG_CHECK(run_op(p, st, plan, step->op, step->grad_buf, forward_only));
             if (p->be->stream_mark)
                 MG_CHECK(p->be->stream_mark(p->be, MG_STREAM_COMPUTE, op_mark(step->op)));
             continue;
@@ -450,10 +453,11 @@ mg_status mg_pipeline_run(mg_pipeline *p, const mg_pipeline_stage *st, bool forw
     }
     for (int k = 0; k <= p->n_grad_bufs; k++) p->buf_send[k] = -1;
     bool timing = p->timed && !forward_only;
-    /* streamed: the bubble from the backend's timer points around each op (their gaps are the
-     * waits), so the host is not held at every op, which would hold the sends too */
-    p->on_timer = timing && p->comm == MG_PIPE_STREAMED && p->be->timer_mark &&
-                  p->be->timer_seconds && 2 * plan->n_ops + 1 <= MG_TIMER_POINTS;
+    /* the bubble from the backend's timer points around each op (their gaps are the waits): no
+     * host sync at every op, which would also hold a streamed run's sends; the host clock around
+     * synchronisations where the points do not fit */
+    p->on_timer = timing && p->be->timer_mark && p->be->timer_seconds &&
+                  2 * plan->n_ops + 1 <= MG_TIMER_POINTS;
     double t0 = 0;
     if (p->on_timer) {
         MG_CHECK(p->be->timer_mark(p->be, 0));

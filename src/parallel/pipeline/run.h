@@ -46,12 +46,12 @@
  * (comm/comm.h): nobody hangs on a pending receive.
  *
  * Timing (the bubble): with `timed`, each run adds the seconds spent inside the stage's ops
- * (busy) and the whole run's seconds; the rest is time waiting for neighbours. On a backend with
- * streams the executor then synchronises around every op (a measurement mode: the caller turns
- * it on), except when streamed: holding the host at every op would also hold the sends, so the
- * ops are timed by the backend's timer points on the compute stream (timer_mark), read once at
- * the run's end, and the gaps between them are the waits. bubble = (total - busy) / busy,
- * comparable to Megatron's (P-1)/(m V).
+ * (busy) and the whole run's seconds; the rest is time waiting for neighbours. The ops are timed
+ * by the backend's timer points (timer_mark: on the compute stream on a device, the host clock on
+ * the CPU), read once at the run's end, so the host is not held at every op (which would also
+ * hold a streamed run's sends); a run of more ops than the points hold synchronises around every
+ * op instead (a measurement mode either way: the caller turns it on). bubble = (total - busy) /
+ * busy, comparable to Megatron's (P-1)/(m V).
  * Exports: mg_pipeline_stage, mg_pipeline, mg_pipeline_*. Needs: parallel/pipeline/schedule,
  * parallel/pipeline/p2p, comm, backend. */
 #ifndef MG_PIPELINE_RUN_H
@@ -115,7 +115,7 @@ typedef struct {
     int posted, waited; /* messages of this run enqueued; the newest the compute stream waited */
     /* timing (see above) */
     bool timed;
-    bool on_timer;          /* this run times its ops on the backend's timer points (streamed) */
+    bool on_timer;          /* this run times its ops on the backend's timer points */
     double busy_s, total_s; /* summed over the runs since mg_pipeline_timing_reset */
     int64_t runs;
 } mg_pipeline;
