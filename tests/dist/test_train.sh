@@ -203,6 +203,8 @@ for layout in "4::--pipeline-model-parallel-size 4 --virtual-pipeline-model-para
         fail "$name (exit status one rank $rc0, $np ranks $rc)" "$(tail -n 5 <<<"$out")"
     elif ! grep "pipeline rank 0 of" <<<"$out" | grep -qF "$banner" || grep "lm loss" <<<"$out" | grep -qv "^\[rank $((np - 1))\]"; then
         fail "$name (no pipeline banner with \"$banner\", or a loss logged by another rank than the last)" "$(head -n 12 <<<"$out")"
+    elif [ "$(grep -cE "pipeline rank [0-9]+ of [0-9]+: 3 steps after the first, busy [0-9.]+ s, waiting [0-9.]+ s per step: bubble" <<<"$out")" -ne "$(grep -oE 'pipeline-model-parallel-size [0-9]+' <<<"${rest#*:}" | awk '{print $2}')" ]; then
+        fail "$name (not one bubble line per stage, timed by the timer points over the 3 steps after the first)" "$(grep bubble <<<"$out")"
     elif ! paste <(losses "$base") <(losses "$out") | awk 'NF != 2 || ($1 - $2) > 1e-5 * $1 || ($2 - $1) > 1e-5 * $1 { bad = 1 } END { exit bad || NR != 4 }'; then
         fail "$name (losses differ from one rank's)" "one rank: $(losses "$base" | tr '\n' ' ')" "pp: $(losses "$out" | tr '\n' ' ')"
     elif ! paste <(vlosses "$base") <(vlosses "$out") | awk 'NF != 2 || ($1 - $2) > 1e-5 * $1 || ($2 - $1) > 1e-5 * $1 { bad = 1 } END { exit bad || NR != 3 }'; then
