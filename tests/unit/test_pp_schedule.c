@@ -10,6 +10,7 @@
 #include "core/file.h"
 #include "core/status.h"
 #include "parallel/pipeline/p2p.h"
+#include "parallel/pipeline/run.h"
 #include "parallel/pipeline/schedule.h"
 
 #include <cjson/cJSON.h>
@@ -609,4 +610,41 @@ static void check_p2p(mg_test_ctx *t, mg_pp_schedule_params s) {
 MG_TEST(schedule_p2p_plan_every_config) {
     int n = for_each_config(t, check_p2p);
     MG_EXPECT(n > 5000, "only %d configurations", n);
+}
+
+/* How a pipeline's messages move (parallel/pipeline/run.h): in the schedule's order without
+ * overlap or one stage; tagged where the group has non-blocking tagged messages (MPI); on a
+ * stream of their own for interleaved schedules on a backend with streams (NCCL), 1F1B in order
+ * there; and the buffers each way takes: a landing buffer only when tagged, and the streamed
+ * plan's gradient buffers (sends that do not hold their sender may keep more waiting). */
+MG_TEST(pipeline_comm_mode_and_buffers) {
+    mg_pp_schedule_params one = params(1, 1, 4, 0), f1b = params(2, 1, 8, 0),
+                          il = params(2, 2, 8, 0);
+    MG_EXPECT(mg_pipeline_comm(&il, false, true, true) == MG_PIPE_IN_ORDER, "no overlap");
+    MG_EXPECT(mg_pipeline_comm(&one, true, true, true) == MG_PIPE_IN_ORDER, "one stage");
+    MG_EXPECT(mg_pipeline_comm(&f1b, true, true, false) == MG_PIPE_TAGGED, "MPI 1F1B");
+    MG_EXPECT(mg_pipeline_comm(&il, true, true, true) == MG_PIPE_TAGGED, "MPI interleaved");
+    MG_EXPECT(mg_pipeline_comm(&f1b, true, false, true) == MG_PIPE_IN_ORDER, "NCCL 1F1B");
+    MG_EXPECT(mg_pipeline_comm(&il, true, false, true) == MG_PIPE_STREAMED, "NCCL interleaved");
+    MG_EXPECT(mg_pipeline_comm(&il, true, false, false) == MG_PIPE_IN_ORDER, "no streams");
+    for (int r = 0; r < 2; r++) {
+        int slots[3];
+        size_t bytes[3];
+        const mg_pipe_comm ways[3] = {MG_PIPE_IN_ORDER, MG_PIPE_TAGGED, MG_PIPE_STREAMED};
+        for (int k = 0; k < 3; k++)
+            MG_EXPECT_OK(mg_pipeline_sizes(&il, r, 100, MG_F32, ways[k], &slots[k], &bytes[k]));
+        mg_p2p_plan blocking, async;
+        MG_EXPECT_OK(mg_p2p_plan_build(&il, false, false, r, &blocking));
+        MG_EXPECT_OK(mg_p2p_plan_build(&il, false, true, r, &async));
+        MG_EXPECT(slots[0] == slots[1] && slots[1] == slots[2], "rank %d: slots %d %d %d", r,
+                  slots[0], slots[1], slots[2]);
+        MG_EXPECT(bytes[1] == bytes[0] + 400, "rank %d: tagged %zu bytes, in order %zu", r,
+                  bytes[1], bytes[0]);
+        MG_EXPECT(bytes[2] == (size_t)async.n_grad_bufs * 400 &&
+                      bytes[0] == (size_t)blocking.n_grad_bufs * 400,
+                  "rank %d: streamed %zu bytes for %d buffers, in order %zu for %d", r, bytes[2],
+                  async.n_grad_bufs, bytes[0], blocking.n_grad_bufs);
+        mg_p2p_plan_free(&blocking);
+        mg_p2p_plan_free(&async);
+    }
 }
