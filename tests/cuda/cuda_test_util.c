@@ -203,6 +203,14 @@ float *ct_up_f32(ct_pool *P, const float *x, size_t n) {
     return d;
 }
 
+void *const *ct_up_ptrs(ct_pool *P, const float *x, int n, size_t each, int f32, void **bufs) {
+    for (int i = 0; i < n; i++)
+        bufs[i] = f32 ? (void *)ct_up_f32(P, x + i * each, each) : ct_up_act(P, x + i * each, each);
+    void **d = ct_poison(P, (size_t)n * sizeof(void *));
+    if (d && P->g->copy_h2d(P->g, d, bufs, (size_t)n * sizeof(void *)) != MG_OK) P->failed = 1;
+    return (void *const *)d;
+}
+
 int32_t *ct_up_i32(ct_pool *P, const int32_t *x, size_t n) {
     int32_t *d = dev_alloc(P, n * sizeof(int32_t));
     if (d && P->g->copy_h2d(P->g, d, x, n * sizeof(int32_t)) != MG_OK)

@@ -133,6 +133,10 @@ void *ct_up_act(ct_pool *P, const float *x, size_t n);
 float *ct_up_f32(ct_pool *P, const float *x, size_t n);
 int32_t *ct_up_i32(ct_pool *P, const int32_t *x, size_t n);
 uint64_t *ct_up_u64(ct_pool *P, const uint64_t *x, size_t n); /* e.g. dropout streams */
+/* n consecutive blocks of `each` values of x uploaded one buffer each (compute dtype, or fp32
+ * with f32), and a device array of their n pointers (the grouped ops' tables); the buffers go
+ * to `bufs`. */
+void *const *ct_up_ptrs(ct_pool *P, const float *x, int n, size_t each, int f32, void **bufs);
 /* `bytes` of 0xFF: NaN read as bf16, fp16 or fp32. */
 void *ct_poison(ct_pool *P, size_t bytes);
 /* n poisoned elements of the compute dtype. */
@@ -178,7 +182,7 @@ void ct_expect_same_bits(mg_test_ctx *t, const char *file, int line, const void 
 #define CT_EXPECT_CLOSE(got, ref, n, tol, ...)                                                     \
     ct_expect_close(t, __FILE__, __LINE__, (got), (ref), (n), (tol), __VA_ARGS__)
 #define CT_EXPECT_QKV_CLOSE(P, got, ref, N, nq, ng, hd, tol, ...)                                  \
-    ct_expect_qkv_close(t, __FILE__, __LINE__, (P), (got), (ref), (N), (nq), (ng), (hd), (tol),      \
+    ct_expect_qkv_close(t, __FILE__, __LINE__, (P), (got), (ref), (N), (nq), (ng), (hd), (tol),    \
                         __VA_ARGS__)
 #define CT_EXPECT_PARITY(got, ref, n, ...)                                                         \
     ct_expect_nonfinite_parity(t, __FILE__, __LINE__, (got), (ref), (n), __VA_ARGS__)

@@ -39,16 +39,6 @@ static int rows_of(const int32_t *counts, int G) {
     return n;
 }
 
-/* Device copies of n host arrays of `each` floats (f32) or compute-dtype values, and the device
- * table of their pointers; bufs: the device pointers. */
-static void *const *table_up(ct_pool *P, const float *x, int n, size_t each, int f32, void **bufs) {
-    for (int i = 0; i < n; i++)
-        bufs[i] = f32 ? (void *)ct_up_f32(P, x + i * each, each) : ct_up_act(P, x + i * each, each);
-    void **d = ct_poison(P, (size_t)n * sizeof(void *));
-    if (d && P->g->copy_h2d(P->g, d, bufs, (size_t)n * sizeof(void *)) != MG_OK) P->failed = 1;
-    return (void *const *)d;
-}
-
 static void *bytes_up(ct_pool *P, const uint8_t *h, size_t n) {
     void *d = ct_poison(P, n);
     if (d && P->g->copy_h2d(P->g, d, h, n) != MG_OK) P->failed = 1;
@@ -189,9 +179,9 @@ MG_TEST(cuda_fp8_grouped_linear_matches_cpu) {
             *dbb[FG_MAX_W];
         float *ref_dw = ct_host(&P, nw * c.n_w * 4),
               *ref_db = ct_host(&P, (size_t)c.OC * c.n_w * 4);
-        void *const *d_b = table_up(&P, b, c.n_w, c.OC, 0, bb);
-        float *const *d_dw = (float *const *)table_up(&P, dw0, c.n_w, nw, 1, dwb);
-        float *const *d_db = (float *const *)table_up(&P, db0, c.n_w, c.OC, 1, dbb);
+        void *const *d_b = ct_up_ptrs(&P, b, c.n_w, c.OC, 0, bb);
+        float *const *d_dw = (float *const *)ct_up_ptrs(&P, dw0, c.n_w, nw, 1, dwb);
+        float *const *d_db = (float *const *)ct_up_ptrs(&P, db0, c.n_w, c.OC, 1, dbb);
         void *d_dy = ct_up_act(&P, dy, no), *d_pre = ct_up_act(&P, pre, ni);
         float *ref = ct_host(&P, no * 4), *ref_dinp = ct_host(&P, ni * 4);
         float *nan_w = ct_host(&P, nw * 4);

@@ -73,16 +73,6 @@ static int impls_of(mg_backend *g, gg_impl out[3]) {
     return 3;
 }
 
-/* n consecutive blocks of `each` values of x uploaded one buffer each (compute dtype, or fp32
- * with f32), and a backend array of their n pointers; the buffers go to `bufs`. */
-static void *const *up_ptrs(ct_pool *P, const float *x, int n, size_t each, int f32, void **bufs) {
-    for (int i = 0; i < n; i++)
-        bufs[i] = f32 ? (void *)ct_up_f32(P, x + i * each, each) : ct_up_act(P, x + i * each, each);
-    void **d = ct_poison(P, (size_t)n * sizeof(void *));
-    if (d && P->g->copy_h2d(P->g, d, bufs, (size_t)n * sizeof(void *)) != MG_OK) P->failed = 1;
-    return (void *const *)d;
-}
-
 /* Every byte of rows [rows, rows + GG_TAIL) of a (.., width) compute-dtype buffer still 0xFF. */
 static int tail_untouched(ct_pool *P, const void *d, int rows, int width) {
     size_t esz = mg_dtype_size(P->g->compute_dtype), bytes = (size_t)GG_TAIL * width * esz;
@@ -142,10 +132,10 @@ MG_TEST(cuda_grouped_linear_matches_cpu) {
         int32_t *d_counts = ct_up_i32(&P, c.counts, G);
         void *d_inp = ct_up_act(&P, inp, ni), *d_dout = ct_up_act(&P, dout, no);
         void *d_pre = ct_up_act(&P, pre, ni);
-        void *const *d_w = up_ptrs(&P, w, c.n_w, nw, 0, wb);
-        void *const *d_b = up_ptrs(&P, b, c.n_w, c.OC, 0, bb);
-        float *const *d_dw = (float *const *)up_ptrs(&P, dw0, c.n_w, nw, 1, dwb);
-        float *const *d_db = (float *const *)up_ptrs(&P, db0, c.n_w, c.OC, 1, dbb);
+        void *const *d_w = ct_up_ptrs(&P, w, c.n_w, nw, 0, wb);
+        void *const *d_b = ct_up_ptrs(&P, b, c.n_w, c.OC, 0, bb);
+        float *const *d_dw = (float *const *)ct_up_ptrs(&P, dw0, c.n_w, nw, 1, dwb);
+        float *const *d_db = (float *const *)ct_up_ptrs(&P, db0, c.n_w, c.OC, 1, dbb);
         if (P.failed) goto next;
 
         for (int bias = 0; bias < 2; bias++) {
@@ -283,8 +273,8 @@ MG_TEST(cuda_grouped_linear_graph_replay_reads_device_counts) {
     int32_t *d_counts = ct_up_i32(&P, c.counts, G);
     void *d_inp = ct_up_act(&P, inp, ni), *d_dout = ct_up_act(&P, dout, no);
     void *d_pre = ct_up_act(&P, pre, ni);
-    void *const *d_w = up_ptrs(&P, w, c.n_w, nw, 0, wb);
-    float *const *d_dw = (float *const *)up_ptrs(&P, dw0, c.n_w, nw, 1, dwb);
+    void *const *d_w = ct_up_ptrs(&P, w, c.n_w, nw, 0, wb);
+    float *const *d_dw = (float *const *)ct_up_ptrs(&P, dw0, c.n_w, nw, 1, dwb);
     void *e_out = ct_poison_act(&P, no), *e_dinp = ct_poison_act(&P, ni);
     void *r_out = ct_poison_act(&P, no), *r_dinp = ct_poison_act(&P, ni);
     float *e_dw = ct_host(&P, nw * c.n_w * 4), *r_dw = ct_host(&P, nw * c.n_w * 4);

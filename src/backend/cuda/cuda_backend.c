@@ -267,43 +267,37 @@ mg_status mg_cuda_stream_wait(mg_backend *be, mg_stream_id waiter, mg_stream_id 
     return MG_OK;
 }
 
-static mg_status check_slot(int slot) {
-    if (slot < 0 || slot >= MG_STREAM_MARKS)
-        return MG_FAIL(MG_ERR_INTERNAL, "stream mark %d (slots 0..%d)", slot, MG_STREAM_MARKS - 1);
+/* A stream mark's slot or a timer point in range (n of them). */
+static mg_status check_index(int i, int n, const char *what) {
+    if (i < 0 || i >= n) return MG_FAIL(MG_ERR_INTERNAL, "%s %d (%ss 0..%d)", what, i, what, n - 1);
     return MG_OK;
 }
 
 mg_status mg_cuda_stream_mark(mg_backend *be, mg_stream_id s, int slot) {
     mg_cuda_ctx *c = mg_cuda_ctx_of(be);
-    MG_CHECK(check_slot(slot));
+    MG_CHECK(check_index(slot, MG_STREAM_MARKS, "stream mark"));
     MG_CUDA_CHECK(cudaEventRecord(c->marks[slot], stream_of(c, s)));
     return MG_OK;
 }
 
 mg_status mg_cuda_stream_wait_mark(mg_backend *be, mg_stream_id waiter, int slot) {
     mg_cuda_ctx *c = mg_cuda_ctx_of(be);
-    MG_CHECK(check_slot(slot));
+    MG_CHECK(check_index(slot, MG_STREAM_MARKS, "stream mark"));
     MG_CUDA_CHECK(cudaStreamWaitEvent(stream_of(c, waiter), c->marks[slot], 0));
-    return MG_OK;
-}
-
-static mg_status check_point(int slot) {
-    if (slot < 0 || slot >= MG_TIMER_POINTS)
-        return MG_FAIL(MG_ERR_INTERNAL, "timer point %d (points 0..%d)", slot, MG_TIMER_POINTS - 1);
     return MG_OK;
 }
 
 mg_status mg_cuda_timer_mark(mg_backend *be, int slot) {
     mg_cuda_ctx *c = mg_cuda_ctx_of(be);
-    MG_CHECK(check_point(slot));
+    MG_CHECK(check_index(slot, MG_TIMER_POINTS, "timer point"));
     MG_CUDA_CHECK(cudaEventRecord(c->timer[slot], c->stream));
     return MG_OK;
 }
 
 mg_status mg_cuda_timer_seconds(mg_backend *be, int a, int b, double *seconds) {
     mg_cuda_ctx *c = mg_cuda_ctx_of(be);
-    MG_CHECK(check_point(a));
-    MG_CHECK(check_point(b));
+    MG_CHECK(check_index(a, MG_TIMER_POINTS, "timer point"));
+    MG_CHECK(check_index(b, MG_TIMER_POINTS, "timer point"));
     if (mg_cuda_capturing(be)) return mg_cuda_refuse_in_capture(be, "timer_seconds");
     float ms = 0;
     MG_CUDA_CHECK(cudaEventSynchronize(c->timer[b]));

@@ -418,12 +418,7 @@ MG_CUDA_DTYPES(mg_status, grouped_linear_forward,
     MG_CHECK(workspace(be, G, "grouped_linear_forward", &ws));
     MG_CHECK(mg_cuda_grouped_cutlass_run(be, GG_FWD, out, inp, NULL, w, ws.row_off, counts, n_src,
                                          n_w, IC, OC, true, ws.rest, ws.rest_bytes));
-    if (bias) {
-        grouped_bias_kernel<h16><<<persistent_blocks(be, 8), 256, 0, mg_cuda_stream(be)>>>(
-            (h16 *)out, bias, ws.row_off, G, n_w, OC);
-        MG_CUDA_CHECK_LAUNCH();
-    }
-    return MG_OK;
+    return add_grouped_bias<h16>(be, out, bias, ws, G, n_w, OC);
 }
 
 MG_CUDA_DTYPES(mg_status, grouped_linear_backward,

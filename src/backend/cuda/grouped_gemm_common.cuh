@@ -173,6 +173,18 @@ static unsigned persistent_blocks(mg_backend *be, int per_sm) {
     return (unsigned)((sms > 0 ? sms : 1) * per_sm);
 }
 
+/* out's rows of every group += its weight's bias (bias NULL: nothing), after a forward product
+ * whose row offsets ws holds. */
+template <typename h16>
+static mg_status add_grouped_bias(mg_backend *be, void *out, void *const *bias, const gg_ws &ws,
+                                  int G, int n_w, int OC) {
+    if (!bias) return MG_OK;
+    grouped_bias_kernel<h16><<<persistent_blocks(be, 8), 256, 0, mg_cuda_stream(be)>>>(
+        (h16 *)out, bias, ws.row_off, G, n_w, OC);
+    MG_CUDA_CHECK_LAUNCH();
+    return MG_OK;
+}
+
 static mg_status launch_offsets(mg_backend *be, const gg_ws *w, const int32_t *counts, int G) {
     grouped_offsets_kernel<<<1, GG_SCAN_THREADS, 0, mg_cuda_stream(be)>>>(w->row_off, w->tile_off,
                                                                           counts, G);

@@ -49,12 +49,7 @@ MG_CUDA_DTYPES(mg_status, fp8_grouped_linear_forward,
     mg_gg8_args g;
     MG_CHECK(fp8_begin(be, op, n_src, n_w, IC, OC, wstride, &ws, &g));
     MG_CHECK(product(be, op, ws, counts, g, inp->data, inp, w->data, w, out));
-    if (bias) {
-        grouped_bias_kernel<h16><<<persistent_blocks(be, 8), 256, 0, mg_cuda_stream(be)>>>(
-            (h16 *)out, bias, ws.row_off, G, n_w, OC);
-        MG_CUDA_CHECK_LAUNCH();
-    }
-    return MG_OK;
+    return add_grouped_bias<h16>(be, out, bias, ws, G, n_w, OC);
 }
 
 MG_CUDA_DTYPES(mg_status, fp8_grouped_linear_backward,

@@ -2,6 +2,7 @@
 
 #include "core/status.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -97,17 +98,13 @@ static void take_slot(sim_rank *R) {
     if (++R->slots > R->max_slots) R->max_slots = R->slots;
 }
 
-static double later(double a, double b) {
-    return a > b ? a : b;
-}
-
 /* When the message pending at src (index k) can meet rank r, which waits for it from r's clock:
  * with blocking sends, when both ranks are at a boundary between ops (the later clock); with
  * async sends, once the message exists and both ranks' previous messages are done. */
 static double meet_time(const sim *S, int r, int src, int k) {
     const sim_rank *R = &S->r[r], *Q = &S->r[src];
-    if (!S->async_sends) return later(R->clock, Q->clock);
-    return later(later(R->clock, Q->out[k].ready), later(R->sclock, Q->sclock));
+    if (!S->async_sends) return fmax(R->clock, Q->clock);
+    return fmax(fmax(R->clock, Q->out[k].ready), fmax(R->sclock, Q->sclock));
 }
 
 /* The rendezvous of rank r's next op's message, pending at src (index k), at meet_time (the
