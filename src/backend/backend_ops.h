@@ -542,6 +542,15 @@ MG_OP(fp8_cast, REQ, OP, mg_status,
        int cols, const float *scale /* (1) */, float *scale_inv /* (1) or NULL */,
        float *amax /* (1) or NULL */, int format),
       (be, out, out_t, in, rows, cols, scale, scale_inv, amax, format))
+/* fp8 bytes that are already cast (--fp8-param-gather's gathered weights, model/fp8.h): in
+ * (rows, cols) copied row-major into out and transposed ((cols, rows)) into out_t; either may be
+ * NULL. scale_inv (1) not NULL: = 1 / scale, as fp8_cast writes it (scale and scale_inv fp32,
+ * backend memory). */
+MG_OP(fp8_transpose, REQ, OP, mg_status,
+      (mg_backend *be, uint8_t *out /* (rows,cols) or NULL */,
+       uint8_t *out_t /* (cols,rows) or NULL */, const uint8_t *in /* (rows,cols) */, int rows,
+       int cols, const float *scale /* (1) */, float *scale_inv /* (1) or NULL */),
+      (be, out, out_t, in, rows, cols, scale, scale_inv))
 /* linear_forward (gelu_pre NULL) or linear_gelu_forward (gelu_pre (N,OC) the pre-activation;
  * residual NULL) on fp8 operands: the product of inp->data (N,IC) and w->data (OC,IC) in fp32,
  * times inp->scale_inv x w->scale_inv, then bias and residual (compute dtype) and the GELU, the

@@ -92,15 +92,15 @@ static mg_status call_end(mg_comm *c, mg_status st) {
 }
 
 static mg_status check_dtype(mg_comm *c, mg_dtype dt) {
-    if ((unsigned)dt > (unsigned)MG_I64)
-        return USAGE(c, "unknown dtype %d (F32, BF16, F16, I32, I64 are supported)", (int)dt);
+    if ((unsigned)dt > (unsigned)MG_DTYPE_LAST)
+        return USAGE(c, "unknown dtype %d (F32, BF16, F16, I32, I64, U8 are supported)", (int)dt);
     return MG_OK;
 }
 
 static mg_status check_op(mg_comm *c, mg_reduce_op op, mg_dtype dt) {
     if ((unsigned)op > (unsigned)MG_REDUCE_MAX)
         return USAGE(c, "unknown reduce op %d (sum, avg, max)", (int)op);
-    if (op == MG_REDUCE_AVG && (dt == MG_I32 || dt == MG_I64))
+    if (op == MG_REDUCE_AVG && (dt == MG_I32 || dt == MG_I64 || dt == MG_U8))
         return USAGE(c, "avg is defined for F32, BF16 and F16 only, not %s (sum, then divide)",
                      mg_dtype_name(dt));
     return MG_OK;

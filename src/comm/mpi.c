@@ -89,6 +89,8 @@ static MPI_Datatype mpi_type(mg_dtype dt) {
         return MPI_INT32_T;
     case MG_I64:
         return MPI_INT64_T;
+    case MG_U8:
+        return MPI_UINT8_T;
     }
     return MPI_DATATYPE_NULL;
 }

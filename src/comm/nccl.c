@@ -467,6 +467,8 @@ static ncclDataType_t nccl_type(mg_dtype dt) {
         return ncclInt32;
     case MG_I64:
         return ncclInt64;
+    case MG_U8:
+        return ncclUint8;
     }
     return ncclFloat32; /* unreachable: comm.c checked dt */
 }

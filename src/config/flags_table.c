@@ -345,9 +345,9 @@ const mg_flag_spec mg_flag_table[] = {
     {"--no-fp8-wgrad", TRAIN, BOOL, FIELD(no_fp8_wgrad),
      .help = "fp8 layers: the weight gradients from the compute-dtype gradient and input (a "
              "compute-dtype GEMM) instead of their fp8 bytes; the input gradients stay fp8"},
-    {"--fp8-param-gather", TRAIN, BOOL, FIELD(fp8_param_gather), IGNORED,
-     .help = "needs --use-distributed-optimizer (Megatron's check); the gather moves the compute "
-             "dtype's weights here, which the fp8 linears cast (the same numbers on the CPU)"},
+    {"--fp8-param-gather", TRAIN, BOOL, FIELD(fp8_param_gather),
+     .help = "the distributed optimizer gathers the fp8 linears' weights as fp8 bytes, cast where "
+             "they are updated (half the bytes of bf16); needs --use-distributed-optimizer"},
     {"--first-last-layers-bf16", TRAIN, BOOL, FIELD(first_last_layers_bf16),
      .help = "fp8 training: the first and last layers stay in the compute dtype"},
     {"--num-layers-at-start-in-bf16", TRAIN, INT, FIELD(num_layers_at_start_in_bf16),

@@ -16,6 +16,8 @@ size_t mg_dtype_size(mg_dtype t) {
         return 4;
     case MG_I64:
         return 8;
+    case MG_U8:
+        return 1;
     }
     return 0;
 }
@@ -32,6 +34,8 @@ const char *mg_dtype_name(mg_dtype t) {
         return "I32";
     case MG_I64:
         return "I64";
+    case MG_U8:
+        return "U8";
     }
     return "?";
 }

@@ -12,7 +12,9 @@
 extern "C" {
 #endif
 
-typedef enum { MG_F32 = 0, MG_BF16, MG_F16, MG_I32, MG_I64 } mg_dtype;
+/* MG_U8: raw bytes (fp8 weights, which --fp8-param-gather gathers); the last dtype */
+typedef enum { MG_F32 = 0, MG_BF16, MG_F16, MG_I32, MG_I64, MG_U8 } mg_dtype;
+#define MG_DTYPE_LAST MG_U8
 typedef enum { MG_DEVICE_CPU = 0, MG_DEVICE_CUDA } mg_device;
 
 #define MG_MAX_DIMS 4

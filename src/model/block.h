@@ -172,6 +172,8 @@ typedef struct {
                        forward cast them, for the weight gradients (model/fp8.h) */
     size_t fp8_now; /* --fp8-recipe tensorwise: (3) fp32 [amax | scale | history] of the cast
                        in progress */
+    size_t fp8_pw;  /* --fp8-param-gather with tensorwise scaling: (2, 3, fp8_tensors) fp32, the
+                       dense and the expert weights' [amax | scale | history] (model/fp8.h) */
     size_t fp8_ex, fp8_edy; /* the routed experts' input and output gradient bytes (R rows),
                                each row-major, then the grouped transpose (model/fp8.h) */
     size_t fp8_ext;         /* every slot's fp8 layers' routed experts' inputs (fc1's, then fc2's),
@@ -208,8 +210,10 @@ typedef struct {
     int B, N, Nl;
     size_t esz; /* bytes per activation element */
     const mg_param_table *params;
-    void *param_buf; /* (params->numel) compute dtype */
-    float *grad_buf; /* (params->numel) fp32 */
+    void *param_buf;        /* (params->numel) compute dtype */
+    uint8_t *fp8_param_buf; /* --fp8-param-gather: (params->numel - params->fp8_from) the fp8
+                               weights' bytes (model/fp8.h), the trainer's; NULL: none */
+    float *grad_buf;        /* (params->numel) fp32 */
     mg_arena *acts, *work;
     const mg_block_ws *ws;
     const mg_moe_ws *moe;           /* NULL in a dense model */
@@ -230,6 +234,11 @@ static inline void *mg_block_ws_ptr(const mg_block_ctx *x, size_t off) {
 /* Parameter i's values / gradient; NULL for i < 0 (a parameter the model does not have). */
 static inline void *mg_block_param(const mg_block_ctx *x, int i) {
     return i < 0 ? NULL : (char *)x->param_buf + x->params->p[i].offset * x->esz;
+}
+/* Parameter i's fp8 bytes (--fp8-param-gather), NULL where it has none. */
+static inline uint8_t *mg_block_param8(const mg_block_ctx *x, int i) {
+    if (i < 0 || !x->fp8_param_buf || x->params->p[i].fp8_tensor < 0) return NULL;
+    return x->fp8_param_buf + (x->params->p[i].offset - x->params->fp8_from);
 }
 static inline float *mg_block_grad(const mg_block_ctx *x, int i) {
     return i < 0 ? NULL : x->grad_buf + x->params->p[i].offset;

@@ -100,6 +100,7 @@ mg_status mg_model_config_from(mg_model_config *m, const mg_config *c, int tp_ra
     m->fp8_algo = strcmp(c->fp8_amax_compute_algo, "max") == 0 ? 0 : 1; /* mg_fp8_amax_algo */
     m->fp8_current = strcmp(c->fp8_recipe, "tensorwise") == 0;
     m->fp8_wgrad = !c->no_fp8_wgrad;
+    m->fp8_params = c->fp8_param_gather && mg_config_fp8(c);
     m->rc_modules = mg_config_recompute_modules(c);
     m->rc_full = !mg_config_recompute_full(c)                  ? MG_RC_NONE
                  : strcmp(c->recompute_method, "uniform") == 0 ? MG_RC_UNIFORM

@@ -88,6 +88,8 @@ typedef struct {
     bool fp8_current; /* --fp8-recipe tensorwise: each cast scales by its tensor's amax now */
     bool fp8_wgrad;   /* the weight gradients from fp8 bytes (not under --no-fp8-wgrad) */
     bool fp8_experts; /* an fp8 MoE layer's routed experts in fp8 too (model/fp8.h) */
+    bool fp8_params;  /* --fp8-param-gather: the fp8 linears' weights come as fp8 bytes, cast
+                         after each update and gathered in fp8 (model/fp8.h) */
     /* activation recomputation (model/recompute.h): the selective modules (config/flags.h's
      * MG_RECOMPUTE_*), or full recomputation of the layers the method picks */
     unsigned rc_modules;

@@ -4,6 +4,7 @@
 #include "core/fp8.h"
 #include "core/fp8_scaling.h"
 
+#include <limits.h>
 #include <stdlib.h>
 
 #define FP8_ALIGN 256 /* where a transposed copy starts after the row-major one */
@@ -45,6 +46,40 @@ static size_t weight_elems(const mg_model_config *c, int j) {
 
 bool mg_fp8_experts_on(const mg_block_ctx *x) {
     return x->c->fp8_experts && x->fp8_grouped;
+}
+
+/* The weight of dense linear j (QKV to fc2) of layer p: an MoE layer's fc1 and fc2 are its
+ * shared experts'. */
+static int dense_weight(const mg_layer_params *p, int j) {
+    switch (j) {
+    case MG_FP8_QKV:
+        return p->qkv_w;
+    case MG_FP8_PROJ:
+        return p->proj_w;
+    case MG_FP8_FC1:
+        return p->moe ? p->moe->sh_fc1_w : p->fc1_w;
+    default:
+        return p->moe ? p->moe->sh_fc2_w : p->fc2_w;
+    }
+}
+
+void mg_fp8_mark_weights(mg_param_table *pt, const mg_layer_params *layers, int n_layers,
+                         const mg_model_config *c, bool fp8_grouped) {
+    for (int i = 0; i < pt->n; i++) pt->p[i].fp8_tensor = -1;
+    if (!c->fp8_params) return;
+    for (int l = 0; l < n_layers; l++) {
+        const mg_layer_params *p = &layers[l];
+        if (p->fp8 < 0) continue;
+        for (int j = 0; j < MG_FP8_EXP_FC1; j++) {
+            int w = dense_weight(p, j);
+            if (w >= 0) pt->p[w].fp8_tensor = 3 * (p->fp8 + j) + 1;
+        }
+        if (!p->moe || !c->fp8_experts || !fp8_grouped) continue;
+        for (int e = 0; e < c->moe.E_l; e++) {
+            pt->p[p->moe->fc1_w[e]].fp8_tensor = 3 * (p->fp8 + MG_FP8_EXP_FC1) + 1;
+            pt->p[p->moe->fc2_w[e]].fp8_tensor = 3 * (p->fp8 + MG_FP8_EXP_FC2) + 1;
+        }
+    }
 }
 
 /* The weights of linear j in an fp8 layer: this rank's experts for the experts' linears (none
@@ -128,6 +163,10 @@ mg_status mg_fp8_plan(const mg_block_ctx *x, mg_block_ws *w, int n_linears, int 
     MG_CHECK(reserve(x->work, kept * input_copies(c, N, MG_FP8_LINEARS), &w->fp8_xt));
     MG_CHECK(reserve(x->work, on ? 2 * align_up(N * out) : 0, &w->fp8_dy));
     MG_CHECK(reserve(x->work, on && c->fp8_current ? 3 * sizeof(float) : 0, &w->fp8_now));
+    /* --fp8-param-gather with tensorwise scaling: every tensor's [amax | scale | history] of the
+     * weights' casts after the update (mg_fp8_param_scales) */
+    MG_CHECK(reserve(x->work, on && c->fp8_current && c->fp8_params ? 6 * nt * sizeof(float) : 0,
+                     &w->fp8_pw));
     /* the routed experts' casts: inputs of H or F columns, gradients of fc1 or H */
     const bool ex = on && mg_fp8_experts_on(x) && x->moe && x->moe->R > 0;
     const size_t e_in = max2(H, (size_t)c->moe.F), e_out = max2((size_t)c->moe.fc1, H);
@@ -154,6 +193,9 @@ mg_status mg_fp8_reset(const mg_block_ctx *x) {
     if (st == MG_OK && x->c->fp8_current) /* [amax 0 | scale 1 | history 0] */
         st = x->be->copy_h2d(x->be, mg_block_ws_ptr(x, w->fp8_now), (const float[]){0, 1, 0},
                              3 * sizeof(float));
+    for (int k = 0; st == MG_OK && x->c->fp8_current && x->c->fp8_params && k < 2; k++)
+        st = x->be->copy_h2d(x->be, (float *)mg_block_ws_ptr(x, w->fp8_pw) + 3 * nt * k, h,
+                             3 * nt * sizeof *h); /* the same for the dense and expert halves */
     free(h);
     return st;
 }
@@ -284,6 +326,27 @@ static uint8_t *input_kept(const mg_block_ctx *x, const mg_layer_params *p, mg_f
     return (uint8_t *)mg_block_ws_ptr(x, x->ws->fp8_xt) + layer * each + input_copies(c, N, (int)j);
 }
 
+/* --fp8-param-gather: the scale the weights of tensor t (expert weights or not) are cast with
+ * after the update: delayed scaling's (already updated for the next step), or the one
+ * mg_fp8_param_scales set from the weight's amax (tensorwise). */
+static float *param_scale(const mg_block_ctx *x, size_t t, bool expert) {
+    const size_t nt = (size_t)x->ws->fp8_tensors;
+    if (x->c->fp8_current) return mg_fp8_param_amaxes(x, expert) + nt + t;
+    return (float *)mg_block_ws_ptr(x, x->ws->fp8_state) + nt + t;
+}
+
+/* --fp8-param-gather: parameter i's fp8 bytes into *w8 (NULL where the forward casts the
+ * weight), checked to be the weight w the caller multiplies and to belong to tensor t. */
+static mg_status gathered_weight(const mg_block_ctx *x, int i, const void *w, size_t t,
+                                 const uint8_t **w8) {
+    *w8 = mg_block_param8(x, i);
+    if (!*w8) return MG_OK;
+    if (w != mg_block_param(x, i) || (size_t)x->params->p[i].fp8_tensor != t)
+        return MG_FAIL(MG_ERR_INTERNAL, "fp8 weight %s: its bytes are tensor %d's, not %zu's",
+                       x->params->p[i].name, x->params->p[i].fp8_tensor, t);
+    return MG_OK;
+}
+
 /* The weight's bytes and transpose as the pass's first microbatch cast them. */
 static mg_fp8_tensor weight_cached(const mg_block_ctx *x, size_t t, size_t at, int OC, int IC) {
     uint8_t *base = mg_block_ws_ptr(x, at);
@@ -308,7 +371,12 @@ mg_status mg_fp8_linear_forward(const mg_block_ctx *x, const mg_layer_params *p,
      * and the scales change only between passes) */
     size_t at;
     MG_CHECK(weight_copy(x, p, j, OC, IC, &at));
-    if (x->pass.mb == 0)
+    const uint8_t *w8 = NULL;
+    if (x->pass.mb == 0) MG_CHECK(gathered_weight(x, dense_weight(p, (int)j), w, t + 1, &w8));
+    if (w8) /* --fp8-param-gather: the bytes cast after the update, gathered */
+        MG_CHECK(be->fp8_transpose(be, copy_rows(x, at, ROWS), copy_cols(x, at, OC, IC, COLS), w8,
+                                   OC, IC, param_scale(x, t + 1, false), sinv_of(x, t + 1)));
+    if (x->pass.mb == 0 && !w8)
         MG_CHECK(cast(x, t + 1, copy_rows(x, at, ROWS), copy_cols(x, at, OC, IC, COLS), w, OC, IC,
                       MG_FP8_E4M3, &fw));
     else
@@ -373,6 +441,16 @@ static mg_status expert_weights(const mg_block_ctx *x, const mg_layer_params *p,
     uint8_t *base = mg_block_ws_ptr(x, at), *base_t = base + (size_t)n * stride;
     *o = (mg_fp8_tensor){base, base_t, sinv_of(x, t + 1), MG_FP8_E4M3};
     if (!cast || x->pass.mb != 0) return MG_OK;
+    const uint8_t *w8;
+    MG_CHECK(gathered_weight(x, rows[0], mg_block_param(x, rows[0]), t + 1, &w8));
+    for (int e = 0; w8 && e < n; e++) { /* --fp8-param-gather: the gathered bytes */
+        MG_CHECK(gathered_weight(x, rows[e], mg_block_param(x, rows[e]), t + 1, &w8));
+        if (!w8) return MG_FAIL(MG_ERR_INTERNAL, "fp8 experts: only some weights are fp8 bytes");
+        MG_CHECK(x->be->fp8_transpose(x->be, base + (size_t)e * stride, base_t + (size_t)e * stride,
+                                      w8, OC, IC, param_scale(x, t + 1, true),
+                                      e == 0 ? sinv_of(x, t + 1) : NULL));
+    }
+    if (w8) return MG_OK;
     if (x->c->fp8_current) {
         float *now = mg_block_ws_ptr(x, x->ws->fp8_now);
         MG_CHECK(x->be->memset_zero(x->be, now, sizeof(float)));
@@ -460,4 +538,48 @@ mg_status mg_fp8_experts_backward(const mg_block_ctx *x, const mg_layer_params *
         return be->grouped_linear_backward(be, NULL, dw, dbias, dout, inp, w, NULL, counts, ep,
                                            m->El, IC, OC, accumulate);
     return MG_OK;
+}
+
+/* ---- --fp8-param-gather: the weights' bytes cast after the update ---- */
+
+float *mg_fp8_param_amaxes(const mg_block_ctx *x, bool expert) {
+    if (!x->c->fp8_current || !x->c->fp8_params || x->ws->fp8_tensors == 0) return NULL;
+    return (float *)mg_block_ws_ptr(x, x->ws->fp8_pw) + (expert ? 3 * x->ws->fp8_tensors : 0);
+}
+
+/* Tensor t of a cast of n weight elements, checked. */
+static mg_status param_tensor(const mg_block_ctx *x, int t, size_t n, const char *what) {
+    if (t < 0 || t >= x->ws->fp8_tensors || t % 3 != 1 || n > INT_MAX)
+        return MG_FAIL(MG_ERR_INTERNAL, "fp8 parameter %s: tensor %d of %d, %zu elements", what, t,
+                       x->ws->fp8_tensors, n);
+    return MG_OK;
+}
+
+mg_status mg_fp8_param_amax(const mg_block_ctx *x, int t, bool expert, const void *in, size_t n) {
+    MG_CHECK(param_tensor(x, t, n, "amax"));
+    float *a = mg_fp8_param_amaxes(x, expert);
+    if (!a) return MG_FAIL(MG_ERR_INTERNAL, "fp8 parameter amax without tensorwise state");
+    return amax_of(x, in, 1, (int)n, MG_FP8_E4M3, NULL, a + t);
+}
+
+mg_status mg_fp8_param_scales(const mg_block_ctx *x) {
+    const float top = mg_fp8_max(MG_FP8_E4M3);
+    for (int k = 0; k < 2; k++) {
+        float *a = mg_fp8_param_amaxes(x, k == 1);
+        if (!a) return MG_FAIL(MG_ERR_INTERNAL, "fp8 parameter scales without tensorwise state");
+        MG_CHECK(x->be->fp8_update(x->be, a, x->ws->fp8_tensors, 1, 0, MG_FP8_AMAX_MOST_RECENT, top,
+                                   top));
+    }
+    return MG_OK;
+}
+
+mg_status mg_fp8_param_cast(const mg_block_ctx *x, int t, bool expert, uint8_t *out, const void *in,
+                            size_t n) {
+    MG_CHECK(param_tensor(x, t, n, "cast"));
+    /* delayed: its amax of the step, as the forward's cast records it (the scale's inverse is
+     * the forward's to write: a rank may hold no part of a weight) */
+    float *amax =
+        x->c->fp8_current ? NULL : (float *)mg_block_ws_ptr(x, x->ws->fp8_state) + (size_t)t;
+    return x->be->fp8_cast(x->be, out, NULL, in, 1, (int)n, param_scale(x, (size_t)t, expert), NULL,
+                           amax, MG_FP8_E4M3);
 }

@@ -31,11 +31,21 @@
  * are kept for the backward as the dense inputs' are, per slot (fp8_ext), except under a receive
  * budget, whose extra dispatch rounds cast through the same rows: there the backward casts them
  * again.
+ * --fp8-param-gather (mg_model_config.fp8_params): the fp8 layers' weights (the routed experts'
+ * where they compute in fp8) are kept as fp8 bytes besides their compute-dtype values
+ * (mg_fp8_mark_weights tags them; the trainer keeps them in buffers of their own, train/buffers.h):
+ * after each update the optimizer's elements of them are cast (mg_fp8_param_cast) and the
+ * distributed optimizer gathers the bytes, and the pass's first forward transposes those bytes
+ * (fp8_transpose) instead of casting the weight. A weight's bytes are the cast the forward would
+ * have made: the same values, the same scale (delayed: the tensor's, already updated for the next
+ * step; tensorwise: from the amax over every part of the weight), and with delayed scaling the
+ * same amax recorded, so training is the same with and without the flag.
  * Tensors: linear j (mg_fp8_linear) of a layer whose mg_layer_params.fp8 is k >= 0 owns tensors
  * 3 (k + j) + {0: input, 1: weight, 2: output gradient}; k counts mg_fp8_layer_linears per
  * layer.
- * Exports: mg_fp8_linear, mg_fp8_layer_linears, mg_fp8_experts_on, mg_fp8_plan, mg_fp8_reset,
- * mg_fp8_linear_forward, mg_fp8_linear_backward, mg_fp8_experts_forward, mg_fp8_experts_backward.
+ * Exports: mg_fp8_linear, mg_fp8_layer_linears, mg_fp8_experts_on, mg_fp8_mark_weights,
+ * mg_fp8_plan, mg_fp8_reset, mg_fp8_linear_forward, mg_fp8_linear_backward,
+ * mg_fp8_experts_forward, mg_fp8_experts_backward, mg_fp8_param_*.
  * Needs: model/block. */
 #ifndef MG_MODEL_FP8_H
 #define MG_MODEL_FP8_H
@@ -63,6 +73,12 @@ static inline int mg_fp8_layer_linears(const mg_model_config *c) {
  * their casts, and their tensors' state stays unused (scales at 1), so the checkpoint layout does
  * not depend on the machine. */
 bool mg_fp8_experts_on(const mg_block_ctx *x);
+/* --fp8-param-gather: tags the weights of the fp8 linears of layers (n_layers of them) in pt
+ * with their fp8 tensor (mg_param_meta.fp8_tensor; the routed experts' where c->fp8_experts and
+ * the backend has the fp8 grouped GEMM, fp8_grouped); every other parameter -1. Without
+ * c->fp8_params, nothing is tagged. */
+void mg_fp8_mark_weights(mg_param_table *pt, const mg_layer_params *layers, int n_layers,
+                         const mg_model_config *c, bool fp8_grouped);
 /* Reserves the state of n_linears fp8 linears ([amax | scale | history], block.h's fp8_state),
  * the inverses of the scales, the workspace copies the casts of inputs and gradients write,
  * every fp8 layer's weight copies and, for keep_slots slots (0: none; only with fp8 weight
@@ -96,5 +112,19 @@ mg_status mg_fp8_experts_backward(const mg_block_ctx *x, const mg_layer_params *
                                   const void *dout, const void *inp, void *const *w,
                                   const void *gelu_pre, const int32_t *counts, int IC, int OC,
                                   bool accumulate);
+
+/* --fp8-param-gather, after an update: n elements (at most INT_MAX) of a weight of fp8 tensor t
+ * (an `expert` weight or not), in (compute dtype), cast into out (bytes) with the tensor's scale
+ * (delayed: recording its amax of the step; tensorwise: the scale mg_fp8_param_scales set). */
+mg_status mg_fp8_param_cast(const mg_block_ctx *x, int t, bool expert, uint8_t *out, const void *in,
+                            size_t n);
+/* Tensorwise scaling: the (fp8_tensors) amaxes of the dense or the expert weights (backend
+ * memory; NULL without tensorwise --fp8-param-gather), into which mg_fp8_param_amax gathers
+ * the magnitudes of n elements of tensor t. The caller reduces them by a maximum over the ranks
+ * that hold parts of the same weights, then mg_fp8_param_scales sets the scales from them (and
+ * zeroes them for the next update). */
+float *mg_fp8_param_amaxes(const mg_block_ctx *x, bool expert);
+mg_status mg_fp8_param_amax(const mg_block_ctx *x, int t, bool expert, const void *in, size_t n);
+mg_status mg_fp8_param_scales(const mg_block_ctx *x);
 
 #endif

@@ -362,6 +362,14 @@ static mg_status bind_ones(mg_gpt *g, mg_backend *be) {
     return st;
 }
 
+void mg_gpt_mark_fp8_weights(mg_gpt *g, bool fp8_grouped) {
+    mg_fp8_mark_weights(&g->params, g->layers, g->n_layers, &g->cfg, fp8_grouped);
+}
+
+void mg_gpt_bind_fp8_params(mg_gpt *g, uint8_t *bytes) {
+    g->blk.fp8_param_buf = bytes;
+}
+
 mg_status mg_gpt_bind(mg_gpt *g, mg_backend *be, void *params, float *grads, mg_comm *tp_group) {
     const mg_model_config *c = &g->cfg;
     if (tp_group ? mg_comm_size(tp_group) != c->tp || mg_comm_rank(tp_group) != c->tp_rank

@@ -165,6 +165,12 @@ mg_status mg_gpt_plan(mg_gpt *g, mg_gpt_target target, int micro_batch, int n_sl
  * (model/rng.h) and fills the RoPE tables (and the ones that --apply-layernorm-1p adds to the
  * norm weights). */
 mg_status mg_gpt_bind(mg_gpt *g, mg_backend *be, void *params, float *grads, mg_comm *tp_group);
+/* --fp8-param-gather (model/fp8.h): tags the fp8 linears' weights (mg_fp8_mark_weights; the
+ * routed experts' where fp8_grouped, model/gpt.h's mg_gpt_target) before the trainer lays out its
+ * buffers; and binds the bytes of the tagged weights ((params.numel - params.fp8_from) bytes,
+ * backend memory), which the forward then reads instead of casting the weights. */
+void mg_gpt_mark_fp8_weights(mg_gpt *g, bool fp8_grouped);
+void mg_gpt_bind_fp8_params(mg_gpt *g, uint8_t *bytes);
 /* RoPE's tables, as Hugging Face and megatron-core compute them in fp32: for position s < S and
  * i < rd/2, angle = s * inv_freq[i], inv_freq[i] = 1 / base^(2i / rd) (rd: the rotated channels
  * per head, model/config.h), cos_tab[s, i] = cos(angle), sin_tab[s, i] = sin(angle). */

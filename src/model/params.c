@@ -27,6 +27,7 @@ mg_status mg_params_add(mg_param_table *t, const char *name, int ndim, int64_t d
     }
     mg_param_meta *m = &t->p[t->n];
     memset(m, 0, sizeof *m);
+    m->fp8_tensor = -1;
     snprintf(m->name, sizeof m->name, "%s", name);
     m->ndim = ndim;
     m->global_shape[0] = m->shape[0] = d0;
@@ -63,6 +64,7 @@ void mg_params_layout(mg_param_table *t) {
         off += (size_t)t->p[i].numel;
     }
     t->numel = (off + MG_PARAM_ALIGN - 1) / MG_PARAM_ALIGN * MG_PARAM_ALIGN;
+    t->fp8_from = t->numel;
 }
 
 static int by_offset(const void *a, const void *b) {
@@ -90,7 +92,7 @@ mg_status mg_params_relayout(mg_param_table *t, const size_t *offset, size_t num
     free(order);
     if (st != MG_OK) return st;
     for (int i = 0; i < t->n; i++) t->p[i].offset = offset[i];
-    t->numel = numel;
+    t->numel = t->fp8_from = numel;
     return MG_OK;
 }
 

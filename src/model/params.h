@@ -52,6 +52,9 @@ typedef struct {
     /* an expert's weight (Megatron's allreduce = False): this expert-parallel rank's own, its
      * gradient reduced over the expert-data-parallel group, not the data-parallel one */
     bool expert;
+    /* the weight of an fp8 linear whose bytes --fp8-param-gather keeps and gathers (model/fp8.h's
+     * mg_fp8_mark_weights): its fp8 tensor (the scale and amax it casts with); -1: none */
+    int fp8_tensor;
     mg_init_kind init;
     float init_std;
     uint32_t id;   /* RNG stream: mg_param_id(name) */
@@ -62,6 +65,8 @@ typedef struct {
     mg_param_meta *p;
     int n, cap;
     size_t numel;         /* buffer length in elements, including alignment padding */
+    size_t fp8_from;      /* --fp8-param-gather: elements [fp8_from, numel) hold the fp8-gathered
+                             weights (train/buffers.h puts them last); numel: none */
     int tp_rank, tp_size; /* 0, 1 unless mg_params_set_tp */
 } mg_param_table;
 

@@ -3,9 +3,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* One buffer over the parameters of pt whose `expert` flag is `expert` (none: *made false). */
-static mg_status build_one(const mg_param_table *pt, const mg_config *c, bool expert, int D,
-                           int pp_rank, size_t base, mg_train_buffer *b, bool *made) {
+/* Whether parameter m belongs to the buffer of `expert` and `fp8` weights. */
+static bool in_buffer(const mg_param_meta *m, const mg_config *c, bool expert, bool fp8) {
+    return m->expert == expert && (c->fp8_param_gather && m->fp8_tensor >= 0) == fp8;
+}
+
+/* One buffer over the parameters of pt in_buffer (none: *made false). */
+static mg_status build_one(const mg_param_table *pt, const mg_config *c, bool expert, bool fp8,
+                           int D, int pp_rank, size_t base, mg_train_buffer *b, bool *made) {
     mg_grad_buffer_config gc = {
         .data_parallel_size = D,
         .use_distributed_optimizer = c->use_distributed_optimizer,
@@ -21,7 +26,7 @@ static mg_status build_one(const mg_param_table *pt, const mg_config *c, bool ex
     };
     memset(b, 0, sizeof *b);
     int n = 0;
-    for (int i = 0; i < pt->n; i++) n += pt->p[i].expert == expert;
+    for (int i = 0; i < pt->n; i++) n += in_buffer(&pt->p[i], c, expert, fp8);
     *made = n > 0;
     if (!n) return MG_OK;
     int64_t *sizes = malloc((size_t)n * sizeof *sizes);
@@ -33,14 +38,16 @@ static mg_status build_one(const mg_param_table *pt, const mg_config *c, bool ex
         return MG_FAIL(MG_ERR_NOMEM, "out of memory");
     }
     for (int i = 0, k = 0; i < pt->n; i++) {
-        if (pt->p[i].expert != expert) continue;
+        if (!in_buffer(&pt->p[i], c, expert, fp8)) continue;
         shared[k] = pt->p[i].embedding_group;
         b->index[k] = i;
         sizes[k++] = pt->p[i].numel;
     }
     gc.shared_embedding = shared;
-    b->name = expert ? "expert" : "dense";
+    static const char *const names[2][2] = {{"dense", "dense fp8"}, {"expert", "expert fp8"}};
+    b->name = names[expert][fp8];
     b->expert = expert;
+    b->fp8 = fp8;
     b->base = base;
     mg_status st = mg_grad_buffer_layout_build(sizes, n, &gc, &b->layout);
     free(sizes);
@@ -53,10 +60,13 @@ mg_status mg_train_buffers_build(mg_param_table *pt, const mg_config *c, int dp_
     memset(out, 0, sizeof *out);
     size_t *offsets = malloc((size_t)(pt->n ? pt->n : 1) * sizeof *offsets);
     mg_status st = offsets ? MG_OK : MG_FAIL(MG_ERR_NOMEM, "out of memory");
-    for (int e = 0; st == MG_OK && e < 2; e++) {
-        bool made = false;
+    size_t fp8_from = 0;
+    for (int k = 0; st == MG_OK && k < MG_TRAIN_BUFFERS_MAX; k++) {
+        bool made = false, expert = k % 2 == 1, fp8 = k >= 2; /* the fp8 buffers last */
         mg_train_buffer *b = &out->b[out->n];
-        st = build_one(pt, c, e == 1, e ? edp_size : dp_size, pp_rank, out->numel, b, &made);
+        if (k == 2) fp8_from = out->numel;
+        st = build_one(pt, c, expert, fp8, expert ? edp_size : dp_size, pp_rank, out->numel, b,
+                       &made);
         if (st != MG_OK || !made) continue;
         for (int r = 0; r < b->layout.n_params; r++)
             offsets[b->index[b->layout.params[r].index]] =
@@ -65,6 +75,7 @@ mg_status mg_train_buffers_build(mg_param_table *pt, const mg_config *c, int dp_
         out->n++;
     }
     if (st == MG_OK) st = mg_params_relayout(pt, offsets, out->numel);
+    if (st == MG_OK) pt->fp8_from = fp8_from;
     free(offsets);
     if (st != MG_OK) mg_train_buffers_free(out);
     return st;

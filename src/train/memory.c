@@ -26,6 +26,8 @@ mg_status mg_memory_plan_reserve(mg_memory_plan *p, const mg_config *c, mg_gpt *
     size_t N = (size_t)c->micro_batch_size * (size_t)c->seq_length, slots = (size_t)n_slots;
     p->masters = target.compute != MG_F32;
     MG_CHECK(reserve(&p->params, numel * esz, &p->off_params));
+    /* --fp8-param-gather: the fp8 buffers' bytes (train/buffers.h: the last elements) */
+    MG_CHECK(reserve(&p->params, numel - g->params.fp8_from, &p->off_params8));
     if (p->masters) MG_CHECK(reserve(&p->master, o->numel * sizeof(float), &p->off_master));
     MG_CHECK(reserve(&p->grads, numel * sizeof(float), &p->off_grads));
     MG_CHECK(mg_optimizer_plan(o, &p->optim));
@@ -102,6 +104,7 @@ mg_status mg_memory_stage_estimate(const mg_config *c, int pp_rank, int dp_size,
     size_t pipe_bytes = 0;
     mg_status st = mg_gpt_build(&g, c, 0, pp_rank, 0);
     if (st != MG_OK) goto done;
+    mg_gpt_mark_fp8_weights(&g, mg_gpt_target_for(&g, device, compute, mbs).fp8_grouped);
     MG_CHECK_GOTO(mg_train_buffers_build(&g.params, c, dp_size, dp_size >= ep ? dp_size / ep : 1,
                                          pp_rank, &l),
                   st, done);

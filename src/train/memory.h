@@ -41,6 +41,8 @@ typedef struct {
     /* where each buffer lies in its arena */
     size_t off_params, off_master,
         off_grads;                        /* (numel) compute dtype, (o.numel) f32, (numel) f32 */
+    size_t off_params8;                   /* (numel - fp8_from) bytes: --fp8-param-gather's fp8
+                                             weights (model/params.h's fp8_from) */
     size_t off_pipe;                      /* the pipeline's message buffers (workspace) */
     size_t off_tokens, off_targets;       /* (n_slots, N) int32 each */
     size_t off_positions, off_doc_starts; /* (n_slots, N) int32 with their flags, else empty */

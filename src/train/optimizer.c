@@ -99,8 +99,11 @@ mg_status mg_optimizer_init(mg_optimizer *o, const mg_config *c, const mg_param_
         n_buckets += l->n_buckets;
         o->buf_sharded[b] = l->cfg.use_distributed_optimizer && l->cfg.data_parallel_size > 1;
         o->sharded |= o->buf_sharded[b];
-        /* the distributed optimizer's gradient norm sums the shards over the buffer's group */
-        o->norm_group[b] = o->buf_sharded[b] ? g->group[b] : NULL;
+        o->buf_expert[b] = bufs->b[b].expert;
+        o->experts |= o->buf_expert[b];
+        /* the distributed optimizer's gradient norm sums the shards over the buffer's group (an
+         * fp8 buffer's is its kind's) */
+        o->norm_group[o->buf_expert[b]] = o->buf_sharded[b] ? g->group[b] : NULL;
     }
     if (n_params != t->n)
         return MG_FAIL(MG_ERR_INTERNAL, "optimizer: buffers of %d parameters for a table of %d",
@@ -191,9 +194,9 @@ static mg_status all_reduce_sums(mg_backend *be, mg_comm *const *groups, float *
 
 mg_status mg_optimizer_norm(mg_optimizer *o, mg_backend *be, const float *grads,
                             const float *unscale) {
-    /* per buffer: [0] dense, [3] expert (optimizer.h) */
+    /* per kind of buffer: [0] dense, [3] expert (optimizer.h) */
     float *sumsq = &o->scalars[0], *norm = &o->scalars[1], *coef = &o->scalars[2];
-    float *sums[MG_TRAIN_BUFFERS_MAX] = {&o->scalars[0], &o->scalars[3]};
+    float *sums[2] = {&o->scalars[0], &o->scalars[3]};
     MG_CHECK(be->memset_zero(be, o->scalars, 4 * sizeof(float)));
     /* the unscaled gradients' squares (train/grad_scaler.h): sumsq_f32 scales by unscale^2 in
      * double (2^-252 at a scale of 2^126), no false overflow */
@@ -202,20 +205,20 @@ mg_status mg_optimizer_norm(mg_optimizer *o, mg_backend *be, const float *grads,
      * pipeline copy is left out */
     if (o->norm_filtered)
         for (int s = 0; s < o->n_norm_spans; s++)
-            MG_CHECK(be->sumsq_f32(be, sums[o->norm_spans[s].buf], grads + o->norm_spans[s].world,
-                                   o->norm_spans[s].n, unscale));
+            MG_CHECK(be->sumsq_f32(be, sums[o->buf_expert[o->norm_spans[s].buf]],
+                                   grads + o->norm_spans[s].world, o->norm_spans[s].n, unscale));
     else
         for (int s = 0; s < o->n_shards; s++)
-            MG_CHECK(be->sumsq_f32(be, sums[o->shards[s].buf], grads + o->shards[s].world,
-                                   o->shards[s].n, unscale));
+            MG_CHECK(be->sumsq_f32(be, sums[o->buf_expert[o->shards[s].buf]],
+                                   grads + o->shards[s].world, o->shards[s].n, unscale));
     /* the experts' sum over their shards (expert-data-parallel) and the experts of the other
      * expert-parallel ranks; the dense sum over its shards; then both over the model-parallel
      * ranks, which hold other parameters */
-    mg_comm *groups[5] = {o->norm_group[0], o->n_bufs > 1 ? o->norm_group[1] : NULL,
-                          o->n_bufs > 1 ? o->ep : NULL, o->tp, o->pp};
+    mg_comm *groups[5] = {o->norm_group[0], o->experts ? o->norm_group[1] : NULL,
+                          o->experts ? o->ep : NULL, o->tp, o->pp};
     float *which[5] = {sums[0], sums[1], sums[1], sumsq, sumsq};
     MG_CHECK(all_reduce_sums(be, groups, which, 3));
-    if (o->n_bufs > 1) MG_CHECK(be->sum_f32(be, sumsq, sums[1], NULL, 1, 1.0f));
+    if (o->experts) MG_CHECK(be->sum_f32(be, sumsq, sums[1], NULL, 1, 1.0f));
     MG_CHECK(all_reduce_sums(be, groups + 3, which + 3, 2));
     return be->clip_coef(be, coef, norm, sumsq, (float)o->clip_grad, unscale);
 }

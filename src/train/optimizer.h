@@ -76,7 +76,9 @@ typedef struct {
     size_t numel; /* local elements: moments and masters */
     bool sharded; /* the distributed optimizer over more than one rank, in some buffer */
     int n_bufs;
-    bool buf_sharded[MG_TRAIN_BUFFERS_MAX];                                  /* per buffer */
+    bool buf_sharded[MG_TRAIN_BUFFERS_MAX]; /* per buffer */
+    bool buf_expert[MG_TRAIN_BUFFERS_MAX];  /* an expert buffer (its own norm sum, below) */
+    bool experts;                           /* some buffer is */
     size_t buf_local[MG_TRAIN_BUFFERS_MAX], buf_numel[MG_TRAIN_BUFFERS_MAX]; /* local range */
     int n_shards, n_spans, n_pieces;
     mg_optim_shard *shards; /* (n_shards) bucket order */
@@ -84,9 +86,9 @@ typedef struct {
     bool norm_filtered;     /* the norm counts norm_spans, not the whole shards */
     int n_norm_spans;       /* the runs the gradient norm counts (see above) */
     mg_optim_span *norm_spans;
-    mg_comm *tp, *pp, *ep;                     /* not owned; NULL: one rank */
-    mg_optim_piece *pieces;                    /* (n_pieces) buffer order */
-    mg_comm *norm_group[MG_TRAIN_BUFFERS_MAX]; /* see above; not owned */
+    mg_comm *tp, *pp, *ep;  /* not owned; NULL: one rank */
+    mg_optim_piece *pieces; /* (n_pieces) buffer order */
+    mg_comm *norm_group[2]; /* the dense and the experts' sum's (see above); not owned */
     size_t off_m, off_v, off_scalars;
     float *m, *v;   /* (numel) fp32 moments, local coordinates */
     float *scalars; /* backend fp32 [sumsq, norm, coef, the experts' sumsq] */

@@ -129,15 +129,17 @@ static void print_banner(const mg_trainer *t) {
         const mg_grad_buffer_layout *l = &bf->layout;
         int D = l->cfg.data_parallel_size;
         const char *reduce = D == 1 ? ""
-                             : t->opt.buf_sharded[b]
-                                 ? "; per bucket a reduce-scatter of the gradients and an "
-                                   "all-gather of the parameters"
-                                 : "; per bucket an all-reduce of the gradients";
-        char what[64];
-        if (bf->expert)
-            snprintf(what, sizeof what, "expert-data-parallel size %d (experts)", D);
-        else
-            snprintf(what, sizeof what, "data-parallel size %d", D);
+                             : !t->opt.buf_sharded[b]
+                                 ? "; per bucket an all-reduce of the gradients"
+                             : bf->fp8 ? "; per bucket a reduce-scatter of the gradients and an "
+                                         "all-gather of the parameters' fp8 bytes"
+                                       : "; per bucket a reduce-scatter of the gradients and an "
+                                         "all-gather of the parameters";
+        char what[96];
+        snprintf(what, sizeof what, "%s size %d%s",
+                 bf->expert ? "expert-data-parallel" : "data-parallel", D,
+                 bf->expert ? (bf->fp8 ? " (the experts' fp8 weights)" : " (experts)")
+                            : (bf->fp8 ? " (the fp8 weights)" : ""));
         mg_log_info("> %s%s: gradient buffer of %" PRId64 " elements (%" PRId64
                     " used) in %d bucket%s%s%s",
                     what, c->use_distributed_optimizer ? ", distributed optimizer" : "", l->numel,

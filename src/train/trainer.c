@@ -191,11 +191,14 @@ static mg_status init_ddp(mg_trainer *t) {
     const size_t esz = mg_dtype_size(t->be->compute_dtype);
     for (int b = 0; b < t->bufs.n; b++) {
         const mg_train_buffer *bf = &t->bufs.b[b];
+        /* an fp8 buffer gathers the bytes of its weights (train/buffers.h) */
+        void *params = bf->fp8 ? (void *)(t->mem.params8 + (bf->base - t->model.params.fp8_from))
+                               : (char *)t->mem.params + bf->base * esz;
         if (mg_trainer_buf_group(t, b))
             MG_CHECK(mg_ddp_init(&t->ddp[b], &bf->layout, bf->index, t->model.params.n,
-                                 mg_trainer_buf_group(t, b), t->be, t->mem.grads + bf->base,
-                                 (char *)t->mem.params + bf->base * esz, t->be->compute_dtype,
-                                 c->overlap_grad_reduce, c->overlap_param_gather));
+                                 mg_trainer_buf_group(t, b), t->be, t->mem.grads + bf->base, params,
+                                 bf->fp8 ? MG_U8 : t->be->compute_dtype, c->overlap_grad_reduce,
+                                 c->overlap_param_gather));
     }
     if (t->layout.dp || t->model.cfg.sp || t->layout.embd)
         t->model.hooks = (mg_gpt_hooks){hook_params_needed, hook_grads_ready, t};
@@ -212,6 +215,9 @@ mg_status mg_trainer_init(mg_trainer *t, const mg_config *cfg, const mg_train_gr
     MG_CHECK(resolve_vocab(&t->cfg));
     MG_CHECK(create_backend(t));
     MG_CHECK(mg_gpt_build(&t->model, c, l->tp_rank, l->pp_rank, l->ep_rank));
+    /* --fp8-param-gather: the fp8 weights, which get buffers of their own */
+    mg_gpt_mark_fp8_weights(&t->model,
+                            mg_gpt_target_of(&t->model, t->be, c->micro_batch_size).fp8_grouped);
     MG_CHECK(
         mg_train_buffers_build(&t->model.params, c, l->dp_size, l->edp_size, l->pp_rank, &t->bufs));
     MG_CHECK(mg_lr_schedule_init(&t->lr, c));
@@ -412,6 +418,7 @@ static mg_status step_body(mg_trainer *t, void *ctx) {
     MG_CHECK(mg_trainer_step_control(t, gbs));
     MG_CHECK(mg_optimizer_update(&t->opt, be, t->mem.params, t->mem.master, t->mem.grads,
                                  t->mem.ctl->rate));
+    MG_CHECK(mg_trainer_fp8_params(t)); /* --fp8-param-gather: the updated weights' fp8 bytes */
     /* each rank updated its shards: gather the buckets' parameters (now, or during the next
      * forward with --overlap-param-gather) */
     for (int b = 0; b < t->bufs.n; b++)

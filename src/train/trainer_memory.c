@@ -79,6 +79,9 @@ static void bind(mg_trainer *t) {
     mg_train_memory *m = &t->mem;
     mg_memory_plan *p = &m->plan;
     m->params = mg_arena_ptr(&p->params, p->off_params);
+    m->params8 = t->model.params.fp8_from < t->model.params.numel
+                     ? mg_arena_ptr(&p->params, p->off_params8)
+                     : NULL;
     m->master = p->masters ? mg_arena_ptr(&p->master, p->off_master) : NULL;
     m->grads = mg_arena_ptr(&p->grads, p->off_grads);
     mg_optimizer_bind(&t->opt, &p->optim);
@@ -119,6 +122,7 @@ mg_status mg_trainer_memory_init(mg_trainer *t) {
     log_plan(t);
     bind(t);
     MG_CHECK(mg_gpt_bind(&t->model, be, m->params, m->grads, l->tp));
+    mg_gpt_bind_fp8_params(&t->model, m->params8);
     size_t N = (size_t)c->micro_batch_size * (size_t)c->seq_length;
     m->host_tokens = malloc(N * sizeof(int32_t));
     m->host_targets = malloc(N * sizeof(int32_t));

@@ -120,6 +120,7 @@ typedef struct {
     size_t measured_state_bytes;     /* device memory the weight, gradient, master and optimizer
                                         arenas took (backends with memory_info), else 0 */
     void *params;                    /* (numel) compute dtype */
+    uint8_t *params8; /* (numel - fp8_from) the fp8 weights' bytes (--fp8-param-gather), or NULL */
     float *master;    /* (opt.numel) fp32 master weights of this rank's shard (local coordinates,
                          train/optimizer.h); NULL when params are fp32 (CPU) */
     float *grads;     /* (numel) fp32 */

@@ -18,8 +18,8 @@ static mg_status reduce_pair(mg_trainer *t, void *v, mg_dtype dt) {
         void *at;
         size_t n;
     } r[] = {{o->norm_group[0], v, 1},
-             {o->n_bufs > 1 ? o->norm_group[1] : NULL, expert, 1},
-             {o->n_bufs > 1 ? o->ep : NULL, expert, 1},
+             {o->experts ? o->norm_group[1] : NULL, expert, 1},
+             {o->experts ? o->ep : NULL, expert, 1},
              {o->tp, v, 2},
              {o->pp, v, 2}};
     void *stream = NULL;
@@ -33,7 +33,7 @@ static mg_status reduce_pair(mg_trainer *t, void *v, mg_dtype dt) {
 
 /* Which of the pair a piece's parameter adds to: the experts' buffer or the dense one. */
 static int pair_index(const mg_trainer *t, const mg_param_meta *m) {
-    return t->bufs.n > 1 && m->expert;
+    return t->opt.experts && m->expert;
 }
 
 mg_status mg_trainer_params_norm(mg_trainer *t, double *norm) {

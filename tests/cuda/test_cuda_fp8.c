@@ -1,9 +1,11 @@
-/* The fp8 ops (backend_ops.h: fp8_cast, fp8_linear_forward, fp8_linear_backward, fp8_update)
+/* The fp8 ops (backend_ops.h: fp8_cast, fp8_transpose, fp8_linear_forward, fp8_linear_backward,
+ * fp8_update)
  * against the CPU backend's:
  *   - fp8_cast of the same compute-dtype inputs gives the CPU's bytes, row-major and transposed,
  *     bit for bit, the same amax and the same scale inverse, also with only the amax asked (spread
  *     magnitudes over the whole e4m3 and e5m2 ranges, saturating ones included, a NaN and the
  *     infinities; shapes that are not multiples of the transposing tile or of its vectors);
+ *   - fp8_transpose of the same bytes gives the CPU's copy and transpose bit for bit;
  *   - fp8_linear_forward and fp8_linear_backward on the same bytes and scales (cuBLASLt's fp8
  *     GEMMs against the CPU's fp32 GEMM on the decoded values) within the GEMM tolerance: the
  *     plain forward with bias and residual, the GELU-fused one, the backward with the bias
@@ -100,6 +102,50 @@ MG_TEST(cuda_fp8_cast_matches_cpu) {
                 gpu->fp8_cast(gpu, NULL, NULL, d_in, rows, cols, d_scale, NULL, d_amax, f));
             float *amax_only = ct_down_f32(&P, d_amax, 1);
             if (amax_only) same_amax(t, amax_only, amax_c, rows, cols, ", amax only");
+        }
+        ct_pool_free(&P);
+    }
+}
+
+/* fp8_transpose (--fp8-param-gather's weights): the copy and the transpose of the same bytes
+ * are the CPU's, bit for bit, with both forms, the transpose alone and the copy alone, on shapes
+ * of partial and whole tiles; the scale's inverse alone is the CPU's. */
+MG_TEST(cuda_fp8_transpose_matches_cpu) {
+    CT_BACKENDS(cpu, gpu);
+    static const int shapes[][2] = {{97, 131}, {64, 256}, {1, 4099}, {256, 192}};
+    for (int sh = 0; sh < 4; sh++) {
+        ct_pool P = ct_pool_of(t, gpu);
+        const int rows = shapes[sh][0], cols = shapes[sh][1];
+        const size_t n = (size_t)rows * cols;
+        uint8_t *in = ct_host(&P, n), *want = ct_host(&P, n), *want_t = ct_host(&P, n);
+        for (size_t i = 0; in && i < n; i++) in[i] = (uint8_t)(i * 2654435761u >> 13);
+        uint8_t *d_in = ct_poison(&P, n), *d_out = ct_poison(&P, n), *d_out_t = ct_poison(&P, n);
+        if (P.failed) break;
+        MG_EXPECT_OK(gpu->copy_h2d(gpu, d_in, in, n));
+        const float scale = 3.0f, zero = 0.0f;
+        float sinv_c = 0.0f, *d_scale = ct_up_f32(&P, &scale, 1), *d_sinv = ct_up_f32(&P, &zero, 1);
+        MG_EXPECT_OK(cpu->fp8_transpose(cpu, want, want_t, in, rows, cols, &scale, &sinv_c));
+        for (int forms = 0; forms <= 3; forms++) { /* 1: the copy, 2: the transpose, 3: both */
+            MG_EXPECT_OK(gpu->fp8_transpose(gpu, forms & 1 ? d_out : NULL,
+                                            forms & 2 ? d_out_t : NULL, d_in, rows, cols, d_scale,
+                                            forms == 0 ? d_sinv : NULL));
+            uint8_t *got = ct_down_raw(&P, d_out, n), *got_t = ct_down_raw(&P, d_out_t, n);
+            float *sinv_g = ct_down_f32(&P, d_sinv, 1);
+            if (!got || !got_t || !sinv_g) break;
+            if (forms == 0) { /* the scale's inverse alone: nothing else written */
+                CT_EXPECT_SAME_BITS(sinv_g, &sinv_c, 4, "fp8_transpose %dx%d scale_inv", rows,
+                                    cols);
+                size_t touched = 0;
+                for (size_t i = 0; i < n; i++) touched += got[i] != 0xFF || got_t[i] != 0xFF;
+                MG_EXPECT(touched == 0, "fp8_transpose %dx%d without outputs wrote %zu bytes", rows,
+                          cols, touched);
+            }
+            if (forms & 1)
+                CT_EXPECT_SAME_BITS(got, want, n, "fp8_transpose %dx%d copy", rows, cols);
+            if (forms & 2)
+                CT_EXPECT_SAME_BITS(got_t, want_t, n, "fp8_transpose %dx%d transposed", rows, cols);
+            MG_EXPECT_OK(gpu->memset_zero(gpu, d_out, n));
+            MG_EXPECT_OK(gpu->memset_zero(gpu, d_out_t, n));
         }
         ct_pool_free(&P);
     }

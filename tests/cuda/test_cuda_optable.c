@@ -102,6 +102,7 @@ static const coverage_row coverage[] = {
     {"rng_advance", "test_cuda_dropout.c", "cuda_rng_advance_matches_cpu"},
     {"normal_f32", "test_cuda_dropout.c", "cuda_normal_f32_matches_cpu"},
     {"fp8_cast", "test_cuda_fp8.c", "cuda_fp8_cast_matches_cpu"},
+    {"fp8_transpose", "test_cuda_fp8.c", "cuda_fp8_transpose_matches_cpu"},
     {"fp8_linear_forward", "test_cuda_fp8.c", "cuda_fp8_linear_matches_cpu"},
     {"fp8_linear_backward", "test_cuda_fp8.c", "cuda_fp8_linear_matches_cpu"},
     {"fp8_update", "test_cuda_fp8.c", "cuda_fp8_update_matches_cpu"},

@@ -6,12 +6,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const mg_dtype DTYPES[] = {MG_F32, MG_BF16, MG_F16, MG_I32, MG_I64};
+static const mg_dtype DTYPES[] = {MG_F32, MG_BF16, MG_F16, MG_I32, MG_I64, MG_U8};
 enum { N_DTYPES = sizeof DTYPES / sizeof DTYPES[0] };
 static const mg_reduce_op OPS[] = {MG_REDUCE_SUM, MG_REDUCE_AVG, MG_REDUCE_MAX};
 
 static bool is_int(mg_dtype dt) {
-    return dt == MG_I32 || dt == MG_I64;
+    return dt == MG_I32 || dt == MG_I64 || dt == MG_U8;
 }
 
 /* op over ranks 0..size-1 of dist_value(dt, r, i, seed), as the library computes it: sums of
@@ -143,6 +143,7 @@ static size_t a2a_count(int s, int d, int variant) {
 }
 static double a2a_value(mg_dtype dt, int s, int d, size_t j) {
     double v = (double)((long)(((size_t)s * 31 + (size_t)d * 7 + j) % 200) - 100);
+    if (dt == MG_U8) return v + 100; /* bytes: 0 .. 199 */
     return dt == MG_I64 ? v + (double)s * 1099511627776.0 : v;
 }
 static const double SENTINEL = 120.5; /* outside the values' range, exact in every type */

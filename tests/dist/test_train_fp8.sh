@@ -159,6 +159,58 @@ for layout in "2:2e-3:--use-distributed-optimizer --fp8-param-gather" \
         pass "$name: 6 iterations' ${KEYS//|/ and } within $tol of one rank's"
     fi
 done
+# --fp8-param-gather: the distributed optimizer gathers the fp8 linears' weights as fp8 bytes,
+# cast where they are updated (model/fp8.h); the forward reads those bytes instead of casting the
+# weights, which other ranks updated and nobody gathered in the compute dtype. The bytes are the
+# cast the forward would make: the same numbers as without the flag, exactly, for both recipes,
+# with the gathers inside forward, under TP 2 x DP 2, PP 2 x DP 2, and for an MoE model's experts
+# (EP 2, and EP 2 x DP 2 with the experts' fp8 buffer sharded too)
+KEYS='lm_loss|grad_norm'
+for v in "2:--use-distributed-optimizer" "2:--use-distributed-optimizer --fp8-recipe tensorwise" \
+    "2:--use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather" \
+    "4:--use-distributed-optimizer --tensor-model-parallel-size 2 --sequence-parallel" \
+    "4:--use-distributed-optimizer --pipeline-model-parallel-size 2" \
+    "2:--use-distributed-optimizer --expert-model-parallel-size 2 MOE" \
+    "4:--use-distributed-optimizer --expert-model-parallel-size 2 --fp8-recipe tensorwise MOE"; do
+    np=${v%%:*}
+    read -r -a extra <<<"${v#*:}"
+    if [ "${extra[${#extra[@]}-1]}" = MOE ]; then
+        unset 'extra[${#extra[@]}-1]'
+        extra+=("${MOE[@]}")
+    fi
+    for g in plain fp8; do
+        flag=()
+        [ $g = fp8 ] && flag=(--fp8-param-gather)
+        rm -f "$TMP/pg_$g.jsonl"
+        timeout 120 "${MPIRUN[@]}" -np "$np" "$BIN" train "${MODEL[@]}" "${extra[@]}" "${flag[@]}" \
+            --metrics-file "$TMP/pg_$g.jsonl" >"$TMP/pg_$g.log" 2>&1
+    done
+    name="train fp8 np=$np ${v#*:} --fp8-param-gather"
+    if ! grep -q "all-gather of the parameters' fp8 bytes" "$TMP/pg_fp8.log"; then
+        fail "$name (no buffer gathers fp8 bytes)" "$(grep 'gradient buffer' "$TMP/pg_fp8.log")"
+    else
+        same "$name against without" "without" "$TMP/pg_plain.jsonl" "with" "$TMP/pg_fp8.jsonl" \
+            "$TMP/pg_fp8.log"
+    fi
+done
+# ... and a run saved at iteration 3 and resumed goes on as the straight run
+rm -rf "$TMP/pg_ck" "$TMP/pg_resumed.jsonl"
+PG=(--use-distributed-optimizer --fp8-param-gather --fp8-recipe tensorwise)
+timeout 120 "${MPIRUN[@]}" -np 2 "$BIN" train "${MODEL[@]}" "${PG[@]}" --save "$TMP/pg_ck" \
+    --save-interval 3 --exit-interval 3 >"$TMP/pg_save.log" 2>&1
+timeout 120 "${MPIRUN[@]}" -np 2 "$BIN" train "${MODEL[@]}" "${PG[@]}" --load "$TMP/pg_ck" \
+    --metrics-file "$TMP/pg_resumed.jsonl" >"$TMP/pg_load.log" 2>&1
+rm -f "$TMP/pg_fp8.jsonl"
+timeout 120 "${MPIRUN[@]}" -np 2 "$BIN" train "${MODEL[@]}" "${PG[@]}" \
+    --metrics-file "$TMP/pg_fp8.jsonl" >"$TMP/pg_fp8.log" 2>&1
+want=$(vals "$TMP/pg_fp8.jsonl" | tail -n 6)
+got=$(vals "$TMP/pg_resumed.jsonl")
+if [ -n "$want" ] && [ "$want" = "$got" ]; then
+    pass "train fp8 np=2 --fp8-param-gather: resumed at iteration 3, iterations 4-6 as the straight run"
+else
+    fail "train fp8 np=2 --fp8-param-gather resume" "straight: $(echo $want)" "resumed: $(echo $got)" \
+        "$(tail -n 2 "$TMP/pg_load.log")"
+fi
 # a checkpoint whose layers hold another number of fp8 linears (ECHO keeps the routed experts in
 # the compute dtype: 4 per layer; without it they are fp8: 6) loads with one warning per rank,
 # the scales from 1, and trains on

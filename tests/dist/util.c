@@ -54,6 +54,9 @@ void host_set(void *buf, mg_dtype dt, size_t i, double v) {
     case MG_I64:
         ((int64_t *)buf)[i] = (int64_t)v;
         break;
+    case MG_U8:
+        ((uint8_t *)buf)[i] = (uint8_t)v;
+        break;
     }
 }
 
@@ -69,6 +72,8 @@ double host_get(const void *buf, mg_dtype dt, size_t i) {
         return ((const int32_t *)buf)[i];
     case MG_I64:
         return (double)((const int64_t *)buf)[i];
+    case MG_U8:
+        return ((const uint8_t *)buf)[i];
     }
     return NAN;
 }
@@ -76,6 +81,7 @@ double host_get(const void *buf, mg_dtype dt, size_t i) {
 double dist_value(mg_dtype dt, int rank, size_t i, int seed) {
     double v = (double)((long)((i * 7 + (size_t)rank * 3 + (size_t)seed * 5) % 13) - 6);
     if (dt == MG_I64) v += (double)((i + (size_t)rank) % 3) * 1099511627776.0; /* 2^40 */
+    if (dt == MG_U8) v += 6; /* bytes: 0 .. 12, so the sums of up to 21 ranks fit */
     return v;
 }
 

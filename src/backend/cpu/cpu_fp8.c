@@ -44,6 +44,16 @@ mg_status mg_cpu_fp8_cast(mg_backend *be, uint8_t *out, uint8_t *out_t, const vo
     return MG_OK;
 }
 
+mg_status mg_cpu_fp8_transpose(mg_backend *be, uint8_t *out, uint8_t *out_t, const uint8_t *in,
+                               int rows, int cols, const float *scale, float *scale_inv) {
+    (void)be;
+    if (scale_inv) *scale_inv = 1.0f / scale[0];
+    if (out && out != in) memcpy(out, in, (size_t)rows * (size_t)cols);
+    for (int i = 0; out_t && i < rows; i++)
+        for (int j = 0; j < cols; j++) out_t[(size_t)j * rows + i] = in[(size_t)i * cols + j];
+    return MG_OK;
+}
+
 /* The rows of the groups in all; MG_ERR_INTERNAL past R. */
 static mg_status group_rows(const int32_t *counts, int G, int R, const char *op, int *rows) {
     int64_t n = 0;

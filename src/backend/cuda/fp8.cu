@@ -195,6 +195,55 @@ MG_CUDA_DTYPES(mg_status, fp8_cast,
     return MG_OK;
 }
 
+/* ---- bytes already cast (fp8_transpose: --fp8-param-gather's weights) ---- */
+
+/* A (CAST_TILE, CAST_TILE) tile of in's bytes through shared memory, as the transposing cast's:
+ * copied row-major into out (NULL: not) and its columns written as rows of out_t. */
+static __global__ void fp8_transpose_kernel(uint8_t *out, uint8_t *out_t, const uint8_t *in,
+                                            int rows, int cols, const float *scale,
+                                            float *scale_inv) {
+    __shared__ uint8_t tile[CAST_TILE][CAST_TILE + 1];
+    const int r0 = blockIdx.y * CAST_TILE, c0 = blockIdx.x * CAST_TILE;
+    if (scale_inv && blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0)
+        scale_inv[0] = __fdiv_rn(1.0f, scale[0]);
+    for (int item = threadIdx.x; item < CAST_TILE * CAST_TILE; item += CAST_THREADS) {
+        int r = item / CAST_TILE, c = item % CAST_TILE, i = r0 + r, j = c0 + c;
+        if (i >= rows || j >= cols) continue;
+        size_t at = (size_t)i * cols + j;
+        uint8_t q = in[at];
+        if (out) out[at] = q;
+        tile[r][c] = q;
+    }
+    __syncthreads();
+    for (int item = threadIdx.x; item < CAST_TILE * CAST_TILE; item += CAST_THREADS) {
+        int c = item / CAST_TILE, r = item % CAST_TILE, i = r0 + r, j = c0 + c;
+        if (i < rows && j < cols) out_t[(size_t)j * rows + i] = tile[r][c];
+    }
+}
+
+MG_CUDA_DTYPES(mg_status, fp8_transpose,
+               (mg_backend * be, uint8_t *out, uint8_t *out_t, const uint8_t *in, int rows,
+                int cols, const float *scale, float *scale_inv),
+               (be, out, out_t, in, rows, cols, scale, scale_inv)) {
+    if (rows < 0 || cols < 0)
+        return MG_FAIL(MG_ERR_INTERNAL, "fp8_transpose: negative shape %d x %d", rows, cols);
+    cudaStream_t stream = mg_cuda_stream(be);
+    /* one launch: the tiles (none when out_t is NULL: a copy alone is a memcpy), and thread 0 of
+     * block 0 writes scale_inv */
+    const bool tiles = out_t && rows > 0 && cols > 0;
+    if (out && out != in && !tiles && (size_t)rows * cols > 0)
+        MG_CUDA_CHECK(
+            cudaMemcpyAsync(out, in, (size_t)rows * cols, cudaMemcpyDeviceToDevice, stream));
+    if (!tiles && !scale_inv) return MG_OK;
+    dim3 grid(tiles ? (unsigned)((cols + CAST_TILE - 1) / CAST_TILE) : 1u,
+              tiles ? (unsigned)((rows + CAST_TILE - 1) / CAST_TILE) : 1u);
+    fp8_transpose_kernel<<<grid, CAST_THREADS, 0, stream>>>(
+        out == in || !tiles ? NULL : out, tiles ? out_t : NULL, in, tiles ? rows : 0,
+        tiles ? cols : 0, scale, scale_inv);
+    MG_CUDA_CHECK_LAUNCH();
+    return MG_OK;
+}
+
 /* ---- the experts' rows (fp8_cast_grouped; core/fp8.h's grouped transpose) ---- */
 
 #define GROUP_SCAN_THREADS 1024
