@@ -24,7 +24,8 @@
 #           in bf16 and in fp8 (hybrid, delayed, history 1024, max): tokens/s and the ratio; and
 #           the Mixtral-style MoE of bench/fp8_bench.sh under EP 2 (global batch 16) the same way
 #   ce      NCCL's copy-engine collectives (MG_NCCL_COPY_ENGINE=1) against the kernels, in one
-#           call: 350M TP 2 + SP (micro-batch MBS, default 32), 350M DP 2 with the distributed
+#           call: 350M TP 2 + SP (micro-batch MBS, default 32), also with --tp-comm-overlap (its
+#           all-gathers beside the GEMMs no longer take their multiprocessors), 350M DP 2 with the distributed
 #           optimizer and both overlaps (micro-batch 16), the 124M-shape MoE under EP 2 (the ep
 #           part's run): tokens/s of each, the ratio, and whether the lm losses are equal at every
 #           logged iteration (they must be: the copy engines move the same bytes)
@@ -169,6 +170,7 @@ ce)
         --log-interval 5 --eval-iters 0 --attention-dropout 0 --hidden-dropout 0 --device cuda
         --train-iters 30)
     for r in "tp_sp:${M[*]} --micro-batch-size ${MBS:-32} --global-batch-size ${MBS:-32} --tensor-model-parallel-size 2 --sequence-parallel" \
+        "tp_sp_overlap:${M[*]} --micro-batch-size ${MBS:-32} --global-batch-size ${MBS:-32} --tensor-model-parallel-size 2 --sequence-parallel --tp-comm-overlap" \
         "dp:${M[*]} --micro-batch-size 16 --global-batch-size 32 --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather" \
         "ep:${GPT[*]} ${MOE[*]} --expert-model-parallel-size 2 --use-distributed-optimizer --micro-batch-size 8 --global-batch-size 16 --train-iters 40"; do
         name=ce_${r%%:*}
