@@ -338,12 +338,20 @@ mg_status mg_comm_sym_alloc(mg_comm *const *groups, int n_groups, size_t bytes, 
     return MG_OK;
 }
 
-void mg_comm_sym_free(mg_comm *const *groups, int n_groups, void *ptr) {
+static void sym_release(mg_comm *const *groups, int n_groups, void *ptr, bool deregister) {
     if (!ptr || n_groups < 1 || !groups[0]) return;
     mg_comm_world *w = groups[0]->w;
-    for (int i = 0; i < n_groups; i++)
+    for (int i = 0; deregister && i < n_groups; i++)
         if (groups[i] && w->ops->window_deregister) w->ops->window_deregister(groups[i], ptr);
     if (w->ops->mem_free) w->ops->mem_free(w, ptr);
+}
+
+void mg_comm_sym_free(mg_comm *const *groups, int n_groups, void *ptr) {
+    sym_release(groups, n_groups, ptr, true);
+}
+
+void mg_comm_sym_abandon(mg_comm *const *groups, int n_groups, void *ptr) {
+    sym_release(groups, n_groups, ptr, false);
 }
 
 mg_status mg_comm_barrier(mg_comm *c, void *stream) {

@@ -150,6 +150,9 @@ mg_status mg_comm_barrier(mg_comm *c, void *stream);
 bool mg_comm_copy_engine(const mg_comm *c);
 mg_status mg_comm_sym_alloc(mg_comm *const *groups, int n_groups, size_t bytes, void **out);
 void mg_comm_sym_free(mg_comm *const *groups, int n_groups, void *ptr);
+/* The same without the collective deregistration, for a rank that stops on an error (its peers
+ * may never come to deregister; the communicators are aborted next). */
+void mg_comm_sym_abandon(mg_comm *const *groups, int n_groups, void *ptr);
 
 /* Waits until every operation enqueued on `stream` through c has finished, bounded by the
  * timeout and interrupted by a peer's failure notice. MPI: returns at once. */

@@ -16,7 +16,7 @@ static mg_status sym_alloc(void *ctx, size_t bytes, void **out) {
 
 static void sym_free(void *ctx, void *ptr) {
     mg_train_memory *m = ctx;
-    mg_comm_sym_free(m->sym_groups, m->n_sym_groups, ptr);
+    (m->sym_abandon ? mg_comm_sym_abandon : mg_comm_sym_free)(m->sym_groups, m->n_sym_groups, ptr);
 }
 
 /* The groups whose all-gathers or equal all-to-alls can run on the copy engines (comm.h): the

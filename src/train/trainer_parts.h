@@ -118,7 +118,8 @@ typedef struct {
     mg_allocator sym_alloc;
     mg_comm *sym_groups[4];
     int n_sym_groups;
-    size_t planned_bytes;        /* all arenas together */
+    bool sym_abandon;     /* the run failed: free without the collective deregistration (run.c) */
+    size_t planned_bytes; /* all arenas together */
     size_t used_before_arenas;   /* device memory in use before the arenas (the CUDA context,
                                     the backend's workspace, libraries): the predicted peak is
                                     this plus planned_bytes; 0 on the cpu backend */
