@@ -23,6 +23,12 @@
 #           sequence 2048; micro-batch 2, global batch 16) under TP 2 + SP and under PP 2, each
 #           in bf16 and in fp8 (hybrid, delayed, history 1024, max): tokens/s and the ratio; and
 #           the Mixtral-style MoE of bench/fp8_bench.sh under EP 2 (global batch 16) the same way
+#   ce      NCCL's copy-engine collectives (MG_NCCL_COPY_ENGINE=1) against the kernels, in one
+#           call: 350M TP 2 + SP (micro-batch MBS, default 32), also with --tp-comm-overlap (its
+#           all-gathers beside the GEMMs no longer take their multiprocessors), 350M DP 2 with the distributed
+#           optimizer and both overlaps (micro-batch 16), the 124M-shape MoE under EP 2 (the ep
+#           part's run): tokens/s of each, the ratio, and whether the lm losses are equal at every
+#           logged iteration (they must be: the copy engines move the same bytes)
 #   tp|dp|pp  bench/tp_bench.sh, dp_bench.sh, pp_bench.sh (against PyTorch / the bubble bound)
 # BUILD/megatron and BUILD/dist_tests must be built with CUDA, NCCL and MPI. NCCL_NVLS_ENABLE=0
 # always. NCCL_MAX_CTAS and NCCL_MIN_CTAS, when set, reach every rank (e.g. tpov with fewer
@@ -58,6 +64,7 @@ run() {
     local v
     for v in NCCL_MAX_CTAS NCCL_MIN_CTAS; do [ -n "${!v:-}" ] && prof+=(-x "$v"); done
     timeout 300 mpirun --bind-to none -np "$np" -x NCCL_NVLS_ENABLE -x MG_TEST_EXPERT_BIAS \
+        -x MG_NCCL_COPY_ENGINE \
         "${prof[@]}" "$BIN" train "$@" >"$OUTDIR/$name.log" 2>&1
 }
 field() { grep -oE "$2: [0-9.E+-]+" "$OUTDIR/$1.log" | tail -1 | awk '{print $NF}'; }
@@ -156,8 +163,31 @@ fp8)
     a=$(field fp8_ep_bf16 'tokens per second') b=$(field fp8_ep_fp8 'tokens per second')
     say "moe ep 2: bf16 rc $rc1 $a tok/s, fp8 rc $rc2 $b tok/s," \
         "$(ratio "$a" "$b")" ;;
+ce)
+    M=(--num-layers 24 --hidden-size 1024 --num-attention-heads 16 --seq-length 1024
+        --max-position-embeddings 1024 --vocab-size 50304 --mock-data --bf16 --lr 6e-4
+        --lr-warmup-iters 0 --lr-decay-style constant --weight-decay 0.1 --adam-beta2 0.95
+        --log-interval 5 --eval-iters 0 --attention-dropout 0 --hidden-dropout 0 --device cuda
+        --train-iters 30)
+    for r in "tp_sp:${M[*]} --micro-batch-size ${MBS:-32} --global-batch-size ${MBS:-32} --tensor-model-parallel-size 2 --sequence-parallel" \
+        "tp_sp_overlap:${M[*]} --micro-batch-size ${MBS:-32} --global-batch-size ${MBS:-32} --tensor-model-parallel-size 2 --sequence-parallel --tp-comm-overlap" \
+        "dp:${M[*]} --micro-batch-size 16 --global-batch-size 32 --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather" \
+        "ep:${GPT[*]} ${MOE[*]} --expert-model-parallel-size 2 --use-distributed-optimizer --micro-batch-size 8 --global-batch-size 16 --train-iters 40"; do
+        name=ce_${r%%:*}
+        read -r -a flags <<<"${r#*:}"
+        export MG_NCCL_COPY_ENGINE=0
+        run "${name}_kernels" 2 "${flags[@]}"; rc1=$?
+        export MG_NCCL_COPY_ENGINE=1
+        run "${name}_ce" 2 "${flags[@]}"; rc2=$?
+        export MG_NCCL_COPY_ENGINE=0
+        a=$(field "${name}_kernels" 'tokens per second') b=$(field "${name}_ce" 'tokens per second')
+        same=no
+        [ -n "$(losses "${name}_kernels")" ] && [ "$(losses "${name}_kernels")" = "$(losses "${name}_ce")" ] && same=yes
+        say "$name: kernels rc $rc1 $a tok/s, copy engines rc $rc2 $b tok/s, $(ratio "$a" "$b");" \
+            "lm losses equal: $same; $(grep -c 'copy-engine collectives' "$OUTDIR/${name}_ce.log") start-up line(s)"
+    done ;;
 tp | dp | pp) OUTDIR=$OUTDIR "$HERE/${PART}_bench.sh" "$BUILD" 2>&1 | tee "$OUTDIR/$PART.log" | tail -n 12 | tee -a "$SUM" ;;
 *)
-    echo "usage: bench/multigpu_runs.sh BUILD nccl|graphs|ep|tpov|fp8|tp|dp|pp" >&2
+    echo "usage: bench/multigpu_runs.sh BUILD nccl|graphs|ep|tpov|fp8|ce|tp|dp|pp" >&2
     exit 2 ;;
 esac

@@ -308,6 +308,52 @@ mg_status mg_comm_p2p_wait(mg_comm *c, mg_p2p_ticket ticket) {
     return call_end(c, st);
 }
 
+bool mg_comm_copy_engine(const mg_comm *c) {
+    return c && c->w->ops->copy_engine && c->w->ops->copy_engine(c->w);
+}
+
+mg_status mg_comm_sym_alloc(mg_comm *const *groups, int n_groups, size_t bytes, void **out) {
+    *out = NULL;
+    mg_comm *first = n_groups > 0 ? groups[0] : NULL;
+    for (int i = 0; i < n_groups; i++)
+        if (!groups[i] || groups[i]->w != first->w)
+            return MG_FAIL(MG_ERR_USAGE, "sym_alloc: group %d is NULL or of another world", i);
+    if (!mg_comm_copy_engine(first))
+        return MG_FAIL(MG_ERR_UNSUPPORTED,
+                       "copy-engine collectives need the NCCL backend (>= 2.28) and "
+                       "MG_NCCL_COPY_ENGINE=1");
+    mg_comm_world *w = first->w;
+    if (w->failed) return MG_FAIL(MG_ERR_COMM, "sym_alloc: the world has failed");
+    MG_CHECK(w->ops->mem_alloc(w, bytes, out));
+    for (int i = 0; i < n_groups; i++) {
+        mg_comm *c = groups[i];
+        mg_status st = call_begin(c, "window_register");
+        if (!st) st = call_end(c, w->ops->window_register(c, *out, bytes));
+        if (st) {
+            mg_comm_sym_free(groups, i, *out);
+            *out = NULL;
+            return st;
+        }
+    }
+    return MG_OK;
+}
+
+static void sym_release(mg_comm *const *groups, int n_groups, void *ptr, bool deregister) {
+    if (!ptr || n_groups < 1 || !groups[0]) return;
+    mg_comm_world *w = groups[0]->w;
+    for (int i = 0; deregister && i < n_groups; i++)
+        if (groups[i] && w->ops->window_deregister) w->ops->window_deregister(groups[i], ptr);
+    if (w->ops->mem_free) w->ops->mem_free(w, ptr);
+}
+
+void mg_comm_sym_free(mg_comm *const *groups, int n_groups, void *ptr) {
+    sym_release(groups, n_groups, ptr, true);
+}
+
+void mg_comm_sym_abandon(mg_comm *const *groups, int n_groups, void *ptr) {
+    sym_release(groups, n_groups, ptr, false);
+}
+
 mg_status mg_comm_barrier(mg_comm *c, void *stream) {
     MG_CHECK(call_begin(c, "barrier"));
     return call_end(c, mg_comm_rec_on(c) ? mg_comm_rec_barrier(c) : c->w->ops->barrier(c, stream));

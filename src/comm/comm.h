@@ -135,6 +135,25 @@ mg_status mg_comm_p2p_wait(mg_comm *c, mg_p2p_ticket ticket);
 
 mg_status mg_comm_barrier(mg_comm *c, void *stream);
 
+/* ---- copy-engine collectives (NCCL >= 2.28, one node, MG_NCCL_COPY_ENGINE=1) ----
+ * NCCL runs an all-gather, and an all-to-all of equal parts in peer order, on the GPU's copy
+ * engines, with no multiprocessors (the GEMMs beside it keep them all), when both buffers lie in
+ * memory from ncclMemAlloc registered as a symmetric window on a communicator with its zero-CTA
+ * policy (measured on 2 H200s: 1.2-1.5x faster than its kernels at 64-256 MiB; bench/comm.c
+ * --zero-cta). mg_comm_copy_engine says whether the world of c does that. Then
+ * mg_comm_sym_alloc gives memory (zeroed) registered on each of `groups` (collective over each,
+ * in the order given: every member allocates the same sizes in the same order, and calls on the
+ * group must use equal offsets into it on every member, as a plan's arenas do), and those
+ * groups' all-gathers and equal all-to-alls whose buffers lie inside it go to the copy engines;
+ * the other calls and other memory are unchanged. mg_comm_sym_free deregisters (collective too)
+ * and frees. Elsewhere mg_comm_copy_engine is false and mg_comm_sym_alloc MG_ERR_UNSUPPORTED. */
+bool mg_comm_copy_engine(const mg_comm *c);
+mg_status mg_comm_sym_alloc(mg_comm *const *groups, int n_groups, size_t bytes, void **out);
+void mg_comm_sym_free(mg_comm *const *groups, int n_groups, void *ptr);
+/* The same without the collective deregistration, for a rank that stops on an error (its peers
+ * may never come to deregister; the communicators are aborted next). */
+void mg_comm_sym_abandon(mg_comm *const *groups, int n_groups, void *ptr);
+
 /* Waits until every operation enqueued on `stream` through c has finished, bounded by the
  * timeout and interrupted by a peer's failure notice. MPI: returns at once. */
 mg_status mg_comm_sync(mg_comm *c, void *stream);

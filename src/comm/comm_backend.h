@@ -53,6 +53,15 @@ typedef struct {
     mg_status (*p2p_wait)(mg_comm *c, mg_p2p_ticket ticket);
     mg_status (*barrier)(mg_comm *c, void *stream);
     mg_status (*sync)(mg_comm *c, void *stream);
+    /* Optional (NCCL >= 2.28): comm.h's copy-engine collectives. copy_engine says whether the
+     * world turned them on; mem_alloc/mem_free hand out memory that can be registered;
+     * window_register (collective over c) and window_deregister route c's all-gathers and
+     * equal all-to-alls inside registered windows to the copy engines. */
+    bool (*copy_engine)(const mg_comm_world *w);
+    mg_status (*mem_alloc)(mg_comm_world *w, size_t bytes, void **out);
+    void (*mem_free)(mg_comm_world *w, void *ptr);
+    mg_status (*window_register)(mg_comm *c, void *base, size_t bytes);
+    void (*window_deregister)(mg_comm *c, void *base);
 } mg_comm_ops;
 
 struct mg_comm_world {

@@ -267,6 +267,16 @@ static mg_status nccl_world_init(mg_comm_world *w, const mg_launch_info *li) {
     nw->timeout_s = w->timeout_s;
     /* Before NCCL reads its environment (see the top of the file); the user's value wins. */
     setenv("NCCL_RUNTIME_CONNECT", "0", 0);
+    const char *ce = getenv("MG_NCCL_COPY_ENGINE");
+    if (ce && strcmp(ce, "0") != 0 && strcmp(ce, "1") != 0) {
+        pthread_mutex_destroy(&nw->mu);
+        free(nw);
+        free(ranks);
+        return MG_FAIL(MG_ERR_USAGE, "MG_NCCL_COPY_ENGINE=%s: expected 0 or 1 (default 0)", ce);
+    }
+    int version = 0;
+    nw->copy_engine = ce && !strcmp(ce, "1") && MG_NCCL_CE &&
+                      ncclGetVersion(&version) == ncclSuccess && version >= NCCL_VERSION(2, 28, 0);
     mg_comm c;
     world_call(w, &c, ranks, "nccl_init");
     mg_status st = pick_device(li, &nw->device);
@@ -322,8 +332,9 @@ static void nccl_world_finalize(mg_comm_world *w) {
     mg_nccl_wd_stop(nw); /* from here on this thread alone touches the communicators */
     /* comm.c frees every group first; one still here (it should not be) is aborted. */
     for (nccl_group *g = nw->groups; g; g = g->next) {
+        if (g->ce) ncclCommAbort(g->ce);
         if (g->comm) ncclCommAbort(g->comm);
-        g->comm = NULL;
+        g->comm = g->ce = NULL;
     }
     ncclComm_t comm = nw->comm;
     nw->comm = NULL; /* detached: a failing finalize's abort_all must not free it twice */
@@ -442,13 +453,19 @@ static void nccl_group_free(mg_comm *c) {
             *p = g->next;
             break;
         }
-    ncclComm_t comm = g->comm; /* NULL when an abort freed it */
-    g->comm = NULL;
+    ncclComm_t comm = g->comm, ce = g->ce; /* NULL when an abort freed them */
+    g->comm = g->ce = NULL;
     pthread_mutex_unlock(&nw->mu);
     if (mine) {
+#if MG_NCCL_CE
+        for (int i = 0; ce && !c->w->failed && i < g->n_wins; i++)
+            ncclCommWindowDeregister(ce, g->wins[i].win);
+#endif
+        close_comm(c, ce);
         close_comm(c, comm);
         mg_nccl_wd_leave(nw, NULL, c, NULL, false);
     }
+    free(g->wins);
     group_release(g);
     c->impl = NULL;
 }
@@ -503,19 +520,23 @@ static mg_status begin(mg_comm *c, nccl_group **out) {
 /* Ends an entry that enqueued `expr` (answer r) on stream: no wait, the event `last` is recorded
  * behind it for the watchdog. A blocking communicator answers ncclSuccess; ncclInProgress is
  * waited for all the same (nccl_done). */
-static mg_status finish(mg_comm *c, nccl_group *g, ncclResult_t r, const char *expr,
-                        cudaStream_t stream, const char *func, const char *file, int line) {
+static mg_status finish(mg_comm *c, nccl_group *g, ncclComm_t comm, ncclResult_t r,
+                        const char *expr, cudaStream_t stream, const char *func, const char *file,
+                        int line) {
     nccl_world *nw = c->w->impl;
     mg_status st = MG_OK;
     if (r != ncclSuccess)
         st = mg_nccl_wd_failed(nw) ? mg_nccl_wd_error(c)
-                                   : nccl_done(c, g->comm, r, expr, func, file, line);
+                                   : nccl_done(c, comm, r, expr, func, file, line);
     mg_nccl_wd_leave(nw, g, c, stream, st == MG_OK);
     return st;
 }
 
 #define ENQUEUE(c, g, stream, expr)                                                                \
-    finish((c), (g), (expr), #expr, (cudaStream_t)(stream), __func__, __FILE__, __LINE__)
+    finish((c), (g), (g)->comm, (expr), #expr, (cudaStream_t)(stream), __func__, __FILE__, __LINE__)
+/* The same on the group's copy-engine communicator. */
+#define ENQUEUE_CE(c, g, stream, expr)                                                             \
+    finish((c), (g), (g)->ce, (expr), #expr, (cudaStream_t)(stream), __func__, __FILE__, __LINE__)
 
 static mg_status nothing(mg_comm *c) {
     mg_nccl_wd_leave(c->w->impl, NULL, c, NULL, false);
@@ -542,11 +563,26 @@ static mg_status nccl_reduce_scatter(mg_comm *c, const void *send, void *recv, s
                                      (cudaStream_t)stream));
 }
 
+/* Whether [p, p + bytes) lies inside one of g's copy-engine windows. */
+static bool in_window(const nccl_group *g, const void *p, size_t bytes) {
+    const char *q = p;
+    for (int i = 0; i < g->n_wins; i++)
+        if (q >= g->wins[i].base && bytes <= g->wins[i].bytes &&
+            (size_t)(q - g->wins[i].base) <= g->wins[i].bytes - bytes)
+            return true;
+    return false;
+}
+
 static mg_status nccl_all_gather(mg_comm *c, const void *send, void *recv, size_t count,
                                  mg_dtype dt, void *stream) {
     nccl_group *g = NULL;
     MG_CHECK(begin(c, &g));
     if (!count) return nothing(c);
+    size_t bytes = count * mg_dtype_size(dt);
+    if (g->ce && in_window(g, send, bytes) && in_window(g, recv, bytes * (size_t)c->size))
+        return ENQUEUE_CE(
+            c, g, stream,
+            ncclAllGather(send, recv, count, nccl_type(dt), g->ce, (cudaStream_t)stream));
     return ENQUEUE(c, g, stream,
                    ncclAllGather(send, recv, count, nccl_type(dt), g->comm, (cudaStream_t)stream));
 }
@@ -573,8 +609,22 @@ static mg_status group_end(mg_comm *c, nccl_group *g, ncclResult_t first, const 
         mg_nccl_wd_leave(c->w->impl, NULL, c, NULL, false);
         return st;
     }
-    return finish(c, g, r, "ncclGroupEnd", s, __func__, __FILE__, __LINE__);
+    return finish(c, g, g->comm, r, "ncclGroupEnd", s, __func__, __FILE__, __LINE__);
 }
+
+#if MG_NCCL_CE
+/* The part every peer gets when an all-to-all sends and receives equal parts in peer order
+ * (ncclAlltoAll's form, which NCCL can run on the copy engines), else 0. */
+static size_t equal_parts(int n, const size_t *send_counts, const size_t *send_displs,
+                          const size_t *recv_counts, const size_t *recv_displs) {
+    size_t k = send_counts[0];
+    for (int p = 0; p < n; p++)
+        if (send_counts[p] != k || recv_counts[p] != k || send_displs[p] != (size_t)p * k ||
+            recv_displs[p] != (size_t)p * k)
+            return 0;
+    return k;
+}
+#endif
 
 static mg_status nccl_all_to_all(mg_comm *c, const void *send, const size_t *send_counts,
                                  const size_t *send_displs, void *recv, const size_t *recv_counts,
@@ -584,6 +634,12 @@ static mg_status nccl_all_to_all(mg_comm *c, const void *send, const size_t *sen
     size_t es = mg_dtype_size(dt);
     ncclDataType_t t = nccl_type(dt);
     cudaStream_t s = (cudaStream_t)stream;
+#if MG_NCCL_CE
+    size_t k = g->ce ? equal_parts(c->size, send_counts, send_displs, recv_counts, recv_displs) : 0;
+    if (k && in_window(g, send, k * es * (size_t)c->size) &&
+        in_window(g, recv, k * es * (size_t)c->size))
+        return ENQUEUE_CE(c, g, stream, ncclAlltoAll(send, recv, k, t, g->ce, s));
+#endif
     ncclResult_t first = ncclGroupStart(), r;
     if (first != ncclSuccess) return group_end(c, g, first, "ncclGroupStart", s);
     const char *first_expr = "ncclGroupStart";
@@ -640,6 +696,9 @@ static mg_status sync_wait(mg_comm *c, nccl_group *g, cudaStream_t stream) {
         if (r != ncclSuccess) state = r;
         if (state != ncclSuccess && state != ncclInProgress)
             return async_error(c, g->comm, state, "ncclCommGetAsyncError");
+        if (g->ce && (r = ncclCommGetAsyncError(g->ce, &state)) != ncclSuccess) state = r;
+        if (g->ce && state != ncclSuccess && state != ncclInProgress)
+            return async_error(c, g->ce, state, "ncclCommGetAsyncError (copy engines)");
         if (e == cudaSuccess) return MG_OK;
         MG_CHECK(pause_step(c, iter, start, deadline));
     }
@@ -664,6 +723,102 @@ static mg_status nccl_barrier(mg_comm *c, void *stream) {
     return nccl_sync(c, stream);
 }
 
+/* ---- copy-engine collectives (comm.h) ---- */
+
+static bool nccl_copy_engine(const mg_comm_world *w) {
+    const nccl_world *nw = w->impl;
+    return nw && nw->copy_engine;
+}
+
+#if MG_NCCL_CE
+/* ncclMemAlloc's memory (what a symmetric window takes), zeroed on a private stream: the legacy
+ * default stream would also wait for collectives enqueued before (see group_resources). */
+static mg_status nccl_mem_alloc(mg_comm_world *w, size_t bytes, void **out) {
+    *out = NULL;
+    ncclResult_t r = ncclMemAlloc(out, bytes);
+    if (r != ncclSuccess || !*out) {
+        *out = NULL;
+        return MG_FAIL(MG_ERR_NOMEM, "ncclMemAlloc of %.1f MiB on rank %d: %s",
+                       (double)bytes / 1048576.0, w->rank, ncclGetErrorString(r));
+    }
+    cudaStream_t s;
+    cudaError_t e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    if (e == cudaSuccess) {
+        e = cudaMemsetAsync(*out, 0, bytes, s);
+        if (e == cudaSuccess) e = cudaStreamSynchronize(s);
+        cudaStreamDestroy(s);
+    }
+    if (e != cudaSuccess) {
+        ncclMemFree(*out);
+        *out = NULL;
+        return MG_FAIL(MG_ERR_INTERNAL, "zeroing %zu bytes from ncclMemAlloc: %s", bytes,
+                       cudaGetErrorString(e));
+    }
+    return MG_OK;
+}
+
+static void nccl_mem_free(mg_comm_world *w, void *ptr) {
+    (void)w;
+    if (ptr) ncclMemFree(ptr);
+}
+
+/* Registers [base, base + bytes) as a symmetric window of c's copy-engine communicator, which
+ * the first registration splits from the group's own with the zero-CTA policy. Collective over
+ * c. */
+static mg_status nccl_window_register(mg_comm *c, void *base, size_t bytes) {
+    nccl_group *g = NULL;
+    MG_CHECK(begin(c, &g));
+    nccl_world *nw = c->w->impl;
+    mg_status st = MG_OK;
+    if (!g->ce) {
+        ncclConfig_t cfg = comm_config(c->name, 1);
+        cfg.CTAPolicy = NCCL_CTA_POLICY_ZERO;
+        ncclComm_t ce = NULL;
+        ncclResult_t r = ncclCommSplit(g->comm, 0, c->rank, &ce, &cfg);
+        if (r != ncclSuccess || !ce)
+            st = nccl_fail(c, g->comm, r != ncclSuccess ? r : ncclInternalError,
+                           "ncclCommSplit (copy engines)", __func__, __FILE__, __LINE__);
+        pthread_mutex_lock(&nw->mu);
+        g->ce = ce;
+        pthread_mutex_unlock(&nw->mu);
+    }
+    if (st == MG_OK && g->n_wins == g->cap_wins) {
+        int cap = g->cap_wins ? 2 * g->cap_wins : 8;
+        nccl_window *w = realloc(g->wins, (size_t)cap * sizeof *w);
+        if (!w)
+            st = MG_FAIL(MG_ERR_NOMEM, "out of memory for %d windows", cap);
+        else
+            g->wins = w, g->cap_wins = cap;
+    }
+    if (st == MG_OK) {
+        ncclWindow_t win = NULL;
+        ncclResult_t r = ncclCommWindowRegister(g->ce, base, bytes, &win, NCCL_WIN_COLL_SYMMETRIC);
+        if (r != ncclSuccess)
+            st = nccl_fail(c, g->ce, r, "ncclCommWindowRegister", __func__, __FILE__, __LINE__);
+        else
+            g->wins[g->n_wins++] = (nccl_window){base, bytes, win};
+    }
+    mg_nccl_wd_leave(nw, NULL, c, NULL, false);
+    return st;
+}
+
+/* Forgets the window at base (deregistered while the world is healthy). */
+static void nccl_window_deregister(mg_comm *c, void *base) {
+    nccl_group *g = c->impl;
+    nccl_world *nw = c->w->impl;
+    if (!g || !nw) return;
+    for (int i = 0; i < g->n_wins; i++) {
+        if (g->wins[i].base != base) continue;
+        if (mg_nccl_wd_enter(nw, c)) {
+            if (g->ce && !c->w->failed) ncclCommWindowDeregister(g->ce, g->wins[i].win);
+            mg_nccl_wd_leave(nw, NULL, c, NULL, false);
+        }
+        g->wins[i] = g->wins[--g->n_wins];
+        return;
+    }
+}
+#endif
+
 const mg_comm_ops mg_comm_nccl_ops = {
     .name = "nccl",
     .world_init = nccl_world_init,
@@ -679,6 +834,13 @@ const mg_comm_ops mg_comm_nccl_ops = {
     .batch_p2p = nccl_batch_p2p,
     .barrier = nccl_barrier,
     .sync = nccl_sync,
+    .copy_engine = nccl_copy_engine,
+#if MG_NCCL_CE
+    .mem_alloc = nccl_mem_alloc,
+    .mem_free = nccl_mem_free,
+    .window_register = nccl_window_register,
+    .window_deregister = nccl_window_deregister,
+#endif
 };
 
 #else

@@ -21,8 +21,24 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+/* NCCL runs all-gathers and all-to-alls on the copy engines from 2.28 (zero-CTA policy,
+ * symmetric windows); older versions build without that path. */
+#define MG_NCCL_CE (NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0))
+
+/* A symmetric window of a group's copy-engine communicator (mg_comm_window_register). */
+typedef struct {
+    const char *base;
+    size_t bytes;
+    ncclWindow_t win;
+} nccl_window;
+
 typedef struct nccl_group {
-    ncclComm_t comm;  /* blocking split child; NULL once destroyed or aborted */
+    ncclComm_t comm; /* blocking split child; NULL once destroyed or aborted */
+    /* Copy-engine collectives (nccl.c): a split of comm with the zero-CTA policy, made by the
+     * first window registration, and the windows registered on it; NULL / 0 without. */
+    ncclComm_t ce;
+    nccl_window *wins;
+    int n_wins, cap_wins;
     int *scratch;     /* (1,) device int, zero: the barrier's all-reduce */
     cudaEvent_t done; /* recorded by sync behind the enqueued work */
     /* The watchdog's view (under nw->mu): `last` is recorded behind the newest call, whose
@@ -38,8 +54,9 @@ typedef struct nccl_group {
 
 typedef struct {
     int device;
-    ncclComm_t comm; /* all ranks, rank order, nonblocking; the parent of every split */
-    bool aborted;    /* every communicator was aborted (under mu) */
+    bool copy_engine; /* MG_NCCL_COPY_ENGINE=1 with NCCL >= 2.28 (mg_comm_copy_engine) */
+    ncclComm_t comm;  /* all ranks, rank order, nonblocking; the parent of every split */
+    bool aborted;     /* every communicator was aborted (under mu) */
     nccl_group *groups;
     /* The watchdog. mu guards aborted, groups (links and watchdog fields) and everything
      * below; comm and the groups' comm are freed only under it. */

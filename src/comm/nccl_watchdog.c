@@ -50,6 +50,8 @@ static void abort_locked(nccl_world *nw) {
     if (nw->aborted) return;
     nw->aborted = true;
     for (nccl_group *g = nw->groups; g; g = g->next) {
+        if (g->ce) ncclCommAbort(g->ce);
+        g->ce = NULL;
         if (g->comm) ncclCommAbort(g->comm);
         g->comm = NULL;
         g->pending = false;

@@ -391,6 +391,9 @@ mg_status mg_train_run(const mg_config *cfg, const mg_train_groups *g) {
     mg_status closed = mg_tb_log_close(tb); /* what was logged before an error stays readable */
     if (st == MG_OK) st = closed;
     mg_run_control_free(&rc); /* its scratch is the backend's: before the trainer goes */
+    /* after a failure the peers may never reach a collective deregistration of the copy
+     * engines' memory (comm.h): freed without it, the communicators are aborted next */
+    t->mem.sym_abandon = st != MG_OK;
     mg_trainer_free(t);
     free(t);
     free(tb);

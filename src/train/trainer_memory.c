@@ -7,13 +7,61 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
-/* Commits the arenas (host memory on the CPU backend, the backend's allocation elsewhere), the
+static mg_status sym_alloc(void *ctx, size_t bytes, void **out) {
+    mg_train_memory *m = ctx;
+    return mg_comm_sym_alloc(m->sym_groups, m->n_sym_groups, bytes, out);
+}
+
+static void sym_free(void *ctx, void *ptr) {
+    mg_train_memory *m = ctx;
+    (m->sym_abandon ? mg_comm_sym_abandon : mg_comm_sym_free)(m->sym_groups, m->n_sym_groups, ptr);
+}
+
+/* The groups whose all-gathers or equal all-to-alls can run on the copy engines (comm.h): the
+ * tensor-parallel group's gathers under sequence parallelism, the data-parallel groups' gathers
+ * of the distributed optimizer, the expert-parallel exchanges; none on the CPU backend or where
+ * the world has no copy-engine collectives. */
+static void sym_groups(mg_trainer *t) {
+    mg_train_memory *m = &t->mem;
+    const mg_train_layout *l = &t->layout;
+    const mg_config *c = &t->cfg;
+    mg_comm *want[4] = {
+        l->tp_size > 1 && c->sequence_parallel ? l->tp : NULL,
+        l->dp_size > 1 && c->use_distributed_optimizer ? l->dp : NULL,
+        l->edp_size > 1 && c->use_distributed_optimizer ? l->edp : NULL,
+        l->ep_size > 1 ? l->ep : NULL,
+    };
+    m->n_sym_groups = 0;
+    if (t->be->device == MG_DEVICE_CPU) return;
+    for (int i = 0; i < 4; i++) {
+        bool seen = false;
+        for (int k = 0; k < m->n_sym_groups; k++) seen |= m->sym_groups[k] == want[i];
+        if (want[i] && !seen && mg_comm_copy_engine(want[i]))
+            m->sym_groups[m->n_sym_groups++] = want[i];
+    }
+    m->sym_alloc = (mg_allocator){sym_alloc, sym_free, m};
+    if (m->n_sym_groups == 0) return;
+    char names[96] = "";
+    for (int k = 0; k < m->n_sym_groups; k++)
+        snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", k ? ", " : "",
+                 mg_comm_name(m->sym_groups[k]));
+    mg_log_self(l->tp_rank == 0 && l->dp_rank == 0,
+                "> copy-engine collectives (MG_NCCL_COPY_ENGINE=1): weights, activations and "
+                "workspace in symmetric memory; the all-gathers and equal all-to-alls of %s on "
+                "the copy engines",
+                names);
+}
+
+/* Commits the arenas (host memory on the CPU backend, the backend's allocation elsewhere; the
+ * weights, activations and workspace in copy-engine memory where sym_groups found groups), the
  * model state (the first four) measured as the driver sees it where it can. */
 static mg_status commit(mg_trainer *t) {
     mg_backend *be = t->be;
     mg_train_memory *m = &t->mem;
     m->arena_alloc = mg_backend_arena_allocator(be, &m->be_alloc);
+    sym_groups(t);
     mg_arena *arenas[MG_MEMORY_ARENAS];
     mg_memory_plan_arenas(&m->plan, arenas);
     m->planned_bytes = 0;
@@ -22,7 +70,10 @@ static mg_status commit(mg_trainer *t) {
     m->used_before_arenas = total - free0;
     for (int i = 0; i < MG_MEMORY_ARENAS; i++) {
         if (arenas[i] != &m->plan.master || m->plan.masters) { /* else uncommitted: no memory */
-            MG_CHECK(mg_arena_commit(arenas[i], m->arena_alloc));
+            bool sym =
+                m->n_sym_groups > 0 && (arenas[i] == &m->plan.params ||
+                                        arenas[i] == &m->plan.acts || arenas[i] == &m->plan.work);
+            MG_CHECK(mg_arena_commit(arenas[i], sym ? &m->sym_alloc : m->arena_alloc));
             m->planned_bytes += arenas[i]->size;
         }
         if (arenas[i] == &m->plan.optim && be->memory_info) {

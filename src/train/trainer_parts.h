@@ -113,13 +113,19 @@ typedef struct {
     mg_memory_plan plan;
     mg_allocator be_alloc;           /* the arenas' memory on a device backend: be->alloc */
     const mg_allocator *arena_alloc; /* &be_alloc, or NULL (host memory) on the CPU backend */
-    size_t planned_bytes;            /* all arenas together */
-    size_t used_before_arenas;       /* device memory in use before the arenas (the CUDA context,
-                                        the backend's workspace, libraries): the predicted peak is
-                                        this plus planned_bytes; 0 on the cpu backend */
-    size_t measured_state_bytes;     /* device memory the weight, gradient, master and optimizer
-                                        arenas took (backends with memory_info), else 0 */
-    void *params;                    /* (numel) compute dtype */
+    /* copy-engine collectives (comm.h, MG_NCCL_COPY_ENGINE=1): the weights, activations and
+     * workspace in symmetric memory registered on the groups that gather or exchange from them */
+    mg_allocator sym_alloc;
+    mg_comm *sym_groups[4];
+    int n_sym_groups;
+    bool sym_abandon;     /* the run failed: free without the collective deregistration (run.c) */
+    size_t planned_bytes; /* all arenas together */
+    size_t used_before_arenas;   /* device memory in use before the arenas (the CUDA context,
+                                    the backend's workspace, libraries): the predicted peak is
+                                    this plus planned_bytes; 0 on the cpu backend */
+    size_t measured_state_bytes; /* device memory the weight, gradient, master and optimizer
+                                    arenas took (backends with memory_info), else 0 */
+    void *params;                /* (numel) compute dtype */
     uint8_t *params8; /* (numel - fp8_from) the fp8 weights' bytes (--fp8-param-gather), or NULL */
     float *master;    /* (opt.numel) fp32 master weights of this rank's shard (local coordinates,
                          train/optimizer.h); NULL when params are fp32 (CPU) */

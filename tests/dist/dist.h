@@ -73,6 +73,7 @@ void test_all_gather(dist_ctx *t);
 void test_all_to_all_uneven(dist_ctx *t);
 void test_broadcast(dist_ctx *t);
 void test_count_limits(dist_ctx *t);
+void test_copy_engine(dist_ctx *t);
 void test_p2p_ring(dist_ctx *t);
 void test_p2p_pairs(dist_ctx *t);
 void test_p2p_tagged(dist_ctx *t);

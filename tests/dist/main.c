@@ -38,6 +38,7 @@ static const struct {
     {"all_to_all_uneven", test_all_to_all_uneven},
     {"broadcast", test_broadcast},
     {"count_limits", test_count_limits},
+    {"copy_engine", test_copy_engine},
     {"p2p_ring", test_p2p_ring},
     {"p2p_pairs", test_p2p_pairs},
     {"p2p_tagged", test_p2p_tagged},

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The multi-rank suite on the NCCL backend (`make test-nccl`, a GPU machine): BUILD/dist_tests
 # --backend nccl with one process per GPU (local rank -> device)
-#   1. on 1 GPU without a launcher, then under mpirun on 2 GPUs and on 4 when there are 4;
+#   1. on 1 GPU without a launcher, then under mpirun on 2 GPUs and on 4 when there are 4, and
+#      the tests that gather or exchange again there with NCCL's copy-engine collectives
+#      (MG_NCCL_COPY_ENGINE=1);
 #   2. a torchrun-style launch: this script starts the ranks itself with RANK, WORLD_SIZE,
 #      LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT (2 GPUs, and 4 when there are),
 #      on the tests the launch touches (collectives, groups, a data-parallel training, a resume);
@@ -97,6 +99,28 @@ for np in "${SIZES[@]}"; do
     out=$(timeout 300 "${MPIRUN[@]}" -np "$np" "$BIN" --backend nccl --timeout 60 2>&1)
     tally "nccl mpirun np=$np" $? "$out"
 done
+
+# ---- 1b. the tests that gather or exchange, again with NCCL's copy-engine collectives
+# (MG_NCCL_COPY_ENGINE=1: the trainers' weights, activations and workspace in symmetric memory,
+# the tensor-parallel and distributed-optimizer gathers and the expert-parallel exchanges on the
+# copy engines; the copy_engine test checks the values; NCCL < 2.28 runs the kernels and
+# copy_engine checks the refusal) ----
+for np in "${SIZES[@]}"; do
+    [ -n "$HAVE_MPIRUN" ] || continue
+    out=$(MG_NCCL_COPY_ENGINE=1 timeout 300 "${MPIRUN[@]}" -x MG_NCCL_COPY_ENGINE -np "$np" "$BIN" \
+        --backend nccl --timeout 60 \
+        --filter copy_engine,all_gather,all_to_all,train_dp,train_distopt,train_tp,train_ep,train_graph,train_memory \
+        2>&1)
+    tally "nccl copy-engine mpirun np=$np" $? "$out"
+done
+# a bad value of the switch: one line naming it, a non-zero exit
+out=$(MG_NCCL_COPY_ENGINE=2 timeout 60 "$BIN" --backend nccl --timeout 60 --filter copy_engine 2>&1)
+rc=$?
+if [ "$rc" -ne 0 ] && grep -q "MG_NCCL_COPY_ENGINE=2: expected 0 or 1" <<<"$out"; then
+    pass "nccl copy-engine switch refuses 2 (exit status $rc)"
+else
+    fail "nccl copy-engine switch refuses 2 (exit status $rc)" "$out"
+fi
 
 # ---- 2. a torchrun-style launch: what the launch touches (the rendezvous, the groups, every
 # collective and point-to-point call, a data-parallel training and a checkpoint resumed); the

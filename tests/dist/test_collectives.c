@@ -243,3 +243,63 @@ void test_count_limits(dist_ctx *t) {
             "all_gather of 2^31 per rank: %s: %s", mg_status_name(st), mg_error_message());
     DOK(mg_comm_barrier(world, NULL));
 }
+
+/* Copy-engine collectives (comm.h): where the world has them (NCCL >= 2.28 with
+ * MG_NCCL_COPY_ENGINE=1, run_nccl.sh's copy-engine pass), an all-gather out of place and in
+ * place and an all-to-all of equal parts inside mg_comm_sym_alloc's memory give the exact values
+ * the kernels' tests above check; elsewhere mg_comm_sym_alloc refuses with MG_ERR_UNSUPPORTED. */
+void test_copy_engine(dist_ctx *t) {
+    mg_comm *world = mg_comm_world_comm(t->w);
+    void *mem = NULL;
+    if (!mg_comm_copy_engine(world)) {
+        mg_status st = mg_comm_sym_alloc(&world, 1, 4096, &mem);
+        DEXPECT(st == MG_ERR_UNSUPPORTED && !mem &&
+                    strstr(mg_error_message(), "MG_NCCL_COPY_ENGINE"),
+                "sym_alloc without copy engines: status %d (%s)", (int)st, mg_error_message());
+        return;
+    }
+    const mg_dtype dt = MG_BF16;
+    const size_t n = 65537, total = n * (size_t)t->size, es = mg_dtype_size(dt);
+    size_t seg = (total * es + 4095) / 4096 * 4096; /* each buffer on a page of its own */
+    DOK(mg_comm_sym_alloc(&world, 1, 3 * seg, &mem));
+    if (!mem) return;
+    char *recv = mem, *send = recv + seg, *recv2 = send + seg;
+    void *mine = host_alloc(total, dt), *want = host_alloc(total, dt), *got = host_alloc(total, dt);
+    for (int pass = 0; pass < 3; pass++) { /* all-gather, in place, all-to-all of equal parts */
+        int seed = 900 + pass;
+        if (pass < 2) {
+            for (size_t j = 0; j < n; j++) host_set(mine, dt, j, dist_value(dt, t->rank, j, seed));
+            for (int r = 0; r < t->size; r++)
+                for (size_t j = 0; j < n; j++)
+                    host_set(want, dt, (size_t)r * n + j, dist_value(dt, r, j, seed));
+            char *src = pass ? recv + (size_t)t->rank * n * es : send;
+            dist_put(t, src, mine, n, dt);
+            DOK(mg_comm_all_gather(world, src, recv, n, dt, dist_stream(t)));
+        } else { /* part p of rank s: dist_value(s, p * n + j) */
+            size_t *cnt = calloc((size_t)t->size, sizeof *cnt),
+                   *dsp = calloc((size_t)t->size, sizeof *dsp);
+            for (int p = 0; p < t->size; p++) cnt[p] = n, dsp[p] = (size_t)p * n;
+            for (size_t i = 0; i < total; i++)
+                host_set(mine, dt, i, dist_value(dt, t->rank, i, seed));
+            for (int s = 0; s < t->size; s++)
+                for (size_t j = 0; j < n; j++)
+                    host_set(want, dt, (size_t)s * n + j,
+                             dist_value(dt, s, (size_t)t->rank * n + j, seed));
+            dist_put(t, send, mine, total, dt);
+            DOK(mg_comm_all_to_all(world, send, cnt, dsp, recv2, cnt, dsp, dt, dist_stream(t)));
+            free(cnt);
+            free(dsp);
+        }
+        DOK(mg_comm_sync(world, dist_stream(t)));
+        dist_get(t, got, pass < 2 ? recv : recv2, total, dt);
+        dist_compare(t,
+                     pass == 0   ? "copy-engine all_gather"
+                     : pass == 1 ? "copy-engine all_gather in place"
+                                 : "copy-engine all_to_all",
+                     got, want, total, dt);
+    }
+    mg_comm_sym_free(&world, 1, mem);
+    free(mine);
+    free(want);
+    free(got);
+}
