@@ -21,7 +21,9 @@ typedef struct {
     int pp_rank, vp_stage; /* the chunk; -1 for --param-sizes, vp_stage -1 w/o VPP */
     bool expert;           /* the chunk's experts (expert-parallel rank 0's), reduced over the
                               expert-data-parallel group; else its dense parameters */
-    int n;                 /* parameters, in registration order */
+    bool fp8; /* --fp8-param-gather: the chunk's fp8 linears' weights (train/buffers.h),
+                 gathered as fp8 bytes; else the rest */
+    int n;    /* parameters, in registration order */
     char (*names)[MG_PLAN_PARAM_NAME]; /* (n) megatron-core names; NULL for --param-sizes */
     int64_t *numel;                    /* (n) elements per rank (after the tensor-parallel split) */
     mg_grad_buffer_layout layout;

@@ -134,13 +134,13 @@ static mg_status chunk_params(const mg_plan *p, const mg_gpt *g, int r, int v,
         bool here = layer >= 0 ? layer >= ch->offset && layer < ch->offset + ch->count
                     : starts_with(m->name, "embedding.") ? pre
                                                          : post;
-        if (!here || m->expert != expert) continue;
+        if (!here || m->expert != expert || (m->fp8_tensor >= 0) != b->fp8) continue;
         b->numel[b->n] = m->numel; /* this tensor-parallel rank's shard */
         snprintf(b->names[b->n], MG_PLAN_PARAM_NAME, "%s", m->name);
         shared[b->n++] = i == g->wte && g->cfg.tied && pp > 1;
     }
     /* The last stage's copy of a tied embedding (megatron-core's output_layer.weight there). */
-    if (post && g->cfg.tied && pp > 1 && !expert) {
+    if (post && g->cfg.tied && pp > 1 && !expert && !b->fp8) {
         b->numel[b->n] = t->p[g->wte].numel;
         snprintf(b->names[b->n], MG_PLAN_PARAM_NAME, "output_layer.weight");
         shared[b->n++] = true;
@@ -213,8 +213,12 @@ static mg_status grad_from_model(mg_plan *p) {
         goto done;
     }
     MG_CHECK_GOTO(moe_dispatch_plan(p, &g), st, done);
-    /* per chunk its dense buffer and, for MoE models, its experts' */
-    const int per_chunk = g.n_moe > 0 ? 2 : 1;
+    /* --fp8-param-gather: the fp8 weights (the routed experts' too, as on a GPU with the fp8
+     * grouped GEMM) in buffers of their own */
+    mg_gpt_mark_fp8_weights(&g, true);
+    /* per chunk its dense buffer and, for MoE models, its experts'; each twice with
+     * --fp8-param-gather: the fp8 weights' buffer after the rest's */
+    const int kinds = g.n_moe > 0 ? 2 : 1, per_chunk = kinds * (g.cfg.fp8_params ? 2 : 1);
     n_chunks *= per_chunk;
     p->grad = calloc((size_t)n_chunks, sizeof *p->grad);
     if (!p->grad) {
@@ -227,7 +231,8 @@ static mg_status grad_from_model(mg_plan *p) {
         for (int v = 0; v < p->vpp; v++)
             for (int e = 0; e < per_chunk; e++) {
                 mg_plan_grad_buffer *b = &p->grad[(r * p->vpp + v) * per_chunk + e];
-                b->expert = e == 1;
+                b->expert = e % kinds == 1;
+                b->fp8 = e >= kinds;
                 b->pp_rank = r;
                 b->vp_stage = p->vpp > 1 ? v : -1;
                 b->numel = malloc(((size_t)g.params.n + 1) * sizeof *b->numel);

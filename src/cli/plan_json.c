@@ -228,6 +228,7 @@ static cJSON *weights_json(const mg_plan *p) {
 static void grad_buffer_json(const mg_plan_grad_buffer *gb, cJSON *o) {
     const mg_grad_buffer_layout *l = &gb->layout;
     if (gb->expert) cJSON_AddBoolToObject(o, "expert", true); /* an MoE chunk's experts */
+    if (gb->fp8) cJSON_AddBoolToObject(o, "fp8", true);       /* --fp8-param-gather's fp8 weights */
     cJSON_AddNumberToObject(o, "data_parallel_size", l->cfg.data_parallel_size);
     cJSON_AddBoolToObject(o, "use_distributed_optimizer", l->cfg.use_distributed_optimizer);
     if (l->bucket_size == MG_GRAD_BUFFER_NO_BUCKET_SIZE)

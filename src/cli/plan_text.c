@@ -185,7 +185,7 @@ static void print_shards(const mg_grad_buffer_layout *l, FILE *f) {
 
 static void print_grad_buffer(const mg_plan *p, const mg_plan_grad_buffer *gb, FILE *f) {
     const mg_grad_buffer_layout *l = &gb->layout;
-    fprintf(f, "\n%sgrad buffer", gb->expert ? "expert " : "");
+    fprintf(f, "\n%s%sgrad buffer", gb->expert ? "expert " : "", gb->fp8 ? "fp8 " : "");
     if (gb->pp_rank >= 0) fprintf(f, " of pp %d", gb->pp_rank);
     if (gb->vp_stage >= 0) fprintf(f, " vp %d", gb->vp_stage);
     if (gb->n == 0) {

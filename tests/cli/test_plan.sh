@@ -325,4 +325,22 @@ expect_error plan_budget_without_experts 2 "--moe-expert-rank-capacity-factor ne
     plan --world-size 2 --moe-received-token-capacity 1.5
 rm -rf "$ECHO_DIR"
 
+# --fp8-param-gather: the fp8 linears' weights in a grad buffer of their own, as the trainer lays
+# them out (its start-up lines; one rank with the distributed optimizer: the same split)
+FP8PG=(--num-layers 4 --hidden-size 64 --num-attention-heads 4 --seq-length 32 --vocab-size 128
+    --make-vocab-size-divisible-by 64 --micro-batch-size 1 --global-batch-size 2
+    --use-distributed-optimizer --fp8-format hybrid --fp8-param-gather)
+plan_out=$("$MEGATRON" plan --world-size 1 "${FP8PG[@]}" 2>&1)
+train_out=$("$MEGATRON" train "${FP8PG[@]}" --mock-data --train-iters 1 --eval-iters 0 \
+    --lr 1e-3 --device cpu --num-threads 1 2>&1)
+plan_n=$(grep -A1 "^fp8 grad buffer of pp 0" <<<"$plan_out" | grep -oE "^  [0-9]+ elements" | grep -oE "[0-9]+")
+train_n=$(grep -oE "\(the fp8 weights\), distributed optimizer: gradient buffer of [0-9]+" <<<"$train_out" | grep -oE "[0-9]+$")
+rest_n=$(grep -A1 "^grad buffer of pp 0" <<<"$plan_out" | grep -oE "^  [0-9]+ elements" | grep -oE "[0-9]+")
+train_rest=$(grep -oE "data-parallel size 1, distributed optimizer: gradient buffer of [0-9]+" <<<"$train_out" | grep -oE "[0-9]+$")
+if [ -z "$plan_n" ] || [ "$plan_n" != "$train_n" ] || [ -z "$rest_n" ] || [ "$rest_n" != "$train_rest" ]; then
+    fail plan_fp8_param_gather_buffers "plan: $rest_n + fp8 $plan_n, train: $train_rest + fp8 $train_n" \
+        "$(grep -F "grad buffer" <<<"$plan_out")"
+else pass plan_fp8_param_gather_buffers; fi
+expect_json plan_fp8_param_gather_json '"fp8":true' --world-size 1 "${FP8PG[@]}"
+
 finish
