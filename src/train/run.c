@@ -144,9 +144,11 @@ static void print_banner(const mg_trainer *t) {
                     " used) in %d bucket%s%s%s",
                     what, c->use_distributed_optimizer ? ", distributed optimizer" : "", l->numel,
                     l->numel_unpadded, l->n_buckets, l->n_buckets == 1 ? "" : "s", reduce,
-                    c->overlap_grad_reduce && D > 1 ? " after backward (--overlap-grad-reduce "
-                                                      "does not overlap on the cpu backend)"
-                                                    : "");
+                    !c->overlap_grad_reduce || D == 1 ? ""
+                    : t->be->device == MG_DEVICE_CPU
+                        ? " after backward (--overlap-grad-reduce does not overlap on the cpu "
+                          "backend)"
+                        : ", the reductions started during backward (--overlap-grad-reduce)");
     }
     if (t->be->device == MG_DEVICE_CPU && (c->bf16 || c->fp16))
         mg_log_info("> note: the CPU backend computes in fp32; --%s sets the compute dtype of GPU "
