@@ -107,7 +107,7 @@ static inline mg_status graph_step(mg_backend *be, graph_bufs *g) {
         be->linear_backward(be, g->dx, g->dw, g->db, g->out, g->x, g->w, NULL, GS_N, GS_IC, GS_OC));
     MG_CHECK(be->sumsq_f32(be, &g->ctl[5], g->dw, nw, NULL));
     /* one span: lr ctl[0], wd ctl[1]; static, as a graph holding the call keeps the array */
-    static const mg_adamw_span span = {0, 0, (size_t)GS_OC * GS_IC, 0, 1};
+    static const mg_adamw_span span = {0, 0, 0, (size_t)GS_OC * GS_IC, 0, 1};
     MG_CHECK(be->adamw(be, g->w, g->master, g->dw, g->m, g->v, &span, 1, g->ctl, &g->ctl[2], 0.9f,
                        0.95f, 1e-8f, &g->ctl[4]));
     MG_CHECK(be->rng_advance(be, g->rng, 1, 1));

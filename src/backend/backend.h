@@ -49,8 +49,8 @@ typedef struct {
 /* One run of elements of an AdamW call (backend_ops.h, adamw) with one learning rate and weight
  * decay: rates[lr] and rates[wd] (wd < 0: no decay) of the call's rate array. */
 typedef struct {
-    size_t param_off, state_off, n; /* the parameter's and gradient's offset; the master's and
-                                       moments'; elements */
+    size_t param_off, grad_off, state_off, n; /* the parameter's offset, the gradient's, the
+                                                 master's and moments'; elements */
     int lr, wd;
 } mg_adamw_span;
 

@@ -370,8 +370,9 @@ MG_OP(scale_f32, REQ, OP, mg_status,
  *   g = grad * s; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
  *   master = master - lr * ( (m/bc1) / (sqrt(v/bc2) + eps) + wd * master )
  * `param` (compute dtype) receives the updated master; when master is NULL the parameter itself
- * is the fp32 master (CPU). A span's elements are [param_off, param_off + n) of param and grad
- * and [state_off, state_off + n) of master, m and v; spans do not overlap. A non-finite
+ * is the fp32 master (CPU). A span's elements are [param_off, param_off + n) of param,
+ * [grad_off, grad_off + n) of grad and [state_off, state_off + n) of master, m and v; spans do
+ * not overlap. A non-finite
  * *grad_scale (clip_coef's mark of an overflow) skips the update: nothing is written. One call
  * covers a whole optimizer step (CUDA: a few launches, not one per parameter). */
 MG_OP(adamw, REQ, OP, mg_status,

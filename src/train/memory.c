@@ -25,7 +25,9 @@ mg_status mg_memory_plan_reserve(mg_memory_plan *p, const mg_config *c, mg_gpt *
     size_t numel = g->params.numel, esz = mg_dtype_size(target.compute);
     size_t N = (size_t)c->micro_batch_size * (size_t)c->seq_length, slots = (size_t)n_slots;
     p->masters = target.compute != MG_F32;
-    MG_CHECK(reserve(&p->params, numel * esz, &p->off_params));
+    /* the compute-dtype values: every element, but of the fp8 buffers (--fp8-param-gather) only
+     * this rank's (train/optimizer.h's params_numel) */
+    MG_CHECK(reserve(&p->params, o->params_numel * esz, &p->off_params));
     /* --fp8-param-gather: the fp8 buffers' bytes (train/buffers.h: the last elements) */
     MG_CHECK(reserve(&p->params, numel - g->params.fp8_from, &p->off_params8));
     if (p->masters) MG_CHECK(reserve(&p->master, o->numel * sizeof(float), &p->off_master));

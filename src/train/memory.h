@@ -39,13 +39,13 @@ typedef struct {
     bool masters; /* fp32 master weights: the compute dtype is not fp32 (else master is empty and
                      never committed: the parameters are the masters) */
     /* where each buffer lies in its arena */
-    size_t off_params, off_master,
-        off_grads;                        /* (numel) compute dtype, (o.numel) f32, (numel) f32 */
-    size_t off_params8;                   /* (numel - fp8_from) bytes: --fp8-param-gather's fp8
-                                             weights (model/params.h's fp8_from) */
-    size_t off_pipe;                      /* the pipeline's message buffers (workspace) */
-    size_t off_tokens, off_targets;       /* (n_slots, N) int32 each */
-    size_t off_positions, off_doc_starts; /* (n_slots, N) int32 with their flags, else empty */
+    size_t off_params, off_master, off_grads; /* (o.params_numel: train/optimizer.h) compute dtype,
+                                                 (o.numel) f32, (numel) f32 */
+    size_t off_params8;                       /* (numel - fp8_from) bytes: --fp8-param-gather's fp8
+                                                 weights (model/params.h's fp8_from) */
+    size_t off_pipe;                          /* the pipeline's message buffers (workspace) */
+    size_t off_tokens, off_targets;           /* (n_slots, N) int32 each */
+    size_t off_positions, off_doc_starts;     /* (n_slots, N) int32 with their flags, else empty */
     size_t off_dloss; /* (N) f32, or (n_slots, N) with --eod-mask-loss and then each slot's
                          reported-loss weights (n_slots, N); then (N) f32: the weights of the
                          head running, times the loss scale */

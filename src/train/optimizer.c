@@ -129,6 +129,14 @@ mg_status mg_optimizer_init(mg_optimizer *o, const mg_config *c, const mg_param_
     }
     free(scratch);
     o->numel = local;
+    /* the fp8 buffers come last (train/buffers.h): their local elements follow fp8_from */
+    o->fp8_from = t->numel;
+    o->fp8_local = local;
+    for (int bf = bufs->n - 1; bf >= 0 && bufs->b[bf].fp8; bf--) {
+        o->fp8_local = o->buf_local[bf];
+        o->fp8_from = t->fp8_from;
+    }
+    o->params_numel = o->fp8_from + (local - o->fp8_local);
     for (int k = 0; st == MG_OK && k < o->n_pieces; k++) {
         const mg_optim_piece *p = &o->pieces[k];
         if (t->p[p->index].offset + (size_t)p->param_start != p->world)
@@ -142,7 +150,10 @@ mg_status mg_optimizer_init(mg_optimizer *o, const mg_config *c, const mg_param_
     if (st == MG_OK) o->n_spans = build_spans(o, t, false, tp_rank, spans);
     for (int i = 0; st == MG_OK && i < o->n_spans; i++) { /* as adamw takes them: rates by group */
         const mg_optim_span *sp = &spans[i];
-        o->updates[i] = (mg_adamw_span){sp->world, sp->local, sp->n,
+        o->updates[i] = (mg_adamw_span){mg_optimizer_param_at(o, sp->world, sp->local),
+                                        sp->world,
+                                        sp->local,
+                                        sp->n,
                                         sp->decoupled ? MG_RATE_DECOUPLED_LR : MG_RATE_LR,
                                         sp->weight_decay ? MG_RATE_WD : -1};
     }
@@ -151,6 +162,10 @@ mg_status mg_optimizer_init(mg_optimizer *o, const mg_config *c, const mg_param_
         o->n_norm_spans = build_spans(o, t, true, tp_rank, o->norm_spans);
     if (st != MG_OK) mg_optimizer_free(o);
     return st;
+}
+
+size_t mg_optimizer_param_at(const mg_optimizer *o, size_t world, size_t local) {
+    return world >= o->fp8_from ? o->fp8_from + (local - o->fp8_local) : world;
 }
 
 void mg_optimizer_free(mg_optimizer *o) {

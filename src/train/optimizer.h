@@ -79,6 +79,11 @@ typedef struct {
     bool buf_sharded[MG_TRAIN_BUFFERS_MAX]; /* per buffer */
     bool buf_expert[MG_TRAIN_BUFFERS_MAX];  /* an expert buffer (its own norm sum, below) */
     bool experts;                           /* some buffer is */
+    /* --fp8-param-gather (train/buffers.h): the fp8 buffers' compute-dtype values exist only for
+     * this rank's elements (the forward reads their gathered fp8 bytes), in local coordinates:
+     * the parameter array is [0, fp8_from) in world coordinates, then the fp8 buffers' local
+     * elements from fp8_local on (mg_optimizer_param_at); params_numel elements in all */
+    size_t fp8_from, fp8_local, params_numel;
     size_t buf_local[MG_TRAIN_BUFFERS_MAX], buf_numel[MG_TRAIN_BUFFERS_MAX]; /* local range */
     int n_shards, n_spans, n_pieces;
     mg_optim_shard *shards; /* (n_shards) bucket order */
@@ -99,6 +104,10 @@ typedef struct {
 mg_status mg_optimizer_init(mg_optimizer *o, const mg_config *c, const mg_param_table *t,
                             const mg_train_buffers *bufs, const mg_optim_groups *g);
 void mg_optimizer_free(mg_optimizer *o);
+/* The parameter array's element holding the compute-dtype value of this rank's element at
+ * `world` (and `local`, its optimizer coordinates): world, or in an fp8 buffer (world >=
+ * fp8_from) fp8_from + local - fp8_local (see above). */
+size_t mg_optimizer_param_at(const mg_optimizer *o, size_t world, size_t local);
 /* Reserves the moments and scalars in the optimizer arena. */
 mg_status mg_optimizer_plan(mg_optimizer *o, mg_arena *arena);
 void mg_optimizer_bind(mg_optimizer *o, mg_arena *arena);

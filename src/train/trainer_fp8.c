@@ -53,7 +53,8 @@ mg_status mg_trainer_fp8_params(mg_trainer *t) {
             const mg_optim_piece *p = &t->opt.pieces[k];
             const mg_param_meta *m = &pt->p[p->index];
             if (m->fp8_tensor < 0) continue;
-            const char *in = (const char *)t->mem.params + p->world * esz;
+            const char *in = (const char *)t->mem.params +
+                             mg_optimizer_param_at(&t->opt, p->world, p->local) * esz;
             size_t n = (size_t)(p->param_end - p->param_start);
             if (pass == 0)
                 MG_CHECK(mg_fp8_param_amax(x, m->fp8_tensor, m->expert, in, n));

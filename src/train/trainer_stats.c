@@ -47,8 +47,9 @@ mg_status mg_trainer_params_norm(mg_trainer *t, double *norm) {
         const mg_param_meta *m = &pt->p[p->index];
         if (!mg_optimizer_counts(m, t->layout.tp_rank)) continue;
         /* the fp32 values: the masters (local coordinates), or the parameters themselves */
-        const float *x =
-            t->mem.master ? t->mem.master + p->local : (const float *)t->mem.params + p->world;
+        const float *x = t->mem.master ? t->mem.master + p->local
+                                       : (const float *)t->mem.params +
+                                             mg_optimizer_param_at(&t->opt, p->world, p->local);
         MG_CHECK(be->sumsq_f32(be, &sums[pair_index(t, m)], x,
                                (size_t)(p->param_end - p->param_start), NULL));
     }

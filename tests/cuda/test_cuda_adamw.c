@@ -83,7 +83,7 @@ MG_TEST(cuda_adamw_matches_cpu) {
     const size_t sizes[] = {1, 7, 1000003};
     for (int k = 0; k < 3; k++) {
         size_t n = sizes[k];
-        const mg_adamw_span one = {0, 0, n, 0, 2};
+        const mg_adamw_span one = {0, 0, 0, n, 0, 2};
         ct_pool P = ct_pool_of(t, gpu);
         adam_in a = adam_inputs(&P, n);
         float *got[4], *ref[3];
@@ -97,8 +97,8 @@ MG_TEST(cuda_adamw_matches_cpu) {
 
 /* A whole step's worth of spans in one call: 130 spans (three launches of the multi-tensor
  * kernel), one to 20,000 elements (several tiles), two lr groups, with and without decay, gaps
- * between them (left alone) and the moments at other offsets than the parameters, some of them
- * not 16-byte aligned (the scalar walk). */
+ * between them (left alone), the moments at other offsets than the parameters and some gradients
+ * at others still, some of them not 16-byte aligned (the scalar walk). */
 MG_TEST(cuda_adamw_spans_match_cpu) {
     CT_BACKENDS(cpu, gpu);
     enum { SPANS = 130 };
@@ -107,10 +107,13 @@ MG_TEST(cuda_adamw_spans_match_cpu) {
     for (int i = 0; i < SPANS; i++) {
         size_t len = i == 17 ? 20000 : (size_t)(i * 37 % 3000) + 1;
         p += (size_t)(i % 5 == 0 ? 4 : i % 5), q += (size_t)(i % 3) * 4;
-        spans[i] = (mg_adamw_span){p, q, len, i % 2, i % 3 == 0 ? -1 : 2};
+        spans[i] = (mg_adamw_span){p, p, q, len, i % 2, i % 3 == 0 ? -1 : 2};
         p += len, q += len;
     }
     const size_t n = (p > q ? p : q) + 3;
+    /* the gradients of every fourth span elsewhere (the compact fp8 parameters' spans,
+     * train/optimizer.h): mirrored from the end of the buffer */
+    for (int i = 0; i < SPANS; i += 4) spans[i].grad_off = n - spans[i].param_off - spans[i].n;
     ct_pool P = ct_pool_of(t, gpu);
     adam_in a = adam_inputs(&P, n);
     float *got[4], *ref[3];
@@ -128,7 +131,7 @@ MG_TEST(cuda_adamw_nonfinite_parity) {
     a.grad[5] = NAN;
     a.grad[900] = INFINITY;
     float *got[4], *ref[3];
-    const mg_adamw_span one = {0, 0, N, 0, 2};
+    const mg_adamw_span one = {0, 0, 0, N, 0, 2};
     adam_run(t, cpu, &P, &a, N, &one, 1, got, ref);
     if (!P.failed) {
         CT_EXPECT_PARITY(got[0], ref[0], N, "adamw master");

@@ -119,7 +119,7 @@ MG_TEST(cuda_op_sequence_allocates_and_syncs_nothing) {
     MG_EXPECT_OK(g->sumsq_f32(g, scal + 1, grads, (size_t)V * F, &ctl->inv_scale));
     MG_EXPECT_OK(g->clip_coef(g, scal + 2, scal + 3, scal + 1, 1.0f, &ctl->inv_scale));
     MG_EXPECT_OK(g->step_control(g, ctl, scal + 3, scal, scal + 4, &rules));
-    const mg_adamw_span head = {0, 0, (size_t)V * F, MG_RATE_LR, MG_RATE_WD};
+    const mg_adamw_span head = {0, 0, 0, (size_t)V * F, MG_RATE_LR, MG_RATE_WD};
     MG_EXPECT_OK(g->adamw(g, w_head, master, grads, m, v, &head, 1, ctl->rate,
                           &ctl->rate[MG_RATE_BC1], 0.9f, 0.95f, 1e-8f, scal + 2));
     MG_EXPECT(ct_allocs(g) == a0 && mg_cuda_ctx_of(g)->n_device_frees == f0,

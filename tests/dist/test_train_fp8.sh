@@ -211,6 +211,23 @@ else
     fail "train fp8 np=2 --fp8-param-gather resume" "straight: $(echo $want)" "resumed: $(echo $got)" \
         "$(tail -n 2 "$TMP/pg_load.log")"
 fi
+# ... and keeps the compute-dtype values of those weights for this rank's shard alone (the forward
+# reads the gathered bytes): on DP 2 with fp32 parameters (the cpu backend) a model of 98% fp8
+# weights holds 4 x 1/2 + 1 = 3 bytes per weight, not 4 (`memory per parameter`, from the arenas)
+WIDE=(--num-layers 4 --hidden-size 256 --num-attention-heads 4 --seq-length 32 --vocab-size 128
+    --make-vocab-size-divisible-by 64 --mock-data --micro-batch-size 1 --global-batch-size 2
+    --lr 1e-3 --train-iters 1 --eval-iters 0 --device cpu --num-threads 1
+    --use-distributed-optimizer --fp8-format hybrid)
+bytes_per_weight() { grep -m1 -oE "from the arenas\): weights [0-9.]+" "$1" | grep -oE "[0-9.]+$"; }
+timeout 120 "${MPIRUN[@]}" -np 2 "$BIN" train "${WIDE[@]}" >"$TMP/mem_plain.log" 2>&1
+timeout 120 "${MPIRUN[@]}" -np 2 "$BIN" train "${WIDE[@]}" --fp8-param-gather >"$TMP/mem_pg.log" 2>&1
+plain=$(bytes_per_weight "$TMP/mem_plain.log") pg=$(bytes_per_weight "$TMP/mem_pg.log")
+if [ "$plain" = 4.00 ] && awk -v b="${pg:-9}" 'BEGIN { exit !(b >= 3.0 && b <= 3.05) }'; then
+    pass "train fp8 np=2 --fp8-param-gather: $pg bytes per weight (without: $plain)"
+else
+    fail "train fp8 np=2 --fp8-param-gather memory" "without: ${plain:-none} B, with: ${pg:-none} B" \
+        "$(tail -n 2 "$TMP/mem_pg.log")"
+fi
 # a checkpoint whose layers hold another number of fp8 linears (ECHO keeps the routed experts in
 # the compute dtype: 4 per layer; without it they are fp8: 6) loads with one warning per rank,
 # the scales from 1, and trains on

@@ -38,7 +38,7 @@ mg_status mg_cpu_adamw(mg_backend *be, void *param_, float *master, const float 
     for (int i = 0; i < n_spans; i++) {
         const mg_adamw_span *p = &spans[i];
         const size_t a = p->param_off, b = p->state_off;
-        adamw_span(param + a, master ? master + b : NULL, grad + a, m + b, v + b, p->n,
+        adamw_span(param + a, master ? master + b : NULL, grad + p->grad_off, m + b, v + b, p->n,
                    rates[p->lr], p->wd < 0 ? 0.0f : rates[p->wd], bc[0], bc[1], beta1, beta2, eps,
                    s);
     }

@@ -22,7 +22,7 @@ struct adamw_hp {
 
 /* A launch's spans: span i holds the tiles [tile0[i], tile0[i + 1]). */
 struct adamw_span_dev {
-    unsigned long long param_off, state_off, n;
+    unsigned long long param_off, grad_off, state_off, n;
     int lr, wd, vec;
 };
 struct adamw_table {
@@ -49,8 +49,8 @@ static __global__ void __launch_bounds__(MG_CUDA_THREADS)
     adamw_kernel(h16 *param_base, float *master_base, const float *grad_base, float *m_base,
                  float *v_base, const adamw_table tab, adamw_hp hp, const float *rates,
                  const float *bc, const float *grad_scale) {
-    // param, grad at span.param_off; master, m, v at span.state_off; rates, bc (2), grad_scale
-    // (1) device
+    // param at span.param_off, grad at .grad_off; master, m, v at .state_off; rates, bc (2),
+    // grad_scale (1) device
     const float s = grad_scale ? *grad_scale : 1.0f;
     if (!isfinite(s)) return; /* a skipped step (backend_ops.h) */
     const float bc1 = bc[0], bc2 = bc[1];
@@ -69,7 +69,7 @@ static __global__ void __launch_bounds__(MG_CUDA_THREADS)
         const size_t e0 = (size_t)(t - tab.tile0[lo]) * ADAMW_TILE;
         const size_t e1 = min((size_t)sp.n, e0 + ADAMW_TILE);
         h16 *param = param_base + sp.param_off;
-        const float *grad = grad_base + sp.param_off;
+        const float *grad = grad_base + sp.grad_off;
         float *master = HAS_MASTER ? master_base + sp.state_off : NULL;
         float *m = m_base + sp.state_off, *v = v_base + sp.state_off;
         if (sp.vec) {
@@ -119,7 +119,7 @@ MG_CUDA_DTYPES(mg_status, adamw,
                 float beta1, float beta2, float eps, const float *grad_scale),
                (be, param, master, grad, m, v, spans, n_spans, rates, bc, beta1, beta2, eps,
                 grad_scale)) {
-    // param, grad: elements at spans[i].param_off; master (or NULL), m, v: at .state_off; rates,
+    // param at spans[i].param_off, grad at .grad_off; master (or NULL), m, v at .state_off; rates,
     // bc (2), grad_scale (1) device; spans (n_spans) host
     const adamw_hp hp = {beta1, beta2, eps};
     cudaStream_t st = mg_cuda_stream(be);
@@ -132,12 +132,12 @@ MG_CUDA_DTYPES(mg_status, adamw,
             const mg_adamw_span *sp = &spans[i];
             if (sp->n == 0) continue;
             const size_t a = sp->param_off, b = sp->state_off;
-            const bool vec = mg_cuda_aligned16(grad + a) && mg_cuda_aligned16(m + b) &&
+            const bool vec = mg_cuda_aligned16(grad + sp->grad_off) && mg_cuda_aligned16(m + b) &&
                              mg_cuda_aligned16(v + b) &&
                              (!master || mg_cuda_aligned16(master + b)) &&
                              ((uintptr_t)(p16 + a) & 7u) == 0;
             tab.tile0[tab.n] = (unsigned)tiles;
-            tab.span[tab.n] = {a, b, sp->n, sp->lr, sp->wd, vec ? 1 : 0};
+            tab.span[tab.n] = {a, sp->grad_off, b, sp->n, sp->lr, sp->wd, vec ? 1 : 0};
             tab.n++;
             tiles += (sp->n + ADAMW_TILE - 1) / ADAMW_TILE;
         }
