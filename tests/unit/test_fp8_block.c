@@ -1,0 +1,126 @@
+/* Blockwise fp8 casts (core/fp8_block.h) against tests/golden/fp8/fp8_block.json, written by
+ * tools/reference/fp8_block_golden.py from Transformer Engine's block-scale recipe: a 129 x 136
+ * input (log-uniform magnitudes, a zero row and column, an infinity, a NaN, a row whose scale
+ * overflows fp32) cast in 1 x 128 blocks along rows, along columns (the transpose) and in
+ * 128 x 128 tiles gives the reference's bytes and scale inverses bit for bit, for e4m3 with and
+ * without power-of-two scales and e5m2 with them; and the scale rule's edges by hand. */
+#include "test.h"
+
+#include "golden_io.h"
+
+#include "core/fp8_block.h"
+
+#include <cjson/cJSON.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define GOLDEN MG_GOLDEN_DIR "/fp8/fp8_block.json"
+
+static const cJSON *item(const cJSON *o, const char *key) {
+    return cJSON_GetObjectItemCaseSensitive(o, key);
+}
+
+/* The bytes of hex string s (n of them); NULL when it has another length. */
+static uint8_t *unhex(const char *s, size_t n) {
+    if (!s || strlen(s) != 2 * n) return NULL;
+    uint8_t *b = malloc(n ? n : 1);
+    for (size_t i = 0; b && i < n; i++) {
+        unsigned v;
+        if (sscanf(s + 2 * i, "%2x", &v) != 1) {
+            free(b);
+            return NULL;
+        }
+        b[i] = (uint8_t)v;
+    }
+    return b;
+}
+
+/* got against want (n bytes of format f, NaN for NaN whatever its pattern) and the scale
+ * inverses (m fp32 values) against the reference's bits. */
+static void same(mg_test_ctx *t, const char *what, const uint8_t *got, const char *want_hex,
+                 size_t n, const float *inv, const cJSON *want_inv, size_t m, mg_fp8_format f) {
+    uint8_t *want = unhex(want_hex, n);
+    MG_EXPECT(want != NULL, "%s: the reference's bytes are not %zu hex pairs", what, n);
+    MG_EXPECT((size_t)cJSON_GetArraySize(want_inv) == m, "%s: %d scale inverses, expected %zu",
+              what, cJSON_GetArraySize(want_inv), m);
+    int bad = 0;
+    for (size_t i = 0; want && i < n && bad < 5; i++) {
+        bool gn = isnan(mg_fp8_to_f32(got[i], f)), wn = isnan(mg_fp8_to_f32(want[i], f));
+        if (gn || wn ? gn != wn : got[i] != want[i]) {
+            MG_EXPECT(0, "%s: byte %zu is 0x%02x, the reference 0x%02x", what, i, got[i], want[i]);
+            bad++;
+        }
+    }
+    for (size_t i = 0; i < m && i < (size_t)cJSON_GetArraySize(want_inv) && bad < 10; i++) {
+        uint32_t g = mg_hb_bits(inv[i]),
+                 w = (uint32_t)cJSON_GetArrayItem(want_inv, (int)i)->valuedouble;
+        if (g != w) {
+            MG_EXPECT(0, "%s: scale inverse %zu is 0x%08x, the reference 0x%08x", what, i, g, w);
+            bad++;
+        }
+    }
+    free(want);
+}
+
+MG_TEST(fp8_block_casts_match_the_reference) {
+    cJSON *g = mg_golden_json(t, GOLDEN);
+    if (!g) return;
+    const int R = item(g, "rows")->valueint, C = item(g, "cols")->valueint;
+    const size_t n = (size_t)R * C;
+    const cJSON *in = item(g, "input");
+    MG_EXPECT((size_t)cJSON_GetArraySize(in) == n, "%d inputs for %d x %d", cJSON_GetArraySize(in),
+              R, C);
+    float *x = malloc(n * sizeof *x), *inv = malloc(n * sizeof *inv);
+    uint8_t *b = malloc(n);
+    for (size_t i = 0; x && i < n; i++)
+        x[i] = mg_hb_float((uint32_t)cJSON_GetArrayItem(in, (int)i)->valuedouble);
+    const cJSON *c;
+    int cases = 0;
+    cJSON_ArrayForEach(c, item(g, "cases")) {
+        const mg_fp8_format f =
+            strcmp(item(c, "format")->valuestring, "e5m2") == 0 ? MG_FP8_E5M2 : MG_FP8_E4M3;
+        const bool pow2 = cJSON_IsTrue(item(c, "pow2"));
+        char what[64];
+        snprintf(what, sizeof what, "%s%s rows", item(c, "format")->valuestring,
+                 pow2 ? " pow2" : "");
+        mg_fp8_block_rows(b, inv, x, R, C, f, pow2);
+        same(t, what, b, item(c, "rows")->valuestring, n, inv, item(c, "rows_scale_inv"),
+             (size_t)R * mg_fp8_block_count(C), f);
+        snprintf(what, sizeof what, "%s%s cols", item(c, "format")->valuestring,
+                 pow2 ? " pow2" : "");
+        mg_fp8_block_cols(b, inv, x, R, C, f, pow2);
+        same(t, what, b, item(c, "cols")->valuestring, n, inv, item(c, "cols_scale_inv"),
+             (size_t)C * mg_fp8_block_count(R), f);
+        snprintf(what, sizeof what, "%s%s tiles", item(c, "format")->valuestring,
+                 pow2 ? " pow2" : "");
+        mg_fp8_block_tiles(b, inv, x, R, C, f, pow2);
+        same(t, what, b, item(c, "tiles")->valuestring, n, inv, item(c, "tiles_scale_inv"),
+             (size_t)mg_fp8_block_count(R) * mg_fp8_block_count(C), f);
+        cases++;
+    }
+    MG_EXPECT(cases == 3, "%d cases in the reference, expected 3", cases);
+    free(x);
+    free(inv);
+    free(b);
+    cJSON_Delete(g);
+}
+
+/* The rule by hand: an amax at the format's largest value scales by 1; 0, infinity and NaN by 1;
+ * 448 / 3 rounds down to 128 with power-of-two scales; an amax whose quotient overflows gets the
+ * largest fp32 (2^127 with power-of-two scales); and a tensor's last block holds what is left. */
+MG_TEST(fp8_block_scale_edges) {
+    MG_EXPECT(mg_fp8_block_scale(448.0f, 448.0f, true) == 1.0f, "amax 448");
+    MG_EXPECT(mg_fp8_block_scale(0.0f, 448.0f, true) == 1.0f &&
+                  mg_fp8_block_scale(INFINITY, 448.0f, false) == 1.0f &&
+                  mg_fp8_block_scale(NAN, 448.0f, true) == 1.0f,
+              "amax 0, infinite or NaN: scale 1");
+    MG_EXPECT(mg_fp8_block_scale(3.0f, 448.0f, true) == 128.0f &&
+                  mg_fp8_block_scale(3.0f, 448.0f, false) == 448.0f / 3.0f,
+              "448 / 3: 128 as a power of two, else the quotient");
+    MG_EXPECT(mg_fp8_block_scale(1e-41f, 448.0f, false) == FLT_MAX &&
+                  mg_fp8_block_scale(1e-41f, 448.0f, true) == ldexpf(1.0f, 127),
+              "an overflowing quotient: the largest fp32 (a power of two: 2^127)");
+    MG_EXPECT(mg_fp8_block_count(128) == 1 && mg_fp8_block_count(129) == 2 &&
+                  mg_fp8_block_count(1) == 1,
+              "blocks of 128");
+}
