@@ -54,15 +54,27 @@ typedef struct {
     int lr, wd;
 } mg_adamw_span;
 
+/* How an fp8 operand is scaled (mg_fp8_tensor.block; core/fp8_block.h): one scale for the
+ * tensor; a scale per 1 x 128 block along each form's rows (the blockwise recipe's inputs and
+ * gradients); a scale per 128 x 128 tile (its weights). */
+typedef enum { MG_FP8_SCALE_TENSOR = 0, MG_FP8_SCALE_ROWS, MG_FP8_SCALE_TILES } mg_fp8_scaling;
+
 /* An fp8 operand of a linear (backend_ops.h's fp8 ops; core/fp8.h's formats): the bytes of a
  * compute-dtype tensor (rows, cols) times its scale, cast saturating to `format`
  * (mg_fp8_format), row-major as the tensor (`data`) and/or transposed, (cols, rows)
- * (`data_t`); NULL where the op does not read that form. scale_inv (backend memory, (1)):
- * 1 / the scale, what a product of fp8 values is multiplied by to undo it. */
+ * (`data_t`); NULL where the op does not read that form. scale_inv (backend memory): 1 / the
+ * scale, what a product of fp8 values is multiplied by to undo it:
+ *   block MG_FP8_SCALE_TENSOR: (1) for both forms;
+ *   MG_FP8_SCALE_ROWS: data's (rows, ceil(cols / 128)), and scale_inv_t data_t's (cols,
+ *     ceil(rows / 128)): each form cast on its own, in blocks along its rows;
+ *   MG_FP8_SCALE_TILES: (ceil(rows / 128), ceil(cols / 128)), data_t the same bytes transposed
+ *     (its grid the transpose of this one). */
 typedef struct {
     const uint8_t *data, *data_t;
     const float *scale_inv;
     int format;
+    int block;                /* mg_fp8_scaling */
+    const float *scale_inv_t; /* MG_FP8_SCALE_ROWS: data_t's */
 } mg_fp8_tensor;
 
 /* The backend's queues: every op runs on the compute stream; collectives (mg_comm calls) go to

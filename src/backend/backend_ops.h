@@ -543,6 +543,19 @@ MG_OP(fp8_cast, REQ, OP, mg_status,
        int cols, const float *scale /* (1) */, float *scale_inv /* (1) or NULL */,
        float *amax /* (1) or NULL */, int format),
       (be, out, out_t, in, rows, cols, scale, scale_inv, amax, format))
+/* Blockwise fp8 (--fp8-recipe blockwise; core/fp8_block.h's casts, power-of-two scales when
+ * pow2) of in (rows, cols, compute dtype), each block's scale from its own amax:
+ *   tiles false: 1 x 128 blocks along rows into out (rows, cols) and scale_inv (rows,
+ *     ceil(cols/128)); along columns, transposed, into out_t (cols, rows) and scale_inv_t (cols,
+ *     ceil(rows/128)) (either pair may be NULL);
+ *   tiles true: 128 x 128 tiles into out and scale_inv (ceil(rows/128), ceil(cols/128)), and the
+ *     same bytes transposed into out_t (or NULL); scale_inv_t unused.
+ * Optional: NULL where the backend has no block-scaled fp8 (model/fp8.c refuses the recipe). */
+MG_OP(fp8_cast_blocks, CAP, OP, mg_status,
+      (mg_backend *be, uint8_t *out /* (rows,cols) or NULL */, float *scale_inv,
+       uint8_t *out_t /* (cols,rows) or NULL */, float *scale_inv_t, const void *in, int rows,
+       int cols, bool tiles, int format, bool pow2),
+      (be, out, scale_inv, out_t, scale_inv_t, in, rows, cols, tiles, format, pow2))
 /* fp8 bytes that are already cast (--fp8-param-gather's gathered weights, model/fp8.h): in
  * (rows, cols) copied row-major into out and transposed ((cols, rows)) into out_t; either may be
  * NULL. scale_inv (1) not NULL: = 1 / scale, as fp8_cast writes it (scale and scale_inv fp32,

@@ -27,9 +27,9 @@ mg_status mg_config_check_fp8(const mg_config *c) {
     if (strcmp(r, "mxfp8") == 0)
         return USAGE("--fp8-recipe mxfp8 needs Blackwell's tensor cores (block-scaled MXFP8 "
                      "GEMMs); Hopper has none: use --fp8-recipe delayed");
-    if (strcmp(r, "blockwise") == 0)
-        return USAGE("--fp8-recipe blockwise is not supported yet by this build (scales per "
-                     "128-element block); use delayed or tensorwise");
+    if (strcmp(r, "blockwise") == 0 && c->fp8_param_gather)
+        return USAGE("--fp8-param-gather with --fp8-recipe blockwise is not supported yet (the "
+                     "gathered weights' 128 x 128 scales); drop one of them");
     if (c->fp8_amax_history_len < 1)
         return USAGE("--fp8-amax-history-len must be at least 1, got %d", c->fp8_amax_history_len);
     if (c->fp8_margin < 0)

@@ -329,7 +329,9 @@ const mg_flag_spec mg_flag_table[] = {
     {"--fp8-recipe", TRAIN, STRING, .arg = "RECIPE", FIELD(fp8_recipe), .def = "delayed",
      .choices = fp8_recipe_choices,
      .help = "how each fp8 tensor is scaled: delayed (from the amax history of earlier steps) or "
-             "tensorwise (from its amax now); blockwise is not here yet, mxfp8 needs Blackwell"},
+             "tensorwise (from its amax now) or blockwise (each 1 x 128 block of inputs and "
+             "gradients, each 128 x 128 tile of weights from its amax now; the cpu backend "
+             "only, so far); mxfp8 needs Blackwell"},
     {"--fp8-margin", TRAIN, INT, FIELD(fp8_margin),
      .help = "delayed scaling: the scale is divided by 2^margin"},
     {"--moe-router-padding-for-fp8", MOE, BOOL, IGNORED,

@@ -172,8 +172,12 @@ typedef struct {
                        forward cast them, for the weight gradients (model/fp8.h) */
     size_t fp8_now; /* --fp8-recipe tensorwise: (3) fp32 [amax | scale | history] of the cast
                        in progress */
-    size_t fp8_pw;  /* --fp8-param-gather with tensorwise scaling: (2, 3, fp8_tensors) fp32, the
-                       dense and the expert weights' [amax | scale | history] (model/fp8.h) */
+    size_t fp8_bxs, fp8_bdys; /* --fp8-recipe blockwise: the block scales' inverses of an input's
+                                 and an output gradient's casts (fp32: along rows, then along
+                                 columns), and every fp8 layer's weight tiles' (model/fp8.h) */
+    size_t fp8_bws;
+    size_t fp8_pw; /* --fp8-param-gather with tensorwise scaling: (2, 3, fp8_tensors) fp32, the
+                      dense and the expert weights' [amax | scale | history] (model/fp8.h) */
     size_t fp8_ex, fp8_edy; /* the routed experts' input and output gradient bytes (R rows),
                                each row-major, then the grouped transpose (model/fp8.h) */
     size_t fp8_ext;         /* every slot's fp8 layers' routed experts' inputs (fc1's, then fc2's),
@@ -206,6 +210,7 @@ typedef struct {
     size_t att_saved; /* bytes one layer's attention saves for its backward (model/gpt.h's
                          mg_gpt_target) */
     bool fp8_grouped; /* the backend has the fp8 grouped GEMM (model/gpt.h's mg_gpt_target) */
+    bool fp8_blocks;  /* the backend has block-scaled fp8 products (the same) */
     const mg_tp *tp;
     int B, N, Nl;
     size_t esz; /* bytes per activation element */

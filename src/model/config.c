@@ -99,6 +99,7 @@ mg_status mg_model_config_from(mg_model_config *m, const mg_config *c, int tp_ra
     m->fp8_margin = c->fp8_margin;
     m->fp8_algo = strcmp(c->fp8_amax_compute_algo, "max") == 0 ? 0 : 1; /* mg_fp8_amax_algo */
     m->fp8_current = strcmp(c->fp8_recipe, "tensorwise") == 0;
+    m->fp8_block = strcmp(c->fp8_recipe, "blockwise") == 0;
     m->fp8_wgrad = !c->no_fp8_wgrad;
     m->fp8_params = c->fp8_param_gather && mg_config_fp8(c);
     m->rc_modules = mg_config_recompute_modules(c);
@@ -139,8 +140,9 @@ mg_status mg_model_config_from(mg_model_config *m, const mg_config *c, int tp_ra
     m->v0 = tp_rank * m->V_l;
     MG_CHECK(moe_from(&m->moe, c, m->swiglu));
     /* the routed experts compute in fp8 with the rest of an fp8 layer, but not with ECHO (its
-     * spare slots' weights arrive during the layer) */
-    m->fp8_experts = mg_config_fp8(c) && m->moe.E > 0 && !m->moe.echo;
+     * spare slots' weights arrive during the layer), nor with blockwise scaling (no block-scaled
+     * grouped products yet) */
+    m->fp8_experts = mg_config_fp8(c) && m->moe.E > 0 && !m->moe.echo && !m->fp8_block;
     return MG_OK;
 }
 

@@ -86,6 +86,8 @@ typedef struct {
     int fp8_bwd;
     int fp8_len, fp8_margin, fp8_algo;
     bool fp8_current; /* --fp8-recipe tensorwise: each cast scales by its tensor's amax now */
+    bool fp8_block;   /* --fp8-recipe blockwise: each 1 x 128 block (inputs, gradients) or
+                         128 x 128 tile (weights) by its own amax now (core/fp8_block.h) */
     bool fp8_wgrad;   /* the weight gradients from fp8 bytes (not under --no-fp8-wgrad) */
     bool fp8_experts; /* an fp8 MoE layer's routed experts in fp8 too (model/fp8.h) */
     bool fp8_params;  /* --fp8-param-gather: the fp8 linears' weights come as fp8 bytes, cast

@@ -2,6 +2,7 @@
 #include "model/fp8.h"
 
 #include "core/fp8.h"
+#include "core/fp8_block.h"
 #include "core/fp8_scaling.h"
 
 #include <limits.h>
@@ -42,6 +43,35 @@ static size_t weight_elems(const mg_model_config *c, int j) {
     default:
         return H * (size_t)c->moe.F;
     }
+}
+
+/* The (rows, columns) of dense linear j's weight (QKV to fc2), the larger of a dense MLP's and
+ * an MoE layer's shared experts' where they differ. */
+static void weight_dims(const mg_model_config *c, int j, size_t *OC, size_t *IC) {
+    const size_t H = (size_t)c->H;
+    switch (j) {
+    case MG_FP8_QKV:
+        *OC = (size_t)c->qkv_l, *IC = H;
+        return;
+    case MG_FP8_PROJ:
+        *OC = H, *IC = (size_t)c->attn_l;
+        return;
+    case MG_FP8_FC1:
+        *OC = max2((size_t)c->fc1_l, (size_t)c->moe.shared_fc1), *IC = H;
+        return;
+    default:
+        *OC = H, *IC = max2((size_t)c->F_l, (size_t)c->moe.shared_F);
+    }
+}
+
+/* Blockwise: floats of one fp8 layer's weight tile scales, and where linear j's start. */
+static size_t weight_tiles(const mg_model_config *c, int j) {
+    size_t at = 0, OC, IC;
+    for (int i = 0; i < j && i < MG_FP8_EXP_FC1; i++) {
+        weight_dims(c, i, &OC, &IC);
+        at += (size_t)mg_fp8_block_count((int)OC) * (size_t)mg_fp8_block_count((int)IC);
+    }
+    return at;
 }
 
 bool mg_fp8_experts_on(const mg_block_ctx *x) {
@@ -162,6 +192,23 @@ mg_status mg_fp8_plan(const mg_block_ctx *x, mg_block_ws *w, int n_linears, int 
     size_t kept = w->fp8_keep_inputs ? (size_t)keep_slots * layers : 0;
     MG_CHECK(reserve(x->work, kept * input_copies(c, N, MG_FP8_LINEARS), &w->fp8_xt));
     MG_CHECK(reserve(x->work, on ? 2 * align_up(N * out) : 0, &w->fp8_dy));
+    /* blockwise: each cast's block scales (along rows, then along columns), each weight's tiles' */
+    const bool blk = on && c->fp8_block;
+    if (blk && !x->fp8_blocks)
+        return MG_FAIL(MG_ERR_USAGE,
+                       "--fp8-recipe blockwise: this backend has no block-scaled fp8 products yet "
+                       "(the cpu backend has; CUDA's are to come from cuBLASLt's 1 x 128 and "
+                       "128 x 128 scaling); use --device cpu, or --fp8-recipe delayed or "
+                       "tensorwise");
+    const size_t nbN = (size_t)mg_fp8_block_count((int)N);
+    MG_CHECK(reserve(x->work,
+                     blk ? (N * mg_fp8_block_count((int)in) + in * nbN) * sizeof(float) : 0,
+                     &w->fp8_bxs));
+    MG_CHECK(reserve(x->work,
+                     blk ? (N * mg_fp8_block_count((int)out) + out * nbN) * sizeof(float) : 0,
+                     &w->fp8_bdys));
+    MG_CHECK(reserve(x->work, blk ? layers * weight_tiles(c, MG_FP8_EXP_FC1) * sizeof(float) : 0,
+                     &w->fp8_bws));
     MG_CHECK(reserve(x->work, on && c->fp8_current ? 3 * sizeof(float) : 0, &w->fp8_now));
     /* --fp8-param-gather with tensorwise scaling: every tensor's [amax | scale | history] of the
      * weights' casts after the update (mg_fp8_param_scales) */
@@ -292,7 +339,7 @@ static mg_status cast_rows(const mg_block_ctx *x, size_t t, uint8_t *data, uint8
                                       sinv, amax, format));
     else
         MG_CHECK(be->fp8_cast(be, data, data_t, in, rows, cols, scale, sinv, amax, format));
-    *o = (mg_fp8_tensor){data, data_t, sinv, format};
+    *o = (mg_fp8_tensor){data, data_t, sinv, format, MG_FP8_SCALE_TENSOR, NULL};
     return MG_OK;
 }
 
@@ -350,7 +397,78 @@ static mg_status gathered_weight(const mg_block_ctx *x, int i, const void *w, si
 /* The weight's bytes and transpose as the pass's first microbatch cast them. */
 static mg_fp8_tensor weight_cached(const mg_block_ctx *x, size_t t, size_t at, int OC, int IC) {
     uint8_t *base = mg_block_ws_ptr(x, at);
-    return (mg_fp8_tensor){base, base + align_up((size_t)OC * IC), sinv_of(x, t), MG_FP8_E4M3};
+    return (mg_fp8_tensor){
+        base, base + align_up((size_t)OC * IC), sinv_of(x, t), MG_FP8_E4M3, MG_FP8_SCALE_TENSOR,
+        NULL};
+}
+
+/* ---- blockwise (--fp8-recipe blockwise; core/fp8_block.h) ----
+ * No scale state: each cast takes its blocks' amaxes now, power-of-two scales as Transformer
+ * Engine's recipe does by default. An input or output gradient is cast along rows for the
+ * forward's and the input gradient's products, and along columns (a cast of its own, other
+ * blocks) for the weight gradient's, in the backward; a weight in 128 x 128 tiles by the pass's
+ * first microbatch, its transpose the same bytes. */
+
+/* in (rows, cols) in 1 x 128 blocks: along rows into data, along columns into data_t (either
+ * may be NULL), the scales' inverses in the workspace's `scales` (rows', then columns'). */
+static mg_status cast_blocks(const mg_block_ctx *x, size_t scales, uint8_t *data, uint8_t *data_t,
+                             const void *in, int rows, int cols, int format, mg_fp8_tensor *o) {
+    float *s = mg_block_ws_ptr(x, scales);
+    float *s_t = s + (size_t)x->N * (size_t)mg_fp8_block_count(cols);
+    if (rows > x->N) return MG_FAIL(MG_ERR_INTERNAL, "fp8 blocks: %d rows, planned %d", rows, x->N);
+    MG_CHECK(
+        x->be->fp8_cast_blocks(x->be, data, s, data_t, s_t, in, rows, cols, false, format, true));
+    *o = (mg_fp8_tensor){data, data_t, s, format, MG_FP8_SCALE_ROWS, s_t};
+    return MG_OK;
+}
+
+/* Layer p's linear j's weight in 128 x 128 tiles (the bytes, the transpose, the scales), cast
+ * from w by the pass's first microbatch (cast), else as it cast them. */
+static mg_status weight_blocks(const mg_block_ctx *x, const mg_layer_params *p, mg_fp8_linear j,
+                               const void *w, int OC, int IC, bool cast, mg_fp8_tensor *o) {
+    size_t at;
+    MG_CHECK(weight_copy(x, p, j, OC, IC, &at));
+    const size_t layer = (size_t)(p->fp8 / mg_fp8_layer_linears(x->c));
+    float *s = (float *)mg_block_ws_ptr(x, x->ws->fp8_bws) +
+               layer * weight_tiles(x->c, MG_FP8_EXP_FC1) + weight_tiles(x->c, (int)j);
+    uint8_t *rows = copy_rows(x, at, ROWS), *cols = copy_cols(x, at, OC, IC, COLS);
+    if (cast && x->pass.mb == 0)
+        MG_CHECK(
+            x->be->fp8_cast_blocks(x->be, rows, s, cols, NULL, w, OC, IC, true, MG_FP8_E4M3, true));
+    *o = (mg_fp8_tensor){rows, cols, s, MG_FP8_E4M3, MG_FP8_SCALE_TILES, NULL};
+    return MG_OK;
+}
+
+static mg_status forward_blocks(const mg_block_ctx *x, const mg_layer_params *p, mg_fp8_linear j,
+                                void *out, void *gelu_pre, const void *inp, const void *w,
+                                const void *bias, const void *residual, int IC, int OC) {
+    mg_fp8_tensor fi, fw;
+    MG_CHECK(cast_blocks(x, x->ws->fp8_bxs, copy_rows(x, x->ws->fp8_x, ROWS), NULL, inp, x->N, IC,
+                         MG_FP8_E4M3, &fi));
+    MG_CHECK(weight_blocks(x, p, j, w, OC, IC, true, &fw));
+    return x->be->fp8_linear_forward(x->be, out, gelu_pre, &fi, &fw, bias, residual, x->N, IC, OC);
+}
+
+static mg_status backward_blocks(const mg_block_ctx *x, const mg_layer_params *p, mg_fp8_linear j,
+                                 void *dinp, float *dw, float *dbias, const void *dout,
+                                 const void *inp, const void *w, const void *gelu_pre, int IC,
+                                 int OC) {
+    mg_backend *be = x->be;
+    const bool dw8 = dw && x->c->fp8_wgrad;
+    const int dforms = (dinp ? ROWS : 0) | (dw8 ? COLS : 0);
+    if (!dforms) return be->linear_backward(be, NULL, dw, dbias, dout, inp, w, NULL, x->N, IC, OC);
+    mg_fp8_tensor fd, fi = {NULL, NULL, NULL, MG_FP8_E4M3, MG_FP8_SCALE_TENSOR, NULL}, fw = fi;
+    size_t dy = x->ws->fp8_dy;
+    MG_CHECK(cast_blocks(x, x->ws->fp8_bdys, copy_rows(x, dy, dforms),
+                         copy_cols(x, dy, x->N, OC, dforms), dout, x->N, OC, x->c->fp8_bwd, &fd));
+    if (dw8)
+        MG_CHECK(cast_blocks(x, x->ws->fp8_bxs, NULL, copy_cols(x, x->ws->fp8_x, x->N, IC, COLS),
+                             inp, x->N, IC, MG_FP8_E4M3, &fi));
+    if (dinp) MG_CHECK(weight_blocks(x, p, j, w, OC, IC, false, &fw));
+    MG_CHECK(be->fp8_linear_backward(be, dinp, dw8 ? dw : NULL, dbias, dout, &fd, &fi, &fw,
+                                     gelu_pre, x->N, IC, OC));
+    return dw && !dw8 ? be->linear_backward(be, NULL, dw, NULL, dout, inp, w, NULL, x->N, IC, OC)
+                      : MG_OK;
 }
 
 mg_status mg_fp8_linear_forward(const mg_block_ctx *x, const mg_layer_params *p, mg_fp8_linear j,
@@ -361,6 +479,8 @@ mg_status mg_fp8_linear_forward(const mg_block_ctx *x, const mg_layer_params *p,
         if (gelu_pre) return be->linear_gelu_forward(be, out, gelu_pre, inp, w, bias, x->N, IC, OC);
         return be->linear_forward(be, out, inp, w, bias, residual, x->N, IC, OC);
     }
+    if (x->c->fp8_block)
+        return forward_blocks(x, p, j, out, gelu_pre, inp, w, bias, residual, IC, OC);
     size_t t = 3 * (size_t)(p->fp8 + (int)j);
     mg_fp8_tensor fi, fw;
     /* the input's transpose too where the backward will read it */
@@ -391,8 +511,10 @@ mg_status mg_fp8_linear_backward(const mg_block_ctx *x, const mg_layer_params *p
     mg_backend *be = x->be;
     if (p->fp8 < 0)
         return be->linear_backward(be, dinp, dw, dbias, dout, inp, w, gelu_pre, x->N, IC, OC);
+    if (x->c->fp8_block)
+        return backward_blocks(x, p, j, dinp, dw, dbias, dout, inp, w, gelu_pre, IC, OC);
     size_t t = 3 * (size_t)(p->fp8 + (int)j);
-    mg_fp8_tensor fd, fi = {NULL, NULL, NULL, MG_FP8_E4M3}, fw = fi;
+    mg_fp8_tensor fd, fi = {NULL, NULL, NULL, MG_FP8_E4M3, MG_FP8_SCALE_TENSOR, NULL}, fw = fi;
     /* the gradient's rows feed dinp, its transpose dw, with the input's transpose (a call may
      * ask for one gradient: the tensor-parallel overlap takes them apart, model/block.h);
      * --no-fp8-wgrad: dw from the compute dtype's gradient and input instead */
@@ -406,7 +528,7 @@ mg_status mg_fp8_linear_backward(const mg_block_ctx *x, const mg_layer_params *p
     /* the input's transpose as the forward kept it, else cast again */
     uint8_t *kept = dw8 ? input_kept(x, p, j, IC) : NULL;
     if (kept)
-        fi = (mg_fp8_tensor){NULL, kept, sinv_of(x, t), MG_FP8_E4M3};
+        fi = (mg_fp8_tensor){NULL, kept, sinv_of(x, t), MG_FP8_E4M3, MG_FP8_SCALE_TENSOR, NULL};
     else if (dw8)
         MG_CHECK(cast(x, t, NULL, copy_cols(x, x->ws->fp8_x, x->N, IC, COLS), inp, x->N, IC,
                       MG_FP8_E4M3, &fi));
@@ -439,7 +561,7 @@ static mg_status expert_weights(const mg_block_ctx *x, const mg_layer_params *p,
     size_t at;
     MG_CHECK(weight_copy(x, p, j, OC, IC, &at));
     uint8_t *base = mg_block_ws_ptr(x, at), *base_t = base + (size_t)n * stride;
-    *o = (mg_fp8_tensor){base, base_t, sinv_of(x, t + 1), MG_FP8_E4M3};
+    *o = (mg_fp8_tensor){base, base_t, sinv_of(x, t + 1), MG_FP8_E4M3, MG_FP8_SCALE_TENSOR, NULL};
     if (!cast || x->pass.mb != 0) return MG_OK;
     const uint8_t *w8;
     MG_CHECK(gathered_weight(x, rows[0], mg_block_param(x, rows[0]), t + 1, &w8));
@@ -519,14 +641,14 @@ mg_status mg_fp8_experts_backward(const mg_block_ctx *x, const mg_layer_params *
                                            m->El, IC, OC, accumulate);
     const size_t t = 3 * (size_t)(p->fp8 + (int)j);
     const groups grp = {counts, ep * m->El};
-    mg_fp8_tensor fd, fi = {NULL, NULL, NULL, MG_FP8_E4M3}, fw = fi;
+    mg_fp8_tensor fd, fi = {NULL, NULL, NULL, MG_FP8_E4M3, MG_FP8_SCALE_TENSOR, NULL}, fw = fi;
     uint8_t *dy = mg_block_ws_ptr(x, x->ws->fp8_edy), *xb = mg_block_ws_ptr(x, x->ws->fp8_ex);
     /* the gradient's rows feed dinp, its grouped transpose dw, with the input's */
     MG_CHECK(cast_rows(x, t + 2, dinp ? dy : NULL, dw8 ? dy + align_up((size_t)R * OC) : NULL, dout,
                        R, OC, x->c->fp8_bwd, &grp, false, &fd));
     uint8_t *kept = dw8 ? expert_input_kept(x, p, j, IC) : NULL;
     if (kept) /* the forward's bytes: the same scale and the same rows in the same groups */
-        fi = (mg_fp8_tensor){NULL, kept, sinv_of(x, t), MG_FP8_E4M3};
+        fi = (mg_fp8_tensor){NULL, kept, sinv_of(x, t), MG_FP8_E4M3, MG_FP8_SCALE_TENSOR, NULL};
     else if (dw8)
         MG_CHECK(cast_rows(x, t, NULL, xb + align_up((size_t)R * IC), inp, R, IC, MG_FP8_E4M3, &grp,
                            false, &fi));

@@ -237,14 +237,15 @@ mg_gpt_target mg_gpt_target_of(const mg_gpt *g, mg_backend *be, int B) {
     const mg_model_config *c = &g->cfg;
     return (mg_gpt_target){be->compute_dtype,
                            be->attention_saved_bytes(be, B, c->S, c->nq_l, c->hd),
-                           be->fp8_grouped_linear_forward && be->fp8_grouped_linear_backward};
+                           be->fp8_grouped_linear_forward && be->fp8_grouped_linear_backward,
+                           be->device == MG_DEVICE_CPU};
 }
 
 mg_gpt_target mg_gpt_target_for(const mg_gpt *g, mg_device device, mg_dtype compute, int B) {
     const mg_model_config *c = &g->cfg;
     return (mg_gpt_target){compute,
                            mg_backend_attention_saved_bytes(device, B, c->S, c->nq_l, c->hd),
-                           device == MG_DEVICE_CPU || compute == MG_BF16};
+                           device == MG_DEVICE_CPU || compute == MG_BF16, device == MG_DEVICE_CPU};
 }
 
 mg_status mg_gpt_plan(mg_gpt *g, mg_gpt_target target, int B, int n_slots, mg_arena *acts,
@@ -255,6 +256,7 @@ mg_status mg_gpt_plan(mg_gpt *g, mg_gpt_target target, int B, int n_slots, mg_ar
     g->blk = (mg_block_ctx){.c = c,
                             .att_saved = target.attention_saved,
                             .fp8_grouped = target.fp8_grouped,
+                            .fp8_blocks = target.fp8_blocks,
                             .tp = &g->tp,
                             .B = B,
                             .N = B * c->S,
@@ -272,8 +274,9 @@ mg_status mg_gpt_plan(mg_gpt *g, mg_gpt_target target, int B, int n_slots, mg_ar
     /* the forward's input bytes wait for the backward in the microbatch's slot; with several
      * slots (a pipeline) only where their scales hold for the whole step (delayed scaling: a
      * tensorwise cast's scale is its microbatch's, and the next microbatch's cast replaces it) */
+    /* (blockwise: the transposes are casts of their own, made in the backward) */
     g->fp8_keep = g->n_fp8 > 0 && c->fp8_wgrad && (n_slots == 1 || !c->fp8_current) &&
-                  !mg_env_int("MG_TEST_FP8_RECAST", 0);
+                  !c->fp8_block && !mg_env_int("MG_TEST_FP8_RECAST", 0);
     g->slot_layers = 0;
     for (int v = 0; v < g->n_chunks; v++)
         if (g->chunks[v].count > g->slot_layers) g->slot_layers = g->chunks[v].count;

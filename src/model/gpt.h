@@ -146,11 +146,13 @@ mg_status mg_gpt_build(mg_gpt *g, const mg_config *c, int tp_rank, int pp_rank, 
  * model's shape and the micro-batch) and whether it has the fp8 grouped GEMM (model/fp8.h's
  * routed experts). _of: backend be's; _for: those of a backend on `device` computing in
  * `compute` (backend/backend.h's mg_backend_attention_saved_bytes; the fp8 grouped GEMM on the
- * CPU, and on CUDA with bf16 compute, as a build with CUTLASS has it). */
+ * CPU, and on CUDA with bf16 compute, as a build with CUTLASS has it); and whether it has the
+ * block-scaled fp8 products of --fp8-recipe blockwise (the cpu backend alone, so far). */
 typedef struct {
     mg_dtype compute;
     size_t attention_saved;
     bool fp8_grouped;
+    bool fp8_blocks;
 } mg_gpt_target;
 mg_gpt_target mg_gpt_target_of(const mg_gpt *g, mg_backend *be, int micro_batch);
 mg_gpt_target mg_gpt_target_for(const mg_gpt *g, mg_device device, mg_dtype compute,

@@ -107,7 +107,10 @@ static void print_banner(const mg_trainer *t) {
         for (int l = 0; l < m->L; l++) layers += mg_config_fp8_layer(c, l);
         const char *experts = "";
         if (e->E > 0)
-            experts = !m->fp8_experts ? ", routed experts in the compute dtype (ECHO)"
+            experts = !m->fp8_experts && m->fp8_block
+                          ? ", routed experts in the compute dtype (no block-scaled grouped "
+                            "products yet)"
+                      : !m->fp8_experts ? ", routed experts in the compute dtype (ECHO)"
                       : mg_fp8_experts_on(&t->model.blk) ? ", routed experts included"
                                                          : ", routed experts in the compute dtype "
                                                            "(no fp8 grouped GEMM here: CUTLASS's, "
@@ -115,6 +118,9 @@ static void print_banner(const mg_trainer *t) {
         char scaling[96];
         if (m->fp8_current)
             snprintf(scaling, sizeof scaling, "tensorwise scaling");
+        else if (m->fp8_block)
+            snprintf(scaling, sizeof scaling,
+                     "blockwise scaling (1 x 128 and 128 x 128 blocks, power-of-two scales)");
         else
             snprintf(scaling, sizeof scaling, "delayed scaling (amax history %d, %s, margin %d)",
                      m->fp8_len, m->fp8_algo == 0 ? "max" : "most_recent", m->fp8_margin);

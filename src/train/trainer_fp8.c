@@ -8,7 +8,8 @@ mg_status mg_trainer_fp8_step_end(mg_trainer *t) {
     const mg_block_ws *w = &t->model.ws;
     const mg_model_config *c = &t->model.cfg;
     int n = w->fp8_tensors;
-    if (n == 0 || c->fp8_current) return MG_OK; /* tensorwise: each cast its own scale */
+    /* tensorwise and blockwise: each cast its own scales */
+    if (n == 0 || c->fp8_current || c->fp8_block) return MG_OK;
     mg_backend *be = t->be;
     float *state = mg_block_ws_ptr(&t->model.blk, w->fp8_state); /* amaxes first */
     mg_comm *groups[] = {t->layout.tp, t->layout.dp};

@@ -4,14 +4,16 @@
 #   - --fp8-format hybrid trains: 30 iterations' losses fall and end within 2% of the run
 #     without fp8, not equal to it; e4m3 with a 16-step max history differs from hybrid;
 #     --first-last-layers-bf16 differs from every layer in fp8; --fp8-recipe tensorwise (each cast
-#     scaled by its tensor's amax now) trains within 2% of fp32 too; --no-fp8-wgrad (weight
+#     scaled by its tensor's amax now) and --fp8-recipe blockwise (each block by its own) train
+#     within 2% of fp32 too; --no-fp8-wgrad (weight
 #     gradients in the compute dtype) keeps iteration 1's loss, changes its gradient norm and
 #     the later losses, and tracks fp32;
 #   - resume is exact: a run saved at iteration 4 and resumed logs the straight run's losses
 #     (the scales and amax histories are in the checkpoint), also with MoE layers (their routed
 #     experts in fp8); a checkpoint saved without fp8 loads
 #     with a line saying its scales start at 1;
-#   - bad flags stop with one line and exit status 2: mxfp8 (Blackwell), a recipe not here yet,
+#   - bad flags stop with one line and exit status 2: mxfp8 (Blackwell), blockwise with
+#     --fp8-param-gather (not yet),
 #     a history of 0, a negative margin, a negative count of bf16 layers, --fp8-param-gather
 #     without the distributed optimizer.
 source "$(dirname "$0")/lib.sh"
@@ -32,6 +34,8 @@ last() { losses "$1" | awk '{print $NF}'; }
     >"$TMP/tensorwise.log" 2>&1
 "$MEGATRON" train "${BASE[@]}" --train-iters 30 --fp8-format hybrid --no-fp8-wgrad \
     >"$TMP/nowgrad.log" 2>&1
+"$MEGATRON" train "${BASE[@]}" --train-iters 30 --fp8-format hybrid --fp8-recipe blockwise \
+    >"$TMP/blockwise.log" 2>&1
 p=$(last "$TMP/plain.log") h=$(last "$TMP/hybrid.log")
 if [ -n "$p" ] && [ -n "$h" ] && awk -v p="$p" -v h="$h" -v f="$(losses "$TMP/hybrid.log" | awk '{print $1}')" \
     'BEGIN { d = (h - p) / p; if (d < 0) d = -d; exit !(d < 0.02 && h < 0.9 * f && h != p) }'; then
@@ -46,6 +50,15 @@ if [ -n "$t" ] && [ "$(losses "$TMP/tensorwise.log")" != "$(losses "$TMP/hybrid.
     awk -v p="$p" -v t="$t" 'BEGIN { d = (t - p) / p; if (d < 0) d = -d; exit !(d < 0.02) }'; then
     pass "train_fp8_tensorwise_tracks_fp32 (last loss $t)"
 else fail train_fp8_tensorwise_tracks_fp32 "tensorwise: $(losses "$TMP/tensorwise.log")" "$(tail -n 2 "$TMP/tensorwise.log")"; fi
+
+# --fp8-recipe blockwise (each 1 x 128 block of inputs and gradients and each 128 x 128 tile of
+# weights scaled by its own amax now): tracks fp32 too, differs from tensorwise, and says so
+b=$(last "$TMP/blockwise.log")
+if [ -n "$b" ] && [ "$(losses "$TMP/blockwise.log")" != "$(losses "$TMP/tensorwise.log")" ] &&
+    grep -q "^> fp8: hybrid (e5m2 gradients), blockwise scaling (1 x 128 and 128 x 128 blocks, power-of-two scales); 4 of 4 layers$" "$TMP/blockwise.log" &&
+    awk -v p="$p" -v b="$b" 'BEGIN { d = (b - p) / p; if (d < 0) d = -d; exit !(d < 0.02) }'; then
+    pass "train_fp8_blockwise_tracks_fp32 (last loss $b)"
+else fail train_fp8_blockwise_tracks_fp32 "blockwise: $(losses "$TMP/blockwise.log")" "$(grep '> fp8' "$TMP/blockwise.log")" "$(tail -n 2 "$TMP/blockwise.log")"; fi
 
 # --no-fp8-wgrad: the first forward is the same (the loss of iteration 1 equals hybrid's), the
 # weight gradients are not (its grad norm and the later losses differ), and it tracks fp32
@@ -88,7 +101,7 @@ else fail train_fp8_loads_a_checkpoint_without_fp8 "$(tail -n 3 "$TMP/mixed.log"
 
 T1=(train "${BASE[@]}" --train-iters 1 --fp8-format hybrid)
 expect_error fp8_mxfp8_needs_blackwell 2 "^megatron: error: --fp8-recipe mxfp8 needs Blackwell's tensor cores" "${T1[@]}" --fp8-recipe mxfp8
-expect_error fp8_blockwise_not_yet 2 "^megatron: error: --fp8-recipe blockwise is not supported yet by this build .*use delayed or tensorwise$" "${T1[@]}" --fp8-recipe blockwise
+expect_error fp8_blockwise_param_gather 2 "^megatron: error: --fp8-param-gather with --fp8-recipe blockwise is not supported yet .*drop one of them$" "${T1[@]}" --fp8-recipe blockwise --use-distributed-optimizer --fp8-param-gather
 expect_error fp8_history_zero 2 "^megatron: error: --fp8-amax-history-len must be at least 1, got 0$" "${T1[@]}" --fp8-amax-history-len 0
 expect_error fp8_negative_margin 2 "^megatron: error: --fp8-margin must be 0 or more" "${T1[@]}" --fp8-margin -1
 expect_error fp8_negative_bf16_layers 2 "^megatron: error: --num-layers-at-start-in-bf16 and --num-layers-at-end-in-bf16 must be 0 or more, got -1 and 1$" "${T1[@]}" --first-last-layers-bf16 --num-layers-at-start-in-bf16 -1

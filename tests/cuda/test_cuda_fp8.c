@@ -6,6 +6,7 @@
  *     magnitudes over the whole e4m3 and e5m2 ranges, saturating ones included, a NaN and the
  *     infinities; shapes that are not multiples of the transposing tile or of its vectors);
  *   - fp8_transpose of the same bytes gives the CPU's copy and transpose bit for bit;
+ *   - fp8_cast_blocks (the blockwise recipe) gives the CPU's bytes and block scales bit for bit;
  *   - fp8_linear_forward and fp8_linear_backward on the same bytes and scales (cuBLASLt's fp8
  *     GEMMs against the CPU's fp32 GEMM on the decoded values) within the GEMM tolerance: the
  *     plain forward with bias and residual, the GELU-fused one, the backward with the bias
@@ -18,6 +19,7 @@
 #include "cuda_test_util.h"
 
 #include "core/fp8.h"
+#include "core/fp8_block.h"
 
 #include <math.h>
 #include <string.h>
@@ -27,7 +29,7 @@
 MG_TEST(cuda_fp8_linear_refuses_unaligned_sizes) {
     CT_BACKENDS(cpu, gpu);
     (void)cpu;
-    mg_fp8_tensor none = {NULL, NULL, NULL, MG_FP8_E4M3};
+    mg_fp8_tensor none = {NULL, NULL, NULL, MG_FP8_E4M3, MG_FP8_SCALE_TENSOR, NULL};
     MG_EXPECT(gpu->fp8_linear_forward(gpu, NULL, NULL, &none, &none, NULL, NULL, 24, 64, 64) ==
                   MG_ERR_UNSUPPORTED,
               "fp8_linear_forward with 24 tokens: expected MG_ERR_UNSUPPORTED");
@@ -151,6 +153,71 @@ MG_TEST(cuda_fp8_transpose_matches_cpu) {
     }
 }
 
+/* fp8_cast_blocks (the blockwise recipe): the bytes and each block's scale inverse are the CPU's
+ * bit for bit (NaN bytes as NaN), 1 x 128 blocks along rows and along columns and 128 x 128
+ * tiles with their transpose, e4m3 with and without power-of-two scales and e5m2, on shapes of
+ * whole and partial blocks, magnitudes from 2^-20 to 2^20 with an infinity and a NaN. */
+MG_TEST(cuda_fp8_cast_blocks_matches_cpu) {
+    CT_BACKENDS(cpu, gpu);
+    static const int shapes[][2] = {{129, 136}, {256, 384}, {1, 260}, {130, 1}};
+    for (int sh = 0; sh < 4; sh++) {
+        ct_pool P = ct_pool_of(t, gpu);
+        const int rows = shapes[sh][0], cols = shapes[sh][1];
+        const size_t n = (size_t)rows * cols;
+        const size_t nr = (size_t)rows * mg_fp8_block_count(cols),
+                     nc = (size_t)cols * mg_fp8_block_count(rows),
+                     nt = (size_t)mg_fp8_block_count(rows) * mg_fp8_block_count(cols);
+        float *x = ct_uniform_act(&P, 71 + sh, n, -1.0f, 1.0f);
+        for (size_t i = 0; x && i < n; i++) x[i] = ldexpf(x[i], (int)(i % 41) - 20);
+        if (x && n > 300) x[7] = INFINITY, x[200] = NAN;
+        if (x) ct_round_act(x, n);
+        uint8_t *w = ct_host(&P, n), *wt = ct_host(&P, n);
+        float *ws = ct_host(&P, nr * 4), *wst = ct_host(&P, nc * 4);
+        uint8_t *d = ct_poison(&P, n), *dt = ct_poison(&P, n);
+        float *ds = ct_poison(&P, nr * 4), *dst = ct_poison(&P, nc * 4);
+        void *din = x ? ct_up_act(&P, x, n) : NULL;
+        if (P.failed) break;
+        for (int v = 0; v < 3; v++) { /* e4m3 pow2, e4m3 fp32 scales, e5m2 pow2 */
+            const int f = v == 2 ? MG_FP8_E5M2 : MG_FP8_E4M3;
+            const bool pow2 = v != 1;
+            for (int tiles = 0; tiles < 2; tiles++) {
+                MG_EXPECT_OK(cpu->fp8_cast_blocks(cpu, w, ws, wt, tiles ? NULL : wst, x, rows, cols,
+                                                  tiles, f, pow2));
+                MG_EXPECT_OK(gpu->fp8_cast_blocks(gpu, d, ds, dt, tiles ? NULL : dst, din, rows,
+                                                  cols, tiles, f, pow2));
+                uint8_t *g = ct_down_raw(&P, d, n), *gt = ct_down_raw(&P, dt, n);
+                float *gs = ct_down_f32(&P, ds, tiles ? nt : nr);
+                float *gst = tiles ? NULL : ct_down_f32(&P, dst, nc);
+                if (!g || !gt || !gs || (!tiles && !gst)) break;
+                int bad = 0;
+                for (size_t i = 0; i < n && bad < 3; i++) {
+                    const bool a = isnan(mg_fp8_to_f32(g[i], (mg_fp8_format)f)),
+                               b = isnan(mg_fp8_to_f32(w[i], (mg_fp8_format)f));
+                    const bool at = isnan(mg_fp8_to_f32(gt[i], (mg_fp8_format)f)),
+                               bt = isnan(mg_fp8_to_f32(wt[i], (mg_fp8_format)f));
+                    if ((a || b ? a != b : g[i] != w[i]) ||
+                        (at || bt ? at != bt : gt[i] != wt[i])) {
+                        MG_EXPECT(0,
+                                  "fp8_cast_blocks %dx%d v%d %s: byte %zu 0x%02x/0x%02x, cpu "
+                                  "0x%02x/0x%02x",
+                                  rows, cols, v, tiles ? "tiles" : "rows+cols", i, g[i], gt[i],
+                                  w[i], wt[i]);
+                        bad++;
+                    }
+                }
+                CT_EXPECT_SAME_BITS(gs, ws, (tiles ? nt : nr) * 4,
+                                    "fp8_cast_blocks %dx%d v%d %s "
+                                    "scale_inv",
+                                    rows, cols, v, tiles ? "tiles" : "rows");
+                if (!tiles)
+                    CT_EXPECT_SAME_BITS(gst, wst, nc * 4,
+                                        "fp8_cast_blocks %dx%d v%d cols scale_inv", rows, cols, v);
+            }
+        }
+        ct_pool_free(&P);
+    }
+}
+
 /* An operand's bytes (rows, cols) from x with scale s, both forms, on both backends. */
 typedef struct {
     mg_fp8_tensor cpu, gpu;
@@ -170,8 +237,8 @@ static fp8_pair fp8_operand(ct_pool *P, mg_backend *cpu, const float *x, int row
     if (P->failed) return o;
     (void)P->g->copy_h2d(P->g, db, b, n);
     (void)P->g->copy_h2d(P->g, dbt, bt, n);
-    o.cpu = (mg_fp8_tensor){b, bt, sinv, format};
-    o.gpu = (mg_fp8_tensor){db, dbt, dsinv, format};
+    o.cpu = (mg_fp8_tensor){b, bt, sinv, format, MG_FP8_SCALE_TENSOR, NULL};
+    o.gpu = (mg_fp8_tensor){db, dbt, dsinv, format, MG_FP8_SCALE_TENSOR, NULL};
     return o;
 }
 
@@ -240,7 +307,7 @@ MG_TEST(cuda_fp8_linear_matches_cpu) {
             CT_EXPECT_CLOSE(ct_down_f32(&P, d_db, OC), db, OC, CT_TOL_F32, "fp8 dbias %dx%dx%d", N,
                             IC, OC);
             /* dw NULL (--no-fp8-wgrad): the input gradient alone, the input's bytes unread */
-            const mg_fp8_tensor none = {NULL, NULL, NULL, MG_FP8_E4M3};
+            const mg_fp8_tensor none = {NULL, NULL, NULL, MG_FP8_E4M3, MG_FP8_SCALE_TENSOR, NULL};
             void *d_dx2 = ct_poison_act(&P, ni);
             if (P.failed) break;
             MG_EXPECT_OK(gpu->fp8_linear_backward(gpu, d_dx2, NULL, NULL, d_dy, &fd.gpu, &none,

@@ -112,8 +112,10 @@ static fg_pair grouped_operand(ct_pool *P, mg_backend *cpu, const float *x, cons
     memset(b, 0, n);
     memset(bt, 0, nt);
     (void)cpu->fp8_cast_grouped(cpu, b, bt, x, counts, G, R, cols, &s, sinv, NULL, format);
-    o.cpu = (mg_fp8_tensor){b, bt, sinv, format};
-    o.gpu = (mg_fp8_tensor){bytes_up(P, b, n), bytes_up(P, bt, nt), ct_up_f32(P, sinv, 1), format};
+    o.cpu = (mg_fp8_tensor){b, bt, sinv, format, MG_FP8_SCALE_TENSOR, NULL};
+    o.gpu = (mg_fp8_tensor){bytes_up(P, b, n),     bytes_up(P, bt, nt),
+                            ct_up_f32(P, sinv, 1), format,
+                            MG_FP8_SCALE_TENSOR,   NULL};
     return o;
 }
 
@@ -132,8 +134,9 @@ static fg_pair expert_weights(ct_pool *P, mg_backend *cpu, const float *w, int n
         (void)cpu->fp8_cast(cpu, b + j * stride, b + (n_w + j) * stride, w + (size_t)j * OC * IC,
                             OC, IC, &s, sinv, NULL, MG_FP8_E4M3);
     uint8_t *d = bytes_up(P, b, all);
-    o.cpu = (mg_fp8_tensor){b, b + n_w * stride, sinv, MG_FP8_E4M3};
-    o.gpu = (mg_fp8_tensor){d, d ? d + n_w * stride : NULL, ct_up_f32(P, sinv, 1), MG_FP8_E4M3};
+    o.cpu = (mg_fp8_tensor){b, b + n_w * stride, sinv, MG_FP8_E4M3, MG_FP8_SCALE_TENSOR, NULL};
+    o.gpu = (mg_fp8_tensor){d,           d ? d + n_w * stride : NULL, ct_up_f32(P, sinv, 1),
+                            MG_FP8_E4M3, MG_FP8_SCALE_TENSOR,         NULL};
     return o;
 }
 
@@ -147,7 +150,7 @@ MG_TEST(cuda_fp8_grouped_linear_matches_cpu) {
         return;
     }
     { /* widths Hopper's fp8 GEMMs cannot take: a clear refusal before anything runs */
-        const mg_fp8_tensor none = {NULL, NULL, NULL, MG_FP8_E4M3};
+        const mg_fp8_tensor none = {NULL, NULL, NULL, MG_FP8_E4M3, MG_FP8_SCALE_TENSOR, NULL};
         mg_status st =
             gpu->fp8_grouped_linear_forward(gpu, NULL, &none, &none, 0, NULL, NULL, 1, 1, 24, 32);
         MG_EXPECT(st == MG_ERR_UNSUPPORTED && strstr(mg_error_message(), "multiples of 16"),

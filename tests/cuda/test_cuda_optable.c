@@ -103,6 +103,7 @@ static const coverage_row coverage[] = {
     {"normal_f32", "test_cuda_dropout.c", "cuda_normal_f32_matches_cpu"},
     {"fp8_cast", "test_cuda_fp8.c", "cuda_fp8_cast_matches_cpu"},
     {"fp8_transpose", "test_cuda_fp8.c", "cuda_fp8_transpose_matches_cpu"},
+    {"fp8_cast_blocks", "test_cuda_fp8.c", "cuda_fp8_cast_blocks_matches_cpu"},
     {"fp8_linear_forward", "test_cuda_fp8.c", "cuda_fp8_linear_matches_cpu"},
     {"fp8_linear_backward", "test_cuda_fp8.c", "cuda_fp8_linear_matches_cpu"},
     {"fp8_update", "test_cuda_fp8.c", "cuda_fp8_update_matches_cpu"},

@@ -12,6 +12,8 @@
 #     against its own run that casts again: the kept bytes are the cast's;
 #   - TP 2, with and without SP, with the backward taken apart for the reduction's overlap (the
 #     default) logs exactly the in-order backward's numbers (--no-tp-comm-bulk-wgrad);
+#   - --fp8-recipe blockwise (each block of 128 or tile of 128 x 128 by its own amax now) with
+#     DP 2, TP 2 with SP and PP 2 logs the one-rank blockwise run's lm loss within 2e-3;
 #   - TP 2, TP 2 with sequence parallelism (also with --tp-comm-overlap: the input gradient's
 #     reduction beside the weight gradient), and --fp8-recipe tensorwise (each cast scaled by its
 #     tensor's amax now, reduced over the tensor-parallel group) with DP 2 and TP 2 log the
@@ -46,6 +48,8 @@ timeout 120 "$BIN" train "${MODEL[@]}" --metrics-file "$TMP/one.jsonl" >"$TMP/on
     fail "fp8 one rank" "$(tail -n 3 "$TMP/one.log")"
 timeout 120 "$BIN" train "${MODEL[@]}" --fp8-recipe tensorwise --metrics-file "$TMP/one_tw.jsonl" \
     >"$TMP/one_tw.log" 2>&1 || fail "fp8 tensorwise one rank" "$(tail -n 3 "$TMP/one_tw.log")"
+timeout 120 "$BIN" train "${MODEL[@]}" --fp8-recipe blockwise --metrics-file "$TMP/one_bw.jsonl" \
+    >"$TMP/one_bw.log" 2>&1 || fail "fp8 blockwise one rank" "$(tail -n 3 "$TMP/one_bw.log")"
 KEYS='lm_loss|grad_norm'
 # same NAME LABEL_A A LABEL_B B LOG: runs A and B (metrics files) both logged the 6 iterations'
 # lm loss and grad norm, and the same numbers (LOG: A's log, shown when they did not)
@@ -125,6 +129,9 @@ for layout in "2:2e-3:--use-distributed-optimizer --fp8-param-gather" \
     "2:2e-3:--tensor-model-parallel-size 2 --sequence-parallel --tp-comm-overlap" \
     "2:2e-3:--fp8-recipe tensorwise --use-distributed-optimizer" \
     "2:2e-3:--fp8-recipe tensorwise --tensor-model-parallel-size 2" \
+    "2:2e-3:--fp8-recipe blockwise --use-distributed-optimizer" \
+    "2:2e-3:--fp8-recipe blockwise --tensor-model-parallel-size 2 --sequence-parallel" \
+    "2:2e-3:--fp8-recipe blockwise --pipeline-model-parallel-size 2" \
     "2:2e-3:--expert-model-parallel-size 2 MOE" \
     "2:2e-3:--expert-model-parallel-size 2 --swiglu --disable-bias-linear MOE" \
     "2:2e-3:--expert-model-parallel-size 2 --fp8-recipe tensorwise MOE" \
@@ -132,11 +139,13 @@ for layout in "2:2e-3:--use-distributed-optimizer --fp8-param-gather" \
     np=${layout%%:*} rest=${layout#*:} tol=${rest%%:*}
     read -r -a extra <<<"${rest#*:}"
     KEYS='lm_loss|grad_norm' n=12
-    [[ $rest == *tensor-model* || $rest == *tensorwise* || $rest == *MOE ]] && KEYS=lm_loss n=6
+    [[ $rest == *tensor-model* || $rest == *tensorwise* || $rest == *blockwise* || $rest == *MOE ]] &&
+        KEYS=lm_loss n=6
     # tensorwise: against the one-rank tensorwise run; MOE: against one rank of the MoE model
     # with the same flags (its routed experts in fp8: model/fp8.h)
     base=$TMP/one.jsonl
     [[ $rest == *tensorwise* ]] && base=$TMP/one_tw.jsonl
+    [[ $rest == *blockwise* ]] && base=$TMP/one_bw.jsonl
     if [[ $rest == *MOE ]]; then
         unset 'extra[${#extra[@]}-1]'
         base=$TMP/moe_one.jsonl

@@ -90,8 +90,10 @@ MG_TEST(cpu_fp8_grouped_ops_equal_the_dense_ops_per_group) {
         dwp[j] = dw + (size_t)j * OC * IC;
         dbp[j] = dbias + (size_t)j * OC;
     }
-    const mg_fp8_tensor fx = {xb, xt, &sinv_x, MG_FP8_E4M3}, fd = {db, dt, &sinv_d, MG_FP8_E5M2};
-    const mg_fp8_tensor fw = {wb, wb + NW * stride, &sinv_w, MG_FP8_E4M3};
+    const mg_fp8_tensor fx = {xb, xt, &sinv_x, MG_FP8_E4M3, MG_FP8_SCALE_TENSOR, NULL},
+                        fd = {db, dt, &sinv_d, MG_FP8_E5M2, MG_FP8_SCALE_TENSOR, NULL};
+    const mg_fp8_tensor fw = {wb,          wb + NW * stride,    &sinv_w,
+                              MG_FP8_E4M3, MG_FP8_SCALE_TENSOR, NULL};
     MG_EXPECT_OK(
         be->fp8_grouped_linear_forward(be, out, &fx, &fw, stride, bp, counts, NSRC, NW, IC, OC));
     MG_EXPECT_OK(be->fp8_grouped_linear_backward(be, dinp, (float *const *)dwp, (float *const *)dbp,
@@ -100,9 +102,10 @@ MG_TEST(cpu_fp8_grouped_ops_equal_the_dense_ops_per_group) {
     r0 = 0;
     for (int g = 0; g < G; g++) {
         int n = counts[g], j = g % NW;
-        mg_fp8_tensor gx = {xb + r0 * IC, gt, &sinv_x, MG_FP8_E4M3};
-        mg_fp8_tensor gd = {db + r0 * OC, gdt, &sinv_d, MG_FP8_E5M2};
-        mg_fp8_tensor gw = {wb + j * stride, wb + (NW + j) * stride, &sinv_w, MG_FP8_E4M3};
+        mg_fp8_tensor gx = {xb + r0 * IC, gt, &sinv_x, MG_FP8_E4M3, MG_FP8_SCALE_TENSOR, NULL};
+        mg_fp8_tensor gd = {db + r0 * OC, gdt, &sinv_d, MG_FP8_E5M2, MG_FP8_SCALE_TENSOR, NULL};
+        mg_fp8_tensor gw = {wb + j * stride, wb + (NW + j) * stride, &sinv_w,
+                            MG_FP8_E4M3,     MG_FP8_SCALE_TENSOR,    NULL};
         MG_EXPECT_OK(be->fp8_cast(be, NULL, gt, x + r0 * IC, n, IC, &sx, NULL, NULL, MG_FP8_E4M3));
         MG_EXPECT_OK(
             be->fp8_cast(be, NULL, gdt, dy + r0 * OC, n, OC, &sd, NULL, NULL, MG_FP8_E5M2));

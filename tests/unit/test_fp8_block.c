@@ -3,12 +3,15 @@
  * input (log-uniform magnitudes, a zero row and column, an infinity, a NaN, a row whose scale
  * overflows fp32) cast in 1 x 128 blocks along rows, along columns (the transpose) and in
  * 128 x 128 tiles gives the reference's bytes and scale inverses bit for bit, for e4m3 with and
- * without power-of-two scales and e5m2 with them; and the scale rule's edges by hand. */
+ * without power-of-two scales and e5m2 with them; the scale rule's edges by hand; and the cpu
+ * backend's products on block-scaled operands (fp8_cast_blocks, fp8_linear_forward and
+ * _backward) equal the products of the values decoded here, block by block. */
 #include "test.h"
 
 #include "golden_io.h"
 
 #include "core/fp8_block.h"
+#include "cpu_test_util.h"
 
 #include <cjson/cJSON.h>
 #include <stdlib.h>
@@ -123,4 +126,75 @@ MG_TEST(fp8_block_scale_edges) {
     MG_EXPECT(mg_fp8_block_count(128) == 1 && mg_fp8_block_count(129) == 2 &&
                   mg_fp8_block_count(1) == 1,
               "blocks of 128");
+}
+
+/* The value of byte q of block-scaled bytes: times the inverse of its block's scale. */
+static double val(uint8_t q, mg_fp8_format f, float scale_inv) {
+    return (double)mg_fp8_to_f32(q, f) * (double)scale_inv;
+}
+
+/* The cpu backend's linear on block-scaled operands (the blockwise recipe's forms: the input and
+ * the gradient cast along rows and, separately, along columns; the weight in tiles, its transpose
+ * the same bytes): out = x w^T, dinp = dy w and dw = dy^T x each equal the fp64 products of the
+ * values decoded here, to fp32 rounding. N = 130 tokens (two column blocks), 200 inputs and 140
+ * outputs (partial blocks), rows of very different magnitudes. */
+MG_TEST(fp8_block_linear_equals_dequantized_products) {
+    mg_backend *be = t_cpu(t);
+    if (!be) return;
+    enum { N = 130, IC = 200, OC = 140 };
+    const int B = MG_FP8_BLOCK, nbI = mg_fp8_block_count(IC), nbO = mg_fp8_block_count(OC),
+              nbN = mg_fp8_block_count(N);
+    float *x = t_rnd(201, (size_t)N * IC, 1), *w = t_rnd(202, (size_t)OC * IC, 0.05f),
+          *dy = t_rnd(203, (size_t)N * OC, 1e-3f);
+    for (int i = 0; i < N; i++) /* each row its own magnitude: the blocks' scales differ */
+        for (int k = 0; k < IC; k++) x[(size_t)i * IC + k] *= ldexpf(1.0f, i % 13 - 6);
+    uint8_t *xr = malloc((size_t)N * IC), *xc = malloc((size_t)N * IC),
+            *wr = malloc((size_t)OC * IC), *wt = malloc((size_t)OC * IC),
+            *dr = malloc((size_t)N * OC), *dc = malloc((size_t)N * OC);
+    float *xs = malloc((size_t)N * nbI * 4), *xcs = malloc((size_t)IC * nbN * 4),
+          *ws = malloc((size_t)nbO * nbI * 4), *ds = malloc((size_t)N * nbO * 4),
+          *dcs = malloc((size_t)OC * nbN * 4);
+    float *out = t_zeros((size_t)N * OC), *dinp = t_zeros((size_t)N * IC),
+          *dw = t_zeros((size_t)OC * IC);
+    MG_EXPECT_OK(be->fp8_cast_blocks(be, xr, xs, xc, xcs, x, N, IC, false, MG_FP8_E4M3, true));
+    MG_EXPECT_OK(be->fp8_cast_blocks(be, wr, ws, wt, NULL, w, OC, IC, true, MG_FP8_E4M3, true));
+    MG_EXPECT_OK(be->fp8_cast_blocks(be, dr, ds, dc, dcs, dy, N, OC, false, MG_FP8_E5M2, true));
+    const mg_fp8_tensor fx = {xr, xc, xs, MG_FP8_E4M3, MG_FP8_SCALE_ROWS, xcs},
+                        fw = {wr, wt, ws, MG_FP8_E4M3, MG_FP8_SCALE_TILES, NULL},
+                        fd = {dr, dc, ds, MG_FP8_E5M2, MG_FP8_SCALE_ROWS, dcs};
+    MG_EXPECT_OK(be->fp8_linear_forward(be, out, NULL, &fx, &fw, NULL, NULL, N, IC, OC));
+    MG_EXPECT_OK(be->fp8_linear_backward(be, dinp, dw, NULL, dy, &fd, &fx, &fw, NULL, N, IC, OC));
+    /* the products of the decoded values: x along rows, w by tiles (its transpose's bytes the
+     * same), dy along rows for dinp and along columns (its own cast) for dw, x along columns */
+    double e_out = 0, e_in = 0, e_w = 0, m_out = 0, m_in = 0, m_w = 0;
+    for (int i = 0; i < N; i++)
+        for (int o = 0; o < OC; o++) {
+            double r = 0;
+            for (int k = 0; k < IC; k++)
+                r += val(xr[(size_t)i * IC + k], MG_FP8_E4M3, xs[(size_t)i * nbI + k / B]) *
+                     val(wr[(size_t)o * IC + k], MG_FP8_E4M3, ws[(size_t)(o / B) * nbI + k / B]);
+            e_out = fmax(e_out, fabs(out[(size_t)i * OC + o] - r)), m_out = fmax(m_out, fabs(r));
+        }
+    for (int i = 0; i < N; i++)
+        for (int k = 0; k < IC; k++) {
+            double r = 0;
+            for (int o = 0; o < OC; o++)
+                r += val(dr[(size_t)i * OC + o], MG_FP8_E5M2, ds[(size_t)i * nbO + o / B]) *
+                     val(wt[(size_t)k * OC + o], MG_FP8_E4M3, ws[(size_t)(o / B) * nbI + k / B]);
+            e_in = fmax(e_in, fabs(dinp[(size_t)i * IC + k] - r)), m_in = fmax(m_in, fabs(r));
+        }
+    for (int o = 0; o < OC; o++)
+        for (int k = 0; k < IC; k++) {
+            double r = 0;
+            for (int i = 0; i < N; i++)
+                r += val(dc[(size_t)o * N + i], MG_FP8_E5M2, dcs[(size_t)o * nbN + i / B]) *
+                     val(xc[(size_t)k * N + i], MG_FP8_E4M3, xcs[(size_t)k * nbN + i / B]);
+            e_w = fmax(e_w, fabs(dw[(size_t)o * IC + k] - r)), m_w = fmax(m_w, fabs(r));
+        }
+    MG_EXPECT(m_out > 0 && e_out <= 1e-5 * m_out, "forward: error %g of %g", e_out, m_out);
+    MG_EXPECT(m_in > 0 && e_in <= 1e-5 * m_in, "input gradient: error %g of %g", e_in, m_in);
+    MG_EXPECT(m_w > 0 && e_w <= 1e-5 * m_w, "weight gradient: error %g of %g", e_w, m_w);
+    free(x), free(w), free(dy), free(xr), free(xc), free(wr), free(wt), free(dr), free(dc);
+    free(xs), free(xcs), free(ws), free(ds), free(dcs), free(out), free(dinp), free(dw);
+    be->destroy(be);
 }

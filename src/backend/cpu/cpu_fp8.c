@@ -6,6 +6,7 @@
 #include "backend/cpu/cpu_ops.h"
 
 #include "core/fp8.h"
+#include "core/fp8_block.h"
 #include "core/fp8_scaling.h"
 
 #include <math.h>
@@ -41,6 +42,25 @@ mg_status mg_cpu_fp8_cast(mg_backend *be, uint8_t *out, uint8_t *out_t, const vo
     float m = 0.0f;
     cast_rows(out, out_t, (size_t)rows, 0, in, rows, cols, scale[0], (mg_fp8_format)format, &m);
     cast_done(scale, scale_inv, amax, m);
+    return MG_OK;
+}
+
+mg_status mg_cpu_fp8_cast_blocks(mg_backend *be, uint8_t *out, float *scale_inv, uint8_t *out_t,
+                                 float *scale_inv_t, const void *in, int rows, int cols, bool tiles,
+                                 int format, bool pow2) {
+    (void)be;
+    const float *x = in; /* the cpu backend computes in fp32 */
+    const mg_fp8_format f = (mg_fp8_format)format;
+    if (rows <= 0 || cols <= 0) return MG_OK;
+    if (!tiles) {
+        if (out) mg_fp8_block_rows(out, scale_inv, x, rows, cols, f, pow2);
+        if (out_t) mg_fp8_block_cols(out_t, scale_inv_t, x, rows, cols, f, pow2);
+        return MG_OK;
+    }
+    if (!out) return MG_FAIL(MG_ERR_INTERNAL, "fp8_cast_blocks: tiles without their bytes");
+    mg_fp8_block_tiles(out, scale_inv, x, rows, cols, f, pow2);
+    for (int i = 0; out_t && i < rows; i++)
+        for (int j = 0; j < cols; j++) out_t[(size_t)j * rows + i] = out[(size_t)i * cols + j];
     return MG_OK;
 }
 
@@ -86,17 +106,33 @@ mg_status mg_cpu_fp8_cast_grouped(mg_backend *be, uint8_t *out, uint8_t *out_t, 
     return MG_OK;
 }
 
+/* The scale inverse of element (i, j) of an operand (rows, cols), read from its row-major form
+ * or (transposed) from its transposed one (mg_fp8_tensor's scalings). */
+static float scale_inv_at(const mg_fp8_tensor *t, int rows, int cols, int i, int j,
+                          bool transposed) {
+    const int B = MG_FP8_BLOCK;
+    switch (t->block) {
+    case MG_FP8_SCALE_ROWS:
+        return transposed ? t->scale_inv_t[(size_t)j * mg_fp8_block_count(rows) + i / B]
+                          : t->scale_inv[(size_t)i * mg_fp8_block_count(cols) + j / B];
+    case MG_FP8_SCALE_TILES:
+        return t->scale_inv[(size_t)(i / B) * mg_fp8_block_count(cols) + j / B];
+    default:
+        return t->scale_inv[0];
+    }
+}
+
 /* The values of an operand's bytes (rows, cols) into to (rows, cols): from its row-major bytes,
  * or (transposed = true) from its transposed ones. */
 static void decode(float *to, const mg_fp8_tensor *t, int rows, int cols, bool transposed) {
-    const float si = t->scale_inv[0];
     const mg_fp8_format f = (mg_fp8_format)t->format;
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < rows; i++)
         for (int j = 0; j < cols; j++) {
             uint8_t q =
                 transposed ? t->data_t[(size_t)j * rows + i] : t->data[(size_t)i * cols + j];
-            to[(size_t)i * cols + j] = mg_fp8_to_f32(q, f) * si;
+            to[(size_t)i * cols + j] =
+                mg_fp8_to_f32(q, f) * scale_inv_at(t, rows, cols, i, j, transposed);
         }
 }
 
@@ -149,6 +185,9 @@ mg_status mg_cpu_fp8_linear_backward(mg_backend *be, void *dinp, float *dw, floa
         MG_CHECK(mg_cpu_linear_backward(be, dinp, NULL, NULL, xd, NULL, xw, gelu_pre, N, IC, OC));
     }
     if (!dw) return MG_OK;
+    /* blocks along rows: the transposed form is a cast of its own (other blocks), which the
+     * weight gradient's product reads */
+    if (dout8->block == MG_FP8_SCALE_ROWS && dout8->data) decode(xd, dout8, N, OC, true);
     decode(xi, inp, N, IC, true);
     return mg_cpu_linear_backward(be, NULL, dw, NULL, xd, xi, NULL, NULL, N, IC, OC);
 }

@@ -14,6 +14,7 @@
 #include "backend/cuda/cuda_common.cuh"
 
 #include "core/fp8.h"
+#include "core/fp8_block.h"
 #include "core/fp8_scaling.h"
 
 #include <cuda_fp8.h>
@@ -241,6 +242,122 @@ MG_CUDA_DTYPES(mg_status, fp8_transpose,
         out == in || !tiles ? NULL : out, tiles ? out_t : NULL, in, tiles ? rows : 0,
         tiles ? cols : 0, scale, scale_inv);
     MG_CUDA_CHECK_LAUNCH();
+    return MG_OK;
+}
+
+/* ---- blockwise (fp8_cast_blocks; core/fp8_block.h) ----
+ * Each CUDA block takes one scaling block: its amax as the maximum of the magnitudes' fp32 bit
+ * patterns (NaN above infinity, as in the casts above), the scale from core/fp8_block.h's rule,
+ * then the cast. Correct rather than fast: the columns' and tiles' transposed writes are not
+ * coalesced (the recipe's products are not on this backend yet). */
+
+#define BLOCK_THREADS 128
+
+/* The block's maximum of m (all threads), in every thread. */
+static __device__ unsigned int block_max_all(unsigned int m) {
+    __shared__ unsigned int best;
+    if (threadIdx.x == 0) best = 0u;
+    __syncthreads();
+    m = __reduce_max_sync(0xffffffffu, m);
+    if ((threadIdx.x & 31) == 0) atomicMax(&best, m);
+    __syncthreads();
+    unsigned int r = best;
+    __syncthreads();
+    return r;
+}
+
+/* One 1 x 128 run per block: n elements `stride` apart from in + base, cast into out (contiguous,
+ * n bytes); its scale's inverse into *sinv. */
+template <typename h16>
+static __device__ void cast_run(uint8_t *out, float *sinv, const h16 *in, size_t base, int n,
+                                size_t stride, int format, bool pow2) {
+    const int i = threadIdx.x;
+    const float v = i < n ? h16_to_f(in[base + (size_t)i * stride]) : 0.0f;
+    const float amax = __uint_as_float(block_max_all(i < n ? __float_as_uint(fabsf(v)) : 0u));
+    const float s = mg_fp8_block_scale(amax, mg_fp8_max((mg_fp8_format)format), pow2);
+    if (i < n) out[i] = to_fp8(v * s, format);
+    if (i == 0) *sinv = __fdiv_rn(1.0f, s);
+}
+
+/* blockIdx.x: one block of the (rows, nb) grid of 1 x 128 runs along rows. */
+template <typename h16>
+static __global__ void __launch_bounds__(BLOCK_THREADS)
+    fp8_block_rows_kernel(uint8_t *out, float *sinv, const h16 *in, int rows, int cols, int format,
+                          bool pow2) {
+    const int nb = mg_fp8_block_count(cols), r = blockIdx.x / nb, b = blockIdx.x % nb;
+    const int c0 = b * MG_FP8_BLOCK, n = min(MG_FP8_BLOCK, cols - c0);
+    const size_t at = (size_t)r * cols + c0;
+    cast_run<h16>(out + at, sinv + (size_t)r * nb + b, in, at, n, 1, format, pow2);
+}
+
+/* blockIdx.x: one block of the (cols, nb) grid of 1 x 128 runs down columns, written as rows of
+ * the transpose. */
+template <typename h16>
+static __global__ void __launch_bounds__(BLOCK_THREADS)
+    fp8_block_cols_kernel(uint8_t *out_t, float *sinv_t, const h16 *in, int rows, int cols,
+                          int format, bool pow2) {
+    const int nb = mg_fp8_block_count(rows), c = blockIdx.x / nb, b = blockIdx.x % nb;
+    const int r0 = b * MG_FP8_BLOCK, n = min(MG_FP8_BLOCK, rows - r0);
+    cast_run<h16>(out_t + (size_t)c * rows + r0, sinv_t + (size_t)c * nb + b, in,
+                  (size_t)r0 * cols + c, n, (size_t)cols, format, pow2);
+}
+
+/* blockIdx.x: one 128 x 128 tile; its bytes into out and, transposed, into out_t (or NULL). */
+template <typename h16>
+static __global__ void __launch_bounds__(BLOCK_THREADS)
+    fp8_block_tiles_kernel(uint8_t *out, float *sinv, uint8_t *out_t, const h16 *in, int rows,
+                           int cols, int format, bool pow2) {
+    const int nc = mg_fp8_block_count(cols), br = blockIdx.x / nc, bc = blockIdx.x % nc;
+    const int r0 = br * MG_FP8_BLOCK, c0 = bc * MG_FP8_BLOCK;
+    const int h = min(MG_FP8_BLOCK, rows - r0), w = min(MG_FP8_BLOCK, cols - c0);
+    unsigned int m = 0u;
+    for (int i = 0; i < h; i++) /* thread x takes column c0 + x of each row */
+        if ((int)threadIdx.x < w)
+            m = max(m, __float_as_uint(
+                           fabsf(h16_to_f(in[(size_t)(r0 + i) * cols + c0 + threadIdx.x]))));
+    const float amax = __uint_as_float(block_max_all(m));
+    const float s = mg_fp8_block_scale(amax, mg_fp8_max((mg_fp8_format)format), pow2);
+    for (int i = 0; i < h; i++)
+        if ((int)threadIdx.x < w) {
+            const int j = c0 + threadIdx.x;
+            const uint8_t q = to_fp8(h16_to_f(in[(size_t)(r0 + i) * cols + j]) * s, format);
+            out[(size_t)(r0 + i) * cols + j] = q;
+            if (out_t) out_t[(size_t)j * rows + r0 + i] = q;
+        }
+    if (threadIdx.x == 0) sinv[(size_t)br * nc + bc] = __fdiv_rn(1.0f, s);
+}
+
+MG_CUDA_DTYPES(mg_status, fp8_cast_blocks,
+               (mg_backend * be, uint8_t *out, float *scale_inv, uint8_t *out_t, float *scale_inv_t,
+                const void *in, int rows, int cols, bool tiles, int format, bool pow2),
+               (be, out, scale_inv, out_t, scale_inv_t, in, rows, cols, tiles, format, pow2)) {
+    if (rows < 0 || cols < 0)
+        return MG_FAIL(MG_ERR_INTERNAL, "fp8_cast_blocks: negative shape %d x %d", rows, cols);
+    if (rows == 0 || cols == 0) return MG_OK;
+    cudaStream_t stream = mg_cuda_stream(be);
+    const h16 *x = (const h16 *)in;
+    const size_t nr = (size_t)mg_fp8_block_count(rows), nc = (size_t)mg_fp8_block_count(cols);
+    if (tiles) {
+        if (!out) return MG_FAIL(MG_ERR_INTERNAL, "fp8_cast_blocks: tiles without their bytes");
+        if (nr * nc > 0x7fffffffu)
+            return MG_FAIL(MG_ERR_UNSUPPORTED, "fp8_cast_blocks: too many tiles");
+        fp8_block_tiles_kernel<h16><<<(unsigned)(nr * nc), BLOCK_THREADS, 0, stream>>>(
+            out, scale_inv, out_t, x, rows, cols, format, pow2);
+        MG_CUDA_CHECK_LAUNCH();
+        return MG_OK;
+    }
+    if ((size_t)rows * nc > 0x7fffffffu || (size_t)cols * nr > 0x7fffffffu)
+        return MG_FAIL(MG_ERR_UNSUPPORTED, "fp8_cast_blocks: %d x %d is too large", rows, cols);
+    if (out) {
+        fp8_block_rows_kernel<h16><<<(unsigned)((size_t)rows * nc), BLOCK_THREADS, 0, stream>>>(
+            out, scale_inv, x, rows, cols, format, pow2);
+        MG_CUDA_CHECK_LAUNCH();
+    }
+    if (out_t) {
+        fp8_block_cols_kernel<h16><<<(unsigned)((size_t)cols * nr), BLOCK_THREADS, 0, stream>>>(
+            out_t, scale_inv_t, x, rows, cols, format, pow2);
+        MG_CUDA_CHECK_LAUNCH();
+    }
     return MG_OK;
 }
 
