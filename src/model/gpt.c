@@ -243,9 +243,10 @@ mg_gpt_target mg_gpt_target_of(const mg_gpt *g, mg_backend *be, int B) {
 
 mg_gpt_target mg_gpt_target_for(const mg_gpt *g, mg_device device, mg_dtype compute, int B) {
     const mg_model_config *c = &g->cfg;
-    return (mg_gpt_target){compute,
-                           mg_backend_attention_saved_bytes(device, B, c->S, c->nq_l, c->hd),
-                           device == MG_DEVICE_CPU || compute == MG_BF16, device == MG_DEVICE_CPU};
+    return (mg_gpt_target){
+        compute, mg_backend_attention_saved_bytes(device, B, c->S, c->nq_l, c->hd),
+        device == MG_DEVICE_CPU || compute == MG_BF16,
+        true /* a prediction: the recipe's buffers as the cpu backend runs it */};
 }
 
 mg_status mg_gpt_plan(mg_gpt *g, mg_gpt_target target, int B, int n_slots, mg_arena *acts,

@@ -342,5 +342,9 @@ if [ -z "$plan_n" ] || [ "$plan_n" != "$train_n" ] || [ -z "$rest_n" ] || [ "$re
         "$(grep -F "grad buffer" <<<"$plan_out")"
 else pass plan_fp8_param_gather_buffers; fi
 expect_json plan_fp8_param_gather_json '"fp8":true' --world-size 1 "${FP8PG[@]}"
+# --fp8-recipe blockwise: the plan predicts its buffers (the block scales) whatever the device
+out=$("$MEGATRON" plan --world-size 1 "${FP8PG[@]:0:16}" --fp8-format hybrid --fp8-recipe blockwise 2>&1); rc=$?
+if [ "$rc" -eq 0 ] && grep -qE "pipeline rank 0: .*total [0-9.]+ MiB" <<<"$out"; then pass plan_fp8_blockwise
+else fail plan_fp8_blockwise "exit code $rc" "$out"; fi
 
 finish
