@@ -22,29 +22,30 @@ static float cast_run(uint8_t *out, const float *x, int n, size_t stride, mg_fp8
     return 1.0f / s;
 }
 
+/* `outer` runs of `inner` values of in, the runs `step` apart and their values `stride` apart, each
+ * cast in 1 x 128 blocks into its row of out (outer, inner), the scales' inverses into scale_inv
+ * (outer, mg_fp8_block_count(inner)). */
+static void block_runs(uint8_t *out, float *scale_inv, const float *in, int outer, int inner,
+                       size_t step, size_t stride, mg_fp8_format f, bool pow2) {
+    const int nb = mg_fp8_block_count(inner);
+    for (int o = 0; o < outer; o++)
+        for (int b = 0; b < nb; b++) {
+            const int i0 = b * MG_FP8_BLOCK,
+                      n = inner - i0 < MG_FP8_BLOCK ? inner - i0 : MG_FP8_BLOCK;
+            scale_inv[(size_t)o * nb + b] =
+                cast_run(out + (size_t)o * inner + i0, in + (size_t)o * step + (size_t)i0 * stride,
+                         n, stride, f, pow2);
+        }
+}
+
 void mg_fp8_block_rows(uint8_t *out, float *scale_inv, const float *in, int rows, int cols,
                        mg_fp8_format f, bool pow2) {
-    const int nb = mg_fp8_block_count(cols);
-    for (int r = 0; r < rows; r++)
-        for (int b = 0; b < nb; b++) {
-            const int c0 = b * MG_FP8_BLOCK,
-                      n = cols - c0 < MG_FP8_BLOCK ? cols - c0 : MG_FP8_BLOCK;
-            const size_t at = (size_t)r * cols + c0;
-            scale_inv[(size_t)r * nb + b] = cast_run(out + at, in + at, n, 1, f, pow2);
-        }
+    block_runs(out, scale_inv, in, rows, cols, (size_t)cols, 1, f, pow2);
 }
 
 void mg_fp8_block_cols(uint8_t *out_t, float *scale_inv_t, const float *in, int rows, int cols,
                        mg_fp8_format f, bool pow2) {
-    const int nb = mg_fp8_block_count(rows);
-    for (int c = 0; c < cols; c++)
-        for (int b = 0; b < nb; b++) {
-            const int r0 = b * MG_FP8_BLOCK,
-                      n = rows - r0 < MG_FP8_BLOCK ? rows - r0 : MG_FP8_BLOCK;
-            scale_inv_t[(size_t)c * nb + b] =
-                cast_run(out_t + (size_t)c * rows + r0, in + (size_t)r0 * cols + c, n, (size_t)cols,
-                         f, pow2);
-        }
+    block_runs(out_t, scale_inv_t, in, cols, rows, 1, (size_t)cols, f, pow2);
 }
 
 void mg_fp8_block_tiles(uint8_t *out, float *scale_inv, const float *in, int rows, int cols,
