@@ -23,7 +23,9 @@
 #   LAYOUTS="dp 1f1b interleaved"   which runs; also 1f1b-in-order (--no-overlap-p2p-communication)
 #                           and 1f1b-balanced (the last stage one layer short,
 #                           --decoder-last-pipeline-num-layers L/P - 1: it also holds the output
-#                           layer and the loss, about 2.6 layers of work at GPT-2 1.5B's shape)
+#                           layer and the loss, about 2.6 layers of work at GPT-2 1.5B's shape),
+#                           interleaved-balanced (P 2 only: the same split over V 2, written as
+#                           --pipeline-model-parallel-layout)
 #   OUTDIR                  JSON lines (OUTDIR/pp_bench.jsonl, one per run) and logs
 #   UNTIMED=1               tokens/s from a second run of each pipeline layout without the timing
 # A check on a CPU (MPI, one thread a rank):
@@ -59,6 +61,13 @@ run_one() {
         read -r layers _ <<<"$(shape_dims "$shape")"
         extra=(--pipeline-model-parallel-size "$n" --decoder-last-pipeline-num-layers $((layers / n - 1))) ;;
     interleaved) extra=(--pipeline-model-parallel-size "$n" --virtual-pipeline-model-parallel-size 2) vpp=2 ;;
+    interleaved-balanced) # P 2, V 2, 1f1b-balanced's ranks (L/2 + 1 and L/2 - 1 layers) written
+        # as Megatron's --pipeline-model-parallel-layout: stages r0c0 | r1c0 | r0c1 | r1c1
+        local layers a b
+        read -r layers _ <<<"$(shape_dims "$shape")"
+        a=$((layers / 2 + 1)) b=$((layers / 2 - 1))
+        extra=(--pipeline-model-parallel-size "$n" --pipeline-model-parallel-layout
+            "Et*$(((a + 1) / 2))|t*$(((b + 1) / 2))|t*$((a / 2))|t*$((b / 2))L") vpp=2 ;;
     esac
     start=$(date +%s)
     megatron_train "$n" "$shape" $((MBS * m)) "$base" 600 "${extra[@]}"
@@ -129,6 +138,7 @@ for shape in $SHAPES; do
                     continue
                 fi
                 if [ "$layout" = dp ] && [ $((m % n)) -ne 0 ]; then continue; fi
+                if [ "$layout" = interleaved-balanced ] && [ "$n" -ne 2 ]; then continue; fi
                 run_one "$shape" "$layout" "$n" "$m"
             done
         done

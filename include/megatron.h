@@ -282,6 +282,7 @@ typedef struct {
     int decoder_last_pipeline_num_layers;   /* --decoder-last-pipeline-num-layers, -1: even */
     bool account_for_embedding_in_pipeline_split; /* --account-for-embedding-in-pipeline-split */
     bool account_for_loss_in_pipeline_split;      /* --account-for-loss-in-pipeline-split */
+    char pipeline_model_parallel_layout[256]; /* --pipeline-model-parallel-layout, "": none */
     bool no_overlap_p2p_communication;            /* --no-overlap-p2p-communication */
     int context_parallel_size;                    /* --context-parallel-size (1) */
     int expert_model_parallel_size;               /* --expert-model-parallel-size (1) */

@@ -664,6 +664,11 @@ const mg_flag_spec mg_flag_table[] = {
     {"--account-for-loss-in-pipeline-split", RUNTIME, BOOL,
      FIELD(account_for_loss_in_pipeline_split),
      .help = "count the loss as a layer when splitting layers over stages"},
+    {"--pipeline-model-parallel-layout", RUNTIME, STRING, .arg = "LAYOUT",
+     FIELD(pipeline_model_parallel_layout),
+     .help = "every virtual pipeline stage's layers, Megatron's string: stages split by |, "
+             "E the embedding, t a transformer layer, L the loss, x*n and (...)*n repeat, e.g. "
+             "\"Et*13|t*11|t*13|t*11L\" (the number of stages / PP gives the virtual stages)"},
     {"--no-overlap-p2p-communication", RUNTIME, BOOL, FIELD(no_overlap_p2p_communication),
      .help = "pipeline sends and receives do not overlap compute: each is a rendezvous in the "
              "schedule's order"},

@@ -184,14 +184,17 @@ bad_layout "sequence" 2 "--sequence-parallel splits the sequence .* --seq-length
 # validation and the test split), logged by the last rank (it computes them); 8 layers, 8
 # microbatches per step; messages overlapped (tagged, and as GPUs move an interleaved schedule's:
 # on the executor's own order, matched in posting order, MG_TEST_PP_STREAMED=1) and in the
-# schedule's order. Layouts: ranks:environment:flags; the banner names how messages move.
+# schedule's order; and an uneven interleaved layout written as Megatron's
+# --pipeline-model-parallel-layout (chunks of 3 and 1 layers). Layouts: ranks:environment:flags;
+# the banner names how messages move.
 vlosses() { grep -oE 'lm loss value: [0-9.E+-]+' <<<"$1" | awk '{print $4}'; }
 PPM=("${MODEL[@]}" --num-layers 8 --train-iters 4)
 base=$(timeout 60 "$BIN" train "${PPM[@]}" --eval-iters 2 --eval-interval 2 2>&1); rc0=$?
 for layout in "4::--pipeline-model-parallel-size 4 --virtual-pipeline-model-parallel-size 2" \
     "4:MG_TEST_PP_STREAMED=1:--pipeline-model-parallel-size 4 --virtual-pipeline-model-parallel-size 2" \
     "4::--pipeline-model-parallel-size 4 --virtual-pipeline-model-parallel-size 2 --no-overlap-p2p-communication" \
-    "4::--pipeline-model-parallel-size 2 --use-distributed-optimizer --overlap-grad-reduce"; do
+    "4::--pipeline-model-parallel-size 2 --use-distributed-optimizer --overlap-grad-reduce" \
+    "2::--pipeline-model-parallel-size 2 --pipeline-model-parallel-layout Et*3|t|t*3|tL"; do
     np=${layout%%:*}; rest=${layout#*:}; envv=${rest%%:*}; read -r -a extra <<<"${rest#*:}"
     xs=(); [ -n "$envv" ] && xs=(-x "${envv%%=*}")
     banner="messages overlapped (tagged"

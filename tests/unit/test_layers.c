@@ -16,7 +16,7 @@
 #include <string.h>
 
 static mg_layers_params lp(int L, int P, int V) {
-    mg_layers_params p = {L, P, V, 0, -1, -1, false, false};
+    mg_layers_params p = {L, P, V, 0, -1, -1, false, false, NULL};
     return p;
 }
 
@@ -130,7 +130,7 @@ MG_TEST(layers_golden_megatron_core) {
     cJSON_ArrayForEach(row, cases) {
         int f[8];
         for (int i = 0; i < 8; i++) f[i] = cJSON_GetArrayItem(row, i)->valueint;
-        mg_layers_params p = {f[0], f[1], f[2], f[7], f[3], f[4], f[5] != 0, f[6] != 0};
+        mg_layers_params p = {f[0], f[1], f[2], f[7], f[3], f[4], f[5] != 0, f[6] != 0, NULL};
         if (f[7]) p.vpp = 0; /* the V column is 1 when --num-layers-per-virtual-... is given */
         const cJSON *res = cJSON_GetArrayItem(row, 8);
         int v = -1;
@@ -195,7 +195,7 @@ MG_TEST(layers_invariants_grid) {
                 for (int f = -1; f <= 6; f++)
                     for (int l = -1; l <= 6; l++)
                         for (int acc = 0; acc < 4; acc++) {
-                            mg_layers_params p = {L, P, V, 0, f, l, acc & 1, (acc >> 1) & 1};
+                            mg_layers_params p = {L, P, V, 0, f, l, acc & 1, (acc >> 1) & 1, NULL};
                             int v;
                             mg_error_clear();
                             if (mg_layers_check(&p, &v) != MG_OK) {
@@ -393,4 +393,66 @@ MG_TEST(layers_rejections) {
                     "chunk (rank 2, virtual stage 0) outside 2 x 2");
     MG_EXPECT_ERROR(mg_layers_place(&p, 0, 2, &one), MG_ERR_INTERNAL,
                     "chunk (rank 0, virtual stage 2) outside 2 x 2");
+}
+
+/* --pipeline-model-parallel-layout (parallel/pipeline/layer_layout.h): Megatron's string gives
+ * every chunk's layers, in virtual-stage order (stage s is rank s % P's chunk s / P), V the
+ * stages over P; repetition by x*n and (...)*n, commas ignored. */
+static mg_layers_params with_layout(int L, int P, const char *layout) {
+    mg_layers_params p = lp(L, P, 0);
+    p.layout = layout;
+    return p;
+}
+
+MG_TEST(layers_layout_places_each_stage) {
+    /* the even split, written out */
+    static const int even[][2] = {{0, 4}, {4, 4}};
+    expect_plan(t, with_layout(8, 2, "Et*4|t*4L"), 1, even);
+    /* an interleaved pipeline with its last rank's chunks a layer short (48 layers, P 2, V 2) */
+    static const int uneven[][2] = {{0, 13}, {24, 13}, {13, 11}, {37, 11}};
+    expect_plan(t, with_layout(48, 2, "Et*13|t*11|t*13|t*11L"), 2, uneven);
+    /* Megatron's documented DeepSeek-V3 layout with a transformer layer for its MTP one: 62
+     * layers over P 16, V 2; groups and commas */
+    mg_layers_params p = with_layout(62, 16, "Et*3|(tt|)*29,t|L");
+    int v = 0;
+    mg_layers_chunk c0, c30, c31;
+    MG_EXPECT_OK(mg_layers_check(&p, &v));
+    MG_EXPECT(v == 2, "V %d, want 2", v);
+    MG_EXPECT_OK(mg_layers_place(&p, 0, 0, &c0));
+    MG_EXPECT_OK(mg_layers_place(&p, 14, 1, &c30)); /* stage 30 = rank 14's chunk 1 */
+    MG_EXPECT_OK(mg_layers_place(&p, 15, 1, &c31)); /* stage 31: the loss alone */
+    MG_EXPECT(c0.offset == 0 && c0.count == 3 && c30.offset == 61 && c30.count == 1 &&
+                  c31.offset == 62 && c31.count == 0,
+              "stages 0, 30, 31: {%d,%d} {%d,%d} {%d,%d}", c0.offset, c0.count, c30.offset,
+              c30.count, c31.offset, c31.count);
+}
+
+MG_TEST(layers_layout_rejections) {
+    static const struct {
+        int L, P, V, first;
+        const char *layout, *want;
+    } cases[] = {
+        {8, 2, 0, -1, "Et*4|t*3L", "holds 7 transformer layers (t), --num-layers is 8"},
+        {8, 2, 0, -1, "Et*4|t*2|t*2L", "must be divisible by pipeline_model_parallel_size"},
+        {8, 2, 0, -1, "tEt*3|t*4L", "the embedding (E) must be the first layer"},
+        {8, 2, 0, -1, "Et*4|Lt*4", "the loss (L) must be the last layer"},
+        {8, 2, 0, -1, "Et*4|t*4", "must begin with the embedding (E) and end with the loss (L)"},
+        {8, 2, 0, -1, "Et*4|t*3mL", "m (a multi-token-prediction layer) is not supported"},
+        {8, 2, 0, -1, "Et*4|t*3xL", "invalid layer character 'x' in stage 1"},
+        {8, 2, 2, -1, "Et*4|t*4L", "No more than one of the following arguments"},
+        {8, 2, 0, 4, "Et*4|t*4L", "places every layer itself"},
+        {8, 1, 0, -1, "Et*4|t*4L", "a virtual pipeline (2 stages per rank) needs"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        mg_layers_params p = with_layout(cases[i].L, cases[i].P, cases[i].layout);
+        p.vpp = cases[i].V;
+        p.first_stage_layers = cases[i].first;
+        int v;
+        mg_error_clear();
+        mg_status st = mg_layers_check(&p, &v);
+        const char *msg = mg_error_message();
+        MG_EXPECT(st == MG_ERR_USAGE && msg && strstr(msg, cases[i].want),
+                  "layout \"%s\" (P %d, V %d): status %d, \"%s\"; want \"%s\"", cases[i].layout,
+                  cases[i].P, cases[i].V, (int)st, msg ? msg : "", cases[i].want);
+    }
 }

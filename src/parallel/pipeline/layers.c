@@ -1,4 +1,5 @@
 #include "parallel/pipeline/layers.h"
+#include "parallel/pipeline/layer_layout.h"
 
 #include "core/status.h"
 
@@ -46,7 +47,33 @@ mg_layers_params mg_layers_params_of(const mg_config *c) {
         .last_stage_layers = c->decoder_last_pipeline_num_layers,
         .account_for_embedding = c->account_for_embedding_in_pipeline_split,
         .account_for_loss = c->account_for_loss_in_pipeline_split,
+        .layout = c->pipeline_model_parallel_layout,
     };
+}
+
+static bool has_layout(const mg_layers_params *p) {
+    return p->layout && p->layout[0];
+}
+
+/* --pipeline-model-parallel-layout against the other placement flags (Megatron's arguments.py:
+ * at most one of it, --num-layers-per-virtual-pipeline-stage and the virtual stages), then
+ * parsed. */
+static mg_status check_layout(const mg_layers_params *p, mg_layer_layout *lay, int *vpp) {
+    if (p->vpp > 1 || p->layers_per_virtual_stage > 0)
+        return MG_FAIL(
+            MG_ERR_USAGE,
+            "No more than one of the following arguments can be set at the same time: " LPVS_FLAG
+            ", " VPP_FLAG ", --pipeline-model-parallel-layout (the layout "
+            "gives the virtual stages)");
+    if (p->first_stage_layers >= 0 || p->last_stage_layers >= 0 || p->account_for_embedding ||
+        p->account_for_loss)
+        return MG_FAIL(
+            MG_ERR_USAGE,
+            "--pipeline-model-parallel-layout places every layer itself; drop " FIRST_FLAG
+            ", " LAST_FLAG " and the --account-for-* flags");
+    MG_CHECK(mg_layer_layout_parse(p->layout, p->pp, p->num_layers, lay));
+    *vpp = lay->n_stages / p->pp;
+    return MG_OK;
 }
 
 static valid_list divisors(int n) {
@@ -208,6 +235,16 @@ mg_status mg_layers_check(const mg_layers_params *p, int *vpp) {
             return MG_FAIL(MG_ERR_USAGE, "%s %d is too large (at most %d)", sizes[i].flag,
                            sizes[i].value, MAX_VALUE);
     int v = 1;
+    mg_layer_layout lay;
+    if (has_layout(p)) {
+        MG_CHECK(check_layout(p, &lay, &v));
+        if (v > 1 && p->pp < 2)
+            return MG_FAIL(MG_ERR_USAGE,
+                           "a virtual pipeline (%d stages per rank) needs " PP_FLAG " > 1 (got %d)",
+                           v, p->pp);
+        if (vpp) *vpp = v;
+        return MG_OK;
+    }
     MG_CHECK(resolve_vpp(p, &v));
     if (v > 1 && p->pp < 2)
         return MG_FAIL(MG_ERR_USAGE,
@@ -235,10 +272,17 @@ mg_status mg_layers_check(const mg_layers_params *p, int *vpp) {
     return MG_OK;
 }
 
-/* Megatron's arithmetic, once p is valid. */
-static mg_layers_chunk place(const mg_layers_params *p, int v, int r, int c) {
+/* Megatron's arithmetic, once p is valid (lay: the parsed layout, where p has one). */
+static mg_layers_chunk place(const mg_layers_params *p, const mg_layer_layout *lay, int v, int r,
+                             int c) {
     mg_layers_chunk out = {0, 0};
     int P = p->pp;
+    if (lay) { /* stage c * P + r; the stages before it hold the layers before it */
+        const int s = c * P + r;
+        for (int k = 0; k < s; k++) out.offset += lay->layers[k];
+        out.count = lay->layers[s];
+        return out;
+    }
     if (uneven(p)) {
         int f = has_first(p) ? p->first_stage_layers : 0;
         int l = has_last(p) ? p->last_stage_layers : 0;
@@ -266,20 +310,36 @@ static mg_layers_chunk place(const mg_layers_params *p, int v, int r, int c) {
     return out;
 }
 
+/* Checks p; *v its virtual stages, and *lay (then lay_out points to it) its parsed layout. */
+static mg_status checked(const mg_layers_params *p, int *v, mg_layer_layout *lay,
+                         const mg_layer_layout **lay_out) {
+    MG_CHECK(mg_layers_check(p, v));
+    *lay_out = NULL;
+    if (has_layout(p)) {
+        MG_CHECK(mg_layer_layout_parse(p->layout, p->pp, p->num_layers, lay));
+        *lay_out = lay;
+    }
+    return MG_OK;
+}
+
 mg_status mg_layers_place(const mg_layers_params *p, int rank, int chunk, mg_layers_chunk *out) {
     int v;
-    MG_CHECK(mg_layers_check(p, &v));
+    mg_layer_layout lay;
+    const mg_layer_layout *l;
+    MG_CHECK(checked(p, &v, &lay, &l));
     if (rank < 0 || rank >= p->pp || chunk < 0 || chunk >= v)
         return MG_FAIL(MG_ERR_INTERNAL, "chunk (rank %d, virtual stage %d) outside %d x %d", rank,
                        chunk, p->pp, v);
-    *out = place(p, v, rank, chunk);
+    *out = place(p, l, v, rank, chunk);
     return MG_OK;
 }
 
 mg_status mg_layers_plan(const mg_layers_params *p, mg_layers_chunk *out) {
     int v;
-    MG_CHECK(mg_layers_check(p, &v));
+    mg_layer_layout lay;
+    const mg_layer_layout *l;
+    MG_CHECK(checked(p, &v, &lay, &l));
     for (int r = 0; r < p->pp; r++)
-        for (int c = 0; c < v; c++) out[r * v + c] = place(p, v, r, c);
+        for (int c = 0; c < v; c++) out[r * v + c] = place(p, l, v, r, c);
     return MG_OK;
 }

@@ -16,6 +16,8 @@
  *                 (P-1) builds f (l) layers, f/V (l/V) per chunk; the middle ranks share the
  *                 rest evenly. Not combinable with the account flags.
  *   --num-layers-per-virtual-pipeline-stage n: V = (L [+1] [+1]) / P / n; V = 1 means none.
+ *   --pipeline-model-parallel-layout: every chunk's layers as written (layer_layout.h); it
+ *                 excludes every other flag here, as Megatron's arguments do.
  * Rejections (MG_ERR_USAGE, one line with the valid choices), as Megatron's: uneven splits that
  * do not divide (layers by ranks, rank layers by V, f and l by V, the middle layers by the
  * middle ranks), f or l of 0, f/l with the account flags, n with f/l or with vpp, V > 1 with
@@ -42,6 +44,9 @@ typedef struct {
     int last_stage_layers;        /* --decoder-last-pipeline-num-layers; -1 = unset */
     bool account_for_embedding;   /* --account-for-embedding-in-pipeline-split */
     bool account_for_loss;        /* --account-for-loss-in-pipeline-split */
+    const char *layout;           /* --pipeline-model-parallel-layout; NULL or "": none (then
+                                     parallel/pipeline/layer_layout.h gives every chunk's layers,
+                                     and V is its stages / P) */
 } mg_layers_params;
 
 typedef struct {
