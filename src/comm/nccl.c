@@ -32,10 +32,12 @@
  * group). Each group owns a device int, zeroed at creation, that the barrier all-reduces, so no
  * call allocates.
  *
- * Mapping: F32, BF16, F16, I32, I64 -> ncclFloat32, ncclBfloat16, ncclFloat16, ncclInt32,
- * ncclInt64; sum, avg, max -> ncclSum, ncclAvg, ncclMax (comm.c refuses avg on integers).
- * All-to-all with per-peer counts and batched point-to-point are ncclSend/ncclRecv inside
- * ncclGroupStart/End (zero-count segments are skipped on both sides, as the counts agree).
+ * Mapping: F32, BF16, F16, I32, I64, U8 -> ncclFloat32, ncclBfloat16, ncclFloat16, ncclInt32,
+ * ncclInt64, ncclUint8; sum, avg, max -> ncclSum, ncclAvg, ncclMax (comm.c refuses avg on
+ * integers). All-to-all with per-peer counts and batched point-to-point are ncclSend/ncclRecv
+ * inside ncclGroupStart/End (zero-count segments are skipped on both sides, as the counts agree).
+ * All-gathers and equal all-to-alls inside a group's copy-engine windows go to its copy-engine
+ * communicator (nccl_copy_engine.c).
  *
  * Needs: CUDA runtime, NCCL >= 2.19 (ncclCommSplit, nonblocking communicators, ncclAvg,
  * ncclBfloat16), pthreads, comm/comm_backend, comm/comm_wait, comm/health, comm/rendezvous,
@@ -74,8 +76,8 @@ static const char *last_error(ncclComm_t comm, char *buf, size_t cap) {
 
 /* An NCCL call or a communicator's asynchronous state failed: the one MG_ERR_COMM line (through
  * mg_comm_fail_call), a trace frame at the call site, then every communicator is aborted. */
-static mg_status nccl_fail(mg_comm *c, ncclComm_t comm, ncclResult_t r, const char *expr,
-                           const char *func, const char *file, int line) {
+mg_status mg_nccl_fail(mg_comm *c, ncclComm_t comm, ncclResult_t r, const char *expr,
+                       const char *func, const char *file, int line) {
     char last[384], what[640];
     last_error(comm, last, sizeof last);
     snprintf(what, sizeof what, "%s: %s%s%s", expr, ncclGetErrorString(r), *last ? ": " : "", last);
@@ -105,7 +107,7 @@ static mg_status wait_ready(mg_comm *c, ncclComm_t comm, const char *what);
 static mg_status nccl_done(mg_comm *c, ncclComm_t comm, ncclResult_t r, const char *expr,
                            const char *func, const char *file, int line) {
     if (r != ncclSuccess && r != ncclInProgress)
-        return nccl_fail(c, comm, r, expr, func, file, line);
+        return mg_nccl_fail(c, comm, r, expr, func, file, line);
     mg_status st = wait_ready(c, comm, expr);
     if (st != MG_OK) mg_error_frame(func, file, line, expr);
     return st;
@@ -165,7 +167,7 @@ static mg_status peer_first(mg_comm *c) {
 static mg_status async_error(mg_comm *c, ncclComm_t comm, ncclResult_t state, const char *what) {
     if (state == ncclRemoteError || state == ncclSystemError || state == ncclUnhandledCudaError)
         MG_CHECK(peer_first(c));
-    return nccl_fail(c, comm, state, what, __func__, __FILE__, __LINE__);
+    return mg_nccl_fail(c, comm, state, what, __func__, __FILE__, __LINE__);
 }
 
 /* Polls comm until the operation it has in flight (init, split, finalize, an enqueue) has left
@@ -224,7 +226,7 @@ static void world_call(mg_comm_world *w, mg_comm *c, int *ranks, const char *cal
 
 /* ---- the world ---- */
 
-static ncclConfig_t comm_config(const char *name, int blocking) {
+ncclConfig_t mg_nccl_comm_config(const char *name, int blocking) {
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
     cfg.blocking = blocking;
     cfg.splitShare = 0;  /* each group its own resources and abort flag */
@@ -289,7 +291,7 @@ static mg_status nccl_world_init(mg_comm_world *w, const mg_launch_info *li) {
     if (st == MG_OK && w->rank == 0) {
         ncclResult_t r = ncclGetUniqueId(&id);
         if (r != ncclSuccess)
-            st = nccl_fail(&c, NULL, r, "ncclGetUniqueId", __func__, __FILE__, __LINE__);
+            st = mg_nccl_fail(&c, NULL, r, "ncclGetUniqueId", __func__, __FILE__, __LINE__);
     }
     /* A rank that failed above returns at once: comm.c posts its failure, which ends the
      * others' wait in the broadcast. */
@@ -303,7 +305,7 @@ static mg_status nccl_world_init(mg_comm_world *w, const mg_launch_info *li) {
         if (st != MG_OK) w->failed = true;
     }
     if (st == MG_OK) {
-        ncclConfig_t cfg = comm_config("world-parent", 0);
+        ncclConfig_t cfg = mg_nccl_comm_config("world-parent", 0);
         ncclResult_t r = ncclCommInitRankConfig(&nw->comm, w->size, id, w->rank, &cfg);
         if ((r == ncclSuccess || r == ncclInProgress) && !nw->comm) r = ncclInternalError;
         st = nccl_done(&c, nw->comm, r, "ncclCommInitRankConfig", __func__, __FILE__, __LINE__);
@@ -382,7 +384,7 @@ static mg_status split_child(mg_comm_world *w, mg_comm *c, int color, int key) {
     nccl_world *nw = w->impl;
     nccl_group *g = calloc(1, sizeof *g);
     if (!g) return MG_FAIL(MG_ERR_NOMEM, "out of memory creating group '%s'", c->name);
-    ncclConfig_t cfg = comm_config(c->name, 1);
+    ncclConfig_t cfg = mg_nccl_comm_config(c->name, 1);
     nw->split_out = NULL;
     ncclResult_t r =
         ncclCommSplit(nw->comm, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &nw->split_out, &cfg);
@@ -393,8 +395,8 @@ static mg_status split_child(mg_comm_world *w, mg_comm *c, int color, int key) {
     ncclComm_t child = nw->split_out;
     nw->split_out = NULL;
     if (st == MG_OK && color >= 0 && !child)
-        st = nccl_fail(c, nw->comm, ncclInternalError, "ncclCommSplit (no communicator)", __func__,
-                       __FILE__, __LINE__);
+        st = mg_nccl_fail(c, nw->comm, ncclInternalError, "ncclCommSplit (no communicator)",
+                          __func__, __FILE__, __LINE__);
     if (st == MG_OK && child) st = wait_ready(c, child, "ncclCommSplit (child)");
     int n = -1, me = -1;
     if (st == MG_OK && child &&
@@ -504,7 +506,7 @@ static ncclRedOp_t nccl_op(mg_reduce_op op) {
 
 /* Starts a main-thread entry on group c: its live communicator, or MG_ERR_COMM when the world
  * was aborted (by the watchdog: its message). On MG_OK the caller ends with mg_nccl_wd_leave. */
-static mg_status begin(mg_comm *c, nccl_group **out) {
+mg_status mg_nccl_begin(mg_comm *c, nccl_group **out) {
     nccl_group *g = c->impl;
     nccl_world *nw = c->w->impl;
     if (!g || !nw) return mg_comm_fail_call(c, "the NCCL communicator was aborted");
@@ -546,7 +548,7 @@ static mg_status nothing(mg_comm *c) {
 static mg_status nccl_all_reduce(mg_comm *c, const void *send, void *recv, size_t count,
                                  mg_dtype dt, mg_reduce_op op, void *stream) {
     nccl_group *g = NULL;
-    MG_CHECK(begin(c, &g));
+    MG_CHECK(mg_nccl_begin(c, &g));
     if (!count) return nothing(c);
     return ENQUEUE(c, g, stream,
                    ncclAllReduce(send, recv, count, nccl_type(dt), nccl_op(op), g->comm,
@@ -556,30 +558,21 @@ static mg_status nccl_all_reduce(mg_comm *c, const void *send, void *recv, size_
 static mg_status nccl_reduce_scatter(mg_comm *c, const void *send, void *recv, size_t count,
                                      mg_dtype dt, mg_reduce_op op, void *stream) {
     nccl_group *g = NULL;
-    MG_CHECK(begin(c, &g));
+    MG_CHECK(mg_nccl_begin(c, &g));
     if (!count) return nothing(c);
     return ENQUEUE(c, g, stream,
                    ncclReduceScatter(send, recv, count, nccl_type(dt), nccl_op(op), g->comm,
                                      (cudaStream_t)stream));
 }
 
-/* Whether [p, p + bytes) lies inside one of g's copy-engine windows. */
-static bool in_window(const nccl_group *g, const void *p, size_t bytes) {
-    const char *q = p;
-    for (int i = 0; i < g->n_wins; i++)
-        if (q >= g->wins[i].base && bytes <= g->wins[i].bytes &&
-            (size_t)(q - g->wins[i].base) <= g->wins[i].bytes - bytes)
-            return true;
-    return false;
-}
-
 static mg_status nccl_all_gather(mg_comm *c, const void *send, void *recv, size_t count,
                                  mg_dtype dt, void *stream) {
     nccl_group *g = NULL;
-    MG_CHECK(begin(c, &g));
+    MG_CHECK(mg_nccl_begin(c, &g));
     if (!count) return nothing(c);
     size_t bytes = count * mg_dtype_size(dt);
-    if (g->ce && in_window(g, send, bytes) && in_window(g, recv, bytes * (size_t)c->size))
+    if (g->ce && mg_nccl_in_window(g, send, bytes) &&
+        mg_nccl_in_window(g, recv, bytes * (size_t)c->size))
         return ENQUEUE_CE(
             c, g, stream,
             ncclAllGather(send, recv, count, nccl_type(dt), g->ce, (cudaStream_t)stream));
@@ -590,7 +583,7 @@ static mg_status nccl_all_gather(mg_comm *c, const void *send, void *recv, size_
 static mg_status nccl_broadcast(mg_comm *c, void *buf, size_t count, mg_dtype dt, int root,
                                 void *stream) {
     nccl_group *g = NULL;
-    MG_CHECK(begin(c, &g));
+    MG_CHECK(mg_nccl_begin(c, &g));
     if (!count) return nothing(c);
     return ENQUEUE(
         c, g, stream,
@@ -603,9 +596,9 @@ static mg_status group_end(mg_comm *c, nccl_group *g, ncclResult_t first, const 
                            cudaStream_t s) {
     ncclResult_t r = ncclGroupEnd();
     if (first != ncclSuccess) {
-        mg_status st = mg_nccl_wd_failed(c->w->impl)
-                           ? mg_nccl_wd_error(c)
-                           : nccl_fail(c, g->comm, first, first_expr, __func__, __FILE__, __LINE__);
+        mg_status st = mg_nccl_wd_failed(c->w->impl) ? mg_nccl_wd_error(c)
+                                                     : mg_nccl_fail(c, g->comm, first, first_expr,
+                                                                    __func__, __FILE__, __LINE__);
         mg_nccl_wd_leave(c->w->impl, NULL, c, NULL, false);
         return st;
     }
@@ -630,14 +623,14 @@ static mg_status nccl_all_to_all(mg_comm *c, const void *send, const size_t *sen
                                  const size_t *send_displs, void *recv, const size_t *recv_counts,
                                  const size_t *recv_displs, mg_dtype dt, void *stream) {
     nccl_group *g = NULL;
-    MG_CHECK(begin(c, &g));
+    MG_CHECK(mg_nccl_begin(c, &g));
     size_t es = mg_dtype_size(dt);
     ncclDataType_t t = nccl_type(dt);
     cudaStream_t s = (cudaStream_t)stream;
 #if MG_NCCL_CE
     size_t k = g->ce ? equal_parts(c->size, send_counts, send_displs, recv_counts, recv_displs) : 0;
-    if (k && in_window(g, send, k * es * (size_t)c->size) &&
-        in_window(g, recv, k * es * (size_t)c->size))
+    if (k && mg_nccl_in_window(g, send, k * es * (size_t)c->size) &&
+        mg_nccl_in_window(g, recv, k * es * (size_t)c->size))
         return ENQUEUE_CE(c, g, stream, ncclAlltoAll(send, recv, k, t, g->ce, s));
 #endif
     ncclResult_t first = ncclGroupStart(), r;
@@ -660,7 +653,7 @@ static mg_status nccl_all_to_all(mg_comm *c, const void *send, const size_t *sen
 
 static mg_status nccl_batch_p2p(mg_comm *c, const mg_p2p_op *ops, int n_ops, void *stream) {
     nccl_group *g = NULL;
-    MG_CHECK(begin(c, &g));
+    MG_CHECK(mg_nccl_begin(c, &g));
     cudaStream_t s = (cudaStream_t)stream;
     ncclResult_t first = ncclGroupStart(), r;
     if (first != ncclSuccess) return group_end(c, g, first, "ncclGroupStart", s);
@@ -706,7 +699,7 @@ static mg_status sync_wait(mg_comm *c, nccl_group *g, cudaStream_t stream) {
 
 static mg_status nccl_sync(mg_comm *c, void *stream) {
     nccl_group *g = NULL;
-    MG_CHECK(begin(c, &g));
+    MG_CHECK(mg_nccl_begin(c, &g));
     mg_status st = sync_wait(c, g, (cudaStream_t)stream);
     mg_nccl_wd_leave(c->w->impl, NULL, c, NULL, false);
     return st;
@@ -716,108 +709,12 @@ static mg_status nccl_sync(mg_comm *c, void *stream) {
  * every rank of the group has reached it (as MPI_Barrier), not merely enqueued it. */
 static mg_status nccl_barrier(mg_comm *c, void *stream) {
     nccl_group *g = NULL;
-    MG_CHECK(begin(c, &g));
+    MG_CHECK(mg_nccl_begin(c, &g));
     MG_CHECK(ENQUEUE(c, g, stream,
                      ncclAllReduce(g->scratch, g->scratch, 1, ncclInt32, ncclSum, g->comm,
                                    (cudaStream_t)stream)));
     return nccl_sync(c, stream);
 }
-
-/* ---- copy-engine collectives (comm.h) ---- */
-
-static bool nccl_copy_engine(const mg_comm_world *w) {
-    const nccl_world *nw = w->impl;
-    return nw && nw->copy_engine;
-}
-
-#if MG_NCCL_CE
-/* ncclMemAlloc's memory (what a symmetric window takes), zeroed on a private stream: the legacy
- * default stream would also wait for collectives enqueued before (see group_resources). */
-static mg_status nccl_mem_alloc(mg_comm_world *w, size_t bytes, void **out) {
-    *out = NULL;
-    ncclResult_t r = ncclMemAlloc(out, bytes);
-    if (r != ncclSuccess || !*out) {
-        *out = NULL;
-        return MG_FAIL(MG_ERR_NOMEM, "ncclMemAlloc of %.1f MiB on rank %d: %s",
-                       (double)bytes / 1048576.0, w->rank, ncclGetErrorString(r));
-    }
-    cudaStream_t s;
-    cudaError_t e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
-    if (e == cudaSuccess) {
-        e = cudaMemsetAsync(*out, 0, bytes, s);
-        if (e == cudaSuccess) e = cudaStreamSynchronize(s);
-        cudaStreamDestroy(s);
-    }
-    if (e != cudaSuccess) {
-        ncclMemFree(*out);
-        *out = NULL;
-        return MG_FAIL(MG_ERR_INTERNAL, "zeroing %zu bytes from ncclMemAlloc: %s", bytes,
-                       cudaGetErrorString(e));
-    }
-    return MG_OK;
-}
-
-static void nccl_mem_free(mg_comm_world *w, void *ptr) {
-    (void)w;
-    if (ptr) ncclMemFree(ptr);
-}
-
-/* Registers [base, base + bytes) as a symmetric window of c's copy-engine communicator, which
- * the first registration splits from the group's own with the zero-CTA policy. Collective over
- * c. */
-static mg_status nccl_window_register(mg_comm *c, void *base, size_t bytes) {
-    nccl_group *g = NULL;
-    MG_CHECK(begin(c, &g));
-    nccl_world *nw = c->w->impl;
-    mg_status st = MG_OK;
-    if (!g->ce) {
-        ncclConfig_t cfg = comm_config(c->name, 1);
-        cfg.CTAPolicy = NCCL_CTA_POLICY_ZERO;
-        ncclComm_t ce = NULL;
-        ncclResult_t r = ncclCommSplit(g->comm, 0, c->rank, &ce, &cfg);
-        if (r != ncclSuccess || !ce)
-            st = nccl_fail(c, g->comm, r != ncclSuccess ? r : ncclInternalError,
-                           "ncclCommSplit (copy engines)", __func__, __FILE__, __LINE__);
-        pthread_mutex_lock(&nw->mu);
-        g->ce = ce;
-        pthread_mutex_unlock(&nw->mu);
-    }
-    if (st == MG_OK && g->n_wins == g->cap_wins) {
-        int cap = g->cap_wins ? 2 * g->cap_wins : 8;
-        nccl_window *w = realloc(g->wins, (size_t)cap * sizeof *w);
-        if (!w)
-            st = MG_FAIL(MG_ERR_NOMEM, "out of memory for %d windows", cap);
-        else
-            g->wins = w, g->cap_wins = cap;
-    }
-    if (st == MG_OK) {
-        ncclWindow_t win = NULL;
-        ncclResult_t r = ncclCommWindowRegister(g->ce, base, bytes, &win, NCCL_WIN_COLL_SYMMETRIC);
-        if (r != ncclSuccess)
-            st = nccl_fail(c, g->ce, r, "ncclCommWindowRegister", __func__, __FILE__, __LINE__);
-        else
-            g->wins[g->n_wins++] = (nccl_window){base, bytes, win};
-    }
-    mg_nccl_wd_leave(nw, NULL, c, NULL, false);
-    return st;
-}
-
-/* Forgets the window at base (deregistered while the world is healthy). */
-static void nccl_window_deregister(mg_comm *c, void *base) {
-    nccl_group *g = c->impl;
-    nccl_world *nw = c->w->impl;
-    if (!g || !nw) return;
-    for (int i = 0; i < g->n_wins; i++) {
-        if (g->wins[i].base != base) continue;
-        if (mg_nccl_wd_enter(nw, c)) {
-            if (g->ce && !c->w->failed) ncclCommWindowDeregister(g->ce, g->wins[i].win);
-            mg_nccl_wd_leave(nw, NULL, c, NULL, false);
-        }
-        g->wins[i] = g->wins[--g->n_wins];
-        return;
-    }
-}
-#endif
 
 const mg_comm_ops mg_comm_nccl_ops = {
     .name = "nccl",
@@ -834,12 +731,12 @@ const mg_comm_ops mg_comm_nccl_ops = {
     .batch_p2p = nccl_batch_p2p,
     .barrier = nccl_barrier,
     .sync = nccl_sync,
-    .copy_engine = nccl_copy_engine,
+    .copy_engine = mg_nccl_copy_engine,
 #if MG_NCCL_CE
-    .mem_alloc = nccl_mem_alloc,
-    .mem_free = nccl_mem_free,
-    .window_register = nccl_window_register,
-    .window_deregister = nccl_window_deregister,
+    .mem_alloc = mg_nccl_mem_alloc,
+    .mem_free = mg_nccl_mem_free,
+    .window_register = mg_nccl_window_register,
+    .window_deregister = mg_nccl_window_deregister,
 #endif
 };
 

@@ -1,5 +1,6 @@
-/* Internal to the NCCL backend (nccl.c, nccl_watchdog.c): the state of a world and of its
- * groups, the abort of every communicator, and the watchdog's interface to the main thread.
+/* Internal to the NCCL backend (nccl.c, nccl_copy_engine.c, nccl_watchdog.c): the state of a world
+ * and of its groups, the abort of every communicator, and the watchdog's interface to the main
+ * thread.
  *
  * Ownership (nw->mu): the main thread takes the communicators over for the length of each of
  * its entries into nccl.c (mg_nccl_wd_enter ... mg_nccl_wd_leave, "in_call"); the watchdog
@@ -78,6 +79,27 @@ typedef struct {
 /* The main thread's abort of every communicator (never called with mu held): marks the world
  * failed; idempotent, safe at any point (also before init finished: w->impl NULL). */
 void mg_nccl_abort_all(mg_comm_world *w);
+
+/* ---- shared by nccl.c's parts ---- */
+/* A communicator's config: blocking or not, resources of its own, the name NCCL keeps. */
+ncclConfig_t mg_nccl_comm_config(const char *name, int blocking);
+/* Starts a main-thread entry on group c: its live communicator, or MG_ERR_COMM when the world
+ * was aborted. On MG_OK the caller ends with mg_nccl_wd_leave. */
+mg_status mg_nccl_begin(mg_comm *c, nccl_group **out);
+/* An NCCL call failed: the one MG_ERR_COMM line, a trace frame, every communicator aborted. */
+mg_status mg_nccl_fail(mg_comm *c, ncclComm_t comm, ncclResult_t r, const char *expr,
+                       const char *func, const char *file, int line);
+
+/* ---- copy-engine collectives (nccl_copy_engine.c): comm_backend.h's entries ---- */
+bool mg_nccl_copy_engine(const mg_comm_world *w);
+/* Whether [p, p + bytes) lies inside one of g's windows (then its copy engines take the call). */
+bool mg_nccl_in_window(const nccl_group *g, const void *p, size_t bytes);
+#if MG_NCCL_CE
+mg_status mg_nccl_mem_alloc(mg_comm_world *w, size_t bytes, void **out);
+void mg_nccl_mem_free(mg_comm_world *w, void *ptr);
+mg_status mg_nccl_window_register(mg_comm *c, void *base, size_t bytes);
+void mg_nccl_window_deregister(mg_comm *c, void *base);
+#endif
 
 /* ---- the watchdog (nccl_watchdog.c) ---- */
 /* Starts the thread of a world of more than one rank; w->impl must be set (the thread reads
