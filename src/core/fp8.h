@@ -17,8 +17,8 @@
  * reading a group's columns as a matrix): group g at the sum of the earlier groups' rows, each
  * rounded up to MG_FP8_GROUP_ALIGN. mg_fp8_group_ld gives ld for G groups of at most rows rows in
  * all, a multiple of MG_FP8_GROUP_ALIGN too.
- * Exports: mg_fp8_format, mg_fp8_max, mg_fp8_from_f32, mg_fp8_to_f32, MG_FP8_GROUP_ALIGN,
- * mg_fp8_group_cols, mg_fp8_group_ld. Needs: core/half_bits.h. */
+ * Exports: mg_fp8_format, mg_fp8_amax_max, mg_fp8_max, mg_fp8_from_f32, mg_fp8_to_f32,
+ * MG_FP8_GROUP_ALIGN, mg_fp8_group_cols, mg_fp8_group_ld. Needs: core/half_bits.h. */
 #ifndef MG_CORE_FP8_H
 #define MG_CORE_FP8_H
 
@@ -41,6 +41,12 @@ MG_HB_FN int64_t mg_fp8_group_cols(int64_t n) {
 MG_HB_FN int64_t mg_fp8_group_ld(int64_t rows, int64_t G) {
     const int64_t a = MG_FP8_GROUP_ALIGN;
     return (rows + (a - 1) * G + a - 1) / a * a;
+}
+
+/* An amax's running maximum: the larger of m and magnitude a, a NaN in either winning (as
+ * torch.max). */
+MG_HB_FN float mg_fp8_amax_max(float m, float a) {
+    return isnan(a) || a > m || isnan(m) ? (isnan(m) ? m : a) : m;
 }
 
 /* The largest finite value: 448 (e4m3) or 57344 (e5m2). */

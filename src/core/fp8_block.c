@@ -7,8 +7,7 @@
 static float amax_of(const float *x, int n, size_t stride) {
     float m = 0.0f;
     for (int i = 0; i < n; i++) {
-        float a = fabsf(x[(size_t)i * stride]);
-        if (isnan(a) || a > m || isnan(m)) m = isnan(m) ? m : a;
+        m = mg_fp8_amax_max(m, fabsf(x[(size_t)i * stride]));
     }
     return m;
 }
@@ -58,8 +57,7 @@ void mg_fp8_block_tiles(uint8_t *out, float *scale_inv, const float *in, int row
                       w = cols - c0 < MG_FP8_BLOCK ? cols - c0 : MG_FP8_BLOCK;
             float m = 0.0f;
             for (int i = 0; i < h; i++) {
-                float a = amax_of(in + (size_t)(r0 + i) * cols + c0, w, 1);
-                if (isnan(a) || a > m || isnan(m)) m = isnan(m) ? m : a;
+                m = mg_fp8_amax_max(m, amax_of(in + (size_t)(r0 + i) * cols + c0, w, 1));
             }
             const float s = mg_fp8_block_scale(m, mg_fp8_max(f), pow2);
             for (int i = 0; i < h; i++)

@@ -439,36 +439,75 @@ static mg_status weight_blocks(const mg_block_ctx *x, const mg_layer_params *p, 
     return MG_OK;
 }
 
+/* The blockwise recipe's forward operands: the input along rows, the weight in tiles. */
 static mg_status forward_blocks(const mg_block_ctx *x, const mg_layer_params *p, mg_fp8_linear j,
-                                void *out, void *gelu_pre, const void *inp, const void *w,
-                                const void *bias, const void *residual, int IC, int OC) {
-    mg_fp8_tensor fi, fw;
+                                const void *inp, const void *w, int IC, int OC, mg_fp8_tensor *fi,
+                                mg_fp8_tensor *fw) {
     MG_CHECK(cast_blocks(x, x->ws->fp8_bxs, copy_rows(x, x->ws->fp8_x, ROWS), NULL, inp, x->N, IC,
-                         MG_FP8_E4M3, &fi));
-    MG_CHECK(weight_blocks(x, p, j, w, OC, IC, true, &fw));
-    return x->be->fp8_linear_forward(x->be, out, gelu_pre, &fi, &fw, bias, residual, x->N, IC, OC);
+                         MG_FP8_E4M3, fi));
+    return weight_blocks(x, p, j, w, OC, IC, true, fw);
 }
 
+/* ... and its backward operands for the gradients' forms: the gradient along rows (ROWS, for
+ * dinp) and columns (COLS, for dw), the input along columns and the weight's transposed tiles. */
 static mg_status backward_blocks(const mg_block_ctx *x, const mg_layer_params *p, mg_fp8_linear j,
-                                 void *dinp, float *dw, float *dbias, const void *dout,
-                                 const void *inp, const void *w, const void *gelu_pre, int IC,
-                                 int OC) {
-    mg_backend *be = x->be;
-    const bool dw8 = dw && x->c->fp8_wgrad;
-    const int dforms = (dinp ? ROWS : 0) | (dw8 ? COLS : 0);
-    if (!dforms) return be->linear_backward(be, NULL, dw, dbias, dout, inp, w, NULL, x->N, IC, OC);
-    mg_fp8_tensor fd, fi = {NULL, NULL, NULL, MG_FP8_E4M3, MG_FP8_SCALE_TENSOR, NULL}, fw = fi;
+                                 int dforms, const void *dout, const void *inp, const void *w,
+                                 int IC, int OC, mg_fp8_tensor *fd, mg_fp8_tensor *fi,
+                                 mg_fp8_tensor *fw) {
     size_t dy = x->ws->fp8_dy;
     MG_CHECK(cast_blocks(x, x->ws->fp8_bdys, copy_rows(x, dy, dforms),
-                         copy_cols(x, dy, x->N, OC, dforms), dout, x->N, OC, x->c->fp8_bwd, &fd));
-    if (dw8)
+                         copy_cols(x, dy, x->N, OC, dforms), dout, x->N, OC, x->c->fp8_bwd, fd));
+    if (dforms & COLS)
         MG_CHECK(cast_blocks(x, x->ws->fp8_bxs, NULL, copy_cols(x, x->ws->fp8_x, x->N, IC, COLS),
-                             inp, x->N, IC, MG_FP8_E4M3, &fi));
-    if (dinp) MG_CHECK(weight_blocks(x, p, j, w, OC, IC, false, &fw));
-    MG_CHECK(be->fp8_linear_backward(be, dinp, dw8 ? dw : NULL, dbias, dout, &fd, &fi, &fw,
-                                     gelu_pre, x->N, IC, OC));
-    return dw && !dw8 ? be->linear_backward(be, NULL, dw, NULL, dout, inp, w, NULL, x->N, IC, OC)
-                      : MG_OK;
+                             inp, x->N, IC, MG_FP8_E4M3, fi));
+    if (dforms & ROWS) MG_CHECK(weight_blocks(x, p, j, w, OC, IC, false, fw));
+    return MG_OK;
+}
+
+/* The delayed and tensorwise recipes' forward operands: the input (its transpose too where the
+ * backward will read it) and the weight, cast (or transposed from its gathered bytes) once per
+ * pass by its first microbatch, which the other microbatches and every backward of the pass read
+ * (the weights and the scales change only between passes). */
+static mg_status forward_tensors(const mg_block_ctx *x, const mg_layer_params *p, mg_fp8_linear j,
+                                 const void *inp, const void *w, int IC, int OC, mg_fp8_tensor *fi,
+                                 mg_fp8_tensor *fw) {
+    mg_backend *be = x->be;
+    size_t t = 3 * (size_t)(p->fp8 + (int)j);
+    MG_CHECK(cast(x, t, copy_rows(x, x->ws->fp8_x, ROWS), input_kept(x, p, j, IC), inp, x->N, IC,
+                  MG_FP8_E4M3, fi));
+    size_t at;
+    MG_CHECK(weight_copy(x, p, j, OC, IC, &at));
+    const uint8_t *w8 = NULL;
+    if (x->pass.mb == 0) MG_CHECK(gathered_weight(x, dense_weight(p, (int)j), w, t + 1, &w8));
+    if (w8) /* --fp8-param-gather: the bytes cast after the update, gathered */
+        MG_CHECK(be->fp8_transpose(be, copy_rows(x, at, ROWS), copy_cols(x, at, OC, IC, COLS), w8,
+                                   OC, IC, param_scale(x, t + 1, false), sinv_of(x, t + 1)));
+    if (x->pass.mb == 0 && !w8)
+        return cast(x, t + 1, copy_rows(x, at, ROWS), copy_cols(x, at, OC, IC, COLS), w, OC, IC,
+                    MG_FP8_E4M3, fw);
+    *fw = weight_cached(x, t + 1, at, OC, IC);
+    return MG_OK;
+}
+
+/* ... and their backward operands: the gradient's rows and transpose, the input's transpose as
+ * the forward kept it (else cast again), the weight's transpose as the pass's first forward made
+ * it. */
+static mg_status backward_tensors(const mg_block_ctx *x, const mg_layer_params *p, mg_fp8_linear j,
+                                  int dforms, const void *dout, const void *inp, int IC, int OC,
+                                  mg_fp8_tensor *fd, mg_fp8_tensor *fi, mg_fp8_tensor *fw) {
+    size_t t = 3 * (size_t)(p->fp8 + (int)j), dy = x->ws->fp8_dy;
+    MG_CHECK(cast(x, t + 2, copy_rows(x, dy, dforms), copy_cols(x, dy, x->N, OC, dforms), dout,
+                  x->N, OC, x->c->fp8_bwd, fd));
+    uint8_t *kept = dforms & COLS ? input_kept(x, p, j, IC) : NULL;
+    if (kept)
+        *fi = (mg_fp8_tensor){NULL, kept, sinv_of(x, t), MG_FP8_E4M3, MG_FP8_SCALE_TENSOR, NULL};
+    else if (dforms & COLS)
+        MG_CHECK(cast(x, t, NULL, copy_cols(x, x->ws->fp8_x, x->N, IC, COLS), inp, x->N, IC,
+                      MG_FP8_E4M3, fi));
+    size_t at;
+    MG_CHECK(weight_copy(x, p, j, OC, IC, &at));
+    if (dforms & ROWS) *fw = weight_cached(x, t + 1, at, OC, IC);
+    return MG_OK;
 }
 
 mg_status mg_fp8_linear_forward(const mg_block_ctx *x, const mg_layer_params *p, mg_fp8_linear j,
@@ -479,28 +518,9 @@ mg_status mg_fp8_linear_forward(const mg_block_ctx *x, const mg_layer_params *p,
         if (gelu_pre) return be->linear_gelu_forward(be, out, gelu_pre, inp, w, bias, x->N, IC, OC);
         return be->linear_forward(be, out, inp, w, bias, residual, x->N, IC, OC);
     }
-    if (x->c->fp8_block)
-        return forward_blocks(x, p, j, out, gelu_pre, inp, w, bias, residual, IC, OC);
-    size_t t = 3 * (size_t)(p->fp8 + (int)j);
     mg_fp8_tensor fi, fw;
-    /* the input's transpose too where the backward will read it */
-    MG_CHECK(cast(x, t, copy_rows(x, x->ws->fp8_x, ROWS), input_kept(x, p, j, IC), inp, x->N, IC,
-                  MG_FP8_E4M3, &fi));
-    /* the weight once per pass: its first microbatch's forward writes the bytes and the
-     * transpose, which the other microbatches and every backward of the pass read (the weights
-     * and the scales change only between passes) */
-    size_t at;
-    MG_CHECK(weight_copy(x, p, j, OC, IC, &at));
-    const uint8_t *w8 = NULL;
-    if (x->pass.mb == 0) MG_CHECK(gathered_weight(x, dense_weight(p, (int)j), w, t + 1, &w8));
-    if (w8) /* --fp8-param-gather: the bytes cast after the update, gathered */
-        MG_CHECK(be->fp8_transpose(be, copy_rows(x, at, ROWS), copy_cols(x, at, OC, IC, COLS), w8,
-                                   OC, IC, param_scale(x, t + 1, false), sinv_of(x, t + 1)));
-    if (x->pass.mb == 0 && !w8)
-        MG_CHECK(cast(x, t + 1, copy_rows(x, at, ROWS), copy_cols(x, at, OC, IC, COLS), w, OC, IC,
-                      MG_FP8_E4M3, &fw));
-    else
-        fw = weight_cached(x, t + 1, at, OC, IC);
+    MG_CHECK(
+        (x->c->fp8_block ? forward_blocks : forward_tensors)(x, p, j, inp, w, IC, OC, &fi, &fw));
     return be->fp8_linear_forward(be, out, gelu_pre, &fi, &fw, bias, residual, x->N, IC, OC);
 }
 
@@ -511,10 +531,6 @@ mg_status mg_fp8_linear_backward(const mg_block_ctx *x, const mg_layer_params *p
     mg_backend *be = x->be;
     if (p->fp8 < 0)
         return be->linear_backward(be, dinp, dw, dbias, dout, inp, w, gelu_pre, x->N, IC, OC);
-    if (x->c->fp8_block)
-        return backward_blocks(x, p, j, dinp, dw, dbias, dout, inp, w, gelu_pre, IC, OC);
-    size_t t = 3 * (size_t)(p->fp8 + (int)j);
-    mg_fp8_tensor fd, fi = {NULL, NULL, NULL, MG_FP8_E4M3, MG_FP8_SCALE_TENSOR, NULL}, fw = fi;
     /* the gradient's rows feed dinp, its transpose dw, with the input's transpose (a call may
      * ask for one gradient: the tensor-parallel overlap takes them apart, model/block.h);
      * --no-fp8-wgrad: dw from the compute dtype's gradient and input instead */
@@ -522,20 +538,11 @@ mg_status mg_fp8_linear_backward(const mg_block_ctx *x, const mg_layer_params *p
     const int dforms = (dinp ? ROWS : 0) | (dw8 ? COLS : 0);
     if (!dforms) /* nothing in fp8: the compute dtype's weight (and bias) gradient alone */
         return be->linear_backward(be, NULL, dw, dbias, dout, inp, w, NULL, x->N, IC, OC);
-    size_t dy = x->ws->fp8_dy;
-    MG_CHECK(cast(x, t + 2, copy_rows(x, dy, dforms), copy_cols(x, dy, x->N, OC, dforms), dout,
-                  x->N, OC, x->c->fp8_bwd, &fd));
-    /* the input's transpose as the forward kept it, else cast again */
-    uint8_t *kept = dw8 ? input_kept(x, p, j, IC) : NULL;
-    if (kept)
-        fi = (mg_fp8_tensor){NULL, kept, sinv_of(x, t), MG_FP8_E4M3, MG_FP8_SCALE_TENSOR, NULL};
-    else if (dw8)
-        MG_CHECK(cast(x, t, NULL, copy_cols(x, x->ws->fp8_x, x->N, IC, COLS), inp, x->N, IC,
-                      MG_FP8_E4M3, &fi));
-    /* the weight's transpose for dinp, as the pass's first forward cast it */
-    size_t at;
-    MG_CHECK(weight_copy(x, p, j, OC, IC, &at));
-    if (dinp) fw = weight_cached(x, t + 1, at, OC, IC);
+    mg_fp8_tensor fd, fi = {NULL, NULL, NULL, MG_FP8_E4M3, MG_FP8_SCALE_TENSOR, NULL}, fw = fi;
+    if (x->c->fp8_block)
+        MG_CHECK(backward_blocks(x, p, j, dforms, dout, inp, w, IC, OC, &fd, &fi, &fw));
+    else
+        MG_CHECK(backward_tensors(x, p, j, dforms, dout, inp, IC, OC, &fd, &fi, &fw));
     MG_CHECK(be->fp8_linear_backward(be, dinp, dw8 ? dw : NULL, dbias, dout, &fd, &fi, &fw,
                                      gelu_pre, x->N, IC, OC));
     return dw && !dw8 ? be->linear_backward(be, NULL, dw, NULL, dout, inp, w, NULL, x->N, IC, OC)

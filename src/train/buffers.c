@@ -3,9 +3,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Whether parameter m belongs to the buffer of `expert` and `fp8` weights. */
-static bool in_buffer(const mg_param_meta *m, const mg_config *c, bool expert, bool fp8) {
-    return m->expert == expert && (c->fp8_param_gather && m->fp8_tensor >= 0) == fp8;
+/* Whether parameter m belongs to the buffer of `expert` and `fp8` weights (only
+ * --fp8-param-gather tags fp8 weights: model/fp8.h's mg_fp8_mark_weights). */
+static bool in_buffer(const mg_param_meta *m, bool expert, bool fp8) {
+    return m->expert == expert && (m->fp8_tensor >= 0) == fp8;
 }
 
 /* One buffer over the parameters of pt in_buffer (none: *made false). */
@@ -26,7 +27,7 @@ static mg_status build_one(const mg_param_table *pt, const mg_config *c, bool ex
     };
     memset(b, 0, sizeof *b);
     int n = 0;
-    for (int i = 0; i < pt->n; i++) n += in_buffer(&pt->p[i], c, expert, fp8);
+    for (int i = 0; i < pt->n; i++) n += in_buffer(&pt->p[i], expert, fp8);
     *made = n > 0;
     if (!n) return MG_OK;
     int64_t *sizes = malloc((size_t)n * sizeof *sizes);
@@ -38,7 +39,7 @@ static mg_status build_one(const mg_param_table *pt, const mg_config *c, bool ex
         return MG_FAIL(MG_ERR_NOMEM, "out of memory");
     }
     for (int i = 0, k = 0; i < pt->n; i++) {
-        if (!in_buffer(&pt->p[i], c, expert, fp8)) continue;
+        if (!in_buffer(&pt->p[i], expert, fp8)) continue;
         shared[k] = pt->p[i].embedding_group;
         b->index[k] = i;
         sizes[k++] = pt->p[i].numel;

@@ -255,6 +255,11 @@ bad_layout "virtual stages" 2 "the 1 layers per pipeline stage \(--num-layers 2 
     --pipeline-model-parallel-size 2 --virtual-pipeline-model-parallel-size 2
 bad_layout "interleaved microbatches" 2 "3 microbatches in groups of 2 .* leave a last group of 1, fewer than --pipeline-model-parallel-size 2" \
     --num-layers 4 --pipeline-model-parallel-size 2 --virtual-pipeline-model-parallel-size 2 --global-batch-size 3
+bad_layout "layout string" 2 "--pipeline-model-parallel-layout holds 3 transformer layers \(t\), --num-layers is 4" \
+    --num-layers 4 --pipeline-model-parallel-size 2 --pipeline-model-parallel-layout "Et*2|tL"
+bad_layout "layout with uneven stages" 2 "--pipeline-model-parallel-layout places every layer itself" \
+    --num-layers 4 --pipeline-model-parallel-size 2 --pipeline-model-parallel-layout "Et*2|t*2L" \
+    --decoder-last-pipeline-num-layers 2
 # (9) a Mixture-of-Experts model (every layer MoE, aux loss and z-loss) under pipeline
 # parallelism and under data parallelism with the distributed optimizer: the one-rank run's lm
 # losses, and its logged load_balancing_loss and z_loss (Megatron's means over the MoE layers,

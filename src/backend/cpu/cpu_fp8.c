@@ -22,7 +22,7 @@ static void cast_rows(uint8_t *out, uint8_t *out_t, size_t ld, size_t col0, cons
         for (int j = 0; j < cols; j++) {
             size_t at = (size_t)i * cols + j;
             float v = in[at], a = fabsf(v);
-            if (isnan(a) || a > *m || isnan(*m)) *m = isnan(*m) ? *m : a;
+            *m = mg_fp8_amax_max(*m, a);
             if (!out && !out_t) continue;
             uint8_t q = mg_fp8_from_f32(v * s, f, true);
             if (out) out[at] = q;
@@ -33,7 +33,7 @@ static void cast_rows(uint8_t *out, uint8_t *out_t, size_t ld, size_t col0, cons
 /* scale_inv and the amax of a cast whose magnitudes' maximum was m. */
 static void cast_done(const float *scale, float *scale_inv, float *amax, float m) {
     if (scale_inv) *scale_inv = 1.0f / scale[0];
-    if (amax && (isnan(m) || m > *amax || isnan(*amax))) *amax = isnan(*amax) ? *amax : m;
+    if (amax) *amax = mg_fp8_amax_max(*amax, m);
 }
 
 mg_status mg_cpu_fp8_cast(mg_backend *be, uint8_t *out, uint8_t *out_t, const void *in, int rows,

@@ -207,7 +207,10 @@ static mg_status check_uneven(const mg_layers_params *p, int v) {
     return MG_OK;
 }
 
-mg_status mg_layers_check(const mg_layers_params *p, int *vpp) {
+/* mg_layers_check, a layout parsed into *lay (*lay_out: lay, or NULL without a layout). */
+static mg_status check(const mg_layers_params *p, int *vpp, mg_layer_layout *lay,
+                       const mg_layer_layout **lay_out) {
+    *lay_out = NULL;
     if (p->num_layers < 1)
         return MG_FAIL(MG_ERR_USAGE, "--num-layers must be >= 1 (got %d)", p->num_layers);
     if (p->pp < 1) return MG_FAIL(MG_ERR_USAGE, PP_FLAG " must be >= 1 (got %d)", p->pp);
@@ -235,21 +238,20 @@ mg_status mg_layers_check(const mg_layers_params *p, int *vpp) {
             return MG_FAIL(MG_ERR_USAGE, "%s %d is too large (at most %d)", sizes[i].flag,
                            sizes[i].value, MAX_VALUE);
     int v = 1;
-    mg_layer_layout lay;
     if (has_layout(p)) {
-        MG_CHECK(check_layout(p, &lay, &v));
-        if (v > 1 && p->pp < 2)
-            return MG_FAIL(MG_ERR_USAGE,
-                           "a virtual pipeline (%d stages per rank) needs " PP_FLAG " > 1 (got %d)",
-                           v, p->pp);
-        if (vpp) *vpp = v;
-        return MG_OK;
+        MG_CHECK(check_layout(p, lay, &v));
+        *lay_out = lay;
+    } else {
+        MG_CHECK(resolve_vpp(p, &v));
     }
-    MG_CHECK(resolve_vpp(p, &v));
     if (v > 1 && p->pp < 2)
         return MG_FAIL(MG_ERR_USAGE,
                        "a virtual pipeline (%d stages per rank) needs " PP_FLAG " > 1 (got %d)", v,
                        p->pp);
+    if (*lay_out) { /* the layout places every chunk itself */
+        if (vpp) *vpp = v;
+        return MG_OK;
+    }
     if (uneven(p)) {
         MG_CHECK(check_uneven(p, v));
     } else {
@@ -310,23 +312,17 @@ static mg_layers_chunk place(const mg_layers_params *p, const mg_layer_layout *l
     return out;
 }
 
-/* Checks p; *v its virtual stages, and *lay (then lay_out points to it) its parsed layout. */
-static mg_status checked(const mg_layers_params *p, int *v, mg_layer_layout *lay,
-                         const mg_layer_layout **lay_out) {
-    MG_CHECK(mg_layers_check(p, v));
-    *lay_out = NULL;
-    if (has_layout(p)) {
-        MG_CHECK(mg_layer_layout_parse(p->layout, p->pp, p->num_layers, lay));
-        *lay_out = lay;
-    }
-    return MG_OK;
+mg_status mg_layers_check(const mg_layers_params *p, int *vpp) {
+    mg_layer_layout lay;
+    const mg_layer_layout *l;
+    return check(p, vpp, &lay, &l);
 }
 
 mg_status mg_layers_place(const mg_layers_params *p, int rank, int chunk, mg_layers_chunk *out) {
     int v;
     mg_layer_layout lay;
     const mg_layer_layout *l;
-    MG_CHECK(checked(p, &v, &lay, &l));
+    MG_CHECK(check(p, &v, &lay, &l));
     if (rank < 0 || rank >= p->pp || chunk < 0 || chunk >= v)
         return MG_FAIL(MG_ERR_INTERNAL, "chunk (rank %d, virtual stage %d) outside %d x %d", rank,
                        chunk, p->pp, v);
@@ -338,7 +334,7 @@ mg_status mg_layers_plan(const mg_layers_params *p, mg_layers_chunk *out) {
     int v;
     mg_layer_layout lay;
     const mg_layer_layout *l;
-    MG_CHECK(checked(p, &v, &lay, &l));
+    MG_CHECK(check(p, &v, &lay, &l));
     for (int r = 0; r < p->pp; r++)
         for (int c = 0; c < v; c++) out[r * v + c] = place(p, l, v, r, c);
     return MG_OK;
