@@ -65,10 +65,11 @@ typedef enum { MG_FP8_SCALE_TENSOR = 0, MG_FP8_SCALE_ROWS, MG_FP8_SCALE_TILES } 
  * (`data_t`); NULL where the op does not read that form. scale_inv (backend memory): 1 / the
  * scale, what a product of fp8 values is multiplied by to undo it:
  *   block MG_FP8_SCALE_TENSOR: (1) for both forms;
- *   MG_FP8_SCALE_ROWS: data's (rows, ceil(cols / 128)), and scale_inv_t data_t's (cols,
- *     ceil(rows / 128)): each form cast on its own, in blocks along its rows;
- *   MG_FP8_SCALE_TILES: (ceil(rows / 128), ceil(cols / 128)), data_t the same bytes transposed
- *     (its grid the transpose of this one). */
+ *   MG_FP8_SCALE_ROWS: data's rows x ceil(cols / 128), and scale_inv_t data_t's cols x
+ *     ceil(rows / 128): each form cast on its own, in blocks along its rows;
+ *   MG_FP8_SCALE_TILES: data's tile grid, and scale_inv_t data_t's (the same bytes transposed,
+ *     the same scales in the transpose's grid).
+ * The layouts are core/fp8_block.h's (cuBLASLt's). */
 typedef struct {
     const uint8_t *data, *data_t;
     const float *scale_inv;

@@ -545,11 +545,13 @@ MG_OP(fp8_cast, REQ, OP, mg_status,
       (be, out, out_t, in, rows, cols, scale, scale_inv, amax, format))
 /* Blockwise fp8 (--fp8-recipe blockwise; core/fp8_block.h's casts, power-of-two scales when
  * pow2) of in (rows, cols, compute dtype), each block's scale from its own amax:
- *   tiles false: 1 x 128 blocks along rows into out (rows, cols) and scale_inv (rows,
- *     ceil(cols/128)); along columns, transposed, into out_t (cols, rows) and scale_inv_t (cols,
+ *   tiles false: 1 x 128 blocks along rows into out (rows, cols) and scale_inv (rows x
+ *     ceil(cols/128)); along columns, transposed, into out_t (cols, rows) and scale_inv_t (cols x
  *     ceil(rows/128)) (either pair may be NULL);
- *   tiles true: 128 x 128 tiles into out and scale_inv (ceil(rows/128), ceil(cols/128)), and the
- *     same bytes transposed into out_t (or NULL); scale_inv_t unused.
+ *   tiles true: 128 x 128 tiles into out and scale_inv (mg_fp8_tile_floats(rows, cols)), and the
+ *     same bytes transposed into out_t (or NULL) with their grid in scale_inv_t
+ *     (mg_fp8_tile_floats(cols, rows)).
+ * The scales' layouts are core/fp8_block.h's (cuBLASLt's block scaling).
  * Optional: NULL where the backend has no block-scaled fp8 (model/fp8.c refuses the recipe). */
 MG_OP(fp8_cast_blocks, CAP, OP, mg_status,
       (mg_backend *be, uint8_t *out /* (rows,cols) or NULL */, float *scale_inv,

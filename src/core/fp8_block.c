@@ -23,7 +23,7 @@ static float cast_run(uint8_t *out, const float *x, int n, size_t stride, mg_fp8
 
 /* `outer` runs of `inner` values of in, the runs `step` apart and their values `stride` apart, each
  * cast in 1 x 128 blocks into its row of out (outer, inner), the scales' inverses into scale_inv
- * (outer, mg_fp8_block_count(inner)). */
+ * (outer x mg_fp8_block_count(inner), block-major: mg_fp8_block_at). */
 static void block_runs(uint8_t *out, float *scale_inv, const float *in, int outer, int inner,
                        size_t step, size_t stride, mg_fp8_format f, bool pow2) {
     const int nb = mg_fp8_block_count(inner);
@@ -31,7 +31,7 @@ static void block_runs(uint8_t *out, float *scale_inv, const float *in, int oute
         for (int b = 0; b < nb; b++) {
             const int i0 = b * MG_FP8_BLOCK,
                       n = inner - i0 < MG_FP8_BLOCK ? inner - i0 : MG_FP8_BLOCK;
-            scale_inv[(size_t)o * nb + b] =
+            scale_inv[mg_fp8_block_at(outer, o, b)] =
                 cast_run(out + (size_t)o * inner + i0, in + (size_t)o * step + (size_t)i0 * stride,
                          n, stride, f, pow2);
         }
@@ -47,8 +47,8 @@ void mg_fp8_block_cols(uint8_t *out_t, float *scale_inv_t, const float *in, int 
     block_runs(out_t, scale_inv_t, in, cols, rows, 1, (size_t)cols, f, pow2);
 }
 
-void mg_fp8_block_tiles(uint8_t *out, float *scale_inv, const float *in, int rows, int cols,
-                        mg_fp8_format f, bool pow2) {
+void mg_fp8_block_tiles(uint8_t *out, float *scale_inv, float *scale_inv_t, const float *in,
+                        int rows, int cols, mg_fp8_format f, bool pow2) {
     const int nr = mg_fp8_block_count(rows), nc = mg_fp8_block_count(cols);
     for (int br = 0; br < nr; br++)
         for (int bc = 0; bc < nc; bc++) {
@@ -65,6 +65,7 @@ void mg_fp8_block_tiles(uint8_t *out, float *scale_inv, const float *in, int row
                     const size_t at = (size_t)(r0 + i) * cols + c0 + j;
                     out[at] = mg_fp8_from_f32(in[at] * s, f, true);
                 }
-            scale_inv[(size_t)br * nc + bc] = 1.0f / s;
+            scale_inv[mg_fp8_tile_at(cols, br, bc)] = 1.0f / s;
+            if (scale_inv_t) scale_inv_t[mg_fp8_tile_at(rows, bc, br)] = 1.0f / s;
         }
 }

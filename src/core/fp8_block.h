@@ -14,8 +14,13 @@
  * value x scale (fp32); the product of two operands multiplies each block's values by the
  * inverse of its scale (scale_inv, 1 / scale in fp32).
  * Blocks at the end of a row or column hold what is left (fewer than 128).
- * Layouts (row-major): 1 x 128 of a (rows, cols) tensor: scale_inv (rows, ceil(cols / 128));
- * 128 x 128: (ceil(rows / 128), ceil(cols / 128)).
+ * Layouts of the scales' inverses (cuBLASLt's for its 128-element 1D and 128 x 128 2D scaling,
+ * so that its block-scaled GEMMs read them as they are):
+ *   1 x 128 blocks of `runs` runs (rows): block-major, block b of run r at b * runs + r
+ *     (mg_fp8_block_at; runs contiguous);
+ *   128 x 128 tiles of a (rows, cols) tensor: tile (br, bc) at br * ld + bc, ld =
+ *     ceil(ceil(cols / 128) / 4) * 4 (mg_fp8_tile_at: the grid's rows padded to a multiple of
+ *     4); the transpose's grid is the same for (cols, rows).
  * Exports: MG_FP8_BLOCK, mg_fp8_block_scale, mg_fp8_block_count, mg_fp8_block_rows,
  * mg_fp8_block_cols, mg_fp8_block_tiles. Needs: core/fp8.h. */
 #ifndef MG_CORE_FP8_BLOCK_H
@@ -43,18 +48,36 @@ MG_HB_FN int mg_fp8_block_count(int n) {
     return (n + MG_FP8_BLOCK - 1) / MG_FP8_BLOCK;
 }
 
+/* The scale of block b of run r, of `runs` runs (see above). */
+MG_HB_FN size_t mg_fp8_block_at(int runs, int r, int b) {
+    return (size_t)b * (size_t)runs + (size_t)r;
+}
+
+/* A tile grid's row stride for a tensor of `cols` columns, and tile (br, bc)'s place. */
+MG_HB_FN int mg_fp8_tile_ld(int cols) {
+    return (mg_fp8_block_count(cols) + 3) / 4 * 4;
+}
+MG_HB_FN size_t mg_fp8_tile_at(int cols, int br, int bc) {
+    return (size_t)br * (size_t)mg_fp8_tile_ld(cols) + (size_t)bc;
+}
+/* Floats of the tile grid of a (rows, cols) tensor. */
+MG_HB_FN size_t mg_fp8_tile_floats(int rows, int cols) {
+    return (size_t)mg_fp8_block_count(rows) * (size_t)mg_fp8_tile_ld(cols);
+}
+
 /* in (rows, cols, fp32) cast in 1 x 128 blocks along its rows: out (rows, cols) bytes and
- * scale_inv (rows, mg_fp8_block_count(cols)). */
+ * scale_inv (rows x mg_fp8_block_count(cols), block-major). */
 void mg_fp8_block_rows(uint8_t *out, float *scale_inv, const float *in, int rows, int cols,
                        mg_fp8_format f, bool pow2);
 /* in (rows, cols) cast in 1 x 128 blocks along its columns, transposed: out_t (cols, rows) bytes,
- * each row of out_t (a column of in) in blocks of 128, and scale_inv_t (cols,
- * mg_fp8_block_count(rows)). */
+ * each row of out_t (a column of in) in blocks of 128, and scale_inv_t (cols x
+ * mg_fp8_block_count(rows), block-major). */
 void mg_fp8_block_cols(uint8_t *out_t, float *scale_inv_t, const float *in, int rows, int cols,
                        mg_fp8_format f, bool pow2);
 /* in (rows, cols) cast in 128 x 128 blocks: out (rows, cols) bytes and scale_inv
- * (mg_fp8_block_count(rows), mg_fp8_block_count(cols)). */
-void mg_fp8_block_tiles(uint8_t *out, float *scale_inv, const float *in, int rows, int cols,
-                        mg_fp8_format f, bool pow2);
+ * (mg_fp8_tile_floats(rows, cols)); and, where not NULL, the transpose's grid scale_inv_t
+ * (mg_fp8_tile_floats(cols, rows)). */
+void mg_fp8_block_tiles(uint8_t *out, float *scale_inv, float *scale_inv_t, const float *in,
+                        int rows, int cols, mg_fp8_format f, bool pow2);
 
 #endif

@@ -64,12 +64,13 @@ static void weight_dims(const mg_model_config *c, int j, size_t *OC, size_t *IC)
     }
 }
 
-/* Blockwise: floats of one fp8 layer's weight tile scales, and where linear j's start. */
+/* Blockwise: floats of one fp8 layer's weight tile scales (each weight's grid, then its
+ * transpose's), and where linear j's start. */
 static size_t weight_tiles(const mg_model_config *c, int j) {
     size_t at = 0, OC, IC;
     for (int i = 0; i < j && i < MG_FP8_EXP_FC1; i++) {
         weight_dims(c, i, &OC, &IC);
-        at += (size_t)mg_fp8_block_count((int)OC) * (size_t)mg_fp8_block_count((int)IC);
+        at += mg_fp8_tile_floats((int)OC, (int)IC) + mg_fp8_tile_floats((int)IC, (int)OC);
     }
     return at;
 }
@@ -432,10 +433,11 @@ static mg_status weight_blocks(const mg_block_ctx *x, const mg_layer_params *p, 
     float *s = (float *)mg_block_ws_ptr(x, x->ws->fp8_bws) +
                layer * weight_tiles(x->c, MG_FP8_EXP_FC1) + weight_tiles(x->c, (int)j);
     uint8_t *rows = copy_rows(x, at, ROWS), *cols = copy_cols(x, at, OC, IC, COLS);
+    float *s_t = s + mg_fp8_tile_floats(OC, IC); /* the transpose's grid */
     if (cast && x->pass.mb == 0)
         MG_CHECK(
-            x->be->fp8_cast_blocks(x->be, rows, s, cols, NULL, w, OC, IC, true, MG_FP8_E4M3, true));
-    *o = (mg_fp8_tensor){rows, cols, s, MG_FP8_E4M3, MG_FP8_SCALE_TILES, NULL};
+            x->be->fp8_cast_blocks(x->be, rows, s, cols, s_t, w, OC, IC, true, MG_FP8_E4M3, true));
+    *o = (mg_fp8_tensor){rows, cols, s, MG_FP8_E4M3, MG_FP8_SCALE_TILES, s_t};
     return MG_OK;
 }
 

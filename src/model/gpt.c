@@ -238,7 +238,7 @@ mg_gpt_target mg_gpt_target_of(const mg_gpt *g, mg_backend *be, int B) {
     return (mg_gpt_target){be->compute_dtype,
                            be->attention_saved_bytes(be, B, c->S, c->nq_l, c->hd),
                            be->fp8_grouped_linear_forward && be->fp8_grouped_linear_backward,
-                           be->device == MG_DEVICE_CPU};
+                           be->fp8_cast_blocks != NULL};
 }
 
 mg_gpt_target mg_gpt_target_for(const mg_gpt *g, mg_device device, mg_dtype compute, int B) {

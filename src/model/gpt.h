@@ -147,7 +147,8 @@ mg_status mg_gpt_build(mg_gpt *g, const mg_config *c, int tp_rank, int pp_rank, 
  * routed experts). _of: backend be's; _for: those of a backend on `device` computing in
  * `compute` (backend/backend.h's mg_backend_attention_saved_bytes; the fp8 grouped GEMM on the
  * CPU, and on CUDA with bf16 compute, as a build with CUTLASS has it); and whether it has the
- * block-scaled fp8 products of --fp8-recipe blockwise (the cpu backend alone, so far; _for
+ * block-scaled fp8 products of --fp8-recipe blockwise (its fp8_cast_blocks; CUDA's products are
+ * cuBLASLt's block scaling, sm 9.0; _for
  * predicts the recipe's buffers whatever the device, the trainer refuses it where they are
  * missing). */
 typedef struct {

@@ -6,7 +6,9 @@
  *     magnitudes over the whole e4m3 and e5m2 ranges, saturating ones included, a NaN and the
  *     infinities; shapes that are not multiples of the transposing tile or of its vectors);
  *   - fp8_transpose of the same bytes gives the CPU's copy and transpose bit for bit;
- *   - fp8_cast_blocks (the blockwise recipe) gives the CPU's bytes and block scales bit for bit;
+ *   - fp8_cast_blocks (the blockwise recipe) gives the CPU's bytes and block scales bit for bit,
+ *     and fp8_linear_forward/_backward on block-scaled operands (cuBLASLt's block scaling) the
+ *     CPU's products of the decoded values;
  *   - fp8_linear_forward and fp8_linear_backward on the same bytes and scales (cuBLASLt's fp8
  *     GEMMs against the CPU's fp32 GEMM on the decoded values) within the GEMM tolerance: the
  *     plain forward with bias and residual, the GELU-fused one, the backward with the bias
@@ -156,7 +158,8 @@ MG_TEST(cuda_fp8_transpose_matches_cpu) {
 /* fp8_cast_blocks (the blockwise recipe): the bytes and each block's scale inverse are the CPU's
  * bit for bit (NaN bytes as NaN), 1 x 128 blocks along rows and along columns and 128 x 128
  * tiles with their transpose, e4m3 with and without power-of-two scales and e5m2, on shapes of
- * whole and partial blocks, magnitudes from 2^-20 to 2^20 with an infinity and a NaN. */
+ * whole and partial blocks, magnitudes from 2^-20 to 2^20 with an infinity and a NaN; the scales
+ * in core/fp8_block.h's layouts (the tiles' grid and the transpose's). */
 MG_TEST(cuda_fp8_cast_blocks_matches_cpu) {
     CT_BACKENDS(cpu, gpu);
     static const int shapes[][2] = {{129, 136}, {256, 384}, {1, 260}, {130, 1}};
@@ -166,29 +169,34 @@ MG_TEST(cuda_fp8_cast_blocks_matches_cpu) {
         const size_t n = (size_t)rows * cols;
         const size_t nr = (size_t)rows * mg_fp8_block_count(cols),
                      nc = (size_t)cols * mg_fp8_block_count(rows),
-                     nt = (size_t)mg_fp8_block_count(rows) * mg_fp8_block_count(cols);
+                     nt = mg_fp8_tile_floats(rows, cols), ntt = mg_fp8_tile_floats(cols, rows);
+        const size_t ns = nr > nt ? nr : nt, nst = nc > ntt ? nc : ntt; /* either mode's */
         float *x = ct_uniform_act(&P, 71 + sh, n, -1.0f, 1.0f);
         for (size_t i = 0; x && i < n; i++) x[i] = ldexpf(x[i], (int)(i % 41) - 20);
         if (x && n > 300) x[7] = INFINITY, x[200] = NAN;
         if (x) ct_round_act(x, n);
         uint8_t *w = ct_host(&P, n), *wt = ct_host(&P, n);
-        float *ws = ct_host(&P, nr * 4), *wst = ct_host(&P, nc * 4);
+        float *ws = ct_host(&P, ns * 4), *wst = ct_host(&P, nst * 4);
         uint8_t *d = ct_poison(&P, n), *dt = ct_poison(&P, n);
-        float *ds = ct_poison(&P, nr * 4), *dst = ct_poison(&P, nc * 4);
+        float *ds = ct_poison(&P, ns * 4), *dst = ct_poison(&P, nst * 4);
         void *din = x ? ct_up_act(&P, x, n) : NULL;
         if (P.failed) break;
         for (int v = 0; v < 3; v++) { /* e4m3 pow2, e4m3 fp32 scales, e5m2 pow2 */
             const int f = v == 2 ? MG_FP8_E5M2 : MG_FP8_E4M3;
             const bool pow2 = v != 1;
             for (int tiles = 0; tiles < 2; tiles++) {
-                MG_EXPECT_OK(cpu->fp8_cast_blocks(cpu, w, ws, wt, tiles ? NULL : wst, x, rows, cols,
-                                                  tiles, f, pow2));
-                MG_EXPECT_OK(gpu->fp8_cast_blocks(gpu, d, ds, dt, tiles ? NULL : dst, din, rows,
-                                                  cols, tiles, f, pow2));
+                /* (a tile grid's padding is not written: both start from zeros) */
+                memset(ws, 0, ns * 4), memset(wst, 0, nst * 4);
+                MG_EXPECT_OK(gpu->memset_zero(gpu, ds, ns * 4));
+                MG_EXPECT_OK(gpu->memset_zero(gpu, dst, nst * 4));
+                MG_EXPECT_OK(
+                    cpu->fp8_cast_blocks(cpu, w, ws, wt, wst, x, rows, cols, tiles, f, pow2));
+                MG_EXPECT_OK(
+                    gpu->fp8_cast_blocks(gpu, d, ds, dt, dst, din, rows, cols, tiles, f, pow2));
                 uint8_t *g = ct_down_raw(&P, d, n), *gt = ct_down_raw(&P, dt, n);
                 float *gs = ct_down_f32(&P, ds, tiles ? nt : nr);
-                float *gst = tiles ? NULL : ct_down_f32(&P, dst, nc);
-                if (!g || !gt || !gs || (!tiles && !gst)) break;
+                float *gst = ct_down_f32(&P, dst, tiles ? ntt : nc);
+                if (!g || !gt || !gs || !gst) break;
                 int bad = 0;
                 for (size_t i = 0; i < n && bad < 3; i++) {
                     const bool a = isnan(mg_fp8_to_f32(g[i], (mg_fp8_format)f)),
@@ -209,9 +217,9 @@ MG_TEST(cuda_fp8_cast_blocks_matches_cpu) {
                                     "fp8_cast_blocks %dx%d v%d %s "
                                     "scale_inv",
                                     rows, cols, v, tiles ? "tiles" : "rows");
-                if (!tiles)
-                    CT_EXPECT_SAME_BITS(gst, wst, nc * 4,
-                                        "fp8_cast_blocks %dx%d v%d cols scale_inv", rows, cols, v);
+                CT_EXPECT_SAME_BITS(gst, wst, (tiles ? ntt : nc) * 4,
+                                    "fp8_cast_blocks %dx%d v%d %s scale_inv_t", rows, cols, v,
+                                    tiles ? "tiles, transposed" : "cols");
             }
         }
         ct_pool_free(&P);
@@ -315,6 +323,99 @@ MG_TEST(cuda_fp8_linear_matches_cpu) {
             CT_EXPECT_CLOSE(ct_down_act(&P, d_dx2, ni), dx, ni, CT_TOL_GEMM,
                             "fp8 dinp without dw %s%s %dx%dx%d", f ? "e5m2" : "e4m3",
                             gelu ? " GELU" : "", N, IC, OC);
+        }
+        ct_pool_free(&P);
+    }
+}
+
+/* A block-scaled operand (rows, cols) of x, both forms with their scales (core/fp8_block.h's
+ * layouts), cast by the CPU (the CUDA casts equal it: cuda_fp8_cast_blocks_matches_cpu) and
+ * uploaded: 1 x 128 blocks along rows and columns, or 128 x 128 tiles (tiles). */
+static fp8_pair block_operand(ct_pool *P, mg_backend *cpu, const float *x, int rows, int cols,
+                              bool tiles, int format) {
+    fp8_pair o;
+    memset(&o, 0, sizeof o);
+    const size_t n = (size_t)rows * cols;
+    const size_t ns = tiles ? mg_fp8_tile_floats(rows, cols)
+                            : (size_t)rows * mg_fp8_block_count(cols),
+                 nst = tiles ? mg_fp8_tile_floats(cols, rows)
+                             : (size_t)cols * mg_fp8_block_count(rows);
+    uint8_t *b = ct_host(P, n), *bt = ct_host(P, n);
+    float *s = ct_host(P, ns * 4), *st = ct_host(P, nst * 4);
+    if (P->failed) return o;
+    memset(s, 0, ns * 4), memset(st, 0, nst * 4);
+    (void)cpu->fp8_cast_blocks(cpu, b, s, bt, st, x, rows, cols, tiles, format, true);
+    uint8_t *db = ct_poison(P, n), *dbt = ct_poison(P, n);
+    float *ds = ct_up_f32(P, s, ns), *dst = ct_up_f32(P, st, nst);
+    if (P->failed) return o;
+    (void)P->g->copy_h2d(P->g, db, b, n);
+    (void)P->g->copy_h2d(P->g, dbt, bt, n);
+    const int mode = tiles ? MG_FP8_SCALE_TILES : MG_FP8_SCALE_ROWS;
+    o.cpu = (mg_fp8_tensor){b, bt, s, format, mode, st};
+    o.gpu = (mg_fp8_tensor){db, dbt, ds, format, mode, dst};
+    return o;
+}
+
+/* The blockwise recipe's products: cuBLASLt's block-scaled fp8 GEMMs (1 x 128 scaled inputs and
+ * gradients, 128 x 128 scaled weights; the weight gradient's both 1 x 128) against the CPU's
+ * products of the decoded values, within the GEMM tolerance: the forward with bias and residual
+ * and GELU-fused, the backward with e4m3 and e5m2 gradients; rows of very different magnitudes,
+ * so that a block scale read from the wrong place shows. */
+MG_TEST(cuda_fp8_block_linear_matches_cpu) {
+    CT_BACKENDS(cpu, gpu);
+    static const int cases[][3] = {{128, 256, 384}, {256, 768, 3072}};
+    for (int k = 0; k < 2; k++) {
+        ct_pool P = ct_pool_of(t, gpu);
+        const int N = cases[k][0], IC = cases[k][1], OC = cases[k][2];
+        const size_t ni = (size_t)N * IC, nw = (size_t)OC * IC, no = (size_t)N * OC;
+        uint32_t id = 300 + 10 * (uint32_t)k;
+        float *x = ct_rand_act(&P, id, ni, 1.0f), *w = ct_rand_act(&P, id + 1, nw, 0.05f);
+        float *bias = ct_rand_act(&P, id + 2, OC, 0.5f), *res = ct_rand_act(&P, id + 3, no, 1.0f);
+        float *dy = ct_rand_act(&P, id + 4, no, 1e-3f), *pre = ct_rand_act(&P, id + 5, ni, 1.0f);
+        float *dw0 = ct_uniform_f32(&P, id + 6, nw, -1.0f, 1.0f);
+        if (P.failed) {
+            ct_pool_free(&P);
+            break;
+        }
+        for (size_t i = 0; i < ni; i++) x[i] *= ldexpf(1.0f, (int)(i / IC) % 9 - 4);
+        for (size_t i = 0; i < nw; i++) w[i] *= ldexpf(1.0f, (int)(i / IC / 128) % 3);
+        ct_round_act(x, ni), ct_round_act(w, nw);
+        fp8_pair fx = block_operand(&P, cpu, x, N, IC, false, MG_FP8_E4M3);
+        fp8_pair fw = block_operand(&P, cpu, w, OC, IC, true, MG_FP8_E4M3);
+        void *d_bias = ct_up_act(&P, bias, OC), *d_res = ct_up_act(&P, res, no);
+        void *d_out = ct_poison_act(&P, no), *d_pre = ct_poison_act(&P, no);
+        float *want = ct_host(&P, no * sizeof(float)), *want_pre = ct_host(&P, no * sizeof(float));
+        if (P.failed) {
+            ct_pool_free(&P);
+            break;
+        }
+        MG_EXPECT_OK(
+            gpu->fp8_linear_forward(gpu, d_out, NULL, &fx.gpu, &fw.gpu, d_bias, d_res, N, IC, OC));
+        MG_EXPECT_OK(
+            cpu->fp8_linear_forward(cpu, want, NULL, &fx.cpu, &fw.cpu, bias, res, N, IC, OC));
+        CT_EXPECT_CLOSE(ct_down_act(&P, d_out, no), want, no, CT_TOL_GEMM,
+                        "block fp8 forward %dx%dx%d", N, IC, OC);
+        MG_EXPECT_OK(
+            gpu->fp8_linear_forward(gpu, d_out, d_pre, &fx.gpu, &fw.gpu, d_bias, NULL, N, IC, OC));
+        MG_EXPECT_OK(
+            cpu->fp8_linear_forward(cpu, want, want_pre, &fx.cpu, &fw.cpu, bias, NULL, N, IC, OC));
+        CT_EXPECT_CLOSE(ct_down_act(&P, d_out, no), want, no, CT_TOL_GEMM,
+                        "block fp8 forward, GELU %dx%dx%d", N, IC, OC);
+        for (int f = 0; f < 2 && !P.failed; f++) {
+            fp8_pair fd = block_operand(&P, cpu, dy, N, OC, false, f);
+            void *d_dy = ct_up_act(&P, dy, no), *d_gp = ct_up_act(&P, pre, ni);
+            void *d_dx = ct_poison_act(&P, ni);
+            float *d_dw = ct_up_f32(&P, dw0, nw);
+            float *dx = ct_host(&P, ni * sizeof(float)), *dw = ct_dup(&P, dw0, nw);
+            if (P.failed) break;
+            MG_EXPECT_OK(gpu->fp8_linear_backward(gpu, d_dx, d_dw, NULL, d_dy, &fd.gpu, &fx.gpu,
+                                                  &fw.gpu, f ? d_gp : NULL, N, IC, OC));
+            MG_EXPECT_OK(cpu->fp8_linear_backward(cpu, dx, dw, NULL, dy, &fd.cpu, &fx.cpu, &fw.cpu,
+                                                  f ? pre : NULL, N, IC, OC));
+            CT_EXPECT_CLOSE(ct_down_act(&P, d_dx, ni), dx, ni, CT_TOL_GEMM,
+                            "block fp8 dinp %s %dx%dx%d", f ? "e5m2 GELU" : "e4m3", N, IC, OC);
+            CT_EXPECT_CLOSE(ct_down_f32(&P, d_dw, nw), dw, nw, CT_TOL_F32,
+                            "block fp8 dw %s %dx%dx%d", f ? "e5m2" : "e4m3", N, IC, OC);
         }
         ct_pool_free(&P);
     }

@@ -73,7 +73,8 @@ MG_TEST(fp8_block_casts_match_the_reference) {
     const cJSON *in = item(g, "input");
     MG_EXPECT((size_t)cJSON_GetArraySize(in) == n, "%d inputs for %d x %d", cJSON_GetArraySize(in),
               R, C);
-    float *x = malloc(n * sizeof *x), *inv = malloc(n * sizeof *inv);
+    float *x = malloc(n * sizeof *x), *inv = malloc(n * sizeof *inv),
+          *ref = malloc(n * sizeof *ref);
     uint8_t *b = malloc(n);
     for (size_t i = 0; x && i < n; i++)
         x[i] = mg_hb_float((uint32_t)cJSON_GetArrayItem(in, (int)i)->valuedouble);
@@ -86,24 +87,42 @@ MG_TEST(fp8_block_casts_match_the_reference) {
         char what[64];
         snprintf(what, sizeof what, "%s%s rows", item(c, "format")->valuestring,
                  pow2 ? " pow2" : "");
+        /* the scales in the reference's order (run by run), from ours (block-major) */
         mg_fp8_block_rows(b, inv, x, R, C, f, pow2);
-        same(t, what, b, item(c, "rows")->valuestring, n, inv, item(c, "rows_scale_inv"),
+        for (int r = 0; r < R; r++)
+            for (int k = 0; k < mg_fp8_block_count(C); k++)
+                ref[(size_t)r * mg_fp8_block_count(C) + k] = inv[mg_fp8_block_at(R, r, k)];
+        same(t, what, b, item(c, "rows")->valuestring, n, ref, item(c, "rows_scale_inv"),
              (size_t)R * mg_fp8_block_count(C), f);
         snprintf(what, sizeof what, "%s%s cols", item(c, "format")->valuestring,
                  pow2 ? " pow2" : "");
         mg_fp8_block_cols(b, inv, x, R, C, f, pow2);
-        same(t, what, b, item(c, "cols")->valuestring, n, inv, item(c, "cols_scale_inv"),
+        for (int r = 0; r < C; r++)
+            for (int k = 0; k < mg_fp8_block_count(R); k++)
+                ref[(size_t)r * mg_fp8_block_count(R) + k] = inv[mg_fp8_block_at(C, r, k)];
+        same(t, what, b, item(c, "cols")->valuestring, n, ref, item(c, "cols_scale_inv"),
              (size_t)C * mg_fp8_block_count(R), f);
         snprintf(what, sizeof what, "%s%s tiles", item(c, "format")->valuestring,
                  pow2 ? " pow2" : "");
-        mg_fp8_block_tiles(b, inv, x, R, C, f, pow2);
-        same(t, what, b, item(c, "tiles")->valuestring, n, inv, item(c, "tiles_scale_inv"),
+        float *inv_t = malloc(mg_fp8_tile_floats(C, R) * sizeof *inv_t);
+        mg_fp8_block_tiles(b, inv, inv_t, x, R, C, f, pow2);
+        int bad_t = 0; /* the transpose's grid holds the same scales, transposed */
+        for (int br = 0; inv_t && br < mg_fp8_block_count(R); br++)
+            for (int bc = 0; bc < mg_fp8_block_count(C); bc++) {
+                ref[(size_t)br * mg_fp8_block_count(C) + bc] = inv[mg_fp8_tile_at(C, br, bc)];
+                bad_t += mg_hb_bits(inv_t[mg_fp8_tile_at(R, bc, br)]) !=
+                         mg_hb_bits(inv[mg_fp8_tile_at(C, br, bc)]);
+            }
+        MG_EXPECT(inv_t && bad_t == 0, "%s: %d tiles of the transposed grid differ", what, bad_t);
+        free(inv_t);
+        same(t, what, b, item(c, "tiles")->valuestring, n, ref, item(c, "tiles_scale_inv"),
              (size_t)mg_fp8_block_count(R) * mg_fp8_block_count(C), f);
         cases++;
     }
     MG_EXPECT(cases == 3, "%d cases in the reference, expected 3", cases);
     free(x);
     free(inv);
+    free(ref);
     free(b);
     cJSON_Delete(g);
 }
@@ -142,8 +161,10 @@ MG_TEST(fp8_block_linear_equals_dequantized_products) {
     mg_backend *be = t_cpu(t);
     if (!be) return;
     enum { N = 130, IC = 200, OC = 140 };
+    /* the layouts written out here: 1 x 128 scales block-major (runs contiguous), tile grids with
+     * rows padded to 4 (and the transpose's own grid), as cuBLASLt reads them */
     const int B = MG_FP8_BLOCK, nbI = mg_fp8_block_count(IC), nbO = mg_fp8_block_count(OC),
-              nbN = mg_fp8_block_count(N);
+              nbN = mg_fp8_block_count(N), ldI = (nbI + 3) / 4 * 4, ldO = (nbO + 3) / 4 * 4;
     float *x = t_rnd(201, (size_t)N * IC, 1), *w = t_rnd(202, (size_t)OC * IC, 0.05f),
           *dy = t_rnd(203, (size_t)N * OC, 1e-3f);
     for (int i = 0; i < N; i++) /* each row its own magnitude: the blocks' scales differ */
@@ -152,15 +173,15 @@ MG_TEST(fp8_block_linear_equals_dequantized_products) {
             *wr = malloc((size_t)OC * IC), *wt = malloc((size_t)OC * IC),
             *dr = malloc((size_t)N * OC), *dc = malloc((size_t)N * OC);
     float *xs = malloc((size_t)N * nbI * 4), *xcs = malloc((size_t)IC * nbN * 4),
-          *ws = malloc((size_t)nbO * nbI * 4), *ds = malloc((size_t)N * nbO * 4),
-          *dcs = malloc((size_t)OC * nbN * 4);
+          *ws = malloc((size_t)nbO * ldI * 4), *wst = malloc((size_t)nbI * ldO * 4),
+          *ds = malloc((size_t)N * nbO * 4), *dcs = malloc((size_t)OC * nbN * 4);
     float *out = t_zeros((size_t)N * OC), *dinp = t_zeros((size_t)N * IC),
           *dw = t_zeros((size_t)OC * IC);
     MG_EXPECT_OK(be->fp8_cast_blocks(be, xr, xs, xc, xcs, x, N, IC, false, MG_FP8_E4M3, true));
-    MG_EXPECT_OK(be->fp8_cast_blocks(be, wr, ws, wt, NULL, w, OC, IC, true, MG_FP8_E4M3, true));
+    MG_EXPECT_OK(be->fp8_cast_blocks(be, wr, ws, wt, wst, w, OC, IC, true, MG_FP8_E4M3, true));
     MG_EXPECT_OK(be->fp8_cast_blocks(be, dr, ds, dc, dcs, dy, N, OC, false, MG_FP8_E5M2, true));
     const mg_fp8_tensor fx = {xr, xc, xs, MG_FP8_E4M3, MG_FP8_SCALE_ROWS, xcs},
-                        fw = {wr, wt, ws, MG_FP8_E4M3, MG_FP8_SCALE_TILES, NULL},
+                        fw = {wr, wt, ws, MG_FP8_E4M3, MG_FP8_SCALE_TILES, wst},
                         fd = {dr, dc, ds, MG_FP8_E5M2, MG_FP8_SCALE_ROWS, dcs};
     MG_EXPECT_OK(be->fp8_linear_forward(be, out, NULL, &fx, &fw, NULL, NULL, N, IC, OC));
     MG_EXPECT_OK(be->fp8_linear_backward(be, dinp, dw, NULL, dy, &fd, &fx, &fw, NULL, N, IC, OC));
@@ -171,30 +192,30 @@ MG_TEST(fp8_block_linear_equals_dequantized_products) {
         for (int o = 0; o < OC; o++) {
             double r = 0;
             for (int k = 0; k < IC; k++)
-                r += val(xr[(size_t)i * IC + k], MG_FP8_E4M3, xs[(size_t)i * nbI + k / B]) *
-                     val(wr[(size_t)o * IC + k], MG_FP8_E4M3, ws[(size_t)(o / B) * nbI + k / B]);
+                r += val(xr[(size_t)i * IC + k], MG_FP8_E4M3, xs[(size_t)(k / B) * N + i]) *
+                     val(wr[(size_t)o * IC + k], MG_FP8_E4M3, ws[(size_t)(o / B) * ldI + k / B]);
             e_out = fmax(e_out, fabs(out[(size_t)i * OC + o] - r)), m_out = fmax(m_out, fabs(r));
         }
     for (int i = 0; i < N; i++)
         for (int k = 0; k < IC; k++) {
             double r = 0;
             for (int o = 0; o < OC; o++)
-                r += val(dr[(size_t)i * OC + o], MG_FP8_E5M2, ds[(size_t)i * nbO + o / B]) *
-                     val(wt[(size_t)k * OC + o], MG_FP8_E4M3, ws[(size_t)(o / B) * nbI + k / B]);
+                r += val(dr[(size_t)i * OC + o], MG_FP8_E5M2, ds[(size_t)(o / B) * N + i]) *
+                     val(wt[(size_t)k * OC + o], MG_FP8_E4M3, wst[(size_t)(k / B) * ldO + o / B]);
             e_in = fmax(e_in, fabs(dinp[(size_t)i * IC + k] - r)), m_in = fmax(m_in, fabs(r));
         }
     for (int o = 0; o < OC; o++)
         for (int k = 0; k < IC; k++) {
             double r = 0;
             for (int i = 0; i < N; i++)
-                r += val(dc[(size_t)o * N + i], MG_FP8_E5M2, dcs[(size_t)o * nbN + i / B]) *
-                     val(xc[(size_t)k * N + i], MG_FP8_E4M3, xcs[(size_t)k * nbN + i / B]);
+                r += val(dc[(size_t)o * N + i], MG_FP8_E5M2, dcs[(size_t)(i / B) * OC + o]) *
+                     val(xc[(size_t)k * N + i], MG_FP8_E4M3, xcs[(size_t)(i / B) * IC + k]);
             e_w = fmax(e_w, fabs(dw[(size_t)o * IC + k] - r)), m_w = fmax(m_w, fabs(r));
         }
     MG_EXPECT(m_out > 0 && e_out <= 1e-5 * m_out, "forward: error %g of %g", e_out, m_out);
     MG_EXPECT(m_in > 0 && e_in <= 1e-5 * m_in, "input gradient: error %g of %g", e_in, m_in);
     MG_EXPECT(m_w > 0 && e_w <= 1e-5 * m_w, "weight gradient: error %g of %g", e_w, m_w);
     free(x), free(w), free(dy), free(xr), free(xc), free(wr), free(wt), free(dr), free(dc);
-    free(xs), free(xcs), free(ws), free(ds), free(dcs), free(out), free(dinp), free(dw);
+    free(xs), free(xcs), free(ws), free(wst), free(ds), free(dcs), free(out), free(dinp), free(dw);
     be->destroy(be);
 }

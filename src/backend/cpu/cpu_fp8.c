@@ -58,7 +58,7 @@ mg_status mg_cpu_fp8_cast_blocks(mg_backend *be, uint8_t *out, float *scale_inv,
         return MG_OK;
     }
     if (!out) return MG_FAIL(MG_ERR_INTERNAL, "fp8_cast_blocks: tiles without their bytes");
-    mg_fp8_block_tiles(out, scale_inv, x, rows, cols, f, pow2);
+    mg_fp8_block_tiles(out, scale_inv, out_t ? scale_inv_t : NULL, x, rows, cols, f, pow2);
     for (int i = 0; out_t && i < rows; i++)
         for (int j = 0; j < cols; j++) out_t[(size_t)j * rows + i] = out[(size_t)i * cols + j];
     return MG_OK;
@@ -111,12 +111,13 @@ mg_status mg_cpu_fp8_cast_grouped(mg_backend *be, uint8_t *out, uint8_t *out_t, 
 static float scale_inv_at(const mg_fp8_tensor *t, int rows, int cols, int i, int j,
                           bool transposed) {
     const int B = MG_FP8_BLOCK;
-    switch (t->block) {
-    case MG_FP8_SCALE_ROWS:
-        return transposed ? t->scale_inv_t[(size_t)j * mg_fp8_block_count(rows) + i / B]
-                          : t->scale_inv[(size_t)i * mg_fp8_block_count(cols) + j / B];
-    case MG_FP8_SCALE_TILES:
-        return t->scale_inv[(size_t)(i / B) * mg_fp8_block_count(cols) + j / B];
+    switch (t->block) {     /* core/fp8_block.h's layouts */
+    case MG_FP8_SCALE_ROWS: /* data_t: run j (a column), block i / B */
+        return transposed ? t->scale_inv_t[mg_fp8_block_at(cols, j, i / B)]
+                          : t->scale_inv[mg_fp8_block_at(rows, i, j / B)];
+    case MG_FP8_SCALE_TILES: /* data_t's grid: tile (j / B, i / B) of the (cols, rows) transpose */
+        return transposed ? t->scale_inv_t[mg_fp8_tile_at(rows, j / B, i / B)]
+                          : t->scale_inv[mg_fp8_tile_at(cols, i / B, j / B)];
     default:
         return t->scale_inv[0];
     }

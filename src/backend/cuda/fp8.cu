@@ -287,7 +287,7 @@ static __global__ void __launch_bounds__(BLOCK_THREADS)
     const int nb = mg_fp8_block_count(cols), r = blockIdx.x / nb, b = blockIdx.x % nb;
     const int c0 = b * MG_FP8_BLOCK, n = min(MG_FP8_BLOCK, cols - c0);
     const size_t at = (size_t)r * cols + c0;
-    cast_run<h16>(out + at, sinv + (size_t)r * nb + b, in, at, n, 1, format, pow2);
+    cast_run<h16>(out + at, sinv + mg_fp8_block_at(rows, r, b), in, at, n, 1, format, pow2);
 }
 
 /* blockIdx.x: one block of the (cols, nb) grid of 1 x 128 runs down columns, written as rows of
@@ -298,15 +298,16 @@ static __global__ void __launch_bounds__(BLOCK_THREADS)
                           int format, bool pow2) {
     const int nb = mg_fp8_block_count(rows), c = blockIdx.x / nb, b = blockIdx.x % nb;
     const int r0 = b * MG_FP8_BLOCK, n = min(MG_FP8_BLOCK, rows - r0);
-    cast_run<h16>(out_t + (size_t)c * rows + r0, sinv_t + (size_t)c * nb + b, in,
+    cast_run<h16>(out_t + (size_t)c * rows + r0, sinv_t + mg_fp8_block_at(cols, c, b), in,
                   (size_t)r0 * cols + c, n, (size_t)cols, format, pow2);
 }
 
-/* blockIdx.x: one 128 x 128 tile; its bytes into out and, transposed, into out_t (or NULL). */
+/* blockIdx.x: one 128 x 128 tile; its bytes into out and, transposed, into out_t (or NULL, and
+ * then sinv_t too) with the transpose's grid. */
 template <typename h16>
 static __global__ void __launch_bounds__(BLOCK_THREADS)
-    fp8_block_tiles_kernel(uint8_t *out, float *sinv, uint8_t *out_t, const h16 *in, int rows,
-                           int cols, int format, bool pow2) {
+    fp8_block_tiles_kernel(uint8_t *out, float *sinv, uint8_t *out_t, float *sinv_t, const h16 *in,
+                           int rows, int cols, int format, bool pow2) {
     const int nc = mg_fp8_block_count(cols), br = blockIdx.x / nc, bc = blockIdx.x % nc;
     const int r0 = br * MG_FP8_BLOCK, c0 = bc * MG_FP8_BLOCK;
     const int h = min(MG_FP8_BLOCK, rows - r0), w = min(MG_FP8_BLOCK, cols - c0);
@@ -324,7 +325,10 @@ static __global__ void __launch_bounds__(BLOCK_THREADS)
             out[(size_t)(r0 + i) * cols + j] = q;
             if (out_t) out_t[(size_t)j * rows + r0 + i] = q;
         }
-    if (threadIdx.x == 0) sinv[(size_t)br * nc + bc] = __fdiv_rn(1.0f, s);
+    if (threadIdx.x == 0) {
+        sinv[mg_fp8_tile_at(cols, br, bc)] = __fdiv_rn(1.0f, s);
+        if (out_t) sinv_t[mg_fp8_tile_at(rows, bc, br)] = __fdiv_rn(1.0f, s);
+    }
 }
 
 MG_CUDA_DTYPES(mg_status, fp8_cast_blocks,
@@ -342,7 +346,7 @@ MG_CUDA_DTYPES(mg_status, fp8_cast_blocks,
         if (nr * nc > 0x7fffffffu)
             return MG_FAIL(MG_ERR_UNSUPPORTED, "fp8_cast_blocks: too many tiles");
         fp8_block_tiles_kernel<h16><<<(unsigned)(nr * nc), BLOCK_THREADS, 0, stream>>>(
-            out, scale_inv, out_t, x, rows, cols, format, pow2);
+            out, scale_inv, out_t, scale_inv_t, x, rows, cols, format, pow2);
         MG_CUDA_CHECK_LAUNCH();
         return MG_OK;
     }

@@ -90,6 +90,9 @@ typedef struct {
     int a8, b8;
     const float *a_scale, *b_scale;
     int fast_accum;
+    /* block-scaled fp8 (the blockwise recipe): cublasLtMatmulMatrixScale_t of A and B, 0 for one
+     * scale per tensor; the scales then are arrays in core/fp8_block.h's layouts */
+    int a_mode, b_mode;
 } gemm_call;
 
 /* A call in the compute dtype (the fp8 fields zero: linear_fp8 sets them). */
@@ -105,7 +108,7 @@ static gemm_call call_of(gemm_op op, int m, int n, int k, const void *A, const v
 
 /* Everything that selects a plan. Alignments are in bytes (power of two, capped at 256). */
 typedef struct {
-    int device, op, m, n, k, has_bias, has_c, aux_kind, a8, b8, fast_accum;
+    int device, op, m, n, k, has_bias, has_c, aux_kind, a8, b8, fast_accum, a_mode, b_mode;
     uint32_t align_a, align_b, align_c, align_d, align_bias, align_aux;
     size_t ws_bytes;
 } gemm_key;
@@ -149,6 +152,7 @@ static gemm_key key_of(const mg_cuda_ctx *ctx, const gemm_call *c) {
     key.has_c = c->C != NULL && c->C != c->D;
     key.aux_kind = c->aux_kind;
     key.a8 = c->a8, key.b8 = c->b8, key.fast_accum = c->fast_accum;
+    key.a_mode = c->a_mode, key.b_mode = c->b_mode;
     key.align_a = ptr_align(c->A);
     key.align_b = ptr_align(c->B);
     key.align_c = c->C ? ptr_align(c->C) : 256;
@@ -300,6 +304,13 @@ static mg_status plan_build(mg_cuda_ctx *ctx, gemm_plan *p, const gemm_key *key,
         int8_t fast = (int8_t)key->fast_accum;
         MG_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast,
                                                        sizeof fast));
+    }
+    if (key->a_mode || key->b_mode) { /* block scaling: 1 x 128 vectors or 128 x 128 tiles */
+        int32_t am = key->a_mode, bm = key->b_mode;
+        MG_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &am,
+                                                       sizeof am));
+        MG_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &bm,
+                                                       sizeof bm));
     }
     if (key->has_bias) {
         int32_t bias_type = key->op == GEMM_DW ? CUDA_R_32F : mg_h16<h16>::cuda_r;
@@ -591,21 +602,43 @@ static mg_status check_fp8_dims(int N, int IC, int OC) {
     return MG_OK;
 }
 
-/* Block-scaled operands (the blockwise recipe): not on this backend yet (model/fp8.c refuses the
- * recipe where fp8_cast_blocks is absent; this is the op's own guard). */
+/* The operands' scalings: every operand one scale per tensor, or every one block-scaled
+ * (cuBLASLt scales either all or none of a product's fp8 operands by blocks, and never both by
+ * 128 x 128 tiles; the model's products are rows x tiles and rows x rows). */
 static mg_status check_fp8_scaling(const mg_fp8_tensor *a, const mg_fp8_tensor *b,
                                    const mg_fp8_tensor *c) {
-    if (a->block || b->block || (c && c->block))
-        return MG_FAIL(MG_ERR_UNSUPPORTED,
-                       "fp8 linear on block-scaled operands (--fp8-recipe blockwise): the cuda "
-                       "backend has no block-scaled products yet");
+    const bool blocks = a->block != MG_FP8_SCALE_TENSOR;
+    if ((b->block != MG_FP8_SCALE_TENSOR) != blocks ||
+        (c && (c->block != MG_FP8_SCALE_TENSOR) != blocks))
+        return MG_FAIL(MG_ERR_INTERNAL,
+                       "fp8 linear: block-scaled and tensor-scaled operands mixed");
     return MG_OK;
 }
 
-static void fp8_operands(gemm_call *c, const mg_fp8_tensor *a, const mg_fp8_tensor *b, bool fast) {
+/* An operand's scales as a product reads it: its row-major bytes or (transposed) its transposed
+ * ones (mg_fp8_tensor: a block-scaled form has scales of its own), and cuBLASLt's scale mode. */
+static const float *operand_scales(const mg_fp8_tensor *t, bool transposed, int *mode) {
+    switch (t->block) {
+    case MG_FP8_SCALE_ROWS:
+        *mode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+        return transposed ? t->scale_inv_t : t->scale_inv;
+    case MG_FP8_SCALE_TILES:
+        *mode = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
+        return transposed ? t->scale_inv_t : t->scale_inv;
+    default:
+        *mode = 0;
+        return t->scale_inv;
+    }
+}
+
+/* A's and B's formats and scales (each from its row-major or transposed bytes); fast
+ * accumulation only with one scale per tensor (cuBLASLt has none for block scaling). */
+static void fp8_operands(gemm_call *c, const mg_fp8_tensor *a, bool a_t, const mg_fp8_tensor *b,
+                         bool b_t, bool fast) {
     c->a8 = 1 + a->format, c->b8 = 1 + b->format;
-    c->a_scale = a->scale_inv, c->b_scale = b->scale_inv;
-    c->fast_accum = fast;
+    c->a_scale = operand_scales(a, a_t, &c->a_mode);
+    c->b_scale = operand_scales(b, b_t, &c->b_mode);
+    c->fast_accum = fast && !c->a_mode && !c->b_mode;
 }
 
 MG_CUDA_DTYPES(mg_status, fp8_linear_forward,
@@ -623,7 +656,7 @@ MG_CUDA_DTYPES(mg_status, fp8_linear_forward,
     gemm_call c =
         call_of(GEMM_FWD, OC, N, IC, w->data, inp->data, residual, out, residual ? 1.0f : 0.0f,
                 bias, gelu_pre ? AUX_GELU_OUT : AUX_NONE, gelu_pre);
-    fp8_operands(&c, w, inp, true);
+    fp8_operands(&c, w, false, inp, false, true);
     bool done = false;
     MG_CHECK(gemm_try<h16>(be, &c, &done));
     if (done) return MG_OK;
@@ -649,7 +682,7 @@ MG_CUDA_DTYPES(mg_status, fp8_linear_backward,
     if (dw) { /* NULL: the caller takes the weight's gradient elsewhere (--no-fp8-wgrad) */
         gemm_call cw = call_of(GEMM_DW, IC, OC, N, inp->data_t, dout8->data_t, dw, dw, 1.0f, NULL,
                                AUX_NONE, NULL);
-        fp8_operands(&cw, inp, dout8, false);
+        fp8_operands(&cw, inp, true, dout8, true, false);
         MG_CHECK(gemm_run<h16>(be, &cw));
     }
     if (!dinp) return MG_OK;
@@ -657,7 +690,7 @@ MG_CUDA_DTYPES(mg_status, fp8_linear_backward,
      * slow pass (2.5x our elementwise kernel on an H200, 2026-11-29) */
     gemm_call ci = call_of(GEMM_DINP, IC, N, OC, w->data_t, dout8->data, NULL, dinp, 0.0f, NULL,
                            AUX_NONE, NULL);
-    fp8_operands(&ci, w, dout8, false);
+    fp8_operands(&ci, w, true, dout8, false, false);
     MG_CHECK(gemm_run<h16>(be, &ci));
     return gelu_pre ? MG_CUDA_OF(h16, gelu_backward)(be, dinp, gelu_pre, dinp, (size_t)N * IC)
                     : MG_OK;
