@@ -197,9 +197,8 @@ mg_status mg_fp8_plan(const mg_block_ctx *x, mg_block_ws *w, int n_linears, int 
     const bool blk = on && c->fp8_block;
     if (blk && !x->fp8_blocks)
         return MG_FAIL(MG_ERR_USAGE,
-                       "--fp8-recipe blockwise: this backend has no block-scaled fp8 products yet "
-                       "(the cpu backend has; CUDA's are to come from cuBLASLt's 1 x 128 and "
-                       "128 x 128 scaling); use --device cpu, or --fp8-recipe delayed or "
+                       "--fp8-recipe blockwise: this backend has no block-scaled fp8 casts and "
+                       "products (the cpu and cuda backends have); use --fp8-recipe delayed or "
                        "tensorwise");
     const size_t nbN = (size_t)mg_fp8_block_count((int)N);
     MG_CHECK(reserve(x->work,

@@ -64,8 +64,9 @@ typedef enum { TINY_GPT2, TINY_LLAMA, TINY_MOE, TINY_LLAMA_1P } tiny_kind;
 
 /* No --num-threads: the CPU backend sets OpenMP's thread count for the whole process, so every
  * CPU reference of a later test would run on that many threads (OpenMP's default: every core). */
-static mg_status tiny_config(mg_config *c, const char *device, tiny_kind kind, bool positional) {
-    const char *extra[40] = {
+static mg_status tiny_config(mg_config *c, const char *device, tiny_kind kind, bool positional,
+                             const char *const *more) {
+    const char *extra[64] = {
         "--num-layers", "2", "--global-batch-size", "4", "--lr", "3e-3", "--min-lr", "3e-4",
         "--lr-decay-style", "cosine", "--lr-warmup-iters", "1", "--train-iters", "5", "--seed", "7",
         /* TINY_MOE from here */
@@ -83,16 +84,17 @@ static mg_status tiny_config(mg_config *c, const char *device, tiny_kind kind, b
     /* Megatron's default dropout (0.1) is on: positional masks are the CPU's bit for bit (on CUDA
      * they run our attention kernels), stream masks draw cuDNN's own in the attention */
     if (positional) extra[n++] = "--layout-invariant-dropout";
+    for (int i = 0; more && more[i] && n < 63; i++) extra[n++] = more[i];
     extra[n] = NULL;
     return ct_tiny_config(c, device, kind != TINY_GPT2, extra);
 }
 
 /* Trains STEPS steps with mg_trainer_step; 0 on success (failures are recorded in t). */
 static int train(mg_test_ctx *t, const char *device, tiny_kind kind, bool positional,
-                 train_result *r) {
+                 const char *const *more, train_result *r) {
     memset(r, 0, sizeof *r);
     mg_config c;
-    MG_EXPECT_OK(tiny_config(&c, device, kind, positional));
+    MG_EXPECT_OK(tiny_config(&c, device, kind, positional, more));
     if (t->failures) return -1;
     mg_trainer *tr = calloc(1, sizeof *tr);
     int rc = -1;
@@ -114,13 +116,18 @@ static double rel(double got, double ref) {
     return fabs(got - ref) / fabs(ref);
 }
 
-static void compare_with_cpu(mg_test_ctx *t, tiny_kind kind) {
-    const char *name = kind == TINY_MOE        ? "moe"
+/* more: flags after the shape's (NULL-terminated, or NULL); label: the runs' name, or NULL for
+ * the shape's. */
+static void compare_with_cpu_as(mg_test_ctx *t, tiny_kind kind, const char *const *more,
+                                const char *label) {
+    const char *name = label                   ? label
+                       : kind == TINY_MOE      ? "moe"
                        : kind == TINY_LLAMA    ? "llama"
                        : kind == TINY_LLAMA_1P ? "llama rotary 0.5 + layernorm 1p"
                                                : "gpt2";
     train_result cpu, gpu;
-    if (train(t, "cpu", kind, true, &cpu) || train(t, gpu_device(), kind, true, &gpu)) goto done;
+    if (train(t, "cpu", kind, true, more, &cpu) || train(t, gpu_device(), kind, true, more, &gpu))
+        goto done;
     for (int s = 0; s < STEPS; s++) {
         double el = rel(gpu.loss[s], cpu.loss[s]), en = rel(gpu.norm[s], cpu.norm[s]);
         double tl = s == 0 ? 1e-2 : 2e-2, tn = s == 0 ? 5e-2 : 0.25;
@@ -149,6 +156,10 @@ done:
     free(gpu.weights);
 }
 
+static void compare_with_cpu(mg_test_ctx *t, tiny_kind kind) {
+    compare_with_cpu_as(t, kind, NULL, NULL);
+}
+
 MG_TEST(cuda_train_gpt2_matches_cpu) {
     compare_with_cpu(t, TINY_GPT2);
 }
@@ -165,11 +176,34 @@ MG_TEST(cuda_train_llama_rotary_percent_layernorm_1p_matches_cpu) {
     compare_with_cpu(t, TINY_LLAMA_1P);
 }
 
+/* fp8 linears (cuBLASLt's fp8 products on the GPU, the CPU's exact emulation of the casts on its
+ * fp32 values): the CPU's inputs to each cast are the GPU's up to bf16 rounding, so now and then
+ * an element lands in the next fp8 step, which the loss averages away; the tolerances above hold.
+ * Hidden 128 and 128 tokens per microbatch make every blockwise product whole 128-blocks (and
+ * the GPT-2 shape's FFN 512, four). fp8 needs bf16. */
+MG_TEST(cuda_train_fp8_matches_cpu) {
+    if (CT_F16) return;
+#define FP8_SHAPE "--hidden-size", "128", "--seq-length", "64", "--max-position-embeddings", "64"
+    static const char *const delayed[] = {FP8_SHAPE, "--fp8-format",
+                                          "hybrid",  "--fp8-amax-history-len",
+                                          "4",       "--fp8-amax-compute-algo",
+                                          "max",     NULL};
+    static const char *const tensorwise[] = {FP8_SHAPE,      "--fp8-format", "e4m3",
+                                             "--fp8-recipe", "tensorwise",   NULL};
+    static const char *const blockwise[] = {FP8_SHAPE,      "--fp8-format", "hybrid",
+                                            "--fp8-recipe", "blockwise",    NULL};
+#undef FP8_SHAPE
+    compare_with_cpu_as(t, TINY_GPT2, delayed, "gpt2 fp8 delayed");
+    compare_with_cpu_as(t, TINY_LLAMA, tensorwise, "llama fp8 tensorwise");
+    compare_with_cpu_as(t, TINY_GPT2, blockwise, "gpt2 fp8 blockwise");
+    compare_with_cpu_as(t, TINY_LLAMA, blockwise, "llama fp8 blockwise");
+}
+
 MG_TEST(cuda_train_is_deterministic) {
     train_result a, b;
     /* stream masks: cuDNN's attention dropout included */
-    if (train(t, gpu_device(), TINY_LLAMA, false, &a) ||
-        train(t, gpu_device(), TINY_LLAMA, false, &b))
+    if (train(t, gpu_device(), TINY_LLAMA, false, NULL, &a) ||
+        train(t, gpu_device(), TINY_LLAMA, false, NULL, &b))
         goto done;
     for (int s = 0; s < STEPS; s++)
         MG_EXPECT(!memcmp(&a.loss[s], &b.loss[s], sizeof a.loss[s]) &&
@@ -210,7 +244,7 @@ static mg_trainer *warmed_trainer(mg_test_ctx *t, const mg_config *c) {
  * and grouped products stay on the device (backend.h, "mixture of experts"). */
 static void steady_state(mg_test_ctx *t, tiny_kind kind) {
     mg_config c;
-    MG_EXPECT_OK(tiny_config(&c, gpu_device(), kind, false));
+    MG_EXPECT_OK(tiny_config(&c, gpu_device(), kind, false, NULL));
     if (t->failures) return;
     mg_trainer *tr = warmed_trainer(t, &c);
     if (!tr) return;
@@ -225,8 +259,7 @@ static void steady_state(mg_test_ctx *t, tiny_kind kind) {
     for (int s = 3; s <= 4; s++) {
         uint64_t s0 = x->n_host_syncs;
         MG_EXPECT_OK(mg_trainer_step(tr, &loss, &norm));
-        MG_EXPECT(x->n_host_syncs - s0 == 1,
-                  "step %d (mg_trainer_step) synchronised %llu times", s,
+        MG_EXPECT(x->n_host_syncs - s0 == 1, "step %d (mg_trainer_step) synchronised %llu times", s,
                   (unsigned long long)(x->n_host_syncs - s0));
         MG_EXPECT(isfinite(loss) && isfinite(norm), "step %d: loss %g, grad norm %g", s, loss,
                   norm);
@@ -269,10 +302,26 @@ MG_TEST(cuda_train_moe_steady_state_allocates_nothing_and_syncs_once) {
  * sees Megatron's bookkeeping: two skipped steps, the scale halved once (hysteresis 2), Adam and
  * the schedule moved by the clean steps only. */
 MG_TEST(cuda_train_fp16_steps_and_skips_without_host_sync) {
-    const char *extra[] = {"--num-layers", "2", "--global-batch-size", "4", "--lr", "3e-3",
-                           "--lr-decay-style", "cosine", "--lr-warmup-iters", "1",
-                           "--train-iters", "8", "--seed", "7", "--fp16",
-                           "--initial-loss-scale", "1024", "--loss-scale-window", "100", NULL};
+    const char *extra[] = {"--num-layers",
+                           "2",
+                           "--global-batch-size",
+                           "4",
+                           "--lr",
+                           "3e-3",
+                           "--lr-decay-style",
+                           "cosine",
+                           "--lr-warmup-iters",
+                           "1",
+                           "--train-iters",
+                           "8",
+                           "--seed",
+                           "7",
+                           "--fp16",
+                           "--initial-loss-scale",
+                           "1024",
+                           "--loss-scale-window",
+                           "100",
+                           NULL};
     mg_config c;
     MG_EXPECT_OK(ct_tiny_config(&c, gpu_device(), false, extra));
     if (t->failures) return;
@@ -287,9 +336,9 @@ MG_TEST(cuda_train_fp16_steps_and_skips_without_host_sync) {
     for (int s = 3; s <= 6; s++) { /* clean, two overflows, clean */
         uint64_t s1 = x->n_host_syncs;
         MG_EXPECT_OK(mg_trainer_step_async(tr));
-        MG_EXPECT(x->n_host_syncs == s1, "step %d (mg_trainer_step_async%s) synchronised %llu times",
-                  s, s == 4 || s == 5 ? ", an overflow" : "",
-                  (unsigned long long)(x->n_host_syncs - s1));
+        MG_EXPECT(
+            x->n_host_syncs == s1, "step %d (mg_trainer_step_async%s) synchronised %llu times", s,
+            s == 4 || s == 5 ? ", an overflow" : "", (unsigned long long)(x->n_host_syncs - s1));
     }
     unsetenv("MG_FAULT_OVERFLOW");
     mg_env_forget();
@@ -306,7 +355,6 @@ MG_TEST(cuda_train_fp16_steps_and_skips_without_host_sync) {
     MG_EXPECT(tr->opt.step == 4 && tr->lr.num_steps == 16 && tr->state.iteration == 6 &&
                   tr->state.consumed_train_samples == 24,
               "Adam step %lld (want 4), schedule at %lld samples (want 16), iteration %lld",
-              (long long)tr->opt.step, (long long)tr->lr.num_steps,
-              (long long)tr->state.iteration);
+              (long long)tr->opt.step, (long long)tr->lr.num_steps, (long long)tr->state.iteration);
     warmed_free(tr);
 }

@@ -130,6 +130,21 @@ MG_TEST(cuda_train_graph_replay_equals_eager_moe) {
     replay_equals_eager(t, true, moe, k_full, "moe");
 }
 
+/* fp8 linears (cuBLASLt's fp8 products): the casts read their scales from device memory and the
+ * step's end updates them there; with --fp8-param-gather the step also casts the optimizer's
+ * shard of each fp8 weight and gathers the bytes, all inside the graph. fp8 needs bf16. */
+MG_TEST(cuda_train_graph_replay_equals_eager_fp8) {
+    if (CT_F16) return;
+    static const char *const delayed[] = {
+        "--fp8-format", "hybrid", "--fp8-amax-history-len", "4", "--fp8-amax-compute-algo",
+        "max",          NULL};
+    static const char *const gather[] = {
+        "--fp8-format",       "e4m3", "--fp8-recipe", "tensorwise", "--use-distributed-optimizer",
+        "--fp8-param-gather", NULL};
+    replay_equals_eager(t, false, delayed, k_full, "gpt2 fp8 delayed");
+    replay_equals_eager(t, true, gather, k_full, "llama fp8 tensorwise, param gather");
+}
+
 /* Per-layer graphs: each scope of each layer and microbatch, forward and backward, its own
  * graph; the rest of the layer eager between them. */
 MG_TEST(cuda_train_graph_per_layer_equals_eager) {

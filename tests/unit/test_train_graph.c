@@ -134,6 +134,23 @@ MG_TEST(train_graph_replay_equals_eager_fp8) {
     same_as_eager(
         t, BASE "--train-iters 8 --global-batch-size 4 --fp8-format e4m3 --fp8-recipe tensorwise",
         "fp8 tensorwise");
+    /* --fp8-param-gather: the step's end casts the optimizer's shard of each fp8 weight with the
+     * next forward's scale (delayed: the updated history's; tensorwise: the weights' amax
+     * reduced first) and gathers the bytes, all inside the graph */
+    same_as_eager(t,
+                  BASE "--train-iters 8 --global-batch-size 4 --fp8-format hybrid "
+                       "--fp8-amax-history-len 4 --fp8-amax-compute-algo max "
+                       "--use-distributed-optimizer --fp8-param-gather",
+                  "fp8 delayed, param gather");
+    same_as_eager(t,
+                  BASE "--train-iters 8 --global-batch-size 4 --fp8-format e4m3 --fp8-recipe "
+                       "tensorwise --use-distributed-optimizer --fp8-param-gather",
+                  "fp8 tensorwise, param gather");
+    /* blockwise: each cast takes its scales from the block's amax now, on the device */
+    same_as_eager(t,
+                  BASE "--train-iters 8 --global-batch-size 4 --fp8-format e4m3 --fp8-recipe "
+                       "blockwise",
+                  "fp8 blockwise");
 }
 
 MG_TEST(train_graph_replay_equals_eager_moe) {

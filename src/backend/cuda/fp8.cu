@@ -246,89 +246,118 @@ MG_CUDA_DTYPES(mg_status, fp8_transpose,
 }
 
 /* ---- blockwise (fp8_cast_blocks; core/fp8_block.h) ----
- * Each CUDA block takes one scaling block: its amax as the maximum of the magnitudes' fp32 bit
- * patterns (NaN above infinity, as in the casts above), the scale from core/fp8_block.h's rule,
- * then the cast. Correct rather than fast: the columns' and tiles' transposed writes are not
- * coalesced (the recipe's products are not on this backend yet). */
+ * A CUDA block takes one 128 x 128 region of the input: it loads the region into shared memory
+ * (16-byte loads where the rows allow, zeros past the edges, which no amax sees), then casts
+ * it in every form asked for, each scaling block's amax the maximum of its magnitudes' fp32 bit
+ * patterns (NaN above infinity, as in the casts above) and its scale core/fp8_block.h's rule:
+ *   - 1 x 128 along rows: a warp per row, 4 elements a lane, one 4-byte store a lane;
+ *   - 1 x 128 down columns (the transpose's rows): a warp per column, lane l reading rows l,
+ *     l + 32, l + 64, l + 96 (the tile's row stride of 65 words puts them in 32 banks), each
+ *     store 32 consecutive bytes of the transpose;
+ *   - a 128 x 128 tile: one scale, the region's amax, then both of the above with it.
+ * So the input is read once for the forward's and the weight gradient's forms together. */
 
-#define BLOCK_THREADS 128
+#define BT         MG_FP8_BLOCK /* the region's side */
+#define BT_LD      (BT + 2)     /* the shared tile's row stride in elements (65 words) */
+#define BT_THREADS 256
 
-/* The block's maximum of m (all threads), in every thread. */
-static __device__ unsigned int block_max_all(unsigned int m) {
-    __shared__ unsigned int best;
-    if (threadIdx.x == 0) best = 0u;
-    __syncthreads();
-    m = __reduce_max_sync(0xffffffffu, m);
-    if ((threadIdx.x & 31) == 0) atomicMax(&best, m);
-    __syncthreads();
-    unsigned int r = best;
-    __syncthreads();
-    return r;
-}
-
-/* One 1 x 128 run per block: n elements `stride` apart from in + base, cast into out (contiguous,
- * n bytes); its scale's inverse into *sinv. */
+/* The region's elements (r0, c0) .. (r0 + h, c0 + w) of in (rows, cols) into tile; returns the
+ * thread's maximum of the magnitudes' bit patterns where tiles (a tile's one scale). */
 template <typename h16>
-static __device__ void cast_run(uint8_t *out, float *sinv, const h16 *in, size_t base, int n,
-                                size_t stride, int format, bool pow2) {
-    const int i = threadIdx.x;
-    const float v = i < n ? h16_to_f(in[base + (size_t)i * stride]) : 0.0f;
-    const float amax = __uint_as_float(block_max_all(i < n ? __float_as_uint(fabsf(v)) : 0u));
-    const float s = mg_fp8_block_scale(amax, mg_fp8_max((mg_fp8_format)format), pow2);
-    if (i < n) out[i] = to_fp8(v * s, format);
-    if (i == 0) *sinv = __fdiv_rn(1.0f, s);
-}
-
-/* blockIdx.x: one block of the (rows, nb) grid of 1 x 128 runs along rows. */
-template <typename h16>
-static __global__ void __launch_bounds__(BLOCK_THREADS)
-    fp8_block_rows_kernel(uint8_t *out, float *sinv, const h16 *in, int rows, int cols, int format,
-                          bool pow2) {
-    const int nb = mg_fp8_block_count(cols), r = blockIdx.x / nb, b = blockIdx.x % nb;
-    const int c0 = b * MG_FP8_BLOCK, n = min(MG_FP8_BLOCK, cols - c0);
-    const size_t at = (size_t)r * cols + c0;
-    cast_run<h16>(out + at, sinv + mg_fp8_block_at(rows, r, b), in, at, n, 1, format, pow2);
-}
-
-/* blockIdx.x: one block of the (cols, nb) grid of 1 x 128 runs down columns, written as rows of
- * the transpose. */
-template <typename h16>
-static __global__ void __launch_bounds__(BLOCK_THREADS)
-    fp8_block_cols_kernel(uint8_t *out_t, float *sinv_t, const h16 *in, int rows, int cols,
-                          int format, bool pow2) {
-    const int nb = mg_fp8_block_count(rows), c = blockIdx.x / nb, b = blockIdx.x % nb;
-    const int r0 = b * MG_FP8_BLOCK, n = min(MG_FP8_BLOCK, rows - r0);
-    cast_run<h16>(out_t + (size_t)c * rows + r0, sinv_t + mg_fp8_block_at(cols, c, b), in,
-                  (size_t)r0 * cols + c, n, (size_t)cols, format, pow2);
-}
-
-/* blockIdx.x: one 128 x 128 tile; its bytes into out and, transposed, into out_t (or NULL, and
- * then sinv_t too) with the transpose's grid. */
-template <typename h16>
-static __global__ void __launch_bounds__(BLOCK_THREADS)
-    fp8_block_tiles_kernel(uint8_t *out, float *sinv, uint8_t *out_t, float *sinv_t, const h16 *in,
-                           int rows, int cols, int format, bool pow2) {
-    const int nc = mg_fp8_block_count(cols), br = blockIdx.x / nc, bc = blockIdx.x % nc;
-    const int r0 = br * MG_FP8_BLOCK, c0 = bc * MG_FP8_BLOCK;
-    const int h = min(MG_FP8_BLOCK, rows - r0), w = min(MG_FP8_BLOCK, cols - c0);
+static __device__ unsigned int load_region(h16 *tile, const h16 *in, int cols, int r0, int c0,
+                                           int h, int w, bool tiles) {
     unsigned int m = 0u;
-    for (int i = 0; i < h; i++) /* thread x takes column c0 + x of each row */
-        if ((int)threadIdx.x < w)
-            m = max(m, __float_as_uint(
-                           fabsf(h16_to_f(in[(size_t)(r0 + i) * cols + c0 + threadIdx.x]))));
-    const float amax = __uint_as_float(block_max_all(m));
-    const float s = mg_fp8_block_scale(amax, mg_fp8_max((mg_fp8_format)format), pow2);
-    for (int i = 0; i < h; i++)
-        if ((int)threadIdx.x < w) {
-            const int j = c0 + threadIdx.x;
-            const uint8_t q = to_fp8(h16_to_f(in[(size_t)(r0 + i) * cols + j]) * s, format);
-            out[(size_t)(r0 + i) * cols + j] = q;
-            if (out_t) out_t[(size_t)j * rows + r0 + i] = q;
+    const bool vec = (cols & 7) == 0 && w == BT && ((uintptr_t)in & 15) == 0;
+    for (int v = threadIdx.x; v < BT * (BT / 8); v += BT_THREADS) {
+        const int i = v / (BT / 8), j = (v % (BT / 8)) * 8;
+        union {
+            uint4 u;
+            uint32_t w2[4];
+            h16 e[8];
+        } x;
+        if (i < h && vec) {
+            x.u = *(const uint4 *)(in + (size_t)(r0 + i) * cols + c0 + j);
+        } else {
+            for (int k = 0; k < 8; k++)
+                x.e[k] = i < h && j + k < w ? in[(size_t)(r0 + i) * cols + c0 + j + k]
+                                            : f_to_h16<h16>(0.0f);
         }
-    if (threadIdx.x == 0) {
-        sinv[mg_fp8_tile_at(cols, br, bc)] = __fdiv_rn(1.0f, s);
-        if (out_t) sinv_t[mg_fp8_tile_at(rows, bc, br)] = __fdiv_rn(1.0f, s);
+        if (tiles)
+            for (int k = 0; k < 8; k++) m = max(m, __float_as_uint(fabsf(h16_to_f(x.e[k]))));
+        uint32_t *t = (uint32_t *)(tile + i * BT_LD + j); /* 4-byte aligned: BT_LD and j even */
+        for (int k = 0; k < 4; k++) t[k] = x.w2[k];
     }
+    return m;
+}
+
+/* The scale of a run whose lanes hold the magnitudes' maxima m (a warp), or the tile's. */
+static __device__ float run_scale(unsigned int m, int format, bool pow2) {
+    const float amax = __uint_as_float(__reduce_max_sync(0xffffffffu, m));
+    return mg_fp8_block_scale(amax, mg_fp8_max((mg_fp8_format)format), pow2);
+}
+
+/* blockIdx (x, y): the region of column block x, row block y. out / sinv: the row-major bytes
+ * and their scales (1 x 128 along rows, or the tile grid); out_t / sinv_t: the transpose's (1 x
+ * 128 down columns, or the transpose's tile grid); either pair NULL. */
+template <typename h16>
+static __global__ void __launch_bounds__(BT_THREADS)
+    fp8_block_cast_kernel(uint8_t *out, float *sinv, uint8_t *out_t, float *sinv_t, const h16 *in,
+                          int rows, int cols, bool tiles, int format, bool pow2) {
+    __shared__ __align__(16) h16 tile[BT * BT_LD];
+    __shared__ unsigned int tile_max;
+    const int bc = blockIdx.x, br = blockIdx.y, r0 = br * BT, c0 = bc * BT;
+    const int h = min(BT, rows - r0), w = min(BT, cols - c0);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = BT_THREADS / 32;
+    if (threadIdx.x == 0) tile_max = 0u;
+    __syncthreads();
+    unsigned int m = load_region<h16>(tile, in, cols, r0, c0, h, w, tiles);
+    float ts = 1.0f;
+    if (tiles) {
+        m = __reduce_max_sync(0xffffffffu, m);
+        if (lane == 0) atomicMax(&tile_max, m);
+    }
+    __syncthreads();
+    if (tiles) {
+        ts = mg_fp8_block_scale(__uint_as_float(tile_max), mg_fp8_max((mg_fp8_format)format), pow2);
+        if (threadIdx.x == 0) {
+            if (out) sinv[mg_fp8_tile_at(cols, br, bc)] = __fdiv_rn(1.0f, ts);
+            if (out_t) sinv_t[mg_fp8_tile_at(rows, bc, br)] = __fdiv_rn(1.0f, ts);
+        }
+    }
+    if (out)
+        for (int i = warp; i < h; i += warps) { /* row r0 + i: lane's columns 4 lane .. + 3 */
+            float v[4];
+            unsigned int lm = 0u;
+            for (int k = 0; k < 4; k++) {
+                v[k] = h16_to_f(tile[i * BT_LD + 4 * lane + k]);
+                lm = max(lm, __float_as_uint(fabsf(v[k])));
+            }
+            const float s = tiles ? ts : run_scale(lm, format, pow2);
+            uint8_t q[4];
+            for (int k = 0; k < 4; k++) q[k] = to_fp8(v[k] * s, format);
+            uint8_t *o = out + (size_t)(r0 + i) * cols + c0 + 4 * lane;
+            if ((cols & 3) == 0 && ((uintptr_t)out & 3) == 0 && 4 * lane + 3 < w)
+                *(uint32_t *)o = (uint32_t)q[0] | (uint32_t)q[1] << 8 | (uint32_t)q[2] << 16 |
+                                 (uint32_t)q[3] << 24;
+            else
+                for (int k = 0; k < 4; k++)
+                    if (4 * lane + k < w) o[k] = q[k];
+            if (!tiles && lane == 0) sinv[mg_fp8_block_at(rows, r0 + i, bc)] = __fdiv_rn(1.0f, s);
+        }
+    if (out_t)
+        for (int j = warp; j < w; j += warps) { /* column c0 + j: lane's rows lane + 32 k */
+            float v[4];
+            unsigned int lm = 0u;
+            for (int k = 0; k < 4; k++) {
+                v[k] = h16_to_f(tile[(lane + 32 * k) * BT_LD + j]);
+                lm = max(lm, __float_as_uint(fabsf(v[k])));
+            }
+            const float s = tiles ? ts : run_scale(lm, format, pow2);
+            uint8_t *o = out_t + (size_t)(c0 + j) * rows + r0;
+            for (int k = 0; k < 4; k++)
+                if (lane + 32 * k < h) o[lane + 32 * k] = to_fp8(v[k] * s, format);
+            if (!tiles && lane == 0) sinv_t[mg_fp8_block_at(cols, c0 + j, br)] = __fdiv_rn(1.0f, s);
+        }
 }
 
 MG_CUDA_DTYPES(mg_status, fp8_cast_blocks,
@@ -337,31 +366,17 @@ MG_CUDA_DTYPES(mg_status, fp8_cast_blocks,
                (be, out, scale_inv, out_t, scale_inv_t, in, rows, cols, tiles, format, pow2)) {
     if (rows < 0 || cols < 0)
         return MG_FAIL(MG_ERR_INTERNAL, "fp8_cast_blocks: negative shape %d x %d", rows, cols);
-    if (rows == 0 || cols == 0) return MG_OK;
-    cudaStream_t stream = mg_cuda_stream(be);
-    const h16 *x = (const h16 *)in;
-    const size_t nr = (size_t)mg_fp8_block_count(rows), nc = (size_t)mg_fp8_block_count(cols);
-    if (tiles) {
-        if (!out) return MG_FAIL(MG_ERR_INTERNAL, "fp8_cast_blocks: tiles without their bytes");
-        if (nr * nc > 0x7fffffffu)
-            return MG_FAIL(MG_ERR_UNSUPPORTED, "fp8_cast_blocks: too many tiles");
-        fp8_block_tiles_kernel<h16><<<(unsigned)(nr * nc), BLOCK_THREADS, 0, stream>>>(
-            out, scale_inv, out_t, scale_inv_t, x, rows, cols, format, pow2);
-        MG_CUDA_CHECK_LAUNCH();
-        return MG_OK;
-    }
-    if ((size_t)rows * nc > 0x7fffffffu || (size_t)cols * nr > 0x7fffffffu)
-        return MG_FAIL(MG_ERR_UNSUPPORTED, "fp8_cast_blocks: %d x %d is too large", rows, cols);
-    if (out) {
-        fp8_block_rows_kernel<h16><<<(unsigned)((size_t)rows * nc), BLOCK_THREADS, 0, stream>>>(
-            out, scale_inv, x, rows, cols, format, pow2);
-        MG_CUDA_CHECK_LAUNCH();
-    }
-    if (out_t) {
-        fp8_block_cols_kernel<h16><<<(unsigned)((size_t)cols * nr), BLOCK_THREADS, 0, stream>>>(
-            out_t, scale_inv_t, x, rows, cols, format, pow2);
-        MG_CUDA_CHECK_LAUNCH();
-    }
+    if (rows == 0 || cols == 0 || (!out && !out_t)) return MG_OK;
+    if (tiles && !out)
+        return MG_FAIL(MG_ERR_INTERNAL, "fp8_cast_blocks: tiles without their bytes");
+    const int nr = mg_fp8_block_count(rows), nc = mg_fp8_block_count(cols);
+    if (nr > 65535)
+        return MG_FAIL(MG_ERR_UNSUPPORTED, "fp8_cast_blocks: %d rows are too many (at most %d)",
+                       rows, 65535 * BT);
+    fp8_block_cast_kernel<h16>
+        <<<dim3((unsigned)nc, (unsigned)nr), BT_THREADS, 0, mg_cuda_stream(be)>>>(
+            out, scale_inv, out_t, scale_inv_t, (const h16 *)in, rows, cols, tiles, format, pow2);
+    MG_CUDA_CHECK_LAUNCH();
     return MG_OK;
 }
 
