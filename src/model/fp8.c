@@ -151,6 +151,14 @@ static size_t input_copies(const mg_model_config *c, size_t N, int j) {
     return at;
 }
 
+/* Floats of one fp8 layer's kept input transposes' block scales (blockwise: each input column's
+ * 1 x 128 blocks of the N rows), and where linear j's start. */
+static size_t input_scales(const mg_model_config *c, size_t N, int j) {
+    size_t at = 0, nb = (size_t)mg_fp8_block_count((int)N);
+    for (int i = 0; i < j; i++) at += input_cols(c, i) * nb;
+    return at;
+}
+
 /* The bytes of a grouped cast of the experts' R rows of `cols` columns: the rows, then the
  * grouped transpose (core/fp8.h) at the next FP8_ALIGN boundary. */
 static size_t grouped_bytes(const mg_block_ctx *x, size_t cols) {
@@ -209,6 +217,8 @@ mg_status mg_fp8_plan(const mg_block_ctx *x, mg_block_ws *w, int n_linears, int 
                      &w->fp8_bdys));
     MG_CHECK(reserve(x->work, blk ? layers * weight_tiles(c, MG_FP8_EXP_FC1) * sizeof(float) : 0,
                      &w->fp8_bws));
+    MG_CHECK(reserve(x->work, blk ? kept * input_scales(c, N, MG_FP8_LINEARS) * sizeof(float) : 0,
+                     &w->fp8_xts));
     MG_CHECK(reserve(x->work, on && c->fp8_current ? 3 * sizeof(float) : 0, &w->fp8_now));
     /* --fp8-param-gather with tensorwise scaling: every tensor's [amax | scale | history] of the
      * weights' casts after the update (mg_fp8_param_scales) */
@@ -360,6 +370,13 @@ static mg_status weight_copy(const mg_block_ctx *x, const mg_layer_params *p, mg
     return MG_OK;
 }
 
+/* The kept inputs' index of layer p in the pass's slot: slot-major over the fp8 layers. */
+static size_t kept_layer(const mg_block_ctx *x, const mg_layer_params *p) {
+    size_t per = (size_t)mg_fp8_layer_linears(x->c),
+           layers = (size_t)x->ws->fp8_tensors / (3 * per);
+    return (size_t)x->pass.slot * layers + (size_t)p->fp8 / per;
+}
+
 /* Where linear j of layer p keeps its input's transpose from the training forward for the
  * backward, in the pass's slot; NULL where it does not (model/gpt.c decides: not with
  * --no-fp8-wgrad, nor with tensorwise scaling under a pipeline; never in an evaluation). */
@@ -368,9 +385,16 @@ static uint8_t *input_kept(const mg_block_ctx *x, const mg_layer_params *p, mg_f
     const mg_model_config *c = x->c;
     size_t N = (size_t)x->N, each = input_copies(c, N, MG_FP8_LINEARS);
     if (!x->ws->fp8_keep_inputs || !x->pass.on || (size_t)IC > input_cols(c, (int)j)) return NULL;
-    size_t per = (size_t)mg_fp8_layer_linears(c), layers = (size_t)x->ws->fp8_tensors / (3 * per);
-    size_t layer = (size_t)x->pass.slot * layers + (size_t)p->fp8 / per;
-    return (uint8_t *)mg_block_ws_ptr(x, x->ws->fp8_xt) + layer * each + input_copies(c, N, (int)j);
+    return (uint8_t *)mg_block_ws_ptr(x, x->ws->fp8_xt) + kept_layer(x, p) * each +
+           input_copies(c, N, (int)j);
+}
+
+/* ... and (blockwise) those bytes' block scales, kept beside them. */
+static float *input_kept_scales(const mg_block_ctx *x, const mg_layer_params *p, mg_fp8_linear j) {
+    const mg_model_config *c = x->c;
+    size_t N = (size_t)x->N, each = input_scales(c, N, MG_FP8_LINEARS);
+    return (float *)mg_block_ws_ptr(x, x->ws->fp8_xts) + kept_layer(x, p) * each +
+           input_scales(c, N, (int)j);
 }
 
 /* --fp8-param-gather: the scale the weights of tensor t (expert weights or not) are cast with
@@ -405,16 +429,19 @@ static mg_fp8_tensor weight_cached(const mg_block_ctx *x, size_t t, size_t at, i
 /* ---- blockwise (--fp8-recipe blockwise; core/fp8_block.h) ----
  * No scale state: each cast takes its blocks' amaxes now, power-of-two scales as Transformer
  * Engine's recipe does by default. An input or output gradient is cast along rows for the
- * forward's and the input gradient's products, and along columns (a cast of its own, other
- * blocks) for the weight gradient's, in the backward; a weight in 128 x 128 tiles by the pass's
- * first microbatch, its transpose the same bytes. */
+ * forward's and the input gradient's products, and along columns (other blocks, other scales)
+ * for the weight gradient's: an input's in the forward, from the same read, kept in the slot with
+ * its scales as the other recipes keep their transposes (else cast again in the backward); a
+ * weight in 128 x 128 tiles by the pass's first microbatch, its transpose the same bytes. */
 
 /* in (rows, cols) in 1 x 128 blocks: along rows into data, along columns into data_t (either
- * may be NULL), the scales' inverses in the workspace's `scales` (rows', then columns'). */
+ * may be NULL), the scales' inverses in the workspace's `scales` (rows', then columns'), or the
+ * columns' in kept_s (not NULL: a kept transpose's). */
 static mg_status cast_blocks(const mg_block_ctx *x, size_t scales, uint8_t *data, uint8_t *data_t,
-                             const void *in, int rows, int cols, int format, mg_fp8_tensor *o) {
+                             float *kept_s, const void *in, int rows, int cols, int format,
+                             mg_fp8_tensor *o) {
     float *s = mg_block_ws_ptr(x, scales);
-    float *s_t = s + (size_t)x->N * (size_t)mg_fp8_block_count(cols);
+    float *s_t = kept_s ? kept_s : s + (size_t)x->N * (size_t)mg_fp8_block_count(cols);
     if (rows > x->N) return MG_FAIL(MG_ERR_INTERNAL, "fp8 blocks: %d rows, planned %d", rows, x->N);
     MG_CHECK(
         x->be->fp8_cast_blocks(x->be, data, s, data_t, s_t, in, rows, cols, false, format, true));
@@ -440,27 +467,36 @@ static mg_status weight_blocks(const mg_block_ctx *x, const mg_layer_params *p, 
     return MG_OK;
 }
 
-/* The blockwise recipe's forward operands: the input along rows, the weight in tiles. */
+/* The blockwise recipe's forward operands: the input along rows (and, where the backward will
+ * read it, along columns into the kept transpose with its scales, from the same read), the
+ * weight in tiles. */
 static mg_status forward_blocks(const mg_block_ctx *x, const mg_layer_params *p, mg_fp8_linear j,
                                 const void *inp, const void *w, int IC, int OC, mg_fp8_tensor *fi,
                                 mg_fp8_tensor *fw) {
-    MG_CHECK(cast_blocks(x, x->ws->fp8_bxs, copy_rows(x, x->ws->fp8_x, ROWS), NULL, inp, x->N, IC,
-                         MG_FP8_E4M3, fi));
+    uint8_t *kept = input_kept(x, p, j, IC);
+    MG_CHECK(cast_blocks(x, x->ws->fp8_bxs, copy_rows(x, x->ws->fp8_x, ROWS), kept,
+                         kept ? input_kept_scales(x, p, j) : NULL, inp, x->N, IC, MG_FP8_E4M3, fi));
     return weight_blocks(x, p, j, w, OC, IC, true, fw);
 }
 
 /* ... and its backward operands for the gradients' forms: the gradient along rows (ROWS, for
- * dinp) and columns (COLS, for dw), the input along columns and the weight's transposed tiles. */
+ * dinp) and columns (COLS, for dw), the input along columns (as the forward kept it, else cast
+ * again) and the weight's transposed tiles. */
 static mg_status backward_blocks(const mg_block_ctx *x, const mg_layer_params *p, mg_fp8_linear j,
                                  int dforms, const void *dout, const void *inp, const void *w,
                                  int IC, int OC, mg_fp8_tensor *fd, mg_fp8_tensor *fi,
                                  mg_fp8_tensor *fw) {
     size_t dy = x->ws->fp8_dy;
     MG_CHECK(cast_blocks(x, x->ws->fp8_bdys, copy_rows(x, dy, dforms),
-                         copy_cols(x, dy, x->N, OC, dforms), dout, x->N, OC, x->c->fp8_bwd, fd));
-    if (dforms & COLS)
+                         copy_cols(x, dy, x->N, OC, dforms), NULL, dout, x->N, OC, x->c->fp8_bwd,
+                         fd));
+    uint8_t *kept = dforms & COLS ? input_kept(x, p, j, IC) : NULL;
+    if (kept)
+        *fi = (mg_fp8_tensor){
+            NULL, kept, NULL, MG_FP8_E4M3, MG_FP8_SCALE_ROWS, input_kept_scales(x, p, j)};
+    else if (dforms & COLS)
         MG_CHECK(cast_blocks(x, x->ws->fp8_bxs, NULL, copy_cols(x, x->ws->fp8_x, x->N, IC, COLS),
-                             inp, x->N, IC, MG_FP8_E4M3, fi));
+                             NULL, inp, x->N, IC, MG_FP8_E4M3, fi));
     if (dforms & ROWS) MG_CHECK(weight_blocks(x, p, j, w, OC, IC, false, fw));
     return MG_OK;
 }

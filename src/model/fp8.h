@@ -22,7 +22,11 @@
  * in training passes; at the step's end the trainer reduces the amaxes over the ranks that hold
  * the same layers (a maximum over the tensor- and data-parallel groups, so every layout gets one
  * rank's scales) and updates scales and histories (backend fp8_update). With --fp8-recipe
- * tensorwise the scale of a cast comes from the tensor's amax now instead.
+ * tensorwise the scale of a cast comes from the tensor's amax now instead. With --fp8-recipe
+ * blockwise every 1 x 128 block (inputs and gradients; along rows for the forward and the input
+ * gradient, along columns for the weight gradient) and every 128 x 128 tile of a weight takes its
+ * scale from its own amax now (core/fp8_block.h): no state; the kept input transposes keep their
+ * block scales beside them (fp8_xts), per slot.
  * The routed experts of an MoE layer (mg_fp8_experts_*) are two more linears of the layer where
  * mg_model_config.fp8_experts says: their rows cast in groups (fp8_cast_grouped: the transposes
  * the weight gradients read start each group on a 16-byte column), every local expert's weight in

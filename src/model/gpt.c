@@ -274,10 +274,10 @@ mg_status mg_gpt_plan(mg_gpt *g, mg_gpt_target target, int B, int n_slots, mg_ar
     g->n_slots = n_slots;
     /* the forward's input bytes wait for the backward in the microbatch's slot; with several
      * slots (a pipeline) only where their scales hold for the whole step (delayed scaling: a
-     * tensorwise cast's scale is its microbatch's, and the next microbatch's cast replaces it) */
-    /* (blockwise: the transposes are casts of their own, made in the backward) */
+     * tensorwise cast's scale is its microbatch's, and the next microbatch's cast replaces it;
+     * blockwise keeps each slot's block scales with its bytes) */
     g->fp8_keep = g->n_fp8 > 0 && c->fp8_wgrad && (n_slots == 1 || !c->fp8_current) &&
-                  !c->fp8_block && !mg_env_int("MG_TEST_FP8_RECAST", 0);
+                  !mg_env_int("MG_TEST_FP8_RECAST", 0);
     g->slot_layers = 0;
     for (int v = 0; v < g->n_chunks; v++)
         if (g->chunks[v].count > g->slot_layers) g->slot_layers = g->chunks[v].count;

@@ -7,9 +7,10 @@
 #     one-rank fp8 run's lm loss and grad norm within 2e-3 relative over 6 iterations;
 #   - one rank that casts each linear's input again, transposed, in the backward
 #     (MG_TEST_FP8_RECAST=1) logs exactly the lm losses and grad norms of one rank that keeps the
-#     forward's transpose (model/fp8.h), with delayed and tensorwise scaling, and with full and
-#     selective recomputation (whose numbers are the plain run's), and PP 2 (also interleaved)
-#     against its own run that casts again: the kept bytes are the cast's;
+#     forward's transpose (model/fp8.h), with delayed, tensorwise and blockwise scaling (its
+#     block scales kept too), and with full and selective recomputation (whose numbers are the
+#     plain run's), and PP 2 (also interleaved, also blockwise) against its own run that casts
+#     again: the kept bytes are the cast's;
 #   - TP 2, with and without SP, with the backward taken apart for the reduction's overlap (the
 #     default) logs exactly the in-order backward's numbers (--no-tp-comm-bulk-wgrad);
 #   - --fp8-recipe blockwise (each block of 128 or tile of 128 x 128 by its own amax now) with
@@ -71,13 +72,15 @@ on2() {
     timeout 120 "${MPIRUN[@]}" -np 2 -x MG_TEST_FP8_RECAST "$BIN" train "${MODEL[@]}" "$@" \
         --metrics-file "$f.jsonl" >"$f.log" 2>&1
 }
-for v in "delayed:" "tensorwise:" \
+for v in "delayed:" "tensorwise:" "blockwise:" \
     "delayed:--recompute-granularity full --recompute-method uniform --recompute-num-layers 2" \
-    "delayed:--recompute-granularity selective --recompute-modules mlp layernorm"; do
+    "delayed:--recompute-granularity selective --recompute-modules mlp layernorm" \
+    "blockwise:--recompute-granularity selective --recompute-modules mlp layernorm"; do
     recipe=${v%%:*}
     read -r -a rc <<<"${v#*:}"
     base=$TMP/one.jsonl
     [ $recipe = tensorwise ] && base=$TMP/one_tw.jsonl
+    [ $recipe = blockwise ] && base=$TMP/one_bw.jsonl
     rm -f "$TMP/recast.jsonl"
     MG_TEST_FP8_RECAST=1 timeout 120 "$BIN" train "${MODEL[@]}" --fp8-recipe $recipe "${rc[@]}" \
         --metrics-file "$TMP/recast.jsonl" >"$TMP/recast.log" 2>&1
@@ -100,10 +103,11 @@ for v in "delayed:" "tensorwise:" "delayed:--recompute-granularity selective --r
     same "train fp8 MoE one rank, --fp8-recipe $recipe${rc[*]:+ ${rc[*]}}, the experts' inputs cast again in the backward" \
         kept "$TMP/moe_kept.jsonl" "cast again" "$TMP/moe_recast.jsonl" "$TMP/moe_kept.log"
 done
-# pipelines keep the transposes per slot (delayed scaling; tensorwise casts again): the same
-# numbers as their own run that casts again
+# pipelines keep the transposes per slot (delayed scaling; blockwise with each slot's block
+# scales; tensorwise casts again): the same numbers as their own run that casts again
 for layout in "--pipeline-model-parallel-size 2" \
     "--pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1" \
+    "--pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1 --fp8-recipe blockwise" \
     "--pipeline-model-parallel-size 2 --fp8-recipe tensorwise"; do
     read -r -a extra <<<"$layout"
     on2 "$TMP/pp_kept" "${extra[@]}"
