@@ -176,8 +176,8 @@ typedef struct {
                                  and an output gradient's casts (fp32: along rows, then along
                                  columns), and every fp8 layer's weight tiles' (model/fp8.h) */
     size_t fp8_bws;
-    size_t
-        fp8_xts;   /* blockwise: the kept input transposes' block scales, as fp8_xt (model/fp8.h) */
+    /* blockwise: the kept input transposes' block scales, slot by slot as fp8_xt (model/fp8.h) */
+    size_t fp8_xts;
     size_t fp8_pw; /* --fp8-param-gather with tensorwise scaling: (2, 3, fp8_tensors) fp32, the
                       dense and the expert weights' [amax | scale | history] (model/fp8.h) */
     size_t fp8_ex, fp8_edy; /* the routed experts' input and output gradient bytes (R rows),

@@ -255,6 +255,32 @@ static fp8_pair fp8_operand(ct_pool *P, mg_backend *cpu, const float *x, int row
  * than the GEMM tolerance at fp16's. */
 #define FP8_TOL (CT_TOL_GEMM > 5e-3 ? CT_TOL_GEMM : 5e-3)
 
+/* fp8_linear_forward on both backends within tol: with bias and residual, then GELU-fused (its
+ * input too). `kind` names the operands' scaling in the messages. */
+static void expect_forwards(mg_test_ctx *t, ct_pool *P, mg_backend *cpu, mg_backend *gpu,
+                            const fp8_pair *fx, const fp8_pair *fw, const float *bias,
+                            const float *res, int N, int IC, int OC, double tol, const char *kind) {
+    const size_t no = (size_t)N * OC;
+    void *d_bias = ct_up_act(P, bias, OC), *d_res = ct_up_act(P, res, no);
+    void *d_out = ct_poison_act(P, no), *d_pre = ct_poison_act(P, no);
+    float *want = ct_host(P, no * sizeof(float)), *want_pre = ct_host(P, no * sizeof(float));
+    if (P->failed) return;
+    MG_EXPECT_OK(
+        gpu->fp8_linear_forward(gpu, d_out, NULL, &fx->gpu, &fw->gpu, d_bias, d_res, N, IC, OC));
+    MG_EXPECT_OK(
+        cpu->fp8_linear_forward(cpu, want, NULL, &fx->cpu, &fw->cpu, bias, res, N, IC, OC));
+    CT_EXPECT_CLOSE(ct_down_act(P, d_out, no), want, no, tol, "%s forward %dx%dx%d", kind, N, IC,
+                    OC);
+    MG_EXPECT_OK(
+        gpu->fp8_linear_forward(gpu, d_out, d_pre, &fx->gpu, &fw->gpu, d_bias, NULL, N, IC, OC));
+    MG_EXPECT_OK(
+        cpu->fp8_linear_forward(cpu, want, want_pre, &fx->cpu, &fw->cpu, bias, NULL, N, IC, OC));
+    CT_EXPECT_CLOSE(ct_down_act(P, d_pre, no), want_pre, no, tol,
+                    "%s forward, GELU's input %dx%dx%d", kind, N, IC, OC);
+    CT_EXPECT_CLOSE(ct_down_act(P, d_out, no), want, no, tol, "%s forward, GELU %dx%dx%d", kind, N,
+                    IC, OC);
+}
+
 MG_TEST(cuda_fp8_linear_matches_cpu) {
     CT_BACKENDS(cpu, gpu);
     static const int cases[][3] = {{64, 96, 160}, {256, 768, 3072}, {128, 3072, 768}};
@@ -271,29 +297,11 @@ MG_TEST(cuda_fp8_linear_matches_cpu) {
         /* scales as delayed scaling would set them: the format's largest value over the amax */
         fp8_pair fx = fp8_operand(&P, cpu, x, N, IC, 448.0f / 4.5f, MG_FP8_E4M3);
         fp8_pair fw = fp8_operand(&P, cpu, w, OC, IC, 448.0f / 0.25f, MG_FP8_E4M3);
-        void *d_bias = ct_up_act(&P, bias, OC), *d_res = ct_up_act(&P, res, no);
-        void *d_out = ct_poison_act(&P, no), *d_pre = ct_poison_act(&P, no);
-        float *want = ct_host(&P, no * sizeof(float)), *want_pre = ct_host(&P, no * sizeof(float));
         if (P.failed) {
             ct_pool_free(&P);
             break;
         }
-        /* forward with bias and residual */
-        MG_EXPECT_OK(
-            gpu->fp8_linear_forward(gpu, d_out, NULL, &fx.gpu, &fw.gpu, d_bias, d_res, N, IC, OC));
-        MG_EXPECT_OK(
-            cpu->fp8_linear_forward(cpu, want, NULL, &fx.cpu, &fw.cpu, bias, res, N, IC, OC));
-        CT_EXPECT_CLOSE(ct_down_act(&P, d_out, no), want, no, FP8_TOL, "fp8 forward %dx%dx%d", N,
-                        IC, OC);
-        /* GELU-fused forward */
-        MG_EXPECT_OK(
-            gpu->fp8_linear_forward(gpu, d_out, d_pre, &fx.gpu, &fw.gpu, d_bias, NULL, N, IC, OC));
-        MG_EXPECT_OK(
-            cpu->fp8_linear_forward(cpu, want, want_pre, &fx.cpu, &fw.cpu, bias, NULL, N, IC, OC));
-        CT_EXPECT_CLOSE(ct_down_act(&P, d_pre, no), want_pre, no, FP8_TOL,
-                        "fp8 forward, GELU's input %dx%dx%d", N, IC, OC);
-        CT_EXPECT_CLOSE(ct_down_act(&P, d_out, no), want, no, FP8_TOL, "fp8 forward, GELU %dx%dx%d",
-                        N, IC, OC);
+        expect_forwards(t, &P, cpu, gpu, &fx, &fw, bias, res, N, IC, OC, FP8_TOL, "fp8");
         /* backward, e4m3 and e5m2 gradients, plain and through a GELU */
         for (int f = 0; f < 2 && !P.failed; f++) {
             bool gelu = f == 1;
@@ -392,25 +400,11 @@ MG_TEST(cuda_fp8_block_linear_matches_cpu) {
         ct_round_act(x, ni), ct_round_act(w, nw);
         fp8_pair fx = block_operand(&P, cpu, x, N, IC, false, MG_FP8_E4M3);
         fp8_pair fw = block_operand(&P, cpu, w, OC, IC, true, MG_FP8_E4M3);
-        void *d_bias = ct_up_act(&P, bias, OC), *d_res = ct_up_act(&P, res, no);
-        void *d_out = ct_poison_act(&P, no), *d_pre = ct_poison_act(&P, no);
-        float *want = ct_host(&P, no * sizeof(float)), *want_pre = ct_host(&P, no * sizeof(float));
         if (P.failed) {
             ct_pool_free(&P);
             break;
         }
-        MG_EXPECT_OK(
-            gpu->fp8_linear_forward(gpu, d_out, NULL, &fx.gpu, &fw.gpu, d_bias, d_res, N, IC, OC));
-        MG_EXPECT_OK(
-            cpu->fp8_linear_forward(cpu, want, NULL, &fx.cpu, &fw.cpu, bias, res, N, IC, OC));
-        CT_EXPECT_CLOSE(ct_down_act(&P, d_out, no), want, no, CT_TOL_GEMM,
-                        "block fp8 forward %dx%dx%d", N, IC, OC);
-        MG_EXPECT_OK(
-            gpu->fp8_linear_forward(gpu, d_out, d_pre, &fx.gpu, &fw.gpu, d_bias, NULL, N, IC, OC));
-        MG_EXPECT_OK(
-            cpu->fp8_linear_forward(cpu, want, want_pre, &fx.cpu, &fw.cpu, bias, NULL, N, IC, OC));
-        CT_EXPECT_CLOSE(ct_down_act(&P, d_out, no), want, no, CT_TOL_GEMM,
-                        "block fp8 forward, GELU %dx%dx%d", N, IC, OC);
+        expect_forwards(t, &P, cpu, gpu, &fx, &fw, bias, res, N, IC, OC, CT_TOL_GEMM, "block fp8");
         for (int f = 0; f < 2 && !P.failed; f++) {
             fp8_pair fd = block_operand(&P, cpu, dy, N, OC, false, f);
             void *d_dy = ct_up_act(&P, dy, no), *d_gp = ct_up_act(&P, pre, ni);
