@@ -25,7 +25,9 @@
 #                           --decoder-last-pipeline-num-layers L/P - 1: it also holds the output
 #                           layer and the loss, about 2.6 layers of work at GPT-2 1.5B's shape),
 #                           interleaved-balanced (P 2 only: the same split over V 2, written as
-#                           --pipeline-model-parallel-layout)
+#                           --pipeline-model-parallel-layout), custom (PP_LAYOUT, a layout
+#                           string of Megatron's --pipeline-model-parallel-layout, e.g.
+#                           PP_LAYOUT="Et*12|t*12|t*13|t*11L")
 #   OUTDIR                  JSON lines (OUTDIR/pp_bench.jsonl, one per run) and logs
 #   UNTIMED=1               tokens/s from a second run of each pipeline layout without the timing
 # A check on a CPU (MPI, one thread a rank):
@@ -68,6 +70,10 @@ run_one() {
         a=$((layers / 2 + 1)) b=$((layers / 2 - 1))
         extra=(--pipeline-model-parallel-size "$n" --pipeline-model-parallel-layout
             "Et*$(((a + 1) / 2))|t*$(((b + 1) / 2))|t*$((a / 2))|t*$((b / 2))L") vpp=2 ;;
+    custom) # PP_LAYOUT: Megatron's layout string, its stages / P the virtual stages
+        local bars=${PP_LAYOUT//[^|]/}
+        extra=(--pipeline-model-parallel-size "$n" --pipeline-model-parallel-layout "$PP_LAYOUT")
+        vpp=$(((${#bars} + 1) / n)) ;;
     esac
     start=$(date +%s)
     megatron_train "$n" "$shape" $((MBS * m)) "$base" 600 "${extra[@]}"
