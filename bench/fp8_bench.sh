@@ -19,6 +19,7 @@
 #      within 1.5%).
 #   bench/fp8_bench.sh [BUILD]      BUILD/megatron built with the CUDA backend
 # Environment: SHAPES (default "124m 1.5b llama-3b"), ITERS (300), CONVERGE=0 skips part 2,
+#   RECIPE: the fp8 runs' --fp8-recipe (delayed, tensorwise or blockwise; default delayed),
 #   EXTRA: flags for both of our bench runs (e.g. "--cuda-graph-impl full_iteration": fp8 adds
 #   launches, ~3,100 per 1.5B step against bf16's ~1,860, which a graph replays as one),
 #   OUTDIR (default $OUT, else a new temporary directory): logs and fp8_bench.jsonl.
@@ -30,7 +31,8 @@ ITERS=${ITERS:-300}
 OUTDIR=${OUTDIR:-${OUT:-$(mktemp -d)}}
 RESULTS=$OUTDIR/fp8_bench.jsonl
 mkdir -p "$OUTDIR"
-FP8=(--fp8-format hybrid --fp8-amax-history-len 1024 --fp8-amax-compute-algo max)
+FP8=(--fp8-format hybrid --fp8-amax-history-len 1024 --fp8-amax-compute-algo max
+    --fp8-recipe "${RECIPE:-delayed}")
 [ -x "$BIN" ] || { echo "fp8_bench: $BIN is not built" >&2; exit 1; }
 : >"$RESULTS"
 echo "fp8_bench: $BIN; shapes: $SHAPES; results in $RESULTS"
