@@ -371,10 +371,11 @@ static fp8_pair block_operand(ct_pool *P, mg_backend *cpu, const float *x, int r
  * and GELU-fused, the backward with e4m3 and e5m2 gradients; rows of very different magnitudes,
  * so that a block scale read from the wrong place shows. */
 /* The weight gradient's tolerance (fp32 out, so not the GEMM's bf16 one): cuBLASLt's
- * block-scaled products on Hopper sum each 128-element block in the tensor cores' own
- * accumulator, narrower than fp32, and scale the block's sum into fp32 after; with the tokens'
- * magnitudes 2^-4 .. 2^4 along that sum the products came within 1.4e-4 .. 2.0e-4 of the CPU's
- * (H200, 2026-11-30). A block scale read from the wrong place moves elements by factors. */
+ * block-scaled products on Hopper most likely sum each 128-element block in the tensor cores'
+ * own accumulator, narrower than fp32, and scale the block's sum into fp32 after (both sides
+ * read the same bytes and scales); with the tokens' magnitudes 2^-4 .. 2^4 along that sum the
+ * products came within 1.4e-4 .. 2.0e-4 of the CPU's (H200, 2026-11-30). A block scale read
+ * from the wrong place moves elements by factors. */
 #define BLOCK_DW_TOL 1e-3
 
 MG_TEST(cuda_fp8_block_linear_matches_cpu) {
