@@ -536,13 +536,19 @@ MG_OP(moe_echo_move, REQ, MOE, mg_status,
  * (mg_fp8_format), in fp32: row-major into out, transposed ((cols, rows)) into out_t; either or
  * both may be NULL (both: only the amax). scale_inv (1) not NULL: = 1 / scale. amax (1) not
  * NULL: *amax = max(*amax, max |in|) (NaN wins). scale, scale_inv and amax: fp32, backend
- * memory. */
+ * memory. For a linear's output gradient, read once for all of these:
+ *  - gelu_pre (rows, cols) not NULL: in is the gradient of gelu(gelu_pre), and everything above
+ *    is of gelu_backward's result instead (gelu'(gelu_pre) x in, rounded to the compute dtype as
+ *    gelu_backward writes it; nothing is written back);
+ *  - dbias (cols) not NULL: accumulates the column sums of those values, as linear_backward's
+ *    bias gradient. */
 MG_OP(fp8_cast, REQ, OP, mg_status,
       (mg_backend *be, uint8_t *out /* (rows,cols) or NULL */,
        uint8_t *out_t /* (cols,rows) or NULL */, const void *in /* (rows,cols) */, int rows,
        int cols, const float *scale /* (1) */, float *scale_inv /* (1) or NULL */,
-       float *amax /* (1) or NULL */, int format),
-      (be, out, out_t, in, rows, cols, scale, scale_inv, amax, format))
+       float *amax /* (1) or NULL */, int format, const void *gelu_pre /* (rows,cols) or NULL */,
+       float *dbias /* (cols) or NULL */),
+      (be, out, out_t, in, rows, cols, scale, scale_inv, amax, format, gelu_pre, dbias))
 /* Blockwise fp8 (--fp8-recipe blockwise; core/fp8_block.h's casts, power-of-two scales when
  * pow2) of in (rows, cols, compute dtype), each block's scale from its own amax:
  *   tiles false: 1 x 128 blocks along rows into out (rows, cols) and scale_inv (rows x

@@ -82,9 +82,15 @@ mg_status mg_attention_backward(const mg_block_ctx *x, const mg_layer_params *p,
                                    mg_block_ws_ptr(x, x->ws->rope_sin), NULL, N, c->S, c->nq_l,
                                    c->ng_l, c->hd, c->rd));
     const void *dq = dqkv, *ln1 = mg_block_act(x, s->ln1), *wq = mg_block_param(x, p->qkv_w);
-    const mg_block_norm_linear qkv = {
-        MG_FP8_QKV, mg_block_grad(x, p->qkv_w), mg_block_grad(x, p->qkv_b), dq, ln1, wq, c->H,
-        c->qkv_l};
+    const mg_block_norm_linear qkv = {MG_FP8_QKV,
+                                      mg_block_grad(x, p->qkv_w),
+                                      mg_block_grad(x, p->qkv_b),
+                                      dq,
+                                      ln1,
+                                      wq,
+                                      c->H,
+                                      c->qkv_l,
+                                      NULL};
     return mg_block_norm_linear_backward(x, p, &qkv, dres, dln, mg_block_act(x, s->x),
                                          mg_block_act(x, s->ln1_mean), mg_block_act(x, s->ln1_rstd),
                                          p->ln1_w, p->ln1_b);

@@ -236,15 +236,15 @@ mg_status mg_block_norm_linear_backward(const mg_block_ctx *x, const mg_layer_pa
     const bool apart = x->c->tp_bulk_wgrad && x->tp->size > 1;
     const mg_fp8_linear j = (mg_fp8_linear)l->j;
     if (!apart) { /* both gradients, then the reduction in the compute stream */
-        MG_CHECK(mg_fp8_linear_backward(x, p, j, dwhole, l->dw, l->dbias, l->dout, l->inp, l->w,
-                                        NULL, l->IC, l->OC));
+        MG_CHECK(mg_fp8_linear_backward(x, p, j, dwhole, l->dw, l->dbias, l->dout, l->dout_gelu_pre,
+                                        l->inp, l->w, NULL, l->IC, l->OC));
         return mg_block_norm_backward(x, dx, dwhole, in, mean, rstd, w, b);
     }
-    MG_CHECK(mg_fp8_linear_backward(x, p, j, dwhole, NULL, NULL, l->dout, l->inp, l->w, NULL, l->IC,
-                                    l->OC));
+    MG_CHECK(mg_fp8_linear_backward(x, p, j, dwhole, NULL, NULL, l->dout, l->dout_gelu_pre, l->inp,
+                                    l->w, NULL, l->IC, l->OC));
     MG_CHECK(reduce_whole(x, own_rows(x, dwhole), dwhole, true));
-    MG_CHECK(mg_fp8_linear_backward(x, p, j, NULL, l->dw, l->dbias, l->dout, l->inp, l->w, NULL,
-                                    l->IC, l->OC));
+    MG_CHECK(mg_fp8_linear_backward(x, p, j, NULL, l->dw, l->dbias, l->dout, l->dout_gelu_pre,
+                                    l->inp, l->w, NULL, l->IC, l->OC));
     MG_CHECK(mg_tp_join(x->tp));
     return norm_backward_reduced(x, dx, dwhole, in, mean, rstd, w, b);
 }
@@ -368,7 +368,7 @@ mg_status mg_block_row_parallel_backward(const mg_block_ctx *x, const mg_layer_p
     if (!sp_overlap(x, p)) {
         const void *whole;
         MG_CHECK(mg_block_row_parallel_dout(x, dout, drop, &whole));
-        return mg_fp8_linear_backward(x, p, lin, dinp, dw, dbias, whole, inp, w, gelu_pre, IC,
+        return mg_fp8_linear_backward(x, p, lin, dinp, dw, dbias, whole, NULL, inp, w, gelu_pre, IC,
                                       c->H);
     }
     /* this rank's rows of dinp from its own rows of the gradient while the others arrive; then

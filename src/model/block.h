@@ -289,6 +289,8 @@ typedef struct {
     const void *dout, *inp; /* (N,OC), the norm's output (N,IC) */
     const void *w;          /* (OC,IC) */
     int IC, OC;
+    const void *dout_gelu_pre; /* NULL, or dout is the gradient of gelu(this) (N,OC), which
+                                  the fp8 cast applies (mg_fp8_linear_backward) */
 } mg_block_norm_linear;
 /* The backward of that linear and then of the norm (mg_block_norm_backward's arguments): the
  * linear's input gradient into dwhole, whose reduction over the tensor-parallel group runs beside

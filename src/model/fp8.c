@@ -264,16 +264,16 @@ typedef struct {
     int G;
 } groups;
 
-/* The magnitudes' maximum of in (rows, cols; the groups' rows where grp) into *amax (backend
- * memory), which accumulates. */
+/* The magnitudes' maximum of in (rows, cols; the groups' rows where grp; through a GELU's
+ * gradient where gelu_pre, fp8_cast's) into *amax (backend memory), which accumulates. */
 static mg_status amax_of(const mg_block_ctx *x, const void *in, int rows, int cols, int format,
-                         const groups *grp, float *amax) {
+                         const groups *grp, const void *gelu_pre, float *amax) {
     mg_backend *be = x->be;
     const float *one = (const float *)mg_block_ws_ptr(x, x->ws->fp8_now) + 1; /* any scale */
     if (grp)
         return be->fp8_cast_grouped(be, NULL, NULL, in, grp->counts, grp->G, rows, cols, one, NULL,
                                     amax, format);
-    return be->fp8_cast(be, NULL, NULL, in, rows, cols, one, NULL, amax, format);
+    return be->fp8_cast(be, NULL, NULL, in, rows, cols, one, NULL, amax, format, gelu_pre, NULL);
 }
 
 /* --fp8-recipe tensorwise: the scale from the amax in fp8_now[0] (what amax_of gathered since it
@@ -290,10 +290,10 @@ static mg_status current_scale_done(const mg_block_ctx *x, int format) {
 }
 
 static mg_status current_scale(const mg_block_ctx *x, const void *in, int rows, int cols,
-                               int format, const groups *grp) {
+                               int format, const groups *grp, const void *gelu_pre) {
     float *now = mg_block_ws_ptr(x, x->ws->fp8_now);
     MG_CHECK(x->be->memset_zero(x->be, now, sizeof(float)));
-    MG_CHECK(amax_of(x, in, rows, cols, format, grp, now));
+    MG_CHECK(amax_of(x, in, rows, cols, format, grp, gelu_pre, now));
     return current_scale_done(x, format);
 }
 
@@ -314,16 +314,16 @@ static uint8_t *copy_cols(const mg_block_ctx *x, size_t to, int rows, int cols, 
     return forms & COLS ? (uint8_t *)mg_block_ws_ptr(x, to) + align_up((size_t)rows * cols) : NULL;
 }
 
-/* Tensor t's scale for a cast of in (rows, cols; grp: its groups' rows), and where the cast's
- * amax goes (NULL: nowhere). With known_scale (tensorwise: the caller took the amax of several
- * tensors) the scale in fp8_now as it stands. */
+/* Tensor t's scale for a cast of in (rows, cols; grp: its groups' rows; gelu_pre: through a
+ * GELU's gradient), and where the cast's amax goes (NULL: nowhere). With known_scale
+ * (tensorwise: the caller took the amax of several tensors) the scale in fp8_now as it stands. */
 static mg_status scale_of(const mg_block_ctx *x, size_t t, const void *in, int rows, int cols,
-                          int format, const groups *grp, bool known_scale, const float **scale,
-                          float **amax) {
+                          int format, const groups *grp, const void *gelu_pre, bool known_scale,
+                          const float **scale, float **amax) {
     const mg_block_ws *w = x->ws;
     *amax = NULL;
     if (x->c->fp8_current) {
-        if (!known_scale) MG_CHECK(current_scale(x, in, rows, cols, format, grp));
+        if (!known_scale) MG_CHECK(current_scale(x, in, rows, cols, format, grp, gelu_pre));
         *scale = (const float *)mg_block_ws_ptr(x, w->fp8_now) + 1;
         return MG_OK;
     }
@@ -335,27 +335,36 @@ static mg_status scale_of(const mg_block_ctx *x, size_t t, const void *in, int r
     return MG_OK;
 }
 
+/* What the cast of a linear's output gradient also does (fp8_cast's gelu_pre and dbias). */
+typedef struct {
+    const void *gelu_pre;
+    float *dbias;
+} grad_pass;
+
 /* Tensor t's bytes of in (rows, cols): row-major into data, transposed into data_t (either may
- * be NULL; grp: the groups' rows, data_t their grouped transpose); *o describes them. */
+ * be NULL; grp: the groups' rows, data_t their grouped transpose); *o describes them. grad (not
+ * with grp): in is a linear's output gradient, see grad_pass. */
 static mg_status cast_rows(const mg_block_ctx *x, size_t t, uint8_t *data, uint8_t *data_t,
                            const void *in, int rows, int cols, int format, const groups *grp,
-                           bool known_scale, mg_fp8_tensor *o) {
+                           bool known_scale, const grad_pass *grad, mg_fp8_tensor *o) {
     mg_backend *be = x->be;
     float *sinv = sinv_of(x, t), *amax;
     const float *scale;
-    MG_CHECK(scale_of(x, t, in, rows, cols, format, grp, known_scale, &scale, &amax));
+    MG_CHECK(scale_of(x, t, in, rows, cols, format, grp, grad ? grad->gelu_pre : NULL, known_scale,
+                      &scale, &amax));
     if (grp)
         MG_CHECK(be->fp8_cast_grouped(be, data, data_t, in, grp->counts, grp->G, rows, cols, scale,
                                       sinv, amax, format));
     else
-        MG_CHECK(be->fp8_cast(be, data, data_t, in, rows, cols, scale, sinv, amax, format));
+        MG_CHECK(be->fp8_cast(be, data, data_t, in, rows, cols, scale, sinv, amax, format,
+                              grad ? grad->gelu_pre : NULL, grad ? grad->dbias : NULL));
     *o = (mg_fp8_tensor){data, data_t, sinv, format, MG_FP8_SCALE_TENSOR, NULL};
     return MG_OK;
 }
 
 static mg_status cast(const mg_block_ctx *x, size_t t, uint8_t *data, uint8_t *data_t,
                       const void *in, int rows, int cols, int format, mg_fp8_tensor *o) {
-    return cast_rows(x, t, data, data_t, in, rows, cols, format, NULL, false, o);
+    return cast_rows(x, t, data, data_t, in, rows, cols, format, NULL, false, NULL, o);
 }
 
 /* Linear j's weight copy in layer p (workspace offset), checked against its shape. */
@@ -530,11 +539,12 @@ static mg_status forward_tensors(const mg_block_ctx *x, const mg_layer_params *p
  * the forward kept it (else cast again), the weight's transpose as the pass's first forward made
  * it. */
 static mg_status backward_tensors(const mg_block_ctx *x, const mg_layer_params *p, mg_fp8_linear j,
-                                  int dforms, const void *dout, const void *inp, int IC, int OC,
-                                  mg_fp8_tensor *fd, mg_fp8_tensor *fi, mg_fp8_tensor *fw) {
+                                  int dforms, const grad_pass *grad, const void *dout,
+                                  const void *inp, int IC, int OC, mg_fp8_tensor *fd,
+                                  mg_fp8_tensor *fi, mg_fp8_tensor *fw) {
     size_t t = 3 * (size_t)(p->fp8 + (int)j), dy = x->ws->fp8_dy;
-    MG_CHECK(cast(x, t + 2, copy_rows(x, dy, dforms), copy_cols(x, dy, x->N, OC, dforms), dout,
-                  x->N, OC, x->c->fp8_bwd, fd));
+    MG_CHECK(cast_rows(x, t + 2, copy_rows(x, dy, dforms), copy_cols(x, dy, x->N, OC, dforms), dout,
+                       x->N, OC, x->c->fp8_bwd, NULL, false, grad, fd));
     uint8_t *kept = dforms & COLS ? input_kept(x, p, j, IC) : NULL;
     if (kept)
         *fi = (mg_fp8_tensor){NULL, kept, sinv_of(x, t), MG_FP8_E4M3, MG_FP8_SCALE_TENSOR, NULL};
@@ -561,25 +571,37 @@ mg_status mg_fp8_linear_forward(const mg_block_ctx *x, const mg_layer_params *p,
     return be->fp8_linear_forward(be, out, gelu_pre, &fi, &fw, bias, residual, x->N, IC, OC);
 }
 
+bool mg_fp8_takes_gelu_grad(const mg_block_ctx *x, const mg_layer_params *p) {
+    return p->fp8 >= 0 && !x->c->fp8_block && x->c->fp8_wgrad;
+}
+
 mg_status mg_fp8_linear_backward(const mg_block_ctx *x, const mg_layer_params *p, mg_fp8_linear j,
                                  void *dinp, float *dw, float *dbias, const void *dout,
-                                 const void *inp, const void *w, const void *gelu_pre, int IC,
-                                 int OC) {
+                                 const void *dout_gelu_pre, const void *inp, const void *w,
+                                 const void *gelu_pre, int IC, int OC) {
     mg_backend *be = x->be;
-    if (p->fp8 < 0)
-        return be->linear_backward(be, dinp, dw, dbias, dout, inp, w, gelu_pre, x->N, IC, OC);
     /* the gradient's rows feed dinp, its transpose dw, with the input's transpose (a call may
      * ask for one gradient: the tensor-parallel overlap takes them apart, model/block.h);
      * --no-fp8-wgrad: dw from the compute dtype's gradient and input instead */
     const bool dw8 = dw && x->c->fp8_wgrad;
     const int dforms = (dinp ? ROWS : 0) | (dw8 ? COLS : 0);
+    if (dout_gelu_pre && (!mg_fp8_takes_gelu_grad(x, p) || !dforms))
+        return MG_FAIL(MG_ERR_INTERNAL,
+                       "fp8 linear %d: a GELU's gradient to apply where the "
+                       "gradient's cast does not run",
+                       (int)j);
+    if (p->fp8 < 0)
+        return be->linear_backward(be, dinp, dw, dbias, dout, inp, w, gelu_pre, x->N, IC, OC);
     if (!dforms) /* nothing in fp8: the compute dtype's weight (and bias) gradient alone */
         return be->linear_backward(be, NULL, dw, dbias, dout, inp, w, NULL, x->N, IC, OC);
     mg_fp8_tensor fd, fi = {NULL, NULL, NULL, MG_FP8_E4M3, MG_FP8_SCALE_TENSOR, NULL}, fw = fi;
-    if (x->c->fp8_block)
+    if (x->c->fp8_block) {
         MG_CHECK(backward_blocks(x, p, j, dforms, dout, inp, w, IC, OC, &fd, &fi, &fw));
-    else
-        MG_CHECK(backward_tensors(x, p, j, dforms, dout, inp, IC, OC, &fd, &fi, &fw));
+    } else { /* the bias gradient (and the GELU's) in the gradient's cast, which reads it anyway */
+        const grad_pass grad = {dout_gelu_pre, dbias};
+        MG_CHECK(backward_tensors(x, p, j, dforms, &grad, dout, inp, IC, OC, &fd, &fi, &fw));
+        dbias = NULL;
+    }
     MG_CHECK(be->fp8_linear_backward(be, dinp, dw8 ? dw : NULL, dbias, dout, &fd, &fi, &fw,
                                      gelu_pre, x->N, IC, OC));
     return dw && !dw8 ? be->linear_backward(be, NULL, dw, NULL, dout, inp, w, NULL, x->N, IC, OC)
@@ -621,13 +643,14 @@ static mg_status expert_weights(const mg_block_ctx *x, const mg_layer_params *p,
         float *now = mg_block_ws_ptr(x, x->ws->fp8_now);
         MG_CHECK(x->be->memset_zero(x->be, now, sizeof(float)));
         for (int e = 0; e < n; e++)
-            MG_CHECK(amax_of(x, mg_block_param(x, rows[e]), OC, IC, MG_FP8_E4M3, NULL, now));
+            MG_CHECK(amax_of(x, mg_block_param(x, rows[e]), OC, IC, MG_FP8_E4M3, NULL, NULL, now));
         MG_CHECK(current_scale_done(x, MG_FP8_E4M3));
     }
     for (int e = 0; e < n; e++) {
         mg_fp8_tensor each;
         MG_CHECK(cast_rows(x, t + 1, base + (size_t)e * stride, base_t + (size_t)e * stride,
-                           mg_block_param(x, rows[e]), OC, IC, MG_FP8_E4M3, NULL, true, &each));
+                           mg_block_param(x, rows[e]), OC, IC, MG_FP8_E4M3, NULL, true, NULL,
+                           &each));
     }
     return MG_OK;
 }
@@ -664,7 +687,7 @@ mg_status mg_fp8_experts_forward(const mg_block_ctx *x, const mg_layer_params *p
     mg_fp8_tensor fi, fw;
     /* the input's grouped transpose too where the backward will read it */
     MG_CHECK(cast_rows(x, t, mg_block_ws_ptr(x, x->ws->fp8_ex), expert_input_kept(x, p, j, IC), inp,
-                       m->R, IC, MG_FP8_E4M3, &grp, false, &fi));
+                       m->R, IC, MG_FP8_E4M3, &grp, false, NULL, &fi));
     MG_CHECK(expert_weights(x, p, j, OC, IC, true, &fw));
     return be->fp8_grouped_linear_forward(be, out, &fi, &fw, expert_stride(OC, IC), bias, counts,
                                           ep, m->El, IC, OC);
@@ -689,13 +712,13 @@ mg_status mg_fp8_experts_backward(const mg_block_ctx *x, const mg_layer_params *
     uint8_t *dy = mg_block_ws_ptr(x, x->ws->fp8_edy), *xb = mg_block_ws_ptr(x, x->ws->fp8_ex);
     /* the gradient's rows feed dinp, its grouped transpose dw, with the input's */
     MG_CHECK(cast_rows(x, t + 2, dinp ? dy : NULL, dw8 ? dy + align_up((size_t)R * OC) : NULL, dout,
-                       R, OC, x->c->fp8_bwd, &grp, false, &fd));
+                       R, OC, x->c->fp8_bwd, &grp, false, NULL, &fd));
     uint8_t *kept = dw8 ? expert_input_kept(x, p, j, IC) : NULL;
     if (kept) /* the forward's bytes: the same scale and the same rows in the same groups */
         fi = (mg_fp8_tensor){NULL, kept, sinv_of(x, t), MG_FP8_E4M3, MG_FP8_SCALE_TENSOR, NULL};
     else if (dw8)
         MG_CHECK(cast_rows(x, t, NULL, xb + align_up((size_t)R * IC), inp, R, IC, MG_FP8_E4M3, &grp,
-                           false, &fi));
+                           false, NULL, &fi));
     if (dinp) MG_CHECK(expert_weights(x, p, j, OC, IC, false, &fw));
     MG_CHECK(be->fp8_grouped_linear_backward(be, dinp, dw8 ? dw : NULL, dw8 ? dbias : NULL, dout,
                                              &fd, &fi, &fw, expert_stride(OC, IC), gelu_pre, counts,
@@ -725,7 +748,7 @@ mg_status mg_fp8_param_amax(const mg_block_ctx *x, int t, bool expert, const voi
     MG_CHECK(param_tensor(x, t, n, "amax"));
     float *a = mg_fp8_param_amaxes(x, expert);
     if (!a) return MG_FAIL(MG_ERR_INTERNAL, "fp8 parameter amax without tensorwise state");
-    return amax_of(x, in, 1, (int)n, MG_FP8_E4M3, NULL, a + t);
+    return amax_of(x, in, 1, (int)n, MG_FP8_E4M3, NULL, NULL, a + t);
 }
 
 mg_status mg_fp8_param_scales(const mg_block_ctx *x) {
@@ -747,5 +770,5 @@ mg_status mg_fp8_param_cast(const mg_block_ctx *x, int t, bool expert, uint8_t *
     float *amax =
         x->c->fp8_current ? NULL : (float *)mg_block_ws_ptr(x, x->ws->fp8_state) + (size_t)t;
     return x->be->fp8_cast(x->be, out, NULL, in, 1, (int)n, param_scale(x, (size_t)t, expert), NULL,
-                           amax, MG_FP8_E4M3);
+                           amax, MG_FP8_E4M3, NULL, NULL);
 }

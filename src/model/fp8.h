@@ -49,6 +49,7 @@
  * layer.
  * Exports: mg_fp8_linear, mg_fp8_layer_linears, mg_fp8_experts_on, mg_fp8_mark_weights,
  * mg_fp8_plan, mg_fp8_reset, mg_fp8_linear_forward, mg_fp8_linear_backward,
+ * mg_fp8_takes_gelu_grad,
  * mg_fp8_experts_forward, mg_fp8_experts_backward, mg_fp8_param_*.
  * Needs: model/block. */
 #ifndef MG_MODEL_FP8_H
@@ -96,11 +97,17 @@ mg_status mg_fp8_reset(const mg_block_ctx *x);
 mg_status mg_fp8_linear_forward(const mg_block_ctx *x, const mg_layer_params *p, mg_fp8_linear j,
                                 void *out, void *gelu_pre, const void *inp, const void *w,
                                 const void *bias, const void *residual, int IC, int OC);
-/* Its backward, as the backend's linear_backward. */
+/* Its backward, as the backend's linear_backward; with dout_gelu_pre (N,OC) not NULL, dout is
+ * the gradient of gelu(dout_gelu_pre), which the output gradient's cast takes through the GELU
+ * (only where mg_fp8_takes_gelu_grad: an MLP's fc2 then leaves its gelu_pre NULL, and fc1
+ * passes it here, saving the GELU gradient's pass over the (N, ffn) tensor). */
 mg_status mg_fp8_linear_backward(const mg_block_ctx *x, const mg_layer_params *p, mg_fp8_linear j,
                                  void *dinp, float *dw, float *dbias, const void *dout,
-                                 const void *inp, const void *w, const void *gelu_pre, int IC,
-                                 int OC);
+                                 const void *dout_gelu_pre, const void *inp, const void *w,
+                                 const void *gelu_pre, int IC, int OC);
+/* Whether layer p's linears cast their output gradients through a GELU (the tensor-scaled
+ * recipes, with fp8 weight gradients: nothing then reads the compute dtype's gradient). */
+bool mg_fp8_takes_gelu_grad(const mg_block_ctx *x, const mg_layer_params *p);
 
 /* The routed experts' linear j (MG_FP8_EXP_FC1 or _FC2) of MoE layer p on their rows (the
  * layer's x->moe->R, in groups of counts: sources x local experts): grouped_linear_forward's

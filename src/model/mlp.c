@@ -60,11 +60,13 @@ mg_status mg_mlp_backward(const mg_block_ctx *x, const mg_layer_params *p, const
         if (s->rc & MG_RECOMPUTE_MLP_ACT) MG_CHECK(activation(x, s));
     }
     const void *act = mg_block_act(x, s->act), *w2 = mg_block_param(x, p->fc2_w);
-    /* GELU: fc2's input gradient goes straight through the GELU into dfc1 */
+    /* GELU: fc2's input gradient goes straight through the GELU into dfc1 (an fp8 layer's fc1
+     * takes it through the GELU in its gradient's cast instead) */
+    const bool gelu_in_cast = !c->swiglu && mg_fp8_takes_gelu_grad(x, p);
     MG_CHECK(mg_block_row_parallel_backward(x, p, MG_FP8_FC2, dres, hdrop ? &hd : NULL,
                                             c->swiglu ? dact : dfc1, mg_block_grad(x, p->fc2_w),
                                             mg_block_grad(x, p->fc2_b), act, w2,
-                                            c->swiglu ? NULL : fc1, c->F_l));
+                                            c->swiglu || gelu_in_cast ? NULL : fc1, c->F_l));
     if (c->swiglu) MG_CHECK(be->swiglu_backward(be, dfc1, fc1, dact, N, c->F_l));
     const mg_block_norm_linear lin = {MG_FP8_FC1,
                                       mg_block_grad(x, p->fc1_w),
@@ -73,7 +75,8 @@ mg_status mg_mlp_backward(const mg_block_ctx *x, const mg_layer_params *p, const
                                       mg_block_act(x, s->ln2),
                                       mg_block_param(x, p->fc1_w),
                                       c->H,
-                                      c->fc1_l};
+                                      c->fc1_l,
+                                      gelu_in_cast ? fc1 : NULL};
     return mg_block_norm_linear_backward(x, p, &lin, dres, dln, mg_block_act(x, s->mid),
                                          mg_block_act(x, s->ln2_mean), mg_block_act(x, s->ln2_rstd),
                                          p->ln2_w, p->ln2_b);

@@ -128,13 +128,17 @@ static mg_status shared_backward(const mg_block_ctx *x, const mg_layer_params *p
     void *dact = mg_block_ws_ptr(x, x->ws->dact), *dfc1 = mg_block_ws_ptr(x, x->ws->dfc1);
     void *fc1 = mg_block_act(x, s->sh_fc1);
     const void *act = mg_block_act(x, s->sh_act), *w2 = mg_block_param(x, mp->sh_fc2_w);
+    /* GELU: as the dense MLP's (mlp.c), through fc2's input gradient or fc1's cast */
+    const bool gelu_in_cast = !c->swiglu && mg_fp8_takes_gelu_grad(x, p);
     MG_CHECK(mg_fp8_linear_backward(x, p, MG_FP8_FC2, c->swiglu ? dact : dfc1,
                                     mg_block_grad(x, mp->sh_fc2_w), mg_block_grad(x, mp->sh_fc2_b),
-                                    dout, act, w2, c->swiglu ? NULL : fc1, Fs, c->H));
+                                    dout, NULL, act, w2, c->swiglu || gelu_in_cast ? NULL : fc1, Fs,
+                                    c->H));
     if (c->swiglu) MG_CHECK(be->swiglu_backward(be, dfc1, fc1, dact, N, Fs));
     return mg_fp8_linear_backward(x, p, MG_FP8_FC1, dln, mg_block_grad(x, mp->sh_fc1_w),
-                                  mg_block_grad(x, mp->sh_fc1_b), dfc1, mg_block_act(x, s->ln2),
-                                  mg_block_param(x, mp->sh_fc1_w), NULL, c->H, rows);
+                                  mg_block_grad(x, mp->sh_fc1_b), dfc1, gelu_in_cast ? fc1 : NULL,
+                                  mg_block_act(x, s->ln2), mg_block_param(x, mp->sh_fc1_w), NULL,
+                                  c->H, rows);
 }
 
 /* The experts' activation on their rows: e_fc1 -> e_act. */

@@ -54,12 +54,53 @@ static void same_amax(mg_test_ctx *t, const float *got, float want, int rows, in
         CT_EXPECT_SAME_BITS(got, &want, 4, "fp8_cast %dx%d%s: amax", rows, cols, what);
 }
 
+/* fp8_cast through a GELU (gelu_pre, the fc1 gradient's cast): its bytes, transpose, amax and
+ * column sums are bit for bit those of the same cast of gelu_backward's output (the path it
+ * replaces; the GELU's own arithmetic is tested against the CPU's elsewhere). db: the column
+ * sums' starting values (cols). */
+static void through_gelu(mg_test_ctx *t, ct_pool *P, mg_backend *gpu, const void *d_in,
+                         const float *d_scale, const float *db, int rows, int cols, int f,
+                         uint32_t seed) {
+    const size_t n = (size_t)rows * cols;
+    const float zero = 0.0f;
+    float *pre = ct_uniform_act(P, seed, n, -4.0f, 4.0f);
+    void *d_pre = ct_up_act(P, pre, n), *d_g = ct_poison_act(P, n);
+    uint8_t *d_b[2] = {ct_poison(P, n), ct_poison(P, n)},
+            *d_bt[2] = {ct_poison(P, n), ct_poison(P, n)};
+    float *d_amax[2] = {ct_up_f32(P, &zero, 1), ct_up_f32(P, &zero, 1)};
+    float *d_db[2] = {ct_up_f32(P, db, (size_t)cols), ct_up_f32(P, db, (size_t)cols)};
+    if (P->failed) return;
+    uint8_t *bt[2] = {rows > 1 ? d_bt[0] : NULL, rows > 1 ? d_bt[1] : NULL};
+    MG_EXPECT_OK(gpu->gelu_backward(gpu, d_g, d_pre, d_in, n));
+    MG_EXPECT_OK(gpu->fp8_cast(gpu, d_b[0], bt[0], d_g, rows, cols, d_scale, NULL, d_amax[0], f,
+                               NULL, d_db[0]));
+    MG_EXPECT_OK(gpu->fp8_cast(gpu, d_b[1], bt[1], d_in, rows, cols, d_scale, NULL, d_amax[1], f,
+                               d_pre, d_db[1]));
+    uint8_t *b[2], *b_t[2];
+    float *amax[2], *sums[2];
+    for (int k = 0; k < 2; k++) {
+        b[k] = ct_down_raw(P, d_b[k], n), b_t[k] = ct_down_raw(P, d_bt[k], n);
+        amax[k] = ct_down_f32(P, d_amax[k], 1), sums[k] = ct_down_f32(P, d_db[k], (size_t)cols);
+    }
+    if (P->failed) return;
+    CT_EXPECT_SAME_BITS(b[1], b[0], n, "fp8_cast %dx%d through a GELU", rows, cols);
+    if (rows > 1)
+        CT_EXPECT_SAME_BITS(b_t[1], b_t[0], n, "fp8_cast %dx%d through a GELU, transposed", rows,
+                            cols);
+    CT_EXPECT_SAME_BITS(amax[1], amax[0], 4, "fp8_cast %dx%d through a GELU: amax", rows, cols);
+    CT_EXPECT_SAME_BITS(sums[1], sums[0], (size_t)cols * 4, "fp8_cast %dx%d through a GELU: dbias",
+                        rows, cols);
+}
+
 MG_TEST(cuda_fp8_cast_matches_cpu) {
     CT_BACKENDS(cpu, gpu);
     /* partial tiles and chunks (97 x 131), half a tile (64 x 256), the flat cast (1 x 70001),
-     * whole vectors with a partial last row group (203 x 136), whole tiles (256 x 192) */
-    static const int shapes[][2] = {{97, 131}, {64, 256}, {1, 70001}, {203, 136}, {256, 192}};
-    for (int sh = 0; sh < 5; sh++) {
+     * whole vectors with a partial last row group (203 x 136), whole tiles (256 x 192); the
+     * aligned shapes' tiles (rows % 4, cols % 8: 64 x 256, 256 x 192) with partial tiles both
+     * ways (100 x 136), and at GPT-2 1.5B's micro-batch 4 (4096 x 1600) */
+    static const int shapes[][2] = {{97, 131},  {64, 256},  {1, 70001},  {203, 136},
+                                    {256, 192}, {100, 136}, {4096, 1600}};
+    for (int sh = 0; sh < 7; sh++) {
         ct_pool P = ct_pool_of(t, gpu); /* one per shape: the pool holds CT_POOL_MAX buffers */
         const int rows = shapes[sh][0], cols = shapes[sh][1];
         const size_t n = (size_t)rows * cols;
@@ -80,9 +121,9 @@ MG_TEST(cuda_fp8_cast_matches_cpu) {
             float *d_sinv = ct_up_f32(&P, &zero, 1);
             if (P.failed) break;
             MG_EXPECT_OK(gpu->fp8_cast(gpu, d_out, rows > 1 ? d_out_t : NULL, d_in, rows, cols,
-                                       d_scale, d_sinv, d_amax, f));
-            MG_EXPECT_OK(
-                cpu->fp8_cast(cpu, want, want_t, x, rows, cols, &scale, &sinv_c, &amax_c, f));
+                                       d_scale, d_sinv, d_amax, f, NULL, NULL));
+            MG_EXPECT_OK(cpu->fp8_cast(cpu, want, want_t, x, rows, cols, &scale, &sinv_c, &amax_c,
+                                       f, NULL, NULL));
             uint8_t *got = ct_down_raw(&P, d_out, n), *got_t = ct_down_raw(&P, d_out_t, n);
             float *amax_g = ct_down_f32(&P, d_amax, 1), *sinv_g = ct_down_f32(&P, d_sinv, 1);
             if (!got || !got_t || !amax_g || !sinv_g) break;
@@ -93,8 +134,8 @@ MG_TEST(cuda_fp8_cast_matches_cpu) {
             same_amax(t, amax_g, amax_c, rows, cols, "");
             CT_EXPECT_SAME_BITS(sinv_g, &sinv_c, 4, "fp8_cast %dx%d scale_inv", rows, cols);
             if (rows > 1) { /* the transpose alone (the backward's input), the same bytes */
-                MG_EXPECT_OK(
-                    gpu->fp8_cast(gpu, NULL, d_only_t, d_in, rows, cols, d_scale, NULL, NULL, f));
+                MG_EXPECT_OK(gpu->fp8_cast(gpu, NULL, d_only_t, d_in, rows, cols, d_scale, NULL,
+                                           NULL, f, NULL, NULL));
                 uint8_t *only_t = ct_down_raw(&P, d_only_t, n);
                 if (only_t)
                     CT_EXPECT_SAME_BITS(only_t, want_t, n, "fp8_cast %dx%d %s, transpose alone",
@@ -102,10 +143,29 @@ MG_TEST(cuda_fp8_cast_matches_cpu) {
             }
             /* no output: the amax alone, the same */
             MG_EXPECT_OK(gpu->copy_h2d(gpu, d_amax, &zero, sizeof zero));
-            MG_EXPECT_OK(
-                gpu->fp8_cast(gpu, NULL, NULL, d_in, rows, cols, d_scale, NULL, d_amax, f));
+            MG_EXPECT_OK(gpu->fp8_cast(gpu, NULL, NULL, d_in, rows, cols, d_scale, NULL, d_amax, f,
+                                       NULL, NULL));
             float *amax_only = ct_down_f32(&P, d_amax, 1);
             if (amax_only) same_amax(t, amax_only, amax_c, rows, cols, ", amax only");
+            if (f == 1) continue; /* (the non-finite inputs' sums are NaN) */
+            /* with the bias gradient: the same bytes, and the column sums added to what dbias
+             * held, as the CPU's (fp32 sums in another order: a tolerance) */
+            float *db = ct_uniform_act(&P, 77 + sh, (size_t)cols, -1.0f, 1.0f);
+            float *d_db = ct_up_f32(&P, db, (size_t)cols);
+            if (P.failed) break;
+            MG_EXPECT_OK(gpu->fp8_cast(gpu, d_out, rows > 1 ? d_out_t : NULL, d_in, rows, cols,
+                                       d_scale, NULL, NULL, f, NULL, d_db));
+            MG_EXPECT_OK(
+                cpu->fp8_cast(cpu, NULL, NULL, x, rows, cols, &scale, NULL, NULL, f, NULL, db));
+            float *db_g = ct_down_f32(&P, d_db, (size_t)cols);
+            got = ct_down_raw(&P, d_out, n), got_t = ct_down_raw(&P, d_out_t, n);
+            if (!db_g || !got || !got_t) break;
+            CT_EXPECT_CLOSE(db_g, db, (size_t)cols, 1e-4, "fp8_cast %dx%d dbias", rows, cols);
+            CT_EXPECT_SAME_BITS(got, want, n, "fp8_cast %dx%d with dbias", rows, cols);
+            if (rows > 1)
+                CT_EXPECT_SAME_BITS(got_t, want_t, n, "fp8_cast %dx%d with dbias, transposed", rows,
+                                    cols);
+            through_gelu(t, &P, gpu, d_in, d_scale, db, rows, cols, f, 91 + sh);
         }
         ct_pool_free(&P);
     }
@@ -240,7 +300,7 @@ static fp8_pair fp8_operand(ct_pool *P, mg_backend *cpu, const float *x, int row
     uint8_t *b = ct_host(P, n), *bt = ct_host(P, n);
     float *sinv = ct_host(P, sizeof(float));
     if (P->failed) return o;
-    (void)cpu->fp8_cast(cpu, b, bt, x, rows, cols, &s, sinv, NULL, format);
+    (void)cpu->fp8_cast(cpu, b, bt, x, rows, cols, &s, sinv, NULL, format, NULL, NULL);
     uint8_t *db = ct_poison(P, n), *dbt = ct_poison(P, n);
     float *dsinv = ct_up_f32(P, sinv, 1);
     if (P->failed) return o;

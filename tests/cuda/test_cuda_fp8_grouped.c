@@ -132,7 +132,7 @@ static fg_pair expert_weights(ct_pool *P, mg_backend *cpu, const float *w, int n
     memset(b, 0, all);
     for (int j = 0; j < n_w; j++)
         (void)cpu->fp8_cast(cpu, b + j * stride, b + (n_w + j) * stride, w + (size_t)j * OC * IC,
-                            OC, IC, &s, sinv, NULL, MG_FP8_E4M3);
+                            OC, IC, &s, sinv, NULL, MG_FP8_E4M3, NULL, NULL);
     uint8_t *d = bytes_up(P, b, all);
     o.cpu = (mg_fp8_tensor){b, b + n_w * stride, sinv, MG_FP8_E4M3, MG_FP8_SCALE_TENSOR, NULL};
     o.gpu = (mg_fp8_tensor){d,           d ? d + n_w * stride : NULL, ct_up_f32(P, sinv, 1),

@@ -68,13 +68,14 @@ MG_TEST(cpu_fp8_grouped_ops_equal_the_dense_ops_per_group) {
         be->fp8_cast_grouped(be, db, dt, dy, counts, G, R, OC, &sd, &sinv_d, NULL, MG_FP8_E5M2));
     for (int j = 0; j < NW; j++)
         MG_EXPECT_OK(be->fp8_cast(be, wb + j * stride, wb + (NW + j) * stride,
-                                  w + (size_t)j * OC * IC, OC, IC, &sw, &sinv_w, NULL,
-                                  MG_FP8_E4M3));
+                                  w + (size_t)j * OC * IC, OC, IC, &sw, &sinv_w, NULL, MG_FP8_E4M3,
+                                  NULL, NULL));
     /* the cast: each group's own */
     size_t r0 = 0, c0 = 0;
     for (int g = 0; g < G; g++) {
         int n = counts[g];
-        MG_EXPECT_OK(be->fp8_cast(be, gb, gt, x + r0 * IC, n, IC, &sx, NULL, &amax_g, MG_FP8_E4M3));
+        MG_EXPECT_OK(be->fp8_cast(be, gb, gt, x + r0 * IC, n, IC, &sx, NULL, &amax_g, MG_FP8_E4M3,
+                                  NULL, NULL));
         MG_EXPECT(memcmp(gb, xb + r0 * IC, (size_t)n * IC) == 0, "group %d: rows differ", g);
         for (int j = 0; j < IC; j++)
             MG_EXPECT(memcmp(gt + (size_t)j * n, xt + (size_t)j * ld + c0, (size_t)n) == 0,
@@ -106,9 +107,10 @@ MG_TEST(cpu_fp8_grouped_ops_equal_the_dense_ops_per_group) {
         mg_fp8_tensor gd = {db + r0 * OC, gdt, &sinv_d, MG_FP8_E5M2, MG_FP8_SCALE_TENSOR, NULL};
         mg_fp8_tensor gw = {wb + j * stride, wb + (NW + j) * stride, &sinv_w,
                             MG_FP8_E4M3,     MG_FP8_SCALE_TENSOR,    NULL};
-        MG_EXPECT_OK(be->fp8_cast(be, NULL, gt, x + r0 * IC, n, IC, &sx, NULL, NULL, MG_FP8_E4M3));
-        MG_EXPECT_OK(
-            be->fp8_cast(be, NULL, gdt, dy + r0 * OC, n, OC, &sd, NULL, NULL, MG_FP8_E5M2));
+        MG_EXPECT_OK(be->fp8_cast(be, NULL, gt, x + r0 * IC, n, IC, &sx, NULL, NULL, MG_FP8_E4M3,
+                                  NULL, NULL));
+        MG_EXPECT_OK(be->fp8_cast(be, NULL, gdt, dy + r0 * OC, n, OC, &sd, NULL, NULL, MG_FP8_E5M2,
+                                  NULL, NULL));
         MG_EXPECT_OK(be->fp8_linear_forward(be, out2 + r0 * OC, NULL, &gx, &gw,
                                             bias + (size_t)j * OC, NULL, n, IC, OC));
         MG_EXPECT_OK(be->fp8_linear_backward(be, dinp2 + r0 * IC, dw2 + (size_t)j * OC * IC,

@@ -37,11 +37,20 @@ static void cast_done(const float *scale, float *scale_inv, float *amax, float m
 }
 
 mg_status mg_cpu_fp8_cast(mg_backend *be, uint8_t *out, uint8_t *out_t, const void *in, int rows,
-                          int cols, const float *scale, float *scale_inv, float *amax, int format) {
-    (void)be;
+                          int cols, const float *scale, float *scale_inv, float *amax, int format,
+                          const void *gelu_pre, float *dbias) {
     float m = 0.0f;
+    if (gelu_pre && rows > 0 && cols > 0) { /* gelu_backward's values, in the scratch buffer */
+        size_t n = (size_t)rows * cols;
+        void *g = NULL;
+        MG_CHECK(mg_cpu_scratch(be, n * sizeof(float), &g));
+        MG_CHECK(mg_cpu_gelu_backward(be, g, gelu_pre, in, n));
+        in = g;
+    }
     cast_rows(out, out_t, (size_t)rows, 0, in, rows, cols, scale[0], (mg_fp8_format)format, &m);
     cast_done(scale, scale_inv, amax, m);
+    for (int b = 0; dbias && rows > 0 && b < (cols + MG_CPU_COL_BLOCK - 1) / MG_CPU_COL_BLOCK; b++)
+        mg_cpu_dbias_block(dbias, in, rows, cols, b);
     return MG_OK;
 }
 

@@ -72,7 +72,7 @@ static void gemm_tile(const gemm_plan *g, int tile) {
 }
 
 /* dbias[j0..j0+MG_CPU_COL_BLOCK) += column sums of dout, in double, rows in order. */
-static void dbias_block(float *dbias, const float *dout, int N, int OC, int blk) {
+void mg_cpu_dbias_block(float *dbias, const float *dout, int N, int OC, int blk) {
     int j0 = blk * MG_CPU_COL_BLOCK;
     int j1 = j0 + MG_CPU_COL_BLOCK < OC ? j0 + MG_CPU_COL_BLOCK : OC;
     double acc[MG_CPU_COL_BLOCK];
@@ -146,7 +146,7 @@ mg_status mg_cpu_linear_backward(mg_backend *be, void *dinp_, float *dw, float *
         else if (item < nw + ni)
             gemm_tile(&gi, item - nw);
         else
-            dbias_block(dbias, dout, N, OC, item - nw - ni);
+            mg_cpu_dbias_block(dbias, dout, N, OC, item - nw - ni);
     }
     if (dinp && gelu_pre && IC > 0) /* through the GELU that made this layer's input, in place */
         MG_CHECK(mg_cpu_gelu_backward(be, dinp, gelu_pre, dinp, (size_t)N * IC));

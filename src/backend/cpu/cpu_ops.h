@@ -40,6 +40,10 @@ typedef struct {
 /* cpu_backend.c: at least `bytes` of 256-byte aligned scratch (contents undefined), or an error. */
 mg_status mg_cpu_scratch(mg_backend *be, size_t bytes, void **out);
 
+/* A linear's bias gradient, block blk of MG_CPU_COL_BLOCK columns: dbias[j] += the column sum of
+ * dout (N, OC) in double, rows in order (cpu_linear.c; the fp8 cast's dbias takes the same). */
+void mg_cpu_dbias_block(float *dbias, const float *dout, int N, int OC, int blk);
+
 /* OpenMP's thread count and this thread's number (1 and 0 without OpenMP): per-thread slices of
  * the scratch buffer. */
 static inline int mg_cpu_max_threads(void) {

@@ -12,6 +12,7 @@
 #define MG_COLSUM_WARPS       8   /* row-interleaved warps of a stage-1 block */
 #define MG_COLSUM_FINAL_WARPS 16  /* chunk-interleaved warps of a stage-2 block */
 #define MG_COLSUM_MAX_CHUNKS  512 /* stage 2 reads at most 32 partials per thread */
+#define MG_DBIAS_MIN_ROWS     32  /* rows per chunk of a bias gradient's column sums, at least */
 
 /* Rows per chunk for N rows, at least min_rows: at most MG_COLSUM_MAX_CHUNKS chunks. */
 static inline int mg_colsum_rows(int N, int min_rows) {

@@ -10,7 +10,9 @@
  * a block reads a (CAST_TILE, CAST_TILE) tile of rows, writes its bytes row-major and, after the
  * tile is complete, the tile's columns as rows of the transpose, both coalesced. The linears'
  * products on fp8 operands are in linear.cu. */
+#include "backend/cuda/activation_math.cuh"
 #include "backend/cuda/block_scan.cuh"
+#include "backend/cuda/colsum.cuh"
 #include "backend/cuda/cuda_common.cuh"
 
 #include "core/fp8.h"
@@ -168,31 +170,179 @@ static __global__ void fp8_cast_transpose_kernel(uint8_t *out, uint8_t *out_t, c
     if (amax) amax_publish(&block_max, m, amax);
 }
 
+/* ---- the transposing cast of aligned shapes ----
+ * A block casts a (FT_ROWS, FT_COLS) tile. Each thread issues its FT_CHUNKS 16-byte loads (one
+ * column chunk, rows FT_RSTEP apart; with a GELU also pre's) before converting any, so a block
+ * keeps 16 KiB of reads in flight; it writes the bytes row-major and into a shared tile of
+ * 4-byte words whose rows are FT_LDW = 33 words apart. The transpose is written in 4 x 4 byte
+ * blocks: a thread reads four words (4 rows x 4 columns: with the stride of 33 a warp's 8 row
+ * groups x 4 column groups fall in 32 banks), turns them with byte permutes, and stores four
+ * 4-byte words, 8 lanes making 32 contiguous bytes of a transposed row. GELU: in is a GELU's
+ * output gradient, and the values cast are gelu_backward's of in and pre. With partial the
+ * tile's column sums (fp32, its rows in a fixed order) go to partial (one row per row tile) for
+ * mg_colsum_final.
+ * Shapes: cols % 8 == 0 and rows % 4 == 0, in (and pre) 16-byte, out 8-byte and out_t 4-byte
+ * aligned (every fp8 GEMM operand is: its dimensions are multiples of 16); other shapes take the
+ * tile kernel above.
+ * Measured on an H200 at GPT-2 1.5B (bench/NOTES.md, 2026-11-30): about 2 TB/s in the training
+ * step; 128-row tiles, and a version streaming the tiles through shared memory with asynchronous
+ * copies (three in flight per block), were no faster (the GELU one slower). */
+#define FT_ROWS   64
+#define FT_COLS   128
+#define FT_LDW    (FT_COLS / 4 + 1)
+#define FT_CPR    (FT_COLS / CAST_VEC)              /* chunks per tile row: 16 */
+#define FT_RSTEP  (CAST_THREADS / FT_CPR)           /* rows between a thread's chunks: 16 */
+#define FT_CHUNKS (FT_ROWS * FT_CPR / CAST_THREADS) /* chunks per thread: 4 */
+#define FT_BLOCKS (FT_ROWS / 4 * FT_COLS / 4 / CAST_THREADS) /* 4 x 4 blocks per thread: 2 */
+
+/* gelu_backward's value of one element (activation_math.cuh), rounded to the compute dtype as
+ * that op stores it: the cast of a GELU's gradient reads what gelu_backward would have written. */
+template <typename h16> static __device__ __forceinline__ float gelu_grad(float x, float d) {
+    return h16_to_f(f_to_h16<h16>(mg_gelu_bwd(x, d)));
+}
+
+/* Rows t0..t3 of a 4 x 4 byte block from its four rows' words a0..a3 (byte k: column k). */
+static __device__ __forceinline__ void transpose4x4(uint32_t a0, uint32_t a1, uint32_t a2,
+                                                    uint32_t a3, uint32_t t[4]) {
+    uint32_t lo01 = __byte_perm(a0, a1, 0x5140), lo23 = __byte_perm(a2, a3, 0x5140);
+    uint32_t hi01 = __byte_perm(a0, a1, 0x7362), hi23 = __byte_perm(a2, a3, 0x7362);
+    t[0] = __byte_perm(lo01, lo23, 0x5410), t[1] = __byte_perm(lo01, lo23, 0x7632);
+    t[2] = __byte_perm(hi01, hi23, 0x5410), t[3] = __byte_perm(hi01, hi23, 0x7632);
+}
+
+template <typename h16, bool GELU>
+static __global__ void __launch_bounds__(CAST_THREADS)
+    fp8_cast_tile_kernel(uint8_t *out, uint8_t *out_t, const h16 *in, const h16 *pre, int rows,
+                         int cols, const float *scale, float *scale_inv, float *amax, int format,
+                         float *partial /* (gridDim.y, cols) or NULL */) {
+    __shared__ uint32_t tile[FT_ROWS * FT_LDW];
+    __shared__ float sums[FT_RSTEP][FT_COLS];
+    __shared__ unsigned int block_max;
+    const int tid = threadIdx.x;
+    if (tid == 0) block_max = 0u;
+    const int r0 = blockIdx.y * FT_ROWS, c0 = blockIdx.x * FT_COLS;
+    const float s = scale[0];
+    if (scale_inv && blockIdx.x == 0 && blockIdx.y == 0 && tid == 0)
+        scale_inv[0] = __fdiv_rn(1.0f, s);
+    const int cc = (tid % FT_CPR) * CAST_VEC, rb = tid / FT_CPR, j = c0 + cc;
+    uint4 raw[FT_CHUNKS], rawp[FT_CHUNKS];
+#pragma unroll
+    for (int k = 0; k < FT_CHUNKS; k++) {
+        const int i = r0 + rb + FT_RSTEP * k;
+        const bool inside = j < cols && i < rows;
+        const size_t at = (size_t)i * cols + j;
+        raw[k] = inside ? *(const uint4 *)(in + at) : make_uint4(0u, 0u, 0u, 0u);
+        if (GELU) rawp[k] = inside ? *(const uint4 *)(pre + at) : make_uint4(0u, 0u, 0u, 0u);
+    }
+    unsigned int m = 0u;
+    float csum[CAST_VEC];
+#pragma unroll
+    for (int e = 0; e < CAST_VEC; e++) csum[e] = 0.0f;
+#pragma unroll
+    for (int k = 0; k < FT_CHUNKS; k++) {
+        const int r = rb + FT_RSTEP * k, i = r0 + r;
+        const h16 *h = (const h16 *)&raw[k], *hp = (const h16 *)&rawp[k];
+        float v[CAST_VEC];
+#pragma unroll
+        for (int e = 0; e < CAST_VEC; e++) {
+            v[e] = h16_to_f(h[e]);
+            if (GELU) v[e] = gelu_grad<h16>(h16_to_f(hp[e]), v[e]);
+            csum[e] += v[e];
+        }
+        __align__(8) uint8_t q[CAST_VEC];
+        convert(q, v, CAST_VEC, s, format, &m); /* the zeros past the edges change no maximum */
+        if (out && j < cols && i < rows) *(uint2 *)(out + (size_t)i * cols + j) = *(uint2 *)q;
+        uint32_t *w = &tile[r * FT_LDW + cc / 4];
+        w[0] = ((const uint32_t *)q)[0], w[1] = ((const uint32_t *)q)[1];
+    }
+    if (partial) {
+#pragma unroll
+        for (int e = 0; e < CAST_VEC; e++) sums[rb][cc + e] = csum[e];
+    }
+    __syncthreads();
+    const int lane = tid & 31, warp = tid >> 5;
+#pragma unroll
+    for (int k = 0; k < FT_BLOCKS; k++) {
+        /* 2 runs of 8 row groups x 8 runs of 4 column groups */
+        const int combo = warp + (CAST_THREADS / 32) * k;
+        const int rg = (combo & 1) * 8 + (lane & 7), cg = (combo >> 1) * 4 + (lane >> 3);
+        const int i = r0 + 4 * rg, jj = c0 + 4 * cg;
+        if (i >= rows || jj >= cols) continue;
+        const uint32_t *w = &tile[4 * rg * FT_LDW + cg];
+        uint32_t tr[4];
+        transpose4x4(w[0], w[FT_LDW], w[2 * FT_LDW], w[3 * FT_LDW], tr);
+        uint32_t *o = (uint32_t *)(out_t + (size_t)jj * rows + i);
+        const size_t ld = (size_t)rows / 4;
+#pragma unroll
+        for (int q = 0; q < 4; q++) o[q * ld] = tr[q];
+    }
+    if (partial && tid < FT_COLS && c0 + tid < cols) {
+        float a = sums[0][tid];
+        for (int r = 1; r < FT_RSTEP; r++) a += sums[r][tid];
+        partial[(size_t)blockIdx.y * cols + c0 + tid] = a;
+    }
+    if (amax) amax_publish(&block_max, m, amax);
+}
+
 MG_CUDA_DTYPES(mg_status, fp8_cast,
                (mg_backend * be, uint8_t *out, uint8_t *out_t, const void *in, int rows, int cols,
-                const float *scale, float *scale_inv, float *amax, int format),
-               (be, out, out_t, in, rows, cols, scale, scale_inv, amax, format)) {
+                const float *scale, float *scale_inv, float *amax, int format, const void *gelu_pre,
+                float *dbias),
+               (be, out, out_t, in, rows, cols, scale, scale_inv, amax, format, gelu_pre, dbias)) {
     if (rows < 0 || cols < 0)
         return MG_FAIL(MG_ERR_INTERNAL, "fp8_cast: negative shape %d x %d", rows, cols);
     size_t n = (size_t)rows * cols;
     cudaStream_t stream = mg_cuda_stream(be);
     if (n == 0 && !scale_inv) return MG_OK;
+    const h16 *x = (const h16 *)in, *pre = (const h16 *)gelu_pre;
+    char *ws = NULL;
+    /* the aligned shapes of the fp8 products: the fast tile, with the GELU's and the bias's
+     * gradients in its pass */
+    if (out_t && n > 0 && cols % CAST_VEC == 0 && rows % 4 == 0 && mg_cuda_aligned16(in) &&
+        (!pre || mg_cuda_aligned16(pre)) && (uintptr_t)out % 8 == 0 && (uintptr_t)out_t % 4 == 0) {
+        const int tiles_y = (rows + FT_ROWS - 1) / FT_ROWS;
+        dim3 grid((unsigned)((cols + FT_COLS - 1) / FT_COLS), (unsigned)tiles_y);
+        float *partial = NULL;
+        if (dbias)
+            MG_CHECK(mg_cuda_scratch(be, (size_t)tiles_y * cols * sizeof(float), (void **)&partial,
+                                     "fp8 cast (bias gradient)"));
+        (pre ? fp8_cast_tile_kernel<h16, true>
+             : fp8_cast_tile_kernel<h16, false>)<<<grid, CAST_THREADS, 0, stream>>>(
+            out, out_t, x, pre, rows, cols, scale, scale_inv, amax, format, partial);
+        MG_CUDA_CHECK_LAUNCH();
+        if (dbias) mg_colsum_final(stream, dbias, NULL, partial, NULL, tiles_y, cols);
+        MG_CUDA_CHECK_LAUNCH();
+        return MG_OK;
+    }
+    /* other shapes: the GELU's gradient first, into the workspace, then the casts of it */
+    size_t g_bytes = gelu_pre && n > 0 ? (n * sizeof(h16) + 255) / 256 * 256 : 0;
+    if (g_bytes) {
+        MG_CHECK(mg_cuda_scratch(be, g_bytes, (void **)&ws, "fp8 cast (GELU gradient)"));
+        MG_CHECK(MG_CUDA_OF(h16, gelu_backward)(be, ws, gelu_pre, in, n));
+        x = (const h16 *)ws;
+    }
     /* whole chunks load and store as vectors where the rows and the buffers allow it */
-    bool aligned = (uintptr_t)in % 16 == 0 && (uintptr_t)out % 8 == 0 &&
-                   (uintptr_t)out_t % 8 == 0 && (!out_t || cols % CAST_VEC == 0);
+    bool aligned = (uintptr_t)x % 16 == 0 && (uintptr_t)out % 8 == 0 && (uintptr_t)out_t % 8 == 0 &&
+                   (!out_t || cols % CAST_VEC == 0);
     if (!out_t || n == 0) { /* (n = 0 still writes scale_inv, the contract) */
         size_t chunks = (n + CAST_VEC - 1) / CAST_VEC;
         fp8_cast_flat_kernel<h16>
             <<<mg_cuda_blocks(chunks ? (chunks + CAST_UNROLL - 1) / CAST_UNROLL : 1, CAST_THREADS),
-               CAST_THREADS, 0, stream>>>(out, (const h16 *)in, n, scale, scale_inv, amax, format,
-                                          aligned);
+               CAST_THREADS, 0, stream>>>(out, x, n, scale, scale_inv, amax, format, aligned);
     } else {
         dim3 grid((unsigned)((cols + CAST_TILE - 1) / CAST_TILE),
                   (unsigned)((rows + CAST_TILE - 1) / CAST_TILE));
         fp8_cast_transpose_kernel<h16><<<grid, CAST_THREADS, 0, stream>>>(
-            out, out_t, (const h16 *)in, rows, cols, scale, scale_inv, amax, format, aligned);
+            out, out_t, x, rows, cols, scale, scale_inv, amax, format, aligned);
     }
     MG_CUDA_CHECK_LAUNCH();
+    if (dbias && n > 0) { /* the column sums apart, as the linears' bias gradient takes them */
+        int chunk = mg_colsum_rows(rows, MG_DBIAS_MIN_ROWS);
+        size_t part = (size_t)mg_colsum_chunks(rows, chunk) * cols * sizeof(float);
+        MG_CHECK(mg_cuda_scratch(be, g_bytes + part, (void **)&ws, "fp8 cast (bias gradient)"));
+        mg_colsum<h16>(stream, dbias, (float *)(ws + g_bytes), x, rows, cols, chunk);
+        MG_CUDA_CHECK_LAUNCH();
+    }
     return MG_OK;
 }
 

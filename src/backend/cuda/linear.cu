@@ -65,11 +65,10 @@
 #include <stdint.h>
 #include <string.h>
 
-#define MG_LT_WS_MAX      ((size_t)32 << 20) /* cuBLAS's recommended workspace on Hopper */
-#define MG_LT_CACHE_SIZE  96                 /* a model uses ~4 linear shapes x 3 products */
-#define MG_LT_HEURISTICS  16                 /* candidates asked from the heuristic */
-#define MG_LT_TUNE_REPS   3
-#define MG_DBIAS_MIN_ROWS 32 /* rows per chunk of the bias gradient's column sums, at least */
+#define MG_LT_WS_MAX     ((size_t)32 << 20) /* cuBLAS's recommended workspace on Hopper */
+#define MG_LT_CACHE_SIZE 96                 /* a model uses ~4 linear shapes x 3 products */
+#define MG_LT_HEURISTICS 16                 /* candidates asked from the heuristic */
+#define MG_LT_TUNE_REPS  3
 
 typedef enum { GEMM_FWD = 0, GEMM_DINP, GEMM_DW } gemm_op;
 static const char *const k_gemm_op_names[] = {"forward", "dinp", "dw"};
