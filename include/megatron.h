@@ -282,7 +282,7 @@ typedef struct {
     int decoder_last_pipeline_num_layers;   /* --decoder-last-pipeline-num-layers, -1: even */
     bool account_for_embedding_in_pipeline_split; /* --account-for-embedding-in-pipeline-split */
     bool account_for_loss_in_pipeline_split;      /* --account-for-loss-in-pipeline-split */
-    char pipeline_model_parallel_layout[256]; /* --pipeline-model-parallel-layout, "": none */
+    char pipeline_model_parallel_layout[256];     /* --pipeline-model-parallel-layout, "": none */
     bool no_overlap_p2p_communication;            /* --no-overlap-p2p-communication */
     int context_parallel_size;                    /* --context-parallel-size (1) */
     int expert_model_parallel_size;               /* --expert-model-parallel-size (1) */
@@ -296,6 +296,7 @@ typedef struct {
     bool overlap_param_gather;                /* --overlap-param-gather */
     int64_t ddp_bucket_size;                  /* --ddp-bucket-size, -1: Megatron's default */
     bool ddp_pad_buckets_for_high_nccl_busbw; /* --ddp-pad-buckets-for-high-nccl-busbw */
+    bool grad_reduce_in_bf16;                 /* --grad-reduce-in-bf16: the reductions in bf16 */
 
     /* CUDA graphs (train/trainer_graph.h); validation resolves the deprecated spellings and the
      * scope list into cuda_graph_impl */

@@ -61,6 +61,14 @@ MG_OP(copy_d2h, REQ, RT, mg_status,
 MG_OP(copy_d2d, REQ, RT, mg_status,
       (mg_backend *be, void *dst, const void *src, size_t bytes), (be, dst, src, bytes))
 MG_OP(memset_zero, REQ, RT, mg_status, (mg_backend *be, void *dst, size_t bytes), (be, dst, bytes))
+/* n values between fp32 and bf16, in order with stream `stream` (the CPU backend's streams are
+ * the host: at once): to_bf16, dst (n) bf16 = src (n) fp32 rounded to nearest even as
+ * core/tensor.h's mg_f32_to_bf16; else dst (n) fp32 = src (n) bf16, exactly. --grad-reduce-in-bf16
+ * (parallel/ddp.c): a gradient bucket into bf16 on the communication stream before its
+ * reduction, the reduced shard back after. */
+MG_OP(convert_bf16, REQ, RT, mg_status,
+      (mg_backend *be, void *dst, const void *src, size_t n, bool to_bf16, mg_stream_id stream),
+      (be, dst, src, n, to_bf16, stream))
 /* The end of a training step for the dropout streams (core/dropout.h): state holds n {seed,
  * offset} pairs; offset += by for each, in order with the ops on the compute stream, so the next
  * step draws new masks with no host value changed (a step can be replayed as a CUDA graph). */

@@ -761,8 +761,9 @@ const mg_flag_spec mg_flag_table[] = {
      .help = "overlap is the backend's choice"},
     {"--use-contiguous-parameters-in-local-ddp", RUNTIME, BOOL, IGNORED,
      .help = "parameters and gradients always live in contiguous buffers here"},
-    {"--grad-reduce-in-bf16", RUNTIME, BOOL, IGNORED,
-     .help = "gradients are always reduced in fp32 here (the more precise choice)"},
+    {"--grad-reduce-in-bf16", RUNTIME, BOOL, FIELD(grad_reduce_in_bf16),
+     .help = "reduce the data-parallel gradients in bf16 (half the bytes); they still accumulate "
+             "in fp32 across microbatches"},
     {"--no-gradient-accumulation-fusion", RUNTIME, BOOL, IGNORED,
      .help = "gradient accumulation is the backend's"},
 };

@@ -58,7 +58,7 @@ static int bucket_of(const mg_ddp *d, int i) {
 
 mg_status mg_ddp_init(mg_ddp *d, const mg_grad_buffer_layout *l, const int *index, int n_table,
                       mg_comm *dp, mg_backend *be, float *grads, void *params, mg_dtype pdt,
-                      bool overlap_grad, bool overlap_param) {
+                      bool overlap_grad, bool overlap_param, void *bf16_stage) {
     memset(d, 0, sizeof *d);
     MG_CHECK(check_group(l, 0, dp));
     if (overlap_param && !l->cfg.use_distributed_optimizer)
@@ -74,7 +74,8 @@ mg_status mg_ddp_init(mg_ddp *d, const mg_grad_buffer_layout *l, const int *inde
                   .params = params,
                   .pdt = pdt,
                   .overlap_grad = overlap_grad,
-                  .overlap_param = overlap_param};
+                  .overlap_param = overlap_param,
+                  .stage = bf16_stage};
     if (!index) n_table = l->n_params;
     d->n_table = n_table;
     d->pending_grads = calloc((size_t)l->n_buckets, sizeof *d->pending_grads);
@@ -107,6 +108,27 @@ mg_status mg_ddp_start_grad_sync(mg_ddp *d) {
     return MG_OK;
 }
 
+/* --grad-reduce-in-bf16: bucket b's reduction through the bf16 stage, all on the
+ * communication stream: the bucket rounded to bf16, summed over the group in bf16 (all of it, or
+ * this rank's shard with the distributed optimizer), and the sum back into the fp32 gradients.
+ * One stage serves every bucket and buffer: the stream runs them one after another. */
+static mg_status reduce_bucket_bf16(mg_ddp *d, int bucket, void *stream) {
+    const mg_grad_buffer_layout *l = d->l;
+    mg_grad_range b = l->buckets[bucket].range, s = b;
+    const size_t n = (size_t)(b.end - b.start);
+    uint16_t *st = d->stage;
+    MG_CHECK(d->be->convert_bf16(d->be, st, d->grads + b.start, n, true, MG_STREAM_COMM));
+    if (!l->cfg.use_distributed_optimizer) {
+        MG_CHECK(mg_comm_all_reduce(d->dp, st, st, n, MG_BF16, MG_REDUCE_SUM, stream));
+    } else {
+        MG_CHECK(mg_grad_buffer_shard_range(l, bucket, mg_comm_rank(d->dp), &s));
+        MG_CHECK(mg_comm_reduce_scatter(d->dp, st, st + (s.start - b.start),
+                                        (size_t)(s.end - s.start), MG_BF16, MG_REDUCE_SUM, stream));
+    }
+    return d->be->convert_bf16(d->be, d->grads + s.start, st + (s.start - b.start),
+                               (size_t)(s.end - s.start), false, MG_STREAM_COMM);
+}
+
 /* Starts the reductions of buckets [next_reduce, end) on the communication stream, after the
  * compute stream's work so far (the gradients). */
 static mg_status start_reduces(mg_ddp *d, int end) {
@@ -114,7 +136,8 @@ static mg_status start_reduces(mg_ddp *d, int end) {
     void *stream;
     MG_CHECK(mg_backend_comm_begin(d->be, &stream));
     for (; d->next_reduce < end; d->next_reduce++)
-        MG_CHECK(mg_ddp_reduce_bucket(d->l, d->next_reduce, d->dp, d->grads, stream));
+        MG_CHECK(d->stage ? reduce_bucket_bf16(d, d->next_reduce, stream)
+                          : mg_ddp_reduce_bucket(d->l, d->next_reduce, d->dp, d->grads, stream));
     return MG_OK;
 }
 

@@ -49,12 +49,13 @@ typedef struct {
     int *bucket_of;                 /* (n_table) bucket of each parameter-table index; -1: the
                                        parameter is in another buffer (the hooks skip it) */
     int n_table;
-    mg_comm *dp;                    /* not owned; the layout's data_parallel_size ranks */
-    mg_backend *be;                 /* not owned */
-    float *grads;                   /* (l->numel) fp32, backend memory */
-    void *params;                   /* (l->numel) of dtype pdt, backend memory */
+    mg_comm *dp;    /* not owned; the layout's data_parallel_size ranks */
+    mg_backend *be; /* not owned */
+    float *grads;   /* (l->numel) fp32, backend memory */
+    void *params;   /* (l->numel) of dtype pdt, backend memory */
     mg_dtype pdt;
     bool overlap_grad, overlap_param;
+    void *stage; /* --grad-reduce-in-bf16: a bf16 copy of the largest bucket, or NULL (fp32) */
     int *pending_grads; /* (n_buckets) parameters of the bucket not complete in this backward */
     int next_reduce;    /* buckets start in buffer order: the next one to start */
     bool armed;         /* between start_grad_sync and finish_grad_sync */
@@ -74,7 +75,7 @@ typedef struct {
  * optimizer). */
 mg_status mg_ddp_init(mg_ddp *d, const mg_grad_buffer_layout *l, const int *index, int n_table,
                       mg_comm *dp, mg_backend *be, float *grads, void *params, mg_dtype pdt,
-                      bool overlap_grad, bool overlap_param);
+                      bool overlap_grad, bool overlap_param, void *bf16_stage);
 void mg_ddp_free(mg_ddp *d);
 
 mg_status mg_ddp_start_grad_sync(mg_ddp *d);

@@ -82,6 +82,18 @@ mg_status mg_train_buffers_build(mg_param_table *pt, const mg_config *c, int dp_
     return st;
 }
 
+size_t mg_train_buffers_bf16_stage(const mg_train_buffers *b, const mg_config *c) {
+    int64_t most = 0;
+    for (int i = 0; c->grad_reduce_in_bf16 && i < b->n; i++) {
+        const mg_grad_buffer_layout *l = &b->b[i].layout;
+        for (int k = 0; l->cfg.data_parallel_size > 1 && k < l->n_buckets; k++) {
+            int64_t n = l->buckets[k].range.end - l->buckets[k].range.start;
+            if (n > most) most = n;
+        }
+    }
+    return (size_t)most * sizeof(uint16_t);
+}
+
 void mg_train_buffers_free(mg_train_buffers *b) {
     for (int i = 0; i < MG_TRAIN_BUFFERS_MAX; i++) {
         mg_grad_buffer_layout_free(&b->b[i].layout);

@@ -47,5 +47,9 @@ typedef struct {
 mg_status mg_train_buffers_build(mg_param_table *pt, const mg_config *c, int dp_size, int edp_size,
                                  int pp_rank, mg_train_buffers *out);
 void mg_train_buffers_free(mg_train_buffers *b);
+/* --grad-reduce-in-bf16: the bytes of the one bf16 copy of a bucket its reductions go through
+ * (parallel/ddp.h): the largest bucket of a buffer reduced over more than one rank; 0 without
+ * the flag or such a buffer. */
+size_t mg_train_buffers_bf16_stage(const mg_train_buffers *b, const mg_config *c);
 
 #endif

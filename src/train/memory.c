@@ -13,7 +13,7 @@ static mg_status reserve(mg_arena *a, size_t bytes, size_t *off) {
 
 mg_status mg_memory_plan_reserve(mg_memory_plan *p, const mg_config *c, mg_gpt *g, mg_optimizer *o,
                                  mg_gpt_target target, int n_slots, size_t pipe_bytes,
-                                 int staged_microbatches) {
+                                 int staged_microbatches, size_t grad_stage_bytes) {
     memset(p, 0, sizeof *p);
     mg_arena_init(&p->params, "parameters");
     mg_arena_init(&p->master, "master weights");
@@ -32,6 +32,7 @@ mg_status mg_memory_plan_reserve(mg_memory_plan *p, const mg_config *c, mg_gpt *
     MG_CHECK(reserve(&p->params, numel - g->params.fp8_from, &p->off_params8));
     if (p->masters) MG_CHECK(reserve(&p->master, o->numel * sizeof(float), &p->off_master));
     MG_CHECK(reserve(&p->grads, numel * sizeof(float), &p->off_grads));
+    MG_CHECK(reserve(&p->grads, grad_stage_bytes, &p->off_grad_stage));
     MG_CHECK(mg_optimizer_plan(o, &p->optim));
     /* activation slots: as many as the schedule holds at once (parallel/pipeline/schedule.h),
      * and the pipeline's buffers for input gradients on their way */
@@ -124,7 +125,8 @@ mg_status mg_memory_stage_estimate(const mg_config *c, int pp_rank, int dp_size,
                            ? (int)(c->global_batch_size / (mbs * dp_size))
                            : 0;
     MG_CHECK_GOTO(mg_memory_plan_reserve(&p, c, &g, &o, mg_gpt_target_for(&g, device, compute, mbs),
-                                         out->slots, pipe_bytes, staged),
+                                         out->slots, pipe_bytes, staged,
+                                         mg_train_buffers_bf16_stage(&l, c)),
                   st, done);
     out->params = mg_params_count(&g.params);
     out->slot_bytes = g.slot_bytes;

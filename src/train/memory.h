@@ -41,6 +41,7 @@ typedef struct {
     /* where each buffer lies in its arena */
     size_t off_params, off_master, off_grads; /* (o.params_numel: train/optimizer.h) compute dtype,
                                                  (o.numel) f32, (numel) f32 */
+    size_t off_grad_stage;                    /* gradients' arena: --grad-reduce-in-bf16's copy */
     size_t off_params8;                       /* (numel - fp8_from) bytes: --fp8-param-gather's fp8
                                                  weights (model/params.h's fp8_from) */
     size_t off_pipe;                          /* the pipeline's message buffers (workspace) */
@@ -64,10 +65,11 @@ typedef struct {
  * message buffers, and the batch (N = micro batch x sequence tokens): input ids, labels, the
  * packed documents' arrays, the loss weights and the step statistics and control; with
  * staged_microbatches > 0 (a full-iteration graph) also that many microbatches' ids, labels and
- * document arrays. */
+ * document arrays; in the gradients' arena grad_stage_bytes for --grad-reduce-in-bf16's bucket
+ * copy (mg_train_buffers_bf16_stage). */
 mg_status mg_memory_plan_reserve(mg_memory_plan *p, const mg_config *c, mg_gpt *g, mg_optimizer *o,
                                  mg_gpt_target target, int n_slots, size_t pipe_bytes,
-                                 int staged_microbatches);
+                                 int staged_microbatches, size_t grad_stage_bytes);
 /* The arenas in the order they are committed (the master arena's place too, committed or not). */
 #define MG_MEMORY_ARENAS 7
 void mg_memory_plan_arenas(mg_memory_plan *p, mg_arena *out[MG_MEMORY_ARENAS]);

@@ -198,7 +198,7 @@ static mg_status init_ddp(mg_trainer *t) {
             MG_CHECK(mg_ddp_init(&t->ddp[b], &bf->layout, bf->index, t->model.params.n,
                                  mg_trainer_buf_group(t, b), t->be, t->mem.grads + bf->base, params,
                                  bf->fp8 ? MG_U8 : t->be->compute_dtype, c->overlap_grad_reduce,
-                                 c->overlap_param_gather));
+                                 c->overlap_param_gather, t->mem.grad_stage));
     }
     if (t->layout.dp || t->model.cfg.sp || t->layout.embd)
         t->model.hooks = (mg_gpt_hooks){hook_params_needed, hook_grads_ready, t};

@@ -135,6 +135,9 @@ static void bind(mg_trainer *t) {
                      : NULL;
     m->master = p->masters ? mg_arena_ptr(&p->master, p->off_master) : NULL;
     m->grads = mg_arena_ptr(&p->grads, p->off_grads);
+    m->grad_stage = mg_train_buffers_bf16_stage(&t->bufs, c)
+                        ? mg_arena_ptr(&p->grads, p->off_grad_stage)
+                        : NULL;
     mg_optimizer_bind(&t->opt, &p->optim);
     m->pipe_buffers = mg_arena_ptr(&p->work, p->off_pipe);
     m->pipe_bytes = mg_pipeline_buffer_bytes(&t->pipe);
@@ -168,7 +171,8 @@ mg_status mg_trainer_memory_init(mg_trainer *t) {
     MG_CHECK(mg_memory_plan_reserve(&m->plan, c, &t->model, &t->opt,
                                     mg_gpt_target_of(&t->model, be, c->micro_batch_size),
                                     t->pipe.n_slots, mg_pipeline_buffer_bytes(&t->pipe),
-                                    mg_trainer_graph_on(t) ? t->eval_microbatches : 0));
+                                    mg_trainer_graph_on(t) ? t->eval_microbatches : 0,
+                                    mg_train_buffers_bf16_stage(&t->bufs, c)));
     MG_CHECK(commit(t));
     log_plan(t);
     bind(t);

@@ -130,6 +130,7 @@ typedef struct {
     float *master;    /* (opt.numel) fp32 master weights of this rank's shard (local coordinates,
                          train/optimizer.h); NULL when params are fp32 (CPU) */
     float *grads;     /* (numel) fp32 */
+    void *grad_stage; /* --grad-reduce-in-bf16: a bucket's bf16 copy (parallel/ddp.h), or NULL */
     int32_t *tokens;  /* (n_slots, N) backend: each activation slot's input ids */
     int32_t *targets; /* (n_slots, N) backend: each slot's labels */
     /* packed documents (train/trainer_docs.h), NULL without their flag: each slot's positions

@@ -130,6 +130,44 @@ done:
     ct_pool_free(&P);
 }
 
+/* convert_bf16 (--grad-reduce-in-bf16's bucket copies): fp32 to bf16 on the communication
+ * stream, then back on the compute stream after it, bit for bit the CPU's (core/tensor.h's
+ * rounding: ties to even, NaN kept, overflow to infinity, subnormals), on values of every
+ * exponent. */
+MG_TEST(cuda_convert_bf16_matches_cpu) {
+    CT_BACKENDS(cpu, gpu);
+    ct_pool P = ct_pool_of(t, gpu);
+    enum { NSPECIAL = 12, NRAND = 50001 };
+    const size_t n = NSPECIAL + NRAND;
+    float *x = ct_host(&P, n * sizeof(float));
+    uint16_t *want = ct_host(&P, n * 2);
+    float *want_back = ct_host(&P, n * sizeof(float));
+    if (P.failed) goto done;
+    const float special[NSPECIAL] = {
+        1.0f + 0x1p-8f, 1.0f + 0x3p-8f, 1.0f + 0x1p-9f, -0.0f,     1e-40f, -3e-39f,
+        FLT_MAX,        -FLT_MAX,       INFINITY,       -INFINITY, NAN,    3.14159265f};
+    memcpy(x, special, sizeof special);
+    for (size_t i = NSPECIAL; i < n; i++)
+        x[i] =
+            sinf(0.7f * (float)i) * ldexpf(1.0f + 0x1p-12f * (float)(i % 97), (int)(i % 61) - 30);
+    float *d_x = ct_up_f32(&P, x, n), *d_back = ct_poison(&P, n * sizeof(float));
+    uint16_t *d_b = ct_poison(&P, n * 2);
+    if (P.failed) goto done;
+    MG_EXPECT_OK(gpu->convert_bf16(gpu, d_b, d_x, n, true, MG_STREAM_COMM));
+    if (gpu->stream_wait) /* (absent where the cpu backend stands in: MG_TEST_CUDA_AS_CPU) */
+        MG_EXPECT_OK(gpu->stream_wait(gpu, MG_STREAM_COMPUTE, MG_STREAM_COMM));
+    MG_EXPECT_OK(gpu->convert_bf16(gpu, d_back, d_b, n, false, MG_STREAM_COMPUTE));
+    MG_EXPECT_OK(cpu->convert_bf16(cpu, want, x, n, true, MG_STREAM_COMM));
+    MG_EXPECT_OK(cpu->convert_bf16(cpu, want_back, want, n, false, MG_STREAM_COMPUTE));
+    uint16_t *got = ct_down_raw(&P, d_b, n * 2);
+    float *back = ct_down_raw(&P, d_back, n * sizeof(float));
+    if (!got || !back) goto done;
+    CT_EXPECT_SAME_BITS(got, want, n * 2, "convert_bf16: fp32 to bf16");
+    CT_EXPECT_SAME_BITS(back, want_back, n * sizeof(float), "convert_bf16: bf16 to fp32");
+done:
+    ct_pool_free(&P);
+}
+
 /* Uploads and downloads larger than the workspace go through it in chunks of the workspace's
  * recorded size: on a CUDA backend of the test's own whose recorded size is lowered to 16 MiB
  * (its real allocation is larger, so every chunk fits), the round trip is two chunks of 4M values,

@@ -51,6 +51,7 @@ static const coverage_row coverage[] = {
     {"copy_d2h", "test_cuda_backend.c", "cuda_memory_entries"},
     {"copy_d2d", "test_cuda_backend.c", "cuda_memory_entries"},
     {"memset_zero", "test_cuda_backend.c", "cuda_memory_entries"},
+    {"convert_bf16", "test_cuda_backend.c", "cuda_convert_bf16_matches_cpu"},
     {"upload_f32", "test_cuda_backend.c", "cuda_upload_rounds_like_the_host"},
     {"download_f32", "test_cuda_backend.c", "cuda_upload_download_span_workspace_chunks"},
     {"synchronize", "test_cuda_backend.c", "cuda_memory_entries"},

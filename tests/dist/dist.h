@@ -67,6 +67,7 @@ void dist_compare(dist_ctx *t, const char *what, const void *got, const void *wa
 
 /* The tests (test_collectives.c, test_p2p_groups.c). */
 void test_all_reduce(dist_ctx *t);
+void test_ddp_bf16(dist_ctx *t);
 void test_all_reduce_large(dist_ctx *t);
 void test_reduce_scatter(dist_ctx *t);
 void test_all_gather(dist_ctx *t);

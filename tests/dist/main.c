@@ -44,6 +44,7 @@ static const struct {
     {"p2p_tagged", test_p2p_tagged},
     {"groups_tp_dp", test_groups_tp_dp},
     {"groups_partial_and_order", test_groups_partial_and_order},
+    {"ddp_bf16", test_ddp_bf16},
     {"train_dp", test_train_dp},
     {"train_distopt", test_train_distopt},
     {"train_resume", test_train_resume},

@@ -46,6 +46,7 @@ typedef struct {
     bool distopt, overlap;
     int64_t bucket; /* --ddp-bucket-size, 0: none */
     bool overlap_param;
+    bool bf16_reduce; /* --grad-reduce-in-bf16: the one-rank run's within BF16_TOL */
 } variant;
 
 typedef struct {
@@ -102,6 +103,7 @@ static void make_config(dist_ctx *t, mg_config *c, int world, const variant *v) 
     c->overlap_grad_reduce = v->overlap;
     c->ddp_bucket_size = v->bucket > 0 ? v->bucket : -1;
     c->overlap_param_gather = v->overlap_param;
+    c->grad_reduce_in_bf16 = v->bf16_reduce;
 }
 
 /* A trainer on dp (NULL: alone) with --save / --load `save` / `load` (NULL: none). */
@@ -176,7 +178,7 @@ static void check_variant(dist_ctx *t, const variant *v, const char *label) {
     mg_trainer *a = train(t, v, NULL, &ref);
     mg_trainer *b = train(t, v, world, &dp);
     int D = t->size;
-    const double tol = dist_on_device(t) ? BF16_TOL : TOL;
+    const double tol = dist_on_device(t) || v->bf16_reduce ? BF16_TOL : TOL;
     DEXPECT(b->layout.dp_size == D && b->num_microbatches == global_batch(t) / D,
             "%s: dp %d, %d microbatches", label, b->layout.dp_size, b->num_microbatches);
     for (int s = 0; s < STEPS; s++) {
@@ -222,9 +224,13 @@ static void check_variant(dist_ctx *t, const variant *v, const char *label) {
          * element of this rank's shard (plus the optimizer's scalars and arena alignment) */
         mg_memory_per_param mp = mg_trainer_memory_per_param(b);
         double P = (double)mp.params, opt_bytes = mp.optimizer * P;
+        /* --grad-reduce-in-bf16: and the bf16 copy of the largest bucket (arena-aligned) */
+        const double stage = (double)mg_train_buffers_bf16_stage(&b->bufs, &b->cfg);
         DEXPECT(mp.weights * P == 4.0 * (double)b->bufs.b[0].layout.numel &&
-                    mp.grads == mp.weights && mp.master == 0 && opt_bytes >= 8.0 * (double)want &&
-                    opt_bytes <= 8.0 * (double)want + 1024,
+                    mp.grads * P >= mp.weights * P + stage &&
+                    mp.grads * P <= mp.weights * P + stage + 1024 &&
+                    (stage > 0) == (v->bf16_reduce && D > 1) && mp.master == 0 &&
+                    opt_bytes >= 8.0 * (double)want && opt_bytes <= 8.0 * (double)want + 1024,
                 "%s: per parameter: weights %.3f grads %.3f master %.3f optimizer %.3f B", label,
                 mp.weights, mp.grads, mp.master, mp.optimizer);
     }
@@ -245,16 +251,21 @@ static void quiet(dist_ctx *t) {
 
 void test_train_dp(dist_ctx *t) {
     quiet(t);
-    check_variant(t, &(variant){false, false, 0, false}, "all-reduce, one bucket");
-    check_variant(t, &(variant){false, true, 5000, false}, "all-reduce, buckets of 5000");
+    check_variant(t, &(variant){false, false, 0, false, false}, "all-reduce, one bucket");
+    check_variant(t, &(variant){false, true, 5000, false, false}, "all-reduce, buckets of 5000");
+    check_variant(t, &(variant){false, true, 5000, false, true},
+                  "all-reduce in bf16, buckets of 5000");
 }
 
 void test_train_distopt(dist_ctx *t) {
     quiet(t);
-    check_variant(t, &(variant){true, false, 0, false}, "distributed optimizer, one bucket");
-    check_variant(t, &(variant){true, true, 5000, false}, "distributed optimizer, buckets of 5000");
-    check_variant(t, &(variant){true, true, 5000, true},
+    check_variant(t, &(variant){true, false, 0, false, false}, "distributed optimizer, one bucket");
+    check_variant(t, &(variant){true, true, 5000, false, false},
+                  "distributed optimizer, buckets of 5000");
+    check_variant(t, &(variant){true, true, 5000, true, false},
                   "distributed optimizer, buckets of 5000, parameter gather in forward");
+    check_variant(t, &(variant){true, false, 0, false, true},
+                  "distributed optimizer, reduce-scatter in bf16, one bucket");
 }
 
 /* ---- the memory report against Megatron's bytes-per-parameter table (device buffers) ---- */
@@ -265,7 +276,7 @@ void test_train_memory(dist_ctx *t) {
     mg_comm *world = mg_comm_world_comm(t->w);
     for (int distopt = 0; distopt < 2; distopt++) {
         mg_config c;
-        make_config(t, &c, t->size, &(variant){distopt != 0, false, 0, false});
+        make_config(t, &c, t->size, &(variant){distopt != 0, false, 0, false, false});
         c.num_layers = 4;
         c.hidden_size = 1024;
         c.num_attention_heads = 16;
@@ -338,7 +349,7 @@ static void check_resume(dist_ctx *t, const variant *v, const char *label) {
             "%s: rank %d's resumed moments differ", label, t->rank);
 
     /* resharding: one rank, no distributed optimizer, reads every rank's shard */
-    mg_trainer *d = start(t, &(variant){false, false, 0, false}, NULL, NULL, path);
+    mg_trainer *d = start(t, &(variant){false, false, 0, false, false}, NULL, NULL, path);
     int wrong = 0;
     for (int i = 0; i < b->opt.n_pieces; i++) {
         const mg_optim_piece *pc = &b->opt.pieces[i];
@@ -363,7 +374,7 @@ static void check_resume(dist_ctx *t, const variant *v, const char *label) {
 void test_train_resume(dist_ctx *t) {
     quiet(t);
     if (dist_on_device(t)) return;
-    check_resume(t, &(variant){false, false, 0, false}, "all-reduce");
-    check_resume(t, &(variant){true, true, 5000, true},
+    check_resume(t, &(variant){false, false, 0, false, false}, "all-reduce");
+    check_resume(t, &(variant){true, true, 5000, true, false},
                  "distributed optimizer, buckets of 5000, parameter gather in forward");
 }

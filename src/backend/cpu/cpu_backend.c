@@ -2,6 +2,7 @@
  * Memory is ordinary host memory (aligned, zeroed), so the copy entries are memcpy. */
 #include "backend/cpu/cpu_ops.h"
 #include "core/clock.h"
+#include "core/tensor.h"
 #include "backend/graph_record.h"
 
 #include <cblas.h>
@@ -54,6 +55,17 @@ mg_status mg_cpu_copy_d2d(mg_backend *be, void *dst, const void *src, size_t byt
 
 mg_status mg_cpu_memset_zero(mg_backend *be, void *dst, size_t bytes) {
     if (bytes) memset(dst, 0, bytes);
+    return MG_OK;
+}
+
+mg_status mg_cpu_convert_bf16(mg_backend *be, void *dst, const void *src, size_t n, bool to_bf16,
+                              mg_stream_id stream) {
+    if (to_bf16)
+        for (size_t i = 0; i < n; i++)
+            ((uint16_t *)dst)[i] = mg_f32_to_bf16(((const float *)src)[i]);
+    else
+        for (size_t i = 0; i < n; i++)
+            ((float *)dst)[i] = mg_bf16_to_f32(((const uint16_t *)src)[i]);
     return MG_OK;
 }
 

@@ -159,6 +159,13 @@ mg_status mg_cuda_copy_d2d(mg_backend *be, void *dst, const void *src, size_t by
     return MG_OK;
 }
 
+mg_status mg_cuda_convert_bf16(mg_backend *be, void *dst, const void *src, size_t n, bool to_bf16,
+                               mg_stream_id stream) {
+    cudaStream_t s = (cudaStream_t)mg_cuda_stream_handle(be, stream);
+    /* bf16 whatever the compute dtype: the bf16 instantiation of convert.cu's kernels */
+    return to_bf16 ? mg_cuda_f32_to_h16(dst, src, n, s) : mg_cuda_h16_to_f32(dst, src, n, s);
+}
+
 mg_status mg_cuda_memset_zero(mg_backend *be, void *dst, size_t bytes) {
     if (!bytes) return MG_OK;
     MG_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, mg_cuda_stream(be)));
