@@ -306,6 +306,11 @@ $(BUILD)/op_bench: bench/op_bench.c $(BUILD)/libmegatron.a
 $(BUILD)/grouped_gemm_bench: bench/grouped_gemm_bench.c $(BUILD)/libmegatron.a
 	$(CC) $(CFLAGS) $< $(BUILD)/libmegatron.a $(LDLIBS) -o $@
 
+# GPU machine: the fp8 casts of 1.5B's operands, each form apart and together, against a copy of
+# the same bytes (bench/fp8_cast_bench.c).
+$(BUILD)/fp8_cast_bench: bench/fp8_cast_bench.c $(BUILD)/libmegatron.a
+	$(CC) $(CFLAGS) $< $(BUILD)/libmegatron.a $(LDLIBS) -o $@
+
 # Any CUDA process's per-kernel GPU time, for machines without Nsight (tools/profile/
 # kernel_profile.c, a CUPTI injection library: CUDA_INJECTION64_PATH=$(BUILD)/kernel_profile.so).
 # CUPTI from CUPTI_DIR, else the toolkit's extras/CUPTI, else python3's nvidia-cuda-cupti wheel.

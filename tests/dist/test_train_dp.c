@@ -189,7 +189,11 @@ static void check_variant(dist_ctx *t, const variant *v, const char *label) {
     }
     const char *which = "";
     double e = worst_param_error(b, dp.w, a, ref.w, &which);
-    DEXPECT(e <= tol, "%s: parameters after %d steps differ from one rank's by %.3g (%s)", label,
+    /* the bf16 sum of D replicas rounds D - 1 partial sums, and Adam turns a small gradient's
+     * rounding into a whole step of a small parameter (4% of the LayerNorm biases' size after 5
+     * steps at D 8): the parameters' bound grows with the roundings */
+    const double ptol = v->bf16_reduce ? fmax(BF16_TOL, BF16_TOL * (D - 1) / 2) : tol;
+    DEXPECT(e <= ptol, "%s: parameters after %d steps differ from one rank's by %.3g (%s)", label,
             STEPS, e, which);
     /* the replicas agree bit for bit: compare the parameters (fp32 on the cpu backend, bf16 on
      * cuda: the values forward reads) with rank 0's */
