@@ -58,6 +58,12 @@ typedef struct {
      * the schedule's order, NCCL's 1F1B) and sends beside the compute (NCCL's interleaved
      * executor: parallel/pipeline/p2p.h) */
     double msg_blocking_ratio, msg_async_ratio;
+    /* the same model with each chunk's ops weighted by its layers as placed, the output layer and
+     * loss costing out_layers layers (their GEMM FLOPs over a layer's: train/metrics.h) and the
+     * embedding nothing (has_placed: layers and a vocabulary given, P > 1): each rank's idle share
+     * of the step (P), and the step over an even split of the same work */
+    bool has_placed;
+    double out_layers, *placed_idle, placed_ratio;
 
     bool has_layers;         /* --num-layers given */
     mg_layers_chunk *chunks; /* (P, V) rank-major */

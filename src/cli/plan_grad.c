@@ -201,6 +201,7 @@ static mg_status grad_from_model(mg_plan *p) {
     m.virtual_pipeline_model_parallel_size = m.num_layers_per_virtual_pipeline_stage = -1;
     m.decoder_first_pipeline_num_layers = m.decoder_last_pipeline_num_layers = -1;
     m.account_for_embedding_in_pipeline_split = m.account_for_loss_in_pipeline_split = false;
+    m.pipeline_model_parallel_layout[0] = '\0'; /* (its stages are the chunks cut below) */
     mg_gpt g;
     int pp = p->cfg.pipeline_model_parallel_size, n_chunks = pp * p->vpp;
     mg_status st;

@@ -85,6 +85,14 @@ static cJSON *pipeline_json(const mg_plan *p) {
     cJSON_AddNumberToObject(o, "bubble_fraction", p->timeline.bubble_fraction);
     cJSON_AddNumberToObject(o, "bubble_ratio", p->timeline.bubble_ratio);
     cJSON_AddNumberToObject(o, "analytic_bubble_ratio", p->timeline.analytic_ratio);
+    if (p->has_placed) {
+        cJSON *placed = cJSON_AddObjectToObject(o, "placed");
+        cJSON_AddNumberToObject(placed, "output_layer_and_loss_in_layers", p->out_layers);
+        cJSON *idle = cJSON_AddArrayToObject(placed, "idle_fraction_per_rank");
+        for (int r = 0; idle && r < s->pp; r++)
+            cJSON_AddItemToArray(idle, cJSON_CreateNumber(p->placed_idle[r]));
+        cJSON_AddNumberToObject(placed, "time_over_even_split", p->placed_ratio);
+    }
     if (s->pp > 1) {
         cJSON_AddNumberToObject(o, "messages_blocking_time_ratio", p->msg_blocking_ratio);
         cJSON_AddNumberToObject(o, "messages_async_time_ratio", p->msg_async_ratio);

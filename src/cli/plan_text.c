@@ -125,6 +125,14 @@ static void print_pipeline(const mg_plan *p, FILE *f) {
     fprintf(f,
             "  bubble: %.4f of the time idle (idle/compute %.4f; Megatron's (p-1)/(v*m) = %.4f)\n",
             p->timeline.bubble_fraction, p->timeline.bubble_ratio, p->timeline.analytic_ratio);
+    if (p->has_placed) {
+        fprintf(f,
+                "  as placed (each chunk's layers; the output layer and loss %.2f layers, their "
+                "GEMM FLOPs): idle",
+                p->out_layers);
+        for (int r = 0; r < s->pp; r++) fprintf(f, " %.4f", p->placed_idle[r]);
+        fprintf(f, " of the step per rank; the step %.4fx an even split's\n", p->placed_ratio);
+    }
     if (s->pp > 1)
         fprintf(f,
                 "  messages: in the same model the step takes %.4fx the schedule's time when "

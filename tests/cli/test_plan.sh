@@ -81,6 +81,22 @@ elif ! grep -qF "pp 0  |F0a F1a F2a F3a F0b" <<<"$out"; then fail plan_text "no 
 elif ! grep -qF "Megatron's (p-1)/(v*m) = 0.1875" <<<"$out"; then fail plan_text "no bubble line" "$out"
 else pass plan_text; fi
 
+# Layers as placed (GPT-2 1.5B's shape, P 2, V 2, 32 microbatches): a --pipeline-model-parallel-layout
+# plans (the grad buffers' whole-model build once refused it); the even split leaves the first
+# rank idle while the last one runs the output layer and loss, so its step is longer than a split
+# that moves a layer off the last rank (the model's own comparison, not a fixed number).
+XL=(--num-layers 48 --hidden-size 1600 --num-attention-heads 25 --seq-length 1024 --vocab-size 50257
+    --micro-batch-size 1 --global-batch-size 32 --world-size 2 --pipeline-model-parallel-size 2)
+placed() { "$MEGATRON" plan "${XL[@]}" "$@" 2>&1 | sed -n 's/.*the step \([0-9.]*\)x an even split.s/\1/p'; }
+even=$(placed --pipeline-model-parallel-layout 'Et*12|t*12|t*12|t*12L')
+moved=$(placed --pipeline-model-parallel-layout 'Et*12|t*12|t*13|t*11L')
+if [ -z "$even" ] || [ -z "$moved" ]; then fail plan_layout_placed "no 'as placed' line: '$even' '$moved'"
+elif ! awk -v a="$even" -v b="$moved" 'BEGIN { exit !(a > b && b >= 1.0) }'; then
+    fail plan_layout_placed "even split ${even}x, moved layer ${moved}x"
+else pass plan_layout_placed; fi
+expect_json plan_layout_placed_json '"placed":{"output_layer_and_loss_in_layers":' "${XL[@]}" \
+    --pipeline-model-parallel-layout 'Et*12|t*12|t*13|t*11L'
+
 # The messages' cost in the same model: an interleaved schedule (P 2, V 2, 32 microbatches) takes
 # more than its own time when each send holds its sender, exactly its own time when sends run
 # beside the compute (the plan GPUs use for it; tests/unit/test_pp_schedule.c checks the grid).

@@ -347,6 +347,50 @@ MG_TEST(schedule_invariants_every_config) {
  * (P-1)/(M*V + P-1). Integer durations keep all times exact in double. */
 static const double durations[3][2] = {{1, 2}, {1, 1}, {2, 3}};
 
+/* Every op of timeline tl (ops of chunk c on rank r taking weight[r * V + c] times tf or tb;
+ * weight NULL: 1) is the schedule's op in its order, lasts its duration, and starts exactly when
+ * both its rank is free and its input exists (the list-scheduling rule, derived again here from
+ * the ops' end times). Returns whether all held. */
+static bool check_ops(mg_test_ctx *t, const mg_pp_schedule_params *s,
+                      const mg_pp_schedule_timeline *tl, double tf, double tb,
+                      const double *weight) {
+    int p = s->pp, v = s->vpp, m = s->microbatches;
+    static double f_end[8 * 32 * 4], b_end[8 * 32 * 4];
+#define END(a, r, mb, c) (a)[((r)*m + (mb)) * v + (c)]
+    for (int r = 0; r < p; r++)
+        for (int i = 0; i < tl->ops_per_rank; i++) {
+            const mg_pp_schedule_timed_op *o = &tl->ops[r * tl->ops_per_rank + i];
+            END(o->op.forward ? f_end : b_end, r, o->op.microbatch, o->op.chunk) = o->end;
+        }
+    int bad = 0;
+    for (int r = 0; r < p && !bad; r++) {
+        static mg_pp_schedule_op ops[256];
+        MG_EXPECT_OK(mg_pp_schedule_ops(s, r, ops));
+        double prev_end = 0;
+        for (int i = 0; i < tl->ops_per_rank && !bad; i++) {
+            const mg_pp_schedule_timed_op *o = &tl->ops[r * tl->ops_per_rank + i];
+            int mb = o->op.microbatch, c = o->op.chunk;
+            double dep = 0, w = weight ? weight[r * v + c] : 1.0;
+            if (o->op.forward)
+                dep = r > 0 ? END(f_end, r - 1, mb, c) : c > 0 ? END(f_end, p - 1, mb, c - 1) : 0;
+            else
+                dep = r < p - 1   ? END(b_end, r + 1, mb, c)
+                      : c < v - 1 ? END(b_end, 0, mb, c + 1)
+                                  : END(f_end, r, mb, c);
+            bad = o->op.microbatch != ops[i].microbatch || o->op.chunk != ops[i].chunk ||
+                  o->op.forward != ops[i].forward || o->op.vid != ops[i].vid ||
+                  o->start != fmax(prev_end, dep) ||
+                  o->end - o->start != (o->op.forward ? tf : tb) * w ||
+                  (!o->op.forward && o->start < END(f_end, r, mb, c));
+            MG_EXPECT(!bad, "P %d V %d M %d G %d rank %d op %d: start %g end %g prev %g dep %g", p,
+                      v, m, s->group, r, i, o->start, o->end, prev_end, dep);
+            prev_end = o->end;
+        }
+    }
+#undef END
+    return !bad;
+}
+
 static void check_timeline(mg_test_ctx *t, mg_pp_schedule_params s) {
     int p = s.pp, v = s.vpp, m = s.microbatches;
     for (int d = 0; d < 3; d++) {
@@ -355,41 +399,7 @@ static void check_timeline(mg_test_ctx *t, mg_pp_schedule_params s) {
         MG_EXPECT_OK(mg_pp_schedule_timeline_build(&s, tf, tb, &tl));
         if (!tl.ops) return;
         MG_EXPECT(tl.pp == p && tl.ops_per_rank == 2 * m * v, "timeline shape");
-        static double f_end[8 * 32 * 4], b_end[8 * 32 * 4];
-#define END(a, r, mb, c) (a)[((r)*m + (mb)) * v + (c)]
-        for (int r = 0; r < p; r++)
-            for (int i = 0; i < tl.ops_per_rank; i++) {
-                const mg_pp_schedule_timed_op *o = &tl.ops[r * tl.ops_per_rank + i];
-                END(o->op.forward ? f_end : b_end, r, o->op.microbatch, o->op.chunk) = o->end;
-            }
-        int bad = 0;
-        for (int r = 0; r < p && !bad; r++) {
-            static mg_pp_schedule_op ops[256];
-            MG_EXPECT_OK(mg_pp_schedule_ops(&s, r, ops));
-            double prev_end = 0;
-            for (int i = 0; i < tl.ops_per_rank && !bad; i++) {
-                const mg_pp_schedule_timed_op *o = &tl.ops[r * tl.ops_per_rank + i];
-                int mb = o->op.microbatch, c = o->op.chunk;
-                double dep = 0;
-                if (o->op.forward)
-                    dep = r > 0   ? END(f_end, r - 1, mb, c)
-                          : c > 0 ? END(f_end, p - 1, mb, c - 1)
-                                  : 0;
-                else
-                    dep = r < p - 1   ? END(b_end, r + 1, mb, c)
-                          : c < v - 1 ? END(b_end, 0, mb, c + 1)
-                                      : END(f_end, r, mb, c);
-                bad = o->op.microbatch != ops[i].microbatch || o->op.chunk != ops[i].chunk ||
-                      o->op.forward != ops[i].forward || o->op.vid != ops[i].vid ||
-                      o->start < prev_end || o->start < dep ||
-                      o->end - o->start != (o->op.forward ? tf : tb) ||
-                      (!o->op.forward && o->start < END(f_end, r, mb, c));
-                MG_EXPECT(!bad, "P %d V %d M %d G %d rank %d op %d: start %g end %g prev %g dep %g",
-                          p, v, m, s.group, r, i, o->start, o->end, prev_end, dep);
-                prev_end = o->end;
-            }
-        }
-#undef END
+        check_ops(t, &s, &tl, tf, tb, NULL);
         double want = (m * v + p - 1) * (tf + tb);
         MG_EXPECT(tl.makespan == want && tl.busy == m * v * (tf + tb),
                   "P %d V %d M %d G %d (%g/%g): makespan %g, want (MV+P-1)(F+B) = %g", p, v, m,
@@ -402,6 +412,49 @@ static void check_timeline(mg_test_ctx *t, mg_pp_schedule_params s) {
         mg_pp_schedule_timeline_free(&tl);
         MG_EXPECT(tl.ops == NULL, "free leaves ops");
     }
+}
+
+/* Uneven chunks (mg_pp_schedule_timeline_weighted): with integer weights, 0 included (an
+ * embedding-only chunk), every op obeys the list-scheduling rule with its weighted duration;
+ * each rank's busy time is its weights' sum times M (F + B); the makespan is at least the
+ * busiest rank's time and at least microbatch 0's chain through every chunk; equal weights k
+ * give k times the unweighted timeline. */
+static void check_weighted(mg_test_ctx *t, mg_pp_schedule_params s) {
+    int p = s.pp, v = s.vpp, m = s.microbatches;
+    double w[8 * 4], busy[8], ones[8 * 4];
+    for (int k = 0; k < p * v; k++) w[k] = (double)((k * 5 + 3) % 4), ones[k] = 3.0;
+    mg_pp_schedule_timeline tl, base, tri;
+    MG_EXPECT_OK(mg_pp_schedule_timeline_weighted(&s, 1, 2, w, busy, &tl));
+    MG_EXPECT_OK(mg_pp_schedule_timeline_build(&s, 1, 2, &base));
+    MG_EXPECT_OK(mg_pp_schedule_timeline_weighted(&s, 1, 2, ones, NULL, &tri));
+    if (!tl.ops || !base.ops || !tri.ops) goto done;
+    check_ops(t, &s, &tl, 1, 2, w);
+    double chain = 0, most = 0;
+    for (int r = 0; r < p; r++) {
+        double b = 0;
+        for (int c = 0; c < v; c++) b += m * 3.0 * w[r * v + c], chain += 3.0 * w[r * v + c];
+        MG_EXPECT(busy[r] == b, "P %d V %d M %d: rank %d busy %g, want %g", p, v, m, r, busy[r], b);
+        most = fmax(most, b);
+    }
+    MG_EXPECT(tl.busy == most && tl.makespan >= most && tl.makespan >= chain,
+              "P %d V %d M %d: makespan %g, busiest %g (%g), chain %g", p, v, m, tl.makespan, most,
+              tl.busy, chain);
+    MG_EXPECT(tri.makespan == 3.0 * base.makespan && tri.busy == 3.0 * base.busy,
+              "P %d V %d M %d: weights 3 give makespan %g, unweighted %g", p, v, m, tri.makespan,
+              base.makespan);
+done:
+    mg_pp_schedule_timeline_free(&tl);
+    mg_pp_schedule_timeline_free(&base);
+    mg_pp_schedule_timeline_free(&tri);
+}
+
+MG_TEST(schedule_timeline_weighted) {
+    int n = for_each_config(t, check_weighted);
+    MG_EXPECT(n > 5000, "only %d configurations", n);
+    mg_pp_schedule_params s = params(2, 1, 4, 0);
+    mg_pp_schedule_timeline tl;
+    MG_EXPECT_ERROR(mg_pp_schedule_timeline_weighted(&s, 1, 2, (double[]){1, -1}, NULL, &tl),
+                    MG_ERR_USAGE, "pipeline chunk weight 1 is -1");
 }
 
 MG_TEST(schedule_timeline_every_config) {

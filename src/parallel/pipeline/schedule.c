@@ -250,6 +250,12 @@ void mg_pp_schedule_timeline_free(mg_pp_schedule_timeline *t) {
 
 mg_status mg_pp_schedule_timeline_build(const mg_pp_schedule_params *s, double t_fwd, double t_bwd,
                                         mg_pp_schedule_timeline *out) {
+    return mg_pp_schedule_timeline_weighted(s, t_fwd, t_bwd, NULL, NULL, out);
+}
+
+mg_status mg_pp_schedule_timeline_weighted(const mg_pp_schedule_params *s, double t_fwd,
+                                           double t_bwd, const double *weight, double *rank_busy,
+                                           mg_pp_schedule_timeline *out) {
     memset(out, 0, sizeof *out);
     MG_CHECK(mg_pp_schedule_check(s));
     if (!(t_fwd > 0 && t_bwd > 0 && isfinite(t_fwd) && isfinite(t_bwd)))
@@ -258,6 +264,10 @@ mg_status mg_pp_schedule_timeline_build(const mg_pp_schedule_params *s, double t
                        "backward %g)",
                        t_fwd, t_bwd);
     int p = s->pp, m = s->microbatches, v = s->vpp, per = 2 * m * v;
+    for (int k = 0; weight && k < p * v; k++)
+        if (!(weight[k] >= 0 && isfinite(weight[k])))
+            return MG_FAIL(MG_ERR_USAGE, "pipeline chunk weight %d is %g: expected >= 0, finite", k,
+                           weight[k]);
     size_t slots = (size_t)p * m * v;
     /* f_end / b_end: (P, M, V) end time of each forward / backward, -1 until it has run. */
     double *f_end = malloc(slots * sizeof *f_end), *b_end = malloc(slots * sizeof *b_end);
@@ -300,7 +310,8 @@ mg_status mg_pp_schedule_timeline_build(const mg_pp_schedule_params *s, double t
                 }
                 if (ready < 0) break; /* the input has not been produced yet */
                 t->start = fmax(clock[r], ready);
-                t->end = t->start + (t->op.forward ? t_fwd : t_bwd);
+                t->end =
+                    t->start + (t->op.forward ? t_fwd : t_bwd) * (weight ? weight[r * v + c] : 1.0);
                 clock[r] = t->end;
                 AT(t->op.forward ? f_end : b_end, r, mb, c) = t->end;
                 next[r]++;
@@ -317,7 +328,14 @@ mg_status mg_pp_schedule_timeline_build(const mg_pp_schedule_params *s, double t
     }
 #undef AT
     for (int r = 0; r < p; r++) out->makespan = fmax(out->makespan, clock[r]);
-    out->busy = (double)m * v * (t_fwd + t_bwd);
+    out->busy = 0.0;
+    for (int r = 0; r < p; r++) { /* the busiest rank's compute (with weights, ranks differ) */
+        double b = 0.0;
+        for (int c = 0; c < v; c++)
+            b += (double)m * (t_fwd + t_bwd) * (weight ? weight[r * v + c] : 1.0);
+        if (rank_busy) rank_busy[r] = b;
+        out->busy = fmax(out->busy, b);
+    }
     out->bubble_fraction = 1.0 - out->busy / out->makespan;
     out->bubble_ratio = out->makespan / out->busy - 1.0;
     out->analytic_ratio = (double)(p - 1) / ((double)v * m);

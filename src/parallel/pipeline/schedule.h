@@ -38,6 +38,7 @@
  * mg_pp_schedule_rank_counts, mg_pp_schedule_table, mg_pp_schedule_lookup, mg_pp_schedule_order,
  * mg_pp_schedule_ops, mg_pp_schedule_activation_slots, mg_pp_schedule_ops_encode,
  * mg_pp_schedule_ops_slots, mg_pp_schedule_timeline, mg_pp_schedule_timeline_build,
+ * mg_pp_schedule_timeline_weighted,
  * mg_pp_schedule_timeline_free. Needs: core/status. */
 #ifndef MG_PIPELINE_SCHEDULE_H
 #define MG_PIPELINE_SCHEDULE_H
@@ -141,6 +142,14 @@ typedef struct {
  * orders deadlock (they never do for a valid schedule). */
 mg_status mg_pp_schedule_timeline_build(const mg_pp_schedule_params *s, double t_fwd, double t_bwd,
                                         mg_pp_schedule_timeline *out);
+/* The same with chunk c's ops on rank r taking weight[r * V + c] (>= 0; NULL: 1) times t_fwd or
+ * t_bwd: uneven placements (a layout's chunks of different layer counts, the embedding on the
+ * first, the output layer and loss on the last). busy is then the busiest rank's compute, and
+ * rank_busy (P, may be NULL) each rank's; a rank's idle share of the makespan is
+ * 1 - rank_busy[r] / makespan. */
+mg_status mg_pp_schedule_timeline_weighted(const mg_pp_schedule_params *s, double t_fwd,
+                                           double t_bwd, const double *weight, double *rank_busy,
+                                           mg_pp_schedule_timeline *out);
 void mg_pp_schedule_timeline_free(mg_pp_schedule_timeline *t);
 
 #endif
