@@ -13,7 +13,6 @@
 #include "cli/cli.h"
 #include "cli/plan.h"
 #include "parallel/pipeline/p2p.h"
-#include "train/metrics.h"
 
 #include "config/flags_command.h"
 #include "parallel/layout.h"
@@ -137,49 +136,6 @@ static mg_status build_layers(mg_plan *p) {
     return mg_layers_plan(&lp, p->chunks);
 }
 
-/* The output layer and loss in layers: their GEMM FLOPs (train/metrics.h, which counts the
- * logits' and every layer's) over one layer's average; 0 where that cannot be told. */
-static double output_layers(const mg_config *c) {
-    if (c->num_layers <= 0 || c->vocab_size <= 0 || c->hidden_size <= 0) return 0.0;
-    mg_config none = *c;
-    none.num_layers = 0;
-    double all = mg_flops_per_iteration(c, 1), logits = mg_flops_per_iteration(&none, 1);
-    double layer = (all - logits) / c->num_layers;
-    return layer > 0 ? logits / layer : 0.0;
-}
-
-/* The timeline of the layers as placed (mg_plan's has_placed): each chunk's ops weighted by its
- * layers, the last chunk's also by the output layer and loss. */
-static mg_status build_placed(mg_plan *p) {
-    const mg_config *c = &p->cfg;
-    const int pp = p->schedule.pp, v = p->schedule.vpp;
-    p->out_layers = output_layers(c);
-    if (!p->has_layers || pp < 2 || !(p->out_layers > 0)) return MG_OK;
-    double *w = malloc((size_t)pp * v * sizeof *w), *busy = malloc((size_t)pp * sizeof *busy);
-    p->placed_idle = malloc((size_t)pp * sizeof *p->placed_idle);
-    mg_status st = w && busy && p->placed_idle ? MG_OK : MG_FAIL(MG_ERR_NOMEM, "out of memory");
-    double total = 0.0;
-    for (int k = 0; st == MG_OK && k < pp * v; k++) {
-        w[k] = p->chunks[k].count + (k == pp * v - 1 ? p->out_layers : 0.0);
-        total += w[k];
-    }
-    mg_pp_schedule_timeline tl = {0};
-    if (st == MG_OK && total > 0)
-        st = mg_pp_schedule_timeline_weighted(&p->schedule, 1.0, 2.0, w, busy, &tl);
-    if (st == MG_OK && total > 0) {
-        const int m = p->schedule.microbatches;
-        /* an even split: every chunk total / (P V), the schedule's own makespan for it */
-        const double even = 3.0 * total / (pp * v) * (m * v + pp - 1);
-        for (int r = 0; r < pp; r++) p->placed_idle[r] = 1.0 - busy[r] / tl.makespan;
-        p->placed_ratio = tl.makespan / even;
-        p->has_placed = true;
-    }
-    mg_pp_schedule_timeline_free(&tl);
-    free(w);
-    free(busy);
-    return st;
-}
-
 /* Megatron's number of microbatches: global batch / (micro batch x data-parallel size). */
 static mg_status resolve_microbatches(const mg_plan *p, int given, int *m) {
     const mg_config *c = &p->cfg;
@@ -211,7 +167,7 @@ static mg_status build_pipeline(mg_plan *p, int m) {
     MG_CHECK(mg_pp_schedule_table(&p->schedule, p->table));
     /* Megatron's usual cost model: a backward costs twice a forward. */
     MG_CHECK(mg_pp_schedule_timeline_build(&p->schedule, 1.0, 2.0, &p->timeline));
-    MG_CHECK(build_placed(p));
+    MG_CHECK(mg_plan_build_placed(p));
     for (int async = 0; async < 2 && pp > 1; async++) {
         mg_p2p_plan msg;
         MG_CHECK(mg_p2p_plan_build(&p->schedule, false, async, 0, &msg));
@@ -241,6 +197,7 @@ static void plan_free(mg_plan *p) {
     if (p->has_pipeline) mg_pp_schedule_timeline_free(&p->timeline);
     free(p->orders);
     free(p->placed_idle);
+    free(p->suggested);
     free(p->warmup);
     free(p->slots);
     free(p->table);

@@ -64,6 +64,11 @@ typedef struct {
      * of the step (P), and the step over an even split of the same work */
     bool has_placed;
     double out_layers, *placed_idle, placed_ratio;
+    /* a split of the same layers the model finds faster by moving one layer at a time between
+     * chunks (NULL: none better by 0.1%): --pipeline-model-parallel-layout's string, and its step
+     * over the even split's */
+    char *suggested;
+    double suggested_ratio;
 
     bool has_layers;         /* --num-layers given */
     mg_layers_chunk *chunks; /* (P, V) rank-major */
@@ -99,6 +104,9 @@ typedef struct {
 
 /* The grad buffer(s) for --param-sizes, or for a model given by its flags (--hidden-size ...);
  * nothing when neither is given. Needs the layout and, for a model, the layer placement. */
+/* cli/plan_placed.c: has_placed, out_layers, placed_idle, placed_ratio and suggested, from the
+ * schedule and the chunks' layers (after the timeline). */
+mg_status mg_plan_build_placed(mg_plan *p);
 mg_status mg_plan_build_grad(mg_plan *p);
 void mg_plan_free_grad(mg_plan *p);
 

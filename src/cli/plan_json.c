@@ -92,6 +92,10 @@ static cJSON *pipeline_json(const mg_plan *p) {
         for (int r = 0; idle && r < s->pp; r++)
             cJSON_AddItemToArray(idle, cJSON_CreateNumber(p->placed_idle[r]));
         cJSON_AddNumberToObject(placed, "time_over_even_split", p->placed_ratio);
+        if (p->suggested) {
+            cJSON_AddStringToObject(placed, "suggested_layout", p->suggested);
+            cJSON_AddNumberToObject(placed, "suggested_time_over_even_split", p->suggested_ratio);
+        }
     }
     if (s->pp > 1) {
         cJSON_AddNumberToObject(o, "messages_blocking_time_ratio", p->msg_blocking_ratio);

@@ -96,6 +96,18 @@ elif ! awk -v a="$even" -v b="$moved" 'BEGIN { exit !(a > b && b >= 1.0) }'; the
 else pass plan_layout_placed; fi
 expect_json plan_layout_placed_json '"placed":{"output_layer_and_loss_in_layers":' "${XL[@]}" \
     --pipeline-model-parallel-layout 'Et*12|t*12|t*13|t*11L'
+# Its faster split: planned as given, it takes the time the suggestion said, and is a local
+# optimum (no further suggestion); under 1F1B the suggestion moves the last rank's spare layer.
+out=$("$MEGATRON" plan "${XL[@]}" --virtual-pipeline-model-parallel-size 2 2>&1)
+sug=$(sed -n "s/.*--pipeline-model-parallel-layout '\([^']*\)' (the step \([0-9.]*\)x.*/\1 \2/p" <<<"$out")
+again=$("$MEGATRON" plan "${XL[@]}" --pipeline-model-parallel-layout "${sug% *}" 2>&1)
+if [ -z "$sug" ]; then fail plan_layout_suggested "no suggestion" "$out"
+elif ! grep -qF "the step ${sug#* }x an even split's" <<<"$again"; then
+    fail plan_layout_suggested "'${sug% *}' planned again differs from ${sug#* }x" "$again"
+elif grep -qF "a faster split" <<<"$again"; then fail plan_layout_suggested "not a local optimum" "$again"
+elif ! "$MEGATRON" plan "${XL[@]}" 2>&1 | grep -qF "layout 'Et*25|t*23L'"; then
+    fail plan_layout_suggested "1F1B: no 'Et*25|t*23L'"
+else pass plan_layout_suggested; fi
 
 # The messages' cost in the same model: an interleaved schedule (P 2, V 2, 32 microbatches) takes
 # more than its own time when each send holds its sender, exactly its own time when sends run
