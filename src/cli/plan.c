@@ -196,8 +196,7 @@ static void plan_free(mg_plan *p) {
     mg_parallel_layout_free(&p->layout);
     if (p->has_pipeline) mg_pp_schedule_timeline_free(&p->timeline);
     free(p->orders);
-    free(p->placed_idle);
-    free(p->suggested);
+    mg_pp_placement_free(&p->placed);
     free(p->warmup);
     free(p->slots);
     free(p->table);

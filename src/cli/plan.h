@@ -7,6 +7,7 @@
 #include "parallel/grad_buffer.h"
 #include "parallel/parallel_state.h"
 #include "parallel/pipeline/layers.h"
+#include "parallel/pipeline/placement.h"
 #include "parallel/pipeline/schedule.h"
 #include "train/memory.h"
 
@@ -63,12 +64,8 @@ typedef struct {
      * embedding nothing (has_placed: layers and a vocabulary given, P > 1): each rank's idle share
      * of the step (P), and the step over an even split of the same work */
     bool has_placed;
-    double out_layers, *placed_idle, placed_ratio;
-    /* a split of the same layers the model finds faster by moving one layer at a time between
-     * chunks (NULL: none better by 0.1%): --pipeline-model-parallel-layout's string, and its step
-     * over the even split's */
-    char *suggested;
-    double suggested_ratio;
+    double out_layers;
+    mg_pp_placement placed; /* parallel/pipeline/placement.h */
 
     bool has_layers;         /* --num-layers given */
     mg_layers_chunk *chunks; /* (P, V) rank-major */

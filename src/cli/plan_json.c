@@ -90,11 +90,12 @@ static cJSON *pipeline_json(const mg_plan *p) {
         cJSON_AddNumberToObject(placed, "output_layer_and_loss_in_layers", p->out_layers);
         cJSON *idle = cJSON_AddArrayToObject(placed, "idle_fraction_per_rank");
         for (int r = 0; idle && r < s->pp; r++)
-            cJSON_AddItemToArray(idle, cJSON_CreateNumber(p->placed_idle[r]));
-        cJSON_AddNumberToObject(placed, "time_over_even_split", p->placed_ratio);
-        if (p->suggested) {
-            cJSON_AddStringToObject(placed, "suggested_layout", p->suggested);
-            cJSON_AddNumberToObject(placed, "suggested_time_over_even_split", p->suggested_ratio);
+            cJSON_AddItemToArray(idle, cJSON_CreateNumber(p->placed.idle[r]));
+        cJSON_AddNumberToObject(placed, "time_over_even_split", p->placed.ratio);
+        if (p->placed.suggested) {
+            cJSON_AddStringToObject(placed, "suggested_layout", p->placed.suggested);
+            cJSON_AddNumberToObject(placed, "suggested_time_over_even_split",
+                                    p->placed.suggested_ratio);
         }
     }
     if (s->pp > 1) {

@@ -130,13 +130,13 @@ static void print_pipeline(const mg_plan *p, FILE *f) {
                 "  as placed (each chunk's layers; the output layer and loss %.2f layers, their "
                 "GEMM FLOPs): idle",
                 p->out_layers);
-        for (int r = 0; r < s->pp; r++) fprintf(f, " %.4f", p->placed_idle[r]);
-        fprintf(f, " of the step per rank; the step %.4fx an even split's\n", p->placed_ratio);
-        if (p->suggested)
+        for (int r = 0; r < s->pp; r++) fprintf(f, " %.4f", p->placed.idle[r]);
+        fprintf(f, " of the step per rank; the step %.4fx an even split's\n", p->placed.ratio);
+        if (p->placed.suggested)
             fprintf(f,
                     "  a faster split in the same model: --pipeline-model-parallel-layout '%s' "
                     "(the step %.4fx an even split's)\n",
-                    p->suggested, p->suggested_ratio);
+                    p->placed.suggested, p->placed.suggested_ratio);
     }
     if (s->pp > 1)
         fprintf(f,

@@ -233,6 +233,15 @@ void mg_metrics_close(mg_metrics_file *m) {
 
 /* ---- FLOPs ---- */
 
+double mg_output_layer_cost(const mg_config *c) {
+    if (c->num_layers <= 0 || c->vocab_size <= 0 || c->hidden_size <= 0) return 0.0;
+    mg_config none = *c;
+    none.num_layers = 0;
+    double all = mg_flops_per_iteration(c, 1), logits = mg_flops_per_iteration(&none, 1);
+    double layer = (all - logits) / c->num_layers;
+    return layer > 0 ? logits / layer : 0.0;
+}
+
 double mg_flops_per_iteration(const mg_config *c, int64_t batch_size) {
     /* Resolve what may still be -1, with Megatron's rules (arguments.py). */
     int64_t H = c->hidden_size, NH = c->num_attention_heads, L = c->num_layers;

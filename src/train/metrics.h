@@ -2,7 +2,7 @@
  * iteration in the metrics file, and Megatron's FLOPs count behind "throughput per GPU".
  * Exports: mg_log_record, mg_metrics_timestamp, mg_metrics_format_line(_at),
  * mg_metrics_format_json, mg_metrics_file, mg_metrics_open, mg_metrics_write, mg_metrics_close,
- * mg_flops_per_iteration. Needs: core/status. */
+ * mg_flops_per_iteration, mg_output_layer_cost. Needs: core/status. */
 #ifndef MG_METRICS_H
 #define MG_METRICS_H
 
@@ -97,5 +97,8 @@ void mg_metrics_close(mg_metrics_file *m);
  * Unresolved fields (-1) are resolved as Megatron does; without --group-query-attention the
  * query groups equal the heads, whatever --num-query-groups says. */
 double mg_flops_per_iteration(const mg_config *c, int64_t batch_size);
+/* The output layer and loss in layers: the logits' GEMM FLOPs over one layer's average (both
+ * mg_flops_per_iteration's counting); 0 where that cannot be told (no layers or vocabulary). */
+double mg_output_layer_cost(const mg_config *c);
 
 #endif

@@ -212,6 +212,8 @@ for layout in "4::--pipeline-model-parallel-size 4 --virtual-pipeline-model-para
         fail "$name (losses differ from one rank's)" "one rank: $(losses "$base" | tr '\n' ' ')" "pp: $(losses "$out" | tr '\n' ' ')"
     elif ! paste <(vlosses "$base") <(vlosses "$out") | awk 'NF != 2 || ($1 - $2) > 1e-5 * $1 || ($2 - $1) > 1e-5 * $1 { bad = 1 } END { exit bad || NR != 3 }'; then
         fail "$name (validation losses differ from one rank's)" "one rank: $(vlosses "$base" | tr '\n' ' ')" "pp: $(vlosses "$out" | tr '\n' ' ')"
+    elif [ "$(grep -c "^\[rank 0\] > pipeline split, in the schedule's model" <<<"$out")" -ne 1 ]; then
+        fail "$name (not one start-up line of the split in the schedule's model, from rank 0)" "$(grep -F "pipeline split" <<<"$out")"
     else
         pass "$name: losses $(losses "$out" | tr '\n' ' ')and validation $(vlosses "$out" | tr '\n' ' ')match one rank's"
     fi
