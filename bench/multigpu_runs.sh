@@ -29,6 +29,9 @@
 #           optimizer and both overlaps (micro-batch 16), the 124M-shape MoE under EP 2 (the ep
 #           part's run): tokens/s of each, the ratio, and whether the lm losses are equal at every
 #           logged iteration (they must be: the copy engines move the same bytes)
+#   dpbf16  350M DP 2 with the distributed optimizer and both overlaps (micro-batch 16), the
+#           gradients reduced in fp32 and with --grad-reduce-in-bf16, against one GPU: tokens/s of
+#           the last interval, the share of two GPUs, the lm losses
 #   tp|dp|pp  bench/tp_bench.sh, dp_bench.sh, pp_bench.sh (against PyTorch / the bubble bound)
 # BUILD/megatron and BUILD/dist_tests must be built with CUDA, NCCL and MPI. NCCL_NVLS_ENABLE=0
 # always. NCCL_MAX_CTAS and NCCL_MIN_CTAS, when set, reach every rank (e.g. tpov with fewer
@@ -72,6 +75,13 @@ field() { grep -oE "$2: [0-9.E+-]+" "$OUTDIR/$1.log" | tail -1 | awk '{print $NF
 ratio() { awk -v a="${1:-0}" -v b="${2:-0}" 'BEGIN { if (a > 0) printf "%.2fx", b / a; else print "-" }'; }
 losses() { grep -oE 'lm loss: [0-9.E+-]+' "$OUTDIR/$1.log" | awk '{print $3}' | paste -sd' '; }
 
+# 350M GPT-2 (sequence 1024, bf16, dropout off, 30 steps) for the tpov, ce and dpbf16 parts
+M=(--num-layers 24 --hidden-size 1024 --num-attention-heads 16 --seq-length 1024
+    --max-position-embeddings 1024 --vocab-size 50304 --mock-data --bf16 --lr 6e-4
+    --lr-warmup-iters 0 --lr-decay-style constant --weight-decay 0.1 --adam-beta2 0.95
+    --log-interval 5 --eval-iters 0 --attention-dropout 0 --hidden-dropout 0 --device cuda
+    --train-iters 30)
+
 case $PART in
 nccl) # on 4 GPUs the exit-blocking scenario 20 times in a row (the issue's bar)
     reps=1
@@ -112,11 +122,7 @@ ep)
             "$(field "ep_$name" moe_overflow_steps)"
     done ;;
 tpov)
-    M=(--num-layers 24 --hidden-size 1024 --num-attention-heads 16 --seq-length 1024
-        --max-position-embeddings 1024 --vocab-size 50304 --mock-data --bf16 --lr 6e-4
-        --lr-warmup-iters 0 --lr-decay-style constant --weight-decay 0.1 --adam-beta2 0.95
-        --log-interval 5 --eval-iters 0 --attention-dropout 0 --hidden-dropout 0 --device cuda
-        --train-iters 30 --micro-batch-size "${MBS:-32}" --global-batch-size "${MBS:-32}")
+    M+=(--micro-batch-size "${MBS:-32}" --global-batch-size "${MBS:-32}")
     timeout 300 "$BIN" train "${M[@]}" >"$OUTDIR/tpov_one.log" 2>&1
     one=$(field tpov_one 'tokens per second')
     say "350m one GPU: $one tok/s"
@@ -164,11 +170,6 @@ fp8)
     say "moe ep 2: bf16 rc $rc1 $a tok/s, fp8 rc $rc2 $b tok/s," \
         "$(ratio "$a" "$b")" ;;
 ce)
-    M=(--num-layers 24 --hidden-size 1024 --num-attention-heads 16 --seq-length 1024
-        --max-position-embeddings 1024 --vocab-size 50304 --mock-data --bf16 --lr 6e-4
-        --lr-warmup-iters 0 --lr-decay-style constant --weight-decay 0.1 --adam-beta2 0.95
-        --log-interval 5 --eval-iters 0 --attention-dropout 0 --hidden-dropout 0 --device cuda
-        --train-iters 30)
     for r in "tp_sp:${M[*]} --micro-batch-size ${MBS:-32} --global-batch-size ${MBS:-32} --tensor-model-parallel-size 2 --sequence-parallel" \
         "tp_sp_overlap:${M[*]} --micro-batch-size ${MBS:-32} --global-batch-size ${MBS:-32} --tensor-model-parallel-size 2 --sequence-parallel --tp-comm-overlap" \
         "dp:${M[*]} --micro-batch-size 16 --global-batch-size 32 --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather" \
@@ -186,8 +187,19 @@ ce)
         say "$name: kernels rc $rc1 $a tok/s, copy engines rc $rc2 $b tok/s, $(ratio "$a" "$b");" \
             "lm losses equal: $same; $(grep -c 'copy-engine collectives' "$OUTDIR/${name}_ce.log") start-up line(s)"
     done ;;
+dpbf16)
+    D=(--micro-batch-size 16 --global-batch-size 32 --use-distributed-optimizer
+        --overlap-grad-reduce --overlap-param-gather)
+    run dp_one 1 "${M[@]}" --micro-batch-size 16 --global-batch-size 16
+    run dp2_fp32 2 "${M[@]}" "${D[@]}"
+    run dp2_bf16 2 "${M[@]}" "${D[@]}" --grad-reduce-in-bf16
+    a=$(field dp_one 'tokens per second')
+    for r in fp32 bf16; do
+        b=$(field "dp2_$r" 'tokens per second')
+        say "DP 2, gradients reduced in $r: $b tok/s, $(awk -v a="${a:-0}" -v b="${b:-0}" 'BEGIN { if (a > 0) printf "%.1f%%", 100 * b / (2 * a); else print "-" }') of two GPUs ($a alone); lm losses $(losses "dp2_$r")"
+    done ;;
 tp | dp | pp) OUTDIR=$OUTDIR "$HERE/${PART}_bench.sh" "$BUILD" 2>&1 | tee "$OUTDIR/$PART.log" | tail -n 12 | tee -a "$SUM" ;;
 *)
-    echo "usage: bench/multigpu_runs.sh BUILD nccl|graphs|ep|tpov|fp8|ce|tp|dp|pp" >&2
+    echo "usage: bench/multigpu_runs.sh BUILD nccl|graphs|ep|tpov|fp8|ce|dpbf16|tp|dp|pp" >&2
     exit 2 ;;
 esac
