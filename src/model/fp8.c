@@ -572,7 +572,7 @@ mg_status mg_fp8_linear_forward(const mg_block_ctx *x, const mg_layer_params *p,
 }
 
 bool mg_fp8_takes_gelu_grad(const mg_block_ctx *x, const mg_layer_params *p) {
-    return p->fp8 >= 0 && !x->c->fp8_block && x->c->fp8_wgrad;
+    return !x->c->swiglu && p->fp8 >= 0 && !x->c->fp8_block && x->c->fp8_wgrad;
 }
 
 mg_status mg_fp8_linear_backward(const mg_block_ctx *x, const mg_layer_params *p, mg_fp8_linear j,

@@ -105,8 +105,9 @@ mg_status mg_fp8_linear_backward(const mg_block_ctx *x, const mg_layer_params *p
                                  void *dinp, float *dw, float *dbias, const void *dout,
                                  const void *dout_gelu_pre, const void *inp, const void *w,
                                  const void *gelu_pre, int IC, int OC);
-/* Whether layer p's linears cast their output gradients through a GELU (the tensor-scaled
- * recipes, with fp8 weight gradients: nothing then reads the compute dtype's gradient). */
+/* Whether layer p's MLP casts fc1's output gradient through its GELU (a GELU MLP, not SwiGLU;
+ * the tensor-scaled recipes, with fp8 weight gradients: nothing then reads the compute dtype's
+ * gradient). */
 bool mg_fp8_takes_gelu_grad(const mg_block_ctx *x, const mg_layer_params *p);
 
 /* The routed experts' linear j (MG_FP8_EXP_FC1 or _FC2) of MoE layer p on their rows (the

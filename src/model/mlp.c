@@ -62,7 +62,7 @@ mg_status mg_mlp_backward(const mg_block_ctx *x, const mg_layer_params *p, const
     const void *act = mg_block_act(x, s->act), *w2 = mg_block_param(x, p->fc2_w);
     /* GELU: fc2's input gradient goes straight through the GELU into dfc1 (an fp8 layer's fc1
      * takes it through the GELU in its gradient's cast instead) */
-    const bool gelu_in_cast = !c->swiglu && mg_fp8_takes_gelu_grad(x, p);
+    const bool gelu_in_cast = mg_fp8_takes_gelu_grad(x, p);
     MG_CHECK(mg_block_row_parallel_backward(x, p, MG_FP8_FC2, dres, hdrop ? &hd : NULL,
                                             c->swiglu ? dact : dfc1, mg_block_grad(x, p->fc2_w),
                                             mg_block_grad(x, p->fc2_b), act, w2,

@@ -129,7 +129,7 @@ static mg_status shared_backward(const mg_block_ctx *x, const mg_layer_params *p
     void *fc1 = mg_block_act(x, s->sh_fc1);
     const void *act = mg_block_act(x, s->sh_act), *w2 = mg_block_param(x, mp->sh_fc2_w);
     /* GELU: as the dense MLP's (mlp.c), through fc2's input gradient or fc1's cast */
-    const bool gelu_in_cast = !c->swiglu && mg_fp8_takes_gelu_grad(x, p);
+    const bool gelu_in_cast = mg_fp8_takes_gelu_grad(x, p);
     MG_CHECK(mg_fp8_linear_backward(x, p, MG_FP8_FC2, c->swiglu ? dact : dfc1,
                                     mg_block_grad(x, mp->sh_fc2_w), mg_block_grad(x, mp->sh_fc2_b),
                                     dout, NULL, act, w2, c->swiglu || gelu_in_cast ? NULL : fc1, Fs,

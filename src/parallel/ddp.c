@@ -14,18 +14,27 @@ static mg_status check_group(const mg_grad_buffer_layout *l, int bucket, mg_comm
     return MG_OK;
 }
 
+/* Bucket `bucket`'s sum over dp, in place in buf (its elements of dtype dt, the bucket's first at
+ * buf): all of it, or this rank's shard with the distributed optimizer; *sum: the range (buffer
+ * coordinates) that holds the sum. */
+static mg_status reduce_in(const mg_grad_buffer_layout *l, int bucket, mg_comm *dp, void *buf,
+                           mg_dtype dt, void *stream, mg_grad_range *sum) {
+    mg_grad_range b = l->buckets[bucket].range;
+    *sum = b;
+    if (!l->cfg.use_distributed_optimizer)
+        return mg_comm_all_reduce(dp, buf, buf, (size_t)(b.end - b.start), dt, MG_REDUCE_SUM,
+                                  stream);
+    MG_CHECK(mg_grad_buffer_shard_range(l, bucket, mg_comm_rank(dp), sum));
+    return mg_comm_reduce_scatter(dp, buf,
+                                  (char *)buf + (size_t)(sum->start - b.start) * mg_dtype_size(dt),
+                                  (size_t)(sum->end - sum->start), dt, MG_REDUCE_SUM, stream);
+}
+
 mg_status mg_ddp_reduce_bucket(const mg_grad_buffer_layout *l, int bucket, mg_comm *dp,
                                float *grads, void *stream) {
     MG_CHECK(check_group(l, bucket, dp));
-    mg_grad_range b = l->buckets[bucket].range;
-    size_t n = (size_t)(b.end - b.start);
-    if (!l->cfg.use_distributed_optimizer)
-        return mg_comm_all_reduce(dp, grads + b.start, grads + b.start, n, MG_F32, MG_REDUCE_SUM,
-                                  stream);
     mg_grad_range s;
-    MG_CHECK(mg_grad_buffer_shard_range(l, bucket, mg_comm_rank(dp), &s));
-    return mg_comm_reduce_scatter(dp, grads + b.start, grads + s.start, (size_t)(s.end - s.start),
-                                  MG_F32, MG_REDUCE_SUM, stream);
+    return reduce_in(l, bucket, dp, grads + l->buckets[bucket].range.start, MG_F32, stream, &s);
 }
 
 mg_status mg_ddp_gather_bucket(const mg_grad_buffer_layout *l, int bucket, mg_comm *dp,
@@ -113,18 +122,11 @@ mg_status mg_ddp_start_grad_sync(mg_ddp *d) {
  * this rank's shard with the distributed optimizer), and the sum back into the fp32 gradients.
  * One stage serves every bucket and buffer: the stream runs them one after another. */
 static mg_status reduce_bucket_bf16(mg_ddp *d, int bucket, void *stream) {
-    const mg_grad_buffer_layout *l = d->l;
-    mg_grad_range b = l->buckets[bucket].range, s = b;
-    const size_t n = (size_t)(b.end - b.start);
+    mg_grad_range b = d->l->buckets[bucket].range, s;
     uint16_t *st = d->stage;
-    MG_CHECK(d->be->convert_bf16(d->be, st, d->grads + b.start, n, true, MG_STREAM_COMM));
-    if (!l->cfg.use_distributed_optimizer) {
-        MG_CHECK(mg_comm_all_reduce(d->dp, st, st, n, MG_BF16, MG_REDUCE_SUM, stream));
-    } else {
-        MG_CHECK(mg_grad_buffer_shard_range(l, bucket, mg_comm_rank(d->dp), &s));
-        MG_CHECK(mg_comm_reduce_scatter(d->dp, st, st + (s.start - b.start),
-                                        (size_t)(s.end - s.start), MG_BF16, MG_REDUCE_SUM, stream));
-    }
+    MG_CHECK(d->be->convert_bf16(d->be, st, d->grads + b.start, (size_t)(b.end - b.start), true,
+                                 MG_STREAM_COMM));
+    MG_CHECK(reduce_in(d->l, bucket, d->dp, st, MG_BF16, stream, &s));
     return d->be->convert_bf16(d->be, d->grads + s.start, st + (s.start - b.start),
                                (size_t)(s.end - s.start), false, MG_STREAM_COMM);
 }

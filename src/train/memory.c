@@ -32,6 +32,7 @@ mg_status mg_memory_plan_reserve(mg_memory_plan *p, const mg_config *c, mg_gpt *
     MG_CHECK(reserve(&p->params, numel - g->params.fp8_from, &p->off_params8));
     if (p->masters) MG_CHECK(reserve(&p->master, o->numel * sizeof(float), &p->off_master));
     MG_CHECK(reserve(&p->grads, numel * sizeof(float), &p->off_grads));
+    p->grad_stage_bytes = grad_stage_bytes;
     MG_CHECK(reserve(&p->grads, grad_stage_bytes, &p->off_grad_stage));
     MG_CHECK(mg_optimizer_plan(o, &p->optim));
     /* activation slots: as many as the schedule holds at once (parallel/pipeline/schedule.h),

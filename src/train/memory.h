@@ -41,7 +41,7 @@ typedef struct {
     /* where each buffer lies in its arena */
     size_t off_params, off_master, off_grads; /* (o.params_numel: train/optimizer.h) compute dtype,
                                                  (o.numel) f32, (numel) f32 */
-    size_t off_grad_stage;                    /* gradients' arena: --grad-reduce-in-bf16's copy */
+    size_t off_grad_stage, grad_stage_bytes;  /* gradients' arena: --grad-reduce-in-bf16's copy */
     size_t off_params8;                       /* (numel - fp8_from) bytes: --fp8-param-gather's fp8
                                                  weights (model/params.h's fp8_from) */
     size_t off_pipe;                          /* the pipeline's message buffers (workspace) */

@@ -171,13 +171,14 @@ static mg_status create_backend(mg_trainer *t) {
  * rank's idle share and, where the model finds one 0.1% faster, that split's layout string. */
 static mg_status log_placement(const mg_config *c, const mg_pp_schedule_params *s) {
     const double out_layers = mg_output_layer_cost(c);
-    if (s->pp < 2 || !(out_layers > 0)) return MG_OK;
+    if (s->pp < 2 || !(out_layers > 0) || mg_log_rank() != 0) return MG_OK; /* mg_log_info's */
     mg_layers_params lp = mg_layers_params_of(c);
     const int n = s->pp * s->vpp;
     mg_layers_chunk *chunks = calloc((size_t)n, sizeof *chunks);
     int *count = malloc((size_t)n * sizeof *count);
     mg_pp_placement pl = {0};
-    mg_status st = chunks && count ? mg_layers_plan(&lp, chunks) : MG_ERR_NOMEM;
+    mg_status st = chunks && count ? MG_OK : MG_FAIL(MG_ERR_NOMEM, "out of memory");
+    if (st == MG_OK) st = mg_layers_plan(&lp, chunks);
     for (int k = 0; st == MG_OK && k < n; k++) count[k] = chunks[k].count;
     if (st == MG_OK) st = mg_pp_placement_model(s, count, out_layers, &pl);
     if (st == MG_OK) {
@@ -199,7 +200,6 @@ static mg_status log_placement(const mg_config *c, const mg_pp_schedule_params *
     mg_pp_placement_free(&pl);
     free(chunks);
     free(count);
-    if (st == MG_ERR_NOMEM) return MG_FAIL(MG_ERR_NOMEM, "out of memory");
     return st;
 }
 

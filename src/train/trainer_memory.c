@@ -135,9 +135,7 @@ static void bind(mg_trainer *t) {
                      : NULL;
     m->master = p->masters ? mg_arena_ptr(&p->master, p->off_master) : NULL;
     m->grads = mg_arena_ptr(&p->grads, p->off_grads);
-    m->grad_stage = mg_train_buffers_bf16_stage(&t->bufs, c)
-                        ? mg_arena_ptr(&p->grads, p->off_grad_stage)
-                        : NULL;
+    m->grad_stage = p->grad_stage_bytes ? mg_arena_ptr(&p->grads, p->off_grad_stage) : NULL;
     mg_optimizer_bind(&t->opt, &p->optim);
     m->pipe_buffers = mg_arena_ptr(&p->work, p->off_pipe);
     m->pipe_bytes = mg_pipeline_buffer_bytes(&t->pipe);

@@ -341,6 +341,24 @@ static void expect_forwards(mg_test_ctx *t, ct_pool *P, mg_backend *cpu, mg_back
                     IC, OC);
 }
 
+/* A linear test's seeded inputs, N tokens of IC to OC: the input, the weight, the bias, a
+ * residual, the output gradient, a GELU's input (IC wide, for the input gradient) and the
+ * weight gradient's starting values (it accumulates). */
+typedef struct {
+    float *x, *w, *bias, *res, *dy, *pre, *dw0;
+} lin_inputs;
+
+static lin_inputs lin_inputs_of(ct_pool *P, uint32_t id, int N, int IC, int OC) {
+    const size_t ni = (size_t)N * IC, nw = (size_t)OC * IC, no = (size_t)N * OC;
+    return (lin_inputs){ct_rand_act(P, id, ni, 1.0f),
+                        ct_rand_act(P, id + 1, nw, 0.05f),
+                        ct_rand_act(P, id + 2, OC, 0.5f),
+                        ct_rand_act(P, id + 3, no, 1.0f),
+                        ct_rand_act(P, id + 4, no, 1e-3f),
+                        ct_rand_act(P, id + 5, ni, 1.0f),
+                        ct_uniform_f32(P, id + 6, nw, -1.0f, 1.0f)};
+}
+
 MG_TEST(cuda_fp8_linear_matches_cpu) {
     CT_BACKENDS(cpu, gpu);
     static const int cases[][3] = {{64, 96, 160}, {256, 768, 3072}, {128, 3072, 768}};
@@ -349,11 +367,9 @@ MG_TEST(cuda_fp8_linear_matches_cpu) {
         const int N = cases[k][0], IC = cases[k][1], OC = cases[k][2];
         const size_t ni = (size_t)N * IC, nw = (size_t)OC * IC, no = (size_t)N * OC;
         uint32_t id = 100 + 10 * (uint32_t)k;
-        float *x = ct_rand_act(&P, id, ni, 1.0f), *w = ct_rand_act(&P, id + 1, nw, 0.05f);
-        float *bias = ct_rand_act(&P, id + 2, OC, 0.5f), *res = ct_rand_act(&P, id + 3, no, 1.0f);
-        float *dy = ct_rand_act(&P, id + 4, no, 1e-3f), *pre = ct_rand_act(&P, id + 5, ni, 1.0f);
-        float *dw0 = ct_uniform_f32(&P, id + 6, nw, -1.0f, 1.0f);
-        float *db0 = ct_uniform_f32(&P, id + 7, OC, -1.0f, 1.0f);
+        const lin_inputs in = lin_inputs_of(&P, id, N, IC, OC);
+        float *x = in.x, *w = in.w, *bias = in.bias, *res = in.res, *dy = in.dy, *pre = in.pre;
+        float *dw0 = in.dw0, *db0 = ct_uniform_f32(&P, id + 7, OC, -1.0f, 1.0f);
         /* scales as delayed scaling would set them: the format's largest value over the amax */
         fp8_pair fx = fp8_operand(&P, cpu, x, N, IC, 448.0f / 4.5f, MG_FP8_E4M3);
         fp8_pair fw = fp8_operand(&P, cpu, w, OC, IC, 448.0f / 0.25f, MG_FP8_E4M3);
@@ -447,11 +463,9 @@ MG_TEST(cuda_fp8_block_linear_matches_cpu) {
         ct_pool P = ct_pool_of(t, gpu);
         const int N = cases[k][0], IC = cases[k][1], OC = cases[k][2];
         const size_t ni = (size_t)N * IC, nw = (size_t)OC * IC, no = (size_t)N * OC;
-        uint32_t id = 300 + 10 * (uint32_t)k;
-        float *x = ct_rand_act(&P, id, ni, 1.0f), *w = ct_rand_act(&P, id + 1, nw, 0.05f);
-        float *bias = ct_rand_act(&P, id + 2, OC, 0.5f), *res = ct_rand_act(&P, id + 3, no, 1.0f);
-        float *dy = ct_rand_act(&P, id + 4, no, 1e-3f), *pre = ct_rand_act(&P, id + 5, ni, 1.0f);
-        float *dw0 = ct_uniform_f32(&P, id + 6, nw, -1.0f, 1.0f);
+        const lin_inputs in = lin_inputs_of(&P, 300 + 10 * (uint32_t)k, N, IC, OC);
+        float *x = in.x, *w = in.w, *bias = in.bias, *res = in.res, *dy = in.dy, *pre = in.pre;
+        float *dw0 = in.dw0;
         if (P.failed) {
             ct_pool_free(&P);
             break;

@@ -3,14 +3,13 @@
  * optimizer's reduce-scatter. Each rank's fp32 gradients are rounded to bf16, summed in bf16 over
  * the group and the sum written back in fp32 (the whole bucket, or this rank's shard). With two
  * ranks the result is exactly bf16(bf16(g0) + bf16(g1)), computed here from core/tensor.h's
- * roundings; with more, MPI may add in any order, so each element must lie within the bf16
- * rounding of every partial sum of the exact total (D ulps of the largest magnitude). Outside
+ * roundings (dist_round); with more, MPI may add in any order, so each element must lie within the
+ * bf16 rounding of every partial sum of the exact total (D ulps of the largest magnitude). Outside
  * this rank's shard the gradients are untouched with the distributed optimizer. On device buffers
  * the same reductions run inside train_dp's bf16 variant. */
 #include "dist.h"
 
 #include "backend/backend.h"
-#include "core/tensor.h"
 #include "parallel/ddp.h"
 
 #include <math.h>
@@ -22,8 +21,9 @@ static float grad_value(int r, size_t i) {
     return (float)(sin(0.37 * (double)i + 1.3 * r) * ldexp(1.0, (int)(i % 9) - 4)) * 1.001f;
 }
 
-static float bf16_round(float x) {
-    return mg_bf16_to_f32(mg_f32_to_bf16(x));
+/* x rounded to bf16 (dist_round: core/tensor.h's rounding) */
+static float bf16(double x) {
+    return (float)dist_round(MG_BF16, x);
 }
 
 static void check(dist_ctx *t, mg_backend *be, bool distopt, bool buckets) {
@@ -44,7 +44,7 @@ static void check(dist_ctx *t, mg_backend *be, bool distopt, bool buckets) {
     uint16_t *stage = calloc((size_t)most, sizeof *stage);
     for (size_t i = 0; i < n; i++) {
         g[i] = grad_value(t->rank, i);
-        want[i] = bf16_round(bf16_round(grad_value(0, i)) + bf16_round(grad_value(1, i)));
+        want[i] = bf16(bf16(grad_value(0, i)) + bf16(grad_value(1, i)));
     }
     mg_ddp d;
     DOK(mg_ddp_init(&d, &l, NULL, 0, mg_comm_world_comm(t->w), be, g, params, MG_F32, false, false,
@@ -69,12 +69,12 @@ static void check(dist_ctx *t, mg_backend *be, bool distopt, bool buckets) {
             } else { /* any order: within D bf16 ulps of the largest magnitude of the exact sum */
                 double exact = 0, top = 0;
                 for (int r = 0; r < t->size; r++) {
-                    double v = bf16_round(grad_value(r, (size_t)i));
+                    double v = bf16(grad_value(r, (size_t)i));
                     exact += v;
                     top = fmax(top, fabs(exact));
                 }
                 expect = (float)exact;
-                ok = fabs(g[i] - exact) <= t->size * ldexp(top, -8) && g[i] == bf16_round(g[i]);
+                ok = fabs(g[i] - exact) <= t->size * ldexp(top, -8) && g[i] == bf16(g[i]);
             }
             if (!ok && bad++ < 3)
                 DEXPECT(0, "%s: element %lld is %.9g, want %.9g", label, (long long)i, (double)g[i],

@@ -51,7 +51,17 @@ mg_status mg_pp_placement_model(const mg_pp_schedule_params *s, const int *count
     const double even = 3.0 * total / n * (m * v + pp - 1);
     for (int r = 0; r < pp; r++) out->idle[r] = 1.0 - busy[r] / now;
     out->ratio = now / even;
-    double best = now;
+    /* The search runs on a schedule of at most 8 P microbatches where that is a valid one
+     * (each step of it simulates every op: at M 1024 and 64 chunks a full-length search takes
+     * tens of seconds), and its split is then timed at the real M. */
+    mg_pp_schedule_params short_s = *s;
+    if (m > 8 * pp) {
+        short_s.microbatches = 8 * pp;
+        if (mg_pp_schedule_check(&short_s) != MG_OK) short_s.microbatches = m;
+        mg_error_clear();
+    }
+    double best = 0.0;
+    st = step_time(&short_s, count, out_layers, w, NULL, &best);
     for (bool moved = true; moved && st == MG_OK;) {
         moved = false;
         for (int i = 0; i < n && st == MG_OK; i++)
@@ -59,7 +69,7 @@ mg_status mg_pp_placement_model(const mg_pp_schedule_params *s, const int *count
                 if (i == j) continue;
                 double t;
                 count[i]--, count[j]++;
-                st = step_time(s, count, out_layers, w, NULL, &t);
+                st = step_time(&short_s, count, out_layers, w, NULL, &t);
                 if (st == MG_OK && t < best * (1 - 1e-9)) {
                     best = t, moved = true;
                 } else {
@@ -67,6 +77,7 @@ mg_status mg_pp_placement_model(const mg_pp_schedule_params *s, const int *count
                 }
             }
     }
+    if (st == MG_OK) st = step_time(s, count, out_layers, w, NULL, &best);
     if (st == MG_OK && best < now * (1 - 1e-3)) {
         out->suggested = layout_string(count, pp, v);
         if (!out->suggested) st = MG_FAIL(MG_ERR_NOMEM, "out of memory");

@@ -4,8 +4,9 @@
  * each rank's idle share of the step and the step over an even split of the same work, then
  * searches for a faster split: one layer at a time from one chunk to another while the modelled
  * step shortens (a local search; every chunk keeps a layer; the embedding stays on the first
- * stage and the loss on the last, as --pipeline-model-parallel-layout requires), written as that
- * flag's string. `megatron plan` prints it, `megatron train` logs it where the split is uneven.
+ * stage and the loss on the last, as --pipeline-model-parallel-layout requires; on a schedule of
+ * at most 8 P microbatches, the split then timed at the real count), written as that flag's
+ * string. `megatron plan` prints it, `megatron train` logs it where the split is uneven.
  * A model: bench/NOTES.md (2026-11-30) compares it with the bubbles measured on 2 H200s.
  * Exports: mg_pp_placement, mg_pp_placement_model, mg_pp_placement_free. Needs: schedule. */
 #ifndef MG_PIPELINE_PLACEMENT_H
