@@ -4,12 +4,12 @@
  * (order-free), taken over the fp32 bit patterns of the magnitudes, whose integer order is their
  * order (a NaN's pattern is above infinity's, so NaN wins as on the CPU); scale_inv is the
  * correctly rounded 1 / scale, as the CPU's division.
- * The conversion is Hopper's instruction (cvt ... satfinite), 8 elements per thread with 16-byte
- * loads. The transposed cast (the operands of the backward's products, which cuBLASLt's fp8
- * kernels take only with the reduced dimension contiguous) goes through a tile in shared memory:
- * a block reads a (CAST_TILE, CAST_TILE) tile of rows, writes its bytes row-major and, after the
- * tile is complete, the tile's columns as rows of the transpose, both coalesced. The linears'
- * products on fp8 operands are in linear.cu. */
+ * The conversion is Hopper's instruction (cvt ... satfinite, two values at a time where a chunk
+ * holds no NaN), 8 elements per thread with 16-byte loads. The transposed cast (the operands of the
+ * backward's products, which cuBLASLt's fp8 kernels take only with the reduced dimension
+ * contiguous) goes through a tile in shared memory: a block reads a (CAST_TILE, CAST_TILE) tile of
+ * rows, writes its bytes row-major and, after the tile is complete, the tile's columns as rows of
+ * the transpose, both coalesced. The linears' products on fp8 operands are in linear.cu. */
 #include "backend/cuda/activation_math.cuh"
 #include "backend/cuda/block_scan.cuh"
 #include "backend/cuda/colsum.cuh"
@@ -57,6 +57,39 @@ static __device__ __forceinline__ void convert(uint8_t *q, const float *v, int k
     }
 }
 
+/* Two values' bytes from one conversion instruction (the first in the low byte), format as
+ * to_fp8's: correct for every value but NaN. */
+static __device__ __forceinline__ uint32_t to_fp8x2(float a, float b, int format) {
+    return __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE,
+                                    format == MG_FP8_E5M2 ? __NV_E5M2 : __NV_E4M3);
+}
+
+/* convert() of a whole chunk (k = CAST_VEC), two values per conversion instruction; s_ok: the
+ * scale is a positive finite number, so a product is NaN only where its value is. A chunk with a
+ * NaN (its magnitudes' maximum pattern above infinity's) or under another scale takes convert's
+ * per-element path, which gives NaN core/fp8.h's pattern. */
+static __device__ __forceinline__ void convert8(uint8_t *q, const float *v, float s, bool s_ok,
+                                                int format, unsigned int *m) {
+    unsigned int mc = 0u;
+#pragma unroll
+    for (int e = 0; e < CAST_VEC; e++) mc = max(mc, __float_as_uint(fabsf(v[e])));
+    if (mc > 0x7f800000u || !s_ok) {
+        convert(q, v, CAST_VEC, s, format, m);
+        return;
+    }
+    *m = max(*m, mc);
+    uint32_t *w = (uint32_t *)q;
+#pragma unroll
+    for (int h = 0; h < 2; h++)
+        w[h] = to_fp8x2(v[4 * h] * s, v[4 * h + 1] * s, format) |
+               to_fp8x2(v[4 * h + 2] * s, v[4 * h + 3] * s, format) << 16;
+}
+
+/* Whether convert8 may take scale s whole: positive and finite (NaN is not). */
+static __device__ __forceinline__ bool scale_ok(float s) {
+    return s > 0.0f && s <= 3.402823466e38f;
+}
+
 /* k (<= CAST_VEC) elements from p, with one 16-byte load when vec (a whole, aligned chunk). */
 template <typename h16>
 static __device__ __forceinline__ void load_chunk(float *v, const h16 *p, int k, bool vec) {
@@ -88,6 +121,7 @@ static __global__ void fp8_cast_flat_kernel(uint8_t *out, const h16 *in, size_t 
     if (threadIdx.x == 0) block_max = 0u;
     __syncthreads();
     const float s = scale[0];
+    const bool s_ok = scale_ok(s);
     if (scale_inv && blockIdx.x == 0 && threadIdx.x == 0) scale_inv[0] = __fdiv_rn(1.0f, s);
     unsigned int m = 0u;
     /* CAST_UNROLL chunks per thread and pass, their loads issued before any conversion */
@@ -107,7 +141,10 @@ static __global__ void fp8_cast_flat_kernel(uint8_t *out, const h16 *in, size_t 
             if (!k[u]) continue;
             size_t i = (c0 + u * stride) * CAST_VEC;
             __align__(8) uint8_t q[CAST_VEC];
-            convert(q, v[u], k[u], s, format, &m);
+            if (k[u] == CAST_VEC)
+                convert8(q, v[u], s, s_ok, format, &m);
+            else
+                convert(q, v[u], k[u], s, format, &m);
             if (out) store_chunk(out + i, q, k[u], aligned && k[u] == CAST_VEC);
         }
     }
@@ -123,6 +160,7 @@ static __device__ __forceinline__ void
 cast_tile_rows(uint8_t (*tile)[CAST_TILE + CAST_VEC], uint8_t *out, const h16 *in, int r0, int c0,
                int rows, int cols, float s, int format, bool aligned, unsigned int *m) {
     const int per_row = CAST_TILE / CAST_VEC;
+    const bool s_ok = scale_ok(s);
     for (int item = threadIdx.x; item < CAST_TILE * per_row; item += CAST_THREADS) {
         int r = item / per_row, c = (item % per_row) * CAST_VEC, i = r0 + r, j = c0 + c;
         if (i >= rows || j >= cols) continue;
@@ -132,7 +170,10 @@ cast_tile_rows(uint8_t (*tile)[CAST_TILE + CAST_VEC], uint8_t *out, const h16 *i
         __align__(8) uint8_t q[CAST_VEC];
         size_t at = (size_t)i * cols + j;
         load_chunk<h16>(v, in + at, k, vec);
-        convert(q, v, k, s, format, m);
+        if (k == CAST_VEC)
+            convert8(q, v, s, s_ok, format, m);
+        else
+            convert(q, v, k, s, format, m);
         if (out) store_chunk(out + at, q, k, vec);
         store_chunk(&tile[r][c], q, k, k == CAST_VEC);
     }
@@ -179,14 +220,18 @@ static __global__ void fp8_cast_transpose_kernel(uint8_t *out, uint8_t *out_t, c
  * groups x 4 column groups fall in 32 banks), turns them with byte permutes, and stores four
  * 4-byte words, 8 lanes making 32 contiguous bytes of a transposed row. GELU: in is a GELU's
  * output gradient, and the values cast are gelu_backward's of in and pre. With partial the
- * tile's column sums (fp32, its rows in a fixed order) go to partial (one row per row tile) for
+ * tile's column sums (fp32, its rows in a fixed order: a thread's four, then lanes l and l + 16
+ * by a shuffle, then the warps' in order) go to partial (one row per row tile) for
  * mg_colsum_final.
  * Shapes: cols % 8 == 0 and rows % 4 == 0, in (and pre) 16-byte, out 8-byte and out_t 4-byte
  * aligned (every fp8 GEMM operand is: its dimensions are multiples of 16); other shapes take the
  * tile kernel above.
- * Measured on an H200 at GPT-2 1.5B (bench/NOTES.md, 2026-11-30): about 2 TB/s in the training
- * step; 128-row tiles, and a version streaming the tiles through shared memory with asynchronous
- * copies (three in flight per block), were no faster (the GELU one slower). */
+ * Measured on an H200 (bench/fp8_cast_bench.c, bench/NOTES.md, 2026-11-30): 3.4 TB/s, 90% of a
+ * device copy of the same input at 4096 x 6400, once the conversions went two to an instruction
+ * (convert8); 128-row tiles, tiles streamed through shared memory with asynchronous copies, more
+ * blocks per multiprocessor (registers spilled) and the column sums' last stage folded into the
+ * last block of each column strip were all slower. The GELU form (2.5 TB/s) is held by its
+ * arithmetic, gelu' per element. */
 #define FT_ROWS   64
 #define FT_COLS   128
 #define FT_LDW    (FT_COLS / 4 + 1)
@@ -216,12 +261,13 @@ static __global__ void __launch_bounds__(CAST_THREADS)
                          int cols, const float *scale, float *scale_inv, float *amax, int format,
                          float *partial /* (gridDim.y, cols) or NULL */) {
     __shared__ uint32_t tile[FT_ROWS * FT_LDW];
-    __shared__ float sums[FT_RSTEP][FT_COLS];
+    __shared__ float sums[CAST_THREADS / 32][FT_COLS];
     __shared__ unsigned int block_max;
     const int tid = threadIdx.x;
     if (tid == 0) block_max = 0u;
     const int r0 = blockIdx.y * FT_ROWS, c0 = blockIdx.x * FT_COLS;
     const float s = scale[0];
+    const bool s_ok = scale_ok(s);
     if (scale_inv && blockIdx.x == 0 && blockIdx.y == 0 && tid == 0)
         scale_inv[0] = __fdiv_rn(1.0f, s);
     const int cc = (tid % FT_CPR) * CAST_VEC, rb = tid / FT_CPR, j = c0 + cc;
@@ -250,14 +296,19 @@ static __global__ void __launch_bounds__(CAST_THREADS)
             csum[e] += v[e];
         }
         __align__(8) uint8_t q[CAST_VEC];
-        convert(q, v, CAST_VEC, s, format, &m); /* the zeros past the edges change no maximum */
+        convert8(q, v, s, s_ok, format, &m); /* the zeros past the edges change no maximum */
         if (out && j < cols && i < rows) *(uint2 *)(out + (size_t)i * cols + j) = *(uint2 *)q;
         uint32_t *w = &tile[r * FT_LDW + cc / 4];
         w[0] = ((const uint32_t *)q)[0], w[1] = ((const uint32_t *)q)[1];
     }
     if (partial) {
 #pragma unroll
-        for (int e = 0; e < CAST_VEC; e++) sums[rb][cc + e] = csum[e];
+        for (int e = 0; e < CAST_VEC; e++) /* lanes l and l + 16: the same columns */
+            csum[e] += __shfl_xor_sync(0xffffffffu, csum[e], 16);
+        if ((tid & 31) < 16) {
+#pragma unroll
+            for (int e = 0; e < CAST_VEC; e++) sums[tid >> 5][cc + e] = csum[e];
+        }
     }
     __syncthreads();
     const int lane = tid & 31, warp = tid >> 5;
@@ -278,7 +329,8 @@ static __global__ void __launch_bounds__(CAST_THREADS)
     }
     if (partial && tid < FT_COLS && c0 + tid < cols) {
         float a = sums[0][tid];
-        for (int r = 1; r < FT_RSTEP; r++) a += sums[r][tid];
+#pragma unroll
+        for (int r = 1; r < CAST_THREADS / 32; r++) a += sums[r][tid];
         partial[(size_t)blockIdx.y * cols + c0 + tid] = a;
     }
     if (amax) amax_publish(&block_max, m, amax);

@@ -45,7 +45,8 @@
  * alignment it is told (default 256 bytes), and activations may live at any 2-byte offset.
  *
  * Workspace (mg_cuda_ctx.workspace, all stream-ordered on the compute stream):
- *   [0, MG_LT_WS_MAX)                      cuBLASLt workspace (or all of it if smaller)
+ *   [0, MG_LT_WS_MAX)                      cuBLASLt workspace (or all of it if smaller;
+ *                                          tensor-scaled fp8 products: none, see key_of)
  *   then OC fp32 (BGRADB's output) or the column sums' partials (colsum.cuh: at most 512 * OC
  *   fp32, 6.3 MB for OC = 3072).
  * Choice of algorithm: the heuristic's first usable candidate, which depends only on the shapes,
@@ -158,7 +159,11 @@ static gemm_key key_of(const mg_cuda_ctx *ctx, const gemm_call *c) {
     key.align_d = ptr_align(c->D);
     key.align_bias = c->bias ? ptr_align(c->bias) : 0;
     key.align_aux = c->aux ? ptr_align(c->aux) : 0;
-    key.ws_bytes = lt_workspace_bytes(ctx);
+    /* a tensor-scaled fp8 product gets no workspace: with one, cuBLASLt's choices for these
+     * shapes clear a part of it before every call (a memset each, some 2,100 a step at GPT-2
+     * 1.5B); without, it takes their stream-scheduled forms, as fast, and the step 1% faster
+     * (bench/NOTES.md, 2026-11-30) */
+    key.ws_bytes = c->a8 && !c->a_mode && !c->b_mode ? 0 : lt_workspace_bytes(ctx);
     return key;
 }
 
