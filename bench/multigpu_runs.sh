@@ -32,6 +32,10 @@
 #   dpbf16  350M DP 2 with the distributed optimizer and both overlaps (micro-batch 16), the
 #           gradients reduced in fp32 and with --grad-reduce-in-bf16, against one GPU: tokens/s of
 #           the last interval, the share of two GPUs, the lm losses
+#   four    (4 GPUs) 350M under TP 2 x PP 2, TP 2 x DP 2, DP 4 and PP 4 against four single
+#           GPUs; the 124M-shape MoE under EP 4 (balanced, a receive budget of 1.25, a skewed
+#           router without and with ECHO); the full-iteration graph under TP 2 x PP 2 and TP 2 x
+#           DP 2 (and with 8 GPUs TP 2 x PP 2 x DP 2), eager against graph, lm losses equal
 #   tp|dp|pp  bench/tp_bench.sh, dp_bench.sh, pp_bench.sh (against PyTorch / the bubble bound)
 # BUILD/megatron and BUILD/dist_tests must be built with CUDA, NCCL and MPI. NCCL_NVLS_ENABLE=0
 # always. NCCL_MAX_CTAS and NCCL_MIN_CTAS, when set, reach every rank (e.g. tpov with fewer
@@ -198,8 +202,57 @@ dpbf16)
         b=$(field "dp2_$r" 'tokens per second')
         say "DP 2, gradients reduced in $r: $b tok/s, $(awk -v a="${a:-0}" -v b="${b:-0}" 'BEGIN { if (a > 0) printf "%.1f%%", 100 * b / (2 * a); else print "-" }') of two GPUs ($a alone); lm losses $(losses "dp2_$r")"
     done ;;
+four)
+    n=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
+    [ "$n" -ge 4 ] || { say "four: needs 4 GPUs, nvidia-smi lists $n"; exit 1; }
+    # 350M: the 4-GPU layouts of two dimensions against 4 single GPUs
+    run four_one 1 "${M[@]}" --micro-batch-size 16 --global-batch-size 16
+    one=$(field four_one 'tokens per second')
+    say "350m one GPU: $one tok/s"
+    for v in "tp2pp2:--tensor-model-parallel-size 2 --sequence-parallel --pipeline-model-parallel-size 2 --micro-batch-size 8 --global-batch-size 64"         "tp2dp2:--tensor-model-parallel-size 2 --sequence-parallel --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather --micro-batch-size 16 --global-batch-size 32"         "dp4:--use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather --micro-batch-size 16 --global-batch-size 64"         "pp4:--pipeline-model-parallel-size 4 --micro-batch-size 4 --global-batch-size 128"; do
+        name=four_${v%%:*}
+        read -r -a extra <<<"${v#*:}"
+        run "$name" 4 "${M[@]}" "${extra[@]}"; rc=$?
+        tps=$(field "$name" 'tokens per second')
+        say "350m ${v%%:*}: rc $rc $tps tok/s, $(awk -v a="${tps:-0}" -v b="${one:-0}" \
+            'BEGIN { if (b > 0) printf "%.1f%%", 100 * a / (4 * b); else print "-" }') of four GPUs"
+    done
+    # the 124M-shape MoE under EP 4: balanced, a receive budget, and a skewed router with and
+    # without ECHO (imbalance and tokens/s)
+    EP=("${GPT[@]}" "${MOE[@]}" --expert-model-parallel-size 4 --use-distributed-optimizer
+        --micro-batch-size 8 --global-batch-size 32 --train-iters 40)
+    SKEW=(--moe-router-enable-expert-bias --moe-router-bias-update-rate 0 --moe-router-score-function sigmoid)
+    for r in "none:" "budget:--moe-expert-rank-capacity-factor 1.25" \
+        "skew:${SKEW[*]}" "skew_echo:${SKEW[*]} --moe-enable-echo"; do
+        name=ep4_${r%%:*}
+        read -r -a extra <<<"${r#*:}"
+        export MG_TEST_EXPERT_BIAS=
+        [[ $name == *skew* ]] && export MG_TEST_EXPERT_BIAS=1,1,0,0,0,0,0,0
+        run "$name" 4 "${EP[@]}" "${extra[@]}"; rc=$?
+        say "ep 4 ${r%%:*}: rc $rc $(field "$name" 'tokens per second') tok/s, imbalance" \
+            "$(field "$name" moe_ep_load_imbalance) after echo" \
+            "$(field "$name" moe_ep_load_imbalance_after_echo)"
+    done
+    export MG_TEST_EXPERT_BIAS=
+    # the full-iteration graph with NCCL inside on 4 (and, with 8 GPUs, a 3-D layout): eager and
+    # graph, the lm losses equal at every logged iteration
+    layouts=("tp2pp2:--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --micro-batch-size 4 --global-batch-size 32"
+        "tp2dp2:--tensor-model-parallel-size 2 --use-distributed-optimizer --micro-batch-size 8 --global-batch-size 16")
+    [ "$n" -ge 8 ] && layouts+=("tp2pp2dp2:--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --use-distributed-optimizer --micro-batch-size 4 --global-batch-size 64")
+    for layout in "${layouts[@]}"; do
+        name=graph_${layout%%:*}
+        read -r -a extra <<<"${layout#*:}"
+        np=4
+        [[ $name == *dp2 && $name == *pp2* ]] && np=8
+        run "${name}_eager" "$np" "${GPT[@]}" --train-iters 30 "${extra[@]}"; rc1=$?
+        run "${name}_graph" "$np" "${GPT[@]}" --train-iters 30 "${extra[@]}" --cuda-graph-impl full_iteration; rc2=$?
+        same=no
+        [ -n "$(losses "${name}_eager")" ] && [ "$(losses "${name}_eager")" = "$(losses "${name}_graph")" ] && same=yes
+        say "${layout%%:*} on $np: eager rc $rc1 $(field "${name}_eager" 'tokens per second') tok/s;" \
+            "graph rc $rc2 $(field "${name}_graph" 'tokens per second') tok/s; lm losses equal: $same"
+    done ;;
 tp | dp | pp) OUTDIR=$OUTDIR "$HERE/${PART}_bench.sh" "$BUILD" 2>&1 | tee "$OUTDIR/$PART.log" | tail -n 12 | tee -a "$SUM" ;;
 *)
-    echo "usage: bench/multigpu_runs.sh BUILD nccl|graphs|ep|tpov|fp8|ce|dpbf16|tp|dp|pp" >&2
+    echo "usage: bench/multigpu_runs.sh BUILD nccl|graphs|ep|tpov|fp8|ce|dpbf16|four|tp|dp|pp" >&2
     exit 2 ;;
 esac
