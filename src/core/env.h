@@ -24,6 +24,9 @@
  *   MG_TEST_FP8_RECAST  tests only: 1 makes the fp8 linears cast their inputs again,
  *                  transposed, in the backward instead of keeping the forward's transpose, to
  *                  prove the kept bytes are the same
+ *   MG_TEST_FP8_SP_BF16  tests only: 1 makes fp8 layers under SP (delayed scaling) gather their
+ *                  inputs in the compute dtype and cast the whole, instead of casting their own
+ *                  rows and gathering the bytes, to prove the bytes are the same
  *   MG_TEST_PP_STREAMED  tests only: 1 runs every overlapped pipeline with the streamed
  *                  executor (parallel/pipeline/run.h), also on MPI ranks and the cpu backend
  * Exports: mg_env_int, mg_env_str, mg_env_forget. Needs: nothing. */

@@ -176,6 +176,11 @@ mg_status mg_block_norm_linear_forward(const mg_block_ctx *x, const mg_layer_par
                                        int nw, int nb, void *out, void *gelu_pre, const void *w,
                                        const void *bias, int OC) {
     const mg_model_config *c = x->c;
+    if (mg_fp8_gathers_bytes(x, p, (mg_fp8_linear)j)) { /* the group gathers fp8 bytes */
+        MG_CHECK(norm_rows(x, whole, mean, rstd, in, nw, nb));
+        return mg_fp8_linear_forward_gathered(x, p, (mg_fp8_linear)j, out, gelu_pre,
+                                              own_rows(x, whole), w, bias, OC);
+    }
     if (!sp_overlap(x, p)) {
         MG_CHECK(mg_block_norm_forward(x, whole, mean, rstd, in, nw, nb));
         return mg_fp8_linear_forward(x, p, (mg_fp8_linear)j, out, gelu_pre, whole, w, bias, NULL,

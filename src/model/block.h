@@ -187,6 +187,7 @@ typedef struct {
     int fp8_tensors;
     bool fp8_keep_inputs;  /* fp8_xt is there */
     bool fp8_keep_experts; /* fp8_ext is there */
+    bool fp8_sp_bytes;     /* SP gathers the norms' outputs as fp8 bytes (model/fp8.h) */
 } mg_block_ws;
 
 /* The pass in progress, from the slot's (gpt.c sets it before a chunk's forward or backward):

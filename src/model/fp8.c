@@ -1,6 +1,7 @@
 /* A layer's linears and fp8 (model/fp8.h): the fp8 state, and the casts of a linear's operands. */
 #include "model/fp8.h"
 
+#include "core/env.h"
 #include "core/fp8.h"
 #include "core/fp8_block.h"
 #include "core/fp8_scaling.h"
@@ -198,6 +199,10 @@ mg_status mg_fp8_plan(const mg_block_ctx *x, mg_block_ws *w, int n_linears, int 
     size_t layers = (size_t)n_linears / (size_t)mg_fp8_layer_linears(c);
     MG_CHECK(reserve(x->work, layers * weight_copies(x, MG_FP8_LINEARS), &w->fp8_wcopy));
     w->fp8_keep_inputs = on && keep_slots > 0;
+    /* under SP with delayed scaling each rank casts its own rows and the group gathers the bytes
+     * (the amaxes meet at the step's end); tensorwise needs the whole tensor's amax first */
+    w->fp8_sp_bytes = w->fp8_keep_inputs && c->sp && c->tp > 1 && !c->fp8_current &&
+                      !c->fp8_block && !mg_env_int("MG_TEST_FP8_SP_BF16", 0);
     size_t kept = w->fp8_keep_inputs ? (size_t)keep_slots * layers : 0;
     MG_CHECK(reserve(x->work, kept * input_copies(c, N, MG_FP8_LINEARS), &w->fp8_xt));
     MG_CHECK(reserve(x->work, on ? 2 * align_up(N * out) : 0, &w->fp8_dy));
@@ -510,17 +515,13 @@ static mg_status backward_blocks(const mg_block_ctx *x, const mg_layer_params *p
     return MG_OK;
 }
 
-/* The delayed and tensorwise recipes' forward operands: the input (its transpose too where the
- * backward will read it) and the weight, cast (or transposed from its gathered bytes) once per
- * pass by its first microbatch, which the other microbatches and every backward of the pass read
- * (the weights and the scales change only between passes). */
-static mg_status forward_tensors(const mg_block_ctx *x, const mg_layer_params *p, mg_fp8_linear j,
-                                 const void *inp, const void *w, int IC, int OC, mg_fp8_tensor *fi,
-                                 mg_fp8_tensor *fw) {
+/* The delayed and tensorwise recipes' weight operand: cast (or transposed from its gathered
+ * bytes) once per pass by its first microbatch, which the other microbatches and every backward
+ * of the pass read (the weights and the scales change only between passes). */
+static mg_status weight_operand(const mg_block_ctx *x, const mg_layer_params *p, mg_fp8_linear j,
+                                const void *w, int IC, int OC, mg_fp8_tensor *fw) {
     mg_backend *be = x->be;
     size_t t = 3 * (size_t)(p->fp8 + (int)j);
-    MG_CHECK(cast(x, t, copy_rows(x, x->ws->fp8_x, ROWS), input_kept(x, p, j, IC), inp, x->N, IC,
-                  MG_FP8_E4M3, fi));
     size_t at;
     MG_CHECK(weight_copy(x, p, j, OC, IC, &at));
     const uint8_t *w8 = NULL;
@@ -533,6 +534,17 @@ static mg_status forward_tensors(const mg_block_ctx *x, const mg_layer_params *p
                     MG_FP8_E4M3, fw);
     *fw = weight_cached(x, t + 1, at, OC, IC);
     return MG_OK;
+}
+
+/* ... and the forward's: the input (its transpose too where the backward will read it) and the
+ * weight. */
+static mg_status forward_tensors(const mg_block_ctx *x, const mg_layer_params *p, mg_fp8_linear j,
+                                 const void *inp, const void *w, int IC, int OC, mg_fp8_tensor *fi,
+                                 mg_fp8_tensor *fw) {
+    size_t t = 3 * (size_t)(p->fp8 + (int)j);
+    MG_CHECK(cast(x, t, copy_rows(x, x->ws->fp8_x, ROWS), input_kept(x, p, j, IC), inp, x->N, IC,
+                  MG_FP8_E4M3, fi));
+    return weight_operand(x, p, j, w, IC, OC, fw);
 }
 
 /* ... and their backward operands: the gradient's rows and transpose, the input's transpose as
@@ -569,6 +581,32 @@ mg_status mg_fp8_linear_forward(const mg_block_ctx *x, const mg_layer_params *p,
     MG_CHECK(
         (x->c->fp8_block ? forward_blocks : forward_tensors)(x, p, j, inp, w, IC, OC, &fi, &fw));
     return be->fp8_linear_forward(be, out, gelu_pre, &fi, &fw, bias, residual, x->N, IC, OC);
+}
+
+bool mg_fp8_gathers_bytes(const mg_block_ctx *x, const mg_layer_params *p, mg_fp8_linear j) {
+    return x->ws->fp8_sp_bytes && p->fp8 >= 0 && input_kept(x, p, j, x->c->H) != NULL;
+}
+
+mg_status mg_fp8_linear_forward_gathered(const mg_block_ctx *x, const mg_layer_params *p,
+                                         mg_fp8_linear j, void *out, void *gelu_pre,
+                                         const void *own, const void *w, const void *bias, int OC) {
+    mg_backend *be = x->be;
+    const int IC = x->c->H;
+    const size_t t = 3 * (size_t)(p->fp8 + (int)j), part = (size_t)x->Nl * (size_t)IC;
+    uint8_t *rows = copy_rows(x, x->ws->fp8_x, ROWS), *kept = input_kept(x, p, j, IC);
+    uint8_t *mine = rows + (size_t)x->tp->rank * part;
+    if (!mg_fp8_gathers_bytes(x, p, j))
+        return MG_FAIL(MG_ERR_INTERNAL, "fp8 linear %d: gathered bytes where they are not kept",
+                       (int)j);
+    mg_fp8_tensor fi, fw;
+    /* this rank's rows (their amax recorded), the group's bytes, their transpose for the
+     * weight gradient */
+    MG_CHECK(cast(x, t, mine, NULL, own, x->Nl, IC, MG_FP8_E4M3, &fi));
+    MG_CHECK(mg_tp_all_gather(x->tp, rows, mine, part, MG_U8));
+    MG_CHECK(be->fp8_transpose(be, NULL, kept, rows, x->N, IC, NULL, NULL));
+    fi = (mg_fp8_tensor){rows, kept, sinv_of(x, t), MG_FP8_E4M3, MG_FP8_SCALE_TENSOR, NULL};
+    MG_CHECK(weight_operand(x, p, j, w, IC, OC, &fw));
+    return be->fp8_linear_forward(be, out, gelu_pre, &fi, &fw, bias, NULL, x->N, IC, OC);
 }
 
 bool mg_fp8_takes_gelu_grad(const mg_block_ctx *x, const mg_layer_params *p) {

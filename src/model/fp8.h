@@ -48,7 +48,8 @@
  * 3 (k + j) + {0: input, 1: weight, 2: output gradient}; k counts mg_fp8_layer_linears per
  * layer.
  * Exports: mg_fp8_linear, mg_fp8_layer_linears, mg_fp8_experts_on, mg_fp8_mark_weights,
- * mg_fp8_plan, mg_fp8_reset, mg_fp8_linear_forward, mg_fp8_linear_backward,
+ * mg_fp8_plan, mg_fp8_reset, mg_fp8_linear_forward, mg_fp8_gathers_bytes,
+ * mg_fp8_linear_forward_gathered, mg_fp8_linear_backward,
  * mg_fp8_takes_gelu_grad,
  * mg_fp8_experts_forward, mg_fp8_experts_backward, mg_fp8_param_*.
  * Needs: model/block. */
@@ -97,6 +98,18 @@ mg_status mg_fp8_reset(const mg_block_ctx *x);
 mg_status mg_fp8_linear_forward(const mg_block_ctx *x, const mg_layer_params *p, mg_fp8_linear j,
                                 void *out, void *gelu_pre, const void *inp, const void *w,
                                 const void *bias, const void *residual, int IC, int OC);
+/* Whether linear j of layer p (QKV or fc1: a norm's output is its input) takes its input from
+ * mg_fp8_linear_forward_gathered: under SP, delayed scaling, in a training pass that keeps the
+ * input's transpose (MG_TEST_FP8_SP_BF16=1: never). */
+bool mg_fp8_gathers_bytes(const mg_block_ctx *x, const mg_layer_params *p, mg_fp8_linear j);
+/* mg_fp8_linear_forward of a sequence-parallel input from this rank's Nl rows of it (own, the
+ * norm's output): the rows cast to fp8 here, the tensor-parallel group all-gathers the bytes
+ * (half the bf16 gather's), and their transpose is made from them for the weight gradient. The
+ * bytes are those of the gathered input's cast: the same scale on every rank, each element cast
+ * alone; the amax is this rank's rows', and the step's end takes the maximum over the group. */
+mg_status mg_fp8_linear_forward_gathered(const mg_block_ctx *x, const mg_layer_params *p,
+                                         mg_fp8_linear j, void *out, void *gelu_pre,
+                                         const void *own, const void *w, const void *bias, int OC);
 /* Its backward, as the backend's linear_backward; with dout_gelu_pre (N,OC) not NULL, dout is
  * the gradient of gelu(dout_gelu_pre), which the output gradient's cast takes through the GELU
  * (only where mg_fp8_takes_gelu_grad: an MLP's fc2 then leaves its gelu_pre NULL, and fc1

@@ -63,13 +63,14 @@ same() {
         pass "$name: 6 iterations' lm_loss and grad_norm equal exactly"
     fi
 }
-# on2 FILE FLAG...: `megatron train` of MODEL with FLAGs on 2 ranks (MG_TEST_FP8_RECAST passed
-# on), metrics in FILE.jsonl, log in FILE.log
+# on2 FILE FLAG...: `megatron train` of MODEL with FLAGs on 2 ranks (MG_TEST_FP8_RECAST and
+# MG_TEST_FP8_SP_BF16 passed on), metrics in FILE.jsonl, log in FILE.log
 on2() {
     local f=$1
     shift
     rm -f "$f.jsonl"
-    timeout 120 "${MPIRUN[@]}" -np 2 -x MG_TEST_FP8_RECAST "$BIN" train "${MODEL[@]}" "$@" \
+    timeout 120 "${MPIRUN[@]}" -np 2 -x MG_TEST_FP8_RECAST -x MG_TEST_FP8_SP_BF16 "$BIN" train \
+        "${MODEL[@]}" "$@" \
         --metrics-file "$f.jsonl" >"$f.log" 2>&1
 }
 for v in "delayed:" "tensorwise:" "blockwise:" \
@@ -124,6 +125,18 @@ for sp in "" "--sequence-parallel"; do
     on2 "$TMP/tp_inorder" --tensor-model-parallel-size 2 $sp --no-tp-comm-bulk-wgrad
     same "train fp8 np=2 --tensor-model-parallel-size 2${sp:+ $sp}, bulk wgrad overlap against in order" \
         apart "$TMP/tp_apart.jsonl" "in order" "$TMP/tp_inorder.jsonl" "$TMP/tp_apart.log"
+done
+# SP with delayed scaling: each rank casts its own rows of a norm's output and the group gathers
+# the fp8 bytes; exactly the numbers of gathering the rows in bf16 and casting the whole
+# (MG_TEST_FP8_SP_BF16=1), also with the layers recomputed
+for rc in "" "--recompute-granularity full --recompute-method uniform --recompute-num-layers 2" \
+    "--recompute-granularity selective --recompute-modules layernorm mlp"; do
+    # shellcheck disable=SC2086
+    MG_TEST_FP8_SP_BF16=0 on2 "$TMP/sp_bytes" --tensor-model-parallel-size 2 --sequence-parallel $rc
+    # shellcheck disable=SC2086
+    MG_TEST_FP8_SP_BF16=1 on2 "$TMP/sp_bf16" --tensor-model-parallel-size 2 --sequence-parallel $rc
+    same "train fp8 np=2 --tensor-model-parallel-size 2 --sequence-parallel${rc:+ $rc}, fp8 bytes gathered against bf16" \
+        "fp8 bytes" "$TMP/sp_bytes.jsonl" bf16 "$TMP/sp_bf16.jsonl" "$TMP/sp_bytes.log"
 done
 for layout in "2:2e-3:--use-distributed-optimizer --fp8-param-gather" \
     "2:2e-3:--pipeline-model-parallel-size 2" \
