@@ -6,8 +6,9 @@
 # PART:
 #   nccl    tests/dist/run_nccl.sh (`make test-nccl`: 2 GPUs, and 4 where there are, with the
 #           exit-blocking scenario 20 times in a row there)
-#   graphs  124M GPT-2 (MoE: 8 experts top-2 for EP) under DP 2 + distributed optimizer, TP 2,
-#           PP 2 (micro-batch 4, 8 microbatches) and EP 2, each eager and with the full-iteration
+#   graphs  124M GPT-2 (MoE: 8 experts top-2 for EP) under DP 2 + distributed optimizer (also
+#           with both overlaps), TP 2, PP 2 (micro-batch 4, 8 microbatches; 1F1B and interleaved
+#           over 2 virtual stages) and EP 2, each eager and with the full-iteration
 #           graph (--cuda-graph-impl full_iteration): tokens/s of the last log interval, and
 #           whether the graph's lm losses equal eager's at every logged iteration (they should:
 #           the same kernels in the same order)
@@ -95,8 +96,10 @@ nccl) # on 4 GPUs the exit-blocking scenario 20 times in a row (the issue's bar)
     say "exit-blocking: $(grep -c '^PASS nccl scenario exit-blocking' "$OUTDIR/nccl.log") of $reps passed" ;;
 graphs)
     for layout in "dp:--use-distributed-optimizer --micro-batch-size 8 --global-batch-size 16" \
+        "dp_overlap:--use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather --micro-batch-size 8 --global-batch-size 16" \
         "tp:--tensor-model-parallel-size 2 --micro-batch-size 8 --global-batch-size 8" \
         "pp:--pipeline-model-parallel-size 2 --micro-batch-size 4 --global-batch-size 32" \
+        "pp_interleaved:--pipeline-model-parallel-size 2 --virtual-pipeline-model-parallel-size 2 --micro-batch-size 4 --global-batch-size 32" \
         "ep:--expert-model-parallel-size 2 --use-distributed-optimizer --micro-batch-size 8 --global-batch-size 16 ${MOE[*]}"; do
         name=${layout%%:*}
         read -r -a extra <<<"${layout#*:}"
