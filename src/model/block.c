@@ -166,7 +166,8 @@ static void other_rows(const mg_block_ctx *x, int rest[2][2]) {
     rest[1][0] = (r + 1) * Nl, rest[1][1] = (T - 1 - r) * Nl;
 }
 
-/* Whether a layer's SP all-gathers overlap its GEMMs (a bf16 layer: fp8 casts whole tensors). */
+/* Whether a layer's SP all-gathers overlap its GEMMs (a bf16 layer; an fp8 layer that gathers
+ * its bytes overlaps in mg_fp8_linear_forward_gathered, one that casts whole tensors does not). */
 static bool sp_overlap(const mg_block_ctx *x, const mg_layer_params *p) {
     return x->c->tp_overlap_ag && x->tp->size > 1 && p->fp8 < 0;
 }

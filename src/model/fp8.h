@@ -104,7 +104,8 @@ mg_status mg_fp8_linear_forward(const mg_block_ctx *x, const mg_layer_params *p,
 bool mg_fp8_gathers_bytes(const mg_block_ctx *x, const mg_layer_params *p, mg_fp8_linear j);
 /* mg_fp8_linear_forward of a sequence-parallel input from this rank's Nl rows of it (own, the
  * norm's output): the rows cast to fp8 here, the tensor-parallel group all-gathers the bytes
- * (half the bf16 gather's), and their transpose is made from them for the weight gradient. The
+ * (half the bf16 gather's; with --tp-comm-overlap while the product of this rank's rows runs),
+ * and their transpose is made from them for the weight gradient. The
  * bytes are those of the gathered input's cast: the same scale on every rank, each element cast
  * alone; the amax is this rank's rows', and the step's end takes the maximum over the group. */
 mg_status mg_fp8_linear_forward_gathered(const mg_block_ctx *x, const mg_layer_params *p,

@@ -128,8 +128,10 @@ for sp in "" "--sequence-parallel"; do
 done
 # SP with delayed scaling: each rank casts its own rows of a norm's output and the group gathers
 # the fp8 bytes; exactly the numbers of gathering the rows in bf16 and casting the whole
-# (MG_TEST_FP8_SP_BF16=1), also with the layers recomputed
-for rc in "" "--recompute-granularity full --recompute-method uniform --recompute-num-layers 2" \
+# (MG_TEST_FP8_SP_BF16=1), also with the layers recomputed and with the gather beside the product
+# of this rank's rows (--tp-comm-overlap)
+for rc in "" "--tp-comm-overlap" \
+    "--recompute-granularity full --recompute-method uniform --recompute-num-layers 2" \
     "--recompute-granularity selective --recompute-modules layernorm mlp"; do
     # shellcheck disable=SC2086
     MG_TEST_FP8_SP_BF16=0 on2 "$TMP/sp_bytes" --tensor-model-parallel-size 2 --sequence-parallel $rc
