@@ -22,7 +22,9 @@
 #           --tp-comm-overlap: tokens/s of the last interval, and the share of two GPUs
 #   fp8     the Llama-style 3B shape of bench/fp8_bench.sh (26 x 3072, SwiGLU 8192, GQA 24/8,
 #           sequence 2048; micro-batch 2, global batch 16) under TP 2 + SP and under PP 2, each
-#           in bf16 and in fp8 (hybrid, delayed, history 1024, max): tokens/s and the ratio; and
+#           in bf16 and in fp8 (hybrid, delayed, history 1024, max): tokens/s and the ratio; TP 2
+#           + SP in fp8 with the norms' outputs gathered in bf16 (MG_TEST_FP8_SP_BF16=1) against
+#           fp8 bytes, and with --tp-comm-overlap; and
 #           the Mixtral-style MoE of bench/fp8_bench.sh under EP 2 (global batch 16) the same way
 #   ce      NCCL's copy-engine collectives (MG_NCCL_COPY_ENGINE=1) against the kernels, in one
 #           call: 350M TP 2 + SP (micro-batch MBS, default 32), also with --tp-comm-overlap (its
@@ -72,7 +74,7 @@ run() {
     local v
     for v in NCCL_MAX_CTAS NCCL_MIN_CTAS; do [ -n "${!v:-}" ] && prof+=(-x "$v"); done
     timeout 300 mpirun --bind-to none -np "$np" -x NCCL_NVLS_ENABLE -x MG_TEST_EXPERT_BIAS \
-        -x MG_NCCL_COPY_ENGINE \
+        -x MG_NCCL_COPY_ENGINE -x MG_TEST_FP8_SP_BF16 \
         "${prof[@]}" "$BIN" train "$@" >"$OUTDIR/$name.log" 2>&1
 }
 field() { grep -oE "$2: [0-9.E+-]+" "$OUTDIR/$1.log" | tail -1 | awk '{print $NF}'; }
@@ -162,6 +164,18 @@ fp8)
         say "llama-3b $name: bf16 rc $rc1 $a tok/s, fp8 rc $rc2 $b tok/s," \
             "$(ratio "$a" "$b")"
     done
+    # SP's gather of the norms' outputs in fp8 bytes (the default) against bf16, and beside the
+    # product of the rank's own rows (--tp-comm-overlap)
+    MG_TEST_FP8_SP_BF16=1 run fp8_tp_gather_bf16 2 "${L[@]}" --tensor-model-parallel-size 2 \
+        --sequence-parallel "${F8[@]}"
+    run fp8_tp_overlap 2 "${L[@]}" --tensor-model-parallel-size 2 --sequence-parallel \
+        --tp-comm-overlap "${F8[@]}"
+    a=$(field fp8_tp_gather_bf16 'tokens per second') b=$(field fp8_tp_fp8 'tokens per second')
+    c=$(field fp8_tp_overlap 'tokens per second')
+    same=no
+    [ -n "$(losses fp8_tp_fp8)" ] && [ "$(losses fp8_tp_fp8)" = "$(losses fp8_tp_gather_bf16)" ] && same=yes
+    say "llama-3b tp fp8: inputs gathered in bf16 $a tok/s, as fp8 bytes $b ($(ratio "$a" "$b")," \
+        "lm losses equal: $same), bytes beside the own rows' product $c ($(ratio "$a" "$c"))"
     # the Mixtral-style MoE of bench/fp8_bench.sh under EP 2 (its routed experts in fp8 too)
     M=(--num-layers 8 --hidden-size 2048 --num-attention-heads 16 --group-query-attention
         --num-query-groups 8 --swiglu --normalization RMSNorm --position-embedding-type rope
