@@ -64,12 +64,16 @@ static __device__ __forceinline__ uint32_t to_fp8x2(float a, float b, int format
                                     format == MG_FP8_E5M2 ? __NV_E5M2 : __NV_E4M3);
 }
 
-/* convert() of a whole chunk (k = CAST_VEC), two values per conversion instruction; s_ok: the
- * scale is a positive finite number, so a product is NaN only where its value is. A chunk with a
- * NaN (its magnitudes' maximum pattern above infinity's) or under another scale takes convert's
- * per-element path, which gives NaN core/fp8.h's pattern. */
-static __device__ __forceinline__ void convert8(uint8_t *q, const float *v, float s, bool s_ok,
-                                                int format, unsigned int *m) {
+/* convert(), a whole chunk (k = CAST_VEC) two values per conversion instruction; s_ok: the
+ * scale is a positive finite number, so a product is NaN only where its value is. A partial
+ * chunk, a chunk with a NaN (its magnitudes' maximum pattern above infinity's) or one under
+ * another scale takes convert's per-element path, which gives NaN core/fp8.h's pattern. */
+static __device__ __forceinline__ void convert8(uint8_t *q, const float *v, int k, float s,
+                                                bool s_ok, int format, unsigned int *m) {
+    if (k < CAST_VEC) {
+        convert(q, v, k, s, format, m);
+        return;
+    }
     unsigned int mc = 0u;
 #pragma unroll
     for (int e = 0; e < CAST_VEC; e++) mc = max(mc, __float_as_uint(fabsf(v[e])));
@@ -141,10 +145,7 @@ static __global__ void fp8_cast_flat_kernel(uint8_t *out, const h16 *in, size_t 
             if (!k[u]) continue;
             size_t i = (c0 + u * stride) * CAST_VEC;
             __align__(8) uint8_t q[CAST_VEC];
-            if (k[u] == CAST_VEC)
-                convert8(q, v[u], s, s_ok, format, &m);
-            else
-                convert(q, v[u], k[u], s, format, &m);
+            convert8(q, v[u], k[u], s, s_ok, format, &m);
             if (out) store_chunk(out + i, q, k[u], aligned && k[u] == CAST_VEC);
         }
     }
@@ -170,10 +171,7 @@ cast_tile_rows(uint8_t (*tile)[CAST_TILE + CAST_VEC], uint8_t *out, const h16 *i
         __align__(8) uint8_t q[CAST_VEC];
         size_t at = (size_t)i * cols + j;
         load_chunk<h16>(v, in + at, k, vec);
-        if (k == CAST_VEC)
-            convert8(q, v, s, s_ok, format, m);
-        else
-            convert(q, v, k, s, format, m);
+        convert8(q, v, k, s, s_ok, format, m);
         if (out) store_chunk(out + at, q, k, vec);
         store_chunk(&tile[r][c], q, k, k == CAST_VEC);
     }
@@ -296,7 +294,7 @@ static __global__ void __launch_bounds__(CAST_THREADS)
             csum[e] += v[e];
         }
         __align__(8) uint8_t q[CAST_VEC];
-        convert8(q, v, s, s_ok, format, &m); /* the zeros past the edges change no maximum */
+        convert8(q, v, CAST_VEC, s, s_ok, format, &m); /* zeros past the edges: no maximum */
         if (out && j < cols && i < rows) *(uint2 *)(out + (size_t)i * cols + j) = *(uint2 *)q;
         uint32_t *w = &tile[r * FT_LDW + cc / 4];
         w[0] = ((const uint32_t *)q)[0], w[1] = ((const uint32_t *)q)[1];
