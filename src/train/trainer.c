@@ -175,12 +175,10 @@ static mg_status log_placement(const mg_config *c, const mg_pp_schedule_params *
     mg_layers_params lp = mg_layers_params_of(c);
     const int n = s->pp * s->vpp;
     mg_layers_chunk *chunks = calloc((size_t)n, sizeof *chunks);
-    int *count = malloc((size_t)n * sizeof *count);
     mg_pp_placement pl = {0};
-    mg_status st = chunks && count ? MG_OK : MG_FAIL(MG_ERR_NOMEM, "out of memory");
+    mg_status st = chunks ? MG_OK : MG_FAIL(MG_ERR_NOMEM, "out of memory");
     if (st == MG_OK) st = mg_layers_plan(&lp, chunks);
-    for (int k = 0; st == MG_OK && k < n; k++) count[k] = chunks[k].count;
-    if (st == MG_OK) st = mg_pp_placement_model(s, count, out_layers, &pl);
+    if (st == MG_OK) st = mg_pp_placement_model(s, chunks, out_layers, &pl);
     if (st == MG_OK) {
         char idle[256];
         size_t at = 0;
@@ -199,7 +197,6 @@ static mg_status log_placement(const mg_config *c, const mg_pp_schedule_params *
     }
     mg_pp_placement_free(&pl);
     free(chunks);
-    free(count);
     return st;
 }
 

@@ -33,7 +33,7 @@ static char *layout_string(const int *count, int pp, int v) {
     return str;
 }
 
-mg_status mg_pp_placement_model(const mg_pp_schedule_params *s, const int *count_in,
+mg_status mg_pp_placement_model(const mg_pp_schedule_params *s, const mg_layers_chunk *chunks,
                                 double out_layers, mg_pp_placement *out) {
     memset(out, 0, sizeof *out);
     const int pp = s->pp, v = s->vpp, n = pp * v, m = s->microbatches;
@@ -44,7 +44,7 @@ mg_status mg_pp_placement_model(const mg_pp_schedule_params *s, const int *count
     out->idle = malloc((size_t)pp * sizeof *out->idle);
     mg_status st = w && busy && count && out->idle ? MG_OK : MG_FAIL(MG_ERR_NOMEM, "out of memory");
     double total = out_layers, now = 0.0;
-    for (int k = 0; st == MG_OK && k < n; k++) total += count[k] = count_in[k];
+    for (int k = 0; st == MG_OK && k < n; k++) total += count[k] = chunks[k].count;
     if (st == MG_OK) st = step_time(s, count, out_layers, w, busy, &now);
     if (st != MG_OK) goto done;
     /* an even split: every chunk total / (P V), the schedule's own makespan for it */

@@ -8,10 +8,12 @@
  * at most 8 P microbatches, the split then timed at the real count), written as that flag's
  * string. `megatron plan` prints it, `megatron train` logs it where the split is uneven.
  * A model: bench/NOTES.md (2026-11-30) compares it with the bubbles measured on 2 H200s.
- * Exports: mg_pp_placement, mg_pp_placement_model, mg_pp_placement_free. Needs: schedule. */
+ * Exports: mg_pp_placement, mg_pp_placement_model, mg_pp_placement_free. Needs: layers, schedule.
+ */
 #ifndef MG_PIPELINE_PLACEMENT_H
 #define MG_PIPELINE_PLACEMENT_H
 
+#include "parallel/pipeline/layers.h"
 #include "parallel/pipeline/schedule.h"
 
 typedef struct {
@@ -21,10 +23,10 @@ typedef struct {
     double suggested_ratio; /* its step over an even split's */
 } mg_pp_placement;
 
-/* count (P * V, rank-major): each chunk's transformer layers; out_layers > 0. On failure *out
- * is empty (safe to free). */
-mg_status mg_pp_placement_model(const mg_pp_schedule_params *s, const int *count, double out_layers,
-                                mg_pp_placement *out);
+/* chunks (P * V, rank-major: mg_layers_plan's): each chunk's transformer layers; out_layers > 0.
+ * On failure *out is empty (safe to free). */
+mg_status mg_pp_placement_model(const mg_pp_schedule_params *s, const mg_layers_chunk *chunks,
+                                double out_layers, mg_pp_placement *out);
 void mg_pp_placement_free(mg_pp_placement *p);
 
 #endif
