@@ -298,17 +298,17 @@ $(BUILD)/bench_comm: bench/comm.c $(BUILD)/libmegatron.a
 	$(CC) $(CFLAGS) $< $(BUILD)/libmegatron.a $(LDLIBS) -o $@
 
 # Per-op time of one GPT-2 step on a backend (bench/op_bench.c): where a step's time goes.
-$(BUILD)/op_bench: bench/op_bench.c $(BUILD)/libmegatron.a
+$(BUILD)/op_bench: bench/op_bench.c bench/bench_backend.h $(BUILD)/libmegatron.a
 	$(CC) $(CFLAGS) $< $(BUILD)/libmegatron.a $(LDLIBS) -o $@
 
 # GPU machine: the MoE grouped GEMM (CUTLASS and portable) against one dense cuBLASLt GEMM of the
 # same FLOPs, timed in CUDA graphs (bench/grouped_gemm_bench.c).
-$(BUILD)/grouped_gemm_bench: bench/grouped_gemm_bench.c $(BUILD)/libmegatron.a
+$(BUILD)/grouped_gemm_bench: bench/grouped_gemm_bench.c bench/bench_backend.h $(BUILD)/libmegatron.a
 	$(CC) $(CFLAGS) $< $(BUILD)/libmegatron.a $(LDLIBS) -o $@
 
 # GPU machine: the fp8 casts of 1.5B's operands, each form apart and together, against a copy of
 # the same bytes (bench/fp8_cast_bench.c).
-$(BUILD)/fp8_cast_bench: bench/fp8_cast_bench.c $(BUILD)/libmegatron.a
+$(BUILD)/fp8_cast_bench: bench/fp8_cast_bench.c bench/bench_backend.h $(BUILD)/libmegatron.a
 	$(CC) $(CFLAGS) $< $(BUILD)/libmegatron.a $(LDLIBS) -o $@
 
 # Any CUDA process's per-kernel GPU time, for machines without Nsight (tools/profile/

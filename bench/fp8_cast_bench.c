@@ -11,6 +11,9 @@
  * cast stays well under the copy's rate, the form that falls behind names the kernel's limit
  * (bench/NOTES.md, 2026-11-30: about 2 TB/s inside the training step).
  * Prints a table and one JSON line per measurement. */
+#define BENCH_NAME "fp8_cast_bench"
+#include "bench_backend.h"
+
 #include "backend/backend.h"
 #include "core/fp8.h"
 
@@ -18,17 +21,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static void die(const char *what) {
-    fprintf(stderr, "fp8_cast_bench: %s: %s\n", what, mg_error_message());
-    exit(1);
-}
-
-static void *dev(mg_backend *be, size_t bytes) {
-    void *p = NULL;
-    if (be->alloc(be, bytes, &p) != MG_OK) die("alloc");
-    return p;
-}
 
 /* n values of the compute dtype: a sine over a spread of magnitudes (not all equal: the casts
  * round, and the amax must see something) */

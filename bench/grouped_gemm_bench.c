@@ -21,6 +21,9 @@
  * run faster). The grouped op is the backend table's entry (MG_GROUPED_GEMM: CUTLASS by default
  * where available) and the portable kernel, each reported.
  * Prints a table and one JSON line per measurement. */
+#define BENCH_NAME "grouped_gemm_bench"
+#include "bench_backend.h"
+
 #include "backend/backend.h"
 #include "backend/cuda/cuda_internal.h"
 #include "core/rng.h"
@@ -55,17 +58,6 @@ typedef struct {
     bwd_fn gb;
     int IC, OC;
 } op;
-
-static void die(const char *what) {
-    fprintf(stderr, "grouped_gemm_bench: %s: %s\n", what, mg_error_message());
-    exit(1);
-}
-
-static void *dev(mg_backend *be, size_t bytes) {
-    void *p = NULL;
-    if (be->alloc(be, bytes, &p) != MG_OK) die("alloc");
-    return p;
-}
 
 /* n elements of seeded uniform values in [-a, a): one host chunk, repeated */
 static void fill(mg_backend *be, void *p, size_t n, int f32, float a, uint64_t seed) {

@@ -10,6 +10,9 @@
  * and a JSON line per family. The attention ops are the backend's: on cuda, MG_ATTENTION=cudnn (or
  * cudnn-nondet) times cuDNN's fused attention instead of our kernels (docs/environment.md); the
  * header and JSON say which. */
+#define BENCH_NAME "op_bench"
+#include "bench_backend.h"
+
 #include "backend/backend.h"
 #include "core/clock.h"
 #include "core/env.h"
@@ -65,15 +68,6 @@ static void fill(mg_backend *be, void *p, size_t n, int as_f32, float lo, float 
     }
 }
 
-static void *dev(mg_backend *be, size_t bytes) {
-    void *p = NULL;
-    if (be->alloc(be, bytes, &p) != MG_OK) {
-        fprintf(stderr, "op_bench: cannot allocate %zu bytes: %s\n", bytes, mg_error_message());
-        exit(1);
-    }
-    return p;
-}
-
 int main(int argc, char **argv) {
     shape s = {12, 768, 12, 32, 1024, 50304, 10, "cuda"};
     const struct {
@@ -124,7 +118,7 @@ int main(int argc, char **argv) {
     const float hostone = 1.0f, hostrates[4] = {1e-4f, 0.1f, 0.5f, 0.5f}; /* lr, wd, bc1, bc2 */
     be->copy_h2d(be, one, &hostone, 4);
     be->copy_h2d(be, rates, hostrates, 16);
-    const mg_adamw_span all = {0, 0, nparams, 0, 1};
+    const mg_adamw_span all = {0, 0, 0, nparams, 0, 1};
     /* activations and weights ~ unit scale, gradients and moments small, v >= 0 */
     void *acts[] = {x, y, x2, qkv, dqkv, h4, dh4, logits};
     size_t act_n[] = {(size_t)N * H,     (size_t)N * H,     (size_t)N * H,     (size_t)N * 3 * H,
