@@ -16,6 +16,9 @@
 #           budget of 1.25, the budget with ECHO, --moe-router-force-load-balancing, and a skewed
 #           router (MG_TEST_EXPERT_BIAS sends every token to experts 0 and 1) without and with
 #           ECHO: tokens/s, moe_ep_load_imbalance (after echo), moe_overflow_steps
+#   epscale the 124M-shape MoE on one GPU and under EP 2 + distributed optimizer at the same
+#           micro-batch per GPU (EP_MBS, default "8 16"): tokens/s, EP 2's share of two GPUs and
+#           its ratio to Megatron-LM's 315.5K
 #   tpov    350M GPT-2 (sequence 1024, micro-batch MBS, default 32; bf16, dropout off): one GPU,
 #           then TP 2 with and without SP, each with every collective in order
 #           (--no-tp-comm-bulk-wgrad), by default (the bulk wgrad overlap) and with
@@ -26,6 +29,8 @@
 #           + SP in fp8 with the norms' outputs gathered in bf16 (MG_TEST_FP8_SP_BF16=1) against
 #           fp8 bytes, and with --tp-comm-overlap; and
 #           the Mixtral-style MoE of bench/fp8_bench.sh under EP 2 (global batch 16) the same way
+#   fp8sp   only fp8's TP 2 + SP runs: fp8 bytes against the bf16 gather, and with
+#           --tp-comm-overlap
 #   ce      NCCL's copy-engine collectives (MG_NCCL_COPY_ENGINE=1) against the kernels, in one
 #           call: 350M TP 2 + SP (micro-batch MBS, default 32), also with --tp-comm-overlap (its
 #           all-gathers beside the GEMMs no longer take their multiprocessors), 350M DP 2 with the distributed
@@ -89,6 +94,30 @@ M=(--num-layers 24 --hidden-size 1024 --num-attention-heads 16 --seq-length 1024
     --log-interval 5 --eval-iters 0 --attention-dropout 0 --hidden-dropout 0 --device cuda
     --train-iters 30)
 
+# the Llama-style 3B shape of bench/fp8_bench.sh for the fp8 and fp8sp parts, and the fp8 recipe
+L=(--num-layers 26 --hidden-size 3072 --ffn-hidden-size 8192 --num-attention-heads 24
+    --group-query-attention --num-query-groups 8 --swiglu --normalization RMSNorm
+    --position-embedding-type rope --disable-bias-linear --untie-embeddings-and-output-weights
+    --seq-length 2048 --max-position-embeddings 2048 --vocab-size 32000 --mock-data --bf16
+    --lr 3e-4 --log-interval 5 --eval-iters 0 --attention-dropout 0 --hidden-dropout 0
+    --device cuda --train-iters 20 --micro-batch-size 2 --global-batch-size 16)
+F8=(--fp8-format hybrid --fp8-amax-history-len 1024 --fp8-amax-compute-algo max)
+# fp8_sp: TP 2 + SP in fp8 with SP's gather of the norms' outputs as fp8 bytes (the run fp8_tp_fp8,
+# made by the caller) against bf16, and beside the product of the rank's own rows
+# (--tp-comm-overlap)
+fp8_sp() {
+    MG_TEST_FP8_SP_BF16=1 run fp8_tp_gather_bf16 2 "${L[@]}" --tensor-model-parallel-size 2 \
+        --sequence-parallel "${F8[@]}"
+    run fp8_tp_overlap 2 "${L[@]}" --tensor-model-parallel-size 2 --sequence-parallel \
+        --tp-comm-overlap "${F8[@]}"
+    local a b c same=no
+    a=$(field fp8_tp_gather_bf16 'tokens per second') b=$(field fp8_tp_fp8 'tokens per second')
+    c=$(field fp8_tp_overlap 'tokens per second')
+    [ -n "$(losses fp8_tp_fp8)" ] && [ "$(losses fp8_tp_fp8)" = "$(losses fp8_tp_gather_bf16)" ] && same=yes
+    say "llama-3b tp fp8: inputs gathered in bf16 $a tok/s, as fp8 bytes $b ($(ratio "$a" "$b")," \
+        "lm losses equal: $same), bytes beside the own rows' product $c ($(ratio "$a" "$c"))"
+}
+
 case $PART in
 nccl) # on 4 GPUs the exit-blocking scenario 20 times in a row (the issue's bar)
     reps=1
@@ -130,6 +159,18 @@ ep)
             "$(field "ep_$name" moe_ep_load_imbalance_after_echo) overflow steps" \
             "$(field "ep_$name" moe_overflow_steps)"
     done ;;
+epscale) # the same MoE on one GPU and under EP 2, per GPU the same micro-batch and microbatches
+    for mbs in ${EP_MBS:-8 16}; do
+        run "epscale_one_$mbs" 1 "${GPT[@]}" "${MOE[@]}" --micro-batch-size "$mbs" \
+            --global-batch-size "$mbs" --train-iters 30
+        run "epscale_ep2_$mbs" 2 "${GPT[@]}" "${MOE[@]}" --expert-model-parallel-size 2 \
+            --use-distributed-optimizer --micro-batch-size "$mbs" \
+            --global-batch-size $((2 * mbs)) --train-iters 30
+        a=$(field "epscale_one_$mbs" 'tokens per second') b=$(field "epscale_ep2_$mbs" 'tokens per second')
+        say "moe micro-batch $mbs: one GPU $a tok/s, EP 2 $b tok/s," \
+            "$(awk -v a="${a:-0}" -v b="${b:-0}" 'BEGIN { if (a > 0) printf "%.1f%%", 100 * b / (2 * a); else print "-" }') of two GPUs," \
+            "$(ratio 315500 "$b") Megatron-LM's 315.5K"
+    done ;;
 tpov)
     M+=(--micro-batch-size "${MBS:-32}" --global-batch-size "${MBS:-32}")
     timeout 300 "$BIN" train "${M[@]}" >"$OUTDIR/tpov_one.log" 2>&1
@@ -147,13 +188,6 @@ tpov)
             "$(awk -v a="${tps:-0}" 'BEGIN { printf "%.2fx", a / 213500 }') Megatron-LM's 213.5K"
     done ;;
 fp8)
-    L=(--num-layers 26 --hidden-size 3072 --ffn-hidden-size 8192 --num-attention-heads 24
-        --group-query-attention --num-query-groups 8 --swiglu --normalization RMSNorm
-        --position-embedding-type rope --disable-bias-linear --untie-embeddings-and-output-weights
-        --seq-length 2048 --max-position-embeddings 2048 --vocab-size 32000 --mock-data --bf16
-        --lr 3e-4 --log-interval 5 --eval-iters 0 --attention-dropout 0 --hidden-dropout 0
-        --device cuda --train-iters 20 --micro-batch-size 2 --global-batch-size 16)
-    F8=(--fp8-format hybrid --fp8-amax-history-len 1024 --fp8-amax-compute-algo max)
     for lay in "tp:--tensor-model-parallel-size 2 --sequence-parallel" \
         "pp:--pipeline-model-parallel-size 2"; do
         name=${lay%%:*}
@@ -164,18 +198,7 @@ fp8)
         say "llama-3b $name: bf16 rc $rc1 $a tok/s, fp8 rc $rc2 $b tok/s," \
             "$(ratio "$a" "$b")"
     done
-    # SP's gather of the norms' outputs in fp8 bytes (the default) against bf16, and beside the
-    # product of the rank's own rows (--tp-comm-overlap)
-    MG_TEST_FP8_SP_BF16=1 run fp8_tp_gather_bf16 2 "${L[@]}" --tensor-model-parallel-size 2 \
-        --sequence-parallel "${F8[@]}"
-    run fp8_tp_overlap 2 "${L[@]}" --tensor-model-parallel-size 2 --sequence-parallel \
-        --tp-comm-overlap "${F8[@]}"
-    a=$(field fp8_tp_gather_bf16 'tokens per second') b=$(field fp8_tp_fp8 'tokens per second')
-    c=$(field fp8_tp_overlap 'tokens per second')
-    same=no
-    [ -n "$(losses fp8_tp_fp8)" ] && [ "$(losses fp8_tp_fp8)" = "$(losses fp8_tp_gather_bf16)" ] && same=yes
-    say "llama-3b tp fp8: inputs gathered in bf16 $a tok/s, as fp8 bytes $b ($(ratio "$a" "$b")," \
-        "lm losses equal: $same), bytes beside the own rows' product $c ($(ratio "$a" "$c"))"
+    fp8_sp
     # the Mixtral-style MoE of bench/fp8_bench.sh under EP 2 (its routed experts in fp8 too)
     M=(--num-layers 8 --hidden-size 2048 --num-attention-heads 16 --group-query-attention
         --num-query-groups 8 --swiglu --normalization RMSNorm --position-embedding-type rope
@@ -190,6 +213,9 @@ fp8)
     a=$(field fp8_ep_bf16 'tokens per second') b=$(field fp8_ep_fp8 'tokens per second')
     say "moe ep 2: bf16 rc $rc1 $a tok/s, fp8 rc $rc2 $b tok/s," \
         "$(ratio "$a" "$b")" ;;
+fp8sp)
+    run fp8_tp_fp8 2 "${L[@]}" --tensor-model-parallel-size 2 --sequence-parallel "${F8[@]}"
+    fp8_sp ;;
 ce)
     for r in "tp_sp:${M[*]} --micro-batch-size ${MBS:-32} --global-batch-size ${MBS:-32} --tensor-model-parallel-size 2 --sequence-parallel" \
         "tp_sp_overlap:${M[*]} --micro-batch-size ${MBS:-32} --global-batch-size ${MBS:-32} --tensor-model-parallel-size 2 --sequence-parallel --tp-comm-overlap" \
@@ -270,6 +296,6 @@ four)
     done ;;
 tp | dp | pp) OUTDIR=$OUTDIR "$HERE/${PART}_bench.sh" "$BUILD" 2>&1 | tee "$OUTDIR/$PART.log" | tail -n 12 | tee -a "$SUM" ;;
 *)
-    echo "usage: bench/multigpu_runs.sh BUILD nccl|graphs|ep|tpov|fp8|ce|dpbf16|four|tp|dp|pp" >&2
+    echo "usage: bench/multigpu_runs.sh BUILD nccl|graphs|ep|epscale|tpov|fp8|fp8sp|ce|dpbf16|four|tp|dp|pp" >&2
     exit 2 ;;
 esac

@@ -400,7 +400,7 @@ MG_CUDA_DTYPES(mg_status, grouped_linear_backward_portable,
             <<<persistent_blocks(be, GG_BLOCKS_PER_SM), GG_THREADS, 0, stream>>>(a);
         MG_CUDA_CHECK_LAUNCH();
     }
-    if (dbias) MG_CHECK(launch_dbias<h16>(be, dbias, dout, ws.row_off, n_src, n_w, OC, accumulate));
+    if (dbias) MG_CHECK(launch_dbias<h16>(be, dbias, dout, ws, n_src, n_w, OC, accumulate));
     return MG_OK;
 }
 
@@ -453,7 +453,7 @@ MG_CUDA_DTYPES(mg_status, grouped_linear_backward,
             MG_CUDA_CHECK_LAUNCH();
         }
     }
-    if (dbias) MG_CHECK(launch_dbias<h16>(be, dbias, dout, ws.row_off, n_src, n_w, OC, accumulate));
+    if (dbias) MG_CHECK(launch_dbias<h16>(be, dbias, dout, ws, n_src, n_w, OC, accumulate));
     return MG_OK;
 }
 

@@ -63,30 +63,74 @@ static __global__ void __launch_bounds__(GG_SCAN_THREADS)
 
 /* ---------------------------------------------------------------- the small kernels */
 
-/* dbias_j[c] += sum of dout[r, c] over the rows r of every group of weight j: block (32 columns,
- * weight j), warp w sums rows w, w+8, ... of each source in order; then the 8 warp sums in warp
- * order. Deterministic for given counts. */
-template <typename h16>
-static __global__ void grouped_dbias_kernel(float *const *dbias, const h16 *dout /* (R,OC) */,
-                                            const int32_t *row_off, int n_src, int n_w, int OC,
-                                            bool accumulate) {
-    __shared__ float sums[8][32];
+/* The bias gradients in two deterministic stages (no atomics), so that the rows of a weight spread
+ * over the whole GPU however few weights there are: stage 1 splits weight j's rows (its groups
+ * from every source, taken source after source) into GG_DBIAS_CHUNKS equal chunks, their size
+ * from the device's counts, and writes one fp32 partial per (j, chunk, column); stage 2 adds a
+ * column's partials in chunk order. The order of the additions depends on the counts alone. */
+#define GG_DBIAS_CHUNKS 32
+#define GG_DBIAS_WARPS  8
+
+/* Block (strip of 32 * VEC columns, chunk, weight j); warp w sums rows w, w + 8, ... of each of
+ * the chunk's pieces of a group (four rows' loads in flight per lane), then the warp sums are
+ * added in warp order. part: (n_w, nch, OC). */
+template <typename h16, int VEC>
+static __global__ void grouped_dbias_partial_kernel(float *part, const h16 *dout /* (R,OC) */,
+                                                    const int32_t *row_off, int n_src, int n_w,
+                                                    int OC, int nch) {
+    __shared__ float sums[GG_DBIAS_WARPS][32 * VEC];
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    const int c = blockIdx.x * 32 + lane, j = blockIdx.y;
+    const int chunk = blockIdx.y, j = blockIdx.z, c0 = (blockIdx.x * 32 + lane) * VEC;
+    int32_t total = 0;
+    for (int s = 0; s < n_src; s++) total += row_off[s * n_w + j + 1] - row_off[s * n_w + j];
+    const int32_t per = (total + nch - 1) / nch, lo = chunk * per, hi = min(total, lo + per);
+    float acc[VEC];
+#pragma unroll
+    for (int k = 0; k < VEC; k++) acc[k] = 0.0f;
+    if (c0 < OC) {
+        int32_t base = 0; /* rows of weight j in the sources before s */
+        for (int s = 0; s < n_src && base < hi; s++) {
+            const int g = s * n_w + j;
+            const int32_t n = row_off[g + 1] - row_off[g];
+            const int32_t a = max(lo, base), b = min(hi, base + n);
+            const int32_t r1 = row_off[g] + b - base;
+#pragma unroll 4
+            for (int32_t r = row_off[g] + a - base + warp; r < r1; r += GG_DBIAS_WARPS) {
+                float v[VEC];
+                mg_loadv<VEC>(dout + (int64_t)r * OC + c0, v);
+#pragma unroll
+                for (int k = 0; k < VEC; k++) acc[k] += v[k];
+            }
+            base += n;
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < VEC; k++) sums[warp][lane * VEC + k] = acc[k];
+    __syncthreads();
+    float *out = part + ((size_t)j * nch + chunk) * OC;
+    for (int t = threadIdx.x; t < 32 * VEC; t += blockDim.x) {
+        const int c = blockIdx.x * 32 * VEC + t;
+        if (c >= OC) continue;
+        float sum = sums[0][t];
+        for (int w = 1; w < GG_DBIAS_WARPS; w++) sum += sums[w][t];
+        out[c] = sum;
+    }
+}
+
+/* Block (32 columns, weight j), 32 x 8 threads: row y of the block adds chunks y, y + 8, ... in
+ * order, then the rows' sums in row order; dbias_j[c] = (accumulate ? dbias_j[c] : 0) + sum. */
+static __global__ void grouped_dbias_final_kernel(float *const *dbias, const float *part, int OC,
+                                                  int nch, bool accumulate) {
+    __shared__ float sums[8][32];
+    const int lane = threadIdx.x, y = threadIdx.y, j = blockIdx.y, c = blockIdx.x * 32 + lane;
     float acc = 0.0f;
     if (c < OC)
-        for (int s = 0; s < n_src; s++) {
-            int g = s * n_w + j;
-            for (int32_t r = row_off[g] + warp; r < row_off[g + 1]; r += 8)
-                acc += h16_to_f(dout[(int64_t)r * OC + c]);
-        }
-    sums[warp][lane] = acc;
+        for (int k = y; k < nch; k += 8) acc += part[((size_t)j * nch + k) * OC + c];
+    sums[y][lane] = acc;
     __syncthreads();
-    if (warp == 0 && c < OC) {
-        float s = sums[0][lane];
-        for (int w = 1; w < 8; w++) s += sums[w][lane];
-        dbias[j][c] = (accumulate ? dbias[j][c] : 0.0f) + s;
-    }
+    if (y != 0 || c >= OC) return;
+    for (int q = 1; q < 8; q++) acc += sums[q][lane];
+    dbias[j][c] = (accumulate ? dbias[j][c] : 0.0f) + acc;
 }
 
 /* dW_j = 0 for each weight j whose first-source group (counts[j]) has no rows: the CUTLASS dw
@@ -192,13 +236,33 @@ static mg_status launch_offsets(mg_backend *be, const gg_ws *w, const int32_t *c
     return MG_OK;
 }
 
+/* dbias_j (+)= the column sums of dout over weight j's rows (ws: the products' row offsets; its
+ * rest holds the partials, after the products on the same stream). */
 template <typename h16>
 static mg_status launch_dbias(mg_backend *be, float *const *dbias, const void *dout,
-                              const int32_t *row_off, int n_src, int n_w, int OC, bool accumulate) {
-    if (OC == 0) return MG_OK;
-    dim3 grid((OC + 31) / 32, n_w);
-    grouped_dbias_kernel<h16><<<grid, 256, 0, mg_cuda_stream(be)>>>(
-        dbias, (const h16 *)dout, row_off, n_src, n_w, OC, accumulate);
+                              const gg_ws &ws, int n_src, int n_w, int OC, bool accumulate) {
+    if (OC == 0 || n_w == 0) return MG_OK;
+    const size_t per_chunk = (size_t)n_w * OC * sizeof(float);
+    const int nch = (int)(ws.rest_bytes / per_chunk < GG_DBIAS_CHUNKS ? ws.rest_bytes / per_chunk
+                                                                      : GG_DBIAS_CHUNKS);
+    if (nch < 1)
+        return MG_FAIL(MG_ERR_INTERNAL,
+                       "grouped bias gradient: %zu workspace bytes, %zu needed for %d x %d",
+                       ws.rest_bytes, per_chunk, n_w, OC);
+    float *part = (float *)ws.rest;
+    cudaStream_t st = mg_cuda_stream(be);
+    const int32_t *off = ws.row_off;
+    if (OC % 8 == 0 && mg_cuda_aligned16(dout))
+        grouped_dbias_partial_kernel<h16, 8>
+            <<<dim3((unsigned)((OC + 255) / 256), (unsigned)nch, (unsigned)n_w),
+               32 * GG_DBIAS_WARPS, 0, st>>>(part, (const h16 *)dout, off, n_src, n_w, OC, nch);
+    else
+        grouped_dbias_partial_kernel<h16, 1>
+            <<<dim3((unsigned)((OC + 31) / 32), (unsigned)nch, (unsigned)n_w), 32 * GG_DBIAS_WARPS,
+               0, st>>>(part, (const h16 *)dout, off, n_src, n_w, OC, nch);
+    MG_CUDA_CHECK_LAUNCH();
+    grouped_dbias_final_kernel<<<dim3((unsigned)((OC + 31) / 32), (unsigned)n_w), dim3(32, 8), 0,
+                                 st>>>(dbias, part, OC, nch, accumulate);
     MG_CUDA_CHECK_LAUNCH();
     return MG_OK;
 }

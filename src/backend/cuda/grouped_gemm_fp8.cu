@@ -91,5 +91,5 @@ MG_CUDA_DTYPES(mg_status, fp8_grouped_linear_backward,
     }
     if (!dbias) return MG_OK;
     if (!dw && !dinp) MG_CHECK(launch_offsets(be, &ws, counts, G)); /* the products wrote them */
-    return launch_dbias<h16>(be, dbias, dout, ws.row_off, n_src, n_w, OC, accumulate);
+    return launch_dbias<h16>(be, dbias, dout, ws, n_src, n_w, OC, accumulate);
 }
