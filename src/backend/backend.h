@@ -12,6 +12,7 @@
 #include "core/arena.h"
 #include "core/dropout.h"
 #include "core/echo_plan.h"
+#include "core/peer_window.h"
 #include "core/status.h"
 #include "core/step_rules.h"
 #include "core/tensor.h"

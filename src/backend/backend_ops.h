@@ -490,6 +490,18 @@ MG_OP(moe_regroup, REQ, MOE, mg_status,
       (mg_backend *be, void *dst, const void *src, const int32_t *counts, int P, int El,
        int slab, int first, int H, bool to_slabs),
       (be, dst, src, counts, P, El, slab, first, H, to_slabs))
+/* moe_regroup to the slabs and an all-to-all of them in one kernel, over peer-mapped memory
+ * (core/peer_window.h; pw->n ranks, this one pw->rank): the window [first, first + slab) of each
+ * of this rank's blocks of src (packed as moe_regroup's, counts P x El; block p for rank p) is
+ * written straight into rank p's buffer from row rank x slab on (H wide), where the all-to-all
+ * of the slabs would have put it; rows past a window are not touched. Between two device barriers
+ * of the ranks on the stream: before, every rank has finished with what its buffer held (its
+ * work before this call); after, every rank's rows are in every buffer. OPT: NULL on the CPU
+ * backend; the caller then exchanges slabs through the group's all-to-all. */
+MG_OP(moe_put_rows, OPT, OP, mg_status,
+      (mg_backend *be, const mg_peer_window *pw, const void *src, const int32_t *counts, int El,
+       int slab, int first, int H),
+      (be, pw, src, counts, El, slab, first, H))
 /* The receive budget's rounds (model/moe_dispatch.c): counts (P x El) split into windows of slab
  * rows per block p (the rows of counts[p*El .. (p+1)*El), expert after expert). out (P x El):
  * each expert's rows inside the window [first, first + slab) of its block. rounds (1, or NULL):

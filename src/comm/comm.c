@@ -354,6 +354,23 @@ void mg_comm_sym_abandon(mg_comm *const *groups, int n_groups, void *ptr) {
     sym_release(groups, n_groups, ptr, false);
 }
 
+mg_status mg_comm_peer_window_alloc(mg_comm *c, size_t bytes, mg_peer_window *out) {
+    memset(out, 0, sizeof *out);
+    if (!c) return MG_FAIL(MG_ERR_USAGE, "peer_window_alloc: no group");
+    if (!c->w->ops->peer_alloc)
+        return MG_FAIL(MG_ERR_UNSUPPORTED, "peer-mapped memory needs the NCCL backend (this is %s)",
+                       c->w->ops->name);
+    if (c->w->failed) return MG_FAIL(MG_ERR_COMM, "peer_window_alloc: the world has failed");
+    MG_CHECK(call_begin(c, "peer_window_alloc"));
+    return call_end(c, c->w->ops->peer_alloc(c, bytes, out));
+}
+
+void mg_comm_peer_window_free(mg_comm *c, mg_peer_window *pw, bool abandon) {
+    if (c && pw->n > 0 && c->w->ops->peer_free)
+        c->w->ops->peer_free(c, pw, abandon || c->w->failed);
+    memset(pw, 0, sizeof *pw);
+}
+
 mg_status mg_comm_barrier(mg_comm *c, void *stream) {
     MG_CHECK(call_begin(c, "barrier"));
     return call_end(c, mg_comm_rec_on(c) ? mg_comm_rec_barrier(c) : c->w->ops->barrier(c, stream));

@@ -49,6 +49,7 @@
 #define MG_COMM_H
 
 #include "comm/launch.h" /* mg_launch_info, mg_launch_detect (launch.c) */
+#include "core/peer_window.h"
 #include "core/status.h"
 #include "core/tensor.h"
 
@@ -153,6 +154,17 @@ void mg_comm_sym_free(mg_comm *const *groups, int n_groups, void *ptr);
 /* The same without the collective deregistration, for a rank that stops on an error (its peers
  * may never come to deregister; the communicators are aborted next). */
 void mg_comm_sym_abandon(mg_comm *const *groups, int n_groups, void *ptr);
+
+/* ---- peer-mapped memory (NCCL backend, the group's ranks on one node) ----
+ * mg_comm_peer_window_alloc (collective over c) gives each rank `bytes` of zeroed device memory
+ * and a device barrier's flags (core/peer_window.h), and maps every other rank's into this
+ * process (CUDA IPC), so kernels read and write the peers' memory with no collective call.
+ * MG_ERR_UNSUPPORTED, on every rank alike, where that cannot be: a backend other than NCCL, more
+ * than MG_PEER_MAX ranks, ranks on several hosts, a device that cannot map a peer's memory.
+ * mg_comm_peer_window_free unmaps and frees (collective unless `abandon`: a rank that stops on
+ * an error frees without waiting for its peers). */
+mg_status mg_comm_peer_window_alloc(mg_comm *c, size_t bytes, mg_peer_window *out);
+void mg_comm_peer_window_free(mg_comm *c, mg_peer_window *pw, bool abandon);
 
 /* Waits until every operation enqueued on `stream` through c has finished, bounded by the
  * timeout and interrupted by a peer's failure notice. MPI: returns at once. */

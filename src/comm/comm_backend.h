@@ -62,6 +62,9 @@ typedef struct {
     void (*mem_free)(mg_comm_world *w, void *ptr);
     mg_status (*window_register)(mg_comm *c, void *base, size_t bytes);
     void (*window_deregister)(mg_comm *c, void *base);
+    /* Optional (NCCL): comm.h's peer-mapped memory; NULL answers MG_ERR_UNSUPPORTED. */
+    mg_status (*peer_alloc)(mg_comm *c, size_t bytes, mg_peer_window *out);
+    void (*peer_free)(mg_comm *c, mg_peer_window *pw, bool abandon);
 } mg_comm_ops;
 
 struct mg_comm_world {

@@ -673,7 +673,7 @@ static mg_status nccl_batch_p2p(mg_comm *c, const mg_p2p_op *ops, int n_ops, voi
  * communicator's asynchronous state (a network error shows there, not in the event), the health
  * channel and the deadline. The main thread owns the communicators meanwhile (the watchdog
  * stands aside: this wait is bounded by itself). */
-static mg_status sync_wait(mg_comm *c, nccl_group *g, cudaStream_t stream) {
+mg_status mg_nccl_sync_wait(mg_comm *c, nccl_group *g, cudaStream_t stream) {
     CUDA_TRY(c, cudaEventRecord(g->done, stream));
     double start = mg_clock_seconds(), deadline = start + c->w->timeout_s;
     for (int iter = 0;; iter++) {
@@ -700,7 +700,7 @@ static mg_status sync_wait(mg_comm *c, nccl_group *g, cudaStream_t stream) {
 static mg_status nccl_sync(mg_comm *c, void *stream) {
     nccl_group *g = NULL;
     MG_CHECK(mg_nccl_begin(c, &g));
-    mg_status st = sync_wait(c, g, (cudaStream_t)stream);
+    mg_status st = mg_nccl_sync_wait(c, g, (cudaStream_t)stream);
     mg_nccl_wd_leave(c->w->impl, NULL, c, NULL, false);
     return st;
 }
@@ -738,6 +738,8 @@ const mg_comm_ops mg_comm_nccl_ops = {
     .window_register = mg_nccl_window_register,
     .window_deregister = mg_nccl_window_deregister,
 #endif
+    .peer_alloc = mg_nccl_peer_alloc,
+    .peer_free = mg_nccl_peer_free,
 };
 
 #else

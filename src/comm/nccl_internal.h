@@ -90,6 +90,14 @@ mg_status mg_nccl_begin(mg_comm *c, nccl_group **out);
 mg_status mg_nccl_fail(mg_comm *c, ncclComm_t comm, ncclResult_t r, const char *expr,
                        const char *func, const char *file, int line);
 
+/* Waits, inside an entry (mg_nccl_begin), for everything enqueued on stream so far: bounded by
+ * the timeout, interrupted by a peer's failure notice or the communicator's error. */
+mg_status mg_nccl_sync_wait(mg_comm *c, nccl_group *g, cudaStream_t stream);
+
+/* ---- peer-mapped memory (nccl_peer.c): comm_backend.h's entries ---- */
+mg_status mg_nccl_peer_alloc(mg_comm *c, size_t bytes, mg_peer_window *out);
+void mg_nccl_peer_free(mg_comm *c, mg_peer_window *pw, bool abandon);
+
 /* ---- copy-engine collectives (nccl_copy_engine.c): comm_backend.h's entries ---- */
 bool mg_nccl_copy_engine(const mg_comm_world *w);
 /* Whether [p, p + bytes) lies inside one of g's windows (then its copy engines take the call). */

@@ -11,6 +11,9 @@
  *   MG_GROUPED_GEMM  the CUDA MoE grouped GEMM: cutlass (default where built) or fallback
  *   MG_DBIAS       CUDA backend: a linear layer's bias gradient from our deterministic column
  *                  sums ("ours", the default) or cuBLASLt's BGRADB epilogue ("epilogue")
+ *   MG_MOE_EXCHANGE  expert parallelism on the NCCL backend: "stores" (default) puts the rows
+ *                  straight into the peers' peer-mapped receive slabs where the group can map
+ *                  each other's memory, "all-to-all" sends the slabs by the group's all-to-all
  *   MG_PP_TIMING   pipeline runs on a device: 1 times every op (the backend's timer points, read
  *                  once per step) to measure the bubble; the cpu backend always does
  *   MG_FAULT_CHECKPOINT  tests only: "after-model" makes a checkpoint save fail after writing the

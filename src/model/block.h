@@ -137,8 +137,11 @@ typedef struct {
                               the all-to-all may deliver at most */
     int capacity;          /* tokens per expert kept, 0: dropless */
     mg_comm *ep;           /* the expert-parallel group (set at bind), NULL: one rank */
-    bool train;            /* this pass trains: aux losses, load, expert bias */
-    float *stats;          /* (2) backend fp32: the logged aux loss and z-loss accumulate */
+    const mg_peer_window *peer; /* the group's peer-mapped receive slabs (R x H each, set at
+                                   bind where the backend and the group have them), NULL: the
+                                   slabs travel by the group's all-to-all */
+    bool train;                 /* this pass trains: aux losses, load, expert bias */
+    float *stats;               /* (2) backend fp32: the logged aux loss and z-loss accumulate */
     float loss_weight, stat_weight; /* mg_moe_routing's, set by the trainer */
     const float *loss_scale;        /* mg_moe_routing's (backend memory, NULL: 1), the trainer's */
 } mg_moe_ws;

@@ -11,7 +11,12 @@
  * rows [r slab, (r + 1) slab) of every block (moe_round_counts gives each expert's share of the
  * window), so nothing is dropped and each row meets the same expert as without a budget. The
  * number of rounds is the largest block's, agreed by a maximum over the group and read by the
- * host, which loops (model/moe.c). */
+ * host, which loops (model/moe.c).
+ *
+ * Where the group's memory is peer-mapped (w->peer, the trainer's; core/peer_window.h) the rows go
+ * straight from this rank's packed blocks into the peers' receive slabs (the backend's
+ * moe_put_rows): only the rows there are travel, with no send slab and no collective. The slabs
+ * then hold what the all-to-all would have left there, and the way out of them is the same. */
 #include "model/moe_dispatch.h"
 
 /* One all-to-all of sizes fixed by the plan (splits: counts then displacements per peer, the
@@ -84,6 +89,8 @@ static mg_status exchange_begin(const mg_block_ctx *x, const void *src, const in
                                 int from_first) {
     const mg_moe_ws *w = x->moe;
     mg_backend *be = x->be;
+    if (w->peer) /* straight into the peers' receive slabs, on the compute stream */
+        return be->moe_put_rows(be, w->peer, src, from, w->El, slab_rows(x), from_first, x->c->H);
     void *a = mg_block_ws_ptr(x, w->slab_send), *b = mg_block_ws_ptr(x, w->slab_recv);
     MG_CHECK(be->moe_regroup(be, a, src, from, x->c->moe.ep, w->El, slab_rows(x), from_first,
                              x->c->H, true));
@@ -93,9 +100,10 @@ static mg_status exchange_begin(const mg_block_ctx *x, const void *src, const in
 static mg_status exchange_end(const mg_block_ctx *x, void *dst, const int32_t *to, int to_first) {
     const mg_moe_ws *w = x->moe;
     mg_backend *be = x->be;
-    MG_CHECK(mg_backend_comm_end(be));
-    return be->moe_regroup(be, dst, mg_block_ws_ptr(x, w->slab_recv), to, x->c->moe.ep, w->El,
-                           slab_rows(x), to_first, x->c->H, false);
+    if (!w->peer) MG_CHECK(mg_backend_comm_end(be));
+    const void *recv = w->peer ? w->peer->base[w->peer->rank] : mg_block_ws_ptr(x, w->slab_recv);
+    return be->moe_regroup(be, dst, recv, to, x->c->moe.ep, w->El, slab_rows(x), to_first, x->c->H,
+                           false);
 }
 
 static mg_status exchange(const mg_block_ctx *x, void *dst, const int32_t *to, int to_first,

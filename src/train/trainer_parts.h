@@ -118,8 +118,12 @@ typedef struct {
     mg_allocator sym_alloc;
     mg_comm *sym_groups[4];
     int n_sym_groups;
-    bool sym_abandon;     /* the run failed: free without the collective deregistration (run.c) */
-    size_t planned_bytes; /* all arenas together */
+    bool sym_abandon; /* the run failed: free without the collective deregistration (run.c) */
+    /* the expert-parallel group's peer-mapped receive slabs (comm.h; model/moe_dispatch.c), on
+     * ep_peer_group; NULL where the exchange goes by the group's all-to-all */
+    mg_peer_window ep_peer;
+    mg_comm *ep_peer_group;
+    size_t planned_bytes;        /* all arenas together */
     size_t used_before_arenas;   /* device memory in use before the arenas (the CUDA context,
                                     the backend's workspace, libraries): the predicted peak is
                                     this plus planned_bytes; 0 on the cpu backend */

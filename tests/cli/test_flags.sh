@@ -75,6 +75,11 @@ fi
 # The pipeline's measurement switch: 0 or 1, anything else stops the run before training.
 MEGATRON=env expect_error flags_bad_pp_timing_env 2 "MG_PP_TIMING=yes: expected 0 or 1" \
     MG_PP_TIMING=yes "$REAL" train "${MODEL[@]}" "${RUN[@]}" --device cpu
+# The expert-parallel exchange's switch: stores or all-to-all, checked for every MoE run.
+MEGATRON=env expect_error flags_bad_moe_exchange_env 2 \
+    "MG_MOE_EXCHANGE=bogus: expected stores \(the default\) or all-to-all" \
+    MG_MOE_EXCHANGE=bogus "$REAL" train "${MODEL[@]}" "${RUN[@]}" --device cpu --num-experts 4 \
+    --moe-router-topk 2
 # The CUDA backend's environment variables, where a GPU is usable (they are read when the backend
 # is created, and cached for the process, so they are checked through the command line).
 if [ "${GPU:-yes}" = yes ]; then

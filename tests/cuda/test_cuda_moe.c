@@ -17,6 +17,8 @@
  * layer's ops run twice repeat every output bitwise. */
 #include "cuda_test_util.h"
 
+#include "core/slab_rounds.h"
+
 #include "core/rng.h"
 
 #include <math.h>
@@ -760,4 +762,72 @@ MG_TEST(cuda_moe_regroup_matches_cpu) {
         }
         ct_pool_free(&P_);
     }
+}
+
+/* ---------------------------------------------------------------- stores into peers' slabs */
+
+/* moe_put_rows between two ranks on one GPU: two CUDA backends (a stream each) stand for the ranks
+ * and store their packed blocks into a pair of buffers standing for the ranks' peer-mapped receive
+ * slabs; both kernels run at once and meet at their barriers (a wrong barrier hangs or races).
+ * Rank p's buffer must then hold at rows [s slab, ...) the window of source s's block p, as the
+ * slabs' all-to-all would leave it, and the rest untouched; twice (the barriers' epochs count
+ * on), the second time the receive budget's next window. Row widths with and without 16-byte
+ * vectors. Copies: exact. */
+MG_TEST(cuda_moe_put_rows_matches_the_slab_exchange) {
+    CT_BACKENDS(cpu, gpu);
+    if (!gpu->moe_put_rows) {
+        MG_EXPECT(gpu->device != MG_DEVICE_CUDA, "the cuda backend has no moe_put_rows");
+        return;
+    }
+    mg_backend *g2 = NULL;
+    MG_EXPECT_OK(mg_backend_cuda_create_dtype(&g2, 0, gpu->compute_dtype));
+    if (!g2) return;
+    enum { P = 2, El = 3 };
+    const int slab = 40;
+    /* source 0: block 0 fills its slab, block 1 13 rows; source 1: block 0 empty, block 1 2.5
+     * slabs (a second window) */
+    static const int32_t counts[P][P * El] = {{14, 13, 13, 5, 4, 4}, {0, 0, 0, 34, 33, 33}};
+    mg_backend *rank_be[P] = {gpu, g2};
+    for (int H = 72; H >= 36; H -= 36) { /* 144-byte rows, then 72-byte */
+        ct_pool P_ = ct_pool_of(t, gpu);
+        const size_t data = (size_t)P * slab * H, esz = mg_dtype_size(gpu->compute_dtype);
+        const size_t total = data + MG_PEER_FLAG_BYTES / esz;
+        float *src[P], *ref[P];
+        void *d_src[P], *d_win[P];
+        int32_t *d_counts[P];
+        mg_peer_window pw[P];
+        for (int s = 0; s < P; s++) {
+            int rows = 0;
+            for (int i = 0; i < P * El; i++) rows += counts[s][i];
+            src[s] = ct_rand_act(&P_, 500 + (uint32_t)s, (size_t)rows * H, 1.0f);
+            ref[s] = ct_rand_act(&P_, 510 + (uint32_t)s, total, 1.0f);
+            d_src[s] = ct_up_act(&P_, src[s], (size_t)rows * H);
+            d_win[s] = ct_up_act(&P_, ref[s], total);
+            d_counts[s] = ct_up_i32(&P_, counts[s], (size_t)P * El);
+        }
+        for (int s = 0; s < P && !P_.failed; s++)
+            MG_EXPECT_OK(gpu->memset_zero(gpu, (char *)d_win[s] + data * esz, MG_PEER_FLAG_BYTES));
+        for (int s = 0; s < P; s++) {
+            memset(&pw[s], 0, sizeof pw[s]);
+            pw[s].n = P, pw[s].rank = s, pw[s].bytes = data * esz;
+            for (int q = 0; q < P; q++) pw[s].base[q] = d_win[q];
+        }
+        for (int first = 0; first < 2 * slab && !P_.failed; first += slab) {
+            for (int s = 0; s < P; s++) /* the expected rows: source s's window of block p */
+                for (int p = 0; p < P; p++) {
+                    int64_t at = 0, n = mg_slab_window(counts[s], p, El, slab, first, &at);
+                    memcpy(ref[p] + (size_t)s * slab * H, src[s] + (size_t)at * H,
+                           (size_t)n * H * sizeof(float));
+                }
+            for (int s = 0; s < P; s++) /* both launched before either is waited for */
+                MG_EXPECT_OK(rank_be[s]->moe_put_rows(rank_be[s], &pw[s], d_src[s], d_counts[s], El,
+                                                      slab, first, H));
+            for (int s = 0; s < P; s++) MG_EXPECT_OK(rank_be[s]->synchronize(rank_be[s]));
+            for (int p = 0; p < P; p++)
+                CT_EXPECT_CLOSE(ct_down_act(&P_, d_win[p], data), ref[p], data, 0.0,
+                                "moe_put_rows: rank %d's slabs, H=%d first=%d", p, H, first);
+        }
+        ct_pool_free(&P_);
+    }
+    g2->destroy(g2);
 }

@@ -134,6 +134,7 @@ static const coverage_row coverage[] = {
     {"grouped_swiglu_backward", "test_cuda_moe.c", "cuda_moe_grouped_activations_match_cpu"},
     {"moe_regroup", "test_cuda_moe.c", "cuda_moe_regroup_matches_cpu"},
     {"moe_round_counts", "test_cuda_moe.c", "cuda_moe_regroup_matches_cpu"},
+    {"moe_put_rows", "test_cuda_moe.c", "cuda_moe_put_rows_matches_the_slab_exchange"},
     {"moe_expert_bias_update", "test_cuda_moe.c", "cuda_moe_expert_bias_update_matches_cpu"},
     {"moe_echo_plan", "test_cuda_moe.c", "cuda_moe_echo_plan_matches_cpu"},
     {"moe_echo_reroute", "test_cuda_moe.c", "cuda_moe_echo_reroute_matches_cpu"},

@@ -113,6 +113,15 @@ for np in "${SIZES[@]}"; do
         2>&1)
     tally "nccl copy-engine mpirun np=$np" $? "$out"
 done
+# ---- 1c. expert parallelism with the slabs sent by the group's all-to-all (MG_MOE_EXCHANGE=
+# all-to-all), the path of groups whose ranks cannot map each other's memory; by default the
+# rows are stored straight into the peers' slabs (train_ep checks both give the same numbers) ----
+for np in "${SIZES[@]}"; do
+    [ -n "$HAVE_MPIRUN" ] || continue
+    out=$(MG_MOE_EXCHANGE=all-to-all timeout 300 "${MPIRUN[@]}" -x MG_MOE_EXCHANGE -np "$np" \
+        "$BIN" --backend nccl --timeout 60 --filter train_ep 2>&1)
+    tally "nccl expert exchange by all-to-all mpirun np=$np" $? "$out"
+done
 # a bad value of the switch: one line naming it, a non-zero exit
 out=$(MG_NCCL_COPY_ENGINE=2 timeout 60 "$BIN" --backend nccl --timeout 60 --filter copy_engine 2>&1)
 rc=$?

@@ -13,8 +13,11 @@
  * --layout-invariant-dropout, whose masks every layout draws alike. */
 #include "train_compare.h"
 
+#include "core/env.h"
 #include "core/log.h"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define STEPS        10
@@ -133,6 +136,46 @@ static void check_variant(dist_ctx *t, const variant *v) {
     tc_free_groups(&gr);
 }
 
+/* On GPUs: the rows stored straight into the peers' receive slabs (MG_MOE_EXCHANGE=stores, the
+ * default where the ranks map each other's memory) give the numbers of the slabs sent by the
+ * group's all-to-all bit for bit: the same rows land in the same places. Skipped where the
+ * environment already asks for the all-to-all (run_nccl.sh's run of that path). */
+static void check_exchange(dist_ctx *t, const variant *v) {
+    const char *env = getenv("MG_MOE_EXCHANGE");
+    if (!dist_on_device(t) || (env && strcmp(env, "stores") != 0)) return;
+    mg_parallel_sizes s = {
+        .world_size = t->size, .tp = 1, .pp = 1, .cp = 1, .ep = v->ep, .etp = -1};
+    mg_train_groups gr = {0};
+    mg_config c;
+    make_config(t, &c, v, v->ep, t->size, v->extra);
+    tc_groups(t, s, &gr);
+    tc_run a2a = {0}, stores = {0};
+    setenv("MG_MOE_EXCHANGE", "all-to-all", 1);
+    mg_env_forget();
+    tc_train(t, &c, &gr, STEPS, &a2a);
+    unsetenv("MG_MOE_EXCHANGE");
+    mg_env_forget();
+    tc_train(t, &c, &gr, STEPS, &stores);
+    char label[160];
+    snprintf(label, sizeof label, "%s: stores into the peers' slabs against the all-to-all",
+             v->label);
+    if (stores.tr && a2a.tr) {
+        DEXPECT(stores.tr->model.moe_ws.peer != NULL && a2a.tr->model.moe_ws.peer == NULL,
+                "%s: the exchange paths are not the ones asked for (stores %s, all-to-all %s)",
+                label, stores.tr->model.moe_ws.peer ? "on" : "off",
+                a2a.tr->model.moe_ws.peer ? "on" : "off");
+        tc_expect_steps(t, label, &stores, &a2a, STEPS, 0.0, 0.0);
+        size_t n = (size_t)stores.tr->model.params.numel;
+        DEXPECT(memcmp(stores.w, a2a.w, n * sizeof(float)) == 0,
+                "%s: the weights after %d steps differ", label, STEPS);
+    }
+    if (env) setenv("MG_MOE_EXCHANGE", env, 1);
+    mg_env_forget();
+    tc_release(&a2a);
+    tc_release(&stores);
+    tc_free_groups(&gr);
+}
+
 void test_train_ep(dist_ctx *t) {
     mg_log_init(t->rank, t->size);
     if (t->size != 2 && t->size != 4) return;
@@ -173,4 +216,7 @@ void test_train_ep(dist_ctx *t) {
         {"moe ep=world, fp8", t->size, false, false, NULL, false, fp8, FP8_TOL, FP8_NORM_TOL},
     };
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) check_variant(t, &all[i]);
+    check_exchange(t, &all[0]); /* plain */
+    check_exchange(t, &all[3]); /* a receive budget's rounds through the same slabs */
+    check_exchange(t, &all[4]); /* ECHO's spare slots among the receiving experts */
 }

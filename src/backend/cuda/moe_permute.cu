@@ -35,6 +35,7 @@
  * mg_cuda_grouped_swiglu_backward. */
 #include "backend/cuda/activation_math.cuh"
 #include "backend/cuda/cuda_common.cuh"
+#include "core/slab_rounds.h"
 
 #include <cub/device/device_radix_sort.cuh>
 
@@ -480,17 +481,10 @@ template <typename h16>
 static __global__ void regroup_kernel(h16 *dst, const h16 *src, const int32_t *counts, int P,
                                       int El, int slab, int first, int H, int to_slabs, int vec) {
     int p = blockIdx.y;
-    long long packed = 0, n = 0;
-    for (int q = 0; q <= p; q++) {
-        long long m = 0;
-        for (int j = 0; j < El; j++) m += counts[q * El + j];
-        if (q < p)
-            packed += m;
-        else
-            n = m > first ? (m - first < slab ? m - first : slab) : 0;
-    }
+    int64_t in = 0;
+    const int64_t n = mg_slab_window(counts, p, El, slab, first, &in);
     (void)P;
-    long long at = (long long)p * slab, in = packed + first;
+    const int64_t at = (int64_t)p * slab;
     int warp = (int)(threadIdx.x >> 5), warps = (int)(blockDim.x >> 5);
     for (long long r = (long long)blockIdx.x * warps + warp; r < n;
          r += (long long)gridDim.x * warps) {
