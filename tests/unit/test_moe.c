@@ -6,6 +6,7 @@
 #include "cpu_test_util.h"
 
 #include "config/flags.h"
+#include "core/slab_rounds.h"
 
 #include <math.h>
 
@@ -232,7 +233,8 @@ MG_TEST(moe_permute_combine_round_trip) {
  * one filling its slab, one of 8 rows that takes two windows of a 5-row slab) go from packed to
  * their slabs at p x slab, window by window (rows [first, first + slab) of each block), and back;
  * rows no window covers are left as they were, and the two rounds bring every row back. The
- * round counts of each window and the number of rounds, by hand. */
+ * round counts of each window, the number of rounds and each block's window as the CUDA kernels
+ * compute it (mg_slab_window), by hand. */
 MG_TEST(moe_regroup_rounds) {
     mg_backend *be;
     MG_EXPECT_OK(mg_backend_cpu_create(&be, 2));
@@ -257,6 +259,11 @@ MG_TEST(moe_regroup_rounds) {
         MG_EXPECT_OK(be->moe_regroup(be, back, slabs, counts, P, EL, SLAB, first, H, false));
         for (int p = 0, at = 0; p < P; at += rows[p], p++) {
             int w = rows[p] - first < 0 ? 0 : rows[p] - first > SLAB ? SLAB : rows[p] - first;
+            int64_t w_at = -1; /* the kernels' window of the block (core/slab_rounds.h) */
+            int64_t got = mg_slab_window(counts, p, EL, SLAB, first, &w_at);
+            MG_EXPECT(got == w && w_at == at + first,
+                      "mg_slab_window block %d first %d: %lld rows from %lld, want %d from %d", p,
+                      first, (long long)got, (long long)w_at, w, at + first);
             for (int r = 0; r < SLAB; r++)
                 for (int h = 0; h < H; h++) {
                     size_t q = ((size_t)p * SLAB + r) * H + h;
