@@ -8,7 +8,7 @@ mg_status mg_plan_build_placed(mg_plan *p) {
     const int pp = p->schedule.pp;
     p->out_layers = mg_output_layer_cost(&p->cfg);
     if (!p->has_layers || pp < 2 || !(p->out_layers > 0)) return MG_OK;
-    MG_CHECK(mg_pp_placement_model(&p->schedule, p->chunks, p->out_layers, &p->placed));
+    MG_CHECK(mg_pp_placement_model(&p->schedule, p->chunks, p->out_layers, true, &p->placed));
     p->has_placed = true;
     return MG_OK;
 }

@@ -146,24 +146,39 @@ static void *rows_at(const mg_block_ctx *x, const void *p, int r0, int width) {
     return p ? (char *)p + (size_t)r0 * width * x->esz : NULL;
 }
 
-/* Rows [r0, r0 + n) of a bf16 linear: out = inp w^T + bias, or with gelu_pre out = gelu(pre). */
-static mg_status linear_rows(const mg_block_ctx *x, void *out, void *gelu_pre, const void *inp,
-                             const void *w, const void *bias, int r0, int n, int IC, int OC) {
-    mg_backend *be = x->be;
-    if (n <= 0) return MG_OK;
-    const void *in = rows_at(x, inp, r0, IC);
-    if (gelu_pre)
-        return be->linear_gelu_forward(be, rows_at(x, out, r0, OC), rows_at(x, gelu_pre, r0, OC),
-                                       in, w, bias, n, IC, OC);
-    return be->linear_forward(be, rows_at(x, out, r0, OC), in, w, bias, NULL, n, IC, OC);
+mg_status mg_block_gather_beside(const mg_block_ctx *x, void *whole, const void *mine, size_t width,
+                                 mg_dtype dt, mg_block_rows_fn rows, void *ctx) {
+    const int r = x->tp->rank, T = x->tp->size, Nl = x->Nl;
+    const size_t row = width * mg_dtype_size(dt);
+    MG_CHECK(mg_tp_gather_begin(x->tp, whole, mine, (size_t)Nl * width, dt));
+    MG_CHECK(rows(x, ctx, mine, r * Nl, Nl));
+    MG_CHECK(mg_tp_join(x->tp));
+    /* the rows of the other ranks' tokens: those before this rank's, then those after */
+    const int rest[2][2] = {{0, r * Nl}, {(r + 1) * Nl, (T - 1 - r) * Nl}};
+    for (int k = 0; k < 2; k++)
+        if (rest[k][1] > 0)
+            MG_CHECK(rows(x, ctx, (const char *)whole + (size_t)rest[k][0] * row, rest[k][0],
+                          rest[k][1]));
+    return MG_OK;
 }
 
-/* Under SP the rows of the other ranks' tokens, as (first row, rows): those before this rank's
- * and those after them. */
-static void other_rows(const mg_block_ctx *x, int rest[2][2]) {
-    const int r = x->tp->rank, T = x->tp->size, Nl = x->Nl;
-    rest[0][0] = 0, rest[0][1] = r * Nl;
-    rest[1][0] = (r + 1) * Nl, rest[1][1] = (T - 1 - r) * Nl;
+/* A bf16 linear's forward on some rows of its gathered input (mg_block_gather_beside's). */
+typedef struct {
+    void *out, *gelu_pre;
+    const void *w, *bias;
+    int OC;
+} forward_rows;
+
+static mg_status forward_part(const mg_block_ctx *x, void *ctx, const void *in, int r0, int n) {
+    const forward_rows *q = ctx;
+    mg_backend *be = x->be;
+    const int IC = x->c->H;
+    if (q->gelu_pre)
+        return be->linear_gelu_forward(be, rows_at(x, q->out, r0, q->OC),
+                                       rows_at(x, q->gelu_pre, r0, q->OC), in, q->w, q->bias, n, IC,
+                                       q->OC);
+    return be->linear_forward(be, rows_at(x, q->out, r0, q->OC), in, q->w, q->bias, NULL, n, IC,
+                              q->OC);
 }
 
 /* Whether a layer's SP all-gathers overlap its GEMMs (a bf16 layer; an fp8 layer that gathers
@@ -188,17 +203,10 @@ mg_status mg_block_norm_linear_forward(const mg_block_ctx *x, const mg_layer_par
                                      c->H, OC);
     }
     /* this rank's rows while the others arrive, then the others */
-    const int Nl = x->Nl;
-    int rest[2][2];
-    other_rows(x, rest);
     MG_CHECK(norm_rows(x, whole, mean, rstd, in, nw, nb));
-    MG_CHECK(mg_tp_gather_begin(x->tp, whole, own_rows(x, whole), (size_t)Nl * c->H,
-                                x->be->compute_dtype));
-    MG_CHECK(linear_rows(x, out, gelu_pre, whole, w, bias, x->tp->rank * Nl, Nl, c->H, OC));
-    MG_CHECK(mg_tp_join(x->tp));
-    for (int k = 0; k < 2; k++)
-        MG_CHECK(linear_rows(x, out, gelu_pre, whole, w, bias, rest[k][0], rest[k][1], c->H, OC));
-    return MG_OK;
+    forward_rows q = {out, gelu_pre, w, bias, OC};
+    return mg_block_gather_beside(x, whole, own_rows(x, whole), (size_t)c->H, x->be->compute_dtype,
+                                  forward_part, &q);
 }
 
 /* The norm's backward once dwhole is reduced (its rows from own_rows under SP). */
@@ -365,6 +373,20 @@ mg_status mg_block_graph(const mg_block_ctx *x, int layer, int part, bool backwa
                                fn, ctx);
 }
 
+/* A bf16 linear's input gradient on some rows of its gathered output gradient
+ * (mg_block_gather_beside's). */
+typedef struct {
+    void *dinp;
+    const void *w, *gelu_pre;
+    int IC;
+} dinp_rows;
+
+static mg_status dinp_part(const mg_block_ctx *x, void *ctx, const void *dout, int r0, int n) {
+    const dinp_rows *q = ctx;
+    return x->be->linear_backward(x->be, rows_at(x, q->dinp, r0, q->IC), NULL, NULL, dout, NULL,
+                                  q->w, rows_at(x, q->gelu_pre, r0, q->IC), n, q->IC, x->c->H);
+}
+
 mg_status mg_block_row_parallel_backward(const mg_block_ctx *x, const mg_layer_params *p, int j,
                                          const void *dout, const mg_dropout *drop, void *dinp,
                                          float *dw, float *dbias, const void *inp, const void *w,
@@ -380,21 +402,11 @@ mg_status mg_block_row_parallel_backward(const mg_block_ctx *x, const mg_layer_p
     /* this rank's rows of dinp from its own rows of the gradient while the others arrive; then
      * the other rows, and the weight's and bias's gradients over all of them */
     mg_backend *be = x->be;
-    const int r = x->tp->rank, Nl = x->Nl;
     const void *mine;
     MG_CHECK(dropout_dout(x, dout, drop, &mine));
     void *whole = mg_block_ws_ptr(x, x->ws->part);
-    MG_CHECK(mg_tp_gather_begin(x->tp, whole, mine, (size_t)Nl * c->H, be->compute_dtype));
-    MG_CHECK(be->linear_backward(be, rows_at(x, dinp, r * Nl, IC), NULL, NULL, mine, NULL, w,
-                                 rows_at(x, gelu_pre, r * Nl, IC), Nl, IC, c->H));
-    MG_CHECK(mg_tp_join(x->tp));
-    int rest[2][2];
-    other_rows(x, rest);
-    for (int k = 0; k < 2; k++)
-        if (rest[k][1] > 0)
-            MG_CHECK(be->linear_backward(be, rows_at(x, dinp, rest[k][0], IC), NULL, NULL,
-                                         rows_at(x, whole, rest[k][0], c->H), NULL, w,
-                                         rows_at(x, gelu_pre, rest[k][0], IC), rest[k][1], IC,
-                                         c->H));
+    dinp_rows q = {dinp, w, gelu_pre, IC};
+    MG_CHECK(
+        mg_block_gather_beside(x, whole, mine, (size_t)c->H, be->compute_dtype, dinp_part, &q));
     return be->linear_backward(be, NULL, dw, dbias, whole, inp, w, NULL, x->N, IC, c->H);
 }

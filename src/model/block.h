@@ -265,6 +265,14 @@ mg_status mg_block_plan_slot(const mg_block_ctx *x, mg_layer_slot *s, bool dense
 mg_status mg_block_plan_scratch(const mg_block_ctx *x, mg_layer_slot *s, bool dense, bool moe,
                                 unsigned rc);
 
+/* Under SP, products of a gathered input's rows beside the gather: the tensor-parallel group
+ * gathers this rank's Nl rows (mine, width elements of dt each) into whole while rows() runs on
+ * mine (first row tp rank x Nl); after the gather, rows() on the rows before this rank's and on
+ * those after it, each read from whole (in: the range's first row; r0: its row number). */
+typedef mg_status (*mg_block_rows_fn)(const mg_block_ctx *x, void *ctx, const void *in, int r0,
+                                      int n);
+mg_status mg_block_gather_beside(const mg_block_ctx *x, void *whole, const void *mine, size_t width,
+                                 mg_dtype dt, mg_block_rows_fn rows, void *ctx);
 /* LayerNorm or RMSNorm of the Nl local rows of `in` into the rows of `whole` (N,H) this rank
  * owns, then (SP) the all-gather that makes `whole` complete on every rank. mean is unused by
  * RMSNorm. With --apply-layernorm-1p the norm scales by 1 + w (w the stored weight, Megatron's

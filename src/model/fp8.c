@@ -335,19 +335,23 @@ mg_status mg_fp8_linear_forward(const mg_block_ctx *x, const mg_layer_params *p,
     return be->fp8_linear_forward(be, out, gelu_pre, &fi, &fw, bias, residual, x->N, IC, OC);
 }
 
-/* Rows [r0, r0 + n) of an fp8 linear's product from the input's row-major bytes fi (all rows)
- * and the weight fw: out (and gelu_pre) at those rows. */
-static mg_status rows_product(const mg_block_ctx *x, void *out, void *gelu_pre,
-                              const mg_fp8_tensor *fi, const mg_fp8_tensor *fw, const void *bias,
-                              int r0, int n, int OC) {
-    if (n <= 0) return MG_OK;
-    const int IC = x->c->H;
-    const size_t at = (size_t)r0 * (size_t)OC * x->esz;
-    mg_fp8_tensor part = *fi;
-    part.data += (size_t)r0 * (size_t)IC;
-    return x->be->fp8_linear_forward(x->be, (char *)out + at,
-                                     gelu_pre ? (char *)gelu_pre + at : NULL, &part, fw, bias, NULL,
-                                     n, IC, OC);
+/* An fp8 linear's product on some rows of its gathered input bytes (in: the range's first row,
+ * r0: its row number; mg_block_gather_beside's), with fi's scale and fw. */
+typedef struct {
+    void *out, *gelu_pre;
+    const mg_fp8_tensor *fi, *fw;
+    const void *bias;
+    int OC;
+} rows_product;
+
+static mg_status product_part(const mg_block_ctx *x, void *ctx, const void *in, int r0, int n) {
+    const rows_product *q = ctx;
+    const size_t at = (size_t)r0 * (size_t)q->OC * x->esz;
+    mg_fp8_tensor part = *q->fi;
+    part.data = (uint8_t *)in;
+    return x->be->fp8_linear_forward(x->be, (char *)q->out + at,
+                                     q->gelu_pre ? (char *)q->gelu_pre + at : NULL, &part, q->fw,
+                                     q->bias, NULL, n, x->c->H, q->OC);
 }
 
 bool mg_fp8_gathers_bytes(const mg_block_ctx *x, const mg_layer_params *p, mg_fp8_linear j) {
@@ -370,17 +374,12 @@ mg_status mg_fp8_linear_forward_gathered(const mg_block_ctx *x, const mg_layer_p
     MG_CHECK(cast(x, t, mine, NULL, own, x->Nl, IC, MG_FP8_E4M3, &fi));
     MG_CHECK(weight_operand(x, p, j, w, IC, OC, &fw));
     fi = (mg_fp8_tensor){rows, NULL, sinv_of(x, t), MG_FP8_E4M3, MG_FP8_SCALE_TENSOR, NULL};
+    rows_product q = {out, gelu_pre, &fi, &fw, bias, OC};
     if (!x->c->tp_overlap_ag) {
         MG_CHECK(mg_tp_all_gather(x->tp, rows, mine, part, MG_U8));
-        MG_CHECK(rows_product(x, out, gelu_pre, &fi, &fw, bias, 0, x->N, OC));
+        MG_CHECK(product_part(x, &q, rows, 0, x->N));
     } else { /* --tp-comm-overlap: this rank's rows' product while the others' bytes arrive */
-        const int Nl = x->Nl, r = x->tp->rank, T = x->tp->size;
-        MG_CHECK(mg_tp_gather_begin(x->tp, rows, mine, part, MG_U8));
-        MG_CHECK(rows_product(x, out, gelu_pre, &fi, &fw, bias, r * Nl, Nl, OC));
-        MG_CHECK(mg_tp_join(x->tp));
-        MG_CHECK(rows_product(x, out, gelu_pre, &fi, &fw, bias, 0, r * Nl, OC));
-        MG_CHECK(
-            rows_product(x, out, gelu_pre, &fi, &fw, bias, (r + 1) * Nl, (T - 1 - r) * Nl, OC));
+        MG_CHECK(mg_block_gather_beside(x, rows, mine, (size_t)IC, MG_U8, product_part, &q));
     }
     /* their transpose, for the weight gradient */
     return be->fp8_transpose(be, NULL, kept, rows, x->N, IC, NULL, NULL);

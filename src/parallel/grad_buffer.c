@@ -146,6 +146,15 @@ void mg_grad_buffer_layout_free(mg_grad_buffer_layout *l) {
     memset(l, 0, sizeof *l);
 }
 
+int64_t mg_grad_buffer_largest_bucket(const mg_grad_buffer_layout *l) {
+    int64_t most = 0;
+    for (int k = 0; k < l->n_buckets; k++) {
+        const int64_t n = l->buckets[k].range.end - l->buckets[k].range.start;
+        if (n > most) most = n;
+    }
+    return most;
+}
+
 mg_status mg_grad_buffer_shard_range(const mg_grad_buffer_layout *l, int bucket, int dp_rank,
                                      mg_grad_range *out) {
     int d = l->cfg.data_parallel_size;

@@ -47,7 +47,8 @@
  *
  * Exports: mg_grad_range, mg_grad_buffer_config, mg_grad_buffer_param, mg_grad_buffer_bucket,
  * mg_grad_buffer_layout, mg_grad_shard_param, mg_grad_buffer_bucket_size,
- * mg_grad_buffer_layout_build, mg_grad_buffer_layout_free, mg_grad_buffer_shard_range,
+ * mg_grad_buffer_layout_build, mg_grad_buffer_layout_free, mg_grad_buffer_largest_bucket,
+ * mg_grad_buffer_shard_range,
  * mg_grad_buffer_param_ranges, mg_grad_buffer_shard_params. Needs: core/status. */
 #ifndef MG_PARALLEL_GRAD_BUFFER_H
 #define MG_PARALLEL_GRAD_BUFFER_H
@@ -124,6 +125,9 @@ mg_status mg_grad_buffer_bucket_size(const mg_grad_buffer_config *c, int64_t *ou
 mg_status mg_grad_buffer_layout_build(const int64_t *numel, int n, const mg_grad_buffer_config *c,
                                       mg_grad_buffer_layout *out);
 void mg_grad_buffer_layout_free(mg_grad_buffer_layout *l);
+
+/* The elements of the layout's largest bucket (0 without buckets). */
+int64_t mg_grad_buffer_largest_bucket(const mg_grad_buffer_layout *l);
 
 /* dp_rank's shard of a bucket, in buffer coordinates. Fails (MG_ERR_USAGE) on a bucket or rank
  * out of range, or a bucket whose size is not a multiple of D (possible only without the

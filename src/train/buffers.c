@@ -86,10 +86,8 @@ size_t mg_train_buffers_bf16_stage(const mg_train_buffers *b, const mg_config *c
     int64_t most = 0;
     for (int i = 0; c->grad_reduce_in_bf16 && i < b->n; i++) {
         const mg_grad_buffer_layout *l = &b->b[i].layout;
-        for (int k = 0; l->cfg.data_parallel_size > 1 && k < l->n_buckets; k++) {
-            int64_t n = l->buckets[k].range.end - l->buckets[k].range.start;
-            if (n > most) most = n;
-        }
+        const int64_t n = l->cfg.data_parallel_size > 1 ? mg_grad_buffer_largest_bucket(l) : 0;
+        if (n > most) most = n;
     }
     return (size_t)most * sizeof(uint16_t);
 }

@@ -168,32 +168,26 @@ static mg_status create_backend(mg_trainer *t) {
 }
 
 /* A pipeline's split in the schedule's model (parallel/pipeline/placement.h): one line with each
- * rank's idle share and, where the model finds one 0.1% faster, that split's layout string. */
+ * rank's idle share; the search for a faster split is `megatron plan`'s (seconds at large P x V,
+ * too long for every start-up). */
 static mg_status log_placement(const mg_config *c, const mg_pp_schedule_params *s) {
     const double out_layers = mg_output_layer_cost(c);
     if (s->pp < 2 || !(out_layers > 0) || mg_log_rank() != 0) return MG_OK; /* mg_log_info's */
     mg_layers_params lp = mg_layers_params_of(c);
-    const int n = s->pp * s->vpp;
-    mg_layers_chunk *chunks = calloc((size_t)n, sizeof *chunks);
+    mg_layers_chunk *chunks = calloc((size_t)(s->pp * s->vpp), sizeof *chunks);
     mg_pp_placement pl = {0};
     mg_status st = chunks ? MG_OK : MG_FAIL(MG_ERR_NOMEM, "out of memory");
     if (st == MG_OK) st = mg_layers_plan(&lp, chunks);
-    if (st == MG_OK) st = mg_pp_placement_model(s, chunks, out_layers, &pl);
+    if (st == MG_OK) st = mg_pp_placement_model(s, chunks, out_layers, false, &pl);
     if (st == MG_OK) {
         char idle[256];
         size_t at = 0;
         for (int r = 0; r < s->pp && at + 12 < sizeof idle; r++)
             at += (size_t)snprintf(idle + at, sizeof idle - at, " %.1f%%", 100.0 * pl.idle[r]);
-        if (pl.suggested)
-            mg_log_info("> pipeline split, in the schedule's model (the output layer and loss %.2f "
-                        "layers): idle%s per rank; --pipeline-model-parallel-layout '%s' would "
-                        "take %.1f%% less time (megatron plan shows both)",
-                        out_layers, idle, pl.suggested,
-                        100.0 * (1.0 - pl.suggested_ratio / pl.ratio));
-        else
-            mg_log_info("> pipeline split, in the schedule's model (the output layer and loss %.2f "
-                        "layers): idle%s per rank",
-                        out_layers, idle);
+        mg_log_info("> pipeline split, in the schedule's model (the output layer and loss %.2f "
+                    "layers): idle%s per rank (`megatron plan` with the same flags searches for "
+                    "a faster split)",
+                    out_layers, idle);
     }
     mg_pp_placement_free(&pl);
     free(chunks);

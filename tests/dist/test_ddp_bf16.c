@@ -37,11 +37,7 @@ static void check(dist_ctx *t, mg_backend *be, bool distopt, bool buckets) {
     DOK(mg_grad_buffer_layout_build(sizes, 3, &gc, &l));
     const size_t n = (size_t)l.numel;
     float *g = calloc(n, sizeof *g), *want = calloc(n, sizeof *want), *params = calloc(n, 4);
-    int64_t most = 0;
-    for (int k = 0; k < l.n_buckets; k++)
-        if (l.buckets[k].range.end - l.buckets[k].range.start > most)
-            most = l.buckets[k].range.end - l.buckets[k].range.start;
-    uint16_t *stage = calloc((size_t)most, sizeof *stage);
+    uint16_t *stage = calloc((size_t)mg_grad_buffer_largest_bucket(&l), sizeof *stage);
     for (size_t i = 0; i < n; i++) {
         g[i] = grad_value(t->rank, i);
         want[i] = bf16(bf16(grad_value(0, i)) + bf16(grad_value(1, i)));

@@ -34,7 +34,7 @@ static char *layout_string(const int *count, int pp, int v) {
 }
 
 mg_status mg_pp_placement_model(const mg_pp_schedule_params *s, const mg_layers_chunk *chunks,
-                                double out_layers, mg_pp_placement *out) {
+                                double out_layers, bool search, mg_pp_placement *out) {
     memset(out, 0, sizeof *out);
     const int pp = s->pp, v = s->vpp, n = pp * v, m = s->microbatches;
     if (!(out_layers > 0))
@@ -51,6 +51,7 @@ mg_status mg_pp_placement_model(const mg_pp_schedule_params *s, const mg_layers_
     const double even = 3.0 * total / n * (m * v + pp - 1);
     for (int r = 0; r < pp; r++) out->idle[r] = 1.0 - busy[r] / now;
     out->ratio = now / even;
+    if (!search) goto done;
     /* The search runs on a schedule of at most 8 P microbatches where that is a valid one
      * (each step of it simulates every op: at M 1024 and 64 chunks a full-length search takes
      * tens of seconds), and its split is then timed at the real M. */

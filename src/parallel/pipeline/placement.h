@@ -6,7 +6,9 @@
  * step shortens (a local search; every chunk keeps a layer; the embedding stays on the first
  * stage and the loss on the last, as --pipeline-model-parallel-layout requires; on a schedule of
  * at most 8 P microbatches, the split then timed at the real count), written as that flag's
- * string. `megatron plan` prints it, `megatron train` logs it where the split is uneven.
+ * string (only when asked: the search simulates the schedule once per candidate move, seconds
+ * at P x V of 64). `megatron plan` searches and prints both; `megatron train` logs the idle
+ * shares at start-up without the search.
  * A model: bench/NOTES.md (2026-11-30) compares it with the bubbles measured on 2 H200s.
  * Exports: mg_pp_placement, mg_pp_placement_model, mg_pp_placement_free. Needs: layers, schedule.
  */
@@ -23,10 +25,11 @@ typedef struct {
     double suggested_ratio; /* its step over an even split's */
 } mg_pp_placement;
 
-/* chunks (P * V, rank-major: mg_layers_plan's): each chunk's transformer layers; out_layers > 0.
- * On failure *out is empty (safe to free). */
+/* chunks (P * V, rank-major: mg_layers_plan's): each chunk's transformer layers; out_layers > 0;
+ * search: also look for a faster split (suggested stays NULL without). On failure *out is empty
+ * (safe to free). */
 mg_status mg_pp_placement_model(const mg_pp_schedule_params *s, const mg_layers_chunk *chunks,
-                                double out_layers, mg_pp_placement *out);
+                                double out_layers, bool search, mg_pp_placement *out);
 void mg_pp_placement_free(mg_pp_placement *p);
 
 #endif
