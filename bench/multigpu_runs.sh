@@ -23,6 +23,12 @@
 #           then TP 2 with and without SP, each with every collective in order
 #           (--no-tp-comm-bulk-wgrad), by default (the bulk wgrad overlap) and with
 #           --tp-comm-overlap: tokens/s of the last interval, and the share of two GPUs
+#   tpcopy  350M GPT-2 as tpov: one GPU, TP 2, and TP 2 + SP (also with --tp-comm-overlap) with
+#           SP's gathers and reduce-scatters by the group's collectives
+#           (MG_TP_EXCHANGE=collectives) and as copies into the peers' memory (copies), the last
+#           also with NCCL's copy-engine
+#           gathers (MG_NCCL_COPY_ENGINE=1): tokens/s, the share of two GPUs, the first lm losses
+#           (TPCOPY_RUNS: only the runs of these tags, e.g. "sp_copies ov_copies_ce"; tpov too)
 #   fp8     the Llama-style 3B shape of bench/fp8_bench.sh (26 x 3072, SwiGLU 8192, GQA 24/8,
 #           sequence 2048; micro-batch 2, global batch 16) under TP 2 + SP and under PP 2, each
 #           in bf16 and in fp8 (hybrid, delayed, history 1024, max): tokens/s and the ratio; TP 2
@@ -79,13 +85,24 @@ run() {
     local v
     for v in NCCL_MAX_CTAS NCCL_MIN_CTAS; do [ -n "${!v:-}" ] && prof+=(-x "$v"); done
     timeout 300 mpirun --bind-to none -np "$np" -x NCCL_NVLS_ENABLE -x MG_TEST_EXPERT_BIAS \
-        -x MG_NCCL_COPY_ENGINE -x MG_TEST_FP8_SP_BF16 \
+        -x MG_NCCL_COPY_ENGINE -x MG_TEST_FP8_SP_BF16 -x MG_TP_EXCHANGE -x MG_MOE_EXCHANGE \
         "${prof[@]}" "$BIN" train "$@" >"$OUTDIR/$name.log" 2>&1
 }
 field() { grep -oE "$2: [0-9.E+-]+" "$OUTDIR/$1.log" | tail -1 | awk '{print $NF}'; }
 # ratio A B: B / A as "1.23x" ("-" without A)
 ratio() { awk -v a="${1:-0}" -v b="${2:-0}" 'BEGIN { if (a > 0) printf "%.2fx", b / a; else print "-" }'; }
 losses() { grep -oE 'lm loss: [0-9.E+-]+' "$OUTDIR/$1.log" | awk '{print $3}' | paste -sd' '; }
+# share A B: B as a share of two GPUs running at A each ("-" without A)
+share() { awk -v a="${1:-0}" -v b="${2:-0}" 'BEGIN { if (a > 0) printf "%.1f%%", 100 * b / (2 * a); else print "-" }'; }
+# one_gpu NAME FLAG...: `megatron train` on one GPU (no mpirun), its log OUTDIR/NAME.log; says
+# and sets $one to its tokens/s
+one_gpu() {
+    local name=$1
+    shift
+    timeout 300 "$BIN" train "$@" >"$OUTDIR/$name.log" 2>&1
+    one=$(field "$name" 'tokens per second')
+    say "350m one GPU: $one tok/s"
+}
 
 # 350M GPT-2 (sequence 1024, bf16, dropout off, 30 steps) for the tpov, ce and dpbf16 parts
 M=(--num-layers 24 --hidden-size 1024 --num-attention-heads 16 --seq-length 1024
@@ -116,6 +133,29 @@ fp8_sp() {
     [ -n "$(losses fp8_tp_fp8)" ] && [ "$(losses fp8_tp_fp8)" = "$(losses fp8_tp_gather_bf16)" ] && same=yes
     say "llama-3b tp fp8: inputs gathered in bf16 $a tok/s, as fp8 bytes $b ($(ratio "$a" "$b")," \
         "lm losses equal: $same), bytes beside the own rows' product $c ($(ratio "$a" "$c"))"
+}
+
+# tp_runs PREFIX TAG:EXCHANGE:CE:FLAGS...: 350M (micro-batch MBS, default 32) on one GPU (the run
+# PREFIX_one), then under TP 2 with MG_TP_EXCHANGE=EXCHANGE, MG_NCCL_COPY_ENGINE=CE and FLAGS per
+# entry (TPCOPY_RUNS: only the entries of these tags): tokens/s, the share of two GPUs, the ratio
+# to Megatron-LM's 213.5K, the first lm losses
+tp_runs() {
+    local prefix=$1 v tag how ce flags name tps rc extra
+    shift
+    M+=(--micro-batch-size "${MBS:-32}" --global-batch-size "${MBS:-32}")
+    one_gpu "${prefix}_one" "${M[@]}"
+    for v in "$@"; do
+        IFS=: read -r tag how ce flags <<<"$v"
+        [ -z "${TPCOPY_RUNS:-}" ] || [[ " $TPCOPY_RUNS " == *" $tag "* ]] || continue
+        name=${prefix}_$tag
+        read -r -a extra <<<"$flags"
+        MG_TP_EXCHANGE=$how MG_NCCL_COPY_ENGINE=$ce run "$name" 2 "${M[@]}" \
+            --tensor-model-parallel-size 2 "${extra[@]}"; rc=$?
+        tps=$(field "$name" 'tokens per second')
+        say "350m TP 2 $flags, MG_TP_EXCHANGE=$how, MG_NCCL_COPY_ENGINE=$ce: rc $rc $tps tok/s," \
+            "$(share "$one" "$tps") of two GPUs, $(ratio 213500 "$tps") Megatron-LM's 213.5K;" \
+            "lm losses $(losses "$name" | cut -d' ' -f1-6)"
+    done
 }
 
 case $PART in
@@ -168,25 +208,20 @@ epscale) # the same MoE on one GPU and under EP 2, per GPU the same micro-batch 
             --global-batch-size $((2 * mbs)) --train-iters 30
         a=$(field "epscale_one_$mbs" 'tokens per second') b=$(field "epscale_ep2_$mbs" 'tokens per second')
         say "moe micro-batch $mbs: one GPU $a tok/s, EP 2 $b tok/s," \
-            "$(awk -v a="${a:-0}" -v b="${b:-0}" 'BEGIN { if (a > 0) printf "%.1f%%", 100 * b / (2 * a); else print "-" }') of two GPUs," \
+            "$(share "$a" "$b") of two GPUs," \
             "$(ratio 315500 "$b") Megatron-LM's 315.5K"
     done ;;
 tpov)
-    M+=(--micro-batch-size "${MBS:-32}" --global-batch-size "${MBS:-32}")
-    timeout 300 "$BIN" train "${M[@]}" >"$OUTDIR/tpov_one.log" 2>&1
-    one=$(field tpov_one 'tokens per second')
-    say "350m one GPU: $one tok/s"
-    for v in "sp_inorder:--sequence-parallel --no-tp-comm-bulk-wgrad" "sp:--sequence-parallel" \
-        "sp_overlap:--sequence-parallel --tp-comm-overlap" \
-        "nosp_inorder:--no-tp-comm-bulk-wgrad" "nosp:" "nosp_overlap:--tp-comm-overlap"; do
-        name=tpov_${v%%:*}
-        read -r -a extra <<<"${v#*:}"
-        run "$name" 2 "${M[@]}" --tensor-model-parallel-size 2 "${extra[@]}"; rc=$?
-        tps=$(field "$name" 'tokens per second')
-        say "350m TP 2 ${v#*:}: rc $rc $tps tok/s, $(awk -v a="${tps:-0}" -v b="${one:-0}" \
-            'BEGIN { if (b > 0) printf "%.1f%%", 100 * a / (2 * b); else print "-" }') of two GPUs," \
-            "$(awk -v a="${tps:-0}" 'BEGIN { printf "%.2fx", a / 213500 }') Megatron-LM's 213.5K"
-    done ;;
+    tp_runs tpov "sp_inorder:copies:0:--sequence-parallel --no-tp-comm-bulk-wgrad" \
+        "sp:copies:0:--sequence-parallel" "sp_overlap:copies:0:--sequence-parallel --tp-comm-overlap" \
+        "nosp_inorder:copies:0:--no-tp-comm-bulk-wgrad" "nosp:copies:0:" \
+        "nosp_overlap:copies:0:--tp-comm-overlap" ;;
+tpcopy)
+    tp_runs tpcopy "nosp:collectives:0:" "sp_coll:collectives:0:--sequence-parallel" \
+        "sp_copies:copies:0:--sequence-parallel" \
+        "ov_coll:collectives:0:--sequence-parallel --tp-comm-overlap" \
+        "ov_copies:copies:0:--sequence-parallel --tp-comm-overlap" \
+        "ov_copies_ce:copies:1:--sequence-parallel --tp-comm-overlap" ;;
 fp8)
     for lay in "tp:--tensor-model-parallel-size 2 --sequence-parallel" \
         "pp:--pipeline-model-parallel-size 2"; do
@@ -243,7 +278,7 @@ dpbf16)
     a=$(field dp_one 'tokens per second')
     for r in fp32 bf16; do
         b=$(field "dp2_$r" 'tokens per second')
-        say "DP 2, gradients reduced in $r: $b tok/s, $(awk -v a="${a:-0}" -v b="${b:-0}" 'BEGIN { if (a > 0) printf "%.1f%%", 100 * b / (2 * a); else print "-" }') of two GPUs ($a alone); lm losses $(losses "dp2_$r")"
+        say "DP 2, gradients reduced in $r: $b tok/s, $(share "$a" "$b") of two GPUs ($a alone); lm losses $(losses "dp2_$r")"
     done ;;
 four)
     n=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')

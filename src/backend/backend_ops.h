@@ -502,6 +502,33 @@ MG_OP(moe_put_rows, OPT, OP, mg_status,
       (mg_backend *be, const mg_peer_window *pw, const void *src, const int32_t *counts, int El,
        int slab, int first, int H),
       (be, pw, src, counts, El, slab, first, H))
+/* Exchanges over peer-mapped memory (core/peer_window.h; pw->n ranks, this one pw->rank; a window
+ * serves these or moe_put_rows, not both): every rank pushes, and takes in what the others pushed
+ * (peer_sum or peer_take), in the same order. peer_push, on stream s: once every other rank has
+ * taken in this rank's previous push, block q of src (`bytes` long at src + q x stride: stride
+ * `bytes` for a reduce-scatter's partial sums, 0 for a gather's one block) goes into rank q's
+ * buffer at offset pw->rank x bytes for every q != pw->rank (by the copy engines on CUDA), and
+ * then each peer is told it has arrived. Until the compute stream has waited for s
+ * (stream_wait), the caller must not write src. peer_sum, on the compute stream: once every
+ * other rank's push has arrived, dst (n) = the sum over the ranks in rank order, in fp32 rounded
+ * once, of own (this rank's block) and the blocks the others pushed (n values each; dst may be
+ * own). peer_take, on stream s: once every other rank's push has arrived, each one's block
+ * (`bytes`) is copied to dst + q x bytes (a gather), and own (this rank's block, NULL: already
+ * in place) to dst + pw->rank x bytes.
+ * Both then tell the peers their slots are free. OPT: NULL on the CPU backend; the caller then
+ * goes through the group's collectives. */
+MG_OP(peer_push, OPT, RT, mg_status,
+      (mg_backend *be, const mg_peer_window *pw, const void *src, size_t stride, size_t bytes,
+       mg_stream_id s),
+      (be, pw, src, stride, bytes, s))
+MG_OP(peer_sum, OPT, OP, mg_status,
+      (mg_backend *be, const mg_peer_window *pw, void *dst /* (n) */, const void *own /* (n) */,
+       size_t n),
+      (be, pw, dst, own, n))
+MG_OP(peer_take, OPT, RT, mg_status,
+      (mg_backend *be, const mg_peer_window *pw, void *dst, const void *own, size_t bytes,
+       mg_stream_id s),
+      (be, pw, dst, own, bytes, s))
 /* The receive budget's rounds (model/moe_dispatch.c): counts (P x El) split into windows of slab
  * rows per block p (the rows of counts[p*El .. (p+1)*El), expert after expert). out (P x El):
  * each expert's rows inside the window [first, first + slab) of its block. rounds (1, or NULL):

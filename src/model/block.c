@@ -181,6 +181,12 @@ static mg_status forward_part(const mg_block_ctx *x, void *ctx, const void *in, 
                               q->OC);
 }
 
+/* Whether a bf16 layer's SP reduce-scatters go as copies into the peers' memory, beside the
+ * GEMM of this rank's own rows (parallel/tensor_parallel.h's push). */
+static bool sp_push(const mg_block_ctx *x, const mg_layer_params *p) {
+    return x->c->sp && p->fp8 < 0 && mg_tp_pushes(x->tp);
+}
+
 /* Whether a layer's SP all-gathers overlap its GEMMs (a bf16 layer; an fp8 layer that gathers
  * its bytes overlaps in mg_fp8_linear_forward_gathered, one that casts whole tensors does not). */
 static bool sp_overlap(const mg_block_ctx *x, const mg_layer_params *p) {
@@ -241,6 +247,30 @@ mg_status mg_block_norm_backward(const mg_block_ctx *x, void *dx, void *dwhole, 
     return norm_backward_reduced(x, dx, dwhole, in, mean, rstd, w, b);
 }
 
+/* A bf16 column-parallel linear's backward under SP with its input gradient reduce-scattered
+ * as copies: the other ranks' rows of dwhole first, pushed to them while this rank's rows and the
+ * weight's gradient compute; then this rank's rows summed and the norm's backward. */
+static mg_status pushed_backward(const mg_block_ctx *x, const mg_layer_params *p,
+                                 const mg_block_norm_linear *l, void *dx, void *dwhole,
+                                 const void *in, const float *mean, const float *rstd, int w,
+                                 int b) {
+    mg_backend *be = x->be;
+    const int T = x->tp->size, r = x->tp->rank, Nl = x->Nl;
+    for (int i = 1; i <= T; i++) {
+        const int q = (r + i) % T; /* this rank's own rows last */
+        if (q == r)
+            MG_CHECK(mg_tp_push_begin(x->tp, dwhole, (size_t)Nl * l->IC, be->compute_dtype));
+        MG_CHECK(be->linear_backward(be, rows_at(x, dwhole, q * Nl, l->IC), NULL, NULL,
+                                     rows_at(x, l->dout, q * Nl, l->OC), NULL, l->w, NULL, Nl,
+                                     l->IC, l->OC));
+    }
+    MG_CHECK(mg_fp8_linear_backward(x, p, (mg_fp8_linear)l->j, NULL, l->dw, l->dbias, l->dout, NULL,
+                                    l->inp, l->w, NULL, l->IC, l->OC));
+    void *mine = own_rows(x, dwhole);
+    MG_CHECK(mg_tp_push_end(x->tp, mine, mine, (size_t)Nl * l->IC));
+    return norm_backward_reduced(x, dx, dwhole, in, mean, rstd, w, b);
+}
+
 mg_status mg_block_norm_linear_backward(const mg_block_ctx *x, const mg_layer_params *p,
                                         const mg_block_norm_linear *l, void *dx, void *dwhole,
                                         const void *in, const float *mean, const float *rstd, int w,
@@ -254,6 +284,8 @@ mg_status mg_block_norm_linear_backward(const mg_block_ctx *x, const mg_layer_pa
                                         l->inp, l->w, NULL, l->IC, l->OC));
         return mg_block_norm_backward(x, dx, dwhole, in, mean, rstd, w, b);
     }
+    if (sp_push(x, p)) /* the input gradient's rows pushed to their ranks, the weight's beside */
+        return pushed_backward(x, p, l, dx, dwhole, in, mean, rstd, w, b);
     MG_CHECK(mg_fp8_linear_backward(x, p, j, dwhole, NULL, NULL, l->dout, l->dout_gelu_pre, l->inp,
                                     l->w, NULL, l->IC, l->OC));
     MG_CHECK(reduce_whole(x, own_rows(x, dwhole), dwhole, true));
@@ -320,6 +352,22 @@ static mg_status chunked_product(const mg_block_ctx *x, void *out, void *part, c
     return mg_tp_join(x->tp);
 }
 
+/* The row-parallel product inp (N,IC) w^T under SP with its reduce-scatter as copies: the other
+ * ranks' rows into part first, pushed to them while this rank's own rows compute; out (Nl,H) =
+ * this rank's rows summed. */
+static mg_status pushed_product(const mg_block_ctx *x, void *out, void *part, const void *inp,
+                                const void *w, int IC) {
+    mg_backend *be = x->be;
+    const int T = x->tp->size, r = x->tp->rank, Nl = x->Nl, H = x->c->H;
+    for (int i = 1; i <= T; i++) {
+        const int q = (r + i) % T; /* this rank's own rows last */
+        if (q == r) MG_CHECK(mg_tp_push_begin(x->tp, part, (size_t)Nl * H, be->compute_dtype));
+        MG_CHECK(be->linear_forward(be, rows_at(x, part, q * Nl, H), rows_at(x, inp, q * Nl, IC), w,
+                                    NULL, NULL, Nl, IC, H));
+    }
+    return mg_tp_push_end(x->tp, out, rows_at(x, part, r * Nl, H), (size_t)Nl * H);
+}
+
 mg_status mg_block_row_parallel_forward(const mg_block_ctx *x, const mg_layer_params *p, int j,
                                         void *out, const void *inp, const void *w, int b,
                                         const void *residual, int IC, const mg_dropout *drop) {
@@ -332,7 +380,9 @@ mg_status mg_block_row_parallel_forward(const mg_block_ctx *x, const mg_layer_pa
     /* the (partial) product, reduced; bias, dropout and residual once, after the reduction */
     void *part = c->sp ? mg_block_ws_ptr(x, x->ws->part) : out;
     int K = reduce_chunks(x, p);
-    if (K > 1) {
+    if (sp_push(x, p)) {
+        MG_CHECK(pushed_product(x, out, part, inp, w, IC));
+    } else if (K > 1) {
         MG_CHECK(chunked_product(x, out, part, inp, w, IC, K));
     } else {
         MG_CHECK(mg_fp8_linear_forward(x, p, (mg_fp8_linear)j, part, NULL, inp, w, NULL, NULL, IC,

@@ -307,8 +307,9 @@ typedef struct {
 /* The backward of that linear and then of the norm (mg_block_norm_backward's arguments): the
  * linear's input gradient into dwhole, whose reduction over the tensor-parallel group runs beside
  * the weight gradient's GEMM (parallel/tensor_parallel.h's mg_tp_reduce_begin; an fp8 layer
- * casts the gradient's rows before the reduction and its transpose after), then the norm's
- * backward. */
+ * casts the gradient's rows before the reduction and its transpose after; a bf16 layer under SP
+ * where the group maps its peers' memory computes the other ranks' rows first and pushes them,
+ * mg_tp_push_begin), then the norm's backward. */
 mg_status mg_block_norm_linear_backward(const mg_block_ctx *x, const mg_layer_params *p,
                                         const mg_block_norm_linear *l, void *dx, void *dwhole,
                                         const void *in, const float *mean, const float *rstd, int w,
@@ -329,7 +330,10 @@ bool mg_block_dropout(const mg_block_ctx *x, int layer, int site, mg_dropout *d)
 /* out (Nl,H) = residual + bias + inp (N,IC) @ w^T (w: the weight's values, (H,IC)), the product
  * (layer p's linear j, model/fp8.h's mg_fp8_linear: in fp8 where the layer is) reduced over the
  * group (summed onto this rank's rows, SP); with drop (hidden dropout, NULL: none) Megatron's
- * bias-dropout-add: out = residual + dropout(bias + product). residual must not alias out. */
+ * bias-dropout-add: out = residual + dropout(bias + product). residual must not alias out.
+ * Under SP a bf16 layer whose group maps its peers' memory computes the other ranks' rows first
+ * and pushes them while it computes its own (mg_tp_push_begin); else --tp-comm-overlap reduces
+ * the product in chunks beside their GEMMs. */
 mg_status mg_block_row_parallel_forward(const mg_block_ctx *x, const mg_layer_params *p, int j,
                                         void *out, const void *inp, const void *w, int b,
                                         const void *residual, int IC, const mg_dropout *drop);

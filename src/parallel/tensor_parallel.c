@@ -3,6 +3,7 @@
 void mg_tp_init(mg_tp *tp, mg_comm *group, mg_backend *be) {
     tp->group = group;
     tp->be = be;
+    tp->peer = NULL;
     tp->rank = group ? mg_comm_rank(group) : 0;
     tp->size = group ? mg_comm_size(group) : 1;
 }
@@ -21,10 +22,27 @@ mg_status mg_tp_all_reduce(const mg_tp *tp, void *buf, size_t n, mg_dtype dt, mg
     return mg_comm_all_reduce(tp->group, buf, buf, n, dt, op, compute_stream(tp));
 }
 
-/* The gather and the sum of the calls below, on `stream`. */
+/* Whether a gather of `bytes` per rank goes by copies: a bound window whose slots hold it (the
+ * same answer on every rank: the sizes are the group's), unless NCCL gathers on the copy engines
+ * itself (MG_NCCL_COPY_ENGINE=1), straight into the destination, which measured faster than a
+ * copy into the window and then into place. */
+static bool by_copies(const mg_tp *tp, size_t bytes) {
+    return mg_tp_pushes(tp) && tp->be->peer_take && !mg_comm_copy_engine(tp->group) &&
+           bytes <= tp->peer->bytes / (size_t)tp->size;
+}
+
+/* The gather of the calls below, on stream s (MG_STREAM_COMPUTE or MG_STREAM_TP): by copies into
+ * the peers' memory where it can, else the group's all-gather. */
 static mg_status gather_on(const mg_tp *tp, void *whole, const void *part, size_t n, mg_dtype dt,
-                           void *stream) {
+                           mg_stream_id s) {
     if (tp->size == 1) return copy_if_apart(tp, whole, part, n, dt);
+    mg_backend *be = tp->be;
+    const size_t bytes = n * mg_dtype_size(dt);
+    if (by_copies(tp, bytes)) {
+        MG_CHECK(be->peer_push(be, tp->peer, part, 0, bytes, s));
+        return be->peer_take(be, tp->peer, whole, part, bytes, s);
+    }
+    void *stream = be->stream_handle ? be->stream_handle(be, s) : NULL;
     return mg_comm_all_gather(tp->group, part, whole, n, dt, stream);
 }
 
@@ -36,7 +54,7 @@ static mg_status reduce_on(const mg_tp *tp, void *part, void *whole, size_t n, m
 }
 
 mg_status mg_tp_all_gather(const mg_tp *tp, void *whole, const void *part, size_t n, mg_dtype dt) {
-    return gather_on(tp, whole, part, n, dt, compute_stream(tp));
+    return gather_on(tp, whole, part, n, dt, MG_STREAM_COMPUTE);
 }
 
 mg_status mg_tp_reduce_scatter(const mg_tp *tp, void *part, const void *whole, size_t n,
@@ -70,11 +88,32 @@ mg_status mg_tp_gather_begin(const mg_tp *tp, void *whole, const void *part, siz
                              mg_dtype dt) {
     void *stream;
     MG_CHECK(side_stream(tp, &stream));
-    return gather_on(tp, whole, part, n, dt, stream);
+    return gather_on(tp, whole, part, n, dt, stream ? MG_STREAM_TP : MG_STREAM_COMPUTE);
 }
 
 mg_status mg_tp_join(const mg_tp *tp) {
     mg_backend *be = tp->be;
     if (tp->size == 1 || !be->stream_handle) return MG_OK;
     return be->stream_wait(be, MG_STREAM_COMPUTE, MG_STREAM_TP);
+}
+
+void mg_tp_bind_peer(mg_tp *tp, const mg_peer_window *pw) {
+    tp->peer = pw;
+}
+
+bool mg_tp_pushes(const mg_tp *tp) {
+    return tp->peer && tp->size > 1 && tp->be && tp->be->peer_push && tp->be->peer_sum;
+}
+
+mg_status mg_tp_push_begin(const mg_tp *tp, const void *whole, size_t n, mg_dtype dt) {
+    mg_backend *be = tp->be;
+    MG_CHECK(be->stream_wait(be, MG_STREAM_TP, MG_STREAM_COMPUTE));
+    const size_t bytes = n * mg_dtype_size(dt);
+    return be->peer_push(be, tp->peer, whole, bytes, bytes, MG_STREAM_TP);
+}
+
+mg_status mg_tp_push_end(const mg_tp *tp, void *part, const void *own, size_t n) {
+    mg_backend *be = tp->be;
+    MG_CHECK(be->peer_sum(be, tp->peer, part, own, n));
+    return mg_tp_join(tp);
 }

@@ -19,21 +19,31 @@
  * gathers the norm's rows (mg_tp_gather_begin) while the linear computes the rows of this rank's
  * own tokens, and the row-parallel backward gathers its output gradient while the input gradient
  * of this rank's rows is computed.
- * The data-parallel reductions run on the communication stream (parallel/ddp.h) and order
- * themselves after the compute stream's work. With one rank (size 1, or no group) every call is
- * a copy where source and destination differ, else nothing.
- * Exports: mg_tp, mg_tp_init, mg_tp_all_reduce, mg_tp_all_gather, mg_tp_reduce_scatter,
- * mg_tp_reduce, mg_tp_reduce_begin, mg_tp_gather_begin, mg_tp_join.
- * Needs: comm, backend. */
+ * Where the group's ranks map each other's memory (a peer window bound by mg_tp_bind_peer), the
+ * exchanges of sequence parallelism can go as copies instead of collectives: every all-gather
+ * whose blocks fit the window's slots (each rank's block copied into every peer's memory, then
+ * into place; not where NCCL gathers on the copy engines itself), and the reduce-scatters asked for
+ * by mg_tp_push_begin / mg_tp_push_end, where each rank computes the other ranks' rows of a partial
+ * product first and copies them into the owners' memory on the tensor-parallel stream while it
+ * computes its own rows, each then adding what arrived to its own rows. The copy engines move them
+ * on CUDA: no multiprocessor is taken from the GEMMs beside them. The data-parallel reductions run
+ * on the communication stream (parallel/ddp.h) and order themselves after the compute stream's
+ * work. With one rank (size 1, or no group) every call is a copy where source and destination
+ * differ, else nothing. Exports: mg_tp, mg_tp_init, mg_tp_all_reduce, mg_tp_all_gather,
+ * mg_tp_reduce_scatter, mg_tp_reduce, mg_tp_reduce_begin, mg_tp_gather_begin, mg_tp_join,
+ * mg_tp_bind_peer, mg_tp_pushes, mg_tp_push_begin, mg_tp_push_end. Needs: comm, backend,
+ * core/peer_window. */
 #ifndef MG_PARALLEL_TENSOR_PARALLEL_H
 #define MG_PARALLEL_TENSOR_PARALLEL_H
 
 #include "backend/backend.h"
 #include "comm/comm.h"
+#include "core/peer_window.h"
 
 typedef struct {
-    mg_comm *group; /* not owned; NULL: one rank */
-    mg_backend *be; /* not owned */
+    mg_comm *group;             /* not owned; NULL: one rank */
+    mg_backend *be;             /* not owned */
+    const mg_peer_window *peer; /* not owned; NULL: the reduce-scatters by the collective */
     int rank, size;
 } mg_tp;
 
@@ -61,5 +71,21 @@ mg_status mg_tp_gather_begin(const mg_tp *tp, void *whole, const void *part, siz
 /* The compute stream's later work waits for what mg_tp_reduce_begin or mg_tp_gather_begin
  * started. */
 mg_status mg_tp_join(const mg_tp *tp);
+
+/* The group's peer-mapped memory (comm.h's mg_comm_peer_window_alloc over the group; NULL: none),
+ * at least size blocks as large as any push's. */
+void mg_tp_bind_peer(mg_tp *tp, const mg_peer_window *pw);
+/* Whether reduce-scatters may go as copies: a bound window and a backend with peer_push and
+ * peer_sum. */
+bool mg_tp_pushes(const mg_tp *tp);
+/* whole: size blocks of n values, block q a partial sum of rank q's rows. The other ranks'
+ * blocks start toward them on the tensor-parallel stream, after the compute stream's work so
+ * far. Every rank pushes and ends in the same order; until mg_tp_push_end the compute stream
+ * must not write whole. */
+mg_status mg_tp_push_begin(const mg_tp *tp, const void *whole, size_t n, mg_dtype dt);
+/* part (n) = own (this rank's block of its push; part may be own) plus what the other ranks
+ * pushed to this one, summed in rank order; the compute stream's later work then waits for this
+ * rank's push. */
+mg_status mg_tp_push_end(const mg_tp *tp, void *part, const void *own, size_t n);
 
 #endif

@@ -17,6 +17,7 @@
 #include "train/trainer_graph.h"
 #include "train/trainer_loss.h"
 #include "train/trainer_moe.h"
+#include "train/trainer_peer.h"
 #include "train/trainer_scaler.h"
 
 #include <inttypes.h>
@@ -257,6 +258,7 @@ mg_status mg_trainer_init(mg_trainer *t, const mg_config *cfg, const mg_train_gr
     MG_CHECK(mg_trainer_memory_init(t));
     MG_CHECK(init_ddp(t));
     if (t->model.n_moe > 0) MG_CHECK(mg_trainer_moe_bind(t));
+    MG_CHECK(mg_trainer_peer_bind(t));
     MG_CHECK(mg_train_data_open(&t->data, c, t->train_iters));
     MG_CHECK(mg_trainer_loss_init(t));
     MG_CHECK(mg_trainer_docs_init(t));

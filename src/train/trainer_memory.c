@@ -186,8 +186,11 @@ mg_status mg_trainer_memory_init(mg_trainer *t) {
 }
 
 void mg_trainer_memory_free(mg_train_memory *m) {
-    if (m->ep_peer_group) mg_comm_peer_window_free(m->ep_peer_group, &m->ep_peer, m->sym_abandon);
-    m->ep_peer_group = NULL;
+    for (int k = 0; k < MG_TRAIN_PEERS; k++) {
+        if (m->peer_group[k])
+            mg_comm_peer_window_free(m->peer_group[k], &m->peer[k], m->sym_abandon);
+        m->peer_group[k] = NULL;
+    }
     mg_memory_plan_free(&m->plan);
     free(m->host_tokens);
     free(m->host_targets);

@@ -77,48 +77,11 @@ static mg_status test_expert_bias(mg_trainer *t) {
     return st;
 }
 
-/* MG_MOE_EXCHANGE (docs/environment.md): "stores" (the default) puts the expert-parallel rows
- * straight into the peers' receive slabs where the backend and the group can map each other's
- * memory (the one line says which it is), "all-to-all" always sends the slabs through the
- * group's all-to-all. */
-static mg_status bind_exchange(mg_trainer *t) {
-    mg_moe_ws *w = &t->model.moe_ws;
-    w->peer = NULL;
-    const char *how = mg_env_str("MG_MOE_EXCHANGE", "stores");
-    bool stores = strcmp(how, "stores") == 0;
-    if (!stores && strcmp(how, "all-to-all") != 0)
-        return MG_FAIL(MG_ERR_USAGE,
-                       "MG_MOE_EXCHANGE=%s: expected stores (the default) or all-to-all", how);
-    if (!w->ep || w->n_layers == 0 || !mg_comm_device_buffers(w->ep)) return MG_OK; /* MPI: host */
-    const char *why = "MG_MOE_EXCHANGE=all-to-all";
-    if (stores && !t->be->moe_put_rows) why = "the backend stores into no peer's memory";
-    if (stores && t->be->moe_put_rows) {
-        size_t bytes = (size_t)w->R * (size_t)t->model.cfg.H * mg_dtype_size(t->be->compute_dtype);
-        mg_status st = mg_comm_peer_window_alloc(w->ep, bytes, &t->mem.ep_peer);
-        if (st == MG_OK) {
-            t->mem.ep_peer_group = w->ep;
-            w->peer = &t->mem.ep_peer;
-            mg_log_self(t->layout.ep_rank == 0 && t->layout.dp_rank == 0,
-                        "> expert-parallel exchange: each rank stores its rows straight into the "
-                        "peers' receive slabs (peer-mapped memory, %.1f MiB per rank)",
-                        (double)bytes / 1048576.0);
-            return MG_OK;
-        }
-        if (st != MG_ERR_UNSUPPORTED) return st;
-        why = mg_error_message();
-    }
-    mg_log_self(t->layout.ep_rank == 0 && t->layout.dp_rank == 0,
-                "> expert-parallel exchange: whole slabs by the group's all-to-all (%s)", why);
-    mg_error_clear();
-    return MG_OK;
-}
-
 mg_status mg_trainer_moe_bind(mg_trainer *t) {
     mg_moe_ws *w = &t->model.moe_ws;
     w->stats = &t->mem.stats[MG_STAT_MOE_AUX];
     mg_trainer_moe_set_weights(t);
     w->ep = t->layout.ep;
-    MG_CHECK(bind_exchange(t));
     MG_CHECK(plan_zero_spans(t));
     MG_CHECK(test_expert_bias(t));
     return t->be->memset_zero(t->be, t->mem.grads, t->model.params.numel * sizeof(float));

@@ -108,6 +108,9 @@ typedef struct {
     bool have_test;  /* the test split exists and --eval-iters > 0: evaluated after training */
 } mg_train_data;
 
+/* The peer windows of mg_train_memory (train/trainer_peer.h). */
+enum { MG_TRAIN_PEER_EP, MG_TRAIN_PEER_TP, MG_TRAIN_PEERS };
+
 /* The memory plan (train/memory.h) committed in the backend's memory, and the buffers in it. */
 typedef struct {
     mg_memory_plan plan;
@@ -119,10 +122,11 @@ typedef struct {
     mg_comm *sym_groups[4];
     int n_sym_groups;
     bool sym_abandon; /* the run failed: free without the collective deregistration (run.c) */
-    /* the expert-parallel group's peer-mapped receive slabs (comm.h; model/moe_dispatch.c), on
-     * ep_peer_group; NULL where the exchange goes by the group's all-to-all */
-    mg_peer_window ep_peer;
-    mg_comm *ep_peer_group;
+    /* peer-mapped memory (comm.h; train/trainer_peer.h): the expert-parallel group's receive
+     * slabs (model/moe_dispatch.c) and the tensor-parallel group's reduce-scatter slots
+     * (parallel/tensor_parallel.h), each on peer_group[k] (NULL: not mapped) */
+    mg_peer_window peer[MG_TRAIN_PEERS];
+    mg_comm *peer_group[MG_TRAIN_PEERS];
     size_t planned_bytes;        /* all arenas together */
     size_t used_before_arenas;   /* device memory in use before the arenas (the CUDA context,
                                     the backend's workspace, libraries): the predicted peak is

@@ -80,6 +80,10 @@ MEGATRON=env expect_error flags_bad_moe_exchange_env 2 \
     "MG_MOE_EXCHANGE=bogus: expected stores \(the default\) or all-to-all" \
     MG_MOE_EXCHANGE=bogus "$REAL" train "${MODEL[@]}" "${RUN[@]}" --device cpu --num-experts 4 \
     --moe-router-topk 2
+# The switch of sequence parallelism's exchanges: copies or collectives, checked for every run.
+MEGATRON=env expect_error flags_bad_tp_reduce_env 2 \
+    "MG_TP_EXCHANGE=bogus: expected copies \(the default\) or collectives" \
+    MG_TP_EXCHANGE=bogus "$REAL" train "${MODEL[@]}" "${RUN[@]}" --device cpu
 # The CUDA backend's environment variables, where a GPU is usable (they are read when the backend
 # is created, and cached for the process, so they are checked through the command line).
 if [ "${GPU:-yes}" = yes ]; then

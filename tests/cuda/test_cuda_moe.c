@@ -807,6 +807,8 @@ MG_TEST(cuda_moe_put_rows_matches_the_slab_exchange) {
         }
         for (int s = 0; s < P && !P_.failed; s++)
             MG_EXPECT_OK(gpu->memset_zero(gpu, (char *)d_win[s] + data * esz, MG_PEER_FLAG_BYTES));
+        /* the uploads and zeroed flags (gpu's stream) done before g2's stream touches them */
+        MG_EXPECT_OK(gpu->synchronize(gpu));
         for (int s = 0; s < P; s++) {
             memset(&pw[s], 0, sizeof pw[s]);
             pw[s].n = P, pw[s].rank = s, pw[s].bytes = data * esz;

@@ -32,11 +32,15 @@
  * host synchronisation and no device allocation (the cuda backend's counters), as one GPU's. The
  * grad norm is the looser check: a row-parallel product is rounded to bf16 on each rank before the
  * sum, and at lr 3e-3 on a 64-wide model one step's norm moved by 3.3% (H200, Llama style with SP,
- * step 6 of 20) while every loss stayed within 2%. */
+ * step 6 of 20) while every loss stayed within 2%. Under SP the gathers and reduce-scatters go as
+ * copies into the peers' memory where the GPUs map each other's (the default,
+ * parallel/tensor_parallel.h); two variants also run with the group's collectives
+ * (MG_TP_EXCHANGE=collectives) and compare. */
 #include "dist.h"
 #include "train_compare.h"
 
 #include "config/flags.h"
+#include "core/env.h"
 #include "core/log.h"
 #include "parallel/parallel_state.h"
 #include "train/trainer.h"
@@ -195,6 +199,43 @@ static void check_variant(dist_ctx *t, const variant *v, const char *const *flag
     tc_free_groups(&gr);
 }
 
+/* On devices: SP's gathers and reduce-scatters as copies into the peers' memory (MG_TP_EXCHANGE's
+ * default where the ranks map each other's memory) against the group's collectives
+ * (MG_TP_EXCHANGE=collectives), the same flags: each run takes the path asked for, and the two
+ * agree within bf16 tolerance (the same sums; the GEMMs run per rank's rows when pushed). */
+static void check_reduce_paths(dist_ctx *t, const variant *v) {
+    const char *env = getenv("MG_TP_EXCHANGE");
+    if (env && strcmp(env, "copies") != 0) return;
+    mg_parallel_sizes s = {
+        .world_size = t->size, .tp = v->tp, .pp = 1, .cp = 1, .ep = 1, .etp = -1};
+    mg_train_groups gr = {0};
+    mg_config c;
+    make_config(t, &c, v, v->tp, t->size, NULL);
+    tc_groups(t, s, &gr);
+    tc_run coll = {0}, copies = {0};
+    setenv("MG_TP_EXCHANGE", "collectives", 1);
+    mg_env_forget();
+    tc_train(t, &c, &gr, steps(t), &coll);
+    unsetenv("MG_TP_EXCHANGE");
+    mg_env_forget();
+    tc_train(t, &c, &gr, steps(t), &copies);
+    char label[160];
+    snprintf(label, sizeof label, "%s: exchanges by copies against the collectives", v->label);
+    if (copies.tr && coll.tr) {
+        DEXPECT(copies.tr->model.tp.peer != NULL && coll.tr->model.tp.peer == NULL,
+                "%s: the exchange paths are not the ones asked for (copies %s, collectives %s)",
+                label, copies.tr->model.tp.peer ? "on" : "off",
+                coll.tr->model.tp.peer ? "on" : "off");
+        tc_expect_steps(t, label, &copies, &coll, steps(t), BF16_TOL, NORM_TOL);
+        tc_expect_steady_step(t, label, copies.tr);
+    }
+    if (env) setenv("MG_TP_EXCHANGE", env, 1);
+    mg_env_forget();
+    tc_release(&coll);
+    tc_release(&copies);
+    tc_free_groups(&gr);
+}
+
 void test_train_tp(dist_ctx *t) {
     mg_log_init(t->rank, t->size);
     if (dist_on_device(t)) {
@@ -224,6 +265,8 @@ void test_train_tp(dist_ctx *t) {
         check_variant(t, &gpt_sp, fp8, FP8_NORM_TOL);
         check_variant(t, &llama_sp, fp8, FP8_NORM_TOL);
         check_variant(t, &gpt_rc, tc_recompute_full, 0);
+        check_reduce_paths(t, &gpu[1]); /* gpt2 tp2+sp */
+        check_reduce_paths(t, &gpu[5]); /* llama tp2+sp, --tp-comm-overlap */
         return;
     }
     if (t->size != 2 && t->size != 4 && t->size != 8) return;

@@ -70,6 +70,9 @@ static inline cudaStream_t mg_cuda_stream(mg_backend *be) {
  * attention kernels' shared memory, the grouped GEMM's choice, MG_ATTENTION. */
 void mg_cuda_table_fill(mg_backend *be);
 mg_status mg_cuda_ops_init(mg_backend *be);
+/* peer_reduce.cu: loads the kernels of peer_push and peer_sum (their first launch may not wait
+ * for the device). */
+mg_status mg_cuda_peer_reduce_load(void);
 
 #ifndef __CUDACC__
 /* For code built once (cuda_backend.c, cuda_table.c, tests/cuda): MG_CUDA_BY_DTYPE(be, op) is

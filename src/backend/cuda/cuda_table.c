@@ -48,5 +48,6 @@ mg_status mg_cuda_ops_init(mg_backend *be) {
     /* the grouped linear: CUTLASS's Hopper kernel where it applies (bf16 only), else the portable
      * kernel (MG_GROUPED_GEMM) */
     MG_CHECK(MG_CUDA_BY_DTYPE(be, grouped_gemm_init)(be));
+    MG_CHECK(mg_cuda_peer_reduce_load());
     return attention_select(be);
 }

@@ -15,6 +15,7 @@
  * the same exchanges in the same order. All blocks of the kernel must be resident at once on
  * every rank: the grid is MG_PEER_BARRIERS blocks. */
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/peer_flags.cuh"
 #include "core/slab_rounds.h"
 
 #define PUT_THREADS 512
@@ -24,12 +25,6 @@ typedef struct {
     char *base[MG_PEER_MAX];
 } put_bases;
 
-/* The flags rank q raises in `base`'s buffer for block b; this rank's epoch of block b. */
-static __device__ __forceinline__ volatile uint32_t *flag_of(char *base, size_t bytes, int q,
-                                                             int b) {
-    return reinterpret_cast<volatile uint32_t *>(base + bytes) + (size_t)q * MG_PEER_BARRIERS + b;
-}
-
 /* Block b raises its flag in every peer's buffer to `epoch` and waits until every peer has raised
  * its own in this rank's buffer as far. Threads 0..P-1 each take one peer. */
 static __device__ void meet(const put_bases &pb, size_t bytes, int P, int rank, uint32_t epoch) {
@@ -37,10 +32,9 @@ static __device__ void meet(const put_bases &pb, size_t bytes, int P, int rank, 
     __threadfence_system(); /* this block's stores (and the earlier work) before the flags */
     __syncthreads();
     if (q < P) {
-        *flag_of(pb.base[q], bytes, rank, b) = epoch;
-        volatile uint32_t *mine = flag_of(pb.base[rank], bytes, q, b);
-        while ((int32_t)(*mine - epoch) < 0) {
-        }
+        *mg_peer_flag(pb.base[q], bytes, rank, b) = epoch;
+        volatile uint32_t *mine = mg_peer_flag(pb.base[rank], bytes, q, b);
+        mg_peer_wait(mine, epoch);
         __threadfence_system(); /* the peer's stores before what follows */
     }
     __syncthreads();
@@ -53,7 +47,7 @@ static __global__ void __launch_bounds__(PUT_THREADS)
     __shared__ uint32_t epoch;
     __shared__ int64_t at[MG_PEER_MAX], n[MG_PEER_MAX];
     const int b = blockIdx.x;
-    if (threadIdx.x == 0) epoch = *flag_of(pb.base[rank], bytes, MG_PEER_MAX, b);
+    if (threadIdx.x == 0) epoch = *mg_peer_flag(pb.base[rank], bytes, MG_PEER_MAX, b);
     if (threadIdx.x < P)
         n[threadIdx.x] = mg_slab_window(counts, threadIdx.x, El, slab, first, &at[threadIdx.x]);
     __syncthreads();
@@ -76,7 +70,7 @@ static __global__ void __launch_bounds__(PUT_THREADS)
         }
     }
     meet(pb, bytes, P, rank, epoch + 2);
-    if (threadIdx.x == 0) *flag_of(pb.base[rank], bytes, MG_PEER_MAX, b) = epoch + 2;
+    if (threadIdx.x == 0) *mg_peer_flag(pb.base[rank], bytes, MG_PEER_MAX, b) = epoch + 2;
 }
 
 MG_CUDA_DTYPES(mg_status, moe_put_rows,

@@ -1,0 +1,179 @@
+/* Reduce-scatters and gathers as copies into the peers' memory (contract: backend_ops.h,
+ * peer_push, peer_sum and peer_take; the memory: core/peer_window.h). Each rank copies the
+ * partial sums of every other rank's block straight into that rank's buffer with the copy
+ * engines, which take no multiprocessor from the GEMMs running beside them, and each rank then
+ * adds what arrived to its own block (peer_sum); a gather pushes one block to every peer, and
+ * each rank copies what arrived into place (peer_take). Nothing goes through the host, so all
+ * are plain nodes of a captured graph.
+ *
+ * The hand-offs. Two flag entries of the window serve them: READY, raised in the receiver's
+ * buffer by each sender once its copy is complete, and FREE, raised in the sender's buffer by
+ * each receiver once it has taken in what that sender put there. A push first waits until every
+ * receiver has taken in this rank's previous push (so a slot is never written while it is
+ * read), then copies, then raises READY; a sum or a take waits for every sender's READY, adds or
+ * copies, then raises FREE. The counts live in the owner's epochs (entry READY: pushes made,
+ * FREE: pushes taken in), the same on every rank because every rank pushes and takes in the
+ * same order; the caller orders a rank's takes one after another, whatever their streams. The
+ * waits are one-block kernels, so a wait never keeps another stream's kernels off the device. */
+#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/peer_flags.cuh"
+
+#define PR_READY 0
+#define PR_FREE  1
+
+typedef struct {
+    char *base[MG_PEER_MAX];
+} pr_bases;
+
+static mg_status bases_of(const mg_peer_window *pw, const char *what, pr_bases *pb) {
+    if (!pw || pw->n < 1 || pw->n > MG_PEER_MAX || pw->rank < 0 || pw->rank >= pw->n)
+        return MG_FAIL(MG_ERR_INTERNAL, "%s: no peer window", what);
+    for (int q = 0; q < MG_PEER_MAX; q++) pb->base[q] = q < pw->n ? (char *)pw->base[q] : NULL;
+    return MG_OK;
+}
+
+/* This rank's count of entry b. */
+static __device__ __forceinline__ volatile uint32_t *own_epoch(const pr_bases &pb, size_t bytes,
+                                                               int rank, int b) {
+    return mg_peer_flag(pb.base[rank], bytes, MG_PEER_MAX, b);
+}
+
+/* Thread q < P waits until rank q has raised entry `wait` in this rank's buffer to this rank's
+ * count of `count` plus `ahead`. */
+static __global__ void wait_kernel(pr_bases pb, size_t bytes, int P, int rank, int wait, int count,
+                                   uint32_t ahead) {
+    const int q = threadIdx.x;
+    if (q < P && q != rank)
+        mg_peer_wait(mg_peer_flag(pb.base[rank], bytes, q, wait),
+                     *own_epoch(pb, bytes, rank, count) + ahead);
+    __threadfence_system(); /* what the peers wrote before their flags, before what follows */
+}
+
+/* This rank's count of entry b goes up by one, and the new count is raised as entry b of this
+ * rank's flags in every peer's buffer, after what this stream did before. */
+static __global__ void raise_kernel(pr_bases pb, size_t bytes, int P, int rank, int b) {
+    const int q = threadIdx.x;
+    const uint32_t e = *own_epoch(pb, bytes, rank, b) + 1;
+    __threadfence_system();
+    if (q < P && q != rank) *mg_peer_flag(pb.base[q], bytes, rank, b) = e;
+    __syncthreads();
+    if (q == 0) *own_epoch(pb, bytes, rank, b) = e;
+}
+
+extern "C" mg_status mg_cuda_peer_push(mg_backend *be, const mg_peer_window *pw, const void *src,
+                                       size_t stride, size_t bytes, mg_stream_id s) {
+    pr_bases pb;
+    MG_CHECK(bases_of(pw, "peer_push", &pb));
+    if ((size_t)pw->n * bytes > pw->bytes)
+        return MG_FAIL(MG_ERR_INTERNAL, "peer_push: %d blocks of %zu bytes exceed the window",
+                       pw->n, bytes);
+    if (pw->n == 1 || bytes == 0) return MG_OK;
+    cudaStream_t st = (cudaStream_t)be->stream_handle(be, s);
+    const int P = pw->n, r = pw->rank;
+    /* every receiver has summed this rank's previous push (FREE as far as this rank's pushes) */
+    wait_kernel<<<1, MG_PEER_MAX, 0, st>>>(pb, pw->bytes, P, r, PR_FREE, PR_READY, 0);
+    MG_CUDA_CHECK_LAUNCH();
+    for (int i = 1; i < P; i++) {
+        const int q = (r + i) % P; /* each rank starts elsewhere */
+        MG_CUDA_CHECK(cudaMemcpyAsync(pb.base[q] + (size_t)r * bytes,
+                                      (const char *)src + (size_t)q * stride, bytes,
+                                      cudaMemcpyDefault, st));
+    }
+    raise_kernel<<<1, MG_PEER_MAX, 0, st>>>(pb, pw->bytes, P, r, PR_READY);
+    MG_CUDA_CHECK_LAUNCH();
+    return MG_OK;
+}
+
+extern "C" mg_status mg_cuda_peer_take(mg_backend *be, const mg_peer_window *pw, void *dst,
+                                       const void *own, size_t bytes, mg_stream_id s) {
+    pr_bases pb;
+    MG_CHECK(bases_of(pw, "peer_take", &pb));
+    if ((size_t)pw->n * bytes > pw->bytes)
+        return MG_FAIL(MG_ERR_INTERNAL, "peer_take: %d blocks of %zu bytes exceed the window",
+                       pw->n, bytes);
+    if (bytes == 0) return MG_OK;
+    cudaStream_t st = (cudaStream_t)be->stream_handle(be, s);
+    const int P = pw->n, r = pw->rank;
+    char *mine = (char *)dst + (size_t)r * bytes;
+    if (own && own != mine)
+        MG_CUDA_CHECK(cudaMemcpyAsync(mine, own, bytes, cudaMemcpyDeviceToDevice, st));
+    if (P == 1) return MG_OK;
+    wait_kernel<<<1, MG_PEER_MAX, 0, st>>>(pb, pw->bytes, P, r, PR_READY, PR_FREE, 1);
+    MG_CUDA_CHECK_LAUNCH();
+    for (int q = 0; q < P; q++)
+        if (q != r)
+            MG_CUDA_CHECK(cudaMemcpyAsync((char *)dst + (size_t)q * bytes,
+                                          pb.base[r] + (size_t)q * bytes, bytes,
+                                          cudaMemcpyDeviceToDevice, st));
+    raise_kernel<<<1, MG_PEER_MAX, 0, st>>>(pb, pw->bytes, P, r, PR_FREE);
+    MG_CUDA_CHECK_LAUNCH();
+    return MG_OK;
+}
+
+/* dst = the P blocks summed in rank order in fp32 (this rank's from own, the others' from the
+ * slots of its buffer), rounded once. VEC 8: 16-byte vectors. */
+template <typename h16, int VEC>
+static __global__ void sum_kernel(h16 *dst, const h16 *own, const char *mine, size_t slot, int P,
+                                  int rank, size_t n) {
+    const size_t stride = (size_t)gridDim.x * blockDim.x * VEC;
+    for (size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * VEC; i < n; i += stride) {
+        float acc[VEC], f[VEC];
+#pragma unroll
+        for (int k = 0; k < VEC; k++) acc[k] = 0.0f;
+        for (int p = 0; p < P; p++) {
+            const h16 *s = p == rank ? own : reinterpret_cast<const h16 *>(mine + (size_t)p * slot);
+            mg_loadv<VEC>(s + i, f);
+#pragma unroll
+            for (int k = 0; k < VEC; k++) acc[k] += f[k];
+        }
+        mg_storev<VEC>(dst + i, acc);
+    }
+}
+
+/* Under lazy loading (CUDA's default) a kernel's first launch loads its code, which waits for the
+ * device: where a hand-off kernel already waits on the device for another rank served by the
+ * same process (ranks on one GPU, as the tests run them), that first launch would never return.
+ * Loading every kernel of the hand-offs when the backend starts keeps the launches plain. */
+extern "C" mg_status mg_cuda_peer_reduce_load(void) {
+    cudaFuncAttributes a;
+    MG_CUDA_CHECK(cudaFuncGetAttributes(&a, wait_kernel));
+    MG_CUDA_CHECK(cudaFuncGetAttributes(&a, raise_kernel));
+    MG_CUDA_CHECK(cudaFuncGetAttributes(&a, sum_kernel<__nv_bfloat16, 8>));
+    MG_CUDA_CHECK(cudaFuncGetAttributes(&a, sum_kernel<__nv_bfloat16, 1>));
+    MG_CUDA_CHECK(cudaFuncGetAttributes(&a, sum_kernel<__half, 8>));
+    MG_CUDA_CHECK(cudaFuncGetAttributes(&a, sum_kernel<__half, 1>));
+    return MG_OK;
+}
+
+MG_CUDA_DTYPES(mg_status, peer_sum,
+               (mg_backend * be, const mg_peer_window *pw, void *dst, const void *own, size_t n),
+               (be, pw, dst, own, n)) {
+    pr_bases pb;
+    MG_CHECK(bases_of(pw, "peer_sum", &pb));
+    const size_t slot = n * sizeof(h16);
+    if ((size_t)pw->n * slot > pw->bytes)
+        return MG_FAIL(MG_ERR_INTERNAL, "peer_sum: %d blocks of %zu values exceed the window",
+                       pw->n, n);
+    if (n == 0) return MG_OK;
+    cudaStream_t st = mg_cuda_stream(be);
+    const int P = pw->n, r = pw->rank;
+    if (P > 1) { /* every sender's next push has arrived (READY one past this rank's sums) */
+        wait_kernel<<<1, MG_PEER_MAX, 0, st>>>(pb, pw->bytes, P, r, PR_READY, PR_FREE, 1);
+        MG_CUDA_CHECK_LAUNCH();
+    }
+    const char *mine = pb.base[r];
+    bool vec = n % 8 == 0 && slot % 16 == 0 && mg_cuda_aligned16(dst) && mg_cuda_aligned16(own) &&
+               mg_cuda_aligned16(mine);
+    if (vec)
+        sum_kernel<h16, 8><<<mg_cuda_blocks(n / 8, MG_CUDA_THREADS), MG_CUDA_THREADS, 0, st>>>(
+            (h16 *)dst, (const h16 *)own, mine, slot, P, r, n);
+    else
+        sum_kernel<h16, 1><<<mg_cuda_blocks(n, MG_CUDA_THREADS), MG_CUDA_THREADS, 0, st>>>(
+            (h16 *)dst, (const h16 *)own, mine, slot, P, r, n);
+    MG_CUDA_CHECK_LAUNCH();
+    if (P > 1) { /* the slots are free again */
+        raise_kernel<<<1, MG_PEER_MAX, 0, st>>>(pb, pw->bytes, P, r, PR_FREE);
+        MG_CUDA_CHECK_LAUNCH();
+    }
+    return MG_OK;
+}

@@ -1,0 +1,96 @@
+/* The exchanges through peer-mapped memory (train/trainer_peer.h). */
+#include "train/trainer_peer.h"
+
+#include "core/env.h"
+#include "core/log.h"
+
+#include <string.h>
+
+/* Env switch `name`: true for `peer` (the default), false for `other`; else MG_ERR_USAGE. */
+static mg_status choice(const char *name, const char *peer, const char *other, bool *out) {
+    const char *how = mg_env_str(name, peer);
+    *out = strcmp(how, peer) == 0;
+    if (!*out && strcmp(how, other) != 0)
+        return MG_FAIL(MG_ERR_USAGE, "%s=%s: expected %s (the default) or %s", name, how, peer,
+                       other);
+    return MG_OK;
+}
+
+/* Window k of `bytes` per rank over group g, or NULL with *why saying why not (the group cannot
+ * map its peers' memory: the error's message; a failure of another kind stops the run). */
+static mg_status window(mg_trainer *t, int k, mg_comm *g, size_t bytes, const mg_peer_window **out,
+                        const char **why) {
+    mg_train_memory *m = &t->mem;
+    *out = NULL;
+    mg_status st = mg_comm_peer_window_alloc(g, bytes, &m->peer[k]);
+    if (st == MG_OK) {
+        m->peer_group[k] = g;
+        *out = &m->peer[k];
+        return MG_OK;
+    }
+    if (st != MG_ERR_UNSUPPORTED) return st;
+    *why = mg_error_message();
+    return MG_OK;
+}
+
+/* MG_MOE_EXCHANGE (docs/environment.md): "stores" puts the expert-parallel rows straight into
+ * the peers' receive slabs, "all-to-all" always sends the slabs through the group's all-to-all. */
+static mg_status bind_ep(mg_trainer *t) {
+    mg_moe_ws *w = &t->model.moe_ws;
+    w->peer = NULL;
+    bool stores;
+    MG_CHECK(choice("MG_MOE_EXCHANGE", "stores", "all-to-all", &stores));
+    if (!w->ep || w->n_layers == 0 || !mg_comm_device_buffers(w->ep)) return MG_OK; /* MPI: host */
+    const char *why = "MG_MOE_EXCHANGE=all-to-all";
+    if (stores && !t->be->moe_put_rows) why = "the backend stores into no peer's memory";
+    size_t bytes = (size_t)w->R * (size_t)t->model.cfg.H * mg_dtype_size(t->be->compute_dtype);
+    if (stores && t->be->moe_put_rows)
+        MG_CHECK(window(t, MG_TRAIN_PEER_EP, w->ep, bytes, &w->peer, &why));
+    const bool self = t->layout.ep_rank == 0 && t->layout.dp_rank == 0;
+    if (w->peer)
+        mg_log_self(self,
+                    "> expert-parallel exchange: each rank stores its rows straight into the "
+                    "peers' receive slabs (peer-mapped memory, %.1f MiB per rank)",
+                    (double)bytes / 1048576.0);
+    else
+        mg_log_self(self, "> expert-parallel exchange: whole slabs by the group's all-to-all (%s)",
+                    why);
+    mg_error_clear();
+    return MG_OK;
+}
+
+/* MG_TP_EXCHANGE (docs/environment.md): under sequence parallelism, "copies" moves the
+ * tensor-parallel gathers and a bf16 layer's reduce-scatters by copies into the peers' memory
+ * beside the GEMMs, "collectives" through the group's collectives. */
+static mg_status bind_tp(mg_trainer *t) {
+    const mg_model_config *mc = &t->model.cfg;
+    mg_tp *tp = &t->model.tp;
+    mg_tp_bind_peer(tp, NULL);
+    bool copies;
+    MG_CHECK(choice("MG_TP_EXCHANGE", "copies", "collectives", &copies));
+    if (!mc->sp || tp->size == 1 || !mg_comm_device_buffers(t->layout.tp)) return MG_OK;
+    const char *why = "MG_TP_EXCHANGE=collectives";
+    const bool can = t->be->peer_push && t->be->peer_sum;
+    if (copies && !can) why = "the backend copies into no peer's memory";
+    const int rows = mg_model_config_rows(mc, t->cfg.micro_batch_size * mc->S);
+    size_t bytes =
+        (size_t)tp->size * (size_t)rows * (size_t)mc->H * mg_dtype_size(t->be->compute_dtype);
+    const mg_peer_window *pw = NULL;
+    if (copies && can) MG_CHECK(window(t, MG_TRAIN_PEER_TP, t->layout.tp, bytes, &pw, &why));
+    mg_tp_bind_peer(tp, pw);
+    const bool self = t->layout.tp_rank == 0 && t->layout.dp_rank == 0 && t->layout.pp_rank == 0;
+    if (pw)
+        mg_log_self(self,
+                    "> sequence-parallel exchanges: gathers and reduce-scatters by copies into "
+                    "the peers' memory beside the GEMMs (peer-mapped memory, %.1f MiB per rank)",
+                    (double)bytes / 1048576.0);
+    else
+        mg_log_self(self, "> sequence-parallel exchanges: the group's collectives (%s)", why);
+    mg_error_clear();
+    return MG_OK;
+}
+
+mg_status mg_trainer_peer_bind(mg_trainer *t) {
+    MG_CHECK(bind_ep(t));
+    return bind_tp(t);
+}

@@ -1,0 +1,131 @@
+/* CUDA backend: the reduce-scatter and the gather over peer-mapped memory (peer_push, peer_sum,
+ * peer_take; contract: backend_ops.h). Ranks on one GPU: one CUDA backend per rank (streams of its
+ * own) and one buffer per rank standing for its peer-mapped window; every rank's push and sum are
+ * enqueued before any is waited for, so the ranks meet only at the device hand-offs (a wrong
+ * hand-off hangs or races). Rank r's result must be the sum over the ranks, in rank order in fp32,
+ * of their block r (the values the device holds), rounded once: CT_TOL_ACT. Two and three ranks;
+ * three rounds each, the epochs counting on: a second block size (the slots move), then the sum
+ * written over this rank's own block (dst = own), then a size with no 16-byte vectors; then two
+ * gathers through the same window (each rank's own block to every peer, taken into place, the
+ * second from a copy of the block elsewhere: exact). */
+#include "cuda_test_util.h"
+
+#include <string.h>
+
+enum { MAX_RANKS = 3 };
+
+static void check_ranks(mg_test_ctx *t, mg_backend *const *be, int P) {
+    static const size_t sizes[3] = {4096, 1032, 777}; /* values per block */
+    ct_pool P_ = ct_pool_of(t, be[0]);
+    const size_t esz = mg_dtype_size(be[0]->compute_dtype), most = sizes[0];
+    const size_t data = (size_t)P * most * esz;
+    void *win[MAX_RANKS];
+    mg_peer_window pw[MAX_RANKS];
+    for (int s = 0; s < P; s++) {
+        MG_EXPECT_OK(be[0]->alloc(be[0], data + MG_PEER_FLAG_BYTES, &win[s]));
+        if (!win[s]) return;
+    }
+    for (int s = 0; s < P; s++) {
+        memset(&pw[s], 0, sizeof pw[s]);
+        pw[s].n = P, pw[s].rank = s, pw[s].bytes = data;
+        for (int q = 0; q < P; q++) pw[s].base[q] = win[q];
+    }
+    for (int round = 0; round < 3 && !P_.failed; round++) {
+        const size_t n = sizes[round];
+        void *d_src[MAX_RANKS], *d_dst[MAX_RANKS];
+        float *src[MAX_RANKS];
+        for (int s = 0; s < P; s++) {
+            src[s] =
+                ct_rand_act(&P_, 700 + 10 * (uint32_t)round + (uint32_t)s, (size_t)P * n, 1.0f);
+            d_src[s] = ct_up_act(&P_, src[s], (size_t)P * n);
+            src[s] = ct_down_act(&P_, d_src[s], (size_t)P * n); /* the device's values */
+            d_dst[s] = round == 1 ? (char *)d_src[s] + (size_t)s * n * esz : ct_poison_act(&P_, n);
+        }
+        /* the zeroed windows and the uploads (on be[0]'s stream) done before the other ranks'
+         * streams read them */
+        MG_EXPECT_OK(be[0]->synchronize(be[0]));
+        if (P_.failed) break;
+        for (int s = 0; s < P; s++) { /* every rank's calls enqueued before any is waited for */
+            mg_status st =
+                be[s]->peer_push(be[s], &pw[s], d_src[s], n * esz, n * esz, MG_STREAM_TP);
+            MG_EXPECT_OK(st);
+            if (st != MG_OK) goto out; /* a sum would wait for ever */
+            MG_EXPECT_OK(be[s]->peer_sum(be[s], &pw[s], d_dst[s],
+                                         (char *)d_src[s] + (size_t)s * n * esz, n));
+            MG_EXPECT_OK(be[s]->stream_wait(be[s], MG_STREAM_COMPUTE, MG_STREAM_TP));
+        }
+        for (int s = 0; s < P; s++) MG_EXPECT_OK(be[s]->synchronize(be[s]));
+        for (int r = 0; r < P; r++) {
+            float *ref = ct_host(&P_, n * sizeof(float));
+            for (size_t i = 0; i < n; i++) {
+                float acc = 0.0f;
+                for (int s = 0; s < P; s++) acc += src[s][(size_t)r * n + i];
+                ref[i] = acc;
+            }
+            CT_EXPECT_CLOSE(ct_down_act(&P_, d_dst[r], n), ref, n, CT_TOL_ACT,
+                            "peer_sum: rank %d of %d, %zu values, round %d", r, P, n, round);
+        }
+    }
+    /* a gather: rank s pushes its block s of src to everyone (stride 0) and takes in the others'
+     * blocks; then every rank's dst holds every rank's block (its own left as it was) */
+    for (int round = 0; round < 2 && !P_.failed; round++) {
+        const size_t n = sizes[round + 1];
+        void *d_src[MAX_RANKS];
+        float *src[MAX_RANKS];
+        for (int s = 0; s < P; s++) {
+            src[s] =
+                ct_rand_act(&P_, 800 + 10 * (uint32_t)round + (uint32_t)s, (size_t)P * n, 1.0f);
+            d_src[s] = ct_up_act(&P_, src[s], (size_t)P * n);
+            src[s] = ct_down_act(&P_, d_src[s], (size_t)P * n);
+        }
+        /* round 1: each rank's block comes from a copy elsewhere (its place in dst zeroed) */
+        void *copy[MAX_RANKS] = {NULL};
+        for (int s = 0; s < P && round == 1; s++) {
+            copy[s] = ct_up_act(&P_, src[s] + (size_t)s * n, n);
+            MG_EXPECT_OK(
+                be[0]->memset_zero(be[0], (char *)d_src[s] + (size_t)s * n * esz, n * esz));
+        }
+        MG_EXPECT_OK(be[0]->synchronize(be[0]));
+        if (P_.failed) break;
+        for (int s = 0; s < P; s++) {
+            const void *own = copy[s] ? copy[s] : (char *)d_src[s] + (size_t)s * n * esz;
+            mg_status st = be[s]->peer_push(be[s], &pw[s], own, 0, n * esz, MG_STREAM_TP);
+            MG_EXPECT_OK(st);
+            if (st != MG_OK) goto out;
+            MG_EXPECT_OK(be[s]->peer_take(be[s], &pw[s], d_src[s], copy[s], n * esz, MG_STREAM_TP));
+            MG_EXPECT_OK(be[s]->stream_wait(be[s], MG_STREAM_COMPUTE, MG_STREAM_TP));
+        }
+        for (int s = 0; s < P; s++) MG_EXPECT_OK(be[s]->synchronize(be[s]));
+        for (int r = 0; r < P; r++) {
+            float *ref = ct_host(&P_, (size_t)P * n * sizeof(float));
+            for (int q = 0; q < P; q++)
+                memcpy(ref + (size_t)q * n, src[q] + (size_t)q * n, n * sizeof(float));
+            CT_EXPECT_CLOSE(ct_down_act(&P_, d_src[r], (size_t)P * n), ref, (size_t)P * n, 0.0,
+                            "peer_take: rank %d of %d, %zu values, round %d", r, P, n, round);
+        }
+    }
+out:
+    for (int s = 0; s < P; s++) MG_EXPECT_OK(be[s]->synchronize(be[s]));
+    for (int s = 0; s < P; s++) be[0]->free(be[0], win[s]);
+    ct_pool_free(&P_);
+}
+
+MG_TEST(cuda_peer_push_sum_and_take) {
+    CT_BACKENDS(cpu, gpu);
+    (void)cpu;
+    if (!gpu->peer_push || !gpu->peer_sum || !gpu->peer_take) {
+        MG_EXPECT(gpu->device != MG_DEVICE_CUDA,
+                  "the cuda backend has no peer_push/peer_sum/peer_take");
+        return;
+    }
+    mg_backend *be[MAX_RANKS] = {gpu, NULL, NULL};
+    for (int s = 1; s < MAX_RANKS; s++) {
+        MG_EXPECT_OK(mg_backend_cuda_create_dtype(&be[s], 0, gpu->compute_dtype));
+        if (!be[s]) goto out;
+    }
+    check_ranks(t, be, 2);
+    check_ranks(t, be, 3);
+out:
+    for (int s = 1; s < MAX_RANKS; s++)
+        if (be[s]) be[s]->destroy(be[s]);
+}
