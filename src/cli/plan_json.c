@@ -186,6 +186,7 @@ static cJSON *memory_json(const mg_plan *p) {
         cJSON_AddNumberToObject(o, "batch", (double)m->batch);
         cJSON_AddNumberToObject(o, "graph_inputs", (double)m->graph_inputs);
         cJSON_AddNumberToObject(o, "total", (double)m->total);
+        cJSON_AddNumberToObject(o, "peer_windows", (double)m->peer_windows);
         cJSON_AddItemToArray(arr, o);
     }
     return arr;

@@ -322,6 +322,12 @@ static void print_memory(const mg_plan *p, FILE *f) {
                 m->activations / MiB, m->slots, m->slot_bytes / MiB, m->recompute_bytes / MiB,
                 m->workspace / MiB, m->batch / MiB, m->total / MiB);
     }
+    if (p->n_memory && p->memory[0].peer_windows)
+        fprintf(f,
+                "  peer-mapped windows (GPUs whose group shares a host: sequence parallelism's "
+                "copies, expert parallelism's receive slabs), outside the total: %.2f MiB per "
+                "rank\n",
+                p->memory[0].peer_windows / MiB);
     if (p->n_memory && p->memory[0].graph_inputs)
         fprintf(f,
                 "  CUDA graphs (full iteration): batch holds every microbatch's inputs, %.2f MiB "

@@ -93,6 +93,18 @@ static void stage_sizes(mg_memory_plan *p, mg_memory_stage *out) {
                  out->activations + out->workspace + out->batch;
 }
 
+size_t mg_memory_tp_window_bytes(const mg_gpt *g, int mbs, mg_dtype compute) {
+    const mg_model_config *m = &g->cfg;
+    if (!m->sp || m->tp < 2) return 0;
+    return (size_t)m->tp * (size_t)mg_model_config_rows(m, mbs * m->S) * (size_t)m->H *
+           mg_dtype_size(compute);
+}
+
+size_t mg_memory_ep_window_bytes(const mg_gpt *g, mg_dtype compute) {
+    if (g->cfg.moe.ep < 2 || g->moe_ws.n_layers == 0) return 0;
+    return (size_t)g->moe_ws.R * (size_t)g->cfg.H * mg_dtype_size(compute);
+}
+
 mg_status mg_memory_stage_estimate(const mg_config *c, int pp_rank, int dp_size, mg_dtype compute,
                                    mg_memory_stage *out) {
     memset(out, 0, sizeof *out);
@@ -133,6 +145,9 @@ mg_status mg_memory_stage_estimate(const mg_config *c, int pp_rank, int dp_size,
     out->slot_bytes = g.slot_bytes;
     out->recompute_bytes = g.rc_bytes;
     stage_sizes(&p, out);
+    if (device != MG_DEVICE_CPU) /* MPI's cpu ranks map nothing */
+        out->peer_windows =
+            mg_memory_tp_window_bytes(&g, mbs, compute) + mg_memory_ep_window_bytes(&g, compute);
 done:
     mg_memory_plan_free(&p);
     mg_optimizer_free(&o);

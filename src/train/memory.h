@@ -6,7 +6,8 @@
  * the plan needs of the backend are values (model/gpt.h's mg_gpt_target): a prediction needs no
  * device.
  * Exports: mg_memory_plan, mg_memory_plan_reserve, mg_memory_plan_free, mg_memory_stage,
- * mg_memory_stage_estimate. Needs: model/gpt, train/buffers, train/optimizer, parallel/pipeline. */
+ * mg_memory_stage_estimate, mg_memory_tp_window_bytes, mg_memory_ep_window_bytes. Needs: model/gpt,
+ * train/buffers, train/optimizer, parallel/pipeline. */
 #ifndef MG_TRAIN_MEMORY_H
 #define MG_TRAIN_MEMORY_H
 
@@ -90,6 +91,9 @@ typedef struct {
     size_t batch;           /* input ids, labels, loss weights, statistics */
     size_t graph_inputs;    /* of batch: every microbatch's inputs a full-iteration graph reads */
     size_t total;
+    /* outside the arenas and the total: the peer-mapped windows (mg_memory_tp_window_bytes plus
+     * mg_memory_ep_window_bytes) a device run maps where the group's ranks share a host */
+    size_t peer_windows;
 } mg_memory_stage;
 
 /* Pipeline rank pp_rank's memory (tensor-parallel rank 0, data-parallel rank 0 of dp_size,
@@ -99,5 +103,13 @@ typedef struct {
  * trainer builds for that rank. */
 mg_status mg_memory_stage_estimate(const mg_config *c, int pp_rank, int dp_size, mg_dtype compute,
                                    mg_memory_stage *out);
+
+/* Bytes per rank of the peer-mapped windows (train/trainer_peer.h) of model g (planned) in
+ * dtype compute, 0 where the layout has none. They are mapped by the communication library, not
+ * committed from an arena: the tensor-parallel group's slots under sequence parallelism (one per
+ * rank, each a rank's rows of the hidden activations of a micro-batch of mbs) and the
+ * expert-parallel group's receive slabs (the MoE layers' worst-case rows). */
+size_t mg_memory_tp_window_bytes(const mg_gpt *g, int mbs, mg_dtype compute);
+size_t mg_memory_ep_window_bytes(const mg_gpt *g, mg_dtype compute);
 
 #endif

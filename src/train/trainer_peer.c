@@ -3,6 +3,7 @@
 
 #include "core/env.h"
 #include "core/log.h"
+#include "train/memory.h"
 
 #include <string.h>
 
@@ -43,7 +44,7 @@ static mg_status bind_ep(mg_trainer *t) {
     if (!w->ep || w->n_layers == 0 || !mg_comm_device_buffers(w->ep)) return MG_OK; /* MPI: host */
     const char *why = "MG_MOE_EXCHANGE=all-to-all";
     if (stores && !t->be->moe_put_rows) why = "the backend stores into no peer's memory";
-    size_t bytes = (size_t)w->R * (size_t)t->model.cfg.H * mg_dtype_size(t->be->compute_dtype);
+    size_t bytes = mg_memory_ep_window_bytes(&t->model, t->be->compute_dtype);
     if (stores && t->be->moe_put_rows)
         MG_CHECK(window(t, MG_TRAIN_PEER_EP, w->ep, bytes, &w->peer, &why));
     const bool self = t->layout.ep_rank == 0 && t->layout.dp_rank == 0;
@@ -72,9 +73,8 @@ static mg_status bind_tp(mg_trainer *t) {
     const char *why = "MG_TP_EXCHANGE=collectives";
     const bool can = t->be->peer_push && t->be->peer_sum;
     if (copies && !can) why = "the backend copies into no peer's memory";
-    const int rows = mg_model_config_rows(mc, t->cfg.micro_batch_size * mc->S);
     size_t bytes =
-        (size_t)tp->size * (size_t)rows * (size_t)mc->H * mg_dtype_size(t->be->compute_dtype);
+        mg_memory_tp_window_bytes(&t->model, t->cfg.micro_batch_size, t->be->compute_dtype);
     const mg_peer_window *pw = NULL;
     if (copies && can) MG_CHECK(window(t, MG_TRAIN_PEER_TP, t->layout.tp, bytes, &pw, &why));
     mg_tp_bind_peer(tp, pw);

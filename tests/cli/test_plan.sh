@@ -35,6 +35,18 @@ expect_json plan_docstring16_rank5 '{"rank":5,"tp":1,"cp":0,"ep":0,"dp":0,"pp":1
 # the vocabulary halve, the rest is whole: 2*21088 + 16384 + 4096 + 128 = 62784.
 TPM=(--world-size 4 --tensor-model-parallel-size 2 --num-layers 2 --hidden-size 64
      --num-attention-heads 4 --seq-length 64 --vocab-size 512 --swiglu --sequence-parallel)
+# The peer-mapped windows a device run maps (bf16, 2 bytes a value), outside the arenas: under SP
+# one slot per rank of a rank's rows of the hidden activations, T x (4 x 32 / T) x 64 x 2 = 16384;
+# under EP 2 the worst-case receive slabs, 2 sources x 128 tokens x top-2 rows of 64 x 2 = 65536;
+# none for TP without SP.
+PW=(--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32
+    --max-position-embeddings 32 --vocab-size 128 --micro-batch-size 4 --global-batch-size 8
+    --world-size 2 --bf16)
+expect_json plan_peer_windows_sp '"peer_windows":16384' "${PW[@]}" --tensor-model-parallel-size 2 \
+    --sequence-parallel
+expect_json plan_peer_windows_ep '"peer_windows":65536' "${PW[@]}" --num-experts 4 \
+    --moe-router-topk 2 --expert-model-parallel-size 2
+expect_json plan_peer_windows_none '"peer_windows":0' "${PW[@]}" --tensor-model-parallel-size 2
 expect_json plan_tp_params '"params_total":120576,"params_per_tp_rank":62784' "${TPM[@]}"
 expect_json plan_tp_qkv \
     '{"name":"decoder.layers.0.self_attention.linear_qkv.weight","global_shape":[192,64],"shape":[96,64],"tp_split_dim":0,"tp_split_chunks":1,"sequence_parallel":false}' \
