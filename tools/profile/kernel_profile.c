@@ -19,7 +19,9 @@
  *   KPROF_STEPS    the steps the window holds: times are shown divided by it (default 1).
  *   KPROF_OUT      the file the table goes to (default stderr); KPROF_TOP rows (default 40).
  * The header line gives the window's span, the time some kernel or copy was running (the union
- * of the intervals: span - busy is the device waiting for the host) and the summed kernel time.
+ * of the intervals: span - busy is the device waiting for the host, or for another device) and
+ * the summed kernel time. Two more tables charge that idle time, gap by gap, to the record that
+ * ends each gap and to the one that ran just before it (KPROF_TOP_IDLE rows, default 12).
  * Names are as the driver reports them (C++ names mangled: pipe through c++filt).
  *
  * Build (not part of `make`: it needs CUPTI, which the CUDA toolkit's extras or PyPI's
@@ -42,6 +44,8 @@ typedef struct {
     char *name;
     double total_ns;
     long calls;
+    double idle_before_ns, idle_after_ns; /* the device idle just before it starts / after it */
+    long gaps_before, gaps_after;
 } kp_name;
 
 static kp_rec *g_recs;
@@ -57,7 +61,7 @@ static int name_id(const char *name) {
         g_names = realloc(g_names, (size_t)g_cap_names * sizeof *g_names);
         if (!g_names) abort();
     }
-    g_names[g_n_names] = (kp_name){strdup(name), 0.0, 0};
+    g_names[g_n_names] = (kp_name){strdup(name), 0.0, 0, 0.0, 0.0, 0, 0};
     return g_n_names++;
 }
 
@@ -125,6 +129,37 @@ static double env_num(const char *name, double dflt) {
     return s && *s ? atof(s) : dflt;
 }
 
+static int by_idle_before(const void *a, const void *b) {
+    const kp_name *x = a, *y = b;
+    return x->idle_before_ns < y->idle_before_ns   ? 1
+           : x->idle_before_ns > y->idle_before_ns ? -1
+                                                   : 0;
+}
+
+static int by_idle_after(const void *a, const void *b) {
+    const kp_name *x = a, *y = b;
+    return x->idle_after_ns < y->idle_after_ns ? 1 : x->idle_after_ns > y->idle_after_ns ? -1 : 0;
+}
+
+/* The device's idle time (idle_ns over the window) by the record that ends each gap (after = 0)
+ * or whose end begins it (after = 1), the KPROF_TOP_IDLE (default 12) largest. Sorts g_names. */
+static void idle_table(FILE *f, double steps, double idle_ns, int after) {
+    qsort(g_names, (size_t)g_n_names, sizeof *g_names, after ? by_idle_after : by_idle_before);
+    int top = (int)env_num("KPROF_TOP_IDLE", 12.0);
+    fprintf(f, "kernel_profile: device idle %.3f ms per step, by what %s each gap:\n",
+            idle_ns * 1e-6 / steps, after ? "ran just before" : "ends");
+    fprintf(f, "%10s %8s %9s %10s  %s\n", "ms/step", "share", "gaps/st", "us/gap", "name");
+    for (int i = 0; i < g_n_names && i < top; i++) {
+        const kp_name *nm = &g_names[i];
+        const double ns = after ? nm->idle_after_ns : nm->idle_before_ns;
+        const long gaps = after ? nm->gaps_after : nm->gaps_before;
+        if (gaps == 0) break;
+        fprintf(f, "%10.3f %7.1f%% %9.1f %10.2f  %s\n", ns * 1e-6 / steps,
+                idle_ns > 0 ? 100.0 * ns / idle_ns : 0.0, (double)gaps / steps,
+                ns * 1e-3 / (double)gaps, nm->name);
+    }
+}
+
 static void report(void) {
     cuptiActivityFlushAll(1);
     const char *path = getenv("KPROF_OUT");
@@ -157,17 +192,28 @@ static void report(void) {
     } else if (last_ms > 0 && (double)last > last_ms * 1e6) {
         from = last - (uint64_t)(last_ms * 1e6);
     }
-    /* the window's records: busy time as the union of their intervals, totals by name */
+    /* the window's records: busy time as the union of their intervals, totals by name; each
+     * gap of the union (the device running nothing) charged to the record that ends it and to
+     * the one whose end began it */
     uint64_t first = 0, cover_end = 0, busy = 0;
     double kernel_ns = 0.0;
     size_t n_in = 0;
+    int cover_name = -1;
     for (size_t i = 0; i < g_n; i++) {
         const kp_rec *r = &g_recs[i];
         if (r->start < from || r->start >= to) continue;
         if (n_in++ == 0) first = r->start, cover_end = r->start;
+        if (r->start > cover_end && cover_name >= 0) {
+            const double gap = (double)(r->start - cover_end);
+            g_names[r->name].idle_before_ns += gap;
+            g_names[r->name].gaps_before++;
+            g_names[cover_name].idle_after_ns += gap;
+            g_names[cover_name].gaps_after++;
+        }
         if (r->end > cover_end) {
             busy += r->end - (r->start > cover_end ? r->start : cover_end);
             cover_end = r->end;
+            cover_name = r->name;
         }
         kp_name *nm = &g_names[r->name];
         nm->total_ns += (double)(r->end - r->start);
@@ -191,6 +237,8 @@ static void report(void) {
                 kernel_ns > 0 ? 100.0 * nm->total_ns / kernel_ns : 0.0, (double)nm->calls / steps,
                 nm->total_ns * 1e-3 / (double)nm->calls, nm->name);
     }
+    idle_table(f, steps, (double)(span - (double)busy), 0);
+    idle_table(f, steps, (double)(span - (double)busy), 1);
     if (f != stderr) fclose(f);
 }
 
