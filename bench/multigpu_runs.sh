@@ -25,9 +25,9 @@
 #           --tp-comm-overlap: tokens/s of the last interval, and the share of two GPUs
 #   tpcopy  350M GPT-2 as tpov: one GPU, TP 2, and TP 2 + SP (also with --tp-comm-overlap) with
 #           SP's gathers and reduce-scatters by the group's collectives
-#           (MG_TP_EXCHANGE=collectives) and as copies into the peers' memory (copies), the last
-#           also with NCCL's copy-engine
-#           gathers (MG_NCCL_COPY_ENGINE=1): tokens/s, the share of two GPUs, the first lm losses
+#           (MG_TP_EXCHANGE=collectives) and as copies into the peers' memory (copies), also
+#           with NCCL's copy-engine gathers (MG_NCCL_COPY_ENGINE=1), and those two as a
+#           full-iteration CUDA graph: tokens/s, the share of two GPUs, the first lm losses
 #           (TPCOPY_RUNS: only the runs of these tags, e.g. "sp_copies ov_copies_ce"; tpov too)
 #   fp8     the Llama-style 3B shape of bench/fp8_bench.sh (26 x 3072, SwiGLU 8192, GQA 24/8,
 #           sequence 2048; micro-batch 2, global batch 16) under TP 2 + SP and under PP 2, each
@@ -221,7 +221,9 @@ tpcopy)
         "sp_copies:copies:0:--sequence-parallel" \
         "ov_coll:collectives:0:--sequence-parallel --tp-comm-overlap" \
         "ov_copies:copies:0:--sequence-parallel --tp-comm-overlap" \
-        "ov_copies_ce:copies:1:--sequence-parallel --tp-comm-overlap" ;;
+        "ov_copies_ce:copies:1:--sequence-parallel --tp-comm-overlap" \
+        "ov_copies_graph:copies:0:--sequence-parallel --tp-comm-overlap --cuda-graph-impl full_iteration" \
+        "ov_copies_ce_graph:copies:1:--sequence-parallel --tp-comm-overlap --cuda-graph-impl full_iteration" ;;
 fp8)
     for lay in "tp:--tensor-model-parallel-size 2 --sequence-parallel" \
         "pp:--pipeline-model-parallel-size 2"; do
