@@ -158,9 +158,11 @@ void mg_comm_sym_abandon(mg_comm *const *groups, int n_groups, void *ptr);
 /* ---- peer-mapped memory (NCCL backend, the group's ranks on one node) ----
  * mg_comm_peer_window_alloc (collective over c) gives each rank `bytes` of zeroed device memory
  * and a device barrier's flags (core/peer_window.h), and maps every other rank's into this
- * process (CUDA IPC), so kernels read and write the peers' memory with no collective call.
- * MG_ERR_UNSUPPORTED, on every rank alike, where that cannot be: a backend other than NCCL, more
- * than MG_PEER_MAX ranks, ranks on several hosts, a device that cannot map a peer's memory.
+ * process (CUDA IPC), so kernels read and write the peers' memory with no collective call. The
+ * window's abort word (core/peer_window.h) is set when the world fails (the NCCL backend's
+ * watchdog: a peer gone, a timeout), so that kernels waiting for a peer give up and the streams
+ * drain. MG_ERR_UNSUPPORTED, on every rank alike, where that cannot be: a backend other than NCCL,
+ * more than MG_PEER_MAX ranks, ranks on several hosts, a device that cannot map a peer's memory.
  * mg_comm_peer_window_free unmaps and frees (collective unless `abandon`: a rank that stops on
  * an error frees without waiting for its peers). */
 mg_status mg_comm_peer_window_alloc(mg_comm *c, size_t bytes, mg_peer_window *out);

@@ -347,6 +347,7 @@ static void nccl_world_finalize(mg_comm_world *w) {
         close_comm(&c, comm);
         free(ranks);
     }
+    if (nw->abort_word) cudaFreeHost(nw->abort_word);
     pthread_mutex_destroy(&nw->mu);
     free(nw);
     w->impl = NULL;

@@ -74,6 +74,9 @@ typedef struct {
     /* ncclCommSplit's output: NCCL's split thread stores the child here when it ends, so it lives
      * in the world, never on a stack a timed-out wait may have left. */
     ncclComm_t split_out;
+    /* the peer windows' abort word (core/peer_window.h): page-locked, mapped for the device,
+     * made at the first window; set to 1 by abort_locked, freed at finalize */
+    uint32_t *abort_word;
 } nccl_world;
 
 /* The main thread's abort of every communicator (never called with mu held): marks the world

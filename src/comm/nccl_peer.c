@@ -79,6 +79,29 @@ static mg_status first_refusal(mg_comm *c, const peer_card *cards) {
     return MG_OK;
 }
 
+/* The world's abort word for its windows (nccl_internal.h), made once: its device address. */
+static mg_status abort_word(mg_comm *c, const volatile uint32_t **out) {
+    nccl_world *nw = c->w->impl;
+    *out = NULL;
+    pthread_mutex_lock(&nw->mu);
+    cudaError_t e = cudaSuccess;
+    if (!nw->abort_word) {
+        e = cudaHostAlloc((void **)&nw->abort_word, sizeof *nw->abort_word, cudaHostAllocMapped);
+        if (e == cudaSuccess)
+            *nw->abort_word = nw->aborted ? 1u : 0u;
+        else
+            nw->abort_word = NULL;
+    }
+    void *dev = NULL;
+    if (e == cudaSuccess) e = cudaHostGetDevicePointer(&dev, nw->abort_word, 0);
+    pthread_mutex_unlock(&nw->mu);
+    if (e != cudaSuccess)
+        return MG_FAIL(MG_ERR_NOMEM, "peer window: no mapped host word for the abort: %s",
+                       cudaGetErrorString(e));
+    *out = dev;
+    return MG_OK;
+}
+
 mg_status mg_nccl_peer_alloc(mg_comm *c, size_t bytes, mg_peer_window *out) {
     memset(out, 0, sizeof *out);
     if (c->size > MG_PEER_MAX)
@@ -114,6 +137,10 @@ mg_status mg_nccl_peer_alloc(mg_comm *c, size_t bytes, mg_peer_window *out) {
     }
     /* every card is good: open the peers' buffers, then agree on the outcome */
     out->n = c->size, out->rank = c->rank, out->bytes = bytes;
+    if (abort_word(c, &out->abort) != MG_OK) {
+        mg_error_clear();
+        refuse(&mine, "cudaHostAlloc (the windows' abort word)", cudaErrorMemoryAllocation);
+    }
     out->base[c->rank] = local;
     for (int q = 0; q < c->size && mine.ok; q++) {
         if (q == c->rank) continue;

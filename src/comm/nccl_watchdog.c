@@ -49,6 +49,10 @@
 static void abort_locked(nccl_world *nw) {
     if (nw->aborted) return;
     nw->aborted = true;
+    if (nw->abort_word) { /* the peer windows' waits give up (core/peer_window.h) */
+        *(volatile uint32_t *)nw->abort_word = 1;
+        __sync_synchronize();
+    }
     for (nccl_group *g = nw->groups; g; g = g->next) {
         if (g->ce) ncclCommAbort(g->ce);
         g->ce = NULL;

@@ -12,6 +12,7 @@
 #define MG_CORE_PEER_WINDOW_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #define MG_PEER_MAX        64 /* ranks of a group */
 #define MG_PEER_BARRIERS   32 /* blocks of a kernel that meet the peers' */
@@ -21,6 +22,10 @@ typedef struct {
     int n, rank;             /* ranks of the group, this one's index */
     size_t bytes;            /* data bytes of each buffer; the flags follow */
     void *base[MG_PEER_MAX]; /* rank q's buffer, addressed from this process */
+    /* a word the kernels' waits read (device-visible host memory), or NULL: nonzero once the
+     * world failed (a peer gone, a timeout), so that a wait for a peer that will never come
+     * gives up and the streams drain instead of holding the host for ever */
+    const volatile uint32_t *abort;
 } mg_peer_window;
 
 #endif

@@ -10,7 +10,9 @@
  * second from a copy of the block elsewhere: exact). */
 #include "cuda_test_util.h"
 
+#include <cuda_runtime_api.h>
 #include <string.h>
+#include <time.h>
 
 enum { MAX_RANKS = 3 };
 
@@ -128,4 +130,43 @@ MG_TEST(cuda_peer_push_sum_and_take) {
 out:
     for (int s = 1; s < MAX_RANKS; s++)
         if (be[s]) be[s]->destroy(be[s]);
+}
+
+/* A wait for a peer that never comes gives up once the world's abort word is set (the NCCL
+ * backend's watchdog sets it when the world fails), so the stream drains instead of holding the
+ * host for ever: rank 0 of two sums while rank 1 never pushes; the sum must still be waiting
+ * after 50 ms, and the stream must finish once the word is set. */
+MG_TEST(cuda_peer_wait_gives_up_on_abort) {
+    CT_BACKENDS(cpu, gpu);
+    (void)cpu;
+    if (!gpu->peer_sum) {
+        MG_EXPECT(gpu->device != MG_DEVICE_CUDA, "the cuda backend has no peer_sum");
+        return;
+    }
+    const size_t n = 1024, esz = mg_dtype_size(gpu->compute_dtype), data = 2 * n * esz;
+    void *win = NULL, *dst = NULL;
+    uint32_t *word = NULL;
+    void *word_dev = NULL;
+    MG_EXPECT_OK(gpu->alloc(gpu, data + MG_PEER_FLAG_BYTES, &win));
+    MG_EXPECT_OK(gpu->alloc(gpu, n * esz, &dst));
+    MG_EXPECT(cudaHostAlloc((void **)&word, sizeof *word, cudaHostAllocMapped) == cudaSuccess &&
+                  cudaHostGetDevicePointer(&word_dev, word, 0) == cudaSuccess,
+              "cudaHostAlloc of a mapped word");
+    if (!win || !dst || !word_dev) goto out;
+    *word = 0;
+    mg_peer_window pw = {.n = 2, .rank = 0, .bytes = data, .abort = word_dev};
+    pw.base[0] = win;
+    pw.base[1] = win; /* never pushed into: rank 1 does not exist */
+    MG_EXPECT_OK(gpu->peer_sum(gpu, &pw, dst, dst, n));
+    cudaStream_t st = gpu->stream_handle(gpu, MG_STREAM_COMPUTE);
+    struct timespec pause = {0, 50 * 1000 * 1000};
+    nanosleep(&pause, NULL);
+    MG_EXPECT(cudaStreamQuery(st) == cudaErrorNotReady,
+              "the sum did not wait for the peer that never pushed");
+    *(volatile uint32_t *)word = 1;
+    MG_EXPECT(cudaStreamSynchronize(st) == cudaSuccess, "the stream did not drain after the abort");
+out:
+    if (word) cudaFreeHost(word);
+    if (dst) gpu->free(gpu, dst);
+    if (win) gpu->free(gpu, win);
 }

@@ -1,6 +1,8 @@
 /* dist_tests: the multi-rank test binary, run under mpirun by tests/dist/test_dist.sh.
  *   dist_tests [--backend mpi|nccl] [--timeout S] [--filter NAME[,NAME...]]
  *   dist_tests --scenario fail|exit|hang[-blocking] [--victim R] [--timeout S]
+ *   dist_tests --backend nccl --scenario peer [--victim R]    (scenario_peer.c: the victim dies
+ *              while the others wait on the device for its copy into a peer window)
  *   dist_tests --features      prints "mpi=yes|no device_buffers=yes|no" (what the build has)
  * Without --scenario every rank runs every test (or those whose name contains one of the NAMEs) and
  * rank 0 prints "PASS name" / "FAIL name" and "N passed, N failed"; the exit status is 1 when
@@ -136,10 +138,13 @@ static int run_scenario(mg_comm_world *w, const dist_buf_ops *B, const char *sce
     return 1;
 }
 
+/* scenario_peer.c (weak: built only with CUDA and NCCL). */
+int dist_scenario_peer(mg_comm_world *w, const dist_buf_ops *B, int victim) __attribute__((weak));
+
 static void usage(void) {
     fprintf(stderr,
             "usage: dist_tests [--backend mpi|nccl] [--timeout SECONDS] [--filter NAME[,NAME...]]\n"
-            "                  [--scenario fail|exit|hang[-blocking]] [--victim RANK]\n");
+            "                  [--scenario fail|exit|hang[-blocking]|peer] [--victim RANK]\n");
     exit(2);
 }
 
@@ -190,7 +195,9 @@ int main(int argc, char **argv) {
         size_t n = strlen(scenario), k = strlen("-blocking");
         blocking = n > k && !strcmp(scenario + n - k, "-blocking");
         snprintf(base, sizeof base, "%.*s", (int)(blocking ? n - k : n), scenario);
-        if (strcmp(base, "fail") && strcmp(base, "exit") && strcmp(base, "hang")) usage();
+        if (strcmp(base, "fail") && strcmp(base, "exit") && strcmp(base, "hang") &&
+            strcmp(base, "peer"))
+            usage();
     }
     mg_comm_backend backend;
     const dist_buf_ops *B = &dist_buf_host;
@@ -218,6 +225,15 @@ int main(int argc, char **argv) {
         return 1;
     }
     int rank = mg_comm_world_rank(w);
+    if (scenario && !strcmp(base, "peer")) { /* scenario_peer.c: device waits, nccl only */
+        int rc = 2;
+        if (!dist_scenario_peer || backend != MG_COMM_NCCL)
+            fprintf(stderr, "dist_tests: --scenario peer needs --backend nccl and CUDA\n");
+        else
+            rc = dist_scenario_peer(w, B, victim);
+        if (B->shutdown) B->shutdown();
+        return rc;
+    }
     if (scenario) {
         int rc = run_scenario(w, B, base, blocking, victim, timeout_s);
         if (B->shutdown) B->shutdown();

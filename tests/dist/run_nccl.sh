@@ -200,6 +200,10 @@ for ((i = 0; i < ${EXIT_BLOCKING_REPEATS:-1}; i++)); do
         "rank 1 disconnected without a goodbye .*\(this rank, R, was in $CALL\)"
 done
 scenario hang-blocking "$NP" 1 10 60 "$HANG"
+# The victim dies while the others wait on the device for its copy into a peer window (a
+# one-block kernel spinning on its flag, tests/dist/scenario_peer.c) and block in a plain
+# cudaStreamSynchronize behind it: only the world's abort word, set by the watchdog, ends it.
+scenario peer "$NP" 1 60 30 "rank 1 disconnected without a goodbye .*"
 
 # The failure notice under mpirun as well (mpirun may kill a survivor once the victim exits,
 # racing its report: rank 0 must have reported).

@@ -21,27 +21,24 @@
 #define PUT_THREADS 512
 #define PUT_WARPS   (PUT_THREADS / 32)
 
-typedef struct {
-    char *base[MG_PEER_MAX];
-} put_bases;
-
 /* Block b raises its flag in every peer's buffer to `epoch` and waits until every peer has raised
  * its own in this rank's buffer as far. Threads 0..P-1 each take one peer. */
-static __device__ void meet(const put_bases &pb, size_t bytes, int P, int rank, uint32_t epoch) {
+static __device__ void meet(const mg_peer_bases &pb, size_t bytes, int P, int rank,
+                            uint32_t epoch) {
     const int b = blockIdx.x, q = threadIdx.x;
     __threadfence_system(); /* this block's stores (and the earlier work) before the flags */
     __syncthreads();
     if (q < P) {
         *mg_peer_flag(pb.base[q], bytes, rank, b) = epoch;
         volatile uint32_t *mine = mg_peer_flag(pb.base[rank], bytes, q, b);
-        mg_peer_wait(mine, epoch);
+        mg_peer_wait(mine, epoch, pb.abort);
         __threadfence_system(); /* the peer's stores before what follows */
     }
     __syncthreads();
 }
 
 static __global__ void __launch_bounds__(PUT_THREADS)
-    put_rows_kernel(put_bases pb, size_t bytes, int P, int rank, const char *src,
+    put_rows_kernel(mg_peer_bases pb, size_t bytes, int P, int rank, const char *src,
                     const int32_t *counts, int El, int slab, int first, size_t row_bytes,
                     bool vec) {
     __shared__ uint32_t epoch;
@@ -77,19 +74,15 @@ MG_CUDA_DTYPES(mg_status, moe_put_rows,
                (mg_backend * be, const mg_peer_window *pw, const void *src, const int32_t *counts,
                 int El, int slab, int first, int H),
                (be, pw, src, counts, El, slab, first, H)) {
-    if (!pw || pw->n < 1 || pw->n > MG_PEER_MAX || pw->rank < 0 || pw->rank >= pw->n)
-        return MG_FAIL(MG_ERR_INTERNAL, "moe_put_rows: no peer window");
+    mg_peer_bases pb;
+    if (!mg_peer_bases_of(pw, &pb)) return MG_FAIL(MG_ERR_INTERNAL, "moe_put_rows: no peer window");
     if (slab <= 0 || H <= 0 || El < 0) return MG_OK;
     const size_t row_bytes = (size_t)H * sizeof(h16);
     if ((size_t)pw->n * (size_t)slab * row_bytes > pw->bytes)
         return MG_FAIL(MG_ERR_INTERNAL, "moe_put_rows: %d slabs of %d rows exceed the window",
                        pw->n, slab);
-    put_bases pb;
     bool vec = row_bytes % 16 == 0 && mg_cuda_aligned16(src);
-    for (int q = 0; q < MG_PEER_MAX; q++) {
-        pb.base[q] = q < pw->n ? (char *)pw->base[q] : NULL;
-        vec = vec && mg_cuda_aligned16(pb.base[q]);
-    }
+    for (int q = 0; q < MG_PEER_MAX; q++) vec = vec && mg_cuda_aligned16(pb.base[q]);
     put_rows_kernel<<<MG_PEER_BARRIERS, PUT_THREADS, 0, mg_cuda_stream(be)>>>(
         pb, pw->bytes, pw->n, pw->rank, (const char *)src, counts, El, slab, first, row_bytes, vec);
     MG_CUDA_CHECK_LAUNCH();

@@ -21,37 +21,31 @@
 #define PR_READY 0
 #define PR_FREE  1
 
-typedef struct {
-    char *base[MG_PEER_MAX];
-} pr_bases;
-
-static mg_status bases_of(const mg_peer_window *pw, const char *what, pr_bases *pb) {
-    if (!pw || pw->n < 1 || pw->n > MG_PEER_MAX || pw->rank < 0 || pw->rank >= pw->n)
-        return MG_FAIL(MG_ERR_INTERNAL, "%s: no peer window", what);
-    for (int q = 0; q < MG_PEER_MAX; q++) pb->base[q] = q < pw->n ? (char *)pw->base[q] : NULL;
+static mg_status bases_of(const mg_peer_window *pw, const char *what, mg_peer_bases *pb) {
+    if (!mg_peer_bases_of(pw, pb)) return MG_FAIL(MG_ERR_INTERNAL, "%s: no peer window", what);
     return MG_OK;
 }
 
 /* This rank's count of entry b. */
-static __device__ __forceinline__ volatile uint32_t *own_epoch(const pr_bases &pb, size_t bytes,
-                                                               int rank, int b) {
+static __device__ __forceinline__ volatile uint32_t *own_epoch(const mg_peer_bases &pb,
+                                                               size_t bytes, int rank, int b) {
     return mg_peer_flag(pb.base[rank], bytes, MG_PEER_MAX, b);
 }
 
 /* Thread q < P waits until rank q has raised entry `wait` in this rank's buffer to this rank's
  * count of `count` plus `ahead`. */
-static __global__ void wait_kernel(pr_bases pb, size_t bytes, int P, int rank, int wait, int count,
-                                   uint32_t ahead) {
+static __global__ void wait_kernel(mg_peer_bases pb, size_t bytes, int P, int rank, int wait,
+                                   int count, uint32_t ahead) {
     const int q = threadIdx.x;
     if (q < P && q != rank)
         mg_peer_wait(mg_peer_flag(pb.base[rank], bytes, q, wait),
-                     *own_epoch(pb, bytes, rank, count) + ahead);
+                     *own_epoch(pb, bytes, rank, count) + ahead, pb.abort);
     __threadfence_system(); /* what the peers wrote before their flags, before what follows */
 }
 
 /* This rank's count of entry b goes up by one, and the new count is raised as entry b of this
  * rank's flags in every peer's buffer, after what this stream did before. */
-static __global__ void raise_kernel(pr_bases pb, size_t bytes, int P, int rank, int b) {
+static __global__ void raise_kernel(mg_peer_bases pb, size_t bytes, int P, int rank, int b) {
     const int q = threadIdx.x;
     const uint32_t e = *own_epoch(pb, bytes, rank, b) + 1;
     __threadfence_system();
@@ -62,7 +56,7 @@ static __global__ void raise_kernel(pr_bases pb, size_t bytes, int P, int rank, 
 
 extern "C" mg_status mg_cuda_peer_push(mg_backend *be, const mg_peer_window *pw, const void *src,
                                        size_t stride, size_t bytes, mg_stream_id s) {
-    pr_bases pb;
+    mg_peer_bases pb;
     MG_CHECK(bases_of(pw, "peer_push", &pb));
     if ((size_t)pw->n * bytes > pw->bytes)
         return MG_FAIL(MG_ERR_INTERNAL, "peer_push: %d blocks of %zu bytes exceed the window",
@@ -86,7 +80,7 @@ extern "C" mg_status mg_cuda_peer_push(mg_backend *be, const mg_peer_window *pw,
 
 extern "C" mg_status mg_cuda_peer_take(mg_backend *be, const mg_peer_window *pw, void *dst,
                                        const void *own, size_t bytes, mg_stream_id s) {
-    pr_bases pb;
+    mg_peer_bases pb;
     MG_CHECK(bases_of(pw, "peer_take", &pb));
     if ((size_t)pw->n * bytes > pw->bytes)
         return MG_FAIL(MG_ERR_INTERNAL, "peer_take: %d blocks of %zu bytes exceed the window",
@@ -148,7 +142,7 @@ extern "C" mg_status mg_cuda_peer_reduce_load(void) {
 MG_CUDA_DTYPES(mg_status, peer_sum,
                (mg_backend * be, const mg_peer_window *pw, void *dst, const void *own, size_t n),
                (be, pw, dst, own, n)) {
-    pr_bases pb;
+    mg_peer_bases pb;
     MG_CHECK(bases_of(pw, "peer_sum", &pb));
     const size_t slot = n * sizeof(h16);
     if ((size_t)pw->n * slot > pw->bytes)
