@@ -49,7 +49,8 @@ static __global__ void raise_kernel(mg_peer_bases pb, size_t bytes, int P, int r
     const int q = threadIdx.x;
     const uint32_t e = *own_epoch(pb, bytes, rank, b) + 1;
     __threadfence_system();
-    if (q < P && q != rank) *mg_peer_flag(pb.base[q], bytes, rank, b) = e;
+    const bool gone = pb.abort && *pb.abort; /* the world failed: touch no peer's memory */
+    if (q < P && q != rank && !gone) *mg_peer_flag(pb.base[q], bytes, rank, b) = e;
     __syncthreads();
     if (q == 0) *own_epoch(pb, bytes, rank, b) = e;
 }
