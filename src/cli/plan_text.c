@@ -304,6 +304,11 @@ static void print_weights(const mg_plan *p, FILE *f) {
     }
 }
 
+/* A line under the memory table where bytes is not 0: head, the MiB per rank, tail. */
+static void memory_note(FILE *f, size_t bytes, const char *head, const char *tail) {
+    if (bytes) fprintf(f, "  %s %.2f MiB per rank%s\n", head, (double)bytes / 1048576.0, tail);
+}
+
 /* Memory of one rank per pipeline stage. */
 static void print_memory(const mg_plan *p, FILE *f) {
     const double MiB = 1048576.0;
@@ -322,18 +327,14 @@ static void print_memory(const mg_plan *p, FILE *f) {
                 m->activations / MiB, m->slots, m->slot_bytes / MiB, m->recompute_bytes / MiB,
                 m->workspace / MiB, m->batch / MiB, m->total / MiB);
     }
-    if (p->n_memory && p->memory[0].peer_windows)
-        fprintf(f,
-                "  peer-mapped windows (GPUs whose group shares a host: sequence parallelism's "
-                "copies, expert parallelism's receive slabs), outside the total: %.2f MiB per "
-                "rank\n",
-                p->memory[0].peer_windows / MiB);
-    if (p->n_memory && p->memory[0].graph_inputs)
-        fprintf(f,
-                "  CUDA graphs (full iteration): batch holds every microbatch's inputs, %.2f MiB "
-                "per rank; the graphs' own memory is measured when they are captured (the "
-                "training log)\n",
-                p->memory[0].graph_inputs / MiB);
+    if (!p->n_memory) return;
+    memory_note(f, p->memory[0].peer_windows,
+                "peer-mapped windows (GPUs whose group shares a host: sequence parallelism's "
+                "copies, expert parallelism's receive slabs), outside the total:",
+                "");
+    memory_note(f, p->memory[0].graph_inputs,
+                "CUDA graphs (full iteration): batch holds every microbatch's inputs,",
+                "; the graphs' own memory is measured when they are captured (the training log)");
 }
 
 void mg_plan_print_text(const mg_plan *p, FILE *f) {

@@ -52,6 +52,12 @@ void dist_get(dist_ctx *t, void *host, const void *dev, size_t count, mg_dtype d
 void dist_free(dist_ctx *t, void *dev);
 void *dist_stream(dist_ctx *t);
 
+/* The end of a failure scenario on a surviving rank (main.c, scenario_peer.c): with st MG_OK the
+ * failure went unnoticed (a line saying `unnoticed`, exit status 0); else the one error line
+ * run_nccl.sh reads ("dist_tests: rank R: error after S s: MESSAGE", S since t0), the world
+ * failed with it (exit status 1). The world is finalized either way. */
+int dist_scenario_end(mg_comm_world *w, mg_status st, double t0, const char *unnoticed);
+
 /* Host arrays of any dtype, read and written as doubles (exact for the values used here). */
 void *host_alloc(size_t count, mg_dtype dt);
 void host_set(void *buf, mg_dtype dt, size_t i, double v);

@@ -1,6 +1,8 @@
 /* Buffers, exact test values and comparison for the multi-rank tests (dist.h). */
 #include "dist.h"
 
+#include "core/clock.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -114,4 +116,21 @@ void dist_compare(dist_ctx *t, const char *what, const void *got, const void *wa
                   "%s (%s, n=%zu): %zu of %zu elements differ, first at %zu: got %.17g want %.17g",
                   what, mg_dtype_name(dt), n, bad, n, first, host_get(got, dt, first),
                   host_get(want, dt, first));
+}
+
+int dist_scenario_end(mg_comm_world *w, mg_status st, double t0, const char *unnoticed) {
+    const int rank = mg_comm_world_rank(w);
+    if (st == MG_OK) {
+        fprintf(stderr, "dist_tests: rank %d: %s\n", rank, unnoticed);
+        mg_comm_world_finalize(w);
+        return 0;
+    }
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", mg_error_message());
+    fprintf(stderr, "dist_tests: rank %d: error after %.2f s: %s\n", rank, mg_clock_seconds() - t0,
+            msg);
+    fflush(stderr);
+    mg_comm_world_fail(w, msg);
+    mg_comm_world_finalize(w);
+    return 1;
 }
