@@ -515,17 +515,18 @@ MG_OP(moe_put_rows, OPT, OP, mg_status,
  * own). peer_take, on stream s: once every other rank's push has arrived, each one's block
  * (`bytes`) is copied to dst + q x bytes (a gather), and own (this rank's block, NULL: already
  * in place) to dst + pw->rank x bytes.
- * Both then tell the peers their slots are free. OPT: NULL on the CPU backend; the caller then
- * goes through the group's collectives. */
-MG_OP(peer_push, OPT, RT, mg_status,
+ * Both then tell the peers their slots are free. CAP: the CPU backend's wait on the host (ranks
+ * sharing a node's memory: the MPI backend's shared windows) and give up after pw->timeout_s
+ * with MG_ERR_COMM; where no window exists the caller goes through the group's collectives. */
+MG_OP(peer_push, CAP, RT, mg_status,
       (mg_backend *be, const mg_peer_window *pw, const void *src, size_t stride, size_t bytes,
        mg_stream_id s),
       (be, pw, src, stride, bytes, s))
-MG_OP(peer_sum, OPT, OP, mg_status,
+MG_OP(peer_sum, CAP, OP, mg_status,
       (mg_backend *be, const mg_peer_window *pw, void *dst /* (n) */, const void *own /* (n) */,
        size_t n),
       (be, pw, dst, own, n))
-MG_OP(peer_take, OPT, RT, mg_status,
+MG_OP(peer_take, CAP, RT, mg_status,
       (mg_backend *be, const mg_peer_window *pw, void *dst, const void *own, size_t bytes,
        mg_stream_id s),
       (be, pw, dst, own, bytes, s))

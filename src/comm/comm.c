@@ -358,7 +358,8 @@ mg_status mg_comm_peer_window_alloc(mg_comm *c, size_t bytes, mg_peer_window *ou
     memset(out, 0, sizeof *out);
     if (!c) return MG_FAIL(MG_ERR_USAGE, "peer_window_alloc: no group");
     if (!c->w->ops->peer_alloc)
-        return MG_FAIL(MG_ERR_UNSUPPORTED, "peer-mapped memory needs the NCCL backend (this is %s)",
+        return MG_FAIL(MG_ERR_UNSUPPORTED,
+                       "peer-mapped memory needs the NCCL or MPI backend (this is %s)",
                        c->w->ops->name);
     if (c->w->failed) return MG_FAIL(MG_ERR_COMM, "peer_window_alloc: the world has failed");
     MG_CHECK(call_begin(c, "peer_window_alloc"));

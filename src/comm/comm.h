@@ -155,14 +155,16 @@ void mg_comm_sym_free(mg_comm *const *groups, int n_groups, void *ptr);
  * may never come to deregister; the communicators are aborted next). */
 void mg_comm_sym_abandon(mg_comm *const *groups, int n_groups, void *ptr);
 
-/* ---- peer-mapped memory (NCCL backend, the group's ranks on one node) ----
- * mg_comm_peer_window_alloc (collective over c) gives each rank `bytes` of zeroed device memory
- * and a device barrier's flags (core/peer_window.h), and maps every other rank's into this
- * process (CUDA IPC), so kernels read and write the peers' memory with no collective call. The
- * window's abort word (core/peer_window.h) is set when the world fails (the NCCL backend's
- * watchdog: a peer gone, a timeout), so that kernels waiting for a peer give up and the streams
- * drain. MG_ERR_UNSUPPORTED, on every rank alike, where that cannot be: a backend other than NCCL,
- * more than MG_PEER_MAX ranks, ranks on several hosts, a device that cannot map a peer's memory.
+/* ---- peer-mapped memory (NCCL or MPI backend, the group's ranks on one node) ----
+ * mg_comm_peer_window_alloc (collective over c) gives each rank `bytes` of zeroed memory and a
+ * barrier's flags (core/peer_window.h), and maps every other rank's into this process, so the
+ * backend's ops read and write the peers' memory with no collective call: on NCCL device memory
+ * mapped by CUDA IPC, on MPI host memory from one of MPI's shared-memory windows. The NCCL
+ * window's abort word (core/peer_window.h) is set when the world fails (the watchdog: a peer
+ * gone, a timeout), so that kernels waiting for a peer give up and the streams drain; a host
+ * wait gives up after the window's timeout (the world's). MG_ERR_UNSUPPORTED, on every rank
+ * alike, where that cannot be: the one-rank backend, more than MG_PEER_MAX ranks, ranks on several
+ * hosts, a device that cannot map a peer's memory.
  * mg_comm_peer_window_free unmaps and frees (collective unless `abandon`: a rank that stops on
  * an error frees without waiting for its peers). */
 mg_status mg_comm_peer_window_alloc(mg_comm *c, size_t bytes, mg_peer_window *out);

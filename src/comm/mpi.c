@@ -28,8 +28,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A peer window's MPI objects (mpi_peer_alloc), found again by its base at the free. */
+typedef struct {
+    void *base;
+    MPI_Win win;
+    MPI_Comm shm;
+} mpi_window;
+
 typedef struct {
     MPI_Comm comm;
+    mpi_window wins[8]; /* the group's peer windows (a trainer maps a few) */
+    int n_wins;
     MPI_Request *reqs; /* scratch for batched point-to-point, grown as needed */
     int cap_reqs;
     MPI_Request *tickets; /* non-blocking point-to-point in flight (MPI_REQUEST_NULL: free) */
@@ -401,6 +410,63 @@ static mg_status mpi_sync(mg_comm *c, void *stream) {
     return MG_OK;
 }
 
+/* ---- peer-mapped memory: MPI's shared-memory windows (the group's ranks on one node) ---- */
+
+static mg_status mpi_peer_alloc(mg_comm *c, size_t bytes, mg_peer_window *out) {
+    mpi_group *g = G(c);
+    if (c->size > MG_PEER_MAX)
+        return MG_FAIL(MG_ERR_UNSUPPORTED, "peer-mapped memory over %d ranks (at most %d)", c->size,
+                       MG_PEER_MAX);
+    if (g->n_wins == (int)(sizeof g->wins / sizeof g->wins[0]))
+        return MG_FAIL(MG_ERR_UNSUPPORTED, "peer-mapped memory: group '%s' maps %d windows already",
+                       c->name, g->n_wins);
+    /* the ranks that share this one's memory, in the group's order */
+    MPI_Comm shm = MPI_COMM_NULL;
+    MPI_TRY(c, MPI_Comm_split_type(g->comm, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &shm));
+    int n = 0, all = 0;
+    MPI_Comm_size(shm, &n);
+    MPI_TRY(c, MPI_Allreduce(&n, &all, 1, MPI_INT, MPI_MIN, g->comm));
+    if (all != c->size) {
+        MPI_Comm_free(&shm);
+        return MG_FAIL(MG_ERR_UNSUPPORTED,
+                       "peer-mapped memory on group '%s': its ranks are on several nodes", c->name);
+    }
+    const size_t total = bytes + MG_PEER_FLAG_BYTES;
+    void *base = NULL;
+    MPI_Win win = MPI_WIN_NULL;
+    int rc = MPI_Win_allocate_shared((MPI_Aint)total, 1, MPI_INFO_NULL, shm, &base, &win);
+    if (rc != MPI_SUCCESS) {
+        MPI_Comm_free(&shm);
+        return mpi_error(c, "MPI_Win_allocate_shared", rc);
+    }
+    memset(base, 0, total);
+    *out = (mg_peer_window){
+        .n = c->size, .rank = c->rank, .bytes = bytes, .timeout_s = c->w->timeout_s};
+    for (int q = 0; q < c->size; q++) {
+        MPI_Aint size = 0;
+        int disp = 0;
+        MPI_Win_shared_query(win, q, &size, &disp, &out->base[q]);
+    }
+    g->wins[g->n_wins++] = (mpi_window){base, win, shm};
+    /* every rank's zeros before anyone's flags */
+    MPI_Request req;
+    MPI_TRY(c, MPI_Ibarrier(g->comm, &req));
+    return test_all(c, 1, &req);
+}
+
+static void mpi_peer_free(mg_comm *c, mg_peer_window *pw, bool abandon) {
+    mpi_group *g = G(c);
+    for (int i = 0; g && i < g->n_wins; i++) {
+        if (g->wins[i].base != pw->base[pw->rank]) continue;
+        if (!abandon) { /* collective */
+            MPI_Win_free(&g->wins[i].win);
+            MPI_Comm_free(&g->wins[i].shm);
+        }
+        g->wins[i] = g->wins[--g->n_wins];
+        return;
+    }
+}
+
 const mg_comm_ops mg_comm_mpi_ops = {
     .name = "mpi",
     .world_init = mpi_world_init,
@@ -418,6 +484,8 @@ const mg_comm_ops mg_comm_mpi_ops = {
     .p2p_wait = mpi_p2p_wait,
     .barrier = mpi_barrier,
     .sync = mpi_sync,
+    .peer_alloc = mpi_peer_alloc,
+    .peer_free = mpi_peer_free,
 };
 
 #else

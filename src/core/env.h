@@ -14,10 +14,10 @@
  *   MG_MOE_EXCHANGE  expert parallelism on the NCCL backend: "stores" (default) puts the rows
  *                  straight into the peers' peer-mapped receive slabs where the group can map
  *                  each other's memory, "all-to-all" sends the slabs by the group's all-to-all
- *   MG_TP_EXCHANGE  sequence parallelism on the NCCL backend: "copies" (default) moves the
- *                  tensor-parallel gathers and a bf16 layer's reduce-scatters by copies into the
- *                  peers' peer-mapped memory where the group can map each other's memory,
- *                  "collectives" by the group's all-gather and reduce-scatter
+ *   MG_TP_EXCHANGE  sequence parallelism (NCCL, or MPI ranks of one node): "copies" (default)
+ *                  moves the tensor-parallel gathers and a bf16 layer's reduce-scatters by copies
+ *                  into the peers' peer-mapped memory where the group can map each other's
+ *                  memory, "collectives" by the group's all-gather and reduce-scatter
  *   MG_PP_TIMING   pipeline runs on a device: 1 times every op (the backend's timer points, read
  *                  once per step) to measure the bubble; the cpu backend always does
  *   MG_FAULT_CHECKPOINT  tests only: "after-model" makes a checkpoint save fail after writing the

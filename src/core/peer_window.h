@@ -26,6 +26,8 @@ typedef struct {
      * world failed (a peer gone, a timeout), so that a wait for a peer that will never come
      * gives up and the streams drain instead of holding the host for ever */
     const volatile uint32_t *abort;
+    double timeout_s; /* a host's wait for a peer (the CPU backend's) gives up after this: the
+                         world's timeout; 0: never */
 } mg_peer_window;
 
 #endif

@@ -69,7 +69,7 @@ static mg_status bind_tp(mg_trainer *t) {
     mg_tp_bind_peer(tp, NULL);
     bool copies;
     MG_CHECK(choice("MG_TP_EXCHANGE", "copies", "collectives", &copies));
-    if (!mc->sp || tp->size == 1 || !mg_comm_device_buffers(t->layout.tp)) return MG_OK;
+    if (!mc->sp || tp->size == 1 || !t->layout.tp) return MG_OK;
     const char *why = "MG_TP_EXCHANGE=collectives";
     const bool can = t->be->peer_push && t->be->peer_sum;
     if (copies && !can) why = "the backend copies into no peer's memory";
