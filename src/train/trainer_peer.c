@@ -69,7 +69,11 @@ static mg_status bind_tp(mg_trainer *t) {
     mg_tp_bind_peer(tp, NULL);
     bool copies;
     MG_CHECK(choice("MG_TP_EXCHANGE", "copies", "collectives", &copies));
-    if (!mc->sp || tp->size == 1 || !t->layout.tp) return MG_OK;
+    /* the window's memory is the backend's kind: device memory for a device backend (NCCL), host
+     * memory for the cpu backend (MPI) */
+    if (!mc->sp || tp->size == 1 || !t->layout.tp ||
+        mg_comm_device_buffers(t->layout.tp) != (t->be->device != MG_DEVICE_CPU))
+        return MG_OK;
     const char *why = "MG_TP_EXCHANGE=collectives";
     const bool can = t->be->peer_push && t->be->peer_sum;
     if (copies && !can) why = "the backend copies into no peer's memory";
