@@ -425,9 +425,12 @@ static mg_status mpi_peer_alloc(mg_comm *c, size_t bytes, mg_peer_window *out) {
     MPI_TRY(c, MPI_Comm_split_type(g->comm, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &shm));
     int n = 0, all = 0;
     MPI_Comm_size(shm, &n);
-    MPI_TRY(c, MPI_Allreduce(&n, &all, 1, MPI_INT, MPI_MIN, g->comm));
-    if (all != c->size) {
+    MPI_Request req;
+    MPI_TRY(c, MPI_Iallreduce(&n, &all, 1, MPI_INT, MPI_MIN, g->comm, &req));
+    mg_status st = test_all(c, 1, &req);
+    if (st != MG_OK || all != c->size) {
         MPI_Comm_free(&shm);
+        if (st != MG_OK) return st;
         return MG_FAIL(MG_ERR_UNSUPPORTED,
                        "peer-mapped memory on group '%s': its ranks are on several nodes", c->name);
     }
@@ -449,7 +452,6 @@ static mg_status mpi_peer_alloc(mg_comm *c, size_t bytes, mg_peer_window *out) {
     }
     g->wins[g->n_wins++] = (mpi_window){base, win, shm};
     /* every rank's zeros before anyone's flags */
-    MPI_Request req;
     MPI_TRY(c, MPI_Ibarrier(g->comm, &req));
     return test_all(c, 1, &req);
 }

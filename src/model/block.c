@@ -247,6 +247,38 @@ mg_status mg_block_norm_backward(const mg_block_ctx *x, void *dx, void *dwhole, 
     return norm_backward_reduced(x, dx, dwhole, in, mean, rstd, w, b);
 }
 
+/* Rows [r0, r0 + n) of a partial product under SP, into their place in the whole. */
+typedef mg_status (*block_rows_fn)(const mg_block_ctx *x, const void *ctx, int r0, int n);
+
+/* The partial products of every rank's rows into whole (size blocks of Nl rows, `width` wide),
+ * the other ranks' first, pushed to them (mg_tp_push_begin) before this rank's own rows compute;
+ * mg_tp_push_end then sums this rank's block. */
+static mg_status push_beside(const mg_block_ctx *x, void *whole, int width, block_rows_fn rows,
+                             const void *ctx) {
+    const int T = x->tp->size, r = x->tp->rank, Nl = x->Nl;
+    for (int i = 1; i <= T; i++) {
+        const int q = (r + i) % T; /* this rank's own rows last */
+        if (q == r)
+            MG_CHECK(mg_tp_push_begin(x->tp, whole, (size_t)Nl * width, x->be->compute_dtype));
+        MG_CHECK(rows(x, ctx, q * Nl, Nl));
+    }
+    return MG_OK;
+}
+
+typedef struct {
+    const mg_block_norm_linear *l;
+    void *dwhole;
+} dgrad_rows;
+
+/* A column-parallel linear's input gradient on some rows (push_beside's). */
+static mg_status dgrad_part(const mg_block_ctx *x, const void *ctx, int r0, int n) {
+    const dgrad_rows *q = ctx;
+    const mg_block_norm_linear *l = q->l;
+    return x->be->linear_backward(x->be, rows_at(x, q->dwhole, r0, l->IC), NULL, NULL,
+                                  rows_at(x, l->dout, r0, l->OC), NULL, l->w, NULL, n, l->IC,
+                                  l->OC);
+}
+
 /* A bf16 column-parallel linear's backward under SP with its input gradient reduce-scattered
  * as copies: the other ranks' rows of dwhole first, pushed to them while this rank's rows and the
  * weight's gradient compute; then this rank's rows summed and the norm's backward. */
@@ -254,20 +286,12 @@ static mg_status pushed_backward(const mg_block_ctx *x, const mg_layer_params *p
                                  const mg_block_norm_linear *l, void *dx, void *dwhole,
                                  const void *in, const float *mean, const float *rstd, int w,
                                  int b) {
-    mg_backend *be = x->be;
-    const int T = x->tp->size, r = x->tp->rank, Nl = x->Nl;
-    for (int i = 1; i <= T; i++) {
-        const int q = (r + i) % T; /* this rank's own rows last */
-        if (q == r)
-            MG_CHECK(mg_tp_push_begin(x->tp, dwhole, (size_t)Nl * l->IC, be->compute_dtype));
-        MG_CHECK(be->linear_backward(be, rows_at(x, dwhole, q * Nl, l->IC), NULL, NULL,
-                                     rows_at(x, l->dout, q * Nl, l->OC), NULL, l->w, NULL, Nl,
-                                     l->IC, l->OC));
-    }
+    const dgrad_rows q = {l, dwhole};
+    MG_CHECK(push_beside(x, dwhole, l->IC, dgrad_part, &q));
     MG_CHECK(mg_fp8_linear_backward(x, p, (mg_fp8_linear)l->j, NULL, l->dw, l->dbias, l->dout, NULL,
                                     l->inp, l->w, NULL, l->IC, l->OC));
     void *mine = own_rows(x, dwhole);
-    MG_CHECK(mg_tp_push_end(x->tp, mine, mine, (size_t)Nl * l->IC));
+    MG_CHECK(mg_tp_push_end(x->tp, mine, mine, (size_t)x->Nl * l->IC));
     return norm_backward_reduced(x, dx, dwhole, in, mean, rstd, w, b);
 }
 
@@ -352,20 +376,29 @@ static mg_status chunked_product(const mg_block_ctx *x, void *out, void *part, c
     return mg_tp_join(x->tp);
 }
 
+typedef struct {
+    void *part;
+    const void *inp, *w;
+    int IC;
+} product_rows;
+
+/* A row-parallel product on some rows (push_beside's). */
+static mg_status product_part(const mg_block_ctx *x, const void *ctx, int r0, int n) {
+    const product_rows *q = ctx;
+    const int H = x->c->H;
+    return x->be->linear_forward(x->be, rows_at(x, q->part, r0, H), rows_at(x, q->inp, r0, q->IC),
+                                 q->w, NULL, NULL, n, q->IC, H);
+}
+
 /* The row-parallel product inp (N,IC) w^T under SP with its reduce-scatter as copies: the other
  * ranks' rows into part first, pushed to them while this rank's own rows compute; out (Nl,H) =
  * this rank's rows summed. */
 static mg_status pushed_product(const mg_block_ctx *x, void *out, void *part, const void *inp,
                                 const void *w, int IC) {
-    mg_backend *be = x->be;
-    const int T = x->tp->size, r = x->tp->rank, Nl = x->Nl, H = x->c->H;
-    for (int i = 1; i <= T; i++) {
-        const int q = (r + i) % T; /* this rank's own rows last */
-        if (q == r) MG_CHECK(mg_tp_push_begin(x->tp, part, (size_t)Nl * H, be->compute_dtype));
-        MG_CHECK(be->linear_forward(be, rows_at(x, part, q * Nl, H), rows_at(x, inp, q * Nl, IC), w,
-                                    NULL, NULL, Nl, IC, H));
-    }
-    return mg_tp_push_end(x->tp, out, rows_at(x, part, r * Nl, H), (size_t)Nl * H);
+    const int H = x->c->H, Nl = x->Nl;
+    const product_rows q = {part, inp, w, IC};
+    MG_CHECK(push_beside(x, part, H, product_part, &q));
+    return mg_tp_push_end(x->tp, out, rows_at(x, part, x->tp->rank * Nl, H), (size_t)Nl * H);
 }
 
 mg_status mg_block_row_parallel_forward(const mg_block_ctx *x, const mg_layer_params *p, int j,

@@ -107,7 +107,8 @@ bool mg_tp_pushes(const mg_tp *tp) {
 
 mg_status mg_tp_push_begin(const mg_tp *tp, const void *whole, size_t n, mg_dtype dt) {
     mg_backend *be = tp->be;
-    if (be->stream_wait) MG_CHECK(be->stream_wait(be, MG_STREAM_TP, MG_STREAM_COMPUTE));
+    void *stream; /* the TP stream after the compute stream's work (NULL: none, the cpu's) */
+    MG_CHECK(side_stream(tp, &stream));
     const size_t bytes = n * mg_dtype_size(dt);
     return be->peer_push(be, tp->peer, whole, bytes, bytes, MG_STREAM_TP);
 }

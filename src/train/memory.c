@@ -145,9 +145,10 @@ mg_status mg_memory_stage_estimate(const mg_config *c, int pp_rank, int dp_size,
     out->slot_bytes = g.slot_bytes;
     out->recompute_bytes = g.rc_bytes;
     stage_sizes(&p, out);
-    if (device != MG_DEVICE_CPU) /* MPI's cpu ranks map nothing */
-        out->peer_windows =
-            mg_memory_tp_window_bytes(&g, mbs, compute) + mg_memory_ep_window_bytes(&g, compute);
+    /* the expert-parallel stores are a device's alone; the sequence-parallel copies also run on
+     * MPI's cpu ranks of one node */
+    out->peer_windows = mg_memory_tp_window_bytes(&g, mbs, compute) +
+                        (device != MG_DEVICE_CPU ? mg_memory_ep_window_bytes(&g, compute) : 0);
 done:
     mg_memory_plan_free(&p);
     mg_optimizer_free(&o);

@@ -91,8 +91,8 @@ typedef struct {
     size_t batch;           /* input ids, labels, loss weights, statistics */
     size_t graph_inputs;    /* of batch: every microbatch's inputs a full-iteration graph reads */
     size_t total;
-    /* outside the arenas and the total: the peer-mapped windows (mg_memory_tp_window_bytes plus
-     * mg_memory_ep_window_bytes) a device run maps where the group's ranks share a host */
+    /* outside the arenas and the total: the peer-mapped windows a run maps where the group's
+     * ranks share a host (mg_memory_tp_window_bytes, plus mg_memory_ep_window_bytes on a device) */
     size_t peer_windows;
 } mg_memory_stage;
 
