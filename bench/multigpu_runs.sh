@@ -43,6 +43,9 @@
 #           optimizer and both overlaps (micro-batch 16), the 124M-shape MoE under EP 2 (the ep
 #           part's run): tokens/s of each, the ratio, and whether the lm losses are equal at every
 #           logged iteration (they must be: the copy engines move the same bytes)
+#   dpcopy  350M DP 2 with the distributed optimizer and both overlaps (micro-batch 16): the
+#           buckets' exchanges by the group's collectives and by copies through peer-mapped
+#           memory (MG_DP_EXCHANGE), against one GPU: tokens/s, the share of two GPUs, lm losses
 #   dpbf16  350M DP 2 with the distributed optimizer and both overlaps (micro-batch 16), the
 #           gradients reduced in fp32 and with --grad-reduce-in-bf16, against one GPU: tokens/s of
 #           the last interval, the share of two GPUs, the lm losses
@@ -75,7 +78,8 @@ GPT=(--num-layers 12 --hidden-size 768 --num-attention-heads 12 --seq-length 102
 MOE=(--num-experts 8 --moe-router-topk 2 --moe-ffn-hidden-size 3072 --moe-aux-loss-coeff 1e-2)
 # run NAME NP FLAG...: `megatron train` under mpirun; the log in OUTDIR/NAME.log. With KPROF=1
 # every rank runs under the kernel profiler (BUILD/kernel_profile.so: `make kernel-profile`),
-# its table of the last 5 steps in the log.
+# its table of the last 5 steps in the log (and with KPROF_TRACE=PREFIX each rank's last step,
+# record by record, in PREFIX.PID.tsv).
 run() {
     local name=$1 np=$2 prof=()
     shift 2
@@ -83,9 +87,9 @@ run() {
         -x KPROF_MARK=clip_coef_kernel -x KPROF_STEPS=5)
     # NCCL's limits on the blocks a collective takes (fewer leave more to the GEMMs it overlaps)
     local v
-    for v in NCCL_MAX_CTAS NCCL_MIN_CTAS; do [ -n "${!v:-}" ] && prof+=(-x "$v"); done
+    for v in NCCL_MAX_CTAS NCCL_MIN_CTAS KPROF_TRACE; do [ -n "${!v:-}" ] && prof+=(-x "$v"); done
     timeout 300 mpirun --bind-to none -np "$np" -x NCCL_NVLS_ENABLE -x MG_TEST_EXPERT_BIAS \
-        -x MG_NCCL_COPY_ENGINE -x MG_TEST_FP8_SP_BF16 -x MG_TP_EXCHANGE -x MG_MOE_EXCHANGE \
+        -x MG_NCCL_COPY_ENGINE -x MG_TEST_FP8_SP_BF16 -x MG_TP_EXCHANGE -x MG_MOE_EXCHANGE -x MG_DP_EXCHANGE -x MG_PEER_COPY_STREAMS \
         "${prof[@]}" "$BIN" train "$@" >"$OUTDIR/$name.log" 2>&1
 }
 field() { grep -oE "$2: [0-9.E+-]+" "$OUTDIR/$1.log" | tail -1 | awk '{print $NF}'; }
@@ -270,6 +274,19 @@ ce)
         [ -n "$(losses "${name}_kernels")" ] && [ "$(losses "${name}_kernels")" = "$(losses "${name}_ce")" ] && same=yes
         say "$name: kernels rc $rc1 $a tok/s, copy engines rc $rc2 $b tok/s, $(ratio "$a" "$b");" \
             "lm losses equal: $same; $(grep -c 'copy-engine collectives' "$OUTDIR/${name}_ce.log") start-up line(s)"
+    done ;;
+dpcopy)
+    D=(--micro-batch-size 16 --global-batch-size 32 --use-distributed-optimizer
+        --overlap-grad-reduce --overlap-param-gather)
+    run dp_one 1 "${M[@]}" --micro-batch-size 16 --global-batch-size 16
+    MG_DP_EXCHANGE=collectives run dp2_collectives 2 "${M[@]}" "${D[@]}"
+    MG_DP_EXCHANGE=copies run dp2_copies 2 "${M[@]}" "${D[@]}"
+    a=$(field dp_one 'tokens per second')
+    for r in collectives copies; do
+        b=$(field "dp2_$r" 'tokens per second')
+        say "DP 2, MG_DP_EXCHANGE=$r: $b tok/s, $(share "$a" "$b") of two GPUs ($a alone);" \
+            "lm losses $(losses "dp2_$r" | cut -d' ' -f1-6);" \
+            "$(grep -c 'data-parallel exchanges (buffer 0): reduce-scatters and gathers by copies' "$OUTDIR/dp2_$r.log") copies line(s)"
     done ;;
 dpbf16)
     D=(--micro-batch-size 16 --global-batch-size 32 --use-distributed-optimizer

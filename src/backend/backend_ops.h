@@ -509,10 +509,10 @@ MG_OP(moe_put_rows, OPT, OP, mg_status,
  * `bytes` for a reduce-scatter's partial sums, 0 for a gather's one block) goes into rank q's
  * buffer at offset pw->rank x bytes for every q != pw->rank (by the copy engines on CUDA), and
  * then each peer is told it has arrived. Until the compute stream has waited for s
- * (stream_wait), the caller must not write src. peer_sum, on the compute stream: once every
- * other rank's push has arrived, dst (n) = the sum over the ranks in rank order, in fp32 rounded
- * once, of own (this rank's block) and the blocks the others pushed (n values each; dst may be
- * own). peer_take, on stream s: once every other rank's push has arrived, each one's block
+ * (stream_wait), the caller must not write src. peer_sum, on stream s: once every other
+ * rank's push has arrived, dst (n values of dt: the compute dtype or fp32) = the sum over the
+ * ranks in rank order, in fp32 rounded once, of own (this rank's block) and the blocks the others
+ * pushed (n values each; dst may be own). peer_take, on stream s: once every other rank's push has arrived, each one's block
  * (`bytes`) is copied to dst + q x bytes (a gather), and own (this rank's block, NULL: already
  * in place) to dst + pw->rank x bytes.
  * Both then tell the peers their slots are free. CAP: the CPU backend's wait on the host (ranks
@@ -524,8 +524,18 @@ MG_OP(peer_push, CAP, RT, mg_status,
       (be, pw, src, stride, bytes, s))
 MG_OP(peer_sum, CAP, OP, mg_status,
       (mg_backend *be, const mg_peer_window *pw, void *dst /* (n) */, const void *own /* (n) */,
-       size_t n),
-      (be, pw, dst, own, n))
+       size_t n, mg_dtype dt, mg_stream_id s),
+      (be, pw, dst, own, n, dt, s))
+/* A gather straight into the peers' memory, between two meetings of the ranks on stream s
+ * through pw's flags (every rank calls it in the same order, with its own dst): after the first
+ * every rank has reached this call (its earlier work, its reads of what dst held, is done),
+ * then src (`bytes`) is copied to dst[q] (rank q's memory as this process addresses it) for every
+ * q != pw->rank, by the copy engines on CUDA, and to dst[pw->rank] where that is not src; after
+ * the second every rank's copies into this rank's memory have arrived. OPT: NULL on the CPU backend (the caller gathers otherwise). */
+MG_OP(peer_put, OPT, RT, mg_status,
+      (mg_backend *be, const mg_peer_window *pw, void *const *dst /* (pw->n) */, const void *src,
+       size_t bytes, mg_stream_id s),
+      (be, pw, dst, src, bytes, s))
 MG_OP(peer_take, CAP, RT, mg_status,
       (mg_backend *be, const mg_peer_window *pw, void *dst, const void *own, size_t bytes,
        mg_stream_id s),

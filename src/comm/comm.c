@@ -145,6 +145,26 @@ mg_status mg_comm_all_reduce(mg_comm *c, const void *send, void *recv, size_t co
     return call_end(c, st);
 }
 
+mg_status mg_comm_all_reduce_many(mg_comm *c, void *const *bufs, const size_t *counts, int n,
+                                  mg_dtype dt, mg_reduce_op op, void *stream) {
+    /* a recorded graph (MPI) and a backend without groups take the calls one by one */
+    if (!c->w->ops->all_reduce_many || mg_comm_rec_on(c) || n <= 1) {
+        for (int k = 0; k < n; k++)
+            MG_CHECK(mg_comm_all_reduce(c, bufs[k], bufs[k], counts[k], dt, op, stream));
+        return MG_OK;
+    }
+    MG_CHECK(call_begin(c, "all_reduce_many"));
+    mg_status st = check_dtype(c, dt);
+    if (!st) st = check_op(c, op, dt);
+    for (int k = 0; k < n && !st; k++) {
+        size_t bytes = 0;
+        st = check_count(c, counts[k], 1, dt, &bytes);
+        if (!st) st = check_buf(c, bufs[k], bytes, "a");
+    }
+    if (!st) st = c->w->ops->all_reduce_many(c, bufs, counts, n, dt, op, stream);
+    return call_end(c, st);
+}
+
 mg_status mg_comm_reduce_scatter(mg_comm *c, const void *send, void *recv, size_t count,
                                  mg_dtype dt, mg_reduce_op op, void *stream) {
     MG_CHECK(call_begin(c, "reduce_scatter"));

@@ -94,6 +94,11 @@ bool mg_comm_device_buffers(const mg_comm *c);
 /* recv[i] = op over ranks of send[i], i < count. */
 mg_status mg_comm_all_reduce(mg_comm *c, const void *send, void *recv, size_t count, mg_dtype dt,
                              mg_reduce_op op, void *stream);
+/* In place, several buffers at once: bufs[k] (counts[k] elements each) = op over ranks of
+ * bufs[k], k < n, as n calls of mg_comm_all_reduce would leave them, in one launch where the
+ * backend groups calls (NCCL); a loop elsewhere. */
+mg_status mg_comm_all_reduce_many(mg_comm *c, void *const *bufs, const size_t *counts, int n,
+                                  mg_dtype dt, mg_reduce_op op, void *stream);
 /* send holds size*count elements; rank r receives op over ranks of send[r*count .. +count). */
 mg_status mg_comm_reduce_scatter(mg_comm *c, const void *send, void *recv, size_t count,
                                  mg_dtype dt, mg_reduce_op op, void *stream);
@@ -162,9 +167,10 @@ void mg_comm_sym_abandon(mg_comm *const *groups, int n_groups, void *ptr);
  * mapped by CUDA IPC, on MPI host memory from one of MPI's shared-memory windows. The NCCL
  * window's abort word (core/peer_window.h) is set when the world fails (the watchdog: a peer
  * gone, a timeout), so that kernels waiting for a peer give up and the streams drain; a host
- * wait gives up after the window's timeout (the world's). MG_ERR_UNSUPPORTED, on every rank
- * alike, where that cannot be: the one-rank backend, more than MG_PEER_MAX ranks, ranks on several
- * hosts, a device that cannot map a peer's memory.
+ * wait gives up after the window's timeout (the world's). Every rank must ask for the same bytes.
+ * MG_ERR_UNSUPPORTED, on every rank alike, where that cannot be: ranks that asked for different
+ * sizes, the one-rank backend, more than MG_PEER_MAX ranks, ranks on several hosts, a device that
+ * cannot map a peer's memory.
  * mg_comm_peer_window_free unmaps and frees (collective unless `abandon`: a rank that stops on
  * an error frees without waiting for its peers). */
 mg_status mg_comm_peer_window_alloc(mg_comm *c, size_t bytes, mg_peer_window *out);

@@ -37,6 +37,9 @@ typedef struct {
     void (*group_free)(mg_comm *c);
     mg_status (*all_reduce)(mg_comm *c, const void *send, void *recv, size_t count, mg_dtype dt,
                             mg_reduce_op op, void *stream);
+    /* Optional (NCCL): comm.h's mg_comm_all_reduce_many in one group; NULL: comm.c loops */
+    mg_status (*all_reduce_many)(mg_comm *c, void *const *bufs, const size_t *counts, int n,
+                                 mg_dtype dt, mg_reduce_op op, void *stream);
     mg_status (*reduce_scatter)(mg_comm *c, const void *send, void *recv, size_t count, mg_dtype dt,
                                 mg_reduce_op op, void *stream);
     mg_status (*all_gather)(mg_comm *c, const void *send, void *recv, size_t count, mg_dtype dt,

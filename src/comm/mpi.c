@@ -428,11 +428,21 @@ static mg_status mpi_peer_alloc(mg_comm *c, size_t bytes, mg_peer_window *out) {
     MPI_Request req;
     MPI_TRY(c, MPI_Iallreduce(&n, &all, 1, MPI_INT, MPI_MIN, g->comm, &req));
     mg_status st = test_all(c, 1, &req);
-    if (st != MG_OK || all != c->size) {
+    /* the same size on every rank: the largest of bytes and of its complement */
+    unsigned long long sz[2] = {bytes, ~(unsigned long long)bytes}, most[2] = {0, 0};
+    if (st == MG_OK) {
+        MPI_TRY(c, MPI_Iallreduce(sz, most, 2, MPI_UNSIGNED_LONG_LONG, MPI_MAX, g->comm, &req));
+        st = test_all(c, 1, &req);
+    }
+    if (st != MG_OK || all != c->size || most[0] != bytes || ~most[1] != bytes) {
         MPI_Comm_free(&shm);
         if (st != MG_OK) return st;
         return MG_FAIL(MG_ERR_UNSUPPORTED,
-                       "peer-mapped memory on group '%s': its ranks are on several nodes", c->name);
+                       all != c->size ? "peer-mapped memory on group '%s': its ranks are on "
+                                        "several nodes"
+                                      : "peer-mapped memory on group '%s': the ranks asked for "
+                                        "different sizes",
+                       c->name);
     }
     const size_t total = bytes + MG_PEER_FLAG_BYTES;
     void *base = NULL;

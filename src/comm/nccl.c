@@ -606,6 +606,49 @@ static mg_status group_end(mg_comm *c, nccl_group *g, ncclResult_t first, const 
     return finish(c, g, g->comm, r, "ncclGroupEnd", s, __func__, __FILE__, __LINE__);
 }
 
+/* n operations inside one ncclGroupStart/End on c's communicator (g begun by the caller):
+ * one(k) enqueues the k-th and says what it called; the first failure wins. */
+typedef ncclResult_t (*group_op_fn)(const void *ctx, int k, ncclComm_t comm, cudaStream_t s,
+                                    const char **expr);
+static mg_status grouped(mg_comm *c, nccl_group *g, int n, group_op_fn one, const void *ctx,
+                         cudaStream_t s) {
+    ncclResult_t first = ncclGroupStart();
+    if (first != ncclSuccess) return group_end(c, g, first, "ncclGroupStart", s);
+    const char *first_expr = "ncclGroupStart";
+    for (int k = 0; k < n; k++) {
+        const char *expr = NULL;
+        ncclResult_t r = one(ctx, k, g->comm, s, &expr);
+        if (r != ncclSuccess && first == ncclSuccess) first = r, first_expr = expr;
+    }
+    return group_end(c, g, first, first_expr, s);
+}
+
+/* an uneven all-to-all: operation 2p sends peer p its part, 2p + 1 receives p's */
+typedef struct {
+    const void *send;
+    const size_t *send_counts, *send_displs;
+    void *recv;
+    const size_t *recv_counts, *recv_displs;
+    size_t es;
+    ncclDataType_t t;
+} a2a_args;
+
+static ncclResult_t a2a_one(const void *ctx, int k, ncclComm_t comm, cudaStream_t s,
+                            const char **expr) {
+    const a2a_args *a = ctx;
+    const int p = k / 2;
+    if (k % 2 == 0) {
+        *expr = "ncclSend";
+        return a->send_counts[p] ? ncclSend((const char *)a->send + a->send_displs[p] * a->es,
+                                            a->send_counts[p], a->t, p, comm, s)
+                                 : ncclSuccess;
+    }
+    *expr = "ncclRecv";
+    return a->recv_counts[p] ? ncclRecv((char *)a->recv + a->recv_displs[p] * a->es,
+                                        a->recv_counts[p], a->t, p, comm, s)
+                             : ncclSuccess;
+}
+
 #if MG_NCCL_CE
 /* The part every peer gets when an all-to-all sends and receives equal parts in peer order
  * (ncclAlltoAll's form, which NCCL can run on the copy engines), else 0. */
@@ -634,40 +677,46 @@ static mg_status nccl_all_to_all(mg_comm *c, const void *send, const size_t *sen
         mg_nccl_in_window(g, recv, k * es * (size_t)c->size))
         return ENQUEUE_CE(c, g, stream, ncclAlltoAll(send, recv, k, t, g->ce, s));
 #endif
-    ncclResult_t first = ncclGroupStart(), r;
-    if (first != ncclSuccess) return group_end(c, g, first, "ncclGroupStart", s);
-    const char *first_expr = "ncclGroupStart";
-    for (int p = 0; p < c->size; p++) {
-        if (send_counts[p] &&
-            (r = ncclSend((const char *)send + send_displs[p] * es, send_counts[p], t, p, g->comm,
-                          s)) != ncclSuccess &&
-            first == ncclSuccess)
-            first = r, first_expr = "ncclSend";
-        if (recv_counts[p] &&
-            (r = ncclRecv((char *)recv + recv_displs[p] * es, recv_counts[p], t, p, g->comm, s)) !=
-                ncclSuccess &&
-            first == ncclSuccess)
-            first = r, first_expr = "ncclRecv";
-    }
-    return group_end(c, g, first, first_expr, s);
+    const a2a_args a = {send, send_counts, send_displs, recv, recv_counts, recv_displs, es, t};
+    return grouped(c, g, 2 * c->size, a2a_one, &a, s);
+}
+
+typedef struct {
+    void *const *bufs;
+    const size_t *counts;
+    ncclDataType_t t;
+    ncclRedOp_t op;
+} many_args;
+
+static ncclResult_t many_one(const void *ctx, int k, ncclComm_t comm, cudaStream_t s,
+                             const char **expr) {
+    const many_args *a = ctx;
+    *expr = "ncclAllReduce";
+    return a->counts[k] ? ncclAllReduce(a->bufs[k], a->bufs[k], a->counts[k], a->t, a->op, comm, s)
+                        : ncclSuccess;
+}
+
+static mg_status nccl_all_reduce_many(mg_comm *c, void *const *bufs, const size_t *counts, int n,
+                                      mg_dtype dt, mg_reduce_op op, void *stream) {
+    nccl_group *g = NULL;
+    MG_CHECK(mg_nccl_begin(c, &g));
+    const many_args a = {bufs, counts, nccl_type(dt), nccl_op(op)};
+    return grouped(c, g, n, many_one, &a, (cudaStream_t)stream);
+}
+
+static ncclResult_t p2p_one(const void *ctx, int k, ncclComm_t comm, cudaStream_t s,
+                            const char **expr) {
+    const mg_p2p_op *o = (const mg_p2p_op *)ctx + k;
+    *expr = o->is_send ? "ncclSend" : "ncclRecv";
+    if (!o->count) return ncclSuccess;
+    return o->is_send ? ncclSend(o->buf, o->count, nccl_type(o->dt), o->peer, comm, s)
+                      : ncclRecv(o->buf, o->count, nccl_type(o->dt), o->peer, comm, s);
 }
 
 static mg_status nccl_batch_p2p(mg_comm *c, const mg_p2p_op *ops, int n_ops, void *stream) {
     nccl_group *g = NULL;
     MG_CHECK(mg_nccl_begin(c, &g));
-    cudaStream_t s = (cudaStream_t)stream;
-    ncclResult_t first = ncclGroupStart(), r;
-    if (first != ncclSuccess) return group_end(c, g, first, "ncclGroupStart", s);
-    const char *first_expr = "ncclGroupStart";
-    for (int i = 0; i < n_ops; i++) {
-        const mg_p2p_op *o = &ops[i];
-        if (!o->count) continue;
-        r = o->is_send ? ncclSend(o->buf, o->count, nccl_type(o->dt), o->peer, g->comm, s)
-                       : ncclRecv(o->buf, o->count, nccl_type(o->dt), o->peer, g->comm, s);
-        if (r != ncclSuccess && first == ncclSuccess)
-            first = r, first_expr = o->is_send ? "ncclSend" : "ncclRecv";
-    }
-    return group_end(c, g, first, first_expr, s);
+    return grouped(c, g, n_ops, p2p_one, ops, (cudaStream_t)stream);
 }
 
 /* Waits for everything enqueued on `stream` so far: an event behind it, polled with the
@@ -725,6 +774,7 @@ const mg_comm_ops mg_comm_nccl_ops = {
     .group_split = nccl_group_split,
     .group_free = nccl_group_free,
     .all_reduce = nccl_all_reduce,
+    .all_reduce_many = nccl_all_reduce_many,
     .reduce_scatter = nccl_reduce_scatter,
     .all_gather = nccl_all_gather,
     .all_to_all = nccl_all_to_all,

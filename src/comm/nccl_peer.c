@@ -18,6 +18,7 @@
 typedef struct {
     cudaIpcMemHandle_t handle;
     char host[64];
+    uint64_t bytes; /* the data bytes asked for: the same on every rank (the flags follow them) */
     int32_t ok;
     char why[124]; /* the reason when !ok */
 } peer_card;
@@ -109,7 +110,7 @@ mg_status mg_nccl_peer_alloc(mg_comm *c, size_t bytes, mg_peer_window *out) {
                        MG_PEER_MAX);
     peer_card *cards = calloc((size_t)c->size, sizeof *cards);
     if (!cards) return MG_FAIL(MG_ERR_NOMEM, "out of memory (peer window)");
-    peer_card mine = {.ok = 1};
+    peer_card mine = {.bytes = bytes, .ok = 1};
     if (gethostname(mine.host, sizeof mine.host - 1) != 0)
         refuse(&mine, "gethostname", cudaSuccess);
     size_t total = bytes + MG_PEER_FLAG_BYTES;
@@ -126,7 +127,13 @@ mg_status mg_nccl_peer_alloc(mg_comm *c, size_t bytes, mg_peer_window *out) {
     mg_status st = gather(c, &mine, cards, sizeof mine);
     if (!st) st = first_refusal(c, cards);
     for (int q = 0; !st && q < c->size; q++)
-        if (strncmp(cards[q].host, cards[c->rank].host, sizeof mine.host) != 0)
+        if (cards[q].bytes != bytes)
+            st = MG_FAIL(MG_ERR_UNSUPPORTED,
+                         "peer-mapped memory on group '%s': rank %d asked for %llu bytes, rank %d "
+                         "for %llu",
+                         mg_comm_name(c), c->rank, (unsigned long long)bytes, q,
+                         (unsigned long long)cards[q].bytes);
+        else if (strncmp(cards[q].host, cards[c->rank].host, sizeof mine.host) != 0)
             st = MG_FAIL(MG_ERR_UNSUPPORTED,
                          "peer-mapped memory on group '%s': ranks on several hosts (%.64s, %.64s)",
                          mg_comm_name(c), cards[c->rank].host, cards[q].host);

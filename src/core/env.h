@@ -18,6 +18,12 @@
  *                  moves the tensor-parallel gathers and a bf16 layer's reduce-scatters by copies
  *                  into the peers' peer-mapped memory where the group can map each other's
  *                  memory, "collectives" by the group's all-gather and reduce-scatter
+ *   MG_DP_EXCHANGE  the distributed optimizer (NCCL, or MPI ranks of one node): "copies"
+ *                  (default: the buckets' reduce-scatters and parameter gathers through the
+ *                  peers' peer-mapped memory by the copy engines, parallel/ddp.h, where the
+ *                  group can map each other's memory) or "collectives"
+ *   MG_PEER_COPY_STREAMS  CUDA backend: a copy of 1 MiB or more into a peer's memory cut over this
+ *                  many streams (1..4, default 1), so that as many copy engines move it
  *   MG_PP_TIMING   pipeline runs on a device: 1 times every op (the backend's timer points, read
  *                  once per step) to measure the bubble; the cpu backend always does
  *   MG_FAULT_CHECKPOINT  tests only: "after-model" makes a checkpoint save fail after writing the

@@ -456,18 +456,22 @@ mg_status mg_block_graph(const mg_block_ctx *x, int layer, int part, bool backwa
                                fn, ctx);
 }
 
-/* A bf16 linear's input gradient on some rows of its gathered output gradient
- * (mg_block_gather_beside's). */
+/* A bf16 linear's backward on some rows of its gathered output gradient
+ * (mg_block_gather_beside's): those rows of the input gradient, and their share of the weight's
+ * and bias's gradients (linear_backward adds to dw and dbias), so that this rank's rows' share
+ * runs while the other rows arrive. */
 typedef struct {
     void *dinp;
-    const void *w, *gelu_pre;
+    float *dw, *dbias;
+    const void *inp, *w, *gelu_pre;
     int IC;
 } dinp_rows;
 
 static mg_status dinp_part(const mg_block_ctx *x, void *ctx, const void *dout, int r0, int n) {
     const dinp_rows *q = ctx;
-    return x->be->linear_backward(x->be, rows_at(x, q->dinp, r0, q->IC), NULL, NULL, dout, NULL,
-                                  q->w, rows_at(x, q->gelu_pre, r0, q->IC), n, q->IC, x->c->H);
+    return x->be->linear_backward(x->be, rows_at(x, q->dinp, r0, q->IC), q->dw, q->dbias, dout,
+                                  rows_at(x, q->inp, r0, q->IC), q->w,
+                                  rows_at(x, q->gelu_pre, r0, q->IC), n, q->IC, x->c->H);
 }
 
 mg_status mg_block_row_parallel_backward(const mg_block_ctx *x, const mg_layer_params *p, int j,
@@ -482,14 +486,12 @@ mg_status mg_block_row_parallel_backward(const mg_block_ctx *x, const mg_layer_p
         return mg_fp8_linear_backward(x, p, lin, dinp, dw, dbias, whole, NULL, inp, w, gelu_pre, IC,
                                       c->H);
     }
-    /* this rank's rows of dinp from its own rows of the gradient while the others arrive; then
-     * the other rows, and the weight's and bias's gradients over all of them */
-    mg_backend *be = x->be;
+    /* this rank's rows of dinp, and their share of the weight's and bias's gradients, from its
+     * own rows of the gradient while the others arrive; then the other rows' */
     const void *mine;
     MG_CHECK(dropout_dout(x, dout, drop, &mine));
     void *whole = mg_block_ws_ptr(x, x->ws->part);
-    dinp_rows q = {dinp, w, gelu_pre, IC};
-    MG_CHECK(
-        mg_block_gather_beside(x, whole, mine, (size_t)c->H, be->compute_dtype, dinp_part, &q));
-    return be->linear_backward(be, NULL, dw, dbias, whole, inp, w, NULL, x->N, IC, c->H);
+    dinp_rows q = {dinp, dw, dbias, inp, w, gelu_pre, IC};
+    return mg_block_gather_beside(x, whole, mine, (size_t)c->H, x->be->compute_dtype, dinp_part,
+                                  &q);
 }

@@ -103,6 +103,43 @@ mg_status mg_ddp_init(mg_ddp *d, const mg_grad_buffer_layout *l, const int *inde
     return MG_OK;
 }
 
+void mg_ddp_bind_peer(mg_ddp *d, const mg_peer_window *pw) {
+    mg_backend *be = d->be;
+    const bool can = be->peer_push && be->peer_sum && be->peer_take;
+    d->peer = pw && can && d->l->cfg.use_distributed_optimizer ? pw : NULL;
+}
+
+/* Whether bucket b's exchange of dt values (shards of n) goes by copies: a bound window whose
+ * slots hold a shard, values the backend sums (the same answer on every rank). */
+static bool by_copies(const mg_ddp *d, size_t shard, mg_dtype dt, bool sums) {
+    if (!d->peer) return false;
+    if (sums && dt != MG_F32 && dt != d->be->compute_dtype) return false;
+    return shard * mg_dtype_size(dt) <= d->peer->bytes / (size_t)d->peer->n;
+}
+
+/* Bucket b's reduce-scatter by copies (rules in ddp.h's mg_ddp_bind_peer), in place in buf (its
+ * values of dt, the bucket's first at buf), on the communication stream; *sum: this rank's
+ * shard. */
+static mg_status reduce_copies(mg_ddp *d, int bucket, void *buf, mg_dtype dt, mg_grad_range *sum) {
+    mg_backend *be = d->be;
+    const mg_grad_range b = d->l->buckets[bucket].range;
+    MG_CHECK(mg_grad_buffer_shard_range(d->l, bucket, mg_comm_rank(d->dp), sum));
+    const size_t n = (size_t)(sum->end - sum->start), bytes = n * mg_dtype_size(dt);
+    char *mine = (char *)buf + (size_t)(sum->start - b.start) * mg_dtype_size(dt);
+    MG_CHECK(be->peer_push(be, d->peer, buf, bytes, bytes, MG_STREAM_COMM));
+    return be->peer_sum(be, d->peer, mine, mine, n, dt, MG_STREAM_COMM);
+}
+
+/* Bucket b's reduction in place in buf (its values of dt), on the communication stream: by
+ * copies where it can, else the group's collective. */
+static mg_status reduce_on_comm(mg_ddp *d, int bucket, void *buf, mg_dtype dt, void *stream,
+                                mg_grad_range *sum) {
+    const mg_grad_range b = d->l->buckets[bucket].range;
+    const size_t shard = (size_t)(b.end - b.start) / (size_t)mg_comm_size(d->dp);
+    if (by_copies(d, shard, dt, true)) return reduce_copies(d, bucket, buf, dt, sum);
+    return reduce_in(d->l, bucket, d->dp, buf, dt, stream, sum);
+}
+
 void mg_ddp_free(mg_ddp *d) {
     free(d->pending_grads);
     free(d->bucket_of);
@@ -126,7 +163,7 @@ static mg_status reduce_bucket_bf16(mg_ddp *d, int bucket, void *stream) {
     uint16_t *st = d->stage;
     MG_CHECK(d->be->convert_bf16(d->be, st, d->grads + b.start, (size_t)(b.end - b.start), true,
                                  MG_STREAM_COMM));
-    MG_CHECK(reduce_in(d->l, bucket, d->dp, st, MG_BF16, stream, &s));
+    MG_CHECK(reduce_on_comm(d, bucket, st, MG_BF16, stream, &s));
     return d->be->convert_bf16(d->be, d->grads + s.start, st + (s.start - b.start),
                                (size_t)(s.end - s.start), false, MG_STREAM_COMM);
 }
@@ -137,9 +174,14 @@ static mg_status start_reduces(mg_ddp *d, int end) {
     if (d->next_reduce >= end) return MG_OK;
     void *stream;
     MG_CHECK(mg_backend_comm_begin(d->be, &stream));
-    for (; d->next_reduce < end; d->next_reduce++)
-        MG_CHECK(d->stage ? reduce_bucket_bf16(d, d->next_reduce, stream)
-                          : mg_ddp_reduce_bucket(d->l, d->next_reduce, d->dp, d->grads, stream));
+    for (; d->next_reduce < end; d->next_reduce++) {
+        const int b = d->next_reduce;
+        mg_grad_range s;
+        MG_CHECK(check_group(d->l, b, d->dp));
+        MG_CHECK(d->stage ? reduce_bucket_bf16(d, b, stream)
+                          : reduce_on_comm(d, b, d->grads + d->l->buckets[b].range.start, MG_F32,
+                                           stream, &s));
+    }
     return MG_OK;
 }
 
@@ -168,6 +210,23 @@ mg_status mg_ddp_finish_grad_sync(mg_ddp *d) {
     return mg_backend_comm_end(d->be);
 }
 
+/* Bucket b's parameter gather on the communication stream: by copies where it can (this rank's
+ * shard to every peer, then theirs into place), else the group's all-gather. */
+static mg_status gather_on_comm(mg_ddp *d, int b) {
+    const mg_grad_range r = d->l->buckets[b].range;
+    const size_t shard = (size_t)(r.end - r.start) / (size_t)mg_comm_size(d->dp);
+    if (!by_copies(d, shard, d->pdt, false))
+        return mg_ddp_gather_bucket(d->l, b, d->dp, d->params, d->pdt, comm_stream(d));
+    mg_backend *be = d->be;
+    mg_grad_range s;
+    MG_CHECK(mg_grad_buffer_shard_range(d->l, b, mg_comm_rank(d->dp), &s));
+    const size_t es = mg_dtype_size(d->pdt), bytes = (size_t)(s.end - s.start) * es;
+    MG_CHECK(be->peer_push(be, d->peer, (char *)d->params + (size_t)s.start * es, 0, bytes,
+                           MG_STREAM_COMM));
+    return be->peer_take(be, d->peer, (char *)d->params + (size_t)r.start * es, NULL, bytes,
+                         MG_STREAM_COMM);
+}
+
 /* Starts bucket next_gather's all-gather and marks its end on the communication stream. At most
  * MG_STREAM_MARKS_DDP gathers are started and not waited for: the oldest is waited for first. */
 static mg_status start_gather(mg_ddp *d) {
@@ -177,7 +236,7 @@ static mg_status start_gather(mg_ddp *d) {
                                          (d->waited_gather - 1) % MG_STREAM_MARKS_DDP));
         d->waited_gather--;
     }
-    MG_CHECK(mg_ddp_gather_bucket(d->l, b, d->dp, d->params, d->pdt, comm_stream(d)));
+    MG_CHECK(gather_on_comm(d, b));
     if (streams(d)) MG_CHECK(d->be->stream_mark(d->be, MG_STREAM_COMM, b % MG_STREAM_MARKS_DDP));
     d->next_gather--;
     return MG_OK;

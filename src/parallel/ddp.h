@@ -42,6 +42,7 @@
 
 #include "backend/backend.h"
 #include "comm/comm.h"
+#include "core/peer_window.h"
 #include "parallel/grad_buffer.h"
 
 typedef struct {
@@ -56,6 +57,8 @@ typedef struct {
     mg_dtype pdt;
     bool overlap_grad, overlap_param;
     void *stage; /* --grad-reduce-in-bf16: a bf16 copy of the largest bucket, or NULL (fp32) */
+    const mg_peer_window *peer; /* not owned; the distributed optimizer's reduce-scatters and
+                                   gathers as copies through it (mg_ddp_bind_peer), or NULL */
     int *pending_grads; /* (n_buckets) parameters of the bucket not complete in this backward */
     int next_reduce;    /* buckets start in buffer order: the next one to start */
     bool armed;         /* between start_grad_sync and finish_grad_sync */
@@ -77,6 +80,15 @@ mg_status mg_ddp_init(mg_ddp *d, const mg_grad_buffer_layout *l, const int *inde
                       mg_comm *dp, mg_backend *be, float *grads, void *params, mg_dtype pdt,
                       bool overlap_grad, bool overlap_param, void *bf16_stage);
 void mg_ddp_free(mg_ddp *d);
+/* With the distributed optimizer, on a backend with peer_push, peer_sum and peer_take: the
+ * buckets' reduce-scatters and gathers go as copies through pw, peer-mapped memory over the
+ * group of at least mg_grad_buffer_largest_bucket x 4 bytes a rank (comm.h's
+ * mg_comm_peer_window_alloc), on the communication stream: each rank copies every other rank's
+ * shard of a bucket into that rank's memory and adds what arrived to its own shard (the copy
+ * engines move the data on CUDA, so the reductions beside the backward take none of its
+ * multiprocessors); a gather copies this rank's shard to every peer and then what arrived into
+ * place. NULL (the default): the group's collectives. */
+void mg_ddp_bind_peer(mg_ddp *d, const mg_peer_window *pw);
 
 mg_status mg_ddp_start_grad_sync(mg_ddp *d);
 mg_status mg_ddp_grads_ready(mg_ddp *d, const int *idx, int n);

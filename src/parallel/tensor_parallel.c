@@ -4,6 +4,7 @@ void mg_tp_init(mg_tp *tp, mg_comm *group, mg_backend *be) {
     tp->group = group;
     tp->be = be;
     tp->peer = NULL;
+    tp->direct[0] = tp->direct[1] = NULL;
     tp->rank = group ? mg_comm_rank(group) : 0;
     tp->size = group ? mg_comm_size(group) : 1;
 }
@@ -22,6 +23,12 @@ mg_status mg_tp_all_reduce(const mg_tp *tp, void *buf, size_t n, mg_dtype dt, mg
     return mg_comm_all_reduce(tp->group, buf, buf, n, dt, op, compute_stream(tp));
 }
 
+mg_status mg_tp_all_reduce_many(const mg_tp *tp, void *const *bufs, const size_t *counts, int n,
+                                mg_dtype dt, mg_reduce_op op) {
+    if (tp->size == 1 || n == 0) return MG_OK;
+    return mg_comm_all_reduce_many(tp->group, bufs, counts, n, dt, op, compute_stream(tp));
+}
+
 /* Whether a gather of `bytes` per rank goes by copies: a bound window whose slots hold it (the
  * same answer on every rank: the sizes are the group's), unless NCCL gathers on the copy engines
  * itself (MG_NCCL_COPY_ENGINE=1), straight into the destination, which measured faster than a
@@ -31,6 +38,25 @@ static bool by_copies(const mg_tp *tp, size_t bytes) {
            bytes <= tp->peer->bytes / (size_t)tp->size;
 }
 
+/* dst[q]: where rank q holds block `rank` of the whole (size blocks of bytes) at `whole`, where
+ * that lies in memory mapped at the same offsets on every rank (mg_tp_bind_direct); false
+ * where it does not. */
+static bool direct_dst(const mg_tp *tp, const void *whole, size_t bytes, void **dst) {
+    if (!tp->peer || !tp->be->peer_put || mg_comm_copy_engine(tp->group)) return false;
+    const char *w = whole;
+    const size_t total = bytes * (size_t)tp->size;
+    for (int k = 0; k < 2; k++) {
+        const mg_peer_window *m = tp->direct[k];
+        const char *base = m ? m->base[m->rank] : NULL;
+        if (!base || w < base || total > m->bytes || (size_t)(w - base) > m->bytes - total)
+            continue;
+        const size_t at = (size_t)(w - base) + (size_t)tp->rank * bytes;
+        for (int q = 0; q < tp->size; q++) dst[q] = (char *)m->base[q] + at;
+        return true;
+    }
+    return false;
+}
+
 /* The gather of the calls below, on stream s (MG_STREAM_COMPUTE or MG_STREAM_TP): by copies into
  * the peers' memory where it can, else the group's all-gather. */
 static mg_status gather_on(const mg_tp *tp, void *whole, const void *part, size_t n, mg_dtype dt,
@@ -38,6 +64,8 @@ static mg_status gather_on(const mg_tp *tp, void *whole, const void *part, size_
     if (tp->size == 1) return copy_if_apart(tp, whole, part, n, dt);
     mg_backend *be = tp->be;
     const size_t bytes = n * mg_dtype_size(dt);
+    void *dst[MG_PEER_MAX];
+    if (direct_dst(tp, whole, bytes, dst)) return be->peer_put(be, tp->peer, dst, part, bytes, s);
     if (by_copies(tp, bytes)) {
         MG_CHECK(be->peer_push(be, tp->peer, part, 0, bytes, s));
         return be->peer_take(be, tp->peer, whole, part, bytes, s);
@@ -101,6 +129,11 @@ void mg_tp_bind_peer(mg_tp *tp, const mg_peer_window *pw) {
     tp->peer = pw;
 }
 
+void mg_tp_bind_direct(mg_tp *tp, const mg_peer_window *acts, const mg_peer_window *work) {
+    tp->direct[0] = acts;
+    tp->direct[1] = work;
+}
+
 bool mg_tp_pushes(const mg_tp *tp) {
     return tp->peer && tp->size > 1 && tp->be && tp->be->peer_push && tp->be->peer_sum;
 }
@@ -115,6 +148,6 @@ mg_status mg_tp_push_begin(const mg_tp *tp, const void *whole, size_t n, mg_dtyp
 
 mg_status mg_tp_push_end(const mg_tp *tp, void *part, const void *own, size_t n) {
     mg_backend *be = tp->be;
-    MG_CHECK(be->peer_sum(be, tp->peer, part, own, n));
+    MG_CHECK(be->peer_sum(be, tp->peer, part, own, n, be->compute_dtype, MG_STREAM_COMPUTE));
     return mg_tp_join(tp);
 }

@@ -29,10 +29,10 @@
  * on CUDA: no multiprocessor is taken from the GEMMs beside them. The data-parallel reductions run
  * on the communication stream (parallel/ddp.h) and order themselves after the compute stream's
  * work. With one rank (size 1, or no group) every call is a copy where source and destination
- * differ, else nothing. Exports: mg_tp, mg_tp_init, mg_tp_all_reduce, mg_tp_all_gather,
- * mg_tp_reduce_scatter, mg_tp_reduce, mg_tp_reduce_begin, mg_tp_gather_begin, mg_tp_join,
- * mg_tp_bind_peer, mg_tp_pushes, mg_tp_push_begin, mg_tp_push_end. Needs: comm, backend,
- * core/peer_window. */
+ * differ, else nothing. Exports: mg_tp, mg_tp_init, mg_tp_all_reduce, mg_tp_all_reduce_many,
+ * mg_tp_all_gather, mg_tp_reduce_scatter, mg_tp_reduce, mg_tp_reduce_begin, mg_tp_gather_begin,
+ * mg_tp_join, mg_tp_bind_peer, mg_tp_bind_direct, mg_tp_pushes, mg_tp_push_begin, mg_tp_push_end.
+ * Needs: comm, backend, core/peer_window. */
 #ifndef MG_PARALLEL_TENSOR_PARALLEL_H
 #define MG_PARALLEL_TENSOR_PARALLEL_H
 
@@ -41,9 +41,11 @@
 #include "core/peer_window.h"
 
 typedef struct {
-    mg_comm *group;             /* not owned; NULL: one rank */
-    mg_backend *be;             /* not owned */
-    const mg_peer_window *peer; /* not owned; NULL: the reduce-scatters by the collective */
+    mg_comm *group;                  /* not owned; NULL: one rank */
+    mg_backend *be;                  /* not owned */
+    const mg_peer_window *peer;      /* not owned; NULL: the reduce-scatters by the collective */
+    const mg_peer_window *direct[2]; /* not owned: memory the gathers write straight into (NULL:
+                                        none), mg_tp_bind_direct */
     int rank, size;
 } mg_tp;
 
@@ -51,6 +53,9 @@ typedef struct {
 void mg_tp_init(mg_tp *tp, mg_comm *group, mg_backend *be);
 /* In place: buf (n) of dtype dt becomes op over the group of every rank's buf. */
 mg_status mg_tp_all_reduce(const mg_tp *tp, void *buf, size_t n, mg_dtype dt, mg_reduce_op op);
+/* Several buffers in place at once (comm.h's mg_comm_all_reduce_many), on the compute stream. */
+mg_status mg_tp_all_reduce_many(const mg_tp *tp, void *const *bufs, const size_t *counts, int n,
+                                mg_dtype dt, mg_reduce_op op);
 /* whole (size*n) = every rank's part (n) in rank order; part may be whole + rank*n (in place). */
 mg_status mg_tp_all_gather(const mg_tp *tp, void *whole, const void *part, size_t n, mg_dtype dt);
 /* part (n) = the sum over ranks of rows [rank*n, (rank+1)*n) of each rank's whole (size*n);
@@ -75,6 +80,12 @@ mg_status mg_tp_join(const mg_tp *tp);
 /* The group's peer-mapped memory (comm.h's mg_comm_peer_window_alloc over the group; NULL: none),
  * at least size blocks as large as any push's. */
 void mg_tp_bind_peer(mg_tp *tp, const mg_peer_window *pw);
+/* Memory of the group's ranks mapped at the same offsets on each (the activations' and the
+ * workspace's arenas, committed in peer-mapped memory from the same plan): a gather whose
+ * destination lies in one copies this rank's rows straight into every peer's destination
+ * (the backend's peer_put: two meetings of the ranks around the copies, through the bound
+ * window's flags), instead of through the window's slots. NULL entries: none. */
+void mg_tp_bind_direct(mg_tp *tp, const mg_peer_window *acts, const mg_peer_window *work);
 /* Whether reduce-scatters may go as copies: a bound window and a backend with peer_push and
  * peer_sum. */
 bool mg_tp_pushes(const mg_tp *tp);

@@ -61,9 +61,11 @@ static mg_status set_batch_shape(mg_trainer *t) {
 }
 
 /* The model's hooks (model/gpt.h) drive the data-parallel overlap (parallel/ddp.h) and, in the
- * step's last backward, the sequence-parallel gradient sync: a norm weight's gradient holds only
- * this rank's tokens and is all-reduced over tp as soon as it is complete (Megatron's
- * _allreduce_layernorm_grads), before its bucket's data-parallel reduction starts. */
+ * step's last backward, the sequence-parallel gradient sync: a norm weight's (or a row-parallel
+ * bias's) gradient holds only this rank's tokens and is all-reduced over tp (Megatron's
+ * _allreduce_layernorm_grads) before its bucket's data-parallel reduction starts: a hook's
+ * gradients in one grouped call as soon as they are complete, or, where no data-parallel
+ * reduction overlaps the backward, all of them in one call at its end (sync_sp_grads). */
 static mg_status hook_params_needed(void *ctx, const int *idx, int n) {
     mg_trainer *t = ctx;
     for (int b = 0; b < t->bufs.n; b++)
@@ -81,16 +83,41 @@ static mg_status grads_ready(mg_trainer *t, const int *idx, int n) {
 static mg_status hook_grads_ready(void *ctx, const int *idx, int n) {
     mg_trainer *t = ctx;
     if (!t->grad_sync_live) return MG_OK;
-    int ready[MG_GPT_HOOK_MAX], k = 0;
+    int ready[MG_GPT_HOOK_MAX], k = 0, m = 0;
+    void *sums[MG_GPT_HOOK_MAX];
+    size_t counts[MG_GPT_HOOK_MAX];
     for (int i = 0; i < n; i++) {
-        const mg_param_meta *m = &t->model.params.p[idx[i]];
-        if (m->sequence_parallel)
-            MG_CHECK(mg_tp_all_reduce(&t->model.tp, mg_gpt_grad(&t->model, idx[i]),
-                                      (size_t)m->numel, MG_F32, MG_REDUCE_SUM));
+        const mg_param_meta *p = &t->model.params.p[idx[i]];
+        if (p->sequence_parallel && !t->sp_grads_at_end) {
+            sums[m] = mg_gpt_grad(&t->model, idx[i]);
+            counts[m++] = (size_t)p->numel;
+        }
         /* the embedding's copies are complete after the pipeline (sync_embedding_grads) */
-        if (!m->embedding_group) ready[k++] = idx[i];
+        if (!p->embedding_group) ready[k++] = idx[i];
     }
+    MG_CHECK(mg_tp_all_reduce_many(&t->model.tp, sums, counts, m, MG_F32, MG_REDUCE_SUM));
     return grads_ready(t, ready, k);
+}
+
+/* The sequence-parallel gradients' tp sums at the backward's end, grouped GROUP at a time. */
+static mg_status sync_sp_grads(mg_trainer *t) {
+    enum { GROUP = 64 };
+    if (!t->sp_grads_at_end) return MG_OK;
+    const mg_param_table *pt = &t->model.params;
+    void *sums[GROUP];
+    size_t counts[GROUP];
+    int m = 0;
+    for (int i = 0; i < pt->n; i++) {
+        if (pt->p[i].sequence_parallel) {
+            sums[m] = mg_gpt_grad(&t->model, i);
+            counts[m++] = (size_t)pt->p[i].numel;
+        }
+        if (m == GROUP || (m > 0 && i == pt->n - 1)) {
+            MG_CHECK(mg_tp_all_reduce_many(&t->model.tp, sums, counts, m, MG_F32, MG_REDUCE_SUM));
+            m = 0;
+        }
+    }
+    return MG_OK;
 }
 
 /* The rank's place: its groups (a group of one rank counts as none), ranks and sizes. */
@@ -233,6 +260,10 @@ static mg_status init_ddp(mg_trainer *t) {
     }
     if (t->layout.dp || t->model.cfg.sp || t->layout.embd)
         t->model.hooks = (mg_gpt_hooks){hook_params_needed, hook_grads_ready, t};
+    /* no buffer's reduction overlaps the backward: the sums can wait for its end */
+    t->sp_grads_at_end = t->model.cfg.sp && t->layout.tp_size > 1;
+    for (int b = 0; b < t->bufs.n; b++)
+        if (mg_trainer_buf_group(t, b) && c->overlap_grad_reduce) t->sp_grads_at_end = false;
     return MG_OK;
 }
 
@@ -387,6 +418,7 @@ mg_status mg_trainer_forward_backward(mg_trainer *t, const mg_sample_source *src
     const mg_pipeline_stage stage = {
         stage_forward, stage_backward, stage_input, stage_output, stage_dout, stage_dinput, t};
     MG_CHECK(mg_pipeline_run(&t->pipe, &stage, !backward));
+    if (backward) MG_CHECK(sync_sp_grads(t));
     if (t->layout.dp) {
         void *stream;
         MG_CHECK(mg_backend_comm_begin(be, &stream));

@@ -1,6 +1,7 @@
 /* The trainer's memory (train/trainer_memory.h). */
 #include "train/trainer_memory.h"
 #include "train/trainer_graph.h"
+#include "train/trainer_peer.h"
 
 #include "core/log.h"
 
@@ -73,7 +74,11 @@ static mg_status commit(mg_trainer *t) {
             bool sym =
                 m->n_sym_groups > 0 && (arenas[i] == &m->plan.params ||
                                         arenas[i] == &m->plan.acts || arenas[i] == &m->plan.work);
-            MG_CHECK(mg_arena_commit(arenas[i], sym ? &m->sym_alloc : m->arena_alloc));
+            const mg_allocator *peer = NULL; /* the SP gathers' destinations, mapped */
+            if (!sym) MG_CHECK(mg_trainer_peer_arena(t, arenas[i], &peer));
+            MG_CHECK(mg_arena_commit(arenas[i], sym    ? &m->sym_alloc
+                                                : peer ? peer
+                                                       : m->arena_alloc));
             m->planned_bytes += arenas[i]->size;
         }
         if (arenas[i] == &m->plan.optim && be->memory_info) {

@@ -109,7 +109,27 @@ typedef struct {
 } mg_train_data;
 
 /* The peer windows of mg_train_memory (train/trainer_peer.h). */
-enum { MG_TRAIN_PEER_EP, MG_TRAIN_PEER_TP, MG_TRAIN_PEERS };
+enum {
+    MG_TRAIN_PEER_EP,
+    MG_TRAIN_PEER_TP,
+    MG_TRAIN_PEER_ACTS, /* the activations' arena, mapped over the tensor-parallel group */
+    MG_TRAIN_PEER_WORK, /* the workspace's */
+    MG_TRAIN_PEER_DP,   /* the first of MG_TRAIN_BUFFERS_MAX: buffer b's at MG_TRAIN_PEER_DP + b */
+    MG_TRAIN_PEERS = MG_TRAIN_PEER_DP + MG_TRAIN_BUFFERS_MAX
+};
+
+/* An arena committed in peer-mapped memory (train/trainer_peer.h's mg_trainer_peer_arena): its
+ * allocator, and the backend's where the group cannot map it. */
+typedef struct {
+    mg_allocator alloc;
+    void *memory;                 /* the mg_train_memory it belongs to */
+    int k;                        /* its window: MG_TRAIN_PEER_ACTS or MG_TRAIN_PEER_WORK */
+    const char *name;             /* for the log line */
+    mg_comm *group;               /* not owned */
+    const mg_allocator *fallback; /* the backend's */
+    bool mapped;                  /* committed in a window (else by fallback) */
+    bool log;                     /* this rank logs */
+} mg_peer_arena;
 
 /* The memory plan (train/memory.h) committed in the backend's memory, and the buffers in it. */
 typedef struct {
@@ -127,6 +147,7 @@ typedef struct {
      * (parallel/tensor_parallel.h), each on peer_group[k] (NULL: not mapped) */
     mg_peer_window peer[MG_TRAIN_PEERS];
     mg_comm *peer_group[MG_TRAIN_PEERS];
+    mg_peer_arena peer_arena[2]; /* the activations' and the workspace's, where they are mapped */
     size_t planned_bytes;        /* all arenas together */
     size_t used_before_arenas;   /* device memory in use before the arenas (the CUDA context,
                                     the backend's workspace, libraries): the predicted peak is
@@ -212,12 +233,14 @@ typedef struct {
     mg_train_memory mem;
     mg_train_ckpt_stage ckpt;
     mg_train_scaling scaling;
-    mg_pipeline pipe;                 /* the schedule walker (parallel/pipeline/run.h) */
-    bool grad_sync_live;              /* in each chunk's last backward of the step: the hooks
-                                         all-reduce the sequence-parallel gradients over tp and hand
-                                         complete gradients to the data-parallel overlap */
-    bool grad_sync_armed;             /* the data-parallel reduction is armed for this step */
-    bool forward_only;                /* the pass running: an evaluation (the head in forward) */
+    mg_pipeline pipe;     /* the schedule walker (parallel/pipeline/run.h) */
+    bool grad_sync_live;  /* in each chunk's last backward of the step: the hooks
+                             all-reduce the sequence-parallel gradients over tp and hand
+                             complete gradients to the data-parallel overlap */
+    bool grad_sync_armed; /* the data-parallel reduction is armed for this step */
+    bool sp_grads_at_end; /* the sequence-parallel gradients' tp sums wait for the backward's end
+                             (nothing overlaps with it: trainer.c's sync_sp_grads) */
+    bool forward_only;    /* the pass running: an evaluation (the head in forward) */
     const mg_sample_source *pass_src; /* the pass's samples: global batch from pass_first */
     int64_t pass_first;
     mg_train_buffers bufs; /* the parameter and gradient buffers: dense, and the experts' */

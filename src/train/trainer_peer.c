@@ -3,6 +3,7 @@
 
 #include "core/env.h"
 #include "core/log.h"
+#include "parallel/ddp.h"
 #include "train/memory.h"
 
 #include <string.h>
@@ -60,6 +61,64 @@ static mg_status bind_ep(mg_trainer *t) {
     return MG_OK;
 }
 
+/* ---- the activations' and the workspace's arenas in peer-mapped memory ---- */
+
+static mg_status arena_alloc(void *ctx, size_t bytes, void **out) {
+    mg_peer_arena *a = ctx;
+    mg_train_memory *m = a->memory;
+    mg_status st = mg_comm_peer_window_alloc(a->group, bytes, &m->peer[a->k]);
+    a->mapped = st == MG_OK;
+    if (st == MG_OK) {
+        m->peer_group[a->k] = a->group;
+        *out = m->peer[a->k].base[m->peer[a->k].rank];
+        return MG_OK;
+    }
+    if (st != MG_ERR_UNSUPPORTED) return st;
+    mg_log_self(a->log, "> sequence-parallel gathers: through the window's slots (the %s: %s)",
+                a->name, mg_error_message());
+    mg_error_clear();
+    return a->fallback->alloc(a->fallback->ctx, bytes, out);
+}
+
+static void arena_free(void *ctx, void *ptr) {
+    mg_peer_arena *a = ctx;
+    mg_train_memory *m = a->memory;
+    if (!a->mapped) {
+        a->fallback->free(a->fallback->ctx, ptr);
+    } else if (m->peer_group[a->k]) { /* else freed with the other windows already */
+        mg_comm_peer_window_free(m->peer_group[a->k], &m->peer[a->k], m->sym_abandon);
+        m->peer_group[a->k] = NULL;
+    }
+}
+
+/* Whether the sequence-parallel exchanges go by copies where the group can (MG_TP_EXCHANGE). */
+static mg_status tp_copies(bool *copies) {
+    return choice("MG_TP_EXCHANGE", "copies", "collectives", copies);
+}
+
+mg_status mg_trainer_peer_arena(mg_trainer *t, const mg_arena *a, const mg_allocator **out) {
+    mg_train_memory *m = &t->mem;
+    const mg_train_layout *l = &t->layout;
+    *out = NULL;
+    bool copies;
+    MG_CHECK(tp_copies(&copies));
+    const int i = a == &m->plan.acts ? 0 : a == &m->plan.work ? 1 : -1;
+    if (i < 0 || !copies || !m->arena_alloc || l->tp_size < 2 || !t->cfg.sequence_parallel ||
+        !t->be->peer_put || !t->be->peer_push || !mg_comm_device_buffers(l->tp) ||
+        mg_comm_copy_engine(l->tp))
+        return MG_OK;
+    mg_peer_arena *pa = &m->peer_arena[i];
+    *pa = (mg_peer_arena){.alloc = {arena_alloc, arena_free, pa},
+                          .memory = m,
+                          .k = i == 0 ? MG_TRAIN_PEER_ACTS : MG_TRAIN_PEER_WORK,
+                          .name = i == 0 ? "activations" : "workspace",
+                          .group = l->tp,
+                          .fallback = m->arena_alloc,
+                          .log = l->tp_rank == 0 && l->dp_rank == 0 && l->pp_rank == 0};
+    *out = &pa->alloc;
+    return MG_OK;
+}
+
 /* MG_TP_EXCHANGE (docs/environment.md): under sequence parallelism, "copies" moves the
  * tensor-parallel gathers and a bf16 layer's reduce-scatters by copies into the peers' memory
  * beside the GEMMs, "collectives" through the group's collectives. */
@@ -68,7 +127,7 @@ static mg_status bind_tp(mg_trainer *t) {
     mg_tp *tp = &t->model.tp;
     mg_tp_bind_peer(tp, NULL);
     bool copies;
-    MG_CHECK(choice("MG_TP_EXCHANGE", "copies", "collectives", &copies));
+    MG_CHECK(tp_copies(&copies));
     /* the window's memory is the backend's kind: device memory for a device backend (NCCL), host
      * memory for the cpu backend (MPI) */
     if (!mc->sp || tp->size == 1 || !t->layout.tp ||
@@ -82,6 +141,10 @@ static mg_status bind_tp(mg_trainer *t) {
     const mg_peer_window *pw = NULL;
     if (copies && can) MG_CHECK(window(t, MG_TRAIN_PEER_TP, t->layout.tp, bytes, &pw, &why));
     mg_tp_bind_peer(tp, pw);
+    const mg_train_memory *m = &t->mem;
+    mg_tp_bind_direct(
+        tp, pw && m->peer_group[MG_TRAIN_PEER_ACTS] ? &m->peer[MG_TRAIN_PEER_ACTS] : NULL,
+        pw && m->peer_group[MG_TRAIN_PEER_WORK] ? &m->peer[MG_TRAIN_PEER_WORK] : NULL);
     const bool self = t->layout.tp_rank == 0 && t->layout.dp_rank == 0 && t->layout.pp_rank == 0;
     if (pw)
         mg_log_self(self,
@@ -94,7 +157,40 @@ static mg_status bind_tp(mg_trainer *t) {
     return MG_OK;
 }
 
+/* MG_DP_EXCHANGE (docs/environment.md): with the distributed optimizer, "copies" (the default)
+ * moves each buffer's reduce-scatters and parameter gathers through peer-mapped memory
+ * (parallel/ddp.h's mg_ddp_bind_peer), "collectives" through the group's. */
+static mg_status bind_dp(mg_trainer *t) {
+    bool copies;
+    MG_CHECK(choice("MG_DP_EXCHANGE", "copies", "collectives", &copies));
+    if (!copies || !t->cfg.use_distributed_optimizer) return MG_OK;
+    const bool can = t->be->peer_push && t->be->peer_sum && t->be->peer_take;
+    for (int b = 0; b < t->bufs.n; b++) {
+        mg_comm *g = mg_trainer_buf_group(t, b);
+        /* one rank; a window of the backend's kind of memory (as bind_tp) */
+        if (!g || !t->ddp[b].l || mg_comm_device_buffers(g) != (t->be->device != MG_DEVICE_CPU))
+            continue;
+        const char *why = "the backend copies into no peer's memory";
+        size_t bytes = (size_t)mg_grad_buffer_largest_bucket(&t->bufs.b[b].layout) * sizeof(float);
+        const mg_peer_window *pw = NULL;
+        if (can) MG_CHECK(window(t, MG_TRAIN_PEER_DP + b, g, bytes, &pw, &why));
+        mg_ddp_bind_peer(&t->ddp[b], pw);
+        const bool self = mg_comm_rank(g) == 0 && t->layout.tp_rank == 0 && t->layout.pp_rank == 0;
+        if (pw)
+            mg_log_self(self,
+                        "> data-parallel exchanges (buffer %d): reduce-scatters and gathers by "
+                        "copies into the peers' memory (peer-mapped memory, %.1f MiB per rank)",
+                        b, (double)bytes / 1048576.0);
+        else
+            mg_log_self(self, "> data-parallel exchanges (buffer %d): the group's collectives (%s)",
+                        b, why);
+        mg_error_clear();
+    }
+    return MG_OK;
+}
+
 mg_status mg_trainer_peer_bind(mg_trainer *t) {
     MG_CHECK(bind_ep(t));
-    return bind_tp(t);
+    MG_CHECK(bind_tp(t));
+    return bind_dp(t);
 }

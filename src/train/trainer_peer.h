@@ -13,5 +13,11 @@
  * exchanges use and binds it to the model (freed by mg_trainer_memory_free). A bad MG_MOE_EXCHANGE
  * or MG_TP_EXCHANGE value: MG_ERR_USAGE. */
 mg_status mg_trainer_peer_bind(mg_trainer *t);
+/* The allocator the memory's commit gives arena a (the activations' or the workspace's) where the
+ * sequence-parallel gathers can write straight into the peers' memory: the arena in peer-mapped
+ * memory over the tensor-parallel group (its ranks commit the same plan, so a buffer lies at the
+ * same offset on each), or the backend's where the group cannot map it (one log line); NULL
+ * where that does not apply (the caller's allocator then). A bad MG_TP_EXCHANGE: MG_ERR_USAGE. */
+mg_status mg_trainer_peer_arena(mg_trainer *t, const mg_arena *a, const mg_allocator **out);
 
 #endif

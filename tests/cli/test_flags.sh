@@ -84,12 +84,19 @@ MEGATRON=env expect_error flags_bad_moe_exchange_env 2 \
 MEGATRON=env expect_error flags_bad_tp_reduce_env 2 \
     "MG_TP_EXCHANGE=bogus: expected copies \(the default\) or collectives" \
     MG_TP_EXCHANGE=bogus "$REAL" train "${MODEL[@]}" "${RUN[@]}" --device cpu
+# The switch of the data-parallel exchanges: collectives or copies, checked for every run.
+MEGATRON=env expect_error flags_bad_dp_exchange_env 2 \
+    "MG_DP_EXCHANGE=bogus: expected copies \(the default\) or collectives" \
+    MG_DP_EXCHANGE=bogus "$REAL" train "${MODEL[@]}" "${RUN[@]}" --device cpu
 # The CUDA backend's environment variables, where a GPU is usable (they are read when the backend
 # is created, and cached for the process, so they are checked through the command line).
 if [ "${GPU:-yes}" = yes ]; then
     MEGATRON=env expect_error flags_bad_attention_env 2 \
         "MG_ATTENTION=bogus: expected ours, cudnn or cudnn-nondet" \
         MG_ATTENTION=bogus "$REAL" train "${MODEL[@]}" "${RUN[@]}" --device cuda
+    MEGATRON=env expect_error flags_bad_peer_copy_streams_env 2 \
+        "MG_PEER_COPY_STREAMS=9: expected 1 to 4" \
+        MG_PEER_COPY_STREAMS=9 "$REAL" train "${MODEL[@]}" "${RUN[@]}" --device cuda
     MEGATRON=env expect_error flags_bad_workspace_env 2 "MG_CUDA_WORKSPACE_MB=0" \
         MG_CUDA_WORKSPACE_MB=0 "$REAL" train "${MODEL[@]}" "${RUN[@]}" --device cuda
     MEGATRON=env expect_error flags_bad_tune_env 2 "MG_CUBLASLT_TUNE=yes: expected 0 or 1" \

@@ -103,6 +103,15 @@ void ct_pool_free(ct_pool *P) {
     P->ndev = P->nhost = 0;
 }
 
+/* test code out of room (a bug in the test or a full host, not a result): says so and stops */
+static _Noreturn void pool_full(const char *what, size_t bytes) {
+    fprintf(stderr,
+            "cuda tests: no room for a %s buffer of %zu bytes (a pool holds %d; free a "
+            "pool per round)\n",
+            what, bytes, CT_POOL_MAX);
+    abort();
+}
+
 static void pool_fail(ct_pool *P, const char *what, size_t n) {
     P->failed = 1;
     mg_test_fail(P->t, __FILE__, __LINE__, "%s (%zu): %s", what, n, mg_error_message());
@@ -110,7 +119,7 @@ static void pool_fail(ct_pool *P, const char *what, size_t n) {
 
 void *ct_host(ct_pool *P, size_t bytes) {
     void *p = malloc(bytes ? bytes : 1);
-    if (!p || P->nhost == CT_POOL_MAX) abort(); /* test code: a bug or a full host, not a result */
+    if (!p || P->nhost == CT_POOL_MAX) pool_full("host", bytes);
     P->host[P->nhost++] = p;
     return p;
 }
@@ -174,7 +183,7 @@ float *ct_dup(ct_pool *P, const float *x, size_t n) {
 
 static void *dev_alloc(ct_pool *P, size_t bytes) {
     void *d = NULL;
-    if (P->ndev == CT_POOL_MAX) abort();
+    if (P->ndev == CT_POOL_MAX) pool_full("device", bytes);
     if (P->g->alloc(P->g, bytes, &d) != MG_OK) {
         pool_fail(P, "device alloc", bytes);
         return NULL;

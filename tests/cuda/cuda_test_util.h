@@ -92,7 +92,7 @@ mg_backend *ct_cuda(mg_test_ctx *t);
 /* A test's buffers: every host and device buffer made through a pool is freed by ct_pool_free.
  * A failed allocation or transfer records a test failure, sets `failed` and returns NULL, so a
  * test checks P.failed once after setting up and skips the rest. */
-#define CT_POOL_MAX 64
+#define CT_POOL_MAX 256
 typedef struct {
     mg_test_ctx *t;
     mg_backend *g;

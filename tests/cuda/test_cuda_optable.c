@@ -138,6 +138,7 @@ static const coverage_row coverage[] = {
     {"peer_push", "test_cuda_peer_reduce.c", "cuda_peer_push_sum_and_take"},
     {"peer_sum", "test_cuda_peer_reduce.c", "cuda_peer_push_sum_and_take"},
     {"peer_take", "test_cuda_peer_reduce.c", "cuda_peer_push_sum_and_take"},
+    {"peer_put", "test_cuda_peer_reduce.c", "cuda_peer_push_sum_and_take"},
     {"moe_expert_bias_update", "test_cuda_moe.c", "cuda_moe_expert_bias_update_matches_cpu"},
     {"moe_echo_plan", "test_cuda_moe.c", "cuda_moe_echo_plan_matches_cpu"},
     {"moe_echo_reroute", "test_cuda_moe.c", "cuda_moe_echo_reroute_matches_cpu"},

@@ -1,26 +1,36 @@
-/* CUDA backend: the reduce-scatter and the gather over peer-mapped memory (peer_push, peer_sum,
- * peer_take; contract: backend_ops.h). Ranks on one GPU: one CUDA backend per rank (streams of its
- * own) and one buffer per rank standing for its peer-mapped window; every rank's push and sum are
- * enqueued before any is waited for, so the ranks meet only at the device hand-offs (a wrong
- * hand-off hangs or races). Rank r's result must be the sum over the ranks, in rank order in fp32,
- * of their block r (the values the device holds), rounded once: CT_TOL_ACT. Two and three ranks;
- * three rounds each, the epochs counting on: a second block size (the slots move), then the sum
- * written over this rank's own block (dst = own), then a size with no 16-byte vectors; then two
- * gathers through the same window (each rank's own block to every peer, taken into place, the
- * second from a copy of the block elsewhere: exact). */
+/* CUDA backend: the reduce-scatter and the gathers over peer-mapped memory (peer_push,
+ * peer_sum, peer_take, peer_put; contract: backend_ops.h). Ranks on one GPU: one CUDA backend per
+ * rank (streams of its own) and one buffer per rank standing for its peer-mapped window; every
+ * rank's calls are enqueued before any is waited for, so the ranks meet only at the device
+ * hand-offs (a wrong hand-off hangs or races). Two and three ranks, in one window each, the
+ * epochs counting on from exchange to exchange:
+ *  - sums: rank r's result is the sum over the ranks, in rank order in fp32, of their block r
+ *    (the values the device holds), rounded once (CT_TOL_ACT); three rounds: a second block
+ *    size (the slots move), the sum written over this rank's own block (dst = own), a size with
+ *    no 16-byte vectors;
+ *  - fp32 sums on the communication stream, as the data-parallel gradients take them (the host's
+ *    order: exact);
+ *  - gathers, each rank's block to every rank (exact): pushed and taken into place, the same
+ *    from a copy of the block elsewhere, and put straight into the other ranks' buffers between
+ *    the meetings (twice);
+ *  - all of it again with blocks of 2 MiB between two backends that cut their copies over three
+ *    copy streams (MG_PEER_COPY_STREAMS=3). */
 #include "cuda_test_util.h"
 
+#include "core/env.h"
+
 #include <cuda_runtime_api.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 enum { MAX_RANKS = 3 };
 
-static void check_ranks(mg_test_ctx *t, mg_backend *const *be, int P) {
-    static const size_t sizes[3] = {4096, 1032, 777}; /* values per block */
+/* sizes: values per block of three rounds, the first the largest */
+static void check_ranks(mg_test_ctx *t, mg_backend *const *be, int P, const size_t *sizes) {
     ct_pool P_ = ct_pool_of(t, be[0]);
     const size_t esz = mg_dtype_size(be[0]->compute_dtype), most = sizes[0];
-    const size_t data = (size_t)P * most * esz;
+    const size_t data = (size_t)P * most * sizeof(float); /* slots for fp32 blocks too */
     void *win[MAX_RANKS];
     mg_peer_window pw[MAX_RANKS];
     for (int s = 0; s < P; s++) {
@@ -53,7 +63,8 @@ static void check_ranks(mg_test_ctx *t, mg_backend *const *be, int P) {
             MG_EXPECT_OK(st);
             if (st != MG_OK) goto out; /* a sum would wait for ever */
             MG_EXPECT_OK(be[s]->peer_sum(be[s], &pw[s], d_dst[s],
-                                         (char *)d_src[s] + (size_t)s * n * esz, n));
+                                         (char *)d_src[s] + (size_t)s * n * esz, n,
+                                         be[s]->compute_dtype, MG_STREAM_COMPUTE));
             MG_EXPECT_OK(be[s]->stream_wait(be[s], MG_STREAM_COMPUTE, MG_STREAM_TP));
         }
         for (int s = 0; s < P; s++) MG_EXPECT_OK(be[s]->synchronize(be[s]));
@@ -68,33 +79,73 @@ static void check_ranks(mg_test_ctx *t, mg_backend *const *be, int P) {
                             "peer_sum: rank %d of %d, %zu values, round %d", r, P, n, round);
         }
     }
-    /* a gather: rank s pushes its block s of src to everyone (stride 0) and takes in the others'
-     * blocks; then every rank's dst holds every rank's block (its own left as it was) */
-    for (int round = 0; round < 2 && !P_.failed; round++) {
-        const size_t n = sizes[round + 1];
+    /* fp32 blocks on the communication stream (the data-parallel gradients' reduce-scatter): the
+     * same sums in the same order as the host's, so exact */
+    {
+        const size_t n = sizes[1];
         void *d_src[MAX_RANKS];
+        float *src[MAX_RANKS];
+        for (int s = 0; s < P; s++) {
+            src[s] = ct_uniform_f32(&P_, 900 + (uint32_t)s, (size_t)P * n, -1.0f, 1.0f);
+            d_src[s] = ct_up_f32(&P_, src[s], (size_t)P * n);
+        }
+        MG_EXPECT_OK(be[0]->synchronize(be[0]));
+        for (int s = 0; s < P && !P_.failed; s++) {
+            mg_status st = be[s]->peer_push(be[s], &pw[s], d_src[s], n * 4, n * 4, MG_STREAM_COMM);
+            MG_EXPECT_OK(st);
+            if (st != MG_OK) goto out;
+            float *mine = (float *)d_src[s] + (size_t)s * n;
+            MG_EXPECT_OK(be[s]->peer_sum(be[s], &pw[s], mine, mine, n, MG_F32, MG_STREAM_COMM));
+            MG_EXPECT_OK(be[s]->stream_wait(be[s], MG_STREAM_COMPUTE, MG_STREAM_COMM));
+        }
+        for (int s = 0; s < P; s++) MG_EXPECT_OK(be[s]->synchronize(be[s]));
+        for (int r = 0; r < P && !P_.failed; r++) {
+            float *ref = ct_host(&P_, n * sizeof(float));
+            for (size_t i = 0; i < n; i++) {
+                float acc = 0.0f;
+                for (int s = 0; s < P; s++) acc += src[s][(size_t)r * n + i];
+                ref[i] = acc;
+            }
+            CT_EXPECT_CLOSE(ct_down_f32(&P_, (float *)d_src[r] + (size_t)r * n, n), ref, n, 0.0,
+                            "peer_sum fp32: rank %d of %d, %zu values", r, P, n);
+        }
+    }
+    /* gathers, rank s's block s of its buffer to every rank: pushed into the slots and taken
+     * into place (kind 0), the same from a copy of the block elsewhere, its place zeroed (1),
+     * and put straight into every other rank's buffer (standing for its activations) between
+     * the meetings (2, twice: the epochs count on); every rank's buffer must then hold every
+     * rank's block: exact */
+    static const int kinds[4] = {0, 1, 2, 2};
+    for (int round = 0; round < 4 && !P_.failed; round++) {
+        const int kind = kinds[round];
+        const size_t n = sizes[round % 3];
+        void *d_buf[MAX_RANKS], *copy[MAX_RANKS] = {NULL};
         float *src[MAX_RANKS];
         for (int s = 0; s < P; s++) {
             src[s] =
                 ct_rand_act(&P_, 800 + 10 * (uint32_t)round + (uint32_t)s, (size_t)P * n, 1.0f);
-            d_src[s] = ct_up_act(&P_, src[s], (size_t)P * n);
-            src[s] = ct_down_act(&P_, d_src[s], (size_t)P * n);
-        }
-        /* round 1: each rank's block comes from a copy elsewhere (its place in dst zeroed) */
-        void *copy[MAX_RANKS] = {NULL};
-        for (int s = 0; s < P && round == 1; s++) {
-            copy[s] = ct_up_act(&P_, src[s] + (size_t)s * n, n);
-            MG_EXPECT_OK(
-                be[0]->memset_zero(be[0], (char *)d_src[s] + (size_t)s * n * esz, n * esz));
+            d_buf[s] = ct_up_act(&P_, src[s], (size_t)P * n);
+            src[s] = ct_down_act(&P_, d_buf[s], (size_t)P * n);
+            char *mine = (char *)d_buf[s] + (size_t)s * n * esz;
+            if (kind == 1) {
+                copy[s] = ct_up_act(&P_, src[s] + (size_t)s * n, n);
+                MG_EXPECT_OK(be[0]->memset_zero(be[0], mine, n * esz));
+            }
         }
         MG_EXPECT_OK(be[0]->synchronize(be[0]));
         if (P_.failed) break;
         for (int s = 0; s < P; s++) {
-            const void *own = copy[s] ? copy[s] : (char *)d_src[s] + (size_t)s * n * esz;
-            mg_status st = be[s]->peer_push(be[s], &pw[s], own, 0, n * esz, MG_STREAM_TP);
+            void *dst[MAX_RANKS];
+            for (int q = 0; q < P; q++) dst[q] = (char *)d_buf[q] + (size_t)s * n * esz;
+            const void *own = copy[s] ? copy[s] : dst[s];
+            mg_status st = kind == 2
+                               ? be[s]->peer_put(be[s], &pw[s], dst, own, n * esz, MG_STREAM_TP)
+                               : be[s]->peer_push(be[s], &pw[s], own, 0, n * esz, MG_STREAM_TP);
             MG_EXPECT_OK(st);
-            if (st != MG_OK) goto out;
-            MG_EXPECT_OK(be[s]->peer_take(be[s], &pw[s], d_src[s], copy[s], n * esz, MG_STREAM_TP));
+            if (st != MG_OK) goto out; /* a peer would wait for ever */
+            if (kind < 2)
+                MG_EXPECT_OK(
+                    be[s]->peer_take(be[s], &pw[s], d_buf[s], copy[s], n * esz, MG_STREAM_TP));
             MG_EXPECT_OK(be[s]->stream_wait(be[s], MG_STREAM_COMPUTE, MG_STREAM_TP));
         }
         for (int s = 0; s < P; s++) MG_EXPECT_OK(be[s]->synchronize(be[s]));
@@ -102,8 +153,9 @@ static void check_ranks(mg_test_ctx *t, mg_backend *const *be, int P) {
             float *ref = ct_host(&P_, (size_t)P * n * sizeof(float));
             for (int q = 0; q < P; q++)
                 memcpy(ref + (size_t)q * n, src[q] + (size_t)q * n, n * sizeof(float));
-            CT_EXPECT_CLOSE(ct_down_act(&P_, d_src[r], (size_t)P * n), ref, (size_t)P * n, 0.0,
-                            "peer_take: rank %d of %d, %zu values, round %d", r, P, n, round);
+            CT_EXPECT_CLOSE(ct_down_act(&P_, d_buf[r], (size_t)P * n), ref, (size_t)P * n, 0.0,
+                            "gather kind %d: rank %d of %d, %zu values, round %d", kind, r, P, n,
+                            round);
         }
     }
 out:
@@ -115,9 +167,9 @@ out:
 MG_TEST(cuda_peer_push_sum_and_take) {
     CT_BACKENDS(cpu, gpu);
     (void)cpu;
-    if (!gpu->peer_push || !gpu->peer_sum || !gpu->peer_take) {
+    if (!gpu->peer_push || !gpu->peer_sum || !gpu->peer_take || !gpu->peer_put) {
         MG_EXPECT(gpu->device != MG_DEVICE_CUDA,
-                  "the cuda backend has no peer_push/peer_sum/peer_take");
+                  "the cuda backend has no peer_push/peer_sum/peer_take/peer_put");
         return;
     }
     mg_backend *be[MAX_RANKS] = {gpu, NULL, NULL};
@@ -125,8 +177,22 @@ MG_TEST(cuda_peer_push_sum_and_take) {
         MG_EXPECT_OK(mg_backend_cuda_create_dtype(&be[s], 0, gpu->compute_dtype));
         if (!be[s]) goto out;
     }
-    check_ranks(t, be, 2);
-    check_ranks(t, be, 3);
+    static const size_t sizes[3] = {4096, 1032, 777};
+    check_ranks(t, be, 2, sizes);
+    check_ranks(t, be, 3, sizes);
+    /* copies of 1 MiB and more cut over three copy streams (MG_PEER_COPY_STREAMS, read when a
+     * backend starts): two more ranks, blocks of 2 MiB and more */
+    static const size_t large[3] = {((size_t)1 << 20) + 8, (size_t)1 << 20, 777};
+    mg_backend *split[2] = {NULL, NULL};
+    setenv("MG_PEER_COPY_STREAMS", "3", 1);
+    mg_env_forget();
+    for (int s = 0; s < 2; s++)
+        MG_EXPECT_OK(mg_backend_cuda_create_dtype(&split[s], 0, gpu->compute_dtype));
+    unsetenv("MG_PEER_COPY_STREAMS");
+    mg_env_forget();
+    if (split[0] && split[1]) check_ranks(t, split, 2, large);
+    for (int s = 0; s < 2; s++)
+        if (split[s]) split[s]->destroy(split[s]);
 out:
     for (int s = 1; s < MAX_RANKS; s++)
         if (be[s]) be[s]->destroy(be[s]);
@@ -157,7 +223,7 @@ MG_TEST(cuda_peer_wait_gives_up_on_abort) {
     mg_peer_window pw = {.n = 2, .rank = 0, .bytes = data, .abort = word_dev};
     pw.base[0] = win;
     pw.base[1] = win; /* never pushed into: rank 1 does not exist */
-    MG_EXPECT_OK(gpu->peer_sum(gpu, &pw, dst, dst, n));
+    MG_EXPECT_OK(gpu->peer_sum(gpu, &pw, dst, dst, n, gpu->compute_dtype, MG_STREAM_COMPUTE));
     cudaStream_t st = gpu->stream_handle(gpu, MG_STREAM_COMPUTE);
     struct timespec pause = {0, 50 * 1000 * 1000};
     nanosleep(&pause, NULL);

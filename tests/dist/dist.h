@@ -75,6 +75,7 @@ void dist_compare(dist_ctx *t, const char *what, const void *got, const void *wa
 void test_all_reduce(dist_ctx *t);
 void test_ddp_bf16(dist_ctx *t);
 void test_all_reduce_large(dist_ctx *t);
+void test_all_reduce_many(dist_ctx *t);
 void test_reduce_scatter(dist_ctx *t);
 void test_all_gather(dist_ctx *t);
 void test_all_to_all_uneven(dist_ctx *t);

@@ -35,6 +35,7 @@ static const struct {
     {"barrier_and_queries", test_barrier_and_queries},
     {"all_reduce", test_all_reduce},
     {"all_reduce_large", test_all_reduce_large},
+    {"all_reduce_many", test_all_reduce_many},
     {"reduce_scatter", test_reduce_scatter},
     {"all_gather", test_all_gather},
     {"all_to_all_uneven", test_all_to_all_uneven},

@@ -122,6 +122,16 @@ for np in "${SIZES[@]}"; do
         "$BIN" --backend nccl --timeout 60 --filter train_ep 2>&1)
     tally "nccl expert exchange by all-to-all mpirun np=$np" $? "$out"
 done
+# ---- 1d. the distributed optimizer's reduce-scatters and parameter gathers by the group's
+# collectives (MG_DP_EXCHANGE=collectives; the runs above took the default, copies through
+# peer-mapped memory, which train_distopt checks was the path taken; train_graph replays the
+# collectives inside a full-iteration graph) ----
+for np in "${SIZES[@]}"; do
+    [ -n "$HAVE_MPIRUN" ] || continue
+    out=$(MG_DP_EXCHANGE=collectives timeout 300 "${MPIRUN[@]}" -x MG_DP_EXCHANGE -np "$np" \
+        "$BIN" --backend nccl --timeout 60 --filter train_distopt,train_graph 2>&1)
+    tally "nccl data-parallel exchanges by collectives mpirun np=$np" $? "$out"
+done
 # a bad value of the switch: one line naming it, a non-zero exit
 out=$(MG_NCCL_COPY_ENGINE=2 timeout 60 "$BIN" --backend nccl --timeout 60 --filter copy_engine 2>&1)
 rc=$?

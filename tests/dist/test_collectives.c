@@ -66,6 +66,46 @@ void test_all_reduce_large(dist_ctx *t) {
     check_all_reduce(t, MG_F32, MG_REDUCE_SUM, 1u << 20, true, 3);
 }
 
+/* Several buffers in one grouped call (sizes 1, 0, odd, large; sum, max; fp32 and bf16): each
+ * as its own all_reduce would leave it. */
+void test_all_reduce_many(dist_ctx *t) {
+    enum { K = 4 };
+    static const size_t sizes[K] = {1, 0, 1001, 65537};
+    static const mg_dtype dts[] = {MG_F32, MG_BF16};
+    mg_comm *world = mg_comm_world_comm(t->w);
+    int seed = 40;
+    for (int d = 0; d < 2; d++)
+        for (int o = 0; o < 3; o += 2) {
+            const mg_dtype dt = dts[d];
+            void *bufs[K], *want[K];
+            for (int k = 0; k < K; k++) {
+                void *h = host_alloc(sizes[k], dt);
+                want[k] = host_alloc(sizes[k], dt);
+                for (size_t i = 0; i < sizes[k]; i++) {
+                    host_set(h, dt, i, dist_value(dt, t->rank, i, seed + k));
+                    host_set(want[k], dt, i, reduce_ref(t, dt, OPS[o], i, seed + k));
+                }
+                bufs[k] = dist_alloc(t, sizes[k] ? sizes[k] : 1, dt);
+                dist_put(t, bufs[k], h, sizes[k], dt);
+                free(h);
+            }
+            DOK(mg_comm_all_reduce_many(world, bufs, sizes, K, dt, OPS[o], dist_stream(t)));
+            DOK(mg_comm_sync(world, dist_stream(t)));
+            for (int k = 0; k < K; k++) {
+                void *h = host_alloc(sizes[k], dt);
+                dist_get(t, h, bufs[k], sizes[k], dt);
+                char what[96];
+                snprintf(what, sizeof what, "all_reduce_many %s, buffer %d of %zu",
+                         mg_reduce_op_name(OPS[o]), k, sizes[k]);
+                dist_compare(t, what, h, want[k], sizes[k], dt);
+                free(h);
+                free(want[k]);
+                dist_free(t, bufs[k]);
+            }
+            seed += K;
+        }
+}
+
 static void check_reduce_scatter(dist_ctx *t, mg_dtype dt, mg_reduce_op op, size_t n, bool in_place,
                                  int seed) {
     mg_comm *world = mg_comm_world_comm(t->w);

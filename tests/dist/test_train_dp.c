@@ -28,6 +28,7 @@
 #include "dist.h"
 
 #include "config/flags.h"
+#include "core/env.h"
 #include "core/log.h"
 #include "train/trainer.h"
 
@@ -181,6 +182,13 @@ static void check_variant(dist_ctx *t, const variant *v, const char *label) {
     const double tol = dist_on_device(t) || v->bf16_reduce ? BF16_TOL : TOL;
     DEXPECT(b->layout.dp_size == D && b->num_microbatches == global_batch(t) / D,
             "%s: dp %d, %d microbatches", label, b->layout.dp_size, b->num_microbatches);
+    /* MG_DP_EXCHANGE=copies (the default): the distributed optimizer's exchanges went by
+     * copies through peer-mapped memory (the tests' ranks share a node, so they can map each
+     * other's) */
+    const char *how = getenv("MG_DP_EXCHANGE");
+    const bool copies = (!how || strcmp(how, "copies") == 0) && v->distopt && D > 1;
+    DEXPECT(!copies || b->ddp[0].peer != NULL,
+            "%s: MG_DP_EXCHANGE=copies, but the buckets went through the collectives", label);
     for (int s = 0; s < STEPS; s++) {
         DEXPECT(rel(dp.loss[s], ref.loss[s]) <= tol, "%s step %d: loss %.9g, one rank %.9g", label,
                 s + 1, dp.loss[s], ref.loss[s]);
@@ -261,6 +269,50 @@ void test_train_dp(dist_ctx *t) {
                   "all-reduce in bf16, buckets of 5000");
 }
 
+/* The buckets' exchanges by copies through peer-mapped memory (MG_DP_EXCHANGE=copies: MPI's
+ * shared-memory windows on CPU ranks, CUDA IPC on GPUs of one host) against the group's
+ * collectives, the same variant: the copies' path is the one taken, and the losses, norms and
+ * weights agree within twice the variant's tolerance (the same sums, in another order). */
+static void check_exchange(dist_ctx *t, const variant *v, const char *label) {
+    if (t->size < 2) return;
+    const char *env = getenv("MG_DP_EXCHANGE");
+    mg_comm *world = mg_comm_world_comm(t->w);
+    run_out coll = {0}, copies = {0};
+    setenv("MG_DP_EXCHANGE", "collectives", 1);
+    mg_env_forget();
+    mg_trainer *a = train(t, v, world, &coll);
+    setenv("MG_DP_EXCHANGE", "copies", 1);
+    mg_env_forget();
+    mg_trainer *b = train(t, v, world, &copies);
+    DEXPECT(b->ddp[0].peer != NULL && a->ddp[0].peer == NULL,
+            "%s: the exchange paths are not the ones asked for (copies %s, collectives %s)", label,
+            b->ddp[0].peer ? "on" : "off", a->ddp[0].peer ? "on" : "off");
+    /* each run is within the variant's tolerance of one rank (check_variant), so within twice it
+     * of the other: the sums of more than two ranks run in another order */
+    const double tol = 2 * (dist_on_device(t) || v->bf16_reduce ? BF16_TOL : TOL);
+    for (int s = 0; s < STEPS; s++) {
+        DEXPECT(rel(copies.loss[s], coll.loss[s]) <= tol,
+                "%s step %d: loss %.9g by copies, %.9g by the collectives", label, s + 1,
+                copies.loss[s], coll.loss[s]);
+        DEXPECT(rel(copies.norm[s], coll.norm[s]) <= tol,
+                "%s step %d: grad norm %.9g by copies, %.9g by the collectives", label, s + 1,
+                copies.norm[s], coll.norm[s]);
+    }
+    const char *which = "";
+    double e = worst_param_error(b, copies.w, a, coll.w, &which);
+    DEXPECT(e <= tol, "%s: parameters by copies differ from the collectives' by %.3g (%s)", label,
+            e, which);
+    if (env)
+        setenv("MG_DP_EXCHANGE", env, 1);
+    else
+        unsetenv("MG_DP_EXCHANGE");
+    mg_env_forget();
+    free(coll.w);
+    free(copies.w);
+    stop(a);
+    stop(b);
+}
+
 void test_train_distopt(dist_ctx *t) {
     quiet(t);
     check_variant(t, &(variant){true, false, 0, false, false}, "distributed optimizer, one bucket");
@@ -270,6 +322,8 @@ void test_train_distopt(dist_ctx *t) {
                   "distributed optimizer, buckets of 5000, parameter gather in forward");
     check_variant(t, &(variant){true, false, 0, false, true},
                   "distributed optimizer, reduce-scatter in bf16, one bucket");
+    check_exchange(t, &(variant){true, true, 5000, true, false},
+                   "distributed optimizer, buckets of 5000, both overlaps, by copies");
 }
 
 /* ---- the memory report against Megatron's bytes-per-parameter table (device buffers) ---- */

@@ -228,6 +228,11 @@ static void check_reduce_paths(dist_ctx *t, const variant *v) {
                 label, copies.tr->model.tp.peer ? "on" : "off",
                 coll.tr->model.tp.peer ? "on" : "off");
         const bool dev = dist_on_device(t);
+        /* on GPUs the activations and the workspace in peer-mapped memory: the gathers go
+         * straight into the peers' buffers (unless NCCL gathers on the copy engines itself) */
+        const bool direct = dev && !mg_comm_copy_engine(copies.tr->layout.tp);
+        DEXPECT(!direct || (copies.tr->model.tp.direct[0] && copies.tr->model.tp.direct[1]),
+                "%s: the activations' and the workspace's arenas are not peer-mapped", label);
         tc_expect_steps(t, label, &copies, &coll, steps(t), dev ? BF16_TOL : TOL,
                         dev ? NORM_TOL : TOL);
         if (dev) tc_expect_steady_step(t, label, copies.tr);

@@ -18,6 +18,9 @@
  *                  activity (default: all).
  *   KPROF_STEPS    the steps the window holds: times are shown divided by it (default 1).
  *   KPROF_OUT      the file the table goes to (default stderr); KPROF_TOP rows (default 40).
+ *   KPROF_TRACE    a path prefix: the window's last step, record by record, goes to
+ *                  PREFIX.PID.tsv (start and end in us from the step's start, the stream's
+ *                  id, the name), to read a timeline where the tables do not say enough.
  * The header line gives the window's span, the time some kernel or copy was running (the union
  * of the intervals: span - busy is the device waiting for the host, or for another device) and
  * the summed kernel time. Two more tables charge that idle time, gap by gap, to the record that
@@ -32,12 +35,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define KP_BUF_BYTES (8u << 20)
 
 typedef struct {
     uint64_t start, end;
-    int name; /* index into g_names */
+    int name;        /* index into g_names */
+    uint32_t stream; /* the stream's CUPTI id */
 } kp_rec;
 
 typedef struct {
@@ -65,13 +70,13 @@ static int name_id(const char *name) {
     return g_n_names++;
 }
 
-static void add(uint64_t start, uint64_t end, const char *name) {
+static void add(uint64_t start, uint64_t end, const char *name, uint32_t stream) {
     if (g_n == g_cap) {
         g_cap = g_cap ? 2 * g_cap : 65536;
         g_recs = realloc(g_recs, g_cap * sizeof *g_recs);
         if (!g_recs) abort();
     }
-    g_recs[g_n++] = (kp_rec){start, end, name_id(name ? name : "?")};
+    g_recs[g_n++] = (kp_rec){start, end, name_id(name ? name : "?"), stream};
 }
 
 static void CUPTIAPI buffer_requested(uint8_t **buf, size_t *size, size_t *max_records) {
@@ -90,12 +95,12 @@ static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *b
         case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
             /* start, end and name sit at the same place in every kernel record version */
             const CUpti_ActivityKernel9 *k = (const CUpti_ActivityKernel9 *)r;
-            add(k->start, k->end, k->name);
+            add(k->start, k->end, k->name, k->streamId);
             break;
         }
         case CUPTI_ACTIVITY_KIND_MEMSET: {
             const CUpti_ActivityMemset4 *m = (const CUpti_ActivityMemset4 *)r;
-            add(m->start, m->end, "[memset]");
+            add(m->start, m->end, "[memset]", m->streamId);
             break;
         }
         case CUPTI_ACTIVITY_KIND_MEMCPY: {
@@ -104,7 +109,7 @@ static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *b
                                           "[memcpy HtoA]", "[memcpy AtoH]", "[memcpy AtoA]",
                                           "[memcpy AtoD]", "[memcpy DtoA]", "[memcpy DtoD]",
                                           "[memcpy HtoH]", "[memcpy PtoP]"};
-            add(m->start, m->end, m->copyKind < 11 ? kinds[m->copyKind] : kinds[0]);
+            add(m->start, m->end, m->copyKind < 11 ? kinds[m->copyKind] : kinds[0], m->streamId);
             break;
         }
         default:
@@ -158,6 +163,23 @@ static void idle_table(FILE *f, double steps, double idle_ns, int after) {
                 idle_ns > 0 ? 100.0 * ns / idle_ns : 0.0, (double)gaps / steps,
                 ns * 1e-3 / (double)gaps, nm->name);
     }
+}
+
+/* KPROF_TRACE: the records starting in [end - step_ns, end), sorted by start already. */
+static void write_trace(const char *prefix, uint64_t end, double step_ns) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s.%ld.tsv", prefix, (long)getpid());
+    FILE *t = fopen(path, "w");
+    if (!t) return;
+    const uint64_t from = end - (uint64_t)step_ns;
+    fprintf(t, "start_us\tend_us\tstream\tname\n");
+    for (size_t i = 0; i < g_n; i++) {
+        const kp_rec *r = &g_recs[i];
+        if (r->start < from || r->start >= end) continue;
+        fprintf(t, "%.2f\t%.2f\t%u\t%s\n", (double)(r->start - from) * 1e-3,
+                (double)(r->end - from) * 1e-3, r->stream, g_names[r->name].name);
+    }
+    fclose(t);
 }
 
 static void report(void) {
@@ -222,6 +244,9 @@ static void report(void) {
     }
     if (steps < 1) steps = 1;
     double span = (double)(last - first);
+    /* before g_names is sorted: the records name it by index */
+    const char *trace = getenv("KPROF_TRACE");
+    if (trace && *trace) write_trace(trace, last, span / steps);
     fprintf(f,
             "kernel_profile: %zu records in a window of %.3f ms (%.3f ms per step over %g): "
             "device busy %.3f ms per step (%.1f%%), kernels %.3f ms per step\n",

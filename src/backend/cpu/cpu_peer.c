@@ -82,8 +82,11 @@ static mg_status wait_pushes(const mg_peer_window *pw, const char *what) {
 }
 
 mg_status mg_cpu_peer_sum(mg_backend *be, const mg_peer_window *pw, void *dst, const void *own,
-                          size_t n) {
-    (void)be;
+                          size_t n, mg_dtype dt, mg_stream_id s) {
+    (void)be, (void)s;
+    if (dt != MG_F32) /* the compute dtype here, and the gradients' */
+        return MG_FAIL(MG_ERR_INTERNAL, "peer_sum: %s values on the cpu backend (fp32 only)",
+                       mg_dtype_name(dt));
     MG_CHECK(check(pw, "peer_sum", n * sizeof(float)));
     if (n == 0) return MG_OK;
     if (pw->n > 1) MG_CHECK(wait_pushes(pw, "peer_sum"));

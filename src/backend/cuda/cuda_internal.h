@@ -18,14 +18,22 @@ extern "C" {
 
 typedef struct mg_cuda_staging mg_cuda_staging; /* staging.c */
 
+#define MG_CUDA_COPY_STREAMS 4 /* the most streams a copy into a peer's memory is split over */
+
 /* be->ctx of the CUDA backend. Created once by mg_backend_cuda_create_dtype; nothing in it changes
  * size after creation, so a step allocates nothing. */
 typedef struct {
     int device;
-    cudaStream_t stream;                 /* compute stream: every op runs here */
-    cudaStream_t comm_stream;            /* communication stream (stream_handle(MG_STREAM_COMM)) */
-    cudaStream_t tp_stream;              /* tensor-parallel overlap stream (MG_STREAM_TP) */
-    cudaStream_t pp_stream;              /* the pipeline's messages (MG_STREAM_PP) */
+    cudaStream_t stream;      /* compute stream: every op runs here */
+    cudaStream_t comm_stream; /* communication stream (stream_handle(MG_STREAM_COMM)) */
+    cudaStream_t tp_stream;   /* tensor-parallel overlap stream (MG_STREAM_TP) */
+    cudaStream_t pp_stream;   /* the pipeline's messages (MG_STREAM_PP) */
+    /* peer_reduce.cu: a copy into a peer's memory split over copy_split streams
+     * (MG_PEER_COPY_STREAMS), so that several copy engines move it; forked from and joined to
+     * the caller's stream by the events */
+    cudaStream_t copy_stream[MG_CUDA_COPY_STREAMS];
+    cudaEvent_t copy_fork, copy_join[MG_CUDA_COPY_STREAMS];
+    int copy_split;
     cudaEvent_t order_event[MG_STREAMS]; /* stream_wait\'s, one per signalling stream */
     cudaEvent_t marks[MG_STREAM_MARKS];  /* stream_mark's slots */
     cudaEvent_t timer[MG_TIMER_POINTS];  /* timer_mark's points (timing events) */

@@ -1,12 +1,14 @@
 /* Reduce-scatters and gathers as copies into the peers' memory (contract: backend_ops.h,
- * peer_push, peer_sum and peer_take; the memory: core/peer_window.h). Each rank copies the
- * partial sums of every other rank's block straight into that rank's buffer with the copy
+ * peer_push, peer_sum, peer_take and peer_put; the memory: core/peer_window.h). Each rank copies
+ * the partial sums of every other rank's block straight into that rank's buffer with the copy
  * engines, which take no multiprocessor from the GEMMs running beside them, and each rank then
  * adds what arrived to its own block (peer_sum); a gather pushes one block to every peer, and
- * each rank copies what arrived into place (peer_take). Nothing goes through the host, so all
- * are plain nodes of a captured graph.
+ * each rank copies what arrived into place (peer_take), or, where the destination itself is
+ * peer-mapped, copies straight into it between two meetings of the ranks (peer_put: the first
+ * says every rank's destination is free, the second that every copy has arrived). Nothing goes
+ * through the host, so all are plain nodes of a captured graph.
  *
- * The hand-offs. Two flag entries of the window serve them: READY, raised in the receiver's
+ * The hand-offs. Two flag entries of the window serve the pushes: READY, raised in the receiver's
  * buffer by each sender once its copy is complete, and FREE, raised in the sender's buffer by
  * each receiver once it has taken in what that sender put there. A push first waits until every
  * receiver has taken in this rank's previous push (so a slot is never written while it is
@@ -18,11 +20,46 @@
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/peer_flags.cuh"
 
-#define PR_READY 0
-#define PR_FREE  1
+#define PR_READY  0
+#define PR_FREE   1
+#define PR_ARRIVE 2 /* peer_put's meetings: before its copies */
+#define PR_DONE   3 /* and after them */
 
 static mg_status bases_of(const mg_peer_window *pw, const char *what, mg_peer_bases *pb) {
     if (!mg_peer_bases_of(pw, pb)) return MG_FAIL(MG_ERR_INTERNAL, "%s: no peer window", what);
+    return MG_OK;
+}
+
+/* The copies to the peers of one call: src (+ q x stride) to dst[q] for every q != rank, in
+ * order with stream st. With the backend's copy_split > 1 (MG_PEER_COPY_STREAMS) each copy is
+ * cut into that many pieces (256-byte aligned), piece i of every copy on copy stream i, forked
+ * from st and joined back to it by events, so that as many copy engines move them at once. */
+static mg_status copy_out(mg_backend *be, cudaStream_t st, char *const *dst, const char *src,
+                          size_t stride, size_t bytes, int P, int rank) {
+    mg_cuda_ctx *c = mg_cuda_ctx_of(be);
+    const int k = bytes >= ((size_t)1 << 20) ? c->copy_split : 1; /* small copies whole */
+    if (k <= 1) {
+        for (int i = 1; i < P; i++) {
+            const int q = (rank + i) % P; /* each rank starts elsewhere */
+            MG_CUDA_CHECK(
+                cudaMemcpyAsync(dst[q], src + (size_t)q * stride, bytes, cudaMemcpyDefault, st));
+        }
+        return MG_OK;
+    }
+    const size_t piece = ((bytes + (size_t)k - 1) / (size_t)k + 255) & ~(size_t)255;
+    MG_CUDA_CHECK(cudaEventRecord(c->copy_fork, st));
+    for (int j = 0; j < k; j++) {
+        const size_t at = (size_t)j * piece;
+        MG_CUDA_CHECK(cudaStreamWaitEvent(c->copy_stream[j], c->copy_fork, 0));
+        for (int i = 1; i < P && at < bytes; i++) {
+            const int q = (rank + i) % P;
+            const size_t n = bytes - at < piece ? bytes - at : piece;
+            MG_CUDA_CHECK(cudaMemcpyAsync(dst[q] + at, src + (size_t)q * stride + at, n,
+                                          cudaMemcpyDefault, c->copy_stream[j]));
+        }
+        MG_CUDA_CHECK(cudaEventRecord(c->copy_join[j], c->copy_stream[j]));
+        MG_CUDA_CHECK(cudaStreamWaitEvent(st, c->copy_join[j], 0));
+    }
     return MG_OK;
 }
 
@@ -68,13 +105,42 @@ extern "C" mg_status mg_cuda_peer_push(mg_backend *be, const mg_peer_window *pw,
     /* every receiver has summed this rank's previous push (FREE as far as this rank's pushes) */
     wait_kernel<<<1, MG_PEER_MAX, 0, st>>>(pb, pw->bytes, P, r, PR_FREE, PR_READY, 0);
     MG_CUDA_CHECK_LAUNCH();
-    for (int i = 1; i < P; i++) {
-        const int q = (r + i) % P; /* each rank starts elsewhere */
-        MG_CUDA_CHECK(cudaMemcpyAsync(pb.base[q] + (size_t)r * bytes,
-                                      (const char *)src + (size_t)q * stride, bytes,
-                                      cudaMemcpyDefault, st));
-    }
+    char *dst[MG_PEER_MAX];
+    for (int q = 0; q < P; q++) dst[q] = pb.base[q] + (size_t)r * bytes;
+    MG_CHECK(copy_out(be, st, dst, (const char *)src, stride, bytes, P, r));
     raise_kernel<<<1, MG_PEER_MAX, 0, st>>>(pb, pw->bytes, P, r, PR_READY);
+    MG_CUDA_CHECK_LAUNCH();
+    return MG_OK;
+}
+
+/* Rank `rank` meets the others through entry b: its count of b goes up by one and is raised in
+ * every peer's buffer, after this stream's earlier work; then thread q waits until rank q has
+ * raised b in this rank's buffer as far. */
+static __global__ void meet_kernel(mg_peer_bases pb, size_t bytes, int P, int rank, int b) {
+    const int q = threadIdx.x;
+    const uint32_t e = *own_epoch(pb, bytes, rank, b) + 1;
+    __threadfence_system();
+    if (q < P && q != rank) *mg_peer_flag(pb.base[q], bytes, rank, b) = e;
+    if (q < P && q != rank) mg_peer_wait(mg_peer_flag(pb.base[rank], bytes, q, b), e, pb.abort);
+    __threadfence_system();
+    __syncthreads();
+    if (q == 0) *own_epoch(pb, bytes, rank, b) = e;
+}
+
+extern "C" mg_status mg_cuda_peer_put(mg_backend *be, const mg_peer_window *pw, void *const *dst,
+                                      const void *src, size_t bytes, mg_stream_id s) {
+    mg_peer_bases pb;
+    MG_CHECK(bases_of(pw, "peer_put", &pb));
+    if (bytes == 0) return MG_OK;
+    cudaStream_t st = (cudaStream_t)be->stream_handle(be, s);
+    const int P = pw->n, r = pw->rank;
+    if (dst[r] != src)
+        MG_CUDA_CHECK(cudaMemcpyAsync(dst[r], src, bytes, cudaMemcpyDeviceToDevice, st));
+    if (P == 1) return MG_OK;
+    meet_kernel<<<1, MG_PEER_MAX, 0, st>>>(pb, pw->bytes, P, r, PR_ARRIVE);
+    MG_CUDA_CHECK_LAUNCH();
+    MG_CHECK(copy_out(be, st, (char *const *)dst, (const char *)src, 0, bytes, P, r));
+    meet_kernel<<<1, MG_PEER_MAX, 0, st>>>(pb, pw->bytes, P, r, PR_DONE);
     MG_CUDA_CHECK_LAUNCH();
     return MG_OK;
 }
@@ -105,10 +171,36 @@ extern "C" mg_status mg_cuda_peer_take(mg_backend *be, const mg_peer_window *pw,
     return MG_OK;
 }
 
+/* VEC values of T at p (16 bytes: 8 h16 or 4 floats; or one value) as fp32, and back. */
+template <int VEC, typename T> static __device__ __forceinline__ void load_f(const T *p, float *f) {
+    if constexpr (std::is_same<T, float>::value) {
+        if (VEC == 4) {
+            const float4 v = *reinterpret_cast<const float4 *>(p);
+            f[0] = v.x, f[1] = v.y, f[2] = v.z, f[3] = v.w;
+        } else {
+            f[0] = p[0];
+        }
+    } else {
+        mg_loadv<VEC>(p, f);
+    }
+}
+
+template <int VEC, typename T>
+static __device__ __forceinline__ void store_f(T *p, const float *f) {
+    if constexpr (std::is_same<T, float>::value) {
+        if (VEC == 4)
+            *reinterpret_cast<float4 *>(p) = make_float4(f[0], f[1], f[2], f[3]);
+        else
+            p[0] = f[0];
+    } else {
+        mg_storev<VEC>(p, f);
+    }
+}
+
 /* dst = the P blocks summed in rank order in fp32 (this rank's from own, the others' from the
- * slots of its buffer), rounded once. VEC 8: 16-byte vectors. */
-template <typename h16, int VEC>
-static __global__ void sum_kernel(h16 *dst, const h16 *own, const char *mine, size_t slot, int P,
+ * slots of its buffer), rounded once to T. VEC: the values of a 16-byte vector, or 1. */
+template <typename T, int VEC>
+static __global__ void sum_kernel(T *dst, const T *own, const char *mine, size_t slot, int P,
                                   int rank, size_t n) {
     const size_t stride = (size_t)gridDim.x * blockDim.x * VEC;
     for (size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * VEC; i < n; i += stride) {
@@ -116,13 +208,30 @@ static __global__ void sum_kernel(h16 *dst, const h16 *own, const char *mine, si
 #pragma unroll
         for (int k = 0; k < VEC; k++) acc[k] = 0.0f;
         for (int p = 0; p < P; p++) {
-            const h16 *s = p == rank ? own : reinterpret_cast<const h16 *>(mine + (size_t)p * slot);
-            mg_loadv<VEC>(s + i, f);
+            const T *s = p == rank ? own : reinterpret_cast<const T *>(mine + (size_t)p * slot);
+            load_f<VEC>(s + i, f);
 #pragma unroll
             for (int k = 0; k < VEC; k++) acc[k] += f[k];
         }
-        mg_storev<VEC>(dst + i, acc);
+        store_f<VEC>(dst + i, acc);
     }
+}
+
+/* The sum of peer_sum in T (16 bytes = VEC values), on stream st. */
+template <typename T, int VEC>
+static mg_status launch_sum(void *dst, const void *own, const char *mine, size_t n, int P, int r,
+                            cudaStream_t st) {
+    const size_t slot = n * sizeof(T);
+    const bool vec = n % VEC == 0 && slot % 16 == 0 && mg_cuda_aligned16(dst) &&
+                     mg_cuda_aligned16(own) && mg_cuda_aligned16(mine);
+    if (vec)
+        sum_kernel<T, VEC><<<mg_cuda_blocks(n / VEC, MG_CUDA_THREADS), MG_CUDA_THREADS, 0, st>>>(
+            (T *)dst, (const T *)own, mine, slot, P, r, n);
+    else
+        sum_kernel<T, 1><<<mg_cuda_blocks(n, MG_CUDA_THREADS), MG_CUDA_THREADS, 0, st>>>(
+            (T *)dst, (const T *)own, mine, slot, P, r, n);
+    MG_CUDA_CHECK_LAUNCH();
+    return MG_OK;
 }
 
 /* Under lazy loading (CUDA's default) a kernel's first launch loads its code, which waits for the
@@ -133,39 +242,41 @@ extern "C" mg_status mg_cuda_peer_reduce_load(void) {
     cudaFuncAttributes a;
     MG_CUDA_CHECK(cudaFuncGetAttributes(&a, wait_kernel));
     MG_CUDA_CHECK(cudaFuncGetAttributes(&a, raise_kernel));
+    MG_CUDA_CHECK(cudaFuncGetAttributes(&a, meet_kernel));
     MG_CUDA_CHECK(cudaFuncGetAttributes(&a, sum_kernel<__nv_bfloat16, 8>));
     MG_CUDA_CHECK(cudaFuncGetAttributes(&a, sum_kernel<__nv_bfloat16, 1>));
     MG_CUDA_CHECK(cudaFuncGetAttributes(&a, sum_kernel<__half, 8>));
     MG_CUDA_CHECK(cudaFuncGetAttributes(&a, sum_kernel<__half, 1>));
+    MG_CUDA_CHECK(cudaFuncGetAttributes(&a, sum_kernel<float, 4>));
+    MG_CUDA_CHECK(cudaFuncGetAttributes(&a, sum_kernel<float, 1>));
     return MG_OK;
 }
 
 MG_CUDA_DTYPES(mg_status, peer_sum,
-               (mg_backend * be, const mg_peer_window *pw, void *dst, const void *own, size_t n),
-               (be, pw, dst, own, n)) {
+               (mg_backend * be, const mg_peer_window *pw, void *dst, const void *own, size_t n,
+                mg_dtype dt, mg_stream_id s),
+               (be, pw, dst, own, n, dt, s)) {
     mg_peer_bases pb;
     MG_CHECK(bases_of(pw, "peer_sum", &pb));
-    const size_t slot = n * sizeof(h16);
+    if (dt != MG_F32 && dt != be->compute_dtype)
+        return MG_FAIL(MG_ERR_INTERNAL, "peer_sum: %s values (the compute dtype or fp32)",
+                       mg_dtype_name(dt));
+    const size_t slot = n * mg_dtype_size(dt);
     if ((size_t)pw->n * slot > pw->bytes)
         return MG_FAIL(MG_ERR_INTERNAL, "peer_sum: %d blocks of %zu values exceed the window",
                        pw->n, n);
     if (n == 0) return MG_OK;
-    cudaStream_t st = mg_cuda_stream(be);
+    cudaStream_t st = (cudaStream_t)be->stream_handle(be, s);
     const int P = pw->n, r = pw->rank;
-    if (P > 1) { /* every sender's next push has arrived (READY one past this rank's sums) */
+    if (P > 1) { /* every sender's next push has arrived (READY one past this rank's takes) */
         wait_kernel<<<1, MG_PEER_MAX, 0, st>>>(pb, pw->bytes, P, r, PR_READY, PR_FREE, 1);
         MG_CUDA_CHECK_LAUNCH();
     }
     const char *mine = pb.base[r];
-    bool vec = n % 8 == 0 && slot % 16 == 0 && mg_cuda_aligned16(dst) && mg_cuda_aligned16(own) &&
-               mg_cuda_aligned16(mine);
-    if (vec)
-        sum_kernel<h16, 8><<<mg_cuda_blocks(n / 8, MG_CUDA_THREADS), MG_CUDA_THREADS, 0, st>>>(
-            (h16 *)dst, (const h16 *)own, mine, slot, P, r, n);
+    if (dt == MG_F32)
+        MG_CHECK((launch_sum<float, 4>(dst, own, mine, n, P, r, st)));
     else
-        sum_kernel<h16, 1><<<mg_cuda_blocks(n, MG_CUDA_THREADS), MG_CUDA_THREADS, 0, st>>>(
-            (h16 *)dst, (const h16 *)own, mine, slot, P, r, n);
-    MG_CUDA_CHECK_LAUNCH();
+        MG_CHECK((launch_sum<h16, 8>(dst, own, mine, n, P, r, st)));
     if (P > 1) { /* the slots are free again */
         raise_kernel<<<1, MG_PEER_MAX, 0, st>>>(pb, pw->bytes, P, r, PR_FREE);
         MG_CUDA_CHECK_LAUNCH();
