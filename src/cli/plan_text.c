@@ -330,7 +330,8 @@ static void print_memory(const mg_plan *p, FILE *f) {
     if (!p->n_memory) return;
     memory_note(f, p->memory[0].peer_windows,
                 "peer-mapped windows (where a group's ranks share a host: sequence parallelism's "
-                "copies, expert parallelism's receive slabs on GPUs), outside the total:",
+                "copies, the distributed optimizer's overlapped buckets, expert parallelism's "
+                "receive slabs on GPUs), outside the total:",
                 "");
     memory_note(f, p->memory[0].graph_inputs,
                 "CUDA graphs (full iteration): batch holds every microbatch's inputs,",

@@ -426,13 +426,13 @@ static mg_status mpi_peer_alloc(mg_comm *c, size_t bytes, mg_peer_window *out) {
     int n = 0, all = 0;
     MPI_Comm_size(shm, &n);
     MPI_Request req;
-    MPI_TRY(c, MPI_Iallreduce(&n, &all, 1, MPI_INT, MPI_MIN, g->comm, &req));
-    mg_status st = test_all(c, 1, &req);
+    int rc = MPI_Iallreduce(&n, &all, 1, MPI_INT, MPI_MIN, g->comm, &req);
+    mg_status st = rc != MPI_SUCCESS ? mpi_error(c, "MPI_Iallreduce", rc) : test_all(c, 1, &req);
     /* the same size on every rank: the largest of bytes and of its complement */
     unsigned long long sz[2] = {bytes, ~(unsigned long long)bytes}, most[2] = {0, 0};
     if (st == MG_OK) {
-        MPI_TRY(c, MPI_Iallreduce(sz, most, 2, MPI_UNSIGNED_LONG_LONG, MPI_MAX, g->comm, &req));
-        st = test_all(c, 1, &req);
+        rc = MPI_Iallreduce(sz, most, 2, MPI_UNSIGNED_LONG_LONG, MPI_MAX, g->comm, &req);
+        st = rc != MPI_SUCCESS ? mpi_error(c, "MPI_Iallreduce", rc) : test_all(c, 1, &req);
     }
     if (st != MG_OK || all != c->size || most[0] != bytes || ~most[1] != bytes) {
         MPI_Comm_free(&shm);
@@ -447,7 +447,7 @@ static mg_status mpi_peer_alloc(mg_comm *c, size_t bytes, mg_peer_window *out) {
     const size_t total = bytes + MG_PEER_FLAG_BYTES;
     void *base = NULL;
     MPI_Win win = MPI_WIN_NULL;
-    int rc = MPI_Win_allocate_shared((MPI_Aint)total, 1, MPI_INFO_NULL, shm, &base, &win);
+    rc = MPI_Win_allocate_shared((MPI_Aint)total, 1, MPI_INFO_NULL, shm, &base, &win);
     if (rc != MPI_SUCCESS) {
         MPI_Comm_free(&shm);
         return mpi_error(c, "MPI_Win_allocate_shared", rc);

@@ -113,6 +113,8 @@ void mg_ddp_bind_peer(mg_ddp *d, const mg_peer_window *pw) {
  * slots hold a shard, values the backend sums (the same answer on every rank). */
 static bool by_copies(const mg_ddp *d, size_t shard, mg_dtype dt, bool sums) {
     if (!d->peer) return false;
+    /* NCCL's copy-engine gathers (MG_NCCL_COPY_ENGINE=1) write straight into place: theirs */
+    if (!sums && mg_comm_copy_engine(d->dp)) return false;
     if (sums && dt != MG_F32 && dt != d->be->compute_dtype) return false;
     return shard * mg_dtype_size(dt) <= d->peer->bytes / (size_t)d->peer->n;
 }

@@ -105,6 +105,14 @@ size_t mg_memory_ep_window_bytes(const mg_gpt *g, mg_dtype compute) {
     return (size_t)g->moe_ws.R * (size_t)g->cfg.H * mg_dtype_size(compute);
 }
 
+size_t mg_memory_dp_window_bytes(const mg_grad_buffer_layout *l) {
+    if (!l->cfg.use_distributed_optimizer || l->cfg.data_parallel_size < 2 ||
+        !l->cfg.overlap_grad_reduce || l->n_buckets < 2)
+        return 0;
+    int64_t n = mg_grad_buffer_largest_bucket(l);
+    return (size_t)(n < MG_MEMORY_DP_WINDOW_MAX ? n : MG_MEMORY_DP_WINDOW_MAX) * sizeof(float);
+}
+
 mg_status mg_memory_stage_estimate(const mg_config *c, int pp_rank, int dp_size, mg_dtype compute,
                                    mg_memory_stage *out) {
     memset(out, 0, sizeof *out);
@@ -149,6 +157,7 @@ mg_status mg_memory_stage_estimate(const mg_config *c, int pp_rank, int dp_size,
      * MPI's cpu ranks of one node */
     out->peer_windows = mg_memory_tp_window_bytes(&g, mbs, compute) +
                         (device != MG_DEVICE_CPU ? mg_memory_ep_window_bytes(&g, compute) : 0);
+    for (int b = 0; b < l.n; b++) out->peer_windows += mg_memory_dp_window_bytes(&l.b[b].layout);
 done:
     mg_memory_plan_free(&p);
     mg_optimizer_free(&o);

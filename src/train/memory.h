@@ -6,7 +6,8 @@
  * the plan needs of the backend are values (model/gpt.h's mg_gpt_target): a prediction needs no
  * device.
  * Exports: mg_memory_plan, mg_memory_plan_reserve, mg_memory_plan_free, mg_memory_stage,
- * mg_memory_stage_estimate, mg_memory_tp_window_bytes, mg_memory_ep_window_bytes. Needs: model/gpt,
+ * mg_memory_stage_estimate, mg_memory_tp_window_bytes, mg_memory_ep_window_bytes,
+ * mg_memory_dp_window_bytes. Needs: model/gpt,
  * train/buffers, train/optimizer, parallel/pipeline. */
 #ifndef MG_TRAIN_MEMORY_H
 #define MG_TRAIN_MEMORY_H
@@ -92,7 +93,8 @@ typedef struct {
     size_t graph_inputs;    /* of batch: every microbatch's inputs a full-iteration graph reads */
     size_t total;
     /* outside the arenas and the total: the peer-mapped windows a run maps where the group's
-     * ranks share a host (mg_memory_tp_window_bytes, plus mg_memory_ep_window_bytes on a device) */
+     * ranks share a host (mg_memory_tp_window_bytes, mg_memory_dp_window_bytes per buffer, plus
+     * mg_memory_ep_window_bytes on a device) */
     size_t peer_windows;
 } mg_memory_stage;
 
@@ -111,5 +113,13 @@ mg_status mg_memory_stage_estimate(const mg_config *c, int pp_rank, int dp_size,
  * expert-parallel group's receive slabs (the MoE layers' worst-case rows). */
 size_t mg_memory_tp_window_bytes(const mg_gpt *g, int mbs, mg_dtype compute);
 size_t mg_memory_ep_window_bytes(const mg_gpt *g, mg_dtype compute);
+/* A gradient buffer's data-parallel window (MG_DP_EXCHANGE=copies, train/trainer_peer.c): with the
+ * distributed optimizer over more than one rank and buckets that overlap the backward
+ * (--overlap-grad-reduce, several buckets), its largest bucket's fp32 bytes, at most
+ * MG_MEMORY_DP_WINDOW_MAX elements (a larger bucket goes through the group's collectives); else
+ * 0: one bucket of the whole buffer has nothing to hide behind, and a window of it would double
+ * the gradients' memory. */
+#define MG_MEMORY_DP_WINDOW_MAX ((int64_t)1 << 28)
+size_t mg_memory_dp_window_bytes(const mg_grad_buffer_layout *l);
 
 #endif

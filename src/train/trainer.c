@@ -61,11 +61,11 @@ static mg_status set_batch_shape(mg_trainer *t) {
 }
 
 /* The model's hooks (model/gpt.h) drive the data-parallel overlap (parallel/ddp.h) and, in the
- * step's last backward, the sequence-parallel gradient sync: a norm weight's (or a row-parallel
- * bias's) gradient holds only this rank's tokens and is all-reduced over tp (Megatron's
- * _allreduce_layernorm_grads) before its bucket's data-parallel reduction starts: a hook's
- * gradients in one grouped call as soon as they are complete, or, where no data-parallel
- * reduction overlaps the backward, all of them in one call at its end (sync_sp_grads). */
+ * step's last backward, the sequence-parallel gradient sync: a norm's weight and bias gradient
+ * holds only this rank's tokens and is all-reduced over tp (Megatron's _allreduce_layernorm_grads)
+ * before its bucket's data-parallel reduction starts: a hook's gradients in one grouped call as
+ * soon as they are complete, or, where no data-parallel reduction overlaps the backward, all of
+ * them in one call at its end (sync_sp_grads). */
 static mg_status hook_params_needed(void *ctx, const int *idx, int n) {
     mg_trainer *t = ctx;
     for (int b = 0; b < t->bufs.n; b++)

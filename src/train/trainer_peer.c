@@ -170,17 +170,23 @@ static mg_status bind_dp(mg_trainer *t) {
         /* one rank; a window of the backend's kind of memory (as bind_tp) */
         if (!g || !t->ddp[b].l || mg_comm_device_buffers(g) != (t->be->device != MG_DEVICE_CPU))
             continue;
-        const char *why = "the backend copies into no peer's memory";
-        size_t bytes = (size_t)mg_grad_buffer_largest_bucket(&t->bufs.b[b].layout) * sizeof(float);
+        size_t bytes = mg_memory_dp_window_bytes(&t->bufs.b[b].layout);
+        const char *why = bytes == 0 ? "one bucket: nothing beside it to hide"
+                                     : "the backend copies into no peer's memory";
         const mg_peer_window *pw = NULL;
-        if (can) MG_CHECK(window(t, MG_TRAIN_PEER_DP + b, g, bytes, &pw, &why));
+        if (can && bytes > 0) MG_CHECK(window(t, MG_TRAIN_PEER_DP + b, g, bytes, &pw, &why));
         mg_ddp_bind_peer(&t->ddp[b], pw);
         const bool self = mg_comm_rank(g) == 0 && t->layout.tp_rank == 0 && t->layout.pp_rank == 0;
+        /* a bucket above the window's size goes through the group's collectives */
+        const bool whole =
+            mg_grad_buffer_largest_bucket(&t->bufs.b[b].layout) <= MG_MEMORY_DP_WINDOW_MAX;
         if (pw)
             mg_log_self(self,
                         "> data-parallel exchanges (buffer %d): reduce-scatters and gathers by "
-                        "copies into the peers' memory (peer-mapped memory, %.1f MiB per rank)",
-                        b, (double)bytes / 1048576.0);
+                        "copies into the peers' memory (peer-mapped memory, %.1f MiB per rank)%s",
+                        b, (double)bytes / 1048576.0,
+                        whole ? ""
+                              : "; buckets above 2^28 elements through the group's collectives");
         else
             mg_log_self(self, "> data-parallel exchanges (buffer %d): the group's collectives (%s)",
                         b, why);

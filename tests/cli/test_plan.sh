@@ -47,6 +47,13 @@ expect_json plan_peer_windows_sp '"peer_windows":16384' "${PW[@]}" --tensor-mode
 expect_json plan_peer_windows_ep '"peer_windows":65536' "${PW[@]}" --num-experts 4 \
     --moe-router-topk 2 --expert-model-parallel-size 2
 expect_json plan_peer_windows_none '"peer_windows":0' "${PW[@]}" --tensor-model-parallel-size 2
+# DP 2 with the distributed optimizer and overlapped buckets (--ddp-bucket-size 40000: buckets of
+# 50048, 50048 and 10368 elements): the largest bucket's fp32 bytes, 50048 x 4 = 200192; with one
+# bucket of everything (no --overlap-grad-reduce) none, the collectives take it
+expect_json plan_peer_windows_dp '"peer_windows":200192' "${PW[@]}" --use-distributed-optimizer \
+    --overlap-grad-reduce --ddp-bucket-size 40000
+expect_json plan_peer_windows_dp_one_bucket '"peer_windows":0' "${PW[@]}" \
+    --use-distributed-optimizer
 expect_json plan_tp_params '"params_total":120576,"params_per_tp_rank":62784' "${TPM[@]}"
 expect_json plan_tp_qkv \
     '{"name":"decoder.layers.0.self_attention.linear_qkv.weight","global_shape":[192,64],"shape":[96,64],"tp_split_dim":0,"tp_split_chunks":1,"sequence_parallel":false}' \

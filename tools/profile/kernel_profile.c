@@ -18,7 +18,8 @@
  *                  activity (default: all).
  *   KPROF_STEPS    the steps the window holds: times are shown divided by it (default 1).
  *   KPROF_OUT      the file the table goes to (default stderr); KPROF_TOP rows (default 40).
- *   KPROF_TRACE    a path prefix: the window's last step, record by record, goes to
+ *   KPROF_TRACE    a path prefix: the window's last step (between the last two KPROF_MARK
+ *                  launches, else the last span / KPROF_STEPS), record by record, goes to
  *                  PREFIX.PID.tsv (start and end in us from the step's start, the stream's
  *                  id, the name), to read a timeline where the tables do not say enough.
  * The header line gives the window's span, the time some kernel or copy was running (the union
@@ -165,13 +166,15 @@ static void idle_table(FILE *f, double steps, double idle_ns, int after) {
     }
 }
 
-/* KPROF_TRACE: the records starting in [end - step_ns, end), sorted by start already. */
-static void write_trace(const char *prefix, uint64_t end, double step_ns) {
+/* KPROF_TRACE: the records starting in [from, end), sorted by start already. */
+static void write_trace(const char *prefix, uint64_t from, uint64_t end) {
     char path[4096];
     snprintf(path, sizeof path, "%s.%ld.tsv", prefix, (long)getpid());
     FILE *t = fopen(path, "w");
-    if (!t) return;
-    const uint64_t from = end - (uint64_t)step_ns;
+    if (!t) {
+        fprintf(stderr, "kernel_profile: cannot write the trace %s\n", path);
+        return;
+    }
     fprintf(t, "start_us\tend_us\tstream\tname\n");
     for (size_t i = 0; i < g_n; i++) {
         const kp_rec *r = &g_recs[i];
@@ -196,13 +199,14 @@ static void report(void) {
     for (size_t i = 0; i < g_n; i++)
         if (g_recs[i].end > last) last = g_recs[i].end;
     double last_ms = env_num("KPROF_LAST_MS", 0.0), steps = env_num("KPROF_STEPS", 1.0);
-    uint64_t from = 0, to = UINT64_MAX;
+    uint64_t from = 0, to = UINT64_MAX, step_from = 0; /* step_from: the last step's start */
     const char *mark = getenv("KPROF_MARK");
     if (mark && *mark) {
         size_t n_mark = 0, want = (size_t)(steps < 1 ? 1 : steps) + 1;
         for (size_t i = g_n; i-- > 0;)
             if (strstr(g_names[g_recs[i].name].name, mark) && ++n_mark <= want) {
                 if (n_mark == 1) to = g_recs[i].start;
+                if (n_mark == 2) step_from = g_recs[i].start;
                 from = g_recs[i].start;
             }
         if (n_mark < want) {
@@ -246,7 +250,8 @@ static void report(void) {
     double span = (double)(last - first);
     /* before g_names is sorted: the records name it by index */
     const char *trace = getenv("KPROF_TRACE");
-    if (trace && *trace) write_trace(trace, last, span / steps);
+    if (trace && *trace)
+        write_trace(trace, step_from ? step_from : last - (uint64_t)(span / steps), last);
     fprintf(f,
             "kernel_profile: %zu records in a window of %.3f ms (%.3f ms per step over %g): "
             "device busy %.3f ms per step (%.1f%%), kernels %.3f ms per step\n",

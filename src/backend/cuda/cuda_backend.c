@@ -322,8 +322,9 @@ void mg_cuda_destroy(mg_backend *be) {
         if (c->comm_stream) (void)cudaStreamSynchronize(c->comm_stream);
         if (c->tp_stream) (void)cudaStreamSynchronize(c->tp_stream);
         if (c->pp_stream) (void)cudaStreamSynchronize(c->pp_stream);
-        for (int i = 0; i < MG_CUDA_COPY_STREAMS; i++)
-            if (c->copy_stream[i]) (void)cudaStreamSynchronize(c->copy_stream[i]);
+        for (int s = 0; s < MG_STREAMS; s++)
+            for (int i = 0; i < MG_CUDA_COPY_STREAMS; i++)
+                if (c->copy_stream[s][i]) (void)cudaStreamSynchronize(c->copy_stream[s][i]);
         MG_CUDA_BY_DTYPE(be, attention_cudnn_destroy)(be);
         mg_cuda_staging_destroy(c);
         if (c->workspace) (void)cudaFree(c->workspace);
@@ -332,11 +333,13 @@ void mg_cuda_destroy(mg_backend *be) {
         if (c->comm_stream) (void)cudaStreamDestroy(c->comm_stream);
         if (c->tp_stream) (void)cudaStreamDestroy(c->tp_stream);
         if (c->pp_stream) (void)cudaStreamDestroy(c->pp_stream);
-        for (int i = 0; i < MG_CUDA_COPY_STREAMS; i++) {
-            if (c->copy_stream[i]) (void)cudaStreamDestroy(c->copy_stream[i]);
-            if (c->copy_join[i]) (void)cudaEventDestroy(c->copy_join[i]);
+        for (int s = 0; s < MG_STREAMS; s++) {
+            for (int i = 0; i < MG_CUDA_COPY_STREAMS; i++) {
+                if (c->copy_stream[s][i]) (void)cudaStreamDestroy(c->copy_stream[s][i]);
+                if (c->copy_join[s][i]) (void)cudaEventDestroy(c->copy_join[s][i]);
+            }
+            if (c->copy_fork[s]) (void)cudaEventDestroy(c->copy_fork[s]);
         }
-        if (c->copy_fork) (void)cudaEventDestroy(c->copy_fork);
         for (int i = 0; i < MG_STREAMS; i++)
             if (c->order_event[i]) (void)cudaEventDestroy(c->order_event[i]);
         for (int i = 0; i < MG_STREAM_MARKS; i++)
@@ -410,12 +413,14 @@ static mg_status cuda_setup(mg_backend *be, int device) {
     if (c->copy_split < 1 || c->copy_split > MG_CUDA_COPY_STREAMS)
         return MG_FAIL(MG_ERR_USAGE, "MG_PEER_COPY_STREAMS=%s: expected 1 to %d (default 1)",
                        mg_env_str("MG_PEER_COPY_STREAMS", ""), MG_CUDA_COPY_STREAMS);
-    for (int i = 0; i < MG_CUDA_COPY_STREAMS; i++) {
-        MG_CUDA_CHECK(
-            cudaStreamCreateWithPriority(&c->copy_stream[i], cudaStreamNonBlocking, greatest));
-        MG_CUDA_CHECK(cudaEventCreateWithFlags(&c->copy_join[i], cudaEventDisableTiming));
+    for (int s = 0; s < MG_STREAMS && c->copy_split > 1; s++) {
+        for (int i = 0; i < c->copy_split; i++) {
+            MG_CUDA_CHECK(cudaStreamCreateWithPriority(&c->copy_stream[s][i], cudaStreamNonBlocking,
+                                                       greatest));
+            MG_CUDA_CHECK(cudaEventCreateWithFlags(&c->copy_join[s][i], cudaEventDisableTiming));
+        }
+        MG_CUDA_CHECK(cudaEventCreateWithFlags(&c->copy_fork[s], cudaEventDisableTiming));
     }
-    MG_CUDA_CHECK(cudaEventCreateWithFlags(&c->copy_fork, cudaEventDisableTiming));
     for (int i = 0; i < MG_STREAMS; i++)
         MG_CUDA_CHECK(cudaEventCreateWithFlags(&c->order_event[i], cudaEventDisableTiming));
     for (int i = 0; i < MG_STREAM_MARKS; i++)

@@ -29,10 +29,11 @@ typedef struct {
     cudaStream_t tp_stream;   /* tensor-parallel overlap stream (MG_STREAM_TP) */
     cudaStream_t pp_stream;   /* the pipeline's messages (MG_STREAM_PP) */
     /* peer_reduce.cu: a copy into a peer's memory split over copy_split streams
-     * (MG_PEER_COPY_STREAMS), so that several copy engines move it; forked from and joined to
-     * the caller's stream by the events */
-    cudaStream_t copy_stream[MG_CUDA_COPY_STREAMS];
-    cudaEvent_t copy_fork, copy_join[MG_CUDA_COPY_STREAMS];
+     * (MG_PEER_COPY_STREAMS > 1), so that several copy engines move it; a set for each calling
+     * stream (a TP copy never queues behind a data-parallel one), forked from and joined to it
+     * by the events; created only where copy_split > 1 */
+    cudaStream_t copy_stream[MG_STREAMS][MG_CUDA_COPY_STREAMS];
+    cudaEvent_t copy_fork[MG_STREAMS], copy_join[MG_STREAMS][MG_CUDA_COPY_STREAMS];
     int copy_split;
     cudaEvent_t order_event[MG_STREAMS]; /* stream_wait\'s, one per signalling stream */
     cudaEvent_t marks[MG_STREAM_MARKS];  /* stream_mark's slots */

@@ -31,11 +31,12 @@ static mg_status bases_of(const mg_peer_window *pw, const char *what, mg_peer_ba
 }
 
 /* The copies to the peers of one call: src (+ q x stride) to dst[q] for every q != rank, in
- * order with stream st. With the backend's copy_split > 1 (MG_PEER_COPY_STREAMS) each copy is
- * cut into that many pieces (256-byte aligned), piece i of every copy on copy stream i, forked
- * from st and joined back to it by events, so that as many copy engines move them at once. */
-static mg_status copy_out(mg_backend *be, cudaStream_t st, char *const *dst, const char *src,
-                          size_t stride, size_t bytes, int P, int rank) {
+ * order with stream s (st). With the backend's copy_split > 1 (MG_PEER_COPY_STREAMS) each copy
+ * is cut into that many pieces (256-byte aligned), piece i of every copy on s's copy stream i,
+ * forked from st and joined back to it by events, so that as many copy engines move them at
+ * once. */
+static mg_status copy_out(mg_backend *be, mg_stream_id s, cudaStream_t st, char *const *dst,
+                          const char *src, size_t stride, size_t bytes, int P, int rank) {
     mg_cuda_ctx *c = mg_cuda_ctx_of(be);
     const int k = bytes >= ((size_t)1 << 20) ? c->copy_split : 1; /* small copies whole */
     if (k <= 1) {
@@ -47,18 +48,20 @@ static mg_status copy_out(mg_backend *be, cudaStream_t st, char *const *dst, con
         return MG_OK;
     }
     const size_t piece = ((bytes + (size_t)k - 1) / (size_t)k + 255) & ~(size_t)255;
-    MG_CUDA_CHECK(cudaEventRecord(c->copy_fork, st));
+    cudaStream_t *cs = c->copy_stream[s];
+    cudaEvent_t *join = c->copy_join[s];
+    MG_CUDA_CHECK(cudaEventRecord(c->copy_fork[s], st));
     for (int j = 0; j < k; j++) {
         const size_t at = (size_t)j * piece;
-        MG_CUDA_CHECK(cudaStreamWaitEvent(c->copy_stream[j], c->copy_fork, 0));
+        MG_CUDA_CHECK(cudaStreamWaitEvent(cs[j], c->copy_fork[s], 0));
         for (int i = 1; i < P && at < bytes; i++) {
             const int q = (rank + i) % P;
             const size_t n = bytes - at < piece ? bytes - at : piece;
             MG_CUDA_CHECK(cudaMemcpyAsync(dst[q] + at, src + (size_t)q * stride + at, n,
-                                          cudaMemcpyDefault, c->copy_stream[j]));
+                                          cudaMemcpyDefault, cs[j]));
         }
-        MG_CUDA_CHECK(cudaEventRecord(c->copy_join[j], c->copy_stream[j]));
-        MG_CUDA_CHECK(cudaStreamWaitEvent(st, c->copy_join[j], 0));
+        MG_CUDA_CHECK(cudaEventRecord(join[j], cs[j]));
+        MG_CUDA_CHECK(cudaStreamWaitEvent(st, join[j], 0));
     }
     return MG_OK;
 }
@@ -107,7 +110,7 @@ extern "C" mg_status mg_cuda_peer_push(mg_backend *be, const mg_peer_window *pw,
     MG_CUDA_CHECK_LAUNCH();
     char *dst[MG_PEER_MAX];
     for (int q = 0; q < P; q++) dst[q] = pb.base[q] + (size_t)r * bytes;
-    MG_CHECK(copy_out(be, st, dst, (const char *)src, stride, bytes, P, r));
+    MG_CHECK(copy_out(be, s, st, dst, (const char *)src, stride, bytes, P, r));
     raise_kernel<<<1, MG_PEER_MAX, 0, st>>>(pb, pw->bytes, P, r, PR_READY);
     MG_CUDA_CHECK_LAUNCH();
     return MG_OK;
@@ -120,7 +123,8 @@ static __global__ void meet_kernel(mg_peer_bases pb, size_t bytes, int P, int ra
     const int q = threadIdx.x;
     const uint32_t e = *own_epoch(pb, bytes, rank, b) + 1;
     __threadfence_system();
-    if (q < P && q != rank) *mg_peer_flag(pb.base[q], bytes, rank, b) = e;
+    const bool gone = pb.abort && *pb.abort; /* the world failed: touch no peer's memory */
+    if (q < P && q != rank && !gone) *mg_peer_flag(pb.base[q], bytes, rank, b) = e;
     if (q < P && q != rank) mg_peer_wait(mg_peer_flag(pb.base[rank], bytes, q, b), e, pb.abort);
     __threadfence_system();
     __syncthreads();
@@ -139,7 +143,7 @@ extern "C" mg_status mg_cuda_peer_put(mg_backend *be, const mg_peer_window *pw, 
     if (P == 1) return MG_OK;
     meet_kernel<<<1, MG_PEER_MAX, 0, st>>>(pb, pw->bytes, P, r, PR_ARRIVE);
     MG_CUDA_CHECK_LAUNCH();
-    MG_CHECK(copy_out(be, st, (char *const *)dst, (const char *)src, 0, bytes, P, r));
+    MG_CHECK(copy_out(be, s, st, (char *const *)dst, (const char *)src, 0, bytes, P, r));
     meet_kernel<<<1, MG_PEER_MAX, 0, st>>>(pb, pw->bytes, P, r, PR_DONE);
     MG_CUDA_CHECK_LAUNCH();
     return MG_OK;
