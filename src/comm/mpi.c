@@ -412,6 +412,15 @@ static mg_status mpi_sync(mg_comm *c, void *stream) {
 
 /* ---- peer-mapped memory: MPI's shared-memory windows (the group's ranks on one node) ---- */
 
+/* mg_peer_window's progress: MPI moves this process's messages in flight while a host waits
+ * (Open MPI's progress engine is the process's, so a probe on the group's communicator serves
+ * every pending send and receive). */
+static void mpi_progress(void *ctx) {
+    int flag = 0;
+    (void)MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, ((mpi_group *)ctx)->comm, &flag,
+                     MPI_STATUS_IGNORE);
+}
+
 static mg_status mpi_peer_alloc(mg_comm *c, size_t bytes, mg_peer_window *out) {
     mpi_group *g = G(c);
     if (c->size > MG_PEER_MAX)
@@ -453,8 +462,12 @@ static mg_status mpi_peer_alloc(mg_comm *c, size_t bytes, mg_peer_window *out) {
         return mpi_error(c, "MPI_Win_allocate_shared", rc);
     }
     memset(base, 0, total);
-    *out = (mg_peer_window){
-        .n = c->size, .rank = c->rank, .bytes = bytes, .timeout_s = c->w->timeout_s};
+    *out = (mg_peer_window){.n = c->size,
+                            .rank = c->rank,
+                            .bytes = bytes,
+                            .timeout_s = c->w->timeout_s,
+                            .progress = mpi_progress,
+                            .progress_ctx = g};
     for (int q = 0; q < c->size; q++) {
         MPI_Aint size = 0;
         int disp = 0;

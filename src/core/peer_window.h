@@ -28,6 +28,11 @@ typedef struct {
     const volatile uint32_t *abort;
     double timeout_s; /* a host's wait for a peer (the CPU backend's) gives up after this: the
                          world's timeout; 0: never */
+    /* called now and then while a host waits for a peer (NULL: nothing): the MPI backend's
+     * drives its progress, so that this rank's own messages in flight (a pipeline's sends) move
+     * while it waits, and the peer it waits for is not itself waiting on them */
+    void (*progress)(void *ctx);
+    void *progress_ctx;
 } mg_peer_window;
 
 #endif

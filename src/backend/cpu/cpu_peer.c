@@ -37,6 +37,7 @@ static mg_status wait_all(const mg_peer_window *pw, int wait, uint32_t epoch, co
         const uint32_t *f = flag_of(pw, pw->rank, q, wait);
         for (unsigned i = 1; (int32_t)(__atomic_load_n(f, __ATOMIC_ACQUIRE) - epoch) < 0; i++) {
             if ((i & 255u) != 0) continue;
+            if (pw->progress) pw->progress(pw->progress_ctx);
             sched_yield();
             if (pw->abort && *pw->abort)
                 return MG_FAIL(MG_ERR_COMM, "%s: the world failed while rank %d waited for rank %d",
