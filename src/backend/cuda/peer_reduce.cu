@@ -83,16 +83,24 @@ static __global__ void wait_kernel(mg_peer_bases pb, size_t bytes, int P, int ra
     __threadfence_system(); /* what the peers wrote before their flags, before what follows */
 }
 
-/* This rank's count of entry b goes up by one, and the new count is raised as entry b of this
- * rank's flags in every peer's buffer, after what this stream did before. */
-static __global__ void raise_kernel(mg_peer_bases pb, size_t bytes, int P, int rank, int b) {
+/* This rank's next count of entry b, raised by thread q as entry b of this rank's flags in peer
+ * q's buffer, after what this stream did before (no peer's memory is touched once the world has
+ * failed). */
+static __device__ __forceinline__ uint32_t raise_peers(const mg_peer_bases &pb, size_t bytes, int P,
+                                                       int rank, int b) {
     const int q = threadIdx.x;
     const uint32_t e = *own_epoch(pb, bytes, rank, b) + 1;
     __threadfence_system();
-    const bool gone = pb.abort && *pb.abort; /* the world failed: touch no peer's memory */
+    const bool gone = pb.abort && *pb.abort;
     if (q < P && q != rank && !gone) *mg_peer_flag(pb.base[q], bytes, rank, b) = e;
+    return e;
+}
+
+/* This rank's count of entry b goes up by one and is raised in every peer's buffer. */
+static __global__ void raise_kernel(mg_peer_bases pb, size_t bytes, int P, int rank, int b) {
+    const uint32_t e = raise_peers(pb, bytes, P, rank, b);
     __syncthreads();
-    if (q == 0) *own_epoch(pb, bytes, rank, b) = e;
+    if (threadIdx.x == 0) *own_epoch(pb, bytes, rank, b) = e;
 }
 
 extern "C" mg_status mg_cuda_peer_push(mg_backend *be, const mg_peer_window *pw, const void *src,
@@ -121,10 +129,7 @@ extern "C" mg_status mg_cuda_peer_push(mg_backend *be, const mg_peer_window *pw,
  * raised b in this rank's buffer as far. */
 static __global__ void meet_kernel(mg_peer_bases pb, size_t bytes, int P, int rank, int b) {
     const int q = threadIdx.x;
-    const uint32_t e = *own_epoch(pb, bytes, rank, b) + 1;
-    __threadfence_system();
-    const bool gone = pb.abort && *pb.abort; /* the world failed: touch no peer's memory */
-    if (q < P && q != rank && !gone) *mg_peer_flag(pb.base[q], bytes, rank, b) = e;
+    const uint32_t e = raise_peers(pb, bytes, P, rank, b);
     if (q < P && q != rank) mg_peer_wait(mg_peer_flag(pb.base[rank], bytes, q, b), e, pb.abort);
     __threadfence_system();
     __syncthreads();
