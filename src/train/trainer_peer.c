@@ -20,9 +20,8 @@ static mg_status choice(const char *name, const char *peer, const char *other, b
 
 /* Window k of `bytes` per rank over group g, or NULL with *why saying why not (the group cannot
  * map its peers' memory: the error's message; a failure of another kind stops the run). */
-static mg_status window(mg_trainer *t, int k, mg_comm *g, size_t bytes, const mg_peer_window **out,
-                        const char **why) {
-    mg_train_memory *m = &t->mem;
+static mg_status window(mg_train_memory *m, int k, mg_comm *g, size_t bytes,
+                        const mg_peer_window **out, const char **why) {
     *out = NULL;
     mg_status st = mg_comm_peer_window_alloc(g, bytes, &m->peer[k]);
     if (st == MG_OK) {
@@ -47,7 +46,7 @@ static mg_status bind_ep(mg_trainer *t) {
     if (stores && !t->be->moe_put_rows) why = "the backend stores into no peer's memory";
     size_t bytes = mg_memory_ep_window_bytes(&t->model, t->be->compute_dtype);
     if (stores && t->be->moe_put_rows)
-        MG_CHECK(window(t, MG_TRAIN_PEER_EP, w->ep, bytes, &w->peer, &why));
+        MG_CHECK(window(&t->mem, MG_TRAIN_PEER_EP, w->ep, bytes, &w->peer, &why));
     const bool self = t->layout.ep_rank == 0 && t->layout.dp_rank == 0;
     if (w->peer)
         mg_log_self(self,
@@ -65,17 +64,16 @@ static mg_status bind_ep(mg_trainer *t) {
 
 static mg_status arena_alloc(void *ctx, size_t bytes, void **out) {
     mg_peer_arena *a = ctx;
-    mg_train_memory *m = a->memory;
-    mg_status st = mg_comm_peer_window_alloc(a->group, bytes, &m->peer[a->k]);
-    a->mapped = st == MG_OK;
-    if (st == MG_OK) {
-        m->peer_group[a->k] = a->group;
-        *out = m->peer[a->k].base[m->peer[a->k].rank];
+    const mg_peer_window *pw = NULL;
+    const char *why = "";
+    MG_CHECK(window(a->memory, a->k, a->group, bytes, &pw, &why));
+    a->mapped = pw != NULL;
+    if (pw) {
+        *out = pw->base[pw->rank];
         return MG_OK;
     }
-    if (st != MG_ERR_UNSUPPORTED) return st;
     mg_log_self(a->log, "> sequence-parallel gathers: through the window's slots (the %s: %s)",
-                a->name, mg_error_message());
+                a->name, why);
     mg_error_clear();
     return a->fallback->alloc(a->fallback->ctx, bytes, out);
 }
@@ -139,7 +137,7 @@ static mg_status bind_tp(mg_trainer *t) {
     size_t bytes =
         mg_memory_tp_window_bytes(&t->model, t->cfg.micro_batch_size, t->be->compute_dtype);
     const mg_peer_window *pw = NULL;
-    if (copies && can) MG_CHECK(window(t, MG_TRAIN_PEER_TP, t->layout.tp, bytes, &pw, &why));
+    if (copies && can) MG_CHECK(window(&t->mem, MG_TRAIN_PEER_TP, t->layout.tp, bytes, &pw, &why));
     mg_tp_bind_peer(tp, pw);
     const mg_train_memory *m = &t->mem;
     mg_tp_bind_direct(
@@ -174,7 +172,7 @@ static mg_status bind_dp(mg_trainer *t) {
         const char *why = bytes == 0 ? "one bucket: nothing beside it to hide"
                                      : "the backend copies into no peer's memory";
         const mg_peer_window *pw = NULL;
-        if (can && bytes > 0) MG_CHECK(window(t, MG_TRAIN_PEER_DP + b, g, bytes, &pw, &why));
+        if (can && bytes > 0) MG_CHECK(window(&t->mem, MG_TRAIN_PEER_DP + b, g, bytes, &pw, &why));
         mg_ddp_bind_peer(&t->ddp[b], pw);
         const bool self = mg_comm_rank(g) == 0 && t->layout.tp_rank == 0 && t->layout.pp_rank == 0;
         /* a bucket above the window's size goes through the group's collectives */
