@@ -91,6 +91,12 @@ mg_status mg_backend_comm_begin(mg_backend *be, void **stream) {
     return MG_OK;
 }
 
+mg_status mg_backend_peer_gather(mg_backend *be, const mg_peer_window *pw, void *whole,
+                                 const void *part, size_t bytes, mg_stream_id s) {
+    MG_CHECK(be->peer_push(be, pw, part, 0, bytes, s));
+    return be->peer_take(be, pw, whole, part, bytes, s);
+}
+
 mg_status mg_backend_comm_end(mg_backend *be) {
     return be->stream_handle ? be->stream_wait(be, MG_STREAM_COMPUTE, MG_STREAM_COMM) : MG_OK;
 }

@@ -172,6 +172,11 @@ mg_status mg_backend_cuda_probe(int device);
  * enqueued, mg_backend_comm_end makes the compute stream's later work wait for it. */
 mg_status mg_backend_comm_begin(mg_backend *be, void **stream);
 mg_status mg_backend_comm_end(mg_backend *be);
+/* An all-gather through the peer-mapped window pw on stream s (backend_ops.h's peer_push and
+ * peer_take): part (bytes) goes to every peer's slot, then every rank's block into place in
+ * whole (size blocks of bytes; part may already lie at whole + rank x bytes). */
+mg_status mg_backend_peer_gather(mg_backend *be, const mg_peer_window *pw, void *whole,
+                                 const void *part, size_t bytes, mg_stream_id s);
 /* Where arenas (core/arena.h) of this backend get their memory: NULL (host memory) on the CPU
  * backend, else an allocator built in *storage that calls be->alloc and be->free (storage must
  * outlive the arenas). */

@@ -219,14 +219,11 @@ static mg_status gather_on_comm(mg_ddp *d, int b) {
     const size_t shard = (size_t)(r.end - r.start) / (size_t)mg_comm_size(d->dp);
     if (!by_copies(d, shard, d->pdt, false))
         return mg_ddp_gather_bucket(d->l, b, d->dp, d->params, d->pdt, comm_stream(d));
-    mg_backend *be = d->be;
     mg_grad_range s;
     MG_CHECK(mg_grad_buffer_shard_range(d->l, b, mg_comm_rank(d->dp), &s));
     const size_t es = mg_dtype_size(d->pdt), bytes = (size_t)(s.end - s.start) * es;
-    MG_CHECK(be->peer_push(be, d->peer, (char *)d->params + (size_t)s.start * es, 0, bytes,
-                           MG_STREAM_COMM));
-    return be->peer_take(be, d->peer, (char *)d->params + (size_t)r.start * es, NULL, bytes,
-                         MG_STREAM_COMM);
+    return mg_backend_peer_gather(d->be, d->peer, (char *)d->params + (size_t)r.start * es,
+                                  (char *)d->params + (size_t)s.start * es, bytes, MG_STREAM_COMM);
 }
 
 /* Starts bucket next_gather's all-gather and marks its end on the communication stream. At most

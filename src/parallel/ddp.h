@@ -81,9 +81,10 @@ mg_status mg_ddp_init(mg_ddp *d, const mg_grad_buffer_layout *l, const int *inde
                       bool overlap_grad, bool overlap_param, void *bf16_stage);
 void mg_ddp_free(mg_ddp *d);
 /* With the distributed optimizer, on a backend with peer_push, peer_sum and peer_take: the
- * buckets' reduce-scatters and gathers go as copies through pw, peer-mapped memory over the
- * group of at least mg_grad_buffer_largest_bucket x 4 bytes a rank (comm.h's
- * mg_comm_peer_window_alloc), on the communication stream: each rank copies every other rank's
+ * reduce-scatters and gathers of the buckets whose shards fit pw's slots (peer-mapped memory
+ * over the group, comm.h's mg_comm_peer_window_alloc, sized by train/memory.h's
+ * mg_memory_dp_window_bytes) go as copies through it on the communication stream, the others
+ * through the group's collectives: each rank copies every other rank's
  * shard of a bucket into that rank's memory and adds what arrived to its own shard (the copy
  * engines move the data on CUDA, so the reductions beside the backward take none of its
  * multiprocessors); a gather copies this rank's shard to every peer and then what arrived into

@@ -66,10 +66,7 @@ static mg_status gather_on(const mg_tp *tp, void *whole, const void *part, size_
     const size_t bytes = n * mg_dtype_size(dt);
     void *dst[MG_PEER_MAX];
     if (direct_dst(tp, whole, bytes, dst)) return be->peer_put(be, tp->peer, dst, part, bytes, s);
-    if (by_copies(tp, bytes)) {
-        MG_CHECK(be->peer_push(be, tp->peer, part, 0, bytes, s));
-        return be->peer_take(be, tp->peer, whole, part, bytes, s);
-    }
+    if (by_copies(tp, bytes)) return mg_backend_peer_gather(be, tp->peer, whole, part, bytes, s);
     void *stream = be->stream_handle ? be->stream_handle(be, s) : NULL;
     return mg_comm_all_gather(tp->group, part, whole, n, dt, stream);
 }

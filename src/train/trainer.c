@@ -108,16 +108,15 @@ static mg_status sync_sp_grads(mg_trainer *t) {
     size_t counts[GROUP];
     int m = 0;
     for (int i = 0; i < pt->n; i++) {
-        if (pt->p[i].sequence_parallel) {
-            sums[m] = mg_gpt_grad(&t->model, i);
-            counts[m++] = (size_t)pt->p[i].numel;
-        }
-        if (m == GROUP || (m > 0 && i == pt->n - 1)) {
+        if (!pt->p[i].sequence_parallel) continue;
+        if (m == GROUP) {
             MG_CHECK(mg_tp_all_reduce_many(&t->model.tp, sums, counts, m, MG_F32, MG_REDUCE_SUM));
             m = 0;
         }
+        sums[m] = mg_gpt_grad(&t->model, i);
+        counts[m++] = (size_t)pt->p[i].numel;
     }
-    return MG_OK;
+    return mg_tp_all_reduce_many(&t->model.tp, sums, counts, m, MG_F32, MG_REDUCE_SUM);
 }
 
 /* The rank's place: its groups (a group of one rank counts as none), ranks and sizes. */

@@ -142,9 +142,10 @@ typedef struct {
     mg_comm *sym_groups[4];
     int n_sym_groups;
     bool sym_abandon; /* the run failed: free without the collective deregistration (run.c) */
-    /* peer-mapped memory (comm.h; train/trainer_peer.h): the expert-parallel group's receive
-     * slabs (model/moe_dispatch.c) and the tensor-parallel group's reduce-scatter slots
-     * (parallel/tensor_parallel.h), each on peer_group[k] (NULL: not mapped) */
+    /* peer-mapped memory (comm.h; train/trainer_peer.h), each window on peer_group[k] (NULL:
+     * not mapped): the expert-parallel group's receive slabs (model/moe_dispatch.c), the
+     * tensor-parallel group's slots (parallel/tensor_parallel.h), the activations' and
+     * workspace's arenas, each gradient buffer's data-parallel slots (parallel/ddp.h) */
     mg_peer_window peer[MG_TRAIN_PEERS];
     mg_comm *peer_group[MG_TRAIN_PEERS];
     mg_peer_arena peer_arena[2]; /* the activations' and the workspace's, where they are mapped */

@@ -18,6 +18,12 @@ static mg_status choice(const char *name, const char *peer, const char *other, b
     return MG_OK;
 }
 
+/* Whether group g's memory is the backend's kind, as a window over it must be: device memory
+ * for a device backend (NCCL), host memory for the cpu backend (MPI). */
+static bool backend_memory(const mg_trainer *t, const mg_comm *g) {
+    return mg_comm_device_buffers(g) == (t->be->device != MG_DEVICE_CPU);
+}
+
 /* Window k of `bytes` per rank over group g, or NULL with *why saying why not (the group cannot
  * map its peers' memory: the error's message; a failure of another kind stops the run). */
 static mg_status window(mg_train_memory *m, int k, mg_comm *g, size_t bytes,
@@ -126,11 +132,7 @@ static mg_status bind_tp(mg_trainer *t) {
     mg_tp_bind_peer(tp, NULL);
     bool copies;
     MG_CHECK(tp_copies(&copies));
-    /* the window's memory is the backend's kind: device memory for a device backend (NCCL), host
-     * memory for the cpu backend (MPI) */
-    if (!mc->sp || tp->size == 1 || !t->layout.tp ||
-        mg_comm_device_buffers(t->layout.tp) != (t->be->device != MG_DEVICE_CPU))
-        return MG_OK;
+    if (!mc->sp || tp->size == 1 || !t->layout.tp || !backend_memory(t, t->layout.tp)) return MG_OK;
     const char *why = "MG_TP_EXCHANGE=collectives";
     const bool can = t->be->peer_push && t->be->peer_sum;
     if (copies && !can) why = "the backend copies into no peer's memory";
@@ -165,9 +167,7 @@ static mg_status bind_dp(mg_trainer *t) {
     const bool can = t->be->peer_push && t->be->peer_sum && t->be->peer_take;
     for (int b = 0; b < t->bufs.n; b++) {
         mg_comm *g = mg_trainer_buf_group(t, b);
-        /* one rank; a window of the backend's kind of memory (as bind_tp) */
-        if (!g || !t->ddp[b].l || mg_comm_device_buffers(g) != (t->be->device != MG_DEVICE_CPU))
-            continue;
+        if (!g || !t->ddp[b].l || !backend_memory(t, g)) continue; /* one rank */
         size_t bytes = mg_memory_dp_window_bytes(&t->bufs.b[b].layout);
         const char *why = bytes == 0 ? "one bucket: nothing beside it to hide"
                                      : "the backend copies into no peer's memory";

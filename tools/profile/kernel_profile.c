@@ -125,9 +125,13 @@ static int by_start(const void *a, const void *b) {
     return x->start < y->start ? -1 : x->start > y->start;
 }
 
+/* qsort's order, largest first */
+static int desc(double x, double y) {
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
 static int by_total(const void *a, const void *b) {
-    const kp_name *x = a, *y = b;
-    return x->total_ns < y->total_ns ? 1 : x->total_ns > y->total_ns ? -1 : 0;
+    return desc(((const kp_name *)a)->total_ns, ((const kp_name *)b)->total_ns);
 }
 
 static double env_num(const char *name, double dflt) {
@@ -136,15 +140,11 @@ static double env_num(const char *name, double dflt) {
 }
 
 static int by_idle_before(const void *a, const void *b) {
-    const kp_name *x = a, *y = b;
-    return x->idle_before_ns < y->idle_before_ns   ? 1
-           : x->idle_before_ns > y->idle_before_ns ? -1
-                                                   : 0;
+    return desc(((const kp_name *)a)->idle_before_ns, ((const kp_name *)b)->idle_before_ns);
 }
 
 static int by_idle_after(const void *a, const void *b) {
-    const kp_name *x = a, *y = b;
-    return x->idle_after_ns < y->idle_after_ns ? 1 : x->idle_after_ns > y->idle_after_ns ? -1 : 0;
+    return desc(((const kp_name *)a)->idle_after_ns, ((const kp_name *)b)->idle_after_ns);
 }
 
 /* The device's idle time (idle_ns over the window) by the record that ends each gap (after = 0)

@@ -25,8 +25,14 @@
 #define PR_ARRIVE 2 /* peer_put's meetings: before its copies */
 #define PR_DONE   3 /* and after them */
 
-static mg_status bases_of(const mg_peer_window *pw, const char *what, mg_peer_bases *pb) {
+/* The window's bases, and that its slots hold blocks of `slot` bytes (as the CPU backend's
+ * check). */
+static mg_status bases_of(const mg_peer_window *pw, const char *what, size_t slot,
+                          mg_peer_bases *pb) {
     if (!mg_peer_bases_of(pw, pb)) return MG_FAIL(MG_ERR_INTERNAL, "%s: no peer window", what);
+    if ((size_t)pw->n * slot > pw->bytes)
+        return MG_FAIL(MG_ERR_INTERNAL, "%s: %d blocks of %zu bytes exceed the window", what, pw->n,
+                       slot);
     return MG_OK;
 }
 
@@ -106,10 +112,7 @@ static __global__ void raise_kernel(mg_peer_bases pb, size_t bytes, int P, int r
 extern "C" mg_status mg_cuda_peer_push(mg_backend *be, const mg_peer_window *pw, const void *src,
                                        size_t stride, size_t bytes, mg_stream_id s) {
     mg_peer_bases pb;
-    MG_CHECK(bases_of(pw, "peer_push", &pb));
-    if ((size_t)pw->n * bytes > pw->bytes)
-        return MG_FAIL(MG_ERR_INTERNAL, "peer_push: %d blocks of %zu bytes exceed the window",
-                       pw->n, bytes);
+    MG_CHECK(bases_of(pw, "peer_push", bytes, &pb));
     if (pw->n == 1 || bytes == 0) return MG_OK;
     cudaStream_t st = (cudaStream_t)be->stream_handle(be, s);
     const int P = pw->n, r = pw->rank;
@@ -139,7 +142,7 @@ static __global__ void meet_kernel(mg_peer_bases pb, size_t bytes, int P, int ra
 extern "C" mg_status mg_cuda_peer_put(mg_backend *be, const mg_peer_window *pw, void *const *dst,
                                       const void *src, size_t bytes, mg_stream_id s) {
     mg_peer_bases pb;
-    MG_CHECK(bases_of(pw, "peer_put", &pb));
+    MG_CHECK(bases_of(pw, "peer_put", 0, &pb));
     if (bytes == 0) return MG_OK;
     cudaStream_t st = (cudaStream_t)be->stream_handle(be, s);
     const int P = pw->n, r = pw->rank;
@@ -157,10 +160,7 @@ extern "C" mg_status mg_cuda_peer_put(mg_backend *be, const mg_peer_window *pw, 
 extern "C" mg_status mg_cuda_peer_take(mg_backend *be, const mg_peer_window *pw, void *dst,
                                        const void *own, size_t bytes, mg_stream_id s) {
     mg_peer_bases pb;
-    MG_CHECK(bases_of(pw, "peer_take", &pb));
-    if ((size_t)pw->n * bytes > pw->bytes)
-        return MG_FAIL(MG_ERR_INTERNAL, "peer_take: %d blocks of %zu bytes exceed the window",
-                       pw->n, bytes);
+    MG_CHECK(bases_of(pw, "peer_take", bytes, &pb));
     if (bytes == 0) return MG_OK;
     cudaStream_t st = (cudaStream_t)be->stream_handle(be, s);
     const int P = pw->n, r = pw->rank;
@@ -265,15 +265,12 @@ MG_CUDA_DTYPES(mg_status, peer_sum,
                (mg_backend * be, const mg_peer_window *pw, void *dst, const void *own, size_t n,
                 mg_dtype dt, mg_stream_id s),
                (be, pw, dst, own, n, dt, s)) {
-    mg_peer_bases pb;
-    MG_CHECK(bases_of(pw, "peer_sum", &pb));
     if (dt != MG_F32 && dt != be->compute_dtype)
         return MG_FAIL(MG_ERR_INTERNAL, "peer_sum: %s values (the compute dtype or fp32)",
                        mg_dtype_name(dt));
     const size_t slot = n * mg_dtype_size(dt);
-    if ((size_t)pw->n * slot > pw->bytes)
-        return MG_FAIL(MG_ERR_INTERNAL, "peer_sum: %d blocks of %zu values exceed the window",
-                       pw->n, n);
+    mg_peer_bases pb;
+    MG_CHECK(bases_of(pw, "peer_sum", slot, &pb));
     if (n == 0) return MG_OK;
     cudaStream_t st = (cudaStream_t)be->stream_handle(be, s);
     const int P = pw->n, r = pw->rank;
