@@ -43,9 +43,11 @@
 #           optimizer and both overlaps (micro-batch 16), the 124M-shape MoE under EP 2 (the ep
 #           part's run): tokens/s of each, the ratio, and whether the lm losses are equal at every
 #           logged iteration (they must be: the copy engines move the same bytes)
+#   dpaccum dpcopy's DP 2 by copies and one GPU at ACCUM (default 2) micro-batches a step
 #   dpcopy  350M DP 2 with the distributed optimizer and both overlaps (micro-batch 16): the
 #           buckets' exchanges by the group's collectives and by copies through peer-mapped
 #           memory (MG_DP_EXCHANGE), against one GPU: tokens/s, the share of two GPUs, lm losses
+#           (DP_EXCHANGES: only these of "collectives copies")
 #   dpbf16  350M DP 2 with the distributed optimizer and both overlaps (micro-batch 16), the
 #           gradients reduced in fp32 and with --grad-reduce-in-bf16, against one GPU: tokens/s of
 #           the last interval, the share of two GPUs, the lm losses
@@ -279,15 +281,24 @@ dpcopy)
     D=(--micro-batch-size 16 --global-batch-size 32 --use-distributed-optimizer
         --overlap-grad-reduce --overlap-param-gather)
     run dp_one 1 "${M[@]}" --micro-batch-size 16 --global-batch-size 16
-    MG_DP_EXCHANGE=collectives run dp2_collectives 2 "${M[@]}" "${D[@]}"
-    MG_DP_EXCHANGE=copies run dp2_copies 2 "${M[@]}" "${D[@]}"
+    for r in ${DP_EXCHANGES:-collectives copies}; do
+        MG_DP_EXCHANGE=$r run "dp2_$r" 2 "${M[@]}" "${D[@]}"
+    done
     a=$(field dp_one 'tokens per second')
-    for r in collectives copies; do
+    for r in ${DP_EXCHANGES:-collectives copies}; do
         b=$(field "dp2_$r" 'tokens per second')
         say "DP 2, MG_DP_EXCHANGE=$r: $b tok/s, $(share "$a" "$b") of two GPUs ($a alone);" \
             "lm losses $(losses "dp2_$r" | cut -d' ' -f1-6);" \
             "$(grep -c 'data-parallel exchanges (buffer 0): reduce-scatters and gathers by copies' "$OUTDIR/dp2_$r.log") copies line(s)"
     done ;;
+dpaccum) # as dpcopy (by copies), at ACCUM micro-batches (default 2) of 16 a rank per step
+    A=${ACCUM:-2}
+    run dpa_one 1 "${M[@]}" --micro-batch-size 16 --global-batch-size $((16 * A))
+    run dpa_two 2 "${M[@]}" --micro-batch-size 16 --global-batch-size $((32 * A)) \
+        --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather
+    a=$(field dpa_one 'tokens per second') b=$(field dpa_two 'tokens per second')
+    say "DP 2 at $A micro-batches a step: $b tok/s, $(share "$a" "$b") of two GPUs ($a alone);" \
+        "lm losses $(losses dpa_two | cut -d' ' -f1-6)" ;;
 dpbf16)
     D=(--micro-batch-size 16 --global-batch-size 32 --use-distributed-optimizer
         --overlap-grad-reduce --overlap-param-gather)
