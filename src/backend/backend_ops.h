@@ -512,7 +512,10 @@ MG_OP(moe_put_rows, OPT, OP, mg_status,
  * (stream_wait), the caller must not write src. peer_sum, on stream s: once every other
  * rank's push has arrived, dst (n values of dt: the compute dtype or fp32) = the sum over the
  * ranks in rank order, in fp32 rounded once, of own (this rank's block) and the blocks the others
- * pushed (n values each; dst may be own). peer_take, on stream s: once every other rank's push has arrived, each one's block
+ * pushed (n values each; dst may be own); then, with bias (H values) or residual (n values, may
+ * be dst), the rows of H closed as bias_residual_add closes them (the sum's rounding, then
+ * (sum + bias) + residual in fp32 rounded once: bit for bit the two calls, without the second
+ * pass; n a multiple of H; H 0 without them). peer_take, on stream s: once every other rank's push has arrived, each one's block
  * (`bytes`) is copied to dst + q x bytes (a gather), and own (this rank's block, NULL: already
  * in place) to dst + pw->rank x bytes.
  * Both then tell the peers their slots are free. CAP: the CPU backend's wait on the host (ranks
@@ -524,8 +527,9 @@ MG_OP(peer_push, CAP, RT, mg_status,
       (be, pw, src, stride, bytes, s))
 MG_OP(peer_sum, CAP, OP, mg_status,
       (mg_backend *be, const mg_peer_window *pw, void *dst /* (n) */, const void *own /* (n) */,
-       size_t n, mg_dtype dt, mg_stream_id s),
-      (be, pw, dst, own, n, dt, s))
+       size_t n, mg_dtype dt, const void *bias /* (H) or NULL */,
+       const void *residual /* (n) or NULL */, int H, mg_stream_id s),
+      (be, pw, dst, own, n, dt, bias, residual, H, s))
 /* A gather straight into the peers' memory, between two meetings of the ranks on stream s
  * through pw's flags (every rank calls it in the same order, with its own dst): after the first
  * every rank has reached this call (its earlier work, its reads of what dst held, is done),

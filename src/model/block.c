@@ -291,7 +291,7 @@ static mg_status pushed_backward(const mg_block_ctx *x, const mg_layer_params *p
     MG_CHECK(mg_fp8_linear_backward(x, p, (mg_fp8_linear)l->j, NULL, l->dw, l->dbias, l->dout, NULL,
                                     l->inp, l->w, NULL, l->IC, l->OC));
     void *mine = own_rows(x, dwhole);
-    MG_CHECK(mg_tp_push_end(x->tp, mine, mine, (size_t)x->Nl * l->IC));
+    MG_CHECK(mg_tp_push_end(x->tp, mine, mine, (size_t)x->Nl * l->IC, NULL, NULL, 0));
     return norm_backward_reduced(x, dx, dwhole, in, mean, rstd, w, b);
 }
 
@@ -392,13 +392,14 @@ static mg_status product_part(const mg_block_ctx *x, const void *ctx, int r0, in
 
 /* The row-parallel product inp (N,IC) w^T under SP with its reduce-scatter as copies: the other
  * ranks' rows into part first, pushed to them while this rank's own rows compute; out (Nl,H) =
- * this rank's rows summed. */
+ * this rank's rows summed, then + bias + residual (either may be NULL) in the sum's own pass. */
 static mg_status pushed_product(const mg_block_ctx *x, void *out, void *part, const void *inp,
-                                const void *w, int IC) {
+                                const void *w, int IC, const void *bias, const void *residual) {
     const int H = x->c->H, Nl = x->Nl;
     const product_rows q = {part, inp, w, IC};
     MG_CHECK(push_beside(x, part, H, product_part, &q));
-    return mg_tp_push_end(x->tp, out, rows_at(x, part, x->tp->rank * Nl, H), (size_t)Nl * H);
+    return mg_tp_push_end(x->tp, out, rows_at(x, part, x->tp->rank * Nl, H), (size_t)Nl * H, bias,
+                          residual, H);
 }
 
 mg_status mg_block_row_parallel_forward(const mg_block_ctx *x, const mg_layer_params *p, int j,
@@ -410,11 +411,13 @@ mg_status mg_block_row_parallel_forward(const mg_block_ctx *x, const mg_layer_pa
     if (x->tp->size == 1 && !drop) /* bias and residual ride in the GEMM */
         return mg_fp8_linear_forward(x, p, (mg_fp8_linear)j, out, NULL, inp, w, bias, residual, IC,
                                      c->H);
-    /* the (partial) product, reduced; bias, dropout and residual once, after the reduction */
+    /* the (partial) product, reduced; bias, dropout and residual once, after the reduction (by
+     * copies without dropout: in the sum's pass) */
     void *part = c->sp ? mg_block_ws_ptr(x, x->ws->part) : out;
     int K = reduce_chunks(x, p);
     if (sp_push(x, p)) {
-        MG_CHECK(pushed_product(x, out, part, inp, w, IC));
+        if (!drop) return pushed_product(x, out, part, inp, w, IC, bias, residual);
+        MG_CHECK(pushed_product(x, out, part, inp, w, IC, NULL, NULL));
     } else if (K > 1) {
         MG_CHECK(chunked_product(x, out, part, inp, w, IC, K));
     } else {

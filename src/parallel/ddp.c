@@ -129,7 +129,7 @@ static mg_status reduce_copies(mg_ddp *d, int bucket, void *buf, mg_dtype dt, mg
     const size_t n = (size_t)(sum->end - sum->start), bytes = n * mg_dtype_size(dt);
     char *mine = (char *)buf + (size_t)(sum->start - b.start) * mg_dtype_size(dt);
     MG_CHECK(be->peer_push(be, d->peer, buf, bytes, bytes, MG_STREAM_COMM));
-    return be->peer_sum(be, d->peer, mine, mine, n, dt, MG_STREAM_COMM);
+    return be->peer_sum(be, d->peer, mine, mine, n, dt, NULL, NULL, 0, MG_STREAM_COMM);
 }
 
 /* Bucket b's reduction in place in buf (its values of dt), on the communication stream: by

@@ -143,8 +143,10 @@ mg_status mg_tp_push_begin(const mg_tp *tp, const void *whole, size_t n, mg_dtyp
     return be->peer_push(be, tp->peer, whole, bytes, bytes, MG_STREAM_TP);
 }
 
-mg_status mg_tp_push_end(const mg_tp *tp, void *part, const void *own, size_t n) {
+mg_status mg_tp_push_end(const mg_tp *tp, void *part, const void *own, size_t n, const void *bias,
+                         const void *residual, int H) {
     mg_backend *be = tp->be;
-    MG_CHECK(be->peer_sum(be, tp->peer, part, own, n, be->compute_dtype, MG_STREAM_COMPUTE));
+    MG_CHECK(be->peer_sum(be, tp->peer, part, own, n, be->compute_dtype, bias, residual, H,
+                          MG_STREAM_COMPUTE));
     return mg_tp_join(tp);
 }

@@ -95,8 +95,10 @@ bool mg_tp_pushes(const mg_tp *tp);
  * must not write whole. */
 mg_status mg_tp_push_begin(const mg_tp *tp, const void *whole, size_t n, mg_dtype dt);
 /* part (n) = own (this rank's block of its push; part may be own) plus what the other ranks
- * pushed to this one, summed in rank order; the compute stream's later work then waits for this
- * rank's push. */
-mg_status mg_tp_push_end(const mg_tp *tp, void *part, const void *own, size_t n);
+ * pushed to this one, summed in rank order, then with bias (H) or residual (n) closed as the
+ * backend's bias_residual_add closes rows of H (in the same pass: the backend's peer_sum; H 0
+ * without them); the compute stream's later work then waits for this rank's push. */
+mg_status mg_tp_push_end(const mg_tp *tp, void *part, const void *own, size_t n, const void *bias,
+                         const void *residual, int H);
 
 #endif

@@ -10,6 +10,9 @@
  *    no 16-byte vectors;
  *  - fp32 sums on the communication stream, as the data-parallel gradients take them (the host's
  *    order: exact);
+ *  - sums that close rows of H with a bias and a residual (a row-parallel layer's end) against
+ *    the plain sum followed by bias_residual_add: bit for bit, with 16-byte vectors and without,
+ *    bias and residual together and the bias alone;
  *  - gathers, each rank's block to every rank (exact): pushed and taken into place, the same
  *    from a copy of the block elsewhere, and put straight into the other ranks' buffers between
  *    the meetings (twice);
@@ -64,7 +67,7 @@ static void check_ranks(mg_test_ctx *t, mg_backend *const *be, int P, const size
             if (st != MG_OK) goto out; /* a sum would wait for ever */
             MG_EXPECT_OK(be[s]->peer_sum(be[s], &pw[s], d_dst[s],
                                          (char *)d_src[s] + (size_t)s * n * esz, n,
-                                         be[s]->compute_dtype, MG_STREAM_COMPUTE));
+                                         be[s]->compute_dtype, NULL, NULL, 0, MG_STREAM_COMPUTE));
             MG_EXPECT_OK(be[s]->stream_wait(be[s], MG_STREAM_COMPUTE, MG_STREAM_TP));
         }
         for (int s = 0; s < P; s++) MG_EXPECT_OK(be[s]->synchronize(be[s]));
@@ -95,7 +98,8 @@ static void check_ranks(mg_test_ctx *t, mg_backend *const *be, int P, const size
             MG_EXPECT_OK(st);
             if (st != MG_OK) goto out;
             float *mine = (float *)d_src[s] + (size_t)s * n;
-            MG_EXPECT_OK(be[s]->peer_sum(be[s], &pw[s], mine, mine, n, MG_F32, MG_STREAM_COMM));
+            MG_EXPECT_OK(be[s]->peer_sum(be[s], &pw[s], mine, mine, n, MG_F32, NULL, NULL, 0,
+                                         MG_STREAM_COMM));
             MG_EXPECT_OK(be[s]->stream_wait(be[s], MG_STREAM_COMPUTE, MG_STREAM_COMM));
         }
         for (int s = 0; s < P; s++) MG_EXPECT_OK(be[s]->synchronize(be[s]));
@@ -109,6 +113,61 @@ static void check_ranks(mg_test_ctx *t, mg_backend *const *be, int P, const size
             CT_EXPECT_CLOSE(ct_down_f32(&P_, (float *)d_src[r] + (size_t)r * n, n), ref, n, 0.0,
                             "peer_sum fp32: rank %d of %d, %zu values", r, P, n);
         }
+    }
+    /* sums closing rows: fused (bias, residual in peer_sum's pass) against peer_sum then
+     * bias_residual_add, from the same pushes: exact */
+    static const struct {
+        int size, H;
+        bool residual;
+    } tails[3] = {{0, 64, true}, {2, 37, true}, {1, 8, false}};
+    for (int round = 0; round < 3 && !P_.failed; round++) {
+        const size_t n = sizes[tails[round].size];
+        const int H = tails[round].H;
+        if (n % (size_t)H != 0) continue; /* the sizes above divide: 4096, 777, 1032 */
+        void *d_src[MAX_RANKS], *fused[MAX_RANKS], *apart[MAX_RANKS], *bias[MAX_RANKS],
+            *res[MAX_RANKS];
+        for (int s = 0; s < P; s++) {
+            const uint32_t seed = 1100 + 10 * (uint32_t)round + (uint32_t)s;
+            d_src[s] = ct_up_act(&P_, ct_rand_act(&P_, seed, (size_t)P * n, 1.0f), (size_t)P * n);
+            bias[s] = ct_up_act(&P_, ct_rand_act(&P_, seed + 500, (size_t)H, 1.0f), (size_t)H);
+            res[s] = tails[round].residual
+                         ? ct_up_act(&P_, ct_rand_act(&P_, seed + 700, n, 1.0f), n)
+                         : NULL;
+            fused[s] = ct_poison_act(&P_, n);
+            apart[s] = ct_poison_act(&P_, n);
+        }
+        /* bias_residual_add's kernel loaded before any rank's sum waits on the device: under lazy
+         * loading its first launch would wait for the device, behind a sum whose peer (served by
+         * this same thread) has not pushed yet (apart is overwritten below) */
+        MG_EXPECT_OK(be[0]->bias_residual_add(be[0], apart[0], apart[0], bias[0], res[0],
+                                              (int)(n / (size_t)H), H));
+        MG_EXPECT_OK(be[0]->synchronize(be[0]));
+        for (int pass = 0; pass < 2 && !P_.failed; pass++) {
+            for (int s = 0; s < P; s++) {
+                mg_status st =
+                    be[s]->peer_push(be[s], &pw[s], d_src[s], n * esz, n * esz, MG_STREAM_TP);
+                MG_EXPECT_OK(st);
+                if (st != MG_OK) goto out;
+                const void *own = (char *)d_src[s] + (size_t)s * n * esz;
+                if (pass == 0) {
+                    MG_EXPECT_OK(be[s]->peer_sum(be[s], &pw[s], fused[s], own, n,
+                                                 be[s]->compute_dtype, bias[s], res[s], H,
+                                                 MG_STREAM_COMPUTE));
+                } else {
+                    MG_EXPECT_OK(be[s]->peer_sum(be[s], &pw[s], apart[s], own, n,
+                                                 be[s]->compute_dtype, NULL, NULL, 0,
+                                                 MG_STREAM_COMPUTE));
+                    MG_EXPECT_OK(be[s]->bias_residual_add(be[s], apart[s], apart[s], bias[s],
+                                                          res[s], (int)(n / (size_t)H), H));
+                }
+                MG_EXPECT_OK(be[s]->stream_wait(be[s], MG_STREAM_COMPUTE, MG_STREAM_TP));
+            }
+            for (int s = 0; s < P; s++) MG_EXPECT_OK(be[s]->synchronize(be[s]));
+        }
+        for (int r = 0; r < P && !P_.failed; r++)
+            CT_EXPECT_CLOSE(ct_down_act(&P_, fused[r], n), ct_down_act(&P_, apart[r], n), n, 0.0,
+                            "peer_sum closing rows of %d (residual %d): rank %d of %d, %zu values",
+                            H, (int)tails[round].residual, r, P, n);
     }
     /* gathers, rank s's block s of its buffer to every rank: pushed into the slots and taken
      * into place (kind 0), the same from a copy of the block elsewhere, its place zeroed (1),
@@ -223,7 +282,8 @@ MG_TEST(cuda_peer_wait_gives_up_on_abort) {
     mg_peer_window pw = {.n = 2, .rank = 0, .bytes = data, .abort = word_dev};
     pw.base[0] = win;
     pw.base[1] = win; /* never pushed into: rank 1 does not exist */
-    MG_EXPECT_OK(gpu->peer_sum(gpu, &pw, dst, dst, n, gpu->compute_dtype, MG_STREAM_COMPUTE));
+    MG_EXPECT_OK(
+        gpu->peer_sum(gpu, &pw, dst, dst, n, gpu->compute_dtype, NULL, NULL, 0, MG_STREAM_COMPUTE));
     cudaStream_t st = gpu->stream_handle(gpu, MG_STREAM_COMPUTE);
     struct timespec pause = {0, 50 * 1000 * 1000};
     nanosleep(&pause, NULL);

@@ -40,7 +40,8 @@ int dist_scenario_peer(mg_comm_world *w, const dist_buf_ops *B, int victim) {
     void *buf = NULL;
     if (st == MG_OK && be) st = be->alloc(be, 1024 * 2, &buf);
     double t0 = mg_clock_seconds();
-    if (st == MG_OK && be) st = be->peer_sum(be, &pw, buf, buf, 1024, MG_BF16, MG_STREAM_COMPUTE);
+    if (st == MG_OK && be)
+        st = be->peer_sum(be, &pw, buf, buf, 1024, MG_BF16, NULL, NULL, 0, MG_STREAM_COMPUTE);
     if (st == MG_OK && be) { /* unbounded: the test is that it returns at all */
         cudaError_t e =
             cudaStreamSynchronize((cudaStream_t)be->stream_handle(be, MG_STREAM_COMPUTE));

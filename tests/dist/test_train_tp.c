@@ -203,15 +203,18 @@ static void check_variant(dist_ctx *t, const variant *v, const char *const *flag
  * where the ranks map each other's memory: GPUs of one host, or MPI ranks of one node) against
  * the group's collectives (MG_TP_EXCHANGE=collectives), the same flags: each run takes the path
  * asked for, and the two agree within TOL on CPU ranks (fp32), within bf16 tolerance on GPUs (the
- * same sums; the GEMMs run per rank's rows when pushed). */
-static void check_reduce_paths(dist_ctx *t, const variant *v) {
+ * same sums; the GEMMs run per rank's rows when pushed). flags: more flags for both (NULL: none);
+ * with the dropout off the copies close each row-parallel layer (bias, residual) in the sum's
+ * pass, the collectives after it. */
+static void check_reduce_paths(dist_ctx *t, const variant *v, const char *const *flags,
+                               const char *what) {
     const char *env = getenv("MG_TP_EXCHANGE");
     if (env && strcmp(env, "copies") != 0) return;
     mg_parallel_sizes s = {
         .world_size = t->size, .tp = v->tp, .pp = 1, .cp = 1, .ep = 1, .etp = -1};
     mg_train_groups gr = {0};
     mg_config c;
-    make_config(t, &c, v, v->tp, t->size, NULL);
+    make_config(t, &c, v, v->tp, t->size, flags);
     tc_groups(t, s, &gr);
     tc_run coll = {0}, copies = {0};
     setenv("MG_TP_EXCHANGE", "collectives", 1);
@@ -221,7 +224,8 @@ static void check_reduce_paths(dist_ctx *t, const variant *v) {
     mg_env_forget();
     tc_train(t, &c, &gr, steps(t), &copies);
     char label[160];
-    snprintf(label, sizeof label, "%s: exchanges by copies against the collectives", v->label);
+    snprintf(label, sizeof label, "%s%s: exchanges by copies against the collectives", v->label,
+             what);
     if (copies.tr && coll.tr) {
         DEXPECT(copies.tr->model.tp.peer != NULL && coll.tr->model.tp.peer == NULL,
                 "%s: the exchange paths are not the ones asked for (copies %s, collectives %s)",
@@ -246,6 +250,8 @@ static void check_reduce_paths(dist_ctx *t, const variant *v) {
 
 void test_train_tp(dist_ctx *t) {
     mg_log_init(t->rank, t->size);
+    static const char *const no_dropout[] = {"--attention-dropout", "0", "--hidden-dropout", "0",
+                                             NULL};
     if (dist_on_device(t)) {
         if (t->size != 2 && t->size != 4) return;
         const variant gpu[] = {
@@ -273,8 +279,9 @@ void test_train_tp(dist_ctx *t) {
         check_variant(t, &gpt_sp, fp8, FP8_NORM_TOL);
         check_variant(t, &llama_sp, fp8, FP8_NORM_TOL);
         check_variant(t, &gpt_rc, tc_recompute_full, 0);
-        check_reduce_paths(t, &gpu[1]); /* gpt2 tp2+sp */
-        check_reduce_paths(t, &gpu[5]); /* llama tp2+sp, --tp-comm-overlap */
+        check_reduce_paths(t, &gpu[1], NULL, ""); /* gpt2 tp2+sp */
+        check_reduce_paths(t, &gpu[1], no_dropout, ", no dropout");
+        check_reduce_paths(t, &gpu[5], NULL, ""); /* llama tp2+sp, --tp-comm-overlap */
         return;
     }
     if (t->size != 2 && t->size != 4 && t->size != 8) return;
@@ -307,6 +314,7 @@ void test_train_tp(dist_ctx *t) {
         check_variant(t, &all[i], NULL, 0);
     }
     /* the copies through the ranks' shared memory against MPI's collectives */
-    check_reduce_paths(t, &all[1]); /* gpt2 tp+sp */
-    check_reduce_paths(t, &all[9]); /* llama tp+sp, --tp-comm-overlap */
+    check_reduce_paths(t, &all[1], NULL, ""); /* gpt2 tp+sp */
+    check_reduce_paths(t, &all[1], no_dropout, ", no dropout");
+    check_reduce_paths(t, &all[9], NULL, ""); /* llama tp+sp, --tp-comm-overlap */
 }

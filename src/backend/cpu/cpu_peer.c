@@ -83,23 +83,29 @@ static mg_status wait_pushes(const mg_peer_window *pw, const char *what) {
 }
 
 mg_status mg_cpu_peer_sum(mg_backend *be, const mg_peer_window *pw, void *dst, const void *own,
-                          size_t n, mg_dtype dt, mg_stream_id s) {
+                          size_t n, mg_dtype dt, const void *bias, const void *residual, int H,
+                          mg_stream_id s) {
     (void)be, (void)s;
     if (dt != MG_F32) /* the compute dtype here, and the gradients' */
         return MG_FAIL(MG_ERR_INTERNAL, "peer_sum: %s values on the cpu backend (fp32 only)",
                        mg_dtype_name(dt));
+    const bool tail = bias || residual;
+    if (tail && (H <= 0 || n % (size_t)H != 0))
+        return MG_FAIL(MG_ERR_INTERNAL, "peer_sum: %zu values in rows of %d", n, H);
     MG_CHECK(check(pw, "peer_sum", n * sizeof(float)));
     if (n == 0) return MG_OK;
     if (pw->n > 1) MG_CHECK(wait_pushes(pw, "peer_sum"));
     const int P = pw->n, r = pw->rank;
     const char *mine = pw->base[r];
     float *d = dst;
-    const float *o = own;
+    const float *o = own, *b = bias, *res = residual;
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++) {
         float acc = 0.0f;
         for (int p = 0; p < P; p++)
             acc += p == r ? o[i] : ((const float *)(mine + (size_t)p * n * sizeof(float)))[i];
+        if (b) acc += b[i % (size_t)H]; /* bias_residual_add's order */
+        if (res) acc += res[i];
         d[i] = acc;
     }
     if (pw->n > 1) raise_all(pw, PR_FREE);

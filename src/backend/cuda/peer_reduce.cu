@@ -206,21 +206,36 @@ static __device__ __forceinline__ void store_f(T *p, const float *f) {
     }
 }
 
+/* acc[k] += VEC values of T at p. */
+template <int VEC, typename T>
+static __device__ __forceinline__ void add_f(float *acc, const T *p) {
+    float f[VEC];
+    load_f<VEC>(p, f);
+#pragma unroll
+    for (int k = 0; k < VEC; k++) acc[k] += f[k];
+}
+
 /* dst = the P blocks summed in rank order in fp32 (this rank's from own, the others' from the
- * slots of its buffer), rounded once to T. VEC: the values of a 16-byte vector, or 1. */
+ * slots of its buffer), rounded once to T; with bias (H) or residual, that rounded sum then
+ * closed as bias_residual_add_kernel closes a row (+ bias, + residual in fp32, one rounding).
+ * VEC: the values of a 16-byte vector (H a multiple of it), or 1. */
 template <typename T, int VEC>
 static __global__ void sum_kernel(T *dst, const T *own, const char *mine, size_t slot, int P,
-                                  int rank, size_t n) {
+                                  int rank, size_t n, const T *bias, const T *residual, int H) {
     const size_t stride = (size_t)gridDim.x * blockDim.x * VEC;
     for (size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * VEC; i < n; i += stride) {
-        float acc[VEC], f[VEC];
+        float acc[VEC];
 #pragma unroll
         for (int k = 0; k < VEC; k++) acc[k] = 0.0f;
-        for (int p = 0; p < P; p++) {
-            const T *s = p == rank ? own : reinterpret_cast<const T *>(mine + (size_t)p * slot);
-            load_f<VEC>(s + i, f);
-#pragma unroll
-            for (int k = 0; k < VEC; k++) acc[k] += f[k];
+        for (int p = 0; p < P; p++)
+            add_f<VEC>(acc, p == rank ? own + i
+                                      : reinterpret_cast<const T *>(mine + (size_t)p * slot) + i);
+        if (bias || residual) {
+            alignas(16) T rounded[VEC]; /* the sum as the separate pass would read it */
+            store_f<VEC>(rounded, acc);
+            load_f<VEC>(rounded, acc);
+            if (bias) add_f<VEC>(acc, bias + i % (size_t)H);
+            if (residual) add_f<VEC>(acc, residual + i);
         }
         store_f<VEC>(dst + i, acc);
     }
@@ -229,16 +244,19 @@ static __global__ void sum_kernel(T *dst, const T *own, const char *mine, size_t
 /* The sum of peer_sum in T (16 bytes = VEC values), on stream st. */
 template <typename T, int VEC>
 static mg_status launch_sum(void *dst, const void *own, const char *mine, size_t n, int P, int r,
-                            cudaStream_t st) {
+                            const void *bias, const void *residual, int H, cudaStream_t st) {
     const size_t slot = n * sizeof(T);
     const bool vec = n % VEC == 0 && slot % 16 == 0 && mg_cuda_aligned16(dst) &&
-                     mg_cuda_aligned16(own) && mg_cuda_aligned16(mine);
+                     mg_cuda_aligned16(own) && mg_cuda_aligned16(mine) &&
+                     (!bias || (H % VEC == 0 && mg_cuda_aligned16(bias))) &&
+                     (!residual || mg_cuda_aligned16(residual));
+    const T *b = (const T *)bias, *res = (const T *)residual;
     if (vec)
         sum_kernel<T, VEC><<<mg_cuda_blocks(n / VEC, MG_CUDA_THREADS), MG_CUDA_THREADS, 0, st>>>(
-            (T *)dst, (const T *)own, mine, slot, P, r, n);
+            (T *)dst, (const T *)own, mine, slot, P, r, n, b, res, H);
     else
         sum_kernel<T, 1><<<mg_cuda_blocks(n, MG_CUDA_THREADS), MG_CUDA_THREADS, 0, st>>>(
-            (T *)dst, (const T *)own, mine, slot, P, r, n);
+            (T *)dst, (const T *)own, mine, slot, P, r, n, b, res, H);
     MG_CUDA_CHECK_LAUNCH();
     return MG_OK;
 }
@@ -263,11 +281,13 @@ extern "C" mg_status mg_cuda_peer_reduce_load(void) {
 
 MG_CUDA_DTYPES(mg_status, peer_sum,
                (mg_backend * be, const mg_peer_window *pw, void *dst, const void *own, size_t n,
-                mg_dtype dt, mg_stream_id s),
-               (be, pw, dst, own, n, dt, s)) {
+                mg_dtype dt, const void *bias, const void *residual, int H, mg_stream_id s),
+               (be, pw, dst, own, n, dt, bias, residual, H, s)) {
     if (dt != MG_F32 && dt != be->compute_dtype)
         return MG_FAIL(MG_ERR_INTERNAL, "peer_sum: %s values (the compute dtype or fp32)",
                        mg_dtype_name(dt));
+    if ((bias || residual) && (H <= 0 || n % (size_t)H != 0))
+        return MG_FAIL(MG_ERR_INTERNAL, "peer_sum: %zu values in rows of %d", n, H);
     const size_t slot = n * mg_dtype_size(dt);
     mg_peer_bases pb;
     MG_CHECK(bases_of(pw, "peer_sum", slot, &pb));
@@ -280,9 +300,9 @@ MG_CUDA_DTYPES(mg_status, peer_sum,
     }
     const char *mine = pb.base[r];
     if (dt == MG_F32)
-        MG_CHECK((launch_sum<float, 4>(dst, own, mine, n, P, r, st)));
+        MG_CHECK((launch_sum<float, 4>(dst, own, mine, n, P, r, bias, residual, H, st)));
     else
-        MG_CHECK((launch_sum<h16, 8>(dst, own, mine, n, P, r, st)));
+        MG_CHECK((launch_sum<h16, 8>(dst, own, mine, n, P, r, bias, residual, H, st)));
     if (P > 1) { /* the slots are free again */
         raise_kernel<<<1, MG_PEER_MAX, 0, st>>>(pb, pw->bytes, P, r, PR_FREE);
         MG_CUDA_CHECK_LAUNCH();
