@@ -228,6 +228,7 @@ tpcopy)
         "ov_coll:collectives:0:--sequence-parallel --tp-comm-overlap" \
         "ov_copies:copies:0:--sequence-parallel --tp-comm-overlap" \
         "ov_copies_ce:copies:1:--sequence-parallel --tp-comm-overlap" \
+        "ov_copies_ce_drop:copies:1:--sequence-parallel --tp-comm-overlap --attention-dropout 0.1 --hidden-dropout 0.1" \
         "ov_copies_graph:copies:0:--sequence-parallel --tp-comm-overlap --cuda-graph-impl full_iteration" \
         "ov_copies_ce_graph:copies:1:--sequence-parallel --tp-comm-overlap --cuda-graph-impl full_iteration" ;;
 fp8)
