@@ -116,6 +116,8 @@ M=(--num-layers 24 --hidden-size 1024 --num-attention-heads 16 --seq-length 1024
     --lr-warmup-iters 0 --lr-decay-style constant --weight-decay 0.1 --adam-beta2 0.95
     --log-interval 5 --eval-iters 0 --attention-dropout 0 --hidden-dropout 0 --device cuda
     --train-iters 30)
+# the DP runs' distributed optimizer with both overlaps (dpcopy, dpaccum, dpbf16)
+DPO=(--use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather)
 
 # the Llama-style 3B shape of bench/fp8_bench.sh for the fp8 and fp8sp parts, and the fp8 recipe
 L=(--num-layers 26 --hidden-size 3072 --ffn-hidden-size 8192 --num-attention-heads 24
@@ -279,8 +281,7 @@ ce)
             "lm losses equal: $same; $(grep -c 'copy-engine collectives' "$OUTDIR/${name}_ce.log") start-up line(s)"
     done ;;
 dpcopy)
-    D=(--micro-batch-size 16 --global-batch-size 32 --use-distributed-optimizer
-        --overlap-grad-reduce --overlap-param-gather)
+    D=(--micro-batch-size 16 --global-batch-size 32 "${DPO[@]}")
     run dp_one 1 "${M[@]}" --micro-batch-size 16 --global-batch-size 16
     for r in ${DP_EXCHANGES:-collectives copies}; do
         MG_DP_EXCHANGE=$r run "dp2_$r" 2 "${M[@]}" "${D[@]}"
@@ -295,14 +296,12 @@ dpcopy)
 dpaccum) # as dpcopy (by copies), at ACCUM micro-batches (default 2) of 16 a rank per step
     A=${ACCUM:-2}
     run dpa_one 1 "${M[@]}" --micro-batch-size 16 --global-batch-size $((16 * A))
-    run dpa_two 2 "${M[@]}" --micro-batch-size 16 --global-batch-size $((32 * A)) \
-        --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather
+    run dpa_two 2 "${M[@]}" --micro-batch-size 16 --global-batch-size $((32 * A)) "${DPO[@]}"
     a=$(field dpa_one 'tokens per second') b=$(field dpa_two 'tokens per second')
     say "DP 2 at $A micro-batches a step: $b tok/s, $(share "$a" "$b") of two GPUs ($a alone);" \
         "lm losses $(losses dpa_two | cut -d' ' -f1-6)" ;;
 dpbf16)
-    D=(--micro-batch-size 16 --global-batch-size 32 --use-distributed-optimizer
-        --overlap-grad-reduce --overlap-param-gather)
+    D=(--micro-batch-size 16 --global-batch-size 32 "${DPO[@]}")
     run dp_one 1 "${M[@]}" --micro-batch-size 16 --global-batch-size 16
     run dp2_fp32 2 "${M[@]}" "${D[@]}"
     run dp2_bf16 2 "${M[@]}" "${D[@]}" --grad-reduce-in-bf16

@@ -130,3 +130,9 @@ size_t mg_backend_attention_saved_bytes(mg_device device, int B, int S, int nq, 
     size_t rows = (size_t)B * (size_t)nq * (size_t)S;
     return (device == MG_DEVICE_CPU ? rows * (size_t)S : rows) * sizeof(float);
 }
+
+mg_status mg_peer_sum_rows_check(size_t n, const void *bias, const void *residual, int H) {
+    if ((bias || residual) && (H <= 0 || n % (size_t)H != 0))
+        return MG_FAIL(MG_ERR_INTERNAL, "peer_sum: %zu values in rows of %d", n, H);
+    return MG_OK;
+}

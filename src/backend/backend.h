@@ -177,6 +177,9 @@ mg_status mg_backend_comm_end(mg_backend *be);
  * whole (size blocks of bytes; part may already lie at whole + rank x bytes). */
 mg_status mg_backend_peer_gather(mg_backend *be, const mg_peer_window *pw, void *whole,
                                  const void *part, size_t bytes, mg_stream_id s);
+/* Whether peer_sum's row tail (backend_ops.h: bias, residual, rows of H) fits its n values: with
+ * a bias or a residual, H > 0 dividing n. MG_ERR_INTERNAL naming the sizes if not. */
+mg_status mg_peer_sum_rows_check(size_t n, const void *bias, const void *residual, int H);
 /* Where arenas (core/arena.h) of this backend get their memory: NULL (host memory) on the CPU
  * backend, else an allocator built in *storage that calls be->alloc and be->free (storage must
  * outlive the arenas). */

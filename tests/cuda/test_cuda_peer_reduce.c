@@ -29,6 +29,69 @@
 
 enum { MAX_RANKS = 3 };
 
+/* Block r of the P ranks' sources (n values each) summed in rank order in fp32: what rank r's
+ * reduce-scatter holds before its rounding. */
+static const float *rank_sum(ct_pool *pool, float *const *src, int P, int r, size_t n) {
+    float *ref = ct_host(pool, n * sizeof(float));
+    for (size_t i = 0; ref && i < n; i++) {
+        float acc = 0.0f;
+        for (int s = 0; s < P; s++) acc += src[s][(size_t)r * n + i];
+        ref[i] = acc;
+    }
+    return ref;
+}
+
+/* A rank's take of an exchange (exchange's): its sum on the compute stream after its push; own:
+ * this rank's block of its push (n values). */
+typedef void (*take_fn)(mg_test_ctx *t, mg_backend *be, const mg_peer_window *pw, int s,
+                        const void *own, size_t n, int pass, void *ctx);
+
+/* Every rank's push of its P blocks of n values (esz bytes each) from d_src and its take, enqueued
+ * rank after rank before any is waited for, then every stream drained; false where a push failed
+ * (a peer's take would wait for ever). */
+static bool exchange(mg_test_ctx *t, mg_backend *const *be, const mg_peer_window *pw, int P,
+                     void *const *d_src, size_t n, size_t esz, take_fn take, int pass, void *ctx) {
+    for (int s = 0; s < P; s++) {
+        mg_status st = be[s]->peer_push(be[s], &pw[s], d_src[s], n * esz, n * esz, MG_STREAM_TP);
+        MG_EXPECT_OK(st);
+        if (st != MG_OK) return false;
+        take(t, be[s], &pw[s], s, (const char *)d_src[s] + (size_t)s * n * esz, n, pass, ctx);
+        MG_EXPECT_OK(be[s]->stream_wait(be[s], MG_STREAM_COMPUTE, MG_STREAM_TP));
+    }
+    for (int s = 0; s < P; s++) MG_EXPECT_OK(be[s]->synchronize(be[s]));
+    return true;
+}
+
+/* The plain sums: rank s's sum into dst[s]. */
+static void take_sum(mg_test_ctx *t, mg_backend *be, const mg_peer_window *pw, int s,
+                     const void *own, size_t n, int pass, void *ctx) {
+    (void)pass;
+    void **dst = ctx;
+    MG_EXPECT_OK(
+        be->peer_sum(be, pw, dst[s], own, n, be->compute_dtype, NULL, NULL, 0, MG_STREAM_COMPUTE));
+}
+
+/* The closing sums' section: pass 0 fused (bias, residual in peer_sum's pass) into fused[s];
+ * pass 1 peer_sum then bias_residual_add into apart[s]. */
+typedef struct {
+    void **fused, **apart, **bias, **res;
+    int H;
+} close_ctx;
+
+static void take_close(mg_test_ctx *t, mg_backend *be, const mg_peer_window *pw, int s,
+                       const void *own, size_t n, int pass, void *ctx_) {
+    const close_ctx *c = ctx_;
+    if (pass == 0) {
+        MG_EXPECT_OK(be->peer_sum(be, pw, c->fused[s], own, n, be->compute_dtype, c->bias[s],
+                                  c->res[s], c->H, MG_STREAM_COMPUTE));
+        return;
+    }
+    MG_EXPECT_OK(be->peer_sum(be, pw, c->apart[s], own, n, be->compute_dtype, NULL, NULL, 0,
+                              MG_STREAM_COMPUTE));
+    MG_EXPECT_OK(be->bias_residual_add(be, c->apart[s], c->apart[s], c->bias[s], c->res[s],
+                                       (int)(n / (size_t)c->H), c->H));
+}
+
 /* sizes: values per block of three rounds, the first the largest */
 static void check_ranks(mg_test_ctx *t, mg_backend *const *be, int P, const size_t *sizes) {
     ct_pool P_ = ct_pool_of(t, be[0]);
@@ -60,24 +123,9 @@ static void check_ranks(mg_test_ctx *t, mg_backend *const *be, int P, const size
          * streams read them */
         MG_EXPECT_OK(be[0]->synchronize(be[0]));
         if (P_.failed) break;
-        for (int s = 0; s < P; s++) { /* every rank's calls enqueued before any is waited for */
-            mg_status st =
-                be[s]->peer_push(be[s], &pw[s], d_src[s], n * esz, n * esz, MG_STREAM_TP);
-            MG_EXPECT_OK(st);
-            if (st != MG_OK) goto out; /* a sum would wait for ever */
-            MG_EXPECT_OK(be[s]->peer_sum(be[s], &pw[s], d_dst[s],
-                                         (char *)d_src[s] + (size_t)s * n * esz, n,
-                                         be[s]->compute_dtype, NULL, NULL, 0, MG_STREAM_COMPUTE));
-            MG_EXPECT_OK(be[s]->stream_wait(be[s], MG_STREAM_COMPUTE, MG_STREAM_TP));
-        }
-        for (int s = 0; s < P; s++) MG_EXPECT_OK(be[s]->synchronize(be[s]));
+        if (!exchange(t, be, pw, P, d_src, n, esz, take_sum, 0, d_dst)) goto out;
         for (int r = 0; r < P; r++) {
-            float *ref = ct_host(&P_, n * sizeof(float));
-            for (size_t i = 0; i < n; i++) {
-                float acc = 0.0f;
-                for (int s = 0; s < P; s++) acc += src[s][(size_t)r * n + i];
-                ref[i] = acc;
-            }
+            const float *ref = rank_sum(&P_, src, P, r, n);
             CT_EXPECT_CLOSE(ct_down_act(&P_, d_dst[r], n), ref, n, CT_TOL_ACT,
                             "peer_sum: rank %d of %d, %zu values, round %d", r, P, n, round);
         }
@@ -104,12 +152,7 @@ static void check_ranks(mg_test_ctx *t, mg_backend *const *be, int P, const size
         }
         for (int s = 0; s < P; s++) MG_EXPECT_OK(be[s]->synchronize(be[s]));
         for (int r = 0; r < P && !P_.failed; r++) {
-            float *ref = ct_host(&P_, n * sizeof(float));
-            for (size_t i = 0; i < n; i++) {
-                float acc = 0.0f;
-                for (int s = 0; s < P; s++) acc += src[s][(size_t)r * n + i];
-                ref[i] = acc;
-            }
+            const float *ref = rank_sum(&P_, src, P, r, n);
             CT_EXPECT_CLOSE(ct_down_f32(&P_, (float *)d_src[r] + (size_t)r * n, n), ref, n, 0.0,
                             "peer_sum fp32: rank %d of %d, %zu values", r, P, n);
         }
@@ -142,28 +185,9 @@ static void check_ranks(mg_test_ctx *t, mg_backend *const *be, int P, const size
         MG_EXPECT_OK(be[0]->bias_residual_add(be[0], apart[0], apart[0], bias[0], res[0],
                                               (int)(n / (size_t)H), H));
         MG_EXPECT_OK(be[0]->synchronize(be[0]));
-        for (int pass = 0; pass < 2 && !P_.failed; pass++) {
-            for (int s = 0; s < P; s++) {
-                mg_status st =
-                    be[s]->peer_push(be[s], &pw[s], d_src[s], n * esz, n * esz, MG_STREAM_TP);
-                MG_EXPECT_OK(st);
-                if (st != MG_OK) goto out;
-                const void *own = (char *)d_src[s] + (size_t)s * n * esz;
-                if (pass == 0) {
-                    MG_EXPECT_OK(be[s]->peer_sum(be[s], &pw[s], fused[s], own, n,
-                                                 be[s]->compute_dtype, bias[s], res[s], H,
-                                                 MG_STREAM_COMPUTE));
-                } else {
-                    MG_EXPECT_OK(be[s]->peer_sum(be[s], &pw[s], apart[s], own, n,
-                                                 be[s]->compute_dtype, NULL, NULL, 0,
-                                                 MG_STREAM_COMPUTE));
-                    MG_EXPECT_OK(be[s]->bias_residual_add(be[s], apart[s], apart[s], bias[s],
-                                                          res[s], (int)(n / (size_t)H), H));
-                }
-                MG_EXPECT_OK(be[s]->stream_wait(be[s], MG_STREAM_COMPUTE, MG_STREAM_TP));
-            }
-            for (int s = 0; s < P; s++) MG_EXPECT_OK(be[s]->synchronize(be[s]));
-        }
+        close_ctx cc = {fused, apart, bias, res, H};
+        for (int pass = 0; pass < 2 && !P_.failed; pass++)
+            if (!exchange(t, be, pw, P, d_src, n, esz, take_close, pass, &cc)) goto out;
         for (int r = 0; r < P && !P_.failed; r++)
             CT_EXPECT_CLOSE(ct_down_act(&P_, fused[r], n), ct_down_act(&P_, apart[r], n), n, 0.0,
                             "peer_sum closing rows of %d (residual %d): rank %d of %d, %zu values",

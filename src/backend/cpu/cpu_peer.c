@@ -89,9 +89,7 @@ mg_status mg_cpu_peer_sum(mg_backend *be, const mg_peer_window *pw, void *dst, c
     if (dt != MG_F32) /* the compute dtype here, and the gradients' */
         return MG_FAIL(MG_ERR_INTERNAL, "peer_sum: %s values on the cpu backend (fp32 only)",
                        mg_dtype_name(dt));
-    const bool tail = bias || residual;
-    if (tail && (H <= 0 || n % (size_t)H != 0))
-        return MG_FAIL(MG_ERR_INTERNAL, "peer_sum: %zu values in rows of %d", n, H);
+    MG_CHECK(mg_peer_sum_rows_check(n, bias, residual, H));
     MG_CHECK(check(pw, "peer_sum", n * sizeof(float)));
     if (n == 0) return MG_OK;
     if (pw->n > 1) MG_CHECK(wait_pushes(pw, "peer_sum"));

@@ -286,8 +286,7 @@ MG_CUDA_DTYPES(mg_status, peer_sum,
     if (dt != MG_F32 && dt != be->compute_dtype)
         return MG_FAIL(MG_ERR_INTERNAL, "peer_sum: %s values (the compute dtype or fp32)",
                        mg_dtype_name(dt));
-    if ((bias || residual) && (H <= 0 || n % (size_t)H != 0))
-        return MG_FAIL(MG_ERR_INTERNAL, "peer_sum: %zu values in rows of %d", n, H);
+    MG_CHECK(mg_peer_sum_rows_check(n, bias, residual, H));
     const size_t slot = n * mg_dtype_size(dt);
     mg_peer_bases pb;
     MG_CHECK(bases_of(pw, "peer_sum", slot, &pb));
