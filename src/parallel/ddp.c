@@ -230,6 +230,11 @@ static mg_status gather_on_comm(mg_ddp *d, int b) {
  * MG_STREAM_MARKS_DDP gathers are started and not waited for: the oldest is waited for first. */
 static mg_status start_gather(mg_ddp *d) {
     int b = d->next_gather;
+    if (d->rejoin) { /* the first gather after a graph's edge */
+        void *stream;
+        MG_CHECK(mg_backend_comm_begin(d->be, &stream));
+        d->rejoin = false;
+    }
     if (streams(d) && d->waited_gather - b > MG_STREAM_MARKS_DDP) {
         MG_CHECK(d->be->stream_wait_mark(d->be, MG_STREAM_COMPUTE,
                                          (d->waited_gather - 1) % MG_STREAM_MARKS_DDP));
@@ -265,11 +270,23 @@ mg_status mg_ddp_start_param_sync(mg_ddp *d) {
      * communication stream itself in start_gather) */
     void *stream;
     MG_CHECK(mg_backend_comm_begin(d->be, &stream));
+    d->rejoin = false;
     d->next_gather = l->n_buckets - 1;
     d->waited_gather = l->n_buckets;
     d->gathering = true;
     if (!d->overlap_param) return mg_ddp_finish_param_sync(d);
     return start_gather(d); /* forward reads the last bucket first */
+}
+
+mg_status mg_ddp_graph_boundary(mg_ddp *d) {
+    if (!d->overlap_param || !d->l->cfg.use_distributed_optimizer) return MG_OK;
+    MG_CHECK(mg_backend_comm_end(d->be)); /* the gathers started so far, eagerly */
+    const int n = d->l->n_buckets;
+    d->next_gather = n - 2; /* as start_param_sync leaves it, its gather waited for */
+    d->waited_gather = n - 1;
+    d->gathering = n > 1;
+    d->rejoin = true;
+    return MG_OK;
 }
 
 mg_status mg_ddp_params_needed(mg_ddp *d, const int *idx, int n) {

@@ -34,6 +34,9 @@
  *                                   ahead, as Megatron's forward pre-hook does)
  *   mg_ddp_finish_param_sync(d)     gathers and waits for what is left (before reading the
  *                                   parameters outside forward: checkpoints, tests)
+ * With --overlap-param-gather a step's gathers cross into the next step, so a graph of one step
+ * (the trainer's full-iteration graph) starts from mg_ddp_graph_boundary's state, the one every
+ * replay starts from; the trainer calls it before each capture and after each launch.
  * Every rank makes the same calls in the same order (NCCL's rule): the hooks fire at the same
  * points of the same model on every replica.
  * Exports: mg_ddp, mg_ddp_*. Needs: comm, backend, parallel/grad_buffer. */
@@ -66,6 +69,8 @@ typedef struct {
     int waited_gather;  /* buckets [waited_gather, n_buckets) are waited for (the stream runs
                            them in order: waiting for one waits for those started before) */
     bool gathering;     /* between start_param_sync and the last bucket's wait */
+    bool rejoin;        /* after mg_ddp_graph_boundary: the next gather first makes the
+                           communication stream follow the compute stream again */
     /* statistics for the tests, since init: bucket reductions started during backward
      * (overlapped), and bucket gathers started inside forward */
     int overlapped_reduces, overlapped_gathers;
@@ -97,6 +102,16 @@ mg_status mg_ddp_finish_grad_sync(mg_ddp *d);
 mg_status mg_ddp_start_param_sync(mg_ddp *d);
 mg_status mg_ddp_params_needed(mg_ddp *d, const int *idx, int n);
 mg_status mg_ddp_finish_param_sync(mg_ddp *d);
+/* At a graph's edge (before its capture, after a launch; outside any capture), with
+ * --overlap-param-gather: the compute stream waits for the gathers started so far, and the
+ * state becomes the one a step starts from after start_param_sync: the bucket forward reads
+ * first gathered, the others still to gather in forward (a bucket already current is gathered
+ * again: the same values). A captured step so holds every gather a replay needs, whatever ran
+ * before the capture (an evaluation's forward gathers every bucket), and waits for nothing
+ * recorded outside its capture; the next gather first makes the communication stream follow the
+ * compute stream (inside a capture: joins it). Without the overlap nothing crosses a step: a
+ * no-op. */
+mg_status mg_ddp_graph_boundary(mg_ddp *d);
 
 /* The distributed optimizer's fp32 state to the host, whole, on every rank: `local` (backend
  * memory) holds this rank's shard of every bucket, shard after shard in bucket order (the

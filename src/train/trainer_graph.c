@@ -8,6 +8,7 @@
 #include "train/trainer_batch.h"
 #include "train/trainer_docs.h"
 #include "train/trainer_loss.h"
+#include "train/trainer_weights.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -162,8 +163,13 @@ mg_status mg_trainer_graph_run(mg_trainer *t, mg_graph_kind kind, const mg_sampl
         st = body(t, ctx);
         G->eager++;
     } else {
-        if (!G->g) st = capture(t, kind, body, ctx);
+        /* the parameter gathers a step leaves to the next one (--overlap-param-gather): the
+         * capture starts from the state every replay starts from, and the trainer's eager work
+         * after a launch from the one the launch leaves */
+        if (!G->g) st = mg_trainer_params_graph_edge(t);
+        if (st == MG_OK && !G->g) st = capture(t, kind, body, ctx);
         if (st == MG_OK) st = t->be->graph_launch(t->be, G->g);
+        if (st == MG_OK) st = mg_trainer_params_graph_edge(t);
     }
     t->graph.staged = false;
     return st;

@@ -11,12 +11,15 @@
  * step-control block's and the streams' (backend memory, advanced by kernels). A change of the
  * microbatch count (--rampup-batch-size) drops the graph: the step runs eagerly again for the
  * warm-up steps and is captured anew (the log says so). An evaluation batch (the forward of every
- * microbatch and the loss sum) has its own graph, captured after as many eager batches.
+ * microbatch and the loss sum) has its own graph, captured after as many eager batches. The
+ * parameter gathers a step leaves to the next (--overlap-param-gather) are brought to the state
+ * every replay starts from before each capture and after each launch
+ * (train/trainer_weights.h's mg_trainer_params_graph_edge).
  * With --cuda-graph-impl local or transformer_engine the graphs are per layer instead
  * (model/layer_graphs.h; the trainer makes them and logs their captures).
  * Exports: mg_trainer_graph_on, mg_trainer_graph_init, mg_trainer_graph_run,
  * mg_trainer_graph_inputs, mg_trainer_graph_note, mg_trainer_graph_free.
- * Needs: train/trainer_parts, backend. */
+ * Needs: train/trainer_parts, train/trainer_weights, backend. */
 #ifndef MG_TRAIN_TRAINER_GRAPH_H
 #define MG_TRAIN_TRAINER_GRAPH_H
 

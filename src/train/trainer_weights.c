@@ -33,6 +33,12 @@ mg_status mg_trainer_sync_params(mg_trainer *t) {
     return MG_OK;
 }
 
+mg_status mg_trainer_params_graph_edge(mg_trainer *t) {
+    for (int b = 0; b < t->bufs.n; b++)
+        if (mg_trainer_buf_group(t, b)) MG_CHECK(mg_ddp_graph_boundary(&t->ddp[b]));
+    return MG_OK;
+}
+
 mg_status mg_trainer_get_weights(mg_trainer *t, float *host) {
     mg_backend *be = t->be;
     const mg_train_memory *m = &t->mem;

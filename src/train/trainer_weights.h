@@ -3,7 +3,8 @@
  * (their rounding to the compute dtype); get_weights reads the masters (the parameters themselves
  * on CPU; masters sharded over the data-parallel group are all-gathered: every member must call
  * it).
- * Exports: mg_trainer_set_weights, mg_trainer_get_weights, mg_trainer_sync_params.
+ * Exports: mg_trainer_set_weights, mg_trainer_get_weights, mg_trainer_sync_params,
+ * mg_trainer_params_graph_edge.
  * Needs: train/trainer_parts, parallel/ddp. */
 #ifndef MG_TRAIN_TRAINER_WEIGHTS_H
 #define MG_TRAIN_TRAINER_WEIGHTS_H
@@ -15,6 +16,10 @@ mg_status mg_trainer_set_weights(mg_trainer *t, const float *host);
  * gathered every bucket: this gathers (and orders) what is left, for readers outside forward.
  * get_weights and save call it. */
 mg_status mg_trainer_sync_params(mg_trainer *t);
+/* Before a full-iteration graph's capture and after each launch (train/trainer_graph.h): every
+ * buffer's gathers brought to the state each replay starts from (parallel/ddp.h's
+ * mg_ddp_graph_boundary). */
+mg_status mg_trainer_params_graph_edge(mg_trainer *t);
 mg_status mg_trainer_get_weights(mg_trainer *t, float *host);
 
 #endif

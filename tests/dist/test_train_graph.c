@@ -9,14 +9,18 @@
  * further replayed step neither synchronises with the host nor allocates.
  * Layouts: 2 ranks TP 2 with sequence parallelism, also with --tp-comm-overlap (collectives on
  * a second stream inside the graph); PP 2 (1F1B); PP 2 x V 2 (interleaved); DP 2
- * with the distributed optimizer and overlapped gradient reduction in several buckets. 4 ranks:
- * TP 2 x PP 2 with SP, TP 2 x DP 2 with the distributed optimizer. Dropout at Megatron's 0.1: a
- * replay draws each step's masks from the step's own offsets. */
+ * with the distributed optimizer and overlapped gradient reduction in several buckets, also with
+ * --overlap-param-gather (a step's gathers run into the next step's forward), once more with
+ * evaluations before the capture, between replays and replayed from a graph of their own (an
+ * evaluation's forward gathers every bucket: a capture from that state must still gather).
+ * 4 ranks: TP 2 x PP 2 with SP, TP 2 x DP 2 with the distributed optimizer. Dropout at
+ * Megatron's 0.1: a replay draws each step's masks from the step's own offsets. */
 #include "dist.h"
 #include "train_compare.h"
 
 #include "core/log.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -29,7 +33,8 @@ typedef struct {
     const char *layout[12]; /* flags beyond the sizes, NULL-terminated */
 } variant;
 
-static void check_variant(dist_ctx *t, const variant *v) {
+/* evals: an evaluation after step s + 1 for each bit s, in both runs (tc_train_eval). */
+static void check_variant(dist_ctx *t, const variant *v, unsigned evals) {
     const bool dev = dist_on_device(t);
     char layers[8], tp[8], pp[8];
     snprintf(layers, sizeof layers, "%d", v->layers);
@@ -83,12 +88,17 @@ static void check_variant(dist_ctx *t, const variant *v) {
                   .world_size = t->size, .tp = v->tp, .pp = v->pp, .cp = 1, .ep = 1, .etp = -1},
               &g);
     tc_run eager = {0}, replay = {0};
-    tc_train(t, &ce, &g, STEPS, &eager);
-    tc_train(t, &cg, &g, STEPS, &replay);
+    tc_train_eval(t, &ce, &g, STEPS, evals, &eager);
+    tc_train_eval(t, &cg, &g, STEPS, evals, &replay);
     DEXPECT(replay.tr->graph.k[MG_GRAPH_TRAIN].g != NULL,
             "%s: the graph run never captured its step", v->label);
     const double tol = dev ? BF16_TOL : 0;
     tc_expect_steps(t, v->label, &replay, &eager, STEPS, tol, tol);
+    for (int i = 0; i < STEPS; i++)
+        if (evals >> i & 1u)
+            DEXPECT(fabs(replay.eval[i] - eager.eval[i]) <= tol * fabs(eager.eval[i]),
+                    "%s: the evaluation after step %d: %.9g, eager %.9g", v->label, i + 1,
+                    replay.eval[i], eager.eval[i]);
     if (!dev) { /* the same layout: this rank's weights element for element */
         const int64_t n = (int64_t)replay.tr->model.params.numel;
         int64_t bad = -1;
@@ -153,5 +163,22 @@ void test_train_graph(dist_ctx *t) {
          {"--use-distributed-optimizer", "--overlap-grad-reduce", NULL}},
     };
     for (size_t i = 0; i < sizeof all / sizeof *all; i++)
-        if (all[i].world == t->size) check_variant(t, &all[i]);
+        if (all[i].world == t->size) check_variant(t, &all[i], 0);
+    /* both overlaps: a step's parameter gathers cross into the next step (ddp.h's
+     * mg_ddp_graph_boundary); then with evaluations (their forward gathers every bucket)
+     * before the capture, between the replays and as a graph of their own (the third) */
+    const variant both = {"graph dp2, distributed optimizer, both overlaps",
+                          2,
+                          1,
+                          1,
+                          2,
+                          {"--use-distributed-optimizer", "--overlap-grad-reduce",
+                           "--overlap-param-gather", "--ddp-bucket-size", "3000", "--eval-iters",
+                           "1", NULL}};
+    variant evals = both;
+    evals.label = "graph dp2, distributed optimizer, both overlaps, evaluations";
+    if (t->size == 2) {
+        check_variant(t, &both, 0);
+        check_variant(t, &evals, 1u << 1 | 1u << 4 | 1u << 5 | 1u << 6);
+    }
 }

@@ -32,11 +32,18 @@ void tc_config(dist_ctx *t, mg_config *c, const char *const *model, const char *
 }
 
 void tc_train(dist_ctx *t, const mg_config *c, const mg_train_groups *g, int steps, tc_run *out) {
+    tc_train_eval(t, c, g, steps, 0, out);
+}
+
+void tc_train_eval(dist_ctx *t, const mg_config *c, const mg_train_groups *g, int steps,
+                   unsigned evals, tc_run *out) {
     out->tr = calloc(1, sizeof *out->tr);
     DOK(out->tr ? MG_OK : MG_ERR_NOMEM);
     DOK(mg_trainer_init(out->tr, c, g));
-    for (int s = 0; s < steps && s < TC_MAX_STEPS; s++)
+    for (int s = 0; s < steps && s < TC_MAX_STEPS; s++) {
         DOK(mg_trainer_step(out->tr, &out->loss[s], &out->norm[s]));
+        if (evals >> s & 1u) DOK(mg_trainer_evaluate(out->tr, &out->eval[s]));
+    }
     out->w = calloc(out->tr->model.params.numel, sizeof *out->w);
     DOK(out->w ? MG_OK : MG_ERR_NOMEM);
     DOK(mg_trainer_get_weights(out->tr, out->w));

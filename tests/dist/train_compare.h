@@ -19,7 +19,8 @@ extern const char *const tc_recompute_full[];
 
 typedef struct {
     double loss[TC_MAX_STEPS], norm[TC_MAX_STEPS];
-    float *w; /* this rank's fp32 weights after the steps (parameter layout) */
+    double eval[TC_MAX_STEPS]; /* tc_train_eval's validation loss after step s + 1 */
+    float *w;                  /* this rank's fp32 weights after the steps (parameter layout) */
     mg_trainer *tr;
 } tc_run;
 
@@ -29,6 +30,10 @@ void tc_config(dist_ctx *t, mg_config *c, const char *const *model, const char *
                int world);
 /* Trains `steps` steps on groups g (NULL: one rank) and reads the weights back. */
 void tc_train(dist_ctx *t, const mg_config *c, const mg_train_groups *g, int steps, tc_run *out);
+/* The same with an evaluation (mg_trainer_evaluate, its loss in out->eval[s]) after each step
+ * s + 1 whose bit s is set in evals. */
+void tc_train_eval(dist_ctx *t, const mg_config *c, const mg_train_groups *g, int steps,
+                   unsigned evals, tc_run *out);
 void tc_release(tc_run *r);
 /* This rank's group of kind k in layout l (NULL when it has one rank); collective. */
 mg_comm *tc_group(dist_ctx *t, const mg_parallel_layout *l, mg_group_kind k);
