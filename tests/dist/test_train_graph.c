@@ -13,8 +13,8 @@
  * --overlap-param-gather (a step's gathers run into the next step's forward), once more with
  * evaluations before the capture, between replays and replayed from a graph of their own (an
  * evaluation's forward gathers every bucket: a capture from that state must still gather).
- * 4 ranks: TP 2 x PP 2 with SP, TP 2 x DP 2 with the distributed optimizer. Dropout at
- * Megatron's 0.1: a replay draws each step's masks from the step's own offsets. */
+ * 4 ranks: TP 2 x PP 2 with SP, TP 2 x DP 2 with the distributed optimizer and both overlaps.
+ * Dropout at Megatron's 0.1: a replay draws each step's masks from the step's own offsets. */
 #include "dist.h"
 #include "train_compare.h"
 
@@ -155,12 +155,13 @@ void test_train_graph(dist_ctx *t) {
          {"--use-distributed-optimizer", "--overlap-grad-reduce", "--ddp-bucket-size", "3000",
           "--grad-reduce-in-bf16", NULL}},
         {"graph tp2 x pp2, sp", 4, 2, 2, 2, {"--sequence-parallel", NULL}},
-        {"graph tp2 x dp2, distributed optimizer",
+        {"graph tp2 x dp2, distributed optimizer, both overlaps",
          4,
          2,
          1,
          2,
-         {"--use-distributed-optimizer", "--overlap-grad-reduce", NULL}},
+         {"--use-distributed-optimizer", "--overlap-grad-reduce", "--overlap-param-gather",
+          "--ddp-bucket-size", "3000", NULL}},
     };
     for (size_t i = 0; i < sizeof all / sizeof *all; i++)
         if (all[i].world == t->size) check_variant(t, &all[i], 0);
