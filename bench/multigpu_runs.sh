@@ -188,6 +188,9 @@ graphs)
         [ -n "$(losses "${name}_eager")" ] && [ "$(losses "${name}_eager")" = "$(losses "${name}_graph")" ] && same=yes
         say "$name: eager rc $rc1 $(field "${name}_eager" 'tokens per second') tok/s; graph rc $rc2" \
             "$(field "${name}_graph" 'tokens per second') tok/s; lm losses equal: $same"
+        for r in eager graph; do # a failed run's first error, on the summary line's heels
+            grep -m1 'error:' "$OUTDIR/${name}_$r.log" | sed "s/^/  ${name}_$r: /" | tee -a "$SUM"
+        done
     done ;;
 ep)
     EP=("${GPT[@]}" "${MOE[@]}" --expert-model-parallel-size 2 --use-distributed-optimizer
