@@ -230,7 +230,7 @@ static mg_status gather_on_comm(mg_ddp *d, int b) {
  * MG_STREAM_MARKS_DDP gathers are started and not waited for: the oldest is waited for first. */
 static mg_status start_gather(mg_ddp *d) {
     int b = d->next_gather;
-    if (d->rejoin) { /* the first gather after a graph's edge */
+    if (d->rejoin) { /* the first gather since start_param_sync or a graph's edge */
         void *stream;
         MG_CHECK(mg_backend_comm_begin(d->be, &stream));
         d->rejoin = false;
@@ -252,12 +252,16 @@ static mg_status wait_gathers(mg_ddp *d, int b) {
     if (streams(d))
         MG_CHECK(d->be->stream_wait_mark(d->be, MG_STREAM_COMPUTE, b % MG_STREAM_MARKS_DDP));
     d->waited_gather = b;
-    d->gathering = b > 0;
     return MG_OK;
 }
 
+/* Between start_param_sync and the last bucket's wait. */
+static bool gathering(const mg_ddp *d) {
+    return d->waited_gather > 0;
+}
+
 mg_status mg_ddp_finish_param_sync(mg_ddp *d) {
-    if (!d->gathering) return MG_OK;
+    if (!gathering(d)) return MG_OK;
     while (d->next_gather >= 0) MG_CHECK(start_gather(d));
     return wait_gathers(d, 0);
 }
@@ -266,14 +270,10 @@ mg_status mg_ddp_start_param_sync(mg_ddp *d) {
     const mg_grad_buffer_layout *l = d->l;
     if (!l->cfg.use_distributed_optimizer) return MG_OK;
     MG_CHECK(mg_ddp_finish_param_sync(d)); /* a bucket forward never read: finish it first */
-    /* the gathers read the shards the optimizer wrote on the compute stream (each takes the
-     * communication stream itself in start_gather) */
-    void *stream;
-    MG_CHECK(mg_backend_comm_begin(d->be, &stream));
-    d->rejoin = false;
+    /* the gathers read the shards the optimizer wrote on the compute stream */
+    d->rejoin = true;
     d->next_gather = l->n_buckets - 1;
     d->waited_gather = l->n_buckets;
-    d->gathering = true;
     if (!d->overlap_param) return mg_ddp_finish_param_sync(d);
     return start_gather(d); /* forward reads the last bucket first */
 }
@@ -284,13 +284,12 @@ mg_status mg_ddp_graph_boundary(mg_ddp *d) {
     const int n = d->l->n_buckets;
     d->next_gather = n - 2; /* as start_param_sync leaves it, its gather waited for */
     d->waited_gather = n - 1;
-    d->gathering = n > 1;
     d->rejoin = true;
     return MG_OK;
 }
 
 mg_status mg_ddp_params_needed(mg_ddp *d, const int *idx, int n) {
-    if (!d->gathering) return MG_OK;
+    if (!gathering(d)) return MG_OK;
     int low = d->waited_gather;
     for (int i = 0; i < n; i++)
         if (bucket_of(d, idx[i]) >= 0 && bucket_of(d, idx[i]) < low) low = bucket_of(d, idx[i]);

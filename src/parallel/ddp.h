@@ -68,9 +68,9 @@ typedef struct {
     int next_gather;    /* buckets are gathered from the last (forward's first) down */
     int waited_gather;  /* buckets [waited_gather, n_buckets) are waited for (the stream runs
                            them in order: waiting for one waits for those started before) */
-    bool gathering;     /* between start_param_sync and the last bucket's wait */
-    bool rejoin;        /* after mg_ddp_graph_boundary: the next gather first makes the
-                           communication stream follow the compute stream again */
+    bool rejoin;        /* the next gather first makes the communication stream follow the compute
+                           stream (after start_param_sync: the shards the optimizer wrote; after
+                           mg_ddp_graph_boundary: inside a capture, joins it) */
     /* statistics for the tests, since init: bucket reductions started during backward
      * (overlapped), and bucket gathers started inside forward */
     int overlapped_reduces, overlapped_gathers;

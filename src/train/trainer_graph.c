@@ -132,11 +132,14 @@ static mg_status run_body(void *c) {
     return x->body(x->t, x->ctx);
 }
 
-/* Captures body as kind's graph; the capture runs nothing. */
+/* Captures body as kind's graph; the capture runs nothing. It starts from the state every
+ * replay starts from: the parameter gathers a step leaves to the next (--overlap-param-gather)
+ * brought to it first, as after each launch. */
 static mg_status capture(mg_trainer *t, mg_graph_kind kind, mg_trainer_graph_body body, void *ctx) {
     mg_train_graph_one *G = &t->graph.k[kind];
     capture_ctx c = {t, body, ctx};
     mg_graph_info info = {0, 0};
+    MG_CHECK(mg_trainer_params_graph_edge(t));
     MG_CHECK(mg_graph_capture(t->be, run_body, &c, &G->g, &info));
     G->m = t->num_microbatches;
     const bool mib = info.bytes >= ((size_t)1 << 20);
@@ -163,12 +166,9 @@ mg_status mg_trainer_graph_run(mg_trainer *t, mg_graph_kind kind, const mg_sampl
         st = body(t, ctx);
         G->eager++;
     } else {
-        /* the parameter gathers a step leaves to the next one (--overlap-param-gather): the
-         * capture starts from the state every replay starts from, and the trainer's eager work
-         * after a launch from the one the launch leaves */
-        if (!G->g) st = mg_trainer_params_graph_edge(t);
-        if (st == MG_OK && !G->g) st = capture(t, kind, body, ctx);
+        if (!G->g) st = capture(t, kind, body, ctx);
         if (st == MG_OK) st = t->be->graph_launch(t->be, G->g);
+        /* the trainer's eager work after a launch starts from the state the launch leaves */
         if (st == MG_OK) st = mg_trainer_params_graph_edge(t);
     }
     t->graph.staged = false;
